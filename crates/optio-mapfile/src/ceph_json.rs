@@ -1,0 +1,367 @@
+//! The JSON of `crushtool --dump` and `ceph osd crush dump`: exact 16.16 weights.
+//!
+//! Shadow (per-class) buckets in the dump (`host0~hdd`) are not imported as buckets: their ids
+//! become the class ids of the buckets they shadow and the builder rebuilds the shadow trees,
+//! exactly as Ceph does when it loads a map.
+
+use optio_placement::{
+    BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMap, ClusterMapBuilder,
+    DeviceSpec, ItemId, ItemRef, RuleId, RuleKind, RuleSpec, Step, StepSpec, Tunables, TypeId,
+    Weight,
+};
+use serde_json::{Map, Value};
+
+use crate::error::{ParseError, ParseErrorKind};
+
+type Object = Map<String, Value>;
+
+fn bad(field: &str, reason: impl Into<String>) -> ParseError {
+    ParseError::value(None, field, reason)
+}
+
+fn object<'a>(value: &'a Value, what: &str) -> Result<&'a Object, ParseError> {
+    value.as_object().ok_or_else(|| bad(what, "expected a JSON object"))
+}
+
+fn array<'a>(object: &'a Object, key: &str, what: &str) -> Result<&'a [Value], ParseError> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(values)) => Ok(values),
+        Some(_) => Err(bad(&format!("{what}.{key}"), "expected an array")),
+    }
+}
+
+fn int(object: &Object, key: &str, what: &str) -> Result<i64, ParseError> {
+    match object.get(key) {
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .ok_or_else(|| bad(&format!("{what}.{key}"), format!("{n} is not an integer"))),
+        Some(other) => {
+            Err(bad(&format!("{what}.{key}"), format!("expected an integer, found {other}")))
+        }
+        None => Err(bad(&format!("{what}.{key}"), "missing")),
+    }
+}
+
+fn int_in<T: TryFrom<i64>>(object: &Object, key: &str, what: &str) -> Result<T, ParseError> {
+    let value = int(object, key, what)?;
+    T::try_from(value)
+        .map_err(|_| bad(&format!("{what}.{key}"), format!("{value} is out of range")))
+}
+
+fn string<'a>(object: &'a Object, key: &str, what: &str) -> Result<&'a str, ParseError> {
+    match object.get(key) {
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => {
+            Err(bad(&format!("{what}.{key}"), format!("expected a string, found {other}")))
+        }
+        None => Err(bad(&format!("{what}.{key}"), "missing")),
+    }
+}
+
+fn weight_16_16(object: &Object, key: &str, what: &str) -> Result<Weight, ParseError> {
+    let value = int(object, key, what)?;
+    u32::try_from(value).map(Weight).map_err(|_| {
+        bad(&format!("{what}.{key}"), format!("weight {value} is negative or does not fit 16.16"))
+    })
+}
+
+/// Parses `crushtool --dump` JSON.
+pub fn parse(text: &str) -> Result<ClusterMap, ParseError> {
+    let root: Value = serde_json::from_str(text)
+        .map_err(|e| ParseError::new(Some(e.line()), ParseErrorKind::Json(e.to_string())))?;
+    builder(&root)?.build().map_err(|e| ParseError::new(None, ParseErrorKind::Map(e)))
+}
+
+/// Reads `crushtool --dump` JSON into a builder (not yet validated).
+pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
+    let root = object(root, "map")?;
+    let mut builder = ClusterMapBuilder::new();
+    builder.tunables = tunables(root.get("tunables"))?;
+    for (i, value) in array(root, "types", "map")?.iter().enumerate() {
+        let what = format!("types[{i}]");
+        let t = object(value, &what)?;
+        builder.types.push(BucketType {
+            id: TypeId(int_in(t, "type_id", &what)?),
+            name: string(t, "name", &what)?.to_string(),
+        });
+    }
+    for (i, value) in array(root, "devices", "map")?.iter().enumerate() {
+        let what = format!("devices[{i}]");
+        let d = object(value, &what)?;
+        let mut device = DeviceSpec::new(int_in(d, "id", &what)?);
+        device.name = string(d, "name", &what)?.to_string();
+        if let Some(Value::String(class)) = d.get("class") {
+            device.class = Some(class.clone());
+        }
+        builder.devices.push(device);
+    }
+    let buckets = array(root, "buckets", "map")?;
+    let mut shadows: Vec<(String, String, BucketId)> = Vec::new();
+    let mut names: Vec<(i64, String)> = Vec::new();
+    for (i, value) in buckets.iter().enumerate() {
+        let what = format!("buckets[{i}]");
+        let b = object(value, &what)?;
+        names.push((int(b, "id", &what)?, string(b, "name", &what)?.to_string()));
+    }
+    for (i, value) in buckets.iter().enumerate() {
+        let what = format!("buckets[{i}]");
+        let b = object(value, &what)?;
+        let name = string(b, "name", &what)?;
+        let id = BucketId(int_in(b, "id", &what)?);
+        if let Some((original, class)) = name.split_once('~') {
+            shadows.push((original.to_string(), class.to_string(), id));
+            continue;
+        }
+        let alg_name = string(b, "alg", &what)?;
+        let alg = BucketAlg::from_name(alg_name).ok_or_else(|| {
+            bad(&format!("{what}.alg"), format!("unknown bucket algorithm '{alg_name}'; expected uniform, list, tree, straw or straw2"))
+        })?;
+        let hash = match b.get("hash") {
+            Some(Value::String(h)) if h == "rjenkins1" => 0,
+            Some(Value::Number(n)) => {
+                u8::try_from(n.as_u64().unwrap_or(u64::MAX)).unwrap_or(u8::MAX)
+            }
+            Some(other) => {
+                return Err(ParseError::new(
+                    None,
+                    ParseErrorKind::Unsupported {
+                        feature: format!("hash {other} in bucket '{name}'"),
+                        hint: "only rjenkins1 (0) exists in Ceph".into(),
+                    },
+                ));
+            }
+            None => 0,
+        };
+        let type_name = match b.get("type_name") {
+            Some(Value::String(t)) => t.clone(),
+            _ => {
+                let type_id: i64 = int(b, "type_id", &what)?;
+                builder
+                    .types
+                    .iter()
+                    .find(|t| i64::from(t.id.0) == type_id)
+                    .map(|t| t.name.clone())
+                    .ok_or_else(|| {
+                        bad(&format!("{what}.type_id"), format!("type {type_id} is not defined"))
+                    })?
+            }
+        };
+        let mut items = Vec::new();
+        for (j, value) in array(b, "items", &what)?.iter().enumerate() {
+            let what = format!("{what}.items[{j}]");
+            let item = object(value, &what)?;
+            let item_id: i32 = int_in(item, "id", &what)?;
+            items.push((ItemRef::Id(ItemId(item_id)), Some(weight_16_16(item, "weight", &what)?)));
+        }
+        builder.buckets.push(BucketSpec {
+            id: Some(id),
+            name: name.to_string(),
+            type_name,
+            alg,
+            hash,
+            items,
+            class_ids: Vec::new(),
+        });
+    }
+    for (original, class, id) in shadows {
+        let bucket = builder.buckets.iter_mut().find(|b| b.name == original).ok_or_else(|| {
+            bad("buckets", format!("shadow bucket '{original}~{class}' has no bucket '{original}'"))
+        })?;
+        bucket.class_ids.push((class, id));
+    }
+    let name_of = |id: i64| names.iter().find(|(i, _)| *i == id).map(|(_, n)| n.clone());
+    for (i, value) in array(root, "rules", "map")?.iter().enumerate() {
+        let what = format!("rules[{i}]");
+        let r = object(value, &what)?;
+        let id: u32 = int_in(r, "rule_id", &what)?;
+        let name = string(r, "rule_name", &what)?.to_string();
+        let code: u8 = int_in(r, "type", &what)?;
+        if code == 4 || code == 5 {
+            return Err(ParseError::new(
+                None,
+                ParseErrorKind::Unsupported {
+                    feature: format!("MSR rule '{name}' (Ceph 19+)"),
+                    hint: "rewrite it as a firstn or indep rule".into(),
+                },
+            ));
+        }
+        let mut steps = Vec::new();
+        for (j, value) in array(r, "steps", &what)?.iter().enumerate() {
+            let what = format!("{what}.steps[{j}]");
+            let s = object(value, &what)?;
+            steps.push(step(s, &what, &name_of)?);
+        }
+        builder.rules.push(RuleSpec {
+            id: RuleId(id),
+            name,
+            kind: RuleKind::from_code(code),
+            min_size: r.get("min_size").and_then(Value::as_u64).unwrap_or(1) as u32,
+            max_size: r.get("max_size").and_then(Value::as_u64).unwrap_or(10) as u32,
+            steps,
+        });
+    }
+    if let Some(Value::Object(sets)) = root.get("choose_args") {
+        for (key, value) in sets {
+            let id = parse_choose_args_id(key)
+                .ok_or_else(|| bad("choose_args", format!("'{key}' is not a choose_args id")))?;
+            let what = format!("choose_args.{key}");
+            let entries = value.as_array().ok_or_else(|| bad(&what, "expected an array"))?;
+            let mut args = Vec::new();
+            for (j, entry) in entries.iter().enumerate() {
+                let what = format!("{what}[{j}]");
+                let e = object(entry, &what)?;
+                let bucket: i32 = int_in(e, "bucket_id", &what)?;
+                let ids = match e.get("ids") {
+                    Some(Value::Array(ids)) => Some(
+                        ids.iter()
+                            .map(|v| {
+                                v.as_i64()
+                                    .and_then(|i| i32::try_from(i).ok())
+                                    .ok_or_else(|| bad(&what, "ids must be integers"))
+                            })
+                            .collect::<Result<Vec<i32>, _>>()?,
+                    ),
+                    _ => None,
+                };
+                let mut weight_set = Vec::new();
+                for position in array(e, "weight_set", &what)? {
+                    let values = position
+                        .as_array()
+                        .ok_or_else(|| bad(&what, "weight_set entries must be arrays"))?;
+                    weight_set.push(
+                        values
+                            .iter()
+                            .map(|v| {
+                                v.as_f64().and_then(Weight::from_f64).ok_or_else(|| {
+                                    bad(&what, format!("weight {v} is negative or too large"))
+                                })
+                            })
+                            .collect::<Result<Vec<Weight>, _>>()?,
+                    );
+                }
+                args.push(ChooseArgSpec { bucket: ItemRef::Id(ItemId(bucket)), ids, weight_set });
+            }
+            builder.choose_args.push((id, args));
+        }
+    }
+    Ok(builder)
+}
+
+/// choose_args ids are written as unsigned 64-bit numbers; the default set (-1) appears as
+/// 18446744073709551615.
+pub(crate) fn parse_choose_args_id(text: &str) -> Option<i64> {
+    text.parse::<i64>().ok().or_else(|| text.parse::<u64>().ok().map(|v| v as i64))
+}
+
+fn step(
+    s: &Object,
+    what: &str,
+    name_of: &dyn Fn(i64) -> Option<String>,
+) -> Result<StepSpec, ParseError> {
+    let op = string(s, "op", what)?;
+    let num = || -> Result<i32, ParseError> { int_in(s, "num", what) };
+    let choose = |leaf: bool, indep: bool| -> Result<StepSpec, ParseError> {
+        Ok(StepSpec::Choose {
+            leaf,
+            indep,
+            num: num()?,
+            type_name: string(s, "type", what)?.to_string(),
+        })
+    };
+    Ok(match op {
+        "noop" => StepSpec::Noop,
+        "emit" => StepSpec::Emit,
+        "take" => {
+            let item: i64 = int(s, "item", what)?;
+            let name = match s.get("item_name") {
+                Some(Value::String(name)) => name.clone(),
+                _ => name_of(item).unwrap_or_default(),
+            };
+            match name.split_once('~') {
+                Some((original, class)) => StepSpec::Take {
+                    item: ItemRef::Name(original.to_string()),
+                    class: Some(class.to_string()),
+                },
+                None => {
+                    let item = i32::try_from(item)
+                        .map_err(|_| bad(what, format!("item {item} is out of range")))?;
+                    StepSpec::Take { item: ItemRef::Id(ItemId(item)), class: None }
+                }
+            }
+        }
+        "choose_firstn" => choose(false, false)?,
+        "choose_indep" => choose(false, true)?,
+        "chooseleaf_firstn" => choose(true, false)?,
+        "chooseleaf_indep" => choose(true, true)?,
+        "set_choose_tries" => StepSpec::Set(Step::SetChooseTries(num()?)),
+        "set_chooseleaf_tries" => StepSpec::Set(Step::SetChooseleafTries(num()?)),
+        "set_choose_local_tries" => StepSpec::Set(Step::SetChooseLocalTries(num()?)),
+        "set_choose_local_fallback_tries" => {
+            StepSpec::Set(Step::SetChooseLocalFallbackTries(num()?))
+        }
+        "set_chooseleaf_vary_r" => StepSpec::Set(Step::SetChooseleafVaryR(num()?)),
+        "set_chooseleaf_stable" => StepSpec::Set(Step::SetChooseleafStable(num()?)),
+        "choose_msr" | "set_msr_descents" | "set_msr_collision_tries" => {
+            return Err(ParseError::new(
+                None,
+                ParseErrorKind::Unsupported {
+                    feature: format!("rule step '{op}' (Ceph 19+ MSR rules)"),
+                    hint: "rewrite the rule with choose/chooseleaf steps".into(),
+                },
+            ));
+        }
+        other => return Err(bad(&format!("{what}.op"), format!("unknown rule step '{other}'"))),
+    })
+}
+
+fn tunables(value: Option<&Value>) -> Result<Tunables, ParseError> {
+    let mut tunables = Tunables::legacy();
+    let Some(value) = value else { return Ok(tunables) };
+    let t = object(value, "tunables")?;
+    let get = |key: &str| -> Result<Option<u32>, ParseError> {
+        match t.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_u64().and_then(|v| u32::try_from(v).ok()).map(Some).ok_or_else(|| {
+                bad(&format!("tunables.{key}"), format!("{v} is not a non-negative integer"))
+            }),
+        }
+    };
+    let small = |key: &str, v: u32| {
+        u8::try_from(v).map_err(|_| bad(&format!("tunables.{key}"), format!("{v} is too large")))
+    };
+    if let Some(v) = get("choose_local_tries")? {
+        tunables.choose_local_tries = v;
+    }
+    if let Some(v) = get("choose_local_fallback_tries")? {
+        tunables.choose_local_fallback_tries = v;
+    }
+    if let Some(v) = get("choose_total_tries")? {
+        tunables.choose_total_tries = v;
+    }
+    if let Some(v) = get("chooseleaf_descend_once")? {
+        tunables.chooseleaf_descend_once = v;
+    }
+    if let Some(v) = get("chooseleaf_vary_r")? {
+        tunables.chooseleaf_vary_r = small("chooseleaf_vary_r", v)?;
+    }
+    if let Some(v) = get("chooseleaf_stable")? {
+        tunables.chooseleaf_stable = small("chooseleaf_stable", v)?;
+    }
+    if let Some(v) = get("straw_calc_version")? {
+        tunables.straw_calc_version = small("straw_calc_version", v)?;
+    }
+    if let Some(v) = get("allowed_bucket_algs")? {
+        tunables.allowed_bucket_algs = v;
+    }
+    Ok(tunables)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn garbage_is_an_error_with_a_line() {
+        let error = super::parse("{\n \"devices\": [ 1, ]\n}").expect_err("invalid");
+        assert_eq!(error.line, Some(2));
+    }
+}

@@ -1,0 +1,100 @@
+//! # optio-mapfile
+//!
+//! Cluster map files: Optio's own TOML, the text Ceph's `crushtool -d` writes, and the JSON of
+//! `crushtool --dump` (or `ceph osd crush dump`). [`parse`] detects the format from the
+//! content, so every Optio command accepts all three.
+//!
+//! Parsing never panics: every malformed input is a [`ParseError`] that names the line (when
+//! the format has lines) and what to do. Semantic problems found by the map builder are mapped
+//! back to the line that defined the offending item.
+//!
+//! ```
+//! let text = "device 0 osd.0\ndevice 1 osd.1\ntype 0 osd\ntype 1 host\ntype 2 root\n\
+//!             host h0 {\n id -1\n alg straw2\n hash 0\n item osd.0 weight 1.000\n}\n\
+//!             host h1 {\n id -2\n alg straw2\n hash 0\n item osd.1 weight 1.000\n}\n\
+//!             root default {\n id -3\n alg straw2\n hash 0\n item h0 weight 1.000\n item h1 weight 1.000\n}\n";
+//! let map = optio_mapfile::parse(text).expect("valid");
+//! assert_eq!(map.devices().len(), 2);
+//! ```
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod ceph_json;
+pub mod ceph_text;
+mod error;
+pub mod optio_toml;
+
+pub use error::{ParseError, ParseErrorKind};
+
+use optio_placement::ClusterMap;
+
+/// Largest map file accepted, in bytes.
+pub const MAP_FILE_BYTES_MAX: usize = 256 << 20;
+
+/// The formats of map files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Optio's TOML.
+    OptioToml,
+    /// The text of `crushtool -d`.
+    CephText,
+    /// The JSON of `crushtool --dump`.
+    CephJson,
+}
+
+impl Format {
+    /// A short name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::OptioToml => "Optio TOML",
+            Format::CephText => "Ceph text (crushtool -d)",
+            Format::CephJson => "Ceph JSON (crushtool --dump)",
+        }
+    }
+}
+
+/// Guesses the format of `text`: JSON starts with `{`; Ceph text has `device N name`,
+/// `type N name`, `tunable` or `# begin crush map` lines; anything else is TOML.
+pub fn detect(text: &str) -> Format {
+    let first = text.trim_start_matches('\u{feff}').trim_start();
+    if first.starts_with('{') {
+        return Format::CephJson;
+    }
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if line.starts_with("# begin crush map") {
+            return Format::CephText;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let head = words.next().unwrap_or("");
+        let second = words.next().unwrap_or("");
+        let looks_ceph = matches!(head, "device" | "type" | "tunable")
+            && !second.starts_with('=')
+            && !line.contains('=');
+        return if looks_ceph { Format::CephText } else { Format::OptioToml };
+    }
+    Format::OptioToml
+}
+
+/// Parses a map in any supported format, detected from the content.
+pub fn parse(text: &str) -> Result<ClusterMap, ParseError> {
+    parse_as(text, detect(text))
+}
+
+/// Parses a map in the given format.
+pub fn parse_as(text: &str, format: Format) -> Result<ClusterMap, ParseError> {
+    if text.len() > MAP_FILE_BYTES_MAX {
+        return Err(ParseError::new(
+            None,
+            ParseErrorKind::TooLarge { bytes: text.len(), limit: MAP_FILE_BYTES_MAX },
+        ));
+    }
+    match format {
+        Format::OptioToml => optio_toml::parse(text),
+        Format::CephText => ceph_text::parse(text),
+        Format::CephJson => ceph_json::parse(text),
+    }
+}

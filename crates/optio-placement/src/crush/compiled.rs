@@ -1,0 +1,356 @@
+//! The compiled form of a map's CRUSH part: flat arrays laid out for the mapper's hot loop,
+//! plus everything the legacy bucket algorithms precompute (Ceph's `builder.c`).
+
+use crate::ids::BucketId;
+use crate::map::{BucketAlg, ClusterMap, Rule};
+use crate::tunables::Tunables;
+
+/// A divisor prepared for exact division by multiplication (`n / d == (n * m) >> shift` for
+/// every `n < 2^49`), so straw2 never pays for a hardware 64-bit division.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Divisor {
+    magic: u64,
+    shift: u32,
+}
+
+/// Numerators of straw2 divisions are `-crush_ln(u) + 2^48`, at most 2^48.
+const NUMERATOR_BITS: u32 = 49;
+
+impl Divisor {
+    pub(crate) fn new(divisor: u32) -> Divisor {
+        if divisor == 0 {
+            return Divisor::default();
+        }
+        // k = N + ceil(log2 d); m = ceil(2^k / d). Then m·d − 2^k < d ≤ 2^(k−N), which makes
+        // floor(n·m / 2^k) = floor(n / d) for all n < 2^N (Granlund & Montgomery, 1994).
+        let log2_ceil = 32 - (divisor - 1).leading_zeros();
+        let shift = NUMERATOR_BITS + log2_ceil;
+        let magic = (1u128 << shift).div_ceil(u128::from(divisor));
+        Divisor { magic: u64::try_from(magic).expect("m < 2^50"), shift }
+    }
+
+    #[inline(always)]
+    pub(crate) fn divide(self, numerator: u64) -> u64 {
+        debug_assert!(numerator < 1 << NUMERATOR_BITS);
+        ((u128::from(numerator) * u128::from(self.magic)) >> self.shift) as u64
+    }
+}
+
+/// One bucket, with offsets into the shared arrays of [`CrushMap`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CompiledBucket {
+    pub(crate) id: i32,
+    pub(crate) type_id: u16,
+    pub(crate) alg: Option<BucketAlg>,
+    pub(crate) size: u32,
+    /// Start of this bucket's items, weights and divisors.
+    pub(crate) start: u32,
+    /// Start of this bucket's algorithm-specific values in `aux` (list: sum weights; tree:
+    /// node weights; straw: straws).
+    pub(crate) aux_start: u32,
+    /// Tree buckets: number of nodes.
+    pub(crate) num_nodes: u32,
+}
+
+/// A compiled choose_args set, as handed to [`CrushMap::do_rule`].
+#[derive(Clone, Debug, Default)]
+pub struct ChooseArgsRef(pub(crate) CompiledChooseArgs);
+
+/// One set of choose_args, compiled: per bucket, optional ids and weight-set positions.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CompiledChooseArgs {
+    /// Per bucket index: (ids start or u32::MAX, positions, weights start); empty = none.
+    pub(crate) buckets: Vec<ChooseArgSlot>,
+    pub(crate) ids: Vec<i32>,
+    pub(crate) weights: Vec<u32>,
+    pub(crate) divisors: Vec<Divisor>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ChooseArgSlot {
+    pub(crate) ids_start: Option<u32>,
+    pub(crate) positions: u32,
+    pub(crate) weights_start: u32,
+}
+
+/// A compiled CRUSH map: read-only, shared by every mapping call.
+#[derive(Clone, Debug)]
+pub struct CrushMap {
+    pub(crate) buckets: Vec<Option<CompiledBucket>>,
+    pub(crate) items: Vec<i32>,
+    pub(crate) weights: Vec<u32>,
+    pub(crate) divisors: Vec<Divisor>,
+    pub(crate) aux: Vec<u32>,
+    pub(crate) rules: Vec<Option<Rule>>,
+    pub(crate) tunables: Tunables,
+    pub(crate) max_devices: i32,
+    /// Whether some mapping may need the per-call permutation scratch.
+    pub(crate) needs_permutations: bool,
+    pub(crate) choose_args: Vec<(i64, ChooseArgsRef)>,
+}
+
+impl CrushMap {
+    /// Compiles the CRUSH part of `map`.
+    pub fn new(map: &ClusterMap) -> CrushMap {
+        let tunables = *map.tunables();
+        let mut compiled = CrushMap {
+            buckets: vec![None; map.max_buckets() as usize],
+            items: Vec::new(),
+            weights: Vec::new(),
+            divisors: Vec::new(),
+            aux: Vec::new(),
+            rules: Vec::new(),
+            tunables,
+            max_devices: map.max_devices() as i32,
+            needs_permutations: tunables.choose_local_fallback_tries > 0,
+            choose_args: Vec::new(),
+        };
+        for bucket in map.buckets() {
+            let start = compiled.items.len() as u32;
+            let aux_start = compiled.aux.len() as u32;
+            compiled.items.extend(bucket.items.iter().map(|item| item.0));
+            compiled.weights.extend(bucket.weights.iter().map(|w| w.0));
+            compiled.divisors.extend(bucket.weights.iter().map(|w| Divisor::new(w.0)));
+            let weights: Vec<u32> = bucket.weights.iter().map(|w| w.0).collect();
+            let mut num_nodes = 0;
+            match bucket.alg {
+                BucketAlg::List => compiled.aux.extend(list_sum_weights(&weights)),
+                BucketAlg::Tree => {
+                    let nodes = tree_node_weights(&weights);
+                    num_nodes = nodes.len() as u32;
+                    compiled.aux.extend(nodes);
+                }
+                BucketAlg::Straw => {
+                    compiled.aux.extend(straw_lengths(&weights, tunables.straw_calc_version))
+                }
+                BucketAlg::Uniform => compiled.needs_permutations = true,
+                BucketAlg::Straw2 => {}
+            }
+            compiled.buckets[bucket.id.index()] = Some(CompiledBucket {
+                id: bucket.id.0,
+                type_id: bucket.type_id.0,
+                alg: Some(bucket.alg),
+                size: bucket.items.len() as u32,
+                start,
+                aux_start,
+                num_nodes,
+            });
+        }
+        let rule_slots = map.rules().iter().map(|r| r.id.0 as usize + 1).max().unwrap_or(0);
+        compiled.rules = vec![None; rule_slots];
+        for rule in map.rules() {
+            compiled.rules[rule.id.0 as usize] = Some(rule.clone());
+        }
+        for set in map.choose_args() {
+            let mut args = CompiledChooseArgs {
+                buckets: vec![ChooseArgSlot::default(); map.max_buckets() as usize],
+                ..CompiledChooseArgs::default()
+            };
+            for arg in &set.args {
+                let slot = &mut args.buckets[arg.bucket.index()];
+                if let Some(ids) = &arg.ids {
+                    slot.ids_start = Some(args.ids.len() as u32);
+                    args.ids.extend(ids);
+                }
+                slot.positions = arg.weight_set.len() as u32;
+                slot.weights_start = args.weights.len() as u32;
+                for position in &arg.weight_set {
+                    args.weights.extend(position.iter().map(|w| w.0));
+                    args.divisors.extend(position.iter().map(|w| Divisor::new(w.0)));
+                }
+            }
+            compiled.choose_args.push((set.id, ChooseArgsRef(args)));
+        }
+        compiled
+    }
+
+    /// The tunables the map was compiled with.
+    pub fn tunables(&self) -> &Tunables {
+        &self.tunables
+    }
+
+    /// Ceph's `max_devices`.
+    pub fn max_devices(&self) -> i32 {
+        self.max_devices
+    }
+
+    pub(crate) fn bucket(&self, id: i32) -> Option<&CompiledBucket> {
+        if id >= 0 {
+            return None;
+        }
+        self.buckets.get(BucketId(id).index())?.as_ref()
+    }
+
+    /// The choose_args set an OSDMap uses for `pool`: the pool's own, else the default (-1).
+    pub fn choose_args_for_pool(&self, pool: i64) -> Option<&ChooseArgsRef> {
+        self.choose_args_exact(pool).or_else(|| self.choose_args_exact(-1))
+    }
+
+    /// The choose_args set with exactly this id (`crushtool --test` uses id 0, no fallback).
+    pub fn choose_args_exact(&self, id: i64) -> Option<&ChooseArgsRef> {
+        self.choose_args.iter().find(|(set, _)| *set == id).map(|(_, args)| args)
+    }
+}
+
+/// List buckets: `sum_weights[i]` = weight of items `0..=i`.
+fn list_sum_weights(weights: &[u32]) -> Vec<u32> {
+    let mut sum = 0u32;
+    weights
+        .iter()
+        .map(|w| {
+            sum = sum.wrapping_add(*w);
+            sum
+        })
+        .collect()
+}
+
+/// Tree buckets: depth = ⌈log2 size⌉ + 1 levels, leaves at odd node numbers `2i + 1`.
+fn tree_node_weights(weights: &[u32]) -> Vec<u32> {
+    let size = weights.len() as u32;
+    let depth = tree_depth(size);
+    let num_nodes = 1usize << depth;
+    let mut nodes = vec![0u32; num_nodes];
+    for (i, weight) in weights.iter().enumerate() {
+        let mut node = ((i as u32 + 1) << 1) - 1;
+        nodes[node as usize] = *weight;
+        for _ in 1..depth {
+            node = tree_parent(node);
+            nodes[node as usize] = nodes[node as usize].wrapping_add(*weight);
+        }
+    }
+    nodes
+}
+
+fn tree_depth(size: u32) -> u32 {
+    if size == 0 {
+        return 0;
+    }
+    let mut depth = 1;
+    let mut t = size - 1;
+    while t != 0 {
+        t >>= 1;
+        depth += 1;
+    }
+    depth
+}
+
+pub(crate) fn tree_height(n: u32) -> u32 {
+    n.trailing_zeros()
+}
+
+fn tree_parent(n: u32) -> u32 {
+    let h = tree_height(n);
+    if n & (1 << (h + 1)) != 0 { n - (1 << h) } else { n + (1 << h) }
+}
+
+/// Straw (v1) buckets: Ceph's `crush_calc_straw`, floating point and all, for both
+/// `straw_calc_version`s.
+fn straw_lengths(weights: &[u32], calc_version: u8) -> Vec<u32> {
+    let size = weights.len();
+    let mut straws = vec![0u32; size];
+    // Insertion sort by weight, ascending, stable.
+    let mut reverse: Vec<usize> = Vec::with_capacity(size);
+    for i in 0..size {
+        let position =
+            reverse.iter().position(|&j| weights[i] < weights[j]).unwrap_or(reverse.len());
+        reverse.insert(position, i);
+    }
+    let mut numleft = size as i64;
+    let mut straw: f64 = 1.0;
+    let mut wbelow: f64 = 0.0;
+    let mut lastw: f64 = 0.0;
+    let mut i = 0;
+    while i < size {
+        if weights[reverse[i]] == 0 {
+            straws[reverse[i]] = 0;
+            i += 1;
+            if calc_version >= 1 {
+                numleft -= 1;
+            }
+            continue;
+        }
+        straws[reverse[i]] = (straw * 65536.0) as u32;
+        i += 1;
+        if i == size {
+            break;
+        }
+        if calc_version == 0 {
+            if weights[reverse[i]] == weights[reverse[i - 1]] {
+                continue;
+            }
+            wbelow += (f64::from(weights[reverse[i - 1]]) - lastw) * numleft as f64;
+            for j in i..size {
+                if weights[reverse[j]] == weights[reverse[i]] {
+                    numleft -= 1;
+                } else {
+                    break;
+                }
+            }
+        } else {
+            wbelow += (f64::from(weights[reverse[i - 1]]) - lastw) * numleft as f64;
+            numleft -= 1;
+        }
+        // C: int * (u32 - u32) is computed in unsigned 32-bit arithmetic.
+        let difference = weights[reverse[i]].wrapping_sub(weights[reverse[i - 1]]);
+        let wnext = f64::from((numleft as u32).wrapping_mul(difference));
+        let pbelow = wbelow / (wbelow + wnext);
+        straw *= (1.0 / pbelow).powf(1.0 / numleft as f64);
+        lastw = f64::from(weights[reverse[i - 1]]);
+    }
+    straws
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn magic_division_is_exact() {
+        let divisors = [
+            1u32,
+            2,
+            3,
+            7,
+            0x10000,
+            0x8000,
+            0x10001,
+            65535,
+            1_000_003,
+            u32::MAX,
+            u32::MAX - 1,
+            0x1234_5678,
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for &d in &divisors {
+            let divisor = Divisor::new(d);
+            for n in
+                [0u64, 1, (1 << 48) - 1, 1 << 48, (1 << 49) - 1, u64::from(d), u64::from(d) - 1]
+            {
+                assert_eq!(divisor.divide(n), n / u64::from(d), "{n} / {d}");
+            }
+            for _ in 0..20_000 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let n = state & ((1 << 49) - 1);
+                assert_eq!(divisor.divide(n), n / u64::from(d), "{n} / {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn tree_layout_matches_ceph() {
+        // 3 items: depth 3, 8 nodes, leaves at 1, 3, 5; root 4 holds the total.
+        let nodes = tree_node_weights(&[10, 20, 30]);
+        assert_eq!(nodes.len(), 8);
+        assert_eq!((nodes[1], nodes[3], nodes[5]), (10, 20, 30));
+        assert_eq!(nodes[2], 30);
+        assert_eq!(nodes[4], 60);
+    }
+
+    #[test]
+    fn equal_straws_are_one() {
+        assert_eq!(straw_lengths(&[0x10000; 4], 1), vec![0x10000; 4]);
+        assert_eq!(straw_lengths(&[0x10000; 4], 0), vec![0x10000; 4]);
+    }
+}

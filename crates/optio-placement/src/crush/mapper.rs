@@ -1,0 +1,678 @@
+//! `crush_do_rule` and the bucket choice functions, bit-compatible with Ceph's `mapper.c`.
+//!
+//! Pure and allocation-free per call: the caller owns a [`CrushWork`] scratch area, as Ceph's
+//! caller owns its workspace. Integer and fixed-point arithmetic only.
+
+use super::compiled::{ChooseArgSlot, ChooseArgsRef, CompiledBucket, CompiledChooseArgs, CrushMap};
+use super::hash::{hash32_2, hash32_3, hash32_4};
+use super::ln::crush_ln;
+use crate::ids::{ITEM_NONE, RuleId};
+use crate::map::{BucketAlg, Step};
+
+/// Ceph's internal "not chosen yet" marker of positional choices.
+const ITEM_UNDEF: i32 = 0x7fff_fffe;
+
+/// Per-caller scratch space: the working vectors of `crush_do_rule` and the lazily built
+/// permutations of uniform buckets (and of the legacy local-fallback search).
+#[derive(Clone, Debug, Default)]
+pub struct CrushWork {
+    vectors: Vec<i32>,
+    perm_x: Vec<u32>,
+    perm_n: Vec<u32>,
+    perm: Vec<u32>,
+    touched: Vec<u32>,
+}
+
+impl CrushWork {
+    /// Scratch space sized for `map`.
+    pub fn new(map: &CrushMap) -> CrushWork {
+        let mut work = CrushWork::default();
+        if map.needs_permutations {
+            work.perm_x = vec![0; map.buckets.len()];
+            work.perm_n = vec![0; map.buckets.len()];
+            work.perm = vec![0; map.items.len()];
+        }
+        work
+    }
+
+    fn reset(&mut self, result_max: usize) {
+        if self.vectors.len() < 3 * result_max {
+            self.vectors.resize(3 * result_max, 0);
+        }
+        for index in self.touched.drain(..) {
+            self.perm_n[index as usize] = 0;
+        }
+    }
+}
+
+struct Ctx<'a> {
+    map: &'a CrushMap,
+    weights: &'a [u32],
+    x: u32,
+    choose_args: Option<&'a CompiledChooseArgs>,
+}
+
+/// Tunables in effect for one step (the map's, overridden by `set_*` steps).
+#[derive(Clone, Copy)]
+struct Tries {
+    choose_tries: u32,
+    recurse_tries: u32,
+    local_retries: u32,
+    local_fallback: u32,
+    vary_r: u32,
+    stable: u32,
+}
+
+impl CrushMap {
+    /// Runs rule `rule` for input `x` (Ceph's `crush_do_rule`), writing at most
+    /// `result.len()` items. `weights` is the reweight vector (16.16, indexed by device id;
+    /// devices beyond its end are out). Returns how many entries were written; positional
+    /// (indep) results hold [`ITEM_NONE`] holes. An unknown rule gives 0, as in Ceph.
+    /// `choose_args` selects a weight set: see [`CrushMap::choose_args_for_pool`] (what an
+    /// OSDMap uses) and [`CrushMap::choose_args_exact`] (what `crushtool --test` uses: id 0).
+    pub fn do_rule(
+        &self,
+        rule: RuleId,
+        x: u32,
+        result: &mut [i32],
+        weights: &[u32],
+        choose_args: Option<&ChooseArgsRef>,
+        work: &mut CrushWork,
+    ) -> usize {
+        let Some(Some(rule)) = self.rules.get(rule.0 as usize) else { return 0 };
+        let result_max = result.len();
+        work.reset(result_max);
+        let ctx = Ctx { map: self, weights, x, choose_args: choose_args.map(|c| &c.0) };
+        let tunables = &self.tunables;
+        let mut choose_tries = tunables.choose_total_tries + 1;
+        let mut choose_leaf_tries = 0u32;
+        let mut local_retries = tunables.choose_local_tries;
+        let mut local_fallback = tunables.choose_local_fallback_tries;
+        let mut vary_r = u32::from(tunables.chooseleaf_vary_r);
+        let mut stable = u32::from(tunables.chooseleaf_stable);
+
+        let mut vectors = std::mem::take(&mut work.vectors);
+        let (w_and_o, c) = vectors.split_at_mut(2 * result_max);
+        let (mut w, mut o) = w_and_o.split_at_mut(result_max);
+        let c = &mut c[..result_max];
+        let mut wsize = 0usize;
+        let mut result_len = 0usize;
+
+        for step in &rule.steps {
+            match *step {
+                Step::Take(item) => {
+                    let valid = if item.0 >= 0 {
+                        item.0 < self.max_devices
+                    } else {
+                        self.bucket(item.0).is_some()
+                    };
+                    if valid && result_max > 0 {
+                        w[0] = item.0;
+                        wsize = 1;
+                    }
+                }
+                Step::SetChooseTries(n) if n > 0 => choose_tries = n as u32,
+                Step::SetChooseleafTries(n) if n > 0 => choose_leaf_tries = n as u32,
+                Step::SetChooseLocalTries(n) if n >= 0 => local_retries = n as u32,
+                Step::SetChooseLocalFallbackTries(n) if n >= 0 => local_fallback = n as u32,
+                Step::SetChooseleafVaryR(n) if n >= 0 => vary_r = n as u32,
+                Step::SetChooseleafStable(n) if n >= 0 => stable = n as u32,
+                Step::ChooseFirstn { num, type_id }
+                | Step::ChooseleafFirstn { num, type_id }
+                | Step::ChooseIndep { num, type_id }
+                | Step::ChooseleafIndep { num, type_id } => {
+                    if wsize == 0 {
+                        continue;
+                    }
+                    let firstn =
+                        matches!(step, Step::ChooseFirstn { .. } | Step::ChooseleafFirstn { .. });
+                    let leaf = matches!(
+                        step,
+                        Step::ChooseleafFirstn { .. } | Step::ChooseleafIndep { .. }
+                    );
+                    let mut osize = 0usize;
+                    for &entry in &w[..wsize] {
+                        let mut numrep = num;
+                        if numrep <= 0 {
+                            numrep += result_max as i32;
+                            if numrep <= 0 {
+                                continue;
+                            }
+                        }
+                        let Some(bucket) = self.bucket(entry) else { continue };
+                        if firstn {
+                            let recurse_tries = if choose_leaf_tries > 0 {
+                                choose_leaf_tries
+                            } else if tunables.chooseleaf_descend_once != 0 {
+                                1
+                            } else {
+                                choose_tries
+                            };
+                            let tries = Tries {
+                                choose_tries,
+                                recurse_tries,
+                                local_retries,
+                                local_fallback,
+                                vary_r,
+                                stable,
+                            };
+                            osize += choose_firstn(
+                                &ctx,
+                                work,
+                                bucket,
+                                numrep as u32,
+                                type_id.0,
+                                &mut o[osize..],
+                                0,
+                                (result_max - osize) as u32,
+                                &tries,
+                                leaf,
+                                Some(&mut c[osize..]),
+                                0,
+                            ) as usize;
+                        } else {
+                            let out_size = (numrep as usize).min(result_max - osize);
+                            let recurse_tries =
+                                if choose_leaf_tries > 0 { choose_leaf_tries } else { 1 };
+                            choose_indep(
+                                &ctx,
+                                work,
+                                bucket,
+                                out_size as u32,
+                                numrep as u32,
+                                type_id.0,
+                                &mut o[osize..],
+                                0,
+                                choose_tries,
+                                recurse_tries,
+                                leaf,
+                                Some(&mut c[osize..]),
+                                0,
+                            );
+                            osize += out_size;
+                        }
+                    }
+                    if leaf {
+                        o[..osize].copy_from_slice(&c[..osize]);
+                    }
+                    std::mem::swap(&mut w, &mut o);
+                    wsize = osize;
+                }
+                Step::Emit => {
+                    for &item in &w[..wsize] {
+                        if result_len >= result_max {
+                            break;
+                        }
+                        result[result_len] = item;
+                        result_len += 1;
+                    }
+                    wsize = 0;
+                }
+                _ => {}
+            }
+        }
+        work.vectors = vectors;
+        result_len
+    }
+}
+
+/// `crush_choose_firstn`. `out` and `out2` start at the caller's segment; positions are
+/// relative to them, as Ceph's pointer arithmetic makes them.
+#[allow(clippy::too_many_arguments)]
+fn choose_firstn(
+    ctx: &Ctx<'_>,
+    work: &mut CrushWork,
+    bucket: &CompiledBucket,
+    numrep: u32,
+    type_id: u16,
+    out: &mut [i32],
+    mut outpos: u32,
+    out_size: u32,
+    tries: &Tries,
+    recurse_to_leaf: bool,
+    mut out2: Option<&mut [i32]>,
+    parent_r: u32,
+) -> u32 {
+    let map = ctx.map;
+    let mut count = out_size;
+    let mut rep = if tries.stable != 0 { 0 } else { outpos };
+    while rep < numrep && count > 0 {
+        let mut ftotal: u32 = 0;
+        let mut skip_rep = false;
+        let mut item: i32;
+        'descent: loop {
+            let mut in_bucket = bucket;
+            let mut flocal: u32 = 0;
+            loop {
+                let r = rep.wrapping_add(parent_r).wrapping_add(ftotal);
+                let mut collide = false;
+                let reject;
+                let mut item_type = 0u16;
+                if in_bucket.size == 0 {
+                    reject = true;
+                    item = 0;
+                } else {
+                    item = if tries.local_fallback > 0
+                        && flocal >= (in_bucket.size >> 1)
+                        && flocal > tries.local_fallback
+                    {
+                        perm_choose(map, work, in_bucket, ctx.x, r)
+                    } else {
+                        bucket_choose(ctx, work, in_bucket, r, outpos)
+                    };
+                    if item >= map.max_devices {
+                        skip_rep = true;
+                        break 'descent;
+                    }
+                    if item < 0 {
+                        match map.bucket(item) {
+                            Some(child) => item_type = child.type_id,
+                            None => {
+                                skip_rep = true;
+                                break 'descent;
+                            }
+                        }
+                    }
+                    if item_type != type_id {
+                        match map.bucket(item) {
+                            Some(child) if item < 0 => {
+                                in_bucket = child;
+                                continue;
+                            }
+                            _ => {
+                                skip_rep = true;
+                                break 'descent;
+                            }
+                        }
+                    }
+                    collide = out[..outpos as usize].contains(&item);
+                    let mut rejected = false;
+                    if !collide && recurse_to_leaf {
+                        if item < 0 {
+                            let sub_r = if tries.vary_r != 0 { r >> (tries.vary_r - 1) } else { 0 };
+                            let child = map.bucket(item).expect("checked above");
+                            let inner = Tries { choose_tries: tries.recurse_tries, ..*tries };
+                            let out2 = out2.as_deref_mut().expect("leaf recursion has out2");
+                            let got = choose_firstn(
+                                ctx,
+                                work,
+                                child,
+                                if tries.stable != 0 { 1 } else { outpos + 1 },
+                                0,
+                                out2,
+                                outpos,
+                                count,
+                                &Tries { recurse_tries: 0, ..inner },
+                                false,
+                                None,
+                                sub_r,
+                            );
+                            if got <= outpos {
+                                rejected = true;
+                            }
+                        } else if let Some(out2) = out2.as_deref_mut() {
+                            out2[outpos as usize] = item;
+                        }
+                    }
+                    if !rejected && !collide && item_type == 0 {
+                        rejected = is_out(ctx.weights, item, ctx.x);
+                    }
+                    reject = rejected;
+                }
+                if reject || collide {
+                    ftotal += 1;
+                    flocal += 1;
+                    let retry_locally = (collide && flocal <= tries.local_retries)
+                        || (tries.local_fallback > 0
+                            && flocal <= in_bucket.size + tries.local_fallback);
+                    if retry_locally {
+                        continue;
+                    }
+                    if ftotal < tries.choose_tries {
+                        continue 'descent;
+                    }
+                    skip_rep = true;
+                }
+                break 'descent;
+            }
+        }
+        if !skip_rep {
+            out[outpos as usize] = item;
+            outpos += 1;
+            count -= 1;
+        }
+        rep += 1;
+    }
+    outpos
+}
+
+/// `crush_choose_indep`: positional choices with `ITEM_NONE` holes.
+#[allow(clippy::too_many_arguments)]
+fn choose_indep(
+    ctx: &Ctx<'_>,
+    work: &mut CrushWork,
+    bucket: &CompiledBucket,
+    mut left: u32,
+    numrep: u32,
+    type_id: u16,
+    out: &mut [i32],
+    outpos: u32,
+    tries: u32,
+    recurse_tries: u32,
+    recurse_to_leaf: bool,
+    mut out2: Option<&mut [i32]>,
+    parent_r: u32,
+) {
+    let map = ctx.map;
+    let start = outpos as usize;
+    let end = start + left as usize;
+    for rep in start..end {
+        out[rep] = ITEM_UNDEF;
+        if let Some(out2) = out2.as_deref_mut() {
+            out2[rep] = ITEM_UNDEF;
+        }
+    }
+    let mut ftotal: u32 = 0;
+    while left > 0 && ftotal < tries {
+        for rep in start..end {
+            if out[rep] != ITEM_UNDEF {
+                continue;
+            }
+            let mut in_bucket = bucket;
+            loop {
+                let step = if in_bucket.alg == Some(BucketAlg::Uniform)
+                    && in_bucket.size.is_multiple_of(numrep)
+                {
+                    numrep + 1
+                } else {
+                    numrep
+                };
+                let r = (rep as u32).wrapping_add(parent_r).wrapping_add(step.wrapping_mul(ftotal));
+                if in_bucket.size == 0 {
+                    break;
+                }
+                let item = bucket_choose(ctx, work, in_bucket, r, outpos);
+                if item >= map.max_devices {
+                    out[rep] = ITEM_NONE;
+                    if let Some(out2) = out2.as_deref_mut() {
+                        out2[rep] = ITEM_NONE;
+                    }
+                    left -= 1;
+                    break;
+                }
+                let item_type =
+                    if item < 0 { map.bucket(item).map(|b| b.type_id) } else { Some(0) };
+                if item_type != Some(type_id) {
+                    match map.bucket(item) {
+                        Some(child) if item < 0 => {
+                            in_bucket = child;
+                            continue;
+                        }
+                        _ => {
+                            out[rep] = ITEM_NONE;
+                            if let Some(out2) = out2.as_deref_mut() {
+                                out2[rep] = ITEM_NONE;
+                            }
+                            left -= 1;
+                            break;
+                        }
+                    }
+                }
+                if out[start..end].contains(&item) {
+                    break;
+                }
+                if recurse_to_leaf {
+                    let out2 = out2.as_deref_mut().expect("leaf recursion has out2");
+                    if item < 0 {
+                        let child = map.bucket(item).expect("checked above");
+                        choose_indep(
+                            ctx,
+                            work,
+                            child,
+                            1,
+                            numrep,
+                            0,
+                            out2,
+                            rep as u32,
+                            recurse_tries,
+                            0,
+                            false,
+                            None,
+                            r,
+                        );
+                        if out2[rep] == ITEM_NONE {
+                            break;
+                        }
+                    } else {
+                        out2[rep] = item;
+                    }
+                }
+                if item_type == Some(0) && is_out(ctx.weights, item, ctx.x) {
+                    break;
+                }
+                out[rep] = item;
+                left -= 1;
+                break;
+            }
+        }
+        ftotal += 1;
+    }
+    for rep in start..end {
+        if out[rep] == ITEM_UNDEF {
+            out[rep] = ITEM_NONE;
+        }
+        if let Some(out2) = out2.as_deref_mut()
+            && out2[rep] == ITEM_UNDEF
+        {
+            out2[rep] = ITEM_NONE;
+        }
+    }
+}
+
+/// Ceph's `is_out`: the reweight vector, not the CRUSH weights, decides.
+#[inline]
+fn is_out(weights: &[u32], item: i32, x: u32) -> bool {
+    let Some(&weight) = weights.get(item as usize) else { return true };
+    if weight >= 0x10000 {
+        return false;
+    }
+    if weight == 0 {
+        return true;
+    }
+    (hash32_2(x, item as u32) & 0xffff) >= weight
+}
+
+#[inline]
+fn bucket_choose(
+    ctx: &Ctx<'_>,
+    work: &mut CrushWork,
+    bucket: &CompiledBucket,
+    r: u32,
+    position: u32,
+) -> i32 {
+    let map = ctx.map;
+    let x = ctx.x;
+    let start = bucket.start as usize;
+    let size = bucket.size as usize;
+    let items = &map.items[start..start + size];
+    match bucket.alg {
+        Some(BucketAlg::Straw2) => {
+            let slot = ctx
+                .choose_args
+                .and_then(|args| args.buckets.get(bucket_index(bucket.id)))
+                .filter(|slot| slot.ids_start.is_some() || slot.positions > 0);
+            match slot {
+                None => straw2_choose(
+                    items,
+                    items,
+                    &map.weights[start..start + size],
+                    &map.divisors[start..start + size],
+                    x,
+                    r,
+                ),
+                Some(slot) => straw2_choose_args(
+                    ctx.choose_args.expect("slot came from it"),
+                    slot,
+                    bucket,
+                    map,
+                    x,
+                    r,
+                    position,
+                ),
+            }
+        }
+        Some(BucketAlg::Uniform) => perm_choose(map, work, bucket, x, r),
+        Some(BucketAlg::List) => {
+            let sums = &map.aux[bucket.aux_start as usize..bucket.aux_start as usize + size];
+            let weights = &map.weights[start..start + size];
+            for i in (0..size).rev() {
+                let mut w = u64::from(hash32_4(x, items[i] as u32, r, bucket.id as u32) & 0xffff);
+                w = (w * u64::from(sums[i])) >> 16;
+                if w < u64::from(weights[i]) {
+                    return items[i];
+                }
+            }
+            items[0]
+        }
+        Some(BucketAlg::Tree) => {
+            let nodes =
+                &map.aux[bucket.aux_start as usize..(bucket.aux_start + bucket.num_nodes) as usize];
+            let mut n = bucket.num_nodes >> 1;
+            while n & 1 == 0 {
+                let w = nodes[n as usize];
+                let t = (u64::from(hash32_4(x, n, r, bucket.id as u32)) * u64::from(w)) >> 32;
+                let h = super::compiled::tree_height(n);
+                let left = n - (1 << (h - 1));
+                n = if t < u64::from(nodes[left as usize]) { left } else { n + (1 << (h - 1)) };
+            }
+            items[(n >> 1) as usize]
+        }
+        Some(BucketAlg::Straw) => {
+            let straws = &map.aux[bucket.aux_start as usize..bucket.aux_start as usize + size];
+            let mut high = 0;
+            let mut high_draw = 0u64;
+            for i in 0..size {
+                let draw =
+                    u64::from(hash32_3(x, items[i] as u32, r) & 0xffff) * u64::from(straws[i]);
+                if i == 0 || draw > high_draw {
+                    high = i;
+                    high_draw = draw;
+                }
+            }
+            items[high]
+        }
+        None => items[0],
+    }
+}
+
+fn bucket_index(id: i32) -> usize {
+    (-1 - i64::from(id)) as usize
+}
+
+/// straw2: the item with the highest `ln(u) / weight` (an exponential race), lowest index on
+/// ties, zero weights never win unless all are zero.
+#[inline]
+fn straw2_choose(
+    items: &[i32],
+    ids: &[i32],
+    weights: &[u32],
+    divisors: &[super::compiled::Divisor],
+    x: u32,
+    r: u32,
+) -> i32 {
+    let mut high = 0usize;
+    let mut high_draw = i64::MIN;
+    for i in 0..items.len() {
+        let draw = if weights[i] != 0 {
+            let u = hash32_3(x, ids[i] as u32, r) & 0xffff;
+            // ln = crush_ln(u) - 2^48 ≤ 0; C's truncating division of a negative number
+            // equals the negated division of its magnitude.
+            let magnitude = 0x1_0000_0000_0000u64 - crush_ln(u);
+            -(divisors[i].divide(magnitude) as i64)
+        } else {
+            i64::MIN
+        };
+        if i == 0 || draw > high_draw {
+            high = i;
+            high_draw = draw;
+        }
+    }
+    items[high]
+}
+
+fn straw2_choose_args(
+    args: &CompiledChooseArgs,
+    slot: &ChooseArgSlot,
+    bucket: &CompiledBucket,
+    map: &CrushMap,
+    x: u32,
+    r: u32,
+    position: u32,
+) -> i32 {
+    let start = bucket.start as usize;
+    let size = bucket.size as usize;
+    let items = &map.items[start..start + size];
+    let ids = match slot.ids_start {
+        Some(ids_start) => &args.ids[ids_start as usize..ids_start as usize + size],
+        None => items,
+    };
+    let (weights, divisors) = if slot.positions > 0 {
+        let position = position.min(slot.positions - 1) as usize;
+        let offset = slot.weights_start as usize + position * size;
+        (&args.weights[offset..offset + size], &args.divisors[offset..offset + size])
+    } else {
+        (&map.weights[start..start + size], &map.divisors[start..start + size])
+    };
+    straw2_choose(items, ids, weights, divisors, x, r)
+}
+
+/// Ceph's `bucket_perm_choose`: a lazily extended Fisher–Yates permutation per (bucket, x),
+/// kept for the length of one `do_rule` call.
+fn perm_choose(
+    map: &CrushMap,
+    work: &mut CrushWork,
+    bucket: &CompiledBucket,
+    x: u32,
+    r: u32,
+) -> i32 {
+    let index = bucket_index(bucket.id);
+    let size = bucket.size;
+    let start = bucket.start as usize;
+    let items = &map.items[start..start + size as usize];
+    let perm = &mut work.perm[start..start + size as usize];
+    let pr = r % size;
+    if work.perm_n[index] == 0 {
+        work.touched.push(index as u32);
+    }
+    if work.perm_x[index] != x || work.perm_n[index] == 0 {
+        work.perm_x[index] = x;
+        if pr == 0 {
+            let s = hash32_3(x, bucket.id as u32, 0) % size;
+            perm[0] = s;
+            work.perm_n[index] = 0xffff;
+            return items[s as usize];
+        }
+        for (i, p) in perm.iter_mut().enumerate() {
+            *p = i as u32;
+        }
+        work.perm_n[index] = 0;
+    } else if work.perm_n[index] == 0xffff {
+        for (i, p) in perm.iter_mut().enumerate().skip(1) {
+            *p = i as u32;
+        }
+        let first = perm[0] as usize;
+        perm[first] = 0;
+        work.perm_n[index] = 1;
+    }
+    while work.perm_n[index] <= pr {
+        let p = work.perm_n[index];
+        if p < size - 1 {
+            let i = hash32_3(x, bucket.id as u32, p) % (size - p);
+            if i != 0 {
+                perm.swap((p + i) as usize, p as usize);
+            }
+        }
+        work.perm_n[index] += 1;
+    }
+    items[perm[pr as usize] as usize]
+}

@@ -1,0 +1,60 @@
+//! # optio-placement
+//!
+//! Optio's placement library: where data goes, computed from a cluster map and nothing else.
+//!
+//! It is pure — no I/O, no async, no logging, no clocks, no randomness, no global state — so
+//! that every client, server and simulation computes the same placement from the same map, on
+//! any machine, in any release. Behaviour changes ship as named versions (tunables, engine
+//! parameters), never silently; golden tests pin every engine's output.
+//!
+//! * [`ClusterMap`], built only by [`ClusterMapBuilder`], which validates everything.
+//! * Engines: [`crush`] (bit-compatible with Ceph) and [`ring`] (consistent hashing with
+//!   capacity-weighted virtual nodes).
+//! * [`Placement`]: a map compiled for fast lookups, object name → PG → devices.
+//! * [`stats`]: balance and movement statistics.
+//!
+//! ```
+//! use optio_placement::{ClusterMapBuilder, DeviceSpec, PoolSpec, Placement};
+//!
+//! let mut builder = ClusterMapBuilder::new();
+//! for id in 0..12u32 {
+//!     let host = format!("host{}", id / 3);
+//!     builder = builder.device(DeviceSpec::new(id).at(&[("host", &host)]));
+//! }
+//! let map = builder
+//!     .replicated_rule(0, "replicated_rule", "default", "host")
+//!     .pool(PoolSpec::crush(1, "rbd", 128, 3))
+//!     .build()
+//!     .expect("a valid map");
+//! let placement = Placement::new(&map).expect("compiles");
+//! let pool = placement.pool_by_name("rbd").expect("pool exists");
+//! let devices = pool.locate("my-object").devices;
+//! assert_eq!(devices.len(), 3);
+//! ```
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod builder;
+pub mod crush;
+pub mod error;
+pub mod ids;
+pub mod map;
+pub mod pg;
+pub mod placement;
+pub mod ring;
+pub mod stats;
+pub mod tunables;
+
+pub use builder::{
+    BucketSpec, ChooseArgSpec, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef, PoolSpec,
+    RuleRef, RuleSpec, StepSpec,
+};
+pub use error::{MapError, MapErrorKind, Subject};
+pub use ids::{BucketId, DeviceId, Epoch, ITEM_NONE, ItemId, PoolId, RuleId, TypeId, Weight};
+pub use map::{
+    Bucket, BucketAlg, BucketType, ChooseArg, ChooseArgs, ClusterMap, Device, EngineSpec, Pool,
+    RingParams, Rule, RuleKind, Step,
+};
+pub use placement::{Placement, PoolPlacement, ReplicaSet};
+pub use tunables::{Tunables, TunablesProfile};

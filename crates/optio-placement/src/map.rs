@@ -1,0 +1,524 @@
+//! The cluster map: devices, the bucket hierarchy, rules, pools, tunables and the epoch.
+//!
+//! A [`ClusterMap`] is immutable and always valid: the only way to make one is
+//! [`ClusterMapBuilder`](crate::ClusterMapBuilder), which checks every reference, weight and
+//! limit. Changing a map means building a new one (`map.to_builder()`, edit, `build()`).
+
+use crate::ids::{BucketId, DeviceId, Epoch, ItemId, PoolId, RuleId, TypeId, Weight};
+use crate::tunables::Tunables;
+
+/// Highest device id + 1 that a map may use (bounds the dense tables placement builds).
+pub const DEVICE_ID_LIMIT: u32 = 1 << 24;
+/// Most buckets a map may have (bounds the dense bucket table).
+pub const BUCKETS_MAX: usize = 1 << 20;
+/// Most items in one bucket.
+pub const BUCKET_ITEMS_MAX: usize = 1 << 20;
+/// Most rules.
+pub const RULES_MAX: usize = 1 << 16;
+/// Most pools.
+pub const POOLS_MAX: usize = 1 << 16;
+/// Most steps in one rule.
+pub const RULE_STEPS_MAX: usize = 256;
+/// Most replicas (or erasure-code shards) of one object.
+pub const REPLICAS_MAX: usize = 32;
+/// Most placement groups per pool.
+pub const PG_NUM_MAX: u32 = 1 << 24;
+/// Longest name of a device, bucket, type, class, rule or pool, in bytes.
+pub const NAME_BYTES_MAX: usize = 256;
+/// One tebibyte; a CRUSH weight of 1.0 conventionally means this much capacity.
+pub const TIB: u64 = 1 << 40;
+
+/// A storage device and its attributes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Device {
+    /// Id (the CRUSH item id).
+    pub id: DeviceId,
+    /// Unique name, e.g. `osd.7`.
+    pub name: String,
+    /// Device class (`hdd`, `ssd`, `nvme`, …), if any.
+    pub class: Option<String>,
+    /// Capacity in bytes.
+    pub capacity_bytes: u64,
+    /// CRUSH weight (16.16): the weight of this device in its bucket.
+    pub weight: Weight,
+    /// Sequential bandwidth in MB/s (0 when unknown).
+    pub bandwidth_mb_per_s: u32,
+    /// Whether the device is up (serving).
+    pub up: bool,
+    /// Whether the device is in (a member that should hold data).
+    pub is_in: bool,
+    /// Ceph's reweight (16.16, at most 1.0): the probability that CRUSH keeps a choice of it.
+    pub reweight: Weight,
+    /// Ceph's primary affinity (16.16, at most 1.0).
+    pub primary_affinity: Weight,
+    /// The address of the server that serves this device (`host:port`), when it has one.
+    pub addr: Option<String>,
+}
+
+impl Device {
+    /// The value Ceph's `is_out` test uses for this device: its reweight when in, 0 when out.
+    pub fn effective_reweight(&self) -> Weight {
+        if self.is_in { self.reweight } else { Weight::ZERO }
+    }
+
+    /// Whether placement may choose this device at all.
+    pub fn is_usable(&self) -> bool {
+        self.up && self.is_in && self.reweight.0 > 0 && self.weight.0 > 0
+    }
+}
+
+/// A level of the hierarchy (`host`, `rack`, …). Type 0 is the device level.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BucketType {
+    /// Id; larger ids are higher in the hierarchy by convention.
+    pub id: TypeId,
+    /// Name.
+    pub name: String,
+}
+
+/// How a bucket chooses among its items (Ceph's bucket algorithms).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BucketAlg {
+    /// All items have equal weight; a hashed permutation.
+    Uniform,
+    /// A linked list, good for growing clusters.
+    List,
+    /// A binary tree.
+    Tree,
+    /// Straw (version 1): draws scaled by precomputed straw lengths.
+    Straw,
+    /// Straw2: exponential race, minimal movement on weight change. The default.
+    Straw2,
+}
+
+impl BucketAlg {
+    /// Ceph's numeric code (`CRUSH_BUCKET_*`).
+    pub fn code(self) -> u8 {
+        match self {
+            BucketAlg::Uniform => 1,
+            BucketAlg::List => 2,
+            BucketAlg::Tree => 3,
+            BucketAlg::Straw => 4,
+            BucketAlg::Straw2 => 5,
+        }
+    }
+
+    /// The name used in map files.
+    pub fn name(self) -> &'static str {
+        match self {
+            BucketAlg::Uniform => "uniform",
+            BucketAlg::List => "list",
+            BucketAlg::Tree => "tree",
+            BucketAlg::Straw => "straw",
+            BucketAlg::Straw2 => "straw2",
+        }
+    }
+
+    /// Parses a name used in map files.
+    pub fn from_name(name: &str) -> Option<BucketAlg> {
+        Some(match name {
+            "uniform" => BucketAlg::Uniform,
+            "list" => BucketAlg::List,
+            "tree" => BucketAlg::Tree,
+            "straw" => BucketAlg::Straw,
+            "straw2" => BucketAlg::Straw2,
+            _ => return None,
+        })
+    }
+}
+
+/// A bucket: an interior node of the hierarchy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// Id (negative).
+    pub id: BucketId,
+    /// Unique name. Shadow buckets are named `original~class`, as in Ceph.
+    pub name: String,
+    /// Its level.
+    pub type_id: TypeId,
+    /// How it chooses among items.
+    pub alg: BucketAlg,
+    /// Hash function; 0 (rjenkins1) is the only one Ceph defines.
+    pub hash: u8,
+    /// Items, in order (order matters to every algorithm but straw2).
+    pub items: Vec<ItemId>,
+    /// The weight of each item (16.16).
+    pub weights: Vec<Weight>,
+    /// For a per-class shadow bucket: the bucket it shadows and the class.
+    pub shadow_of: Option<(BucketId, String)>,
+}
+
+impl Bucket {
+    /// Total weight of the bucket (saturating; the builder refuses overflowing maps).
+    pub fn weight(&self) -> Weight {
+        let sum: u64 = self.weights.iter().map(|w| u64::from(w.0)).sum();
+        Weight(u32::try_from(sum).unwrap_or(u32::MAX))
+    }
+}
+
+/// Rule types, with Ceph's numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleKind {
+    /// Replicated pools (1).
+    Replicated,
+    /// Erasure-coded pools (3).
+    Erasure,
+    /// Any other legacy number, kept for round trips.
+    Other(u8),
+}
+
+impl RuleKind {
+    /// Ceph's number.
+    pub fn code(self) -> u8 {
+        match self {
+            RuleKind::Replicated => 1,
+            RuleKind::Erasure => 3,
+            RuleKind::Other(code) => code,
+        }
+    }
+    /// From Ceph's number.
+    pub fn from_code(code: u8) -> RuleKind {
+        match code {
+            1 => RuleKind::Replicated,
+            3 => RuleKind::Erasure,
+            other => RuleKind::Other(other),
+        }
+    }
+}
+
+/// One step of a CRUSH rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Does nothing.
+    Noop,
+    /// Start from this item (a bucket, a shadow bucket, or a device).
+    Take(ItemId),
+    /// `choose firstn N type T`.
+    ChooseFirstn {
+        /// N: > 0 exactly, ≤ 0 relative to the pool size.
+        num: i32,
+        /// T.
+        type_id: TypeId,
+    },
+    /// `choose indep N type T`.
+    ChooseIndep {
+        /// N.
+        num: i32,
+        /// T.
+        type_id: TypeId,
+    },
+    /// `chooseleaf firstn N type T`.
+    ChooseleafFirstn {
+        /// N.
+        num: i32,
+        /// T.
+        type_id: TypeId,
+    },
+    /// `chooseleaf indep N type T`.
+    ChooseleafIndep {
+        /// N.
+        num: i32,
+        /// T.
+        type_id: TypeId,
+    },
+    /// Append the working set to the result.
+    Emit,
+    /// `set_choose_tries`.
+    SetChooseTries(i32),
+    /// `set_chooseleaf_tries`.
+    SetChooseleafTries(i32),
+    /// `set_choose_local_tries`.
+    SetChooseLocalTries(i32),
+    /// `set_choose_local_fallback_tries`.
+    SetChooseLocalFallbackTries(i32),
+    /// `set_chooseleaf_vary_r`.
+    SetChooseleafVaryR(i32),
+    /// `set_chooseleaf_stable`.
+    SetChooseleafStable(i32),
+}
+
+/// A CRUSH rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Id.
+    pub id: RuleId,
+    /// Unique name.
+    pub name: String,
+    /// Replicated or erasure.
+    pub kind: RuleKind,
+    /// Legacy minimum pool size (kept for round trips).
+    pub min_size: u32,
+    /// Legacy maximum pool size (kept for round trips).
+    pub max_size: u32,
+    /// The steps.
+    pub steps: Vec<Step>,
+}
+
+/// Parameters of the `ring` engine (consistent hashing with virtual nodes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingParams {
+    /// Capacity one virtual node stands for; a device gets ⌈capacity / vnode_bytes⌉ vnodes
+    /// (at most [`RING_VNODES_PER_DEVICE_MAX`](crate::ring::RING_VNODES_PER_DEVICE_MAX)).
+    pub vnode_bytes: u64,
+    /// Replicas go to distinct buckets of this type (e.g. zone) when set, else only to
+    /// distinct devices.
+    pub failure_domain: Option<TypeId>,
+}
+
+impl Default for RingParams {
+    fn default() -> RingParams {
+        RingParams { vnode_bytes: 8 << 30, failure_domain: None }
+    }
+}
+
+/// The placement engine of a pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EngineSpec {
+    /// CRUSH with one of the map's rules (Ceph-compatible).
+    Crush {
+        /// The rule.
+        rule: RuleId,
+    },
+    /// Consistent hashing with capacity-weighted virtual nodes.
+    Ring(RingParams),
+}
+
+impl EngineSpec {
+    /// The engine's name as written in map files.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EngineSpec::Crush { .. } => "crush",
+            EngineSpec::Ring(_) => "ring",
+        }
+    }
+}
+
+/// A pool: a namespace of objects with one placement engine and redundancy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pool {
+    /// Id (hashed into placement for `crush` pools).
+    pub id: PoolId,
+    /// Unique name.
+    pub name: String,
+    /// Placement groups objects hash into; 0 means objects are placed one by one.
+    pub pg_num: u32,
+    /// Placement groups used for placement (Ceph's pgp_num, at most pg_num).
+    pub pgp_num: u32,
+    /// Replicas (or shards) per object.
+    pub size: u32,
+    /// Replicas that must be written for a write to be acknowledged.
+    pub min_size: u32,
+    /// The engine.
+    pub engine: EngineSpec,
+    /// Ceph's HASHPSPOOL flag: placement seeds hash the pool id (on for every modern pool).
+    pub hashpspool: bool,
+}
+
+/// Per-bucket alternative weights and ids for straw2 (Ceph's `choose_args`, "weight sets").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChooseArg {
+    /// The bucket they apply to.
+    pub bucket: BucketId,
+    /// Ids hashed instead of the items' ids (same length as the items), if any.
+    pub ids: Option<Vec<i32>>,
+    /// One weight vector per replica position (each as long as the items).
+    pub weight_set: Vec<Vec<Weight>>,
+}
+
+/// A set of choose_args, selected by pool id (or -1 for the default set).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChooseArgs {
+    /// Pool id, or -1 for the default set.
+    pub id: i64,
+    /// The per-bucket arguments, by bucket.
+    pub args: Vec<ChooseArg>,
+}
+
+/// A validated, immutable cluster map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterMap {
+    pub(crate) epoch: Epoch,
+    pub(crate) types: Vec<BucketType>,
+    pub(crate) devices: Vec<Device>,
+    /// Device id → position in `devices` (`u32::MAX` for none).
+    pub(crate) device_slots: Vec<u32>,
+    /// Bucket id → bucket (`BucketId::index`).
+    pub(crate) buckets: Vec<Option<Bucket>>,
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) pools: Vec<Pool>,
+    pub(crate) tunables: Tunables,
+    pub(crate) choose_args: Vec<ChooseArgs>,
+    /// Device classes in the order Ceph numbers them.
+    pub(crate) classes: Vec<String>,
+    /// Parent bucket of every item outside shadow trees: devices by id, buckets by index.
+    pub(crate) device_parent: Vec<Option<BucketId>>,
+    pub(crate) bucket_parent: Vec<Option<BucketId>>,
+}
+
+impl ClusterMap {
+    /// The map's epoch.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// All devices, by increasing id.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// The device with this id.
+    pub fn device(&self, id: DeviceId) -> Option<&Device> {
+        let slot = *self.device_slots.get(id.0 as usize)?;
+        self.devices.get(slot as usize)
+    }
+
+    /// The device with this name.
+    pub fn device_by_name(&self, name: &str) -> Option<&Device> {
+        self.devices.iter().find(|device| device.name == name)
+    }
+
+    /// One more than the highest device id (Ceph's `max_devices`).
+    pub fn max_devices(&self) -> u32 {
+        self.device_slots.len() as u32
+    }
+
+    /// The bucket types, by increasing id.
+    pub fn types(&self) -> &[BucketType] {
+        &self.types
+    }
+
+    /// The name of a type.
+    pub fn type_name(&self, id: TypeId) -> Option<&str> {
+        self.types.iter().find(|t| t.id == id).map(|t| t.name.as_str())
+    }
+
+    /// The type with this name.
+    pub fn type_by_name(&self, name: &str) -> Option<TypeId> {
+        self.types.iter().find(|t| t.name == name).map(|t| t.id)
+    }
+
+    /// All buckets (shadow buckets included), by decreasing id (-1, -2, …).
+    pub fn buckets(&self) -> impl Iterator<Item = &Bucket> {
+        self.buckets.iter().flatten()
+    }
+
+    /// The bucket with this id.
+    pub fn bucket(&self, id: BucketId) -> Option<&Bucket> {
+        if id.0 >= 0 {
+            return None;
+        }
+        self.buckets.get(id.index())?.as_ref()
+    }
+
+    /// The bucket with this name.
+    pub fn bucket_by_name(&self, name: &str) -> Option<&Bucket> {
+        self.buckets().find(|bucket| bucket.name == name)
+    }
+
+    /// One more than the highest bucket index (Ceph's `max_buckets`).
+    pub fn max_buckets(&self) -> u32 {
+        self.buckets.len() as u32
+    }
+
+    /// The rules, by increasing id.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The rule with this id.
+    pub fn rule(&self, id: RuleId) -> Option<&Rule> {
+        self.rules.iter().find(|rule| rule.id == id)
+    }
+
+    /// The rule with this name.
+    pub fn rule_by_name(&self, name: &str) -> Option<&Rule> {
+        self.rules.iter().find(|rule| rule.name == name)
+    }
+
+    /// The pools, by increasing id.
+    pub fn pools(&self) -> &[Pool] {
+        &self.pools
+    }
+
+    /// The pool with this id.
+    pub fn pool(&self, id: PoolId) -> Option<&Pool> {
+        self.pools.iter().find(|pool| pool.id == id)
+    }
+
+    /// The pool with this name.
+    pub fn pool_by_name(&self, name: &str) -> Option<&Pool> {
+        self.pools.iter().find(|pool| pool.name == name)
+    }
+
+    /// The tunables.
+    pub fn tunables(&self) -> &Tunables {
+        &self.tunables
+    }
+
+    /// The choose_args sets (weight sets), by id.
+    pub fn choose_args(&self) -> &[ChooseArgs] {
+        &self.choose_args
+    }
+
+    /// Device classes, in Ceph's class-id order.
+    pub fn classes(&self) -> &[String] {
+        &self.classes
+    }
+
+    /// The name of an item (device or bucket).
+    pub fn item_name(&self, item: ItemId) -> Option<&str> {
+        match item.device() {
+            Some(device) => self.device(device).map(|d| d.name.as_str()),
+            None => self.bucket(BucketId(item.0)).map(|b| b.name.as_str()),
+        }
+    }
+
+    /// The parent of an item in the (non-shadow) hierarchy.
+    pub fn parent(&self, item: ItemId) -> Option<BucketId> {
+        match item.device() {
+            Some(device) => *self.device_parent.get(device.0 as usize)?,
+            None => *self.bucket_parent.get(BucketId(item.0).index())?,
+        }
+    }
+
+    /// The ancestors of an item, nearest first (its host, then its rack, …, its root).
+    pub fn ancestors(&self, item: ItemId) -> impl Iterator<Item = &Bucket> {
+        let mut next = self.parent(item);
+        std::iter::from_fn(move || {
+            let bucket = self.bucket(next?)?;
+            next = self.parent(ItemId(bucket.id.0));
+            Some(bucket)
+        })
+    }
+
+    /// The ancestor of `item` of type `type_id`, if any.
+    pub fn ancestor_of_type(&self, item: ItemId, type_id: TypeId) -> Option<&Bucket> {
+        self.ancestors(item).find(|bucket| bucket.type_id == type_id)
+    }
+
+    /// The location of a device as (type name, bucket name) pairs, root first.
+    pub fn location(&self, device: DeviceId) -> Vec<(&str, &str)> {
+        let mut path: Vec<(&str, &str)> = self
+            .ancestors(ItemId(device.0 as i32))
+            .map(|bucket| (self.type_name(bucket.type_id).unwrap_or("?"), bucket.name.as_str()))
+            .collect();
+        path.reverse();
+        path
+    }
+
+    /// Ceph's reweight vector (`osd_weight`): one 16.16 entry per device id, 0 for out or
+    /// missing devices.
+    pub fn reweight_vector(&self) -> Vec<u32> {
+        let mut vector = vec![0; self.max_devices() as usize];
+        for device in &self.devices {
+            vector[device.id.0 as usize] = device.effective_reweight().0;
+        }
+        vector
+    }
+
+    /// A builder holding this map's contents, to derive a changed map from.
+    pub fn to_builder(&self) -> crate::builder::ClusterMapBuilder {
+        crate::builder::ClusterMapBuilder::from_map(self)
+    }
+}
