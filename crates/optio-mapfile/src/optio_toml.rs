@@ -5,3 +5,7 @@ use optio_placement::ClusterMap;
 pub fn parse(_text: &str) -> Result<ClusterMap, ParseError> {
     todo!()
 }
+/// Writes.
+pub fn write(_map: &ClusterMap) -> String {
+    String::new()
+}

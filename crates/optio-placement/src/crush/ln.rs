@@ -22,6 +22,32 @@ pub fn crush_ln(u: u32) -> u64 {
     (exponent << 44) + ((lh + ll) >> 4)
 }
 
+/// `2^48 − crush_ln(u)` for every `u`: the magnitude straw2 divides by the weight. A table
+/// (512 KiB, built at compile time) turns the normalise-and-look-up chain into one load.
+pub(crate) static STRAW2_MAGNITUDE: [u64; 0x10000] = {
+    let mut table = [0u64; 0x10000];
+    let mut u = 0;
+    while u < 0x10000 {
+        table[u] = 0x1_0000_0000_0000u64 - crush_ln_const(u as u32);
+        u += 1;
+    }
+    table
+};
+
+/// `crush_ln` as a `const fn` (for the table above); same arithmetic.
+const fn crush_ln_const(u: u32) -> u64 {
+    let mut x = u + 1;
+    let shift = if x.leading_zeros() > 16 { x.leading_zeros() - 16 } else { 0 };
+    x <<= shift;
+    let exponent = 15 - shift as u64;
+    let index = ((x >> 8) << 1) as usize;
+    let rh = RH_LH[index - 256] as u64;
+    let lh = RH_LH[index + 1 - 256] as u64;
+    let t = (x as u64 * rh) >> 48;
+    let ll = LL[(t & 0xff) as usize] as u64;
+    (exponent << 44) + ((lh + ll) >> 4)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,6 +85,13 @@ mod tests {
     fn leading_zeros_normalisation_matches_cephs_loop() {
         for u in 0..=0xffff {
             assert_eq!(crush_ln(u), crush_ln_reference(u), "u = {u:#x}");
+        }
+    }
+
+    #[test]
+    fn magnitude_table_matches_crush_ln() {
+        for u in 0..=0xffff {
+            assert_eq!(STRAW2_MAGNITUDE[u as usize], 0x1_0000_0000_0000 - crush_ln(u));
         }
     }
 

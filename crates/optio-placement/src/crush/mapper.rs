@@ -3,9 +3,11 @@
 //! Pure and allocation-free per call: the caller owns a [`CrushWork`] scratch area, as Ceph's
 //! caller owns its workspace. Integer and fixed-point arithmetic only.
 
-use super::compiled::{ChooseArgSlot, ChooseArgsRef, CompiledBucket, CompiledChooseArgs, CrushMap};
-use super::hash::{hash32_2, hash32_3, hash32_4};
-use super::ln::crush_ln;
+use super::compiled::{
+    ChooseArgSlot, ChooseArgsRef, CompiledBucket, CompiledChooseArgs, CrushMap, Divisor,
+};
+use super::hash::{hash32_2, hash32_3, hash32_3_lanes, hash32_4};
+use super::ln::STRAW2_MAGNITUDE;
 use crate::ids::{ITEM_NONE, RuleId};
 use crate::map::{BucketAlg, Step};
 
@@ -576,28 +578,68 @@ fn straw2_choose(
     items: &[i32],
     ids: &[i32],
     weights: &[u32],
-    divisors: &[super::compiled::Divisor],
+    divisors: &[Divisor],
     x: u32,
     r: u32,
 ) -> i32 {
-    let mut high = 0usize;
-    let mut high_draw = i64::MIN;
-    for i in 0..items.len() {
+    let size = items.len();
+    let mut best = Best { index: 0, draw: i64::MIN };
+    let mut base = 0usize;
+    // Hash a chunk of items at a time (vectorised, the lanes' dependency chains interleaved),
+    // with the chunk sized to the bucket so that few lanes are wasted, then rank one by one.
+    while base < size {
+        let left = size - base;
+        base += match left {
+            0..=4 => straw2_chunk::<4>(ids, weights, divisors, x, r, base, &mut best),
+            5..=8 => straw2_chunk::<8>(ids, weights, divisors, x, r, base, &mut best),
+            9..=12 => straw2_chunk::<12>(ids, weights, divisors, x, r, base, &mut best),
+            13..=16 => straw2_chunk::<16>(ids, weights, divisors, x, r, base, &mut best),
+            17..=20 => straw2_chunk::<20>(ids, weights, divisors, x, r, base, &mut best),
+            _ => straw2_chunk::<16>(ids, weights, divisors, x, r, base, &mut best),
+        };
+    }
+    items[best.index]
+}
+
+/// The running winner of a straw2 draw.
+struct Best {
+    index: usize,
+    draw: i64,
+}
+
+/// Draws for items `base..base + L` (fewer at the end); returns how many it drew.
+#[inline(always)]
+fn straw2_chunk<const L: usize>(
+    ids: &[i32],
+    weights: &[u32],
+    divisors: &[Divisor],
+    x: u32,
+    r: u32,
+    base: usize,
+    best: &mut Best,
+) -> usize {
+    let count = (ids.len() - base).min(L);
+    let mut lane_ids = [0u32; L];
+    for (lane, id) in lane_ids.iter_mut().zip(&ids[base..base + count]) {
+        *lane = *id as u32;
+    }
+    let hashes = hash32_3_lanes::<L>(x, &lane_ids, r);
+    for (lane, hash) in hashes.iter().enumerate().take(count) {
+        let i = base + lane;
         let draw = if weights[i] != 0 {
-            let u = hash32_3(x, ids[i] as u32, r) & 0xffff;
             // ln = crush_ln(u) - 2^48 ≤ 0; C's truncating division of a negative number
             // equals the negated division of its magnitude.
-            let magnitude = 0x1_0000_0000_0000u64 - crush_ln(u);
+            let magnitude = STRAW2_MAGNITUDE[(hash & 0xffff) as usize];
             -(divisors[i].divide(magnitude) as i64)
         } else {
             i64::MIN
         };
-        if i == 0 || draw > high_draw {
-            high = i;
-            high_draw = draw;
+        if i == 0 || draw > best.draw {
+            best.index = i;
+            best.draw = draw;
         }
     }
-    items[high]
+    count
 }
 
 fn straw2_choose_args(

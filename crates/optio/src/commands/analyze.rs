@@ -1,0 +1,393 @@
+//! `optio analyze`: the balance of a map.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use optio_placement::analysis::{PoolLoad, pool_load, pool_load_steps, target_shares};
+use optio_placement::stats::{Histogram, Summary};
+use optio_placement::{ClusterMap, EngineSpec, ItemId, Placement, PoolId, Step, TypeId};
+use serde_json::json;
+
+use super::PoolArgs;
+use crate::load::load_map;
+use crate::output::{Table, bytes, histogram, parse_size, progress};
+
+/// Arguments of `optio analyze`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  optio analyze --map examples/ceph-1000osd.txt
+  optio analyze --map examples/small.toml --pool rbd --objects 1000000 --object-size 4MiB
+  optio analyze --map map.txt --pg-num 32768 --size 3 --by rack --json")]
+pub struct Args {
+    /// Map file: Optio TOML, Ceph text (crushtool -d) or Ceph JSON (crushtool --dump).
+    #[arg(long, env = "OPTIO_MAP")]
+    map: PathBuf,
+    #[command(flatten)]
+    pool: PoolArgs,
+    /// Objects to simulate (named obj-0, obj-1, …) for object and byte counts.
+    #[arg(long, default_value_t = 100_000)]
+    objects: u64,
+    /// Size of each simulated object.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    object_size: u64,
+    /// Failure-domain type to aggregate by (default: the pool's failure domain).
+    #[arg(long, value_name = "TYPE")]
+    by: Option<String>,
+    /// Bins of the histogram.
+    #[arg(long, default_value_t = 16)]
+    bins: usize,
+    /// List every device (default: the 10 most and 5 least loaded).
+    #[arg(long)]
+    all_devices: bool,
+    /// JSON for scripts.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let loaded = load_map(&args.map)?;
+    let (map, pools) = args.pool.resolve(loaded.map)?;
+    let placement = Placement::new(&map)?;
+    let max = map.max_devices();
+    let mut total = PoolLoad {
+        pg_copies: vec![0; max as usize],
+        objects: vec![0; max as usize],
+        bytes: vec![0; max as usize],
+        ..PoolLoad::default()
+    };
+    let mut expected_pgs = vec![0.0f64; max as usize];
+    let mut expected_objects = vec![0.0f64; max as usize];
+    let mut pool_reports = Vec::new();
+    let steps: u64 = pools
+        .iter()
+        .map(|id| pool_load_steps(map.pool(*id).expect("resolved"), args.objects))
+        .sum();
+    let bar = progress(steps, "placing", steps > 1_000_000);
+    for &pool_id in &pools {
+        let pool = placement.pool(pool_id).expect("resolved pools exist");
+        let load =
+            pool_load(&placement, pool, max, args.objects, args.object_size, &mut |n| bar.inc(n));
+        let shares = target_shares(&map, pool.pool());
+        let pg_total: u64 = load.pg_copies.iter().sum();
+        let object_total: u64 = load.objects.iter().sum();
+        for i in 0..max as usize {
+            total.pg_copies[i] += load.pg_copies[i];
+            total.objects[i] += load.objects[i];
+            total.bytes[i] += load.bytes[i];
+            expected_pgs[i] += shares[i] * pg_total as f64;
+            expected_objects[i] += shares[i] * object_total as f64;
+        }
+        total.undersized += load.undersized;
+        pool_reports.push(pool_report(&map, pool_id, &load, &shares));
+    }
+    bar.finish_and_clear();
+    // Devices that can hold data in any selected pool.
+    let eligible: Vec<usize> = (0..max as usize)
+        .filter(|&i| {
+            expected_pgs[i] > 0.0
+                || expected_objects[i] > 0.0
+                || total.objects[i] > 0
+                || total.pg_copies[i] > 0
+        })
+        .collect();
+    if eligible.is_empty() {
+        bail!("no device can hold data in the selected pools (all out, down or zero weight?)");
+    }
+    let domain_type = match &args.by {
+        Some(name) => Some(map.type_by_name(name).ok_or_else(|| {
+            let names: Vec<&str> = map.types().iter().map(|t| t.name.as_str()).collect();
+            anyhow::anyhow!("--by {name}: no such type; the map's types are {}", names.join(", "))
+        })?),
+        None => pools.first().and_then(|id| failure_domain(&map, *id)),
+    };
+    let uses_pgs = total.pg_copies.iter().any(|&c| c > 0);
+    let pg_values: Vec<f64> = eligible.iter().map(|&i| total.pg_copies[i] as f64).collect();
+    let object_values: Vec<f64> = eligible.iter().map(|&i| total.objects[i] as f64).collect();
+    let pg_summary = Summary::of(&pg_values);
+    let object_summary = Summary::of(&object_values);
+    let deviation = |counts: &[u64], expected: &[f64]| -> f64 {
+        let values: Vec<f64> = eligible.iter().map(|&i| counts[i] as f64 - expected[i]).collect();
+        (values.iter().map(|v| v * v).sum::<f64>() / values.len() as f64).sqrt()
+    };
+    let pg_deviation = deviation(&total.pg_copies, &expected_pgs);
+    let object_deviation = deviation(&total.objects, &expected_objects);
+    let primary_values = if uses_pgs { &pg_values } else { &object_values };
+    let primary_summary = if uses_pgs { pg_summary } else { object_summary };
+    let hist = Histogram::of(primary_values, args.bins);
+    let domains = domain_type.map(|t| domain_summary(&map, t, &eligible, &total, uses_pgs));
+
+    if args.json {
+        let devices: Vec<serde_json::Value> = eligible
+            .iter()
+            .map(|&i| {
+                let device = map.device(optio_placement::DeviceId(i as u32));
+                json!({
+                    "id": i,
+                    "name": device.map(|d| d.name.as_str()),
+                    "class": device.and_then(|d| d.class.as_deref()),
+                    "weight": device.map(|d| d.weight.as_f64()),
+                    "pgs": total.pg_copies[i],
+                    "expected_pgs": expected_pgs[i],
+                    "objects": total.objects[i],
+                    "expected_objects": expected_objects[i],
+                    "bytes": total.bytes[i],
+                })
+            })
+            .collect();
+        let report = json!({
+            "map": loaded_path(&args.map),
+            "epoch": map.epoch().0,
+            "pools": pool_reports,
+            "metric": if uses_pgs { "pgs" } else { "objects" },
+            "devices": devices,
+            "mean": primary_summary.mean,
+            "stdev": primary_summary.stdev,
+            "min": primary_summary.min,
+            "max": primary_summary.max,
+            "max_over_mean": primary_summary.max_over_mean,
+            "stdev_from_expected": if uses_pgs { pg_deviation } else { object_deviation },
+            "pgs": summary_json(&pg_summary, Some(pg_deviation)),
+            "objects": summary_json(&object_summary, Some(object_deviation)),
+            "undersized": total.undersized,
+            "histogram": { "lower": hist.lower, "width": hist.width, "counts": hist.counts },
+            "domains": domains.as_ref().map(|d| d.json.clone()),
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+
+    println!(
+        "map {} (epoch {}): {} devices, {} buckets, {} rules",
+        args.map.display(),
+        map.epoch(),
+        map.devices().len(),
+        map.buckets().filter(|b| b.shadow_of.is_none()).count(),
+        map.rules().len()
+    );
+    for id in &pools {
+        println!("  {}", describe_pool(&map, *id, args.objects, args.object_size));
+    }
+    if total.undersized > 0 {
+        println!("  warning: {} placements got fewer devices than the pool size", total.undersized);
+    }
+    println!();
+    let line = |label: &str, s: &Summary, dev: f64| {
+        println!(
+            "{label:<22} mean {:>10.2}  stdev {:>8.2}  min {:>8}  max {:>8}  max/mean {:.3}  (stdev from weight-expected {:.2})",
+            s.mean, s.stdev, s.min, s.max, s.max_over_mean, dev
+        );
+    };
+    if uses_pgs {
+        line("PG copies per device", &pg_summary, pg_deviation);
+    }
+    if args.objects > 0 {
+        line("objects per device", &object_summary, object_deviation);
+    }
+    println!("\n{} per device:", if uses_pgs { "PG copies" } else { "objects" });
+    print!("{}", histogram(&hist, 50));
+    if let Some(domains) = &domains {
+        println!("\n{}", domains.text);
+    }
+    let mut order: Vec<usize> = eligible.clone();
+    let key = |i: &usize| {
+        if uses_pgs {
+            total.pg_copies[*i] as f64 - expected_pgs[*i]
+        } else {
+            total.objects[*i] as f64 - expected_objects[*i]
+        }
+    };
+    order.sort_by(|a, b| {
+        key(b).partial_cmp(&key(a)).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(b))
+    });
+    let shown: Vec<usize> = if args.all_devices || order.len() <= 15 {
+        order
+    } else {
+        let mut v = order[..10].to_vec();
+        v.extend_from_slice(&order[order.len() - 5..]);
+        v
+    };
+    let mut table = Table::new(&[
+        "id",
+        "name",
+        "class",
+        "weight",
+        "pgs",
+        "expected",
+        "objects",
+        "bytes",
+        "vs expected",
+    ])
+    .left(&[1, 2]);
+    for &i in &shown {
+        let device = map.device(optio_placement::DeviceId(i as u32));
+        let (count, expected) = if uses_pgs {
+            (total.pg_copies[i] as f64, expected_pgs[i])
+        } else {
+            (total.objects[i] as f64, expected_objects[i])
+        };
+        table.row(vec![
+            i.to_string(),
+            device.map_or("?".into(), |d| d.name.clone()),
+            device.and_then(|d| d.class.clone()).unwrap_or_else(|| "-".into()),
+            device.map_or("-".into(), |d| format!("{:.3}", d.weight.as_f64())),
+            total.pg_copies[i].to_string(),
+            format!("{:.1}", if uses_pgs { expected_pgs[i] } else { expected_objects[i] }),
+            total.objects[i].to_string(),
+            bytes(total.bytes[i] as f64),
+            if expected > 0.0 {
+                format!("{:+.1}%", (count / expected - 1.0) * 100.0)
+            } else {
+                "-".into()
+            },
+        ]);
+    }
+    println!(
+        "\n{}:",
+        if shown.len() < eligible.len() {
+            "most and least loaded devices (--all-devices for all)"
+        } else {
+            "devices"
+        }
+    );
+    print!("{}", table.render());
+    Ok(())
+}
+
+fn loaded_path(path: &std::path::Path) -> String {
+    path.display().to_string()
+}
+
+fn summary_json(s: &Summary, deviation: Option<f64>) -> serde_json::Value {
+    let mut value = json!({
+        "mean": s.mean, "stdev": s.stdev, "min": s.min, "max": s.max,
+        "max_over_mean": s.max_over_mean,
+    });
+    if let Some(deviation) = deviation {
+        value["stdev_from_expected"] = json!(deviation);
+    }
+    value
+}
+
+fn describe_pool(map: &ClusterMap, id: PoolId, objects: u64, object_size: u64) -> String {
+    let pool = map.pool(id).expect("resolved");
+    let engine = match pool.engine {
+        EngineSpec::Crush { rule } => {
+            format!("crush rule '{}'", map.rule(rule).map_or("?", |r| r.name.as_str()))
+        }
+        EngineSpec::Ring(params) => format!(
+            "ring ({} per vnode{})",
+            bytes(params.vnode_bytes as f64),
+            params
+                .failure_domain
+                .and_then(|t| map.type_name(t))
+                .map(|t| format!(", distinct {t}s"))
+                .unwrap_or_default()
+        ),
+        _ => pool.engine.name().to_string(),
+    };
+    let pgs = if pool.pg_num > 0 {
+        format!("{} PGs", pool.pg_num)
+    } else {
+        "objects placed one by one".to_string()
+    };
+    format!(
+        "pool '{}' (id {}): {engine}, {pgs}, {} replicas; {objects} simulated objects of {}",
+        pool.name,
+        pool.id,
+        pool.size,
+        bytes(object_size as f64)
+    )
+}
+
+fn pool_report(map: &ClusterMap, id: PoolId, load: &PoolLoad, shares: &[f64]) -> serde_json::Value {
+    let pool = map.pool(id).expect("resolved");
+    let eligible: Vec<usize> = (0..shares.len())
+        .filter(|&i| shares[i] > 0.0 || load.pg_copies[i] > 0 || load.objects[i] > 0)
+        .collect();
+    let pgs: Vec<f64> = eligible.iter().map(|&i| load.pg_copies[i] as f64).collect();
+    let objects: Vec<f64> = eligible.iter().map(|&i| load.objects[i] as f64).collect();
+    let pg_summary = Summary::of(&pgs);
+    let object_summary = Summary::of(&objects);
+    json!({
+        "id": pool.id.0,
+        "name": pool.name,
+        "engine": pool.engine.name(),
+        "pg_num": pool.pg_num,
+        "size": pool.size,
+        "undersized": load.undersized,
+        "stdev": if pool.pg_num > 0 { pg_summary.stdev } else { object_summary.stdev },
+        "max_over_mean": if pool.pg_num > 0 { pg_summary.max_over_mean } else { object_summary.max_over_mean },
+        "pgs": summary_json(&pg_summary, None),
+        "objects": summary_json(&object_summary, None),
+    })
+}
+
+/// The failure domain of a pool: the last non-device type its rule chooses, or the ring's.
+pub fn failure_domain(map: &ClusterMap, id: PoolId) -> Option<TypeId> {
+    let pool = map.pool(id)?;
+    match pool.engine {
+        EngineSpec::Crush { rule } => {
+            map.rule(rule)?.steps.iter().rev().find_map(|step| match *step {
+                Step::ChooseFirstn { type_id, .. }
+                | Step::ChooseIndep { type_id, .. }
+                | Step::ChooseleafFirstn { type_id, .. }
+                | Step::ChooseleafIndep { type_id, .. }
+                    if type_id != TypeId(0) =>
+                {
+                    Some(type_id)
+                }
+                _ => None,
+            })
+        }
+        EngineSpec::Ring(params) => params.failure_domain.or_else(|| map.type_by_name("host")),
+        _ => None,
+    }
+}
+
+struct Domains {
+    text: String,
+    json: serde_json::Value,
+}
+
+fn domain_summary(
+    map: &ClusterMap,
+    type_id: TypeId,
+    eligible: &[usize],
+    load: &PoolLoad,
+    uses_pgs: bool,
+) -> Domains {
+    let mut per: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+    for &i in eligible {
+        let name = map
+            .ancestor_of_type(ItemId(i as i32), type_id)
+            .map(|b| b.name.clone())
+            .unwrap_or_else(|| "(none)".to_string());
+        let entry = per.entry(name).or_default();
+        entry.0 += load.pg_copies[i];
+        entry.1 += load.objects[i];
+        entry.2 += load.bytes[i];
+    }
+    let type_name = map.type_name(type_id).unwrap_or("?").to_string();
+    let values: Vec<f64> =
+        per.values().map(|v| if uses_pgs { v.0 as f64 } else { v.1 as f64 }).collect();
+    let s = Summary::of(&values);
+    let text = format!(
+        "per {type_name} ({} {type_name}s), {}: mean {:.2}  stdev {:.2}  min {}  max {}  max/mean {:.3}",
+        per.len(),
+        if uses_pgs { "PG copies" } else { "objects" },
+        s.mean,
+        s.stdev,
+        s.min,
+        s.max,
+        s.max_over_mean
+    );
+    let entries: Vec<serde_json::Value> = per
+        .iter()
+        .map(|(name, (pgs, objects, b))| json!({"name": name, "pgs": pgs, "objects": objects, "bytes": b}))
+        .collect();
+    Domains {
+        text,
+        json: json!({"type": type_name, "mean": s.mean, "stdev": s.stdev, "min": s.min, "max": s.max, "max_over_mean": s.max_over_mean, "entries": entries}),
+    }
+}

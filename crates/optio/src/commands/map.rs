@@ -1,0 +1,290 @@
+//! `optio map`: validate, show and convert cluster maps.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use optio_placement::{BucketId, ClusterMap, EngineSpec, ItemId, Step};
+use serde_json::json;
+
+use crate::load::load_map;
+use crate::output::{Table, bytes};
+
+/// `optio map` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Check a map; prints a one-line summary, or the first problem with its line.
+    Validate {
+        /// Map file: Optio TOML, Ceph text (crushtool -d) or Ceph JSON (crushtool --dump).
+        #[arg(long, env = "OPTIO_MAP")]
+        map: PathBuf,
+    },
+    /// Print the hierarchy (like `ceph osd tree`), rules, pools and tunables.
+    Show {
+        /// Map file.
+        #[arg(long, env = "OPTIO_MAP")]
+        map: PathBuf,
+        /// JSON for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Convert between Optio TOML, Ceph text and Ceph JSON.
+    Convert {
+        /// Map file.
+        #[arg(long, env = "OPTIO_MAP")]
+        map: PathBuf,
+        /// Target format.
+        #[arg(long, value_enum)]
+        to: Target,
+        /// Output file (default: standard output).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
+
+/// Formats `convert` writes.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum Target {
+    /// Optio TOML.
+    Toml,
+    /// The text of `crushtool -d` (compile it with `crushtool -c`).
+    CephText,
+    /// The JSON of `crushtool --dump`.
+    CephJson,
+}
+
+pub fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Validate { map } => {
+            let loaded = load_map(&map)?;
+            let m = &loaded.map;
+            println!(
+                "{}: valid {} map, epoch {}: {} devices, {} buckets, {} rules, {} pools, tunables {}",
+                map.display(),
+                loaded.format.name(),
+                m.epoch(),
+                m.devices().len(),
+                m.buckets().filter(|b| b.shadow_of.is_none()).count(),
+                m.rules().len(),
+                m.pools().len(),
+                m.tunables().profile().map_or("custom", |p| p.name()),
+            );
+            Ok(())
+        }
+        Command::Show { map, json } => {
+            let loaded = load_map(&map)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&show_json(&loaded.map))?);
+            } else {
+                print!("{}", show_text(&loaded.map));
+            }
+            Ok(())
+        }
+        Command::Convert { map, to, output } => {
+            let loaded = load_map(&map)?;
+            let text = match to {
+                Target::Toml => optio_mapfile::optio_toml::write(&loaded.map),
+                Target::CephText => optio_mapfile::ceph_text::write(&loaded.map),
+                Target::CephJson => optio_mapfile::ceph_json::write(&loaded.map),
+            };
+            match output {
+                Some(path) => {
+                    let temporary = path.with_extension("tmp-optio");
+                    std::fs::write(&temporary, &text)
+                        .with_context(|| format!("cannot write '{}'", temporary.display()))?;
+                    std::fs::rename(&temporary, &path)
+                        .with_context(|| format!("cannot write '{}'", path.display()))?;
+                    eprintln!("wrote {}", path.display());
+                }
+                None => {
+                    let mut stdout = std::io::stdout().lock();
+                    stdout.write_all(text.as_bytes())?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn show_text(map: &ClusterMap) -> String {
+    let mut table = Table::new(&[
+        "ID",
+        "CLASS",
+        "WEIGHT",
+        "TYPE NAME",
+        "STATUS",
+        "REWEIGHT",
+        "CAPACITY",
+        "MB/s",
+    ])
+    .left(&[1, 3, 4]);
+    let mut roots: Vec<BucketId> = map
+        .buckets()
+        .filter(|b| b.shadow_of.is_none() && map.parent(ItemId(b.id.0)).is_none())
+        .map(|b| b.id)
+        .collect();
+    roots.sort_by_key(|b| std::cmp::Reverse(*b));
+    let mut stack: Vec<(ItemId, usize)> = roots.iter().rev().map(|r| (ItemId(r.0), 0)).collect();
+    let mut shown = std::collections::HashSet::new();
+    while let Some((item, depth)) = stack.pop() {
+        if !shown.insert(item) {
+            continue;
+        }
+        let indent = "    ".repeat(depth);
+        match item.device() {
+            Some(id) => {
+                let Some(d) = map.device(id) else { continue };
+                table.row(vec![
+                    id.to_string(),
+                    d.class.clone().unwrap_or_default(),
+                    format!("{:.5}", d.weight.as_f64()),
+                    format!("{indent}{}", d.name),
+                    format!(
+                        "{}{}",
+                        if d.up { "up" } else { "down" },
+                        if d.is_in { "" } else { ",out" }
+                    ),
+                    format!("{:.5}", d.reweight.as_f64()),
+                    bytes(d.capacity_bytes as f64),
+                    if d.bandwidth_mb_per_s > 0 {
+                        d.bandwidth_mb_per_s.to_string()
+                    } else {
+                        "-".into()
+                    },
+                ]);
+            }
+            None => {
+                let Some(b) = map.bucket(BucketId(item.0)) else { continue };
+                table.row(vec![
+                    b.id.to_string(),
+                    String::new(),
+                    format!("{:.5}", b.weight().as_f64()),
+                    format!("{indent}{} {}", map.type_name(b.type_id).unwrap_or("?"), b.name),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                ]);
+                for child in b.items.iter().rev() {
+                    stack.push((*child, depth + 1));
+                }
+            }
+        }
+    }
+    let mut out = table.render();
+    let outside: Vec<&str> = map
+        .devices()
+        .iter()
+        .filter(|d| map.parent(ItemId(d.id.0 as i32)).is_none())
+        .map(|d| d.name.as_str())
+        .collect();
+    if !outside.is_empty() {
+        out.push_str(&format!("\ndevices outside the hierarchy: {}\n", outside.join(" ")));
+    }
+    out.push_str(&format!(
+        "\ntunables: {} (choose_total_tries {}, chooseleaf_descend_once {}, chooseleaf_vary_r {}, chooseleaf_stable {})\n",
+        map.tunables().profile().map_or("custom", |p| p.name()),
+        map.tunables().choose_total_tries,
+        map.tunables().chooseleaf_descend_once,
+        map.tunables().chooseleaf_vary_r,
+        map.tunables().chooseleaf_stable,
+    ));
+    for rule in map.rules() {
+        let steps: Vec<String> = rule.steps.iter().map(|s| step_text(map, s)).collect();
+        out.push_str(&format!("rule {} '{}': {}\n", rule.id, rule.name, steps.join("; ")));
+    }
+    for pool in map.pools() {
+        let engine = match pool.engine {
+            EngineSpec::Crush { rule } => {
+                format!("crush, rule '{}'", map.rule(rule).map_or("?", |r| r.name.as_str()))
+            }
+            EngineSpec::Ring(p) => format!("ring, {} per vnode", bytes(p.vnode_bytes as f64)),
+            _ => pool.engine.name().to_string(),
+        };
+        out.push_str(&format!(
+            "pool {} '{}': {engine}, pg_num {}, size {}, min_size {}\n",
+            pool.id, pool.name, pool.pg_num, pool.size, pool.min_size
+        ));
+    }
+    out
+}
+
+/// A rule step as Ceph writes it.
+pub fn step_text(map: &ClusterMap, step: &Step) -> String {
+    let type_name = |t: &optio_placement::TypeId| map.type_name(*t).unwrap_or("?").to_string();
+    match step {
+        Step::Noop => "noop".into(),
+        Step::Take(item) => match item.bucket().and_then(|b| map.bucket(b)) {
+            Some(b) => match &b.shadow_of {
+                Some((original, class)) => format!(
+                    "take {} class {class}",
+                    map.bucket(*original).map_or("?", |o| o.name.as_str())
+                ),
+                None => format!("take {}", b.name),
+            },
+            None => format!("take {}", map.item_name(*item).unwrap_or("?")),
+        },
+        Step::ChooseFirstn { num, type_id } => {
+            format!("choose firstn {num} type {}", type_name(type_id))
+        }
+        Step::ChooseIndep { num, type_id } => {
+            format!("choose indep {num} type {}", type_name(type_id))
+        }
+        Step::ChooseleafFirstn { num, type_id } => {
+            format!("chooseleaf firstn {num} type {}", type_name(type_id))
+        }
+        Step::ChooseleafIndep { num, type_id } => {
+            format!("chooseleaf indep {num} type {}", type_name(type_id))
+        }
+        Step::Emit => "emit".into(),
+        Step::SetChooseTries(n) => format!("set_choose_tries {n}"),
+        Step::SetChooseleafTries(n) => format!("set_chooseleaf_tries {n}"),
+        Step::SetChooseLocalTries(n) => format!("set_choose_local_tries {n}"),
+        Step::SetChooseLocalFallbackTries(n) => format!("set_choose_local_fallback_tries {n}"),
+        Step::SetChooseleafVaryR(n) => format!("set_chooseleaf_vary_r {n}"),
+        Step::SetChooseleafStable(n) => format!("set_chooseleaf_stable {n}"),
+    }
+}
+
+fn show_json(map: &ClusterMap) -> serde_json::Value {
+    let devices: Vec<serde_json::Value> = map
+        .devices()
+        .iter()
+        .map(|d| {
+            let location: Vec<serde_json::Value> =
+                map.location(d.id).iter().map(|(t, n)| json!({"type": t, "name": n})).collect();
+            json!({
+                "id": d.id.0, "name": d.name, "class": d.class, "weight": d.weight.as_f64(),
+                "capacity_bytes": d.capacity_bytes, "bandwidth_mb_per_s": d.bandwidth_mb_per_s,
+                "up": d.up, "in": d.is_in, "reweight": d.reweight.as_f64(),
+                "primary_affinity": d.primary_affinity.as_f64(), "addr": d.addr, "location": location,
+            })
+        })
+        .collect();
+    let buckets: Vec<serde_json::Value> = map
+        .buckets()
+        .filter(|b| b.shadow_of.is_none())
+        .map(|b| {
+            json!({
+                "id": b.id.0, "name": b.name, "type": map.type_name(b.type_id), "alg": b.alg.name(),
+                "weight": b.weight().as_f64(),
+                "items": b.items.iter().zip(&b.weights).map(|(i, w)| json!({"id": i.0, "name": map.item_name(*i), "weight": w.as_f64()})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let rules: Vec<serde_json::Value> = map
+        .rules()
+        .iter()
+        .map(|r| json!({"id": r.id.0, "name": r.name, "type": r.kind.code(), "steps": r.steps.iter().map(|s| step_text(map, s)).collect::<Vec<_>>()}))
+        .collect();
+    let pools: Vec<serde_json::Value> = map
+        .pools()
+        .iter()
+        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size}))
+        .collect();
+    json!({
+        "epoch": map.epoch().0,
+        "tunables": map.tunables().profile().map_or("custom", |p| p.name()),
+        "devices": devices, "buckets": buckets, "rules": rules, "pools": pools,
+    })
+}

@@ -1,0 +1,85 @@
+//! One module per subcommand.
+
+pub mod analyze;
+pub mod diff;
+pub mod map;
+pub mod place;
+
+use anyhow::{Context, Result, anyhow, bail};
+use optio_placement::{ClusterMap, EngineRef, PoolId, PoolSpec, RuleId, RuleRef};
+
+/// Options that pick a pool, or describe one to analyse a map that has none (a Ceph CRUSH map
+/// has rules but no pools).
+#[derive(clap::Args, Debug, Clone)]
+pub struct PoolArgs {
+    /// Pool to use, by name or id (default: every pool of the map, or the only one).
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// Without pools in the map: the rule of the pool to simulate (name or id; default the
+    /// first rule).
+    #[arg(long = "sim-rule", value_name = "RULE")]
+    pub sim_rule: Option<String>,
+    /// Without pools in the map: PGs of the simulated pool.
+    #[arg(long = "pg-num", default_value_t = 2048)]
+    pub pg_num: u32,
+    /// Without pools in the map: replicas of the simulated pool.
+    #[arg(long = "size", default_value_t = 3)]
+    pub size: u32,
+    /// Without pools in the map: id of the simulated pool (hashed into placement).
+    #[arg(long = "sim-pool-id", default_value_t = 1, value_name = "ID")]
+    pub sim_pool_id: u32,
+}
+
+impl PoolArgs {
+    /// The map to work on (with a simulated pool added when the map has none) and the ids of
+    /// the pools selected.
+    pub fn resolve(&self, map: ClusterMap) -> Result<(ClusterMap, Vec<PoolId>)> {
+        let map = if map.pools().is_empty() { self.simulated_pool(map)? } else { map };
+        let pools = match &self.pool {
+            None => map.pools().iter().map(|p| p.id).collect(),
+            Some(name) => vec![find_pool(&map, name)?],
+        };
+        Ok((map, pools))
+    }
+
+    fn simulated_pool(&self, map: ClusterMap) -> Result<ClusterMap> {
+        if map.rules().is_empty() {
+            bail!(
+                "the map has no pools and no rules, so there is nothing to place; add a [[pools]] entry (see docs/map-format.md)"
+            );
+        }
+        let rule = match &self.sim_rule {
+            None => RuleRef::Id(map.rules()[0].id),
+            Some(text) => match text.parse::<u32>() {
+                Ok(id) => RuleRef::Id(RuleId(id)),
+                Err(_) => RuleRef::Name(text.clone()),
+            },
+        };
+        let mut builder = map.to_builder();
+        builder.pools.push(PoolSpec {
+            engine: EngineRef::Crush { rule: Some(rule) },
+            ..PoolSpec::crush(self.sim_pool_id, "simulated", self.pg_num, self.size)
+        });
+        builder
+            .build()
+            .context("cannot simulate a pool on this map (adjust --sim-rule, --pg-num, --size)")
+    }
+}
+
+/// A pool by name or id.
+pub fn find_pool(map: &ClusterMap, name: &str) -> Result<PoolId> {
+    if let Some(pool) = map.pool_by_name(name) {
+        return Ok(pool.id);
+    }
+    if let Ok(id) = name.parse::<u32>()
+        && let Some(pool) = map.pool(PoolId(id))
+    {
+        return Ok(pool.id);
+    }
+    let known: Vec<String> =
+        map.pools().iter().map(|p| format!("{} (id {})", p.name, p.id)).collect();
+    Err(anyhow!(
+        "no pool '{name}' in the map; pools are: {}",
+        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+    ))
+}

@@ -1,0 +1,169 @@
+//! Printing for people (aligned tables, bars) and for scripts (JSON), and progress bars.
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Prints an error chain to stderr: `error: outer: inner: …`.
+pub fn print_error(error: &anyhow::Error) {
+    let mut message = format!("error: {error}");
+    for cause in error.chain().skip(1) {
+        message.push_str(&format!(": {cause}"));
+    }
+    eprintln!("{message}");
+}
+
+/// A progress bar on stderr for `total` steps; invisible when stderr is not a terminal or the
+/// work is small (under about a second).
+pub fn progress(total: u64, message: &str, visible: bool) -> ProgressBar {
+    if !visible {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(10));
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} ({eta} left)")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(message.to_string());
+    bar
+}
+
+/// A plain-text table with right-aligned numeric columns.
+pub struct Table {
+    headers: Vec<String>,
+    rows: Vec<Vec<String>>,
+    left_aligned: Vec<bool>,
+}
+
+impl Table {
+    pub fn new(headers: &[&str]) -> Table {
+        Table {
+            headers: headers.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+            left_aligned: vec![false; headers.len()],
+        }
+    }
+
+    /// Marks columns (by index) as text, aligned left.
+    pub fn left(mut self, columns: &[usize]) -> Table {
+        for &c in columns {
+            self.left_aligned[c] = true;
+        }
+        self
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (i, cell) in row.iter().enumerate() {
+                if i < widths.len() {
+                    widths[i] = widths[i].max(cell.chars().count());
+                }
+            }
+        }
+        let mut out = String::new();
+        let line = |cells: &[String], out: &mut String| {
+            let mut parts = Vec::new();
+            for (i, cell) in cells.iter().enumerate() {
+                let width = widths.get(i).copied().unwrap_or(0);
+                if self.left_aligned.get(i).copied().unwrap_or(false) {
+                    parts.push(format!("{cell:<width$}"));
+                } else {
+                    parts.push(format!("{cell:>width$}"));
+                }
+            }
+            out.push_str(parts.join("  ").trim_end());
+            out.push('\n');
+        };
+        line(&self.headers, &mut out);
+        for row in &self.rows {
+            line(row, &mut out);
+        }
+        out
+    }
+}
+
+/// Formats a byte count with binary units.
+pub fn bytes(value: f64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = value;
+    let mut unit = 0;
+    while v.abs() >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{v:.0} B") } else { format!("{v:.2} {}", UNITS[unit]) }
+}
+
+/// An ASCII histogram: one line per bin with a bar scaled to `width` characters.
+pub fn histogram(histogram: &optio_placement::stats::Histogram, width: usize) -> String {
+    let max = histogram.counts.iter().copied().max().unwrap_or(0).max(1);
+    let mut out = String::new();
+    for (lower, count) in histogram.lower.iter().zip(&histogram.counts) {
+        let upper = lower + histogram.width;
+        let label = if histogram.width == 1.0 {
+            format!("{lower:>8.0}")
+        } else {
+            format!("{lower:>8.1}–{upper:<8.1}")
+        };
+        let bar = "#".repeat((count * width).div_ceil(max).min(width));
+        out.push_str(&format!("  {label} {count:>6} {bar}\n"));
+    }
+    out
+}
+
+/// Parses sizes like `4MiB`, `500GB`, `4096`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size; write e.g. 4096, 4KiB, 4MiB, 1GB"))?;
+    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "kb" => 1e3,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "mb" => 1e6,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "gb" => 1e9,
+        "t" | "tib" => 1024.0f64.powi(4),
+        "tb" => 1e12,
+        other => {
+            return Err(format!(
+                "unknown size unit '{other}' in '{text}'; use B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)"
+            ));
+        }
+    };
+    let value = number * multiplier;
+    if !value.is_finite() || value < 0.0 || value > u64::MAX as f64 {
+        return Err(format!("size '{text}' is out of range"));
+    }
+    Ok(value as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4MiB"), Ok(4 << 20));
+        assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
+        assert!(parse_size("4 parsecs").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn table_aligns() {
+        let mut t = Table::new(&["name", "n"]).left(&[0]);
+        t.row(vec!["a".into(), "10".into()]);
+        t.row(vec!["bbb".into(), "2".into()]);
+        assert_eq!(t.render(), "name   n\na     10\nbbb    2\n");
+    }
+}
