@@ -5,37 +5,6 @@ use crate::ids::BucketId;
 use crate::map::{BucketAlg, ClusterMap, Rule};
 use crate::tunables::Tunables;
 
-/// A divisor prepared for exact division by multiplication (`n / d == (n * m) >> shift` for
-/// every `n < 2^49`), so straw2 never pays for a hardware 64-bit division.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Divisor {
-    magic: u64,
-    shift: u32,
-}
-
-/// Numerators of straw2 divisions are `-crush_ln(u) + 2^48`, at most 2^48.
-const NUMERATOR_BITS: u32 = 49;
-
-impl Divisor {
-    pub(crate) fn new(divisor: u32) -> Divisor {
-        if divisor == 0 {
-            return Divisor::default();
-        }
-        // k = N + ceil(log2 d); m = ceil(2^k / d). Then m·d − 2^k < d ≤ 2^(k−N), which makes
-        // floor(n·m / 2^k) = floor(n / d) for all n < 2^N (Granlund & Montgomery, 1994).
-        let log2_ceil = 32 - (divisor - 1).leading_zeros();
-        let shift = NUMERATOR_BITS + log2_ceil;
-        let magic = (1u128 << shift).div_ceil(u128::from(divisor));
-        Divisor { magic: u64::try_from(magic).expect("m < 2^50"), shift }
-    }
-
-    #[inline(always)]
-    pub(crate) fn divide(self, numerator: u64) -> u64 {
-        debug_assert!(numerator < 1 << NUMERATOR_BITS);
-        ((u128::from(numerator) * u128::from(self.magic)) >> self.shift) as u64
-    }
-}
-
 /// One bucket, with offsets into the shared arrays of [`CrushMap`].
 #[derive(Clone, Debug, Default)]
 pub(crate) struct CompiledBucket {
@@ -43,7 +12,7 @@ pub(crate) struct CompiledBucket {
     pub(crate) type_id: u16,
     pub(crate) alg: Option<BucketAlg>,
     pub(crate) size: u32,
-    /// Start of this bucket's items, weights and divisors.
+    /// Start of this bucket's items and weights.
     pub(crate) start: u32,
     /// Start of this bucket's algorithm-specific values in `aux` (list: sum weights; tree:
     /// node weights; straw: straws).
@@ -63,7 +32,6 @@ pub(crate) struct CompiledChooseArgs {
     pub(crate) buckets: Vec<ChooseArgSlot>,
     pub(crate) ids: Vec<i32>,
     pub(crate) weights: Vec<u32>,
-    pub(crate) divisors: Vec<Divisor>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -79,7 +47,6 @@ pub struct CrushMap {
     pub(crate) buckets: Vec<Option<CompiledBucket>>,
     pub(crate) items: Vec<i32>,
     pub(crate) weights: Vec<u32>,
-    pub(crate) divisors: Vec<Divisor>,
     pub(crate) aux: Vec<u32>,
     pub(crate) rules: Vec<Option<Rule>>,
     pub(crate) tunables: Tunables,
@@ -97,7 +64,6 @@ impl CrushMap {
             buckets: vec![None; map.max_buckets() as usize],
             items: Vec::new(),
             weights: Vec::new(),
-            divisors: Vec::new(),
             aux: Vec::new(),
             rules: Vec::new(),
             tunables,
@@ -110,7 +76,6 @@ impl CrushMap {
             let aux_start = compiled.aux.len() as u32;
             compiled.items.extend(bucket.items.iter().map(|item| item.0));
             compiled.weights.extend(bucket.weights.iter().map(|w| w.0));
-            compiled.divisors.extend(bucket.weights.iter().map(|w| Divisor::new(w.0)));
             let weights: Vec<u32> = bucket.weights.iter().map(|w| w.0).collect();
             let mut num_nodes = 0;
             match bucket.alg {
@@ -156,7 +121,6 @@ impl CrushMap {
                 slot.weights_start = args.weights.len() as u32;
                 for position in &arg.weight_set {
                     args.weights.extend(position.iter().map(|w| w.0));
-                    args.divisors.extend(position.iter().map(|w| Divisor::new(w.0)));
                 }
             }
             compiled.choose_args.push((set.id, ChooseArgsRef(args)));
@@ -303,40 +267,6 @@ fn straw_lengths(weights: &[u32], calc_version: u8) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn magic_division_is_exact() {
-        let divisors = [
-            1u32,
-            2,
-            3,
-            7,
-            0x10000,
-            0x8000,
-            0x10001,
-            65535,
-            1_000_003,
-            u32::MAX,
-            u32::MAX - 1,
-            0x1234_5678,
-        ];
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        for &d in &divisors {
-            let divisor = Divisor::new(d);
-            for n in
-                [0u64, 1, (1 << 48) - 1, 1 << 48, (1 << 49) - 1, u64::from(d), u64::from(d) - 1]
-            {
-                assert_eq!(divisor.divide(n), n / u64::from(d), "{n} / {d}");
-            }
-            for _ in 0..20_000 {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let n = state & ((1 << 49) - 1);
-                assert_eq!(divisor.divide(n), n / u64::from(d), "{n} / {d}");
-            }
-        }
-    }
 
     #[test]
     fn tree_layout_matches_ceph() {

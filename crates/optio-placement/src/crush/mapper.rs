@@ -3,9 +3,7 @@
 //! Pure and allocation-free per call: the caller owns a [`CrushWork`] scratch area, as Ceph's
 //! caller owns its workspace. Integer and fixed-point arithmetic only.
 
-use super::compiled::{
-    ChooseArgSlot, ChooseArgsRef, CompiledBucket, CompiledChooseArgs, CrushMap, Divisor,
-};
+use super::compiled::{ChooseArgSlot, ChooseArgsRef, CompiledBucket, CompiledChooseArgs, CrushMap};
 use super::hash::{hash32_2, hash32_3, hash32_3_lanes, hash32_4};
 use super::ln::STRAW2_MAGNITUDE;
 use crate::ids::{ITEM_NONE, RuleId};
@@ -504,14 +502,7 @@ fn bucket_choose(
                 .and_then(|args| args.buckets.get(bucket_index(bucket.id)))
                 .filter(|slot| slot.ids_start.is_some() || slot.positions > 0);
             match slot {
-                None => straw2_choose(
-                    items,
-                    items,
-                    &map.weights[start..start + size],
-                    &map.divisors[start..start + size],
-                    x,
-                    r,
-                ),
+                None => straw2_choose(items, items, &map.weights[start..start + size], x, r),
                 Some(slot) => straw2_choose_args(
                     ctx.choose_args.expect("slot came from it"),
                     slot,
@@ -574,45 +565,43 @@ fn bucket_index(id: i32) -> usize {
 /// straw2: the item with the highest `ln(u) / weight` (an exponential race), lowest index on
 /// ties, zero weights never win unless all are zero.
 #[inline]
-fn straw2_choose(
-    items: &[i32],
-    ids: &[i32],
-    weights: &[u32],
-    divisors: &[Divisor],
-    x: u32,
-    r: u32,
-) -> i32 {
+fn straw2_choose(items: &[i32], ids: &[i32], weights: &[u32], x: u32, r: u32) -> i32 {
     let size = items.len();
-    let mut best = Best { index: 0, draw: i64::MIN };
+    let mut best = Best { index: 0, quotient: u64::MAX };
     let mut base = 0usize;
     // Hash a chunk of items at a time (vectorised, the lanes' dependency chains interleaved),
     // with the chunk sized to the bucket so that few lanes are wasted, then rank one by one.
     while base < size {
         let left = size - base;
         base += match left {
-            0..=4 => straw2_chunk::<4>(ids, weights, divisors, x, r, base, &mut best),
-            5..=8 => straw2_chunk::<8>(ids, weights, divisors, x, r, base, &mut best),
-            9..=12 => straw2_chunk::<12>(ids, weights, divisors, x, r, base, &mut best),
-            13..=16 => straw2_chunk::<16>(ids, weights, divisors, x, r, base, &mut best),
-            17..=20 => straw2_chunk::<20>(ids, weights, divisors, x, r, base, &mut best),
-            _ => straw2_chunk::<16>(ids, weights, divisors, x, r, base, &mut best),
+            0..=4 => straw2_chunk::<4>(ids, weights, x, r, base, &mut best),
+            5..=8 => straw2_chunk::<8>(ids, weights, x, r, base, &mut best),
+            9..=12 => straw2_chunk::<12>(ids, weights, x, r, base, &mut best),
+            13..=16 => straw2_chunk::<16>(ids, weights, x, r, base, &mut best),
+            17..=20 => straw2_chunk::<20>(ids, weights, x, r, base, &mut best),
+            _ => straw2_chunk::<16>(ids, weights, x, r, base, &mut best),
         };
     }
     items[best.index]
 }
 
-/// The running winner of a straw2 draw.
+/// The running winner of a straw2 draw. Ceph's draw is `−⌊m / w⌋` with
+/// `m = 2^48 − crush_ln(u)`, so the winner has the least quotient `⌊m / w⌋`; ties keep the
+/// lowest index; zero weights never win (quotient `u64::MAX` stands for "none yet", and item 0
+/// wins when every weight is zero, as in Ceph).
 struct Best {
     index: usize,
-    draw: i64,
+    quotient: u64,
 }
 
 /// Draws for items `base..base + L` (fewer at the end); returns how many it drew.
+///
+/// `⌊m / w⌋ < q ⇔ m < q·w` for integers, so an item is compared with one multiplication and
+/// only a new winner pays for a division (about ln n of them per bucket).
 #[inline(always)]
 fn straw2_chunk<const L: usize>(
     ids: &[i32],
     weights: &[u32],
-    divisors: &[Divisor],
     x: u32,
     r: u32,
     base: usize,
@@ -624,19 +613,25 @@ fn straw2_chunk<const L: usize>(
         *lane = *id as u32;
     }
     let hashes = hash32_3_lanes::<L>(x, &lane_ids, r);
-    for (lane, hash) in hashes.iter().enumerate().take(count) {
+    // Look every magnitude up before ranking, so that the table loads overlap.
+    let mut magnitudes = [0u64; L];
+    for (magnitude, hash) in magnitudes.iter_mut().zip(&hashes) {
+        *magnitude = STRAW2_MAGNITUDE[(hash & 0xffff) as usize];
+    }
+    for (lane, &magnitude) in magnitudes.iter().enumerate().take(count) {
         let i = base + lane;
-        let draw = if weights[i] != 0 {
-            // ln = crush_ln(u) - 2^48 ≤ 0; C's truncating division of a negative number
-            // equals the negated division of its magnitude.
-            let magnitude = STRAW2_MAGNITUDE[(hash & 0xffff) as usize];
-            -(divisors[i].divide(magnitude) as i64)
-        } else {
-            i64::MIN
+        let weight = u64::from(weights[i]);
+        if weight == 0 {
+            continue;
+        }
+        // limit = quotient · weight; on overflow the limit exceeds any magnitude (< 2^49).
+        let wins = match best.quotient.checked_mul(weight) {
+            Some(limit) => magnitude < limit,
+            None => true,
         };
-        if i == 0 || draw > best.draw {
+        if wins {
             best.index = i;
-            best.draw = draw;
+            best.quotient = magnitude / weight;
         }
     }
     count
@@ -658,14 +653,14 @@ fn straw2_choose_args(
         Some(ids_start) => &args.ids[ids_start as usize..ids_start as usize + size],
         None => items,
     };
-    let (weights, divisors) = if slot.positions > 0 {
+    let weights = if slot.positions > 0 {
         let position = position.min(slot.positions - 1) as usize;
         let offset = slot.weights_start as usize + position * size;
-        (&args.weights[offset..offset + size], &args.divisors[offset..offset + size])
+        &args.weights[offset..offset + size]
     } else {
-        (&map.weights[start..start + size], &map.divisors[start..start + size])
+        &map.weights[start..start + size]
     };
-    straw2_choose(items, ids, weights, divisors, x, r)
+    straw2_choose(items, ids, weights, x, r)
 }
 
 /// Ceph's `bucket_perm_choose`: a lazily extended Fisher–Yates permutation per (bucket, x),
