@@ -8,7 +8,9 @@ fn main() {
     let text = std::fs::read_to_string(&args[1]).unwrap();
     let map = optio_mapfile::parse(&text).unwrap();
     let n: u32 = args[2].parse().unwrap();
-    let crush = CrushMap::new(&map);
+    let mut crush = CrushMap::new(&map);
+    match std::env::var("SIMD").as_deref() { Ok("0") => crush.set_simd(optio_placement::crush::Simd::Baseline), Ok("1") => crush.set_simd(optio_placement::crush::Simd::Avx2), _ => {} }
+    eprintln!("{:?}", crush.simd());
     let mut work = CrushWork::new(&crush);
     let weights = map.reweight_vector();
     let mut out = vec![0i32; 3];

@@ -1,2 +1,142 @@
-//! Criterion benchmarks (filled in below).
-fn main() {}
+//! Criterion benchmarks of the placement core: CRUSH mappings, ring lookups, map building.
+//!
+//! Run: `cargo bench -p optio-placement --bench placement`. The side-by-side comparison with
+//! Ceph's crushtool is `scripts/bench-crush-vs-crushtool.sh`.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use optio_placement::crush::{CrushWork, Simd};
+use optio_placement::{
+    ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, Placement, PoolId, PoolSpec, ReplicaSet,
+    RuleId,
+};
+
+/// A map like `crushtool --build --num_osds N host straw2 H rack straw2 R root straw2 0`.
+fn hierarchy(racks: u32, hosts_per_rack: u32, osds_per_host: u32) -> ClusterMap {
+    let mut builder = ClusterMapBuilder::new();
+    let mut id = 0;
+    for rack in 0..racks {
+        for host in 0..hosts_per_rack {
+            let host_name = format!("host{}", rack * hosts_per_rack + host);
+            let rack_name = format!("rack{rack}");
+            for _ in 0..osds_per_host {
+                let location: Vec<(&str, &str)> = if racks > 1 {
+                    vec![("host", &host_name), ("rack", &rack_name)]
+                } else {
+                    vec![("host", &host_name)]
+                };
+                builder = builder.device(DeviceSpec::new(id).at(&location));
+                id += 1;
+            }
+        }
+    }
+    builder.replicated_rule(0, "replicated_rule", "default", "host").build().expect("valid map")
+}
+
+fn crush(c: &mut Criterion) {
+    let mut group = c.benchmark_group("crush_do_rule_3_replicas");
+    group.throughput(Throughput::Elements(1));
+    for (name, map) in [
+        ("10x10x10", hierarchy(10, 10, 10)),
+        ("50x20", hierarchy(1, 50, 20)),
+        ("4x10", hierarchy(1, 4, 10)),
+    ] {
+        let placement = Placement::new(&map).expect("compiles");
+        let weights = map.reweight_vector();
+        for simd in [Simd::Baseline, Simd::Avx2, Simd::Avx512] {
+            if simd > Simd::detect() {
+                continue;
+            }
+            let mut crush = placement.crush().clone();
+            crush.set_simd(simd);
+            let mut work = CrushWork::new(&crush);
+            let mut out = [0i32; 3];
+            let mut x = 0u32;
+            group.bench_function(format!("{name}/{simd:?}"), |b| {
+                b.iter(|| {
+                    x = x.wrapping_add(1);
+                    black_box(crush.do_rule(RuleId(0), x, &mut out, &weights, None, &mut work));
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+fn ring_map(devices: u32, vnodes: u64) -> ClusterMap {
+    let vnode_bytes = 8u64 << 30;
+    let capacity = vnode_bytes * vnodes;
+    let mut builder = ClusterMapBuilder::new();
+    for id in 0..devices {
+        let zone = format!("zone{}", id % 3);
+        let host = format!("host{id}");
+        builder = builder.device(DeviceSpec::new(id).capacity(capacity).at(&[("zone", &zone), ("host", &host)]));
+    }
+    builder
+        .pool(PoolSpec {
+            engine: EngineRef::Ring { vnode_bytes: Some(vnode_bytes), failure_domain: None },
+            ..PoolSpec::crush(1, "ring", 0, 3)
+        })
+        .build()
+        .expect("valid map")
+}
+
+fn ring(c: &mut Criterion) {
+    let map = ring_map(1000, 160);
+    let placement = Placement::new(&map).expect("compiles");
+    let pool = placement.pool(PoolId(1)).expect("pool");
+    let ring = pool.ring().expect("ring pool");
+    eprintln!(
+        "ring: {} vnodes, {} bytes, {:.2} bytes per vnode",
+        ring.vnode_count(),
+        ring.memory_bytes(),
+        ring.memory_bytes() as f64 / ring.vnode_count() as f64
+    );
+    let mut group = c.benchmark_group("ring_1000x160");
+    group.throughput(Throughput::Elements(1));
+    let mut key = 0u32;
+    group.bench_function("primary", |b| {
+        b.iter(|| {
+            key = key.wrapping_add(0x9e37_79b9);
+            black_box(ring.primary(key))
+        })
+    });
+    let mut out = ReplicaSet::new();
+    group.bench_function("3_distinct_replicas", |b| {
+        b.iter(|| {
+            key = key.wrapping_add(0x9e37_79b9);
+            ring.place(key, 3, &mut out);
+            black_box(out.len())
+        })
+    });
+    group.finish();
+}
+
+fn build(c: &mut Criterion) {
+    let mut group = c.benchmark_group("map_build");
+    group.sample_size(10);
+    let specs: Vec<DeviceSpec> = (0..100_000u32)
+        .map(|id| {
+            let host = format!("host{}", id / 20);
+            let rack = format!("rack{}", id / 2000);
+            DeviceSpec::new(id).capacity(1 << 39).at(&[("host", &host), ("rack", &rack)])
+        })
+        .collect();
+    group.bench_function("100000_devices", |b| {
+        b.iter(|| {
+            let mut builder = ClusterMapBuilder::new();
+            builder.devices = specs.clone();
+            let map = builder
+                .replicated_rule(0, "replicated_rule", "default", "host")
+                .pool(PoolSpec::crush(1, "rbd", 4096, 3))
+                .build()
+                .expect("valid");
+            black_box(map.devices().len())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, crush, ring, build);
+criterion_main!(benches);

@@ -32,7 +32,9 @@
 //! assert_eq!(devices.len(), 3);
 //! ```
 
-#![forbid(unsafe_code)]
+// Unsafe code is denied everywhere but in `crush::straw2`, which calls functions compiled for
+// AVX2/AVX-512 after checking that the CPU has them (a measured 1.3–2x on straw2 maps).
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod analysis;

@@ -19,6 +19,9 @@ pub(crate) struct CompiledBucket {
     pub(crate) aux_start: u32,
     /// Tree buckets: number of nodes.
     pub(crate) num_nodes: u32,
+    /// The weight every item has, when all items have the same non-zero weight (0 otherwise):
+    /// straw2 then ranks by magnitude alone.
+    pub(crate) equal_weight: u32,
 }
 
 /// A compiled choose_args set, as handed to [`CrushMap::do_rule`].
@@ -54,6 +57,8 @@ pub struct CrushMap {
     /// Whether some mapping may need the per-call permutation scratch.
     pub(crate) needs_permutations: bool,
     pub(crate) choose_args: Vec<(i64, ChooseArgsRef)>,
+    /// Vector instructions straw2 uses (the widest this CPU has, unless lowered).
+    pub(crate) simd: super::Simd,
 }
 
 impl CrushMap {
@@ -70,6 +75,7 @@ impl CrushMap {
             max_devices: map.max_devices() as i32,
             needs_permutations: tunables.choose_local_fallback_tries > 0,
             choose_args: Vec::new(),
+            simd: super::Simd::detect(),
         };
         for bucket in map.buckets() {
             let start = compiled.items.len() as u32;
@@ -99,6 +105,10 @@ impl CrushMap {
                 start,
                 aux_start,
                 num_nodes,
+                equal_weight: match weights.first() {
+                    Some(&first) if first > 0 && weights.iter().all(|w| *w == first) => first,
+                    _ => 0,
+                },
             });
         }
         let rule_slots = map.rules().iter().map(|r| r.id.0 as usize + 1).max().unwrap_or(0);
@@ -126,6 +136,16 @@ impl CrushMap {
             compiled.choose_args.push((set.id, ChooseArgsRef(args)));
         }
         compiled
+    }
+
+    /// Uses at most `simd` vector instructions (results never depend on it; for benchmarks).
+    pub fn set_simd(&mut self, simd: super::Simd) {
+        self.simd = simd.at_most();
+    }
+
+    /// The vector instructions in use.
+    pub fn simd(&self) -> super::Simd {
+        self.simd
     }
 
     /// The tunables the map was compiled with.

@@ -4,8 +4,8 @@
 //! caller owns its workspace. Integer and fixed-point arithmetic only.
 
 use super::compiled::{ChooseArgSlot, ChooseArgsRef, CompiledBucket, CompiledChooseArgs, CrushMap};
-use super::hash::{hash32_2, hash32_3, hash32_3_lanes, hash32_4};
-use super::ln::STRAW2_MAGNITUDE;
+use super::hash::{hash32_2, hash32_3, hash32_4};
+use super::straw2;
 use crate::ids::{ITEM_NONE, RuleId};
 use crate::map::{BucketAlg, Step};
 
@@ -502,7 +502,10 @@ fn bucket_choose(
                 .and_then(|args| args.buckets.get(bucket_index(bucket.id)))
                 .filter(|slot| slot.ids_start.is_some() || slot.positions > 0);
             match slot {
-                None => straw2_choose(items, items, &map.weights[start..start + size], x, r),
+                None if bucket.equal_weight != 0 && size <= straw2::EQUAL_WEIGHT_ITEMS_MAX => {
+                    straw2::choose_equal(map.simd, items, bucket.equal_weight, x, r)
+                }
+                None => straw2::choose(map.simd, items, items, &map.weights[start..start + size], x, r),
                 Some(slot) => straw2_choose_args(
                     ctx.choose_args.expect("slot came from it"),
                     slot,
@@ -562,81 +565,6 @@ fn bucket_index(id: i32) -> usize {
     (-1 - i64::from(id)) as usize
 }
 
-/// straw2: the item with the highest `ln(u) / weight` (an exponential race), lowest index on
-/// ties, zero weights never win unless all are zero.
-#[inline]
-fn straw2_choose(items: &[i32], ids: &[i32], weights: &[u32], x: u32, r: u32) -> i32 {
-    let size = items.len();
-    let mut best = Best { index: 0, quotient: u64::MAX };
-    let mut base = 0usize;
-    // Hash a chunk of items at a time (vectorised, the lanes' dependency chains interleaved),
-    // with the chunk sized to the bucket so that few lanes are wasted, then rank one by one.
-    while base < size {
-        let left = size - base;
-        base += match left {
-            0..=4 => straw2_chunk::<4>(ids, weights, x, r, base, &mut best),
-            5..=8 => straw2_chunk::<8>(ids, weights, x, r, base, &mut best),
-            9..=12 => straw2_chunk::<12>(ids, weights, x, r, base, &mut best),
-            13..=16 => straw2_chunk::<16>(ids, weights, x, r, base, &mut best),
-            17..=20 => straw2_chunk::<20>(ids, weights, x, r, base, &mut best),
-            _ => straw2_chunk::<16>(ids, weights, x, r, base, &mut best),
-        };
-    }
-    items[best.index]
-}
-
-/// The running winner of a straw2 draw. Ceph's draw is `−⌊m / w⌋` with
-/// `m = 2^48 − crush_ln(u)`, so the winner has the least quotient `⌊m / w⌋`; ties keep the
-/// lowest index; zero weights never win (quotient `u64::MAX` stands for "none yet", and item 0
-/// wins when every weight is zero, as in Ceph).
-struct Best {
-    index: usize,
-    quotient: u64,
-}
-
-/// Draws for items `base..base + L` (fewer at the end); returns how many it drew.
-///
-/// `⌊m / w⌋ < q ⇔ m < q·w` for integers, so an item is compared with one multiplication and
-/// only a new winner pays for a division (about ln n of them per bucket).
-#[inline(always)]
-fn straw2_chunk<const L: usize>(
-    ids: &[i32],
-    weights: &[u32],
-    x: u32,
-    r: u32,
-    base: usize,
-    best: &mut Best,
-) -> usize {
-    let count = (ids.len() - base).min(L);
-    let mut lane_ids = [0u32; L];
-    for (lane, id) in lane_ids.iter_mut().zip(&ids[base..base + count]) {
-        *lane = *id as u32;
-    }
-    let hashes = hash32_3_lanes::<L>(x, &lane_ids, r);
-    // Look every magnitude up before ranking, so that the table loads overlap.
-    let mut magnitudes = [0u64; L];
-    for (magnitude, hash) in magnitudes.iter_mut().zip(&hashes) {
-        *magnitude = STRAW2_MAGNITUDE[(hash & 0xffff) as usize];
-    }
-    for (lane, &magnitude) in magnitudes.iter().enumerate().take(count) {
-        let i = base + lane;
-        let weight = u64::from(weights[i]);
-        if weight == 0 {
-            continue;
-        }
-        // limit = quotient · weight; on overflow the limit exceeds any magnitude (< 2^49).
-        let wins = match best.quotient.checked_mul(weight) {
-            Some(limit) => magnitude < limit,
-            None => true,
-        };
-        if wins {
-            best.index = i;
-            best.quotient = magnitude / weight;
-        }
-    }
-    count
-}
-
 fn straw2_choose_args(
     args: &CompiledChooseArgs,
     slot: &ChooseArgSlot,
@@ -660,7 +588,7 @@ fn straw2_choose_args(
     } else {
         &map.weights[start..start + size]
     };
-    straw2_choose(items, ids, weights, x, r)
+    straw2::choose(map.simd, items, ids, weights, x, r)
 }
 
 /// Ceph's `bucket_perm_choose`: a lazily extended Fisher–Yates permutation per (bucket, x),

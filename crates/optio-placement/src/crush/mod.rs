@@ -14,6 +14,8 @@ pub mod hash;
 pub mod ln;
 mod ln_tables;
 mod mapper;
+mod straw2;
 
 pub use compiled::{ChooseArgsRef, CrushMap};
 pub use mapper::CrushWork;
+pub use straw2::Simd;

@@ -23,6 +23,9 @@ pub enum Format {
     Json,
     /// Exactly what `crushtool --test --show-mappings` prints (CRUSH-input mode only).
     Crushtool,
+    /// Only the result-size counts, as `crushtool --test --show-statistics` prints them
+    /// (CRUSH-input mode only).
+    Statistics,
 }
 
 /// Arguments of `optio place`.
@@ -305,7 +308,18 @@ fn run_crush_inputs(args: &Args, format: Format) -> Result<()> {
             Some(n) => vec![n],
             None => (rule.min_size..=rule.max_size).collect(),
         };
+        if format == Format::Statistics {
+            writeln!(
+                out,
+                "rule {} ({}), x = {min_x}..{max_x}, numrep = {}..{}",
+                rule.id,
+                rule.name,
+                reps.first().copied().unwrap_or(0),
+                reps.last().copied().unwrap_or(0)
+            )?;
+        }
         for num_rep in reps {
+            let mut sizes = vec![0u64; num_rep as usize + 1];
             if num_rep as usize > optio_placement::map::REPLICAS_MAX * 8 {
                 bail!(
                     "--num-rep {num_rep} is too large (at most {})",
@@ -321,7 +335,9 @@ fn run_crush_inputs(args: &Args, format: Format) -> Result<()> {
                 let n =
                     crush.do_rule(rule.id, input, &mut result, &weights, choose_args, &mut work);
                 let items = &result[..n];
+                sizes[n] += 1;
                 match format {
+                    Format::Statistics => {}
                     Format::Crushtool | Format::Table => {
                         let list: Vec<String> = items.iter().map(|v| v.to_string()).collect();
                         writeln!(out, "CRUSH rule {} x {} [{}]", rule.id, x, list.join(","))?;
@@ -332,6 +348,16 @@ fn run_crush_inputs(args: &Args, format: Format) -> Result<()> {
                 }
                 if x % 65536 == 0 {
                     bar.inc(65536.min(u64::from(max_x - x) + 1));
+                }
+            }
+            if format == Format::Statistics {
+                let total = u64::from(max_x - min_x) + 1;
+                for (size, count) in sizes.iter().enumerate().filter(|(_, c)| **c > 0) {
+                    writeln!(
+                        out,
+                        "rule {} ({}) num_rep {num_rep} result size == {size}:\t{count}/{total}",
+                        rule.id, rule.name
+                    )?;
                 }
             }
         }
