@@ -9,7 +9,11 @@ fn main() {
     let map = optio_mapfile::parse(&text).unwrap();
     let n: u32 = args[2].parse().unwrap();
     let mut crush = CrushMap::new(&map);
-    match std::env::var("SIMD").as_deref() { Ok("0") => crush.set_simd(optio_placement::crush::Simd::Baseline), Ok("1") => crush.set_simd(optio_placement::crush::Simd::Avx2), _ => {} }
+    match std::env::var("SIMD").as_deref() {
+        Ok("0") => crush.set_simd(optio_placement::crush::Simd::Baseline),
+        Ok("1") => crush.set_simd(optio_placement::crush::Simd::Avx2),
+        _ => {}
+    }
     eprintln!("{:?}", crush.simd());
     let mut work = CrushWork::new(&crush);
     let weights = map.reweight_vector();

@@ -71,7 +71,8 @@ fn ring_map(devices: u32, vnodes: u64) -> ClusterMap {
     for id in 0..devices {
         let zone = format!("zone{}", id % 3);
         let host = format!("host{id}");
-        builder = builder.device(DeviceSpec::new(id).capacity(capacity).at(&[("zone", &zone), ("host", &host)]));
+        builder = builder
+            .device(DeviceSpec::new(id).capacity(capacity).at(&[("zone", &zone), ("host", &host)]));
     }
     builder
         .pool(PoolSpec {

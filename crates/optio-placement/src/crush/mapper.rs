@@ -505,7 +505,9 @@ fn bucket_choose(
                 None if bucket.equal_weight != 0 && size <= straw2::EQUAL_WEIGHT_ITEMS_MAX => {
                     straw2::choose_equal(map.simd, items, bucket.equal_weight, x, r)
                 }
-                None => straw2::choose(map.simd, items, items, &map.weights[start..start + size], x, r),
+                None => {
+                    straw2::choose(map.simd, items, items, &map.weights[start..start + size], x, r)
+                }
                 Some(slot) => straw2_choose_args(
                     ctx.choose_args.expect("slot came from it"),
                     slot,

@@ -81,7 +81,14 @@ macro_rules! by_chunks {
 
 /// The straw2 winner among `items` (hashed as `ids`) with `weights`.
 #[allow(unsafe_code)]
-pub(crate) fn choose(simd: Simd, items: &[i32], ids: &[i32], weights: &[u32], x: u32, r: u32) -> i32 {
+pub(crate) fn choose(
+    simd: Simd,
+    items: &[i32],
+    ids: &[i32],
+    weights: &[u32],
+    x: u32,
+    r: u32,
+) -> i32 {
     match simd {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Simd` above `Baseline` comes only from `Simd::detect`/`at_most`, which
@@ -140,7 +147,8 @@ fn choose_equal_at<const LEVEL: u8>(items: &[i32], weight: u32, x: u32, r: u32) 
     let mut magnitudes = [0u64; EQUAL_WEIGHT_ITEMS_MAX];
     let mut base = 0usize;
     while base < size {
-        base += by_chunks!(LEVEL, size - base, magnitudes_chunk(items, x, r, base, &mut magnitudes));
+        base +=
+            by_chunks!(LEVEL, size - base, magnitudes_chunk(items, x, r, base, &mut magnitudes));
     }
     let magnitudes = &magnitudes[..size];
     let least = magnitudes.iter().copied().min().expect("buckets chosen from are not empty");
@@ -265,11 +273,14 @@ mod tests {
             state ^= state << 17;
             state
         };
-        let levels: Vec<Simd> =
-            [Simd::Baseline, Simd::Avx2, Simd::Avx512].into_iter().filter(|l| *l <= Simd::detect()).collect();
+        let levels: Vec<Simd> = [Simd::Baseline, Simd::Avx2, Simd::Avx512]
+            .into_iter()
+            .filter(|l| *l <= Simd::detect())
+            .collect();
         for size in 1..=70usize {
             for round in 0..60 {
-                let items: Vec<i32> = (0..size).map(|i| -(i as i32) * 7 + (next() % 1000) as i32).collect();
+                let items: Vec<i32> =
+                    (0..size).map(|i| -(i as i32) * 7 + (next() % 1000) as i32).collect();
                 let equal = round % 3 == 0;
                 let weights: Vec<u32> = (0..size)
                     .map(|_| match (equal, next() % 8) {
@@ -283,9 +294,17 @@ mod tests {
                 let (x, r) = (next() as u32, (next() % 64) as u32);
                 let expected = reference(&items, &weights, x, r);
                 for &level in &levels {
-                    assert_eq!(choose(level, &items, &items, &weights, x, r), expected, "{level:?} size {size}");
+                    assert_eq!(
+                        choose(level, &items, &items, &weights, x, r),
+                        expected,
+                        "{level:?} size {size}"
+                    );
                     if equal && size <= EQUAL_WEIGHT_ITEMS_MAX {
-                        assert_eq!(choose_equal(level, &items, 0x10000, x, r), expected, "{level:?} equal, size {size}");
+                        assert_eq!(
+                            choose_equal(level, &items, 0x10000, x, r),
+                            expected,
+                            "{level:?} equal, size {size}"
+                        );
                     }
                 }
             }
