@@ -1,4 +1,5 @@
 //! Integration tests of optio-placement: properties of the engines, golden placements, the
 //! builder's refusals, and the CRUSH mapper's robustness.
 
+mod builder_errors;
 mod crush_scratch;
