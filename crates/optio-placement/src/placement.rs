@@ -8,12 +8,21 @@ use crate::pg::{self, PgId};
 use crate::ring::Ring;
 
 /// An ordered set of devices (primary first). Positional sets (erasure-coded pools) may hold
-/// [`ITEM_NONE`] holes.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// [`ITEM_NONE`] holes. Two sets are equal when their entries are: whatever lies beyond
+/// `len` (left there by [`clear`](Self::clear)) does not count.
+#[derive(Clone, Copy)]
 pub struct ReplicaSet {
     len: u8,
     items: [i32; REPLICAS_MAX],
 }
+
+impl PartialEq for ReplicaSet {
+    fn eq(&self, other: &ReplicaSet) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for ReplicaSet {}
 
 impl Default for ReplicaSet {
     fn default() -> ReplicaSet {
@@ -353,5 +362,27 @@ fn apply_primary_affinity(table: &DeviceTable, pps: u32, erasure: bool, set: &mu
         let primary = items.remove(position);
         items.insert(0, primary);
         set.set_from(&items);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_sets_compare_by_their_entries_only() {
+        // A reused set keeps stale entries past its length; they must not make it unequal
+        // to a fresh set with the same entries (they did when equality was derived).
+        let mut reused = ReplicaSet::new();
+        for d in [4, 8, 15] {
+            reused.push(d);
+        }
+        reused.clear();
+        reused.push(2);
+        let mut fresh = ReplicaSet::new();
+        fresh.push(2);
+        assert_eq!(reused, fresh);
+        fresh.push(3);
+        assert_ne!(reused, fresh);
     }
 }

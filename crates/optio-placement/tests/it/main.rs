@@ -3,3 +3,5 @@
 
 mod builder_errors;
 mod crush_scratch;
+mod properties;
+mod strategies;
