@@ -1,7 +1,9 @@
 //! Integration tests of optio-placement: properties of the engines, golden placements, the
 //! builder's refusals, and the CRUSH mapper's robustness.
 
+mod balance;
 mod builder_errors;
 mod crush_scratch;
+mod movement;
 mod properties;
 mod strategies;
