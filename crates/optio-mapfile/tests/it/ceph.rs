@@ -140,12 +140,16 @@ impl Ceph {
         self.run("crushtool", &["-i", path_str(map), "--dump"])
     }
 
-    /// The map as Optio reads it from `crushtool --dump`.
+    /// The map as Optio reads it from `crushtool --dump`; checks on the way that it rebuilds
+    /// unchanged through `to_builder()` (shadow trees, choose_args and all).
     pub fn load(&self, map: &Path) -> ClusterMap {
         let json = self.dump(map);
         let json = name_raw_opcodes(&json);
-        optio_mapfile::ceph_json::parse(&json)
-            .unwrap_or_else(|e| panic!("Optio refuses crushtool's dump of {map:?}: {e:?}\n{json}"))
+        let loaded = optio_mapfile::ceph_json::parse(&json)
+            .unwrap_or_else(|e| panic!("Optio refuses crushtool's dump of {map:?}: {e:?}\n{json}"));
+        let rebuilt = loaded.to_builder().build().expect("an imported map rebuilds");
+        assert_eq!(rebuilt, loaded, "to_builder().build() of {map:?} changed the map");
+        loaded
     }
 
     /// What `crushtool --test --show-mappings` answers for `run`, one entry per input.

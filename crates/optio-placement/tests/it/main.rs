@@ -6,4 +6,5 @@ mod builder_errors;
 mod crush_scratch;
 mod movement;
 mod properties;
+mod robustness;
 mod strategies;
