@@ -4,6 +4,7 @@
 mod balance;
 mod builder_errors;
 mod crush_scratch;
+mod golden;
 mod movement;
 mod properties;
 mod robustness;
