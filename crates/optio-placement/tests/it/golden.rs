@@ -1,6 +1,6 @@
 //! Proves: placements have not changed. Each fixture in `tests/golden/` holds a map (as a
 //! small JSON description), object names, and what every pool of the map placed them on
-//! (PG, engine key, devices); any change of mapping output — CRUSH or ring, hashing, PG
+//! (PG, engine key, devices, primary); any change of mapping output — CRUSH or ring, hashing, PG
 //! folding, primary affinity, up/out handling — fails here. A change that is meant is a new,
 //! named placement version: rewrite the fixtures with `OPTIO_BLESS=1 cargo test golden` and
 //! say so in the commit.
@@ -254,7 +254,8 @@ fn build(description: &Value) -> ClusterMap {
 }
 
 /// Every pool's placement of [`OBJECTS`] names, one line per object:
-/// `[name, pg or null, key, [devices…]]` (`2147483647` is an erasure-coded hole).
+/// `[name, pg or null, key, [devices…], primary]` (`2147483647` is an erasure-coded hole;
+/// primary affinity can make an erasure-coded set's primary other than its first device).
 fn placements(map: &ClusterMap) -> String {
     let placement = Placement::new(map).expect("compiles");
     let mut out = String::from("{\n");
@@ -267,7 +268,8 @@ fn placements(map: &ClusterMap) -> String {
             let location = pool.locate(&name);
             let pg = location.pg.map_or(Value::Null, |pg| json!(pg.to_string()));
             let comma = if i + 1 < OBJECTS { "," } else { "" };
-            let line = json!([name, pg, location.key, location.devices.as_slice()]);
+            let primary = location.devices.primary().map_or(-1, |d| i64::from(d.0));
+            let line = json!([name, pg, location.key, location.devices.as_slice(), primary]);
             writeln!(out, "    {line}{comma}").expect("write");
         }
         writeln!(out, "  ]{}", if n + 1 < pools.len() { "," } else { "" }).expect("write");
