@@ -8,4 +8,5 @@ mod golden;
 mod movement;
 mod properties;
 mod robustness;
+mod stats_props;
 mod strategies;
