@@ -1577,6 +1577,7 @@ fn build_pools(
                         },
                     ));
                 }
+                check_ring_size(&subject, &map.build.devices, vnode_bytes)?;
                 let failure_domain = match failure_domain {
                     Some(name) => Some(map.type_id(&subject, name)?),
                     None => None,
@@ -1597,6 +1598,36 @@ fn build_pools(
     }
     pools.sort_by_key(|p| p.id);
     Ok(pools)
+}
+
+/// Refuses a ring that would hold more than [`RING_VNODES_MAX`](crate::ring::RING_VNODES_MAX)
+/// virtual nodes (8 bytes each, plus the index): `vnode_bytes` too small for the capacity.
+fn check_ring_size(
+    subject: &Subject,
+    devices: &[Device],
+    vnode_bytes: u64,
+) -> Result<(), MapError> {
+    let vnodes: u64 = devices
+        .iter()
+        .filter(|d| d.is_in && d.weight.0 > 0 && d.reweight.0 > 0 && d.capacity_bytes > 0)
+        .map(|d| u64::from(crate::ring::vnode_count(d.capacity_bytes, d.reweight.0, vnode_bytes)))
+        .sum();
+    let max = crate::ring::RING_VNODES_MAX;
+    if vnodes > max {
+        let capacity: u128 = devices.iter().map(|d| u128::from(d.capacity_bytes)).sum();
+        let suggested = capacity.div_ceil(u128::from(max / 2)).max(1);
+        return Err(err(
+            subject.clone(),
+            Kind::OutOfRange {
+                field: "vnode_bytes",
+                value: vnode_bytes.to_string(),
+                reason: format!(
+                    "the ring would have {vnodes} virtual nodes, more than {max}; raise vnode_bytes to {suggested} or more"
+                ),
+            },
+        ));
+    }
+    Ok(())
 }
 
 /// Upper bound on how many devices `rule` can return, from the weights alone (up/in states do

@@ -21,6 +21,9 @@ use crate::placement::ReplicaSet;
 
 /// Most virtual nodes one device may have.
 pub const RING_VNODES_PER_DEVICE_MAX: u64 = 65_536;
+/// Most virtual nodes one ring may have (about 150 MB of lookup tables); the builder refuses
+/// ring pools whose `vnode_bytes` would exceed it.
+pub const RING_VNODES_MAX: u64 = 1 << 24;
 
 /// A compiled ring.
 #[derive(Clone, Debug)]

@@ -402,3 +402,32 @@ fn rule_steps_beyond_the_tunables_limits() {
     ];
     base().rule(rule(1, "tuned", steps)).build().expect("within the limits");
 }
+
+#[test]
+fn ring_with_too_many_virtual_nodes() {
+    // 300 devices of 1 TiB in 1 MiB vnodes: 65,536 each (the per-device cap), 19.7 million
+    // in all — a ring of hundreds of megabytes. Refused, with the vnode_bytes that would do.
+    let mut builder = ClusterMapBuilder::new();
+    for id in 0..300u32 {
+        builder = builder.device(DeviceSpec::new(id).capacity(1 << 40));
+    }
+    let mut pool = PoolSpec::crush(1, "tiny-vnodes", 0, 3);
+    pool.engine = EngineRef::Ring { vnode_bytes: Some(1 << 20), failure_domain: None };
+    let kind = refused(
+        builder.clone().pool(pool),
+        Subject::Pool("tiny-vnodes".into()),
+        "raise vnode_bytes to",
+    );
+    assert!(matches!(kind, MapErrorKind::OutOfRange { field: "vnode_bytes", .. }), "{kind:?}");
+    // The suggested size is accepted.
+    let MapErrorKind::OutOfRange { reason, .. } = kind else { unreachable!() };
+    let suggested: u64 = reason
+        .rsplit("raise vnode_bytes to ")
+        .next()
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a number");
+    let mut pool = PoolSpec::crush(1, "tiny-vnodes", 0, 3);
+    pool.engine = EngineRef::Ring { vnode_bytes: Some(suggested), failure_domain: None };
+    builder.pool(pool).build().expect("the suggested vnode_bytes fits");
+}
