@@ -279,6 +279,11 @@ pub const DEFAULT_TYPES: [(u16, &str); 12] = [
     (11, "root"),
 ];
 
+/// Most tries (total, local, fallback, leaf) a tunable or a rule's `set_*` step may ask for.
+pub const TRIES_MAX: u32 = 1000;
+/// Largest `chooseleaf_vary_r`: the mapper shifts a 32-bit `r` right by `vary_r - 1`.
+pub const VARY_R_MAX: u32 = 32;
+
 /// Name of the root that derived locations hang under.
 pub const DEFAULT_ROOT: &str = "default";
 
@@ -1368,7 +1373,7 @@ fn build_rules(map: &PartialMap<'_>, specs: &[RuleSpec]) -> Result<Vec<Rule>, Ma
             steps.push(match step {
                 StepSpec::Noop => Step::Noop,
                 StepSpec::Emit => Step::Emit,
-                StepSpec::Set(set) => *set,
+                StepSpec::Set(set) => check_set_step(&subject, *set)?,
                 StepSpec::Take { item, class } => {
                     let item = map.resolve(&subject, item)?;
                     match class {
@@ -1407,6 +1412,29 @@ fn build_rules(map: &PartialMap<'_>, specs: &[RuleSpec]) -> Result<Vec<Rule>, Ma
     }
     rules.sort_by_key(|r| r.id);
     Ok(rules)
+}
+
+/// Holds a rule's `set_*` steps to the limits of the tunables they override (see
+/// [`check_tunables`]): a larger `set_chooseleaf_vary_r` would shift a 32-bit `r` by 32 or
+/// more bits, and huge try counts make a mapping loop practically forever. Negative values
+/// are kept: Ceph ignores them.
+fn check_set_step(subject: &Subject, step: Step) -> Result<Step, MapError> {
+    let (field, value, max) = match step {
+        Step::SetChooseTries(v) => ("set_choose_tries", v, TRIES_MAX),
+        Step::SetChooseleafTries(v) => ("set_chooseleaf_tries", v, TRIES_MAX),
+        Step::SetChooseLocalTries(v) => ("set_choose_local_tries", v, TRIES_MAX),
+        Step::SetChooseLocalFallbackTries(v) => ("set_choose_local_fallback_tries", v, TRIES_MAX),
+        Step::SetChooseleafVaryR(v) => ("set_chooseleaf_vary_r", v, VARY_R_MAX),
+        Step::SetChooseleafStable(v) => ("set_chooseleaf_stable", v, 1),
+        other => return Ok(other),
+    };
+    if i64::from(value) > i64::from(max) {
+        return Err(err(
+            subject.clone(),
+            Kind::OutOfRange { field, value: value.to_string(), reason: format!("at most {max}") },
+        ));
+    }
+    Ok(step)
 }
 
 fn build_choose_args(
@@ -1549,6 +1577,7 @@ fn build_pools(
                         },
                     ));
                 }
+                check_ring_size(&subject, &map.build.devices, vnode_bytes)?;
                 let failure_domain = match failure_domain {
                     Some(name) => Some(map.type_id(&subject, name)?),
                     None => None,
@@ -1569,6 +1598,36 @@ fn build_pools(
     }
     pools.sort_by_key(|p| p.id);
     Ok(pools)
+}
+
+/// Refuses a ring that would hold more than [`RING_VNODES_MAX`](crate::ring::RING_VNODES_MAX)
+/// virtual nodes (8 bytes each, plus the index): `vnode_bytes` too small for the capacity.
+fn check_ring_size(
+    subject: &Subject,
+    devices: &[Device],
+    vnode_bytes: u64,
+) -> Result<(), MapError> {
+    let vnodes: u64 = devices
+        .iter()
+        .filter(|d| d.is_in && d.weight.0 > 0 && d.reweight.0 > 0 && d.capacity_bytes > 0)
+        .map(|d| u64::from(crate::ring::vnode_count(d.capacity_bytes, d.reweight.0, vnode_bytes)))
+        .sum();
+    let max = crate::ring::RING_VNODES_MAX;
+    if vnodes > max {
+        let capacity: u128 = devices.iter().map(|d| u128::from(d.capacity_bytes)).sum();
+        let suggested = capacity.div_ceil(u128::from(max / 2)).max(1);
+        return Err(err(
+            subject.clone(),
+            Kind::OutOfRange {
+                field: "vnode_bytes",
+                value: vnode_bytes.to_string(),
+                reason: format!(
+                    "the ring would have {vnodes} virtual nodes, more than {max}; raise vnode_bytes to {suggested} or more"
+                ),
+            },
+        ));
+    }
+    Ok(())
 }
 
 /// Upper bound on how many devices `rule` can return, from the weights alone (up/in states do
@@ -1698,11 +1757,11 @@ fn check_tunables(tunables: &Tunables) -> Result<(), MapError> {
             Ok(())
         }
     };
-    limit("choose_total_tries", tunables.choose_total_tries, 1000)?;
-    limit("choose_local_tries", tunables.choose_local_tries, 1000)?;
-    limit("choose_local_fallback_tries", tunables.choose_local_fallback_tries, 1000)?;
+    limit("choose_total_tries", tunables.choose_total_tries, TRIES_MAX)?;
+    limit("choose_local_tries", tunables.choose_local_tries, TRIES_MAX)?;
+    limit("choose_local_fallback_tries", tunables.choose_local_fallback_tries, TRIES_MAX)?;
     limit("chooseleaf_descend_once", tunables.chooseleaf_descend_once, 1)?;
-    limit("chooseleaf_vary_r", u32::from(tunables.chooseleaf_vary_r), 32)?;
+    limit("chooseleaf_vary_r", u32::from(tunables.chooseleaf_vary_r), VARY_R_MAX)?;
     limit("chooseleaf_stable", u32::from(tunables.chooseleaf_stable), 1)?;
     limit("straw_calc_version", u32::from(tunables.straw_calc_version), 1)?;
     Ok(())

@@ -62,10 +62,14 @@ pub enum MapErrorKind {
         other: String,
     },
     /// Two items share a name.
-    #[error("the name is used twice; names of devices, buckets, rules and pools must be unique")]
+    #[error(
+        "the name is used twice; names of devices, buckets, rules and pools must be unique: rename one of them"
+    )]
     DuplicateName,
     /// A reference to an item that does not exist.
-    #[error("refers to {what} '{name}', which is not defined in the map")]
+    #[error(
+        "refers to {what} '{name}', which is not defined in the map; define it or correct the reference"
+    )]
     UnknownReference {
         /// What kind of thing was referenced ("device", "bucket", "type", "rule", "class").
         what: &'static str,
@@ -73,13 +77,17 @@ pub enum MapErrorKind {
         name: String,
     },
     /// The bucket hierarchy has a cycle.
-    #[error("is its own ancestor (cycle: {path}); a bucket hierarchy must be a tree")]
+    #[error(
+        "is its own ancestor (cycle: {path}); a bucket hierarchy must be a tree: remove one of these buckets from its parent"
+    )]
     Cycle {
         /// The items on the cycle.
         path: String,
     },
     /// An item appears under more than one parent.
-    #[error("is an item of both '{first}' and '{second}'; an item may have only one parent")]
+    #[error(
+        "is an item of both '{first}' and '{second}'; an item may have only one parent: remove it from one of them"
+    )]
     MultipleParents {
         /// The first parent.
         first: String,

@@ -8,16 +8,32 @@ use crate::pg::{self, PgId};
 use crate::ring::Ring;
 
 /// An ordered set of devices (primary first). Positional sets (erasure-coded pools) may hold
-/// [`ITEM_NONE`] holes.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// [`ITEM_NONE`] holes, and keep their order when primary affinity picks a primary other
+/// than the first device (as Ceph does: shards cannot move), so the primary is recorded
+/// apart. Two sets are equal when their entries and primaries are: whatever lies beyond
+/// `len` (left there by [`clear`](Self::clear)) does not count.
+#[derive(Clone, Copy)]
 pub struct ReplicaSet {
     len: u8,
+    /// Position of the primary, or [`PRIMARY_IS_FIRST`]: the first device.
+    primary: u8,
     items: [i32; REPLICAS_MAX],
 }
 
+/// `ReplicaSet::primary` value meaning "the first device".
+const PRIMARY_IS_FIRST: u8 = u8::MAX;
+
+impl PartialEq for ReplicaSet {
+    fn eq(&self, other: &ReplicaSet) -> bool {
+        self.as_slice() == other.as_slice() && self.primary() == other.primary()
+    }
+}
+
+impl Eq for ReplicaSet {}
+
 impl Default for ReplicaSet {
     fn default() -> ReplicaSet {
-        ReplicaSet { len: 0, items: [ITEM_NONE; REPLICAS_MAX] }
+        ReplicaSet { len: 0, primary: PRIMARY_IS_FIRST, items: [ITEM_NONE; REPLICAS_MAX] }
     }
 }
 
@@ -51,6 +67,7 @@ impl ReplicaSet {
     /// Removes every entry.
     pub fn clear(&mut self) {
         self.len = 0;
+        self.primary = PRIMARY_IS_FIRST;
     }
     /// Appends an entry (ignored when full).
     pub fn push(&mut self, item: i32) {
@@ -63,9 +80,13 @@ impl ReplicaSet {
     pub fn devices(&self) -> impl Iterator<Item = DeviceId> + '_ {
         self.as_slice().iter().filter(|&&i| i >= 0 && i != ITEM_NONE).map(|&i| DeviceId(i as u32))
     }
-    /// The primary: the first device.
+    /// The primary: the first device, unless primary affinity chose another shard of an
+    /// erasure-coded set.
     pub fn primary(&self) -> Option<DeviceId> {
-        self.devices().next()
+        match self.as_slice().get(usize::from(self.primary)) {
+            Some(&item) if item >= 0 && item != ITEM_NONE => Some(DeviceId(item as u32)),
+            _ => self.devices().next(),
+        }
     }
     /// Whether `device` is in the set.
     pub fn contains(&self, device: DeviceId) -> bool {
@@ -73,6 +94,7 @@ impl ReplicaSet {
     }
     fn set_from(&mut self, items: &[i32]) {
         self.len = items.len().min(REPLICAS_MAX) as u8;
+        self.primary = PRIMARY_IS_FIRST;
         self.items[..self.len as usize].copy_from_slice(&items[..self.len as usize]);
     }
 }
@@ -348,10 +370,162 @@ fn apply_primary_affinity(table: &DeviceTable, pps: u32, erasure: bool, set: &mu
         break;
     }
     let Some(position) = chosen else { return };
-    if !erasure && position > 0 {
-        let mut items: Vec<i32> = set.as_slice().to_vec();
-        let primary = items.remove(position);
-        items.insert(0, primary);
-        set.set_from(&items);
+    if erasure {
+        // Shards keep their positions; only the primary changes.
+        set.primary = position as u8;
+    } else {
+        // Replicas: the primary moves to the front, the others keep their order.
+        set.items[..=position].rotate_right(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_sets_compare_by_their_entries_only() {
+        // A reused set keeps stale entries past its length; they must not make it unequal
+        // to a fresh set with the same entries (they did when equality was derived).
+        let mut reused = ReplicaSet::new();
+        for d in [4, 8, 15] {
+            reused.push(d);
+        }
+        reused.clear();
+        reused.push(2);
+        let mut fresh = ReplicaSet::new();
+        fresh.push(2);
+        assert_eq!(reused, fresh);
+        fresh.push(3);
+        assert_ne!(reused, fresh);
+    }
+}
+
+#[cfg(test)]
+mod primary_affinity_tests {
+    //! Ceph's `_apply_primary_affinity`: a device of affinity a stays primary of about a of
+    //! the PGs it would lead; replicated sets move the new primary to the front, erasure-coded
+    //! sets keep every shard in place and only name another primary.
+
+    use super::*;
+    use crate::builder::{ClusterMapBuilder, DeviceSpec, EngineRef, PoolSpec, RuleSpec, StepSpec};
+    use crate::ids::{RuleId, Weight};
+    use crate::map::RuleKind;
+
+    /// 6 hosts × 2 devices; pool 1 replicated size 3, pool 2 erasure (indep) size 4.
+    fn map(affinity: &[(u32, u32)]) -> ClusterMap {
+        let mut builder = ClusterMapBuilder::new();
+        for id in 0..12u32 {
+            let host = format!("host{}", id / 2);
+            let mut device = DeviceSpec::new(id).at(&[("host", &host)]);
+            if let Some((_, a)) = affinity.iter().find(|(d, _)| *d == id) {
+                device.primary_affinity = Weight(*a);
+            }
+            builder = builder.device(device);
+        }
+        let ec = RuleSpec {
+            id: RuleId(1),
+            name: "ec".into(),
+            kind: RuleKind::Erasure,
+            min_size: 1,
+            max_size: 10,
+            steps: vec![
+                StepSpec::Take {
+                    item: crate::builder::ItemRef::Name("default".into()),
+                    class: None,
+                },
+                StepSpec::Choose { leaf: true, indep: true, num: 0, type_name: "host".into() },
+                StepSpec::Emit,
+            ],
+        };
+        let mut ec_pool = PoolSpec::crush(2, "ec", 1024, 4);
+        ec_pool.engine = EngineRef::Crush { rule: Some(crate::builder::RuleRef::Id(RuleId(1))) };
+        builder
+            .replicated_rule(0, "replicated", "default", "host")
+            .rule(ec)
+            .pool(PoolSpec::crush(1, "rbd", 1024, 3))
+            .pool(ec_pool)
+            .build()
+            .expect("valid")
+    }
+
+    /// (set without affinity, set with) for every PG of `pool`.
+    fn sets(pool: u32, affinity: &[(u32, u32)]) -> Vec<(ReplicaSet, ReplicaSet)> {
+        let (plain, tuned) = (map(&[]), map(affinity));
+        let (plain, tuned) =
+            (Placement::new(&plain).expect("ok"), Placement::new(&tuned).expect("ok"));
+        let (a, b) =
+            (plain.pool(PoolId(pool)).expect("pool"), tuned.pool(PoolId(pool)).expect("pool"));
+        let (mut sa, mut sb) = (plain.scratch(), tuned.scratch());
+        (0..1024)
+            .map(|seed| {
+                let (mut x, mut y) = (ReplicaSet::new(), ReplicaSet::new());
+                a.place(a.pg_key(seed), &mut sa, &mut x);
+                b.place(b.pg_key(seed), &mut sb, &mut y);
+                (x, y)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn zero_affinity_replicated_moves_another_replica_to_the_front() {
+        let mut led = 0;
+        for (plain, tuned) in sets(1, &[(4, 0)]) {
+            let mut sorted = (plain.as_slice().to_vec(), tuned.as_slice().to_vec());
+            sorted.0.sort_unstable();
+            sorted.1.sort_unstable();
+            assert_eq!(sorted.0, sorted.1, "the same devices");
+            if plain.primary() == Some(DeviceId(4)) {
+                led += 1;
+                // Device 4 steps down; the next replica leads; the rest keep their order.
+                let p = plain.as_slice();
+                assert_eq!(tuned.as_slice(), &[p[1], p[0], p[2]], "{plain:?} → {tuned:?}");
+            } else {
+                assert_eq!(tuned, plain);
+            }
+            assert_ne!(tuned.primary(), Some(DeviceId(4)));
+        }
+        assert!(led > 20, "device 4 led some PGs");
+    }
+
+    #[test]
+    fn zero_affinity_erasure_keeps_shards_in_place() {
+        let mut led = 0;
+        for (plain, tuned) in sets(2, &[(4, 0)]) {
+            assert_eq!(tuned.as_slice(), plain.as_slice(), "shards never move");
+            if plain.primary() == Some(DeviceId(4)) {
+                led += 1;
+                // The primary is the next shard's device (Ceph: the first one accepted).
+                let next = plain.devices().nth(1);
+                assert_eq!(tuned.primary(), next, "{plain:?}");
+                assert_ne!(tuned, plain, "a different primary is a different set");
+            } else {
+                assert_eq!(tuned.primary(), plain.primary());
+            }
+        }
+        assert!(led > 20, "device 4 led some PGs");
+    }
+
+    #[test]
+    fn partial_affinity_keeps_its_share_of_primaries() {
+        // Affinity 0.25: device 4 keeps about a quarter of the PGs it would lead.
+        let (mut led, mut kept) = (0, 0);
+        for (plain, tuned) in sets(1, &[(4, 0x4000)]) {
+            if plain.primary() == Some(DeviceId(4)) {
+                led += 1;
+                kept += usize::from(tuned.primary() == Some(DeviceId(4)));
+            }
+        }
+        let share = kept as f64 / led as f64;
+        assert!((0.1..0.4).contains(&share), "kept {kept} of {led}");
+    }
+
+    #[test]
+    fn when_every_replica_declines_the_first_stays_primary() {
+        // All three replicas at affinity 0: each is rejected, the first rejected is kept.
+        let all: Vec<(u32, u32)> = (0..12).map(|d| (d, 0)).collect();
+        for (plain, tuned) in sets(1, &all) {
+            assert_eq!(tuned, plain);
+        }
     }
 }

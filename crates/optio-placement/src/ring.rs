@@ -21,6 +21,9 @@ use crate::placement::ReplicaSet;
 
 /// Most virtual nodes one device may have.
 pub const RING_VNODES_PER_DEVICE_MAX: u64 = 65_536;
+/// Most virtual nodes one ring may have (about 150 MB of lookup tables); the builder refuses
+/// ring pools whose `vnode_bytes` would exceed it.
+pub const RING_VNODES_MAX: u64 = 1 << 24;
 
 /// A compiled ring.
 #[derive(Clone, Debug)]
@@ -43,6 +46,16 @@ pub fn vnode_position(device: DeviceId, vnode: u32) -> u32 {
     hash32_2(device.0, vnode)
 }
 
+/// How many virtual nodes a device gets: ⌈capacity × reweight / vnode_bytes⌉ (reweight in
+/// 16.16), between 1 and [`RING_VNODES_PER_DEVICE_MAX`]. Computed exactly in 128 bits: rounding
+/// the capacity × reweight product down first (as an earlier version did) lost a vnode
+/// whenever the effective capacity had a fraction of a byte above a multiple of `vnode_bytes`.
+pub fn vnode_count(capacity_bytes: u64, reweight: u32, vnode_bytes: u64) -> u32 {
+    let effective = u128::from(capacity_bytes) * u128::from(reweight);
+    let per_vnode = u128::from(vnode_bytes.max(1)) << 16;
+    effective.div_ceil(per_vnode).clamp(1, u128::from(RING_VNODES_PER_DEVICE_MAX)) as u32
+}
+
 impl Ring {
     /// Builds the ring of `map` with `params`. Devices that are out or have zero weight,
     /// reweight or capacity get no virtual nodes.
@@ -61,11 +74,7 @@ impl Ring {
                 continue;
             }
             let owner = device_ids.len() as u32;
-            let effective =
-                (u128::from(device.capacity_bytes) * u128::from(device.reweight.0)) >> 16;
-            let count = effective
-                .div_ceil(u128::from(params.vnode_bytes))
-                .clamp(1, u128::from(RING_VNODES_PER_DEVICE_MAX)) as u32;
+            let count = vnode_count(device.capacity_bytes, device.reweight.0, params.vnode_bytes);
             for vnode in 0..count {
                 vnodes.push((vnode_position(device.id, vnode), owner));
             }
@@ -185,5 +194,284 @@ impl Ring {
                 i = 0;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The ring against a naive reference (a sorted list of every virtual node, scanned
+    //! linearly), and the consistent-hashing guarantees: a device's arrival, departure or
+    //! failure changes exactly the keys on its arcs.
+
+    use super::*;
+    use crate::builder::{ClusterMapBuilder, DeviceSpec, EngineRef, PoolSpec};
+    use crate::ids::{PoolId, TypeId, Weight};
+    use crate::map::TIB;
+
+    const GIB: u64 = 1 << 30;
+    const KEYS: u32 = 20_000;
+
+    /// `devices` devices of 1–4 TiB; device `i` in host `i % hosts`.
+    fn builder(devices: u32, hosts: u32) -> ClusterMapBuilder {
+        let mut builder = ClusterMapBuilder::new();
+        for id in 0..devices {
+            builder = builder.device(device(id, hosts));
+        }
+        builder
+    }
+
+    fn device(id: u32, hosts: u32) -> DeviceSpec {
+        let host = format!("host{}", id % hosts);
+        DeviceSpec::new(id).capacity(TIB * u64::from(1 + id % 4)).at(&[("host", &host)])
+    }
+
+    /// Builds the map with a ring pool (64 GiB vnodes) and compiles its ring.
+    fn ring_of(builder: ClusterMapBuilder, failure_domain: Option<&str>) -> (ClusterMap, Ring) {
+        let mut pool = PoolSpec::crush(1, "objects", 0, 1);
+        pool.engine = EngineRef::Ring {
+            vnode_bytes: Some(64 * GIB),
+            failure_domain: failure_domain.map(String::from),
+        };
+        let map = builder.pool(pool).build().expect("valid map");
+        let crate::map::EngineSpec::Ring(params) = map.pool(PoolId(1)).expect("pool").engine else {
+            unreachable!("a ring pool")
+        };
+        let ring = Ring::new(&map, &params);
+        (map, ring)
+    }
+
+    /// The reference: every vnode in one sorted list, scanned linearly from the key.
+    struct Naive<'a> {
+        map: &'a ClusterMap,
+        vnodes: Vec<(u32, u32)>,
+        failure_domain: Option<TypeId>,
+        up_domains: usize,
+    }
+
+    impl<'a> Naive<'a> {
+        fn new(map: &'a ClusterMap, failure_domain: Option<TypeId>) -> Naive<'a> {
+            let mut naive = Naive { map, vnodes: Vec::new(), failure_domain, up_domains: 0 };
+            let mut up_domains = Vec::new();
+            for d in map.devices() {
+                if !d.is_in || d.weight.0 == 0 || d.reweight.0 == 0 || d.capacity_bytes == 0 {
+                    continue;
+                }
+                let exact = (u128::from(d.capacity_bytes) * u128::from(d.reweight.0))
+                    .div_ceil(u128::from(64 * GIB) << 16);
+                let count = exact.clamp(1, 65_536) as u32;
+                naive.vnodes.extend((0..count).map(|v| (vnode_position(d.id, v), d.id.0)));
+                if d.up {
+                    up_domains.push(naive.domain(d.id.0));
+                }
+            }
+            naive.vnodes.sort_unstable();
+            up_domains.sort_unstable();
+            up_domains.dedup();
+            naive.up_domains = up_domains.len();
+            naive
+        }
+
+        fn domain(&self, id: u32) -> i64 {
+            self.failure_domain
+                .and_then(|t| self.map.ancestor_of_type(ItemId(id as i32), t))
+                .map_or(i64::from(id) + (1 << 40), |b| i64::from(b.id.0))
+        }
+
+        fn place(&self, key: u32, replicas: usize) -> Vec<i32> {
+            let wanted = replicas.min(self.up_domains);
+            let start = self.vnodes.iter().position(|v| v.0 >= key).unwrap_or(0);
+            let mut chosen: Vec<i32> = Vec::new();
+            let mut domains: Vec<i64> = Vec::new();
+            for i in 0..self.vnodes.len() {
+                if chosen.len() == wanted {
+                    break;
+                }
+                let id = self.vnodes[(start + i) % self.vnodes.len()].1;
+                let up = self.map.device(DeviceId(id)).is_some_and(|d| d.up);
+                if up && !domains.contains(&self.domain(id)) {
+                    domains.push(self.domain(id));
+                    chosen.push(id as i32);
+                }
+            }
+            chosen
+        }
+    }
+
+    fn place(ring: &Ring, key: u32, replicas: usize) -> Vec<i32> {
+        let mut out = ReplicaSet::new();
+        ring.place(key, replicas, &mut out);
+        out.as_slice().to_vec()
+    }
+
+    /// Keys spread over the whole ring (not just its first arcs).
+    fn keys() -> impl Iterator<Item = u32> {
+        (0..KEYS).map(|i| hash32_2(i, 0x5eed))
+    }
+
+    #[test]
+    fn vnode_counts_are_capacity_times_reweight_over_vnode_bytes_rounded_up() {
+        let cases = [
+            // (capacity, reweight, vnode_bytes, vnodes)
+            (8 * GIB, 0x10000, 8 * GIB, 1),
+            (8 * GIB + 1, 0x10000, 8 * GIB, 2),
+            (TIB, 0x10000, 8 * GIB, 128),
+            (TIB, 0x8000, 8 * GIB, 64),
+            (3, 0x8000, 1, 2), // 1.5 vnodes → 2 (rounding the product first gave 1)
+            (16 * GIB + 1, 0x8000, 8 * GIB, 2), // 8 GiB + 0.5 byte → 2
+            (1, 0x10000, 8 * GIB, 1), // at least one
+            (u64::MAX, 0x10000, 1, 65_536), // at most 65,536
+        ];
+        for (capacity, reweight, vnode_bytes, expected) in cases {
+            assert_eq!(
+                vnode_count(capacity, reweight, vnode_bytes),
+                expected,
+                "capacity {capacity}, reweight {reweight:#x}, vnode_bytes {vnode_bytes}"
+            );
+        }
+        // And in a ring: one device of 1 TiB at reweight 0.75, 8 GiB vnodes → 96.
+        let mut device = DeviceSpec::new(0).capacity(TIB);
+        device.reweight = Weight(0xc000);
+        let map = ClusterMapBuilder::new().device(device).build().expect("valid");
+        let ring = Ring::new(&map, &RingParams::default());
+        assert_eq!(ring.vnode_count(), 96);
+    }
+
+    #[test]
+    fn out_zero_weight_and_zero_reweight_devices_get_no_vnodes() {
+        let mut builder = builder(4, 2);
+        builder.devices[0].is_in = false;
+        builder.devices[1].weight = Some(Weight::ZERO);
+        builder.devices[2].reweight = Weight::ZERO;
+        let (_, ring) = ring_of(builder, None);
+        // Only device 3 (4 TiB, 64 GiB vnodes) is left.
+        assert_eq!(ring.vnode_count(), 64);
+        for key in keys().take(1000) {
+            assert_eq!(place(&ring, key, 3), vec![3], "key {key:#x}");
+        }
+    }
+
+    #[test]
+    fn matches_the_naive_ring() {
+        for failure_domain in [None, Some("host")] {
+            let mut builder = builder(24, 5);
+            builder.devices[4].up = false;
+            builder.devices[9].reweight = Weight(0x4000);
+            let (map, ring) = ring_of(builder, failure_domain);
+            let naive = Naive::new(&map, failure_domain.and_then(|t| map.type_by_name(t)));
+            for key in keys() {
+                for replicas in [1, 3, 6] {
+                    assert_eq!(
+                        place(&ring, key, replicas),
+                        naive.place(key, replicas),
+                        "key {key:#x}, {replicas} replicas, failure domain {failure_domain:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn replicas_are_distinct_devices_in_distinct_failure_domains() {
+        let (map, ring) = ring_of(builder(24, 5), Some("host"));
+        let host = map.type_by_name("host").expect("host type");
+        for key in keys() {
+            let set = place(&ring, key, 4);
+            assert_eq!(set.len(), 4);
+            let mut hosts: Vec<i32> = set
+                .iter()
+                .map(|&d| map.ancestor_of_type(ItemId(d), host).expect("located").id.0)
+                .collect();
+            hosts.sort_unstable();
+            hosts.dedup();
+            assert_eq!(hosts.len(), 4, "key {key:#x}: {set:?} shares a host");
+        }
+        // More replicas than hosts: one per host, no more.
+        for key in keys().take(2000) {
+            assert_eq!(place(&ring, key, 8).len(), 5, "key {key:#x}");
+        }
+    }
+
+    #[test]
+    fn adding_a_device_moves_exactly_the_keys_on_its_arcs() {
+        for failure_domain in [None, Some("host")] {
+            let (_, before) = ring_of(builder(20, 5), failure_domain);
+            let (_, after) = ring_of(builder(20, 5).device(device(20, 5)), failure_domain);
+            let new = 20;
+            let mut moved = 0;
+            for key in keys() {
+                let (old_set, new_set) = (place(&before, key, 3), place(&after, key, 3));
+                let old_primary = before.primary(key).expect("a primary").0 as i32;
+                let new_primary = after.primary(key).expect("a primary").0 as i32;
+                // The new device's arcs are exactly the keys whose successor vnode is its.
+                let on_its_arc = after.owners[after.successor(key)] as usize;
+                let on_its_arc = after.device_ids[on_its_arc] as i32 == new;
+                assert_eq!(new_primary == new, on_its_arc, "key {key:#x}");
+                if old_primary != new_primary {
+                    assert_eq!(new_primary, new, "key {key:#x}: primary moved elsewhere");
+                    moved += 1;
+                } else {
+                    assert_ne!(new_primary, new);
+                }
+                if old_set != new_set {
+                    assert!(new_set.contains(&new), "key {key:#x}: {old_set:?} → {new_set:?}");
+                }
+            }
+            assert!(moved > 0, "the new device took some keys");
+        }
+    }
+
+    #[test]
+    fn removing_a_device_moves_exactly_the_keys_it_held() {
+        for failure_domain in [None, Some("host")] {
+            let (_, before) = ring_of(builder(21, 5), failure_domain);
+            let (_, after) = ring_of(builder(20, 5), failure_domain);
+            let gone = 20;
+            for key in keys() {
+                let (old_set, new_set) = (place(&before, key, 3), place(&after, key, 3));
+                let old_primary = before.primary(key).expect("a primary").0 as i32;
+                let new_primary = after.primary(key).expect("a primary").0 as i32;
+                assert_eq!(old_primary != new_primary, old_primary == gone, "key {key:#x}");
+                if old_set != new_set {
+                    assert!(old_set.contains(&gone), "key {key:#x}: {old_set:?} → {new_set:?}");
+                }
+                assert!(!new_set.contains(&gone));
+            }
+        }
+    }
+
+    #[test]
+    fn down_devices_are_skipped_and_only_their_keys_move() {
+        for failure_domain in [None, Some("host")] {
+            let (_, before) = ring_of(builder(20, 5), failure_domain);
+            let mut down = builder(20, 5);
+            down.devices[7].up = false;
+            let (_, after) = ring_of(down, failure_domain);
+            let mut skipped = 0;
+            for key in keys() {
+                let (old_set, new_set) = (place(&before, key, 3), place(&after, key, 3));
+                assert!(!new_set.contains(&7), "key {key:#x}: the down device was chosen");
+                assert_eq!(new_set.len(), 3);
+                if old_set != new_set {
+                    assert!(old_set.contains(&7), "key {key:#x}: {old_set:?} → {new_set:?}");
+                    skipped += 1;
+                }
+                let old_primary = before.primary(key).expect("a primary").0;
+                let new_primary = after.primary(key).expect("a primary").0;
+                assert_eq!(old_primary != new_primary, old_primary == 7, "key {key:#x}");
+            }
+            assert!(skipped > 0, "device 7 held some keys");
+        }
+    }
+
+    #[test]
+    fn a_ring_with_every_device_down_places_nothing() {
+        let mut builder = builder(3, 3);
+        for device in &mut builder.devices {
+            device.up = false;
+        }
+        let (_, ring) = ring_of(builder, None);
+        assert!(ring.vnode_count() > 0);
+        assert_eq!(ring.primary(12345), None);
+        assert!(place(&ring, 12345, 3).is_empty());
     }
 }

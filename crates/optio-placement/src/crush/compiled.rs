@@ -111,6 +111,12 @@ impl CrushMap {
                 },
             });
         }
+        // A rule's `set_choose_local_fallback_tries` step turns on the permutation fallback
+        // even when the tunable is 0.
+        compiled.needs_permutations |=
+            map.rules().iter().flat_map(|r| &r.steps).any(
+                |step| matches!(step, crate::map::Step::SetChooseLocalFallbackTries(n) if *n > 0),
+            );
         let rule_slots = map.rules().iter().map(|r| r.id.0 as usize + 1).max().unwrap_or(0);
         compiled.rules = vec![None; rule_slots];
         for rule in map.rules() {

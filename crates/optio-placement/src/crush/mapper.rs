@@ -27,15 +27,24 @@ impl CrushWork {
     /// Scratch space sized for `map`.
     pub fn new(map: &CrushMap) -> CrushWork {
         let mut work = CrushWork::default();
-        if map.needs_permutations {
-            work.perm_x = vec![0; map.buckets.len()];
-            work.perm_n = vec![0; map.buckets.len()];
-            work.perm = vec![0; map.items.len()];
-        }
+        work.fit(map);
         work
     }
 
-    fn reset(&mut self, result_max: usize) {
+    /// Grows the permutation tables to `map` when it may need them, so that any scratch
+    /// (`CrushWork::default()`, or one made for another map) is safe to pass to `do_rule`.
+    fn fit(&mut self, map: &CrushMap) {
+        if map.needs_permutations
+            && (self.perm_n.len() < map.buckets.len() || self.perm.len() < map.items.len())
+        {
+            self.perm_x.resize(map.buckets.len().max(self.perm_x.len()), 0);
+            self.perm_n.resize(map.buckets.len().max(self.perm_n.len()), 0);
+            self.perm.resize(map.items.len().max(self.perm.len()), 0);
+        }
+    }
+
+    fn reset(&mut self, map: &CrushMap, result_max: usize) {
+        self.fit(map);
         if self.vectors.len() < 3 * result_max {
             self.vectors.resize(3 * result_max, 0);
         }
@@ -81,7 +90,7 @@ impl CrushMap {
     ) -> usize {
         let Some(Some(rule)) = self.rules.get(rule.0 as usize) else { return 0 };
         let result_max = result.len();
-        work.reset(result_max);
+        work.reset(self, result_max);
         let ctx = Ctx { map: self, weights, x, choose_args: choose_args.map(|c| &c.0) };
         let tunables = &self.tunables;
         let mut choose_tries = tunables.choose_total_tries + 1;

@@ -1,0 +1,12 @@
+//! Integration tests of optio-placement: properties of the engines, golden placements, the
+//! builder's refusals, and the CRUSH mapper's robustness.
+
+mod balance;
+mod builder_errors;
+mod crush_scratch;
+mod golden;
+mod movement;
+mod properties;
+mod robustness;
+mod stats_props;
+mod strategies;
