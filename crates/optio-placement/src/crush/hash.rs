@@ -82,9 +82,15 @@ fn mix_lanes<const L: usize>(a: &mut [u32; L], b: &mut [u32; L], c: &mut [u32; L
 /// bit-identical to [`hash32_3`].
 #[inline(always)]
 pub fn hash32_3_lanes<const L: usize>(a: u32, b: &[u32; L], c: u32) -> [u32; L] {
+    hash32_3_lanes_c(a, b, &[c; L])
+}
+
+/// `hash32_3(a, b[i], c[i])` for `L` lanes at once; see [`hash32_3_lanes`].
+#[inline(always)]
+pub fn hash32_3_lanes_c<const L: usize>(a: u32, b: &[u32; L], c: &[u32; L]) -> [u32; L] {
     let mut a = [a; L];
     let mut b = *b;
-    let mut c = [c; L];
+    let mut c = *c;
     let mut h = [0u32; L];
     for i in 0..L {
         h[i] = SEED ^ a[i] ^ b[i] ^ c[i];

@@ -17,6 +17,8 @@ const ITEM_UNDEF: i32 = 0x7fff_fffe;
 #[derive(Clone, Debug, Default)]
 pub struct CrushWork {
     vectors: Vec<i32>,
+    /// straw2 choices computed ahead for this call: (bucket id, r, item).
+    memo: Vec<(i32, u32, i32)>,
     perm_x: Vec<u32>,
     perm_n: Vec<u32>,
     perm: Vec<u32>,
@@ -51,6 +53,80 @@ impl CrushWork {
         for index in self.touched.drain(..) {
             self.perm_n[index as usize] = 0;
         }
+        self.memo.clear();
+    }
+
+    #[inline]
+    fn memo_lookup(&self, bucket: i32, r: u32) -> Option<i32> {
+        self.memo.iter().find(|(b, mr, _)| *b == bucket && *mr == r).map(|(_, _, item)| *item)
+    }
+}
+
+/// Most choices computed ahead per firstn step.
+const PREFETCH_MAX: usize = 48;
+
+/// Computes ahead, level by level and several at once, the straw2 choices a firstn step will
+/// make if no replica collides or is rejected (the usual case): every replica's descent from
+/// the root and its leaf descent. A single bucket's hash chain is latency-bound; running the
+/// replicas' chains side by side fills the vector units. `choose_firstn` then finds these
+/// choices in the memo; a miss (after a collision or rejection) is computed as usual, so the
+/// result never depends on this.
+#[allow(clippy::too_many_arguments)]
+fn prefetch_firstn(
+    ctx: &Ctx<'_>,
+    work: &mut CrushWork,
+    root: &CompiledBucket,
+    numrep: u32,
+    type_id: u16,
+    leaf: bool,
+    tries: &Tries,
+) {
+    let map = ctx.map;
+    // (bucket, r, replica, inside the leaf descent?)
+    let mut frontier: Vec<(&CompiledBucket, u32, u32, bool)> = Vec::with_capacity(16);
+    for rep in 0..numrep.min(16) {
+        frontier.push((root, rep, rep, false));
+    }
+    let mut requests: Vec<straw2::Request<'_>> = Vec::with_capacity(16);
+    let mut winners = [0i32; 16];
+    for _level in 0..8 {
+        requests.clear();
+        let mut lanes = 0usize;
+        frontier.retain(|(bucket, r, _, _)| {
+            let eligible = bucket.alg == Some(BucketAlg::Straw2)
+                && bucket.equal_weight != 0
+                && bucket.size as usize <= straw2::EQUAL_WEIGHT_ITEMS_MAX
+                && lanes + bucket.size as usize <= straw2::BATCH_LANES_MAX
+                && work.memo.len() + requests.len() < PREFETCH_MAX;
+            if eligible {
+                let start = bucket.start as usize;
+                requests.push(straw2::Request {
+                    items: &map.items[start..start + bucket.size as usize],
+                    weight: bucket.equal_weight,
+                    r: *r,
+                });
+                lanes += bucket.size as usize;
+            }
+            eligible
+        });
+        if requests.len() < 2 {
+            // One chain alone gains nothing over computing it when it is needed.
+            return;
+        }
+        straw2::choose_equal_batch(map.simd, ctx.x, &requests, &mut winners);
+        let mut next = Vec::with_capacity(frontier.len());
+        for ((bucket, r, rep, inner), &item) in frontier.iter().zip(&winners) {
+            work.memo.push((bucket.id, *r, item));
+            let Some(child) = map.bucket(item) else { continue };
+            if *inner || child.type_id != type_id {
+                next.push((child, *r, *rep, *inner));
+            } else if leaf {
+                let sub_r = if tries.vary_r != 0 { r >> (tries.vary_r - 1) } else { 0 };
+                let inner_rep = if tries.stable != 0 { 0 } else { *rep };
+                next.push((child, inner_rep.wrapping_add(sub_r), *rep, true));
+            }
+        }
+        frontier = next;
     }
 }
 
@@ -165,6 +241,17 @@ impl CrushMap {
                                 vary_r,
                                 stable,
                             };
+                            if ctx.choose_args.is_none() && numrep > 1 {
+                                prefetch_firstn(
+                                    &ctx,
+                                    work,
+                                    bucket,
+                                    numrep as u32,
+                                    type_id.0,
+                                    leaf,
+                                    &tries,
+                                );
+                            }
                             osize += choose_firstn(
                                 &ctx,
                                 work,
@@ -512,7 +599,10 @@ fn bucket_choose(
                 .filter(|slot| slot.ids_start.is_some() || slot.positions > 0);
             match slot {
                 None if bucket.equal_weight != 0 && size <= straw2::EQUAL_WEIGHT_ITEMS_MAX => {
-                    straw2::choose_equal(map.simd, items, bucket.equal_weight, x, r)
+                    match work.memo_lookup(bucket.id, r) {
+                        Some(item) => item,
+                        None => straw2::choose_equal(map.simd, items, bucket.equal_weight, x, r),
+                    }
                 }
                 None => {
                     straw2::choose(map.simd, items, items, &map.weights[start..start + size], x, r)

@@ -15,7 +15,7 @@
 //!   and the widest the CPU supports is chosen once, when a map is compiled ([`Simd`]).
 //!   Results are identical at every level (tested).
 
-use super::hash::hash32_3_lanes;
+use super::hash::{hash32_3_lanes, hash32_3_lanes_c};
 use super::ln::STRAW2_MAGNITUDE;
 
 /// Which vector instructions straw2 uses.
@@ -114,6 +114,108 @@ pub(crate) fn choose_equal(simd: Simd, items: &[i32], weight: u32, x: u32, r: u3
         Simd::Avx2 => unsafe { choose_equal_avx2(items, weight, x, r) },
         _ => choose_equal_at::<BASELINE>(items, weight, x, r),
     }
+}
+
+/// One straw2 choice among items of equal non-zero weight, for [`choose_equal_batch`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Request<'a> {
+    pub(crate) items: &'a [i32],
+    pub(crate) weight: u32,
+    pub(crate) r: u32,
+}
+
+/// Most lanes (items over all requests) of one batch.
+pub(crate) const BATCH_LANES_MAX: usize = 192;
+
+/// Several straw2 choices with the same `x` at once — different buckets or different `r` —
+/// so that their hash chains run side by side (a single bucket's chain is latency-bound).
+/// Each request must satisfy [`choose_equal`]'s conditions; at most [`BATCH_LANES_MAX`]
+/// items in all. Writes one winner per request to `out`.
+#[allow(unsafe_code)]
+pub(crate) fn choose_equal_batch(simd: Simd, x: u32, requests: &[Request<'_>], out: &mut [i32]) {
+    match simd {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `choose`.
+        Simd::Avx512 => unsafe { batch_avx512(x, requests, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `choose`.
+        Simd::Avx2 => unsafe { batch_avx2(x, requests, out) },
+        _ => batch_at::<BASELINE>(x, requests, out),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2")]
+fn batch_avx512(x: u32, requests: &[Request<'_>], out: &mut [i32]) {
+    batch_at::<AVX512>(x, requests, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn batch_avx2(x: u32, requests: &[Request<'_>], out: &mut [i32]) {
+    batch_at::<AVX2>(x, requests, out)
+}
+
+#[inline(always)]
+fn batch_at<const LEVEL: u8>(x: u32, requests: &[Request<'_>], out: &mut [i32]) {
+    let mut ids = [0u32; BATCH_LANES_MAX];
+    let mut rs = [0u32; BATCH_LANES_MAX];
+    let mut lanes = 0usize;
+    for request in requests {
+        for (slot, item) in ids[lanes..lanes + request.items.len()].iter_mut().zip(request.items) {
+            *slot = *item as u32;
+        }
+        rs[lanes..lanes + request.items.len()].fill(request.r);
+        lanes += request.items.len();
+    }
+    let mut hashes = [0u32; BATCH_LANES_MAX];
+    let mut base = 0usize;
+    while base < lanes {
+        base += match (LEVEL, lanes - base) {
+            (AVX512, 17..) => batch_chunk::<32>(x, &ids, &rs, base, &mut hashes),
+            (AVX512 | AVX2, _) => batch_chunk::<16>(x, &ids, &rs, base, &mut hashes),
+            (_, 0..=4) => batch_chunk::<4>(x, &ids, &rs, base, &mut hashes),
+            (_, 5..=8) => batch_chunk::<8>(x, &ids, &rs, base, &mut hashes),
+            (_, 9..=12) => batch_chunk::<12>(x, &ids, &rs, base, &mut hashes),
+            (_, 13..=16) => batch_chunk::<16>(x, &ids, &rs, base, &mut hashes),
+            (_, 17..=20) => batch_chunk::<20>(x, &ids, &rs, base, &mut hashes),
+            (_, _) => batch_chunk::<24>(x, &ids, &rs, base, &mut hashes),
+        };
+    }
+    let mut start = 0usize;
+    for (request, winner) in requests.iter().zip(out.iter_mut()) {
+        let lanes = &hashes[start..start + request.items.len()];
+        start += request.items.len();
+        let mut least = u64::MAX;
+        for hash in lanes {
+            least = least.min(STRAW2_MAGNITUDE[(hash & 0xffff) as usize]);
+        }
+        let weight = u64::from(request.weight);
+        let threshold = (least / weight + 1) * weight;
+        let index = lanes
+            .iter()
+            .position(|hash| STRAW2_MAGNITUDE[(hash & 0xffff) as usize] < threshold)
+            .expect("the least is below");
+        *winner = request.items[index];
+    }
+}
+
+#[inline(always)]
+fn batch_chunk<const L: usize>(
+    x: u32,
+    ids: &[u32; BATCH_LANES_MAX],
+    rs: &[u32; BATCH_LANES_MAX],
+    base: usize,
+    out: &mut [u32; BATCH_LANES_MAX],
+) -> usize {
+    let count = (BATCH_LANES_MAX - base).min(L);
+    let mut b = [0u32; L];
+    let mut c = [0u32; L];
+    b[..count].copy_from_slice(&ids[base..base + count]);
+    c[..count].copy_from_slice(&rs[base..base + count]);
+    let hashes = hash32_3_lanes_c::<L>(x, &b, &c);
+    out[base..base + count].copy_from_slice(&hashes[..count]);
+    count
 }
 
 #[cfg(target_arch = "x86_64")]
