@@ -23,7 +23,9 @@
 pub mod ceph_json;
 pub mod ceph_text;
 mod error;
+mod fixed;
 pub mod optio_toml;
+mod steps;
 
 pub use error::{ParseError, ParseErrorKind};
 

@@ -258,8 +258,8 @@ pub struct ClusterMapBuilder {
     pub pools: Vec<PoolSpec>,
     /// Weight sets by id (-1 = default).
     pub choose_args: Vec<(i64, Vec<ChooseArgSpec>)>,
-    /// Extra device classes in class-id order (classes are otherwise numbered in order of
-    /// first appearance on devices).
+    /// Device classes in class-id order. Classes not listed here are numbered after these, in
+    /// order of first appearance on devices (by id), then on buckets' class ids.
     pub classes: Vec<String>,
 }
 
@@ -597,12 +597,14 @@ impl ClusterMapBuilder {
             classes: Vec::new(),
         };
         build.types = build_types(&self.types)?;
-        add_devices(&mut build, &self.devices)?;
+        // Listed classes come first, so that a parser can reproduce Ceph's class numbering.
         for class in &self.classes {
+            check_name(&Subject::Map, class)?;
             if !build.classes.contains(class) {
                 build.classes.push(class.clone());
             }
         }
+        add_devices(&mut build, &self.devices)?;
         add_explicit_buckets(&mut build, &self.buckets)?;
         derive_located_buckets(&mut build, &self.devices)?;
         let (device_parent, bucket_parent) = link_parents(&build)?;

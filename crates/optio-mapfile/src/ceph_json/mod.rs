@@ -3,6 +3,11 @@
 //! Shadow (per-class) buckets in the dump (`host0~hdd`) are not imported as buckets: their ids
 //! become the class ids of the buckets they shadow and the builder rebuilds the shadow trees,
 //! exactly as Ceph does when it loads a map.
+//!
+//! [`write`] produces the layout of `crushtool --dump` (Ceph 16): shadow buckets included,
+//! Pacific's `{"opcode": 10, "arg1": …}` form for the `set_choose_local_*` and
+//! `set_chooseleaf_vary_r`/`_stable` steps, and the derived tunables fields (`profile`,
+//! `minimum_required_version`, …), so that `parse(write(m)) == m` for maps Ceph can hold.
 
 use optio_placement::{
     BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMap, ClusterMapBuilder,
@@ -12,6 +17,16 @@ use optio_placement::{
 use serde_json::{Map, Value};
 
 use crate::error::{ParseError, ParseErrorKind};
+
+mod writer;
+
+/// Writes `map` in the layout of `crushtool --dump`.
+///
+/// Ceph's JSON has no place for Optio's pools, device attributes (capacity, bandwidth, up/in,
+/// reweight, addresses) or epoch; they are left out.
+pub fn write(map: &ClusterMap) -> String {
+    writer::write(map)
+}
 
 type Object = Map<String, Value>;
 
@@ -164,6 +179,20 @@ pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
             class_ids: Vec::new(),
         });
     }
+    // A device's weight is its weight in its bucket (Ceph keeps no other), so that its
+    // capacity is derived from it.
+    let device_index: std::collections::HashMap<i32, usize> =
+        builder.devices.iter().enumerate().map(|(i, d)| (d.id.0 as i32, i)).collect();
+    for bucket in &builder.buckets {
+        for (item, weight) in &bucket.items {
+            if let (ItemRef::Id(id), Some(weight)) = (item, weight)
+                && let Some(&index) = device_index.get(&id.0)
+                && builder.devices[index].weight.is_none()
+            {
+                builder.devices[index].weight = Some(*weight);
+            }
+        }
+    }
     for (original, class, id) in shadows {
         let bucket = builder.buckets.iter_mut().find(|b| b.name == original).ok_or_else(|| {
             bad("buckets", format!("shadow bucket '{original}~{class}' has no bucket '{original}'"))
@@ -259,6 +288,9 @@ fn step(
     what: &str,
     name_of: &dyn Fn(i64) -> Option<String>,
 ) -> Result<StepSpec, ParseError> {
+    if !s.contains_key("op") && s.contains_key("opcode") {
+        return opcode_step(s, what);
+    }
     let op = string(s, "op", what)?;
     let num = || -> Result<i32, ParseError> { int_in(s, "num", what) };
     let choose = |leaf: bool, indep: bool| -> Result<StepSpec, ParseError> {
@@ -312,6 +344,42 @@ fn step(
             ));
         }
         other => return Err(bad(&format!("{what}.op"), format!("unknown rule step '{other}'"))),
+    })
+}
+
+/// A step Ceph 16 dumps by number: `{"opcode": 10, "arg1": 0, "arg2": 0}`.
+fn opcode_step(s: &Object, what: &str) -> Result<StepSpec, ParseError> {
+    let opcode: i64 = int(s, "opcode", what)?;
+    let arg1: i32 = match s.get("arg1") {
+        None => 0,
+        Some(_) => int_in(s, "arg1", what)?,
+    };
+    Ok(match opcode {
+        0 => StepSpec::Noop,
+        4 => StepSpec::Emit,
+        8 => StepSpec::Set(Step::SetChooseTries(arg1)),
+        9 => StepSpec::Set(Step::SetChooseleafTries(arg1)),
+        10 => StepSpec::Set(Step::SetChooseLocalTries(arg1)),
+        11 => StepSpec::Set(Step::SetChooseLocalFallbackTries(arg1)),
+        12 => StepSpec::Set(Step::SetChooseleafVaryR(arg1)),
+        13 => StepSpec::Set(Step::SetChooseleafStable(arg1)),
+        14..=16 => {
+            return Err(ParseError::new(
+                None,
+                ParseErrorKind::Unsupported {
+                    feature: format!("rule step opcode {opcode} (Ceph 19+ MSR rules)"),
+                    hint: "rewrite the rule with choose/chooseleaf steps".into(),
+                },
+            ));
+        }
+        other => {
+            return Err(bad(
+                &format!("{what}.opcode"),
+                format!(
+                    "opcode {other} cannot be read in this form; take, choose and chooseleaf                      steps are written with \"op\""
+                ),
+            ));
+        }
     })
 }
 
