@@ -26,6 +26,7 @@ mod error;
 mod fixed;
 pub mod optio_toml;
 mod steps;
+mod units;
 
 pub use error::{ParseError, ParseErrorKind};
 

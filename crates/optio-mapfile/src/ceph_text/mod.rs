@@ -18,6 +18,9 @@ mod lexer;
 mod parser;
 mod writer;
 
+pub(crate) use convert::TUNABLE_NAMES;
+pub(crate) use writer::{decompile_order, shadow_ids};
+
 use optio_placement::ClusterMap;
 
 use crate::error::ParseError;

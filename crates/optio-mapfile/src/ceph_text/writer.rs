@@ -120,7 +120,7 @@ fn write_tunables(out: &mut String, t: &Tunables) {
 }
 
 /// Each bucket's shadow ids, in class-id order.
-fn shadow_ids(map: &ClusterMap) -> HashMap<BucketId, Vec<(usize, BucketId, String)>> {
+pub(crate) fn shadow_ids(map: &ClusterMap) -> HashMap<BucketId, Vec<(usize, BucketId, String)>> {
     let mut shadows: HashMap<BucketId, Vec<(usize, BucketId, String)>> = HashMap::new();
     for bucket in map.buckets() {
         if let Some((original, class)) = &bucket.shadow_of {
