@@ -110,9 +110,16 @@ impl Lines {
         self.entries.push((subject, line));
     }
 
-    /// Wraps a builder error with the line of the item it is about.
+    /// Wraps a builder error with the line of the item it is about: the first definition,
+    /// or for a duplicate the last one (the builder reports the second of two).
     pub(crate) fn locate(&self, error: MapError) -> ParseError {
-        let line = self.entries.iter().find(|(s, _)| *s == error.subject).map(|(_, l)| *l);
+        let mut lines = self.entries.iter().filter(|(s, _)| *s == error.subject).map(|(_, l)| *l);
+        let duplicate = matches!(
+            error.kind,
+            optio_placement::MapErrorKind::DuplicateName
+                | optio_placement::MapErrorKind::DuplicateId { .. }
+        );
+        let line = if duplicate { lines.next_back() } else { lines.next() };
         ParseError::new(line, ParseErrorKind::Map(error))
     }
 }

@@ -57,27 +57,25 @@ impl Format {
     }
 }
 
-/// Guesses the format of `text`: JSON starts with `{`; Ceph text has `device N name`,
-/// `type N name`, `tunable` or `# begin crush map` lines; anything else is TOML.
+/// Guesses the format of `text` from its first line that is not blank or a comment: JSON
+/// starts with `{`; a TOML line is a table header (`[tunables]`, `[[devices]]`) or has a
+/// `key = value`; anything else (`device 0 osd.0`, `tunable …`, `host h0 {`) is Ceph text,
+/// whose lines never contain `=`.
 pub fn detect(text: &str) -> Format {
-    let first = text.trim_start_matches('\u{feff}').trim_start();
-    if first.starts_with('{') {
-        return Format::CephJson;
-    }
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        if line.starts_with("# begin crush map") {
-            return Format::CephText;
-        }
-        if line.starts_with('#') {
+    for line in text.trim_start_matches('\u{feff}').lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let mut words = line.split_whitespace();
-        let head = words.next().unwrap_or("");
-        let second = words.next().unwrap_or("");
-        let looks_ceph = matches!(head, "device" | "type" | "tunable")
-            && !second.starts_with('=')
-            && !line.contains('=');
-        return if looks_ceph { Format::CephText } else { Format::OptioToml };
+        if line.starts_with('{') {
+            return Format::CephJson;
+        }
+        let code = line.split('#').next().unwrap_or(line);
+        return if line.starts_with('[') || code.contains('=') {
+            Format::OptioToml
+        } else {
+            Format::CephText
+        };
     }
     Format::OptioToml
 }

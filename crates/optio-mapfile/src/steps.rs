@@ -105,7 +105,7 @@ pub(crate) fn parse_step(words: &[&str]) -> Result<StepSpec, ParseErrorKind> {
 /// The error for Ceph 19's MSR rules and steps.
 pub(crate) fn msr_unsupported(what: &str) -> ParseErrorKind {
     ParseErrorKind::Unsupported {
-        feature: format!("'{what}' (multi-step retry rules of Ceph 19+)"),
+        feature: format!("'{what}' (an MSR rule: multi-step retry, Ceph 19+)"),
         hint: "rewrite the rule with 'choose'/'chooseleaf firstn|indep' steps".to_string(),
     }
 }

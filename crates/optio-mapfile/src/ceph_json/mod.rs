@@ -74,11 +74,14 @@ fn string<'a>(object: &'a Object, key: &str, what: &str) -> Result<&'a str, Pars
     }
 }
 
+/// A 16.16 weight. Ceph prints weights through a signed `int`, so weights of 32768.0 and more
+/// appear as negative numbers; they are read back as the unsigned values they stand for.
 fn weight_16_16(object: &Object, key: &str, what: &str) -> Result<Weight, ParseError> {
     let value = int(object, key, what)?;
-    u32::try_from(value).map(Weight).map_err(|_| {
-        bad(&format!("{what}.{key}"), format!("weight {value} is negative or does not fit 16.16"))
-    })
+    u32::try_from(value)
+        .or_else(|_| i32::try_from(value).map(|signed| signed as u32))
+        .map(Weight)
+        .map_err(|_| bad(&format!("{what}.{key}"), format!("weight {value} does not fit 16.16")))
 }
 
 /// Parses `crushtool --dump` JSON.
@@ -111,6 +114,7 @@ pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
         }
         builder.devices.push(device);
     }
+    drop_placeholder_devices(&mut builder.devices, root)?;
     let buckets = array(root, "buckets", "map")?;
     let mut shadows: Vec<(String, String, BucketId)> = Vec::new();
     let mut names: Vec<(i64, String)> = Vec::new();
@@ -193,6 +197,7 @@ pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
             }
         }
     }
+    builder.classes = class_order(&builder.devices, &shadows);
     for (original, class, id) in shadows {
         let bucket = builder.buckets.iter_mut().find(|b| b.name == original).ok_or_else(|| {
             bad("buckets", format!("shadow bucket '{original}~{class}' has no bucket '{original}'"))
@@ -275,6 +280,49 @@ pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
         }
     }
     Ok(builder)
+}
+
+/// Ceph's dump lists every id below `max_devices`, naming the ones that do not exist
+/// `device<ID>`. Such an entry without a class, in no bucket, is dropped.
+fn drop_placeholder_devices(
+    devices: &mut Vec<DeviceSpec>,
+    root: &Object,
+) -> Result<(), ParseError> {
+    let mut placed = std::collections::HashSet::new();
+    for value in array(root, "buckets", "map")? {
+        if let Some(items) = value.get("items").and_then(Value::as_array) {
+            placed.extend(items.iter().filter_map(|item| item.get("id")?.as_i64()));
+        }
+    }
+    devices.retain(|device| {
+        let placeholder = device.class.is_none()
+            && device.name == format!("device{}", device.id.0)
+            && !placed.contains(&i64::from(device.id.0));
+        !placeholder
+    });
+    Ok(())
+}
+
+/// Ceph numbers device classes in order of creation, and the dump does not show the numbers.
+/// Ceph creates shadow buckets class by class, each taking the highest free ids, so the class
+/// whose shadow ids start highest is taken to be the first; classes without shadow buckets
+/// follow in order of first appearance on devices.
+fn class_order(devices: &[DeviceSpec], shadows: &[(String, String, BucketId)]) -> Vec<String> {
+    let mut highest: Vec<(String, i32)> = Vec::new();
+    for (_, class, id) in shadows {
+        match highest.iter_mut().find(|(c, _)| c == class) {
+            Some((_, top)) => *top = (*top).max(id.0),
+            None => highest.push((class.clone(), id.0)),
+        }
+    }
+    highest.sort_by_key(|(_, top)| std::cmp::Reverse(*top));
+    let mut order: Vec<String> = highest.into_iter().map(|(class, _)| class).collect();
+    for class in devices.iter().filter_map(|d| d.class.as_ref()) {
+        if !order.contains(class) {
+            order.push(class.clone());
+        }
+    }
+    order
 }
 
 /// choose_args ids are written as unsigned 64-bit numbers; the default set (-1) appears as

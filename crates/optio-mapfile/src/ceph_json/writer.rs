@@ -80,18 +80,25 @@ fn int(value: impl Into<i64>) -> Json {
     Json::Int(value.into())
 }
 
+/// A 16.16 weight as Ceph prints it: through a signed `int`, so 32768.0 and more are negative.
+fn ceph_int(weight: u32) -> Json {
+    Json::Int(i64::from(weight as i32))
+}
+
 /// The JSON of `map` as `crushtool --dump` prints it.
 pub(crate) fn write(map: &ClusterMap) -> String {
-    let devices = map
-        .devices()
-        .iter()
-        .map(|device| {
-            let mut fields =
-                vec![("id", int(device.id.0)), ("name", Json::Str(device.name.clone()))];
-            if let Some(class) = &device.class {
-                fields.push(("class", Json::Str(class.clone())));
+    // Ceph lists every id below max_devices, naming missing devices `device<ID>`.
+    let devices = (0..map.max_devices())
+        .map(|id| match map.device(optio_placement::DeviceId(id)) {
+            Some(device) => {
+                let mut fields =
+                    vec![("id", int(device.id.0)), ("name", Json::Str(device.name.clone()))];
+                if let Some(class) = &device.class {
+                    fields.push(("class", Json::Str(class.clone())));
+                }
+                Json::Object(fields)
             }
-            Json::Object(fields)
+            None => Json::Object(vec![("id", int(id)), ("name", Json::Str(format!("device{id}")))]),
         })
         .collect();
     let types = map
@@ -110,7 +117,7 @@ pub(crate) fn write(map: &ClusterMap) -> String {
                 .map(|(position, (item, weight))| {
                     Json::Object(vec![
                         ("id", int(item.0)),
-                        ("weight", int(weight.0)),
+                        ("weight", ceph_int(weight.0)),
                         ("pos", int(position as i64)),
                     ])
                 })
@@ -120,7 +127,7 @@ pub(crate) fn write(map: &ClusterMap) -> String {
                 ("name", Json::Str(bucket.name.clone())),
                 ("type_id", int(bucket.type_id.0)),
                 ("type_name", Json::Str(map.type_name(bucket.type_id).unwrap_or("").to_string())),
-                ("weight", int(bucket.weight().0)),
+                ("weight", ceph_int(bucket.weight().0)),
                 ("alg", Json::Str(bucket.alg.name().to_string())),
                 ("hash", Json::Str(if bucket.hash == 0 { "rjenkins1" } else { "unknown" }.into())),
                 ("items", Json::Array(items)),

@@ -72,8 +72,10 @@ pub(crate) fn to_builder(document: Document) -> Result<(ClusterMapBuilder, Lines
     let order = compile_order(&document.buckets, &bucket_names);
     let ids = bucket_ids(&document.buckets, &order);
 
-    // Classes in crushtool's numbering: devices in file order, then bucket class ids.
-    let mut classes: Vec<String> = Vec::new();
+    // Classes in crushtool's numbering: devices in file order, then bucket class ids. But when
+    // every bucket gives an id for every class, as `crushtool -d` writes them, the class ids
+    // decide nothing and the order of those lines (crushtool's class numbering) is kept.
+    let mut classes: Vec<String> = complete_class_lines(&document.buckets, &document.devices);
     let mut note_class = |class: &str| {
         if !classes.iter().any(|c| c == class) {
             classes.push(class.to_string());
@@ -183,6 +185,26 @@ pub(crate) fn to_builder(document: Document) -> Result<(ClusterMapBuilder, Lines
         builder.choose_args.push((set.id, args));
     }
     Ok((builder, lines))
+}
+
+/// The classes in the order of the buckets' `id N class C` lines, if every bucket has a line
+/// for every class (as in decompiled maps) and all buckets list them in the same order.
+fn complete_class_lines(
+    buckets: &[BucketDef],
+    devices: &[super::parser::DeviceLine],
+) -> Vec<String> {
+    let Some(first) = buckets.first() else { return Vec::new() };
+    let order: Vec<&str> = first.class_ids.iter().map(|(class, _, _)| class.as_str()).collect();
+    let complete =
+        buckets.iter().all(|bucket| {
+            bucket.class_ids.len() == order.len()
+                && bucket
+                    .class_ids
+                    .iter()
+                    .zip(&order)
+                    .all(|((class, _, _), expected)| class == expected)
+        }) && devices.iter().filter_map(|d| d.class.as_deref()).all(|class| order.contains(&class));
+    if complete { order.into_iter().map(str::to_string).collect() } else { Vec::new() }
 }
 
 fn tunables(document: &Document, lines: &mut Lines) -> Result<Tunables, ParseError> {

@@ -10,6 +10,7 @@ pub(crate) struct Token<'a> {
 }
 
 /// Streams the tokens of a text, without allocating.
+#[derive(Clone)]
 pub(crate) struct Lexer<'a> {
     text: &'a str,
     at: usize,

@@ -169,6 +169,12 @@ impl<'a> Parser<'a> {
     fn document(&mut self) -> Result<Document, ParseError> {
         let mut document = Document::default();
         while let Some(token) = self.next() {
+            // A bucket whose type is named like a keyword (`device d {`): crushtool's grammar
+            // backtracks to a bucket there, since keyword lines never have `{` third.
+            if matches!(token.text, "tunable" | "device" | "type") && self.third_is_brace() {
+                document.buckets.push(self.bucket(token)?);
+                continue;
+            }
             match token.text {
                 "tunable" => {
                     let name = self.word("a tunable name")?.text.to_string();
@@ -204,6 +210,13 @@ impl<'a> Parser<'a> {
             }
         }
         Ok(document)
+    }
+
+    /// Whether the token after the next one is `{`.
+    fn third_is_brace(&self) -> bool {
+        let mut ahead = self.tokens.clone();
+        ahead.next();
+        ahead.next().is_some_and(|t| t.text == "{")
     }
 
     fn bucket(&mut self, type_token: Token<'a>) -> Result<BucketDef, ParseError> {
