@@ -97,7 +97,14 @@ impl fmt::Display for ParseError {
     }
 }
 
-impl std::error::Error for ParseError {}
+impl std::error::Error for ParseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            ParseErrorKind::Map(error) => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// Where each item was defined, to point builder errors at lines.
 #[derive(Clone, Debug, Default)]

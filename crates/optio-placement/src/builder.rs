@@ -1092,7 +1092,42 @@ fn link_parents(build: &Build) -> Result<Parents, MapError> {
             state[index] = 2;
         }
     }
+    check_depth(build, &bucket_parent)?;
     Ok((device_parent, bucket_parent))
+}
+
+/// Refuses hierarchies deeper than [`HIERARCHY_DEPTH_MAX`] (the parent links are acyclic).
+fn check_depth(build: &Build, bucket_parent: &[Option<BucketId>]) -> Result<(), MapError> {
+    let mut depth: Vec<usize> = vec![0; bucket_parent.len()]; // 0: not computed yet
+    for start in 0..bucket_parent.len() {
+        if build.buckets[start].is_none() || depth[start] != 0 {
+            continue;
+        }
+        // Walk up to a bucket whose depth is known (or a root), then assign on the way down.
+        let mut path = vec![start];
+        let mut known = 0;
+        while let Some(parent) = bucket_parent[*path.last().expect("not empty")] {
+            let index = parent.index();
+            if depth[index] != 0 {
+                known = depth[index];
+                break;
+            }
+            path.push(index);
+        }
+        for (offset, index) in path.iter().rev().enumerate() {
+            depth[*index] = known + offset + 1;
+            if depth[*index] > HIERARCHY_DEPTH_MAX {
+                return Err(err(
+                    Subject::Bucket(build.item_name(ItemId(BucketId::from_index(*index).0))),
+                    Kind::TooMany {
+                        what: "levels in the bucket hierarchy",
+                        limit: HIERARCHY_DEPTH_MAX,
+                    },
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Fills in missing item weights bottom-up and checks sums.

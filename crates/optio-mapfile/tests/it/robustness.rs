@@ -159,3 +159,24 @@ fn hostile_inputs_never_panic() {
         feed(&case);
     }
 }
+
+#[test]
+fn deep_hierarchies_are_errors_not_crashes() {
+    // A chain of buckets, each holding the next: recursion over the hierarchy must not
+    // overflow the stack (a crash no catch_unwind can catch).
+    let depth = 50_000;
+    let mut text = String::from("device 0 osd.0 class hdd\ntype 0 osd\ntype 1 host\n");
+    text.push_str("host b0 {\n id -1\n item osd.0\n}\n");
+    for level in 1..depth {
+        text.push_str(&format!("host b{level} {{\n id -{}\n item b{}\n}}\n", level + 1, level - 1));
+    }
+    text.push_str("rule r {\n id 0\n type replicated\n step take b0 class hdd\n step emit\n}\n");
+    let handle = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || optio_mapfile::parse(&text).map(|_| ()).map_err(|e| e.to_string()))
+        .expect("a thread");
+    let outcome = handle.join().expect("parsing a deep map does not panic");
+    if let Err(message) = outcome {
+        assert!(message.contains("deep") || message.contains("levels"), "{message}");
+    }
+}
