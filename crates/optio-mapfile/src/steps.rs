@@ -5,6 +5,9 @@ use optio_placement::{Bucket, ClusterMap, ItemRef, Step, StepSpec, TypeId};
 
 use crate::error::ParseErrorKind;
 
+/// Most words one step may have (`take NAME class CLASS` has 4); longer steps are errors.
+pub(crate) const STEP_WORDS_MAX: usize = 8;
+
 /// Every step keyword, for error messages.
 const STEP_KEYWORDS: &str = "take, choose, chooseleaf, emit, noop, set_choose_tries, \
      set_chooseleaf_tries, set_choose_local_tries, set_choose_local_fallback_tries, \

@@ -230,8 +230,8 @@ pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
             id: RuleId(id),
             name,
             kind: RuleKind::from_code(code),
-            min_size: r.get("min_size").and_then(Value::as_u64).unwrap_or(1) as u32,
-            max_size: r.get("max_size").and_then(Value::as_u64).unwrap_or(10) as u32,
+            min_size: if r.contains_key("min_size") { int_in(r, "min_size", &what)? } else { 1 },
+            max_size: if r.contains_key("max_size") { int_in(r, "max_size", &what)? } else { 10 },
             steps,
         });
     }

@@ -13,10 +13,7 @@ use optio_placement::{BucketAlg, RuleKind, StepSpec, Weight};
 use super::lexer::{Lexer, Token};
 use crate::error::ParseError;
 use crate::fixed::weight_from_text;
-use crate::steps::{msr_unsupported, parse_step};
-
-/// Most tokens one step may have (`take NAME class CLASS` has 4).
-const STEP_WORDS_MAX: usize = 8;
+use crate::steps::{STEP_WORDS_MAX, msr_unsupported, parse_step};
 
 /// A `tunable NAME VALUE` line.
 pub(crate) struct TunableLine {

@@ -11,7 +11,7 @@ use toml::de::{DeTable, DeValue};
 use super::FORMAT_VERSION;
 use super::reader::{Source, Table, Value};
 use crate::error::{Lines, ParseError, ParseErrorKind};
-use crate::steps::parse_step;
+use crate::steps::{STEP_WORDS_MAX, parse_step};
 use crate::units::{parse_bandwidth, parse_bytes};
 
 /// Name and id of the rule added to a map that has devices with locations but no `rules`.
@@ -344,7 +344,8 @@ impl Reader<'_> {
         let steps = table.required("steps")?;
         for step in steps.elements(self.source)? {
             let text = step.str(self.source)?;
-            let words: Vec<&str> = text.split_whitespace().take(16).collect();
+            // One word past the limit is enough for parse_step to refuse the step.
+            let words: Vec<&str> = text.split_whitespace().take(STEP_WORDS_MAX + 1).collect();
             rule.steps.push(
                 parse_step(&words)
                     .map_err(|kind| ParseError::new(Some(step.line(self.source)), kind))?,

@@ -336,10 +336,16 @@ fn device_fields(map: &ClusterMap, device: &Device, layout: Layout) -> Fields {
         None => device.capacity_bytes.to_string(),
     };
     let weight_of_capacity = optio_placement::builder::weight_from_capacity(device.capacity_bytes);
-    if device.capacity_bytes == capacity_of_weight(device.weight) {
-        if device.weight != Weight::ONE {
-            fields.push(("weight".into(), weight_to_decimal(device.weight)));
-        }
+    // A round capacity ("4TiB", "1920GB") says more to people than the weight it implies.
+    let round_capacity = format_bytes(device.capacity_bytes)
+        .filter(|text| text.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len() <= 5);
+    let implied_capacity = device.capacity_bytes == capacity_of_weight(device.weight);
+    if implied_capacity && device.weight == Weight::ONE {
+        // Both defaults.
+    } else if weight_of_capacity == Some(device.weight) && round_capacity.is_some() {
+        fields.push(("capacity".into(), capacity_text()));
+    } else if implied_capacity {
+        fields.push(("weight".into(), weight_to_decimal(device.weight)));
     } else if weight_of_capacity == Some(device.weight) {
         fields.push(("capacity".into(), capacity_text()));
     } else {

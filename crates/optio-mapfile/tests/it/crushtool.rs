@@ -217,7 +217,9 @@ fn crushtool_compiles_our_text_back_to_the_same_map() {
         let text = ceph_text::write(&expected);
         let binary = compile(&crushtool, dir.path(), &text)
             .unwrap_or_else(|e| panic!("case {index}: crushtool refuses our text: {e}\n{text}"));
-        let theirs = ceph_json::parse(&dump(&crushtool, &binary)).expect("crushtool's JSON parses");
+        let their_json = dump(&crushtool, &binary);
+        let theirs = ceph_json::parse(&their_json).expect("crushtool's JSON parses");
         assert_same_map(&theirs, &expected, &format!("case {index}"));
+        assert_eq!(ceph_json::write(&expected), their_json, "case {index}: JSON differs");
     }
 }
