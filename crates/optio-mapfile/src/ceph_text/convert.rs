@@ -69,6 +69,25 @@ pub(crate) fn to_builder(document: Document) -> Result<(ClusterMapBuilder, Lines
         }
     }
 
+    // Ceph allows an item in several buckets; Optio's hierarchy is a tree.
+    let mut parents: HashMap<&str, (&str, usize)> = HashMap::new();
+    for bucket in &document.buckets {
+        for item in &bucket.items {
+            if let Some((first, line)) = parents.insert(&item.name, (&bucket.name, item.line))
+                && first != bucket.name
+            {
+                return Err(value_error(
+                    item.line,
+                    "item",
+                    format!(
+                        "'{}' is already an item of bucket '{first}' (line {line}); Optio's                          hierarchy is a tree, so an item has one parent: remove one of the two",
+                        item.name
+                    ),
+                ));
+            }
+        }
+    }
+
     let order = compile_order(&document.buckets, &bucket_names);
     let ids = bucket_ids(&document.buckets, &order);
 

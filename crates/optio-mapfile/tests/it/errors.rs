@@ -35,6 +35,11 @@ const TEXT_CASES: &[(&str, usize, &str)] = &[
     ),
     ("device 0 osd.0\ndevice 1 osd.0\n", 2, "used twice"),
     (
+        "device 0 osd.0\ntype 0 osd\ntype 1 host\nhost h {\n id -1\n item osd.0\n}\nhost g {\n id -2\n item osd.0\n}\n",
+        10,
+        "already an item of bucket 'h' (line 6)",
+    ),
+    (
         "device 0 osd.0\ntype 0 osd\ntype 1 host\nhost a {\n id -1\n item osd.0\n}\nhost b {\n id -1\n}\n",
         8,
         "id -1",
