@@ -88,7 +88,34 @@ fn weight_16_16(object: &Object, key: &str, what: &str) -> Result<Weight, ParseE
 pub fn parse(text: &str) -> Result<ClusterMap, ParseError> {
     let root: Value = serde_json::from_str(text)
         .map_err(|e| ParseError::new(Some(e.line()), ParseErrorKind::Json(e.to_string())))?;
-    builder(&root)?.build().map_err(|e| ParseError::new(None, ParseErrorKind::Map(e)))
+    builder(&root)?.build().map_err(|error| {
+        let duplicate = matches!(
+            error.kind,
+            optio_placement::MapErrorKind::DuplicateName
+                | optio_placement::MapErrorKind::DuplicateId { .. }
+        );
+        let line = subject_line(text, &error.subject, duplicate);
+        ParseError::new(line, ParseErrorKind::Map(error))
+    })
+}
+
+/// The line where the item a builder error is about is named (`"name": "osd.3"`), if any: the
+/// last such line for a duplicate (the builder reports the second of two), else the first.
+fn subject_line(text: &str, subject: &optio_placement::Subject, last: bool) -> Option<usize> {
+    use optio_placement::Subject;
+    let quoted = |name: &str| serde_json::to_string(name).ok();
+    let needles: Vec<String> = match subject {
+        Subject::Device(name) | Subject::Bucket(name) | Subject::Type(name) => {
+            vec![format!("\"name\": {}", quoted(name)?)]
+        }
+        Subject::Rule(name) => vec![format!("\"rule_name\": {}", quoted(name)?)],
+        Subject::ChooseArgs(id) => vec![format!("\"{id}\":"), format!("\"{}\":", *id as u64)],
+        _ => return None,
+    };
+    let at = needles.iter().find_map(|needle| {
+        if last { text.rfind(needle.as_str()) } else { text.find(needle.as_str()) }
+    })?;
+    Some(text[..at].matches('\n').count() + 1)
 }
 
 /// Reads `crushtool --dump` JSON into a builder (not yet validated).
@@ -103,6 +130,10 @@ pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
             id: TypeId(int_in(t, "type_id", &what)?),
             name: string(t, "name", &what)?.to_string(),
         });
+    }
+    // `crushtool -d` prints `type 0 osd` for a map without a device type; so does Optio.
+    if !builder.types.is_empty() && !builder.types.iter().any(|t| t.id == TypeId(0)) {
+        builder.types.push(BucketType { id: TypeId(0), name: "osd".to_string() });
     }
     for (i, value) in array(root, "devices", "map")?.iter().enumerate() {
         let what = format!("devices[{i}]");

@@ -90,6 +90,13 @@ fn toml_errors_point_at_the_line() {
 }
 
 #[test]
+fn json_builder_errors_point_at_the_item() {
+    let json = "{\n  \"devices\": [\n    {\"id\": 0, \"name\": \"osd.0\"},\n    {\"id\": 1, \"name\": \"osd.0\"}\n  ]\n}";
+    let error = ceph_json::parse(json).expect_err("duplicate name");
+    assert_eq!(error.line, Some(4), "{error}");
+}
+
+#[test]
 fn json_errors_say_what_is_wrong() {
     let error =
         ceph_json::parse("{\"devices\": [{\"id\": -4, \"name\": \"osd.0\"}]}").expect_err("bad id");
