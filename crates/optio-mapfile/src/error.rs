@@ -97,7 +97,14 @@ impl fmt::Display for ParseError {
     }
 }
 
-impl std::error::Error for ParseError {}
+impl std::error::Error for ParseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            ParseErrorKind::Map(error) => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// Where each item was defined, to point builder errors at lines.
 #[derive(Clone, Debug, Default)]
@@ -110,9 +117,16 @@ impl Lines {
         self.entries.push((subject, line));
     }
 
-    /// Wraps a builder error with the line of the item it is about.
+    /// Wraps a builder error with the line of the item it is about: the first definition,
+    /// or for a duplicate the last one (the builder reports the second of two).
     pub(crate) fn locate(&self, error: MapError) -> ParseError {
-        let line = self.entries.iter().find(|(s, _)| *s == error.subject).map(|(_, l)| *l);
+        let mut lines = self.entries.iter().filter(|(s, _)| *s == error.subject).map(|(_, l)| *l);
+        let duplicate = matches!(
+            error.kind,
+            optio_placement::MapErrorKind::DuplicateName
+                | optio_placement::MapErrorKind::DuplicateId { .. }
+        );
+        let line = if duplicate { lines.next_back() } else { lines.next() };
         ParseError::new(line, ParseErrorKind::Map(error))
     }
 }

@@ -2,19 +2,43 @@
 //!
 //! Cluster map files: Optio's own TOML, the text Ceph's `crushtool -d` writes, and the JSON of
 //! `crushtool --dump` (or `ceph osd crush dump`). [`parse`] detects the format from the
-//! content, so every Optio command accepts all three.
+//! content ([`detect`]), so every Optio command accepts all three; each format also has its
+//! own `parse` and `write` ([`optio_toml`], [`ceph_text`], [`ceph_json`]).
 //!
-//! Parsing never panics: every malformed input is a [`ParseError`] that names the line (when
-//! the format has lines) and what to do. Semantic problems found by the map builder are mapped
-//! back to the line that defined the offending item.
+//! Design decisions (details and every known difference from Ceph in `docs/map-format.md`):
+//!
+//! * **Ceph's meaning, not just its syntax.** A text map means what it means to `crushtool -c`
+//!   (Ceph 16.2): missing tunables are the legacy values, weights go through single precision
+//!   and are truncated exactly as crushtool does, buckets without ids are numbered in
+//!   crushtool's order. The writers reproduce `crushtool -d` and `crushtool --dump` byte for
+//!   byte. crushtool is the oracle of the tests.
+//! * **Errors say what, where and what to do.** Parsing never panics: every malformed input is
+//!   a [`ParseError`] with the line (and key), and semantic problems found by the map builder
+//!   are mapped back to the line that defined the offending item.
+//! * **Optio TOML round-trips every map exactly** and pins every bucket id, so a saved map is
+//!   stable; the Ceph formats keep what Ceph can hold.
 //!
 //! ```
-//! let text = "device 0 osd.0\ndevice 1 osd.1\ntype 0 osd\ntype 1 host\ntype 2 root\n\
-//!             host h0 {\n id -1\n alg straw2\n hash 0\n item osd.0 weight 1.000\n}\n\
-//!             host h1 {\n id -2\n alg straw2\n hash 0\n item osd.1 weight 1.000\n}\n\
-//!             root default {\n id -3\n alg straw2\n hash 0\n item h0 weight 1.000\n item h1 weight 1.000\n}\n";
-//! let map = optio_mapfile::parse(text).expect("valid");
+//! let toml = r#"
+//! [[devices]]
+//! id = 0
+//! capacity = "4TiB"
+//! location = { host = "h0" }
+//!
+//! [[devices]]
+//! id = 1
+//! capacity = "4TiB"
+//! location = { host = "h1" }
+//! "#;
+//! let map = optio_mapfile::parse(toml).expect("valid");
 //! assert_eq!(map.devices().len(), 2);
+//! assert_eq!(map.rules()[0].name, "replicated_rule"); // the default rule
+//!
+//! // The same map as crushtool would decompile it, and back.
+//! let text = optio_mapfile::ceph_text::write(&map);
+//! assert!(text.contains("item osd.0 weight 4.000"));
+//! let again = optio_mapfile::parse(&text).expect("valid");
+//! assert_eq!(again.bucket_by_name("h1").map(|b| b.items.len()), Some(1));
 //! ```
 
 #![forbid(unsafe_code)]
@@ -23,7 +47,10 @@
 pub mod ceph_json;
 pub mod ceph_text;
 mod error;
+mod fixed;
 pub mod optio_toml;
+mod steps;
+mod units;
 
 pub use error::{ParseError, ParseErrorKind};
 
@@ -54,27 +81,25 @@ impl Format {
     }
 }
 
-/// Guesses the format of `text`: JSON starts with `{`; Ceph text has `device N name`,
-/// `type N name`, `tunable` or `# begin crush map` lines; anything else is TOML.
+/// Guesses the format of `text` from its first line that is not blank or a comment: JSON
+/// starts with `{`; a TOML line is a table header (`[tunables]`, `[[devices]]`) or has a
+/// `key = value`; anything else (`device 0 osd.0`, `tunable …`, `host h0 {`) is Ceph text,
+/// whose lines never contain `=`.
 pub fn detect(text: &str) -> Format {
-    let first = text.trim_start_matches('\u{feff}').trim_start();
-    if first.starts_with('{') {
-        return Format::CephJson;
-    }
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        if line.starts_with("# begin crush map") {
-            return Format::CephText;
-        }
-        if line.starts_with('#') {
+    for line in text.trim_start_matches('\u{feff}').lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let mut words = line.split_whitespace();
-        let head = words.next().unwrap_or("");
-        let second = words.next().unwrap_or("");
-        let looks_ceph = matches!(head, "device" | "type" | "tunable")
-            && !second.starts_with('=')
-            && !line.contains('=');
-        return if looks_ceph { Format::CephText } else { Format::OptioToml };
+        if line.starts_with('{') {
+            return Format::CephJson;
+        }
+        let code = line.split('#').next().unwrap_or(line);
+        return if line.starts_with('[') || code.contains('=') {
+            Format::OptioToml
+        } else {
+            Format::CephText
+        };
     }
     Format::OptioToml
 }

@@ -258,8 +258,8 @@ pub struct ClusterMapBuilder {
     pub pools: Vec<PoolSpec>,
     /// Weight sets by id (-1 = default).
     pub choose_args: Vec<(i64, Vec<ChooseArgSpec>)>,
-    /// Extra device classes in class-id order (classes are otherwise numbered in order of
-    /// first appearance on devices).
+    /// Device classes in class-id order. Classes not listed here are numbered after these, in
+    /// order of first appearance on devices (by id), then on buckets' class ids.
     pub classes: Vec<String>,
 }
 
@@ -602,12 +602,14 @@ impl ClusterMapBuilder {
             classes: Vec::new(),
         };
         build.types = build_types(&self.types)?;
-        add_devices(&mut build, &self.devices)?;
+        // Listed classes come first, so that a parser can reproduce Ceph's class numbering.
         for class in &self.classes {
+            check_name(&Subject::Map, class)?;
             if !build.classes.contains(class) {
                 build.classes.push(class.clone());
             }
         }
+        add_devices(&mut build, &self.devices)?;
         add_explicit_buckets(&mut build, &self.buckets)?;
         derive_located_buckets(&mut build, &self.devices)?;
         let (device_parent, bucket_parent) = link_parents(&build)?;
@@ -1095,7 +1097,42 @@ fn link_parents(build: &Build) -> Result<Parents, MapError> {
             state[index] = 2;
         }
     }
+    check_depth(build, &bucket_parent)?;
     Ok((device_parent, bucket_parent))
+}
+
+/// Refuses hierarchies deeper than [`HIERARCHY_DEPTH_MAX`] (the parent links are acyclic).
+fn check_depth(build: &Build, bucket_parent: &[Option<BucketId>]) -> Result<(), MapError> {
+    let mut depth: Vec<usize> = vec![0; bucket_parent.len()]; // 0: not computed yet
+    for start in 0..bucket_parent.len() {
+        if build.buckets[start].is_none() || depth[start] != 0 {
+            continue;
+        }
+        // Walk up to a bucket whose depth is known (or a root), then assign on the way down.
+        let mut path = vec![start];
+        let mut known = 0;
+        while let Some(parent) = bucket_parent[*path.last().expect("not empty")] {
+            let index = parent.index();
+            if depth[index] != 0 {
+                known = depth[index];
+                break;
+            }
+            path.push(index);
+        }
+        for (offset, index) in path.iter().rev().enumerate() {
+            depth[*index] = known + offset + 1;
+            if depth[*index] > HIERARCHY_DEPTH_MAX {
+                return Err(err(
+                    Subject::Bucket(build.item_name(ItemId(BucketId::from_index(*index).0))),
+                    Kind::TooMany {
+                        what: "levels in the bucket hierarchy",
+                        limit: HIERARCHY_DEPTH_MAX,
+                    },
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Fills in missing item weights bottom-up and checks sums.

@@ -19,6 +19,9 @@ pub const RULES_MAX: usize = 1 << 16;
 pub const POOLS_MAX: usize = 1 << 16;
 /// Most steps in one rule.
 pub const RULE_STEPS_MAX: usize = 256;
+/// Most levels of buckets above a device (Ceph's default types have 11; the builder and the
+/// engines recurse over the hierarchy, so its depth is bounded).
+pub const HIERARCHY_DEPTH_MAX: usize = 256;
 /// Most replicas (or erasure-code shards) of one object.
 pub const REPLICAS_MAX: usize = 32;
 /// Most placement groups per pool.

@@ -150,7 +150,6 @@ impl Ceph {
     /// unchanged through `to_builder()` (shadow trees, choose_args and all).
     pub fn load(&self, map: &Path) -> ClusterMap {
         let json = self.dump(map);
-        let json = name_raw_opcodes(&json);
         let loaded = optio_mapfile::ceph_json::parse(&json)
             .unwrap_or_else(|e| panic!("Optio refuses crushtool's dump of {map:?}: {e:?}\n{json}"));
         let rebuilt = loaded.to_builder().build().expect("an imported map rebuilds");
@@ -257,31 +256,6 @@ impl Ceph {
         eprintln!("{what}: {compared} mappings identical to crushtool");
         compared
     }
-}
-
-/// Ceph's dump writes four `set_*` steps without a name, as `{"opcode": N, "arg1": A,
-/// "arg2": 0}` (`CrushWrapper::dump_rule` names only some ops), and Optio's JSON reader does
-/// not read that form yet (see `json_import::raw_opcode_steps`). Until it does, the harness
-/// names them, so that the mapper is still compared on rules that use them.
-pub fn name_raw_opcodes(json: &str) -> String {
-    let mut root: serde_json::Value = serde_json::from_str(json).expect("crushtool dumps JSON");
-    let names = [
-        (10, "set_choose_local_tries"),
-        (11, "set_choose_local_fallback_tries"),
-        (12, "set_chooseleaf_vary_r"),
-        (13, "set_chooseleaf_stable"),
-    ];
-    for rule in root["rules"].as_array_mut().into_iter().flatten() {
-        for step in rule["steps"].as_array_mut().into_iter().flatten() {
-            let Some(opcode) = step.get("opcode").and_then(serde_json::Value::as_i64) else {
-                continue;
-            };
-            let (_, name) = names.iter().find(|(code, _)| *code == opcode).expect("a known opcode");
-            let num = step["arg1"].clone();
-            *step = serde_json::json!({ "op": name, "num": num });
-        }
-    }
-    root.to_string()
 }
 
 /// crushtool's reweight vector: 1.0 for every device present in the hierarchy, 0 for the

@@ -91,7 +91,6 @@ fn tunables_match_crushtool() {
 }
 
 #[test]
-#[ignore = "bug in optio-mapfile's ceph_json (not ours to edit): it refuses the {opcode, arg1} steps crushtool dumps"]
 fn raw_opcode_steps() {
     // crushtool --dump writes set_choose_local_tries, set_choose_local_fallback_tries,
     // set_chooseleaf_vary_r and set_chooseleaf_stable as {"opcode": 10..13, "arg1", "arg2"}.

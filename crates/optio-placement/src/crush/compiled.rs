@@ -176,7 +176,7 @@ impl CrushMap {
         self.choose_args_exact(pool).or_else(|| self.choose_args_exact(-1))
     }
 
-    /// The choose_args set with exactly this id (`crushtool --test` uses id 0, no fallback).
+    /// The choose_args set with exactly this id, no fallback.
     pub fn choose_args_exact(&self, id: i64) -> Option<&ChooseArgsRef> {
         self.choose_args.iter().find(|(set, _)| *set == id).map(|(_, args)| args)
     }

@@ -154,7 +154,7 @@ impl CrushMap {
     /// devices beyond its end are out). Returns how many entries were written; positional
     /// (indep) results hold [`ITEM_NONE`] holes. An unknown rule gives 0, as in Ceph.
     /// `choose_args` selects a weight set: see [`CrushMap::choose_args_for_pool`] (what an
-    /// OSDMap uses) and [`CrushMap::choose_args_exact`] (what `crushtool --test` uses: id 0).
+    /// OSDMap uses; `crushtool --test` uses it with id 0) and [`CrushMap::choose_args_exact`].
     pub fn do_rule(
         &self,
         rule: RuleId,

@@ -287,7 +287,8 @@ fn run_crush_inputs(args: &Args, format: Format) -> Result<()> {
     if min_x > max_x {
         bail!("--min-x {min_x} is above --max-x {max_x}");
     }
-    let choose_args = crush.choose_args_exact(0);
+    // crushtool --test uses weight set 0, else the default set (-1), whatever --pool-id is.
+    let choose_args = crush.choose_args_for_pool(0);
     let mut work = CrushWork::new(crush);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());

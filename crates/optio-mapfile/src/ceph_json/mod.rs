@@ -3,6 +3,11 @@
 //! Shadow (per-class) buckets in the dump (`host0~hdd`) are not imported as buckets: their ids
 //! become the class ids of the buckets they shadow and the builder rebuilds the shadow trees,
 //! exactly as Ceph does when it loads a map.
+//!
+//! [`write`] produces the layout of `crushtool --dump` (Ceph 16): shadow buckets included,
+//! Pacific's `{"opcode": 10, "arg1": …}` form for the `set_choose_local_*` and
+//! `set_chooseleaf_vary_r`/`_stable` steps, and the derived tunables fields (`profile`,
+//! `minimum_required_version`, …), so that `parse(write(m)) == m` for maps Ceph can hold.
 
 use optio_placement::{
     BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMap, ClusterMapBuilder,
@@ -12,6 +17,16 @@ use optio_placement::{
 use serde_json::{Map, Value};
 
 use crate::error::{ParseError, ParseErrorKind};
+
+mod writer;
+
+/// Writes `map` in the layout of `crushtool --dump`.
+///
+/// Ceph's JSON has no place for Optio's pools, device attributes (capacity, bandwidth, up/in,
+/// reweight, addresses) or epoch; they are left out.
+pub fn write(map: &ClusterMap) -> String {
+    writer::write(map)
+}
 
 type Object = Map<String, Value>;
 
@@ -59,18 +74,48 @@ fn string<'a>(object: &'a Object, key: &str, what: &str) -> Result<&'a str, Pars
     }
 }
 
+/// A 16.16 weight. Ceph prints weights through a signed `int`, so weights of 32768.0 and more
+/// appear as negative numbers; they are read back as the unsigned values they stand for.
 fn weight_16_16(object: &Object, key: &str, what: &str) -> Result<Weight, ParseError> {
     let value = int(object, key, what)?;
-    u32::try_from(value).map(Weight).map_err(|_| {
-        bad(&format!("{what}.{key}"), format!("weight {value} is negative or does not fit 16.16"))
-    })
+    u32::try_from(value)
+        .or_else(|_| i32::try_from(value).map(|signed| signed as u32))
+        .map(Weight)
+        .map_err(|_| bad(&format!("{what}.{key}"), format!("weight {value} does not fit 16.16")))
 }
 
 /// Parses `crushtool --dump` JSON.
 pub fn parse(text: &str) -> Result<ClusterMap, ParseError> {
     let root: Value = serde_json::from_str(text)
         .map_err(|e| ParseError::new(Some(e.line()), ParseErrorKind::Json(e.to_string())))?;
-    builder(&root)?.build().map_err(|e| ParseError::new(None, ParseErrorKind::Map(e)))
+    builder(&root)?.build().map_err(|error| {
+        let duplicate = matches!(
+            error.kind,
+            optio_placement::MapErrorKind::DuplicateName
+                | optio_placement::MapErrorKind::DuplicateId { .. }
+        );
+        let line = subject_line(text, &error.subject, duplicate);
+        ParseError::new(line, ParseErrorKind::Map(error))
+    })
+}
+
+/// The line where the item a builder error is about is named (`"name": "osd.3"`), if any: the
+/// last such line for a duplicate (the builder reports the second of two), else the first.
+fn subject_line(text: &str, subject: &optio_placement::Subject, last: bool) -> Option<usize> {
+    use optio_placement::Subject;
+    let quoted = |name: &str| serde_json::to_string(name).ok();
+    let needles: Vec<String> = match subject {
+        Subject::Device(name) | Subject::Bucket(name) | Subject::Type(name) => {
+            vec![format!("\"name\": {}", quoted(name)?)]
+        }
+        Subject::Rule(name) => vec![format!("\"rule_name\": {}", quoted(name)?)],
+        Subject::ChooseArgs(id) => vec![format!("\"{id}\":"), format!("\"{}\":", *id as u64)],
+        _ => return None,
+    };
+    let at = needles.iter().find_map(|needle| {
+        if last { text.rfind(needle.as_str()) } else { text.find(needle.as_str()) }
+    })?;
+    Some(text[..at].matches('\n').count() + 1)
 }
 
 /// Reads `crushtool --dump` JSON into a builder (not yet validated).
@@ -86,6 +131,10 @@ pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
             name: string(t, "name", &what)?.to_string(),
         });
     }
+    // `crushtool -d` prints `type 0 osd` for a map without a device type; so does Optio.
+    if !builder.types.is_empty() && !builder.types.iter().any(|t| t.id == TypeId(0)) {
+        builder.types.push(BucketType { id: TypeId(0), name: "osd".to_string() });
+    }
     for (i, value) in array(root, "devices", "map")?.iter().enumerate() {
         let what = format!("devices[{i}]");
         let d = object(value, &what)?;
@@ -96,6 +145,7 @@ pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
         }
         builder.devices.push(device);
     }
+    drop_placeholder_devices(&mut builder.devices, root)?;
     let buckets = array(root, "buckets", "map")?;
     let mut shadows: Vec<(String, String, BucketId)> = Vec::new();
     let mut names: Vec<(i64, String)> = Vec::new();
@@ -164,6 +214,21 @@ pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
             class_ids: Vec::new(),
         });
     }
+    // A device's weight is its weight in its bucket (Ceph keeps no other), so that its
+    // capacity is derived from it.
+    let device_index: std::collections::HashMap<i32, usize> =
+        builder.devices.iter().enumerate().map(|(i, d)| (d.id.0 as i32, i)).collect();
+    for bucket in &builder.buckets {
+        for (item, weight) in &bucket.items {
+            if let (ItemRef::Id(id), Some(weight)) = (item, weight)
+                && let Some(&index) = device_index.get(&id.0)
+                && builder.devices[index].weight.is_none()
+            {
+                builder.devices[index].weight = Some(*weight);
+            }
+        }
+    }
+    builder.classes = class_order(&builder.devices, &shadows);
     for (original, class, id) in shadows {
         let bucket = builder.buckets.iter_mut().find(|b| b.name == original).ok_or_else(|| {
             bad("buckets", format!("shadow bucket '{original}~{class}' has no bucket '{original}'"))
@@ -196,8 +261,8 @@ pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
             id: RuleId(id),
             name,
             kind: RuleKind::from_code(code),
-            min_size: r.get("min_size").and_then(Value::as_u64).unwrap_or(1) as u32,
-            max_size: r.get("max_size").and_then(Value::as_u64).unwrap_or(10) as u32,
+            min_size: if r.contains_key("min_size") { int_in(r, "min_size", &what)? } else { 1 },
+            max_size: if r.contains_key("max_size") { int_in(r, "max_size", &what)? } else { 10 },
             steps,
         });
     }
@@ -248,6 +313,49 @@ pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
     Ok(builder)
 }
 
+/// Ceph's dump lists every id below `max_devices`, naming the ones that do not exist
+/// `device<ID>`. Such an entry without a class, in no bucket, is dropped.
+fn drop_placeholder_devices(
+    devices: &mut Vec<DeviceSpec>,
+    root: &Object,
+) -> Result<(), ParseError> {
+    let mut placed = std::collections::HashSet::new();
+    for value in array(root, "buckets", "map")? {
+        if let Some(items) = value.get("items").and_then(Value::as_array) {
+            placed.extend(items.iter().filter_map(|item| item.get("id")?.as_i64()));
+        }
+    }
+    devices.retain(|device| {
+        let placeholder = device.class.is_none()
+            && device.name == format!("device{}", device.id.0)
+            && !placed.contains(&i64::from(device.id.0));
+        !placeholder
+    });
+    Ok(())
+}
+
+/// Ceph numbers device classes in order of creation, and the dump does not show the numbers.
+/// Ceph creates shadow buckets class by class, each taking the highest free ids, so the class
+/// whose shadow ids start highest is taken to be the first; classes without shadow buckets
+/// follow in order of first appearance on devices.
+fn class_order(devices: &[DeviceSpec], shadows: &[(String, String, BucketId)]) -> Vec<String> {
+    let mut highest: Vec<(String, i32)> = Vec::new();
+    for (_, class, id) in shadows {
+        match highest.iter_mut().find(|(c, _)| c == class) {
+            Some((_, top)) => *top = (*top).max(id.0),
+            None => highest.push((class.clone(), id.0)),
+        }
+    }
+    highest.sort_by_key(|(_, top)| std::cmp::Reverse(*top));
+    let mut order: Vec<String> = highest.into_iter().map(|(class, _)| class).collect();
+    for class in devices.iter().filter_map(|d| d.class.as_ref()) {
+        if !order.contains(class) {
+            order.push(class.clone());
+        }
+    }
+    order
+}
+
 /// choose_args ids are written as unsigned 64-bit numbers; the default set (-1) appears as
 /// 18446744073709551615.
 pub(crate) fn parse_choose_args_id(text: &str) -> Option<i64> {
@@ -259,6 +367,9 @@ fn step(
     what: &str,
     name_of: &dyn Fn(i64) -> Option<String>,
 ) -> Result<StepSpec, ParseError> {
+    if !s.contains_key("op") && s.contains_key("opcode") {
+        return opcode_step(s, what);
+    }
     let op = string(s, "op", what)?;
     let num = || -> Result<i32, ParseError> { int_in(s, "num", what) };
     let choose = |leaf: bool, indep: bool| -> Result<StepSpec, ParseError> {
@@ -315,6 +426,42 @@ fn step(
     })
 }
 
+/// A step Ceph 16 dumps by number: `{"opcode": 10, "arg1": 0, "arg2": 0}`.
+fn opcode_step(s: &Object, what: &str) -> Result<StepSpec, ParseError> {
+    let opcode: i64 = int(s, "opcode", what)?;
+    let arg1: i32 = match s.get("arg1") {
+        None => 0,
+        Some(_) => int_in(s, "arg1", what)?,
+    };
+    Ok(match opcode {
+        0 => StepSpec::Noop,
+        4 => StepSpec::Emit,
+        8 => StepSpec::Set(Step::SetChooseTries(arg1)),
+        9 => StepSpec::Set(Step::SetChooseleafTries(arg1)),
+        10 => StepSpec::Set(Step::SetChooseLocalTries(arg1)),
+        11 => StepSpec::Set(Step::SetChooseLocalFallbackTries(arg1)),
+        12 => StepSpec::Set(Step::SetChooseleafVaryR(arg1)),
+        13 => StepSpec::Set(Step::SetChooseleafStable(arg1)),
+        14..=16 => {
+            return Err(ParseError::new(
+                None,
+                ParseErrorKind::Unsupported {
+                    feature: format!("rule step opcode {opcode} (Ceph 19+ MSR rules)"),
+                    hint: "rewrite the rule with choose/chooseleaf steps".into(),
+                },
+            ));
+        }
+        other => {
+            return Err(bad(
+                &format!("{what}.opcode"),
+                format!(
+                    "opcode {other} cannot be read in this form; take, choose and chooseleaf                      steps are written with \"op\""
+                ),
+            ));
+        }
+    })
+}
+
 fn tunables(value: Option<&Value>) -> Result<Tunables, ParseError> {
     let mut tunables = Tunables::legacy();
     let Some(value) = value else { return Ok(tunables) };
@@ -355,10 +502,6 @@ fn tunables(value: Option<&Value>) -> Result<Tunables, ParseError> {
         tunables.allowed_bucket_algs = v;
     }
     Ok(tunables)
-}
-/// Writes.
-pub fn write(_map: &ClusterMap) -> String {
-    String::new()
 }
 
 #[cfg(test)]

@@ -1,0 +1,545 @@
+//! Reads Optio TOML into a [`ClusterMapBuilder`] (the format is described in
+//! `docs/map-format.md`).
+
+use optio_placement::{
+    BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMapBuilder, DeviceSpec,
+    EngineRef, Epoch, ItemId, ItemRef, PoolId, PoolSpec, RuleId, RuleKind, RuleRef, RuleSpec,
+    StepSpec, Subject, Tunables, TunablesProfile, TypeId,
+};
+use toml::de::{DeTable, DeValue};
+
+use super::FORMAT_VERSION;
+use super::reader::{Source, Table, Value};
+use crate::error::{Lines, ParseError, ParseErrorKind};
+use crate::steps::{STEP_WORDS_MAX, parse_step};
+use crate::units::{parse_bandwidth, parse_bytes};
+
+/// Name and id of the rule added to a map that has devices with locations but no `rules`.
+pub(crate) const DEFAULT_RULE_NAME: &str = "replicated_rule";
+
+struct Reader<'s> {
+    source: &'s Source,
+    lines: Lines,
+    /// Buckets named by device locations, with the line of their first mention; recorded
+    /// after explicit buckets so that errors point at a bucket's own table when it has one.
+    located: Vec<(String, usize)>,
+}
+
+/// Reads the document; the builder is not validated yet.
+pub(crate) fn to_builder(text: &str) -> Result<(ClusterMapBuilder, Lines), ParseError> {
+    let source = Source::new(text);
+    let root = DeTable::parse(text).map_err(|error| {
+        let line = error.span().map(|span| source.line(span.start));
+        ParseError::new(line, ParseErrorKind::Toml(error.message().to_string()))
+    })?;
+    let mut reader = Reader { source: &source, lines: Lines::default(), located: Vec::new() };
+    let builder = reader.document(root.get_ref())?;
+    Ok((builder, reader.lines))
+}
+
+impl Reader<'_> {
+    /// The tables of an array of tables (`[[devices]]` or `devices = [ { … }, … ]`).
+    fn tables<'t, 'i>(&self, value: &Value<'t, 'i>) -> Result<Vec<Table<'t, 'i>>, ParseError> {
+        value.elements(self.source)?.iter().map(|element| element.as_table(self.source)).collect()
+    }
+
+    fn document(&mut self, root: &DeTable<'_>) -> Result<ClusterMapBuilder, ParseError> {
+        let mut top = Table::new(root, "map".to_string(), 1);
+        let mut builder = ClusterMapBuilder::new();
+        if let Some(value) = top.get("format_version") {
+            let version: u32 = value.int(self.source, "1")?;
+            if version != FORMAT_VERSION {
+                return Err(value.error(
+                    self.source,
+                    format!(
+                        "this map has format_version {version}, this Optio reads version \
+                         {FORMAT_VERSION}; use a newer Optio"
+                    ),
+                ));
+            }
+        }
+        if let Some(value) = top.get("epoch") {
+            builder.epoch = Epoch(value.int(self.source, "0 or more")?);
+        }
+        if let Some(value) = top.get("tunables") {
+            builder.tunables = self.tunables(value.as_table(self.source)?)?;
+        }
+        if let Some(value) = top.get("types") {
+            for table in self.tables(&value)? {
+                builder.types.push(self.bucket_type(table)?);
+            }
+        }
+        if let Some(value) = top.get("classes") {
+            for element in value.elements(self.source)? {
+                builder.classes.push(element.str(self.source)?.to_string());
+            }
+        }
+        if let Some(value) = top.get("devices") {
+            for table in self.tables(&value)? {
+                builder.devices.push(self.device(table)?);
+            }
+        }
+        if let Some(value) = top.get("buckets") {
+            for table in self.tables(&value)? {
+                builder.buckets.push(self.bucket(table)?);
+            }
+        }
+        let rules = top.get("rules");
+        if let Some(value) = &rules {
+            for table in self.tables(value)? {
+                builder.rules.push(self.rule(table)?);
+            }
+        }
+        if let Some(value) = top.get("pools") {
+            for table in self.tables(&value)? {
+                builder.pools.push(self.pool(table)?);
+            }
+        }
+        if let Some(value) = top.get("choose_args") {
+            for table in self.tables(&value)? {
+                builder.choose_args.push(self.choose_args(table)?);
+            }
+        }
+        top.finish(self.source)?;
+        for (name, line) in std::mem::take(&mut self.located) {
+            self.lines.record(Subject::Bucket(name), line);
+        }
+        if rules.is_none() {
+            add_default_rule(&mut builder);
+        }
+        Ok(builder)
+    }
+
+    fn tunables(&mut self, mut table: Table<'_, '_>) -> Result<Tunables, ParseError> {
+        let mut tunables = Tunables::optimal();
+        if let Some(value) = table.get("profile") {
+            let name = value.str(self.source)?;
+            let profile = TunablesProfile::from_name(name).ok_or_else(|| {
+                value.error(
+                    self.source,
+                    format!(
+                        "unknown profile '{name}'; use optimal, jewel, hammer, firefly, bobtail \
+                         or legacy"
+                    ),
+                )
+            })?;
+            tunables = profile.tunables();
+        }
+        for name in crate::ceph_text::TUNABLE_NAMES {
+            let Some(value) = table.get(name) else { continue };
+            self.lines.record(Subject::Tunable(name.to_string()), value.line(self.source));
+            match name {
+                "choose_local_tries" => {
+                    tunables.choose_local_tries = value.int(self.source, "0 to 1000")?
+                }
+                "choose_local_fallback_tries" => {
+                    tunables.choose_local_fallback_tries = value.int(self.source, "0 to 1000")?
+                }
+                "choose_total_tries" => {
+                    tunables.choose_total_tries = value.int(self.source, "0 to 1000")?
+                }
+                "chooseleaf_descend_once" => {
+                    tunables.chooseleaf_descend_once = value.int(self.source, "0 or 1")?
+                }
+                "chooseleaf_vary_r" => {
+                    tunables.chooseleaf_vary_r = value.int(self.source, "0 to 32")?
+                }
+                "chooseleaf_stable" => {
+                    tunables.chooseleaf_stable = value.int(self.source, "0 or 1")?
+                }
+                "straw_calc_version" => {
+                    tunables.straw_calc_version = value.int(self.source, "0 or 1")?
+                }
+                _ => tunables.allowed_bucket_algs = value.int(self.source, "0 to 4294967295")?,
+            }
+        }
+        table.finish(self.source)?;
+        Ok(tunables)
+    }
+
+    fn bucket_type(&mut self, mut table: Table<'_, '_>) -> Result<BucketType, ParseError> {
+        let id = table.required("id")?.int(self.source, "0 to 65535")?;
+        let name = table.required("name")?.str(self.source)?.to_string();
+        self.lines.record(Subject::Type(name.clone()), table.line);
+        table.finish(self.source)?;
+        Ok(BucketType { id: TypeId(id), name })
+    }
+
+    fn device(&mut self, mut table: Table<'_, '_>) -> Result<DeviceSpec, ParseError> {
+        let id: u32 = table.required("id")?.int(self.source, "0 to 16777215")?;
+        let mut device = DeviceSpec::new(id);
+        if let Some(value) = table.get("name") {
+            device.name = value.str(self.source)?.to_string();
+        }
+        let name = if device.name.is_empty() { format!("osd.{id}") } else { device.name.clone() };
+        self.lines.record(Subject::Device(name), table.line);
+        if let Some(value) = table.get("class") {
+            device.class = Some(value.str(self.source)?.to_string());
+        }
+        if let Some(value) = table.get("capacity") {
+            device.capacity_bytes = Some(self.bytes(value)?);
+        }
+        if let Some(value) = table.get("weight") {
+            device.weight = Some(value.weight(self.source)?);
+        }
+        if let Some(value) = table.get("bandwidth") {
+            device.bandwidth_mb_per_s = match value.value {
+                DeValue::String(text) => {
+                    parse_bandwidth(text).map_err(|reason| value.error(self.source, reason))?
+                }
+                _ => value.int(self.source, "0 to 4294967295 MB/s")?,
+            };
+        }
+        if let Some(value) = table.get("up") {
+            device.up = value.bool(self.source)?;
+        }
+        if let Some(value) = table.get("in") {
+            device.is_in = value.bool(self.source)?;
+        }
+        if let Some(value) = table.get("reweight") {
+            device.reweight = value.fraction(self.source)?;
+        }
+        if let Some(value) = table.get("primary_affinity") {
+            device.primary_affinity = value.fraction(self.source)?;
+        }
+        if let Some(value) = table.get("addr") {
+            device.addr = Some(value.str(self.source)?.to_string());
+        }
+        if let Some(location) = table.get("location") {
+            for (type_name, bucket) in location.entries(self.source)? {
+                let bucket_name = bucket.str(self.source)?;
+                self.located.push((bucket_name.to_string(), location.line(self.source)));
+                device.location.push((type_name.to_string(), bucket_name.to_string()));
+            }
+        }
+        table.finish(self.source)?;
+        Ok(device)
+    }
+
+    fn bytes(&self, value: Value<'_, '_>) -> Result<u64, ParseError> {
+        match value.value {
+            DeValue::String(text) => {
+                parse_bytes(text).map_err(|reason| value.error(self.source, reason))
+            }
+            _ => value.int(self.source, "0 or more bytes"),
+        }
+    }
+
+    fn item_ref(&self, value: Value<'_, '_>) -> Result<ItemRef, ParseError> {
+        match value.value {
+            DeValue::Integer(_) => {
+                Ok(ItemRef::Id(ItemId(value.int(self.source, "a device or bucket id")?)))
+            }
+            DeValue::String(name) => Ok(ItemRef::Name(name.to_string())),
+            _ => {
+                Err(value.error(self.source, "expected an item name (a string) or id (an integer)"))
+            }
+        }
+    }
+
+    fn bucket(&mut self, mut table: Table<'_, '_>) -> Result<BucketSpec, ParseError> {
+        let name = table.required("name")?.str(self.source)?.to_string();
+        self.lines.record(Subject::Bucket(name.clone()), table.line);
+        let type_name = table.required("type")?.str(self.source)?.to_string();
+        let mut bucket = BucketSpec {
+            id: None,
+            name,
+            type_name,
+            alg: BucketAlg::Straw2,
+            hash: 0,
+            items: Vec::new(),
+            class_ids: Vec::new(),
+        };
+        if let Some(value) = table.get("id") {
+            bucket.id = Some(BucketId(value.int(self.source, "-1 to -1048576")?));
+        }
+        if let Some(value) = table.get("alg") {
+            let alg = value.str(self.source)?;
+            bucket.alg = BucketAlg::from_name(alg).ok_or_else(|| {
+                value.error(
+                    self.source,
+                    format!(
+                        "unknown algorithm '{alg}'; use straw2 (or uniform, list, tree, straw)"
+                    ),
+                )
+            })?;
+        }
+        if let Some(value) = table.get("hash") {
+            bucket.hash = value.int(self.source, "0 (rjenkins1)")?;
+        }
+        if let Some(value) = table.get("items") {
+            for item in value.elements(self.source)? {
+                bucket.items.push(match item.value {
+                    DeValue::Table(_) => {
+                        let mut inner = item.as_table(self.source)?;
+                        let reference = match (inner.get("name"), inner.get("id")) {
+                            (Some(value), None) | (None, Some(value)) => self.item_ref(value)?,
+                            _ => {
+                                return Err(item.error(
+                                    self.source,
+                                    "an item table needs exactly one of 'name' and 'id'",
+                                ));
+                            }
+                        };
+                        let weight = match inner.get("weight") {
+                            Some(value) => Some(value.weight(self.source)?),
+                            None => None,
+                        };
+                        inner.finish(self.source)?;
+                        (reference, weight)
+                    }
+                    _ => (self.item_ref(item)?, None),
+                });
+            }
+        }
+        if let Some(value) = table.get("class_ids") {
+            for (class, id) in value.entries(self.source)? {
+                let id = id.int(self.source, "-1 to -1048576")?;
+                bucket.class_ids.push((class.to_string(), BucketId(id)));
+                self.lines.record(Subject::Bucket(format!("{}~{class}", bucket.name)), table.line);
+            }
+        }
+        table.finish(self.source)?;
+        Ok(bucket)
+    }
+
+    fn rule(&mut self, mut table: Table<'_, '_>) -> Result<RuleSpec, ParseError> {
+        let id = table.required("id")?.int(self.source, "0 to 65535")?;
+        let name = table.required("name")?.str(self.source)?.to_string();
+        self.lines.record(Subject::Rule(name.clone()), table.line);
+        let mut rule = RuleSpec {
+            id: RuleId(id),
+            name,
+            kind: RuleKind::Replicated,
+            min_size: 1,
+            max_size: 10,
+            steps: Vec::new(),
+        };
+        if let Some(value) = table.get("type") {
+            rule.kind = match value.value {
+                DeValue::String(kind) if kind == "replicated" => RuleKind::Replicated,
+                DeValue::String(kind) if kind == "erasure" => RuleKind::Erasure,
+                DeValue::Integer(_) => {
+                    let code: u8 = value.int(self.source, "0 to 255")?;
+                    if code == 4 || code == 5 {
+                        return Err(ParseError::new(
+                            Some(value.line(self.source)),
+                            crate::steps::msr_unsupported(&format!("type {code}")),
+                        ));
+                    }
+                    RuleKind::from_code(code)
+                }
+                _ => {
+                    return Err(value
+                        .error(self.source, "expected \"replicated\", \"erasure\" or a number"));
+                }
+            };
+        }
+        if let Some(value) = table.get("min_size") {
+            rule.min_size = value.int(self.source, "0 to 4294967295")?;
+        }
+        if let Some(value) = table.get("max_size") {
+            rule.max_size = value.int(self.source, "0 to 4294967295")?;
+        }
+        let steps = table.required("steps")?;
+        for step in steps.elements(self.source)? {
+            let text = step.str(self.source)?;
+            // One word past the limit is enough for parse_step to refuse the step.
+            let words: Vec<&str> = text.split_whitespace().take(STEP_WORDS_MAX + 1).collect();
+            rule.steps.push(
+                parse_step(&words)
+                    .map_err(|kind| ParseError::new(Some(step.line(self.source)), kind))?,
+            );
+        }
+        table.finish(self.source)?;
+        Ok(rule)
+    }
+
+    fn pool(&mut self, mut table: Table<'_, '_>) -> Result<PoolSpec, ParseError> {
+        let id = table.required("id")?.int(self.source, "0 to 4294967295")?;
+        let name = table.required("name")?.str(self.source)?.to_string();
+        self.lines.record(Subject::Pool(name.clone()), table.line);
+        let size = table.required("size")?.int(self.source, "1 to 32")?;
+        let engine = match table.get("engine") {
+            Some(value) => match value.str(self.source)? {
+                "crush" => "crush",
+                "ring" => "ring",
+                other => {
+                    return Err(value.error(
+                        self.source,
+                        format!("unknown engine '{other}'; use \"crush\" or \"ring\""),
+                    ));
+                }
+            },
+            None => "crush",
+        };
+        let pg_num = match table.get("pg_num") {
+            Some(value) => value.int(self.source, "0 to 16777216")?,
+            None if engine == "ring" => 0,
+            None => {
+                return Err(ParseError::value(
+                    Some(table.line),
+                    table.path(),
+                    "missing key 'pg_num' (a crush pool needs placement groups, e.g. pg_num = 128)",
+                ));
+            }
+        };
+        let mut pool = PoolSpec {
+            id: PoolId(id),
+            name,
+            pg_num,
+            pgp_num: None,
+            size,
+            min_size: None,
+            engine: EngineRef::Crush { rule: None },
+            hashpspool: true,
+        };
+        if let Some(value) = table.get("pgp_num") {
+            pool.pgp_num = Some(value.int(self.source, "0 to 16777216")?);
+        }
+        if let Some(value) = table.get("min_size") {
+            pool.min_size = Some(value.int(self.source, "1 to size")?);
+        }
+        if let Some(value) = table.get("hashpspool") {
+            pool.hashpspool = value.bool(self.source)?;
+        }
+        let rule = table.get("rule");
+        let vnode_bytes = table.get("vnode_bytes");
+        let vnode_size = table.get("vnode_size");
+        let failure_domain = table.get("failure_domain");
+        let misplaced = |key: &str, engine: &str| {
+            ParseError::value(
+                Some(table.line),
+                table.path(),
+                format!(
+                    "'{key}' applies to {engine} pools only; remove it or set engine = \"{engine}\""
+                ),
+            )
+        };
+        pool.engine = if engine == "crush" {
+            if vnode_bytes.is_some() {
+                return Err(misplaced("vnode_bytes", "ring"));
+            }
+            if vnode_size.is_some() {
+                return Err(misplaced("vnode_size", "ring"));
+            }
+            if failure_domain.is_some() {
+                return Err(misplaced("failure_domain", "ring"));
+            }
+            let rule = match rule {
+                Some(value) => Some(match value.value {
+                    DeValue::Integer(_) => {
+                        RuleRef::Id(RuleId(value.int(self.source, "a rule id")?))
+                    }
+                    _ => RuleRef::Name(value.str(self.source)?.to_string()),
+                }),
+                None => None,
+            };
+            EngineRef::Crush { rule }
+        } else {
+            if rule.is_some() {
+                return Err(misplaced("rule", "crush"));
+            }
+            let vnode_bytes = match (vnode_bytes, vnode_size) {
+                (Some(_), Some(_)) => {
+                    return Err(ParseError::value(
+                        Some(table.line),
+                        table.path(),
+                        "give either vnode_bytes or vnode_size, not both",
+                    ));
+                }
+                (Some(value), None) => Some(value.int(self.source, "1 or more")?),
+                (None, Some(value)) => Some(self.bytes(value)?),
+                (None, None) => None,
+            };
+            let failure_domain = match failure_domain {
+                Some(value) => Some(value.str(self.source)?.to_string()),
+                None => None,
+            };
+            EngineRef::Ring { vnode_bytes, failure_domain }
+        };
+        table.finish(self.source)?;
+        Ok(pool)
+    }
+
+    fn choose_args(
+        &mut self,
+        mut table: Table<'_, '_>,
+    ) -> Result<(i64, Vec<ChooseArgSpec>), ParseError> {
+        let id: i64 =
+            table.required("id")?.int(self.source, "a pool id, or -1 for the default set")?;
+        self.lines.record(Subject::ChooseArgs(id), table.line);
+        let mut args = Vec::new();
+        if let Some(value) = table.get("buckets") {
+            for mut entry in self.tables(&value)? {
+                let bucket = self.item_ref(entry.required("bucket")?)?;
+                let mut arg = ChooseArgSpec { bucket, ids: None, weight_set: Vec::new() };
+                if let Some(value) = entry.get("ids") {
+                    let mut ids = Vec::new();
+                    for element in value.elements(self.source)? {
+                        ids.push(element.int(self.source, "a 32-bit id")?);
+                    }
+                    arg.ids = Some(ids);
+                }
+                if let Some(value) = entry.get("weight_set") {
+                    for position in value.elements(self.source)? {
+                        let mut weights = Vec::new();
+                        for weight in position.elements(self.source)? {
+                            weights.push(weight.weight(self.source)?);
+                        }
+                        arg.weight_set.push(weights);
+                    }
+                }
+                entry.finish(self.source)?;
+                args.push(arg);
+            }
+        }
+        table.finish(self.source)?;
+        Ok((id, args))
+    }
+}
+
+/// A map with located devices and no `rules` key gets Ceph's usual first rule:
+/// `replicated_rule`: take the root of the first located device, choose leaves across the
+/// lowest bucket type that locations use (`host` in the usual case), emit.
+fn add_default_rule(builder: &mut ClusterMapBuilder) {
+    let Some(first) = builder.devices.iter().find(|d| !d.location.is_empty()) else { return };
+    let types = if builder.types.is_empty() {
+        optio_placement::builder::DEFAULT_TYPES
+            .iter()
+            .map(|(id, name)| BucketType { id: TypeId(*id), name: name.to_string() })
+            .collect()
+    } else {
+        builder.types.clone()
+    };
+    let type_id = |name: &str| types.iter().find(|t| t.name == name).map(|t| t.id);
+    let Some(root_type) = types.iter().map(|t| t.id).max() else { return };
+    let root = first
+        .location
+        .iter()
+        .find(|(t, _)| type_id(t) == Some(root_type))
+        .map_or(optio_placement::builder::DEFAULT_ROOT.to_string(), |(_, name)| name.clone());
+    let lowest = builder
+        .devices
+        .iter()
+        .flat_map(|d| d.location.iter())
+        .filter_map(|(t, _)| type_id(t).map(|id| (id, t.clone())))
+        .filter(|(id, _)| *id != root_type && id.0 > 0)
+        .min();
+    let failure_domain = match lowest {
+        Some((_, name)) => name,
+        None => return,
+    };
+    builder.rules.push(RuleSpec {
+        id: RuleId(0),
+        name: DEFAULT_RULE_NAME.to_string(),
+        kind: RuleKind::Replicated,
+        min_size: 1,
+        max_size: 10,
+        steps: vec![
+            StepSpec::Take { item: ItemRef::Name(root), class: None },
+            StepSpec::Choose { leaf: true, indep: false, num: 0, type_name: failure_domain },
+            StepSpec::Emit,
+        ],
+    });
+}

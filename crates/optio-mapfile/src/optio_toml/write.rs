@@ -1,0 +1,427 @@
+//! Writes Optio TOML.
+//!
+//! Two layouts, one format. The *located* layout gives each device a `location` and declares
+//! buckets without items (the builder derives the hierarchy), which is how people write maps;
+//! it can express a tree whose buckets all hold devices, whose levels rise with type ids and
+//! whose weights are the sums of their items. The *explicit* layout lists every bucket's items
+//! and expresses any map. `write` produces the located layout when it reads back to the same
+//! map, and the explicit layout otherwise. Both pin every bucket id, so a saved map is stable.
+
+use std::fmt::Write as _;
+
+use optio_placement::builder::DEFAULT_TYPES;
+use optio_placement::map::TIB;
+use optio_placement::{
+    Bucket, BucketAlg, BucketId, ClusterMap, Device, EngineSpec, RingParams, RuleKind,
+    TunablesProfile, Weight,
+};
+
+use super::FORMAT_VERSION;
+use crate::ceph_text::TUNABLE_NAMES;
+use crate::fixed::weight_to_decimal;
+use crate::steps::format_step;
+use crate::units::format_bytes;
+
+/// Above this many devices (or buckets), each is written as a one-line inline table.
+const TABLES_MAX: usize = 32;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Located,
+    Explicit,
+}
+
+/// `key = value` pairs of one table, values already in TOML syntax.
+type Fields = Vec<(String, String)>;
+
+pub(crate) fn write(map: &ClusterMap) -> String {
+    let located = write_layout(map, Layout::Located);
+    if super::parse(&located).is_ok_and(|parsed| parsed == *map) {
+        return located;
+    }
+    write_layout(map, Layout::Explicit)
+}
+
+fn write_layout(map: &ClusterMap, layout: Layout) -> String {
+    let mut out = String::with_capacity(1024 + 96 * map.devices().len());
+    out.push_str("# Optio cluster map (format: docs/map-format.md)\n");
+    let _ = writeln!(out, "format_version = {FORMAT_VERSION}");
+    let _ = writeln!(out, "epoch = {}", map.epoch());
+    if !classes_are_implied(map) {
+        let list: Vec<String> = map.classes().iter().map(|c| quote(c)).collect();
+        let _ = writeln!(out, "classes = [{}]", list.join(", "));
+    }
+    if map.rules().is_empty() {
+        // Without this, a map with located devices would get the default rule.
+        out.push_str("rules = []\n");
+    }
+
+    let devices: Vec<Fields> = device_order(map, layout)
+        .into_iter()
+        .map(|device| device_fields(map, device, layout))
+        .collect();
+    let shadows = crate::ceph_text::shadow_ids(map);
+    let buckets: Vec<Fields> = crate::ceph_text::decompile_order(map)
+        .into_iter()
+        .map(|bucket| {
+            let classes = shadows.get(&bucket.id).map_or(&[][..], Vec::as_slice);
+            bucket_fields(map, bucket, classes, layout)
+        })
+        .collect();
+    let inline_devices = devices.len() > TABLES_MAX;
+    let inline_buckets = buckets.len() > TABLES_MAX;
+    if inline_devices {
+        write_inline_array(&mut out, "devices", &devices);
+    }
+    if inline_buckets {
+        write_inline_array(&mut out, "buckets", &buckets);
+    }
+
+    out.push_str("\n[tunables]\n");
+    for (key, value) in tunables_fields(map) {
+        let _ = writeln!(out, "{key} = {value}");
+    }
+
+    if !types_are_default(map) {
+        for t in map.types() {
+            write_table(
+                &mut out,
+                "[[types]]",
+                &vec![("id".into(), t.id.to_string()), ("name".into(), quote(&t.name))],
+            );
+        }
+    }
+    if !inline_devices {
+        for fields in &devices {
+            write_table(&mut out, "[[devices]]", fields);
+        }
+    }
+    if !inline_buckets {
+        for fields in &buckets {
+            write_table(&mut out, "[[buckets]]", fields);
+        }
+    }
+    for rule in map.rules() {
+        let mut fields: Fields = vec![
+            ("id".into(), rule.id.to_string()),
+            ("name".into(), quote(&rule.name)),
+            (
+                "type".into(),
+                match rule.kind {
+                    RuleKind::Replicated => quote("replicated"),
+                    RuleKind::Erasure => quote("erasure"),
+                    RuleKind::Other(code) => code.to_string(),
+                },
+            ),
+        ];
+        if rule.min_size != 1 {
+            fields.push(("min_size".into(), rule.min_size.to_string()));
+        }
+        if rule.max_size != 10 {
+            fields.push(("max_size".into(), rule.max_size.to_string()));
+        }
+        let steps: Vec<String> =
+            rule.steps.iter().map(|step| quote(&format_step(map, step))).collect();
+        fields.push(("steps".into(), format!("[{}]", steps.join(", "))));
+        write_table(&mut out, "[[rules]]", &fields);
+    }
+    for pool in map.pools() {
+        let mut fields: Fields = vec![
+            ("id".into(), pool.id.to_string()),
+            ("name".into(), quote(&pool.name)),
+            ("engine".into(), quote(pool.engine.name())),
+            ("size".into(), pool.size.to_string()),
+        ];
+        if pool.min_size != pool.size {
+            fields.push(("min_size".into(), pool.min_size.to_string()));
+        }
+        if pool.pg_num != 0 || matches!(pool.engine, EngineSpec::Crush { .. }) {
+            fields.push(("pg_num".into(), pool.pg_num.to_string()));
+        }
+        if pool.pgp_num != pool.pg_num {
+            fields.push(("pgp_num".into(), pool.pgp_num.to_string()));
+        }
+        match pool.engine {
+            EngineSpec::Crush { rule } => {
+                let name =
+                    map.rule(rule).map(|r| quote(&r.name)).unwrap_or_else(|| rule.to_string());
+                fields.push(("rule".into(), name));
+            }
+            EngineSpec::Ring(params) => {
+                if params.vnode_bytes != RingParams::default().vnode_bytes {
+                    match format_bytes(params.vnode_bytes) {
+                        Some(text) => fields.push(("vnode_size".into(), quote(&text))),
+                        None => fields.push(("vnode_bytes".into(), params.vnode_bytes.to_string())),
+                    }
+                }
+                if let Some(name) = params.failure_domain.and_then(|t| map.type_name(t)) {
+                    fields.push(("failure_domain".into(), quote(name)));
+                }
+            }
+            _ => {}
+        }
+        if !pool.hashpspool {
+            fields.push(("hashpspool".into(), "false".into()));
+        }
+        write_table(&mut out, "[[pools]]", &fields);
+    }
+    for set in map.choose_args() {
+        write_table(&mut out, "[[choose_args]]", &vec![("id".into(), set.id.to_string())]);
+        for arg in &set.args {
+            let bucket = map
+                .bucket(arg.bucket)
+                .map(|b| quote(&b.name))
+                .unwrap_or_else(|| arg.bucket.to_string());
+            let mut fields: Fields = vec![("bucket".into(), bucket)];
+            if let Some(ids) = &arg.ids {
+                let ids: Vec<String> = ids.iter().map(i32::to_string).collect();
+                fields.push(("ids".into(), format!("[{}]", ids.join(", "))));
+            }
+            if !arg.weight_set.is_empty() {
+                let positions: Vec<String> =
+                    arg.weight_set.iter().map(|weights| weight_list(weights)).collect();
+                fields.push(("weight_set".into(), format!("[{}]", positions.join(", "))));
+            }
+            write_table(&mut out, "[[choose_args.buckets]]", &fields);
+        }
+    }
+    out
+}
+
+fn weight_list(weights: &[Weight]) -> String {
+    let weights: Vec<String> = weights.iter().map(|w| weight_to_decimal(*w)).collect();
+    format!("[{}]", weights.join(", "))
+}
+
+fn write_table(out: &mut String, header: &str, fields: &Fields) {
+    let _ = writeln!(out, "\n{header}");
+    for (key, value) in fields {
+        let _ = writeln!(out, "{key} = {value}");
+    }
+}
+
+fn inline(fields: &Fields) -> String {
+    let pairs: Vec<String> = fields.iter().map(|(key, value)| format!("{key} = {value}")).collect();
+    format!("{{ {} }}", pairs.join(", "))
+}
+
+fn write_inline_array(out: &mut String, key: &str, entries: &[Fields]) {
+    let _ = writeln!(out, "{key} = [");
+    for fields in entries {
+        let _ = writeln!(out, "    {},", inline(fields));
+    }
+    out.push_str("]\n");
+}
+
+/// A TOML basic string.
+pub(crate) fn quote(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            '\n' => quoted.push_str("\\n"),
+            '\t' => quoted.push_str("\\t"),
+            '\r' => quoted.push_str("\\r"),
+            c if c.is_control() => {
+                let _ = write!(quoted, "\\u{:04X}", u32::from(c));
+            }
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+/// A TOML key: bare when it can be.
+fn key(text: &str) -> String {
+    let bare =
+        !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare { text.to_string() } else { quote(text) }
+}
+
+fn tunables_fields(map: &ClusterMap) -> Fields {
+    let t = map.tunables();
+    if let Some(profile) = TunablesProfile::ALL.iter().find(|p| p.tunables() == *t) {
+        let name = if *profile == TunablesProfile::Jewel { "optimal" } else { profile.name() };
+        return vec![("profile".into(), quote(name))];
+    }
+    let values = [
+        u64::from(t.choose_local_tries),
+        u64::from(t.choose_local_fallback_tries),
+        u64::from(t.choose_total_tries),
+        u64::from(t.chooseleaf_descend_once),
+        u64::from(t.chooseleaf_vary_r),
+        u64::from(t.chooseleaf_stable),
+        u64::from(t.straw_calc_version),
+        u64::from(t.allowed_bucket_algs),
+    ];
+    TUNABLE_NAMES
+        .iter()
+        .zip(values)
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
+
+fn types_are_default(map: &ClusterMap) -> bool {
+    map.types().len() == DEFAULT_TYPES.len()
+        && map
+            .types()
+            .iter()
+            .zip(DEFAULT_TYPES)
+            .all(|(t, (id, name))| t.id.0 == id && t.name == name)
+}
+
+/// Whether the builder numbers the classes as the map does without a `classes` list: in order
+/// of first appearance on devices, by id.
+fn classes_are_implied(map: &ClusterMap) -> bool {
+    let mut implied: Vec<&str> = Vec::new();
+    for class in map.devices().iter().filter_map(|d| d.class.as_deref()) {
+        if !implied.contains(&class) {
+            implied.push(class);
+        }
+    }
+    implied.len() == map.classes().len() && implied.iter().zip(map.classes()).all(|(a, b)| *a == b)
+}
+
+/// Devices in the order the located layout needs: depth first through the hierarchy, so that
+/// every bucket receives its items in its own order; unplaced devices last, by id.
+fn device_order(map: &ClusterMap, layout: Layout) -> Vec<&Device> {
+    if layout == Layout::Explicit {
+        return map.devices().iter().collect();
+    }
+    let mut order: Vec<&Device> = Vec::with_capacity(map.devices().len());
+    let mut placed = vec![false; map.max_devices() as usize];
+    for root in map.buckets().filter(|b| b.shadow_of.is_none() && map.parent(b.id.into()).is_none())
+    {
+        let mut stack: Vec<(&Bucket, usize)> = vec![(root, 0)];
+        while let Some((bucket, next)) = stack.pop() {
+            let Some(item) = bucket.items.get(next) else { continue };
+            stack.push((bucket, next + 1));
+            match item.device() {
+                Some(id) => {
+                    if let Some(device) = map.device(id)
+                        && !std::mem::replace(&mut placed[id.0 as usize], true)
+                    {
+                        order.push(device);
+                    }
+                }
+                None => {
+                    if let Some(child) = item.bucket().and_then(|b| map.bucket(b)) {
+                        stack.push((child, 0));
+                    }
+                }
+            }
+        }
+    }
+    order.extend(map.devices().iter().filter(|d| !placed[d.id.0 as usize]));
+    order
+}
+
+fn capacity_of_weight(weight: Weight) -> u64 {
+    ((u128::from(weight.0) * u128::from(TIB)) >> 16) as u64
+}
+
+fn device_fields(map: &ClusterMap, device: &Device, layout: Layout) -> Fields {
+    let mut fields: Fields = vec![("id".into(), device.id.to_string())];
+    if device.name != format!("osd.{}", device.id) {
+        fields.push(("name".into(), quote(&device.name)));
+    }
+    if let Some(class) = &device.class {
+        fields.push(("class".into(), quote(class)));
+    }
+    let capacity_text = || match format_bytes(device.capacity_bytes) {
+        Some(text) => quote(&text),
+        None => device.capacity_bytes.to_string(),
+    };
+    let weight_of_capacity = optio_placement::builder::weight_from_capacity(device.capacity_bytes);
+    // A round capacity ("4TiB", "1920GB") says more to people than the weight it implies.
+    let round_capacity = format_bytes(device.capacity_bytes)
+        .filter(|text| text.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len() <= 5);
+    let implied_capacity = device.capacity_bytes == capacity_of_weight(device.weight);
+    if implied_capacity && device.weight == Weight::ONE {
+        // Both defaults.
+    } else if weight_of_capacity == Some(device.weight) && round_capacity.is_some() {
+        fields.push(("capacity".into(), capacity_text()));
+    } else if implied_capacity {
+        fields.push(("weight".into(), weight_to_decimal(device.weight)));
+    } else if weight_of_capacity == Some(device.weight) {
+        fields.push(("capacity".into(), capacity_text()));
+    } else {
+        fields.push(("capacity".into(), capacity_text()));
+        fields.push(("weight".into(), weight_to_decimal(device.weight)));
+    }
+    if device.bandwidth_mb_per_s != 0 {
+        fields.push(("bandwidth".into(), quote(&format!("{}MB/s", device.bandwidth_mb_per_s))));
+    }
+    if !device.up {
+        fields.push(("up".into(), "false".into()));
+    }
+    if !device.is_in {
+        fields.push(("in".into(), "false".into()));
+    }
+    if device.reweight != Weight::ONE {
+        fields.push(("reweight".into(), weight_to_decimal(device.reweight)));
+    }
+    if device.primary_affinity != Weight::ONE {
+        fields.push(("primary_affinity".into(), weight_to_decimal(device.primary_affinity)));
+    }
+    if let Some(addr) = &device.addr {
+        fields.push(("addr".into(), quote(addr)));
+    }
+    if layout == Layout::Located {
+        let location = map.location(device.id);
+        if !location.is_empty() {
+            let pairs: Vec<String> =
+                location.iter().map(|(t, name)| format!("{} = {}", key(t), quote(name))).collect();
+            fields.push(("location".into(), format!("{{ {} }}", pairs.join(", "))));
+        }
+    }
+    fields
+}
+
+fn bucket_fields(
+    map: &ClusterMap,
+    bucket: &Bucket,
+    shadows: &[(usize, BucketId, String)],
+    layout: Layout,
+) -> Fields {
+    let mut fields: Fields = vec![
+        ("id".into(), bucket.id.to_string()),
+        ("name".into(), quote(&bucket.name)),
+        ("type".into(), quote(map.type_name(bucket.type_id).unwrap_or_default())),
+    ];
+    if bucket.alg != BucketAlg::Straw2 {
+        fields.push(("alg".into(), quote(bucket.alg.name())));
+    }
+    if bucket.hash != 0 {
+        fields.push(("hash".into(), bucket.hash.to_string()));
+    }
+    if !shadows.is_empty() {
+        let pairs: Vec<String> =
+            shadows.iter().map(|(_, id, class)| format!("{} = {id}", key(class))).collect();
+        fields.push(("class_ids".into(), format!("{{ {} }}", pairs.join(", "))));
+    }
+    if layout == Layout::Explicit {
+        let items: Vec<String> = bucket
+            .items
+            .iter()
+            .zip(&bucket.weights)
+            .map(|(item, weight)| {
+                let name = quote(map.item_name(*item).unwrap_or_default());
+                let own = match item.bucket() {
+                    Some(child) => map.bucket(child).map(Bucket::weight),
+                    None => item.device().and_then(|d| map.device(d)).map(|d| d.weight),
+                };
+                if own == Some(*weight) {
+                    name
+                } else {
+                    format!("{{ name = {name}, weight = {} }}", weight_to_decimal(*weight))
+                }
+            })
+            .collect();
+        fields.push(("items".into(), format!("[{}]", items.join(", "))));
+    }
+    fields
+}

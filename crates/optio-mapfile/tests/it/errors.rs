@@ -1,0 +1,109 @@
+//! Proves that bad input gives an error that names the line and says what to do, in every
+//! format, including errors the map builder finds after parsing.
+
+use optio_mapfile::{ParseErrorKind, ceph_json, ceph_text, optio_toml};
+
+/// (text, expected line, a fragment the message must contain).
+const TEXT_CASES: &[(&str, usize, &str)] = &[
+    ("device 0 osd.0\ndevice one osd.1\n", 2, "device id"),
+    ("tunable choose_total_tries 50\ntunable choose_many_tries 3\n", 2, "unknown tunable"),
+    ("device 0 osd.0\ntype 0 osd\ntype 1 host\nhost h {\n id -1\n alg straw3\n}\n", 6, "straw2"),
+    (
+        "device 0 osd.0\ntype 0 osd\ntype 1 host\nhost h {\n id -1\n item osd.9\n}\n",
+        6,
+        "neither a device nor a bucket",
+    ),
+    (
+        "device 0 osd.0\ntype 0 osd\ntype 1 host\nhost h {\n id -1\n item osd.0 weight -2\n}\n",
+        6,
+        "negative",
+    ),
+    (
+        "device 0 osd.0\ntype 0 osd\ntype 1 host\nhost h {\n id -1\n item osd.0 weight 1.0\n",
+        6,
+        "'}'",
+    ),
+    (
+        "device 0 osd.0\ntype 0 osd\ntype 1 host\nhost h {\n id -1\n item osd.0\n}\nrule r {\n id 0\n type replicated\n step take h\n step chooseleaf firstn 0 type rack\n step emit\n}\n",
+        8,
+        "type 'rack'",
+    ),
+    (
+        "device 0 osd.0\ntype 0 osd\ntype 1 host\nhost h {\n id -1\n item osd.0\n}\nrule r {\n id 0\n type msr_firstn\n step take h\n step emit\n}\n",
+        10,
+        "MSR",
+    ),
+    ("device 0 osd.0\ndevice 1 osd.0\n", 2, "used twice"),
+    (
+        "device 0 osd.0\ntype 0 osd\ntype 1 host\nhost h {\n id -1\n item osd.0\n}\nhost g {\n id -2\n item osd.0\n}\n",
+        10,
+        "already an item of bucket 'h' (line 6)",
+    ),
+    (
+        "device 0 osd.0\ntype 0 osd\ntype 1 host\nhost a {\n id -1\n item osd.0\n}\nhost b {\n id -1\n}\n",
+        8,
+        "id -1",
+    ),
+];
+
+#[test]
+fn text_errors_point_at_the_line() {
+    for (text, line, fragment) in TEXT_CASES {
+        let error = ceph_text::parse(text).expect_err(text);
+        let message = error.to_string();
+        assert_eq!(error.line, Some(*line), "{text}\n{message}");
+        assert!(message.contains(fragment), "{message} should mention {fragment}");
+    }
+}
+
+const TOML_CASES: &[(&str, usize, &str)] = &[
+    ("epoch = 1\n[[devices]]\nid = 0\ncapacty = \"4TiB\"\n", 4, "did you mean 'capacity'"),
+    ("[[devices]]\nid = 0\ncapacity = \"4 TeraBytes\"\n", 3, "unknown unit"),
+    ("[[devices]]\nid = 0\nweight = -1.0\n", 3, "not a weight"),
+    ("[[devices]]\nid = 0\nreweight = 1.5\n", 3, "between 0.0 and 1.0"),
+    ("[tunables]\nprofile = \"newest\"\n", 2, "unknown profile"),
+    (
+        "[[devices]]\nid = 0\nlocation = { host = \"h\" }\n\n[[rules]]\nid = 0\nname = \"r\"\nsteps = [\"take default\", \"chooseleaf firstn 0 tpye host\"]\n",
+        8,
+        "'type'",
+    ),
+    (
+        "[[devices]]\nid = 0\nlocation = { host = \"h\" }\n\n[[pools]]\nid = 1\nname = \"p\"\npg_num = 8\nsize = 3\n",
+        5,
+        "needs 3 devices",
+    ),
+    ("[[devices]]\nid = 0\n\n[[devices]]\nid = 0\n", 4, "id 0 is used twice"),
+    ("[[pools]]\nid = 1\nname = \"p\"\nsize = 1\n", 1, "pg_num"),
+    ("devices = 3\n", 1, "expected an array"),
+    ("[[devices]\nid = 0\n", 1, "invalid TOML"),
+    ("format_version = 9\n", 1, "newer Optio"),
+];
+
+#[test]
+fn toml_errors_point_at_the_line() {
+    for (text, line, fragment) in TOML_CASES {
+        let error = optio_toml::parse(text).expect_err(text);
+        let message = error.to_string();
+        assert_eq!(error.line, Some(*line), "{text}\n{message}");
+        assert!(message.contains(fragment), "{message} should mention {fragment}");
+    }
+}
+
+#[test]
+fn json_builder_errors_point_at_the_item() {
+    let json = "{\n  \"devices\": [\n    {\"id\": 0, \"name\": \"osd.0\"},\n    {\"id\": 1, \"name\": \"osd.0\"}\n  ]\n}";
+    let error = ceph_json::parse(json).expect_err("duplicate name");
+    assert_eq!(error.line, Some(4), "{error}");
+}
+
+#[test]
+fn json_errors_say_what_is_wrong() {
+    let error =
+        ceph_json::parse("{\"devices\": [{\"id\": -4, \"name\": \"osd.0\"}]}").expect_err("bad id");
+    assert!(error.to_string().contains("devices[0].id"), "{error}");
+    let error = ceph_json::parse(
+        "{\"rules\": [{\"rule_id\": 0, \"rule_name\": \"r\", \"type\": 4, \"steps\": []}]}",
+    )
+    .expect_err("MSR");
+    assert!(matches!(error.kind, ParseErrorKind::Unsupported { .. }), "{error}");
+}
