@@ -29,6 +29,9 @@ enum Command {
     /// Validate, show and convert cluster maps (Optio TOML, Ceph text, Ceph JSON).
     #[command(subcommand)]
     Map(commands::map::Command),
+    /// Experiments: the seed papers' evaluations and engine comparisons (tables, --json,
+    /// --plot FILE).
+    Sim(commands::sim::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -38,6 +41,7 @@ fn main() -> std::process::ExitCode {
         Command::Analyze(args) => commands::analyze::run(args),
         Command::Diff(args) => commands::diff::run(args),
         Command::Map(command) => commands::map::run(command),
+        Command::Sim(args) => commands::sim::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

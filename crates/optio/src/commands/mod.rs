@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod diff;
 pub mod map;
 pub mod place;
+pub mod sim;
 
 use anyhow::{Context, Result, anyhow, bail};
 use optio_placement::{ClusterMap, EngineRef, PoolId, PoolSpec, RuleId, RuleRef};
