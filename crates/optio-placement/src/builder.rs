@@ -210,6 +210,8 @@ pub struct PoolSpec {
     pub engine: EngineRef,
     /// HASHPSPOOL (default true).
     pub hashpspool: bool,
+    /// Choices (default: 1 candidate, policy `first`, full at 95 %).
+    pub choice: crate::choice::ChoiceSettings,
 }
 
 impl PoolSpec {
@@ -224,6 +226,7 @@ impl PoolSpec {
             min_size: None,
             engine: EngineRef::Crush { rule: None },
             hashpspool: true,
+            choice: crate::choice::ChoiceSettings::default(),
         }
     }
 }
@@ -558,6 +561,7 @@ impl ClusterMapBuilder {
                     },
                 },
                 hashpspool: pool.hashpspool,
+                choice: pool.choice,
             })
             .collect();
         let choose_args = map
@@ -1622,6 +1626,16 @@ fn build_pools(
                 EngineSpec::Ring(RingParams { vnode_bytes, failure_domain })
             }
         };
+        spec.choice.validate(spec.pg_num).map_err(|error| {
+            err(
+                subject.clone(),
+                Kind::OutOfRange {
+                    field: error.field(),
+                    value: choice_value(&spec.choice, &error),
+                    reason: error.to_string(),
+                },
+            )
+        })?;
         pools.push(Pool {
             id: spec.id,
             name: spec.name.clone(),
@@ -1631,10 +1645,32 @@ fn build_pools(
             min_size,
             engine,
             hashpspool: spec.hashpspool,
+            choice: spec.choice,
         });
     }
     pools.sort_by_key(|p| p.id);
     Ok(pools)
+}
+
+/// The value of the choice setting an error is about, as a map file writes it.
+fn choice_value(
+    settings: &crate::choice::ChoiceSettings,
+    error: &crate::choice::SettingsError,
+) -> String {
+    match (error.field(), settings.policy) {
+        ("choices", _) => settings.choices.to_string(),
+        ("full_ratio", _) => format!("{}", f64::from(settings.full_ppm) / 1e6),
+        ("policy_weights", crate::choice::PolicySpec::Composite(weights)) => {
+            let pairs: Vec<String> = crate::choice::COMPOSITE_METRICS
+                .iter()
+                .zip(weights.as_array())
+                .filter(|(_, weight)| *weight > 0)
+                .map(|(metric, weight)| format!("{metric} = {weight}"))
+                .collect();
+            if pairs.is_empty() { "{}".to_string() } else { format!("{{ {} }}", pairs.join(", ")) }
+        }
+        _ => settings.policy.to_string(),
+    }
 }
 
 /// Refuses a ring that would hold more than [`RING_VNODES_MAX`](crate::ring::RING_VNODES_MAX)

@@ -12,6 +12,8 @@
 //!   capacity-weighted virtual nodes).
 //! * [`Placement`]: a map compiled for fast lookups, object name → PG → devices.
 //! * [`stats`]: balance and movement statistics.
+//! * [`choice`]: CHOICE's k candidate placements per object, device metrics, and the policies
+//!   that pick a candidate.
 //!
 //! ```
 //! use optio_placement::{ClusterMapBuilder, DeviceSpec, PoolSpec, Placement};
@@ -39,6 +41,7 @@
 
 pub mod analysis;
 pub mod builder;
+pub mod choice;
 pub mod crush;
 pub mod error;
 pub mod ids;
@@ -53,6 +56,7 @@ pub use builder::{
     BucketSpec, ChooseArgSpec, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef, PoolSpec,
     RuleRef, RuleSpec, StepSpec,
 };
+pub use choice::{ChoiceSettings, PolicySpec};
 pub use error::{MapError, MapErrorKind, Subject};
 pub use ids::{BucketId, DeviceId, Epoch, ITEM_NONE, ItemId, PoolId, RuleId, TypeId, Weight};
 pub use map::{

@@ -316,6 +316,8 @@ pub struct Pool {
     pub engine: EngineSpec,
     /// Ceph's HASHPSPOOL flag: placement seeds hash the pool id (on for every modern pool).
     pub hashpspool: bool,
+    /// Choices: candidates per object, the policy that picks one, the full threshold.
+    pub choice: crate::choice::ChoiceSettings,
 }
 
 /// Per-bucket alternative weights and ids for straw2 (Ceph's `choose_args`, "weight sets").

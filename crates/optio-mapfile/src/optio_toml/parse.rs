@@ -1,6 +1,10 @@
 //! Reads Optio TOML into a [`ClusterMapBuilder`] (the format is described in
 //! `docs/map-format.md`).
 
+use optio_placement::choice::{
+    CHOICES_MAX, COMPOSITE_METRICS, COMPOSITE_WEIGHT_MAX, ChoiceSettings, POLICY_NAMES, PPM,
+    PolicySpec,
+};
 use optio_placement::{
     BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMapBuilder, DeviceSpec,
     EngineRef, Epoch, ItemId, ItemRef, PoolId, PoolSpec, RuleId, RuleKind, RuleRef, RuleSpec,
@@ -393,6 +397,7 @@ impl Reader<'_> {
             min_size: None,
             engine: EngineRef::Crush { rule: None },
             hashpspool: true,
+            choice: ChoiceSettings::default(),
         };
         if let Some(value) = table.get("pgp_num") {
             pool.pgp_num = Some(value.int(self.source, "0 to 16777216")?);
@@ -403,6 +408,7 @@ impl Reader<'_> {
         if let Some(value) = table.get("hashpspool") {
             pool.hashpspool = value.bool(self.source)?;
         }
+        pool.choice = self.choice(&mut table)?;
         let rule = table.get("rule");
         let vnode_bytes = table.get("vnode_bytes");
         let vnode_size = table.get("vnode_size");
@@ -460,6 +466,67 @@ impl Reader<'_> {
         };
         table.finish(self.source)?;
         Ok(pool)
+    }
+
+    /// A pool's `choices`, `policy`, `policy_weights` and `full_ratio`. Limits that depend on
+    /// the pool (choices against pg_num, weights that mean nothing) are the builder's.
+    fn choice(&self, table: &mut Table<'_, '_>) -> Result<ChoiceSettings, ParseError> {
+        let mut choice = ChoiceSettings::default();
+        if let Some(value) = table.get("choices") {
+            choice.choices = value.int(self.source, &format!("1 to {CHOICES_MAX}"))?;
+        }
+        let weights = table.get("policy_weights");
+        if let Some(value) = table.get("policy") {
+            let name = value.str(self.source)?;
+            choice.policy = PolicySpec::from_name(name).ok_or_else(|| {
+                value.error(
+                    self.source,
+                    format!("unknown policy '{name}'; use one of {}", POLICY_NAMES.join(", ")),
+                )
+            })?;
+        }
+        match (&mut choice.policy, weights) {
+            (PolicySpec::Composite(parsed), Some(value)) => {
+                for (metric, weight) in value.entries(self.source)? {
+                    let slot = parsed.get_mut(metric).ok_or_else(|| {
+                        weight.error(
+                            self.source,
+                            format!(
+                                "unknown metric '{metric}'; a composite weighs {}",
+                                COMPOSITE_METRICS.join(", ")
+                            ),
+                        )
+                    })?;
+                    *slot = weight.int(self.source, &format!("0 to {COMPOSITE_WEIGHT_MAX}"))?;
+                }
+            }
+            (PolicySpec::Composite(_), None) => {
+                return Err(ParseError::value(
+                    Some(table.line),
+                    table.path(),
+                    "policy = \"composite\" needs policy_weights, e.g. policy_weights = { space = 2, memory = 1 }",
+                ));
+            }
+            (_, Some(value)) => {
+                return Err(value.error(
+                    self.source,
+                    "'policy_weights' applies to policy = \"composite\" only; remove it or set that policy",
+                ));
+            }
+            (_, None) => {}
+        }
+        if let Some(value) = table.get("full_ratio") {
+            let ratio = value.number(self.source)?;
+            let ppm = (ratio * f64::from(PPM)).round();
+            if !(1.0..=f64::from(PPM)).contains(&ppm) {
+                return Err(value.error(
+                    self.source,
+                    format!("full_ratio {ratio} must be above 0 and at most 1.0 (default 0.95)"),
+                ));
+            }
+            choice.full_ppm = ppm as u32;
+        }
+        Ok(choice)
     }
 
     fn choose_args(

@@ -2,10 +2,13 @@
 //! Ceph text and JSON keep the part of a map Ceph can hold.
 
 use optio_mapfile::{Format, ceph_json, ceph_text, detect, optio_toml};
+use optio_placement::choice::{
+    CHOICES_MAX, COMPOSITE_METRICS, COMPOSITE_WEIGHT_MAX, CompositeWeights, POLICY_NAMES,
+};
 use optio_placement::{
-    BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMap, ClusterMapBuilder,
-    DeviceSpec, EngineRef, Epoch, ItemId, ItemRef, PoolId, PoolSpec, RuleId, RuleKind, RuleRef,
-    RuleSpec, Step, StepSpec, Tunables, TunablesProfile, TypeId, Weight,
+    BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings, ChooseArgSpec, ClusterMap,
+    ClusterMapBuilder, DeviceSpec, EngineRef, Epoch, ItemId, ItemRef, PolicySpec, PoolId, PoolSpec,
+    RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables, TunablesProfile, TypeId, Weight,
 };
 use proptest::prelude::*;
 
@@ -203,15 +206,17 @@ fn sample_builder(rng: &mut Rng, with_pools: bool) -> ClusterMapBuilder {
             }
         }
         if with_pools {
+            let pg_num = 1 + rng.below(256) as u32;
             builder.pools.push(PoolSpec {
                 id: PoolId(1 + rng.below(10) as u32),
                 name: "rbd".into(),
-                pg_num: 1 + rng.below(256) as u32,
+                pg_num,
                 pgp_num: None,
                 size: 1,
                 min_size: None,
                 engine: EngineRef::Crush { rule: Some(RuleRef::Name("replicated_rule".into())) },
                 hashpspool: rng.below(4) != 0,
+                choice: choice(rng, pg_num),
             });
         }
     }
@@ -228,9 +233,36 @@ fn sample_builder(rng: &mut Rng, with_pools: bool) -> ClusterMapBuilder {
                 failure_domain: (rng.below(2) == 0).then(|| host.to_string()),
             },
             hashpspool: true,
+            choice: choice(rng, 0),
         });
     }
     builder
+}
+
+/// Valid choice settings, defaults half of the time: any policy (composites with random
+/// weights), any full ratio in ppm.
+fn choice(rng: &mut Rng, pg_num: u32) -> ChoiceSettings {
+    if rng.below(2) == 0 {
+        return ChoiceSettings::default();
+    }
+    let most = if pg_num == 0 { CHOICES_MAX } else { pg_num.min(CHOICES_MAX) };
+    let name = POLICY_NAMES[rng.below(POLICY_NAMES.len() as u64) as usize];
+    let policy = match PolicySpec::from_name(name).expect("a known name") {
+        PolicySpec::Composite(_) => {
+            let mut weights = CompositeWeights { local: 1, ..CompositeWeights::default() };
+            for metric in COMPOSITE_METRICS {
+                *weights.get_mut(metric).expect("known") = rng.below(4) as u32;
+            }
+            weights.space = 1 + rng.below(COMPOSITE_WEIGHT_MAX as u64) as u32;
+            PolicySpec::Composite(weights)
+        }
+        other => other,
+    };
+    ChoiceSettings {
+        choices: 1 + rng.below(most as u64) as u32,
+        policy,
+        full_ppm: 1 + rng.below(1_000_000) as u32,
+    }
 }
 
 fn device_name(device: &DeviceSpec) -> String {

@@ -201,8 +201,18 @@ fn show_text(map: &ClusterMap) -> String {
             EngineSpec::Ring(p) => format!("ring, {} per vnode", bytes(p.vnode_bytes as f64)),
             _ => pool.engine.name().to_string(),
         };
+        let choice = if pool.choice.is_default() {
+            String::new()
+        } else {
+            format!(
+                ", {} choices, policy {}, full at {}%",
+                pool.choice.choices,
+                pool.choice.policy,
+                f64::from(pool.choice.full_ppm) / 1e4
+            )
+        };
         out.push_str(&format!(
-            "pool {} '{}': {engine}, pg_num {}, size {}, min_size {}\n",
+            "pool {} '{}': {engine}, pg_num {}, size {}, min_size {}{choice}\n",
             pool.id, pool.name, pool.pg_num, pool.size, pool.min_size
         ));
     }
@@ -280,7 +290,7 @@ fn show_json(map: &ClusterMap) -> serde_json::Value {
     let pools: Vec<serde_json::Value> = map
         .pools()
         .iter()
-        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size}))
+        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size, "choices": p.choice.choices, "policy": p.choice.policy.to_string(), "full_ratio": f64::from(p.choice.full_ppm) / 1e6}))
         .collect();
     json!({
         "epoch": map.epoch().0,
