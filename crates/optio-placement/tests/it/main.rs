@@ -3,6 +3,7 @@
 
 mod balance;
 mod builder_errors;
+mod choice;
 mod crush_scratch;
 mod golden;
 mod movement;
