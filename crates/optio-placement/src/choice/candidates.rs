@@ -24,7 +24,7 @@
 //! Cost: one string hash per candidate (plus one per collision), no allocation; mapping each
 //! candidate to devices is one engine lookup each.
 
-use crate::choice::hash::suffixed_name_hash;
+use crate::choice::hash::NameHasher;
 use crate::choice::settings::{CHOICES_MAX, ChoiceSettings};
 use crate::crush::hash::hash32_2;
 use crate::pg::{self, PgId};
@@ -180,7 +180,8 @@ impl<'a> PoolPlacement<'a> {
     /// Fills `out` with the first `wanted` candidates of `name` (at most `choices`).
     fn generate(&self, name: &str, wanted: usize, out: &mut CandidateKeys) {
         let wanted = wanted.min(self.choice().choices as usize).clamp(1, CAPACITY);
-        let raw = pg::object_hash(name);
+        let hasher = NameHasher::new(name.as_bytes());
+        let raw = hasher.plain();
         out.clear(raw);
         let has_pgs = self.has_pgs();
         let mut units = [0u32; CAPACITY];
@@ -190,7 +191,7 @@ impl<'a> PoolPlacement<'a> {
         let mut suffix = 0;
         while out.len() < wanted && suffix < SUFFIX_ATTEMPTS_MAX {
             suffix += 1;
-            let (pg, unit) = self.unit(suffixed_name_hash(name.as_bytes(), suffix));
+            let (pg, unit) = self.unit(hasher.suffixed(suffix));
             if units[..out.len()].contains(&unit) {
                 continue;
             }

@@ -23,7 +23,7 @@ use std::fmt;
 
 use crate::choice::candidates::{CandidateKey, Candidates};
 use crate::choice::location::Location;
-use crate::choice::metrics::{CandidateMetrics, MetricsSource};
+use crate::choice::metrics::{CandidateMetrics, MetricsSource, Sums};
 use crate::choice::policy::{Eligible, Policy, PolicyContext};
 use crate::choice::settings::{CHOICES_MAX, PPM};
 use crate::ids::DeviceId;
@@ -161,24 +161,28 @@ fn no_candidate_message(pool: &str, excluded: &[(CandidateKey, Exclusion)]) -> S
     }
 }
 
-/// Checks one candidate: its aggregated metrics if it may take data, else why not.
-fn assess(
+/// Checks one candidate in one pass over its devices: fills `out` (aggregated metrics,
+/// degraded or not) if it may take data, else says why not.
+#[inline(always)]
+fn assess<M: MetricsSource + ?Sized>(
     pool: &Pool,
     devices: &crate::placement::ReplicaSet,
-    metrics: &dyn MetricsSource,
+    metrics: &M,
     client: Option<&Location>,
-) -> Result<(bool, CandidateMetrics), Exclusion> {
+    out: &mut Eligible,
+) -> Result<(), Exclusion> {
     let count = devices.devices().count();
-    if count == 0 || (count as u32) < pool.min_size {
-        return Err(Exclusion::TooFewDevices { devices: count as u8, min_size: pool.min_size });
-    }
-    let Some(primary_id) = devices.primary() else {
-        return Err(Exclusion::TooFewDevices { devices: 0, min_size: pool.min_size });
+    let primary_id = match devices.primary() {
+        Some(primary) if count as u32 >= pool.min_size => primary,
+        _ => {
+            return Err(Exclusion::TooFewDevices { devices: count as u8, min_size: pool.min_size });
+        }
     };
-    let primary =
-        metrics.metrics(primary_id).ok_or(Exclusion::PrimaryUnknown { device: primary_id })?;
     let full_ppm = pool.choice.full_ppm;
+    let mut sums = Sums::default();
+    let mut primary = None;
     for device in devices.devices() {
+        sums.devices += 1;
         let Some(m) = metrics.metrics(device) else { continue };
         if !m.up {
             return Err(Exclusion::Down { device });
@@ -189,37 +193,43 @@ fn assess(
         if m.space_ppm >= full_ppm {
             return Err(Exclusion::Full { device, space_ppm: m.space_ppm, full_ppm });
         }
+        if device == primary_id {
+            primary = Some(m);
+        }
+        sums.add(m);
     }
-    let degraded = count < pool.size as usize;
-    Ok((degraded, CandidateMetrics::aggregate(devices, primary, metrics, client)))
+    let primary = primary.ok_or(Exclusion::PrimaryUnknown { device: primary_id })?;
+    out.degraded = count < pool.size as usize;
+    out.metrics = sums.finish(primary, client);
+    Ok(())
 }
 
 /// Chooses one of `candidates` (computed for `pool`) with the request's policy, or the
 /// pool's: never a candidate with a down or full device (see the module docs).
-pub fn choose(
+pub fn choose<M: MetricsSource + ?Sized>(
     pool: &Pool,
     candidates: &Candidates,
-    metrics: &dyn MetricsSource,
+    metrics: &M,
     request: &ChoiceRequest<'_>,
 ) -> Result<Chosen, ChoiceError> {
     let mut eligible = [Eligible::default(); CHOICES_MAX as usize];
     let mut count = 0;
     let mut whole = 0;
     for (key, devices) in candidates.iter() {
-        match assess(pool, devices, metrics, request.client) {
-            Ok((degraded, aggregate)) => {
-                eligible[count] = Eligible { candidate: key.index, degraded, metrics: aggregate };
-                count += 1;
-                whole += usize::from(!degraded);
-            }
-            Err(_) => continue,
+        let slot = &mut eligible[count];
+        if assess(pool, devices, metrics, request.client, slot).is_ok() {
+            slot.candidate = key.index;
+            whole += usize::from(!slot.degraded);
+            count += 1;
         }
     }
     if count == 0 {
+        let mut scratch = Eligible::default();
         let excluded = candidates
             .iter()
             .filter_map(|(key, devices)| {
-                assess(pool, devices, metrics, request.client).err().map(|why| (*key, why))
+                let verdict = assess(pool, devices, metrics, request.client, &mut scratch);
+                verdict.err().map(|why| (*key, why))
             })
             .collect();
         return Err(ChoiceError::NoCandidate { pool: pool.name.clone(), excluded });
@@ -239,11 +249,12 @@ pub fn choose(
     };
     let offered = &eligible[..offered];
     let policy: &dyn Policy = request.policy.unwrap_or(&pool.choice.policy);
+    let erased = Erased(metrics);
     let context = PolicyContext {
         name_hash: candidates.name_hash(),
         client: request.client,
         candidates,
-        metrics,
+        metrics: &erased,
     };
     let position = policy.choose(offered, &context);
     let picked = offered.get(position).ok_or_else(|| ChoiceError::PolicyOutOfRange {
@@ -258,12 +269,21 @@ pub fn choose(
     Ok(Chosen { key, degraded: picked.degraded, metrics: picked.metrics })
 }
 
+/// Any metrics source (slices included) as a `dyn MetricsSource` for policies.
+struct Erased<'a, M: ?Sized>(&'a M);
+
+impl<M: MetricsSource + ?Sized> MetricsSource for Erased<'_, M> {
+    fn metrics(&self, device: DeviceId) -> Option<&crate::choice::DeviceMetrics> {
+        self.0.metrics(device)
+    }
+}
+
 impl PoolPlacement<'_> {
     /// Chooses one of this pool's `candidates` for a new object (see [`choose`]).
-    pub fn choose(
+    pub fn choose<M: MetricsSource + ?Sized>(
         &self,
         candidates: &Candidates,
-        metrics: &dyn MetricsSource,
+        metrics: &M,
         request: &ChoiceRequest<'_>,
     ) -> Result<Chosen, ChoiceError> {
         choose(self.pool(), candidates, metrics, request)

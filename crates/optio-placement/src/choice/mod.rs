@@ -51,7 +51,7 @@
 
 pub mod candidates;
 pub mod decide;
-mod hash;
+pub mod hash;
 pub mod location;
 pub mod metrics;
 pub mod policy;
@@ -59,7 +59,7 @@ pub mod settings;
 
 pub use candidates::{CandidateKey, CandidateKeys, Candidates, SUFFIX_ATTEMPTS_MAX};
 pub use decide::{ChoiceError, ChoiceRequest, Chosen, Exclusion, choose};
-pub use hash::suffixed_name_hash;
+pub use hash::{NameHasher, suffixed_name_hash};
 pub use location::{LOCATION_LEVELS_MAX, Location, LocationError};
 pub use metrics::{
     CandidateMetrics, DeviceMetrics, MetricsSource, MetricsTable, fraction_to_ppm, used_to_ppm,
