@@ -217,9 +217,21 @@ impl<'a> PoolPlacement<'a> {
     /// The candidates of `name` with their devices (each through the pool's engine, as
     /// [`place`](Self::place)). Allocation-free given a warm `scratch`.
     pub fn candidates(&self, name: &str, scratch: &mut Scratch, out: &mut Candidates) {
+        self.candidates_with(name, out, |key, devices| self.place(key.key, scratch, devices));
+    }
+
+    /// The candidates of `name`, their devices filled in by `devices_of` — for a caller that
+    /// keeps its own table of PG → devices for the current epoch (the devices must be what
+    /// [`place`](Self::place) gives for `key.key`).
+    pub fn candidates_with(
+        &self,
+        name: &str,
+        out: &mut Candidates,
+        mut devices_of: impl FnMut(&CandidateKey, &mut ReplicaSet),
+    ) {
         self.candidate_keys(name, &mut out.keys);
         for (key, devices) in out.keys.as_slice().iter().zip(out.devices.iter_mut()) {
-            self.place(key.key, scratch, devices);
+            devices_of(key, devices);
         }
     }
 }
