@@ -301,6 +301,29 @@ mod tests {
         assert_eq!(used_to_ppm(u64::MAX, 1), PPM);
     }
 
+    #[cfg(feature = "serde")]
+    #[test]
+    fn metrics_and_policies_round_trip_through_json() {
+        use crate::choice::PolicySpec;
+        let metrics = DeviceMetrics {
+            space_ppm: 420_000,
+            journal_bytes: 1 << 40,
+            location: "zone=z1/host=h2".parse().expect("valid"),
+            ..DeviceMetrics::default()
+        };
+        let text = serde_json::to_string(&metrics).expect("serializes");
+        assert!(text.contains("\"space_ppm\":420000"), "{text}");
+        assert_eq!(serde_json::from_str::<DeviceMetrics>(&text).expect("parses"), metrics);
+        let policy: PolicySpec = "composite:space=2,local=1".parse().expect("valid");
+        let text = serde_json::to_string(&policy).expect("serializes");
+        assert_eq!(text, "\"composite:space=2,local=1\"");
+        assert_eq!(serde_json::from_str::<PolicySpec>(&text).expect("parses"), policy);
+        assert!(serde_json::from_str::<PolicySpec>("\"fastest\"").is_err());
+        assert!(
+            serde_json::from_str::<crate::choice::Location>(&format!("{:?}", [1u64; 13])).is_err()
+        );
+    }
+
     #[test]
     fn table_refuses_ids_beyond_its_size() {
         let mut table = MetricsTable::new(4);

@@ -44,6 +44,29 @@ pub struct PolicyContext<'a> {
 /// in it (a position out of range is refused with
 /// [`ChoiceError::PolicyOutOfRange`](crate::choice::ChoiceError)). Be deterministic — the
 /// same inputs must give the same answer — so that every client decides alike.
+///
+/// A policy that keeps data near the client and, among the nearest candidates, takes the
+/// least full:
+///
+/// ```
+/// use optio_placement::choice::{Eligible, Policy, PolicyContext};
+///
+/// struct NearThenEmpty;
+///
+/// impl Policy for NearThenEmpty {
+///     fn name(&self) -> &str {
+///         "near-then-empty"
+///     }
+///     fn choose(&self, eligible: &[Eligible], _context: &PolicyContext<'_>) -> usize {
+///         let nearest = eligible.iter().map(|e| e.metrics.shared_levels).max().unwrap_or(0);
+///         (0..eligible.len())
+///             .filter(|&i| eligible[i].metrics.shared_levels == nearest)
+///             .min_by_key(|&i| (eligible[i].metrics.space_ppm, i))
+///             .unwrap_or(0)
+///     }
+/// }
+/// // Per request: ChoiceRequest { policy: Some(&NearThenEmpty), client: Some(&here) }.
+/// ```
 pub trait Policy {
     /// The policy's name, for reports and errors.
     fn name(&self) -> &str;
