@@ -147,8 +147,13 @@ pub enum ChoiceError {
 }
 
 fn no_candidate_message(pool: &str, excluded: &[(CandidateKey, Exclusion)]) -> String {
+    if excluded.is_empty() {
+        return format!(
+            "pool '{pool}': there are no candidates to choose from; fill them with PoolPlacement::candidates first"
+        );
+    }
     let reasons: Vec<String> = excluded.iter().map(|(key, why)| format!("{key}: {why}")).collect();
-    if !excluded.is_empty() && excluded.iter().all(|(_, why)| why.is_full()) {
+    if excluded.iter().all(|(_, why)| why.is_full()) {
         format!(
             "pool '{pool}': no candidate has room ({}); free space, add devices, or raise the pool's full_ratio",
             reasons.join("; ")
@@ -287,5 +292,29 @@ impl PoolPlacement<'_> {
         request: &ChoiceRequest<'_>,
     ) -> Result<Chosen, ChoiceError> {
         choose(self.pool(), candidates, metrics, request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::choice::MetricsTable;
+
+    #[test]
+    fn choosing_among_no_candidates_says_what_to_do() {
+        let mut builder = crate::ClusterMapBuilder::new();
+        for id in 0..3u32 {
+            builder = builder.device(crate::DeviceSpec::new(id).at(&[("host", &format!("h{id}"))]));
+        }
+        let map = builder
+            .replicated_rule(0, "r", "default", "host")
+            .pool(crate::PoolSpec::crush(1, "rbd", 8, 3))
+            .build()
+            .expect("valid");
+        let pool = map.pool_by_name("rbd").expect("pool");
+        let error =
+            choose(pool, &Candidates::new(), &MetricsTable::new(0), &ChoiceRequest::default())
+                .expect_err("nothing to choose");
+        assert!(error.to_string().contains("no candidates to choose from"), "{error}");
     }
 }
