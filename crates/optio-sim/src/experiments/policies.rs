@@ -396,7 +396,7 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
             "choices": args.choices, "objects": args.objects, "seed": args.seed, "policies": rows,
         }),
         plots: vec![Plot {
-            title: "chosen metric / first's, per policy (0 first, 1 random, 2 local, 3 memory, 4 cpu, 5 space, 6 latency, 7 journal, 8 composite)".into(),
+            title: "chosen metrics relative to first, policies 0-8 in table order".into(),
             kind: PlotKind::Bars,
             x_label: "policy".into(),
             y_label: "relative to first".into(),
