@@ -12,8 +12,8 @@ use std::fmt::Write as _;
 use optio_placement::builder::DEFAULT_TYPES;
 use optio_placement::map::TIB;
 use optio_placement::{
-    Bucket, BucketAlg, BucketId, ClusterMap, Device, EngineSpec, RingParams, RuleKind,
-    TunablesProfile, Weight,
+    Bucket, BucketAlg, BucketId, ClusterMap, Device, EngineSpec, LINEAR_PARAM_ONE, PpsGenerator,
+    RingParams, RuleKind, TunablesProfile, Weight,
 };
 
 use super::FORMAT_VERSION;
@@ -162,6 +162,18 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
         }
         if !pool.hashpspool {
             fields.push(("hashpspool".into(), "false".into()));
+        }
+        if pool.balance.pps != PpsGenerator::Ceph {
+            fields.push(("pps".into(), quote(pool.balance.pps.name())));
+        }
+        if pool.balance.linear_param != LINEAR_PARAM_ONE {
+            fields.push((
+                "balance_param".into(),
+                weight_to_decimal(Weight(pool.balance.linear_param)),
+            ));
+        }
+        if pool.balance.balanced {
+            fields.push(("balanced".into(), "true".into()));
         }
         write_table(&mut out, "[[pools]]", &fields);
     }

@@ -7,8 +7,9 @@
 use optio_placement::crush::{CrushMap, CrushWork};
 use optio_placement::{
     BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMap, ClusterMapBuilder,
-    DeviceId, DeviceSpec, EngineRef, ItemId, ItemRef, Placement, PoolId, PoolSpec, ReplicaSet,
-    RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables, TypeId, Weight,
+    DeviceId, DeviceSpec, EngineRef, ItemId, ItemRef, LINEAR_PARAM_ONE, LinearParamSpec, Placement,
+    PoolBalanceSpec, PoolId, PoolSpec, PpsGenerator, ReplicaSet, RuleId, RuleKind, RuleRef,
+    RuleSpec, Step, StepSpec, Tunables, TypeId, Weight,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
@@ -201,6 +202,11 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
             min_size: min_size.filter(|m| *m <= size),
             engine,
             hashpspool,
+            balance: PoolBalanceSpec {
+                pps: if id % 3 == 0 { PpsGenerator::Congruential } else { PpsGenerator::Ceph },
+                linear_param: LinearParamSpec::Fixed(LINEAR_PARAM_ONE),
+                balanced: id % 2 == 1,
+            },
         })
 }
 

@@ -84,8 +84,8 @@ pub fn run(command: Command) -> Result<()> {
             let loaded = load_map(&map)?;
             let text = match to {
                 Target::Toml => optio_mapfile::optio_toml::write(&loaded.map),
-                Target::CephText => optio_mapfile::ceph_text::write(&loaded.map),
-                Target::CephJson => optio_mapfile::ceph_json::write(&loaded.map),
+                Target::CephText => optio_mapfile::ceph_text::write(&loaded.map)?,
+                Target::CephJson => optio_mapfile::ceph_json::write(&loaded.map)?,
             };
             match output {
                 Some(path) => {
