@@ -1,5 +1,6 @@
 //! The experiments, one module each.
 
+pub mod balance;
 pub mod engines;
 
 use crate::{Progress, Report, SimError};
@@ -10,6 +11,9 @@ use crate::{Progress, Report, SimError};
 pub enum Experiment {
     /// Balance and data movement of every engine on one generated cluster.
     Engines(engines::Args),
+    /// PGs per OSD and movement: stock CRUSH, seed 002's optimised CRUSH, Optio's balanced
+    /// placement.
+    Balance(balance::Args),
 }
 
 impl Experiment {
@@ -17,6 +21,7 @@ impl Experiment {
     pub fn run(&self, progress: &mut dyn Progress) -> Result<Report, SimError> {
         match self {
             Experiment::Engines(args) => engines::run(args, progress),
+            Experiment::Balance(args) => balance::run(args, progress),
         }
     }
 }
