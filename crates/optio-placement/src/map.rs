@@ -375,6 +375,22 @@ impl PoolBalance {
     pub fn is_ceph(&self) -> bool {
         *self == PoolBalance::default()
     }
+
+    /// The extensions in use, for people (`None` for Ceph's defaults).
+    pub fn describe(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.balanced {
+            parts.push("Optio balanced placement".to_string());
+        }
+        if self.pps == PpsGenerator::Congruential {
+            parts.push("congruential pps (seed 002)".to_string());
+        }
+        if self.linear_param != LINEAR_PARAM_ONE {
+            let param = Weight(self.linear_param);
+            parts.push(format!("linear balance parameter {param} (seed 002)"));
+        }
+        (!parts.is_empty()).then(|| format!("{}; not Ceph-compatible", parts.join(", ")))
+    }
 }
 
 /// A pool: a namespace of objects with one placement engine and redundancy.

@@ -201,8 +201,9 @@ fn show_text(map: &ClusterMap) -> String {
             EngineSpec::Ring(p) => format!("ring, {} per vnode", bytes(p.vnode_bytes as f64)),
             _ => pool.engine.name().to_string(),
         };
+        let extensions = pool.balance.describe().map(|d| format!(" ({d})")).unwrap_or_default();
         out.push_str(&format!(
-            "pool {} '{}': {engine}, pg_num {}, size {}, min_size {}\n",
+            "pool {} '{}': {engine}{extensions}, pg_num {}, size {}, min_size {}\n",
             pool.id, pool.name, pool.pg_num, pool.size, pool.min_size
         ));
     }
@@ -280,7 +281,7 @@ fn show_json(map: &ClusterMap) -> serde_json::Value {
     let pools: Vec<serde_json::Value> = map
         .pools()
         .iter()
-        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size}))
+        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size, "pps": p.balance.pps.name(), "balance_param": f64::from(p.balance.linear_param) / 65536.0, "balanced": p.balance.balanced}))
         .collect();
     json!({
         "epoch": map.epoch().0,
