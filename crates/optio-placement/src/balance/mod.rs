@@ -37,7 +37,7 @@ pub const UPPER_SLACK: i64 = 1;
 pub const LOWER_SLACK: i64 = 1;
 /// Each device ranks about `RANKED_PER_TARGET × t + RANKED_EXTRA` PGs: the pairs the matching
 /// considers (the rest of a device's ranking never matters unless a fallback is needed).
-pub const RANKED_PER_TARGET: u64 = 10;
+pub const RANKED_PER_TARGET: u64 = 6;
 /// See [`RANKED_PER_TARGET`].
 pub const RANKED_EXTRA: u64 = 16;
 /// Most placement units (PGs) a balanced pool may have.

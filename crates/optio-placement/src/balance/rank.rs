@@ -1,7 +1,7 @@
 //! Each device's ranking of the placement units, and the normalised score of a (unit, device)
 //! pair: the unit's rank on the device over the device's target.
 //!
-//! Device `d` orders every unit by `hash32_3(key, d, RANK_SALT)`; the unit at position `k`
+//! Device `d` orders every unit by [`rank_hash`]`(d, key)`; the unit at position `k`
 //! (from 0) scores `(2k + 1) / (2·t_d)`. So every device, whatever its hash luck, has exactly
 //! `⌊x·t_d + ½⌋` units scoring below `x` — the same "popularity" at every level — which is
 //! what keeps a balanced matching over these scores close to balanced before any correction,
@@ -10,12 +10,37 @@
 //! it was, and changing a device's weight only rescales its own scores.
 
 use super::targets::Target;
-use crate::crush::hash::hash32_3_lanes;
 
 /// Salt of the ranking hash (any constant; part of the placement version).
 pub(crate) const RANK_SALT: u32 = 0x0b1a_2c3d;
 /// Hash lanes computed at once (vectorised by the compiler).
 const LANES: usize = 8;
+
+/// MurmurHash3's 32-bit finaliser: a bijection of `u32` with full avalanche.
+#[inline(always)]
+fn fmix32(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
+}
+
+/// The mask of device `device` in [`rank_hash`].
+#[inline]
+fn device_mask(device: u32) -> u32 {
+    fmix32(device.wrapping_mul(0x9e37_79b9) ^ RANK_SALT)
+}
+
+/// The ranking hash of unit key `key` on device `device`: two rounds of MurmurHash3's
+/// finaliser keyed by the device. For a fixed device it is a bijection of the keys (a
+/// permutation); devices get unrelated permutations. About ten integer operations — the
+/// rankings hash every (device, PG) pair, so rjenkins' ~130 would dominate the balancing.
+#[inline(always)]
+pub(crate) fn rank_hash(device: u32, key: u32) -> u32 {
+    let mask = device_mask(device);
+    fmix32(fmix32(key ^ mask).wrapping_add(mask))
+}
 /// Fixed-point bits of scores.
 const SCORE_SHIFT: u32 = 32;
 
@@ -50,32 +75,20 @@ pub(crate) fn ranking(
     count: usize,
     hashes: &mut Vec<(u32, u32)>,
 ) -> Vec<Ranked> {
-    hashes.clear();
-    hashes.reserve(keys.len());
-    let mut chunks = keys.chunks_exact(LANES);
-    let mut base = 0u32;
-    for chunk in &mut chunks {
-        let lanes: &[u32; LANES] = chunk.try_into().expect("chunks_exact gives LANES keys");
-        // hash32_3_lanes hashes (a, b[i], c); the unit's key is the varying argument here,
-        // so hash (device, key, salt) and keep the same mix: still a per-device permutation.
-        let h = hash32_3_lanes::<LANES>(device, lanes, RANK_SALT);
-        for (i, hash) in h.iter().enumerate() {
-            hashes.push((*hash, base + i as u32));
-        }
-        base += LANES as u32;
-    }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut lanes = [0u32; LANES];
-        lanes[..rest.len()].copy_from_slice(rest);
-        let h = hash32_3_lanes::<LANES>(device, &lanes, RANK_SALT);
-        for (i, hash) in h.iter().take(rest.len()).enumerate() {
-            hashes.push((*hash, base + i as u32));
-        }
-    }
-    let count = count.min(hashes.len());
+    let count = count.min(keys.len());
     if count == 0 {
         return Vec::new();
+    }
+    // Hashes are uniform: the `count` least are almost surely below a threshold a little
+    // above `count / units` of the range. Keep only those (cheap comparisons instead of
+    // moving every pair), and fall back to all when too few pass.
+    let expected = (count as u64) << 32;
+    let margin = (expected / keys.len() as u64) / 4 + (64u64 << 32) / keys.len() as u64;
+    let threshold = (expected / keys.len() as u64).saturating_add(margin);
+    let threshold = u32::try_from(threshold).unwrap_or(u32::MAX);
+    collect_hashes(device, keys, threshold, hashes);
+    if hashes.len() < count {
+        collect_hashes(device, keys, u32::MAX, hashes);
     }
     if count < hashes.len() {
         hashes.select_nth_unstable(count - 1);
@@ -88,10 +101,35 @@ pub(crate) fn ranking(
         .collect()
 }
 
+/// `(hash, unit)` of every unit whose ranking hash on `device` is at most `threshold`.
+fn collect_hashes(device: u32, keys: &[u32], threshold: u32, hashes: &mut Vec<(u32, u32)>) {
+    hashes.clear();
+    let mask = device_mask(device);
+    let mut chunks = keys.chunks_exact(LANES);
+    let mut base = 0u32;
+    for chunk in &mut chunks {
+        let mut lanes = [0u32; LANES];
+        for (lane, &key) in lanes.iter_mut().zip(chunk) {
+            *lane = fmix32(fmix32(key ^ mask).wrapping_add(mask));
+        }
+        for (i, &hash) in lanes.iter().enumerate() {
+            if hash <= threshold {
+                hashes.push((hash, base + i as u32));
+            }
+        }
+        base += LANES as u32;
+    }
+    for (i, &key) in chunks.remainder().iter().enumerate() {
+        let hash = fmix32(fmix32(key ^ mask).wrapping_add(mask));
+        if hash <= threshold {
+            hashes.push((hash, base + i as u32));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crush::hash::hash32_3;
 
     #[test]
     fn scores_are_rank_over_target() {
@@ -105,6 +143,23 @@ mod tests {
     }
 
     #[test]
+    fn rank_hash_is_a_permutation_per_device() {
+        for device in [0u32, 1, 999] {
+            let mut seen: Vec<u32> = (0..1u32 << 16).map(|k| rank_hash(device, k) >> 16).collect();
+            seen.sort_unstable();
+            seen.dedup();
+            // 65536 keys into 65536 top-16-bit buckets: a random function fills about 63%.
+            assert!(seen.len() > 40_000, "{device}: {}", seen.len());
+        }
+        assert_ne!(rank_hash(1, 5), rank_hash(2, 5));
+        assert_eq!(rank_hash(7, 123), rank_hash(7, 123));
+        // Pinned: changing it changes every balanced placement.
+        assert_eq!(rank_hash(0, 0), RANK_HASH_0_0);
+    }
+
+    const RANK_HASH_0_0: u32 = 3_520_201_770;
+
+    #[test]
     fn rankings_are_the_best_units_by_hash() {
         let keys: Vec<u32> = (0..1000).map(|i| i * 7919).collect();
         let t = Target { numerator: 50, denominator: 1 };
@@ -112,7 +167,7 @@ mod tests {
         let top = ranking(42, &keys, &t, 60, &mut scratch);
         assert_eq!(top.len(), 60);
         let mut all: Vec<(u32, u32)> =
-            keys.iter().enumerate().map(|(i, &k)| (hash32_3(42, k, RANK_SALT), i as u32)).collect();
+            keys.iter().enumerate().map(|(i, &k)| (rank_hash(42, k), i as u32)).collect();
         all.sort_unstable();
         for (k, (r, (hash, unit))) in top.iter().zip(&all).enumerate() {
             assert_eq!((r.hash, r.unit), (*hash, *unit));
