@@ -36,9 +36,14 @@ fn device_mask(device: u32) -> u32 {
 /// finaliser keyed by the device. For a fixed device it is a bijection of the keys (a
 /// permutation); devices get unrelated permutations. About ten integer operations — the
 /// rankings hash every (device, PG) pair, so rjenkins' ~130 would dominate the balancing.
-#[inline(always)]
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn rank_hash(device: u32, key: u32) -> u32 {
-    let mask = device_mask(device);
+    masked_hash(device_mask(device), key)
+}
+
+/// [`rank_hash`] with the device's mask computed once.
+#[inline(always)]
+fn masked_hash(mask: u32, key: u32) -> u32 {
     fmix32(fmix32(key ^ mask).wrapping_add(mask))
 }
 /// Fixed-point bits of scores.
@@ -110,7 +115,7 @@ fn collect_hashes(device: u32, keys: &[u32], threshold: u32, hashes: &mut Vec<(u
     for chunk in &mut chunks {
         let mut lanes = [0u32; LANES];
         for (lane, &key) in lanes.iter_mut().zip(chunk) {
-            *lane = fmix32(fmix32(key ^ mask).wrapping_add(mask));
+            *lane = masked_hash(mask, key);
         }
         for (i, &hash) in lanes.iter().enumerate() {
             if hash <= threshold {
@@ -120,7 +125,7 @@ fn collect_hashes(device: u32, keys: &[u32], threshold: u32, hashes: &mut Vec<(u
         base += LANES as u32;
     }
     for (i, &key) in chunks.remainder().iter().enumerate() {
-        let hash = fmix32(fmix32(key ^ mask).wrapping_add(mask));
+        let hash = masked_hash(mask, key);
         if hash <= threshold {
             hashes.push((hash, base + i as u32));
         }
