@@ -5,21 +5,41 @@
 //! every client computes it from the map alone, the same everywhere; nothing per PG is
 //! stored. See `docs/balance.md` for the design, the alternatives measured and the numbers.
 //!
-//! * **Targets** ([`targets`]): every usable device (up, in, weight and reweight > 0) below
+//! * **Targets** (`targets.rs`): every usable device (up, in, weight and reweight > 0) below
 //!   the rule's `take` should hold its weight's share of the pool's copies, failure domains
 //!   capped at one copy per PG (water-filling), in exact rational arithmetic. A device may
 //!   hold between `⌈t⌉ − 1 − LOWER_SLACK` and `⌊t⌋ + UPPER_SLACK` copies.
-//! * **Rankings** ([`rank`]): every device orders the PGs by a hash of (device, pps); the PG
+//! * **Rankings** (`rank.rs`): every device orders the PGs by a hash of (device, pps); the PG
 //!   at position `k` scores `(2k + 1) / 2t`. Every device thus has the same number of PGs
 //!   below any score, whatever its hash luck — the source of CRUSH's imbalance is removed at
 //!   the root — and no device's ranking depends on another device.
-//! * **Matching** ([`matching`]): the stable matching over those scores with the caps and
+//! * **Matching** (`matching.rs`): the stable matching over those scores with the caps and
 //!   distinct failure domains (order-independent), then a repair that lifts devices below
 //!   their floor by taking copies only from devices above theirs.
 //!
 //! Determinism: integer arithmetic only, ties broken by hashes and indices, no hash-map
 //! iteration; every client gets the same sets. Complexity: O(devices × PGs) hashes, a sort
 //! of about `RANKED_PER_TARGET × copies` pairs, and a linear pass.
+//!
+//! ```
+//! use optio_placement::{ClusterMapBuilder, DeviceSpec, Placement, PoolSpec};
+//!
+//! let mut builder = ClusterMapBuilder::new();
+//! for id in 0..12u32 {
+//!     let host = format!("host{}", id / 3);
+//!     builder = builder.device(DeviceSpec::new(id).at(&[("host", &host)]));
+//! }
+//! let mut pool = PoolSpec::crush(1, "rbd", 256, 3);
+//! pool.balance.balanced = true; // `balanced = true` in Optio TOML
+//! let map = builder.replicated_rule(0, "r", "default", "host").pool(pool).build().expect("valid");
+//!
+//! // Every device holds 64 copies (256 × 3 / 12), within one of that.
+//! let balanced = optio_placement::balance::balance(&map, &map.pools()[0]).expect("balances");
+//! assert!(balanced.devices.iter().all(|d| d.load.abs_diff(64) <= 2));
+//! // Placement computes it once and looks PGs up in the table.
+//! let placement = Placement::new(&map).expect("compiles");
+//! assert_eq!(placement.pool_by_name("rbd").expect("pool").locate("obj").devices.len(), 3);
+//! ```
 
 mod matching;
 mod rank;
