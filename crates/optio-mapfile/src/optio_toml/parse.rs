@@ -7,8 +7,9 @@ use optio_placement::choice::{
 };
 use optio_placement::{
     BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMapBuilder, DeviceSpec,
-    EngineRef, Epoch, ItemId, ItemRef, PoolId, PoolSpec, RuleId, RuleKind, RuleRef, RuleSpec,
-    StepSpec, Subject, Tunables, TunablesProfile, TypeId,
+    EngineRef, Epoch, ItemId, ItemRef, LINEAR_PARAM_ONE, LinearParamSpec, PoolBalanceSpec, PoolId,
+    PoolSpec, PpsGenerator, RuleId, RuleKind, RuleRef, RuleSpec, StepSpec, Subject, Tunables,
+    TunablesProfile, TypeId,
 };
 use toml::de::{DeTable, DeValue};
 
@@ -263,7 +264,7 @@ impl Reader<'_> {
                 value.error(
                     self.source,
                     format!(
-                        "unknown algorithm '{alg}'; use straw2 (or uniform, list, tree, straw)"
+                        "unknown algorithm '{alg}'; use straw2 (or uniform, list, tree, straw, or Optio's linear)"
                     ),
                 )
             })?;
@@ -398,6 +399,7 @@ impl Reader<'_> {
             engine: EngineRef::Crush { rule: None },
             hashpspool: true,
             choice: ChoiceSettings::default(),
+            balance: PoolBalanceSpec::default(),
         };
         if let Some(value) = table.get("pgp_num") {
             pool.pgp_num = Some(value.int(self.source, "0 to 16777216")?);
@@ -409,6 +411,43 @@ impl Reader<'_> {
             pool.hashpspool = value.bool(self.source)?;
         }
         pool.choice = self.choice(&mut table)?;
+        // Optio's balance extensions (not Ceph-compatible); the builder checks where they
+        // apply.
+        if let Some(value) = table.get("pps") {
+            let name = value.str(self.source)?;
+            pool.balance.pps = PpsGenerator::from_name(name).ok_or_else(|| {
+                value.error(
+                    self.source,
+                    format!("unknown pps generator '{name}'; use \"ceph\" or \"congruential\""),
+                )
+            })?;
+        }
+        if let Some(value) = table.get("balance_param") {
+            pool.balance.linear_param = match value.value {
+                DeValue::String(text) if *text == "auto" => LinearParamSpec::Auto,
+                DeValue::String(text) => {
+                    return Err(value.error(
+                        self.source,
+                        format!(
+                            "'{text}' is not a balance parameter; write a number ≥ 1.0 or \"auto\""
+                        ),
+                    ));
+                }
+                _ => {
+                    let param = value.weight(self.source)?;
+                    if param.0 < LINEAR_PARAM_ONE {
+                        return Err(value.error(
+                            self.source,
+                            "the balance parameter must be at least 1.0 (a linear bucket divides the pps by it), or \"auto\"",
+                        ));
+                    }
+                    LinearParamSpec::Fixed(param.0)
+                }
+            };
+        }
+        if let Some(value) = table.get("balanced") {
+            pool.balance.balanced = value.bool(self.source)?;
+        }
         let rule = table.get("rule");
         let vnode_bytes = table.get("vnode_bytes");
         let vnode_size = table.get("vnode_size");

@@ -13,8 +13,8 @@ use optio_placement::builder::DEFAULT_TYPES;
 use optio_placement::choice::{COMPOSITE_METRICS, FULL_PPM_DEFAULT};
 use optio_placement::map::TIB;
 use optio_placement::{
-    Bucket, BucketAlg, BucketId, ChoiceSettings, ClusterMap, Device, EngineSpec, PolicySpec,
-    RingParams, RuleKind, TunablesProfile, Weight,
+    Bucket, BucketAlg, BucketId, ChoiceSettings, ClusterMap, Device, EngineSpec, LINEAR_PARAM_ONE,
+    PolicySpec, PpsGenerator, RingParams, RuleKind, TunablesProfile, Weight,
 };
 
 use super::FORMAT_VERSION;
@@ -165,6 +165,18 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
             fields.push(("hashpspool".into(), "false".into()));
         }
         choice_fields(&pool.choice, &mut fields);
+        if pool.balance.pps != PpsGenerator::Ceph {
+            fields.push(("pps".into(), quote(pool.balance.pps.name())));
+        }
+        if pool.balance.linear_param != LINEAR_PARAM_ONE {
+            fields.push((
+                "balance_param".into(),
+                weight_to_decimal(Weight(pool.balance.linear_param)),
+            ));
+        }
+        if pool.balance.balanced {
+            fields.push(("balanced".into(), "true".into()));
+        }
         write_table(&mut out, "[[pools]]", &fields);
     }
     for set in map.choose_args() {

@@ -217,6 +217,7 @@ fn sample_builder(rng: &mut Rng, with_pools: bool) -> ClusterMapBuilder {
                 engine: EngineRef::Crush { rule: Some(RuleRef::Name("replicated_rule".into())) },
                 hashpspool: rng.below(4) != 0,
                 choice: choice(rng, pg_num),
+                balance: Default::default(),
             });
         }
     }
@@ -234,6 +235,7 @@ fn sample_builder(rng: &mut Rng, with_pools: bool) -> ClusterMapBuilder {
             },
             hashpspool: true,
             choice: choice(rng, 0),
+            balance: Default::default(),
         });
     }
     builder
@@ -329,18 +331,19 @@ fn check_toml(map: &ClusterMap) {
 /// 1/8 (`exact_text`); otherwise its three decimals change weights once, and then no more.
 fn check_ceph(map: &ClusterMap, exact_text: bool) {
     let expected = ceph_part(map);
-    let json = ceph_json::write(map);
+    let json = ceph_json::write(map).expect("a Ceph-compatible map");
     assert_eq!(detect(&json), Format::CephJson);
     let from_json = ceph_json::parse(&json).unwrap_or_else(|e| panic!("{e}\n{json}"));
     assert_eq!(from_json, expected, "JSON round trip differs:\n{json}");
-    let text = ceph_text::write(map);
+    let text = ceph_text::write(map).expect("a Ceph-compatible map");
     assert_eq!(detect(&text), Format::CephText);
     let from_text = ceph_text::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     if exact_text {
         assert_eq!(from_text, expected, "text round trip differs:\n{text}");
     } else {
         // Once weights are in the text's precision, text keeps them exactly.
-        let again = ceph_text::parse(&ceph_text::write(&from_text)).expect("reads back");
+        let again = ceph_text::parse(&ceph_text::write(&from_text).expect("a Ceph-compatible map"))
+            .expect("reads back");
         assert_eq!(again, from_text, "text round trip is not stable:\n{text}");
         assert_eq!(from_text.rules(), expected.rules());
         assert_eq!(from_text.classes(), expected.classes());

@@ -2,6 +2,7 @@
 //! builder's refusals, and the CRUSH mapper's robustness.
 
 mod balance;
+mod balanced;
 mod builder_errors;
 mod choice;
 mod crush_scratch;
@@ -9,5 +10,6 @@ mod golden;
 mod movement;
 mod properties;
 mod robustness;
+mod seed002;
 mod stats_props;
 mod strategies;

@@ -10,9 +10,9 @@ use optio_placement::choice::{
 use optio_placement::crush::{CrushMap, CrushWork};
 use optio_placement::{
     BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings, ChooseArgSpec, ClusterMap,
-    ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemId, ItemRef, Placement, PolicySpec,
-    PoolId, PoolSpec, ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables,
-    TypeId, Weight,
+    ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemId, ItemRef, LINEAR_PARAM_ONE,
+    LinearParamSpec, Placement, PolicySpec, PoolBalanceSpec, PoolId, PoolSpec, PpsGenerator,
+    ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables, TypeId, Weight,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
@@ -214,6 +214,11 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
                     None => PolicySpec::First,
                 },
                 full_ppm,
+            },
+            balance: PoolBalanceSpec {
+                pps: if id % 3 == 0 { PpsGenerator::Congruential } else { PpsGenerator::Ceph },
+                linear_param: LinearParamSpec::Fixed(LINEAR_PARAM_ONE),
+                balanced: id % 2 == 1,
             },
         })
 }

@@ -1,5 +1,6 @@
 //! The experiments, one module each.
 
+pub mod balance;
 pub mod engines;
 pub mod local;
 pub mod policies;
@@ -21,6 +22,9 @@ pub enum Experiment {
     /// Every policy on a heterogeneous, loaded cluster: what it does to its metric and what
     /// it costs the others.
     Policies(policies::Args),
+    /// PGs per OSD and movement: stock CRUSH, seed 002's optimised CRUSH, Optio's balanced
+    /// placement.
+    Balance(balance::Args),
 }
 
 impl Experiment {
@@ -31,6 +35,7 @@ impl Experiment {
             Experiment::Space(args) => space::run(args, progress),
             Experiment::Local(args) => local::run(args, progress),
             Experiment::Policies(args) => policies::run(args, progress),
+            Experiment::Balance(args) => balance::run(args, progress),
         }
     }
 }
