@@ -175,6 +175,22 @@ pub struct SlotSpec {
     pub state: SlotState,
 }
 
+impl SlotSpec {
+    /// The slot as one sortable word: position, owner, not-base, state — ring order, ties
+    /// broken by owner, base slots first.
+    pub fn pack(&self) -> u64 {
+        let state = match self.state {
+            SlotState::Live => 0,
+            SlotState::Down => 1,
+            SlotState::Marked => 2,
+        };
+        u64::from(self.position) << 32
+            | u64::from(self.owner.min(NO_OWNER)) << 8
+            | u64::from(!self.base) << 2
+            | state
+    }
+}
+
 /// One device, before compilation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnerSpec {
@@ -191,14 +207,13 @@ pub struct OwnerSpec {
 /// A compiled attributed ring.
 #[derive(Clone, Debug)]
 pub struct AttributedRing {
-    /// Position of each sector (its last base virtual node), ascending.
-    sector_positions: Vec<u32>,
+    /// Per sector, ascending: its position (its last base virtual node) and the offset of its
+    /// first slot with the [`HETEROGENEOUS`] flag; one extra entry at the end holds the slot
+    /// count. Interleaved so that finding a key's sector also reads where its slots are.
+    sectors: Vec<Sector>,
     /// `index[b]` = first sector whose position's top bits are ≥ b; one extra entry at the end.
     index: Vec<u32>,
     index_shift: u32,
-    /// `sector_starts[k] & !HETEROGENEOUS` .. `sector_starts[k + 1]`: the slots of sector k; the
-    /// flag marks heterogeneous sectors. One extra entry at the end.
-    sector_starts: Vec<u32>,
     /// Slot words, sector by sector, each sector in ring order.
     slots: Vec<u32>,
     /// Per owner: device id, zone, bandwidth.
@@ -213,6 +228,20 @@ pub struct AttributedRing {
     available: usize,
 }
 
+/// One sector: its position and the offset of its first slot (with the strategy flag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+struct Sector {
+    position: u32,
+    start: u32,
+    /// For heterogeneous sectors, u: the sum of the ranges' lengths ([`U_UNKNOWN`] when it
+    /// does not fit 32 bits and is summed at lookup).
+    bandwidth: u32,
+}
+
+/// `Sector::bandwidth` of sectors whose u needs 64 bits.
+const U_UNKNOWN: u32 = u32::MAX;
+
 /// Where a replica came from, for tests and the simulator's statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Strategy {
@@ -224,22 +253,20 @@ pub enum Strategy {
     Walk,
 }
 
-/// Working set of one lookup: chosen owners and zones.
-struct Chosen {
-    owners: [u32; REPLICAS_MAX],
-    zones: [u32; REPLICAS_MAX],
-    len: usize,
+/// The replicas chosen so far in one lookup: owners and zones.
+#[derive(Clone, Copy)]
+struct Chosen<'a> {
+    owners: &'a [u32],
+    zones: &'a [u32],
 }
 
-impl Chosen {
-    #[inline]
+impl Chosen<'_> {
+    #[inline(always)]
     fn excludes(&self, ring: &AttributedRing, owner: u32) -> bool {
-        let n = self.len;
         if ring.distinct_zones {
-            let zone = ring.zones[owner as usize];
-            self.zones[..n].contains(&zone)
+            self.zones.contains(&ring.zones[owner as usize])
         } else {
-            self.owners[..n].contains(&owner)
+            self.owners.contains(&owner)
         }
     }
 }
@@ -251,72 +278,82 @@ impl AttributedRing {
         params: &AttributedParams,
         sector_base: &[(DeviceId, u32)],
     ) -> AttributedRing {
-        let (owners, slots) = slot_specs(map, params, sector_base);
-        AttributedRing::from_specs(&owners, slots, params)
+        let mut packed = Vec::with_capacity(slot_count(map, params, sector_base));
+        let owners = for_each_slot(map, params, sector_base, |slot| packed.push(slot.pack()));
+        AttributedRing::from_packed(&owners, packed, params)
     }
 
     /// Compiles a ring from explicit slots (positions given), for the paper's worked examples
     /// and the simulator. Slots need not be sorted.
     pub fn from_specs(
         owners: &[OwnerSpec],
-        mut slots: Vec<SlotSpec>,
+        slots: Vec<SlotSpec>,
         params: &AttributedParams,
     ) -> AttributedRing {
-        slots.sort_unstable_by_key(|s| (s.position, s.owner, !s.base, s.state));
-        let words: Vec<u32> = slots
+        let packed = slots.iter().map(SlotSpec::pack).collect();
+        AttributedRing::from_packed(owners, packed, params)
+    }
+
+    /// Compiles a ring from packed slots ([`SlotSpec::pack`]), in any order.
+    fn from_packed(
+        owners: &[OwnerSpec],
+        mut packed: Vec<u64>,
+        params: &AttributedParams,
+    ) -> AttributedRing {
+        packed.sort_unstable();
+        let is_base = |p: u64| p & (1 << 2) == 0;
+        let bases = packed.iter().filter(|p| is_base(**p)).count();
+        let sector_size = params.sector_size.max(1) as usize;
+        // Sector ends: every s-th base slot, and the last base slot.
+        let mut ends: Vec<(usize, u32)> = Vec::with_capacity(bases.div_ceil(sector_size));
+        let mut seen = 0usize;
+        for (i, p) in packed.iter().enumerate() {
+            if is_base(*p) {
+                seen += 1;
+                if seen.is_multiple_of(sector_size) || seen == bases {
+                    ends.push((i, (*p >> 32) as u32));
+                }
+            }
+        }
+        let words: Vec<u32> = packed
             .iter()
-            .map(|s| {
-                s.owner.min(NO_OWNER)
-                    | match s.state {
-                        SlotState::Live => 0,
-                        SlotState::Down => DOWN,
-                        SlotState::Marked => MARKED,
+            .map(|p| {
+                let owner = (*p >> 8) as u32 & OWNER_MASK;
+                owner
+                    | match p & 3 {
+                        0 => 0,
+                        1 => DOWN,
+                        _ => MARKED,
                     }
             })
             .collect();
-        let base_positions: Vec<(usize, u32)> = slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.base)
-            .map(|(i, s)| (i, s.position))
-            .collect();
-        drop(slots);
-        let sector_size = params.sector_size.max(1) as usize;
-        // Sector ends: every s-th base slot, and the last base slot.
-        let mut ends: Vec<(usize, u32)> = base_positions
-            .iter()
-            .enumerate()
-            .filter(|(n, _)| (n + 1) % sector_size == 0 || n + 1 == base_positions.len())
-            .map(|(_, end)| *end)
-            .collect();
+        drop(packed);
         if ends.is_empty() && !words.is_empty() {
             // No base: one sector spanning the ring (the builder refuses this for maps with
             // devices; it keeps hand-made rings total).
             ends.push((words.len() - 1, u32::MAX));
         }
         let sectors = ends.len();
-        let mut sector_positions = Vec::with_capacity(sectors);
-        let mut sector_starts = Vec::with_capacity(sectors + 1);
+        let mut sector_list = Vec::with_capacity(sectors + 1);
         let mut ordered: Vec<u32> = Vec::with_capacity(words.len());
         // Sector 0 starts with the slots after the last sector end (they wrap around).
         let tail = ends.last().map_or(0, |(i, _)| i + 1);
         let mut begin = 0usize;
         for (k, (end, position)) in ends.iter().enumerate() {
-            sector_starts.push(ordered.len() as u32);
+            let start = ordered.len() as u32;
             if k == 0 {
                 ordered.extend_from_slice(&words[tail..]);
             }
             ordered.extend_from_slice(&words[begin..=*end]);
-            sector_positions.push(*position);
+            sector_list.push(Sector { position: *position, start, bandwidth: 0 });
             begin = end + 1;
         }
-        sector_starts.push(ordered.len() as u32);
+        sector_list.push(Sector { position: u32::MAX, start: ordered.len() as u32, bandwidth: 0 });
         drop(words);
         let mut ring = AttributedRing {
-            sector_positions,
+            sectors: sector_list,
             index: Vec::new(),
             index_shift: 32,
-            sector_starts,
             slots: ordered,
             device_ids: owners.iter().map(|o| o.device).collect(),
             zones: owners.iter().map(|o| o.zone).collect(),
@@ -340,7 +377,7 @@ impl AttributedRing {
     /// Marks each device's first unmarked slot per sector and flags heterogeneous sectors.
     fn classify(&mut self, owners: &[OwnerSpec], tolerance_percent: u32) {
         let mut stamp = vec![u32::MAX; owners.len()];
-        for k in 0..self.sector_positions.len() {
+        for k in 0..self.sector_count() {
             let (begin, end) = self.sector_range(k);
             let (mut class, mut low, mut high) = (None, u32::MAX, 0u32);
             let mut mixed_class = false;
@@ -365,20 +402,26 @@ impl AttributedRing {
             let spread =
                 u64::from(high) * 100 > u64::from(low) * (100 + u64::from(tolerance_percent));
             if class.is_some() && (mixed_class || spread) {
-                self.sector_starts[k] |= HETEROGENEOUS;
+                self.sectors[k].start |= HETEROGENEOUS;
+                let u: u64 = self.slots[begin..end]
+                    .iter()
+                    .filter(|w| **w & FIRST != 0)
+                    .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
+                    .sum();
+                self.sectors[k].bandwidth = u32::try_from(u).unwrap_or(U_UNKNOWN);
             }
         }
     }
 
     fn build_index(&mut self) {
-        let count = self.sector_positions.len();
+        let count = self.sector_count();
         let bits = if count < 4 { 1 } else { (usize::BITS - count.leading_zeros() - 2).min(24) };
         self.index_shift = 32 - bits;
         self.index = vec![0u32; (1usize << bits) + 1];
         let mut cursor = 0usize;
         for (bucket, slot) in self.index.iter_mut().enumerate() {
             while cursor < count
-                && ((self.sector_positions[cursor] >> self.index_shift) as usize) < bucket
+                && ((self.sectors[cursor].position >> self.index_shift) as usize) < bucket
             {
                 cursor += 1;
             }
@@ -408,15 +451,17 @@ impl AttributedRing {
 
     /// Number of sectors.
     pub fn sector_count(&self) -> usize {
-        self.sector_positions.len()
+        self.sectors.len() - 1
+    }
+
+    /// The position of sector `k` (its last base virtual node).
+    pub fn sector_position(&self, k: usize) -> Option<u32> {
+        (k < self.sector_count()).then(|| self.sectors[k].position)
     }
 
     /// Number of heterogeneous sectors (bandwidth strategy).
     pub fn heterogeneous_count(&self) -> usize {
-        self.sector_starts[..self.sector_positions.len()]
-            .iter()
-            .filter(|s| **s & HETEROGENEOUS != 0)
-            .count()
+        self.sectors[..self.sector_count()].iter().filter(|s| s.start & HETEROGENEOUS != 0).count()
     }
 
     /// The prime p of the capacity strategy.
@@ -426,9 +471,8 @@ impl AttributedRing {
 
     /// Bytes of memory the lookup structures use.
     pub fn memory_bytes(&self) -> usize {
-        self.sector_positions.capacity() * 4
+        self.sectors.capacity() * std::mem::size_of::<Sector>()
             + self.index.capacity() * 4
-            + self.sector_starts.capacity() * 4
             + self.slots.capacity() * 4
             + self.device_ids.capacity() * 4
             + self.zones.capacity() * 4
@@ -439,24 +483,24 @@ impl AttributedRing {
     /// The slots of sector `k` as (begin, end) indices.
     #[inline]
     fn sector_range(&self, k: usize) -> (usize, usize) {
-        let begin = (self.sector_starts[k] & !HETEROGENEOUS) as usize;
-        let end = (self.sector_starts[k + 1] & !HETEROGENEOUS) as usize;
+        let begin = (self.sectors[k].start & !HETEROGENEOUS) as usize;
+        let end = (self.sectors[k + 1].start & !HETEROGENEOUS) as usize;
         (begin, end)
     }
 
     /// Whether sector `k` is homogeneous (capacity strategy).
     pub fn is_homogeneous(&self, k: usize) -> bool {
-        self.sector_starts.get(k).is_some_and(|s| *s & HETEROGENEOUS == 0)
+        k < self.sector_count() && self.sectors[k].start & HETEROGENEOUS == 0
     }
 
     /// The sector a key belongs to: its first successor sector (wrapping).
     #[inline]
     pub fn sector_of(&self, key: u32) -> usize {
-        let count = self.sector_positions.len();
+        let count = self.sector_count();
         let bucket = (key >> self.index_shift) as usize;
         let mut i = self.index[bucket] as usize;
         let end = self.index[bucket + 1] as usize;
-        while i < end && self.sector_positions[i] < key {
+        while i < end && self.sectors[i].position < key {
             i += 1;
         }
         if i == count { 0 } else { i }
@@ -506,6 +550,68 @@ impl AttributedRing {
         self.place_with(key, replicas, out, |_, _| {});
     }
 
+    /// [`place`](Self::place) for many keys: `out[i]` gets the devices of `keys[i]` (up to
+    /// the shorter of the two). The same results as one `place` per key, faster for large
+    /// rings: the lookups of a block of keys run stage by stage (find the sectors, then every
+    /// replica's first choice, then the checks), so the memory reads of different keys
+    /// overlap instead of waiting for each other.
+    pub fn place_batch(&self, keys: &[u32], replicas: usize, out: &mut [ReplicaSet]) {
+        const BLOCK: usize = 16;
+        const REPLICAS: usize = 4;
+        let wanted = replicas.min(self.available).min(REPLICAS_MAX);
+        if wanted > REPLICAS || self.sector_count() == 0 {
+            for (key, set) in keys.iter().zip(out.iter_mut()) {
+                self.place(*key, replicas, set);
+            }
+            return;
+        }
+        let sectors = self.sector_count();
+        for (keys, out) in keys.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+            let n = keys.len().min(out.len());
+            // Stage 1: the index buckets, then the sectors.
+            let mut bounds = [(0u32, 0u32); BLOCK];
+            for i in 0..n {
+                let bucket = (keys[i] >> self.index_shift) as usize;
+                bounds[i] = (self.index[bucket], self.index[bucket + 1]);
+            }
+            let mut first = [0usize; BLOCK];
+            for i in 0..n {
+                let (mut k, end) = (bounds[i].0 as usize, bounds[i].1 as usize);
+                while k < end && self.sectors[k].position < keys[i] {
+                    k += 1;
+                }
+                first[i] = if k == sectors { 0 } else { k };
+            }
+            // Stage 2: every replica's first choice.
+            let mut candidates = [[MARKED; REPLICAS]; BLOCK];
+            let mut hashes = [0u32; BLOCK];
+            for i in 0..n {
+                hashes[i] = capacity_hash(keys[i]);
+                let mut sector = first[i];
+                for (replica, candidate) in candidates[i].iter_mut().take(wanted).enumerate() {
+                    *candidate = self.first_choice(keys[i], hashes[i], replica as u32, sector);
+                    sector += 1;
+                    if sector == sectors {
+                        sector = 0;
+                    }
+                }
+            }
+            // Stage 3: the checks, and the long way for the choices that fail them.
+            for i in 0..n {
+                out[i].clear();
+                self.finish::<REPLICAS>(
+                    keys[i],
+                    hashes[i],
+                    first[i],
+                    wanted,
+                    &candidates[i],
+                    &mut out[i],
+                    |_, _| {},
+                );
+            }
+        }
+    }
+
     /// [`place`](Self::place), reporting the sector and strategy of each replica.
     pub fn place_traced(
         &self,
@@ -523,55 +629,162 @@ impl AttributedRing {
         key: u32,
         replicas: usize,
         out: &mut ReplicaSet,
-        mut trace: impl FnMut(usize, Strategy),
+        trace: impl FnMut(usize, Strategy),
     ) {
         out.clear();
         let wanted = replicas.min(self.available).min(out.capacity());
-        if wanted == 0 {
-            return;
-        }
-        let mut chosen = Chosen { owners: [0; REPLICAS_MAX], zones: [0; REPLICAS_MAX], len: 0 };
-        let first = self.sector_of(key);
-        let h = capacity_hash(key);
-        let sectors = self.sector_positions.len();
-        for replica in 0..wanted {
-            let mut sector = first + replica % sectors;
-            if sector >= sectors {
-                sector -= sectors;
-            }
-            let Some((owner, sector, strategy)) =
-                self.select(key, h, replica as u32, sector, &chosen)
-            else {
-                return;
-            };
-            trace(sector, strategy);
-            chosen.owners[replica] = owner;
-            chosen.zones[replica] = self.zones[owner as usize];
-            chosen.len = replica + 1;
-            out.push(self.device_ids[owner as usize] as i32);
+        // Small working arrays for the usual replica counts: zeroing 32-entry ones costs more
+        // than the lookup.
+        if wanted <= 4 {
+            self.place_n::<4>(key, wanted, out, trace);
+        } else {
+            self.place_n::<REPLICAS_MAX>(key, wanted, out, trace);
         }
     }
 
+    #[inline(always)]
+    fn place_n<const N: usize>(
+        &self,
+        key: u32,
+        wanted: usize,
+        out: &mut ReplicaSet,
+        trace: impl FnMut(usize, Strategy),
+    ) {
+        if wanted == 0 {
+            return;
+        }
+        let first = self.sector_of(key);
+        let h = capacity_hash(key);
+        let sectors = self.sector_count();
+        // First choices of every replica, independent of each other (so the CPU overlaps
+        // their memory reads); then each is checked against the replicas before it, and only
+        // a choice that is taken, marked or down goes the long way.
+        let mut candidates = [MARKED; N];
+        let mut sector = first;
+        for (replica, candidate) in candidates.iter_mut().take(wanted).enumerate() {
+            *candidate = self.first_choice(key, h, replica as u32, sector);
+            sector += 1;
+            if sector == sectors {
+                sector = 0;
+            }
+        }
+        self.finish::<N>(key, h, first, wanted, &candidates, out, trace);
+    }
+
+    /// Checks each replica's first choice against the replicas before it, takes the long way
+    /// for those that fail, and writes the devices.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn finish<const N: usize>(
+        &self,
+        key: u32,
+        h: u32,
+        first: usize,
+        wanted: usize,
+        candidates: &[u32; N],
+        out: &mut ReplicaSet,
+        mut trace: impl FnMut(usize, Strategy),
+    ) {
+        let sectors = self.sector_count();
+        let (mut owners, mut zones) = ([0u32; N], [0u32; N]);
+        let mut sector = first;
+        for replica in 0..wanted {
+            let chosen = Chosen { owners: &owners[..replica], zones: &zones[..replica] };
+            let word = candidates[replica];
+            let owner = word & OWNER_MASK;
+            let (owner, landed, strategy) =
+                if word & (MARKED | DOWN) == 0 && !chosen.excludes(self, owner) {
+                    let strategy = if self.sectors[sector].start & HETEROGENEOUS == 0 {
+                        Strategy::Capacity
+                    } else {
+                        Strategy::Bandwidth
+                    };
+                    (owner, sector, strategy)
+                } else {
+                    match self.select(key, h, replica as u32, sector, chosen) {
+                        Some(found) => found,
+                        None => return,
+                    }
+                };
+            trace(landed, strategy);
+            owners[replica] = owner;
+            zones[replica] = self.zones[owner as usize];
+            out.push(self.device_ids[owner as usize] as i32);
+            sector += 1;
+            if sector == sectors {
+                sector = 0;
+            }
+        }
+    }
+
+    /// The slot word the strategy of `sector` picks first for `replica` ([`MARKED`] for an
+    /// empty sector): the capacity strategy's slot, or the bandwidth strategy's range.
+    #[inline(always)]
+    fn first_choice(&self, key: u32, h: u32, replica: u32, sector: usize) -> u32 {
+        let this = self.sectors[sector];
+        let begin = (this.start & !HETEROGENEOUS) as usize;
+        let end = (self.sectors[sector + 1].start & !HETEROGENEOUS) as usize;
+        if begin >= end {
+            return MARKED;
+        }
+        if this.start & HETEROGENEOUS == 0 {
+            let size = (end - begin) as u32;
+            let m = self.fastmod[size as usize];
+            let mut j = fastmod(h, m, size) + fastmod((replica + 1) * self.prime, m, size);
+            if j >= size {
+                j -= size;
+            }
+            self.slots[begin + j as usize]
+        } else {
+            let slots = &self.slots[begin..end];
+            let value = scale(bandwidth_draw(key, replica, 0), self.sector_u(this, slots));
+            let mut acc = 0u64;
+            for &w in slots {
+                if w & FIRST != 0 {
+                    acc += u64::from(self.bandwidths[(w & OWNER_MASK) as usize]);
+                    if value < acc {
+                        return w;
+                    }
+                }
+            }
+            MARKED
+        }
+    }
+
+    /// u of a heterogeneous sector: the sum of its ranges' lengths.
+    #[inline(always)]
+    fn sector_u(&self, sector: Sector, slots: &[u32]) -> u64 {
+        if sector.bandwidth != U_UNKNOWN {
+            return u64::from(sector.bandwidth);
+        }
+        slots
+            .iter()
+            .filter(|w| **w & FIRST != 0)
+            .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
+            .sum()
+    }
+
     /// One replica: the strategy of each sector from `start` on, then a ring walk.
-    #[inline]
+    #[inline(never)]
     fn select(
         &self,
         key: u32,
         h: u32,
         replica: u32,
         start: usize,
-        chosen: &Chosen,
+        chosen: Chosen<'_>,
     ) -> Option<(u32, usize, Strategy)> {
-        let sectors = self.sector_positions.len();
+        let sectors = self.sector_count();
         let mut sector = start;
         for _ in 0..sectors {
             let (begin, end) = self.sector_range(sector);
             if begin < end {
-                if self.sector_starts[sector] & HETEROGENEOUS == 0 {
+                if self.sectors[sector].start & HETEROGENEOUS == 0 {
                     if let Some(owner) = self.capacity(h, replica, begin, end, chosen) {
                         return Some((owner, sector, Strategy::Capacity));
                     }
-                } else if let Some(owner) = self.bandwidth(key, replica, begin, end, chosen) {
+                } else if let Some(owner) = self.bandwidth(key, replica, sector, begin, end, chosen)
+                {
                     return Some((owner, sector, Strategy::Bandwidth));
                 }
             }
@@ -605,7 +818,7 @@ impl AttributedRing {
         replica: u32,
         begin: usize,
         end: usize,
-        chosen: &Chosen,
+        chosen: Chosen<'_>,
     ) -> Option<u32> {
         let size = (end - begin) as u32;
         let m = self.fastmod[size as usize];
@@ -630,17 +843,13 @@ impl AttributedRing {
         &self,
         key: u32,
         replica: u32,
+        sector: usize,
         begin: usize,
         end: usize,
-        chosen: &Chosen,
+        chosen: Chosen<'_>,
     ) -> Option<u32> {
         let slots = &self.slots[begin..end];
-        let mut u = 0u64;
-        for &w in slots {
-            if w & FIRST != 0 {
-                u += u64::from(self.bandwidths[(w & OWNER_MASK) as usize]);
-            }
-        }
+        let u = self.sector_u(self.sectors[sector], slots);
         let value = scale(bandwidth_draw(key, replica, 0), u);
         let mut acc = 0u64;
         for &w in slots {
@@ -689,7 +898,7 @@ impl AttributedRing {
     /// strategy in proportion to the live devices' bandwidths. Location conflicts are ignored.
     /// For reports and movement minimums only; placement never uses floats.
     pub fn expected_shares(&self, replicas: usize) -> Vec<(DeviceId, f64)> {
-        let sectors = self.sector_positions.len();
+        let sectors = self.sector_count();
         let mut shares = vec![0.0f64; self.device_ids.len()];
         if sectors == 0 {
             return Vec::new();
@@ -698,11 +907,11 @@ impl AttributedRing {
         let arcs: Vec<f64> = (0..sectors)
             .map(|k| {
                 let previous = if k == 0 {
-                    self.sector_positions[sectors - 1]
+                    self.sectors[sectors - 1].position
                 } else {
-                    self.sector_positions[k - 1]
+                    self.sectors[k - 1].position
                 };
-                let arc = self.sector_positions[k].wrapping_sub(previous);
+                let arc = self.sectors[k].position.wrapping_sub(previous);
                 if sectors == 1 { 4_294_967_296.0 } else { f64::from(arc) }
             })
             .collect();
@@ -712,7 +921,7 @@ impl AttributedRing {
             let (begin, end) = self.sector_range(j);
             let slots = &self.slots[begin..end];
             let live = |w: u32| w & (MARKED | DOWN) == 0;
-            if self.sector_starts[j] & HETEROGENEOUS == 0 {
+            if self.sectors[j].start & HETEROGENEOUS == 0 {
                 let size = slots.len() as f64;
                 let mut pending = 0.0;
                 for &w in slots {
@@ -751,6 +960,37 @@ pub fn slot_specs(
     params: &AttributedParams,
     sector_base: &[(DeviceId, u32)],
 ) -> (Vec<OwnerSpec>, Vec<SlotSpec>) {
+    let mut slots = Vec::with_capacity(slot_count(map, params, sector_base));
+    let owners = for_each_slot(map, params, sector_base, |s| slots.push(s));
+    (owners, slots)
+}
+
+/// The number of slots of `map`'s attributed ring.
+fn slot_count(
+    map: &ClusterMap,
+    params: &AttributedParams,
+    sector_base: &[(DeviceId, u32)],
+) -> usize {
+    let based = |id: DeviceId| {
+        sector_base.binary_search_by_key(&id, |(d, _)| *d).map_or(0, |i| sector_base[i].1)
+    };
+    let present: u64 =
+        map.devices().iter().map(|d| u64::from(current_count(d, params).max(based(d.id)))).sum();
+    let removed: u64 = sector_base
+        .iter()
+        .filter(|(d, _)| map.device(*d).is_none())
+        .map(|(_, c)| u64::from(*c))
+        .sum();
+    (present + removed).min(ATTRIBUTED_VNODES_MAX) as usize
+}
+
+/// Calls `slot` for every slot of `map`'s attributed ring and returns the owner table.
+fn for_each_slot(
+    map: &ClusterMap,
+    params: &AttributedParams,
+    sector_base: &[(DeviceId, u32)],
+    mut slot: impl FnMut(SlotSpec),
+) -> Vec<OwnerSpec> {
     let devices = map.devices();
     let slowest_known = devices
         .iter()
@@ -785,10 +1025,6 @@ pub fn slot_specs(
     let based = |id: DeviceId| {
         sector_base.binary_search_by_key(&id, |(d, _)| *d).map_or(0, |i| sector_base[i].1)
     };
-    let total: u64 =
-        devices.iter().map(|d| u64::from(current_count(d, params).max(based(d.id)))).sum::<u64>()
-            + sector_base.iter().map(|(_, c)| u64::from(*c)).sum::<u64>();
-    let mut slots = Vec::with_capacity(total.min(ATTRIBUTED_VNODES_MAX) as usize);
     for (owner, device) in devices.iter().enumerate() {
         let full = current_count(device, params);
         let base = based(device.id);
@@ -804,7 +1040,7 @@ pub fn slot_specs(
         };
         let state = if device.up { SlotState::Live } else { SlotState::Down };
         for index in 0..full.max(base) {
-            slots.push(SlotSpec {
+            slot(SlotSpec {
                 position: crate::ring::vnode_position(device.id, index),
                 owner: owner as u32,
                 base: index < base,
@@ -816,7 +1052,7 @@ pub fn slot_specs(
     for (device, count) in sector_base {
         if map.device(*device).is_none() {
             for index in 0..*count {
-                slots.push(SlotSpec {
+                slot(SlotSpec {
                     position: crate::ring::vnode_position(*device, index),
                     owner: NO_OWNER,
                     base: true,
@@ -825,7 +1061,7 @@ pub fn slot_specs(
             }
         }
     }
-    (owners, slots)
+    owners
 }
 
 /// Whether a device may hold data of an attributed pool (it may still be down).
@@ -917,7 +1153,8 @@ mod tests {
         let ring = AttributedRing::from_specs(&owners(), figure_2(), &params(3));
         assert_eq!(ring.sector_count(), 4, "⌈11 / 3⌉ sectors");
         let at = |p: u32| p * SPREAD;
-        assert_eq!(ring.sector_positions, vec![at(30), at(60), at(90), at(110)]);
+        let positions: Vec<u32> = (0..4).filter_map(|k| ring.sector_position(k)).collect();
+        assert_eq!(positions, vec![at(30), at(60), at(90), at(110)]);
         assert_eq!(devices(&ring, 0), vec![B, D, A]);
         assert_eq!(devices(&ring, 1), vec![D, A, B]);
         assert_eq!(devices(&ring, 2), vec![A, D, C]);
@@ -944,7 +1181,9 @@ mod tests {
         slots.push(SlotSpec { base: false, ..slot(75, E) });
         let after = AttributedRing::from_specs(&owners(), slots, &params(3));
         assert_eq!(after.sector_count(), 4);
-        assert_eq!(after.sector_positions, before.sector_positions);
+        for k in 0..4 {
+            assert_eq!(after.sector_position(k), before.sector_position(k));
+        }
         assert_eq!(devices(&after, 0), vec![B, E, D, A]);
         assert_eq!(devices(&after, 2), vec![A, E, D, C]);
         assert_eq!(devices(&after, 1), devices(&before, 1));
@@ -1344,6 +1583,23 @@ mod tests {
     }
 
     #[test]
+    fn batches_place_as_single_lookups_do() {
+        let mut b = builder(40, 4).pool(pool(false));
+        b.devices[3].up = false;
+        b.devices[8].is_in = false;
+        let map = b.build().expect("valid");
+        let ring = compile(&map);
+        let keys: Vec<u32> = (0..5000u32).map(|i| hash32_2(i, 77)).collect();
+        for replicas in [1, 3, 4, 6] {
+            let mut batch = vec![ReplicaSet::new(); keys.len()];
+            ring.place_batch(&keys, replicas, &mut batch);
+            for (key, set) in keys.iter().zip(&batch) {
+                assert_eq!(set.as_slice(), place(&ring, *key, replicas).as_slice(), "key {key:#x}");
+            }
+        }
+    }
+
+    #[test]
     fn replicas_are_distinct_and_never_down_or_out() {
         let mut b = builder(24, 3).pool(pool(true));
         b.devices[4].up = false;
@@ -1373,7 +1629,9 @@ mod tests {
         let grown = map.to_builder().device(device(20, 4)).build().expect("valid");
         let (before, after) = (compile(&map), compile(&grown));
         assert_eq!(before.sector_count(), after.sector_count(), "no new sector");
-        assert_eq!(before.sector_positions, after.sector_positions);
+        for k in 0..before.sector_count() {
+            assert_eq!(before.sector_position(k), after.sector_position(k));
+        }
         let changed: Vec<bool> = (0..before.sector_count())
             .map(|k| before.sector_slots(k) != after.sector_slots(k))
             .collect();
