@@ -1,6 +1,9 @@
 //! The experiments, one module each.
 
 pub mod attributed_cost;
+pub mod attributed_io;
+pub mod attributed_movement;
+pub mod elastic_layout;
 pub mod engines;
 pub mod hetero;
 
@@ -14,6 +17,12 @@ pub enum Experiment {
     Engines(engines::Args),
     /// The attributed-CH paper's Tables 1 and 2: placement time and memory.
     AttributedCost(attributed_cost::Args),
+    /// The attributed-CH paper's Figure 7: data moved by one node addition.
+    AttributedMovement(attributed_movement::Args),
+    /// Data and expected read bandwidth on the fast devices of a mixed HDD/SSD cluster.
+    AttributedIo(attributed_io::Args),
+    /// The elastic-CH paper's equal-work layout, primary copies and capacity tiers.
+    ElasticLayout(elastic_layout::Args),
 }
 
 impl Experiment {
@@ -22,6 +31,9 @@ impl Experiment {
         match self {
             Experiment::Engines(args) => engines::run(args, progress),
             Experiment::AttributedCost(args) => attributed_cost::run(args, progress),
+            Experiment::AttributedMovement(args) => attributed_movement::run(args, progress),
+            Experiment::AttributedIo(args) => attributed_io::run(args, progress),
+            Experiment::ElasticLayout(args) => elastic_layout::run(args, progress),
         }
     }
 }
