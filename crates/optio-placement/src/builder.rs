@@ -238,6 +238,8 @@ impl EngineRef {
 /// Which servers a membership version makes active, with devices unresolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ActiveSpec {
+    /// Every ranked server (full power).
+    All,
     /// The servers of ranks 1..=k.
     FirstRanks(u32),
     /// These devices.
@@ -258,7 +260,8 @@ pub struct VersionSpec {
 pub struct MembershipSpec {
     /// Devices in rank order (rank 1 first); devices not listed follow, by id.
     pub order: Vec<ItemRef>,
-    /// Versions, oldest first; default: one full-power version, number 1.
+    /// Versions, oldest first; default: one version, number 1, with every server active
+    /// ([`ActiveSpec::All`]).
     pub versions: Vec<VersionSpec>,
 }
 
@@ -653,6 +656,7 @@ impl ClusterMapBuilder {
                 .map(|v| VersionSpec {
                     version: Some(v.version),
                     active: match &v.active {
+                        ActiveSet::All => ActiveSpec::All,
                         ActiveSet::FirstRanks(k) => ActiveSpec::FirstRanks(*k),
                         ActiveSet::Devices(devices) => ActiveSpec::Devices(
                             devices.iter().map(|d| ItemRef::Id(ItemId::from(*d))).collect(),
@@ -2039,6 +2043,7 @@ fn build_membership(
             ));
         }
         let active = match &version.active {
+            ActiveSpec::All => ActiveSet::All,
             ActiveSpec::FirstRanks(k) => {
                 if *k > n {
                     return Err(err(
@@ -2074,7 +2079,7 @@ fn build_membership(
         versions.push(MembershipVersion { version: number, active });
     }
     if versions.is_empty() {
-        versions.push(MembershipVersion { version: 1, active: ActiveSet::FirstRanks(n) });
+        versions.push(MembershipVersion { version: 1, active: ActiveSet::All });
     }
     let membership = Membership { order, versions };
     for version in &membership.versions {

@@ -125,12 +125,11 @@ impl ElasticRing {
             Some(m) => m,
             None => {
                 let order: Vec<DeviceId> = map.devices().iter().map(|d| d.id).collect();
-                let n = order.len() as u32;
                 fallback = Membership {
                     order,
                     versions: vec![crate::map::MembershipVersion {
                         version: 1,
-                        active: ActiveSet::FirstRanks(n),
+                        active: ActiveSet::All,
                     }],
                 };
                 &fallback
@@ -194,6 +193,7 @@ impl ElasticRing {
             .iter()
             .map(|version| {
                 let (first_ranks, bits) = match &version.active {
+                    ActiveSet::All => (Some(n), Vec::new()),
                     ActiveSet::FirstRanks(k) => (Some((*k).min(n)), Vec::new()),
                     ActiveSet::Devices(_) => {
                         let mut bits = vec![0u64; (n as usize).div_ceil(64)];

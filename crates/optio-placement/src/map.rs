@@ -351,6 +351,8 @@ impl EngineSpec {
 /// Which servers are active in one membership version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ActiveSet {
+    /// Every ranked server (full power, whatever their number): the default version.
+    All,
     /// The servers of ranks 1..=k (the paper's resizing: servers power down in rank order).
     FirstRanks(u32),
     /// These devices (sorted by id, no duplicates).
@@ -397,6 +399,7 @@ impl Membership {
     /// Whether the device of rank `rank` (1-based) is active in `version`.
     pub fn is_active(&self, version: &MembershipVersion, rank: u32) -> bool {
         match &version.active {
+            ActiveSet::All => rank >= 1 && rank as usize <= self.order.len(),
             ActiveSet::FirstRanks(k) => rank >= 1 && rank <= *k,
             ActiveSet::Devices(devices) => match self.order.get(rank as usize - 1) {
                 Some(device) => devices.binary_search(device).is_ok(),
@@ -408,6 +411,7 @@ impl Membership {
     /// How many servers are active in `version`.
     pub fn active_count(&self, version: &MembershipVersion) -> u32 {
         match &version.active {
+            ActiveSet::All => self.order.len() as u32,
             ActiveSet::FirstRanks(k) => (*k).min(self.order.len() as u32),
             ActiveSet::Devices(devices) => devices.len() as u32,
         }

@@ -602,6 +602,7 @@ impl Reader<'_> {
                 self.lines.record(Subject::Version(effective), version.line);
                 let active = version.required("active")?;
                 let active = match active.value {
+                    DeValue::String(word) if word == "all" => ActiveSpec::All,
                     DeValue::Integer(_) => ActiveSpec::FirstRanks(
                         active.int(self.source, "0 to the number of servers")?,
                     ),
@@ -615,7 +616,7 @@ impl Reader<'_> {
                     _ => {
                         return Err(active.error(
                             self.source,
-                            "expected a number of ranks (active = 8: ranks 1 to 8) or a list of devices",
+                            "expected \"all\", a number of ranks (active = 8: ranks 1 to 8) or a list of devices",
                         ));
                     }
                 };

@@ -181,6 +181,7 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
         }
         for version in &membership.versions {
             let active = match &version.active {
+                ActiveSet::All => quote("all"),
                 ActiveSet::FirstRanks(k) => k.to_string(),
                 ActiveSet::Devices(devices) => {
                     let names: Vec<String> = devices.iter().map(|d| device_ref(map, *d)).collect();

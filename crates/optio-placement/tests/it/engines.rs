@@ -2,8 +2,9 @@
 //! states): placement is deterministic (across compilations, a rebuilt map and batches);
 //! replicas are distinct devices (distinct hosts when the attributed pool asks for distinct
 //! zones), never down, out, zero-weight or inactive; as many as the usable devices (zones,
-//! active servers) allow. Attributed: a key moves, when a device is added or marked out, only
-//! if a sector its search went through changed. Elastic: exactly one replica on a primary
+//! active servers) allow. Attributed: a key's replicas move, when a device is added or marked
+//! out, only if a sector their search went through changed (the number of replicas may change
+//! with the number of usable devices). Elastic: exactly one replica on a primary
 //! whenever a primary and r − 1 secondaries are active; re-activating a server, or adding one,
 //! moves exactly the copies the server takes (nothing else moves, the primary copy stays).
 
@@ -165,7 +166,9 @@ fn moved_outside_changed_sectors(
         replica += 1;
     });
     after.place(key, size, &mut y);
-    x != y && !touched
+    // More (or fewer) usable devices change how many replicas there are, not the others.
+    let common = x.len().min(y.len());
+    x.as_slice()[..common] != y.as_slice()[..common] && !touched
 }
 
 fn check_attributed_change(

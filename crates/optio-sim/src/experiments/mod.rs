@@ -4,6 +4,7 @@ pub mod attributed_cost;
 pub mod attributed_io;
 pub mod attributed_movement;
 pub mod elastic_layout;
+pub mod elastic_trace;
 pub mod engines;
 pub mod hetero;
 
@@ -23,6 +24,8 @@ pub enum Experiment {
     AttributedIo(attributed_io::Args),
     /// The elastic-CH paper's equal-work layout, primary copies and capacity tiers.
     ElasticLayout(elastic_layout::Args),
+    /// The elastic-CH paper's Table II: machine-hours of resizing along a load trace.
+    ElasticTrace(elastic_trace::Args),
 }
 
 impl Experiment {
@@ -34,6 +37,7 @@ impl Experiment {
             Experiment::AttributedMovement(args) => attributed_movement::run(args, progress),
             Experiment::AttributedIo(args) => attributed_io::run(args, progress),
             Experiment::ElasticLayout(args) => elastic_layout::run(args, progress),
+            Experiment::ElasticTrace(args) => elastic_trace::run(args, progress),
         }
     }
 }
