@@ -147,7 +147,7 @@ const GIB: u64 = 1 << 30;
 
 /// The attributed-CH paper's simulation nodes: half ⟨4096 GB, 146 MB/s, zone0⟩ (HDD), half
 /// ⟨1024 GB, 540 MB/s, zone1⟩ (SSD), with an attributed pool (c_throttle 1 GiB, s = 4), a
-/// ring pool (256 vnodes per node) and an elastic pool, all of 3 replicas.
+/// ring pool (16 GiB vnodes: 256 per HDD, 64 per SSD) and an elastic pool, all of 3 replicas.
 fn table1_map(nodes: u32) -> ClusterMap {
     let mut builder = ClusterMapBuilder::new();
     for id in 0..nodes {
@@ -171,11 +171,14 @@ fn table1_map(nodes: u32) -> ClusterMap {
         sector_base: None,
     };
     let mut ring = PoolSpec::crush(2, "ring", 0, 3);
-    // 256 vnodes per node whatever its size: the paper's consistent hashing.
+    // 256 vnodes per HDD (the paper's CH had 256 per node; the ring weights by capacity).
     ring.engine = EngineRef::Ring { vnode_bytes: Some(16 * GIB), failure_domain: None };
     let mut elastic = PoolSpec::crush(3, "elastic", 0, 3);
     elastic.engine = EngineRef::elastic();
-    builder.pool(attributed).pool(ring).pool(elastic).build().expect("valid map")
+    // As many virtual nodes as attributed (1 GiB each), for a like-for-like lookup cost.
+    let mut ring_1g = PoolSpec::crush(4, "ring_1g", 0, 3);
+    ring_1g.engine = EngineRef::Ring { vnode_bytes: Some(GIB), failure_domain: None };
+    builder.pool(attributed).pool(ring).pool(elastic).pool(ring_1g).build().expect("valid map")
 }
 
 /// 100,000 ids, 3 replicas each, per engine (the paper's Table 1 unit of work).
@@ -190,7 +193,7 @@ fn table1(c: &mut Criterion) {
     for nodes in sizes {
         let map = table1_map(nodes);
         let placement = Placement::new(&map).expect("compiles");
-        for (name, id) in [("attributed", 1), ("ring", 2), ("elastic", 3)] {
+        for (name, id) in [("attributed", 1), ("ring", 2), ("elastic", 3), ("ring_1g", 4)] {
             let pool = placement.pool(PoolId(id)).expect("pool");
             let mut scratch = placement.scratch();
             let mut out = ReplicaSet::new();
@@ -205,6 +208,20 @@ fn table1(c: &mut Criterion) {
                 })
             });
         }
+        // The same placements through the attributed ring's batch interface.
+        let pool = placement.pool(PoolId(1)).expect("pool");
+        let ring = pool.attributed().expect("attributed");
+        let mut keys = vec![0u32; 100_000];
+        let mut sets = vec![ReplicaSet::new(); 100_000];
+        group.bench_function(format!("attributed_batch/{nodes}"), |b| {
+            b.iter(|| {
+                for (i, key) in keys.iter_mut().enumerate() {
+                    *key = hash32_2(i as u32, 1);
+                }
+                ring.place_batch(&keys, 3, &mut sets);
+                black_box(sets[99_999].len())
+            })
+        });
     }
     group.finish();
 }

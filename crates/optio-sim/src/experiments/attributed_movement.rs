@@ -2,8 +2,8 @@
 //! gives up when one node is added, for `attributed` and `ring`, against the minimum.
 //!
 //! The nodes are the paper's two types; `attributed` uses c_throttle 1 GiB (4096 virtual
-//! nodes per HDD, 1024 per SSD), `ring` 1024 virtual nodes per node (the paper's settings for
-//! this figure). The new node merges into the attributed ring's existing sectors (the map
+//! nodes per HDD, 1024 per SSD), `ring` 4 GiB virtual nodes (1024 per HDD, 256 per SSD: the
+//! paper gave its CH 1024 per node; the ring engine weights them by capacity). The new node merges into the attributed ring's existing sectors (the map
 //! keeps its sector base). Moved copies are counted per device by `analysis::movement`; the
 //! minimum for each node is what it must give up for the new node to get its share under
 //! the engine's own layout (the share change of `analysis::target_shares`), and the new node's
@@ -58,8 +58,7 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
     };
     let pools = |b: optio_placement::ClusterMapBuilder| {
         b.pool(attributed_pool(1, GIB, args.sector_size, args.replicas))
-            // 1024 virtual nodes per node whatever its size (HDD 4 GiB each, SSD 1 GiB each
-            // would differ): the paper's CH for this figure.
+            // 1024 virtual nodes per HDD, 256 per SSD.
             .pool(ring_pool(2, 4 * GIB, args.replicas))
     };
     let before = pools(nodes(args.nodes, HDD, SSD)).build()?;

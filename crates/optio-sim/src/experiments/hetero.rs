@@ -30,11 +30,20 @@ pub const SSD: NodeType =
 pub fn node(id: u32, first: NodeType, second: NodeType) -> DeviceSpec {
     let t = if id.is_multiple_of(2) { first } else { second };
     let host = format!("node{id}");
-    let mut device =
-        DeviceSpec::new(id).capacity(t.capacity_bytes).at(&[("zone", t.zone), ("host", &host)]);
+    let mut device = DeviceSpec::new(id)
+        .capacity(t.capacity_bytes)
+        .weight(weight_of(t.capacity_bytes))
+        .at(&[("zone", t.zone), ("host", &host)]);
     device.bandwidth_mb_per_s = t.bandwidth_mb_per_s;
     device.class = Some(t.class.to_string());
     device
+}
+
+/// CRUSH weight of a node: 1.0 per 4 TiB (not per TiB, so that 32,768 nodes fit the 16.16
+/// bucket weights); only `crush` reads it, in proportion.
+pub fn weight_of(capacity_bytes: u64) -> optio_placement::Weight {
+    let fixed = (u128::from(capacity_bytes) << 16) / (4u128 << 40);
+    optio_placement::Weight(u32::try_from(fixed).unwrap_or(u32::MAX).max(1))
 }
 
 /// A devices-only builder of `nodes` nodes alternating `first` and `second`.

@@ -13,7 +13,12 @@ use crate::output::progress;
 #[command(after_help = "Examples:
   optio sim engines
   optio sim engines --hosts 20 --json
-  optio sim engines --plot movement.png")]
+  optio sim engines --plot movement.png
+  optio sim attributed-cost --nodes 64,512 --memory-rows 100x256
+  optio sim attributed-movement --plot fig7.svg
+  optio sim attributed-io --zipf 1.0
+  optio sim elastic-layout --servers 10 --replicas 2
+  optio sim elastic-trace --trace load.csv")]
 pub struct Args {
     #[command(subcommand)]
     experiment: Experiment,
