@@ -25,9 +25,11 @@
 //! a server changes only the replicas whose walk passes one of its virtual nodes, and each such
 //! object trades exactly the replica the server takes over.
 //!
-//! Complexity: one table read and a short scan find the key's successor; each replica walks on
-//! until an eligible server (a few virtual nodes at full power; more when many are inactive).
-//! Memory: 8 bytes per virtual node plus the index, as `ring`.
+//! Complexity: one table read and a short scan find the key's successor; a replica that must go
+//! to one class jumps to that class's next virtual node (each virtual node records where the
+//! next primary and the next secondary one are), then steps on past inactive, down or chosen
+//! servers (a few at full power; more when many are inactive). Memory: 16 bytes per virtual
+//! node plus the index.
 
 use crate::ids::DeviceId;
 use crate::map::{ActiveSet, ClusterMap, ElasticParams, Membership, REPLICAS_MAX};
@@ -64,6 +66,21 @@ pub fn total_vnodes(params: &ElasticParams, n: u32) -> u64 {
     (1..=n).map(|rank| u64::from(vnodes_of_rank(params, rank))).sum()
 }
 
+/// "No such virtual node".
+const NONE: u32 = u32::MAX;
+
+/// A virtual node of the ring.
+#[derive(Clone, Copy, Debug)]
+struct Vnode {
+    position: u32,
+    /// Rank index (0-based) of its server.
+    owner: u32,
+    /// Index of the first primary (secondary) virtual node at or after this one, before the
+    /// end of the ring ([`NONE`] if none).
+    next_primary: u32,
+    next_secondary: u32,
+}
+
 /// One membership version, compiled.
 #[derive(Clone, Debug)]
 struct VersionTable {
@@ -97,9 +114,11 @@ enum Class {
 /// A compiled elastic ring.
 #[derive(Clone, Debug)]
 pub struct ElasticRing {
-    positions: Vec<u32>,
-    /// Rank index (0-based) of each virtual node's server.
-    owners: Vec<u32>,
+    /// Virtual nodes in ring order, each with its owner and where the next primary and the
+    /// next secondary virtual node are: a replica that must go to one class jumps there.
+    vnodes: Vec<Vnode>,
+    /// The first primary and the first secondary virtual node ([`NONE`] if there is none).
+    first_of_class: [u32; 2],
     /// `index[b]` = first vnode whose position's top bits are ≥ b; one extra entry at the end.
     index: Vec<u32>,
     index_shift: u32,
@@ -228,9 +247,32 @@ impl ElasticRing {
                 table
             })
             .collect();
+        // Next-of-class pointers, filled from the end of the ring backwards.
+        let mut next: Vec<Vnode> = vnodes
+            .iter()
+            .map(|&(position, owner)| Vnode {
+                position,
+                owner,
+                next_primary: NONE,
+                next_secondary: NONE,
+            })
+            .collect();
+        let (mut primary_at, mut secondary_at) = (NONE, NONE);
+        for i in (0..next.len()).rev() {
+            if next[i].owner < primaries {
+                primary_at = i as u32;
+            } else {
+                secondary_at = i as u32;
+            }
+            next[i].next_primary = primary_at;
+            next[i].next_secondary = secondary_at;
+        }
         ElasticRing {
-            positions: vnodes.iter().map(|v| v.0).collect(),
-            owners: vnodes.iter().map(|v| v.1).collect(),
+            first_of_class: [
+                next.iter().position(|v| v.owner < primaries).map_or(NONE, |i| i as u32),
+                next.iter().position(|v| v.owner >= primaries).map_or(NONE, |i| i as u32),
+            ],
+            vnodes: next,
             index,
             index_shift,
             device_ids,
@@ -242,7 +284,7 @@ impl ElasticRing {
 
     /// Number of virtual nodes.
     pub fn vnode_count(&self) -> usize {
-        self.positions.len()
+        self.vnodes.len()
     }
 
     /// Number of servers (ranked devices).
@@ -277,8 +319,7 @@ impl ElasticRing {
 
     /// Bytes of memory the lookup structures use.
     pub fn memory_bytes(&self) -> usize {
-        self.positions.capacity() * 4
-            + self.owners.capacity() * 4
+        self.vnodes.capacity() * std::mem::size_of::<Vnode>()
             + self.index.capacity() * 4
             + self.device_ids.capacity() * 4
             + self.usable.capacity()
@@ -291,10 +332,10 @@ impl ElasticRing {
         let bucket = (key >> self.index_shift) as usize;
         let mut i = self.index[bucket] as usize;
         let end = self.index[bucket + 1] as usize;
-        while i < end && self.positions[i] < key {
+        while i < end && self.vnodes[i].position < key {
             i += 1;
         }
-        if i == self.positions.len() { 0 } else { i }
+        if i == self.vnodes.len() { 0 } else { i }
     }
 
     /// Up to `replicas` devices for `key` now: as of the latest membership version, skipping
@@ -338,14 +379,14 @@ impl ElasticRing {
             if view.now { view.table.counts_now } else { view.table.counts };
         let wanted =
             replicas.min((active_primaries + active_secondaries) as usize).min(out.capacity());
-        if wanted == 0 || self.positions.is_empty() {
+        if wanted == 0 || self.vnodes.is_empty() {
             return;
         }
         let mut chosen = [u32::MAX; REPLICAS_MAX];
         let mut has_primary = false;
         let mut secondaries = 0u32;
         let mut cursor = self.successor(key);
-        let n = self.positions.len();
+        let n = self.vnodes.len();
         for replica in 0..wanted {
             let mut class = if has_primary {
                 Class::Secondary
@@ -361,21 +402,25 @@ impl ElasticRing {
                 class = Class::Any;
             }
             let mut found = None;
+            // Each round jumps to the next virtual node of the wanted class (wrapping) and
+            // takes it if its server is eligible; n rounds cover the ring.
             for _ in 0..n {
-                let owner = self.owners[cursor];
-                let at = cursor;
-                cursor += 1;
-                if cursor == n {
-                    cursor = 0;
-                }
-                let primary = owner < self.primaries;
-                let fits = match class {
-                    Class::Any => true,
-                    Class::Primary => primary,
-                    Class::Secondary => !primary,
+                let here = self.vnodes[cursor];
+                let mut at = match class {
+                    Class::Any => cursor as u32,
+                    Class::Primary => here.next_primary,
+                    Class::Secondary => here.next_secondary,
                 };
-                if fits
-                    && view.table.active(owner)
+                if at == NONE {
+                    at = self.first_of_class[usize::from(class == Class::Secondary)];
+                    if at == NONE {
+                        break;
+                    }
+                }
+                let at = at as usize;
+                let owner = self.vnodes[at].owner;
+                cursor = if at + 1 == n { 0 } else { at + 1 };
+                if view.table.active(owner)
                     && (!view.now || self.usable[owner as usize])
                     && !chosen[..replica].contains(&owner)
                 {
@@ -406,7 +451,7 @@ impl ElasticRing {
         let (active_primaries, active_secondaries) = table.counts_now;
         let n = self.device_ids.len();
         let mut vnodes = vec![0u64; n];
-        for owner in &self.owners {
+        for Vnode { owner, .. } in &self.vnodes {
             vnodes[*owner as usize] += 1;
         }
         let active = |i: usize| table.active(i as u32) && self.usable[i];
