@@ -12,9 +12,11 @@
 //!   virtual nodes from position 0; a sector's position is its last base virtual node (the last
 //!   sector may be shorter). Every other virtual node (devices added later, or grown) *merges*
 //!   into the sector whose arc it falls in, so adding a device never creates or shifts a
-//!   sector. A removed device's virtual nodes stay as *marked* slots that placement skips, so
-//!   sectors keep their size. A key belongs to its first successor sector; replica r (0-based)
-//!   starts in the r-th sector after it.
+//!   sector. A device marked out (or down, or reweighted) keeps its virtual nodes as *marked*
+//!   (or skipped) slots, and a base device removed from the map keeps its base virtual nodes as
+//!   marked slots, so sectors keep their size (a device added after the sectors were formed and
+//!   then removed from the map leaves its sectors as they were before it came). A key belongs
+//!   to its first successor sector; replica r (0-based) starts in the r-th sector after it.
 //! * **Homogeneous sectors** (see below) use the *capacity strategy*: slot
 //!   `(h(x) + (r+1)·p) mod s'` of the sector's `s'` slots (marked ones included), `p` a prime
 //!   greater than `s` chosen deterministically from `s` ([`strategy_prime`]).
@@ -31,15 +33,17 @@
 //! **Homogeneous**, precisely: a sector is homogeneous when all the devices of its unmarked
 //! slots (up or down) have the same device class (or all none) and bandwidths within
 //! `bandwidth_tolerance_percent` of each other: `max × 100 ≤ min × (100 + tolerance)`. A device
-//! with unknown bandwidth (0) counts as the slowest known bandwidth of the pool's devices (1
-//! MB/s when none is known). A sector with one device, or none, is homogeneous.
+//! with unknown bandwidth (0) counts as the slowest known bandwidth of the devices that may hold
+//! data (in, with weight, reweight and capacity; 1 MB/s when none is known). A sector with one
+//! device, or none, is homogeneous.
 //!
-//! Layout: sector positions (4 bytes each) with a top-bits index as in `ring`, sector slot
-//! offsets with the strategy flag (4 bytes), and one 4-byte word per slot (owner, marked, down,
-//! first-of-its-device flags): about 6.5 bytes per virtual node at `s = 4`. A lookup is one
-//! index read, a scan of about two sector positions, and per replica one sector (two passes
-//! over it for the bandwidth strategy); no division (`mod s'` is Lemire's fastmod with a
-//! per-size constant).
+//! Layout: per sector 12 bytes — its position, the offset of its slots with the strategy flag,
+//! and u — with a top-bits index as in `ring`; one 4-byte word per slot (owner, marked, down,
+//! first-of-its-device flags); 12 bytes per device: about 7.4 bytes per virtual node at
+//! `s = 4`. A lookup is one index read, a scan of about two sector entries, and per replica one
+//! sector's slots; every replica's first choice is computed before any is checked, so their
+//! reads overlap, and [`AttributedRing::place_batch`] interleaves 16 keys. No division (`mod s'`
+//! is Lemire's fastmod with a per-size constant).
 //!
 //! Invariants: sector boundaries depend only on the sector base; a device's slots only on its
 //! id and counts. So adding a device changes only the sectors its virtual nodes merge into,
@@ -167,7 +171,7 @@ pub enum SlotState {
 pub struct SlotSpec {
     /// Position on the 32-bit ring.
     pub position: u32,
-    /// Index of its device in the owner table ([`NO_OWNER`] for devices no longer in the map).
+    /// Index of its device in the owner table (`2^24 - 1` for devices no longer in the map).
     pub owner: u32,
     /// Whether it belongs to the sector base (forms sector boundaries).
     pub base: bool,
