@@ -169,6 +169,7 @@ fn table1_map(nodes: u32) -> ClusterMap {
         distinct_zones: false,
         bandwidth_tolerance_percent: None,
         sector_base: None,
+        selection: None,
     };
     let mut ring = PoolSpec::crush(2, "ring", 0, 3);
     // 256 vnodes per HDD (the paper's CH had 256 per node; the ring weights by capacity).

@@ -30,6 +30,12 @@
 //!   bandwidth strategy draws again among the ranges still eligible; when the sector has none,
 //!   the search moves on to the next sector, and after a full turn walks the ring slot by slot.
 //!
+//! * **Rendezvous selection** (`selection = "rendezvous"`, Optio's variant, not the paper's):
+//!   the same sectors and distributions, but the slot of highest rendezvous score in a
+//!   homogeneous sector and the device of lowest bandwidth-weighted straw2 cost in a
+//!   heterogeneous one, so that a sector that gains or loses a slot or device moves only the
+//!   keys that slot or device wins or held.
+//!
 //! **Homogeneous**, precisely: a sector is homogeneous when all the devices of its unmarked
 //! slots (up or down) have the same device class (or all none) and bandwidths within
 //! `bandwidth_tolerance_percent` of each other: `max × 100 ≤ min × (100 + tolerance)`. A device
@@ -50,7 +56,7 @@
 //! and marking one out changes only the sectors holding its virtual nodes.
 
 use crate::ids::{DeviceId, ItemId};
-use crate::map::{AttributedParams, ClusterMap, REPLICAS_MAX};
+use crate::map::{AttributedParams, ClusterMap, REPLICAS_MAX, SectorSelection};
 use crate::placement::ReplicaSet;
 
 /// Most virtual nodes (slots) one attributed ring may have (about 870 MB of lookup tables);
@@ -110,6 +116,35 @@ pub fn capacity_hash(key: u32) -> u32 {
 #[inline]
 pub fn bandwidth_draw(key: u32, replica: u32, attempt: u32) -> u32 {
     mix32(key ^ mix32(BANDWIDTH_SALT ^ (replica << 8) ^ attempt))
+}
+
+/// SplitMix64's finalizer (Steele, Lea & Flood): the rendezvous selection's 64-bit hash.
+#[inline]
+fn splitmix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The rendezvous selection's per-replica hash of a key.
+#[inline]
+fn rendezvous_key(key: u32, replica: u32) -> u64 {
+    splitmix64((u64::from(key) << 32 | u64::from(replica)) ^ 0x5ec7_0a6d_e5f0_0d1e)
+}
+
+/// A slot's rendezvous score for a key (the highest wins): a hash of the slot's ring position,
+/// which depends only on its device and index.
+#[inline]
+fn slot_score(hr: u64, position: u32) -> u64 {
+    splitmix64(hr ^ u64::from(position))
+}
+
+/// A device's weighted rendezvous cost for a key (the lowest wins): straw2's draw, `(2^48 −
+/// crush_ln(u16)) / bandwidth`, so a device wins in proportion to its bandwidth.
+#[inline]
+fn device_cost(hr: u64, device: u32, bandwidth: u32) -> u64 {
+    let u = (splitmix64(hr ^ (u64::from(device) << 32 | 0xd1b5)) >> 48) as u32;
+    ((1u64 << 48) - crate::crush::ln::crush_ln(u)) / u64::from(bandwidth.max(1))
 }
 
 /// A value in `[0, u)` from a 32-bit draw: `⌊draw · u / 2³²⌋`.
@@ -220,6 +255,9 @@ pub struct AttributedRing {
     index_shift: u32,
     /// Slot words, sector by sector, each sector in ring order.
     slots: Vec<u32>,
+    /// The ring position of each slot (rendezvous selection only; empty otherwise).
+    slot_positions: Vec<u32>,
+    selection: SectorSelection,
     /// Per owner: device id, zone, bandwidth.
     device_ids: Vec<u32>,
     zones: Vec<u32>,
@@ -319,6 +357,12 @@ impl AttributedRing {
                 }
             }
         }
+        let rendezvous = params.selection == SectorSelection::Rendezvous;
+        let positions: Vec<u32> = if rendezvous {
+            packed.iter().map(|p| (*p >> 32) as u32).collect()
+        } else {
+            Vec::new()
+        };
         let words: Vec<u32> = packed
             .iter()
             .map(|p| {
@@ -340,6 +384,7 @@ impl AttributedRing {
         let sectors = ends.len();
         let mut sector_list = Vec::with_capacity(sectors + 1);
         let mut ordered: Vec<u32> = Vec::with_capacity(words.len());
+        let mut ordered_positions: Vec<u32> = Vec::with_capacity(positions.len());
         // Sector 0 starts with the slots after the last sector end (they wrap around).
         let tail = ends.last().map_or(0, |(i, _)| i + 1);
         let mut begin = 0usize;
@@ -347,8 +392,14 @@ impl AttributedRing {
             let start = ordered.len() as u32;
             if k == 0 {
                 ordered.extend_from_slice(&words[tail..]);
+                if rendezvous {
+                    ordered_positions.extend_from_slice(&positions[tail..]);
+                }
             }
             ordered.extend_from_slice(&words[begin..=*end]);
+            if rendezvous {
+                ordered_positions.extend_from_slice(&positions[begin..=*end]);
+            }
             sector_list.push(Sector { position: *position, start, bandwidth: 0 });
             begin = end + 1;
         }
@@ -359,6 +410,8 @@ impl AttributedRing {
             index: Vec::new(),
             index_shift: 32,
             slots: ordered,
+            slot_positions: ordered_positions,
+            selection: params.selection,
             device_ids: owners.iter().map(|o| o.device).collect(),
             zones: owners.iter().map(|o| o.zone).collect(),
             bandwidths: owners.iter().map(|o| o.bandwidth.max(1)).collect(),
@@ -478,6 +531,7 @@ impl AttributedRing {
         self.sectors.capacity() * std::mem::size_of::<Sector>()
             + self.index.capacity() * 4
             + self.slots.capacity() * 4
+            + self.slot_positions.capacity() * 4
             + self.device_ids.capacity() * 4
             + self.zones.capacity() * 4
             + self.bandwidths.capacity() * 4
@@ -725,6 +779,11 @@ impl AttributedRing {
     /// empty sector): the capacity strategy's slot, or the bandwidth strategy's range.
     #[inline(always)]
     fn first_choice(&self, key: u32, h: u32, replica: u32, sector: usize) -> u32 {
+        if self.selection == SectorSelection::Rendezvous {
+            let (begin, end) = self.sector_range(sector);
+            let hr = rendezvous_key(key, replica);
+            return self.rendezvous(hr, sector, begin, end, |w| w & (MARKED | DOWN) == 0);
+        }
         let this = self.sectors[sector];
         let begin = (this.start & !HETEROGENEOUS) as usize;
         let end = (self.sectors[sector + 1].start & !HETEROGENEOUS) as usize;
@@ -755,6 +814,44 @@ impl AttributedRing {
         }
     }
 
+    /// The rendezvous selection in a sector, among the slots `eligible` accepts ([`MARKED`]
+    /// when none): in a homogeneous sector the slot of highest score, in a heterogeneous one
+    /// the device (at its first unmarked slot) of lowest bandwidth-weighted cost; ties go to the
+    /// first in ring order.
+    #[inline]
+    fn rendezvous(
+        &self,
+        hr: u64,
+        sector: usize,
+        begin: usize,
+        end: usize,
+        eligible: impl Fn(u32) -> bool,
+    ) -> u32 {
+        let mut pick = MARKED;
+        if self.sectors[sector].start & HETEROGENEOUS == 0 {
+            let mut best = 0u64;
+            for (i, &w) in self.slots[begin..end].iter().enumerate() {
+                let score = slot_score(hr, self.slot_positions[begin + i]);
+                if eligible(w) && (pick == MARKED || score > best) {
+                    (pick, best) = (w, score);
+                }
+            }
+        } else {
+            let mut best = u64::MAX;
+            for &w in &self.slots[begin..end] {
+                if w & FIRST == 0 || !eligible(w) {
+                    continue;
+                }
+                let owner = (w & OWNER_MASK) as usize;
+                let cost = device_cost(hr, self.device_ids[owner], self.bandwidths[owner]);
+                if pick == MARKED || cost < best {
+                    (pick, best) = (w, cost);
+                }
+            }
+        }
+        pick
+    }
+
     /// u of a heterogeneous sector: the sum of its ranges' lengths.
     #[inline(always)]
     fn sector_u(&self, sector: Sector, slots: &[u32]) -> u64 {
@@ -782,7 +879,20 @@ impl AttributedRing {
         let mut sector = start;
         for _ in 0..sectors {
             let (begin, end) = self.sector_range(sector);
-            if begin < end {
+            if begin < end && self.selection == SectorSelection::Rendezvous {
+                let hr = rendezvous_key(key, replica);
+                let eligible =
+                    |w: u32| w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK);
+                let word = self.rendezvous(hr, sector, begin, end, eligible);
+                if word & MARKED == 0 {
+                    let strategy = if self.sectors[sector].start & HETEROGENEOUS == 0 {
+                        Strategy::Capacity
+                    } else {
+                        Strategy::Bandwidth
+                    };
+                    return Some((word & OWNER_MASK, sector, strategy));
+                }
+            } else if begin < end {
                 if self.sectors[sector].start & HETEROGENEOUS == 0 {
                     if let Some(owner) = self.capacity(h, replica, begin, end, chosen) {
                         return Some((owner, sector, Strategy::Capacity));
@@ -926,6 +1036,13 @@ impl AttributedRing {
             let slots = &self.slots[begin..end];
             let live = |w: u32| w & (MARKED | DOWN) == 0;
             if self.sectors[j].start & HETEROGENEOUS == 0 {
+                if self.selection == SectorSelection::Rendezvous {
+                    let live_slots = slots.iter().filter(|w| live(**w)).count() as f64;
+                    for &w in slots.iter().filter(|w| live(**w)) {
+                        shares[(w & OWNER_MASK) as usize] += weight / live_slots;
+                    }
+                    continue;
+                }
                 let size = slots.len() as f64;
                 let mut pending = 0.0;
                 for &w in slots {
@@ -1335,6 +1452,95 @@ mod tests {
         assert!(found > 100, "the figure's case occurs ({found} keys)");
     }
 
+    fn rendezvous(sector_size: u32) -> AttributedParams {
+        AttributedParams { selection: SectorSelection::Rendezvous, ..params(sector_size) }
+    }
+
+    #[test]
+    fn rendezvous_a_new_node_takes_keys_and_nothing_else_moves() {
+        // All-HDD sectors (E is an HDD too): the sectors stay homogeneous, and a key either
+        // keeps its device or moves to E.
+        let hdd_only: Vec<SlotSpec> = figure_2().into_iter().filter(|s| s.owner != C).collect();
+        let before = AttributedRing::from_specs(&owners(), hdd_only.clone(), &rendezvous(3));
+        let mut slots = hdd_only;
+        slots.push(SlotSpec { base: false, ..slot(15, E) });
+        slots.push(SlotSpec { base: false, ..slot(75, E) });
+        let after = AttributedRing::from_specs(&owners(), slots, &rendezvous(3));
+        let (mut x, mut y) = (ReplicaSet::new(), ReplicaSet::new());
+        let (mut to_e, mut keys) = (0, 0);
+        for i in 0..40_000u32 {
+            let key = key_below(i, 13, 120);
+            before.place(key, 1, &mut x);
+            after.place(key, 1, &mut y);
+            keys += 1;
+            if x != y {
+                assert_eq!(y.as_slice(), &[E as i32], "key {key}: {x:?} → {y:?}");
+                to_e += 1;
+            }
+        }
+        // E holds 2 of the 10 slots in 2 of the 4 sectors' arcs: about 1/4 of those sectors'
+        // keys; far from everything they hold.
+        assert!(to_e > keys / 20 && to_e < keys / 4, "{to_e} of {keys}");
+        // Marking D out moves only D's keys, in every sector.
+        let marked: Vec<SlotSpec> = figure_2()
+            .into_iter()
+            .filter(|s| s.owner != C)
+            .map(|s| if s.owner == D { SlotSpec { state: SlotState::Marked, ..s } } else { s })
+            .collect();
+        let marked = AttributedRing::from_specs(&owners(), marked, &rendezvous(3));
+        for i in 0..20_000u32 {
+            let key = key_below(i, 17, 120);
+            before.place(key, 1, &mut x);
+            marked.place(key, 1, &mut y);
+            assert!(x == y || x.as_slice() == [D as i32], "key {key}: {x:?} → {y:?}");
+        }
+    }
+
+    #[test]
+    fn rendezvous_spreads_by_bandwidth_in_mixed_sectors_and_evenly_in_others() {
+        // Figure 3(b)'s sector with the rendezvous selection: A 2/9, B 3/9, C 4/9.
+        let owners = vec![
+            OwnerSpec { device: 0, zone: 0, class: 0, bandwidth: 146 },
+            OwnerSpec { device: 1, zone: 1, class: 0, bandwidth: 219 },
+            OwnerSpec { device: 2, zone: 2, class: 1, bandwidth: 292 },
+        ];
+        let slots = vec![slot(10, 0), slot(20, 1), slot(30, 0), slot(40, 2)];
+        let ring = AttributedRing::from_specs(&owners, slots, &rendezvous(4));
+        let mut counts = [0u32; 3];
+        let mut out = ReplicaSet::new();
+        for i in 0..90_000u32 {
+            ring.place(hash32_2(i, 3), 1, &mut out);
+            counts[out.as_slice()[0] as usize] += 1;
+        }
+        for (device, expected) in [(0, 20_000.0), (1, 30_000.0), (2, 40_000.0)] {
+            let got = f64::from(counts[device]);
+            assert!((got - expected).abs() < 0.03 * expected, "device {device}: {counts:?}");
+        }
+        // Homogeneous: every slot alike (A has 2 of 3 slots).
+        let same = vec![
+            OwnerSpec { device: 0, zone: 0, class: 0, bandwidth: 146 },
+            OwnerSpec { device: 1, zone: 1, class: 0, bandwidth: 146 },
+        ];
+        let ring = AttributedRing::from_specs(
+            &same,
+            vec![slot(10, 0), slot(20, 1), slot(30, 0)],
+            &rendezvous(4),
+        );
+        let mut on_a = 0u32;
+        for i in 0..30_000u32 {
+            ring.place(hash32_2(i, 5), 1, &mut out);
+            on_a += u32::from(out.as_slice()[0] == 0);
+        }
+        assert!((19_000..21_000).contains(&on_a), "{on_a}");
+        // Batches agree.
+        let keys: Vec<u32> = (0..3000u32).map(|i| hash32_2(i, 9)).collect();
+        let mut sets = vec![ReplicaSet::new(); keys.len()];
+        ring.place_batch(&keys, 2, &mut sets);
+        for (key, set) in keys.iter().zip(&sets) {
+            assert_eq!(set.as_slice(), place(&ring, *key, 2).as_slice());
+        }
+    }
+
     #[test]
     fn fastmod_is_exact() {
         for d in [1u32, 2, 3, 4, 5, 7, 11, 64, 1000, 65_537, u32::MAX] {
@@ -1398,6 +1604,7 @@ mod tests {
             distinct_zones,
             bandwidth_tolerance_percent: None,
             sector_base: None,
+            selection: None,
         };
         pool
     }

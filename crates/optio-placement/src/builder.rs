@@ -206,6 +206,8 @@ pub enum EngineRef {
         /// device of the map with capacity, with ⌈capacity / c_throttle⌉ (the sectors are
         /// formed now). Keep it when editing a map, or every sector re-forms.
         sector_base: Option<Vec<(DeviceId, u32)>>,
+        /// How a device is picked within a sector (default: the paper's strategies).
+        selection: Option<SectorSelection>,
     },
     /// Elastic consistent hashing (see [`elastic`](crate::elastic)).
     Elastic {
@@ -226,6 +228,7 @@ impl EngineRef {
             distinct_zones: false,
             bandwidth_tolerance_percent: None,
             sector_base: None,
+            selection: None,
         }
     }
 
@@ -639,6 +642,7 @@ impl ClusterMapBuilder {
                         distinct_zones: params.distinct_zones,
                         bandwidth_tolerance_percent: Some(params.bandwidth_tolerance_percent),
                         sector_base: Some(pool.sector_base.clone()),
+                        selection: Some(params.selection),
                     },
                     EngineSpec::Elastic(params) => EngineRef::Elastic {
                         primaries: Some(params.primaries),
@@ -1771,6 +1775,7 @@ fn resolve_attributed(
         distinct_zones,
         bandwidth_tolerance_percent,
         sector_base,
+        selection,
     } = engine
     else {
         unreachable!("called for attributed pools only")
@@ -1888,6 +1893,7 @@ fn resolve_attributed(
         zone_type,
         distinct_zones: *distinct_zones,
         bandwidth_tolerance_percent: tolerance,
+        selection: selection.unwrap_or_default(),
     };
     Ok((params, base))
 }

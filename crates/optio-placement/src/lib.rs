@@ -62,7 +62,7 @@ pub use ids::{BucketId, DeviceId, Epoch, ITEM_NONE, ItemId, PoolId, RuleId, Type
 pub use map::{
     ActiveSet, AttributedParams, Bucket, BucketAlg, BucketType, ChooseArg, ChooseArgs, ClusterMap,
     Device, ElasticParams, EngineSpec, Membership, MembershipVersion, Pool, RingParams, Rule,
-    RuleKind, Step,
+    RuleKind, SectorSelection, Step,
 };
 pub use placement::{Placement, PoolPlacement, ReplicaSet};
 pub use tunables::{Tunables, TunablesProfile};

@@ -274,6 +274,39 @@ impl Default for RingParams {
     }
 }
 
+/// How an `attributed` pool picks a device within a sector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SectorSelection {
+    /// The paper's strategies: `(h(x) + r·p) mod s` over the slots of homogeneous sectors, a
+    /// value in `[0, u)` over the bandwidth ranges of heterogeneous ones.
+    #[default]
+    Paper,
+    /// Optio's variant: rendezvous hashing over the slots of homogeneous sectors, and weighted
+    /// rendezvous (straw2's draw, weight = bandwidth) over the devices of heterogeneous ones —
+    /// the same distributions, but a sector that gains or loses a slot or a device moves only
+    /// the keys that slot or device takes or held.
+    Rendezvous,
+}
+
+impl SectorSelection {
+    /// The name used in map files.
+    pub fn name(self) -> &'static str {
+        match self {
+            SectorSelection::Paper => "paper",
+            SectorSelection::Rendezvous => "rendezvous",
+        }
+    }
+
+    /// Parses a name used in map files.
+    pub fn from_name(name: &str) -> Option<SectorSelection> {
+        match name {
+            "paper" => Some(SectorSelection::Paper),
+            "rendezvous" => Some(SectorSelection::Rendezvous),
+            _ => None,
+        }
+    }
+}
+
 /// Parameters of the `attributed` engine (attributed consistent hashing, Zhou, Chen & Wang,
 /// PACT'18; see [`attributed`](crate::attributed)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -292,6 +325,8 @@ pub struct AttributedParams {
     /// Bandwidths within this many percent of each other count as equal when deciding whether
     /// a sector is homogeneous.
     pub bandwidth_tolerance_percent: u32,
+    /// How a device is picked within a sector.
+    pub selection: SectorSelection,
 }
 
 impl Default for AttributedParams {
@@ -302,6 +337,7 @@ impl Default for AttributedParams {
             zone_type: TypeId(0),
             distinct_zones: false,
             bandwidth_tolerance_percent: 10,
+            selection: SectorSelection::Paper,
         }
     }
 }

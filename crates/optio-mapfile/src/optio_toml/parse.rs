@@ -4,8 +4,8 @@
 use optio_placement::{
     ActiveSpec, BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMapBuilder,
     DeviceId, DeviceSpec, EngineRef, Epoch, ItemId, ItemRef, MembershipSpec, PoolId, PoolSpec,
-    RuleId, RuleKind, RuleRef, RuleSpec, StepSpec, Subject, Tunables, TunablesProfile, TypeId,
-    VersionSpec,
+    RuleId, RuleKind, RuleRef, RuleSpec, SectorSelection, StepSpec, Subject, Tunables,
+    TunablesProfile, TypeId, VersionSpec,
 };
 use toml::de::{DeTable, DeValue};
 
@@ -22,6 +22,7 @@ const ATTRIBUTED_KEYS: &[&str] = &[
     "zone_type",
     "distinct_zones",
     "bandwidth_tolerance",
+    "selection",
     "sector_base",
 ];
 /// Keys of `elastic` pools.
@@ -530,6 +531,7 @@ impl Reader<'_> {
             distinct_zones,
             bandwidth_tolerance_percent,
             sector_base,
+            selection,
         } = &mut engine
         else {
             unreachable!("EngineRef::attributed() is attributed")
@@ -540,6 +542,15 @@ impl Reader<'_> {
                 "sector_size" => *sector_size = Some(value.int(self.source, "1 to 65536")?),
                 "zone_type" => *zone_type = Some(value.str(self.source)?.to_string()),
                 "distinct_zones" => *distinct_zones = value.bool(self.source)?,
+                "selection" => {
+                    let name = value.str(self.source)?;
+                    *selection = Some(SectorSelection::from_name(name).ok_or_else(|| {
+                        value.error(
+                            self.source,
+                            format!("unknown selection '{name}'; use \"paper\" (the default) or \"rendezvous\""),
+                        )
+                    })?);
+                }
                 "bandwidth_tolerance" => {
                     *bandwidth_tolerance_percent =
                         Some(value.int(self.source, "0 to 10000 (percent)")?)

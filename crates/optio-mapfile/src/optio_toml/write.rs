@@ -248,6 +248,9 @@ fn attributed_fields(
     if params.bandwidth_tolerance_percent != defaults.bandwidth_tolerance_percent {
         fields.push(("bandwidth_tolerance".into(), params.bandwidth_tolerance_percent.to_string()));
     }
+    if params.selection != defaults.selection {
+        fields.push(("selection".into(), quote(params.selection.name())));
+    }
     let mut base = String::from("[");
     for (n, (device, count)) in pool.sector_base.iter().enumerate() {
         if n % 8 == 0 {

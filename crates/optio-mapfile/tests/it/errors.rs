@@ -99,6 +99,11 @@ const TOML_CASES: &[(&str, usize, &str)] = &[
         "'sector_size' applies to attributed pools only",
     ),
     (
+        "[[devices]]\nid = 0\n\n[[pools]]\nid = 1\nname = \"a\"\nengine = \"attributed\"\nsize = 1\nselection = \"random\"\n",
+        9,
+        "use \"paper\" (the default) or \"rendezvous\"",
+    ),
+    (
         "[[devices]]\nid = 0\n\n[[pools]]\nid = 1\nname = \"e\"\nengine = \"elastic\"\nsize = 1\nprimaries = 2\n",
         4,
         "p must not exceed the number of servers n = 1",

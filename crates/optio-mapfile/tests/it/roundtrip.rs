@@ -258,6 +258,7 @@ fn add_attributed_and_elastic(rng: &mut Rng, builder: &mut ClusterMapBuilder) {
             distinct_zones: rng.below(2) == 0,
             bandwidth_tolerance_percent: (rng.below(2) == 0).then(|| rng.below(100) as u32),
             sector_base: base,
+            selection: (rng.below(2) == 0).then_some(optio_placement::SectorSelection::Rendezvous),
         },
         hashpspool: true,
     });

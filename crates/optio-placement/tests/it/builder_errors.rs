@@ -444,6 +444,7 @@ fn attributed(sector_size: Option<u32>, throttle_bytes: Option<u64>) -> PoolSpec
             distinct_zones: false,
             bandwidth_tolerance_percent: None,
             sector_base: None,
+            selection: None,
         },
         ..PoolSpec::crush(2, "hetero", 0, 3)
     }

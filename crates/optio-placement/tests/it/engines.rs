@@ -1,4 +1,4 @@
-//! Proves, for the `attributed` and `elastic` engines on random clusters (any weights and
+//! Proves, for the `attributed` (both selections) and `elastic` engines on random clusters (any weights and
 //! states): placement is deterministic (across compilations, a rebuilt map and batches);
 //! replicas are distinct devices (distinct hosts when the attributed pool asks for distinct
 //! zones), never down, out, zero-weight or inactive; as many as the usable devices (zones,
@@ -12,7 +12,7 @@ use optio_placement::attributed::{AttributedRing, Strategy as Pick};
 use optio_placement::elastic::default_primaries;
 use optio_placement::{
     ActiveSpec, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemId,
-    MembershipSpec, Placement, PoolId, PoolSpec, ReplicaSet, VersionSpec,
+    MembershipSpec, Placement, PoolId, PoolSpec, ReplicaSet, SectorSelection, VersionSpec,
 };
 use proptest::prelude::*;
 
@@ -33,19 +33,21 @@ fn devices(shape: &Shape) -> ClusterMapBuilder {
 
 /// Pool 1: attributed, one replica per host. Pool 2: attributed, distinct devices, sector size
 /// `s`. Pool 3: elastic (B = 4096) with versions of `actives` first ranks (then full power).
+/// Pool 4: attributed with the rendezvous selection, one replica per host, sector size `s`.
 fn with_engines(
     mut builder: ClusterMapBuilder,
     size: u32,
     s: u32,
     actives: &[u32],
 ) -> ClusterMapBuilder {
-    let attributed = |distinct_zones, sector_size| EngineRef::Attributed {
+    let attributed = |distinct_zones, sector_size, selection| EngineRef::Attributed {
         throttle_bytes: Some(VNODE_BYTES),
         sector_size: Some(sector_size),
         zone_type: Some("host".into()),
         distinct_zones,
         bandwidth_tolerance_percent: None,
         sector_base: None,
+        selection: Some(selection),
     };
     let pool = |id, name: &str, engine| PoolSpec { engine, ..PoolSpec::crush(id, name, 0, size) };
     let n = builder.devices.len() as u32;
@@ -57,9 +59,10 @@ fn with_engines(
     versions.push(VersionSpec { version: None, active: ActiveSpec::FirstRanks(n) });
     builder.membership = Some(MembershipSpec { order: Vec::new(), versions });
     builder
-        .pool(pool(1, "attributed_hosts", attributed(true, 4)))
-        .pool(pool(2, "attributed_devices", attributed(false, s)))
+        .pool(pool(1, "attributed_hosts", attributed(true, 4, SectorSelection::Paper)))
+        .pool(pool(2, "attributed_devices", attributed(false, s, SectorSelection::Paper)))
         .pool(pool(3, "elastic", EngineRef::Elastic { primaries: None, scale: Some(4096) }))
+        .pool(pool(4, "rendezvous_hosts", attributed(true, s, SectorSelection::Rendezvous)))
 }
 
 fn usable(map: &ClusterMap, device: i32) -> bool {
@@ -114,7 +117,7 @@ fn check_placements(map: &ClusterMap, seed: u32) -> Result<(), TestCaseError> {
                 prop_assert!(usable(map, *d), "pool {}: chose unusable {}", pool.pool().name, d);
             }
             match pool.pool().name.as_str() {
-                "attributed_hosts" => {
+                "attributed_hosts" | "rendezvous_hosts" => {
                     let hosts = distinct(&mut set.iter().map(|d| host_of(map, *d)).collect());
                     prop_assert_eq!(hosts, set.len(), "{:?} shares a host", set);
                     prop_assert_eq!(set.len(), size.min(usable_hosts));
@@ -193,7 +196,7 @@ fn check_attributed_change(
     for changed in [grown.build(), marked.build()] {
         let Ok(changed) = changed else { continue };
         let after = Placement::new(&changed).expect("compiles");
-        for id in [PoolId(1), PoolId(2)] {
+        for id in [PoolId(1), PoolId(2), PoolId(4)] {
             let (a, b) = (before.pool(id).expect("pool"), after.pool(id).expect("pool"));
             let (a, b) = (a.attributed().expect("attributed"), b.attributed().expect("attributed"));
             prop_assert_eq!(

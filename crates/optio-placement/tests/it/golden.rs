@@ -154,6 +154,9 @@ fn fixtures() -> Vec<(&'static str, Value)> {
              "pg_num": 0, "size": 3},
             {"id": 4, "name": "pgs", "engine": "attributed", "throttle": 64u64 << 30,
              "pg_num": 256, "size": 2},
+            {"id": 5, "name": "rendezvous", "engine": "attributed", "throttle": 32u64 << 30,
+             "sector_size": 5, "zone_type": "host", "distinct_zones": true, "sector_base": base,
+             "selection": "rendezvous", "pg_num": 0, "size": 3},
         ],
     });
     let order: Vec<u32> = (0..18).map(|i| (i * 7) % 18).collect();
@@ -300,6 +303,9 @@ fn build(description: &Value) -> ClusterMap {
                 zone_type: p["zone_type"].as_str().map(String::from),
                 distinct_zones: p["distinct_zones"].as_bool().unwrap_or(false),
                 bandwidth_tolerance_percent: None,
+                selection: p["selection"]
+                    .as_str()
+                    .and_then(optio_placement::SectorSelection::from_name),
                 sector_base: p["sector_base"].as_array().map(|base| {
                     base.iter()
                         .map(|pair| {
@@ -449,7 +455,7 @@ fn placements_match_the_golden_fixtures() {
         );
     }
     if !bless {
-        // 11 crush and ring pools, 4 attributed pools, 2 elastic pools with 3 versions each.
-        assert_eq!(checked, OBJECTS * (11 + 4 + 2 * 4), "every pool of every fixture was compared");
+        // 11 crush and ring pools, 5 attributed pools, 2 elastic pools with 3 versions each.
+        assert_eq!(checked, OBJECTS * (11 + 5 + 2 * 4), "every pool of every fixture was compared");
     }
 }

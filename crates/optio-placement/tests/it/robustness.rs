@@ -198,7 +198,9 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
                 prop::option::of(prop::collection::vec((0u32..24, 0u32..70_000).prop_map(|(d, c)| (DeviceId(d), c)), 0..5)),
             )
                 .prop_map(|(throttle_bytes, sector_size, zone_type, (distinct_zones, bandwidth_tolerance_percent), sector_base)| EngineRef::Attributed {
-                    throttle_bytes, sector_size, zone_type, distinct_zones, bandwidth_tolerance_percent, sector_base,
+                    throttle_bytes, sector_size, zone_type, distinct_zones, bandwidth_tolerance_percent,
+                    selection: (bandwidth_tolerance_percent.unwrap_or(0) % 2 == 1).then_some(optio_placement::SectorSelection::Rendezvous),
+                    sector_base,
                 }),
             1 => (prop::option::of(0u32..8), prop::option::of(prop_oneof![Just(0u32), Just(1u32), 2u32..5000, Just(1u32 << 16), Just(u32::MAX)]))
                 .prop_map(|(primaries, scale)| EngineRef::Elastic { primaries, scale }),

@@ -56,16 +56,22 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
             });
         }
     };
+    let mut rendezvous = attributed_pool(3, GIB, args.sector_size, args.replicas);
+    rendezvous.name = "attributed_rendezvous".into();
+    if let optio_placement::EngineRef::Attributed { selection, .. } = &mut rendezvous.engine {
+        *selection = Some(optio_placement::SectorSelection::Rendezvous);
+    }
     let pools = |b: optio_placement::ClusterMapBuilder| {
         b.pool(attributed_pool(1, GIB, args.sector_size, args.replicas))
             // 1024 virtual nodes per HDD, 256 per SSD.
             .pool(ring_pool(2, 4 * GIB, args.replicas))
+            .pool(rendezvous)
     };
     let before = pools(nodes(args.nodes, HDD, SSD)).build()?;
     // The new node, added as an operator adds one: the old map's builder (sector base kept).
     let after = before.to_builder().device(node(args.nodes, added, added)).build()?;
     let (pa, pb) = (Placement::new(&before)?, Placement::new(&after)?);
-    progress.start("placing", 2);
+    progress.start("placing", 3);
     let new_id = args.nodes as usize;
     let mut table = Table::new(
         &format!(
@@ -86,7 +92,7 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
     );
     let mut series = Vec::new();
     let mut json_rows = Vec::new();
-    for (name, id) in [("attributed", 1u32), ("ring", 2)] {
+    for (name, id) in [("attributed", 1u32), ("ring", 2), ("attributed (rendezvous)", 3)] {
         let (a, b) = (pa.pool(PoolId(id)).expect("pool"), pb.pool(PoolId(id)).expect("pool"));
         let m = movement(&before, &pa, &after, &pb, a, b, args.items, 1, &mut |_| {});
         let gained_new = m.gained.get(new_id).copied().unwrap_or(0).max(0) as u64;
@@ -150,6 +156,7 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
             ),
             "moved/minimum: against the change of each engine's own target shares (capacity x reweight for ring; the sectors' capacity and bandwidth strategies for attributed). moved/new node: every item the new node receives must move; anything above 1 moved between old nodes.".into(),
             "The paper reports that attributedCH 'follows the similar trend' as consistent hashing. Here a homogeneous sector that gains a virtual node recomputes (h + r p) mod s' and a heterogeneous one rescales its bandwidth ranges, so most of an affected sector's items move, not only those the new node takes: the cost of the paper's strategies, visible as moved/new node above 1.".into(),
+            "attributed (rendezvous): Optio's selection = \"rendezvous\" — the same sectors and distributions, but rendezvous hashing over a homogeneous sector's slots and weighted rendezvous over a heterogeneous sector's devices, so a sector moves only what the new node takes, unless the node changes the sector's strategy (an SSD joining HDDs).".into(),
         ],
         json: json!({ "experiment": "attributed-movement", "engines": json_rows, "sectors_changed": changed }),
         plots: vec![Plot {

@@ -74,6 +74,7 @@ fn pools(args: &Args) -> Vec<(&'static str, PoolSpec)> {
                     distinct_zones: true,
                     bandwidth_tolerance_percent: None,
                     sector_base: None,
+                    selection: None,
                 },
                 ..PoolSpec::crush(3, "attributed", 0, args.size)
             },
@@ -83,6 +84,21 @@ fn pools(args: &Args) -> Vec<(&'static str, PoolSpec)> {
             PoolSpec {
                 engine: EngineRef::elastic(),
                 ..PoolSpec::crush(4, "elastic", 0, args.size)
+            },
+        ),
+        (
+            "attributed-rdv",
+            PoolSpec {
+                engine: EngineRef::Attributed {
+                    throttle_bytes: Some(64 << 30),
+                    sector_size: None,
+                    zone_type: Some("host".into()),
+                    distinct_zones: true,
+                    bandwidth_tolerance_percent: None,
+                    sector_base: None,
+                    selection: Some(optio_placement::SectorSelection::Rendezvous),
+                },
+                ..PoolSpec::crush(5, "attributed-rdv", 0, args.size)
             },
         ),
     ]
@@ -249,7 +265,7 @@ mod tests {
         let args = Args { hosts: 4, devices_per_host: 3, pg_num: 256, size: 2, objects: 20_000 };
         let report = run(&args, &mut NoProgress).expect("runs");
         let engines = report.json["engines"].as_array().expect("array");
-        assert_eq!(engines.len(), 4);
+        assert_eq!(engines.len(), 5);
         let ring = &engines[1];
         assert_eq!(ring["engine"], "ring");
         for change in ring["movement"].as_array().expect("array") {

@@ -63,6 +63,7 @@ pub fn attributed_pool(id: u32, throttle_bytes: u64, s: u32, size: u32) -> PoolS
         distinct_zones: false,
         bandwidth_tolerance_percent: None,
         sector_base: None,
+        selection: None,
     };
     pool
 }
