@@ -1,11 +1,15 @@
-//! Criterion benchmarks of the placement core: CRUSH mappings, ring lookups, map building.
+//! Criterion benchmarks of the placement core: CRUSH mappings, ring, attributed and elastic
+//! lookups, map building.
 //!
 //! Run: `cargo bench -p optio-placement --bench placement`. The side-by-side comparison with
-//! Ceph's crushtool is `scripts/bench-crush-vs-crushtool.sh`.
+//! Ceph's crushtool is `scripts/bench-crush-vs-crushtool.sh`. The attributed-CH paper's
+//! Table 1 (100,000 ids, 3 replicas, two node types) is `table1/…`: `attributed`, `ring` (256
+//! vnodes per node, as the paper's consistent hashing) on the same nodes, in the same run.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use optio_placement::crush::hash::hash32_2;
 use optio_placement::crush::{CrushWork, Simd};
 use optio_placement::{
     ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, Placement, PoolId, PoolSpec, ReplicaSet,
@@ -139,5 +143,89 @@ fn build(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, crush, ring, build);
+const GIB: u64 = 1 << 30;
+
+/// The attributed-CH paper's simulation nodes: half ⟨4096 GB, 146 MB/s, zone0⟩ (HDD), half
+/// ⟨1024 GB, 540 MB/s, zone1⟩ (SSD), with an attributed pool (c_throttle 1 GiB, s = 4), a
+/// ring pool (16 GiB vnodes: 256 per HDD, 64 per SSD) and an elastic pool, all of 3 replicas.
+fn table1_map(nodes: u32) -> ClusterMap {
+    let mut builder = ClusterMapBuilder::new();
+    for id in 0..nodes {
+        let hdd = id.is_multiple_of(2);
+        let zone = if hdd { "zone0" } else { "zone1" };
+        let host = format!("node{id}");
+        let mut device = DeviceSpec::new(id)
+            .capacity(if hdd { 4096 * GIB } else { 1024 * GIB })
+            .at(&[("zone", zone), ("host", &host)]);
+        device.bandwidth_mb_per_s = if hdd { 146 } else { 540 };
+        device.class = Some(if hdd { "hdd" } else { "ssd" }.to_string());
+        builder = builder.device(device);
+    }
+    let mut attributed = PoolSpec::crush(1, "attributed", 0, 3);
+    attributed.engine = EngineRef::Attributed {
+        throttle_bytes: Some(GIB),
+        sector_size: Some(4),
+        zone_type: None,
+        distinct_zones: false,
+        bandwidth_tolerance_percent: None,
+        sector_base: None,
+        selection: None,
+    };
+    let mut ring = PoolSpec::crush(2, "ring", 0, 3);
+    // 256 vnodes per HDD (the paper's CH had 256 per node; the ring weights by capacity).
+    ring.engine = EngineRef::Ring { vnode_bytes: Some(16 * GIB), failure_domain: None };
+    let mut elastic = PoolSpec::crush(3, "elastic", 0, 3);
+    elastic.engine = EngineRef::elastic();
+    // As many virtual nodes as attributed (1 GiB each), for a like-for-like lookup cost.
+    let mut ring_1g = PoolSpec::crush(4, "ring_1g", 0, 3);
+    ring_1g.engine = EngineRef::Ring { vnode_bytes: Some(GIB), failure_domain: None };
+    builder.pool(attributed).pool(ring).pool(elastic).pool(ring_1g).build().expect("valid map")
+}
+
+/// 100,000 ids, 3 replicas each, per engine (the paper's Table 1 unit of work).
+fn table1(c: &mut Criterion) {
+    let mut group = c.benchmark_group("table1_100000_ids_3_replicas");
+    group.throughput(Throughput::Elements(100_000));
+    group.sample_size(20);
+    let sizes: Vec<u32> = match std::env::var("OPTIO_BENCH_TABLE1_NODES") {
+        Ok(list) => list.split(',').filter_map(|n| n.trim().parse().ok()).collect(),
+        Err(_) => vec![64, 512, 4096],
+    };
+    for nodes in sizes {
+        let map = table1_map(nodes);
+        let placement = Placement::new(&map).expect("compiles");
+        for (name, id) in [("attributed", 1), ("ring", 2), ("elastic", 3), ("ring_1g", 4)] {
+            let pool = placement.pool(PoolId(id)).expect("pool");
+            let mut scratch = placement.scratch();
+            let mut out = ReplicaSet::new();
+            group.bench_function(format!("{name}/{nodes}"), |b| {
+                b.iter(|| {
+                    let mut sum = 0usize;
+                    for i in 0..100_000u32 {
+                        pool.place(hash32_2(i, 1), &mut scratch, &mut out);
+                        sum += out.len();
+                    }
+                    black_box(sum)
+                })
+            });
+        }
+        // The same placements through the attributed ring's batch interface.
+        let pool = placement.pool(PoolId(1)).expect("pool");
+        let ring = pool.attributed().expect("attributed");
+        let mut keys = vec![0u32; 100_000];
+        let mut sets = vec![ReplicaSet::new(); 100_000];
+        group.bench_function(format!("attributed_batch/{nodes}"), |b| {
+            b.iter(|| {
+                for (i, key) in keys.iter_mut().enumerate() {
+                    *key = hash32_2(i as u32, 1);
+                }
+                ring.place_batch(&keys, 3, &mut sets);
+                black_box(sets[99_999].len())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, crush, ring, build, table1);
 criterion_main!(benches);

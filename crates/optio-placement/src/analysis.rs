@@ -108,7 +108,10 @@ pub fn pool_load(
 /// The share of a pool's data each device should hold given weights and states (indexed by
 /// device id, summing to 1 when any device can hold data): for `crush` pools the devices under
 /// the rule's `take` items, by CRUSH weight × reweight; for `ring` pools the devices on the
-/// ring, by capacity × reweight. Out, down and zero-weight devices get 0.
+/// ring, by capacity × reweight; for `attributed` and `elastic` pools the shares their layouts
+/// are designed to give (`AttributedRing::expected_shares`, `ElasticRing::expected_shares`:
+/// sectors' capacity and bandwidth strategies; primaries 1/r, equal-work secondaries). Out,
+/// down and zero-weight devices get 0.
 pub fn target_shares(map: &ClusterMap, pool: &Pool) -> Vec<f64> {
     let mut shares = vec![0.0; map.max_devices() as usize];
     match pool.engine {
@@ -132,6 +135,18 @@ pub fn target_shares(map: &ClusterMap, pool: &Pool) -> Vec<f64> {
                 if d.up && d.is_in && d.weight.0 > 0 {
                     shares[d.id.0 as usize] = d.capacity_bytes as f64 * d.reweight.as_f64();
                 }
+            }
+        }
+        EngineSpec::Attributed(params) => {
+            let ring = crate::attributed::AttributedRing::new(map, &params, &pool.sector_base);
+            for (device, share) in ring.expected_shares(pool.size as usize) {
+                shares[device.0 as usize] = share;
+            }
+        }
+        EngineSpec::Elastic(params) => {
+            let ring = crate::elastic::ElasticRing::new(map, &params);
+            for (device, share) in ring.expected_shares(pool.size as usize) {
+                shares[device.0 as usize] = share;
             }
         }
     }

@@ -189,6 +189,83 @@ pub enum EngineRef {
         /// Failure domain type name (replicas in distinct buckets of this type).
         failure_domain: Option<String>,
     },
+    /// Attributed consistent hashing (see [`attributed`](crate::attributed)).
+    Attributed {
+        /// c_throttle: bytes per virtual node (default 1 GiB).
+        throttle_bytes: Option<u64>,
+        /// s: virtual nodes per sector (default 4).
+        sector_size: Option<u32>,
+        /// The type whose buckets are zones (default `zone` when the map has that type, else
+        /// the device level: every device its own zone).
+        zone_type: Option<String>,
+        /// Replicas in distinct zones (default: distinct devices only).
+        distinct_zones: bool,
+        /// Bandwidths within this many percent are equal (default 10).
+        bandwidth_tolerance_percent: Option<u32>,
+        /// Devices (by id) and virtual-node counts that formed the sectors; default: every
+        /// device of the map with capacity, with ⌈capacity / c_throttle⌉ (the sectors are
+        /// formed now). Keep it when editing a map, or every sector re-forms.
+        sector_base: Option<Vec<(DeviceId, u32)>>,
+        /// How a device is picked within a sector (default: the paper's strategies).
+        selection: Option<SectorSelection>,
+    },
+    /// Elastic consistent hashing (see [`elastic`](crate::elastic)).
+    Elastic {
+        /// p: number of primaries (default ⌈n / e²⌉ for the n ranked servers).
+        primaries: Option<u32>,
+        /// B of the equal-work layout (default [`ELASTIC_SCALE_DEFAULT`](crate::elastic::ELASTIC_SCALE_DEFAULT)).
+        scale: Option<u32>,
+    },
+}
+
+impl EngineRef {
+    /// An attributed engine with every parameter at its default.
+    pub fn attributed() -> EngineRef {
+        EngineRef::Attributed {
+            throttle_bytes: None,
+            sector_size: None,
+            zone_type: None,
+            distinct_zones: false,
+            bandwidth_tolerance_percent: None,
+            sector_base: None,
+            selection: None,
+        }
+    }
+
+    /// An elastic engine with every parameter at its default.
+    pub fn elastic() -> EngineRef {
+        EngineRef::Elastic { primaries: None, scale: None }
+    }
+}
+
+/// Which servers a membership version makes active, with devices unresolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ActiveSpec {
+    /// Every ranked server (full power).
+    All,
+    /// The servers of ranks 1..=k.
+    FirstRanks(u32),
+    /// These devices.
+    Devices(Vec<ItemRef>),
+}
+
+/// One membership version to add.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VersionSpec {
+    /// Its number; default: one more than the previous version's (1 for the first).
+    pub version: Option<u64>,
+    /// The active servers.
+    pub active: ActiveSpec,
+}
+
+/// Server ranks and membership versions (for `elastic` pools), with devices unresolved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MembershipSpec {
+    /// Devices in rank order (rank 1 first); devices not listed follow, by id.
+    pub order: Vec<ItemRef>,
+    /// Versions, oldest first; default: one version, number 1, with every server active
+    /// ([`ActiveSpec::All`]).
+    pub versions: Vec<VersionSpec>,
 }
 
 /// A pool to add.
@@ -304,6 +381,8 @@ pub struct ClusterMapBuilder {
     /// Device classes in class-id order. Classes not listed here are numbered after these, in
     /// order of first appearance on devices (by id), then on buckets' class ids.
     pub classes: Vec<String>,
+    /// Server ranks and membership versions; made with defaults when a pool is `elastic`.
+    pub membership: Option<MembershipSpec>,
 }
 
 /// Ceph's default bucket types.
@@ -599,12 +678,42 @@ impl ClusterMapBuilder {
                             .and_then(|t| map.type_name(t))
                             .map(str::to_string),
                     },
+                    EngineSpec::Attributed(params) => EngineRef::Attributed {
+                        throttle_bytes: Some(params.throttle_bytes),
+                        sector_size: Some(params.sector_size),
+                        zone_type: map.type_name(params.zone_type).map(str::to_string),
+                        distinct_zones: params.distinct_zones,
+                        bandwidth_tolerance_percent: Some(params.bandwidth_tolerance_percent),
+                        sector_base: Some(pool.sector_base.clone()),
+                        selection: Some(params.selection),
+                    },
+                    EngineSpec::Elastic(params) => EngineRef::Elastic {
+                        primaries: Some(params.primaries),
+                        scale: Some(params.scale),
+                    },
                 },
                 hashpspool: pool.hashpspool,
                 choice: pool.choice,
                 balance: PoolBalanceSpec::from(pool.balance),
             })
             .collect();
+        let membership = map.membership.as_ref().map(|m| MembershipSpec {
+            order: m.order.iter().map(|d| ItemRef::Id(ItemId::from(*d))).collect(),
+            versions: m
+                .versions
+                .iter()
+                .map(|v| VersionSpec {
+                    version: Some(v.version),
+                    active: match &v.active {
+                        ActiveSet::All => ActiveSpec::All,
+                        ActiveSet::FirstRanks(k) => ActiveSpec::FirstRanks(*k),
+                        ActiveSet::Devices(devices) => ActiveSpec::Devices(
+                            devices.iter().map(|d| ItemRef::Id(ItemId::from(*d))).collect(),
+                        ),
+                    },
+                })
+                .collect(),
+        });
         let choose_args = map
             .choose_args
             .iter()
@@ -631,6 +740,7 @@ impl ClusterMapBuilder {
             pools,
             choose_args,
             classes: map.classes.clone(),
+            membership,
         }
     }
 
@@ -679,7 +789,9 @@ impl ClusterMapBuilder {
         let map_for_rules = PartialMap { build: &build, buckets: &buckets };
         let rules = build_rules(&map_for_rules, &self.rules)?;
         let choose_args = build_choose_args(&map_for_rules, &self.choose_args)?;
-        let (pools, auto_linear) = build_pools(&map_for_rules, &rules, &self.pools)?;
+        let order = membership_order(&build, self.membership.as_ref())?;
+        let (pools, auto_linear) = build_pools(&map_for_rules, &rules, &self.pools, order.len())?;
+        let membership = build_membership(&build, order, self.membership.as_ref(), &pools)?;
         check_tunables(&self.tunables)?;
         let Build { types, devices, device_slots, classes, .. } = build;
         let mut map = ClusterMap {
@@ -695,6 +807,7 @@ impl ClusterMapBuilder {
             classes,
             device_parent,
             bucket_parent,
+            membership,
         };
         // Seed 002's adaptive search, for pools that asked for it; the result is stored with
         // the pool, so that later maps keep it.
@@ -1604,6 +1717,7 @@ fn build_pools(
     map: &PartialMap<'_>,
     rules: &[Rule],
     specs: &[PoolSpec],
+    servers: usize,
 ) -> Result<(Vec<Pool>, Vec<PoolId>), MapError> {
     let mut auto = Vec::new();
     if specs.len() > POOLS_MAX {
@@ -1643,6 +1757,7 @@ fn build_pools(
                 format!("between 1 and pg_num ({})", spec.pg_num),
             ));
         }
+        let mut sector_base = Vec::new();
         let engine = match &spec.engine {
             EngineRef::Crush { rule } => {
                 if spec.pg_num == 0 {
@@ -1687,6 +1802,14 @@ fn build_pools(
                 };
                 EngineSpec::Ring(RingParams { vnode_bytes, failure_domain })
             }
+            EngineRef::Attributed { .. } => {
+                let (params, base) = resolve_attributed(map, &subject, &spec.engine)?;
+                sector_base = base;
+                EngineSpec::Attributed(params)
+            }
+            EngineRef::Elastic { primaries, scale } => {
+                EngineSpec::Elastic(resolve_elastic(&subject, *primaries, *scale, servers)?)
+            }
         };
         spec.choice.validate(spec.pg_num).map_err(|error| {
             err(
@@ -1713,6 +1836,7 @@ fn build_pools(
             hashpspool: spec.hashpspool,
             choice: spec.choice,
             balance,
+            sector_base,
         });
     }
     pools.sort_by_key(|p| p.id);
@@ -1849,6 +1973,357 @@ fn choice_value(
         }
         _ => settings.policy.to_string(),
     }
+}
+
+/// Resolves an attributed pool's parameters and its sector base (formed now when not given).
+fn resolve_attributed(
+    map: &PartialMap<'_>,
+    subject: &Subject,
+    engine: &EngineRef,
+) -> Result<(AttributedParams, Vec<(DeviceId, u32)>), MapError> {
+    use crate::attributed::{ATTRIBUTED_VNODES_MAX, TOLERANCE_PERCENT_MAX, vnode_count};
+    let EngineRef::Attributed {
+        throttle_bytes,
+        sector_size,
+        zone_type,
+        distinct_zones,
+        bandwidth_tolerance_percent,
+        sector_base,
+        selection,
+    } = engine
+    else {
+        unreachable!("called for attributed pools only")
+    };
+    let range = |field: &'static str, value: String, reason: &str| {
+        err(subject.clone(), Kind::OutOfRange { field, value, reason: reason.to_string() })
+    };
+    let defaults = AttributedParams::default();
+    let throttle_bytes = throttle_bytes.unwrap_or(defaults.throttle_bytes);
+    if throttle_bytes == 0 {
+        return Err(range(
+            "throttle (c_throttle)",
+            "0".into(),
+            "a virtual node must stand for at least one byte; use e.g. throttle = \"1GiB\" (the default)",
+        ));
+    }
+    let sector_size = sector_size.unwrap_or(defaults.sector_size);
+    if sector_size == 0 {
+        return Err(range(
+            "sector_size (s)",
+            "0".into(),
+            "a sector holds at least one virtual node; use sector_size = 4 (the default) or more",
+        ));
+    }
+    if sector_size > crate::attributed::SECTOR_SIZE_MAX {
+        return Err(range(
+            "sector_size (s)",
+            sector_size.to_string(),
+            &format!("at most {}; the paper uses 4 to 10", crate::attributed::SECTOR_SIZE_MAX),
+        ));
+    }
+    let tolerance = bandwidth_tolerance_percent.unwrap_or(defaults.bandwidth_tolerance_percent);
+    if tolerance > TOLERANCE_PERCENT_MAX {
+        return Err(range(
+            "bandwidth_tolerance",
+            tolerance.to_string(),
+            &format!("at most {TOLERANCE_PERCENT_MAX} (percent)"),
+        ));
+    }
+    let zone_type = match zone_type {
+        Some(name) => map.type_id(subject, name)?,
+        None => map.build.type_by_name("zone").unwrap_or(TypeId(0)),
+    };
+    let base = match sector_base {
+        Some(base) => {
+            let mut base = base.clone();
+            base.sort_unstable();
+            for pair in base.windows(2) {
+                if pair[0].0 == pair[1].0 {
+                    return Err(range(
+                        "sector_base",
+                        format!("device {}", pair[0].0),
+                        "lists a device twice; keep one entry per device",
+                    ));
+                }
+            }
+            if let Some((device, count)) = base
+                .iter()
+                .find(|(_, c)| *c == 0 || u64::from(*c) > crate::ring::RING_VNODES_PER_DEVICE_MAX)
+            {
+                return Err(range(
+                    "sector_base",
+                    format!("device {device}: {count} virtual nodes"),
+                    "each entry has 1 to 65536 virtual nodes",
+                ));
+            }
+            let has_capacity = map.build.devices.iter().any(|d| d.capacity_bytes > 0);
+            if base.is_empty() && has_capacity {
+                return Err(range(
+                    "sector_base",
+                    "[]".into(),
+                    "is empty, so the ring would have no sector boundaries; remove the key to form the sectors from the current devices",
+                ));
+            }
+            base
+        }
+        None => map
+            .build
+            .devices
+            .iter()
+            .filter(|d| d.capacity_bytes > 0)
+            .map(|d| (d.id, vnode_count(d.capacity_bytes, throttle_bytes)))
+            .collect(),
+    };
+    // Slots: the union of the base and the current devices' virtual nodes.
+    let mut slots: u64 = 0;
+    for device in &map.build.devices {
+        let current = if device.capacity_bytes > 0 {
+            vnode_count(device.capacity_bytes, throttle_bytes)
+        } else {
+            0
+        };
+        let based = base.binary_search_by_key(&device.id, |(d, _)| *d).map_or(0, |i| base[i].1);
+        slots += u64::from(current.max(based));
+    }
+    for (device, count) in &base {
+        if map.build.device_slots.get(device.0 as usize).is_none_or(|s| *s == u32::MAX) {
+            slots += u64::from(*count);
+        }
+    }
+    if slots > ATTRIBUTED_VNODES_MAX {
+        let capacity: u128 = map.build.devices.iter().map(|d| u128::from(d.capacity_bytes)).sum();
+        let suggested = capacity.div_ceil(u128::from(ATTRIBUTED_VNODES_MAX / 2)).max(1);
+        return Err(range(
+            "throttle (c_throttle)",
+            throttle_bytes.to_string(),
+            &format!(
+                "the ring would have {slots} virtual nodes, more than {ATTRIBUTED_VNODES_MAX}; raise the throttle to {suggested} bytes or more"
+            ),
+        ));
+    }
+    let params = AttributedParams {
+        throttle_bytes,
+        sector_size,
+        zone_type,
+        distinct_zones: *distinct_zones,
+        bandwidth_tolerance_percent: tolerance,
+        selection: selection.unwrap_or_default(),
+    };
+    Ok((params, base))
+}
+
+/// Resolves an elastic pool's parameters for `servers` ranked servers.
+fn resolve_elastic(
+    subject: &Subject,
+    primaries: Option<u32>,
+    scale: Option<u32>,
+    servers: usize,
+) -> Result<ElasticParams, MapError> {
+    use crate::elastic::{ELASTIC_SCALE_DEFAULT, ELASTIC_SCALE_MAX, ELASTIC_VNODES_MAX};
+    let range = |field: &'static str, value: u64, reason: String| {
+        err(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
+    };
+    if servers == 0 {
+        return Err(range(
+            "servers",
+            0,
+            "an elastic pool needs at least one device to rank; add devices".to_string(),
+        ));
+    }
+    let n = servers as u32;
+    let primaries = primaries.unwrap_or_else(|| crate::elastic::default_primaries(n));
+    if primaries == 0 {
+        return Err(range(
+            "primaries (p)",
+            0,
+            format!(
+                "at least one server must be primary; use primaries = {} (⌈n/e²⌉, the default) or more",
+                crate::elastic::default_primaries(n)
+            ),
+        ));
+    }
+    if primaries > n {
+        return Err(range(
+            "primaries (p)",
+            primaries.into(),
+            format!(
+                "p must not exceed the number of servers n = {n}; use primaries = {} (⌈n/e²⌉) or at most {n}",
+                crate::elastic::default_primaries(n)
+            ),
+        ));
+    }
+    let scale = scale.unwrap_or(ELASTIC_SCALE_DEFAULT);
+    if scale == 0 || scale > ELASTIC_SCALE_MAX {
+        return Err(range(
+            "scale (B)",
+            scale.into(),
+            format!(
+                "between 1 and {ELASTIC_SCALE_MAX}; large values balance better (default {ELASTIC_SCALE_DEFAULT})"
+            ),
+        ));
+    }
+    let params = ElasticParams { primaries, scale };
+    let vnodes = crate::elastic::total_vnodes(&params, n);
+    if vnodes > ELASTIC_VNODES_MAX {
+        return Err(range(
+            "scale (B)",
+            scale.into(),
+            format!(
+                "the ring would have {vnodes} virtual nodes, more than {ELASTIC_VNODES_MAX}; lower the scale"
+            ),
+        ));
+    }
+    Ok(params)
+}
+
+/// The rank order: the listed devices, then every other device by id.
+fn membership_order(
+    build: &Build,
+    spec: Option<&MembershipSpec>,
+) -> Result<Vec<DeviceId>, MapError> {
+    let mut order: Vec<DeviceId> = Vec::with_capacity(build.devices.len());
+    let mut ranked = vec![false; build.device_slots.len()];
+    for item in spec.map_or(&[][..], |m| m.order.as_slice()) {
+        let device = resolve_server(build, &Subject::Membership, item)?;
+        if std::mem::replace(&mut ranked[device.0 as usize], true) {
+            return Err(err(
+                Subject::Membership,
+                Kind::OutOfRange {
+                    field: "order",
+                    value: build.item_name(ItemId::from(device)),
+                    reason: "ranks this device twice; list each server once".to_string(),
+                },
+            ));
+        }
+        order.push(device);
+    }
+    order.extend(build.devices.iter().map(|d| d.id).filter(|d| !ranked[d.0 as usize]));
+    Ok(order)
+}
+
+/// A device named by a membership entry.
+fn resolve_server(build: &Build, subject: &Subject, item: &ItemRef) -> Result<DeviceId, MapError> {
+    let unknown = || {
+        err(
+            subject.clone(),
+            Kind::UnknownReference { what: "device (server)", name: item.to_string() },
+        )
+    };
+    let id = build.resolve_item(subject, item).map_err(|_| unknown())?;
+    id.device().ok_or_else(unknown)
+}
+
+/// Resolves the membership versions; made with one full-power version when an elastic pool
+/// needs ranks and the map has none.
+fn build_membership(
+    build: &Build,
+    order: Vec<DeviceId>,
+    spec: Option<&MembershipSpec>,
+    pools: &[Pool],
+) -> Result<Option<Membership>, MapError> {
+    let elastic: Vec<(&Pool, u32)> = pools
+        .iter()
+        .filter_map(|p| match p.engine {
+            EngineSpec::Elastic(params) => Some((p, params.primaries)),
+            _ => None,
+        })
+        .collect();
+    if spec.is_none() && elastic.is_empty() {
+        return Ok(None);
+    }
+    let n = order.len() as u32;
+    let mut versions: Vec<MembershipVersion> = Vec::new();
+    let specs = spec.map_or(&[][..], |m| m.versions.as_slice());
+    if specs.len() > crate::elastic::VERSIONS_MAX {
+        return Err(err(
+            Subject::Membership,
+            Kind::TooMany { what: "membership versions", limit: crate::elastic::VERSIONS_MAX },
+        ));
+    }
+    for version in specs {
+        let number = match (version.version, versions.last()) {
+            (Some(number), _) => number,
+            (None, Some(previous)) => previous.version.saturating_add(1),
+            (None, None) => 1,
+        };
+        let subject = Subject::Version(number);
+        if let Some(previous) = versions.last()
+            && number <= previous.version
+        {
+            return Err(err(
+                subject,
+                Kind::OutOfRange {
+                    field: "version",
+                    value: number.to_string(),
+                    reason: format!(
+                        "versions must increase; the previous one is {}: renumber or reorder them",
+                        previous.version
+                    ),
+                },
+            ));
+        }
+        let active = match &version.active {
+            ActiveSpec::All => ActiveSet::All,
+            ActiveSpec::FirstRanks(k) => {
+                if *k > n {
+                    return Err(err(
+                        subject,
+                        Kind::OutOfRange {
+                            field: "active",
+                            value: k.to_string(),
+                            reason: format!("the map ranks {n} servers; use at most {n}"),
+                        },
+                    ));
+                }
+                ActiveSet::FirstRanks(*k)
+            }
+            ActiveSpec::Devices(items) => {
+                let mut devices = Vec::with_capacity(items.len());
+                for item in items {
+                    devices.push(resolve_server(build, &subject, item)?);
+                }
+                devices.sort_unstable();
+                if let Some(pair) = devices.windows(2).find(|p| p[0] == p[1]) {
+                    return Err(err(
+                        subject,
+                        Kind::OutOfRange {
+                            field: "active",
+                            value: build.item_name(ItemId::from(pair[0])),
+                            reason: "names this server twice; list each once".to_string(),
+                        },
+                    ));
+                }
+                ActiveSet::Devices(devices)
+            }
+        };
+        versions.push(MembershipVersion { version: number, active });
+    }
+    if versions.is_empty() {
+        versions.push(MembershipVersion { version: 1, active: ActiveSet::All });
+    }
+    let membership = Membership { order, versions };
+    for version in &membership.versions {
+        for (pool, primaries) in &elastic {
+            for rank in 1..=*primaries {
+                if !membership.is_active(version, rank) {
+                    let device = membership.order[rank as usize - 1];
+                    return Err(err(
+                        Subject::Version(version.version),
+                        Kind::OutOfRange {
+                            field: "active",
+                            value: build.item_name(ItemId::from(device)),
+                            reason: format!(
+                                "leaves '{}' (rank {rank}) inactive, but it is one of the {primaries} primaries of elastic pool '{}', which hold a copy of every object and stay active: keep ranks 1 to {primaries} active",
+                                build.item_name(ItemId::from(device)),
+                                pool.name
+                            ),
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    Ok(Some(membership))
 }
 
 /// Refuses a ring that would hold more than [`RING_VNODES_MAX`](crate::ring::RING_VNODES_MAX)

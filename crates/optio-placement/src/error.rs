@@ -22,6 +22,10 @@ pub enum Subject {
     Tunable(String),
     /// A choose_args (weight-set) entry, by its id.
     ChooseArgs(i64),
+    /// The membership section (server ranks of `elastic` pools).
+    Membership,
+    /// A membership version, by its number.
+    Version(u64),
 }
 
 impl fmt::Display for Subject {
@@ -35,6 +39,8 @@ impl fmt::Display for Subject {
             Subject::Pool(name) => write!(f, "pool '{name}'"),
             Subject::Tunable(name) => write!(f, "tunable '{name}'"),
             Subject::ChooseArgs(id) => write!(f, "choose_args {id}"),
+            Subject::Membership => write!(f, "membership"),
+            Subject::Version(version) => write!(f, "membership version {version}"),
         }
     }
 }

@@ -8,8 +8,10 @@
 //! parameters), never silently; golden tests pin every engine's output.
 //!
 //! * [`ClusterMap`], built only by [`ClusterMapBuilder`], which validates everything.
-//! * Engines: [`crush`] (bit-compatible with Ceph) and [`ring`] (consistent hashing with
-//!   capacity-weighted virtual nodes).
+//! * Engines: [`crush`] (bit-compatible with Ceph), [`ring`] (consistent hashing with
+//!   capacity-weighted virtual nodes), [`attributed`] (attributed consistent hashing: sectors,
+//!   capacity/bandwidth/location strategies for heterogeneous devices) and [`elastic`]
+//!   (elastic consistent hashing: primary servers, equal-work layout, membership versions).
 //! * [`Placement`]: a map compiled for fast lookups, object name → PG → devices.
 //! * [`stats`]: balance and movement statistics.
 //! * [`choice`]: CHOICE's k candidate placements per object, device metrics, and the policies
@@ -44,10 +46,12 @@
 #![deny(missing_docs)]
 
 pub mod analysis;
+pub mod attributed;
 pub mod balance;
 pub mod builder;
 pub mod choice;
 pub mod crush;
+pub mod elastic;
 pub mod error;
 pub mod ids;
 pub mod linear;
@@ -59,15 +63,17 @@ pub mod stats;
 pub mod tunables;
 
 pub use builder::{
-    BucketSpec, ChooseArgSpec, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef, LinearParamSpec,
-    PoolBalanceSpec, PoolSpec, RuleRef, RuleSpec, StepSpec,
+    ActiveSpec, BucketSpec, ChooseArgSpec, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef,
+    LinearParamSpec, MembershipSpec, PoolBalanceSpec, PoolSpec, RuleRef, RuleSpec, StepSpec,
+    VersionSpec,
 };
 pub use choice::{ChoiceSettings, PolicySpec};
 pub use error::{MapError, MapErrorKind, Subject};
 pub use ids::{BucketId, DeviceId, Epoch, ITEM_NONE, ItemId, PoolId, RuleId, TypeId, Weight};
 pub use map::{
-    Bucket, BucketAlg, BucketType, ChooseArg, ChooseArgs, ClusterMap, Device, EngineSpec,
-    LINEAR_PARAM_ONE, Pool, PoolBalance, PpsGenerator, RingParams, Rule, RuleKind, Step,
+    ActiveSet, AttributedParams, Bucket, BucketAlg, BucketType, ChooseArg, ChooseArgs, ClusterMap,
+    Device, ElasticParams, EngineSpec, LINEAR_PARAM_ONE, Membership, MembershipVersion, Pool,
+    PoolBalance, PpsGenerator, RingParams, Rule, RuleKind, SectorSelection, Step,
 };
 pub use placement::{Placement, PoolPlacement, ReplicaSet};
 pub use tunables::{Tunables, TunablesProfile};

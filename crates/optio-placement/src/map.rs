@@ -290,6 +290,86 @@ impl Default for RingParams {
     }
 }
 
+/// How an `attributed` pool picks a device within a sector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SectorSelection {
+    /// The paper's strategies: `(h(x) + r·p) mod s` over the slots of homogeneous sectors, a
+    /// value in `[0, u)` over the bandwidth ranges of heterogeneous ones.
+    #[default]
+    Paper,
+    /// Optio's variant: rendezvous hashing over the slots of homogeneous sectors, and weighted
+    /// rendezvous (straw2's draw, weight = bandwidth) over the devices of heterogeneous ones —
+    /// the same distributions, but a sector that gains or loses a slot or a device moves only
+    /// the keys that slot or device takes or held.
+    Rendezvous,
+}
+
+impl SectorSelection {
+    /// The name used in map files.
+    pub fn name(self) -> &'static str {
+        match self {
+            SectorSelection::Paper => "paper",
+            SectorSelection::Rendezvous => "rendezvous",
+        }
+    }
+
+    /// Parses a name used in map files.
+    pub fn from_name(name: &str) -> Option<SectorSelection> {
+        match name {
+            "paper" => Some(SectorSelection::Paper),
+            "rendezvous" => Some(SectorSelection::Rendezvous),
+            _ => None,
+        }
+    }
+}
+
+/// Parameters of the `attributed` engine (attributed consistent hashing, Zhou, Chen & Wang,
+/// PACT'18; see [`attributed`](crate::attributed)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttributedParams {
+    /// c_throttle: the capacity one virtual node stands for; a device gets
+    /// ⌈capacity / throttle_bytes⌉ virtual nodes, 1 to 65,536.
+    pub throttle_bytes: u64,
+    /// s: virtual nodes per sector when the sectors are formed (at least 1).
+    pub sector_size: u32,
+    /// The location attribute: a device's zone is its ancestor of this type. Type 0 (the
+    /// device level), or a device without such an ancestor, makes the device its own zone.
+    pub zone_type: TypeId,
+    /// Replicas go to distinct zones (the pool asks for it); otherwise only to distinct
+    /// devices.
+    pub distinct_zones: bool,
+    /// Bandwidths within this many percent of each other count as equal when deciding whether
+    /// a sector is homogeneous.
+    pub bandwidth_tolerance_percent: u32,
+    /// How a device is picked within a sector.
+    pub selection: SectorSelection,
+}
+
+impl Default for AttributedParams {
+    fn default() -> AttributedParams {
+        AttributedParams {
+            throttle_bytes: 1 << 30,
+            sector_size: 4,
+            zone_type: TypeId(0),
+            distinct_zones: false,
+            bandwidth_tolerance_percent: 10,
+            selection: SectorSelection::Paper,
+        }
+    }
+}
+
+/// Parameters of the `elastic` engine (elastic consistent hashing, Xie & Chen; see
+/// [`elastic`](crate::elastic)). Ranks and membership versions are the map's
+/// [`Membership`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ElasticParams {
+    /// p: the servers of ranks 1..=p are primaries (default ⌈n / e²⌉ when the pool is made).
+    pub primaries: u32,
+    /// B of the equal-work layout: each primary gets round(B / p) virtual nodes and the
+    /// secondary of rank i round(B / i) (at least 1).
+    pub scale: u32,
+}
+
 /// The placement engine of a pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -301,6 +381,11 @@ pub enum EngineSpec {
     },
     /// Consistent hashing with capacity-weighted virtual nodes.
     Ring(RingParams),
+    /// Attributed consistent hashing: sectors of virtual nodes, capacity, bandwidth and
+    /// location strategies. The pool's [`sector_base`](Pool::sector_base) pins the sectors.
+    Attributed(AttributedParams),
+    /// Elastic consistent hashing: primary servers, equal-work layout, membership versions.
+    Elastic(ElasticParams),
 }
 
 impl EngineSpec {
@@ -309,6 +394,8 @@ impl EngineSpec {
         match self {
             EngineSpec::Crush { .. } => "crush",
             EngineSpec::Ring(_) => "ring",
+            EngineSpec::Attributed(_) => "attributed",
+            EngineSpec::Elastic(_) => "elastic",
         }
     }
 }
@@ -393,6 +480,81 @@ impl PoolBalance {
     }
 }
 
+/// Which servers are active in one membership version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ActiveSet {
+    /// Every ranked server (full power, whatever their number): the default version.
+    All,
+    /// The servers of ranks 1..=k (the paper's resizing: servers power down in rank order).
+    FirstRanks(u32),
+    /// These devices (sorted by id, no duplicates).
+    Devices(Vec<DeviceId>),
+}
+
+/// One membership version: a table of which servers are active (elastic CH's membership
+/// table).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MembershipVersion {
+    /// The version number (strictly increasing along the list).
+    pub version: u64,
+    /// The active servers.
+    pub active: ActiveSet,
+}
+
+/// Server ranks and membership versions, for `elastic` pools: the map is the single source of
+/// truth of which servers were active when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Membership {
+    /// Every device of the map by rank: `order[0]` has rank 1. Servers power down from the
+    /// end of this list.
+    pub order: Vec<DeviceId>,
+    /// The versions, oldest first; the last one is in force. Never empty.
+    pub versions: Vec<MembershipVersion>,
+}
+
+impl Membership {
+    /// The version in force.
+    pub fn current(&self) -> &MembershipVersion {
+        self.versions.last().expect("the builder never makes a membership without versions")
+    }
+
+    /// The version with this number.
+    pub fn version(&self, version: u64) -> Option<&MembershipVersion> {
+        self.versions.iter().find(|v| v.version == version)
+    }
+
+    /// The rank (1-based) of a device.
+    pub fn rank(&self, device: DeviceId) -> Option<u32> {
+        self.order.iter().position(|d| *d == device).map(|i| i as u32 + 1)
+    }
+
+    /// Whether the device of rank `rank` (1-based) is active in `version`.
+    pub fn is_active(&self, version: &MembershipVersion, rank: u32) -> bool {
+        match &version.active {
+            ActiveSet::All => rank >= 1 && rank as usize <= self.order.len(),
+            ActiveSet::FirstRanks(k) => rank >= 1 && rank <= *k,
+            ActiveSet::Devices(devices) => match self.order.get(rank as usize - 1) {
+                Some(device) => devices.binary_search(device).is_ok(),
+                None => false,
+            },
+        }
+    }
+
+    /// How many servers are active in `version`.
+    pub fn active_count(&self, version: &MembershipVersion) -> u32 {
+        match &version.active {
+            ActiveSet::All => self.order.len() as u32,
+            ActiveSet::FirstRanks(k) => (*k).min(self.order.len() as u32),
+            ActiveSet::Devices(devices) => devices.len() as u32,
+        }
+    }
+
+    /// Whether every server is active in `version` (full power).
+    pub fn is_full_power(&self, version: &MembershipVersion) -> bool {
+        self.active_count(version) as usize == self.order.len()
+    }
+}
+
 /// A pool: a namespace of objects with one placement engine and redundancy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pool {
@@ -416,6 +578,11 @@ pub struct Pool {
     pub choice: crate::choice::ChoiceSettings,
     /// Optio's balance extensions (crush pools only).
     pub balance: PoolBalance,
+    /// For `attributed` pools: the devices, with their virtual-node counts, whose virtual
+    /// nodes formed the sectors (sorted by device id). Devices added later merge into these
+    /// sectors; devices removed keep their places as marked, skipped slots. Empty for other
+    /// engines.
+    pub sector_base: Vec<(DeviceId, u32)>,
 }
 
 /// Per-bucket alternative weights and ids for straw2 (Ceph's `choose_args`, "weight sets").
@@ -457,6 +624,8 @@ pub struct ClusterMap {
     /// Parent bucket of every item outside shadow trees: devices by id, buckets by index.
     pub(crate) device_parent: Vec<Option<BucketId>>,
     pub(crate) bucket_parent: Vec<Option<BucketId>>,
+    /// Ranks and membership versions (maps with `elastic` pools or a membership section).
+    pub(crate) membership: Option<Membership>,
 }
 
 impl ClusterMap {
@@ -552,6 +721,11 @@ impl ClusterMap {
     /// The pool with this name.
     pub fn pool_by_name(&self, name: &str) -> Option<&Pool> {
         self.pools.iter().find(|pool| pool.name == name)
+    }
+
+    /// Server ranks and membership versions (for `elastic` pools).
+    pub fn membership(&self) -> Option<&Membership> {
+        self.membership.as_ref()
     }
 
     /// The tunables.

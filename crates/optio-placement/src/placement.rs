@@ -1,7 +1,9 @@
 //! A map compiled for lookups: per pool, object → PG → placement key → devices.
 
+use crate::attributed::AttributedRing;
 use crate::crush::hash::hash32_2;
 use crate::crush::{CrushMap, CrushWork};
+use crate::elastic::ElasticRing;
 use crate::ids::{DeviceId, ITEM_NONE, PoolId};
 use crate::map::{ClusterMap, EngineSpec, Pool, REPLICAS_MAX, RuleKind};
 use crate::pg::{self, PgId};
@@ -99,6 +101,9 @@ impl ReplicaSet {
     }
 }
 
+/// What identifies a compiled attributed ring: its parameters and sector base.
+type AttributedKey<'m> = (crate::map::AttributedParams, &'m [(DeviceId, u32)]);
+
 /// Where an object lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Location {
@@ -122,6 +127,8 @@ enum PoolEngine {
     Balanced {
         members: Vec<i32>,
     },
+    Attributed(usize),
+    Elastic(usize),
 }
 
 #[derive(Clone, Debug)]
@@ -145,6 +152,8 @@ struct DeviceTable {
 pub struct Placement {
     crush: CrushMap,
     rings: Vec<Ring>,
+    attributed: Vec<AttributedRing>,
+    elastic: Vec<ElasticRing>,
     pools: Vec<PoolInfo>,
     devices: DeviceTable,
     epoch: crate::ids::Epoch,
@@ -163,6 +172,8 @@ impl Placement {
     pub fn new(map: &ClusterMap) -> Result<Placement, crate::MapError> {
         let crush = CrushMap::new(map);
         let mut rings: Vec<(crate::map::RingParams, Ring)> = Vec::new();
+        let mut attributed: Vec<(AttributedKey<'_>, AttributedRing)> = Vec::new();
+        let mut elastic: Vec<(crate::map::ElasticParams, ElasticRing)> = Vec::new();
         let mut pools = Vec::with_capacity(map.pools().len());
         for pool in map.pools() {
             let engine = match pool.engine {
@@ -199,6 +210,28 @@ impl Placement {
                     };
                     PoolEngine::Ring(index)
                 }
+                EngineSpec::Attributed(params) => {
+                    let base = pool.sector_base.as_slice();
+                    let index = match attributed.iter().position(|(k, _)| *k == (params, base)) {
+                        Some(index) => index,
+                        None => {
+                            let ring = AttributedRing::new(map, &params, base);
+                            attributed.push(((params, base), ring));
+                            attributed.len() - 1
+                        }
+                    };
+                    PoolEngine::Attributed(index)
+                }
+                EngineSpec::Elastic(params) => {
+                    let index = match elastic.iter().position(|(p, _)| *p == params) {
+                        Some(index) => index,
+                        None => {
+                            elastic.push((params, ElasticRing::new(map, &params)));
+                            elastic.len() - 1
+                        }
+                    };
+                    PoolEngine::Elastic(index)
+                }
             };
             pools.push(PoolInfo { pool: pool.clone(), engine });
         }
@@ -220,6 +253,8 @@ impl Placement {
         Ok(Placement {
             crush,
             rings: rings.into_iter().map(|(_, r)| r).collect(),
+            attributed: attributed.into_iter().map(|(_, r)| r).collect(),
+            elastic: elastic.into_iter().map(|(_, r)| r).collect(),
             pools,
             devices,
             epoch: map.epoch(),
@@ -335,6 +370,12 @@ impl<'a> PoolPlacement<'a> {
             PoolEngine::Ring(index) => {
                 self.placement.rings[*index].place(key, self.info.pool.size as usize, out);
             }
+            PoolEngine::Attributed(index) => {
+                self.placement.attributed[*index].place(key, self.info.pool.size as usize, out);
+            }
+            PoolEngine::Elastic(index) => {
+                self.placement.elastic[*index].place(key, self.info.pool.size as usize, out);
+            }
             PoolEngine::Crush { rule, erasure } => {
                 self.place_raw_crush(*rule, key, scratch);
                 let table = &self.placement.devices;
@@ -362,8 +403,8 @@ impl<'a> PoolPlacement<'a> {
     pub fn place_raw(&self, key: u32, scratch: &mut Scratch, out: &mut ReplicaSet) {
         match &self.info.engine {
             PoolEngine::Balanced { .. } => self.place_balanced(key, out),
-            PoolEngine::Ring(index) => {
-                self.placement.rings[*index].place(key, self.info.pool.size as usize, out);
+            PoolEngine::Ring(_) | PoolEngine::Attributed(_) | PoolEngine::Elastic(_) => {
+                self.place(key, scratch, out);
             }
             PoolEngine::Crush { rule, .. } => {
                 self.place_raw_crush(*rule, key, scratch);
@@ -403,7 +444,36 @@ impl<'a> PoolPlacement<'a> {
     pub fn ring(&self) -> Option<&'a Ring> {
         match self.info.engine {
             PoolEngine::Ring(index) => Some(&self.placement.rings[index]),
-            PoolEngine::Crush { .. } | PoolEngine::Balanced { .. } => None,
+            _ => None,
+        }
+    }
+
+    /// The compiled ring of an `attributed` pool.
+    pub fn attributed(&self) -> Option<&'a AttributedRing> {
+        match self.info.engine {
+            PoolEngine::Attributed(index) => Some(&self.placement.attributed[index]),
+            _ => None,
+        }
+    }
+
+    /// The compiled ring of an `elastic` pool.
+    pub fn elastic(&self) -> Option<&'a ElasticRing> {
+        match self.info.engine {
+            PoolEngine::Elastic(index) => Some(&self.placement.elastic[index]),
+            _ => None,
+        }
+    }
+
+    /// The devices for engine input `key` as of membership version `version`, for `elastic`
+    /// pools (where data written in that version lives). `false`, with `out` empty, for
+    /// other engines and unknown versions.
+    pub fn place_as_of(&self, version: u64, key: u32, out: &mut ReplicaSet) -> bool {
+        match self.elastic() {
+            Some(ring) => ring.place_as_of(version, key, self.info.pool.size as usize, out),
+            None => {
+                out.clear();
+                false
+            }
         }
     }
 }

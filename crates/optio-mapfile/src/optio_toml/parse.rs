@@ -6,10 +6,10 @@ use optio_placement::choice::{
     PolicySpec,
 };
 use optio_placement::{
-    BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMapBuilder, DeviceSpec,
-    EngineRef, Epoch, ItemId, ItemRef, LINEAR_PARAM_ONE, LinearParamSpec, PoolBalanceSpec, PoolId,
-    PoolSpec, PpsGenerator, RuleId, RuleKind, RuleRef, RuleSpec, StepSpec, Subject, Tunables,
-    TunablesProfile, TypeId,
+    ActiveSpec, BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMapBuilder,
+    DeviceId, DeviceSpec, EngineRef, Epoch, ItemId, ItemRef, LINEAR_PARAM_ONE, LinearParamSpec,
+    MembershipSpec, PoolBalanceSpec, PoolId, PoolSpec, PpsGenerator, RuleId, RuleKind, RuleRef,
+    RuleSpec, SectorSelection, StepSpec, Subject, Tunables, TunablesProfile, TypeId, VersionSpec,
 };
 use toml::de::{DeTable, DeValue};
 
@@ -18,6 +18,19 @@ use super::reader::{Source, Table, Value};
 use crate::error::{Lines, ParseError, ParseErrorKind};
 use crate::steps::{STEP_WORDS_MAX, parse_step};
 use crate::units::{parse_bandwidth, parse_bytes};
+
+/// Keys of `attributed` pools.
+const ATTRIBUTED_KEYS: &[&str] = &[
+    "throttle",
+    "sector_size",
+    "zone_type",
+    "distinct_zones",
+    "bandwidth_tolerance",
+    "selection",
+    "sector_base",
+];
+/// Keys of `elastic` pools.
+const ELASTIC_KEYS: &[&str] = &["primaries", "scale"];
 
 /// Name and id of the rule added to a map that has devices with locations but no `rules`.
 pub(crate) const DEFAULT_RULE_NAME: &str = "replicated_rule";
@@ -104,6 +117,9 @@ impl Reader<'_> {
             for table in self.tables(&value)? {
                 builder.choose_args.push(self.choose_args(table)?);
             }
+        }
+        if let Some(value) = top.get("membership") {
+            builder.membership = Some(self.membership(value.as_table(self.source)?)?);
         }
         top.finish(self.source)?;
         for (name, line) in std::mem::take(&mut self.located) {
@@ -369,10 +385,14 @@ impl Reader<'_> {
             Some(value) => match value.str(self.source)? {
                 "crush" => "crush",
                 "ring" => "ring",
+                "attributed" => "attributed",
+                "elastic" => "elastic",
                 other => {
                     return Err(value.error(
                         self.source,
-                        format!("unknown engine '{other}'; use \"crush\" or \"ring\""),
+                        format!(
+                            "unknown engine '{other}'; use \"crush\", \"ring\", \"attributed\" or \"elastic\""
+                        ),
                     ));
                 }
             },
@@ -380,7 +400,7 @@ impl Reader<'_> {
         };
         let pg_num = match table.get("pg_num") {
             Some(value) => value.int(self.source, "0 to 16777216")?,
-            None if engine == "ring" => 0,
+            None if engine != "crush" => 0,
             None => {
                 return Err(ParseError::value(
                     Some(table.line),
@@ -452,6 +472,13 @@ impl Reader<'_> {
         let vnode_bytes = table.get("vnode_bytes");
         let vnode_size = table.get("vnode_size");
         let failure_domain = table.get("failure_domain");
+        // The attributed and elastic engines' keys, checked against the engine below.
+        let mut engine_keys = Vec::new();
+        for key in ATTRIBUTED_KEYS.iter().chain(ELASTIC_KEYS) {
+            if let Some(value) = table.get(key) {
+                engine_keys.push((*key, value));
+            }
+        }
         let misplaced = |key: &str, engine: &str| {
             ParseError::value(
                 Some(table.line),
@@ -461,6 +488,37 @@ impl Reader<'_> {
                 ),
             )
         };
+        let owner = |key: &str| {
+            if ATTRIBUTED_KEYS.contains(&key) { "attributed" } else { "elastic" }
+        };
+        if let Some((key, _)) = engine_keys.iter().find(|(key, _)| owner(key) != engine) {
+            return Err(misplaced(key, owner(key)));
+        }
+        if engine == "attributed" || engine == "elastic" {
+            for (key, present) in [
+                ("rule", rule.is_some()),
+                ("vnode_bytes", vnode_bytes.is_some()),
+                ("vnode_size", vnode_size.is_some()),
+                ("failure_domain", failure_domain.is_some()),
+            ] {
+                if present {
+                    return Err(ParseError::value(
+                        Some(table.line),
+                        table.path(),
+                        format!(
+                            "'{key}' does not apply to {engine} pools; remove it (see docs/map-format.md for the {engine} engine's keys)"
+                        ),
+                    ));
+                }
+            }
+            pool.engine = if engine == "attributed" {
+                self.attributed_engine(&engine_keys)?
+            } else {
+                self.elastic_engine(&engine_keys)?
+            };
+            table.finish(self.source)?;
+            return Ok(pool);
+        }
         pool.engine = if engine == "crush" {
             if vnode_bytes.is_some() {
                 return Err(misplaced("vnode_bytes", "ring"));
@@ -566,6 +624,124 @@ impl Reader<'_> {
             choice.full_ppm = ppm as u32;
         }
         Ok(choice)
+    }
+
+    /// An attributed pool's parameters from its keys.
+    fn attributed_engine(&self, keys: &[(&str, Value<'_, '_>)]) -> Result<EngineRef, ParseError> {
+        let mut engine = EngineRef::attributed();
+        let EngineRef::Attributed {
+            throttle_bytes,
+            sector_size,
+            zone_type,
+            distinct_zones,
+            bandwidth_tolerance_percent,
+            sector_base,
+            selection,
+        } = &mut engine
+        else {
+            unreachable!("EngineRef::attributed() is attributed")
+        };
+        for (key, value) in keys {
+            match *key {
+                "throttle" => *throttle_bytes = Some(self.bytes(value.clone())?),
+                "sector_size" => *sector_size = Some(value.int(self.source, "1 to 65536")?),
+                "zone_type" => *zone_type = Some(value.str(self.source)?.to_string()),
+                "distinct_zones" => *distinct_zones = value.bool(self.source)?,
+                "selection" => {
+                    let name = value.str(self.source)?;
+                    *selection = Some(SectorSelection::from_name(name).ok_or_else(|| {
+                        value.error(
+                            self.source,
+                            format!("unknown selection '{name}'; use \"paper\" (the default) or \"rendezvous\""),
+                        )
+                    })?);
+                }
+                "bandwidth_tolerance" => {
+                    *bandwidth_tolerance_percent =
+                        Some(value.int(self.source, "0 to 10000 (percent)")?)
+                }
+                _ => {
+                    let mut base = Vec::new();
+                    for pair in value.elements(self.source)? {
+                        let items = pair.elements(self.source)?;
+                        let [device, count] = items.as_slice() else {
+                            return Err(pair.error(
+                                self.source,
+                                "each entry is [device id, virtual nodes], e.g. [0, 4096]",
+                            ));
+                        };
+                        base.push((
+                            DeviceId(device.int(self.source, "a device id, 0 to 16777215")?),
+                            count.int(self.source, "1 to 65536 virtual nodes")?,
+                        ));
+                    }
+                    *sector_base = Some(base);
+                }
+            }
+        }
+        Ok(engine)
+    }
+
+    /// An elastic pool's parameters from its keys.
+    fn elastic_engine(&self, keys: &[(&str, Value<'_, '_>)]) -> Result<EngineRef, ParseError> {
+        let (mut primaries, mut scale) = (None, None);
+        for (key, value) in keys {
+            match *key {
+                "primaries" => {
+                    primaries = Some(value.int(self.source, "1 to the number of servers")?)
+                }
+                _ => scale = Some(value.int(self.source, "1 to 4194304")?),
+            }
+        }
+        Ok(EngineRef::Elastic { primaries, scale })
+    }
+
+    /// `[membership]`: server ranks and versions.
+    fn membership(&mut self, mut table: Table<'_, '_>) -> Result<MembershipSpec, ParseError> {
+        self.lines.record(Subject::Membership, table.line);
+        let mut membership = MembershipSpec::default();
+        if let Some(value) = table.get("order") {
+            for item in value.elements(self.source)? {
+                membership.order.push(self.item_ref(item)?);
+            }
+        }
+        if let Some(value) = table.get("versions") {
+            let mut previous: Option<u64> = None;
+            for mut version in self.tables(&value)? {
+                let number = match version.get("version") {
+                    Some(value) => Some(value.int(self.source, "0 or more")?),
+                    None => None,
+                };
+                let effective =
+                    number.unwrap_or_else(|| previous.map_or(1, |p| p.saturating_add(1)));
+                previous = Some(effective);
+                self.lines.record(Subject::Version(effective), version.line);
+                let active = version.required("active")?;
+                let active = match active.value {
+                    DeValue::String(word) if word == "all" => ActiveSpec::All,
+                    DeValue::Integer(_) => ActiveSpec::FirstRanks(
+                        active.int(self.source, "0 to the number of servers")?,
+                    ),
+                    DeValue::Array(_) => {
+                        let mut devices = Vec::new();
+                        for item in active.elements(self.source)? {
+                            devices.push(self.item_ref(item)?);
+                        }
+                        ActiveSpec::Devices(devices)
+                    }
+                    _ => {
+                        return Err(active.error(
+                            self.source,
+                            "expected \"all\", a number of ranks (active = 8: ranks 1 to 8) or a list of devices",
+                        ));
+                    }
+                };
+                version.finish(self.source)?;
+                membership.versions.push(VersionSpec { version: number, active });
+            }
+        }
+        table.finish(self.source)?;
+        Ok(membership)
     }
 
     fn choose_args(

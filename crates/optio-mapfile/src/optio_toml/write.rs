@@ -13,8 +13,9 @@ use optio_placement::builder::DEFAULT_TYPES;
 use optio_placement::choice::{COMPOSITE_METRICS, FULL_PPM_DEFAULT};
 use optio_placement::map::TIB;
 use optio_placement::{
-    Bucket, BucketAlg, BucketId, ChoiceSettings, ClusterMap, Device, EngineSpec, LINEAR_PARAM_ONE,
-    PolicySpec, PpsGenerator, RingParams, RuleKind, TunablesProfile, Weight,
+    ActiveSet, AttributedParams, Bucket, BucketAlg, BucketId, ChoiceSettings, ClusterMap, Device,
+    DeviceId, EngineSpec, LINEAR_PARAM_ONE, PolicySpec, Pool, PpsGenerator, RingParams, RuleKind,
+    TunablesProfile, TypeId, Weight,
 };
 
 use super::FORMAT_VERSION;
@@ -159,6 +160,13 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
                     fields.push(("failure_domain".into(), quote(name)));
                 }
             }
+            EngineSpec::Attributed(params) => attributed_fields(map, pool, &params, &mut fields),
+            EngineSpec::Elastic(params) => {
+                fields.push(("primaries".into(), params.primaries.to_string()));
+                if params.scale != optio_placement::elastic::ELASTIC_SCALE_DEFAULT {
+                    fields.push(("scale".into(), params.scale.to_string()));
+                }
+            }
             _ => {}
         }
         if !pool.hashpspool {
@@ -178,6 +186,29 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
             fields.push(("balanced".into(), "true".into()));
         }
         write_table(&mut out, "[[pools]]", &fields);
+    }
+    if let Some(membership) = map.membership() {
+        out.push_str("\n[membership]\n");
+        let by_id: Vec<DeviceId> = map.devices().iter().map(|d| d.id).collect();
+        if membership.order != by_id {
+            let names: Vec<String> = membership.order.iter().map(|d| device_ref(map, *d)).collect();
+            let _ = writeln!(out, "order = [{}]", names.join(", "));
+        }
+        for version in &membership.versions {
+            let active = match &version.active {
+                ActiveSet::All => quote("all"),
+                ActiveSet::FirstRanks(k) => k.to_string(),
+                ActiveSet::Devices(devices) => {
+                    let names: Vec<String> = devices.iter().map(|d| device_ref(map, *d)).collect();
+                    format!("[{}]", names.join(", "))
+                }
+            };
+            write_table(
+                &mut out,
+                "[[membership.versions]]",
+                &vec![("version".into(), version.version.to_string()), ("active".into(), active)],
+            );
+        }
     }
     for set in map.choose_args() {
         write_table(&mut out, "[[choose_args]]", &vec![("id".into(), set.id.to_string())]);
@@ -200,6 +231,60 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
         }
     }
     out
+}
+
+/// An attributed pool's keys: the parameters that differ from the defaults, and always the
+/// sector base (it pins the sectors).
+fn attributed_fields(
+    map: &ClusterMap,
+    pool: &Pool,
+    params: &AttributedParams,
+    fields: &mut Fields,
+) {
+    let defaults = AttributedParams::default();
+    if params.throttle_bytes != defaults.throttle_bytes {
+        match format_bytes(params.throttle_bytes) {
+            Some(text) => fields.push(("throttle".into(), quote(&text))),
+            None => fields.push(("throttle".into(), params.throttle_bytes.to_string())),
+        }
+    }
+    if params.sector_size != defaults.sector_size {
+        fields.push(("sector_size".into(), params.sector_size.to_string()));
+    }
+    let default_zone = map.type_by_name("zone").unwrap_or(TypeId(0));
+    if params.zone_type != default_zone
+        && let Some(name) = map.type_name(params.zone_type)
+    {
+        fields.push(("zone_type".into(), quote(name)));
+    }
+    if params.distinct_zones {
+        fields.push(("distinct_zones".into(), "true".into()));
+    }
+    if params.bandwidth_tolerance_percent != defaults.bandwidth_tolerance_percent {
+        fields.push(("bandwidth_tolerance".into(), params.bandwidth_tolerance_percent.to_string()));
+    }
+    if params.selection != defaults.selection {
+        fields.push(("selection".into(), quote(params.selection.name())));
+    }
+    let mut base = String::from("[");
+    for (n, (device, count)) in pool.sector_base.iter().enumerate() {
+        if n % 8 == 0 {
+            base.push_str("\n    ");
+        } else {
+            base.push(' ');
+        }
+        let _ = write!(base, "[{device}, {count}],");
+    }
+    base.push_str(if pool.sector_base.is_empty() { "]" } else { "\n]" });
+    fields.push(("sector_base".into(), base));
+}
+
+/// A device in a membership list: its name, quoted.
+fn device_ref(map: &ClusterMap, device: DeviceId) -> String {
+    match map.device(device) {
+        Some(d) => quote(&d.name),
+        None => device.to_string(),
+    }
 }
 
 fn weight_list(weights: &[Weight]) -> String {

@@ -120,6 +120,62 @@ const TOML_CASES: &[(&str, usize, &str)] = &[
         5,
         "only 2 placement groups",
     ),
+    // The attributed and elastic engines: parameters and membership versions.
+    (
+        "[[devices]]\nid = 0\n\n[[pools]]\nid = 1\nname = \"a\"\nengine = \"attributed\"\nsize = 1\nsector_size = 0\n",
+        4,
+        "sector_size (s) = 0",
+    ),
+    (
+        "[[devices]]\nid = 0\n\n[[pools]]\nid = 1\nname = \"a\"\nengine = \"attributed\"\nsize = 1\nthrottle = 0\n",
+        4,
+        "throttle (c_throttle) = 0",
+    ),
+    (
+        "[[devices]]\nid = 0\n\n[[pools]]\nid = 1\nname = \"a\"\nengine = \"attributed\"\nsize = 1\nzone_type = \"galaxy\"\n",
+        4,
+        "type 'galaxy'",
+    ),
+    (
+        "[[devices]]\nid = 0\n\n[[pools]]\nid = 1\nname = \"a\"\nengine = \"ring\"\nsize = 1\nsector_size = 4\n",
+        4,
+        "'sector_size' applies to attributed pools only",
+    ),
+    (
+        "[[devices]]\nid = 0\n\n[[pools]]\nid = 1\nname = \"a\"\nengine = \"attributed\"\nsize = 1\nselection = \"random\"\n",
+        9,
+        "use \"paper\" (the default) or \"rendezvous\"",
+    ),
+    (
+        "[[devices]]\nid = 0\n\n[[pools]]\nid = 1\nname = \"e\"\nengine = \"elastic\"\nsize = 1\nprimaries = 2\n",
+        4,
+        "p must not exceed the number of servers n = 1",
+    ),
+    (
+        "[[devices]]\nid = 0\n\n[[pools]]\nid = 1\nname = \"e\"\nengine = \"elastic\"\nsize = 1\nfailure_domain = \"host\"\n",
+        4,
+        "does not apply to elastic pools",
+    ),
+    (
+        "[[devices]]\nid = 0\n\n[[pools]]\nid = 1\nname = \"e\"\nengine = \"elastic\"\nsize = 1\n\n[membership]\n\n[[membership.versions]]\nversion = 3\nactive = [\"osd.0\", \"osd.7\"]\n",
+        12,
+        "'osd.7', which is not defined",
+    ),
+    (
+        "[[devices]]\nid = 0\n\n[[devices]]\nid = 1\n\n[[pools]]\nid = 1\nname = \"e\"\nengine = \"elastic\"\nsize = 1\n\n[membership]\norder = [\"osd.1\", \"osd.0\"]\n\n[[membership.versions]]\nversion = 2\nactive = 0\n",
+        16,
+        "keep ranks 1 to 1 active",
+    ),
+    (
+        "[[devices]]\nid = 0\n\n[membership]\norder = [\"osd.3\"]\n",
+        4,
+        "'osd.3', which is not defined",
+    ),
+    (
+        "[[devices]]\nid = 0\n\n[membership]\n\n[[membership.versions]]\nversion = 5\nactive = 1\n\n[[membership.versions]]\nversion = 4\nactive = 1\n",
+        10,
+        "versions must increase",
+    ),
 ];
 
 #[test]

@@ -6,9 +6,10 @@ use optio_placement::choice::{
     CHOICES_MAX, COMPOSITE_METRICS, COMPOSITE_WEIGHT_MAX, CompositeWeights, POLICY_NAMES,
 };
 use optio_placement::{
-    BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings, ChooseArgSpec, ClusterMap,
-    ClusterMapBuilder, DeviceSpec, EngineRef, Epoch, ItemId, ItemRef, PolicySpec, PoolId, PoolSpec,
-    RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables, TunablesProfile, TypeId, Weight,
+    ActiveSpec, BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings, ChooseArgSpec,
+    ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, Epoch, ItemId, ItemRef,
+    MembershipSpec, PolicySpec, PoolId, PoolSpec, RuleId, RuleKind, RuleRef, RuleSpec, Step,
+    StepSpec, Tunables, TunablesProfile, TypeId, VersionSpec, Weight,
 };
 use proptest::prelude::*;
 
@@ -237,6 +238,7 @@ fn sample_builder(rng: &mut Rng, with_pools: bool) -> ClusterMapBuilder {
             choice: choice(rng, 0),
             balance: Default::default(),
         });
+        add_attributed_and_elastic(rng, &mut builder);
     }
     builder
 }
@@ -265,6 +267,104 @@ fn choice(rng: &mut Rng, pg_num: u32) -> ChoiceSettings {
         policy,
         full_ppm: 1 + rng.below(1_000_000) as u32,
     }
+}
+
+/// An attributed pool and, with devices, an elastic pool with a membership of ranks and
+/// versions.
+fn add_attributed_and_elastic(rng: &mut Rng, builder: &mut ClusterMapBuilder) {
+    let base = (rng.below(3) == 0).then(|| {
+        let mut base: Vec<(DeviceId, u32)> =
+            builder.devices.iter().map(|d| (d.id, 1 + rng.below(40) as u32)).collect();
+        base.push((DeviceId(500 + rng.below(100) as u32), 3)); // a device since removed
+        base
+    });
+    builder.pools.push(PoolSpec {
+        id: PoolId(21),
+        name: "hetero".into(),
+        pg_num: 0,
+        pgp_num: None,
+        size: 1 + rng.below(3) as u32,
+        min_size: None,
+        engine: EngineRef::Attributed {
+            throttle_bytes: (rng.below(2) == 0).then(|| 1 + rng.below(1 << 42)),
+            sector_size: (rng.below(2) == 0).then(|| 1 + rng.below(10) as u32),
+            zone_type: (rng.below(3) == 0).then(|| "host".to_string()),
+            distinct_zones: rng.below(2) == 0,
+            bandwidth_tolerance_percent: (rng.below(2) == 0).then(|| rng.below(100) as u32),
+            sector_base: base,
+            selection: (rng.below(2) == 0).then_some(optio_placement::SectorSelection::Rendezvous),
+        },
+        hashpspool: true,
+        choice: choice(rng, 0),
+        balance: Default::default(),
+    });
+    let n = builder.devices.len() as u64;
+    if n == 0 {
+        return;
+    }
+    let primaries = (rng.below(2) == 0).then(|| 1 + rng.below(n) as u32);
+    builder.pools.push(PoolSpec {
+        id: PoolId(22),
+        name: "elastic".into(),
+        pg_num: 0,
+        pgp_num: None,
+        size: 1 + rng.below(3) as u32,
+        min_size: None,
+        engine: EngineRef::Elastic {
+            primaries,
+            scale: (rng.below(2) == 0).then(|| 1 + rng.below(5000) as u32),
+        },
+        hashpspool: true,
+        choice: choice(rng, 0),
+        balance: Default::default(),
+    });
+    if rng.below(3) == 0 {
+        return; // the builder makes the default membership
+    }
+    // Ranks: the devices in a shuffled order (sometimes only some listed).
+    let mut order: Vec<DeviceId> = builder.devices.iter().map(|d| d.id).collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    order.truncate(rng.below(n + 1) as usize);
+    let mut membership = MembershipSpec {
+        order: order.iter().map(|d| ItemRef::Id(ItemId(d.0 as i32))).collect(),
+        versions: Vec::new(),
+    };
+    // Every version keeps the primaries (at most all servers) active.
+    let keep = u64::from(
+        primaries.unwrap_or_else(|| optio_placement::elastic::default_primaries(n as u32)),
+    );
+    let mut version = rng.below(10);
+    for _ in 0..rng.below(4) {
+        version += 1 + rng.below(3);
+        let active = if rng.below(2) == 0 {
+            ActiveSpec::FirstRanks((keep + rng.below(n - keep + 1)) as u32)
+        } else {
+            let mut ranked = order.clone();
+            ranked.extend(builder.devices.iter().map(|d| d.id).filter(|d| !order.contains(d)));
+            let extra = rng.below(n - keep + 1) as usize;
+            let mut active: Vec<ItemRef> = ranked[..keep as usize + extra]
+                .iter()
+                .map(|d| {
+                    ItemRef::Name(
+                        builder
+                            .devices
+                            .iter()
+                            .find(|s| s.id == *d)
+                            .map(device_name)
+                            .expect("listed"),
+                    )
+                })
+                .collect();
+            active.reverse();
+            ActiveSpec::Devices(active)
+        };
+        membership
+            .versions
+            .push(VersionSpec { version: (rng.below(3) != 0).then_some(version), active });
+    }
+    builder.membership = Some(membership);
 }
 
 fn device_name(device: &DeviceSpec) -> String {
@@ -298,6 +398,7 @@ pub fn ceph_part(map: &ClusterMap) -> ClusterMap {
     let mut builder = ClusterMapBuilder::from_map(map);
     builder.epoch = Epoch(0);
     builder.pools.clear();
+    builder.membership = None;
     for device in &mut builder.devices {
         let placed = map.parent(ItemId(device.id.0 as i32)).is_some();
         *device = DeviceSpec {
@@ -352,10 +453,15 @@ fn check_ceph(map: &ClusterMap, exact_text: bool) {
 
 #[test]
 fn sample_maps_round_trip_through_every_format() {
+    let (mut attributed, mut versions) = (0, 0);
     for map in sample_maps(60) {
         check_toml(&map);
         check_ceph(&map, true);
+        attributed += usize::from(map.pools().iter().any(|p| p.engine.name() == "attributed"));
+        versions += usize::from(map.membership().is_some_and(|m| m.versions.len() > 1));
     }
+    // The attributed and elastic engines' keys and the membership section are exercised.
+    assert!(attributed >= 20 && versions >= 5, "{attributed} attributed, {versions} versioned");
 }
 
 #[test]

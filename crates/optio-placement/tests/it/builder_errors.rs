@@ -2,8 +2,9 @@
 //! the offending item, and says in its message what to do.
 
 use optio_placement::{
-    BucketAlg, BucketSpec, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef, MapError,
-    MapErrorKind, PoolId, PoolSpec, RuleId, RuleKind, RuleRef, RuleSpec, StepSpec, Subject, Weight,
+    ActiveSpec, BucketAlg, BucketSpec, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemRef,
+    MapError, MapErrorKind, MembershipSpec, PoolId, PoolSpec, RuleId, RuleKind, RuleRef, RuleSpec,
+    StepSpec, Subject, VersionSpec, Weight,
 };
 
 /// 4 hosts × 2 devices, a replicated rule across hosts and a size-3 crush pool: valid.
@@ -430,4 +431,152 @@ fn ring_with_too_many_virtual_nodes() {
     let mut pool = PoolSpec::crush(1, "tiny-vnodes", 0, 3);
     pool.engine = EngineRef::Ring { vnode_bytes: Some(suggested), failure_domain: None };
     builder.pool(pool).build().expect("the suggested vnode_bytes fits");
+}
+
+// --- The attributed and elastic engines. ---
+
+fn attributed(sector_size: Option<u32>, throttle_bytes: Option<u64>) -> PoolSpec {
+    PoolSpec {
+        engine: EngineRef::Attributed {
+            throttle_bytes,
+            sector_size,
+            zone_type: None,
+            distinct_zones: false,
+            bandwidth_tolerance_percent: None,
+            sector_base: None,
+            selection: None,
+        },
+        ..PoolSpec::crush(2, "hetero", 0, 3)
+    }
+}
+
+fn elastic(primaries: Option<u32>) -> PoolSpec {
+    PoolSpec {
+        engine: EngineRef::Elastic { primaries, scale: None },
+        ..PoolSpec::crush(2, "elastic", 0, 2)
+    }
+}
+
+fn membership(order: &[&str], versions: Vec<ActiveSpec>) -> MembershipSpec {
+    MembershipSpec {
+        order: order.iter().map(|n| ItemRef::Name(n.to_string())).collect(),
+        versions: versions
+            .into_iter()
+            .map(|active| VersionSpec { version: None, active })
+            .collect(),
+    }
+}
+
+#[test]
+fn attributed_sector_size_below_one() {
+    let kind = refused(
+        base().pool(attributed(Some(0), None)),
+        Subject::Pool("hetero".into()),
+        "sector_size = 4",
+    );
+    assert!(matches!(kind, MapErrorKind::OutOfRange { field: "sector_size (s)", .. }));
+}
+
+#[test]
+fn attributed_throttle_zero() {
+    let kind = refused(
+        base().pool(attributed(None, Some(0))),
+        Subject::Pool("hetero".into()),
+        "throttle = \"1GiB\"",
+    );
+    assert!(matches!(kind, MapErrorKind::OutOfRange { field: "throttle (c_throttle)", .. }));
+}
+
+#[test]
+fn attributed_too_many_virtual_nodes() {
+    // 2,100 devices of 65,536 virtual nodes (the per-device cap) exceed 2^27 in all.
+    let mut builder = base().pool(attributed(None, Some(1)));
+    for id in 8..2100 {
+        builder = builder.device(DeviceSpec::new(id).capacity(1 << 40));
+    }
+    refused(builder, Subject::Pool("hetero".into()), "raise the throttle");
+}
+
+#[test]
+fn attributed_unknown_zone_type() {
+    let mut pool = attributed(None, None);
+    if let EngineRef::Attributed { zone_type, .. } = &mut pool.engine {
+        *zone_type = Some("galaxy".into());
+    }
+    let kind = refused(
+        base().pool(pool),
+        Subject::Pool("hetero".into()),
+        "define it or correct the reference",
+    );
+    assert!(matches!(kind, MapErrorKind::UnknownReference { what: "type", .. }));
+}
+
+#[test]
+fn attributed_sector_base_twice_the_same_device() {
+    let mut pool = attributed(None, None);
+    if let EngineRef::Attributed { sector_base, .. } = &mut pool.engine {
+        *sector_base = Some(vec![(DeviceId(1), 4), (DeviceId(1), 5)]);
+    }
+    refused(base().pool(pool), Subject::Pool("hetero".into()), "keep one entry per device");
+}
+
+#[test]
+fn elastic_more_primaries_than_servers() {
+    let kind = refused(base().pool(elastic(Some(9))), Subject::Pool("elastic".into()), "at most 8");
+    assert!(matches!(kind, MapErrorKind::OutOfRange { field: "primaries (p)", .. }));
+    refused(base().pool(elastic(Some(0))), Subject::Pool("elastic".into()), "primaries = 2");
+}
+
+#[test]
+fn elastic_version_naming_an_unknown_server() {
+    let mut builder = base().pool(elastic(None));
+    builder.membership = Some(membership(
+        &[],
+        vec![
+            ActiveSpec::FirstRanks(8),
+            ActiveSpec::Devices(vec![
+                ItemRef::Name("osd.0".into()),
+                ItemRef::Name("osd.99".into()),
+            ]),
+        ],
+    ));
+    let kind = refused(builder, Subject::Version(2), "define it or correct the reference");
+    assert!(matches!(kind, MapErrorKind::UnknownReference { what: "device (server)", .. }));
+}
+
+#[test]
+fn elastic_order_naming_an_unknown_server_or_a_bucket() {
+    let mut builder = base().pool(elastic(None));
+    builder.membership = Some(membership(&["osd.3", "nosuch"], Vec::new()));
+    refused(builder, Subject::Membership, "define it or correct the reference");
+    let mut builder = base().pool(elastic(None));
+    builder.membership = Some(membership(&["host1"], Vec::new()));
+    refused(builder, Subject::Membership, "define it or correct the reference");
+    let mut builder = base().pool(elastic(None));
+    builder.membership = Some(membership(&["osd.3", "osd.3"], Vec::new()));
+    refused(builder, Subject::Membership, "list each server once");
+}
+
+#[test]
+fn elastic_version_leaving_a_primary_inactive() {
+    // 8 servers: p = 2; a version of one active server leaves rank 2 inactive.
+    let mut builder = base().pool(elastic(None));
+    builder.membership = Some(membership(&[], vec![ActiveSpec::FirstRanks(1)]));
+    refused(builder, Subject::Version(1), "keep ranks 1 to 2 active");
+    let mut builder = base().pool(elastic(None));
+    builder.membership = Some(membership(&[], vec![ActiveSpec::FirstRanks(9)]));
+    refused(builder, Subject::Version(1), "use at most 8");
+}
+
+#[test]
+fn elastic_versions_out_of_order() {
+    let mut builder = base().pool(elastic(None));
+    builder.membership = Some(MembershipSpec {
+        order: Vec::new(),
+        versions: vec![
+            VersionSpec { version: Some(5), active: ActiveSpec::FirstRanks(8) },
+            VersionSpec { version: Some(5), active: ActiveSpec::FirstRanks(4) },
+        ],
+    });
+    refused(builder, Subject::Version(5), "renumber or reorder them");
 }

@@ -1,7 +1,8 @@
 //! Proves: placements have not changed. Each fixture in `tests/golden/` holds a map (as a
 //! small JSON description), object names, and what every pool of the map placed them on
-//! (PG, engine key, devices, primary); any change of mapping output — CRUSH or ring, hashing, PG
-//! folding, primary affinity, up/out handling — fails here. A change that is meant is a new,
+//! (PG, engine key, devices, primary); elastic pools also as of each membership version. Any
+//! change of mapping output — CRUSH, ring, attributed or elastic, hashing, PG folding, primary
+//! affinity, up/out handling, sectors, strategies, ranks — fails here. A change that is meant is a new,
 //! named placement version: rewrite the fixtures with `OPTIO_BLESS=1 cargo test golden` and
 //! say so in the commit.
 
@@ -9,9 +10,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use optio_placement::{
-    BucketAlg, BucketSpec, ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef,
-    Placement, PoolId, PoolSpec, RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables,
-    TunablesProfile, Weight,
+    ActiveSpec, BucketAlg, BucketSpec, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec,
+    EngineRef, ItemRef, MembershipSpec, Placement, PoolId, PoolSpec, ReplicaSet, RuleId, RuleKind,
+    RuleRef, RuleSpec, Step, StepSpec, Tunables, TunablesProfile, VersionSpec, Weight,
 };
 use serde_json::{Value, json};
 
@@ -130,7 +131,59 @@ fn fixtures() -> Vec<(&'static str, Value)> {
              "failure_domain": "host", "pg_num": 512, "pgp_num": 300, "size": 3},
         ],
     });
-    vec![("crush", crush), ("crush_legacy", legacy), ("ring", ring)]
+    // The attributed-CH paper's two node types: every third device an SSD.
+    let mut hetero = devices(3, 2, 3, &[], 4);
+    for (i, device) in hetero.iter_mut().enumerate() {
+        let ssd = i % 3 == 0;
+        device["class"] = json!(if ssd { "ssd" } else { "hdd" });
+        device["bandwidth"] = json!(if ssd { 540 } else { 146 + i % 3 });
+    }
+    let mut base: Vec<Value> = (0..18).map(|id| json!([id, 20 + id % 7])).collect();
+    base.push(json!([40, 12])); // a device since removed: its slots stay, marked
+    let attributed = json!({
+        "tunables": "optimal",
+        "devices": hetero,
+        "rules": [],
+        "pools": [
+            {"id": 1, "name": "capacity", "engine": "attributed", "throttle": 64u64 << 30,
+             "sector_size": 4, "pg_num": 0, "size": 3},
+            {"id": 2, "name": "racks", "engine": "attributed", "throttle": 16u64 << 30,
+             "sector_size": 3, "zone_type": "rack", "distinct_zones": true, "pg_num": 0, "size": 2},
+            {"id": 3, "name": "grown", "engine": "attributed", "throttle": 32u64 << 30,
+             "sector_size": 5, "zone_type": "host", "distinct_zones": true, "sector_base": base,
+             "pg_num": 0, "size": 3},
+            {"id": 4, "name": "pgs", "engine": "attributed", "throttle": 64u64 << 30,
+             "pg_num": 256, "size": 2},
+            {"id": 5, "name": "rendezvous", "engine": "attributed", "throttle": 32u64 << 30,
+             "sector_size": 5, "zone_type": "host", "distinct_zones": true, "sector_base": base,
+             "selection": "rendezvous", "pg_num": 0, "size": 3},
+        ],
+    });
+    let order: Vec<u32> = (0..18).map(|i| (i * 7) % 18).collect();
+    let elastic = json!({
+        "tunables": "optimal",
+        "devices": devices(2, 3, 3, &[], 5),
+        "rules": [],
+        "pools": [
+            {"id": 1, "name": "twoway", "engine": "elastic", "scale": 8192, "pg_num": 0, "size": 2},
+            {"id": 2, "name": "threeway", "engine": "elastic", "primaries": 4, "pg_num": 0, "size": 3},
+        ],
+        "membership": {
+            "order": order,
+            "versions": [
+                {"version": 7, "active": 18},
+                {"version": 8, "active": 9},
+                {"version": 9, "active": [0, 7, 14, 3, 10, 17, 6, 13, 1, 2, 4]},
+            ],
+        },
+    });
+    vec![
+        ("crush", crush),
+        ("crush_legacy", legacy),
+        ("ring", ring),
+        ("attributed", attributed),
+        ("elastic", elastic),
+    ]
 }
 
 fn int(value: &Value, key: &str) -> u64 {
@@ -192,6 +245,7 @@ fn build(description: &Value) -> ClusterMap {
         device.is_in = d["in"].as_bool().unwrap_or(true);
         device.up = d["up"].as_bool().unwrap_or(true);
         device.class = d["class"].as_str().map(String::from);
+        device.bandwidth_mb_per_s = d["bandwidth"].as_u64().unwrap_or(0) as u32;
         builder = builder.device(device);
     }
     for b in description["buckets"].as_array().into_iter().flatten() {
@@ -243,12 +297,56 @@ fn build(description: &Value) -> ClusterMap {
         pool.hashpspool = p["hashpspool"].as_bool().unwrap_or(true);
         pool.engine = match text(p, "engine").as_str() {
             "crush" => EngineRef::Crush { rule: Some(RuleRef::Id(RuleId(int(p, "rule") as u32))) },
+            "attributed" => EngineRef::Attributed {
+                throttle_bytes: p["throttle"].as_u64(),
+                sector_size: p["sector_size"].as_u64().map(|s| s as u32),
+                zone_type: p["zone_type"].as_str().map(String::from),
+                distinct_zones: p["distinct_zones"].as_bool().unwrap_or(false),
+                bandwidth_tolerance_percent: None,
+                selection: p["selection"]
+                    .as_str()
+                    .and_then(optio_placement::SectorSelection::from_name),
+                sector_base: p["sector_base"].as_array().map(|base| {
+                    base.iter()
+                        .map(|pair| {
+                            (
+                                DeviceId(pair[0].as_u64().expect("id") as u32),
+                                pair[1].as_u64().expect("count") as u32,
+                            )
+                        })
+                        .collect()
+                }),
+            },
+            "elastic" => EngineRef::Elastic {
+                primaries: p["primaries"].as_u64().map(|n| n as u32),
+                scale: p["scale"].as_u64().map(|n| n as u32),
+            },
             _ => EngineRef::Ring {
                 vnode_bytes: p["vnode_bytes"].as_u64(),
                 failure_domain: p["failure_domain"].as_str().map(String::from),
             },
         };
         builder = builder.pool(pool);
+    }
+    if let Some(m) = description.get("membership") {
+        let id = |v: &Value| {
+            ItemRef::Id(optio_placement::ItemId(v.as_i64().expect("a device id") as i32))
+        };
+        builder.membership = Some(MembershipSpec {
+            order: m["order"].as_array().expect("order").iter().map(id).collect(),
+            versions: m["versions"]
+                .as_array()
+                .expect("versions")
+                .iter()
+                .map(|v| VersionSpec {
+                    version: v["version"].as_u64(),
+                    active: match v["active"].as_array() {
+                        Some(devices) => ActiveSpec::Devices(devices.iter().map(id).collect()),
+                        None => ActiveSpec::FirstRanks(int(v, "active") as u32),
+                    },
+                })
+                .collect(),
+        });
     }
     builder.build().expect("a fixture map is valid")
 }
@@ -272,7 +370,25 @@ fn placements(map: &ClusterMap) -> String {
             let line = json!([name, pg, location.key, location.devices.as_slice(), primary]);
             writeln!(out, "    {line}{comma}").expect("write");
         }
-        writeln!(out, "  ]{}", if n + 1 < pools.len() { "," } else { "" }).expect("write");
+        let versions: Vec<u64> =
+            pool.elastic().map(|ring| ring.versions().collect()).unwrap_or_default();
+        writeln!(out, "  ]{}", if n + 1 < pools.len() || !versions.is_empty() { "," } else { "" })
+            .expect("write");
+        // Elastic pools: where each object lives as of each membership version.
+        for (v, version) in versions.iter().enumerate() {
+            writeln!(out, "  {}: [", json!(format!("{}@{version}", pool.pool().name)))
+                .expect("write");
+            let mut set = ReplicaSet::new();
+            for i in 0..OBJECTS {
+                let name = format!("object-{i}");
+                let (_, key) = pool.object_key(&name);
+                assert!(pool.place_as_of(*version, key, &mut set), "version {version}");
+                let comma = if i + 1 < OBJECTS { "," } else { "" };
+                writeln!(out, "    {}{comma}", json!([name, key, set.as_slice()])).expect("write");
+            }
+            let last = n + 1 == pools.len() && v + 1 == versions.len();
+            writeln!(out, "  ]{}", if last { "" } else { "," }).expect("write");
+        }
     }
     out.push('}');
     out
@@ -339,6 +455,7 @@ fn placements_match_the_golden_fixtures() {
         );
     }
     if !bless {
-        assert_eq!(checked, OBJECTS * 11, "every pool of every fixture was compared");
+        // 11 crush and ring pools, 5 attributed pools, 2 elastic pools with 3 versions each.
+        assert_eq!(checked, OBJECTS * (11 + 5 + 2 * 4), "every pool of every fixture was compared");
     }
 }

@@ -1,4 +1,5 @@
-//! Integration tests of optio-placement: properties of the engines, golden placements, the
+//! Integration tests of optio-placement: properties of the engines (crush, ring, attributed,
+//! elastic), golden placements, the
 //! builder's refusals, and the CRUSH mapper's robustness.
 
 mod balance;
@@ -6,6 +7,7 @@ mod balanced;
 mod builder_errors;
 mod choice;
 mod crush_scratch;
+mod engines;
 mod golden;
 mod movement;
 mod properties;

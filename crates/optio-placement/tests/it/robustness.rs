@@ -9,10 +9,11 @@ use optio_placement::choice::{
 };
 use optio_placement::crush::{CrushMap, CrushWork};
 use optio_placement::{
-    BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings, ChooseArgSpec, ClusterMap,
-    ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemId, ItemRef, LINEAR_PARAM_ONE,
-    LinearParamSpec, Placement, PolicySpec, PoolBalanceSpec, PoolId, PoolSpec, PpsGenerator,
-    ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables, TypeId, Weight,
+    ActiveSpec, BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings, ChooseArgSpec,
+    ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemId, ItemRef,
+    LINEAR_PARAM_ONE, LinearParamSpec, MembershipSpec, Placement, PolicySpec, PoolBalanceSpec,
+    PoolId, PoolSpec, PpsGenerator, ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec, Step,
+    StepSpec, Tunables, TypeId, VersionSpec, Weight,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
@@ -193,6 +194,20 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
                 .prop_map(|rule| EngineRef::Crush { rule }),
             2 => (prop::option::of(prop_oneof![1 => Just(0u64), 3 => Just(1u64 << 30), 3 => Just(1u64 << 33)]), prop::option::of(prop::sample::select(&["host", "rack", "shelf"][..]).prop_map(String::from)))
                 .prop_map(|(vnode_bytes, failure_domain)| EngineRef::Ring { vnode_bytes, failure_domain }),
+            1 => (
+                prop::option::of(prop_oneof![1 => Just(0u64), 1 => Just(1u64), 3 => Just(1u64 << 30), 3 => Just(1u64 << 36)]),
+                prop::option::of(0u32..7),
+                prop::option::of(prop::sample::select(&["host", "rack", "zone", "shelf", "osd"][..]).prop_map(String::from)),
+                (any::<bool>(), prop::option::of(prop_oneof![0u32..300, Just(u32::MAX)])),
+                prop::option::of(prop::collection::vec((0u32..24, 0u32..70_000).prop_map(|(d, c)| (DeviceId(d), c)), 0..5)),
+            )
+                .prop_map(|(throttle_bytes, sector_size, zone_type, (distinct_zones, bandwidth_tolerance_percent), sector_base)| EngineRef::Attributed {
+                    throttle_bytes, sector_size, zone_type, distinct_zones, bandwidth_tolerance_percent,
+                    selection: (bandwidth_tolerance_percent.unwrap_or(0) % 2 == 1).then_some(optio_placement::SectorSelection::Rendezvous),
+                    sector_base,
+                }),
+            1 => (prop::option::of(0u32..8), prop::option::of(prop_oneof![Just(0u32), Just(1u32), 2u32..5000, Just(1u32 << 16), Just(u32::MAX)]))
+                .prop_map(|(primaries, scale)| EngineRef::Elastic { primaries, scale }),
         ],
         any::<bool>(),
         (prop_oneof![1 => Just(0u32), 8 => 1u32..5, 1 => 5u32..12], 0usize..10, prop_oneof![8 => Just(950_000u32), 1 => Just(0u32), 1 => 0u32..1_100_000]),
@@ -221,6 +236,23 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
                 balanced: id % 2 == 1,
             },
         })
+}
+
+/// A membership: usually none; else ranks and versions naming mostly existing devices.
+fn membership() -> impl Strategy<Value = Option<MembershipSpec>> {
+    let device = prop_oneof![
+        6 => (16i32..20).prop_map(|id| ItemRef::Id(ItemId(id))),
+        1 => item_ref(),
+    ];
+    let active = prop_oneof![
+        2 => (0u32..10).prop_map(ActiveSpec::FirstRanks),
+        1 => prop::collection::vec(device.clone(), 0..5).prop_map(ActiveSpec::Devices),
+    ];
+    let version = (prop::option::of(0u64..12), active)
+        .prop_map(|(version, active)| VersionSpec { version, active });
+    let membership = (prop::collection::vec(device, 0..4), prop::collection::vec(version, 0..4))
+        .prop_map(|(order, versions)| MembershipSpec { order, versions });
+    prop_oneof![5 => Just(None), 1 => membership.prop_map(Some)]
 }
 
 fn tunables() -> impl Strategy<Value = Tunables> {
@@ -271,29 +303,40 @@ fn wild() -> impl Strategy<Value = ClusterMapBuilder> {
         prop_oneof![3 => Just(Vec::new()), 1 => prop::collection::vec(bucket(), 1..4)],
         prop::collection::vec(rule(), 0..3),
         prop::collection::vec(pool(), 0..3),
-        prop_oneof![3 => Just(Vec::new()), 1 => choose_args()],
+        (prop_oneof![3 => Just(Vec::new()), 1 => choose_args()], membership()),
     )
-        .prop_map(|(types, tunables, mut devices, buckets, mut rules, pools, choose_args)| {
-            // Fresh ids for devices without one; rules and pools keep their first id only.
-            let mut next = 16;
-            for device in &mut devices {
-                if device.id.0 == u32::MAX {
-                    device.id = DeviceId(next);
-                    next += 1;
-                }
-            }
-            rules.dedup_by_key(|r| r.id);
-            ClusterMapBuilder {
+        .prop_map(
+            |(
                 types,
                 tunables,
-                devices,
+                mut devices,
                 buckets,
-                rules,
+                mut rules,
                 pools,
-                choose_args,
-                ..ClusterMapBuilder::default()
-            }
-        })
+                (choose_args, membership),
+            )| {
+                // Fresh ids for devices without one; rules and pools keep their first id only.
+                let mut next = 16;
+                for device in &mut devices {
+                    if device.id.0 == u32::MAX {
+                        device.id = DeviceId(next);
+                        next += 1;
+                    }
+                }
+                rules.dedup_by_key(|r| r.id);
+                ClusterMapBuilder {
+                    types,
+                    tunables,
+                    devices,
+                    buckets,
+                    rules,
+                    pools,
+                    choose_args,
+                    membership,
+                    ..ClusterMapBuilder::default()
+                }
+            },
+        )
 }
 
 /// [`wild`] inputs, three in five of them tamed: device fields and tunables made valid, so
@@ -351,6 +394,20 @@ fn exercise(map: &ClusterMap, seed: u32) {
             let request = ChoiceRequest { policy: None, client: Some(&client) };
             if let Ok(chosen) = pool.choose(&candidates, &metrics, &request) {
                 assert!(usize::from(chosen.key.index) < candidates.len());
+            }
+        }
+        // Elastic pools: as of every version; attributed pools: batches.
+        for version in map.membership().map(|m| m.versions.clone()).unwrap_or_default() {
+            pool.place_as_of(version.version, key(seed, 0), &mut out);
+            assert!(out.len() <= pool.pool().size as usize);
+        }
+        if let Some(ring) = pool.attributed() {
+            let keys: Vec<u32> = (0..40).map(|i| key(seed, i)).collect();
+            let mut sets = vec![ReplicaSet::new(); keys.len()];
+            ring.place_batch(&keys, pool.pool().size as usize, &mut sets);
+            for (k, set) in keys.iter().zip(&sets) {
+                pool.place(*k, &mut scratch, &mut out);
+                assert_eq!(&out, set, "key {k:#x}: batch and single lookups differ");
             }
         }
     }

@@ -64,34 +64,90 @@ fn pools(args: &Args) -> Vec<(&'static str, PoolSpec)> {
                 ..PoolSpec::crush(2, "ring", 0, args.size)
             },
         ),
+        (
+            "attributed",
+            PoolSpec {
+                engine: EngineRef::Attributed {
+                    throttle_bytes: Some(64 << 30),
+                    sector_size: None,
+                    zone_type: Some("host".into()),
+                    distinct_zones: true,
+                    bandwidth_tolerance_percent: None,
+                    sector_base: None,
+                    selection: None,
+                },
+                ..PoolSpec::crush(3, "attributed", 0, args.size)
+            },
+        ),
+        (
+            "elastic",
+            PoolSpec {
+                engine: EngineRef::elastic(),
+                ..PoolSpec::crush(4, "elastic", 0, args.size)
+            },
+        ),
+        (
+            "attributed-rdv",
+            PoolSpec {
+                engine: EngineRef::Attributed {
+                    throttle_bytes: Some(64 << 30),
+                    sector_size: None,
+                    zone_type: Some("host".into()),
+                    distinct_zones: true,
+                    bandwidth_tolerance_percent: None,
+                    sector_base: None,
+                    selection: Some(optio_placement::SectorSelection::Rendezvous),
+                },
+                ..PoolSpec::crush(5, "attributed-rdv", 0, args.size)
+            },
+        ),
     ]
 }
 
-fn cluster(args: &Args, change: Option<Change>) -> Result<ClusterMap, SimError> {
+fn cluster(args: &Args) -> Result<ClusterMap, SimError> {
     let mut builder = ClusterMapBuilder::new();
     let mut id = 0;
     for host in 0..args.hosts {
         let name = format!("host{host}");
         for _ in 0..args.devices_per_host {
-            let mut device = DeviceSpec::new(id).capacity(4 << 40).at(&[("host", &name)]);
-            match change {
-                Some(Change::Remove) if id == 0 => {
-                    id += 1;
-                    continue;
-                }
-                Some(Change::Reweight) if id == 0 => device.reweight = Weight(0x8000),
-                _ => {}
-            }
-            builder = builder.device(device);
+            builder = builder.device(DeviceSpec::new(id).capacity(4 << 40).at(&[("host", &name)]));
             id += 1;
         }
-    }
-    if let Some(Change::Add) = change {
-        builder = builder.device(DeviceSpec::new(id).capacity(4 << 40).at(&[("host", "host0")]));
     }
     builder = builder.replicated_rule(0, "replicated_rule", "default", "host");
     for (_, pool) in pools(args) {
         builder = builder.pool(pool);
+    }
+    Ok(builder.build()?)
+}
+
+/// `base` changed as an operator changes a map (its builder: bucket ids, the attributed
+/// pool's sectors and the elastic pool's ranks and p stay). The removed and reweighted device
+/// is the last one (the elastic layout's lowest rank, an ordinary device for the others).
+fn changed(base: &ClusterMap, change: Change) -> Result<ClusterMap, SimError> {
+    let mut builder = base.to_builder();
+    let last = base.devices().last().map_or(0, |d| d.id.0);
+    match change {
+        Change::Add => {
+            let id = base.max_devices();
+            builder =
+                builder.device(DeviceSpec::new(id).capacity(4 << 40).at(&[("host", "host0")]));
+        }
+        Change::Remove => {
+            let item = optio_placement::ItemRef::Id(optio_placement::ItemId(last as i32));
+            builder.devices.retain(|d| d.id.0 != last);
+            for bucket in &mut builder.buckets {
+                bucket.items.retain(|(i, _)| *i != item);
+            }
+            if let Some(membership) = builder.membership.as_mut() {
+                membership.order.retain(|i| *i != item);
+            }
+        }
+        Change::Reweight => {
+            if let Some(device) = builder.devices.iter_mut().find(|d| d.id.0 == last) {
+                device.reweight = Weight(0x8000);
+            }
+        }
     }
     Ok(builder.build()?)
 }
@@ -113,7 +169,7 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
             reason: "must be positive".into(),
         });
     }
-    let base = cluster(args, None)?;
+    let base = cluster(args)?;
     let placement = Placement::new(&base)?;
     let changes = [Change::Add, Change::Remove, Change::Reweight];
     let mut table = Table::new(
@@ -135,7 +191,7 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
         progress.advance(1);
         let mut ratios = Vec::new();
         for change in changes {
-            let changed = cluster(args, Some(change))?;
+            let changed = changed(&base, change)?;
             let changed_placement = Placement::new(&changed)?;
             let m = movement(
                 &base,
@@ -184,7 +240,7 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
         ),
         tables: vec![table],
         notes: vec![
-            "add: one device joins host0; remove: device 0 leaves; reweight: device 0 goes to 0.5.".into(),
+            "add: one device joins host0; remove: the last device leaves; reweight: the last device goes to 0.5 (elastic ignores reweights other than 0). Changes are made on the map's builder, so the attributed sectors, elastic ranks and p stay.".into(),
             "moved/minimum: 1.00 is optimal; the minimum is the change of the devices' weight shares.".into(),
         ],
         json: json!({ "experiment": "engines", "engines": json_rows }),
@@ -209,7 +265,7 @@ mod tests {
         let args = Args { hosts: 4, devices_per_host: 3, pg_num: 256, size: 2, objects: 20_000 };
         let report = run(&args, &mut NoProgress).expect("runs");
         let engines = report.json["engines"].as_array().expect("array");
-        assert_eq!(engines.len(), 2);
+        assert_eq!(engines.len(), 5);
         let ring = &engines[1];
         assert_eq!(ring["engine"], "ring");
         for change in ring["movement"].as_array().expect("array") {

@@ -1,7 +1,13 @@
 //! The experiments, one module each.
 
+pub mod attributed_cost;
+pub mod attributed_io;
+pub mod attributed_movement;
 pub mod balance;
+pub mod elastic_layout;
+pub mod elastic_trace;
 pub mod engines;
+pub mod hetero;
 pub mod local;
 pub mod policies;
 pub mod space;
@@ -25,6 +31,16 @@ pub enum Experiment {
     /// PGs per OSD and movement: stock CRUSH, seed 002's optimised CRUSH, Optio's balanced
     /// placement.
     Balance(balance::Args),
+    /// The attributed-CH paper's Tables 1 and 2: placement time and memory.
+    AttributedCost(attributed_cost::Args),
+    /// The attributed-CH paper's Figure 7: data moved by one node addition.
+    AttributedMovement(attributed_movement::Args),
+    /// Data and expected read bandwidth on the fast devices of a mixed HDD/SSD cluster.
+    AttributedIo(attributed_io::Args),
+    /// The elastic-CH paper's equal-work layout, primary copies and capacity tiers.
+    ElasticLayout(elastic_layout::Args),
+    /// The elastic-CH paper's Table II: machine-hours of resizing along a load trace.
+    ElasticTrace(elastic_trace::Args),
 }
 
 impl Experiment {
@@ -36,6 +52,11 @@ impl Experiment {
             Experiment::Local(args) => local::run(args, progress),
             Experiment::Policies(args) => policies::run(args, progress),
             Experiment::Balance(args) => balance::run(args, progress),
+            Experiment::AttributedCost(args) => attributed_cost::run(args, progress),
+            Experiment::AttributedMovement(args) => attributed_movement::run(args, progress),
+            Experiment::AttributedIo(args) => attributed_io::run(args, progress),
+            Experiment::ElasticLayout(args) => elastic_layout::run(args, progress),
+            Experiment::ElasticTrace(args) => elastic_trace::run(args, progress),
         }
     }
 }

@@ -286,7 +286,7 @@ fn describe_pool(map: &ClusterMap, id: PoolId, objects: u64, object_size: u64) -
                 .map(|t| format!(", distinct {t}s"))
                 .unwrap_or_default()
         ),
-        _ => pool.engine.name().to_string(),
+        _ => super::engine_text(map, pool),
     };
     let pgs = if pool.pg_num > 0 {
         format!("{} PGs", pool.pg_num)
@@ -344,6 +344,9 @@ pub fn failure_domain(map: &ClusterMap, id: PoolId) -> Option<TypeId> {
             })
         }
         EngineSpec::Ring(params) => params.failure_domain.or_else(|| map.type_by_name("host")),
+        // The location attribute (zones), else hosts.
+        EngineSpec::Attributed(params) if params.zone_type != TypeId(0) => Some(params.zone_type),
+        EngineSpec::Attributed(_) | EngineSpec::Elastic(_) => map.type_by_name("host"),
         _ => None,
     }
 }

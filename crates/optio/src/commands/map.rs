@@ -202,7 +202,7 @@ fn show_text(map: &ClusterMap) -> String {
                 format!("crush, rule '{}'", map.rule(rule).map_or("?", |r| r.name.as_str()))
             }
             EngineSpec::Ring(p) => format!("ring, {} per vnode", bytes(p.vnode_bytes as f64)),
-            _ => pool.engine.name().to_string(),
+            _ => super::engine_text(map, pool),
         };
         let choice = if pool.choice.is_default() {
             String::new()
@@ -218,6 +218,18 @@ fn show_text(map: &ClusterMap) -> String {
         out.push_str(&format!(
             "pool {} '{}': {engine}{extensions}, pg_num {}, size {}, min_size {}{choice}\n",
             pool.id, pool.name, pool.pg_num, pool.size, pool.min_size
+        ));
+    }
+    if let Some(membership) = map.membership() {
+        let current = membership.current();
+        out.push_str(&format!(
+            "membership: {} servers ranked (rank 1: {}); version {} in force, {} active{}; {} version(s)\n",
+            membership.order.len(),
+            membership.order.first().and_then(|d| map.device(*d)).map_or("-", |d| d.name.as_str()),
+            current.version,
+            membership.active_count(current),
+            if membership.is_full_power(current) { " (full power)" } else { "" },
+            membership.versions.len()
         ));
     }
     out
@@ -294,11 +306,26 @@ fn show_json(map: &ClusterMap) -> serde_json::Value {
     let pools: Vec<serde_json::Value> = map
         .pools()
         .iter()
-        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size, "choices": p.choice.choices, "policy": p.choice.policy.to_string(), "full_ratio": f64::from(p.choice.full_ppm) / 1e6, "pps": p.balance.pps.name(), "balance_param": f64::from(p.balance.linear_param) / 65536.0, "balanced": p.balance.balanced}))
+        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "engine_detail": super::engine_text(map, p), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size, "choices": p.choice.choices, "policy": p.choice.policy.to_string(), "full_ratio": f64::from(p.choice.full_ppm) / 1e6, "pps": p.balance.pps.name(), "balance_param": f64::from(p.balance.linear_param) / 65536.0, "balanced": p.balance.balanced}))
         .collect();
+    let membership = map.membership().map(|m| {
+        let name = |d: &optio_placement::DeviceId| map.device(*d).map(|d| d.name.clone());
+        json!({
+            "order": m.order.iter().map(name).collect::<Vec<_>>(),
+            "versions": m.versions.iter().map(|v| json!({
+                "version": v.version,
+                "active": m.active_count(v),
+                "full_power": m.is_full_power(v),
+                "active_devices": m.order.iter().enumerate()
+                    .filter(|(i, _)| m.is_active(v, *i as u32 + 1))
+                    .map(|(_, d)| name(d)).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })
+    });
     json!({
         "epoch": map.epoch().0,
         "tunables": map.tunables().profile().map_or("custom", |p| p.name()),
         "devices": devices, "buckets": buckets, "rules": rules, "pools": pools,
+        "membership": membership,
     })
 }

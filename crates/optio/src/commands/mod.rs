@@ -84,3 +84,52 @@ pub fn find_pool(map: &ClusterMap, name: &str) -> Result<PoolId> {
         if known.is_empty() { "none".to_string() } else { known.join(", ") }
     ))
 }
+
+/// How a pool's engine is set up, in a few words (`analyze`, `map show`).
+pub fn engine_text(map: &optio_placement::ClusterMap, pool: &optio_placement::Pool) -> String {
+    use optio_placement::EngineSpec;
+    let bytes = |b: u64| crate::output::bytes(b as f64);
+    match pool.engine {
+        EngineSpec::Crush { rule } => {
+            format!("crush rule '{}'", map.rule(rule).map_or("?", |r| r.name.as_str()))
+        }
+        EngineSpec::Ring(params) => format!(
+            "ring ({} per vnode{})",
+            bytes(params.vnode_bytes),
+            params
+                .failure_domain
+                .and_then(|t| map.type_name(t))
+                .map(|t| format!(", distinct {t}s"))
+                .unwrap_or_default()
+        ),
+        EngineSpec::Attributed(params) => {
+            let zones = match map.type_name(params.zone_type) {
+                Some(name) if params.zone_type.0 != 0 => name.to_string(),
+                _ => "device".to_string(),
+            };
+            format!(
+                "attributed (c_throttle {}, s = {}, zones by {zones}{}, bandwidth tolerance {}%, sectors formed by {} devices)",
+                bytes(params.throttle_bytes),
+                params.sector_size,
+                if params.distinct_zones { ", distinct zones" } else { "" },
+                params.bandwidth_tolerance_percent,
+                pool.sector_base.len()
+            )
+        }
+        EngineSpec::Elastic(params) => {
+            let servers = map.membership().map_or(map.devices().len(), |m| m.order.len());
+            let version = map
+                .membership()
+                .map(|m| {
+                    let v = m.current();
+                    format!(", version {}: {} active", v.version, m.active_count(v))
+                })
+                .unwrap_or_default();
+            format!(
+                "elastic (p = {} primaries of {servers} servers, B = {}{version})",
+                params.primaries, params.scale
+            )
+        }
+        _ => pool.engine.name().to_string(),
+    }
+}

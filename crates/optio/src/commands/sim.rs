@@ -16,7 +16,13 @@ use crate::output::progress;
   optio sim engines --plot movement.png
   optio sim space --blocks-per-disk 100000
   optio sim local --json
-  optio sim policies --plot policies.svg")]
+  optio sim policies --plot policies.svg
+  optio sim balance --maps 40 --pg-nums 2048 --sizes 3
+  optio sim attributed-cost --nodes 64,512 --memory-rows 100x256
+  optio sim attributed-movement --plot fig7.svg
+  optio sim attributed-io --zipf 1.0
+  optio sim elastic-layout --servers 10 --replicas 2
+  optio sim elastic-trace --trace load.csv")]
 pub struct Args {
     #[command(subcommand)]
     experiment: Experiment,

@@ -1,0 +1,1877 @@
+//! The `attributed` engine: attributed consistent hashing (attributedCH; J. Zhou, Y. Chen,
+//! W. Wang, "Attributed Consistent Hashing for Heterogeneous Storage Systems", PACT'18).
+//!
+//! Devices carry three attributes taken from the map: capacity (`capacity_bytes`), bandwidth
+//! (`bandwidth_mb_per_s`) and location (the device's ancestor of the pool's `zone_type`).
+//!
+//! * **Virtual nodes.** A device gets ⌈capacity / c_throttle⌉ virtual nodes (1 to 65,536), at
+//!   the same ring positions as the `ring` engine's (`hash32_2(device id, index)`). A reweight
+//!   below 1 keeps the first ⌈capacity × reweight / c_throttle⌉ of them and marks the rest.
+//! * **Sectors.** The pool's *sector base* — the devices and virtual-node counts present when
+//!   the sectors were formed, stored in the map — is cut into sectors of `s` consecutive
+//!   virtual nodes from position 0; a sector's position is its last base virtual node (the last
+//!   sector may be shorter). Every other virtual node (devices added later, or grown) *merges*
+//!   into the sector whose arc it falls in, so adding a device never creates or shifts a
+//!   sector. A device marked out (or down, or reweighted) keeps its virtual nodes as *marked*
+//!   (or skipped) slots, and a base device removed from the map keeps its base virtual nodes as
+//!   marked slots, so sectors keep their size (a device added after the sectors were formed and
+//!   then removed from the map leaves its sectors as they were before it came). A key belongs
+//!   to its first successor sector; replica r (0-based) starts in the r-th sector after it.
+//! * **Homogeneous sectors** (see below) use the *capacity strategy*: slot
+//!   `(h(x) + (r+1)·p) mod s'` of the sector's `s'` slots (marked ones included), `p` a prime
+//!   greater than `s` chosen deterministically from `s` ([`strategy_prime`]).
+//! * **Heterogeneous sectors** use the *bandwidth strategy*: one range per *physical* device in
+//!   the sector (in ring order, at its first virtual node), of length bandwidth / min_bandwidth
+//!   — kept as integers: lengths in MB/s, which is the same ratio scaled by min_bandwidth — and
+//!   a pseudo-random value in `[0, u)` (`u` = the sum) picks the range: `⌊draw(x, r) · u / 2³²⌋`.
+//! * **Location strategy.** A replica never lands on a device that already holds one, nor, when
+//!   the pool sets `distinct_zones`, in a zone that does. When the strategy's choice is taken,
+//!   marked or down, the capacity strategy searches on through the sector's later slots and the
+//!   bandwidth strategy draws again among the ranges still eligible; when the sector has none,
+//!   the search moves on to the next sector, and after a full turn walks the ring slot by slot.
+//!
+//! * **Rendezvous selection** (`selection = "rendezvous"`, Optio's variant, not the paper's):
+//!   the same sectors and distributions, but the slot of highest rendezvous score in a
+//!   homogeneous sector and the device of lowest bandwidth-weighted straw2 cost in a
+//!   heterogeneous one, so that a sector that gains or loses a slot or device moves only the
+//!   keys that slot or device wins or held.
+//!
+//! **Homogeneous**, precisely: a sector is homogeneous when all the devices of its unmarked
+//! slots (up or down) have the same device class (or all none) and bandwidths within
+//! `bandwidth_tolerance_percent` of each other: `max × 100 ≤ min × (100 + tolerance)`. A device
+//! with unknown bandwidth (0) counts as the slowest known bandwidth of the devices that may hold
+//! data (in, with weight, reweight and capacity; 1 MB/s when none is known). A sector with one
+//! device, or none, is homogeneous.
+//!
+//! Layout: per sector 12 bytes — its position, the offset of its slots with the strategy flag,
+//! and u — with a top-bits index as in `ring`; one 4-byte word per slot (owner, marked, down,
+//! first-of-its-device flags); 12 bytes per device: about 7.4 bytes per virtual node at
+//! `s = 4`. A lookup is one index read, a scan of about two sector entries, and per replica one
+//! sector's slots; every replica's first choice is computed before any is checked, so their
+//! reads overlap, and [`AttributedRing::place_batch`] interleaves 16 keys. No division (`mod s'`
+//! is Lemire's fastmod with a per-size constant).
+//!
+//! Invariants: sector boundaries depend only on the sector base; a device's slots only on its
+//! id and counts. So adding a device changes only the sectors its virtual nodes merge into,
+//! and marking one out changes only the sectors holding its virtual nodes.
+
+use crate::ids::{DeviceId, ItemId};
+use crate::map::{AttributedParams, ClusterMap, REPLICAS_MAX, SectorSelection};
+use crate::placement::ReplicaSet;
+
+/// Most virtual nodes (slots) one attributed ring may have (about 870 MB of lookup tables);
+/// the builder refuses pools that would exceed it.
+pub const ATTRIBUTED_VNODES_MAX: u64 = 1 << 27;
+/// Most virtual nodes one device may have (the paper's bound).
+pub const VNODES_PER_DEVICE_MAX: u32 = 65_536;
+/// Largest sector size `s`.
+pub const SECTOR_SIZE_MAX: u32 = 65_536;
+/// Largest bandwidth tolerance, in percent.
+pub const TOLERANCE_PERCENT_MAX: u32 = 10_000;
+
+/// Slot word: owner index in the low bits.
+const OWNER_MASK: u32 = (1 << 24) - 1;
+/// Slot word: the first unmarked slot of its device in its sector (the device's range).
+const FIRST: u32 = 1 << 29;
+/// Slot word: the device is down (skipped, still a member of the sector).
+const DOWN: u32 = 1 << 30;
+/// Slot word: marked (removed, out, or beyond the reweighted count): skipped, not a member.
+const MARKED: u32 = 1 << 31;
+/// Sector offset word: the sector is heterogeneous (bandwidth strategy).
+const HETEROGENEOUS: u32 = 1 << 31;
+/// Owner index of slots of devices no longer in the map.
+const NO_OWNER: u32 = OWNER_MASK;
+
+/// Salt of the capacity strategy's hash h(x).
+const CAPACITY_SALT: u32 = 0x5ec7_0c11;
+/// Salt of the bandwidth strategy's draws.
+const BANDWIDTH_SALT: u32 = 0xb5ad_4ece;
+
+/// How many virtual nodes a device of `capacity_bytes` gets: ⌈capacity / throttle⌉, 1 to
+/// 65,536.
+pub fn vnode_count(capacity_bytes: u64, throttle_bytes: u64) -> u32 {
+    capacity_bytes.div_ceil(throttle_bytes.max(1)).clamp(1, u64::from(VNODES_PER_DEVICE_MAX)) as u32
+}
+
+/// A 32-bit integer mixer (Chris Wellons' `lowbias32`): a bijection with good avalanche, used
+/// for the strategies' hashes. Fixed forever: placements depend on it.
+#[inline]
+pub fn mix32(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^= x >> 16;
+    x
+}
+
+/// The capacity strategy's h(x).
+#[inline]
+pub fn capacity_hash(key: u32) -> u32 {
+    mix32(key ^ CAPACITY_SALT)
+}
+
+/// The bandwidth strategy's pseudo-random draw for replica `replica` (0-based), attempt
+/// `attempt` (0: the first draw; 1: the draw among the ranges still eligible).
+#[inline]
+pub fn bandwidth_draw(key: u32, replica: u32, attempt: u32) -> u32 {
+    mix32(key ^ mix32(BANDWIDTH_SALT ^ (replica << 8) ^ attempt))
+}
+
+/// SplitMix64's finalizer (Steele, Lea & Flood): the rendezvous selection's 64-bit hash.
+#[inline]
+fn splitmix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The rendezvous selection's per-replica hash of a key.
+#[inline]
+fn rendezvous_key(key: u32, replica: u32) -> u64 {
+    splitmix64((u64::from(key) << 32 | u64::from(replica)) ^ 0x5ec7_0a6d_e5f0_0d1e)
+}
+
+/// A slot's rendezvous score for a key (the highest wins): a hash of the slot's ring position,
+/// which depends only on its device and index.
+#[inline]
+fn slot_score(hr: u64, position: u32) -> u64 {
+    splitmix64(hr ^ u64::from(position))
+}
+
+/// A device's weighted rendezvous cost for a key (the lowest wins): straw2's draw, `(2^48 −
+/// crush_ln(u16)) / bandwidth`, so a device wins in proportion to its bandwidth.
+#[inline]
+fn device_cost(hr: u64, device: u32, bandwidth: u32) -> u64 {
+    let u = (splitmix64(hr ^ (u64::from(device) << 32 | 0xd1b5)) >> 48) as u32;
+    ((1u64 << 48) - crate::crush::ln::crush_ln(u)) / u64::from(bandwidth.max(1))
+}
+
+/// A value in `[0, u)` from a 32-bit draw: `⌊draw · u / 2³²⌋`.
+#[inline]
+fn scale(draw: u32, u: u64) -> u64 {
+    ((u128::from(draw) * u128::from(u)) >> 32) as u64
+}
+
+/// The prime `p > s` of the capacity strategy: the first prime at or after
+/// `s + 1 + mix32(s) mod 1024` — chosen "randomly but deterministically", as CRUSH chooses the
+/// primes of uniform buckets.
+pub fn strategy_prime(sector_size: u32) -> u32 {
+    let mut candidate = sector_size + 1 + mix32(sector_size) % 1024;
+    while !is_prime(candidate) {
+        candidate += 1;
+    }
+    candidate
+}
+
+fn is_prime(n: u32) -> bool {
+    if n < 2 {
+        return false;
+    }
+    let mut d = 2u32;
+    while d * d <= n {
+        if n.is_multiple_of(d) {
+            return false;
+        }
+        d += 1;
+    }
+    true
+}
+
+/// Lemire's fastmod constant for divisor `d` (`d ≥ 1`).
+fn fastmod_constant(d: u32) -> u64 {
+    (u64::MAX / u64::from(d)).wrapping_add(1)
+}
+
+/// `a mod d` with `m = fastmod_constant(d)`, exact for every 32-bit `a` and `d`.
+#[inline]
+fn fastmod(a: u32, m: u64, d: u32) -> u32 {
+    let low = m.wrapping_mul(u64::from(a));
+    ((u128::from(low) * u128::from(d)) >> 64) as u32
+}
+
+/// The state of one slot (virtual node) of the ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SlotState {
+    /// Usable.
+    Live,
+    /// Its device is down: skipped, but the sector's strategy and ranges still count it.
+    Down,
+    /// Marked: its device is out, removed, or reweighted below this vnode. Skipped.
+    Marked,
+}
+
+/// One virtual node, before compilation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotSpec {
+    /// Position on the 32-bit ring.
+    pub position: u32,
+    /// Index of its device in the owner table (`2^24 - 1` for devices no longer in the map).
+    pub owner: u32,
+    /// Whether it belongs to the sector base (forms sector boundaries).
+    pub base: bool,
+    /// Its state.
+    pub state: SlotState,
+}
+
+impl SlotSpec {
+    /// The slot as one sortable word: position, owner, not-base, state — ring order, ties
+    /// broken by owner, base slots first.
+    pub fn pack(&self) -> u64 {
+        let state = match self.state {
+            SlotState::Live => 0,
+            SlotState::Down => 1,
+            SlotState::Marked => 2,
+        };
+        u64::from(self.position) << 32
+            | u64::from(self.owner.min(NO_OWNER)) << 8
+            | u64::from(!self.base) << 2
+            | state
+    }
+}
+
+/// One device, before compilation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerSpec {
+    /// Device id.
+    pub device: u32,
+    /// Zone number (equal numbers: same zone).
+    pub zone: u32,
+    /// Device class number (`u32::MAX`: none).
+    pub class: u32,
+    /// Bandwidth in MB/s as the engine counts it (unknown already replaced; at least 1).
+    pub bandwidth: u32,
+}
+
+/// A compiled attributed ring.
+#[derive(Clone, Debug)]
+pub struct AttributedRing {
+    /// Per sector, ascending: its position (its last base virtual node) and the offset of its
+    /// first slot with the [`HETEROGENEOUS`] flag; one extra entry at the end holds the slot
+    /// count. Interleaved so that finding a key's sector also reads where its slots are.
+    sectors: Vec<Sector>,
+    /// `index[b]` = first sector whose position's top bits are ≥ b; one extra entry at the end.
+    index: Vec<u32>,
+    index_shift: u32,
+    /// Slot words, sector by sector, each sector in ring order.
+    slots: Vec<u32>,
+    /// The ring position of each slot (rendezvous selection only; empty otherwise).
+    slot_positions: Vec<u32>,
+    selection: SectorSelection,
+    /// Per owner: device id, zone, bandwidth.
+    device_ids: Vec<u32>,
+    zones: Vec<u32>,
+    bandwidths: Vec<u32>,
+    /// Fastmod constants by sector size (slot count).
+    fastmod: Vec<u64>,
+    prime: u32,
+    distinct_zones: bool,
+    /// Distinct zones (or devices) with a live slot: the most replicas a key can get.
+    available: usize,
+}
+
+/// One sector: its position and the offset of its first slot (with the strategy flag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+struct Sector {
+    position: u32,
+    start: u32,
+    /// For heterogeneous sectors, u: the sum of the ranges' lengths ([`U_UNKNOWN`] when it
+    /// does not fit 32 bits and is summed at lookup).
+    bandwidth: u32,
+}
+
+/// `Sector::bandwidth` of sectors whose u needs 64 bits.
+const U_UNKNOWN: u32 = u32::MAX;
+
+/// Where a replica came from, for tests and the simulator's statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// The capacity strategy of a homogeneous sector.
+    Capacity,
+    /// The bandwidth strategy of a heterogeneous sector.
+    Bandwidth,
+    /// The final ring walk (no sector had an eligible device where its strategy looked).
+    Walk,
+}
+
+/// The replicas chosen so far in one lookup: owners and zones.
+#[derive(Clone, Copy)]
+struct Chosen<'a> {
+    owners: &'a [u32],
+    zones: &'a [u32],
+}
+
+impl Chosen<'_> {
+    #[inline(always)]
+    fn excludes(&self, ring: &AttributedRing, owner: u32) -> bool {
+        if ring.distinct_zones {
+            self.zones.contains(&ring.zones[owner as usize])
+        } else {
+            self.owners.contains(&owner)
+        }
+    }
+}
+
+impl AttributedRing {
+    /// Compiles the attributed ring of `map` for `params` and `sector_base`.
+    pub fn new(
+        map: &ClusterMap,
+        params: &AttributedParams,
+        sector_base: &[(DeviceId, u32)],
+    ) -> AttributedRing {
+        let mut packed = Vec::with_capacity(slot_count(map, params, sector_base));
+        let owners = for_each_slot(map, params, sector_base, |slot| packed.push(slot.pack()));
+        AttributedRing::from_packed(&owners, packed, params)
+    }
+
+    /// Compiles a ring from explicit slots (positions given), for the paper's worked examples
+    /// and the simulator. Slots need not be sorted.
+    pub fn from_specs(
+        owners: &[OwnerSpec],
+        slots: Vec<SlotSpec>,
+        params: &AttributedParams,
+    ) -> AttributedRing {
+        let packed = slots.iter().map(SlotSpec::pack).collect();
+        AttributedRing::from_packed(owners, packed, params)
+    }
+
+    /// Compiles a ring from packed slots ([`SlotSpec::pack`]), in any order.
+    fn from_packed(
+        owners: &[OwnerSpec],
+        mut packed: Vec<u64>,
+        params: &AttributedParams,
+    ) -> AttributedRing {
+        packed.sort_unstable();
+        let is_base = |p: u64| p & (1 << 2) == 0;
+        let bases = packed.iter().filter(|p| is_base(**p)).count();
+        let sector_size = params.sector_size.max(1) as usize;
+        // Sector ends: every s-th base slot, and the last base slot.
+        let mut ends: Vec<(usize, u32)> = Vec::with_capacity(bases.div_ceil(sector_size));
+        let mut seen = 0usize;
+        for (i, p) in packed.iter().enumerate() {
+            if is_base(*p) {
+                seen += 1;
+                if seen.is_multiple_of(sector_size) || seen == bases {
+                    ends.push((i, (*p >> 32) as u32));
+                }
+            }
+        }
+        let rendezvous = params.selection == SectorSelection::Rendezvous;
+        let positions: Vec<u32> = if rendezvous {
+            packed.iter().map(|p| (*p >> 32) as u32).collect()
+        } else {
+            Vec::new()
+        };
+        let words: Vec<u32> = packed
+            .iter()
+            .map(|p| {
+                let owner = (*p >> 8) as u32 & OWNER_MASK;
+                owner
+                    | match p & 3 {
+                        0 => 0,
+                        1 => DOWN,
+                        _ => MARKED,
+                    }
+            })
+            .collect();
+        drop(packed);
+        if ends.is_empty() && !words.is_empty() {
+            // No base: one sector spanning the ring (the builder refuses this for maps with
+            // devices; it keeps hand-made rings total).
+            ends.push((words.len() - 1, u32::MAX));
+        }
+        let sectors = ends.len();
+        let mut sector_list = Vec::with_capacity(sectors + 1);
+        let mut ordered: Vec<u32> = Vec::with_capacity(words.len());
+        let mut ordered_positions: Vec<u32> = Vec::with_capacity(positions.len());
+        // Sector 0 starts with the slots after the last sector end (they wrap around).
+        let tail = ends.last().map_or(0, |(i, _)| i + 1);
+        let mut begin = 0usize;
+        for (k, (end, position)) in ends.iter().enumerate() {
+            let start = ordered.len() as u32;
+            if k == 0 {
+                ordered.extend_from_slice(&words[tail..]);
+                if rendezvous {
+                    ordered_positions.extend_from_slice(&positions[tail..]);
+                }
+            }
+            ordered.extend_from_slice(&words[begin..=*end]);
+            if rendezvous {
+                ordered_positions.extend_from_slice(&positions[begin..=*end]);
+            }
+            sector_list.push(Sector { position: *position, start, bandwidth: 0 });
+            begin = end + 1;
+        }
+        sector_list.push(Sector { position: u32::MAX, start: ordered.len() as u32, bandwidth: 0 });
+        drop(words);
+        let mut ring = AttributedRing {
+            sectors: sector_list,
+            index: Vec::new(),
+            index_shift: 32,
+            slots: ordered,
+            slot_positions: ordered_positions,
+            selection: params.selection,
+            device_ids: owners.iter().map(|o| o.device).collect(),
+            zones: owners.iter().map(|o| o.zone).collect(),
+            bandwidths: owners.iter().map(|o| o.bandwidth.max(1)).collect(),
+            fastmod: Vec::new(),
+            prime: strategy_prime(params.sector_size.max(1)),
+            distinct_zones: params.distinct_zones,
+            available: 0,
+        };
+        ring.classify(owners, params.bandwidth_tolerance_percent);
+        ring.build_index();
+        let largest = (0..sectors)
+            .map(|k| ring.sector_range(k).1 - ring.sector_range(k).0)
+            .max()
+            .unwrap_or(0);
+        ring.fastmod = (0..=largest as u32).map(|d| fastmod_constant(d.max(1))).collect();
+        ring.available = ring.count_available();
+        ring
+    }
+
+    /// Marks each device's first unmarked slot per sector and flags heterogeneous sectors.
+    fn classify(&mut self, owners: &[OwnerSpec], tolerance_percent: u32) {
+        let mut stamp = vec![u32::MAX; owners.len()];
+        for k in 0..self.sector_count() {
+            let (begin, end) = self.sector_range(k);
+            let (mut class, mut low, mut high) = (None, u32::MAX, 0u32);
+            let mut mixed_class = false;
+            for slot in &mut self.slots[begin..end] {
+                if *slot & MARKED != 0 {
+                    continue;
+                }
+                let owner = (*slot & OWNER_MASK) as usize;
+                if stamp[owner] != k as u32 {
+                    stamp[owner] = k as u32;
+                    *slot |= FIRST;
+                }
+                let spec = &owners[owner];
+                match class {
+                    None => class = Some(spec.class),
+                    Some(c) if c != spec.class => mixed_class = true,
+                    Some(_) => {}
+                }
+                low = low.min(spec.bandwidth.max(1));
+                high = high.max(spec.bandwidth.max(1));
+            }
+            let spread =
+                u64::from(high) * 100 > u64::from(low) * (100 + u64::from(tolerance_percent));
+            if class.is_some() && (mixed_class || spread) {
+                self.sectors[k].start |= HETEROGENEOUS;
+                let u: u64 = self.slots[begin..end]
+                    .iter()
+                    .filter(|w| **w & FIRST != 0)
+                    .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
+                    .sum();
+                self.sectors[k].bandwidth = u32::try_from(u).unwrap_or(U_UNKNOWN);
+            }
+        }
+    }
+
+    fn build_index(&mut self) {
+        let count = self.sector_count();
+        let bits = if count < 4 { 1 } else { (usize::BITS - count.leading_zeros() - 2).min(24) };
+        self.index_shift = 32 - bits;
+        self.index = vec![0u32; (1usize << bits) + 1];
+        let mut cursor = 0usize;
+        for (bucket, slot) in self.index.iter_mut().enumerate() {
+            while cursor < count
+                && ((self.sectors[cursor].position >> self.index_shift) as usize) < bucket
+            {
+                cursor += 1;
+            }
+            *slot = cursor as u32;
+        }
+    }
+
+    fn count_available(&self) -> usize {
+        let mut seen: Vec<u32> = self
+            .slots
+            .iter()
+            .filter(|w| **w & (MARKED | DOWN) == 0)
+            .map(|w| {
+                let owner = *w & OWNER_MASK;
+                if self.distinct_zones { self.zones[owner as usize] } else { owner }
+            })
+            .collect();
+        seen.sort_unstable();
+        seen.dedup();
+        seen.len()
+    }
+
+    /// Number of virtual nodes (slots, marked ones included).
+    pub fn vnode_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Number of sectors.
+    pub fn sector_count(&self) -> usize {
+        self.sectors.len() - 1
+    }
+
+    /// The position of sector `k` (its last base virtual node).
+    pub fn sector_position(&self, k: usize) -> Option<u32> {
+        (k < self.sector_count()).then(|| self.sectors[k].position)
+    }
+
+    /// Number of heterogeneous sectors (bandwidth strategy).
+    pub fn heterogeneous_count(&self) -> usize {
+        self.sectors[..self.sector_count()].iter().filter(|s| s.start & HETEROGENEOUS != 0).count()
+    }
+
+    /// The prime p of the capacity strategy.
+    pub fn prime(&self) -> u32 {
+        self.prime
+    }
+
+    /// Bytes of memory the lookup structures use.
+    pub fn memory_bytes(&self) -> usize {
+        self.sectors.capacity() * std::mem::size_of::<Sector>()
+            + self.index.capacity() * 4
+            + self.slots.capacity() * 4
+            + self.slot_positions.capacity() * 4
+            + self.device_ids.capacity() * 4
+            + self.zones.capacity() * 4
+            + self.bandwidths.capacity() * 4
+            + self.fastmod.capacity() * 8
+    }
+
+    /// The slots of sector `k` as (begin, end) indices.
+    #[inline]
+    fn sector_range(&self, k: usize) -> (usize, usize) {
+        let begin = (self.sectors[k].start & !HETEROGENEOUS) as usize;
+        let end = (self.sectors[k + 1].start & !HETEROGENEOUS) as usize;
+        (begin, end)
+    }
+
+    /// Whether sector `k` is homogeneous (capacity strategy).
+    pub fn is_homogeneous(&self, k: usize) -> bool {
+        k < self.sector_count() && self.sectors[k].start & HETEROGENEOUS == 0
+    }
+
+    /// The sector a key belongs to: its first successor sector (wrapping).
+    #[inline]
+    pub fn sector_of(&self, key: u32) -> usize {
+        let count = self.sector_count();
+        let bucket = (key >> self.index_shift) as usize;
+        let mut i = self.index[bucket] as usize;
+        let end = self.index[bucket + 1] as usize;
+        while i < end && self.sectors[i].position < key {
+            i += 1;
+        }
+        if i == count { 0 } else { i }
+    }
+
+    /// The devices (ids) of sector `k`'s slots in ring order, with their states.
+    pub fn sector_slots(&self, k: usize) -> Vec<(Option<DeviceId>, SlotState)> {
+        let (begin, end) = self.sector_range(k);
+        self.slots[begin..end]
+            .iter()
+            .map(|w| {
+                let owner = *w & OWNER_MASK;
+                let device = self.device_ids.get(owner as usize).map(|d| DeviceId(*d));
+                let state = if w & MARKED != 0 {
+                    SlotState::Marked
+                } else if w & DOWN != 0 {
+                    SlotState::Down
+                } else {
+                    SlotState::Live
+                };
+                (device, state)
+            })
+            .collect()
+    }
+
+    /// The bandwidth ranges of sector `k`: (device, start, end) in MB/s units, in ring order.
+    /// Dividing by the smallest length gives the paper's `bandwidth / min_bandwidth` ranges.
+    pub fn sector_ranges(&self, k: usize) -> Vec<(DeviceId, u64, u64)> {
+        let (begin, end) = self.sector_range(k);
+        let mut start = 0u64;
+        let mut ranges = Vec::new();
+        for w in &self.slots[begin..end] {
+            if w & FIRST != 0 {
+                let owner = (w & OWNER_MASK) as usize;
+                let length = u64::from(self.bandwidths[owner]);
+                ranges.push((DeviceId(self.device_ids[owner]), start, start + length));
+                start += length;
+            }
+        }
+        ranges
+    }
+
+    /// Up to `replicas` devices for `key`, on distinct devices (and zones when the pool asks),
+    /// primary first. Fewer when fewer distinct devices (zones) are live.
+    #[inline]
+    pub fn place(&self, key: u32, replicas: usize, out: &mut ReplicaSet) {
+        self.place_with(key, replicas, out, |_, _| {});
+    }
+
+    /// [`place`](Self::place) for many keys: `out[i]` gets the devices of `keys[i]` (up to
+    /// the shorter of the two). The same results as one `place` per key, faster for large
+    /// rings: the lookups of a block of keys run stage by stage (find the sectors, then every
+    /// replica's first choice, then the checks), so the memory reads of different keys
+    /// overlap instead of waiting for each other.
+    pub fn place_batch(&self, keys: &[u32], replicas: usize, out: &mut [ReplicaSet]) {
+        const BLOCK: usize = 16;
+        const REPLICAS: usize = 4;
+        let wanted = replicas.min(self.available).min(REPLICAS_MAX);
+        if wanted > REPLICAS || self.sector_count() == 0 {
+            for (key, set) in keys.iter().zip(out.iter_mut()) {
+                self.place(*key, replicas, set);
+            }
+            return;
+        }
+        let sectors = self.sector_count();
+        for (keys, out) in keys.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+            let n = keys.len().min(out.len());
+            // Stage 1: the index buckets, then the sectors.
+            let mut bounds = [(0u32, 0u32); BLOCK];
+            for i in 0..n {
+                let bucket = (keys[i] >> self.index_shift) as usize;
+                bounds[i] = (self.index[bucket], self.index[bucket + 1]);
+            }
+            let mut first = [0usize; BLOCK];
+            for i in 0..n {
+                let (mut k, end) = (bounds[i].0 as usize, bounds[i].1 as usize);
+                while k < end && self.sectors[k].position < keys[i] {
+                    k += 1;
+                }
+                first[i] = if k == sectors { 0 } else { k };
+            }
+            // Stage 2: every replica's first choice.
+            let mut candidates = [[MARKED; REPLICAS]; BLOCK];
+            let mut hashes = [0u32; BLOCK];
+            for i in 0..n {
+                hashes[i] = capacity_hash(keys[i]);
+                let mut sector = first[i];
+                for (replica, candidate) in candidates[i].iter_mut().take(wanted).enumerate() {
+                    *candidate = self.first_choice(keys[i], hashes[i], replica as u32, sector);
+                    sector += 1;
+                    if sector == sectors {
+                        sector = 0;
+                    }
+                }
+            }
+            // Stage 3: the checks, and the long way for the choices that fail them.
+            for i in 0..n {
+                out[i].clear();
+                self.finish::<REPLICAS>(
+                    keys[i],
+                    hashes[i],
+                    first[i],
+                    wanted,
+                    &candidates[i],
+                    &mut out[i],
+                    |_, _| {},
+                );
+            }
+        }
+    }
+
+    /// [`place`](Self::place), reporting the sector and strategy of each replica.
+    pub fn place_traced(
+        &self,
+        key: u32,
+        replicas: usize,
+        out: &mut ReplicaSet,
+        trace: &mut dyn FnMut(usize, Strategy),
+    ) {
+        self.place_with(key, replicas, out, trace);
+    }
+
+    #[inline(always)]
+    fn place_with(
+        &self,
+        key: u32,
+        replicas: usize,
+        out: &mut ReplicaSet,
+        trace: impl FnMut(usize, Strategy),
+    ) {
+        out.clear();
+        let wanted = replicas.min(self.available).min(out.capacity());
+        // Small working arrays for the usual replica counts: zeroing 32-entry ones costs more
+        // than the lookup.
+        if wanted <= 4 {
+            self.place_n::<4>(key, wanted, out, trace);
+        } else {
+            self.place_n::<REPLICAS_MAX>(key, wanted, out, trace);
+        }
+    }
+
+    #[inline(always)]
+    fn place_n<const N: usize>(
+        &self,
+        key: u32,
+        wanted: usize,
+        out: &mut ReplicaSet,
+        trace: impl FnMut(usize, Strategy),
+    ) {
+        if wanted == 0 {
+            return;
+        }
+        let first = self.sector_of(key);
+        let h = capacity_hash(key);
+        let sectors = self.sector_count();
+        // First choices of every replica, independent of each other (so the CPU overlaps
+        // their memory reads); then each is checked against the replicas before it, and only
+        // a choice that is taken, marked or down goes the long way.
+        let mut candidates = [MARKED; N];
+        let mut sector = first;
+        for (replica, candidate) in candidates.iter_mut().take(wanted).enumerate() {
+            *candidate = self.first_choice(key, h, replica as u32, sector);
+            sector += 1;
+            if sector == sectors {
+                sector = 0;
+            }
+        }
+        self.finish::<N>(key, h, first, wanted, &candidates, out, trace);
+    }
+
+    /// Checks each replica's first choice against the replicas before it, takes the long way
+    /// for those that fail, and writes the devices.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn finish<const N: usize>(
+        &self,
+        key: u32,
+        h: u32,
+        first: usize,
+        wanted: usize,
+        candidates: &[u32; N],
+        out: &mut ReplicaSet,
+        mut trace: impl FnMut(usize, Strategy),
+    ) {
+        let sectors = self.sector_count();
+        let (mut owners, mut zones) = ([0u32; N], [0u32; N]);
+        let mut sector = first;
+        for replica in 0..wanted {
+            let chosen = Chosen { owners: &owners[..replica], zones: &zones[..replica] };
+            let word = candidates[replica];
+            let owner = word & OWNER_MASK;
+            let (owner, landed, strategy) =
+                if word & (MARKED | DOWN) == 0 && !chosen.excludes(self, owner) {
+                    let strategy = if self.sectors[sector].start & HETEROGENEOUS == 0 {
+                        Strategy::Capacity
+                    } else {
+                        Strategy::Bandwidth
+                    };
+                    (owner, sector, strategy)
+                } else {
+                    match self.select(key, h, replica as u32, sector, chosen) {
+                        Some(found) => found,
+                        None => return,
+                    }
+                };
+            trace(landed, strategy);
+            owners[replica] = owner;
+            zones[replica] = self.zones[owner as usize];
+            out.push(self.device_ids[owner as usize] as i32);
+            sector += 1;
+            if sector == sectors {
+                sector = 0;
+            }
+        }
+    }
+
+    /// The slot word the strategy of `sector` picks first for `replica` ([`MARKED`] for an
+    /// empty sector): the capacity strategy's slot, or the bandwidth strategy's range.
+    #[inline(always)]
+    fn first_choice(&self, key: u32, h: u32, replica: u32, sector: usize) -> u32 {
+        if self.selection == SectorSelection::Rendezvous {
+            let (begin, end) = self.sector_range(sector);
+            let hr = rendezvous_key(key, replica);
+            return self.rendezvous(hr, sector, begin, end, |w| w & (MARKED | DOWN) == 0);
+        }
+        let this = self.sectors[sector];
+        let begin = (this.start & !HETEROGENEOUS) as usize;
+        let end = (self.sectors[sector + 1].start & !HETEROGENEOUS) as usize;
+        if begin >= end {
+            return MARKED;
+        }
+        if this.start & HETEROGENEOUS == 0 {
+            let size = (end - begin) as u32;
+            let m = self.fastmod[size as usize];
+            let mut j = fastmod(h, m, size) + fastmod((replica + 1) * self.prime, m, size);
+            if j >= size {
+                j -= size;
+            }
+            self.slots[begin + j as usize]
+        } else {
+            let slots = &self.slots[begin..end];
+            let value = scale(bandwidth_draw(key, replica, 0), self.sector_u(this, slots));
+            let mut acc = 0u64;
+            for &w in slots {
+                if w & FIRST != 0 {
+                    acc += u64::from(self.bandwidths[(w & OWNER_MASK) as usize]);
+                    if value < acc {
+                        return w;
+                    }
+                }
+            }
+            MARKED
+        }
+    }
+
+    /// The rendezvous selection in a sector, among the slots `eligible` accepts ([`MARKED`]
+    /// when none): in a homogeneous sector the slot of highest score, in a heterogeneous one
+    /// the device (at its first unmarked slot) of lowest bandwidth-weighted cost; ties go to the
+    /// first in ring order.
+    #[inline]
+    fn rendezvous(
+        &self,
+        hr: u64,
+        sector: usize,
+        begin: usize,
+        end: usize,
+        eligible: impl Fn(u32) -> bool,
+    ) -> u32 {
+        let mut pick = MARKED;
+        if self.sectors[sector].start & HETEROGENEOUS == 0 {
+            let mut best = 0u64;
+            for (i, &w) in self.slots[begin..end].iter().enumerate() {
+                let score = slot_score(hr, self.slot_positions[begin + i]);
+                if eligible(w) && (pick == MARKED || score > best) {
+                    (pick, best) = (w, score);
+                }
+            }
+        } else {
+            let mut best = u64::MAX;
+            for &w in &self.slots[begin..end] {
+                if w & FIRST == 0 || !eligible(w) {
+                    continue;
+                }
+                let owner = (w & OWNER_MASK) as usize;
+                let cost = device_cost(hr, self.device_ids[owner], self.bandwidths[owner]);
+                if pick == MARKED || cost < best {
+                    (pick, best) = (w, cost);
+                }
+            }
+        }
+        pick
+    }
+
+    /// u of a heterogeneous sector: the sum of its ranges' lengths.
+    #[inline(always)]
+    fn sector_u(&self, sector: Sector, slots: &[u32]) -> u64 {
+        if sector.bandwidth != U_UNKNOWN {
+            return u64::from(sector.bandwidth);
+        }
+        slots
+            .iter()
+            .filter(|w| **w & FIRST != 0)
+            .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
+            .sum()
+    }
+
+    /// One replica: the strategy of each sector from `start` on, then a ring walk.
+    #[inline(never)]
+    fn select(
+        &self,
+        key: u32,
+        h: u32,
+        replica: u32,
+        start: usize,
+        chosen: Chosen<'_>,
+    ) -> Option<(u32, usize, Strategy)> {
+        let sectors = self.sector_count();
+        let mut sector = start;
+        for _ in 0..sectors {
+            let (begin, end) = self.sector_range(sector);
+            if begin < end && self.selection == SectorSelection::Rendezvous {
+                let hr = rendezvous_key(key, replica);
+                let eligible =
+                    |w: u32| w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK);
+                let word = self.rendezvous(hr, sector, begin, end, eligible);
+                if word & MARKED == 0 {
+                    let strategy = if self.sectors[sector].start & HETEROGENEOUS == 0 {
+                        Strategy::Capacity
+                    } else {
+                        Strategy::Bandwidth
+                    };
+                    return Some((word & OWNER_MASK, sector, strategy));
+                }
+            } else if begin < end {
+                if self.sectors[sector].start & HETEROGENEOUS == 0 {
+                    if let Some(owner) = self.capacity(h, replica, begin, end, chosen) {
+                        return Some((owner, sector, Strategy::Capacity));
+                    }
+                } else if let Some(owner) = self.bandwidth(key, replica, sector, begin, end, chosen)
+                {
+                    return Some((owner, sector, Strategy::Bandwidth));
+                }
+            }
+            sector += 1;
+            if sector == sectors {
+                sector = 0;
+            }
+        }
+        // Every sector's strategy missed (possible only when eligible devices are scarce):
+        // walk the ring from the start sector (`available` guarantees a find).
+        let begin = self.sector_range(start).0;
+        let n = self.slots.len();
+        for step in 0..n {
+            let mut i = begin + step;
+            if i >= n {
+                i -= n;
+            }
+            let w = self.slots[i];
+            if w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK) {
+                return Some((w & OWNER_MASK, start, Strategy::Walk));
+            }
+        }
+        None
+    }
+
+    /// The capacity strategy: slot `(h + (r+1)·p) mod s'`, then the sector's later slots.
+    #[inline]
+    fn capacity(
+        &self,
+        h: u32,
+        replica: u32,
+        begin: usize,
+        end: usize,
+        chosen: Chosen<'_>,
+    ) -> Option<u32> {
+        let size = (end - begin) as u32;
+        let m = self.fastmod[size as usize];
+        let a = fastmod(h, m, size);
+        let b = fastmod((replica + 1) * self.prime, m, size);
+        let mut j = a + b;
+        if j >= size {
+            j -= size;
+        }
+        for &w in &self.slots[begin + j as usize..end] {
+            if w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK) {
+                return Some(w & OWNER_MASK);
+            }
+        }
+        None
+    }
+
+    /// The bandwidth strategy: a draw over the ranges; if its device is taken or down, a second
+    /// draw over the ranges still eligible.
+    #[inline]
+    fn bandwidth(
+        &self,
+        key: u32,
+        replica: u32,
+        sector: usize,
+        begin: usize,
+        end: usize,
+        chosen: Chosen<'_>,
+    ) -> Option<u32> {
+        let slots = &self.slots[begin..end];
+        let u = self.sector_u(self.sectors[sector], slots);
+        let value = scale(bandwidth_draw(key, replica, 0), u);
+        let mut acc = 0u64;
+        for &w in slots {
+            if w & FIRST != 0 {
+                let owner = w & OWNER_MASK;
+                acc += u64::from(self.bandwidths[owner as usize]);
+                if value < acc {
+                    if w & DOWN == 0 && !chosen.excludes(self, owner) {
+                        return Some(owner);
+                    }
+                    break;
+                }
+            }
+        }
+        // Drawn again among the ranges still eligible.
+        let eligible =
+            |w: u32| w & FIRST != 0 && w & DOWN == 0 && !chosen.excludes(self, w & OWNER_MASK);
+        let mut u_eligible = 0u64;
+        for &w in slots {
+            if eligible(w) {
+                u_eligible += u64::from(self.bandwidths[(w & OWNER_MASK) as usize]);
+            }
+        }
+        if u_eligible == 0 {
+            return None;
+        }
+        let value = scale(bandwidth_draw(key, replica, 1), u_eligible);
+        let mut acc = 0u64;
+        for &w in slots {
+            if eligible(w) {
+                acc += u64::from(self.bandwidths[(w & OWNER_MASK) as usize]);
+                if value < acc {
+                    return Some(w & OWNER_MASK);
+                }
+            }
+        }
+        None
+    }
+}
+
+impl AttributedRing {
+    /// The share of all copies each device is expected to hold (device id, share), from the
+    /// ring's structure: each sector serves the keys of the sector `r` before it for replica
+    /// `r`, in proportion to arc length; within a sector the capacity strategy spreads evenly
+    /// over the slots (a skipped slot's share goes to the next live one) and the bandwidth
+    /// strategy in proportion to the live devices' bandwidths. Location conflicts are ignored.
+    /// For reports and movement minimums only; placement never uses floats.
+    pub fn expected_shares(&self, replicas: usize) -> Vec<(DeviceId, f64)> {
+        let sectors = self.sector_count();
+        let mut shares = vec![0.0f64; self.device_ids.len()];
+        if sectors == 0 {
+            return Vec::new();
+        }
+        let replicas = replicas.clamp(1, sectors.max(1)).min(self.available.max(1));
+        let arcs: Vec<f64> = (0..sectors)
+            .map(|k| {
+                let previous = if k == 0 {
+                    self.sectors[sectors - 1].position
+                } else {
+                    self.sectors[k - 1].position
+                };
+                let arc = self.sectors[k].position.wrapping_sub(previous);
+                if sectors == 1 { 4_294_967_296.0 } else { f64::from(arc) }
+            })
+            .collect();
+        for j in 0..sectors {
+            let weight: f64 =
+                (0..replicas).map(|r| arcs[(j + sectors - r % sectors) % sectors]).sum();
+            let (begin, end) = self.sector_range(j);
+            let slots = &self.slots[begin..end];
+            let live = |w: u32| w & (MARKED | DOWN) == 0;
+            if self.sectors[j].start & HETEROGENEOUS == 0 {
+                if self.selection == SectorSelection::Rendezvous {
+                    let live_slots = slots.iter().filter(|w| live(**w)).count() as f64;
+                    for &w in slots.iter().filter(|w| live(**w)) {
+                        shares[(w & OWNER_MASK) as usize] += weight / live_slots;
+                    }
+                    continue;
+                }
+                let size = slots.len() as f64;
+                let mut pending = 0.0;
+                for &w in slots {
+                    pending += 1.0;
+                    if live(w) {
+                        shares[(w & OWNER_MASK) as usize] += weight * pending / size;
+                        pending = 0.0;
+                    }
+                }
+            } else {
+                let u: f64 = slots
+                    .iter()
+                    .filter(|w| **w & FIRST != 0 && live(**w))
+                    .map(|w| f64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
+                    .sum();
+                if u > 0.0 {
+                    for &w in slots.iter().filter(|w| **w & FIRST != 0 && live(**w)) {
+                        let owner = (w & OWNER_MASK) as usize;
+                        shares[owner] += weight * f64::from(self.bandwidths[owner]) / u;
+                    }
+                }
+            }
+        }
+        let total: f64 = shares.iter().sum();
+        self.device_ids
+            .iter()
+            .zip(shares)
+            .map(|(d, s)| (DeviceId(*d), if total > 0.0 { s / total } else { 0.0 }))
+            .collect()
+    }
+}
+
+/// The owner table and slots of `map` for an attributed pool.
+pub fn slot_specs(
+    map: &ClusterMap,
+    params: &AttributedParams,
+    sector_base: &[(DeviceId, u32)],
+) -> (Vec<OwnerSpec>, Vec<SlotSpec>) {
+    let mut slots = Vec::with_capacity(slot_count(map, params, sector_base));
+    let owners = for_each_slot(map, params, sector_base, |s| slots.push(s));
+    (owners, slots)
+}
+
+/// The number of slots of `map`'s attributed ring.
+fn slot_count(
+    map: &ClusterMap,
+    params: &AttributedParams,
+    sector_base: &[(DeviceId, u32)],
+) -> usize {
+    let based = |id: DeviceId| {
+        sector_base.binary_search_by_key(&id, |(d, _)| *d).map_or(0, |i| sector_base[i].1)
+    };
+    let present: u64 =
+        map.devices().iter().map(|d| u64::from(current_count(d, params).max(based(d.id)))).sum();
+    let removed: u64 = sector_base
+        .iter()
+        .filter(|(d, _)| map.device(*d).is_none())
+        .map(|(_, c)| u64::from(*c))
+        .sum();
+    (present + removed).min(ATTRIBUTED_VNODES_MAX) as usize
+}
+
+/// Calls `slot` for every slot of `map`'s attributed ring and returns the owner table.
+fn for_each_slot(
+    map: &ClusterMap,
+    params: &AttributedParams,
+    sector_base: &[(DeviceId, u32)],
+    mut slot: impl FnMut(SlotSpec),
+) -> Vec<OwnerSpec> {
+    let devices = map.devices();
+    let slowest_known = devices
+        .iter()
+        .filter(|d| d.bandwidth_mb_per_s > 0 && is_member(d))
+        .map(|d| d.bandwidth_mb_per_s)
+        .min()
+        .unwrap_or(1);
+    let mut zone_numbers: Vec<i32> = Vec::new();
+    let mut owners = Vec::with_capacity(devices.len());
+    for (n, device) in devices.iter().enumerate() {
+        let zone = match map.ancestor_of_type(ItemId::from(device.id), params.zone_type) {
+            Some(bucket) if params.zone_type.0 != 0 => {
+                match zone_numbers.iter().position(|z| *z == bucket.id.0) {
+                    Some(z) => z as u32,
+                    None => {
+                        zone_numbers.push(bucket.id.0);
+                        zone_numbers.len() as u32 - 1
+                    }
+                }
+            }
+            _ => u32::MAX - n as u32,
+        };
+        let class = device
+            .class
+            .as_ref()
+            .and_then(|c| map.classes().iter().position(|k| k == c))
+            .map_or(u32::MAX, |c| c as u32);
+        let bandwidth =
+            if device.bandwidth_mb_per_s > 0 { device.bandwidth_mb_per_s } else { slowest_known };
+        owners.push(OwnerSpec { device: device.id.0, zone, class, bandwidth });
+    }
+    let based = |id: DeviceId| {
+        sector_base.binary_search_by_key(&id, |(d, _)| *d).map_or(0, |i| sector_base[i].1)
+    };
+    for (owner, device) in devices.iter().enumerate() {
+        let full = current_count(device, params);
+        let base = based(device.id);
+        let live = if is_member(device) {
+            crate::ring::vnode_count(
+                device.capacity_bytes,
+                device.reweight.0,
+                params.throttle_bytes,
+            )
+            .min(full)
+        } else {
+            0
+        };
+        let state = if device.up { SlotState::Live } else { SlotState::Down };
+        for index in 0..full.max(base) {
+            slot(SlotSpec {
+                position: crate::ring::vnode_position(device.id, index),
+                owner: owner as u32,
+                base: index < base,
+                state: if index < live { state } else { SlotState::Marked },
+            });
+        }
+    }
+    // Base devices no longer in the map: marked slots that keep their sectors' boundaries.
+    for (device, count) in sector_base {
+        if map.device(*device).is_none() {
+            for index in 0..*count {
+                slot(SlotSpec {
+                    position: crate::ring::vnode_position(*device, index),
+                    owner: NO_OWNER,
+                    base: true,
+                    state: SlotState::Marked,
+                });
+            }
+        }
+    }
+    owners
+}
+
+/// Whether a device may hold data of an attributed pool (it may still be down).
+fn is_member(device: &crate::map::Device) -> bool {
+    device.is_in && device.weight.0 > 0 && device.reweight.0 > 0 && device.capacity_bytes > 0
+}
+
+/// The virtual nodes a device has now, ⌈capacity / c_throttle⌉ (0 without capacity).
+fn current_count(device: &crate::map::Device, params: &AttributedParams) -> u32 {
+    if device.capacity_bytes == 0 {
+        0
+    } else {
+        vnode_count(device.capacity_bytes, params.throttle_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The paper's worked examples (sectors of Figure 2, node addition of Figure 5, bandwidth
+    //! ranges of Figure 3(b), location strategy of Figure 3(c), strategy selection of Figure
+    //! 4), the compiled ring against a naive reference, and locality of change.
+
+    use super::*;
+    use crate::builder::{ClusterMapBuilder, DeviceSpec, EngineRef, PoolSpec};
+    use crate::crush::hash::hash32_2;
+    use crate::ids::{PoolId, Weight};
+    use crate::map::EngineSpec;
+
+    const GIB: u64 = 1 << 30;
+
+    /// Owners A, B, C, D, E (ids 0..5): HDDs at 146 MB/s except C, an SSD at 540 MB/s (class
+    /// 1); zones: A, B, D zone 0; C, E zone 1.
+    fn owners() -> Vec<OwnerSpec> {
+        let hdd = |device, zone| OwnerSpec { device, zone, class: 0, bandwidth: 146 };
+        vec![
+            hdd(0, 0),
+            hdd(1, 0),
+            OwnerSpec { device: 2, zone: 1, class: 1, bandwidth: 540 },
+            hdd(3, 0),
+            hdd(4, 1),
+        ]
+    }
+    const A: u32 = 0;
+    const B: u32 = 1;
+    const C: u32 = 2;
+    const D: u32 = 3;
+    const E: u32 = 4;
+
+    /// Positions are written as in the figures (10, 20, …) and spread over the ring.
+    const SPREAD: u32 = 1 << 24;
+
+    fn slot(position: u32, owner: u32) -> SlotSpec {
+        SlotSpec { position: position * SPREAD, owner, base: true, state: SlotState::Live }
+    }
+
+    /// The `i`-th test key below figure position `limit`.
+    fn key_below(i: u32, salt: u32, limit: u32) -> u32 {
+        hash32_2(i, salt) % (limit * SPREAD)
+    }
+
+    fn params(sector_size: u32) -> AttributedParams {
+        AttributedParams { sector_size, ..AttributedParams::default() }
+    }
+
+    /// Figure 2(b): eleven virtual nodes, sectors of three from position 0: sector 0 ends at
+    /// A1, sector 1 at B1, sector 2 at C1, and the last sector holds two nodes, D1 last.
+    fn figure_2() -> Vec<SlotSpec> {
+        vec![
+            slot(10, B),
+            slot(20, D),
+            slot(30, A), // A1: the position of sector 0
+            slot(40, D),
+            slot(50, A),
+            slot(60, B), // B1: sector 1
+            slot(70, A),
+            slot(80, D),
+            slot(90, C), // C1: sector 2
+            slot(100, B),
+            slot(110, D), // D1: the last sector, two nodes
+        ]
+    }
+
+    fn devices(ring: &AttributedRing, k: usize) -> Vec<u32> {
+        ring.sector_slots(k).iter().map(|(d, _)| d.expect("a device").0).collect()
+    }
+
+    #[test]
+    fn figure_2_sectors_of_s_consecutive_vnodes_located_by_their_last() {
+        let ring = AttributedRing::from_specs(&owners(), figure_2(), &params(3));
+        assert_eq!(ring.sector_count(), 4, "⌈11 / 3⌉ sectors");
+        let at = |p: u32| p * SPREAD;
+        let positions: Vec<u32> = (0..4).filter_map(|k| ring.sector_position(k)).collect();
+        assert_eq!(positions, vec![at(30), at(60), at(90), at(110)]);
+        assert_eq!(devices(&ring, 0), vec![B, D, A]);
+        assert_eq!(devices(&ring, 1), vec![D, A, B]);
+        assert_eq!(devices(&ring, 2), vec![A, D, C]);
+        assert_eq!(devices(&ring, 3), vec![B, D], "the last sector may be shorter");
+        // Figure 2(c): keys go to their first successor sector.
+        assert_eq!(ring.sector_of(0), 0);
+        assert_eq!(ring.sector_of(at(30)), 0, "a key at A1's position belongs to sector 0");
+        assert_eq!(ring.sector_of(at(30) + 1), 1, "x2, past A1, goes to sector 1 (position B1)");
+        assert_eq!(ring.sector_of(at(60)), 1);
+        assert_eq!(ring.sector_of(at(95)), 3);
+        assert_eq!(ring.sector_of(at(110) + 1), 0, "past the last sector the ring wraps");
+        assert_eq!(ring.sector_of(u32::MAX), 0);
+        // Sectors of all-HDD nodes are homogeneous; sector 2 holds the SSD C1.
+        assert!(ring.is_homogeneous(0) && ring.is_homogeneous(1) && ring.is_homogeneous(3));
+        assert!(!ring.is_homogeneous(2));
+    }
+
+    #[test]
+    fn figure_5_a_new_node_merges_into_existing_sectors() {
+        let before = AttributedRing::from_specs(&owners(), figure_2(), &params(3));
+        let mut slots = figure_2();
+        // E1 falls in sector 0's arc, E2 in sector 2's: merged, not new sectors.
+        slots.push(SlotSpec { base: false, ..slot(15, E) });
+        slots.push(SlotSpec { base: false, ..slot(75, E) });
+        let after = AttributedRing::from_specs(&owners(), slots, &params(3));
+        assert_eq!(after.sector_count(), 4);
+        for k in 0..4 {
+            assert_eq!(after.sector_position(k), before.sector_position(k));
+        }
+        assert_eq!(devices(&after, 0), vec![B, E, D, A]);
+        assert_eq!(devices(&after, 2), vec![A, E, D, C]);
+        assert_eq!(devices(&after, 1), devices(&before, 1));
+        assert_eq!(devices(&after, 3), devices(&before, 3));
+        // One replica: only keys of sectors 0 and 2 may move, and only within their sector.
+        let (mut x, mut y) = (ReplicaSet::new(), ReplicaSet::new());
+        let mut moved = [0u32; 4];
+        for i in 0..20_000u32 {
+            let key = key_below(i, 7, 120);
+            before.place(key, 1, &mut x);
+            after.place(key, 1, &mut y);
+            let k = before.sector_of(key);
+            if x != y {
+                moved[k] += 1;
+                assert!(k == 0 || k == 2, "key {key} of sector {k} moved: {x:?} → {y:?}");
+            }
+        }
+        assert!(moved[0] > 0 && moved[2] > 0, "{moved:?}");
+    }
+
+    #[test]
+    fn removal_marks_and_skips_keeping_sector_sizes() {
+        let before = AttributedRing::from_specs(&owners(), figure_2(), &params(3));
+        let slots: Vec<SlotSpec> = figure_2()
+            .into_iter()
+            .map(|s| if s.owner == D { SlotSpec { state: SlotState::Marked, ..s } } else { s })
+            .collect();
+        let after = AttributedRing::from_specs(&owners(), slots, &params(3));
+        for k in 0..4 {
+            assert_eq!(after.sector_slots(k).len(), before.sector_slots(k).len(), "sector {k}");
+        }
+        let (mut x, mut y) = (ReplicaSet::new(), ReplicaSet::new());
+        for i in 0..20_000u32 {
+            let key = key_below(i, 9, 120);
+            before.place(key, 2, &mut x);
+            after.place(key, 2, &mut y);
+            assert!(!y.contains(DeviceId(D)), "key {key}: the removed node was chosen");
+            // In homogeneous sectors (0, 1, 3) only D's keys move: the modulus keeps s.
+            let k = before.sector_of(key);
+            if k != 2 && x.as_slice()[0] != D as i32 {
+                assert_eq!(x.as_slice()[0], y.as_slice()[0], "key {key} of sector {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn figure_3b_one_bandwidth_range_per_physical_node() {
+        // A1, B1, A2, C1 with min bandwidth 146: A [0, 1), B [1, 2.5), C [2.5, 4.5).
+        let owners = vec![
+            OwnerSpec { device: 0, zone: 0, class: 0, bandwidth: 146 },
+            OwnerSpec { device: 1, zone: 1, class: 0, bandwidth: 219 },
+            OwnerSpec { device: 2, zone: 2, class: 1, bandwidth: 292 },
+        ];
+        let slots = vec![slot(10, 0), slot(20, 1), slot(30, 0), slot(40, 2)];
+        let ring = AttributedRing::from_specs(&owners, slots, &params(4));
+        assert!(!ring.is_homogeneous(0));
+        let ranges = ring.sector_ranges(0);
+        let min = ranges.iter().map(|(_, s, e)| e - s).min().expect("ranges");
+        let in_units: Vec<(u32, f64, f64)> = ranges
+            .iter()
+            .map(|(d, s, e)| (d.0, *s as f64 / min as f64, *e as f64 / min as f64))
+            .collect();
+        assert_eq!(in_units, vec![(0, 0.0, 1.0), (1, 1.0, 2.5), (2, 2.5, 4.5)]);
+        // Draws fall in proportion to bandwidth: A 2/9, B 3/9, C 4/9 of single replicas.
+        let mut counts = [0u32; 3];
+        let mut out = ReplicaSet::new();
+        for i in 0..90_000u32 {
+            ring.place(hash32_2(i, 3), 1, &mut out);
+            counts[out.as_slice()[0] as usize] += 1;
+        }
+        for (device, expected) in [(0, 20_000.0), (1, 30_000.0), (2, 40_000.0)] {
+            let got = f64::from(counts[device]);
+            assert!((got - expected).abs() < 0.03 * expected, "device {device}: {counts:?}");
+        }
+    }
+
+    #[test]
+    fn figure_3c_location_strategy_skips_a_node_in_a_held_zone() {
+        // Sector 0 = [A1]; sector 1 = [B1, C1] (homogeneous: all class 0 here). A and B
+        // share zone 0, C is in zone 1.
+        let owners = vec![
+            OwnerSpec { device: 0, zone: 0, class: 0, bandwidth: 146 },
+            OwnerSpec { device: 1, zone: 0, class: 0, bandwidth: 146 },
+            OwnerSpec { device: 2, zone: 1, class: 0, bandwidth: 146 },
+        ];
+        let zones = AttributedParams { distinct_zones: true, ..params(1) };
+        let slots = vec![slot(100, 0), SlotSpec { base: false, ..slot(150, 1) }, slot(200, 2)];
+        let ring = AttributedRing::from_specs(&owners, slots.clone(), &zones);
+        assert_eq!(devices(&ring, 0), vec![0]);
+        assert_eq!(devices(&ring, 1), vec![1, 2]);
+        // Find keys whose second replica is aimed at B1 and check they land on C1 instead.
+        let mut aimed_at_b = 0;
+        let mut out = ReplicaSet::new();
+        for i in 0..2000u32 {
+            let key = key_below(i, 11, 100); // sector 0
+            let h = capacity_hash(key);
+            let j = (u64::from(h) + 2 * u64::from(ring.prime())) % 2;
+            ring.place(key, 2, &mut out);
+            assert_eq!(out.as_slice(), &[0, 2], "key {key}: A1 then C1, never B1 (zone 0)");
+            aimed_at_b += u32::from(j == 0);
+        }
+        assert!(aimed_at_b > 500, "B1 was the strategy's first choice for some keys");
+        // Without distinct zones B1 is acceptable.
+        let ring = AttributedRing::from_specs(&owners, slots, &params(1));
+        let mut seen_b = false;
+        for i in 0..200u32 {
+            ring.place(key_below(i, 11, 100), 2, &mut out);
+            seen_b |= out.as_slice() == [0, 1];
+        }
+        assert!(seen_b);
+    }
+
+    #[test]
+    fn figure_4_strategy_selection() {
+        // sector 0 = [D1, A1] and sector 1 = [B1, D2] are homogeneous HDD sectors; sector 2 =
+        // [A2, C1] mixes HDD and SSD. Find a key whose replicas go A1 (capacity), B1
+        // (capacity), and whose third replica is first drawn into A's range in sector 2: the
+        // location strategy draws again and places it on C1.
+        let slots =
+            vec![slot(10, D), slot(20, A), slot(30, B), slot(40, D), slot(50, A), slot(60, C)];
+        let ring = AttributedRing::from_specs(&owners(), slots, &params(2));
+        assert_eq!(ring.sector_count(), 3);
+        assert!(ring.is_homogeneous(0) && ring.is_homogeneous(1) && !ring.is_homogeneous(2));
+        let mut found = 0;
+        let mut out = ReplicaSet::new();
+        for i in 0..50_000u32 {
+            let key = key_below(i, 5, 20); // sector 0
+            let u = 146 + 540;
+            let first_draw_on_a = scale(bandwidth_draw(key, 2, 0), u) < 146;
+            let mut strategies = Vec::new();
+            ring.place_traced(key, 3, &mut out, &mut |sector, s| strategies.push((sector, s)));
+            if out.as_slice()[..2] == [A as i32, B as i32] && first_draw_on_a {
+                assert_eq!(out.as_slice(), &[A as i32, B as i32, C as i32], "key {key}");
+                assert_eq!(
+                    strategies,
+                    vec![
+                        (0, Strategy::Capacity),
+                        (1, Strategy::Capacity),
+                        (2, Strategy::Bandwidth)
+                    ]
+                );
+                found += 1;
+            }
+        }
+        assert!(found > 100, "the figure's case occurs ({found} keys)");
+    }
+
+    fn rendezvous(sector_size: u32) -> AttributedParams {
+        AttributedParams { selection: SectorSelection::Rendezvous, ..params(sector_size) }
+    }
+
+    #[test]
+    fn rendezvous_a_new_node_takes_keys_and_nothing_else_moves() {
+        // All-HDD sectors (E is an HDD too): the sectors stay homogeneous, and a key either
+        // keeps its device or moves to E.
+        let hdd_only: Vec<SlotSpec> = figure_2().into_iter().filter(|s| s.owner != C).collect();
+        let before = AttributedRing::from_specs(&owners(), hdd_only.clone(), &rendezvous(3));
+        let mut slots = hdd_only;
+        slots.push(SlotSpec { base: false, ..slot(15, E) });
+        slots.push(SlotSpec { base: false, ..slot(75, E) });
+        let after = AttributedRing::from_specs(&owners(), slots, &rendezvous(3));
+        let (mut x, mut y) = (ReplicaSet::new(), ReplicaSet::new());
+        let (mut to_e, mut keys) = (0, 0);
+        for i in 0..40_000u32 {
+            let key = key_below(i, 13, 120);
+            before.place(key, 1, &mut x);
+            after.place(key, 1, &mut y);
+            keys += 1;
+            if x != y {
+                assert_eq!(y.as_slice(), &[E as i32], "key {key}: {x:?} → {y:?}");
+                to_e += 1;
+            }
+        }
+        // E holds 2 of the 10 slots in 2 of the 4 sectors' arcs: about 1/4 of those sectors'
+        // keys; far from everything they hold.
+        assert!(to_e > keys / 20 && to_e < keys / 4, "{to_e} of {keys}");
+        // Marking D out moves only D's keys, in every sector.
+        let marked: Vec<SlotSpec> = figure_2()
+            .into_iter()
+            .filter(|s| s.owner != C)
+            .map(|s| if s.owner == D { SlotSpec { state: SlotState::Marked, ..s } } else { s })
+            .collect();
+        let marked = AttributedRing::from_specs(&owners(), marked, &rendezvous(3));
+        for i in 0..20_000u32 {
+            let key = key_below(i, 17, 120);
+            before.place(key, 1, &mut x);
+            marked.place(key, 1, &mut y);
+            assert!(x == y || x.as_slice() == [D as i32], "key {key}: {x:?} → {y:?}");
+        }
+    }
+
+    #[test]
+    fn rendezvous_spreads_by_bandwidth_in_mixed_sectors_and_evenly_in_others() {
+        // Figure 3(b)'s sector with the rendezvous selection: A 2/9, B 3/9, C 4/9.
+        let owners = vec![
+            OwnerSpec { device: 0, zone: 0, class: 0, bandwidth: 146 },
+            OwnerSpec { device: 1, zone: 1, class: 0, bandwidth: 219 },
+            OwnerSpec { device: 2, zone: 2, class: 1, bandwidth: 292 },
+        ];
+        let slots = vec![slot(10, 0), slot(20, 1), slot(30, 0), slot(40, 2)];
+        let ring = AttributedRing::from_specs(&owners, slots, &rendezvous(4));
+        let mut counts = [0u32; 3];
+        let mut out = ReplicaSet::new();
+        for i in 0..90_000u32 {
+            ring.place(hash32_2(i, 3), 1, &mut out);
+            counts[out.as_slice()[0] as usize] += 1;
+        }
+        for (device, expected) in [(0, 20_000.0), (1, 30_000.0), (2, 40_000.0)] {
+            let got = f64::from(counts[device]);
+            assert!((got - expected).abs() < 0.03 * expected, "device {device}: {counts:?}");
+        }
+        // Homogeneous: every slot alike (A has 2 of 3 slots).
+        let same = vec![
+            OwnerSpec { device: 0, zone: 0, class: 0, bandwidth: 146 },
+            OwnerSpec { device: 1, zone: 1, class: 0, bandwidth: 146 },
+        ];
+        let ring = AttributedRing::from_specs(
+            &same,
+            vec![slot(10, 0), slot(20, 1), slot(30, 0)],
+            &rendezvous(4),
+        );
+        let mut on_a = 0u32;
+        for i in 0..30_000u32 {
+            ring.place(hash32_2(i, 5), 1, &mut out);
+            on_a += u32::from(out.as_slice()[0] == 0);
+        }
+        assert!((19_000..21_000).contains(&on_a), "{on_a}");
+        // Batches agree.
+        let keys: Vec<u32> = (0..3000u32).map(|i| hash32_2(i, 9)).collect();
+        let mut sets = vec![ReplicaSet::new(); keys.len()];
+        ring.place_batch(&keys, 2, &mut sets);
+        for (key, set) in keys.iter().zip(&sets) {
+            assert_eq!(set.as_slice(), place(&ring, *key, 2).as_slice());
+        }
+    }
+
+    #[test]
+    fn fastmod_is_exact() {
+        for d in [1u32, 2, 3, 4, 5, 7, 11, 64, 1000, 65_537, u32::MAX] {
+            let m = fastmod_constant(d);
+            for a in
+                [0u32, 1, 2, 3, d - 1, d, d.wrapping_add(1), 123_456_789, u32::MAX - 1, u32::MAX]
+            {
+                assert_eq!(fastmod(a, m, d), a % d, "{a} mod {d}");
+            }
+            for i in 0..1000u32 {
+                let a = hash32_2(i, d);
+                assert_eq!(fastmod(a, m, d), a % d, "{a} mod {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_strategy_prime_is_a_prime_above_s() {
+        for s in [1u32, 2, 3, 4, 10, 100, SECTOR_SIZE_MAX] {
+            let p = strategy_prime(s);
+            assert!(p > s && is_prime(p), "s {s}: p {p}");
+            assert_eq!(strategy_prime(s), p, "deterministic");
+        }
+        assert_eq!(strategy_prime(4), 727, "pinned: placements depend on it");
+        assert_eq!(vnode_count(4096 * GIB, GIB), 4096);
+        assert_eq!(vnode_count(GIB + 1, GIB), 2);
+        assert_eq!(vnode_count(1, GIB), 1);
+        assert_eq!(vnode_count(u64::MAX, 1), 65_536);
+    }
+
+    // --- The map-level engine against a naive reference. ---
+
+    /// Devices of two kinds (the paper's HDD ⟨4096 GB, 146 MB/s⟩ and SSD ⟨1024 GB, 540 MB/s⟩
+    /// scaled down) in `zones` zones; every 7th down, every 11th out.
+    fn builder(devices: u32, zones: u32) -> ClusterMapBuilder {
+        let mut builder = ClusterMapBuilder::new();
+        for id in 0..devices {
+            builder = builder.device(device(id, zones));
+        }
+        builder
+    }
+
+    fn device(id: u32, zones: u32) -> DeviceSpec {
+        let zone = format!("zone{}", id % zones);
+        let host = format!("host{id}");
+        let ssd = id.is_multiple_of(3);
+        let mut spec = DeviceSpec::new(id)
+            .capacity(if ssd { 16 * GIB } else { 64 * GIB + u64::from(id) * GIB / 2 })
+            .at(&[("zone", &zone), ("host", &host)]);
+        spec.class = Some(if ssd { "ssd" } else { "hdd" }.into());
+        spec.bandwidth_mb_per_s = if ssd { 540 } else { 146 + id % 5 };
+        spec
+    }
+
+    fn pool(distinct_zones: bool) -> PoolSpec {
+        let mut pool = PoolSpec::crush(1, "hetero", 0, 3);
+        pool.engine = EngineRef::Attributed {
+            throttle_bytes: Some(GIB),
+            sector_size: Some(4),
+            zone_type: None,
+            distinct_zones,
+            bandwidth_tolerance_percent: None,
+            sector_base: None,
+            selection: None,
+        };
+        pool
+    }
+
+    fn compile(map: &ClusterMap) -> AttributedRing {
+        let pool = map.pool(PoolId(1)).expect("pool");
+        let EngineSpec::Attributed(params) = pool.engine else { unreachable!("attributed") };
+        AttributedRing::new(map, &params, &pool.sector_base)
+    }
+
+    /// The reference: every step spelt out, no tables, plain `%`.
+    struct Naive {
+        params: AttributedParams,
+        owners: Vec<OwnerSpec>,
+        slots: Vec<SlotSpec>,
+        sectors: Vec<Vec<SlotSpec>>,
+        positions: Vec<u32>,
+    }
+
+    impl Naive {
+        fn new(map: &ClusterMap) -> Naive {
+            let pool = map.pool(PoolId(1)).expect("pool");
+            let EngineSpec::Attributed(params) = pool.engine else { unreachable!("attributed") };
+            let (owners, mut slots) = slot_specs(map, &params, &pool.sector_base);
+            slots.sort_by_key(|s| (s.position, s.owner, !s.base, s.state));
+            let base: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].base).collect();
+            let s = params.sector_size as usize;
+            let ends: Vec<usize> = base
+                .iter()
+                .enumerate()
+                .filter(|(n, _)| (n + 1) % s == 0 || n + 1 == base.len())
+                .map(|(_, i)| *i)
+                .collect();
+            let mut sectors: Vec<Vec<SlotSpec>> = Vec::new();
+            let mut begin = 0;
+            for (k, end) in ends.iter().enumerate() {
+                let mut sector = Vec::new();
+                if k == 0 {
+                    sector.extend_from_slice(&slots[ends.last().expect("ends") + 1..]);
+                }
+                sector.extend_from_slice(&slots[begin..=*end]);
+                sectors.push(sector);
+                begin = end + 1;
+            }
+            let positions: Vec<u32> = ends.iter().map(|i| slots[*i].position).collect();
+            Naive { params, owners, slots, sectors, positions }
+        }
+    }
+
+    fn naive(n: &Naive, key: u32, replicas: usize) -> Vec<i32> {
+        let Naive { params, owners, slots, sectors, positions } = n;
+        let zone = |o: u32| owners[o as usize].zone;
+        let live = |sl: &SlotSpec| sl.state == SlotState::Live;
+        let mut available: Vec<u32> = slots
+            .iter()
+            .filter(|sl| live(sl))
+            .map(|sl| if params.distinct_zones { zone(sl.owner) } else { sl.owner })
+            .collect();
+        available.sort_unstable();
+        available.dedup();
+        let wanted = replicas.min(available.len());
+        let first = positions.iter().position(|p| *p >= key).unwrap_or(0);
+        let mut chosen: Vec<u32> = Vec::new();
+        let ok = |o: u32, chosen: &Vec<u32>| {
+            !chosen
+                .iter()
+                .any(|c| if params.distinct_zones { zone(*c) == zone(o) } else { *c == o })
+        };
+        let prime = u64::from(strategy_prime(params.sector_size));
+        for r in 0..wanted {
+            let mut found = None;
+            for step in 0..sectors.len() {
+                let sector = &sectors[(first + r + step) % sectors.len()];
+                let members: Vec<&SlotSpec> =
+                    sector.iter().filter(|sl| sl.state != SlotState::Marked).collect();
+                let class0 = members.first().map(|m| owners[m.owner as usize].class);
+                let bws: Vec<u32> =
+                    members.iter().map(|m| owners[m.owner as usize].bandwidth).collect();
+                let (lo, hi) = (
+                    bws.iter().min().copied().unwrap_or(1),
+                    bws.iter().max().copied().unwrap_or(1),
+                );
+                let homogeneous =
+                    members.iter().all(|m| Some(owners[m.owner as usize].class) == class0)
+                        && u64::from(hi) * 100
+                            <= u64::from(lo) * u64::from(100 + params.bandwidth_tolerance_percent);
+                if homogeneous {
+                    let j = ((u64::from(capacity_hash(key)) + (r as u64 + 1) * prime)
+                        % sector.len() as u64) as usize;
+                    found = sector[j..]
+                        .iter()
+                        .find(|sl| live(sl) && ok(sl.owner, &chosen))
+                        .map(|sl| sl.owner);
+                } else {
+                    let mut ranges: Vec<(u32, bool)> = Vec::new();
+                    for m in &members {
+                        if !ranges.iter().any(|(o, _)| *o == m.owner) {
+                            ranges.push((m.owner, m.state == SlotState::Live));
+                        }
+                    }
+                    let bw = |o: u32| u64::from(owners[o as usize].bandwidth);
+                    let u: u64 = ranges.iter().map(|(o, _)| bw(*o)).sum();
+                    let v = (u64::from(bandwidth_draw(key, r as u32, 0)) * u) >> 32;
+                    let mut acc = 0;
+                    for (o, up) in &ranges {
+                        acc += bw(*o);
+                        if v < acc {
+                            if *up && ok(*o, &chosen) {
+                                found = Some(*o);
+                            }
+                            break;
+                        }
+                    }
+                    if found.is_none() {
+                        let eligible: Vec<u32> = ranges
+                            .iter()
+                            .filter(|(o, up)| *up && ok(*o, &chosen))
+                            .map(|(o, _)| *o)
+                            .collect();
+                        let u: u64 = eligible.iter().map(|o| bw(*o)).sum();
+                        if u > 0 {
+                            let v = (u64::from(bandwidth_draw(key, r as u32, 1)) * u) >> 32;
+                            let mut acc = 0;
+                            found = eligible.into_iter().find(|o| {
+                                acc += bw(*o);
+                                v < acc
+                            });
+                        }
+                    }
+                }
+                if found.is_some() {
+                    break;
+                }
+            }
+            if found.is_none() {
+                let start = (first + r) % sectors.len();
+                let walk: Vec<&SlotSpec> =
+                    sectors[start..].iter().chain(&sectors[..start]).flatten().collect();
+                found = walk.iter().find(|sl| live(sl) && ok(sl.owner, &chosen)).map(|sl| sl.owner);
+            }
+            let Some(owner) = found else { break };
+            chosen.push(owner);
+        }
+        chosen.iter().map(|o| owners[*o as usize].device as i32).collect()
+    }
+
+    fn place(ring: &AttributedRing, key: u32, replicas: usize) -> Vec<i32> {
+        let mut out = ReplicaSet::new();
+        ring.place(key, replicas, &mut out);
+        out.as_slice().to_vec()
+    }
+
+    #[test]
+    fn matches_the_naive_reference() {
+        for distinct_zones in [false, true] {
+            let mut b = builder(30, 4).pool(pool(distinct_zones));
+            b.devices[7].up = false;
+            b.devices[11].is_in = false;
+            b.devices[13].reweight = Weight(0x6000);
+            let map = b.build().expect("valid");
+            // Then grow: two devices merge into the formed sectors; one is removed.
+            let mut grown = map.to_builder().device(device(30, 4)).device(device(31, 4));
+            grown.devices.retain(|d| d.id.0 != 20);
+            for bucket in &mut grown.buckets {
+                bucket.items.retain(|(item, _)| *item != crate::builder::ItemRef::Id(ItemId(20)));
+            }
+            let grown = grown.build().expect("valid");
+            for map in [&map, &grown] {
+                let ring = compile(map);
+                let reference = Naive::new(map);
+                assert!(
+                    ring.heterogeneous_count() > 0
+                        && ring.heterogeneous_count() < ring.sector_count()
+                );
+                for i in 0..20_000u32 {
+                    let key = hash32_2(i, 0xbeef);
+                    for replicas in [1, 3, 5] {
+                        assert_eq!(
+                            place(&ring, key, replicas),
+                            naive(&reference, key, replicas),
+                            "key {key:#x}, {replicas} replicas, distinct zones {distinct_zones}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn batches_place_as_single_lookups_do() {
+        let mut b = builder(40, 4).pool(pool(false));
+        b.devices[3].up = false;
+        b.devices[8].is_in = false;
+        let map = b.build().expect("valid");
+        let ring = compile(&map);
+        let keys: Vec<u32> = (0..5000u32).map(|i| hash32_2(i, 77)).collect();
+        for replicas in [1, 3, 4, 6] {
+            let mut batch = vec![ReplicaSet::new(); keys.len()];
+            ring.place_batch(&keys, replicas, &mut batch);
+            for (key, set) in keys.iter().zip(&batch) {
+                assert_eq!(set.as_slice(), place(&ring, *key, replicas).as_slice(), "key {key:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn replicas_are_distinct_and_never_down_or_out() {
+        let mut b = builder(24, 3).pool(pool(true));
+        b.devices[4].up = false;
+        b.devices[5].is_in = false;
+        let map = b.build().expect("valid");
+        let ring = compile(&map);
+        let zone = map.type_by_name("zone").expect("zone type");
+        for i in 0..20_000u32 {
+            let set = place(&ring, hash32_2(i, 1), 3);
+            assert_eq!(set.len(), 3);
+            let mut zones: Vec<i32> = set
+                .iter()
+                .map(|d| map.ancestor_of_type(ItemId(*d), zone).expect("zoned").id.0)
+                .collect();
+            zones.sort_unstable();
+            zones.dedup();
+            assert_eq!(zones.len(), 3, "{set:?}");
+            assert!(!set.contains(&4) && !set.contains(&5));
+        }
+        // Four replicas, three zones: three.
+        assert_eq!(place(&ring, 12345, 4).len(), 3);
+    }
+
+    #[test]
+    fn adding_a_device_changes_only_keys_of_the_sectors_it_joins() {
+        let map = builder(20, 4).pool(pool(false)).build().expect("valid");
+        let grown = map.to_builder().device(device(20, 4)).build().expect("valid");
+        let (before, after) = (compile(&map), compile(&grown));
+        assert_eq!(before.sector_count(), after.sector_count(), "no new sector");
+        for k in 0..before.sector_count() {
+            assert_eq!(before.sector_position(k), after.sector_position(k));
+        }
+        let changed: Vec<bool> = (0..before.sector_count())
+            .map(|k| before.sector_slots(k) != after.sector_slots(k))
+            .collect();
+        let affected = changed.iter().filter(|c| **c).count();
+        assert!(affected > 0 && affected <= vnode_count(device_capacity(20), GIB) as usize);
+        let mut moved = 0;
+        let sectors = changed.len();
+        for i in 0..50_000u32 {
+            let key = hash32_2(i, 2);
+            let k = before.sector_of(key);
+            // The sectors each replica's search went through, from its own to where it landed.
+            let (mut touched, mut replica) = (false, 0);
+            let mut out = ReplicaSet::new();
+            before.place_traced(key, 3, &mut out, &mut |landed, strategy| {
+                let start = (k + replica) % sectors;
+                let span = (landed + sectors - start) % sectors;
+                touched |= strategy == Strategy::Walk
+                    || (0..=span).any(|step| changed[(start + step) % sectors]);
+                replica += 1;
+            });
+            if place(&before, key, 3) != place(&after, key, 3) {
+                moved += 1;
+                assert!(touched, "key {key:#x} moved though its sectors did not change");
+            }
+        }
+        assert!(moved > 0);
+    }
+
+    fn device_capacity(id: u32) -> u64 {
+        device(id, 4).capacity_bytes.expect("set")
+    }
+}

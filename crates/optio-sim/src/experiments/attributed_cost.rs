@@ -1,0 +1,390 @@
+//! `attributed-cost`: the attributed-CH paper's Table 1 (time to place 100,000 ids with 3
+//! replicas on 64 … 32,768 nodes of two types) and Table 2 (memory at its node × vnode
+//! counts), with `ring`, `crush` (straw2, one bucket) and `elastic` on the same nodes.
+//!
+//! Time: one thread places ids `0..ids` (each hashed to the engine's key, as an object-level
+//! pool does) through `PoolPlacement::place`; the best of `--runs` runs is reported, since
+//! other work on a shared machine only ever adds time. CRUSH at large sizes runs `--crush-ids`
+//! ids and is scaled to `--ids` (marked). Memory: the bytes of each engine's compiled lookup
+//! tables (`memory_bytes`), the structure a client keeps to place data.
+
+use std::time::Instant;
+
+use optio_placement::crush::hash::hash32_2;
+use optio_placement::map::RingParams;
+use optio_placement::ring::Ring;
+use optio_placement::{ClusterMap, Placement, PoolId, PoolPlacement, ReplicaSet};
+use serde_json::json;
+
+use super::hetero::{
+    GIB, HDD, SSD, attributed_pool, crush_one_bucket, elastic_pool, nodes, ring_pool,
+};
+use crate::report::{Plot, PlotKind, Report, Series, Table};
+use crate::{Progress, SimError};
+
+/// The paper's Table 1: nodes, consistent hashing, CRUSH (straw), attributedCH (seconds).
+pub const PAPER_TABLE_1: [(u32, f64, f64, f64); 4] = [
+    (64, 0.0124, 1.4591, 0.0131),
+    (512, 0.0204, 9.1039, 0.0218),
+    (4096, 0.0332, 70.2185, 0.0361),
+    (32768, 0.1783, 582.4153, 0.1948),
+];
+
+/// The paper's Table 2: nodes, vnodes per node, consistent hashing MB, attributedCH MB.
+pub const PAPER_TABLE_2: [(u32, u32, f64, f64); 8] = [
+    (100, 256, 0.72, 0.98),
+    (500, 256, 3.51, 5.18),
+    (1000, 256, 7.42, 9.77),
+    (5000, 256, 39.06, 54.83),
+    (10000, 256, 76.13, 107.65),
+    (1000, 1024, 31.25, 45.06),
+    (1000, 4096, 156.24, 195.30),
+    (10000, 4096, 1562.4, 1953.0),
+];
+
+/// One megabyte as the paper counts it (its CH column is 40 bytes per vnode in MiB).
+const MB: f64 = 1024.0 * 1024.0;
+
+/// Parameters of `optio sim attributed-cost`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Node counts of Table 1 (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [64u32, 512, 4096, 32768])]
+    pub nodes: Vec<u32>,
+    /// Ids placed per run (the paper: 100,000).
+    #[arg(long, default_value_t = 100_000)]
+    pub ids: u32,
+    /// Replicas per id.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: u32,
+    /// Sector size s.
+    #[arg(long, default_value_t = 4)]
+    pub sector_size: u32,
+    /// Runs per measurement; the best is reported.
+    #[arg(long, default_value_t = 5)]
+    pub runs: u32,
+    /// Ids CRUSH places per run (straw2 is linear in the bucket size); scaled to --ids.
+    #[arg(long, default_value_t = 10_000)]
+    pub crush_ids: u32,
+    /// Table 2 rows to measure, as NODESxVNODES (default: all eight of the paper's).
+    #[arg(long, value_delimiter = ',')]
+    pub memory_rows: Vec<String>,
+    /// Skip Table 2.
+    #[arg(long)]
+    pub skip_memory: bool,
+    /// Skip Table 1.
+    #[arg(long)]
+    pub skip_time: bool,
+}
+
+/// Seconds to place `ids` ids (best of `runs`).
+fn time_pool(pool: PoolPlacement<'_>, placement: &Placement, ids: u32, runs: u32) -> f64 {
+    let mut scratch = placement.scratch();
+    let mut out = ReplicaSet::new();
+    let salt = pool.pool().id.0;
+    let mut best = f64::INFINITY;
+    let mut sink = 0usize;
+    for _ in 0..runs.max(1) {
+        let start = Instant::now();
+        for i in 0..ids {
+            pool.place(hash32_2(i, salt), &mut scratch, &mut out);
+            sink = sink.wrapping_add(out.len());
+        }
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(sink);
+    best
+}
+
+/// Seconds to place `ids` ids through an attributed ring's batch interface (best of `runs`),
+/// ids hashed to keys in the timed part as for single lookups.
+fn time_batch(pool: PoolPlacement<'_>, ids: u32, runs: u32) -> f64 {
+    let Some(ring) = pool.attributed() else { return f64::NAN };
+    let salt = pool.pool().id.0;
+    let size = pool.pool().size as usize;
+    let mut keys = vec![0u32; ids as usize];
+    let mut out = vec![ReplicaSet::new(); ids as usize];
+    let mut best = f64::INFINITY;
+    for _ in 0..runs.max(1) {
+        let start = Instant::now();
+        for (i, key) in keys.iter_mut().enumerate() {
+            *key = hash32_2(i as u32, salt);
+        }
+        ring.place_batch(&keys, size, &mut out);
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&out);
+    best
+}
+
+/// The map of Table 1: attributed (pool 1), ring with 16 GiB vnodes (pool 2: 256 per HDD,
+/// as the paper's CH had per node), elastic (pool 3), ring with 1 GiB vnodes (pool 4, as many as attributed).
+fn table1_map(count: u32, args: &Args) -> Result<ClusterMap, SimError> {
+    let mut ring_same = ring_pool(4, GIB, args.replicas);
+    ring_same.name = "ring_1g".into();
+    let mut builder = nodes(count, HDD, SSD)
+        .pool(attributed_pool(1, GIB, args.sector_size, args.replicas))
+        // 256 virtual nodes per HDD, 64 per SSD: the paper's CH had 256 per node; the ring
+        // engine weights them by capacity.
+        .pool(ring_pool(2, 16 * GIB, args.replicas))
+        .pool(elastic_pool(3, args.replicas));
+    // The ring engine is capped at 2^24 vnodes (about 6,500 of these nodes at 1 GiB).
+    if u64::from(count) * 2560 <= optio_placement::ring::RING_VNODES_MAX {
+        builder = builder.pool(ring_same);
+    }
+    Ok(builder.build()?)
+}
+
+fn parse_row(row: &str) -> Result<(u32, u32), SimError> {
+    let bad = || SimError::Parameter {
+        parameter: "--memory-rows",
+        reason: format!("'{row}' is not NODESxVNODES, e.g. 100x256"),
+    };
+    let (n, v) = row.split_once(['x', 'X', '×']).ok_or_else(bad)?;
+    let n: u32 = n.trim().parse().map_err(|_| bad())?;
+    let v: u32 = v.trim().parse().map_err(|_| bad())?;
+    if n == 0 || v == 0 || v > 65_536 || u64::from(n) * u64::from(v) > 1 << 27 {
+        return Err(SimError::Parameter {
+            parameter: "--memory-rows",
+            reason: format!("{row}: 1 to 65536 vnodes per node and at most 2^27 in all"),
+        });
+    }
+    Ok((n, v))
+}
+
+/// Runs the experiment.
+pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError> {
+    if args.ids == 0 || args.runs == 0 || args.replicas == 0 || args.replicas > 32 {
+        return Err(SimError::Parameter {
+            parameter: "--ids/--runs/--replicas",
+            reason: "ids and runs must be positive, replicas 1 to 32".into(),
+        });
+    }
+    if args.nodes.iter().any(|n| *n < args.replicas || *n > 1 << 20) {
+        return Err(SimError::Parameter {
+            parameter: "--nodes",
+            reason: format!("each count from --replicas ({}) to 1048576", args.replicas),
+        });
+    }
+    let mut tables = Vec::new();
+    let mut notes = Vec::new();
+    let mut plots = Vec::new();
+    let mut json_time = Vec::new();
+    let mut json_memory = Vec::new();
+    if !args.skip_time {
+        progress.start("table 1", args.nodes.len() as u64 * 4);
+        let mut table = Table::new(
+            &format!(
+                "Table 1: seconds to place {} ids x {} replicas, one thread (best of {}); paper values (for 100,000 ids) for reference",
+                args.ids, args.replicas, args.runs
+            ),
+            &[
+                "nodes",
+                "paper CH",
+                "paper CRUSH",
+                "paper attrCH",
+                "ring",
+                "ring 1G",
+                "crush",
+                "attributed",
+                "attr batch",
+                "elastic",
+                "attr vs paper",
+                "batch vs paper",
+                "attr/ring",
+                "attr/ring 1G",
+                "elastic/ring",
+                "attr MB",
+            ],
+        );
+        let mut speedups = Vec::new();
+        let mut batch_speedups = Vec::new();
+        for &count in &args.nodes {
+            let paper = PAPER_TABLE_1.iter().find(|p| p.0 == count);
+            let map = table1_map(count, args)?;
+            let placement = Placement::new(&map)?;
+            let pool = |id| placement.pool(PoolId(id)).expect("built with pools 1 to 3");
+            let attributed = time_pool(pool(1), &placement, args.ids, args.runs);
+            let batch = time_batch(pool(1), args.ids, args.runs);
+            progress.advance(1);
+            let ring = time_pool(pool(2), &placement, args.ids, args.runs);
+            let ring_same =
+                placement.pool(PoolId(4)).map(|p| time_pool(p, &placement, args.ids, args.runs));
+            progress.advance(1);
+            let elastic = time_pool(pool(3), &placement, args.ids, args.runs);
+            progress.advance(1);
+            let attributed_bytes = pool(1).attributed().map_or(0, |r| r.memory_bytes());
+            drop(placement);
+            drop(map);
+            let crush_map = crush_one_bucket(count, HDD, SSD, args.replicas);
+            let crush_placement = Placement::new(&crush_map)?;
+            let crush_ids = args.crush_ids.min(args.ids).max(1);
+            let crush_pool = crush_placement.pool(PoolId(1)).expect("pool 1");
+            let crush = time_pool(crush_pool, &crush_placement, crush_ids, args.runs.min(3))
+                * f64::from(args.ids)
+                / f64::from(crush_ids);
+            progress.advance(1);
+            let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
+            // The paper's times are for 100,000 ids; compare per id.
+            let per_id = f64::from(args.ids) / 100_000.0;
+            let speedup = paper.map(|p| p.3 * per_id / attributed);
+            let batch_speedup = paper.map(|p| p.3 * per_id / batch);
+            if let (Some(s), Some(b)) = (speedup, batch_speedup) {
+                speedups.push((f64::from(count), s));
+                batch_speedups.push((f64::from(count), b));
+            }
+            table.row(vec![
+                count.to_string(),
+                cell(paper.map(|p| p.1)),
+                cell(paper.map(|p| p.2)),
+                cell(paper.map(|p| p.3)),
+                format!("{ring:.4}"),
+                cell(ring_same),
+                format!("{crush:.4}{}", if crush_ids < args.ids { "*" } else { "" }),
+                format!("{attributed:.4}"),
+                format!("{batch:.4}"),
+                format!("{elastic:.4}"),
+                speedup.map_or("-".into(), |s| format!("{s:.1}x")),
+                batch_speedup.map_or("-".into(), |s| format!("{s:.1}x")),
+                format!("{:.2}", attributed / ring),
+                ring_same.map_or("-".into(), |r| format!("{:.2}", attributed / r)),
+                format!("{:.2}", elastic / ring),
+                format!("{:.1}", attributed_bytes as f64 / MB),
+            ]);
+            json_time.push(json!({
+                "nodes": count,
+                "seconds": {"ring": ring, "ring_1g": ring_same, "crush": crush, "attributed": attributed, "attributed_batch": batch, "elastic": elastic},
+                "crush_ids_measured": crush_ids,
+                "paper_seconds": paper.map(|p| json!({"ch": p.1, "crush": p.2, "attributed": p.3})),
+                "attributed_speedup_over_paper": speedup,
+                "attributed_batch_speedup_over_paper": batch_speedup,
+                "attributed_over_ring_1g": ring_same.map(|r| attributed / r),
+                "attributed_over_ring": attributed / ring,
+                "elastic_over_ring": elastic / ring,
+                "attributed_memory_bytes": attributed_bytes,
+            }));
+        }
+        tables.push(table);
+        notes.push(format!(
+            "Nodes alternate <4096 GiB, 146 MB/s, zone0, hdd> and <1024 GiB, 540 MB/s, zone1, ssd>. attributed: c_throttle 1 GiB (4096 and 1024 vnodes), s = {}; 'attr batch': AttributedRing::place_batch (same placements, lookups of 16 keys interleaved); ring: 16 GiB vnodes, 256 per HDD and 64 per SSD (the paper's CH had 256 per node; the ring engine weights by capacity); ring 1G: 1 GiB vnodes, as many as attributed (absent above the ring's 2^24-vnode cap); crush: straw2, all nodes in one bucket; elastic: p = ceil(n/e^2), B = 65536. * = CRUSH measured on --crush-ids ids and scaled.",
+            args.sector_size
+        ));
+        notes.push("Target: attributed at least 10x faster than the paper at every size ('attr vs paper' >= 10); attributed and elastic within 2x of ring.".into());
+        plots.push(Plot {
+            title: "attributed: speed-up over the paper's Table 1".into(),
+            kind: PlotKind::Line,
+            x_label: "nodes".into(),
+            y_label: "paper time / our time".into(),
+            series: vec![
+                Series { name: "attributed (one lookup at a time)".into(), points: speedups },
+                Series { name: "attributed (batches of 16)".into(), points: batch_speedups },
+                Series {
+                    name: "target (10x)".into(),
+                    points: PAPER_TABLE_1.iter().map(|p| (f64::from(p.0), 10.0)).collect(),
+                },
+            ],
+            log_x: true,
+        });
+    }
+    if !args.skip_memory {
+        let rows: Vec<(u32, u32)> = if args.memory_rows.is_empty() {
+            PAPER_TABLE_2.iter().map(|r| (r.0, r.1)).collect()
+        } else {
+            args.memory_rows.iter().map(|r| parse_row(r)).collect::<Result<_, _>>()?
+        };
+        progress.start("table 2", rows.len() as u64);
+        let mut table = Table::new(
+            "Table 2: memory of the lookup tables (MB = 2^20 bytes); paper values for reference",
+            &[
+                "nodes x vnodes",
+                "paper CH",
+                "paper attrCH",
+                "ring",
+                "attributed",
+                "attr B/vnode",
+                "attr / paper",
+            ],
+        );
+        for (count, vnodes) in rows {
+            let paper = PAPER_TABLE_2.iter().find(|p| p.0 == count && p.1 == vnodes);
+            let capacity = u64::from(vnodes) * GIB;
+            let first = super::hetero::NodeType { capacity_bytes: capacity, ..HDD };
+            let second = super::hetero::NodeType { capacity_bytes: capacity, ..SSD };
+            let map = nodes(count, first, second)
+                .pool(attributed_pool(1, GIB, args.sector_size, args.replicas))
+                .build()?;
+            let placement = Placement::new(&map)?;
+            let ring_attr =
+                placement.pool(PoolId(1)).and_then(|p| p.attributed()).expect("attributed pool");
+            let attributed = ring_attr.memory_bytes() as f64;
+            let slots = ring_attr.vnode_count() as f64;
+            drop(placement);
+            // The ring is compiled directly: the builder caps ring pools at 2^24 vnodes.
+            let ring = Ring::new(&map, &RingParams { vnode_bytes: GIB, failure_domain: None });
+            let ring_bytes = ring.memory_bytes() as f64;
+            drop(ring);
+            let ratio = paper.map(|p| attributed / MB / p.3);
+            table.row(vec![
+                format!("{count} x {vnodes}"),
+                paper.map_or("-".into(), |p| format!("{:.2}", p.2)),
+                paper.map_or("-".into(), |p| format!("{:.2}", p.3)),
+                format!("{:.2}", ring_bytes / MB),
+                format!("{:.2}", attributed / MB),
+                format!("{:.2}", attributed / slots),
+                ratio.map_or("-".into(), |r| format!("{r:.3}")),
+            ]);
+            json_memory.push(json!({
+                "nodes": count, "vnodes_per_node": vnodes,
+                "ring_bytes": ring_bytes, "attributed_bytes": attributed,
+                "attributed_bytes_per_vnode": attributed / slots,
+                "paper_mb": paper.map(|p| json!({"ch": p.2, "attributed": p.3})),
+                "attributed_over_paper": ratio,
+            }));
+            progress.advance(1);
+        }
+        tables.push(table);
+        notes.push("Target: attributed memory at most 1/4 of the paper's at every row ('attr / paper' <= 0.25). Memory rows: every node V GiB (V vnodes at c_throttle 1 GiB), alternating hdd 146 MB/s and ssd 540 MB/s.".into());
+    }
+    Ok(Report {
+        title: "attributed-cost: the attributed-CH paper's Tables 1 and 2 on Optio's engines"
+            .into(),
+        tables,
+        notes,
+        json: json!({ "experiment": "attributed-cost", "table1": json_time, "table2": json_memory }),
+        plots,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NoProgress;
+
+    #[test]
+    fn small_run_reports_both_tables() {
+        let args = Args {
+            nodes: vec![8],
+            ids: 2000,
+            replicas: 3,
+            sector_size: 4,
+            runs: 1,
+            crush_ids: 500,
+            memory_rows: vec!["10x16".into()],
+            skip_memory: false,
+            skip_time: false,
+        };
+        let report = run(&args, &mut NoProgress).expect("runs");
+        assert_eq!(report.tables.len(), 2);
+        let row = &report.json["table1"][0];
+        assert!(row["seconds"]["attributed"].as_f64().expect("number") > 0.0);
+        let memory = &report.json["table2"][0];
+        assert!(memory["attributed_bytes"].as_f64().expect("number") > 0.0);
+        assert!(
+            run(
+                &Args { memory_rows: vec!["10by16".into()], skip_time: true, ..args },
+                &mut NoProgress
+            )
+            .is_err()
+        );
+    }
+}
