@@ -1,0 +1,1301 @@
+//! The client: placement, choices, replication, epochs, repair.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+use optio_placement::{ClusterMap, Placement, PoolId};
+use optio_proto::{
+    ChoiceRecord, DeviceMetrics, ErrorKind, ObjectInfo, ObjectVersion, checksum, validate_key, wire,
+};
+use reqwest::Method;
+
+use crate::cache::ChoiceCache;
+use crate::candidates::{CHOICES_MAX, Candidate, candidates};
+use crate::error::ClientError;
+use crate::intent::IntentLog;
+use crate::policy::{self, CandidateView, Policy};
+use crate::transport::{Answer, Call, Endpoint, Failure, Transport};
+
+/// Attempts of one operation across epoch changes and lost races.
+pub const RETRIES_MAX: usize = 8;
+/// Wait before retrying after a server said our epoch is newer than its own.
+const UNKNOWN_EPOCH_BACKOFF: Duration = Duration::from_millis(20);
+/// Most pages of one device's listing.
+const LIST_PAGES_MAX: usize = 10_000;
+
+/// How a client behaves.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Candidates per object (k; 1 = no choice). PROVISIONAL: moves to the pool in the map
+    /// when the placement library's CHOICE API lands.
+    pub choices: u8,
+    /// The policy that picks a new object's candidate (`first`, `space`, `memory`).
+    pub policy: String,
+    /// Replicas that must acknowledge a write (w); `None`: all of the replica set.
+    pub write_quorum: Option<usize>,
+    /// Directory of intent logs (`None`: no intent log).
+    pub intent_dir: Option<PathBuf>,
+    /// Most objects in the choice cache.
+    pub cache_entries_max: usize,
+    /// Test hook: abort the process right after a choice record is created, before the
+    /// object is written (the crash the intent log is for).
+    pub crash_after_choice_record: bool,
+}
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig {
+            choices: 1,
+            policy: "first".into(),
+            write_quorum: None,
+            intent_dir: None,
+            cache_entries_max: crate::cache::CACHE_ENTRIES_MAX_DEFAULT,
+            crash_after_choice_record: false,
+        }
+    }
+}
+
+/// Counters of what a client did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Probes sent (HEAD requests).
+    pub probes: u64,
+    /// Choice lookups answered by the cache.
+    pub cache_hits: u64,
+    /// Choice lookups that had to ask the servers.
+    pub cache_misses: u64,
+    /// Choice records created.
+    pub records_created: u64,
+    /// Times the map was reloaded after a stale-epoch refusal.
+    pub map_refreshes: u64,
+    /// Replicas repaired.
+    pub repairs: u64,
+    /// Corrupt replicas reported by servers.
+    pub corrupt_replicas: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    probes: AtomicU64,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+    records_created: AtomicU64,
+    map_refreshes: AtomicU64,
+    repairs: AtomicU64,
+    corrupt_replicas: AtomicU64,
+}
+
+/// The map and its compiled placement.
+struct View {
+    map: ClusterMap,
+    placement: Placement,
+}
+
+impl View {
+    fn epoch(&self) -> u64 {
+        self.map.epoch().0
+    }
+
+    fn pool(&self, name: &str) -> Result<PoolId, ClientError> {
+        if let Some(pool) = self.map.pool_by_name(name) {
+            return Ok(pool.id);
+        }
+        if let Ok(id) = name.parse::<u32>()
+            && let Some(pool) = self.map.pool(PoolId(id))
+        {
+            return Ok(pool.id);
+        }
+        let known: Vec<&str> = self.map.pools().iter().map(|p| p.name.as_str()).collect();
+        Err(ClientError::NoPool { pool: name.to_string(), known: known.join(", ") })
+    }
+
+    fn endpoint(&self, device: optio_placement::DeviceId) -> Result<Endpoint, ClientError> {
+        let addr = self
+            .map
+            .device(device)
+            .and_then(|d| d.addr.clone())
+            .ok_or(ClientError::NoAddress { device: device.0 })?;
+        Ok(Endpoint { device: device.0, addr })
+    }
+}
+
+/// Where an object lives, as [`Client::stat`] reports it.
+#[derive(Clone, Debug)]
+pub struct ObjectLocation {
+    /// The candidate holding it.
+    pub candidate: Candidate,
+    /// What its primary (or the first replica that answered) stores.
+    pub info: ObjectInfo,
+}
+
+/// What a write did.
+#[derive(Clone, Debug)]
+pub struct PutReport {
+    /// The candidate written.
+    pub candidate: u8,
+    /// The devices written, primary first.
+    pub devices: Vec<u32>,
+    /// Version written.
+    pub version: ObjectVersion,
+    /// Probes this write sent.
+    pub probes: u32,
+}
+
+/// One candidate in a probe report.
+#[derive(Clone, Debug)]
+pub struct CandidateProbe {
+    /// The candidate.
+    pub candidate: Candidate,
+    /// What its primary stores, if anything.
+    pub info: Option<ObjectInfo>,
+    /// The primary's metrics (`None`: unreachable).
+    pub metrics: Option<DeviceMetrics>,
+    /// Why the primary could not be probed.
+    pub error: Option<String>,
+}
+
+/// What [`Client::probe`] found.
+#[derive(Clone, Debug)]
+pub struct ProbeReport {
+    /// Each candidate.
+    pub candidates: Vec<CandidateProbe>,
+    /// The choice record at the home, if any.
+    pub record: Option<ChoiceRecord>,
+    /// The candidate holding the object, if any.
+    pub holder: Option<u8>,
+}
+
+/// One replica in a verification.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplicaState {
+    /// Holds the newest version, intact.
+    Good,
+    /// Was missing, corrupt or older, and was repaired.
+    Repaired(String),
+    /// Could not be reached or repaired.
+    Failed(String),
+}
+
+/// The clever client. Cheap to clone (shares one connection pool, cache and map).
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    map_path: PathBuf,
+    view: RwLock<Arc<View>>,
+    transport: Transport,
+    cache: ChoiceCache,
+    intents: Option<IntentLog>,
+    in_flight: AtomicUsize,
+    device_metrics: Mutex<HashMap<u32, DeviceMetrics>>,
+    counters: Counters,
+    writer: u64,
+    last_version: AtomicU64,
+    config: ClientConfig,
+    policy: Box<dyn Policy>,
+}
+
+fn load_map(path: &Path) -> Result<View, ClientError> {
+    let error = |reason: String| ClientError::Map { path: path.display().to_string(), reason };
+    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+    let map = optio_mapfile::parse(&text).map_err(|e| error(e.to_string()))?;
+    let placement = Placement::new(&map).map_err(|e| error(e.to_string()))?;
+    Ok(View { map, placement })
+}
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// An id for this client: unique enough across processes and restarts.
+fn writer_id() -> u64 {
+    let marker = 0u8;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(&std::process::id().to_le_bytes());
+    hasher.update(&now_micros().to_le_bytes());
+    hasher.update(&(std::ptr::addr_of!(marker) as usize).to_le_bytes());
+    hasher.update(format!("{:?}", std::thread::current().id()).as_bytes());
+    hasher.digest()
+}
+
+/// How one candidate's primary answered a probe.
+struct Probed {
+    answer: Result<Answer, Failure>,
+}
+
+impl Client {
+    /// A client of the cluster whose map is the file `map_path`. Recovers the writes left in
+    /// doubt by crashed clients when `config.intent_dir` is set.
+    pub async fn connect(map_path: &Path, config: ClientConfig) -> Result<Client, ClientError> {
+        if config.choices == 0 || config.choices > CHOICES_MAX {
+            return Err(ClientError::Config(format!(
+                "choices must be 1 to {CHOICES_MAX}, not {}",
+                config.choices
+            )));
+        }
+        let policy = policy::by_name(&config.policy).ok_or_else(|| {
+            ClientError::Config(format!(
+                "unknown policy '{}'; known: {}",
+                config.policy,
+                policy::POLICY_NAMES.join(", ")
+            ))
+        })?;
+        let view = load_map(map_path)?;
+        let transport = Transport::new().map_err(ClientError::Config)?;
+        let intents = match &config.intent_dir {
+            Some(dir) => Some(IntentLog::open(dir).map_err(ClientError::IntentLog)?),
+            None => None,
+        };
+        let client = Client {
+            inner: Arc::new(Inner {
+                map_path: map_path.to_path_buf(),
+                view: RwLock::new(Arc::new(view)),
+                transport,
+                cache: ChoiceCache::new(config.cache_entries_max),
+                intents,
+                in_flight: AtomicUsize::new(0),
+                device_metrics: Mutex::new(HashMap::new()),
+                counters: Counters::default(),
+                writer: writer_id(),
+                last_version: AtomicU64::new(0),
+                config,
+                policy,
+            }),
+        };
+        if let Some(dir) = client.inner.config.intent_dir.clone() {
+            client.recover(&dir).await?;
+        }
+        Ok(client)
+    }
+
+    /// Re-probes and repairs the objects whose writes were in doubt when a client crashed.
+    /// Returns how many objects were recovered.
+    pub async fn recover(&self, dir: &Path) -> Result<usize, ClientError> {
+        let (doubts, files) = IntentLog::orphans(dir).map_err(ClientError::IntentLog)?;
+        let view = self.view();
+        for doubt in &doubts {
+            self.inner.cache.remove(doubt.pool, &doubt.key);
+            let Some(pool) = view.map.pool(PoolId(doubt.pool)) else { continue };
+            match self.verify(&pool.name.clone(), &doubt.key).await {
+                Ok(_) | Err(ClientError::NotFound { .. }) => {}
+                Err(error) => {
+                    tracing::warn!(key = %doubt.key, %error, "recovery of a write in doubt failed");
+                    return Err(error);
+                }
+            }
+        }
+        IntentLog::forget(&files);
+        Ok(doubts.len())
+    }
+
+    fn view(&self) -> Arc<View> {
+        self.inner.view.read().expect("view lock").clone()
+    }
+
+    /// The map epoch the client holds.
+    pub fn epoch(&self) -> u64 {
+        self.view().epoch()
+    }
+
+    /// The map the client holds.
+    pub fn map(&self) -> ClusterMap {
+        self.view().map.clone()
+    }
+
+    /// This client's writer id (in the choice records it creates).
+    pub fn writer(&self) -> u64 {
+        self.inner.writer
+    }
+
+    /// Reloads the map file; returns whether the epoch advanced.
+    pub fn refresh(&self) -> Result<bool, ClientError> {
+        let fresh = load_map(&self.inner.map_path)?;
+        let mut view = self.inner.view.write().expect("view lock");
+        if fresh.epoch() > view.epoch() {
+            tracing::info!(epoch = fresh.epoch(), previous = view.epoch(), "map refreshed");
+            *view = Arc::new(fresh);
+            self.inner.counters.map_refreshes.fetch_add(1, Ordering::Relaxed);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// What the client did so far.
+    pub fn stats(&self) -> ClientStats {
+        let c = &self.inner.counters;
+        ClientStats {
+            probes: c.probes.load(Ordering::Relaxed),
+            cache_hits: c.cache_hits.load(Ordering::Relaxed),
+            cache_misses: c.cache_misses.load(Ordering::Relaxed),
+            records_created: c.records_created.load(Ordering::Relaxed),
+            map_refreshes: c.map_refreshes.load(Ordering::Relaxed),
+            repairs: c.repairs.load(Ordering::Relaxed),
+            corrupt_replicas: c.corrupt_replicas.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The choice cache (for measuring it).
+    pub fn cache(&self) -> &ChoiceCache {
+        &self.inner.cache
+    }
+
+    /// The latest metrics heard from each device.
+    pub fn device_metrics(&self) -> BTreeMap<u32, DeviceMetrics> {
+        self.inner
+            .device_metrics
+            .lock()
+            .expect("metrics lock")
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect()
+    }
+
+    /// The candidates of `key` in `pool`.
+    pub fn candidates(&self, pool: &str, key: &str) -> Result<Vec<Candidate>, ClientError> {
+        let view = self.view();
+        let pool = view.pool(pool)?;
+        Ok(self.candidates_in(&view, pool, key))
+    }
+
+    fn candidates_in(&self, view: &View, pool: PoolId, key: &str) -> Vec<Candidate> {
+        let placement = view.placement.pool(pool).expect("pool ids come from this map");
+        candidates(&view.placement, &placement, key, self.inner.config.choices)
+    }
+
+    fn next_version(&self) -> ObjectVersion {
+        let now = now_micros();
+        let previous = self
+            .inner
+            .last_version
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| Some(now.max(last + 1)))
+            .expect("the update always succeeds");
+        ObjectVersion(now.max(previous + 1))
+    }
+
+    async fn call(&self, call: Call<'_>) -> Result<Answer, Failure> {
+        let device = call.endpoint.device;
+        if call.method == Method::HEAD {
+            self.inner.counters.probes.fetch_add(1, Ordering::Relaxed);
+        }
+        let result = self.inner.transport.send(call).await;
+        let metrics = match &result {
+            Ok(answer) => answer.metrics.clone(),
+            Err((_, metrics)) => metrics.clone(),
+        };
+        if let Some(metrics) = metrics {
+            self.inner.device_metrics.lock().expect("metrics lock").insert(device, metrics);
+        }
+        result.map_err(|(failure, _)| failure)
+    }
+
+    fn object_call<'a>(
+        &self,
+        view: &View,
+        method: Method,
+        endpoint: &'a Endpoint,
+        pool: PoolId,
+        key: &'a str,
+    ) -> Call<'a> {
+        Call {
+            method,
+            endpoint,
+            area: "objects",
+            pool,
+            key: Some(key),
+            query: None,
+            headers: Vec::new(),
+            body: None,
+            epoch: view.epoch(),
+        }
+    }
+
+    /// Handles an epoch refusal: reloads the map (stale) or waits (the server lags).
+    /// Returns whether the operation should be retried.
+    async fn epoch_retry(&self, failures: &[&Failure]) -> Result<bool, ClientError> {
+        let stale = failures.iter().any(|f| f.kind() == Some(ErrorKind::StaleEpoch));
+        let unknown = failures.iter().any(|f| f.kind() == Some(ErrorKind::UnknownEpoch));
+        if stale {
+            self.refresh()?;
+            return Ok(true);
+        }
+        if unknown {
+            tokio::time::sleep(UNKNOWN_EPOCH_BACKOFF).await;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Probes the primaries of `candidates` in parallel (the home asked for its record too).
+    async fn probe_primaries(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+    ) -> Result<Vec<Probed>, ClientError> {
+        let mut endpoints = Vec::with_capacity(candidates.len());
+        for candidate in candidates {
+            let primary = candidate
+                .primary()
+                .ok_or_else(|| ClientError::NoDevices { key: key.to_string() })?;
+            endpoints.push(view.endpoint(primary)?);
+        }
+        let calls = endpoints.iter().enumerate().map(|(i, endpoint)| {
+            let mut call = self.object_call(view, Method::HEAD, endpoint, pool, key);
+            if i == 0 {
+                call.headers.push((wire::WANT_CHOICE, "1".into()));
+            }
+            self.call(call)
+        });
+        Ok(join_all(calls).await.into_iter().map(|answer| Probed { answer }).collect())
+    }
+
+    /// Which candidate holds `key`, without writing: the cache, else the home's record or
+    /// object, else the other candidates (probed in parallel). `None`: nowhere.
+    async fn locate(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+    ) -> Result<Option<u8>, ClientError> {
+        if candidates.len() == 1 {
+            return Ok(Some(0));
+        }
+        if let Some(c) = self.inner.cache.get(pool.0, key)
+            && usize::from(c) < candidates.len()
+        {
+            self.inner.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(c));
+        }
+        self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+        let home = self.probe_primaries(view, pool, key, &candidates[..1]).await?;
+        let mut failures = Vec::new();
+        match &home[0].answer {
+            Ok(answer) => {
+                if let Some(record) = answer.record
+                    && usize::from(record.candidate) < candidates.len()
+                {
+                    self.inner.cache.insert(pool.0, key, record.candidate);
+                    return Ok(Some(record.candidate));
+                }
+                if answer.status == 200 {
+                    self.inner.cache.insert(pool.0, key, 0);
+                    return Ok(Some(0));
+                }
+            }
+            Err(failure) => failures.push(failure.clone()),
+        }
+        // No record at the home (or the home is unreachable): ask the others.
+        let others = self.probe_primaries(view, pool, key, &candidates[1..]).await?;
+        for (i, probed) in others.iter().enumerate() {
+            match &probed.answer {
+                Ok(answer) if answer.status == 200 => {
+                    let c = (i + 1) as u8;
+                    self.inner.cache.insert(pool.0, key, c);
+                    return Ok(Some(c));
+                }
+                Ok(_) => {}
+                Err(failure) => failures.push(failure.clone()),
+            }
+        }
+        let refs: Vec<&Failure> = failures.iter().collect();
+        if self.epoch_retry(&refs).await? {
+            return Err(ClientError::EpochRetries { attempts: 0 });
+        }
+        Ok(None)
+    }
+
+    /// The candidate a write of `key` goes to: the cache, else an existing record or
+    /// object, else the policy's choice, recorded at the home.
+    async fn choose_for_write(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+        size_bytes: u64,
+        excluded: &[u8],
+    ) -> Result<u8, ClientError> {
+        if candidates.len() == 1 {
+            return Ok(0);
+        }
+        if excluded.is_empty()
+            && let Some(c) = self.inner.cache.get(pool.0, key)
+            && usize::from(c) < candidates.len()
+        {
+            self.inner.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(c);
+        }
+        self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+        let probes = self.probe_primaries(view, pool, key, candidates).await?;
+        let failures: Vec<&Failure> =
+            probes.iter().filter_map(|p| p.answer.as_ref().err()).collect();
+        if self.epoch_retry(&failures).await? {
+            return Err(ClientError::EpochRetries { attempts: 0 });
+        }
+        if excluded.is_empty() {
+            if let Ok(answer) = &probes[0].answer
+                && let Some(record) = answer.record
+                && usize::from(record.candidate) < candidates.len()
+            {
+                return Ok(record.candidate);
+            }
+            if let Some(i) =
+                probes.iter().position(|p| matches!(&p.answer, Ok(a) if a.status == 200))
+            {
+                // Stored without a record (written at k = 1, or a record lost): record it.
+                return self.record_choice(view, pool, key, candidates, i as u8, false).await;
+            }
+        }
+        let metrics = self.inner.device_metrics.lock().expect("metrics lock").clone();
+        let views: Vec<CandidateView<'_>> = candidates
+            .iter()
+            .zip(&probes)
+            .map(|(candidate, probed)| CandidateView {
+                candidate,
+                metrics: candidate.devices.iter().map(|d| metrics.get(&d.0).cloned()).collect(),
+                reachable: probed.answer.is_ok() && !excluded.contains(&candidate.index),
+            })
+            .collect();
+        let Some(chosen) = self.inner.policy.choose(size_bytes, &views) else {
+            let details: Vec<String> = views
+                .iter()
+                .map(|v| {
+                    let state = if !v.reachable { "unreachable or refused" } else { "full" };
+                    format!(
+                        "candidate {} (devices {:?}): {state}",
+                        v.candidate.index,
+                        v.candidate.devices.iter().map(|d| d.0).collect::<Vec<_>>()
+                    )
+                })
+                .collect();
+            return Err(ClientError::NoRoom {
+                key: key.to_string(),
+                size_bytes,
+                details: details.join("; "),
+            });
+        };
+        self.record_choice(view, pool, key, candidates, chosen as u8, !excluded.is_empty()).await
+    }
+
+    /// Creates the choice record at the home (atomic create-if-absent); returns the
+    /// candidate recorded, which is another client's when it was first.
+    async fn record_choice(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+        chosen: u8,
+        replace: bool,
+    ) -> Result<u8, ClientError> {
+        let home_device = candidates[0]
+            .primary()
+            .ok_or_else(|| ClientError::NoDevices { key: key.to_string() })?;
+        let home = view.endpoint(home_device)?;
+        let record = ChoiceRecord {
+            candidate: chosen,
+            choices: candidates.len() as u8,
+            writer: self.inner.writer,
+        };
+        let mut headers = vec![(wire::CHOICE, wire::choice_header(&record))];
+        if replace {
+            headers.push((wire::REPLACE_IF_WRITER, format!("{:x}", self.inner.writer)));
+        }
+        let call = Call {
+            method: Method::PUT,
+            endpoint: &home,
+            area: "choices",
+            pool,
+            key: Some(key),
+            query: None,
+            headers,
+            body: None,
+            epoch: view.epoch(),
+        };
+        let answer = match self.call(call).await {
+            Ok(answer) => answer,
+            Err(
+                failure @ Failure::Refused {
+                    kind: ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch,
+                    ..
+                },
+            ) => {
+                self.epoch_retry(&[&failure]).await?;
+                return Err(ClientError::EpochRetries { attempts: 0 });
+            }
+            Err(failure) => {
+                return Err(ClientError::HomeUnreachable {
+                    key: key.to_string(),
+                    device: home.device,
+                    addr: home.addr.clone(),
+                    reason: failure.to_string(),
+                });
+            }
+        };
+        let recorded = answer.record.map(|r| r.candidate).unwrap_or(chosen);
+        if answer.status == 201 {
+            self.inner.counters.records_created.fetch_add(1, Ordering::Relaxed);
+            if self.inner.config.crash_after_choice_record {
+                eprintln!("optio-client: crashing after the choice record, as configured");
+                std::process::abort();
+            }
+        }
+        Ok(recorded)
+    }
+
+    /// Writes an object: r replicas on the chosen candidate's replica set, acknowledged when
+    /// w of them (default all) are durable.
+    pub async fn put(&self, pool: &str, key: &str, data: Bytes) -> Result<PutReport, ClientError> {
+        validate_key(key)?;
+        let intent = match &self.inner.intents {
+            Some(log) => {
+                Some(log.begin(self.view().pool(pool)?.0, key).map_err(ClientError::IntentLog)?)
+            }
+            None => None,
+        };
+        self.inner.in_flight.fetch_add(1, Ordering::AcqRel);
+        let result = self.put_attempts(pool, key, data).await;
+        let in_flight = self.inner.in_flight.fetch_sub(1, Ordering::AcqRel) - 1;
+        if let (Some(log), Some(intent)) = (&self.inner.intents, intent) {
+            log.end(intent);
+            log.compact_if_idle(in_flight);
+        }
+        result
+    }
+
+    async fn put_attempts(
+        &self,
+        pool_name: &str,
+        key: &str,
+        data: Bytes,
+    ) -> Result<PutReport, ClientError> {
+        let crc = checksum(&data);
+        let size_bytes = data.len() as u64;
+        let mut excluded: Vec<u8> = Vec::new();
+        for _attempt in 0..RETRIES_MAX {
+            let view = self.view();
+            let pool = view.pool(pool_name)?;
+            let candidates = self.candidates_in(&view, pool, key);
+            let probes_before = self.inner.counters.probes.load(Ordering::Relaxed);
+            let chosen = match self
+                .choose_for_write(&view, pool, key, &candidates, size_bytes, &excluded)
+                .await
+            {
+                Err(ClientError::EpochRetries { .. }) => continue,
+                other => other?,
+            };
+            let candidate = &candidates[usize::from(chosen)];
+            if candidate.devices.is_empty() {
+                return Err(ClientError::NoDevices { key: key.to_string() });
+            }
+            let endpoints: Vec<Endpoint> =
+                candidate.devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
+            let version = self.next_version();
+            let calls = endpoints.iter().map(|endpoint| {
+                let mut call = self.object_call(&view, Method::PUT, endpoint, pool, key);
+                call.headers.push((wire::VERSION, version.0.to_string()));
+                call.headers.push((wire::CHECKSUM, format!("{crc:08x}")));
+                if let Some(pg) = candidate.pg {
+                    call.headers.push((wire::PG, pg.seed.to_string()));
+                }
+                call.body = Some(data.clone());
+                self.call(call)
+            });
+            let results = join_all(calls).await;
+            let needed =
+                self.inner.config.write_quorum.unwrap_or(endpoints.len()).clamp(1, endpoints.len());
+            let acked = results.iter().filter(|r| r.is_ok()).count();
+            let failures: Vec<(&Endpoint, &Failure)> = endpoints
+                .iter()
+                .zip(&results)
+                .filter_map(|(e, r)| r.as_ref().err().map(|f| (e, f)))
+                .collect();
+            if acked >= needed {
+                self.inner.cache.insert(pool.0, key, chosen);
+                let probes = self.inner.counters.probes.load(Ordering::Relaxed) - probes_before;
+                return Ok(PutReport {
+                    candidate: chosen,
+                    devices: candidate.devices.iter().map(|d| d.0).collect(),
+                    version,
+                    probes: probes as u32,
+                });
+            }
+            let kinds: Vec<&Failure> = failures.iter().map(|(_, f)| *f).collect();
+            if self.epoch_retry(&kinds).await? {
+                continue;
+            }
+            if let Some((_, Failure::Refused { reason, .. })) =
+                failures.iter().find(|(_, f)| f.kind() == Some(ErrorKind::TooLarge))
+            {
+                return Err(ClientError::TooLarge { key: key.to_string(), reason: reason.clone() });
+            }
+            let full = failures.iter().any(|(_, f)| f.kind() == Some(ErrorKind::Full));
+            if full && candidates.len() > 1 && excluded.len() + 1 < candidates.len() {
+                // Steer around the full device: undo what was written, choose again.
+                self.undo(&view, pool, key, &endpoints, &results, version).await;
+                self.inner.cache.remove(pool.0, key);
+                excluded.push(chosen);
+                continue;
+            }
+            if full {
+                let details: Vec<String> = failures
+                    .iter()
+                    .map(|(e, f)| format!("device {} at {}: {f}", e.device, e.addr))
+                    .collect();
+                return Err(ClientError::NoRoom {
+                    key: key.to_string(),
+                    size_bytes,
+                    details: details.join("; "),
+                });
+            }
+            let details: Vec<String> = failures
+                .iter()
+                .map(|(e, f)| format!("device {} at {}: {f}", e.device, e.addr))
+                .collect();
+            return Err(ClientError::NotEnoughReplicas {
+                key: key.to_string(),
+                acked,
+                needed,
+                failures: details.join("; "),
+            });
+        }
+        Err(ClientError::EpochRetries { attempts: RETRIES_MAX })
+    }
+
+    /// Removes the replicas of a write that could not complete (only that version).
+    async fn undo(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        endpoints: &[Endpoint],
+        results: &[Result<Answer, Failure>],
+        version: ObjectVersion,
+    ) {
+        let calls =
+            endpoints.iter().zip(results).filter(|(_, r)| r.is_ok()).map(|(endpoint, _)| {
+                let mut call = self.object_call(view, Method::DELETE, endpoint, pool, key);
+                call.headers.push((wire::VERSION, version.0.to_string()));
+                self.call(call)
+            });
+        join_all(calls).await;
+    }
+
+    /// Reads an object.
+    pub async fn get(&self, pool: &str, key: &str) -> Result<Bytes, ClientError> {
+        self.get_range(pool, key, None).await.map(|(_, data)| data)
+    }
+
+    /// Reads an object, or the inclusive byte range `range` of it; verifies the checksum and
+    /// repairs replicas found corrupt or missing from a good one.
+    pub async fn get_range(
+        &self,
+        pool_name: &str,
+        key: &str,
+        range: Option<(u64, u64)>,
+    ) -> Result<(ObjectInfo, Bytes), ClientError> {
+        validate_key(key)?;
+        let mut relocated = false;
+        for _attempt in 0..RETRIES_MAX {
+            let view = self.view();
+            let pool = view.pool(pool_name)?;
+            let candidates = self.candidates_in(&view, pool, key);
+            let chosen = match self.locate(&view, pool, key, &candidates).await {
+                Err(ClientError::EpochRetries { .. }) => continue,
+                other => other?,
+            };
+            let Some(chosen) = chosen else {
+                return Err(ClientError::NotFound {
+                    pool: pool_name.to_string(),
+                    key: key.to_string(),
+                });
+            };
+            let candidate = &candidates[usize::from(chosen)];
+            match self.read_replicas(&view, pool, key, candidate, range).await {
+                Ok(found) => return Ok(found),
+                Err(ReadError::Retry) => continue,
+                Err(ReadError::Missing) if !relocated && candidates.len() > 1 => {
+                    // A stale cache entry (or fingerprint collision): ask the home again.
+                    self.inner.cache.remove(pool.0, key);
+                    relocated = true;
+                }
+                Err(ReadError::Missing) => {
+                    return Err(ClientError::NotFound {
+                        pool: pool_name.to_string(),
+                        key: key.to_string(),
+                    });
+                }
+                Err(ReadError::Failed(error)) => return Err(error),
+            }
+        }
+        Err(ClientError::EpochRetries { attempts: RETRIES_MAX })
+    }
+
+    async fn read_replicas(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidate: &Candidate,
+        range: Option<(u64, u64)>,
+    ) -> Result<(ObjectInfo, Bytes), ReadError> {
+        let mut damaged: Vec<Endpoint> = Vec::new();
+        let mut failures: Vec<String> = Vec::new();
+        let mut epoch_failures: Vec<Failure> = Vec::new();
+        let mut missing = 0usize;
+        for device in &candidate.devices {
+            let endpoint = view.endpoint(*device).map_err(ReadError::Failed)?;
+            // Ranges are read whole when a repair may be needed, so the checksum is checked.
+            let ranged = range.filter(|_| damaged.is_empty());
+            let mut call = self.object_call(view, Method::GET, &endpoint, pool, key);
+            if let Some((start, end)) = ranged {
+                call.headers.push(("range", format!("bytes={start}-{end}")));
+            }
+            match self.call(call).await {
+                Ok(answer) => {
+                    let Some(info) = answer.info.clone() else {
+                        failures.push(format!(
+                            "device {}: answer without object headers",
+                            endpoint.device
+                        ));
+                        continue;
+                    };
+                    if ranged.is_none() && checksum(&answer.body) != info.checksum {
+                        self.inner.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
+                        failures
+                            .push(format!("device {}: data damaged in transit", endpoint.device));
+                        continue;
+                    }
+                    if !damaged.is_empty() {
+                        self.repair(view, pool, key, &damaged, (&info, &answer.body), candidate)
+                            .await;
+                    }
+                    let body = match (range, ranged) {
+                        (Some((start, end)), None) => {
+                            let end = end.min(info.size_bytes.saturating_sub(1));
+                            if start > end || start >= info.size_bytes {
+                                return Err(ReadError::Failed(ClientError::Refused {
+                                    device: endpoint.device,
+                                    kind: ErrorKind::BadRequest,
+                                    reason: format!(
+                                        "range {start}-{end} is outside the object's {} bytes",
+                                        info.size_bytes
+                                    ),
+                                }));
+                            }
+                            answer.body.slice(start as usize..=end as usize)
+                        }
+                        _ => answer.body,
+                    };
+                    return Ok((info, body));
+                }
+                Err(failure) => {
+                    match failure.kind() {
+                        Some(ErrorKind::Corrupt) => {
+                            self.inner.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
+                            damaged.push(endpoint.clone());
+                        }
+                        Some(ErrorKind::NotFound) => {
+                            missing += 1;
+                            damaged.push(endpoint.clone());
+                        }
+                        Some(ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch) => {
+                            epoch_failures.push(failure.clone())
+                        }
+                        Some(ErrorKind::BadRequest) => {
+                            return Err(ReadError::Failed(ClientError::Refused {
+                                device: endpoint.device,
+                                kind: ErrorKind::BadRequest,
+                                reason: failure.to_string(),
+                            }));
+                        }
+                        _ => {}
+                    }
+                    failures.push(format!(
+                        "device {} at {}: {failure}",
+                        endpoint.device, endpoint.addr
+                    ));
+                }
+            }
+        }
+        if !epoch_failures.is_empty() {
+            let refs: Vec<&Failure> = epoch_failures.iter().collect();
+            if self.epoch_retry(&refs).await.map_err(ReadError::Failed)? {
+                return Err(ReadError::Retry);
+            }
+        }
+        if missing == candidate.devices.len() {
+            return Err(ReadError::Missing);
+        }
+        Err(ReadError::Failed(ClientError::Unreadable {
+            key: key.to_string(),
+            failures: failures.join("; "),
+        }))
+    }
+
+    /// Writes the good copy (same version) to replicas found damaged or missing.
+    async fn repair(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        targets: &[Endpoint],
+        (info, data): (&ObjectInfo, &Bytes),
+        candidate: &Candidate,
+    ) -> Vec<(u32, Result<(), String>)> {
+        let calls = targets.iter().map(|endpoint| {
+            let mut call = self.object_call(view, Method::PUT, endpoint, pool, key);
+            call.headers.push((wire::VERSION, info.version.0.to_string()));
+            call.headers.push((wire::CHECKSUM, format!("{:08x}", info.checksum)));
+            if let Some(pg) = candidate.pg {
+                call.headers.push((wire::PG, pg.seed.to_string()));
+            }
+            call.body = Some(data.clone());
+            self.call(call)
+        });
+        let results = join_all(calls).await;
+        targets
+            .iter()
+            .zip(results)
+            .map(|(endpoint, result)| {
+                let outcome = result.map(|_| ()).map_err(|f| f.to_string());
+                if outcome.is_ok() {
+                    self.inner.counters.repairs.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(key, device = endpoint.device, "repaired a replica");
+                }
+                (endpoint.device, outcome)
+            })
+            .collect()
+    }
+
+    /// Reads every replica of an object and brings them all to the newest intact version.
+    pub async fn verify(
+        &self,
+        pool_name: &str,
+        key: &str,
+    ) -> Result<Vec<(u32, ReplicaState)>, ClientError> {
+        validate_key(key)?;
+        let view = self.view();
+        let pool = view.pool(pool_name)?;
+        let candidates = self.candidates_in(&view, pool, key);
+        let Some(chosen) = self.locate(&view, pool, key, &candidates).await? else {
+            return Err(ClientError::NotFound {
+                pool: pool_name.to_string(),
+                key: key.to_string(),
+            });
+        };
+        let candidate = &candidates[usize::from(chosen)];
+        let endpoints: Vec<Endpoint> =
+            candidate.devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
+        let reads = endpoints
+            .iter()
+            .map(|endpoint| self.call(self.object_call(&view, Method::GET, endpoint, pool, key)));
+        let results = join_all(reads).await;
+        let mut best: Option<(ObjectInfo, Bytes)> = None;
+        let mut states: Vec<Option<ReplicaState>> = vec![None; endpoints.len()];
+        for (i, result) in results.iter().enumerate() {
+            match result {
+                Ok(answer) => match &answer.info {
+                    Some(info) if checksum(&answer.body) == info.checksum => {
+                        if best.as_ref().is_none_or(|(b, _)| {
+                            (info.version, info.checksum) > (b.version, b.checksum)
+                        }) {
+                            best = Some((info.clone(), answer.body.clone()));
+                        }
+                    }
+                    _ => states[i] = Some(ReplicaState::Repaired("damaged in transit".into())),
+                },
+                Err(Failure::Unreachable(reason)) => {
+                    states[i] = Some(ReplicaState::Failed(format!("unreachable: {reason}")))
+                }
+                Err(failure) => states[i] = Some(ReplicaState::Repaired(failure.to_string())),
+            }
+        }
+        let Some((info, data)) = best else {
+            if results.iter().all(|r| matches!(r, Err(f) if f.kind() == Some(ErrorKind::NotFound)))
+            {
+                return Err(ClientError::NotFound {
+                    pool: pool_name.to_string(),
+                    key: key.to_string(),
+                });
+            }
+            let failures: Vec<String> =
+                results.iter().filter_map(|r| r.as_ref().err().map(|f| f.to_string())).collect();
+            return Err(ClientError::Unreadable {
+                key: key.to_string(),
+                failures: failures.join("; "),
+            });
+        };
+        let mut targets = Vec::new();
+        for (i, result) in results.iter().enumerate() {
+            let stale = matches!(result, Ok(a) if a.info.as_ref().is_some_and(|x| (x.version, x.checksum) != (info.version, info.checksum)));
+            if stale {
+                states[i] = Some(ReplicaState::Repaired("older version".into()));
+            }
+            if matches!(states[i], Some(ReplicaState::Repaired(_))) {
+                targets.push(endpoints[i].clone());
+            }
+        }
+        let repaired = self.repair(&view, pool, key, &targets, (&info, &data), candidate).await;
+        for (device, outcome) in repaired {
+            if let Err(reason) = outcome {
+                let i = endpoints
+                    .iter()
+                    .position(|e| e.device == device)
+                    .expect("a target is an endpoint");
+                states[i] = Some(ReplicaState::Failed(reason));
+            }
+        }
+        Ok(endpoints
+            .iter()
+            .zip(states)
+            .map(|(e, s)| (e.device, s.unwrap_or(ReplicaState::Good)))
+            .collect())
+    }
+
+    /// Removes an object (every replica, then its choice record).
+    pub async fn delete(&self, pool_name: &str, key: &str) -> Result<(), ClientError> {
+        validate_key(key)?;
+        for _attempt in 0..RETRIES_MAX {
+            let view = self.view();
+            let pool = view.pool(pool_name)?;
+            let candidates = self.candidates_in(&view, pool, key);
+            let chosen = match self.locate(&view, pool, key, &candidates).await {
+                Err(ClientError::EpochRetries { .. }) => continue,
+                other => other?,
+            };
+            let Some(chosen) = chosen else {
+                return Err(ClientError::NotFound {
+                    pool: pool_name.to_string(),
+                    key: key.to_string(),
+                });
+            };
+            let candidate = &candidates[usize::from(chosen)];
+            let endpoints: Vec<Endpoint> =
+                candidate.devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
+            let results = join_all(
+                endpoints
+                    .iter()
+                    .map(|e| self.call(self.object_call(&view, Method::DELETE, e, pool, key))),
+            )
+            .await;
+            let failures: Vec<&Failure> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+            if self.epoch_retry(&failures).await? {
+                continue;
+            }
+            let deleted = results.iter().filter(|r| r.is_ok()).count();
+            let hard: Vec<String> = failures
+                .iter()
+                .filter(|f| f.kind() != Some(ErrorKind::NotFound))
+                .map(|f| f.to_string())
+                .collect();
+            if !hard.is_empty() {
+                return Err(ClientError::NotEnoughReplicas {
+                    key: key.to_string(),
+                    acked: deleted,
+                    needed: endpoints.len(),
+                    failures: hard.join("; "),
+                });
+            }
+            if candidates.len() > 1
+                && let Some(home) = candidates[0].primary()
+            {
+                let home = view.endpoint(home)?;
+                let call = Call {
+                    method: Method::DELETE,
+                    endpoint: &home,
+                    area: "choices",
+                    pool,
+                    key: Some(key),
+                    query: None,
+                    headers: Vec::new(),
+                    body: None,
+                    epoch: view.epoch(),
+                };
+                let _ = self.call(call).await;
+            }
+            self.inner.cache.remove(pool.0, key);
+            if deleted == 0 {
+                return Err(ClientError::NotFound {
+                    pool: pool_name.to_string(),
+                    key: key.to_string(),
+                });
+            }
+            return Ok(());
+        }
+        Err(ClientError::EpochRetries { attempts: RETRIES_MAX })
+    }
+
+    /// Where an object lives and what is stored.
+    pub async fn stat(&self, pool_name: &str, key: &str) -> Result<ObjectLocation, ClientError> {
+        validate_key(key)?;
+        let view = self.view();
+        let pool = view.pool(pool_name)?;
+        let candidates = self.candidates_in(&view, pool, key);
+        let not_found =
+            || ClientError::NotFound { pool: pool_name.to_string(), key: key.to_string() };
+        let chosen = self.locate(&view, pool, key, &candidates).await?.ok_or_else(not_found)?;
+        let candidate = candidates[usize::from(chosen)].clone();
+        for device in &candidate.devices {
+            let endpoint = view.endpoint(*device)?;
+            if let Ok(answer) =
+                self.call(self.object_call(&view, Method::HEAD, &endpoint, pool, key)).await
+                && let Some(info) = answer.info
+            {
+                return Ok(ObjectLocation { candidate, info });
+            }
+        }
+        Err(not_found())
+    }
+
+    /// Probes every candidate's primary (and the home's record): which candidate holds the
+    /// object and each candidate's metrics.
+    pub async fn probe(&self, pool_name: &str, key: &str) -> Result<ProbeReport, ClientError> {
+        validate_key(key)?;
+        let view = self.view();
+        let pool = view.pool(pool_name)?;
+        let candidates = self.candidates_in(&view, pool, key);
+        let probes = self.probe_primaries(&view, pool, key, &candidates).await?;
+        let mut record = None;
+        let mut holder = None;
+        let mut out = Vec::new();
+        for (candidate, probed) in candidates.into_iter().zip(probes) {
+            let (info, metrics, error) = match probed.answer {
+                Ok(answer) => {
+                    if candidate.index == 0 {
+                        record = answer.record;
+                    }
+                    let info = (answer.status == 200).then_some(answer.info).flatten();
+                    (info, answer.metrics, None)
+                }
+                Err(failure) => (None, None, Some(failure.to_string())),
+            };
+            if info.is_some() && holder.is_none() {
+                holder = Some(candidate.index);
+            }
+            out.push(CandidateProbe { candidate, info, metrics, error });
+        }
+        if let Some(record) = record {
+            holder = Some(record.candidate);
+        }
+        Ok(ProbeReport { candidates: out, record, holder })
+    }
+
+    /// Probes the primary of candidate 0 once (a probe round trip), returning whether the
+    /// object exists there.
+    pub async fn probe_once(&self, pool_name: &str, key: &str) -> Result<bool, ClientError> {
+        let view = self.view();
+        let pool = view.pool(pool_name)?;
+        let candidates = self.candidates_in(&view, pool, key);
+        let probes = self.probe_primaries(&view, pool, key, &candidates[..1]).await?;
+        match &probes[0].answer {
+            Ok(answer) => Ok(answer.status == 200),
+            Err(failure) => Err(ClientError::Refused {
+                device: candidates[0].primary().map_or(0, |d| d.0),
+                kind: failure.kind().unwrap_or(ErrorKind::Io),
+                reason: failure.to_string(),
+            }),
+        }
+    }
+
+    /// Objects in a pool whose keys start with `prefix`, from every device (replicas merged,
+    /// newest version shown), in key order.
+    pub async fn list(
+        &self,
+        pool_name: &str,
+        prefix: &str,
+    ) -> Result<Vec<ObjectInfo>, ClientError> {
+        let view = self.view();
+        let pool = view.pool(pool_name)?;
+        let mut endpoints = Vec::new();
+        for device in view.map.devices() {
+            if device.up && device.addr.is_some() {
+                endpoints.push(view.endpoint(device.id)?);
+            }
+        }
+        let lists =
+            endpoints.iter().map(|endpoint| self.list_device(&view, pool, endpoint, prefix));
+        let mut merged: BTreeMap<String, ObjectInfo> = BTreeMap::new();
+        for result in join_all(lists).await {
+            for info in result? {
+                match merged.get(&info.key) {
+                    Some(old) if old.version >= info.version => {}
+                    _ => {
+                        merged.insert(info.key.clone(), info);
+                    }
+                }
+            }
+        }
+        Ok(merged.into_values().collect())
+    }
+
+    async fn list_device(
+        &self,
+        view: &View,
+        pool: PoolId,
+        endpoint: &Endpoint,
+        prefix: &str,
+    ) -> Result<Vec<ObjectInfo>, ClientError> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        for _page in 0..LIST_PAGES_MAX {
+            let mut query = format!("prefix={}", wire::percent_encode(prefix));
+            if let Some(after) = &after {
+                query.push_str(&format!("&after={}", wire::percent_encode(after)));
+            }
+            let call = Call {
+                method: Method::GET,
+                endpoint,
+                area: "objects",
+                pool,
+                key: None,
+                query: Some(query),
+                headers: Vec::new(),
+                body: None,
+                epoch: view.epoch(),
+            };
+            let answer = self.call(call).await.map_err(|f| ClientError::Refused {
+                device: endpoint.device,
+                kind: f.kind().unwrap_or(ErrorKind::Io),
+                reason: f.to_string(),
+            })?;
+            let listing: Listing =
+                serde_json::from_slice(&answer.body).map_err(|e| ClientError::Refused {
+                    device: endpoint.device,
+                    kind: ErrorKind::Io,
+                    reason: format!("bad listing: {e}"),
+                })?;
+            after = listing.objects.last().map(|o| o.key.clone());
+            out.extend(listing.objects);
+            if !listing.truncated || after.is_none() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A device's listing (the body of `GET /v1/dev/{d}/objects/{pool}`).
+#[derive(serde::Deserialize)]
+struct Listing {
+    objects: Vec<ObjectInfo>,
+    truncated: bool,
+}
+
+enum ReadError {
+    Retry,
+    Missing,
+    Failed(ClientError),
+}
