@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
@@ -194,7 +194,7 @@ struct Inner {
     cache: ChoiceCache,
     intents: Option<IntentLog>,
     in_flight: AtomicUsize,
-    device_metrics: Mutex<HashMap<u32, DeviceMetrics>>,
+    device_metrics: Mutex<HashMap<u32, (DeviceMetrics, Instant)>>,
     counters: Counters,
     writer: u64,
     last_version: AtomicU64,
@@ -227,6 +227,36 @@ fn writer_id() -> u64 {
     hasher.update(format!("{:?}", std::thread::current().id()).as_bytes());
     hasher.digest()
 }
+
+/// The candidate a write goes to.
+#[derive(Clone, Copy, Debug)]
+struct Chosen {
+    candidate: u8,
+    /// This write created the record with a deferred sync: wait for it before acknowledging.
+    record_pending: bool,
+}
+
+/// What the home answered to a record request.
+struct Recorded {
+    candidate: u8,
+    created: bool,
+    home_info: Option<ObjectInfo>,
+}
+
+/// The engine input a candidate stands for, as stored in object headers (`x-optio-pg`): its
+/// PG seed, or its placement key for pools without PGs.
+fn placement_seed(candidate: &Candidate) -> u32 {
+    candidate.pg.map(|pg| pg.seed).unwrap_or(candidate.placement_key)
+}
+
+/// The candidate a stored object belongs to, from the seed in its header.
+fn holder_of(candidates: &[Candidate], info: Option<&ObjectInfo>) -> Option<u8> {
+    let seed = info?.pg_seed?;
+    candidates.iter().find(|c| placement_seed(c) == seed).map(|c| c.index)
+}
+
+/// How long metrics heard from a device stay fresh enough to choose on without probing.
+pub const METRICS_FRESH: Duration = Duration::from_secs(2);
 
 /// How one candidate's primary answered a probe.
 struct Probed {
@@ -356,7 +386,7 @@ impl Client {
             .lock()
             .expect("metrics lock")
             .iter()
-            .map(|(k, v)| (*k, v.clone()))
+            .map(|(k, (m, _))| (*k, m.clone()))
             .collect()
     }
 
@@ -384,7 +414,8 @@ impl Client {
 
     async fn call(&self, call: Call<'_>) -> Result<Answer, Failure> {
         let device = call.endpoint.device;
-        if call.method == Method::HEAD {
+        // A record request answers as a probe of the home, so it counts as one.
+        if call.method == Method::HEAD || (call.method == Method::PUT && call.area == "choices") {
             self.inner.counters.probes.fetch_add(1, Ordering::Relaxed);
         }
         let result = self.inner.transport.send(call).await;
@@ -393,7 +424,8 @@ impl Client {
             Err((_, metrics)) => metrics.clone(),
         };
         if let Some(metrics) = metrics {
-            self.inner.device_metrics.lock().expect("metrics lock").insert(device, metrics);
+            let now = Instant::now();
+            self.inner.device_metrics.lock().expect("metrics lock").insert(device, (metrics, now));
         }
         result.map_err(|(failure, _)| failure)
     }
@@ -516,8 +548,9 @@ impl Client {
         Ok(None)
     }
 
-    /// The candidate a write of `key` goes to: the cache, else an existing record or
-    /// object, else the policy's choice, recorded at the home.
+    /// The candidate a write of `key` goes to, and whether the choice record this write
+    /// created still has to become durable: the cache, else an existing record or object,
+    /// else the policy's choice, recorded at the home.
     async fn choose_for_write(
         &self,
         view: &View,
@@ -526,18 +559,23 @@ impl Client {
         candidates: &[Candidate],
         size_bytes: u64,
         excluded: &[u8],
-    ) -> Result<u8, ClientError> {
+    ) -> Result<Chosen, ClientError> {
         if candidates.len() == 1 {
-            return Ok(0);
+            return Ok(Chosen { candidate: 0, record_pending: false });
         }
         if excluded.is_empty()
             && let Some(c) = self.inner.cache.get(pool.0, key)
             && usize::from(c) < candidates.len()
         {
             self.inner.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(c);
+            return Ok(Chosen { candidate: c, record_pending: false });
         }
         self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+        if excluded.is_empty()
+            && let Some(guess) = self.choice_from_recent_metrics(candidates, size_bytes)
+        {
+            return self.record_and_probe(view, pool, key, candidates, guess).await;
+        }
         let probes = self.probe_primaries(view, pool, key, candidates).await?;
         let failures: Vec<&Failure> =
             probes.iter().filter_map(|p| p.answer.as_ref().err()).collect();
@@ -549,16 +587,22 @@ impl Client {
                 && let Some(record) = answer.record
                 && usize::from(record.candidate) < candidates.len()
             {
-                return Ok(record.candidate);
+                return Ok(Chosen { candidate: record.candidate, record_pending: false });
             }
-            if let Some(i) =
-                probes.iter().position(|p| matches!(&p.answer, Ok(a) if a.status == 200))
-            {
+            let holder = probes.iter().enumerate().find_map(|(i, p)| match &p.answer {
+                Ok(a) if a.status == 200 => {
+                    Some(holder_of(candidates, a.info.as_ref()).unwrap_or(i as u8))
+                }
+                _ => None,
+            });
+            if let Some(holder) = holder {
                 // Stored without a record (written at k = 1, or a record lost): record it.
-                return self.record_choice(view, pool, key, candidates, i as u8, false).await;
+                let recorded =
+                    self.record_choice(view, pool, key, candidates, holder, false, false).await?;
+                return Ok(Chosen { candidate: recorded.candidate, record_pending: false });
             }
         }
-        let metrics = self.inner.device_metrics.lock().expect("metrics lock").clone();
+        let metrics = self.recent_metrics();
         let views: Vec<CandidateView<'_>> = candidates
             .iter()
             .zip(&probes)
@@ -572,7 +616,7 @@ impl Client {
             let details: Vec<String> = views
                 .iter()
                 .map(|v| {
-                    let state = if !v.reachable { "unreachable or refused" } else { "full" };
+                    let state = if !v.reachable { "unreachable, refused or full" } else { "full" };
                     format!(
                         "candidate {} (devices {:?}): {state}",
                         v.candidate.index,
@@ -586,11 +630,84 @@ impl Client {
                 details: details.join("; "),
             });
         };
-        self.record_choice(view, pool, key, candidates, chosen as u8, !excluded.is_empty()).await
+        let replace = !excluded.is_empty();
+        let recorded =
+            self.record_choice(view, pool, key, candidates, chosen as u8, replace, true).await?;
+        Ok(Chosen { candidate: recorded.candidate, record_pending: recorded.created })
     }
 
-    /// Creates the choice record at the home (atomic create-if-absent); returns the
-    /// candidate recorded, which is another client's when it was first.
+    /// Metrics heard within [`METRICS_FRESH`], by device.
+    fn recent_metrics(&self) -> HashMap<u32, DeviceMetrics> {
+        let table = self.inner.device_metrics.lock().expect("metrics lock");
+        table
+            .iter()
+            .filter(|(_, (_, at))| at.elapsed() <= METRICS_FRESH)
+            .map(|(d, (m, _))| (*d, m.clone()))
+            .collect()
+    }
+
+    /// The policy's choice over recently heard metrics, when every candidate's primary was
+    /// heard from within [`METRICS_FRESH`] (every answer carries its device's metrics).
+    fn choice_from_recent_metrics(&self, candidates: &[Candidate], size_bytes: u64) -> Option<u8> {
+        let metrics = self.recent_metrics();
+        let fresh =
+            candidates.iter().all(|c| c.primary().is_some_and(|p| metrics.contains_key(&p.0)));
+        if !fresh {
+            return None;
+        }
+        let views: Vec<CandidateView<'_>> = candidates
+            .iter()
+            .map(|candidate| CandidateView {
+                candidate,
+                metrics: candidate.devices.iter().map(|d| metrics.get(&d.0).cloned()).collect(),
+                reachable: true,
+            })
+            .collect();
+        self.inner.policy.choose(size_bytes, &views).map(|i| i as u8)
+    }
+
+    /// One round trip instead of two: creates the record for `guess` at the home (whose
+    /// answer is also its probe) while probing the other candidates' primaries. A record
+    /// already there wins; so does an object already stored without a record.
+    async fn record_and_probe(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+        guess: u8,
+    ) -> Result<Chosen, ClientError> {
+        let record = self.record_choice(view, pool, key, candidates, guess, false, true);
+        let others = self.probe_primaries(view, pool, key, &candidates[1..]);
+        let (recorded, others) = futures_util::future::join(record, others).await;
+        let recorded = recorded?;
+        let others = others?;
+        if !recorded.created {
+            return Ok(Chosen { candidate: recorded.candidate, record_pending: false });
+        }
+        let holder = holder_of(candidates, recorded.home_info.as_ref()).or_else(|| {
+            others.iter().enumerate().find_map(|(i, p)| match &p.answer {
+                Ok(a) if a.status == 200 => {
+                    Some(holder_of(candidates, a.info.as_ref()).unwrap_or(i as u8 + 1))
+                }
+                _ => None,
+            })
+        });
+        match holder {
+            Some(holder) if holder != guess => {
+                let fixed =
+                    self.record_choice(view, pool, key, candidates, holder, true, false).await?;
+                Ok(Chosen { candidate: fixed.candidate, record_pending: false })
+            }
+            _ => Ok(Chosen { candidate: guess, record_pending: true }),
+        }
+    }
+
+    /// Creates the choice record at the home (atomic create-if-absent, or a replacement of
+    /// this client's own record); returns the candidate recorded, which is another client's
+    /// when it was first. With `defer_sync`, the home answers before the record is durable
+    /// and [`wait_record_durable`](Self::wait_record_durable) must follow.
+    #[allow(clippy::too_many_arguments)]
     async fn record_choice(
         &self,
         view: &View,
@@ -599,11 +716,9 @@ impl Client {
         candidates: &[Candidate],
         chosen: u8,
         replace: bool,
-    ) -> Result<u8, ClientError> {
-        let home_device = candidates[0]
-            .primary()
-            .ok_or_else(|| ClientError::NoDevices { key: key.to_string() })?;
-        let home = view.endpoint(home_device)?;
+        defer_sync: bool,
+    ) -> Result<Recorded, ClientError> {
+        let home = self.home(view, key, candidates)?;
         let record = ChoiceRecord {
             candidate: chosen,
             choices: candidates.len() as u8,
@@ -612,6 +727,9 @@ impl Client {
         let mut headers = vec![(wire::CHOICE, wire::choice_header(&record))];
         if replace {
             headers.push((wire::REPLACE_IF_WRITER, format!("{:x}", self.inner.writer)));
+        }
+        if defer_sync {
+            headers.push((wire::DEFER_SYNC, "1".into()));
         }
         let call = Call {
             method: Method::PUT,
@@ -644,15 +762,59 @@ impl Client {
                 });
             }
         };
-        let recorded = answer.record.map(|r| r.candidate).unwrap_or(chosen);
-        if answer.status == 201 {
+        let created = answer.status == 201;
+        let candidate = answer.record.map(|r| r.candidate).unwrap_or(chosen);
+        if created {
             self.inner.counters.records_created.fetch_add(1, Ordering::Relaxed);
             if self.inner.config.crash_after_choice_record {
                 eprintln!("optio-client: crashing after the choice record, as configured");
                 std::process::abort();
             }
         }
-        Ok(recorded)
+        Ok(Recorded { candidate, created, home_info: answer.info })
+    }
+
+    /// Waits until the home has made the record this client created durable.
+    async fn wait_record_durable(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+    ) -> Result<(), ClientError> {
+        let home = self.home(view, key, candidates)?;
+        let call = Call {
+            method: Method::GET,
+            endpoint: &home,
+            area: "choices",
+            pool,
+            key: Some(key),
+            query: None,
+            headers: vec![(wire::WAIT_DURABLE, "1".into())],
+            body: None,
+            epoch: view.epoch(),
+        };
+        match self.call(call).await {
+            Ok(_) => Ok(()),
+            Err(failure) => Err(ClientError::HomeUnreachable {
+                key: key.to_string(),
+                device: home.device,
+                addr: home.addr.clone(),
+                reason: format!("the choice record did not become durable: {failure}"),
+            }),
+        }
+    }
+
+    fn home(
+        &self,
+        view: &View,
+        key: &str,
+        candidates: &[Candidate],
+    ) -> Result<Endpoint, ClientError> {
+        let device = candidates[0]
+            .primary()
+            .ok_or_else(|| ClientError::NoDevices { key: key.to_string() })?;
+        view.endpoint(device)
     }
 
     /// Writes an object: r replicas on the chosen candidate's replica set, acknowledged when
@@ -689,7 +851,7 @@ impl Client {
             let pool = view.pool(pool_name)?;
             let candidates = self.candidates_in(&view, pool, key);
             let probes_before = self.inner.counters.probes.load(Ordering::Relaxed);
-            let chosen = match self
+            let Chosen { candidate: chosen, record_pending } = match self
                 .choose_for_write(&view, pool, key, &candidates, size_bytes, &excluded)
                 .await
             {
@@ -707,13 +869,20 @@ impl Client {
                 let mut call = self.object_call(&view, Method::PUT, endpoint, pool, key);
                 call.headers.push((wire::VERSION, version.0.to_string()));
                 call.headers.push((wire::CHECKSUM, format!("{crc:08x}")));
-                if let Some(pg) = candidate.pg {
-                    call.headers.push((wire::PG, pg.seed.to_string()));
-                }
+                call.headers.push((wire::PG, placement_seed(candidate).to_string()));
                 call.body = Some(data.clone());
                 self.call(call)
             });
-            let results = join_all(calls).await;
+            // The record's fsync at the home overlaps the replicas' writes.
+            let durable = async {
+                if record_pending {
+                    self.wait_record_durable(&view, pool, key, &candidates).await
+                } else {
+                    Ok(())
+                }
+            };
+            let (results, durable) = futures_util::future::join(join_all(calls), durable).await;
+            durable?;
             let needed =
                 self.inner.config.write_quorum.unwrap_or(endpoints.len()).clamp(1, endpoints.len());
             let acked = results.iter().filter(|r| r.is_ok()).count();
@@ -959,9 +1128,7 @@ impl Client {
             let mut call = self.object_call(view, Method::PUT, endpoint, pool, key);
             call.headers.push((wire::VERSION, info.version.0.to_string()));
             call.headers.push((wire::CHECKSUM, format!("{:08x}", info.checksum)));
-            if let Some(pg) = candidate.pg {
-                call.headers.push((wire::PG, pg.seed.to_string()));
-            }
+            call.headers.push((wire::PG, placement_seed(candidate).to_string()));
             call.body = Some(data.clone());
             self.call(call)
         });

@@ -32,6 +32,13 @@ pub const PG: &str = "x-optio-pg";
 pub const WANT_CHOICE: &str = "x-optio-want-choice";
 /// The choice record, `candidate/choices/writer` (answers).
 pub const CHOICE: &str = "x-optio-choice";
+/// On a record PUT: answer at once and make the record durable in the background (the
+/// client then asks with [`WAIT_DURABLE`] in parallel with writing the object).
+pub const DEFER_SYNC: &str = "x-optio-defer-sync";
+/// On a record GET: answer when the record is durable.
+pub const WAIT_DURABLE: &str = "x-optio-wait-durable";
+/// On a record PUT answer: `1` when this request created the record.
+pub const CHOICE_CREATED: &str = "x-optio-choice-created";
 /// On a record PUT: replace the record if its writer is this one (the creator re-choosing).
 pub const REPLACE_IF_WRITER: &str = "x-optio-replace-if-writer";
 

@@ -9,8 +9,10 @@ use std::sync::Mutex;
 
 /// The file operations a device needs.
 pub trait Disk: Send + Sync + 'static {
-    /// Writes `parts` (concatenated) to a new file at `temp` and makes it durable (fsync).
-    fn write_temp(&self, temp: &Path, parts: &[&[u8]]) -> io::Result<()>;
+    /// Writes `parts` (concatenated) to a new file at `temp`, durably (fsync) when `durable`.
+    fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()>;
+    /// Makes a file and its directory entry durable (fsync of both).
+    fn sync(&self, path: &Path) -> io::Result<()>;
     /// Atomically moves `temp` to `path`, replacing it (rename), then makes the directory
     /// entry durable (fsync of the directory).
     fn publish(&self, temp: &Path, path: &Path) -> io::Result<()>;
@@ -45,18 +47,23 @@ fn parent(path: &Path) -> &Path {
 }
 
 impl Disk for RealDisk {
-    fn write_temp(&self, temp: &Path, parts: &[&[u8]]) -> io::Result<()> {
+    fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()> {
         let mut file = OpenOptions::new().write(true).create_new(true).open(temp)?;
         let result = (|| {
             for part in parts {
                 file.write_all(part)?;
             }
-            file.sync_data()
+            if durable { file.sync_data() } else { Ok(()) }
         })();
         if result.is_err() {
             let _ = fs::remove_file(temp);
         }
         result
+    }
+
+    fn sync(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()?;
+        sync_dir(parent(path))
     }
 
     fn publish(&self, temp: &Path, path: &Path) -> io::Result<()> {
@@ -143,11 +150,17 @@ impl FaultyDisk {
 }
 
 impl Disk for FaultyDisk {
-    fn write_temp(&self, temp: &Path, parts: &[&[u8]]) -> io::Result<()> {
+    fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()> {
         match self.fault() {
             Some(Fault::Full) => Err(io::Error::from(io::ErrorKind::StorageFull)),
             Some(Fault::WriteError) => Err(io::Error::other("injected write error")),
-            _ => RealDisk.write_temp(temp, parts),
+            _ => RealDisk.write_temp(temp, parts, durable),
+        }
+    }
+    fn sync(&self, path: &Path) -> io::Result<()> {
+        match self.fault() {
+            Some(Fault::WriteError) => Err(io::Error::other("injected sync error")),
+            _ => RealDisk.sync(path),
         }
     }
     fn publish(&self, temp: &Path, path: &Path) -> io::Result<()> {

@@ -44,7 +44,12 @@ pub struct AppState {
     pub(crate) system: Arc<SystemMetrics>,
     pub(crate) max_object_bytes: u64,
     pub(crate) counters: Counters,
+    /// Records created without fsync whose background sync has not finished, by (device,
+    /// pool, key): the outcome arrives on the channel.
+    pub(crate) pending: std::sync::Mutex<HashMap<(u32, PoolId, String), PendingSync>>,
 }
+
+type PendingSync = tokio::sync::watch::Receiver<Option<Result<(), String>>>;
 
 /// The router.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -354,7 +359,12 @@ async fn handle(
         (Area::Objects, Some(_), Method::GET) => get_object(state, &target, headers).await,
         (Area::Objects, Some(_), Method::PUT) => put_object(state, &target, headers, body).await,
         (Area::Objects, Some(_), Method::DELETE) => delete_object(state, &target, headers).await,
-        (Area::Choices, Some(_), Method::GET | Method::HEAD) => get_record(state, &target),
+        (Area::Choices, Some(key), Method::GET | Method::HEAD) => {
+            if headers.contains_key(wire::WAIT_DURABLE) {
+                wait_durable(state, &target, key).await?;
+            }
+            get_record(state, &target)
+        }
         (Area::Choices, Some(_), Method::PUT) => put_record(state, &target, headers).await,
         (Area::Choices, Some(_), Method::DELETE) => delete_record(state, &target).await,
         (_, _, method) => {
@@ -595,7 +605,7 @@ fn get_record(state: &AppState, target: &Target) -> Result<Response, Failure> {
 }
 
 async fn put_record(
-    state: &AppState,
+    state: &Arc<AppState>,
     target: &Target,
     headers: &HeaderMap,
 ) -> Result<Response, Failure> {
@@ -621,21 +631,72 @@ async fn put_record(
             )?)
         }
     };
+    let defer = headers.contains_key(wire::DEFER_SYNC);
     let store = target.store.clone();
     let pool = target.pool;
     let key = target.key.clone().expect("routed with a key");
-    let outcome =
-        tokio::task::spawn_blocking(move || store.create_record(pool, &key, record, replace))
-            .await
-            .map_err(|e| fail(ErrorKind::Io, format!("record task failed: {e}")))??;
+    let outcome = tokio::task::spawn_blocking(move || {
+        store.create_record(pool, &key, record, replace, !defer)
+    })
+    .await
+    .map_err(|e| fail(ErrorKind::Io, format!("record task failed: {e}")))??;
     let (status, record) = match outcome {
         RecordOutcome::Created(r) => (StatusCode::CREATED, r),
         RecordOutcome::Exists(r) => (StatusCode::OK, r),
     };
+    let key = target.key.clone().expect("routed with a key");
+    if status == StatusCode::CREATED && defer {
+        start_record_sync(state, target, key.clone());
+    }
     let mut response = Response::new(Body::empty());
     *response.status_mut() = status;
-    insert(response.headers_mut(), wire::CHOICE, &wire::choice_header(&record));
+    let headers = response.headers_mut();
+    insert(headers, wire::CHOICE, &wire::choice_header(&record));
+    if status == StatusCode::CREATED {
+        insert(headers, wire::CHOICE_CREATED, "1");
+    }
+    // A record request is also a probe of this device.
+    if let Some(info) = target.store.info(target.pool, &key) {
+        object_headers(headers, &info);
+    }
     Ok(response)
+}
+
+/// Makes a record created without fsync durable in the background; [`wait_durable`] waits.
+fn start_record_sync(state: &Arc<AppState>, target: &Target, key: String) {
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    let id = (target.store.id(), target.pool, key.clone());
+    state.pending.lock().expect("pending lock").insert(id.clone(), rx);
+    let id = id.clone();
+    let store = target.store.clone();
+    let pool = target.pool;
+    let state = state.clone();
+    let handle = tokio::task::spawn_blocking(move || {
+        let result = store.sync_record(pool, &key).map_err(|e| e.to_string());
+        let failed = result.is_err();
+        let _ = tx.send(Some(result));
+        if !failed {
+            // Durable: later waiters need not wait. A failure stays for them to see.
+            state.pending.lock().expect("pending lock").remove(&id);
+        }
+    });
+    drop(handle);
+}
+
+/// Waits until a record's background sync (if any) has finished.
+async fn wait_durable(state: &AppState, target: &Target, key: &str) -> Result<(), Failure> {
+    let id = (target.store.id(), target.pool, key.to_string());
+    let pending = state.pending.lock().expect("pending lock").get(&id).cloned();
+    let Some(mut rx) = pending else { return Ok(()) };
+    let outcome = rx
+        .wait_for(Option::is_some)
+        .await
+        .map_err(|_| fail(ErrorKind::Io, "the record's sync task ended without a result"))?
+        .clone()
+        .expect("waited for Some");
+    outcome.map_err(|reason| {
+        fail(ErrorKind::Io, format!("the choice record is not durable: {reason}"))
+    })
 }
 
 async fn delete_record(state: &AppState, target: &Target) -> Result<Response, Failure> {

@@ -153,6 +153,7 @@ impl Server {
             system,
             max_object_bytes: config.max_object_bytes,
             counters: http::Counters::default(),
+            pending: std::sync::Mutex::new(HashMap::new()),
         });
         Ok(Server { listener, state })
     }

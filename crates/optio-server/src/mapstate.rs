@@ -13,7 +13,7 @@ pub struct MapState {
     path: Option<PathBuf>,
     epoch: AtomicU64,
     locations: RwLock<HashMap<u32, String>>,
-    stamp: Mutex<Option<(SystemTime, u64)>>,
+    stamp: Mutex<Option<(SystemTime, u64, u64)>>,
 }
 
 impl MapState {
@@ -48,7 +48,10 @@ impl MapState {
     pub fn reload(&self) -> Result<bool, String> {
         let Some(path) = &self.path else { return Ok(false) };
         let Ok(meta) = std::fs::metadata(path) else { return Ok(false) };
-        let stamp = (meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len());
+        // The inode too: a map replaced by a rename within the clock's granularity, with the
+        // same length, is still a new file.
+        use std::os::unix::fs::MetadataExt;
+        let stamp = (meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len(), meta.ino());
         let mut last = self.stamp.lock().expect("stamp lock");
         if *last == Some(stamp) {
             return Ok(false);

@@ -113,6 +113,13 @@ fn key_hash(key: &str) -> u128 {
     xxhash_rust::xxh3::xxh3_128(key.as_bytes())
 }
 
+/// The file of object `key` of `pool` under a device directory (for tools and tests that
+/// inspect or damage stored files).
+pub fn object_path(device_dir: &Path, pool: PoolId, key: &str) -> PathBuf {
+    let hash = format!("{:032x}", key_hash(key));
+    device_dir.join("objects").join(pool.0.to_string()).join(&hash[..2]).join(hash)
+}
+
 impl DeviceStore {
     /// Opens (creating) the device directory: removes what a crash left in `tmp/`, loads
     /// every object's header and every record, quarantining what fails verification.
@@ -213,6 +220,9 @@ impl DeviceStore {
     }
 
     fn path_of(&self, area: &str, pool: PoolId, key: &str) -> PathBuf {
+        if area == "objects" {
+            return object_path(&self.root, pool, key);
+        }
         let hash = format!("{:032x}", key_hash(key));
         self.root.join(area).join(pool.0.to_string()).join(&hash[..2]).join(hash)
     }
@@ -282,7 +292,7 @@ impl DeviceStore {
         self.ensure_parent(&path)?;
         let temp = self.temp_path();
         self.unflushed_bytes.fetch_add(file_bytes, Ordering::Relaxed);
-        let written = self.disk.write_temp(&temp, &[&head, request.data]);
+        let written = self.disk.write_temp(&temp, &[&head, request.data], true);
         self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
         written.map_err(StoreError::io("write", &temp))?;
         let _stripe = self.stripe(request.key);
@@ -416,14 +426,19 @@ impl DeviceStore {
         self.records.read().expect("records lock").get(&(pool, key.to_string())).copied()
     }
 
-    /// Creates a choice record if none exists (atomic across concurrent requests and durable
-    /// before it returns); `replace_if_writer` lets the record's own writer change it.
+    /// Creates a choice record if none exists (atomic across concurrent requests: the
+    /// stripe lock in this process, a hard link on disk); `replace_if_writer` lets the
+    /// record's own writer change it. With `durable`, the record is fsynced before this
+    /// returns; without, the caller makes it durable with [`sync_record`](Self::sync_record)
+    /// (so that the fsync overlaps the object's write) — it is visible to other clients at
+    /// once either way.
     pub fn create_record(
         &self,
         pool: PoolId,
         key: &str,
         record: ChoiceRecord,
         replace_if_writer: Option<u64>,
+        durable: bool,
     ) -> Result<RecordOutcome, StoreError> {
         let _stripe = self.stripe(key);
         let existing = self.record(pool, key);
@@ -437,7 +452,7 @@ impl DeviceStore {
         let temp = self.temp_path();
         let encoded = record.encode();
         self.disk
-            .write_temp(&temp, &[key.as_bytes(), &encoded])
+            .write_temp(&temp, &[key.as_bytes(), &encoded], durable)
             .map_err(StoreError::io("write", &temp))?;
         let published = if replace {
             self.disk.publish(&temp, &path)
@@ -463,6 +478,12 @@ impl DeviceStore {
         }
         self.records.write().expect("records lock").insert((pool, key.to_string()), record);
         Ok(RecordOutcome::Created(record))
+    }
+
+    /// Makes a record created without `durable` durable.
+    pub fn sync_record(&self, pool: PoolId, key: &str) -> Result<(), StoreError> {
+        let path = self.path_of("choices", pool, key);
+        self.disk.sync(&path).map_err(StoreError::io("sync", &path))
     }
 
     /// Removes a choice record.
