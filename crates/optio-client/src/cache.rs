@@ -17,7 +17,7 @@ use std::sync::Mutex;
 /// Default most entries of a cache (about 14 MB at the largest).
 pub const CACHE_ENTRIES_MAX_DEFAULT: usize = 1 << 20;
 const EMPTY: u64 = 0;
-const INITIAL_SLOTS: usize = 64;
+const INITIAL_SLOTS: usize = 16;
 
 /// A thread-safe choice cache.
 #[derive(Debug)]

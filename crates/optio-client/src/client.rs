@@ -232,14 +232,17 @@ fn writer_id() -> u64 {
 #[derive(Clone, Copy, Debug)]
 struct Chosen {
     candidate: u8,
-    /// This write created the record with a deferred sync: wait for it before acknowledging.
-    record_pending: bool,
+    /// Set when this write created the choice record: the home's incarnation then. The
+    /// write is acknowledged only once the home is known to have kept running (so kept
+    /// the record) until the object was stored.
+    created: Option<u64>,
 }
 
 /// What the home answered to a record request.
 struct Recorded {
     candidate: u8,
     created: bool,
+    incarnation: u64,
     home_info: Option<ObjectInfo>,
 }
 
@@ -529,11 +532,12 @@ impl Client {
             Err(failure) => failures.push(failure.clone()),
         }
         // No record at the home (or the home is unreachable): ask the others.
+        let home_unreachable = !failures.is_empty();
         let others = self.probe_primaries(view, pool, key, &candidates[1..]).await?;
         for (i, probed) in others.iter().enumerate() {
             match &probed.answer {
                 Ok(answer) if answer.status == 200 => {
-                    let c = (i + 1) as u8;
+                    let c = holder_of(candidates, answer.info.as_ref()).unwrap_or(i as u8 + 1);
                     self.inner.cache.insert(pool.0, key, c);
                     return Ok(Some(c));
                 }
@@ -545,7 +549,8 @@ impl Client {
         if self.epoch_retry(&refs).await? {
             return Err(ClientError::EpochRetries { attempts: 0 });
         }
-        Ok(None)
+        // With the home down, candidate 0's other replicas may still have it: read them.
+        Ok(home_unreachable.then_some(0))
     }
 
     /// The candidate a write of `key` goes to, and whether the choice record this write
@@ -561,18 +566,18 @@ impl Client {
         excluded: &[u8],
     ) -> Result<Chosen, ClientError> {
         if candidates.len() == 1 {
-            return Ok(Chosen { candidate: 0, record_pending: false });
+            return Ok(Chosen { candidate: 0, created: None });
         }
         if excluded.is_empty()
             && let Some(c) = self.inner.cache.get(pool.0, key)
             && usize::from(c) < candidates.len()
         {
             self.inner.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(Chosen { candidate: c, record_pending: false });
+            return Ok(Chosen { candidate: c, created: None });
         }
         self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         if excluded.is_empty()
-            && let Some(guess) = self.choice_from_recent_metrics(candidates, size_bytes)
+            && let Some(guess) = self.choice_from_recent_metrics(key, candidates, size_bytes)
         {
             return self.record_and_probe(view, pool, key, candidates, guess).await;
         }
@@ -587,7 +592,7 @@ impl Client {
                 && let Some(record) = answer.record
                 && usize::from(record.candidate) < candidates.len()
             {
-                return Ok(Chosen { candidate: record.candidate, record_pending: false });
+                return Ok(Chosen { candidate: record.candidate, created: None });
             }
             let holder = probes.iter().enumerate().find_map(|(i, p)| match &p.answer {
                 Ok(a) if a.status == 200 => {
@@ -595,11 +600,17 @@ impl Client {
                 }
                 _ => None,
             });
+            let unreachable: Vec<usize> =
+                (0..probes.len()).filter(|&i| probes[i].answer.is_err()).collect();
+            let holder = match holder {
+                Some(holder) => Some(holder),
+                None => self.probe_secondaries(view, pool, key, candidates, &unreachable).await?,
+            };
             if let Some(holder) = holder {
                 // Stored without a record (written at k = 1, or a record lost): record it.
                 let recorded =
                     self.record_choice(view, pool, key, candidates, holder, false, false).await?;
-                return Ok(Chosen { candidate: recorded.candidate, record_pending: false });
+                return Ok(Chosen { candidate: recorded.candidate, created: None });
             }
         }
         let metrics = self.recent_metrics();
@@ -612,7 +623,7 @@ impl Client {
                 reachable: probed.answer.is_ok() && !excluded.contains(&candidate.index),
             })
             .collect();
-        let Some(chosen) = self.inner.policy.choose(size_bytes, &views) else {
+        let Some(chosen) = self.inner.policy.choose(key, size_bytes, &views) else {
             let details: Vec<String> = views
                 .iter()
                 .map(|v| {
@@ -633,7 +644,49 @@ impl Client {
         let replace = !excluded.is_empty();
         let recorded =
             self.record_choice(view, pool, key, candidates, chosen as u8, replace, true).await?;
-        Ok(Chosen { candidate: recorded.candidate, record_pending: recorded.created })
+        Ok(Chosen {
+            candidate: recorded.candidate,
+            created: recorded.created.then_some(recorded.incarnation),
+        })
+    }
+
+    /// For the candidates (indices) whose primary could not be probed: which one holds the
+    /// object, asking their other replicas. A candidate none of whose replicas answers may
+    /// hold it, so creating the object elsewhere is refused.
+    async fn probe_secondaries(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+        unreachable: &[usize],
+    ) -> Result<Option<u8>, ClientError> {
+        for &i in unreachable {
+            let candidate = &candidates[i];
+            let endpoints: Vec<Endpoint> = candidate
+                .devices
+                .iter()
+                .skip(1)
+                .map(|d| view.endpoint(*d))
+                .collect::<Result<_, _>>()?;
+            let answers = join_all(
+                endpoints
+                    .iter()
+                    .map(|e| self.call(self.object_call(view, Method::HEAD, e, pool, key))),
+            )
+            .await;
+            if let Some(answer) = answers.iter().flatten().find(|a| a.status == 200) {
+                return Ok(Some(holder_of(candidates, answer.info.as_ref()).unwrap_or(i as u8)));
+            }
+            if answers.iter().all(|a| a.is_err()) {
+                return Err(ClientError::CandidateUnreachable {
+                    key: key.to_string(),
+                    candidate: i as u8,
+                    devices: candidate.devices.iter().map(|d| d.0).collect(),
+                });
+            }
+        }
+        Ok(None)
     }
 
     /// Metrics heard within [`METRICS_FRESH`], by device.
@@ -648,7 +701,12 @@ impl Client {
 
     /// The policy's choice over recently heard metrics, when every candidate's primary was
     /// heard from within [`METRICS_FRESH`] (every answer carries its device's metrics).
-    fn choice_from_recent_metrics(&self, candidates: &[Candidate], size_bytes: u64) -> Option<u8> {
+    fn choice_from_recent_metrics(
+        &self,
+        key: &str,
+        candidates: &[Candidate],
+        size_bytes: u64,
+    ) -> Option<u8> {
         let metrics = self.recent_metrics();
         let fresh =
             candidates.iter().all(|c| c.primary().is_some_and(|p| metrics.contains_key(&p.0)));
@@ -663,7 +721,7 @@ impl Client {
                 reachable: true,
             })
             .collect();
-        self.inner.policy.choose(size_bytes, &views).map(|i| i as u8)
+        self.inner.policy.choose(key, size_bytes, &views).map(|i| i as u8)
     }
 
     /// One round trip instead of two: creates the record for `guess` at the home (whose
@@ -683,7 +741,7 @@ impl Client {
         let recorded = recorded?;
         let others = others?;
         if !recorded.created {
-            return Ok(Chosen { candidate: recorded.candidate, record_pending: false });
+            return Ok(Chosen { candidate: recorded.candidate, created: None });
         }
         let holder = holder_of(candidates, recorded.home_info.as_ref()).or_else(|| {
             others.iter().enumerate().find_map(|(i, p)| match &p.answer {
@@ -693,20 +751,30 @@ impl Client {
                 _ => None,
             })
         });
+        let holder = match holder {
+            Some(holder) => Some(holder),
+            None => {
+                let unreachable: Vec<usize> = (0..others.len())
+                    .filter(|&i| others[i].answer.is_err())
+                    .map(|i| i + 1)
+                    .collect();
+                self.probe_secondaries(view, pool, key, candidates, &unreachable).await?
+            }
+        };
         match holder {
             Some(holder) if holder != guess => {
                 let fixed =
                     self.record_choice(view, pool, key, candidates, holder, true, false).await?;
-                Ok(Chosen { candidate: fixed.candidate, record_pending: false })
+                Ok(Chosen { candidate: fixed.candidate, created: None })
             }
-            _ => Ok(Chosen { candidate: guess, record_pending: true }),
+            _ => Ok(Chosen { candidate: guess, created: Some(recorded.incarnation) }),
         }
     }
 
     /// Creates the choice record at the home (atomic create-if-absent, or a replacement of
     /// this client's own record); returns the candidate recorded, which is another client's
-    /// when it was first. With `defer_sync`, the home answers before the record is durable
-    /// and [`wait_record_durable`](Self::wait_record_durable) must follow.
+    /// when it was first. With `defer_sync`, the home answers before committing the record
+    /// (it is visible at once); the write then confirms the home did not restart.
     #[allow(clippy::too_many_arguments)]
     async fn record_choice(
         &self,
@@ -771,18 +839,26 @@ impl Client {
                 std::process::abort();
             }
         }
-        Ok(Recorded { candidate, created, home_info: answer.info })
+        Ok(Recorded {
+            candidate,
+            created,
+            incarnation: answer.incarnation.unwrap_or(0),
+            home_info: answer.info,
+        })
     }
 
-    /// Waits until the home has made the record this client created durable.
-    async fn wait_record_durable(
+    /// Whether the home still holds the record this client created, in the same
+    /// incarnation (it did not restart, so it did not lose the record before committing it).
+    async fn confirm_record(
         &self,
         view: &View,
         pool: PoolId,
         key: &str,
         candidates: &[Candidate],
-    ) -> Result<(), ClientError> {
-        let home = self.home(view, key, candidates)?;
+        chosen: u8,
+        incarnation: u64,
+    ) -> bool {
+        let Ok(home) = self.home(view, key, candidates) else { return false };
         let call = Call {
             method: Method::GET,
             endpoint: &home,
@@ -790,18 +866,18 @@ impl Client {
             pool,
             key: Some(key),
             query: None,
-            headers: vec![(wire::WAIT_DURABLE, "1".into())],
+            headers: Vec::new(),
             body: None,
             epoch: view.epoch(),
         };
         match self.call(call).await {
-            Ok(_) => Ok(()),
-            Err(failure) => Err(ClientError::HomeUnreachable {
-                key: key.to_string(),
-                device: home.device,
-                addr: home.addr.clone(),
-                reason: format!("the choice record did not become durable: {failure}"),
-            }),
+            Ok(answer) => {
+                answer.incarnation == Some(incarnation)
+                    && answer
+                        .record
+                        .is_some_and(|r| r.candidate == chosen && r.writer == self.inner.writer)
+            }
+            Err(_) => false,
         }
     }
 
@@ -851,7 +927,7 @@ impl Client {
             let pool = view.pool(pool_name)?;
             let candidates = self.candidates_in(&view, pool, key);
             let probes_before = self.inner.counters.probes.load(Ordering::Relaxed);
-            let Chosen { candidate: chosen, record_pending } = match self
+            let Chosen { candidate: chosen, created } = match self
                 .choose_for_write(&view, pool, key, &candidates, size_bytes, &excluded)
                 .await
             {
@@ -873,24 +949,37 @@ impl Client {
                 call.body = Some(data.clone());
                 self.call(call)
             });
-            // The record's fsync at the home overlaps the replicas' writes.
-            let durable = async {
-                if record_pending {
-                    self.wait_record_durable(&view, pool, key, &candidates).await
-                } else {
-                    Ok(())
-                }
-            };
-            let (results, durable) = futures_util::future::join(join_all(calls), durable).await;
-            durable?;
+            let results = join_all(calls).await;
             let needed =
                 self.inner.config.write_quorum.unwrap_or(endpoints.len()).clamp(1, endpoints.len());
-            let acked = results.iter().filter(|r| r.is_ok()).count();
+            // A replica that already holds a newer version of the object (a concurrent write
+            // of the same key) counts: last writer wins, and the newer version is durable.
+            let acked = results
+                .iter()
+                .filter(|r| match r {
+                    Ok(_) => true,
+                    Err(f) => f.kind() == Some(ErrorKind::VersionConflict),
+                })
+                .count();
             let failures: Vec<(&Endpoint, &Failure)> = endpoints
                 .iter()
                 .zip(&results)
                 .filter_map(|(e, r)| r.as_ref().err().map(|f| (e, f)))
+                .filter(|(_, f)| f.kind() != Some(ErrorKind::VersionConflict))
                 .collect();
+            if acked >= needed
+                && let Some(incarnation) = created
+                && !self
+                    .home_kept_record(&view, pool, key, &candidates, chosen, incarnation, &results)
+                    .await
+            {
+                // The home restarted while we wrote: our record may be lost, and another
+                // client may have chosen another candidate since. Undo, and start over.
+                tracing::info!(key, "the home restarted during a first write; retrying");
+                self.undo(&view, pool, key, &endpoints, &results, version).await;
+                self.inner.cache.remove(pool.0, key);
+                continue;
+            }
             if acked >= needed {
                 self.inner.cache.insert(pool.0, key, chosen);
                 let probes = self.inner.counters.probes.load(Ordering::Relaxed) - probes_before;
@@ -941,6 +1030,31 @@ impl Client {
             });
         }
         Err(ClientError::EpochRetries { attempts: RETRIES_MAX })
+    }
+
+    /// After a first write whose record this client created: whether the home kept running
+    /// (same incarnation) until the object was stored. When the home is the chosen
+    /// candidate's primary, its answer to the object's write says so at no cost; otherwise
+    /// one more round trip asks it.
+    #[allow(clippy::too_many_arguments)]
+    async fn home_kept_record(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+        chosen: u8,
+        incarnation: u64,
+        results: &[Result<Answer, Failure>],
+    ) -> bool {
+        let candidate = &candidates[usize::from(chosen)];
+        if candidate.primary() == candidates[0].primary()
+            && let Some(Ok(answer)) = results.first()
+            && answer.incarnation == Some(incarnation)
+        {
+            return true;
+        }
+        self.confirm_record(view, pool, key, candidates, chosen, incarnation).await
     }
 
     /// Removes the replicas of a write that could not complete (only that version).

@@ -77,6 +77,19 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
+    /// No replica of a candidate answered, so a new object cannot be placed safely (that
+    /// candidate may hold it).
+    #[error(
+        "cannot create '{key}': no replica of its candidate {candidate} (devices {devices:?}) answers, and it may already hold the object"
+    )]
+    CandidateUnreachable {
+        /// Key.
+        key: String,
+        /// The candidate.
+        candidate: u8,
+        /// Its devices.
+        devices: Vec<u32>,
+    },
     /// Fewer replicas than needed acknowledged a write.
     #[error("'{key}': only {acked} of {needed} replicas acknowledged the write: {failures}")]
     NotEnoughReplicas {

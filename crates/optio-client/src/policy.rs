@@ -2,7 +2,7 @@
 //!
 //! PROVISIONAL: this is the seam where the placement library's policies (issue 4, branch
 //! `choice`: first, random, local, memory, cpu, space, latency, journal, composite) plug in.
-//! Until they land, the client has `first`, `space` and `memory`, aggregated as the paper
+//! Until they land, the client has `first`, `random` (by a hash of the key), `space` and `memory`, aggregated as the paper
 //! does (space: the fullest device of the candidate; memory: the primary's).
 
 use optio_proto::DeviceMetrics;
@@ -35,8 +35,10 @@ impl CandidateView<'_> {
 pub trait Policy: Send + Sync {
     /// Its name.
     fn name(&self) -> &str;
-    /// The index (into `candidates`) of the chosen candidate, or `None` when none is usable.
-    fn choose(&self, size_bytes: u64, candidates: &[CandidateView<'_>]) -> Option<usize>;
+    /// The index (into `candidates`) of the chosen candidate for a new object `key` of
+    /// `size_bytes`, or `None` when none is usable.
+    fn choose(&self, key: &str, size_bytes: u64, candidates: &[CandidateView<'_>])
+    -> Option<usize>;
 }
 
 /// The first usable candidate.
@@ -47,7 +49,12 @@ impl Policy for First {
     fn name(&self) -> &str {
         "first"
     }
-    fn choose(&self, size_bytes: u64, candidates: &[CandidateView<'_>]) -> Option<usize> {
+    fn choose(
+        &self,
+        _key: &str,
+        size_bytes: u64,
+        candidates: &[CandidateView<'_>],
+    ) -> Option<usize> {
         candidates.iter().position(|c| c.usable_for(size_bytes))
     }
 }
@@ -60,7 +67,12 @@ impl Policy for Space {
     fn name(&self) -> &str {
         "space"
     }
-    fn choose(&self, size_bytes: u64, candidates: &[CandidateView<'_>]) -> Option<usize> {
+    fn choose(
+        &self,
+        _key: &str,
+        size_bytes: u64,
+        candidates: &[CandidateView<'_>],
+    ) -> Option<usize> {
         min_by(candidates, size_bytes, |c| {
             c.metrics.iter().flatten().map(|m| m.space_permille).max().unwrap_or(0)
         })
@@ -75,7 +87,12 @@ impl Policy for Memory {
     fn name(&self) -> &str {
         "memory"
     }
-    fn choose(&self, size_bytes: u64, candidates: &[CandidateView<'_>]) -> Option<usize> {
+    fn choose(
+        &self,
+        _key: &str,
+        size_bytes: u64,
+        candidates: &[CandidateView<'_>],
+    ) -> Option<usize> {
         min_by(candidates, size_bytes, |c| {
             c.metrics.first().cloned().flatten().map(|m| m.memory_permille).unwrap_or(1000)
         })
@@ -95,10 +112,35 @@ fn min_by(
         .map(|(i, _)| i)
 }
 
+/// A usable candidate drawn by a hash of the key (deterministic: every client draws the same).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Random;
+
+impl Policy for Random {
+    fn name(&self) -> &str {
+        "random"
+    }
+    fn choose(
+        &self,
+        key: &str,
+        size_bytes: u64,
+        candidates: &[CandidateView<'_>],
+    ) -> Option<usize> {
+        let usable: Vec<usize> =
+            (0..candidates.len()).filter(|&i| candidates[i].usable_for(size_bytes)).collect();
+        if usable.is_empty() {
+            return None;
+        }
+        let draw = xxhash_rust::xxh3::xxh3_64_with_seed(key.as_bytes(), 0x0c401ce);
+        Some(usable[(draw % usable.len() as u64) as usize])
+    }
+}
+
 /// The policy named `name`.
 pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
     match name {
         "first" => Some(Box::new(First)),
+        "random" => Some(Box::new(Random)),
         "space" => Some(Box::new(Space)),
         "memory" => Some(Box::new(Memory)),
         _ => None,
@@ -106,4 +148,4 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
 }
 
 /// The names [`by_name`] knows.
-pub const POLICY_NAMES: &[&str] = &["first", "space", "memory"];
+pub const POLICY_NAMES: &[&str] = &["first", "random", "space", "memory"];

@@ -68,6 +68,8 @@ pub struct Answer {
     pub record: Option<ChoiceRecord>,
     /// The device's metrics.
     pub metrics: Option<DeviceMetrics>,
+    /// The server's incarnation (changes when it restarts).
+    pub incarnation: Option<u64>,
     /// Body.
     pub body: Bytes,
 }
@@ -174,7 +176,8 @@ impl Transport {
             _ => None,
         };
         let record = text(wire::CHOICE).and_then(|c| wire::parse_choice_header(&c));
-        Ok(Answer { status, info, record, metrics, body })
+        let incarnation = text(wire::INCARNATION).and_then(|i| u64::from_str_radix(&i, 16).ok());
+        Ok(Answer { status, info, record, metrics, incarnation, body })
     }
 }
 

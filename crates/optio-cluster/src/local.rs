@@ -217,7 +217,7 @@ impl LocalCluster {
             for (id, _) in &server.devices {
                 let _ = writeln!(
                     out,
-                    "[[devices]]\nid = {id}\ncapacity = {}\naddr = \"{}\"\nlocation = {{ zone = \"{zone}\", host = \"{}\" }}\n",
+                    "[[devices]]\nid = {id}\ncapacity = {}\nweight = 1.0\naddr = \"{}\"\nlocation = {{ zone = \"{zone}\", host = \"{}\" }}\n",
                     spec.capacity_bytes, server.addr, server.host
                 );
             }

@@ -32,10 +32,12 @@ pub const PG: &str = "x-optio-pg";
 pub const WANT_CHOICE: &str = "x-optio-want-choice";
 /// The choice record, `candidate/choices/writer` (answers).
 pub const CHOICE: &str = "x-optio-choice";
-/// On a record PUT: answer at once and make the record durable in the background (the
-/// client then asks with [`WAIT_DURABLE`] in parallel with writing the object).
+/// A random number a server draws at start (answers): a change means it restarted.
+pub const INCARNATION: &str = "x-optio-incarnation";
+/// On a record PUT: answer before the record is committed (it is visible at once, durable
+/// at the next group commit); without it the answer waits for the commit.
 pub const DEFER_SYNC: &str = "x-optio-defer-sync";
-/// On a record GET: answer when the record is durable.
+/// On a record GET: answer when the record's latest change is committed.
 pub const WAIT_DURABLE: &str = "x-optio-wait-durable";
 /// On a record PUT answer: `1` when this request created the record.
 pub const CHOICE_CREATED: &str = "x-optio-choice-created";

@@ -11,6 +11,9 @@ use std::sync::Mutex;
 pub trait Disk: Send + Sync + 'static {
     /// Writes `parts` (concatenated) to a new file at `temp`, durably (fsync) when `durable`.
     fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()>;
+    /// Appends `bytes` to the file at `path` (created if missing) and makes them durable
+    /// (fdatasync; the directory too when the file is new).
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
     /// Makes a file and its directory entry durable (fsync of both).
     fn sync(&self, path: &Path) -> io::Result<()>;
     /// Atomically moves `temp` to `path`, replacing it (rename), then makes the directory
@@ -30,6 +33,8 @@ pub trait Disk: Send + Sync + 'static {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Creates a directory and its parents, durably.
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Creates a directory if it does not exist, not durably (sync its parent after).
+    fn create_dir(&self, path: &Path) -> io::Result<()>;
     /// The entries of a directory (empty when it does not exist).
     fn list(&self, path: &Path) -> io::Result<Vec<PathBuf>>;
 }
@@ -64,6 +69,17 @@ impl Disk for RealDisk {
     fn sync(&self, path: &Path) -> io::Result<()> {
         File::open(path)?.sync_all()?;
         sync_dir(parent(path))
+    }
+
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let existed = path.exists();
+        let mut file = OpenOptions::new().append(true).create(true).open(path)?;
+        file.write_all(bytes)?;
+        file.sync_data()?;
+        if !existed {
+            sync_dir(parent(path))?;
+        }
+        Ok(())
     }
 
     fn publish(&self, temp: &Path, path: &Path) -> io::Result<()> {
@@ -103,6 +119,13 @@ impl Disk for RealDisk {
         }
         fs::create_dir_all(path)?;
         sync_dir(parent(path))
+    }
+
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        match fs::create_dir(path) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            other => other,
+        }
     }
 
     fn list(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
@@ -157,6 +180,13 @@ impl Disk for FaultyDisk {
             _ => RealDisk.write_temp(temp, parts, durable),
         }
     }
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        match self.fault() {
+            Some(Fault::Full) => Err(io::Error::from(io::ErrorKind::StorageFull)),
+            Some(Fault::WriteError) => Err(io::Error::other("injected write error")),
+            _ => RealDisk.append(path, bytes),
+        }
+    }
     fn sync(&self, path: &Path) -> io::Result<()> {
         match self.fault() {
             Some(Fault::WriteError) => Err(io::Error::other("injected sync error")),
@@ -189,6 +219,9 @@ impl Disk for FaultyDisk {
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         RealDisk.create_dir_all(path)
+    }
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        RealDisk.create_dir(path)
     }
     fn list(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
         RealDisk.list(path)

@@ -44,12 +44,10 @@ pub struct AppState {
     pub(crate) system: Arc<SystemMetrics>,
     pub(crate) max_object_bytes: u64,
     pub(crate) counters: Counters,
-    /// Records created without fsync whose background sync has not finished, by (device,
-    /// pool, key): the outcome arrives on the channel.
-    pub(crate) pending: std::sync::Mutex<HashMap<(u32, PoolId, String), PendingSync>>,
+    /// A random number drawn at start: a client that sees it change knows the server
+    /// restarted (and may have lost records not yet committed).
+    pub(crate) incarnation: u64,
 }
-
-type PendingSync = tokio::sync::watch::Receiver<Option<Result<(), String>>>;
 
 /// The router.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -59,6 +57,16 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/status", get(status))
         .fallback(dispatch)
         .with_state(state)
+}
+
+/// Commits every device's queued choice records (group commit).
+pub(crate) async fn commit_records(state: &Arc<AppState>) {
+    for store in state.devices.values() {
+        let store = store.clone();
+        if let Ok(Err(error)) = tokio::task::spawn_blocking(move || store.commit_records()).await {
+            tracing::warn!(%error, "committing choice records failed");
+        }
+    }
 }
 
 struct Failure {
@@ -337,6 +345,7 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
             let headers = response.headers_mut();
             insert(headers, wire::METRICS, &state.metrics(&store).to_header());
             insert(headers, wire::EPOCH, &state.map.epoch().to_string());
+            insert(headers, wire::INCARNATION, &format!("{:x}", state.incarnation));
             response
         }
         Err(failure) => state.error_response(failure, Some(&store)),
@@ -631,22 +640,14 @@ async fn put_record(
             )?)
         }
     };
-    let defer = headers.contains_key(wire::DEFER_SYNC);
-    let store = target.store.clone();
-    let pool = target.pool;
     let key = target.key.clone().expect("routed with a key");
-    let outcome = tokio::task::spawn_blocking(move || {
-        store.create_record(pool, &key, record, replace, !defer)
-    })
-    .await
-    .map_err(|e| fail(ErrorKind::Io, format!("record task failed: {e}")))??;
+    let (outcome, _) = target.store.create_record(target.pool, &key, record, replace);
     let (status, record) = match outcome {
         RecordOutcome::Created(r) => (StatusCode::CREATED, r),
         RecordOutcome::Exists(r) => (StatusCode::OK, r),
     };
-    let key = target.key.clone().expect("routed with a key");
-    if status == StatusCode::CREATED && defer {
-        start_record_sync(state, target, key.clone());
+    if status == StatusCode::CREATED && !headers.contains_key(wire::DEFER_SYNC) {
+        wait_durable(state, target, &key).await?;
     }
     let mut response = Response::new(Body::empty());
     *response.status_mut() = status;
@@ -662,51 +663,31 @@ async fn put_record(
     Ok(response)
 }
 
-/// Makes a record created without fsync durable in the background; [`wait_durable`] waits.
-fn start_record_sync(state: &Arc<AppState>, target: &Target, key: String) {
-    let (tx, rx) = tokio::sync::watch::channel(None);
-    let id = (target.store.id(), target.pool, key.clone());
-    state.pending.lock().expect("pending lock").insert(id.clone(), rx);
-    let id = id.clone();
-    let store = target.store.clone();
-    let pool = target.pool;
-    let state = state.clone();
-    let handle = tokio::task::spawn_blocking(move || {
-        let result = store.sync_record(pool, &key).map_err(|e| e.to_string());
-        let failed = result.is_err();
-        let _ = tx.send(Some(result));
-        if !failed {
-            // Durable: later waiters need not wait. A failure stays for them to see.
-            state.pending.lock().expect("pending lock").remove(&id);
-        }
-    });
-    drop(handle);
-}
-
-/// Waits until a record's background sync (if any) has finished.
+/// Waits until the latest change to `key`'s record is committed, committing now if needed.
 async fn wait_durable(state: &AppState, target: &Target, key: &str) -> Result<(), Failure> {
-    let id = (target.store.id(), target.pool, key.to_string());
-    let pending = state.pending.lock().expect("pending lock").get(&id).cloned();
-    let Some(mut rx) = pending else { return Ok(()) };
-    let outcome = rx
-        .wait_for(Option::is_some)
+    let _ = state;
+    let log = target.store.record_log();
+    let seq = log.seq_of(target.pool, key);
+    if seq == 0 || log.durable_seq() >= seq {
+        return Ok(());
+    }
+    let mut durable = log.watch();
+    let store = target.store.clone();
+    tokio::task::spawn_blocking(move || store.commit_records())
         .await
-        .map_err(|_| fail(ErrorKind::Io, "the record's sync task ended without a result"))?
-        .clone()
-        .expect("waited for Some");
-    outcome.map_err(|reason| {
-        fail(ErrorKind::Io, format!("the choice record is not durable: {reason}"))
-    })
+        .map_err(|e| fail(ErrorKind::Io, format!("commit task failed: {e}")))?
+        .map_err(|e| fail(ErrorKind::Io, format!("the choice record is not durable: {e}")))?;
+    durable
+        .wait_for(|d| *d >= seq)
+        .await
+        .map_err(|_| fail(ErrorKind::Io, "the record log closed"))?;
+    Ok(())
 }
 
 async fn delete_record(state: &AppState, target: &Target) -> Result<Response, Failure> {
     state.counters.records.fetch_add(1, Ordering::Relaxed);
-    let store = target.store.clone();
-    let pool = target.pool;
     let key = target.key.clone().expect("routed with a key");
-    tokio::task::spawn_blocking(move || store.delete_record(pool, &key))
-        .await
-        .map_err(|e| fail(ErrorKind::Io, format!("record task failed: {e}")))??;
+    target.store.delete_record(target.pool, &key)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -41,6 +41,7 @@ pub mod disk;
 mod error;
 pub mod http;
 mod mapstate;
+pub mod records;
 pub mod store;
 pub mod system;
 
@@ -153,7 +154,7 @@ impl Server {
             system,
             max_object_bytes: config.max_object_bytes,
             counters: http::Counters::default(),
-            pending: std::sync::Mutex::new(HashMap::new()),
+            incarnation: incarnation(),
         });
         Ok(Server { listener, state })
     }
@@ -176,21 +177,36 @@ impl Server {
         let addr = self.local_addr();
         let state = self.state.clone();
         let background = tokio::spawn(background(state.clone()));
+        let state_for_exit = state.clone();
         let app = http::router(state);
         let result = axum::serve(self.listener, app)
             .with_graceful_shutdown(shutdown)
             .await
             .map_err(|source| ServerError::Listen { addr, source });
         background.abort();
+        http::commit_records(&state_for_exit).await;
         result
     }
 }
 
-/// Polls the map file and samples the machine's metrics.
+/// A random number for this run of the server.
+fn incarnation() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(&now.to_le_bytes());
+    hasher.update(&std::process::id().to_le_bytes());
+    hasher.digest()
+}
+
+/// Polls the map file, samples the machine's metrics, commits choice records.
 async fn background(state: Arc<http::AppState>) {
     let mut cpu = system::CpuSampler::default();
     let mut map_tick = tokio::time::interval(MAP_POLL_INTERVAL);
     let mut system_tick = tokio::time::interval(SYSTEM_SAMPLE_INTERVAL);
+    let mut record_tick = tokio::time::interval(records::COMMIT_INTERVAL);
     loop {
         tokio::select! {
             _ = map_tick.tick() => {
@@ -200,6 +216,7 @@ async fn background(state: Arc<http::AppState>) {
                 }
             }
             _ = system_tick.tick() => state.system.update(&mut cpu),
+            _ = record_tick.tick() => http::commit_records(&state).await,
         }
     }
 }

@@ -7,7 +7,8 @@
 //! * `objects/{pool}/{hh}/{hash}` — one file per object: header, key, data
 //!   ([`optio_proto::ObjectHeader`]); `hash` is the key's xxh3-128 in hex and `hh` its first
 //!   two digits.
-//! * `choices/{pool}/{hh}/{hash}` — one choice record per object whose home this device is.
+//! * `choices.log` — the choice records of the objects whose home this device is
+//!   ([`crate::records`]).
 //! * `tmp/` — files being written; emptied at start (a crash leaves only these behind).
 //! * `quarantine/` — files that failed verification, kept for inspection.
 //!
@@ -15,7 +16,7 @@
 //! a partly written object is never visible. Writes to one key are serialized by a striped
 //! lock held only around the version check and the rename.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -27,6 +28,7 @@ use optio_proto::{
 
 use crate::disk::Disk;
 use crate::error::StoreError;
+use crate::records::RecordLog;
 
 /// Lock stripes per device (writes to keys in different stripes never wait on each other).
 const STRIPES: usize = 1024;
@@ -98,7 +100,7 @@ pub struct DeviceStore {
     capacity_bytes: u64,
     disk: Arc<dyn Disk>,
     index: RwLock<BTreeMap<(PoolId, String), Entry>>,
-    records: RwLock<HashMap<(PoolId, String), ChoiceRecord>>,
+    records: RecordLog,
     stripes: Vec<Mutex<()>>,
     used_bytes: AtomicU64,
     reserved_bytes: AtomicU64,
@@ -125,7 +127,7 @@ impl DeviceStore {
     /// every object's header and every record, quarantining what fails verification.
     pub fn open(config: &DeviceConfig, disk: Arc<dyn Disk>) -> Result<DeviceStore, StoreError> {
         let root = config.dir.clone();
-        for sub in ["objects", "choices", "tmp", "quarantine"] {
+        for sub in ["objects", "tmp", "quarantine"] {
             let dir = root.join(sub);
             disk.create_dir_all(&dir).map_err(StoreError::io("create", &dir))?;
         }
@@ -133,13 +135,15 @@ impl DeviceStore {
         for leftover in disk.list(&tmp).map_err(StoreError::io("list", &tmp))? {
             disk.remove(&leftover).map_err(StoreError::io("remove", &leftover))?;
         }
+        let records =
+            RecordLog::open(&root, disk.as_ref(), &root.join("tmp").join("choices.log.new"))?;
         let store = DeviceStore {
             id: config.id,
             root,
             capacity_bytes: config.capacity_bytes,
             disk,
             index: RwLock::new(BTreeMap::new()),
-            records: RwLock::new(HashMap::new()),
+            records,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             used_bytes: AtomicU64::new(0),
             reserved_bytes: AtomicU64::new(0),
@@ -190,21 +194,8 @@ impl DeviceStore {
                 _ => self.quarantine(&path),
             }
         }
-        let mut records = HashMap::new();
-        for (pool, path) in self.walk(&self.root.join("choices"))? {
-            let bytes = self.disk.read(&path).map_err(StoreError::io("read", &path))?;
-            let key_len = bytes.len().saturating_sub(optio_proto::choice::RECORD_BYTES);
-            let (key, record) = bytes.split_at(key_len);
-            match (ChoiceRecord::decode(record), std::str::from_utf8(key)) {
-                (Ok(record), Ok(key)) => {
-                    records.insert((pool, key.to_string()), record);
-                }
-                _ => self.quarantine(&path),
-            }
-        }
         self.used_bytes.store(used, Ordering::Relaxed);
         *self.index.write().expect("index lock") = index;
-        *self.records.write().expect("records lock") = records;
         Ok(())
     }
 
@@ -219,21 +210,27 @@ impl DeviceStore {
         }
     }
 
-    fn path_of(&self, area: &str, pool: PoolId, key: &str) -> PathBuf {
-        if area == "objects" {
-            return object_path(&self.root, pool, key);
-        }
-        let hash = format!("{:032x}", key_hash(key));
-        self.root.join(area).join(pool.0.to_string()).join(&hash[..2]).join(hash)
+    fn path_of(&self, pool: PoolId, key: &str) -> PathBuf {
+        object_path(&self.root, pool, key)
     }
 
+    /// Makes sure the directory of `path` exists: on the first use of a pool in an area,
+    /// all 256 `{hh}` directories are made at once, with one fsync of their parent, so that
+    /// no write pays for a directory's creation.
     fn ensure_parent(&self, path: &Path) -> Result<(), StoreError> {
         let dir = path.parent().expect("object paths have parents");
+        let pool_dir = dir.parent().expect("object paths have a pool directory");
         let mut known = self.known_dirs.lock().expect("dirs lock");
-        if !known.contains(dir) {
-            self.disk.create_dir_all(dir).map_err(StoreError::io("create", dir))?;
-            known.insert(dir.to_path_buf());
+        if known.contains(pool_dir) {
+            return Ok(());
         }
+        self.disk.create_dir_all(pool_dir).map_err(StoreError::io("create", pool_dir))?;
+        for hh in 0..=255u8 {
+            let sub = pool_dir.join(format!("{hh:02x}"));
+            self.disk.create_dir(&sub).map_err(StoreError::io("create", &sub))?;
+        }
+        self.disk.sync(pool_dir).map_err(StoreError::io("sync", pool_dir))?;
+        known.insert(pool_dir.to_path_buf());
         Ok(())
     }
 
@@ -288,7 +285,7 @@ impl DeviceStore {
         let head = header.encode(request.key);
         let file_bytes = head.len() as u64 + header.size_bytes;
         let reservation = self.reserve(file_bytes)?;
-        let path = self.path_of("objects", request.pool, request.key);
+        let path = self.path_of(request.pool, request.key);
         self.ensure_parent(&path)?;
         let temp = self.temp_path();
         self.unflushed_bytes.fetch_add(file_bytes, Ordering::Relaxed);
@@ -333,7 +330,7 @@ impl DeviceStore {
         if self.entry(pool, key).is_none() {
             return Err(StoreError::NotFound);
         }
-        let path = self.path_of("objects", pool, key);
+        let path = self.path_of(pool, key);
         let bytes = match self.disk.read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(StoreError::NotFound),
@@ -379,7 +376,7 @@ impl DeviceStore {
         {
             return Err(StoreError::VersionConflict { stored: entry.version, offered: up_to });
         }
-        let path = self.path_of("objects", pool, key);
+        let path = self.path_of(pool, key);
         match self.disk.remove(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -423,77 +420,39 @@ impl DeviceStore {
 
     /// The choice record of `key`, if this device holds one.
     pub fn record(&self, pool: PoolId, key: &str) -> Option<ChoiceRecord> {
-        self.records.read().expect("records lock").get(&(pool, key.to_string())).copied()
+        self.records.get(pool, key)
     }
 
-    /// Creates a choice record if none exists (atomic across concurrent requests: the
-    /// stripe lock in this process, a hard link on disk); `replace_if_writer` lets the
-    /// record's own writer change it. With `durable`, the record is fsynced before this
-    /// returns; without, the caller makes it durable with [`sync_record`](Self::sync_record)
-    /// (so that the fsync overlaps the object's write) — it is visible to other clients at
-    /// once either way.
+    /// Creates a choice record if none exists, atomically (only the record's own writer,
+    /// named by `replace_if_writer`, may replace it). The record is visible at once and
+    /// durable after the next [`commit_records`](Self::commit_records); returns the outcome
+    /// and the sequence number that commit must reach.
     pub fn create_record(
         &self,
         pool: PoolId,
         key: &str,
         record: ChoiceRecord,
         replace_if_writer: Option<u64>,
-        durable: bool,
-    ) -> Result<RecordOutcome, StoreError> {
-        let _stripe = self.stripe(key);
-        let existing = self.record(pool, key);
-        let replace = match existing {
-            Some(existing) if replace_if_writer == Some(existing.writer) => true,
-            Some(existing) => return Ok(RecordOutcome::Exists(existing)),
-            None => false,
-        };
-        let path = self.path_of("choices", pool, key);
-        self.ensure_parent(&path)?;
-        let temp = self.temp_path();
-        let encoded = record.encode();
-        self.disk
-            .write_temp(&temp, &[key.as_bytes(), &encoded], durable)
-            .map_err(StoreError::io("write", &temp))?;
-        let published = if replace {
-            self.disk.publish(&temp, &path)
-        } else {
-            self.disk.publish_if_absent(&temp, &path)
-        };
-        match published {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                // On disk but not in memory: only after a failed earlier attempt; trust disk.
-                let bytes = self.disk.read(&path).map_err(StoreError::io("read", &path))?;
-                let split = bytes.len().saturating_sub(optio_proto::choice::RECORD_BYTES);
-                if let Ok(found) = ChoiceRecord::decode(&bytes[split..]) {
-                    self.records
-                        .write()
-                        .expect("records lock")
-                        .insert((pool, key.to_string()), found);
-                    return Ok(RecordOutcome::Exists(found));
-                }
-                return Err(StoreError::Io { operation: "link", path, source: e });
-            }
-            Err(e) => return Err(StoreError::Io { operation: "link", path, source: e }),
-        }
-        self.records.write().expect("records lock").insert((pool, key.to_string()), record);
-        Ok(RecordOutcome::Created(record))
-    }
-
-    /// Makes a record created without `durable` durable.
-    pub fn sync_record(&self, pool: PoolId, key: &str) -> Result<(), StoreError> {
-        let path = self.path_of("choices", pool, key);
-        self.disk.sync(&path).map_err(StoreError::io("sync", &path))
+    ) -> (RecordOutcome, u64) {
+        let (record, created, seq) = self.records.create(pool, key, record, replace_if_writer);
+        let outcome =
+            if created { RecordOutcome::Created(record) } else { RecordOutcome::Exists(record) };
+        (outcome, seq)
     }
 
     /// Removes a choice record.
-    pub fn delete_record(&self, pool: PoolId, key: &str) -> Result<(), StoreError> {
-        let _stripe = self.stripe(key);
-        if self.records.write().expect("records lock").remove(&(pool, key.to_string())).is_none() {
-            return Err(StoreError::NotFound);
-        }
-        let path = self.path_of("choices", pool, key);
-        self.disk.remove(&path).map_err(StoreError::io("remove", &path))
+    pub fn delete_record(&self, pool: PoolId, key: &str) -> Result<u64, StoreError> {
+        self.records.remove(pool, key).ok_or(StoreError::NotFound)
+    }
+
+    /// Commits the queued record changes (blocking: one append and one fdatasync).
+    pub fn commit_records(&self) -> Result<(), StoreError> {
+        self.records.commit(self.disk.as_ref())
+    }
+
+    /// The record log (sequence numbers, waits).
+    pub fn record_log(&self) -> &RecordLog {
+        &self.records
     }
 
     /// The device id.
@@ -518,7 +477,7 @@ impl DeviceStore {
     }
     /// Number of choice records.
     pub fn records_held(&self) -> usize {
-        self.records.read().expect("records lock").len()
+        self.records.len()
     }
     /// Corrupt files found (and quarantined) since start.
     pub fn corrupt_found(&self) -> u64 {

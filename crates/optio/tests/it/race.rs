@@ -1,0 +1,92 @@
+//! Two clients racing to create the same 1,000 objects, each with its own policy: every
+//! object ends up on exactly one candidate, the one its home's choice record names.
+
+use std::collections::BTreeSet;
+
+use futures_util::future::join_all;
+use optio_cluster::local::CRUSH_POOL;
+
+use optio_cluster::local::LocalClusterSpec;
+
+use crate::{client, cluster, data, everything, runtime};
+
+const OBJECTS: usize = 1_000;
+const IN_FLIGHT: usize = 8;
+
+#[test]
+fn racing_creators_never_split_an_object() {
+    let spec = LocalClusterSpec {
+        hosts_per_zone: 2,
+        capacity_bytes: 1 << 30,
+        pg_num: 64,
+        ..LocalClusterSpec::default()
+    };
+    let (_dir, cluster) = cluster(spec);
+    runtime().block_on(async {
+        let a = client(&cluster, 2, "first").await;
+        let b = client(&cluster, 2, "random").await;
+        let keys: Vec<String> = (0..OBJECTS).map(|i| format!("race/{i}")).collect();
+        let run = |client: optio_client::Client, salt: usize| {
+            let keys = keys.clone();
+            async move {
+                let chunks: Vec<Vec<(usize, String)>> = (0..IN_FLIGHT)
+                    .map(|c| {
+                        keys.iter()
+                            .cloned()
+                            .enumerate()
+                            .filter(|(i, _)| i % IN_FLIGHT == c)
+                            .collect()
+                    })
+                    .collect();
+                let workers = chunks.into_iter().map(|chunk| {
+                    let client = client.clone();
+                    async move {
+                        for (i, key) in chunk {
+                            client.put(CRUSH_POOL, &key, data(i + salt, 64)).await.expect("put");
+                        }
+                    }
+                });
+                join_all(workers).await;
+            }
+        };
+        tokio::join!(run(a.clone(), 0), run(b.clone(), OBJECTS));
+        let stored = everything(&a, CRUSH_POOL).await;
+        let mut split_by_policy = 0;
+        for (i, key) in keys.iter().enumerate() {
+            let replicas = &stored[key];
+            let holders: BTreeSet<u32> = replicas.iter().map(|(d, _, _)| *d).collect();
+            let seeds: BTreeSet<Option<u64>> = replicas.iter().map(|(_, _, pg)| *pg).collect();
+            assert_eq!(seeds.len(), 1, "{key}: replicas in several PGs: {replicas:?}");
+            let seed = seeds.into_iter().next().flatten().expect("a PG seed");
+            let candidates = a.candidates(CRUSH_POOL, key).unwrap();
+            let on: Vec<u8> = candidates
+                .iter()
+                .filter(|c| c.pg.map(|pg| u64::from(pg.seed)) == Some(seed))
+                .map(|c| c.index)
+                .collect();
+            assert_eq!(on.len(), 1, "{key} is in PG seed {seed}, candidates {candidates:?}");
+            let chosen = &candidates[usize::from(on[0])];
+            let expected: BTreeSet<u32> = chosen.devices.iter().map(|d| d.0).collect();
+            assert_eq!(
+                holders, expected,
+                "{key}: every replica of the chosen candidate, nothing else"
+            );
+            if i % 10 == 0 {
+                let probe = a.probe(CRUSH_POOL, key).await.expect("probe");
+                assert_eq!(
+                    probe.record.map(|r| r.candidate),
+                    Some(on[0]),
+                    "{key}: the record names the holder"
+                );
+            }
+            let value = a.get(CRUSH_POOL, key).await.expect("get");
+            assert!(
+                value == data(i, 64) || value == data(i + OBJECTS, 64),
+                "{key}: one writer's data"
+            );
+            split_by_policy += usize::from(on[0] == 1);
+        }
+        // The policies disagree on about half of the keys, so the race was real.
+        assert!(split_by_policy > OBJECTS / 10, "{split_by_policy} objects on candidate 1");
+    });
+}

@@ -1,0 +1,67 @@
+//! Round trips on every engine (`crush` pool `data`, `ring` pool `blobs`) and every policy,
+//! with and without choices: what is written reads back, from the candidate that holds it,
+//! and cached accesses send no probe.
+
+use optio_client::ClientError;
+use optio_cluster::local::{CRUSH_POOL, LocalClusterSpec, RING_POOL};
+
+use crate::{client, cluster, data, holders, runtime};
+
+#[test]
+fn every_engine_and_policy_round_trips() {
+    let (_dir, cluster) = cluster(LocalClusterSpec {
+        capacity_bytes: 1 << 30,
+        pg_num: 64,
+        ..LocalClusterSpec::default()
+    });
+    runtime().block_on(async {
+        for pool in [CRUSH_POOL, RING_POOL] {
+            for (choices, policy) in
+                [(1, "first"), (2, "first"), (2, "random"), (2, "space"), (3, "memory")]
+            {
+                let writer = client(&cluster, choices, policy).await;
+                let keys: Vec<String> =
+                    (0..12).map(|i| format!("{pool}/{policy}/{choices}/{i}")).collect();
+                for (i, key) in keys.iter().enumerate() {
+                    let report = writer.put(pool, key, data(i, 100 + i * 37)).await.expect("put");
+                    assert_eq!(report.devices.len(), 3, "r = 3");
+                    assert!(choices > 1 || report.probes == 0, "k = 1 never probes");
+                    // Every replica of the chosen candidate holds it, nothing else does.
+                    let candidate =
+                        &writer.candidates(pool, key).unwrap()[usize::from(report.candidate)];
+                    let mut expected: Vec<u32> = candidate.devices.iter().map(|d| d.0).collect();
+                    expected.sort_unstable();
+                    assert_eq!(holders(&writer, pool, key).await, expected, "{key}");
+                }
+                let probes = writer.stats().probes;
+                for (i, key) in keys.iter().enumerate() {
+                    assert_eq!(writer.get(pool, key).await.expect("get"), data(i, 100 + i * 37));
+                }
+                assert_eq!(writer.stats().probes, probes, "cached reads send no probe");
+                // A fresh client finds everything, asking each object's home once.
+                let reader = client(&cluster, choices, policy).await;
+                for (i, key) in keys.iter().enumerate() {
+                    let (info, range) =
+                        reader.get_range(pool, key, Some((10, 19))).await.expect("range");
+                    assert_eq!(info.size_bytes, (100 + i * 37) as u64);
+                    assert_eq!(range, data(i, 100 + i * 37).slice(10..20));
+                }
+                let expected_probes = if choices == 1 { 0 } else { keys.len() as u64 };
+                assert_eq!(
+                    reader.stats().probes,
+                    expected_probes,
+                    "one probe per uncached object ({pool}, {policy})"
+                );
+                let listed =
+                    reader.list(pool, &format!("{pool}/{policy}/{choices}/")).await.expect("list");
+                assert_eq!(listed.len(), keys.len());
+                reader.delete(pool, &keys[0]).await.expect("delete");
+                assert!(matches!(
+                    reader.get(pool, &keys[0]).await,
+                    Err(ClientError::NotFound { .. })
+                ));
+                assert!(holders(&reader, pool, &keys[0]).await.is_empty());
+            }
+        }
+    });
+}
