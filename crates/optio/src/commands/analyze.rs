@@ -157,13 +157,15 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
 
+    let plural =
+        |n: usize, word: &str| if n == 1 { format!("1 {word}") } else { format!("{n} {word}s") };
     println!(
-        "map {} (epoch {}): {} devices, {} buckets, {} rules",
+        "map {} (epoch {}): {}, {}, {}",
         args.map.display(),
         map.epoch(),
-        map.devices().len(),
-        map.buckets().filter(|b| b.shadow_of.is_none()).count(),
-        map.rules().len()
+        plural(map.devices().len(), "device"),
+        plural(map.buckets().filter(|b| b.shadow_of.is_none()).count(), "bucket"),
+        plural(map.rules().len(), "rule"),
     );
     for id in &pools {
         println!("  {}", describe_pool(&map, *id, args.objects, args.object_size));

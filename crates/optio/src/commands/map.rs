@@ -58,15 +58,18 @@ pub fn run(command: Command) -> Result<()> {
         Command::Validate { map } => {
             let loaded = load_map(&map)?;
             let m = &loaded.map;
+            let plural = |n: usize, word: &str| {
+                if n == 1 { format!("1 {word}") } else { format!("{n} {word}s") }
+            };
             println!(
-                "{}: valid {} map, epoch {}: {} devices, {} buckets, {} rules, {} pools, tunables {}",
+                "{}: valid {} map, epoch {}: {}, {}, {}, {}, tunables {}",
                 map.display(),
                 loaded.format.name(),
                 m.epoch(),
-                m.devices().len(),
-                m.buckets().filter(|b| b.shadow_of.is_none()).count(),
-                m.rules().len(),
-                m.pools().len(),
+                plural(m.devices().len(), "device"),
+                plural(m.buckets().filter(|b| b.shadow_of.is_none()).count(), "bucket"),
+                plural(m.rules().len(), "rule"),
+                plural(m.pools().len(), "pool"),
                 m.tunables().profile().map_or("custom", |p| p.name()),
             );
             Ok(())

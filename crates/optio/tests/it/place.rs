@@ -1,0 +1,129 @@
+//! `optio place` prints exactly what crushtool prints, and places objects and PGs as Ceph does.
+
+use crate::support::*;
+
+/// `--format crushtool` is byte-identical to `crushtool --test --show-mappings` on a map given
+/// to Optio as Ceph text and to crushtool compiled from that same text, with and without
+/// `--pool-id` and reweights, for every replica count of the rule.
+#[test]
+fn crushtool_format_is_identical() {
+    let Some(crushtool) = crushtool() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    for name in ["ceph-40osd.txt", "ceph-classes.txt"] {
+        let text = example(name);
+        let binary = dir.path().join("map.bin");
+        crushtool_run(
+            &crushtool,
+            &["-c", text.to_str().expect("UTF-8"), "-o", binary.to_str().expect("UTF-8")],
+        );
+        for extra in [
+            vec![],
+            vec!["--pool-id", "7"],
+            vec!["--weight", "3", "0.5", "--weight", "11", "0", "--weight", "2", "0.3"],
+        ] {
+            for num_rep in ["1", "3", "5"] {
+                let mut common =
+                    vec!["--rule", "0", "--num-rep", num_rep, "--min-x", "0", "--max-x", "4999"];
+                common.extend(extra.iter().copied());
+                let mut theirs_args =
+                    vec!["-i", binary.to_str().expect("UTF-8"), "--test", "--show-mappings"];
+                theirs_args.extend(common.iter().copied());
+                let theirs = crushtool_run(&crushtool, &theirs_args);
+                let mut ours_args =
+                    vec!["place", "--map", text.to_str().expect("UTF-8"), "--format", "crushtool"];
+                ours_args.extend(common.iter().copied());
+                let ours = optio_ok(&ours_args);
+                assert_eq!(ours.lines().count(), 5000);
+                assert!(
+                    ours == theirs,
+                    "{name} {extra:?} num-rep {num_rep}: optio and crushtool differ"
+                );
+            }
+        }
+    }
+}
+
+/// Statistics lines match crushtool's `--show-statistics` (rule min..max sizes, result sizes).
+#[test]
+fn statistics_format_matches() {
+    let Some(crushtool) = crushtool() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let text = example("ceph-40osd.txt");
+    let binary = dir.path().join("map.bin");
+    crushtool_run(
+        &crushtool,
+        &["-c", text.to_str().expect("UTF-8"), "-o", binary.to_str().expect("UTF-8")],
+    );
+    let theirs = crushtool_run(
+        &crushtool,
+        &[
+            "-i",
+            binary.to_str().expect("UTF-8"),
+            "--test",
+            "--show-statistics",
+            "--rule",
+            "0",
+            "--num-rep",
+            "5",
+            "--min-x",
+            "0",
+            "--max-x",
+            "999",
+        ],
+    );
+    let ours = optio_ok(&[
+        "place",
+        "--map",
+        text.to_str().expect("UTF-8"),
+        "--format",
+        "statistics",
+        "--rule",
+        "0",
+        "--num-rep",
+        "5",
+        "--min-x",
+        "0",
+        "--max-x",
+        "999",
+    ]);
+    assert_eq!(ours, theirs);
+}
+
+/// An object name goes to the PG and devices osdmaptool reports (CRUSH.md: `foo` in pool 1
+/// with 2048 PGs is PG 1.406, pps 0x5565dee8).
+#[test]
+fn object_to_pg() {
+    let map = example("ceph-40osd.txt");
+    let out = optio_ok(&[
+        "place",
+        "--map",
+        map.to_str().expect("UTF-8"),
+        "--object",
+        "foo",
+        "--pg-num",
+        "2048",
+        "--size",
+        "2",
+        "--json",
+    ]);
+    let rows: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(rows[0]["pg"], "1.406");
+    assert_eq!(rows[0]["key"], 0x5565dee8u32);
+    assert_eq!(rows[0]["devices"].as_array().expect("devices").len(), 2);
+}
+
+/// PG ids are checked against the pool.
+#[test]
+fn pg_lookup_and_its_errors() {
+    let map = example("small.toml");
+    let map = map.to_str().expect("UTF-8");
+    let out = optio_ok(&["place", "--map", map, "--pg", "1.0", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(rows[0]["pg"], "1.0");
+    let error = optio_err(&["place", "--map", map, "--pg", "1.ffffff"]);
+    assert!(error.contains("PGs"), "{error}");
+    let error = optio_err(&["place", "--map", map, "--pg", "x"]);
+    assert!(error.contains("POOL.SEED"), "{error}");
+    let error = optio_err(&["place", "--map", map]);
+    assert!(error.contains("nothing to place"), "{error}");
+}
