@@ -258,6 +258,13 @@ fn holder_of(candidates: &[Candidate], info: Option<&ObjectInfo>) -> Option<u8> 
     candidates.iter().find(|c| placement_seed(c) == seed).map(|c| c.index)
 }
 
+/// A first write that created its choice record and took less than this from the record
+/// request to the last replica's acknowledgement needs no further check: a home that crashed
+/// refuses new records for longer (`optio_server::records::RECORD_GRACE_AFTER_CRASH`, 2 s).
+pub const RECORD_LEASE: Duration = Duration::from_secs(1);
+/// How long a client waits for a home that refuses records just after a crash.
+const HOME_GRACE_WAIT_MAX: Duration = Duration::from_secs(4);
+
 /// How long metrics heard from a device stay fresh enough to choose on without probing.
 pub const METRICS_FRESH: Duration = Duration::from_secs(2);
 
@@ -319,7 +326,12 @@ impl Client {
         for doubt in &doubts {
             self.inner.cache.remove(doubt.pool, &doubt.key);
             let Some(pool) = view.map.pool(PoolId(doubt.pool)) else { continue };
-            match self.verify(&pool.name.clone(), &doubt.key).await {
+            let pool_name = pool.name.clone();
+            let verified = self.verify(&pool_name, &doubt.key).await;
+            if verified.is_ok() || matches!(verified, Err(ClientError::NotFound { .. })) {
+                self.remove_strays(&pool_name, &doubt.key).await?;
+            }
+            match verified {
                 Ok(_) | Err(ClientError::NotFound { .. }) => {}
                 Err(error) => {
                     tracing::warn!(key = %doubt.key, %error, "recovery of a write in doubt failed");
@@ -329,6 +341,35 @@ impl Client {
         }
         IntentLog::forget(&files);
         Ok(doubts.len())
+    }
+
+    /// Deletes copies of `key` on candidates other than the one its record (or probing)
+    /// names: what a first write sent ahead of its record leaves when the client crashed
+    /// before undoing it.
+    async fn remove_strays(&self, pool_name: &str, key: &str) -> Result<(), ClientError> {
+        let view = self.view();
+        let pool = view.pool(pool_name)?;
+        let candidates = self.candidates_in(&view, pool, key);
+        if candidates.len() < 2 {
+            return Ok(());
+        }
+        let Some(located) = self.locate(&view, pool, key, &candidates).await? else {
+            return Ok(());
+        };
+        let keep = &candidates[usize::from(located)].devices;
+        let mut strays: Vec<Endpoint> = Vec::new();
+        for candidate in candidates.iter().filter(|c| c.index != located) {
+            for device in candidate.devices.iter().filter(|d| !keep.contains(d)) {
+                let endpoint = view.endpoint(*device)?;
+                if !strays.contains(&endpoint) {
+                    strays.push(endpoint);
+                }
+            }
+        }
+        let deletes =
+            strays.iter().map(|e| self.call(self.object_call(&view, Method::DELETE, e, pool, key)));
+        join_all(deletes).await;
+        Ok(())
     }
 
     fn view(&self) -> Arc<View> {
@@ -810,7 +851,15 @@ impl Client {
             body: None,
             epoch: view.epoch(),
         };
-        let answer = match self.call(call).await {
+        let waited = Instant::now();
+        let mut result = self.call(call.clone()).await;
+        while matches!(&result, Err(f) if f.kind() == Some(ErrorKind::Unavailable))
+            && waited.elapsed() < HOME_GRACE_WAIT_MAX
+        {
+            tokio::time::sleep(UNKNOWN_EPOCH_BACKOFF * 2).await;
+            result = self.call(call.clone()).await;
+        }
+        let answer = match result {
             Ok(answer) => answer,
             Err(
                 failure @ Failure::Refused {
@@ -927,29 +976,50 @@ impl Client {
             let pool = view.pool(pool_name)?;
             let candidates = self.candidates_in(&view, pool, key);
             let probes_before = self.inner.counters.probes.load(Ordering::Relaxed);
-            let Chosen { candidate: chosen, created } = match self
-                .choose_for_write(&view, pool, key, &candidates, size_bytes, &excluded)
-                .await
-            {
+            let started = Instant::now();
+            let mut written = None;
+            let chosen = match self.pipeline_guess(pool, key, &candidates, size_bytes, &excluded) {
+                Some(guess) => {
+                    // A warm client's first write: the record request, the other candidates'
+                    // probes and the object's writes all leave at once. Should the home or a
+                    // probe say the object belongs elsewhere, the copies are undone.
+                    self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+                    let target = &candidates[usize::from(guess)];
+                    let endpoints = self.endpoints(&view, target)?;
+                    let version = self.next_version();
+                    let (chosen, results) = futures_util::future::join(
+                        self.record_and_probe(&view, pool, key, &candidates, guess),
+                        self.fan_out(&view, pool, key, target, &endpoints, &data, crc, version),
+                    )
+                    .await;
+                    if matches!(&chosen, Ok(c) if c.candidate == guess) {
+                        written = Some((endpoints, results, version));
+                    } else {
+                        self.undo(&view, pool, key, &endpoints, &results, version).await;
+                    }
+                    chosen
+                }
+                None => {
+                    self.choose_for_write(&view, pool, key, &candidates, size_bytes, &excluded)
+                        .await
+                }
+            };
+            let Chosen { candidate: chosen, created } = match chosen {
                 Err(ClientError::EpochRetries { .. }) => continue,
                 other => other?,
             };
             let candidate = &candidates[usize::from(chosen)];
-            if candidate.devices.is_empty() {
-                return Err(ClientError::NoDevices { key: key.to_string() });
-            }
-            let endpoints: Vec<Endpoint> =
-                candidate.devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
-            let version = self.next_version();
-            let calls = endpoints.iter().map(|endpoint| {
-                let mut call = self.object_call(&view, Method::PUT, endpoint, pool, key);
-                call.headers.push((wire::VERSION, version.0.to_string()));
-                call.headers.push((wire::CHECKSUM, format!("{crc:08x}")));
-                call.headers.push((wire::PG, placement_seed(candidate).to_string()));
-                call.body = Some(data.clone());
-                self.call(call)
-            });
-            let results = join_all(calls).await;
+            let (endpoints, results, version) = match written {
+                Some(written) => written,
+                None => {
+                    let endpoints = self.endpoints(&view, candidate)?;
+                    let version = self.next_version();
+                    let results = self
+                        .fan_out(&view, pool, key, candidate, &endpoints, &data, crc, version)
+                        .await;
+                    (endpoints, results, version)
+                }
+            };
             let needed =
                 self.inner.config.write_quorum.unwrap_or(endpoints.len()).clamp(1, endpoints.len());
             // A replica that already holds a newer version of the object (a concurrent write
@@ -967,8 +1037,12 @@ impl Client {
                 .filter_map(|(e, r)| r.as_ref().err().map(|f| (e, f)))
                 .filter(|(_, f)| f.kind() != Some(ErrorKind::VersionConflict))
                 .collect();
+            // A record this write created is safe once the object is stored, if the home did
+            // not crash meanwhile: either the write took less than the lease (a home that
+            // crashed refuses records for longer than that), or its incarnation is unchanged.
             if acked >= needed
                 && let Some(incarnation) = created
+                && started.elapsed() >= RECORD_LEASE
                 && !self
                     .home_kept_record(&view, pool, key, &candidates, chosen, incarnation, &results)
                     .await
@@ -1007,21 +1081,17 @@ impl Client {
                 excluded.push(chosen);
                 continue;
             }
+            let details: Vec<String> = failures
+                .iter()
+                .map(|(e, f)| format!("device {} at {}: {f}", e.device, e.addr))
+                .collect();
             if full {
-                let details: Vec<String> = failures
-                    .iter()
-                    .map(|(e, f)| format!("device {} at {}: {f}", e.device, e.addr))
-                    .collect();
                 return Err(ClientError::NoRoom {
                     key: key.to_string(),
                     size_bytes,
                     details: details.join("; "),
                 });
             }
-            let details: Vec<String> = failures
-                .iter()
-                .map(|(e, f)| format!("device {} at {}: {f}", e.device, e.addr))
-                .collect();
             return Err(ClientError::NotEnoughReplicas {
                 key: key.to_string(),
                 acked,
@@ -1030,6 +1100,57 @@ impl Client {
             });
         }
         Err(ClientError::EpochRetries { attempts: RETRIES_MAX })
+    }
+
+    /// The candidate a warm client writes a new object to at once (with its record request),
+    /// or `None` when the write goes the careful way: k = 1, a cached choice, a re-choice, or
+    /// metrics too old to choose on.
+    fn pipeline_guess(
+        &self,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+        size_bytes: u64,
+        excluded: &[u8],
+    ) -> Option<u8> {
+        if candidates.len() < 2
+            || !excluded.is_empty()
+            || self.inner.cache.get(pool.0, key).is_some()
+        {
+            return None;
+        }
+        self.choice_from_recent_metrics(key, candidates, size_bytes)
+    }
+
+    fn endpoints(&self, view: &View, candidate: &Candidate) -> Result<Vec<Endpoint>, ClientError> {
+        if candidate.devices.is_empty() {
+            return Err(ClientError::NoDevices { key: String::new() });
+        }
+        candidate.devices.iter().map(|d| view.endpoint(*d)).collect()
+    }
+
+    /// Writes one version of the object to every replica of `candidate`, in parallel.
+    #[allow(clippy::too_many_arguments)]
+    async fn fan_out(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidate: &Candidate,
+        endpoints: &[Endpoint],
+        data: &Bytes,
+        crc: u32,
+        version: ObjectVersion,
+    ) -> Vec<Result<Answer, Failure>> {
+        let calls = endpoints.iter().map(|endpoint| {
+            let mut call = self.object_call(view, Method::PUT, endpoint, pool, key);
+            call.headers.push((wire::VERSION, version.0.to_string()));
+            call.headers.push((wire::CHECKSUM, format!("{crc:08x}")));
+            call.headers.push((wire::PG, placement_seed(candidate).to_string()));
+            call.body = Some(data.clone());
+            self.call(call)
+        });
+        join_all(calls).await
     }
 
     /// After a first write whose record this client created: whether the home kept running

@@ -81,6 +81,7 @@ pub struct Transport {
 }
 
 /// One request.
+#[derive(Clone)]
 pub struct Call<'a> {
     /// Method.
     pub method: Method,

@@ -59,6 +59,16 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// Commits every device's choice records and marks the shutdown clean.
+pub(crate) async fn close_records(state: &Arc<AppState>) {
+    for store in state.devices.values() {
+        let store = store.clone();
+        if let Ok(Err(error)) = tokio::task::spawn_blocking(move || store.close_records()).await {
+            tracing::warn!(%error, "closing the choice records failed");
+        }
+    }
+}
+
 /// Commits every device's queued choice records (group commit).
 pub(crate) async fn commit_records(state: &Arc<AppState>) {
     for store in state.devices.values() {
@@ -641,6 +651,12 @@ async fn put_record(
         }
     };
     let key = target.key.clone().expect("routed with a key");
+    if target.store.record_log().in_grace() && target.store.record(target.pool, &key).is_none() {
+        return Err(fail(
+            ErrorKind::Unavailable,
+            "this server restarted after a crash and creates no choice record for a moment; retry",
+        ));
+    }
     let (outcome, _) = target.store.create_record(target.pool, &key, record, replace);
     let (status, record) = match outcome {
         RecordOutcome::Created(r) => (StatusCode::CREATED, r),

@@ -184,7 +184,7 @@ impl Server {
             .await
             .map_err(|source| ServerError::Listen { addr, source });
         background.abort();
-        http::commit_records(&state_for_exit).await;
+        http::close_records(&state_for_exit).await;
         result
     }
 }

@@ -27,12 +27,19 @@ use crate::error::StoreError;
 
 /// How often queued records are committed.
 pub const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
+/// After a crash (no clean-shutdown marker), how long the device refuses to create records:
+/// longer than any first write may take from its record request to its acknowledgement (the
+/// client's `RECORD_LEASE`), so every write whose record the crash may have lost has either
+/// stored its object — which creators then find by probing — or given up.
+pub const RECORD_GRACE_AFTER_CRASH: Duration = Duration::from_secs(2);
+const CLEAN_MARKER: &str = "choices.clean";
 const OP_SET: u8 = 1;
 const OP_REMOVE: u8 = 2;
 
 /// The records of one device.
 pub struct RecordLog {
     path: PathBuf,
+    grace_until: Option<std::time::Instant>,
     state: Mutex<State>,
     durable: tokio::sync::watch::Sender<u64>,
     commit: Mutex<()>,
@@ -109,6 +116,18 @@ impl RecordLog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(StoreError::Io { operation: "read", path, source: e }),
         };
+        let marker = dir.join(CLEAN_MARKER);
+        let clean = disk.read(&marker).is_ok();
+        if clean {
+            disk.remove(&marker).map_err(StoreError::io("remove", &marker))?;
+        }
+        // A log without a clean-shutdown marker: the server crashed, and may have lost the
+        // records of its last moments.
+        let crashed = !bytes.is_empty() && !clean;
+        let grace_until = crashed.then(|| std::time::Instant::now() + RECORD_GRACE_AFTER_CRASH);
+        if crashed {
+            tracing::warn!(path = %path.display(), "no clean shutdown: refusing new choice records for {RECORD_GRACE_AFTER_CRASH:?}");
+        }
         let (records, whole) = replay(&bytes);
         if !whole {
             tracing::warn!(path = %path.display(), "the choice log ends with a torn entry; dropped");
@@ -122,6 +141,7 @@ impl RecordLog {
         let (durable, _) = tokio::sync::watch::channel(0);
         Ok(RecordLog {
             path,
+            grace_until,
             state: Mutex::new(State {
                 records: records.into_iter().map(|(k, r)| (k, (r, 0))).collect(),
                 queue: Vec::new(),
@@ -130,6 +150,19 @@ impl RecordLog {
             durable,
             commit: Mutex::new(()),
         })
+    }
+
+    /// Whether new records are refused for now (just after a crash).
+    pub fn in_grace(&self) -> bool {
+        self.grace_until.is_some_and(|until| std::time::Instant::now() < until)
+    }
+
+    /// Commits and leaves the clean-shutdown marker (the next start needs no grace).
+    pub fn close(&self, disk: &dyn Disk, temp: &Path) -> Result<(), StoreError> {
+        self.commit(disk)?;
+        let marker = self.path.with_file_name(CLEAN_MARKER);
+        disk.write_temp(temp, &[b"clean"], true).map_err(StoreError::io("write", temp))?;
+        disk.publish(temp, &marker).map_err(StoreError::io("rename", &marker))
     }
 
     /// The record of a key.

@@ -450,6 +450,11 @@ impl DeviceStore {
         self.records.commit(self.disk.as_ref())
     }
 
+    /// Commits the records and marks the shutdown clean (blocking).
+    pub fn close_records(&self) -> Result<(), StoreError> {
+        self.records.close(self.disk.as_ref(), &self.temp_path())
+    }
+
     /// The record log (sequence numbers, waits).
     pub fn record_log(&self) -> &RecordLog {
         &self.records

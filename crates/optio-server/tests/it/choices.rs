@@ -93,3 +93,33 @@ async fn records_survive_restarts_and_only_their_writer_replaces_them() {
     assert_eq!((status, kind.as_str()), (404, "not-found"));
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_new_records_wait_for_the_grace_period() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start(root.path(), Options::default()).await;
+    let url = server.record(0, 1, "kept");
+    assert_eq!(
+        server.http.put(&url).header("x-optio-choice", "1/2/aa").send().await.unwrap().status(),
+        201
+    );
+    let dir = server.dirs[0].clone();
+    server.stop().await;
+    // A crash leaves no clean-shutdown marker.
+    std::fs::remove_file(dir.join("choices.clean")).expect("a clean stop leaves the marker");
+    let server = TestServer::start(root.path(), Options::default()).await;
+    let kept = server.http.get(server.record(0, 1, "kept")).send().await.unwrap();
+    assert_eq!(kept.headers()["x-optio-choice"], "1/2/aa", "committed records survive");
+    let fresh = server.record(0, 1, "fresh");
+    let (status, kind, reason) =
+        error_of(server.http.put(&fresh).header("x-optio-choice", "0/2/bb").send().await.unwrap())
+            .await;
+    assert_eq!((status, kind.as_str()), (503, "unavailable"), "{reason}");
+    let (http, fresh2) = (server.http.clone(), fresh.clone());
+    let created = crate::wait_until(std::time::Duration::from_secs(10), async || {
+        http.put(&fresh2).header("x-optio-choice", "0/2/bb").send().await.unwrap().status() == 201
+    })
+    .await;
+    assert!(created, "records are created again after the grace period");
+    server.stop().await;
+}

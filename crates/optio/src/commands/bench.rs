@@ -279,7 +279,15 @@ pub fn run(args: Args) -> Result<()> {
     if args.objects == 0 {
         bail!("--objects must be at least 1");
     }
-    crate::commands::runtime()?.block_on(async {
+    // One-at-a-time latency runs on one thread: no hand-offs between worker threads.
+    let runtime = match args.mode {
+        Mode::ReadWrite => crate::commands::runtime()?,
+        Mode::Probe | Mode::FirstWrite => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?,
+    };
+    runtime.block_on(async {
         match args.mode {
             Mode::ReadWrite => read_write(&args, size).await,
             Mode::Probe => probe_rtt(&args).await,
