@@ -56,6 +56,9 @@ pub struct ClusterArgs {
     /// Placement policy for new objects (default: the cluster's).
     #[arg(long, global = true)]
     pub policy: Option<String>,
+    /// Replicas that must be durable before a write is acknowledged (default: all).
+    #[arg(long, global = true, value_name = "W")]
+    pub write_quorum: Option<usize>,
 }
 
 impl ClusterArgs {
@@ -77,6 +80,7 @@ impl ClusterArgs {
             choices: self.choices.unwrap_or(defaults.choices),
             policy: self.policy.clone().unwrap_or(defaults.policy),
             intent_dir: Some(dir.join("intents")),
+            write_quorum: self.write_quorum,
             crash_after_choice_record: std::env::var_os("OPTIO_TEST_CRASH_AFTER_CHOICE_RECORD")
                 .is_some(),
             ..ClientConfig::default()

@@ -57,6 +57,7 @@ fn demo(dir: &std::path::Path, objects: usize, size: usize) -> Result<()> {
         pool: CRUSH_POOL.into(),
         choices: None,
         policy: None,
+        write_quorum: None,
     };
     crate::commands::runtime()?.block_on(async {
         let hidden = indicatif::ProgressBar::hidden();
