@@ -804,12 +804,61 @@ impl Client {
         };
         match holder {
             Some(holder) if holder != guess => {
-                let fixed =
-                    self.record_choice(view, pool, key, candidates, holder, true, false).await?;
+                // Follow an object stored without a record, unless the home says another
+                // writer just lost the race for this key: then the copies are that writer's,
+                // sent ahead of its record request, and it is undoing them.
+                let fixed = self.follow_holder(view, pool, key, candidates, holder).await?;
+                if fixed.candidate == guess {
+                    return Ok(Chosen { candidate: guess, created: Some(recorded.incarnation) });
+                }
                 Ok(Chosen { candidate: fixed.candidate, created: None })
             }
             _ => Ok(Chosen { candidate: guess, created: Some(recorded.incarnation) }),
         }
+    }
+
+    /// Points this client's new record at `holder`, unless the key is contended.
+    async fn follow_holder(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+        holder: u8,
+    ) -> Result<Recorded, ClientError> {
+        let home = self.home(view, key, candidates)?;
+        let record = ChoiceRecord {
+            candidate: holder,
+            choices: candidates.len() as u8,
+            writer: self.inner.writer,
+        };
+        let call = Call {
+            method: Method::PUT,
+            endpoint: &home,
+            area: "choices",
+            pool,
+            key: Some(key),
+            query: None,
+            headers: vec![
+                (wire::CHOICE, wire::choice_header(&record)),
+                (wire::REPLACE_IF_WRITER, format!("{:x}", self.inner.writer)),
+                (wire::UNLESS_CONTENDED, "1".into()),
+            ],
+            body: None,
+            epoch: view.epoch(),
+        };
+        let answer = self.call(call).await.map_err(|failure| ClientError::HomeUnreachable {
+            key: key.to_string(),
+            device: home.device,
+            addr: home.addr.clone(),
+            reason: failure.to_string(),
+        })?;
+        Ok(Recorded {
+            candidate: answer.record.map_or(holder, |r| r.candidate),
+            created: answer.status == 201,
+            incarnation: answer.incarnation.unwrap_or(0),
+            home_info: answer.info,
+        })
     }
 
     /// Creates the choice record at the home (atomic create-if-absent, or a replacement of

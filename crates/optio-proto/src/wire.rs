@@ -41,6 +41,9 @@ pub const DEFER_SYNC: &str = "x-optio-defer-sync";
 pub const WAIT_DURABLE: &str = "x-optio-wait-durable";
 /// On a record PUT answer: `1` when this request created the record.
 pub const CHOICE_CREATED: &str = "x-optio-choice-created";
+/// On a record PUT with [`REPLACE_IF_WRITER`]: do not replace when another writer's create of
+/// the key was refused moments ago (its copies elsewhere are being undone).
+pub const UNLESS_CONTENDED: &str = "x-optio-unless-contended";
 /// On a record PUT: replace the record if its writer is this one (the creator re-choosing).
 pub const REPLACE_IF_WRITER: &str = "x-optio-replace-if-writer";
 

@@ -657,7 +657,9 @@ async fn put_record(
             "this server restarted after a crash and creates no choice record for a moment; retry",
         ));
     }
-    let (outcome, _) = target.store.create_record(target.pool, &key, record, replace);
+    let unless_contended = headers.contains_key(wire::UNLESS_CONTENDED);
+    let (outcome, _) =
+        target.store.create_record(target.pool, &key, record, replace, unless_contended);
     let (status, record) = match outcome {
         RecordOutcome::Created(r) => (StatusCode::CREATED, r),
         RecordOutcome::Exists(r) => (StatusCode::OK, r),

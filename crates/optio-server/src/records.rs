@@ -33,6 +33,11 @@ pub const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
 /// stored its object — which creators then find by probing — or given up.
 pub const RECORD_GRACE_AFTER_CRASH: Duration = Duration::from_secs(2);
 const CLEAN_MARKER: &str = "choices.clean";
+/// How long a refused create makes a key "contended" (longer than any first write may take,
+/// the client's 1 s lease).
+pub const CONTENTION_WINDOW: Duration = Duration::from_secs(5);
+/// Most contended keys remembered.
+const REFUSED_MAX: usize = 100_000;
 const OP_SET: u8 = 1;
 const OP_REMOVE: u8 = 2;
 
@@ -47,6 +52,9 @@ pub struct RecordLog {
 
 struct State {
     records: HashMap<(PoolId, String), (ChoiceRecord, u64)>,
+    /// When another writer's create was last refused, per key (recent ones only): that
+    /// writer may have sent its object ahead of its record request and is now undoing it.
+    refused: HashMap<(PoolId, String), std::time::Instant>,
     queue: Vec<u8>,
     queued_seq: u64,
 }
@@ -144,6 +152,7 @@ impl RecordLog {
             grace_until,
             state: Mutex::new(State {
                 records: records.into_iter().map(|(k, r)| (k, (r, 0))).collect(),
+                refused: HashMap::new(),
                 queue: Vec::new(),
                 queued_seq: 0,
             }),
@@ -178,18 +187,36 @@ impl RecordLog {
     /// Creates `record` unless one exists (or replaces it when its writer is
     /// `replace_if_writer`), atomically; returns the record in place, whether this call set
     /// it, and the sequence number to wait for.
+    ///
+    /// A replacement with `unless_contended` is refused (the record stays) when another
+    /// writer's create of the same key was refused within [`CONTENTION_WINDOW`]: the copies
+    /// its writer found elsewhere may be that loser's, sent ahead of its record request and
+    /// about to be undone, so following them would split the object.
     pub fn create(
         &self,
         pool: PoolId,
         key: &str,
         record: ChoiceRecord,
         replace_if_writer: Option<u64>,
+        unless_contended: bool,
     ) -> (ChoiceRecord, bool, u64) {
         let mut state = self.state.lock().expect("records lock");
-        if let Some((existing, seq)) = state.records.get(&(pool, key.to_string())).copied()
-            && replace_if_writer != Some(existing.writer)
-        {
-            return (existing, false, seq);
+        let id = (pool, key.to_string());
+        if let Some((existing, seq)) = state.records.get(&id).copied() {
+            let own = replace_if_writer == Some(existing.writer);
+            let contended =
+                state.refused.get(&id).is_some_and(|at| at.elapsed() < CONTENTION_WINDOW);
+            if !own || (unless_contended && contended) {
+                if !own && existing.writer != record.writer {
+                    if state.refused.len() >= REFUSED_MAX {
+                        state.refused.retain(|_, at| at.elapsed() < CONTENTION_WINDOW);
+                    }
+                    if state.refused.len() < REFUSED_MAX {
+                        state.refused.insert(id, std::time::Instant::now());
+                    }
+                }
+                return (existing, false, seq);
+            }
         }
         state.queued_seq += 1;
         let seq = state.queued_seq;
@@ -269,6 +296,29 @@ impl RecordLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_writer_cannot_follow_copies_while_a_loser_undoes_them() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let disk = crate::disk::RealDisk;
+        let log = RecordLog::open(dir.path(), &disk, &dir.path().join("t")).expect("opens");
+        let (a, b) = (0xa, 0xb);
+        let record = |candidate, writer| ChoiceRecord { candidate, choices: 2, writer };
+        let (r, created, _) = log.create(PoolId(1), "k", record(0, a), None, false);
+        assert!(created && r.candidate == 0);
+        // Without contention, the creator may re-point its own record.
+        let (r, created, _) = log.create(PoolId(1), "k", record(1, a), Some(a), true);
+        assert!(created && r.candidate == 1);
+        // Another writer loses the race for the key…
+        let (r, created, _) = log.create(PoolId(1), "k", record(0, b), None, false);
+        assert!(!created && r.writer == a);
+        // …so the creator's attempt to follow copies elsewhere is refused for a while.
+        let (r, created, _) = log.create(PoolId(1), "k", record(0, a), Some(a), true);
+        assert!(!created && r.candidate == 1, "the record stays");
+        // A plain replacement by its writer (a full candidate, re-chosen) still works.
+        let (r, created, _) = log.create(PoolId(1), "k", record(0, a), Some(a), false);
+        assert!(created && r.candidate == 0);
+    }
 
     #[test]
     fn replay_stops_at_a_torn_tail() {

@@ -433,8 +433,10 @@ impl DeviceStore {
         key: &str,
         record: ChoiceRecord,
         replace_if_writer: Option<u64>,
+        unless_contended: bool,
     ) -> (RecordOutcome, u64) {
-        let (record, created, seq) = self.records.create(pool, key, record, replace_if_writer);
+        let (record, created, seq) =
+            self.records.create(pool, key, record, replace_if_writer, unless_contended);
         let outcome =
             if created { RecordOutcome::Created(record) } else { RecordOutcome::Exists(record) };
         (outcome, seq)
