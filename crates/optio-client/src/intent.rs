@@ -115,6 +115,18 @@ impl IntentLog {
     }
 }
 
+impl Drop for IntentLog {
+    /// A client that ends normally has nothing in doubt: its log goes. (A crash skips this,
+    /// which is the point.) Writes still in flight when the client is dropped leave their
+    /// lines, and the next client re-probes them.
+    fn drop(&mut self) {
+        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
+        if parse(&text).is_empty() {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
 /// The writes begun and not ended in a log's text (a torn last line is ignored).
 fn parse(text: &str) -> Vec<InDoubt> {
     let mut open = BTreeMap::new();
