@@ -333,7 +333,13 @@ impl DeviceStore {
         let path = self.path_of(pool, key);
         let bytes = match self.disk.read(&path) {
             Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(StoreError::NotFound),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // The file went missing behind the server's back: forget it, so probes agree.
+                let _stripe = self.stripe(key);
+                self.forget(pool, key);
+                self.corrupt_found.fetch_add(1, Ordering::Relaxed);
+                return Err(StoreError::NotFound);
+            }
             Err(e) => return Err(StoreError::Io { operation: "read", path, source: e }),
         };
         match ObjectHeader::decode(&bytes) {

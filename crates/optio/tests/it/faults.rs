@@ -38,6 +38,27 @@ fn a_flipped_byte_is_detected_and_repaired() {
 }
 
 #[test]
+fn a_lost_replica_file_is_restored_from_another() {
+    let (_dir, cluster) = cluster(small());
+    runtime().block_on(async {
+        let writer = client(&cluster, 2, "first").await;
+        writer.put(CRUSH_POOL, "lost", data(3, 5_000)).await.expect("put");
+        let location = writer.stat(CRUSH_POOL, "lost").await.expect("stat");
+        let primary = location.candidate.devices[0].0;
+        let file = optio_server::store::object_path(
+            &cluster.device_dir(primary).unwrap(),
+            PoolId(1),
+            "lost",
+        );
+        std::fs::remove_file(&file).expect("lose the primary's file");
+        let reader = client(&cluster, 2, "first").await;
+        assert_eq!(reader.get(CRUSH_POOL, "lost").await.expect("get"), data(3, 5_000));
+        assert_eq!(reader.stats().repairs, 1, "the primary was repaired");
+        assert!(ObjectHeader::decode(&std::fs::read(&file).expect("restored")).is_ok());
+    });
+}
+
+#[test]
 fn a_full_cluster_is_steered_around_then_refuses_clearly() {
     let spec = LocalClusterSpec { capacity_bytes: 160 << 10, pg_num: 32, ..small() };
     let (_dir, cluster) = cluster(spec);
