@@ -26,12 +26,20 @@ fn main() -> ExitCode {
     let output = match format.as_str() {
         "text" => optio_mapfile::ceph_text::write(&map),
         "json" => optio_mapfile::ceph_json::write(&map),
-        "toml" => optio_mapfile::optio_toml::write(&map),
+        "toml" => Ok(optio_mapfile::optio_toml::write(&map)),
         other => {
             eprintln!("unknown format '{other}'; use text, json or toml");
             return ExitCode::FAILURE;
         }
     };
-    print!("{output}");
-    ExitCode::SUCCESS
+    match output {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{path}: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -130,3 +130,30 @@ impl Lines {
         ParseError::new(line, ParseErrorKind::Map(error))
     }
 }
+
+/// Why a map cannot be written in one of Ceph's formats.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The map uses an Optio extension that Ceph's formats cannot hold.
+    #[error(
+        "bucket '{bucket}' uses {feature}, an Optio extension that Ceph cannot hold; write Optio TOML instead, or give the bucket a Ceph algorithm (straw2)"
+    )]
+    NotCephCompatible {
+        /// The bucket.
+        bucket: String,
+        /// The extension.
+        feature: &'static str,
+    },
+}
+
+/// Refuses maps that Ceph's formats cannot hold: buckets of Optio's own algorithms.
+pub(crate) fn check_ceph_compatible(map: &optio_placement::ClusterMap) -> Result<(), WriteError> {
+    match map.buckets().find(|b| !b.alg.is_ceph()) {
+        Some(bucket) => Err(WriteError::NotCephCompatible {
+            bucket: bucket.name.clone(),
+            feature: "the 'linear' bucket algorithm (seed 002)",
+        }),
+        None => Ok(()),
+    }
+}

@@ -35,7 +35,7 @@
 //! assert_eq!(map.rules()[0].name, "replicated_rule"); // the default rule
 //!
 //! // The same map as crushtool would decompile it, and back.
-//! let text = optio_mapfile::ceph_text::write(&map);
+//! let text = optio_mapfile::ceph_text::write(&map).expect("no Optio-only buckets");
 //! assert!(text.contains("item osd.0 weight 4.000"));
 //! let again = optio_mapfile::parse(&text).expect("valid");
 //! assert_eq!(again.bucket_by_name("h1").map(|b| b.items.len()), Some(1));
@@ -52,7 +52,7 @@ pub mod optio_toml;
 mod steps;
 mod units;
 
-pub use error::{ParseError, ParseErrorKind};
+pub use error::{ParseError, ParseErrorKind, WriteError};
 
 use optio_placement::ClusterMap;
 

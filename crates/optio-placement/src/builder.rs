@@ -210,6 +210,47 @@ pub struct PoolSpec {
     pub engine: EngineRef,
     /// HASHPSPOOL (default true).
     pub hashpspool: bool,
+    /// Choices (default: 1 candidate, policy `first`, full at 95 %).
+    pub choice: crate::choice::ChoiceSettings,
+    /// Optio's balance extensions (none by default; crush pools only).
+    pub balance: PoolBalanceSpec,
+}
+
+/// The balance parameter of a pool's `linear` buckets, as given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinearParamSpec {
+    /// This value (16.16 fixed point, at least 1.0 = [`LINEAR_PARAM_ONE`]).
+    Fixed(u32),
+    /// Chosen when the map is built by seed 002's adaptive search
+    /// ([`crate::linear::tune_linear_param`]) and stored with the pool.
+    Auto,
+}
+
+/// Optio's balance extensions of a pool to add (see [`PoolBalance`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolBalanceSpec {
+    /// How PGs become CRUSH inputs.
+    pub pps: PpsGenerator,
+    /// The balance parameter of `linear` buckets.
+    pub linear_param: LinearParamSpec,
+    /// Optio's balanced placement.
+    pub balanced: bool,
+}
+
+impl Default for PoolBalanceSpec {
+    fn default() -> PoolBalanceSpec {
+        PoolBalanceSpec::from(PoolBalance::default())
+    }
+}
+
+impl From<PoolBalance> for PoolBalanceSpec {
+    fn from(balance: PoolBalance) -> PoolBalanceSpec {
+        PoolBalanceSpec {
+            pps: balance.pps,
+            linear_param: LinearParamSpec::Fixed(balance.linear_param),
+            balanced: balance.balanced,
+        }
+    }
 }
 
 impl PoolSpec {
@@ -224,6 +265,8 @@ impl PoolSpec {
             min_size: None,
             engine: EngineRef::Crush { rule: None },
             hashpspool: true,
+            choice: crate::choice::ChoiceSettings::default(),
+            balance: PoolBalanceSpec::default(),
         }
     }
 }
@@ -558,6 +601,8 @@ impl ClusterMapBuilder {
                     },
                 },
                 hashpspool: pool.hashpspool,
+                choice: pool.choice,
+                balance: PoolBalanceSpec::from(pool.balance),
             })
             .collect();
         let choose_args = map
@@ -634,10 +679,10 @@ impl ClusterMapBuilder {
         let map_for_rules = PartialMap { build: &build, buckets: &buckets };
         let rules = build_rules(&map_for_rules, &self.rules)?;
         let choose_args = build_choose_args(&map_for_rules, &self.choose_args)?;
-        let pools = build_pools(&map_for_rules, &rules, &self.pools)?;
+        let (pools, auto_linear) = build_pools(&map_for_rules, &rules, &self.pools)?;
         check_tunables(&self.tunables)?;
         let Build { types, devices, device_slots, classes, .. } = build;
-        Ok(ClusterMap {
+        let mut map = ClusterMap {
             epoch: self.epoch,
             types,
             devices,
@@ -650,7 +695,15 @@ impl ClusterMapBuilder {
             classes,
             device_parent,
             bucket_parent,
-        })
+        };
+        // Seed 002's adaptive search, for pools that asked for it; the result is stored with
+        // the pool, so that later maps keep it.
+        for id in auto_linear {
+            let index = map.pools.iter().position(|p| p.id == id).expect("built above");
+            let tuning = crate::linear::tune_linear_param(&map, &map.pools[index]);
+            map.pools[index].balance.linear_param = tuning.param;
+        }
+        Ok(map)
     }
 }
 
@@ -1208,6 +1261,17 @@ fn check_bucket_shape(bucket: &Bucket) -> Result<(), MapError> {
             ),
         ));
     }
+    if bucket.alg == BucketAlg::Linear
+        && let Some(first) = bucket.weights.first()
+        && bucket.weights.iter().any(|w| w != first)
+    {
+        return Err(err(
+            Subject::Bucket(bucket.name.clone()),
+            Kind::BucketShape(
+                "a linear bucket (seed 002) needs items of equal weight; use straw2 for mixed weights",
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -1535,11 +1599,13 @@ fn build_choose_args(
     Ok(sets)
 }
 
+/// The pools, and the ids of those whose `linear` balance parameter is to be searched for.
 fn build_pools(
     map: &PartialMap<'_>,
     rules: &[Rule],
     specs: &[PoolSpec],
-) -> Result<Vec<Pool>, MapError> {
+) -> Result<(Vec<Pool>, Vec<PoolId>), MapError> {
+    let mut auto = Vec::new();
     if specs.len() > POOLS_MAX {
         return Err(err(Subject::Map, Kind::TooMany { what: "pools", limit: POOLS_MAX }));
     }
@@ -1622,6 +1688,20 @@ fn build_pools(
                 EngineSpec::Ring(RingParams { vnode_bytes, failure_domain })
             }
         };
+        spec.choice.validate(spec.pg_num).map_err(|error| {
+            err(
+                subject.clone(),
+                Kind::OutOfRange {
+                    field: error.field(),
+                    value: choice_value(&spec.choice, &error),
+                    reason: error.to_string(),
+                },
+            )
+        })?;
+        let balance = check_pool_balance(map, rules, spec, &engine)?;
+        if spec.balance.linear_param == LinearParamSpec::Auto {
+            auto.push(spec.id);
+        }
         pools.push(Pool {
             id: spec.id,
             name: spec.name.clone(),
@@ -1631,10 +1711,144 @@ fn build_pools(
             min_size,
             engine,
             hashpspool: spec.hashpspool,
+            choice: spec.choice,
+            balance,
         });
     }
     pools.sort_by_key(|p| p.id);
-    Ok(pools)
+    Ok((pools, auto))
+}
+
+/// Checks a pool's Optio balance extensions: crush pools only; a `linear` balance parameter
+/// in range and only where the rule reaches a linear bucket; balanced placement only with a
+/// rule it supports (and then no linear parameter: it does not use CRUSH's buckets).
+fn check_pool_balance(
+    map: &PartialMap<'_>,
+    rules: &[Rule],
+    spec: &PoolSpec,
+    engine: &EngineSpec,
+) -> Result<PoolBalance, MapError> {
+    let wanted = spec.balance;
+    let mut balance =
+        PoolBalance { pps: wanted.pps, linear_param: LINEAR_PARAM_ONE, balanced: wanted.balanced };
+    let subject = Subject::Pool(spec.name.clone());
+    let bad = |field: &'static str, value: String, reason: String| {
+        err(subject.clone(), Kind::OutOfRange { field, value, reason })
+    };
+    let rule = match engine {
+        EngineSpec::Crush { rule } => rules.iter().find(|r| r.id == *rule),
+        _ => {
+            if wanted != PoolBalanceSpec::default() {
+                return Err(bad(
+                    "pps/balance_param/balanced",
+                    format!("{wanted:?}"),
+                    "Optio's balance settings apply to crush pools only; remove them or set engine = \"crush\"".into(),
+                ));
+            }
+            return Ok(balance);
+        }
+    };
+    let reaches_linear = rule.is_some_and(|rule| rule_reaches_linear(map, rule));
+    match wanted.linear_param {
+        LinearParamSpec::Fixed(LINEAR_PARAM_ONE) => {}
+        LinearParamSpec::Fixed(value) if value < LINEAR_PARAM_ONE => {
+            return Err(bad(
+                "balance_param",
+                Weight(value).to_string(),
+                "at least 1.0 (a linear bucket divides the pps by it), or \"auto\" to search for the best".into(),
+            ));
+        }
+        other => {
+            if !reaches_linear {
+                return Err(bad(
+                    "balance_param",
+                    match other {
+                        LinearParamSpec::Fixed(value) => Weight(value).to_string(),
+                        LinearParamSpec::Auto => "auto".into(),
+                    },
+                    "it is the parameter of linear buckets (seed 002) and this pool's rule reaches none; remove it or make the hosts `alg = \"linear\"`".into(),
+                ));
+            }
+            if let LinearParamSpec::Fixed(value) = other {
+                balance.linear_param = value;
+            }
+        }
+    }
+    if wanted.balanced {
+        if wanted.linear_param != LinearParamSpec::Fixed(LINEAR_PARAM_ONE) {
+            return Err(bad(
+                "balance_param",
+                format!("{:?}", wanted.linear_param),
+                "a balanced pool does not use CRUSH's buckets, so the linear balance parameter means nothing; remove it".into(),
+            ));
+        }
+        let rule = rule.expect("crush pools have a rule");
+        if let Err(why) = crate::balance::rule_shape(rule, spec.size) {
+            return Err(bad(
+                "balanced",
+                "true".into(),
+                format!("rule '{}' cannot be balanced: {why}", rule.name),
+            ));
+        }
+        let pgp_num = spec.pgp_num.unwrap_or(spec.pg_num);
+        if pgp_num > crate::balance::BALANCED_UNITS_MAX {
+            return Err(bad(
+                "pgp_num",
+                pgp_num.to_string(),
+                format!(
+                    "a balanced pool has at most {} placement groups",
+                    crate::balance::BALANCED_UNITS_MAX
+                ),
+            ));
+        }
+    }
+    Ok(balance)
+}
+
+/// Whether a bucket the rule takes, or one below it, is a linear bucket.
+fn rule_reaches_linear(map: &PartialMap<'_>, rule: &Rule) -> bool {
+    let mut stack: Vec<BucketId> = rule
+        .steps
+        .iter()
+        .filter_map(|step| match step {
+            Step::Take(item) => item.bucket(),
+            _ => None,
+        })
+        .collect();
+    let mut visited = 0usize;
+    while let Some(id) = stack.pop() {
+        visited += 1;
+        if visited > BUCKETS_MAX {
+            break;
+        }
+        let Some(bucket) = map.bucket(id) else { continue };
+        if bucket.alg == BucketAlg::Linear {
+            return true;
+        }
+        stack.extend(bucket.items.iter().filter_map(|item| item.bucket()));
+    }
+    false
+}
+
+/// The value of the choice setting an error is about, as a map file writes it.
+fn choice_value(
+    settings: &crate::choice::ChoiceSettings,
+    error: &crate::choice::SettingsError,
+) -> String {
+    match (error.field(), settings.policy) {
+        ("choices", _) => settings.choices.to_string(),
+        ("full_ratio", _) => format!("{}", f64::from(settings.full_ppm) / 1e6),
+        ("policy_weights", crate::choice::PolicySpec::Composite(weights)) => {
+            let pairs: Vec<String> = crate::choice::COMPOSITE_METRICS
+                .iter()
+                .zip(weights.as_array())
+                .filter(|(_, weight)| *weight > 0)
+                .map(|(metric, weight)| format!("{metric} = {weight}"))
+                .collect();
+            if pairs.is_empty() { "{}".to_string() } else { format!("{{ {} }}", pairs.join(", ")) }
+        }
+        _ => settings.policy.to_string(),
+    }
 }
 
 /// Refuses a ring that would hold more than [`RING_VNODES_MAX`](crate::ring::RING_VNODES_MAX)

@@ -12,6 +12,12 @@
 //!   capacity-weighted virtual nodes).
 //! * [`Placement`]: a map compiled for fast lookups, object name → PG → devices.
 //! * [`stats`]: balance and movement statistics.
+//! * [`choice`]: CHOICE's k candidate placements per object, device metrics, and the policies
+//!   that pick a candidate.
+//! * [`balance`]: Optio's balanced placement, computed from the map alone (no exception
+//!   tables); [`linear`]: seed 002's optimised CRUSH (congruential pps, `linear` buckets and
+//!   their adaptive balance parameter). Both are Optio extensions, **not Ceph-compatible**,
+//!   off unless a pool asks for them.
 //!
 //! ```
 //! use optio_placement::{ClusterMapBuilder, DeviceSpec, PoolSpec, Placement};
@@ -38,10 +44,13 @@
 #![deny(missing_docs)]
 
 pub mod analysis;
+pub mod balance;
 pub mod builder;
+pub mod choice;
 pub mod crush;
 pub mod error;
 pub mod ids;
+pub mod linear;
 pub mod map;
 pub mod pg;
 pub mod placement;
@@ -50,14 +59,15 @@ pub mod stats;
 pub mod tunables;
 
 pub use builder::{
-    BucketSpec, ChooseArgSpec, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef, PoolSpec,
-    RuleRef, RuleSpec, StepSpec,
+    BucketSpec, ChooseArgSpec, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef, LinearParamSpec,
+    PoolBalanceSpec, PoolSpec, RuleRef, RuleSpec, StepSpec,
 };
+pub use choice::{ChoiceSettings, PolicySpec};
 pub use error::{MapError, MapErrorKind, Subject};
 pub use ids::{BucketId, DeviceId, Epoch, ITEM_NONE, ItemId, PoolId, RuleId, TypeId, Weight};
 pub use map::{
-    Bucket, BucketAlg, BucketType, ChooseArg, ChooseArgs, ClusterMap, Device, EngineSpec, Pool,
-    RingParams, Rule, RuleKind, Step,
+    Bucket, BucketAlg, BucketType, ChooseArg, ChooseArgs, ClusterMap, Device, EngineSpec,
+    LINEAR_PARAM_ONE, Pool, PoolBalance, PpsGenerator, RingParams, Rule, RuleKind, Step,
 };
 pub use placement::{Placement, PoolPlacement, ReplicaSet};
 pub use tunables::{Tunables, TunablesProfile};

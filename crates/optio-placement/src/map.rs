@@ -92,6 +92,13 @@ pub enum BucketAlg {
     Straw,
     /// Straw2: exponential race, minimal movement on weight change. The default.
     Straw2,
+    /// **Optio extension, not Ceph-compatible** (seed 002): item
+    /// `(⌊x / p⌋ + retries) mod size`, `x` the pps, `p` the pool's
+    /// [`PoolBalance::linear_param`] and `retries` the retries of the current choose step. Meant for hosts of equal devices under a pool with the
+    /// [`PpsGenerator::Congruential`] generator; items must have equal weights, and like a
+    /// uniform bucket it assumes its items are never added or removed. Ceph's map formats
+    /// cannot hold it: their writers refuse maps that have one.
+    Linear,
 }
 
 impl BucketAlg {
@@ -103,7 +110,14 @@ impl BucketAlg {
             BucketAlg::Tree => 3,
             BucketAlg::Straw => 4,
             BucketAlg::Straw2 => 5,
+            // Not a Ceph algorithm: a code Ceph does not use, outside its bitmask's range.
+            BucketAlg::Linear => 0x81,
         }
+    }
+
+    /// Whether Ceph knows this algorithm (every one but [`BucketAlg::Linear`]).
+    pub fn is_ceph(self) -> bool {
+        self != BucketAlg::Linear
     }
 
     /// The name used in map files.
@@ -114,6 +128,7 @@ impl BucketAlg {
             BucketAlg::Tree => "tree",
             BucketAlg::Straw => "straw",
             BucketAlg::Straw2 => "straw2",
+            BucketAlg::Linear => "linear",
         }
     }
 
@@ -125,6 +140,7 @@ impl BucketAlg {
             "tree" => BucketAlg::Tree,
             "straw" => BucketAlg::Straw,
             "straw2" => BucketAlg::Straw2,
+            "linear" => BucketAlg::Linear,
             _ => return None,
         })
     }
@@ -297,6 +313,86 @@ impl EngineSpec {
     }
 }
 
+/// A pool's [`PoolBalance::linear_param`] of 1.0 (16.16 fixed point): the least allowed.
+pub const LINEAR_PARAM_ONE: u32 = 0x10000;
+
+/// How a crush pool turns a placement group into its CRUSH input (pps).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PpsGenerator {
+    /// Ceph's `raw_pg_to_pps`: `hash32_2(stable_mod(seed), pool)` (`+ pool` without
+    /// HASHPSPOOL).
+    #[default]
+    Ceph,
+    /// **Optio extension, not Ceph-compatible** (seed 002): the folded seed `k` maps to the
+    /// `k`-th term of a full-period linear congruential sequence modulo `2^n`
+    /// (`2^n ≥ pgp_num > 2^(n−1)`) whose start and increment come from the pool id — a
+    /// bijection of `{0 … 2^n − 1}`, so a pool's pps values are a permutation of that range
+    /// (see [`crate::pg::congruential_pps`]).
+    Congruential,
+}
+
+impl PpsGenerator {
+    /// The name used in map files.
+    pub fn name(self) -> &'static str {
+        match self {
+            PpsGenerator::Ceph => "ceph",
+            PpsGenerator::Congruential => "congruential",
+        }
+    }
+
+    /// Parses a name used in map files.
+    pub fn from_name(name: &str) -> Option<PpsGenerator> {
+        match name {
+            "ceph" => Some(PpsGenerator::Ceph),
+            "congruential" => Some(PpsGenerator::Congruential),
+            _ => None,
+        }
+    }
+}
+
+/// Optio's balance settings of a pool. **None of them is Ceph-compatible**; the defaults
+/// are Ceph's behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolBalance {
+    /// How PGs become CRUSH inputs.
+    pub pps: PpsGenerator,
+    /// The balance parameter of `linear` buckets (seed 002), 16.16 fixed point, at least 1.0
+    /// ([`LINEAR_PARAM_ONE`]): a linear bucket divides the pps by it.
+    pub linear_param: u32,
+    /// Optio's balanced placement (no exception tables; [`crate::balance`]) instead of
+    /// CRUSH's own choice.
+    pub balanced: bool,
+}
+
+impl Default for PoolBalance {
+    fn default() -> PoolBalance {
+        PoolBalance { pps: PpsGenerator::Ceph, linear_param: LINEAR_PARAM_ONE, balanced: false }
+    }
+}
+
+impl PoolBalance {
+    /// Whether these are Ceph's defaults (no Optio extension in use).
+    pub fn is_ceph(&self) -> bool {
+        *self == PoolBalance::default()
+    }
+
+    /// The extensions in use, for people (`None` for Ceph's defaults).
+    pub fn describe(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.balanced {
+            parts.push("Optio balanced placement".to_string());
+        }
+        if self.pps == PpsGenerator::Congruential {
+            parts.push("congruential pps (seed 002)".to_string());
+        }
+        if self.linear_param != LINEAR_PARAM_ONE {
+            let param = Weight(self.linear_param);
+            parts.push(format!("linear balance parameter {param} (seed 002)"));
+        }
+        (!parts.is_empty()).then(|| format!("{}; not Ceph-compatible", parts.join(", ")))
+    }
+}
+
 /// A pool: a namespace of objects with one placement engine and redundancy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pool {
@@ -316,6 +412,10 @@ pub struct Pool {
     pub engine: EngineSpec,
     /// Ceph's HASHPSPOOL flag: placement seeds hash the pool id (on for every modern pool).
     pub hashpspool: bool,
+    /// Choices: candidates per object, the policy that picks one, the full threshold.
+    pub choice: crate::choice::ChoiceSettings,
+    /// Optio's balance extensions (crush pools only).
+    pub balance: PoolBalance,
 }
 
 /// Per-bucket alternative weights and ids for straw2 (Ceph's `choose_args`, "weight sets").

@@ -112,8 +112,16 @@ pub struct Location {
 
 #[derive(Clone, Debug)]
 enum PoolEngine {
-    Crush { rule: crate::ids::RuleId, erasure: bool },
+    Crush {
+        rule: crate::ids::RuleId,
+        erasure: bool,
+    },
     Ring(usize),
+    /// Optio's balanced placement: `size` entries per placement unit (device ids, or
+    /// [`ITEM_NONE`] for a missing copy), computed once when the map is compiled.
+    Balanced {
+        members: Vec<i32>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -158,6 +166,25 @@ impl Placement {
         let mut pools = Vec::with_capacity(map.pools().len());
         for pool in map.pools() {
             let engine = match pool.engine {
+                EngineSpec::Crush { .. } if pool.balance.balanced => {
+                    let balanced = crate::balance::balance(map, pool).map_err(|error| {
+                        crate::MapError::new(
+                            crate::Subject::Pool(pool.name.clone()),
+                            crate::MapErrorKind::Unsupported {
+                                feature: format!("balanced placement ({error})"),
+                                hint: "turn balanced placement off for this pool",
+                            },
+                        )
+                    })?;
+                    let size = pool.size as usize;
+                    let mut members = vec![ITEM_NONE; balanced.sets.len() * size];
+                    for (slots, set) in members.chunks_mut(size).zip(&balanced.sets) {
+                        for (slot, &device) in slots.iter_mut().zip(set.as_slice()) {
+                            *slot = device;
+                        }
+                    }
+                    PoolEngine::Balanced { members }
+                }
                 EngineSpec::Crush { rule } => {
                     let erasure = map.rule(rule).is_some_and(|r| r.kind == RuleKind::Erasure);
                     PoolEngine::Crush { rule, erasure }
@@ -256,10 +283,22 @@ impl<'a> PoolPlacement<'a> {
         (pool.pg_num > 0).then(|| PgId { pool: pool.id, seed: pg::object_seed(name, pool.pg_num) })
     }
 
-    /// The engine input of a PG: Ceph's pps.
+    /// The engine input of a PG: Ceph's pps (or, with seed 002's generator, the congruential
+    /// pps); for a balanced pool, the placement unit — the seed folded by `pgp_num` — which
+    /// indexes the pool's computed table.
     pub fn pg_key(&self, seed: u32) -> u32 {
         let pool = &self.info.pool;
-        pg::pg_pps(pool.id, seed, pool.pgp_num, pool.hashpspool)
+        match self.info.engine {
+            PoolEngine::Balanced { .. } => {
+                pg::stable_mod(seed, pool.pgp_num, pg::pg_mask(pool.pgp_num))
+            }
+            _ => pg::pool_pps(pool, seed),
+        }
+    }
+
+    /// Whether the pool uses Optio's balanced placement.
+    pub fn is_balanced(&self) -> bool {
+        matches!(self.info.engine, PoolEngine::Balanced { .. })
     }
 
     /// The engine input of an object: its PG's pps, or for object-level pools a hash of the
@@ -282,9 +321,17 @@ impl<'a> PoolPlacement<'a> {
 
     /// The acting devices for engine input `key`, primary first: for `crush` pools Ceph's up
     /// set (non-existent and down devices removed — shifted out for replicated pools, holes
-    /// for erasure-coded ones — and primary affinity applied).
+    /// for erasure-coded ones — and primary affinity applied); for balanced pools the
+    /// computed set of placement unit `key` (empty for a key beyond the pool's units).
     pub fn place(&self, key: u32, scratch: &mut Scratch, out: &mut ReplicaSet) {
         match &self.info.engine {
+            PoolEngine::Balanced { .. } => {
+                self.place_balanced(key, out);
+                let table = &self.placement.devices;
+                if table.any_affinity {
+                    apply_primary_affinity(table, key, false, out);
+                }
+            }
             PoolEngine::Ring(index) => {
                 self.placement.rings[*index].place(key, self.info.pool.size as usize, out);
             }
@@ -310,9 +357,11 @@ impl<'a> PoolPlacement<'a> {
         }
     }
 
-    /// The raw CRUSH result (before up/exists filtering) for engine input `key`.
+    /// The raw CRUSH result (before up/exists filtering) for engine input `key` (for
+    /// balanced pools, the computed set).
     pub fn place_raw(&self, key: u32, scratch: &mut Scratch, out: &mut ReplicaSet) {
         match &self.info.engine {
+            PoolEngine::Balanced { .. } => self.place_balanced(key, out),
             PoolEngine::Ring(index) => {
                 self.placement.rings[*index].place(key, self.info.pool.size as usize, out);
             }
@@ -326,22 +375,35 @@ impl<'a> PoolPlacement<'a> {
     fn place_raw_crush(&self, rule: crate::ids::RuleId, key: u32, scratch: &mut Scratch) {
         let size = self.info.pool.size as usize;
         scratch.raw.resize(size, 0);
-        let n = self.placement.crush.do_rule(
+        let n = self.placement.crush.do_rule_linear(
             rule,
             key,
             &mut scratch.raw,
             &self.placement.devices.reweights,
             self.placement.crush.choose_args_for_pool(i64::from(self.info.pool.id.0)),
+            self.info.pool.balance.linear_param,
             &mut scratch.crush,
         );
         scratch.raw.truncate(n);
+    }
+
+    fn place_balanced(&self, key: u32, out: &mut ReplicaSet) {
+        out.clear();
+        let PoolEngine::Balanced { members } = &self.info.engine else { return };
+        let size = self.info.pool.size as usize;
+        let start = key as usize * size;
+        if let Some(slots) = members.get(start..start + size) {
+            for &device in slots.iter().filter(|&&d| d != ITEM_NONE) {
+                out.push(device);
+            }
+        }
     }
 
     /// The ring of a `ring` pool.
     pub fn ring(&self) -> Option<&'a Ring> {
         match self.info.engine {
             PoolEngine::Ring(index) => Some(&self.placement.rings[index]),
-            PoolEngine::Crush { .. } => None,
+            PoolEngine::Crush { .. } | PoolEngine::Balanced { .. } => None,
         }
     }
 }

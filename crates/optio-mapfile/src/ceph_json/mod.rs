@@ -24,8 +24,14 @@ mod writer;
 ///
 /// Ceph's JSON has no place for Optio's pools, device attributes (capacity, bandwidth, up/in,
 /// reweight, addresses) or epoch; they are left out.
-pub fn write(map: &ClusterMap) -> String {
-    writer::write(map)
+///
+/// # Errors
+///
+/// [`WriteError::NotCephCompatible`](crate::WriteError) for a map with buckets of Optio's own
+/// algorithms (`linear`), which Ceph cannot read.
+pub fn write(map: &ClusterMap) -> Result<String, crate::WriteError> {
+    crate::error::check_ceph_compatible(map)?;
+    Ok(writer::write(map))
 }
 
 type Object = Map<String, Value>;
@@ -164,7 +170,8 @@ pub fn builder(root: &Value) -> Result<ClusterMapBuilder, ParseError> {
             continue;
         }
         let alg_name = string(b, "alg", &what)?;
-        let alg = BucketAlg::from_name(alg_name).ok_or_else(|| {
+        // Ceph knows no `linear` buckets (an Optio extension): refused like any unknown name.
+        let alg = BucketAlg::from_name(alg_name).filter(|alg| alg.is_ceph()).ok_or_else(|| {
             bad(&format!("{what}.alg"), format!("unknown bucket algorithm '{alg_name}'; expected uniform, list, tree, straw or straw2"))
         })?;
         let hash = match b.get("hash") {

@@ -36,6 +36,12 @@ pub fn parse(text: &str) -> Result<ClusterMap, ParseError> {
 ///
 /// Ceph's text has no place for Optio's pools, device attributes (capacity, bandwidth, up/in,
 /// reweight, addresses) or epoch; they are left out.
-pub fn write(map: &ClusterMap) -> String {
-    writer::write(map)
+///
+/// # Errors
+///
+/// [`WriteError::NotCephCompatible`](crate::WriteError) for a map with buckets of Optio's own
+/// algorithms (`linear`), which Ceph cannot read.
+pub fn write(map: &ClusterMap) -> Result<String, crate::WriteError> {
+    crate::error::check_ceph_compatible(map)?;
+    Ok(writer::write(map))
 }

@@ -296,17 +296,21 @@ impl<'a> Parser<'a> {
                             format!("bucket '{}' has two 'alg' lines; keep one", bucket.name),
                         ));
                     }
-                    bucket.alg = BucketAlg::from_name(alg.text).ok_or_else(|| {
-                        ParseError::value(
-                            Some(alg.line),
-                            "alg",
-                            format!(
-                                "unknown bucket algorithm '{}'; use straw2 (or uniform, list, \
+                    // Ceph knows no `linear` buckets (an Optio extension): refused like any
+                    // unknown name; Optio TOML can hold them.
+                    bucket.alg = BucketAlg::from_name(alg.text)
+                        .filter(|a| a.is_ceph())
+                        .ok_or_else(|| {
+                            ParseError::value(
+                                Some(alg.line),
+                                "alg",
+                                format!(
+                                    "unknown bucket algorithm '{}'; use straw2 (or uniform, list, \
                                  tree, straw)",
-                                alg.text
-                            ),
-                        )
-                    })?;
+                                    alg.text
+                                ),
+                            )
+                        })?;
                     alg_line = Some(token.line);
                 }
                 "hash" => {

@@ -195,7 +195,8 @@ fn write_bucket(
             out.push_str("\t# do not change pos for existing items unnecessarily");
             true
         }
-        BucketAlg::Straw | BucketAlg::Straw2 => false,
+        // Linear buckets never get here: `write` refuses them first.
+        BucketAlg::Straw | BucketAlg::Straw2 | BucketAlg::Linear => false,
     };
     out.push('\n');
     let hash_name = if bucket.hash == 0 { "rjenkins1" } else { "unknown" };

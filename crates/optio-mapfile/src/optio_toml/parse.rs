@@ -1,10 +1,15 @@
 //! Reads Optio TOML into a [`ClusterMapBuilder`] (the format is described in
 //! `docs/map-format.md`).
 
+use optio_placement::choice::{
+    CHOICES_MAX, COMPOSITE_METRICS, COMPOSITE_WEIGHT_MAX, ChoiceSettings, POLICY_NAMES, PPM,
+    PolicySpec,
+};
 use optio_placement::{
     BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMapBuilder, DeviceSpec,
-    EngineRef, Epoch, ItemId, ItemRef, PoolId, PoolSpec, RuleId, RuleKind, RuleRef, RuleSpec,
-    StepSpec, Subject, Tunables, TunablesProfile, TypeId,
+    EngineRef, Epoch, ItemId, ItemRef, LINEAR_PARAM_ONE, LinearParamSpec, PoolBalanceSpec, PoolId,
+    PoolSpec, PpsGenerator, RuleId, RuleKind, RuleRef, RuleSpec, StepSpec, Subject, Tunables,
+    TunablesProfile, TypeId,
 };
 use toml::de::{DeTable, DeValue};
 
@@ -259,7 +264,7 @@ impl Reader<'_> {
                 value.error(
                     self.source,
                     format!(
-                        "unknown algorithm '{alg}'; use straw2 (or uniform, list, tree, straw)"
+                        "unknown algorithm '{alg}'; use straw2 (or uniform, list, tree, straw, or Optio's linear)"
                     ),
                 )
             })?;
@@ -393,6 +398,8 @@ impl Reader<'_> {
             min_size: None,
             engine: EngineRef::Crush { rule: None },
             hashpspool: true,
+            choice: ChoiceSettings::default(),
+            balance: PoolBalanceSpec::default(),
         };
         if let Some(value) = table.get("pgp_num") {
             pool.pgp_num = Some(value.int(self.source, "0 to 16777216")?);
@@ -402,6 +409,44 @@ impl Reader<'_> {
         }
         if let Some(value) = table.get("hashpspool") {
             pool.hashpspool = value.bool(self.source)?;
+        }
+        pool.choice = self.choice(&mut table)?;
+        // Optio's balance extensions (not Ceph-compatible); the builder checks where they
+        // apply.
+        if let Some(value) = table.get("pps") {
+            let name = value.str(self.source)?;
+            pool.balance.pps = PpsGenerator::from_name(name).ok_or_else(|| {
+                value.error(
+                    self.source,
+                    format!("unknown pps generator '{name}'; use \"ceph\" or \"congruential\""),
+                )
+            })?;
+        }
+        if let Some(value) = table.get("balance_param") {
+            pool.balance.linear_param = match value.value {
+                DeValue::String(text) if *text == "auto" => LinearParamSpec::Auto,
+                DeValue::String(text) => {
+                    return Err(value.error(
+                        self.source,
+                        format!(
+                            "'{text}' is not a balance parameter; write a number ≥ 1.0 or \"auto\""
+                        ),
+                    ));
+                }
+                _ => {
+                    let param = value.weight(self.source)?;
+                    if param.0 < LINEAR_PARAM_ONE {
+                        return Err(value.error(
+                            self.source,
+                            "the balance parameter must be at least 1.0 (a linear bucket divides the pps by it), or \"auto\"",
+                        ));
+                    }
+                    LinearParamSpec::Fixed(param.0)
+                }
+            };
+        }
+        if let Some(value) = table.get("balanced") {
+            pool.balance.balanced = value.bool(self.source)?;
         }
         let rule = table.get("rule");
         let vnode_bytes = table.get("vnode_bytes");
@@ -460,6 +505,67 @@ impl Reader<'_> {
         };
         table.finish(self.source)?;
         Ok(pool)
+    }
+
+    /// A pool's `choices`, `policy`, `policy_weights` and `full_ratio`. Limits that depend on
+    /// the pool (choices against pg_num, weights that mean nothing) are the builder's.
+    fn choice(&self, table: &mut Table<'_, '_>) -> Result<ChoiceSettings, ParseError> {
+        let mut choice = ChoiceSettings::default();
+        if let Some(value) = table.get("choices") {
+            choice.choices = value.int(self.source, &format!("1 to {CHOICES_MAX}"))?;
+        }
+        let weights = table.get("policy_weights");
+        if let Some(value) = table.get("policy") {
+            let name = value.str(self.source)?;
+            choice.policy = PolicySpec::from_name(name).ok_or_else(|| {
+                value.error(
+                    self.source,
+                    format!("unknown policy '{name}'; use one of {}", POLICY_NAMES.join(", ")),
+                )
+            })?;
+        }
+        match (&mut choice.policy, weights) {
+            (PolicySpec::Composite(parsed), Some(value)) => {
+                for (metric, weight) in value.entries(self.source)? {
+                    let slot = parsed.get_mut(metric).ok_or_else(|| {
+                        weight.error(
+                            self.source,
+                            format!(
+                                "unknown metric '{metric}'; a composite weighs {}",
+                                COMPOSITE_METRICS.join(", ")
+                            ),
+                        )
+                    })?;
+                    *slot = weight.int(self.source, &format!("0 to {COMPOSITE_WEIGHT_MAX}"))?;
+                }
+            }
+            (PolicySpec::Composite(_), None) => {
+                return Err(ParseError::value(
+                    Some(table.line),
+                    table.path(),
+                    "policy = \"composite\" needs policy_weights, e.g. policy_weights = { space = 2, memory = 1 }",
+                ));
+            }
+            (_, Some(value)) => {
+                return Err(value.error(
+                    self.source,
+                    "'policy_weights' applies to policy = \"composite\" only; remove it or set that policy",
+                ));
+            }
+            (_, None) => {}
+        }
+        if let Some(value) = table.get("full_ratio") {
+            let ratio = value.number(self.source)?;
+            let ppm = (ratio * f64::from(PPM)).round();
+            if !(1.0..=f64::from(PPM)).contains(&ppm) {
+                return Err(value.error(
+                    self.source,
+                    format!("full_ratio {ratio} must be above 0 and at most 1.0 (default 0.95)"),
+                ));
+            }
+            choice.full_ppm = ppm as u32;
+        }
+        Ok(choice)
     }
 
     fn choose_args(

@@ -10,10 +10,11 @@
 use std::fmt::Write as _;
 
 use optio_placement::builder::DEFAULT_TYPES;
+use optio_placement::choice::{COMPOSITE_METRICS, FULL_PPM_DEFAULT};
 use optio_placement::map::TIB;
 use optio_placement::{
-    Bucket, BucketAlg, BucketId, ClusterMap, Device, EngineSpec, RingParams, RuleKind,
-    TunablesProfile, Weight,
+    Bucket, BucketAlg, BucketId, ChoiceSettings, ClusterMap, Device, EngineSpec, LINEAR_PARAM_ONE,
+    PolicySpec, PpsGenerator, RingParams, RuleKind, TunablesProfile, Weight,
 };
 
 use super::FORMAT_VERSION;
@@ -163,6 +164,19 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
         if !pool.hashpspool {
             fields.push(("hashpspool".into(), "false".into()));
         }
+        choice_fields(&pool.choice, &mut fields);
+        if pool.balance.pps != PpsGenerator::Ceph {
+            fields.push(("pps".into(), quote(pool.balance.pps.name())));
+        }
+        if pool.balance.linear_param != LINEAR_PARAM_ONE {
+            fields.push((
+                "balance_param".into(),
+                weight_to_decimal(Weight(pool.balance.linear_param)),
+            ));
+        }
+        if pool.balance.balanced {
+            fields.push(("balanced".into(), "true".into()));
+        }
         write_table(&mut out, "[[pools]]", &fields);
     }
     for set in map.choose_args() {
@@ -191,6 +205,35 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
 fn weight_list(weights: &[Weight]) -> String {
     let weights: Vec<String> = weights.iter().map(|w| weight_to_decimal(*w)).collect();
     format!("[{}]", weights.join(", "))
+}
+
+/// A pool's choice settings, the ones that differ from the defaults.
+fn choice_fields(choice: &ChoiceSettings, fields: &mut Fields) {
+    if choice.choices != ChoiceSettings::default().choices {
+        fields.push(("choices".into(), choice.choices.to_string()));
+    }
+    if choice.policy != PolicySpec::First {
+        fields.push(("policy".into(), quote(choice.policy.name())));
+    }
+    if let PolicySpec::Composite(weights) = choice.policy {
+        let pairs: Fields = COMPOSITE_METRICS
+            .iter()
+            .zip(weights.as_array())
+            .filter(|(_, weight)| *weight > 0)
+            .map(|(metric, weight)| (metric.to_string(), weight.to_string()))
+            .collect();
+        fields.push(("policy_weights".into(), inline(&pairs)));
+    }
+    if choice.full_ppm != FULL_PPM_DEFAULT {
+        fields.push(("full_ratio".into(), ppm_to_decimal(choice.full_ppm)));
+    }
+}
+
+/// Parts per million as the shortest exact decimal fraction (`950000` → `0.95`).
+fn ppm_to_decimal(ppm: u32) -> String {
+    let text = format!("{}.{:06}", ppm / 1_000_000, ppm % 1_000_000);
+    let trimmed = text.trim_end_matches('0');
+    if trimmed.ends_with('.') { format!("{trimmed}0") } else { trimmed.to_string() }
 }
 
 fn write_table(out: &mut String, header: &str, fields: &Fields) {

@@ -56,6 +56,16 @@ fn text_errors_point_at_the_line() {
     }
 }
 
+/// A one-device map with pool 'p' (table on line 5), plus `$extra` keys from line 10.
+macro_rules! choice_case {
+    ($extra:literal) => {
+        concat!(
+            "[[devices]]\nid = 0\nlocation = { host = \"h\" }\n\n[[pools]]\nid = 1\nname = \"p\"\npg_num = 8\nsize = 1\n",
+            $extra
+        )
+    };
+}
+
 const TOML_CASES: &[(&str, usize, &str)] = &[
     ("epoch = 1\n[[devices]]\nid = 0\ncapacty = \"4TiB\"\n", 4, "did you mean 'capacity'"),
     ("[[devices]]\nid = 0\ncapacity = \"4 TeraBytes\"\n", 3, "unknown unit"),
@@ -77,6 +87,39 @@ const TOML_CASES: &[(&str, usize, &str)] = &[
     ("devices = 3\n", 1, "expected an array"),
     ("[[devices]\nid = 0\n", 1, "invalid TOML"),
     ("format_version = 9\n", 1, "newer Optio"),
+    // Choices: the pool table is on line 5, the first choice key on line 10.
+    (
+        choice_case!("choices = 0\n"),
+        5,
+        "pool 'p': choices = 0 is out of range: an object needs at least one candidate",
+    ),
+    (choice_case!("choices = 9\n"), 5, "above the maximum of 8"),
+    (choice_case!("choices = -1\n"), 10, "out of range (1 to 8)"),
+    (
+        choice_case!("policy = \"fastest\"\n"),
+        10,
+        "unknown policy 'fastest'; use one of first, random",
+    ),
+    (choice_case!("policy = \"composite\"\n"), 5, "needs policy_weights"),
+    (
+        choice_case!("policy = \"composite\"\npolicy_weights = { space = 0 }\n"),
+        5,
+        "at least one non-zero weight",
+    ),
+    (
+        choice_case!("policy = \"composite\"\npolicy_weights = { speed = 1 }\n"),
+        11,
+        "unknown metric 'speed'",
+    ),
+    (choice_case!("policy = \"composite\"\npolicy_weights = { space = 1001 }\n"), 5, "above 1000"),
+    (choice_case!("policy = \"space\"\npolicy_weights = { space = 1 }\n"), 11, "only"),
+    (choice_case!("full_ratio = 1.5\n"), 10, "at most 1.0"),
+    (choice_case!("full_ratio = 0\n"), 10, "above 0"),
+    (
+        "[[devices]]\nid = 0\nlocation = { host = \"h\" }\n\n[[pools]]\nid = 1\nname = \"p\"\npg_num = 2\nsize = 1\nchoices = 4\n",
+        5,
+        "only 2 placement groups",
+    ),
 ];
 
 #[test]

@@ -6,6 +6,7 @@ mod ceph;
 mod support;
 mod textmap;
 
+mod balance;
 mod crushtool;
 mod crushtool_build;
 mod crushtool_text;

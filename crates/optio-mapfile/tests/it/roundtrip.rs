@@ -2,10 +2,13 @@
 //! Ceph text and JSON keep the part of a map Ceph can hold.
 
 use optio_mapfile::{Format, ceph_json, ceph_text, detect, optio_toml};
+use optio_placement::choice::{
+    CHOICES_MAX, COMPOSITE_METRICS, COMPOSITE_WEIGHT_MAX, CompositeWeights, POLICY_NAMES,
+};
 use optio_placement::{
-    BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMap, ClusterMapBuilder,
-    DeviceSpec, EngineRef, Epoch, ItemId, ItemRef, PoolId, PoolSpec, RuleId, RuleKind, RuleRef,
-    RuleSpec, Step, StepSpec, Tunables, TunablesProfile, TypeId, Weight,
+    BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings, ChooseArgSpec, ClusterMap,
+    ClusterMapBuilder, DeviceSpec, EngineRef, Epoch, ItemId, ItemRef, PolicySpec, PoolId, PoolSpec,
+    RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables, TunablesProfile, TypeId, Weight,
 };
 use proptest::prelude::*;
 
@@ -203,15 +206,18 @@ fn sample_builder(rng: &mut Rng, with_pools: bool) -> ClusterMapBuilder {
             }
         }
         if with_pools {
+            let pg_num = 1 + rng.below(256) as u32;
             builder.pools.push(PoolSpec {
                 id: PoolId(1 + rng.below(10) as u32),
                 name: "rbd".into(),
-                pg_num: 1 + rng.below(256) as u32,
+                pg_num,
                 pgp_num: None,
                 size: 1,
                 min_size: None,
                 engine: EngineRef::Crush { rule: Some(RuleRef::Name("replicated_rule".into())) },
                 hashpspool: rng.below(4) != 0,
+                choice: choice(rng, pg_num),
+                balance: Default::default(),
             });
         }
     }
@@ -228,9 +234,37 @@ fn sample_builder(rng: &mut Rng, with_pools: bool) -> ClusterMapBuilder {
                 failure_domain: (rng.below(2) == 0).then(|| host.to_string()),
             },
             hashpspool: true,
+            choice: choice(rng, 0),
+            balance: Default::default(),
         });
     }
     builder
+}
+
+/// Valid choice settings, defaults half of the time: any policy (composites with random
+/// weights), any full ratio in ppm.
+fn choice(rng: &mut Rng, pg_num: u32) -> ChoiceSettings {
+    if rng.below(2) == 0 {
+        return ChoiceSettings::default();
+    }
+    let most = if pg_num == 0 { CHOICES_MAX } else { pg_num.min(CHOICES_MAX) };
+    let name = POLICY_NAMES[rng.below(POLICY_NAMES.len() as u64) as usize];
+    let policy = match PolicySpec::from_name(name).expect("a known name") {
+        PolicySpec::Composite(_) => {
+            let mut weights = CompositeWeights { local: 1, ..CompositeWeights::default() };
+            for metric in COMPOSITE_METRICS {
+                *weights.get_mut(metric).expect("known") = rng.below(4) as u32;
+            }
+            weights.space = 1 + rng.below(COMPOSITE_WEIGHT_MAX as u64) as u32;
+            PolicySpec::Composite(weights)
+        }
+        other => other,
+    };
+    ChoiceSettings {
+        choices: 1 + rng.below(most as u64) as u32,
+        policy,
+        full_ppm: 1 + rng.below(1_000_000) as u32,
+    }
 }
 
 fn device_name(device: &DeviceSpec) -> String {
@@ -297,18 +331,19 @@ fn check_toml(map: &ClusterMap) {
 /// 1/8 (`exact_text`); otherwise its three decimals change weights once, and then no more.
 fn check_ceph(map: &ClusterMap, exact_text: bool) {
     let expected = ceph_part(map);
-    let json = ceph_json::write(map);
+    let json = ceph_json::write(map).expect("a Ceph-compatible map");
     assert_eq!(detect(&json), Format::CephJson);
     let from_json = ceph_json::parse(&json).unwrap_or_else(|e| panic!("{e}\n{json}"));
     assert_eq!(from_json, expected, "JSON round trip differs:\n{json}");
-    let text = ceph_text::write(map);
+    let text = ceph_text::write(map).expect("a Ceph-compatible map");
     assert_eq!(detect(&text), Format::CephText);
     let from_text = ceph_text::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     if exact_text {
         assert_eq!(from_text, expected, "text round trip differs:\n{text}");
     } else {
         // Once weights are in the text's precision, text keeps them exactly.
-        let again = ceph_text::parse(&ceph_text::write(&from_text)).expect("reads back");
+        let again = ceph_text::parse(&ceph_text::write(&from_text).expect("a Ceph-compatible map"))
+            .expect("reads back");
         assert_eq!(again, from_text, "text round trip is not stable:\n{text}");
         assert_eq!(from_text.rules(), expected.rules());
         assert_eq!(from_text.classes(), expected.classes());

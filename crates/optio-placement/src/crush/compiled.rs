@@ -95,7 +95,7 @@ impl CrushMap {
                     compiled.aux.extend(straw_lengths(&weights, tunables.straw_calc_version))
                 }
                 BucketAlg::Uniform => compiled.needs_permutations = true,
-                BucketAlg::Straw2 => {}
+                BucketAlg::Straw2 | BucketAlg::Linear => {}
             }
             compiled.buckets[bucket.id.index()] = Some(CompiledBucket {
                 id: bucket.id.0,

@@ -8,7 +8,7 @@ const X0: u32 = 231_232;
 const Y0: u32 = 1232;
 
 #[inline(always)]
-fn mix(a: &mut u32, b: &mut u32, c: &mut u32) {
+pub(crate) fn mix(a: &mut u32, b: &mut u32, c: &mut u32) {
     *a = a.wrapping_sub(*b).wrapping_sub(*c);
     *a ^= *c >> 13;
     *b = b.wrapping_sub(*c).wrapping_sub(*a);

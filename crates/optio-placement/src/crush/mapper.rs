@@ -135,6 +135,8 @@ struct Ctx<'a> {
     weights: &'a [u32],
     x: u32,
     choose_args: Option<&'a CompiledChooseArgs>,
+    /// The balance parameter of `linear` buckets (Optio extension; 16.16, ≥ 1.0).
+    linear_param: u32,
 }
 
 /// Tunables in effect for one step (the map's, overridden by `set_*` steps).
@@ -164,10 +166,34 @@ impl CrushMap {
         choose_args: Option<&ChooseArgsRef>,
         work: &mut CrushWork,
     ) -> usize {
+        self.do_rule_linear(rule, x, result, weights, choose_args, 0x10000, work)
+    }
+
+    /// [`do_rule`](Self::do_rule) with the balance parameter `linear_param` (16.16 fixed
+    /// point; below 1.0 is taken as 1.0) for the map's `linear` buckets (an Optio extension,
+    /// seed 002). Maps without linear buckets map exactly as with `do_rule`, whatever the
+    /// parameter.
+    #[allow(clippy::too_many_arguments)]
+    pub fn do_rule_linear(
+        &self,
+        rule: RuleId,
+        x: u32,
+        result: &mut [i32],
+        weights: &[u32],
+        choose_args: Option<&ChooseArgsRef>,
+        linear_param: u32,
+        work: &mut CrushWork,
+    ) -> usize {
         let Some(Some(rule)) = self.rules.get(rule.0 as usize) else { return 0 };
         let result_max = result.len();
         work.reset(self, result_max);
-        let ctx = Ctx { map: self, weights, x, choose_args: choose_args.map(|c| &c.0) };
+        let ctx = Ctx {
+            map: self,
+            weights,
+            x,
+            choose_args: choose_args.map(|c| &c.0),
+            linear_param: linear_param.max(0x10000),
+        };
         let tunables = &self.tunables;
         let mut choose_tries = tunables.choose_total_tries + 1;
         let mut choose_leaf_tries = 0u32;
@@ -354,7 +380,7 @@ fn choose_firstn(
                     {
                         perm_choose(map, work, in_bucket, ctx.x, r)
                     } else {
-                        bucket_choose(ctx, work, in_bucket, r, outpos)
+                        bucket_choose(ctx, work, in_bucket, r, outpos, ftotal)
                     };
                     if item >= map.max_devices {
                         skip_rep = true;
@@ -487,7 +513,7 @@ fn choose_indep(
                 if in_bucket.size == 0 {
                     break;
                 }
-                let item = bucket_choose(ctx, work, in_bucket, r, outpos);
+                let item = bucket_choose(ctx, work, in_bucket, r, outpos, ftotal);
                 if item >= map.max_devices {
                     out[rep] = ITEM_NONE;
                     if let Some(out2) = out2.as_deref_mut() {
@@ -579,12 +605,15 @@ fn is_out(weights: &[u32], item: i32, x: u32) -> bool {
 }
 
 #[inline]
+/// `retries`: how many times this choose call has retried so far (only `linear` buckets use
+/// it, an Optio extension; Ceph's algorithms see only `r`).
 fn bucket_choose(
     ctx: &Ctx<'_>,
     work: &mut CrushWork,
     bucket: &CompiledBucket,
     r: u32,
     position: u32,
+    retries: u32,
 ) -> i32 {
     let map = ctx.map;
     let x = ctx.x;
@@ -619,6 +648,17 @@ fn bucket_choose(
             }
         }
         Some(BucketAlg::Uniform) => perm_choose(map, work, bucket, x, r),
+        // Optio extension (seed 002): modulo selection of the key over the balance
+        // parameter, stepping to the next item on each retry *of this choose call*. Not `r`:
+        // `r` also counts the replica and the retries of the enclosing descent (host
+        // collisions of chooseleaf), which would shift some PGs' residues and undo the
+        // balance of the permutation. Callers never pass empty buckets.
+        Some(BucketAlg::Linear) => {
+            let _ = (r, position);
+            let quotient = (u64::from(x) << 16) / u64::from(ctx.linear_param);
+            let index = (quotient + u64::from(retries)) % size.max(1) as u64;
+            items[index as usize]
+        }
         Some(BucketAlg::List) => {
             let sums = &map.aux[bucket.aux_start as usize..bucket.aux_start as usize + size];
             let weights = &map.weights[start..start + size];

@@ -4,11 +4,15 @@
 //! choose_args set, and rebuilding it through `to_builder()` (which gives back an equal map).
 //! Also: every one of a set of certainly-invalid edits of a valid map is refused.
 
+use optio_placement::choice::{
+    Candidates, ChoiceRequest, CompositeWeights, DeviceMetrics, Location, MetricsTable,
+};
 use optio_placement::crush::{CrushMap, CrushWork};
 use optio_placement::{
-    BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMap, ClusterMapBuilder,
-    DeviceId, DeviceSpec, EngineRef, ItemId, ItemRef, Placement, PoolId, PoolSpec, ReplicaSet,
-    RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables, TypeId, Weight,
+    BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings, ChooseArgSpec, ClusterMap,
+    ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemId, ItemRef, LINEAR_PARAM_ONE,
+    LinearParamSpec, Placement, PolicySpec, PoolBalanceSpec, PoolId, PoolSpec, PpsGenerator,
+    ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables, TypeId, Weight,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
@@ -191,8 +195,9 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
                 .prop_map(|(vnode_bytes, failure_domain)| EngineRef::Ring { vnode_bytes, failure_domain }),
         ],
         any::<bool>(),
+        (prop_oneof![1 => Just(0u32), 8 => 1u32..5, 1 => 5u32..12], 0usize..10, prop_oneof![8 => Just(950_000u32), 1 => Just(0u32), 1 => 0u32..1_100_000]),
     )
-        .prop_map(|(id, (pg_num, pgp_num, size, min_size), engine, hashpspool)| PoolSpec {
+        .prop_map(|(id, (pg_num, pgp_num, size, min_size), engine, hashpspool, (choices, policy, full_ppm))| PoolSpec {
             id: PoolId(id),
             name: format!("pool{id}"),
             pg_num: if matches!(engine, EngineRef::Crush { .. }) { pg_num.max(u32::from(pg_num == 0 && id % 2 == 0)) } else { pg_num },
@@ -201,6 +206,20 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
             min_size: min_size.filter(|m| *m <= size),
             engine,
             hashpspool,
+            choice: ChoiceSettings {
+                choices,
+                policy: match optio_placement::choice::POLICY_NAMES.get(policy) {
+                    Some(&"composite") => PolicySpec::Composite(CompositeWeights { space: id % 2, latency: 1, ..CompositeWeights::default() }),
+                    Some(name) => PolicySpec::from_name(name).expect("a known name"),
+                    None => PolicySpec::First,
+                },
+                full_ppm,
+            },
+            balance: PoolBalanceSpec {
+                pps: if id % 3 == 0 { PpsGenerator::Congruential } else { PpsGenerator::Ceph },
+                linear_param: LinearParamSpec::Fixed(LINEAR_PARAM_ONE),
+                balanced: id % 2 == 1,
+            },
         })
 }
 
@@ -309,6 +328,15 @@ fn exercise(map: &ClusterMap, seed: u32) {
     let placement = Placement::new(map).expect("an accepted map compiles");
     let mut scratch = placement.scratch();
     let mut out = ReplicaSet::new();
+    let mut candidates = Candidates::new();
+    let mut metrics = MetricsTable::new(map.max_devices());
+    for (i, device) in map.devices().iter().enumerate() {
+        let space_ppm = key(seed, i as u32) % 1_100_000;
+        let _ = metrics.set(
+            device.id,
+            DeviceMetrics { space_ppm, up: i % 7 != 3, ..DeviceMetrics::default() },
+        );
+    }
     for pool in placement.pools() {
         for i in 0..32 {
             pool.place(key(seed, i), &mut scratch, &mut out);
@@ -317,6 +345,13 @@ fn exercise(map: &ClusterMap, seed: u32) {
         }
         for name in ["", "a", "obj-1", "\u{1f600}"] {
             let _ = pool.locate(name);
+            pool.candidates(name, &mut scratch, &mut candidates);
+            assert!(candidates.len() <= pool.choice().choices as usize);
+            let client: Location = "host=h1".parse().expect("valid");
+            let request = ChoiceRequest { policy: None, client: Some(&client) };
+            if let Ok(chosen) = pool.choose(&candidates, &metrics, &request) {
+                assert!(usize::from(chosen.key.index) < candidates.len());
+            }
         }
     }
     let crush = CrushMap::new(map);

@@ -293,8 +293,9 @@ fn describe_pool(map: &ClusterMap, id: PoolId, objects: u64, object_size: u64) -
     } else {
         "objects placed one by one".to_string()
     };
+    let extensions = pool.balance.describe().map(|d| format!(" ({d})")).unwrap_or_default();
     format!(
-        "pool '{}' (id {}): {engine}, {pgs}, {} replicas; {objects} simulated objects of {}",
+        "pool '{}' (id {}): {engine}{extensions}, {pgs}, {} replicas; {objects} simulated objects of {}",
         pool.name,
         pool.id,
         pool.size,

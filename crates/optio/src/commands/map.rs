@@ -87,8 +87,8 @@ pub fn run(command: Command) -> Result<()> {
             let loaded = load_map(&map)?;
             let text = match to {
                 Target::Toml => optio_mapfile::optio_toml::write(&loaded.map),
-                Target::CephText => optio_mapfile::ceph_text::write(&loaded.map),
-                Target::CephJson => optio_mapfile::ceph_json::write(&loaded.map),
+                Target::CephText => optio_mapfile::ceph_text::write(&loaded.map)?,
+                Target::CephJson => optio_mapfile::ceph_json::write(&loaded.map)?,
             };
             match output {
                 Some(path) => {
@@ -204,8 +204,19 @@ fn show_text(map: &ClusterMap) -> String {
             EngineSpec::Ring(p) => format!("ring, {} per vnode", bytes(p.vnode_bytes as f64)),
             _ => pool.engine.name().to_string(),
         };
+        let choice = if pool.choice.is_default() {
+            String::new()
+        } else {
+            format!(
+                ", {} choices, policy {}, full at {}%",
+                pool.choice.choices,
+                pool.choice.policy,
+                f64::from(pool.choice.full_ppm) / 1e4
+            )
+        };
+        let extensions = pool.balance.describe().map(|d| format!(" ({d})")).unwrap_or_default();
         out.push_str(&format!(
-            "pool {} '{}': {engine}, pg_num {}, size {}, min_size {}\n",
+            "pool {} '{}': {engine}{extensions}, pg_num {}, size {}, min_size {}{choice}\n",
             pool.id, pool.name, pool.pg_num, pool.size, pool.min_size
         ));
     }
@@ -283,7 +294,7 @@ fn show_json(map: &ClusterMap) -> serde_json::Value {
     let pools: Vec<serde_json::Value> = map
         .pools()
         .iter()
-        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size}))
+        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size, "choices": p.choice.choices, "policy": p.choice.policy.to_string(), "full_ratio": f64::from(p.choice.full_ppm) / 1e6, "pps": p.balance.pps.name(), "balance_param": f64::from(p.balance.linear_param) / 65536.0, "balanced": p.balance.balanced}))
         .collect();
     json!({
         "epoch": map.epoch().0,

@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use optio_placement::choice::Candidates;
 use optio_placement::crush::CrushWork;
 use optio_placement::crush::hash::hash32_2;
 use optio_placement::pg::PgId;
@@ -32,6 +33,7 @@ pub enum Format {
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
   optio place --map examples/small.toml --object photo.jpg
+  optio place --map examples/small.toml --object photo.jpg --candidates
   optio place --map map.txt --pg 1.2f --pg 1.30
   optio place --map map.txt --pool rbd --all-pgs --json
   optio place --map map.txt --rule 0 --num-rep 3 --min-x 0 --max-x 9999 --format crushtool
@@ -51,6 +53,10 @@ pub struct Args {
     /// Place every PG of the pool.
     #[arg(long)]
     all_pgs: bool,
+    /// With --object: list the object's CHOICE candidates (the pool's `choices` of them) and
+    /// each one's devices.
+    #[arg(long)]
+    candidates: bool,
     /// CRUSH-input mode (crushtool --test): the rule to run (default: every rule).
     #[arg(long, help_heading = "CRUSH-input mode (like crushtool --test)")]
     rule: Option<u32>,
@@ -107,9 +113,17 @@ pub fn run(args: Args) -> Result<()> {
             "nothing to place: give --object NAME, --pg POOL.SEED, --all-pgs, or CRUSH inputs (--rule, --num-rep, --min-x, --max-x)"
         );
     }
+    if args.candidates && (args.objects.is_empty() || !args.pgs.is_empty() || args.all_pgs) {
+        bail!(
+            "--candidates lists an object's candidates: give --object NAME (repeatable), without --pg or --all-pgs"
+        );
+    }
     let loaded = load_map(&args.map)?;
     let (map, pools) = args.pool.resolve(loaded.map)?;
     let placement = Placement::new(&map)?;
+    if args.candidates {
+        return run_candidates(&args, format, &map, &placement, &pools);
+    }
     let mut scratch = placement.scratch();
     let mut rows: Vec<serde_json::Value> = Vec::new();
     let mut table =
@@ -218,6 +232,79 @@ pub fn run(args: Args) -> Result<()> {
                 bar.inc(1);
             }
             bar.finish_and_clear();
+        }
+    }
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        _ => print!("{}", table.render()),
+    }
+    Ok(())
+}
+
+/// `--candidates`: every candidate of every object in every selected pool.
+fn run_candidates(
+    args: &Args,
+    format: Format,
+    map: &optio_placement::ClusterMap,
+    placement: &Placement,
+    pools: &[optio_placement::PoolId],
+) -> Result<()> {
+    let mut scratch = placement.scratch();
+    let mut candidates = Candidates::new();
+    let mut rows: Vec<serde_json::Value> = Vec::new();
+    let mut table = Table::new(&[
+        "pool",
+        "object",
+        "candidate",
+        "as object",
+        "pg",
+        "key",
+        "devices",
+        "primary",
+    ])
+    .left(&[0, 1, 3, 4, 6]);
+    let name = |d: i32| -> String {
+        if d == ITEM_NONE {
+            "NONE".to_string()
+        } else {
+            map.item_name(ItemId(d)).unwrap_or("?").to_string()
+        }
+    };
+    for object in &args.objects {
+        for &pool_id in pools {
+            let pool = placement.pool(pool_id).expect("resolved pools exist");
+            pool.candidates(object, &mut scratch, &mut candidates);
+            for (key, devices) in candidates.iter() {
+                // Candidate i sits where the object `name + suffix` would.
+                let alias = if key.suffix == 0 {
+                    object.clone()
+                } else {
+                    format!("{object}{}", key.suffix)
+                };
+                let items: Vec<String> = devices.as_slice().iter().map(|&d| name(d)).collect();
+                let primary = devices.primary().map(|d| name(d.0 as i32));
+                rows.push(json!({
+                    "pool": pool.pool().name,
+                    "object": object,
+                    "candidate": key.index,
+                    "suffix": key.suffix,
+                    "as_object": alias,
+                    "pg": key.pg.map(|p| p.to_string()),
+                    "key": key.key,
+                    "devices": devices.as_slice().iter().map(|&d| if d == ITEM_NONE { json!(null) } else { json!(d) }).collect::<Vec<_>>(),
+                    "primary": devices.primary().map(|d| d.0),
+                }));
+                table.row(vec![
+                    pool.pool().name.clone(),
+                    object.clone(),
+                    if key.index == 0 { "0 (home)".to_string() } else { key.index.to_string() },
+                    alias,
+                    key.pg.map_or("-".to_string(), |p| p.to_string()),
+                    format!("{:#010x}", key.key),
+                    format!("[{}]", items.join(",")),
+                    primary.unwrap_or_else(|| "-".to_string()),
+                ]);
+            }
         }
     }
     match format {

@@ -13,7 +13,10 @@ use crate::output::progress;
 #[command(after_help = "Examples:
   optio sim engines
   optio sim engines --hosts 20 --json
-  optio sim engines --plot movement.png")]
+  optio sim engines --plot movement.png
+  optio sim space --blocks-per-disk 100000
+  optio sim local --json
+  optio sim policies --plot policies.svg")]
 pub struct Args {
     #[command(subcommand)]
     experiment: Experiment,

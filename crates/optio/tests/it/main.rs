@@ -7,6 +7,7 @@ mod support;
 
 mod analyze;
 mod bad_input;
+mod choice;
 mod diff;
 mod map;
 mod place;

@@ -1,0 +1,452 @@
+//! Every policy on one heterogeneous, loaded cluster: what each does to the metric it
+//! optimises, and what it costs the others.
+//!
+//! The cluster: racks × hosts × disks, a `crush` pool with k candidates per object. Metrics
+//! are drawn once, with a fixed seed, from these distributions (clamped to 0–100 %):
+//!
+//! * per host — cpu ~ Normal(45 %, 20 %), memory ~ Normal(55 %, 15 %); a tenth of the hosts
+//!   (at least one) are *hot*, running co-located applications: cpu 95 %, memory 95 %;
+//! * per disk — space ~ Normal(60 %, 10 %), and a fiftieth of the disks (at least one) at 97 %,
+//!   above the 95 % full ratio; a quarter of the disks are *slow* (latency 4 ms +
+//!   Exp(4 ms), journal Exp(256 MiB)), the others latency 1 ms + Exp(1 ms), journal
+//!   Exp(64 MiB);
+//! * locations from the map; one client per host, writing in turn.
+//!
+//! Space grows as objects land (each copy adds `object_bytes / capacity`); the other metrics
+//! stay as drawn (the paper's point about transient metrics is that they move faster than
+//! placement can follow — a static snapshot is the most favourable case for them). For each
+//! policy the table gives the mean, over the objects written, of the chosen candidate's
+//! aggregated metrics (as the policies see them), the share of objects whose primary is in
+//! the writer's rack, and the spread of copies over disks.
+
+use std::fmt::Write as _;
+
+use optio_placement::choice::{
+    CandidateMetrics, Candidates, ChoiceRequest, CompositeWeights, DeviceMetrics, Location,
+    MetricsTable, fraction_to_ppm, used_to_ppm,
+};
+use optio_placement::stats::Summary;
+use optio_placement::{
+    ChoiceSettings, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, Placement, PolicySpec,
+    PoolSpec, ReplicaSet,
+};
+use serde_json::json;
+
+use crate::report::{Plot, PlotKind, Report, Series, Table};
+use crate::rng::Rng;
+use crate::{Progress, SimError};
+
+/// Most objects per policy (bounds the run time).
+const OBJECTS_MAX: u64 = 100_000_000;
+
+/// Parameters of `optio sim policies`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Racks.
+    #[arg(long, default_value_t = 4)]
+    pub racks: u32,
+    /// Hosts per rack.
+    #[arg(long, default_value_t = 5)]
+    pub hosts_per_rack: u32,
+    /// Disks per host.
+    #[arg(long, default_value_t = 4)]
+    pub disks_per_host: u32,
+    /// PGs of the pool.
+    #[arg(long, default_value_t = 2048)]
+    pub pg_num: u32,
+    /// Replicas.
+    #[arg(long, default_value_t = 3)]
+    pub size: u32,
+    /// Candidates per object.
+    #[arg(long, default_value_t = 2)]
+    pub choices: u32,
+    /// Objects written per policy.
+    #[arg(long, default_value_t = 200_000)]
+    pub objects: u64,
+    /// Bytes per object.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub object_bytes: u64,
+    /// Capacity of each disk.
+    #[arg(long, default_value_t = 1 << 40)]
+    pub disk_bytes: u64,
+    /// Seed of the metric draws.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+fn check(args: &Args) -> Result<(), SimError> {
+    let bad =
+        |parameter: &'static str, reason: String| Err(SimError::Parameter { parameter, reason });
+    if args.racks == 0 || args.hosts_per_rack == 0 || args.disks_per_host == 0 {
+        return bad("--racks/--hosts-per-rack/--disks-per-host", "must be positive".into());
+    }
+    let hosts = args.racks * args.hosts_per_rack;
+    if args.size == 0 || args.size > hosts {
+        return bad("--size", format!("between 1 and the number of hosts ({hosts})"));
+    }
+    if !(1..=OBJECTS_MAX).contains(&args.objects) {
+        return bad("--objects", format!("between 1 and {OBJECTS_MAX}"));
+    }
+    if args.disk_bytes == 0 {
+        return bad("--disk-bytes", "must be positive".into());
+    }
+    Ok(())
+}
+
+/// The policies compared, in table order.
+fn policies() -> Vec<PolicySpec> {
+    vec![
+        PolicySpec::First,
+        PolicySpec::Random,
+        PolicySpec::Local,
+        PolicySpec::Memory,
+        PolicySpec::Cpu,
+        PolicySpec::Space,
+        PolicySpec::Latency,
+        PolicySpec::Journal,
+        PolicySpec::Composite(CompositeWeights {
+            space: 2,
+            memory: 1,
+            latency: 1,
+            local: 1,
+            ..CompositeWeights::default()
+        }),
+    ]
+}
+
+fn cluster(args: &Args) -> Result<ClusterMap, SimError> {
+    let mut builder = ClusterMapBuilder::new();
+    let mut id = 0;
+    for rack in 0..args.racks {
+        for host in 0..args.hosts_per_rack {
+            let (rack, host) = (format!("rack{rack}"), format!("rack{rack}-host{host}"));
+            for _ in 0..args.disks_per_host {
+                builder = builder.device(
+                    DeviceSpec::new(id)
+                        .capacity(args.disk_bytes)
+                        .at(&[("rack", &rack), ("host", &host)]),
+                );
+                id += 1;
+            }
+        }
+    }
+    let mut pool = PoolSpec::crush(1, "mixed", args.pg_num, args.size);
+    pool.choice = ChoiceSettings::new(args.choices, PolicySpec::First);
+    Ok(builder.replicated_rule(0, "replicated_rule", "default", "host").pool(pool).build()?)
+}
+
+/// Metrics drawn as the module docs say.
+fn draw_metrics(args: &Args, map: &ClusterMap) -> MetricsTable {
+    let mut rng = Rng::new(args.seed);
+    let hosts = (args.racks * args.hosts_per_rack) as usize;
+    let hot = (hosts / 10).max(1);
+    let clamp = |value: f64| fraction_to_ppm(value.clamp(0.0, 1.0));
+    let host_load: Vec<(u32, u32)> = (0..hosts)
+        .map(|_| (clamp(rng.normal(0.45, 0.20)), clamp(rng.normal(0.55, 0.15))))
+        .collect();
+    // Hot hosts: spread over the racks, a fixed stride apart.
+    let hot_hosts: Vec<usize> =
+        (0..hot).map(|i| (i * hosts / hot + hosts / (2 * hot)) % hosts).collect();
+    let disks = map.devices().len();
+    let full = (disks / 50).max(1);
+    let mut table = MetricsTable::new(map.max_devices());
+    for (index, device) in map.devices().iter().enumerate() {
+        let host = index / args.disks_per_host as usize;
+        let (mut cpu_ppm, mut memory_ppm) = host_load[host];
+        if hot_hosts.contains(&host) {
+            (cpu_ppm, memory_ppm) = (950_000, 950_000);
+        }
+        let slow = rng.next_f64() < 0.25;
+        let (latency_ms, journal_mib) = if slow {
+            (4.0 + rng.exponential(4.0), rng.exponential(256.0))
+        } else {
+            (1.0 + rng.exponential(1.0), rng.exponential(64.0))
+        };
+        let mut space_ppm = clamp(rng.normal(0.60, 0.10)).min(940_000);
+        if index % (disks / full) == disks / full / 2 {
+            space_ppm = 970_000;
+        }
+        let metrics = DeviceMetrics {
+            up: true,
+            full: false,
+            cpu_ppm,
+            memory_ppm,
+            space_ppm,
+            latency_us: (latency_ms * 1000.0) as u32,
+            journal_bytes: (journal_mib * f64::from(1u32 << 20)) as u64,
+            location: Location::of_device(map, device.id),
+        };
+        table.set(device.id, metrics).expect("within the table");
+    }
+    table
+}
+
+/// Means over the objects of one policy's choices.
+#[derive(Clone, Debug, Default)]
+struct Outcome {
+    cpu: f64,
+    memory: f64,
+    space: f64,
+    latency_us: f64,
+    journal_bytes: f64,
+    in_rack: f64,
+    copies_max_over_mean: f64,
+    refused: u64,
+    full_touched: u64,
+}
+
+fn simulate(args: &Args, map: &ClusterMap, policy: PolicySpec) -> Result<Outcome, SimError> {
+    let placement = Placement::new(map)?;
+    let pool = placement.pool_by_name("mixed").expect("built with this pool");
+    let mut scratch = placement.scratch();
+    let pg_devices: Vec<ReplicaSet> = (0..args.pg_num)
+        .map(|seed| {
+            let mut set = ReplicaSet::new();
+            pool.place(pool.pg_key(seed), &mut scratch, &mut set);
+            set
+        })
+        .collect();
+    let mut metrics = draw_metrics(args, map);
+    let initial_space: Vec<u32> =
+        map.devices().iter().map(|d| metrics.get_mut(d.id).map_or(0, |m| m.space_ppm)).collect();
+    let mut used_bytes = vec![0u64; map.devices().len()];
+    let hosts = args.racks * args.hosts_per_rack;
+    let clients: Vec<(u32, Location)> = (0..hosts)
+        .map(|host| {
+            let rack = host / args.hosts_per_rack;
+            let name = format!("rack{rack}-host{}", host % args.hosts_per_rack);
+            (
+                rack,
+                Location::from_levels([
+                    ("rack", format!("rack{rack}").as_str()),
+                    ("host", name.as_str()),
+                ]),
+            )
+        })
+        .collect();
+    let per_rack = args.hosts_per_rack * args.disks_per_host;
+    let mut sums = [0f64; 6];
+    let mut outcome = Outcome::default();
+    let mut copies = vec![0f64; map.devices().len()];
+    let (mut candidates, mut name) = (Candidates::new(), String::new());
+    for n in 0..args.objects {
+        let (rack, location) = &clients[(n % u64::from(hosts)) as usize];
+        name.clear();
+        let _ = write!(name, "obj.{n:012x}");
+        pool.candidates_with(&name, &mut candidates, |key, devices| {
+            *devices = pg_devices[key.pg.map_or(0, |pg| pg.seed as usize)];
+        });
+        let request = ChoiceRequest { policy: Some(&policy), client: Some(location) };
+        let Ok(chosen) = pool.choose(&candidates, &metrics, &request) else {
+            outcome.refused += 1;
+            continue;
+        };
+        let (_, devices) =
+            candidates.get(usize::from(chosen.key.index)).expect("chosen from the set");
+        let m: CandidateMetrics = chosen.metrics;
+        sums[0] += f64::from(m.cpu_ppm);
+        sums[1] += f64::from(m.memory_ppm);
+        sums[2] += f64::from(m.space_ppm);
+        sums[3] += f64::from(m.latency_us);
+        sums[4] += m.journal_bytes as f64;
+        let primary = devices.primary().expect("an eligible candidate has a primary");
+        sums[5] += f64::from(u8::from(primary.0 / per_rack == *rack));
+        for device in devices.devices() {
+            let index = device.0 as usize;
+            copies[index] += 1.0;
+            if initial_space[index] >= 950_000 {
+                outcome.full_touched += 1;
+            }
+            used_bytes[index] += args.object_bytes;
+            if let Some(m) = metrics.get_mut(DeviceId(device.0)) {
+                let grown = used_to_ppm(used_bytes[index], args.disk_bytes);
+                m.space_ppm = initial_space[index].saturating_add(grown);
+            }
+        }
+    }
+    let written = (args.objects - outcome.refused).max(1) as f64;
+    outcome.cpu = sums[0] / written / 1e4;
+    outcome.memory = sums[1] / written / 1e4;
+    outcome.space = sums[2] / written / 1e4;
+    outcome.latency_us = sums[3] / written;
+    outcome.journal_bytes = sums[4] / written;
+    outcome.in_rack = sums[5] / written * 100.0;
+    outcome.copies_max_over_mean = Summary::of(&copies).max_over_mean;
+    Ok(outcome)
+}
+
+/// The metric a policy optimises (a column of the table), if one.
+fn optimises(policy: &PolicySpec) -> Option<usize> {
+    match policy {
+        PolicySpec::Cpu => Some(0),
+        PolicySpec::Memory => Some(1),
+        PolicySpec::Space => Some(2),
+        PolicySpec::Latency => Some(3),
+        PolicySpec::Journal => Some(4),
+        PolicySpec::Local => Some(5),
+        _ => None,
+    }
+}
+
+/// Runs the experiment.
+pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError> {
+    check(args)?;
+    let map = cluster(args)?;
+    let names = ["cpu %", "memory %", "space %", "latency ms", "journal MiB", "in-rack %"];
+    let mut table = Table::new(
+        &format!(
+            "mean metrics of the chosen candidates, k = {} (* = the metric the policy optimises)",
+            args.choices
+        ),
+        &[
+            "policy",
+            names[0],
+            names[1],
+            names[2],
+            names[3],
+            names[4],
+            names[5],
+            "copies max/mean",
+            "refused",
+        ],
+    );
+    let mut relative = Table::new(
+        "change against first (negative is lower; for in-rack, higher is better)",
+        &["policy", names[0], names[1], names[2], names[3], names[4], names[5], "copies max/mean"],
+    );
+    let mut rows = Vec::new();
+    let mut bars: Vec<Series> =
+        names.iter().map(|n| Series { name: (*n).into(), points: Vec::new() }).collect();
+    let list = policies();
+    progress.start("policies", list.len() as u64);
+    let mut baseline: Option<[f64; 7]> = None;
+    for (index, policy) in list.iter().enumerate() {
+        let outcome = simulate(args, &map, *policy)?;
+        progress.advance(1);
+        if outcome.full_touched > 0 {
+            return Err(SimError::Input(format!(
+                "policy {policy} wrote {} copies to a full disk; this is a bug in the choice layer",
+                outcome.full_touched
+            )));
+        }
+        let values = [
+            outcome.cpu,
+            outcome.memory,
+            outcome.space,
+            outcome.latency_us / 1000.0,
+            outcome.journal_bytes / f64::from(1u32 << 20),
+            outcome.in_rack,
+            outcome.copies_max_over_mean,
+        ];
+        let base = *baseline.get_or_insert(values);
+        let mark = |column: usize, text: String| {
+            if optimises(policy) == Some(column) { format!("{text}*") } else { text }
+        };
+        let mut cells = vec![policy.to_string()];
+        let mut changes = vec![policy.to_string()];
+        for column in 0..7 {
+            let text = if column == 6 {
+                format!("{:.3}", values[column])
+            } else {
+                format!("{:.2}", values[column])
+            };
+            if column < 6 {
+                cells.push(mark(column, text));
+            } else {
+                cells.push(text);
+            }
+            let change = if base[column] == 0.0 {
+                0.0
+            } else {
+                (values[column] / base[column] - 1.0) * 100.0
+            };
+            changes.push(mark(column, format!("{change:+.1}%")));
+            if column < 6 {
+                bars[column]
+                    .points
+                    .push((index as f64, values[column] / base[column].max(f64::MIN_POSITIVE)));
+            }
+        }
+        cells.push(outcome.refused.to_string());
+        table.row(cells);
+        relative.row(changes);
+        rows.push(json!({
+            "policy": policy.to_string(),
+            "cpu_percent": outcome.cpu, "memory_percent": outcome.memory, "space_percent": outcome.space,
+            "latency_us": outcome.latency_us, "journal_bytes": outcome.journal_bytes,
+            "in_rack_percent": outcome.in_rack, "copies_max_over_mean": outcome.copies_max_over_mean,
+            "refused": outcome.refused, "copies_on_full_disks": outcome.full_touched,
+        }));
+    }
+    Ok(Report {
+        title: format!(
+            "policies: {} racks x {} hosts x {} disks, {} objects of {} MiB, pool of {} PGs x {} replicas, k = {}, seed {}",
+            args.racks, args.hosts_per_rack, args.disks_per_host, args.objects,
+            args.object_bytes >> 20, args.pg_num, args.size, args.choices, args.seed
+        ),
+        tables: vec![table, relative],
+        notes: vec![
+            "Metrics as each policy sees them: cpu, latency, journal averaged over the candidate's disks; memory and location the primary's; space the fullest disk's.".into(),
+            "Distributions: host cpu N(45%,20%), memory N(55%,15%), a tenth of hosts hot at 95%/95%; disk space N(60%,10%), a fiftieth at 97% (full);".into(),
+            "a quarter of disks slow (latency 4 ms + Exp(4 ms), journal Exp(256 MiB)), the rest 1 ms + Exp(1 ms), Exp(64 MiB). No copy ever went to a full disk.".into(),
+        ],
+        json: json!({
+            "experiment": "policies", "racks": args.racks, "hosts_per_rack": args.hosts_per_rack,
+            "disks_per_host": args.disks_per_host, "pg_num": args.pg_num, "size": args.size,
+            "choices": args.choices, "objects": args.objects, "seed": args.seed, "policies": rows,
+        }),
+        plots: vec![Plot {
+            title: "chosen metrics relative to first, policies 0-8 in table order".into(),
+            kind: PlotKind::Bars,
+            x_label: "policy".into(),
+            y_label: "relative to first".into(),
+            series: bars,
+            log_x: false,
+        }],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NoProgress;
+
+    #[test]
+    fn each_policy_improves_its_own_metric_and_never_touches_full_disks() {
+        let args = Args {
+            racks: 3,
+            hosts_per_rack: 3,
+            disks_per_host: 3,
+            pg_num: 512,
+            size: 3,
+            choices: 2,
+            objects: 6000,
+            object_bytes: 4 << 20,
+            disk_bytes: 1 << 40,
+            seed: 7,
+        };
+        let report = run(&args, &mut NoProgress).expect("runs");
+        let rows = report.json["policies"].as_array().expect("rows");
+        let value = |policy: &str, key: &str| {
+            rows.iter()
+                .find(|r| r["policy"] == policy)
+                .and_then(|r| r[key].as_f64())
+                .expect("value")
+        };
+        for (policy, key) in [
+            ("cpu", "cpu_percent"),
+            ("memory", "memory_percent"),
+            ("space", "space_percent"),
+            ("latency", "latency_us"),
+            ("journal", "journal_bytes"),
+        ] {
+            assert!(value(policy, key) < value("first", key) * 0.97, "{policy}: {key}");
+        }
+        assert!(value("local", "in_rack_percent") > value("first", "in_rack_percent") + 10.0);
+        for row in rows {
+            assert_eq!(row["copies_on_full_disks"], 0);
+        }
+        let again = run(&args, &mut NoProgress).expect("runs");
+        assert_eq!(report.json, again.json, "fixed seed, same numbers");
+    }
+}
