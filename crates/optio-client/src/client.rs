@@ -15,10 +15,10 @@ use optio_proto::{
 use reqwest::Method;
 
 use crate::cache::ChoiceCache;
-use crate::candidates::{CHOICES_MAX, Candidate, candidates};
+use crate::candidates::{Candidate, candidates};
 use crate::error::ClientError;
 use crate::intent::IntentLog;
-use crate::policy::{self, CandidateView, Policy};
+use crate::policy::{self, Policy};
 use crate::transport::{Answer, Call, Endpoint, Failure, Transport};
 
 /// Attempts of one operation across epoch changes and lost races.
@@ -31,11 +31,12 @@ const LIST_PAGES_MAX: usize = 10_000;
 /// How a client behaves.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
-    /// Candidates per object (k; 1 = no choice). PROVISIONAL: moves to the pool in the map
-    /// when the placement library's CHOICE API lands.
-    pub choices: u8,
-    /// The policy that picks a new object's candidate (`first`, `space`, `memory`).
-    pub policy: String,
+    /// A policy overriding the pool's for this client's new objects (`first`, `random`,
+    /// `local`, `memory`, `cpu`, `space`, `latency`, `journal`); `None`: the pool's. The number
+    /// of candidates, k, is the pool's (`choices` in the map): every client must agree on it.
+    pub policy: Option<String>,
+    /// Where this client runs (`(type, name)` levels, root first), for the `local` policy.
+    pub location: Vec<(String, String)>,
     /// Replicas that must acknowledge a write (w); `None`: all of the replica set.
     pub write_quorum: Option<usize>,
     /// Directory of intent logs (`None`: no intent log).
@@ -50,8 +51,8 @@ pub struct ClientConfig {
 impl Default for ClientConfig {
     fn default() -> ClientConfig {
         ClientConfig {
-            choices: 1,
-            policy: "first".into(),
+            policy: None,
+            location: Vec::new(),
             write_quorum: None,
             intent_dir: None,
             cache_entries_max: crate::cache::CACHE_ENTRIES_MAX_DEFAULT,
@@ -199,7 +200,8 @@ struct Inner {
     writer: u64,
     last_version: AtomicU64,
     config: ClientConfig,
-    policy: Box<dyn Policy>,
+    policy: Option<optio_placement::PolicySpec>,
+    location: Option<optio_placement::choice::Location>,
 }
 
 fn load_map(path: &Path) -> Result<View, ClientError> {
@@ -277,19 +279,20 @@ impl Client {
     /// A client of the cluster whose map is the file `map_path`. Recovers the writes left in
     /// doubt by crashed clients when `config.intent_dir` is set.
     pub async fn connect(map_path: &Path, config: ClientConfig) -> Result<Client, ClientError> {
-        if config.choices == 0 || config.choices > CHOICES_MAX {
-            return Err(ClientError::Config(format!(
-                "choices must be 1 to {CHOICES_MAX}, not {}",
-                config.choices
-            )));
-        }
-        let policy = policy::by_name(&config.policy).ok_or_else(|| {
-            ClientError::Config(format!(
-                "unknown policy '{}'; known: {}",
-                config.policy,
-                policy::POLICY_NAMES.join(", ")
-            ))
-        })?;
+        let policy = match &config.policy {
+            None => None,
+            Some(name) => Some(optio_placement::PolicySpec::from_name(name).ok_or_else(|| {
+                ClientError::Config(format!(
+                    "unknown policy '{name}'; known: {}",
+                    policy::POLICY_NAMES.join(", ")
+                ))
+            })?),
+        };
+        let location = (!config.location.is_empty()).then(|| {
+            optio_placement::choice::Location::from_levels(
+                config.location.iter().map(|(t, n)| (t.as_str(), n.as_str())),
+            )
+        });
         let view = load_map(map_path)?;
         let transport = Transport::new().map_err(ClientError::Config)?;
         let intents = match &config.intent_dir {
@@ -310,6 +313,7 @@ impl Client {
                 last_version: AtomicU64::new(0),
                 config,
                 policy,
+                location,
             }),
         };
         if let Some(dir) = client.inner.config.intent_dir.clone() {
@@ -443,7 +447,7 @@ impl Client {
 
     fn candidates_in(&self, view: &View, pool: PoolId, key: &str) -> Vec<Candidate> {
         let placement = view.placement.pool(pool).expect("pool ids come from this map");
-        candidates(&view.placement, &placement, key, self.inner.config.choices)
+        candidates(&view.placement, &placement, key).1
     }
 
     fn next_version(&self) -> ObjectVersion {
@@ -618,7 +622,8 @@ impl Client {
         }
         self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         if excluded.is_empty()
-            && let Some(guess) = self.choice_from_recent_metrics(key, candidates, size_bytes)
+            && let Some(guess) =
+                self.choice_from_recent_metrics(view, pool, key, candidates, size_bytes)
         {
             return self.record_and_probe(view, pool, key, candidates, guess).await;
         }
@@ -654,34 +659,16 @@ impl Client {
                 return Ok(Chosen { candidate: recorded.candidate, created: None });
             }
         }
-        let metrics = self.recent_metrics();
-        let views: Vec<CandidateView<'_>> = candidates
+        let unusable: Vec<u8> = candidates
             .iter()
             .zip(&probes)
-            .map(|(candidate, probed)| CandidateView {
-                candidate,
-                metrics: candidate.devices.iter().map(|d| metrics.get(&d.0).cloned()).collect(),
-                reachable: probed.answer.is_ok() && !excluded.contains(&candidate.index),
-            })
+            .filter(|(c, p)| p.answer.is_err() || excluded.contains(&c.index))
+            .map(|(c, _)| c.index)
             .collect();
-        let Some(chosen) = self.inner.policy.choose(key, size_bytes, &views) else {
-            let details: Vec<String> = views
-                .iter()
-                .map(|v| {
-                    let state = if !v.reachable { "unreachable, refused or full" } else { "full" };
-                    format!(
-                        "candidate {} (devices {:?}): {state}",
-                        v.candidate.index,
-                        v.candidate.devices.iter().map(|d| d.0).collect::<Vec<_>>()
-                    )
-                })
-                .collect();
-            return Err(ClientError::NoRoom {
-                key: key.to_string(),
-                size_bytes,
-                details: details.join("; "),
-            });
-        };
+        let chosen =
+            self.policy_choice(view, pool, key, candidates, size_bytes, &unusable, None).map_err(
+                |details| ClientError::NoRoom { key: key.to_string(), size_bytes, details },
+            )?;
         let replace = !excluded.is_empty();
         let recorded =
             self.record_choice(view, pool, key, candidates, chosen as u8, replace, true).await?;
@@ -744,6 +731,8 @@ impl Client {
     /// heard from within [`METRICS_FRESH`] (every answer carries its device's metrics).
     fn choice_from_recent_metrics(
         &self,
+        view: &View,
+        pool: PoolId,
         key: &str,
         candidates: &[Candidate],
         size_bytes: u64,
@@ -754,15 +743,45 @@ impl Client {
         if !fresh {
             return None;
         }
-        let views: Vec<CandidateView<'_>> = candidates
-            .iter()
-            .map(|candidate| CandidateView {
-                candidate,
-                metrics: candidate.devices.iter().map(|d| metrics.get(&d.0).cloned()).collect(),
-                reachable: true,
-            })
-            .collect();
-        self.inner.policy.choose(key, size_bytes, &views).map(|i| i as u8)
+        self.policy_choice(view, pool, key, candidates, size_bytes, &[], None).ok()
+    }
+
+    /// The pool's policy (or this client's override) over the metrics heard from the
+    /// candidates' devices; `unusable` candidates count as down. Err: why none can take it.
+    #[allow(clippy::too_many_arguments)]
+    fn policy_choice(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+        size_bytes: u64,
+        unusable: &[u8],
+        policy_override: Option<&optio_placement::PolicySpec>,
+    ) -> Result<u8, String> {
+        let metrics = self.recent_metrics();
+        let mut known: Vec<(optio_placement::DeviceId, policy::Known)> = Vec::new();
+        for candidate in candidates {
+            for (position, device) in candidate.devices.iter().enumerate() {
+                let down = position == 0 && unusable.contains(&candidate.index);
+                if known.iter().any(|(d, k)| *d == *device && (!down || !k.reachable)) {
+                    continue;
+                }
+                known.retain(|(d, _)| d != device);
+                known.push((
+                    *device,
+                    policy::Known { metrics: metrics.get(&device.0).cloned(), reachable: !down },
+                ));
+            }
+        }
+        let table = policy::table(&view.map, known, size_bytes);
+        let placement = view.placement.pool(pool).expect("pool ids come from this map");
+        let (set, _) = crate::candidates::candidates(&view.placement, &placement, key);
+        let request = optio_placement::choice::ChoiceRequest {
+            policy: policy_override.or(self.inner.policy.as_ref()).map(|p| p as &dyn Policy),
+            client: self.inner.location.as_ref(),
+        };
+        placement.choose(&set, &table, &request).map(|c| c.key.index).map_err(|e| e.to_string())
     }
 
     /// One round trip instead of two: creates the record for `guess` at the home (whose
@@ -1027,32 +1046,33 @@ impl Client {
             let probes_before = self.inner.counters.probes.load(Ordering::Relaxed);
             let started = Instant::now();
             let mut written = None;
-            let chosen = match self.pipeline_guess(pool, key, &candidates, size_bytes, &excluded) {
-                Some(guess) => {
-                    // A warm client's first write: the record request, the other candidates'
-                    // probes and the object's writes all leave at once. Should the home or a
-                    // probe say the object belongs elsewhere, the copies are undone.
-                    self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
-                    let target = &candidates[usize::from(guess)];
-                    let endpoints = self.endpoints(&view, target)?;
-                    let version = self.next_version();
-                    let (chosen, results) = futures_util::future::join(
-                        self.record_and_probe(&view, pool, key, &candidates, guess),
-                        self.fan_out(&view, pool, key, target, &endpoints, &data, crc, version),
-                    )
-                    .await;
-                    if matches!(&chosen, Ok(c) if c.candidate == guess) {
-                        written = Some((endpoints, results, version));
-                    } else {
-                        self.undo(&view, pool, key, &endpoints, &results, version).await;
+            let chosen =
+                match self.pipeline_guess(&view, pool, key, &candidates, size_bytes, &excluded) {
+                    Some(guess) => {
+                        // A warm client's first write: the record request, the other candidates'
+                        // probes and the object's writes all leave at once. Should the home or a
+                        // probe say the object belongs elsewhere, the copies are undone.
+                        self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+                        let target = &candidates[usize::from(guess)];
+                        let endpoints = self.endpoints(&view, target)?;
+                        let version = self.next_version();
+                        let (chosen, results) = futures_util::future::join(
+                            self.record_and_probe(&view, pool, key, &candidates, guess),
+                            self.fan_out(&view, pool, key, target, &endpoints, &data, crc, version),
+                        )
+                        .await;
+                        if matches!(&chosen, Ok(c) if c.candidate == guess) {
+                            written = Some((endpoints, results, version));
+                        } else {
+                            self.undo(&view, pool, key, &endpoints, &results, version).await;
+                        }
+                        chosen
                     }
-                    chosen
-                }
-                None => {
-                    self.choose_for_write(&view, pool, key, &candidates, size_bytes, &excluded)
-                        .await
-                }
-            };
+                    None => {
+                        self.choose_for_write(&view, pool, key, &candidates, size_bytes, &excluded)
+                            .await
+                    }
+                };
             let Chosen { candidate: chosen, created } = match chosen {
                 Err(ClientError::EpochRetries { .. }) => continue,
                 other => other?,
@@ -1156,6 +1176,7 @@ impl Client {
     /// metrics too old to choose on.
     fn pipeline_guess(
         &self,
+        view: &View,
         pool: PoolId,
         key: &str,
         candidates: &[Candidate],
@@ -1168,7 +1189,7 @@ impl Client {
         {
             return None;
         }
-        self.choice_from_recent_metrics(key, candidates, size_bytes)
+        self.choice_from_recent_metrics(view, pool, key, candidates, size_bytes)
     }
 
     fn endpoints(&self, view: &View, candidate: &Candidate) -> Result<Vec<Endpoint>, ClientError> {
@@ -1642,6 +1663,36 @@ impl Client {
             holder = Some(record.candidate);
         }
         Ok(ProbeReport { candidates: out, record, holder })
+    }
+
+    /// Which candidate `policy` (default: this client's, else the pool's) would choose for a
+    /// new object `key` of `size_bytes`, on metrics fresh from probing the candidates.
+    pub async fn policy_pick(
+        &self,
+        pool_name: &str,
+        key: &str,
+        size_bytes: u64,
+        policy: Option<&str>,
+    ) -> Result<u8, ClientError> {
+        let spec = match policy {
+            None => None,
+            Some(name) => Some(
+                optio_placement::PolicySpec::from_name(name)
+                    .ok_or_else(|| ClientError::Config(format!("unknown policy '{name}'")))?,
+            ),
+        };
+        let view = self.view();
+        let pool = view.pool(pool_name)?;
+        let candidates = self.candidates_in(&view, pool, key);
+        let probes = self.probe_primaries(&view, pool, key, &candidates).await?;
+        let unusable: Vec<u8> = candidates
+            .iter()
+            .zip(&probes)
+            .filter(|(_, p)| p.answer.is_err())
+            .map(|(c, _)| c.index)
+            .collect();
+        self.policy_choice(&view, pool, key, &candidates, size_bytes, &unusable, spec.as_ref())
+            .map_err(|details| ClientError::NoRoom { key: key.to_string(), size_bytes, details })
     }
 
     /// Probes the primary of candidate 0 once (a probe round trip), returning whether the

@@ -15,7 +15,8 @@
 //! ```no_run
 //! # async fn example() -> Result<(), optio_client::ClientError> {
 //! use optio_client::{Client, ClientConfig};
-//! let config = ClientConfig { choices: 2, policy: "space".into(), ..ClientConfig::default() };
+//! // k and the policy are the pool's (in the map); a client may override the policy.
+//! let config = ClientConfig { policy: Some("space".into()), ..ClientConfig::default() };
 //! let client = Client::connect("cluster/map.toml".as_ref(), config).await?;
 //! let report = client.put("objects", "hello.txt", "hello".into()).await?;
 //! println!("written on candidate {} (devices {:?})", report.candidate, report.devices);

@@ -1,151 +1,51 @@
-//! Policies: which candidate a new object goes to, given the candidates' metrics.
-//!
-//! PROVISIONAL: this is the seam where the placement library's policies (issue 4, branch
-//! `choice`: first, random, local, memory, cpu, space, latency, journal, composite) plug in.
-//! Until they land, the client has `first`, `random` (by a hash of the key), `space` and `memory`, aggregated as the paper
-//! does (space: the fullest device of the candidate; memory: the primary's).
+//! Policies: the placement library's (`first`, `random`, `local`, `memory`, `cpu`, `space`,
+//! `latency`, `journal`, `composite`, or a user's [`Policy`]), fed with the metrics the
+//! servers piggyback on their answers.
 
+use optio_placement::choice::{DeviceMetrics as PlacementMetrics, Location, MetricsTable};
+use optio_placement::{ClusterMap, DeviceId};
 use optio_proto::DeviceMetrics;
 
-use crate::candidates::Candidate;
+pub use optio_placement::PolicySpec;
+pub use optio_placement::choice::{POLICY_NAMES, Policy};
 
-/// A candidate with what the client knows of its devices' metrics (primary first; `None`
-/// for a device never heard from).
+/// What the client knows of one device for a decision.
 #[derive(Clone, Debug)]
-pub struct CandidateView<'a> {
-    /// The candidate.
-    pub candidate: &'a Candidate,
-    /// Metrics of its devices, in the candidate's device order.
-    pub metrics: Vec<Option<DeviceMetrics>>,
-    /// Whether its primary answered the probe.
+pub struct Known {
+    /// The metrics last heard (None: never heard).
+    pub metrics: Option<DeviceMetrics>,
+    /// Whether the device answered (false: its probe failed).
     pub reachable: bool,
 }
 
-impl CandidateView<'_> {
-    /// Whether the candidate can take an object of `size_bytes`: reachable, with devices,
-    /// none known to be full.
-    pub fn usable_for(&self, size_bytes: u64) -> bool {
-        self.reachable
-            && !self.candidate.devices.is_empty()
-            && self.metrics.iter().flatten().all(|m| !m.is_full_for(size_bytes))
-    }
-}
-
-/// A placement policy.
-pub trait Policy: Send + Sync {
-    /// Its name.
-    fn name(&self) -> &str;
-    /// The index (into `candidates`) of the chosen candidate for a new object `key` of
-    /// `size_bytes`, or `None` when none is usable.
-    fn choose(&self, key: &str, size_bytes: u64, candidates: &[CandidateView<'_>])
-    -> Option<usize>;
-}
-
-/// The first usable candidate.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct First;
-
-impl Policy for First {
-    fn name(&self) -> &str {
-        "first"
-    }
-    fn choose(
-        &self,
-        _key: &str,
-        size_bytes: u64,
-        candidates: &[CandidateView<'_>],
-    ) -> Option<usize> {
-        candidates.iter().position(|c| c.usable_for(size_bytes))
-    }
-}
-
-/// The candidate whose fullest device is the least full.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Space;
-
-impl Policy for Space {
-    fn name(&self) -> &str {
-        "space"
-    }
-    fn choose(
-        &self,
-        _key: &str,
-        size_bytes: u64,
-        candidates: &[CandidateView<'_>],
-    ) -> Option<usize> {
-        min_by(candidates, size_bytes, |c| {
-            c.metrics.iter().flatten().map(|m| m.space_permille).max().unwrap_or(0)
-        })
-    }
-}
-
-/// The candidate whose primary has the most free memory.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Memory;
-
-impl Policy for Memory {
-    fn name(&self) -> &str {
-        "memory"
-    }
-    fn choose(
-        &self,
-        _key: &str,
-        size_bytes: u64,
-        candidates: &[CandidateView<'_>],
-    ) -> Option<usize> {
-        min_by(candidates, size_bytes, |c| {
-            c.metrics.first().cloned().flatten().map(|m| m.memory_permille).unwrap_or(1000)
-        })
-    }
-}
-
-fn min_by(
-    candidates: &[CandidateView<'_>],
+/// The library's metrics table for a decision about an object of `size_bytes`: per mille →
+/// ppm, unflushed bytes as the journal, the location from the map; a device that did not
+/// answer is down; one without room for the object is full.
+pub fn table(
+    map: &ClusterMap,
+    devices: impl IntoIterator<Item = (DeviceId, Known)>,
     size_bytes: u64,
-    score: impl Fn(&CandidateView<'_>) -> u16,
-) -> Option<usize> {
-    candidates
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.usable_for(size_bytes))
-        .min_by_key(|(i, c)| (score(c), *i))
-        .map(|(i, _)| i)
-}
-
-/// A usable candidate drawn by a hash of the key (deterministic: every client draws the same).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Random;
-
-impl Policy for Random {
-    fn name(&self) -> &str {
-        "random"
+) -> MetricsTable {
+    let mut table = MetricsTable::new(map.max_devices());
+    for (device, known) in devices {
+        let Some(m) = known.metrics else {
+            if !known.reachable {
+                let _ = table
+                    .set(device, PlacementMetrics { up: false, ..PlacementMetrics::default() });
+            }
+            continue;
+        };
+        let metrics = PlacementMetrics {
+            up: known.reachable,
+            full: m.is_full_for(size_bytes),
+            cpu_ppm: u32::from(m.cpu_permille) * 1000,
+            memory_ppm: u32::from(m.memory_permille) * 1000,
+            space_ppm: u32::from(m.space_permille) * 1000,
+            latency_us: u32::try_from(m.latency_us).unwrap_or(u32::MAX),
+            journal_bytes: m.unflushed_bytes,
+            location: Location::of_device(map, device),
+        };
+        let _ = table.set(device, metrics);
     }
-    fn choose(
-        &self,
-        key: &str,
-        size_bytes: u64,
-        candidates: &[CandidateView<'_>],
-    ) -> Option<usize> {
-        let usable: Vec<usize> =
-            (0..candidates.len()).filter(|&i| candidates[i].usable_for(size_bytes)).collect();
-        if usable.is_empty() {
-            return None;
-        }
-        let draw = xxhash_rust::xxh3::xxh3_64_with_seed(key.as_bytes(), 0x0c401ce);
-        Some(usable[(draw % usable.len() as u64) as usize])
-    }
+    table
 }
-
-/// The policy named `name`.
-pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
-    match name {
-        "first" => Some(Box::new(First)),
-        "random" => Some(Box::new(Random)),
-        "space" => Some(Box::new(Space)),
-        "memory" => Some(Box::new(Memory)),
-        _ => None,
-    }
-}
-
-/// The names [`by_name`] knows.
-pub const POLICY_NAMES: &[&str] = &["first", "random", "space", "memory"];

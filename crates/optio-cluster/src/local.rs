@@ -43,6 +43,10 @@ pub struct LocalClusterSpec {
     pub pg_num: u32,
     /// Replicas.
     pub replicas: u32,
+    /// Candidates per object (CHOICE's k) of the `data` and `blobs` pools.
+    pub choices: u32,
+    /// Their policy.
+    pub policy: String,
 }
 
 impl Default for LocalClusterSpec {
@@ -55,6 +59,8 @@ impl Default for LocalClusterSpec {
             max_object_bytes: None,
             pg_num: 128,
             replicas: 3,
+            choices: 2,
+            policy: "space".into(),
         }
     }
 }
@@ -63,6 +69,8 @@ impl Default for LocalClusterSpec {
 pub const CRUSH_POOL: &str = "data";
 /// The `ring` pool of a local cluster.
 pub const RING_POOL: &str = "blobs";
+/// A `crush` pool without choices (k = 1), for comparisons.
+pub const PLAIN_POOL: &str = "plain";
 
 /// One server process.
 #[derive(Debug)]
@@ -226,15 +234,21 @@ impl LocalCluster {
             out,
             "[[rules]]\nid = 0\nname = \"by_{domain}\"\nsteps = [\"take default\", \"chooseleaf firstn 0 type {domain}\", \"emit\"]\n"
         );
+        let choice = format!("choices = {}\npolicy = \"{}\"\n", spec.choices, spec.policy);
         let _ = writeln!(
             out,
-            "[[pools]]\nid = 1\nname = \"{CRUSH_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}\n",
+            "[[pools]]\nid = 1\nname = \"{CRUSH_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}\n{choice}",
             spec.pg_num
         );
         let vnode = (spec.capacity_bytes / 64).max(1 << 20);
         let _ = writeln!(
             out,
-            "[[pools]]\nid = 2\nname = \"{RING_POOL}\"\nengine = \"ring\"\nsize = {replicas}\nvnode_bytes = {vnode}\nfailure_domain = \"{domain}\""
+            "[[pools]]\nid = 2\nname = \"{RING_POOL}\"\nengine = \"ring\"\nsize = {replicas}\nvnode_bytes = {vnode}\nfailure_domain = \"{domain}\"\n{choice}"
+        );
+        let _ = writeln!(
+            out,
+            "[[pools]]\nid = 3\nname = \"{PLAIN_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}",
+            spec.pg_num
         );
         out
     }

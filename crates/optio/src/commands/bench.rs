@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use optio_client::{Client, ClientConfig};
+use optio_client::Client;
 use serde::Serialize;
 
 use crate::commands::client::ClusterArgs;
@@ -232,6 +232,14 @@ pub async fn read_all(
     ))
 }
 
+/// A pool's k and the policy in force (the override, else the pool's).
+fn pool_choice(client: &Client, pool: &str, policy: Option<String>) -> Result<(u8, String)> {
+    let map = client.map();
+    let pool = map.pool_by_name(pool).with_context(|| format!("no pool '{pool}' in the map"))?;
+    let choices = u8::try_from(pool.choice.choices).unwrap_or(u8::MAX);
+    Ok((choices, policy.unwrap_or_else(|| pool.choice.policy.name().to_string())))
+}
+
 fn run_id() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -298,9 +306,10 @@ pub fn run(args: Args) -> Result<()> {
 
 async fn read_write(args: &Args, size: usize) -> Result<()> {
     let config = args.cluster.config()?;
-    let (choices, policy) = (config.choices, config.policy.clone());
+    let override_policy = config.policy.clone();
     let client = args.cluster.connect_with(config).await?;
     let pool = &args.cluster.pool;
+    let (choices, policy) = pool_choice(&client, pool, override_policy)?;
     let id = run_id();
     let keys: Vec<String> = (0..args.objects).map(|i| format!("bench/{id}/{i}")).collect();
     let data = payload(size, 7);
@@ -396,15 +405,19 @@ async fn probe_rtt(args: &Args) -> Result<()> {
 
 async fn first_write(args: &Args, size: usize) -> Result<()> {
     let config = args.cluster.config()?;
-    let choices = config.choices.max(2);
-    let probing = args.cluster.connect_with(ClientConfig { choices, ..config.clone() }).await?;
-    let plain = args.cluster.connect_with(ClientConfig { choices: 1, ..config }).await?;
+    let probing = args.cluster.connect_with(config.clone()).await?;
+    let plain = args.cluster.connect_with(config).await?;
     let pool = &args.cluster.pool;
+    let (choices, _) = pool_choice(&probing, pool, None)?;
+    if choices < 2 {
+        bail!("pool '{pool}' has k = {choices}: first writes probe only in a pool with choices");
+    }
+    let plain_pool = optio_cluster::local::PLAIN_POOL;
     let id = run_id();
     let data = payload(size, 11);
     for i in 0..10 {
         probing.put(pool, &format!("first/{id}/warm-p{i}"), data.clone()).await?;
-        plain.put(pool, &format!("first/{id}/warm-n{i}"), data.clone()).await?;
+        plain.put(plain_pool, &format!("first/{id}/warm-n{i}"), data.clone()).await?;
     }
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let (p0, n0) = (probing.stats(), plain.stats());
@@ -414,7 +427,7 @@ async fn first_write(args: &Args, size: usize) -> Result<()> {
         probing.put(pool, &format!("first/{id}/p{i}"), data.clone()).await?;
         with.push(t.elapsed().as_micros() as u64);
         let t = Instant::now();
-        plain.put(pool, &format!("first/{id}/n{i}"), data.clone()).await?;
+        plain.put(plain_pool, &format!("first/{id}/n{i}"), data.clone()).await?;
         without.push(t.elapsed().as_micros() as u64);
         bar.inc(1);
     }

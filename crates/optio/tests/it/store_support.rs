@@ -36,10 +36,9 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-pub async fn client(cluster: &LocalCluster, choices: u8, policy: &str) -> Client {
+pub async fn client(cluster: &LocalCluster, policy: Option<&str>) -> Client {
     let config = ClientConfig {
-        choices,
-        policy: policy.into(),
+        policy: policy.map(str::to_string),
         intent_dir: Some(cluster.dir().join("intents")),
         ..ClientConfig::default()
     };
@@ -119,22 +118,4 @@ pub async fn everything(
         }
     }
     out
-}
-
-/// The candidate (of two, both usable) the `random` policy picks for `key`.
-pub fn random_pick(key: &str) -> u8 {
-    use optio_client::Candidate;
-    use optio_client::policy::{CandidateView, Policy, Random};
-    let fake = |index| Candidate {
-        index,
-        pg: None,
-        placement_key: 0,
-        devices: vec![optio_placement::DeviceId(0)],
-    };
-    let (c0, c1) = (fake(0), fake(1));
-    let views = [
-        CandidateView { candidate: &c0, metrics: vec![None], reachable: true },
-        CandidateView { candidate: &c1, metrics: vec![None], reachable: true },
-    ];
-    Random.choose(key, 1, &views).expect("both usable") as u8
 }
