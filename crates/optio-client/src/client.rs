@@ -28,6 +28,20 @@ const UNKNOWN_EPOCH_BACKOFF: Duration = Duration::from_millis(20);
 /// Most pages of one device's listing.
 const LIST_PAGES_MAX: usize = 10_000;
 
+/// What the earlier attempts of one write learned: the candidates it gave up on because a
+/// device refused the object for lack of room, and those devices (full for the next choice).
+#[derive(Clone, Debug, Default)]
+struct Excluded {
+    candidates: Vec<u8>,
+    full_devices: Vec<optio_placement::DeviceId>,
+}
+
+impl Excluded {
+    fn is_empty(&self) -> bool {
+        self.candidates.is_empty()
+    }
+}
+
 /// How a client behaves.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -254,6 +268,28 @@ fn placement_seed(candidate: &Candidate) -> u32 {
     candidate.pg.map(|pg| pg.seed).unwrap_or(candidate.placement_key)
 }
 
+/// A policy named by a client to override its pools': a built-in one, weights aside
+/// (`composite` takes its weights from a pool in the map).
+fn policy_override(name: &str) -> Result<optio_placement::PolicySpec, ClientError> {
+    let spec = optio_placement::PolicySpec::from_name(name).ok_or_else(|| {
+        ClientError::Config(format!(
+            "unknown policy '{name}'; known: {}",
+            policy::POLICY_NAMES.join(", ")
+        ))
+    })?;
+    if matches!(spec, optio_placement::PolicySpec::Composite(_)) {
+        return Err(ClientError::Config(
+            "a client cannot override a pool's policy with 'composite' (it needs weights); set policy = \"composite\" and policy_weights on the pool in the map".into(),
+        ));
+    }
+    Ok(spec)
+}
+
+/// The candidates whose primary did not answer its probe.
+fn unanswered(candidates: &[Candidate], probes: &[Probed]) -> Vec<u8> {
+    candidates.iter().zip(probes).filter(|(_, p)| p.answer.is_err()).map(|(c, _)| c.index).collect()
+}
+
 /// The candidate a stored object belongs to, from the seed in its header.
 fn holder_of(candidates: &[Candidate], info: Option<&ObjectInfo>) -> Option<u8> {
     let seed = info?.pg_seed?;
@@ -279,15 +315,7 @@ impl Client {
     /// A client of the cluster whose map is the file `map_path`. Recovers the writes left in
     /// doubt by crashed clients when `config.intent_dir` is set.
     pub async fn connect(map_path: &Path, config: ClientConfig) -> Result<Client, ClientError> {
-        let policy = match &config.policy {
-            None => None,
-            Some(name) => Some(optio_placement::PolicySpec::from_name(name).ok_or_else(|| {
-                ClientError::Config(format!(
-                    "unknown policy '{name}'; known: {}",
-                    policy::POLICY_NAMES.join(", ")
-                ))
-            })?),
-        };
+        let policy = config.policy.as_deref().map(policy_override).transpose()?;
         let location = (!config.location.is_empty()).then(|| {
             optio_placement::choice::Location::from_levels(
                 config.location.iter().map(|(t, n)| (t.as_str(), n.as_str())),
@@ -608,7 +636,7 @@ impl Client {
         key: &str,
         candidates: &[Candidate],
         size_bytes: u64,
-        excluded: &[u8],
+        excluded: &Excluded,
     ) -> Result<Chosen, ClientError> {
         if candidates.len() == 1 {
             return Ok(Chosen { candidate: 0, created: None });
@@ -659,16 +687,21 @@ impl Client {
                 return Ok(Chosen { candidate: recorded.candidate, created: None });
             }
         }
-        let unusable: Vec<u8> = candidates
-            .iter()
-            .zip(&probes)
-            .filter(|(c, p)| p.answer.is_err() || excluded.contains(&c.index))
-            .map(|(c, _)| c.index)
-            .collect();
-        let chosen =
-            self.policy_choice(view, pool, key, candidates, size_bytes, &unusable, None).map_err(
-                |details| ClientError::NoRoom { key: key.to_string(), size_bytes, details },
-            )?;
+        // The candidates given up on hold a device that refused the object: full, so the
+        // library excludes them (and any other candidate on that device).
+        let down = unanswered(candidates, &probes);
+        let chosen = self
+            .policy_choice(
+                view,
+                pool,
+                key,
+                candidates,
+                size_bytes,
+                &down,
+                &excluded.full_devices,
+                None,
+            )
+            .map_err(|details| ClientError::NoRoom { key: key.to_string(), size_bytes, details })?;
         let replace = !excluded.is_empty();
         let recorded =
             self.record_choice(view, pool, key, candidates, chosen as u8, replace, true).await?;
@@ -743,11 +776,12 @@ impl Client {
         if !fresh {
             return None;
         }
-        self.policy_choice(view, pool, key, candidates, size_bytes, &[], None).ok()
+        self.policy_choice(view, pool, key, candidates, size_bytes, &[], &[], None).ok()
     }
 
-    /// The pool's policy (or this client's override) over the metrics heard from the
-    /// candidates' devices; `unusable` candidates count as down. Err: why none can take it.
+    /// The pool's policy (or `policy_override`, else this client's) over the metrics heard
+    /// from the candidates' devices: the primaries of the `down` candidates did not answer,
+    /// the `full` devices refused the object for lack of room. Err: why none can take it.
     #[allow(clippy::too_many_arguments)]
     fn policy_choice(
         &self,
@@ -756,22 +790,26 @@ impl Client {
         key: &str,
         candidates: &[Candidate],
         size_bytes: u64,
-        unusable: &[u8],
+        down: &[u8],
+        full: &[optio_placement::DeviceId],
         policy_override: Option<&optio_placement::PolicySpec>,
     ) -> Result<u8, String> {
         let metrics = self.recent_metrics();
         let mut known: Vec<(optio_placement::DeviceId, policy::Known)> = Vec::new();
         for candidate in candidates {
             for (position, device) in candidate.devices.iter().enumerate() {
-                let down = position == 0 && unusable.contains(&candidate.index);
-                if known.iter().any(|(d, k)| *d == *device && (!down || !k.reachable)) {
-                    continue;
+                let answered = !(position == 0 && down.contains(&candidate.index));
+                match known.iter_mut().find(|(d, _)| d == device) {
+                    Some((_, k)) => k.reachable &= answered,
+                    None => known.push((
+                        *device,
+                        policy::Known {
+                            metrics: metrics.get(&device.0).cloned(),
+                            reachable: answered,
+                            refused_full: full.contains(device),
+                        },
+                    )),
                 }
-                known.retain(|(d, _)| d != device);
-                known.push((
-                    *device,
-                    policy::Known { metrics: metrics.get(&device.0).cloned(), reachable: !down },
-                ));
             }
         }
         let table = policy::table(&view.map, known, size_bytes);
@@ -1038,7 +1076,7 @@ impl Client {
     ) -> Result<PutReport, ClientError> {
         let crc = checksum(&data);
         let size_bytes = data.len() as u64;
-        let mut excluded: Vec<u8> = Vec::new();
+        let mut excluded = Excluded::default();
         for _attempt in 0..RETRIES_MAX {
             let view = self.view();
             let pool = view.pool(pool_name)?;
@@ -1143,11 +1181,17 @@ impl Client {
                 return Err(ClientError::TooLarge { key: key.to_string(), reason: reason.clone() });
             }
             let full = failures.iter().any(|(_, f)| f.kind() == Some(ErrorKind::Full));
-            if full && candidates.len() > 1 && excluded.len() + 1 < candidates.len() {
+            if full && candidates.len() > 1 && excluded.candidates.len() + 1 < candidates.len() {
                 // Steer around the full device: undo what was written, choose again.
                 self.undo(&view, pool, key, &endpoints, &results, version).await;
                 self.inner.cache.remove(pool.0, key);
-                excluded.push(chosen);
+                excluded.candidates.push(chosen);
+                excluded.full_devices.extend(
+                    failures
+                        .iter()
+                        .filter(|(_, f)| f.kind() == Some(ErrorKind::Full))
+                        .map(|(e, _)| optio_placement::DeviceId(e.device)),
+                );
                 continue;
             }
             let details: Vec<String> = failures
@@ -1181,7 +1225,7 @@ impl Client {
         key: &str,
         candidates: &[Candidate],
         size_bytes: u64,
-        excluded: &[u8],
+        excluded: &Excluded,
     ) -> Option<u8> {
         if candidates.len() < 2
             || !excluded.is_empty()
@@ -1674,24 +1718,13 @@ impl Client {
         size_bytes: u64,
         policy: Option<&str>,
     ) -> Result<u8, ClientError> {
-        let spec = match policy {
-            None => None,
-            Some(name) => Some(
-                optio_placement::PolicySpec::from_name(name)
-                    .ok_or_else(|| ClientError::Config(format!("unknown policy '{name}'")))?,
-            ),
-        };
+        let spec = policy.map(policy_override).transpose()?;
         let view = self.view();
         let pool = view.pool(pool_name)?;
         let candidates = self.candidates_in(&view, pool, key);
         let probes = self.probe_primaries(&view, pool, key, &candidates).await?;
-        let unusable: Vec<u8> = candidates
-            .iter()
-            .zip(&probes)
-            .filter(|(_, p)| p.answer.is_err())
-            .map(|(c, _)| c.index)
-            .collect();
-        self.policy_choice(&view, pool, key, &candidates, size_bytes, &unusable, spec.as_ref())
+        let down = unanswered(&candidates, &probes);
+        self.policy_choice(&view, pool, key, &candidates, size_bytes, &down, &[], spec.as_ref())
             .map_err(|details| ClientError::NoRoom { key: key.to_string(), size_bytes, details })
     }
 
@@ -1800,4 +1833,134 @@ enum ReadError {
     Retry,
     Missing,
     Failed(ClientError),
+}
+
+#[cfg(test)]
+mod tests {
+    use optio_placement::DeviceId;
+
+    use super::*;
+
+    /// A client of a map of 6 devices on 6 hosts whose pools `data` (crush) and `blobs` (ring)
+    /// have the given k and policy, and `plain` has none. No server listens: nothing here
+    /// sends a request.
+    async fn client(dir: &Path, choices: u32, policy: &str, own: Option<&str>) -> Client {
+        let mut text = String::from("format_version = 1\nepoch = 1\n\n");
+        for id in 0..6 {
+            text.push_str(&format!(
+                "[[devices]]\nid = {id}\ncapacity = 1073741824\nweight = 1.0\naddr = \"127.0.0.1:9\"\nlocation = {{ zone = \"z1\", host = \"h{id}\" }}\n\n"
+            ));
+        }
+        text.push_str(&format!(
+            "[[rules]]\nid = 0\nname = \"by_host\"\nsteps = [\"take default\", \"chooseleaf firstn 0 type host\", \"emit\"]\n\n\
+             [[pools]]\nid = 1\nname = \"data\"\nengine = \"crush\"\nrule = \"by_host\"\npg_num = 64\nsize = 3\nchoices = {choices}\npolicy = \"{policy}\"\n\n\
+             [[pools]]\nid = 2\nname = \"blobs\"\nengine = \"ring\"\nsize = 3\nvnode_bytes = 16777216\nfailure_domain = \"host\"\nchoices = {choices}\npolicy = \"{policy}\"\n\n\
+             [[pools]]\nid = 3\nname = \"plain\"\nengine = \"crush\"\nrule = \"by_host\"\npg_num = 64\nsize = 3\n"
+        ));
+        let path = dir.join("map.toml");
+        std::fs::write(&path, text).expect("write the map");
+        let config = ClientConfig { policy: own.map(str::to_string), ..ClientConfig::default() };
+        Client::connect(&path, config).await.expect("connect")
+    }
+
+    /// Metrics from every device, `space_permille` of device d being `space(d)`.
+    fn hear(client: &Client, space: impl Fn(u32) -> u16) {
+        let mut table = client.inner.device_metrics.lock().unwrap();
+        for device in 0..6 {
+            let metrics = DeviceMetrics {
+                device,
+                space_permille: space(device),
+                capacity_bytes: 1 << 30,
+                ..DeviceMetrics::default()
+            };
+            table.insert(device, (metrics, Instant::now()));
+        }
+    }
+
+    fn choose(client: &Client, pool: &str, key: &str, down: &[u8], full: &[u32]) -> Option<u8> {
+        let view = client.view();
+        let pool = view.pool(pool).unwrap();
+        let candidates = client.candidates_in(&view, pool, key);
+        let full: Vec<DeviceId> = full.iter().map(|&d| DeviceId(d)).collect();
+        client.policy_choice(&view, pool, key, &candidates, 1, down, &full, None).ok()
+    }
+
+    #[tokio::test]
+    async fn k_and_the_policy_are_the_pools_unless_overridden() {
+        let dir = tempfile::tempdir().unwrap();
+        let pooled = client(dir.path(), 3, "space", None).await;
+        let first = client(dir.path(), 3, "space", Some("first")).await;
+        for pool in ["data", "blobs"] {
+            let mut moved = 0;
+            for i in 0..50 {
+                let key = format!("object-{i}");
+                let candidates = pooled.candidates(pool, &key).unwrap();
+                assert_eq!(candidates.len(), 3, "k = 3, from the map");
+                assert_eq!(
+                    first.candidates(pool, &key).unwrap(),
+                    candidates,
+                    "an override keeps k"
+                );
+                // Candidate 0's devices fuller than the others: `space` moves the object
+                // whenever another candidate avoids them, `first` never does.
+                let home: Vec<u32> = candidates[0].devices.iter().map(|d| d.0).collect();
+                let space = |d: u32| if home.contains(&d) { 700 } else { 100 };
+                hear(&pooled, space);
+                hear(&first, space);
+                let spare = candidates[1..]
+                    .iter()
+                    .position(|c| c.devices.iter().all(|d| !home.contains(&d.0)))
+                    .map(|p| p as u8 + 1);
+                assert_eq!(
+                    choose(&pooled, pool, &key, &[], &[]),
+                    Some(spare.unwrap_or(0)),
+                    "{key}"
+                );
+                assert_eq!(choose(&first, pool, &key, &[], &[]), Some(0), "{key}");
+                moved += usize::from(spare.is_some());
+            }
+            assert!(moved > 0, "{pool}: some object had a candidate away from its home's devices");
+        }
+        assert_eq!(pooled.candidates("plain", "object-0").unwrap().len(), 1, "k = 1 by default");
+    }
+
+    #[tokio::test]
+    async fn a_refused_write_excludes_only_the_candidates_on_the_full_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let client = client(dir.path(), 2, "first", None).await;
+        hear(&client, |_| 100);
+        // A key whose home's primary is also in candidate 1, while another of the home's
+        // devices is not: that one refusing the object must not exclude candidate 1.
+        let (key, refusing) = (0..1000)
+            .find_map(|i| {
+                let key = format!("object-{i}");
+                let c = client.candidates("data", &key).unwrap();
+                let (home, other) = (&c[0].devices, &c[1].devices);
+                let refusing = home.iter().find(|d| !other.contains(d))?;
+                other[1..].contains(&home[0]).then_some((key, refusing.0))
+            })
+            .expect("such a key");
+        assert_eq!(choose(&client, "data", &key, &[], &[]), Some(0), "first: the home");
+        assert_eq!(choose(&client, "data", &key, &[], &[refusing]), Some(1));
+        let shared = client.candidates("data", &key).unwrap()[0].devices[0].0;
+        assert_eq!(choose(&client, "data", &key, &[], &[shared]), None, "both are on it");
+        // The home's primary did not answer: candidate 1 has it as a replica, so it is down
+        // for both.
+        assert_eq!(choose(&client, "data", &key, &[0], &[]), None);
+        // A device too full for the object excludes its candidates as a refusal does.
+        hear(&client, |d| if d == refusing { 999 } else { 100 });
+        assert_eq!(choose(&client, "data", &key, &[], &[]), Some(1));
+    }
+
+    #[tokio::test]
+    async fn a_client_cannot_override_with_an_unknown_or_weightless_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        client(dir.path(), 2, "first", None).await;
+        let path = dir.path().join("map.toml");
+        for (name, says) in [("fastest", "unknown policy 'fastest'"), ("composite", "weights")] {
+            let config = ClientConfig { policy: Some(name.into()), ..ClientConfig::default() };
+            let error = Client::connect(&path, config).await.err().expect("refused");
+            assert!(error.to_string().contains(says), "{error}");
+        }
+    }
 }

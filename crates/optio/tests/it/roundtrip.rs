@@ -73,3 +73,38 @@ fn every_engine_and_policy_round_trips() {
         }
     });
 }
+
+/// k and the policy come from the map (`optio up --choices 3 --policy random` writes them on
+/// `data` and `blobs`): a client without an override writes where the pool's policy says, an
+/// override changes the policy but never k, and `plain` has one candidate.
+#[test]
+fn the_pools_k_and_policy_come_from_the_map() {
+    let (_dir, cluster) =
+        cluster(LocalClusterSpec { choices: 3, policy: "random".into(), ..crate::small() });
+    runtime().block_on(async {
+        let pooled = client(&cluster, None).await;
+        let first = client(&cluster, Some("first")).await;
+        for pool in [CRUSH_POOL, RING_POOL] {
+            let mut on = [0usize; 3];
+            for i in 0..24 {
+                let key = format!("{pool}/k3/{i}");
+                let candidates = pooled.candidates(pool, &key).expect("candidates");
+                assert_eq!(candidates.len(), 3, "k = 3, from the map");
+                assert_eq!(first.candidates(pool, &key).expect("candidates"), candidates);
+                let wanted = pooled.policy_pick(pool, &key, 100, None).await.expect("pick");
+                let random = pooled.policy_pick(pool, &key, 100, Some("random")).await;
+                assert_eq!(wanted, random.expect("pick"), "the pool's policy is random");
+                let report = pooled.put(pool, &key, data(i, 100)).await.expect("put");
+                assert_eq!(report.candidate, wanted, "{key}");
+                assert_eq!(pooled.stat(pool, &key).await.expect("stat").candidate.index, wanted);
+                on[usize::from(wanted)] += 1;
+                let other = format!("{key}/first");
+                assert_eq!(first.put(pool, &other, data(i, 100)).await.expect("put").candidate, 0);
+            }
+            assert!(on.iter().all(|&n| n > 0), "{pool}: random uses every candidate: {on:?}");
+        }
+        let plain = pooled.candidates(PLAIN_POOL, "plain/0").expect("candidates");
+        assert_eq!(plain.len(), 1, "the pool without choices");
+        assert_eq!(pooled.put(PLAIN_POOL, "plain/0", data(0, 10)).await.expect("put").probes, 0);
+    });
+}
