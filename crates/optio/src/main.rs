@@ -32,6 +32,28 @@ enum Command {
     /// Experiments: the seed papers' evaluations and engine comparisons (tables, --json,
     /// --plot FILE).
     Sim(commands::sim::Args),
+    /// Start a local cluster: one server process per host on loopback, the map under DIR;
+    /// runs until Ctrl-C.
+    Up(commands::up::Args),
+    /// Run one storage server (what `optio up` starts for each host).
+    Server(commands::server::Args),
+    /// Store an object (from a file or standard input).
+    Put(commands::client::PutArgs),
+    /// Read an object (to standard output or a file).
+    Get(commands::client::GetArgs),
+    /// Remove an object.
+    Rm(commands::client::KeyArgs),
+    /// List objects.
+    Ls(commands::client::LsArgs),
+    /// Where an object lives (candidate, PG, devices); --verify checks every replica.
+    Stat(commands::client::KeyArgs),
+    /// Which candidate holds a key, and each candidate's metrics.
+    Probe(commands::client::KeyArgs),
+    /// Measure the store: write/read throughput and latency, probe round trips, the cost of
+    /// probing on first writes.
+    Bench(commands::bench::Args),
+    /// The tour: a local cluster, data written and read under two policies, what happened.
+    Demo(commands::demo::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +64,16 @@ fn main() -> std::process::ExitCode {
         Command::Diff(args) => commands::diff::run(args),
         Command::Map(command) => commands::map::run(command),
         Command::Sim(args) => commands::sim::run(args),
+        Command::Up(args) => commands::up::run(args),
+        Command::Server(args) => commands::server::run(args),
+        Command::Put(args) => commands::client::put(args),
+        Command::Get(args) => commands::client::get(args),
+        Command::Rm(args) => commands::client::rm(args),
+        Command::Ls(args) => commands::client::ls(args),
+        Command::Stat(args) => commands::client::stat(args),
+        Command::Probe(args) => commands::client::probe(args),
+        Command::Bench(args) => commands::bench::run(args),
+        Command::Demo(args) => commands::demo::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

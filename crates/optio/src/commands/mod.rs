@@ -1,10 +1,15 @@
 //! One module per subcommand.
 
 pub mod analyze;
+pub mod bench;
+pub mod client;
+pub mod demo;
 pub mod diff;
 pub mod map;
 pub mod place;
+pub mod server;
 pub mod sim;
+pub mod up;
 
 use anyhow::{Context, Result, anyhow, bail};
 use optio_placement::{ClusterMap, EngineRef, PoolId, PoolSpec, RuleId, RuleRef};
@@ -132,4 +137,20 @@ pub fn engine_text(map: &optio_placement::ClusterMap, pool: &optio_placement::Po
         }
         _ => pool.engine.name().to_string(),
     }
+}
+
+/// A multi-threaded runtime for the commands that talk to servers.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Logs to stderr at the level in `OPTIO_LOG` (error, warn, info, debug, trace), else
+/// `default`.
+pub fn init_logging(default: &str) {
+    let level = std::env::var("OPTIO_LOG").unwrap_or_else(|_| default.to_string());
+    let level = level.parse::<tracing::Level>().unwrap_or(tracing::Level::WARN);
+    let _ = tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).try_init();
 }

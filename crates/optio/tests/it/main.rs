@@ -1,4 +1,7 @@
-//! End-to-end tests of the `optio` binary: what a user types, what they see, and how it fails.
+//! End-to-end tests of the `optio` binary: what a user types, what they see, and how it fails;
+//! and of the store: server processes on ephemeral loopback ports, real files, real clients.
+
+#![allow(missing_docs)]
 
 mod support;
 
@@ -8,3 +11,14 @@ mod choice;
 mod diff;
 mod map;
 mod place;
+
+// The store (issue 5).
+mod cli;
+mod client_crash;
+mod crash;
+mod faults;
+mod race;
+mod roundtrip;
+mod store_support;
+
+pub use store_support::*;

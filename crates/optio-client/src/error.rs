@@ -1,0 +1,135 @@
+//! The client's errors.
+
+use optio_proto::{ErrorKind, KeyError};
+
+/// Why a client operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The cluster map could not be loaded.
+    #[error("cannot load the cluster map {path}: {reason}")]
+    Map {
+        /// The map file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// No such pool in the map.
+    #[error("no pool '{pool}' in the map; pools are: {known}")]
+    NoPool {
+        /// The pool asked for.
+        pool: String,
+        /// The pools there are.
+        known: String,
+    },
+    /// The key is not valid.
+    #[error("bad key: {0}")]
+    BadKey(#[from] KeyError),
+    /// No such object.
+    #[error("no object '{key}' in pool '{pool}'")]
+    NotFound {
+        /// Pool.
+        pool: String,
+        /// Key.
+        key: String,
+    },
+    /// No candidate of a new object has room.
+    #[error("no candidate of '{key}' has room for {size_bytes} bytes: {details}")]
+    NoRoom {
+        /// Key.
+        key: String,
+        /// Object size.
+        size_bytes: u64,
+        /// What each candidate answered.
+        details: String,
+    },
+    /// The object is larger than the servers take.
+    #[error("'{key}' is too large: {reason}")]
+    TooLarge {
+        /// Key.
+        key: String,
+        /// The server's reason.
+        reason: String,
+    },
+    /// A device has no address in the map.
+    #[error("device {device} has no address in the map (is the cluster running? `optio up`)")]
+    NoAddress {
+        /// The device.
+        device: u32,
+    },
+    /// The pool's placement gave no devices (all down or out).
+    #[error("no device is available for '{key}' (all of its devices are down or out)")]
+    NoDevices {
+        /// Key.
+        key: String,
+    },
+    /// The home of an object could not be reached to record a choice.
+    #[error(
+        "cannot record the choice for '{key}': its home device {device} at {addr} is unreachable: {reason}"
+    )]
+    HomeUnreachable {
+        /// Key.
+        key: String,
+        /// Home device.
+        device: u32,
+        /// Its address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// No replica of a candidate answered, so a new object cannot be placed safely (that
+    /// candidate may hold it).
+    #[error(
+        "cannot create '{key}': no replica of its candidate {candidate} (devices {devices:?}) answers, and it may already hold the object"
+    )]
+    CandidateUnreachable {
+        /// Key.
+        key: String,
+        /// The candidate.
+        candidate: u8,
+        /// Its devices.
+        devices: Vec<u32>,
+    },
+    /// Fewer replicas than needed acknowledged a write.
+    #[error("'{key}': only {acked} of {needed} replicas acknowledged the write: {failures}")]
+    NotEnoughReplicas {
+        /// Key.
+        key: String,
+        /// Replicas that acknowledged.
+        acked: usize,
+        /// Replicas needed (w).
+        needed: usize,
+        /// What the others answered.
+        failures: String,
+    },
+    /// No replica could be read.
+    #[error("cannot read '{key}' from any replica: {failures}")]
+    Unreadable {
+        /// Key.
+        key: String,
+        /// What each replica answered.
+        failures: String,
+    },
+    /// A server refused the request.
+    #[error("device {device} refused: {kind:?}: {reason}")]
+    Refused {
+        /// Device.
+        device: u32,
+        /// Error kind.
+        kind: ErrorKind,
+        /// The server's reason.
+        reason: String,
+    },
+    /// The map kept changing under the operation.
+    #[error("the map epoch kept changing ({attempts} attempts); try again")]
+    EpochRetries {
+        /// Attempts made.
+        attempts: usize,
+    },
+    /// The intent log could not be written.
+    #[error("cannot write the intent log: {0}")]
+    IntentLog(#[source] std::io::Error),
+    /// The configuration is invalid.
+    #[error("invalid client configuration: {0}")]
+    Config(String),
+}

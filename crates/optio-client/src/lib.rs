@@ -1,0 +1,45 @@
+//! # optio-client
+//!
+//! Optio's clever client (CHOICE's "simple server, clever client"): it computes placement
+//! from the cluster map, gives every object k candidate placements, probes the candidates'
+//! primaries on first access (the servers piggyback their metrics), lets a policy choose where
+//! a new object goes, records that choice at the object's home with an atomic
+//! create-if-absent, and caches it in 8–14 bytes an object so that later accesses send no
+//! probe. It replicates by fan-out, acknowledges a write when w replicas are durable, carries
+//! the map epoch on every request and refreshes when a server says it is stale, repairs
+//! replicas found corrupt or missing, and keeps an intent log so that a crash leaves no
+//! object in doubt.
+//!
+//! Design decisions (and why) are in `docs/store.md`.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), optio_client::ClientError> {
+//! use optio_client::{Client, ClientConfig};
+//! // k and the policy are the pool's (in the map); a client may override the policy.
+//! let config = ClientConfig { policy: Some("space".into()), ..ClientConfig::default() };
+//! let client = Client::connect("cluster/map.toml".as_ref(), config).await?;
+//! let report = client.put("objects", "hello.txt", "hello".into()).await?;
+//! println!("written on candidate {} (devices {:?})", report.candidate, report.devices);
+//! assert_eq!(&client.get("objects", "hello.txt").await?[..], b"hello");
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod cache;
+pub mod candidates;
+mod client;
+mod error;
+pub mod intent;
+pub mod policy;
+pub mod transport;
+
+pub use cache::ChoiceCache;
+pub use candidates::{CHOICES_MAX, Candidate};
+pub use client::{
+    CandidateProbe, Client, ClientConfig, ClientStats, ObjectLocation, ProbeReport, PutReport,
+    RETRIES_MAX, ReplicaState,
+};
+pub use error::ClientError;

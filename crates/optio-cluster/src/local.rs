@@ -1,0 +1,393 @@
+//! A whole cluster on one machine: one `optio server` process per host, each on a free
+//! loopback port, and the map (with the servers' addresses) in `DIR/map.toml`.
+//!
+//! Servers are started with `--exit-with-stdin`: each keeps a pipe from this process as its
+//! standard input and exits when it closes, so no server outlives the cluster, even when the
+//! process holding it is killed with SIGKILL.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::ClusterError;
+use crate::mapstore;
+
+/// How long a server may take to start (print its address) or to answer `/health`.
+pub const SERVER_START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a stopping server may take before it is killed.
+pub const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between two polls of a condition (a bounded wait, never a synchronisation).
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// The line a server prints on standard output once it listens: `optio-server listening on
+/// ADDR`.
+pub const LISTENING_PREFIX: &str = "optio-server listening on ";
+
+/// The shape of a local cluster.
+#[derive(Clone, Debug)]
+pub struct LocalClusterSpec {
+    /// Zones.
+    pub zones: u32,
+    /// Hosts per zone (one server process each).
+    pub hosts_per_zone: u32,
+    /// Devices per host.
+    pub devices_per_host: u32,
+    /// Capacity of each device.
+    pub capacity_bytes: u64,
+    /// Largest object a server takes (`None`: the server's default).
+    pub max_object_bytes: Option<u64>,
+    /// PGs of the `crush` pool.
+    pub pg_num: u32,
+    /// Replicas.
+    pub replicas: u32,
+    /// Candidates per object (CHOICE's k) of the `data` and `blobs` pools.
+    pub choices: u32,
+    /// Their policy.
+    pub policy: String,
+}
+
+impl Default for LocalClusterSpec {
+    fn default() -> LocalClusterSpec {
+        LocalClusterSpec {
+            zones: 3,
+            hosts_per_zone: 3,
+            devices_per_host: 1,
+            capacity_bytes: 16 << 30,
+            max_object_bytes: None,
+            pg_num: 128,
+            replicas: 3,
+            choices: 2,
+            policy: "space".into(),
+        }
+    }
+}
+
+/// The `crush` pool of a local cluster.
+pub const CRUSH_POOL: &str = "data";
+/// The `ring` pool of a local cluster.
+pub const RING_POOL: &str = "blobs";
+/// A `crush` pool without choices (k = 1), for comparisons.
+pub const PLAIN_POOL: &str = "plain";
+
+/// One server process.
+#[derive(Debug)]
+pub struct ServerProcess {
+    /// The host it stands for.
+    pub host: String,
+    /// `host:port`.
+    pub addr: String,
+    /// Its devices: (id, data directory).
+    pub devices: Vec<(u32, PathBuf)>,
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    _stdout: Option<BufReader<ChildStdout>>,
+}
+
+impl ServerProcess {
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
+/// A running local cluster. Dropping it stops the servers.
+#[derive(Debug)]
+pub struct LocalCluster {
+    dir: PathBuf,
+    binary: PathBuf,
+    spec: LocalClusterSpec,
+    servers: Vec<ServerProcess>,
+}
+
+fn device_capacity_arg(id: u32, dir: &Path, capacity: u64) -> String {
+    format!("{id}:{capacity}:{}", dir.display())
+}
+
+impl LocalCluster {
+    /// Starts the servers (the `server` subcommand of `binary`), then writes the map with
+    /// their addresses under `dir` (the next epoch if a map was there) and waits until every
+    /// server holds it. Device data in `dir` from an earlier run is kept.
+    pub fn start(
+        binary: &Path,
+        dir: &Path,
+        spec: &LocalClusterSpec,
+    ) -> Result<LocalCluster, ClusterError> {
+        if spec.zones == 0 || spec.hosts_per_zone == 0 || spec.devices_per_host == 0 {
+            return Err(ClusterError::Spec(
+                "zones, hosts and devices per host must be at least 1".into(),
+            ));
+        }
+        fs::create_dir_all(dir)
+            .map_err(|e| ClusterError::Io(format!("cannot create {}: {e}", dir.display())))?;
+        let dir = fs::canonicalize(dir)
+            .map_err(|e| ClusterError::Io(format!("{}: {e}", dir.display())))?;
+        let mut cluster = LocalCluster {
+            dir: dir.clone(),
+            binary: binary.to_path_buf(),
+            spec: spec.clone(),
+            servers: Vec::new(),
+        };
+        let mut id = 0u32;
+        for zone in 1..=spec.zones {
+            for host in 1..=spec.hosts_per_zone {
+                let name = format!("z{zone}-h{host}");
+                let devices: Vec<(u32, PathBuf)> = (0..spec.devices_per_host)
+                    .map(|_| {
+                        id += 1;
+                        (id - 1, dir.join(format!("dev{}", id - 1)))
+                    })
+                    .collect();
+                let server = cluster.spawn(&name, &devices, "127.0.0.1:0")?;
+                cluster.servers.push(server);
+            }
+        }
+        let previous = mapstore::load(&cluster.map_path()).map(|m| m.epoch().0).unwrap_or(0);
+        let text = cluster.map_text(previous + 1);
+        let map = optio_mapfile::parse(&text)
+            .map_err(|e| ClusterError::Map(format!("the generated map is invalid: {e}")))?;
+        mapstore::store(&cluster.map_path(), &map)?;
+        cluster.wait_for_epoch(previous + 1)?;
+        Ok(cluster)
+    }
+
+    fn spawn(
+        &self,
+        host: &str,
+        devices: &[(u32, PathBuf)],
+        listen: &str,
+    ) -> Result<ServerProcess, ClusterError> {
+        let log_path = self.dir.join(format!("{host}.log"));
+        let log =
+            fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| {
+                ClusterError::Io(format!("cannot open {}: {e}", log_path.display()))
+            })?;
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("server")
+            .arg("--listen")
+            .arg(listen)
+            .arg("--map")
+            .arg(self.map_path())
+            .arg("--exit-with-stdin");
+        for (id, dir) in devices {
+            command.arg("--device").arg(device_capacity_arg(*id, dir, self.spec.capacity_bytes));
+        }
+        if let Some(max) = self.spec.max_object_bytes {
+            command.arg("--max-object-size").arg(max.to_string());
+        }
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::from(log));
+        let mut child = command.spawn().map_err(|e| {
+            ClusterError::Io(format!("cannot start {}: {e}", self.binary.display()))
+        })?;
+        let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+        let mut line = String::new();
+        // The server prints its address as soon as it listens, or exits (closing stdout).
+        let read = stdout.read_line(&mut line);
+        let addr = match (read, line.trim().strip_prefix(LISTENING_PREFIX)) {
+            (Ok(_), Some(addr)) => addr.to_string(),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let log = fs::read_to_string(&log_path).unwrap_or_default();
+                return Err(ClusterError::Server(format!(
+                    "server {host} did not start; its log {} says: {}",
+                    log_path.display(),
+                    log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+                )));
+            }
+        };
+        Ok(ServerProcess {
+            host: host.to_string(),
+            addr,
+            devices: devices.to_vec(),
+            child: Some(child),
+            stdin,
+            _stdout: Some(stdout),
+        })
+    }
+
+    fn map_text(&self, epoch: u64) -> String {
+        let spec = &self.spec;
+        let replicas = spec.replicas.min(spec.zones * spec.hosts_per_zone).max(1);
+        let domain = if spec.zones >= replicas { "zone" } else { "host" };
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# Optio local cluster, written by `optio up` (format: docs/map-format.md)"
+        );
+        let _ = writeln!(out, "format_version = 1\nepoch = {epoch}\n");
+        for server in &self.servers {
+            let zone = server.host.split('-').next().unwrap_or("z1");
+            for (id, _) in &server.devices {
+                let _ = writeln!(
+                    out,
+                    "[[devices]]\nid = {id}\ncapacity = {}\nweight = 1.0\naddr = \"{}\"\nlocation = {{ zone = \"{zone}\", host = \"{}\" }}\n",
+                    spec.capacity_bytes, server.addr, server.host
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "[[rules]]\nid = 0\nname = \"by_{domain}\"\nsteps = [\"take default\", \"chooseleaf firstn 0 type {domain}\", \"emit\"]\n"
+        );
+        let choice = format!("choices = {}\npolicy = \"{}\"\n", spec.choices, spec.policy);
+        let _ = writeln!(
+            out,
+            "[[pools]]\nid = 1\nname = \"{CRUSH_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}\n{choice}",
+            spec.pg_num
+        );
+        let vnode = (spec.capacity_bytes / 64).max(1 << 20);
+        let _ = writeln!(
+            out,
+            "[[pools]]\nid = 2\nname = \"{RING_POOL}\"\nengine = \"ring\"\nsize = {replicas}\nvnode_bytes = {vnode}\nfailure_domain = \"{domain}\"\n{choice}"
+        );
+        let _ = writeln!(
+            out,
+            "[[pools]]\nid = 3\nname = \"{PLAIN_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}",
+            spec.pg_num
+        );
+        out
+    }
+
+    /// The cluster directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The map file.
+    pub fn map_path(&self) -> PathBuf {
+        mapstore::map_path(&self.dir)
+    }
+
+    /// The servers.
+    pub fn servers(&self) -> &[ServerProcess] {
+        &self.servers
+    }
+
+    /// The server holding `device`.
+    fn server_of(&self, device: u32) -> Result<usize, ClusterError> {
+        self.servers
+            .iter()
+            .position(|s| s.devices.iter().any(|(id, _)| *id == device))
+            .ok_or_else(|| ClusterError::Spec(format!("no server holds device {device}")))
+    }
+
+    /// The data directory of `device`.
+    pub fn device_dir(&self, device: u32) -> Result<PathBuf, ClusterError> {
+        let server = &self.servers[self.server_of(device)?];
+        Ok(server
+            .devices
+            .iter()
+            .find(|(id, _)| *id == device)
+            .map(|(_, d)| d.clone())
+            .expect("found above"))
+    }
+
+    /// Kills the server holding `device` with SIGKILL (a crash).
+    pub fn kill(&mut self, device: u32) -> Result<(), ClusterError> {
+        let i = self.server_of(device)?;
+        let server = &mut self.servers[i];
+        if let Some(mut child) = server.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        server.stdin = None;
+        server._stdout = None;
+        Ok(())
+    }
+
+    /// Restarts the server holding `device` on its old address and waits until it holds the
+    /// current epoch.
+    pub fn restart(&mut self, device: u32) -> Result<(), ClusterError> {
+        let i = self.server_of(device)?;
+        self.kill(device)?;
+        let (host, devices, addr) = {
+            let s = &self.servers[i];
+            (s.host.clone(), s.devices.clone(), s.addr.clone())
+        };
+        let deadline = Instant::now() + SERVER_START_TIMEOUT;
+        // The old socket may linger a moment after the kill; retry the bind within a bound.
+        let server = loop {
+            match self.spawn(&host, &devices, &addr) {
+                Ok(server) => break server,
+                Err(error) if Instant::now() > deadline => return Err(error),
+                Err(_) => std::thread::sleep(POLL_INTERVAL * 10),
+            }
+        };
+        self.servers[i] = server;
+        let epoch = mapstore::load(&self.map_path())?.epoch().0;
+        wait_for(&self.servers[i].addr, epoch)
+    }
+
+    /// Waits until every running server holds `epoch` (or a newer one).
+    pub fn wait_for_epoch(&self, epoch: u64) -> Result<(), ClusterError> {
+        for server in self.servers.iter().filter(|s| s.child.is_some()) {
+            wait_for(&server.addr, epoch)?;
+        }
+        Ok(())
+    }
+
+    /// Stops every server: closes their standard input (they exit cleanly), waits a bounded
+    /// time, then kills what is left.
+    pub fn stop(&mut self) {
+        for server in &mut self.servers {
+            server.stdin = None;
+        }
+        let deadline = Instant::now() + SERVER_STOP_TIMEOUT;
+        for server in &mut self.servers {
+            if let Some(mut child) = server.child.take() {
+                loop {
+                    match child.try_wait() {
+                        Ok(Some(_)) => break,
+                        Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL_INTERVAL),
+                        _ => {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                            break;
+                        }
+                    }
+                }
+            }
+            server._stdout = None;
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The epoch a server reports on `/health` (a plain HTTP/1.0 request).
+pub fn health_epoch(addr: &str) -> Option<u64> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(b"GET /health HTTP/1.0\r\nHost: optio\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let body = response.split("\r\n\r\n").nth(1)?;
+    let epoch = body.split("\"epoch\":").nth(1)?;
+    epoch.trim_end_matches(['}', '\n', ' ']).trim().parse().ok()
+}
+
+/// Waits until the server at `addr` holds `epoch` or a newer one.
+pub fn wait_for(addr: &str, epoch: u64) -> Result<(), ClusterError> {
+    let deadline = Instant::now() + SERVER_START_TIMEOUT;
+    loop {
+        let held = health_epoch(addr);
+        if held.is_some_and(|held| held >= epoch) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(ClusterError::Server(format!(
+                "the server at {addr} did not reach epoch {epoch} within {SERVER_START_TIMEOUT:?} (it holds {held:?})"
+            )));
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}

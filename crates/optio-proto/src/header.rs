@@ -1,0 +1,228 @@
+//! The on-disk object header.
+//!
+//! Layout (little-endian, 64 bytes), followed by the key (UTF-8) and the data:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..8 | magic `OPTIOOBJ` |
+//! | 8..10 | format version ([`OBJECT_FORMAT_VERSION`]) |
+//! | 10..12 | flags (bit 0: the PG seed is set) |
+//! | 12..16 | pool id |
+//! | 16..20 | PG seed |
+//! | 20..22 | key length in bytes |
+//! | 22..24 | reserved (0) |
+//! | 24..32 | data size in bytes |
+//! | 32..36 | crc32c of the data |
+//! | 36..40 | reserved (0) |
+//! | 40..48 | object version |
+//! | 48..56 | epoch of the writer's map |
+//! | 56..60 | reserved (0) |
+//! | 60..64 | crc32c of bytes 0..60 and of the key |
+
+use optio_placement::{Epoch, PoolId};
+
+use crate::ObjectVersion;
+use crate::error::FormatError;
+use crate::key::KEY_BYTES_MAX;
+
+/// Size of the fixed part of the header.
+pub const HEADER_BYTES: usize = 64;
+/// The object format this code writes (and the newest it reads).
+pub const OBJECT_FORMAT_VERSION: u16 = 1;
+const MAGIC: &[u8; 8] = b"OPTIOOBJ";
+const FLAG_PG: u16 = 1;
+
+/// The crc32c (Castagnoli) checksum Optio uses for data, headers and records.
+pub fn checksum(data: &[u8]) -> u32 {
+    crc32c::crc32c(data)
+}
+
+/// The header of a stored object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectHeader {
+    /// Pool.
+    pub pool: PoolId,
+    /// PG seed the writer placed the object in, for pools with PGs.
+    pub pg_seed: Option<u32>,
+    /// Data size in bytes.
+    pub size_bytes: u64,
+    /// crc32c of the data.
+    pub checksum: u32,
+    /// Object version.
+    pub version: ObjectVersion,
+    /// Epoch of the writer's map.
+    pub epoch: Epoch,
+}
+
+impl ObjectHeader {
+    /// The header for `data` stored under `key`.
+    pub fn new(
+        pool: PoolId,
+        pg_seed: Option<u32>,
+        key: &str,
+        data: &[u8],
+        version: ObjectVersion,
+        epoch: Epoch,
+    ) -> ObjectHeader {
+        debug_assert!(key.len() <= KEY_BYTES_MAX);
+        ObjectHeader {
+            pool,
+            pg_seed,
+            size_bytes: data.len() as u64,
+            checksum: checksum(data),
+            version,
+            epoch,
+        }
+    }
+
+    /// The header and the key, as stored (the data follows them).
+    pub fn encode(&self, key: &str) -> Vec<u8> {
+        assert!(key.len() <= KEY_BYTES_MAX, "keys are validated before they are stored");
+        let mut out = vec![0u8; HEADER_BYTES];
+        out[0..8].copy_from_slice(MAGIC);
+        out[8..10].copy_from_slice(&OBJECT_FORMAT_VERSION.to_le_bytes());
+        let flags = if self.pg_seed.is_some() { FLAG_PG } else { 0 };
+        out[10..12].copy_from_slice(&flags.to_le_bytes());
+        out[12..16].copy_from_slice(&self.pool.0.to_le_bytes());
+        out[16..20].copy_from_slice(&self.pg_seed.unwrap_or(0).to_le_bytes());
+        out[20..22].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        out[24..32].copy_from_slice(&self.size_bytes.to_le_bytes());
+        out[32..36].copy_from_slice(&self.checksum.to_le_bytes());
+        out[40..48].copy_from_slice(&self.version.0.to_le_bytes());
+        out[48..56].copy_from_slice(&self.epoch.0.to_le_bytes());
+        out.extend_from_slice(key.as_bytes());
+        let crc = crc32c::crc32c_append(checksum(&out[0..60]), key.as_bytes());
+        out[60..64].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Decodes the header and key at the start of `bytes`, checking the header's checksum but
+    /// not the data. Returns the header, the key and the offset of the data.
+    pub fn decode_prefix(bytes: &[u8]) -> Result<(ObjectHeader, &str, usize), FormatError> {
+        if bytes.len() < HEADER_BYTES {
+            return Err(FormatError::Truncated { bytes: bytes.len() });
+        }
+        if &bytes[0..8] != MAGIC {
+            return Err(FormatError::BadMagic);
+        }
+        let version = u16_at(bytes, 8);
+        if version == 0 || version > OBJECT_FORMAT_VERSION {
+            return Err(FormatError::UnsupportedVersion {
+                found: version,
+                supported: OBJECT_FORMAT_VERSION,
+            });
+        }
+        let key_len = usize::from(u16_at(bytes, 20));
+        if key_len > KEY_BYTES_MAX || bytes.len() < HEADER_BYTES + key_len {
+            return Err(FormatError::Truncated { bytes: bytes.len() });
+        }
+        let key_bytes = &bytes[HEADER_BYTES..HEADER_BYTES + key_len];
+        let crc = crc32c::crc32c_append(checksum(&bytes[0..60]), key_bytes);
+        if crc != u32_at(bytes, 60) {
+            return Err(FormatError::HeaderChecksum);
+        }
+        let key = std::str::from_utf8(key_bytes).map_err(|_| FormatError::KeyNotUtf8)?;
+        let flags = u16_at(bytes, 10);
+        let header = ObjectHeader {
+            pool: PoolId(u32_at(bytes, 12)),
+            pg_seed: (flags & FLAG_PG != 0).then(|| u32_at(bytes, 16)),
+            size_bytes: u64_at(bytes, 24),
+            checksum: u32_at(bytes, 32),
+            version: ObjectVersion(u64_at(bytes, 40)),
+            epoch: Epoch(u64_at(bytes, 48)),
+        };
+        Ok((header, key, HEADER_BYTES + key_len))
+    }
+
+    /// Decodes a whole stored object, verifying the header and the data.
+    pub fn decode(bytes: &[u8]) -> Result<(ObjectHeader, &str, &[u8]), FormatError> {
+        let (header, key, offset) = ObjectHeader::decode_prefix(bytes)?;
+        let data = &bytes[offset..];
+        header.verify(data)?;
+        Ok((header, key, data))
+    }
+
+    /// Checks that `data` is what this header describes.
+    pub fn verify(&self, data: &[u8]) -> Result<(), FormatError> {
+        if data.len() as u64 != self.size_bytes {
+            return Err(FormatError::SizeMismatch {
+                expected: self.size_bytes,
+                found: data.len() as u64,
+            });
+        }
+        let found = checksum(data);
+        if found != self.checksum {
+            return Err(FormatError::DataChecksum { expected: self.checksum, found });
+        }
+        Ok(())
+    }
+}
+
+fn u16_at(bytes: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([bytes[at], bytes[at + 1]])
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn stored(key: &str, data: &[u8]) -> Vec<u8> {
+        let header = ObjectHeader::new(PoolId(3), Some(17), key, data, ObjectVersion(99), Epoch(5));
+        let mut file = header.encode(key);
+        file.extend_from_slice(data);
+        file
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_detected() {
+        let file = stored("k/ey", b"some data here");
+        for byte in 0..file.len() {
+            for bit in 0..8 {
+                let mut bad = file.clone();
+                bad[byte] ^= 1 << bit;
+                assert!(ObjectHeader::decode(&bad).is_err(), "flip at {byte}:{bit} undetected");
+            }
+        }
+    }
+
+    #[test]
+    fn truncation_and_newer_formats_are_refused() {
+        let file = stored("key", b"data");
+        for len in 0..file.len() {
+            assert!(ObjectHeader::decode(&file[..len]).is_err(), "truncated to {len}");
+        }
+        let mut newer = file.clone();
+        newer[8..10].copy_from_slice(&(OBJECT_FORMAT_VERSION + 1).to_le_bytes());
+        assert!(matches!(
+            ObjectHeader::decode(&newer),
+            Err(FormatError::UnsupportedVersion { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(key in "[^\u{0}]{1,64}", data in proptest::collection::vec(any::<u8>(), 0..512),
+                       pg in proptest::option::of(any::<u32>())) {
+            let header = ObjectHeader::new(PoolId(1), pg, &key, &data, ObjectVersion(1), Epoch(2));
+            let mut file = header.encode(&key);
+            file.extend_from_slice(&data);
+            let (h, k, d) = ObjectHeader::decode(&file).expect("intact");
+            prop_assert_eq!(h, header);
+            prop_assert_eq!(k, key.as_str());
+            prop_assert_eq!(d, &data[..]);
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! All file I/O of a device goes through [`Disk`], so that tests can inject faults (a full
+//! disk, a failing fsync, a crash between writing and renaming) without touching the code
+//! under test.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The file operations a device needs.
+pub trait Disk: Send + Sync + 'static {
+    /// Writes `parts` (concatenated) to a new file at `temp`, durably (fsync) when `durable`.
+    fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()>;
+    /// Appends `bytes` to the file at `path` (created if missing) and makes them durable
+    /// (fdatasync; the directory too when the file is new).
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Makes a file and its directory entry durable (fsync of both).
+    fn sync(&self, path: &Path) -> io::Result<()>;
+    /// Atomically moves `temp` to `path`, replacing it (rename), then makes the directory
+    /// entry durable (fsync of the directory).
+    fn publish(&self, temp: &Path, path: &Path) -> io::Result<()>;
+    /// Atomically moves `temp` to `path` only if `path` does not exist (a hard link, then the
+    /// temporary name is removed), then makes the directory entry durable. Fails with
+    /// [`io::ErrorKind::AlreadyExists`] when `path` exists.
+    fn publish_if_absent(&self, temp: &Path, path: &Path) -> io::Result<()>;
+    /// Reads a whole file.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Reads at most `bytes` from the start of a file.
+    fn read_prefix(&self, path: &Path, bytes: usize) -> io::Result<Vec<u8>>;
+    /// Removes a file and makes the removal durable.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Renames without durability guarantees (quarantine).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Creates a directory and its parents, durably.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Creates a directory if it does not exist, not durably (sync its parent after).
+    fn create_dir(&self, path: &Path) -> io::Result<()>;
+    /// The entries of a directory (empty when it does not exist).
+    fn list(&self, path: &Path) -> io::Result<Vec<PathBuf>>;
+}
+
+/// The real file system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealDisk;
+
+fn sync_dir(path: &Path) -> io::Result<()> {
+    File::open(path)?.sync_all()
+}
+
+fn parent(path: &Path) -> &Path {
+    path.parent().unwrap_or(Path::new("."))
+}
+
+impl Disk for RealDisk {
+    fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()> {
+        let mut file = OpenOptions::new().write(true).create_new(true).open(temp)?;
+        let result = (|| {
+            for part in parts {
+                file.write_all(part)?;
+            }
+            if durable { file.sync_data() } else { Ok(()) }
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(temp);
+        }
+        result
+    }
+
+    fn sync(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()?;
+        sync_dir(parent(path))
+    }
+
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let existed = path.exists();
+        let mut file = OpenOptions::new().append(true).create(true).open(path)?;
+        file.write_all(bytes)?;
+        file.sync_data()?;
+        if !existed {
+            sync_dir(parent(path))?;
+        }
+        Ok(())
+    }
+
+    fn publish(&self, temp: &Path, path: &Path) -> io::Result<()> {
+        fs::rename(temp, path)?;
+        sync_dir(parent(path))
+    }
+
+    fn publish_if_absent(&self, temp: &Path, path: &Path) -> io::Result<()> {
+        let linked = fs::hard_link(temp, path);
+        let _ = fs::remove_file(temp);
+        linked?;
+        sync_dir(parent(path))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        fs::read(path)
+    }
+
+    fn read_prefix(&self, path: &Path, bytes: usize) -> io::Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(bytes.min(1 << 16));
+        File::open(path)?.take(bytes as u64).read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)?;
+        sync_dir(parent(path))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        if path.is_dir() {
+            return Ok(());
+        }
+        fs::create_dir_all(path)?;
+        sync_dir(parent(path))
+    }
+
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        match fs::create_dir(path) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            other => other,
+        }
+    }
+
+    fn list(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
+        match fs::read_dir(path) {
+            Ok(entries) => entries.map(|e| e.map(|e| e.path())).collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A fault to inject with [`FaultyDisk`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Writes fail with "no space left on device" (ENOSPC).
+    Full,
+    /// Writes fail with an I/O error.
+    WriteError,
+    /// The temporary file is written, then the "machine dies" before the rename: the write
+    /// fails and the temporary file stays behind, as after a crash.
+    CrashBeforeRename,
+}
+
+/// [`RealDisk`] with faults injected on demand (for tests).
+#[derive(Debug, Default)]
+pub struct FaultyDisk {
+    fault: Mutex<Option<Fault>>,
+}
+
+impl FaultyDisk {
+    /// A disk with no fault.
+    pub fn new() -> FaultyDisk {
+        FaultyDisk::default()
+    }
+
+    /// Injects `fault` (or none) from now on.
+    pub fn set_fault(&self, fault: Option<Fault>) {
+        *self.fault.lock().expect("fault lock is never poisoned") = fault;
+    }
+
+    fn fault(&self) -> Option<Fault> {
+        *self.fault.lock().expect("fault lock is never poisoned")
+    }
+}
+
+impl Disk for FaultyDisk {
+    fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()> {
+        match self.fault() {
+            Some(Fault::Full) => Err(io::Error::from(io::ErrorKind::StorageFull)),
+            Some(Fault::WriteError) => Err(io::Error::other("injected write error")),
+            _ => RealDisk.write_temp(temp, parts, durable),
+        }
+    }
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        match self.fault() {
+            Some(Fault::Full) => Err(io::Error::from(io::ErrorKind::StorageFull)),
+            Some(Fault::WriteError) => Err(io::Error::other("injected write error")),
+            _ => RealDisk.append(path, bytes),
+        }
+    }
+    fn sync(&self, path: &Path) -> io::Result<()> {
+        match self.fault() {
+            Some(Fault::WriteError) => Err(io::Error::other("injected sync error")),
+            _ => RealDisk.sync(path),
+        }
+    }
+    fn publish(&self, temp: &Path, path: &Path) -> io::Result<()> {
+        match self.fault() {
+            Some(Fault::CrashBeforeRename) => Err(io::Error::other("injected crash")),
+            _ => RealDisk.publish(temp, path),
+        }
+    }
+    fn publish_if_absent(&self, temp: &Path, path: &Path) -> io::Result<()> {
+        match self.fault() {
+            Some(Fault::CrashBeforeRename) => Err(io::Error::other("injected crash")),
+            _ => RealDisk.publish_if_absent(temp, path),
+        }
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        RealDisk.read(path)
+    }
+    fn read_prefix(&self, path: &Path, bytes: usize) -> io::Result<Vec<u8>> {
+        RealDisk.read_prefix(path, bytes)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        RealDisk.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealDisk.rename(from, to)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        RealDisk.create_dir_all(path)
+    }
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        RealDisk.create_dir(path)
+    }
+    fn list(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
+        RealDisk.list(path)
+    }
+}

@@ -1,0 +1,88 @@
+//! Errors of a device's store.
+
+use std::io;
+use std::path::PathBuf;
+
+use optio_proto::{ErrorKind, FormatError, ObjectVersion};
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No such object or record.
+    #[error("not found")]
+    NotFound,
+    /// The device has no room.
+    #[error(
+        "device {device} is full: {used_bytes} of {capacity_bytes} bytes used, {needed_bytes} more needed"
+    )]
+    Full {
+        /// The device.
+        device: u32,
+        /// Bytes the write needed.
+        needed_bytes: u64,
+        /// Bytes used.
+        used_bytes: u64,
+        /// Configured capacity.
+        capacity_bytes: u64,
+    },
+    /// A newer version is stored.
+    #[error("version {stored:?} is stored, newer than {offered:?}")]
+    VersionConflict {
+        /// Stored version.
+        stored: ObjectVersion,
+        /// Offered version.
+        offered: ObjectVersion,
+    },
+    /// The body does not match the checksum the client sent.
+    #[error("body checksum is {computed:08x}, the request says {sent:08x}")]
+    ChecksumMismatch {
+        /// Sent by the client.
+        sent: u32,
+        /// Computed over the body.
+        computed: u32,
+    },
+    /// A stored file failed verification; it was moved to quarantine.
+    #[error("replica at {path} is corrupt ({error}); moved to quarantine")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        error: FormatError,
+    },
+    /// The disk failed.
+    #[error("{operation} {path}: {source}")]
+    Io {
+        /// What was being done.
+        operation: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+impl StoreError {
+    /// The wire kind.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StoreError::NotFound => ErrorKind::NotFound,
+            StoreError::Full { .. } => ErrorKind::Full,
+            StoreError::VersionConflict { .. } => ErrorKind::VersionConflict,
+            StoreError::ChecksumMismatch { .. } => ErrorKind::BadRequest,
+            StoreError::Corrupt { .. } => ErrorKind::Corrupt,
+            StoreError::Io { source, .. } if source.kind() == io::ErrorKind::StorageFull => {
+                ErrorKind::Full
+            }
+            StoreError::Io { .. } => ErrorKind::Io,
+        }
+    }
+
+    pub(crate) fn io(
+        operation: &'static str,
+        path: &std::path::Path,
+    ) -> impl FnOnce(io::Error) -> StoreError {
+        let path = path.to_path_buf();
+        move |source| StoreError::Io { operation, path, source }
+    }
+}

@@ -1,0 +1,222 @@
+//! # optio-server
+//!
+//! Optio's storage daemon: one or more devices (data directories with a configured capacity)
+//! behind one HTTP endpoint. It is deliberately simple — CHOICE's "simple server, clever
+//! client": it stores, verifies and serves objects, answers probes with the device's metrics
+//! piggybacked, keeps choice records with an atomic create-if-absent, and refuses requests
+//! from a stale epoch. Placement, choices and replication are the client's job
+//! (`optio-client`), so the server never needs to compute a placement.
+//!
+//! Design decisions (details in `docs/store.md`):
+//!
+//! * **Durable or invisible.** A write goes to a temporary file, is fsynced, renamed into
+//!   place and the directory fsynced; a crash leaves at most a temporary file, removed at the
+//!   next start. Every stored file carries a header with a format version, the key, the size,
+//!   crc32c checksums and the version ([`optio_proto::ObjectHeader`]).
+//! * **Every read verifies.** A replica that fails its checksum is moved to `quarantine/`,
+//!   reported as `corrupt` (500), and repaired by the client from another replica.
+//! * **Metadata in memory.** Probes and listings never touch the disk.
+//! * **All I/O behind [`Disk`]**, so tests inject a full disk or a crash before the rename.
+//! * **Metrics** ([`optio_proto::DeviceMetrics`]): CPU and memory utilisation from `/proc`
+//!   honouring cgroup limits, space against the configured capacity, an EWMA of service
+//!   time, unflushed bytes, the location path from the map.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), optio_server::ServerError> {
+//! use optio_server::{DeviceConfig, Server, ServerConfig};
+//! let config = ServerConfig {
+//!     devices: vec![DeviceConfig { id: 0, dir: "/tmp/optio/dev0".into(), capacity_bytes: 1 << 30 }],
+//!     ..ServerConfig::default()
+//! };
+//! let server = Server::bind(config).await?;
+//! println!("listening on {}", server.local_addr());
+//! server.serve(std::future::pending()).await
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod disk;
+mod error;
+pub mod http;
+mod mapstate;
+pub mod records;
+pub mod store;
+pub mod system;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use disk::{Disk, Fault, FaultyDisk, RealDisk};
+pub use error::StoreError;
+pub use http::{Listing, ServerStatus};
+pub use mapstate::MapState;
+pub use store::{DeviceConfig, DeviceStore};
+
+/// Largest object a server takes by default.
+pub const OBJECT_BYTES_MAX_DEFAULT: u64 = 64 << 20;
+/// How often the map file is checked for changes.
+pub const MAP_POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How often CPU and memory are sampled.
+pub const SYSTEM_SAMPLE_INTERVAL: Duration = Duration::from_millis(1000);
+
+/// How to run a server.
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// Address to listen on (port 0: any free port).
+    pub listen: SocketAddr,
+    /// The devices served.
+    pub devices: Vec<DeviceConfig>,
+    /// The map file (for epochs and locations); none: no epoch checks.
+    pub map_path: Option<PathBuf>,
+    /// Largest object taken (413 above).
+    pub max_object_bytes: u64,
+    /// The disk of each device (default: the real file system), by device id.
+    pub disks: HashMap<u32, Arc<dyn Disk>>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            devices: Vec::new(),
+            map_path: None,
+            max_object_bytes: OBJECT_BYTES_MAX_DEFAULT,
+            disks: HashMap::new(),
+        }
+    }
+}
+
+/// Why a server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// A device could not be opened.
+    #[error("cannot open device {device}: {source}")]
+    Device {
+        /// The device.
+        device: u32,
+        /// Why.
+        source: StoreError,
+    },
+    /// The same device twice.
+    #[error("device {0} is configured twice")]
+    DuplicateDevice(u32),
+    /// The map could not be loaded.
+    #[error("{0}")]
+    Map(String),
+    /// The socket could not be bound or served.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A server bound to its address, not yet serving.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    state: Arc<http::AppState>,
+}
+
+impl Server {
+    /// Opens the devices, loads the map and binds the socket.
+    pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+        let mut devices = HashMap::new();
+        for device in &config.devices {
+            let disk = config.disks.get(&device.id).cloned().unwrap_or_else(|| Arc::new(RealDisk));
+            let device_config = device.clone();
+            let store =
+                tokio::task::spawn_blocking(move || DeviceStore::open(&device_config, disk))
+                    .await
+                    .expect("opening a device does not panic")
+                    .map_err(|source| ServerError::Device { device: device.id, source })?;
+            if devices.insert(device.id, Arc::new(store)).is_some() {
+                return Err(ServerError::DuplicateDevice(device.id));
+            }
+        }
+        let map = Arc::new(MapState::new(config.map_path.clone()));
+        map.reload().map_err(ServerError::Map)?;
+        let system = Arc::new(system::SystemMetrics::default());
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| ServerError::Listen { addr: config.listen, source })?;
+        let state = Arc::new(http::AppState {
+            devices,
+            map,
+            system,
+            max_object_bytes: config.max_object_bytes,
+            counters: http::Counters::default(),
+            incarnation: incarnation(),
+        });
+        Ok(Server { listener, state })
+    }
+
+    /// The address bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// The map epoch held.
+    pub fn epoch(&self) -> u64 {
+        self.state.map.epoch()
+    }
+
+    /// Serves until `shutdown` completes, then finishes the requests in flight.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let addr = self.local_addr();
+        let state = self.state.clone();
+        let background = tokio::spawn(background(state.clone()));
+        let state_for_exit = state.clone();
+        let app = http::router(state);
+        let result = axum::serve(self.listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(|source| ServerError::Listen { addr, source });
+        background.abort();
+        http::close_records(&state_for_exit).await;
+        result
+    }
+}
+
+/// A random number for this run of the server.
+fn incarnation() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(&now.to_le_bytes());
+    hasher.update(&std::process::id().to_le_bytes());
+    hasher.digest()
+}
+
+/// Polls the map file, samples the machine's metrics, commits choice records.
+async fn background(state: Arc<http::AppState>) {
+    let mut cpu = system::CpuSampler::default();
+    let mut map_tick = tokio::time::interval(MAP_POLL_INTERVAL);
+    let mut system_tick = tokio::time::interval(SYSTEM_SAMPLE_INTERVAL);
+    let mut record_tick = tokio::time::interval(records::COMMIT_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = map_tick.tick() => {
+                let map = state.map.clone();
+                if let Ok(Err(error)) = tokio::task::spawn_blocking(move || map.reload()).await {
+                    tracing::warn!(%error, "map reload failed");
+                }
+            }
+            _ = system_tick.tick() => state.system.update(&mut cpu),
+            _ = record_tick.tick() => http::commit_records(&state).await,
+        }
+    }
+}

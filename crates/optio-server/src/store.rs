@@ -1,0 +1,555 @@
+//! One device: a data directory of durable, checksummed object files and choice records,
+//! with their metadata held in memory (CHOICE: "the server always keeps object metadata in
+//! memory, so it is fast to check the object existence").
+//!
+//! Layout under the device directory:
+//!
+//! * `objects/{pool}/{hh}/{hash}` — one file per object: header, key, data
+//!   ([`optio_proto::ObjectHeader`]); `hash` is the key's xxh3-128 in hex and `hh` its first
+//!   two digits.
+//! * `choices.log` — the choice records of the objects whose home this device is
+//!   ([`crate::records`]).
+//! * `tmp/` — files being written; emptied at start (a crash leaves only these behind).
+//! * `quarantine/` — files that failed verification, kept for inspection.
+//!
+//! A write goes to `tmp/`, is fsynced, then renamed into place and the directory fsynced, so
+//! a partly written object is never visible. Writes to one key are serialized by a striped
+//! lock held only around the version check and the rename.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use optio_placement::{Epoch, PoolId};
+use optio_proto::{
+    ChoiceRecord, HEADER_BYTES, KEY_BYTES_MAX, ObjectHeader, ObjectInfo, ObjectVersion, checksum,
+};
+
+use crate::disk::Disk;
+use crate::error::StoreError;
+use crate::records::RecordLog;
+
+/// Lock stripes per device (writes to keys in different stripes never wait on each other).
+const STRIPES: usize = 1024;
+/// Most objects one listing returns.
+pub const LIST_LIMIT_MAX: usize = 10_000;
+
+/// What a device is: its id, directory and configured capacity.
+#[derive(Clone, Debug)]
+pub struct DeviceConfig {
+    /// The device id in the map.
+    pub id: u32,
+    /// The data directory.
+    pub dir: PathBuf,
+    /// Bytes the device may hold (object files, headers included).
+    pub capacity_bytes: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    size_bytes: u64,
+    file_bytes: u64,
+    version: ObjectVersion,
+    checksum: u32,
+    pg_seed: Option<u32>,
+    epoch: Epoch,
+}
+
+/// A write to store.
+#[derive(Clone, Copy, Debug)]
+pub struct PutRequest<'a> {
+    /// Pool.
+    pub pool: PoolId,
+    /// Key (validated).
+    pub key: &'a str,
+    /// Data.
+    pub data: &'a [u8],
+    /// Version; a stored newer version wins.
+    pub version: ObjectVersion,
+    /// crc32c the client computed, checked before storing.
+    pub checksum: Option<u32>,
+    /// PG seed.
+    pub pg_seed: Option<u32>,
+    /// Writer's epoch.
+    pub epoch: Epoch,
+}
+
+/// How a put ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// Stored.
+    Stored,
+    /// The same version with the same data was already stored (a retried write).
+    AlreadyStored,
+}
+
+/// How a record create ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordOutcome {
+    /// Created (or replaced by its writer) as asked.
+    Created(ChoiceRecord),
+    /// Another record was there first; it stays.
+    Exists(ChoiceRecord),
+}
+
+/// One device's objects and records.
+pub struct DeviceStore {
+    id: u32,
+    root: PathBuf,
+    capacity_bytes: u64,
+    disk: Arc<dyn Disk>,
+    index: RwLock<BTreeMap<(PoolId, String), Entry>>,
+    records: RecordLog,
+    stripes: Vec<Mutex<()>>,
+    used_bytes: AtomicU64,
+    reserved_bytes: AtomicU64,
+    unflushed_bytes: AtomicU64,
+    latency_ewma_us: AtomicU64,
+    temp_counter: AtomicU64,
+    known_dirs: Mutex<HashSet<PathBuf>>,
+    corrupt_found: AtomicU64,
+}
+
+fn key_hash(key: &str) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(key.as_bytes())
+}
+
+/// The file of object `key` of `pool` under a device directory (for tools and tests that
+/// inspect or damage stored files).
+pub fn object_path(device_dir: &Path, pool: PoolId, key: &str) -> PathBuf {
+    let hash = format!("{:032x}", key_hash(key));
+    device_dir.join("objects").join(pool.0.to_string()).join(&hash[..2]).join(hash)
+}
+
+impl DeviceStore {
+    /// Opens (creating) the device directory: removes what a crash left in `tmp/`, loads
+    /// every object's header and every record, quarantining what fails verification.
+    pub fn open(config: &DeviceConfig, disk: Arc<dyn Disk>) -> Result<DeviceStore, StoreError> {
+        let root = config.dir.clone();
+        for sub in ["objects", "tmp", "quarantine"] {
+            let dir = root.join(sub);
+            disk.create_dir_all(&dir).map_err(StoreError::io("create", &dir))?;
+        }
+        let tmp = root.join("tmp");
+        for leftover in disk.list(&tmp).map_err(StoreError::io("list", &tmp))? {
+            disk.remove(&leftover).map_err(StoreError::io("remove", &leftover))?;
+        }
+        let records =
+            RecordLog::open(&root, disk.as_ref(), &root.join("tmp").join("choices.log.new"))?;
+        let store = DeviceStore {
+            id: config.id,
+            root,
+            capacity_bytes: config.capacity_bytes,
+            disk,
+            index: RwLock::new(BTreeMap::new()),
+            records,
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            used_bytes: AtomicU64::new(0),
+            reserved_bytes: AtomicU64::new(0),
+            unflushed_bytes: AtomicU64::new(0),
+            latency_ewma_us: AtomicU64::new(0),
+            temp_counter: AtomicU64::new(0),
+            known_dirs: Mutex::new(HashSet::new()),
+            corrupt_found: AtomicU64::new(0),
+        };
+        store.load()?;
+        Ok(store)
+    }
+
+    /// Files under `dir/{pool}/{hh}/`, with their pool.
+    fn walk(&self, dir: &Path) -> Result<Vec<(PoolId, PathBuf)>, StoreError> {
+        let mut out = Vec::new();
+        for pool_dir in self.disk.list(dir).map_err(StoreError::io("list", dir))? {
+            let Some(pool) =
+                pool_dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            for sub in self.disk.list(&pool_dir).map_err(StoreError::io("list", &pool_dir))? {
+                for file in self.disk.list(&sub).map_err(StoreError::io("list", &sub))? {
+                    out.push((PoolId(pool), file));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn load(&self) -> Result<(), StoreError> {
+        let mut index = BTreeMap::new();
+        let mut used = 0u64;
+        for (pool, path) in self.walk(&self.root.join("objects"))? {
+            let prefix = self
+                .disk
+                .read_prefix(&path, HEADER_BYTES + KEY_BYTES_MAX)
+                .map_err(StoreError::io("read", &path))?;
+            let file_bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            match ObjectHeader::decode_prefix(&prefix) {
+                Ok((header, key, offset))
+                    if header.pool == pool && offset as u64 + header.size_bytes == file_bytes =>
+                {
+                    used += file_bytes;
+                    index.insert((pool, key.to_string()), entry_of(&header, file_bytes));
+                }
+                _ => self.quarantine(&path),
+            }
+        }
+        self.used_bytes.store(used, Ordering::Relaxed);
+        *self.index.write().expect("index lock") = index;
+        Ok(())
+    }
+
+    fn quarantine(&self, path: &Path) {
+        self.corrupt_found.fetch_add(1, Ordering::Relaxed);
+        let name = path.file_name().map(|n| n.to_owned()).unwrap_or_default();
+        let stamp = self.temp_counter.fetch_add(1, Ordering::Relaxed);
+        let to = self.root.join("quarantine").join(format!("{}.{stamp}", name.to_string_lossy()));
+        tracing::warn!(device = self.id, path = %path.display(), "quarantining a corrupt file");
+        if self.disk.rename(path, &to).is_err() {
+            let _ = self.disk.remove(path);
+        }
+    }
+
+    fn path_of(&self, pool: PoolId, key: &str) -> PathBuf {
+        object_path(&self.root, pool, key)
+    }
+
+    /// Makes sure the directory of `path` exists: on the first use of a pool in an area,
+    /// all 256 `{hh}` directories are made at once, with one fsync of their parent, so that
+    /// no write pays for a directory's creation.
+    fn ensure_parent(&self, path: &Path) -> Result<(), StoreError> {
+        let dir = path.parent().expect("object paths have parents");
+        let pool_dir = dir.parent().expect("object paths have a pool directory");
+        let mut known = self.known_dirs.lock().expect("dirs lock");
+        if known.contains(pool_dir) {
+            return Ok(());
+        }
+        self.disk.create_dir_all(pool_dir).map_err(StoreError::io("create", pool_dir))?;
+        for hh in 0..=255u8 {
+            let sub = pool_dir.join(format!("{hh:02x}"));
+            self.disk.create_dir(&sub).map_err(StoreError::io("create", &sub))?;
+        }
+        self.disk.sync(pool_dir).map_err(StoreError::io("sync", pool_dir))?;
+        known.insert(pool_dir.to_path_buf());
+        Ok(())
+    }
+
+    fn temp_path(&self) -> PathBuf {
+        let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
+        self.root.join("tmp").join(format!("{}.{n}", std::process::id()))
+    }
+
+    fn stripe(&self, key: &str) -> MutexGuard<'_, ()> {
+        let i = (key_hash(key) as usize) % STRIPES;
+        self.stripes[i].lock().expect("stripe lock")
+    }
+
+    /// Reserves `bytes` of capacity for a write, or says the device is full.
+    fn reserve(&self, bytes: u64) -> Result<Reservation<'_>, StoreError> {
+        let reserved = self.reserved_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        let used = self.used_bytes.load(Ordering::Acquire);
+        if used + reserved > self.capacity_bytes {
+            self.reserved_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            return Err(StoreError::Full {
+                device: self.id,
+                needed_bytes: bytes,
+                used_bytes: used,
+                capacity_bytes: self.capacity_bytes,
+            });
+        }
+        Ok(Reservation { store: self, bytes })
+    }
+
+    /// Stores an object durably (blocking: call from a blocking thread).
+    pub fn put(&self, request: &PutRequest<'_>) -> Result<PutOutcome, StoreError> {
+        let computed = checksum(request.data);
+        if let Some(sent) = request.checksum
+            && sent != computed
+        {
+            return Err(StoreError::ChecksumMismatch { sent, computed });
+        }
+        let header = ObjectHeader {
+            pool: request.pool,
+            pg_seed: request.pg_seed,
+            size_bytes: request.data.len() as u64,
+            checksum: computed,
+            version: request.version,
+            epoch: request.epoch,
+        };
+        if let Some(existing) = self.entry(request.pool, request.key) {
+            check_version(&existing, &header)?;
+            if (existing.version, existing.checksum) == (header.version, header.checksum) {
+                return Ok(PutOutcome::AlreadyStored);
+            }
+        }
+        let head = header.encode(request.key);
+        let file_bytes = head.len() as u64 + header.size_bytes;
+        let reservation = self.reserve(file_bytes)?;
+        let path = self.path_of(request.pool, request.key);
+        self.ensure_parent(&path)?;
+        let temp = self.temp_path();
+        self.unflushed_bytes.fetch_add(file_bytes, Ordering::Relaxed);
+        let written = self.disk.write_temp(&temp, &[&head, request.data], true);
+        self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
+        written.map_err(StoreError::io("write", &temp))?;
+        let _stripe = self.stripe(request.key);
+        let existing = self.entry(request.pool, request.key);
+        if let Some(existing) = existing
+            && let Err(error) = check_version(&existing, &header)
+        {
+            let _ = self.disk.remove(&temp);
+            return Err(error);
+        }
+        if let Err(error) = self.disk.publish(&temp, &path) {
+            let _ = self.disk.remove(&temp);
+            return Err(StoreError::Io { operation: "rename", path, source: error });
+        }
+        let mut index = self.index.write().expect("index lock");
+        let old =
+            index.insert((request.pool, request.key.to_string()), entry_of(&header, file_bytes));
+        self.used_bytes.fetch_add(file_bytes, Ordering::AcqRel);
+        if let Some(old) = old {
+            self.used_bytes.fetch_sub(old.file_bytes, Ordering::AcqRel);
+        }
+        drop(reservation);
+        Ok(PutOutcome::Stored)
+    }
+
+    fn entry(&self, pool: PoolId, key: &str) -> Option<Entry> {
+        self.index.read().expect("index lock").get(&(pool, key.to_string())).copied()
+    }
+
+    /// What is stored under `key`, from memory (a probe).
+    pub fn info(&self, pool: PoolId, key: &str) -> Option<ObjectInfo> {
+        self.entry(pool, key).map(|e| info_of(key, &e))
+    }
+
+    /// Reads and verifies an object (blocking). A replica that fails verification is
+    /// quarantined and reported as [`StoreError::Corrupt`].
+    pub fn get(&self, pool: PoolId, key: &str) -> Result<(ObjectInfo, Vec<u8>), StoreError> {
+        if self.entry(pool, key).is_none() {
+            return Err(StoreError::NotFound);
+        }
+        let path = self.path_of(pool, key);
+        let bytes = match self.disk.read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // The file went missing behind the server's back: forget it, so probes agree.
+                let _stripe = self.stripe(key);
+                self.forget(pool, key);
+                self.corrupt_found.fetch_add(1, Ordering::Relaxed);
+                return Err(StoreError::NotFound);
+            }
+            Err(e) => return Err(StoreError::Io { operation: "read", path, source: e }),
+        };
+        match ObjectHeader::decode(&bytes) {
+            Ok((header, stored_key, data)) if stored_key == key && header.pool == pool => {
+                let file_bytes = bytes.len() as u64;
+                let info = info_of(key, &entry_of(&header, file_bytes));
+                let offset = bytes.len() - data.len();
+                let mut bytes = bytes;
+                bytes.drain(..offset);
+                Ok((info, bytes))
+            }
+            Ok(_) => Err(StoreError::NotFound),
+            Err(error) => {
+                let _stripe = self.stripe(key);
+                self.forget(pool, key);
+                self.quarantine(&path);
+                Err(StoreError::Corrupt { path, error })
+            }
+        }
+    }
+
+    fn forget(&self, pool: PoolId, key: &str) {
+        if let Some(old) = self.index.write().expect("index lock").remove(&(pool, key.to_string()))
+        {
+            self.used_bytes.fetch_sub(old.file_bytes, Ordering::AcqRel);
+        }
+    }
+
+    /// Removes an object (blocking); with `up_to`, only if the stored version is not newer.
+    pub fn delete(
+        &self,
+        pool: PoolId,
+        key: &str,
+        up_to: Option<ObjectVersion>,
+    ) -> Result<(), StoreError> {
+        let _stripe = self.stripe(key);
+        let Some(entry) = self.entry(pool, key) else { return Err(StoreError::NotFound) };
+        if let Some(up_to) = up_to
+            && entry.version > up_to
+        {
+            return Err(StoreError::VersionConflict { stored: entry.version, offered: up_to });
+        }
+        let path = self.path_of(pool, key);
+        match self.disk.remove(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StoreError::Io { operation: "remove", path, source: e }),
+        }
+        self.forget(pool, key);
+        Ok(())
+    }
+
+    /// Objects of `pool` in key order, after `after`, with `prefix`, in PG `pg_seed`.
+    pub fn list(
+        &self,
+        pool: PoolId,
+        prefix: &str,
+        pg_seed: Option<u32>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> (Vec<ObjectInfo>, bool) {
+        use std::ops::Bound;
+        let index = self.index.read().expect("index lock");
+        let start = match after {
+            Some(after) => Bound::Excluded((pool, after.to_string())),
+            None => Bound::Included((pool, prefix.to_string())),
+        };
+        let limit = limit.min(LIST_LIMIT_MAX);
+        let mut out = Vec::new();
+        for ((p, key), entry) in index.range((start, Bound::Unbounded)) {
+            if *p != pool || !key.starts_with(prefix) && key.as_str() > prefix {
+                break;
+            }
+            if !key.starts_with(prefix) || pg_seed.is_some_and(|pg| entry.pg_seed != Some(pg)) {
+                continue;
+            }
+            if out.len() == limit {
+                return (out, true);
+            }
+            out.push(info_of(key, entry));
+        }
+        (out, false)
+    }
+
+    /// The choice record of `key`, if this device holds one.
+    pub fn record(&self, pool: PoolId, key: &str) -> Option<ChoiceRecord> {
+        self.records.get(pool, key)
+    }
+
+    /// Creates a choice record if none exists, atomically (only the record's own writer,
+    /// named by `replace_if_writer`, may replace it). The record is visible at once and
+    /// durable after the next [`commit_records`](Self::commit_records); returns the outcome
+    /// and the sequence number that commit must reach.
+    pub fn create_record(
+        &self,
+        pool: PoolId,
+        key: &str,
+        record: ChoiceRecord,
+        replace_if_writer: Option<u64>,
+        unless_contended: bool,
+    ) -> (RecordOutcome, u64) {
+        let (record, created, seq) =
+            self.records.create(pool, key, record, replace_if_writer, unless_contended);
+        let outcome =
+            if created { RecordOutcome::Created(record) } else { RecordOutcome::Exists(record) };
+        (outcome, seq)
+    }
+
+    /// Removes a choice record.
+    pub fn delete_record(&self, pool: PoolId, key: &str) -> Result<u64, StoreError> {
+        self.records.remove(pool, key).ok_or(StoreError::NotFound)
+    }
+
+    /// Commits the queued record changes (blocking: one append and one fdatasync).
+    pub fn commit_records(&self) -> Result<(), StoreError> {
+        self.records.commit(self.disk.as_ref())
+    }
+
+    /// Commits the records and marks the shutdown clean (blocking).
+    pub fn close_records(&self) -> Result<(), StoreError> {
+        self.records.close(self.disk.as_ref(), &self.temp_path())
+    }
+
+    /// The record log (sequence numbers, waits).
+    pub fn record_log(&self) -> &RecordLog {
+        &self.records
+    }
+
+    /// The device id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+    /// Bytes used by object files.
+    pub fn used_bytes(&self) -> u64 {
+        self.used_bytes.load(Ordering::Relaxed)
+    }
+    /// Configured capacity.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+    /// Bytes received and not yet durable.
+    pub fn unflushed_bytes(&self) -> u64 {
+        self.unflushed_bytes.load(Ordering::Relaxed)
+    }
+    /// Number of objects.
+    pub fn objects(&self) -> usize {
+        self.index.read().expect("index lock").len()
+    }
+    /// Number of choice records.
+    pub fn records_held(&self) -> usize {
+        self.records.len()
+    }
+    /// Corrupt files found (and quarantined) since start.
+    pub fn corrupt_found(&self) -> u64 {
+        self.corrupt_found.load(Ordering::Relaxed)
+    }
+    /// Recent service time, EWMA, µs.
+    pub fn latency_us(&self) -> u64 {
+        self.latency_ewma_us.load(Ordering::Relaxed)
+    }
+    /// Folds one service time into the EWMA (weight 1/8).
+    pub fn record_latency(&self, micros: u64) {
+        let _ = self.latency_ewma_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some(if old == 0 { micros } else { old - old / 8 + micros / 8 })
+        });
+    }
+}
+
+struct Reservation<'a> {
+    store: &'a DeviceStore,
+    bytes: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.store.reserved_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+fn check_version(existing: &Entry, offered: &ObjectHeader) -> Result<(), StoreError> {
+    // Same version and data: a retry. Same version, other data: the larger checksum wins, so
+    // that replicas written in any order converge.
+    let newer = (existing.version, existing.checksum) > (offered.version, offered.checksum);
+    if newer {
+        return Err(StoreError::VersionConflict {
+            stored: existing.version,
+            offered: offered.version,
+        });
+    }
+    Ok(())
+}
+
+fn entry_of(header: &ObjectHeader, file_bytes: u64) -> Entry {
+    Entry {
+        size_bytes: header.size_bytes,
+        file_bytes,
+        version: header.version,
+        checksum: header.checksum,
+        pg_seed: header.pg_seed,
+        epoch: header.epoch,
+    }
+}
+
+fn info_of(key: &str, entry: &Entry) -> ObjectInfo {
+    ObjectInfo {
+        key: key.to_string(),
+        size_bytes: entry.size_bytes,
+        version: entry.version,
+        checksum: entry.checksum,
+        pg_seed: entry.pg_seed,
+        epoch: entry.epoch.0,
+    }
+}

@@ -1,0 +1,137 @@
+//! Durability: a flipped byte is detected on read and the replica quarantined; what a crash
+//! leaves behind is never visible; a full device answers 507; a restart finds every object.
+
+use std::sync::Arc;
+
+use optio_server::{Disk, Fault, FaultyDisk};
+
+use crate::{Options, TestServer, error_of};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flipped_byte_is_detected_and_quarantined() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start(root.path(), Options::default()).await;
+    let url = server.object(0, 1, "victim");
+    assert_eq!(server.http.put(&url).body(vec![7u8; 4096]).send().await.unwrap().status(), 201);
+    let file =
+        optio_server::store::object_path(&server.dirs[0], optio_placement::PoolId(1), "victim");
+    let mut bytes = std::fs::read(&file).expect("stored file");
+    bytes[2000] ^= 0x20;
+    std::fs::write(&file, &bytes).expect("damage");
+    let (status, kind, reason) = error_of(server.http.get(&url).send().await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (500, "corrupt"), "{reason}");
+    assert!(reason.contains("checksum"), "{reason}");
+    assert!(!file.exists(), "moved to quarantine");
+    let quarantined = std::fs::read_dir(server.dirs[0].join("quarantine")).unwrap().count();
+    assert_eq!(quarantined, 1);
+    assert_eq!(server.http.head(&url).send().await.unwrap().status(), 404, "forgotten");
+    // A repair (a write of the same version) brings it back.
+    assert_eq!(server.http.put(&url).body(vec![7u8; 4096]).send().await.unwrap().status(), 201);
+    assert_eq!(server.http.get(&url).send().await.unwrap().bytes().await.unwrap().len(), 4096);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_finds_every_object_and_quarantines_damaged_headers() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start(root.path(), Options::default()).await;
+    for i in 0..20 {
+        let put = server
+            .http
+            .put(server.object(0, 3, &format!("k{i}")))
+            .body(format!("value {i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), 201);
+    }
+    let dir = server.dirs[0].clone();
+    server.stop().await;
+    let file = optio_server::store::object_path(&dir, optio_placement::PoolId(3), "k7");
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[30] ^= 1; // inside the header
+    std::fs::write(&file, &bytes).unwrap();
+    std::fs::write(dir.join("tmp").join("99.1"), b"a torn write").unwrap();
+    let server = TestServer::start(root.path(), Options::default()).await;
+    for i in 0..20 {
+        let status =
+            server.http.get(server.object(0, 3, &format!("k{i}"))).send().await.unwrap().status();
+        assert_eq!(status, if i == 7 { 404 } else { 200 }, "k{i}");
+    }
+    assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0, "leftovers removed");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_the_rename_leaves_nothing_visible() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let disk = Arc::new(FaultyDisk::new());
+    let mut options = Options::default();
+    options.disks.insert(0, disk.clone() as Arc<dyn Disk>);
+    let server = TestServer::start(root.path(), options).await;
+    let url = server.object(0, 1, "k");
+    assert_eq!(
+        server
+            .http
+            .put(&url)
+            .header("x-optio-version", "1")
+            .body("old")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        201
+    );
+    disk.set_fault(Some(Fault::CrashBeforeRename));
+    let (status, kind, _) = error_of(
+        server.http.put(&url).header("x-optio-version", "2").body("new").send().await.unwrap(),
+    )
+    .await;
+    assert_eq!((status, kind.as_str()), (500, "io"));
+    disk.set_fault(None);
+    assert_eq!(
+        server.http.get(&url).send().await.unwrap().bytes().await.unwrap(),
+        "old",
+        "the old version stays whole"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_device_answers_507() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let disk = Arc::new(FaultyDisk::new());
+    let mut options = Options { devices: vec![(0, 64 << 10)], ..Options::default() };
+    options.disks.insert(0, disk.clone() as Arc<dyn Disk>);
+    let server = TestServer::start(root.path(), options).await;
+    let mut stored = 0;
+    for i in 0..10 {
+        let response = server
+            .http
+            .put(server.object(0, 1, &format!("k{i}")))
+            .body(vec![1u8; 16 << 10])
+            .send()
+            .await
+            .unwrap();
+        if response.status() == 201 {
+            stored += 1;
+            continue;
+        }
+        let (status, kind, reason) = error_of(response).await;
+        assert_eq!((status, kind.as_str()), (507, "full"), "{reason}");
+        assert!(reason.contains("full"), "{reason}");
+    }
+    assert_eq!(stored, 3, "64 KiB holds three 16 KiB objects with their headers");
+    // The file system itself running out of space is a 507 too.
+    assert_eq!(server.http.delete(server.object(0, 1, "k0")).send().await.unwrap().status(), 204);
+    disk.set_fault(Some(Fault::Full));
+    let (status, kind, _) =
+        error_of(server.http.put(server.object(0, 1, "x")).body("x").send().await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (507, "full"));
+    disk.set_fault(None);
+    assert_eq!(
+        server.http.put(server.object(0, 1, "x")).body("x").send().await.unwrap().status(),
+        201
+    );
+    server.stop().await;
+}

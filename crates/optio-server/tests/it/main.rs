@@ -1,0 +1,140 @@
+//! optio-server through real sockets and real files: each test starts a server in-process on
+//! an ephemeral loopback port over temporary directories.
+
+#![allow(missing_docs)]
+
+mod api;
+mod choices;
+mod durability;
+mod epochs;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use optio_server::{DeviceConfig, Disk, Server, ServerConfig};
+
+/// A server running in this process.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub dirs: Vec<PathBuf>,
+    pub http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+pub struct Options {
+    pub devices: Vec<(u32, u64)>,
+    pub map: Option<PathBuf>,
+    pub disks: HashMap<u32, Arc<dyn Disk>>,
+    pub max_object_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            devices: vec![(0, 1 << 30)],
+            map: None,
+            disks: HashMap::new(),
+            max_object_bytes: 1 << 20,
+        }
+    }
+}
+
+impl TestServer {
+    pub async fn start(root: &Path, options: Options) -> TestServer {
+        let devices: Vec<DeviceConfig> = options
+            .devices
+            .iter()
+            .map(|(id, capacity)| DeviceConfig {
+                id: *id,
+                dir: root.join(format!("dev{id}")),
+                capacity_bytes: *capacity,
+            })
+            .collect();
+        let dirs = devices.iter().map(|d| d.dir.clone()).collect();
+        let config = ServerConfig {
+            devices,
+            map_path: options.map,
+            max_object_bytes: options.max_object_bytes,
+            disks: options.disks,
+            ..ServerConfig::default()
+        };
+        let server = Server::bind(config).await.expect("server starts");
+        let addr = server.local_addr();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server
+                .serve(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("serves");
+        });
+        TestServer { addr, dirs, http: reqwest::Client::new(), stop: Some(stop), task: Some(task) }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn object(&self, device: u32, pool: u32, key: &str) -> String {
+        self.url(&format!(
+            "/v1/dev/{device}/objects/{pool}/{}",
+            optio_proto::wire::percent_encode(key)
+        ))
+    }
+
+    pub fn record(&self, device: u32, pool: u32, key: &str) -> String {
+        self.url(&format!(
+            "/v1/dev/{device}/choices/{pool}/{}",
+            optio_proto::wire::percent_encode(key)
+        ))
+    }
+}
+
+/// The error kind and reason of an error answer.
+pub async fn error_of(response: reqwest::Response) -> (u16, String, String) {
+    let status = response.status().as_u16();
+    let kind = response
+        .headers()
+        .get("x-optio-error")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body: serde_json::Value = response.json().await.expect("error bodies are JSON");
+    (status, kind, body["reason"].as_str().unwrap_or("").to_string())
+}
+
+/// Waits for `condition` for at most `bound`.
+pub async fn wait_until(bound: Duration, mut condition: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = Instant::now() + bound;
+    while Instant::now() < deadline {
+        if condition().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// A one-device map file at `epoch`.
+pub fn write_map(path: &Path, epoch: u64) {
+    let text = format!(
+        "format_version = 1\nepoch = {epoch}\n\n[[devices]]\nid = 0\ncapacity = \"1GiB\"\naddr = \"127.0.0.1:1\"\nlocation = {{ zone = \"z1\", host = \"h1\" }}\n"
+    );
+    let temp = path.with_extension("tmp");
+    std::fs::write(&temp, text).expect("write map");
+    std::fs::rename(&temp, path).expect("rename map");
+}

@@ -1,0 +1,476 @@
+//! `optio bench`: write then read N objects; or measure probe round trips; or the cost of
+//! probing on a first small write.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use optio_client::Client;
+use serde::Serialize;
+
+use crate::commands::client::ClusterArgs;
+use crate::output::{self, parse_size};
+
+/// What to measure.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Write N objects, then read them back (cached: no probes).
+    ReadWrite,
+    /// Round trips of a probe (HEAD of an object's home), one at a time.
+    Probe,
+    /// First writes of new objects, one at a time, with probing (k candidates) and without
+    /// (k = 1), interleaved.
+    FirstWrite,
+}
+
+/// Arguments of `optio bench`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// What to measure.
+    #[arg(long, value_enum, default_value = "read-write")]
+    pub mode: Mode,
+    /// Objects (or probes).
+    #[arg(long, default_value_t = 100)]
+    pub objects: usize,
+    /// Object size.
+    #[arg(long, default_value = "1MiB")]
+    pub size: String,
+    /// Operations in flight.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Timings of one phase.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Phase {
+    /// Operations.
+    pub operations: usize,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Wall time, seconds.
+    pub seconds: f64,
+    /// Throughput, MB/s (10^6 bytes).
+    pub mb_per_s: f64,
+    /// Median latency, µs.
+    pub latency_us_p50: u64,
+    /// 99th percentile latency, µs.
+    pub latency_us_p99: u64,
+    /// Mean latency, µs.
+    pub latency_us_mean: u64,
+    /// Probes sent per operation.
+    pub probes_per_op: f64,
+    /// Share of choice lookups the cache answered.
+    pub cache_hit_rate: f64,
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn phase(
+    latencies: &mut [u64],
+    bytes: u64,
+    seconds: f64,
+    before: optio_client::ClientStats,
+    after: optio_client::ClientStats,
+) -> Phase {
+    latencies.sort_unstable();
+    let n = latencies.len().max(1);
+    let lookups =
+        (after.cache_hits - before.cache_hits) + (after.cache_misses - before.cache_misses);
+    Phase {
+        operations: latencies.len(),
+        bytes,
+        seconds,
+        mb_per_s: bytes as f64 / seconds.max(1e-9) / 1e6,
+        latency_us_p50: percentile(latencies, 50.0),
+        latency_us_p99: percentile(latencies, 99.0),
+        latency_us_mean: latencies.iter().sum::<u64>() / n as u64,
+        probes_per_op: (after.probes - before.probes) as f64 / n as f64,
+        cache_hit_rate: if lookups == 0 {
+            0.0
+        } else {
+            (after.cache_hits - before.cache_hits) as f64 / lookups as f64
+        },
+    }
+}
+
+/// A deterministic, incompressible-looking buffer.
+pub fn payload(size: usize, seed: u64) -> Bytes {
+    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
+    let mut data = Vec::with_capacity(size + 8);
+    while data.len() < size {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        data.extend_from_slice(&state.to_le_bytes());
+    }
+    data.truncate(size);
+    Bytes::from(data)
+}
+
+/// Writes `keys` concurrently; returns the phase and the candidate each went to.
+pub async fn write_all(
+    client: &Client,
+    pool: &str,
+    keys: &[String],
+    data: Bytes,
+    concurrency: usize,
+    bar: &indicatif::ProgressBar,
+) -> Result<(Phase, Vec<u8>)> {
+    let before = client.stats();
+    let next = Arc::new(AtomicUsize::new(0));
+    let keys = Arc::new(keys.to_vec());
+    let started = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..concurrency.max(1) {
+        let (client, next, keys, data, pool, bar) = (
+            client.clone(),
+            next.clone(),
+            keys.clone(),
+            data.clone(),
+            pool.to_string(),
+            bar.clone(),
+        );
+        workers.spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= keys.len() {
+                    return Ok::<_, anyhow::Error>(out);
+                }
+                let t = Instant::now();
+                let report = client
+                    .put(&pool, &keys[i], data.clone())
+                    .await
+                    .with_context(|| format!("writing {}", keys[i]))?;
+                out.push((i, t.elapsed().as_micros() as u64, report.candidate));
+                bar.inc(1);
+            }
+        });
+    }
+    let mut latencies = Vec::new();
+    let mut candidates = vec![0u8; keys.len()];
+    while let Some(result) = workers.join_next().await {
+        for (i, micros, candidate) in result.context("a bench worker failed")?? {
+            latencies.push(micros);
+            candidates[i] = candidate;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Ok((
+        phase(
+            &mut latencies,
+            data.len() as u64 * keys.len() as u64,
+            seconds,
+            before,
+            client.stats(),
+        ),
+        candidates,
+    ))
+}
+
+/// Reads `keys` concurrently, checking each is `expected_len` bytes.
+pub async fn read_all(
+    client: &Client,
+    pool: &str,
+    keys: &[String],
+    expected_len: usize,
+    concurrency: usize,
+    bar: &indicatif::ProgressBar,
+) -> Result<Phase> {
+    let before = client.stats();
+    let next = Arc::new(AtomicUsize::new(0));
+    let keys = Arc::new(keys.to_vec());
+    let started = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..concurrency.max(1) {
+        let (client, next, keys, pool, bar) =
+            (client.clone(), next.clone(), keys.clone(), pool.to_string(), bar.clone());
+        workers.spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= keys.len() {
+                    return Ok::<_, anyhow::Error>(out);
+                }
+                let t = Instant::now();
+                let data = client
+                    .get(&pool, &keys[i])
+                    .await
+                    .with_context(|| format!("reading {}", keys[i]))?;
+                if data.len() != expected_len {
+                    bail!("{} read back {} bytes, {} written", keys[i], data.len(), expected_len);
+                }
+                out.push(t.elapsed().as_micros() as u64);
+                bar.inc(1);
+            }
+        });
+    }
+    let mut latencies = Vec::new();
+    while let Some(result) = workers.join_next().await {
+        latencies.extend(result.context("a bench worker failed")??);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(phase(
+        &mut latencies,
+        expected_len as u64 * keys.len() as u64,
+        seconds,
+        before,
+        client.stats(),
+    ))
+}
+
+/// A pool's k and the policy in force (the override, else the pool's).
+fn pool_choice(client: &Client, pool: &str, policy: Option<String>) -> Result<(u8, String)> {
+    let map = client.map();
+    let pool = map.pool_by_name(pool).with_context(|| format!("no pool '{pool}' in the map"))?;
+    let choices = u8::try_from(pool.choice.choices).unwrap_or(u8::MAX);
+    Ok((choices, policy.unwrap_or_else(|| pool.choice.policy.name().to_string())))
+}
+
+fn run_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{:x}", (nanos as u64) ^ u64::from(std::process::id()))
+}
+
+#[derive(Serialize)]
+struct ReadWriteReport {
+    pool: String,
+    choices: u8,
+    policy: String,
+    objects: usize,
+    size_bytes: usize,
+    concurrency: usize,
+    write: Phase,
+    read: Phase,
+    cache_bytes_per_object: f64,
+}
+
+#[derive(Serialize)]
+struct ProbeReport {
+    probes: usize,
+    rtt_us_p50: u64,
+    rtt_us_p99: u64,
+    rtt_us_mean: u64,
+}
+
+#[derive(Serialize)]
+struct FirstWriteReport {
+    objects: usize,
+    size_bytes: usize,
+    choices: u8,
+    with_probing: Phase,
+    without_probing: Phase,
+    overhead_mean_percent: f64,
+    overhead_p50_percent: f64,
+    cached_rewrite_probes: u64,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    crate::commands::init_logging("warn");
+    let size = parse_size(&args.size).map_err(anyhow::Error::msg)? as usize;
+    if args.objects == 0 {
+        bail!("--objects must be at least 1");
+    }
+    // One-at-a-time latency runs on one thread: no hand-offs between worker threads.
+    let runtime = match args.mode {
+        Mode::ReadWrite => crate::commands::runtime()?,
+        Mode::Probe | Mode::FirstWrite => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?,
+    };
+    runtime.block_on(async {
+        match args.mode {
+            Mode::ReadWrite => read_write(&args, size).await,
+            Mode::Probe => probe_rtt(&args).await,
+            Mode::FirstWrite => first_write(&args, size).await,
+        }
+    })
+}
+
+async fn read_write(args: &Args, size: usize) -> Result<()> {
+    let config = args.cluster.config()?;
+    let override_policy = config.policy.clone();
+    let client = args.cluster.connect_with(config).await?;
+    let pool = &args.cluster.pool;
+    let (choices, policy) = pool_choice(&client, pool, override_policy)?;
+    let id = run_id();
+    let keys: Vec<String> = (0..args.objects).map(|i| format!("bench/{id}/{i}")).collect();
+    let data = payload(size, 7);
+    let visible = !args.json;
+    let bar = output::progress(args.objects as u64, "writing", visible);
+    let (write, _) = write_all(&client, pool, &keys, data, args.concurrency, &bar).await?;
+    bar.finish_and_clear();
+    let bar = output::progress(args.objects as u64, "reading", visible);
+    let read = read_all(&client, pool, &keys, size, args.concurrency, &bar).await?;
+    bar.finish_and_clear();
+    let report = ReadWriteReport {
+        pool: pool.clone(),
+        choices,
+        policy,
+        objects: args.objects,
+        size_bytes: size,
+        concurrency: args.concurrency,
+        write,
+        read,
+        cache_bytes_per_object: client.cache().bytes_per_entry(),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "{} objects of {} in pool '{}', k = {}, policy '{}', {} in flight\n",
+        report.objects,
+        output::bytes(size as f64),
+        report.pool,
+        report.choices,
+        report.policy,
+        report.concurrency
+    );
+    let mut table = output::Table::new(&[
+        "phase",
+        "MB/s",
+        "ops/s",
+        "p50 µs",
+        "p99 µs",
+        "probes/op",
+        "cache hits",
+    ])
+    .left(&[0]);
+    for (name, p) in [("write", &report.write), ("read", &report.read)] {
+        table.row(vec![
+            name.into(),
+            format!("{:.1}", p.mb_per_s),
+            format!("{:.0}", p.operations as f64 / p.seconds.max(1e-9)),
+            p.latency_us_p50.to_string(),
+            p.latency_us_p99.to_string(),
+            format!("{:.2}", p.probes_per_op),
+            format!("{:.0}%", p.cache_hit_rate * 100.0),
+        ]);
+    }
+    print!("{}", table.render());
+    println!("\nchoice cache: {:.1} bytes per cached object", report.cache_bytes_per_object);
+    Ok(())
+}
+
+async fn probe_rtt(args: &Args) -> Result<()> {
+    let client = args.cluster.connect().await?;
+    let pool = &args.cluster.pool;
+    let id = run_id();
+    // Warm the connection pool.
+    for i in 0..20 {
+        client.probe_once(pool, &format!("probe/{id}/warm{i}")).await?;
+    }
+    let mut latencies = Vec::with_capacity(args.objects);
+    for i in 0..args.objects {
+        let key = format!("probe/{id}/{i}");
+        let t = Instant::now();
+        client.probe_once(pool, &key).await?;
+        latencies.push(t.elapsed().as_micros() as u64);
+    }
+    latencies.sort_unstable();
+    let report = ProbeReport {
+        probes: latencies.len(),
+        rtt_us_p50: percentile(&latencies, 50.0),
+        rtt_us_p99: percentile(&latencies, 99.0),
+        rtt_us_mean: latencies.iter().sum::<u64>() / latencies.len() as u64,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{} probes: round trip p50 {} µs, p99 {} µs, mean {} µs",
+            report.probes, report.rtt_us_p50, report.rtt_us_p99, report.rtt_us_mean
+        );
+    }
+    Ok(())
+}
+
+async fn first_write(args: &Args, size: usize) -> Result<()> {
+    let config = args.cluster.config()?;
+    let probing = args.cluster.connect_with(config.clone()).await?;
+    let plain = args.cluster.connect_with(config).await?;
+    let pool = &args.cluster.pool;
+    let (choices, _) = pool_choice(&probing, pool, None)?;
+    if choices < 2 {
+        bail!("pool '{pool}' has k = {choices}: first writes probe only in a pool with choices");
+    }
+    let plain_pool = optio_cluster::local::PLAIN_POOL;
+    let id = run_id();
+    let data = payload(size, 11);
+    for i in 0..10 {
+        probing.put(pool, &format!("first/{id}/warm-p{i}"), data.clone()).await?;
+        plain.put(plain_pool, &format!("first/{id}/warm-n{i}"), data.clone()).await?;
+    }
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    let (p0, n0) = (probing.stats(), plain.stats());
+    let bar = output::progress(args.objects as u64, "first writes", !args.json);
+    for i in 0..args.objects {
+        let t = Instant::now();
+        probing.put(pool, &format!("first/{id}/p{i}"), data.clone()).await?;
+        with.push(t.elapsed().as_micros() as u64);
+        let t = Instant::now();
+        plain.put(plain_pool, &format!("first/{id}/n{i}"), data.clone()).await?;
+        without.push(t.elapsed().as_micros() as u64);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let total = (size * args.objects) as u64;
+    let with_seconds = with.iter().sum::<u64>() as f64 / 1e6;
+    let without_seconds = without.iter().sum::<u64>() as f64 / 1e6;
+    let with_phase = phase(&mut with, total, with_seconds, p0, probing.stats());
+    let without_phase = phase(&mut without, total, without_seconds, n0, plain.stats());
+    // Cached rewrites: no probe.
+    let before = probing.stats().probes;
+    for i in 0..args.objects.min(50) {
+        probing.put(pool, &format!("first/{id}/p{i}"), data.clone()).await?;
+    }
+    let cached_rewrite_probes = probing.stats().probes - before;
+    let overhead = |a: u64, b: u64| (a as f64 / b.max(1) as f64 - 1.0) * 100.0;
+    let report = FirstWriteReport {
+        objects: args.objects,
+        size_bytes: size,
+        choices,
+        overhead_mean_percent: overhead(with_phase.latency_us_mean, without_phase.latency_us_mean),
+        overhead_p50_percent: overhead(with_phase.latency_us_p50, without_phase.latency_us_p50),
+        with_probing: with_phase,
+        without_probing: without_phase,
+        cached_rewrite_probes,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "first {} writes, {} objects: with probing (k = {}) mean {} µs p50 {} µs ({:.2} probes/op); without (k = 1) mean {} µs p50 {} µs; overhead {:+.1}% mean, {:+.1}% p50; cached rewrites sent {} probes",
+        output::bytes(size as f64),
+        report.objects,
+        choices,
+        report.with_probing.latency_us_mean,
+        report.with_probing.latency_us_p50,
+        report.with_probing.probes_per_op,
+        report.without_probing.latency_us_mean,
+        report.without_probing.latency_us_p50,
+        report.overhead_mean_percent,
+        report.overhead_p50_percent,
+        report.cached_rewrite_probes
+    );
+    Ok(())
+}

@@ -1,0 +1,318 @@
+//! The client commands: `optio put`, `get`, `rm`, `ls`, `stat`, `probe`.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use optio_client::{Client, ClientConfig, ReplicaState};
+
+use crate::output::{self, Table};
+
+/// How client commands find and use the cluster.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// The cluster directory `optio up` printed.
+    #[arg(long, env = "OPTIO_CLUSTER", value_name = "DIR", global = true)]
+    pub cluster: Option<PathBuf>,
+    /// Pool.
+    #[arg(long, default_value = "data", global = true)]
+    pub pool: String,
+    /// Placement policy for new objects (default: the pool's; k is always the pool's).
+    #[arg(long, global = true)]
+    pub policy: Option<String>,
+    /// Replicas that must be durable before a write is acknowledged (default: all).
+    #[arg(long, global = true, value_name = "W")]
+    pub write_quorum: Option<usize>,
+}
+
+impl ClusterArgs {
+    /// The cluster directory.
+    pub fn dir(&self) -> Result<PathBuf> {
+        match &self.cluster {
+            Some(dir) => Ok(dir.clone()),
+            None => bail!(
+                "which cluster? pass --cluster DIR or set OPTIO_CLUSTER (start one with `optio up --dir DIR`)"
+            ),
+        }
+    }
+
+    /// The client configuration.
+    pub fn config(&self) -> Result<ClientConfig> {
+        let dir = self.dir()?;
+        Ok(ClientConfig {
+            policy: self.policy.clone(),
+            intent_dir: Some(dir.join("intents")),
+            write_quorum: self.write_quorum,
+            crash_after_choice_record: std::env::var_os("OPTIO_TEST_CRASH_AFTER_CHOICE_RECORD")
+                .is_some(),
+            ..ClientConfig::default()
+        })
+    }
+
+    /// A connected client.
+    pub async fn connect(&self) -> Result<Client> {
+        self.connect_with(self.config()?).await
+    }
+
+    /// A client with this configuration.
+    pub async fn connect_with(&self, config: ClientConfig) -> Result<Client> {
+        let dir = self.dir()?;
+        let map = optio_cluster::mapstore::map_path(&dir);
+        if !map.exists() {
+            bail!(
+                "no cluster map at {}; start a cluster with `optio up --dir {}`",
+                map.display(),
+                dir.display()
+            );
+        }
+        Client::connect(&map, config).await.context("cannot connect to the cluster")
+    }
+}
+
+/// `optio put KEY [FILE]`.
+#[derive(clap::Args, Debug)]
+pub struct PutArgs {
+    /// Object key.
+    pub key: String,
+    /// File to store (`-` or none: standard input).
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `optio get KEY`.
+#[derive(clap::Args, Debug)]
+pub struct GetArgs {
+    /// Object key.
+    pub key: String,
+    /// Write to this file instead of standard output.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Only bytes START-END (inclusive).
+    #[arg(long, value_name = "START-END")]
+    pub range: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `optio rm KEY`, `optio stat KEY`, `optio probe KEY`.
+#[derive(clap::Args, Debug)]
+pub struct KeyArgs {
+    /// Object key.
+    pub key: String,
+    /// (stat) Read every replica and repair those damaged, missing or stale.
+    #[arg(long)]
+    pub verify: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `optio ls [PREFIX]`.
+#[derive(clap::Args, Debug)]
+pub struct LsArgs {
+    /// Key prefix.
+    #[arg(default_value = "")]
+    pub prefix: String,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+fn read_input(file: Option<&Path>) -> Result<Vec<u8>> {
+    match file {
+        None => read_stdin(),
+        Some(path) if path == Path::new("-") => read_stdin(),
+        Some(path) => {
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+        }
+    }
+}
+
+fn read_stdin() -> Result<Vec<u8>> {
+    let mut data = Vec::new();
+    std::io::stdin().read_to_end(&mut data).context("cannot read standard input")?;
+    Ok(data)
+}
+
+pub fn put(args: PutArgs) -> Result<()> {
+    crate::commands::init_logging("warn");
+    let data = read_input(args.file.as_deref())?;
+    crate::commands::runtime()?.block_on(async {
+        let client = args.cluster.connect().await?;
+        let size = data.len();
+        let report = client.put(&args.cluster.pool, &args.key, data.into()).await?;
+        eprintln!(
+            "stored '{}' ({}) on candidate {} → devices {:?}, version {}, {} probe(s)",
+            args.key,
+            output::bytes(size as f64),
+            report.candidate,
+            report.devices,
+            report.version.0,
+            report.probes
+        );
+        Ok(())
+    })
+}
+
+fn parse_range(text: &str) -> Result<(u64, u64)> {
+    let (a, b) =
+        text.split_once('-').with_context(|| format!("range '{text}' is not START-END"))?;
+    let start = a.trim().parse().with_context(|| format!("range start '{a}' is not a number"))?;
+    let end = b.trim().parse().with_context(|| format!("range end '{b}' is not a number"))?;
+    if end < start {
+        bail!("range '{text}' ends before it starts");
+    }
+    Ok((start, end))
+}
+
+pub fn get(args: GetArgs) -> Result<()> {
+    crate::commands::init_logging("warn");
+    let range = args.range.as_deref().map(parse_range).transpose()?;
+    crate::commands::runtime()?.block_on(async {
+        let client = args.cluster.connect().await?;
+        let (_, data) = client.get_range(&args.cluster.pool, &args.key, range).await?;
+        match &args.output {
+            Some(path) => std::fs::write(path, &data)
+                .with_context(|| format!("cannot write {}", path.display()))?,
+            None => {
+                let mut stdout = std::io::stdout().lock();
+                stdout.write_all(&data).context("cannot write standard output")?;
+                stdout.flush().context("cannot write standard output")?;
+            }
+        }
+        let stats = client.stats();
+        if stats.repairs > 0 {
+            eprintln!("repaired {} replica(s) of '{}'", stats.repairs, args.key);
+        }
+        Ok(())
+    })
+}
+
+pub fn rm(args: KeyArgs) -> Result<()> {
+    crate::commands::init_logging("warn");
+    crate::commands::runtime()?.block_on(async {
+        let client = args.cluster.connect().await?;
+        client.delete(&args.cluster.pool, &args.key).await?;
+        eprintln!("removed '{}'", args.key);
+        Ok(())
+    })
+}
+
+pub fn ls(args: LsArgs) -> Result<()> {
+    crate::commands::init_logging("warn");
+    crate::commands::runtime()?.block_on(async {
+        let client = args.cluster.connect().await?;
+        let objects = client.list(&args.cluster.pool, &args.prefix).await?;
+        let mut table = Table::new(&["key", "size", "version", "crc32c"]).left(&[0]);
+        for object in &objects {
+            table.row(vec![
+                object.key.clone(),
+                object.size_bytes.to_string(),
+                object.version.0.to_string(),
+                format!("{:08x}", object.checksum),
+            ]);
+        }
+        print!("{}", table.render());
+        eprintln!("{} object(s) in pool '{}'", objects.len(), args.cluster.pool);
+        Ok(())
+    })
+}
+
+pub fn stat(args: KeyArgs) -> Result<()> {
+    crate::commands::init_logging("warn");
+    crate::commands::runtime()?.block_on(async {
+        let client = args.cluster.connect().await?;
+        let location = client.stat(&args.cluster.pool, &args.key).await?;
+        let c = &location.candidate;
+        println!("key:       {}", args.key);
+        println!("pool:      {}", args.cluster.pool);
+        println!(
+            "size:      {} ({} bytes)",
+            output::bytes(location.info.size_bytes as f64),
+            location.info.size_bytes
+        );
+        println!("version:   {}", location.info.version.0);
+        println!("crc32c:    {:08x}", location.info.checksum);
+        println!(
+            "candidate: {} of {}",
+            c.index,
+            client.candidates(&args.cluster.pool, &args.key)?.len()
+        );
+        if let Some(pg) = c.pg {
+            println!("pg:        {pg}");
+        }
+        println!(
+            "devices:   {:?} (primary first)",
+            c.devices.iter().map(|d| d.0).collect::<Vec<_>>()
+        );
+        if args.verify {
+            for (device, state) in client.verify(&args.cluster.pool, &args.key).await? {
+                let text = match state {
+                    ReplicaState::Good => "intact".to_string(),
+                    ReplicaState::Repaired(why) => format!("repaired ({why})"),
+                    ReplicaState::Failed(why) => format!("FAILED ({why})"),
+                };
+                println!("replica on device {device}: {text}");
+            }
+        }
+        Ok(())
+    })
+}
+
+pub fn probe(args: KeyArgs) -> Result<()> {
+    crate::commands::init_logging("warn");
+    crate::commands::runtime()?.block_on(async {
+        let client = args.cluster.connect().await?;
+        let report = client.probe(&args.cluster.pool, &args.key).await?;
+        let mut table = Table::new(&[
+            "cand",
+            "pg",
+            "devices",
+            "primary",
+            "holds",
+            "cpu‰",
+            "mem‰",
+            "space‰",
+            "lat µs",
+            "unflushed",
+            "location",
+        ])
+        .left(&[1, 2, 3, 4, 10]);
+        for probe in &report.candidates {
+            let c = &probe.candidate;
+            let primary = c.primary().map(|d| d.0.to_string()).unwrap_or_default();
+            let holds = match (&probe.info, &probe.error) {
+                (_, Some(error)) => format!("? ({error})"),
+                (Some(info), None) => format!("yes, {} B v{}", info.size_bytes, info.version.0),
+                (None, None) => "no".into(),
+            };
+            let m = probe.metrics.clone().unwrap_or_default();
+            let known = probe.metrics.is_some();
+            let cell = |v: u64| if known { v.to_string() } else { "-".into() };
+            table.row(vec![
+                c.index.to_string(),
+                c.pg.map(|pg| pg.to_string()).unwrap_or_else(|| "-".into()),
+                format!("{:?}", c.devices.iter().map(|d| d.0).collect::<Vec<_>>()),
+                primary,
+                holds,
+                cell(u64::from(m.cpu_permille)),
+                cell(u64::from(m.memory_permille)),
+                cell(u64::from(m.space_permille)),
+                cell(m.latency_us),
+                cell(m.unflushed_bytes),
+                m.location,
+            ]);
+        }
+        print!("{}", table.render());
+        match (report.record, report.holder) {
+            (Some(record), _) => println!(
+                "choice record at the home: candidate {} (of {}), writer {:016x}",
+                record.candidate, record.choices, record.writer
+            ),
+            (None, Some(holder)) => {
+                println!("no choice record; candidate {holder} holds the object")
+            }
+            (None, None) => println!("no candidate holds '{}'", args.key),
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,93 @@
+//! `optio server`: one storage server process serving one or more devices.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use optio_cluster::local::LISTENING_PREFIX;
+use optio_server::{DeviceConfig, Server, ServerConfig};
+
+use crate::output::parse_size;
+
+/// Arguments of `optio server`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Address to listen on (port 0: any free port; the address bound is printed).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// A device to serve, as ID:CAPACITY:DIR (e.g. 3:100GiB:/srv/optio/dev3); repeatable.
+    #[arg(long = "device", value_name = "ID:CAPACITY:DIR", required = true)]
+    pub devices: Vec<String>,
+    /// The cluster map file (for epochs and locations; reloaded when it changes).
+    #[arg(long)]
+    pub map: Option<PathBuf>,
+    /// Largest object taken (larger ones get 413).
+    #[arg(long, default_value = "64MiB")]
+    pub max_object_size: String,
+    /// Exit when standard input closes (how `optio up` makes sure no server outlives it).
+    #[arg(long)]
+    pub exit_with_stdin: bool,
+}
+
+fn parse_device(text: &str) -> Result<DeviceConfig> {
+    let mut parts = text.splitn(3, ':');
+    let (Some(id), Some(capacity), Some(dir)) = (parts.next(), parts.next(), parts.next()) else {
+        bail!("--device '{text}' is not ID:CAPACITY:DIR (e.g. 0:10GiB:/srv/optio/dev0)");
+    };
+    let id: u32 =
+        id.parse().with_context(|| format!("device id '{id}' in '{text}' is not a number"))?;
+    let capacity_bytes = parse_size(capacity).map_err(anyhow::Error::msg)?;
+    if dir.is_empty() {
+        bail!("--device '{text}' has an empty directory");
+    }
+    Ok(DeviceConfig { id, dir: PathBuf::from(dir), capacity_bytes })
+}
+
+pub fn run(args: Args) -> Result<()> {
+    crate::commands::init_logging("warn");
+    let devices = args.devices.iter().map(|d| parse_device(d)).collect::<Result<Vec<_>>>()?;
+    let max_object_bytes = parse_size(&args.max_object_size).map_err(anyhow::Error::msg)?;
+    let config = ServerConfig {
+        listen: args.listen,
+        devices,
+        map_path: args.map,
+        max_object_bytes,
+        ..ServerConfig::default()
+    };
+    let runtime = crate::commands::runtime()?;
+    runtime.block_on(async move {
+        let server = Server::bind(config).await.context("cannot start the server")?;
+        {
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            // Ignore a closed stdout: the address is also in the log.
+            let _ = writeln!(stdout, "{LISTENING_PREFIX}{}", server.local_addr());
+            let _ = stdout.flush();
+        }
+        tracing::info!(addr = %server.local_addr(), epoch = server.epoch(), "serving");
+        server.serve(shutdown_signal(args.exit_with_stdin)).await.context("the server failed")
+    })
+}
+
+/// Completes on Ctrl-C, SIGTERM, or (with `exit_with_stdin`) when standard input closes.
+async fn shutdown_signal(exit_with_stdin: bool) {
+    let (stdin_closed_tx, stdin_closed) = tokio::sync::oneshot::channel::<()>();
+    if exit_with_stdin {
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut sink = [0u8; 64];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+            let _ = stdin_closed_tx.send(());
+        });
+    } else {
+        std::mem::forget(stdin_closed_tx);
+    }
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM can be handled");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+        _ = stdin_closed => {}
+    }
+}

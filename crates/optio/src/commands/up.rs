@@ -1,0 +1,95 @@
+//! `optio up`: a whole local cluster in one command.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use optio_cluster::local::{CRUSH_POOL, LocalCluster, LocalClusterSpec, RING_POOL};
+
+use crate::output::{self, parse_size};
+
+/// Arguments of `optio up`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Cluster directory: the map (`map.toml`), device data (`devN/`), server logs.
+    #[arg(long, default_value = "optio-cluster")]
+    pub dir: PathBuf,
+    /// Zones.
+    #[arg(long, default_value_t = 3)]
+    pub zones: u32,
+    /// Hosts per zone (one server process each).
+    #[arg(long, default_value_t = 3)]
+    pub hosts: u32,
+    /// Devices per host.
+    #[arg(long, default_value_t = 1)]
+    pub devices_per_host: u32,
+    /// Capacity of each device.
+    #[arg(long, default_value = "16GiB")]
+    pub capacity: String,
+    /// Largest object a server takes.
+    #[arg(long, default_value = "64MiB")]
+    pub max_object_size: String,
+    /// Candidates per object (CHOICE's k) of the pools `data` and `blobs` (`plain` has 1).
+    #[arg(long, default_value_t = 2)]
+    pub choices: u8,
+    /// Their policy for new objects.
+    #[arg(long, default_value = "space")]
+    pub policy: String,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    crate::commands::init_logging("warn");
+    let spec = LocalClusterSpec {
+        zones: args.zones,
+        hosts_per_zone: args.hosts,
+        devices_per_host: args.devices_per_host,
+        capacity_bytes: parse_size(&args.capacity).map_err(anyhow::Error::msg)?,
+        max_object_bytes: Some(parse_size(&args.max_object_size).map_err(anyhow::Error::msg)?),
+        choices: u32::from(args.choices),
+        policy: args.policy.clone(),
+        ..LocalClusterSpec::default()
+    };
+    let binary = std::env::current_exe().context("cannot find the optio binary")?;
+    let cluster =
+        LocalCluster::start(&binary, &args.dir, &spec).context("cannot start the local cluster")?;
+    let dir = cluster.dir().display().to_string();
+    let mut table = output::Table::new(&["server", "address", "devices", "pid"]).left(&[0, 1, 2]);
+    for server in cluster.servers() {
+        let devices: Vec<String> =
+            server.devices.iter().map(|(id, _)| format!("osd.{id}")).collect();
+        table.row(vec![
+            server.host.clone(),
+            server.addr.clone(),
+            devices.join(","),
+            server.pid().map(|p| p.to_string()).unwrap_or_default(),
+        ]);
+    }
+    println!(
+        "Optio local cluster: {} zones × {} hosts × {} device(s), {} each, epoch {}\n",
+        spec.zones,
+        spec.hosts_per_zone,
+        spec.devices_per_host,
+        output::bytes(spec.capacity_bytes as f64),
+        optio_cluster::mapstore::load(&cluster.map_path())?.epoch()
+    );
+    print!("{}", table.render());
+    println!(
+        "\nmap: {}\npools: {CRUSH_POOL} (crush), {RING_POOL} (ring); clients use k = {} candidates, policy '{}'\n\nUse it from another terminal:\n  export OPTIO_CLUSTER={dir}\n  echo hello | optio put greeting -\n  optio get greeting\n  optio probe greeting\n  optio ls\n  optio bench --objects 200 --size 1MiB\n\nCtrl-C stops the cluster.",
+        cluster.map_path().display(),
+        args.choices,
+        args.policy
+    );
+    let runtime = crate::commands::runtime()?;
+    runtime.block_on(async {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("SIGTERM can be handled");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+    });
+    eprintln!("stopping the servers…");
+    drop(cluster);
+    eprintln!("stopped.");
+    Ok(())
+}

@@ -1,0 +1,121 @@
+//! Helpers of the store's tests: `optio server` processes on ephemeral loopback ports started
+//! by `optio_cluster::local` (as `optio up` does), real files, clients from `optio_client`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use optio_client::{Client, ClientConfig};
+use optio_cluster::local::{LocalCluster, LocalClusterSpec};
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_optio"))
+}
+
+/// A cluster in a temporary directory (kept alive by the returned guard).
+pub fn cluster(spec: LocalClusterSpec) -> (tempfile::TempDir, LocalCluster) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster = LocalCluster::start(&binary(), dir.path(), &spec).expect("the cluster starts");
+    (dir, cluster)
+}
+
+/// A small cluster: 3 zones × 1 host, one device each.
+pub fn small() -> LocalClusterSpec {
+    LocalClusterSpec {
+        hosts_per_zone: 1,
+        capacity_bytes: 1 << 30,
+        pg_num: 32,
+        ..LocalClusterSpec::default()
+    }
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+pub async fn client(cluster: &LocalCluster, policy: Option<&str>) -> Client {
+    let config = ClientConfig {
+        policy: policy.map(str::to_string),
+        intent_dir: Some(cluster.dir().join("intents")),
+        ..ClientConfig::default()
+    };
+    Client::connect(&cluster.map_path(), config).await.expect("the client connects")
+}
+
+/// Waits for `condition` for at most `bound`.
+pub fn wait_until(bound: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + bound;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// Data for object `i`.
+pub fn data(i: usize, len: usize) -> bytes::Bytes {
+    let mut out = Vec::with_capacity(len);
+    let mut x = i as u64 ^ 0xa5a5_a5a5;
+    while out.len() < len {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        out.push((x >> 56) as u8);
+    }
+    bytes::Bytes::from(out)
+}
+
+/// Which devices hold `key` in `pool`, asked of every device in the map.
+pub async fn holders(client: &Client, pool: &str, key: &str) -> Vec<u32> {
+    let map = client.map();
+    let pool_id = map.pool_by_name(pool).expect("pool").id.0;
+    let http = reqwest::Client::new();
+    let mut out = Vec::new();
+    for device in map.devices() {
+        let url = format!(
+            "http://{}/v1/dev/{}/objects/{pool_id}/{}",
+            device.addr.as_deref().expect("addresses in the map"),
+            device.id.0,
+            optio_proto::wire::percent_encode(key)
+        );
+        if http.head(url).send().await.map(|r| r.status() == 200).unwrap_or(false) {
+            out.push(device.id.0);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// A stored replica: (device, version, PG seed).
+pub type Replica = (u32, u64, Option<u64>);
+
+/// Every object of `pool` on every device: key → its replicas.
+pub async fn everything(
+    client: &Client,
+    pool: &str,
+) -> std::collections::BTreeMap<String, Vec<Replica>> {
+    let map = client.map();
+    let pool_id = map.pool_by_name(pool).expect("pool").id.0;
+    let http = reqwest::Client::new();
+    let mut out: std::collections::BTreeMap<String, Vec<Replica>> = Default::default();
+    for device in map.devices() {
+        let url = format!(
+            "http://{}/v1/dev/{}/objects/{pool_id}?limit=10000",
+            device.addr.as_deref().expect("addresses in the map"),
+            device.id.0
+        );
+        let listing: serde_json::Value =
+            http.get(url).send().await.expect("lists").json().await.expect("JSON");
+        assert_eq!(listing["truncated"], false);
+        for object in listing["objects"].as_array().expect("objects") {
+            let key = object["key"].as_str().expect("key").to_string();
+            let version = object["version"].as_u64().expect("version");
+            let pg = object["pg_seed"].as_u64();
+            out.entry(key).or_default().push((device.id.0, version, pg));
+        }
+    }
+    out
+}
