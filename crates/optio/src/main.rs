@@ -56,8 +56,31 @@ enum Command {
     Demo(commands::demo::Args),
 }
 
+impl Command {
+    /// Commands whose output is often piped into `head`, `less` or `grep`: when the reader
+    /// goes away they should end quietly, as Unix tools do, rather than fail on a write.
+    /// (Not the servers and `optio up`, which write to sockets and children's pipes.)
+    fn prints_for_pipes(&self) -> bool {
+        matches!(
+            self,
+            Command::Place(_)
+                | Command::Analyze(_)
+                | Command::Diff(_)
+                | Command::Map(_)
+                | Command::Sim(_)
+                | Command::Get(_)
+                | Command::Ls(_)
+                | Command::Stat(_)
+                | Command::Probe(_)
+        )
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if cli.command.prints_for_pipes() {
+        output::die_quietly_on_closed_pipe();
+    }
     let result = match cli.command {
         Command::Place(args) => commands::place::run(args),
         Command::Analyze(args) => commands::analyze::run(args),

@@ -146,6 +146,18 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(value as u64)
 }
 
+/// Restores the default action of SIGPIPE (the Rust runtime ignores it), so that a write to a
+/// pipe whose reader has gone (`optio place … | head`) ends the process silently, with the
+/// status a shell expects, instead of a "Broken pipe" error or a panic in `println!`.
+#[allow(unsafe_code)]
+pub fn die_quietly_on_closed_pipe() {
+    // SAFETY: `signal` with `SIG_DFL` only changes this process's disposition of SIGPIPE; it
+    // is called at the start of `main`, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

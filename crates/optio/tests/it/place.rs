@@ -127,3 +127,31 @@ fn pg_lookup_and_its_errors() {
     let error = optio_err(&["place", "--map", map]);
     assert!(error.contains("nothing to place"), "{error}");
 }
+
+/// `optio place … | head -1`: when the reader goes away the command ends as Unix tools do —
+/// killed by SIGPIPE, no "Broken pipe" error and no panic.
+#[test]
+fn closed_pipe_ends_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let map = example("ceph-40osd.txt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_optio"))
+        .args(["place", "--map", map.to_str().expect("UTF-8"), "--rule", "0", "--num-rep", "3"])
+        .args(["--min-x", "0", "--max-x", "1000000", "--format", "crushtool"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("optio runs");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut first).expect("a line");
+    assert_eq!(first, "CRUSH rule 0 x 0 [0,39,15]\n");
+    // The reader is dropped here: the pipe is closed with most of the output unwritten.
+    let output = child.wait_with_output().expect("optio ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.is_empty(), "nothing on stderr: {stderr}");
+    assert_eq!(output.status.signal(), Some(SIGPIPE), "{:?}", output.status);
+}
+
+/// SIGPIPE's number on Linux.
+const SIGPIPE: i32 = 13;
