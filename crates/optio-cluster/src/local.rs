@@ -71,6 +71,10 @@ pub const CRUSH_POOL: &str = "data";
 pub const RING_POOL: &str = "blobs";
 /// A `crush` pool without choices (k = 1), for comparisons.
 pub const PLAIN_POOL: &str = "plain";
+/// The `attributed` pool of a local cluster (with the same choices as `data`).
+pub const ATTRIBUTED_POOL: &str = "hetero";
+/// The `elastic` pool of a local cluster (k = 1: its primaries are what matters).
+pub const ELASTIC_POOL: &str = "elastic";
 
 /// One server process.
 #[derive(Debug)]
@@ -247,8 +251,17 @@ impl LocalCluster {
         );
         let _ = writeln!(
             out,
-            "[[pools]]\nid = 3\nname = \"{PLAIN_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}",
+            "[[pools]]\nid = 3\nname = \"{PLAIN_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}\n",
             spec.pg_num
+        );
+        let distinct_zones = domain == "zone";
+        let _ = writeln!(
+            out,
+            "[[pools]]\nid = 4\nname = \"{ATTRIBUTED_POOL}\"\nengine = \"attributed\"\nsize = {replicas}\nthrottle = {vnode}\ndistinct_zones = {distinct_zones}\n{choice}"
+        );
+        let _ = writeln!(
+            out,
+            "[[pools]]\nid = 5\nname = \"{ELASTIC_POOL}\"\nengine = \"elastic\"\nsize = {replicas}"
         );
         out
     }

@@ -1,9 +1,12 @@
-//! Round trips on every engine (`crush` pool `data`, `ring` pool `blobs`) and every policy,
+//! Round trips on every engine (`crush` pool `data`, `ring` pool `blobs`, `attributed` pool
+//! `hetero`, `elastic` pool `elastic`) and every policy,
 //! with and without choices: what is written reads back, from the candidate that holds it,
 //! and cached accesses send no probe.
 
 use optio_client::ClientError;
-use optio_cluster::local::{CRUSH_POOL, LocalClusterSpec, PLAIN_POOL, RING_POOL};
+use optio_cluster::local::{
+    ATTRIBUTED_POOL, CRUSH_POOL, ELASTIC_POOL, LocalClusterSpec, PLAIN_POOL, RING_POOL,
+};
 
 use crate::{client, cluster, data, holders, runtime};
 
@@ -18,15 +21,16 @@ fn every_engine_and_policy_round_trips() {
         // Every policy but `composite` (which needs weights in the pool), on both engines with
         // k = 2, and the k = 1 pool.
         let mut runs: Vec<(&str, &str)> = Vec::new();
-        for pool in [CRUSH_POOL, RING_POOL] {
+        for pool in [CRUSH_POOL, RING_POOL, ATTRIBUTED_POOL] {
             for policy in optio_client::policy::POLICY_NAMES.iter().filter(|p| **p != "composite") {
                 runs.push((pool, policy));
             }
         }
         runs.push((PLAIN_POOL, "first"));
+        runs.push((ELASTIC_POOL, "first"));
         for (pool, policy) in runs {
             {
-                let choices = if pool == PLAIN_POOL { 1 } else { 2 };
+                let choices = if pool == PLAIN_POOL || pool == ELASTIC_POOL { 1 } else { 2 };
                 let writer = client(&cluster, Some(policy)).await;
                 let keys: Vec<String> =
                     (0..12).map(|i| format!("{pool}/{policy}/{choices}/{i}")).collect();
