@@ -304,14 +304,19 @@ pub enum LinearParamSpec {
 }
 
 /// Optio's balance extensions of a pool to add (see [`PoolBalance`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolBalanceSpec {
     /// How PGs become CRUSH inputs.
     pub pps: PpsGenerator,
     /// The balance parameter of `linear` buckets.
     pub linear_param: LinearParamSpec,
-    /// Optio's balanced placement.
+    /// Optio's balanced placement (history-free).
     pub balanced: bool,
+    /// Optio's incremental balanced placement.
+    pub incremental: bool,
+    /// For an incremental pool: the state to rebalance from (the previous map's); the
+    /// builder computes the pool's state from it and the map (from scratch without one).
+    pub state: Option<crate::balance::incremental::BalanceState>,
 }
 
 impl Default for PoolBalanceSpec {
@@ -326,6 +331,8 @@ impl From<PoolBalance> for PoolBalanceSpec {
             pps: balance.pps,
             linear_param: LinearParamSpec::Fixed(balance.linear_param),
             balanced: balance.balanced,
+            incremental: balance.incremental,
+            state: None,
         }
     }
 }
@@ -694,7 +701,10 @@ impl ClusterMapBuilder {
                 },
                 hashpspool: pool.hashpspool,
                 choice: pool.choice,
-                balance: PoolBalanceSpec::from(pool.balance),
+                balance: PoolBalanceSpec {
+                    state: pool.balance_state.clone(),
+                    ..PoolBalanceSpec::from(pool.balance)
+                },
             })
             .collect();
         let membership = map.membership.as_ref().map(|m| MembershipSpec {
@@ -790,7 +800,8 @@ impl ClusterMapBuilder {
         let rules = build_rules(&map_for_rules, &self.rules)?;
         let choose_args = build_choose_args(&map_for_rules, &self.choose_args)?;
         let order = membership_order(&build, self.membership.as_ref())?;
-        let (pools, auto_linear) = build_pools(&map_for_rules, &rules, &self.pools, order.len())?;
+        let (pools, auto_linear, incremental) =
+            build_pools(&map_for_rules, &rules, &self.pools, order.len())?;
         let membership = build_membership(&build, order, self.membership.as_ref(), &pools)?;
         check_tunables(&self.tunables)?;
         let Build { types, devices, device_slots, classes, .. } = build;
@@ -815,6 +826,27 @@ impl ClusterMapBuilder {
             let index = map.pools.iter().position(|p| p.id == id).expect("built above");
             let tuning = crate::linear::tune_linear_param(&map, &map.pools[index]);
             map.pools[index].balance.linear_param = tuning.param;
+        }
+        // Incremental balanced pools: the state, from the one given (the previous map's) and
+        // this map.
+        for (id, previous) in incremental {
+            let index = map.pools.iter().position(|p| p.id == id).expect("built above");
+            let (state, _) = crate::balance::incremental::rebalance(
+                &map,
+                &map.pools[index],
+                previous.as_ref(),
+            )
+            .map_err(|error| {
+                err(
+                    Subject::Pool(map.pools[index].name.clone()),
+                    Kind::OutOfRange {
+                        field: "balanced",
+                        value: "\"incremental\"".into(),
+                        reason: error.to_string(),
+                    },
+                )
+            })?;
+            map.pools[index].balance_state = Some(state);
         }
         Ok(map)
     }
@@ -1712,14 +1744,19 @@ fn build_choose_args(
     Ok(sets)
 }
 
-/// The pools, and the ids of those whose `linear` balance parameter is to be searched for.
+/// The incremental balanced pools, each with the state it was given.
+type IncrementalPools = Vec<(PoolId, Option<crate::balance::incremental::BalanceState>)>;
+
+/// The pools, the ids of those whose `linear` balance parameter is to be searched for, and the
+/// incremental balanced pools (whose state is computed once the map is built).
 fn build_pools(
     map: &PartialMap<'_>,
     rules: &[Rule],
     specs: &[PoolSpec],
     servers: usize,
-) -> Result<(Vec<Pool>, Vec<PoolId>), MapError> {
+) -> Result<(Vec<Pool>, Vec<PoolId>, IncrementalPools), MapError> {
     let mut auto = Vec::new();
+    let mut incremental = Vec::new();
     if specs.len() > POOLS_MAX {
         return Err(err(Subject::Map, Kind::TooMany { what: "pools", limit: POOLS_MAX }));
     }
@@ -1825,6 +1862,9 @@ fn build_pools(
         if spec.balance.linear_param == LinearParamSpec::Auto {
             auto.push(spec.id);
         }
+        if balance.incremental {
+            incremental.push((spec.id, spec.balance.state.clone()));
+        }
         pools.push(Pool {
             id: spec.id,
             name: spec.name.clone(),
@@ -1837,10 +1877,11 @@ fn build_pools(
             choice: spec.choice,
             balance,
             sector_base,
+            balance_state: None,
         });
     }
     pools.sort_by_key(|p| p.id);
-    Ok((pools, auto))
+    Ok((pools, auto, incremental))
 }
 
 /// Checks a pool's Optio balance extensions: crush pools only; a `linear` balance parameter
@@ -1852,9 +1893,13 @@ fn check_pool_balance(
     spec: &PoolSpec,
     engine: &EngineSpec,
 ) -> Result<PoolBalance, MapError> {
-    let wanted = spec.balance;
-    let mut balance =
-        PoolBalance { pps: wanted.pps, linear_param: LINEAR_PARAM_ONE, balanced: wanted.balanced };
+    let wanted = &spec.balance;
+    let mut balance = PoolBalance {
+        pps: wanted.pps,
+        linear_param: LINEAR_PARAM_ONE,
+        balanced: wanted.balanced,
+        incremental: wanted.incremental,
+    };
     let subject = Subject::Pool(spec.name.clone());
     let bad = |field: &'static str, value: String, reason: String| {
         err(subject.clone(), Kind::OutOfRange { field, value, reason })
@@ -1862,7 +1907,7 @@ fn check_pool_balance(
     let rule = match engine {
         EngineSpec::Crush { rule } => rules.iter().find(|r| r.id == *rule),
         _ => {
-            if wanted != PoolBalanceSpec::default() {
+            if *wanted != PoolBalanceSpec::default() {
                 return Err(bad(
                     "pps/balance_param/balanced",
                     format!("{wanted:?}"),
@@ -1898,7 +1943,31 @@ fn check_pool_balance(
             }
         }
     }
-    if wanted.balanced {
+    if wanted.balanced && wanted.incremental {
+        return Err(bad(
+            "balanced",
+            "true and \"incremental\"".into(),
+            "a pool uses one balanced method: `balanced = true` (history-free) or `balanced = \"incremental\"`".into(),
+        ));
+    }
+    if let Some(state) = &wanted.state {
+        if !wanted.incremental {
+            return Err(bad(
+                "balance_state",
+                format!("{} devices", state.devices.len()),
+                "only incremental balanced pools carry a balance state; remove it or set balanced = \"incremental\"".into(),
+            ));
+        }
+        if let Err(why) = state.check() {
+            return Err(bad(
+                "balance_state",
+                format!("{} devices", state.devices.len()),
+                format!("{why}; the state is written by Optio: remove it to balance this pool from scratch"),
+            ));
+        }
+    }
+    if wanted.balanced || wanted.incremental {
+        let value = if wanted.incremental { "\"incremental\"" } else { "true" };
         if wanted.linear_param != LinearParamSpec::Fixed(LINEAR_PARAM_ONE) {
             return Err(bad(
                 "balance_param",
@@ -1910,7 +1979,7 @@ fn check_pool_balance(
         if let Err(why) = crate::balance::rule_shape(rule, spec.size) {
             return Err(bad(
                 "balanced",
-                "true".into(),
+                value.into(),
                 format!("rule '{}' cannot be balanced: {why}", rule.name),
             ));
         }

@@ -447,13 +447,22 @@ pub struct PoolBalance {
     /// ([`LINEAR_PARAM_ONE`]): a linear bucket divides the pps by it.
     pub linear_param: u32,
     /// Optio's balanced placement (no exception tables; [`crate::balance`]) instead of
-    /// CRUSH's own choice.
+    /// CRUSH's own choice: the history-free method, computed from the map alone.
     pub balanced: bool,
+    /// Optio's incremental balanced placement ([`crate::balance::incremental`]): balanced by
+    /// per-device prices kept in the pool's [`Pool::balance_state`] and updated from the
+    /// previous state when the map changes. Exclusive with `balanced`.
+    pub incremental: bool,
 }
 
 impl Default for PoolBalance {
     fn default() -> PoolBalance {
-        PoolBalance { pps: PpsGenerator::Ceph, linear_param: LINEAR_PARAM_ONE, balanced: false }
+        PoolBalance {
+            pps: PpsGenerator::Ceph,
+            linear_param: LINEAR_PARAM_ONE,
+            balanced: false,
+            incremental: false,
+        }
     }
 }
 
@@ -468,6 +477,9 @@ impl PoolBalance {
         let mut parts = Vec::new();
         if self.balanced {
             parts.push("Optio balanced placement".to_string());
+        }
+        if self.incremental {
+            parts.push("Optio incremental balanced placement".to_string());
         }
         if self.pps == PpsGenerator::Congruential {
             parts.push("congruential pps (seed 002)".to_string());
@@ -583,6 +595,10 @@ pub struct Pool {
     /// sectors; devices removed keep their places as marked, skipped slots. Empty for other
     /// engines.
     pub sector_base: Vec<(DeviceId, u32)>,
+    /// For incremental balanced pools ([`PoolBalance::incremental`]): the balancer's state,
+    /// computed by the map builder from the state it was given (the previous map's) and the
+    /// map; the placement depends on it. `None` for other pools.
+    pub balance_state: Option<crate::balance::incremental::BalanceState>,
 }
 
 /// Per-bucket alternative weights and ids for straw2 (Ceph's `choose_args`, "weight sets").

@@ -5,6 +5,9 @@ use optio_placement::choice::{
     CHOICES_MAX, COMPOSITE_METRICS, COMPOSITE_WEIGHT_MAX, ChoiceSettings, POLICY_NAMES, PPM,
     PolicySpec,
 };
+use optio_placement::balance::incremental::{
+    BalanceState, CLASSES, DOMAIN_PRICE_MAX, DeviceState, DomainState, PRICE_MAX, STATE_VERSION,
+};
 use optio_placement::{
     ActiveSpec, BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMapBuilder,
     DeviceId, DeviceSpec, EngineRef, Epoch, ItemId, ItemRef, LINEAR_PARAM_ONE, LinearParamSpec,
@@ -466,7 +469,21 @@ impl Reader<'_> {
             };
         }
         if let Some(value) = table.get("balanced") {
-            pool.balance.balanced = value.bool(self.source)?;
+            match value.value {
+                DeValue::String(text) if *text == "incremental" => pool.balance.incremental = true,
+                DeValue::String(text) => {
+                    return Err(value.error(
+                        self.source,
+                        format!(
+                            "'{text}' is not a balanced method; write true (history-free), false or \"incremental\""
+                        ),
+                    ));
+                }
+                _ => pool.balance.balanced = value.bool(self.source)?,
+            }
+        }
+        if let Some(value) = table.get("balance_state") {
+            pool.balance.state = Some(self.balance_state(value.as_table(self.source)?)?);
         }
         let rule = table.get("rule");
         let vnode_bytes = table.get("vnode_bytes");
@@ -680,6 +697,80 @@ impl Reader<'_> {
             }
         }
         Ok(engine)
+    }
+
+    /// `[pools.balance_state]`: an incremental balanced pool's state (written by Optio).
+    fn balance_state(&self, mut table: Table<'_, '_>) -> Result<BalanceState, ParseError> {
+        let version: u32 = table.required("version")?.int(self.source, "1")?;
+        if version != STATE_VERSION {
+            return Err(ParseError::value(
+                Some(table.line),
+                table.path(),
+                format!(
+                    "balance state version {version} is not supported (this Optio writes {STATE_VERSION}); remove the table to balance the pool from scratch"
+                ),
+            ));
+        }
+        let classes: usize = table.required("classes")?.int(self.source, "16")?;
+        if classes != CLASSES {
+            return Err(ParseError::value(
+                Some(table.line),
+                table.path(),
+                format!(
+                    "a balance state has {CLASSES} price classes, not {classes}; remove the table to balance the pool from scratch"
+                ),
+            ));
+        }
+        let units = table.required("units")?.int(self.source, "1 to 1048576")?;
+        let size = table.required("size")?.int(self.source, "1 to 32")?;
+        let prices = |values: &[Value<'_, '_>], max: u64| -> Result<[u64; CLASSES], ParseError> {
+            let mut out = [0u64; CLASSES];
+            for (slot, value) in out.iter_mut().zip(values) {
+                *slot = value.int(self.source, &format!("1 to {max}"))?;
+                if *slot == 0 || *slot > max {
+                    return Err(value.error(self.source, format!("{slot} is out of range (1 to {max})")));
+                }
+            }
+            Ok(out)
+        };
+        let mut domains = Vec::new();
+        if let Some(list) = table.get("domains") {
+            for entry in list.elements(self.source)? {
+                let items = entry.elements(self.source)?;
+                if items.len() != 1 + CLASSES {
+                    return Err(entry.error(
+                        self.source,
+                        format!("each domain is [name, then {CLASSES} prices]"),
+                    ));
+                }
+                domains.push(DomainState {
+                    name: items[0].str(self.source)?.to_string(),
+                    prices: prices(&items[1..], DOMAIN_PRICE_MAX)?,
+                });
+            }
+        }
+        let mut devices = Vec::new();
+        if let Some(list) = table.get("devices") {
+            for entry in list.elements(self.source)? {
+                let items = entry.elements(self.source)?;
+                if items.len() != 3 + CLASSES {
+                    return Err(entry.error(
+                        self.source,
+                        format!(
+                            "each device is [id, failure domain, weight (16.16), then {CLASSES} prices]"
+                        ),
+                    ));
+                }
+                devices.push(DeviceState {
+                    id: DeviceId(items[0].int(self.source, "a device id, 0 to 16777215")?),
+                    domain: items[1].str(self.source)?.to_string(),
+                    weight: items[2].int(self.source, "1 to 4294967295 (16.16)")?,
+                    prices: prices(&items[3..], PRICE_MAX)?,
+                });
+            }
+        }
+        table.finish(self.source)?;
+        Ok(BalanceState { units, size, devices, domains })
     }
 
     /// An elastic pool's parameters from its keys.

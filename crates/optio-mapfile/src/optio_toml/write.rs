@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 
 use optio_placement::builder::DEFAULT_TYPES;
 use optio_placement::choice::{COMPOSITE_METRICS, FULL_PPM_DEFAULT};
+use optio_placement::balance::incremental::{BalanceState, CLASSES, STATE_VERSION};
 use optio_placement::map::TIB;
 use optio_placement::{
     ActiveSet, AttributedParams, Bucket, BucketAlg, BucketId, ChoiceSettings, ClusterMap, Device,
@@ -185,7 +186,13 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
         if pool.balance.balanced {
             fields.push(("balanced".into(), "true".into()));
         }
+        if pool.balance.incremental {
+            fields.push(("balanced".into(), quote("incremental")));
+        }
         write_table(&mut out, "[[pools]]", &fields);
+        if let Some(state) = &pool.balance_state {
+            write_balance_state(&mut out, state);
+        }
     }
     if let Some(membership) = map.membership() {
         out.push_str("\n[membership]\n");
@@ -277,6 +284,34 @@ fn attributed_fields(
     }
     base.push_str(if pool.sector_base.is_empty() { "]" } else { "\n]" });
     fields.push(("sector_base".into(), base));
+}
+
+/// `[pools.balance_state]`: an incremental balanced pool's state, one device or domain a
+/// line.
+fn write_balance_state(out: &mut String, state: &BalanceState) {
+    let _ = write!(
+        out,
+        "\n# Written by Optio: the incremental balancer's state (docs/balance.md). Edit the map,\n# not this table; Optio rebalances from it when the map changes.\n[pools.balance_state]\nversion = {STATE_VERSION}\nunits = {}\nsize = {}\nclasses = {CLASSES}\ndomains = [",
+        state.units, state.size
+    );
+    for domain in &state.domains {
+        let prices: Vec<String> = domain.prices.iter().map(u64::to_string).collect();
+        let _ = write!(out, "\n    [{}, {}],", quote(&domain.name), prices.join(", "));
+    }
+    out.push_str(if state.domains.is_empty() { "]\n" } else { "\n]\n" });
+    out.push_str("devices = [");
+    for device in &state.devices {
+        let prices: Vec<String> = device.prices.iter().map(u64::to_string).collect();
+        let _ = write!(
+            out,
+            "\n    [{}, {}, {}, {}],",
+            device.id.0,
+            quote(&device.domain),
+            device.weight,
+            prices.join(", ")
+        );
+    }
+    out.push_str(if state.devices.is_empty() { "]\n" } else { "\n]\n" });
 }
 
 /// A device in a membership list: its name, quoted.

@@ -41,10 +41,22 @@
 //! assert_eq!(placement.pool_by_name("rbd").expect("pool").locate("obj").devices.len(), 3);
 //! ```
 
+pub mod incremental;
 mod matching;
 mod rank;
 mod score;
 mod targets;
+#[cfg(test)]
+mod proto;
+#[cfg(test)]
+mod proto2;
+#[cfg(test)]
+mod proto3;
+#[cfg(test)]
+mod proto4;
+#[cfg(test)]
+mod proto5;
+mod proto6;
 
 use crate::analysis::devices_under;
 use crate::ids::{DeviceId, ItemId, TypeId};

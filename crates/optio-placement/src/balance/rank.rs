@@ -41,6 +41,19 @@ pub(crate) fn rank_hash(device: u32, key: u32) -> u32 {
     masked_hash(device_mask(device), key)
 }
 
+/// MurmurHash3's finaliser (a bijection of `u32`), for other hashes of the balancers.
+#[inline]
+pub(crate) fn mix(h: u32) -> u32 {
+    fmix32(h)
+}
+
+/// A hash of `key` under `salt`, built like [`rank_hash`] (a permutation of the keys for a
+/// fixed salt).
+#[inline]
+pub(crate) fn salted_hash(salt: u32, key: u32) -> u32 {
+    masked_hash(fmix32(salt), key)
+}
+
 /// [`rank_hash`] with the device's mask computed once.
 #[inline(always)]
 fn masked_hash(mask: u32, key: u32) -> u32 {

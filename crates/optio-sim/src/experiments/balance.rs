@@ -1,18 +1,22 @@
-//! Balance and movement of three ways to place a crush pool's PGs: stock CRUSH, seed 002's
-//! optimised CRUSH (congruential pps, `linear` hosts, searched balance parameter) and Optio's
-//! balanced placement (no exception tables) — on 40 OSDs in 4 hosts and on 1,000 OSDs in 10
-//! racks × 10 hosts × 10, with 2,048 and 32,768 PGs and 2 and 3 replicas.
+//! Balance and movement of four ways to place a crush pool's PGs: stock CRUSH, seed 002's
+//! optimised CRUSH (congruential pps, `linear` hosts, searched balance parameter), Optio's
+//! history-free balanced placement (`balanced = true`) and Optio's incremental balanced
+//! placement (`balanced = "incremental"`, per-device state in the map) — on 40 OSDs in 4 hosts
+//! and on 1,000 OSDs in 10 racks × 10 hosts × 10, with 2,048 and 32,768 PGs and 2 and 3
+//! replicas.
 //!
 //! Balance: PGs per OSD (stdev, max/mean) over the OSDs that can hold the pool. Movement: PG
 //! copies that change OSD when one OSD is added to a host, removed from the map, or reweighted
 //! to 0.5, against the least any placement must move for that change
 //! (`analysis::movement`); each change is tried on `--trials` different OSDs and averaged.
 //! Seed 002's balance parameter is searched once on the base map and kept, as the seed
-//! stores it with the pool.
+//! stores it with the pool; the incremental method's changed map carries the base map's
+//! balance state, and the map builder rebalances from it (the path every map edit takes).
 
 use std::time::Instant;
 
 use optio_placement::analysis::movement;
+use optio_placement::balance::incremental::BalanceState;
 use optio_placement::stats::Summary;
 use optio_placement::{
     BucketAlg, ClusterMap, ClusterMapBuilder, DeviceSpec, LinearParamSpec, Placement, PoolId,
@@ -35,8 +39,8 @@ pub struct Args {
     /// Replicas.
     #[arg(long, value_delimiter = ',', default_values_t = [2u32, 3])]
     pub sizes: Vec<u32>,
-    /// Methods: `crush`, `seed002`, `optio`.
-    #[arg(long, value_delimiter = ',', default_values_t = [String::from("crush"), String::from("seed002"), String::from("optio")])]
+    /// Methods: `crush`, `seed002`, `optio` (history-free balanced), `incremental`.
+    #[arg(long, value_delimiter = ',', default_values_t = [String::from("crush"), String::from("seed002"), String::from("optio"), String::from("incremental")])]
     pub methods: Vec<String>,
     /// OSDs each change (add, remove, reweight) is tried on; movement is averaged.
     #[arg(long, default_value_t = 3)]
@@ -102,6 +106,7 @@ enum Method {
     Crush,
     Seed002,
     Optio,
+    Incremental,
 }
 
 impl Method {
@@ -110,9 +115,12 @@ impl Method {
             "crush" => Ok(Method::Crush),
             "seed002" => Ok(Method::Seed002),
             "optio" => Ok(Method::Optio),
+            "incremental" => Ok(Method::Incremental),
             other => Err(SimError::Parameter {
                 parameter: "--methods",
-                reason: format!("unknown method '{other}'; use crush, seed002 and/or optio"),
+                reason: format!(
+                    "unknown method '{other}'; use crush, seed002, optio and/or incremental"
+                ),
             }),
         }
     }
@@ -122,6 +130,7 @@ impl Method {
             Method::Crush => "crush",
             Method::Seed002 => "seed002",
             Method::Optio => "optio",
+            Method::Incremental => "incremental",
         }
     }
 }
@@ -182,19 +191,25 @@ fn devices(shape: &Shape, change: Option<Change>) -> Vec<DeviceSpec> {
     devices
 }
 
-/// The map of `method` for `shape` after `change`; seed 002 uses `param` (or searches).
+/// The map of `method` for `shape` after `change`; seed 002 uses `param` (or searches), the
+/// incremental method rebalances from `state` (from scratch without one).
 fn cluster(
     shape: &Shape,
     method: Method,
     change: Option<Change>,
     pool: &PoolSpec,
     param: Option<u32>,
+    state: Option<&BalanceState>,
 ) -> Result<ClusterMap, SimError> {
     let mut builder = ClusterMapBuilder::new();
     builder.devices = devices(shape, change);
     let mut pool = pool.clone();
     if method == Method::Optio {
         pool.balance.balanced = true;
+    }
+    if method == Method::Incremental {
+        pool.balance.incremental = true;
+        pool.balance.state = state.cloned();
     }
     let builder = builder.replicated_rule(0, "replicated_rule", "default", "host");
     if method != Method::Seed002 {
@@ -238,6 +253,10 @@ struct Outcome {
     /// Milliseconds to compute the base placement (Placement::new; for seed 002 the map build,
     /// which runs the search).
     compute_ms: f64,
+    /// For the incremental method: milliseconds to build the base map (the state from
+    /// scratch) and, averaged over the changes, to build a changed map (the rebalance from the
+    /// base map's state).
+    state_ms: Option<(f64, f64)>,
     linear_param: Option<f64>,
     /// Per change kind: (moved, minimum), averaged over trials.
     movement: [(f64, f64); 3],
@@ -251,16 +270,26 @@ fn run_method(
     progress: &mut dyn Progress,
 ) -> Result<Outcome, SimError> {
     let started = Instant::now();
-    let base = cluster(shape, method, None, pool, None)?;
+    let base = cluster(shape, method, None, pool, None, None)?;
+    let built_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let placed = Instant::now();
     let placement = Placement::new(&base)?;
-    let compute_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let compute_ms = if method == Method::Incremental {
+        placed.elapsed().as_secs_f64() * 1000.0
+    } else {
+        started.elapsed().as_secs_f64() * 1000.0
+    };
     let param = base.pool(pool.id).map(|p| p.balance.linear_param);
+    let state = base.pool(pool.id).and_then(|p| p.balance_state.clone());
+    let mut rebalance_ms = 0.0;
     let summary = Summary::of(&pg_counts(&base, &placement, pool.id));
     progress.advance(1);
     let mut movement_sum = [(0.0, 0.0); 3];
     for trial in 0..trials {
         for (slot, change) in changes(shape, trial).into_iter().enumerate() {
-            let changed = cluster(shape, method, Some(change), pool, param)?;
+            let rebalanced = Instant::now();
+            let changed = cluster(shape, method, Some(change), pool, param, state.as_ref())?;
+            rebalance_ms += rebalanced.elapsed().as_secs_f64() * 1000.0;
             let changed_placement = Placement::new(&changed)?;
             let m = movement(
                 &base,
@@ -284,6 +313,8 @@ fn run_method(
         method,
         summary,
         compute_ms,
+        state_ms: (method == Method::Incremental)
+            .then(|| (built_ms, rebalance_ms / (3.0 * trials))),
         linear_param: (method == Method::Seed002)
             .then(|| param.map(|p| f64::from(p) / 65536.0))
             .flatten(),
@@ -358,6 +389,7 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
                         "remove",
                         "reweight",
                         "compute ms",
+                        "state ms",
                     ],
                 );
                 let mut rows = Vec::new();
@@ -379,6 +411,10 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
                         cell(outcome.movement[1]),
                         cell(outcome.movement[2]),
                         format!("{:.0}", outcome.compute_ms),
+                        match outcome.state_ms {
+                            Some((scratch, change)) => format!("{scratch:.0} / {change:.0}"),
+                            None => "-".into(),
+                        },
                     ]);
                     stdev_series[m].points.push((config_index as f64, outcome.summary.stdev));
                     let worst = outcome
@@ -403,12 +439,13 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
         }
     }
     Ok(Report {
-        title: "balance: stock CRUSH, seed 002's optimised CRUSH and Optio's balanced placement"
+        title: "balance: stock CRUSH, seed 002's optimised CRUSH and Optio's balanced placements (history-free and incremental)"
             .into(),
         tables,
         notes: vec![
             "add: a new OSD in one host; remove: one OSD leaves the map; reweight: one OSD's reweight becomes 0.5.".into(),
-            "moved/minimum: copies that change OSD over the least any placement must move (1.00 is optimal).".into(),
+            "moved/minimum: copies that change OSD over the least any placement must move (1.00 is optimal; below 1 when a device may end anywhere in its band).".into(),
+            "compute ms: the base placement (Placement::new; seed 002 includes its search). state ms (incremental): the state from scratch / a rebalance after a change (mean).".into(),
             "seed 002's paper (40 OSDs, 2048 PGs): CRUSH 10.09 → 6.50 with 2 replicas, 12.13 → 5.17 with 3.".into(),
             "Optio's targets: stdev ≤ 1.0, moved/minimum ≤ 1.5, computed in under a second (1,000 OSDs, 32,768 PGs).".into(),
             format!("configurations: {}", labels.join("; ")),
@@ -454,6 +491,8 @@ fn outcome_json(outcome: &Outcome) -> Value {
         "min_moved_on_reweight": min_reweight,
         "moved_on_reweight_over_min": ratio(reweight, min_reweight),
         "compute_ms": outcome.compute_ms,
+        "state_from_scratch_ms": outcome.state_ms.map(|(scratch, _)| scratch),
+        "rebalance_ms": outcome.state_ms.map(|(_, change)| change),
         "linear_param": outcome.linear_param,
     })
 }
@@ -469,19 +508,26 @@ mod tests {
             maps: vec![40],
             pg_nums: vec![2048],
             sizes: vec![3],
-            methods: vec!["crush".into(), "seed002".into(), "optio".into()],
+            methods: vec!["crush".into(), "seed002".into(), "optio".into(), "incremental".into()],
             trials: 1,
             pool_id: 1,
         };
         let report = run(&args, &mut NoProgress).expect("runs");
         let methods = report.json["results"][0]["methods"].as_array().expect("array").clone();
-        assert_eq!(methods.len(), 3);
+        assert_eq!(methods.len(), 4);
         let stdev = |i: usize| methods[i]["stdev"].as_f64().expect("number");
         // Stock CRUSH spreads like random placement; seed 002 does better; Optio is within
         // one PG of its targets.
         assert!(stdev(0) > 8.0, "crush {}", stdev(0));
         assert!(stdev(1) < 6.0, "seed 002 {}", stdev(1));
         assert!(stdev(2) <= 1.0, "optio {}", stdev(2));
+        // The incremental method is balanced too, and moves at most 1.5 times the minimum.
+        assert!(stdev(3) <= 1.0, "incremental {}", stdev(3));
+        for change in ["add", "remove", "reweight"] {
+            let ratio = methods[3][format!("moved_on_{change}_over_min")].as_f64().expect("ratio");
+            assert!(ratio <= 1.5, "incremental {change}: {ratio}");
+        }
+        assert!(methods[3]["rebalance_ms"].as_f64().is_some());
         for method in &methods {
             for key in ["moved_on_add", "min_moved_on_add", "moved_on_remove", "moved_on_reweight"]
             {

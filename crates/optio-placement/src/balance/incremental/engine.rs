@@ -1,0 +1,516 @@
+//! The placement function of the incremental method: which devices hold a placement unit,
+//! given the devices and the prices.
+//!
+//! Every device ranks the units by its ranking hash (`rank.rs`, as the history-free method
+//! does); the unit at position `k` has score `2k + 1`. A device's units fall into
+//! [`CLASSES`] classes by that hash, a domain's by a hash of the domain's name and the unit's
+//! key. The key of device `d` (in domain `h`) for unit `u` is
+//!
+//! ```text
+//! score(u, d) × price[d][class(d, u)] × domain_price[h][domain_class(h, u)]
+//! ```
+//!
+//! (integers; ties by ranking hash, then device id), and a unit takes its devices in
+//! increasing key, at most one per failure domain. A unit whose ranked candidates span
+//! fewer failure domains than the pool's size (rare: its candidates are few) completes its set
+//! by straw2 draw over the other domains, independent of the prices.
+//!
+//! Rescaling every device's prices by one factor changes nothing, so prices carry no unit;
+//! a fresh device's price is `2^40 / t` (its target `t`), which makes every device's keys
+//! spread alike — the rank normalisation of the history-free method.
+
+use super::state::{CLASSES, DOMAIN_PRICE_ONE, PRICE_MAX};
+use crate::analysis::devices_under;
+use crate::balance::rank;
+use crate::balance::score;
+use crate::balance::targets::{self, Target};
+use crate::balance::{RANKED_EXTRA, RANKED_PER_TARGET};
+use crate::ids::{ItemId, TypeId};
+use crate::map::ClusterMap;
+
+/// No device.
+pub(crate) const NONE: u32 = u32::MAX;
+/// The price that makes a device's keys spread like a device of target 1: `2^40 / t`.
+pub(crate) const PRICE_UNIT: u128 = 1 << 40;
+/// Salt of the domain-class hash (any constant; part of the placement version).
+const DOMAIN_CLASS_SALT: u32 = 0x5bd1_e995;
+
+/// A device the balancer may place copies on, with its failure domain and effective weight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Member {
+    pub id: u32,
+    pub domain: String,
+    /// CRUSH weight × reweight (16.16), > 0.
+    pub weight: u64,
+}
+
+/// The usable devices (up, in, weight and reweight > 0) under `take`, in the order CRUSH
+/// lists them, with the names of their failure domains of type `domain_type` (the device's
+/// own name for type 0). Devices with no ancestor of that type are left out.
+pub(crate) fn members(map: &ClusterMap, take: ItemId, domain_type: TypeId) -> Vec<Member> {
+    let mut out = Vec::new();
+    for device in devices_under(map, take) {
+        let Some(d) = map.device(device) else { continue };
+        if !d.is_usable() {
+            continue;
+        }
+        let weight = (u64::from(d.weight.0) * u64::from(d.reweight.0.min(0x10000))) >> 16;
+        if weight == 0 {
+            continue;
+        }
+        let domain = if domain_type == TypeId(0) {
+            d.name.clone()
+        } else {
+            match map.ancestor_of_type(ItemId::from(device), domain_type) {
+                Some(bucket) => bucket.name.clone(),
+                None => continue,
+            }
+        };
+        out.push(Member { id: device.0, domain, weight });
+    }
+    out
+}
+
+/// A neutral price for a device of target `t`: `2^40 / t`, within 1 to [`PRICE_MAX`].
+pub(crate) fn neutral_price(t: &Target) -> u64 {
+    let price = PRICE_UNIT.saturating_mul(t.denominator) / t.numerator.max(1);
+    u64::try_from(price).unwrap_or(PRICE_MAX).clamp(1, PRICE_MAX)
+}
+
+/// The salt of a domain's class hash, from its name.
+fn domain_salt(name: &str) -> u32 {
+    let mut h = DOMAIN_CLASS_SALT;
+    for byte in name.bytes() {
+        h = rank::mix(h ^ u32::from(byte)).wrapping_add(0x9e37_79b9);
+    }
+    h
+}
+
+/// A unit in a device's ranking.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Entry {
+    pub unit: u32,
+    /// `2k + 1` for position `k`.
+    pub score: u32,
+    /// The ranking hash.
+    pub hash: u32,
+    pub class: u8,
+    /// Where the device is among the unit's candidates (an index of [`Engine::cand_at`]).
+    pub cand: u32,
+}
+
+/// A device among a unit's candidates.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cand {
+    pub device: u32,
+    pub score: u32,
+    /// The ranking hash (first tie-break).
+    pub hash: u32,
+    pub class: u8,
+    /// The class of the unit for the device's domain.
+    pub dclass: u8,
+    /// Where the unit is among its domain's units (an index of the engine's domain entries:
+    /// `domain_entry_start(h)` + the index in [`Engine::domain_units`]).
+    pub dentry: u32,
+}
+
+/// A key: (score × prices, ranking hash, device id); lower wins.
+pub(crate) type Key = (u128, u32, u32);
+
+/// Device prices (`CLASSES` per device) and domain prices (`CLASSES` per domain).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Prices {
+    pub device: Vec<u64>,
+    pub domain: Vec<u64>,
+}
+
+/// Devices, domains, rankings and candidates of one pool's balancing.
+pub(crate) struct Engine {
+    pub size: usize,
+    pub keys: Vec<u32>,
+    pub ids: Vec<u32>,
+    pub domain: Vec<u32>,
+    pub weights: Vec<u64>,
+    /// Devices that must end with nothing (in the previous state, not usable now).
+    pub leaving: Vec<bool>,
+    pub targets: Vec<Target>,
+    pub domain_names: Vec<String>,
+    pub domain_devices: Vec<Vec<u32>>,
+    /// Each device's ranked units, by class, best first within a class.
+    pub lists: Vec<Vec<Entry>>,
+    /// Where each class starts in a device's list.
+    class_start: Vec<[u32; CLASSES + 1]>,
+    cand_start: Vec<u32>,
+    cands: Vec<Cand>,
+    /// Each domain's units (those where one of its devices is a candidate), with the unit's
+    /// class for the domain, by class, then unit.
+    pub domain_units: Vec<Vec<(u32, u8)>>,
+    /// Where each class starts in a domain's units.
+    domain_class_start: Vec<[u32; CLASSES + 1]>,
+    /// Where each domain starts among all domains' entries (and the total at the end).
+    pub domain_entry_start: Vec<u32>,
+    /// Units whose candidates span fewer domains than the pool's size.
+    pub short: Vec<bool>,
+    /// Non-leaving devices, for the straw2 fallback.
+    fallback_ids: Vec<u32>,
+    fallback_weights: Vec<u64>,
+    fallback_index: Vec<u32>,
+}
+
+impl Engine {
+    /// An engine for `current` devices (targets from their weights) and `leaving` ones (target
+    /// 0, ranked as deep as the given targets). `keys[u]` is unit `u`'s pps.
+    pub(crate) fn new(
+        size: usize,
+        keys: Vec<u32>,
+        current: &[Member],
+        leaving: &[(Member, Target)],
+    ) -> Engine {
+        let all: Vec<&Member> = current.iter().chain(leaving.iter().map(|(m, _)| m)).collect();
+        let mut domain_names: Vec<String> = Vec::new();
+        let mut domain = Vec::with_capacity(all.len());
+        for member in &all {
+            let index = match domain_names.iter().position(|n| *n == member.domain) {
+                Some(index) => index,
+                None => {
+                    domain_names.push(member.domain.clone());
+                    domain_names.len() - 1
+                }
+            };
+            domain.push(index as u32);
+        }
+        let weights: Vec<u64> = all.iter().map(|m| m.weight).collect();
+        let units = keys.len();
+        let mut targets = targets::targets(
+            &weights[..current.len()],
+            &domain[..current.len()],
+            domain_names.len(),
+            units as u64,
+            size as u64,
+        );
+        let mut list_targets = targets.clone();
+        for (_, target) in leaving {
+            targets.push(Target { numerator: 0, denominator: 1 });
+            list_targets.push(*target);
+        }
+        let mut scratch = Vec::new();
+        let lists: Vec<Vec<Entry>> = all
+            .iter()
+            .zip(&list_targets)
+            .map(|(member, target)| {
+                let count = target.numerator.saturating_mul(u128::from(RANKED_PER_TARGET))
+                    / target.denominator.max(1)
+                    + u128::from(RANKED_EXTRA);
+                let count = usize::try_from(count).unwrap_or(usize::MAX);
+                rank::ranking(member.id, &keys, target, count, &mut scratch)
+                    .iter()
+                    .enumerate()
+                    .map(|(k, r)| Entry {
+                        unit: r.unit,
+                        score: (2 * k + 1) as u32,
+                        hash: r.hash,
+                        class: (r.hash % CLASSES as u32) as u8,
+                        cand: 0,
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut lists = lists;
+        let mut class_start = Vec::with_capacity(lists.len());
+        for list in &mut lists {
+            list.sort_unstable_by_key(|e| (e.class, e.score));
+            let mut starts = [0u32; CLASSES + 1];
+            for entry in list.iter() {
+                starts[usize::from(entry.class) + 1] += 1;
+            }
+            for c in 0..CLASSES {
+                starts[c + 1] += starts[c];
+            }
+            class_start.push(starts);
+        }
+        let salts: Vec<u32> = domain_names.iter().map(|n| domain_salt(n)).collect();
+        let mut cand_start = vec![0u32; units + 1];
+        for list in &lists {
+            for entry in list {
+                cand_start[entry.unit as usize + 1] += 1;
+            }
+        }
+        for u in 0..units {
+            cand_start[u + 1] += cand_start[u];
+        }
+        let mut fill = cand_start.clone();
+        let mut cands = vec![
+            Cand { device: 0, score: 0, hash: 0, class: 0, dclass: 0, dentry: 0 };
+            cand_start[units] as usize
+        ];
+        let mut domain_units: Vec<Vec<(u32, u8)>> = vec![Vec::new(); domain_names.len()];
+        for (d, list) in lists.iter_mut().enumerate() {
+            let h = domain[d] as usize;
+            for entry in list.iter_mut() {
+                let unit = entry.unit as usize;
+                entry.cand = fill[unit];
+                let dclass = (rank::salted_hash(salts[h], keys[unit]) % CLASSES as u32) as u8;
+                let slot = &mut fill[unit];
+                cands[*slot as usize] = Cand {
+                    device: d as u32,
+                    score: entry.score,
+                    hash: entry.hash,
+                    class: entry.class,
+                    dclass,
+                    dentry: 0,
+                };
+                *slot += 1;
+                domain_units[h].push((entry.unit, dclass));
+            }
+        }
+        let mut domain_class_start = Vec::with_capacity(domain_units.len());
+        for list in &mut domain_units {
+            list.sort_unstable_by_key(|&(unit, dclass)| (dclass, unit));
+            list.dedup();
+            let mut starts = [0u32; CLASSES + 1];
+            for &(_, dclass) in list.iter() {
+                starts[usize::from(dclass) + 1] += 1;
+            }
+            for c in 0..CLASSES {
+                starts[c + 1] += starts[c];
+            }
+            domain_class_start.push(starts);
+        }
+        let mut domain_entry_start = Vec::with_capacity(domain_units.len() + 1);
+        let mut total = 0u32;
+        for list in &domain_units {
+            domain_entry_start.push(total);
+            total += list.len() as u32;
+        }
+        domain_entry_start.push(total);
+        for unit in 0..units {
+            for c in &mut cands[cand_start[unit] as usize..cand_start[unit + 1] as usize] {
+                let h = domain[c.device as usize] as usize;
+                let starts = &domain_class_start[h];
+                let class = usize::from(c.dclass);
+                let range = starts[class] as usize..starts[class + 1] as usize;
+                let at = domain_units[h][range.clone()]
+                    .binary_search_by_key(&(unit as u32), |&(u, _)| u)
+                    .expect("a candidate's unit is among its domain's units");
+                c.dentry = domain_entry_start[h] + (range.start + at) as u32;
+            }
+        }
+        let mut short = vec![false; units];
+        let mut seen: Vec<u32> = Vec::new();
+        for (unit, flag) in short.iter_mut().enumerate() {
+            seen.clear();
+            for c in &cands[cand_start[unit] as usize..cand_start[unit + 1] as usize] {
+                let h = domain[c.device as usize];
+                if !seen.contains(&h) {
+                    seen.push(h);
+                    if seen.len() >= size {
+                        break;
+                    }
+                }
+            }
+            *flag = seen.len() < size;
+        }
+        let mut domain_devices = vec![Vec::new(); domain_names.len()];
+        for (d, &h) in domain.iter().enumerate() {
+            domain_devices[h as usize].push(d as u32);
+        }
+        let fallback_index: Vec<u32> = (0..current.len() as u32).collect();
+        Engine {
+            size,
+            keys,
+            ids: all.iter().map(|m| m.id).collect(),
+            domain,
+            leaving: (0..all.len()).map(|d| d >= current.len()).collect(),
+            fallback_ids: current.iter().map(|m| m.id).collect(),
+            fallback_weights: weights[..current.len()].to_vec(),
+            fallback_index,
+            weights,
+            targets,
+            domain_names,
+            domain_devices,
+            lists,
+            class_start,
+            cand_start,
+            cands,
+            domain_units,
+            domain_class_start,
+            domain_entry_start,
+            short,
+        }
+    }
+
+    /// Devices (current and leaving).
+    pub(crate) fn devices(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Placement units.
+    pub(crate) fn units(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Failure domains.
+    pub(crate) fn domains(&self) -> usize {
+        self.domain_names.len()
+    }
+
+    /// Device `d`'s ranked units of class `class`.
+    #[inline]
+    pub(crate) fn class_entries(&self, d: u32, class: usize) -> &[Entry] {
+        let starts = &self.class_start[d as usize];
+        &self.lists[d as usize][starts[class] as usize..starts[class + 1] as usize]
+    }
+
+    /// Domain `h`'s units of class `class`.
+    #[inline]
+    pub(crate) fn domain_class_units(&self, h: u32, class: usize) -> &[(u32, u8)] {
+        let starts = &self.domain_class_start[h as usize];
+        &self.domain_units[h as usize][starts[class] as usize..starts[class + 1] as usize]
+    }
+
+    /// Where `unit` is among domain `h`'s units (whose class for `h` is `class`).
+    #[inline]
+    pub(crate) fn domain_unit_index(&self, h: u32, class: u8, unit: u32) -> Option<usize> {
+        let starts = &self.domain_class_start[h as usize];
+        let start = starts[usize::from(class)] as usize;
+        self.domain_class_units(h, usize::from(class))
+            .binary_search_by_key(&unit, |&(u, _)| u)
+            .ok()
+            .map(|i| start + i)
+    }
+
+    /// The candidates of `unit`, by device index.
+    #[inline]
+    pub(crate) fn cands(&self, unit: usize) -> &[Cand] {
+        &self.cands[self.cand_start[unit] as usize..self.cand_start[unit + 1] as usize]
+    }
+
+    /// Device `device` among the candidates of `unit`: its index for [`Engine::cand_at`].
+    #[inline]
+    pub(crate) fn cand_index(&self, unit: usize, device: u32) -> Option<u32> {
+        let start = self.cand_start[unit];
+        self.cands(unit)
+            .binary_search_by_key(&device, |c| c.device)
+            .ok()
+            .map(|i| start + i as u32)
+    }
+
+    /// A candidate by index.
+    #[inline]
+    pub(crate) fn cand_at(&self, index: u32) -> &Cand {
+        &self.cands[index as usize]
+    }
+
+    /// The index range of `unit`'s candidates.
+    #[inline]
+    pub(crate) fn cand_range(&self, unit: usize) -> std::ops::Range<u32> {
+        self.cand_start[unit]..self.cand_start[unit + 1]
+    }
+
+    /// The price index of a candidate's class.
+    #[inline]
+    pub(crate) fn price_index(&self, c: &Cand) -> usize {
+        c.device as usize * CLASSES + usize::from(c.class)
+    }
+
+    /// The domain-price index of a candidate's domain class.
+    #[inline]
+    pub(crate) fn domain_price_index(&self, c: &Cand) -> usize {
+        self.domain[c.device as usize] as usize * CLASSES + usize::from(c.dclass)
+    }
+
+    /// `score × device price` (the key without the domain price).
+    #[inline]
+    pub(crate) fn base(&self, c: &Cand, prices: &Prices) -> u128 {
+        u128::from(c.score) * u128::from(prices.device[self.price_index(c)])
+    }
+
+    /// `score × domain price` (the key without the device price).
+    #[inline]
+    pub(crate) fn domain_base(&self, c: &Cand, prices: &Prices) -> u128 {
+        u128::from(c.score) * u128::from(prices.domain[self.domain_price_index(c)])
+    }
+
+    /// The key of a candidate.
+    #[inline]
+    pub(crate) fn key(&self, c: &Cand, prices: &Prices) -> Key {
+        (
+            self.base(c, prices) * u128::from(prices.domain[self.domain_price_index(c)]),
+            c.hash,
+            self.ids[c.device as usize],
+        )
+    }
+
+    /// Neutral prices: `2^40 / t` per device class, [`DOMAIN_PRICE_ONE`] per domain class.
+    pub(crate) fn neutral_prices(&self) -> Prices {
+        let mut device = Vec::with_capacity(self.devices() * CLASSES);
+        for target in &self.targets {
+            device.extend(std::iter::repeat_n(neutral_price(target), CLASSES));
+        }
+        Prices { device, domain: vec![DOMAIN_PRICE_ONE; self.domains() * CLASSES] }
+    }
+
+    /// The devices of `unit` under `prices`, best first, into `out` (device indices);
+    /// returns how many come from the candidates (the rest from the straw2 fallback).
+    pub(crate) fn place_unit(
+        &self,
+        unit: usize,
+        prices: &Prices,
+        scratch: &mut Scratch,
+        out: &mut Vec<u32>,
+    ) -> usize {
+        scratch.keys.clear();
+        scratch.keys.extend(self.cands(unit).iter().map(|c| (self.key(c, prices), c.device)));
+        scratch.keys.sort_unstable();
+        out.clear();
+        for &(_, d) in &scratch.keys {
+            if out.len() == self.size {
+                break;
+            }
+            let h = self.domain[d as usize];
+            if out.iter().all(|&o| self.domain[o as usize] != h) {
+                out.push(d);
+            }
+        }
+        let ranked = out.len();
+        if ranked < self.size && self.short[unit] {
+            self.fallback(unit, scratch, out);
+        }
+        ranked
+    }
+
+    /// Completes a short unit by straw2 draw over the domains it does not use yet.
+    fn fallback(&self, unit: usize, scratch: &mut Scratch, out: &mut Vec<u32>) {
+        score::costs(
+            self.keys[unit],
+            &self.fallback_ids,
+            &self.fallback_weights,
+            0,
+            &mut scratch.costs,
+        );
+        // Ties by device id, so that the order of the map's devices does not matter.
+        scratch.order.clear();
+        scratch.order.extend(
+            scratch.costs.iter().enumerate().map(|(i, &c)| (c, self.fallback_ids[i], i as u32)),
+        );
+        scratch.order.sort_unstable();
+        for &(_, _, i) in &scratch.order {
+            if out.len() == self.size {
+                break;
+            }
+            let d = self.fallback_index[i as usize];
+            let h = self.domain[d as usize];
+            if out.iter().all(|&o| self.domain[o as usize] != h) {
+                out.push(d);
+            }
+        }
+    }
+}
+
+/// Reusable buffers of [`Engine::place_unit`].
+#[derive(Default)]
+pub(crate) struct Scratch {
+    keys: Vec<(Key, u32)>,
+    costs: Vec<i64>,
+    order: Vec<(i64, u32, u32)>,
+}
