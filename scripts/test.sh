@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine: installs what the tests need (Ceph's
-# crushtool/osdmaptool as the CRUSH oracle, …), then format, lint and every test.
+# crushtool/osdmaptool as the CRUSH oracle, redis-server for the dirty table, …), then format,
+# lint and every test.
 # `.ci/run` calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the tests use, as "command:package".
-needs=(crushtool:ceph-base osdmaptool:ceph-base)
+needs=(crushtool:ceph-base osdmaptool:ceph-base redis-server:redis-server)
 missing=()
 for need in "${needs[@]}"; do
   command -v "${need%%:*}" >/dev/null 2>&1 || missing+=("${need#*:}")

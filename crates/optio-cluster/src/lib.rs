@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod dirty;
 pub mod local;
 pub mod mapstore;
 
