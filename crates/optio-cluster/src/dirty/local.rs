@@ -340,6 +340,11 @@ impl Inner {
             *scan = Scan::new(generation);
         }
         let file_bytes = file.metadata().map_err(|e| DirtyError::io("stat", &path, e))?.len();
+        if file_bytes < scan.end_offset {
+            // Valid records are never cut: the file was replaced behind the log's back.
+            tracing::warn!(log = %path.display(), "dirty log: the file shrank; reading it again");
+            *scan = Scan::new(generation);
+        }
         if file_bytes <= scan.end_offset {
             return Ok(file_bytes);
         }
@@ -412,7 +417,12 @@ impl Inner {
         let _lock = self.lock(Access::Write)?;
         let log_path = self.path(LOG_FILE);
         if !log_path.exists() {
-            let generation = self.read_head()?.map_or(1, |head| head.generation + 1);
+            // From the clock, so that a log re-created after its directory was deleted never
+            // takes the generation of one a running process still remembers.
+            let clock = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |since| since.as_nanos() as u64);
+            let generation = self.read_head()?.map_or(clock, |head| clock.max(head.generation + 1));
             let temp = self.path(COMPACT_FILE);
             write_file_durably(&temp, &[&codec::encode_header(generation)])?;
             fs::rename(&temp, &log_path)

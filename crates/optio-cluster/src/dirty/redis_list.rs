@@ -99,7 +99,7 @@ impl RedisDirtyTable {
             failed_at: Mutex::new(None),
             spilling: AtomicBool::new(false),
         });
-        let ping = inner.command::<String>(&redis::cmd("PING"), true).await;
+        let ping = inner.command::<String>(&redis::cmd("PING"), false).await;
         if let Err(error) = ping {
             inner.note_failure();
             tracing::warn!(
