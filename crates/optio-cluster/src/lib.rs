@@ -49,6 +49,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod dirty;
 pub mod etcd;
 pub mod file;
 pub mod local;

@@ -1,5 +1,8 @@
-//! Integration tests of optio-cluster: the map sources against real files and a real etcd.
+//! optio-cluster's integration tests: one binary, one module per subject — the map sources
+//! against real files and a real etcd, the dirty table against real files and a real Redis.
 
+mod dirty_local;
+mod dirty_redis;
 mod sources;
 mod statuses;
 mod store;
