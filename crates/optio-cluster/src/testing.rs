@@ -60,11 +60,12 @@ fn etcd_binary() -> Option<PathBuf> {
 }
 
 /// A single-member etcd on loopback, with its data in a temporary directory (removed when it
-/// is dropped).
+/// is dropped) — or, for `optio up --etcd`, in a directory of the cluster's (kept).
 #[derive(Debug)]
 pub struct EtcdServer {
     binary: PathBuf,
     dir: PathBuf,
+    keep_dir: bool,
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
@@ -75,9 +76,6 @@ impl EtcdServer {
     /// and waits until `/health` says it is healthy (at most [`ETCD_START_TIMEOUT`]). Its
     /// output goes to `etcd.log` in its directory, quoted in errors.
     pub fn start() -> Result<EtcdServer, String> {
-        let binary = etcd_binary().ok_or(
-            "etcd is not installed: install Debian's etcd-server (apt-get install etcd-server)",
-        )?;
         let unique = SERVER_COUNTER.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -85,9 +83,23 @@ impl EtcdServer {
             .unwrap_or(0);
         let dir = std::env::temp_dir()
             .join(format!("optio-etcd-{}-{unique}-{nanos}", std::process::id()));
+        EtcdServer::start_at(dir, false)
+    }
+
+    /// Starts etcd as [`start`](Self::start) does, with its data in `dir` (created if needed,
+    /// kept when the server is dropped): `optio up --etcd` runs its cluster's etcd this way.
+    pub fn start_in(dir: &Path) -> Result<EtcdServer, String> {
+        EtcdServer::start_at(dir.to_path_buf(), true)
+    }
+
+    fn start_at(dir: PathBuf, keep_dir: bool) -> Result<EtcdServer, String> {
+        let binary = etcd_binary().ok_or(
+            "etcd is not installed: install Debian's etcd-server (apt-get install etcd-server)",
+        )?;
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let mut server = EtcdServer { binary, dir, client_port: 0, peer_port: 0, child: None };
+        let mut server =
+            EtcdServer { binary, dir, keep_dir, client_port: 0, peer_port: 0, child: None };
         // A port found free can be taken by someone else before etcd binds it: try others.
         let mut attempt = 1;
         loop {
@@ -217,7 +229,9 @@ impl EtcdServer {
 impl Drop for EtcdServer {
     fn drop(&mut self) {
         self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

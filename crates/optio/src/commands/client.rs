@@ -57,15 +57,17 @@ impl ClusterArgs {
     /// A client with this configuration.
     pub async fn connect_with(&self, config: ClientConfig) -> Result<Client> {
         let dir = self.dir()?;
-        let map = optio_cluster::mapstore::map_path(&dir);
-        if !map.exists() {
+        let source = optio_cluster::local::cluster_source(&dir)?;
+        if let optio_cluster::source::MapSource::File(file) = &source
+            && !file.path().exists()
+        {
             bail!(
                 "no cluster map at {}; start a cluster with `optio up --dir {}`",
-                map.display(),
+                file.path().display(),
                 dir.display()
             );
         }
-        Client::connect(&map, config).await.context("cannot connect to the cluster")
+        Client::connect_source(source, config).await.context("cannot connect to the cluster")
     }
 }
 

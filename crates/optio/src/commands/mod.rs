@@ -5,10 +5,12 @@ pub mod bench;
 pub mod client;
 pub mod demo;
 pub mod diff;
+pub mod edit;
 pub mod map;
 pub mod place;
 pub mod server;
 pub mod sim;
+pub mod status;
 pub mod up;
 
 use anyhow::{Context, Result, anyhow, bail};
