@@ -22,8 +22,11 @@ use crate::intent::IntentLog;
 use crate::policy::{self, Policy};
 use crate::transport::{Answer, Call, Endpoint, Failure, Transport};
 
+#[path = "reintegrate.rs"]
+mod reintegrate;
 #[path = "transition.rs"]
 mod transition;
+pub use reintegrate::{ReintegrationConfig, ReintegrationMode, ReintegrationStatus};
 pub use transition::STATUS_POLL_INTERVAL;
 use transition::watch_map;
 
@@ -66,6 +69,10 @@ pub struct ClientConfig {
     /// Test hook: abort the process right after a choice record is created, before the
     /// object is written (the crash the intent log is for).
     pub crash_after_choice_record: bool,
+    /// The dirty table: where writes and deletes to `elastic` pools that are not at full
+    /// power are recorded before they are sent (selective re-integration reads it). Without
+    /// one, such writes are refused.
+    pub dirty: Option<Arc<optio_cluster::dirty::DirtyTable>>,
 }
 
 impl Default for ClientConfig {
@@ -77,6 +84,7 @@ impl Default for ClientConfig {
             intent_dir: None,
             cache_entries_max: crate::cache::CACHE_ENTRIES_MAX_DEFAULT,
             crash_after_choice_record: false,
+            dirty: None,
         }
     }
 }
@@ -1132,9 +1140,11 @@ impl Client {
         let crc = checksum(&data);
         let size_bytes = data.len() as u64;
         let mut excluded = Excluded::default();
+        let mut dirty_noted = None;
         for _attempt in 0..RETRIES_MAX {
             let view = self.view();
             let pool = view.pool(pool_name)?;
+            self.note_dirty(&view, pool, key, &mut dirty_noted).await?;
             let candidates = self.candidates_in(&view, pool, key);
             let probes_before = self.inner.counters.probes.load(Ordering::Relaxed);
             let started = Instant::now();
@@ -1645,6 +1655,7 @@ impl Client {
     /// Removes an object (every replica, then its choice record).
     pub async fn delete(&self, pool_name: &str, key: &str) -> Result<(), ClientError> {
         validate_key(key)?;
+        let mut dirty_noted = None;
         for _attempt in 0..RETRIES_MAX {
             let view = self.view();
             let pool = view.pool(pool_name)?;
@@ -1659,6 +1670,7 @@ impl Client {
                     key: key.to_string(),
                 });
             };
+            self.note_dirty(&view, pool, key, &mut dirty_noted).await?;
             let candidate = &candidates[usize::from(chosen)];
             // While data moves, every device that may hold a copy gets the tombstone.
             let devices = if self.in_transition(&view, pool) {

@@ -91,6 +91,44 @@ impl Client {
         }
     }
 
+    /// Records a write or delete of `key` in the dirty table before it is sent, when `pool`
+    /// is elastic and its membership version is not at full power (once per version and
+    /// operation: `noted` remembers the version recorded).
+    pub(super) async fn note_dirty(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        noted: &mut Option<u64>,
+    ) -> Result<(), ClientError> {
+        let elastic = view.placement.pool(pool).is_some_and(|p| p.elastic().is_some());
+        let Some(membership) = view.map.membership().filter(|_| elastic) else { return Ok(()) };
+        let current = membership.current();
+        if membership.is_full_power(current) || *noted == Some(current.version) {
+            return Ok(());
+        }
+        let failed = |reason: String| ClientError::Dirty {
+            key: key.to_string(),
+            pool: view.map.pool(pool).map_or_else(|| pool.0.to_string(), |p| p.name.clone()),
+            version: current.version,
+            reason,
+        };
+        let Some(table) = &self.inner.config.dirty else {
+            return Err(failed(
+                "this client has no dirty table (ClientConfig::dirty; the CLI uses the cluster's)"
+                    .into(),
+            ));
+        };
+        let entry = optio_cluster::dirty::DirtyEntry {
+            pool: pool.0,
+            key: key.to_string(),
+            version: current.version,
+        };
+        table.push(&[entry]).await.map_err(|e| failed(e.to_string()))?;
+        *noted = Some(current.version);
+        Ok(())
+    }
+
     /// Whether reads of `pool` must compare versions across placements (see the module).
     pub(super) fn in_transition(&self, view: &View, pool: PoolId) -> bool {
         if self.unsettled(view) {

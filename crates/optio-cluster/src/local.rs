@@ -24,6 +24,23 @@ use crate::testing::EtcdServer;
 /// `DIR/map.toml` (one line: a [`MapSource`] spec such as `etcd://127.0.0.1:2379/optio`).
 pub const MAP_SOURCE_FILE: &str = "map-source";
 
+/// The file in a cluster directory that names its dirty table when that is not the local log
+/// under the directory (one line: a `redis://` spec).
+pub const DIRTY_SOURCE_FILE: &str = "dirty-source";
+
+/// The dirty table spec of the cluster in `dir`: what `DIR/dirty-source` names, else `None`
+/// (the local log under `DIR`).
+pub fn cluster_dirty_spec(dir: &Path) -> Result<Option<String>, ClusterError> {
+    match fs::read_to_string(dir.join(DIRTY_SOURCE_FILE)) {
+        Ok(spec) => Ok(Some(spec.trim().to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ClusterError::Io(format!(
+            "cannot read {}: {e}",
+            dir.join(DIRTY_SOURCE_FILE).display()
+        ))),
+    }
+}
+
 /// Where the map of the cluster in `dir` lives: what `DIR/map-source` names, else
 /// `DIR/map.toml`.
 pub fn cluster_source(dir: &Path) -> Result<MapSource, ClusterError> {
@@ -96,6 +113,14 @@ pub struct LocalClusterSpec {
     pub migration_rate_bytes_per_sec: Option<u64>,
     /// Transfers in flight per server while migrating (`None`: the server's default).
     pub migration_concurrency: Option<usize>,
+    /// The dirty table of elastic pools (`None`: the local log under the cluster directory;
+    /// `redis://HOST:PORT`: a Redis list), recorded in `DIR/dirty-source`.
+    pub dirty: Option<String>,
+    /// Run a re-integration process (`optio reintegrate --mode MODE`: `selective` or `full`);
+    /// `None`: none.
+    pub reintegration: Option<String>,
+    /// Its rate limit, bytes per second.
+    pub reintegration_rate_bytes_per_sec: Option<u64>,
 }
 
 impl Default for LocalClusterSpec {
@@ -113,6 +138,9 @@ impl Default for LocalClusterSpec {
             etcd: false,
             migration_rate_bytes_per_sec: None,
             migration_concurrency: None,
+            dirty: None,
+            reintegration: Some("selective".into()),
+            reintegration_rate_bytes_per_sec: None,
         }
     }
 }
@@ -158,6 +186,7 @@ pub struct LocalCluster {
     servers: Vec<ServerProcess>,
     source: MapSource,
     etcd: Option<EtcdServer>,
+    reintegrator: Option<(Child, ChildStdin)>,
 }
 
 fn device_capacity_arg(id: u32, dir: &Path, capacity: u64) -> String {
@@ -210,7 +239,16 @@ impl LocalCluster {
             servers: Vec::new(),
             source,
             etcd,
+            reintegrator: None,
         };
+        let dirty_file = dir.join(DIRTY_SOURCE_FILE);
+        let written = match &spec.dirty {
+            Some(dirty) => fs::write(&dirty_file, format!("{dirty}\n")),
+            None => fs::remove_file(&dirty_file).or_else(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }
+            }),
+        };
+        written.map_err(|e| ClusterError::Io(format!("{}: {e}", dirty_file.display())))?;
         let mut id = 0u32;
         for zone in 1..=spec.zones {
             for host in 1..=spec.hosts_per_zone {
@@ -232,6 +270,11 @@ impl LocalCluster {
             .map_err(|e| ClusterError::Map(format!("the generated map is invalid: {e}")))?;
         block_on(cluster.source.replace(&map))?;
         cluster.wait_for_epoch(previous + 1)?;
+        if let Some(mode) = spec.reintegration.clone()
+            && map.membership().is_some()
+        {
+            cluster.spawn_reintegrator(&mode)?;
+        }
         Ok(cluster)
     }
 
@@ -298,6 +341,52 @@ impl LocalCluster {
             stdin,
             _stdout: Some(stdout),
         })
+    }
+
+    /// Starts `optio reintegrate --mode MODE` for the cluster (logs in `DIR/reintegrator.log`);
+    /// like the servers, it exits when its standard input closes.
+    fn spawn_reintegrator(&mut self, mode: &str) -> Result<(), ClusterError> {
+        let log_path = self.dir.join("reintegrator.log");
+        let log =
+            fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| {
+                ClusterError::Io(format!("cannot open {}: {e}", log_path.display()))
+            })?;
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("reintegrate")
+            .arg("--cluster")
+            .arg(&self.dir)
+            .arg("--mode")
+            .arg(mode)
+            .arg("--exit-with-stdin");
+        if let Some(rate) = self.spec.reintegration_rate_bytes_per_sec {
+            command.arg("--rate").arg(rate.to_string());
+        }
+        command.env_remove("OPTIO_CLUSTER").env_remove("OPTIO_DIRTY");
+        command.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::from(log));
+        let mut child = command.spawn().map_err(|e| {
+            ClusterError::Io(format!("cannot start {}: {e}", self.binary.display()))
+        })?;
+        let stdin = child.stdin.take().expect("stdin is piped");
+        self.reintegrator = Some((child, stdin));
+        Ok(())
+    }
+
+    /// Stops the re-integration process, if one runs (and starts one in `mode`, if given).
+    pub fn set_reintegration(&mut self, mode: Option<&str>) -> Result<(), ClusterError> {
+        if let Some((mut child, stdin)) = self.reintegrator.take() {
+            drop(stdin);
+            let deadline = Instant::now() + SERVER_STOP_TIMEOUT;
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(POLL_INTERVAL);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        match mode {
+            Some(mode) => self.spawn_reintegrator(mode),
+            None => Ok(()),
+        }
     }
 
     fn map_text(&self, epoch: u64) -> String {
@@ -470,6 +559,7 @@ impl LocalCluster {
     /// Stops every server: closes their standard input (they exit cleanly), waits a bounded
     /// time, then kills what is left.
     pub fn stop(&mut self) {
+        let _ = self.set_reintegration(None);
         for server in &mut self.servers {
             server.stdin = None;
         }

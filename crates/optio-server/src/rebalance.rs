@@ -313,7 +313,7 @@ impl Rebalancer {
             status.remaining_bytes = 0;
             status.eta_seconds = Some(0);
         }
-        self.refresh_status(Some((0, 0)));
+        self.refresh_status(None);
     }
 
     /// Refreshes the counters of the status (and, with `planned`, the plan's size).

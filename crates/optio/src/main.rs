@@ -35,6 +35,9 @@ enum Command {
     Status(commands::status::Args),
     /// Elastic resizing: a new membership version with ranks 1 to N active.
     Resize(commands::edit::ResizeArgs),
+    /// Run re-integration of elastic pools (what `optio up` starts): move what was offloaded
+    /// while servers were inactive back where it belongs.
+    Reintegrate(commands::reintegrate::Args),
     /// Experiments: the seed papers' evaluations and engine comparisons (tables, --json,
     /// --plot FILE).
     Sim(commands::sim::Args),
@@ -73,6 +76,8 @@ impl Command {
                 | Command::Analyze(_)
                 | Command::Diff(_)
                 | Command::Map(_)
+                | Command::Status(_)
+                | Command::Resize(_)
                 | Command::Sim(_)
                 | Command::Get(_)
                 | Command::Ls(_)
@@ -94,6 +99,7 @@ fn main() -> std::process::ExitCode {
         Command::Map(command) => commands::map::run(command),
         Command::Status(args) => commands::status::run(args),
         Command::Resize(args) => commands::edit::resize(args),
+        Command::Reintegrate(args) => commands::reintegrate::run(args),
         Command::Sim(args) => commands::sim::run(args),
         Command::Up(args) => commands::up::run(args),
         Command::Server(args) => commands::server::run(args),

@@ -8,6 +8,7 @@ pub mod diff;
 pub mod edit;
 pub mod map;
 pub mod place;
+pub mod reintegrate;
 pub mod server;
 pub mod sim;
 pub mod status;

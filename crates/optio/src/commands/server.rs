@@ -94,7 +94,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// Completes on Ctrl-C, SIGTERM, or (with `exit_with_stdin`) when standard input closes.
-async fn shutdown_signal(exit_with_stdin: bool) {
+pub async fn shutdown_signal(exit_with_stdin: bool) {
     let (stdin_closed_tx, stdin_closed) = tokio::sync::oneshot::channel::<()>();
     if exit_with_stdin {
         std::thread::spawn(move || {

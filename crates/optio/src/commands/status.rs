@@ -166,6 +166,9 @@ pub fn run(args: Args) -> Result<()> {
             } else {
                 println!("map {} at epoch {}", source.describe(), map.epoch());
                 print!("{}", table(&map, &rows));
+                if let Some(line) = reintegration_line(&source, &map).await {
+                    println!("{line}");
+                }
                 println!(
                     "{}",
                     if all_done(&map, &rows) {
@@ -179,6 +182,43 @@ pub fn run(args: Args) -> Result<()> {
         }
         watch(&source, &transport).await
     })
+}
+
+/// What re-integration reports, if it runs (elastic maps).
+async fn reintegration_line(
+    source: &optio_cluster::source::MapSource,
+    map: &ClusterMap,
+) -> Option<String> {
+    let membership = map.membership()?;
+    let statuses = source.statuses::<optio_client::ReintegrationStatus>().await.ok()?;
+    let current = membership.current();
+    let mut line = format!(
+        "membership version {}: {} of {} servers active{}",
+        current.version,
+        membership.active_count(current),
+        membership.order.len(),
+        if membership.versions.len() > 1 {
+            format!(" ({} versions kept until re-integration is done)", membership.versions.len())
+        } else {
+            String::new()
+        }
+    );
+    if let Some(r) = statuses.get(super::reintegrate::STATUS_MEMBER) {
+        line.push_str(&format!(
+            "\nre-integration ({}): {} dirty entries left, {} handled, {} replicas ({}) copied, {} copies dropped{}",
+            match r.mode {
+                Some(optio_client::ReintegrationMode::Full) => "full",
+                _ => "selective",
+            },
+            r.dirty_entries,
+            r.entries_handled,
+            r.replicas_copied,
+            bytes(r.bytes_copied as f64),
+            r.copies_dropped,
+            r.last_error.as_ref().map(|e| format!("; last error: {e}")).unwrap_or_default()
+        ));
+    }
+    Some(line)
 }
 
 async fn watch(source: &optio_cluster::source::MapSource, transport: &Transport) -> Result<()> {

@@ -48,6 +48,14 @@ pub struct Args {
     /// limit).
     #[arg(long, default_value = "0")]
     pub migration_rate: String,
+    /// The dirty table of elastic pools: `local` (a log under DIR) or redis://HOST:PORT (a
+    /// Redis list, as in the elastic-CH paper).
+    #[arg(long, default_value = "local", value_name = "SPEC")]
+    pub dirty: String,
+    /// Re-integration of elastic pools: selective (only what the dirty table names), full
+    /// (the baseline) or none.
+    #[arg(long, default_value = "selective", value_parser = ["selective", "full", "none"])]
+    pub reintegration: String,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -66,6 +74,8 @@ pub fn run(args: Args) -> Result<()> {
             parse_size(&args.migration_rate).map_err(anyhow::Error::msg)?,
         )
         .filter(|r| *r > 0),
+        dirty: (args.dirty != "local").then(|| args.dirty.clone()),
+        reintegration: (args.reintegration != "none").then(|| args.reintegration.clone()),
         ..LocalClusterSpec::default()
     };
     let binary = std::env::current_exe().context("cannot find the optio binary")?;
