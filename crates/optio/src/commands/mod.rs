@@ -2,6 +2,7 @@
 
 pub mod analyze;
 pub mod bench;
+pub mod bench_elastic;
 pub mod client;
 pub mod demo;
 pub mod diff;
