@@ -67,6 +67,11 @@ pub struct ReintegrationStatus {
     pub entries_handled: u64,
     /// Replicas copied to the devices that lacked them.
     pub replicas_copied: u64,
+    /// Of those, copies to devices that the version of a dirty entry skipped (its offloaded
+    /// replicas brought back); the others refreshed a replica that a write racing
+    /// re-integration had reached only in part.
+    #[serde(default)]
+    pub offloaded_copied: u64,
     /// Bytes copied.
     pub bytes_copied: u64,
     /// Copies dropped (no placement names their device any more).
@@ -224,16 +229,20 @@ impl Client {
         placement.place_full_power(key, &mut scratch, &mut set);
         let keep: Vec<DeviceId> = to.iter().copied().chain(set.devices()).collect();
         let mut look: Vec<DeviceId> = keep.clone();
+        // The devices the entry's version skipped: its offloaded replicas belong there.
+        let mut skipped: Vec<DeviceId> = to.clone();
         if placement.place_as_of(entry.version, key, &mut set) {
             look.extend(set.devices());
+            skipped.retain(|d| !set.contains(*d));
         }
         look.sort_unstable();
         look.dedup();
-        self.converge(view, pool, &entry.key, &to, &keep, &look, pacer, status).await
+        self.converge(view, pool, &entry.key, &to, &keep, &look, &skipped, pacer, status).await
     }
 
     /// Makes every device of `to` hold the newest version found on `look`, and drops the
-    /// copies on devices of `look` outside `keep`.
+    /// copies on devices of `look` outside `keep`; copies to `skipped` devices are counted as
+    /// offloaded replicas brought back.
     #[allow(clippy::too_many_arguments)]
     async fn converge(
         &self,
@@ -243,6 +252,7 @@ impl Client {
         to: &[DeviceId],
         keep: &[DeviceId],
         look: &[DeviceId],
+        skipped: &[DeviceId],
         pacer: &mut Pacer,
         status: &Mutex<ReintegrationStatus>,
     ) -> Result<(), String> {
@@ -309,6 +319,9 @@ impl Client {
             let mut s = status.lock().expect("status lock");
             s.replicas_copied += 1;
             s.bytes_copied += body.len() as u64;
+            if skipped.contains(&device) {
+                s.offloaded_copied += 1;
+            }
         }
         for (i, endpoint) in endpoints.iter().enumerate() {
             if keep.contains(&DeviceId(endpoint.device)) || held[i].is_none() {
@@ -447,17 +460,19 @@ impl Client {
             status.lock().expect("status lock").idle = true;
             return Ok(false);
         }
-        walk.version = Some(current.version);
-        let previous = walk.active.replace(active.clone());
-        let returned: Vec<DeviceId> = match previous {
+        let returned: Vec<DeviceId> = match &walk.active {
             // The first look: nothing is known to have come back.
             None => Vec::new(),
             Some(previous) => active.iter().copied().filter(|d| !previous.contains(d)).collect(),
         };
-        walk.full_done = returned.is_empty() && full;
         if returned.is_empty() {
+            walk.version = Some(current.version);
+            walk.active = Some(active);
+            walk.full_done = full;
             return Ok(false);
         }
+        // The walk moves to this version only once the round succeeded: a failure (a server
+        // not answering) makes the next step run the whole round again.
         status.lock().expect("status lock").idle = false;
         // Everything stored in elastic pools, newest version per key, from every active device.
         for pool in view
@@ -499,6 +514,8 @@ impl Client {
                 .await?;
             }
         }
+        walk.version = Some(current.version);
+        walk.active = Some(active);
         walk.full_done = true;
         Ok(true)
     }
@@ -556,7 +573,7 @@ impl Client {
                 }
             }
         }
-        self.converge(view, pool, key, to, keep, look, pacer, status).await
+        self.converge(view, pool, key, to, keep, look, &[], pacer, status).await
     }
 }
 

@@ -551,12 +551,18 @@ fn report(runs: &[Run], args: &Args, size: usize) -> Report {
         ));
     }
     if let Some(selective) = selective {
-        let copied = selective.reintegration.as_ref().map_or(0, |r| r.replicas_copied);
+        let status = selective.reintegration.clone().unwrap_or_default();
         let (expected, rewritten) = (selective.expected_offloaded, selective.rewritten_offloaded);
-        let exact = copied <= expected && copied + rewritten >= expected;
+        let (copied, offloaded) = (status.replicas_copied, status.offloaded_copied);
+        let exact = offloaded <= expected && offloaded + rewritten >= expected;
         notes.push(format!(
-            "selective re-integration copied {copied} replicas; the objects in the dirty table had {expected} offloaded replicas, {rewritten} of them of objects that phase 3 rewrote at full power (found current when the rewrite came first): {}",
-            if exact { "it copied exactly the offloaded replicas still stale" } else { "MISMATCH" }
+            "selective re-integration copied {copied} replicas, {offloaded} of them to the devices the dirty entries' version skipped; the dirty objects had {expected} offloaded replicas, {rewritten} of them of objects phase 3 rewrote at full power (current already when the rewrite came first): {}{}",
+            if exact { "it brought back exactly the offloaded replicas still stale" } else { "MISMATCH" },
+            if copied > offloaded {
+                format!("; the other {} copies refreshed replicas that a phase-3 write racing re-integration had not reached yet", copied - offloaded)
+            } else {
+                String::new()
+            }
         ));
     }
     notes.push("phase 3 runs while data moves; its throughput includes that cost (the paper's Fig. 7: original consistent hashing recovers last)".into());
@@ -571,6 +577,7 @@ fn report(runs: &[Run], args: &Args, size: usize) -> Report {
             "bytes_moved_growing": r.grow_bytes,
             "growing_seconds": r.grow_seconds,
             "replicas_copied": r.reintegration.as_ref().map(|s| s.replicas_copied),
+            "offloaded_replicas_copied": r.reintegration.as_ref().map(|s| s.offloaded_copied),
             "offloaded_replicas": r.expected_offloaded,
             "offloaded_replicas_rewritten_in_phase3": r.rewritten_offloaded,
             "phase_starts_seconds": r.phase_starts,

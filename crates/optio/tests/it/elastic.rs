@@ -123,6 +123,7 @@ fn resize_cycle(dirty: Option<String>) {
                     status.replicas_copied, offloaded_replicas,
                     "exactly the offloaded replicas are copied: {status:?}"
                 );
+                assert_eq!(status.offloaded_copied, offloaded_replicas, "{status:?}");
                 break;
             }
             assert!(
