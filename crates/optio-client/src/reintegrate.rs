@@ -25,6 +25,7 @@ use optio_cluster::dirty::{DirtyEntry, DirtyTable};
 use optio_placement::{DeviceId, MapChange, ReplicaSet};
 use serde::{Deserialize, Serialize};
 
+use super::transition::Held;
 use super::*;
 
 /// Dirty entries read at once.
@@ -101,14 +102,6 @@ impl Pacer {
             tokio::time::sleep(due - elapsed).await;
         }
     }
-}
-
-/// What one device holds of a key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Held {
-    version: ObjectVersion,
-    deleted: bool,
-    checksum: u32,
 }
 
 impl Client {
@@ -256,37 +249,7 @@ impl Client {
         pacer: &mut Pacer,
         status: &Mutex<ReintegrationStatus>,
     ) -> Result<(), String> {
-        let endpoints: Vec<Endpoint> = look
-            .iter()
-            .map(|d| view.endpoint(*d))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
-        let heads = join_all(
-            endpoints.iter().map(|e| self.call(self.object_call(view, Method::HEAD, e, pool, key))),
-        )
-        .await;
-        let mut held: Vec<Option<Held>> = Vec::with_capacity(heads.len());
-        for (endpoint, head) in endpoints.iter().zip(&heads) {
-            match head {
-                Ok(answer) => held.push(match (&answer.info, answer.deleted) {
-                    (Some(info), _) if answer.status == 200 => Some(Held {
-                        version: info.version,
-                        deleted: false,
-                        checksum: info.checksum,
-                    }),
-                    (_, Some(version)) => Some(Held { version, deleted: true, checksum: 0 }),
-                    _ => None,
-                }),
-                Err(failure) => {
-                    // A map newer than ours: take it, and come back to this entry.
-                    let _ = self.epoch_retry(&[failure]).await;
-                    return Err(format!(
-                        "device {} at {} did not answer for '{key}': {failure}",
-                        endpoint.device, endpoint.addr
-                    ));
-                }
-            }
-        }
+        let (endpoints, held) = self.survey(view, pool, key, look).await?;
         let Some(newest) = held.iter().flatten().max().copied() else { return Ok(()) };
         let mut data: Option<(ObjectInfo, Bytes)> = None;
         for (i, endpoint) in endpoints.iter().enumerate() {
@@ -343,6 +306,33 @@ impl Client {
             }
         }
         Ok(())
+    }
+
+    /// What each device of `look` holds of `key`; a device that does not answer fails the
+    /// survey (re-integration comes back to it), after taking a newer map if it said so.
+    async fn survey(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        look: &[DeviceId],
+    ) -> Result<(Vec<Endpoint>, Vec<Option<Held>>), String> {
+        let (endpoints, heads) =
+            self.probe_devices(view, pool, key, look).await.map_err(|e| e.to_string())?;
+        let mut held = Vec::with_capacity(heads.len());
+        for (endpoint, head) in endpoints.iter().zip(&heads) {
+            match head {
+                Ok(answer) => held.push(Held::of(answer)),
+                Err(failure) => {
+                    let _ = self.epoch_retry(&[failure]).await;
+                    return Err(format!(
+                        "device {} at {} did not answer for '{key}': {failure}",
+                        endpoint.device, endpoint.addr
+                    ));
+                }
+            }
+        }
+        Ok((endpoints, held))
     }
 
     /// Reads the newest version of `key` from a device that holds it.
@@ -425,13 +415,7 @@ impl Client {
         let Some(membership) = view.map.membership() else { return Ok(false) };
         let current = membership.current();
         let full = membership.is_full_power(current);
-        let active: Vec<DeviceId> = membership
-            .order
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| membership.is_active(current, *i as u32 + 1))
-            .map(|(_, d)| *d)
-            .collect();
+        let active = membership.active_devices(current);
         let dirty_entries = table.len().await.map_err(|e| e.to_string())?;
         {
             let mut s = status.lock().expect("status lock");
@@ -535,29 +519,7 @@ impl Client {
         status: &Mutex<ReintegrationStatus>,
     ) -> Result<(), String> {
         if !forced.is_empty() {
-            let endpoints: Vec<Endpoint> = look
-                .iter()
-                .map(|d| view.endpoint(*d))
-                .collect::<Result<_, _>>()
-                .map_err(|e| e.to_string())?;
-            let heads = join_all(
-                endpoints
-                    .iter()
-                    .map(|e| self.call(self.object_call(view, Method::HEAD, e, pool, key))),
-            )
-            .await;
-            let held: Vec<Option<Held>> = heads
-                .iter()
-                .map(|h| {
-                    h.as_ref().ok().and_then(|a| match (&a.info, a.deleted) {
-                        (Some(i), _) if a.status == 200 => {
-                            Some(Held { version: i.version, deleted: false, checksum: i.checksum })
-                        }
-                        (_, Some(version)) => Some(Held { version, deleted: true, checksum: 0 }),
-                        _ => None,
-                    })
-                })
-                .collect();
+            let (endpoints, held) = self.survey(view, pool, key, look).await?;
             if let Some(newest) = held.iter().flatten().max().copied()
                 && !newest.deleted
             {

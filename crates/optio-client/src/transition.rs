@@ -25,6 +25,28 @@ use super::*;
 /// How often servers are asked whether they finished rebalancing, while some have not.
 pub const STATUS_POLL_INTERVAL: Duration = Duration::from_millis(500);
 
+/// What one device holds of a key, ordered as servers order versions: a newer version wins,
+/// a tombstone wins a tie with a copy of its version, then the larger checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Held {
+    pub(super) version: ObjectVersion,
+    pub(super) deleted: bool,
+    pub(super) checksum: u32,
+}
+
+impl Held {
+    /// What a probe's answer says the device holds (`None`: nothing).
+    pub(super) fn of(answer: &Answer) -> Option<Held> {
+        match (&answer.info, answer.deleted) {
+            (Some(info), _) if answer.status == 200 => {
+                Some(Held { version: info.version, deleted: false, checksum: info.checksum })
+            }
+            (_, Some(version)) => Some(Held { version, deleted: true, checksum: 0 }),
+            _ => None,
+        }
+    }
+}
+
 /// The part of a server's `/v1/status` the client reads.
 #[derive(serde::Deserialize)]
 struct StatusBody {
@@ -192,35 +214,14 @@ impl Client {
         candidate: &Candidate,
     ) -> Result<Newest, ReadError> {
         let devices = self.transition_devices(view, pool, candidate);
-        let endpoints: Vec<Endpoint> = devices
-            .iter()
-            .map(|d| view.endpoint(*d))
-            .collect::<Result<_, _>>()
-            .map_err(ReadError::Failed)?;
-        let heads = join_all(
-            endpoints.iter().map(|e| self.call(self.object_call(view, Method::HEAD, e, pool, key))),
-        )
-        .await;
-        let mut newest: Option<(ObjectVersion, u32, bool)> = None;
+        let (endpoints, heads) =
+            self.probe_devices(view, pool, key, &devices).await.map_err(ReadError::Failed)?;
+        let mut newest: Option<Held> = None;
         let mut failures = Vec::new();
         let mut epoch_failures = Vec::new();
         for (endpoint, head) in endpoints.iter().zip(&heads) {
             match head {
-                Ok(answer) => {
-                    let seen = match (&answer.info, answer.deleted) {
-                        (Some(info), _) if answer.status == 200 => {
-                            Some((info.version, info.checksum, false))
-                        }
-                        // A tombstone wins a tie with a copy of the same version.
-                        (_, Some(version)) => Some((version, u32::MAX, true)),
-                        _ => None,
-                    };
-                    if let Some(seen) = seen
-                        && newest.is_none_or(|n| (seen.0, seen.1) > (n.0, n.1))
-                    {
-                        newest = Some(seen);
-                    }
-                }
+                Ok(answer) => newest = newest.max(Held::of(answer)),
                 Err(failure) => match failure.kind() {
                     Some(ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch) => {
                         epoch_failures.push(failure.clone())
@@ -239,24 +240,39 @@ impl Client {
             }
         }
         match newest {
-            Some((version, checksum, false)) => {
+            Some(newest) if !newest.deleted => {
                 let holders = endpoints
                     .iter()
                     .zip(&heads)
-                    .filter(|(_, head)| {
-                        matches!(head, Ok(a) if a.status == 200 && a.info.as_ref().is_some_and(|i| (i.version, i.checksum) == (version, checksum)))
-                    })
+                    .filter(|(_, head)| head.as_ref().ok().and_then(Held::of) == Some(newest))
                     .map(|(endpoint, _)| endpoint.clone())
                     .collect();
                 Ok(Newest::Live { holders, failures })
             }
-            Some((_, _, true)) => Ok(Newest::Deleted),
+            Some(_) => Ok(Newest::Deleted),
             None if failures.is_empty() => Ok(Newest::Deleted),
             None => Err(ReadError::Failed(ClientError::Unreadable {
                 key: key.to_string(),
                 failures: failures.join("; "),
             })),
         }
+    }
+
+    /// Probes `key` on `devices` in parallel: their endpoints and answers.
+    pub(super) async fn probe_devices(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        devices: &[DeviceId],
+    ) -> Result<(Vec<Endpoint>, Vec<Result<Answer, Failure>>), ClientError> {
+        let endpoints: Vec<Endpoint> =
+            devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
+        let heads = join_all(
+            endpoints.iter().map(|e| self.call(self.object_call(view, Method::HEAD, e, pool, key))),
+        )
+        .await;
+        Ok((endpoints, heads))
     }
 
     /// Reads the newest copy of `key` among every device that may hold one (see the module).

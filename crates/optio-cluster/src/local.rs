@@ -284,11 +284,7 @@ impl LocalCluster {
         devices: &[(u32, PathBuf)],
         listen: &str,
     ) -> Result<ServerProcess, ClusterError> {
-        let log_path = self.dir.join(format!("{host}.log"));
-        let log =
-            fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| {
-                ClusterError::Io(format!("cannot open {}: {e}", log_path.display()))
-            })?;
+        let (log_path, log) = self.open_log(host)?;
         let mut command = Command::new(&self.binary);
         command
             .arg("server")
@@ -343,14 +339,21 @@ impl LocalCluster {
         })
     }
 
+    /// `DIR/{name}.log`, opened for appending (a child process's standard error).
+    fn open_log(&self, name: &str) -> Result<(PathBuf, fs::File), ClusterError> {
+        let path = self.dir.join(format!("{name}.log"));
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| ClusterError::Io(format!("cannot open {}: {e}", path.display())))?;
+        Ok((path, log))
+    }
+
     /// Starts `optio reintegrate --mode MODE` for the cluster (logs in `DIR/reintegrator.log`);
     /// like the servers, it exits when its standard input closes.
     fn spawn_reintegrator(&mut self, mode: &str) -> Result<(), ClusterError> {
-        let log_path = self.dir.join("reintegrator.log");
-        let log =
-            fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| {
-                ClusterError::Io(format!("cannot open {}: {e}", log_path.display()))
-            })?;
+        let (_, log) = self.open_log("reintegrator")?;
         let mut command = Command::new(&self.binary);
         command
             .arg("reintegrate")

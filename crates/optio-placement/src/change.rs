@@ -124,13 +124,7 @@ impl ClusterMap {
                 let activate = matches!(change, MapChange::Activate(_));
                 let membership = membership(self)?;
                 let current = membership.current();
-                let mut active: Vec<DeviceId> = membership
-                    .order
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| membership.is_active(current, *i as u32 + 1))
-                    .map(|(_, d)| *d)
-                    .collect();
+                let mut active = membership.active_devices(current);
                 for device in devices {
                     if !membership.order.contains(device) {
                         return Err(unknown_server(self, *device));
@@ -291,4 +285,85 @@ fn remove_device(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::{EngineRef, PoolSpec};
+    use crate::map::ActiveSet;
+
+    /// Ten servers in two zones, a crush-less elastic pool (p = 2).
+    fn map() -> ClusterMap {
+        let mut builder = ClusterMapBuilder::new();
+        for id in 0..10u32 {
+            let zone = if id < 5 { "z1" } else { "z2" };
+            let host = format!("h{id}");
+            builder = builder.device(
+                DeviceSpec::new(id).capacity(1 << 40).at(&[("zone", zone), ("host", &host)]),
+            );
+        }
+        builder
+            .pool(PoolSpec { engine: EngineRef::elastic(), ..PoolSpec::crush(1, "e", 0, 2) })
+            .build()
+            .expect("a valid map")
+    }
+
+    #[test]
+    fn a_change_needs_the_epoch_it_was_made_against() {
+        let map = map();
+        let change = MapChange::SetState { device: DeviceId(1), up: None, is_in: Some(false) };
+        let next = map.apply(&change, map.epoch()).expect("applies");
+        assert_eq!(next.epoch().0, map.epoch().0 + 1);
+        assert!(!next.device(DeviceId(1)).unwrap().is_in);
+        let error = next.apply(&change, map.epoch()).unwrap_err();
+        assert!(error.to_string().contains("changed underneath you"), "{error}");
+    }
+
+    #[test]
+    fn devices_come_and_go_with_their_ranks() {
+        let map = map();
+        let mut spec = DeviceSpec::new(10).capacity(1 << 40);
+        spec.location = vec![("zone".into(), "z2".into()), ("host".into(), "h10".into())];
+        let added = map.apply(&MapChange::AddDevice(spec.clone()), map.epoch()).expect("adds");
+        assert_eq!(added.membership().unwrap().order.last(), Some(&DeviceId(10)), "ranked last");
+        assert!(added.parent(crate::ids::ItemId(10)).is_some(), "in the hierarchy");
+        let again = added.apply(&MapChange::AddDevice(spec), added.epoch()).unwrap_err();
+        assert!(again.to_string().contains("used twice"), "{again}");
+        let removed = added.apply(&MapChange::RemoveDevice(DeviceId(10)), added.epoch()).unwrap();
+        assert!(removed.device(DeviceId(10)).is_none());
+        assert_eq!(removed.membership().unwrap().order.len(), 10);
+        let unknown = map.apply(&MapChange::RemoveDevice(DeviceId(77)), map.epoch()).unwrap_err();
+        assert!(unknown.to_string().contains("no such device"), "{unknown}");
+    }
+
+    #[test]
+    fn membership_versions_grow_and_are_pruned() {
+        let map = map();
+        let small =
+            map.apply(&MapChange::SetActive(ActiveSpec::FirstRanks(6)), map.epoch()).unwrap();
+        let m = small.membership().unwrap();
+        assert_eq!(m.versions.len(), 2);
+        assert_eq!(m.active_count(m.current()), 6);
+        let smaller =
+            small.apply(&MapChange::Deactivate(vec![DeviceId(5)]), small.epoch()).unwrap();
+        let m = smaller.membership().unwrap();
+        assert_eq!(m.active_devices(m.current()).len(), 5);
+        assert!(!m.active_devices(m.current()).contains(&DeviceId(5)));
+        let back = smaller
+            .apply(&MapChange::Activate((0..10).map(DeviceId).collect()), smaller.epoch())
+            .unwrap();
+        let m = back.membership().unwrap();
+        assert!(m.is_full_power(m.current()));
+        assert_eq!(m.current().active, ActiveSet::All);
+        let pruned = back.apply(&MapChange::PruneVersions, back.epoch()).unwrap();
+        let m = pruned.membership().unwrap();
+        assert_eq!(m.versions.len(), 1);
+        assert_eq!(m.current().version, 4, "the version in force keeps its number");
+        // Below the primaries, above the servers: refused.
+        let low = map.apply(&MapChange::SetActive(ActiveSpec::FirstRanks(1)), map.epoch());
+        assert!(low.unwrap_err().to_string().contains("primaries"));
+        let high = map.apply(&MapChange::SetActive(ActiveSpec::FirstRanks(11)), map.epoch());
+        assert!(high.unwrap_err().to_string().contains("ranks 10 servers"));
+    }
 }

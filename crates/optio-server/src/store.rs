@@ -323,24 +323,7 @@ impl DeviceStore {
         self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
         written.map_err(StoreError::io("write", &temp))?;
         let _stripe = self.stripe(request.key);
-        let existing = self.entry(request.pool, request.key);
-        if let Some(existing) = existing
-            && let Err(error) = check_version(&existing, &header)
-        {
-            let _ = self.disk.remove(&temp);
-            return Err(error);
-        }
-        if let Err(error) = self.disk.publish(&temp, &path) {
-            let _ = self.disk.remove(&temp);
-            return Err(StoreError::Io { operation: "rename", path, source: error });
-        }
-        let mut index = self.index.write().expect("index lock");
-        let old =
-            index.insert((request.pool, request.key.to_string()), entry_of(&header, file_bytes));
-        self.used_bytes.fetch_add(file_bytes, Ordering::AcqRel);
-        if let Some(old) = old {
-            self.used_bytes.fetch_sub(old.file_bytes, Ordering::AcqRel);
-        }
+        self.publish(&temp, path, request.pool, request.key, &header, file_bytes)?;
         drop(reservation);
         Ok(PutOutcome::Stored)
     }
@@ -399,18 +382,32 @@ impl DeviceStore {
         // A tombstone needs no room check: it replaces something at least as large, or is a
         // few dozen bytes that must not be refused (a refused delete would be undone later).
         self.disk.write_temp(&temp, &[&head], true).map_err(StoreError::io("write", &temp))?;
+        self.publish(&temp, path, pool, key, &header, file_bytes)
+    }
+
+    /// Renames the written `temp` over `path` unless a newer version is stored meanwhile, and
+    /// indexes it (the caller holds the key's stripe).
+    fn publish(
+        &self,
+        temp: &Path,
+        path: PathBuf,
+        pool: PoolId,
+        key: &str,
+        header: &ObjectHeader,
+        file_bytes: u64,
+    ) -> Result<(), StoreError> {
         if let Some(existing) = self.entry(pool, key)
-            && let Err(error) = check_version(&existing, &header)
+            && let Err(error) = check_version(&existing, header)
         {
-            let _ = self.disk.remove(&temp);
+            let _ = self.disk.remove(temp);
             return Err(error);
         }
-        if let Err(error) = self.disk.publish(&temp, &path) {
-            let _ = self.disk.remove(&temp);
+        if let Err(error) = self.disk.publish(temp, &path) {
+            let _ = self.disk.remove(temp);
             return Err(StoreError::Io { operation: "rename", path, source: error });
         }
         let mut index = self.index.write().expect("index lock");
-        let old = index.insert((pool, key.to_string()), entry_of(&header, file_bytes));
+        let old = index.insert((pool, key.to_string()), entry_of(header, file_bytes));
         self.used_bytes.fetch_add(file_bytes, Ordering::AcqRel);
         if let Some(old) = old {
             self.used_bytes.fetch_sub(old.file_bytes, Ordering::AcqRel);
@@ -693,5 +690,67 @@ fn info_of(key: &str, entry: &Entry) -> ObjectInfo {
         checksum: entry.checksum,
         pg_seed: entry.pg_seed,
         epoch: entry.epoch.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::RealDisk;
+
+    fn put(
+        store: &DeviceStore,
+        key: &str,
+        data: &[u8],
+        version: u64,
+    ) -> Result<PutOutcome, StoreError> {
+        store.put(&PutRequest {
+            pool: PoolId(1),
+            key,
+            data,
+            version: ObjectVersion(version),
+            checksum: None,
+            pg_seed: Some(7),
+            epoch: Epoch(1),
+        })
+    }
+
+    #[test]
+    fn a_delete_leaves_a_tombstone_that_older_copies_cannot_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 20 };
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        put(&store, "k", b"one", 10).unwrap();
+        assert_eq!(
+            store.delete(PoolId(1), "k", Some(ObjectVersion(20)), Epoch(1)).unwrap(),
+            DeleteOutcome::Deleted
+        );
+        assert!(store.info(PoolId(1), "k").is_none());
+        assert_eq!(store.tombstone(PoolId(1), "k"), Some(ObjectVersion(20)));
+        assert!(matches!(store.get(PoolId(1), "k"), Err(StoreError::NotFound)));
+        // A migration bringing the older copy back is refused; a newer write wins.
+        assert!(matches!(put(&store, "k", b"one", 10), Err(StoreError::VersionConflict { .. })));
+        assert_eq!(store.objects(), 0);
+        assert!(store.list(PoolId(1), "", None, None, 10).0.is_empty());
+        // A tombstone is recorded even where nothing was stored, and survives a restart.
+        store.delete(PoolId(1), "never", Some(ObjectVersion(5)), Epoch(1)).unwrap();
+        drop(store);
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        assert_eq!(store.tombstone(PoolId(1), "never"), Some(ObjectVersion(5)));
+        let held = store.held();
+        assert!(held.iter().all(|h| h.deleted) && held.len() == 2, "{held:?}");
+        put(&store, "k", b"two", 30).unwrap();
+        assert_eq!(store.get(PoolId(1), "k").unwrap().1, b"two");
+        // A delete without a version removes what is stored, at its version.
+        store.delete(PoolId(1), "k", None, Epoch(1)).unwrap();
+        assert_eq!(store.tombstone(PoolId(1), "k"), Some(ObjectVersion(30)));
+        // Purge removes the tombstone itself, unless something newer is stored.
+        assert!(matches!(
+            store.purge(PoolId(1), "k", Some(ObjectVersion(29))),
+            Err(StoreError::VersionConflict { .. })
+        ));
+        assert!(store.purge(PoolId(1), "k", Some(ObjectVersion(30))).unwrap());
+        assert!(store.tombstone(PoolId(1), "k").is_none());
+        assert!(!store.purge(PoolId(1), "k", None).unwrap());
     }
 }
