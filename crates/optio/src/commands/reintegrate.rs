@@ -54,7 +54,11 @@ pub fn run(args: Args) -> Result<()> {
     runtime
         .block_on(async move {
             let table = args.cluster.dirty_table().await?;
-            let client = args.cluster.connect().await?;
+            // No intent log: re-integration writes no object through the client's write path,
+            // and must not take over (recover) the logs of crashed clients.
+            let client_config =
+                optio_client::ClientConfig { intent_dir: None, ..args.cluster.config()? };
+            let client = args.cluster.connect_with(client_config).await?;
             let status = Arc::new(Mutex::new(ReintegrationStatus::default()));
             let reporter = {
                 let (client, status) = (client.clone(), status.clone());
