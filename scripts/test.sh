@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine: installs what the tests need (Ceph's
-# crushtool/osdmaptool as the CRUSH oracle, …), then format, lint and every test.
+# crushtool/osdmaptool as the CRUSH oracle, etcd for the map store, redis-server for the dirty
+# table — the tests start their own, nothing runs them as services —, …), then format, lint and
+# every test.
 # `.ci/run` calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the tests use, as "command:package".
-needs=(crushtool:ceph-base osdmaptool:ceph-base)
+needs=(crushtool:ceph-base osdmaptool:ceph-base etcd:etcd-server redis-server:redis-server)
 missing=()
 for need in "${needs[@]}"; do
   command -v "${need%%:*}" >/dev/null 2>&1 || missing+=("${need#*:}")
@@ -16,8 +18,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: $packages"
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
   $sudo apt-get update -q
+  # Packages with services (etcd, Redis) must not start them: the tests start their own.
+  # A policy-rc.d that says "no" keeps their install scripts from trying, on machines that
+  # lack one; it is removed afterwards.
+  policy=/usr/sbin/policy-rc.d
+  added_policy=""
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+    $sudo chmod +x "$policy"
+    added_policy=1
+  fi
   # shellcheck disable=SC2086
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q $packages
+  if [ -n "$added_policy" ]; then $sudo rm -f "$policy"; fi
 fi
 
 cargo fmt --all -- --check

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
+use optio_cluster::source::MapSource;
 use optio_placement::{ClusterMap, Placement, PoolId};
 use optio_proto::{
     ChoiceRecord, DeviceMetrics, ErrorKind, ObjectInfo, ObjectVersion, checksum, validate_key, wire,
@@ -20,6 +21,14 @@ use crate::error::ClientError;
 use crate::intent::IntentLog;
 use crate::policy::{self, Policy};
 use crate::transport::{Answer, Call, Endpoint, Failure, Transport};
+
+#[path = "reintegrate.rs"]
+mod reintegrate;
+#[path = "transition.rs"]
+mod transition;
+pub use reintegrate::{ReintegrationConfig, ReintegrationMode, ReintegrationStatus};
+pub use transition::STATUS_POLL_INTERVAL;
+use transition::watch_map;
 
 /// Attempts of one operation across epoch changes and lost races.
 pub const RETRIES_MAX: usize = 8;
@@ -60,6 +69,10 @@ pub struct ClientConfig {
     /// Test hook: abort the process right after a choice record is created, before the
     /// object is written (the crash the intent log is for).
     pub crash_after_choice_record: bool,
+    /// The dirty table: where writes and deletes to `elastic` pools that are not at full
+    /// power are recorded before they are sent (selective re-integration reads it). Without
+    /// one, such writes are refused.
+    pub dirty: Option<Arc<optio_cluster::dirty::DirtyTable>>,
 }
 
 impl Default for ClientConfig {
@@ -71,6 +84,7 @@ impl Default for ClientConfig {
             intent_dir: None,
             cache_entries_max: crate::cache::CACHE_ENTRIES_MAX_DEFAULT,
             crash_after_choice_record: false,
+            dirty: None,
         }
     }
 }
@@ -105,9 +119,16 @@ struct Counters {
     corrupt_replicas: AtomicU64,
 }
 
-/// The map and its compiled placement.
+/// The map and its compiled placement, and the one before it (while data may still be
+/// moving from where that one placed it).
 struct View {
     map: ClusterMap,
+    placement: Placement,
+    previous: Option<Arc<Previous>>,
+}
+
+/// The map held before the current one, compiled.
+struct Previous {
     placement: Placement,
 }
 
@@ -203,7 +224,7 @@ pub struct Client {
 }
 
 struct Inner {
-    map_path: PathBuf,
+    source: MapSource,
     view: RwLock<Arc<View>>,
     transport: Transport,
     cache: ChoiceCache,
@@ -216,14 +237,23 @@ struct Inner {
     config: ClientConfig,
     policy: Option<optio_placement::PolicySpec>,
     location: Option<optio_placement::choice::Location>,
+    /// The newest epoch every server reported done moving data for.
+    settled_epoch: AtomicU64,
 }
 
-fn load_map(path: &Path) -> Result<View, ClientError> {
-    let error = |reason: String| ClientError::Map { path: path.display().to_string(), reason };
-    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
-    let map = optio_mapfile::parse(&text).map_err(|e| error(e.to_string()))?;
-    let placement = Placement::new(&map).map_err(|e| error(e.to_string()))?;
-    Ok(View { map, placement })
+/// Compiles a map for the client.
+fn compile(map: ClusterMap, source: &MapSource) -> Result<View, ClientError> {
+    let placement = Placement::new(&map)
+        .map_err(|e| ClientError::Map { path: source.describe(), reason: e.to_string() })?;
+    Ok(View { map, placement, previous: None })
+}
+
+async fn load_map(source: &MapSource) -> Result<View, ClientError> {
+    let map = source
+        .load()
+        .await
+        .map_err(|e| ClientError::Map { path: source.describe(), reason: e.to_string() })?;
+    compile(map, source)
 }
 
 fn now_micros() -> u64 {
@@ -312,16 +342,26 @@ struct Probed {
 }
 
 impl Client {
-    /// A client of the cluster whose map is the file `map_path`. Recovers the writes left in
-    /// doubt by crashed clients when `config.intent_dir` is set.
+    /// A client of the cluster whose map is the file `map_path` (see
+    /// [`connect_source`](Self::connect_source)).
     pub async fn connect(map_path: &Path, config: ClientConfig) -> Result<Client, ClientError> {
+        Client::connect_source(MapSource::file(map_path), config).await
+    }
+
+    /// A client of the cluster whose map lives in `source` (a file or etcd). It follows the
+    /// map from then on: a new epoch is installed as soon as the store delivers it. Recovers
+    /// the writes left in doubt by crashed clients when `config.intent_dir` is set.
+    pub async fn connect_source(
+        source: MapSource,
+        config: ClientConfig,
+    ) -> Result<Client, ClientError> {
         let policy = config.policy.as_deref().map(policy_override).transpose()?;
         let location = (!config.location.is_empty()).then(|| {
             optio_placement::choice::Location::from_levels(
                 config.location.iter().map(|(t, n)| (t.as_str(), n.as_str())),
             )
         });
-        let view = load_map(map_path)?;
+        let view = load_map(&source).await?;
         let transport = Transport::new().map_err(ClientError::Config)?;
         let intents = match &config.intent_dir {
             Some(dir) => Some(IntentLog::open(dir).map_err(ClientError::IntentLog)?),
@@ -329,7 +369,7 @@ impl Client {
         };
         let client = Client {
             inner: Arc::new(Inner {
-                map_path: map_path.to_path_buf(),
+                source,
                 view: RwLock::new(Arc::new(view)),
                 transport,
                 cache: ChoiceCache::new(config.cache_entries_max),
@@ -342,8 +382,11 @@ impl Client {
                 config,
                 policy,
                 location,
+                settled_epoch: AtomicU64::new(0),
             }),
         };
+        let epoch = client.epoch();
+        tokio::spawn(watch_map(Arc::downgrade(&client.inner), epoch));
         if let Some(dir) = client.inner.config.intent_dir.clone() {
             client.recover(&dir).await?;
         }
@@ -398,8 +441,11 @@ impl Client {
                 }
             }
         }
-        let deletes =
-            strays.iter().map(|e| self.call(self.object_call(&view, Method::DELETE, e, pool, key)));
+        let deletes = strays.iter().map(|e| {
+            let mut call = self.object_call(&view, Method::DELETE, e, pool, key);
+            call.headers.push((wire::PURGE, "1".into()));
+            self.call(call)
+        });
         join_all(deletes).await;
         Ok(())
     }
@@ -423,17 +469,31 @@ impl Client {
         self.inner.writer
     }
 
-    /// Reloads the map file; returns whether the epoch advanced.
-    pub fn refresh(&self) -> Result<bool, ClientError> {
-        let fresh = load_map(&self.inner.map_path)?;
+    /// Reads the map from its store now; returns whether the epoch advanced. (The client
+    /// also follows the store by itself; this is for when a server says our epoch is stale.)
+    pub async fn refresh(&self) -> Result<bool, ClientError> {
+        let fresh = load_map(&self.inner.source).await?;
+        Ok(self.install(fresh))
+    }
+
+    /// Installs a newer map, keeping the one held until now as the previous one: reads
+    /// consult both placements until every server reports it has finished moving data for
+    /// the new epoch.
+    fn install(&self, mut fresh: View) -> bool {
         let mut view = self.inner.view.write().expect("view lock");
-        if fresh.epoch() > view.epoch() {
-            tracing::info!(epoch = fresh.epoch(), previous = view.epoch(), "map refreshed");
-            *view = Arc::new(fresh);
-            self.inner.counters.map_refreshes.fetch_add(1, Ordering::Relaxed);
-            return Ok(true);
+        if fresh.epoch() <= view.epoch() {
+            return false;
         }
-        Ok(false)
+        tracing::info!(epoch = fresh.epoch(), previous = view.epoch(), "map refreshed");
+        fresh.previous = Some(Arc::new(Previous { placement: view.placement.clone() }));
+        *view = Arc::new(fresh);
+        self.inner.counters.map_refreshes.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Where the map lives.
+    pub fn source(&self) -> &MapSource {
+        &self.inner.source
     }
 
     /// What the client did so far.
@@ -533,7 +593,7 @@ impl Client {
         let stale = failures.iter().any(|f| f.kind() == Some(ErrorKind::StaleEpoch));
         let unknown = failures.iter().any(|f| f.kind() == Some(ErrorKind::UnknownEpoch));
         if stale {
-            self.refresh()?;
+            self.refresh().await?;
             return Ok(true);
         }
         if unknown {
@@ -587,6 +647,9 @@ impl Client {
             return Ok(Some(c));
         }
         self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+        if self.in_transition(view, pool) {
+            return self.locate_careful(view, pool, key, candidates).await;
+        }
         let home = self.probe_primaries(view, pool, key, &candidates[..1]).await?;
         let mut failures = Vec::new();
         match &home[0].answer {
@@ -1077,9 +1140,11 @@ impl Client {
         let crc = checksum(&data);
         let size_bytes = data.len() as u64;
         let mut excluded = Excluded::default();
+        let mut dirty_noted = None;
         for _attempt in 0..RETRIES_MAX {
             let view = self.view();
             let pool = view.pool(pool_name)?;
+            self.note_dirty(&view, pool, key, &mut dirty_noted).await?;
             let candidates = self.candidates_in(&view, pool, key);
             let probes_before = self.inner.counters.probes.load(Ordering::Relaxed);
             let started = Instant::now();
@@ -1306,6 +1371,7 @@ impl Client {
             endpoints.iter().zip(results).filter(|(_, r)| r.is_ok()).map(|(endpoint, _)| {
                 let mut call = self.object_call(view, Method::DELETE, endpoint, pool, key);
                 call.headers.push((wire::VERSION, version.0.to_string()));
+                call.headers.push((wire::PURGE, "1".into()));
                 self.call(call)
             });
         join_all(calls).await;
@@ -1341,7 +1407,12 @@ impl Client {
                 });
             };
             let candidate = &candidates[usize::from(chosen)];
-            match self.read_replicas(&view, pool, key, candidate, range).await {
+            let read = if self.in_transition(&view, pool) {
+                self.read_careful(&view, pool, key, candidate, range).await
+            } else {
+                self.read_replicas(&view, pool, key, candidate, range).await
+            };
+            match read {
                 Ok(found) => return Ok(found),
                 Err(ReadError::Retry) => continue,
                 Err(ReadError::Missing) if !relocated && candidates.len() > 1 => {
@@ -1584,6 +1655,7 @@ impl Client {
     /// Removes an object (every replica, then its choice record).
     pub async fn delete(&self, pool_name: &str, key: &str) -> Result<(), ClientError> {
         validate_key(key)?;
+        let mut dirty_noted = None;
         for _attempt in 0..RETRIES_MAX {
             let view = self.view();
             let pool = view.pool(pool_name)?;
@@ -1598,14 +1670,22 @@ impl Client {
                     key: key.to_string(),
                 });
             };
+            self.note_dirty(&view, pool, key, &mut dirty_noted).await?;
             let candidate = &candidates[usize::from(chosen)];
+            // While data moves, every device that may hold a copy gets the tombstone.
+            let devices = if self.in_transition(&view, pool) {
+                self.transition_devices(&view, pool, candidate)
+            } else {
+                candidate.devices.clone()
+            };
             let endpoints: Vec<Endpoint> =
-                candidate.devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
-            let results = join_all(
-                endpoints
-                    .iter()
-                    .map(|e| self.call(self.object_call(&view, Method::DELETE, e, pool, key))),
-            )
+                devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
+            let version = self.next_version();
+            let results = join_all(endpoints.iter().map(|e| {
+                let mut call = self.object_call(&view, Method::DELETE, e, pool, key);
+                call.headers.push((wire::VERSION, version.0.to_string()));
+                self.call(call)
+            }))
             .await;
             let failures: Vec<&Failure> = results.iter().filter_map(|r| r.as_ref().err()).collect();
             if self.epoch_retry(&failures).await? {

@@ -132,4 +132,19 @@ pub enum ClientError {
     /// The configuration is invalid.
     #[error("invalid client configuration: {0}")]
     Config(String),
+    /// A write to an elastic pool that is not at full power could not be recorded in the
+    /// dirty table, so it was not sent (its offloaded replicas would never be re-integrated).
+    #[error(
+        "'{key}' was not written: pool '{pool}' is not at full power (membership version {version}), and its write could not be recorded in the dirty table: {reason}"
+    )]
+    Dirty {
+        /// Key.
+        key: String,
+        /// Pool.
+        pool: String,
+        /// The membership version in force.
+        version: u64,
+        /// Why.
+        reason: String,
+    },
 }

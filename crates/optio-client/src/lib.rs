@@ -34,12 +34,14 @@ mod client;
 mod error;
 pub mod intent;
 pub mod policy;
-pub mod transport;
+/// The HTTP transport (the `optio-net` crate, shared with the servers' migration).
+pub use optio_net as transport;
 
 pub use cache::ChoiceCache;
 pub use candidates::{CHOICES_MAX, Candidate};
 pub use client::{
     CandidateProbe, Client, ClientConfig, ClientStats, ObjectLocation, ProbeReport, PutReport,
-    RETRIES_MAX, ReplicaState,
+    RETRIES_MAX, ReintegrationConfig, ReintegrationMode, ReintegrationStatus, ReplicaState,
+    STATUS_POLL_INTERVAL,
 };
 pub use error::ClientError;

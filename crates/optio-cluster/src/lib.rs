@@ -1,25 +1,65 @@
 //! # optio-cluster
 //!
-//! Where an Optio cluster's map lives and how a local cluster runs.
+//! Where an Optio cluster's map lives, and how a local cluster runs.
 //!
-//! * [`mapstore`]: the map in a file (the embedded default): read it, replace it atomically
-//!   with the next epoch. Servers poll it and clients reload it when a server says their
-//!   epoch is stale. (etcd comes in a later issue.)
+//! * [`MapSource`] ([`source`]): one interface over the two places a map can live — a file
+//!   (`map.toml` in a cluster directory: one machine, the embedded default) or etcd (beyond one
+//!   machine: `etcd://HOST:PORT[/prefix]`). Both offer the same operations: load the map, store
+//!   it only if none is stored, replace it, compare-and-swap it on its epoch (two editors of
+//!   the same epoch: exactly one wins, the other gets [`ClusterError::Conflict`]), update it
+//!   (load, change, epoch + 1, swap), watch it (each newer map, epochs strictly increasing),
+//!   and keep one small status document per member (migration progress for `optio status`).
+//! * [`etcd`]: the etcd backend, a small client of etcd's v3 JSON gateway over HTTP — chosen
+//!   over the `etcd-client` crate because that one runs `protoc` at build time, which a fresh
+//!   machine does not have; the gateway is etcd's documented API and needs nothing to build.
+//! * [`file`](mod@file): the file backend: atomic replacement (temporary file, fsync, rename, directory
+//!   fsync) and an exclusive lock file around every read-compare-write.
+//! * [`mapstore`]: the original synchronous functions over a map file, kept for callers that
+//!   are not async (`optio up`); they run on the file backend.
 //! * [`local`]: `optio up`'s cluster: one `optio server` process per host on free loopback
 //!   ports, the map with their addresses written under the cluster directory, no orphans.
+//! * [`testing`]: a real etcd for tests (Debian's `etcd-server`) on free loopback ports.
+//!
+//! The design is written up in `docs/cluster.md` ("Where the map lives").
 //!
 //! ```no_run
-//! use optio_cluster::local::{LocalCluster, LocalClusterSpec};
-//! let cluster = LocalCluster::start("target/debug/optio".as_ref(), "/tmp/optio".as_ref(),
-//!     &LocalClusterSpec::default()).expect("started");
-//! println!("map at {}", cluster.map_path().display());
+//! use optio_cluster::{ClusterError, MapSource};
+//!
+//! # async fn example() -> Result<(), ClusterError> {
+//! let source = MapSource::parse("etcd://127.0.0.1:2379/optio")?;
+//! let map = source.load().await?;
+//! let mut watcher = source.watch_after(Some(map.epoch()));
+//! // Mark device 3 down: the new map gets epoch + 1, unless someone changed it meanwhile
+//! // (then the error is ClusterError::Conflict, and nothing was written).
+//! let (old, new) = source
+//!     .update(|map| {
+//!         let mut builder = map.to_builder();
+//!         let device = builder.devices.iter_mut().find(|d| d.id.0 == 3).ok_or("no device 3")?;
+//!         device.up = false;
+//!         Ok(builder)
+//!     })
+//!     .await?;
+//! assert_eq!(new.epoch().0, old.epoch().0 + 1);
+//! let newer = watcher.next().await?; // the map just stored, or a newer one
+//! assert!(newer.epoch() > map.epoch());
+//! # Ok(())
+//! # }
 //! ```
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod dirty;
+pub mod etcd;
+pub mod file;
 pub mod local;
 pub mod mapstore;
+pub mod source;
+pub mod testing;
+
+pub use source::{MapSource, MapWatcher, validate_member};
+
+use optio_placement::Epoch;
 
 /// Why a cluster operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -37,4 +77,67 @@ pub enum ClusterError {
     /// A file could not be created or written.
     #[error("{0}")]
     Io(String),
+    /// No map is stored at the source yet.
+    #[error("no map stored at {source_name}; run `optio map init`/`optio up` first")]
+    NoMap {
+        /// The source, as [`MapSource::describe`] gives it.
+        source_name: String,
+    },
+    /// A compare-and-swap lost: the stored map is no longer the epoch the change was made to.
+    #[error(
+        "the map changed underneath you (now epoch {}, you edited epoch {}): re-read it and retry",
+        found.0,
+        expected.0
+    )]
+    Conflict {
+        /// The epoch the change was made to.
+        expected: Epoch,
+        /// The epoch stored now.
+        found: Epoch,
+    },
+    /// A change to the map was refused, by the change itself or by the map's validation.
+    #[error("the change was refused: {0}")]
+    Change(String),
+    /// The map source (`--map`) is not a valid file path or etcd URL.
+    #[error("invalid map source `{spec}`: {reason}")]
+    BadSource {
+        /// What was given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A member name for a status document is invalid.
+    #[error("invalid member name {name:?}: {reason}")]
+    BadMember {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A member's status document could not be encoded or decoded.
+    #[error("the status of member {member} at {source_name}: {reason}")]
+    Status {
+        /// The member.
+        member: String,
+        /// The source.
+        source_name: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// etcd did not answer (refused, timed out, connection broken).
+    #[error("cannot reach etcd at {url} ({reason}): is it running? check --map")]
+    EtcdUnreachable {
+        /// The endpoint, `http://HOST:PORT`.
+        url: String,
+        /// The underlying error.
+        reason: String,
+    },
+    /// etcd answered, but with an error or something this client does not understand.
+    #[error("etcd at {url} {reason}")]
+    Etcd {
+        /// The endpoint, `http://HOST:PORT`.
+        url: String,
+        /// What it answered.
+        reason: String,
+    },
 }

@@ -1,5 +1,7 @@
 //! A whole cluster on one machine: one `optio server` process per host, each on a free
-//! loopback port, and the map (with the servers' addresses) in `DIR/map.toml`.
+//! loopback port, and the map (with the servers' addresses) in `DIR/map.toml` — or, with
+//! `etcd`, in an etcd started for the cluster (its data in `DIR/etcd/`; `DIR/map-source`
+//! names it, so that `--cluster DIR` finds the map wherever it lives).
 //!
 //! Servers are started with `--exit-with-stdin`: each keeps a pipe from this process as its
 //! standard input and exits when it closes, so no server outlives the cluster, even when the
@@ -15,6 +17,63 @@ use std::time::{Duration, Instant};
 
 use crate::ClusterError;
 use crate::mapstore;
+use crate::source::MapSource;
+use crate::testing::EtcdServer;
+
+/// The file in a cluster directory that names where its map lives when that is not
+/// `DIR/map.toml` (one line: a [`MapSource`] spec such as `etcd://127.0.0.1:2379/optio`).
+pub const MAP_SOURCE_FILE: &str = "map-source";
+
+/// The file in a cluster directory that names its dirty table when that is not the local log
+/// under the directory (one line: a `redis://` spec).
+pub const DIRTY_SOURCE_FILE: &str = "dirty-source";
+
+/// The dirty table spec of the cluster in `dir`: what `DIR/dirty-source` names, else `None`
+/// (the local log under `DIR`).
+pub fn cluster_dirty_spec(dir: &Path) -> Result<Option<String>, ClusterError> {
+    match fs::read_to_string(dir.join(DIRTY_SOURCE_FILE)) {
+        Ok(spec) => Ok(Some(spec.trim().to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ClusterError::Io(format!(
+            "cannot read {}: {e}",
+            dir.join(DIRTY_SOURCE_FILE).display()
+        ))),
+    }
+}
+
+/// Where the map of the cluster in `dir` lives: what `DIR/map-source` names, else
+/// `DIR/map.toml`.
+pub fn cluster_source(dir: &Path) -> Result<MapSource, ClusterError> {
+    match fs::read_to_string(dir.join(MAP_SOURCE_FILE)) {
+        Ok(spec) => MapSource::parse(spec.trim()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(MapSource::dir(dir)),
+        Err(e) => Err(ClusterError::Io(format!(
+            "cannot read {}: {e}",
+            dir.join(MAP_SOURCE_FILE).display()
+        ))),
+    }
+}
+
+/// Runs `future` to completion on a runtime of its own, on a thread of its own (so it works
+/// from synchronous code and from inside another runtime alike).
+fn block_on<F>(future: F) -> F::Output
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime can be built")
+                    .block_on(future)
+            })
+            .join()
+            .expect("the map store's calls do not panic")
+    })
+}
 
 /// How long a server may take to start (print its address) or to answer `/health`.
 pub const SERVER_START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -47,6 +106,21 @@ pub struct LocalClusterSpec {
     pub choices: u32,
     /// Their policy.
     pub policy: String,
+    /// Keep the map in an etcd started for the cluster (data in `DIR/etcd/`) rather than in
+    /// `DIR/map.toml`.
+    pub etcd: bool,
+    /// Migration rate limit of each server, bytes per second (`None`: unlimited).
+    pub migration_rate_bytes_per_sec: Option<u64>,
+    /// Transfers in flight per server while migrating (`None`: the server's default).
+    pub migration_concurrency: Option<usize>,
+    /// The dirty table of elastic pools (`None`: the local log under the cluster directory;
+    /// `redis://HOST:PORT`: a Redis list), recorded in `DIR/dirty-source`.
+    pub dirty: Option<String>,
+    /// Run a re-integration process (`optio reintegrate --mode MODE`: `selective` or `full`);
+    /// `None`: none.
+    pub reintegration: Option<String>,
+    /// Its rate limit, bytes per second.
+    pub reintegration_rate_bytes_per_sec: Option<u64>,
 }
 
 impl Default for LocalClusterSpec {
@@ -61,6 +135,12 @@ impl Default for LocalClusterSpec {
             replicas: 3,
             choices: 2,
             policy: "space".into(),
+            etcd: false,
+            migration_rate_bytes_per_sec: None,
+            migration_concurrency: None,
+            dirty: None,
+            reintegration: Some("selective".into()),
+            reintegration_rate_bytes_per_sec: None,
         }
     }
 }
@@ -104,6 +184,9 @@ pub struct LocalCluster {
     binary: PathBuf,
     spec: LocalClusterSpec,
     servers: Vec<ServerProcess>,
+    source: MapSource,
+    etcd: Option<EtcdServer>,
+    reintegrator: Option<(Child, ChildStdin)>,
 }
 
 fn device_capacity_arg(id: u32, dir: &Path, capacity: u64) -> String {
@@ -128,12 +211,44 @@ impl LocalCluster {
             .map_err(|e| ClusterError::Io(format!("cannot create {}: {e}", dir.display())))?;
         let dir = fs::canonicalize(dir)
             .map_err(|e| ClusterError::Io(format!("{}: {e}", dir.display())))?;
+        let source_file = dir.join(MAP_SOURCE_FILE);
+        let (source, etcd) = if spec.etcd {
+            let etcd = EtcdServer::start_in(&dir.join("etcd")).map_err(ClusterError::Server)?;
+            let url = etcd.url();
+            fs::write(&source_file, format!("{url}\n")).map_err(|e| {
+                ClusterError::Io(format!("cannot write {}: {e}", source_file.display()))
+            })?;
+            (MapSource::parse(&url)?, Some(etcd))
+        } else {
+            match fs::remove_file(&source_file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(ClusterError::Io(format!(
+                        "cannot remove {}: {e}",
+                        source_file.display()
+                    )));
+                }
+            }
+            (MapSource::dir(&dir), None)
+        };
         let mut cluster = LocalCluster {
             dir: dir.clone(),
             binary: binary.to_path_buf(),
             spec: spec.clone(),
             servers: Vec::new(),
+            source,
+            etcd,
+            reintegrator: None,
         };
+        let dirty_file = dir.join(DIRTY_SOURCE_FILE);
+        let written = match &spec.dirty {
+            Some(dirty) => fs::write(&dirty_file, format!("{dirty}\n")),
+            None => fs::remove_file(&dirty_file).or_else(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }
+            }),
+        };
+        written.map_err(|e| ClusterError::Io(format!("{}: {e}", dirty_file.display())))?;
         let mut id = 0u32;
         for zone in 1..=spec.zones {
             for host in 1..=spec.hosts_per_zone {
@@ -148,12 +263,18 @@ impl LocalCluster {
                 cluster.servers.push(server);
             }
         }
-        let previous = mapstore::load(&cluster.map_path()).map(|m| m.epoch().0).unwrap_or(0);
+        let previous =
+            block_on(cluster.source.load_if_present()).ok().flatten().map_or(0, |m| m.epoch().0);
         let text = cluster.map_text(previous + 1);
         let map = optio_mapfile::parse(&text)
             .map_err(|e| ClusterError::Map(format!("the generated map is invalid: {e}")))?;
-        mapstore::store(&cluster.map_path(), &map)?;
+        block_on(cluster.source.replace(&map))?;
         cluster.wait_for_epoch(previous + 1)?;
+        if let Some(mode) = spec.reintegration.clone()
+            && map.membership().is_some()
+        {
+            cluster.spawn_reintegrator(&mode)?;
+        }
         Ok(cluster)
     }
 
@@ -163,19 +284,23 @@ impl LocalCluster {
         devices: &[(u32, PathBuf)],
         listen: &str,
     ) -> Result<ServerProcess, ClusterError> {
-        let log_path = self.dir.join(format!("{host}.log"));
-        let log =
-            fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| {
-                ClusterError::Io(format!("cannot open {}: {e}", log_path.display()))
-            })?;
+        let (log_path, log) = self.open_log(host)?;
         let mut command = Command::new(&self.binary);
         command
             .arg("server")
             .arg("--listen")
             .arg(listen)
             .arg("--map")
-            .arg(self.map_path())
+            .arg(self.source_spec())
+            .arg("--name")
+            .arg(host)
             .arg("--exit-with-stdin");
+        if let Some(rate) = self.spec.migration_rate_bytes_per_sec {
+            command.arg("--migration-rate").arg(rate.to_string());
+        }
+        if let Some(concurrency) = self.spec.migration_concurrency {
+            command.arg("--migration-concurrency").arg(concurrency.to_string());
+        }
         for (id, dir) in devices {
             command.arg("--device").arg(device_capacity_arg(*id, dir, self.spec.capacity_bytes));
         }
@@ -212,6 +337,59 @@ impl LocalCluster {
             stdin,
             _stdout: Some(stdout),
         })
+    }
+
+    /// `DIR/{name}.log`, opened for appending (a child process's standard error).
+    fn open_log(&self, name: &str) -> Result<(PathBuf, fs::File), ClusterError> {
+        let path = self.dir.join(format!("{name}.log"));
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| ClusterError::Io(format!("cannot open {}: {e}", path.display())))?;
+        Ok((path, log))
+    }
+
+    /// Starts `optio reintegrate --mode MODE` for the cluster (logs in `DIR/reintegrator.log`);
+    /// like the servers, it exits when its standard input closes.
+    fn spawn_reintegrator(&mut self, mode: &str) -> Result<(), ClusterError> {
+        let (_, log) = self.open_log("reintegrator")?;
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("reintegrate")
+            .arg("--cluster")
+            .arg(&self.dir)
+            .arg("--mode")
+            .arg(mode)
+            .arg("--exit-with-stdin");
+        if let Some(rate) = self.spec.reintegration_rate_bytes_per_sec {
+            command.arg("--rate").arg(rate.to_string());
+        }
+        command.env_remove("OPTIO_CLUSTER").env_remove("OPTIO_DIRTY");
+        command.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::from(log));
+        let mut child = command.spawn().map_err(|e| {
+            ClusterError::Io(format!("cannot start {}: {e}", self.binary.display()))
+        })?;
+        let stdin = child.stdin.take().expect("stdin is piped");
+        self.reintegrator = Some((child, stdin));
+        Ok(())
+    }
+
+    /// Stops the re-integration process, if one runs (and starts one in `mode`, if given).
+    pub fn set_reintegration(&mut self, mode: Option<&str>) -> Result<(), ClusterError> {
+        if let Some((mut child, stdin)) = self.reintegrator.take() {
+            drop(stdin);
+            let deadline = Instant::now() + SERVER_STOP_TIMEOUT;
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(POLL_INTERVAL);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        match mode {
+            Some(mode) => self.spawn_reintegrator(mode),
+            None => Ok(()),
+        }
     }
 
     fn map_text(&self, epoch: u64) -> String {
@@ -271,9 +449,46 @@ impl LocalCluster {
         &self.dir
     }
 
-    /// The map file.
+    /// The map file (when the map lives in a file; see [`source`](Self::source)).
     pub fn map_path(&self) -> PathBuf {
         mapstore::map_path(&self.dir)
+    }
+
+    /// Where the map lives.
+    pub fn source(&self) -> &MapSource {
+        &self.source
+    }
+
+    /// The map source as a `--map` argument: the map file, or the etcd URL.
+    pub fn source_spec(&self) -> String {
+        match &self.etcd {
+            Some(etcd) => etcd.url(),
+            None => self.map_path().display().to_string(),
+        }
+    }
+
+    /// The cluster's etcd, when it has one.
+    pub fn etcd(&mut self) -> Option<&mut EtcdServer> {
+        self.etcd.as_mut()
+    }
+
+    /// The map as stored now.
+    pub fn load_map(&self) -> Result<optio_placement::ClusterMap, ClusterError> {
+        block_on(self.source.load())
+    }
+
+    /// Applies `change` to the stored map (epoch + 1, a compare-and-swap) and returns the new
+    /// map; servers pick it up by themselves.
+    pub fn change_map(
+        &self,
+        change: &optio_placement::MapChange,
+    ) -> Result<optio_placement::ClusterMap, ClusterError> {
+        let old = self.load_map()?;
+        let new = old
+            .apply(change, old.epoch())
+            .map_err(|e| ClusterError::Change(format!("invalid change: {e}")))?;
+        block_on(self.source.compare_and_swap(old.epoch(), &new))?;
+        Ok(new)
     }
 
     /// The servers.
@@ -332,7 +547,7 @@ impl LocalCluster {
             }
         };
         self.servers[i] = server;
-        let epoch = mapstore::load(&self.map_path())?.epoch().0;
+        let epoch = self.load_map()?.epoch().0;
         wait_for(&self.servers[i].addr, epoch)
     }
 
@@ -347,6 +562,7 @@ impl LocalCluster {
     /// Stops every server: closes their standard input (they exit cleanly), waits a bounded
     /// time, then kills what is left.
     pub fn stop(&mut self) {
+        let _ = self.set_reintegration(None);
         for server in &mut self.servers {
             server.stdin = None;
         }

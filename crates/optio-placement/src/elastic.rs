@@ -127,6 +127,8 @@ pub struct ElasticRing {
     usable: Vec<bool>,
     primaries: u32,
     versions: Vec<VersionTable>,
+    /// Every server active: where data belongs at full power (what rebalancing aims for).
+    full_power: VersionTable,
 }
 
 /// The version a placement is computed as of.
@@ -207,46 +209,45 @@ impl ElasticRing {
         }
         let n = device_ids.len() as u32;
         let primaries = primaries.min(n);
-        let versions = membership
-            .versions
-            .iter()
-            .map(|version| {
-                let (first_ranks, bits) = match &version.active {
-                    ActiveSet::All => (Some(n), Vec::new()),
-                    ActiveSet::FirstRanks(k) => (Some((*k).min(n)), Vec::new()),
-                    ActiveSet::Devices(_) => {
-                        let mut bits = vec![0u64; (n as usize).div_ceil(64)];
-                        for rank_index in 0..n {
-                            if membership.is_active(version, rank_index + 1) {
-                                bits[(rank_index / 64) as usize] |= 1 << (rank_index % 64);
-                            }
+        let compile = |version: &crate::map::MembershipVersion| {
+            let (first_ranks, bits) = match &version.active {
+                ActiveSet::All => (Some(n), Vec::new()),
+                ActiveSet::FirstRanks(k) => (Some((*k).min(n)), Vec::new()),
+                ActiveSet::Devices(_) => {
+                    let mut bits = vec![0u64; (n as usize).div_ceil(64)];
+                    for rank_index in 0..n {
+                        if membership.is_active(version, rank_index + 1) {
+                            bits[(rank_index / 64) as usize] |= 1 << (rank_index % 64);
                         }
-                        (None, bits)
                     }
-                };
-                let mut table = VersionTable {
-                    number: version.version,
-                    first_ranks,
-                    bits,
-                    counts: (0, 0),
-                    counts_now: (0, 0),
-                };
-                for rank_index in 0..n {
-                    if !table.active(rank_index) {
-                        continue;
-                    }
-                    let primary = rank_index < primaries;
-                    let count = |c: &mut (u32, u32)| {
-                        if primary { c.0 += 1 } else { c.1 += 1 }
-                    };
-                    count(&mut table.counts);
-                    if usable[rank_index as usize] {
-                        count(&mut table.counts_now);
-                    }
+                    (None, bits)
                 }
-                table
-            })
-            .collect();
+            };
+            let mut table = VersionTable {
+                number: version.version,
+                first_ranks,
+                bits,
+                counts: (0, 0),
+                counts_now: (0, 0),
+            };
+            for rank_index in 0..n {
+                if !table.active(rank_index) {
+                    continue;
+                }
+                let primary = rank_index < primaries;
+                let count = |c: &mut (u32, u32)| {
+                    if primary { c.0 += 1 } else { c.1 += 1 }
+                };
+                count(&mut table.counts);
+                if usable[rank_index as usize] {
+                    count(&mut table.counts_now);
+                }
+            }
+            table
+        };
+        let versions = membership.versions.iter().map(compile).collect();
+        let full_power =
+            compile(&crate::map::MembershipVersion { version: u64::MAX, active: ActiveSet::All });
         // Next-of-class pointers, filled from the end of the ring backwards.
         let mut next: Vec<Vnode> = vnodes
             .iter()
@@ -279,6 +280,7 @@ impl ElasticRing {
             usable,
             primaries,
             versions,
+            full_power,
         }
     }
 
@@ -347,6 +349,13 @@ impl ElasticRing {
             Some(table) => self.place_in(View { table, now: true }, key, replicas, out),
             None => out.clear(),
         }
+    }
+
+    /// Up to `replicas` devices for `key` at full power — every ranked server active —
+    /// skipping devices that are down or out: where data belongs once every server is back,
+    /// which is what rebalancing after a change of the servers (not of the membership) aims for.
+    pub fn place_full_power(&self, key: u32, replicas: usize, out: &mut ReplicaSet) {
+        self.place_in(View { table: &self.full_power, now: true }, key, replicas, out);
     }
 
     /// Up to `replicas` devices for `key` as of membership version `version` (its table of

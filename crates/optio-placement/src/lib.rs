@@ -49,6 +49,7 @@ pub mod analysis;
 pub mod attributed;
 pub mod balance;
 pub mod builder;
+pub mod change;
 pub mod choice;
 pub mod crush;
 pub mod elastic;
@@ -67,6 +68,7 @@ pub use builder::{
     LinearParamSpec, MembershipSpec, PoolBalanceSpec, PoolSpec, RuleRef, RuleSpec, StepSpec,
     VersionSpec,
 };
+pub use change::MapChange;
 pub use choice::{ChoiceSettings, PolicySpec};
 pub use error::{MapError, MapErrorKind, Subject};
 pub use ids::{BucketId, DeviceId, Epoch, ITEM_NONE, ItemId, PoolId, RuleId, TypeId, Weight};

@@ -552,6 +552,16 @@ impl Membership {
         }
     }
 
+    /// The servers active in `version`, in rank order.
+    pub fn active_devices(&self, version: &MembershipVersion) -> Vec<DeviceId> {
+        self.order
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.is_active(version, *i as u32 + 1))
+            .map(|(_, d)| *d)
+            .collect()
+    }
+
     /// How many servers are active in `version`.
     pub fn active_count(&self, version: &MembershipVersion) -> u32 {
         match &version.active {

@@ -403,6 +403,22 @@ impl<'a> PoolPlacement<'a> {
         }
     }
 
+    /// Where the copies of engine input `key` belong once the cluster is at full power: for
+    /// `elastic` pools every ranked server active (membership versions aside); for the other
+    /// engines the same as [`place`](Self::place).
+    pub fn place_full_power(&self, key: u32, scratch: &mut Scratch, out: &mut ReplicaSet) {
+        match self.elastic() {
+            Some(ring) => ring.place_full_power(key, self.info.pool.size as usize, out),
+            None => self.place(key, scratch, out),
+        }
+    }
+
+    /// The engine input of a stored candidate, from the seed in its header: a PG seed (pools
+    /// with PGs) or the placement key itself (object-level pools).
+    pub fn key_of_seed(&self, seed: u32) -> u32 {
+        if self.has_pgs() { self.pg_key(seed) } else { seed }
+    }
+
     /// The raw CRUSH result (before up/exists filtering) for engine input `key` (for
     /// balanced pools, the computed set).
     pub fn place_raw(&self, key: u32, scratch: &mut Scratch, out: &mut ReplicaSet) {

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | 0..8 | magic `OPTIOOBJ` |
 //! | 8..10 | format version ([`OBJECT_FORMAT_VERSION`]) |
-//! | 10..12 | flags (bit 0: the PG seed is set) |
+//! | 10..12 | flags (bit 0: the PG seed is set; bit 1: a tombstone — the object was deleted at this version, no data) |
 //! | 12..16 | pool id |
 //! | 16..20 | PG seed |
 //! | 20..22 | key length in bytes |
@@ -31,6 +31,7 @@ pub const HEADER_BYTES: usize = 64;
 pub const OBJECT_FORMAT_VERSION: u16 = 1;
 const MAGIC: &[u8; 8] = b"OPTIOOBJ";
 const FLAG_PG: u16 = 1;
+const FLAG_DELETED: u16 = 2;
 
 /// The crc32c (Castagnoli) checksum Optio uses for data, headers and records.
 pub fn checksum(data: &[u8]) -> u32 {
@@ -52,6 +53,9 @@ pub struct ObjectHeader {
     pub version: ObjectVersion,
     /// Epoch of the writer's map.
     pub epoch: Epoch,
+    /// A tombstone: the object was deleted at `version` (no data). Kept so that an older
+    /// copy arriving later — a migration, a re-integration — cannot bring it back.
+    pub deleted: bool,
 }
 
 impl ObjectHeader {
@@ -72,6 +76,25 @@ impl ObjectHeader {
             checksum: checksum(data),
             version,
             epoch,
+            deleted: false,
+        }
+    }
+
+    /// The header of a tombstone: `key` deleted at `version`.
+    pub fn tombstone(
+        pool: PoolId,
+        pg_seed: Option<u32>,
+        version: ObjectVersion,
+        epoch: Epoch,
+    ) -> ObjectHeader {
+        ObjectHeader {
+            pool,
+            pg_seed,
+            size_bytes: 0,
+            checksum: checksum(&[]),
+            version,
+            epoch,
+            deleted: true,
         }
     }
 
@@ -81,7 +104,8 @@ impl ObjectHeader {
         let mut out = vec![0u8; HEADER_BYTES];
         out[0..8].copy_from_slice(MAGIC);
         out[8..10].copy_from_slice(&OBJECT_FORMAT_VERSION.to_le_bytes());
-        let flags = if self.pg_seed.is_some() { FLAG_PG } else { 0 };
+        let flags = if self.pg_seed.is_some() { FLAG_PG } else { 0 }
+            | if self.deleted { FLAG_DELETED } else { 0 };
         out[10..12].copy_from_slice(&flags.to_le_bytes());
         out[12..16].copy_from_slice(&self.pool.0.to_le_bytes());
         out[16..20].copy_from_slice(&self.pg_seed.unwrap_or(0).to_le_bytes());
@@ -130,7 +154,11 @@ impl ObjectHeader {
             checksum: u32_at(bytes, 32),
             version: ObjectVersion(u64_at(bytes, 40)),
             epoch: Epoch(u64_at(bytes, 48)),
+            deleted: flags & FLAG_DELETED != 0,
         };
+        if header.deleted && header.size_bytes != 0 {
+            return Err(FormatError::SizeMismatch { expected: 0, found: header.size_bytes });
+        }
         Ok((header, key, HEADER_BYTES + key_len))
     }
 
@@ -224,5 +252,16 @@ mod tests {
             prop_assert_eq!(k, key.as_str());
             prop_assert_eq!(d, &data[..]);
         }
+    }
+
+    #[test]
+    fn tombstones_round_trip_and_carry_no_data() {
+        let header = ObjectHeader::tombstone(PoolId(2), Some(5), ObjectVersion(77), Epoch(3));
+        let file = header.encode("gone");
+        let (h, k, d) = ObjectHeader::decode(&file).expect("intact");
+        assert!(h.deleted);
+        assert_eq!((h, k, d), (header, "gone", &[][..]));
+        let live = ObjectHeader::new(PoolId(2), Some(5), "gone", b"", ObjectVersion(77), Epoch(3));
+        assert_ne!(live.encode("gone"), file, "the flag is stored");
     }
 }

@@ -42,6 +42,7 @@ mod error;
 mod header;
 mod key;
 mod metrics;
+mod migration;
 pub mod wire;
 
 pub use choice::ChoiceRecord;
@@ -49,6 +50,7 @@ pub use error::{ErrorBody, ErrorKind, FormatError};
 pub use header::{HEADER_BYTES, OBJECT_FORMAT_VERSION, ObjectHeader, checksum};
 pub use key::{KEY_BYTES_MAX, KeyError, validate_key, validate_key_bytes};
 pub use metrics::DeviceMetrics;
+pub use migration::{MigrationPhase, MigrationStatus};
 
 use serde::{Deserialize, Serialize};
 

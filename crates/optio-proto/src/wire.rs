@@ -8,7 +8,7 @@
 //! | `PUT` | `/v1/dev/{device}/objects/{pool}/{key}` | store (body = data) |
 //! | `GET` | `/v1/dev/{device}/objects/{pool}/{key}` | read (`Range: bytes=a-b` allowed) |
 //! | `HEAD` | `/v1/dev/{device}/objects/{pool}/{key}` | probe: exists? + metrics |
-//! | `DELETE` | `/v1/dev/{device}/objects/{pool}/{key}` | remove |
+//! | `DELETE` | `/v1/dev/{device}/objects/{pool}/{key}` | delete (a tombstone stays), or purge |
 //! | `GET` | `/v1/dev/{device}/objects/{pool}?prefix=&pg=&limit=` | list |
 //! | `PUT` | `/v1/dev/{device}/choices/{pool}/{key}` | create a choice record if absent |
 //! | `GET`, `DELETE` | `/v1/dev/{device}/choices/{pool}/{key}` | read, remove a record |
@@ -46,6 +46,13 @@ pub const CHOICE_CREATED: &str = "x-optio-choice-created";
 pub const UNLESS_CONTENDED: &str = "x-optio-unless-contended";
 /// On a record PUT: replace the record if its writer is this one (the creator re-choosing).
 pub const REPLACE_IF_WRITER: &str = "x-optio-replace-if-writer";
+
+/// On a probe answer (404): the version the object was deleted at (a tombstone stands).
+pub const DELETED: &str = "x-optio-deleted";
+/// On a DELETE: remove the copy entirely — object or tombstone — if the stored version is
+/// not newer than [`VERSION`] (`1`): for copies a placement no longer names and for undoing a
+/// write. Without it a DELETE leaves a tombstone.
+pub const PURGE: &str = "x-optio-purge";
 
 /// Percent-encodes every byte but ASCII letters, digits and `-._~`.
 pub fn percent_encode(text: &str) -> String {

@@ -47,6 +47,8 @@ pub struct AppState {
     /// A random number drawn at start: a client that sees it change knows the server
     /// restarted (and may have lost records not yet committed).
     pub(crate) incarnation: u64,
+    /// Moves data when the map changes.
+    pub(crate) rebalancer: Arc<crate::Rebalancer>,
 }
 
 /// The router.
@@ -152,8 +154,9 @@ impl AppState {
             ));
         }
         if asked > held {
-            let state = self.clone();
-            let _ = tokio::task::spawn_blocking(move || state.map.reload()).await;
+            if let Err(error) = self.map.refresh().await {
+                tracing::warn!(%error, "cannot read the map");
+            }
             let held = self.map.epoch();
             if asked > held {
                 return Err(fail(
@@ -197,6 +200,9 @@ pub struct ServerStatus {
     pub epoch: u64,
     /// Devices, by id.
     pub devices: Vec<DeviceStatus>,
+    /// Rebalancing progress.
+    #[serde(default)]
+    pub migration: crate::MigrationStatus,
 }
 
 fn server_status(state: &AppState) -> ServerStatus {
@@ -214,7 +220,7 @@ fn server_status(state: &AppState) -> ServerStatus {
             }
         })
         .collect();
-    ServerStatus { epoch: state.map.epoch(), devices }
+    ServerStatus { epoch: state.map.epoch(), devices, migration: state.rebalancer.status() }
 }
 
 async fn status(State(state): State<Arc<AppState>>) -> Response {
@@ -414,6 +420,8 @@ fn probe(
     let headers = response.headers_mut();
     if let Some(info) = &info {
         object_headers(headers, info);
+    } else if let Some(deleted) = target.store.tombstone(target.pool, key) {
+        insert(headers, wire::DELETED, &deleted.0.to_string());
     }
     if request_headers.contains_key(wire::WANT_CHOICE)
         && let Some(record) = target.store.record(target.pool, key)
@@ -564,13 +572,26 @@ async fn delete_object(
     headers: &HeaderMap,
 ) -> Result<Response, Failure> {
     state.counters.deletes.fetch_add(1, Ordering::Relaxed);
-    let up_to = header_u64(headers, wire::VERSION)?.map(ObjectVersion);
+    let version = header_u64(headers, wire::VERSION)?.map(ObjectVersion);
+    let purge = headers.get(wire::PURGE).is_some_and(|v| v.as_bytes() == b"1");
+    let epoch = Epoch(header_u64(headers, wire::EPOCH)?.unwrap_or(state.map.epoch()));
     let store = target.store.clone();
     let pool = target.pool;
     let key = target.key.clone().expect("routed with a key");
-    tokio::task::spawn_blocking(move || store.delete(pool, &key, up_to))
-        .await
-        .map_err(|e| fail(ErrorKind::Io, format!("delete task failed: {e}")))??;
+    let removed = tokio::task::spawn_blocking(move || {
+        if purge {
+            store.purge(pool, &key, version)
+        } else {
+            store
+                .delete(pool, &key, version, epoch)
+                .map(|outcome| outcome == crate::store::DeleteOutcome::Deleted)
+        }
+    })
+    .await
+    .map_err(|e| fail(ErrorKind::Io, format!("delete task failed: {e}")))??;
+    if !removed {
+        return Err(fail(ErrorKind::NotFound, "no such object"));
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -41,6 +41,7 @@ pub mod disk;
 mod error;
 pub mod http;
 mod mapstate;
+pub mod rebalance;
 pub mod records;
 pub mod store;
 pub mod system;
@@ -48,20 +49,20 @@ pub mod system;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use disk::{Disk, Fault, FaultyDisk, RealDisk};
 pub use error::StoreError;
 pub use http::{Listing, ServerStatus};
-pub use mapstate::MapState;
+pub use mapstate::{MapState, ServerMap};
+pub use optio_proto::{MigrationPhase, MigrationStatus};
+pub use rebalance::{MigrationConfig, Rebalancer};
 pub use store::{DeviceConfig, DeviceStore};
 
 /// Largest object a server takes by default.
 pub const OBJECT_BYTES_MAX_DEFAULT: u64 = 64 << 20;
-/// How often the map file is checked for changes.
-pub const MAP_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// How often CPU and memory are sampled.
 pub const SYSTEM_SAMPLE_INTERVAL: Duration = Duration::from_millis(1000);
 
@@ -72,12 +73,16 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// The devices served.
     pub devices: Vec<DeviceConfig>,
-    /// The map file (for epochs and locations); none: no epoch checks.
-    pub map_path: Option<PathBuf>,
+    /// Where the map lives — a file or etcd — (for epochs, locations and rebalancing); none:
+    /// no epoch checks.
+    pub map: Option<optio_cluster::source::MapSource>,
     /// Largest object taken (413 above).
     pub max_object_bytes: u64,
     /// The disk of each device (default: the real file system), by device id.
     pub disks: HashMap<u32, Arc<dyn Disk>>,
+    /// How to move data when the map changes (`state_dir` defaults to the first device's
+    /// directory).
+    pub migration: MigrationConfig,
 }
 
 impl Default for ServerConfig {
@@ -85,9 +90,10 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             devices: Vec::new(),
-            map_path: None,
+            map: None,
             max_object_bytes: OBJECT_BYTES_MAX_DEFAULT,
             disks: HashMap::new(),
+            migration: MigrationConfig::default(),
         }
     }
 }
@@ -110,6 +116,9 @@ pub enum ServerError {
     /// The map could not be loaded.
     #[error("{0}")]
     Map(String),
+    /// The migration settings are invalid.
+    #[error("{0}")]
+    Migration(String),
     /// The socket could not be bound or served.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -142,8 +151,16 @@ impl Server {
                 return Err(ServerError::DuplicateDevice(device.id));
             }
         }
-        let map = Arc::new(MapState::new(config.map_path.clone()));
-        map.reload().map_err(ServerError::Map)?;
+        let map = Arc::new(MapState::new(config.map.clone()));
+        map.refresh().await.map_err(ServerError::Map)?;
+        let mut migration = config.migration.clone();
+        if migration.state_dir.is_none() {
+            migration.state_dir = config.devices.iter().min_by_key(|d| d.id).map(|d| d.dir.clone());
+        }
+        let rebalancer = Arc::new(
+            Rebalancer::new(devices.clone(), map.clone(), migration)
+                .map_err(ServerError::Migration)?,
+        );
         let system = Arc::new(system::SystemMetrics::default());
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -155,6 +172,7 @@ impl Server {
             max_object_bytes: config.max_object_bytes,
             counters: http::Counters::default(),
             incarnation: incarnation(),
+            rebalancer,
         });
         Ok(Server { listener, state })
     }
@@ -177,6 +195,8 @@ impl Server {
         let addr = self.local_addr();
         let state = self.state.clone();
         let background = tokio::spawn(background(state.clone()));
+        let following = tokio::spawn(state.map.clone().follow());
+        let rebalancing = tokio::spawn(state.rebalancer.clone().run());
         let state_for_exit = state.clone();
         let app = http::router(state);
         let result = axum::serve(self.listener, app)
@@ -184,6 +204,8 @@ impl Server {
             .await
             .map_err(|source| ServerError::Listen { addr, source });
         background.abort();
+        following.abort();
+        rebalancing.abort();
         http::close_records(&state_for_exit).await;
         result
     }
@@ -201,20 +223,13 @@ fn incarnation() -> u64 {
     hasher.digest()
 }
 
-/// Polls the map file, samples the machine's metrics, commits choice records.
+/// Samples the machine's metrics, commits choice records.
 async fn background(state: Arc<http::AppState>) {
     let mut cpu = system::CpuSampler::default();
-    let mut map_tick = tokio::time::interval(MAP_POLL_INTERVAL);
     let mut system_tick = tokio::time::interval(SYSTEM_SAMPLE_INTERVAL);
     let mut record_tick = tokio::time::interval(records::COMMIT_INTERVAL);
     loop {
         tokio::select! {
-            _ = map_tick.tick() => {
-                let map = state.map.clone();
-                if let Ok(Err(error)) = tokio::task::spawn_blocking(move || map.reload()).await {
-                    tracing::warn!(%error, "map reload failed");
-                }
-            }
             _ = system_tick.tick() => state.system.update(&mut cpu),
             _ = record_tick.tick() => http::commit_records(&state).await,
         }

@@ -225,6 +225,18 @@ impl RecordLog {
         (record, true, seq)
     }
 
+    /// Every record held, in (pool, key) order: a snapshot for the rebalancer.
+    pub fn all(&self) -> Vec<(PoolId, String, ChoiceRecord)> {
+        let state = self.state.lock().expect("records lock");
+        let mut out: Vec<(PoolId, String, ChoiceRecord)> = state
+            .records
+            .iter()
+            .map(|((pool, key), (record, _))| (*pool, key.clone(), *record))
+            .collect();
+        out.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        out
+    }
+
     /// Removes a record; `None` when there was none, else the sequence number to wait for.
     pub fn remove(&self, pool: PoolId, key: &str) -> Option<u64> {
         let mut state = self.state.lock().expect("records lock");

@@ -54,6 +54,33 @@ struct Entry {
     checksum: u32,
     pg_seed: Option<u32>,
     epoch: Epoch,
+    deleted: bool,
+}
+
+/// One stored object or tombstone, as the rebalancer sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// Pool.
+    pub pool: PoolId,
+    /// Key.
+    pub key: String,
+    /// Version stored.
+    pub version: ObjectVersion,
+    /// The candidate's PG seed or engine input, from the header.
+    pub pg_seed: Option<u32>,
+    /// Bytes of the file (header, key and data).
+    pub file_bytes: u64,
+    /// A tombstone (deleted at `version`).
+    pub deleted: bool,
+}
+
+/// How a delete ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// A live object was deleted (a tombstone stands in its place).
+    Deleted,
+    /// No live object was there (a tombstone was recorded if a version was given).
+    Absent,
 }
 
 /// A write to store.
@@ -275,10 +302,13 @@ impl DeviceStore {
             checksum: computed,
             version: request.version,
             epoch: request.epoch,
+            deleted: false,
         };
         if let Some(existing) = self.entry(request.pool, request.key) {
             check_version(&existing, &header)?;
-            if (existing.version, existing.checksum) == (header.version, header.checksum) {
+            if !existing.deleted
+                && (existing.version, existing.checksum) == (header.version, header.checksum)
+            {
                 return Ok(PutOutcome::AlreadyStored);
             }
         }
@@ -293,24 +323,7 @@ impl DeviceStore {
         self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
         written.map_err(StoreError::io("write", &temp))?;
         let _stripe = self.stripe(request.key);
-        let existing = self.entry(request.pool, request.key);
-        if let Some(existing) = existing
-            && let Err(error) = check_version(&existing, &header)
-        {
-            let _ = self.disk.remove(&temp);
-            return Err(error);
-        }
-        if let Err(error) = self.disk.publish(&temp, &path) {
-            let _ = self.disk.remove(&temp);
-            return Err(StoreError::Io { operation: "rename", path, source: error });
-        }
-        let mut index = self.index.write().expect("index lock");
-        let old =
-            index.insert((request.pool, request.key.to_string()), entry_of(&header, file_bytes));
-        self.used_bytes.fetch_add(file_bytes, Ordering::AcqRel);
-        if let Some(old) = old {
-            self.used_bytes.fetch_sub(old.file_bytes, Ordering::AcqRel);
-        }
+        self.publish(&temp, path, request.pool, request.key, &header, file_bytes)?;
         drop(reservation);
         Ok(PutOutcome::Stored)
     }
@@ -319,15 +332,93 @@ impl DeviceStore {
         self.index.read().expect("index lock").get(&(pool, key.to_string())).copied()
     }
 
-    /// What is stored under `key`, from memory (a probe).
+    fn live_entry(&self, pool: PoolId, key: &str) -> Option<Entry> {
+        self.entry(pool, key).filter(|e| !e.deleted)
+    }
+
+    /// What is stored under `key`, from memory (a probe). Tombstones are not objects.
     pub fn info(&self, pool: PoolId, key: &str) -> Option<ObjectInfo> {
-        self.entry(pool, key).map(|e| info_of(key, &e))
+        self.live_entry(pool, key).map(|e| info_of(key, &e))
+    }
+
+    /// The version `key` was deleted at, if a tombstone stands for it.
+    pub fn tombstone(&self, pool: PoolId, key: &str) -> Option<ObjectVersion> {
+        self.entry(pool, key).filter(|e| e.deleted).map(|e| e.version)
+    }
+
+    /// Everything stored on this device — objects and tombstones — in (pool, key) order: a
+    /// snapshot for the rebalancer.
+    pub fn held(&self) -> Vec<Held> {
+        let index = self.index.read().expect("index lock");
+        index
+            .iter()
+            .map(|((pool, key), e)| Held {
+                pool: *pool,
+                key: key.clone(),
+                version: e.version,
+                pg_seed: e.pg_seed,
+                file_bytes: e.file_bytes,
+                deleted: e.deleted,
+            })
+            .collect()
+    }
+
+    /// Replaces whatever `key` holds by a tombstone at `version` (blocking), unless a newer
+    /// version is stored.
+    fn write_tombstone(
+        &self,
+        pool: PoolId,
+        key: &str,
+        version: ObjectVersion,
+        pg_seed: Option<u32>,
+        epoch: Epoch,
+    ) -> Result<(), StoreError> {
+        let header = ObjectHeader::tombstone(pool, pg_seed, version, epoch);
+        let head = header.encode(key);
+        let file_bytes = head.len() as u64;
+        let path = self.path_of(pool, key);
+        self.ensure_parent(&path)?;
+        let temp = self.temp_path();
+        // A tombstone needs no room check: it replaces something at least as large, or is a
+        // few dozen bytes that must not be refused (a refused delete would be undone later).
+        self.disk.write_temp(&temp, &[&head], true).map_err(StoreError::io("write", &temp))?;
+        self.publish(&temp, path, pool, key, &header, file_bytes)
+    }
+
+    /// Renames the written `temp` over `path` unless a newer version is stored meanwhile, and
+    /// indexes it (the caller holds the key's stripe).
+    fn publish(
+        &self,
+        temp: &Path,
+        path: PathBuf,
+        pool: PoolId,
+        key: &str,
+        header: &ObjectHeader,
+        file_bytes: u64,
+    ) -> Result<(), StoreError> {
+        if let Some(existing) = self.entry(pool, key)
+            && let Err(error) = check_version(&existing, header)
+        {
+            let _ = self.disk.remove(temp);
+            return Err(error);
+        }
+        if let Err(error) = self.disk.publish(temp, &path) {
+            let _ = self.disk.remove(temp);
+            return Err(StoreError::Io { operation: "rename", path, source: error });
+        }
+        let mut index = self.index.write().expect("index lock");
+        let old = index.insert((pool, key.to_string()), entry_of(header, file_bytes));
+        self.used_bytes.fetch_add(file_bytes, Ordering::AcqRel);
+        if let Some(old) = old {
+            self.used_bytes.fetch_sub(old.file_bytes, Ordering::AcqRel);
+        }
+        Ok(())
     }
 
     /// Reads and verifies an object (blocking). A replica that fails verification is
     /// quarantined and reported as [`StoreError::Corrupt`].
     pub fn get(&self, pool: PoolId, key: &str) -> Result<(ObjectInfo, Vec<u8>), StoreError> {
-        if self.entry(pool, key).is_none() {
+        if self.live_entry(pool, key).is_none() {
             return Err(StoreError::NotFound);
         }
         let path = self.path_of(pool, key);
@@ -343,6 +434,7 @@ impl DeviceStore {
             Err(e) => return Err(StoreError::Io { operation: "read", path, source: e }),
         };
         match ObjectHeader::decode(&bytes) {
+            Ok((header, _, _)) if header.deleted => Err(StoreError::NotFound),
             Ok((header, stored_key, data)) if stored_key == key && header.pool == pool => {
                 let file_bytes = bytes.len() as u64;
                 let info = info_of(key, &entry_of(&header, file_bytes));
@@ -368,15 +460,51 @@ impl DeviceStore {
         }
     }
 
-    /// Removes an object (blocking); with `up_to`, only if the stored version is not newer.
+    /// Deletes an object (blocking), leaving a tombstone so that no older copy can come
+    /// back: with `version`, a tombstone at that version (recorded even when nothing was
+    /// stored, refused with [`StoreError::VersionConflict`] when a newer version is);
+    /// without, a tombstone at the stored version (nothing to do when nothing is stored).
     pub fn delete(
         &self,
         pool: PoolId,
         key: &str,
-        up_to: Option<ObjectVersion>,
-    ) -> Result<(), StoreError> {
+        version: Option<ObjectVersion>,
+        epoch: Epoch,
+    ) -> Result<DeleteOutcome, StoreError> {
         let _stripe = self.stripe(key);
-        let Some(entry) = self.entry(pool, key) else { return Err(StoreError::NotFound) };
+        let existing = self.entry(pool, key);
+        let was_live = existing.is_some_and(|e| !e.deleted);
+        let outcome = if was_live { DeleteOutcome::Deleted } else { DeleteOutcome::Absent };
+        let version = match (version, existing) {
+            (Some(version), Some(entry)) if entry.version > version => {
+                return Err(StoreError::VersionConflict {
+                    stored: entry.version,
+                    offered: version,
+                });
+            }
+            (Some(version), _) => version,
+            (None, Some(entry)) if !entry.deleted => entry.version,
+            (None, _) => return Ok(DeleteOutcome::Absent),
+        };
+        if existing.is_some_and(|e| e.deleted && e.version == version) {
+            return Ok(outcome);
+        }
+        let pg_seed = existing.and_then(|e| e.pg_seed);
+        self.write_tombstone(pool, key, version, pg_seed, epoch)?;
+        Ok(outcome)
+    }
+
+    /// Removes an object or tombstone entirely (blocking), if the stored version is not newer
+    /// than `up_to` (any, without): for copies on a device the placement no longer names, and
+    /// for undoing a write. Returns whether something was removed.
+    pub fn purge(
+        &self,
+        pool: PoolId,
+        key: &str,
+        up_to: Option<ObjectVersion>,
+    ) -> Result<bool, StoreError> {
+        let _stripe = self.stripe(key);
+        let Some(entry) = self.entry(pool, key) else { return Ok(false) };
         if let Some(up_to) = up_to
             && entry.version > up_to
         {
@@ -389,7 +517,7 @@ impl DeviceStore {
             Err(e) => return Err(StoreError::Io { operation: "remove", path, source: e }),
         }
         self.forget(pool, key);
-        Ok(())
+        Ok(true)
     }
 
     /// Objects of `pool` in key order, after `after`, with `prefix`, in PG `pg_seed`.
@@ -413,7 +541,10 @@ impl DeviceStore {
             if *p != pool || !key.starts_with(prefix) && key.as_str() > prefix {
                 break;
             }
-            if !key.starts_with(prefix) || pg_seed.is_some_and(|pg| entry.pg_seed != Some(pg)) {
+            if entry.deleted
+                || !key.starts_with(prefix)
+                || pg_seed.is_some_and(|pg| entry.pg_seed != Some(pg))
+            {
                 continue;
             }
             if out.len() == limit {
@@ -446,6 +577,11 @@ impl DeviceStore {
         let outcome =
             if created { RecordOutcome::Created(record) } else { RecordOutcome::Exists(record) };
         (outcome, seq)
+    }
+
+    /// Every choice record held, in (pool, key) order.
+    pub fn records(&self) -> Vec<(PoolId, String, ChoiceRecord)> {
+        self.records.all()
     }
 
     /// Removes a choice record.
@@ -484,9 +620,9 @@ impl DeviceStore {
     pub fn unflushed_bytes(&self) -> u64 {
         self.unflushed_bytes.load(Ordering::Relaxed)
     }
-    /// Number of objects.
+    /// Number of objects (tombstones not counted).
     pub fn objects(&self) -> usize {
-        self.index.read().expect("index lock").len()
+        self.index.read().expect("index lock").values().filter(|e| !e.deleted).count()
     }
     /// Number of choice records.
     pub fn records_held(&self) -> usize {
@@ -521,8 +657,10 @@ impl Drop for Reservation<'_> {
 
 fn check_version(existing: &Entry, offered: &ObjectHeader) -> Result<(), StoreError> {
     // Same version and data: a retry. Same version, other data: the larger checksum wins, so
-    // that replicas written in any order converge.
-    let newer = (existing.version, existing.checksum) > (offered.version, offered.checksum);
+    // that replicas written in any order converge; a tombstone beats a copy of its version
+    // (a delete without a version of its own deletes what is stored).
+    let newer = (existing.version, existing.deleted, existing.checksum)
+        > (offered.version, offered.deleted, offered.checksum);
     if newer {
         return Err(StoreError::VersionConflict {
             stored: existing.version,
@@ -540,6 +678,7 @@ fn entry_of(header: &ObjectHeader, file_bytes: u64) -> Entry {
         checksum: header.checksum,
         pg_seed: header.pg_seed,
         epoch: header.epoch,
+        deleted: header.deleted,
     }
 }
 
@@ -551,5 +690,67 @@ fn info_of(key: &str, entry: &Entry) -> ObjectInfo {
         checksum: entry.checksum,
         pg_seed: entry.pg_seed,
         epoch: entry.epoch.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::RealDisk;
+
+    fn put(
+        store: &DeviceStore,
+        key: &str,
+        data: &[u8],
+        version: u64,
+    ) -> Result<PutOutcome, StoreError> {
+        store.put(&PutRequest {
+            pool: PoolId(1),
+            key,
+            data,
+            version: ObjectVersion(version),
+            checksum: None,
+            pg_seed: Some(7),
+            epoch: Epoch(1),
+        })
+    }
+
+    #[test]
+    fn a_delete_leaves_a_tombstone_that_older_copies_cannot_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 20 };
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        put(&store, "k", b"one", 10).unwrap();
+        assert_eq!(
+            store.delete(PoolId(1), "k", Some(ObjectVersion(20)), Epoch(1)).unwrap(),
+            DeleteOutcome::Deleted
+        );
+        assert!(store.info(PoolId(1), "k").is_none());
+        assert_eq!(store.tombstone(PoolId(1), "k"), Some(ObjectVersion(20)));
+        assert!(matches!(store.get(PoolId(1), "k"), Err(StoreError::NotFound)));
+        // A migration bringing the older copy back is refused; a newer write wins.
+        assert!(matches!(put(&store, "k", b"one", 10), Err(StoreError::VersionConflict { .. })));
+        assert_eq!(store.objects(), 0);
+        assert!(store.list(PoolId(1), "", None, None, 10).0.is_empty());
+        // A tombstone is recorded even where nothing was stored, and survives a restart.
+        store.delete(PoolId(1), "never", Some(ObjectVersion(5)), Epoch(1)).unwrap();
+        drop(store);
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        assert_eq!(store.tombstone(PoolId(1), "never"), Some(ObjectVersion(5)));
+        let held = store.held();
+        assert!(held.iter().all(|h| h.deleted) && held.len() == 2, "{held:?}");
+        put(&store, "k", b"two", 30).unwrap();
+        assert_eq!(store.get(PoolId(1), "k").unwrap().1, b"two");
+        // A delete without a version removes what is stored, at its version.
+        store.delete(PoolId(1), "k", None, Epoch(1)).unwrap();
+        assert_eq!(store.tombstone(PoolId(1), "k"), Some(ObjectVersion(30)));
+        // Purge removes the tombstone itself, unless something newer is stored.
+        assert!(matches!(
+            store.purge(PoolId(1), "k", Some(ObjectVersion(29))),
+            Err(StoreError::VersionConflict { .. })
+        ));
+        assert!(store.purge(PoolId(1), "k", Some(ObjectVersion(30))).unwrap());
+        assert!(store.tombstone(PoolId(1), "k").is_none());
+        assert!(!store.purge(PoolId(1), "k", None).unwrap());
     }
 }

@@ -26,9 +26,18 @@ enum Command {
     Analyze(commands::analyze::Args),
     /// What moves between two maps, against the minimum any placement must move.
     Diff(commands::diff::Args),
-    /// Validate, show and convert cluster maps (Optio TOML, Ceph text, Ceph JSON).
+    /// Validate, show and convert cluster maps (Optio TOML, Ceph text, Ceph JSON), and edit
+    /// a live cluster's map (add-device, remove-device, reweight, set-state, set-attr,
+    /// activate, deactivate).
     #[command(subcommand)]
     Map(commands::map::Command),
+    /// Every server's epoch and rebalancing progress: moved, remaining, rate, ETA.
+    Status(commands::status::Args),
+    /// Elastic resizing: a new membership version with ranks 1 to N active.
+    Resize(commands::edit::ResizeArgs),
+    /// Run re-integration of elastic pools (what `optio up` starts): move what was offloaded
+    /// while servers were inactive back where it belongs.
+    Reintegrate(commands::reintegrate::Args),
     /// Experiments: the seed papers' evaluations and engine comparisons (tables, --json,
     /// --plot FILE).
     Sim(commands::sim::Args),
@@ -67,6 +76,8 @@ impl Command {
                 | Command::Analyze(_)
                 | Command::Diff(_)
                 | Command::Map(_)
+                | Command::Status(_)
+                | Command::Resize(_)
                 | Command::Sim(_)
                 | Command::Get(_)
                 | Command::Ls(_)
@@ -86,6 +97,9 @@ fn main() -> std::process::ExitCode {
         Command::Analyze(args) => commands::analyze::run(args),
         Command::Diff(args) => commands::diff::run(args),
         Command::Map(command) => commands::map::run(command),
+        Command::Status(args) => commands::status::run(args),
+        Command::Resize(args) => commands::edit::resize(args),
+        Command::Reintegrate(args) => commands::reintegrate::run(args),
         Command::Sim(args) => commands::sim::run(args),
         Command::Up(args) => commands::up::run(args),
         Command::Server(args) => commands::server::run(args),

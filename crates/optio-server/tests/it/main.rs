@@ -57,7 +57,7 @@ impl TestServer {
         let dirs = devices.iter().map(|d| d.dir.clone()).collect();
         let config = ServerConfig {
             devices,
-            map_path: options.map,
+            map: options.map.as_deref().map(optio_cluster::source::MapSource::file),
             max_object_bytes: options.max_object_bytes,
             disks: options.disks,
             ..ServerConfig::default()

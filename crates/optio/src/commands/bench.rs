@@ -25,9 +25,21 @@ pub enum Mode {
     FirstWrite,
 }
 
+/// Experiments `optio bench` runs on clusters of their own.
+#[derive(clap::Subcommand, Debug)]
+pub enum Experiment {
+    /// The elastic-CH paper's 3-phase workload on a local 10-server cluster: original
+    /// consistent hashing against full and selective re-integration (table, --json, --plot).
+    Elastic(super::bench_elastic::Args),
+}
+
 /// Arguments of `optio bench`.
 #[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    /// An experiment on a cluster of its own (otherwise: measure the cluster of --cluster).
+    #[command(subcommand)]
+    pub experiment: Option<Experiment>,
     /// What to measure.
     #[arg(long, value_enum, default_value = "read-write")]
     pub mode: Mode,
@@ -282,6 +294,9 @@ struct FirstWriteReport {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if let Some(Experiment::Elastic(args)) = args.experiment {
+        return super::bench_elastic::run(args);
+    }
     crate::commands::init_logging("warn");
     let size = parse_size(&args.size).map_err(anyhow::Error::msg)? as usize;
     if args.objects == 0 {

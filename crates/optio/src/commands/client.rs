@@ -23,6 +23,10 @@ pub struct ClusterArgs {
     /// Replicas that must be durable before a write is acknowledged (default: all).
     #[arg(long, global = true, value_name = "W")]
     pub write_quorum: Option<usize>,
+    /// The dirty table of elastic pools: `local` (the log under the cluster directory) or
+    /// redis://HOST:PORT (default: the cluster's, as `optio up` set it).
+    #[arg(long, env = "OPTIO_DIRTY", global = true, value_name = "SPEC")]
+    pub dirty: Option<String>,
 }
 
 impl ClusterArgs {
@@ -34,6 +38,18 @@ impl ClusterArgs {
                 "which cluster? pass --cluster DIR or set OPTIO_CLUSTER (start one with `optio up --dir DIR`)"
             ),
         }
+    }
+
+    /// The cluster's dirty table.
+    pub async fn dirty_table(&self) -> Result<optio_cluster::dirty::DirtyTable> {
+        let dir = self.dir()?;
+        let spec = match &self.dirty {
+            Some(spec) => Some(spec.clone()),
+            None => optio_cluster::local::cluster_dirty_spec(&dir)?,
+        };
+        optio_cluster::dirty::DirtyTable::open(spec.as_deref().filter(|s| *s != "local"), &dir)
+            .await
+            .context("cannot open the dirty table")
     }
 
     /// The client configuration.
@@ -55,17 +71,22 @@ impl ClusterArgs {
     }
 
     /// A client with this configuration.
-    pub async fn connect_with(&self, config: ClientConfig) -> Result<Client> {
+    pub async fn connect_with(&self, mut config: ClientConfig) -> Result<Client> {
         let dir = self.dir()?;
-        let map = optio_cluster::mapstore::map_path(&dir);
-        if !map.exists() {
+        if config.dirty.is_none() {
+            config.dirty = Some(std::sync::Arc::new(self.dirty_table().await?));
+        }
+        let source = optio_cluster::local::cluster_source(&dir)?;
+        if let optio_cluster::source::MapSource::File(file) = &source
+            && !file.path().exists()
+        {
             bail!(
                 "no cluster map at {}; start a cluster with `optio up --dir {}`",
-                map.display(),
+                file.path().display(),
                 dir.display()
             );
         }
-        Client::connect(&map, config).await.context("cannot connect to the cluster")
+        Client::connect_source(source, config).await.context("cannot connect to the cluster")
     }
 }
 

@@ -61,6 +61,7 @@ fn demo(dir: &std::path::Path, objects: usize, size: usize) -> Result<()> {
         pool: CRUSH_POOL.into(),
         policy: None,
         write_quorum: None,
+        dirty: None,
     };
     crate::commands::runtime()?.block_on(async {
         let hidden = indicatif::ProgressBar::hidden();

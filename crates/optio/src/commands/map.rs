@@ -40,6 +40,20 @@ pub enum Command {
         #[arg(long, short)]
         output: Option<PathBuf>,
     },
+    /// Add a device to a live map (prints what will move).
+    AddDevice(super::edit::AddDeviceArgs),
+    /// Remove a device from a live map; refused while it holds the last copy of anything.
+    RemoveDevice(super::edit::RemoveDeviceArgs),
+    /// Change a device's CRUSH weight (or, with --override, its reweight).
+    Reweight(super::edit::ReweightArgs),
+    /// Mark a device up/down, in/out.
+    SetState(super::edit::SetStateArgs),
+    /// Change a device's capacity, bandwidth, class or address.
+    SetAttr(super::edit::SetAttrArgs),
+    /// Make servers of the elastic membership active (a new membership version).
+    Activate(super::edit::MembershipArgs),
+    /// Make servers of the elastic membership inactive (a new membership version).
+    Deactivate(super::edit::MembershipArgs),
 }
 
 /// Formats `convert` writes.
@@ -55,6 +69,13 @@ pub enum Target {
 
 pub fn run(command: Command) -> Result<()> {
     match command {
+        Command::AddDevice(args) => super::edit::add_device(args),
+        Command::RemoveDevice(args) => super::edit::remove_device(args),
+        Command::Reweight(args) => super::edit::reweight(args),
+        Command::SetState(args) => super::edit::set_state(args),
+        Command::SetAttr(args) => super::edit::set_attr(args),
+        Command::Activate(args) => super::edit::activate(args, true),
+        Command::Deactivate(args) => super::edit::activate(args, false),
         Command::Validate { map } => {
             let loaded = load_map(&map)?;
             let m = &loaded.map;

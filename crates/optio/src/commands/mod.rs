@@ -2,13 +2,17 @@
 
 pub mod analyze;
 pub mod bench;
+pub mod bench_elastic;
 pub mod client;
 pub mod demo;
 pub mod diff;
+pub mod edit;
 pub mod map;
 pub mod place;
+pub mod reintegrate;
 pub mod server;
 pub mod sim;
+pub mod status;
 pub mod up;
 
 use anyhow::{Context, Result, anyhow, bail};

@@ -18,9 +18,24 @@ pub struct Args {
     /// A device to serve, as ID:CAPACITY:DIR (e.g. 3:100GiB:/srv/optio/dev3); repeatable.
     #[arg(long = "device", value_name = "ID:CAPACITY:DIR", required = true)]
     pub devices: Vec<String>,
-    /// The cluster map file (for epochs and locations; reloaded when it changes).
+    /// Where the cluster map lives: a map file, a cluster directory or
+    /// etcd://HOST:PORT[/prefix] (followed live: epochs, locations, rebalancing).
+    #[arg(long, value_name = "SOURCE")]
+    pub map: Option<String>,
+    /// This server's name, for logs and `optio status` (default: its first device).
     #[arg(long)]
-    pub map: Option<PathBuf>,
+    pub name: Option<String>,
+    /// Most bytes per second sent when moving data after a map change (e.g. 50MiB; 0: no
+    /// limit).
+    #[arg(long, default_value = "0")]
+    pub migration_rate: String,
+    /// Transfers in flight at once when moving data after a map change.
+    #[arg(long, default_value_t = optio_server::rebalance::CONCURRENCY_DEFAULT)]
+    pub migration_concurrency: usize,
+    /// Where the server keeps what it must remember across restarts (default: its first
+    /// device's directory).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
     /// Largest object taken (larger ones get 413).
     #[arg(long, default_value = "64MiB")]
     pub max_object_size: String,
@@ -47,13 +62,22 @@ pub fn run(args: Args) -> Result<()> {
     crate::commands::init_logging("warn");
     let devices = args.devices.iter().map(|d| parse_device(d)).collect::<Result<Vec<_>>>()?;
     let max_object_bytes = parse_size(&args.max_object_size).map_err(anyhow::Error::msg)?;
+    let rate = parse_size(&args.migration_rate)
+        .map_err(|e| anyhow::anyhow!("--migration-rate: {e} (bytes per second, e.g. 50MiB)"))?;
+    let map = args.map.as_deref().map(optio_cluster::source::MapSource::parse).transpose()?;
     let config = ServerConfig {
         listen: args.listen,
         devices,
-        map_path: args.map,
+        map,
         max_object_bytes,
+        migration: optio_server::MigrationConfig {
+            rate_bytes_per_sec: (rate > 0).then_some(rate),
+            concurrency: args.migration_concurrency,
+            state_dir: args.state_dir,
+        },
         ..ServerConfig::default()
     };
+    let _ = &args.name;
     let runtime = crate::commands::runtime()?;
     runtime.block_on(async move {
         let server = Server::bind(config).await.context("cannot start the server")?;
@@ -70,7 +94,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// Completes on Ctrl-C, SIGTERM, or (with `exit_with_stdin`) when standard input closes.
-async fn shutdown_signal(exit_with_stdin: bool) {
+pub async fn shutdown_signal(exit_with_stdin: bool) {
     let (stdin_closed_tx, stdin_closed) = tokio::sync::oneshot::channel::<()>();
     if exit_with_stdin {
         std::thread::spawn(move || {

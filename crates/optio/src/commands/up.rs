@@ -37,6 +37,25 @@ pub struct Args {
     /// Their policy for new objects.
     #[arg(long, default_value = "space")]
     pub policy: String,
+    /// Replicas of every pool.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: u32,
+    /// Keep the map in an etcd started for the cluster (Debian's etcd-server; its data in
+    /// DIR/etcd/) instead of DIR/map.toml: client commands still find it with --cluster DIR.
+    #[arg(long)]
+    pub etcd: bool,
+    /// Most bytes per second each server sends when moving data after a map change (0: no
+    /// limit).
+    #[arg(long, default_value = "0")]
+    pub migration_rate: String,
+    /// The dirty table of elastic pools: `local` (a log under DIR) or redis://HOST:PORT (a
+    /// Redis list, as in the elastic-CH paper).
+    #[arg(long, default_value = "local", value_name = "SPEC")]
+    pub dirty: String,
+    /// Re-integration of elastic pools: selective (only what the dirty table names), full
+    /// (the baseline) or none.
+    #[arg(long, default_value = "selective", value_parser = ["selective", "full", "none"])]
+    pub reintegration: String,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -49,6 +68,14 @@ pub fn run(args: Args) -> Result<()> {
         max_object_bytes: Some(parse_size(&args.max_object_size).map_err(anyhow::Error::msg)?),
         choices: u32::from(args.choices),
         policy: args.policy.clone(),
+        replicas: args.replicas,
+        etcd: args.etcd,
+        migration_rate_bytes_per_sec: Some(
+            parse_size(&args.migration_rate).map_err(anyhow::Error::msg)?,
+        )
+        .filter(|r| *r > 0),
+        dirty: (args.dirty != "local").then(|| args.dirty.clone()),
+        reintegration: (args.reintegration != "none").then(|| args.reintegration.clone()),
         ..LocalClusterSpec::default()
     };
     let binary = std::env::current_exe().context("cannot find the optio binary")?;
@@ -72,12 +99,12 @@ pub fn run(args: Args) -> Result<()> {
         spec.hosts_per_zone,
         spec.devices_per_host,
         output::bytes(spec.capacity_bytes as f64),
-        optio_cluster::mapstore::load(&cluster.map_path())?.epoch()
+        cluster.load_map()?.epoch()
     );
     print!("{}", table.render());
     println!(
-        "\nmap: {}\npools: {CRUSH_POOL} (crush), {RING_POOL} (ring), {ATTRIBUTED_POOL} (attributed) with k = {} candidates, policy '{}'; {PLAIN_POOL} (crush) and {ELASTIC_POOL} (elastic) with k = 1\n\nUse it from another terminal:\n  export OPTIO_CLUSTER={dir}\n  echo hello | optio put greeting -\n  optio get greeting\n  optio probe greeting\n  optio ls\n  optio bench --objects 200 --size 1MiB\n\nCtrl-C stops the cluster.",
-        cluster.map_path().display(),
+        "\nmap: {}\npools: {CRUSH_POOL} (crush), {RING_POOL} (ring), {ATTRIBUTED_POOL} (attributed) with k = {} candidates, policy '{}'; {PLAIN_POOL} (crush) and {ELASTIC_POOL} (elastic) with k = 1\n\nUse it from another terminal:\n  export OPTIO_CLUSTER={dir}\n  echo hello | optio put greeting -\n  optio get greeting\n  optio probe greeting\n  optio ls\n  optio bench --objects 200 --size 1MiB\n  optio map set-state 4 --out   # data moves off device 4\n  optio status --watch\n\nCtrl-C stops the cluster.",
+        cluster.source().describe(),
         args.choices,
         args.policy
     );

@@ -21,4 +21,9 @@ mod race;
 mod roundtrip;
 mod store_support;
 
+// Map changes, rebalancing, etcd, elastic resizing (issue 6).
+mod elastic;
+mod etcd_cluster;
+mod rebalance;
+
 pub use store_support::*;

@@ -37,12 +37,50 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 pub async fn client(cluster: &LocalCluster, policy: Option<&str>) -> Client {
+    let dirty_spec = optio_cluster::local::cluster_dirty_spec(cluster.dir()).expect("dirty spec");
+    let dirty = optio_cluster::dirty::DirtyTable::open(dirty_spec.as_deref(), cluster.dir())
+        .await
+        .expect("the dirty table opens");
     let config = ClientConfig {
         policy: policy.map(str::to_string),
         intent_dir: Some(cluster.dir().join("intents")),
+        dirty: Some(std::sync::Arc::new(dirty)),
         ..ClientConfig::default()
     };
-    Client::connect(&cluster.map_path(), config).await.expect("the client connects")
+    Client::connect_source(cluster.source().clone(), config).await.expect("the client connects")
+}
+
+/// Every server's `/v1/status`, or `None` for one that does not answer.
+pub async fn statuses(cluster: &LocalCluster) -> Vec<Option<optio_server::ServerStatus>> {
+    let http =
+        reqwest::Client::builder().timeout(Duration::from_secs(2)).build().expect("an HTTP client");
+    let mut out = Vec::new();
+    for server in cluster.servers() {
+        let answer = http.get(format!("http://{}/v1/status", server.addr)).send().await;
+        out.push(match answer {
+            Ok(response) => response.json().await.ok(),
+            Err(_) => None,
+        });
+    }
+    out
+}
+
+/// Waits (at most `bound`) until every server reports its rebalancing done for the map's
+/// epoch; panics otherwise.
+pub async fn wait_settled(cluster: &LocalCluster, bound: Duration) {
+    let deadline = Instant::now() + bound;
+    loop {
+        let epoch = cluster.load_map().expect("the map loads").epoch().0;
+        let all = statuses(cluster).await;
+        if all.iter().all(|s| s.as_ref().is_some_and(|s| s.migration.settled_at(epoch))) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rebalancing to epoch {epoch} did not finish within {bound:?}: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Waits for `condition` for at most `bound`.

@@ -1,4 +1,13 @@
-//! HTTP requests to one device, and what their answers mean.
+//! # optio-net
+//!
+//! HTTP requests to one device's server, and what their answers mean: the transport the
+//! client uses for everything and servers use to migrate objects to each other. One
+//! connection pool per process; every request carries the sender's map epoch; error answers
+//! become [`Failure`]s with the server's [`ErrorKind`], except a 404 on a probe or a record
+//! read, which is an answer (the object or record is simply absent).
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 use std::time::Duration;
 
@@ -12,6 +21,8 @@ use reqwest::Method;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Whole-request timeout.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Timeout of a status request.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A device and where its server listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,6 +81,8 @@ pub struct Answer {
     pub metrics: Option<DeviceMetrics>,
     /// The server's incarnation (changes when it restarts).
     pub incarnation: Option<u64>,
+    /// On a probe that found no object: the version it was deleted at, if a tombstone stands.
+    pub deleted: Option<ObjectVersion>,
     /// Body.
     pub body: Bytes,
 }
@@ -178,7 +191,32 @@ impl Transport {
         };
         let record = text(wire::CHOICE).and_then(|c| wire::parse_choice_header(&c));
         let incarnation = text(wire::INCARNATION).and_then(|i| u64::from_str_radix(&i, 16).ok());
-        Ok(Answer { status, info, record, metrics, incarnation, body })
+        let deleted = text(wire::DELETED).and_then(|v| v.parse().ok()).map(ObjectVersion);
+        Ok(Answer { status, info, record, metrics, incarnation, deleted, body })
+    }
+}
+
+impl Transport {
+    /// A server's `/v1/status` (JSON), or why it could not be read.
+    pub async fn server_status(&self, addr: &str) -> Result<Bytes, Failure> {
+        let url = format!("http://{addr}/v1/status");
+        let response = self
+            .http
+            .get(url)
+            .timeout(STATUS_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| Failure::Unreachable(error_chain(&e)))?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await.map_err(|e| Failure::Unreachable(error_chain(&e)))?;
+        if status != 200 {
+            return Err(Failure::Refused {
+                kind: ErrorKind::Io,
+                reason: format!("/v1/status answered HTTP {status}"),
+                epoch: None,
+            });
+        }
+        Ok(body)
     }
 }
 

@@ -1,0 +1,550 @@
+//! Re-integration for `elastic` pools (elastic consistent hashing, seed 004, Algorithm 2).
+//!
+//! While the cluster is not at full power, writes to elastic pools skip the inactive servers
+//! (write-availability offloading) and each is recorded in the dirty table first. When a
+//! membership version with more active servers appears, re-integration brings the offloaded
+//! copies to where the current version places them:
+//!
+//! * **Selective** (the paper's): walk the dirty table oldest first (restarting from the oldest
+//!   whenever the version changes); for an entry written in a version with fewer active
+//!   servers than now, find the object's newest version among the devices of its placement as
+//!   of that version, as of now and at full power, copy it to the devices that the current
+//!   version names and that lack it, and drop copies no placement names any more. At full
+//!   power each entry is removed once handled; when the table is empty the map's older
+//!   membership versions are pruned (clients then read from one placement again).
+//! * **Full** (the baseline): when servers come back, copy to each of them *every* object the
+//!   current version places on it, as consistent hashing does for a server it believes empty,
+//!   then drop copies no placement names.
+//!
+//! Both are rate-limited and report what they did ([`ReintegrationStatus`]).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use optio_cluster::dirty::{DirtyEntry, DirtyTable};
+use optio_placement::{DeviceId, MapChange, ReplicaSet};
+use serde::{Deserialize, Serialize};
+
+use super::transition::Held;
+use super::*;
+
+/// Dirty entries read at once.
+const BATCH_ENTRIES: usize = 256;
+/// Pause when there is nothing to do, or after a failure.
+const IDLE_WAIT: Duration = Duration::from_millis(200);
+const FAILURE_WAIT: Duration = Duration::from_secs(1);
+
+/// Which re-integration runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReintegrationMode {
+    /// Only the objects in the dirty table (Algorithm 2).
+    Selective,
+    /// Everything the current version places on the servers that came back (the baseline).
+    Full,
+}
+
+/// How re-integration runs.
+#[derive(Clone, Debug)]
+pub struct ReintegrationConfig {
+    /// Selective or full.
+    pub mode: ReintegrationMode,
+    /// Bytes per second copied at most (`None`: no limit).
+    pub rate_bytes_per_sec: Option<u64>,
+}
+
+/// What re-integration did so far.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReintegrationStatus {
+    /// The mode (`None` before it starts).
+    pub mode: Option<ReintegrationMode>,
+    /// The membership version in force.
+    pub version: u64,
+    /// Whether that version is full power.
+    pub full_power: bool,
+    /// Entries in the dirty table when last looked.
+    pub dirty_entries: u64,
+    /// Dirty entries handled.
+    pub entries_handled: u64,
+    /// Replicas copied to the devices that lacked them.
+    pub replicas_copied: u64,
+    /// Of those, copies to devices that the version of a dirty entry skipped (its offloaded
+    /// replicas brought back); the others refreshed a replica that a write racing
+    /// re-integration had reached only in part.
+    #[serde(default)]
+    pub offloaded_copied: u64,
+    /// Bytes copied.
+    pub bytes_copied: u64,
+    /// Copies dropped (no placement names their device any more).
+    pub copies_dropped: u64,
+    /// Times the walk restarted from the oldest entry (a new version).
+    pub restarts: u64,
+    /// Whether there is nothing left to do.
+    pub idle: bool,
+    /// The last failure.
+    pub last_error: Option<String>,
+}
+
+/// A simple pacer: after copying `bytes`, wait as long as the rate says.
+struct Pacer {
+    rate: Option<u64>,
+    started: Instant,
+    sent: u64,
+}
+
+impl Pacer {
+    async fn pace(&mut self, bytes: u64) {
+        self.sent += bytes;
+        let Some(rate) = self.rate.filter(|r| *r > 0) else { return };
+        let due = Duration::from_secs_f64(self.sent as f64 / rate as f64);
+        let elapsed = self.started.elapsed();
+        if due > elapsed {
+            tokio::time::sleep(due - elapsed).await;
+        }
+    }
+}
+
+impl Client {
+    /// Runs re-integration until `stop` completes, reporting into `status`.
+    pub async fn reintegrate(
+        &self,
+        table: &DirtyTable,
+        config: &ReintegrationConfig,
+        status: &Mutex<ReintegrationStatus>,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        status.lock().expect("status lock").mode = Some(config.mode);
+        let work = async {
+            let mut pacer =
+                Pacer { rate: config.rate_bytes_per_sec, started: Instant::now(), sent: 0 };
+            let mut walk = Walk::default();
+            loop {
+                let result = match config.mode {
+                    ReintegrationMode::Selective => {
+                        self.selective_step(table, &mut walk, &mut pacer, status).await
+                    }
+                    ReintegrationMode::Full => {
+                        self.full_step(table, &mut walk, &mut pacer, status).await
+                    }
+                };
+                match result {
+                    Ok(true) => status.lock().expect("status lock").last_error = None,
+                    Ok(false) => tokio::time::sleep(IDLE_WAIT).await,
+                    Err(error) => {
+                        tracing::warn!(%error, "re-integration paused");
+                        status.lock().expect("status lock").last_error = Some(error);
+                        tokio::time::sleep(FAILURE_WAIT).await;
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            _ = work => {}
+            _ = stop => {}
+        }
+    }
+
+    /// One batch of Algorithm 2; `Ok(false)` when there was nothing to do.
+    async fn selective_step(
+        &self,
+        table: &DirtyTable,
+        walk: &mut Walk,
+        pacer: &mut Pacer,
+        status: &Mutex<ReintegrationStatus>,
+    ) -> Result<bool, String> {
+        let view = self.view();
+        let Some(membership) = view.map.membership() else { return Ok(false) };
+        let current = membership.current();
+        let full = membership.is_full_power(current);
+        if walk.version != Some(current.version) {
+            // A new version: start again from the oldest entry (line 2 of Algorithm 2).
+            walk.version = Some(current.version);
+            walk.cursor = 0;
+            status.lock().expect("status lock").restarts += 1;
+        }
+        let entries = table.range(walk.cursor, BATCH_ENTRIES).await.map_err(|e| e.to_string())?;
+        let left = table.len().await.map_err(|e| e.to_string())?;
+        {
+            let mut s = status.lock().expect("status lock");
+            s.version = current.version;
+            s.full_power = full;
+            s.dirty_entries = left;
+            s.idle = entries.is_empty();
+        }
+        if entries.is_empty() {
+            if full && left == 0 && membership.versions.len() > 1 {
+                self.prune_versions().await?;
+                return Ok(true);
+            }
+            return Ok(false);
+        }
+        let now_active = membership.active_count(current);
+        let mut handled = 0u64;
+        for entry in &entries {
+            if self.view().epoch() != view.epoch() {
+                break;
+            }
+            let then_active =
+                membership.version(entry.version).map_or(0, |v| membership.active_count(v));
+            if now_active > then_active {
+                self.reintegrate_entry(&view, entry, pacer, status).await?;
+            }
+            handled += 1;
+            status.lock().expect("status lock").entries_handled += 1;
+        }
+        if full {
+            // Remove only at full power (line 11); the walk stays at the head.
+            table.pop_front(handled).await.map_err(|e| e.to_string())?;
+        } else {
+            walk.cursor += handled;
+        }
+        Ok(true)
+    }
+
+    /// Brings one dirty object to where the current version places it.
+    async fn reintegrate_entry(
+        &self,
+        view: &View,
+        entry: &DirtyEntry,
+        pacer: &mut Pacer,
+        status: &Mutex<ReintegrationStatus>,
+    ) -> Result<(), String> {
+        let pool = PoolId(entry.pool);
+        let Some(placement) = view.placement.pool(pool) else { return Ok(()) };
+        if placement.elastic().is_none() {
+            return Ok(());
+        }
+        let (_, key) = placement.object_key(&entry.key);
+        let mut scratch = view.placement.scratch();
+        let mut set = ReplicaSet::new();
+        placement.place(key, &mut scratch, &mut set);
+        let to: Vec<DeviceId> = set.devices().collect();
+        placement.place_full_power(key, &mut scratch, &mut set);
+        let keep: Vec<DeviceId> = to.iter().copied().chain(set.devices()).collect();
+        let mut look: Vec<DeviceId> = keep.clone();
+        // The devices the entry's version skipped: its offloaded replicas belong there.
+        let mut skipped: Vec<DeviceId> = to.clone();
+        if placement.place_as_of(entry.version, key, &mut set) {
+            look.extend(set.devices());
+            skipped.retain(|d| !set.contains(*d));
+        }
+        look.sort_unstable();
+        look.dedup();
+        self.converge(view, pool, &entry.key, &to, &keep, &look, &skipped, pacer, status).await
+    }
+
+    /// Makes every device of `to` hold the newest version found on `look`, and drops the
+    /// copies on devices of `look` outside `keep`; copies to `skipped` devices are counted as
+    /// offloaded replicas brought back.
+    #[allow(clippy::too_many_arguments)]
+    async fn converge(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        to: &[DeviceId],
+        keep: &[DeviceId],
+        look: &[DeviceId],
+        skipped: &[DeviceId],
+        pacer: &mut Pacer,
+        status: &Mutex<ReintegrationStatus>,
+    ) -> Result<(), String> {
+        let (endpoints, held) = self.survey(view, pool, key, look).await?;
+        let Some(newest) = held.iter().flatten().max().copied() else { return Ok(()) };
+        let mut data: Option<(ObjectInfo, Bytes)> = None;
+        for (i, endpoint) in endpoints.iter().enumerate() {
+            let device = DeviceId(endpoint.device);
+            if !to.contains(&device) || held[i].is_some_and(|h| h >= newest) {
+                continue;
+            }
+            if newest.deleted {
+                let mut call = self.object_call(view, Method::DELETE, endpoint, pool, key);
+                call.headers.push((wire::VERSION, newest.version.0.to_string()));
+                match self.call(call).await {
+                    Ok(_) => {}
+                    Err(f)
+                        if matches!(
+                            f.kind(),
+                            Some(ErrorKind::NotFound | ErrorKind::VersionConflict)
+                        ) => {}
+                    Err(f) => {
+                        return Err(format!("deleting '{key}' on device {}: {f}", endpoint.device));
+                    }
+                }
+                continue;
+            }
+            if data.is_none() {
+                data = Some(self.read_from(view, pool, key, &endpoints, &held, newest).await?);
+            }
+            let (info, body) = data.as_ref().expect("read above");
+            self.copy_to(view, pool, key, endpoint, info, body).await?;
+            pacer.pace(body.len() as u64).await;
+            let mut s = status.lock().expect("status lock");
+            s.replicas_copied += 1;
+            s.bytes_copied += body.len() as u64;
+            if skipped.contains(&device) {
+                s.offloaded_copied += 1;
+            }
+        }
+        for (i, endpoint) in endpoints.iter().enumerate() {
+            if keep.contains(&DeviceId(endpoint.device)) || held[i].is_none() {
+                continue;
+            }
+            let mut call = self.object_call(view, Method::DELETE, endpoint, pool, key);
+            call.headers.push((wire::VERSION, newest.version.0.to_string()));
+            call.headers.push((wire::PURGE, "1".into()));
+            match self.call(call).await {
+                Ok(_) => status.lock().expect("status lock").copies_dropped += 1,
+                Err(f)
+                    if matches!(
+                        f.kind(),
+                        Some(ErrorKind::NotFound | ErrorKind::VersionConflict)
+                    ) => {}
+                Err(f) => {
+                    return Err(format!("dropping '{key}' from device {}: {f}", endpoint.device));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What each device of `look` holds of `key`; a device that does not answer fails the
+    /// survey (re-integration comes back to it), after taking a newer map if it said so.
+    async fn survey(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        look: &[DeviceId],
+    ) -> Result<(Vec<Endpoint>, Vec<Option<Held>>), String> {
+        let (endpoints, heads) =
+            self.probe_devices(view, pool, key, look).await.map_err(|e| e.to_string())?;
+        let mut held = Vec::with_capacity(heads.len());
+        for (endpoint, head) in endpoints.iter().zip(&heads) {
+            match head {
+                Ok(answer) => held.push(Held::of(answer)),
+                Err(failure) => {
+                    let _ = self.epoch_retry(&[failure]).await;
+                    return Err(format!(
+                        "device {} at {} did not answer for '{key}': {failure}",
+                        endpoint.device, endpoint.addr
+                    ));
+                }
+            }
+        }
+        Ok((endpoints, held))
+    }
+
+    /// Reads the newest version of `key` from a device that holds it.
+    async fn read_from(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        endpoints: &[Endpoint],
+        held: &[Option<Held>],
+        newest: Held,
+    ) -> Result<(ObjectInfo, Bytes), String> {
+        let mut failures = Vec::new();
+        for (endpoint, h) in endpoints.iter().zip(held) {
+            if *h != Some(newest) {
+                continue;
+            }
+            match self.call(self.object_call(view, Method::GET, endpoint, pool, key)).await {
+                Ok(answer) => {
+                    if let Some(info) = answer.info
+                        && checksum(&answer.body) == info.checksum
+                        && info.version == newest.version
+                    {
+                        return Ok((info, answer.body));
+                    }
+                    failures.push(format!("device {}: changed or damaged", endpoint.device));
+                }
+                Err(f) => failures.push(format!("device {}: {f}", endpoint.device)),
+            }
+        }
+        Err(format!("cannot read '{key}' to re-integrate it: {}", failures.join("; ")))
+    }
+
+    async fn copy_to(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        endpoint: &Endpoint,
+        info: &ObjectInfo,
+        body: &Bytes,
+    ) -> Result<(), String> {
+        let mut call = self.object_call(view, Method::PUT, endpoint, pool, key);
+        call.headers.push((wire::VERSION, info.version.0.to_string()));
+        call.headers.push((wire::CHECKSUM, format!("{:08x}", info.checksum)));
+        if let Some(seed) = info.pg_seed {
+            call.headers.push((wire::PG, seed.to_string()));
+        }
+        call.body = Some(body.clone());
+        match self.call(call).await {
+            Ok(_) => Ok(()),
+            Err(f) if f.kind() == Some(ErrorKind::VersionConflict) => Ok(()),
+            Err(f) => Err(format!("copying '{key}' to device {}: {f}", endpoint.device)),
+        }
+    }
+
+    /// Keeps only the current membership version (a compare-and-swap on the map).
+    async fn prune_versions(&self) -> Result<(), String> {
+        let old = self.inner.source.load().await.map_err(|e| e.to_string())?;
+        let new = old.apply(&MapChange::PruneVersions, old.epoch()).map_err(|e| e.to_string())?;
+        self.inner.source.compare_and_swap(old.epoch(), &new).await.map_err(|e| e.to_string())?;
+        tracing::info!(
+            epoch = new.epoch().0,
+            "re-integration done: older membership versions pruned"
+        );
+        self.refresh().await.map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// The full baseline: when servers came back, copy to each every object the current
+    /// version places on it; then drop copies no placement names.
+    async fn full_step(
+        &self,
+        table: &DirtyTable,
+        walk: &mut Walk,
+        pacer: &mut Pacer,
+        status: &Mutex<ReintegrationStatus>,
+    ) -> Result<bool, String> {
+        let view = self.view();
+        let Some(membership) = view.map.membership() else { return Ok(false) };
+        let current = membership.current();
+        let full = membership.is_full_power(current);
+        let active = membership.active_devices(current);
+        let dirty_entries = table.len().await.map_err(|e| e.to_string())?;
+        {
+            let mut s = status.lock().expect("status lock");
+            s.version = current.version;
+            s.full_power = full;
+            s.dirty_entries = dirty_entries;
+        }
+        if walk.version == Some(current.version) {
+            // This version is handled; at full power the dirty table has nothing left to say.
+            if full && walk.full_done {
+                let mut popped = false;
+                while table
+                    .pop_front(optio_cluster::dirty::RANGE_ENTRIES_MAX as u64)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    > 0
+                {
+                    popped = true;
+                }
+                if membership.versions.len() > 1 {
+                    self.prune_versions().await?;
+                    return Ok(true);
+                }
+                return Ok(popped);
+            }
+            status.lock().expect("status lock").idle = true;
+            return Ok(false);
+        }
+        let returned: Vec<DeviceId> = match &walk.active {
+            // The first look: nothing is known to have come back.
+            None => Vec::new(),
+            Some(previous) => active.iter().copied().filter(|d| !previous.contains(d)).collect(),
+        };
+        if returned.is_empty() {
+            walk.version = Some(current.version);
+            walk.active = Some(active);
+            walk.full_done = full;
+            return Ok(false);
+        }
+        // The walk moves to this version only once the round succeeded: a failure (a server
+        // not answering) makes the next step run the whole round again.
+        status.lock().expect("status lock").idle = false;
+        // Everything stored in elastic pools, newest version per key, from every active device.
+        for pool in view
+            .map
+            .pools()
+            .iter()
+            .filter(|p| view.placement.pool(p.id).is_some_and(|pp| pp.elastic().is_some()))
+        {
+            let mut keys: BTreeMap<String, ()> = BTreeMap::new();
+            for device in &active {
+                let endpoint = view.endpoint(*device).map_err(|e| e.to_string())?;
+                let listed = self
+                    .list_device(&view, pool.id, &endpoint, "")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for info in listed {
+                    keys.insert(info.key, ());
+                }
+            }
+            let placement = view.placement.pool(pool.id).expect("listed above");
+            for key in keys.keys() {
+                let (_, engine_key) = placement.object_key(key);
+                let mut scratch = view.placement.scratch();
+                let mut set = ReplicaSet::new();
+                placement.place(engine_key, &mut scratch, &mut set);
+                let to: Vec<DeviceId> = set.devices().collect();
+                placement.place_full_power(engine_key, &mut scratch, &mut set);
+                let keep: Vec<DeviceId> = to.iter().copied().chain(set.devices()).collect();
+                let mut look = keep.clone();
+                look.extend(active.iter().copied());
+                look.sort_unstable();
+                look.dedup();
+                // As consistent hashing does: the returning servers are taken to be empty.
+                let forced: Vec<DeviceId> =
+                    to.iter().copied().filter(|d| returned.contains(d)).collect();
+                self.converge_forced(
+                    &view, pool.id, key, &to, &forced, &keep, &look, pacer, status,
+                )
+                .await?;
+            }
+        }
+        walk.version = Some(current.version);
+        walk.active = Some(active);
+        walk.full_done = true;
+        Ok(true)
+    }
+
+    /// [`converge`](Self::converge), copying to `forced` devices whatever they hold.
+    #[allow(clippy::too_many_arguments)]
+    async fn converge_forced(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        to: &[DeviceId],
+        forced: &[DeviceId],
+        keep: &[DeviceId],
+        look: &[DeviceId],
+        pacer: &mut Pacer,
+        status: &Mutex<ReintegrationStatus>,
+    ) -> Result<(), String> {
+        if !forced.is_empty() {
+            let (endpoints, held) = self.survey(view, pool, key, look).await?;
+            if let Some(newest) = held.iter().flatten().max().copied()
+                && !newest.deleted
+            {
+                let (info, body) =
+                    self.read_from(view, pool, key, &endpoints, &held, newest).await?;
+                for device in forced {
+                    let endpoint = view.endpoint(*device).map_err(|e| e.to_string())?;
+                    self.copy_to(view, pool, key, &endpoint, &info, &body).await?;
+                    pacer.pace(body.len() as u64).await;
+                    let mut s = status.lock().expect("status lock");
+                    s.replicas_copied += 1;
+                    s.bytes_copied += body.len() as u64;
+                }
+            }
+        }
+        self.converge(view, pool, key, to, keep, look, &[], pacer, status).await
+    }
+}
+
+/// Where the walk stands.
+#[derive(Default)]
+struct Walk {
+    version: Option<u64>,
+    cursor: u64,
+    /// Full mode: the servers active when last looked, and whether the last copy round ended.
+    active: Option<Vec<DeviceId>>,
+    full_done: bool,
+}

@@ -1,0 +1,380 @@
+//! Reading, locating and deleting while data moves.
+//!
+//! After a map change the servers move copies to where the new map places them (rebalancing)
+//! — until they are done, a copy may still be only where the previous map placed it, and a
+//! replica the new map names may not have the newest version yet. Likewise an `elastic` pool
+//! whose map lists more than one membership version may hold data written in an older version
+//! where that version put it (offloaded replicas not yet re-integrated). In those windows the
+//! client reads *carefully*: it asks every device that may hold a copy — the candidate's
+//! replica set under the current map, under the previous map, and for elastic pools as of
+//! every membership version — which version it holds (one parallel round of HEADs), and reads
+//! the newest; a tombstone newer than any copy means deleted. Deletes leave tombstones on all
+//! of those devices. Outside those windows nothing changes: one read from the primary.
+//!
+//! The client knows the window is over when every server holding an up device answers
+//! `/v1/status` with its migration done for the client's epoch (polled every
+//! [`STATUS_POLL_INTERVAL`] while it is not).
+
+use std::sync::Weak;
+
+use optio_placement::{DeviceId, ReplicaSet};
+use optio_proto::MigrationStatus;
+
+use super::*;
+
+/// How often servers are asked whether they finished rebalancing, while some have not.
+pub const STATUS_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// What one device holds of a key, ordered as servers order versions: a newer version wins,
+/// a tombstone wins a tie with a copy of its version, then the larger checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Held {
+    pub(super) version: ObjectVersion,
+    pub(super) deleted: bool,
+    pub(super) checksum: u32,
+}
+
+impl Held {
+    /// What a probe's answer says the device holds (`None`: nothing).
+    pub(super) fn of(answer: &Answer) -> Option<Held> {
+        match (&answer.info, answer.deleted) {
+            (Some(info), _) if answer.status == 200 => {
+                Some(Held { version: info.version, deleted: false, checksum: info.checksum })
+            }
+            (_, Some(version)) => Some(Held { version, deleted: true, checksum: 0 }),
+            _ => None,
+        }
+    }
+}
+
+/// The part of a server's `/v1/status` the client reads.
+#[derive(serde::Deserialize)]
+struct StatusBody {
+    #[serde(default)]
+    migration: MigrationStatus,
+}
+
+/// Follows the map store (a new epoch is installed as soon as the store delivers it: a file
+/// is polled every 100 ms, etcd pushes) and, while data may still be moving, the servers'
+/// migration progress. Ends with the client.
+pub(super) async fn watch_map(inner: Weak<Inner>, after: u64) {
+    let Some(source) = inner.upgrade().map(|i| i.source.clone()) else { return };
+    let mut watcher = source.watch_after(Some(optio_placement::Epoch(after)));
+    let mut status_tick = tokio::time::interval(STATUS_POLL_INTERVAL);
+    loop {
+        tokio::select! {
+            next = watcher.next() => {
+                let Some(inner) = inner.upgrade() else { return };
+                let client = Client { inner };
+                match next.map(|map| compile(map, &source)) {
+                    Ok(Ok(view)) => {
+                        client.install(view);
+                    }
+                    Ok(Err(error)) => tracing::warn!(%error, "cannot use the new map"),
+                    Err(error) => tracing::warn!(%error, "cannot use the new map"),
+                }
+            }
+            _ = status_tick.tick() => {
+                let Some(inner) = inner.upgrade() else { return };
+                let client = Client { inner };
+                let view = client.view();
+                if client.unsettled(&view) {
+                    client.poll_settled(&view).await;
+                }
+            }
+        }
+    }
+}
+
+impl Client {
+    /// Whether some server may still be moving data to where the current map places it.
+    fn unsettled(&self, view: &View) -> bool {
+        view.previous.is_some() && self.inner.settled_epoch.load(Ordering::Acquire) < view.epoch()
+    }
+
+    /// Asks every server with an up device whether it finished rebalancing for the epoch.
+    async fn poll_settled(&self, view: &View) {
+        let mut addrs: Vec<&str> =
+            view.map.devices().iter().filter(|d| d.up).filter_map(|d| d.addr.as_deref()).collect();
+        addrs.sort_unstable();
+        addrs.dedup();
+        let epoch = view.epoch();
+        let answers = join_all(addrs.iter().map(|a| self.inner.transport.server_status(a))).await;
+        let settled = answers.iter().all(|answer| {
+            answer
+                .as_ref()
+                .ok()
+                .and_then(|body| serde_json::from_slice::<StatusBody>(body).ok())
+                .is_some_and(|status| status.migration.settled_at(epoch))
+        });
+        if settled {
+            self.inner.settled_epoch.fetch_max(epoch, Ordering::AcqRel);
+            tracing::info!(epoch, "every server finished rebalancing");
+        }
+    }
+
+    /// Records a write or delete of `key` in the dirty table before it is sent, when `pool`
+    /// is elastic and its membership version is not at full power (once per version and
+    /// operation: `noted` remembers the version recorded).
+    pub(super) async fn note_dirty(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        noted: &mut Option<u64>,
+    ) -> Result<(), ClientError> {
+        let elastic = view.placement.pool(pool).is_some_and(|p| p.elastic().is_some());
+        let Some(membership) = view.map.membership().filter(|_| elastic) else { return Ok(()) };
+        let current = membership.current();
+        if membership.is_full_power(current) || *noted == Some(current.version) {
+            return Ok(());
+        }
+        let failed = |reason: String| ClientError::Dirty {
+            key: key.to_string(),
+            pool: view.map.pool(pool).map_or_else(|| pool.0.to_string(), |p| p.name.clone()),
+            version: current.version,
+            reason,
+        };
+        let Some(table) = &self.inner.config.dirty else {
+            return Err(failed(
+                "this client has no dirty table (ClientConfig::dirty; the CLI uses the cluster's)"
+                    .into(),
+            ));
+        };
+        let entry = optio_cluster::dirty::DirtyEntry {
+            pool: pool.0,
+            key: key.to_string(),
+            version: current.version,
+        };
+        table.push(&[entry]).await.map_err(|e| failed(e.to_string()))?;
+        *noted = Some(current.version);
+        Ok(())
+    }
+
+    /// Whether reads of `pool` must compare versions across placements (see the module).
+    pub(super) fn in_transition(&self, view: &View, pool: PoolId) -> bool {
+        if self.unsettled(view) {
+            return true;
+        }
+        view.placement
+            .pool(pool)
+            .and_then(|p| p.elastic())
+            .is_some_and(|ring| ring.versions().nth(1).is_some())
+    }
+
+    /// Every device that may hold a copy of `candidate`: its replica set now, under the
+    /// previous map while servers are still moving data, and for elastic pools as of every
+    /// membership version and at full power. Current members first.
+    pub(super) fn transition_devices(
+        &self,
+        view: &View,
+        pool: PoolId,
+        candidate: &Candidate,
+    ) -> Vec<DeviceId> {
+        let mut devices = candidate.devices.clone();
+        let mut add = |set: &ReplicaSet| {
+            for device in set.devices() {
+                if !devices.contains(&device) {
+                    devices.push(device);
+                }
+            }
+        };
+        let seed = placement_seed(candidate);
+        let mut set = ReplicaSet::new();
+        if self.unsettled(view)
+            && let Some(previous) = &view.previous
+            && let Some(old_pool) = previous.placement.pool(pool)
+        {
+            let mut scratch = previous.placement.scratch();
+            old_pool.place(old_pool.key_of_seed(seed), &mut scratch, &mut set);
+            add(&set);
+        }
+        if let Some(placement) = view.placement.pool(pool)
+            && let Some(ring) = placement.elastic()
+        {
+            let key = placement.key_of_seed(seed);
+            let mut scratch = view.placement.scratch();
+            placement.place_full_power(key, &mut scratch, &mut set);
+            add(&set);
+            for version in ring.versions() {
+                placement.place_as_of(version, key, &mut set);
+                add(&set);
+            }
+        }
+        devices
+    }
+
+    /// The newest version of `key` among the devices that may hold a copy of `candidate`, and
+    /// the devices holding it (a read while data moves).
+    async fn newest_copy(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidate: &Candidate,
+    ) -> Result<Newest, ReadError> {
+        let devices = self.transition_devices(view, pool, candidate);
+        let (endpoints, heads) =
+            self.probe_devices(view, pool, key, &devices).await.map_err(ReadError::Failed)?;
+        let mut newest: Option<Held> = None;
+        let mut failures = Vec::new();
+        let mut epoch_failures = Vec::new();
+        for (endpoint, head) in endpoints.iter().zip(&heads) {
+            match head {
+                Ok(answer) => newest = newest.max(Held::of(answer)),
+                Err(failure) => match failure.kind() {
+                    Some(ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch) => {
+                        epoch_failures.push(failure.clone())
+                    }
+                    _ => failures.push(format!(
+                        "device {} at {}: {failure}",
+                        endpoint.device, endpoint.addr
+                    )),
+                },
+            }
+        }
+        if !epoch_failures.is_empty() {
+            let refs: Vec<&Failure> = epoch_failures.iter().collect();
+            if self.epoch_retry(&refs).await.map_err(ReadError::Failed)? {
+                return Err(ReadError::Retry);
+            }
+        }
+        match newest {
+            Some(newest) if !newest.deleted => {
+                let holders = endpoints
+                    .iter()
+                    .zip(&heads)
+                    .filter(|(_, head)| head.as_ref().ok().and_then(Held::of) == Some(newest))
+                    .map(|(endpoint, _)| endpoint.clone())
+                    .collect();
+                Ok(Newest::Live { holders, failures })
+            }
+            Some(_) => Ok(Newest::Deleted),
+            None if failures.is_empty() => Ok(Newest::Deleted),
+            None => Err(ReadError::Failed(ClientError::Unreadable {
+                key: key.to_string(),
+                failures: failures.join("; "),
+            })),
+        }
+    }
+
+    /// Probes `key` on `devices` in parallel: their endpoints and answers.
+    pub(super) async fn probe_devices(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        devices: &[DeviceId],
+    ) -> Result<(Vec<Endpoint>, Vec<Result<Answer, Failure>>), ClientError> {
+        let endpoints: Vec<Endpoint> =
+            devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
+        let heads = join_all(
+            endpoints.iter().map(|e| self.call(self.object_call(view, Method::HEAD, e, pool, key))),
+        )
+        .await;
+        Ok((endpoints, heads))
+    }
+
+    /// Reads the newest copy of `key` among every device that may hold one (see the module).
+    pub(super) async fn read_careful(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidate: &Candidate,
+        range: Option<(u64, u64)>,
+    ) -> Result<(ObjectInfo, Bytes), ReadError> {
+        let (holders, mut failures) = match self.newest_copy(view, pool, key, candidate).await? {
+            Newest::Live { holders, failures } => (holders, failures),
+            Newest::Deleted => return Err(ReadError::Missing),
+        };
+        for endpoint in &holders {
+            let mut call = self.object_call(view, Method::GET, endpoint, pool, key);
+            if let Some((start, end)) = range {
+                call.headers.push(("range", format!("bytes={start}-{end}")));
+            }
+            match self.call(call).await {
+                Ok(answer) => {
+                    let Some(info) = answer.info.clone() else { continue };
+                    if range.is_none() && checksum(&answer.body) != info.checksum {
+                        self.inner.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
+                        failures
+                            .push(format!("device {}: data damaged in transit", endpoint.device));
+                        continue;
+                    }
+                    return Ok((info, answer.body));
+                }
+                Err(failure) if failure.kind() == Some(ErrorKind::BadRequest) => {
+                    return Err(ReadError::Failed(ClientError::Refused {
+                        device: endpoint.device,
+                        kind: ErrorKind::BadRequest,
+                        reason: failure.to_string(),
+                    }));
+                }
+                Err(failure) => failures
+                    .push(format!("device {} at {}: {failure}", endpoint.device, endpoint.addr)),
+            }
+        }
+        Err(ReadError::Failed(ClientError::Unreadable {
+            key: key.to_string(),
+            failures: failures.join("; "),
+        }))
+    }
+
+    /// Which candidate holds `key` while data moves: the choice record at the home under the
+    /// current map, else under the previous one, else any candidate with a live copy on a
+    /// device that may hold one. `None`: nowhere.
+    pub(super) async fn locate_careful(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+    ) -> Result<Option<u8>, ClientError> {
+        let mut homes: Vec<DeviceId> = candidates[0].primary().into_iter().collect();
+        if let Some(previous) = &view.previous
+            && let Some(old_pool) = previous.placement.pool(pool)
+        {
+            let (_, old) = crate::candidates::candidates(&previous.placement, &old_pool, key);
+            if let Some(home) = old.first().and_then(|c| c.primary())
+                && !homes.contains(&home)
+            {
+                homes.push(home);
+            }
+        }
+        for home in homes {
+            let endpoint = view.endpoint(home)?;
+            let mut call = self.object_call(view, Method::HEAD, &endpoint, pool, key);
+            call.headers.push((wire::WANT_CHOICE, "1".into()));
+            if let Ok(answer) = self.call(call).await
+                && let Some(record) = answer.record
+                && usize::from(record.candidate) < candidates.len()
+            {
+                self.inner.cache.insert(pool.0, key, record.candidate);
+                return Ok(Some(record.candidate));
+            }
+        }
+        let mut unreadable = false;
+        for candidate in candidates {
+            match self.newest_copy(view, pool, key, candidate).await {
+                Ok(Newest::Live { .. }) => {
+                    self.inner.cache.insert(pool.0, key, candidate.index);
+                    return Ok(Some(candidate.index));
+                }
+                Ok(Newest::Deleted) => {}
+                Err(ReadError::Retry) => return Err(ClientError::EpochRetries { attempts: 0 }),
+                Err(_) => unreadable = true,
+            }
+        }
+        // Candidate 0 may still hold it on a device that did not answer.
+        Ok(unreadable.then_some(0))
+    }
+}
+
+/// What [`Client::newest_copy`] found.
+enum Newest {
+    /// The newest version is a live copy on `holders` (some other devices may have failed).
+    Live { holders: Vec<Endpoint>, failures: Vec<String> },
+    /// Deleted, or on none of the devices.
+    Deleted,
+}

@@ -1,0 +1,962 @@
+//! The map in etcd, through etcd's v3 JSON gateway.
+//!
+//! # Why the JSON gateway
+//!
+//! The `etcd-client` crate speaks gRPC and runs `protoc` at build time, which a fresh machine
+//! does not have: it would break the README's first command (`cargo run --release -- demo`).
+//! etcd also serves its v3 API as JSON over plain HTTP on the client port (the "gRPC
+//! gateway", documented in etcd's API guide): `POST /v3/kv/range`, `/v3/kv/put`, `/v3/kv/txn`
+//! and `/v3/watch`, keys and values base64-encoded, 64-bit integers as decimal strings, fields
+//! equal to their zero value left out (`"succeeded"` is absent when a transaction failed,
+//! `"kvs"` when nothing matched). It needs nothing at build time and works with the workspace's
+//! HTTP client. etcd 3.4 (Debian bookworm's `etcd-server` 3.4.23) serves the gateway under
+//! `/v3/` and `/v3beta/`; 3.5 and later only under `/v3/`, which is what this client uses.
+//!
+//! # Layout
+//!
+//! Under a prefix (`/optio` unless the URL gives one):
+//!
+//! | key | value |
+//! |---|---|
+//! | `{prefix}/map` | the map as Optio TOML (readable with `etcdctl get /optio/map`) |
+//! | `{prefix}/epoch` | the map's epoch, in decimal |
+//! | `{prefix}/status/{member}` | a member's status document, JSON |
+//!
+//! The map and its epoch are always written together, in one transaction.
+//!
+//! # Compare-and-swap
+//!
+//! A compare-and-swap is one transaction: *if* `{prefix}/epoch` holds the expected epoch,
+//! *then* put the map and the new epoch, *else* read the map (to report the epoch found). The
+//! epoch key is thus the map's lock word. If the epoch key is missing or out of step with the
+//! map (someone put `{prefix}/map` by hand with `etcdctl`), and the map itself is at the
+//! expected epoch, the swap falls back to a second transaction comparing the map key's
+//! `mod_revision` with the one just read, which writes both keys and so heals the pair.
+//!
+//! # Watch
+//!
+//! A watcher reads the map key (learning the store's revision R), then opens a watch stream on
+//! the key from revision R + 1, so nothing committed between the read and the watch is missed.
+//! The stream is one long HTTP response of newline-separated JSON messages, each
+//! `{"result": {...}}`: first a `"created": true` notice, then messages with `"events"` (a
+//! put's event has no `"type"`, PUT being the zero value; a delete's is `"DELETE"`), or
+//! `"canceled": true` (with `"compact_revision"` when the start revision was compacted);
+//! errors arrive as `{"error": {...}}`. When the stream breaks, etcd cannot be reached or the
+//! watch is cancelled, the watcher logs a warning and starts over — read, then watch from the
+//! read's revision + 1 — with a backoff from [`RECONNECT_BACKOFF_MIN`] doubling up to
+//! [`RECONNECT_BACKOFF_MAX`]; it never gives up. Maps written while it was disconnected are
+//! thus not lost, but only the newest is delivered (epochs only move forward). A stream silent
+//! for [`WATCH_IDLE_CHECK`] is checked with a read: if the map changed without the stream
+//! saying so (a connection that died silently), the watch is re-established.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use optio_placement::{ClusterMap, Epoch};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::ClusterError;
+use crate::file::parse_map;
+
+/// The prefix of Optio's keys when the URL gives none.
+pub const DEFAULT_PREFIX: &str = "/optio";
+/// etcd's client port when the URL gives none.
+pub const DEFAULT_PORT: u16 = 2379;
+/// The URL scheme of an etcd map source.
+pub const SCHEME: &str = "etcd://";
+/// How long one request (range, put, transaction, opening a watch) may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a TCP connection to etcd may take to open.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The first pause before a watcher retries after a failure.
+pub const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// The longest pause between two retries of a watcher (the backoff doubles up to this).
+pub const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// After this long without a message on a watch stream, the watcher checks with a read that
+/// it missed nothing.
+pub const WATCH_IDLE_CHECK: Duration = Duration::from_secs(10);
+/// Largest response (or watch message) read from etcd, in bytes. etcd's own request limit is
+/// 1.5 MiB by default; base64 adds a third.
+pub const RESPONSE_BYTES_MAX: usize = 64 << 20;
+/// Most status documents read at once.
+pub const STATUSES_MAX: u64 = 10_000;
+/// Longest key prefix, in bytes.
+pub const PREFIX_BYTES_MAX: usize = 256;
+/// Longest host name, in bytes.
+const HOST_BYTES_MAX: usize = 253;
+/// The gateway's path.
+const GATEWAY: &str = "/v3";
+
+/// An etcd holding Optio's map under a prefix.
+#[derive(Clone, Debug)]
+pub struct EtcdStore {
+    /// `http://HOST:PORT`.
+    endpoint: String,
+    /// `HOST:PORT` as given (for [`EtcdStore::describe`]).
+    authority: String,
+    /// `/optio`: starts with `/`, no trailing `/`.
+    prefix: String,
+    client: reqwest::Client,
+}
+
+impl PartialEq for EtcdStore {
+    fn eq(&self, other: &EtcdStore) -> bool {
+        self.endpoint == other.endpoint && self.prefix == other.prefix
+    }
+}
+
+impl EtcdStore {
+    /// Parses `etcd://HOST[:PORT][/prefix]` (port [`DEFAULT_PORT`], prefix
+    /// [`DEFAULT_PREFIX`] when absent). Makes no connection.
+    pub fn parse(spec: &str) -> Result<EtcdStore, ClusterError> {
+        let bad = |reason: String| ClusterError::BadSource { spec: spec.to_string(), reason };
+        let rest = spec
+            .strip_prefix(SCHEME)
+            .ok_or_else(|| bad(format!("an etcd source starts with {SCHEME}")))?;
+        let (authority, path) = match rest.find('/') {
+            Some(slash) => rest.split_at(slash),
+            None => (rest, ""),
+        };
+        let (host, port) = split_host_port(authority).map_err(bad)?;
+        let prefix = parse_prefix(path).map_err(bad)?;
+        let authority = format!("{host}:{port}");
+        EtcdStore::new(&authority, &prefix)
+            .map_err(|e| bad(format!("cannot make an HTTP client: {e}")))
+    }
+
+    fn new(authority: &str, prefix: &str) -> Result<EtcdStore, reqwest::Error> {
+        let client =
+            reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).no_proxy().build()?;
+        Ok(EtcdStore {
+            endpoint: format!("http://{authority}"),
+            authority: authority.to_string(),
+            prefix: prefix.to_string(),
+            client,
+        })
+    }
+
+    /// `etcd://HOST:PORT/prefix`, which [`EtcdStore::parse`] reads back.
+    pub fn describe(&self) -> String {
+        format!("{SCHEME}{}{}", self.authority, self.prefix)
+    }
+
+    /// `http://HOST:PORT`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The key prefix (`/optio`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The key holding the map.
+    pub fn map_key(&self) -> String {
+        format!("{}/map", self.prefix)
+    }
+
+    /// The key holding the map's epoch.
+    pub fn epoch_key(&self) -> String {
+        format!("{}/epoch", self.prefix)
+    }
+
+    /// The key holding `member`'s status document.
+    pub fn status_key(&self, member: &str) -> String {
+        format!("{}{member}", self.status_prefix())
+    }
+
+    fn status_prefix(&self) -> String {
+        format!("{}/status/", self.prefix)
+    }
+
+    /// Reads the map; [`ClusterError::NoMap`] if none is stored.
+    pub async fn load(&self) -> Result<ClusterMap, ClusterError> {
+        self.load_if_present()
+            .await?
+            .ok_or_else(|| ClusterError::NoMap { source_name: self.describe() })
+    }
+
+    /// Reads the map, if one is stored.
+    pub async fn load_if_present(&self) -> Result<Option<ClusterMap>, ClusterError> {
+        let (_, kv) = self.get(&self.map_key()).await?;
+        kv.map(|kv| self.parse_kv(&kv)).transpose()
+    }
+
+    /// Stores `map` if none is stored (create-if-absent on the map key); returns whether it
+    /// did.
+    pub async fn initialize(&self, map: &ClusterMap) -> Result<bool, ClusterError> {
+        let body = json!({
+            "compare": [{
+                "key": encode(&self.map_key()),
+                "target": "CREATE",
+                "result": "EQUAL",
+                "create_revision": "0",
+            }],
+            "success": self.put_map_ops(map),
+        });
+        let response: TxnResponse = self.call("kv/txn", &body).await?;
+        Ok(response.succeeded)
+    }
+
+    /// Stores `map`, whatever is stored.
+    pub async fn replace(&self, map: &ClusterMap) -> Result<(), ClusterError> {
+        let body = json!({ "success": self.put_map_ops(map) });
+        let response: TxnResponse = self.call("kv/txn", &body).await?;
+        if !response.succeeded {
+            return Err(self.error("did not apply an unconditional transaction"));
+        }
+        Ok(())
+    }
+
+    /// Stores `next` if the stored epoch is `expected` (see the module docs).
+    pub async fn compare_and_swap(
+        &self,
+        expected: Epoch,
+        next: &ClusterMap,
+    ) -> Result<(), ClusterError> {
+        let body = json!({
+            "compare": [{
+                "key": encode(&self.epoch_key()),
+                "target": "VALUE",
+                "result": "EQUAL",
+                "value": encode(&expected.0.to_string()),
+            }],
+            "success": self.put_map_ops(next),
+            "failure": [{ "request_range": { "key": encode(&self.map_key()) } }],
+        });
+        let response: TxnResponse = self.call("kv/txn", &body).await?;
+        if response.succeeded {
+            return Ok(());
+        }
+        let kv = response
+            .responses
+            .into_iter()
+            .find_map(|op| op.response_range)
+            .and_then(|range| range.kvs.into_iter().next());
+        let Some(kv) = kv else {
+            return Err(ClusterError::NoMap { source_name: self.describe() });
+        };
+        let found = self.parse_kv(&kv)?.epoch();
+        if found != expected {
+            return Err(ClusterError::Conflict { expected, found });
+        }
+        tracing::warn!(
+            source = %self.describe(),
+            epoch = expected.0,
+            "the epoch key is missing or disagrees with the map (was the map put by hand?): \
+             swapping on the map's revision instead"
+        );
+        self.compare_and_swap_on_revision(expected, kv.mod_revision, next).await
+    }
+
+    async fn compare_and_swap_on_revision(
+        &self,
+        expected: Epoch,
+        mod_revision: u64,
+        next: &ClusterMap,
+    ) -> Result<(), ClusterError> {
+        let body = json!({
+            "compare": [{
+                "key": encode(&self.map_key()),
+                "target": "MOD",
+                "result": "EQUAL",
+                "mod_revision": mod_revision.to_string(),
+            }],
+            "success": self.put_map_ops(next),
+        });
+        let response: TxnResponse = self.call("kv/txn", &body).await?;
+        if response.succeeded {
+            return Ok(());
+        }
+        let found = self.load().await?.epoch();
+        Err(ClusterError::Conflict { expected, found })
+    }
+
+    /// The two puts that store a map: the map and its epoch.
+    fn put_map_ops(&self, map: &ClusterMap) -> serde_json::Value {
+        let text = optio_mapfile::optio_toml::write(map);
+        json!([
+            { "request_put": { "key": encode(&self.map_key()), "value": encode(&text) } },
+            {
+                "request_put": {
+                    "key": encode(&self.epoch_key()),
+                    "value": encode(&map.epoch().0.to_string()),
+                }
+            },
+        ])
+    }
+
+    /// Replaces `member`'s status document (the member name is validated by the caller).
+    pub async fn put_status(&self, member: &str, json: &[u8]) -> Result<(), ClusterError> {
+        let body = json!({
+            "key": encode(&self.status_key(member)),
+            "value": BASE64.encode(json),
+        });
+        let _: serde_json::Value = self.call("kv/put", &body).await?;
+        Ok(())
+    }
+
+    /// Every member's status document, by member name (at most [`STATUSES_MAX`]).
+    pub async fn statuses(&self) -> Result<BTreeMap<String, Vec<u8>>, ClusterError> {
+        let prefix = self.status_prefix();
+        let body = json!({
+            "key": encode(&prefix),
+            "range_end": BASE64.encode(prefix_end(prefix.as_bytes())),
+            "limit": STATUSES_MAX.to_string(),
+        });
+        let response: RangeResponse = self.call("kv/range", &body).await?;
+        if response.more {
+            tracing::warn!(
+                source = %self.describe(),
+                "more than {STATUSES_MAX} status documents; reading the first ones only"
+            );
+        }
+        let mut statuses = BTreeMap::new();
+        for kv in response.kvs {
+            let key = self.decode_text(&kv.key)?;
+            let Some(member) = key.strip_prefix(&prefix) else { continue };
+            if crate::source::validate_member(member).is_err() {
+                tracing::warn!(key, "ignoring a status document with an invalid member name");
+                continue;
+            }
+            statuses.insert(member.to_string(), self.decode(&kv.value)?);
+        }
+        Ok(statuses)
+    }
+
+    /// A watcher delivering every stored map whose epoch is newer than `after` (any stored map
+    /// when `None`), starting with the stored one if it qualifies. Makes no request: the first
+    /// [`EtcdWatcher::next`] connects.
+    pub fn watch_after(&self, after: Option<Epoch>) -> EtcdWatcher {
+        EtcdWatcher {
+            store: self.clone(),
+            last: after,
+            seen_revision: 0,
+            stream: None,
+            pending: VecDeque::new(),
+            backoff: RECONNECT_BACKOFF_MIN,
+            connected_once: false,
+            reconnects: 0,
+        }
+    }
+
+    /// The store's revision and the key's value, if any.
+    async fn get(&self, key: &str) -> Result<(u64, Option<KeyValue>), ClusterError> {
+        let body = json!({ "key": encode(key) });
+        let response: RangeResponse = self.call("kv/range", &body).await?;
+        Ok((response.header.revision, response.kvs.into_iter().next()))
+    }
+
+    fn parse_kv(&self, kv: &KeyValue) -> Result<ClusterMap, ClusterError> {
+        let text = self.decode_text(&kv.value)?;
+        parse_map(&text, &format!("{} (revision {})", self.describe(), kv.mod_revision))
+    }
+
+    fn decode(&self, value: &str) -> Result<Vec<u8>, ClusterError> {
+        BASE64.decode(value).map_err(|e| self.error(&format!("sent invalid base64: {e}")))
+    }
+
+    fn decode_text(&self, value: &str) -> Result<String, ClusterError> {
+        String::from_utf8(self.decode(value)?)
+            .map_err(|_| self.error("holds a map that is not UTF-8 text"))
+    }
+
+    fn error(&self, reason: &str) -> ClusterError {
+        ClusterError::Etcd { url: self.endpoint.clone(), reason: reason.to_string() }
+    }
+
+    fn unreachable(&self, reason: String) -> ClusterError {
+        ClusterError::EtcdUnreachable { url: self.endpoint.clone(), reason }
+    }
+
+    fn url(&self, operation: &str) -> String {
+        format!("{}{GATEWAY}/{operation}", self.endpoint)
+    }
+
+    /// One request to the gateway, with [`REQUEST_TIMEOUT`].
+    async fn call<R: DeserializeOwned>(
+        &self,
+        operation: &str,
+        body: &serde_json::Value,
+    ) -> Result<R, ClusterError> {
+        let request = self
+            .client
+            .post(self.url(operation))
+            .timeout(REQUEST_TIMEOUT)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string());
+        let mut response = request.send().await.map_err(|e| self.unreachable(reason(&e)))?;
+        let status = response.status();
+        let bytes = read_body(&mut response).await.map_err(|e| self.unreachable(e))?;
+        if !status.is_success() {
+            return Err(self
+                .error(&format!("refused {operation}: HTTP {status}: {}", error_message(&bytes))));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| {
+            self.error(&format!(
+                "answered {operation} with something unexpected ({e}): {}",
+                snippet(&bytes)
+            ))
+        })
+    }
+
+    /// Opens a watch on `key` from `start_revision` and waits for etcd's "created" notice.
+    async fn open_watch(
+        &self,
+        key: &str,
+        start_revision: u64,
+    ) -> Result<WatchStream, ClusterError> {
+        let body = json!({
+            "create_request": { "key": encode(key), "start_revision": start_revision.to_string() }
+        });
+        // No overall timeout on the request: the response is the stream and lasts; the
+        // headers and the first message each get one.
+        let request = self
+            .client
+            .post(self.url("watch"))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string());
+        let mut response = tokio::time::timeout(REQUEST_TIMEOUT, request.send())
+            .await
+            .map_err(|_| self.unreachable(format!("no answer within {REQUEST_TIMEOUT:?}")))?
+            .map_err(|e| self.unreachable(reason(&e)))?;
+        let status = response.status();
+        if !status.is_success() {
+            let bytes = tokio::time::timeout(REQUEST_TIMEOUT, read_body(&mut response))
+                .await
+                .unwrap_or_else(|_| Ok(Vec::new()))
+                .unwrap_or_default();
+            return Err(
+                self.error(&format!("refused a watch: HTTP {status}: {}", error_message(&bytes)))
+            );
+        }
+        let mut stream = WatchStream { response, buffer: Vec::new() };
+        let first = tokio::time::timeout(REQUEST_TIMEOUT, stream.next_message())
+            .await
+            .map_err(|_| {
+                self.unreachable(format!("no watch confirmation within {REQUEST_TIMEOUT:?}"))
+            })?
+            .map_err(|e| self.unreachable(e))?;
+        match first {
+            Some(WatchMessage { result: Some(result), .. }) if result.created => {
+                if result.canceled {
+                    return Err(self.error(&format!(
+                        "cancelled the watch at once: {} (compacted to revision {})",
+                        result.cancel_reason, result.compact_revision
+                    )));
+                }
+                Ok(stream)
+            }
+            Some(WatchMessage { error: Some(error), .. }) => {
+                Err(self.error(&format!("refused a watch: {error}")))
+            }
+            Some(_) => Err(self.error("opened a watch without the \"created\" notice")),
+            None => Err(self.unreachable("the watch stream ended before it started".into())),
+        }
+    }
+}
+
+/// Splits `HOST[:PORT]` (an IPv6 host in brackets).
+fn split_host_port(authority: &str) -> Result<(&str, u16), String> {
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let end = rest.find(']').ok_or("an IPv6 host needs its closing `]`")?;
+        let host = &authority[..end + 2];
+        let after = &rest[end + 1..];
+        if !rest[..end].chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.') {
+            return Err(format!("`{host}` is not an IPv6 address"));
+        }
+        match after.strip_prefix(':') {
+            Some(port) => (host, Some(port)),
+            None if after.is_empty() => (host, None),
+            None => return Err(format!("unexpected `{after}` after the host")),
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let plain = host.starts_with('[')
+        || host.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_');
+    if host.is_empty() || host == "[]" {
+        return Err("the host is missing: use etcd://HOST:PORT[/prefix]".into());
+    }
+    if host.len() > HOST_BYTES_MAX || !plain {
+        return Err(format!("`{host}` is not a host name or address"));
+    }
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(port) => match port.parse::<u16>() {
+            Ok(port) if port != 0 => port,
+            _ => return Err(format!("`{port}` is not a port (1 to 65535)")),
+        },
+    };
+    Ok((host, port))
+}
+
+/// Checks the URL's path and makes it a prefix: `""` or `"/"` → [`DEFAULT_PREFIX`], a
+/// trailing `/` dropped.
+fn parse_prefix(path: &str) -> Result<String, String> {
+    let path = path.strip_suffix('/').unwrap_or(path);
+    if path.is_empty() {
+        return Ok(DEFAULT_PREFIX.to_string());
+    }
+    if path.len() > PREFIX_BYTES_MAX {
+        return Err(format!("the prefix is longer than {PREFIX_BYTES_MAX} bytes"));
+    }
+    if path[1..].split('/').any(str::is_empty) {
+        return Err(format!("the prefix `{path}` has an empty segment (`//`)"));
+    }
+    if let Some(c) = path.chars().find(|c| !c.is_ascii_graphic() || matches!(c, '?' | '#' | '%')) {
+        return Err(format!(
+            "the prefix `{path}` contains {c:?}: use letters, digits and punctuation \
+             other than ? # %"
+        ));
+    }
+    Ok(path.to_string())
+}
+
+/// The end of the range of keys starting with `prefix` (etcd's `range_end`): the prefix with
+/// its last byte incremented (bytes 0xff dropped first).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every byte was 0xff: the range runs to the end of the key space.
+    vec![0]
+}
+
+fn encode(text: &str) -> String {
+    BASE64.encode(text.as_bytes())
+}
+
+/// A transport error's chain of causes, without reqwest's "error sending request" preamble.
+fn reason(error: &reqwest::Error) -> String {
+    if error.is_timeout() {
+        return format!("no answer within {REQUEST_TIMEOUT:?}");
+    }
+    let mut causes = Vec::new();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !causes.iter().any(|c: &String| c.contains(&text)) {
+            causes.push(text);
+        }
+        source = cause.source();
+    }
+    match causes.last() {
+        Some(innermost) => innermost.clone(),
+        None => error.to_string(),
+    }
+}
+
+/// Reads a whole response body, at most [`RESPONSE_BYTES_MAX`].
+async fn read_body(response: &mut reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| reason(&e))? {
+        if bytes.len() + chunk.len() > RESPONSE_BYTES_MAX {
+            return Err(format!("an answer longer than {RESPONSE_BYTES_MAX} bytes"));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// The `message` of a gateway error body, or the body itself, shortened.
+fn error_message(bytes: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct GatewayError {
+        message: String,
+    }
+    match serde_json::from_slice::<GatewayError>(bytes) {
+        Ok(error) => error.message,
+        Err(_) => snippet(bytes),
+    }
+}
+
+/// The beginning of a body, for error messages.
+fn snippet(bytes: &[u8]) -> String {
+    const SNIPPET_CHARS_MAX: usize = 200;
+    let text = String::from_utf8_lossy(bytes);
+    let mut shown: String = text.chars().take(SNIPPET_CHARS_MAX).collect();
+    if shown.len() < text.len() {
+        shown.push('…');
+    }
+    shown
+}
+
+/// A 64-bit integer that the gateway sends as a decimal string (or, leniently, a number).
+fn integer<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Integer {
+        Text(String),
+        Number(u64),
+    }
+    match Integer::deserialize(deserializer)? {
+        Integer::Number(n) => Ok(n),
+        Integer::Text(text) => text.parse().map_err(serde::de::Error::custom),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ResponseHeader {
+    #[serde(default, deserialize_with = "integer")]
+    revision: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct KeyValue {
+    #[serde(default)]
+    key: String,
+    #[serde(default)]
+    value: String,
+    #[serde(default, deserialize_with = "integer")]
+    mod_revision: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct RangeResponse {
+    #[serde(default)]
+    header: ResponseHeader,
+    #[serde(default)]
+    kvs: Vec<KeyValue>,
+    #[serde(default)]
+    more: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct TxnResponse {
+    #[serde(default)]
+    succeeded: bool,
+    #[serde(default)]
+    responses: Vec<ResponseOp>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponseOp {
+    #[serde(default)]
+    response_range: Option<RangeResponse>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WatchMessage {
+    #[serde(default)]
+    result: Option<WatchResult>,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WatchResult {
+    #[serde(default)]
+    created: bool,
+    #[serde(default)]
+    canceled: bool,
+    #[serde(default)]
+    cancel_reason: String,
+    #[serde(default, deserialize_with = "integer")]
+    compact_revision: u64,
+    #[serde(default)]
+    events: Vec<WatchEvent>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WatchEvent {
+    /// Absent for a put (the zero value), `"DELETE"` for a delete.
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    kv: Option<KeyValue>,
+}
+
+/// An open watch: the streaming response and the bytes of a message not yet complete.
+struct WatchStream {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+}
+
+impl std::fmt::Debug for WatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchStream").field("buffered_bytes", &self.buffer.len()).finish()
+    }
+}
+
+impl WatchStream {
+    /// The next message; `None` when the stream ended. Cancel-safe: a partial message stays
+    /// in the buffer.
+    async fn next_message(&mut self) -> Result<Option<WatchMessage>, String> {
+        loop {
+            if let Some(newline) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=newline).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return serde_json::from_slice(&line)
+                    .map(Some)
+                    .map_err(|e| format!("an unexpected watch message ({e}): {}", snippet(&line)));
+            }
+            if self.buffer.len() > RESPONSE_BYTES_MAX {
+                return Err(format!("a watch message longer than {RESPONSE_BYTES_MAX} bytes"));
+            }
+            match self.response.chunk().await.map_err(|e| reason(&e))? {
+                Some(chunk) => self.buffer.extend_from_slice(&chunk),
+                None if self.buffer.iter().all(u8::is_ascii_whitespace) => return Ok(None),
+                // A last message without its newline.
+                None => self.buffer.push(b'\n'),
+            }
+        }
+    }
+}
+
+/// Delivers each newer map stored in etcd; see the module docs for reconnections.
+#[derive(Debug)]
+pub struct EtcdWatcher {
+    store: EtcdStore,
+    /// The epoch of the last map delivered (or the one the watcher started after).
+    last: Option<Epoch>,
+    /// The highest `mod_revision` of the map key looked at.
+    seen_revision: u64,
+    stream: Option<WatchStream>,
+    pending: VecDeque<Result<ClusterMap, ClusterError>>,
+    backoff: Duration,
+    connected_once: bool,
+    reconnects: u64,
+}
+
+/// What a watch message asks the watcher to do next.
+enum Next {
+    Continue,
+    Reconnect,
+}
+
+impl EtcdWatcher {
+    /// The next map whose epoch is newer than the last one delivered. Waits as long as it
+    /// takes, retrying when etcd cannot be reached; returns an error only for a stored map it
+    /// cannot parse (and can be called again after one). Cancel-safe.
+    pub async fn next(&mut self) -> Result<ClusterMap, ClusterError> {
+        loop {
+            if let Some(result) = self.pending.pop_front() {
+                return result;
+            }
+            let Some(stream) = self.stream.as_mut() else {
+                if let Err(error) = self.connect().await {
+                    tracing::warn!(
+                        source = %self.store.describe(),
+                        %error,
+                        retry_in_ms = self.backoff.as_millis() as u64,
+                        "cannot watch the map; retrying"
+                    );
+                    self.pause().await;
+                }
+                continue;
+            };
+            let received = tokio::time::timeout(WATCH_IDLE_CHECK, stream.next_message()).await;
+            let next = match received {
+                Err(_idle) => self.check_idle().await,
+                Ok(Ok(Some(message))) => self.handle(message),
+                Ok(Ok(None)) => {
+                    tracing::warn!(
+                        source = %self.store.describe(),
+                        "etcd ended the watch stream; watching again"
+                    );
+                    Next::Reconnect
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(
+                        source = %self.store.describe(),
+                        %error,
+                        "the watch stream broke; watching again"
+                    );
+                    Next::Reconnect
+                }
+            };
+            if let Next::Reconnect = next {
+                self.stream = None;
+                self.pause().await;
+            }
+        }
+    }
+
+    /// The epoch of the last map delivered, or the one the watcher started after.
+    pub fn last_epoch(&self) -> Option<Epoch> {
+        self.last
+    }
+
+    /// How many times the watch was re-established after the first time.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects
+    }
+
+    /// Reads the map, then watches from the read's revision + 1. Changes no state until both
+    /// succeeded (so a cancelled call loses nothing).
+    async fn connect(&mut self) -> Result<(), ClusterError> {
+        let key = self.store.map_key();
+        let (revision, kv) = self.store.get(&key).await?;
+        let stream = self.store.open_watch(&key, revision + 1).await?;
+        if self.connected_once {
+            self.reconnects += 1;
+            tracing::info!(source = %self.store.describe(), revision, "watching the map again");
+        }
+        self.connected_once = true;
+        self.stream = Some(stream);
+        self.backoff = RECONNECT_BACKOFF_MIN;
+        if let Some(kv) = kv {
+            self.consider(&kv);
+        }
+        Ok(())
+    }
+
+    async fn pause(&mut self) {
+        tokio::time::sleep(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(RECONNECT_BACKOFF_MAX);
+    }
+
+    /// A silent stream: read the key; if it changed after what the stream delivered (or etcd
+    /// does not answer), the stream is dead.
+    async fn check_idle(&mut self) -> Next {
+        match self.store.get(&self.store.map_key()).await {
+            Ok((_, Some(kv))) if kv.mod_revision > self.seen_revision => {
+                tracing::warn!(
+                    source = %self.store.describe(),
+                    "the watch stream missed a change; watching again"
+                );
+                Next::Reconnect
+            }
+            Ok(_) => Next::Continue,
+            Err(error) => {
+                tracing::warn!(
+                    source = %self.store.describe(),
+                    %error,
+                    "etcd does not answer; watching again"
+                );
+                Next::Reconnect
+            }
+        }
+    }
+
+    fn handle(&mut self, message: WatchMessage) -> Next {
+        if let Some(error) = message.error {
+            tracing::warn!(source = %self.store.describe(), %error, "etcd sent a watch error");
+            return Next::Reconnect;
+        }
+        let Some(result) = message.result else { return Next::Continue };
+        for event in &result.events {
+            let Some(kv) = &event.kv else { continue };
+            if event.kind == "DELETE" {
+                tracing::warn!(
+                    source = %self.store.describe(),
+                    "the map was deleted from etcd; keeping the last one"
+                );
+                self.seen_revision = self.seen_revision.max(kv.mod_revision);
+            } else {
+                self.consider(kv);
+            }
+        }
+        if result.canceled {
+            tracing::warn!(
+                source = %self.store.describe(),
+                reason = %result.cancel_reason,
+                compact_revision = result.compact_revision,
+                "etcd cancelled the watch; watching again"
+            );
+            return Next::Reconnect;
+        }
+        Next::Continue
+    }
+
+    /// Queues the map in `kv` if it is newer than what was delivered.
+    fn consider(&mut self, kv: &KeyValue) {
+        if kv.mod_revision <= self.seen_revision {
+            return;
+        }
+        self.seen_revision = kv.mod_revision;
+        match self.store.parse_kv(kv) {
+            Err(error) => self.pending.push_back(Err(error)),
+            Ok(map) if self.last.is_none_or(|last| map.epoch() > last) => {
+                self.last = Some(map.epoch());
+                self.pending.push_back(Ok(map));
+            }
+            Ok(map) => tracing::debug!(
+                source = %self.store.describe(),
+                epoch = map.epoch().0,
+                last = self.last.map(|e| e.0),
+                "skipping a map that is not newer"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_with_defaults_and_round_trip() {
+        let store = EtcdStore::parse("etcd://127.0.0.1:2379").expect("parses");
+        assert_eq!(store.endpoint(), "http://127.0.0.1:2379");
+        assert_eq!(store.prefix(), "/optio");
+        assert_eq!(store.describe(), "etcd://127.0.0.1:2379/optio");
+        assert_eq!(EtcdStore::parse(&store.describe()).expect("again"), store);
+        let store = EtcdStore::parse("etcd://etcd-1.example:4001/prod/optio/").expect("parses");
+        assert_eq!(store.prefix(), "/prod/optio");
+        assert_eq!(store.map_key(), "/prod/optio/map");
+        assert_eq!(store.epoch_key(), "/prod/optio/epoch");
+        assert_eq!(store.status_key("z1-h1"), "/prod/optio/status/z1-h1");
+        assert_eq!(EtcdStore::parse("etcd://h").expect("parses").endpoint(), "http://h:2379");
+        assert_eq!(EtcdStore::parse("etcd://h/").expect("parses").prefix(), "/optio");
+        let v6 = EtcdStore::parse("etcd://[::1]:2379/x").expect("parses");
+        assert_eq!(v6.endpoint(), "http://[::1]:2379");
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong() {
+        for (spec, says) in [
+            ("etcd://", "host is missing"),
+            ("etcd://:2379", "host is missing"),
+            ("etcd://h:0", "not a port"),
+            ("etcd://h:99999", "not a port"),
+            ("etcd://h:x", "not a port"),
+            ("etcd://h:1//a", "empty segment"),
+            ("etcd://h:1/a b", "contains"),
+            ("etcd://h:1/a?b", "contains"),
+            ("etcd://us@r:1", "not a host"),
+            ("etcd://[::1", "closing"),
+        ] {
+            let error = EtcdStore::parse(spec).expect_err(spec).to_string();
+            assert!(error.contains(says), "{spec}: {error}");
+            assert!(error.contains(spec), "{spec}: {error}");
+        }
+    }
+
+    #[test]
+    fn prefix_ranges_end_after_every_key_under_them() {
+        assert_eq!(prefix_end(b"/optio/status/"), b"/optio/status0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff"), b"\0");
+    }
+
+    #[test]
+    fn gateway_messages_parse_with_zero_values_left_out() {
+        let text = r#"{"result":{"header":{"revision":"4"},"events":[{"kv":{"key":"ZTE=","mod_revision":"4","value":"Mg=="}},{"type":"DELETE","kv":{"key":"ZTE=","mod_revision":"5"}}]}}"#;
+        let message: WatchMessage = serde_json::from_str(text).expect("parses");
+        let result = message.result.expect("result");
+        assert!(!result.created && !result.canceled);
+        assert_eq!(result.events[0].kind, "");
+        assert_eq!(result.events[1].kind, "DELETE");
+        assert_eq!(result.events[0].kv.as_ref().expect("kv").mod_revision, 4);
+        let txn: TxnResponse =
+            serde_json::from_str(r#"{"header":{"revision":"3"},"responses":[{"response_range":{"header":{"revision":"3"}}}]}"#)
+                .expect("parses");
+        assert!(!txn.succeeded);
+        assert!(txn.responses[0].response_range.as_ref().expect("range").kvs.is_empty());
+    }
+}

@@ -1,0 +1,258 @@
+//! A real etcd for tests: Debian's `etcd` binary (package `etcd-server`) on free loopback
+//! ports with a fresh data directory, stopped when dropped.
+//!
+//! Nothing here is a fake: tests of the etcd map source, and of anything built on it in other
+//! crates, run against the real server. Use it like this:
+//!
+//! ```no_run
+//! use optio_cluster::testing::{EtcdServer, etcd_available};
+//!
+//! if !etcd_available() {
+//!     return; // skipped with a message (but under CI=true, etcd_available panics instead)
+//! }
+//! let etcd = EtcdServer::start().expect("etcd starts");
+//! let source = optio_cluster::MapSource::parse(&etcd.url()).expect("an etcd source");
+//! ```
+//!
+//! A test that wants a prefix of its own appends it: `format!("{}/mine", etcd.url())`.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The etcd binary looked up on `PATH`.
+pub const ETCD_BINARY: &str = "etcd";
+/// How long etcd may take to answer `/health` after it was started.
+pub const ETCD_START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Pause between two polls of `/health`.
+const HEALTH_POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How long one `/health` request may take.
+const HEALTH_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+/// How many times a start is tried with other ports when a port was taken meanwhile.
+const START_ATTEMPTS_MAX: u32 = 3;
+/// How many lines of etcd's log an error quotes.
+const LOG_LINES_QUOTED: usize = 5;
+
+/// Distinguishes the directories of several servers started by one process.
+static SERVER_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Whether Debian's `etcd` is installed. When it is not: under `CI=true` this panics ("install
+/// Debian's etcd-server"), so that a CI run cannot silently skip the etcd tests; otherwise it
+/// prints that the test is skipped and returns `false`.
+pub fn etcd_available() -> bool {
+    if etcd_binary().is_some() {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("etcd is required when CI=true: install Debian's etcd-server");
+    }
+    eprintln!("skipping: etcd not found (install Debian's etcd-server to run this test)");
+    false
+}
+
+fn etcd_binary() -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths).map(|dir| dir.join(ETCD_BINARY)).find(|p| p.is_file())
+    })
+}
+
+/// A single-member etcd on loopback, with its data in a temporary directory (removed when it
+/// is dropped) — or, for `optio up --etcd`, in a directory of the cluster's (kept).
+#[derive(Debug)]
+pub struct EtcdServer {
+    binary: PathBuf,
+    dir: PathBuf,
+    keep_dir: bool,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+}
+
+impl EtcdServer {
+    /// Starts etcd on two free loopback ports (client and peer) with a fresh data directory
+    /// and waits until `/health` says it is healthy (at most [`ETCD_START_TIMEOUT`]). Its
+    /// output goes to `etcd.log` in its directory, quoted in errors.
+    pub fn start() -> Result<EtcdServer, String> {
+        let unique = SERVER_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir()
+            .join(format!("optio-etcd-{}-{unique}-{nanos}", std::process::id()));
+        EtcdServer::start_at(dir, false)
+    }
+
+    /// Starts etcd as [`start`](Self::start) does, with its data in `dir` (created if needed,
+    /// kept when the server is dropped): `optio up --etcd` runs its cluster's etcd this way.
+    pub fn start_in(dir: &Path) -> Result<EtcdServer, String> {
+        EtcdServer::start_at(dir.to_path_buf(), true)
+    }
+
+    fn start_at(dir: PathBuf, keep_dir: bool) -> Result<EtcdServer, String> {
+        let binary = etcd_binary().ok_or(
+            "etcd is not installed: install Debian's etcd-server (apt-get install etcd-server)",
+        )?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let mut server =
+            EtcdServer { binary, dir, keep_dir, client_port: 0, peer_port: 0, child: None };
+        // A port found free can be taken by someone else before etcd binds it: try others.
+        let mut attempt = 1;
+        loop {
+            server.client_port = free_port()?;
+            server.peer_port = free_port()?;
+            match server.launch() {
+                Ok(()) => return Ok(server),
+                Err(error)
+                    if attempt < START_ATTEMPTS_MAX && error.contains("address already in use") =>
+                {
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// `etcd://127.0.0.1:PORT`, a [`crate::MapSource`] spec (default prefix).
+    pub fn url(&self) -> String {
+        format!("{}127.0.0.1:{}", crate::etcd::SCHEME, self.client_port)
+    }
+
+    /// `http://127.0.0.1:PORT`, etcd's client endpoint.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The data and log directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// etcd's log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("etcd.log")
+    }
+
+    /// Whether the process runs (it was started and not stopped).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Kills etcd (SIGKILL, as a crash) and waits for it; the data directory stays.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops etcd if it runs and starts it again with the same data directory and ports.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.stop();
+        self.launch()
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
+        let log_path = self.log_path();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+        let log_err =
+            log.try_clone().map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+        let client_url = self.endpoint();
+        let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
+        let name = "optio-test";
+        let child = Command::new(&self.binary)
+            .arg("--name")
+            .arg(name)
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .arg("--listen-client-urls")
+            .arg(&client_url)
+            .arg("--advertise-client-urls")
+            .arg(&client_url)
+            .arg("--listen-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-cluster")
+            .arg(format!("{name}={peer_url}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err))
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.binary.display()))?;
+        self.child = Some(child);
+        self.wait_healthy()
+    }
+
+    /// Polls `/health` until it says `"health":"true"`, the process exits, or the deadline.
+    fn wait_healthy(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + ETCD_START_TIMEOUT;
+        loop {
+            if health(self.client_port) {
+                return Ok(());
+            }
+            let exited = match self.child.as_mut() {
+                Some(child) => child.try_wait().ok().flatten(),
+                None => None,
+            };
+            if let Some(status) = exited {
+                self.child = None;
+                return Err(format!("etcd exited ({status}) while starting; {}", self.log_tail()));
+            }
+            if Instant::now() > deadline {
+                self.stop();
+                return Err(format!(
+                    "etcd did not become healthy within {ETCD_START_TIMEOUT:?}; {}",
+                    self.log_tail()
+                ));
+            }
+            std::thread::sleep(HEALTH_POLL_INTERVAL);
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let mut tail: Vec<&str> = log.lines().rev().take(LOG_LINES_QUOTED).collect();
+        tail.reverse();
+        format!("its log {} ends with: {}", self.log_path().display(), tail.join(" | "))
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.stop();
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A loopback port free right now (the listener is closed before etcd binds it).
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| format!("cannot find a free port: {e}"))?;
+    listener.local_addr().map(|a| a.port()).map_err(|e| format!("cannot find a free port: {e}"))
+}
+
+/// Whether etcd on `port` answers `/health` with `"health":"true"` (plain HTTP/1.0).
+fn health(port: u16) -> bool {
+    let answer = (|| -> std::io::Result<String> {
+        let addr = (Ipv4Addr::LOCALHOST, port).into();
+        let mut stream = TcpStream::connect_timeout(&addr, HEALTH_REQUEST_TIMEOUT)?;
+        stream.set_read_timeout(Some(HEALTH_REQUEST_TIMEOUT))?;
+        stream.set_write_timeout(Some(HEALTH_REQUEST_TIMEOUT))?;
+        stream.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer)?;
+        Ok(answer)
+    })();
+    answer.is_ok_and(|a| a.replace(' ', "").contains("\"health\":\"true\""))
+}

@@ -1,0 +1,195 @@
+//! Proves that load, initialize, replace, compare-and-swap and update behave the same on a
+//! map file and on etcd: create-if-absent stores once, of two editors of one epoch exactly one
+//! wins and the other gets a Conflict naming both epochs, and etcd's keys are readable.
+
+use optio_cluster::{ClusterError, MapSource};
+use optio_placement::Epoch;
+
+use crate::support::{addr0, at_epoch, etcd, etcd_get, etcd_put, file_source, small_map};
+
+async fn load_initialize_replace(source: &MapSource) {
+    let error = source.load().await.expect_err("nothing stored yet");
+    assert!(matches!(error, ClusterError::NoMap { .. }), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        format!("no map stored at {}; run `optio map init`/`optio up` first", source.describe())
+    );
+    assert_eq!(source.load_if_present().await.expect("absent is fine"), None);
+
+    let first = small_map();
+    assert!(source.initialize(&first).await.expect("initialize"), "the first one stores");
+    assert!(!source.initialize(&at_epoch(&first, 9, "x")).await.expect("initialize"));
+    assert_eq!(source.load().await.expect("load"), first, "the second initialize wrote nothing");
+
+    let replaced = at_epoch(&first, 5, "r");
+    source.replace(&replaced).await.expect("replace");
+    assert_eq!(source.load().await.expect("load"), replaced);
+    // Replace is unconditional, even backwards (`optio up` writing its map).
+    source.replace(&at_epoch(&first, 4, "b")).await.expect("replace");
+    assert_eq!(source.load().await.expect("load").epoch(), Epoch(4));
+    source.replace(&replaced).await.expect("replace");
+}
+
+async fn compare_and_swap(source: &MapSource) {
+    let base = source.load().await.expect("load");
+    let epoch = base.epoch();
+    let alice = at_epoch(&base, epoch.0 + 1, "alice");
+    let bob = at_epoch(&base, epoch.0 + 1, "bob");
+    source.compare_and_swap(epoch, &alice).await.expect("alice edited the current epoch");
+    let error = source.compare_and_swap(epoch, &bob).await.expect_err("bob's epoch is gone");
+    let ClusterError::Conflict { expected, found } = error else { panic!("{error:?}") };
+    assert_eq!((expected, found), (epoch, Epoch(epoch.0 + 1)));
+    assert_eq!(
+        error_text(source, epoch, &bob).await,
+        format!(
+            "the map changed underneath you (now epoch {}, you edited epoch {}): re-read it and retry",
+            epoch.0 + 1,
+            epoch.0
+        )
+    );
+    assert_eq!(addr0(&source.load().await.expect("load")), addr0(&alice), "bob wrote nothing");
+
+    // The next map must be newer than the one it replaces.
+    let stale = at_epoch(&base, epoch.0 + 1, "stale");
+    let error = source.compare_and_swap(Epoch(epoch.0 + 1), &stale).await.expect_err("same epoch");
+    assert!(matches!(error, ClusterError::Change(_)), "{error:?}");
+
+    // Many editors at once, each from the same epoch: exactly one wins.
+    let current = source.load().await.expect("load");
+    let editors: Vec<_> = (0..8)
+        .map(|i| {
+            let source = source.clone();
+            let next = at_epoch(&current, current.epoch().0 + 1, &format!("editor{i}"));
+            let expected = current.epoch();
+            tokio::spawn(async move { source.compare_and_swap(expected, &next).await })
+        })
+        .collect();
+    let mut wins = 0;
+    for editor in editors {
+        match editor.await.expect("joined") {
+            Ok(()) => wins += 1,
+            Err(ClusterError::Conflict { expected, found }) => {
+                assert_eq!((expected, found), (current.epoch(), Epoch(current.epoch().0 + 1)));
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert_eq!(wins, 1, "exactly one of the concurrent editors wins");
+}
+
+async fn error_text(
+    source: &MapSource,
+    epoch: Epoch,
+    next: &optio_placement::ClusterMap,
+) -> String {
+    source.compare_and_swap(epoch, next).await.expect_err("a conflict").to_string()
+}
+
+async fn update(source: &MapSource) {
+    let before = source.load().await.expect("load");
+    let (old, new) = source
+        .update(|map| {
+            let mut builder = map.to_builder();
+            builder.devices[1].up = false;
+            Ok(builder)
+        })
+        .await
+        .expect("update");
+    assert_eq!(old, before);
+    assert_eq!(new.epoch(), Epoch(before.epoch().0 + 1));
+    assert!(!new.to_builder().devices[1].up);
+    assert_eq!(source.load().await.expect("load"), new);
+
+    let refused = source.update(|_| Err("device 99 does not exist".to_string())).await;
+    let error = refused.expect_err("the change refused");
+    assert_eq!(error.to_string(), "the change was refused: device 99 does not exist");
+    let invalid = source
+        .update(|map| {
+            let mut builder = map.to_builder();
+            builder.devices.push(builder.devices[0].clone());
+            Ok(builder)
+        })
+        .await;
+    assert!(matches!(invalid, Err(ClusterError::Change(_))), "a duplicate device: {invalid:?}");
+    assert_eq!(source.load().await.expect("load"), new, "refused changes store nothing");
+}
+
+async fn all(source: &MapSource) {
+    load_initialize_replace(source).await;
+    compare_and_swap(source).await;
+    update(source).await;
+}
+
+#[tokio::test]
+async fn a_map_file_loads_initializes_replaces_swaps_and_updates() {
+    let (dir, source) = file_source();
+    all(&source).await;
+    assert!(dir.path().join("map.toml.lock").is_file(), "the lock file stays");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().to_string())
+        .filter(|name| name.contains(".tmp."))
+        .collect();
+    assert!(leftovers.is_empty(), "no temporary files left: {leftovers:?}");
+}
+
+#[tokio::test]
+async fn a_map_file_in_a_new_directory_is_created_by_initialize() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nested = dir.path().join("a/b");
+    let source = MapSource::parse(&nested.display().to_string()).expect("a directory");
+    assert!(source.initialize(&small_map()).await.expect("initialize"));
+    assert!(nested.join("map.toml").is_file());
+    // The synchronous functions read the same file.
+    let map = optio_cluster::mapstore::load(&nested.join("map.toml")).expect("load");
+    assert_eq!(map, small_map());
+    let next =
+        optio_cluster::mapstore::update(&nested.join("map.toml"), |b| b.devices[2].up = false)
+            .expect("update");
+    assert_eq!(source.load().await.expect("load"), next);
+}
+
+#[tokio::test]
+async fn etcd_loads_initializes_replaces_swaps_and_updates() {
+    let Some(etcd) = etcd() else { return };
+    let source = MapSource::parse(&etcd.url()).expect("etcd");
+    all(&source).await;
+
+    // The layout: the map as Optio TOML and its epoch in decimal, side by side.
+    let map = source.load().await.expect("load");
+    let text = etcd_get(&etcd.endpoint(), "/optio/map").await.expect("the map key");
+    assert_eq!(optio_mapfile::parse(&text).expect("Optio TOML"), map);
+    let epoch = etcd_get(&etcd.endpoint(), "/optio/epoch").await.expect("the epoch key");
+    assert_eq!(epoch, map.epoch().0.to_string());
+
+    // Prefixes keep clusters apart.
+    let other = MapSource::parse(&format!("{}/other", etcd.url())).expect("etcd");
+    assert!(other.load_if_present().await.expect("load").is_none());
+}
+
+#[tokio::test]
+async fn etcd_swaps_a_map_put_by_hand_and_heals_its_epoch_key() {
+    let Some(etcd) = etcd() else { return };
+    let source = MapSource::parse(&format!("{}/hand", etcd.url())).expect("etcd");
+    let map = at_epoch(&small_map(), 3, "");
+    // As `etcdctl put /hand/map < map.toml` would: no epoch key.
+    etcd_put(&etcd.endpoint(), "/hand/map", &optio_mapfile::optio_toml::write(&map)).await;
+    assert_eq!(source.load().await.expect("load"), map);
+    let error = source
+        .compare_and_swap(Epoch(2), &at_epoch(&map, 4, "x"))
+        .await
+        .expect_err("epoch 2 is not stored");
+    assert!(matches!(error, ClusterError::Conflict { expected: Epoch(2), found: Epoch(3) }));
+    source.compare_and_swap(Epoch(3), &at_epoch(&map, 4, "x")).await.expect("swap");
+    assert_eq!(etcd_get(&etcd.endpoint(), "/hand/epoch").await.as_deref(), Some("4"));
+    // An epoch key out of step (the map put by hand again at epoch 7) heals too.
+    etcd_put(
+        &etcd.endpoint(),
+        "/hand/map",
+        &optio_mapfile::optio_toml::write(&at_epoch(&map, 7, "")),
+    )
+    .await;
+    source.compare_and_swap(Epoch(7), &at_epoch(&map, 8, "y")).await.expect("swap");
+    assert_eq!(etcd_get(&etcd.endpoint(), "/hand/epoch").await.as_deref(), Some("8"));
+    assert_eq!(source.load().await.expect("load").epoch(), Epoch(8));
+}

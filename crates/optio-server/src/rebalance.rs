@@ -1,0 +1,675 @@
+//! Rebalancing: when the map's epoch changes, a server moves what it holds to where the new
+//! map places it — objects, tombstones and choice records — rate-limited, with bounded
+//! concurrency, resuming after a restart.
+//!
+//! **What moves.** For every object (or tombstone) a device holds, the header's candidate
+//! seed gives its replica set under the new map, `new`, and under the last map this server
+//! finished rebalancing to, `old` (kept in memory and in `rebalanced-map.toml` in the state
+//! directory, so that a restart resumes where it stood). Copies go to the members of `new`
+//! that are not in `old`; the device drops its own copy when it is not in `new`, once every
+//! member of `new` holds this version or a newer one. Elastic pools are placed at full power
+//! (membership versions change who is written to, not where data belongs: copies offloaded
+//! while servers were inactive are selective re-integration's work, not rebalancing's). A
+//! choice record whose home (candidate 0's primary) changed goes to the new home
+//! (create-if-absent: a record already there wins) and is then removed here.
+//!
+//! **Who sends.** Each copy is sent by one holder: the first member of `old` that is still
+//! in the map and up (the *designated* sender) sends without asking; the other holders only
+//! ask (HEAD) before dropping their own copy, and send only what is missing. When `old` is
+//! unknown, or in a retry round, every transfer asks first.
+//!
+//! **Safety.** Transfers carry the object's version; a target keeps the newest version and
+//! refuses an older one, and a delete leaves a tombstone, so a transfer that races with a
+//! client's write or delete never brings back an older state. A copy is dropped only after
+//! its targets confirmed, and only if it did not change meanwhile. Everything a round could
+//! not finish (a target unreachable, full, or at an older epoch) is retried in the next round,
+//! with backoff, until it succeeds or a newer map arrives.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use optio_net::{Call, Endpoint, Failure, Transport};
+use optio_placement::{DeviceId, PoolId, ReplicaSet};
+use optio_proto::{ChoiceRecord, ErrorKind, MigrationPhase, MigrationStatus, wire};
+use reqwest::Method;
+
+use crate::mapstate::{MapState, ServerMap};
+use crate::store::{DeviceStore, Held};
+
+/// Transfers in flight at once, by default.
+pub const CONCURRENCY_DEFAULT: usize = 4;
+/// Most transfers in flight at once.
+pub const CONCURRENCY_MAX: usize = 256;
+/// The file, in the state directory, holding the map the server last finished rebalancing to.
+pub const REBALANCED_MAP_FILE: &str = "rebalanced-map.toml";
+/// First wait before retrying what a round could not finish; doubles up to the maximum.
+const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(500);
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// Rate and ETA are computed over this window.
+const RATE_WINDOW: Duration = Duration::from_secs(5);
+
+/// How a server rebalances.
+#[derive(Clone, Debug)]
+pub struct MigrationConfig {
+    /// Bytes per second sent at most (`None`: no limit).
+    pub rate_bytes_per_sec: Option<u64>,
+    /// Transfers in flight at once (1 to [`CONCURRENCY_MAX`]).
+    pub concurrency: usize,
+    /// Where the server keeps what it must remember across restarts (`None`: nothing kept; a
+    /// restart re-checks every copy).
+    pub state_dir: Option<PathBuf>,
+}
+
+impl Default for MigrationConfig {
+    fn default() -> MigrationConfig {
+        MigrationConfig {
+            rate_bytes_per_sec: None,
+            concurrency: CONCURRENCY_DEFAULT,
+            state_dir: None,
+        }
+    }
+}
+
+/// One copy to send or check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Send without asking (the designated sender, first round).
+    Send,
+    /// Ask first; send only if the target lacks this version.
+    Check,
+}
+
+#[derive(Clone, Debug)]
+struct CopyTask {
+    device: u32,
+    held: Held,
+    targets: Vec<(u32, Mode)>,
+    /// Drop this device's copy once every target has it.
+    drop_local: bool,
+}
+
+#[derive(Clone, Debug)]
+struct RecordTask {
+    device: u32,
+    pool: PoolId,
+    key: String,
+    record: ChoiceRecord,
+    home: u32,
+}
+
+#[derive(Default)]
+struct Plan {
+    copies: Vec<CopyTask>,
+    records: Vec<RecordTask>,
+}
+
+/// Token bucket over bytes sent.
+struct RateLimiter {
+    rate: Option<u64>,
+    state: tokio::sync::Mutex<(f64, Instant)>,
+}
+
+impl RateLimiter {
+    fn new(rate: Option<u64>) -> RateLimiter {
+        RateLimiter { rate, state: tokio::sync::Mutex::new((0.0, Instant::now())) }
+    }
+
+    /// Waits until `bytes` may be sent. The bucket holds at most one second of rate; a
+    /// transfer larger than that goes into debt, paid by the next ones.
+    async fn acquire(&self, bytes: u64) {
+        let Some(rate) = self.rate.filter(|r| *r > 0) else { return };
+        let rate = rate as f64;
+        let wait = {
+            let mut state = self.state.lock().await;
+            let now = Instant::now();
+            let refill = now.duration_since(state.1).as_secs_f64() * rate;
+            state.0 = (state.0 + refill).min(rate);
+            state.1 = now;
+            state.0 -= bytes as f64;
+            if state.0 < 0.0 { Duration::from_secs_f64(-state.0 / rate) } else { Duration::ZERO }
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+#[derive(Default)]
+struct Progress {
+    copies_done: AtomicU64,
+    bytes_moved: AtomicU64,
+    copies_removed: AtomicU64,
+    records_moved: AtomicU64,
+    failures: AtomicU64,
+    total_bytes_moved: AtomicU64,
+    total_copies_moved: AtomicU64,
+}
+
+/// A server's rebalancer.
+pub struct Rebalancer {
+    devices: HashMap<u32, Arc<DeviceStore>>,
+    map: Arc<MapState>,
+    config: MigrationConfig,
+    transport: Transport,
+    limiter: RateLimiter,
+    progress: Progress,
+    status: Mutex<MigrationStatus>,
+    samples: Mutex<Vec<(Instant, u64)>>,
+}
+
+/// How one transfer ended.
+enum Sent {
+    /// The target holds this version or a newer one (`bytes` sent to make it so).
+    Confirmed { bytes: u64 },
+    /// This device's copy changed meanwhile: plan again.
+    Changed,
+}
+
+impl Rebalancer {
+    /// A rebalancer for `devices`, following `map`.
+    pub fn new(
+        devices: HashMap<u32, Arc<DeviceStore>>,
+        map: Arc<MapState>,
+        config: MigrationConfig,
+    ) -> Result<Rebalancer, String> {
+        if config.concurrency == 0 || config.concurrency > CONCURRENCY_MAX {
+            return Err(format!(
+                "migration concurrency must be 1 to {CONCURRENCY_MAX}, not {}",
+                config.concurrency
+            ));
+        }
+        Ok(Rebalancer {
+            devices,
+            map,
+            limiter: RateLimiter::new(config.rate_bytes_per_sec),
+            config,
+            transport: Transport::new()?,
+            progress: Progress::default(),
+            status: Mutex::new(MigrationStatus::default()),
+            samples: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The current progress.
+    pub fn status(&self) -> MigrationStatus {
+        self.status.lock().expect("status lock").clone()
+    }
+
+    /// The map this server last finished rebalancing to, from the state directory.
+    fn load_rebalanced(&self) -> Option<Arc<ServerMap>> {
+        let path = self.config.state_dir.as_ref()?.join(REBALANCED_MAP_FILE);
+        let text = std::fs::read_to_string(&path).ok()?;
+        match optio_mapfile::parse(&text).map_err(|e| e.to_string()).and_then(ServerMap::new) {
+            Ok(map) => Some(Arc::new(map)),
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "ignoring the last rebalanced map");
+                None
+            }
+        }
+    }
+
+    fn store_rebalanced(&self, map: &ServerMap) {
+        let Some(dir) = &self.config.state_dir else { return };
+        let path = dir.join(REBALANCED_MAP_FILE);
+        let temp = dir.join(format!("{REBALANCED_MAP_FILE}.tmp"));
+        let text = optio_mapfile::optio_toml::write(&map.map);
+        let written = std::fs::write(&temp, text)
+            .and_then(|()| std::fs::File::open(&temp)?.sync_all())
+            .and_then(|()| std::fs::rename(&temp, &path))
+            .and_then(|()| std::fs::File::open(dir)?.sync_all());
+        if let Err(error) = written {
+            tracing::warn!(path = %path.display(), %error, "cannot store the rebalanced map");
+        }
+    }
+
+    /// Runs until the process ends: rebalances to every new map.
+    pub async fn run(self: Arc<Self>) {
+        let mut changes = self.map.subscribe();
+        let mut old = tokio::task::spawn_blocking({
+            let this = self.clone();
+            move || this.load_rebalanced()
+        })
+        .await
+        .ok()
+        .flatten();
+        loop {
+            let Some(new) = changes.borrow_and_update().clone() else {
+                if changes.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            };
+            if old.as_ref().is_some_and(|o| o.epoch() == new.epoch()) {
+                self.finish(&new);
+                if changes.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            let mut backoff = RETRY_BACKOFF_MIN;
+            let mut first_round = true;
+            let done = loop {
+                self.begin_round(new.epoch(), first_round);
+                let plan = self.plan(&new, old.as_deref(), first_round);
+                let finished = tokio::select! {
+                    finished = self.execute(&new, plan) => finished,
+                    _ = changes.changed() => break false,
+                };
+                if finished {
+                    break true;
+                }
+                first_round = false;
+                self.set_phase(MigrationPhase::Retrying);
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = changes.changed() => break false,
+                }
+                backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+            };
+            if done {
+                let store = self.clone();
+                let finished = new.clone();
+                let _ =
+                    tokio::task::spawn_blocking(move || store.store_rebalanced(&finished)).await;
+                old = Some(new.clone());
+                self.finish(&new);
+                tracing::info!(epoch = new.epoch(), "rebalancing done");
+                if changes.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    fn begin_round(&self, epoch: u64, first_round: bool) {
+        let mut status = self.status.lock().expect("status lock");
+        if status.epoch != epoch || first_round {
+            self.progress.copies_done.store(0, Ordering::Relaxed);
+            self.progress.bytes_moved.store(0, Ordering::Relaxed);
+            self.progress.copies_removed.store(0, Ordering::Relaxed);
+            self.progress.records_moved.store(0, Ordering::Relaxed);
+        }
+        self.progress.failures.store(0, Ordering::Relaxed);
+        status.epoch = epoch;
+        status.phase = MigrationPhase::Planning;
+        status.last_error = None;
+    }
+
+    fn set_phase(&self, phase: MigrationPhase) {
+        self.status.lock().expect("status lock").phase = phase;
+        self.refresh_status(None);
+    }
+
+    fn finish(&self, map: &ServerMap) {
+        {
+            let mut status = self.status.lock().expect("status lock");
+            status.epoch = map.epoch();
+            status.phase = MigrationPhase::Done;
+            status.remaining_copies = 0;
+            status.remaining_bytes = 0;
+            status.eta_seconds = Some(0);
+        }
+        self.refresh_status(None);
+    }
+
+    /// Refreshes the counters of the status (and, with `planned`, the plan's size).
+    fn refresh_status(&self, planned: Option<(u64, u64)>) {
+        let p = &self.progress;
+        let bytes_moved = p.bytes_moved.load(Ordering::Relaxed);
+        let total = p.total_bytes_moved.load(Ordering::Relaxed);
+        let now = Instant::now();
+        let rate = {
+            let mut samples = self.samples.lock().expect("samples lock");
+            samples.push((now, total));
+            samples.retain(|(at, _)| now.duration_since(*at) <= RATE_WINDOW);
+            let (first_at, first_total) = samples[0];
+            let seconds = now.duration_since(first_at).as_secs_f64();
+            if seconds > 0.2 { ((total - first_total) as f64 / seconds) as u64 } else { 0 }
+        };
+        let mut status = self.status.lock().expect("status lock");
+        if let Some((copies, bytes)) = planned {
+            status.copies_planned = copies;
+            status.bytes_planned = bytes;
+        }
+        status.copies_done = p.copies_done.load(Ordering::Relaxed);
+        status.bytes_moved = bytes_moved;
+        status.copies_removed = p.copies_removed.load(Ordering::Relaxed);
+        status.records_moved = p.records_moved.load(Ordering::Relaxed);
+        status.failures = p.failures.load(Ordering::Relaxed);
+        status.total_bytes_moved = total;
+        status.total_copies_moved = p.total_copies_moved.load(Ordering::Relaxed);
+        if status.phase != MigrationPhase::Done {
+            status.remaining_copies = status.copies_planned.saturating_sub(status.copies_done);
+            status.remaining_bytes = status.bytes_planned.saturating_sub(bytes_moved);
+            status.eta_seconds = (rate > 0).then(|| status.remaining_bytes / rate);
+        }
+        status.rate_bytes_per_sec = rate;
+        status.updated_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+    }
+
+    /// What this server must do to bring what it holds from `old` (if known) to `new`.
+    fn plan(&self, new: &ServerMap, old: Option<&ServerMap>, first_round: bool) -> Plan {
+        let mut plan = Plan::default();
+        let mut scratch = new.placement.scratch();
+        let mut old_scratch = old.map(|o| o.placement.scratch());
+        let mut set = ReplicaSet::new();
+        let mut old_set = ReplicaSet::new();
+        let mut ids: Vec<u32> = self.devices.keys().copied().collect();
+        ids.sort_unstable();
+        for device in ids {
+            let store = &self.devices[&device];
+            let me = DeviceId(device);
+            for held in store.held() {
+                let Some(pool) = new.placement.pool(held.pool) else { continue };
+                let Some(seed) = held.pg_seed else { continue };
+                pool.place_full_power(pool.key_of_seed(seed), &mut scratch, &mut set);
+                let old_members: Option<Vec<u32>> =
+                    old.zip(old_scratch.as_mut()).and_then(|(old, old_scratch)| {
+                        let pool = old.placement.pool(held.pool)?;
+                        pool.place_full_power(pool.key_of_seed(seed), old_scratch, &mut old_set);
+                        Some(old_set.devices().map(|d| d.0).collect())
+                    });
+                if set.is_empty() {
+                    // Nowhere to go (every device of the set down or out): keep the copy.
+                    continue;
+                }
+                let in_new = set.contains(me);
+                let elastic = pool.elastic().is_some();
+                if elastic && !in_new && old_members.as_ref().is_none_or(|o| !o.contains(&device)) {
+                    // Offloaded by an elastic resize: re-integration's, not rebalancing's.
+                    continue;
+                }
+                let new_members: Vec<u32> = set.devices().map(|d| d.0).collect();
+                let sender = old_members.as_ref().and_then(|o| designated(o, &new.map));
+                let mut targets = Vec::new();
+                for &target in new_members.iter().filter(|&&t| t != device) {
+                    let is_new = old_members.as_ref().is_none_or(|o| !o.contains(&target));
+                    if in_new && !is_new {
+                        continue;
+                    }
+                    if in_new && sender.is_some_and(|s| s != device) && old_members.is_some() {
+                        // Another holder sends it; this copy stays where it is.
+                        continue;
+                    }
+                    let mode = if first_round && sender == Some(device) && is_new {
+                        Mode::Send
+                    } else {
+                        Mode::Check
+                    };
+                    targets.push((target, mode));
+                }
+                if targets.is_empty() && in_new {
+                    continue;
+                }
+                plan.copies.push(CopyTask { device, held, targets, drop_local: !in_new });
+            }
+            for (pool_id, key, record) in store.records() {
+                let Some(pool) = new.placement.pool(pool_id) else { continue };
+                let mut candidates = optio_placement::choice::Candidates::new();
+                pool.candidates(&key, &mut scratch, &mut candidates);
+                let Some(home) = candidates.iter().next().and_then(|(_, set)| set.primary()) else {
+                    continue;
+                };
+                if home != me {
+                    plan.records.push(RecordTask {
+                        device,
+                        pool: pool_id,
+                        key,
+                        record,
+                        home: home.0,
+                    });
+                }
+            }
+        }
+        plan
+    }
+
+    /// Carries out a plan; returns whether every task finished.
+    async fn execute(&self, map: &ServerMap, plan: Plan) -> bool {
+        let copies = plan.copies.len() as u64;
+        // At most: every target may need the whole file (a check finds most already there).
+        let bytes: u64 = plan
+            .copies
+            .iter()
+            .filter(|t| !t.held.deleted)
+            .map(|t| t.held.file_bytes * t.targets.len() as u64)
+            .sum();
+        if copies > 0 || !plan.records.is_empty() {
+            tracing::info!(
+                epoch = map.epoch(),
+                copies,
+                bytes,
+                records = plan.records.len(),
+                "rebalancing"
+            );
+        }
+        self.status.lock().expect("status lock").phase = MigrationPhase::Moving;
+        self.refresh_status(Some((copies, bytes)));
+        let ticker = async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                self.refresh_status(None);
+            }
+        };
+        let work = async {
+            let copy_results: Vec<bool> = futures_util::stream::iter(plan.copies)
+                .map(|task| self.run_copy(map, task))
+                .buffer_unordered(self.config.concurrency)
+                .collect()
+                .await;
+            let record_results: Vec<bool> = futures_util::stream::iter(plan.records)
+                .map(|task| self.run_record(map, task))
+                .buffer_unordered(self.config.concurrency)
+                .collect()
+                .await;
+            copy_results.iter().chain(&record_results).all(|ok| *ok)
+        };
+        let finished = tokio::select! {
+            finished = work => finished,
+            _ = ticker => unreachable!("the ticker never ends"),
+        };
+        self.refresh_status(None);
+        finished
+    }
+
+    fn fail(&self, error: String) -> bool {
+        tracing::debug!(%error, "a rebalancing transfer failed");
+        self.progress.failures.fetch_add(1, Ordering::Relaxed);
+        self.status.lock().expect("status lock").last_error = Some(error);
+        false
+    }
+
+    async fn run_copy(&self, map: &ServerMap, task: CopyTask) -> bool {
+        let store = self.devices[&task.device].clone();
+        let mut data: Option<bytes::Bytes> = None;
+        for &(target, mode) in &task.targets {
+            let endpoint = match endpoint(map, target) {
+                Ok(endpoint) => endpoint,
+                Err(error) => return self.fail(error),
+            };
+            match self.send(map, &store, &task.held, &endpoint, mode, &mut data).await {
+                Ok(Sent::Confirmed { bytes }) => {
+                    if bytes > 0 {
+                        self.progress.bytes_moved.fetch_add(bytes, Ordering::Relaxed);
+                        self.progress.total_bytes_moved.fetch_add(bytes, Ordering::Relaxed);
+                        self.progress.total_copies_moved.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Ok(Sent::Changed) => {
+                    self.progress.copies_done.fetch_add(1, Ordering::Relaxed);
+                    return true;
+                }
+                Err(error) => {
+                    return self.fail(format!(
+                        "{} '{}' to device {target} at {}: {error}",
+                        if task.held.deleted { "tombstone of" } else { "object" },
+                        task.held.key,
+                        endpoint.addr
+                    ));
+                }
+            }
+        }
+        if task.drop_local {
+            let held = task.held.clone();
+            let store = store.clone();
+            let purged = tokio::task::spawn_blocking(move || {
+                store.purge(held.pool, &held.key, Some(held.version))
+            })
+            .await;
+            match purged {
+                Ok(Ok(true)) => {
+                    self.progress.copies_removed.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Ok(false)) => {}
+                // A newer version arrived meanwhile: the next epoch's plan decides.
+                Ok(Err(crate::StoreError::VersionConflict { .. })) => {}
+                Ok(Err(error)) => {
+                    return self.fail(format!("dropping '{}': {error}", task.held.key));
+                }
+                Err(error) => return self.fail(format!("dropping '{}': {error}", task.held.key)),
+            }
+        }
+        self.progress.copies_done.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Makes `endpoint` hold `held` (or newer).
+    async fn send(
+        &self,
+        map: &ServerMap,
+        store: &Arc<DeviceStore>,
+        held: &Held,
+        endpoint: &Endpoint,
+        mode: Mode,
+        data: &mut Option<bytes::Bytes>,
+    ) -> Result<Sent, String> {
+        let call = |method: Method| Call {
+            method,
+            endpoint,
+            area: "objects",
+            pool: held.pool,
+            key: Some(&held.key),
+            query: None,
+            headers: Vec::new(),
+            body: None,
+            epoch: map.epoch(),
+        };
+        if mode == Mode::Check {
+            let answer = self.transport.send(call(Method::HEAD)).await.map_err(describe)?;
+            let there = answer.info.as_ref().map(|i| i.version).or(answer.deleted);
+            if there.is_some_and(|v| v >= held.version) {
+                return Ok(Sent::Confirmed { bytes: 0 });
+            }
+        }
+        if held.deleted {
+            let mut delete = call(Method::DELETE);
+            delete.headers.push((wire::VERSION, held.version.0.to_string()));
+            return match self.transport.send(delete).await {
+                Ok(_) => Ok(Sent::Confirmed { bytes: 0 }),
+                Err((f, _))
+                    if matches!(
+                        f.kind(),
+                        Some(ErrorKind::NotFound | ErrorKind::VersionConflict)
+                    ) =>
+                {
+                    Ok(Sent::Confirmed { bytes: 0 })
+                }
+                Err(failure) => Err(describe(failure)),
+            };
+        }
+        if data.is_none() {
+            let reader = store.clone();
+            let (pool, key) = (held.pool, held.key.clone());
+            let read = tokio::task::spawn_blocking(move || reader.get(pool, &key))
+                .await
+                .map_err(|e| format!("read task failed: {e}"))?;
+            match read {
+                Ok((info, bytes)) if info.version == held.version => {
+                    *data = Some(bytes::Bytes::from(bytes));
+                }
+                // Overwritten, deleted or damaged meanwhile: plan again.
+                Ok(_) | Err(_) => return Ok(Sent::Changed),
+            }
+        }
+        let body = data.clone().expect("read above");
+        self.limiter.acquire(held.file_bytes).await;
+        let mut put = call(Method::PUT);
+        put.headers.push((wire::VERSION, held.version.0.to_string()));
+        put.headers.push((wire::CHECKSUM, format!("{:08x}", optio_proto::checksum(&body))));
+        if let Some(seed) = held.pg_seed {
+            put.headers.push((wire::PG, seed.to_string()));
+        }
+        put.body = Some(body);
+        match self.transport.send(put).await {
+            Ok(_) => Ok(Sent::Confirmed { bytes: held.file_bytes }),
+            Err((f, _)) if f.kind() == Some(ErrorKind::VersionConflict) => {
+                Ok(Sent::Confirmed { bytes: held.file_bytes })
+            }
+            Err(failure) => Err(describe(failure)),
+        }
+    }
+
+    async fn run_record(&self, map: &ServerMap, task: RecordTask) -> bool {
+        let endpoint = match endpoint(map, task.home) {
+            Ok(endpoint) => endpoint,
+            Err(error) => return self.fail(error),
+        };
+        let call = Call {
+            method: Method::PUT,
+            endpoint: &endpoint,
+            area: "choices",
+            pool: task.pool,
+            key: Some(&task.key),
+            query: None,
+            headers: vec![(wire::CHOICE, wire::choice_header(&task.record))],
+            body: None,
+            epoch: map.epoch(),
+        };
+        if let Err(failure) = self.transport.send(call).await {
+            return self.fail(format!(
+                "choice record of '{}' to device {} at {}: {}",
+                task.key,
+                task.home,
+                endpoint.addr,
+                describe(failure)
+            ));
+        }
+        let store = self.devices[&task.device].clone();
+        let removed = tokio::task::spawn_blocking(move || {
+            let _ = store.delete_record(task.pool, &task.key);
+            store.commit_records()
+        })
+        .await;
+        if let Ok(Err(error)) = removed {
+            return self.fail(format!("removing a moved choice record: {error}"));
+        }
+        self.progress.records_moved.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+}
+
+/// The first member of `old` that is still in `map` and up: the holder that sends a copy to
+/// a new member.
+fn designated(old: &[u32], map: &optio_placement::ClusterMap) -> Option<u32> {
+    old.iter().copied().find(|d| map.device(DeviceId(*d)).is_some_and(|d| d.up))
+}
+
+fn endpoint(map: &ServerMap, device: u32) -> Result<Endpoint, String> {
+    let addr = map
+        .map
+        .device(DeviceId(device))
+        .and_then(|d| d.addr.clone())
+        .ok_or_else(|| format!("device {device} has no address in the map"))?;
+    Ok(Endpoint { device, addr })
+}
+
+fn describe((failure, _): (Failure, Option<optio_proto::DeviceMetrics>)) -> String {
+    failure.to_string()
+}

@@ -1,0 +1,433 @@
+//! Editing the live map: `optio map add-device | remove-device | reweight | set-state |
+//! set-attr | activate | deactivate` and `optio resize`. Each loads the map from where it
+//! lives (a file or etcd), applies one change, prints what it will move, and stores the next
+//! epoch with a compare-and-swap: an edit made concurrently by someone else makes this one
+//! fail with "the map changed underneath you", never silently overwrite it.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use optio_cluster::source::MapSource;
+use optio_placement::analysis::movement;
+use optio_placement::{ActiveSpec, ClusterMap, DeviceId, DeviceSpec, MapChange, Placement, Weight};
+
+use crate::output::{bytes, parse_size};
+
+/// Where the live map is.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LiveMap {
+    /// The map: a map file, a cluster directory, or etcd://HOST:PORT[/prefix].
+    #[arg(long, value_name = "SOURCE")]
+    pub map: Option<String>,
+    /// The cluster directory `optio up` printed (its map, in a file or in etcd).
+    #[arg(long, env = "OPTIO_CLUSTER", value_name = "DIR")]
+    pub cluster: Option<PathBuf>,
+}
+
+impl LiveMap {
+    /// The map source named.
+    pub fn source(&self) -> Result<MapSource> {
+        match (&self.map, &self.cluster) {
+            (Some(spec), _) => Ok(MapSource::parse(spec)?),
+            (None, Some(dir)) => Ok(optio_cluster::local::cluster_source(dir)?),
+            (None, None) => bail!(
+                "which map? pass --map FILE|DIR|etcd://HOST:PORT, or --cluster DIR (or set OPTIO_CLUSTER)"
+            ),
+        }
+    }
+}
+
+/// What every edit takes besides its own arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EditArgs {
+    #[command(flatten)]
+    pub live: LiveMap,
+    /// Show what the change would move, and store nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Objects simulated per pool to estimate what moves.
+    #[arg(long, default_value_t = 20_000)]
+    pub objects: u64,
+}
+
+/// `optio map add-device`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Example:
+  optio map add-device --id 9 --at zone=z2,host=z2-h4 --capacity 16GiB --addr 127.0.0.1:7009")]
+pub struct AddDeviceArgs {
+    /// Device id (unique).
+    #[arg(long)]
+    pub id: u32,
+    /// Name (default osd.ID).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Location as TYPE=NAME pairs, outermost first (missing buckets are created).
+    #[arg(long, value_name = "TYPE=NAME,...")]
+    pub at: String,
+    /// Capacity.
+    #[arg(long, value_parser = parse_size)]
+    pub capacity: u64,
+    /// CRUSH weight (default: capacity in TiB).
+    #[arg(long)]
+    pub weight: Option<f64>,
+    /// Bandwidth, MB/s.
+    #[arg(long, default_value_t = 0)]
+    pub bandwidth: u32,
+    /// Device class.
+    #[arg(long)]
+    pub class: Option<String>,
+    /// Address of the server that serves it (HOST:PORT).
+    #[arg(long)]
+    pub addr: Option<String>,
+    #[command(flatten)]
+    pub edit: EditArgs,
+}
+
+/// `optio map remove-device`.
+#[derive(clap::Args, Debug)]
+pub struct RemoveDeviceArgs {
+    /// Device id or name.
+    pub device: String,
+    /// Remove it even if it holds the last copy of something (that data is lost), or its
+    /// server cannot be asked.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub edit: EditArgs,
+}
+
+/// `optio map reweight`.
+#[derive(clap::Args, Debug)]
+pub struct ReweightArgs {
+    /// Device id or name.
+    pub device: String,
+    /// The new CRUSH weight, or with --override the reweight (0 to 1).
+    pub weight: f64,
+    /// Set the reweight (the share of its weight placement honours, 0 to 1) instead of the
+    /// CRUSH weight.
+    #[arg(long = "override")]
+    pub reweight: bool,
+    #[command(flatten)]
+    pub edit: EditArgs,
+}
+
+/// `optio map set-state`.
+#[derive(clap::Args, Debug)]
+pub struct SetStateArgs {
+    /// Device id or name.
+    pub device: String,
+    /// Mark it up.
+    #[arg(long, conflicts_with = "down")]
+    pub up: bool,
+    /// Mark it down (its copies are not read; placement skips it).
+    #[arg(long)]
+    pub down: bool,
+    /// Mark it in.
+    #[arg(long = "in", conflicts_with = "out")]
+    pub is_in: bool,
+    /// Mark it out (its data moves to the others).
+    #[arg(long)]
+    pub out: bool,
+    #[command(flatten)]
+    pub edit: EditArgs,
+}
+
+/// `optio map set-attr`.
+#[derive(clap::Args, Debug)]
+pub struct SetAttrArgs {
+    /// Device id or name.
+    pub device: String,
+    /// Capacity.
+    #[arg(long, value_parser = parse_size)]
+    pub capacity: Option<u64>,
+    /// Bandwidth, MB/s.
+    #[arg(long)]
+    pub bandwidth: Option<u32>,
+    /// Device class (`none` removes it).
+    #[arg(long)]
+    pub class: Option<String>,
+    /// Address of its server.
+    #[arg(long)]
+    pub addr: Option<String>,
+    #[command(flatten)]
+    pub edit: EditArgs,
+}
+
+/// `optio map activate` / `deactivate`.
+#[derive(clap::Args, Debug)]
+pub struct MembershipArgs {
+    /// Devices (ids or names) of the elastic membership.
+    #[arg(required = true)]
+    pub devices: Vec<String>,
+    #[command(flatten)]
+    pub edit: EditArgs,
+}
+
+/// `optio resize`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  optio resize --active 6     # ranks 1 to 6 active: writes skip the others (offloading)
+  optio resize --active 10    # full power again: re-integration moves what was offloaded")]
+pub struct ResizeArgs {
+    /// Servers to keep active: ranks 1 to N (at least the primaries, at most all).
+    #[arg(long)]
+    pub active: u32,
+    #[command(flatten)]
+    pub edit: EditArgs,
+}
+
+/// A device by id or name.
+pub fn find_device(map: &ClusterMap, text: &str) -> Result<DeviceId> {
+    if let Some(device) = map.devices().iter().find(|d| d.name == text) {
+        return Ok(device.id);
+    }
+    if let Ok(id) = text.parse::<u32>()
+        && map.device(DeviceId(id)).is_some()
+    {
+        return Ok(DeviceId(id));
+    }
+    bail!("no device '{text}' in the map; `optio map show` lists them")
+}
+
+fn weight(value: f64, what: &str) -> Result<Weight> {
+    Weight::from_f64(value)
+        .ok_or_else(|| anyhow::anyhow!("{what} {value} is out of range: use 0 to 65535"))
+}
+
+pub fn add_device(args: AddDeviceArgs) -> Result<()> {
+    let mut location = Vec::new();
+    for pair in args.at.split(',').filter(|p| !p.is_empty()) {
+        let Some((kind, name)) = pair.split_once('=') else {
+            bail!("--at '{}': '{pair}' is not TYPE=NAME (e.g. zone=z2,host=z2-h4)", args.at);
+        };
+        location.push((kind.trim().to_string(), name.trim().to_string()));
+    }
+    if location.is_empty() {
+        bail!("--at is empty: give the device's location, e.g. zone=z2,host=z2-h4");
+    }
+    let mut spec = DeviceSpec::new(args.id).capacity(args.capacity);
+    spec.name = args.name.unwrap_or_default();
+    spec.location = location;
+    spec.bandwidth_mb_per_s = args.bandwidth;
+    spec.class = args.class;
+    spec.addr = args.addr;
+    if let Some(w) = args.weight {
+        spec.weight = Some(weight(w, "--weight")?);
+    }
+    edit(&args.edit, |_| Ok(MapChange::AddDevice(spec)))
+}
+
+pub fn remove_device(args: RemoveDeviceArgs) -> Result<()> {
+    let force = args.force;
+    let device_text = args.device.clone();
+    edit_checked(
+        &args.edit,
+        |map| Ok(MapChange::RemoveDevice(find_device(map, &device_text)?)),
+        move |old, change| {
+            let MapChange::RemoveDevice(device) = change else { return Box::pin(async { Ok(()) }) };
+            let (old, device) = (old.clone(), *device);
+            Box::pin(async move {
+                if force {
+                    return Ok(());
+                }
+                crate::commands::status::check_not_last_copy(&old, device).await
+            })
+        },
+    )
+}
+
+pub fn reweight(args: ReweightArgs) -> Result<()> {
+    let (device, value, override_) = (args.device.clone(), args.weight, args.reweight);
+    edit(&args.edit, move |map| {
+        let device = find_device(map, &device)?;
+        if override_ {
+            if !(0.0..=1.0).contains(&value) {
+                bail!("a reweight is 0 to 1, not {value}");
+            }
+            Ok(MapChange::SetReweight { device, reweight: weight(value, "the reweight")? })
+        } else {
+            Ok(MapChange::SetWeight { device, weight: weight(value, "the weight")? })
+        }
+    })
+}
+
+pub fn set_state(args: SetStateArgs) -> Result<()> {
+    if !(args.up || args.down || args.is_in || args.out) {
+        bail!("say what to set: --up or --down, --in or --out");
+    }
+    let up = (args.up || args.down).then_some(args.up);
+    let is_in = (args.is_in || args.out).then_some(args.is_in);
+    let device = args.device.clone();
+    edit(&args.edit, move |map| {
+        Ok(MapChange::SetState { device: find_device(map, &device)?, up, is_in })
+    })
+}
+
+pub fn set_attr(args: SetAttrArgs) -> Result<()> {
+    if args.capacity.is_none()
+        && args.bandwidth.is_none()
+        && args.class.is_none()
+        && args.addr.is_none()
+    {
+        bail!("say what to set: --capacity, --bandwidth, --class or --addr");
+    }
+    let class = args.class.clone().map(|c| (c != "none").then_some(c));
+    let device = args.device.clone();
+    let (capacity_bytes, bandwidth_mb_per_s, addr) = (args.capacity, args.bandwidth, args.addr);
+    edit(&args.edit, move |map| {
+        Ok(MapChange::SetAttr {
+            device: find_device(map, &device)?,
+            capacity_bytes,
+            bandwidth_mb_per_s,
+            class,
+            addr,
+        })
+    })
+}
+
+pub fn activate(args: MembershipArgs, activate: bool) -> Result<()> {
+    let devices = args.devices.clone();
+    edit(&args.edit, move |map| {
+        let ids = devices.iter().map(|d| find_device(map, d)).collect::<Result<Vec<_>>>()?;
+        Ok(if activate { MapChange::Activate(ids) } else { MapChange::Deactivate(ids) })
+    })
+}
+
+pub fn resize(args: ResizeArgs) -> Result<()> {
+    let active = args.active;
+    edit(&args.edit, move |map| {
+        let Some(membership) = map.membership() else {
+            bail!("this map has no elastic pool, so there is no membership to resize");
+        };
+        let n = membership.order.len() as u32;
+        let primaries = map
+            .pools()
+            .iter()
+            .filter_map(|p| match p.engine {
+                optio_placement::EngineSpec::Elastic(params) => Some(params.primaries),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        if active < primaries.max(1) {
+            bail!(
+                "--active {active} is below the {primaries} primaries, which hold a copy of every object and stay active: use {} to {n}",
+                primaries.max(1)
+            );
+        }
+        if active > n {
+            bail!(
+                "--active {active} is above the {n} ranked servers: use {} to {n}",
+                primaries.max(1)
+            );
+        }
+        Ok(MapChange::SetActive(ActiveSpec::FirstRanks(active)))
+    })
+}
+
+type Check = Box<
+    dyn FnOnce(
+        &ClusterMap,
+        &MapChange,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>>>>,
+>;
+
+fn edit(args: &EditArgs, change: impl FnOnce(&ClusterMap) -> Result<MapChange>) -> Result<()> {
+    edit_checked(args, change, |_, _| Box::pin(async { Ok(()) }))
+}
+
+fn edit_checked(
+    args: &EditArgs,
+    change: impl FnOnce(&ClusterMap) -> Result<MapChange>,
+    check: impl FnOnce(
+        &ClusterMap,
+        &MapChange,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>>>>
+    + 'static,
+) -> Result<()> {
+    let check: Check = Box::new(check);
+    let source = args.live.source()?;
+    let runtime = crate::commands::runtime()?;
+    runtime.block_on(async move {
+        let old = source.load().await.with_context(|| format!("cannot load the map from {}", source.describe()))?;
+        let change = change(&old)?;
+        let new = old.apply(&change, old.epoch()).context("the change was refused")?;
+        print!("{}", what_moves(&old, &new, &change, args.objects)?);
+        check(&old, &change).await?;
+        if args.dry_run {
+            println!("dry run: nothing stored (the map stays at epoch {})", old.epoch());
+            return Ok(());
+        }
+        source.compare_and_swap(old.epoch(), &new).await?;
+        println!(
+            "stored epoch {} at {} (was {}); servers rebalance now: `optio status` shows their progress",
+            new.epoch(),
+            source.describe(),
+            old.epoch()
+        );
+        Ok(())
+    })
+}
+
+/// What a change moves, per pool, against the minimum (from simulated objects).
+pub fn what_moves(
+    old: &ClusterMap,
+    new: &ClusterMap,
+    change: &MapChange,
+    objects: u64,
+) -> Result<String> {
+    let mut out = String::new();
+    if let MapChange::SetActive(_) | MapChange::Activate(_) | MapChange::Deactivate(_) = change {
+        let membership = new.membership().expect("a membership change has a membership");
+        let before = old.membership().map_or(0, |m| m.active_count(m.current()));
+        let after = membership.active_count(membership.current());
+        let n = membership.order.len();
+        out.push_str(&format!(
+            "membership version {} → {}: {before} → {after} of {n} servers active\n",
+            old.membership().map_or(0, |m| m.current().version),
+            membership.current().version
+        ));
+        if after < before {
+            out.push_str("  nothing moves: data on the inactive servers stays there and every object keeps a copy on a primary; new writes to elastic pools skip the inactive servers (offloaded) and are recorded in the dirty table\n");
+        } else if after == n as u32 {
+            out.push_str("  full power: re-integration moves the offloaded copies recorded in the dirty table back to their servers, then empties it\n");
+        } else {
+            out.push_str("  re-integration moves the offloaded copies recorded in the dirty table to where this version places them\n");
+        }
+        for pool in new
+            .pools()
+            .iter()
+            .filter(|p| !matches!(p.engine, optio_placement::EngineSpec::Elastic(_)))
+        {
+            out.push_str(&format!(
+                "  pool '{}' ({}): not elastic, unaffected\n",
+                pool.name,
+                pool.engine.name()
+            ));
+        }
+        return Ok(out);
+    }
+    let placement_old = Placement::new(old)?;
+    let placement_new = Placement::new(new)?;
+    for pool in new.pools() {
+        let (Some(a), Some(b)) = (placement_old.pool(pool.id), placement_new.pool(pool.id)) else {
+            continue;
+        };
+        let m =
+            movement(old, &placement_old, new, &placement_new, a, b, objects, 4 << 20, &mut |_| {});
+        let unit = if b.has_pgs() { "PG copies" } else { "object copies (simulated)" };
+        let ratio = m.ratio_to_minimum();
+        out.push_str(&format!(
+            "pool '{}': {} of {} {unit} move ({:.2}%; {} of {} at 4 MiB per object); minimum {:.2}%{}\n",
+            pool.name,
+            m.moved,
+            m.copies,
+            if m.copies > 0 { m.moved as f64 * 100.0 / m.copies as f64 } else { 0.0 },
+            bytes(m.moved_bytes as f64),
+            bytes(m.bytes as f64),
+            m.minimum_share * 100.0,
+            if ratio.is_finite() && m.minimum_share > 0.0 { format!(", moved/minimum {ratio:.2}") } else { String::new() },
+        ));
+    }
+    Ok(out)
+}

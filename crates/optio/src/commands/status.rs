@@ -1,0 +1,365 @@
+//! `optio status`: every server's epoch and rebalancing progress — what it moved, what
+//! remains, its rate and ETA — asked from the servers themselves; and the check that keeps
+//! `optio map remove-device` from dropping the last copy of anything.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use futures_util::StreamExt;
+use optio_net::{Call, Endpoint, Transport};
+use optio_placement::{ClusterMap, DeviceId, Placement, PoolId, ReplicaSet};
+use optio_proto::{MigrationPhase, ObjectInfo};
+use optio_server::{Listing, ServerStatus};
+
+use super::edit::LiveMap;
+use crate::output::{Table, bytes};
+
+/// Arguments of `optio status`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  optio status --cluster /tmp/optio
+  optio status --map etcd://127.0.0.1:2379 --watch")]
+pub struct Args {
+    #[command(flatten)]
+    pub live: LiveMap,
+    /// Follow the progress with progress bars until every server is done.
+    #[arg(long)]
+    pub watch: bool,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One server's answer.
+pub struct ServerRow {
+    /// Its address.
+    pub addr: String,
+    /// The devices the map gives it.
+    pub devices: Vec<u32>,
+    /// Its status, or why it could not be read.
+    pub status: Result<ServerStatus, String>,
+}
+
+/// Asks every server named in the map for its status.
+pub async fn servers(map: &ClusterMap, transport: &Transport) -> Vec<ServerRow> {
+    let mut by_addr: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+    for device in map.devices() {
+        if let Some(addr) = &device.addr {
+            by_addr.entry(addr.clone()).or_default().push(device.id.0);
+        }
+    }
+    let answers = futures_util::future::join_all(by_addr.keys().map(|addr| async move {
+        let body = transport.server_status(addr).await.map_err(|f| f.to_string())?;
+        serde_json::from_slice::<ServerStatus>(&body).map_err(|e| format!("bad status: {e}"))
+    }))
+    .await;
+    by_addr
+        .into_iter()
+        .zip(answers)
+        .map(|((addr, devices), status)| ServerRow { addr, devices, status })
+        .collect()
+}
+
+fn phase_name(phase: MigrationPhase) -> &'static str {
+    match phase {
+        MigrationPhase::Starting => "starting",
+        MigrationPhase::Planning => "planning",
+        MigrationPhase::Moving => "moving",
+        MigrationPhase::Retrying => "retrying",
+        MigrationPhase::Done => "done",
+    }
+}
+
+fn eta(seconds: Option<u64>) -> String {
+    match seconds {
+        None => "-".into(),
+        Some(s) if s < 120 => format!("{s}s"),
+        Some(s) => format!("{}m{:02}s", s / 60, s % 60),
+    }
+}
+
+fn table(map: &ClusterMap, rows: &[ServerRow]) -> String {
+    let mut table = Table::new(&[
+        "server",
+        "devices",
+        "epoch",
+        "phase",
+        "moved",
+        "moved bytes",
+        "remaining",
+        "rate",
+        "ETA",
+        "note",
+    ])
+    .left(&[0, 1, 3, 9]);
+    for row in rows {
+        let devices = row.devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",");
+        match &row.status {
+            Ok(status) => {
+                let m = &status.migration;
+                let stale = status.epoch < map.epoch().0;
+                table.row(vec![
+                    row.addr.clone(),
+                    devices,
+                    status.epoch.to_string(),
+                    phase_name(m.phase).into(),
+                    format!("{}/{}", m.copies_done, m.copies_planned),
+                    bytes(m.bytes_moved as f64),
+                    bytes(m.remaining_bytes as f64),
+                    format!("{}/s", bytes(m.rate_bytes_per_sec as f64)),
+                    eta(m.eta_seconds),
+                    if stale {
+                        format!("behind the map's epoch {}", map.epoch())
+                    } else {
+                        m.last_error.clone().unwrap_or_default()
+                    },
+                ]);
+            }
+            Err(error) => table.row(vec![
+                row.addr.clone(),
+                devices,
+                "-".into(),
+                "unreachable".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                error.clone(),
+            ]),
+        }
+    }
+    table.render()
+}
+
+/// Whether every server holding an up device reports its migration done for `epoch`.
+pub fn all_done(map: &ClusterMap, rows: &[ServerRow]) -> bool {
+    rows.iter().all(|row| {
+        let up = row.devices.iter().any(|d| map.device(DeviceId(*d)).is_some_and(|d| d.up));
+        !up || row.status.as_ref().is_ok_and(|s| s.migration.settled_at(map.epoch().0))
+    })
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let source = args.live.source()?;
+    let runtime = crate::commands::runtime()?;
+    runtime.block_on(async move {
+        let transport = Transport::new().map_err(anyhow::Error::msg)?;
+        if !args.watch {
+            let map = source.load().await?;
+            let rows = servers(&map, &transport).await;
+            if args.json {
+                let json: Vec<serde_json::Value> = rows
+                    .iter()
+                    .map(|r| match &r.status {
+                        Ok(s) => serde_json::json!({"addr": r.addr, "devices": r.devices, "epoch": s.epoch, "migration": s.migration}),
+                        Err(e) => serde_json::json!({"addr": r.addr, "devices": r.devices, "error": e}),
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "map": source.describe(), "epoch": map.epoch().0,
+                        "settled": all_done(&map, &rows), "servers": json,
+                    }))?
+                );
+            } else {
+                println!("map {} at epoch {}", source.describe(), map.epoch());
+                print!("{}", table(&map, &rows));
+                if let Some(line) = reintegration_line(&source, &map).await {
+                    println!("{line}");
+                }
+                println!(
+                    "{}",
+                    if all_done(&map, &rows) {
+                        "every server is done: data is where this epoch places it"
+                    } else {
+                        "rebalancing is under way (`optio status --watch` follows it)"
+                    }
+                );
+            }
+            return Ok(());
+        }
+        watch(&source, &transport).await
+    })
+}
+
+/// What re-integration reports, if it runs (elastic maps).
+async fn reintegration_line(
+    source: &optio_cluster::source::MapSource,
+    map: &ClusterMap,
+) -> Option<String> {
+    let membership = map.membership()?;
+    let statuses = source.statuses::<optio_client::ReintegrationStatus>().await.ok()?;
+    let current = membership.current();
+    let mut line = format!(
+        "membership version {}: {} of {} servers active{}",
+        current.version,
+        membership.active_count(current),
+        membership.order.len(),
+        if membership.versions.len() > 1 {
+            format!(" ({} versions kept until re-integration is done)", membership.versions.len())
+        } else {
+            String::new()
+        }
+    );
+    if let Some(r) = statuses.get(super::reintegrate::STATUS_MEMBER) {
+        line.push_str(&format!(
+            "\nre-integration ({}): {} dirty entries left, {} handled, {} replicas ({}) copied, {} copies dropped{}",
+            match r.mode {
+                Some(optio_client::ReintegrationMode::Full) => "full",
+                _ => "selective",
+            },
+            r.dirty_entries,
+            r.entries_handled,
+            r.replicas_copied,
+            bytes(r.bytes_copied as f64),
+            r.copies_dropped,
+            r.last_error.as_ref().map(|e| format!("; last error: {e}")).unwrap_or_default()
+        ));
+    }
+    Some(line)
+}
+
+async fn watch(source: &optio_cluster::source::MapSource, transport: &Transport) -> Result<()> {
+    use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+    let bars = MultiProgress::new();
+    let style =
+        ProgressStyle::with_template("{prefix:>21} {bar:30} {bytes:>10}/{total_bytes:<10} {msg}")
+            .expect("a valid template");
+    let mut rows_bars: std::collections::BTreeMap<String, ProgressBar> = Default::default();
+    loop {
+        let map = source.load().await?;
+        let rows = servers(&map, transport).await;
+        for row in &rows {
+            let bar = rows_bars.entry(row.addr.clone()).or_insert_with(|| {
+                let bar = bars.add(ProgressBar::new(0));
+                bar.set_style(style.clone());
+                bar.set_prefix(row.addr.clone());
+                bar
+            });
+            match &row.status {
+                Ok(status) => {
+                    let m = &status.migration;
+                    bar.set_length(m.bytes_planned.max(m.bytes_moved));
+                    bar.set_position(m.bytes_moved);
+                    bar.set_message(format!(
+                        "epoch {} {} {}/{} copies, {}/s, ETA {}",
+                        status.epoch,
+                        phase_name(m.phase),
+                        m.copies_done,
+                        m.copies_planned,
+                        bytes(m.rate_bytes_per_sec as f64),
+                        eta(m.eta_seconds)
+                    ));
+                }
+                Err(error) => bar.set_message(format!("unreachable: {error}")),
+            }
+        }
+        if all_done(&map, &rows) {
+            for bar in rows_bars.values() {
+                bar.finish();
+            }
+            println!("every server is done with epoch {}", map.epoch());
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Refuses (with the reason) when `device` holds an object of which no other device of its
+/// placement holds this version or a newer one: removing the device would lose it.
+pub async fn check_not_last_copy(map: &ClusterMap, device: DeviceId) -> Result<()> {
+    let Some(addr) = map.device(device).and_then(|d| d.addr.clone()) else {
+        // No server serves it: nothing stored there that a client could have written.
+        return Ok(());
+    };
+    let transport = Transport::new().map_err(anyhow::Error::msg)?;
+    let placement = Placement::new(map)?;
+    let endpoint = Endpoint { device: device.0, addr: addr.clone() };
+    let mut held: Vec<(PoolId, ObjectInfo)> = Vec::new();
+    for pool in map.pools() {
+        let mut after: Option<String> = None;
+        loop {
+            let mut query = "limit=10000".to_string();
+            if let Some(after) = &after {
+                query.push_str(&format!("&after={}", optio_proto::wire::percent_encode(after)));
+            }
+            let call = Call {
+                method: reqwest::Method::GET,
+                endpoint: &endpoint,
+                area: "objects",
+                pool: pool.id,
+                key: None,
+                query: Some(query),
+                headers: Vec::new(),
+                body: None,
+                epoch: map.epoch().0,
+            };
+            let answer = transport.send(call).await.map_err(|(failure, _)| {
+                anyhow::anyhow!(
+                    "cannot ask the server of device {} at {addr} what it holds ({failure}): bring it up, or pass --force (what only it holds is then lost)",
+                    device.0
+                )
+            })?;
+            let listing: Listing = serde_json::from_slice(&answer.body)?;
+            after = listing.objects.last().map(|o| o.key.clone());
+            held.extend(listing.objects.into_iter().map(|o| (pool.id, o)));
+            if !listing.truncated {
+                break;
+            }
+        }
+    }
+    let checks = futures_util::stream::iter(held.iter())
+        .map(|(pool, info)| {
+            let (transport, placement, map) = (&transport, &placement, map);
+            async move {
+                let pool_placement = placement.pool(*pool)?;
+                let seed = info.pg_seed?;
+                let mut scratch = placement.scratch();
+                let mut set = ReplicaSet::new();
+                pool_placement.place_full_power(
+                    pool_placement.key_of_seed(seed),
+                    &mut scratch,
+                    &mut set,
+                );
+                for other in set.devices().filter(|d| *d != device) {
+                    let Some(addr) = map.device(other).and_then(|d| d.addr.clone()) else {
+                        continue;
+                    };
+                    let endpoint = Endpoint { device: other.0, addr };
+                    let call = Call {
+                        method: reqwest::Method::HEAD,
+                        endpoint: &endpoint,
+                        area: "objects",
+                        pool: *pool,
+                        key: Some(&info.key),
+                        query: None,
+                        headers: Vec::new(),
+                        body: None,
+                        epoch: map.epoch().0,
+                    };
+                    if let Ok(answer) = transport.send(call).await
+                        && answer.info.is_some_and(|i| i.version >= info.version)
+                    {
+                        return None;
+                    }
+                }
+                Some((*pool, info.key.clone()))
+            }
+        })
+        .buffer_unordered(32)
+        .filter_map(|last| async move { last })
+        .collect::<Vec<_>>()
+        .await;
+    if let Some((pool, key)) = checks.first() {
+        let name = map.pool(*pool).map_or_else(|| pool.0.to_string(), |p| p.name.clone());
+        bail!(
+            "device {} holds the only copy of {} object(s) (e.g. '{key}' in pool '{name}'): mark it out first (`optio map set-state {} --out`), wait until `optio status` shows every server done, then remove it; or pass --force to lose them",
+            device.0,
+            checks.len(),
+            device.0
+        );
+    }
+    Ok(())
+}

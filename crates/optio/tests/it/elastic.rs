@@ -1,0 +1,159 @@
+//! Elastic resizing proves: scaling an elastic pool down to its primaries moves no data and
+//! leaves every object readable; writes while servers are inactive are recorded in the dirty
+//! table (local log or Redis) and offloaded; at full power selective re-integration copies
+//! exactly the offloaded replicas (counted against the placement of every dirty object),
+//! empties the table, prunes the old membership versions, and every object — overwritten,
+//! new or deleted while small — reads back as last written.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use optio_client::{ClientError, ReintegrationStatus};
+use optio_cluster::local::{LocalCluster, LocalClusterSpec};
+use optio_placement::{ActiveSpec, MapChange, Placement, ReplicaSet};
+
+use crate::{client, cluster, data, runtime, statuses, wait_settled};
+
+const POOL: &str = "elastic";
+
+fn ten_servers(dirty: Option<String>) -> LocalClusterSpec {
+    LocalClusterSpec {
+        zones: 2,
+        hosts_per_zone: 5,
+        capacity_bytes: 1 << 30,
+        pg_num: 32,
+        replicas: 2,
+        dirty,
+        ..LocalClusterSpec::default()
+    }
+}
+
+async fn copies_moved(cluster: &LocalCluster) -> u64 {
+    statuses(cluster).await.iter().flatten().map(|s| s.migration.total_copies_moved).sum()
+}
+
+async fn reintegration(cluster: &LocalCluster) -> ReintegrationStatus {
+    cluster
+        .source()
+        .statuses::<ReintegrationStatus>()
+        .await
+        .ok()
+        .and_then(|mut s| s.remove("reintegrator"))
+        .unwrap_or_default()
+}
+
+fn resize(cluster: &LocalCluster, active: u32) {
+    cluster.change_map(&MapChange::SetActive(ActiveSpec::FirstRanks(active))).expect("resize");
+}
+
+/// The replicas a write in the current (not full-power) version offloads: the devices of its
+/// full-power placement that the current placement skips.
+fn offloaded(map: &optio_placement::ClusterMap, key: &str) -> u64 {
+    let placement = Placement::new(map).expect("compiles");
+    let pool = placement.pool_by_name(POOL).expect("pool");
+    let (_, engine_key) = pool.object_key(key);
+    let mut scratch = placement.scratch();
+    let (mut now, mut full) = (ReplicaSet::new(), ReplicaSet::new());
+    pool.place(engine_key, &mut scratch, &mut now);
+    pool.place_full_power(engine_key, &mut scratch, &mut full);
+    full.devices().filter(|d| !now.contains(*d)).count() as u64
+}
+
+fn resize_cycle(dirty: Option<String>) {
+    let (_dir, cluster) = cluster(ten_servers(dirty));
+    let rt = runtime();
+    rt.block_on(async {
+        let client = client(&cluster, None).await;
+        let servers = cluster.load_map().unwrap().membership().map(|m| m.order.len()).unwrap();
+        assert_eq!(servers, 10);
+        // Phase 1, full power.
+        let mut expected: BTreeMap<String, Option<usize>> = BTreeMap::new();
+        for i in 0..60 {
+            let key = format!("e/{i}");
+            client.put(POOL, &key, data(i, 2000)).await.expect("write");
+            expected.insert(key, Some(i));
+        }
+        // Down to the primaries (p = ⌈10 / e²⌉ = 2): nothing moves, everything reads.
+        resize(&cluster, 2);
+        wait_settled(&cluster, Duration::from_secs(60)).await;
+        assert_eq!(copies_moved(&cluster).await, 0, "scaling down moves no data");
+        for (key, i) in &expected {
+            let got = client.get(POOL, key).await.unwrap_or_else(|e| panic!("{key}: {e}"));
+            assert_eq!(got, data(i.unwrap(), 2000), "{key} readable at p servers");
+        }
+        // Phase 2 with 6 of 10 active: overwrites, new objects, deletes — all offloaded.
+        resize(&cluster, 6);
+        wait_settled(&cluster, Duration::from_secs(60)).await;
+        let map = cluster.load_map().unwrap();
+        let mut offloaded_replicas = 0;
+        let mut operations = 0;
+        for i in 0..40 {
+            let key = format!("e/{}", i * 2);
+            client.put(POOL, &key, data(1000 + i, 2000)).await.expect("overwrite");
+            offloaded_replicas += offloaded(&map, &key);
+            expected.insert(key, Some(1000 + i));
+            operations += 1;
+        }
+        for i in 0..5 {
+            let key = format!("e/{}", i * 2 + 1);
+            client.delete(POOL, &key).await.expect("delete");
+            expected.insert(key, None);
+            operations += 1;
+        }
+        let table = optio_cluster::dirty::DirtyTable::open(
+            optio_cluster::local::cluster_dirty_spec(cluster.dir()).unwrap().as_deref(),
+            cluster.dir(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(table.len().await.unwrap(), operations, "one dirty entry per write and delete");
+        assert_eq!(
+            copies_moved(&cluster).await,
+            0,
+            "servers leave offloaded copies to re-integration"
+        );
+        // Full power: selective re-integration.
+        let started = Instant::now();
+        resize(&cluster, 10);
+        loop {
+            let status = reintegration(&cluster).await;
+            let versions = cluster.load_map().unwrap().membership().unwrap().versions.len();
+            if status.dirty_entries == 0 && versions == 1 && status.full_power {
+                assert_eq!(
+                    status.replicas_copied, offloaded_replicas,
+                    "exactly the offloaded replicas are copied: {status:?}"
+                );
+                assert_eq!(status.offloaded_copied, offloaded_replicas, "{status:?}");
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "re-integration did not finish: {status:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(table.len().await.unwrap(), 0);
+        let fresh = crate::client(&cluster, None).await;
+        for (key, i) in &expected {
+            match (i, fresh.get(POOL, key).await) {
+                (Some(i), Ok(got)) => assert_eq!(got, data(*i, 2000), "{key}: the last write"),
+                (None, Err(ClientError::NotFound { .. })) => {}
+                (i, other) => panic!("{key}: expected {i:?}, read {other:?}"),
+            }
+        }
+    });
+}
+
+#[test]
+fn resize_down_to_primaries_and_back_with_selective_reintegration() {
+    resize_cycle(None);
+}
+
+#[test]
+fn the_dirty_table_in_redis() {
+    if !optio_cluster::dirty::testing::redis_available() {
+        return;
+    }
+    let redis = optio_cluster::dirty::testing::RedisServer::start().expect("redis starts");
+    resize_cycle(Some(redis.url()));
+}

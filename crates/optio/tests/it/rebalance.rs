@@ -1,0 +1,190 @@
+//! Rebalancing proves: after a map change (a device out, back in, removed) servers move data to
+//! where the new map places it and every acknowledged object reads back intact — during the
+//! move and after; a delete made while data moves stays deleted; a server restarted in the
+//! middle resumes; the CLI refuses to remove a device holding the only copy of something.
+
+use std::time::Duration;
+
+use optio_client::ClientError;
+use optio_cluster::local::LocalClusterSpec;
+use optio_placement::{DeviceId, MapChange};
+
+use crate::{client, cluster, data, runtime, small, statuses, support, wait_settled};
+
+const POOLS: [&str; 4] = ["data", "blobs", "hetero", "elastic"];
+
+fn objects_per_pool() -> usize {
+    24
+}
+
+/// Writes `objects_per_pool` objects of `len` bytes in every pool; returns (pool, key, index).
+async fn fill(client: &optio_client::Client, len: usize) -> Vec<(&'static str, String, usize)> {
+    let mut written = Vec::new();
+    for (p, pool) in POOLS.iter().enumerate() {
+        for i in 0..objects_per_pool() {
+            let index = p * 1000 + i;
+            let key = format!("obj/{pool}/{i}");
+            client.put(pool, &key, data(index, len)).await.expect("the write succeeds");
+            written.push((*pool, key, index));
+        }
+    }
+    written
+}
+
+async fn read_all(client: &optio_client::Client, written: &[(&str, String, usize)], len: usize) {
+    for (pool, key, index) in written {
+        let got = client.get(pool, key).await.unwrap_or_else(|e| panic!("{pool}/{key}: {e}"));
+        assert_eq!(got, data(*index, len), "{pool}/{key} reads back intact");
+    }
+}
+
+/// Objects each device holds, from the servers.
+async fn objects_on(cluster: &optio_cluster::local::LocalCluster) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    for status in statuses(cluster).await.into_iter().flatten() {
+        for device in status.devices {
+            out.push((device.metrics.device, device.objects));
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+#[test]
+fn data_follows_the_map_out_in_and_removed() {
+    let (_dir, mut cluster) = cluster(LocalClusterSpec { hosts_per_zone: 2, ..small() });
+    let rt = runtime();
+    rt.block_on(async {
+        let client = client(&cluster, None).await;
+        let written = fill(&client, 3000).await;
+        // Out: device 4's copies go to the others; reads work during and after.
+        cluster
+            .change_map(&MapChange::SetState { device: DeviceId(4), up: None, is_in: Some(false) })
+            .expect("device 4 out");
+        read_all(&client, &written, 3000).await;
+        wait_settled(&cluster, Duration::from_secs(60)).await;
+        read_all(&client, &written, 3000).await;
+        let on = objects_on(&cluster).await;
+        assert_eq!(on.iter().find(|(d, _)| *d == 4).map(|(_, n)| *n), Some(0), "{on:?}");
+        let moved: u64 =
+            statuses(&cluster).await.iter().flatten().map(|s| s.migration.total_copies_moved).sum();
+        assert!(moved > 0, "copies were sent");
+        // In again: it takes its share back.
+        cluster
+            .change_map(&MapChange::SetState { device: DeviceId(4), up: None, is_in: Some(true) })
+            .expect("device 4 in");
+        wait_settled(&cluster, Duration::from_secs(60)).await;
+        read_all(&client, &written, 3000).await;
+        let on = objects_on(&cluster).await;
+        assert!(on.iter().find(|(d, _)| *d == 4).is_some_and(|(_, n)| *n > 0), "{on:?}");
+        // Out, settle, then removal is allowed (it holds nothing), and nothing is lost.
+        cluster
+            .change_map(&MapChange::SetState { device: DeviceId(4), up: None, is_in: Some(false) })
+            .expect("device 4 out");
+        wait_settled(&cluster, Duration::from_secs(60)).await;
+        let dir = cluster.dir().display().to_string();
+        let out = support::optio_ok(&["map", "remove-device", "4", "--cluster", &dir]);
+        assert!(out.contains("stored epoch"), "{out}");
+        wait_settled(&cluster, Duration::from_secs(60)).await;
+        read_all(&client, &written, 3000).await;
+        // A server restarted after all that holds the current epoch and serves its data.
+        cluster.restart(0).expect("restart");
+        read_all(&client, &written, 3000).await;
+    });
+}
+
+#[test]
+fn a_delete_while_data_moves_stays_deleted_and_a_restart_resumes() {
+    // Slow migration (64 KiB/s per server), so that the deletes and the restart land in it.
+    let spec = LocalClusterSpec {
+        hosts_per_zone: 2,
+        migration_rate_bytes_per_sec: Some(64 << 10),
+        ..small()
+    };
+    let (_dir, mut cluster) = cluster(spec);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = client(&cluster, None).await;
+        let len = 8 << 10;
+        let written = fill(&client, len).await;
+        cluster
+            .change_map(&MapChange::SetState { device: DeviceId(2), up: None, is_in: Some(false) })
+            .expect("device 2 out");
+        // Delete every third object while the servers move data.
+        let mut deleted = Vec::new();
+        let mut kept = Vec::new();
+        for (n, object) in written.into_iter().enumerate() {
+            if n % 3 == 0 {
+                client.delete(object.0, &object.1).await.expect("the delete succeeds");
+                deleted.push(object);
+            } else {
+                kept.push(object);
+            }
+        }
+        let busy = statuses(&cluster)
+            .await
+            .iter()
+            .flatten()
+            .any(|s| s.migration.phase != optio_proto::MigrationPhase::Done);
+        // Kill a server mid-migration (its device's copies are among those moving) and
+        // restart it: it resumes from the map it finished last.
+        cluster.kill(2).expect("kill");
+        cluster.restart(2).expect("restart");
+        wait_settled(&cluster, Duration::from_secs(180)).await;
+        assert!(busy, "the deletes happened while data moved (the migration was too fast)");
+        read_all(&client, &kept, len).await;
+        for (pool, key, _) in &deleted {
+            match client.get(pool, key).await {
+                Err(ClientError::NotFound { .. }) => {}
+                other => {
+                    panic!("{pool}/{key} was deleted during the migration but reads {other:?}")
+                }
+            }
+        }
+        // A fresh client (no cache, no previous map) sees the same.
+        let fresh = crate::client(&cluster, None).await;
+        read_all(&fresh, &kept, len).await;
+        for (pool, key, _) in &deleted {
+            assert!(matches!(fresh.get(pool, key).await, Err(ClientError::NotFound { .. })));
+        }
+    });
+}
+
+#[test]
+fn the_cli_refuses_to_remove_the_only_copy_and_edits_show_what_moves() {
+    // One replica: every object's only copy is on one device.
+    let (_dir, cluster) = cluster(LocalClusterSpec { replicas: 1, choices: 1, ..small() });
+    let rt = runtime();
+    rt.block_on(async {
+        let client = client(&cluster, None).await;
+        for i in 0..30 {
+            client.put("data", &format!("k{i}"), data(i, 100)).await.expect("write");
+        }
+    });
+    let dir = cluster.dir().display().to_string();
+    let device = (0..3)
+        .find(|d| rt.block_on(objects_on(&cluster)).iter().any(|(id, n)| id == d && *n > 0))
+        .expect("some device holds objects");
+    let error =
+        support::optio_err(&["map", "remove-device", &device.to_string(), "--cluster", &dir]);
+    assert!(error.contains("only copy"), "{error}");
+    assert!(error.contains("--out"), "says what to do: {error}");
+    // What an edit moves, without storing it.
+    let out = support::optio_ok(&["map", "reweight", "1", "2.0", "--dry-run", "--cluster", &dir]);
+    assert!(out.contains("pool 'data'") && out.contains("dry run"), "{out}");
+    assert_eq!(cluster.load_map().unwrap().epoch().0, 1, "a dry run stores nothing");
+    // Bad edits: clear errors, nothing stored.
+    let error = support::optio_err(&["map", "set-state", "99", "--out", "--cluster", &dir]);
+    assert!(error.contains("no device '99'"), "{error}");
+    let error = support::optio_err(&["map", "set-state", "1", "--cluster", &dir]);
+    assert!(error.contains("--up or --down"), "{error}");
+    let error = support::optio_err(&["resize", "--active", "0", "--cluster", &dir]);
+    assert!(error.contains("primaries"), "{error}");
+    let error = support::optio_err(&["resize", "--active", "40", "--cluster", &dir]);
+    assert!(error.contains("ranked servers"), "{error}");
+    assert_eq!(cluster.load_map().unwrap().epoch().0, 1);
+    let status = support::optio_ok(&["status", "--cluster", &dir, "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    assert_eq!(status["settled"], true);
+    assert_eq!(status["servers"].as_array().map(Vec::len), Some(3));
+}
