@@ -1,6 +1,8 @@
 //! Criterion benchmarks of balance: Optio's balanced placement (computed once per map, when a
 //! `Placement` is compiled), the cost it adds to `Placement::new` against plain CRUSH, a lookup
-//! in a balanced pool, and seed 002's adaptive search.
+//! in a balanced pool, seed 002's adaptive search, and the incremental method (its placement
+//! from a stored state, its state from scratch, and a rebalance after one OSD joins — the
+//! work of every map edit), against the history-free method in the same run.
 //!
 //! Run: `cargo bench -p optio-placement --bench balance`. Numbers: `docs/benchmarks.md`.
 
@@ -8,6 +10,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use optio_placement::balance::balance;
+use optio_placement::balance::incremental;
 use optio_placement::linear::tune_linear_param;
 use optio_placement::{
     BucketAlg, ClusterMap, ClusterMapBuilder, DeviceSpec, LinearParamSpec, Placement, PoolId,
@@ -112,5 +115,47 @@ fn seed002(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, balanced, compile, lookup, seed002);
+fn incremental(c: &mut Criterion) {
+    let mut group = c.benchmark_group("incremental");
+    group.sample_size(10);
+    for (name, racks, hosts, pg_num, size) in [
+        ("1000_osds_32768_pgs_3_replicas", 10, 10, 32768, 3),
+        ("40_osds_2048_pgs_3_replicas", 0, 4, 2048, 3),
+    ] {
+        let plain = cluster(racks, hosts, 10, pg_num, size, false);
+        let mut builder = plain.to_builder();
+        builder.pools[0].balance.incremental = true;
+        let map = builder.build().expect("valid");
+        let pool = map.pools()[0].clone();
+        let state = pool.balance_state.clone().expect("computed");
+        // One OSD joins host 0: the map every edit builds, rebalanced from `state`.
+        let mut grown = map.to_builder();
+        grown.devices.push(DeviceSpec::new(map.max_devices()).at(&if racks > 0 {
+            vec![("host", "host0"), ("rack", "rack0")]
+        } else {
+            vec![("host", "host0")]
+        }));
+        let grown = grown.build().expect("valid");
+        let grown_pool = grown.pools()[0].clone();
+        group.bench_function(format!("{name}/history_free_balance"), |b| {
+            b.iter(|| black_box(balance(&map, &pool).expect("ok").sets.len()))
+        });
+        group.bench_function(format!("{name}/place_from_state"), |b| {
+            b.iter(|| black_box(incremental::place(&map, &pool).expect("ok").sets.len()))
+        });
+        group.bench_function(format!("{name}/state_from_scratch"), |b| {
+            b.iter(|| black_box(incremental::rebalance(&map, &pool, None).expect("ok").1.steps))
+        });
+        group.bench_function(format!("{name}/rebalance_after_add"), |b| {
+            b.iter(|| {
+                black_box(
+                    incremental::rebalance(&grown, &grown_pool, Some(&state)).expect("ok").1.moved,
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, balanced, compile, lookup, seed002, incremental);
 criterion_main!(benches);

@@ -831,21 +831,18 @@ impl ClusterMapBuilder {
         // this map.
         for (id, previous) in incremental {
             let index = map.pools.iter().position(|p| p.id == id).expect("built above");
-            let (state, _) = crate::balance::incremental::rebalance(
-                &map,
-                &map.pools[index],
-                previous.as_ref(),
-            )
-            .map_err(|error| {
-                err(
-                    Subject::Pool(map.pools[index].name.clone()),
-                    Kind::OutOfRange {
-                        field: "balanced",
-                        value: "\"incremental\"".into(),
-                        reason: error.to_string(),
-                    },
-                )
-            })?;
+            let (state, _) =
+                crate::balance::incremental::rebalance(&map, &map.pools[index], previous.as_ref())
+                    .map_err(|error| {
+                        err(
+                            Subject::Pool(map.pools[index].name.clone()),
+                            Kind::OutOfRange {
+                                field: "balanced",
+                                value: "\"incremental\"".into(),
+                                reason: error.to_string(),
+                            },
+                        )
+                    })?;
             map.pools[index].balance_state = Some(state);
         }
         Ok(map)
@@ -1962,7 +1959,9 @@ fn check_pool_balance(
             return Err(bad(
                 "balance_state",
                 format!("{} devices", state.devices.len()),
-                format!("{why}; the state is written by Optio: remove it to balance this pool from scratch"),
+                format!(
+                    "{why}; the state is written by Optio: remove it to balance this pool from scratch"
+                ),
             ));
         }
     }

@@ -69,6 +69,13 @@ pub enum MapChange {
 impl ClusterMap {
     /// Applies `change` to this map, which must be at epoch `expected`; returns the next map
     /// (epoch + 1).
+    ///
+    /// Incremental balanced pools (`balanced = "incremental"`) carry their state forward:
+    /// the builder is given each pool's previous [`crate::balance::incremental::BalanceState`]
+    /// and computes the next one with
+    /// [`rebalance`](crate::balance::incremental::rebalance)`(next map, pool, Some(previous))`,
+    /// so that a single-device change moves close to the least any placement must move (a
+    /// change that leaves the pool's devices, domains and weights alone keeps the state).
     pub fn apply(&self, change: &MapChange, expected: Epoch) -> Result<ClusterMap, MapError> {
         if self.epoch() != expected {
             return Err(MapError::new(
@@ -78,6 +85,15 @@ impl ClusterMap {
         }
         let mut builder = self.to_builder();
         builder.epoch = Epoch(self.epoch().0 + 1);
+        for pool in &builder.pools {
+            // `to_builder` hands every incremental pool's state to the builder, which
+            // rebalances from it; without it the pool would be balanced from scratch.
+            debug_assert_eq!(
+                pool.balance.state.is_some(),
+                self.pool(pool.id).is_some_and(|p| p.balance_state.is_some()),
+                "the previous balance state is carried to the next map"
+            );
+        }
         match change {
             MapChange::AddDevice(spec) => add_device(self, &mut builder, spec)?,
             MapChange::RemoveDevice(device) => remove_device(self, &mut builder, *device)?,
@@ -335,6 +351,77 @@ mod tests {
         assert_eq!(removed.membership().unwrap().order.len(), 10);
         let unknown = map.apply(&MapChange::RemoveDevice(DeviceId(77)), map.epoch()).unwrap_err();
         assert!(unknown.to_string().contains("no such device"), "{unknown}");
+    }
+
+    /// 40 devices in 4 hosts and an incremental balanced pool of 2,048 PGs × 3.
+    fn incremental_map() -> ClusterMap {
+        let mut builder = ClusterMapBuilder::new();
+        for id in 0..40u32 {
+            let host = format!("host{}", id / 10);
+            builder = builder.device(DeviceSpec::new(id).at(&[("host", &host)]));
+        }
+        let mut pool = PoolSpec::crush(1, "rbd", 2048, 3);
+        pool.balance.incremental = true;
+        builder
+            .replicated_rule(0, "replicated_rule", "default", "host")
+            .pool(pool)
+            .build()
+            .expect("a valid map")
+    }
+
+    /// Moved copies and the least any placement must move, from `before` to `after`.
+    fn moved(before: &ClusterMap, after: &ClusterMap) -> (u64, f64) {
+        let (a, b) = (
+            crate::Placement::new(before).expect("compiles"),
+            crate::Placement::new(after).expect("compiles"),
+        );
+        let pool = crate::PoolId(1);
+        let m = crate::analysis::movement(
+            before,
+            &a,
+            after,
+            &b,
+            a.pool(pool).expect("pool"),
+            b.pool(pool).expect("pool"),
+            0,
+            1,
+            &mut |_| {},
+        );
+        (m.moved, m.minimum_copies())
+    }
+
+    #[test]
+    fn changes_to_an_incremental_pool_move_within_one_and_a_half_times_the_minimum() {
+        let map = incremental_map();
+        let state = map.pools()[0].balance_state.clone().expect("computed");
+        let changes = [
+            MapChange::AddDevice(DeviceSpec::new(40).at(&[("host", "host1")])),
+            MapChange::RemoveDevice(DeviceId(17)),
+            MapChange::SetReweight { device: DeviceId(23), reweight: Weight(0x8000) },
+            MapChange::SetState { device: DeviceId(5), up: None, is_in: Some(false) },
+        ];
+        for change in &changes {
+            let next = map.apply(change, map.epoch()).expect("applies");
+            let next_state = next.pools()[0].balance_state.as_ref().expect("carried forward");
+            assert_ne!(next_state, &state, "{change:?}: the state follows the map");
+            let (moved, minimum) = moved(&map, &next);
+            assert!(minimum > 40.0, "{change:?}: minimum {minimum}");
+            assert!(
+                moved as f64 <= 1.5 * minimum,
+                "{change:?}: moved {moved}, minimum {minimum:.1}"
+            );
+        }
+        // A change that leaves the pool's devices, domains and weights alone keeps the state.
+        let change = MapChange::SetAttr {
+            device: DeviceId(3),
+            capacity_bytes: None,
+            bandwidth_mb_per_s: None,
+            class: None,
+            addr: Some("127.0.0.1:7000".into()),
+        };
+        let next = map.apply(&change, map.epoch()).expect("applies");
+        assert_eq!(next.pools()[0].balance_state.as_ref(), Some(&state));
+        assert_eq!(moved(&map, &next).0, 0);
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! Reads Optio TOML into a [`ClusterMapBuilder`] (the format is described in
 //! `docs/map-format.md`).
 
+use optio_placement::balance::incremental::{
+    BalanceState, CLASSES, DOMAIN_PRICE_MAX, DeviceState, DomainState, PRICE_MAX, STATE_VERSION,
+};
 use optio_placement::choice::{
     CHOICES_MAX, COMPOSITE_METRICS, COMPOSITE_WEIGHT_MAX, ChoiceSettings, POLICY_NAMES, PPM,
     PolicySpec,
-};
-use optio_placement::balance::incremental::{
-    BalanceState, CLASSES, DOMAIN_PRICE_MAX, DeviceState, DomainState, PRICE_MAX, STATE_VERSION,
 };
 use optio_placement::{
     ActiveSpec, BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMapBuilder,
@@ -475,7 +475,7 @@ impl Reader<'_> {
                     return Err(value.error(
                         self.source,
                         format!(
-                            "'{text}' is not a balanced method; write true (history-free), false or \"incremental\""
+                            "'{text}' is not a balanced method; write true or false (the history-free method) or \"incremental\""
                         ),
                     ));
                 }
@@ -699,57 +699,85 @@ impl Reader<'_> {
         Ok(engine)
     }
 
-    /// `[pools.balance_state]`: an incremental balanced pool's state (written by Optio).
+    /// `[pools.balance_state]`: an incremental balanced pool's state (written by Optio). Every
+    /// entry is checked here, so that a damaged table is refused at its line; the builder
+    /// checks the state against the pool (`balanced = "incremental"`) and the map.
     fn balance_state(&self, mut table: Table<'_, '_>) -> Result<BalanceState, ParseError> {
-        let version: u32 = table.required("version")?.int(self.source, "1")?;
+        let remove = "the table is written by Optio: remove it to balance the pool from scratch";
+        let (table_line, path) = (table.line, table.path().to_string());
+        let value = table.required("version")?;
+        let version: u32 = value.int(self.source, &STATE_VERSION.to_string())?;
         if version != STATE_VERSION {
-            return Err(ParseError::value(
-                Some(table.line),
-                table.path(),
+            return Err(value.error(
+                self.source,
                 format!(
-                    "balance state version {version} is not supported (this Optio writes {STATE_VERSION}); remove the table to balance the pool from scratch"
+                    "balance state version {version} is not supported (this Optio reads version {STATE_VERSION}); {remove}"
                 ),
             ));
         }
-        let classes: usize = table.required("classes")?.int(self.source, "16")?;
-        if classes != CLASSES {
-            return Err(ParseError::value(
-                Some(table.line),
-                table.path(),
-                format!(
-                    "a balance state has {CLASSES} price classes, not {classes}; remove the table to balance the pool from scratch"
-                ),
+        let value = table.required("classes")?;
+        let classes: u64 = value.int(self.source, &CLASSES.to_string())?;
+        if classes != CLASSES as u64 {
+            return Err(value.error(
+                self.source,
+                format!("a balance state has {CLASSES} price classes, not {classes}; {remove}"),
             ));
         }
-        let units = table.required("units")?.int(self.source, "1 to 1048576")?;
-        let size = table.required("size")?.int(self.source, "1 to 32")?;
+        let value = table.required("units")?;
+        let units: u32 = value.int(self.source, "1 or more")?;
+        if units == 0 {
+            return Err(value.error(self.source, format!("units must be at least 1; {remove}")));
+        }
+        let value = table.required("size")?;
+        let size: u32 = value.int(self.source, "1 or more")?;
+        if size == 0 {
+            return Err(value.error(self.source, format!("size must be at least 1; {remove}")));
+        }
         let prices = |values: &[Value<'_, '_>], max: u64| -> Result<[u64; CLASSES], ParseError> {
             let mut out = [0u64; CLASSES];
             for (slot, value) in out.iter_mut().zip(values) {
                 *slot = value.int(self.source, &format!("1 to {max}"))?;
                 if *slot == 0 || *slot > max {
-                    return Err(value.error(self.source, format!("{slot} is out of range (1 to {max})")));
+                    return Err(value.error(
+                        self.source,
+                        format!("price {slot} is out of range (1 to {max}); {remove}"),
+                    ));
                 }
             }
             Ok(out)
         };
-        let mut domains = Vec::new();
+        let mut domains: Vec<DomainState> = Vec::new();
         if let Some(list) = table.get("domains") {
             for entry in list.elements(self.source)? {
                 let items = entry.elements(self.source)?;
                 if items.len() != 1 + CLASSES {
                     return Err(entry.error(
                         self.source,
-                        format!("each domain is [name, then {CLASSES} prices]"),
+                        format!(
+                            "a domain is [name, then {CLASSES} prices], found {} values; {remove}",
+                            items.len()
+                        ),
                     ));
                 }
-                domains.push(DomainState {
+                let domain = DomainState {
                     name: items[0].str(self.source)?.to_string(),
                     prices: prices(&items[1..], DOMAIN_PRICE_MAX)?,
-                });
+                };
+                if let Some(last) = domains.last()
+                    && last.name >= domain.name
+                {
+                    return Err(entry.error(
+                        self.source,
+                        format!(
+                            "domains are sorted by name and listed once ('{}' after '{}'); {remove}",
+                            domain.name, last.name
+                        ),
+                    ));
+                }
+                domains.push(domain);
             }
         }
-        let mut devices = Vec::new();
+        let mut devices: Vec<DeviceState> = Vec::new();
         if let Some(list) = table.get("devices") {
             for entry in list.elements(self.source)? {
                 let items = entry.elements(self.source)?;
@@ -757,20 +785,46 @@ impl Reader<'_> {
                     return Err(entry.error(
                         self.source,
                         format!(
-                            "each device is [id, failure domain, weight (16.16), then {CLASSES} prices]"
+                            "a device is [id, failure domain, weight (16.16), then {CLASSES} prices], found {} values; {remove}",
+                            items.len()
                         ),
                     ));
                 }
-                devices.push(DeviceState {
-                    id: DeviceId(items[0].int(self.source, "a device id, 0 to 16777215")?),
+                let weight: u32 = items[2].int(self.source, "1 to 4294967295 (16.16)")?;
+                if weight == 0 {
+                    return Err(items[2].error(
+                        self.source,
+                        format!("a device in a balance state has a weight above 0; {remove}"),
+                    ));
+                }
+                let device = DeviceState {
+                    id: DeviceId(items[0].int(self.source, "a device id, 0 or more")?),
                     domain: items[1].str(self.source)?.to_string(),
-                    weight: items[2].int(self.source, "1 to 4294967295 (16.16)")?,
+                    weight,
                     prices: prices(&items[3..], PRICE_MAX)?,
-                });
+                };
+                if let Some(last) = devices.last()
+                    && last.id >= device.id
+                {
+                    return Err(entry.error(
+                        self.source,
+                        format!(
+                            "devices are sorted by id and listed once (device {} after {}); {remove}",
+                            device.id.0, last.id.0
+                        ),
+                    ));
+                }
+                devices.push(device);
             }
         }
         table.finish(self.source)?;
-        Ok(BalanceState { units, size, devices, domains })
+        let state = BalanceState { units, size, devices, domains };
+        // Everything `check` refuses was refused above, at its line; kept as the second place
+        // the invariants are asserted.
+        if let Err(why) = state.check() {
+            return Err(ParseError::value(Some(table_line), &path, format!("{why}; {remove}")));
+        }
+        Ok(state)
     }
 
     /// An elastic pool's parameters from its keys.

@@ -9,9 +9,9 @@
 
 use std::fmt::Write as _;
 
+use optio_placement::balance::incremental::{BalanceState, CLASSES, STATE_VERSION};
 use optio_placement::builder::DEFAULT_TYPES;
 use optio_placement::choice::{COMPOSITE_METRICS, FULL_PPM_DEFAULT};
-use optio_placement::balance::incremental::{BalanceState, CLASSES, STATE_VERSION};
 use optio_placement::map::TIB;
 use optio_placement::{
     ActiveSet, AttributedParams, Bucket, BucketAlg, BucketId, ChoiceSettings, ClusterMap, Device,

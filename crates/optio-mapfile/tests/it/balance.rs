@@ -129,3 +129,164 @@ fn ceph_formats_refuse_linear_buckets() {
         .replace("\"alg\": \"straw2\"", "\"alg\": \"linear\"");
     assert!(ceph_json::parse(&json).is_err());
 }
+
+/// Every PG's devices in pool 1, in order.
+fn placements(map: &optio_placement::ClusterMap) -> Vec<Vec<u32>> {
+    let placement = Placement::new(map).expect("compiles");
+    let pool = placement.pool(PoolId(1)).expect("pool 1");
+    let (mut scratch, mut out) = (placement.scratch(), optio_placement::ReplicaSet::new());
+    (0..map.pools()[0].pg_num)
+        .map(|seed| {
+            pool.place(pool.pg_key(seed), &mut scratch, &mut out);
+            out.devices().map(|d| d.0).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn an_incremental_pool_and_its_state_round_trip_through_toml() {
+    let map =
+        optio_toml::parse(&map_text("straw2", "balanced = \"incremental\"\n")).expect("valid");
+    let pool = &map.pools()[0];
+    assert!(pool.balance.incremental && !pool.balance.balanced);
+    let state = pool.balance_state.as_ref().expect("the builder computed the state");
+    assert_eq!((state.units, state.size, state.devices.len(), state.domains.len()), (128, 2, 8, 4));
+    let written = optio_toml::write(&map);
+    assert!(written.contains("balanced = \"incremental\""), "{written}");
+    assert!(written.contains("[pools.balance_state]"), "{written}");
+    let again = optio_toml::parse(&written).unwrap_or_else(|e| panic!("{e}\n{written}"));
+    assert_eq!(again, map, "{written}");
+    assert_eq!(placements(&again), placements(&map));
+    // Writing again gives the same text: the state read back is kept as it is.
+    assert_eq!(optio_toml::write(&again), written);
+
+    // A map derived by a live change carries a state rebalanced from the previous one; it
+    // round-trips too.
+    let change = optio_placement::change::MapChange::AddDevice(
+        optio_placement::DeviceSpec::new(8).at(&[("host", "h1")]),
+    );
+    let grown = map.apply(&change, map.epoch()).expect("adds");
+    assert_ne!(grown.pools()[0].balance_state, map.pools()[0].balance_state);
+    let written = optio_toml::write(&grown);
+    let again = optio_toml::parse(&written).unwrap_or_else(|e| panic!("{e}\n{written}"));
+    assert_eq!(again, grown, "{written}");
+    assert_eq!(placements(&again), placements(&grown));
+}
+
+#[test]
+fn a_hand_edited_map_rebalances_from_the_stored_state() {
+    // The operator adds a device to the file and keeps the state table: the map is
+    // rebalanced from that state, so little moves.
+    let map =
+        optio_toml::parse(&map_text("straw2", "balanced = \"incremental\"\n")).expect("valid");
+    let written = optio_toml::write(&map);
+    let first = written.find("[[devices]]").expect("devices are tables");
+    let edited = format!(
+        "{}[[devices]]\nid = 8\nlocation = {{ host = \"h2\" }}\n\n{}",
+        &written[..first],
+        &written[first..]
+    );
+    let grown = optio_toml::parse(&edited).unwrap_or_else(|e| panic!("{e}\n{edited}"));
+    let (placement_a, placement_b) =
+        (Placement::new(&map).expect("a"), Placement::new(&grown).expect("b"));
+    let pool_a = placement_a.pool(PoolId(1)).expect("pool");
+    let pool_b = placement_b.pool(PoolId(1)).expect("pool");
+    let m = optio_placement::analysis::movement(
+        &map,
+        &placement_a,
+        &grown,
+        &placement_b,
+        pool_a,
+        pool_b,
+        0,
+        1,
+        &mut |_| {},
+    );
+    // 256 copies over 9 devices: about 28 must move to the new one.
+    assert!(m.minimum_copies() > 25.0, "{m:?}");
+    assert!(m.ratio_to_minimum() <= 1.5, "moved {} of minimum {:.1}", m.moved, m.minimum_copies());
+    // Without the state the pool is balanced from scratch: another placement.
+    let start = edited.find("\n# Written by Optio").expect("the state's comment");
+    let stateless = optio_toml::parse(&edited[..start]).expect("valid without a state");
+    assert_ne!(placements(&stateless), placements(&grown));
+}
+
+#[test]
+fn bad_balance_states_name_the_line() {
+    let map =
+        optio_toml::parse(&map_text("straw2", "balanced = \"incremental\"\n")).expect("valid");
+    let written = optio_toml::write(&map);
+    let first_device = written.find("devices = [\n    [0, ").expect("device 0's entry");
+    let line_of = |text: &str, at: usize| text[..at].matches('\n').count() + 1;
+    let device_line = line_of(&written, first_device) + 1;
+    let table_line = line_of(&written, written.find("[pools.balance_state]").expect("table"));
+    // (what to replace, with what, a fragment of the message, the line it must name)
+    let cases: Vec<(&str, String, &str, usize)> = vec![
+        ("\nversion = 1", "\nversion = 2".into(), "version 2 is not supported", table_line + 1),
+        ("classes = 16", "classes = 8".into(), "16 price classes", table_line + 4),
+        ("units = 128", "units = 0".into(), "at least 1", table_line + 2),
+        (
+            "\n    [0, \"h0\", 65536, ",
+            "\n    [0, \"h0\", 0, ".into(),
+            "weight above 0",
+            device_line,
+        ),
+        (
+            "\n    [0, \"h0\", 65536, ",
+            "\n    [0, \"h0\", 65536, 0, ".into(),
+            "found 20 values",
+            device_line,
+        ),
+        (
+            "\n    [0, \"h0\", 65536, ",
+            "\n    [9, \"h0\", 65536, ".into(),
+            "sorted by id",
+            device_line + 1,
+        ),
+        ("\n    [\"h1\", ", "\n    [\"h0\", ".into(), "sorted by name", table_line + 7),
+        ("\nunits = 128", "\nunits = 128\nunit = 3".into(), "unknown key 'unit'", table_line + 3),
+        ("\nunits = 128", String::new(), "missing key 'units'", table_line),
+    ];
+    for (from, to, fragment, line) in cases {
+        assert!(written.contains(from), "{from:?} in\n{written}");
+        let text = written.replacen(from, &to, 1);
+        let error = optio_toml::parse(&text).expect_err(fragment);
+        let message = error.to_string();
+        assert!(message.contains(fragment), "{to:?}: {message}");
+        assert_eq!(error.line, Some(line), "{to:?}: {message}");
+    }
+    // A price out of range (2^56 + 1) in device 0's entry.
+    let entry_start = first_device + "devices = [\n    ".len();
+    let entry_end = entry_start + written[entry_start..].find(']').expect("entry end");
+    let mut values: Vec<&str> = written[entry_start + 1..entry_end].split(", ").collect();
+    values[3] = "72057594037927937";
+    let text =
+        format!("{}[{}{}", &written[..entry_start], values.join(", "), &written[entry_end..]);
+    let error = optio_toml::parse(&text).expect_err("price out of range");
+    assert!(error.to_string().contains("out of range (1 to"), "{error}");
+    assert_eq!(error.line, Some(device_line), "{error}");
+    // A state on a pool that is not incremental.
+    let text = written.replace("balanced = \"incremental\"", "balanced = true");
+    let message = optio_toml::parse(&text).expect_err("state without incremental").to_string();
+    assert!(message.contains("only incremental balanced pools"), "{message}");
+    // Both methods at once cannot be written; an unknown method names the choices.
+    let message = optio_toml::parse(&map_text("straw2", "balanced = \"fast\"\n"))
+        .expect_err("unknown method")
+        .to_string();
+    assert!(message.contains("\"incremental\""), "{message}");
+}
+
+#[test]
+fn ceph_formats_leave_out_the_balance_state_with_the_pools() {
+    let map =
+        optio_toml::parse(&map_text("straw2", "balanced = \"incremental\"\n")).expect("valid");
+    let text = ceph_text::write(&map).expect("Ceph-compatible");
+    let json = ceph_json::write(&map).expect("Ceph-compatible");
+    for written in [&text, &json] {
+        assert!(!written.contains("incremental") && !written.contains("balance_state"));
+    }
+    // What Ceph's formats hold reads back to the same hierarchy, without the pool.
+    let back = ceph_text::parse(&text).expect("reads back");
+    assert!(back.pools().is_empty());
+    assert_eq!(back.devices().len(), map.devices().len());
+}

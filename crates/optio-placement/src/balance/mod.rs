@@ -46,17 +46,6 @@ mod matching;
 mod rank;
 mod score;
 mod targets;
-#[cfg(test)]
-mod proto;
-#[cfg(test)]
-mod proto2;
-#[cfg(test)]
-mod proto3;
-#[cfg(test)]
-mod proto4;
-#[cfg(test)]
-mod proto5;
-mod proto6;
 
 use crate::analysis::devices_under;
 use crate::ids::{DeviceId, ItemId, TypeId};

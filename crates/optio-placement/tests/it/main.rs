@@ -1,6 +1,6 @@
 //! Integration tests of optio-placement: properties of the engines (crush, ring, attributed,
-//! elastic), golden placements, the
-//! builder's refusals, and the CRUSH mapper's robustness.
+//! elastic, balanced and incremental balanced), golden placements, the builder's refusals, and
+//! the CRUSH mapper's robustness.
 
 mod balance;
 mod balanced;
@@ -9,6 +9,7 @@ mod choice;
 mod crush_scratch;
 mod engines;
 mod golden;
+mod incremental;
 mod movement;
 mod properties;
 mod robustness;

@@ -233,7 +233,9 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
             balance: PoolBalanceSpec {
                 pps: if id % 3 == 0 { PpsGenerator::Congruential } else { PpsGenerator::Ceph },
                 linear_param: LinearParamSpec::Fixed(LINEAR_PARAM_ONE),
-                balanced: id % 2 == 1,
+                balanced: id % 4 == 1,
+                incremental: id % 4 == 3,
+                state: None,
             },
         })
 }

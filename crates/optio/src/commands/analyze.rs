@@ -316,6 +316,7 @@ fn pool_report(map: &ClusterMap, id: PoolId, load: &PoolLoad, shares: &[f64]) ->
         "id": pool.id.0,
         "name": pool.name,
         "engine": pool.engine.name(),
+        "balanced": super::balanced_method(pool),
         "pg_num": pool.pg_num,
         "size": pool.size,
         "undersized": load.undersized,

@@ -102,6 +102,11 @@ pub fn run(args: Args) -> Result<()> {
             m.minimum_share * 100.0,
             ratio_text(m.ratio_to_minimum()),
         ));
+        if pool_b.pool().balance.incremental {
+            text.push_str(
+                "  incremental balanced pool: each map is placed from its own stored balance state\n",
+            );
+        }
         if !movers.is_empty() {
             let mut table = Table::new(&["device", "name", "gained"]).left(&[1]);
             for (i, gained) in movers.iter().take(10) {
@@ -119,6 +124,7 @@ pub fn run(args: Args) -> Result<()> {
         reports.push(json!({
             "pool": pool_b.pool().name,
             "id": id_b.0,
+            "balanced": super::balanced_method(pool_b.pool()),
             "unit": if pool_b.has_pgs() { "pg_copies" } else { "object_copies" },
             "copies": m.copies,
             "moved": m.moved,

@@ -106,6 +106,9 @@ pub fn run(command: Command) -> Result<()> {
         }
         Command::Convert { map, to, output } => {
             let loaded = load_map(&map)?;
+            if !matches!(to, Target::Toml) && !loaded.map.pools().is_empty() {
+                eprintln!("{}", pools_left_out(&loaded.map));
+            }
             let text = match to {
                 Target::Toml => optio_mapfile::optio_toml::write(&loaded.map),
                 Target::CephText => optio_mapfile::ceph_text::write(&loaded.map)?,
@@ -128,6 +131,26 @@ pub fn run(command: Command) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// The note `convert` prints when a Ceph format leaves out the map's pools (and with them
+/// Optio's pool settings, such as an incremental balanced pool's state).
+fn pools_left_out(map: &ClusterMap) -> String {
+    let names: Vec<String> = map
+        .pools()
+        .iter()
+        .map(|p| {
+            if p.balance_state.is_some() {
+                format!("'{}' (with its incremental balance state)", p.name)
+            } else {
+                format!("'{}'", p.name)
+            }
+        })
+        .collect();
+    format!(
+        "note: Ceph's map formats hold no pools; left out: {}. Keep the Optio TOML map for them.",
+        names.join(", ")
+    )
 }
 
 fn show_text(map: &ClusterMap) -> String {

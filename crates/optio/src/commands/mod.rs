@@ -94,6 +94,18 @@ pub fn find_pool(map: &ClusterMap, name: &str) -> Result<PoolId> {
     ))
 }
 
+/// Which of Optio's balanced placements a pool uses, for JSON reports: `"incremental"`,
+/// `"history-free"` or `null`.
+pub fn balanced_method(pool: &optio_placement::Pool) -> serde_json::Value {
+    if pool.balance.incremental {
+        serde_json::Value::from("incremental")
+    } else if pool.balance.balanced {
+        serde_json::Value::from("history-free")
+    } else {
+        serde_json::Value::Null
+    }
+}
+
 /// How a pool's engine is set up, in a few words (`analyze`, `map show`).
 pub fn engine_text(map: &optio_placement::ClusterMap, pool: &optio_placement::Pool) -> String {
     use optio_placement::EngineSpec;

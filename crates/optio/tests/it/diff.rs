@@ -48,3 +48,56 @@ fn movement_against_the_minimum() {
     let ratio = pool["moved_over_minimum"].as_f64().expect("ratio");
     assert!((0.8..3.0).contains(&ratio), "moved/minimum {ratio}");
 }
+
+/// An incremental balanced pool through the CLI: `optio map add-device` on a map file stores
+/// the next epoch with a state rebalanced from the previous one, so `optio diff` of the two
+/// files moves at most 1.5 times the minimum; `optio analyze` sees a balanced pool.
+#[test]
+fn incremental_pool_edits_move_little() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut text = String::new();
+    for id in 0..40 {
+        text.push_str(&format!(
+            "[[devices]]\nid = {id}\nlocation = {{ host = \"host{}\" }}\n\n",
+            id / 10
+        ));
+    }
+    text.push_str(
+        "[[pools]]\nid = 1\nname = \"rbd\"\npg_num = 2048\nsize = 3\nbalanced = \"incremental\"\n",
+    );
+    let a = variant(&text, dir.path(), "a.toml");
+    let b = dir.path().join("b.toml");
+    std::fs::copy(&a, &b).expect("copy");
+    let a_str = a.to_str().expect("UTF-8");
+    let b_str = b.to_str().expect("UTF-8");
+    let out = optio_ok(&[
+        "map",
+        "add-device",
+        "--id",
+        "40",
+        "--at",
+        "host=host2",
+        "--capacity",
+        "1TiB",
+        "--map",
+        b_str,
+    ]);
+    assert!(out.contains("pool 'rbd'") && out.contains("moved/minimum"), "{out}");
+    let edited = std::fs::read_to_string(&b).expect("the stored map");
+    assert!(edited.contains("[pools.balance_state]"), "{edited}");
+    let report: serde_json::Value =
+        serde_json::from_str(&optio_ok(&["diff", a_str, b_str, "--objects", "0", "--json"]))
+            .expect("JSON");
+    let pool = &report["pools"][0];
+    assert_eq!(pool["balanced"], "incremental");
+    let ratio = pool["moved_over_minimum"].as_f64().expect("ratio");
+    assert!((0.9..=1.5).contains(&ratio), "moved/minimum {ratio}");
+    let analysis: serde_json::Value =
+        serde_json::from_str(&optio_ok(&["analyze", "--map", b_str, "--objects", "0", "--json"]))
+            .expect("JSON");
+    assert_eq!(analysis["pools"][0]["balanced"], "incremental");
+    let stdev = analysis["pools"][0]["stdev"].as_f64().expect("stdev");
+    assert!(stdev <= 1.0, "stdev {stdev}");
+    let text = optio_ok(&["analyze", "--map", b_str, "--objects", "0"]);
+    assert!(text.contains("incremental balanced placement"), "{text}");
+}

@@ -389,10 +389,7 @@ impl Engine {
     #[inline]
     pub(crate) fn cand_index(&self, unit: usize, device: u32) -> Option<u32> {
         let start = self.cand_start[unit];
-        self.cands(unit)
-            .binary_search_by_key(&device, |c| c.device)
-            .ok()
-            .map(|i| start + i as u32)
+        self.cands(unit).binary_search_by_key(&device, |c| c.device).ok().map(|i| start + i as u32)
     }
 
     /// A candidate by index.

@@ -86,7 +86,9 @@ impl Members {
 
     /// The member placed by price in domain `h`.
     fn in_domain(&self, h: u32) -> Option<(Key, u32)> {
-        (0..self.len).find(|&i| self.domain[i] == h).and_then(|i| self.key[i].map(|k| (k, self.device[i])))
+        (0..self.len)
+            .find(|&i| self.domain[i] == h)
+            .and_then(|i| self.key[i].map(|k| (k, self.device[i])))
     }
 
     /// The worst member of a full unit whose members were all placed by price.
@@ -179,7 +181,13 @@ impl Layout {
 }
 
 /// The best non-member of `unit` whose domain is free once `v` leaves (NONE: no one leaves).
-fn replacement_in(engine: &Engine, prices: &Prices, unit: usize, m: &Members, v: u32) -> Option<(Key, u32)> {
+fn replacement_in(
+    engine: &Engine,
+    prices: &Prices,
+    unit: usize,
+    m: &Members,
+    v: u32,
+) -> Option<(Key, u32)> {
     let leaving = engine.domain.get(v as usize).copied().unwrap_or(NONE);
     let mut best: Option<(Key, u32)> = None;
     for index in engine.cand_range(unit) {

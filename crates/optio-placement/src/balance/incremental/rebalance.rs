@@ -108,9 +108,10 @@ fn matches(state: &BalanceState, current: &[Member]) -> bool {
     }
     let mut sorted: Vec<&Member> = current.iter().collect();
     sorted.sort_by_key(|m| m.id);
-    let same_devices = state.devices.iter().zip(&sorted).all(|(s, m)| {
-        s.id.0 == m.id && s.domain == m.domain && u64::from(s.weight) == m.weight
-    });
+    let same_devices =
+        state.devices.iter().zip(&sorted).all(|(s, m)| {
+            s.id.0 == m.id && s.domain == m.domain && u64::from(s.weight) == m.weight
+        });
     let mut names: Vec<&str> = current.iter().map(|m| m.domain.as_str()).collect();
     names.sort_unstable();
     names.dedup();
@@ -154,7 +155,10 @@ pub fn rebalance(
         return Ok((state_of(&engine, &balancer.layout.prices, pool.pgp_num, pool.size), report));
     };
     if matches(previous, &current) {
-        return Ok((previous.clone(), RebalanceReport { kept: true, ..RebalanceReport::default() }));
+        return Ok((
+            previous.clone(),
+            RebalanceReport { kept: true, ..RebalanceReport::default() },
+        ));
     }
     // The previous placement, from the snapshot.
     let snapshot: Vec<Member> = previous
@@ -204,9 +208,7 @@ pub fn place(map: &ClusterMap, pool: &Pool) -> Result<Balanced, BalanceError> {
         }
     };
     let engine = Engine::new(pool.size as usize, keys, &current, &[]);
-    let prices = prices_from(&engine, state, |d| {
-        super::engine::neutral_price(&engine.targets[d])
-    });
+    let prices = prices_from(&engine, state, |d| super::engine::neutral_price(&engine.targets[d]));
     let band = bands(&engine, false);
     let mut load = vec![0u64; engine.devices()];
     let mut scratch = Scratch::default();

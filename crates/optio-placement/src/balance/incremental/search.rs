@@ -133,7 +133,8 @@ impl Hops {
     }
 
     fn all(engine: &Engine, layout: &Layout) -> Hops {
-        let total = *engine.domain_entry_start.last().expect("one entry per domain and the end") as usize;
+        let total =
+            *engine.domain_entry_start.last().expect("one entry per domain and the end") as usize;
         let cands = engine.cand_range(engine.units().saturating_sub(1)).end as usize;
         let sets = (engine.devices() + engine.domains()) * CLASSES * 2;
         let mut hops = Hops {
@@ -590,8 +591,8 @@ impl<'e> Balancer<'e> {
                     if next == root {
                         continue;
                     }
-                    let cost = cost
-                        + self.layout.move_cost(engine, hop.unit as usize, hop.from, hop.to);
+                    let cost =
+                        cost + self.layout.move_cost(engine, hop.unit as usize, hop.from, hop.to);
                     if best_at[next as usize].is_some_and(|b| b <= (cost, depth + 1)) {
                         continue;
                     }
@@ -599,7 +600,8 @@ impl<'e> Balancer<'e> {
                     let unit = hop.unit as usize;
                     let c = engine.cand_index(unit, next).map(|i| engine.cand_at(i));
                     let own = c.map_or(none, |c| (Mover::Device(next), c.class));
-                    let domain = c.map_or(none, |c| (Mover::Domain(engine.domain[next as usize]), c.dclass));
+                    let domain =
+                        c.map_or(none, |c| (Mover::Domain(engine.domain[next as usize]), c.dclass));
                     nodes.push(Node {
                         device: next,
                         parent: head as u32,

@@ -91,8 +91,7 @@ impl BalanceState {
             }
         }
         for domain in &self.domains {
-            if let Some(price) = domain.prices.iter().find(|p| **p == 0 || **p > DOMAIN_PRICE_MAX)
-            {
+            if let Some(price) = domain.prices.iter().find(|p| **p == 0 || **p > DOMAIN_PRICE_MAX) {
                 return Err(format!(
                     "domain '{}' has price {price}; domain prices are 1 to {DOMAIN_PRICE_MAX}",
                     domain.name
