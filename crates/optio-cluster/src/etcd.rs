@@ -82,6 +82,10 @@ pub const WATCH_IDLE_CHECK: Duration = Duration::from_secs(10);
 /// Largest response (or watch message) read from etcd, in bytes. etcd's own request limit is
 /// 1.5 MiB by default; base64 adds a third.
 pub const RESPONSE_BYTES_MAX: usize = 64 << 20;
+/// The request limit Optio gives the etcd it starts (`--max-request-bytes`, 10 MiB; etcd's
+/// default 1.5 MiB, base64 included, holds a map of about 3,500 devices with an incremental
+/// balance state).
+pub const ETCD_REQUEST_BYTES: usize = 10 << 20;
 /// Most status documents read at once.
 pub const STATUSES_MAX: u64 = 10_000;
 /// Longest key prefix, in bytes.
@@ -393,8 +397,17 @@ impl EtcdStore {
         let status = response.status();
         let bytes = read_body(&mut response).await.map_err(|e| self.unreachable(e))?;
         if !status.is_success() {
-            return Err(self
-                .error(&format!("refused {operation}: HTTP {status}: {}", error_message(&bytes))));
+            let message = error_message(&bytes);
+            let hint = if message.contains("request is too large") {
+                format!(
+                    " (the request is {} bytes; start etcd with a larger --max-request-bytes, \
+                     default 1.5 MiB, e.g. --max-request-bytes {ETCD_REQUEST_BYTES}, as `optio up --etcd` does)",
+                    body.to_string().len()
+                )
+            } else {
+                String::new()
+            };
+            return Err(self.error(&format!("refused {operation}: HTTP {status}: {message}{hint}")));
         }
         serde_json::from_slice(&bytes).map_err(|e| {
             self.error(&format!(

@@ -183,6 +183,8 @@ impl EtcdServer {
             .arg(&peer_url)
             .arg("--initial-cluster")
             .arg(format!("{name}={peer_url}"))
+            .arg("--max-request-bytes")
+            .arg(crate::etcd::ETCD_REQUEST_BYTES.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err))

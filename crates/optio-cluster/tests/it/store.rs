@@ -193,3 +193,32 @@ async fn etcd_swaps_a_map_put_by_hand_and_heals_its_epoch_key() {
     assert_eq!(etcd_get(&etcd.endpoint(), "/hand/epoch").await.as_deref(), Some("8"));
     assert_eq!(source.load().await.expect("load").epoch(), Epoch(8));
 }
+
+/// A map of 5,000 devices with an incremental balanced pool (its state is most of the text):
+/// over etcd's default 1.5 MiB request limit, stored and read back by the etcd Optio starts
+/// (`--max-request-bytes` 10 MiB), and a change to it swaps in.
+#[tokio::test]
+async fn a_map_over_etcds_default_request_limit_is_stored() {
+    let Some(etcd) = etcd() else { return };
+    let source = MapSource::parse(&etcd.url()).expect("etcd");
+    let mut builder = optio_placement::ClusterMapBuilder::new();
+    for id in 0..5000u32 {
+        let host = format!("host{}", id / 20);
+        builder = builder.device(optio_placement::DeviceSpec::new(id).at(&[("host", &host)]));
+    }
+    let mut pool = optio_placement::PoolSpec::crush(1, "rbd", 4096, 2);
+    pool.balance.incremental = true;
+    let map = builder
+        .replicated_rule(0, "replicated_rule", "default", "host")
+        .pool(pool)
+        .build()
+        .expect("a valid map");
+    let text = optio_mapfile::optio_toml::write(&map);
+    assert!(text.len() > 3 << 19, "{} bytes: over 1.5 MiB", text.len());
+    assert!(source.initialize(&map).await.expect("stored"));
+    assert_eq!(source.load().await.expect("load"), map);
+    let change = optio_placement::change::MapChange::RemoveDevice(optio_placement::DeviceId(7));
+    let next = map.apply(&change, map.epoch()).expect("applies");
+    source.compare_and_swap(map.epoch(), &next).await.expect("swapped");
+    assert_eq!(source.load().await.expect("load"), next);
+}

@@ -77,3 +77,17 @@ fn detect_tells_the_formats_apart() {
         assert_eq!(detect(text), format, "{text:?}");
     }
 }
+
+#[test]
+fn incremental_example_keeps_its_stored_state() {
+    let text = std::fs::read_to_string(crate::support::examples_dir().join("incremental.toml"))
+        .expect("incremental.toml");
+    let map = parse(&text).expect("valid");
+    let pool = &map.pools()[0];
+    assert!(pool.balance.incremental);
+    let state = pool.balance_state.as_ref().expect("the stored state");
+    assert_eq!((state.units, state.size, state.devices.len()), (256, 3, 12));
+    // The file is what Optio writes for it, comments aside: the state read back is kept.
+    let body = &text[text.find("# Optio cluster map").expect("the writer's header")..];
+    assert_eq!(optio_mapfile::optio_toml::write(&map), body);
+}
