@@ -68,6 +68,15 @@ impl Device {
     pub fn is_usable(&self) -> bool {
         self.up && self.is_in && self.reweight.0 > 0 && self.weight.0 > 0
     }
+
+    /// The weight balanced placement gives the device (16.16): CRUSH weight × reweight (capped
+    /// at 1.0) when usable, else 0.
+    pub fn balance_weight(&self) -> u64 {
+        if !self.is_usable() {
+            return 0;
+        }
+        (u64::from(self.weight.0) * u64::from(self.reweight.0.min(0x10000))) >> 16
+    }
 }
 
 /// A level of the hierarchy (`host`, `rack`, …). Type 0 is the device level.

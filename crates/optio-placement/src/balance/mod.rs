@@ -212,10 +212,7 @@ fn usable_devices(map: &ClusterMap, take: ItemId, domain_type: TypeId) -> Device
     let mut domain_keys: Vec<i64> = Vec::new();
     for device in devices_under(map, take) {
         let Some(d) = map.device(device) else { continue };
-        if !d.is_usable() {
-            continue;
-        }
-        let weight = (u64::from(d.weight.0) * u64::from(d.reweight.0.min(0x10000))) >> 16;
+        let weight = d.balance_weight();
         if weight == 0 {
             continue;
         }

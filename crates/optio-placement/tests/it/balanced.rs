@@ -24,17 +24,34 @@ fn balanced_pool(id: u32, pg_num: u32, size: u32) -> PoolSpec {
 }
 
 fn shape_map(shape: &Shape, size: u32, pg_num: u32) -> ClusterMap {
+    shape_map_with(shape, size, pg_num, balanced_pool)
+}
+
+/// A generated cluster with one replicated pool made by `pool` (id 1), its size capped by the
+/// hosts with weight (shared with the incremental method's tests).
+pub(crate) fn shape_map_with(
+    shape: &Shape,
+    size: u32,
+    pg_num: u32,
+    pool: fn(u32, u32, u32) -> PoolSpec,
+) -> ClusterMap {
     let size = size.min(shape.weighted_hosts() as u32).max(1);
     shape
         .builder()
         .replicated_rule(0, "replicated", "default", "host")
-        .pool(balanced_pool(1, pg_num, size))
+        .pool(pool(1, pg_num, size))
         .build()
         .expect("a valid generated map")
 }
 
 /// Racks × hosts × OSDs of equal weight, optionally one OSD added to host 0.
-fn cluster(racks: u32, hosts: u32, osds: u32, extra: bool, pool: PoolSpec) -> ClusterMap {
+pub(crate) fn cluster(
+    racks: u32,
+    hosts: u32,
+    osds: u32,
+    extra: bool,
+    pool: PoolSpec,
+) -> ClusterMap {
     let mut builder = ClusterMapBuilder::new();
     let mut add = |id: u32, host: u32| {
         let host_name = format!("host{host}");
@@ -240,7 +257,7 @@ fn too_few_hosts_give_short_sets_not_errors() {
 }
 
 /// PG copies moved between two balanced placements, and the minimum for the change.
-fn moved(a: &ClusterMap, b: &ClusterMap) -> (u64, f64) {
+pub(crate) fn moved(a: &ClusterMap, b: &ClusterMap) -> (u64, f64) {
     let (pa, pb) = (Placement::new(a).expect("ok"), Placement::new(b).expect("ok"));
     let m = optio_placement::analysis::movement(
         a,
@@ -327,6 +344,13 @@ const GOLDEN: [[i32; 2]; 32] = [
 const GOLDEN_LOADS: [u64; 9] = [6, 6, 8, 7, 8, 7, 7, 7, 8];
 
 fn build_error(pool: PoolSpec, rule: Option<RuleSpec>) -> MapErrorKind {
+    let error = build_refused(pool, rule);
+    assert_eq!(error.subject, Subject::Pool("balanced".into()), "{error}");
+    error.kind
+}
+
+/// The builder's refusal of `pool` (and `rule`, if given) on 8 devices in 4 hosts.
+pub(crate) fn build_refused(pool: PoolSpec, rule: Option<RuleSpec>) -> optio_placement::MapError {
     let mut builder = ClusterMapBuilder::new();
     for id in 0..8u32 {
         let host = format!("host{}", id / 2);
@@ -336,9 +360,7 @@ fn build_error(pool: PoolSpec, rule: Option<RuleSpec>) -> MapErrorKind {
     if let Some(rule) = rule {
         builder = builder.rule(rule);
     }
-    let error = builder.pool(pool).build().expect_err("refused");
-    assert_eq!(error.subject, Subject::Pool("balanced".into()), "{error}");
-    error.kind
+    builder.pool(pool).build().expect_err("refused")
 }
 
 fn rule(id: u32, kind: RuleKind, steps: Vec<StepSpec>) -> RuleSpec {

@@ -19,6 +19,7 @@ use optio_placement::{
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
+use crate::balanced::{self, build_refused, moved, shape_map_with};
 use crate::strategies::{Shape, shape};
 
 /// The pool of these tests: incremental balanced, replicated across hosts.
@@ -29,33 +30,11 @@ fn incremental_pool(id: u32, pg_num: u32, size: u32) -> PoolSpec {
 }
 
 fn shape_map(shape: &Shape, size: u32, pg_num: u32) -> ClusterMap {
-    let size = size.min(shape.weighted_hosts() as u32).max(1);
-    shape
-        .builder()
-        .replicated_rule(0, "replicated", "default", "host")
-        .pool(incremental_pool(1, pg_num, size))
-        .build()
-        .expect("a valid generated map")
+    shape_map_with(shape, size, pg_num, incremental_pool)
 }
 
-/// Racks × hosts × OSDs of equal weight.
 fn cluster(racks: u32, hosts: u32, osds: u32, pool: PoolSpec) -> ClusterMap {
-    let mut builder = ClusterMapBuilder::new();
-    for id in 0..racks.max(1) * hosts * osds {
-        let host = id / osds;
-        let (host_name, rack_name) = (format!("host{host}"), format!("rack{}", host / hosts));
-        let location: Vec<(&str, &str)> = if racks > 0 {
-            vec![("host", &host_name), ("rack", &rack_name)]
-        } else {
-            vec![("host", &host_name)]
-        };
-        builder.devices.push(DeviceSpec::new(id).at(&location));
-    }
-    builder
-        .replicated_rule(0, "replicated_rule", "default", "host")
-        .pool(pool)
-        .build()
-        .expect("valid")
+    balanced::cluster(racks, hosts, osds, false, pool)
 }
 
 fn state(map: &ClusterMap) -> &BalanceState {
@@ -208,21 +187,6 @@ proptest! {
 }
 
 /// PG copies moved between two placements of pool 1, and the minimum for the change.
-fn moved(a: &ClusterMap, b: &ClusterMap) -> (u64, f64) {
-    let (pa, pb) = (Placement::new(a).expect("ok"), Placement::new(b).expect("ok"));
-    let m = optio_placement::analysis::movement(
-        a,
-        &pa,
-        b,
-        &pb,
-        pa.pool(PoolId(1)).expect("pool"),
-        pb.pool(PoolId(1)).expect("pool"),
-        0,
-        1,
-        &mut |_| {},
-    );
-    (m.moved, m.minimum_copies())
-}
 
 #[test]
 fn single_osd_changes_move_at_most_one_and_a_half_times_the_minimum() {
@@ -414,16 +378,7 @@ const GOLDEN_AFTER: [[i32; 2]; 32] = [
 ];
 
 fn build_error(pool: PoolSpec, rule: Option<RuleSpec>) -> String {
-    let mut builder = ClusterMapBuilder::new();
-    for id in 0..8u32 {
-        let host = format!("host{}", id / 2);
-        builder = builder.device(DeviceSpec::new(id).at(&[("host", &host)]));
-    }
-    builder = builder.replicated_rule(0, "replicated", "default", "host");
-    if let Some(rule) = rule {
-        builder = builder.rule(rule);
-    }
-    let error = builder.pool(pool).build().expect_err("refused");
+    let error = build_refused(pool, rule);
     assert_eq!(error.subject, Subject::Pool("incremental".into()), "{error}");
     assert!(matches!(error.kind, MapErrorKind::OutOfRange { .. }), "{error}");
     error.kind.to_string()

@@ -51,10 +51,7 @@ pub(crate) fn members(map: &ClusterMap, take: ItemId, domain_type: TypeId) -> Ve
     let mut out = Vec::new();
     for device in devices_under(map, take) {
         let Some(d) = map.device(device) else { continue };
-        if !d.is_usable() {
-            continue;
-        }
-        let weight = (u64::from(d.weight.0) * u64::from(d.reweight.0.min(0x10000))) >> 16;
+        let weight = d.balance_weight();
         if weight == 0 {
             continue;
         }
