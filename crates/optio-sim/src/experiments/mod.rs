@@ -29,7 +29,7 @@ pub enum Experiment {
     /// it costs the others.
     Policies(policies::Args),
     /// PGs per OSD and movement: stock CRUSH, seed 002's optimised CRUSH, Optio's balanced
-    /// placement.
+    /// placements (history-free and incremental).
     Balance(balance::Args),
     /// The attributed-CH paper's Tables 1 and 2: placement time and memory.
     AttributedCost(attributed_cost::Args),
