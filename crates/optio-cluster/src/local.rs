@@ -155,6 +155,9 @@ pub const PLAIN_POOL: &str = "plain";
 pub const ATTRIBUTED_POOL: &str = "hetero";
 /// The `elastic` pool of a local cluster (k = 1: its primaries are what matters).
 pub const ELASTIC_POOL: &str = "elastic";
+/// A `crush` pool with Optio's incremental balanced placement (`balanced = "incremental"`,
+/// k = 1): every device within one PG of its share, and map edits carry its state forward.
+pub const BALANCED_POOL: &str = "balanced";
 
 /// One server process.
 #[derive(Debug)]
@@ -440,6 +443,11 @@ impl LocalCluster {
         let _ = writeln!(
             out,
             "[[pools]]\nid = 5\nname = \"{ELASTIC_POOL}\"\nengine = \"elastic\"\nsize = {replicas}"
+        );
+        let _ = writeln!(
+            out,
+            "[[pools]]\nid = 6\nname = \"{BALANCED_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}\nbalanced = \"incremental\"",
+            spec.pg_num
         );
         out
     }

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use optio_cluster::local::{
-    ATTRIBUTED_POOL, CRUSH_POOL, ELASTIC_POOL, LocalCluster, LocalClusterSpec, PLAIN_POOL,
-    RING_POOL,
+    ATTRIBUTED_POOL, BALANCED_POOL, CRUSH_POOL, ELASTIC_POOL, LocalCluster, LocalClusterSpec,
+    PLAIN_POOL, RING_POOL,
 };
 
 use crate::output::{self, parse_size};
@@ -103,7 +103,7 @@ pub fn run(args: Args) -> Result<()> {
     );
     print!("{}", table.render());
     println!(
-        "\nmap: {}\npools: {CRUSH_POOL} (crush), {RING_POOL} (ring), {ATTRIBUTED_POOL} (attributed) with k = {} candidates, policy '{}'; {PLAIN_POOL} (crush) and {ELASTIC_POOL} (elastic) with k = 1\n\nUse it from another terminal:\n  export OPTIO_CLUSTER={dir}\n  echo hello | optio put greeting -\n  optio get greeting\n  optio probe greeting\n  optio ls\n  optio bench --objects 200 --size 1MiB\n  optio map set-state 4 --out   # data moves off device 4\n  optio status --watch\n\nCtrl-C stops the cluster.",
+        "\nmap: {}\npools: {CRUSH_POOL} (crush), {RING_POOL} (ring), {ATTRIBUTED_POOL} (attributed) with k = {} candidates, policy '{}'; {PLAIN_POOL} (crush), {ELASTIC_POOL} (elastic) and {BALANCED_POOL} (crush, incremental balanced placement) with k = 1\n\nUse it from another terminal:\n  export OPTIO_CLUSTER={dir}\n  echo hello | optio put greeting -\n  optio get greeting\n  optio probe greeting\n  optio ls\n  optio bench --objects 200 --size 1MiB\n  optio map set-state 4 --out   # data moves off device 4\n  optio status --watch\n\nCtrl-C stops the cluster.",
         cluster.source().describe(),
         args.choices,
         args.policy

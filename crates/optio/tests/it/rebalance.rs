@@ -11,7 +11,7 @@ use optio_placement::{DeviceId, MapChange};
 
 use crate::{client, cluster, data, runtime, small, statuses, support, wait_settled};
 
-const POOLS: [&str; 4] = ["data", "blobs", "hetero", "elastic"];
+const POOLS: [&str; 5] = ["data", "blobs", "hetero", "elastic", "balanced"];
 
 fn objects_per_pool() -> usize {
     24

@@ -5,7 +5,8 @@
 
 use optio_client::ClientError;
 use optio_cluster::local::{
-    ATTRIBUTED_POOL, CRUSH_POOL, ELASTIC_POOL, LocalClusterSpec, PLAIN_POOL, RING_POOL,
+    ATTRIBUTED_POOL, BALANCED_POOL, CRUSH_POOL, ELASTIC_POOL, LocalClusterSpec, PLAIN_POOL,
+    RING_POOL,
 };
 
 use crate::{client, cluster, data, holders, runtime};
@@ -28,9 +29,11 @@ fn every_engine_and_policy_round_trips() {
         }
         runs.push((PLAIN_POOL, "first"));
         runs.push((ELASTIC_POOL, "first"));
+        runs.push((BALANCED_POOL, "first"));
         for (pool, policy) in runs {
             {
-                let choices = if pool == PLAIN_POOL || pool == ELASTIC_POOL { 1 } else { 2 };
+                let choices =
+                    if [PLAIN_POOL, ELASTIC_POOL, BALANCED_POOL].contains(&pool) { 1 } else { 2 };
                 let writer = client(&cluster, Some(policy)).await;
                 let keys: Vec<String> =
                     (0..12).map(|i| format!("{pool}/{policy}/{choices}/{i}")).collect();
