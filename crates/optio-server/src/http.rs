@@ -509,6 +509,27 @@ fn header_u64(headers: &HeaderMap, name: &str) -> Result<Option<u64>, Failure> {
     }
 }
 
+/// The largest refused body the server reads (and throws away) before answering.
+const DISCARD_BYTES_MAX: u64 = 64 << 20;
+/// The longest it spends reading one.
+const DISCARD_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads and drops a refused body of `length` bytes (up to [`DISCARD_BYTES_MAX`] and
+/// [`DISCARD_TIME_MAX`]) before the refusal is sent. A client still writing the body then
+/// reads the answer (413 and its reason) instead of a reset connection — what nginx calls a
+/// lingering close. Larger or slower bodies are not read: the connection closes.
+async fn discard(body: Body, length: u64) {
+    use futures_util::StreamExt as _;
+    if length > DISCARD_BYTES_MAX {
+        return;
+    }
+    let mut stream = body.into_data_stream();
+    let _ = tokio::time::timeout(DISCARD_TIME_MAX, async {
+        while let Some(Ok(_)) = stream.next().await {}
+    })
+    .await;
+}
+
 async fn put_object(
     state: &AppState,
     target: &Target,
@@ -520,6 +541,7 @@ async fn put_object(
     if let Some(length) = header_u64(headers, header::CONTENT_LENGTH.as_str())?
         && length > limit
     {
+        discard(body, length).await;
         return Err(fail(
             ErrorKind::TooLarge,
             format!("the object is {length} bytes; this server takes at most {limit}"),
