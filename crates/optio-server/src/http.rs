@@ -348,9 +348,15 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
     let started = Instant::now();
     let target = match parse_target(&state, request.uri().path()) {
         Ok(target) => target,
-        Err(failure) => return state.error_response(failure, None),
+        Err(failure) => {
+            let (parts, body) = request.into_parts();
+            discard(body, &parts.headers).await;
+            return state.error_response(failure, None);
+        }
     };
     if let Err(failure) = state.check_epoch(request.headers()).await {
+        let (parts, body) = request.into_parts();
+        discard(body, &parts.headers).await;
         return state.error_response(failure, Some(&target.store));
     }
     let store = target.store.clone();
@@ -514,34 +520,44 @@ const DISCARD_BYTES_MAX: u64 = 64 << 20;
 /// The longest it spends reading one.
 const DISCARD_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Reads and drops a refused body of `length` bytes (up to [`DISCARD_BYTES_MAX`] and
-/// [`DISCARD_TIME_MAX`]) before the refusal is sent. A client still writing the body then
-/// reads the answer (413 and its reason) instead of a reset connection — what nginx calls a
-/// lingering close. Larger or slower bodies are not read: the connection closes.
-async fn discard(body: Body, length: u64) {
+/// Reads and drops the body of a refused request (up to [`DISCARD_BYTES_MAX`] bytes and
+/// [`DISCARD_TIME_MAX`]) before the refusal is sent. A client still writing the body — a
+/// 4 MiB object sent to a server that no longer serves its device, or one above the size
+/// limit — then reads the answer (421, 413, … and the reason) instead of a reset connection:
+/// what nginx calls a lingering close. A body declared larger, or sent slower, is not read to
+/// its end: the connection closes.
+async fn discard(body: Body, headers: &HeaderMap) {
     use futures_util::StreamExt as _;
-    if length > DISCARD_BYTES_MAX {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared == Some(0) || declared.is_some_and(|length| length > DISCARD_BYTES_MAX) {
         return;
     }
     let mut stream = body.into_data_stream();
     let _ = tokio::time::timeout(DISCARD_TIME_MAX, async {
-        while let Some(Ok(_)) = stream.next().await {}
+        let mut read = 0u64;
+        while let Some(Ok(chunk)) = stream.next().await {
+            read += chunk.len() as u64;
+            if read > DISCARD_BYTES_MAX {
+                break;
+            }
+        }
     })
     .await;
 }
 
-async fn put_object(
+/// A PUT's headers: its version, checksum, PG seed and epoch; refused when the declared
+/// length is above `limit` or a header is malformed.
+fn put_headers(
     state: &AppState,
-    target: &Target,
     headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, Failure> {
-    state.counters.puts.fetch_add(1, Ordering::Relaxed);
-    let limit = state.max_object_bytes;
+    limit: u64,
+) -> Result<(ObjectVersion, Option<u32>, Option<u32>, Epoch), Failure> {
     if let Some(length) = header_u64(headers, header::CONTENT_LENGTH.as_str())?
         && length > limit
     {
-        discard(body, length).await;
         return Err(fail(
             ErrorKind::TooLarge,
             format!("the object is {length} bytes; this server takes at most {limit}"),
@@ -559,6 +575,24 @@ async fn put_object(
     };
     let pg_seed = header_u64(headers, wire::PG)?.map(|pg| pg as u32);
     let epoch = Epoch(header_u64(headers, wire::EPOCH)?.unwrap_or(state.map.epoch()));
+    Ok((version, checksum, pg_seed, epoch))
+}
+
+async fn put_object(
+    state: &AppState,
+    target: &Target,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, Failure> {
+    state.counters.puts.fetch_add(1, Ordering::Relaxed);
+    let limit = state.max_object_bytes;
+    let (version, checksum, pg_seed, epoch) = match put_headers(state, headers, limit) {
+        Ok(parsed) => parsed,
+        Err(failure) => {
+            discard(body, headers).await;
+            return Err(failure);
+        }
+    };
     let body = axum::body::to_bytes(body, limit as usize).await.map_err(|e| {
         fail(ErrorKind::TooLarge, format!("the body could not be read within {limit} bytes: {e}"))
     })?;

@@ -145,6 +145,22 @@ async fn malformed_requests_get_a_reason_never_a_panic() {
             "objects or choices",
         ),
         (http.put(server.url("/v1/dev/9/objects/1/k")).body("x"), 421, "misdirected", "not served"),
+        // A large body refused before it is read is read and dropped: the client gets the
+        // answer, not a broken pipe.
+        (
+            http.put(server.url("/v1/dev/9/objects/1/k")).body(vec![0u8; 4 << 20]),
+            421,
+            "misdirected",
+            "not served",
+        ),
+        (
+            http.put(server.object(0, 1, "k"))
+                .header("x-optio-version", "soon")
+                .body(vec![0u8; 512 << 10]),
+            400,
+            "bad-request",
+            "integer",
+        ),
         (
             http.put(server.object(0, 1, "k")).header("x-optio-version", "soon").body("x"),
             400,
