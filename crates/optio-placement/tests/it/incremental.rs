@@ -131,7 +131,7 @@ fn has_room(map: &ClusterMap, size: u32) -> bool {
     let host_type = map.type_by_name("host").expect("host");
     let mut hosts: Vec<(i32, u64)> = Vec::new();
     for d in map.devices().iter().filter(|d| d.is_usable()) {
-        let weight = (u64::from(d.weight.0) * u64::from(d.reweight.0)) >> 16;
+        let weight = d.balance_weight();
         let host = map.ancestor_of_type(d.id.into(), host_type).expect("in a host").id.0;
         match hosts.iter_mut().find(|(h, _)| *h == host) {
             Some((_, w)) => *w += weight,
@@ -185,8 +185,6 @@ proptest! {
         }
     }
 }
-
-/// PG copies moved between two placements of pool 1, and the minimum for the change.
 
 #[test]
 fn single_osd_changes_move_at_most_one_and_a_half_times_the_minimum() {
