@@ -205,37 +205,57 @@ fn pool_rule<'m>(map: &'m ClusterMap, pool: &Pool) -> Result<(ItemId, TypeId), B
     })
 }
 
-fn usable_devices(map: &ClusterMap, take: ItemId, domain_type: TypeId) -> Devices {
-    let mut devices =
-        Devices { ids: Vec::new(), weights: Vec::new(), domain: Vec::new(), domain_count: 0 };
-    // Domain keys are bucket ids (or device ids for type 0), numbered in order of first use.
-    let mut domain_keys: Vec<i64> = Vec::new();
+/// A device the balancer may place copies on, with its failure domain and effective weight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Member {
+    pub id: u32,
+    pub domain: String,
+    /// CRUSH weight × reweight (16.16), > 0.
+    pub weight: u64,
+}
+
+/// The usable devices (up, in, weight and reweight > 0) under `take`, in the order CRUSH
+/// lists them, with the names of their failure domains of type `domain_type` (the device's
+/// own name for type 0). Devices with no ancestor of that type are left out.
+pub(crate) fn members(map: &ClusterMap, take: ItemId, domain_type: TypeId) -> Vec<Member> {
+    let mut out = Vec::new();
     for device in devices_under(map, take) {
         let Some(d) = map.device(device) else { continue };
         let weight = d.balance_weight();
         if weight == 0 {
             continue;
         }
-        let key = if domain_type == TypeId(0) {
-            i64::from(device.0)
+        let domain = if domain_type == TypeId(0) {
+            d.name.clone()
         } else {
             match map.ancestor_of_type(ItemId::from(device), domain_type) {
-                Some(bucket) => i64::from(bucket.id.0),
+                Some(bucket) => bucket.name.clone(),
                 None => continue,
             }
         };
-        let domain = match domain_keys.iter().position(|k| *k == key) {
+        out.push(Member { id: device.0, domain, weight });
+    }
+    out
+}
+
+fn usable_devices(map: &ClusterMap, take: ItemId, domain_type: TypeId) -> Devices {
+    let mut devices =
+        Devices { ids: Vec::new(), weights: Vec::new(), domain: Vec::new(), domain_count: 0 };
+    // Domains (names are unique) are numbered in order of first use.
+    let mut domain_names: Vec<String> = Vec::new();
+    for member in members(map, take, domain_type) {
+        let domain = match domain_names.iter().position(|n| *n == member.domain) {
             Some(index) => index,
             None => {
-                domain_keys.push(key);
-                domain_keys.len() - 1
+                domain_names.push(member.domain);
+                domain_names.len() - 1
             }
         };
-        devices.ids.push(device.0);
-        devices.weights.push(weight);
+        devices.ids.push(member.id);
+        devices.weights.push(member.weight);
         devices.domain.push(domain as u32);
     }
-    devices.domain_count = domain_keys.len();
+    devices.domain_count = domain_names.len();
     devices
 }
 

@@ -20,13 +20,11 @@
 //! spread alike — the rank normalisation of the history-free method.
 
 use super::state::{CLASSES, DOMAIN_PRICE_ONE, PRICE_MAX};
-use crate::analysis::devices_under;
+use crate::balance::Member;
 use crate::balance::rank;
 use crate::balance::score;
 use crate::balance::targets::{self, Target};
 use crate::balance::{RANKED_EXTRA, RANKED_PER_TARGET};
-use crate::ids::{ItemId, TypeId};
-use crate::map::ClusterMap;
 
 /// No device.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -34,39 +32,6 @@ pub(crate) const NONE: u32 = u32::MAX;
 pub(crate) const PRICE_UNIT: u128 = 1 << 40;
 /// Salt of the domain-class hash (any constant; part of the placement version).
 const DOMAIN_CLASS_SALT: u32 = 0x5bd1_e995;
-
-/// A device the balancer may place copies on, with its failure domain and effective weight.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Member {
-    pub id: u32,
-    pub domain: String,
-    /// CRUSH weight × reweight (16.16), > 0.
-    pub weight: u64,
-}
-
-/// The usable devices (up, in, weight and reweight > 0) under `take`, in the order CRUSH
-/// lists them, with the names of their failure domains of type `domain_type` (the device's
-/// own name for type 0). Devices with no ancestor of that type are left out.
-pub(crate) fn members(map: &ClusterMap, take: ItemId, domain_type: TypeId) -> Vec<Member> {
-    let mut out = Vec::new();
-    for device in devices_under(map, take) {
-        let Some(d) = map.device(device) else { continue };
-        let weight = d.balance_weight();
-        if weight == 0 {
-            continue;
-        }
-        let domain = if domain_type == TypeId(0) {
-            d.name.clone()
-        } else {
-            match map.ancestor_of_type(ItemId::from(device), domain_type) {
-                Some(bucket) => bucket.name.clone(),
-                None => continue,
-            }
-        };
-        out.push(Member { id: device.0, domain, weight });
-    }
-    out
-}
 
 /// A neutral price for a device of target `t`: `2^40 / t`, within 1 to [`PRICE_MAX`].
 pub(crate) fn neutral_price(t: &Target) -> u64 {

@@ -1,11 +1,12 @@
 //! Computing a pool's state: from scratch, or from the previous state when the map changed.
 
-use super::engine::{Engine, Member, NONE, Prices, Scratch, members};
+use super::engine::{Engine, NONE, Prices, Scratch};
 use super::layout::Layout;
 use super::search::{Balancer, bands};
 use super::state::{BalanceState, CLASSES, DOMAIN_PRICE_ONE, DeviceState, DomainState, PRICE_MAX};
 use crate::balance::{
-    BALANCED_DEVICES_MAX, BALANCED_UNITS_MAX, BalanceError, Balanced, BalancedDevice, pool_rule,
+    BALANCED_DEVICES_MAX, BALANCED_UNITS_MAX, BalanceError, Balanced, BalancedDevice, Member,
+    members, pool_rule,
 };
 use crate::ids::DeviceId;
 use crate::map::{ClusterMap, Pool};
