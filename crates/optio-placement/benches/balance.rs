@@ -13,8 +13,8 @@ use optio_placement::balance::balance;
 use optio_placement::balance::incremental;
 use optio_placement::linear::tune_linear_param;
 use optio_placement::{
-    BucketAlg, ClusterMap, ClusterMapBuilder, DeviceSpec, LinearParamSpec, Placement, PoolId,
-    PoolSpec, PpsGenerator, ReplicaSet,
+    BalanceMethod, BucketAlg, ClusterMap, ClusterMapBuilder, DeviceSpec, LinearParamSpec,
+    Placement, PoolId, PoolSpec, PpsGenerator, ReplicaSet,
 };
 
 /// Racks × hosts × OSDs (no rack level when `racks` is 0) with pool 1: `pg_num` PGs, `size`
@@ -36,7 +36,9 @@ fn cluster(
         builder = builder.device(DeviceSpec::new(id).at(&location));
     }
     let mut pool = PoolSpec::crush(1, "rbd", pg_num, size);
-    pool.balance.balanced = balanced;
+    if balanced {
+        pool.balance.balanced = BalanceMethod::HistoryFree;
+    }
     builder
         .replicated_rule(0, "replicated_rule", "default", "host")
         .pool(pool)
@@ -124,7 +126,7 @@ fn incremental(c: &mut Criterion) {
     ] {
         let plain = cluster(racks, hosts, 10, pg_num, size, false);
         let mut builder = plain.to_builder();
-        builder.pools[0].balance.incremental = true;
+        builder.pools[0].balance.balanced = BalanceMethod::Incremental;
         let map = builder.build().expect("valid");
         let pool = map.pools()[0].clone();
         let state = pool.balance_state.clone().expect("computed");

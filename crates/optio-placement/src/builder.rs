@@ -310,10 +310,8 @@ pub struct PoolBalanceSpec {
     pub pps: PpsGenerator,
     /// The balance parameter of `linear` buckets.
     pub linear_param: LinearParamSpec,
-    /// Optio's balanced placement (history-free).
-    pub balanced: bool,
-    /// Optio's incremental balanced placement.
-    pub incremental: bool,
+    /// Optio's balanced placement, and which one.
+    pub balanced: crate::map::BalanceMethod,
     /// For an incremental pool: the state to rebalance from (the previous map's); the
     /// builder computes the pool's state from it and the map (from scratch without one).
     pub state: Option<crate::balance::incremental::BalanceState>,
@@ -331,7 +329,6 @@ impl From<PoolBalance> for PoolBalanceSpec {
             pps: balance.pps,
             linear_param: LinearParamSpec::Fixed(balance.linear_param),
             balanced: balance.balanced,
-            incremental: balance.incremental,
             state: None,
         }
     }
@@ -1859,7 +1856,7 @@ fn build_pools(
         if spec.balance.linear_param == LinearParamSpec::Auto {
             auto.push(spec.id);
         }
-        if balance.incremental {
+        if balance.balanced == crate::map::BalanceMethod::Incremental {
             incremental.push((spec.id, spec.balance.state.clone()));
         }
         pools.push(Pool {
@@ -1891,12 +1888,8 @@ fn check_pool_balance(
     engine: &EngineSpec,
 ) -> Result<PoolBalance, MapError> {
     let wanted = &spec.balance;
-    let mut balance = PoolBalance {
-        pps: wanted.pps,
-        linear_param: LINEAR_PARAM_ONE,
-        balanced: wanted.balanced,
-        incremental: wanted.incremental,
-    };
+    let mut balance =
+        PoolBalance { pps: wanted.pps, linear_param: LINEAR_PARAM_ONE, balanced: wanted.balanced };
     let subject = Subject::Pool(spec.name.clone());
     let bad = |field: &'static str, value: String, reason: String| {
         err(subject.clone(), Kind::OutOfRange { field, value, reason })
@@ -1940,15 +1933,8 @@ fn check_pool_balance(
             }
         }
     }
-    if wanted.balanced && wanted.incremental {
-        return Err(bad(
-            "balanced",
-            "true and \"incremental\"".into(),
-            "a pool uses one balanced method: `balanced = true` (history-free) or `balanced = \"incremental\"`".into(),
-        ));
-    }
     if let Some(state) = &wanted.state {
-        if !wanted.incremental {
+        if wanted.balanced != crate::map::BalanceMethod::Incremental {
             return Err(bad(
                 "balance_state",
                 format!("{} devices", state.devices.len()),
@@ -1965,8 +1951,11 @@ fn check_pool_balance(
             ));
         }
     }
-    if wanted.balanced || wanted.incremental {
-        let value = if wanted.incremental { "\"incremental\"" } else { "true" };
+    if wanted.balanced.is_on() {
+        let value = match wanted.balanced {
+            crate::map::BalanceMethod::Incremental => "\"incremental\"",
+            _ => "true",
+        };
         if wanted.linear_param != LinearParamSpec::Fixed(LINEAR_PARAM_ONE) {
             return Err(bad(
                 "balance_param",

@@ -361,7 +361,7 @@ mod tests {
             builder = builder.device(DeviceSpec::new(id).at(&[("host", &host)]));
         }
         let mut pool = PoolSpec::crush(1, "rbd", 2048, 3);
-        pool.balance.incremental = true;
+        pool.balance.balanced = crate::BalanceMethod::Incremental;
         builder
             .replicated_rule(0, "replicated_rule", "default", "host")
             .pool(pool)

@@ -73,9 +73,10 @@ pub use choice::{ChoiceSettings, PolicySpec};
 pub use error::{MapError, MapErrorKind, Subject};
 pub use ids::{BucketId, DeviceId, Epoch, ITEM_NONE, ItemId, PoolId, RuleId, TypeId, Weight};
 pub use map::{
-    ActiveSet, AttributedParams, Bucket, BucketAlg, BucketType, ChooseArg, ChooseArgs, ClusterMap,
-    Device, ElasticParams, EngineSpec, LINEAR_PARAM_ONE, Membership, MembershipVersion, Pool,
-    PoolBalance, PpsGenerator, RingParams, Rule, RuleKind, SectorSelection, Step,
+    ActiveSet, AttributedParams, BalanceMethod, Bucket, BucketAlg, BucketType, ChooseArg,
+    ChooseArgs, ClusterMap, Device, ElasticParams, EngineSpec, LINEAR_PARAM_ONE, Membership,
+    MembershipVersion, Pool, PoolBalance, PpsGenerator, RingParams, Rule, RuleKind,
+    SectorSelection, Step,
 };
 pub use placement::{Placement, PoolPlacement, ReplicaSet};
 pub use tunables::{Tunables, TunablesProfile};

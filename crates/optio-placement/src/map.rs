@@ -446,6 +446,37 @@ impl PpsGenerator {
     }
 }
 
+/// Which of Optio's balanced placements a crush pool uses (`balanced` in Optio TOML).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BalanceMethod {
+    /// None: CRUSH's own choice (`balanced = false`).
+    #[default]
+    Off,
+    /// The history-free method ([`crate::balance::balance`], `balanced = true`): computed
+    /// from the map alone.
+    HistoryFree,
+    /// The incremental method ([`crate::balance::incremental`], `balanced = "incremental"`):
+    /// balanced by per-device prices kept in the pool's [`Pool::balance_state`] and updated
+    /// from the previous state when the map changes.
+    Incremental,
+}
+
+impl BalanceMethod {
+    /// Whether a balanced placement replaces CRUSH's choice.
+    pub fn is_on(self) -> bool {
+        self != BalanceMethod::Off
+    }
+
+    /// Its name in reports: `"history-free"`, `"incremental"` (`None` when off).
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            BalanceMethod::Off => None,
+            BalanceMethod::HistoryFree => Some("history-free"),
+            BalanceMethod::Incremental => Some("incremental"),
+        }
+    }
+}
+
 /// Optio's balance settings of a pool. **None of them is Ceph-compatible**; the defaults
 /// are Ceph's behaviour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -456,12 +487,8 @@ pub struct PoolBalance {
     /// ([`LINEAR_PARAM_ONE`]): a linear bucket divides the pps by it.
     pub linear_param: u32,
     /// Optio's balanced placement (no exception tables; [`crate::balance`]) instead of
-    /// CRUSH's own choice: the history-free method, computed from the map alone.
-    pub balanced: bool,
-    /// Optio's incremental balanced placement ([`crate::balance::incremental`]): balanced by
-    /// per-device prices kept in the pool's [`Pool::balance_state`] and updated from the
-    /// previous state when the map changes. Exclusive with `balanced`.
-    pub incremental: bool,
+    /// CRUSH's own choice, and which one.
+    pub balanced: BalanceMethod,
 }
 
 impl Default for PoolBalance {
@@ -469,8 +496,7 @@ impl Default for PoolBalance {
         PoolBalance {
             pps: PpsGenerator::Ceph,
             linear_param: LINEAR_PARAM_ONE,
-            balanced: false,
-            incremental: false,
+            balanced: BalanceMethod::Off,
         }
     }
 }
@@ -484,11 +510,12 @@ impl PoolBalance {
     /// The extensions in use, for people (`None` for Ceph's defaults).
     pub fn describe(&self) -> Option<String> {
         let mut parts = Vec::new();
-        if self.balanced {
-            parts.push("Optio balanced placement".to_string());
-        }
-        if self.incremental {
-            parts.push("Optio incremental balanced placement".to_string());
+        match self.balanced {
+            BalanceMethod::Off => {}
+            BalanceMethod::HistoryFree => parts.push("Optio balanced placement".to_string()),
+            BalanceMethod::Incremental => {
+                parts.push("Optio incremental balanced placement".to_string())
+            }
         }
         if self.pps == PpsGenerator::Congruential {
             parts.push("congruential pps (seed 002)".to_string());

@@ -177,12 +177,13 @@ impl Placement {
         let mut pools = Vec::with_capacity(map.pools().len());
         for pool in map.pools() {
             let engine = match pool.engine {
-                EngineSpec::Crush { .. } if pool.balance.balanced || pool.balance.incremental => {
-                    let balanced = if pool.balance.incremental {
-                        crate::balance::incremental::place(map, pool)
-                    } else {
-                        crate::balance::balance(map, pool)
-                    };
+                EngineSpec::Crush { .. } if pool.balance.balanced.is_on() => {
+                    let balanced =
+                        if pool.balance.balanced == crate::map::BalanceMethod::Incremental {
+                            crate::balance::incremental::place(map, pool)
+                        } else {
+                            crate::balance::balance(map, pool)
+                        };
                     let balanced = balanced.map_err(|error| {
                         crate::MapError::new(
                             crate::Subject::Pool(pool.name.clone()),

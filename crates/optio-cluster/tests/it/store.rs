@@ -207,7 +207,7 @@ async fn a_map_over_etcds_default_request_limit_is_stored() {
         builder = builder.device(optio_placement::DeviceSpec::new(id).at(&[("host", &host)]));
     }
     let mut pool = optio_placement::PoolSpec::crush(1, "rbd", 4096, 2);
-    pool.balance.incremental = true;
+    pool.balance.balanced = optio_placement::BalanceMethod::Incremental;
     let map = builder
         .replicated_rule(0, "replicated_rule", "default", "host")
         .pool(pool)

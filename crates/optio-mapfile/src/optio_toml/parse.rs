@@ -9,10 +9,11 @@ use optio_placement::choice::{
     PolicySpec,
 };
 use optio_placement::{
-    ActiveSpec, BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec, ClusterMapBuilder,
-    DeviceId, DeviceSpec, EngineRef, Epoch, ItemId, ItemRef, LINEAR_PARAM_ONE, LinearParamSpec,
-    MembershipSpec, PoolBalanceSpec, PoolId, PoolSpec, PpsGenerator, RuleId, RuleKind, RuleRef,
-    RuleSpec, SectorSelection, StepSpec, Subject, Tunables, TunablesProfile, TypeId, VersionSpec,
+    ActiveSpec, BalanceMethod, BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec,
+    ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, Epoch, ItemId, ItemRef, LINEAR_PARAM_ONE,
+    LinearParamSpec, MembershipSpec, PoolBalanceSpec, PoolId, PoolSpec, PpsGenerator, RuleId,
+    RuleKind, RuleRef, RuleSpec, SectorSelection, StepSpec, Subject, Tunables, TunablesProfile,
+    TypeId, VersionSpec,
 };
 use toml::de::{DeTable, DeValue};
 
@@ -470,7 +471,9 @@ impl Reader<'_> {
         }
         if let Some(value) = table.get("balanced") {
             match value.value {
-                DeValue::String(text) if *text == "incremental" => pool.balance.incremental = true,
+                DeValue::String(text) if *text == "incremental" => {
+                    pool.balance.balanced = BalanceMethod::Incremental
+                }
                 DeValue::String(text) => {
                     return Err(value.error(
                         self.source,
@@ -479,7 +482,11 @@ impl Reader<'_> {
                         ),
                     ));
                 }
-                _ => pool.balance.balanced = value.bool(self.source)?,
+                _ => {
+                    if value.bool(self.source)? {
+                        pool.balance.balanced = BalanceMethod::HistoryFree;
+                    }
+                }
             }
         }
         if let Some(value) = table.get("balance_state") {

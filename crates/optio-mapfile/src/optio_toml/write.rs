@@ -14,9 +14,9 @@ use optio_placement::builder::DEFAULT_TYPES;
 use optio_placement::choice::{COMPOSITE_METRICS, FULL_PPM_DEFAULT};
 use optio_placement::map::TIB;
 use optio_placement::{
-    ActiveSet, AttributedParams, Bucket, BucketAlg, BucketId, ChoiceSettings, ClusterMap, Device,
-    DeviceId, EngineSpec, LINEAR_PARAM_ONE, PolicySpec, Pool, PpsGenerator, RingParams, RuleKind,
-    TunablesProfile, TypeId, Weight,
+    ActiveSet, AttributedParams, BalanceMethod, Bucket, BucketAlg, BucketId, ChoiceSettings,
+    ClusterMap, Device, DeviceId, EngineSpec, LINEAR_PARAM_ONE, PolicySpec, Pool, PpsGenerator,
+    RingParams, RuleKind, TunablesProfile, TypeId, Weight,
 };
 
 use super::FORMAT_VERSION;
@@ -183,11 +183,10 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
                 weight_to_decimal(Weight(pool.balance.linear_param)),
             ));
         }
-        if pool.balance.balanced {
-            fields.push(("balanced".into(), "true".into()));
-        }
-        if pool.balance.incremental {
-            fields.push(("balanced".into(), quote("incremental")));
+        match pool.balance.balanced {
+            BalanceMethod::Off => {}
+            BalanceMethod::HistoryFree => fields.push(("balanced".into(), "true".into())),
+            BalanceMethod::Incremental => fields.push(("balanced".into(), quote("incremental"))),
         }
         write_table(&mut out, "[[pools]]", &fields);
         if let Some(state) = &pool.balance_state {

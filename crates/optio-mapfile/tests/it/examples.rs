@@ -84,7 +84,7 @@ fn incremental_example_keeps_its_stored_state() {
         .expect("incremental.toml");
     let map = parse(&text).expect("valid");
     let pool = &map.pools()[0];
-    assert!(pool.balance.incremental);
+    assert_eq!(pool.balance.balanced, optio_placement::BalanceMethod::Incremental);
     let state = pool.balance_state.as_ref().expect("the stored state");
     assert_eq!((state.units, state.size, state.devices.len()), (256, 3, 12));
     // The file is what Optio writes for it, comments aside: the state read back is kept.

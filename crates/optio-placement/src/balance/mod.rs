@@ -30,7 +30,7 @@
 //!     builder = builder.device(DeviceSpec::new(id).at(&[("host", &host)]));
 //! }
 //! let mut pool = PoolSpec::crush(1, "rbd", 256, 3);
-//! pool.balance.balanced = true; // `balanced = true` in Optio TOML
+//! pool.balance.balanced = optio_placement::BalanceMethod::HistoryFree; // `balanced = true`
 //! let map = builder.replicated_rule(0, "r", "default", "host").pool(pool).build().expect("valid");
 //!
 //! // Every device holds 64 copies (256 × 3 / 12), within one of that.

@@ -7,9 +7,9 @@
 
 use optio_placement::balance::{Balanced, balance};
 use optio_placement::{
-    ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemRef, MapErrorKind,
-    Placement, PoolId, PoolSpec, ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec, StepSpec,
-    Subject, Weight,
+    BalanceMethod, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemRef,
+    MapErrorKind, Placement, PoolId, PoolSpec, ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec,
+    StepSpec, Subject, Weight,
 };
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
@@ -19,7 +19,7 @@ use crate::strategies::{Shape, shape};
 /// The pool of these tests: balanced, replicated across hosts.
 fn balanced_pool(id: u32, pg_num: u32, size: u32) -> PoolSpec {
     let mut pool = PoolSpec::crush(id, "balanced", pg_num, size);
-    pool.balance.balanced = true;
+    pool.balance.balanced = BalanceMethod::HistoryFree;
     pool
 }
 

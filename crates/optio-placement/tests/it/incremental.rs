@@ -12,9 +12,9 @@ use optio_placement::balance::Balanced;
 use optio_placement::balance::incremental::{BalanceState, place, rebalance};
 use optio_placement::change::MapChange;
 use optio_placement::{
-    ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemRef, MapErrorKind,
-    Placement, PoolId, PoolSpec, ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec, StepSpec,
-    Subject, Weight,
+    BalanceMethod, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemRef,
+    MapErrorKind, Placement, PoolId, PoolSpec, ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec,
+    StepSpec, Subject, Weight,
 };
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
@@ -25,7 +25,7 @@ use crate::strategies::{Shape, shape};
 /// The pool of these tests: incremental balanced, replicated across hosts.
 fn incremental_pool(id: u32, pg_num: u32, size: u32) -> PoolSpec {
     let mut pool = PoolSpec::crush(id, "incremental", pg_num, size);
-    pool.balance.incremental = true;
+    pool.balance.balanced = BalanceMethod::Incremental;
     pool
 }
 
@@ -405,11 +405,6 @@ fn invalid_settings_and_states_are_clear_errors() {
     ring.engine = EngineRef::Ring { vnode_bytes: None, failure_domain: None };
     let text = build_error(ring, None);
     assert!(text.contains("crush pools only"), "{text}");
-    // One method at a time.
-    let mut both = incremental_pool(1, 64, 2);
-    both.balance.balanced = true;
-    let text = build_error(both, None);
-    assert!(text.contains("one balanced method"), "{text}");
     // The linear parameter means nothing to a balanced pool.
     let mut linear = incremental_pool(1, 64, 2);
     linear.balance.linear_param = optio_placement::LinearParamSpec::Auto;

@@ -9,8 +9,8 @@ use optio_placement::choice::{
 };
 use optio_placement::crush::{CrushMap, CrushWork};
 use optio_placement::{
-    ActiveSpec, BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings, ChooseArgSpec,
-    ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemId, ItemRef,
+    ActiveSpec, BalanceMethod, BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings,
+    ChooseArgSpec, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemId, ItemRef,
     LINEAR_PARAM_ONE, LinearParamSpec, MembershipSpec, Placement, PolicySpec, PoolBalanceSpec,
     PoolId, PoolSpec, PpsGenerator, ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec, Step,
     StepSpec, Tunables, TypeId, VersionSpec, Weight,
@@ -233,8 +233,11 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
             balance: PoolBalanceSpec {
                 pps: if id % 3 == 0 { PpsGenerator::Congruential } else { PpsGenerator::Ceph },
                 linear_param: LinearParamSpec::Fixed(LINEAR_PARAM_ONE),
-                balanced: id % 4 == 1,
-                incremental: id % 4 == 3,
+                balanced: match id % 4 {
+                    1 => BalanceMethod::HistoryFree,
+                    3 => BalanceMethod::Incremental,
+                    _ => BalanceMethod::Off,
+                },
                 state: None,
             },
         })

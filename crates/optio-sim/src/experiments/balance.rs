@@ -19,8 +19,8 @@ use optio_placement::analysis::movement;
 use optio_placement::balance::incremental::BalanceState;
 use optio_placement::stats::Summary;
 use optio_placement::{
-    BucketAlg, ClusterMap, ClusterMapBuilder, DeviceSpec, LinearParamSpec, Placement, PoolId,
-    PoolSpec, PpsGenerator, Weight,
+    BalanceMethod, BucketAlg, ClusterMap, ClusterMapBuilder, DeviceSpec, LinearParamSpec,
+    Placement, PoolId, PoolSpec, PpsGenerator, Weight,
 };
 use serde_json::{Value, json};
 
@@ -205,10 +205,10 @@ fn cluster(
     builder.devices = devices(shape, change);
     let mut pool = pool.clone();
     if method == Method::Optio {
-        pool.balance.balanced = true;
+        pool.balance.balanced = BalanceMethod::HistoryFree;
     }
     if method == Method::Incremental {
-        pool.balance.incremental = true;
+        pool.balance.balanced = BalanceMethod::Incremental;
         pool.balance.state = state.cloned();
     }
     let builder = builder.replicated_rule(0, "replicated_rule", "default", "host");

@@ -350,7 +350,7 @@ fn show_json(map: &ClusterMap) -> serde_json::Value {
     let pools: Vec<serde_json::Value> = map
         .pools()
         .iter()
-        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "engine_detail": super::engine_text(map, p), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size, "choices": p.choice.choices, "policy": p.choice.policy.to_string(), "full_ratio": f64::from(p.choice.full_ppm) / 1e6, "pps": p.balance.pps.name(), "balance_param": f64::from(p.balance.linear_param) / 65536.0, "balanced": p.balance.balanced, "incremental": p.balance.incremental, "balance_state_devices": p.balance_state.as_ref().map(|s| s.devices.len())}))
+        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "engine_detail": super::engine_text(map, p), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size, "choices": p.choice.choices, "policy": p.choice.policy.to_string(), "full_ratio": f64::from(p.choice.full_ppm) / 1e6, "pps": p.balance.pps.name(), "balance_param": f64::from(p.balance.linear_param) / 65536.0, "balanced": super::balanced_method(p), "balance_state_devices": p.balance_state.as_ref().map(|s| s.devices.len())}))
         .collect();
     let membership = map.membership().map(|m| {
         let name = |d: &optio_placement::DeviceId| map.device(*d).map(|d| d.name.clone());

@@ -97,13 +97,7 @@ pub fn find_pool(map: &ClusterMap, name: &str) -> Result<PoolId> {
 /// Which of Optio's balanced placements a pool uses, for JSON reports: `"incremental"`,
 /// `"history-free"` or `null`.
 pub fn balanced_method(pool: &optio_placement::Pool) -> serde_json::Value {
-    if pool.balance.incremental {
-        serde_json::Value::from("incremental")
-    } else if pool.balance.balanced {
-        serde_json::Value::from("history-free")
-    } else {
-        serde_json::Value::Null
-    }
+    pool.balance.balanced.name().map_or(serde_json::Value::Null, serde_json::Value::from)
 }
 
 /// How a pool's engine is set up, in a few words (`analyze`, `map show`).

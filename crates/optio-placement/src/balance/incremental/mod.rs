@@ -36,7 +36,7 @@
 //!     builder = builder.device(DeviceSpec::new(id).at(&[("host", &host)]));
 //! }
 //! let mut pool = PoolSpec::crush(1, "rbd", 256, 3);
-//! pool.balance.incremental = true; // `balanced = "incremental"` in Optio TOML
+//! pool.balance.balanced = optio_placement::BalanceMethod::Incremental; // `balanced = "incremental"`
 //! let map = builder.replicated_rule(0, "r", "default", "host").pool(pool).build().expect("valid");
 //!
 //! // The builder computed the state and stored it with the pool.
