@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Import cycles between modules of each crate under crates/.
+
+At every level of a crate's module tree (the crate root, then each directory module), the
+nodes are the sibling modules at that level (a file or directory; `lib.rs`, `main.rs` and
+`mod.rs` are the level itself, not nodes). An edge A -> B means some file inside A names B:
+`crate::B` at the root (or a name the root re-exports from B with `pub use B::…`), or
+`super::B` / `crate::…::B` one level down. Comments are ignored. Prints every strongly
+connected component of more than one module and exits 1 when there is one, so CI can keep the
+crates free of cycles.
+
+Usage: scripts/module-cycles.py [CRATE_DIR ...]   (default: every crate under crates/)
+"""
+import os
+import re
+import sys
+
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return "\n".join(line.split("//")[0] for line in text.splitlines())
+
+
+def rust_files(path):
+    if path.endswith(".rs"):
+        return [path]
+    found = []
+    for root, _, names in os.walk(path):
+        found += [os.path.join(root, n) for n in names if n.endswith(".rs")]
+    return sorted(found)
+
+
+def children(directory):
+    """Sibling modules directly in `directory`: name -> file or directory path."""
+    mods = {}
+    for entry in sorted(os.listdir(directory)):
+        path = os.path.join(directory, entry)
+        if entry in ("lib.rs", "main.rs", "mod.rs"):
+            continue
+        if entry.endswith(".rs"):
+            mods[entry[:-3]] = path
+        elif os.path.isdir(path) and rust_files(path):
+            mods[entry] = path
+    return mods
+
+
+def reexports(level_file, mods):
+    """Names that the level's own file (lib.rs / mod.rs) re-exports from a child module."""
+    names = {}
+    if not level_file or not os.path.exists(level_file):
+        return names
+    text = strip_comments(open(level_file, encoding="utf-8").read())
+    for module, rest in re.findall(r"pub\s+use\s+(" + IDENT + r")::([^;]*);", text, flags=re.S):
+        if module in mods:
+            for name in re.findall(IDENT, rest):
+                names.setdefault(name, module)
+    return names
+
+
+def referenced(text, prefix, mods, exported):
+    """Children of the level named by paths that start with `prefix` (e.g. `crate::` or
+    `super::`)."""
+    targets = set()
+    pattern = re.escape(prefix)
+    for name in re.findall(r"\b" + pattern + r"(" + IDENT + r")", text):
+        targets.add(name)
+    for group in re.findall(r"\b" + pattern + r"\{([^;]*?)\}\s*;", text, flags=re.S):
+        # top-level names of a use group: those not preceded by `::`
+        depth = 0
+        token = ""
+        for ch in group + ",":
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+            if depth == 0 and ch == ",":
+                match = re.match(r"\s*(" + IDENT + r")", token)
+                if match:
+                    targets.add(match.group(1))
+                token = ""
+            elif depth == 0:
+                token += ch
+    result = set()
+    for name in targets:
+        if name in mods:
+            result.add(name)
+        elif name in exported:
+            result.add(exported[name])
+    return result
+
+
+def level_edges(directory, crate_path, level_file):
+    mods = children(directory)
+    exported = reexports(level_file, mods)
+    edges = {m: set() for m in mods}
+    for mod, path in mods.items():
+        for file in rust_files(path):
+            text = strip_comments(open(file, encoding="utf-8").read())
+            targets = referenced(text, "crate::" + "".join(p + "::" for p in crate_path), mods, exported)
+            if os.path.dirname(file) == directory:
+                targets |= referenced(text, "super::", mods, exported)
+            targets.discard(mod)
+            edges[mod] |= targets
+    return mods, edges
+
+
+def sccs(edges):
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return [c for c in out if len(c) > 1]
+
+
+def check(crate_name, directory, crate_path, level_file):
+    found = 0
+    mods, edges = level_edges(directory, crate_path, level_file)
+    where = "::".join(["crate"] + crate_path)
+    for comp in sccs(edges):
+        found += 1
+        print(f"{crate_name}: {where}: cycle of {len(comp)} modules: {', '.join(comp)}")
+    for mod, path in mods.items():
+        if os.path.isdir(path):
+            found += check(crate_name, path, crate_path + [mod], os.path.join(path, "mod.rs"))
+    return found
+
+
+def main():
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates")
+    crates = sys.argv[1:] or [os.path.join(root, c) for c in sorted(os.listdir(root))]
+    found = 0
+    for crate in crates:
+        src = os.path.join(crate, "src")
+        if not os.path.isdir(src):
+            continue
+        name = os.path.basename(os.path.normpath(crate))
+        top = os.path.join(src, "lib.rs")
+        if not os.path.exists(top):
+            top = os.path.join(src, "main.rs")
+        found += check(name, src, [], top)
+    if found:
+        print(f"{found} import cycle(s)")
+        return 1
+    print("no import cycles between modules")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
