@@ -391,7 +391,7 @@ impl Client {
 
     /// Keeps only the current membership version (a compare-and-swap on the map).
     async fn prune_versions(&self) -> Result<(), String> {
-        let old = self.inner.source.load().await.map_err(|e| e.to_string())?;
+        let old = self.inner.source.load().await.map_err(|e| e.report())?;
         let new = old.apply(&MapChange::PruneVersions, old.epoch()).map_err(|e| e.to_string())?;
         self.inner.source.compare_and_swap(old.epoch(), &new).await.map_err(|e| e.to_string())?;
         tracing::info!(

@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use optio_cluster::dirty::testing::RedisServer;
 use optio_cluster::dirty::{DirtyEntry, DirtyTable};
+use optio_local::redis::RedisServer;
 
 /// Sequential pushes per measurement.
 const SEQUENTIAL_PUSHES: u64 = 1000;

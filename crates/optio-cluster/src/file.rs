@@ -15,14 +15,14 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use optio_placement::{ClusterMap, Epoch};
 
-use crate::ClusterError;
+use crate::codec::{self, STATUS_BYTES_MAX};
+use crate::{ClusterError, durable};
 
 /// How long a writer waits for the map's lock before giving up.
 pub const LOCK_WAIT_MAX: Duration = Duration::from_secs(10);
@@ -34,11 +34,6 @@ pub const MAP_FILE_NAME: &str = "map.toml";
 pub const STATUS_DIR_NAME: &str = "status";
 /// Largest map file read, in bytes (a map of tens of thousands of devices stays far below).
 pub const MAP_FILE_BYTES_MAX: u64 = 256 << 20;
-/// Largest status document read, in bytes.
-pub const STATUS_BYTES_MAX: u64 = 1 << 20;
-
-/// Distinguishes the temporary files of concurrent writers within one process.
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A map file and what lives beside it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,7 +93,7 @@ impl FileStore {
     /// Reads and validates the map, if there is one.
     pub fn load_if_present(&self) -> Result<Option<ClusterMap>, ClusterError> {
         let Some(text) = read_limited(&self.path, MAP_FILE_BYTES_MAX)? else { return Ok(None) };
-        parse_map(&text, &self.describe()).map(Some)
+        codec::decode_map(&text, &self.describe()).map(Some)
     }
 
     /// The file's stamp, if it exists.
@@ -142,12 +137,10 @@ impl FileStore {
         f: impl FnOnce() -> Result<T, ClusterError>,
     ) -> Result<T, ClusterError> {
         let lock_path = self.lock_path();
-        let io = |e: std::io::Error| {
-            ClusterError::Io(format!("cannot lock the map with {}: {e}", lock_path.display()))
-        };
-        fs::create_dir_all(self.dir()).map_err(|e| {
-            ClusterError::Io(format!("cannot create {}: {e}", self.dir().display()))
-        })?;
+        let io =
+            |e| ClusterError::io(format!("cannot lock the map with {}", lock_path.display()))(e);
+        fs::create_dir_all(self.dir())
+            .map_err(ClusterError::io(format!("cannot create {}", self.dir().display())))?;
         let file = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -162,11 +155,10 @@ impl FileStore {
                     std::thread::sleep(LOCK_POLL_INTERVAL);
                 }
                 Err(fs::TryLockError::WouldBlock) => {
-                    return Err(ClusterError::Io(format!(
-                        "another process has held the map's lock {} for over {LOCK_WAIT_MAX:?}; \
-                         is an `optio` command stuck?",
-                        lock_path.display()
-                    )));
+                    return Err(ClusterError::LockTimeout {
+                        lock: lock_path,
+                        waited: LOCK_WAIT_MAX,
+                    });
                 }
                 Err(fs::TryLockError::Error(e)) => return Err(io(e)),
             }
@@ -179,9 +171,8 @@ impl FileStore {
 
     /// Writes the map atomically; the caller holds the lock ([`FileStore::locked`]).
     pub fn write_locked(&self, map: &ClusterMap) -> Result<(), ClusterError> {
-        let text = optio_mapfile::optio_toml::write(map);
-        write_atomic(&self.path, text.as_bytes())
-            .map_err(|e| ClusterError::Map(format!("cannot write {}: {e}", self.path.display())))
+        durable::replace(&self.path, codec::encode_map(map).as_bytes())
+            .map_err(ClusterError::io(format!("cannot write {}", self.path.display())))
     }
 
     /// The status document of `member` (already validated): `status/{member}.json`.
@@ -193,18 +184,17 @@ impl FileStore {
     pub fn put_status(&self, member: &str, json: &[u8]) -> Result<(), ClusterError> {
         let dir = self.status_dir();
         fs::create_dir_all(&dir)
-            .map_err(|e| ClusterError::Io(format!("cannot create {}: {e}", dir.display())))?;
+            .map_err(ClusterError::io(format!("cannot create {}", dir.display())))?;
         let path = self.status_path(member);
-        write_atomic(&path, json)
-            .map_err(|e| ClusterError::Io(format!("cannot write {}: {e}", path.display())))
+        durable::replace(&path, json)
+            .map_err(ClusterError::io(format!("cannot write {}", path.display())))
     }
 
     /// Every member's status document, by member name (none when the directory is absent).
     /// Files that are not `*.json` (temporary files of a writer) are ignored.
     pub fn statuses(&self) -> Result<BTreeMap<String, Vec<u8>>, ClusterError> {
         let dir = self.status_dir();
-        let io =
-            |e: std::io::Error| ClusterError::Io(format!("cannot read {}: {e}", dir.display()));
+        let io = |e| ClusterError::io(format!("cannot read {}", dir.display()))(e);
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(BTreeMap::new()),
@@ -217,7 +207,7 @@ impl FileStore {
             let Some(member) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
                 continue;
             };
-            if crate::source::validate_member(member).is_err() {
+            if codec::validate_member(member).is_err() {
                 continue;
             }
             let path = entry.path();
@@ -230,22 +220,16 @@ impl FileStore {
     }
 }
 
-/// Parses map text read from `source_name`.
-pub(crate) fn parse_map(text: &str, source_name: &str) -> Result<ClusterMap, ClusterError> {
-    optio_mapfile::parse(text)
-        .map_err(|e| ClusterError::Map(format!("cannot parse the map at {source_name}: {e}")))
-}
-
 /// Reads a UTF-8 file of at most `bytes_max` bytes; `None` if it does not exist.
 fn read_limited(path: &Path, bytes_max: u64) -> Result<Option<String>, ClusterError> {
-    let io = |e: std::io::Error| ClusterError::Io(format!("cannot read {}: {e}", path.display()));
+    let io = |e| ClusterError::io(format!("cannot read {}", path.display()))(e);
     match fs::metadata(path) {
         Ok(meta) if meta.len() > bytes_max => {
-            return Err(ClusterError::Io(format!(
-                "{} is {} bytes, more than the {bytes_max} allowed",
-                path.display(),
-                meta.len()
-            )));
+            return Err(ClusterError::TooLarge {
+                what: path.display().to_string(),
+                bytes: meta.len(),
+                limit: bytes_max,
+            });
         }
         Ok(_) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
@@ -255,29 +239,6 @@ fn read_limited(path: &Path, bytes_max: u64) -> Result<Option<String>, ClusterEr
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io(e)),
-    }
-}
-
-/// Replaces `path` with `bytes`: a temporary file beside it, fsynced, renamed over it, the
-/// directory fsynced.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    let unique = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    name.push(format!(".tmp.{}.{unique}", std::process::id()));
-    let temp = path.with_file_name(name);
-    let result = (|| {
-        let mut file = fs::File::create(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&temp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
-    result?;
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => fs::File::open(dir)?.sync_all(),
-        _ => fs::File::open(".")?.sync_all(),
     }
 }
 

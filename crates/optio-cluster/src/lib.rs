@@ -1,6 +1,6 @@
 //! # optio-cluster
 //!
-//! Where an Optio cluster's map lives, and how a local cluster runs.
+//! Where an Optio cluster's map (and its dirty table) lives.
 //!
 //! * [`MapSource`] ([`source`]): one interface over the two places a map can live — a file
 //!   (`map.toml` in a cluster directory: one machine, the embedded default) or etcd (beyond one
@@ -16,9 +16,13 @@
 //!   fsync) and an exclusive lock file around every read-compare-write.
 //! * [`mapstore`]: the original synchronous functions over a map file, kept for callers that
 //!   are not async (`optio up`); they run on the file backend.
-//! * [`local`]: `optio up`'s cluster: one `optio server` process per host on free loopback
-//!   ports, the map with their addresses written under the cluster directory, no orphans.
-//! * [`testing`]: a real etcd for tests (Debian's `etcd-server`) on free loopback ports.
+//! * [`codec`]: what both back ends share below them — the map's encoding, member names,
+//!   size limits; [`durable`]: the one atomic, durable file replacement.
+//! * [`dir`]: a cluster directory (`--cluster DIR`): where its map and dirty table live.
+//! * [`dirty`]: elastic consistent hashing's dirty table (a local log or a Redis list).
+//!
+//! `optio up`'s supervisor and the real etcd and Redis that tests start live in the
+//! `optio-local` crate, which servers and clients do not link.
 //!
 //! The design is written up in `docs/cluster.md` ("Where the map lives").
 //!
@@ -49,15 +53,17 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod codec;
+pub mod dir;
 pub mod dirty;
+pub mod durable;
 pub mod etcd;
 pub mod file;
-pub mod local;
 pub mod mapstore;
 pub mod source;
-pub mod testing;
 
-pub use source::{MapSource, MapWatcher, validate_member};
+pub use codec::validate_member;
+pub use source::{MapSource, MapWatcher};
 
 use optio_placement::Epoch;
 
@@ -65,18 +71,45 @@ use optio_placement::Epoch;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClusterError {
-    /// The map could not be read, parsed or written.
-    #[error("{0}")]
-    Map(String),
-    /// A server did not start or answer.
-    #[error("{0}")]
-    Server(String),
-    /// The cluster's shape is invalid.
-    #[error("{0}")]
-    Spec(String),
-    /// A file could not be created or written.
-    #[error("{0}")]
-    Io(String),
+    /// The map could not be parsed.
+    #[error("{what}")]
+    Map {
+        /// What was being done (`cannot parse the map at …`).
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A file could not be created, read or written.
+    #[error("{what}")]
+    Io {
+        /// What was being done (`cannot write /c/map.toml`).
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file or document is larger than what is read back.
+    #[error("{what} is {bytes} bytes, more than the {limit} allowed")]
+    TooLarge {
+        /// The file or document.
+        what: String,
+        /// Its size.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// Another process holds the map file's lock for too long.
+    #[error(
+        "another process has held the map's lock {} for over {waited:?}; is an `optio` command stuck?",
+        lock.display()
+    )]
+    LockTimeout {
+        /// The lock file.
+        lock: std::path::PathBuf,
+        /// How long this process waited.
+        waited: std::time::Duration,
+    },
     /// No map is stored at the source yet.
     #[error("no map stored at {source_name}; run `optio map init`/`optio up` first")]
     NoMap {
@@ -95,9 +128,15 @@ pub enum ClusterError {
         /// The epoch stored now.
         found: Epoch,
     },
-    /// A change to the map was refused, by the change itself or by the map's validation.
+    /// A change to the map was refused by the change itself.
     #[error("the change was refused: {0}")]
     Change(String),
+    /// A change to the map was refused by the map's validation.
+    #[error("the change was refused: invalid map")]
+    Invalid(#[source] optio_placement::MapError),
+    /// A blocking map file operation did not finish (its task panicked or was cancelled).
+    #[error("a map file operation failed")]
+    Task(#[source] tokio::task::JoinError),
     /// The map source (`--map`) is not a valid file path or etcd URL.
     #[error("invalid map source `{spec}`: {reason}")]
     BadSource {
@@ -140,4 +179,25 @@ pub enum ClusterError {
         /// What it answered.
         reason: String,
     },
+}
+
+impl ClusterError {
+    /// The message with every cause after it (`cannot write /c/map.toml: No space left on
+    /// device`), for a log line or an error that carries text.
+    pub fn report(&self) -> String {
+        let mut text = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(error) = cause {
+            text.push_str(": ");
+            text.push_str(&error.to_string());
+            cause = error.source();
+        }
+        text
+    }
+
+    /// An [`ClusterError::Io`] maker for `map_err`: what was being done, the error added later.
+    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
+        let what = what.into();
+        move |source| ClusterError::Io { what, source }
+    }
 }

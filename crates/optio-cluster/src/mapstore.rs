@@ -39,8 +39,7 @@ pub fn update(
         let mut builder = map.to_builder();
         change(&mut builder);
         builder.epoch = Epoch(map.epoch().0 + 1);
-        let next =
-            builder.build().map_err(|e| ClusterError::Change(format!("invalid map: {e}")))?;
+        let next = builder.build().map_err(ClusterError::Invalid)?;
         store.write_locked(&next)?;
         Ok(next)
     })

@@ -23,13 +23,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::ClusterError;
+use crate::codec::{STATUS_BYTES_MAX, validate_member};
 use crate::etcd::{EtcdStore, EtcdWatcher};
-use crate::file::{FileStamp, FileStore, STATUS_BYTES_MAX};
+use crate::file::{FileStamp, FileStore};
 
 /// How often a watcher of a map file looks at it.
 pub const FILE_POLL_INTERVAL: Duration = Duration::from_millis(100);
-/// Longest member name, in bytes.
-pub const MEMBER_BYTES_MAX: usize = 128;
 
 /// Where a cluster's map lives.
 #[derive(Clone, Debug, PartialEq)]
@@ -169,7 +168,7 @@ impl MapSource {
         let old = self.load().await?;
         let mut builder = change(&old).map_err(ClusterError::Change)?;
         builder.epoch = Epoch(old.epoch().0 + 1);
-        let new = builder.build().map_err(|e| ClusterError::Change(format!("invalid map: {e}")))?;
+        let new = builder.build().map_err(ClusterError::Invalid)?;
         self.compare_and_swap(old.epoch(), &new).await?;
         Ok((old, new))
     }
@@ -244,28 +243,6 @@ impl MapSource {
     }
 }
 
-/// Checks a member name (`z1-h1`, `server-3`): 1 to [`MEMBER_BYTES_MAX`] bytes of ASCII
-/// letters, digits, `-`, `_`, `.` and `:`, not starting with `.`. It names a file and an etcd
-/// key, so no `/`, no spaces, no hidden files.
-pub fn validate_member(name: &str) -> Result<(), ClusterError> {
-    let bad = |reason: String| ClusterError::BadMember { name: name.to_string(), reason };
-    if name.is_empty() {
-        return Err(bad("it is empty".into()));
-    }
-    if name.len() > MEMBER_BYTES_MAX {
-        return Err(bad(format!("it is longer than {MEMBER_BYTES_MAX} bytes")));
-    }
-    if name.starts_with('.') {
-        return Err(bad("it starts with `.`".into()));
-    }
-    if let Some(c) =
-        name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
-    {
-        return Err(bad(format!("it contains {c:?}: use letters, digits, `-`, `_`, `.` and `:`")));
-    }
-    Ok(())
-}
-
 /// The file store a path means (see [`MapSource::parse`]).
 fn file_store(path: &Path, trailing_slash: bool) -> FileStore {
     let is_dir = match std::fs::metadata(path) {
@@ -281,9 +258,7 @@ async fn blocking<T: Send + 'static>(
     f: impl FnOnce(&FileStore) -> Result<T, ClusterError> + Send + 'static,
 ) -> Result<T, ClusterError> {
     let store = store.clone();
-    tokio::task::spawn_blocking(move || f(&store))
-        .await
-        .map_err(|e| ClusterError::Io(format!("a map file operation failed: {e}")))?
+    tokio::task::spawn_blocking(move || f(&store)).await.map_err(ClusterError::Task)?
 }
 
 /// Delivers each newer map, epochs strictly increasing (maps whose epoch is not newer than the
@@ -374,25 +349,6 @@ impl FileWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn member_names_are_checked() {
-        for good in ["z1-h1", "server-3", "a", "host.example:7000", &"x".repeat(128)] {
-            validate_member(good).expect(good);
-        }
-        for (bad, says) in [
-            ("", "empty"),
-            ("a/b", "'/'"),
-            ("..", "starts with"),
-            (".hidden", "starts with"),
-            ("a b", "' '"),
-            ("é", "'é'"),
-            (&"x".repeat(129), "longer than 128"),
-        ] {
-            let error = validate_member(bad).expect_err(bad).to_string();
-            assert!(error.contains(says), "{bad}: {error}");
-        }
-    }
 
     #[test]
     fn paths_mean_a_file_or_a_directory() {

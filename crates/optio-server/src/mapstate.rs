@@ -135,7 +135,7 @@ impl MapState {
     /// writes it after its servers start).
     pub async fn refresh(self: &Arc<Self>) -> Result<bool, String> {
         let Some(source) = &self.source else { return Ok(false) };
-        match source.load_if_present().await.map_err(|e| e.to_string())? {
+        match source.load_if_present().await.map_err(|e| e.report())? {
             Some(map) => self.install_async(map).await,
             None => Ok(false),
         }

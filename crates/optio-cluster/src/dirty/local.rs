@@ -42,6 +42,7 @@ use tokio::sync::oneshot;
 
 use super::codec::{self, HEADER_BYTES, Head, RECORD_PREFIX_BYTES, RecordPrefix};
 use super::{DirtyEntry, DirtyError, RANGE_ENTRIES_MAX, check_entries};
+use crate::durable;
 
 /// The largest log file; an append past it fails with [`DirtyError::Full`].
 pub const LOG_BYTES_MAX: u64 = 4 << 30;
@@ -327,8 +328,7 @@ impl Inner {
         let temp = self.path(HEAD_TEMP_FILE);
         write_file_durably(&temp, &[&codec::encode_head(head)])?;
         let path = self.path(HEAD_FILE);
-        fs::rename(&temp, &path).map_err(|e| DirtyError::io("rename over", &path, e))?;
-        sync_dir(&self.dir)
+        durable::rename_over(&temp, &path).map_err(|e| DirtyError::io("rename over", &path, e))
     }
 
     /// Brings `scan` up to date with the log file of `generation`: reads (and checks) records
@@ -425,9 +425,8 @@ impl Inner {
             let generation = self.read_head()?.map_or(clock, |head| clock.max(head.generation + 1));
             let temp = self.path(COMPACT_FILE);
             write_file_durably(&temp, &[&codec::encode_header(generation)])?;
-            fs::rename(&temp, &log_path)
+            durable::rename_over(&temp, &log_path)
                 .map_err(|e| DirtyError::io("rename over", &log_path, e))?;
-            sync_dir(&self.dir)?;
         }
         match fs::remove_file(self.path(COMPACT_FILE)) {
             Ok(()) => tracing::warn!(dir = %self.dir.display(), "removed an unfinished compaction"),
@@ -633,8 +632,8 @@ impl Inner {
             output.sync_all()
         };
         write(&mut output).map_err(|e| DirtyError::io("write", &temp, e))?;
-        fs::rename(&temp, &log_path).map_err(|e| DirtyError::io("rename over", &log_path, e))?;
-        sync_dir(&self.dir)?;
+        durable::rename_over(&temp, &log_path)
+            .map_err(|e| DirtyError::io("rename over", &log_path, e))?;
         self.write_head(Head::start(generation))?;
         tracing::debug!(
             log = %log_path.display(),
@@ -702,9 +701,4 @@ fn write_file_durably(path: &Path, parts: &[&[u8]]) -> Result<(), DirtyError> {
         file.sync_all()
     };
     write().map_err(|e| DirtyError::io("write", path, e))
-}
-
-/// Makes a rename in `dir` durable.
-fn sync_dir(dir: &Path) -> Result<(), DirtyError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| DirtyError::io("fsync", dir, e))
 }

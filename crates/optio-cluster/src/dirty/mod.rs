@@ -43,7 +43,6 @@ mod codec;
 mod error;
 mod local;
 mod redis_list;
-pub mod testing;
 
 pub use error::DirtyError;
 pub use local::{COMPACT_POPPED_BYTES_MIN, GROUP_BYTES_MAX, LOG_BYTES_MAX, LocalDirtyLog};

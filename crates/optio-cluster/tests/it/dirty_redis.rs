@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use optio_cluster::dirty::testing::{RedisServer, redis_available};
 use optio_cluster::dirty::{DirtyEntry, DirtyError, DirtyTable, RedisDirtyTable};
+use optio_local::redis::{RedisServer, redis_available};
 
 use crate::dirty_local::{check_fifo, entry, read_all};
 

@@ -110,7 +110,7 @@ async fn update(source: &MapSource) {
             Ok(builder)
         })
         .await;
-    assert!(matches!(invalid, Err(ClusterError::Change(_))), "a duplicate device: {invalid:?}");
+    assert!(matches!(invalid, Err(ClusterError::Invalid(_))), "a duplicate device: {invalid:?}");
     assert_eq!(source.load().await.expect("load"), new, "refused changes store nothing");
 }
 

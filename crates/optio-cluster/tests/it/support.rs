@@ -5,7 +5,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use optio_cluster::MapSource;
-use optio_cluster::testing::{EtcdServer, etcd_available};
+use optio_local::etcd::{EtcdServer, etcd_available};
 use optio_placement::{ClusterMap, Epoch};
 
 /// The generous bound on anything a test waits for (a watch delivery, a reconnection).

@@ -45,7 +45,7 @@ impl ClusterArgs {
         let dir = self.dir()?;
         let spec = match &self.dirty {
             Some(spec) => Some(spec.clone()),
-            None => optio_cluster::local::cluster_dirty_spec(&dir)?,
+            None => optio_cluster::dir::cluster_dirty_spec(&dir)?,
         };
         optio_cluster::dirty::DirtyTable::open(spec.as_deref().filter(|s| *s != "local"), &dir)
             .await
@@ -76,7 +76,7 @@ impl ClusterArgs {
         if config.dirty.is_none() {
             config.dirty = Some(std::sync::Arc::new(self.dirty_table().await?));
         }
-        let source = optio_cluster::local::cluster_source(&dir)?;
+        let source = optio_cluster::dir::cluster_source(&dir)?;
         if let optio_cluster::source::MapSource::File(file) = &source
             && !file.path().exists()
         {

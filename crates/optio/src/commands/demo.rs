@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use optio_client::{ClientConfig, ReplicaState};
-use optio_cluster::local::{CRUSH_POOL, LocalCluster, LocalClusterSpec, PLAIN_POOL};
+use optio_local::cluster::{CRUSH_POOL, LocalCluster, LocalClusterSpec, PLAIN_POOL};
 
 use crate::commands::bench::{payload, read_all, write_all};
 use crate::commands::client::ClusterArgs;

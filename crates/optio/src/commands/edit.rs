@@ -4,38 +4,12 @@
 //! epoch with a compare-and-swap: an edit made concurrently by someone else makes this one
 //! fail with "the map changed underneath you", never silently overwrite it.
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result, bail};
-use optio_cluster::source::MapSource;
 use optio_placement::analysis::movement;
 use optio_placement::{ActiveSpec, ClusterMap, DeviceId, DeviceSpec, MapChange, Placement, Weight};
 
+use super::live::LiveMap;
 use crate::output::{bytes, parse_size};
-
-/// Where the live map is.
-#[derive(clap::Args, Debug, Clone)]
-pub struct LiveMap {
-    /// The map: a map file, a cluster directory, or etcd://HOST:PORT[/prefix].
-    #[arg(long, value_name = "SOURCE")]
-    pub map: Option<String>,
-    /// The cluster directory `optio up` printed (its map, in a file or in etcd).
-    #[arg(long, env = "OPTIO_CLUSTER", value_name = "DIR")]
-    pub cluster: Option<PathBuf>,
-}
-
-impl LiveMap {
-    /// The map source named.
-    pub fn source(&self) -> Result<MapSource> {
-        match (&self.map, &self.cluster) {
-            (Some(spec), _) => Ok(MapSource::parse(spec)?),
-            (None, Some(dir)) => Ok(optio_cluster::local::cluster_source(dir)?),
-            (None, None) => bail!(
-                "which map? pass --map FILE|DIR|etcd://HOST:PORT, or --cluster DIR (or set OPTIO_CLUSTER)"
-            ),
-        }
-    }
-}
 
 /// What every edit takes besides its own arguments.
 #[derive(clap::Args, Debug, Clone)]

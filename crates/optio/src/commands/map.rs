@@ -116,10 +116,7 @@ pub fn run(command: Command) -> Result<()> {
             };
             match output {
                 Some(path) => {
-                    let temporary = path.with_extension("tmp-optio");
-                    std::fs::write(&temporary, &text)
-                        .with_context(|| format!("cannot write '{}'", temporary.display()))?;
-                    std::fs::rename(&temporary, &path)
+                    optio_cluster::durable::replace(&path, text.as_bytes())
                         .with_context(|| format!("cannot write '{}'", path.display()))?;
                     eprintln!("wrote {}", path.display());
                 }

@@ -2,11 +2,11 @@
 
 pub mod analyze;
 pub mod bench;
-pub mod bench_elastic;
 pub mod client;
 pub mod demo;
 pub mod diff;
 pub mod edit;
+pub mod live;
 pub mod map;
 pub mod place;
 pub mod reintegrate;

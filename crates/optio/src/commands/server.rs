@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use optio_cluster::local::LISTENING_PREFIX;
+use optio_local::cluster::LISTENING_PREFIX;
 use optio_server::{DeviceConfig, Server, ServerConfig};
 
 use crate::output::parse_size;

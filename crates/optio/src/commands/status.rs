@@ -11,7 +11,7 @@ use optio_placement::{ClusterMap, DeviceId, Placement, PoolId, ReplicaSet};
 use optio_proto::{MigrationPhase, ObjectInfo};
 use optio_server::{Listing, ServerStatus};
 
-use super::edit::LiveMap;
+use super::live::LiveMap;
 use crate::output::{Table, bytes};
 
 /// Arguments of `optio status`.

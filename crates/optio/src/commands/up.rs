@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use optio_cluster::local::{
+use optio_local::cluster::{
     ATTRIBUTED_POOL, BALANCED_POOL, CRUSH_POOL, ELASTIC_POOL, LocalCluster, LocalClusterSpec,
     PLAIN_POOL, RING_POOL,
 };

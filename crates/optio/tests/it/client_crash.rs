@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use optio_client::ClientError;
-use optio_cluster::local::{CRUSH_POOL, LocalClusterSpec};
+use optio_local::cluster::{CRUSH_POOL, LocalClusterSpec};
 
 use crate::{binary, client, cluster, data, everything, runtime};
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use optio_client::ReplicaState;
-use optio_cluster::local::{CRUSH_POOL, LocalClusterSpec};
+use optio_local::cluster::{CRUSH_POOL, LocalClusterSpec};
 
 use crate::{client, cluster, data, runtime, wait_until};
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use optio_client::{ClientError, ReintegrationStatus};
-use optio_cluster::local::{LocalCluster, LocalClusterSpec};
+use optio_local::cluster::{LocalCluster, LocalClusterSpec};
 use optio_placement::{ActiveSpec, MapChange, Placement, ReplicaSet};
 
 use crate::{client, cluster, data, runtime, statuses, wait_settled};
@@ -101,7 +101,7 @@ fn resize_cycle(dirty: Option<String>) {
             operations += 1;
         }
         let table = optio_cluster::dirty::DirtyTable::open(
-            optio_cluster::local::cluster_dirty_spec(cluster.dir()).unwrap().as_deref(),
+            optio_cluster::dir::cluster_dirty_spec(cluster.dir()).unwrap().as_deref(),
             cluster.dir(),
         )
         .await
@@ -151,9 +151,9 @@ fn resize_down_to_primaries_and_back_with_selective_reintegration() {
 
 #[test]
 fn the_dirty_table_in_redis() {
-    if !optio_cluster::dirty::testing::redis_available() {
+    if !optio_local::redis::redis_available() {
         return;
     }
-    let redis = optio_cluster::dirty::testing::RedisServer::start().expect("redis starts");
+    let redis = optio_local::redis::RedisServer::start().expect("redis starts");
     resize_cycle(Some(redis.url()));
 }

@@ -5,18 +5,18 @@
 
 use std::time::{Duration, Instant};
 
-use optio_cluster::local::LocalClusterSpec;
+use optio_local::cluster::LocalClusterSpec;
 use optio_placement::{DeviceId, MapChange};
 
 use crate::{client, cluster, data, runtime, small, statuses, support, wait_settled};
 
 fn etcd_or_skip() -> bool {
-    optio_cluster::testing::etcd_available()
+    optio_local::etcd::etcd_available()
 }
 
 /// Applies `change` and returns how long until every server and the client hold the new epoch.
 async fn propagation(
-    cluster: &optio_cluster::local::LocalCluster,
+    cluster: &optio_local::cluster::LocalCluster,
     client: &optio_client::Client,
     change: MapChange,
 ) -> Duration {

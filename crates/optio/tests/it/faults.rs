@@ -3,7 +3,7 @@
 //! client reload the map and retry.
 
 use optio_client::{ClientError, ReplicaState};
-use optio_cluster::local::{CRUSH_POOL, LocalClusterSpec};
+use optio_local::cluster::{CRUSH_POOL, LocalClusterSpec};
 use optio_placement::PoolId;
 use optio_proto::ObjectHeader;
 

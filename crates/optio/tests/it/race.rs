@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 
 use futures_util::future::join_all;
-use optio_cluster::local::CRUSH_POOL;
+use optio_local::cluster::CRUSH_POOL;
 
-use optio_cluster::local::LocalClusterSpec;
+use optio_local::cluster::LocalClusterSpec;
 
 use crate::{client, cluster, data, everything, runtime};
 

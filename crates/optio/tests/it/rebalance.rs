@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use optio_client::ClientError;
-use optio_cluster::local::LocalClusterSpec;
+use optio_local::cluster::LocalClusterSpec;
 use optio_placement::{DeviceId, MapChange};
 
 use crate::{client, cluster, data, runtime, small, statuses, support, wait_settled};
@@ -39,7 +39,7 @@ async fn read_all(client: &optio_client::Client, written: &[(&str, String, usize
 }
 
 /// Objects each device holds, from the servers.
-async fn objects_on(cluster: &optio_cluster::local::LocalCluster) -> Vec<(u32, u64)> {
+async fn objects_on(cluster: &optio_local::cluster::LocalCluster) -> Vec<(u32, u64)> {
     let mut out = Vec::new();
     for status in statuses(cluster).await.into_iter().flatten() {
         for device in status.devices {

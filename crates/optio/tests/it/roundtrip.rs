@@ -4,7 +4,7 @@
 //! and cached accesses send no probe.
 
 use optio_client::ClientError;
-use optio_cluster::local::{
+use optio_local::cluster::{
     ATTRIBUTED_POOL, BALANCED_POOL, CRUSH_POOL, ELASTIC_POOL, LocalClusterSpec, PLAIN_POOL,
     RING_POOL,
 };

@@ -1,11 +1,11 @@
 //! Helpers of the store's tests: `optio server` processes on ephemeral loopback ports started
-//! by `optio_cluster::local` (as `optio up` does), real files, clients from `optio_client`.
+//! by `optio_local::cluster` (as `optio up` does), real files, clients from `optio_client`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use optio_client::{Client, ClientConfig};
-use optio_cluster::local::{LocalCluster, LocalClusterSpec};
+use optio_local::cluster::{LocalCluster, LocalClusterSpec};
 
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_optio"))
@@ -37,7 +37,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 pub async fn client(cluster: &LocalCluster, policy: Option<&str>) -> Client {
-    let dirty_spec = optio_cluster::local::cluster_dirty_spec(cluster.dir()).expect("dirty spec");
+    let dirty_spec = optio_cluster::dir::cluster_dirty_spec(cluster.dir()).expect("dirty spec");
     let dirty = optio_cluster::dirty::DirtyTable::open(dirty_spec.as_deref(), cluster.dir())
         .await
         .expect("the dirty table opens");

@@ -5,7 +5,7 @@
 //! crates, run against the real server. Use it like this:
 //!
 //! ```no_run
-//! use optio_cluster::testing::{EtcdServer, etcd_available};
+//! use optio_local::etcd::{EtcdServer, etcd_available};
 //!
 //! if !etcd_available() {
 //!     return; // skipped with a message (but under CI=true, etcd_available panics instead)
@@ -117,9 +117,9 @@ impl EtcdServer {
         }
     }
 
-    /// `etcd://127.0.0.1:PORT`, a [`crate::MapSource`] spec (default prefix).
+    /// `etcd://127.0.0.1:PORT`, a [`optio_cluster::MapSource`] spec (default prefix).
     pub fn url(&self) -> String {
-        format!("{}127.0.0.1:{}", crate::etcd::SCHEME, self.client_port)
+        format!("{}127.0.0.1:{}", optio_cluster::etcd::SCHEME, self.client_port)
     }
 
     /// `http://127.0.0.1:PORT`, etcd's client endpoint.
@@ -184,7 +184,7 @@ impl EtcdServer {
             .arg("--initial-cluster")
             .arg(format!("{name}={peer_url}"))
             .arg("--max-request-bytes")
-            .arg(crate::etcd::ETCD_REQUEST_BYTES.to_string())
+            .arg(optio_cluster::etcd::ETCD_REQUEST_BYTES.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err))

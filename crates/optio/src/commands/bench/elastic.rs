@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use optio_client::{Client, ClientConfig, ReintegrationStatus};
-use optio_cluster::local::{LocalCluster, LocalClusterSpec};
+use optio_local::cluster::{LocalCluster, LocalClusterSpec};
 use optio_placement::{ActiveSpec, ClusterMap, DeviceId, MapChange, Placement, ReplicaSet};
 use optio_sim::{Plot, PlotKind, Report, Series, Table};
 use serde_json::json;
@@ -100,8 +100,8 @@ impl Mode {
     }
     fn pool(self) -> &'static str {
         match self {
-            Mode::Original => optio_cluster::local::RING_POOL,
-            _ => optio_cluster::local::ELASTIC_POOL,
+            Mode::Original => optio_local::cluster::RING_POOL,
+            _ => optio_local::cluster::ELASTIC_POOL,
         }
     }
 }
@@ -230,7 +230,7 @@ async fn run_ops(
                 }
                 match op {
                     Op::Write(object, seed) => {
-                        let data = super::bench::payload(size, *seed);
+                        let data = super::payload::payload(size, *seed);
                         client
                             .put(&pool, &key(*object), data)
                             .await
@@ -284,7 +284,7 @@ fn inactive_devices(map: &ClusterMap) -> Vec<DeviceId> {
 async fn moved_by_servers(cluster: &LocalCluster) -> u64 {
     let transport = optio_net::Transport::new().expect("a transport");
     let map = cluster.load_map().expect("the map loads");
-    super::status::servers(&map, &transport)
+    crate::commands::status::servers(&map, &transport)
         .await
         .iter()
         .filter_map(|r| r.status.as_ref().ok())
@@ -295,7 +295,10 @@ async fn moved_by_servers(cluster: &LocalCluster) -> u64 {
 async fn settled(cluster: &LocalCluster) -> bool {
     let transport = optio_net::Transport::new().expect("a transport");
     let map = cluster.load_map().expect("the map loads");
-    super::status::all_done(&map, &super::status::servers(&map, &transport).await)
+    crate::commands::status::all_done(
+        &map,
+        &crate::commands::status::servers(&map, &transport).await,
+    )
 }
 
 async fn reintegration(cluster: &LocalCluster) -> ReintegrationStatus {
@@ -304,7 +307,7 @@ async fn reintegration(cluster: &LocalCluster) -> ReintegrationStatus {
         .statuses::<ReintegrationStatus>()
         .await
         .ok()
-        .and_then(|mut s| s.remove(super::reintegrate::STATUS_MEMBER))
+        .and_then(|mut s| s.remove(crate::commands::reintegrate::STATUS_MEMBER))
         .unwrap_or_default()
 }
 

@@ -49,18 +49,26 @@
 //! for [`WATCH_IDLE_CHECK`] is checked with a read: if the map changed without the stream
 //! saying so (a connection that died silently), the watch is re-established.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use optio_placement::{ClusterMap, Epoch};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::ClusterError;
-use crate::file::parse_map;
+use crate::codec;
+
+mod gateway;
+mod url;
+mod watch;
+
+use gateway::*;
+use url::{parse_prefix, split_host_port};
+pub use watch::EtcdWatcher;
+use watch::WatchStream;
 
 /// The prefix of Optio's keys when the URL gives none.
 pub const DEFAULT_PREFIX: &str = "/optio";
@@ -282,7 +290,7 @@ impl EtcdStore {
 
     /// The two puts that store a map: the map and its epoch.
     fn put_map_ops(&self, map: &ClusterMap) -> serde_json::Value {
-        let text = optio_mapfile::optio_toml::write(map);
+        let text = codec::encode_map(map);
         json!([
             { "request_put": { "key": encode(&self.map_key()), "value": encode(&text) } },
             {
@@ -323,7 +331,7 @@ impl EtcdStore {
         for kv in response.kvs {
             let key = self.decode_text(&kv.key)?;
             let Some(member) = key.strip_prefix(&prefix) else { continue };
-            if crate::source::validate_member(member).is_err() {
+            if codec::validate_member(member).is_err() {
                 tracing::warn!(key, "ignoring a status document with an invalid member name");
                 continue;
             }
@@ -336,16 +344,7 @@ impl EtcdStore {
     /// when `None`), starting with the stored one if it qualifies. Makes no request: the first
     /// [`EtcdWatcher::next`] connects.
     pub fn watch_after(&self, after: Option<Epoch>) -> EtcdWatcher {
-        EtcdWatcher {
-            store: self.clone(),
-            last: after,
-            seen_revision: 0,
-            stream: None,
-            pending: VecDeque::new(),
-            backoff: RECONNECT_BACKOFF_MIN,
-            connected_once: false,
-            reconnects: 0,
-        }
+        EtcdWatcher::new(self.clone(), after)
     }
 
     /// The store's revision and the key's value, if any.
@@ -357,7 +356,7 @@ impl EtcdStore {
 
     fn parse_kv(&self, kv: &KeyValue) -> Result<ClusterMap, ClusterError> {
         let text = self.decode_text(&kv.value)?;
-        parse_map(&text, &format!("{} (revision {})", self.describe(), kv.mod_revision))
+        codec::decode_map(&text, &format!("{} (revision {})", self.describe(), kv.mod_revision))
     }
 
     fn decode(&self, value: &str) -> Result<Vec<u8>, ClusterError> {
@@ -447,7 +446,7 @@ impl EtcdStore {
                 self.error(&format!("refused a watch: HTTP {status}: {}", error_message(&bytes)))
             );
         }
-        let mut stream = WatchStream { response, buffer: Vec::new() };
+        let mut stream = WatchStream::new(response);
         let first = tokio::time::timeout(REQUEST_TIMEOUT, stream.next_message())
             .await
             .map_err(|_| {
@@ -469,441 +468,6 @@ impl EtcdStore {
             }
             Some(_) => Err(self.error("opened a watch without the \"created\" notice")),
             None => Err(self.unreachable("the watch stream ended before it started".into())),
-        }
-    }
-}
-
-/// Splits `HOST[:PORT]` (an IPv6 host in brackets).
-fn split_host_port(authority: &str) -> Result<(&str, u16), String> {
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let end = rest.find(']').ok_or("an IPv6 host needs its closing `]`")?;
-        let host = &authority[..end + 2];
-        let after = &rest[end + 1..];
-        if !rest[..end].chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.') {
-            return Err(format!("`{host}` is not an IPv6 address"));
-        }
-        match after.strip_prefix(':') {
-            Some(port) => (host, Some(port)),
-            None if after.is_empty() => (host, None),
-            None => return Err(format!("unexpected `{after}` after the host")),
-        }
-    } else {
-        match authority.split_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        }
-    };
-    let plain = host.starts_with('[')
-        || host.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_');
-    if host.is_empty() || host == "[]" {
-        return Err("the host is missing: use etcd://HOST:PORT[/prefix]".into());
-    }
-    if host.len() > HOST_BYTES_MAX || !plain {
-        return Err(format!("`{host}` is not a host name or address"));
-    }
-    let port = match port {
-        None => DEFAULT_PORT,
-        Some(port) => match port.parse::<u16>() {
-            Ok(port) if port != 0 => port,
-            _ => return Err(format!("`{port}` is not a port (1 to 65535)")),
-        },
-    };
-    Ok((host, port))
-}
-
-/// Checks the URL's path and makes it a prefix: `""` or `"/"` → [`DEFAULT_PREFIX`], a
-/// trailing `/` dropped.
-fn parse_prefix(path: &str) -> Result<String, String> {
-    let path = path.strip_suffix('/').unwrap_or(path);
-    if path.is_empty() {
-        return Ok(DEFAULT_PREFIX.to_string());
-    }
-    if path.len() > PREFIX_BYTES_MAX {
-        return Err(format!("the prefix is longer than {PREFIX_BYTES_MAX} bytes"));
-    }
-    if path[1..].split('/').any(str::is_empty) {
-        return Err(format!("the prefix `{path}` has an empty segment (`//`)"));
-    }
-    if let Some(c) = path.chars().find(|c| !c.is_ascii_graphic() || matches!(c, '?' | '#' | '%')) {
-        return Err(format!(
-            "the prefix `{path}` contains {c:?}: use letters, digits and punctuation \
-             other than ? # %"
-        ));
-    }
-    Ok(path.to_string())
-}
-
-/// The end of the range of keys starting with `prefix` (etcd's `range_end`): the prefix with
-/// its last byte incremented (bytes 0xff dropped first).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // Every byte was 0xff: the range runs to the end of the key space.
-    vec![0]
-}
-
-fn encode(text: &str) -> String {
-    BASE64.encode(text.as_bytes())
-}
-
-/// A transport error's chain of causes, without reqwest's "error sending request" preamble.
-fn reason(error: &reqwest::Error) -> String {
-    if error.is_timeout() {
-        return format!("no answer within {REQUEST_TIMEOUT:?}");
-    }
-    let mut causes = Vec::new();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !causes.iter().any(|c: &String| c.contains(&text)) {
-            causes.push(text);
-        }
-        source = cause.source();
-    }
-    match causes.last() {
-        Some(innermost) => innermost.clone(),
-        None => error.to_string(),
-    }
-}
-
-/// Reads a whole response body, at most [`RESPONSE_BYTES_MAX`].
-async fn read_body(response: &mut reqwest::Response) -> Result<Vec<u8>, String> {
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| reason(&e))? {
-        if bytes.len() + chunk.len() > RESPONSE_BYTES_MAX {
-            return Err(format!("an answer longer than {RESPONSE_BYTES_MAX} bytes"));
-        }
-        bytes.extend_from_slice(&chunk);
-    }
-    Ok(bytes)
-}
-
-/// The `message` of a gateway error body, or the body itself, shortened.
-fn error_message(bytes: &[u8]) -> String {
-    #[derive(Deserialize)]
-    struct GatewayError {
-        message: String,
-    }
-    match serde_json::from_slice::<GatewayError>(bytes) {
-        Ok(error) => error.message,
-        Err(_) => snippet(bytes),
-    }
-}
-
-/// The beginning of a body, for error messages.
-fn snippet(bytes: &[u8]) -> String {
-    const SNIPPET_CHARS_MAX: usize = 200;
-    let text = String::from_utf8_lossy(bytes);
-    let mut shown: String = text.chars().take(SNIPPET_CHARS_MAX).collect();
-    if shown.len() < text.len() {
-        shown.push('…');
-    }
-    shown
-}
-
-/// A 64-bit integer that the gateway sends as a decimal string (or, leniently, a number).
-fn integer<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Integer {
-        Text(String),
-        Number(u64),
-    }
-    match Integer::deserialize(deserializer)? {
-        Integer::Number(n) => Ok(n),
-        Integer::Text(text) => text.parse().map_err(serde::de::Error::custom),
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct ResponseHeader {
-    #[serde(default, deserialize_with = "integer")]
-    revision: u64,
-}
-
-#[derive(Debug, Deserialize)]
-struct KeyValue {
-    #[serde(default)]
-    key: String,
-    #[serde(default)]
-    value: String,
-    #[serde(default, deserialize_with = "integer")]
-    mod_revision: u64,
-}
-
-#[derive(Debug, Deserialize)]
-struct RangeResponse {
-    #[serde(default)]
-    header: ResponseHeader,
-    #[serde(default)]
-    kvs: Vec<KeyValue>,
-    #[serde(default)]
-    more: bool,
-}
-
-#[derive(Debug, Deserialize)]
-struct TxnResponse {
-    #[serde(default)]
-    succeeded: bool,
-    #[serde(default)]
-    responses: Vec<ResponseOp>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ResponseOp {
-    #[serde(default)]
-    response_range: Option<RangeResponse>,
-}
-
-#[derive(Debug, Deserialize)]
-struct WatchMessage {
-    #[serde(default)]
-    result: Option<WatchResult>,
-    #[serde(default)]
-    error: Option<serde_json::Value>,
-}
-
-#[derive(Debug, Deserialize)]
-struct WatchResult {
-    #[serde(default)]
-    created: bool,
-    #[serde(default)]
-    canceled: bool,
-    #[serde(default)]
-    cancel_reason: String,
-    #[serde(default, deserialize_with = "integer")]
-    compact_revision: u64,
-    #[serde(default)]
-    events: Vec<WatchEvent>,
-}
-
-#[derive(Debug, Deserialize)]
-struct WatchEvent {
-    /// Absent for a put (the zero value), `"DELETE"` for a delete.
-    #[serde(default, rename = "type")]
-    kind: String,
-    #[serde(default)]
-    kv: Option<KeyValue>,
-}
-
-/// An open watch: the streaming response and the bytes of a message not yet complete.
-struct WatchStream {
-    response: reqwest::Response,
-    buffer: Vec<u8>,
-}
-
-impl std::fmt::Debug for WatchStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WatchStream").field("buffered_bytes", &self.buffer.len()).finish()
-    }
-}
-
-impl WatchStream {
-    /// The next message; `None` when the stream ended. Cancel-safe: a partial message stays
-    /// in the buffer.
-    async fn next_message(&mut self) -> Result<Option<WatchMessage>, String> {
-        loop {
-            if let Some(newline) = self.buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buffer.drain(..=newline).collect();
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                return serde_json::from_slice(&line)
-                    .map(Some)
-                    .map_err(|e| format!("an unexpected watch message ({e}): {}", snippet(&line)));
-            }
-            if self.buffer.len() > RESPONSE_BYTES_MAX {
-                return Err(format!("a watch message longer than {RESPONSE_BYTES_MAX} bytes"));
-            }
-            match self.response.chunk().await.map_err(|e| reason(&e))? {
-                Some(chunk) => self.buffer.extend_from_slice(&chunk),
-                None if self.buffer.iter().all(u8::is_ascii_whitespace) => return Ok(None),
-                // A last message without its newline.
-                None => self.buffer.push(b'\n'),
-            }
-        }
-    }
-}
-
-/// Delivers each newer map stored in etcd; see the module docs for reconnections.
-#[derive(Debug)]
-pub struct EtcdWatcher {
-    store: EtcdStore,
-    /// The epoch of the last map delivered (or the one the watcher started after).
-    last: Option<Epoch>,
-    /// The highest `mod_revision` of the map key looked at.
-    seen_revision: u64,
-    stream: Option<WatchStream>,
-    pending: VecDeque<Result<ClusterMap, ClusterError>>,
-    backoff: Duration,
-    connected_once: bool,
-    reconnects: u64,
-}
-
-/// What a watch message asks the watcher to do next.
-enum Next {
-    Continue,
-    Reconnect,
-}
-
-impl EtcdWatcher {
-    /// The next map whose epoch is newer than the last one delivered. Waits as long as it
-    /// takes, retrying when etcd cannot be reached; returns an error only for a stored map it
-    /// cannot parse (and can be called again after one). Cancel-safe.
-    pub async fn next(&mut self) -> Result<ClusterMap, ClusterError> {
-        loop {
-            if let Some(result) = self.pending.pop_front() {
-                return result;
-            }
-            let Some(stream) = self.stream.as_mut() else {
-                if let Err(error) = self.connect().await {
-                    tracing::warn!(
-                        source = %self.store.describe(),
-                        %error,
-                        retry_in_ms = self.backoff.as_millis() as u64,
-                        "cannot watch the map; retrying"
-                    );
-                    self.pause().await;
-                }
-                continue;
-            };
-            let received = tokio::time::timeout(WATCH_IDLE_CHECK, stream.next_message()).await;
-            let next = match received {
-                Err(_idle) => self.check_idle().await,
-                Ok(Ok(Some(message))) => self.handle(message),
-                Ok(Ok(None)) => {
-                    tracing::warn!(
-                        source = %self.store.describe(),
-                        "etcd ended the watch stream; watching again"
-                    );
-                    Next::Reconnect
-                }
-                Ok(Err(error)) => {
-                    tracing::warn!(
-                        source = %self.store.describe(),
-                        %error,
-                        "the watch stream broke; watching again"
-                    );
-                    Next::Reconnect
-                }
-            };
-            if let Next::Reconnect = next {
-                self.stream = None;
-                self.pause().await;
-            }
-        }
-    }
-
-    /// The epoch of the last map delivered, or the one the watcher started after.
-    pub fn last_epoch(&self) -> Option<Epoch> {
-        self.last
-    }
-
-    /// How many times the watch was re-established after the first time.
-    pub fn reconnects(&self) -> u64 {
-        self.reconnects
-    }
-
-    /// Reads the map, then watches from the read's revision + 1. Changes no state until both
-    /// succeeded (so a cancelled call loses nothing).
-    async fn connect(&mut self) -> Result<(), ClusterError> {
-        let key = self.store.map_key();
-        let (revision, kv) = self.store.get(&key).await?;
-        let stream = self.store.open_watch(&key, revision + 1).await?;
-        if self.connected_once {
-            self.reconnects += 1;
-            tracing::info!(source = %self.store.describe(), revision, "watching the map again");
-        }
-        self.connected_once = true;
-        self.stream = Some(stream);
-        self.backoff = RECONNECT_BACKOFF_MIN;
-        if let Some(kv) = kv {
-            self.consider(&kv);
-        }
-        Ok(())
-    }
-
-    async fn pause(&mut self) {
-        tokio::time::sleep(self.backoff).await;
-        self.backoff = (self.backoff * 2).min(RECONNECT_BACKOFF_MAX);
-    }
-
-    /// A silent stream: read the key; if it changed after what the stream delivered (or etcd
-    /// does not answer), the stream is dead.
-    async fn check_idle(&mut self) -> Next {
-        match self.store.get(&self.store.map_key()).await {
-            Ok((_, Some(kv))) if kv.mod_revision > self.seen_revision => {
-                tracing::warn!(
-                    source = %self.store.describe(),
-                    "the watch stream missed a change; watching again"
-                );
-                Next::Reconnect
-            }
-            Ok(_) => Next::Continue,
-            Err(error) => {
-                tracing::warn!(
-                    source = %self.store.describe(),
-                    %error,
-                    "etcd does not answer; watching again"
-                );
-                Next::Reconnect
-            }
-        }
-    }
-
-    fn handle(&mut self, message: WatchMessage) -> Next {
-        if let Some(error) = message.error {
-            tracing::warn!(source = %self.store.describe(), %error, "etcd sent a watch error");
-            return Next::Reconnect;
-        }
-        let Some(result) = message.result else { return Next::Continue };
-        for event in &result.events {
-            let Some(kv) = &event.kv else { continue };
-            if event.kind == "DELETE" {
-                tracing::warn!(
-                    source = %self.store.describe(),
-                    "the map was deleted from etcd; keeping the last one"
-                );
-                self.seen_revision = self.seen_revision.max(kv.mod_revision);
-            } else {
-                self.consider(kv);
-            }
-        }
-        if result.canceled {
-            tracing::warn!(
-                source = %self.store.describe(),
-                reason = %result.cancel_reason,
-                compact_revision = result.compact_revision,
-                "etcd cancelled the watch; watching again"
-            );
-            return Next::Reconnect;
-        }
-        Next::Continue
-    }
-
-    /// Queues the map in `kv` if it is newer than what was delivered.
-    fn consider(&mut self, kv: &KeyValue) {
-        if kv.mod_revision <= self.seen_revision {
-            return;
-        }
-        self.seen_revision = kv.mod_revision;
-        match self.store.parse_kv(kv) {
-            Err(error) => self.pending.push_back(Err(error)),
-            Ok(map) if self.last.is_none_or(|last| map.epoch() > last) => {
-                self.last = Some(map.epoch());
-                self.pending.push_back(Ok(map));
-            }
-            Ok(map) => tracing::debug!(
-                source = %self.store.describe(),
-                epoch = map.epoch().0,
-                last = self.last.map(|e| e.0),
-                "skipping a map that is not newer"
-            ),
         }
     }
 }

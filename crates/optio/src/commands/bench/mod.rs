@@ -1,5 +1,8 @@
 //! `optio bench`: write then read N objects; or measure probe round trips; or the cost of
-//! probing on a first small write.
+//! probing on a first small write; and experiments on clusters of their own ([`elastic`]).
+
+pub mod elastic;
+pub mod payload;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,6 +13,7 @@ use bytes::Bytes;
 use optio_client::Client;
 use serde::Serialize;
 
+pub use self::payload::payload;
 use crate::commands::client::ClusterArgs;
 use crate::output::{self, parse_size};
 
@@ -30,7 +34,7 @@ pub enum Mode {
 pub enum Experiment {
     /// The elastic-CH paper's 3-phase workload on a local 10-server cluster: original
     /// consistent hashing against full and selective re-integration (table, --json, --plot).
-    Elastic(super::bench_elastic::Args),
+    Elastic(elastic::Args),
 }
 
 /// Arguments of `optio bench`.
@@ -116,20 +120,6 @@ fn phase(
             (after.cache_hits - before.cache_hits) as f64 / lookups as f64
         },
     }
-}
-
-/// A deterministic, incompressible-looking buffer.
-pub fn payload(size: usize, seed: u64) -> Bytes {
-    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
-    let mut data = Vec::with_capacity(size + 8);
-    while data.len() < size {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        data.extend_from_slice(&state.to_le_bytes());
-    }
-    data.truncate(size);
-    Bytes::from(data)
 }
 
 /// Writes `keys` concurrently; returns the phase and the candidate each went to.
@@ -295,7 +285,7 @@ struct FirstWriteReport {
 
 pub fn run(args: Args) -> Result<()> {
     if let Some(Experiment::Elastic(args)) = args.experiment {
-        return super::bench_elastic::run(args);
+        return elastic::run(args);
     }
     crate::commands::init_logging("warn");
     let size = parse_size(&args.size).map_err(anyhow::Error::msg)? as usize;
@@ -427,7 +417,7 @@ async fn first_write(args: &Args, size: usize) -> Result<()> {
     if choices < 2 {
         bail!("pool '{pool}' has k = {choices}: first writes probe only in a pool with choices");
     }
-    let plain_pool = optio_cluster::local::PLAIN_POOL;
+    let plain_pool = optio_local::cluster::PLAIN_POOL;
     let id = run_id();
     let data = payload(size, 11);
     for i in 0..10 {

@@ -15,44 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::ClusterError;
-use crate::mapstore;
-use crate::source::MapSource;
-use crate::testing::EtcdServer;
+use optio_cluster::dir::{DIRTY_SOURCE_FILE, MAP_SOURCE_FILE};
+use optio_cluster::{MapSource, mapstore};
 
-/// The file in a cluster directory that names where its map lives when that is not
-/// `DIR/map.toml` (one line: a [`MapSource`] spec such as `etcd://127.0.0.1:2379/optio`).
-pub const MAP_SOURCE_FILE: &str = "map-source";
-
-/// The file in a cluster directory that names its dirty table when that is not the local log
-/// under the directory (one line: a `redis://` spec).
-pub const DIRTY_SOURCE_FILE: &str = "dirty-source";
-
-/// The dirty table spec of the cluster in `dir`: what `DIR/dirty-source` names, else `None`
-/// (the local log under `DIR`).
-pub fn cluster_dirty_spec(dir: &Path) -> Result<Option<String>, ClusterError> {
-    match fs::read_to_string(dir.join(DIRTY_SOURCE_FILE)) {
-        Ok(spec) => Ok(Some(spec.trim().to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ClusterError::Io(format!(
-            "cannot read {}: {e}",
-            dir.join(DIRTY_SOURCE_FILE).display()
-        ))),
-    }
-}
-
-/// Where the map of the cluster in `dir` lives: what `DIR/map-source` names, else
-/// `DIR/map.toml`.
-pub fn cluster_source(dir: &Path) -> Result<MapSource, ClusterError> {
-    match fs::read_to_string(dir.join(MAP_SOURCE_FILE)) {
-        Ok(spec) => MapSource::parse(spec.trim()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(MapSource::dir(dir)),
-        Err(e) => Err(ClusterError::Io(format!(
-            "cannot read {}: {e}",
-            dir.join(MAP_SOURCE_FILE).display()
-        ))),
-    }
-}
+use crate::LocalError;
+use crate::etcd::EtcdServer;
 
 /// Runs `future` to completion on a runtime of its own, on a thread of its own (so it works
 /// from synchronous code and from inside another runtime alike).
@@ -204,33 +171,30 @@ impl LocalCluster {
         binary: &Path,
         dir: &Path,
         spec: &LocalClusterSpec,
-    ) -> Result<LocalCluster, ClusterError> {
+    ) -> Result<LocalCluster, LocalError> {
         if spec.zones == 0 || spec.hosts_per_zone == 0 || spec.devices_per_host == 0 {
-            return Err(ClusterError::Spec(
+            return Err(LocalError::Spec(
                 "zones, hosts and devices per host must be at least 1".into(),
             ));
         }
         fs::create_dir_all(dir)
-            .map_err(|e| ClusterError::Io(format!("cannot create {}: {e}", dir.display())))?;
-        let dir = fs::canonicalize(dir)
-            .map_err(|e| ClusterError::Io(format!("{}: {e}", dir.display())))?;
+            .map_err(LocalError::io(format!("cannot create {}", dir.display())))?;
+        let dir = fs::canonicalize(dir).map_err(LocalError::io(dir.display().to_string()))?;
         let source_file = dir.join(MAP_SOURCE_FILE);
         let (source, etcd) = if spec.etcd {
-            let etcd = EtcdServer::start_in(&dir.join("etcd")).map_err(ClusterError::Server)?;
+            let etcd = EtcdServer::start_in(&dir.join("etcd")).map_err(LocalError::Server)?;
             let url = etcd.url();
-            fs::write(&source_file, format!("{url}\n")).map_err(|e| {
-                ClusterError::Io(format!("cannot write {}: {e}", source_file.display()))
-            })?;
+            fs::write(&source_file, format!("{url}\n"))
+                .map_err(LocalError::io(format!("cannot write {}", source_file.display())))?;
             (MapSource::parse(&url)?, Some(etcd))
         } else {
             match fs::remove_file(&source_file) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    return Err(ClusterError::Io(format!(
-                        "cannot remove {}: {e}",
-                        source_file.display()
-                    )));
+                    return Err(
+                        LocalError::io(format!("cannot remove {}", source_file.display()))(e),
+                    );
                 }
             }
             (MapSource::dir(&dir), None)
@@ -251,7 +215,7 @@ impl LocalCluster {
                 if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }
             }),
         };
-        written.map_err(|e| ClusterError::Io(format!("{}: {e}", dirty_file.display())))?;
+        written.map_err(LocalError::io(dirty_file.display().to_string()))?;
         let mut id = 0u32;
         for zone in 1..=spec.zones {
             for host in 1..=spec.hosts_per_zone {
@@ -269,8 +233,7 @@ impl LocalCluster {
         let previous =
             block_on(cluster.source.load_if_present()).ok().flatten().map_or(0, |m| m.epoch().0);
         let text = cluster.map_text(previous + 1);
-        let map = optio_mapfile::parse(&text)
-            .map_err(|e| ClusterError::Map(format!("the generated map is invalid: {e}")))?;
+        let map = optio_mapfile::parse(&text).map_err(LocalError::Generated)?;
         block_on(cluster.source.replace(&map))?;
         cluster.wait_for_epoch(previous + 1)?;
         if let Some(mode) = spec.reintegration.clone()
@@ -286,7 +249,7 @@ impl LocalCluster {
         host: &str,
         devices: &[(u32, PathBuf)],
         listen: &str,
-    ) -> Result<ServerProcess, ClusterError> {
+    ) -> Result<ServerProcess, LocalError> {
         let (log_path, log) = self.open_log(host)?;
         let mut command = Command::new(&self.binary);
         command
@@ -311,9 +274,9 @@ impl LocalCluster {
             command.arg("--max-object-size").arg(max.to_string());
         }
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::from(log));
-        let mut child = command.spawn().map_err(|e| {
-            ClusterError::Io(format!("cannot start {}: {e}", self.binary.display()))
-        })?;
+        let mut child = command
+            .spawn()
+            .map_err(LocalError::io(format!("cannot start {}", self.binary.display())))?;
         let stdin = child.stdin.take();
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
         let mut line = String::new();
@@ -325,7 +288,7 @@ impl LocalCluster {
                 let _ = child.kill();
                 let _ = child.wait();
                 let log = fs::read_to_string(&log_path).unwrap_or_default();
-                return Err(ClusterError::Server(format!(
+                return Err(LocalError::Server(format!(
                     "server {host} did not start; its log {} says: {}",
                     log_path.display(),
                     log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
@@ -343,19 +306,19 @@ impl LocalCluster {
     }
 
     /// `DIR/{name}.log`, opened for appending (a child process's standard error).
-    fn open_log(&self, name: &str) -> Result<(PathBuf, fs::File), ClusterError> {
+    fn open_log(&self, name: &str) -> Result<(PathBuf, fs::File), LocalError> {
         let path = self.dir.join(format!("{name}.log"));
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|e| ClusterError::Io(format!("cannot open {}: {e}", path.display())))?;
+            .map_err(LocalError::io(format!("cannot open {}", path.display())))?;
         Ok((path, log))
     }
 
     /// Starts `optio reintegrate --mode MODE` for the cluster (logs in `DIR/reintegrator.log`);
     /// like the servers, it exits when its standard input closes.
-    fn spawn_reintegrator(&mut self, mode: &str) -> Result<(), ClusterError> {
+    fn spawn_reintegrator(&mut self, mode: &str) -> Result<(), LocalError> {
         let (_, log) = self.open_log("reintegrator")?;
         let mut command = Command::new(&self.binary);
         command
@@ -370,16 +333,16 @@ impl LocalCluster {
         }
         command.env_remove("OPTIO_CLUSTER").env_remove("OPTIO_DIRTY");
         command.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::from(log));
-        let mut child = command.spawn().map_err(|e| {
-            ClusterError::Io(format!("cannot start {}: {e}", self.binary.display()))
-        })?;
+        let mut child = command
+            .spawn()
+            .map_err(LocalError::io(format!("cannot start {}", self.binary.display())))?;
         let stdin = child.stdin.take().expect("stdin is piped");
         self.reintegrator = Some((child, stdin));
         Ok(())
     }
 
     /// Stops the re-integration process, if one runs (and starts one in `mode`, if given).
-    pub fn set_reintegration(&mut self, mode: Option<&str>) -> Result<(), ClusterError> {
+    pub fn set_reintegration(&mut self, mode: Option<&str>) -> Result<(), LocalError> {
         if let Some((mut child, stdin)) = self.reintegrator.take() {
             drop(stdin);
             let deadline = Instant::now() + SERVER_STOP_TIMEOUT;
@@ -481,8 +444,8 @@ impl LocalCluster {
     }
 
     /// The map as stored now.
-    pub fn load_map(&self) -> Result<optio_placement::ClusterMap, ClusterError> {
-        block_on(self.source.load())
+    pub fn load_map(&self) -> Result<optio_placement::ClusterMap, LocalError> {
+        Ok(block_on(self.source.load())?)
     }
 
     /// Applies `change` to the stored map (epoch + 1, a compare-and-swap) and returns the new
@@ -490,11 +453,9 @@ impl LocalCluster {
     pub fn change_map(
         &self,
         change: &optio_placement::MapChange,
-    ) -> Result<optio_placement::ClusterMap, ClusterError> {
+    ) -> Result<optio_placement::ClusterMap, LocalError> {
         let old = self.load_map()?;
-        let new = old
-            .apply(change, old.epoch())
-            .map_err(|e| ClusterError::Change(format!("invalid change: {e}")))?;
+        let new = old.apply(change, old.epoch()).map_err(LocalError::Change)?;
         block_on(self.source.compare_and_swap(old.epoch(), &new))?;
         Ok(new)
     }
@@ -505,15 +466,15 @@ impl LocalCluster {
     }
 
     /// The server holding `device`.
-    fn server_of(&self, device: u32) -> Result<usize, ClusterError> {
+    fn server_of(&self, device: u32) -> Result<usize, LocalError> {
         self.servers
             .iter()
             .position(|s| s.devices.iter().any(|(id, _)| *id == device))
-            .ok_or_else(|| ClusterError::Spec(format!("no server holds device {device}")))
+            .ok_or_else(|| LocalError::Spec(format!("no server holds device {device}")))
     }
 
     /// The data directory of `device`.
-    pub fn device_dir(&self, device: u32) -> Result<PathBuf, ClusterError> {
+    pub fn device_dir(&self, device: u32) -> Result<PathBuf, LocalError> {
         let server = &self.servers[self.server_of(device)?];
         Ok(server
             .devices
@@ -524,7 +485,7 @@ impl LocalCluster {
     }
 
     /// Kills the server holding `device` with SIGKILL (a crash).
-    pub fn kill(&mut self, device: u32) -> Result<(), ClusterError> {
+    pub fn kill(&mut self, device: u32) -> Result<(), LocalError> {
         let i = self.server_of(device)?;
         let server = &mut self.servers[i];
         if let Some(mut child) = server.child.take() {
@@ -538,7 +499,7 @@ impl LocalCluster {
 
     /// Restarts the server holding `device` on its old address and waits until it holds the
     /// current epoch.
-    pub fn restart(&mut self, device: u32) -> Result<(), ClusterError> {
+    pub fn restart(&mut self, device: u32) -> Result<(), LocalError> {
         let i = self.server_of(device)?;
         self.kill(device)?;
         let (host, devices, addr) = {
@@ -560,7 +521,7 @@ impl LocalCluster {
     }
 
     /// Waits until every running server holds `epoch` (or a newer one).
-    pub fn wait_for_epoch(&self, epoch: u64) -> Result<(), ClusterError> {
+    pub fn wait_for_epoch(&self, epoch: u64) -> Result<(), LocalError> {
         for server in self.servers.iter().filter(|s| s.child.is_some()) {
             wait_for(&server.addr, epoch)?;
         }
@@ -613,7 +574,7 @@ pub fn health_epoch(addr: &str) -> Option<u64> {
 }
 
 /// Waits until the server at `addr` holds `epoch` or a newer one.
-pub fn wait_for(addr: &str, epoch: u64) -> Result<(), ClusterError> {
+pub fn wait_for(addr: &str, epoch: u64) -> Result<(), LocalError> {
     let deadline = Instant::now() + SERVER_START_TIMEOUT;
     loop {
         let held = health_epoch(addr);
@@ -621,7 +582,7 @@ pub fn wait_for(addr: &str, epoch: u64) -> Result<(), ClusterError> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(ClusterError::Server(format!(
+            return Err(LocalError::Server(format!(
                 "the server at {addr} did not reach epoch {epoch} within {SERVER_START_TIMEOUT:?} (it holds {held:?})"
             )));
         }

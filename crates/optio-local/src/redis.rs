@@ -2,7 +2,7 @@
 //! directory, stopped (or killed) by the test.
 //!
 //! ```no_run
-//! use optio_cluster::dirty::testing::{RedisServer, redis_available};
+//! use optio_local::redis::{RedisServer, redis_available};
 //! if redis_available() {
 //!     let mut redis = RedisServer::start().expect("redis-server starts");
 //!     println!("{}", redis.url());

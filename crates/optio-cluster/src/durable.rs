@@ -1,0 +1,83 @@
+//! Durable file replacement, the one way Optio replaces a small file it must not lose or tear:
+//! the new bytes go to a temporary file beside the old one, which is fsynced and renamed over
+//! it, then the directory is fsynced. A reader sees the old file or the new one, never a mix,
+//! and after a crash one of the two is there.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Distinguishes the temporary files of concurrent writers within one process.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Replaces `path` with `bytes` atomically and durably. The temporary file
+/// (`NAME.tmp.PID.N`, beside `path`) is removed if anything fails.
+pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    let unique = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    name.push(format!(".tmp.{}.{unique}", std::process::id()));
+    let temp = path.with_file_name(name);
+    let result = (|| {
+        let mut file = fs::File::create(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&temp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result?;
+    sync_parent(path)
+}
+
+/// Renames the already durable file `temp` over `path` and fsyncs the directory: the second
+/// half of [`replace`], for callers that write their temporary file themselves (streamed, or
+/// under a fixed name that recovery looks for).
+pub fn rename_over(temp: &Path, path: &Path) -> io::Result<()> {
+    fs::rename(temp, path)?;
+    sync_parent(path)
+}
+
+/// Fsyncs the directory holding `path` (the current directory for a bare file name), so that
+/// a rename or a new file in it survives a crash.
+pub fn sync_parent(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => sync_dir(dir),
+        _ => sync_dir(Path::new(".")),
+    }
+}
+
+/// Fsyncs a directory.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replace_leaves_the_new_bytes_and_no_temporary_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("map.toml");
+        replace(&path, b"one").expect("first");
+        replace(&path, b"two").expect("second");
+        assert_eq!(fs::read(&path).expect("read"), b"two");
+        let names: Vec<_> = fs::read_dir(dir.path()).expect("list").collect();
+        assert_eq!(names.len(), 1, "only the file itself: {names:?}");
+    }
+
+    #[test]
+    fn a_failed_replace_keeps_the_old_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("map.toml");
+        replace(&path, b"old").expect("write");
+        // A directory where the file should be: the rename fails, the temporary file goes.
+        let blocked = dir.path().join("sub");
+        fs::create_dir_all(blocked.join("x")).expect("mkdir");
+        assert!(replace(&blocked, b"new").is_err());
+        assert_eq!(fs::read(&path).expect("read"), b"old");
+        assert_eq!(fs::read_dir(dir.path()).expect("list").count(), 2, "map.toml and sub");
+    }
+}
