@@ -56,8 +56,8 @@
 //! and marking one out changes only the sectors holding its virtual nodes.
 
 use crate::ids::{DeviceId, ItemId};
-use crate::map::{AttributedParams, ClusterMap, REPLICAS_MAX, SectorSelection};
-use crate::placement::ReplicaSet;
+use crate::map::{AttributedParams, ClusterMap, SectorSelection};
+use crate::replica::{REPLICAS_MAX, ReplicaSet};
 
 /// Most virtual nodes (slots) one attributed ring may have (about 870 MB of lookup tables);
 /// the builder refuses pools that would exceed it.

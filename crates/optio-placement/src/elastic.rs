@@ -32,8 +32,8 @@
 //! node plus the index.
 
 use crate::ids::DeviceId;
-use crate::map::{ActiveSet, ClusterMap, ElasticParams, Membership, REPLICAS_MAX};
-use crate::placement::ReplicaSet;
+use crate::map::{ActiveSet, ClusterMap, ElasticParams, Membership};
+use crate::replica::{REPLICAS_MAX, ReplicaSet};
 
 /// Default B: large enough that the lowest-ranked of a few hundred servers has over a hundred
 /// virtual nodes.

@@ -59,6 +59,7 @@ pub mod linear;
 pub mod map;
 pub mod pg;
 pub mod placement;
+pub mod replica;
 pub mod ring;
 pub mod stats;
 pub mod tunables;
@@ -78,5 +79,6 @@ pub use map::{
     MembershipVersion, Pool, PoolBalance, PpsGenerator, RingParams, Rule, RuleKind,
     SectorSelection, Step,
 };
-pub use placement::{Placement, PoolPlacement, ReplicaSet};
+pub use placement::{Placement, PoolPlacement};
+pub use replica::ReplicaSet;
 pub use tunables::{Tunables, TunablesProfile};

@@ -22,8 +22,7 @@ pub const RULE_STEPS_MAX: usize = 256;
 /// Most levels of buckets above a device (Ceph's default types have 11; the builder and the
 /// engines recurse over the hierarchy, so its depth is bounded).
 pub const HIERARCHY_DEPTH_MAX: usize = 256;
-/// Most replicas (or erasure-code shards) of one object.
-pub const REPLICAS_MAX: usize = 32;
+pub use crate::replica::REPLICAS_MAX;
 /// Most placement groups per pool.
 pub const PG_NUM_MAX: u32 = 1 << 24;
 /// Longest name of a device, bucket, type, class, rule or pool, in bytes.
@@ -834,6 +833,31 @@ impl ClusterMap {
     /// The ancestor of `item` of type `type_id`, if any.
     pub fn ancestor_of_type(&self, item: ItemId, type_id: TypeId) -> Option<&Bucket> {
         self.ancestors(item).find(|bucket| bucket.type_id == type_id)
+    }
+
+    /// Devices below an item (the item itself if it is a device), in any tree incl. shadow
+    /// trees; sorted, without duplicates.
+    pub fn devices_under(&self, item: ItemId) -> Vec<DeviceId> {
+        let mut out = Vec::new();
+        let mut stack = vec![item];
+        let mut steps = 0usize;
+        while let Some(item) = stack.pop() {
+            steps += 1;
+            if steps > 1 << 24 {
+                break;
+            }
+            match item.device() {
+                Some(device) => out.push(device),
+                None => {
+                    if let Some(bucket) = self.bucket(BucketId(item.0)) {
+                        stack.extend(bucket.items.iter().copied());
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// The location of a device as (type name, bucket name) pairs, root first.

@@ -17,7 +17,7 @@
 use crate::crush::hash::hash32_2;
 use crate::ids::{DeviceId, ItemId};
 use crate::map::{ClusterMap, RingParams};
-use crate::placement::ReplicaSet;
+use crate::replica::ReplicaSet;
 
 /// Most virtual nodes one device may have.
 pub const RING_VNODES_PER_DEVICE_MAX: u64 = 65_536;
@@ -179,7 +179,7 @@ impl Ring {
         if wanted == 0 {
             return;
         }
-        let mut chosen_domains = [0u32; crate::map::REPLICAS_MAX];
+        let mut chosen_domains = [0u32; crate::replica::REPLICAS_MAX];
         let mut i = self.successor(key);
         let n = self.positions.len();
         while out.len() < wanted {

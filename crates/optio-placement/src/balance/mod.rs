@@ -47,10 +47,9 @@ mod rank;
 mod score;
 mod targets;
 
-use crate::analysis::devices_under;
 use crate::ids::{DeviceId, ItemId, TypeId};
 use crate::map::{ClusterMap, EngineSpec, Pool, Rule, RuleKind, Step};
-use crate::placement::ReplicaSet;
+use crate::replica::ReplicaSet;
 
 /// How far above its target a device may go: at most `⌊t⌋ + UPPER_SLACK` copies.
 pub const UPPER_SLACK: i64 = 1;
@@ -219,7 +218,7 @@ pub(crate) struct Member {
 /// own name for type 0). Devices with no ancestor of that type are left out.
 pub(crate) fn members(map: &ClusterMap, take: ItemId, domain_type: TypeId) -> Vec<Member> {
     let mut out = Vec::new();
-    for device in devices_under(map, take) {
+    for device in map.devices_under(take) {
         let Some(d) = map.device(device) else { continue };
         let weight = d.balance_weight();
         if weight == 0 {

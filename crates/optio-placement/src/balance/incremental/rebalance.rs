@@ -10,7 +10,7 @@ use crate::balance::{
 };
 use crate::ids::DeviceId;
 use crate::map::{ClusterMap, Pool};
-use crate::placement::ReplicaSet;
+use crate::replica::ReplicaSet;
 
 /// Rounds of price rescaling before the search when balancing from scratch.
 const RESCALE_ROUNDS: u32 = 4;
