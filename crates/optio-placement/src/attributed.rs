@@ -55,6 +55,7 @@
 //! id and counts. So adding a device changes only the sectors its virtual nodes merge into,
 //! and marking one out changes only the sectors holding its virtual nodes.
 
+use crate::engine::vnode::{RingIndex, first_at_or_after, vnode_position};
 use crate::ids::{DeviceId, ItemId};
 use crate::map::{AttributedParams, ClusterMap, SectorSelection};
 use crate::replica::{REPLICAS_MAX, ReplicaSet};
@@ -250,9 +251,8 @@ pub struct AttributedRing {
     /// first slot with the [`HETEROGENEOUS`] flag; one extra entry at the end holds the slot
     /// count. Interleaved so that finding a key's sector also reads where its slots are.
     sectors: Vec<Sector>,
-    /// `index[b]` = first sector whose position's top bits are ≥ b; one extra entry at the end.
-    index: Vec<u32>,
-    index_shift: u32,
+    /// Finds a key's sector.
+    index: RingIndex,
     /// Slot words, sector by sector, each sector in ring order.
     slots: Vec<u32>,
     /// The ring position of each slot (rendezvous selection only; empty otherwise).
@@ -405,10 +405,10 @@ impl AttributedRing {
         }
         sector_list.push(Sector { position: u32::MAX, start: ordered.len() as u32, bandwidth: 0 });
         drop(words);
+        let index = RingIndex::new(sectors, |k| sector_list[k].position);
         let mut ring = AttributedRing {
             sectors: sector_list,
-            index: Vec::new(),
-            index_shift: 32,
+            index,
             slots: ordered,
             slot_positions: ordered_positions,
             selection: params.selection,
@@ -421,7 +421,6 @@ impl AttributedRing {
             available: 0,
         };
         ring.classify(owners, params.bandwidth_tolerance_percent);
-        ring.build_index();
         let largest = (0..sectors)
             .map(|k| ring.sector_range(k).1 - ring.sector_range(k).0)
             .max()
@@ -470,22 +469,6 @@ impl AttributedRing {
         }
     }
 
-    fn build_index(&mut self) {
-        let count = self.sector_count();
-        let bits = if count < 4 { 1 } else { (usize::BITS - count.leading_zeros() - 2).min(24) };
-        self.index_shift = 32 - bits;
-        self.index = vec![0u32; (1usize << bits) + 1];
-        let mut cursor = 0usize;
-        for (bucket, slot) in self.index.iter_mut().enumerate() {
-            while cursor < count
-                && ((self.sectors[cursor].position >> self.index_shift) as usize) < bucket
-            {
-                cursor += 1;
-            }
-            *slot = cursor as u32;
-        }
-    }
-
     fn count_available(&self) -> usize {
         let mut seen: Vec<u32> = self
             .slots
@@ -529,7 +512,7 @@ impl AttributedRing {
     /// Bytes of memory the lookup structures use.
     pub fn memory_bytes(&self) -> usize {
         self.sectors.capacity() * std::mem::size_of::<Sector>()
-            + self.index.capacity() * 4
+            + self.index.memory_bytes()
             + self.slots.capacity() * 4
             + self.slot_positions.capacity() * 4
             + self.device_ids.capacity() * 4
@@ -554,14 +537,7 @@ impl AttributedRing {
     /// The sector a key belongs to: its first successor sector (wrapping).
     #[inline]
     pub fn sector_of(&self, key: u32) -> usize {
-        let count = self.sector_count();
-        let bucket = (key >> self.index_shift) as usize;
-        let mut i = self.index[bucket] as usize;
-        let end = self.index[bucket + 1] as usize;
-        while i < end && self.sectors[i].position < key {
-            i += 1;
-        }
-        if i == count { 0 } else { i }
+        self.index.successor(key, self.sector_count(), |k| self.sectors[k].position)
     }
 
     /// The devices (ids) of sector `k`'s slots in ring order, with their states.
@@ -629,16 +605,13 @@ impl AttributedRing {
             // Stage 1: the index buckets, then the sectors.
             let mut bounds = [(0u32, 0u32); BLOCK];
             for i in 0..n {
-                let bucket = (keys[i] >> self.index_shift) as usize;
-                bounds[i] = (self.index[bucket], self.index[bucket + 1]);
+                bounds[i] = self.index.range(keys[i]);
             }
             let mut first = [0usize; BLOCK];
             for i in 0..n {
-                let (mut k, end) = (bounds[i].0 as usize, bounds[i].1 as usize);
-                while k < end && self.sectors[k].position < keys[i] {
-                    k += 1;
-                }
-                first[i] = if k == sectors { 0 } else { k };
+                let (start, end) = (bounds[i].0 as usize, bounds[i].1 as usize);
+                first[i] =
+                    first_at_or_after(keys[i], start, end, sectors, |k| self.sectors[k].position);
             }
             // Stage 2: every replica's first choice.
             let mut candidates = [[MARKED; REPLICAS]; BLOCK];
@@ -1162,7 +1135,7 @@ fn for_each_slot(
         let state = if device.up { SlotState::Live } else { SlotState::Down };
         for index in 0..full.max(base) {
             slot(SlotSpec {
-                position: crate::ring::vnode_position(device.id, index),
+                position: vnode_position(device.id, index),
                 owner: owner as u32,
                 base: index < base,
                 state: if index < live { state } else { SlotState::Marked },
@@ -1174,7 +1147,7 @@ fn for_each_slot(
         if map.device(*device).is_none() {
             for index in 0..*count {
                 slot(SlotSpec {
-                    position: crate::ring::vnode_position(*device, index),
+                    position: vnode_position(*device, index),
                     owner: NO_OWNER,
                     base: true,
                     state: SlotState::Marked,

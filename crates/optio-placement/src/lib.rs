@@ -53,6 +53,7 @@ pub mod change;
 pub mod choice;
 pub mod crush;
 pub mod elastic;
+pub mod engine;
 pub mod error;
 pub mod ids;
 pub mod linear;

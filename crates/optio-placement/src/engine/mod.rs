@@ -1,0 +1,3 @@
+//! The placement engines and what they share.
+
+pub mod vnode;
