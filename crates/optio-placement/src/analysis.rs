@@ -139,13 +139,14 @@ pub fn target_shares(map: &ClusterMap, pool: &Pool) -> Vec<f64> {
             }
         }
         EngineSpec::Attributed(params) => {
-            let ring = crate::attributed::AttributedRing::new(map, &params, &pool.sector_base);
+            let ring =
+                crate::engine::attributed::AttributedRing::new(map, &params, &pool.sector_base);
             for (device, share) in ring.expected_shares(pool.size as usize) {
                 shares[device.0 as usize] = share;
             }
         }
         EngineSpec::Elastic(params) => {
-            let ring = crate::elastic::ElasticRing::new(map, &params);
+            let ring = crate::engine::elastic::ElasticRing::new(map, &params);
             for (device, share) in ring.expected_shares(pool.size as usize) {
                 shares[device.0 as usize] = share;
             }

@@ -1,14 +1,14 @@
 //! A map compiled for lookups: per pool, object → PG → placement key → devices.
 
-use crate::attributed::AttributedRing;
 use crate::crush::hash::hash32_2;
 use crate::crush::{CrushMap, CrushWork};
-use crate::elastic::ElasticRing;
+use crate::engine::attributed::AttributedRing;
+use crate::engine::elastic::ElasticRing;
+use crate::engine::ring::Ring;
 use crate::ids::{DeviceId, ITEM_NONE, PoolId};
 use crate::map::{ClusterMap, EngineSpec, Pool, RuleKind};
 use crate::pg::{self, PgId};
 use crate::replica::ReplicaSet;
-use crate::ring::Ring;
 
 /// What identifies a compiled attributed ring: its parameters and sector base.
 type AttributedKey<'m> = (crate::map::AttributedParams, &'m [(DeviceId, u32)]);
@@ -89,9 +89,9 @@ impl Placement {
                 EngineSpec::Crush { .. } if pool.balance.balanced.is_on() => {
                     let balanced =
                         if pool.balance.balanced == crate::map::BalanceMethod::Incremental {
-                            crate::balance::incremental::place(map, pool)
+                            crate::engine::balanced::incremental::place(map, pool)
                         } else {
-                            crate::balance::balance(map, pool)
+                            crate::engine::balanced::balance(map, pool)
                         };
                     let balanced = balanced.map_err(|error| {
                         crate::MapError::new(

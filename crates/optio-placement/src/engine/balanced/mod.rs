@@ -34,7 +34,7 @@
 //! let map = builder.replicated_rule(0, "r", "default", "host").pool(pool).build().expect("valid");
 //!
 //! // Every device holds 64 copies (256 × 3 / 12), within one of that.
-//! let balanced = optio_placement::balance::balance(&map, &map.pools()[0]).expect("balances");
+//! let balanced = optio_placement::engine::balanced::balance(&map, &map.pools()[0]).expect("balances");
 //! assert!(balanced.devices.iter().all(|d| d.load.abs_diff(64) <= 2));
 //! // Placement computes it once and looks PGs up in the table.
 //! let placement = Placement::new(&map).expect("compiles");
