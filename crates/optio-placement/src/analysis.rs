@@ -4,9 +4,10 @@
 //! Objects are simulated by name (`obj-0`, `obj-1`, …) so that object counts follow the real
 //! object → PG → device path; everything is deterministic.
 
-use crate::ids::{DeviceId, ITEM_NONE, ItemId};
+use crate::ids::ITEM_NONE;
 use crate::map::{ClusterMap, EngineSpec, Pool, Step};
-use crate::placement::{Placement, PoolPlacement, ReplicaSet};
+use crate::placement::{Placement, PoolPlacement};
+use crate::replica::ReplicaSet;
 use crate::stats::minimum_movement_share;
 
 /// The name of simulated object `index`.
@@ -119,7 +120,7 @@ pub fn target_shares(map: &ClusterMap, pool: &Pool) -> Vec<f64> {
             let Some(rule) = map.rule(rule) else { return shares };
             for step in &rule.steps {
                 if let Step::Take(item) = step {
-                    for device in devices_under(map, *item) {
+                    for device in map.devices_under(*item) {
                         if let Some(d) = map.device(device)
                             && d.up
                             && d.is_in
@@ -138,13 +139,14 @@ pub fn target_shares(map: &ClusterMap, pool: &Pool) -> Vec<f64> {
             }
         }
         EngineSpec::Attributed(params) => {
-            let ring = crate::attributed::AttributedRing::new(map, &params, &pool.sector_base);
+            let ring =
+                crate::engine::attributed::AttributedRing::new(map, &params, &pool.sector_base);
             for (device, share) in ring.expected_shares(pool.size as usize) {
                 shares[device.0 as usize] = share;
             }
         }
         EngineSpec::Elastic(params) => {
-            let ring = crate::elastic::ElasticRing::new(map, &params);
+            let ring = crate::engine::elastic::ElasticRing::new(map, &params);
             for (device, share) in ring.expected_shares(pool.size as usize) {
                 shares[device.0 as usize] = share;
             }
@@ -157,30 +159,6 @@ pub fn target_shares(map: &ClusterMap, pool: &Pool) -> Vec<f64> {
         }
     }
     shares
-}
-
-/// Devices below an item (the item itself if it is a device), in any tree incl. shadow trees.
-pub fn devices_under(map: &ClusterMap, item: ItemId) -> Vec<DeviceId> {
-    let mut out = Vec::new();
-    let mut stack = vec![item];
-    let mut steps = 0usize;
-    while let Some(item) = stack.pop() {
-        steps += 1;
-        if steps > 1 << 24 {
-            break;
-        }
-        match item.device() {
-            Some(device) => out.push(device),
-            None => {
-                if let Some(bucket) = map.bucket(crate::ids::BucketId(item.0)) {
-                    stack.extend(bucket.items.iter().copied());
-                }
-            }
-        }
-    }
-    out.sort();
-    out.dedup();
-    out
 }
 
 /// What moves in one pool between two placements.

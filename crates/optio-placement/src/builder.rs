@@ -189,7 +189,7 @@ pub enum EngineRef {
         /// Failure domain type name (replicas in distinct buckets of this type).
         failure_domain: Option<String>,
     },
-    /// Attributed consistent hashing (see [`attributed`](crate::attributed)).
+    /// Attributed consistent hashing (see [`attributed`](crate::engine::attributed)).
     Attributed {
         /// c_throttle: bytes per virtual node (default 1 GiB).
         throttle_bytes: Option<u64>,
@@ -209,11 +209,11 @@ pub enum EngineRef {
         /// How a device is picked within a sector (default: the paper's strategies).
         selection: Option<SectorSelection>,
     },
-    /// Elastic consistent hashing (see [`elastic`](crate::elastic)).
+    /// Elastic consistent hashing (see [`elastic`](crate::engine::elastic)).
     Elastic {
         /// p: number of primaries (default ⌈n / e²⌉ for the n ranked servers).
         primaries: Option<u32>,
-        /// B of the equal-work layout (default [`ELASTIC_SCALE_DEFAULT`](crate::elastic::ELASTIC_SCALE_DEFAULT)).
+        /// B of the equal-work layout (default [`ELASTIC_SCALE_DEFAULT`](crate::engine::elastic::ELASTIC_SCALE_DEFAULT)).
         scale: Option<u32>,
     },
 }
@@ -314,7 +314,7 @@ pub struct PoolBalanceSpec {
     pub balanced: crate::map::BalanceMethod,
     /// For an incremental pool: the state to rebalance from (the previous map's); the
     /// builder computes the pool's state from it and the map (from scratch without one).
-    pub state: Option<crate::balance::incremental::BalanceState>,
+    pub state: Option<crate::engine::balanced::incremental::BalanceState>,
 }
 
 impl Default for PoolBalanceSpec {
@@ -828,18 +828,21 @@ impl ClusterMapBuilder {
         // this map.
         for (id, previous) in incremental {
             let index = map.pools.iter().position(|p| p.id == id).expect("built above");
-            let (state, _) =
-                crate::balance::incremental::rebalance(&map, &map.pools[index], previous.as_ref())
-                    .map_err(|error| {
-                        err(
-                            Subject::Pool(map.pools[index].name.clone()),
-                            Kind::OutOfRange {
-                                field: "balanced",
-                                value: "\"incremental\"".into(),
-                                reason: error.to_string(),
-                            },
-                        )
-                    })?;
+            let (state, _) = crate::engine::balanced::incremental::rebalance(
+                &map,
+                &map.pools[index],
+                previous.as_ref(),
+            )
+            .map_err(|error| {
+                err(
+                    Subject::Pool(map.pools[index].name.clone()),
+                    Kind::OutOfRange {
+                        field: "balanced",
+                        value: "\"incremental\"".into(),
+                        reason: error.to_string(),
+                    },
+                )
+            })?;
             map.pools[index].balance_state = Some(state);
         }
         Ok(map)
@@ -1739,7 +1742,7 @@ fn build_choose_args(
 }
 
 /// The incremental balanced pools, each with the state it was given.
-type IncrementalPools = Vec<(PoolId, Option<crate::balance::incremental::BalanceState>)>;
+type IncrementalPools = Vec<(PoolId, Option<crate::engine::balanced::incremental::BalanceState>)>;
 
 /// The pools, the ids of those whose `linear` balance parameter is to be searched for, and the
 /// incremental balanced pools (whose state is computed once the map is built).
@@ -1964,7 +1967,7 @@ fn check_pool_balance(
             ));
         }
         let rule = rule.expect("crush pools have a rule");
-        if let Err(why) = crate::balance::rule_shape(rule, spec.size) {
+        if let Err(why) = crate::engine::balanced::rule_shape(rule, spec.size) {
             return Err(bad(
                 "balanced",
                 value.into(),
@@ -1972,13 +1975,13 @@ fn check_pool_balance(
             ));
         }
         let pgp_num = spec.pgp_num.unwrap_or(spec.pg_num);
-        if pgp_num > crate::balance::BALANCED_UNITS_MAX {
+        if pgp_num > crate::engine::balanced::BALANCED_UNITS_MAX {
             return Err(bad(
                 "pgp_num",
                 pgp_num.to_string(),
                 format!(
                     "a balanced pool has at most {} placement groups",
-                    crate::balance::BALANCED_UNITS_MAX
+                    crate::engine::balanced::BALANCED_UNITS_MAX
                 ),
             ));
         }
@@ -2038,7 +2041,7 @@ fn resolve_attributed(
     subject: &Subject,
     engine: &EngineRef,
 ) -> Result<(AttributedParams, Vec<(DeviceId, u32)>), MapError> {
-    use crate::attributed::{ATTRIBUTED_VNODES_MAX, TOLERANCE_PERCENT_MAX, vnode_count};
+    use crate::engine::attributed::{ATTRIBUTED_VNODES_MAX, TOLERANCE_PERCENT_MAX, vnode_count};
     let EngineRef::Attributed {
         throttle_bytes,
         sector_size,
@@ -2071,11 +2074,14 @@ fn resolve_attributed(
             "a sector holds at least one virtual node; use sector_size = 4 (the default) or more",
         ));
     }
-    if sector_size > crate::attributed::SECTOR_SIZE_MAX {
+    if sector_size > crate::engine::attributed::SECTOR_SIZE_MAX {
         return Err(range(
             "sector_size (s)",
             sector_size.to_string(),
-            &format!("at most {}; the paper uses 4 to 10", crate::attributed::SECTOR_SIZE_MAX),
+            &format!(
+                "at most {}; the paper uses 4 to 10",
+                crate::engine::attributed::SECTOR_SIZE_MAX
+            ),
         ));
     }
     let tolerance = bandwidth_tolerance_percent.unwrap_or(defaults.bandwidth_tolerance_percent);
@@ -2103,10 +2109,9 @@ fn resolve_attributed(
                     ));
                 }
             }
-            if let Some((device, count)) = base
-                .iter()
-                .find(|(_, c)| *c == 0 || u64::from(*c) > crate::ring::RING_VNODES_PER_DEVICE_MAX)
-            {
+            if let Some((device, count)) = base.iter().find(|(_, c)| {
+                *c == 0 || u64::from(*c) > crate::engine::ring::RING_VNODES_PER_DEVICE_MAX
+            }) {
                 return Err(range(
                     "sector_base",
                     format!("device {device}: {count} virtual nodes"),
@@ -2176,7 +2181,7 @@ fn resolve_elastic(
     scale: Option<u32>,
     servers: usize,
 ) -> Result<ElasticParams, MapError> {
-    use crate::elastic::{ELASTIC_SCALE_DEFAULT, ELASTIC_SCALE_MAX, ELASTIC_VNODES_MAX};
+    use crate::engine::elastic::{ELASTIC_SCALE_DEFAULT, ELASTIC_SCALE_MAX, ELASTIC_VNODES_MAX};
     let range = |field: &'static str, value: u64, reason: String| {
         err(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
     };
@@ -2188,14 +2193,14 @@ fn resolve_elastic(
         ));
     }
     let n = servers as u32;
-    let primaries = primaries.unwrap_or_else(|| crate::elastic::default_primaries(n));
+    let primaries = primaries.unwrap_or_else(|| crate::engine::elastic::default_primaries(n));
     if primaries == 0 {
         return Err(range(
             "primaries (p)",
             0,
             format!(
                 "at least one server must be primary; use primaries = {} (⌈n/e²⌉, the default) or more",
-                crate::elastic::default_primaries(n)
+                crate::engine::elastic::default_primaries(n)
             ),
         ));
     }
@@ -2205,7 +2210,7 @@ fn resolve_elastic(
             primaries.into(),
             format!(
                 "p must not exceed the number of servers n = {n}; use primaries = {} (⌈n/e²⌉) or at most {n}",
-                crate::elastic::default_primaries(n)
+                crate::engine::elastic::default_primaries(n)
             ),
         ));
     }
@@ -2220,7 +2225,7 @@ fn resolve_elastic(
         ));
     }
     let params = ElasticParams { primaries, scale };
-    let vnodes = crate::elastic::total_vnodes(&params, n);
+    let vnodes = crate::engine::elastic::total_vnodes(&params, n);
     if vnodes > ELASTIC_VNODES_MAX {
         return Err(range(
             "scale (B)",
@@ -2291,10 +2296,13 @@ fn build_membership(
     let n = order.len() as u32;
     let mut versions: Vec<MembershipVersion> = Vec::new();
     let specs = spec.map_or(&[][..], |m| m.versions.as_slice());
-    if specs.len() > crate::elastic::VERSIONS_MAX {
+    if specs.len() > crate::engine::elastic::VERSIONS_MAX {
         return Err(err(
             Subject::Membership,
-            Kind::TooMany { what: "membership versions", limit: crate::elastic::VERSIONS_MAX },
+            Kind::TooMany {
+                what: "membership versions",
+                limit: crate::engine::elastic::VERSIONS_MAX,
+            },
         ));
     }
     for version in specs {
@@ -2383,7 +2391,7 @@ fn build_membership(
     Ok(Some(membership))
 }
 
-/// Refuses a ring that would hold more than [`RING_VNODES_MAX`](crate::ring::RING_VNODES_MAX)
+/// Refuses a ring that would hold more than [`RING_VNODES_MAX`](crate::engine::ring::RING_VNODES_MAX)
 /// virtual nodes (8 bytes each, plus the index): `vnode_bytes` too small for the capacity.
 fn check_ring_size(
     subject: &Subject,
@@ -2393,9 +2401,11 @@ fn check_ring_size(
     let vnodes: u64 = devices
         .iter()
         .filter(|d| d.is_in && d.weight.0 > 0 && d.reweight.0 > 0 && d.capacity_bytes > 0)
-        .map(|d| u64::from(crate::ring::vnode_count(d.capacity_bytes, d.reweight.0, vnode_bytes)))
+        .map(|d| {
+            u64::from(crate::engine::ring::vnode_count(d.capacity_bytes, d.reweight.0, vnode_bytes))
+        })
         .sum();
-    let max = crate::ring::RING_VNODES_MAX;
+    let max = crate::engine::ring::RING_VNODES_MAX;
     if vnodes > max {
         let capacity: u128 = devices.iter().map(|d| u128::from(d.capacity_bytes)).sum();
         let suggested = capacity.div_ceil(u128::from(max / 2)).max(1);

@@ -71,9 +71,9 @@ impl ClusterMap {
     /// (epoch + 1).
     ///
     /// Incremental balanced pools (`balanced = "incremental"`) carry their state forward:
-    /// the builder is given each pool's previous [`crate::balance::incremental::BalanceState`]
+    /// the builder is given each pool's previous [`crate::engine::balanced::incremental::BalanceState`]
     /// and computes the next one with
-    /// [`rebalance`](crate::balance::incremental::rebalance)`(next map, pool, Some(previous))`,
+    /// [`rebalance`](crate::engine::balanced::incremental::rebalance)`(next map, pool, Some(previous))`,
     /// so that a single-device change moves close to the least any placement must move (a
     /// change that leaves the pool's devices, domains and weights alone keeps the state).
     pub fn apply(&self, change: &MapChange, expected: Epoch) -> Result<ClusterMap, MapError> {

@@ -8,15 +8,17 @@
 //! parameters), never silently; golden tests pin every engine's output.
 //!
 //! * [`ClusterMap`], built only by [`ClusterMapBuilder`], which validates everything.
-//! * Engines: [`crush`] (bit-compatible with Ceph), [`ring`] (consistent hashing with
-//!   capacity-weighted virtual nodes), [`attributed`] (attributed consistent hashing: sectors,
-//!   capacity/bandwidth/location strategies for heterogeneous devices) and [`elastic`]
-//!   (elastic consistent hashing: primary servers, equal-work layout, membership versions).
+//! * Engines ([`engine`], one module each): [`crush`] (bit-compatible with Ceph),
+//!   [`ring`](engine::ring) (consistent hashing with capacity-weighted virtual nodes),
+//!   [`attributed`](engine::attributed) (attributed consistent hashing: sectors,
+//!   capacity/bandwidth/location strategies for heterogeneous devices) and
+//!   [`elastic`](engine::elastic) (elastic consistent hashing: primary servers, equal-work
+//!   layout, membership versions).
 //! * [`Placement`]: a map compiled for fast lookups, object name → PG → devices.
 //! * [`stats`]: balance and movement statistics.
 //! * [`choice`]: CHOICE's k candidate placements per object, device metrics, and the policies
 //!   that pick a candidate.
-//! * [`balance`]: Optio's balanced placement, computed from the map alone (no exception
+//! * [`balanced`](engine::balanced): Optio's balanced placement, computed from the map alone (no exception
 //!   tables); [`linear`]: seed 002's optimised CRUSH (congruential pps, `linear` buckets and
 //!   their adaptive balance parameter). Both are Optio extensions, **not Ceph-compatible**,
 //!   off unless a pool asks for them.
@@ -46,20 +48,18 @@
 #![deny(missing_docs)]
 
 pub mod analysis;
-pub mod attributed;
-pub mod balance;
 pub mod builder;
 pub mod change;
 pub mod choice;
 pub mod crush;
-pub mod elastic;
+pub mod engine;
 pub mod error;
 pub mod ids;
 pub mod linear;
 pub mod map;
 pub mod pg;
 pub mod placement;
-pub mod ring;
+pub mod replica;
 pub mod stats;
 pub mod tunables;
 
@@ -78,5 +78,6 @@ pub use map::{
     MembershipVersion, Pool, PoolBalance, PpsGenerator, RingParams, Rule, RuleKind,
     SectorSelection, Step,
 };
-pub use placement::{Placement, PoolPlacement, ReplicaSet};
+pub use placement::{Placement, PoolPlacement};
+pub use replica::ReplicaSet;
 pub use tunables::{Tunables, TunablesProfile};

@@ -40,7 +40,6 @@
 //! * Linear buckets need items of equal weight (like uniform buckets); they may hold any
 //!   items, not only devices.
 
-use crate::analysis::devices_under;
 use crate::crush::{CrushMap, CrushWork};
 use crate::map::{ClusterMap, EngineSpec, LINEAR_PARAM_ONE, Pool, Step};
 
@@ -97,7 +96,7 @@ fn pool_devices(map: &ClusterMap, pool: &Pool) -> Vec<usize> {
         .steps
         .iter()
         .filter_map(|s| match s {
-            Step::Take(item) => Some(devices_under(map, *item)),
+            Step::Take(item) => Some(map.devices_under(*item)),
             _ => None,
         })
         .flatten()

@@ -22,8 +22,7 @@ pub const RULE_STEPS_MAX: usize = 256;
 /// Most levels of buckets above a device (Ceph's default types have 11; the builder and the
 /// engines recurse over the hierarchy, so its depth is bounded).
 pub const HIERARCHY_DEPTH_MAX: usize = 256;
-/// Most replicas (or erasure-code shards) of one object.
-pub const REPLICAS_MAX: usize = 32;
+pub use crate::replica::REPLICAS_MAX;
 /// Most placement groups per pool.
 pub const PG_NUM_MAX: u32 = 1 << 24;
 /// Longest name of a device, bucket, type, class, rule or pool, in bytes.
@@ -286,7 +285,7 @@ pub struct Rule {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RingParams {
     /// Capacity one virtual node stands for; a device gets ⌈capacity / vnode_bytes⌉ vnodes
-    /// (at most [`RING_VNODES_PER_DEVICE_MAX`](crate::ring::RING_VNODES_PER_DEVICE_MAX)).
+    /// (at most [`RING_VNODES_PER_DEVICE_MAX`](crate::engine::ring::RING_VNODES_PER_DEVICE_MAX)).
     pub vnode_bytes: u64,
     /// Replicas go to distinct buckets of this type (e.g. zone) when set, else only to
     /// distinct devices.
@@ -333,7 +332,7 @@ impl SectorSelection {
 }
 
 /// Parameters of the `attributed` engine (attributed consistent hashing, Zhou, Chen & Wang,
-/// PACT'18; see [`attributed`](crate::attributed)).
+/// PACT'18; see [`attributed`](crate::engine::attributed)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttributedParams {
     /// c_throttle: the capacity one virtual node stands for; a device gets
@@ -368,7 +367,7 @@ impl Default for AttributedParams {
 }
 
 /// Parameters of the `elastic` engine (elastic consistent hashing, Xie & Chen; see
-/// [`elastic`](crate::elastic)). Ranks and membership versions are the map's
+/// [`elastic`](crate::engine::elastic)). Ranks and membership versions are the map's
 /// [`Membership`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ElasticParams {
@@ -452,10 +451,10 @@ pub enum BalanceMethod {
     /// None: CRUSH's own choice (`balanced = false`).
     #[default]
     Off,
-    /// The history-free method ([`crate::balance::balance`], `balanced = true`): computed
+    /// The history-free method ([`crate::engine::balanced::balance`], `balanced = true`): computed
     /// from the map alone.
     HistoryFree,
-    /// The incremental method ([`crate::balance::incremental`], `balanced = "incremental"`):
+    /// The incremental method ([`crate::engine::balanced::incremental`], `balanced = "incremental"`):
     /// balanced by per-device prices kept in the pool's [`Pool::balance_state`] and updated
     /// from the previous state when the map changes.
     Incremental,
@@ -486,7 +485,7 @@ pub struct PoolBalance {
     /// The balance parameter of `linear` buckets (seed 002), 16.16 fixed point, at least 1.0
     /// ([`LINEAR_PARAM_ONE`]): a linear bucket divides the pps by it.
     pub linear_param: u32,
-    /// Optio's balanced placement (no exception tables; [`crate::balance`]) instead of
+    /// Optio's balanced placement (no exception tables; [`crate::engine::balanced`]) instead of
     /// CRUSH's own choice, and which one.
     pub balanced: BalanceMethod,
 }
@@ -644,7 +643,7 @@ pub struct Pool {
     /// For incremental balanced pools ([`PoolBalance::incremental`]): the balancer's state,
     /// computed by the map builder from the state it was given (the previous map's) and the
     /// map; the placement depends on it. `None` for other pools.
-    pub balance_state: Option<crate::balance::incremental::BalanceState>,
+    pub balance_state: Option<crate::engine::balanced::incremental::BalanceState>,
 }
 
 /// Per-bucket alternative weights and ids for straw2 (Ceph's `choose_args`, "weight sets").
@@ -834,6 +833,31 @@ impl ClusterMap {
     /// The ancestor of `item` of type `type_id`, if any.
     pub fn ancestor_of_type(&self, item: ItemId, type_id: TypeId) -> Option<&Bucket> {
         self.ancestors(item).find(|bucket| bucket.type_id == type_id)
+    }
+
+    /// Devices below an item (the item itself if it is a device), in any tree incl. shadow
+    /// trees; sorted, without duplicates.
+    pub fn devices_under(&self, item: ItemId) -> Vec<DeviceId> {
+        let mut out = Vec::new();
+        let mut stack = vec![item];
+        let mut steps = 0usize;
+        while let Some(item) = stack.pop() {
+            steps += 1;
+            if steps > 1 << 24 {
+                break;
+            }
+            match item.device() {
+                Some(device) => out.push(device),
+                None => {
+                    if let Some(bucket) = self.bucket(BucketId(item.0)) {
+                        stack.extend(bucket.items.iter().copied());
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// The location of a device as (type name, bucket name) pairs, root first.

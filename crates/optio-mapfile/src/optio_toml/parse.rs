@@ -1,12 +1,12 @@
 //! Reads Optio TOML into a [`ClusterMapBuilder`] (the format is described in
 //! `docs/map-format.md`).
 
-use optio_placement::balance::incremental::{
-    BalanceState, CLASSES, DOMAIN_PRICE_MAX, DeviceState, DomainState, PRICE_MAX, STATE_VERSION,
-};
 use optio_placement::choice::{
     CHOICES_MAX, COMPOSITE_METRICS, COMPOSITE_WEIGHT_MAX, ChoiceSettings, POLICY_NAMES, PPM,
     PolicySpec,
+};
+use optio_placement::engine::balanced::incremental::{
+    BalanceState, CLASSES, DOMAIN_PRICE_MAX, DeviceState, DomainState, PRICE_MAX, STATE_VERSION,
 };
 use optio_placement::{
     ActiveSpec, BalanceMethod, BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec,

@@ -9,9 +9,9 @@
 
 use std::fmt::Write as _;
 
-use optio_placement::balance::incremental::{BalanceState, CLASSES, STATE_VERSION};
 use optio_placement::builder::DEFAULT_TYPES;
 use optio_placement::choice::{COMPOSITE_METRICS, FULL_PPM_DEFAULT};
+use optio_placement::engine::balanced::incremental::{BalanceState, CLASSES, STATE_VERSION};
 use optio_placement::map::TIB;
 use optio_placement::{
     ActiveSet, AttributedParams, BalanceMethod, Bucket, BucketAlg, BucketId, ChoiceSettings,
@@ -164,7 +164,7 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
             EngineSpec::Attributed(params) => attributed_fields(map, pool, &params, &mut fields),
             EngineSpec::Elastic(params) => {
                 fields.push(("primaries".into(), params.primaries.to_string()));
-                if params.scale != optio_placement::elastic::ELASTIC_SCALE_DEFAULT {
+                if params.scale != optio_placement::engine::elastic::ELASTIC_SCALE_DEFAULT {
                     fields.push(("scale".into(), params.scale.to_string()));
                 }
             }

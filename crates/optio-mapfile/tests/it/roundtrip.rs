@@ -333,7 +333,7 @@ fn add_attributed_and_elastic(rng: &mut Rng, builder: &mut ClusterMapBuilder) {
     };
     // Every version keeps the primaries (at most all servers) active.
     let keep = u64::from(
-        primaries.unwrap_or_else(|| optio_placement::elastic::default_primaries(n as u32)),
+        primaries.unwrap_or_else(|| optio_placement::engine::elastic::default_primaries(n as u32)),
     );
     let mut version = rng.below(10);
     for _ in 0..rng.below(4) {

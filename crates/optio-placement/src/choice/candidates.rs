@@ -28,7 +28,8 @@ use crate::choice::hash::NameHasher;
 use crate::choice::settings::{CHOICES_MAX, ChoiceSettings};
 use crate::crush::hash::hash32_2;
 use crate::pg::{self, PgId};
-use crate::placement::{PoolPlacement, ReplicaSet, Scratch};
+use crate::placement::{PoolPlacement, Scratch};
+use crate::replica::ReplicaSet;
 
 /// Most suffixes tried for one object's candidates.
 pub const SUFFIX_ATTEMPTS_MAX: u32 = 1024;

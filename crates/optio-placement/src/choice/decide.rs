@@ -171,7 +171,7 @@ fn no_candidate_message(pool: &str, excluded: &[(CandidateKey, Exclusion)]) -> S
 #[inline(always)]
 fn assess<M: MetricsSource + ?Sized>(
     pool: &Pool,
-    devices: &crate::placement::ReplicaSet,
+    devices: &crate::replica::ReplicaSet,
     metrics: &M,
     client: Option<&Location>,
     out: &mut Eligible,

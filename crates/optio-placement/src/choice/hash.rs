@@ -5,7 +5,7 @@
 //! So candidate `i` of object `foo` is placed exactly where an object named `foo1` (or `foo2`,
 //! … — whatever suffix it took) is placed; `optio place --object foo1` shows it.
 
-use crate::crush::hash::mix;
+use crate::crush::hash::{STR_HASH_START, str_hash_block as block, str_hash_finish as finish};
 
 /// Most decimal digits of a `u32`.
 const SUFFIX_DIGITS_MAX: usize = 10;
@@ -24,11 +24,6 @@ fn decimal(mut value: u32) -> ([u8; SUFFIX_DIGITS_MAX], usize) {
     }
 }
 
-#[inline(always)]
-fn word(bytes: &[u8]) -> u32 {
-    u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
-}
-
 /// Ceph's name hash of `name` and of `name + string(j)` for any j, sharing the work on the
 /// name's whole 12-byte blocks (the same for all of them): each suffixed hash then costs one
 /// or two rounds of the mixer instead of a pass over the whole name.
@@ -45,7 +40,7 @@ pub struct NameHasher<'a> {
 impl<'a> NameHasher<'a> {
     /// Runs the mixer over the whole blocks of `name`.
     pub fn new(name: &'a [u8]) -> NameHasher<'a> {
-        let (mut a, mut b, mut c) = (0x9e37_79b9u32, 0x9e37_79b9u32, 0u32);
+        let (mut a, mut b, mut c) = STR_HASH_START;
         let mut chunks = name.chunks_exact(12);
         for chunk in &mut chunks {
             block(chunk, &mut a, &mut b, &mut c);
@@ -78,31 +73,6 @@ impl<'a> NameHasher<'a> {
             finish(a, b, c, len, &rest[..rest_len])
         }
     }
-}
-
-#[inline(always)]
-fn block(bytes: &[u8], a: &mut u32, b: &mut u32, c: &mut u32) {
-    *a = a.wrapping_add(word(&bytes[0..4]));
-    *b = b.wrapping_add(word(&bytes[4..8]));
-    *c = c.wrapping_add(word(&bytes[8..12]));
-    mix(a, b, c);
-}
-
-/// The last partial block (under 12 bytes) and the length, as `ceph_str_hash_rjenkins` ends.
-#[inline(always)]
-fn finish(mut a: u32, mut b: u32, mut c: u32, len: u32, tail: &[u8]) -> u32 {
-    c = c.wrapping_add(len);
-    for (i, &byte) in tail.iter().enumerate() {
-        let value = u32::from(byte);
-        match i {
-            0..=3 => a = a.wrapping_add(value << (8 * i)),
-            4..=7 => b = b.wrapping_add(value << (8 * (i - 4))),
-            // The low byte of c holds the length.
-            _ => c = c.wrapping_add(value << (8 * (i - 7))),
-        }
-    }
-    mix(&mut a, &mut b, &mut c);
-    c
 }
 
 /// `str_hash_rjenkins(name ++ decimal(suffix))`, allocation-free.

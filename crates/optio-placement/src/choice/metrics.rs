@@ -8,7 +8,7 @@
 use crate::choice::location::Location;
 use crate::choice::settings::PPM;
 use crate::ids::DeviceId;
-use crate::placement::ReplicaSet;
+use crate::replica::ReplicaSet;
 
 /// What one device reports about itself.
 ///

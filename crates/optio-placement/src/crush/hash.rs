@@ -108,20 +108,32 @@ pub fn hash32_3_lanes_c<const L: usize>(a: u32, b: &[u32; L], c: &[u32; L]) -> [
 /// `ceph_str_hash_rjenkins`: Bob Jenkins' lookup2 over a byte string, as Ceph hashes object
 /// names to placement groups.
 pub fn str_hash_rjenkins(bytes: &[u8]) -> u32 {
-    let mut a: u32 = 0x9e37_79b9;
-    let mut b: u32 = a;
-    let mut c: u32 = 0;
-    let word = |chunk: &[u8]| u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+    let (mut a, mut b, mut c) = STR_HASH_START;
     let mut chunks = bytes.chunks_exact(12);
     for block in &mut chunks {
-        a = a.wrapping_add(word(&block[0..4]));
-        b = b.wrapping_add(word(&block[4..8]));
-        c = c.wrapping_add(word(&block[8..12]));
-        mix(&mut a, &mut b, &mut c);
+        str_hash_block(block, &mut a, &mut b, &mut c);
     }
-    let tail = chunks.remainder();
     // Ceph adds the length as a u32 (lengths beyond 4 GiB wrap, as in C).
-    c = c.wrapping_add(bytes.len() as u32);
+    str_hash_finish(a, b, c, bytes.len() as u32, chunks.remainder())
+}
+
+/// The state [`str_hash_rjenkins`] starts from (lookup2's golden ratio twice, then 0).
+pub(crate) const STR_HASH_START: (u32, u32, u32) = (0x9e37_79b9, 0x9e37_79b9, 0);
+
+/// One whole 12-byte block of [`str_hash_rjenkins`].
+#[inline(always)]
+pub(crate) fn str_hash_block(bytes: &[u8], a: &mut u32, b: &mut u32, c: &mut u32) {
+    let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    *a = a.wrapping_add(word(0));
+    *b = b.wrapping_add(word(4));
+    *c = c.wrapping_add(word(8));
+    mix(a, b, c);
+}
+
+/// The end of [`str_hash_rjenkins`]: the last partial block (under 12 bytes) and the length.
+#[inline(always)]
+pub(crate) fn str_hash_finish(mut a: u32, mut b: u32, mut c: u32, len: u32, tail: &[u8]) -> u32 {
+    c = c.wrapping_add(len);
     for (i, &byte) in tail.iter().enumerate() {
         let value = u32::from(byte);
         match i {

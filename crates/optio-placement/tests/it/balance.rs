@@ -3,7 +3,7 @@
 //! device gets exactly its share of the total weight) and for the ring (a device owns
 //! ⌈capacity × reweight / vnode_bytes⌉ vnodes; the arcs they cover add Beta noise).
 
-use optio_placement::ring::vnode_count;
+use optio_placement::engine::ring::vnode_count;
 use optio_placement::{EngineRef, Placement, PoolId, PoolSpec, ReplicaSet};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;

@@ -5,7 +5,7 @@
 //! cluster it reaches stdev ≤ 1; its output is pinned by a golden test; a single-OSD change
 //! moves a bounded multiple of the minimum; unsupported settings are clear errors.
 
-use optio_placement::balance::{Balanced, balance};
+use optio_placement::engine::balanced::{Balanced, balance};
 use optio_placement::{
     BalanceMethod, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemRef,
     MapErrorKind, Placement, PoolId, PoolSpec, ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec,

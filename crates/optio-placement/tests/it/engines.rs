@@ -8,8 +8,8 @@
 //! whenever a primary and r − 1 secondaries are active; re-activating a server, or adding one,
 //! moves exactly the copies the server takes (nothing else moves, the primary copy stays).
 
-use optio_placement::attributed::{AttributedRing, Strategy as Pick};
-use optio_placement::elastic::default_primaries;
+use optio_placement::engine::attributed::{AttributedRing, Strategy as Pick};
+use optio_placement::engine::elastic::default_primaries;
 use optio_placement::{
     ActiveSpec, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemId,
     MembershipSpec, Placement, PoolId, PoolSpec, ReplicaSet, SectorSelection, VersionSpec,

@@ -8,9 +8,9 @@
 //! output (which depends on the history of the map) is pinned by a golden test; invalid
 //! settings and states are clear errors.
 
-use optio_placement::balance::Balanced;
-use optio_placement::balance::incremental::{BalanceState, place, rebalance};
 use optio_placement::change::MapChange;
+use optio_placement::engine::balanced::Balanced;
+use optio_placement::engine::balanced::incremental::{BalanceState, place, rebalance};
 use optio_placement::{
     BalanceMethod, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemRef,
     MapErrorKind, Placement, PoolId, PoolSpec, ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec,

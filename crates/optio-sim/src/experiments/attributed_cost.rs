@@ -11,8 +11,8 @@
 use std::time::Instant;
 
 use optio_placement::crush::hash::hash32_2;
+use optio_placement::engine::ring::Ring;
 use optio_placement::map::RingParams;
-use optio_placement::ring::Ring;
 use optio_placement::{ClusterMap, Placement, PoolId, PoolPlacement, ReplicaSet};
 use serde_json::json;
 
@@ -129,7 +129,7 @@ fn table1_map(count: u32, args: &Args) -> Result<ClusterMap, SimError> {
         .pool(ring_pool(2, 16 * GIB, args.replicas))
         .pool(elastic_pool(3, args.replicas));
     // The ring engine is capped at 2^24 vnodes (about 6,500 of these nodes at 1 GiB).
-    if u64::from(count) * 2560 <= optio_placement::ring::RING_VNODES_MAX {
+    if u64::from(count) * 2560 <= optio_placement::engine::ring::RING_VNODES_MAX {
         builder = builder.pool(ring_same);
     }
     Ok(builder.build()?)

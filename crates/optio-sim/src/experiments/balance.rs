@@ -16,7 +16,7 @@
 use std::time::Instant;
 
 use optio_placement::analysis::movement;
-use optio_placement::balance::incremental::BalanceState;
+use optio_placement::engine::balanced::incremental::BalanceState;
 use optio_placement::stats::Summary;
 use optio_placement::{
     BalanceMethod, BucketAlg, ClusterMap, ClusterMapBuilder, DeviceSpec, LinearParamSpec,

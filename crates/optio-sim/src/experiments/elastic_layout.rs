@@ -11,7 +11,7 @@
 //!   the re-activated server takes (the least any placement giving it that load must move).
 //! * The capacity-configuration helper: neighbouring ranks grouped into a few capacities.
 
-use optio_placement::elastic::{capacity_plan, default_primaries, expected_shares};
+use optio_placement::engine::elastic::{capacity_plan, default_primaries, expected_shares};
 use optio_placement::{
     ActiveSpec, ClusterMap, ClusterMapBuilder, DeviceSpec, ElasticParams, EngineRef,
     MembershipSpec, Placement, PoolId, PoolSpec, ReplicaSet, VersionSpec,
@@ -192,7 +192,7 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
         curve.row(vec![
             rank.to_string(),
             if rank as u32 <= p { "primary".into() } else { "secondary".into() },
-            optio_placement::elastic::vnodes_of_rank(&params, rank as u32).to_string(),
+            optio_placement::engine::elastic::vnodes_of_rank(&params, rank as u32).to_string(),
             format!("{:.0}", per_rank[rank - 1]),
             format!("{want:.0}"),
             format!("{:.3}", per_rank[rank - 1] / want),

@@ -28,9 +28,9 @@
 
 use std::collections::HashMap;
 
-use optio_placement::elastic::default_primaries;
+use optio_placement::engine::elastic::default_primaries;
+use optio_placement::engine::ring::Ring;
 use optio_placement::map::RingParams;
-use optio_placement::ring::Ring;
 use optio_placement::{
     ActiveSpec, ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, MembershipSpec, Placement,
     PoolId, PoolSpec, ReplicaSet, VersionSpec,

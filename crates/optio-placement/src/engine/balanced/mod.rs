@@ -34,7 +34,7 @@
 //! let map = builder.replicated_rule(0, "r", "default", "host").pool(pool).build().expect("valid");
 //!
 //! // Every device holds 64 copies (256 × 3 / 12), within one of that.
-//! let balanced = optio_placement::balance::balance(&map, &map.pools()[0]).expect("balances");
+//! let balanced = optio_placement::engine::balanced::balance(&map, &map.pools()[0]).expect("balances");
 //! assert!(balanced.devices.iter().all(|d| d.load.abs_diff(64) <= 2));
 //! // Placement computes it once and looks PGs up in the table.
 //! let placement = Placement::new(&map).expect("compiles");
@@ -47,10 +47,9 @@ mod rank;
 mod score;
 mod targets;
 
-use crate::analysis::devices_under;
 use crate::ids::{DeviceId, ItemId, TypeId};
 use crate::map::{ClusterMap, EngineSpec, Pool, Rule, RuleKind, Step};
-use crate::placement::ReplicaSet;
+use crate::replica::ReplicaSet;
 
 /// How far above its target a device may go: at most `⌊t⌋ + UPPER_SLACK` copies.
 pub const UPPER_SLACK: i64 = 1;
@@ -219,7 +218,7 @@ pub(crate) struct Member {
 /// own name for type 0). Devices with no ancestor of that type are left out.
 pub(crate) fn members(map: &ClusterMap, take: ItemId, domain_type: TypeId) -> Vec<Member> {
     let mut out = Vec::new();
-    for device in devices_under(map, take) {
+    for device in map.devices_under(take) {
         let Some(d) = map.device(device) else { continue };
         let weight = d.balance_weight();
         if weight == 0 {

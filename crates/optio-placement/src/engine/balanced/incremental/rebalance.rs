@@ -4,13 +4,13 @@ use super::engine::{Engine, NONE, Prices, Scratch};
 use super::layout::Layout;
 use super::search::{Balancer, bands};
 use super::state::{BalanceState, CLASSES, DOMAIN_PRICE_ONE, DeviceState, DomainState, PRICE_MAX};
-use crate::balance::{
+use crate::engine::balanced::{
     BALANCED_DEVICES_MAX, BALANCED_UNITS_MAX, BalanceError, Balanced, BalancedDevice, Member,
     members, pool_rule,
 };
 use crate::ids::DeviceId;
 use crate::map::{ClusterMap, Pool};
-use crate::placement::ReplicaSet;
+use crate::replica::ReplicaSet;
 
 /// Rounds of price rescaling before the search when balancing from scratch.
 const RESCALE_ROUNDS: u32 = 4;
@@ -175,7 +175,7 @@ pub fn rebalance(
         .map(|&d| if d == NONE { NONE } else { before.ids[d as usize] })
         .collect();
     // Devices of the snapshot the pool can no longer use must empty.
-    let leaving: Vec<(Member, crate::balance::targets::Target)> = snapshot
+    let leaving: Vec<(Member, crate::engine::balanced::targets::Target)> = snapshot
         .iter()
         .enumerate()
         .filter(|(_, m)| !current.iter().any(|c| c.id == m.id))

@@ -1,7 +1,7 @@
 //! Incremental balanced placement: balance from per-device prices carried in the map,
 //! updated from the previous state when the map changes.
 //!
-//! The history-free method ([`crate::balance::balance`]) computes a balanced placement from
+//! The history-free method ([`crate::engine::balanced::balance`]) computes a balanced placement from
 //! the map alone, and so cannot know which devices gave copies to a new device: rebalancing
 //! after a single-device change moves 1.2–3.2 times the minimum. This method keeps a small
 //! state with the pool — for every device and failure domain [`CLASSES`] integer prices, and
@@ -43,14 +43,14 @@
 //! let state = map.pools()[0].balance_state.as_ref().expect("computed");
 //! assert_eq!(state.devices.len(), 12);
 //! // Every device holds 64 copies (256 × 3 / 12), within one.
-//! let placed = optio_placement::balance::incremental::place(&map, &map.pools()[0]).expect("places");
+//! let placed = optio_placement::engine::balanced::incremental::place(&map, &map.pools()[0]).expect("places");
 //! assert!(placed.devices.iter().all(|d| d.load.abs_diff(64) <= 1));
 //!
 //! // A thirteenth device: the next state comes from the previous one.
 //! let mut next = map.to_builder();
 //! next.devices.push(DeviceSpec::new(12).at(&[("host", "host0")]));
 //! let next = next.build().expect("valid");
-//! let (_, report) = optio_placement::balance::incremental::rebalance(
+//! let (_, report) = optio_placement::engine::balanced::incremental::rebalance(
 //!     &next, &next.pools()[0], Some(state)).expect("rebalances");
 //! // 768 / 13 ≈ 59 copies must move to the new device; about that many do.
 //! assert!(report.moved >= 50 && report.moved <= 80, "{report:?}");

@@ -31,9 +31,10 @@
 //! servers (a few at full power; more when many are inactive). Memory: 16 bytes per virtual
 //! node plus the index.
 
+use crate::engine::vnode::{RingIndex, vnode_position};
 use crate::ids::DeviceId;
-use crate::map::{ActiveSet, ClusterMap, ElasticParams, Membership, REPLICAS_MAX};
-use crate::placement::ReplicaSet;
+use crate::map::{ActiveSet, ClusterMap, ElasticParams, Membership};
+use crate::replica::{REPLICAS_MAX, ReplicaSet};
 
 /// Default B: large enough that the lowest-ranked of a few hundred servers has over a hundred
 /// virtual nodes.
@@ -119,9 +120,7 @@ pub struct ElasticRing {
     vnodes: Vec<Vnode>,
     /// The first primary and the first secondary virtual node ([`NONE`] if there is none).
     first_of_class: [u32; 2],
-    /// `index[b]` = first vnode whose position's top bits are ≥ b; one extra entry at the end.
-    index: Vec<u32>,
-    index_shift: u32,
+    index: RingIndex,
     /// Per rank index: device id, and whether the device is up and in (usable now).
     device_ids: Vec<u32>,
     usable: Vec<bool>,
@@ -177,10 +176,7 @@ impl ElasticRing {
         for (rank_index, device) in device_ids.iter().enumerate() {
             let count = vnodes_of_rank(params, rank_index as u32 + 1);
             for vnode in 0..count {
-                vnodes.push((
-                    crate::ring::vnode_position(DeviceId(*device), vnode),
-                    rank_index as u32,
-                ));
+                vnodes.push((vnode_position(DeviceId(*device), vnode), rank_index as u32));
             }
         }
         ElasticRing::from_vnodes(vnodes, device_ids, usable, params.primaries, membership)
@@ -196,17 +192,7 @@ impl ElasticRing {
         membership: &Membership,
     ) -> ElasticRing {
         vnodes.sort_unstable();
-        let count = vnodes.len();
-        let bits = if count < 4 { 1 } else { (usize::BITS - count.leading_zeros() - 2).min(24) };
-        let index_shift = 32 - bits;
-        let mut index = vec![0u32; (1usize << bits) + 1];
-        let mut cursor = 0usize;
-        for (bucket, slot) in index.iter_mut().enumerate() {
-            while cursor < count && ((vnodes[cursor].0 >> index_shift) as usize) < bucket {
-                cursor += 1;
-            }
-            *slot = cursor as u32;
-        }
+        let index = RingIndex::new(vnodes.len(), |i| vnodes[i].0);
         let n = device_ids.len() as u32;
         let primaries = primaries.min(n);
         let compile = |version: &crate::map::MembershipVersion| {
@@ -275,7 +261,6 @@ impl ElasticRing {
             ],
             vnodes: next,
             index,
-            index_shift,
             device_ids,
             usable,
             primaries,
@@ -322,7 +307,7 @@ impl ElasticRing {
     /// Bytes of memory the lookup structures use.
     pub fn memory_bytes(&self) -> usize {
         self.vnodes.capacity() * std::mem::size_of::<Vnode>()
-            + self.index.capacity() * 4
+            + self.index.memory_bytes()
             + self.device_ids.capacity() * 4
             + self.usable.capacity()
             + self.versions.iter().map(|v| 48 + v.bits.capacity() * 8).sum::<usize>()
@@ -331,13 +316,7 @@ impl ElasticRing {
     /// The first virtual node at or after `key` (wrapping).
     #[inline]
     fn successor(&self, key: u32) -> usize {
-        let bucket = (key >> self.index_shift) as usize;
-        let mut i = self.index[bucket] as usize;
-        let end = self.index[bucket + 1] as usize;
-        while i < end && self.vnodes[i].position < key {
-            i += 1;
-        }
-        if i == self.vnodes.len() { 0 } else { i }
+        self.index.successor(key, self.vnodes.len(), |i| self.vnodes[i].position)
     }
 
     /// Up to `replicas` devices for `key` now: as of the latest membership version, skipping

@@ -43,9 +43,9 @@ pub(crate) type Move = (u32, u32, u32);
 /// The members of one unit: device, domain, key (for members placed by price).
 pub(crate) struct Members {
     len: usize,
-    device: [u32; crate::map::REPLICAS_MAX],
-    domain: [u32; crate::map::REPLICAS_MAX],
-    key: [Option<Key>; crate::map::REPLICAS_MAX],
+    device: [u32; crate::replica::REPLICAS_MAX],
+    domain: [u32; crate::replica::REPLICAS_MAX],
+    key: [Option<Key>; crate::replica::REPLICAS_MAX],
     full: bool,
 }
 
@@ -54,9 +54,9 @@ impl Members {
         let size = engine.size;
         let mut m = Members {
             len: 0,
-            device: [NONE; crate::map::REPLICAS_MAX],
-            domain: [NONE; crate::map::REPLICAS_MAX],
-            key: [None; crate::map::REPLICAS_MAX],
+            device: [NONE; crate::replica::REPLICAS_MAX],
+            domain: [NONE; crate::replica::REPLICAS_MAX],
+            key: [None; crate::replica::REPLICAS_MAX],
             full: true,
         };
         for s in unit * size..(unit + 1) * size {

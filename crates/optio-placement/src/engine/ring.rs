@@ -14,10 +14,10 @@
 //! Invariants: a vnode's position depends only on its device and index, so adding or removing
 //! a device (or changing its capacity) changes only the arcs of its own virtual nodes.
 
-use crate::crush::hash::hash32_2;
+use crate::engine::vnode::{RingIndex, vnode_position};
 use crate::ids::{DeviceId, ItemId};
 use crate::map::{ClusterMap, RingParams};
-use crate::placement::ReplicaSet;
+use crate::replica::ReplicaSet;
 
 /// Most virtual nodes one device may have.
 pub const RING_VNODES_PER_DEVICE_MAX: u64 = 65_536;
@@ -30,20 +30,13 @@ pub const RING_VNODES_MAX: u64 = 1 << 24;
 pub struct Ring {
     positions: Vec<u32>,
     owners: Vec<u32>,
-    /// `index[b]` = first vnode whose position's top bits are ≥ b; one extra entry at the end.
-    index: Vec<u32>,
-    index_shift: u32,
+    index: RingIndex,
     /// Per owner: device id, failure-domain number, whether it is up.
     device_ids: Vec<u32>,
     domains: Vec<u32>,
     up: Vec<bool>,
     /// How many distinct failure domains (or devices) hold an up device.
     available: usize,
-}
-
-/// The position of virtual node `vnode` of `device` on the ring.
-pub fn vnode_position(device: DeviceId, vnode: u32) -> u32 {
-    hash32_2(device.0, vnode)
 }
 
 /// How many virtual nodes a device gets: ⌈capacity × reweight / vnode_bytes⌉ (reweight in
@@ -101,22 +94,11 @@ impl Ring {
             domains.iter().zip(&up).filter(|(_, up)| **up).map(|(d, _)| *d).collect();
         available_domains.sort_unstable();
         available_domains.dedup();
-        let count = vnodes.len();
-        let bits = if count < 4 { 1 } else { (usize::BITS - count.leading_zeros() - 2).min(24) };
-        let index_shift = 32 - bits;
-        let mut index = vec![0u32; (1usize << bits) + 1];
-        let mut cursor = 0usize;
-        for (bucket, slot) in index.iter_mut().enumerate() {
-            while cursor < count && ((vnodes[cursor].0 >> index_shift) as usize) < bucket {
-                cursor += 1;
-            }
-            *slot = cursor as u32;
-        }
+        let index = RingIndex::new(vnodes.len(), |i| vnodes[i].0);
         Ring {
             positions: vnodes.iter().map(|v| v.0).collect(),
             owners: vnodes.iter().map(|v| v.1).collect(),
             index,
-            index_shift,
             device_ids,
             domains,
             up,
@@ -133,7 +115,7 @@ impl Ring {
     pub fn memory_bytes(&self) -> usize {
         self.positions.capacity() * 4
             + self.owners.capacity() * 4
-            + self.index.capacity() * 4
+            + self.index.memory_bytes()
             + self.device_ids.capacity() * 4
             + self.domains.capacity() * 4
             + self.up.capacity()
@@ -142,13 +124,7 @@ impl Ring {
     /// The first virtual node at or after `key` (wrapping).
     #[inline]
     fn successor(&self, key: u32) -> usize {
-        let bucket = (key >> self.index_shift) as usize;
-        let mut i = self.index[bucket] as usize;
-        let end = self.index[bucket + 1] as usize;
-        while i < end && self.positions[i] < key {
-            i += 1;
-        }
-        if i == self.positions.len() { 0 } else { i }
+        self.index.successor(key, self.positions.len(), |i| self.positions[i])
     }
 
     /// The primary device of `key`: the owner of its successor, skipping down devices.
@@ -179,7 +155,7 @@ impl Ring {
         if wanted == 0 {
             return;
         }
-        let mut chosen_domains = [0u32; crate::map::REPLICAS_MAX];
+        let mut chosen_domains = [0u32; crate::replica::REPLICAS_MAX];
         let mut i = self.successor(key);
         let n = self.positions.len();
         while out.len() < wanted {
@@ -205,6 +181,7 @@ mod tests {
 
     use super::*;
     use crate::builder::{ClusterMapBuilder, DeviceSpec, EngineRef, PoolSpec};
+    use crate::crush::hash::hash32_2;
     use crate::ids::{PoolId, TypeId, Weight};
     use crate::map::TIB;
 

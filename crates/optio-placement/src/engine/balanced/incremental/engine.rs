@@ -20,11 +20,11 @@
 //! spread alike — the rank normalisation of the history-free method.
 
 use super::state::{CLASSES, DOMAIN_PRICE_ONE, PRICE_MAX};
-use crate::balance::Member;
-use crate::balance::rank;
-use crate::balance::score;
-use crate::balance::targets::{self, Target};
-use crate::balance::{RANKED_EXTRA, RANKED_PER_TARGET};
+use crate::engine::balanced::Member;
+use crate::engine::balanced::rank;
+use crate::engine::balanced::score;
+use crate::engine::balanced::targets::{self, Target};
+use crate::engine::balanced::{RANKED_EXTRA, RANKED_PER_TARGET};
 
 /// No device.
 pub(crate) const NONE: u32 = u32::MAX;
