@@ -11,16 +11,16 @@ use futures_util::future::join_all;
 use optio_cluster::source::MapSource;
 use optio_placement::{ClusterMap, Placement, PoolId};
 use optio_proto::{
-    ChoiceRecord, DeviceMetrics, ErrorKind, ObjectInfo, ObjectVersion, checksum, validate_key, wire,
+    ChoiceRecord, DeviceMetrics, ErrorKind, ListQuery, Listing, ObjectInfo, ObjectVersion,
+    checksum, validate_key,
 };
-use reqwest::Method;
 
 use crate::cache::ChoiceCache;
 use crate::candidates::{Candidate, candidates};
 use crate::error::ClientError;
 use crate::intent::IntentLog;
 use crate::policy::{self, Policy};
-use crate::transport::{Answer, Call, Endpoint, Failure, Transport};
+use crate::transport::{Answer, Call, Endpoint, Failure, HttpTransport, Op, Transport};
 
 #[path = "reintegrate.rs"]
 mod reintegrate;
@@ -226,7 +226,7 @@ pub struct Client {
 struct Inner {
     source: MapSource,
     view: RwLock<Arc<View>>,
-    transport: Transport,
+    transport: Arc<dyn Transport>,
     cache: ChoiceCache,
     intents: Option<IntentLog>,
     in_flight: AtomicUsize,
@@ -362,7 +362,7 @@ impl Client {
             )
         });
         let view = load_map(&source).await?;
-        let transport = Transport::new().map_err(ClientError::Config)?;
+        let transport = Arc::new(HttpTransport::new().map_err(ClientError::Config)?);
         let intents = match &config.intent_dir {
             Some(dir) => Some(IntentLog::open(dir).map_err(ClientError::IntentLog)?),
             None => None,
@@ -442,9 +442,12 @@ impl Client {
             }
         }
         let deletes = strays.iter().map(|e| {
-            let mut call = self.object_call(&view, Method::DELETE, e, pool, key);
-            call.headers.push((wire::PURGE, "1".into()));
-            self.call(call)
+            self.call(self.object_call(
+                &view,
+                e,
+                pool,
+                Op::Delete { key, version: None, purge: true },
+            ))
         });
         join_all(deletes).await;
         Ok(())
@@ -551,7 +554,7 @@ impl Client {
     async fn call(&self, call: Call<'_>) -> Result<Answer, Failure> {
         let device = call.endpoint.device;
         // A record request answers as a probe of the home, so it counts as one.
-        if call.method == Method::HEAD || (call.method == Method::PUT && call.area == "choices") {
+        if call.op.is_probe() {
             self.inner.counters.probes.fetch_add(1, Ordering::Relaxed);
         }
         let result = self.inner.transport.send(call).await;
@@ -566,25 +569,15 @@ impl Client {
         result.map_err(|(failure, _)| failure)
     }
 
+    /// A call of `op` at `endpoint`, carrying the epoch of `view`.
     fn object_call<'a>(
         &self,
         view: &View,
-        method: Method,
         endpoint: &'a Endpoint,
         pool: PoolId,
-        key: &'a str,
+        op: Op<'a>,
     ) -> Call<'a> {
-        Call {
-            method,
-            endpoint,
-            area: "objects",
-            pool,
-            key: Some(key),
-            query: None,
-            headers: Vec::new(),
-            body: None,
-            epoch: view.epoch(),
-        }
+        Call::new(endpoint, pool, view.epoch(), op)
     }
 
     /// Handles an epoch refusal: reloads the map (stale) or waits (the server lags).
@@ -619,11 +612,8 @@ impl Client {
             endpoints.push(view.endpoint(primary)?);
         }
         let calls = endpoints.iter().enumerate().map(|(i, endpoint)| {
-            let mut call = self.object_call(view, Method::HEAD, endpoint, pool, key);
-            if i == 0 {
-                call.headers.push((wire::WANT_CHOICE, "1".into()));
-            }
-            self.call(call)
+            let probe = Op::Probe { key, want_choice: i == 0 };
+            self.call(self.object_call(view, endpoint, pool, probe))
         });
         Ok(join_all(calls).await.into_iter().map(|answer| Probed { answer }).collect())
     }
@@ -793,11 +783,9 @@ impl Client {
                 .skip(1)
                 .map(|d| view.endpoint(*d))
                 .collect::<Result<_, _>>()?;
-            let answers = join_all(
-                endpoints
-                    .iter()
-                    .map(|e| self.call(self.object_call(view, Method::HEAD, e, pool, key))),
-            )
+            let answers = join_all(endpoints.iter().map(|e| {
+                self.call(self.object_call(view, e, pool, Op::Probe { key, want_choice: false }))
+            }))
             .await;
             if let Some(answer) = answers.iter().flatten().find(|a| a.status == 200) {
                 return Ok(Some(holder_of(candidates, answer.info.as_ref()).unwrap_or(i as u8)));
@@ -952,21 +940,14 @@ impl Client {
             choices: candidates.len() as u8,
             writer: self.inner.writer,
         };
-        let call = Call {
-            method: Method::PUT,
-            endpoint: &home,
-            area: "choices",
-            pool,
-            key: Some(key),
-            query: None,
-            headers: vec![
-                (wire::CHOICE, wire::choice_header(&record)),
-                (wire::REPLACE_IF_WRITER, format!("{:x}", self.inner.writer)),
-                (wire::UNLESS_CONTENDED, "1".into()),
-            ],
-            body: None,
-            epoch: view.epoch(),
+        let op = Op::PutRecord {
+            key,
+            record,
+            replace_if_writer: Some(self.inner.writer),
+            unless_contended: true,
+            defer_sync: false,
         };
+        let call = self.object_call(view, &home, pool, op);
         let answer = self.call(call).await.map_err(|failure| ClientError::HomeUnreachable {
             key: key.to_string(),
             device: home.device,
@@ -1002,24 +983,14 @@ impl Client {
             choices: candidates.len() as u8,
             writer: self.inner.writer,
         };
-        let mut headers = vec![(wire::CHOICE, wire::choice_header(&record))];
-        if replace {
-            headers.push((wire::REPLACE_IF_WRITER, format!("{:x}", self.inner.writer)));
-        }
-        if defer_sync {
-            headers.push((wire::DEFER_SYNC, "1".into()));
-        }
-        let call = Call {
-            method: Method::PUT,
-            endpoint: &home,
-            area: "choices",
-            pool,
-            key: Some(key),
-            query: None,
-            headers,
-            body: None,
-            epoch: view.epoch(),
+        let op = Op::PutRecord {
+            key,
+            record,
+            replace_if_writer: replace.then_some(self.inner.writer),
+            unless_contended: false,
+            defer_sync,
         };
+        let call = self.object_call(view, &home, pool, op);
         let waited = Instant::now();
         let mut result = self.call(call.clone()).await;
         while matches!(&result, Err(f) if f.kind() == Some(ErrorKind::Unavailable))
@@ -1077,18 +1048,7 @@ impl Client {
         incarnation: u64,
     ) -> bool {
         let Ok(home) = self.home(view, key, candidates) else { return false };
-        let call = Call {
-            method: Method::GET,
-            endpoint: &home,
-            area: "choices",
-            pool,
-            key: Some(key),
-            query: None,
-            headers: Vec::new(),
-            body: None,
-            epoch: view.epoch(),
-        };
-        match self.call(call).await {
+        match self.call(self.object_call(view, &home, pool, Op::GetRecord { key })).await {
             Ok(answer) => {
                 answer.incarnation == Some(incarnation)
                     && answer
@@ -1322,12 +1282,14 @@ impl Client {
         version: ObjectVersion,
     ) -> Vec<Result<Answer, Failure>> {
         let calls = endpoints.iter().map(|endpoint| {
-            let mut call = self.object_call(view, Method::PUT, endpoint, pool, key);
-            call.headers.push((wire::VERSION, version.0.to_string()));
-            call.headers.push((wire::CHECKSUM, format!("{crc:08x}")));
-            call.headers.push((wire::PG, placement_seed(candidate).to_string()));
-            call.body = Some(data.clone());
-            self.call(call)
+            let put = Op::Put {
+                key,
+                data: data.clone(),
+                version,
+                checksum: crc,
+                pg_seed: Some(placement_seed(candidate)),
+            };
+            self.call(self.object_call(view, endpoint, pool, put))
         });
         join_all(calls).await
     }
@@ -1369,10 +1331,8 @@ impl Client {
     ) {
         let calls =
             endpoints.iter().zip(results).filter(|(_, r)| r.is_ok()).map(|(endpoint, _)| {
-                let mut call = self.object_call(view, Method::DELETE, endpoint, pool, key);
-                call.headers.push((wire::VERSION, version.0.to_string()));
-                call.headers.push((wire::PURGE, "1".into()));
-                self.call(call)
+                let purge = Op::Delete { key, version: Some(version), purge: true };
+                self.call(self.object_call(view, endpoint, pool, purge))
             });
         join_all(calls).await;
     }
@@ -1448,10 +1408,7 @@ impl Client {
             let endpoint = view.endpoint(*device).map_err(ReadError::Failed)?;
             // Ranges are read whole when a repair may be needed, so the checksum is checked.
             let ranged = range.filter(|_| damaged.is_empty());
-            let mut call = self.object_call(view, Method::GET, &endpoint, pool, key);
-            if let Some((start, end)) = ranged {
-                call.headers.push(("range", format!("bytes={start}-{end}")));
-            }
+            let call = self.object_call(view, &endpoint, pool, Op::Get { key, range: ranged });
             match self.call(call).await {
                 Ok(answer) => {
                     let Some(info) = answer.info.clone() else {
@@ -1545,12 +1502,14 @@ impl Client {
         candidate: &Candidate,
     ) -> Vec<(u32, Result<(), String>)> {
         let calls = targets.iter().map(|endpoint| {
-            let mut call = self.object_call(view, Method::PUT, endpoint, pool, key);
-            call.headers.push((wire::VERSION, info.version.0.to_string()));
-            call.headers.push((wire::CHECKSUM, format!("{:08x}", info.checksum)));
-            call.headers.push((wire::PG, placement_seed(candidate).to_string()));
-            call.body = Some(data.clone());
-            self.call(call)
+            let put = Op::Put {
+                key,
+                data: data.clone(),
+                version: info.version,
+                checksum: info.checksum,
+                pg_seed: Some(placement_seed(candidate)),
+            };
+            self.call(self.object_call(view, endpoint, pool, put))
         });
         let results = join_all(calls).await;
         targets
@@ -1586,9 +1545,9 @@ impl Client {
         let candidate = &candidates[usize::from(chosen)];
         let endpoints: Vec<Endpoint> =
             candidate.devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
-        let reads = endpoints
-            .iter()
-            .map(|endpoint| self.call(self.object_call(&view, Method::GET, endpoint, pool, key)));
+        let reads = endpoints.iter().map(|endpoint| {
+            self.call(self.object_call(&view, endpoint, pool, Op::Get { key, range: None }))
+        });
         let results = join_all(reads).await;
         let mut best: Option<(ObjectInfo, Bytes)> = None;
         let mut states: Vec<Option<ReplicaState>> = vec![None; endpoints.len()];
@@ -1682,9 +1641,8 @@ impl Client {
                 devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
             let version = self.next_version();
             let results = join_all(endpoints.iter().map(|e| {
-                let mut call = self.object_call(&view, Method::DELETE, e, pool, key);
-                call.headers.push((wire::VERSION, version.0.to_string()));
-                self.call(call)
+                let delete = Op::Delete { key, version: Some(version), purge: false };
+                self.call(self.object_call(&view, e, pool, delete))
             }))
             .await;
             let failures: Vec<&Failure> = results.iter().filter_map(|r| r.as_ref().err()).collect();
@@ -1709,18 +1667,8 @@ impl Client {
                 && let Some(home) = candidates[0].primary()
             {
                 let home = view.endpoint(home)?;
-                let call = Call {
-                    method: Method::DELETE,
-                    endpoint: &home,
-                    area: "choices",
-                    pool,
-                    key: Some(key),
-                    query: None,
-                    headers: Vec::new(),
-                    body: None,
-                    epoch: view.epoch(),
-                };
-                let _ = self.call(call).await;
+                let _ =
+                    self.call(self.object_call(&view, &home, pool, Op::DeleteRecord { key })).await;
             }
             self.inner.cache.remove(pool.0, key);
             if deleted == 0 {
@@ -1746,8 +1694,14 @@ impl Client {
         let candidate = candidates[usize::from(chosen)].clone();
         for device in &candidate.devices {
             let endpoint = view.endpoint(*device)?;
-            if let Ok(answer) =
-                self.call(self.object_call(&view, Method::HEAD, &endpoint, pool, key)).await
+            if let Ok(answer) = self
+                .call(self.object_call(
+                    &view,
+                    &endpoint,
+                    pool,
+                    Op::Probe { key, want_choice: false },
+                ))
+                .await
                 && let Some(info) = answer.info
             {
                 return Ok(ObjectLocation { candidate, info });
@@ -1866,21 +1820,12 @@ impl Client {
         let mut out = Vec::new();
         let mut after: Option<String> = None;
         for _page in 0..LIST_PAGES_MAX {
-            let mut query = format!("prefix={}", wire::percent_encode(prefix));
-            if let Some(after) = &after {
-                query.push_str(&format!("&after={}", wire::percent_encode(after)));
-            }
-            let call = Call {
-                method: Method::GET,
-                endpoint,
-                area: "objects",
-                pool,
-                key: None,
-                query: Some(query),
-                headers: Vec::new(),
-                body: None,
-                epoch: view.epoch(),
+            let query = ListQuery {
+                prefix: Some(prefix.to_string()),
+                after: after.clone(),
+                ..ListQuery::default()
             };
+            let call = self.object_call(view, endpoint, pool, Op::List(query));
             let answer = self.call(call).await.map_err(|f| ClientError::Refused {
                 device: endpoint.device,
                 kind: f.kind().unwrap_or(ErrorKind::Io),
@@ -1900,13 +1845,6 @@ impl Client {
         }
         Ok(out)
     }
-}
-
-/// A device's listing (the body of `GET /v1/dev/{d}/objects/{pool}`).
-#[derive(serde::Deserialize)]
-struct Listing {
-    objects: Vec<ObjectInfo>,
-    truncated: bool,
 }
 
 enum ReadError {

@@ -258,9 +258,8 @@ impl Client {
                 continue;
             }
             if newest.deleted {
-                let mut call = self.object_call(view, Method::DELETE, endpoint, pool, key);
-                call.headers.push((wire::VERSION, newest.version.0.to_string()));
-                match self.call(call).await {
+                let delete = Op::Delete { key, version: Some(newest.version), purge: false };
+                match self.call(self.object_call(view, endpoint, pool, delete)).await {
                     Ok(_) => {}
                     Err(f)
                         if matches!(
@@ -290,10 +289,8 @@ impl Client {
             if keep.contains(&DeviceId(endpoint.device)) || held[i].is_none() {
                 continue;
             }
-            let mut call = self.object_call(view, Method::DELETE, endpoint, pool, key);
-            call.headers.push((wire::VERSION, newest.version.0.to_string()));
-            call.headers.push((wire::PURGE, "1".into()));
-            match self.call(call).await {
+            let purge = Op::Delete { key, version: Some(newest.version), purge: true };
+            match self.call(self.object_call(view, endpoint, pool, purge)).await {
                 Ok(_) => status.lock().expect("status lock").copies_dropped += 1,
                 Err(f)
                     if matches!(
@@ -350,7 +347,10 @@ impl Client {
             if *h != Some(newest) {
                 continue;
             }
-            match self.call(self.object_call(view, Method::GET, endpoint, pool, key)).await {
+            match self
+                .call(self.object_call(view, endpoint, pool, Op::Get { key, range: None }))
+                .await
+            {
                 Ok(answer) => {
                     if let Some(info) = answer.info
                         && checksum(&answer.body) == info.checksum
@@ -375,14 +375,14 @@ impl Client {
         info: &ObjectInfo,
         body: &Bytes,
     ) -> Result<(), String> {
-        let mut call = self.object_call(view, Method::PUT, endpoint, pool, key);
-        call.headers.push((wire::VERSION, info.version.0.to_string()));
-        call.headers.push((wire::CHECKSUM, format!("{:08x}", info.checksum)));
-        if let Some(seed) = info.pg_seed {
-            call.headers.push((wire::PG, seed.to_string()));
-        }
-        call.body = Some(body.clone());
-        match self.call(call).await {
+        let put = Op::Put {
+            key,
+            data: body.clone(),
+            version: info.version,
+            checksum: info.checksum,
+            pg_seed: info.pg_seed,
+        };
+        match self.call(self.object_call(view, endpoint, pool, put)).await {
             Ok(_) => Ok(()),
             Err(f) if f.kind() == Some(ErrorKind::VersionConflict) => Ok(()),
             Err(f) => Err(format!("copying '{key}' to device {}: {f}", endpoint.device)),

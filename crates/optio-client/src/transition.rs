@@ -18,7 +18,6 @@
 use std::sync::Weak;
 
 use optio_placement::{DeviceId, ReplicaSet};
-use optio_proto::MigrationStatus;
 
 use super::*;
 
@@ -45,13 +44,6 @@ impl Held {
             _ => None,
         }
     }
-}
-
-/// The part of a server's `/v1/status` the client reads.
-#[derive(serde::Deserialize)]
-struct StatusBody {
-    #[serde(default)]
-    migration: MigrationStatus,
 }
 
 /// Follows the map store (a new epoch is installed as soon as the store delivers it: a file
@@ -100,13 +92,9 @@ impl Client {
         addrs.dedup();
         let epoch = view.epoch();
         let answers = join_all(addrs.iter().map(|a| self.inner.transport.server_status(a))).await;
-        let settled = answers.iter().all(|answer| {
-            answer
-                .as_ref()
-                .ok()
-                .and_then(|body| serde_json::from_slice::<StatusBody>(body).ok())
-                .is_some_and(|status| status.migration.settled_at(epoch))
-        });
+        let settled = answers
+            .iter()
+            .all(|answer| answer.as_ref().is_ok_and(|status| status.migration.settled_at(epoch)));
         if settled {
             self.inner.settled_epoch.fetch_max(epoch, Ordering::AcqRel);
             tracing::info!(epoch, "every server finished rebalancing");
@@ -268,9 +256,9 @@ impl Client {
     ) -> Result<(Vec<Endpoint>, Vec<Result<Answer, Failure>>), ClientError> {
         let endpoints: Vec<Endpoint> =
             devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
-        let heads = join_all(
-            endpoints.iter().map(|e| self.call(self.object_call(view, Method::HEAD, e, pool, key))),
-        )
+        let heads = join_all(endpoints.iter().map(|e| {
+            self.call(self.object_call(view, e, pool, Op::Probe { key, want_choice: false }))
+        }))
         .await;
         Ok((endpoints, heads))
     }
@@ -289,11 +277,7 @@ impl Client {
             Newest::Deleted => return Err(ReadError::Missing),
         };
         for endpoint in &holders {
-            let mut call = self.object_call(view, Method::GET, endpoint, pool, key);
-            if let Some((start, end)) = range {
-                call.headers.push(("range", format!("bytes={start}-{end}")));
-            }
-            match self.call(call).await {
+            match self.call(self.object_call(view, endpoint, pool, Op::Get { key, range })).await {
                 Ok(answer) => {
                     let Some(info) = answer.info.clone() else { continue };
                     if range.is_none() && checksum(&answer.body) != info.checksum {
@@ -344,9 +328,8 @@ impl Client {
         }
         for home in homes {
             let endpoint = view.endpoint(home)?;
-            let mut call = self.object_call(view, Method::HEAD, &endpoint, pool, key);
-            call.headers.push((wire::WANT_CHOICE, "1".into()));
-            if let Ok(answer) = self.call(call).await
+            let probe = Op::Probe { key, want_choice: true };
+            if let Ok(answer) = self.call(self.object_call(view, &endpoint, pool, probe)).await
                 && let Some(record) = answer.record
                 && usize::from(record.candidate) < candidates.len()
             {

@@ -1,21 +1,31 @@
 //! # optio-net
 //!
-//! HTTP requests to one device's server, and what their answers mean: the transport the
-//! client uses for everything and servers use to migrate objects to each other. One
-//! connection pool per process; every request carries the sender's map epoch; error answers
-//! become [`Failure`]s with the server's [`ErrorKind`], except a 404 on a probe or a record
-//! read, which is an answer (the object or record is simply absent).
+//! Typed requests to one device's server, and what their answers mean: the transport the
+//! client uses for everything and servers use to migrate objects to each other. A [`Call`]
+//! names the device, the pool, the sender's map epoch and an [`Op`] (probe, get, put,
+//! delete, list, and the choice-record operations); the routes, headers and bodies are
+//! `optio-proto`'s. [`Transport`] is the trait the client sends through: [`HttpTransport`]
+//! (one connection pool per process) in production, a fault-injecting one in tests. Error
+//! answers become [`Failure`]s with the server's [`ErrorKind`], except a 404 on a probe or a
+//! record request, which is an answer (the object or record is simply absent); an answer
+//! whose headers are malformed is a [`Failure::Malformed`], never a zero.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
 use optio_placement::PoolId;
-use optio_proto::wire::{self, percent_encode};
-use optio_proto::{ChoiceRecord, DeviceMetrics, ErrorBody, ErrorKind, ObjectInfo, ObjectVersion};
-use reqwest::Method;
+use optio_proto::route::{self, Area};
+use optio_proto::wire;
+use optio_proto::{
+    ChoiceRecord, DeviceMetrics, ErrorBody, ErrorKind, ListQuery, Listing, ObjectInfo,
+    ObjectVersion, ServerStatus,
+};
+pub use reqwest::Method;
 
 /// Connect timeout.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -38,6 +48,8 @@ pub struct Endpoint {
 pub enum Failure {
     /// No answer (connection refused, reset, timeout).
     Unreachable(String),
+    /// An answer that does not say what Optio's answers say (a malformed header or body).
+    Malformed(String),
     /// An error answer.
     Refused {
         /// Kind.
@@ -53,6 +65,7 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Unreachable(reason) => write!(f, "unreachable ({reason})"),
+            Failure::Malformed(reason) => write!(f, "{reason}"),
             Failure::Refused { kind, reason, .. } => write!(f, "{}: {reason}", kind.name()),
         }
     }
@@ -63,7 +76,7 @@ impl Failure {
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
             Failure::Refused { kind, .. } => Some(*kind),
-            Failure::Unreachable(_) => None,
+            Failure::Unreachable(_) | Failure::Malformed(_) => None,
         }
     }
 }
@@ -87,38 +100,246 @@ pub struct Answer {
     pub body: Bytes,
 }
 
-/// The HTTP side of the client.
+/// An answer, or why there is none (with the metrics the error answer carried, if any).
+pub type Reply = Result<Answer, (Failure, Option<DeviceMetrics>)>;
+
+/// A boxed future, for [`Transport`]'s methods.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a call asks of a device.
 #[derive(Clone, Debug)]
-pub struct Transport {
+pub enum Op<'a> {
+    /// `HEAD` an object: is it there (and a tombstone's version), plus metrics; with
+    /// `want_choice`, the home also answers its choice record.
+    Probe {
+        /// Key.
+        key: &'a str,
+        /// Ask for the choice record too.
+        want_choice: bool,
+    },
+    /// `GET` an object, or the inclusive byte range of it.
+    Get {
+        /// Key.
+        key: &'a str,
+        /// Inclusive byte range.
+        range: Option<(u64, u64)>,
+    },
+    /// `PUT` one version of an object.
+    Put {
+        /// Key.
+        key: &'a str,
+        /// Data.
+        data: Bytes,
+        /// Version written.
+        version: ObjectVersion,
+        /// crc32c of `data`.
+        checksum: u32,
+        /// PG seed (or placement key) the object is placed by.
+        pg_seed: Option<u32>,
+    },
+    /// `DELETE` an object: a tombstone at `version`, or with `purge` the copy removed
+    /// entirely if not newer than `version`.
+    Delete {
+        /// Key.
+        key: &'a str,
+        /// Version deleted (or purged up to).
+        version: Option<ObjectVersion>,
+        /// Remove the copy (object or tombstone) instead of leaving a tombstone.
+        purge: bool,
+    },
+    /// `GET` one page of the pool's listing.
+    List(ListQuery),
+    /// `GET` a choice record.
+    GetRecord {
+        /// Key.
+        key: &'a str,
+    },
+    /// `PUT` a choice record: create it if absent (or replace this writer's own).
+    PutRecord {
+        /// Key.
+        key: &'a str,
+        /// The record.
+        record: ChoiceRecord,
+        /// Replace the record if its writer is this one.
+        replace_if_writer: Option<u64>,
+        /// Do not replace when another writer's create was refused moments ago.
+        unless_contended: bool,
+        /// Answer before the record is committed.
+        defer_sync: bool,
+    },
+    /// `DELETE` a choice record.
+    DeleteRecord {
+        /// Key.
+        key: &'a str,
+    },
+}
+
+impl Op<'_> {
+    /// The HTTP method.
+    pub fn method(&self) -> Method {
+        match self {
+            Op::Probe { .. } => Method::HEAD,
+            Op::Get { .. } | Op::List(_) | Op::GetRecord { .. } => Method::GET,
+            Op::Put { .. } | Op::PutRecord { .. } => Method::PUT,
+            Op::Delete { .. } | Op::DeleteRecord { .. } => Method::DELETE,
+        }
+    }
+
+    /// Objects or choice records.
+    pub fn area(&self) -> Area {
+        match self {
+            Op::Probe { .. }
+            | Op::Get { .. }
+            | Op::Put { .. }
+            | Op::Delete { .. }
+            | Op::List(_) => Area::Objects,
+            Op::GetRecord { .. } | Op::PutRecord { .. } | Op::DeleteRecord { .. } => Area::Choices,
+        }
+    }
+
+    /// The key (none: a listing).
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Op::Probe { key, .. }
+            | Op::Get { key, .. }
+            | Op::Put { key, .. }
+            | Op::Delete { key, .. }
+            | Op::GetRecord { key }
+            | Op::PutRecord { key, .. }
+            | Op::DeleteRecord { key } => Some(key),
+            Op::List(_) => None,
+        }
+    }
+
+    /// Whether a 404 without an error kind is an answer (the object or record is absent)
+    /// rather than a refusal: probes and record requests.
+    pub fn absent_is_an_answer(&self) -> bool {
+        self.method() == Method::HEAD || self.area() == Area::Choices
+    }
+
+    /// Whether the device's answer is a probe of it (a record request is one too).
+    pub fn is_probe(&self) -> bool {
+        matches!(self, Op::Probe { .. } | Op::PutRecord { .. })
+    }
+
+    /// The request's Optio headers (besides the epoch), in the order they are sent.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut headers = Vec::new();
+        match self {
+            Op::Probe { want_choice, .. } => {
+                if *want_choice {
+                    headers.push((wire::WANT_CHOICE, "1".to_string()));
+                }
+            }
+            Op::Get { range, .. } => {
+                if let Some((start, end)) = range {
+                    headers.push(("range", format!("bytes={start}-{end}")));
+                }
+            }
+            Op::Put { version, checksum, pg_seed, .. } => {
+                headers.push((wire::VERSION, version.0.to_string()));
+                headers.push((wire::CHECKSUM, wire::encode_checksum(*checksum)));
+                if let Some(seed) = pg_seed {
+                    headers.push((wire::PG, seed.to_string()));
+                }
+            }
+            Op::Delete { version, purge, .. } => {
+                if let Some(version) = version {
+                    headers.push((wire::VERSION, version.0.to_string()));
+                }
+                if *purge {
+                    headers.push((wire::PURGE, "1".to_string()));
+                }
+            }
+            Op::List(_) | Op::GetRecord { .. } | Op::DeleteRecord { .. } => {}
+            Op::PutRecord { record, replace_if_writer, unless_contended, defer_sync, .. } => {
+                headers.push((wire::CHOICE, wire::choice_header(record)));
+                if let Some(writer) = replace_if_writer {
+                    headers.push((wire::REPLACE_IF_WRITER, wire::encode_hex(*writer)));
+                }
+                if *unless_contended {
+                    headers.push((wire::UNLESS_CONTENDED, "1".to_string()));
+                }
+                if *defer_sync {
+                    headers.push((wire::DEFER_SYNC, "1".to_string()));
+                }
+            }
+        }
+        headers
+    }
+}
+
+/// One request to a device: what, where, and the sender's map epoch.
+#[derive(Clone, Debug)]
+pub struct Call<'a> {
+    /// Device.
+    pub endpoint: &'a Endpoint,
+    /// Pool.
+    pub pool: PoolId,
+    /// The sender's epoch.
+    pub epoch: u64,
+    /// What is asked.
+    pub op: Op<'a>,
+}
+
+impl<'a> Call<'a> {
+    /// A call of `op` on `pool` at `endpoint`, at `epoch`.
+    pub fn new(endpoint: &'a Endpoint, pool: PoolId, epoch: u64, op: Op<'a>) -> Call<'a> {
+        Call { endpoint, pool, epoch, op }
+    }
+
+    /// The request's path and query.
+    pub fn path(&self) -> String {
+        let mut path =
+            route::device_path(self.endpoint.device, self.op.area(), self.pool, self.op.key());
+        if let Op::List(query) = &self.op {
+            let query = query.to_query();
+            if !query.is_empty() {
+                path.push('?');
+                path.push_str(&query);
+            }
+        }
+        path
+    }
+}
+
+/// How a process talks to devices: over HTTP ([`HttpTransport`]), or in tests through a
+/// transport that loses, delays or rewrites answers.
+pub trait Transport: Send + Sync + 'static {
+    /// Sends a call; error answers become [`Failure::Refused`], except a 404 on a probe or a
+    /// record request, which is an answer ([`Op::absent_is_an_answer`]).
+    fn send<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Reply>;
+
+    /// The `/v1/status` of the server at `addr`.
+    fn server_status<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, Result<ServerStatus, Failure>>;
+
+    /// One page of a device's listing of `pool`.
+    fn list<'a>(
+        &'a self,
+        endpoint: &'a Endpoint,
+        pool: PoolId,
+        epoch: u64,
+        query: ListQuery,
+    ) -> BoxFuture<'a, Result<(Answer, Listing), Failure>> {
+        Box::pin(async move {
+            let call = Call::new(endpoint, pool, epoch, Op::List(query));
+            let answer = self.send(call).await.map_err(|(failure, _)| failure)?;
+            let listing = serde_json::from_slice(&answer.body)
+                .map_err(|e| Failure::Malformed(format!("bad listing: {e}")))?;
+            Ok((answer, listing))
+        })
+    }
+}
+
+/// The HTTP transport: one connection pool per process.
+#[derive(Clone, Debug)]
+pub struct HttpTransport {
     http: reqwest::Client,
 }
 
-/// One request.
-#[derive(Clone)]
-pub struct Call<'a> {
-    /// Method.
-    pub method: Method,
-    /// Device.
-    pub endpoint: &'a Endpoint,
-    /// `objects` or `choices`.
-    pub area: &'static str,
-    /// Pool.
-    pub pool: PoolId,
-    /// Key (none: a listing).
-    pub key: Option<&'a str>,
-    /// Query string (listings).
-    pub query: Option<String>,
-    /// Extra headers.
-    pub headers: Vec<(&'static str, String)>,
-    /// Body.
-    pub body: Option<Bytes>,
-    /// The client's epoch.
-    pub epoch: u64,
-}
-
-impl Transport {
+impl HttpTransport {
     /// A transport with a connection pool.
-    pub fn new() -> Result<Transport, String> {
+    pub fn new() -> Result<HttpTransport, String> {
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
@@ -126,43 +347,32 @@ impl Transport {
             .pool_max_idle_per_host(256)
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Transport { http })
+        Ok(HttpTransport { http })
     }
 
-    /// Sends a call; error answers become [`Failure::Refused`], except 404 on a probe or a
-    /// record read, which is an answer.
-    pub async fn send(&self, call: Call<'_>) -> Result<Answer, (Failure, Option<DeviceMetrics>)> {
-        let mut url = format!(
-            "http://{}/v1/dev/{}/{}/{}",
-            call.endpoint.addr, call.endpoint.device, call.area, call.pool.0
-        );
-        if let Some(key) = call.key {
-            url.push('/');
-            url.push_str(&percent_encode(key));
-        }
-        if let Some(query) = &call.query {
-            url.push('?');
-            url.push_str(query);
-        }
-        let is_probe = call.method == Method::HEAD || call.area == "choices";
-        let mut request = self.http.request(call.method, url).header(wire::EPOCH, call.epoch);
-        for (name, value) in call.headers {
+    async fn send_http(&self, call: Call<'_>) -> Reply {
+        let url = format!("http://{}{}", call.endpoint.addr, call.path());
+        let absent_is_an_answer = call.op.absent_is_an_answer();
+        let mut request = self.http.request(call.op.method(), url).header(wire::EPOCH, call.epoch);
+        for (name, value) in call.op.headers() {
             request = request.header(name, value);
         }
-        if let Some(body) = call.body {
-            request = request.body(body);
+        let key = call.op.key();
+        if let Op::Put { data, .. } = &call.op {
+            request = request.body(data.clone());
         }
         let response =
             request.send().await.map_err(|e| (Failure::Unreachable(error_chain(&e)), None))?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let text =
+            |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
         let metrics = text(wire::METRICS).and_then(|m| DeviceMetrics::from_header(&m));
         let body = response
             .bytes()
             .await
             .map_err(|e| (Failure::Unreachable(error_chain(&e)), metrics.clone()))?;
-        if status >= 400 && !(status == 404 && is_probe && text(wire::ERROR).is_none()) {
+        if status >= 400 && !(status == 404 && absent_is_an_answer && text(wire::ERROR).is_none()) {
             let parsed: Option<ErrorBody> = serde_json::from_slice(&body).ok();
             let kind =
                 text(wire::ERROR).and_then(|k| ErrorKind::from_name(&k)).unwrap_or(match status {
@@ -178,28 +388,18 @@ impl Transport {
             let epoch = text(wire::EPOCH).and_then(|e| e.parse().ok());
             return Err((Failure::Refused { kind, reason, epoch }, metrics));
         }
-        let info = match (text(wire::SIZE), text(wire::VERSION), text(wire::CHECKSUM)) {
-            (Some(size), Some(version), Some(checksum)) => Some(ObjectInfo {
-                key: call.key.unwrap_or_default().to_string(),
-                size_bytes: size.parse().unwrap_or(0),
-                version: ObjectVersion(version.parse().unwrap_or(0)),
-                checksum: u32::from_str_radix(&checksum, 16).unwrap_or(0),
-                pg_seed: text(wire::PG).and_then(|p| p.parse().ok()),
-                epoch: text(wire::EPOCH).and_then(|e| e.parse().ok()).unwrap_or(0),
-            }),
-            _ => None,
-        };
-        let record = text(wire::CHOICE).and_then(|c| wire::parse_choice_header(&c));
-        let incarnation = text(wire::INCARNATION).and_then(|i| u64::from_str_radix(&i, 16).ok());
-        let deleted = text(wire::DELETED).and_then(|v| v.parse().ok()).map(ObjectVersion);
+        let decoded = wire::decode_answer(key, text).map_err(|e| {
+            (
+                Failure::Malformed(format!("device {} answered {e}", call.endpoint.device)),
+                metrics.clone(),
+            )
+        })?;
+        let wire::AnswerHeaders { info, record, incarnation, deleted } = decoded;
         Ok(Answer { status, info, record, metrics, incarnation, deleted, body })
     }
-}
 
-impl Transport {
-    /// A server's `/v1/status` (JSON), or why it could not be read.
-    pub async fn server_status(&self, addr: &str) -> Result<Bytes, Failure> {
-        let url = format!("http://{addr}/v1/status");
+    async fn server_status_http(&self, addr: &str) -> Result<ServerStatus, Failure> {
+        let url = format!("http://{addr}{}", route::STATUS_PATH);
         let response = self
             .http
             .get(url)
@@ -216,7 +416,17 @@ impl Transport {
                 epoch: None,
             });
         }
-        Ok(body)
+        serde_json::from_slice(&body).map_err(|e| Failure::Malformed(format!("bad status: {e}")))
+    }
+}
+
+impl Transport for HttpTransport {
+    fn send<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Reply> {
+        Box::pin(self.send_http(call))
+    }
+
+    fn server_status<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, Result<ServerStatus, Failure>> {
+        Box::pin(self.server_status_http(addr))
     }
 }
 

@@ -37,20 +37,24 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod body;
 pub mod choice;
 mod error;
 mod header;
 mod key;
 mod metrics;
 mod migration;
+pub mod route;
 pub mod wire;
 
+pub use body::{DeviceStatus, ListQuery, Listing, ServerStatus};
 pub use choice::ChoiceRecord;
 pub use error::{ErrorBody, ErrorKind, FormatError};
 pub use header::{HEADER_BYTES, OBJECT_FORMAT_VERSION, ObjectHeader, checksum};
 pub use key::{KEY_BYTES_MAX, KeyError, validate_key, validate_key_bytes};
 pub use metrics::DeviceMetrics;
 pub use migration::{MigrationPhase, MigrationStatus};
+pub use route::{Area, Route, RouteError};
 
 use serde::{Deserialize, Serialize};
 

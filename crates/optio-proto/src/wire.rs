@@ -104,6 +104,101 @@ pub fn parse_choice_header(text: &str) -> Option<crate::ChoiceRecord> {
     Some(crate::ChoiceRecord { candidate, choices, writer })
 }
 
+/// A header that is present but malformed: an error, never a default value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("header {name} is malformed: '{value}'")]
+pub struct HeaderError {
+    /// The header.
+    pub name: &'static str,
+    /// Its value.
+    pub value: String,
+}
+
+fn malformed(name: &'static str, value: &str) -> HeaderError {
+    HeaderError { name, value: value.to_string() }
+}
+
+/// A decimal integer header ([`EPOCH`], [`VERSION`], [`SIZE`], [`PG`], [`DELETED`]).
+pub fn decode_u64(name: &'static str, value: &str) -> Result<u64, HeaderError> {
+    value.parse().map_err(|_| malformed(name, value))
+}
+
+/// A hexadecimal integer header ([`INCARNATION`], [`REPLACE_IF_WRITER`]).
+pub fn decode_hex_u64(name: &'static str, value: &str) -> Result<u64, HeaderError> {
+    u64::from_str_radix(value, 16).map_err(|_| malformed(name, value))
+}
+
+/// A checksum ([`CHECKSUM`]): hexadecimal.
+pub fn decode_checksum(value: &str) -> Result<u32, HeaderError> {
+    u32::from_str_radix(value, 16).map_err(|_| malformed(CHECKSUM, value))
+}
+
+/// A checksum as [`CHECKSUM`] carries it: 8 hex digits.
+pub fn encode_checksum(checksum: u32) -> String {
+    format!("{checksum:08x}")
+}
+
+/// A hexadecimal header value ([`INCARNATION`], [`REPLACE_IF_WRITER`]).
+pub fn encode_hex(value: u64) -> String {
+    format!("{value:x}")
+}
+
+/// The headers describing a stored object (answers to probes, reads and record requests).
+pub fn object_headers(info: &crate::ObjectInfo) -> Vec<(&'static str, String)> {
+    let mut headers = vec![
+        (SIZE, info.size_bytes.to_string()),
+        (VERSION, info.version.0.to_string()),
+        (CHECKSUM, encode_checksum(info.checksum)),
+    ];
+    if let Some(pg) = info.pg_seed {
+        headers.push((PG, pg.to_string()));
+    }
+    headers
+}
+
+/// What a successful answer's headers say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AnswerHeaders {
+    /// The stored object, when the answer carries [`SIZE`], [`VERSION`] and [`CHECKSUM`].
+    pub info: Option<crate::ObjectInfo>,
+    /// The choice record ([`CHOICE`]).
+    pub record: Option<crate::ChoiceRecord>,
+    /// The server's incarnation ([`INCARNATION`]).
+    pub incarnation: Option<u64>,
+    /// The version a tombstone stands at ([`DELETED`]).
+    pub deleted: Option<crate::ObjectVersion>,
+}
+
+/// Decodes a successful answer's headers (`header` returns a header's value, if present);
+/// `key` is the key asked for. Every header present must be well formed.
+pub fn decode_answer(
+    key: Option<&str>,
+    header: impl Fn(&'static str) -> Option<String>,
+) -> Result<AnswerHeaders, HeaderError> {
+    let u64_of = |name| header(name).map(|v| decode_u64(name, &v)).transpose();
+    let info = match (header(SIZE), header(VERSION), header(CHECKSUM)) {
+        (Some(size), Some(version), Some(checksum)) => Some(crate::ObjectInfo {
+            key: key.unwrap_or_default().to_string(),
+            size_bytes: decode_u64(SIZE, &size)?,
+            version: crate::ObjectVersion(decode_u64(VERSION, &version)?),
+            checksum: decode_checksum(&checksum)?,
+            pg_seed: match header(PG) {
+                None => None,
+                Some(pg) => Some(pg.parse().map_err(|_| malformed(PG, &pg))?),
+            },
+            epoch: u64_of(EPOCH)?.unwrap_or(0),
+        }),
+        _ => None,
+    };
+    let record = match header(CHOICE) {
+        None => None,
+        Some(text) => Some(parse_choice_header(&text).ok_or_else(|| malformed(CHOICE, &text))?),
+    };
+    let incarnation = header(INCARNATION).map(|v| decode_hex_u64(INCARNATION, &v)).transpose()?;
+    let deleted = u64_of(DELETED)?.map(crate::ObjectVersion);
+    Ok(AnswerHeaders { info, record, incarnation, deleted })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +210,30 @@ mod tests {
         }
         assert_eq!(percent_decode("%4"), None);
         assert_eq!(percent_decode("%zz"), None);
+    }
+
+    #[test]
+    fn malformed_answer_headers_are_errors_not_zeros() {
+        let answer = |pairs: &[(&'static str, &str)]| {
+            let pairs: Vec<(&'static str, String)> =
+                pairs.iter().map(|(n, v)| (*n, v.to_string())).collect();
+            decode_answer(Some("k"), move |name| {
+                pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone())
+            })
+        };
+        let good = answer(&[(SIZE, "5"), (VERSION, "7"), (CHECKSUM, "0000000a"), (EPOCH, "3")])
+            .expect("well formed");
+        let info = good.info.expect("an object");
+        assert_eq!((info.size_bytes, info.version.0, info.checksum, info.epoch), (5, 7, 10, 3));
+        assert_eq!(answer(&[(VERSION, "7")]).expect("no object").info, None);
+        for (name, bad) in [(SIZE, "five"), (VERSION, "-1"), (CHECKSUM, "xyz"), (EPOCH, "e")] {
+            let mut pairs = vec![(SIZE, "5"), (VERSION, "7"), (CHECKSUM, "0a")];
+            pairs.retain(|(n, _)| *n != name);
+            pairs.push((name, bad));
+            assert_eq!(answer(&pairs).unwrap_err().name, name, "{name}: {bad}");
+        }
+        assert_eq!(answer(&[(INCARNATION, "zz")]).unwrap_err().name, INCARNATION);
+        assert_eq!(answer(&[(DELETED, "")]).unwrap_err().name, DELETED);
+        assert_eq!(answer(&[(CHOICE, "1/x/2")]).unwrap_err().name, CHOICE);
     }
 }

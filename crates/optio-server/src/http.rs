@@ -13,12 +13,11 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use optio_placement::{Epoch, PoolId};
-use optio_proto::wire::{self, percent_decode};
 use optio_proto::{
-    ChoiceRecord, DeviceMetrics, ErrorBody, ErrorKind, ObjectInfo, ObjectVersion,
-    validate_key_bytes,
+    Area, ChoiceRecord, DeviceMetrics, DeviceStatus, ErrorBody, ErrorKind, ListQuery, Listing,
+    ObjectInfo, ObjectVersion, Route, ServerStatus,
 };
-use serde::{Deserialize, Serialize};
+use optio_proto::{route, wire};
 
 use crate::error::StoreError;
 use crate::mapstate::MapState;
@@ -54,9 +53,9 @@ pub struct AppState {
 /// The router.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/health", get(health))
-        .route("/metrics", get(prometheus))
-        .route("/v1/status", get(status))
+        .route(route::HEALTH_PATH, get(health))
+        .route(route::METRICS_PATH, get(prometheus))
+        .route(route::STATUS_PATH, get(status))
         .fallback(dispatch)
         .with_state(state)
 }
@@ -180,31 +179,6 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// One device in `/v1/status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DeviceStatus {
-    /// Metrics.
-    pub metrics: DeviceMetrics,
-    /// Objects stored.
-    pub objects: u64,
-    /// Choice records held.
-    pub records: u64,
-    /// Corrupt files found since start.
-    pub corrupt_found: u64,
-}
-
-/// The body of `/v1/status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ServerStatus {
-    /// The epoch held.
-    pub epoch: u64,
-    /// Devices, by id.
-    pub devices: Vec<DeviceStatus>,
-    /// Rebalancing progress.
-    #[serde(default)]
-    pub migration: crate::MigrationStatus,
-}
-
 fn server_status(state: &AppState) -> ServerStatus {
     let mut ids: Vec<u32> = state.devices.keys().copied().collect();
     ids.sort_unstable();
@@ -291,48 +265,9 @@ struct Target {
     key: Option<String>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Area {
-    Objects,
-    Choices,
-}
-
 fn parse_target(state: &AppState, path: &str) -> Result<Target, Failure> {
-    let rest = path.strip_prefix("/v1/dev/").ok_or_else(|| {
-        fail(ErrorKind::NotFound, format!("no route {path}; see the API in docs/store.md"))
-    })?;
-    let mut parts = rest.splitn(4, '/');
-    let device = parts.next().unwrap_or("");
-    let device: u32 = device
-        .parse()
-        .map_err(|_| fail(ErrorKind::BadRequest, format!("device '{device}' is not a number")))?;
-    let area = match parts.next() {
-        Some("objects") => Area::Objects,
-        Some("choices") => Area::Choices,
-        other => {
-            return Err(fail(
-                ErrorKind::NotFound,
-                format!(
-                    "no route '{}' under device {device}; use objects or choices",
-                    other.unwrap_or("")
-                ),
-            ));
-        }
-    };
-    let pool = parts.next().unwrap_or("");
-    let pool: u32 = pool
-        .parse()
-        .map_err(|_| fail(ErrorKind::BadRequest, format!("pool '{pool}' is not a pool id")))?;
-    let key = match parts.next() {
-        None => None,
-        Some(encoded) => {
-            let bytes = percent_decode(encoded)
-                .ok_or_else(|| fail(ErrorKind::BadRequest, "the key has a malformed %-escape"))?;
-            let key = validate_key_bytes(&bytes)
-                .map_err(|e| fail(ErrorKind::BadRequest, e.to_string()))?;
-            Some(key.to_string())
-        }
-    };
+    let Route { device, area, pool, key } =
+        Route::parse(path).map_err(|e| fail(e.kind, e.reason))?;
     let store = state.devices.get(&device).cloned().ok_or_else(|| {
         let mut served: Vec<u32> = state.devices.keys().copied().collect();
         served.sort_unstable();
@@ -341,7 +276,7 @@ fn parse_target(state: &AppState, path: &str) -> Result<Target, Failure> {
             format!("device {device} is not served here (this server serves {served:?})"),
         )
     })?;
-    Ok(Target { store, area, pool: PoolId(pool), key })
+    Ok(Target { store, area, pool, key })
 }
 
 async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response {
@@ -405,11 +340,8 @@ async fn handle(
 }
 
 fn object_headers(headers: &mut HeaderMap, info: &ObjectInfo) {
-    insert(headers, wire::SIZE, &info.size_bytes.to_string());
-    insert(headers, wire::VERSION, &info.version.0.to_string());
-    insert(headers, wire::CHECKSUM, &format!("{:08x}", info.checksum));
-    if let Some(pg) = info.pg_seed {
-        insert(headers, wire::PG, &pg.to_string());
+    for (name, value) in wire::object_headers(info) {
+        insert(headers, name, &value);
     }
 }
 
@@ -649,24 +581,6 @@ async fn delete_object(
         return Err(fail(ErrorKind::NotFound, "no such object"));
     }
     Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-/// Query of a listing.
-#[derive(Debug, Default, Deserialize)]
-struct ListQuery {
-    prefix: Option<String>,
-    pg: Option<u32>,
-    after: Option<String>,
-    limit: Option<usize>,
-}
-
-/// The body of a listing.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Listing {
-    /// Objects, in key order.
-    pub objects: Vec<ObjectInfo>,
-    /// Whether more follow (ask again with `after` = the last key).
-    pub truncated: bool,
 }
 
 fn list(state: &AppState, target: &Target, uri: &axum::http::Uri) -> Result<Response, Failure> {

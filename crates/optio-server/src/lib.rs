@@ -55,8 +55,8 @@ use std::time::Duration;
 
 pub use disk::{Disk, Fault, FaultyDisk, RealDisk};
 pub use error::StoreError;
-pub use http::{Listing, ServerStatus};
 pub use mapstate::{MapState, ServerMap};
+pub use optio_proto::{DeviceStatus, Listing, ServerStatus};
 pub use optio_proto::{MigrationPhase, MigrationStatus};
 pub use rebalance::{MigrationConfig, Rebalancer};
 pub use store::{DeviceConfig, DeviceStore};

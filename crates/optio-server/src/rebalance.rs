@@ -32,10 +32,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use optio_net::{Call, Endpoint, Failure, Transport};
+use optio_net::{Call, Endpoint, Failure, HttpTransport, Op, Transport};
 use optio_placement::{DeviceId, PoolId, ReplicaSet};
-use optio_proto::{ChoiceRecord, ErrorKind, MigrationPhase, MigrationStatus, wire};
-use reqwest::Method;
+use optio_proto::{ChoiceRecord, ErrorKind, MigrationPhase, MigrationStatus};
 
 use crate::mapstate::{MapState, ServerMap};
 use crate::store::{DeviceStore, Held};
@@ -154,7 +153,7 @@ pub struct Rebalancer {
     devices: HashMap<u32, Arc<DeviceStore>>,
     map: Arc<MapState>,
     config: MigrationConfig,
-    transport: Transport,
+    transport: HttpTransport,
     limiter: RateLimiter,
     progress: Progress,
     status: Mutex<MigrationStatus>,
@@ -187,7 +186,7 @@ impl Rebalancer {
             map,
             limiter: RateLimiter::new(config.rate_bytes_per_sec),
             config,
-            transport: Transport::new()?,
+            transport: HttpTransport::new()?,
             progress: Progress::default(),
             status: Mutex::new(MigrationStatus::default()),
             samples: Mutex::new(Vec::new()),
@@ -550,27 +549,18 @@ impl Rebalancer {
         mode: Mode,
         data: &mut Option<bytes::Bytes>,
     ) -> Result<Sent, String> {
-        let call = |method: Method| Call {
-            method,
-            endpoint,
-            area: "objects",
-            pool: held.pool,
-            key: Some(&held.key),
-            query: None,
-            headers: Vec::new(),
-            body: None,
-            epoch: map.epoch(),
-        };
+        let call = |op| Call::new(endpoint, held.pool, map.epoch(), op);
+        let key = held.key.as_str();
         if mode == Mode::Check {
-            let answer = self.transport.send(call(Method::HEAD)).await.map_err(describe)?;
+            let probe = call(Op::Probe { key, want_choice: false });
+            let answer = self.transport.send(probe).await.map_err(describe)?;
             let there = answer.info.as_ref().map(|i| i.version).or(answer.deleted);
             if there.is_some_and(|v| v >= held.version) {
                 return Ok(Sent::Confirmed { bytes: 0 });
             }
         }
         if held.deleted {
-            let mut delete = call(Method::DELETE);
-            delete.headers.push((wire::VERSION, held.version.0.to_string()));
+            let delete = call(Op::Delete { key, version: Some(held.version), purge: false });
             return match self.transport.send(delete).await {
                 Ok(_) => Ok(Sent::Confirmed { bytes: 0 }),
                 Err((f, _))
@@ -600,13 +590,13 @@ impl Rebalancer {
         }
         let body = data.clone().expect("read above");
         self.limiter.acquire(held.file_bytes).await;
-        let mut put = call(Method::PUT);
-        put.headers.push((wire::VERSION, held.version.0.to_string()));
-        put.headers.push((wire::CHECKSUM, format!("{:08x}", optio_proto::checksum(&body))));
-        if let Some(seed) = held.pg_seed {
-            put.headers.push((wire::PG, seed.to_string()));
-        }
-        put.body = Some(body);
+        let put = call(Op::Put {
+            key,
+            checksum: optio_proto::checksum(&body),
+            data: body,
+            version: held.version,
+            pg_seed: held.pg_seed,
+        });
         match self.transport.send(put).await {
             Ok(_) => Ok(Sent::Confirmed { bytes: held.file_bytes }),
             Err((f, _)) if f.kind() == Some(ErrorKind::VersionConflict) => {
@@ -621,17 +611,14 @@ impl Rebalancer {
             Ok(endpoint) => endpoint,
             Err(error) => return self.fail(error),
         };
-        let call = Call {
-            method: Method::PUT,
-            endpoint: &endpoint,
-            area: "choices",
-            pool: task.pool,
-            key: Some(&task.key),
-            query: None,
-            headers: vec![(wire::CHOICE, wire::choice_header(&task.record))],
-            body: None,
-            epoch: map.epoch(),
+        let op = Op::PutRecord {
+            key: &task.key,
+            record: task.record,
+            replace_if_writer: None,
+            unless_contended: false,
+            defer_sync: false,
         };
+        let call = Call::new(&endpoint, task.pool, map.epoch(), op);
         if let Err(failure) = self.transport.send(call).await {
             return self.fail(format!(
                 "choice record of '{}' to device {} at {}: {}",

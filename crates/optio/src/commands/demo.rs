@@ -150,6 +150,6 @@ fn optio_status_used(addr: &str, device: u32) -> Option<u64> {
     let mut text = String::new();
     stream.read_to_string(&mut text).ok()?;
     let body = text.split("\r\n\r\n").nth(1)?;
-    let status: optio_server::ServerStatus = serde_json::from_str(body).ok()?;
+    let status: optio_proto::ServerStatus = serde_json::from_str(body).ok()?;
     status.devices.iter().find(|d| d.metrics.device == device).map(|d| d.metrics.used_bytes)
 }

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use futures_util::StreamExt;
-use optio_net::{Call, Endpoint, Transport};
+use optio_net::{Call, Endpoint, Failure, HttpTransport, Op, Transport};
 use optio_placement::{ClusterMap, DeviceId, Placement, PoolId, ReplicaSet};
-use optio_proto::{MigrationPhase, ObjectInfo};
-use optio_server::{Listing, ServerStatus};
+use optio_proto::{ListQuery, MigrationPhase, ObjectInfo, ServerStatus};
 
 use super::live::LiveMap;
 use crate::output::{Table, bytes};
@@ -41,18 +40,18 @@ pub struct ServerRow {
 }
 
 /// Asks every server named in the map for its status.
-pub async fn servers(map: &ClusterMap, transport: &Transport) -> Vec<ServerRow> {
+pub async fn servers(map: &ClusterMap, transport: &HttpTransport) -> Vec<ServerRow> {
     let mut by_addr: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
     for device in map.devices() {
         if let Some(addr) = &device.addr {
             by_addr.entry(addr.clone()).or_default().push(device.id.0);
         }
     }
-    let answers = futures_util::future::join_all(by_addr.keys().map(|addr| async move {
-        let body = transport.server_status(addr).await.map_err(|f| f.to_string())?;
-        serde_json::from_slice::<ServerStatus>(&body).map_err(|e| format!("bad status: {e}"))
-    }))
-    .await;
+    let answers =
+        futures_util::future::join_all(by_addr.keys().map(|addr| async move {
+            transport.server_status(addr).await.map_err(|f| f.to_string())
+        }))
+        .await;
     by_addr
         .into_iter()
         .zip(answers)
@@ -144,7 +143,7 @@ pub fn run(args: Args) -> Result<()> {
     let source = args.live.source()?;
     let runtime = crate::commands::runtime()?;
     runtime.block_on(async move {
-        let transport = Transport::new().map_err(anyhow::Error::msg)?;
+        let transport = HttpTransport::new().map_err(anyhow::Error::msg)?;
         if !args.watch {
             let map = source.load().await?;
             let rows = servers(&map, &transport).await;
@@ -221,7 +220,7 @@ async fn reintegration_line(
     Some(line)
 }
 
-async fn watch(source: &optio_cluster::source::MapSource, transport: &Transport) -> Result<()> {
+async fn watch(source: &optio_cluster::source::MapSource, transport: &HttpTransport) -> Result<()> {
     use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
     let bars = MultiProgress::new();
     let style =
@@ -274,35 +273,24 @@ pub async fn check_not_last_copy(map: &ClusterMap, device: DeviceId) -> Result<(
         // No server serves it: nothing stored there that a client could have written.
         return Ok(());
     };
-    let transport = Transport::new().map_err(anyhow::Error::msg)?;
+    let transport = HttpTransport::new().map_err(anyhow::Error::msg)?;
     let placement = Placement::new(map)?;
     let endpoint = Endpoint { device: device.0, addr: addr.clone() };
     let mut held: Vec<(PoolId, ObjectInfo)> = Vec::new();
     for pool in map.pools() {
         let mut after: Option<String> = None;
         loop {
-            let mut query = "limit=10000".to_string();
-            if let Some(after) = &after {
-                query.push_str(&format!("&after={}", optio_proto::wire::percent_encode(after)));
-            }
-            let call = Call {
-                method: reqwest::Method::GET,
-                endpoint: &endpoint,
-                area: "objects",
-                pool: pool.id,
-                key: None,
-                query: Some(query),
-                headers: Vec::new(),
-                body: None,
-                epoch: map.epoch().0,
-            };
-            let answer = transport.send(call).await.map_err(|(failure, _)| {
-                anyhow::anyhow!(
+            let query =
+                ListQuery { limit: Some(10_000), after: after.clone(), ..ListQuery::default() };
+            let listed = transport.list(&endpoint, pool.id, map.epoch().0, query).await;
+            let listing = match listed {
+                Ok((_, listing)) => listing,
+                Err(Failure::Malformed(reason)) => bail!("{reason}"),
+                Err(failure) => bail!(
                     "cannot ask the server of device {} at {addr} what it holds ({failure}): bring it up, or pass --force (what only it holds is then lost)",
                     device.0
-                )
-            })?;
-            let listing: Listing = serde_json::from_slice(&answer.body)?;
+                ),
+            };
             after = listing.objects.last().map(|o| o.key.clone());
             held.extend(listing.objects.into_iter().map(|o| (pool.id, o)));
             if !listing.truncated {
@@ -328,17 +316,8 @@ pub async fn check_not_last_copy(map: &ClusterMap, device: DeviceId) -> Result<(
                         continue;
                     };
                     let endpoint = Endpoint { device: other.0, addr };
-                    let call = Call {
-                        method: reqwest::Method::HEAD,
-                        endpoint: &endpoint,
-                        area: "objects",
-                        pool: *pool,
-                        key: Some(&info.key),
-                        query: None,
-                        headers: Vec::new(),
-                        body: None,
-                        epoch: map.epoch().0,
-                    };
+                    let probe = Op::Probe { key: &info.key, want_choice: false };
+                    let call = Call::new(&endpoint, *pool, map.epoch().0, probe);
                     if let Ok(answer) = transport.send(call).await
                         && answer.info.is_some_and(|i| i.version >= info.version)
                     {

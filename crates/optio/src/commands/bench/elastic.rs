@@ -282,7 +282,7 @@ fn inactive_devices(map: &ClusterMap) -> Vec<DeviceId> {
 }
 
 async fn moved_by_servers(cluster: &LocalCluster) -> u64 {
-    let transport = optio_net::Transport::new().expect("a transport");
+    let transport = optio_net::HttpTransport::new().expect("a transport");
     let map = cluster.load_map().expect("the map loads");
     crate::commands::status::servers(&map, &transport)
         .await
@@ -293,7 +293,7 @@ async fn moved_by_servers(cluster: &LocalCluster) -> u64 {
 }
 
 async fn settled(cluster: &LocalCluster) -> bool {
-    let transport = optio_net::Transport::new().expect("a transport");
+    let transport = optio_net::HttpTransport::new().expect("a transport");
     let map = cluster.load_map().expect("the map loads");
     crate::commands::status::all_done(
         &map,
