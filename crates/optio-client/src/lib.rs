@@ -34,6 +34,7 @@ mod client;
 mod error;
 pub mod intent;
 pub mod policy;
+pub mod removal;
 /// The HTTP transport (the `optio-net` crate, shared with the servers' migration).
 pub use optio_net as transport;
 

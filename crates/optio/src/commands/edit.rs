@@ -204,7 +204,8 @@ pub fn remove_device(args: RemoveDeviceArgs) -> Result<()> {
                 if force {
                     return Ok(());
                 }
-                crate::commands::status::check_not_last_copy(&old, device).await
+                let transport = optio_net::HttpTransport::new().map_err(anyhow::Error::msg)?;
+                Ok(optio_client::removal::check_not_last_copy(&transport, &old, device).await?)
             })
         },
     )

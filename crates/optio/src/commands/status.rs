@@ -1,14 +1,12 @@
 //! `optio status`: every server's epoch and rebalancing progress — what it moved, what
-//! remains, its rate and ETA — asked from the servers themselves; and the check that keeps
-//! `optio map remove-device` from dropping the last copy of anything.
+//! remains, its rate and ETA — asked from the servers themselves.
 
 use std::time::Duration;
 
-use anyhow::{Result, bail};
-use futures_util::StreamExt;
-use optio_net::{Call, Endpoint, Failure, HttpTransport, Op, Transport};
-use optio_placement::{ClusterMap, DeviceId, Placement, PoolId, ReplicaSet};
-use optio_proto::{ListQuery, MigrationPhase, ObjectInfo, ServerStatus};
+use anyhow::Result;
+use optio_net::{HttpTransport, Transport};
+use optio_placement::{ClusterMap, DeviceId};
+use optio_proto::{MigrationPhase, ServerStatus};
 
 use super::live::LiveMap;
 use crate::output::{Table, bytes};
@@ -264,81 +262,4 @@ async fn watch(source: &optio_cluster::source::MapSource, transport: &HttpTransp
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// Refuses (with the reason) when `device` holds an object of which no other device of its
-/// placement holds this version or a newer one: removing the device would lose it.
-pub async fn check_not_last_copy(map: &ClusterMap, device: DeviceId) -> Result<()> {
-    let Some(addr) = map.device(device).and_then(|d| d.addr.clone()) else {
-        // No server serves it: nothing stored there that a client could have written.
-        return Ok(());
-    };
-    let transport = HttpTransport::new().map_err(anyhow::Error::msg)?;
-    let placement = Placement::new(map)?;
-    let endpoint = Endpoint { device: device.0, addr: addr.clone() };
-    let mut held: Vec<(PoolId, ObjectInfo)> = Vec::new();
-    for pool in map.pools() {
-        let mut after: Option<String> = None;
-        loop {
-            let query =
-                ListQuery { limit: Some(10_000), after: after.clone(), ..ListQuery::default() };
-            let listed = transport.list(&endpoint, pool.id, map.epoch().0, query).await;
-            let listing = match listed {
-                Ok((_, listing)) => listing,
-                Err(Failure::Malformed(reason)) => bail!("{reason}"),
-                Err(failure) => bail!(
-                    "cannot ask the server of device {} at {addr} what it holds ({failure}): bring it up, or pass --force (what only it holds is then lost)",
-                    device.0
-                ),
-            };
-            after = listing.objects.last().map(|o| o.key.clone());
-            held.extend(listing.objects.into_iter().map(|o| (pool.id, o)));
-            if !listing.truncated {
-                break;
-            }
-        }
-    }
-    let checks = futures_util::stream::iter(held.iter())
-        .map(|(pool, info)| {
-            let (transport, placement, map) = (&transport, &placement, map);
-            async move {
-                let pool_placement = placement.pool(*pool)?;
-                let seed = info.pg_seed?;
-                let mut scratch = placement.scratch();
-                let mut set = ReplicaSet::new();
-                pool_placement.place_full_power(
-                    pool_placement.key_of_seed(seed),
-                    &mut scratch,
-                    &mut set,
-                );
-                for other in set.devices().filter(|d| *d != device) {
-                    let Some(addr) = map.device(other).and_then(|d| d.addr.clone()) else {
-                        continue;
-                    };
-                    let endpoint = Endpoint { device: other.0, addr };
-                    let probe = Op::Probe { key: &info.key, want_choice: false };
-                    let call = Call::new(&endpoint, *pool, map.epoch().0, probe);
-                    if let Ok(answer) = transport.send(call).await
-                        && answer.info.is_some_and(|i| i.version >= info.version)
-                    {
-                        return None;
-                    }
-                }
-                Some((*pool, info.key.clone()))
-            }
-        })
-        .buffer_unordered(32)
-        .filter_map(|last| async move { last })
-        .collect::<Vec<_>>()
-        .await;
-    if let Some((pool, key)) = checks.first() {
-        let name = map.pool(*pool).map_or_else(|| pool.0.to_string(), |p| p.name.clone());
-        bail!(
-            "device {} holds the only copy of {} object(s) (e.g. '{key}' in pool '{name}'): mark it out first (`optio map set-state {} --out`), wait until `optio status` shows every server done, then remove it; or pass --force to lose them",
-            device.0,
-            checks.len(),
-            device.0
-        );
-    }
-    Ok(())
 }
