@@ -214,12 +214,8 @@ impl Rebalancer {
     fn store_rebalanced(&self, map: &ServerMap) {
         let Some(dir) = &self.config.state_dir else { return };
         let path = dir.join(REBALANCED_MAP_FILE);
-        let temp = dir.join(format!("{REBALANCED_MAP_FILE}.tmp"));
-        let text = optio_mapfile::optio_toml::write(&map.map);
-        let written = std::fs::write(&temp, text)
-            .and_then(|()| std::fs::File::open(&temp)?.sync_all())
-            .and_then(|()| std::fs::rename(&temp, &path))
-            .and_then(|()| std::fs::File::open(dir)?.sync_all());
+        let text = optio_cluster::codec::encode_map(&map.map);
+        let written = optio_cluster::durable::replace(&path, text.as_bytes());
         if let Err(error) = written {
             tracing::warn!(path = %path.display(), %error, "cannot store the rebalanced map");
         }
