@@ -157,6 +157,41 @@ pub struct LocalCluster {
     source: MapSource,
     etcd: Option<EtcdServer>,
     reintegrator: Option<(Child, ChildStdin)>,
+    /// The cluster directory's lock ([`LOCK_FILE`]), held while the cluster lives; the kernel
+    /// releases it when this process ends, however it ends.
+    _lock: fs::File,
+}
+
+/// The lock file in a cluster directory: one supervisor per directory.
+pub const LOCK_FILE: &str = "optio-up.lock";
+
+/// Takes the cluster directory's lock, or says who holds it.
+fn lock_dir(dir: &Path) -> Result<fs::File, LocalError> {
+    let path = dir.join(LOCK_FILE);
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(LocalError::io(format!("cannot open {}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            return Err(LocalError::InUse {
+                dir: dir.to_path_buf(),
+                holder: holder.trim().parse().ok(),
+            });
+        }
+        Err(fs::TryLockError::Error(e)) => {
+            return Err(LocalError::io(format!("cannot lock {}", path.display()))(e));
+        }
+    }
+    // Who holds it, for the next one's error message (the lock, not this, is what counts).
+    let _ = file.set_len(0).and_then(|()| writeln!(file, "{}", std::process::id()));
+    Ok(file)
 }
 
 fn device_capacity_arg(id: u32, dir: &Path, capacity: u64) -> String {
@@ -180,6 +215,7 @@ impl LocalCluster {
         fs::create_dir_all(dir)
             .map_err(LocalError::io(format!("cannot create {}", dir.display())))?;
         let dir = fs::canonicalize(dir).map_err(LocalError::io(dir.display().to_string()))?;
+        let lock = lock_dir(&dir)?;
         let source_file = dir.join(MAP_SOURCE_FILE);
         let (source, etcd) = if spec.etcd {
             let etcd = EtcdServer::start_in(&dir.join("etcd")).map_err(LocalError::Server)?;
@@ -207,6 +243,7 @@ impl LocalCluster {
             source,
             etcd,
             reintegrator: None,
+            _lock: lock,
         };
         let dirty_file = dir.join(DIRTY_SOURCE_FILE);
         let written = match &spec.dirty {

@@ -37,6 +37,18 @@ pub enum LocalError {
         #[source]
         source: std::io::Error,
     },
+    /// Another supervisor runs a cluster in this directory.
+    #[error(
+        "the cluster directory {} is in use by another `optio up`{}: stop it first (Ctrl-C, or kill it), or pick another directory",
+        dir.display(),
+        holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
+    )]
+    InUse {
+        /// The cluster directory.
+        dir: std::path::PathBuf,
+        /// The process holding it, as it wrote in the lock file.
+        holder: Option<u32>,
+    },
     /// The cluster's shape is invalid, or names a device it does not have.
     #[error("{0}")]
     Spec(String),

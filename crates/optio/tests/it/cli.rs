@@ -88,3 +88,72 @@ fn up_serves_the_cli_and_leaves_no_orphans_when_killed() {
         "servers outlived a killed `optio up`"
     );
 }
+
+/// Starts `optio up --dir DIR` and returns it once it says it is ready, with its servers' pids.
+fn start_up(cluster_dir: &std::path::Path) -> (std::process::Child, Vec<u32>) {
+    let mut up = Command::new(binary())
+        .args(["up", "--dir"])
+        .arg(cluster_dir)
+        .args(["--zones", "3", "--hosts", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("optio up starts");
+    let mut pids = Vec::new();
+    for line in BufReader::new(up.stdout.take().unwrap()).lines() {
+        let line = line.expect("output");
+        if line.starts_with("z") && line.contains("127.0.0.1:") {
+            pids.push(line.split_whitespace().last().unwrap().parse::<u32>().expect("a pid"));
+        }
+        if line.contains("Ctrl-C") {
+            break;
+        }
+    }
+    (up, pids)
+}
+
+#[test]
+fn a_second_up_on_the_same_directory_is_refused_until_the_first_is_gone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster_dir = dir.path().join("c");
+    let (mut first, pids) = start_up(&cluster_dir);
+    assert_eq!(pids.len(), 3, "the first cluster runs");
+
+    let mut second = Command::new(binary())
+        .args(["up", "--dir"])
+        .arg(&cluster_dir)
+        .args(["--zones", "3", "--hosts", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let exited = wait_until(Duration::from_secs(20), || matches!(second.try_wait(), Ok(Some(_))));
+    if !exited {
+        let _ = second.kill();
+        let _ = second.wait();
+        let _ = first.kill();
+        panic!("a second `optio up` on the same directory kept running on top of the first");
+    }
+    let second = second.wait_with_output().expect("finishes");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "a second `optio up` on the same directory must fail");
+    assert!(err.contains("is in use by another `optio up`"), "{err}");
+    assert!(err.contains(&format!("(pid {})", first.id())), "names the holder: {err}");
+    assert!(pids.iter().all(|&p| alive(p)), "the first cluster's servers are untouched");
+    let ls = Command::new(binary())
+        .args(["ls"])
+        .env("OPTIO_CLUSTER", &cluster_dir)
+        .output()
+        .expect("runs");
+    assert!(ls.status.success(), "the first cluster still serves");
+
+    // SIGKILL leaves no lock behind: the kernel drops it with the process.
+    first.kill().expect("SIGKILL");
+    first.wait().expect("reaped");
+    assert!(wait_until(Duration::from_secs(20), || pids.iter().all(|&p| !alive(p))));
+    let (mut again, pids) = start_up(&cluster_dir);
+    assert_eq!(pids.len(), 3, "a new `optio up` takes the directory over");
+    again.kill().expect("SIGKILL");
+    again.wait().expect("reaped");
+}
