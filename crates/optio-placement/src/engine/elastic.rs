@@ -32,6 +32,7 @@
 //! node plus the index.
 
 use crate::engine::vnode::{RingIndex, vnode_position};
+use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::DeviceId;
 use crate::map::{ActiveSet, ClusterMap, ElasticParams, Membership};
 use crate::replica::{REPLICAS_MAX, ReplicaSet};
@@ -576,6 +577,70 @@ pub fn capacity_plan(
         uniform_utilisation: if uniform > 0.0 { data / uniform } else { 0.0 },
         shares,
     }
+}
+
+/// Resolves an elastic pool's parameters for `servers` ranked servers.
+pub(crate) fn resolve_params(
+    subject: &Subject,
+    primaries: Option<u32>,
+    scale: Option<u32>,
+    servers: usize,
+) -> Result<ElasticParams, MapError> {
+    use crate::engine::elastic::{ELASTIC_SCALE_DEFAULT, ELASTIC_SCALE_MAX, ELASTIC_VNODES_MAX};
+    let range = |field: &'static str, value: u64, reason: String| {
+        MapError::new(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
+    };
+    if servers == 0 {
+        return Err(range(
+            "servers",
+            0,
+            "an elastic pool needs at least one device to rank; add devices".to_string(),
+        ));
+    }
+    let n = servers as u32;
+    let primaries = primaries.unwrap_or_else(|| crate::engine::elastic::default_primaries(n));
+    if primaries == 0 {
+        return Err(range(
+            "primaries (p)",
+            0,
+            format!(
+                "at least one server must be primary; use primaries = {} (⌈n/e²⌉, the default) or more",
+                crate::engine::elastic::default_primaries(n)
+            ),
+        ));
+    }
+    if primaries > n {
+        return Err(range(
+            "primaries (p)",
+            primaries.into(),
+            format!(
+                "p must not exceed the number of servers n = {n}; use primaries = {} (⌈n/e²⌉) or at most {n}",
+                crate::engine::elastic::default_primaries(n)
+            ),
+        ));
+    }
+    let scale = scale.unwrap_or(ELASTIC_SCALE_DEFAULT);
+    if scale == 0 || scale > ELASTIC_SCALE_MAX {
+        return Err(range(
+            "scale (B)",
+            scale.into(),
+            format!(
+                "between 1 and {ELASTIC_SCALE_MAX}; large values balance better (default {ELASTIC_SCALE_DEFAULT})"
+            ),
+        ));
+    }
+    let params = ElasticParams { primaries, scale };
+    let vnodes = crate::engine::elastic::total_vnodes(&params, n);
+    if vnodes > ELASTIC_VNODES_MAX {
+        return Err(range(
+            "scale (B)",
+            scale.into(),
+            format!(
+                "the ring would have {vnodes} virtual nodes, more than {ELASTIC_VNODES_MAX}; lower the scale"
+            ),
+        ));
+    }
+    Ok(params)
 }
 
 #[cfg(test)]

@@ -14,9 +14,11 @@
 //! Invariants: a vnode's position depends only on its device and index, so adding or removing
 //! a device (or changing its capacity) changes only the arcs of its own virtual nodes.
 
+use crate::builder::PartialMap;
 use crate::engine::vnode::{RingIndex, vnode_position};
+use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::{DeviceId, ItemId};
-use crate::map::{ClusterMap, RingParams};
+use crate::map::{ClusterMap, Device, RingParams};
 use crate::replica::ReplicaSet;
 
 /// Most virtual nodes one device may have.
@@ -171,6 +173,65 @@ impl Ring {
             }
         }
     }
+}
+
+/// Resolves a ring pool's parameters: `vnode_bytes` (default 8 GiB, at least one byte, and
+/// not so small that the ring exceeds [`RING_VNODES_MAX`]) and the failure domain's type.
+pub(crate) fn resolve_params(
+    map: &PartialMap<'_>,
+    subject: &Subject,
+    vnode_bytes: Option<u64>,
+    failure_domain: Option<&str>,
+) -> Result<RingParams, MapError> {
+    let vnode_bytes = vnode_bytes.unwrap_or(RingParams::default().vnode_bytes);
+    if vnode_bytes == 0 {
+        return Err(MapError::new(
+            subject.clone(),
+            Kind::OutOfRange {
+                field: "vnode_bytes",
+                value: "0".into(),
+                reason: "a virtual node must stand for at least one byte".into(),
+            },
+        ));
+    }
+    check_ring_size(subject, map.devices(), vnode_bytes)?;
+    let failure_domain = match failure_domain {
+        Some(name) => Some(map.type_id(subject, name)?),
+        None => None,
+    };
+    Ok(RingParams { vnode_bytes, failure_domain })
+}
+
+/// Refuses a ring that would hold more than [`RING_VNODES_MAX`](crate::engine::ring::RING_VNODES_MAX)
+/// virtual nodes (8 bytes each, plus the index): `vnode_bytes` too small for the capacity.
+fn check_ring_size(
+    subject: &Subject,
+    devices: &[Device],
+    vnode_bytes: u64,
+) -> Result<(), MapError> {
+    let vnodes: u64 = devices
+        .iter()
+        .filter(|d| d.is_in && d.weight.0 > 0 && d.reweight.0 > 0 && d.capacity_bytes > 0)
+        .map(|d| {
+            u64::from(crate::engine::ring::vnode_count(d.capacity_bytes, d.reweight.0, vnode_bytes))
+        })
+        .sum();
+    let max = crate::engine::ring::RING_VNODES_MAX;
+    if vnodes > max {
+        let capacity: u128 = devices.iter().map(|d| u128::from(d.capacity_bytes)).sum();
+        let suggested = capacity.div_ceil(u128::from(max / 2)).max(1);
+        return Err(MapError::new(
+            subject.clone(),
+            Kind::OutOfRange {
+                field: "vnode_bytes",
+                value: vnode_bytes.to_string(),
+                reason: format!(
+                    "the ring would have {vnodes} virtual nodes, more than {max}; raise vnode_bytes to {suggested} or more"
+                ),
+            },
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

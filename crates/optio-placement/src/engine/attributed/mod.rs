@@ -1172,5 +1172,7 @@ fn current_count(device: &crate::map::Device, params: &AttributedParams) -> u32 
     }
 }
 
+pub(crate) mod spec;
+
 #[cfg(test)]
 mod tests;
