@@ -1,13 +1,137 @@
-//! The `crush` engine's pool checks: a crush pool's rule must be able to give it `size`
-//! devices, and its Optio balance extensions (seed 002's pps and `linear` parameter, the
-//! balanced placements) must fit its rule. CRUSH itself (Ceph's mapper) is [`crate::crush`].
+//! The `crush` engine: a crush pool compiled for lookups (its rule run by Ceph's mapper,
+//! [`crate::crush`], then Ceph's post-processing: devices that do not exist or are down
+//! removed, primary affinity applied), and its checks — the rule must be able to give the
+//! pool `size` devices, and its Optio balance extensions (seed 002's pps and `linear`
+//! parameter, the balanced placements) must fit the rule.
 
 use crate::builder::{LinearParamSpec, PartialMap, PoolBalanceSpec, PoolSpec};
+use crate::crush::hash::hash32_2;
+use crate::crush::{CrushMap, CrushWork};
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
-use crate::ids::{BucketId, ItemId, TypeId, Weight};
+use crate::ids::{BucketId, ITEM_NONE, ItemId, RuleId, TypeId, Weight};
 use crate::map::{
-    BUCKETS_MAX, Bucket, BucketAlg, EngineSpec, LINEAR_PARAM_ONE, PoolBalance, Rule, Step,
+    BUCKETS_MAX, Bucket, BucketAlg, ClusterMap, EngineSpec, LINEAR_PARAM_ONE, Pool, PoolBalance,
+    Rule, RuleKind, Step,
 };
+use crate::replica::ReplicaSet;
+
+/// A crush pool compiled: what its lookups pass to the mapper.
+#[derive(Clone, Debug)]
+pub(crate) struct CrushPool {
+    rule: RuleId,
+    /// Erasure-coded (positional) sets keep holes and shard positions.
+    erasure: bool,
+    pool: i64,
+    size: usize,
+    linear_param: u32,
+}
+
+impl CrushPool {
+    /// Compiles `pool`, placed by `rule`.
+    pub(crate) fn new(map: &ClusterMap, pool: &Pool, rule: RuleId) -> CrushPool {
+        CrushPool {
+            rule,
+            erasure: map.rule(rule).is_some_and(|r| r.kind == RuleKind::Erasure),
+            pool: i64::from(pool.id.0),
+            size: pool.size as usize,
+            linear_param: pool.balance.linear_param,
+        }
+    }
+
+    /// Ceph's up set for engine input `key`: the raw result with non-existent and down devices
+    /// removed (shifted out for replicated pools, holes for erasure-coded ones) and primary
+    /// affinity applied. `work` is the mapper's scratch and a buffer for the raw result.
+    pub(crate) fn place(
+        &self,
+        crush: &CrushMap,
+        devices: &DeviceTable,
+        key: u32,
+        (work, raw): (&mut CrushWork, &mut Vec<i32>),
+        out: &mut ReplicaSet,
+    ) {
+        self.place_raw(crush, devices, key, work, raw);
+        out.clear();
+        for &item in raw.iter() {
+            if devices.usable(item) {
+                out.push(item);
+            } else if self.erasure {
+                out.push(ITEM_NONE);
+            }
+        }
+        devices.apply_primary_affinity(key, self.erasure, out);
+    }
+
+    /// The mapper's raw result for engine input `key`, into `raw`.
+    pub(crate) fn place_raw(
+        &self,
+        crush: &CrushMap,
+        devices: &DeviceTable,
+        key: u32,
+        work: &mut CrushWork,
+        raw: &mut Vec<i32>,
+    ) {
+        raw.resize(self.size, 0);
+        let n = crush.do_rule_linear(
+            self.rule,
+            key,
+            raw,
+            &devices.reweights,
+            crush.choose_args_for_pool(self.pool),
+            self.linear_param,
+            work,
+        );
+        raw.truncate(n);
+    }
+}
+
+/// Per-device state the post-processing of CRUSH results needs (Ceph's OSDMap side): which
+/// devices exist and are up, their primary affinities and reweights.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DeviceTable {
+    exists: Vec<bool>,
+    up: Vec<bool>,
+    primary_affinity: Vec<u32>,
+    reweights: Vec<u32>,
+    any_affinity: bool,
+}
+
+impl DeviceTable {
+    /// The table of `map`'s devices.
+    pub(crate) fn new(map: &ClusterMap) -> DeviceTable {
+        let max = map.max_devices() as usize;
+        let mut table = DeviceTable {
+            exists: vec![false; max],
+            up: vec![false; max],
+            primary_affinity: vec![0x10000; max],
+            reweights: map.reweight_vector(),
+            any_affinity: false,
+        };
+        for device in map.devices() {
+            let i = device.id.0 as usize;
+            table.exists[i] = true;
+            table.up[i] = device.up;
+            table.primary_affinity[i] = device.primary_affinity.0;
+            table.any_affinity |= device.primary_affinity.0 < 0x10000;
+        }
+        table
+    }
+
+    /// Whether a raw result entry is a device that exists and is up.
+    fn usable(&self, item: i32) -> bool {
+        item >= 0
+            && item != ITEM_NONE
+            && self.exists.get(item as usize).copied().unwrap_or(false)
+            && self.up[item as usize]
+    }
+
+    /// Ceph's `_apply_primary_affinity` on `set` (nothing when no device has an affinity
+    /// below 1).
+    pub(crate) fn apply_primary_affinity(&self, pps: u32, erasure: bool, set: &mut ReplicaSet) {
+        if self.any_affinity {
+            apply_primary_affinity(self, pps, erasure, set);
+        }
+    }
+}
 
 /// Checks a pool's Optio balance extensions: crush pools only; a `linear` balance parameter
 /// in range and only where the rule reaches a linear bucket; balanced placement only with a
@@ -256,4 +380,37 @@ fn has_weighted_device(map: &PartialMap<'_>, bucket: &Bucket) -> bool {
         }
     }
     false
+}
+
+/// Ceph's `_apply_primary_affinity`.
+fn apply_primary_affinity(table: &DeviceTable, pps: u32, erasure: bool, set: &mut ReplicaSet) {
+    let items = set.as_slice();
+    let any = items.iter().any(|&o| o != ITEM_NONE && table.primary_affinity[o as usize] < 0x10000);
+    if !any {
+        return;
+    }
+    let mut chosen: Option<usize> = None;
+    for (position, &osd) in items.iter().enumerate() {
+        if osd == ITEM_NONE {
+            continue;
+        }
+        let affinity = table.primary_affinity[osd as usize];
+        if affinity < 0x10000 && (hash32_2(pps, osd as u32) >> 16) >= affinity {
+            // Rejected; remember the first one as a fallback.
+            if chosen.is_none() {
+                chosen = Some(position);
+            }
+            continue;
+        }
+        chosen = Some(position);
+        break;
+    }
+    let Some(position) = chosen else { return };
+    if erasure {
+        // Shards keep their positions; only the primary changes.
+        set.set_primary_position(position);
+    } else {
+        // Replicas: the primary moves to the front, the others keep their order.
+        set.move_to_front(position);
+    }
 }

@@ -45,6 +45,7 @@ pub mod incremental;
 mod matching;
 mod rank;
 mod score;
+pub(crate) mod table;
 mod targets;
 
 use crate::ids::{DeviceId, ItemId, TypeId};
