@@ -9,9 +9,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use optio_placement::change::linear::tune_linear_param;
 use optio_placement::engine::balanced::balance;
 use optio_placement::engine::balanced::incremental;
-use optio_placement::linear::tune_linear_param;
 use optio_placement::{
     BalanceMethod, BucketAlg, ClusterMap, ClusterMapBuilder, DeviceSpec, LinearParamSpec,
     Placement, PoolId, PoolSpec, PpsGenerator, ReplicaSet,

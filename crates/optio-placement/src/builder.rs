@@ -299,7 +299,7 @@ pub enum LinearParamSpec {
     /// This value (16.16 fixed point, at least 1.0 = [`LINEAR_PARAM_ONE`]).
     Fixed(u32),
     /// Chosen when the map is built by seed 002's adaptive search
-    /// ([`crate::linear::tune_linear_param`]) and stored with the pool.
+    /// ([`crate::change::linear::tune_linear_param`]) and stored with the pool.
     Auto,
 }
 
@@ -817,34 +817,7 @@ impl ClusterMapBuilder {
             bucket_parent,
             membership,
         };
-        // Seed 002's adaptive search, for pools that asked for it; the result is stored with
-        // the pool, so that later maps keep it.
-        for id in auto_linear {
-            let index = map.pools.iter().position(|p| p.id == id).expect("built above");
-            let tuning = crate::linear::tune_linear_param(&map, &map.pools[index]);
-            map.pools[index].balance.linear_param = tuning.param;
-        }
-        // Incremental balanced pools: the state, from the one given (the previous map's) and
-        // this map.
-        for (id, previous) in incremental {
-            let index = map.pools.iter().position(|p| p.id == id).expect("built above");
-            let (state, _) = crate::engine::balanced::incremental::rebalance(
-                &map,
-                &map.pools[index],
-                previous.as_ref(),
-            )
-            .map_err(|error| {
-                err(
-                    Subject::Pool(map.pools[index].name.clone()),
-                    Kind::OutOfRange {
-                        field: "balanced",
-                        value: "\"incremental\"".into(),
-                        reason: error.to_string(),
-                    },
-                )
-            })?;
-            map.pools[index].balance_state = Some(state);
-        }
+        crate::change::optimise(&mut map, &auto_linear, incremental)?;
         Ok(map)
     }
 }
@@ -1760,7 +1733,8 @@ fn build_choose_args(
 }
 
 /// The incremental balanced pools, each with the state it was given.
-type IncrementalPools = Vec<(PoolId, Option<crate::engine::balanced::incremental::BalanceState>)>;
+pub(crate) type IncrementalPools =
+    Vec<(PoolId, Option<crate::engine::balanced::incremental::BalanceState>)>;
 
 /// The pools, the ids of those whose `linear` balance parameter is to be searched for, and the
 /// incremental balanced pools (whose state is computed once the map is built).

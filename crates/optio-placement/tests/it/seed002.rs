@@ -5,8 +5,8 @@
 //! the pool; out devices are never chosen; invalid settings are clear errors; outputs are
 //! pinned by golden tests.
 
+use optio_placement::change::linear::{pg_counts, tune_linear_param};
 use optio_placement::crush::{CrushMap, CrushWork};
-use optio_placement::linear::{pg_counts, tune_linear_param};
 use optio_placement::pg::congruential_pps;
 use optio_placement::{
     BucketAlg, ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef, LINEAR_PARAM_ONE,

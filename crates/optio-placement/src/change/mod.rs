@@ -4,6 +4,11 @@
 //! an error that says what is wrong. Pure: storing the result (with a compare-and-swap on the
 //! epoch) is the map store's job, and what the change moves is [`crate::analysis`]'s.
 
+pub mod linear;
+mod tune;
+
+pub(crate) use tune::optimise;
+
 use crate::builder::{ActiveSpec, ClusterMapBuilder, DeviceSpec, ItemRef, VersionSpec};
 use crate::error::{MapError, MapErrorKind, Subject};
 use crate::ids::{DeviceId, Epoch, ItemId, Weight};

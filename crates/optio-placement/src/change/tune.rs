@@ -1,0 +1,47 @@
+//! What a map computes once it is valid: seed 002's tuned `linear` parameter for the pools that
+//! ask for `auto`, and the incremental balanced pools' states (rebalanced from the previous
+//! map's). The builder validates; [`ClusterMapBuilder::build`](crate::ClusterMapBuilder::build)
+//! then hands the valid map here.
+
+use crate::builder::IncrementalPools;
+use crate::error::{MapError, MapErrorKind as Kind, Subject};
+use crate::ids::PoolId;
+use crate::map::ClusterMap;
+
+/// Tunes the `linear` parameter of the pools `auto_linear` and computes the state of each
+/// incremental pool from the one given (the previous map's, or none: from scratch).
+pub(crate) fn optimise(
+    map: &mut ClusterMap,
+    auto_linear: &[PoolId],
+    incremental: IncrementalPools,
+) -> Result<(), MapError> {
+    // Seed 002's adaptive search, for pools that asked for it; the result is stored with
+    // the pool, so that later maps keep it.
+    for id in auto_linear {
+        let index = map.pools.iter().position(|p| p.id == *id).expect("built above");
+        let tuning = super::linear::tune_linear_param(map, &map.pools[index]);
+        map.pools[index].balance.linear_param = tuning.param;
+    }
+    // Incremental balanced pools: the state, from the one given (the previous map's) and
+    // this map.
+    for (id, previous) in incremental {
+        let index = map.pools.iter().position(|p| p.id == id).expect("built above");
+        let (state, _) = crate::engine::balanced::incremental::rebalance(
+            map,
+            &map.pools[index],
+            previous.as_ref(),
+        )
+        .map_err(|error| {
+            MapError::new(
+                Subject::Pool(map.pools[index].name.clone()),
+                Kind::OutOfRange {
+                    field: "balanced",
+                    value: "\"incremental\"".into(),
+                    reason: error.to_string(),
+                },
+            )
+        })?;
+        map.pools[index].balance_state = Some(state);
+    }
+    Ok(())
+}
