@@ -67,7 +67,7 @@ pub use builder::{
     LinearParamSpec, MembershipSpec, PoolBalanceSpec, PoolSpec, RuleRef, RuleSpec, StepSpec,
     VersionSpec,
 };
-pub use change::MapChange;
+pub use change::{ChangeReport, MapChange, MovementSample};
 pub use choice::{ChoiceSettings, PolicySpec};
 pub use error::{MapError, MapErrorKind, Subject};
 pub use ids::{BucketId, DeviceId, Epoch, ITEM_NONE, ItemId, PoolId, RuleId, TypeId, Weight};

@@ -1,12 +1,15 @@
 //! Changes to a live map, as `optio map add-device | remove-device | reweight | set-state |
 //! set-attr | activate | deactivate` and `optio resize` make them: a change is applied to the
 //! map of an expected epoch and gives the next map (epoch + 1), validated by the builder, or
-//! an error that says what is wrong. Pure: storing the result (with a compare-and-swap on the
-//! epoch) is the map store's job, and what the change moves is [`crate::analysis`]'s.
+//! an error that says what is wrong; [`ChangeReport`] says what it moves per pool against the
+//! minimum, or what membership it changes. Pure: storing the result (with a compare-and-swap
+//! on the epoch) is the map store's job.
 
 pub mod linear;
+mod report;
 mod tune;
 
+pub use report::{ChangeReport, MembershipChange, MovementSample, PoolMovement};
 pub(crate) use tune::optimise;
 
 use crate::builder::{ActiveSpec, ClusterMapBuilder, DeviceSpec, ItemRef, VersionSpec};
