@@ -7,6 +7,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+pub use crate::engine::attributed::spec::AttributedSpec;
+pub use crate::engine::crush::CrushSpec;
+pub use crate::engine::elastic::ElasticSpec;
+pub use crate::engine::ring::RingSpec;
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::{BucketId, DeviceId, Epoch, ItemId, PoolId, RuleId, TypeId, Weight};
 use crate::map::*;
@@ -173,68 +177,30 @@ pub struct RuleSpec {
     pub steps: Vec<StepSpec>,
 }
 
-/// The engine of a pool to add, with names unresolved.
+/// The engine of a pool to add, with names unresolved: one spec per engine, each owned by
+/// its engine module.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EngineRef {
     /// CRUSH; the rule defaults to the map's only (or first) rule.
-    Crush {
-        /// The rule.
-        rule: Option<RuleRef>,
-    },
+    Crush(CrushSpec),
     /// Consistent hashing.
-    Ring {
-        /// Bytes per virtual node (default 8 GiB).
-        vnode_bytes: Option<u64>,
-        /// Failure domain type name (replicas in distinct buckets of this type).
-        failure_domain: Option<String>,
-    },
+    Ring(RingSpec),
     /// Attributed consistent hashing (see [`attributed`](crate::engine::attributed)).
-    Attributed {
-        /// c_throttle: bytes per virtual node (default 1 GiB).
-        throttle_bytes: Option<u64>,
-        /// s: virtual nodes per sector (default 4).
-        sector_size: Option<u32>,
-        /// The type whose buckets are zones (default `zone` when the map has that type, else
-        /// the device level: every device its own zone).
-        zone_type: Option<String>,
-        /// Replicas in distinct zones (default: distinct devices only).
-        distinct_zones: bool,
-        /// Bandwidths within this many percent are equal (default 10).
-        bandwidth_tolerance_percent: Option<u32>,
-        /// Devices (by id) and virtual-node counts that formed the sectors; default: every
-        /// device of the map with capacity, with ⌈capacity / c_throttle⌉ (the sectors are
-        /// formed now). Keep it when editing a map, or every sector re-forms.
-        sector_base: Option<Vec<(DeviceId, u32)>>,
-        /// How a device is picked within a sector (default: the paper's strategies).
-        selection: Option<SectorSelection>,
-    },
+    Attributed(AttributedSpec),
     /// Elastic consistent hashing (see [`elastic`](crate::engine::elastic)).
-    Elastic {
-        /// p: number of primaries (default ⌈n / e²⌉ for the n ranked servers).
-        primaries: Option<u32>,
-        /// B of the equal-work layout (default [`ELASTIC_SCALE_DEFAULT`](crate::engine::elastic::ELASTIC_SCALE_DEFAULT)).
-        scale: Option<u32>,
-    },
+    Elastic(ElasticSpec),
 }
 
 impl EngineRef {
     /// An attributed engine with every parameter at its default.
     pub fn attributed() -> EngineRef {
-        EngineRef::Attributed {
-            throttle_bytes: None,
-            sector_size: None,
-            zone_type: None,
-            distinct_zones: false,
-            bandwidth_tolerance_percent: None,
-            sector_base: None,
-            selection: None,
-        }
+        EngineRef::Attributed(AttributedSpec::default())
     }
 
     /// An elastic engine with every parameter at its default.
     pub fn elastic() -> EngineRef {
-        EngineRef::Elastic { primaries: None, scale: None }
+        EngineRef::Elastic(ElasticSpec::default())
     }
 }
 
@@ -344,7 +310,7 @@ impl PoolSpec {
             pgp_num: None,
             size,
             min_size: None,
-            engine: EngineRef::Crush { rule: None },
+            engine: EngineRef::Crush(CrushSpec { rule: None }),
             hashpspool: true,
             choice: crate::choice::ChoiceSettings::default(),
             balance: PoolBalanceSpec::default(),
@@ -673,16 +639,16 @@ impl ClusterMapBuilder {
                 min_size: Some(pool.min_size),
                 engine: match pool.engine {
                     EngineSpec::Crush { rule } => {
-                        EngineRef::Crush { rule: Some(RuleRef::Id(rule)) }
+                        EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Id(rule)) })
                     }
-                    EngineSpec::Ring(params) => EngineRef::Ring {
+                    EngineSpec::Ring(params) => EngineRef::Ring(RingSpec {
                         vnode_bytes: Some(params.vnode_bytes),
                         failure_domain: params
                             .failure_domain
                             .and_then(|t| map.type_name(t))
                             .map(str::to_string),
-                    },
-                    EngineSpec::Attributed(params) => EngineRef::Attributed {
+                    }),
+                    EngineSpec::Attributed(params) => EngineRef::Attributed(AttributedSpec {
                         throttle_bytes: Some(params.throttle_bytes),
                         sector_size: Some(params.sector_size),
                         zone_type: map.type_name(params.zone_type).map(str::to_string),
@@ -690,11 +656,11 @@ impl ClusterMapBuilder {
                         bandwidth_tolerance_percent: Some(params.bandwidth_tolerance_percent),
                         sector_base: Some(pool.sector_base.clone()),
                         selection: Some(params.selection),
-                    },
-                    EngineSpec::Elastic(params) => EngineRef::Elastic {
+                    }),
+                    EngineSpec::Elastic(params) => EngineRef::Elastic(ElasticSpec {
                         primaries: Some(params.primaries),
                         scale: Some(params.scale),
-                    },
+                    }),
                 },
                 hashpspool: pool.hashpspool,
                 choice: pool.choice,
@@ -819,6 +785,13 @@ impl ClusterMapBuilder {
         };
         crate::change::optimise(&mut map, &auto_linear, incremental)?;
         Ok(map)
+    }
+}
+
+impl ClusterMap {
+    /// A builder holding this map's contents, to derive a changed map from.
+    pub fn to_builder(&self) -> ClusterMapBuilder {
+        ClusterMapBuilder::from_map(self)
     }
 }
 
@@ -1785,7 +1758,7 @@ fn build_pools(
         }
         let mut sector_base = Vec::new();
         let engine = match &spec.engine {
-            EngineRef::Crush { rule } => {
+            EngineRef::Crush(CrushSpec { rule }) => {
                 if spec.pg_num == 0 {
                     return Err(range(
                         "pg_num",
@@ -1809,7 +1782,7 @@ fn build_pools(
                 crate::engine::crush::check_rule_capacity(map, rule, spec)?;
                 EngineSpec::Crush { rule: rule.id }
             }
-            EngineRef::Ring { vnode_bytes, failure_domain } => {
+            EngineRef::Ring(RingSpec { vnode_bytes, failure_domain }) => {
                 EngineSpec::Ring(crate::engine::ring::resolve_params(
                     map,
                     &subject,
@@ -1817,13 +1790,13 @@ fn build_pools(
                     failure_domain.as_deref(),
                 )?)
             }
-            EngineRef::Attributed { .. } => {
+            EngineRef::Attributed(attributed) => {
                 let (params, base) =
-                    crate::engine::attributed::spec::resolve(map, &subject, &spec.engine)?;
+                    crate::engine::attributed::spec::resolve(map, &subject, attributed)?;
                 sector_base = base;
                 EngineSpec::Attributed(params)
             }
-            EngineRef::Elastic { primaries, scale } => EngineSpec::Elastic(
+            EngineRef::Elastic(ElasticSpec { primaries, scale }) => EngineSpec::Elastic(
                 crate::engine::elastic::resolve_params(&subject, *primaries, *scale, servers)?,
             ),
         };

@@ -63,9 +63,9 @@ pub mod stats;
 pub mod tunables;
 
 pub use builder::{
-    ActiveSpec, BucketSpec, ChooseArgSpec, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef,
-    LinearParamSpec, MembershipSpec, PoolBalanceSpec, PoolSpec, RuleRef, RuleSpec, StepSpec,
-    VersionSpec,
+    ActiveSpec, AttributedSpec, BucketSpec, ChooseArgSpec, ClusterMapBuilder, CrushSpec,
+    DeviceSpec, ElasticSpec, EngineRef, ItemRef, LinearParamSpec, MembershipSpec, PoolBalanceSpec,
+    PoolSpec, RingSpec, RuleRef, RuleSpec, StepSpec, VersionSpec,
 };
 pub use change::{ChangeReport, MapChange, MovementSample};
 pub use choice::{ChoiceSettings, PolicySpec};

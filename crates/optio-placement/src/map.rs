@@ -785,9 +785,4 @@ impl ClusterMap {
         }
         vector
     }
-
-    /// A builder holding this map's contents, to derive a changed map from.
-    pub fn to_builder(&self) -> crate::builder::ClusterMapBuilder {
-        crate::builder::ClusterMapBuilder::from_map(self)
-    }
 }

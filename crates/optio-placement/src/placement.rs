@@ -374,7 +374,9 @@ mod primary_affinity_tests {
             ],
         };
         let mut ec_pool = PoolSpec::crush(2, "ec", 1024, 4);
-        ec_pool.engine = EngineRef::Crush { rule: Some(crate::builder::RuleRef::Id(RuleId(1))) };
+        ec_pool.engine = EngineRef::Crush(crate::builder::CrushSpec {
+            rule: Some(crate::builder::RuleRef::Id(RuleId(1))),
+        });
         builder
             .replicated_rule(0, "replicated", "default", "host")
             .rule(ec)

@@ -4,7 +4,7 @@
 //! pool `size` devices, and its Optio balance extensions (seed 002's pps and `linear`
 //! parameter, the balanced placements) must fit the rule.
 
-use crate::builder::{LinearParamSpec, PartialMap, PoolBalanceSpec, PoolSpec};
+use crate::builder::{LinearParamSpec, PartialMap, PoolBalanceSpec, PoolSpec, RuleRef};
 use crate::crush::hash::hash32_2;
 use crate::crush::{CrushMap, CrushWork};
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
@@ -131,6 +131,13 @@ impl DeviceTable {
             apply_primary_affinity(self, pps, erasure, set);
         }
     }
+}
+
+/// A crush pool's engine, with its rule unresolved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CrushSpec {
+    /// The rule.
+    pub rule: Option<RuleRef>,
 }
 
 /// Checks a pool's Optio balance extensions: crush pools only; a `linear` balance parameter

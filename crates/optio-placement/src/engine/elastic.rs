@@ -591,6 +591,15 @@ pub fn capacity_plan(
     }
 }
 
+/// An elastic pool's engine parameters as given (defaults unresolved).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ElasticSpec {
+    /// p: number of primaries (default ⌈n / e²⌉ for the n ranked servers).
+    pub primaries: Option<u32>,
+    /// B of the equal-work layout (default [`ELASTIC_SCALE_DEFAULT`](crate::engine::elastic::ELASTIC_SCALE_DEFAULT)).
+    pub scale: Option<u32>,
+}
+
 /// Resolves an elastic pool's parameters for `servers` ranked servers.
 pub(crate) fn resolve_params(
     subject: &Subject,
@@ -767,7 +776,8 @@ mod tests {
             builder = builder.device(DeviceSpec::new(id));
         }
         let mut pool = PoolSpec::crush(1, "elastic", 0, size);
-        pool.engine = EngineRef::Elastic { primaries: None, scale: Some(scale) };
+        pool.engine =
+            EngineRef::Elastic(crate::builder::ElasticSpec { primaries: None, scale: Some(scale) });
         builder.membership = Some(MembershipSpec { order: Vec::new(), versions });
         builder.pool(pool).build().expect("valid map")
     }

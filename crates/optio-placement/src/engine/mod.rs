@@ -4,7 +4,7 @@
 
 pub mod attributed;
 pub mod balanced;
-pub(crate) mod crush;
+pub mod crush;
 pub mod elastic;
 pub mod ring;
 pub mod vnode;

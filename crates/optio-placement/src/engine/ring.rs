@@ -192,6 +192,15 @@ impl Ring {
     }
 }
 
+/// A ring pool's engine parameters as given (defaults unresolved).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RingSpec {
+    /// Bytes per virtual node (default 8 GiB).
+    pub vnode_bytes: Option<u64>,
+    /// Failure domain type name (replicas in distinct buckets of this type).
+    pub failure_domain: Option<String>,
+}
+
 /// Resolves a ring pool's parameters: `vnode_bytes` (default 8 GiB, at least one byte, and
 /// not so small that the ring exceeds [`RING_VNODES_MAX`]) and the failure domain's type.
 pub(crate) fn resolve_params(
@@ -283,10 +292,10 @@ mod tests {
     /// Builds the map with a ring pool (64 GiB vnodes) and compiles its ring.
     fn ring_of(builder: ClusterMapBuilder, failure_domain: Option<&str>) -> (ClusterMap, Ring) {
         let mut pool = PoolSpec::crush(1, "objects", 0, 1);
-        pool.engine = EngineRef::Ring {
+        pool.engine = EngineRef::Ring(crate::builder::RingSpec {
             vnode_bytes: Some(64 * GIB),
             failure_domain: failure_domain.map(String::from),
-        };
+        });
         let map = builder.pool(pool).build().expect("valid map");
         let crate::map::EngineSpec::Ring(params) = map.pool(PoolId(1)).expect("pool").engine else {
             unreachable!("a ring pool")

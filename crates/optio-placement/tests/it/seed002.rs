@@ -10,8 +10,8 @@ use optio_placement::crush::{CrushMap, CrushWork};
 use optio_placement::pg::congruential_pps;
 use optio_placement::{
     BucketAlg, ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef, LINEAR_PARAM_ONE,
-    LinearParamSpec, Placement, PoolId, PoolSpec, PpsGenerator, ReplicaSet, RuleId, RuleKind,
-    RuleSpec, StepSpec, Weight,
+    LinearParamSpec, Placement, PoolId, PoolSpec, PpsGenerator, ReplicaSet, RingSpec, RuleId,
+    RuleKind, RuleSpec, StepSpec, Weight,
 };
 use proptest::prelude::*;
 
@@ -228,7 +228,7 @@ fn invalid_settings_are_clear_errors() {
     assert!(text.contains("reaches none"), "{text}");
     // Optio's settings on a ring pool.
     let mut ring = PoolSpec::crush(2, "ring", 0, 2);
-    ring.engine = EngineRef::Ring { vnode_bytes: None, failure_domain: None };
+    ring.engine = EngineRef::Ring(RingSpec { vnode_bytes: None, failure_domain: None });
     ring.balance.pps = PpsGenerator::Congruential;
     let text = error_of(builder.replicated_rule(0, "r", "default", "host").pool(ring));
     assert!(text.contains("crush pools only"), "{text}");

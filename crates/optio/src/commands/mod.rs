@@ -16,7 +16,7 @@ pub mod status;
 pub mod up;
 
 use anyhow::{Context, Result, anyhow, bail};
-use optio_placement::{ClusterMap, EngineRef, PoolId, PoolSpec, RuleId, RuleRef};
+use optio_placement::{ClusterMap, CrushSpec, EngineRef, PoolId, PoolSpec, RuleId, RuleRef};
 
 /// Options that pick a pool, or describe one to analyse a map that has none (a Ceph CRUSH map
 /// has rules but no pools).
@@ -67,7 +67,7 @@ impl PoolArgs {
         };
         let mut builder = map.to_builder();
         builder.pools.push(PoolSpec {
-            engine: EngineRef::Crush { rule: Some(rule) },
+            engine: EngineRef::Crush(CrushSpec { rule: Some(rule) }),
             ..PoolSpec::crush(self.sim_pool_id, "simulated", self.pg_num, self.size)
         });
         builder

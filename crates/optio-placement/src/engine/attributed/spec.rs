@@ -1,19 +1,41 @@
 //! An `attributed` pool's spec, checked and resolved: its parameters with their defaults,
 //! and the sector base (formed now when the spec gives none).
 
-use crate::builder::{EngineRef, PartialMap};
+use super::{AttributedParams, SectorSelection};
+use crate::builder::PartialMap;
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::{DeviceId, TypeId};
-use crate::map::AttributedParams;
+
+/// An attributed pool's engine parameters as given (defaults unresolved).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AttributedSpec {
+    /// c_throttle: bytes per virtual node (default 1 GiB).
+    pub throttle_bytes: Option<u64>,
+    /// s: virtual nodes per sector (default 4).
+    pub sector_size: Option<u32>,
+    /// The type whose buckets are zones (default `zone` when the map has that type, else
+    /// the device level: every device its own zone).
+    pub zone_type: Option<String>,
+    /// Replicas in distinct zones (default: distinct devices only).
+    pub distinct_zones: bool,
+    /// Bandwidths within this many percent are equal (default 10).
+    pub bandwidth_tolerance_percent: Option<u32>,
+    /// Devices (by id) and virtual-node counts that formed the sectors; default: every
+    /// device of the map with capacity, with ⌈capacity / c_throttle⌉ (the sectors are
+    /// formed now). Keep it when editing a map, or every sector re-forms.
+    pub sector_base: Option<Vec<(DeviceId, u32)>>,
+    /// How a device is picked within a sector (default: the paper's strategies).
+    pub selection: Option<SectorSelection>,
+}
 
 /// Resolves an attributed pool's parameters and its sector base (formed now when not given).
 pub(crate) fn resolve(
     map: &PartialMap<'_>,
     subject: &Subject,
-    engine: &EngineRef,
+    spec: &AttributedSpec,
 ) -> Result<(AttributedParams, Vec<(DeviceId, u32)>), MapError> {
     use crate::engine::attributed::{ATTRIBUTED_VNODES_MAX, TOLERANCE_PERCENT_MAX, vnode_count};
-    let EngineRef::Attributed {
+    let AttributedSpec {
         throttle_bytes,
         sector_size,
         zone_type,
@@ -21,10 +43,7 @@ pub(crate) fn resolve(
         bandwidth_tolerance_percent,
         sector_base,
         selection,
-    } = engine
-    else {
-        unreachable!("called for attributed pools only")
-    };
+    } = spec;
     let range = |field: &'static str, value: String, reason: &str| {
         MapError::new(
             subject.clone(),

@@ -387,7 +387,7 @@ fn device(id: u32, zones: u32) -> DeviceSpec {
 
 fn pool(distinct_zones: bool) -> PoolSpec {
     let mut pool = PoolSpec::crush(1, "hetero", 0, 3);
-    pool.engine = EngineRef::Attributed {
+    pool.engine = EngineRef::Attributed(crate::builder::AttributedSpec {
         throttle_bytes: Some(GIB),
         sector_size: Some(4),
         zone_type: None,
@@ -395,7 +395,7 @@ fn pool(distinct_zones: bool) -> PoolSpec {
         bandwidth_tolerance_percent: None,
         sector_base: None,
         selection: None,
-    };
+    });
     pool
 }
 
