@@ -1735,71 +1735,8 @@ fn build_pools(
         if pools.iter().any(|p| p.name == spec.name) {
             return Err(err(subject, Kind::DuplicateName));
         }
-        let range = |field: &'static str, value: u32, reason: String| {
-            err(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
-        };
-        if spec.size == 0 || spec.size as usize > REPLICAS_MAX {
-            return Err(range("size", spec.size, format!("between 1 and {REPLICAS_MAX}")));
-        }
-        let min_size = spec.min_size.unwrap_or(spec.size);
-        if min_size == 0 || min_size > spec.size {
-            return Err(range("min_size", min_size, format!("between 1 and size ({})", spec.size)));
-        }
-        if spec.pg_num > PG_NUM_MAX {
-            return Err(range("pg_num", spec.pg_num, format!("at most {PG_NUM_MAX}")));
-        }
-        let pgp_num = spec.pgp_num.unwrap_or(spec.pg_num);
-        if pgp_num > spec.pg_num || (spec.pg_num > 0 && pgp_num == 0) {
-            return Err(range(
-                "pgp_num",
-                pgp_num,
-                format!("between 1 and pg_num ({})", spec.pg_num),
-            ));
-        }
-        let mut sector_base = Vec::new();
-        let engine = match &spec.engine {
-            EngineRef::Crush(CrushSpec { rule }) => {
-                if spec.pg_num == 0 {
-                    return Err(range(
-                        "pg_num",
-                        0,
-                        "a crush pool needs at least one placement group".to_string(),
-                    ));
-                }
-                let rule = match rule {
-                    Some(RuleRef::Id(id)) => rules.iter().find(|r| r.id == *id),
-                    Some(RuleRef::Name(name)) => rules.iter().find(|r| &r.name == name),
-                    None => rules.first(),
-                }
-                .ok_or_else(|| {
-                    let name = match rule {
-                        Some(RuleRef::Id(id)) => id.to_string(),
-                        Some(RuleRef::Name(name)) => name.clone(),
-                        None => "(none: the map has no rules; add one)".to_string(),
-                    };
-                    err(subject.clone(), Kind::UnknownReference { what: "rule", name })
-                })?;
-                crate::engine::crush::check_rule_capacity(map, rule, spec)?;
-                EngineSpec::Crush { rule: rule.id }
-            }
-            EngineRef::Ring(RingSpec { vnode_bytes, failure_domain }) => {
-                EngineSpec::Ring(crate::engine::ring::resolve_params(
-                    map,
-                    &subject,
-                    *vnode_bytes,
-                    failure_domain.as_deref(),
-                )?)
-            }
-            EngineRef::Attributed(attributed) => {
-                let (params, base) =
-                    crate::engine::attributed::spec::resolve(map, &subject, attributed)?;
-                sector_base = base;
-                EngineSpec::Attributed(params)
-            }
-            EngineRef::Elastic(ElasticSpec { primaries, scale }) => EngineSpec::Elastic(
-                crate::engine::elastic::resolve_params(&subject, *primaries, *scale, servers)?,
-            ),
-        };
+        let (min_size, pgp_num) = check_pool_sizes(&subject, spec)?;
+        let (engine, sector_base) = resolve_engine(map, rules, spec, &subject, servers)?;
         spec.choice.validate(spec.pg_num).map_err(|error| {
             err(
                 subject.clone(),
@@ -1834,6 +1771,88 @@ fn build_pools(
     }
     pools.sort_by_key(|p| p.id);
     Ok((pools, auto, incremental))
+}
+
+/// A pool's size, min_size, pg_num and pgp_num in range; returns (min_size, pgp_num) with
+/// their defaults.
+fn check_pool_sizes(subject: &Subject, spec: &PoolSpec) -> Result<(u32, u32), MapError> {
+    let range = |field: &'static str, value: u32, reason: String| {
+        err(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
+    };
+    if spec.size == 0 || spec.size as usize > REPLICAS_MAX {
+        return Err(range("size", spec.size, format!("between 1 and {REPLICAS_MAX}")));
+    }
+    let min_size = spec.min_size.unwrap_or(spec.size);
+    if min_size == 0 || min_size > spec.size {
+        return Err(range("min_size", min_size, format!("between 1 and size ({})", spec.size)));
+    }
+    if spec.pg_num > PG_NUM_MAX {
+        return Err(range("pg_num", spec.pg_num, format!("at most {PG_NUM_MAX}")));
+    }
+    let pgp_num = spec.pgp_num.unwrap_or(spec.pg_num);
+    if pgp_num > spec.pg_num || (spec.pg_num > 0 && pgp_num == 0) {
+        return Err(range("pgp_num", pgp_num, format!("between 1 and pg_num ({})", spec.pg_num)));
+    }
+    Ok((min_size, pgp_num))
+}
+
+/// A pool's engine, resolved by its engine's checks (and, for `attributed`, its sector
+/// base).
+fn resolve_engine(
+    map: &PartialMap<'_>,
+    rules: &[Rule],
+    spec: &PoolSpec,
+    subject: &Subject,
+    servers: usize,
+) -> Result<(EngineSpec, Vec<(DeviceId, u32)>), MapError> {
+    let range = |field: &'static str, value: u32, reason: String| {
+        err(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
+    };
+    let mut sector_base = Vec::new();
+    let engine = match &spec.engine {
+        EngineRef::Crush(CrushSpec { rule }) => {
+            if spec.pg_num == 0 {
+                return Err(range(
+                    "pg_num",
+                    0,
+                    "a crush pool needs at least one placement group".to_string(),
+                ));
+            }
+            let rule = match rule {
+                Some(RuleRef::Id(id)) => rules.iter().find(|r| r.id == *id),
+                Some(RuleRef::Name(name)) => rules.iter().find(|r| &r.name == name),
+                None => rules.first(),
+            }
+            .ok_or_else(|| {
+                let name = match rule {
+                    Some(RuleRef::Id(id)) => id.to_string(),
+                    Some(RuleRef::Name(name)) => name.clone(),
+                    None => "(none: the map has no rules; add one)".to_string(),
+                };
+                err(subject.clone(), Kind::UnknownReference { what: "rule", name })
+            })?;
+            crate::engine::crush::check_rule_capacity(map, rule, spec)?;
+            EngineSpec::Crush { rule: rule.id }
+        }
+        EngineRef::Ring(RingSpec { vnode_bytes, failure_domain }) => {
+            EngineSpec::Ring(crate::engine::ring::resolve_params(
+                map,
+                subject,
+                *vnode_bytes,
+                failure_domain.as_deref(),
+            )?)
+        }
+        EngineRef::Attributed(attributed) => {
+            let (params, base) =
+                crate::engine::attributed::spec::resolve(map, subject, attributed)?;
+            sector_base = base;
+            EngineSpec::Attributed(params)
+        }
+        EngineRef::Elastic(ElasticSpec { primaries, scale }) => EngineSpec::Elastic(
+            crate::engine::elastic::resolve_params(subject, *primaries, *scale, servers)?,
+        ),
+    };
+    Ok((engine, sector_base))
 }
 
 /// The value of the choice setting an error is about, as a map file writes it.

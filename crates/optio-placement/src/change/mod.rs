@@ -106,15 +106,7 @@ impl ClusterMap {
             MapChange::AddDevice(spec) => add_device(self, &mut builder, spec)?,
             MapChange::RemoveDevice(device) => remove_device(self, &mut builder, *device)?,
             MapChange::SetWeight { device, weight } => {
-                let item = ItemId::from(*device);
-                device_spec(self, &mut builder, *device)?.weight = Some(*weight);
-                for bucket in &mut builder.buckets {
-                    for (child, child_weight) in &mut bucket.items {
-                        if *child == ItemRef::Id(item) {
-                            *child_weight = Some(*weight);
-                        }
-                    }
-                }
+                set_weight(self, &mut builder, *device, *weight)?
             }
             MapChange::SetReweight { device, reweight } => {
                 device_spec(self, &mut builder, *device)?.reweight = *reweight;
@@ -144,31 +136,8 @@ impl ClusterMap {
                 }
             }
             MapChange::SetActive(active) => push_version(self, &mut builder, active.clone())?,
-            MapChange::Activate(devices) | MapChange::Deactivate(devices) => {
-                let activate = matches!(change, MapChange::Activate(_));
-                let membership = membership(self)?;
-                let current = membership.current();
-                let mut active = membership.active_devices(current);
-                for device in devices {
-                    if !membership.order.contains(device) {
-                        return Err(unknown_server(self, *device));
-                    }
-                    if activate && !active.contains(device) {
-                        active.push(*device);
-                    }
-                    if !activate {
-                        active.retain(|d| d != device);
-                    }
-                }
-                let spec = if active.len() == membership.order.len() {
-                    ActiveSpec::All
-                } else {
-                    ActiveSpec::Devices(
-                        active.iter().map(|d| ItemRef::Id(ItemId::from(*d))).collect(),
-                    )
-                };
-                push_version(self, &mut builder, spec)?;
-            }
+            MapChange::Activate(devices) => set_active(self, &mut builder, devices, true)?,
+            MapChange::Deactivate(devices) => set_active(self, &mut builder, devices, false)?,
             MapChange::PruneVersions => {
                 let spec = builder.membership.as_mut().ok_or_else(|| no_membership(self))?;
                 let last = spec.versions.pop();
@@ -177,6 +146,54 @@ impl ClusterMap {
         }
         builder.build()
     }
+}
+
+/// A new membership version: the current one with `devices` made active (or inactive).
+fn set_active(
+    map: &ClusterMap,
+    builder: &mut ClusterMapBuilder,
+    devices: &[DeviceId],
+    activate: bool,
+) -> Result<(), MapError> {
+    let membership = membership(map)?;
+    let current = membership.current();
+    let mut active = membership.active_devices(current);
+    for device in devices {
+        if !membership.order.contains(device) {
+            return Err(unknown_server(map, *device));
+        }
+        if activate && !active.contains(device) {
+            active.push(*device);
+        }
+        if !activate {
+            active.retain(|d| d != device);
+        }
+    }
+    let spec = if active.len() == membership.order.len() {
+        ActiveSpec::All
+    } else {
+        ActiveSpec::Devices(active.iter().map(|d| ItemRef::Id(ItemId::from(*d))).collect())
+    };
+    push_version(map, builder, spec)
+}
+
+/// A device's CRUSH weight, in its bucket too.
+fn set_weight(
+    map: &ClusterMap,
+    builder: &mut ClusterMapBuilder,
+    device: DeviceId,
+    weight: Weight,
+) -> Result<(), MapError> {
+    let item = ItemId::from(device);
+    device_spec(map, builder, device)?.weight = Some(weight);
+    for bucket in &mut builder.buckets {
+        for (child, child_weight) in &mut bucket.items {
+            if *child == ItemRef::Id(item) {
+                *child_weight = Some(weight);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn device_spec<'a>(

@@ -169,6 +169,28 @@ pub(crate) fn check_pool_balance(
             return Ok(balance);
         }
     };
+    if let Some(value) = checked_linear_param(map, rule, wanted, &bad)? {
+        balance.linear_param = value;
+    }
+    check_balance_state(wanted, &bad)?;
+    if wanted.balanced.is_on() {
+        check_balanced(rule.expect("crush pools have a rule"), spec, &bad)?;
+    }
+    Ok(balance)
+}
+
+/// The error maker of [`check_pool_balance`]: an out-of-range value of a pool field.
+type Bad<'a> = dyn Fn(&'static str, String, String) -> MapError + 'a;
+
+/// The `linear` balance parameter as given: `None` for the default (1.0), else the value;
+/// refused below 1.0, and anywhere the rule reaches no linear bucket. (`auto` is `None` here:
+/// the tuning sets it once the map is valid.)
+fn checked_linear_param(
+    map: &PartialMap<'_>,
+    rule: Option<&Rule>,
+    wanted: &PoolBalanceSpec,
+    bad: &Bad<'_>,
+) -> Result<Option<u32>, MapError> {
     let reaches_linear = rule.is_some_and(|rule| rule_reaches_linear(map, rule));
     match wanted.linear_param {
         LinearParamSpec::Fixed(LINEAR_PARAM_ONE) => {}
@@ -191,10 +213,15 @@ pub(crate) fn check_pool_balance(
                 ));
             }
             if let LinearParamSpec::Fixed(value) = other {
-                balance.linear_param = value;
+                return Ok(Some(value));
             }
         }
     }
+    Ok(None)
+}
+
+/// A balance state is only for incremental pools, and must be consistent.
+fn check_balance_state(wanted: &PoolBalanceSpec, bad: &Bad<'_>) -> Result<(), MapError> {
     if let Some(state) = &wanted.state {
         if wanted.balanced != crate::map::BalanceMethod::Incremental {
             return Err(bad(
@@ -213,39 +240,44 @@ pub(crate) fn check_pool_balance(
             ));
         }
     }
-    if wanted.balanced.is_on() {
-        let value = match wanted.balanced {
-            crate::map::BalanceMethod::Incremental => "\"incremental\"",
-            _ => "true",
-        };
-        if wanted.linear_param != LinearParamSpec::Fixed(LINEAR_PARAM_ONE) {
-            return Err(bad(
-                "balance_param",
-                format!("{:?}", wanted.linear_param),
-                "a balanced pool does not use CRUSH's buckets, so the linear balance parameter means nothing; remove it".into(),
-            ));
-        }
-        let rule = rule.expect("crush pools have a rule");
-        if let Err(why) = crate::engine::balanced::rule_shape(rule, spec.size) {
-            return Err(bad(
-                "balanced",
-                value.into(),
-                format!("rule '{}' cannot be balanced: {why}", rule.name),
-            ));
-        }
-        let pgp_num = spec.pgp_num.unwrap_or(spec.pg_num);
-        if pgp_num > crate::engine::balanced::BALANCED_UNITS_MAX {
-            return Err(bad(
-                "pgp_num",
-                pgp_num.to_string(),
-                format!(
-                    "a balanced pool has at most {} placement groups",
-                    crate::engine::balanced::BALANCED_UNITS_MAX
-                ),
-            ));
-        }
+    Ok(())
+}
+
+/// A balanced pool: no linear parameter (it does not use CRUSH's buckets), a rule the
+/// balancer supports, and at most [`BALANCED_UNITS_MAX`](crate::engine::balanced::BALANCED_UNITS_MAX)
+/// placement units.
+fn check_balanced(rule: &Rule, spec: &PoolSpec, bad: &Bad<'_>) -> Result<(), MapError> {
+    let wanted = &spec.balance;
+    let value = match wanted.balanced {
+        crate::map::BalanceMethod::Incremental => "\"incremental\"",
+        _ => "true",
+    };
+    if wanted.linear_param != LinearParamSpec::Fixed(LINEAR_PARAM_ONE) {
+        return Err(bad(
+            "balance_param",
+            format!("{:?}", wanted.linear_param),
+            "a balanced pool does not use CRUSH's buckets, so the linear balance parameter means nothing; remove it".into(),
+        ));
     }
-    Ok(balance)
+    if let Err(why) = crate::engine::balanced::rule_shape(rule, spec.size) {
+        return Err(bad(
+            "balanced",
+            value.into(),
+            format!("rule '{}' cannot be balanced: {why}", rule.name),
+        ));
+    }
+    let pgp_num = spec.pgp_num.unwrap_or(spec.pg_num);
+    if pgp_num > crate::engine::balanced::BALANCED_UNITS_MAX {
+        return Err(bad(
+            "pgp_num",
+            pgp_num.to_string(),
+            format!(
+                "a balanced pool has at most {} placement groups",
+                crate::engine::balanced::BALANCED_UNITS_MAX
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Whether a bucket the rule takes, or one below it, is a linear bucket.

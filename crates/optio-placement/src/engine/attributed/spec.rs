@@ -1,7 +1,9 @@
 //! An `attributed` pool's spec, checked and resolved: its parameters with their defaults,
 //! and the sector base (formed now when the spec gives none).
 
-use super::{AttributedParams, SectorSelection};
+use super::{
+    ATTRIBUTED_VNODES_MAX, AttributedParams, SectorSelection, TOLERANCE_PERCENT_MAX, vnode_count,
+};
 use crate::builder::PartialMap;
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::{DeviceId, TypeId};
@@ -34,7 +36,6 @@ pub(crate) fn resolve(
     subject: &Subject,
     spec: &AttributedSpec,
 ) -> Result<(AttributedParams, Vec<(DeviceId, u32)>), MapError> {
-    use crate::engine::attributed::{ATTRIBUTED_VNODES_MAX, TOLERANCE_PERCENT_MAX, vnode_count};
     let AttributedSpec {
         throttle_bytes,
         sector_size,
@@ -90,37 +91,7 @@ pub(crate) fn resolve(
         None => map.type_by_name("zone").unwrap_or(TypeId(0)),
     };
     let base = match sector_base {
-        Some(base) => {
-            let mut base = base.clone();
-            base.sort_unstable();
-            for pair in base.windows(2) {
-                if pair[0].0 == pair[1].0 {
-                    return Err(range(
-                        "sector_base",
-                        format!("device {}", pair[0].0),
-                        "lists a device twice; keep one entry per device",
-                    ));
-                }
-            }
-            if let Some((device, count)) = base.iter().find(|(_, c)| {
-                *c == 0 || u64::from(*c) > crate::engine::ring::RING_VNODES_PER_DEVICE_MAX
-            }) {
-                return Err(range(
-                    "sector_base",
-                    format!("device {device}: {count} virtual nodes"),
-                    "each entry has 1 to 65536 virtual nodes",
-                ));
-            }
-            let has_capacity = map.devices().iter().any(|d| d.capacity_bytes > 0);
-            if base.is_empty() && has_capacity {
-                return Err(range(
-                    "sector_base",
-                    "[]".into(),
-                    "is empty, so the ring would have no sector boundaries; remove the key to form the sectors from the current devices",
-                ));
-            }
-            base
-        }
+        Some(base) => checked_sector_base(map, subject, base)?,
         None => map
             .devices()
             .iter()
@@ -128,7 +99,68 @@ pub(crate) fn resolve(
             .map(|d| (d.id, vnode_count(d.capacity_bytes, throttle_bytes)))
             .collect(),
     };
-    // Slots: the union of the base and the current devices' virtual nodes.
+    check_slot_count(map, subject, &base, throttle_bytes)?;
+    let params = AttributedParams {
+        throttle_bytes,
+        sector_size,
+        zone_type,
+        distinct_zones: *distinct_zones,
+        bandwidth_tolerance_percent: tolerance,
+        selection: selection.unwrap_or_default(),
+    };
+    Ok((params, base))
+}
+
+/// A sector base as given, sorted by device, checked: each device once, 1 to 65,536 virtual
+/// nodes each, and not empty while devices have capacity.
+fn checked_sector_base(
+    map: &PartialMap<'_>,
+    subject: &Subject,
+    base: &[(DeviceId, u32)],
+) -> Result<Vec<(DeviceId, u32)>, MapError> {
+    let range = |value: String, reason: &str| {
+        MapError::new(
+            subject.clone(),
+            Kind::OutOfRange { field: "sector_base", value, reason: reason.to_string() },
+        )
+    };
+    let mut base = base.to_vec();
+    base.sort_unstable();
+    for pair in base.windows(2) {
+        if pair[0].0 == pair[1].0 {
+            return Err(range(
+                format!("device {}", pair[0].0),
+                "lists a device twice; keep one entry per device",
+            ));
+        }
+    }
+    if let Some((device, count)) = base
+        .iter()
+        .find(|(_, c)| *c == 0 || u64::from(*c) > crate::engine::ring::RING_VNODES_PER_DEVICE_MAX)
+    {
+        return Err(range(
+            format!("device {device}: {count} virtual nodes"),
+            "each entry has 1 to 65536 virtual nodes",
+        ));
+    }
+    let has_capacity = map.devices().iter().any(|d| d.capacity_bytes > 0);
+    if base.is_empty() && has_capacity {
+        return Err(range(
+            "[]".into(),
+            "is empty, so the ring would have no sector boundaries; remove the key to form the sectors from the current devices",
+        ));
+    }
+    Ok(base)
+}
+
+/// Refuses a ring of more than [`ATTRIBUTED_VNODES_MAX`] slots: the union of the base's and the
+/// current devices' virtual nodes.
+fn check_slot_count(
+    map: &PartialMap<'_>,
+    subject: &Subject,
+    base: &[(DeviceId, u32)],
+    throttle_bytes: u64,
+) -> Result<(), MapError> {
     let mut slots: u64 = 0;
     for device in map.devices() {
         let current = if device.capacity_bytes > 0 {
@@ -139,7 +171,7 @@ pub(crate) fn resolve(
         let based = base.binary_search_by_key(&device.id, |(d, _)| *d).map_or(0, |i| base[i].1);
         slots += u64::from(current.max(based));
     }
-    for (device, count) in &base {
+    for (device, count) in base {
         if !map.has_device(*device) {
             slots += u64::from(*count);
         }
@@ -147,21 +179,16 @@ pub(crate) fn resolve(
     if slots > ATTRIBUTED_VNODES_MAX {
         let capacity: u128 = map.devices().iter().map(|d| u128::from(d.capacity_bytes)).sum();
         let suggested = capacity.div_ceil(u128::from(ATTRIBUTED_VNODES_MAX / 2)).max(1);
-        return Err(range(
-            "throttle (c_throttle)",
-            throttle_bytes.to_string(),
-            &format!(
-                "the ring would have {slots} virtual nodes, more than {ATTRIBUTED_VNODES_MAX}; raise the throttle to {suggested} bytes or more"
-            ),
+        return Err(MapError::new(
+            subject.clone(),
+            Kind::OutOfRange {
+                field: "throttle (c_throttle)",
+                value: throttle_bytes.to_string(),
+                reason: format!(
+                    "the ring would have {slots} virtual nodes, more than {ATTRIBUTED_VNODES_MAX}; raise the throttle to {suggested} bytes or more"
+                ),
+            },
         ));
     }
-    let params = AttributedParams {
-        throttle_bytes,
-        sector_size,
-        zone_type,
-        distinct_zones: *distinct_zones,
-        bandwidth_tolerance_percent: tolerance,
-        selection: selection.unwrap_or_default(),
-    };
-    Ok((params, base))
+    Ok(())
 }
