@@ -129,7 +129,7 @@ fn incremental(c: &mut Criterion) {
         builder.pools[0].balance.balanced = BalanceMethod::Incremental;
         let map = builder.build().expect("valid");
         let pool = map.pools()[0].clone();
-        let state = pool.balance_state.clone().expect("computed");
+        let state = pool.balance_state().cloned().expect("computed");
         // One OSD joins host 0: the map every edit builds, rebalanced from `state`.
         let mut grown = map.to_builder();
         grown.devices.push(DeviceSpec::new(map.max_devices()).at(&if racks > 0 {

@@ -637,7 +637,7 @@ impl ClusterMapBuilder {
                 pgp_num: Some(pool.pgp_num),
                 size: pool.size,
                 min_size: Some(pool.min_size),
-                engine: match pool.engine {
+                engine: match pool.engine_spec() {
                     EngineSpec::Crush { rule } => {
                         EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Id(rule)) })
                     }
@@ -654,7 +654,7 @@ impl ClusterMapBuilder {
                         zone_type: map.type_name(params.zone_type).map(str::to_string),
                         distinct_zones: params.distinct_zones,
                         bandwidth_tolerance_percent: Some(params.bandwidth_tolerance_percent),
-                        sector_base: Some(pool.sector_base.clone()),
+                        sector_base: Some(pool.sector_base().to_vec()),
                         selection: Some(params.selection),
                     }),
                     EngineSpec::Elastic(params) => EngineRef::Elastic(ElasticSpec {
@@ -665,8 +665,8 @@ impl ClusterMapBuilder {
                 hashpspool: pool.hashpspool,
                 choice: pool.choice,
                 balance: PoolBalanceSpec {
-                    state: pool.balance_state.clone(),
-                    ..PoolBalanceSpec::from(pool.balance)
+                    state: pool.balance_state().cloned(),
+                    ..PoolBalanceSpec::from(pool.balance())
                 },
             })
             .collect();
@@ -1761,16 +1761,46 @@ fn build_pools(
             pgp_num,
             size: spec.size,
             min_size,
-            engine,
+            engine: engine_params(engine, balance, sector_base),
             hashpspool: spec.hashpspool,
             choice: spec.choice,
-            balance,
-            sector_base,
-            balance_state: None,
         });
     }
     pools.sort_by_key(|p| p.id);
     Ok((pools, auto, incremental))
+}
+
+/// What a pool carries for its engine, from its resolved engine, balance settings and sector
+/// base (the incremental state is computed once the map is valid: `change::optimise`).
+fn engine_params(
+    engine: EngineSpec,
+    balance: PoolBalance,
+    sector_base: Vec<(DeviceId, u32)>,
+) -> crate::engine::EngineParams {
+    use crate::engine::EngineParams;
+    match engine {
+        EngineSpec::Crush { rule } if balance.balanced.is_on() => {
+            EngineParams::Balanced(crate::engine::balanced::BalancedParams {
+                rule,
+                pps: balance.pps,
+                method: balance.balanced,
+                state: None,
+            })
+        }
+        EngineSpec::Crush { rule } => EngineParams::Crush(crate::engine::crush::CrushParams {
+            rule,
+            pps: balance.pps,
+            linear_param: balance.linear_param,
+        }),
+        EngineSpec::Ring(params) => EngineParams::Ring(params),
+        EngineSpec::Attributed(params) => {
+            EngineParams::Attributed(crate::engine::attributed::AttributedPool {
+                params,
+                sector_base,
+            })
+        }
+        EngineSpec::Elastic(params) => EngineParams::Elastic(params),
+    }
 }
 
 /// A pool's size, min_size, pg_num and pgp_num in range; returns (min_size, pgp_num) with
@@ -1923,7 +1953,7 @@ fn build_membership(
 ) -> Result<Option<Membership>, MapError> {
     let elastic: Vec<(&Pool, u32)> = pools
         .iter()
-        .filter_map(|p| match p.engine {
+        .filter_map(|p| match p.engine_spec() {
             EngineSpec::Elastic(params) => Some((p, params.primaries)),
             _ => None,
         })

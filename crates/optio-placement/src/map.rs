@@ -533,23 +533,54 @@ pub struct Pool {
     pub size: u32,
     /// Replicas that must be written for a write to be acknowledged.
     pub min_size: u32,
-    /// The engine.
-    pub engine: EngineSpec,
+    /// The engine and everything it places by.
+    pub engine: crate::engine::EngineParams,
     /// Ceph's HASHPSPOOL flag: placement seeds hash the pool id (on for every modern pool).
     pub hashpspool: bool,
     /// Choices: candidates per object, the policy that picks one, the full threshold.
     pub choice: crate::choice::ChoiceSettings,
-    /// Optio's balance extensions (crush pools only).
-    pub balance: PoolBalance,
-    /// For `attributed` pools: the devices, with their virtual-node counts, whose virtual
-    /// nodes formed the sectors (sorted by device id). Devices added later merge into these
-    /// sectors; devices removed keep their places as marked, skipped slots. Empty for other
-    /// engines.
-    pub sector_base: Vec<(DeviceId, u32)>,
-    /// For incremental balanced pools ([`PoolBalance::incremental`]): the balancer's state,
-    /// computed by the map builder from the state it was given (the previous map's) and the
-    /// map; the placement depends on it. `None` for other pools.
-    pub balance_state: Option<crate::engine::balanced::incremental::BalanceState>,
+}
+
+impl Pool {
+    /// The engine and its core parameters (a balanced pool is a `crush` pool with its rule).
+    pub fn engine_spec(&self) -> EngineSpec {
+        self.engine.spec()
+    }
+
+    /// Optio's balance extensions, as map files write them (Ceph's defaults for the engines
+    /// other than `crush`).
+    pub fn balance(&self) -> PoolBalance {
+        match &self.engine {
+            crate::engine::EngineParams::Crush(crush) => PoolBalance {
+                pps: crush.pps,
+                linear_param: crush.linear_param,
+                balanced: BalanceMethod::Off,
+            },
+            crate::engine::EngineParams::Balanced(balanced) => PoolBalance {
+                pps: balanced.pps,
+                linear_param: LINEAR_PARAM_ONE,
+                balanced: balanced.method,
+            },
+            _ => PoolBalance::default(),
+        }
+    }
+
+    /// For `attributed` pools, the sector base (see
+    /// [`AttributedPool`](crate::engine::attributed::AttributedPool)); empty for the others.
+    pub fn sector_base(&self) -> &[(DeviceId, u32)] {
+        match &self.engine {
+            crate::engine::EngineParams::Attributed(attributed) => &attributed.sector_base,
+            _ => &[],
+        }
+    }
+
+    /// For incremental balanced pools, the balancer's state; `None` for the others.
+    pub fn balance_state(&self) -> Option<&crate::engine::balanced::incremental::BalanceState> {
+        match &self.engine {
+            crate::engine::EngineParams::Balanced(balanced) => balanced.state.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// Per-bucket alternative weights and ids for straw2 (Ceph's `choose_args`, "weight sets").

@@ -2,13 +2,14 @@
 
 use crate::crush::hash::hash32_2;
 use crate::crush::{CrushMap, CrushWork};
+use crate::engine::EngineParams;
 use crate::engine::attributed::{AttributedParams, AttributedRing};
 use crate::engine::balanced::table::BalancedTable;
 use crate::engine::crush::{CrushPool, DeviceTable};
 use crate::engine::elastic::{ElasticParams, ElasticRing};
 use crate::engine::ring::{Ring, RingParams};
 use crate::ids::{DeviceId, PoolId};
-use crate::map::{ClusterMap, EngineSpec, Pool};
+use crate::map::{ClusterMap, Pool};
 use crate::pg::{self, PgId};
 use crate::replica::ReplicaSet;
 
@@ -78,23 +79,21 @@ impl<'m> Engines<'m> {
         map: &'m ClusterMap,
         pool: &'m Pool,
     ) -> Result<PoolEngine, crate::MapError> {
-        Ok(match pool.engine {
-            EngineSpec::Crush { .. } if pool.balance.balanced.is_on() => {
-                PoolEngine::Balanced(BalancedTable::new(map, pool)?)
+        Ok(match &pool.engine {
+            EngineParams::Balanced(_) => PoolEngine::Balanced(BalancedTable::new(map, pool)?),
+            EngineParams::Crush(crush) => PoolEngine::Crush(CrushPool::new(map, pool, crush)),
+            EngineParams::Ring(params) => {
+                PoolEngine::Ring(shared(&mut self.rings, *params, || Ring::new(map, params)))
             }
-            EngineSpec::Crush { rule } => PoolEngine::Crush(CrushPool::new(map, pool, rule)),
-            EngineSpec::Ring(params) => {
-                PoolEngine::Ring(shared(&mut self.rings, params, || Ring::new(map, &params)))
-            }
-            EngineSpec::Attributed(params) => {
-                let base = pool.sector_base.as_slice();
+            EngineParams::Attributed(attributed) => {
+                let (params, base) = (attributed.params, attributed.sector_base.as_slice());
                 PoolEngine::Attributed(shared(&mut self.attributed, (params, base), || {
                     AttributedRing::new(map, &params, base)
                 }))
             }
-            EngineSpec::Elastic(params) => {
-                PoolEngine::Elastic(shared(&mut self.elastic, params, || {
-                    ElasticRing::new(map, &params)
+            EngineParams::Elastic(params) => {
+                PoolEngine::Elastic(shared(&mut self.elastic, *params, || {
+                    ElasticRing::new(map, params)
                 }))
             }
         })

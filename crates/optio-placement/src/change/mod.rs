@@ -98,7 +98,7 @@ impl ClusterMap {
             // rebalances from it; without it the pool would be balanced from scratch.
             debug_assert_eq!(
                 pool.balance.state.is_some(),
-                self.pool(pool.id).is_some_and(|p| p.balance_state.is_some()),
+                self.pool(pool.id).is_some_and(|p| p.balance_state().is_some()),
                 "the previous balance state is carried to the next map"
             );
         }
@@ -418,7 +418,7 @@ mod tests {
     #[test]
     fn changes_to_an_incremental_pool_move_within_one_and_a_half_times_the_minimum() {
         let map = incremental_map();
-        let state = map.pools()[0].balance_state.clone().expect("computed");
+        let state = map.pools()[0].balance_state().cloned().expect("computed");
         let changes = [
             MapChange::AddDevice(DeviceSpec::new(40).at(&[("host", "host1")])),
             MapChange::RemoveDevice(DeviceId(17)),
@@ -427,7 +427,7 @@ mod tests {
         ];
         for change in &changes {
             let next = map.apply(change, map.epoch()).expect("applies");
-            let next_state = next.pools()[0].balance_state.as_ref().expect("carried forward");
+            let next_state = next.pools()[0].balance_state().expect("carried forward");
             assert_ne!(next_state, &state, "{change:?}: the state follows the map");
             let (moved, minimum) = moved(&map, &next);
             assert!(minimum > 40.0, "{change:?}: minimum {minimum}");
@@ -445,7 +445,7 @@ mod tests {
             addr: Some("127.0.0.1:7000".into()),
         };
         let next = map.apply(&change, map.epoch()).expect("applies");
-        assert_eq!(next.pools()[0].balance_state.as_ref(), Some(&state));
+        assert_eq!(next.pools()[0].balance_state(), Some(&state));
         assert_eq!(moved(&map, &next).0, 0);
     }
 

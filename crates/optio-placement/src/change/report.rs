@@ -115,7 +115,7 @@ fn membership_change(old: &ClusterMap, new: &ClusterMap) -> MembershipChange {
         unaffected: new
             .pools()
             .iter()
-            .filter(|p| !matches!(p.engine, EngineSpec::Elastic(_)))
+            .filter(|p| !matches!(p.engine_spec(), EngineSpec::Elastic(_)))
             .map(|p| (p.name.clone(), p.engine.name()))
             .collect(),
     }

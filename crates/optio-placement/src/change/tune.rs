@@ -4,6 +4,7 @@
 //! then hands the valid map here.
 
 use crate::builder::IncrementalPools;
+use crate::engine::EngineParams;
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::PoolId;
 use crate::map::ClusterMap;
@@ -20,7 +21,9 @@ pub(crate) fn optimise(
     for id in auto_linear {
         let index = map.pools.iter().position(|p| p.id == *id).expect("built above");
         let tuning = super::linear::tune_linear_param(map, &map.pools[index]);
-        map.pools[index].balance.linear_param = tuning.param;
+        if let EngineParams::Crush(crush) = &mut map.pools[index].engine {
+            crush.linear_param = tuning.param;
+        }
     }
     // Incremental balanced pools: the state, from the one given (the previous map's) and
     // this map.
@@ -41,7 +44,9 @@ pub(crate) fn optimise(
                 },
             )
         })?;
-        map.pools[index].balance_state = Some(state);
+        if let EngineParams::Balanced(balanced) = &mut map.pools[index].engine {
+            balanced.state = Some(state);
+        }
     }
     Ok(())
 }

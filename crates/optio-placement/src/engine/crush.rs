@@ -11,9 +11,21 @@ use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::{BucketId, ITEM_NONE, ItemId, RuleId, TypeId, Weight};
 use crate::map::{
     BUCKETS_MAX, Bucket, BucketAlg, ClusterMap, EngineSpec, LINEAR_PARAM_ONE, Pool, PoolBalance,
-    Rule, RuleKind, Step,
+    PpsGenerator, Rule, RuleKind, Step,
 };
 use crate::replica::ReplicaSet;
+
+/// A crush pool's parameters: its rule and seed 002's extensions (Ceph's behaviour with pps
+/// [`PpsGenerator::Ceph`] and a linear parameter of [`LINEAR_PARAM_ONE`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CrushParams {
+    /// The rule.
+    pub rule: RuleId,
+    /// How PGs become CRUSH inputs.
+    pub pps: PpsGenerator,
+    /// The balance parameter of `linear` buckets, 16.16 fixed point, at least 1.0.
+    pub linear_param: u32,
+}
 
 /// A crush pool compiled: what its lookups pass to the mapper.
 #[derive(Clone, Debug)]
@@ -28,13 +40,14 @@ pub(crate) struct CrushPool {
 
 impl CrushPool {
     /// Compiles `pool`, placed by `rule`.
-    pub(crate) fn new(map: &ClusterMap, pool: &Pool, rule: RuleId) -> CrushPool {
+    pub(crate) fn new(map: &ClusterMap, pool: &Pool, params: &CrushParams) -> CrushPool {
+        let rule = params.rule;
         CrushPool {
             rule,
             erasure: map.rule(rule).is_some_and(|r| r.kind == RuleKind::Erasure),
             pool: i64::from(pool.id.0),
             size: pool.size as usize,
-            linear_param: pool.balance.linear_param,
+            linear_param: params.linear_param,
         }
     }
 

@@ -783,7 +783,7 @@ mod tests {
     }
 
     fn ring_of(map: &ClusterMap) -> ElasticRing {
-        let EngineSpec::Elastic(params) = map.pool(PoolId(1)).expect("pool").engine else {
+        let EngineSpec::Elastic(params) = map.pool(PoolId(1)).expect("pool").engine_spec() else {
             unreachable!("elastic")
         };
         ElasticRing::new(map, &params)

@@ -297,7 +297,8 @@ mod tests {
             failure_domain: failure_domain.map(String::from),
         });
         let map = builder.pool(pool).build().expect("valid map");
-        let crate::map::EngineSpec::Ring(params) = map.pool(PoolId(1)).expect("pool").engine else {
+        let crate::map::EngineSpec::Ring(params) = map.pool(PoolId(1)).expect("pool").engine_spec()
+        else {
             unreachable!("a ring pool")
         };
         let ring = Ring::new(&map, &params);

@@ -38,7 +38,7 @@ fn cluster(racks: u32, hosts: u32, osds: u32, pool: PoolSpec) -> ClusterMap {
 }
 
 fn state(map: &ClusterMap) -> &BalanceState {
-    map.pool(PoolId(1)).and_then(|p| p.balance_state.as_ref()).expect("the builder computed it")
+    map.pool(PoolId(1)).and_then(|p| p.balance_state()).expect("the builder computed it")
 }
 
 /// Every property of one map's placement; returns it.

@@ -46,7 +46,7 @@ fn the_search_beats_the_papers_numbers_and_is_stored_with_the_pool() {
     for (size, paper) in [(2, 6.50), (3, 5.17)] {
         let map = paper_cluster(size, LinearParamSpec::Auto);
         let pool = &map.pools()[0];
-        let param = pool.balance.linear_param;
+        let param = pool.balance().linear_param;
         assert!(param >= LINEAR_PARAM_ONE);
         let crush = CrushMap::new(&map);
         let sd = stdev(&pg_counts(&map, &crush, pool, param));
@@ -60,7 +60,7 @@ fn the_search_beats_the_papers_numbers_and_is_stored_with_the_pool() {
         let mut builder = map.to_builder();
         builder.devices[7].reweight = Weight(0x8000);
         let changed = builder.build().expect("valid");
-        assert_eq!(changed.pools()[0].balance.linear_param, param);
+        assert_eq!(changed.pools()[0].balance().linear_param, param);
         // Stock CRUSH on the same cluster spreads like random placement.
         let mut builder = ClusterMapBuilder::new();
         for id in 0..40u32 {

@@ -305,7 +305,7 @@ pub fn resize(args: ResizeArgs) -> Result<()> {
         let primaries = map
             .pools()
             .iter()
-            .filter_map(|p| match p.engine {
+            .filter_map(|p| match p.engine_spec() {
                 optio_placement::EngineSpec::Elastic(params) => Some(params.primaries),
                 _ => None,
             })

@@ -60,6 +60,18 @@ use crate::ids::{DeviceId, ItemId, TypeId};
 use crate::map::ClusterMap;
 use crate::replica::{REPLICAS_MAX, ReplicaSet};
 
+/// What an `attributed` pool carries: its parameters and its sector base — the devices, with
+/// their virtual-node counts, whose virtual nodes formed the sectors (sorted by device id).
+/// Devices added later merge into these sectors; devices removed keep their places as
+/// marked, skipped slots.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttributedPool {
+    /// The parameters.
+    pub params: AttributedParams,
+    /// The sector base.
+    pub sector_base: Vec<(DeviceId, u32)>,
+}
+
 /// How an `attributed` pool picks a device within a sector.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SectorSelection {

@@ -15,7 +15,7 @@ pub(crate) struct BalancedTable {
 impl BalancedTable {
     /// Computes the sets of `pool` (history-free or incremental, as the pool asks).
     pub(crate) fn new(map: &ClusterMap, pool: &Pool) -> Result<BalancedTable, MapError> {
-        let balanced = if pool.balance.balanced == BalanceMethod::Incremental {
+        let balanced = if pool.balance().balanced == BalanceMethod::Incremental {
             super::incremental::place(map, pool)
         } else {
             super::balance(map, pool)
