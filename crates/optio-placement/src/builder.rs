@@ -717,8 +717,9 @@ impl ClusterMapBuilder {
         }
     }
 
-    /// Validates everything and returns the map.
-    pub fn build(self) -> Result<ClusterMap, MapError> {
+    /// Validates everything and returns the valid map, with the pools whose parameters are
+    /// computed once it is valid ([`build`](Self::build), in `change/tune.rs`, computes them).
+    pub(crate) fn validate(self) -> Result<Validated, MapError> {
         let mut build = Build {
             types: Vec::new(),
             devices: Vec::new(),
@@ -768,7 +769,7 @@ impl ClusterMapBuilder {
         let membership = build_membership(&build, order, self.membership.as_ref(), &pools)?;
         check_tunables(&self.tunables)?;
         let Build { types, devices, device_slots, classes, .. } = build;
-        let mut map = ClusterMap {
+        let map = ClusterMap {
             epoch: self.epoch,
             types,
             devices,
@@ -783,9 +784,16 @@ impl ClusterMapBuilder {
             bucket_parent,
             membership,
         };
-        crate::change::optimise(&mut map, &auto_linear, incremental)?;
-        Ok(map)
+        Ok(Validated { map, auto_linear, incremental })
     }
+}
+
+/// A valid map and what remains to compute for it: the pools whose `linear` parameter is
+/// `auto`, and the incremental pools with the state to rebalance from.
+pub(crate) struct Validated {
+    pub(crate) map: ClusterMap,
+    pub(crate) auto_linear: Vec<PoolId>,
+    pub(crate) incremental: IncrementalPools,
 }
 
 impl ClusterMap {

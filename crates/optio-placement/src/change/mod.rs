@@ -10,7 +10,6 @@ mod report;
 mod tune;
 
 pub use report::{ChangeReport, MembershipChange, MovementSample, PoolMovement};
-pub(crate) use tune::optimise;
 
 use crate::builder::{ActiveSpec, ClusterMapBuilder, DeviceSpec, ItemRef, VersionSpec};
 use crate::error::{MapError, MapErrorKind, Subject};

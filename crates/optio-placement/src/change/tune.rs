@@ -1,17 +1,28 @@
 //! What a map computes once it is valid: seed 002's tuned `linear` parameter for the pools that
 //! ask for `auto`, and the incremental balanced pools' states (rebalanced from the previous
-//! map's). The builder validates; [`ClusterMapBuilder::build`](crate::ClusterMapBuilder::build)
-//! then hands the valid map here.
+//! map's). The builder validates; [`ClusterMapBuilder::build`] (defined here) then computes
+//! these for the valid map.
 
-use crate::builder::IncrementalPools;
+use crate::builder::{ClusterMapBuilder, IncrementalPools, Validated};
 use crate::engine::EngineParams;
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::PoolId;
 use crate::map::ClusterMap;
 
+impl ClusterMapBuilder {
+    /// Validates everything and returns the map: the builder validates
+    /// ([`validate`](ClusterMapBuilder::validate)), then the valid map gets what is computed
+    /// from it — `auto` linear parameters and incremental balance states ([`optimise`]).
+    pub fn build(self) -> Result<ClusterMap, MapError> {
+        let Validated { mut map, auto_linear, incremental } = self.validate()?;
+        optimise(&mut map, &auto_linear, incremental)?;
+        Ok(map)
+    }
+}
+
 /// Tunes the `linear` parameter of the pools `auto_linear` and computes the state of each
 /// incremental pool from the one given (the previous map's, or none: from scratch).
-pub(crate) fn optimise(
+fn optimise(
     map: &mut ClusterMap,
     auto_linear: &[PoolId],
     incremental: IncrementalPools,
