@@ -9,9 +9,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use optio_placement::change::linear::tune_linear_param;
 use optio_placement::engine::balanced::balance;
 use optio_placement::engine::balanced::incremental;
-use optio_placement::linear::tune_linear_param;
 use optio_placement::{
     BalanceMethod, BucketAlg, ClusterMap, ClusterMapBuilder, DeviceSpec, LinearParamSpec,
     Placement, PoolId, PoolSpec, PpsGenerator, ReplicaSet,
@@ -129,7 +129,7 @@ fn incremental(c: &mut Criterion) {
         builder.pools[0].balance.balanced = BalanceMethod::Incremental;
         let map = builder.build().expect("valid");
         let pool = map.pools()[0].clone();
-        let state = pool.balance_state.clone().expect("computed");
+        let state = pool.balance_state().cloned().expect("computed");
         // One OSD joins host 0: the map every edit builds, rebalanced from `state`.
         let mut grown = map.to_builder();
         grown.devices.push(DeviceSpec::new(map.max_devices()).at(&if racks > 0 {

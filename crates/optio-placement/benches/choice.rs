@@ -25,7 +25,7 @@ use optio_placement::choice::{
 };
 use optio_placement::{
     ChoiceSettings, ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, Placement, PolicySpec,
-    PoolSpec, ReplicaSet,
+    PoolSpec, ReplicaSet, RingSpec,
 };
 
 const NAMES: usize = 4096;
@@ -117,8 +117,10 @@ fn map() -> ClusterMap {
     let mut crush = PoolSpec::crush(1, "crush", 32768, 3);
     crush.choice = choice;
     let mut ring = PoolSpec::crush(2, "ring", 0, 3);
-    ring.engine =
-        EngineRef::Ring { vnode_bytes: Some(8 << 30), failure_domain: Some("host".into()) };
+    ring.engine = EngineRef::Ring(RingSpec {
+        vnode_bytes: Some(8 << 30),
+        failure_domain: Some("host".into()),
+    });
     ring.choice = choice;
     builder
         .replicated_rule(0, "replicated_rule", "default", "host")

@@ -12,8 +12,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use optio_placement::crush::hash::hash32_2;
 use optio_placement::crush::{CrushWork, Simd};
 use optio_placement::{
-    ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, Placement, PoolId, PoolSpec, ReplicaSet,
-    RuleId,
+    AttributedSpec, ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, Placement, PoolId,
+    PoolSpec, ReplicaSet, RingSpec, RuleId,
 };
 
 /// A map like `crushtool --build --num_osds N host straw2 H rack straw2 R root straw2 0`.
@@ -80,7 +80,10 @@ fn ring_map(devices: u32, vnodes: u64) -> ClusterMap {
     }
     builder
         .pool(PoolSpec {
-            engine: EngineRef::Ring { vnode_bytes: Some(vnode_bytes), failure_domain: None },
+            engine: EngineRef::Ring(RingSpec {
+                vnode_bytes: Some(vnode_bytes),
+                failure_domain: None,
+            }),
             ..PoolSpec::crush(1, "ring", 0, 3)
         })
         .build()
@@ -162,7 +165,7 @@ fn table1_map(nodes: u32) -> ClusterMap {
         builder = builder.device(device);
     }
     let mut attributed = PoolSpec::crush(1, "attributed", 0, 3);
-    attributed.engine = EngineRef::Attributed {
+    attributed.engine = EngineRef::Attributed(AttributedSpec {
         throttle_bytes: Some(GIB),
         sector_size: Some(4),
         zone_type: None,
@@ -170,15 +173,15 @@ fn table1_map(nodes: u32) -> ClusterMap {
         bandwidth_tolerance_percent: None,
         sector_base: None,
         selection: None,
-    };
+    });
     let mut ring = PoolSpec::crush(2, "ring", 0, 3);
     // 256 vnodes per HDD (the paper's CH had 256 per node; the ring weights by capacity).
-    ring.engine = EngineRef::Ring { vnode_bytes: Some(16 * GIB), failure_domain: None };
+    ring.engine = EngineRef::Ring(RingSpec { vnode_bytes: Some(16 * GIB), failure_domain: None });
     let mut elastic = PoolSpec::crush(3, "elastic", 0, 3);
     elastic.engine = EngineRef::elastic();
     // As many virtual nodes as attributed (1 GiB each), for a like-for-like lookup cost.
     let mut ring_1g = PoolSpec::crush(4, "ring_1g", 0, 3);
-    ring_1g.engine = EngineRef::Ring { vnode_bytes: Some(GIB), failure_domain: None };
+    ring_1g.engine = EngineRef::Ring(RingSpec { vnode_bytes: Some(GIB), failure_domain: None });
     builder.pool(attributed).pool(ring).pool(elastic).pool(ring_1g).build().expect("valid map")
 }
 

@@ -115,7 +115,7 @@ pub fn pool_load(
 /// down and zero-weight devices get 0.
 pub fn target_shares(map: &ClusterMap, pool: &Pool) -> Vec<f64> {
     let mut shares = vec![0.0; map.max_devices() as usize];
-    match pool.engine {
+    match pool.engine_spec() {
         EngineSpec::Crush { rule } => {
             let Some(rule) = map.rule(rule) else { return shares };
             for step in &rule.steps {
@@ -140,7 +140,7 @@ pub fn target_shares(map: &ClusterMap, pool: &Pool) -> Vec<f64> {
         }
         EngineSpec::Attributed(params) => {
             let ring =
-                crate::engine::attributed::AttributedRing::new(map, &params, &pool.sector_base);
+                crate::engine::attributed::AttributedRing::new(map, &params, pool.sector_base());
             for (device, share) in ring.expected_shares(pool.size as usize) {
                 shares[device.0 as usize] = share;
             }
@@ -228,7 +228,7 @@ pub fn movement(
     let devices = map_a.max_devices().max(map_b.max_devices()) as usize;
     let mut result = Movement { gained: vec![0; devices], ..Movement::default() };
     let positional = map_b
-        .rule(match pool_b.pool().engine {
+        .rule(match pool_b.pool().engine_spec() {
             EngineSpec::Crush { rule } => rule,
             _ => crate::ids::RuleId(u32::MAX),
         })

@@ -7,6 +7,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+pub use crate::engine::attributed::spec::AttributedSpec;
+pub use crate::engine::crush::CrushSpec;
+pub use crate::engine::elastic::ElasticSpec;
+pub use crate::engine::ring::RingSpec;
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::{BucketId, DeviceId, Epoch, ItemId, PoolId, RuleId, TypeId, Weight};
 use crate::map::*;
@@ -173,68 +177,30 @@ pub struct RuleSpec {
     pub steps: Vec<StepSpec>,
 }
 
-/// The engine of a pool to add, with names unresolved.
+/// The engine of a pool to add, with names unresolved: one spec per engine, each owned by
+/// its engine module.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EngineRef {
     /// CRUSH; the rule defaults to the map's only (or first) rule.
-    Crush {
-        /// The rule.
-        rule: Option<RuleRef>,
-    },
+    Crush(CrushSpec),
     /// Consistent hashing.
-    Ring {
-        /// Bytes per virtual node (default 8 GiB).
-        vnode_bytes: Option<u64>,
-        /// Failure domain type name (replicas in distinct buckets of this type).
-        failure_domain: Option<String>,
-    },
+    Ring(RingSpec),
     /// Attributed consistent hashing (see [`attributed`](crate::engine::attributed)).
-    Attributed {
-        /// c_throttle: bytes per virtual node (default 1 GiB).
-        throttle_bytes: Option<u64>,
-        /// s: virtual nodes per sector (default 4).
-        sector_size: Option<u32>,
-        /// The type whose buckets are zones (default `zone` when the map has that type, else
-        /// the device level: every device its own zone).
-        zone_type: Option<String>,
-        /// Replicas in distinct zones (default: distinct devices only).
-        distinct_zones: bool,
-        /// Bandwidths within this many percent are equal (default 10).
-        bandwidth_tolerance_percent: Option<u32>,
-        /// Devices (by id) and virtual-node counts that formed the sectors; default: every
-        /// device of the map with capacity, with ⌈capacity / c_throttle⌉ (the sectors are
-        /// formed now). Keep it when editing a map, or every sector re-forms.
-        sector_base: Option<Vec<(DeviceId, u32)>>,
-        /// How a device is picked within a sector (default: the paper's strategies).
-        selection: Option<SectorSelection>,
-    },
+    Attributed(AttributedSpec),
     /// Elastic consistent hashing (see [`elastic`](crate::engine::elastic)).
-    Elastic {
-        /// p: number of primaries (default ⌈n / e²⌉ for the n ranked servers).
-        primaries: Option<u32>,
-        /// B of the equal-work layout (default [`ELASTIC_SCALE_DEFAULT`](crate::engine::elastic::ELASTIC_SCALE_DEFAULT)).
-        scale: Option<u32>,
-    },
+    Elastic(ElasticSpec),
 }
 
 impl EngineRef {
     /// An attributed engine with every parameter at its default.
     pub fn attributed() -> EngineRef {
-        EngineRef::Attributed {
-            throttle_bytes: None,
-            sector_size: None,
-            zone_type: None,
-            distinct_zones: false,
-            bandwidth_tolerance_percent: None,
-            sector_base: None,
-            selection: None,
-        }
+        EngineRef::Attributed(AttributedSpec::default())
     }
 
     /// An elastic engine with every parameter at its default.
     pub fn elastic() -> EngineRef {
-        EngineRef::Elastic { primaries: None, scale: None }
+        EngineRef::Elastic(ElasticSpec::default())
     }
 }
 
@@ -299,7 +265,7 @@ pub enum LinearParamSpec {
     /// This value (16.16 fixed point, at least 1.0 = [`LINEAR_PARAM_ONE`]).
     Fixed(u32),
     /// Chosen when the map is built by seed 002's adaptive search
-    /// ([`crate::linear::tune_linear_param`]) and stored with the pool.
+    /// ([`crate::change::linear::tune_linear_param`]) and stored with the pool.
     Auto,
 }
 
@@ -344,7 +310,7 @@ impl PoolSpec {
             pgp_num: None,
             size,
             min_size: None,
-            engine: EngineRef::Crush { rule: None },
+            engine: EngineRef::Crush(CrushSpec { rule: None }),
             hashpspool: true,
             choice: crate::choice::ChoiceSettings::default(),
             balance: PoolBalanceSpec::default(),
@@ -671,36 +637,36 @@ impl ClusterMapBuilder {
                 pgp_num: Some(pool.pgp_num),
                 size: pool.size,
                 min_size: Some(pool.min_size),
-                engine: match pool.engine {
+                engine: match pool.engine_spec() {
                     EngineSpec::Crush { rule } => {
-                        EngineRef::Crush { rule: Some(RuleRef::Id(rule)) }
+                        EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Id(rule)) })
                     }
-                    EngineSpec::Ring(params) => EngineRef::Ring {
+                    EngineSpec::Ring(params) => EngineRef::Ring(RingSpec {
                         vnode_bytes: Some(params.vnode_bytes),
                         failure_domain: params
                             .failure_domain
                             .and_then(|t| map.type_name(t))
                             .map(str::to_string),
-                    },
-                    EngineSpec::Attributed(params) => EngineRef::Attributed {
+                    }),
+                    EngineSpec::Attributed(params) => EngineRef::Attributed(AttributedSpec {
                         throttle_bytes: Some(params.throttle_bytes),
                         sector_size: Some(params.sector_size),
                         zone_type: map.type_name(params.zone_type).map(str::to_string),
                         distinct_zones: params.distinct_zones,
                         bandwidth_tolerance_percent: Some(params.bandwidth_tolerance_percent),
-                        sector_base: Some(pool.sector_base.clone()),
+                        sector_base: Some(pool.sector_base().to_vec()),
                         selection: Some(params.selection),
-                    },
-                    EngineSpec::Elastic(params) => EngineRef::Elastic {
+                    }),
+                    EngineSpec::Elastic(params) => EngineRef::Elastic(ElasticSpec {
                         primaries: Some(params.primaries),
                         scale: Some(params.scale),
-                    },
+                    }),
                 },
                 hashpspool: pool.hashpspool,
                 choice: pool.choice,
                 balance: PoolBalanceSpec {
-                    state: pool.balance_state.clone(),
-                    ..PoolBalanceSpec::from(pool.balance)
+                    state: pool.balance_state().cloned(),
+                    ..PoolBalanceSpec::from(pool.balance())
                 },
             })
             .collect();
@@ -751,8 +717,9 @@ impl ClusterMapBuilder {
         }
     }
 
-    /// Validates everything and returns the map.
-    pub fn build(self) -> Result<ClusterMap, MapError> {
+    /// Validates everything and returns the valid map, with the pools whose parameters are
+    /// computed once it is valid ([`build`](Self::build), in `change/tune.rs`, computes them).
+    pub(crate) fn validate(self) -> Result<Validated, MapError> {
         let mut build = Build {
             types: Vec::new(),
             devices: Vec::new(),
@@ -802,7 +769,7 @@ impl ClusterMapBuilder {
         let membership = build_membership(&build, order, self.membership.as_ref(), &pools)?;
         check_tunables(&self.tunables)?;
         let Build { types, devices, device_slots, classes, .. } = build;
-        let mut map = ClusterMap {
+        let map = ClusterMap {
             epoch: self.epoch,
             types,
             devices,
@@ -817,35 +784,22 @@ impl ClusterMapBuilder {
             bucket_parent,
             membership,
         };
-        // Seed 002's adaptive search, for pools that asked for it; the result is stored with
-        // the pool, so that later maps keep it.
-        for id in auto_linear {
-            let index = map.pools.iter().position(|p| p.id == id).expect("built above");
-            let tuning = crate::linear::tune_linear_param(&map, &map.pools[index]);
-            map.pools[index].balance.linear_param = tuning.param;
-        }
-        // Incremental balanced pools: the state, from the one given (the previous map's) and
-        // this map.
-        for (id, previous) in incremental {
-            let index = map.pools.iter().position(|p| p.id == id).expect("built above");
-            let (state, _) = crate::engine::balanced::incremental::rebalance(
-                &map,
-                &map.pools[index],
-                previous.as_ref(),
-            )
-            .map_err(|error| {
-                err(
-                    Subject::Pool(map.pools[index].name.clone()),
-                    Kind::OutOfRange {
-                        field: "balanced",
-                        value: "\"incremental\"".into(),
-                        reason: error.to_string(),
-                    },
-                )
-            })?;
-            map.pools[index].balance_state = Some(state);
-        }
-        Ok(map)
+        Ok(Validated { map, auto_linear, incremental })
+    }
+}
+
+/// A valid map and what remains to compute for it: the pools whose `linear` parameter is
+/// `auto`, and the incremental pools with the state to rebalance from.
+pub(crate) struct Validated {
+    pub(crate) map: ClusterMap,
+    pub(crate) auto_linear: Vec<PoolId>,
+    pub(crate) incremental: IncrementalPools,
+}
+
+impl ClusterMap {
+    /// A builder holding this map's contents, to derive a changed map from.
+    pub fn to_builder(&self) -> ClusterMapBuilder {
+        ClusterMapBuilder::from_map(self)
     }
 }
 
@@ -1536,14 +1490,15 @@ fn clone_for_class(
     Ok((id, weight))
 }
 
-/// Read access to a map under construction, for rules and pools.
-struct PartialMap<'a> {
+/// Read access to a map under construction, for rules and pools (and the engines' checks).
+pub(crate) struct PartialMap<'a> {
     build: &'a Build,
     buckets: &'a [Option<Bucket>],
 }
 
 impl PartialMap<'_> {
-    fn bucket(&self, id: BucketId) -> Option<&Bucket> {
+    /// The bucket with this id.
+    pub(crate) fn bucket(&self, id: BucketId) -> Option<&Bucket> {
         self.buckets.get(id.index())?.as_ref()
     }
 
@@ -1565,7 +1520,8 @@ impl PartialMap<'_> {
         })
     }
 
-    fn type_id(&self, subject: &Subject, name: &str) -> Result<TypeId, MapError> {
+    /// The type named `name`, or an unknown-reference error about `subject`.
+    pub(crate) fn type_id(&self, subject: &Subject, name: &str) -> Result<TypeId, MapError> {
         self.build.type_by_name(name).ok_or_else(|| {
             err(subject.clone(), Kind::UnknownReference { what: "type", name: name.to_string() })
         })
@@ -1578,7 +1534,23 @@ impl PartialMap<'_> {
         }
     }
 
-    fn device_weight(&self, id: i32) -> Weight {
+    /// The type named `name`, if any.
+    pub(crate) fn type_by_name(&self, name: &str) -> Option<TypeId> {
+        self.build.type_by_name(name)
+    }
+
+    /// The devices, by id.
+    pub(crate) fn devices(&self) -> &[Device] {
+        &self.build.devices
+    }
+
+    /// Whether the map has a device with this id.
+    pub(crate) fn has_device(&self, id: DeviceId) -> bool {
+        self.build.device_slots.get(id.0 as usize).is_some_and(|s| *s != u32::MAX)
+    }
+
+    /// The CRUSH weight of device `id` (zero for a missing device).
+    pub(crate) fn device_weight(&self, id: i32) -> Weight {
         self.build
             .device_slots
             .get(id as usize)
@@ -1742,7 +1714,8 @@ fn build_choose_args(
 }
 
 /// The incremental balanced pools, each with the state it was given.
-type IncrementalPools = Vec<(PoolId, Option<crate::engine::balanced::incremental::BalanceState>)>;
+pub(crate) type IncrementalPools =
+    Vec<(PoolId, Option<crate::engine::balanced::incremental::BalanceState>)>;
 
 /// The pools, the ids of those whose `linear` balance parameter is to be searched for, and the
 /// incremental balanced pools (whose state is computed once the map is built).
@@ -1770,81 +1743,8 @@ fn build_pools(
         if pools.iter().any(|p| p.name == spec.name) {
             return Err(err(subject, Kind::DuplicateName));
         }
-        let range = |field: &'static str, value: u32, reason: String| {
-            err(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
-        };
-        if spec.size == 0 || spec.size as usize > REPLICAS_MAX {
-            return Err(range("size", spec.size, format!("between 1 and {REPLICAS_MAX}")));
-        }
-        let min_size = spec.min_size.unwrap_or(spec.size);
-        if min_size == 0 || min_size > spec.size {
-            return Err(range("min_size", min_size, format!("between 1 and size ({})", spec.size)));
-        }
-        if spec.pg_num > PG_NUM_MAX {
-            return Err(range("pg_num", spec.pg_num, format!("at most {PG_NUM_MAX}")));
-        }
-        let pgp_num = spec.pgp_num.unwrap_or(spec.pg_num);
-        if pgp_num > spec.pg_num || (spec.pg_num > 0 && pgp_num == 0) {
-            return Err(range(
-                "pgp_num",
-                pgp_num,
-                format!("between 1 and pg_num ({})", spec.pg_num),
-            ));
-        }
-        let mut sector_base = Vec::new();
-        let engine = match &spec.engine {
-            EngineRef::Crush { rule } => {
-                if spec.pg_num == 0 {
-                    return Err(range(
-                        "pg_num",
-                        0,
-                        "a crush pool needs at least one placement group".to_string(),
-                    ));
-                }
-                let rule = match rule {
-                    Some(RuleRef::Id(id)) => rules.iter().find(|r| r.id == *id),
-                    Some(RuleRef::Name(name)) => rules.iter().find(|r| &r.name == name),
-                    None => rules.first(),
-                }
-                .ok_or_else(|| {
-                    let name = match rule {
-                        Some(RuleRef::Id(id)) => id.to_string(),
-                        Some(RuleRef::Name(name)) => name.clone(),
-                        None => "(none: the map has no rules; add one)".to_string(),
-                    };
-                    err(subject.clone(), Kind::UnknownReference { what: "rule", name })
-                })?;
-                check_rule_capacity(map, rule, spec)?;
-                EngineSpec::Crush { rule: rule.id }
-            }
-            EngineRef::Ring { vnode_bytes, failure_domain } => {
-                let vnode_bytes = vnode_bytes.unwrap_or(RingParams::default().vnode_bytes);
-                if vnode_bytes == 0 {
-                    return Err(err(
-                        subject,
-                        Kind::OutOfRange {
-                            field: "vnode_bytes",
-                            value: "0".into(),
-                            reason: "a virtual node must stand for at least one byte".into(),
-                        },
-                    ));
-                }
-                check_ring_size(&subject, &map.build.devices, vnode_bytes)?;
-                let failure_domain = match failure_domain {
-                    Some(name) => Some(map.type_id(&subject, name)?),
-                    None => None,
-                };
-                EngineSpec::Ring(RingParams { vnode_bytes, failure_domain })
-            }
-            EngineRef::Attributed { .. } => {
-                let (params, base) = resolve_attributed(map, &subject, &spec.engine)?;
-                sector_base = base;
-                EngineSpec::Attributed(params)
-            }
-            EngineRef::Elastic { primaries, scale } => {
-                EngineSpec::Elastic(resolve_elastic(&subject, *primaries, *scale, servers)?)
-            }
-        };
+        let (min_size, pgp_num) = check_pool_sizes(&subject, spec)?;
+        let (engine, sector_base) = resolve_engine(map, rules, spec, &subject, servers)?;
         spec.choice.validate(spec.pg_num).map_err(|error| {
             err(
                 subject.clone(),
@@ -1855,7 +1755,7 @@ fn build_pools(
                 },
             )
         })?;
-        let balance = check_pool_balance(map, rules, spec, &engine)?;
+        let balance = crate::engine::crush::check_pool_balance(map, rules, spec, &engine)?;
         if spec.balance.linear_param == LinearParamSpec::Auto {
             auto.push(spec.id);
         }
@@ -1869,149 +1769,128 @@ fn build_pools(
             pgp_num,
             size: spec.size,
             min_size,
-            engine,
+            engine: engine_params(engine, balance, sector_base),
             hashpspool: spec.hashpspool,
             choice: spec.choice,
-            balance,
-            sector_base,
-            balance_state: None,
         });
     }
     pools.sort_by_key(|p| p.id);
     Ok((pools, auto, incremental))
 }
 
-/// Checks a pool's Optio balance extensions: crush pools only; a `linear` balance parameter
-/// in range and only where the rule reaches a linear bucket; balanced placement only with a
-/// rule it supports (and then no linear parameter: it does not use CRUSH's buckets).
-fn check_pool_balance(
+/// What a pool carries for its engine, from its resolved engine, balance settings and sector
+/// base (the incremental state is computed once the map is valid: `change::optimise`).
+fn engine_params(
+    engine: EngineSpec,
+    balance: PoolBalance,
+    sector_base: Vec<(DeviceId, u32)>,
+) -> crate::engine::EngineParams {
+    use crate::engine::EngineParams;
+    match engine {
+        EngineSpec::Crush { rule } if balance.balanced.is_on() => {
+            EngineParams::Balanced(crate::engine::balanced::BalancedParams {
+                rule,
+                pps: balance.pps,
+                method: balance.balanced,
+                state: None,
+            })
+        }
+        EngineSpec::Crush { rule } => EngineParams::Crush(crate::engine::crush::CrushParams {
+            rule,
+            pps: balance.pps,
+            linear_param: balance.linear_param,
+        }),
+        EngineSpec::Ring(params) => EngineParams::Ring(params),
+        EngineSpec::Attributed(params) => {
+            EngineParams::Attributed(crate::engine::attributed::AttributedPool {
+                params,
+                sector_base,
+            })
+        }
+        EngineSpec::Elastic(params) => EngineParams::Elastic(params),
+    }
+}
+
+/// A pool's size, min_size, pg_num and pgp_num in range; returns (min_size, pgp_num) with
+/// their defaults.
+fn check_pool_sizes(subject: &Subject, spec: &PoolSpec) -> Result<(u32, u32), MapError> {
+    let range = |field: &'static str, value: u32, reason: String| {
+        err(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
+    };
+    if spec.size == 0 || spec.size as usize > REPLICAS_MAX {
+        return Err(range("size", spec.size, format!("between 1 and {REPLICAS_MAX}")));
+    }
+    let min_size = spec.min_size.unwrap_or(spec.size);
+    if min_size == 0 || min_size > spec.size {
+        return Err(range("min_size", min_size, format!("between 1 and size ({})", spec.size)));
+    }
+    if spec.pg_num > PG_NUM_MAX {
+        return Err(range("pg_num", spec.pg_num, format!("at most {PG_NUM_MAX}")));
+    }
+    let pgp_num = spec.pgp_num.unwrap_or(spec.pg_num);
+    if pgp_num > spec.pg_num || (spec.pg_num > 0 && pgp_num == 0) {
+        return Err(range("pgp_num", pgp_num, format!("between 1 and pg_num ({})", spec.pg_num)));
+    }
+    Ok((min_size, pgp_num))
+}
+
+/// A pool's engine, resolved by its engine's checks (and, for `attributed`, its sector
+/// base).
+fn resolve_engine(
     map: &PartialMap<'_>,
     rules: &[Rule],
     spec: &PoolSpec,
-    engine: &EngineSpec,
-) -> Result<PoolBalance, MapError> {
-    let wanted = &spec.balance;
-    let mut balance =
-        PoolBalance { pps: wanted.pps, linear_param: LINEAR_PARAM_ONE, balanced: wanted.balanced };
-    let subject = Subject::Pool(spec.name.clone());
-    let bad = |field: &'static str, value: String, reason: String| {
-        err(subject.clone(), Kind::OutOfRange { field, value, reason })
+    subject: &Subject,
+    servers: usize,
+) -> Result<(EngineSpec, Vec<(DeviceId, u32)>), MapError> {
+    let range = |field: &'static str, value: u32, reason: String| {
+        err(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
     };
-    let rule = match engine {
-        EngineSpec::Crush { rule } => rules.iter().find(|r| r.id == *rule),
-        _ => {
-            if *wanted != PoolBalanceSpec::default() {
-                return Err(bad(
-                    "pps/balance_param/balanced",
-                    format!("{wanted:?}"),
-                    "Optio's balance settings apply to crush pools only; remove them or set engine = \"crush\"".into(),
+    let mut sector_base = Vec::new();
+    let engine = match &spec.engine {
+        EngineRef::Crush(CrushSpec { rule }) => {
+            if spec.pg_num == 0 {
+                return Err(range(
+                    "pg_num",
+                    0,
+                    "a crush pool needs at least one placement group".to_string(),
                 ));
             }
-            return Ok(balance);
+            let rule = match rule {
+                Some(RuleRef::Id(id)) => rules.iter().find(|r| r.id == *id),
+                Some(RuleRef::Name(name)) => rules.iter().find(|r| &r.name == name),
+                None => rules.first(),
+            }
+            .ok_or_else(|| {
+                let name = match rule {
+                    Some(RuleRef::Id(id)) => id.to_string(),
+                    Some(RuleRef::Name(name)) => name.clone(),
+                    None => "(none: the map has no rules; add one)".to_string(),
+                };
+                err(subject.clone(), Kind::UnknownReference { what: "rule", name })
+            })?;
+            crate::engine::crush::check_rule_capacity(map, rule, spec)?;
+            EngineSpec::Crush { rule: rule.id }
         }
+        EngineRef::Ring(RingSpec { vnode_bytes, failure_domain }) => {
+            EngineSpec::Ring(crate::engine::ring::resolve_params(
+                map,
+                subject,
+                *vnode_bytes,
+                failure_domain.as_deref(),
+            )?)
+        }
+        EngineRef::Attributed(attributed) => {
+            let (params, base) =
+                crate::engine::attributed::spec::resolve(map, subject, attributed)?;
+            sector_base = base;
+            EngineSpec::Attributed(params)
+        }
+        EngineRef::Elastic(ElasticSpec { primaries, scale }) => EngineSpec::Elastic(
+            crate::engine::elastic::resolve_params(subject, *primaries, *scale, servers)?,
+        ),
     };
-    let reaches_linear = rule.is_some_and(|rule| rule_reaches_linear(map, rule));
-    match wanted.linear_param {
-        LinearParamSpec::Fixed(LINEAR_PARAM_ONE) => {}
-        LinearParamSpec::Fixed(value) if value < LINEAR_PARAM_ONE => {
-            return Err(bad(
-                "balance_param",
-                Weight(value).to_string(),
-                "at least 1.0 (a linear bucket divides the pps by it), or \"auto\" to search for the best".into(),
-            ));
-        }
-        other => {
-            if !reaches_linear {
-                return Err(bad(
-                    "balance_param",
-                    match other {
-                        LinearParamSpec::Fixed(value) => Weight(value).to_string(),
-                        LinearParamSpec::Auto => "auto".into(),
-                    },
-                    "it is the parameter of linear buckets (seed 002) and this pool's rule reaches none; remove it or make the hosts `alg = \"linear\"`".into(),
-                ));
-            }
-            if let LinearParamSpec::Fixed(value) = other {
-                balance.linear_param = value;
-            }
-        }
-    }
-    if let Some(state) = &wanted.state {
-        if wanted.balanced != crate::map::BalanceMethod::Incremental {
-            return Err(bad(
-                "balance_state",
-                format!("{} devices", state.devices.len()),
-                "only incremental balanced pools carry a balance state; remove it or set balanced = \"incremental\"".into(),
-            ));
-        }
-        if let Err(why) = state.check() {
-            return Err(bad(
-                "balance_state",
-                format!("{} devices", state.devices.len()),
-                format!(
-                    "{why}; the state is written by Optio: remove it to balance this pool from scratch"
-                ),
-            ));
-        }
-    }
-    if wanted.balanced.is_on() {
-        let value = match wanted.balanced {
-            crate::map::BalanceMethod::Incremental => "\"incremental\"",
-            _ => "true",
-        };
-        if wanted.linear_param != LinearParamSpec::Fixed(LINEAR_PARAM_ONE) {
-            return Err(bad(
-                "balance_param",
-                format!("{:?}", wanted.linear_param),
-                "a balanced pool does not use CRUSH's buckets, so the linear balance parameter means nothing; remove it".into(),
-            ));
-        }
-        let rule = rule.expect("crush pools have a rule");
-        if let Err(why) = crate::engine::balanced::rule_shape(rule, spec.size) {
-            return Err(bad(
-                "balanced",
-                value.into(),
-                format!("rule '{}' cannot be balanced: {why}", rule.name),
-            ));
-        }
-        let pgp_num = spec.pgp_num.unwrap_or(spec.pg_num);
-        if pgp_num > crate::engine::balanced::BALANCED_UNITS_MAX {
-            return Err(bad(
-                "pgp_num",
-                pgp_num.to_string(),
-                format!(
-                    "a balanced pool has at most {} placement groups",
-                    crate::engine::balanced::BALANCED_UNITS_MAX
-                ),
-            ));
-        }
-    }
-    Ok(balance)
-}
-
-/// Whether a bucket the rule takes, or one below it, is a linear bucket.
-fn rule_reaches_linear(map: &PartialMap<'_>, rule: &Rule) -> bool {
-    let mut stack: Vec<BucketId> = rule
-        .steps
-        .iter()
-        .filter_map(|step| match step {
-            Step::Take(item) => item.bucket(),
-            _ => None,
-        })
-        .collect();
-    let mut visited = 0usize;
-    while let Some(id) = stack.pop() {
-        visited += 1;
-        if visited > BUCKETS_MAX {
-            break;
-        }
-        let Some(bucket) = map.bucket(id) else { continue };
-        if bucket.alg == BucketAlg::Linear {
-            return true;
-        }
-        stack.extend(bucket.items.iter().filter_map(|item| item.bucket()));
-    }
-    false
+    Ok((engine, sector_base))
 }
 
 /// The value of the choice setting an error is about, as a map file writes it.
@@ -2033,209 +1912,6 @@ fn choice_value(
         }
         _ => settings.policy.to_string(),
     }
-}
-
-/// Resolves an attributed pool's parameters and its sector base (formed now when not given).
-fn resolve_attributed(
-    map: &PartialMap<'_>,
-    subject: &Subject,
-    engine: &EngineRef,
-) -> Result<(AttributedParams, Vec<(DeviceId, u32)>), MapError> {
-    use crate::engine::attributed::{ATTRIBUTED_VNODES_MAX, TOLERANCE_PERCENT_MAX, vnode_count};
-    let EngineRef::Attributed {
-        throttle_bytes,
-        sector_size,
-        zone_type,
-        distinct_zones,
-        bandwidth_tolerance_percent,
-        sector_base,
-        selection,
-    } = engine
-    else {
-        unreachable!("called for attributed pools only")
-    };
-    let range = |field: &'static str, value: String, reason: &str| {
-        err(subject.clone(), Kind::OutOfRange { field, value, reason: reason.to_string() })
-    };
-    let defaults = AttributedParams::default();
-    let throttle_bytes = throttle_bytes.unwrap_or(defaults.throttle_bytes);
-    if throttle_bytes == 0 {
-        return Err(range(
-            "throttle (c_throttle)",
-            "0".into(),
-            "a virtual node must stand for at least one byte; use e.g. throttle = \"1GiB\" (the default)",
-        ));
-    }
-    let sector_size = sector_size.unwrap_or(defaults.sector_size);
-    if sector_size == 0 {
-        return Err(range(
-            "sector_size (s)",
-            "0".into(),
-            "a sector holds at least one virtual node; use sector_size = 4 (the default) or more",
-        ));
-    }
-    if sector_size > crate::engine::attributed::SECTOR_SIZE_MAX {
-        return Err(range(
-            "sector_size (s)",
-            sector_size.to_string(),
-            &format!(
-                "at most {}; the paper uses 4 to 10",
-                crate::engine::attributed::SECTOR_SIZE_MAX
-            ),
-        ));
-    }
-    let tolerance = bandwidth_tolerance_percent.unwrap_or(defaults.bandwidth_tolerance_percent);
-    if tolerance > TOLERANCE_PERCENT_MAX {
-        return Err(range(
-            "bandwidth_tolerance",
-            tolerance.to_string(),
-            &format!("at most {TOLERANCE_PERCENT_MAX} (percent)"),
-        ));
-    }
-    let zone_type = match zone_type {
-        Some(name) => map.type_id(subject, name)?,
-        None => map.build.type_by_name("zone").unwrap_or(TypeId(0)),
-    };
-    let base = match sector_base {
-        Some(base) => {
-            let mut base = base.clone();
-            base.sort_unstable();
-            for pair in base.windows(2) {
-                if pair[0].0 == pair[1].0 {
-                    return Err(range(
-                        "sector_base",
-                        format!("device {}", pair[0].0),
-                        "lists a device twice; keep one entry per device",
-                    ));
-                }
-            }
-            if let Some((device, count)) = base.iter().find(|(_, c)| {
-                *c == 0 || u64::from(*c) > crate::engine::ring::RING_VNODES_PER_DEVICE_MAX
-            }) {
-                return Err(range(
-                    "sector_base",
-                    format!("device {device}: {count} virtual nodes"),
-                    "each entry has 1 to 65536 virtual nodes",
-                ));
-            }
-            let has_capacity = map.build.devices.iter().any(|d| d.capacity_bytes > 0);
-            if base.is_empty() && has_capacity {
-                return Err(range(
-                    "sector_base",
-                    "[]".into(),
-                    "is empty, so the ring would have no sector boundaries; remove the key to form the sectors from the current devices",
-                ));
-            }
-            base
-        }
-        None => map
-            .build
-            .devices
-            .iter()
-            .filter(|d| d.capacity_bytes > 0)
-            .map(|d| (d.id, vnode_count(d.capacity_bytes, throttle_bytes)))
-            .collect(),
-    };
-    // Slots: the union of the base and the current devices' virtual nodes.
-    let mut slots: u64 = 0;
-    for device in &map.build.devices {
-        let current = if device.capacity_bytes > 0 {
-            vnode_count(device.capacity_bytes, throttle_bytes)
-        } else {
-            0
-        };
-        let based = base.binary_search_by_key(&device.id, |(d, _)| *d).map_or(0, |i| base[i].1);
-        slots += u64::from(current.max(based));
-    }
-    for (device, count) in &base {
-        if map.build.device_slots.get(device.0 as usize).is_none_or(|s| *s == u32::MAX) {
-            slots += u64::from(*count);
-        }
-    }
-    if slots > ATTRIBUTED_VNODES_MAX {
-        let capacity: u128 = map.build.devices.iter().map(|d| u128::from(d.capacity_bytes)).sum();
-        let suggested = capacity.div_ceil(u128::from(ATTRIBUTED_VNODES_MAX / 2)).max(1);
-        return Err(range(
-            "throttle (c_throttle)",
-            throttle_bytes.to_string(),
-            &format!(
-                "the ring would have {slots} virtual nodes, more than {ATTRIBUTED_VNODES_MAX}; raise the throttle to {suggested} bytes or more"
-            ),
-        ));
-    }
-    let params = AttributedParams {
-        throttle_bytes,
-        sector_size,
-        zone_type,
-        distinct_zones: *distinct_zones,
-        bandwidth_tolerance_percent: tolerance,
-        selection: selection.unwrap_or_default(),
-    };
-    Ok((params, base))
-}
-
-/// Resolves an elastic pool's parameters for `servers` ranked servers.
-fn resolve_elastic(
-    subject: &Subject,
-    primaries: Option<u32>,
-    scale: Option<u32>,
-    servers: usize,
-) -> Result<ElasticParams, MapError> {
-    use crate::engine::elastic::{ELASTIC_SCALE_DEFAULT, ELASTIC_SCALE_MAX, ELASTIC_VNODES_MAX};
-    let range = |field: &'static str, value: u64, reason: String| {
-        err(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
-    };
-    if servers == 0 {
-        return Err(range(
-            "servers",
-            0,
-            "an elastic pool needs at least one device to rank; add devices".to_string(),
-        ));
-    }
-    let n = servers as u32;
-    let primaries = primaries.unwrap_or_else(|| crate::engine::elastic::default_primaries(n));
-    if primaries == 0 {
-        return Err(range(
-            "primaries (p)",
-            0,
-            format!(
-                "at least one server must be primary; use primaries = {} (⌈n/e²⌉, the default) or more",
-                crate::engine::elastic::default_primaries(n)
-            ),
-        ));
-    }
-    if primaries > n {
-        return Err(range(
-            "primaries (p)",
-            primaries.into(),
-            format!(
-                "p must not exceed the number of servers n = {n}; use primaries = {} (⌈n/e²⌉) or at most {n}",
-                crate::engine::elastic::default_primaries(n)
-            ),
-        ));
-    }
-    let scale = scale.unwrap_or(ELASTIC_SCALE_DEFAULT);
-    if scale == 0 || scale > ELASTIC_SCALE_MAX {
-        return Err(range(
-            "scale (B)",
-            scale.into(),
-            format!(
-                "between 1 and {ELASTIC_SCALE_MAX}; large values balance better (default {ELASTIC_SCALE_DEFAULT})"
-            ),
-        ));
-    }
-    let params = ElasticParams { primaries, scale };
-    let vnodes = crate::engine::elastic::total_vnodes(&params, n);
-    if vnodes > ELASTIC_VNODES_MAX {
-        return Err(range(
-            "scale (B)",
-            scale.into(),
-            format!(
-                "the ring would have {vnodes} virtual nodes, more than {ELASTIC_VNODES_MAX}; lower the scale"
-            ),
-        ));
-    }
-    Ok(params)
 }
 
 /// The rank order: the listed devices, then every other device by id.
@@ -2285,7 +1961,7 @@ fn build_membership(
 ) -> Result<Option<Membership>, MapError> {
     let elastic: Vec<(&Pool, u32)> = pools
         .iter()
-        .filter_map(|p| match p.engine {
+        .filter_map(|p| match p.engine_spec() {
             EngineSpec::Elastic(params) => Some((p, params.primaries)),
             _ => None,
         })
@@ -2389,150 +2065,6 @@ fn build_membership(
         }
     }
     Ok(Some(membership))
-}
-
-/// Refuses a ring that would hold more than [`RING_VNODES_MAX`](crate::engine::ring::RING_VNODES_MAX)
-/// virtual nodes (8 bytes each, plus the index): `vnode_bytes` too small for the capacity.
-fn check_ring_size(
-    subject: &Subject,
-    devices: &[Device],
-    vnode_bytes: u64,
-) -> Result<(), MapError> {
-    let vnodes: u64 = devices
-        .iter()
-        .filter(|d| d.is_in && d.weight.0 > 0 && d.reweight.0 > 0 && d.capacity_bytes > 0)
-        .map(|d| {
-            u64::from(crate::engine::ring::vnode_count(d.capacity_bytes, d.reweight.0, vnode_bytes))
-        })
-        .sum();
-    let max = crate::engine::ring::RING_VNODES_MAX;
-    if vnodes > max {
-        let capacity: u128 = devices.iter().map(|d| u128::from(d.capacity_bytes)).sum();
-        let suggested = capacity.div_ceil(u128::from(max / 2)).max(1);
-        return Err(err(
-            subject.clone(),
-            Kind::OutOfRange {
-                field: "vnode_bytes",
-                value: vnode_bytes.to_string(),
-                reason: format!(
-                    "the ring would have {vnodes} virtual nodes, more than {max}; raise vnode_bytes to {suggested} or more"
-                ),
-            },
-        ));
-    }
-    Ok(())
-}
-
-/// Upper bound on how many devices `rule` can return, from the weights alone (up/in states do
-/// not matter: a degraded cluster still has a valid map). Refuses pools larger than that.
-fn check_rule_capacity(map: &PartialMap<'_>, rule: &Rule, pool: &PoolSpec) -> Result<(), MapError> {
-    let result_max = i64::from(pool.size);
-    let mut emitted: i64 = 0;
-    // The working set: every item it may hold, and at most how many it holds.
-    let mut candidates: Vec<ItemId> = Vec::new();
-    let mut limit: i64 = 0;
-    for step in &rule.steps {
-        match *step {
-            Step::Take(item) => {
-                candidates = vec![item];
-                limit = 1;
-            }
-            Step::ChooseFirstn { num, type_id }
-            | Step::ChooseIndep { num, type_id }
-            | Step::ChooseleafFirstn { num, type_id }
-            | Step::ChooseleafIndep { num, type_id } => {
-                let n = if num > 0 { i64::from(num) } else { i64::from(num) + result_max };
-                let leaf =
-                    matches!(step, Step::ChooseleafFirstn { .. } | Step::ChooseleafIndep { .. });
-                let mut next = Vec::new();
-                let mut yields = Vec::new();
-                for item in &candidates {
-                    let Some(bucket) = item.bucket().and_then(|b| map.bucket(b)) else { continue };
-                    let mut found = Vec::new();
-                    collect_of_type(map, bucket, type_id, leaf, &mut found);
-                    yields.push(n.max(0).min(found.len() as i64));
-                    next.extend(found);
-                }
-                // Best case: the `limit` most productive candidates are the ones chosen.
-                yields.sort_unstable_by(|a, b| b.cmp(a));
-                limit = yields.iter().take(limit.max(0) as usize).sum::<i64>().min(result_max);
-                candidates = next;
-            }
-            Step::Emit => {
-                emitted += limit.min(candidates.len() as i64);
-                candidates.clear();
-                limit = 0;
-            }
-            _ => {}
-        }
-    }
-    let available = emitted.min(result_max);
-    if available < result_max {
-        let hint = if emitted == 0 {
-            "the rule emits nothing for this pool (check its take and emit steps, and that its buckets have weight)".to_string()
-        } else {
-            format!(
-                "lower the pool size to {available}, add failure domains, or choose a lower failure-domain type"
-            )
-        };
-        return Err(err(
-            Subject::Pool(pool.name.clone()),
-            Kind::RuleCannotSatisfy {
-                rule: rule.name.clone(),
-                needed: pool.size,
-                available: available as u32,
-                hint,
-            },
-        ));
-    }
-    Ok(())
-}
-
-/// Items of `type_id` below `bucket` that carry weight (for chooseleaf: that have a device
-/// with weight below them).
-fn collect_of_type(
-    map: &PartialMap<'_>,
-    bucket: &Bucket,
-    type_id: TypeId,
-    leaf: bool,
-    found: &mut Vec<ItemId>,
-) {
-    let mut stack = vec![bucket];
-    while let Some(bucket) = stack.pop() {
-        for (item, weight) in bucket.items.iter().zip(&bucket.weights) {
-            if weight.0 == 0 {
-                continue;
-            }
-            match item.bucket().and_then(|b| map.bucket(b)) {
-                Some(child)
-                    if child.type_id == type_id && (!leaf || has_weighted_device(map, child)) =>
-                {
-                    found.push(*item);
-                }
-                Some(child) => stack.push(child),
-                None if type_id == TypeId(0) && map.device_weight(item.0).0 > 0 => {
-                    found.push(*item)
-                }
-                None => {}
-            }
-        }
-    }
-}
-
-fn has_weighted_device(map: &PartialMap<'_>, bucket: &Bucket) -> bool {
-    let mut stack = vec![bucket];
-    while let Some(bucket) = stack.pop() {
-        for (item, weight) in bucket.items.iter().zip(&bucket.weights) {
-            if weight.0 == 0 {
-                continue;
-            }
-            match item.bucket().and_then(|b| map.bucket(b)) {
-                Some(child) => stack.push(child),
-                None => return true,
-            }
-        }
-    }
-    false
 }
 
 fn check_tunables(tunables: &Tunables) -> Result<(), MapError> {

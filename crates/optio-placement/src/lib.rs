@@ -19,7 +19,7 @@
 //! * [`choice`]: CHOICE's k candidate placements per object, device metrics, and the policies
 //!   that pick a candidate.
 //! * [`balanced`](engine::balanced): Optio's balanced placement, computed from the map alone (no exception
-//!   tables); [`linear`]: seed 002's optimised CRUSH (congruential pps, `linear` buckets and
+//!   tables); [`linear`](change::linear): seed 002's optimised CRUSH (congruential pps, `linear` buckets and
 //!   their adaptive balance parameter). Both are Optio extensions, **not Ceph-compatible**,
 //!   off unless a pool asks for them.
 //!
@@ -55,7 +55,6 @@ pub mod crush;
 pub mod engine;
 pub mod error;
 pub mod ids;
-pub mod linear;
 pub mod map;
 pub mod pg;
 pub mod placement;
@@ -64,11 +63,11 @@ pub mod stats;
 pub mod tunables;
 
 pub use builder::{
-    ActiveSpec, BucketSpec, ChooseArgSpec, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef,
-    LinearParamSpec, MembershipSpec, PoolBalanceSpec, PoolSpec, RuleRef, RuleSpec, StepSpec,
-    VersionSpec,
+    ActiveSpec, AttributedSpec, BucketSpec, ChooseArgSpec, ClusterMapBuilder, CrushSpec,
+    DeviceSpec, ElasticSpec, EngineRef, ItemRef, LinearParamSpec, MembershipSpec, PoolBalanceSpec,
+    PoolSpec, RingSpec, RuleRef, RuleSpec, StepSpec, VersionSpec,
 };
-pub use change::MapChange;
+pub use change::{ChangeReport, MapChange, MovementSample};
 pub use choice::{ChoiceSettings, PolicySpec};
 pub use error::{MapError, MapErrorKind, Subject};
 pub use ids::{BucketId, DeviceId, Epoch, ITEM_NONE, ItemId, PoolId, RuleId, TypeId, Weight};

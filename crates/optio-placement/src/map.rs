@@ -22,6 +22,9 @@ pub const RULE_STEPS_MAX: usize = 256;
 /// Most levels of buckets above a device (Ceph's default types have 11; the builder and the
 /// engines recurse over the hierarchy, so its depth is bounded).
 pub const HIERARCHY_DEPTH_MAX: usize = 256;
+pub use crate::engine::attributed::{AttributedParams, SectorSelection};
+pub use crate::engine::elastic::ElasticParams;
+pub use crate::engine::ring::RingParams;
 pub use crate::replica::REPLICAS_MAX;
 /// Most placement groups per pool.
 pub const PG_NUM_MAX: u32 = 1 << 24;
@@ -281,103 +284,6 @@ pub struct Rule {
     pub steps: Vec<Step>,
 }
 
-/// Parameters of the `ring` engine (consistent hashing with virtual nodes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RingParams {
-    /// Capacity one virtual node stands for; a device gets ⌈capacity / vnode_bytes⌉ vnodes
-    /// (at most [`RING_VNODES_PER_DEVICE_MAX`](crate::engine::ring::RING_VNODES_PER_DEVICE_MAX)).
-    pub vnode_bytes: u64,
-    /// Replicas go to distinct buckets of this type (e.g. zone) when set, else only to
-    /// distinct devices.
-    pub failure_domain: Option<TypeId>,
-}
-
-impl Default for RingParams {
-    fn default() -> RingParams {
-        RingParams { vnode_bytes: 8 << 30, failure_domain: None }
-    }
-}
-
-/// How an `attributed` pool picks a device within a sector.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SectorSelection {
-    /// The paper's strategies: `(h(x) + r·p) mod s` over the slots of homogeneous sectors, a
-    /// value in `[0, u)` over the bandwidth ranges of heterogeneous ones.
-    #[default]
-    Paper,
-    /// Optio's variant: rendezvous hashing over the slots of homogeneous sectors, and weighted
-    /// rendezvous (straw2's draw, weight = bandwidth) over the devices of heterogeneous ones —
-    /// the same distributions, but a sector that gains or loses a slot or a device moves only
-    /// the keys that slot or device takes or held.
-    Rendezvous,
-}
-
-impl SectorSelection {
-    /// The name used in map files.
-    pub fn name(self) -> &'static str {
-        match self {
-            SectorSelection::Paper => "paper",
-            SectorSelection::Rendezvous => "rendezvous",
-        }
-    }
-
-    /// Parses a name used in map files.
-    pub fn from_name(name: &str) -> Option<SectorSelection> {
-        match name {
-            "paper" => Some(SectorSelection::Paper),
-            "rendezvous" => Some(SectorSelection::Rendezvous),
-            _ => None,
-        }
-    }
-}
-
-/// Parameters of the `attributed` engine (attributed consistent hashing, Zhou, Chen & Wang,
-/// PACT'18; see [`attributed`](crate::engine::attributed)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AttributedParams {
-    /// c_throttle: the capacity one virtual node stands for; a device gets
-    /// ⌈capacity / throttle_bytes⌉ virtual nodes, 1 to 65,536.
-    pub throttle_bytes: u64,
-    /// s: virtual nodes per sector when the sectors are formed (at least 1).
-    pub sector_size: u32,
-    /// The location attribute: a device's zone is its ancestor of this type. Type 0 (the
-    /// device level), or a device without such an ancestor, makes the device its own zone.
-    pub zone_type: TypeId,
-    /// Replicas go to distinct zones (the pool asks for it); otherwise only to distinct
-    /// devices.
-    pub distinct_zones: bool,
-    /// Bandwidths within this many percent of each other count as equal when deciding whether
-    /// a sector is homogeneous.
-    pub bandwidth_tolerance_percent: u32,
-    /// How a device is picked within a sector.
-    pub selection: SectorSelection,
-}
-
-impl Default for AttributedParams {
-    fn default() -> AttributedParams {
-        AttributedParams {
-            throttle_bytes: 1 << 30,
-            sector_size: 4,
-            zone_type: TypeId(0),
-            distinct_zones: false,
-            bandwidth_tolerance_percent: 10,
-            selection: SectorSelection::Paper,
-        }
-    }
-}
-
-/// Parameters of the `elastic` engine (elastic consistent hashing, Xie & Chen; see
-/// [`elastic`](crate::engine::elastic)). Ranks and membership versions are the map's
-/// [`Membership`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ElasticParams {
-    /// p: the servers of ranks 1..=p are primaries (default ⌈n / e²⌉ when the pool is made).
-    pub primaries: u32,
-    /// B of the equal-work layout: each primary gets round(B / p) virtual nodes and the
-    /// secondary of rank i round(B / i) (at least 1).
-    pub scale: u32,
-}
-
 /// The placement engine of a pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -627,23 +533,54 @@ pub struct Pool {
     pub size: u32,
     /// Replicas that must be written for a write to be acknowledged.
     pub min_size: u32,
-    /// The engine.
-    pub engine: EngineSpec,
+    /// The engine and everything it places by.
+    pub engine: crate::engine::EngineParams,
     /// Ceph's HASHPSPOOL flag: placement seeds hash the pool id (on for every modern pool).
     pub hashpspool: bool,
     /// Choices: candidates per object, the policy that picks one, the full threshold.
     pub choice: crate::choice::ChoiceSettings,
-    /// Optio's balance extensions (crush pools only).
-    pub balance: PoolBalance,
-    /// For `attributed` pools: the devices, with their virtual-node counts, whose virtual
-    /// nodes formed the sectors (sorted by device id). Devices added later merge into these
-    /// sectors; devices removed keep their places as marked, skipped slots. Empty for other
-    /// engines.
-    pub sector_base: Vec<(DeviceId, u32)>,
-    /// For incremental balanced pools ([`PoolBalance::incremental`]): the balancer's state,
-    /// computed by the map builder from the state it was given (the previous map's) and the
-    /// map; the placement depends on it. `None` for other pools.
-    pub balance_state: Option<crate::engine::balanced::incremental::BalanceState>,
+}
+
+impl Pool {
+    /// The engine and its core parameters (a balanced pool is a `crush` pool with its rule).
+    pub fn engine_spec(&self) -> EngineSpec {
+        self.engine.spec()
+    }
+
+    /// Optio's balance extensions, as map files write them (Ceph's defaults for the engines
+    /// other than `crush`).
+    pub fn balance(&self) -> PoolBalance {
+        match &self.engine {
+            crate::engine::EngineParams::Crush(crush) => PoolBalance {
+                pps: crush.pps,
+                linear_param: crush.linear_param,
+                balanced: BalanceMethod::Off,
+            },
+            crate::engine::EngineParams::Balanced(balanced) => PoolBalance {
+                pps: balanced.pps,
+                linear_param: LINEAR_PARAM_ONE,
+                balanced: balanced.method,
+            },
+            _ => PoolBalance::default(),
+        }
+    }
+
+    /// For `attributed` pools, the sector base (see
+    /// [`AttributedPool`](crate::engine::attributed::AttributedPool)); empty for the others.
+    pub fn sector_base(&self) -> &[(DeviceId, u32)] {
+        match &self.engine {
+            crate::engine::EngineParams::Attributed(attributed) => &attributed.sector_base,
+            _ => &[],
+        }
+    }
+
+    /// For incremental balanced pools, the balancer's state; `None` for the others.
+    pub fn balance_state(&self) -> Option<&crate::engine::balanced::incremental::BalanceState> {
+        match &self.engine {
+            crate::engine::EngineParams::Balanced(balanced) => balanced.state.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// Per-bucket alternative weights and ids for straw2 (Ceph's `choose_args`, "weight sets").
@@ -878,10 +815,5 @@ impl ClusterMap {
             vector[device.id.0 as usize] = device.effective_reweight().0;
         }
         vector
-    }
-
-    /// A builder holding this map's contents, to derive a changed map from.
-    pub fn to_builder(&self) -> crate::builder::ClusterMapBuilder {
-        crate::builder::ClusterMapBuilder::from_map(self)
     }
 }

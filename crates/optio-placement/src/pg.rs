@@ -117,7 +117,7 @@ pub fn congruential_pps(pool: PoolId, seed: u32, pgp_num: u32) -> u32 {
 
 /// The CRUSH input of PG `seed` of `pool`, by the pool's generator.
 pub fn pool_pps(pool: &Pool, seed: u32) -> u32 {
-    match pool.balance.pps {
+    match pool.balance().pps {
         PpsGenerator::Ceph => pg_pps(pool.id, seed, pool.pgp_num, pool.hashpspool),
         PpsGenerator::Congruential => congruential_pps(pool.id, seed, pool.pgp_num),
     }

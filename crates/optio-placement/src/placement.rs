@@ -2,16 +2,19 @@
 
 use crate::crush::hash::hash32_2;
 use crate::crush::{CrushMap, CrushWork};
-use crate::engine::attributed::AttributedRing;
-use crate::engine::elastic::ElasticRing;
-use crate::engine::ring::Ring;
-use crate::ids::{DeviceId, ITEM_NONE, PoolId};
-use crate::map::{ClusterMap, EngineSpec, Pool, RuleKind};
+use crate::engine::EngineParams;
+use crate::engine::attributed::{AttributedParams, AttributedRing};
+use crate::engine::balanced::table::BalancedTable;
+use crate::engine::crush::{CrushPool, DeviceTable};
+use crate::engine::elastic::{ElasticParams, ElasticRing};
+use crate::engine::ring::{Ring, RingParams};
+use crate::ids::{DeviceId, PoolId};
+use crate::map::{ClusterMap, Pool};
 use crate::pg::{self, PgId};
 use crate::replica::ReplicaSet;
 
 /// What identifies a compiled attributed ring: its parameters and sector base.
-type AttributedKey<'m> = (crate::map::AttributedParams, &'m [(DeviceId, u32)]);
+type AttributedKey<'m> = (AttributedParams, &'m [(DeviceId, u32)]);
 
 /// Where an object lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,18 +27,14 @@ pub struct Location {
     pub devices: ReplicaSet,
 }
 
+/// A pool's compiled engine: its own compiled form, or an index into the placement's shared
+/// rings (pools with the same parameters share one).
 #[derive(Clone, Debug)]
 enum PoolEngine {
-    Crush {
-        rule: crate::ids::RuleId,
-        erasure: bool,
-    },
+    Crush(CrushPool),
+    /// Optio's balanced placement: the sets, computed once when the map is compiled.
+    Balanced(BalancedTable),
     Ring(usize),
-    /// Optio's balanced placement: `size` entries per placement unit (device ids, or
-    /// [`ITEM_NONE`] for a missing copy), computed once when the map is compiled.
-    Balanced {
-        members: Vec<i32>,
-    },
     Attributed(usize),
     Elastic(usize),
 }
@@ -44,16 +43,6 @@ enum PoolEngine {
 struct PoolInfo {
     pool: Pool,
     engine: PoolEngine,
-}
-
-/// Per-device state the post-processing of CRUSH results needs.
-#[derive(Clone, Debug, Default)]
-struct DeviceTable {
-    exists: Vec<bool>,
-    up: Vec<bool>,
-    primary_affinity: Vec<u32>,
-    reweights: Vec<u32>,
-    any_affinity: bool,
 }
 
 /// A cluster map compiled for placement lookups. Immutable; share it between threads.
@@ -75,103 +64,70 @@ pub struct Scratch {
     raw: Vec<i32>,
 }
 
+/// The shared compiled rings, each with the parameters it was compiled for.
+#[derive(Default)]
+struct Engines<'m> {
+    rings: Vec<(RingParams, Ring)>,
+    attributed: Vec<(AttributedKey<'m>, AttributedRing)>,
+    elastic: Vec<(ElasticParams, ElasticRing)>,
+}
+
+impl<'m> Engines<'m> {
+    /// Compiles the engine of `pool`; pools of equal ring parameters share a ring.
+    fn compile(
+        &mut self,
+        map: &'m ClusterMap,
+        pool: &'m Pool,
+    ) -> Result<PoolEngine, crate::MapError> {
+        Ok(match &pool.engine {
+            EngineParams::Balanced(_) => PoolEngine::Balanced(BalancedTable::new(map, pool)?),
+            EngineParams::Crush(crush) => PoolEngine::Crush(CrushPool::new(map, pool, crush)),
+            EngineParams::Ring(params) => {
+                PoolEngine::Ring(shared(&mut self.rings, *params, || Ring::new(map, params)))
+            }
+            EngineParams::Attributed(attributed) => {
+                let (params, base) = (attributed.params, attributed.sector_base.as_slice());
+                PoolEngine::Attributed(shared(&mut self.attributed, (params, base), || {
+                    AttributedRing::new(map, &params, base)
+                }))
+            }
+            EngineParams::Elastic(params) => {
+                PoolEngine::Elastic(shared(&mut self.elastic, *params, || {
+                    ElasticRing::new(map, params)
+                }))
+            }
+        })
+    }
+}
+
+/// The index of the entry for `key` in `list`, compiled by `make` and added when missing.
+fn shared<K: PartialEq, V>(list: &mut Vec<(K, V)>, key: K, make: impl FnOnce() -> V) -> usize {
+    match list.iter().position(|(k, _)| *k == key) {
+        Some(index) => index,
+        None => {
+            list.push((key, make()));
+            list.len() - 1
+        }
+    }
+}
+
 impl Placement {
     /// Compiles `map`. Never fails for a map the builder accepted; the `Result` is for engines
     /// whose parameters are checked at compile time.
     pub fn new(map: &ClusterMap) -> Result<Placement, crate::MapError> {
-        let crush = CrushMap::new(map);
-        let mut rings: Vec<(crate::map::RingParams, Ring)> = Vec::new();
-        let mut attributed: Vec<(AttributedKey<'_>, AttributedRing)> = Vec::new();
-        let mut elastic: Vec<(crate::map::ElasticParams, ElasticRing)> = Vec::new();
+        let mut engines = Engines::default();
         let mut pools = Vec::with_capacity(map.pools().len());
         for pool in map.pools() {
-            let engine = match pool.engine {
-                EngineSpec::Crush { .. } if pool.balance.balanced.is_on() => {
-                    let balanced =
-                        if pool.balance.balanced == crate::map::BalanceMethod::Incremental {
-                            crate::engine::balanced::incremental::place(map, pool)
-                        } else {
-                            crate::engine::balanced::balance(map, pool)
-                        };
-                    let balanced = balanced.map_err(|error| {
-                        crate::MapError::new(
-                            crate::Subject::Pool(pool.name.clone()),
-                            crate::MapErrorKind::Unsupported {
-                                feature: format!("balanced placement ({error})"),
-                                hint: "turn balanced placement off for this pool",
-                            },
-                        )
-                    })?;
-                    let size = pool.size as usize;
-                    let mut members = vec![ITEM_NONE; balanced.sets.len() * size];
-                    for (slots, set) in members.chunks_mut(size).zip(&balanced.sets) {
-                        for (slot, &device) in slots.iter_mut().zip(set.as_slice()) {
-                            *slot = device;
-                        }
-                    }
-                    PoolEngine::Balanced { members }
-                }
-                EngineSpec::Crush { rule } => {
-                    let erasure = map.rule(rule).is_some_and(|r| r.kind == RuleKind::Erasure);
-                    PoolEngine::Crush { rule, erasure }
-                }
-                EngineSpec::Ring(params) => {
-                    let index = match rings.iter().position(|(p, _)| *p == params) {
-                        Some(index) => index,
-                        None => {
-                            rings.push((params, Ring::new(map, &params)));
-                            rings.len() - 1
-                        }
-                    };
-                    PoolEngine::Ring(index)
-                }
-                EngineSpec::Attributed(params) => {
-                    let base = pool.sector_base.as_slice();
-                    let index = match attributed.iter().position(|(k, _)| *k == (params, base)) {
-                        Some(index) => index,
-                        None => {
-                            let ring = AttributedRing::new(map, &params, base);
-                            attributed.push(((params, base), ring));
-                            attributed.len() - 1
-                        }
-                    };
-                    PoolEngine::Attributed(index)
-                }
-                EngineSpec::Elastic(params) => {
-                    let index = match elastic.iter().position(|(p, _)| *p == params) {
-                        Some(index) => index,
-                        None => {
-                            elastic.push((params, ElasticRing::new(map, &params)));
-                            elastic.len() - 1
-                        }
-                    };
-                    PoolEngine::Elastic(index)
-                }
-            };
+            let engine = engines.compile(map, pool)?;
             pools.push(PoolInfo { pool: pool.clone(), engine });
         }
-        let max = map.max_devices() as usize;
-        let mut devices = DeviceTable {
-            exists: vec![false; max],
-            up: vec![false; max],
-            primary_affinity: vec![0x10000; max],
-            reweights: map.reweight_vector(),
-            any_affinity: false,
-        };
-        for device in map.devices() {
-            let i = device.id.0 as usize;
-            devices.exists[i] = true;
-            devices.up[i] = device.up;
-            devices.primary_affinity[i] = device.primary_affinity.0;
-            devices.any_affinity |= device.primary_affinity.0 < 0x10000;
-        }
         Ok(Placement {
-            crush,
-            rings: rings.into_iter().map(|(_, r)| r).collect(),
-            attributed: attributed.into_iter().map(|(_, r)| r).collect(),
-            elastic: elastic.into_iter().map(|(_, r)| r).collect(),
+            crush: CrushMap::new(map),
+            rings: engines.rings.into_iter().map(|(_, r)| r).collect(),
+            attributed: engines.attributed.into_iter().map(|(_, r)| r).collect(),
+            elastic: engines.elastic.into_iter().map(|(_, r)| r).collect(),
             pools,
-            devices,
+            devices: DeviceTable::new(map),
             epoch: map.epoch(),
         })
     }
@@ -239,7 +195,7 @@ impl<'a> PoolPlacement<'a> {
     pub fn pg_key(&self, seed: u32) -> u32 {
         let pool = &self.info.pool;
         match self.info.engine {
-            PoolEngine::Balanced { .. } => {
+            PoolEngine::Balanced(_) => {
                 pg::stable_mod(seed, pool.pgp_num, pg::pg_mask(pool.pgp_num))
             }
             _ => pg::pool_pps(pool, seed),
@@ -248,7 +204,7 @@ impl<'a> PoolPlacement<'a> {
 
     /// Whether the pool uses Optio's balanced placement.
     pub fn is_balanced(&self) -> bool {
-        matches!(self.info.engine, PoolEngine::Balanced { .. })
+        matches!(self.info.engine, PoolEngine::Balanced(_))
     }
 
     /// The engine input of an object: its PG's pps, or for object-level pools a hash of the
@@ -274,42 +230,23 @@ impl<'a> PoolPlacement<'a> {
     /// for erasure-coded ones — and primary affinity applied); for balanced pools the
     /// computed set of placement unit `key` (empty for a key beyond the pool's units).
     pub fn place(&self, key: u32, scratch: &mut Scratch, out: &mut ReplicaSet) {
+        let size = self.info.pool.size as usize;
+        let placement = self.placement;
         match &self.info.engine {
-            PoolEngine::Balanced { .. } => {
-                self.place_balanced(key, out);
-                let table = &self.placement.devices;
-                if table.any_affinity {
-                    apply_primary_affinity(table, key, false, out);
-                }
+            PoolEngine::Balanced(table) => {
+                table.place(key, out);
+                placement.devices.apply_primary_affinity(key, false, out);
             }
-            PoolEngine::Ring(index) => {
-                self.placement.rings[*index].place(key, self.info.pool.size as usize, out);
-            }
-            PoolEngine::Attributed(index) => {
-                self.placement.attributed[*index].place(key, self.info.pool.size as usize, out);
-            }
-            PoolEngine::Elastic(index) => {
-                self.placement.elastic[*index].place(key, self.info.pool.size as usize, out);
-            }
-            PoolEngine::Crush { rule, erasure } => {
-                self.place_raw_crush(*rule, key, scratch);
-                let table = &self.placement.devices;
-                out.clear();
-                for &item in &scratch.raw {
-                    let usable = item >= 0
-                        && item != ITEM_NONE
-                        && table.exists.get(item as usize).copied().unwrap_or(false)
-                        && table.up[item as usize];
-                    if usable {
-                        out.push(item);
-                    } else if *erasure {
-                        out.push(ITEM_NONE);
-                    }
-                }
-                if table.any_affinity {
-                    apply_primary_affinity(table, key, *erasure, out);
-                }
-            }
+            PoolEngine::Ring(index) => placement.rings[*index].place(key, size, out),
+            PoolEngine::Attributed(index) => placement.attributed[*index].place(key, size, out),
+            PoolEngine::Elastic(index) => placement.elastic[*index].place(key, size, out),
+            PoolEngine::Crush(pool) => pool.place(
+                &placement.crush,
+                &placement.devices,
+                key,
+                (&mut scratch.crush, &mut scratch.raw),
+                out,
+            ),
         }
     }
 
@@ -333,45 +270,34 @@ impl<'a> PoolPlacement<'a> {
     /// balanced pools, the computed set).
     pub fn place_raw(&self, key: u32, scratch: &mut Scratch, out: &mut ReplicaSet) {
         match &self.info.engine {
-            PoolEngine::Balanced { .. } => self.place_balanced(key, out),
+            PoolEngine::Balanced(table) => table.place(key, out),
             PoolEngine::Ring(_) | PoolEngine::Attributed(_) | PoolEngine::Elastic(_) => {
                 self.place(key, scratch, out);
             }
-            PoolEngine::Crush { rule, .. } => {
-                self.place_raw_crush(*rule, key, scratch);
-                out.set_from(&scratch.raw);
+            PoolEngine::Crush(pool) => {
+                let placement = self.placement;
+                let raw = &mut scratch.raw;
+                pool.place_raw(&placement.crush, &placement.devices, key, &mut scratch.crush, raw);
+                out.set_from(raw);
             }
         }
     }
 
-    fn place_raw_crush(&self, rule: crate::ids::RuleId, key: u32, scratch: &mut Scratch) {
-        let size = self.info.pool.size as usize;
-        scratch.raw.resize(size, 0);
-        let n = self.placement.crush.do_rule_linear(
-            rule,
-            key,
-            &mut scratch.raw,
-            &self.placement.devices.reweights,
-            self.placement.crush.choose_args_for_pool(i64::from(self.info.pool.id.0)),
-            self.info.pool.balance.linear_param,
-            &mut scratch.crush,
-        );
-        scratch.raw.truncate(n);
+    /// Whether the pool uses the `elastic` engine (membership versions, full power,
+    /// re-integration).
+    pub fn is_elastic(&self) -> bool {
+        matches!(self.info.engine, PoolEngine::Elastic(_))
     }
 
-    fn place_balanced(&self, key: u32, out: &mut ReplicaSet) {
-        out.clear();
-        let PoolEngine::Balanced { members } = &self.info.engine else { return };
-        let size = self.info.pool.size as usize;
-        let start = key as usize * size;
-        if let Some(slots) = members.get(start..start + size) {
-            for &device in slots.iter().filter(|&&d| d != ITEM_NONE) {
-                out.push(device);
-            }
-        }
+    /// The membership version numbers the pool places by, oldest first: those of the map's
+    /// membership for `elastic` pools, none for the other engines.
+    pub fn membership_versions(&self) -> impl Iterator<Item = u64> + 'a {
+        self.elastic().into_iter().flat_map(|ring| ring.versions())
     }
 
-    /// The ring of a `ring` pool.
+    /// The compiled ring of a `ring` pool, for engine-specific inspection (tests, benches,
+    /// analyses); placement callers use [`place`](Self::place) and the capabilities
+    /// ([`is_elastic`](Self::is_elastic), [`membership_versions`](Self::membership_versions)).
     pub fn ring(&self) -> Option<&'a Ring> {
         match self.info.engine {
             PoolEngine::Ring(index) => Some(&self.placement.rings[index]),
@@ -406,39 +332,6 @@ impl<'a> PoolPlacement<'a> {
                 false
             }
         }
-    }
-}
-
-/// Ceph's `_apply_primary_affinity`.
-fn apply_primary_affinity(table: &DeviceTable, pps: u32, erasure: bool, set: &mut ReplicaSet) {
-    let items = set.as_slice();
-    let any = items.iter().any(|&o| o != ITEM_NONE && table.primary_affinity[o as usize] < 0x10000);
-    if !any {
-        return;
-    }
-    let mut chosen: Option<usize> = None;
-    for (position, &osd) in items.iter().enumerate() {
-        if osd == ITEM_NONE {
-            continue;
-        }
-        let affinity = table.primary_affinity[osd as usize];
-        if affinity < 0x10000 && (hash32_2(pps, osd as u32) >> 16) >= affinity {
-            // Rejected; remember the first one as a fallback.
-            if chosen.is_none() {
-                chosen = Some(position);
-            }
-            continue;
-        }
-        chosen = Some(position);
-        break;
-    }
-    let Some(position) = chosen else { return };
-    if erasure {
-        // Shards keep their positions; only the primary changes.
-        set.set_primary_position(position);
-    } else {
-        // Replicas: the primary moves to the front, the others keep their order.
-        set.move_to_front(position);
     }
 }
 
@@ -480,7 +373,9 @@ mod primary_affinity_tests {
             ],
         };
         let mut ec_pool = PoolSpec::crush(2, "ec", 1024, 4);
-        ec_pool.engine = EngineRef::Crush { rule: Some(crate::builder::RuleRef::Id(RuleId(1))) };
+        ec_pool.engine = EngineRef::Crush(crate::builder::CrushSpec {
+            rule: Some(crate::builder::RuleRef::Id(RuleId(1))),
+        });
         builder
             .replicated_rule(0, "replicated", "default", "host")
             .rule(ec)

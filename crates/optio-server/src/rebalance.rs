@@ -376,7 +376,7 @@ impl Rebalancer {
                     continue;
                 }
                 let in_new = set.contains(me);
-                let elastic = pool.elastic().is_some();
+                let elastic = pool.is_elastic();
                 if elastic && !in_new && old_members.as_ref().is_none_or(|o| !o.contains(&device)) {
                     // Offloaded by an elastic resize: re-integration's, not rebalancing's.
                     continue;

@@ -9,11 +9,11 @@ use optio_placement::engine::balanced::incremental::{
     BalanceState, CLASSES, DOMAIN_PRICE_MAX, DeviceState, DomainState, PRICE_MAX, STATE_VERSION,
 };
 use optio_placement::{
-    ActiveSpec, BalanceMethod, BucketAlg, BucketId, BucketSpec, BucketType, ChooseArgSpec,
-    ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, Epoch, ItemId, ItemRef, LINEAR_PARAM_ONE,
-    LinearParamSpec, MembershipSpec, PoolBalanceSpec, PoolId, PoolSpec, PpsGenerator, RuleId,
-    RuleKind, RuleRef, RuleSpec, SectorSelection, StepSpec, Subject, Tunables, TunablesProfile,
-    TypeId, VersionSpec,
+    ActiveSpec, AttributedSpec, BalanceMethod, BucketAlg, BucketId, BucketSpec, BucketType,
+    ChooseArgSpec, ClusterMapBuilder, CrushSpec, DeviceId, DeviceSpec, ElasticSpec, EngineRef,
+    Epoch, ItemId, ItemRef, LINEAR_PARAM_ONE, LinearParamSpec, MembershipSpec, PoolBalanceSpec,
+    PoolId, PoolSpec, PpsGenerator, RingSpec, RuleId, RuleKind, RuleRef, RuleSpec, SectorSelection,
+    StepSpec, Subject, Tunables, TunablesProfile, TypeId, VersionSpec,
 };
 use toml::de::{DeTable, DeValue};
 
@@ -420,7 +420,7 @@ impl Reader<'_> {
             pgp_num: None,
             size,
             min_size: None,
-            engine: EngineRef::Crush { rule: None },
+            engine: EngineRef::Crush(CrushSpec { rule: None }),
             hashpspool: true,
             choice: ChoiceSettings::default(),
             balance: PoolBalanceSpec::default(),
@@ -562,7 +562,7 @@ impl Reader<'_> {
                 }),
                 None => None,
             };
-            EngineRef::Crush { rule }
+            EngineRef::Crush(CrushSpec { rule })
         } else {
             if rule.is_some() {
                 return Err(misplaced("rule", "crush"));
@@ -583,7 +583,7 @@ impl Reader<'_> {
                 Some(value) => Some(value.str(self.source)?.to_string()),
                 None => None,
             };
-            EngineRef::Ring { vnode_bytes, failure_domain }
+            EngineRef::Ring(RingSpec { vnode_bytes, failure_domain })
         };
         table.finish(self.source)?;
         Ok(pool)
@@ -652,8 +652,8 @@ impl Reader<'_> {
 
     /// An attributed pool's parameters from its keys.
     fn attributed_engine(&self, keys: &[(&str, Value<'_, '_>)]) -> Result<EngineRef, ParseError> {
-        let mut engine = EngineRef::attributed();
-        let EngineRef::Attributed {
+        let mut spec = AttributedSpec::default();
+        let AttributedSpec {
             throttle_bytes,
             sector_size,
             zone_type,
@@ -661,10 +661,7 @@ impl Reader<'_> {
             bandwidth_tolerance_percent,
             sector_base,
             selection,
-        } = &mut engine
-        else {
-            unreachable!("EngineRef::attributed() is attributed")
-        };
+        } = &mut spec;
         for (key, value) in keys {
             match *key {
                 "throttle" => *throttle_bytes = Some(self.bytes(value.clone())?),
@@ -703,7 +700,7 @@ impl Reader<'_> {
                 }
             }
         }
-        Ok(engine)
+        Ok(EngineRef::Attributed(spec))
     }
 
     /// `[pools.balance_state]`: an incremental balanced pool's state (written by Optio). Every
@@ -845,7 +842,7 @@ impl Reader<'_> {
                 _ => scale = Some(value.int(self.source, "1 to 4194304")?),
             }
         }
-        Ok(EngineRef::Elastic { primaries, scale })
+        Ok(EngineRef::Elastic(ElasticSpec { primaries, scale }))
     }
 
     /// `[membership]`: server ranks and versions.

@@ -138,13 +138,13 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
         if pool.min_size != pool.size {
             fields.push(("min_size".into(), pool.min_size.to_string()));
         }
-        if pool.pg_num != 0 || matches!(pool.engine, EngineSpec::Crush { .. }) {
+        if pool.pg_num != 0 || matches!(pool.engine_spec(), EngineSpec::Crush { .. }) {
             fields.push(("pg_num".into(), pool.pg_num.to_string()));
         }
         if pool.pgp_num != pool.pg_num {
             fields.push(("pgp_num".into(), pool.pgp_num.to_string()));
         }
-        match pool.engine {
+        match pool.engine_spec() {
             EngineSpec::Crush { rule } => {
                 let name =
                     map.rule(rule).map(|r| quote(&r.name)).unwrap_or_else(|| rule.to_string());
@@ -174,22 +174,22 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
             fields.push(("hashpspool".into(), "false".into()));
         }
         choice_fields(&pool.choice, &mut fields);
-        if pool.balance.pps != PpsGenerator::Ceph {
-            fields.push(("pps".into(), quote(pool.balance.pps.name())));
+        if pool.balance().pps != PpsGenerator::Ceph {
+            fields.push(("pps".into(), quote(pool.balance().pps.name())));
         }
-        if pool.balance.linear_param != LINEAR_PARAM_ONE {
+        if pool.balance().linear_param != LINEAR_PARAM_ONE {
             fields.push((
                 "balance_param".into(),
-                weight_to_decimal(Weight(pool.balance.linear_param)),
+                weight_to_decimal(Weight(pool.balance().linear_param)),
             ));
         }
-        match pool.balance.balanced {
+        match pool.balance().balanced {
             BalanceMethod::Off => {}
             BalanceMethod::HistoryFree => fields.push(("balanced".into(), "true".into())),
             BalanceMethod::Incremental => fields.push(("balanced".into(), quote("incremental"))),
         }
         write_table(&mut out, "[[pools]]", &fields);
-        if let Some(state) = &pool.balance_state {
+        if let Some(state) = &pool.balance_state() {
             write_balance_state(&mut out, state);
         }
     }
@@ -273,7 +273,7 @@ fn attributed_fields(
         fields.push(("selection".into(), quote(params.selection.name())));
     }
     let mut base = String::from("[");
-    for (n, (device, count)) in pool.sector_base.iter().enumerate() {
+    for (n, (device, count)) in pool.sector_base().iter().enumerate() {
         if n % 8 == 0 {
             base.push_str("\n    ");
         } else {
@@ -281,7 +281,7 @@ fn attributed_fields(
         }
         let _ = write!(base, "[{device}, {count}],");
     }
-    base.push_str(if pool.sector_base.is_empty() { "]" } else { "\n]" });
+    base.push_str(if pool.sector_base().is_empty() { "]" } else { "\n]" });
     fields.push(("sector_base".into(), base));
 }
 

@@ -44,11 +44,11 @@ fn settings_round_trip_through_toml() {
         assert_eq!(again, map, "{lines}\n{written}");
         let pool = &map.pools()[0];
         if lines.contains("congruential") {
-            assert_eq!(pool.balance.pps, PpsGenerator::Congruential);
+            assert_eq!(pool.balance().pps, PpsGenerator::Congruential);
             assert!(written.contains("pps = \"congruential\""), "{written}");
         }
         if lines.contains("balanced") {
-            assert_eq!(pool.balance.balanced, optio_placement::BalanceMethod::HistoryFree);
+            assert_eq!(pool.balance().balanced, optio_placement::BalanceMethod::HistoryFree);
             assert!(written.contains("balanced = true"), "{written}");
         }
         if alg == "linear" {
@@ -66,7 +66,7 @@ fn settings_round_trip_through_toml() {
     for key in ["pps", "balance_param", "balanced"] {
         assert!(!written.contains(key), "{key} in\n{written}");
     }
-    assert_eq!(plain.pools()[0].balance.linear_param, LINEAR_PARAM_ONE);
+    assert_eq!(plain.pools()[0].balance().linear_param, LINEAR_PARAM_ONE);
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn auto_is_searched_once_and_written_as_the_number_found() {
         "pps = \"congruential\"\nbalance_param = \"auto\"\n",
     ))
     .expect("valid");
-    let param = map.pools()[0].balance.linear_param;
+    let param = map.pools()[0].balance().linear_param;
     assert!(param >= LINEAR_PARAM_ONE);
     let written = optio_toml::write(&map);
     assert!(!written.contains("auto"), "{written}");
@@ -148,8 +148,8 @@ fn an_incremental_pool_and_its_state_round_trip_through_toml() {
     let map =
         optio_toml::parse(&map_text("straw2", "balanced = \"incremental\"\n")).expect("valid");
     let pool = &map.pools()[0];
-    assert_eq!(pool.balance.balanced, optio_placement::BalanceMethod::Incremental);
-    let state = pool.balance_state.as_ref().expect("the builder computed the state");
+    assert_eq!(pool.balance().balanced, optio_placement::BalanceMethod::Incremental);
+    let state = pool.balance_state().expect("the builder computed the state");
     assert_eq!((state.units, state.size, state.devices.len(), state.domains.len()), (128, 2, 8, 4));
     let written = optio_toml::write(&map);
     assert!(written.contains("balanced = \"incremental\""), "{written}");
@@ -166,7 +166,7 @@ fn an_incremental_pool_and_its_state_round_trip_through_toml() {
         optio_placement::DeviceSpec::new(8).at(&[("host", "h1")]),
     );
     let grown = map.apply(&change, map.epoch()).expect("adds");
-    assert_ne!(grown.pools()[0].balance_state, map.pools()[0].balance_state);
+    assert_ne!(grown.pools()[0].balance_state(), map.pools()[0].balance_state());
     let written = optio_toml::write(&grown);
     let again = optio_toml::parse(&written).unwrap_or_else(|e| panic!("{e}\n{written}"));
     assert_eq!(again, grown, "{written}");

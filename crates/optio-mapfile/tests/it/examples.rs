@@ -38,7 +38,7 @@ fn small_example_has_three_zones_and_two_engines() {
         map.devices().iter().all(|d| d.capacity_bytes == 4 << 40 && d.bandwidth_mb_per_s == 250)
     );
     assert!(
-        matches!(map.pools()[1].engine, EngineSpec::Ring(params) if params.vnode_bytes == 64 << 30)
+        matches!(map.pools()[1].engine_spec(), EngineSpec::Ring(params) if params.vnode_bytes == 64 << 30)
     );
 }
 
@@ -84,8 +84,8 @@ fn incremental_example_keeps_its_stored_state() {
         .expect("incremental.toml");
     let map = parse(&text).expect("valid");
     let pool = &map.pools()[0];
-    assert_eq!(pool.balance.balanced, optio_placement::BalanceMethod::Incremental);
-    let state = pool.balance_state.as_ref().expect("the stored state");
+    assert_eq!(pool.balance().balanced, optio_placement::BalanceMethod::Incremental);
+    let state = pool.balance_state().expect("the stored state");
     assert_eq!((state.units, state.size, state.devices.len()), (256, 3, 12));
     // The file is what Optio writes for it, comments aside: the state read back is kept.
     let body = &text[text.find("# Optio cluster map").expect("the writer's header")..];

@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use optio_placement::{
-    ClusterMap, EngineRef, Placement, PoolId, PoolSpec, RuleId, RuleRef, placement::Scratch,
+    ClusterMap, CrushSpec, EngineRef, Placement, PoolId, PoolSpec, RuleId, RuleRef,
+    placement::Scratch,
 };
 
 use crate::ceph::{Ceph, ceph, path_str};
@@ -87,7 +88,7 @@ impl OsdMap {
         }
         builder.pools.push(PoolSpec {
             pgp_num: Some(self.pgp_num),
-            engine: EngineRef::Crush { rule: Some(RuleRef::Id(RuleId(self.rule))) },
+            engine: EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Id(RuleId(self.rule))) }),
             ..PoolSpec::crush(1, "rbd", self.pg_num, self.size)
         });
         builder.build().expect("the pool fits the map")

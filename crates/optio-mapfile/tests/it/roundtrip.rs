@@ -6,10 +6,11 @@ use optio_placement::choice::{
     CHOICES_MAX, COMPOSITE_METRICS, COMPOSITE_WEIGHT_MAX, CompositeWeights, POLICY_NAMES,
 };
 use optio_placement::{
-    ActiveSpec, BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings, ChooseArgSpec,
-    ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, Epoch, ItemId, ItemRef,
-    MembershipSpec, PolicySpec, PoolId, PoolSpec, RuleId, RuleKind, RuleRef, RuleSpec, Step,
-    StepSpec, Tunables, TunablesProfile, TypeId, VersionSpec, Weight,
+    ActiveSpec, AttributedSpec, BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings,
+    ChooseArgSpec, ClusterMap, ClusterMapBuilder, CrushSpec, DeviceId, DeviceSpec, ElasticSpec,
+    EngineRef, Epoch, ItemId, ItemRef, MembershipSpec, PolicySpec, PoolId, PoolSpec, RingSpec,
+    RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables, TunablesProfile, TypeId,
+    VersionSpec, Weight,
 };
 use proptest::prelude::*;
 
@@ -215,7 +216,9 @@ fn sample_builder(rng: &mut Rng, with_pools: bool) -> ClusterMapBuilder {
                 pgp_num: None,
                 size: 1,
                 min_size: None,
-                engine: EngineRef::Crush { rule: Some(RuleRef::Name("replicated_rule".into())) },
+                engine: EngineRef::Crush(CrushSpec {
+                    rule: Some(RuleRef::Name("replicated_rule".into())),
+                }),
                 hashpspool: rng.below(4) != 0,
                 choice: choice(rng, pg_num),
                 balance: Default::default(),
@@ -230,10 +233,10 @@ fn sample_builder(rng: &mut Rng, with_pools: bool) -> ClusterMapBuilder {
             pgp_num: None,
             size: 1,
             min_size: None,
-            engine: EngineRef::Ring {
+            engine: EngineRef::Ring(RingSpec {
                 vnode_bytes: (rng.below(2) == 0).then(|| 1 + rng.below(1 << 40)),
                 failure_domain: (rng.below(2) == 0).then(|| host.to_string()),
-            },
+            }),
             hashpspool: true,
             choice: choice(rng, 0),
             balance: Default::default(),
@@ -285,7 +288,7 @@ fn add_attributed_and_elastic(rng: &mut Rng, builder: &mut ClusterMapBuilder) {
         pgp_num: None,
         size: 1 + rng.below(3) as u32,
         min_size: None,
-        engine: EngineRef::Attributed {
+        engine: EngineRef::Attributed(AttributedSpec {
             throttle_bytes: (rng.below(2) == 0).then(|| 1 + rng.below(1 << 42)),
             sector_size: (rng.below(2) == 0).then(|| 1 + rng.below(10) as u32),
             zone_type: (rng.below(3) == 0).then(|| "host".to_string()),
@@ -293,7 +296,7 @@ fn add_attributed_and_elastic(rng: &mut Rng, builder: &mut ClusterMapBuilder) {
             bandwidth_tolerance_percent: (rng.below(2) == 0).then(|| rng.below(100) as u32),
             sector_base: base,
             selection: (rng.below(2) == 0).then_some(optio_placement::SectorSelection::Rendezvous),
-        },
+        }),
         hashpspool: true,
         choice: choice(rng, 0),
         balance: Default::default(),
@@ -310,10 +313,10 @@ fn add_attributed_and_elastic(rng: &mut Rng, builder: &mut ClusterMapBuilder) {
         pgp_num: None,
         size: 1 + rng.below(3) as u32,
         min_size: None,
-        engine: EngineRef::Elastic {
+        engine: EngineRef::Elastic(ElasticSpec {
             primaries,
             scale: (rng.below(2) == 0).then(|| 1 + rng.below(5000) as u32),
-        },
+        }),
         hashpspool: true,
         choice: choice(rng, 0),
         balance: Default::default(),

@@ -252,7 +252,10 @@ mod tests {
         let mut crush = PoolSpec::crush(1, "crush", pg_num, 3);
         crush.choice.choices = choices;
         let mut ring = PoolSpec {
-            engine: EngineRef::Ring { vnode_bytes: Some(1 << 36), failure_domain: None },
+            engine: EngineRef::Ring(crate::builder::RingSpec {
+                vnode_bytes: Some(1 << 36),
+                failure_domain: None,
+            }),
             ..PoolSpec::crush(2, "ring", 0, 3)
         };
         ring.choice.choices = choices;

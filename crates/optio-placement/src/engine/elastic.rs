@@ -32,9 +32,22 @@
 //! node plus the index.
 
 use crate::engine::vnode::{RingIndex, vnode_position};
+use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::DeviceId;
-use crate::map::{ActiveSet, ClusterMap, ElasticParams, Membership};
+use crate::map::{ActiveSet, ClusterMap, Membership};
 use crate::replica::{REPLICAS_MAX, ReplicaSet};
+
+/// Parameters of the `elastic` engine (elastic consistent hashing, Xie & Chen; see
+/// [`elastic`](crate::engine::elastic)). Ranks and membership versions are the map's
+/// [`Membership`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ElasticParams {
+    /// p: the servers of ranks 1..=p are primaries (default ⌈n / e²⌉ when the pool is made).
+    pub primaries: u32,
+    /// B of the equal-work layout: each primary gets round(B / p) virtual nodes and the
+    /// secondary of rank i round(B / i) (at least 1).
+    pub scale: u32,
+}
 
 /// Default B: large enough that the lowest-ranked of a few hundred servers has over a hundred
 /// virtual nodes.
@@ -578,6 +591,79 @@ pub fn capacity_plan(
     }
 }
 
+/// An elastic pool's engine parameters as given (defaults unresolved).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ElasticSpec {
+    /// p: number of primaries (default ⌈n / e²⌉ for the n ranked servers).
+    pub primaries: Option<u32>,
+    /// B of the equal-work layout (default [`ELASTIC_SCALE_DEFAULT`](crate::engine::elastic::ELASTIC_SCALE_DEFAULT)).
+    pub scale: Option<u32>,
+}
+
+/// Resolves an elastic pool's parameters for `servers` ranked servers.
+pub(crate) fn resolve_params(
+    subject: &Subject,
+    primaries: Option<u32>,
+    scale: Option<u32>,
+    servers: usize,
+) -> Result<ElasticParams, MapError> {
+    use crate::engine::elastic::{ELASTIC_SCALE_DEFAULT, ELASTIC_SCALE_MAX, ELASTIC_VNODES_MAX};
+    let range = |field: &'static str, value: u64, reason: String| {
+        MapError::new(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
+    };
+    if servers == 0 {
+        return Err(range(
+            "servers",
+            0,
+            "an elastic pool needs at least one device to rank; add devices".to_string(),
+        ));
+    }
+    let n = servers as u32;
+    let primaries = primaries.unwrap_or_else(|| crate::engine::elastic::default_primaries(n));
+    if primaries == 0 {
+        return Err(range(
+            "primaries (p)",
+            0,
+            format!(
+                "at least one server must be primary; use primaries = {} (⌈n/e²⌉, the default) or more",
+                crate::engine::elastic::default_primaries(n)
+            ),
+        ));
+    }
+    if primaries > n {
+        return Err(range(
+            "primaries (p)",
+            primaries.into(),
+            format!(
+                "p must not exceed the number of servers n = {n}; use primaries = {} (⌈n/e²⌉) or at most {n}",
+                crate::engine::elastic::default_primaries(n)
+            ),
+        ));
+    }
+    let scale = scale.unwrap_or(ELASTIC_SCALE_DEFAULT);
+    if scale == 0 || scale > ELASTIC_SCALE_MAX {
+        return Err(range(
+            "scale (B)",
+            scale.into(),
+            format!(
+                "between 1 and {ELASTIC_SCALE_MAX}; large values balance better (default {ELASTIC_SCALE_DEFAULT})"
+            ),
+        ));
+    }
+    let params = ElasticParams { primaries, scale };
+    let vnodes = crate::engine::elastic::total_vnodes(&params, n);
+    if vnodes > ELASTIC_VNODES_MAX {
+        return Err(range(
+            "scale (B)",
+            scale.into(),
+            format!(
+                "the ring would have {vnodes} virtual nodes, more than {ELASTIC_VNODES_MAX}; lower the scale"
+            ),
+        ));
+    }
+    Ok(params)
+}
+
 #[cfg(test)]
 mod tests {
     //! The paper's worked examples — Figure 4's ring (10 servers, 2 primaries, 2-way, servers 9
@@ -690,13 +776,14 @@ mod tests {
             builder = builder.device(DeviceSpec::new(id));
         }
         let mut pool = PoolSpec::crush(1, "elastic", 0, size);
-        pool.engine = EngineRef::Elastic { primaries: None, scale: Some(scale) };
+        pool.engine =
+            EngineRef::Elastic(crate::builder::ElasticSpec { primaries: None, scale: Some(scale) });
         builder.membership = Some(MembershipSpec { order: Vec::new(), versions });
         builder.pool(pool).build().expect("valid map")
     }
 
     fn ring_of(map: &ClusterMap) -> ElasticRing {
-        let EngineSpec::Elastic(params) = map.pool(PoolId(1)).expect("pool").engine else {
+        let EngineSpec::Elastic(params) = map.pool(PoolId(1)).expect("pool").engine_spec() else {
             unreachable!("elastic")
         };
         ElasticRing::new(map, &params)

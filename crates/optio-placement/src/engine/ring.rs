@@ -14,10 +14,29 @@
 //! Invariants: a vnode's position depends only on its device and index, so adding or removing
 //! a device (or changing its capacity) changes only the arcs of its own virtual nodes.
 
+use crate::builder::PartialMap;
 use crate::engine::vnode::{RingIndex, vnode_position};
-use crate::ids::{DeviceId, ItemId};
-use crate::map::{ClusterMap, RingParams};
+use crate::error::{MapError, MapErrorKind as Kind, Subject};
+use crate::ids::{DeviceId, ItemId, TypeId};
+use crate::map::{ClusterMap, Device};
 use crate::replica::ReplicaSet;
+
+/// Parameters of the `ring` engine (consistent hashing with virtual nodes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingParams {
+    /// Capacity one virtual node stands for; a device gets ⌈capacity / vnode_bytes⌉ vnodes
+    /// (at most [`RING_VNODES_PER_DEVICE_MAX`](crate::engine::ring::RING_VNODES_PER_DEVICE_MAX)).
+    pub vnode_bytes: u64,
+    /// Replicas go to distinct buckets of this type (e.g. zone) when set, else only to
+    /// distinct devices.
+    pub failure_domain: Option<TypeId>,
+}
+
+impl Default for RingParams {
+    fn default() -> RingParams {
+        RingParams { vnode_bytes: 8 << 30, failure_domain: None }
+    }
+}
 
 /// Most virtual nodes one device may have.
 pub const RING_VNODES_PER_DEVICE_MAX: u64 = 65_536;
@@ -173,6 +192,74 @@ impl Ring {
     }
 }
 
+/// A ring pool's engine parameters as given (defaults unresolved).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RingSpec {
+    /// Bytes per virtual node (default 8 GiB).
+    pub vnode_bytes: Option<u64>,
+    /// Failure domain type name (replicas in distinct buckets of this type).
+    pub failure_domain: Option<String>,
+}
+
+/// Resolves a ring pool's parameters: `vnode_bytes` (default 8 GiB, at least one byte, and
+/// not so small that the ring exceeds [`RING_VNODES_MAX`]) and the failure domain's type.
+pub(crate) fn resolve_params(
+    map: &PartialMap<'_>,
+    subject: &Subject,
+    vnode_bytes: Option<u64>,
+    failure_domain: Option<&str>,
+) -> Result<RingParams, MapError> {
+    let vnode_bytes = vnode_bytes.unwrap_or(RingParams::default().vnode_bytes);
+    if vnode_bytes == 0 {
+        return Err(MapError::new(
+            subject.clone(),
+            Kind::OutOfRange {
+                field: "vnode_bytes",
+                value: "0".into(),
+                reason: "a virtual node must stand for at least one byte".into(),
+            },
+        ));
+    }
+    check_ring_size(subject, map.devices(), vnode_bytes)?;
+    let failure_domain = match failure_domain {
+        Some(name) => Some(map.type_id(subject, name)?),
+        None => None,
+    };
+    Ok(RingParams { vnode_bytes, failure_domain })
+}
+
+/// Refuses a ring that would hold more than [`RING_VNODES_MAX`](crate::engine::ring::RING_VNODES_MAX)
+/// virtual nodes (8 bytes each, plus the index): `vnode_bytes` too small for the capacity.
+fn check_ring_size(
+    subject: &Subject,
+    devices: &[Device],
+    vnode_bytes: u64,
+) -> Result<(), MapError> {
+    let vnodes: u64 = devices
+        .iter()
+        .filter(|d| d.is_in && d.weight.0 > 0 && d.reweight.0 > 0 && d.capacity_bytes > 0)
+        .map(|d| {
+            u64::from(crate::engine::ring::vnode_count(d.capacity_bytes, d.reweight.0, vnode_bytes))
+        })
+        .sum();
+    let max = crate::engine::ring::RING_VNODES_MAX;
+    if vnodes > max {
+        let capacity: u128 = devices.iter().map(|d| u128::from(d.capacity_bytes)).sum();
+        let suggested = capacity.div_ceil(u128::from(max / 2)).max(1);
+        return Err(MapError::new(
+            subject.clone(),
+            Kind::OutOfRange {
+                field: "vnode_bytes",
+                value: vnode_bytes.to_string(),
+                reason: format!(
+                    "the ring would have {vnodes} virtual nodes, more than {max}; raise vnode_bytes to {suggested} or more"
+                ),
+            },
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     //! The ring against a naive reference (a sorted list of every virtual node, scanned
@@ -205,12 +292,13 @@ mod tests {
     /// Builds the map with a ring pool (64 GiB vnodes) and compiles its ring.
     fn ring_of(builder: ClusterMapBuilder, failure_domain: Option<&str>) -> (ClusterMap, Ring) {
         let mut pool = PoolSpec::crush(1, "objects", 0, 1);
-        pool.engine = EngineRef::Ring {
+        pool.engine = EngineRef::Ring(crate::builder::RingSpec {
             vnode_bytes: Some(64 * GIB),
             failure_domain: failure_domain.map(String::from),
-        };
+        });
         let map = builder.pool(pool).build().expect("valid map");
-        let crate::map::EngineSpec::Ring(params) = map.pool(PoolId(1)).expect("pool").engine else {
+        let crate::map::EngineSpec::Ring(params) = map.pool(PoolId(1)).expect("pool").engine_spec()
+        else {
             unreachable!("a ring pool")
         };
         let ring = Ring::new(&map, &params);

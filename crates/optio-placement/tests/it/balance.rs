@@ -4,7 +4,7 @@
 //! ⌈capacity × reweight / vnode_bytes⌉ vnodes; the arcs they cover add Beta noise).
 
 use optio_placement::engine::ring::vnode_count;
-use optio_placement::{EngineRef, Placement, PoolId, PoolSpec, ReplicaSet};
+use optio_placement::{EngineRef, Placement, PoolId, PoolSpec, ReplicaSet, RingSpec};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
@@ -56,7 +56,7 @@ proptest! {
     fn ring_load_tracks_capacity(shape in shape(true)) {
         let vnode_bytes = 2 << 30;
         let mut pool = PoolSpec::crush(9, "ring", 0, 1);
-        pool.engine = EngineRef::Ring { vnode_bytes: Some(vnode_bytes), failure_domain: None };
+        pool.engine = EngineRef::Ring(RingSpec { vnode_bytes: Some(vnode_bytes), failure_domain: None });
         let map = shape.builder().pool(pool).build().expect("valid");
         let placement = Placement::new(&map).expect("compiles");
         let loads = loads(&placement, PoolId(9));

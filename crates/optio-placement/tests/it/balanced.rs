@@ -7,9 +7,9 @@
 
 use optio_placement::engine::balanced::{Balanced, balance};
 use optio_placement::{
-    BalanceMethod, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemRef,
-    MapErrorKind, Placement, PoolId, PoolSpec, ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec,
-    StepSpec, Subject, Weight,
+    BalanceMethod, ClusterMap, ClusterMapBuilder, CrushSpec, DeviceId, DeviceSpec, EngineRef,
+    ItemRef, MapErrorKind, Placement, PoolId, PoolSpec, ReplicaSet, RingSpec, RuleId, RuleKind,
+    RuleRef, RuleSpec, StepSpec, Subject, Weight,
 };
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
@@ -374,7 +374,7 @@ fn unsupported_settings_are_clear_errors() {
         |leaf, indep, num, t: &str| StepSpec::Choose { leaf, indep, num, type_name: t.to_string() };
     let with_rule = |id: u32| {
         let mut pool = balanced_pool(1, 64, 2);
-        pool.engine = EngineRef::Crush { rule: Some(RuleRef::Id(RuleId(id))) };
+        pool.engine = EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Id(RuleId(id))) });
         pool
     };
     let cases = [
@@ -411,7 +411,7 @@ fn unsupported_settings_are_clear_errors() {
     }
     // Ring pools have no PGs to balance.
     let mut ring = balanced_pool(1, 0, 2);
-    ring.engine = EngineRef::Ring { vnode_bytes: None, failure_domain: None };
+    ring.engine = EngineRef::Ring(RingSpec { vnode_bytes: None, failure_domain: None });
     let text = build_error(ring, None).to_string();
     assert!(text.contains("crush pools only"), "{text}");
     // The linear parameter means nothing to a balanced pool.

@@ -2,9 +2,10 @@
 //! the offending item, and says in its message what to do.
 
 use optio_placement::{
-    ActiveSpec, BucketAlg, BucketSpec, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemRef,
-    MapError, MapErrorKind, MembershipSpec, PoolId, PoolSpec, RuleId, RuleKind, RuleRef, RuleSpec,
-    StepSpec, Subject, VersionSpec, Weight,
+    ActiveSpec, AttributedSpec, BucketAlg, BucketSpec, ClusterMapBuilder, CrushSpec, DeviceId,
+    DeviceSpec, ElasticSpec, EngineRef, ItemRef, MapError, MapErrorKind, MembershipSpec, PoolId,
+    PoolSpec, RingSpec, RuleId, RuleKind, RuleRef, RuleSpec, StepSpec, Subject, VersionSpec,
+    Weight,
 };
 
 /// 4 hosts × 2 devices, a replicated rule across hosts and a size-3 crush pool: valid.
@@ -198,7 +199,8 @@ fn unknown_types() {
     let kind = refused(builder, Subject::Rule("r1".into()), "define it");
     assert_eq!(kind, MapErrorKind::UnknownReference { what: "type", name: "shelf".into() });
     let mut ring = PoolSpec::crush(2, "objects", 0, 2);
-    ring.engine = EngineRef::Ring { vnode_bytes: None, failure_domain: Some("shelf".into()) };
+    ring.engine =
+        EngineRef::Ring(RingSpec { vnode_bytes: None, failure_domain: Some("shelf".into()) });
     let kind = refused(base().pool(ring), Subject::Pool("objects".into()), "define it");
     assert_eq!(kind, MapErrorKind::UnknownReference { what: "type", name: "shelf".into() });
 }
@@ -206,11 +208,11 @@ fn unknown_types() {
 #[test]
 fn unknown_rule() {
     let mut pool = PoolSpec::crush(2, "rgw", 32, 2);
-    pool.engine = EngineRef::Crush { rule: Some(RuleRef::Name("fast".into())) };
+    pool.engine = EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Name("fast".into())) });
     let kind = refused(base().pool(pool), Subject::Pool("rgw".into()), "define it");
     assert_eq!(kind, MapErrorKind::UnknownReference { what: "rule", name: "fast".into() });
     let mut pool = PoolSpec::crush(2, "rgw", 32, 2);
-    pool.engine = EngineRef::Crush { rule: Some(RuleRef::Id(RuleId(7))) };
+    pool.engine = EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Id(RuleId(7))) });
     let kind = refused(base().pool(pool), Subject::Pool("rgw".into()), "define it");
     assert_eq!(kind, MapErrorKind::UnknownReference { what: "rule", name: "7".into() });
 }
@@ -355,7 +357,7 @@ fn pgp_num_above_pg_num() {
 #[test]
 fn ring_pool_with_zero_vnode_bytes() {
     let mut pool = PoolSpec::crush(2, "ring", 0, 2);
-    pool.engine = EngineRef::Ring { vnode_bytes: Some(0), failure_domain: None };
+    pool.engine = EngineRef::Ring(RingSpec { vnode_bytes: Some(0), failure_domain: None });
     let kind = refused(base().pool(pool), Subject::Pool("ring".into()), "at least one byte");
     assert!(matches!(kind, MapErrorKind::OutOfRange { field: "vnode_bytes", .. }), "{kind:?}");
 }
@@ -413,7 +415,7 @@ fn ring_with_too_many_virtual_nodes() {
         builder = builder.device(DeviceSpec::new(id).capacity(1 << 40));
     }
     let mut pool = PoolSpec::crush(1, "tiny-vnodes", 0, 3);
-    pool.engine = EngineRef::Ring { vnode_bytes: Some(1 << 20), failure_domain: None };
+    pool.engine = EngineRef::Ring(RingSpec { vnode_bytes: Some(1 << 20), failure_domain: None });
     let kind = refused(
         builder.clone().pool(pool),
         Subject::Pool("tiny-vnodes".into()),
@@ -429,7 +431,7 @@ fn ring_with_too_many_virtual_nodes() {
         .and_then(|n| n.parse().ok())
         .expect("a number");
     let mut pool = PoolSpec::crush(1, "tiny-vnodes", 0, 3);
-    pool.engine = EngineRef::Ring { vnode_bytes: Some(suggested), failure_domain: None };
+    pool.engine = EngineRef::Ring(RingSpec { vnode_bytes: Some(suggested), failure_domain: None });
     builder.pool(pool).build().expect("the suggested vnode_bytes fits");
 }
 
@@ -437,7 +439,7 @@ fn ring_with_too_many_virtual_nodes() {
 
 fn attributed(sector_size: Option<u32>, throttle_bytes: Option<u64>) -> PoolSpec {
     PoolSpec {
-        engine: EngineRef::Attributed {
+        engine: EngineRef::Attributed(AttributedSpec {
             throttle_bytes,
             sector_size,
             zone_type: None,
@@ -445,14 +447,14 @@ fn attributed(sector_size: Option<u32>, throttle_bytes: Option<u64>) -> PoolSpec
             bandwidth_tolerance_percent: None,
             sector_base: None,
             selection: None,
-        },
+        }),
         ..PoolSpec::crush(2, "hetero", 0, 3)
     }
 }
 
 fn elastic(primaries: Option<u32>) -> PoolSpec {
     PoolSpec {
-        engine: EngineRef::Elastic { primaries, scale: None },
+        engine: EngineRef::Elastic(ElasticSpec { primaries, scale: None }),
         ..PoolSpec::crush(2, "elastic", 0, 2)
     }
 }
@@ -500,7 +502,7 @@ fn attributed_too_many_virtual_nodes() {
 #[test]
 fn attributed_unknown_zone_type() {
     let mut pool = attributed(None, None);
-    if let EngineRef::Attributed { zone_type, .. } = &mut pool.engine {
+    if let EngineRef::Attributed(AttributedSpec { zone_type, .. }) = &mut pool.engine {
         *zone_type = Some("galaxy".into());
     }
     let kind = refused(
@@ -514,7 +516,7 @@ fn attributed_unknown_zone_type() {
 #[test]
 fn attributed_sector_base_twice_the_same_device() {
     let mut pool = attributed(None, None);
-    if let EngineRef::Attributed { sector_base, .. } = &mut pool.engine {
+    if let EngineRef::Attributed(AttributedSpec { sector_base, .. }) = &mut pool.engine {
         *sector_base = Some(vec![(DeviceId(1), 4), (DeviceId(1), 5)]);
     }
     refused(base().pool(pool), Subject::Pool("hetero".into()), "keep one entry per device");

@@ -15,7 +15,7 @@ use optio_placement::choice::{
 };
 use optio_placement::{
     ChoiceSettings, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, MapErrorKind,
-    Placement, PolicySpec, PoolSpec, ReplicaSet, Subject,
+    Placement, PolicySpec, PoolSpec, ReplicaSet, RingSpec, Subject,
 };
 use proptest::prelude::*;
 
@@ -449,7 +449,8 @@ fn invalid_settings_are_refused_naming_the_pool() {
         for ring in [false, true] {
             let mut pool = PoolSpec::crush(7, "photos", pg_num, 2);
             if ring {
-                pool.engine = EngineRef::Ring { vnode_bytes: Some(1 << 36), failure_domain: None };
+                pool.engine =
+                    EngineRef::Ring(RingSpec { vnode_bytes: Some(1 << 36), failure_domain: None });
                 if field == "choices" && pg_num == 2 {
                     continue; // object-level pools have no PGs to run out of
                 }
@@ -495,8 +496,10 @@ fn golden_map() -> ClusterMap {
     let mut crush = PoolSpec::crush(1, "rbd", 64, 3);
     crush.choice = ChoiceSettings::new(4, PolicySpec::Space);
     let mut ring = PoolSpec::crush(2, "objects", 0, 3);
-    ring.engine =
-        EngineRef::Ring { vnode_bytes: Some(1 << 36), failure_domain: Some("host".into()) };
+    ring.engine = EngineRef::Ring(RingSpec {
+        vnode_bytes: Some(1 << 36),
+        failure_domain: Some("host".into()),
+    });
     ring.choice = ChoiceSettings::new(3, PolicySpec::Local);
     builder
         .replicated_rule(0, "r", "default", "host")

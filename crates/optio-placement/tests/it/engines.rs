@@ -11,8 +11,9 @@
 use optio_placement::engine::attributed::{AttributedRing, Strategy as Pick};
 use optio_placement::engine::elastic::default_primaries;
 use optio_placement::{
-    ActiveSpec, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemId,
-    MembershipSpec, Placement, PoolId, PoolSpec, ReplicaSet, SectorSelection, VersionSpec,
+    ActiveSpec, AttributedSpec, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, ElasticSpec,
+    EngineRef, ItemId, MembershipSpec, Placement, PoolId, PoolSpec, ReplicaSet, SectorSelection,
+    VersionSpec,
 };
 use proptest::prelude::*;
 
@@ -40,14 +41,16 @@ fn with_engines(
     s: u32,
     actives: &[u32],
 ) -> ClusterMapBuilder {
-    let attributed = |distinct_zones, sector_size, selection| EngineRef::Attributed {
-        throttle_bytes: Some(VNODE_BYTES),
-        sector_size: Some(sector_size),
-        zone_type: Some("host".into()),
-        distinct_zones,
-        bandwidth_tolerance_percent: None,
-        sector_base: None,
-        selection: Some(selection),
+    let attributed = |distinct_zones, sector_size, selection| {
+        EngineRef::Attributed(AttributedSpec {
+            throttle_bytes: Some(VNODE_BYTES),
+            sector_size: Some(sector_size),
+            zone_type: Some("host".into()),
+            distinct_zones,
+            bandwidth_tolerance_percent: None,
+            sector_base: None,
+            selection: Some(selection),
+        })
     };
     let pool = |id, name: &str, engine| PoolSpec { engine, ..PoolSpec::crush(id, name, 0, size) };
     let n = builder.devices.len() as u32;
@@ -61,7 +64,11 @@ fn with_engines(
     builder
         .pool(pool(1, "attributed_hosts", attributed(true, 4, SectorSelection::Paper)))
         .pool(pool(2, "attributed_devices", attributed(false, s, SectorSelection::Paper)))
-        .pool(pool(3, "elastic", EngineRef::Elastic { primaries: None, scale: Some(4096) }))
+        .pool(pool(
+            3,
+            "elastic",
+            EngineRef::Elastic(ElasticSpec { primaries: None, scale: Some(4096) }),
+        ))
         .pool(pool(4, "rendezvous_hosts", attributed(true, s, SectorSelection::Rendezvous)))
 }
 

@@ -10,9 +10,10 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use optio_placement::{
-    ActiveSpec, BucketAlg, BucketSpec, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec,
-    EngineRef, ItemRef, MembershipSpec, Placement, PoolId, PoolSpec, ReplicaSet, RuleId, RuleKind,
-    RuleRef, RuleSpec, Step, StepSpec, Tunables, TunablesProfile, VersionSpec, Weight,
+    ActiveSpec, AttributedSpec, BucketAlg, BucketSpec, ClusterMap, ClusterMapBuilder, CrushSpec,
+    DeviceId, DeviceSpec, ElasticSpec, EngineRef, ItemRef, MembershipSpec, Placement, PoolId,
+    PoolSpec, ReplicaSet, RingSpec, RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables,
+    TunablesProfile, VersionSpec, Weight,
 };
 use serde_json::{Value, json};
 
@@ -296,8 +297,10 @@ fn build(description: &Value) -> ClusterMap {
         pool.pgp_num = p["pgp_num"].as_u64().map(|n| n as u32);
         pool.hashpspool = p["hashpspool"].as_bool().unwrap_or(true);
         pool.engine = match text(p, "engine").as_str() {
-            "crush" => EngineRef::Crush { rule: Some(RuleRef::Id(RuleId(int(p, "rule") as u32))) },
-            "attributed" => EngineRef::Attributed {
+            "crush" => EngineRef::Crush(CrushSpec {
+                rule: Some(RuleRef::Id(RuleId(int(p, "rule") as u32))),
+            }),
+            "attributed" => EngineRef::Attributed(AttributedSpec {
                 throttle_bytes: p["throttle"].as_u64(),
                 sector_size: p["sector_size"].as_u64().map(|s| s as u32),
                 zone_type: p["zone_type"].as_str().map(String::from),
@@ -316,15 +319,15 @@ fn build(description: &Value) -> ClusterMap {
                         })
                         .collect()
                 }),
-            },
-            "elastic" => EngineRef::Elastic {
+            }),
+            "elastic" => EngineRef::Elastic(ElasticSpec {
                 primaries: p["primaries"].as_u64().map(|n| n as u32),
                 scale: p["scale"].as_u64().map(|n| n as u32),
-            },
-            _ => EngineRef::Ring {
+            }),
+            _ => EngineRef::Ring(RingSpec {
                 vnode_bytes: p["vnode_bytes"].as_u64(),
                 failure_domain: p["failure_domain"].as_str().map(String::from),
-            },
+            }),
         };
         builder = builder.pool(pool);
     }

@@ -12,9 +12,9 @@ use optio_placement::change::MapChange;
 use optio_placement::engine::balanced::Balanced;
 use optio_placement::engine::balanced::incremental::{BalanceState, place, rebalance};
 use optio_placement::{
-    BalanceMethod, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemRef,
-    MapErrorKind, Placement, PoolId, PoolSpec, ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec,
-    StepSpec, Subject, Weight,
+    BalanceMethod, ClusterMap, ClusterMapBuilder, CrushSpec, DeviceId, DeviceSpec, EngineRef,
+    ItemRef, MapErrorKind, Placement, PoolId, PoolSpec, ReplicaSet, RingSpec, RuleId, RuleKind,
+    RuleRef, RuleSpec, StepSpec, Subject, Weight,
 };
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
@@ -38,7 +38,7 @@ fn cluster(racks: u32, hosts: u32, osds: u32, pool: PoolSpec) -> ClusterMap {
 }
 
 fn state(map: &ClusterMap) -> &BalanceState {
-    map.pool(PoolId(1)).and_then(|p| p.balance_state.as_ref()).expect("the builder computed it")
+    map.pool(PoolId(1)).and_then(|p| p.balance_state()).expect("the builder computed it")
 }
 
 /// Every property of one map's placement; returns it.
@@ -397,12 +397,12 @@ fn invalid_settings_and_states_are_clear_errors() {
         steps: vec![take, choose, StepSpec::Emit],
     };
     let mut pool = incremental_pool(1, 64, 2);
-    pool.engine = EngineRef::Crush { rule: Some(RuleRef::Id(RuleId(1))) };
+    pool.engine = EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Id(RuleId(1))) });
     let text = build_error(pool, Some(erasure));
     assert!(text.contains("cannot be balanced") && text.contains("erasure-coded"), "{text}");
     // Ring pools have no PGs to balance.
     let mut ring = incremental_pool(1, 0, 2);
-    ring.engine = EngineRef::Ring { vnode_bytes: None, failure_domain: None };
+    ring.engine = EngineRef::Ring(RingSpec { vnode_bytes: None, failure_domain: None });
     let text = build_error(ring, None);
     assert!(text.contains("crush pools only"), "{text}");
     // The linear parameter means nothing to a balanced pool.

@@ -9,11 +9,11 @@ use optio_placement::choice::{
 };
 use optio_placement::crush::{CrushMap, CrushWork};
 use optio_placement::{
-    ActiveSpec, BalanceMethod, BucketAlg, BucketId, BucketSpec, BucketType, ChoiceSettings,
-    ChooseArgSpec, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, ItemId, ItemRef,
-    LINEAR_PARAM_ONE, LinearParamSpec, MembershipSpec, Placement, PolicySpec, PoolBalanceSpec,
-    PoolId, PoolSpec, PpsGenerator, ReplicaSet, RuleId, RuleKind, RuleRef, RuleSpec, Step,
-    StepSpec, Tunables, TypeId, VersionSpec, Weight,
+    ActiveSpec, AttributedSpec, BalanceMethod, BucketAlg, BucketId, BucketSpec, BucketType,
+    ChoiceSettings, ChooseArgSpec, ClusterMap, ClusterMapBuilder, CrushSpec, DeviceId, DeviceSpec,
+    ElasticSpec, EngineRef, ItemId, ItemRef, LINEAR_PARAM_ONE, LinearParamSpec, MembershipSpec,
+    Placement, PolicySpec, PoolBalanceSpec, PoolId, PoolSpec, PpsGenerator, ReplicaSet, RingSpec,
+    RuleId, RuleKind, RuleRef, RuleSpec, Step, StepSpec, Tunables, TypeId, VersionSpec, Weight,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
@@ -191,9 +191,9 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
         (prop_oneof![1 => Just(0u32), 8 => 1u32..300], prop::option::of(0u32..300), prop_oneof![8 => 1u32..4, 1 => 0u32..7], prop::option::of(0u32..4)),
         prop_oneof![
             3 => prop::option::of(prop_oneof![(0u32..5).prop_map(|id| RuleRef::Id(RuleId(id))), name().prop_map(RuleRef::Name)])
-                .prop_map(|rule| EngineRef::Crush { rule }),
+                .prop_map(|rule| EngineRef::Crush(CrushSpec { rule })),
             2 => (prop::option::of(prop_oneof![1 => Just(0u64), 3 => Just(1u64 << 30), 3 => Just(1u64 << 33)]), prop::option::of(prop::sample::select(&["host", "rack", "shelf"][..]).prop_map(String::from)))
-                .prop_map(|(vnode_bytes, failure_domain)| EngineRef::Ring { vnode_bytes, failure_domain }),
+                .prop_map(|(vnode_bytes, failure_domain)| EngineRef::Ring(RingSpec { vnode_bytes, failure_domain })),
             1 => (
                 prop::option::of(prop_oneof![1 => Just(0u64), 1 => Just(1u64), 3 => Just(1u64 << 30), 3 => Just(1u64 << 36)]),
                 prop::option::of(0u32..7),
@@ -201,13 +201,13 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
                 (any::<bool>(), prop::option::of(prop_oneof![0u32..300, Just(u32::MAX)])),
                 prop::option::of(prop::collection::vec((0u32..24, 0u32..70_000).prop_map(|(d, c)| (DeviceId(d), c)), 0..5)),
             )
-                .prop_map(|(throttle_bytes, sector_size, zone_type, (distinct_zones, bandwidth_tolerance_percent), sector_base)| EngineRef::Attributed {
+                .prop_map(|(throttle_bytes, sector_size, zone_type, (distinct_zones, bandwidth_tolerance_percent), sector_base)| EngineRef::Attributed(AttributedSpec {
                     throttle_bytes, sector_size, zone_type, distinct_zones, bandwidth_tolerance_percent,
                     selection: (bandwidth_tolerance_percent.unwrap_or(0) % 2 == 1).then_some(optio_placement::SectorSelection::Rendezvous),
                     sector_base,
-                }),
+                })),
             1 => (prop::option::of(0u32..8), prop::option::of(prop_oneof![Just(0u32), Just(1u32), 2u32..5000, Just(1u32 << 16), Just(u32::MAX)]))
-                .prop_map(|(primaries, scale)| EngineRef::Elastic { primaries, scale }),
+                .prop_map(|(primaries, scale)| EngineRef::Elastic(ElasticSpec { primaries, scale })),
         ],
         any::<bool>(),
         (prop_oneof![1 => Just(0u32), 8 => 1u32..5, 1 => 5u32..12], 0usize..10, prop_oneof![8 => Just(950_000u32), 1 => Just(0u32), 1 => 0u32..1_100_000]),
@@ -215,7 +215,7 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
         .prop_map(|(id, (pg_num, pgp_num, size, min_size), engine, hashpspool, (choices, policy, full_ppm))| PoolSpec {
             id: PoolId(id),
             name: format!("pool{id}"),
-            pg_num: if matches!(engine, EngineRef::Crush { .. }) { pg_num.max(u32::from(pg_num == 0 && id % 2 == 0)) } else { pg_num },
+            pg_num: if matches!(engine, EngineRef::Crush(CrushSpec { .. })) { pg_num.max(u32::from(pg_num == 0 && id % 2 == 0)) } else { pg_num },
             pgp_num: pgp_num.filter(|_| id == 3),
             size,
             min_size: min_size.filter(|m| *m <= size),
@@ -597,7 +597,7 @@ fn corrupt(map: &ClusterMap, corruption: Corruption, pick: usize) -> ClusterMapB
         Corruption::ReweightAboveOne => b.devices[device].reweight = Weight(0x10001),
         Corruption::PoolTooLarge => b.pools[0].size = 5, // at most 4 hosts
         Corruption::UnknownRule => {
-            b.pools[0].engine = EngineRef::Crush { rule: Some(RuleRef::Id(RuleId(77))) }
+            b.pools[0].engine = EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Id(RuleId(77))) })
         }
         Corruption::UnknownClass => {
             b.rules[0].steps[0] =
@@ -614,7 +614,8 @@ fn corrupt(map: &ClusterMap, corruption: Corruption, pick: usize) -> ClusterMapB
         Corruption::CrushPoolWithoutPgs => b.pools[0].pg_num = 0,
         Corruption::PgpAbovePg => b.pools[0].pgp_num = Some(b.pools[0].pg_num + 1),
         Corruption::ZeroVnodeBytes => {
-            b.pools[2].engine = EngineRef::Ring { vnode_bytes: Some(0), failure_domain: None }
+            b.pools[2].engine =
+                EngineRef::Ring(RingSpec { vnode_bytes: Some(0), failure_domain: None })
         }
         Corruption::DuplicatePoolId => {
             let mut pool = b.pools[1].clone();

@@ -5,13 +5,13 @@
 //! the pool; out devices are never chosen; invalid settings are clear errors; outputs are
 //! pinned by golden tests.
 
+use optio_placement::change::linear::{pg_counts, tune_linear_param};
 use optio_placement::crush::{CrushMap, CrushWork};
-use optio_placement::linear::{pg_counts, tune_linear_param};
 use optio_placement::pg::congruential_pps;
 use optio_placement::{
     BucketAlg, ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, ItemRef, LINEAR_PARAM_ONE,
-    LinearParamSpec, Placement, PoolId, PoolSpec, PpsGenerator, ReplicaSet, RuleId, RuleKind,
-    RuleSpec, StepSpec, Weight,
+    LinearParamSpec, Placement, PoolId, PoolSpec, PpsGenerator, ReplicaSet, RingSpec, RuleId,
+    RuleKind, RuleSpec, StepSpec, Weight,
 };
 use proptest::prelude::*;
 
@@ -46,7 +46,7 @@ fn the_search_beats_the_papers_numbers_and_is_stored_with_the_pool() {
     for (size, paper) in [(2, 6.50), (3, 5.17)] {
         let map = paper_cluster(size, LinearParamSpec::Auto);
         let pool = &map.pools()[0];
-        let param = pool.balance.linear_param;
+        let param = pool.balance().linear_param;
         assert!(param >= LINEAR_PARAM_ONE);
         let crush = CrushMap::new(&map);
         let sd = stdev(&pg_counts(&map, &crush, pool, param));
@@ -60,7 +60,7 @@ fn the_search_beats_the_papers_numbers_and_is_stored_with_the_pool() {
         let mut builder = map.to_builder();
         builder.devices[7].reweight = Weight(0x8000);
         let changed = builder.build().expect("valid");
-        assert_eq!(changed.pools()[0].balance.linear_param, param);
+        assert_eq!(changed.pools()[0].balance().linear_param, param);
         // Stock CRUSH on the same cluster spreads like random placement.
         let mut builder = ClusterMapBuilder::new();
         for id in 0..40u32 {
@@ -228,7 +228,7 @@ fn invalid_settings_are_clear_errors() {
     assert!(text.contains("reaches none"), "{text}");
     // Optio's settings on a ring pool.
     let mut ring = PoolSpec::crush(2, "ring", 0, 2);
-    ring.engine = EngineRef::Ring { vnode_bytes: None, failure_domain: None };
+    ring.engine = EngineRef::Ring(RingSpec { vnode_bytes: None, failure_domain: None });
     ring.balance.pps = PpsGenerator::Congruential;
     let text = error_of(builder.replicated_rule(0, "r", "default", "host").pool(ring));
     assert!(text.contains("crush pools only"), "{text}");

@@ -3,8 +3,8 @@
 
 use optio_placement::crush::hash::hash32_2;
 use optio_placement::{
-    ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, PoolSpec, RuleId, RuleKind, RuleRef,
-    RuleSpec, Step, StepSpec, Weight,
+    ClusterMap, ClusterMapBuilder, CrushSpec, DeviceSpec, EngineRef, PoolSpec, RingSpec, RuleId,
+    RuleKind, RuleRef, RuleSpec, Step, StepSpec, Weight,
 };
 use proptest::prelude::*;
 
@@ -145,12 +145,15 @@ pub fn with_pools(builder: ClusterMapBuilder, size: u32) -> ClusterMapBuilder {
         ],
     };
     let mut ec = PoolSpec::crush(2, "ec", 64, size);
-    ec.engine = EngineRef::Crush { rule: Some(RuleRef::Id(RuleId(1))) };
+    ec.engine = EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Id(RuleId(1))) });
     let mut ring = PoolSpec::crush(3, "ring", 64, size);
-    ring.engine =
-        EngineRef::Ring { vnode_bytes: Some(VNODE_BYTES), failure_domain: Some("host".into()) };
+    ring.engine = EngineRef::Ring(RingSpec {
+        vnode_bytes: Some(VNODE_BYTES),
+        failure_domain: Some("host".into()),
+    });
     let mut objects = PoolSpec::crush(4, "objects", 0, size);
-    objects.engine = EngineRef::Ring { vnode_bytes: Some(VNODE_BYTES), failure_domain: None };
+    objects.engine =
+        EngineRef::Ring(RingSpec { vnode_bytes: Some(VNODE_BYTES), failure_domain: None });
     builder
         .replicated_rule(0, "replicated", "default", "host")
         .rule(erasure)

@@ -13,7 +13,8 @@
 
 use optio_placement::crush::hash::hash32_2;
 use optio_placement::{
-    ClusterMap, ClusterMapBuilder, DeviceSpec, Placement, PoolId, PoolSpec, ReplicaSet,
+    AttributedSpec, ClusterMap, ClusterMapBuilder, DeviceSpec, Placement, PoolId, PoolSpec,
+    ReplicaSet, RingSpec,
 };
 use serde_json::json;
 
@@ -64,11 +65,13 @@ fn testbed(args: &Args) -> Result<ClusterMap, SimError> {
     }
     let domain = if args.distinct_racks { "zone" } else { "host" };
     let mut attributed = attributed_pool(1, GIB, 4, args.replicas);
-    if let optio_placement::EngineRef::Attributed { distinct_zones, .. } = &mut attributed.engine {
+    if let optio_placement::EngineRef::Attributed(AttributedSpec { distinct_zones, .. }) =
+        &mut attributed.engine
+    {
         *distinct_zones = args.distinct_racks;
     }
     let mut ring = ring_pool(2, GIB, args.replicas);
-    if let optio_placement::EngineRef::Ring { failure_domain, .. } = &mut ring.engine {
+    if let optio_placement::EngineRef::Ring(RingSpec { failure_domain, .. }) = &mut ring.engine {
         *failure_domain = Some(domain.into());
     }
     Ok(builder

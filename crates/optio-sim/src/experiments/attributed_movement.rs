@@ -11,7 +11,7 @@
 
 use optio_placement::analysis::{movement, target_shares};
 use optio_placement::stats::Summary;
-use optio_placement::{Placement, PoolId};
+use optio_placement::{AttributedSpec, Placement, PoolId};
 use serde_json::json;
 
 use super::hetero::{GIB, HDD, SSD, attributed_pool, node, nodes, ring_pool};
@@ -58,7 +58,9 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
     };
     let mut rendezvous = attributed_pool(3, GIB, args.sector_size, args.replicas);
     rendezvous.name = "attributed_rendezvous".into();
-    if let optio_placement::EngineRef::Attributed { selection, .. } = &mut rendezvous.engine {
+    if let optio_placement::EngineRef::Attributed(AttributedSpec { selection, .. }) =
+        &mut rendezvous.engine
+    {
         *selection = Some(optio_placement::SectorSelection::Rendezvous);
     }
     let pools = |b: optio_placement::ClusterMapBuilder| {

@@ -279,8 +279,8 @@ fn run_method(
     } else {
         started.elapsed().as_secs_f64() * 1000.0
     };
-    let param = base.pool(pool.id).map(|p| p.balance.linear_param);
-    let state = base.pool(pool.id).and_then(|p| p.balance_state.clone());
+    let param = base.pool(pool.id).map(|p| p.balance().linear_param);
+    let state = base.pool(pool.id).and_then(|p| p.balance_state().cloned());
     let mut rebalance_ms = 0.0;
     let summary = Summary::of(&pg_counts(&base, &placement, pool.id));
     progress.advance(1);

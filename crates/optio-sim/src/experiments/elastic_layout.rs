@@ -13,7 +13,7 @@
 
 use optio_placement::engine::elastic::{capacity_plan, default_primaries, expected_shares};
 use optio_placement::{
-    ActiveSpec, ClusterMap, ClusterMapBuilder, DeviceSpec, ElasticParams, EngineRef,
+    ActiveSpec, ClusterMap, ClusterMapBuilder, DeviceSpec, ElasticParams, ElasticSpec, EngineRef,
     MembershipSpec, Placement, PoolId, PoolSpec, ReplicaSet, VersionSpec,
 };
 use serde_json::json;
@@ -58,7 +58,7 @@ fn shrinking_map(args: &Args, p: u32) -> Result<ClusterMap, SimError> {
             .collect(),
     });
     let pool = PoolSpec {
-        engine: EngineRef::Elastic { primaries: Some(p), scale: Some(args.scale) },
+        engine: EngineRef::Elastic(ElasticSpec { primaries: Some(p), scale: Some(args.scale) }),
         ..PoolSpec::crush(1, "elastic", 0, args.replicas)
     };
     Ok(builder.pool(pool).build()?)

@@ -32,8 +32,8 @@ use optio_placement::engine::elastic::default_primaries;
 use optio_placement::engine::ring::Ring;
 use optio_placement::map::RingParams;
 use optio_placement::{
-    ActiveSpec, ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, MembershipSpec, Placement,
-    PoolId, PoolSpec, ReplicaSet, VersionSpec,
+    ActiveSpec, ClusterMap, ClusterMapBuilder, DeviceSpec, ElasticSpec, EngineRef, MembershipSpec,
+    Placement, PoolId, PoolSpec, ReplicaSet, VersionSpec,
 };
 use serde_json::json;
 
@@ -215,7 +215,10 @@ impl Movement {
         });
         let map = builder
             .pool(PoolSpec {
-                engine: EngineRef::Elastic { primaries: Some(p), scale: Some(1 << 16) },
+                engine: EngineRef::Elastic(ElasticSpec {
+                    primaries: Some(p),
+                    scale: Some(1 << 16),
+                }),
                 ..PoolSpec::crush(1, "elastic", 0, args.replicas)
             })
             .build()?;

@@ -8,7 +8,8 @@
 use optio_placement::analysis::{movement, pool_load};
 use optio_placement::stats::Summary;
 use optio_placement::{
-    ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, Placement, PoolId, PoolSpec, Weight,
+    AttributedSpec, ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, Placement, PoolId,
+    PoolSpec, RingSpec, Weight,
 };
 use serde_json::json;
 
@@ -60,14 +61,17 @@ fn pools(args: &Args) -> Vec<(&'static str, PoolSpec)> {
         (
             "ring",
             PoolSpec {
-                engine: EngineRef::Ring { vnode_bytes: None, failure_domain: Some("host".into()) },
+                engine: EngineRef::Ring(RingSpec {
+                    vnode_bytes: None,
+                    failure_domain: Some("host".into()),
+                }),
                 ..PoolSpec::crush(2, "ring", 0, args.size)
             },
         ),
         (
             "attributed",
             PoolSpec {
-                engine: EngineRef::Attributed {
+                engine: EngineRef::Attributed(AttributedSpec {
                     throttle_bytes: Some(64 << 30),
                     sector_size: None,
                     zone_type: Some("host".into()),
@@ -75,7 +79,7 @@ fn pools(args: &Args) -> Vec<(&'static str, PoolSpec)> {
                     bandwidth_tolerance_percent: None,
                     sector_base: None,
                     selection: None,
-                },
+                }),
                 ..PoolSpec::crush(3, "attributed", 0, args.size)
             },
         ),
@@ -89,7 +93,7 @@ fn pools(args: &Args) -> Vec<(&'static str, PoolSpec)> {
         (
             "attributed-rdv",
             PoolSpec {
-                engine: EngineRef::Attributed {
+                engine: EngineRef::Attributed(AttributedSpec {
                     throttle_bytes: Some(64 << 30),
                     sector_size: None,
                     zone_type: Some("host".into()),
@@ -97,7 +101,7 @@ fn pools(args: &Args) -> Vec<(&'static str, PoolSpec)> {
                     bandwidth_tolerance_percent: None,
                     sector_base: None,
                     selection: Some(optio_placement::SectorSelection::Rendezvous),
-                },
+                }),
                 ..PoolSpec::crush(5, "attributed-rdv", 0, args.size)
             },
         ),

@@ -1,7 +1,9 @@
 //! Harness shared by the attributed-CH experiments: the paper's two node types and maps of
 //! them with one pool per engine.
 
-use optio_placement::{ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, PoolSpec};
+use optio_placement::{
+    AttributedSpec, ClusterMap, ClusterMapBuilder, DeviceSpec, EngineRef, PoolSpec, RingSpec,
+};
 
 /// One gibibyte (the paper's c_throttle of "1 GB").
 pub const GIB: u64 = 1 << 30;
@@ -56,7 +58,7 @@ pub fn nodes(count: u32, first: NodeType, second: NodeType) -> ClusterMapBuilder
 /// An attributed pool: c_throttle `throttle_bytes`, sector size `s`, `size` replicas.
 pub fn attributed_pool(id: u32, throttle_bytes: u64, s: u32, size: u32) -> PoolSpec {
     let mut pool = PoolSpec::crush(id, "attributed", 0, size);
-    pool.engine = EngineRef::Attributed {
+    pool.engine = EngineRef::Attributed(AttributedSpec {
         throttle_bytes: Some(throttle_bytes),
         sector_size: Some(s),
         zone_type: None,
@@ -64,14 +66,15 @@ pub fn attributed_pool(id: u32, throttle_bytes: u64, s: u32, size: u32) -> PoolS
         bandwidth_tolerance_percent: None,
         sector_base: None,
         selection: None,
-    };
+    });
     pool
 }
 
 /// A ring pool with `vnode_bytes` per virtual node.
 pub fn ring_pool(id: u32, vnode_bytes: u64, size: u32) -> PoolSpec {
     let mut pool = PoolSpec::crush(id, "ring", 0, size);
-    pool.engine = EngineRef::Ring { vnode_bytes: Some(vnode_bytes), failure_domain: None };
+    pool.engine =
+        EngineRef::Ring(RingSpec { vnode_bytes: Some(vnode_bytes), failure_domain: None });
     pool
 }
 

@@ -20,7 +20,7 @@ use optio_placement::choice::{Candidates, ChoiceRequest, DeviceMetrics, MetricsT
 use optio_placement::stats::Summary;
 use optio_placement::{
     ChoiceSettings, ClusterMap, ClusterMapBuilder, DeviceId, DeviceSpec, EngineRef, Placement,
-    PolicySpec, PoolSpec, ReplicaSet,
+    PolicySpec, PoolSpec, ReplicaSet, RingSpec,
 };
 use serde_json::json;
 
@@ -132,10 +132,10 @@ fn cluster(args: &Args, granularity: Granularity, choices: u32) -> Result<Cluste
     let mut pool = match granularity {
         Granularity::Pg(pg_num) => PoolSpec::crush(1, "blocks", pg_num, args.size),
         Granularity::Object => PoolSpec {
-            engine: EngineRef::Ring {
+            engine: EngineRef::Ring(RingSpec {
                 vnode_bytes: Some(capacity.div_ceil(args.vnodes_per_disk)),
                 failure_domain: Some("host".into()),
-            },
+            }),
             ..PoolSpec::crush(1, "blocks", 0, args.size)
         },
     };

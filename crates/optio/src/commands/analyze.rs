@@ -273,7 +273,7 @@ fn summary_json(s: &Summary, deviation: Option<f64>) -> serde_json::Value {
 
 fn describe_pool(map: &ClusterMap, id: PoolId, objects: u64, object_size: u64) -> String {
     let pool = map.pool(id).expect("resolved");
-    let engine = match pool.engine {
+    let engine = match pool.engine_spec() {
         EngineSpec::Crush { rule } => {
             format!("crush rule '{}'", map.rule(rule).map_or("?", |r| r.name.as_str()))
         }
@@ -293,7 +293,7 @@ fn describe_pool(map: &ClusterMap, id: PoolId, objects: u64, object_size: u64) -
     } else {
         "objects placed one by one".to_string()
     };
-    let extensions = pool.balance.describe().map(|d| format!(" ({d})")).unwrap_or_default();
+    let extensions = pool.balance().describe().map(|d| format!(" ({d})")).unwrap_or_default();
     format!(
         "pool '{}' (id {}): {engine}{extensions}, {pgs}, {} replicas; {objects} simulated objects of {}",
         pool.name,
@@ -330,7 +330,7 @@ fn pool_report(map: &ClusterMap, id: PoolId, load: &PoolLoad, shares: &[f64]) ->
 /// The failure domain of a pool: the last non-device type its rule chooses, or the ring's.
 pub fn failure_domain(map: &ClusterMap, id: PoolId) -> Option<TypeId> {
     let pool = map.pool(id)?;
-    match pool.engine {
+    match pool.engine_spec() {
         EngineSpec::Crush { rule } => {
             map.rule(rule)?.steps.iter().rev().find_map(|step| match *step {
                 Step::ChooseFirstn { type_id, .. }

@@ -102,7 +102,7 @@ pub fn run(args: Args) -> Result<()> {
             m.minimum_share * 100.0,
             ratio_text(m.ratio_to_minimum()),
         ));
-        if pool_b.pool().balance.balanced == optio_placement::BalanceMethod::Incremental {
+        if pool_b.pool().balance().balanced == optio_placement::BalanceMethod::Incremental {
             text.push_str(
                 "  incremental balanced pool: each map is placed from its own stored balance state\n",
             );

@@ -5,8 +5,10 @@
 //! fail with "the map changed underneath you", never silently overwrite it.
 
 use anyhow::{Context, Result, bail};
-use optio_placement::analysis::movement;
-use optio_placement::{ActiveSpec, ClusterMap, DeviceId, DeviceSpec, MapChange, Placement, Weight};
+use optio_placement::change::PoolMovement;
+use optio_placement::{
+    ActiveSpec, ChangeReport, ClusterMap, DeviceId, DeviceSpec, MapChange, MovementSample, Weight,
+};
 
 use super::live::LiveMap;
 use crate::output::{bytes, parse_size};
@@ -278,7 +280,7 @@ pub fn resize(args: ResizeArgs) -> Result<()> {
         let primaries = map
             .pools()
             .iter()
-            .filter_map(|p| match p.engine {
+            .filter_map(|p| match p.engine_spec() {
                 optio_placement::EngineSpec::Elastic(params) => Some(params.primaries),
                 _ => None,
             })
@@ -344,65 +346,51 @@ fn edit_checked(
     })
 }
 
-/// What a change moves, per pool, against the minimum (from simulated objects).
+/// What a change moves, per pool, against the minimum (from simulated objects), or what
+/// membership it changes: the placement crate's [`ChangeReport`], for people.
 pub fn what_moves(
     old: &ClusterMap,
     new: &ClusterMap,
     change: &MapChange,
     objects: u64,
 ) -> Result<String> {
+    let sample = MovementSample { objects, object_bytes: 4 << 20 };
     let mut out = String::new();
-    if let MapChange::SetActive(_) | MapChange::Activate(_) | MapChange::Deactivate(_) = change {
-        let membership = new.membership().expect("a membership change has a membership");
-        let before = old.membership().map_or(0, |m| m.active_count(m.current()));
-        let after = membership.active_count(membership.current());
-        let n = membership.order.len();
-        out.push_str(&format!(
-            "membership version {} → {}: {before} → {after} of {n} servers active\n",
-            old.membership().map_or(0, |m| m.current().version),
-            membership.current().version
-        ));
-        if after < before {
-            out.push_str("  nothing moves: data on the inactive servers stays there and every object keeps a copy on a primary; new writes to elastic pools skip the inactive servers (offloaded) and are recorded in the dirty table\n");
-        } else if after == n as u32 {
-            out.push_str("  full power: re-integration moves the offloaded copies recorded in the dirty table back to their servers, then empties it\n");
-        } else {
-            out.push_str("  re-integration moves the offloaded copies recorded in the dirty table to where this version places them\n");
-        }
-        for pool in new
-            .pools()
-            .iter()
-            .filter(|p| !matches!(p.engine, optio_placement::EngineSpec::Elastic(_)))
-        {
+    match ChangeReport::of(old, new, change, sample)? {
+        ChangeReport::Membership(m) => {
+            let (before, after, n) = (m.active_before, m.active_after, m.servers);
             out.push_str(&format!(
-                "  pool '{}' ({}): not elastic, unaffected\n",
-                pool.name,
-                pool.engine.name()
+                "membership version {} → {}: {before} → {after} of {n} servers active\n",
+                m.from_version, m.to_version
             ));
+            if after < before {
+                out.push_str("  nothing moves: data on the inactive servers stays there and every object keeps a copy on a primary; new writes to elastic pools skip the inactive servers (offloaded) and are recorded in the dirty table\n");
+            } else if after == n as u32 {
+                out.push_str("  full power: re-integration moves the offloaded copies recorded in the dirty table back to their servers, then empties it\n");
+            } else {
+                out.push_str("  re-integration moves the offloaded copies recorded in the dirty table to where this version places them\n");
+            }
+            for (name, engine) in &m.unaffected {
+                out.push_str(&format!("  pool '{name}' ({engine}): not elastic, unaffected\n"));
+            }
         }
-        return Ok(out);
-    }
-    let placement_old = Placement::new(old)?;
-    let placement_new = Placement::new(new)?;
-    for pool in new.pools() {
-        let (Some(a), Some(b)) = (placement_old.pool(pool.id), placement_new.pool(pool.id)) else {
-            continue;
-        };
-        let m =
-            movement(old, &placement_old, new, &placement_new, a, b, objects, 4 << 20, &mut |_| {});
-        let unit = if b.has_pgs() { "PG copies" } else { "object copies (simulated)" };
-        let ratio = m.ratio_to_minimum();
-        out.push_str(&format!(
-            "pool '{}': {} of {} {unit} move ({:.2}%; {} of {} at 4 MiB per object); minimum {:.2}%{}\n",
-            pool.name,
-            m.moved,
-            m.copies,
-            if m.copies > 0 { m.moved as f64 * 100.0 / m.copies as f64 } else { 0.0 },
-            bytes(m.moved_bytes as f64),
-            bytes(m.bytes as f64),
-            m.minimum_share * 100.0,
-            if ratio.is_finite() && m.minimum_share > 0.0 { format!(", moved/minimum {ratio:.2}") } else { String::new() },
-        ));
+        ChangeReport::Moves(pools) => {
+            for PoolMovement { name, has_pgs, movement: m, .. } in &pools {
+                let unit = if *has_pgs { "PG copies" } else { "object copies (simulated)" };
+                let ratio = m.ratio_to_minimum();
+                out.push_str(&format!(
+                    "pool '{}': {} of {} {unit} move ({:.2}%; {} of {} at 4 MiB per object); minimum {:.2}%{}\n",
+                    name,
+                    m.moved,
+                    m.copies,
+                    if m.copies > 0 { m.moved as f64 * 100.0 / m.copies as f64 } else { 0.0 },
+                    bytes(m.moved_bytes as f64),
+                    bytes(m.bytes as f64),
+                    m.minimum_share * 100.0,
+                    if ratio.is_finite() && m.minimum_share > 0.0 { format!(", moved/minimum {ratio:.2}") } else { String::new() },
+                ));
+            }
+        }
     }
     Ok(out)
 }

@@ -137,7 +137,7 @@ fn pools_left_out(map: &ClusterMap) -> String {
         .pools()
         .iter()
         .map(|p| {
-            if p.balance_state.is_some() {
+            if p.balance_state().is_some() {
                 format!("'{}' (with its incremental balance state)", p.name)
             } else {
                 format!("'{}'", p.name)
@@ -238,7 +238,7 @@ fn show_text(map: &ClusterMap) -> String {
         out.push_str(&format!("rule {} '{}': {}\n", rule.id, rule.name, steps.join("; ")));
     }
     for pool in map.pools() {
-        let engine = match pool.engine {
+        let engine = match pool.engine_spec() {
             EngineSpec::Crush { rule } => {
                 format!("crush, rule '{}'", map.rule(rule).map_or("?", |r| r.name.as_str()))
             }
@@ -255,7 +255,7 @@ fn show_text(map: &ClusterMap) -> String {
                 f64::from(pool.choice.full_ppm) / 1e4
             )
         };
-        let extensions = pool.balance.describe().map(|d| format!(" ({d})")).unwrap_or_default();
+        let extensions = pool.balance().describe().map(|d| format!(" ({d})")).unwrap_or_default();
         out.push_str(&format!(
             "pool {} '{}': {engine}{extensions}, pg_num {}, size {}, min_size {}{choice}\n",
             pool.id, pool.name, pool.pg_num, pool.size, pool.min_size
@@ -347,7 +347,7 @@ fn show_json(map: &ClusterMap) -> serde_json::Value {
     let pools: Vec<serde_json::Value> = map
         .pools()
         .iter()
-        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "engine_detail": super::engine_text(map, p), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size, "choices": p.choice.choices, "policy": p.choice.policy.to_string(), "full_ratio": f64::from(p.choice.full_ppm) / 1e6, "pps": p.balance.pps.name(), "balance_param": f64::from(p.balance.linear_param) / 65536.0, "balanced": super::balanced_method(p), "balance_state_devices": p.balance_state.as_ref().map(|s| s.devices.len())}))
+        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "engine_detail": super::engine_text(map, p), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size, "choices": p.choice.choices, "policy": p.choice.policy.to_string(), "full_ratio": f64::from(p.choice.full_ppm) / 1e6, "pps": p.balance().pps.name(), "balance_param": f64::from(p.balance().linear_param) / 65536.0, "balanced": super::balanced_method(p), "balance_state_devices": p.balance_state().map(|s| s.devices.len())}))
         .collect();
     let membership = map.membership().map(|m| {
         let name = |d: &optio_placement::DeviceId| map.device(*d).map(|d| d.name.clone());

@@ -16,7 +16,7 @@ pub mod status;
 pub mod up;
 
 use anyhow::{Context, Result, anyhow, bail};
-use optio_placement::{ClusterMap, EngineRef, PoolId, PoolSpec, RuleId, RuleRef};
+use optio_placement::{ClusterMap, CrushSpec, EngineRef, PoolId, PoolSpec, RuleId, RuleRef};
 
 /// Options that pick a pool, or describe one to analyse a map that has none (a Ceph CRUSH map
 /// has rules but no pools).
@@ -67,7 +67,7 @@ impl PoolArgs {
         };
         let mut builder = map.to_builder();
         builder.pools.push(PoolSpec {
-            engine: EngineRef::Crush { rule: Some(rule) },
+            engine: EngineRef::Crush(CrushSpec { rule: Some(rule) }),
             ..PoolSpec::crush(self.sim_pool_id, "simulated", self.pg_num, self.size)
         });
         builder
@@ -97,14 +97,14 @@ pub fn find_pool(map: &ClusterMap, name: &str) -> Result<PoolId> {
 /// Which of Optio's balanced placements a pool uses, for JSON reports: `"incremental"`,
 /// `"history-free"` or `null`.
 pub fn balanced_method(pool: &optio_placement::Pool) -> serde_json::Value {
-    pool.balance.balanced.name().map_or(serde_json::Value::Null, serde_json::Value::from)
+    pool.balance().balanced.name().map_or(serde_json::Value::Null, serde_json::Value::from)
 }
 
 /// How a pool's engine is set up, in a few words (`analyze`, `map show`).
 pub fn engine_text(map: &optio_placement::ClusterMap, pool: &optio_placement::Pool) -> String {
     use optio_placement::EngineSpec;
     let bytes = |b: u64| crate::output::bytes(b as f64);
-    match pool.engine {
+    match pool.engine_spec() {
         EngineSpec::Crush { rule } => {
             format!("crush rule '{}'", map.rule(rule).map_or("?", |r| r.name.as_str()))
         }
@@ -128,7 +128,7 @@ pub fn engine_text(map: &optio_placement::ClusterMap, pool: &optio_placement::Po
                 params.sector_size,
                 if params.distinct_zones { ", distinct zones" } else { "" },
                 params.bandwidth_tolerance_percent,
-                pool.sector_base.len()
+                pool.sector_base().len()
             )
         }
         EngineSpec::Elastic(params) => {

@@ -387,7 +387,7 @@ fn device(id: u32, zones: u32) -> DeviceSpec {
 
 fn pool(distinct_zones: bool) -> PoolSpec {
     let mut pool = PoolSpec::crush(1, "hetero", 0, 3);
-    pool.engine = EngineRef::Attributed {
+    pool.engine = EngineRef::Attributed(crate::builder::AttributedSpec {
         throttle_bytes: Some(GIB),
         sector_size: Some(4),
         zone_type: None,
@@ -395,14 +395,14 @@ fn pool(distinct_zones: bool) -> PoolSpec {
         bandwidth_tolerance_percent: None,
         sector_base: None,
         selection: None,
-    };
+    });
     pool
 }
 
 fn compile(map: &ClusterMap) -> AttributedRing {
     let pool = map.pool(PoolId(1)).expect("pool");
-    let EngineSpec::Attributed(params) = pool.engine else { unreachable!("attributed") };
-    AttributedRing::new(map, &params, &pool.sector_base)
+    let EngineSpec::Attributed(params) = pool.engine_spec() else { unreachable!("attributed") };
+    AttributedRing::new(map, &params, pool.sector_base())
 }
 
 /// The reference: every step spelt out, no tables, plain `%`.
@@ -417,8 +417,8 @@ struct Naive {
 impl Naive {
     fn new(map: &ClusterMap) -> Naive {
         let pool = map.pool(PoolId(1)).expect("pool");
-        let EngineSpec::Attributed(params) = pool.engine else { unreachable!("attributed") };
-        let (owners, mut slots) = slot_specs(map, &params, &pool.sector_base);
+        let EngineSpec::Attributed(params) = pool.engine_spec() else { unreachable!("attributed") };
+        let (owners, mut slots) = slot_specs(map, &params, pool.sector_base());
         slots.sort_by_key(|s| (s.position, s.owner, !s.base, s.state));
         let base: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].base).collect();
         let s = params.sector_size as usize;

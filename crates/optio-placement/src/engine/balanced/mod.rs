@@ -45,11 +45,27 @@ pub mod incremental;
 mod matching;
 mod rank;
 mod score;
+pub(crate) mod table;
 mod targets;
 
 use crate::ids::{DeviceId, ItemId, TypeId};
 use crate::map::{ClusterMap, EngineSpec, Pool, Rule, RuleKind, Step};
 use crate::replica::ReplicaSet;
+
+/// A balanced pool's parameters: the crush rule it balances over, how PGs become its keys,
+/// the method, and (incremental method) the balancer's state, computed when the map is built
+/// from the previous map's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BalancedParams {
+    /// The rule.
+    pub rule: crate::ids::RuleId,
+    /// How PGs become placement keys.
+    pub pps: crate::map::PpsGenerator,
+    /// The method (never [`BalanceMethod::Off`](crate::map::BalanceMethod::Off)).
+    pub method: crate::map::BalanceMethod,
+    /// The incremental method's state (`None` for the history-free method).
+    pub state: Option<incremental::BalanceState>,
+}
 
 /// How far above its target a device may go: at most `⌊t⌋ + UPPER_SLACK` copies.
 pub const UPPER_SLACK: i64 = 1;
@@ -193,7 +209,7 @@ pub fn rule_shape(rule: &Rule, size: u32) -> Result<(ItemId, TypeId), &'static s
 }
 
 fn pool_rule<'m>(map: &'m ClusterMap, pool: &Pool) -> Result<(ItemId, TypeId), BalanceError> {
-    let EngineSpec::Crush { rule } = pool.engine else {
+    let EngineSpec::Crush { rule } = pool.engine_spec() else {
         return Err(BalanceError::NotCrush(pool.name.clone()));
     };
     let rule: &'m Rule = map.rule(rule).ok_or_else(|| BalanceError::NotCrush(pool.name.clone()))?;

@@ -40,7 +40,7 @@
 //! let map = builder.replicated_rule(0, "r", "default", "host").pool(pool).build().expect("valid");
 //!
 //! // The builder computed the state and stored it with the pool.
-//! let state = map.pools()[0].balance_state.as_ref().expect("computed");
+//! let state = map.pools()[0].balance_state().expect("computed");
 //! assert_eq!(state.devices.len(), 12);
 //! // Every device holds 64 copies (256 × 3 / 12), within one.
 //! let placed = optio_placement::engine::balanced::incremental::place(&map, &map.pools()[0]).expect("places");

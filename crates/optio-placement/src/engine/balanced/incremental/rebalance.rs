@@ -201,7 +201,7 @@ pub fn rebalance(
 pub fn place(map: &ClusterMap, pool: &Pool) -> Result<Balanced, BalanceError> {
     let (keys, current) = inputs(map, pool)?;
     let computed;
-    let state = match &pool.balance_state {
+    let state = match pool.balance_state() {
         Some(state) => state,
         None => {
             computed = rebalance(map, pool, None)?.0;

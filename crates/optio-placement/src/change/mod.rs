@@ -1,8 +1,15 @@
 //! Changes to a live map, as `optio map add-device | remove-device | reweight | set-state |
 //! set-attr | activate | deactivate` and `optio resize` make them: a change is applied to the
 //! map of an expected epoch and gives the next map (epoch + 1), validated by the builder, or
-//! an error that says what is wrong. Pure: storing the result (with a compare-and-swap on the
-//! epoch) is the map store's job, and what the change moves is [`crate::analysis`]'s.
+//! an error that says what is wrong; [`ChangeReport`] says what it moves per pool against the
+//! minimum, or what membership it changes. Pure: storing the result (with a compare-and-swap
+//! on the epoch) is the map store's job.
+
+pub mod linear;
+mod report;
+mod tune;
+
+pub use report::{ChangeReport, MembershipChange, MovementSample, PoolMovement};
 
 use crate::builder::{ActiveSpec, ClusterMapBuilder, DeviceSpec, ItemRef, VersionSpec};
 use crate::error::{MapError, MapErrorKind, Subject};
@@ -90,7 +97,7 @@ impl ClusterMap {
             // rebalances from it; without it the pool would be balanced from scratch.
             debug_assert_eq!(
                 pool.balance.state.is_some(),
-                self.pool(pool.id).is_some_and(|p| p.balance_state.is_some()),
+                self.pool(pool.id).is_some_and(|p| p.balance_state().is_some()),
                 "the previous balance state is carried to the next map"
             );
         }
@@ -98,15 +105,7 @@ impl ClusterMap {
             MapChange::AddDevice(spec) => add_device(self, &mut builder, spec)?,
             MapChange::RemoveDevice(device) => remove_device(self, &mut builder, *device)?,
             MapChange::SetWeight { device, weight } => {
-                let item = ItemId::from(*device);
-                device_spec(self, &mut builder, *device)?.weight = Some(*weight);
-                for bucket in &mut builder.buckets {
-                    for (child, child_weight) in &mut bucket.items {
-                        if *child == ItemRef::Id(item) {
-                            *child_weight = Some(*weight);
-                        }
-                    }
-                }
+                set_weight(self, &mut builder, *device, *weight)?
             }
             MapChange::SetReweight { device, reweight } => {
                 device_spec(self, &mut builder, *device)?.reweight = *reweight;
@@ -136,31 +135,8 @@ impl ClusterMap {
                 }
             }
             MapChange::SetActive(active) => push_version(self, &mut builder, active.clone())?,
-            MapChange::Activate(devices) | MapChange::Deactivate(devices) => {
-                let activate = matches!(change, MapChange::Activate(_));
-                let membership = membership(self)?;
-                let current = membership.current();
-                let mut active = membership.active_devices(current);
-                for device in devices {
-                    if !membership.order.contains(device) {
-                        return Err(unknown_server(self, *device));
-                    }
-                    if activate && !active.contains(device) {
-                        active.push(*device);
-                    }
-                    if !activate {
-                        active.retain(|d| d != device);
-                    }
-                }
-                let spec = if active.len() == membership.order.len() {
-                    ActiveSpec::All
-                } else {
-                    ActiveSpec::Devices(
-                        active.iter().map(|d| ItemRef::Id(ItemId::from(*d))).collect(),
-                    )
-                };
-                push_version(self, &mut builder, spec)?;
-            }
+            MapChange::Activate(devices) => set_active(self, &mut builder, devices, true)?,
+            MapChange::Deactivate(devices) => set_active(self, &mut builder, devices, false)?,
             MapChange::PruneVersions => {
                 let spec = builder.membership.as_mut().ok_or_else(|| no_membership(self))?;
                 let last = spec.versions.pop();
@@ -169,6 +145,54 @@ impl ClusterMap {
         }
         builder.build()
     }
+}
+
+/// A new membership version: the current one with `devices` made active (or inactive).
+fn set_active(
+    map: &ClusterMap,
+    builder: &mut ClusterMapBuilder,
+    devices: &[DeviceId],
+    activate: bool,
+) -> Result<(), MapError> {
+    let membership = membership(map)?;
+    let current = membership.current();
+    let mut active = membership.active_devices(current);
+    for device in devices {
+        if !membership.order.contains(device) {
+            return Err(unknown_server(map, *device));
+        }
+        if activate && !active.contains(device) {
+            active.push(*device);
+        }
+        if !activate {
+            active.retain(|d| d != device);
+        }
+    }
+    let spec = if active.len() == membership.order.len() {
+        ActiveSpec::All
+    } else {
+        ActiveSpec::Devices(active.iter().map(|d| ItemRef::Id(ItemId::from(*d))).collect())
+    };
+    push_version(map, builder, spec)
+}
+
+/// A device's CRUSH weight, in its bucket too.
+fn set_weight(
+    map: &ClusterMap,
+    builder: &mut ClusterMapBuilder,
+    device: DeviceId,
+    weight: Weight,
+) -> Result<(), MapError> {
+    let item = ItemId::from(device);
+    device_spec(map, builder, device)?.weight = Some(weight);
+    for bucket in &mut builder.buckets {
+        for (child, child_weight) in &mut bucket.items {
+            if *child == ItemRef::Id(item) {
+                *child_weight = Some(weight);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn device_spec<'a>(
@@ -393,7 +417,7 @@ mod tests {
     #[test]
     fn changes_to_an_incremental_pool_move_within_one_and_a_half_times_the_minimum() {
         let map = incremental_map();
-        let state = map.pools()[0].balance_state.clone().expect("computed");
+        let state = map.pools()[0].balance_state().cloned().expect("computed");
         let changes = [
             MapChange::AddDevice(DeviceSpec::new(40).at(&[("host", "host1")])),
             MapChange::RemoveDevice(DeviceId(17)),
@@ -402,7 +426,7 @@ mod tests {
         ];
         for change in &changes {
             let next = map.apply(change, map.epoch()).expect("applies");
-            let next_state = next.pools()[0].balance_state.as_ref().expect("carried forward");
+            let next_state = next.pools()[0].balance_state().expect("carried forward");
             assert_ne!(next_state, &state, "{change:?}: the state follows the map");
             let (moved, minimum) = moved(&map, &next);
             assert!(minimum > 40.0, "{change:?}: minimum {minimum}");
@@ -420,7 +444,7 @@ mod tests {
             addr: Some("127.0.0.1:7000".into()),
         };
         let next = map.apply(&change, map.epoch()).expect("applies");
-        assert_eq!(next.pools()[0].balance_state.as_ref(), Some(&state));
+        assert_eq!(next.pools()[0].balance_state(), Some(&state));
         assert_eq!(moved(&map, &next).0, 0);
     }
 

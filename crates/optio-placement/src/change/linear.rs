@@ -70,7 +70,7 @@ pub struct LinearTuning {
 /// the pool's own pps generator, reweights and weight sets).
 pub fn pg_counts(map: &ClusterMap, crush: &CrushMap, pool: &Pool, param: u32) -> Vec<u64> {
     let mut counts = vec![0u64; map.max_devices() as usize];
-    let EngineSpec::Crush { rule } = pool.engine else { return counts };
+    let EngineSpec::Crush { rule } = pool.engine_spec() else { return counts };
     let reweights = map.reweight_vector();
     let choose_args = crush.choose_args_for_pool(i64::from(pool.id.0));
     let mut work = CrushWork::new(crush);
@@ -90,7 +90,7 @@ pub fn pg_counts(map: &ClusterMap, crush: &CrushMap, pool: &Pool, param: u32) ->
 
 /// Devices that may hold the pool's data: below its rule's `take` items, weight > 0.
 fn pool_devices(map: &ClusterMap, pool: &Pool) -> Vec<usize> {
-    let EngineSpec::Crush { rule } = pool.engine else { return Vec::new() };
+    let EngineSpec::Crush { rule } = pool.engine_spec() else { return Vec::new() };
     let Some(rule) = map.rule(rule) else { return Vec::new() };
     let mut devices: Vec<usize> = rule
         .steps

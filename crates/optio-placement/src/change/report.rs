@@ -1,0 +1,137 @@
+//! What a change does, for people to judge before it is stored: for a membership change, the
+//! versions and how many servers are active before and after; for any other change, what
+//! moves in each pool against the least any placement must move.
+
+use crate::analysis::{Movement, movement};
+use crate::error::MapError;
+use crate::ids::{Epoch, PoolId};
+use crate::map::{ClusterMap, EngineSpec};
+use crate::placement::Placement;
+
+use super::MapChange;
+
+/// The objects simulated to measure what moves in object-level pools (pools with PGs count
+/// PG copies), and the size each stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MovementSample {
+    /// Objects simulated per object-level pool.
+    pub objects: u64,
+    /// Bytes per object (for the byte counts of every pool).
+    pub object_bytes: u64,
+}
+
+/// A membership change (a new version with other servers active): nothing moves when it is
+/// stored; re-integration moves offloaded copies later.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MembershipChange {
+    /// The version in force before (0 without a membership).
+    pub from_version: u64,
+    /// The version the change makes.
+    pub to_version: u64,
+    /// Servers active before (0 without a membership).
+    pub active_before: u32,
+    /// Servers active after.
+    pub active_after: u32,
+    /// Ranked servers.
+    pub servers: usize,
+    /// Pools that are not elastic (unaffected): name and engine name.
+    pub unaffected: Vec<(String, &'static str)>,
+}
+
+/// What moves in one pool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolMovement {
+    /// The pool.
+    pub pool: PoolId,
+    /// Its name.
+    pub name: String,
+    /// Whether it places PGs (its counts are PG copies) or objects (simulated copies).
+    pub has_pgs: bool,
+    /// What moves, against the minimum.
+    pub movement: Movement,
+}
+
+/// What a change does: a membership change, or what moves per pool.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChangeReport {
+    /// A new membership version (nothing moves now).
+    Membership(MembershipChange),
+    /// What moves in every pool of the next map that the previous one had.
+    Moves(Vec<PoolMovement>),
+}
+
+impl ChangeReport {
+    /// The report of `change`, which made `new` from `old`.
+    pub fn of(
+        old: &ClusterMap,
+        new: &ClusterMap,
+        change: &MapChange,
+        sample: MovementSample,
+    ) -> Result<ChangeReport, MapError> {
+        if let MapChange::SetActive(_) | MapChange::Activate(_) | MapChange::Deactivate(_) = change
+        {
+            return Ok(ChangeReport::Membership(membership_change(old, new)));
+        }
+        let placement_old = Placement::new(old)?;
+        let placement_new = Placement::new(new)?;
+        let mut pools = Vec::new();
+        for pool in new.pools() {
+            let (Some(a), Some(b)) = (placement_old.pool(pool.id), placement_new.pool(pool.id))
+            else {
+                continue;
+            };
+            let (objects, object_bytes) = (sample.objects, sample.object_bytes);
+            let m = movement(
+                old,
+                &placement_old,
+                new,
+                &placement_new,
+                a,
+                b,
+                objects,
+                object_bytes,
+                &mut |_| {},
+            );
+            pools.push(PoolMovement {
+                pool: pool.id,
+                name: pool.name.clone(),
+                has_pgs: b.has_pgs(),
+                movement: m,
+            });
+        }
+        Ok(ChangeReport::Moves(pools))
+    }
+}
+
+/// The versions and active counts of a membership change.
+fn membership_change(old: &ClusterMap, new: &ClusterMap) -> MembershipChange {
+    let membership = new.membership().expect("a membership change has a membership");
+    MembershipChange {
+        from_version: old.membership().map_or(0, |m| m.current().version),
+        to_version: membership.current().version,
+        active_before: old.membership().map_or(0, |m| m.active_count(m.current())),
+        active_after: membership.active_count(membership.current()),
+        servers: membership.order.len(),
+        unaffected: new
+            .pools()
+            .iter()
+            .filter(|p| !matches!(p.engine_spec(), EngineSpec::Elastic(_)))
+            .map(|p| (p.name.clone(), p.engine.name()))
+            .collect(),
+    }
+}
+
+impl ClusterMap {
+    /// [`apply`](ClusterMap::apply) and the [`ChangeReport`] of the change: the next map, and
+    /// what it moves per pool against the minimum or what membership it changes.
+    pub fn apply_with_report(
+        &self,
+        change: &MapChange,
+        expected: Epoch,
+        sample: MovementSample,
+    ) -> Result<(ClusterMap, ChangeReport), MapError> {
+        let next = self.apply(change, expected)?;
+        let report = ChangeReport::of(self, &next, change, sample)?;
+        Ok((next, report))
+    }
+}
