@@ -16,10 +16,19 @@
 //! [`STATUS_POLL_INTERVAL`] while it is not).
 
 use std::sync::Weak;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use optio_placement::{DeviceId, ReplicaSet};
+use futures_util::future::join_all;
+use optio_placement::{DeviceId, PoolId, ReplicaSet};
+use optio_proto::ObjectVersion;
 
-use super::*;
+use crate::candidates::Candidate;
+use crate::error::ClientError;
+use crate::transport::{Answer, Endpoint, Failure, Op};
+
+use super::locate::placement_seed;
+use super::{Client, Inner, View, compile};
 
 /// How often servers are asked whether they finished rebalancing, while some have not.
 pub const STATUS_POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -80,12 +89,12 @@ pub(super) async fn watch_map(inner: Weak<Inner>, after: u64) {
 
 impl Client {
     /// Whether some server may still be moving data to where the current map places it.
-    fn unsettled(&self, view: &View) -> bool {
+    pub(super) fn unsettled(&self, view: &View) -> bool {
         view.previous.is_some() && self.inner.settled_epoch.load(Ordering::Acquire) < view.epoch()
     }
 
     /// Asks every server with an up device whether it finished rebalancing for the epoch.
-    async fn poll_settled(&self, view: &View) {
+    pub(super) async fn poll_settled(&self, view: &View) {
         let mut addrs: Vec<&str> =
             view.map.devices().iter().filter(|d| d.up).filter_map(|d| d.addr.as_deref()).collect();
         addrs.sort_unstable();
@@ -192,60 +201,6 @@ impl Client {
         devices
     }
 
-    /// The newest version of `key` among the devices that may hold a copy of `candidate`, and
-    /// the devices holding it (a read while data moves).
-    async fn newest_copy(
-        &self,
-        view: &View,
-        pool: PoolId,
-        key: &str,
-        candidate: &Candidate,
-    ) -> Result<Newest, ReadError> {
-        let devices = self.transition_devices(view, pool, candidate);
-        let (endpoints, heads) =
-            self.probe_devices(view, pool, key, &devices).await.map_err(ReadError::Failed)?;
-        let mut newest: Option<Held> = None;
-        let mut failures = Vec::new();
-        let mut epoch_failures = Vec::new();
-        for (endpoint, head) in endpoints.iter().zip(&heads) {
-            match head {
-                Ok(answer) => newest = newest.max(Held::of(answer)),
-                Err(failure) => match failure.kind() {
-                    Some(ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch) => {
-                        epoch_failures.push(failure.clone())
-                    }
-                    _ => failures.push(format!(
-                        "device {} at {}: {failure}",
-                        endpoint.device, endpoint.addr
-                    )),
-                },
-            }
-        }
-        if !epoch_failures.is_empty() {
-            let refs: Vec<&Failure> = epoch_failures.iter().collect();
-            if self.epoch_retry(&refs).await.map_err(ReadError::Failed)? {
-                return Err(ReadError::Retry);
-            }
-        }
-        match newest {
-            Some(newest) if !newest.deleted => {
-                let holders = endpoints
-                    .iter()
-                    .zip(&heads)
-                    .filter(|(_, head)| head.as_ref().ok().and_then(Held::of) == Some(newest))
-                    .map(|(endpoint, _)| endpoint.clone())
-                    .collect();
-                Ok(Newest::Live { holders, failures })
-            }
-            Some(_) => Ok(Newest::Deleted),
-            None if failures.is_empty() => Ok(Newest::Deleted),
-            None => Err(ReadError::Failed(ClientError::Unreadable {
-                key: key.to_string(),
-                failures: failures.join("; "),
-            })),
-        }
-    }
-
     /// Probes `key` on `devices` in parallel: their endpoints and answers.
     pub(super) async fn probe_devices(
         &self,
@@ -262,102 +217,4 @@ impl Client {
         .await;
         Ok((endpoints, heads))
     }
-
-    /// Reads the newest copy of `key` among every device that may hold one (see the module).
-    pub(super) async fn read_careful(
-        &self,
-        view: &View,
-        pool: PoolId,
-        key: &str,
-        candidate: &Candidate,
-        range: Option<(u64, u64)>,
-    ) -> Result<(ObjectInfo, Bytes), ReadError> {
-        let (holders, mut failures) = match self.newest_copy(view, pool, key, candidate).await? {
-            Newest::Live { holders, failures } => (holders, failures),
-            Newest::Deleted => return Err(ReadError::Missing),
-        };
-        for endpoint in &holders {
-            match self.call(self.object_call(view, endpoint, pool, Op::Get { key, range })).await {
-                Ok(answer) => {
-                    let Some(info) = answer.info.clone() else { continue };
-                    if range.is_none() && checksum(&answer.body) != info.checksum {
-                        self.inner.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
-                        failures
-                            .push(format!("device {}: data damaged in transit", endpoint.device));
-                        continue;
-                    }
-                    return Ok((info, answer.body));
-                }
-                Err(failure) if failure.kind() == Some(ErrorKind::BadRequest) => {
-                    return Err(ReadError::Failed(ClientError::Refused {
-                        device: endpoint.device,
-                        kind: ErrorKind::BadRequest,
-                        reason: failure.to_string(),
-                    }));
-                }
-                Err(failure) => failures
-                    .push(format!("device {} at {}: {failure}", endpoint.device, endpoint.addr)),
-            }
-        }
-        Err(ReadError::Failed(ClientError::Unreadable {
-            key: key.to_string(),
-            failures: failures.join("; "),
-        }))
-    }
-
-    /// Which candidate holds `key` while data moves: the choice record at the home under the
-    /// current map, else under the previous one, else any candidate with a live copy on a
-    /// device that may hold one. `None`: nowhere.
-    pub(super) async fn locate_careful(
-        &self,
-        view: &View,
-        pool: PoolId,
-        key: &str,
-        candidates: &[Candidate],
-    ) -> Result<Option<u8>, ClientError> {
-        let mut homes: Vec<DeviceId> = candidates[0].primary().into_iter().collect();
-        if let Some(previous) = &view.previous
-            && let Some(old_pool) = previous.placement.pool(pool)
-        {
-            let (_, old) = crate::candidates::candidates(&previous.placement, &old_pool, key);
-            if let Some(home) = old.first().and_then(|c| c.primary())
-                && !homes.contains(&home)
-            {
-                homes.push(home);
-            }
-        }
-        for home in homes {
-            let endpoint = view.endpoint(home)?;
-            let probe = Op::Probe { key, want_choice: true };
-            if let Ok(answer) = self.call(self.object_call(view, &endpoint, pool, probe)).await
-                && let Some(record) = answer.record
-                && usize::from(record.candidate) < candidates.len()
-            {
-                self.inner.cache.insert(pool.0, key, record.candidate);
-                return Ok(Some(record.candidate));
-            }
-        }
-        let mut unreadable = false;
-        for candidate in candidates {
-            match self.newest_copy(view, pool, key, candidate).await {
-                Ok(Newest::Live { .. }) => {
-                    self.inner.cache.insert(pool.0, key, candidate.index);
-                    return Ok(Some(candidate.index));
-                }
-                Ok(Newest::Deleted) => {}
-                Err(ReadError::Retry) => return Err(ClientError::EpochRetries { attempts: 0 }),
-                Err(_) => unreadable = true,
-            }
-        }
-        // Candidate 0 may still hold it on a device that did not answer.
-        Ok(unreadable.then_some(0))
-    }
-}
-
-/// What [`Client::newest_copy`] found.
-enum Newest {
-    /// The newest version is a live copy on `holders` (some other devices may have failed).
-    Live { holders: Vec<Endpoint>, failures: Vec<String> },
-    /// Deleted, or on none of the devices.
-    Deleted,
 }

@@ -20,19 +20,26 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use optio_cluster::dirty::{DirtyEntry, DirtyTable};
-use optio_placement::{DeviceId, MapChange, ReplicaSet};
+use optio_placement::{DeviceId, MapChange, PoolId, ReplicaSet};
+use optio_proto::{ErrorKind, ObjectInfo, checksum};
 use serde::{Deserialize, Serialize};
 
+use crate::transport::{Endpoint, Op};
+
 use super::transition::Held;
-use super::*;
+use super::{Client, View};
 
 /// Dirty entries read at once.
-const BATCH_ENTRIES: usize = 256;
+pub(super) const BATCH_ENTRIES: usize = 256;
+
 /// Pause when there is nothing to do, or after a failure.
-const IDLE_WAIT: Duration = Duration::from_millis(200);
-const FAILURE_WAIT: Duration = Duration::from_secs(1);
+pub(super) const IDLE_WAIT: Duration = Duration::from_millis(200);
+
+pub(super) const FAILURE_WAIT: Duration = Duration::from_secs(1);
 
 /// Which re-integration runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,10 +93,10 @@ pub struct ReintegrationStatus {
 }
 
 /// A simple pacer: after copying `bytes`, wait as long as the rate says.
-struct Pacer {
-    rate: Option<u64>,
-    started: Instant,
-    sent: u64,
+pub(super) struct Pacer {
+    pub(super) rate: Option<u64>,
+    pub(super) started: Instant,
+    pub(super) sent: u64,
 }
 
 impl Pacer {
@@ -102,6 +109,16 @@ impl Pacer {
             tokio::time::sleep(due - elapsed).await;
         }
     }
+}
+
+/// Where the walk stands.
+#[derive(Default)]
+pub(super) struct Walk {
+    pub(super) version: Option<u64>,
+    pub(super) cursor: u64,
+    /// Full mode: the servers active when last looked, and whether the last copy round ended.
+    pub(super) active: Option<Vec<DeviceId>>,
+    pub(super) full_done: bool,
 }
 
 impl Client {
@@ -145,7 +162,7 @@ impl Client {
     }
 
     /// One batch of Algorithm 2; `Ok(false)` when there was nothing to do.
-    async fn selective_step(
+    pub(super) async fn selective_step(
         &self,
         table: &DirtyTable,
         walk: &mut Walk,
@@ -202,7 +219,7 @@ impl Client {
     }
 
     /// Brings one dirty object to where the current version places it.
-    async fn reintegrate_entry(
+    pub(super) async fn reintegrate_entry(
         &self,
         view: &View,
         entry: &DirtyEntry,
@@ -237,7 +254,7 @@ impl Client {
     /// copies on devices of `look` outside `keep`; copies to `skipped` devices are counted as
     /// offloaded replicas brought back.
     #[allow(clippy::too_many_arguments)]
-    async fn converge(
+    pub(super) async fn converge(
         &self,
         view: &View,
         pool: PoolId,
@@ -307,7 +324,7 @@ impl Client {
 
     /// What each device of `look` holds of `key`; a device that does not answer fails the
     /// survey (re-integration comes back to it), after taking a newer map if it said so.
-    async fn survey(
+    pub(super) async fn survey(
         &self,
         view: &View,
         pool: PoolId,
@@ -333,7 +350,7 @@ impl Client {
     }
 
     /// Reads the newest version of `key` from a device that holds it.
-    async fn read_from(
+    pub(super) async fn read_from(
         &self,
         view: &View,
         pool: PoolId,
@@ -366,7 +383,7 @@ impl Client {
         Err(format!("cannot read '{key}' to re-integrate it: {}", failures.join("; ")))
     }
 
-    async fn copy_to(
+    pub(super) async fn copy_to(
         &self,
         view: &View,
         pool: PoolId,
@@ -390,7 +407,7 @@ impl Client {
     }
 
     /// Keeps only the current membership version (a compare-and-swap on the map).
-    async fn prune_versions(&self) -> Result<(), String> {
+    pub(super) async fn prune_versions(&self) -> Result<(), String> {
         let old = self.inner.source.load().await.map_err(|e| e.to_string())?;
         let new = old.apply(&MapChange::PruneVersions, old.epoch()).map_err(|e| e.to_string())?;
         self.inner.source.compare_and_swap(old.epoch(), &new).await.map_err(|e| e.to_string())?;
@@ -404,7 +421,7 @@ impl Client {
 
     /// The full baseline: when servers came back, copy to each every object the current
     /// version places on it; then drop copies no placement names.
-    async fn full_step(
+    pub(super) async fn full_step(
         &self,
         table: &DirtyTable,
         walk: &mut Walk,
@@ -506,7 +523,7 @@ impl Client {
 
     /// [`converge`](Self::converge), copying to `forced` devices whatever they hold.
     #[allow(clippy::too_many_arguments)]
-    async fn converge_forced(
+    pub(super) async fn converge_forced(
         &self,
         view: &View,
         pool: PoolId,
@@ -537,14 +554,4 @@ impl Client {
         }
         self.converge(view, pool, key, to, keep, look, &[], pacer, status).await
     }
-}
-
-/// Where the walk stands.
-#[derive(Default)]
-struct Walk {
-    version: Option<u64>,
-    cursor: u64,
-    /// Full mode: the servers active when last looked, and whether the last copy round ended.
-    active: Option<Vec<DeviceId>>,
-    full_done: bool,
 }
