@@ -7,32 +7,22 @@ use optio_proto::{ErrorKind, validate_key};
 use crate::error::ClientError;
 use crate::transport::{Endpoint, Failure, Op};
 
-use super::{Client, RETRIES_MAX};
+use super::Client;
 
 impl Client {
     /// Removes an object (every replica, then its choice record).
     pub async fn delete(&self, pool_name: &str, key: &str) -> Result<(), ClientError> {
         validate_key(key)?;
         let mut dirty_noted = None;
-        for _attempt in 0..RETRIES_MAX {
-            let view = self.view();
-            let pool = view.pool(pool_name)?;
-            let candidates = self.candidates_in(&view, pool, key);
-            let chosen = match self.locate(&view, pool, key, &candidates).await {
-                Err(ClientError::EpochRetries { .. }) => continue,
-                other => other?,
-            };
-            let Some(chosen) = chosen else {
-                return Err(ClientError::NotFound {
-                    pool: pool_name.to_string(),
-                    key: key.to_string(),
-                });
-            };
-            self.note_dirty(&view, pool, key, &mut dirty_noted).await?;
-            let candidate = &candidates[usize::from(chosen)];
+        let mut attempts = 0;
+        loop {
+            let at = self.retry_located(pool_name, key, &mut attempts).await?;
+            let (view, pool, candidates) = (&*at.view, at.pool, &at.candidates);
+            self.note_dirty(view, pool, key, &mut dirty_noted).await?;
+            let candidate = at.candidate();
             // While data moves, every device that may hold a copy gets the tombstone.
-            let devices = if self.in_transition(&view, pool) {
-                self.transition_devices(&view, pool, candidate)
+            let devices = if self.in_transition(view, pool) {
+                self.transition_devices(view, pool, candidate)
             } else {
                 candidate.devices.clone()
             };
@@ -41,7 +31,7 @@ impl Client {
             let version = self.next_version();
             let results = join_all(endpoints.iter().map(|e| {
                 let delete = Op::Delete { key, version: Some(version), purge: false };
-                self.call(self.object_call(&view, e, pool, delete))
+                self.call(self.object_call(view, e, pool, delete))
             }))
             .await;
             let failures: Vec<&Failure> = results.iter().filter_map(|r| r.as_ref().err()).collect();
@@ -67,7 +57,7 @@ impl Client {
             {
                 let home = view.endpoint(home)?;
                 let _ =
-                    self.call(self.object_call(&view, &home, pool, Op::DeleteRecord { key })).await;
+                    self.call(self.object_call(view, &home, pool, Op::DeleteRecord { key })).await;
             }
             self.inner.cache.remove(pool.0, key);
             if deleted == 0 {
@@ -78,7 +68,6 @@ impl Client {
             }
             return Ok(());
         }
-        Err(ClientError::EpochRetries { attempts: RETRIES_MAX })
     }
 
     /// Deletes copies of `key` on candidates other than the one its record (or probing)

@@ -2,6 +2,7 @@
 //! (and their piggybacked metrics), and the policy's choice over those metrics.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use crate::error::ClientError;
 use crate::policy::{self, Policy};
 use crate::transport::{Answer, Endpoint, Failure, Op};
 
-use super::{Client, View, policy_override};
+use super::{Client, RETRIES_MAX, View, policy_override};
 
 /// Where an object lives, as [`Client::stat`] reports it.
 #[derive(Clone, Debug)]
@@ -74,7 +75,55 @@ pub(super) struct Probed {
     pub(super) answer: Result<Answer, Failure>,
 }
 
+/// Where one attempt of an operation found its object: the map it used, the pool, the key's
+/// candidates and the one holding the object.
+pub(super) struct Located {
+    pub(super) view: Arc<View>,
+    pub(super) pool: PoolId,
+    pub(super) candidates: Vec<Candidate>,
+    pub(super) chosen: u8,
+}
+
+impl Located {
+    /// The candidate holding the object.
+    pub(super) fn candidate(&self) -> &Candidate {
+        &self.candidates[usize::from(self.chosen)]
+    }
+}
+
 impl Client {
+    /// The retry → locate → not-found step of the operations on an existing object: takes
+    /// the current view and locates `key` on it, counting the attempt in `attempts`. An epoch
+    /// refusal while locating tries again; an object found nowhere is
+    /// [`ClientError::NotFound`]; after [`RETRIES_MAX`] attempts (the caller's retries
+    /// included) it is [`ClientError::EpochRetries`]. The caller loops: an attempt that must
+    /// start over (an epoch change, a stale cache entry) calls it again.
+    pub(super) async fn retry_located(
+        &self,
+        pool_name: &str,
+        key: &str,
+        attempts: &mut usize,
+    ) -> Result<Located, ClientError> {
+        while *attempts < RETRIES_MAX {
+            *attempts += 1;
+            let view = self.view();
+            let pool = view.pool(pool_name)?;
+            let candidates = self.candidates_in(&view, pool, key);
+            let chosen = match self.locate(&view, pool, key, &candidates).await {
+                Err(ClientError::EpochRetries { .. }) => continue,
+                other => other?,
+            };
+            let Some(chosen) = chosen else {
+                return Err(ClientError::NotFound {
+                    pool: pool_name.to_string(),
+                    key: key.to_string(),
+                });
+            };
+            return Ok(Located { view, pool, candidates, chosen });
+        }
+        Err(ClientError::EpochRetries { attempts: RETRIES_MAX })
+    }
+
     /// The candidates of `key` in `pool`.
     pub fn candidates(&self, pool: &str, key: &str) -> Result<Vec<Candidate>, ClientError> {
         let view = self.view();

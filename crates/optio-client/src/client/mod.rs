@@ -14,7 +14,7 @@ mod transition;
 mod write;
 
 pub use locate::{CandidateProbe, ObjectLocation, ProbeReport};
-pub use reintegrate::{ReintegrationConfig, ReintegrationMode, ReintegrationStatus};
+pub use reintegrate::{Reintegration, ReintegrationConfig, ReintegrationMode, ReintegrationStatus};
 pub use repair::ReplicaState;
 pub use transition::STATUS_POLL_INTERVAL;
 pub use write::PutReport;

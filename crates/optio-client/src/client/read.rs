@@ -12,7 +12,7 @@ use crate::error::ClientError;
 use crate::transport::{Endpoint, Failure, Op};
 
 use super::transition::Held;
-use super::{Client, RETRIES_MAX, View};
+use super::{Client, View};
 
 pub(super) enum ReadError {
     Retry,
@@ -44,30 +44,19 @@ impl Client {
     ) -> Result<(ObjectInfo, Bytes), ClientError> {
         validate_key(key)?;
         let mut relocated = false;
-        for _attempt in 0..RETRIES_MAX {
-            let view = self.view();
-            let pool = view.pool(pool_name)?;
-            let candidates = self.candidates_in(&view, pool, key);
-            let chosen = match self.locate(&view, pool, key, &candidates).await {
-                Err(ClientError::EpochRetries { .. }) => continue,
-                other => other?,
-            };
-            let Some(chosen) = chosen else {
-                return Err(ClientError::NotFound {
-                    pool: pool_name.to_string(),
-                    key: key.to_string(),
-                });
-            };
-            let candidate = &candidates[usize::from(chosen)];
-            let read = if self.in_transition(&view, pool) {
-                self.read_careful(&view, pool, key, candidate, range).await
+        let mut attempts = 0;
+        loop {
+            let at = self.retry_located(pool_name, key, &mut attempts).await?;
+            let (view, pool) = (&*at.view, at.pool);
+            let read = if self.in_transition(view, pool) {
+                self.read_careful(view, pool, key, at.candidate(), range).await
             } else {
-                self.read_replicas(&view, pool, key, candidate, range).await
+                self.read_replicas(view, pool, key, at.candidate(), range).await
             };
             match read {
                 Ok(found) => return Ok(found),
                 Err(ReadError::Retry) => continue,
-                Err(ReadError::Missing) if !relocated && candidates.len() > 1 => {
+                Err(ReadError::Missing) if !relocated && at.candidates.len() > 1 => {
                     // A stale cache entry (or fingerprint collision): ask the home again.
                     self.inner.cache.remove(pool.0, key);
                     relocated = true;
@@ -81,7 +70,6 @@ impl Client {
                 Err(ReadError::Failed(error)) => return Err(error),
             }
         }
-        Err(ClientError::EpochRetries { attempts: RETRIES_MAX })
     }
 
     pub(super) async fn read_replicas(
