@@ -52,6 +52,7 @@
 pub mod dirty;
 pub mod etcd;
 pub mod file;
+pub mod follow;
 pub mod local;
 pub mod mapstore;
 pub mod source;

@@ -22,9 +22,10 @@ pub use write::PutReport;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use optio_cluster::follow::{Followed, MapFollower};
 use optio_cluster::source::MapSource;
 use optio_placement::{ClusterMap, Placement, PoolId};
 use optio_proto::{DeviceMetrics, ErrorKind, ObjectVersion};
@@ -35,7 +36,7 @@ use crate::intent::IntentLog;
 use crate::policy;
 use crate::transport::{Answer, Call, Endpoint, Failure, HttpTransport, Op, Transport};
 
-use transition::watch_map;
+use transition::watch_settling;
 
 /// Attempts of one operation across epoch changes and lost races.
 pub const RETRIES_MAX: usize = 8;
@@ -106,7 +107,6 @@ struct Counters {
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
     records_created: AtomicU64,
-    map_refreshes: AtomicU64,
     repairs: AtomicU64,
     corrupt_replicas: AtomicU64,
 }
@@ -160,7 +160,10 @@ pub struct Client {
 
 struct Inner {
     source: MapSource,
-    view: RwLock<Arc<View>>,
+    /// The map, followed (shared mechanism with the servers: `optio_cluster::follow`).
+    map: Arc<MapFollower<View>>,
+    /// The task following the map store; aborted when the client goes.
+    following: tokio::task::AbortHandle,
     transport: Arc<dyn Transport>,
     cache: ChoiceCache,
     intents: Option<IntentLog>,
@@ -176,19 +179,35 @@ struct Inner {
     settled_epoch: AtomicU64,
 }
 
-/// Compiles a map for the client.
-fn compile(map: ClusterMap, source: &MapSource) -> Result<View, ClientError> {
-    let placement = Placement::new(&map)
-        .map_err(|e| ClientError::Map { path: source.describe(), reason: e.to_string() })?;
-    Ok(View { map, placement, previous: None })
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.following.abort();
+    }
 }
 
-async fn load_map(source: &MapSource) -> Result<View, ClientError> {
-    let map = source
-        .load()
-        .await
-        .map_err(|e| ClientError::Map { path: source.describe(), reason: e.to_string() })?;
-    compile(map, source)
+impl Followed for View {
+    fn compile(map: ClusterMap, previous: Option<&View>) -> Result<View, String> {
+        let placement = Placement::new(&map).map_err(|e| e.to_string())?;
+        // Reads consult the previous placement too until every server reports it has
+        // finished moving data for the new epoch.
+        let previous =
+            previous.map(|held| Arc::new(Previous { placement: held.placement.clone() }));
+        Ok(View { map, placement, previous })
+    }
+
+    fn epoch(&self) -> u64 {
+        self.map.epoch().0
+    }
+}
+
+/// Reads the map from `source` and installs it in `follower` (compiled on a blocking thread).
+async fn load_map(
+    source: &MapSource,
+    follower: &Arc<MapFollower<View>>,
+) -> Result<bool, ClientError> {
+    let failed = |reason: String| ClientError::Map { path: source.describe(), reason };
+    let map = source.load().await.map_err(|e| failed(e.to_string()))?;
+    follower.install_async(map).await.map_err(failed)
 }
 
 fn now_micros() -> u64 {
@@ -240,14 +259,25 @@ impl Client {
         source: MapSource,
         config: ClientConfig,
     ) -> Result<Client, ClientError> {
+        let transport = Arc::new(HttpTransport::new().map_err(ClientError::Config)?);
+        Client::connect_with_transport(source, config, transport).await
+    }
+
+    /// A client of the cluster whose map lives in `source`, sending through `transport` (in
+    /// tests, one that injects faults).
+    pub async fn connect_with_transport(
+        source: MapSource,
+        config: ClientConfig,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Client, ClientError> {
         let policy = config.policy.as_deref().map(policy_override).transpose()?;
         let location = (!config.location.is_empty()).then(|| {
             optio_placement::choice::Location::from_levels(
                 config.location.iter().map(|(t, n)| (t.as_str(), n.as_str())),
             )
         });
-        let view = load_map(&source).await?;
-        let transport = Arc::new(HttpTransport::new().map_err(ClientError::Config)?);
+        let map = Arc::new(MapFollower::new(Some(source.clone())));
+        load_map(&source, &map).await?;
         let intents = match &config.intent_dir {
             Some(dir) => Some(IntentLog::open(dir).map_err(ClientError::IntentLog)?),
             None => None,
@@ -255,7 +285,8 @@ impl Client {
         let client = Client {
             inner: Arc::new(Inner {
                 source,
-                view: RwLock::new(Arc::new(view)),
+                following: tokio::spawn(map.clone().follow()).abort_handle(),
+                map,
                 transport,
                 cache: ChoiceCache::new(config.cache_entries_max),
                 intents,
@@ -270,8 +301,7 @@ impl Client {
                 settled_epoch: AtomicU64::new(0),
             }),
         };
-        let epoch = client.epoch();
-        tokio::spawn(watch_map(Arc::downgrade(&client.inner), epoch));
+        tokio::spawn(watch_settling(Arc::downgrade(&client.inner)));
         if let Some(dir) = client.inner.config.intent_dir.clone() {
             client.recover(&dir).await?;
         }
@@ -279,7 +309,7 @@ impl Client {
     }
 
     fn view(&self) -> Arc<View> {
-        self.inner.view.read().expect("view lock").clone()
+        self.inner.map.current().expect("a client holds a map from connect on")
     }
 
     /// The map epoch the client holds.
@@ -300,23 +330,7 @@ impl Client {
     /// Reads the map from its store now; returns whether the epoch advanced. (The client
     /// also follows the store by itself; this is for when a server says our epoch is stale.)
     pub async fn refresh(&self) -> Result<bool, ClientError> {
-        let fresh = load_map(&self.inner.source).await?;
-        Ok(self.install(fresh))
-    }
-
-    /// Installs a newer map, keeping the one held until now as the previous one: reads
-    /// consult both placements until every server reports it has finished moving data for
-    /// the new epoch.
-    fn install(&self, mut fresh: View) -> bool {
-        let mut view = self.inner.view.write().expect("view lock");
-        if fresh.epoch() <= view.epoch() {
-            return false;
-        }
-        tracing::info!(epoch = fresh.epoch(), previous = view.epoch(), "map refreshed");
-        fresh.previous = Some(Arc::new(Previous { placement: view.placement.clone() }));
-        *view = Arc::new(fresh);
-        self.inner.counters.map_refreshes.fetch_add(1, Ordering::Relaxed);
-        true
+        load_map(&self.inner.source, &self.inner.map).await
     }
 
     /// Where the map lives.
@@ -332,7 +346,7 @@ impl Client {
             cache_hits: c.cache_hits.load(Ordering::Relaxed),
             cache_misses: c.cache_misses.load(Ordering::Relaxed),
             records_created: c.records_created.load(Ordering::Relaxed),
-            map_refreshes: c.map_refreshes.load(Ordering::Relaxed),
+            map_refreshes: self.inner.map.replaced(),
             repairs: c.repairs.load(Ordering::Relaxed),
             corrupt_replicas: c.corrupt_replicas.load(Ordering::Relaxed),
         }

@@ -28,7 +28,7 @@ use crate::error::ClientError;
 use crate::transport::{Answer, Endpoint, Failure, Op};
 
 use super::locate::placement_seed;
-use super::{Client, Inner, View, compile};
+use super::{Client, Inner, View};
 
 /// How often servers are asked whether they finished rebalancing, while some have not.
 pub const STATUS_POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -55,34 +55,18 @@ impl Held {
     }
 }
 
-/// Follows the map store (a new epoch is installed as soon as the store delivers it: a file
-/// is polled every 100 ms, etcd pushes) and, while data may still be moving, the servers'
-/// migration progress. Ends with the client.
-pub(super) async fn watch_map(inner: Weak<Inner>, after: u64) {
-    let Some(source) = inner.upgrade().map(|i| i.source.clone()) else { return };
-    let mut watcher = source.watch_after(Some(optio_placement::Epoch(after)));
+/// While data may still be moving (a newer map replaced the one before it), polls the
+/// servers' migration progress until every one reports done for the epoch. Ends with the
+/// client. (The map itself is followed by [`optio_cluster::follow::MapFollower`].)
+pub(super) async fn watch_settling(inner: Weak<Inner>) {
     let mut status_tick = tokio::time::interval(STATUS_POLL_INTERVAL);
     loop {
-        tokio::select! {
-            next = watcher.next() => {
-                let Some(inner) = inner.upgrade() else { return };
-                let client = Client { inner };
-                match next.map(|map| compile(map, &source)) {
-                    Ok(Ok(view)) => {
-                        client.install(view);
-                    }
-                    Ok(Err(error)) => tracing::warn!(%error, "cannot use the new map"),
-                    Err(error) => tracing::warn!(%error, "cannot use the new map"),
-                }
-            }
-            _ = status_tick.tick() => {
-                let Some(inner) = inner.upgrade() else { return };
-                let client = Client { inner };
-                let view = client.view();
-                if client.unsettled(&view) {
-                    client.poll_settled(&view).await;
-                }
-            }
+        status_tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let client = Client { inner };
+        let view = client.view();
+        if client.unsettled(&view) {
+            client.poll_settled(&view).await;
         }
     }
 }
