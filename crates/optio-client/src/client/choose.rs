@@ -11,7 +11,7 @@ use crate::candidates::Candidate;
 use crate::error::ClientError;
 use crate::transport::{Failure, Op};
 
-use super::locate::{holder_of, unanswered};
+use super::locate::{Keyed, holder_of, unanswered};
 use super::{Client, UNKNOWN_EPOCH_BACKOFF, View};
 
 /// What the earlier attempts of one write learned: the candidates it gave up on because a
@@ -65,6 +65,7 @@ impl Client {
         if candidates.len() == 1 {
             return Ok(Chosen { candidate: 0, created: None });
         }
+        let at = Keyed { view, pool, key, candidates };
         if excluded.is_empty()
             && let Some(c) = self.inner.cache.get(pool.0, key)
             && usize::from(c) < candidates.len()
@@ -106,8 +107,7 @@ impl Client {
             };
             if let Some(holder) = holder {
                 // Stored without a record (written at k = 1, or a record lost): record it.
-                let recorded =
-                    self.record_choice(view, pool, key, candidates, holder, false, false).await?;
+                let recorded = self.record_choice(at, holder, false, false).await?;
                 return Ok(Chosen { candidate: recorded.candidate, created: None });
             }
         }
@@ -115,20 +115,10 @@ impl Client {
         // library excludes them (and any other candidate on that device).
         let down = unanswered(candidates, &probes);
         let chosen = self
-            .policy_choice(
-                view,
-                pool,
-                key,
-                candidates,
-                size_bytes,
-                &down,
-                &excluded.full_devices,
-                None,
-            )
+            .policy_choice(at, size_bytes, &down, &excluded.full_devices, None)
             .map_err(|details| ClientError::NoRoom { key: key.to_string(), size_bytes, details })?;
         let replace = !excluded.is_empty();
-        let recorded =
-            self.record_choice(view, pool, key, candidates, chosen as u8, replace, true).await?;
+        let recorded = self.record_choice(at, chosen as u8, replace, true).await?;
         Ok(Chosen {
             candidate: recorded.candidate,
             created: recorded.created.then_some(recorded.incarnation),
@@ -146,7 +136,8 @@ impl Client {
         candidates: &[Candidate],
         guess: u8,
     ) -> Result<Chosen, ClientError> {
-        let record = self.record_choice(view, pool, key, candidates, guess, false, true);
+        let at = Keyed { view, pool, key, candidates };
+        let record = self.record_choice(at, guess, false, true);
         let others = self.probe_primaries(view, pool, key, &candidates[1..]);
         let (recorded, others) = futures_util::future::join(record, others).await;
         let recorded = recorded?;
@@ -228,13 +219,9 @@ impl Client {
     /// this client's own record); returns the candidate recorded, which is another client's
     /// when it was first. With `defer_sync`, the home answers before committing the record
     /// (it is visible at once); the write then confirms the home did not restart.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn record_choice(
         &self,
-        view: &View,
-        pool: PoolId,
-        key: &str,
-        candidates: &[Candidate],
+        Keyed { view, pool, key, candidates }: Keyed<'_>,
         chosen: u8,
         replace: bool,
         defer_sync: bool,

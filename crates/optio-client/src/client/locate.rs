@@ -75,6 +75,16 @@ pub(super) struct Probed {
     pub(super) answer: Result<Answer, Failure>,
 }
 
+/// A key on one view of the map: the view, the pool, the key and its candidates — what the
+/// choice of a candidate works on.
+#[derive(Clone, Copy)]
+pub(super) struct Keyed<'a> {
+    pub(super) view: &'a View,
+    pub(super) pool: PoolId,
+    pub(super) key: &'a str,
+    pub(super) candidates: &'a [Candidate],
+}
+
 /// Where one attempt of an operation found its object: the map it used, the pool, the key's
 /// candidates and the one holding the object.
 pub(super) struct Located {
@@ -282,19 +292,16 @@ impl Client {
         if !fresh {
             return None;
         }
-        self.policy_choice(view, pool, key, candidates, size_bytes, &[], &[], None).ok()
+        let at = Keyed { view, pool, key, candidates };
+        self.policy_choice(at, size_bytes, &[], &[], None).ok()
     }
 
     /// The pool's policy (or `policy_override`, else this client's) over the metrics heard
     /// from the candidates' devices: the primaries of the `down` candidates did not answer,
     /// the `full` devices refused the object for lack of room. Err: why none can take it.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn policy_choice(
         &self,
-        view: &View,
-        pool: PoolId,
-        key: &str,
-        candidates: &[Candidate],
+        Keyed { view, pool, key, candidates }: Keyed<'_>,
         size_bytes: u64,
         down: &[u8],
         full: &[optio_placement::DeviceId],
@@ -416,7 +423,8 @@ impl Client {
         let candidates = self.candidates_in(&view, pool, key);
         let probes = self.probe_primaries(&view, pool, key, &candidates).await?;
         let down = unanswered(&candidates, &probes);
-        self.policy_choice(&view, pool, key, &candidates, size_bytes, &down, &[], spec.as_ref())
+        let at = Keyed { view: &view, pool, key, candidates: &candidates };
+        self.policy_choice(at, size_bytes, &down, &[], spec.as_ref())
             .map_err(|details| ClientError::NoRoom { key: key.to_string(), size_bytes, details })
     }
 
@@ -489,7 +497,8 @@ mod tests {
         let pool = view.pool(pool).unwrap();
         let candidates = client.candidates_in(&view, pool, key);
         let full: Vec<DeviceId> = full.iter().map(|&d| DeviceId(d)).collect();
-        client.policy_choice(&view, pool, key, &candidates, 1, down, &full, None).ok()
+        let at = Keyed { view: &view, pool, key, candidates: &candidates };
+        client.policy_choice(at, 1, down, &full, None).ok()
     }
 
     #[tokio::test]

@@ -111,6 +111,16 @@ impl Pacer {
     }
 }
 
+/// Where one object's copies belong under the current membership version.
+struct Spread {
+    /// The devices that must hold the newest version (the current placement).
+    to: Vec<DeviceId>,
+    /// The devices whose copies stay (`to` and the full-power placement).
+    keep: Vec<DeviceId>,
+    /// The devices that may hold a copy (sorted, no duplicates).
+    look: Vec<DeviceId>,
+}
+
 /// Where the walk stands.
 #[derive(Default)]
 pub(super) struct Walk {
@@ -265,23 +275,21 @@ impl<'a> Reintegration<'a> {
         }
         look.sort_unstable();
         look.dedup();
-        self.converge(view, pool, &entry.key, &to, &keep, &look, &skipped).await
+        self.converge(view, pool, &entry.key, &Spread { to, keep, look }, &skipped).await
     }
 
     /// Makes every device of `to` hold the newest version found on `look`, and drops the
     /// copies on devices of `look` outside `keep`; copies to `skipped` devices are counted as
     /// offloaded replicas brought back.
-    #[allow(clippy::too_many_arguments)]
     async fn converge(
         &mut self,
         view: &View,
         pool: PoolId,
         key: &str,
-        to: &[DeviceId],
-        keep: &[DeviceId],
-        look: &[DeviceId],
+        spread: &Spread,
         skipped: &[DeviceId],
     ) -> Result<(), String> {
+        let Spread { to, keep, look } = spread;
         let (endpoints, held) = self.survey(view, pool, key, look).await?;
         let Some(newest) = held.iter().flatten().max().copied() else { return Ok(()) };
         let mut data: Option<(ObjectInfo, Bytes)> = None;
@@ -528,7 +536,8 @@ impl<'a> Reintegration<'a> {
                 // As consistent hashing does: the returning servers are taken to be empty.
                 let forced: Vec<DeviceId> =
                     to.iter().copied().filter(|d| returned.contains(d)).collect();
-                self.converge_forced(&view, pool.id, key, &to, &forced, &keep, &look).await?;
+                let spread = Spread { to, keep, look };
+                self.converge_forced(&view, pool.id, key, &spread, &forced).await?;
             }
         }
         self.walk.version = Some(current.version);
@@ -538,19 +547,16 @@ impl<'a> Reintegration<'a> {
     }
 
     /// [`converge`](Self::converge), copying to `forced` devices whatever they hold.
-    #[allow(clippy::too_many_arguments)]
     async fn converge_forced(
         &mut self,
         view: &View,
         pool: PoolId,
         key: &str,
-        to: &[DeviceId],
+        spread: &Spread,
         forced: &[DeviceId],
-        keep: &[DeviceId],
-        look: &[DeviceId],
     ) -> Result<(), String> {
         if !forced.is_empty() {
-            let (endpoints, held) = self.survey(view, pool, key, look).await?;
+            let (endpoints, held) = self.survey(view, pool, key, &spread.look).await?;
             if let Some(newest) = held.iter().flatten().max().copied()
                 && !newest.deleted
             {
@@ -566,6 +572,6 @@ impl<'a> Reintegration<'a> {
                 }
             }
         }
-        self.converge(view, pool, key, to, keep, look, &[]).await
+        self.converge(view, pool, key, spread, &[]).await
     }
 }

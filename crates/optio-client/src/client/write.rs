@@ -14,7 +14,7 @@ use crate::error::ClientError;
 use crate::transport::{Answer, Endpoint, Failure, Op};
 
 use super::choose::{Chosen, Excluded};
-use super::locate::placement_seed;
+use super::locate::{Keyed, placement_seed};
 use super::{Client, RETRIES_MAX, View};
 
 /// What a write did.
@@ -34,6 +34,14 @@ pub struct PutReport {
 /// request to the last replica's acknowledgement needs no further check: a home that crashed
 /// refuses new records for longer (`optio_server::records::RECORD_GRACE_AFTER_CRASH`, 2 s).
 pub const RECORD_LEASE: Duration = Duration::from_secs(1);
+
+/// One version of an object, as written to each replica.
+#[derive(Clone, Copy)]
+pub(super) struct Payload<'a> {
+    pub(super) data: &'a Bytes,
+    pub(super) crc: u32,
+    pub(super) version: ObjectVersion,
+}
 
 impl Client {
     /// Writes an object: r replicas on the chosen candidate's replica set, acknowledged when
@@ -71,6 +79,7 @@ impl Client {
             let pool = view.pool(pool_name)?;
             self.note_dirty(&view, pool, key, &mut dirty_noted).await?;
             let candidates = self.candidates_in(&view, pool, key);
+            let at = Keyed { view: &view, pool, key, candidates: &candidates };
             let probes_before = self.inner.counters.probes.load(Ordering::Relaxed);
             let started = Instant::now();
             let mut written = None;
@@ -86,7 +95,14 @@ impl Client {
                         let version = self.next_version();
                         let (chosen, results) = futures_util::future::join(
                             self.record_and_probe(&view, pool, key, &candidates, guess),
-                            self.fan_out(&view, pool, key, target, &endpoints, &data, crc, version),
+                            self.fan_out(
+                                &view,
+                                pool,
+                                key,
+                                target,
+                                &endpoints,
+                                Payload { data: &data, crc, version },
+                            ),
                         )
                         .await;
                         if matches!(&chosen, Ok(c) if c.candidate == guess) {
@@ -112,7 +128,14 @@ impl Client {
                     let endpoints = self.endpoints(&view, candidate)?;
                     let version = self.next_version();
                     let results = self
-                        .fan_out(&view, pool, key, candidate, &endpoints, &data, crc, version)
+                        .fan_out(
+                            &view,
+                            pool,
+                            key,
+                            candidate,
+                            &endpoints,
+                            Payload { data: &data, crc, version },
+                        )
                         .await;
                     (endpoints, results, version)
                 }
@@ -140,9 +163,7 @@ impl Client {
             if acked >= needed
                 && let Some(incarnation) = created
                 && started.elapsed() >= RECORD_LEASE
-                && !self
-                    .home_kept_record(&view, pool, key, &candidates, chosen, incarnation, &results)
-                    .await
+                && !self.home_kept_record(at, chosen, incarnation, &results).await
             {
                 // The home restarted while we wrote: our record may be lost, and another
                 // client may have chosen another candidate since. Undo, and start over.
@@ -238,7 +259,6 @@ impl Client {
     }
 
     /// Writes one version of the object to every replica of `candidate`, in parallel.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn fan_out(
         &self,
         view: &View,
@@ -246,9 +266,7 @@ impl Client {
         key: &str,
         candidate: &Candidate,
         endpoints: &[Endpoint],
-        data: &Bytes,
-        crc: u32,
-        version: ObjectVersion,
+        Payload { data, crc, version }: Payload<'_>,
     ) -> Vec<Result<Answer, Failure>> {
         let calls = endpoints.iter().map(|endpoint| {
             let put = Op::Put {
@@ -267,13 +285,9 @@ impl Client {
     /// (same incarnation) until the object was stored. When the home is the chosen
     /// candidate's primary, its answer to the object's write says so at no cost; otherwise
     /// one more round trip asks it.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn home_kept_record(
         &self,
-        view: &View,
-        pool: PoolId,
-        key: &str,
-        candidates: &[Candidate],
+        Keyed { view, pool, key, candidates }: Keyed<'_>,
         chosen: u8,
         incarnation: u64,
         results: &[Result<Answer, Failure>],
