@@ -43,6 +43,15 @@ pub(super) struct Payload<'a> {
     pub(super) version: ObjectVersion,
 }
 
+/// One attempt's write on the wire: the candidate chosen, the replicas written to, their
+/// answers and the version written.
+struct Sent {
+    chosen: Chosen,
+    endpoints: Vec<Endpoint>,
+    results: Vec<Result<Answer, Failure>>,
+    version: ObjectVersion,
+}
+
 impl Client {
     /// Writes an object: r replicas on the chosen candidate's replica set, acknowledged when
     /// w of them (default all) are durable.
@@ -82,64 +91,13 @@ impl Client {
             let at = Keyed { view: &view, pool, key, candidates: &candidates };
             let probes_before = self.inner.counters.probes.load(Ordering::Relaxed);
             let started = Instant::now();
-            let mut written = None;
-            let chosen =
-                match self.pipeline_guess(&view, pool, key, &candidates, size_bytes, &excluded) {
-                    Some(guess) => {
-                        // A warm client's first write: the record request, the other candidates'
-                        // probes and the object's writes all leave at once. Should the home or a
-                        // probe say the object belongs elsewhere, the copies are undone.
-                        self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
-                        let target = &candidates[usize::from(guess)];
-                        let endpoints = self.endpoints(&view, target)?;
-                        let version = self.next_version();
-                        let (chosen, results) = futures_util::future::join(
-                            self.record_and_probe(&view, pool, key, &candidates, guess),
-                            self.fan_out(
-                                &view,
-                                pool,
-                                key,
-                                target,
-                                &endpoints,
-                                Payload { data: &data, crc, version },
-                            ),
-                        )
-                        .await;
-                        if matches!(&chosen, Ok(c) if c.candidate == guess) {
-                            written = Some((endpoints, results, version));
-                        } else {
-                            self.undo(&view, pool, key, &endpoints, &results, version).await;
-                        }
-                        chosen
-                    }
-                    None => {
-                        self.choose_for_write(&view, pool, key, &candidates, size_bytes, &excluded)
-                            .await
-                    }
-                };
-            let Chosen { candidate: chosen, created } = match chosen {
+            let sent = match self.choose_and_send(at, size_bytes, &excluded, &data, crc).await {
                 Err(ClientError::EpochRetries { .. }) => continue,
                 other => other?,
             };
+            let Sent { chosen: Chosen { candidate: chosen, created }, endpoints, results, version } =
+                sent;
             let candidate = &candidates[usize::from(chosen)];
-            let (endpoints, results, version) = match written {
-                Some(written) => written,
-                None => {
-                    let endpoints = self.endpoints(&view, candidate)?;
-                    let version = self.next_version();
-                    let results = self
-                        .fan_out(
-                            &view,
-                            pool,
-                            key,
-                            candidate,
-                            &endpoints,
-                            Payload { data: &data, crc, version },
-                        )
-                        .await;
-                    (endpoints, results, version)
-                }
-            };
             let needed =
                 self.inner.config.write_quorum.unwrap_or(endpoints.len()).clamp(1, endpoints.len());
             // A replica that already holds a newer version of the object (a concurrent write
@@ -224,6 +182,61 @@ impl Client {
             });
         }
         Err(ClientError::EpochRetries { attempts: RETRIES_MAX })
+    }
+
+    /// Chooses the candidate of one attempt and writes one version to its replicas. A warm
+    /// client's first write is pipelined: the record request, the other candidates' probes
+    /// and the object's writes all leave at once (should the home or a probe say the object
+    /// belongs elsewhere, the copies are undone). Otherwise the candidate is chosen first
+    /// ([`choose_for_write`](Self::choose_for_write)), then written.
+    async fn choose_and_send(
+        &self,
+        Keyed { view, pool, key, candidates }: Keyed<'_>,
+        size_bytes: u64,
+        excluded: &Excluded,
+        data: &Bytes,
+        crc: u32,
+    ) -> Result<Sent, ClientError> {
+        let mut written = None;
+        let chosen = match self.pipeline_guess(view, pool, key, candidates, size_bytes, excluded) {
+            Some(guess) => {
+                self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+                let target = &candidates[usize::from(guess)];
+                let endpoints = self.endpoints(view, target)?;
+                let version = self.next_version();
+                let (chosen, results) = futures_util::future::join(
+                    self.record_and_probe(view, pool, key, candidates, guess),
+                    self.fan_out(
+                        view,
+                        pool,
+                        key,
+                        target,
+                        &endpoints,
+                        Payload { data, crc, version },
+                    ),
+                )
+                .await;
+                if matches!(&chosen, Ok(c) if c.candidate == guess) {
+                    written = Some((endpoints, results, version));
+                } else {
+                    self.undo(view, pool, key, &endpoints, &results, version).await;
+                }
+                chosen
+            }
+            None => self.choose_for_write(view, pool, key, candidates, size_bytes, excluded).await,
+        }?;
+        let (endpoints, results, version) = match written {
+            Some(written) => written,
+            None => {
+                let candidate = &candidates[usize::from(chosen.candidate)];
+                let endpoints = self.endpoints(view, candidate)?;
+                let version = self.next_version();
+                let payload = Payload { data, crc, version };
+                let results = self.fan_out(view, pool, key, candidate, &endpoints, payload).await;
+                (endpoints, results, version)
+            }
+        };
+        Ok(Sent { chosen, endpoints, results, version })
     }
 
     /// The candidate a warm client writes a new object to at once (with its record request),
