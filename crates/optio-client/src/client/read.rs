@@ -109,19 +109,9 @@ impl Client {
                             .await;
                     }
                     let body = match (range, ranged) {
-                        (Some((start, end)), None) => {
-                            let end = end.min(info.size_bytes.saturating_sub(1));
-                            if start > end || start >= info.size_bytes {
-                                return Err(ReadError::Failed(ClientError::Refused {
-                                    device: endpoint.device,
-                                    kind: ErrorKind::BadRequest,
-                                    reason: format!(
-                                        "range {start}-{end} is outside the object's {} bytes",
-                                        info.size_bytes
-                                    ),
-                                }));
-                            }
-                            answer.body.slice(start as usize..=end as usize)
+                        // Read whole for a repair: cut the range asked for.
+                        (Some(range), None) => {
+                            cut_range(range, &info, &answer.body, endpoint.device)?
                         }
                         _ => answer.body,
                     };
@@ -314,4 +304,26 @@ impl Client {
         // Candidate 0 may still hold it on a device that did not answer.
         Ok(unreadable.then_some(0))
     }
+}
+
+/// The inclusive byte `range` of an object read whole from `device` (a range past its end is
+/// cut at the end; one starting past it is refused).
+fn cut_range(
+    (start, end): (u64, u64),
+    info: &ObjectInfo,
+    body: &Bytes,
+    device: u32,
+) -> Result<Bytes, ReadError> {
+    let end = end.min(info.size_bytes.saturating_sub(1));
+    if start > end || start >= info.size_bytes {
+        return Err(ReadError::Failed(ClientError::Refused {
+            device,
+            kind: ErrorKind::BadRequest,
+            reason: format!(
+                "range {start}-{end} is outside the object's {} bytes",
+                info.size_bytes
+            ),
+        }));
+    }
+    Ok(body.slice(start as usize..=end as usize))
 }

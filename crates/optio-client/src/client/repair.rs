@@ -12,7 +12,7 @@ use optio_proto::{ErrorKind, ObjectInfo, checksum, validate_key};
 use crate::candidates::Candidate;
 use crate::error::ClientError;
 use crate::intent::IntentLog;
-use crate::transport::{Endpoint, Failure, Op};
+use crate::transport::{Answer, Endpoint, Failure, Op};
 
 use super::locate::placement_seed;
 use super::{Client, View};
@@ -112,26 +112,7 @@ impl Client {
             self.call(self.object_call(&view, endpoint, pool, Op::Get { key, range: None }))
         });
         let results = join_all(reads).await;
-        let mut best: Option<(ObjectInfo, Bytes)> = None;
-        let mut states: Vec<Option<ReplicaState>> = vec![None; endpoints.len()];
-        for (i, result) in results.iter().enumerate() {
-            match result {
-                Ok(answer) => match &answer.info {
-                    Some(info) if checksum(&answer.body) == info.checksum => {
-                        if best.as_ref().is_none_or(|(b, _)| {
-                            (info.version, info.checksum) > (b.version, b.checksum)
-                        }) {
-                            best = Some((info.clone(), answer.body.clone()));
-                        }
-                    }
-                    _ => states[i] = Some(ReplicaState::Repaired("damaged in transit".into())),
-                },
-                Err(Failure::Unreachable(reason)) => {
-                    states[i] = Some(ReplicaState::Failed(format!("unreachable: {reason}")))
-                }
-                Err(failure) => states[i] = Some(ReplicaState::Repaired(failure.to_string())),
-            }
-        }
+        let (best, mut states) = newest_intact(&results);
         let Some((info, data)) = best else {
             if results.iter().all(|r| matches!(r, Err(f) if f.kind() == Some(ErrorKind::NotFound)))
             {
@@ -173,4 +154,32 @@ impl Client {
             .map(|(e, s)| (e.device, s.unwrap_or(ReplicaState::Good)))
             .collect())
     }
+}
+
+/// The newest intact copy among the replicas' answers to a read, and what is known of each
+/// replica so far: damaged or missing ones are to be repaired, unreachable ones failed.
+fn newest_intact(
+    results: &[Result<Answer, Failure>],
+) -> (Option<(ObjectInfo, Bytes)>, Vec<Option<ReplicaState>>) {
+    let mut best: Option<(ObjectInfo, Bytes)> = None;
+    let mut states: Vec<Option<ReplicaState>> = vec![None; results.len()];
+    for (i, result) in results.iter().enumerate() {
+        match result {
+            Ok(answer) => match &answer.info {
+                Some(info) if checksum(&answer.body) == info.checksum => {
+                    if best.as_ref().is_none_or(|(b, _)| {
+                        (info.version, info.checksum) > (b.version, b.checksum)
+                    }) {
+                        best = Some((info.clone(), answer.body.clone()));
+                    }
+                }
+                _ => states[i] = Some(ReplicaState::Repaired("damaged in transit".into())),
+            },
+            Err(Failure::Unreachable(reason)) => {
+                states[i] = Some(ReplicaState::Failed(format!("unreachable: {reason}")))
+            }
+            Err(failure) => states[i] = Some(ReplicaState::Repaired(failure.to_string())),
+        }
+    }
+    (best, states)
 }
