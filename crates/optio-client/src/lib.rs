@@ -42,7 +42,7 @@ pub use cache::ChoiceCache;
 pub use candidates::{CHOICES_MAX, Candidate};
 pub use client::{
     CandidateProbe, Client, ClientConfig, ClientStats, ObjectLocation, ProbeReport, PutReport,
-    RETRIES_MAX, ReintegrationConfig, ReintegrationMode, ReintegrationStatus, ReplicaState,
-    STATUS_POLL_INTERVAL,
+    RETRIES_MAX, Reintegration, ReintegrationConfig, ReintegrationMode, ReintegrationStatus,
+    ReplicaState, STATUS_POLL_INTERVAL,
 };
 pub use error::ClientError;

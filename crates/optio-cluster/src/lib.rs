@@ -59,6 +59,7 @@ pub mod dirty;
 pub mod durable;
 pub mod etcd;
 pub mod file;
+pub mod follow;
 pub mod mapstore;
 pub mod source;
 

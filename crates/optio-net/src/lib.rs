@@ -440,3 +440,138 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint() -> Endpoint {
+        Endpoint { device: 4, addr: "127.0.0.1:9".into() }
+    }
+
+    /// The requests the typed calls send are the ones the raw calls sent: same methods,
+    /// paths, queries and headers.
+    #[test]
+    fn typed_calls_keep_the_wire_format() {
+        let e = endpoint();
+        let call = |op| Call::new(&e, PoolId(2), 7, op);
+        let probe = call(Op::Probe { key: "a b/c", want_choice: true });
+        assert_eq!(probe.op.method(), Method::HEAD);
+        assert_eq!(probe.path(), "/v1/dev/4/objects/2/a%20b%2Fc");
+        assert_eq!(probe.op.headers(), vec![(wire::WANT_CHOICE, "1".to_string())]);
+        assert!(probe.op.absent_is_an_answer() && probe.op.is_probe());
+
+        let get = call(Op::Get { key: "k", range: Some((3, 9)) });
+        assert_eq!((get.op.method(), get.path()), (Method::GET, "/v1/dev/4/objects/2/k".into()));
+        assert_eq!(get.op.headers(), vec![("range", "bytes=3-9".to_string())]);
+        assert!(!get.op.absent_is_an_answer());
+
+        let put = call(Op::Put {
+            key: "k",
+            data: Bytes::from_static(b"x"),
+            version: ObjectVersion(11),
+            checksum: 0xab,
+            pg_seed: Some(5),
+        });
+        assert_eq!(put.op.method(), Method::PUT);
+        assert_eq!(
+            put.op.headers(),
+            vec![
+                (wire::VERSION, "11".to_string()),
+                (wire::CHECKSUM, "000000ab".to_string()),
+                (wire::PG, "5".to_string()),
+            ]
+        );
+
+        let purge = call(Op::Delete { key: "k", version: Some(ObjectVersion(3)), purge: true });
+        assert_eq!(purge.op.method(), Method::DELETE);
+        assert_eq!(
+            purge.op.headers(),
+            vec![(wire::VERSION, "3".to_string()), (wire::PURGE, "1".to_string())]
+        );
+
+        let query = ListQuery {
+            prefix: Some("p/".into()),
+            after: Some("p/x".into()),
+            ..ListQuery::default()
+        };
+        let list = call(Op::List(query));
+        assert_eq!(list.op.method(), Method::GET);
+        assert_eq!(list.path(), "/v1/dev/4/objects/2?prefix=p%2F&after=p%2Fx");
+        assert_eq!(call(Op::List(ListQuery::default())).path(), "/v1/dev/4/objects/2");
+
+        let record = ChoiceRecord { candidate: 1, choices: 3, writer: 0xbeef };
+        let put_record = call(Op::PutRecord {
+            key: "k",
+            record,
+            replace_if_writer: Some(0xbeef),
+            unless_contended: true,
+            defer_sync: true,
+        });
+        assert_eq!(put_record.op.method(), Method::PUT);
+        assert_eq!(put_record.path(), "/v1/dev/4/choices/2/k");
+        assert_eq!(
+            put_record.op.headers(),
+            vec![
+                (wire::CHOICE, "1/3/beef".to_string()),
+                (wire::REPLACE_IF_WRITER, "beef".to_string()),
+                (wire::UNLESS_CONTENDED, "1".to_string()),
+                (wire::DEFER_SYNC, "1".to_string()),
+            ]
+        );
+        assert!(put_record.op.absent_is_an_answer() && put_record.op.is_probe());
+        let get_record = call(Op::GetRecord { key: "k" });
+        assert_eq!((get_record.op.method(), get_record.op.headers()), (Method::GET, vec![]));
+        assert!(get_record.op.absent_is_an_answer() && !get_record.op.is_probe());
+        assert_eq!(call(Op::DeleteRecord { key: "k" }).op.method(), Method::DELETE);
+    }
+
+    /// A server that answers every connection with `head` (status line and headers).
+    fn answering(head: &'static str) -> String {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(head.as_bytes());
+            }
+        });
+        addr
+    }
+
+    /// An answer whose size or version is malformed is a failure, not an object of 0 bytes
+    /// or version 0; a well-formed one decodes.
+    #[tokio::test]
+    async fn malformed_answer_headers_are_failures() {
+        let transport = HttpTransport::new().expect("a transport");
+        let transport = &transport;
+        let probe = |addr: &str| {
+            let endpoint = Endpoint { device: 1, addr: addr.to_string() };
+            async move {
+                let call =
+                    Call::new(&endpoint, PoolId(1), 1, Op::Probe { key: "k", want_choice: false });
+                transport.send(call).await
+            }
+        };
+        let good = answering(
+            "HTTP/1.1 200 OK\r\nx-optio-size: 5\r\nx-optio-version: 9\r\nx-optio-checksum: 0000000a\r\nx-optio-epoch: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        );
+        let info = probe(&good).await.expect("an answer").info.expect("an object");
+        assert_eq!((info.size_bytes, info.version, info.checksum), (5, ObjectVersion(9), 10));
+        for head in [
+            "HTTP/1.1 200 OK\r\nx-optio-size: five\r\nx-optio-version: 9\r\nx-optio-checksum: 0a\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nx-optio-size: 5\r\nx-optio-version: -9\r\nx-optio-checksum: 0a\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        ] {
+            let bad = answering(head);
+            match probe(&bad).await {
+                Err((Failure::Malformed(reason), _)) => {
+                    assert!(reason.contains("malformed"), "{reason}")
+                }
+                other => panic!("{head}: {other:?}"),
+            }
+        }
+    }
+}

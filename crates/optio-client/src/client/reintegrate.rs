@@ -20,19 +20,26 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use optio_cluster::dirty::{DirtyEntry, DirtyTable};
-use optio_placement::{DeviceId, MapChange, ReplicaSet};
+use optio_placement::{DeviceId, MapChange, PoolId, ReplicaSet};
+use optio_proto::{ErrorKind, ObjectInfo, checksum};
 use serde::{Deserialize, Serialize};
 
+use crate::transport::{Endpoint, Op};
+
 use super::transition::Held;
-use super::*;
+use super::{Client, View};
 
 /// Dirty entries read at once.
-const BATCH_ENTRIES: usize = 256;
+pub(super) const BATCH_ENTRIES: usize = 256;
+
 /// Pause when there is nothing to do, or after a failure.
-const IDLE_WAIT: Duration = Duration::from_millis(200);
-const FAILURE_WAIT: Duration = Duration::from_secs(1);
+pub(super) const IDLE_WAIT: Duration = Duration::from_millis(200);
+
+pub(super) const FAILURE_WAIT: Duration = Duration::from_secs(1);
 
 /// Which re-integration runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,10 +93,10 @@ pub struct ReintegrationStatus {
 }
 
 /// A simple pacer: after copying `bytes`, wait as long as the rate says.
-struct Pacer {
-    rate: Option<u64>,
-    started: Instant,
-    sent: u64,
+pub(super) struct Pacer {
+    pub(super) rate: Option<u64>,
+    pub(super) started: Instant,
+    pub(super) sent: u64,
 }
 
 impl Pacer {
@@ -104,6 +111,26 @@ impl Pacer {
     }
 }
 
+/// Where one object's copies belong under the current membership version.
+struct Spread {
+    /// The devices that must hold the newest version (the current placement).
+    to: Vec<DeviceId>,
+    /// The devices whose copies stay (`to` and the full-power placement).
+    keep: Vec<DeviceId>,
+    /// The devices that may hold a copy (sorted, no duplicates).
+    look: Vec<DeviceId>,
+}
+
+/// Where the walk stands.
+#[derive(Default)]
+pub(super) struct Walk {
+    pub(super) version: Option<u64>,
+    pub(super) cursor: u64,
+    /// Full mode: the servers active when last looked, and whether the last copy round ended.
+    pub(super) active: Option<Vec<DeviceId>>,
+    pub(super) full_done: bool,
+}
+
 impl Client {
     /// Runs re-integration until `stop` completes, reporting into `status`.
     pub async fn reintegrate(
@@ -113,19 +140,48 @@ impl Client {
         status: &Mutex<ReintegrationStatus>,
         stop: impl std::future::Future<Output = ()>,
     ) {
-        status.lock().expect("status lock").mode = Some(config.mode);
+        Reintegration::new(self, table, config, status).run(stop).await;
+    }
+}
+
+/// One run of re-integration: the client it copies with, the dirty table it walks, where the
+/// walk stands, its pace and what it reports.
+pub struct Reintegration<'a> {
+    client: &'a Client,
+    table: &'a DirtyTable,
+    mode: ReintegrationMode,
+    status: &'a Mutex<ReintegrationStatus>,
+    walk: Walk,
+    pacer: Pacer,
+}
+
+impl<'a> Reintegration<'a> {
+    /// A run of `config`'s mode over `table`, with `client`, reporting into `status`.
+    pub fn new(
+        client: &'a Client,
+        table: &'a DirtyTable,
+        config: &ReintegrationConfig,
+        status: &'a Mutex<ReintegrationStatus>,
+    ) -> Reintegration<'a> {
+        Reintegration {
+            client,
+            table,
+            mode: config.mode,
+            status,
+            walk: Walk::default(),
+            pacer: Pacer { rate: config.rate_bytes_per_sec, started: Instant::now(), sent: 0 },
+        }
+    }
+
+    /// Runs until `stop` completes.
+    pub async fn run(mut self, stop: impl std::future::Future<Output = ()>) {
+        self.status.lock().expect("status lock").mode = Some(self.mode);
+        let status = self.status;
         let work = async {
-            let mut pacer =
-                Pacer { rate: config.rate_bytes_per_sec, started: Instant::now(), sent: 0 };
-            let mut walk = Walk::default();
             loop {
-                let result = match config.mode {
-                    ReintegrationMode::Selective => {
-                        self.selective_step(table, &mut walk, &mut pacer, status).await
-                    }
-                    ReintegrationMode::Full => {
-                        self.full_step(table, &mut walk, &mut pacer, status).await
-                    }
+                let result = match self.mode {
+                    ReintegrationMode::Selective => self.selective_step().await,
+                    ReintegrationMode::Full => self.full_step().await,
                 };
                 match result {
                     Ok(true) => status.lock().expect("status lock").last_error = None,
@@ -145,27 +201,22 @@ impl Client {
     }
 
     /// One batch of Algorithm 2; `Ok(false)` when there was nothing to do.
-    async fn selective_step(
-        &self,
-        table: &DirtyTable,
-        walk: &mut Walk,
-        pacer: &mut Pacer,
-        status: &Mutex<ReintegrationStatus>,
-    ) -> Result<bool, String> {
-        let view = self.view();
+    async fn selective_step(&mut self) -> Result<bool, String> {
+        let view = self.client.view();
         let Some(membership) = view.map.membership() else { return Ok(false) };
         let current = membership.current();
         let full = membership.is_full_power(current);
-        if walk.version != Some(current.version) {
+        if self.walk.version != Some(current.version) {
             // A new version: start again from the oldest entry (line 2 of Algorithm 2).
-            walk.version = Some(current.version);
-            walk.cursor = 0;
-            status.lock().expect("status lock").restarts += 1;
+            self.walk.version = Some(current.version);
+            self.walk.cursor = 0;
+            self.status.lock().expect("status lock").restarts += 1;
         }
-        let entries = table.range(walk.cursor, BATCH_ENTRIES).await.map_err(|e| e.to_string())?;
-        let left = table.len().await.map_err(|e| e.to_string())?;
+        let entries =
+            self.table.range(self.walk.cursor, BATCH_ENTRIES).await.map_err(|e| e.to_string())?;
+        let left = self.table.len().await.map_err(|e| e.to_string())?;
         {
-            let mut s = status.lock().expect("status lock");
+            let mut s = self.status.lock().expect("status lock");
             s.version = current.version;
             s.full_power = full;
             s.dirty_entries = left;
@@ -181,34 +232,28 @@ impl Client {
         let now_active = membership.active_count(current);
         let mut handled = 0u64;
         for entry in &entries {
-            if self.view().epoch() != view.epoch() {
+            if self.client.view().epoch() != view.epoch() {
                 break;
             }
             let then_active =
                 membership.version(entry.version).map_or(0, |v| membership.active_count(v));
             if now_active > then_active {
-                self.reintegrate_entry(&view, entry, pacer, status).await?;
+                self.reintegrate_entry(&view, entry).await?;
             }
             handled += 1;
-            status.lock().expect("status lock").entries_handled += 1;
+            self.status.lock().expect("status lock").entries_handled += 1;
         }
         if full {
             // Remove only at full power (line 11); the walk stays at the head.
-            table.pop_front(handled).await.map_err(|e| e.to_string())?;
+            self.table.pop_front(handled).await.map_err(|e| e.to_string())?;
         } else {
-            walk.cursor += handled;
+            self.walk.cursor += handled;
         }
         Ok(true)
     }
 
     /// Brings one dirty object to where the current version places it.
-    async fn reintegrate_entry(
-        &self,
-        view: &View,
-        entry: &DirtyEntry,
-        pacer: &mut Pacer,
-        status: &Mutex<ReintegrationStatus>,
-    ) -> Result<(), String> {
+    async fn reintegrate_entry(&mut self, view: &View, entry: &DirtyEntry) -> Result<(), String> {
         let pool = PoolId(entry.pool);
         let Some(placement) = view.placement.pool(pool) else { return Ok(()) };
         if placement.elastic().is_none() {
@@ -230,25 +275,21 @@ impl Client {
         }
         look.sort_unstable();
         look.dedup();
-        self.converge(view, pool, &entry.key, &to, &keep, &look, &skipped, pacer, status).await
+        self.converge(view, pool, &entry.key, &Spread { to, keep, look }, &skipped).await
     }
 
     /// Makes every device of `to` hold the newest version found on `look`, and drops the
     /// copies on devices of `look` outside `keep`; copies to `skipped` devices are counted as
     /// offloaded replicas brought back.
-    #[allow(clippy::too_many_arguments)]
     async fn converge(
-        &self,
+        &mut self,
         view: &View,
         pool: PoolId,
         key: &str,
-        to: &[DeviceId],
-        keep: &[DeviceId],
-        look: &[DeviceId],
+        spread: &Spread,
         skipped: &[DeviceId],
-        pacer: &mut Pacer,
-        status: &Mutex<ReintegrationStatus>,
     ) -> Result<(), String> {
+        let Spread { to, keep, look } = spread;
         let (endpoints, held) = self.survey(view, pool, key, look).await?;
         let Some(newest) = held.iter().flatten().max().copied() else { return Ok(()) };
         let mut data: Option<(ObjectInfo, Bytes)> = None;
@@ -259,7 +300,8 @@ impl Client {
             }
             if newest.deleted {
                 let delete = Op::Delete { key, version: Some(newest.version), purge: false };
-                match self.call(self.object_call(view, endpoint, pool, delete)).await {
+                match self.client.call(self.client.object_call(view, endpoint, pool, delete)).await
+                {
                     Ok(_) => {}
                     Err(f)
                         if matches!(
@@ -277,8 +319,8 @@ impl Client {
             }
             let (info, body) = data.as_ref().expect("read above");
             self.copy_to(view, pool, key, endpoint, info, body).await?;
-            pacer.pace(body.len() as u64).await;
-            let mut s = status.lock().expect("status lock");
+            self.pacer.pace(body.len() as u64).await;
+            let mut s = self.status.lock().expect("status lock");
             s.replicas_copied += 1;
             s.bytes_copied += body.len() as u64;
             if skipped.contains(&device) {
@@ -290,8 +332,8 @@ impl Client {
                 continue;
             }
             let purge = Op::Delete { key, version: Some(newest.version), purge: true };
-            match self.call(self.object_call(view, endpoint, pool, purge)).await {
-                Ok(_) => status.lock().expect("status lock").copies_dropped += 1,
+            match self.client.call(self.client.object_call(view, endpoint, pool, purge)).await {
+                Ok(_) => self.status.lock().expect("status lock").copies_dropped += 1,
                 Err(f)
                     if matches!(
                         f.kind(),
@@ -315,13 +357,13 @@ impl Client {
         look: &[DeviceId],
     ) -> Result<(Vec<Endpoint>, Vec<Option<Held>>), String> {
         let (endpoints, heads) =
-            self.probe_devices(view, pool, key, look).await.map_err(|e| e.to_string())?;
+            self.client.probe_devices(view, pool, key, look).await.map_err(|e| e.to_string())?;
         let mut held = Vec::with_capacity(heads.len());
         for (endpoint, head) in endpoints.iter().zip(&heads) {
             match head {
                 Ok(answer) => held.push(Held::of(answer)),
                 Err(failure) => {
-                    let _ = self.epoch_retry(&[failure]).await;
+                    let _ = self.client.epoch_retry(&[failure]).await;
                     return Err(format!(
                         "device {} at {} did not answer for '{key}': {failure}",
                         endpoint.device, endpoint.addr
@@ -348,7 +390,8 @@ impl Client {
                 continue;
             }
             match self
-                .call(self.object_call(view, endpoint, pool, Op::Get { key, range: None }))
+                .client
+                .call(self.client.object_call(view, endpoint, pool, Op::Get { key, range: None }))
                 .await
             {
                 Ok(answer) => {
@@ -382,7 +425,7 @@ impl Client {
             checksum: info.checksum,
             pg_seed: info.pg_seed,
         };
-        match self.call(self.object_call(view, endpoint, pool, put)).await {
+        match self.client.call(self.client.object_call(view, endpoint, pool, put)).await {
             Ok(_) => Ok(()),
             Err(f) if f.kind() == Some(ErrorKind::VersionConflict) => Ok(()),
             Err(f) => Err(format!("copying '{key}' to device {}: {f}", endpoint.device)),
@@ -391,43 +434,43 @@ impl Client {
 
     /// Keeps only the current membership version (a compare-and-swap on the map).
     async fn prune_versions(&self) -> Result<(), String> {
-        let old = self.inner.source.load().await.map_err(|e| e.report())?;
+        let old = self.client.inner.source.load().await.map_err(|e| e.report())?;
         let new = old.apply(&MapChange::PruneVersions, old.epoch()).map_err(|e| e.to_string())?;
-        self.inner.source.compare_and_swap(old.epoch(), &new).await.map_err(|e| e.to_string())?;
+        self.client
+            .inner
+            .source
+            .compare_and_swap(old.epoch(), &new)
+            .await
+            .map_err(|e| e.to_string())?;
         tracing::info!(
             epoch = new.epoch().0,
             "re-integration done: older membership versions pruned"
         );
-        self.refresh().await.map_err(|e| e.to_string())?;
+        self.client.refresh().await.map_err(|e| e.to_string())?;
         Ok(())
     }
 
     /// The full baseline: when servers came back, copy to each every object the current
     /// version places on it; then drop copies no placement names.
-    async fn full_step(
-        &self,
-        table: &DirtyTable,
-        walk: &mut Walk,
-        pacer: &mut Pacer,
-        status: &Mutex<ReintegrationStatus>,
-    ) -> Result<bool, String> {
-        let view = self.view();
+    async fn full_step(&mut self) -> Result<bool, String> {
+        let view = self.client.view();
         let Some(membership) = view.map.membership() else { return Ok(false) };
         let current = membership.current();
         let full = membership.is_full_power(current);
         let active = membership.active_devices(current);
-        let dirty_entries = table.len().await.map_err(|e| e.to_string())?;
+        let dirty_entries = self.table.len().await.map_err(|e| e.to_string())?;
         {
-            let mut s = status.lock().expect("status lock");
+            let mut s = self.status.lock().expect("status lock");
             s.version = current.version;
             s.full_power = full;
             s.dirty_entries = dirty_entries;
         }
-        if walk.version == Some(current.version) {
+        if self.walk.version == Some(current.version) {
             // This version is handled; at full power the dirty table has nothing left to say.
-            if full && walk.full_done {
+            if full && self.walk.full_done {
                 let mut popped = false;
-                while table
+                while self
+                    .table
                     .pop_front(optio_cluster::dirty::RANGE_ENTRIES_MAX as u64)
                     .await
                     .map_err(|e| e.to_string())?
@@ -441,23 +484,23 @@ impl Client {
                 }
                 return Ok(popped);
             }
-            status.lock().expect("status lock").idle = true;
+            self.status.lock().expect("status lock").idle = true;
             return Ok(false);
         }
-        let returned: Vec<DeviceId> = match &walk.active {
+        let returned: Vec<DeviceId> = match &self.walk.active {
             // The first look: nothing is known to have come back.
             None => Vec::new(),
             Some(previous) => active.iter().copied().filter(|d| !previous.contains(d)).collect(),
         };
         if returned.is_empty() {
-            walk.version = Some(current.version);
-            walk.active = Some(active);
-            walk.full_done = full;
+            self.walk.version = Some(current.version);
+            self.walk.active = Some(active);
+            self.walk.full_done = full;
             return Ok(false);
         }
         // The walk moves to this version only once the round succeeded: a failure (a server
         // not answering) makes the next step run the whole round again.
-        status.lock().expect("status lock").idle = false;
+        self.status.lock().expect("status lock").idle = false;
         // Everything stored in elastic pools, newest version per key, from every active device.
         for pool in view
             .map
@@ -469,6 +512,7 @@ impl Client {
             for device in &active {
                 let endpoint = view.endpoint(*device).map_err(|e| e.to_string())?;
                 let listed = self
+                    .client
                     .list_device(&view, pool.id, &endpoint, "")
                     .await
                     .map_err(|e| e.to_string())?;
@@ -492,34 +536,27 @@ impl Client {
                 // As consistent hashing does: the returning servers are taken to be empty.
                 let forced: Vec<DeviceId> =
                     to.iter().copied().filter(|d| returned.contains(d)).collect();
-                self.converge_forced(
-                    &view, pool.id, key, &to, &forced, &keep, &look, pacer, status,
-                )
-                .await?;
+                let spread = Spread { to, keep, look };
+                self.converge_forced(&view, pool.id, key, &spread, &forced).await?;
             }
         }
-        walk.version = Some(current.version);
-        walk.active = Some(active);
-        walk.full_done = true;
+        self.walk.version = Some(current.version);
+        self.walk.active = Some(active);
+        self.walk.full_done = true;
         Ok(true)
     }
 
     /// [`converge`](Self::converge), copying to `forced` devices whatever they hold.
-    #[allow(clippy::too_many_arguments)]
     async fn converge_forced(
-        &self,
+        &mut self,
         view: &View,
         pool: PoolId,
         key: &str,
-        to: &[DeviceId],
+        spread: &Spread,
         forced: &[DeviceId],
-        keep: &[DeviceId],
-        look: &[DeviceId],
-        pacer: &mut Pacer,
-        status: &Mutex<ReintegrationStatus>,
     ) -> Result<(), String> {
         if !forced.is_empty() {
-            let (endpoints, held) = self.survey(view, pool, key, look).await?;
+            let (endpoints, held) = self.survey(view, pool, key, &spread.look).await?;
             if let Some(newest) = held.iter().flatten().max().copied()
                 && !newest.deleted
             {
@@ -528,23 +565,13 @@ impl Client {
                 for device in forced {
                     let endpoint = view.endpoint(*device).map_err(|e| e.to_string())?;
                     self.copy_to(view, pool, key, &endpoint, &info, &body).await?;
-                    pacer.pace(body.len() as u64).await;
-                    let mut s = status.lock().expect("status lock");
+                    self.pacer.pace(body.len() as u64).await;
+                    let mut s = self.status.lock().expect("status lock");
                     s.replicas_copied += 1;
                     s.bytes_copied += body.len() as u64;
                 }
             }
         }
-        self.converge(view, pool, key, to, keep, look, &[], pacer, status).await
+        self.converge(view, pool, key, spread, &[]).await
     }
-}
-
-/// Where the walk stands.
-#[derive(Default)]
-struct Walk {
-    version: Option<u64>,
-    cursor: u64,
-    /// Full mode: the servers active when last looked, and whether the last copy round ended.
-    active: Option<Vec<DeviceId>>,
-    full_done: bool,
 }

@@ -1,0 +1,111 @@
+//! Deletes: tombstones on every replica (and every device that may hold a copy while data
+//! moves), then the choice record; and the removal of stray copies after a crash.
+
+use futures_util::future::join_all;
+use optio_proto::{ErrorKind, validate_key};
+
+use crate::error::ClientError;
+use crate::transport::{Endpoint, Failure, Op};
+
+use super::Client;
+
+impl Client {
+    /// Removes an object (every replica, then its choice record).
+    pub async fn delete(&self, pool_name: &str, key: &str) -> Result<(), ClientError> {
+        validate_key(key)?;
+        let mut dirty_noted = None;
+        let mut attempts = 0;
+        loop {
+            let at = self.retry_located(pool_name, key, &mut attempts).await?;
+            let (view, pool, candidates) = (&*at.view, at.pool, &at.candidates);
+            self.note_dirty(view, pool, key, &mut dirty_noted).await?;
+            let candidate = at.candidate();
+            // While data moves, every device that may hold a copy gets the tombstone.
+            let devices = if self.in_transition(view, pool) {
+                self.transition_devices(view, pool, candidate)
+            } else {
+                candidate.devices.clone()
+            };
+            let endpoints: Vec<Endpoint> =
+                devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
+            let version = self.next_version();
+            let results = join_all(endpoints.iter().map(|e| {
+                let delete = Op::Delete { key, version: Some(version), purge: false };
+                self.call(self.object_call(view, e, pool, delete))
+            }))
+            .await;
+            let failures: Vec<&Failure> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+            if self.epoch_retry(&failures).await? {
+                continue;
+            }
+            let deleted = results.iter().filter(|r| r.is_ok()).count();
+            let hard: Vec<String> = failures
+                .iter()
+                .filter(|f| f.kind() != Some(ErrorKind::NotFound))
+                .map(|f| f.to_string())
+                .collect();
+            if !hard.is_empty() {
+                return Err(ClientError::NotEnoughReplicas {
+                    key: key.to_string(),
+                    acked: deleted,
+                    needed: endpoints.len(),
+                    failures: hard.join("; "),
+                });
+            }
+            if candidates.len() > 1
+                && let Some(home) = candidates[0].primary()
+            {
+                let home = view.endpoint(home)?;
+                let _ =
+                    self.call(self.object_call(view, &home, pool, Op::DeleteRecord { key })).await;
+            }
+            self.inner.cache.remove(pool.0, key);
+            if deleted == 0 {
+                return Err(ClientError::NotFound {
+                    pool: pool_name.to_string(),
+                    key: key.to_string(),
+                });
+            }
+            return Ok(());
+        }
+    }
+
+    /// Deletes copies of `key` on candidates other than the one its record (or probing)
+    /// names: what a first write sent ahead of its record leaves when the client crashed
+    /// before undoing it.
+    pub(super) async fn remove_strays(
+        &self,
+        pool_name: &str,
+        key: &str,
+    ) -> Result<(), ClientError> {
+        let view = self.view();
+        let pool = view.pool(pool_name)?;
+        let candidates = self.candidates_in(&view, pool, key);
+        if candidates.len() < 2 {
+            return Ok(());
+        }
+        let Some(located) = self.locate(&view, pool, key, &candidates).await? else {
+            return Ok(());
+        };
+        let keep = &candidates[usize::from(located)].devices;
+        let mut strays: Vec<Endpoint> = Vec::new();
+        for candidate in candidates.iter().filter(|c| c.index != located) {
+            for device in candidate.devices.iter().filter(|d| !keep.contains(d)) {
+                let endpoint = view.endpoint(*device)?;
+                if !strays.contains(&endpoint) {
+                    strays.push(endpoint);
+                }
+            }
+        }
+        let deletes = strays.iter().map(|e| {
+            self.call(self.object_call(
+                &view,
+                e,
+                pool,
+                Op::Delete { key, version: None, purge: true },
+            ))
+        });
+        join_all(deletes).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,425 @@
+//! The client: the map it follows, the calls it sends, and one operation per module —
+//! [`locate`] (candidates, the choice cache, probes), [`choose`] (where a new object goes,
+//! recorded at its home), [`write`], [`read`] (careful reads across transitions), [`delete`],
+//! [`repair`], [`list`], [`transition`] (while data moves) and [`reintegrate`].
+
+mod choose;
+mod delete;
+mod list;
+mod locate;
+mod read;
+mod reintegrate;
+mod repair;
+mod transition;
+mod write;
+
+pub use locate::{CandidateProbe, ObjectLocation, ProbeReport};
+pub use reintegrate::{Reintegration, ReintegrationConfig, ReintegrationMode, ReintegrationStatus};
+pub use repair::ReplicaState;
+pub use transition::STATUS_POLL_INTERVAL;
+pub use write::PutReport;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use optio_cluster::follow::{Followed, MapFollower};
+use optio_cluster::source::MapSource;
+use optio_placement::{ClusterMap, Placement, PoolId};
+use optio_proto::{DeviceMetrics, ErrorKind, ObjectVersion};
+
+use crate::cache::ChoiceCache;
+use crate::error::ClientError;
+use crate::intent::IntentLog;
+use crate::policy;
+use crate::transport::{Answer, Call, Endpoint, Failure, HttpTransport, Op, Transport};
+
+use transition::watch_settling;
+
+/// Attempts of one operation across epoch changes and lost races.
+pub const RETRIES_MAX: usize = 8;
+
+/// Wait before retrying after a server said our epoch is newer than its own.
+const UNKNOWN_EPOCH_BACKOFF: Duration = Duration::from_millis(20);
+
+/// How a client behaves.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// A policy overriding the pool's for this client's new objects (`first`, `random`,
+    /// `local`, `memory`, `cpu`, `space`, `latency`, `journal`); `None`: the pool's. The number
+    /// of candidates, k, is the pool's (`choices` in the map): every client must agree on it.
+    pub policy: Option<String>,
+    /// Where this client runs (`(type, name)` levels, root first), for the `local` policy.
+    pub location: Vec<(String, String)>,
+    /// Replicas that must acknowledge a write (w); `None`: all of the replica set.
+    pub write_quorum: Option<usize>,
+    /// Directory of intent logs (`None`: no intent log).
+    pub intent_dir: Option<PathBuf>,
+    /// Most objects in the choice cache.
+    pub cache_entries_max: usize,
+    /// Test hook: abort the process right after a choice record is created, before the
+    /// object is written (the crash the intent log is for).
+    pub crash_after_choice_record: bool,
+    /// The dirty table: where writes and deletes to `elastic` pools that are not at full
+    /// power are recorded before they are sent (selective re-integration reads it). Without
+    /// one, such writes are refused.
+    pub dirty: Option<Arc<optio_cluster::dirty::DirtyTable>>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig {
+            policy: None,
+            location: Vec::new(),
+            write_quorum: None,
+            intent_dir: None,
+            cache_entries_max: crate::cache::CACHE_ENTRIES_MAX_DEFAULT,
+            crash_after_choice_record: false,
+            dirty: None,
+        }
+    }
+}
+
+/// Counters of what a client did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Probes sent (HEAD requests).
+    pub probes: u64,
+    /// Choice lookups answered by the cache.
+    pub cache_hits: u64,
+    /// Choice lookups that had to ask the servers.
+    pub cache_misses: u64,
+    /// Choice records created.
+    pub records_created: u64,
+    /// Times the map was reloaded after a stale-epoch refusal.
+    pub map_refreshes: u64,
+    /// Replicas repaired.
+    pub repairs: u64,
+    /// Corrupt replicas reported by servers.
+    pub corrupt_replicas: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    probes: AtomicU64,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+    records_created: AtomicU64,
+    repairs: AtomicU64,
+    corrupt_replicas: AtomicU64,
+}
+
+/// The map and its compiled placement, and the one before it (while data may still be
+/// moving from where that one placed it).
+struct View {
+    map: ClusterMap,
+    placement: Placement,
+    previous: Option<Arc<Previous>>,
+}
+
+/// The map held before the current one, compiled.
+struct Previous {
+    placement: Placement,
+}
+
+impl View {
+    fn epoch(&self) -> u64 {
+        self.map.epoch().0
+    }
+
+    fn pool(&self, name: &str) -> Result<PoolId, ClientError> {
+        if let Some(pool) = self.map.pool_by_name(name) {
+            return Ok(pool.id);
+        }
+        if let Ok(id) = name.parse::<u32>()
+            && let Some(pool) = self.map.pool(PoolId(id))
+        {
+            return Ok(pool.id);
+        }
+        let known: Vec<&str> = self.map.pools().iter().map(|p| p.name.as_str()).collect();
+        Err(ClientError::NoPool { pool: name.to_string(), known: known.join(", ") })
+    }
+
+    fn endpoint(&self, device: optio_placement::DeviceId) -> Result<Endpoint, ClientError> {
+        let addr = self
+            .map
+            .device(device)
+            .and_then(|d| d.addr.clone())
+            .ok_or(ClientError::NoAddress { device: device.0 })?;
+        Ok(Endpoint { device: device.0, addr })
+    }
+}
+
+/// The clever client. Cheap to clone (shares one connection pool, cache and map).
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    source: MapSource,
+    /// The map, followed (shared mechanism with the servers: `optio_cluster::follow`).
+    map: Arc<MapFollower<View>>,
+    /// The task following the map store; aborted when the client goes.
+    following: tokio::task::AbortHandle,
+    transport: Arc<dyn Transport>,
+    cache: ChoiceCache,
+    intents: Option<IntentLog>,
+    in_flight: AtomicUsize,
+    device_metrics: Mutex<HashMap<u32, (DeviceMetrics, Instant)>>,
+    counters: Counters,
+    writer: u64,
+    last_version: AtomicU64,
+    config: ClientConfig,
+    policy: Option<optio_placement::PolicySpec>,
+    location: Option<optio_placement::choice::Location>,
+    /// The newest epoch every server reported done moving data for.
+    settled_epoch: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.following.abort();
+    }
+}
+
+impl Followed for View {
+    fn compile(map: ClusterMap, previous: Option<&View>) -> Result<View, String> {
+        let placement = Placement::new(&map).map_err(|e| e.to_string())?;
+        // Reads consult the previous placement too until every server reports it has
+        // finished moving data for the new epoch.
+        let previous =
+            previous.map(|held| Arc::new(Previous { placement: held.placement.clone() }));
+        Ok(View { map, placement, previous })
+    }
+
+    fn epoch(&self) -> u64 {
+        self.map.epoch().0
+    }
+}
+
+/// Reads the map from `source` and installs it in `follower` (compiled on a blocking thread).
+async fn load_map(
+    source: &MapSource,
+    follower: &Arc<MapFollower<View>>,
+) -> Result<bool, ClientError> {
+    let failed = |reason: String| ClientError::Map { path: source.describe(), reason };
+    let map = source.load().await.map_err(|e| failed(e.to_string()))?;
+    follower.install_async(map).await.map_err(failed)
+}
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// An id for this client: unique enough across processes and restarts.
+fn writer_id() -> u64 {
+    let marker = 0u8;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(&std::process::id().to_le_bytes());
+    hasher.update(&now_micros().to_le_bytes());
+    hasher.update(&(std::ptr::addr_of!(marker) as usize).to_le_bytes());
+    hasher.update(format!("{:?}", std::thread::current().id()).as_bytes());
+    hasher.digest()
+}
+
+/// A policy named by a client to override its pools': a built-in one, weights aside
+/// (`composite` takes its weights from a pool in the map).
+fn policy_override(name: &str) -> Result<optio_placement::PolicySpec, ClientError> {
+    let spec = optio_placement::PolicySpec::from_name(name).ok_or_else(|| {
+        ClientError::Config(format!(
+            "unknown policy '{name}'; known: {}",
+            policy::POLICY_NAMES.join(", ")
+        ))
+    })?;
+    if matches!(spec, optio_placement::PolicySpec::Composite(_)) {
+        return Err(ClientError::Config(
+            "a client cannot override a pool's policy with 'composite' (it needs weights); set policy = \"composite\" and policy_weights on the pool in the map".into(),
+        ));
+    }
+    Ok(spec)
+}
+
+impl Client {
+    /// A client of the cluster whose map is the file `map_path` (see
+    /// [`connect_source`](Self::connect_source)).
+    pub async fn connect(map_path: &Path, config: ClientConfig) -> Result<Client, ClientError> {
+        Client::connect_source(MapSource::file(map_path), config).await
+    }
+
+    /// A client of the cluster whose map lives in `source` (a file or etcd). It follows the
+    /// map from then on: a new epoch is installed as soon as the store delivers it. Recovers
+    /// the writes left in doubt by crashed clients when `config.intent_dir` is set.
+    pub async fn connect_source(
+        source: MapSource,
+        config: ClientConfig,
+    ) -> Result<Client, ClientError> {
+        let transport = Arc::new(HttpTransport::new().map_err(ClientError::Config)?);
+        Client::connect_with_transport(source, config, transport).await
+    }
+
+    /// A client of the cluster whose map lives in `source`, sending through `transport` (in
+    /// tests, one that injects faults).
+    pub async fn connect_with_transport(
+        source: MapSource,
+        config: ClientConfig,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Client, ClientError> {
+        let policy = config.policy.as_deref().map(policy_override).transpose()?;
+        let location = (!config.location.is_empty()).then(|| {
+            optio_placement::choice::Location::from_levels(
+                config.location.iter().map(|(t, n)| (t.as_str(), n.as_str())),
+            )
+        });
+        let map = Arc::new(MapFollower::new(Some(source.clone())));
+        load_map(&source, &map).await?;
+        let intents = match &config.intent_dir {
+            Some(dir) => Some(IntentLog::open(dir).map_err(ClientError::IntentLog)?),
+            None => None,
+        };
+        let client = Client {
+            inner: Arc::new(Inner {
+                source,
+                following: tokio::spawn(map.clone().follow()).abort_handle(),
+                map,
+                transport,
+                cache: ChoiceCache::new(config.cache_entries_max),
+                intents,
+                in_flight: AtomicUsize::new(0),
+                device_metrics: Mutex::new(HashMap::new()),
+                counters: Counters::default(),
+                writer: writer_id(),
+                last_version: AtomicU64::new(0),
+                config,
+                policy,
+                location,
+                settled_epoch: AtomicU64::new(0),
+            }),
+        };
+        tokio::spawn(watch_settling(Arc::downgrade(&client.inner)));
+        if let Some(dir) = client.inner.config.intent_dir.clone() {
+            client.recover(&dir).await?;
+        }
+        Ok(client)
+    }
+
+    fn view(&self) -> Arc<View> {
+        self.inner.map.current().expect("a client holds a map from connect on")
+    }
+
+    /// The map epoch the client holds.
+    pub fn epoch(&self) -> u64 {
+        self.view().epoch()
+    }
+
+    /// The map the client holds.
+    pub fn map(&self) -> ClusterMap {
+        self.view().map.clone()
+    }
+
+    /// This client's writer id (in the choice records it creates).
+    pub fn writer(&self) -> u64 {
+        self.inner.writer
+    }
+
+    /// Reads the map from its store now; returns whether the epoch advanced. (The client
+    /// also follows the store by itself; this is for when a server says our epoch is stale.)
+    pub async fn refresh(&self) -> Result<bool, ClientError> {
+        load_map(&self.inner.source, &self.inner.map).await
+    }
+
+    /// Where the map lives.
+    pub fn source(&self) -> &MapSource {
+        &self.inner.source
+    }
+
+    /// What the client did so far.
+    pub fn stats(&self) -> ClientStats {
+        let c = &self.inner.counters;
+        ClientStats {
+            probes: c.probes.load(Ordering::Relaxed),
+            cache_hits: c.cache_hits.load(Ordering::Relaxed),
+            cache_misses: c.cache_misses.load(Ordering::Relaxed),
+            records_created: c.records_created.load(Ordering::Relaxed),
+            map_refreshes: self.inner.map.replaced(),
+            repairs: c.repairs.load(Ordering::Relaxed),
+            corrupt_replicas: c.corrupt_replicas.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The choice cache (for measuring it).
+    pub fn cache(&self) -> &ChoiceCache {
+        &self.inner.cache
+    }
+
+    /// The latest metrics heard from each device.
+    pub fn device_metrics(&self) -> BTreeMap<u32, DeviceMetrics> {
+        self.inner
+            .device_metrics
+            .lock()
+            .expect("metrics lock")
+            .iter()
+            .map(|(k, (m, _))| (*k, m.clone()))
+            .collect()
+    }
+
+    fn next_version(&self) -> ObjectVersion {
+        let now = now_micros();
+        let previous = self
+            .inner
+            .last_version
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| Some(now.max(last + 1)))
+            .expect("the update always succeeds");
+        ObjectVersion(now.max(previous + 1))
+    }
+
+    async fn call(&self, call: Call<'_>) -> Result<Answer, Failure> {
+        let device = call.endpoint.device;
+        // A record request answers as a probe of the home, so it counts as one.
+        if call.op.is_probe() {
+            self.inner.counters.probes.fetch_add(1, Ordering::Relaxed);
+        }
+        let result = self.inner.transport.send(call).await;
+        let metrics = match &result {
+            Ok(answer) => answer.metrics.clone(),
+            Err((_, metrics)) => metrics.clone(),
+        };
+        if let Some(metrics) = metrics {
+            let now = Instant::now();
+            self.inner.device_metrics.lock().expect("metrics lock").insert(device, (metrics, now));
+        }
+        result.map_err(|(failure, _)| failure)
+    }
+
+    /// A call of `op` at `endpoint`, carrying the epoch of `view`.
+    fn object_call<'a>(
+        &self,
+        view: &View,
+        endpoint: &'a Endpoint,
+        pool: PoolId,
+        op: Op<'a>,
+    ) -> Call<'a> {
+        Call::new(endpoint, pool, view.epoch(), op)
+    }
+
+    /// Handles an epoch refusal: reloads the map (stale) or waits (the server lags).
+    /// Returns whether the operation should be retried.
+    async fn epoch_retry(&self, failures: &[&Failure]) -> Result<bool, ClientError> {
+        let stale = failures.iter().any(|f| f.kind() == Some(ErrorKind::StaleEpoch));
+        let unknown = failures.iter().any(|f| f.kind() == Some(ErrorKind::UnknownEpoch));
+        if stale {
+            self.refresh().await?;
+            return Ok(true);
+        }
+        if unknown {
+            tokio::time::sleep(UNKNOWN_EPOCH_BACKOFF).await;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}

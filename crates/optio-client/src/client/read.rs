@@ -1,0 +1,329 @@
+//! Reads: from the located candidate's replicas (repairing the damaged ones), or carefully,
+//! comparing versions across every device that may hold a copy, while data moves.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use optio_placement::{DeviceId, PoolId};
+use optio_proto::{ErrorKind, ObjectInfo, checksum, validate_key};
+
+use crate::candidates::Candidate;
+use crate::error::ClientError;
+use crate::transport::{Endpoint, Failure, Op};
+
+use super::transition::Held;
+use super::{Client, View};
+
+pub(super) enum ReadError {
+    Retry,
+    Missing,
+    Failed(ClientError),
+}
+
+/// What [`Client::newest_copy`] found.
+pub(super) enum Newest {
+    /// The newest version is a live copy on `holders` (some other devices may have failed).
+    Live { holders: Vec<Endpoint>, failures: Vec<String> },
+    /// Deleted, or on none of the devices.
+    Deleted,
+}
+
+impl Client {
+    /// Reads an object.
+    pub async fn get(&self, pool: &str, key: &str) -> Result<Bytes, ClientError> {
+        self.get_range(pool, key, None).await.map(|(_, data)| data)
+    }
+
+    /// Reads an object, or the inclusive byte range `range` of it; verifies the checksum and
+    /// repairs replicas found corrupt or missing from a good one.
+    pub async fn get_range(
+        &self,
+        pool_name: &str,
+        key: &str,
+        range: Option<(u64, u64)>,
+    ) -> Result<(ObjectInfo, Bytes), ClientError> {
+        validate_key(key)?;
+        let mut relocated = false;
+        let mut attempts = 0;
+        loop {
+            let at = self.retry_located(pool_name, key, &mut attempts).await?;
+            let (view, pool) = (&*at.view, at.pool);
+            let read = if self.in_transition(view, pool) {
+                self.read_careful(view, pool, key, at.candidate(), range).await
+            } else {
+                self.read_replicas(view, pool, key, at.candidate(), range).await
+            };
+            match read {
+                Ok(found) => return Ok(found),
+                Err(ReadError::Retry) => continue,
+                Err(ReadError::Missing) if !relocated && at.candidates.len() > 1 => {
+                    // A stale cache entry (or fingerprint collision): ask the home again.
+                    self.inner.cache.remove(pool.0, key);
+                    relocated = true;
+                }
+                Err(ReadError::Missing) => {
+                    return Err(ClientError::NotFound {
+                        pool: pool_name.to_string(),
+                        key: key.to_string(),
+                    });
+                }
+                Err(ReadError::Failed(error)) => return Err(error),
+            }
+        }
+    }
+
+    pub(super) async fn read_replicas(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidate: &Candidate,
+        range: Option<(u64, u64)>,
+    ) -> Result<(ObjectInfo, Bytes), ReadError> {
+        let mut damaged: Vec<Endpoint> = Vec::new();
+        let mut failures: Vec<String> = Vec::new();
+        let mut epoch_failures: Vec<Failure> = Vec::new();
+        let mut missing = 0usize;
+        for device in &candidate.devices {
+            let endpoint = view.endpoint(*device).map_err(ReadError::Failed)?;
+            // Ranges are read whole when a repair may be needed, so the checksum is checked.
+            let ranged = range.filter(|_| damaged.is_empty());
+            let call = self.object_call(view, &endpoint, pool, Op::Get { key, range: ranged });
+            match self.call(call).await {
+                Ok(answer) => {
+                    let Some(info) = answer.info.clone() else {
+                        failures.push(format!(
+                            "device {}: answer without object headers",
+                            endpoint.device
+                        ));
+                        continue;
+                    };
+                    if ranged.is_none() && checksum(&answer.body) != info.checksum {
+                        self.inner.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
+                        failures
+                            .push(format!("device {}: data damaged in transit", endpoint.device));
+                        continue;
+                    }
+                    if !damaged.is_empty() {
+                        self.repair(view, pool, key, &damaged, (&info, &answer.body), candidate)
+                            .await;
+                    }
+                    let body = match (range, ranged) {
+                        // Read whole for a repair: cut the range asked for.
+                        (Some(range), None) => {
+                            cut_range(range, &info, &answer.body, endpoint.device)?
+                        }
+                        _ => answer.body,
+                    };
+                    return Ok((info, body));
+                }
+                Err(failure) => {
+                    match failure.kind() {
+                        Some(ErrorKind::Corrupt) => {
+                            self.inner.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
+                            damaged.push(endpoint.clone());
+                        }
+                        Some(ErrorKind::NotFound) => {
+                            missing += 1;
+                            damaged.push(endpoint.clone());
+                        }
+                        Some(ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch) => {
+                            epoch_failures.push(failure.clone())
+                        }
+                        Some(ErrorKind::BadRequest) => {
+                            return Err(ReadError::Failed(ClientError::Refused {
+                                device: endpoint.device,
+                                kind: ErrorKind::BadRequest,
+                                reason: failure.to_string(),
+                            }));
+                        }
+                        _ => {}
+                    }
+                    failures.push(format!(
+                        "device {} at {}: {failure}",
+                        endpoint.device, endpoint.addr
+                    ));
+                }
+            }
+        }
+        if !epoch_failures.is_empty() {
+            let refs: Vec<&Failure> = epoch_failures.iter().collect();
+            if self.epoch_retry(&refs).await.map_err(ReadError::Failed)? {
+                return Err(ReadError::Retry);
+            }
+        }
+        if missing == candidate.devices.len() {
+            return Err(ReadError::Missing);
+        }
+        Err(ReadError::Failed(ClientError::Unreadable {
+            key: key.to_string(),
+            failures: failures.join("; "),
+        }))
+    }
+
+    /// The newest version of `key` among the devices that may hold a copy of `candidate`, and
+    /// the devices holding it (a read while data moves).
+    pub(super) async fn newest_copy(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidate: &Candidate,
+    ) -> Result<Newest, ReadError> {
+        let devices = self.transition_devices(view, pool, candidate);
+        let (endpoints, heads) =
+            self.probe_devices(view, pool, key, &devices).await.map_err(ReadError::Failed)?;
+        let mut newest: Option<Held> = None;
+        let mut failures = Vec::new();
+        let mut epoch_failures = Vec::new();
+        for (endpoint, head) in endpoints.iter().zip(&heads) {
+            match head {
+                Ok(answer) => newest = newest.max(Held::of(answer)),
+                Err(failure) => match failure.kind() {
+                    Some(ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch) => {
+                        epoch_failures.push(failure.clone())
+                    }
+                    _ => failures.push(format!(
+                        "device {} at {}: {failure}",
+                        endpoint.device, endpoint.addr
+                    )),
+                },
+            }
+        }
+        if !epoch_failures.is_empty() {
+            let refs: Vec<&Failure> = epoch_failures.iter().collect();
+            if self.epoch_retry(&refs).await.map_err(ReadError::Failed)? {
+                return Err(ReadError::Retry);
+            }
+        }
+        match newest {
+            Some(newest) if !newest.deleted => {
+                let holders = endpoints
+                    .iter()
+                    .zip(&heads)
+                    .filter(|(_, head)| head.as_ref().ok().and_then(Held::of) == Some(newest))
+                    .map(|(endpoint, _)| endpoint.clone())
+                    .collect();
+                Ok(Newest::Live { holders, failures })
+            }
+            Some(_) => Ok(Newest::Deleted),
+            None if failures.is_empty() => Ok(Newest::Deleted),
+            None => Err(ReadError::Failed(ClientError::Unreadable {
+                key: key.to_string(),
+                failures: failures.join("; "),
+            })),
+        }
+    }
+
+    /// Reads the newest copy of `key` among every device that may hold one (see the module).
+    pub(super) async fn read_careful(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidate: &Candidate,
+        range: Option<(u64, u64)>,
+    ) -> Result<(ObjectInfo, Bytes), ReadError> {
+        let (holders, mut failures) = match self.newest_copy(view, pool, key, candidate).await? {
+            Newest::Live { holders, failures } => (holders, failures),
+            Newest::Deleted => return Err(ReadError::Missing),
+        };
+        for endpoint in &holders {
+            match self.call(self.object_call(view, endpoint, pool, Op::Get { key, range })).await {
+                Ok(answer) => {
+                    let Some(info) = answer.info.clone() else { continue };
+                    if range.is_none() && checksum(&answer.body) != info.checksum {
+                        self.inner.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
+                        failures
+                            .push(format!("device {}: data damaged in transit", endpoint.device));
+                        continue;
+                    }
+                    return Ok((info, answer.body));
+                }
+                Err(failure) if failure.kind() == Some(ErrorKind::BadRequest) => {
+                    return Err(ReadError::Failed(ClientError::Refused {
+                        device: endpoint.device,
+                        kind: ErrorKind::BadRequest,
+                        reason: failure.to_string(),
+                    }));
+                }
+                Err(failure) => failures
+                    .push(format!("device {} at {}: {failure}", endpoint.device, endpoint.addr)),
+            }
+        }
+        Err(ReadError::Failed(ClientError::Unreadable {
+            key: key.to_string(),
+            failures: failures.join("; "),
+        }))
+    }
+
+    /// Which candidate holds `key` while data moves: the choice record at the home under the
+    /// current map, else under the previous one, else any candidate with a live copy on a
+    /// device that may hold one. `None`: nowhere.
+    pub(super) async fn locate_careful(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+    ) -> Result<Option<u8>, ClientError> {
+        let mut homes: Vec<DeviceId> = candidates[0].primary().into_iter().collect();
+        if let Some(previous) = &view.previous
+            && let Some(old_pool) = previous.placement.pool(pool)
+        {
+            let (_, old) = crate::candidates::candidates(&previous.placement, &old_pool, key);
+            if let Some(home) = old.first().and_then(|c| c.primary())
+                && !homes.contains(&home)
+            {
+                homes.push(home);
+            }
+        }
+        for home in homes {
+            let endpoint = view.endpoint(home)?;
+            let probe = Op::Probe { key, want_choice: true };
+            if let Ok(answer) = self.call(self.object_call(view, &endpoint, pool, probe)).await
+                && let Some(record) = answer.record
+                && usize::from(record.candidate) < candidates.len()
+            {
+                self.inner.cache.insert(pool.0, key, record.candidate);
+                return Ok(Some(record.candidate));
+            }
+        }
+        let mut unreadable = false;
+        for candidate in candidates {
+            match self.newest_copy(view, pool, key, candidate).await {
+                Ok(Newest::Live { .. }) => {
+                    self.inner.cache.insert(pool.0, key, candidate.index);
+                    return Ok(Some(candidate.index));
+                }
+                Ok(Newest::Deleted) => {}
+                Err(ReadError::Retry) => return Err(ClientError::EpochRetries { attempts: 0 }),
+                Err(_) => unreadable = true,
+            }
+        }
+        // Candidate 0 may still hold it on a device that did not answer.
+        Ok(unreadable.then_some(0))
+    }
+}
+
+/// The inclusive byte `range` of an object read whole from `device` (a range past its end is
+/// cut at the end; one starting past it is refused).
+fn cut_range(
+    (start, end): (u64, u64),
+    info: &ObjectInfo,
+    body: &Bytes,
+    device: u32,
+) -> Result<Bytes, ReadError> {
+    let end = end.min(info.size_bytes.saturating_sub(1));
+    if start > end || start >= info.size_bytes {
+        return Err(ReadError::Failed(ClientError::Refused {
+            device,
+            kind: ErrorKind::BadRequest,
+            reason: format!(
+                "range {start}-{end} is outside the object's {} bytes",
+                info.size_bytes
+            ),
+        }));
+    }
+    Ok(body.slice(start as usize..=end as usize))
+}

@@ -1,0 +1,335 @@
+//! Writes: fan-out to the chosen candidate's replicas, acknowledged at the write quorum; the
+//! pipelined first write of a warm client; undoing a write that must not stand.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+use optio_placement::PoolId;
+use optio_proto::{ErrorKind, ObjectVersion, checksum, validate_key};
+
+use crate::candidates::Candidate;
+use crate::error::ClientError;
+use crate::transport::{Answer, Endpoint, Failure, Op};
+
+use super::choose::{Chosen, Excluded};
+use super::locate::{Keyed, placement_seed};
+use super::{Client, RETRIES_MAX, View};
+
+/// What a write did.
+#[derive(Clone, Debug)]
+pub struct PutReport {
+    /// The candidate written.
+    pub candidate: u8,
+    /// The devices written, primary first.
+    pub devices: Vec<u32>,
+    /// Version written.
+    pub version: ObjectVersion,
+    /// Probes this write sent.
+    pub probes: u32,
+}
+
+/// A first write that created its choice record and took less than this from the record
+/// request to the last replica's acknowledgement needs no further check: a home that crashed
+/// refuses new records for longer (`optio_server::records::RECORD_GRACE_AFTER_CRASH`, 2 s).
+pub const RECORD_LEASE: Duration = Duration::from_secs(1);
+
+/// One version of an object, as written to each replica.
+#[derive(Clone, Copy)]
+pub(super) struct Payload<'a> {
+    pub(super) data: &'a Bytes,
+    pub(super) crc: u32,
+    pub(super) version: ObjectVersion,
+}
+
+/// One attempt's write on the wire: the candidate chosen, the replicas written to, their
+/// answers and the version written.
+struct Sent {
+    chosen: Chosen,
+    endpoints: Vec<Endpoint>,
+    results: Vec<Result<Answer, Failure>>,
+    version: ObjectVersion,
+}
+
+impl Client {
+    /// Writes an object: r replicas on the chosen candidate's replica set, acknowledged when
+    /// w of them (default all) are durable.
+    pub async fn put(&self, pool: &str, key: &str, data: Bytes) -> Result<PutReport, ClientError> {
+        validate_key(key)?;
+        let intent = match &self.inner.intents {
+            Some(log) => {
+                Some(log.begin(self.view().pool(pool)?.0, key).map_err(ClientError::IntentLog)?)
+            }
+            None => None,
+        };
+        self.inner.in_flight.fetch_add(1, Ordering::AcqRel);
+        let result = self.put_attempts(pool, key, data).await;
+        let in_flight = self.inner.in_flight.fetch_sub(1, Ordering::AcqRel) - 1;
+        if let (Some(log), Some(intent)) = (&self.inner.intents, intent) {
+            log.end(intent);
+            log.compact_if_idle(in_flight);
+        }
+        result
+    }
+
+    pub(super) async fn put_attempts(
+        &self,
+        pool_name: &str,
+        key: &str,
+        data: Bytes,
+    ) -> Result<PutReport, ClientError> {
+        let crc = checksum(&data);
+        let size_bytes = data.len() as u64;
+        let mut excluded = Excluded::default();
+        let mut dirty_noted = None;
+        for _attempt in 0..RETRIES_MAX {
+            let view = self.view();
+            let pool = view.pool(pool_name)?;
+            self.note_dirty(&view, pool, key, &mut dirty_noted).await?;
+            let candidates = self.candidates_in(&view, pool, key);
+            let at = Keyed { view: &view, pool, key, candidates: &candidates };
+            let probes_before = self.inner.counters.probes.load(Ordering::Relaxed);
+            let started = Instant::now();
+            let sent = match self.choose_and_send(at, size_bytes, &excluded, &data, crc).await {
+                Err(ClientError::EpochRetries { .. }) => continue,
+                other => other?,
+            };
+            let Sent { chosen: Chosen { candidate: chosen, created }, endpoints, results, version } =
+                sent;
+            let candidate = &candidates[usize::from(chosen)];
+            let needed =
+                self.inner.config.write_quorum.unwrap_or(endpoints.len()).clamp(1, endpoints.len());
+            // A replica that already holds a newer version of the object (a concurrent write
+            // of the same key) counts: last writer wins, and the newer version is durable.
+            let acked = results
+                .iter()
+                .filter(|r| match r {
+                    Ok(_) => true,
+                    Err(f) => f.kind() == Some(ErrorKind::VersionConflict),
+                })
+                .count();
+            let failures: Vec<(&Endpoint, &Failure)> = endpoints
+                .iter()
+                .zip(&results)
+                .filter_map(|(e, r)| r.as_ref().err().map(|f| (e, f)))
+                .filter(|(_, f)| f.kind() != Some(ErrorKind::VersionConflict))
+                .collect();
+            // A record this write created is safe once the object is stored, if the home did
+            // not crash meanwhile: either the write took less than the lease (a home that
+            // crashed refuses records for longer than that), or its incarnation is unchanged.
+            if acked >= needed
+                && let Some(incarnation) = created
+                && started.elapsed() >= RECORD_LEASE
+                && !self.home_kept_record(at, chosen, incarnation, &results).await
+            {
+                // The home restarted while we wrote: our record may be lost, and another
+                // client may have chosen another candidate since. Undo, and start over.
+                tracing::info!(key, "the home restarted during a first write; retrying");
+                self.undo(&view, pool, key, &endpoints, &results, version).await;
+                self.inner.cache.remove(pool.0, key);
+                continue;
+            }
+            if acked >= needed {
+                self.inner.cache.insert(pool.0, key, chosen);
+                let probes = self.inner.counters.probes.load(Ordering::Relaxed) - probes_before;
+                return Ok(PutReport {
+                    candidate: chosen,
+                    devices: candidate.devices.iter().map(|d| d.0).collect(),
+                    version,
+                    probes: probes as u32,
+                });
+            }
+            let kinds: Vec<&Failure> = failures.iter().map(|(_, f)| *f).collect();
+            if self.epoch_retry(&kinds).await? {
+                continue;
+            }
+            if let Some((_, Failure::Refused { reason, .. })) =
+                failures.iter().find(|(_, f)| f.kind() == Some(ErrorKind::TooLarge))
+            {
+                return Err(ClientError::TooLarge { key: key.to_string(), reason: reason.clone() });
+            }
+            let full = failures.iter().any(|(_, f)| f.kind() == Some(ErrorKind::Full));
+            if full && candidates.len() > 1 && excluded.candidates.len() + 1 < candidates.len() {
+                // Steer around the full device: undo what was written, choose again.
+                self.undo(&view, pool, key, &endpoints, &results, version).await;
+                self.inner.cache.remove(pool.0, key);
+                excluded.candidates.push(chosen);
+                excluded.full_devices.extend(
+                    failures
+                        .iter()
+                        .filter(|(_, f)| f.kind() == Some(ErrorKind::Full))
+                        .map(|(e, _)| optio_placement::DeviceId(e.device)),
+                );
+                continue;
+            }
+            let details: Vec<String> = failures
+                .iter()
+                .map(|(e, f)| format!("device {} at {}: {f}", e.device, e.addr))
+                .collect();
+            if full {
+                return Err(ClientError::NoRoom {
+                    key: key.to_string(),
+                    size_bytes,
+                    details: details.join("; "),
+                });
+            }
+            return Err(ClientError::NotEnoughReplicas {
+                key: key.to_string(),
+                acked,
+                needed,
+                failures: details.join("; "),
+            });
+        }
+        Err(ClientError::EpochRetries { attempts: RETRIES_MAX })
+    }
+
+    /// Chooses the candidate of one attempt and writes one version to its replicas. A warm
+    /// client's first write is pipelined: the record request, the other candidates' probes
+    /// and the object's writes all leave at once (should the home or a probe say the object
+    /// belongs elsewhere, the copies are undone). Otherwise the candidate is chosen first
+    /// ([`choose_for_write`](Self::choose_for_write)), then written.
+    async fn choose_and_send(
+        &self,
+        Keyed { view, pool, key, candidates }: Keyed<'_>,
+        size_bytes: u64,
+        excluded: &Excluded,
+        data: &Bytes,
+        crc: u32,
+    ) -> Result<Sent, ClientError> {
+        let mut written = None;
+        let chosen = match self.pipeline_guess(view, pool, key, candidates, size_bytes, excluded) {
+            Some(guess) => {
+                self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+                let target = &candidates[usize::from(guess)];
+                let endpoints = self.endpoints(view, target)?;
+                let version = self.next_version();
+                let (chosen, results) = futures_util::future::join(
+                    self.record_and_probe(view, pool, key, candidates, guess),
+                    self.fan_out(
+                        view,
+                        pool,
+                        key,
+                        target,
+                        &endpoints,
+                        Payload { data, crc, version },
+                    ),
+                )
+                .await;
+                if matches!(&chosen, Ok(c) if c.candidate == guess) {
+                    written = Some((endpoints, results, version));
+                } else {
+                    self.undo(view, pool, key, &endpoints, &results, version).await;
+                }
+                chosen
+            }
+            None => self.choose_for_write(view, pool, key, candidates, size_bytes, excluded).await,
+        }?;
+        let (endpoints, results, version) = match written {
+            Some(written) => written,
+            None => {
+                let candidate = &candidates[usize::from(chosen.candidate)];
+                let endpoints = self.endpoints(view, candidate)?;
+                let version = self.next_version();
+                let payload = Payload { data, crc, version };
+                let results = self.fan_out(view, pool, key, candidate, &endpoints, payload).await;
+                (endpoints, results, version)
+            }
+        };
+        Ok(Sent { chosen, endpoints, results, version })
+    }
+
+    /// The candidate a warm client writes a new object to at once (with its record request),
+    /// or `None` when the write goes the careful way: k = 1, a cached choice, a re-choice, or
+    /// metrics too old to choose on.
+    pub(super) fn pipeline_guess(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidates: &[Candidate],
+        size_bytes: u64,
+        excluded: &Excluded,
+    ) -> Option<u8> {
+        if candidates.len() < 2
+            || !excluded.is_empty()
+            || self.inner.cache.get(pool.0, key).is_some()
+        {
+            return None;
+        }
+        self.choice_from_recent_metrics(view, pool, key, candidates, size_bytes)
+    }
+
+    pub(super) fn endpoints(
+        &self,
+        view: &View,
+        candidate: &Candidate,
+    ) -> Result<Vec<Endpoint>, ClientError> {
+        if candidate.devices.is_empty() {
+            return Err(ClientError::NoDevices { key: String::new() });
+        }
+        candidate.devices.iter().map(|d| view.endpoint(*d)).collect()
+    }
+
+    /// Writes one version of the object to every replica of `candidate`, in parallel.
+    pub(super) async fn fan_out(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidate: &Candidate,
+        endpoints: &[Endpoint],
+        Payload { data, crc, version }: Payload<'_>,
+    ) -> Vec<Result<Answer, Failure>> {
+        let calls = endpoints.iter().map(|endpoint| {
+            let put = Op::Put {
+                key,
+                data: data.clone(),
+                version,
+                checksum: crc,
+                pg_seed: Some(placement_seed(candidate)),
+            };
+            self.call(self.object_call(view, endpoint, pool, put))
+        });
+        join_all(calls).await
+    }
+
+    /// After a first write whose record this client created: whether the home kept running
+    /// (same incarnation) until the object was stored. When the home is the chosen
+    /// candidate's primary, its answer to the object's write says so at no cost; otherwise
+    /// one more round trip asks it.
+    pub(super) async fn home_kept_record(
+        &self,
+        Keyed { view, pool, key, candidates }: Keyed<'_>,
+        chosen: u8,
+        incarnation: u64,
+        results: &[Result<Answer, Failure>],
+    ) -> bool {
+        let candidate = &candidates[usize::from(chosen)];
+        if candidate.primary() == candidates[0].primary()
+            && let Some(Ok(answer)) = results.first()
+            && answer.incarnation == Some(incarnation)
+        {
+            return true;
+        }
+        self.confirm_record(view, pool, key, candidates, chosen, incarnation).await
+    }
+
+    /// Removes the replicas of a write that could not complete (only that version).
+    pub(super) async fn undo(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        endpoints: &[Endpoint],
+        results: &[Result<Answer, Failure>],
+        version: ObjectVersion,
+    ) {
+        let calls =
+            endpoints.iter().zip(results).filter(|(_, r)| r.is_ok()).map(|(endpoint, _)| {
+                let purge = Op::Delete { key, version: Some(version), purge: true };
+                self.call(self.object_call(view, endpoint, pool, purge))
+            });
+        join_all(calls).await;
+    }
+}

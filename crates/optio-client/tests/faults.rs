@@ -1,0 +1,505 @@
+//! The client's logic against a fault-injecting transport (the counterpart of the server's
+//! `FaultyDisk`): in-memory devices that answer as Optio's servers do, and faults injected
+//! per device and operation — lost replies (the request was applied, its answer never
+//! arrives), slow servers, stale and unknown epochs, a server dying between a probe and a
+//! write. No process, no socket: each test runs in milliseconds and is deterministic.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use optio_client::transport::{
+    Answer, BoxFuture, Call, Failure, Op, Reply, Transport as TransportTrait,
+};
+use optio_client::{Client, ClientConfig, ClientError, ReplicaState};
+use optio_placement::PoolId;
+use optio_proto::{
+    ChoiceRecord, DeviceMetrics, ErrorKind, Listing, ObjectInfo, ObjectVersion, ServerStatus,
+    checksum,
+};
+
+/// What one device stores of one key.
+#[derive(Clone, Debug)]
+struct Stored {
+    version: u64,
+    checksum: u32,
+    data: Bytes,
+    pg_seed: Option<u32>,
+    epoch: u64,
+    deleted: bool,
+}
+
+/// The kinds of requests, for aiming faults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Probe,
+    Get,
+    Put,
+    Delete,
+    List,
+    GetRecord,
+    PutRecord,
+    DeleteRecord,
+}
+
+fn kind(op: &Op<'_>) -> Kind {
+    match op {
+        Op::Probe { .. } => Kind::Probe,
+        Op::Get { .. } => Kind::Get,
+        Op::Put { .. } => Kind::Put,
+        Op::Delete { .. } => Kind::Delete,
+        Op::List(_) => Kind::List,
+        Op::GetRecord { .. } => Kind::GetRecord,
+        Op::PutRecord { .. } => Kind::PutRecord,
+        Op::DeleteRecord { .. } => Kind::DeleteRecord,
+    }
+}
+
+#[derive(Default)]
+struct Faults {
+    /// Devices whose server does not answer.
+    down: HashSet<u32>,
+    /// Replies lost after the request was applied: (device, kind) → how many more.
+    lose: HashMap<(u32, Kind), usize>,
+    /// Devices whose server answers this much later.
+    slow: HashMap<u32, Duration>,
+    /// After (device, kind) is answered, the server of `victim` dies.
+    kill: Vec<((u32, Kind), u32)>,
+    /// The epoch the servers hold (requests below it are stale, above it unknown).
+    epoch: u64,
+    /// Requests refused with an unknown epoch before the servers catch up (`usize::MAX`:
+    /// never).
+    unknown_epoch_answers: usize,
+}
+
+/// In-memory servers of every device, with faults.
+#[derive(Default)]
+struct FaultyNet {
+    objects: Mutex<HashMap<(u32, u32, String), Stored>>,
+    records: Mutex<HashMap<(u32, u32, String), ChoiceRecord>>,
+    faults: Mutex<Faults>,
+    requests: AtomicU64,
+    log: Mutex<Vec<(u32, Kind)>>,
+}
+
+fn refused(kind: ErrorKind, reason: &str, epoch: u64) -> Failure {
+    Failure::Refused { kind, reason: reason.to_string(), epoch: Some(epoch) }
+}
+
+impl FaultyNet {
+    fn new(epoch: u64) -> Arc<FaultyNet> {
+        let net = FaultyNet::default();
+        net.faults.lock().unwrap().epoch = epoch;
+        Arc::new(net)
+    }
+
+    fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
+        self.faults.lock().unwrap()
+    }
+
+    fn stored(&self, device: u32, pool: u32, key: &str) -> Option<Stored> {
+        self.objects.lock().unwrap().get(&(device, pool, key.to_string())).cloned()
+    }
+
+    fn sent(&self, device: u32, kind: Kind) -> usize {
+        self.log.lock().unwrap().iter().filter(|e| **e == (device, kind)).count()
+    }
+
+    fn metrics(device: u32) -> DeviceMetrics {
+        DeviceMetrics { device, space_permille: 100, capacity_bytes: 1 << 30, ..Default::default() }
+    }
+
+    fn answer(device: u32, status: u16) -> Answer {
+        Answer {
+            status,
+            info: None,
+            record: None,
+            metrics: Some(FaultyNet::metrics(device)),
+            incarnation: Some(1),
+            deleted: None,
+            body: Bytes::new(),
+        }
+    }
+
+    fn info(key: &str, stored: &Stored) -> ObjectInfo {
+        ObjectInfo {
+            key: key.to_string(),
+            size_bytes: stored.data.len() as u64,
+            version: ObjectVersion(stored.version),
+            checksum: stored.checksum,
+            pg_seed: stored.pg_seed,
+            epoch: stored.epoch,
+        }
+    }
+
+    /// What the device's server does with `call` (no faults but epochs).
+    fn apply(&self, call: &Call<'_>) -> Result<Answer, Failure> {
+        let device = call.endpoint.device;
+        let held = {
+            let mut faults = self.faults();
+            if faults.unknown_epoch_answers > 0 && call.epoch > faults.epoch {
+                faults.unknown_epoch_answers = faults.unknown_epoch_answers.saturating_sub(1);
+                return Err(refused(ErrorKind::UnknownEpoch, "epoch unknown here", faults.epoch));
+            }
+            if faults.unknown_epoch_answers == 0 && call.epoch > faults.epoch {
+                faults.epoch = call.epoch; // the server caught up
+            }
+            if call.epoch < faults.epoch {
+                return Err(refused(ErrorKind::StaleEpoch, "epoch is stale", faults.epoch));
+            }
+            faults.epoch
+        };
+        let at = (device, call.pool.0, call.op.key().unwrap_or_default().to_string());
+        let mut objects = self.objects.lock().unwrap();
+        let mut records = self.records.lock().unwrap();
+        let mut answer = FaultyNet::answer(device, 200);
+        match &call.op {
+            Op::Probe { key, want_choice } => {
+                match objects.get(&at) {
+                    Some(s) if !s.deleted => answer.info = Some(FaultyNet::info(key, s)),
+                    Some(s) => {
+                        answer.status = 404;
+                        answer.deleted = Some(ObjectVersion(s.version));
+                    }
+                    None => answer.status = 404,
+                }
+                if *want_choice {
+                    answer.record = records.get(&at).copied();
+                }
+            }
+            Op::Get { key, range } => {
+                let Some(s) = objects.get(&at).filter(|s| !s.deleted) else {
+                    return Err(refused(ErrorKind::NotFound, "no such object", held));
+                };
+                answer.info = Some(FaultyNet::info(key, s));
+                answer.body = match range {
+                    None => s.data.clone(),
+                    Some((a, b)) => {
+                        answer.status = 206;
+                        s.data.slice(*a as usize..=(*b as usize).min(s.data.len() - 1))
+                    }
+                };
+            }
+            Op::Put { data, version, checksum: crc, pg_seed, .. } => {
+                if checksum(data) != *crc {
+                    return Err(refused(ErrorKind::BadRequest, "checksum mismatch", held));
+                }
+                match objects.get(&at) {
+                    Some(s) if s.version > version.0 => {
+                        return Err(refused(ErrorKind::VersionConflict, "newer stored", held));
+                    }
+                    Some(s) if s.version == version.0 => {}
+                    _ => {
+                        answer.status = 201;
+                        objects.insert(
+                            at,
+                            Stored {
+                                version: version.0,
+                                checksum: *crc,
+                                data: data.clone(),
+                                pg_seed: *pg_seed,
+                                epoch: call.epoch,
+                                deleted: false,
+                            },
+                        );
+                    }
+                }
+            }
+            Op::Delete { version, purge, .. } => {
+                let version = version.map_or(u64::MAX, |v| v.0);
+                match objects.get(&at) {
+                    Some(s) if *purge && s.version <= version => {
+                        objects.remove(&at);
+                    }
+                    Some(s) if !*purge && !s.deleted && s.version < version => {
+                        let tombstone =
+                            Stored { version, deleted: true, data: Bytes::new(), ..s.clone() };
+                        objects.insert(at, tombstone);
+                    }
+                    _ => return Err(refused(ErrorKind::NotFound, "no such object", held)),
+                }
+                answer.status = 204;
+            }
+            Op::List(query) => {
+                let mut listed: Vec<ObjectInfo> = objects
+                    .iter()
+                    .filter(|((d, p, k), s)| {
+                        *d == device
+                            && *p == call.pool.0
+                            && !s.deleted
+                            && k.starts_with(query.prefix.as_deref().unwrap_or(""))
+                    })
+                    .map(|((_, _, k), s)| FaultyNet::info(k, s))
+                    .collect();
+                listed.sort_by(|a, b| a.key.cmp(&b.key));
+                let listing = Listing { objects: listed, truncated: false };
+                answer.body = Bytes::from(serde_json::to_vec(&listing).unwrap());
+            }
+            Op::GetRecord { .. } => match records.get(&at) {
+                Some(r) => answer.record = Some(*r),
+                None => answer.status = 404,
+            },
+            Op::PutRecord { key, record, replace_if_writer, .. } => {
+                let replace = records
+                    .get(&at)
+                    .is_some_and(|r| replace_if_writer.is_some_and(|w| w == r.writer));
+                if !records.contains_key(&at) || replace {
+                    records.insert(at.clone(), *record);
+                    answer.status = 201;
+                }
+                answer.record = records.get(&at).copied();
+                if let Some(s) = objects.get(&at).filter(|s| !s.deleted) {
+                    answer.info = Some(FaultyNet::info(key, s));
+                }
+            }
+            Op::DeleteRecord { .. } => {
+                records.remove(&at);
+                answer.status = 204;
+            }
+        }
+        Ok(answer)
+    }
+}
+
+impl TransportTrait for FaultyNet {
+    fn send<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Reply> {
+        Box::pin(async move {
+            let device = call.endpoint.device;
+            let kind = kind(&call.op);
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            self.log.lock().unwrap().push((device, kind));
+            let slow = self.faults().slow.get(&device).copied();
+            if let Some(delay) = slow {
+                tokio::time::sleep(delay).await;
+            }
+            if self.faults().down.contains(&device) {
+                return Err((Failure::Unreachable("connection refused".into()), None));
+            }
+            let result = self.apply(&call);
+            let mut faults = self.faults();
+            let victims: Vec<u32> =
+                faults.kill.iter().filter(|(t, _)| *t == (device, kind)).map(|(_, v)| *v).collect();
+            faults.down.extend(victims);
+            if let Some(left) = faults.lose.get_mut(&(device, kind))
+                && *left > 0
+            {
+                *left -= 1;
+                return Err((Failure::Unreachable("the reply was lost".into()), None));
+            }
+            let metrics = Some(FaultyNet::metrics(device));
+            result.map_err(|failure| (failure, metrics))
+        })
+    }
+
+    fn server_status<'a>(&'a self, _addr: &'a str) -> BoxFuture<'a, Result<ServerStatus, Failure>> {
+        Box::pin(async move {
+            let epoch = self.faults().epoch;
+            let migration = optio_proto::MigrationStatus {
+                epoch,
+                phase: optio_proto::MigrationPhase::Done,
+                ..Default::default()
+            };
+            Ok(ServerStatus { epoch, devices: Vec::new(), migration })
+        })
+    }
+}
+
+/// A map of 6 devices on 6 hosts at `epoch`: pool `data` (crush, 3 replicas, k = 2 and the
+/// `first` policy) and `plain` (k = 1).
+fn map_text(epoch: u64) -> String {
+    let mut text = format!("format_version = 1\nepoch = {epoch}\n\n");
+    for id in 0..6 {
+        text.push_str(&format!(
+            "[[devices]]\nid = {id}\ncapacity = 1073741824\nweight = 1.0\naddr = \"10.0.0.{id}:9\"\nlocation = {{ zone = \"z1\", host = \"h{id}\" }}\n\n"
+        ));
+    }
+    text.push_str(
+        "[[rules]]\nid = 0\nname = \"by_host\"\nsteps = [\"take default\", \"chooseleaf firstn 0 type host\", \"emit\"]\n\n\
+         [[pools]]\nid = 1\nname = \"data\"\nengine = \"crush\"\nrule = \"by_host\"\npg_num = 64\nsize = 3\nchoices = 2\npolicy = \"first\"\n\n\
+         [[pools]]\nid = 2\nname = \"plain\"\nengine = \"crush\"\nrule = \"by_host\"\npg_num = 64\nsize = 3\n",
+    );
+    text
+}
+
+async fn client_with(dir: &Path, net: &Arc<FaultyNet>, config: ClientConfig) -> Client {
+    let path = dir.join("map.toml");
+    if !path.exists() {
+        std::fs::write(&path, map_text(1)).unwrap();
+    }
+    let source = optio_cluster::source::MapSource::file(&path);
+    Client::connect_with_transport(source, config, net.clone()).await.expect("connect")
+}
+
+async fn client(dir: &Path, net: &Arc<FaultyNet>) -> Client {
+    client_with(dir, net, ClientConfig::default()).await
+}
+
+fn devices(client: &Client, pool: &str, key: &str, candidate: usize) -> Vec<u32> {
+    client.candidates(pool, key).unwrap()[candidate].devices.iter().map(|d| d.0).collect()
+}
+
+const DATA: PoolId = PoolId(1);
+const PLAIN: PoolId = PoolId(2);
+
+#[tokio::test]
+async fn a_lost_write_reply_fails_the_write_at_full_quorum_and_is_readable_at_a_smaller_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let strict = client(dir.path(), &net).await;
+    let replicas = devices(&strict, "plain", "lost", 0);
+    // The last replica stores the object but its acknowledgement never arrives.
+    net.faults().lose.insert((replicas[2], Kind::Put), 1);
+    let error = strict.put("plain", "lost", Bytes::from_static(b"v1")).await.unwrap_err();
+    assert!(matches!(error, ClientError::NotEnoughReplicas { acked: 2, needed: 3, .. }), "{error}");
+    assert!(net.stored(replicas[2], PLAIN.0, "lost").is_some(), "the request was applied");
+
+    let config = ClientConfig { write_quorum: Some(2), ..ClientConfig::default() };
+    let lenient = client_with(dir.path(), &net, config).await;
+    net.faults().lose.insert((replicas[0], Kind::Put), 1);
+    let report = lenient.put("plain", "lost", Bytes::from_static(b"v2")).await.expect("w = 2");
+    assert_eq!(&lenient.get("plain", "lost").await.unwrap()[..], b"v2");
+    // Every replica holds v2 (the lost reply was the only fault): nothing to repair.
+    for device in &replicas {
+        assert_eq!(net.stored(*device, PLAIN.0, "lost").unwrap().version, report.version.0);
+    }
+    let states = lenient.verify("plain", "lost").await.unwrap();
+    assert!(states.iter().all(|(_, s)| *s == ReplicaState::Good), "{states:?}");
+}
+
+#[tokio::test]
+async fn a_lost_probe_reply_at_the_home_still_finds_the_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let writer = client(dir.path(), &net).await;
+    writer.put("data", "k", Bytes::from_static(b"hello")).await.unwrap();
+    // A second client (cold cache) whose probe of the home gets no answer.
+    let reader = client(dir.path(), &net).await;
+    let home = devices(&reader, "data", "k", 0)[0];
+    net.faults().lose.insert((home, Kind::Probe), 1);
+    assert_eq!(&reader.get("data", "k").await.unwrap()[..], b"hello");
+    assert!(net.sent(home, Kind::Probe) >= 1, "the home was probed");
+}
+
+#[tokio::test]
+async fn a_slow_replica_delays_but_does_not_reorder_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    let replicas = devices(&client, "plain", "slow", 0);
+    net.faults().slow.insert(replicas[1], Duration::from_millis(150));
+    let started = Instant::now();
+    // Two writers race; the slow replica receives the older version last on its own
+    // schedule. Last writer wins everywhere: the larger version.
+    let (a, b) = tokio::join!(
+        client.put("plain", "slow", Bytes::from_static(b"first")),
+        client.put("plain", "slow", Bytes::from_static(b"second")),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(started.elapsed() >= Duration::from_millis(150), "the write waited for the replica");
+    let newest = a.version.max(b.version);
+    let expected: &[u8] = if newest == a.version { b"first" } else { b"second" };
+    for device in &replicas {
+        let stored = net.stored(*device, PLAIN.0, "slow").unwrap();
+        assert_eq!(stored.version, newest.0, "device {device}");
+        assert_eq!(&stored.data[..], expected);
+    }
+    assert_eq!(&client.get("plain", "slow").await.unwrap()[..], expected);
+}
+
+#[tokio::test]
+async fn a_stale_epoch_reloads_the_map_and_the_write_lands_in_the_new_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    assert_eq!(client.epoch(), 1);
+    // The map moves on; the servers know it before the client does.
+    std::fs::write(dir.path().join("map.toml"), map_text(2)).unwrap();
+    net.faults().epoch = 2;
+    client.put("plain", "epoch", Bytes::from_static(b"x")).await.expect("retried at epoch 2");
+    assert_eq!(client.epoch(), 2);
+    for device in devices(&client, "plain", "epoch", 0) {
+        assert_eq!(net.stored(device, PLAIN.0, "epoch").unwrap().epoch, 2, "device {device}");
+    }
+}
+
+#[tokio::test]
+async fn servers_behind_the_clients_epoch_are_waited_for_a_while_then_given_up_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    // The client's epoch is newer than the servers': they say "unknown" three times, then
+    // catch up, and the write goes through.
+    std::fs::write(dir.path().join("map.toml"), map_text(2)).unwrap();
+    client.refresh().await.unwrap();
+    net.faults().unknown_epoch_answers = 3;
+    client.put("plain", "behind", Bytes::from_static(b"x")).await.expect("after catching up");
+    // Servers that never catch up: the client gives up after its retries.
+    std::fs::write(dir.path().join("map.toml"), map_text(3)).unwrap();
+    client.refresh().await.unwrap();
+    net.faults().unknown_epoch_answers = usize::MAX;
+    let error = client.put("plain", "never", Bytes::from_static(b"x")).await.unwrap_err();
+    assert!(matches!(error, ClientError::EpochRetries { .. }), "{error}");
+}
+
+#[tokio::test]
+async fn a_home_dying_between_probe_and_record_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    let key = "dies";
+    let home = devices(&client, "data", key, 0)[0];
+    // The home answers the probe, then dies before the record request.
+    net.faults().kill.push(((home, Kind::Probe), home));
+    let error = client.put("data", key, Bytes::from_static(b"x")).await.unwrap_err();
+    assert!(matches!(error, ClientError::HomeUnreachable { .. }), "{error}");
+    for device in 0..6 {
+        assert!(net.stored(device, DATA.0, key).is_none(), "nothing stored on device {device}");
+    }
+}
+
+#[tokio::test]
+async fn a_replica_dying_between_probe_and_write_is_repaired_once_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    let key = "replica-dies";
+    let set = devices(&client, "data", key, 0);
+    let (home, victim) = (set[0], set[2]);
+    // The home's record request succeeds, then a replica of the chosen candidate dies.
+    net.faults().kill.push(((home, Kind::PutRecord), victim));
+    let error = client.put("data", key, Bytes::from_static(b"v")).await.unwrap_err();
+    assert!(
+        matches!(&error, ClientError::NotEnoughReplicas { acked: 2, needed: 3, failures, .. }
+            if failures.contains(&format!("device {victim}"))),
+        "{error}"
+    );
+    // Readable from the replicas that took it, and repaired once the victim is back.
+    assert_eq!(&client.get("data", key).await.unwrap()[..], b"v");
+    net.faults().down.clear();
+    let states = client.verify("data", key).await.unwrap();
+    let victim_state = states.iter().find(|(d, _)| *d == victim).map(|(_, s)| s.clone());
+    assert!(matches!(victim_state, Some(ReplicaState::Repaired(_))), "{states:?}");
+    assert_eq!(&net.stored(victim, DATA.0, key).unwrap().data[..], b"v");
+}
+
+#[tokio::test]
+async fn a_delete_whose_reply_is_lost_is_reported_and_still_hides_the_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    client.put("plain", "gone", Bytes::from_static(b"x")).await.unwrap();
+    let replicas = devices(&client, "plain", "gone", 0);
+    net.faults().lose.insert((replicas[1], Kind::Delete), 1);
+    let error = client.delete("plain", "gone").await.unwrap_err();
+    assert!(matches!(error, ClientError::NotEnoughReplicas { acked: 2, .. }), "{error}");
+    // Every replica holds the tombstone regardless: the object is gone for readers.
+    for device in &replicas {
+        assert!(net.stored(*device, PLAIN.0, "gone").unwrap().deleted, "device {device}");
+    }
+    assert!(matches!(client.get("plain", "gone").await.unwrap_err(), ClientError::NotFound { .. }));
+    let listed = client.list("plain", "").await.unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+}

@@ -1,0 +1,152 @@
+//! Following the map: one mechanism for servers and clients. A [`MapFollower`] holds the
+//! newest map of a [`MapSource`] in a compiled form of the caller's choosing ([`Followed`]),
+//! installs every newer map as the store delivers it (a file is polled every 100 ms; etcd
+//! pushes) or when asked to [`refresh`](MapFollower::refresh), compiles it on a blocking
+//! thread (a placement may take a while to compile; the async workers go on serving), ignores
+//! a map whose epoch went backwards, and tells subscribers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use optio_placement::{ClusterMap, Epoch};
+use tokio::sync::watch;
+
+use crate::source::MapSource;
+
+/// What a follower keeps of a map: its compiled form.
+pub trait Followed: Send + Sync + Sized + 'static {
+    /// Compiles `map`; `previous` is the one held until now (none for the first).
+    fn compile(map: ClusterMap, previous: Option<&Self>) -> Result<Self, String>;
+
+    /// The epoch of the map compiled.
+    fn epoch(&self) -> u64;
+}
+
+/// The newest map of a store, compiled, followed as the store changes.
+pub struct MapFollower<T> {
+    source: Option<MapSource>,
+    epoch: AtomicU64,
+    replaced: AtomicU64,
+    current: RwLock<Option<Arc<T>>>,
+    changes: watch::Sender<Option<Arc<T>>>,
+}
+
+impl<T> std::fmt::Debug for MapFollower<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MapFollower")
+            .field("source", &self.source.as_ref().map(|s| s.describe()))
+            .field("epoch", &self.epoch.load(Ordering::Acquire))
+            .finish()
+    }
+}
+
+impl<T: Followed> MapFollower<T> {
+    /// A follower of the map kept in `source` (none: epoch 0 and nothing to follow).
+    pub fn new(source: Option<MapSource>) -> MapFollower<T> {
+        MapFollower {
+            source,
+            epoch: AtomicU64::new(0),
+            replaced: AtomicU64::new(0),
+            current: RwLock::new(None),
+            changes: watch::channel(None).0,
+        }
+    }
+
+    /// Where the map lives.
+    pub fn source(&self) -> Option<&MapSource> {
+        self.source.as_ref()
+    }
+
+    /// The epoch held (0 before the first map).
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// The map held, compiled (`None` before the first one).
+    pub fn current(&self) -> Option<Arc<T>> {
+        self.current.read().expect("map lock").clone()
+    }
+
+    /// How many times a newer map replaced the one held.
+    pub fn replaced(&self) -> u64 {
+        self.replaced.load(Ordering::Relaxed)
+    }
+
+    /// Every newer map, as it is installed.
+    pub fn subscribe(&self) -> watch::Receiver<Option<Arc<T>>> {
+        self.changes.subscribe()
+    }
+
+    /// Installs `map` if it is newer than the one held (blocking: compiles it). Returns
+    /// whether the epoch changed; a map whose epoch went backwards is ignored.
+    pub fn install(&self, map: ClusterMap) -> Result<bool, String> {
+        let epoch = map.epoch().0;
+        let old = self.epoch();
+        let held = self.current();
+        if epoch < old || (epoch == old && held.is_some()) {
+            if epoch < old {
+                tracing::warn!(epoch, held = old, "ignoring a map whose epoch went backwards");
+            }
+            return Ok(false);
+        }
+        let compiled = Arc::new(T::compile(map, held.as_deref())?);
+        {
+            let mut current = self.current.write().expect("map lock");
+            if current.as_ref().is_some_and(|c| c.epoch() >= epoch) {
+                // Another install of this epoch or a newer one won meanwhile.
+                return Ok(false);
+            }
+            *current = Some(compiled.clone());
+            self.epoch.store(epoch, Ordering::Release);
+        }
+        if held.is_some() {
+            self.replaced.fetch_add(1, Ordering::Relaxed);
+        }
+        self.changes.send_replace(Some(compiled));
+        if epoch != old {
+            tracing::info!(epoch, previous = old, "map epoch changed");
+        }
+        Ok(epoch != old)
+    }
+
+    /// Installs `map` from a blocking thread (compiling a placement may take a while).
+    pub async fn install_async(self: &Arc<Self>, map: ClusterMap) -> Result<bool, String> {
+        let follower = self.clone();
+        tokio::task::spawn_blocking(move || follower.install(map))
+            .await
+            .map_err(|e| format!("installing the map failed: {e}"))?
+    }
+
+    /// Reads the stored map now and installs it if it is newer (say, a peer carried a newer
+    /// epoch than the one held). A map not stored yet is not an error (a local cluster
+    /// writes it after its servers start).
+    pub async fn refresh(self: &Arc<Self>) -> Result<bool, String> {
+        let Some(source) = &self.source else { return Ok(false) };
+        match source.load_if_present().await.map_err(|e| e.report())? {
+            Some(map) => self.install_async(map).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Follows the map store until the task is dropped or aborted: every newer map is
+    /// installed within the store's delivery time.
+    pub async fn follow(self: Arc<Self>) {
+        let Some(source) = self.source.clone() else { return };
+        let held = self.epoch();
+        let mut watcher =
+            source.watch_after((held > 0 || self.current().is_some()).then_some(Epoch(held)));
+        loop {
+            match watcher.next().await {
+                Ok(map) => {
+                    if let Err(error) = self.install_async(map).await {
+                        tracing::warn!(%error, "cannot install the new map");
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "the map store gave a map that cannot be used");
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+}

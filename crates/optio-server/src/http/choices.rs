@@ -1,0 +1,118 @@
+//! Choice records: read, create-if-absent (or replace this writer's own) and remove; a record
+//! request also answers as a probe of the device.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use optio_proto::wire;
+use optio_proto::{ChoiceRecord, ErrorKind};
+
+use crate::store::RecordOutcome;
+
+use super::objects::object_headers;
+use super::{AppState, Failure, Target, fail, insert};
+
+pub(super) fn get_record(state: &AppState, target: &Target) -> Result<Response, Failure> {
+    state.counters.records.fetch_add(1, Ordering::Relaxed);
+    let key = target.key.as_deref().expect("routed with a key");
+    let record = target
+        .store
+        .record(target.pool, key)
+        .ok_or_else(|| fail(ErrorKind::NotFound, "no choice record"))?;
+    let mut response = Response::new(Body::empty());
+    insert(response.headers_mut(), wire::CHOICE, &wire::choice_header(&record));
+    Ok(response)
+}
+
+pub(super) async fn put_record(
+    state: &Arc<AppState>,
+    target: &Target,
+    headers: &HeaderMap,
+) -> Result<Response, Failure> {
+    state.counters.records.fetch_add(1, Ordering::Relaxed);
+    let record: ChoiceRecord = headers
+        .get(wire::CHOICE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(wire::parse_choice_header)
+        .ok_or_else(|| {
+            fail(ErrorKind::BadRequest, "x-optio-choice must be CANDIDATE/CHOICES/WRITER_HEX")
+        })?;
+    if record.candidate >= record.choices {
+        return Err(fail(
+            ErrorKind::BadRequest,
+            format!("candidate {} is not below choices {}", record.candidate, record.choices),
+        ));
+    }
+    let replace = match headers.get(wire::REPLACE_IF_WRITER) {
+        None => None,
+        Some(v) => {
+            Some(v.to_str().ok().and_then(|v| u64::from_str_radix(v, 16).ok()).ok_or_else(
+                || fail(ErrorKind::BadRequest, "x-optio-replace-if-writer must be hex"),
+            )?)
+        }
+    };
+    let key = target.key.clone().expect("routed with a key");
+    if target.store.record_log().in_grace() && target.store.record(target.pool, &key).is_none() {
+        return Err(fail(
+            ErrorKind::Unavailable,
+            "this server restarted after a crash and creates no choice record for a moment; retry",
+        ));
+    }
+    let unless_contended = headers.contains_key(wire::UNLESS_CONTENDED);
+    let (outcome, _) =
+        target.store.create_record(target.pool, &key, record, replace, unless_contended);
+    let (status, record) = match outcome {
+        RecordOutcome::Created(r) => (StatusCode::CREATED, r),
+        RecordOutcome::Exists(r) => (StatusCode::OK, r),
+    };
+    if status == StatusCode::CREATED && !headers.contains_key(wire::DEFER_SYNC) {
+        wait_durable(state, target, &key).await?;
+    }
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    insert(headers, wire::CHOICE, &wire::choice_header(&record));
+    if status == StatusCode::CREATED {
+        insert(headers, wire::CHOICE_CREATED, "1");
+    }
+    // A record request is also a probe of this device.
+    if let Some(info) = target.store.info(target.pool, &key) {
+        object_headers(headers, &info);
+    }
+    Ok(response)
+}
+
+/// Waits until the latest change to `key`'s record is committed, committing now if needed.
+pub(super) async fn wait_durable(
+    state: &AppState,
+    target: &Target,
+    key: &str,
+) -> Result<(), Failure> {
+    let _ = state;
+    let log = target.store.record_log();
+    let seq = log.seq_of(target.pool, key);
+    if seq == 0 || log.durable_seq() >= seq {
+        return Ok(());
+    }
+    let mut durable = log.watch();
+    let store = target.store.clone();
+    tokio::task::spawn_blocking(move || store.commit_records())
+        .await
+        .map_err(|e| fail(ErrorKind::Io, format!("commit task failed: {e}")))?
+        .map_err(|e| fail(ErrorKind::Io, format!("the choice record is not durable: {e}")))?;
+    durable
+        .wait_for(|d| *d >= seq)
+        .await
+        .map_err(|_| fail(ErrorKind::Io, "the record log closed"))?;
+    Ok(())
+}
+
+pub(super) async fn delete_record(state: &AppState, target: &Target) -> Result<Response, Failure> {
+    state.counters.records.fetch_add(1, Ordering::Relaxed);
+    let key = target.key.clone().expect("routed with a key");
+    target.store.delete_record(target.pool, &key)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

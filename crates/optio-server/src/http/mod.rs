@@ -1,0 +1,312 @@
+//! The HTTP API (routes in [`optio_proto::route`], headers in [`optio_proto::wire`]). One handler parses the path itself so that
+//! every malformed request gets a 400 with a reason in Optio's error format.
+//!
+//! Handlers by area: [`objects`] (probe, read, write, delete, list), [`choices`] (choice
+//! records) and [`status`] (`/v1/status`, `/metrics`, `/health`); this module routes,
+//! checks epochs and turns failures into Optio's error answers.
+
+mod choices;
+mod objects;
+mod status;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use axum::routing::get;
+use optio_placement::PoolId;
+use optio_proto::{Area, DeviceMetrics, ErrorBody, ErrorKind, Route};
+use optio_proto::{route, wire};
+
+use crate::error::StoreError;
+use crate::mapstate::MapState;
+use crate::store::DeviceStore;
+use crate::system::SystemMetrics;
+
+use choices::{delete_record, get_record, put_record, wait_durable};
+use objects::{delete_object, get_object, list, probe, put_object};
+use status::{health, prometheus, status};
+
+/// Request counters, by operation.
+#[derive(Debug, Default)]
+pub struct Counters {
+    probes: AtomicU64,
+    gets: AtomicU64,
+    puts: AtomicU64,
+    deletes: AtomicU64,
+    lists: AtomicU64,
+    records: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// What every handler shares.
+pub struct AppState {
+    pub(crate) devices: HashMap<u32, Arc<DeviceStore>>,
+    pub(crate) map: Arc<MapState>,
+    pub(crate) system: Arc<SystemMetrics>,
+    pub(crate) max_object_bytes: u64,
+    pub(crate) counters: Counters,
+    /// A random number drawn at start: a client that sees it change knows the server
+    /// restarted (and may have lost records not yet committed).
+    pub(crate) incarnation: u64,
+    /// Moves data when the map changes.
+    pub(crate) rebalancer: Arc<crate::Rebalancer>,
+}
+
+/// The router.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route(route::HEALTH_PATH, get(health))
+        .route(route::METRICS_PATH, get(prometheus))
+        .route(route::STATUS_PATH, get(status))
+        .fallback(dispatch)
+        .with_state(state)
+}
+
+/// Commits every device's choice records and marks the shutdown clean.
+pub(crate) async fn close_records(state: &Arc<AppState>) {
+    for store in state.devices.values() {
+        let store = store.clone();
+        if let Ok(Err(error)) = tokio::task::spawn_blocking(move || store.close_records()).await {
+            tracing::warn!(%error, "closing the choice records failed");
+        }
+    }
+}
+
+/// Commits every device's queued choice records (group commit).
+pub(crate) async fn commit_records(state: &Arc<AppState>) {
+    for store in state.devices.values() {
+        let store = store.clone();
+        if let Ok(Err(error)) = tokio::task::spawn_blocking(move || store.commit_records()).await {
+            tracing::warn!(%error, "committing choice records failed");
+        }
+    }
+}
+
+struct Failure {
+    kind: ErrorKind,
+    reason: String,
+}
+
+fn fail(kind: ErrorKind, reason: impl Into<String>) -> Failure {
+    Failure { kind, reason: reason.into() }
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Failure {
+        Failure { kind: error.kind(), reason: error.to_string() }
+    }
+}
+
+impl AppState {
+    fn metrics(&self, store: &DeviceStore) -> DeviceMetrics {
+        let used = store.used_bytes();
+        let capacity = store.capacity_bytes();
+        DeviceMetrics {
+            device: store.id(),
+            cpu_permille: self.system.cpu_permille(),
+            memory_permille: self.system.memory_permille(),
+            space_permille: if capacity == 0 {
+                1000
+            } else {
+                (u128::from(used) * 1000 / u128::from(capacity)).min(1000) as u16
+            },
+            used_bytes: used,
+            capacity_bytes: capacity,
+            latency_us: store.latency_us(),
+            unflushed_bytes: store.unflushed_bytes(),
+            location: self.map.location(store.id()),
+        }
+    }
+
+    fn error_response(&self, failure: Failure, store: Option<&DeviceStore>) -> Response {
+        self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        let epoch = self.map.epoch();
+        let body = ErrorBody { error: failure.kind, reason: failure.reason, epoch };
+        let json = serde_json::to_vec(&body).expect("error bodies serialize");
+        let mut response = Response::new(Body::from(json));
+        *response.status_mut() =
+            StatusCode::from_u16(failure.kind.status()).expect("error kinds have valid statuses");
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(wire::ERROR, HeaderValue::from_static(failure.kind.name()));
+        if let Some(store) = store {
+            insert(headers, wire::METRICS, &self.metrics(store).to_header());
+        }
+        insert(headers, wire::EPOCH, &epoch.to_string());
+        response
+    }
+
+    /// Refuses a request whose epoch is stale, or newer than any map this server can load.
+    async fn check_epoch(self: &Arc<Self>, headers: &HeaderMap) -> Result<(), Failure> {
+        let Some(value) = headers.get(wire::EPOCH) else { return Ok(()) };
+        if !self.map.checks_epochs() {
+            return Ok(());
+        }
+        let asked: u64 = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| fail(ErrorKind::BadRequest, "x-optio-epoch is not an integer"))?;
+        let held = self.map.epoch();
+        if asked < held {
+            return Err(fail(
+                ErrorKind::StaleEpoch,
+                format!("epoch {asked} is stale; the map is at epoch {held}: reload it and retry"),
+            ));
+        }
+        if asked > held {
+            if let Err(error) = self.map.refresh().await {
+                tracing::warn!(%error, "cannot read the map");
+            }
+            let held = self.map.epoch();
+            if asked > held {
+                return Err(fail(
+                    ErrorKind::UnknownEpoch,
+                    format!("epoch {asked} is unknown here; this server holds epoch {held}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn insert(headers: &mut HeaderMap, name: &'static str, value: &str) {
+    if let Ok(value) = HeaderValue::from_str(value) {
+        headers.insert(name, value);
+    }
+}
+
+/// The parsed target of a device request.
+struct Target {
+    store: Arc<DeviceStore>,
+    area: Area,
+    pool: PoolId,
+    key: Option<String>,
+}
+
+fn parse_target(state: &AppState, path: &str) -> Result<Target, Failure> {
+    let Route { device, area, pool, key } =
+        Route::parse(path).map_err(|e| fail(e.kind, e.reason))?;
+    let store = state.devices.get(&device).cloned().ok_or_else(|| {
+        let mut served: Vec<u32> = state.devices.keys().copied().collect();
+        served.sort_unstable();
+        fail(
+            ErrorKind::Misdirected,
+            format!("device {device} is not served here (this server serves {served:?})"),
+        )
+    })?;
+    Ok(Target { store, area, pool, key })
+}
+
+async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let started = Instant::now();
+    let target = match parse_target(&state, request.uri().path()) {
+        Ok(target) => target,
+        Err(failure) => {
+            let (parts, body) = request.into_parts();
+            discard(body, &parts.headers).await;
+            return state.error_response(failure, None);
+        }
+    };
+    if let Err(failure) = state.check_epoch(request.headers()).await {
+        let (parts, body) = request.into_parts();
+        discard(body, &parts.headers).await;
+        return state.error_response(failure, Some(&target.store));
+    }
+    let store = target.store.clone();
+    let result = handle(&state, target, request).await;
+    store.record_latency(started.elapsed().as_micros() as u64);
+    match result {
+        Ok(mut response) => {
+            let headers = response.headers_mut();
+            insert(headers, wire::METRICS, &state.metrics(&store).to_header());
+            insert(headers, wire::EPOCH, &state.map.epoch().to_string());
+            insert(headers, wire::INCARNATION, &format!("{:x}", state.incarnation));
+            response
+        }
+        Err(failure) => state.error_response(failure, Some(&store)),
+    }
+}
+
+async fn handle(
+    state: &Arc<AppState>,
+    target: Target,
+    request: Request,
+) -> Result<Response, Failure> {
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
+    match (target.area, &target.key, parts.method) {
+        (Area::Objects, None, Method::GET) => list(state, &target, &parts.uri),
+        (_, None, _) => {
+            Err(fail(ErrorKind::BadRequest, "the key is empty; keys are 1 to 1024 bytes of UTF-8"))
+        }
+        (Area::Objects, Some(_), Method::HEAD) => probe(state, &target, headers),
+        (Area::Objects, Some(_), Method::GET) => get_object(state, &target, headers).await,
+        (Area::Objects, Some(_), Method::PUT) => put_object(state, &target, headers, body).await,
+        (Area::Objects, Some(_), Method::DELETE) => delete_object(state, &target, headers).await,
+        (Area::Choices, Some(key), Method::GET | Method::HEAD) => {
+            if headers.contains_key(wire::WAIT_DURABLE) {
+                wait_durable(state, &target, key).await?;
+            }
+            get_record(state, &target)
+        }
+        (Area::Choices, Some(_), Method::PUT) => put_record(state, &target, headers).await,
+        (Area::Choices, Some(_), Method::DELETE) => delete_record(state, &target).await,
+        (_, _, method) => {
+            Err(fail(ErrorKind::BadRequest, format!("method {method} is not allowed here")))
+        }
+    }
+}
+
+fn header_u64(headers: &HeaderMap, name: &str) -> Result<Option<u64>, Failure> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Some)
+            .ok_or_else(|| fail(ErrorKind::BadRequest, format!("{name} is not an integer"))),
+    }
+}
+
+/// The largest refused body the server reads (and throws away) before answering.
+const DISCARD_BYTES_MAX: u64 = 64 << 20;
+
+/// The longest it spends reading one.
+const DISCARD_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads and drops the body of a refused request (up to [`DISCARD_BYTES_MAX`] bytes and
+/// [`DISCARD_TIME_MAX`]) before the refusal is sent. A client still writing the body — a
+/// 4 MiB object sent to a server that no longer serves its device, or one above the size
+/// limit — then reads the answer (421, 413, … and the reason) instead of a reset connection:
+/// what nginx calls a lingering close. A body declared larger, or sent slower, is not read to
+/// its end: the connection closes.
+async fn discard(body: Body, headers: &HeaderMap) {
+    use futures_util::StreamExt as _;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared == Some(0) || declared.is_some_and(|length| length > DISCARD_BYTES_MAX) {
+        return;
+    }
+    let mut stream = body.into_data_stream();
+    let _ = tokio::time::timeout(DISCARD_TIME_MAX, async {
+        let mut read = 0u64;
+        while let Some(Ok(chunk)) = stream.next().await {
+            read += chunk.len() as u64;
+            if read > DISCARD_BYTES_MAX {
+                break;
+            }
+        }
+    })
+    .await;
+}

@@ -1,0 +1,254 @@
+//! Objects: probe (`HEAD`), read (`GET`, ranges too), write (`PUT`), delete or purge
+//! (`DELETE`), and the listing of a pool (`GET` without a key).
+
+use std::sync::atomic::Ordering;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use optio_placement::Epoch;
+use optio_proto::wire;
+use optio_proto::{ErrorKind, ListQuery, Listing, ObjectInfo, ObjectVersion};
+
+use crate::store::{LIST_LIMIT_MAX, PutRequest};
+
+use super::{AppState, Failure, Target, discard, fail, header_u64, insert};
+
+pub(super) fn object_headers(headers: &mut HeaderMap, info: &ObjectInfo) {
+    for (name, value) in wire::object_headers(info) {
+        insert(headers, name, &value);
+    }
+}
+
+pub(super) fn probe(
+    state: &AppState,
+    target: &Target,
+    request_headers: &HeaderMap,
+) -> Result<Response, Failure> {
+    state.counters.probes.fetch_add(1, Ordering::Relaxed);
+    let key = target.key.as_deref().expect("routed with a key");
+    let info = target.store.info(target.pool, key);
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = if info.is_some() { StatusCode::OK } else { StatusCode::NOT_FOUND };
+    let headers = response.headers_mut();
+    if let Some(info) = &info {
+        object_headers(headers, info);
+    } else if let Some(deleted) = target.store.tombstone(target.pool, key) {
+        insert(headers, wire::DELETED, &deleted.0.to_string());
+    }
+    if request_headers.contains_key(wire::WANT_CHOICE)
+        && let Some(record) = target.store.record(target.pool, key)
+    {
+        insert(headers, wire::CHOICE, &wire::choice_header(&record));
+    }
+    Ok(response)
+}
+
+pub(super) async fn get_object(
+    state: &AppState,
+    target: &Target,
+    request_headers: &HeaderMap,
+) -> Result<Response, Failure> {
+    state.counters.gets.fetch_add(1, Ordering::Relaxed);
+    let key = target.key.clone().expect("routed with a key");
+    let store = target.store.clone();
+    let pool = target.pool;
+    let (info, data) = tokio::task::spawn_blocking(move || store.get(pool, &key))
+        .await
+        .map_err(|e| fail(ErrorKind::Io, format!("read task failed: {e}")))??;
+    let range = match request_headers.get(header::RANGE) {
+        None => None,
+        Some(value) => {
+            let text = value.to_str().unwrap_or("");
+            Some(parse_range(text, info.size_bytes).ok_or_else(|| {
+                fail(
+                    ErrorKind::BadRequest,
+                    format!(
+                        "range '{text}' is malformed or outside the object's {} bytes",
+                        info.size_bytes
+                    ),
+                )
+            })?)
+        }
+    };
+    let (status, body) = match range {
+        None => (StatusCode::OK, bytes::Bytes::from(data)),
+        Some((start, end)) => {
+            let body = bytes::Bytes::from(data).slice(start as usize..=end as usize);
+            (StatusCode::PARTIAL_CONTENT, body)
+        }
+    };
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    object_headers(headers, &info);
+    if let Some((start, end)) = range {
+        insert(
+            headers,
+            header::CONTENT_RANGE.as_str(),
+            &format!("bytes {start}-{end}/{}", info.size_bytes),
+        );
+    }
+    Ok(response)
+}
+
+/// `bytes=a-b`, `bytes=a-`, `bytes=-n` → inclusive (start, end) within `size`.
+pub(super) fn parse_range(text: &str, size: u64) -> Option<(u64, u64)> {
+    let spec = text.trim().strip_prefix("bytes=")?;
+    let (a, b) = spec.split_once('-')?;
+    if size == 0 {
+        return None;
+    }
+    let (start, end) = match (a.trim(), b.trim()) {
+        ("", n) => {
+            let n: u64 = n.parse().ok()?;
+            (size.saturating_sub(n), size - 1)
+        }
+        (a, "") => (a.parse().ok()?, size - 1),
+        (a, b) => (a.parse().ok()?, b.parse::<u64>().ok()?.min(size - 1)),
+    };
+    (start <= end && start < size).then_some((start, end))
+}
+
+/// A PUT's headers: its version, checksum, PG seed and epoch; refused when the declared
+/// length is above `limit` or a header is malformed.
+pub(super) fn put_headers(
+    state: &AppState,
+    headers: &HeaderMap,
+    limit: u64,
+) -> Result<(ObjectVersion, Option<u32>, Option<u32>, Epoch), Failure> {
+    if let Some(length) = header_u64(headers, header::CONTENT_LENGTH.as_str())?
+        && length > limit
+    {
+        return Err(fail(
+            ErrorKind::TooLarge,
+            format!("the object is {length} bytes; this server takes at most {limit}"),
+        ));
+    }
+    let version =
+        header_u64(headers, wire::VERSION)?.map(ObjectVersion).unwrap_or_else(now_version);
+    let checksum = match headers.get(wire::CHECKSUM) {
+        None => None,
+        Some(value) => {
+            Some(value.to_str().ok().and_then(|v| u32::from_str_radix(v, 16).ok()).ok_or_else(
+                || fail(ErrorKind::BadRequest, "x-optio-checksum is not 8 hex digits"),
+            )?)
+        }
+    };
+    let pg_seed = header_u64(headers, wire::PG)?.map(|pg| pg as u32);
+    let epoch = Epoch(header_u64(headers, wire::EPOCH)?.unwrap_or(state.map.epoch()));
+    Ok((version, checksum, pg_seed, epoch))
+}
+
+pub(super) async fn put_object(
+    state: &AppState,
+    target: &Target,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, Failure> {
+    state.counters.puts.fetch_add(1, Ordering::Relaxed);
+    let limit = state.max_object_bytes;
+    let (version, checksum, pg_seed, epoch) = match put_headers(state, headers, limit) {
+        Ok(parsed) => parsed,
+        Err(failure) => {
+            discard(body, headers).await;
+            return Err(failure);
+        }
+    };
+    let body = axum::body::to_bytes(body, limit as usize).await.map_err(|e| {
+        fail(ErrorKind::TooLarge, format!("the body could not be read within {limit} bytes: {e}"))
+    })?;
+    let store = target.store.clone();
+    let pool = target.pool;
+    let key = target.key.clone().expect("routed with a key");
+    let outcome = tokio::task::spawn_blocking(move || {
+        store.put(&PutRequest { pool, key: &key, data: &body, version, checksum, pg_seed, epoch })
+    })
+    .await
+    .map_err(|e| fail(ErrorKind::Io, format!("write task failed: {e}")))??;
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = match outcome {
+        crate::store::PutOutcome::Stored => StatusCode::CREATED,
+        crate::store::PutOutcome::AlreadyStored => StatusCode::OK,
+    };
+    insert(response.headers_mut(), wire::VERSION, &version.0.to_string());
+    Ok(response)
+}
+
+/// A version from this server's clock, for writes that carry none.
+pub(super) fn now_version() -> ObjectVersion {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    ObjectVersion(micros)
+}
+
+pub(super) async fn delete_object(
+    state: &AppState,
+    target: &Target,
+    headers: &HeaderMap,
+) -> Result<Response, Failure> {
+    state.counters.deletes.fetch_add(1, Ordering::Relaxed);
+    let version = header_u64(headers, wire::VERSION)?.map(ObjectVersion);
+    let purge = headers.get(wire::PURGE).is_some_and(|v| v.as_bytes() == b"1");
+    let epoch = Epoch(header_u64(headers, wire::EPOCH)?.unwrap_or(state.map.epoch()));
+    let store = target.store.clone();
+    let pool = target.pool;
+    let key = target.key.clone().expect("routed with a key");
+    let removed = tokio::task::spawn_blocking(move || {
+        if purge {
+            store.purge(pool, &key, version)
+        } else {
+            store
+                .delete(pool, &key, version, epoch)
+                .map(|outcome| outcome == crate::store::DeleteOutcome::Deleted)
+        }
+    })
+    .await
+    .map_err(|e| fail(ErrorKind::Io, format!("delete task failed: {e}")))??;
+    if !removed {
+        return Err(fail(ErrorKind::NotFound, "no such object"));
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub(super) fn list(
+    state: &AppState,
+    target: &Target,
+    uri: &axum::http::Uri,
+) -> Result<Response, Failure> {
+    state.counters.lists.fetch_add(1, Ordering::Relaxed);
+    let query: ListQuery = match uri.query() {
+        None => ListQuery::default(),
+        Some(_) => axum::extract::Query::try_from_uri(uri)
+            .map(|q: axum::extract::Query<ListQuery>| q.0)
+            .map_err(|e| fail(ErrorKind::BadRequest, format!("bad listing query: {e}")))?,
+    };
+    let (objects, truncated) = target.store.list(
+        target.pool,
+        query.prefix.as_deref().unwrap_or(""),
+        query.pg,
+        query.after.as_deref(),
+        query.limit.unwrap_or(LIST_LIMIT_MAX),
+    );
+    let json = serde_json::to_vec(&Listing { objects, truncated }).expect("listings serialize");
+    Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_range;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("bytes=0-9", 100), Some((0, 9)));
+        assert_eq!(parse_range("bytes=90-", 100), Some((90, 99)));
+        assert_eq!(parse_range("bytes=-10", 100), Some((90, 99)));
+        assert_eq!(parse_range("bytes=50-500", 100), Some((50, 99)));
+        assert_eq!(parse_range("bytes=100-", 100), None);
+        assert_eq!(parse_range("bytes=9-0", 100), None);
+        assert_eq!(parse_range("items=0-1", 100), None);
+        assert_eq!(parse_range("bytes=0-0", 0), None);
+    }
+}
