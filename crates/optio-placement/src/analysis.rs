@@ -4,11 +4,13 @@
 //! Objects are simulated by name (`obj-0`, `obj-1`, …) so that object counts follow the real
 //! object → PG → device path; everything is deterministic.
 
-use crate::ids::ITEM_NONE;
+use std::collections::BTreeMap;
+
+use crate::ids::{ITEM_NONE, ItemId, PoolId, TypeId};
 use crate::map::{ClusterMap, EngineSpec, Pool, Step};
 use crate::placement::{Placement, PoolPlacement};
 use crate::replica::ReplicaSet;
-use crate::stats::minimum_movement_share;
+use crate::stats::{Summary, minimum_movement_share};
 
 /// The name of simulated object `index`.
 pub fn object_name(index: u64) -> String {
@@ -292,4 +294,193 @@ pub fn movement(
         &target_shares(map_b, pool_b.pool()),
     );
     result
+}
+
+/// The load of several pools placed together, per device, beside what each device's target
+/// share says it should hold: what `optio analyze` reports. Vectors are indexed by device id.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterLoad {
+    /// The pools' loads, added up.
+    pub total: PoolLoad,
+    /// PG copies each device should hold by its target shares, summed over the pools.
+    pub expected_pgs: Vec<f64>,
+    /// Objects each device should hold by its target shares, summed over the pools.
+    pub expected_objects: Vec<f64>,
+    /// Each pool's own load and target shares ([`target_shares`]), in the order asked.
+    pub pools: Vec<(PoolId, PoolLoad, Vec<f64>)>,
+    /// Devices that can hold data in any of the pools (some expected or placed load), by id.
+    pub eligible: Vec<usize>,
+}
+
+impl ClusterLoad {
+    /// Whether any pool places PGs (then balance is judged on PG copies, else on objects).
+    pub fn uses_pgs(&self) -> bool {
+        self.total.pg_copies.iter().any(|&c| c > 0)
+    }
+
+    /// PG copies over the eligible devices.
+    pub fn pg_summary(&self) -> Summary {
+        self.summary(&self.total.pg_copies)
+    }
+
+    /// Objects over the eligible devices.
+    pub fn object_summary(&self) -> Summary {
+        self.summary(&self.total.objects)
+    }
+
+    /// The standard deviation of PG copies from their expected counts.
+    pub fn pg_deviation(&self) -> f64 {
+        self.deviation(&self.total.pg_copies, &self.expected_pgs)
+    }
+
+    /// The standard deviation of objects from their expected counts.
+    pub fn object_deviation(&self) -> f64 {
+        self.deviation(&self.total.objects, &self.expected_objects)
+    }
+
+    /// Device `i`'s count and expected count of the metric balance is judged on (PG copies when
+    /// [`uses_pgs`](Self::uses_pgs), else objects).
+    pub fn judged(&self, i: usize) -> (f64, f64) {
+        if self.uses_pgs() {
+            (self.total.pg_copies[i] as f64, self.expected_pgs[i])
+        } else {
+            (self.total.objects[i] as f64, self.expected_objects[i])
+        }
+    }
+
+    /// The eligible devices, most loaded against their expectation first (ties by id).
+    pub fn by_excess(&self) -> Vec<usize> {
+        let excess = |i: usize| {
+            let (count, expected) = self.judged(i);
+            count - expected
+        };
+        let mut order = self.eligible.clone();
+        order.sort_by(|&a, &b| {
+            excess(b).partial_cmp(&excess(a)).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b))
+        });
+        order
+    }
+
+    fn summary(&self, counts: &[u64]) -> Summary {
+        let values: Vec<f64> = self.eligible.iter().map(|&i| counts[i] as f64).collect();
+        Summary::of(&values)
+    }
+
+    fn deviation(&self, counts: &[u64], expected: &[f64]) -> f64 {
+        let values: Vec<f64> =
+            self.eligible.iter().map(|&i| counts[i] as f64 - expected[i]).collect();
+        (values.iter().map(|v| v * v).sum::<f64>() / values.len() as f64).sqrt()
+    }
+}
+
+/// How many units of work [`cluster_load`] reports progress in.
+pub fn cluster_load_steps(map: &ClusterMap, pools: &[PoolId], objects: u64) -> u64 {
+    pools.iter().filter_map(|id| map.pool(*id)).map(|pool| pool_load_steps(pool, objects)).sum()
+}
+
+/// Places `pools` of `map` (compiled as `placement`; ids it lacks are skipped) with `objects` simulated objects of
+/// `object_size` bytes each, and adds up their loads and expectations. `progress` is called
+/// with the number of steps done since its last call ([`cluster_load_steps`] in all).
+pub fn cluster_load(
+    map: &ClusterMap,
+    placement: &Placement,
+    pools: &[PoolId],
+    objects: u64,
+    object_size: u64,
+    progress: &mut dyn FnMut(u64),
+) -> ClusterLoad {
+    let n = map.max_devices() as usize;
+    let mut load = ClusterLoad {
+        total: PoolLoad {
+            pg_copies: vec![0; n],
+            objects: vec![0; n],
+            bytes: vec![0; n],
+            ..PoolLoad::default()
+        },
+        expected_pgs: vec![0.0; n],
+        expected_objects: vec![0.0; n],
+        ..ClusterLoad::default()
+    };
+    for &id in pools {
+        let Some(pool) = placement.pool(id) else { continue };
+        let pool_load = pool_load(placement, pool, n as u32, objects, object_size, progress);
+        let shares = target_shares(map, pool.pool());
+        let pg_total: u64 = pool_load.pg_copies.iter().sum();
+        let object_total: u64 = pool_load.objects.iter().sum();
+        for (i, share) in shares.iter().enumerate() {
+            load.total.pg_copies[i] += pool_load.pg_copies[i];
+            load.total.objects[i] += pool_load.objects[i];
+            load.total.bytes[i] += pool_load.bytes[i];
+            load.expected_pgs[i] += share * pg_total as f64;
+            load.expected_objects[i] += share * object_total as f64;
+        }
+        load.total.undersized += pool_load.undersized;
+        load.pools.push((id, pool_load, shares));
+    }
+    load.eligible = (0..n)
+        .filter(|&i| {
+            load.expected_pgs[i] > 0.0
+                || load.expected_objects[i] > 0.0
+                || load.total.objects[i] > 0
+                || load.total.pg_copies[i] > 0
+        })
+        .collect();
+    load
+}
+
+/// The failure domain of a pool: the last non-device type its rule chooses (`crush`), the
+/// ring's distinct type, the attributed pool's location type, else hosts.
+pub fn failure_domain(map: &ClusterMap, id: PoolId) -> Option<TypeId> {
+    let pool = map.pool(id)?;
+    match pool.engine_spec() {
+        EngineSpec::Crush { rule } => {
+            map.rule(rule)?.steps.iter().rev().find_map(|step| match *step {
+                Step::ChooseFirstn { type_id, .. }
+                | Step::ChooseIndep { type_id, .. }
+                | Step::ChooseleafFirstn { type_id, .. }
+                | Step::ChooseleafIndep { type_id, .. }
+                    if type_id != TypeId(0) =>
+                {
+                    Some(type_id)
+                }
+                _ => None,
+            })
+        }
+        EngineSpec::Ring(params) => params.failure_domain.or_else(|| map.type_by_name("host")),
+        // The location attribute (zones), else hosts.
+        EngineSpec::Attributed(params) if params.zone_type != TypeId(0) => Some(params.zone_type),
+        EngineSpec::Attributed(_) | EngineSpec::Elastic(_) => map.type_by_name("host"),
+    }
+}
+
+/// The load of one failure domain.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DomainLoad {
+    /// PG copies on its devices.
+    pub pg_copies: u64,
+    /// Objects on its devices.
+    pub objects: u64,
+    /// Bytes on its devices.
+    pub bytes: u64,
+}
+
+/// The load of `devices` added up per ancestor of type `type_id`, by the ancestor's name
+/// (`(none)` for devices without one).
+pub fn domain_loads(
+    map: &ClusterMap,
+    type_id: TypeId,
+    devices: &[usize],
+    load: &PoolLoad,
+) -> BTreeMap<String, DomainLoad> {
+    let mut per: BTreeMap<String, DomainLoad> = BTreeMap::new();
+    for &i in devices {
+        let name = map
+            .ancestor_of_type(ItemId(i as i32), type_id)
+            .map_or_else(|| "(none)".to_string(), |b| b.name.clone());
+        let domain = per.entry(name).or_default();
+        domain.pg_copies += load.pg_copies[i];
+        domain.objects += load.objects[i];
+        domain.bytes += load.bytes[i];
+    }
+    per
 }

@@ -6,6 +6,7 @@ mod balance;
 mod balanced;
 mod builder_errors;
 mod choice;
+mod cluster_load;
 mod crush_scratch;
 mod engines;
 mod golden;

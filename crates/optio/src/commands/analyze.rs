@@ -1,12 +1,13 @@
 //! `optio analyze`: the balance of a map.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
-use optio_placement::analysis::{PoolLoad, pool_load, pool_load_steps, target_shares};
+use optio_placement::analysis::{
+    ClusterLoad, PoolLoad, cluster_load, cluster_load_steps, domain_loads, failure_domain,
+};
 use optio_placement::stats::{Histogram, Summary};
-use optio_placement::{ClusterMap, EngineSpec, ItemId, Placement, PoolId, Step, TypeId};
+use optio_placement::{ClusterMap, EngineSpec, Placement, PoolId, TypeId};
 use serde_json::json;
 
 use super::PoolArgs;
@@ -49,49 +50,12 @@ pub fn run(args: Args) -> Result<()> {
     let loaded = load_map(&args.map)?;
     let (map, pools) = args.pool.resolve(loaded.map)?;
     let placement = Placement::new(&map)?;
-    let max = map.max_devices();
-    let mut total = PoolLoad {
-        pg_copies: vec![0; max as usize],
-        objects: vec![0; max as usize],
-        bytes: vec![0; max as usize],
-        ..PoolLoad::default()
-    };
-    let mut expected_pgs = vec![0.0f64; max as usize];
-    let mut expected_objects = vec![0.0f64; max as usize];
-    let mut pool_reports = Vec::new();
-    let steps: u64 = pools
-        .iter()
-        .map(|id| pool_load_steps(map.pool(*id).expect("resolved"), args.objects))
-        .sum();
+    let steps = cluster_load_steps(&map, &pools, args.objects);
     let bar = progress(steps, "placing", steps > 1_000_000);
-    for &pool_id in &pools {
-        let pool = placement.pool(pool_id).expect("resolved pools exist");
-        let load =
-            pool_load(&placement, pool, max, args.objects, args.object_size, &mut |n| bar.inc(n));
-        let shares = target_shares(&map, pool.pool());
-        let pg_total: u64 = load.pg_copies.iter().sum();
-        let object_total: u64 = load.objects.iter().sum();
-        for i in 0..max as usize {
-            total.pg_copies[i] += load.pg_copies[i];
-            total.objects[i] += load.objects[i];
-            total.bytes[i] += load.bytes[i];
-            expected_pgs[i] += shares[i] * pg_total as f64;
-            expected_objects[i] += shares[i] * object_total as f64;
-        }
-        total.undersized += load.undersized;
-        pool_reports.push(pool_report(&map, pool_id, &load, &shares));
-    }
+    let load =
+        cluster_load(&map, &placement, &pools, args.objects, args.object_size, &mut |n| bar.inc(n));
     bar.finish_and_clear();
-    // Devices that can hold data in any selected pool.
-    let eligible: Vec<usize> = (0..max as usize)
-        .filter(|&i| {
-            expected_pgs[i] > 0.0
-                || expected_objects[i] > 0.0
-                || total.objects[i] > 0
-                || total.pg_copies[i] > 0
-        })
-        .collect();
-    if eligible.is_empty() {
+    if load.eligible.is_empty() {
         bail!("no device can hold data in the selected pools (all out, down or zero weight?)");
     }
     let domain_type = match &args.by {
@@ -101,61 +65,89 @@ pub fn run(args: Args) -> Result<()> {
         })?),
         None => pools.first().and_then(|id| failure_domain(&map, *id)),
     };
-    let uses_pgs = total.pg_copies.iter().any(|&c| c > 0);
-    let pg_values: Vec<f64> = eligible.iter().map(|&i| total.pg_copies[i] as f64).collect();
-    let object_values: Vec<f64> = eligible.iter().map(|&i| total.objects[i] as f64).collect();
-    let pg_summary = Summary::of(&pg_values);
-    let object_summary = Summary::of(&object_values);
-    let deviation = |counts: &[u64], expected: &[f64]| -> f64 {
-        let values: Vec<f64> = eligible.iter().map(|&i| counts[i] as f64 - expected[i]).collect();
-        (values.iter().map(|v| v * v).sum::<f64>() / values.len() as f64).sqrt()
-    };
-    let pg_deviation = deviation(&total.pg_copies, &expected_pgs);
-    let object_deviation = deviation(&total.objects, &expected_objects);
-    let primary_values = if uses_pgs { &pg_values } else { &object_values };
-    let primary_summary = if uses_pgs { pg_summary } else { object_summary };
-    let hist = Histogram::of(primary_values, args.bins);
-    let domains = domain_type.map(|t| domain_summary(&map, t, &eligible, &total, uses_pgs));
-
+    let domains = domain_type.map(|t| domain_summary(&map, t, &load));
     if args.json {
-        let devices: Vec<serde_json::Value> = eligible
-            .iter()
-            .map(|&i| {
-                let device = map.device(optio_placement::DeviceId(i as u32));
-                json!({
-                    "id": i,
-                    "name": device.map(|d| d.name.as_str()),
-                    "class": device.and_then(|d| d.class.as_deref()),
-                    "weight": device.map(|d| d.weight.as_f64()),
-                    "pgs": total.pg_copies[i],
-                    "expected_pgs": expected_pgs[i],
-                    "objects": total.objects[i],
-                    "expected_objects": expected_objects[i],
-                    "bytes": total.bytes[i],
-                })
-            })
-            .collect();
-        let report = json!({
-            "map": loaded_path(&args.map),
-            "epoch": map.epoch().0,
-            "pools": pool_reports,
-            "metric": if uses_pgs { "pgs" } else { "objects" },
-            "devices": devices,
-            "mean": primary_summary.mean,
-            "stdev": primary_summary.stdev,
-            "min": primary_summary.min,
-            "max": primary_summary.max,
-            "max_over_mean": primary_summary.max_over_mean,
-            "stdev_from_expected": if uses_pgs { pg_deviation } else { object_deviation },
-            "pgs": summary_json(&pg_summary, Some(pg_deviation)),
-            "objects": summary_json(&object_summary, Some(object_deviation)),
-            "undersized": total.undersized,
-            "histogram": { "lower": hist.lower, "width": hist.width, "counts": hist.counts },
-            "domains": domains.as_ref().map(|d| d.json.clone()),
-        });
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+        println!("{}", serde_json::to_string_pretty(&json_report(&args, &map, &load, domains))?);
+    } else {
+        print_report(&args, &map, &pools, &load, domains);
     }
+    Ok(())
+}
+
+/// The metric balance is judged on, its values over the eligible devices, and its histogram.
+fn judged(load: &ClusterLoad, bins: usize) -> (Summary, f64, Histogram) {
+    let (counts, summary, deviation) = if load.uses_pgs() {
+        (&load.total.pg_copies, load.pg_summary(), load.pg_deviation())
+    } else {
+        (&load.total.objects, load.object_summary(), load.object_deviation())
+    };
+    let values: Vec<f64> = load.eligible.iter().map(|&i| counts[i] as f64).collect();
+    (summary, deviation, Histogram::of(&values, bins))
+}
+
+fn json_report(
+    args: &Args,
+    map: &ClusterMap,
+    load: &ClusterLoad,
+    domains: Option<Domains>,
+) -> serde_json::Value {
+    let uses_pgs = load.uses_pgs();
+    let (primary_summary, primary_deviation, hist) = judged(load, args.bins);
+    let (pg_summary, object_summary) = (load.pg_summary(), load.object_summary());
+    let (total, expected_pgs, expected_objects) =
+        (&load.total, &load.expected_pgs, &load.expected_objects);
+    let pool_reports: Vec<serde_json::Value> =
+        load.pools.iter().map(|(id, pool, shares)| pool_report(map, *id, pool, shares)).collect();
+    let devices: Vec<serde_json::Value> = load
+        .eligible
+        .iter()
+        .map(|&i| {
+            let device = map.device(optio_placement::DeviceId(i as u32));
+            json!({
+                "id": i,
+                "name": device.map(|d| d.name.as_str()),
+                "class": device.and_then(|d| d.class.as_deref()),
+                "weight": device.map(|d| d.weight.as_f64()),
+                "pgs": total.pg_copies[i],
+                "expected_pgs": expected_pgs[i],
+                "objects": total.objects[i],
+                "expected_objects": expected_objects[i],
+                "bytes": total.bytes[i],
+            })
+        })
+        .collect();
+    json!({
+        "map": loaded_path(&args.map),
+        "epoch": map.epoch().0,
+        "pools": pool_reports,
+        "metric": if uses_pgs { "pgs" } else { "objects" },
+        "devices": devices,
+        "mean": primary_summary.mean,
+        "stdev": primary_summary.stdev,
+        "min": primary_summary.min,
+        "max": primary_summary.max,
+        "max_over_mean": primary_summary.max_over_mean,
+        "stdev_from_expected": primary_deviation,
+        "pgs": summary_json(&pg_summary, Some(load.pg_deviation())),
+        "objects": summary_json(&object_summary, Some(load.object_deviation())),
+        "undersized": total.undersized,
+        "histogram": { "lower": hist.lower, "width": hist.width, "counts": hist.counts },
+        "domains": domains.map(|d| d.json),
+    })
+}
+
+fn print_report(
+    args: &Args,
+    map: &ClusterMap,
+    pools: &[PoolId],
+    load: &ClusterLoad,
+    domains: Option<Domains>,
+) {
+    let uses_pgs = load.uses_pgs();
+    let (_, _, hist) = judged(load, args.bins);
+    let (pg_summary, object_summary) = (load.pg_summary(), load.object_summary());
+    let (total, expected_pgs, expected_objects, eligible) =
+        (&load.total, &load.expected_pgs, &load.expected_objects, &load.eligible);
 
     let plural =
         |n: usize, word: &str| if n == 1 { format!("1 {word}") } else { format!("{n} {word}s") };
@@ -167,8 +159,8 @@ pub fn run(args: Args) -> Result<()> {
         plural(map.buckets().filter(|b| b.shadow_of.is_none()).count(), "bucket"),
         plural(map.rules().len(), "rule"),
     );
-    for id in &pools {
-        println!("  {}", describe_pool(&map, *id, args.objects, args.object_size));
+    for id in pools {
+        println!("  {}", describe_pool(map, *id, args.objects, args.object_size));
     }
     if total.undersized > 0 {
         println!("  warning: {} placements got fewer devices than the pool size", total.undersized);
@@ -181,27 +173,17 @@ pub fn run(args: Args) -> Result<()> {
         );
     };
     if uses_pgs {
-        line("PG copies per device", &pg_summary, pg_deviation);
+        line("PG copies per device", &pg_summary, load.pg_deviation());
     }
     if args.objects > 0 {
-        line("objects per device", &object_summary, object_deviation);
+        line("objects per device", &object_summary, load.object_deviation());
     }
     println!("\n{} per device:", if uses_pgs { "PG copies" } else { "objects" });
     print!("{}", histogram(&hist, 50));
     if let Some(domains) = &domains {
         println!("\n{}", domains.text);
     }
-    let mut order: Vec<usize> = eligible.clone();
-    let key = |i: &usize| {
-        if uses_pgs {
-            total.pg_copies[*i] as f64 - expected_pgs[*i]
-        } else {
-            total.objects[*i] as f64 - expected_objects[*i]
-        }
-    };
-    order.sort_by(|a, b| {
-        key(b).partial_cmp(&key(a)).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(b))
-    });
+    let order = load.by_excess();
     let shown: Vec<usize> = if args.all_devices || order.len() <= 15 {
         order
     } else {
@@ -253,7 +235,6 @@ pub fn run(args: Args) -> Result<()> {
         }
     );
     print!("{}", table.render());
-    Ok(())
 }
 
 fn loaded_path(path: &std::path::Path) -> String {
@@ -327,57 +308,19 @@ fn pool_report(map: &ClusterMap, id: PoolId, load: &PoolLoad, shares: &[f64]) ->
     })
 }
 
-/// The failure domain of a pool: the last non-device type its rule chooses, or the ring's.
-pub fn failure_domain(map: &ClusterMap, id: PoolId) -> Option<TypeId> {
-    let pool = map.pool(id)?;
-    match pool.engine_spec() {
-        EngineSpec::Crush { rule } => {
-            map.rule(rule)?.steps.iter().rev().find_map(|step| match *step {
-                Step::ChooseFirstn { type_id, .. }
-                | Step::ChooseIndep { type_id, .. }
-                | Step::ChooseleafFirstn { type_id, .. }
-                | Step::ChooseleafIndep { type_id, .. }
-                    if type_id != TypeId(0) =>
-                {
-                    Some(type_id)
-                }
-                _ => None,
-            })
-        }
-        EngineSpec::Ring(params) => params.failure_domain.or_else(|| map.type_by_name("host")),
-        // The location attribute (zones), else hosts.
-        EngineSpec::Attributed(params) if params.zone_type != TypeId(0) => Some(params.zone_type),
-        EngineSpec::Attributed(_) | EngineSpec::Elastic(_) => map.type_by_name("host"),
-        _ => None,
-    }
-}
-
 struct Domains {
     text: String,
     json: serde_json::Value,
 }
 
-fn domain_summary(
-    map: &ClusterMap,
-    type_id: TypeId,
-    eligible: &[usize],
-    load: &PoolLoad,
-    uses_pgs: bool,
-) -> Domains {
-    let mut per: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
-    for &i in eligible {
-        let name = map
-            .ancestor_of_type(ItemId(i as i32), type_id)
-            .map(|b| b.name.clone())
-            .unwrap_or_else(|| "(none)".to_string());
-        let entry = per.entry(name).or_default();
-        entry.0 += load.pg_copies[i];
-        entry.1 += load.objects[i];
-        entry.2 += load.bytes[i];
-    }
+fn domain_summary(map: &ClusterMap, type_id: TypeId, load: &ClusterLoad) -> Domains {
+    let uses_pgs = load.uses_pgs();
+    let per = domain_loads(map, type_id, &load.eligible, &load.total);
     let type_name = map.type_name(type_id).unwrap_or("?").to_string();
-    let values: Vec<f64> =
-        per.values().map(|v| if uses_pgs { v.0 as f64 } else { v.1 as f64 }).collect();
+    let values: Vec<f64> = per
+        .values()
+        .map(|d| if uses_pgs { d.pg_copies as f64 } else { d.objects as f64 })
+        .collect();
     let s = Summary::of(&values);
     let text = format!(
         "per {type_name} ({} {type_name}s), {}: mean {:.2}  stdev {:.2}  min {}  max {}  max/mean {:.3}",
@@ -391,7 +334,7 @@ fn domain_summary(
     );
     let entries: Vec<serde_json::Value> = per
         .iter()
-        .map(|(name, (pgs, objects, b))| json!({"name": name, "pgs": pgs, "objects": objects, "bytes": b}))
+        .map(|(name, d)| json!({"name": name, "pgs": d.pg_copies, "objects": d.objects, "bytes": d.bytes}))
         .collect();
     Domains {
         text,
