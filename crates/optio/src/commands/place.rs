@@ -8,7 +8,9 @@ use optio_placement::choice::Candidates;
 use optio_placement::crush::CrushWork;
 use optio_placement::crush::hash::hash32_2;
 use optio_placement::pg::PgId;
-use optio_placement::{ITEM_NONE, ItemId, Placement, ReplicaSet, RuleId};
+use optio_placement::{
+    ClusterMap, ITEM_NONE, ItemId, Placement, PoolPlacement, ReplicaSet, RuleId,
+};
 use serde_json::json;
 
 use super::PoolArgs;
@@ -88,123 +90,32 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let format = if args.json { Format::Json } else { args.format };
-    let crush_mode = args.rule.is_some()
-        || args.num_rep.is_some()
-        || args.min_x.is_some()
-        || args.max_x.is_some()
-        || args.x.is_some()
-        || args.pool_id.is_some()
-        || !args.weight.is_empty();
-    if crush_mode {
-        if !args.objects.is_empty() || !args.pgs.is_empty() || args.all_pgs {
-            bail!(
-                "--object, --pg and --all-pgs place through a pool; --rule/--num-rep/--min-x/--max-x/--x/--pool-id/--weight run raw CRUSH inputs. Use one or the other."
-            );
-        }
+    if raw_crush_inputs(&args)? {
         return run_crush_inputs(&args, format);
     }
-    if format == Format::Crushtool {
-        bail!(
-            "--format crushtool prints raw CRUSH inputs; add --rule, --num-rep and --min-x/--max-x (as for crushtool --test)"
-        );
-    }
-    if args.objects.is_empty() && args.pgs.is_empty() && !args.all_pgs {
-        bail!(
-            "nothing to place: give --object NAME, --pg POOL.SEED, --all-pgs, or CRUSH inputs (--rule, --num-rep, --min-x, --max-x)"
-        );
-    }
-    if args.candidates && (args.objects.is_empty() || !args.pgs.is_empty() || args.all_pgs) {
-        bail!(
-            "--candidates lists an object's candidates: give --object NAME (repeatable), without --pg or --all-pgs"
-        );
-    }
+    check_pool_inputs(&args, format)?;
     let loaded = load_map(&args.map)?;
     let (map, pools) = args.pool.resolve(loaded.map)?;
     let placement = Placement::new(&map)?;
     if args.candidates {
         return run_candidates(&args, format, &map, &placement, &pools);
     }
+    let mut out = Placed::new(&map);
     let mut scratch = placement.scratch();
-    let mut rows: Vec<serde_json::Value> = Vec::new();
-    let mut table =
-        Table::new(&["pool", "object", "pg", "key", "devices", "primary"]).left(&[0, 1, 2, 4]);
-    let name_of = |set: &ReplicaSet| -> Vec<serde_json::Value> {
-        set.as_slice()
-            .iter()
-            .map(|&d| if d == ITEM_NONE { json!(null) } else { json!(d) })
-            .collect()
-    };
-    let show = |set: &ReplicaSet| -> String {
-        let items: Vec<String> = set
-            .as_slice()
-            .iter()
-            .map(|&d| {
-                if d == ITEM_NONE {
-                    "NONE".to_string()
-                } else {
-                    map.item_name(ItemId(d)).unwrap_or("?").to_string()
-                }
-            })
-            .collect();
-        format!("[{}]", items.join(","))
-    };
-    let emit = |pool_name: &str,
-                object: Option<&str>,
-                pg: Option<PgId>,
-                key: u32,
-                set: &ReplicaSet,
-                rows: &mut Vec<serde_json::Value>,
-                table: &mut Table| {
-        rows.push(json!({
-            "pool": pool_name,
-            "object": object,
-            "pg": pg.map(|p| p.to_string()),
-            "key": key,
-            "devices": name_of(set),
-            "primary": set.primary().map(|d| d.0),
-        }));
-        table.row(vec![
-            pool_name.to_string(),
-            object.unwrap_or("-").to_string(),
-            pg.map_or("-".to_string(), |p| p.to_string()),
-            format!("{key:#010x}"),
-            show(set),
-            set.primary().map_or("-".to_string(), |d| {
-                map.item_name(ItemId(d.0 as i32)).unwrap_or("?").to_string()
-            }),
-        ]);
-    };
     let mut set = ReplicaSet::new();
     for object in &args.objects {
         for &pool_id in &pools {
             let pool = placement.pool(pool_id).expect("resolved pools exist");
             let (pg, key) = pool.object_key(object);
             pool.place(key, &mut scratch, &mut set);
-            emit(&pool.pool().name, Some(object), pg, key, &set, &mut rows, &mut table);
+            out.emit(&pool.pool().name, Some(object), pg, key, &set);
         }
     }
     for text in &args.pgs {
-        let pg: PgId = text.parse().map_err(anyhow::Error::msg)?;
-        let pool = placement
-            .pool(pg.pool)
-            .with_context(|| format!("PG {pg}: the map has no pool with id {}", pg.pool))?;
-        if !pool.has_pgs() {
-            bail!(
-                "PG {pg}: pool '{}' places objects one by one (pg_num 0); use --object",
-                pool.pool().name
-            );
-        }
-        if pg.seed >= pool.pool().pg_num {
-            bail!(
-                "PG {pg}: pool '{}' has {} PGs (seeds 0..{:x})",
-                pool.pool().name,
-                pool.pool().pg_num,
-                pool.pool().pg_num - 1
-            );
-        }
+        let (pool, pg) = pg_of(&placement, text)?;
         let key = pool.pg_key(pg.seed);
         pool.place(key, &mut scratch, &mut set);
-        emit(&pool.pool().name, None, Some(pg), key, &set, &mut rows, &mut table);
+        out.emit(&pool.pool().name, None, Some(pg), key, &set);
     }
     if args.all_pgs {
         for &pool_id in &pools {
@@ -220,25 +131,135 @@ pub fn run(args: Args) -> Result<()> {
             for seed in 0..pg_num {
                 let key = pool.pg_key(seed);
                 pool.place(key, &mut scratch, &mut set);
-                emit(
-                    &pool.pool().name,
-                    None,
-                    Some(PgId { pool: pool_id, seed }),
-                    key,
-                    &set,
-                    &mut rows,
-                    &mut table,
-                );
+                out.emit(&pool.pool().name, None, Some(PgId { pool: pool_id, seed }), key, &set);
                 bar.inc(1);
             }
             bar.finish_and_clear();
         }
     }
     match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
-        _ => print!("{}", table.render()),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&out.rows)?),
+        _ => print!("{}", out.table.render()),
     }
     Ok(())
+}
+
+/// Whether raw CRUSH inputs (crushtool's `--test` flags) were given; an error if pool inputs
+/// were given too.
+fn raw_crush_inputs(args: &Args) -> Result<bool> {
+    let crush_mode = args.rule.is_some()
+        || args.num_rep.is_some()
+        || args.min_x.is_some()
+        || args.max_x.is_some()
+        || args.x.is_some()
+        || args.pool_id.is_some()
+        || !args.weight.is_empty();
+    if crush_mode && (!args.objects.is_empty() || !args.pgs.is_empty() || args.all_pgs) {
+        bail!(
+            "--object, --pg and --all-pgs place through a pool; --rule/--num-rep/--min-x/--max-x/--x/--pool-id/--weight run raw CRUSH inputs. Use one or the other."
+        );
+    }
+    Ok(crush_mode)
+}
+
+/// Refuses pool inputs that ask for nothing, or for what only raw CRUSH inputs give.
+fn check_pool_inputs(args: &Args, format: Format) -> Result<()> {
+    if format == Format::Crushtool {
+        bail!(
+            "--format crushtool prints raw CRUSH inputs; add --rule, --num-rep and --min-x/--max-x (as for crushtool --test)"
+        );
+    }
+    if args.objects.is_empty() && args.pgs.is_empty() && !args.all_pgs {
+        bail!(
+            "nothing to place: give --object NAME, --pg POOL.SEED, --all-pgs, or CRUSH inputs (--rule, --num-rep, --min-x, --max-x)"
+        );
+    }
+    if args.candidates && (args.objects.is_empty() || !args.pgs.is_empty() || args.all_pgs) {
+        bail!(
+            "--candidates lists an object's candidates: give --object NAME (repeatable), without --pg or --all-pgs"
+        );
+    }
+    Ok(())
+}
+
+/// The pool and PG that `--pg POOL.SEED` names, checked against the map.
+fn pg_of<'a>(placement: &'a Placement, text: &str) -> Result<(PoolPlacement<'a>, PgId)> {
+    let pg: PgId = text.parse().map_err(anyhow::Error::msg)?;
+    let pool = placement
+        .pool(pg.pool)
+        .with_context(|| format!("PG {pg}: the map has no pool with id {}", pg.pool))?;
+    if !pool.has_pgs() {
+        bail!(
+            "PG {pg}: pool '{}' places objects one by one (pg_num 0); use --object",
+            pool.pool().name
+        );
+    }
+    if pg.seed >= pool.pool().pg_num {
+        bail!(
+            "PG {pg}: pool '{}' has {} PGs (seeds 0..{:x})",
+            pool.pool().name,
+            pool.pool().pg_num,
+            pool.pool().pg_num - 1
+        );
+    }
+    Ok((pool, pg))
+}
+
+/// What was placed, as JSON rows and as a table.
+struct Placed<'a> {
+    map: &'a ClusterMap,
+    rows: Vec<serde_json::Value>,
+    table: Table,
+}
+
+impl<'a> Placed<'a> {
+    fn new(map: &'a ClusterMap) -> Placed<'a> {
+        let table =
+            Table::new(&["pool", "object", "pg", "key", "devices", "primary"]).left(&[0, 1, 2, 4]);
+        Placed { map, rows: Vec::new(), table }
+    }
+
+    /// A device's name, or `NONE` for an empty slot.
+    fn item(&self, item: i32) -> String {
+        if item == ITEM_NONE {
+            "NONE".to_string()
+        } else {
+            self.map.item_name(ItemId(item)).unwrap_or("?").to_string()
+        }
+    }
+
+    fn emit(
+        &mut self,
+        pool_name: &str,
+        object: Option<&str>,
+        pg: Option<PgId>,
+        key: u32,
+        set: &ReplicaSet,
+    ) {
+        let devices: Vec<serde_json::Value> = set
+            .as_slice()
+            .iter()
+            .map(|&d| if d == ITEM_NONE { json!(null) } else { json!(d) })
+            .collect();
+        self.rows.push(json!({
+            "pool": pool_name,
+            "object": object,
+            "pg": pg.map(|p| p.to_string()),
+            "key": key,
+            "devices": devices,
+            "primary": set.primary().map(|d| d.0),
+        }));
+        let names: Vec<String> = set.as_slice().iter().map(|&d| self.item(d)).collect();
+        let primary = set.primary().map_or("-".to_string(), |d| self.item(d.0 as i32));
+        self.table.row(vec![
+            pool_name.to_string(),
+            object.unwrap_or("-").to_string(),
+            pg.map_or("-".to_string(), |p| p.to_string()),
+            format!("{key:#010x}"),
+            format!("[{}]", names.join(",")),
+            primary,
+        ]);
+    }
 }
 
 /// `--candidates`: every candidate of every object in every selected pool.
