@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
-use optio_placement::analysis::movement;
-use optio_placement::{DeviceId, Placement};
+use optio_placement::analysis::{Movement, movement};
+use optio_placement::{ClusterMap, DeviceId, Placement, PoolPlacement};
 use serde_json::json;
 
 use super::find_pool;
@@ -84,58 +84,9 @@ pub fn run(args: Args) -> Result<()> {
             &mut |n| bar.inc(n),
         );
         bar.finish_and_clear();
-        let unit = if pool_b.has_pgs() { "PG copies" } else { "object copies" };
-        let percent = |part: f64, whole: f64| if whole > 0.0 { part / whole * 100.0 } else { 0.0 };
-        let mut movers: Vec<(usize, i64)> =
-            m.gained.iter().copied().enumerate().filter(|(_, g)| *g != 0).collect();
-        movers.sort_by_key(|(i, g)| (-g.abs(), *i));
-        text.push_str(&format!(
-            "pool '{}' (id {}): {} of {} {unit} move ({:.2}%), {} of {}\n  minimum any placement must move: {:.1} {unit} ({:.2}%); moved / minimum = {}\n",
-            pool_b.pool().name,
-            id_b,
-            m.moved,
-            m.copies,
-            percent(m.moved as f64, m.copies as f64),
-            bytes(m.moved_bytes as f64),
-            bytes(m.bytes as f64),
-            m.minimum_copies(),
-            m.minimum_share * 100.0,
-            ratio_text(m.ratio_to_minimum()),
-        ));
-        if pool_b.pool().balance().balanced == optio_placement::BalanceMethod::Incremental {
-            text.push_str(
-                "  incremental balanced pool: each map is placed from its own stored balance state\n",
-            );
-        }
-        if !movers.is_empty() {
-            let mut table = Table::new(&["device", "name", "gained"]).left(&[1]);
-            for (i, gained) in movers.iter().take(10) {
-                let name = map_b
-                    .device(DeviceId(*i as u32))
-                    .or(map_a.device(DeviceId(*i as u32)))
-                    .map_or("?".to_string(), |d| d.name.clone());
-                table.row(vec![i.to_string(), name, format!("{gained:+}")]);
-            }
-            text.push_str(&format!("  devices that gain or lose the most {unit}:\n"));
-            for line in table.render().lines() {
-                text.push_str(&format!("    {line}\n"));
-            }
-        }
-        reports.push(json!({
-            "pool": pool_b.pool().name,
-            "id": id_b.0,
-            "balanced": super::balanced_method(pool_b.pool()),
-            "unit": if pool_b.has_pgs() { "pg_copies" } else { "object_copies" },
-            "copies": m.copies,
-            "moved": m.moved,
-            "moved_fraction": if m.copies > 0 { m.moved as f64 / m.copies as f64 } else { 0.0 },
-            "bytes": m.bytes,
-            "moved_bytes": m.moved_bytes,
-            "minimum_fraction": m.minimum_share,
-            "minimum_copies": m.minimum_copies(),
-            "moved_over_minimum": if m.ratio_to_minimum().is_finite() { json!(m.ratio_to_minimum()) } else { json!(null) },
-            "devices": movers.iter().map(|(i, g)| json!({"id": i, "gained": g})).collect::<Vec<_>>(),
-        }));
+        let movers = movers(&m);
+        text.push_str(&pool_text(&map_a, &map_b, pool_b, &m, &movers));
+        reports.push(pool_json(pool_b, &m, &movers));
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&json!({ "pools": reports }))?);
@@ -154,4 +105,80 @@ pub fn run(args: Args) -> Result<()> {
 
 fn ratio_text(ratio: f64) -> String {
     if ratio.is_finite() { format!("{ratio:.3}") } else { "∞ (nothing had to move)".to_string() }
+}
+
+/// The devices whose load changed, most changed first (ties by id).
+fn movers(m: &Movement) -> Vec<(usize, i64)> {
+    let mut movers: Vec<(usize, i64)> =
+        m.gained.iter().copied().enumerate().filter(|(_, g)| *g != 0).collect();
+    movers.sort_by_key(|(i, g)| (-g.abs(), *i));
+    movers
+}
+
+/// One pool's movement, as text: what moves against the minimum, and who gains or loses most.
+fn pool_text(
+    map_a: &ClusterMap,
+    map_b: &ClusterMap,
+    pool_b: PoolPlacement<'_>,
+    m: &Movement,
+    movers: &[(usize, i64)],
+) -> String {
+    let unit = if pool_b.has_pgs() { "PG copies" } else { "object copies" };
+    let percent = |part: f64, whole: f64| if whole > 0.0 { part / whole * 100.0 } else { 0.0 };
+    let mut text = format!(
+        "pool '{}' (id {}): {} of {} {unit} move ({:.2}%), {} of {}\n  minimum any placement must move: {:.1} {unit} ({:.2}%); moved / minimum = {}\n",
+        pool_b.pool().name,
+        pool_b.pool().id,
+        m.moved,
+        m.copies,
+        percent(m.moved as f64, m.copies as f64),
+        bytes(m.moved_bytes as f64),
+        bytes(m.bytes as f64),
+        m.minimum_copies(),
+        m.minimum_share * 100.0,
+        ratio_text(m.ratio_to_minimum()),
+    );
+    if pool_b.pool().balance().balanced == optio_placement::BalanceMethod::Incremental {
+        text.push_str(
+            "  incremental balanced pool: each map is placed from its own stored balance state\n",
+        );
+    }
+    if !movers.is_empty() {
+        let mut table = Table::new(&["device", "name", "gained"]).left(&[1]);
+        for (i, gained) in movers.iter().take(10) {
+            let name = map_b
+                .device(DeviceId(*i as u32))
+                .or(map_a.device(DeviceId(*i as u32)))
+                .map_or("?".to_string(), |d| d.name.clone());
+            table.row(vec![i.to_string(), name, format!("{gained:+}")]);
+        }
+        text.push_str(&format!("  devices that gain or lose the most {unit}:\n"));
+        for line in table.render().lines() {
+            text.push_str(&format!("    {line}\n"));
+        }
+    }
+    text
+}
+
+/// One pool's movement, as JSON.
+fn pool_json(
+    pool_b: PoolPlacement<'_>,
+    m: &Movement,
+    movers: &[(usize, i64)],
+) -> serde_json::Value {
+    json!({
+        "pool": pool_b.pool().name,
+        "id": pool_b.pool().id.0,
+        "balanced": super::balanced_method(pool_b.pool()),
+        "unit": if pool_b.has_pgs() { "pg_copies" } else { "object_copies" },
+        "copies": m.copies,
+        "moved": m.moved,
+        "moved_fraction": if m.copies > 0 { m.moved as f64 / m.copies as f64 } else { 0.0 },
+        "bytes": m.bytes,
+        "moved_bytes": m.moved_bytes,
+        "minimum_fraction": m.minimum_share,
+        "minimum_copies": m.minimum_copies(),
+        "moved_over_minimum": if m.ratio_to_minimum().is_finite() { json!(m.ratio_to_minimum()) } else { json!(null) },
+        "devices": movers.iter().map(|(i, g)| json!({"id": i, "gained": g})).collect::<Vec<_>>(),
+    })
 }
