@@ -596,7 +596,7 @@ pub fn capacity_plan(
 pub struct ElasticSpec {
     /// p: number of primaries (default ⌈n / e²⌉ for the n ranked servers).
     pub primaries: Option<u32>,
-    /// B of the equal-work layout (default [`ELASTIC_SCALE_DEFAULT`](crate::engine::elastic::ELASTIC_SCALE_DEFAULT)).
+    /// B of the equal-work layout (default [`ELASTIC_SCALE_DEFAULT`]).
     pub scale: Option<u32>,
 }
 
