@@ -580,40 +580,7 @@ impl ClusterMapBuilder {
                 location: Vec::new(),
             })
             .collect();
-        let mut shadow_ids: BTreeMap<BucketId, Vec<(String, BucketId)>> = BTreeMap::new();
-        for bucket in map.buckets() {
-            if let Some((original, class)) = &bucket.shadow_of {
-                shadow_ids.entry(*original).or_default().push((class.clone(), bucket.id));
-            }
-        }
-        let mut buckets: Vec<BucketSpec> = Vec::new();
-        for bucket in map.buckets().filter(|b| b.shadow_of.is_none()) {
-            let items = bucket
-                .items
-                .iter()
-                .zip(&bucket.weights)
-                .map(|(item, weight)| {
-                    // Keep a child bucket's weight implicit when it is the child's total, so
-                    // that edits below it propagate up as in Ceph.
-                    let implicit = match item.bucket() {
-                        Some(child) => map.bucket(child).is_some_and(|c| c.weight() == *weight),
-                        None => false,
-                    };
-                    (ItemRef::Id(*item), (!implicit).then_some(*weight))
-                })
-                .collect();
-            let mut class_ids = shadow_ids.remove(&bucket.id).unwrap_or_default();
-            class_ids.sort_by_key(|(class, _)| map.classes.iter().position(|c| c == class));
-            buckets.push(BucketSpec {
-                id: Some(bucket.id),
-                name: bucket.name.clone(),
-                type_name: map.type_name(bucket.type_id).unwrap_or_default().to_string(),
-                alg: bucket.alg,
-                hash: bucket.hash,
-                items,
-                class_ids,
-            });
-        }
+        let buckets = bucket_specs(map);
         // Children before parents is not required; ids are explicit.
         let rules = map
             .rules
@@ -627,66 +594,8 @@ impl ClusterMapBuilder {
                 steps: rule.steps.iter().map(|step| step_to_spec(map, step)).collect(),
             })
             .collect();
-        let pools = map
-            .pools
-            .iter()
-            .map(|pool| PoolSpec {
-                id: pool.id,
-                name: pool.name.clone(),
-                pg_num: pool.pg_num,
-                pgp_num: Some(pool.pgp_num),
-                size: pool.size,
-                min_size: Some(pool.min_size),
-                engine: match pool.engine_spec() {
-                    EngineSpec::Crush { rule } => {
-                        EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Id(rule)) })
-                    }
-                    EngineSpec::Ring(params) => EngineRef::Ring(RingSpec {
-                        vnode_bytes: Some(params.vnode_bytes),
-                        failure_domain: params
-                            .failure_domain
-                            .and_then(|t| map.type_name(t))
-                            .map(str::to_string),
-                    }),
-                    EngineSpec::Attributed(params) => EngineRef::Attributed(AttributedSpec {
-                        throttle_bytes: Some(params.throttle_bytes),
-                        sector_size: Some(params.sector_size),
-                        zone_type: map.type_name(params.zone_type).map(str::to_string),
-                        distinct_zones: params.distinct_zones,
-                        bandwidth_tolerance_percent: Some(params.bandwidth_tolerance_percent),
-                        sector_base: Some(pool.sector_base().to_vec()),
-                        selection: Some(params.selection),
-                    }),
-                    EngineSpec::Elastic(params) => EngineRef::Elastic(ElasticSpec {
-                        primaries: Some(params.primaries),
-                        scale: Some(params.scale),
-                    }),
-                },
-                hashpspool: pool.hashpspool,
-                choice: pool.choice,
-                balance: PoolBalanceSpec {
-                    state: pool.balance_state().cloned(),
-                    ..PoolBalanceSpec::from(pool.balance())
-                },
-            })
-            .collect();
-        let membership = map.membership.as_ref().map(|m| MembershipSpec {
-            order: m.order.iter().map(|d| ItemRef::Id(ItemId::from(*d))).collect(),
-            versions: m
-                .versions
-                .iter()
-                .map(|v| VersionSpec {
-                    version: Some(v.version),
-                    active: match &v.active {
-                        ActiveSet::All => ActiveSpec::All,
-                        ActiveSet::FirstRanks(k) => ActiveSpec::FirstRanks(*k),
-                        ActiveSet::Devices(devices) => ActiveSpec::Devices(
-                            devices.iter().map(|d| ItemRef::Id(ItemId::from(*d))).collect(),
-                        ),
-                    },
-                })
-                .collect(),
-        });
+        let pools = map.pools.iter().map(|pool| pool_spec(map, pool)).collect();
+        let membership = map.membership.as_ref().map(membership_spec);
         let choose_args = map
             .choose_args
             .iter()
@@ -794,6 +703,110 @@ pub(crate) struct Validated {
     pub(crate) map: ClusterMap,
     pub(crate) auto_linear: Vec<PoolId>,
     pub(crate) incremental: IncrementalPools,
+}
+
+/// The specs of `map`'s buckets (shadow buckets become their originals' class ids); a child
+/// bucket's weight stays implicit when it is the child's total.
+fn bucket_specs(map: &ClusterMap) -> Vec<BucketSpec> {
+    let mut shadow_ids: BTreeMap<BucketId, Vec<(String, BucketId)>> = BTreeMap::new();
+    for bucket in map.buckets() {
+        if let Some((original, class)) = &bucket.shadow_of {
+            shadow_ids.entry(*original).or_default().push((class.clone(), bucket.id));
+        }
+    }
+    let mut buckets: Vec<BucketSpec> = Vec::new();
+    for bucket in map.buckets().filter(|b| b.shadow_of.is_none()) {
+        let items = bucket
+            .items
+            .iter()
+            .zip(&bucket.weights)
+            .map(|(item, weight)| {
+                // Keep a child bucket's weight implicit when it is the child's total, so
+                // that edits below it propagate up as in Ceph.
+                let implicit = match item.bucket() {
+                    Some(child) => map.bucket(child).is_some_and(|c| c.weight() == *weight),
+                    None => false,
+                };
+                (ItemRef::Id(*item), (!implicit).then_some(*weight))
+            })
+            .collect();
+        let mut class_ids = shadow_ids.remove(&bucket.id).unwrap_or_default();
+        class_ids.sort_by_key(|(class, _)| map.classes.iter().position(|c| c == class));
+        buckets.push(BucketSpec {
+            id: Some(bucket.id),
+            name: bucket.name.clone(),
+            type_name: map.type_name(bucket.type_id).unwrap_or_default().to_string(),
+            alg: bucket.alg,
+            hash: bucket.hash,
+            items,
+            class_ids,
+        });
+    }
+    buckets
+}
+
+/// The spec of one of `map`'s pools, everything explicit.
+fn pool_spec(map: &ClusterMap, pool: &Pool) -> PoolSpec {
+    PoolSpec {
+        id: pool.id,
+        name: pool.name.clone(),
+        pg_num: pool.pg_num,
+        pgp_num: Some(pool.pgp_num),
+        size: pool.size,
+        min_size: Some(pool.min_size),
+        engine: match pool.engine_spec() {
+            EngineSpec::Crush { rule } => {
+                EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Id(rule)) })
+            }
+            EngineSpec::Ring(params) => EngineRef::Ring(RingSpec {
+                vnode_bytes: Some(params.vnode_bytes),
+                failure_domain: params
+                    .failure_domain
+                    .and_then(|t| map.type_name(t))
+                    .map(str::to_string),
+            }),
+            EngineSpec::Attributed(params) => EngineRef::Attributed(AttributedSpec {
+                throttle_bytes: Some(params.throttle_bytes),
+                sector_size: Some(params.sector_size),
+                zone_type: map.type_name(params.zone_type).map(str::to_string),
+                distinct_zones: params.distinct_zones,
+                bandwidth_tolerance_percent: Some(params.bandwidth_tolerance_percent),
+                sector_base: Some(pool.sector_base().to_vec()),
+                selection: Some(params.selection),
+            }),
+            EngineSpec::Elastic(params) => EngineRef::Elastic(ElasticSpec {
+                primaries: Some(params.primaries),
+                scale: Some(params.scale),
+            }),
+        },
+        hashpspool: pool.hashpspool,
+        choice: pool.choice,
+        balance: PoolBalanceSpec {
+            state: pool.balance_state().cloned(),
+            ..PoolBalanceSpec::from(pool.balance())
+        },
+    }
+}
+
+/// The spec of a membership, every version numbered.
+fn membership_spec(m: &Membership) -> MembershipSpec {
+    MembershipSpec {
+        order: m.order.iter().map(|d| ItemRef::Id(ItemId::from(*d))).collect(),
+        versions: m
+            .versions
+            .iter()
+            .map(|v| VersionSpec {
+                version: Some(v.version),
+                active: match &v.active {
+                    ActiveSet::All => ActiveSpec::All,
+                    ActiveSet::FirstRanks(k) => ActiveSpec::FirstRanks(*k),
+                    ActiveSet::Devices(devices) => ActiveSpec::Devices(
+                        devices.iter().map(|d| ItemRef::Id(ItemId::from(*d))).collect(),
+                    ),
+                },
+            })
+            .collect(),
+    }
 }
 
 impl ClusterMap {
@@ -1982,69 +1995,92 @@ fn build_membership(
         ));
     }
     for version in specs {
-        let number = match (version.version, versions.last()) {
-            (Some(number), _) => number,
-            (None, Some(previous)) => previous.version.saturating_add(1),
-            (None, None) => 1,
-        };
-        let subject = Subject::Version(number);
-        if let Some(previous) = versions.last()
-            && number <= previous.version
-        {
-            return Err(err(
-                subject,
-                Kind::OutOfRange {
-                    field: "version",
-                    value: number.to_string(),
-                    reason: format!(
-                        "versions must increase; the previous one is {}: renumber or reorder them",
-                        previous.version
-                    ),
-                },
-            ));
-        }
-        let active = match &version.active {
-            ActiveSpec::All => ActiveSet::All,
-            ActiveSpec::FirstRanks(k) => {
-                if *k > n {
-                    return Err(err(
-                        subject,
-                        Kind::OutOfRange {
-                            field: "active",
-                            value: k.to_string(),
-                            reason: format!("the map ranks {n} servers; use at most {n}"),
-                        },
-                    ));
-                }
-                ActiveSet::FirstRanks(*k)
-            }
-            ActiveSpec::Devices(items) => {
-                let mut devices = Vec::with_capacity(items.len());
-                for item in items {
-                    devices.push(resolve_server(build, &subject, item)?);
-                }
-                devices.sort_unstable();
-                if let Some(pair) = devices.windows(2).find(|p| p[0] == p[1]) {
-                    return Err(err(
-                        subject,
-                        Kind::OutOfRange {
-                            field: "active",
-                            value: build.item_name(ItemId::from(pair[0])),
-                            reason: "names this server twice; list each once".to_string(),
-                        },
-                    ));
-                }
-                ActiveSet::Devices(devices)
-            }
-        };
-        versions.push(MembershipVersion { version: number, active });
+        let resolved = resolve_version(build, version, versions.last(), n)?;
+        versions.push(resolved);
     }
     if versions.is_empty() {
         versions.push(MembershipVersion { version: 1, active: ActiveSet::All });
     }
     let membership = Membership { order, versions };
+    check_primaries_active(build, &membership, &elastic)?;
+    Ok(Some(membership))
+}
+
+/// One membership version as given, numbered (one more than `previous` by default) and
+/// resolved against the `n` ranked servers.
+fn resolve_version(
+    build: &Build,
+    version: &VersionSpec,
+    previous: Option<&MembershipVersion>,
+    n: u32,
+) -> Result<MembershipVersion, MapError> {
+    let number = match (version.version, previous) {
+        (Some(number), _) => number,
+        (None, Some(previous)) => previous.version.saturating_add(1),
+        (None, None) => 1,
+    };
+    let subject = Subject::Version(number);
+    if let Some(previous) = previous
+        && number <= previous.version
+    {
+        return Err(err(
+            subject,
+            Kind::OutOfRange {
+                field: "version",
+                value: number.to_string(),
+                reason: format!(
+                    "versions must increase; the previous one is {}: renumber or reorder them",
+                    previous.version
+                ),
+            },
+        ));
+    }
+    let active = match &version.active {
+        ActiveSpec::All => ActiveSet::All,
+        ActiveSpec::FirstRanks(k) => {
+            if *k > n {
+                return Err(err(
+                    subject,
+                    Kind::OutOfRange {
+                        field: "active",
+                        value: k.to_string(),
+                        reason: format!("the map ranks {n} servers; use at most {n}"),
+                    },
+                ));
+            }
+            ActiveSet::FirstRanks(*k)
+        }
+        ActiveSpec::Devices(items) => {
+            let mut devices = Vec::with_capacity(items.len());
+            for item in items {
+                devices.push(resolve_server(build, &subject, item)?);
+            }
+            devices.sort_unstable();
+            if let Some(pair) = devices.windows(2).find(|p| p[0] == p[1]) {
+                return Err(err(
+                    subject,
+                    Kind::OutOfRange {
+                        field: "active",
+                        value: build.item_name(ItemId::from(pair[0])),
+                        reason: "names this server twice; list each once".to_string(),
+                    },
+                ));
+            }
+            ActiveSet::Devices(devices)
+        }
+    };
+    Ok(MembershipVersion { version: number, active })
+}
+
+/// Every version keeps the primaries of every elastic pool active (they hold a copy of every
+/// object).
+fn check_primaries_active(
+    build: &Build,
+    membership: &Membership,
+    elastic: &[(&Pool, u32)],
+) -> Result<(), MapError> {
     for version in &membership.versions {
-        for (pool, primaries) in &elastic {
+        for (pool, primaries) in elastic {
             for rank in 1..=*primaries {
                 if !membership.is_active(version, rank) {
                     let device = membership.order[rank as usize - 1];
@@ -2064,7 +2100,7 @@ fn build_membership(
             }
         }
     }
-    Ok(Some(membership))
+    Ok(())
 }
 
 fn check_tunables(tunables: &Tunables) -> Result<(), MapError> {

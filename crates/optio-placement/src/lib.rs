@@ -7,21 +7,28 @@
 //! any machine, in any release. Behaviour changes ship as named versions (tunables, engine
 //! parameters), never silently; golden tests pin every engine's output.
 //!
-//! * [`ClusterMap`], built only by [`ClusterMapBuilder`], which validates everything.
-//! * Engines ([`engine`], one module each): [`crush`] (bit-compatible with Ceph),
-//!   [`ring`](engine::ring) (consistent hashing with capacity-weighted virtual nodes),
-//!   [`attributed`](engine::attributed) (attributed consistent hashing: sectors,
-//!   capacity/bandwidth/location strategies for heterogeneous devices) and
+//! * [`ClusterMap`] ([`map`]), built only by [`ClusterMapBuilder`] ([`builder`]), which
+//!   validates everything; each [`Pool`] carries its engine's parameters
+//!   ([`engine::EngineParams`]).
+//! * Engines ([`engine`], one module each, owning its parameters, spec, checks, compiled form
+//!   and lookup): `crush` ([`engine::crush`] over Ceph's mapper in [`crush`], bit-compatible
+//!   with Ceph), [`ring`](engine::ring) (consistent hashing with capacity-weighted virtual
+//!   nodes), [`attributed`](engine::attributed) (attributed consistent hashing: sectors,
+//!   capacity/bandwidth/location strategies for heterogeneous devices),
 //!   [`elastic`](engine::elastic) (elastic consistent hashing: primary servers, equal-work
-//!   layout, membership versions).
-//! * [`Placement`]: a map compiled for fast lookups, object name → PG → devices.
-//! * [`stats`]: balance and movement statistics.
+//!   layout, membership versions) and [`balanced`](engine::balanced) (Optio's balanced
+//!   placement, computed from the map alone, no exception tables).
+//! * [`Placement`] ([`placement`]): a map compiled for fast lookups, object name → PG →
+//!   devices ([`ReplicaSet`]); it compiles every pool's engine and dispatches in one place.
+//! * [`change`]: a [`MapChange`] applied to a map gives the next map, and a [`ChangeReport`]
+//!   says what it moves; what a valid map computes (seed 002's tuned
+//!   [`linear`](change::linear) parameter, incremental balance states) lives there too.
+//! * [`analysis`] and [`stats`]: balance and movement statistics.
 //! * [`choice`]: CHOICE's k candidate placements per object, device metrics, and the policies
 //!   that pick a candidate.
-//! * [`balanced`](engine::balanced): Optio's balanced placement, computed from the map alone (no exception
-//!   tables); [`linear`](change::linear): seed 002's optimised CRUSH (congruential pps, `linear` buckets and
-//!   their adaptive balance parameter). Both are Optio extensions, **not Ceph-compatible**,
-//!   off unless a pool asks for them.
+//!
+//! Balanced placement and seed 002's `linear` parameter and congruential pps are Optio
+//! extensions, **not Ceph-compatible**, off unless a pool asks for them.
 //!
 //! ```
 //! use optio_placement::{ClusterMapBuilder, DeviceSpec, PoolSpec, Placement};

@@ -10,9 +10,9 @@ use crate::ids::PoolId;
 use crate::map::ClusterMap;
 
 impl ClusterMapBuilder {
-    /// Validates everything and returns the map: the builder validates
-    /// ([`validate`](ClusterMapBuilder::validate)), then the valid map gets what is computed
-    /// from it — `auto` linear parameters and incremental balance states ([`optimise`]).
+    /// Validates everything and returns the map: the builder validates, then the valid map
+    /// gets what is computed from it — `auto` linear parameters and incremental balance
+    /// states.
     pub fn build(self) -> Result<ClusterMap, MapError> {
         let Validated { mut map, auto_linear, incremental } = self.validate()?;
         optimise(&mut map, &auto_linear, incremental)?;

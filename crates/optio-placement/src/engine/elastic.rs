@@ -108,6 +108,50 @@ struct VersionTable {
 }
 
 impl VersionTable {
+    /// Compiles `version` of `membership` for `n` ranked servers whose usability now is
+    /// `usable` (by rank index), the first `primaries` of them primaries.
+    fn compile(
+        version: &crate::map::MembershipVersion,
+        membership: &Membership,
+        (n, primaries): (u32, u32),
+        usable: &[bool],
+    ) -> VersionTable {
+        let (first_ranks, bits) = match &version.active {
+            ActiveSet::All => (Some(n), Vec::new()),
+            ActiveSet::FirstRanks(k) => (Some((*k).min(n)), Vec::new()),
+            ActiveSet::Devices(_) => {
+                let mut bits = vec![0u64; (n as usize).div_ceil(64)];
+                for rank_index in 0..n {
+                    if membership.is_active(version, rank_index + 1) {
+                        bits[(rank_index / 64) as usize] |= 1 << (rank_index % 64);
+                    }
+                }
+                (None, bits)
+            }
+        };
+        let mut table = VersionTable {
+            number: version.version,
+            first_ranks,
+            bits,
+            counts: (0, 0),
+            counts_now: (0, 0),
+        };
+        for rank_index in 0..n {
+            if !table.active(rank_index) {
+                continue;
+            }
+            let primary = rank_index < primaries;
+            let count = |c: &mut (u32, u32)| {
+                if primary { c.0 += 1 } else { c.1 += 1 }
+            };
+            count(&mut table.counts);
+            if usable[rank_index as usize] {
+                count(&mut table.counts_now);
+            }
+        }
+        table
+    }
+
     #[inline]
     fn active(&self, rank_index: u32) -> bool {
         match self.first_ranks {
@@ -209,40 +253,7 @@ impl ElasticRing {
         let n = device_ids.len() as u32;
         let primaries = primaries.min(n);
         let compile = |version: &crate::map::MembershipVersion| {
-            let (first_ranks, bits) = match &version.active {
-                ActiveSet::All => (Some(n), Vec::new()),
-                ActiveSet::FirstRanks(k) => (Some((*k).min(n)), Vec::new()),
-                ActiveSet::Devices(_) => {
-                    let mut bits = vec![0u64; (n as usize).div_ceil(64)];
-                    for rank_index in 0..n {
-                        if membership.is_active(version, rank_index + 1) {
-                            bits[(rank_index / 64) as usize] |= 1 << (rank_index % 64);
-                        }
-                    }
-                    (None, bits)
-                }
-            };
-            let mut table = VersionTable {
-                number: version.version,
-                first_ranks,
-                bits,
-                counts: (0, 0),
-                counts_now: (0, 0),
-            };
-            for rank_index in 0..n {
-                if !table.active(rank_index) {
-                    continue;
-                }
-                let primary = rank_index < primaries;
-                let count = |c: &mut (u32, u32)| {
-                    if primary { c.0 += 1 } else { c.1 += 1 }
-                };
-                count(&mut table.counts);
-                if usable[rank_index as usize] {
-                    count(&mut table.counts_now);
-                }
-            }
-            table
+            VersionTable::compile(version, membership, (n, primaries), &usable)
         };
         let versions = membership.versions.iter().map(compile).collect();
         let full_power =
@@ -596,7 +607,7 @@ pub fn capacity_plan(
 pub struct ElasticSpec {
     /// p: number of primaries (default ⌈n / e²⌉ for the n ranked servers).
     pub primaries: Option<u32>,
-    /// B of the equal-work layout (default [`ELASTIC_SCALE_DEFAULT`](crate::engine::elastic::ELASTIC_SCALE_DEFAULT)).
+    /// B of the equal-work layout (default [`ELASTIC_SCALE_DEFAULT`]).
     pub scale: Option<u32>,
 }
 

@@ -25,7 +25,7 @@ use crate::replica::ReplicaSet;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RingParams {
     /// Capacity one virtual node stands for; a device gets ⌈capacity / vnode_bytes⌉ vnodes
-    /// (at most [`RING_VNODES_PER_DEVICE_MAX`](crate::engine::ring::RING_VNODES_PER_DEVICE_MAX)).
+    /// (at most [`RING_VNODES_PER_DEVICE_MAX`]).
     pub vnode_bytes: u64,
     /// Replicas go to distinct buckets of this type (e.g. zone) when set, else only to
     /// distinct devices.
