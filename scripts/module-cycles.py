@@ -9,7 +9,13 @@ nodes are the sibling modules at that level (a file or directory; `lib.rs`, `mai
 connected component of more than one module and exits 1 when there is one, so CI can keep the
 crates free of cycles.
 
-Usage: scripts/module-cycles.py [CRATE_DIR ...]   (default: every crate under crates/)
+Usage: scripts/module-cycles.py [--known FILE] [CRATE_DIR ...]
+       (default: every crate under crates/)
+
+With `--known FILE`, a cycle listed in FILE (lines `CRATE: LEVEL: mod, mod, …`, as this script
+prints them after "cycle of N modules:"; `#` starts a comment) is reported but not counted,
+provided the cycle found is that one or a part of it: a known cycle may shrink, never grow, and
+a new one fails. That lets CI hold the line while a cycle being taken apart is still there.
 """
 import os
 import re
@@ -138,22 +144,55 @@ def sccs(edges):
     return [c for c in out if len(c) > 1]
 
 
-def check(crate_name, directory, crate_path, level_file):
+KNOWN_SEEN = []
+
+
+def check(crate_name, directory, crate_path, level_file, known):
     found = 0
     mods, edges = level_edges(directory, crate_path, level_file)
     where = "::".join(["crate"] + crate_path)
     for comp in sccs(edges):
+        line = f"{crate_name}: {where}: cycle of {len(comp)} modules: {', '.join(comp)}"
+        if any(set(comp) <= allowed for allowed in known.get((crate_name, where), [])):
+            print(f"{line} (known, being taken apart)")
+            KNOWN_SEEN.append(line)
+            continue
         found += 1
-        print(f"{crate_name}: {where}: cycle of {len(comp)} modules: {', '.join(comp)}")
+        print(line)
     for mod, path in mods.items():
         if os.path.isdir(path):
-            found += check(crate_name, path, crate_path + [mod], os.path.join(path, "mod.rs"))
+            found += check(
+                crate_name, path, crate_path + [mod], os.path.join(path, "mod.rs"), known
+            )
     return found
+
+
+def read_known(path):
+    """`CRATE: LEVEL: mod, mod, …` lines -> {(crate, level): [set of modules, …]}."""
+    known = {}
+    with open(path) as lines:
+        for number, line in enumerate(lines, 1):
+            line = line.split("#")[0].strip()
+            if not line:
+                continue
+            parts = [part.strip() for part in line.split(":", 2)]
+            if len(parts) != 3 or not parts[2]:
+                sys.exit(f"{path}:{number}: expected `CRATE: LEVEL: mod, mod, …`, got {line!r}")
+            mods = {m.strip() for m in parts[2].split(",") if m.strip()}
+            known.setdefault((parts[0], parts[1]), []).append(mods)
+    return known
 
 
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates")
-    crates = sys.argv[1:] or [os.path.join(root, c) for c in sorted(os.listdir(root))]
+    args = sys.argv[1:]
+    known = {}
+    if args[:1] == ["--known"]:
+        if len(args) < 2:
+            sys.exit("--known needs a file")
+        known = read_known(args[1])
+        args = args[2:]
+    crates = args or [os.path.join(root, c) for c in sorted(os.listdir(root))]
     found = 0
     for crate in crates:
         src = os.path.join(crate, "src")
@@ -163,11 +202,14 @@ def main():
         top = os.path.join(src, "lib.rs")
         if not os.path.exists(top):
             top = os.path.join(src, "main.rs")
-        found += check(name, src, [], top)
+        found += check(name, src, [], top, known)
     if found:
         print(f"{found} import cycle(s)")
         return 1
-    print("no import cycles between modules")
+    if KNOWN_SEEN:
+        print(f"no import cycles between modules but the {len(KNOWN_SEEN)} known one(s)")
+    else:
+        print("no import cycles between modules")
     return 0
 
 
