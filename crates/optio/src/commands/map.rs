@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use optio_placement::{BucketId, ClusterMap, EngineSpec, ItemId, Step};
+use optio_placement::{BucketId, ClusterMap, EngineSpec, ItemId, Pool, Step};
 use serde_json::json;
 
 use crate::load::load_map;
@@ -151,6 +151,28 @@ fn pools_left_out(map: &ClusterMap) -> String {
 }
 
 fn show_text(map: &ClusterMap) -> String {
+    let mut out = tree_text(map);
+    out.push_str(&tunables_and_rules_text(map));
+    for pool in map.pools() {
+        out.push_str(&pool_line(map, pool));
+    }
+    if let Some(membership) = map.membership() {
+        let current = membership.current();
+        out.push_str(&format!(
+            "membership: {} servers ranked (rank 1: {}); version {} in force, {} active{}; {} version(s)\n",
+            membership.order.len(),
+            membership.order.first().and_then(|d| map.device(*d)).map_or("-", |d| d.name.as_str()),
+            current.version,
+            membership.active_count(current),
+            if membership.is_full_power(current) { " (full power)" } else { "" },
+            membership.versions.len()
+        ));
+    }
+    out
+}
+
+/// The hierarchy as `ceph osd tree` shows it, and the devices outside it.
+fn tree_text(map: &ClusterMap) -> String {
     let mut table = Table::new(&[
         "ID",
         "CLASS",
@@ -225,55 +247,50 @@ fn show_text(map: &ClusterMap) -> String {
     if !outside.is_empty() {
         out.push_str(&format!("\ndevices outside the hierarchy: {}\n", outside.join(" ")));
     }
-    out.push_str(&format!(
+    out
+}
+
+/// The tunables and every rule's steps.
+fn tunables_and_rules_text(map: &ClusterMap) -> String {
+    let mut out = format!(
         "\ntunables: {} (choose_total_tries {}, chooseleaf_descend_once {}, chooseleaf_vary_r {}, chooseleaf_stable {})\n",
         map.tunables().profile().map_or("custom", |p| p.name()),
         map.tunables().choose_total_tries,
         map.tunables().chooseleaf_descend_once,
         map.tunables().chooseleaf_vary_r,
         map.tunables().chooseleaf_stable,
-    ));
+    );
     for rule in map.rules() {
         let steps: Vec<String> = rule.steps.iter().map(|s| step_text(map, s)).collect();
         out.push_str(&format!("rule {} '{}': {}\n", rule.id, rule.name, steps.join("; ")));
     }
-    for pool in map.pools() {
-        let engine = match pool.engine_spec() {
-            EngineSpec::Crush { rule } => {
-                format!("crush, rule '{}'", map.rule(rule).map_or("?", |r| r.name.as_str()))
-            }
-            EngineSpec::Ring(p) => format!("ring, {} per vnode", bytes(p.vnode_bytes as f64)),
-            _ => super::engine_text(map, pool),
-        };
-        let choice = if pool.choice.is_default() {
-            String::new()
-        } else {
-            format!(
-                ", {} choices, policy {}, full at {}%",
-                pool.choice.choices,
-                pool.choice.policy,
-                f64::from(pool.choice.full_ppm) / 1e4
-            )
-        };
-        let extensions = pool.balance().describe().map(|d| format!(" ({d})")).unwrap_or_default();
-        out.push_str(&format!(
-            "pool {} '{}': {engine}{extensions}, pg_num {}, size {}, min_size {}{choice}\n",
-            pool.id, pool.name, pool.pg_num, pool.size, pool.min_size
-        ));
-    }
-    if let Some(membership) = map.membership() {
-        let current = membership.current();
-        out.push_str(&format!(
-            "membership: {} servers ranked (rank 1: {}); version {} in force, {} active{}; {} version(s)\n",
-            membership.order.len(),
-            membership.order.first().and_then(|d| map.device(*d)).map_or("-", |d| d.name.as_str()),
-            current.version,
-            membership.active_count(current),
-            if membership.is_full_power(current) { " (full power)" } else { "" },
-            membership.versions.len()
-        ));
-    }
     out
+}
+
+/// One pool: its engine, extensions, sizes and choices.
+fn pool_line(map: &ClusterMap, pool: &Pool) -> String {
+    let engine = match pool.engine_spec() {
+        EngineSpec::Crush { rule } => {
+            format!("crush, rule '{}'", map.rule(rule).map_or("?", |r| r.name.as_str()))
+        }
+        EngineSpec::Ring(p) => format!("ring, {} per vnode", bytes(p.vnode_bytes as f64)),
+        _ => super::engine_text(map, pool),
+    };
+    let choice = if pool.choice.is_default() {
+        String::new()
+    } else {
+        format!(
+            ", {} choices, policy {}, full at {}%",
+            pool.choice.choices,
+            pool.choice.policy,
+            f64::from(pool.choice.full_ppm) / 1e4
+        )
+    };
+    let extensions = pool.balance().describe().map(|d| format!(" ({d})")).unwrap_or_default();
+    format!(
+        "pool {} '{}': {engine}{extensions}, pg_num {}, size {}, min_size {}{choice}\n",
+        pool.id, pool.name, pool.pg_num, pool.size, pool.min_size
+    )
 }
 
 /// A rule step as Ceph writes it.
