@@ -150,3 +150,49 @@ impl<T: Followed> MapFollower<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the tests keep of a map: its epoch, and the epoch of the one it replaced.
+    struct Kept {
+        epoch: u64,
+        previous: Option<u64>,
+    }
+
+    impl Followed for Kept {
+        fn compile(map: ClusterMap, previous: Option<&Kept>) -> Result<Kept, String> {
+            Ok(Kept { epoch: map.epoch().0, previous: previous.map(|p| p.epoch) })
+        }
+
+        fn epoch(&self) -> u64 {
+            self.epoch
+        }
+    }
+
+    fn map(epoch: u64) -> ClusterMap {
+        let text = format!(
+            "format_version = 1\nepoch = {epoch}\n\n[[devices]]\nid = 0\ncapacity = 1073741824\nweight = 1.0\nlocation = {{ host = \"h0\" }}\n"
+        );
+        optio_mapfile::parse(&text).expect("a map")
+    }
+
+    #[test]
+    fn newer_maps_replace_older_ones_and_backward_epochs_are_ignored() {
+        let follower: MapFollower<Kept> = MapFollower::new(None);
+        let mut changes = follower.subscribe();
+        assert_eq!((follower.epoch(), follower.replaced()), (0, 0));
+        assert_eq!(follower.install(map(3)), Ok(true));
+        assert!(changes.has_changed().unwrap());
+        assert_eq!(changes.borrow_and_update().as_ref().map(|k| k.epoch), Some(3));
+        assert_eq!(follower.replaced(), 0, "the first map replaces nothing");
+        assert_eq!(follower.install(map(3)), Ok(false), "the same epoch again");
+        assert_eq!(follower.install(map(2)), Ok(false), "an epoch going backwards");
+        assert!(!changes.has_changed().unwrap());
+        assert_eq!(follower.install(map(5)), Ok(true));
+        let held = follower.current().expect("a map");
+        assert_eq!((held.epoch, held.previous), (5, Some(3)));
+        assert_eq!((follower.epoch(), follower.replaced()), (5, 1));
+    }
+}

@@ -1,4 +1,6 @@
-//! The HTTP API's names: paths, headers, and the percent-encoding of keys in URLs.
+//! The HTTP API's names: headers, their encodings (strict decoding of answers:
+//! [`decode_answer`]), and the percent-encoding of keys in URLs. The paths are built and
+//! parsed by [`crate::route`]; the JSON bodies are in [`crate::body`].
 //!
 //! Routes (every object and choice route names the device, since one server may serve
 //! several):
@@ -9,7 +11,7 @@
 //! | `GET` | `/v1/dev/{device}/objects/{pool}/{key}` | read (`Range: bytes=a-b` allowed) |
 //! | `HEAD` | `/v1/dev/{device}/objects/{pool}/{key}` | probe: exists? + metrics |
 //! | `DELETE` | `/v1/dev/{device}/objects/{pool}/{key}` | delete (a tombstone stays), or purge |
-//! | `GET` | `/v1/dev/{device}/objects/{pool}?prefix=&pg=&limit=` | list |
+//! | `GET` | `/v1/dev/{device}/objects/{pool}?prefix=&pg=&limit=&after=` | list |
 //! | `PUT` | `/v1/dev/{device}/choices/{pool}/{key}` | create a choice record if absent |
 //! | `GET`, `DELETE` | `/v1/dev/{device}/choices/{pool}/{key}` | read, remove a record |
 //! | `GET` | `/v1/status`, `/metrics`, `/health` | JSON status, Prometheus text, liveness |

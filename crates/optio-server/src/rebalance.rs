@@ -405,23 +405,7 @@ impl Rebalancer {
                 }
                 plan.copies.push(CopyTask { device, held, targets, drop_local: !in_new });
             }
-            for (pool_id, key, record) in store.records() {
-                let Some(pool) = new.placement.pool(pool_id) else { continue };
-                let mut candidates = optio_placement::choice::Candidates::new();
-                pool.candidates(&key, &mut scratch, &mut candidates);
-                let Some(home) = candidates.iter().next().and_then(|(_, set)| set.primary()) else {
-                    continue;
-                };
-                if home != me {
-                    plan.records.push(RecordTask {
-                        device,
-                        pool: pool_id,
-                        key,
-                        record,
-                        home: home.0,
-                    });
-                }
-            }
+            plan.records.extend(records_to_move(new, device, store));
         }
         plan
     }
@@ -636,6 +620,25 @@ impl Rebalancer {
         self.progress.records_moved.fetch_add(1, Ordering::Relaxed);
         true
     }
+}
+
+/// The choice records `device` holds whose home under `new` is another device: they move
+/// there.
+fn records_to_move(new: &ServerMap, device: u32, store: &DeviceStore) -> Vec<RecordTask> {
+    let mut scratch = new.placement.scratch();
+    let mut moved = Vec::new();
+    for (pool_id, key, record) in store.records() {
+        let Some(pool) = new.placement.pool(pool_id) else { continue };
+        let mut candidates = optio_placement::choice::Candidates::new();
+        pool.candidates(&key, &mut scratch, &mut candidates);
+        let Some(home) = candidates.iter().next().and_then(|(_, set)| set.primary()) else {
+            continue;
+        };
+        if home != DeviceId(device) {
+            moved.push(RecordTask { device, pool: pool_id, key, record, home: home.0 });
+        }
+    }
+    moved
 }
 
 /// The first member of `old` that is still in `map` and up: the holder that sends a copy to

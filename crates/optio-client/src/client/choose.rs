@@ -11,7 +11,7 @@ use crate::candidates::Candidate;
 use crate::error::ClientError;
 use crate::transport::{Failure, Op};
 
-use super::locate::{Keyed, holder_of, unanswered};
+use super::locate::{Keyed, Probed, holder_of, unanswered};
 use super::{Client, UNKNOWN_EPOCH_BACKOFF, View};
 
 /// What the earlier attempts of one write learned: the candidates it gave up on because a
@@ -86,30 +86,10 @@ impl Client {
         if self.epoch_retry(&failures).await? {
             return Err(ClientError::EpochRetries { attempts: 0 });
         }
-        if excluded.is_empty() {
-            if let Ok(answer) = &probes[0].answer
-                && let Some(record) = answer.record
-                && usize::from(record.candidate) < candidates.len()
-            {
-                return Ok(Chosen { candidate: record.candidate, created: None });
-            }
-            let holder = probes.iter().enumerate().find_map(|(i, p)| match &p.answer {
-                Ok(a) if a.status == 200 => {
-                    Some(holder_of(candidates, a.info.as_ref()).unwrap_or(i as u8))
-                }
-                _ => None,
-            });
-            let unreachable: Vec<usize> =
-                (0..probes.len()).filter(|&i| probes[i].answer.is_err()).collect();
-            let holder = match holder {
-                Some(holder) => Some(holder),
-                None => self.probe_secondaries(view, pool, key, candidates, &unreachable).await?,
-            };
-            if let Some(holder) = holder {
-                // Stored without a record (written at k = 1, or a record lost): record it.
-                let recorded = self.record_choice(at, holder, false, false).await?;
-                return Ok(Chosen { candidate: recorded.candidate, created: None });
-            }
+        if excluded.is_empty()
+            && let Some(existing) = self.existing_choice(at, &probes).await?
+        {
+            return Ok(existing);
         }
         // The candidates given up on hold a device that refused the object: full, so the
         // library excludes them (and any other candidate on that device).
@@ -123,6 +103,39 @@ impl Client {
             candidate: recorded.candidate,
             created: recorded.created.then_some(recorded.incarnation),
         })
+    }
+
+    /// The candidate already chosen for `key`, from the probes of every candidate's primary:
+    /// the home's record, else the candidate holding a copy (asking the other replicas of the
+    /// candidates whose primary did not answer), recorded then. `None`: a new object.
+    async fn existing_choice(
+        &self,
+        at: Keyed<'_>,
+        probes: &[Probed],
+    ) -> Result<Option<Chosen>, ClientError> {
+        let Keyed { view, pool, key, candidates } = at;
+        if let Ok(answer) = &probes[0].answer
+            && let Some(record) = answer.record
+            && usize::from(record.candidate) < candidates.len()
+        {
+            return Ok(Some(Chosen { candidate: record.candidate, created: None }));
+        }
+        let holder = probes.iter().enumerate().find_map(|(i, p)| match &p.answer {
+            Ok(a) if a.status == 200 => {
+                Some(holder_of(candidates, a.info.as_ref()).unwrap_or(i as u8))
+            }
+            _ => None,
+        });
+        let unreachable: Vec<usize> =
+            (0..probes.len()).filter(|&i| probes[i].answer.is_err()).collect();
+        let holder = match holder {
+            Some(holder) => Some(holder),
+            None => self.probe_secondaries(view, pool, key, candidates, &unreachable).await?,
+        };
+        let Some(holder) = holder else { return Ok(None) };
+        // Stored without a record (written at k = 1, or a record lost): record it.
+        let recorded = self.record_choice(at, holder, false, false).await?;
+        Ok(Some(Chosen { candidate: recorded.candidate, created: None }))
     }
 
     /// One round trip instead of two: creates the record for `guess` at the home (whose

@@ -501,7 +501,22 @@ impl<'a> Reintegration<'a> {
         // The walk moves to this version only once the round succeeded: a failure (a server
         // not answering) makes the next step run the whole round again.
         self.status.lock().expect("status lock").idle = false;
-        // Everything stored in elastic pools, newest version per key, from every active device.
+        self.full_round(&view, &active, &returned).await?;
+        self.walk.version = Some(current.version);
+        self.walk.active = Some(active);
+        self.walk.full_done = true;
+        Ok(true)
+    }
+
+    /// One round of the full mode: every object stored in elastic pools (newest version per
+    /// key, listed from every `active` device) brought to where the current version places
+    /// it, copied to the `returned` servers whatever they hold.
+    async fn full_round(
+        &mut self,
+        view: &View,
+        active: &[DeviceId],
+        returned: &[DeviceId],
+    ) -> Result<(), String> {
         for pool in view
             .map
             .pools()
@@ -509,11 +524,11 @@ impl<'a> Reintegration<'a> {
             .filter(|p| view.placement.pool(p.id).is_some_and(|pp| pp.elastic().is_some()))
         {
             let mut keys: BTreeMap<String, ()> = BTreeMap::new();
-            for device in &active {
+            for device in active {
                 let endpoint = view.endpoint(*device).map_err(|e| e.to_string())?;
                 let listed = self
                     .client
-                    .list_device(&view, pool.id, &endpoint, "")
+                    .list_device(view, pool.id, &endpoint, "")
                     .await
                     .map_err(|e| e.to_string())?;
                 for info in listed {
@@ -537,13 +552,10 @@ impl<'a> Reintegration<'a> {
                 let forced: Vec<DeviceId> =
                     to.iter().copied().filter(|d| returned.contains(d)).collect();
                 let spread = Spread { to, keep, look };
-                self.converge_forced(&view, pool.id, key, &spread, &forced).await?;
+                self.converge_forced(view, pool.id, key, &spread, &forced).await?;
             }
         }
-        self.walk.version = Some(current.version);
-        self.walk.active = Some(active);
-        self.walk.full_done = true;
-        Ok(true)
+        Ok(())
     }
 
     /// [`converge`](Self::converge), copying to `forced` devices whatever they hold.

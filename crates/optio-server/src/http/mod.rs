@@ -1,8 +1,9 @@
-//! The HTTP API (routes in [`optio_proto::route`], headers in [`optio_proto::wire`]). One handler parses the path itself so that
-//! every malformed request gets a 400 with a reason in Optio's error format.
+//! The HTTP API (routes in [`optio_proto::route`], headers in [`optio_proto::wire`]). One
+//! handler parses the path itself so that every malformed request gets a 400 with a reason in
+//! Optio's error format.
 //!
-//! Handlers by area: [`objects`] (probe, read, write, delete, list), [`choices`] (choice
-//! records) and [`status`] (`/v1/status`, `/metrics`, `/health`); this module routes,
+//! Handlers by area: `objects` (probe, read, write, delete, list), `choices` (choice
+//! records) and `status` (`/v1/status`, `/metrics`, `/health`); this module routes,
 //! checks epochs and turns failures into Optio's error answers.
 
 mod choices;
