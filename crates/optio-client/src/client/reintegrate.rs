@@ -256,7 +256,7 @@ impl<'a> Reintegration<'a> {
     async fn reintegrate_entry(&mut self, view: &View, entry: &DirtyEntry) -> Result<(), String> {
         let pool = PoolId(entry.pool);
         let Some(placement) = view.placement.pool(pool) else { return Ok(()) };
-        if placement.elastic().is_none() {
+        if !placement.is_elastic() {
             return Ok(());
         }
         let (_, key) = placement.object_key(&entry.key);
@@ -521,7 +521,7 @@ impl<'a> Reintegration<'a> {
             .map
             .pools()
             .iter()
-            .filter(|p| view.placement.pool(p.id).is_some_and(|pp| pp.elastic().is_some()))
+            .filter(|p| view.placement.pool(p.id).is_some_and(|pp| pp.is_elastic()))
         {
             let mut keys: BTreeMap<String, ()> = BTreeMap::new();
             for device in active {

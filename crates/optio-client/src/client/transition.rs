@@ -104,7 +104,7 @@ impl Client {
         key: &str,
         noted: &mut Option<u64>,
     ) -> Result<(), ClientError> {
-        let elastic = view.placement.pool(pool).is_some_and(|p| p.elastic().is_some());
+        let elastic = view.placement.pool(pool).is_some_and(|p| p.is_elastic());
         let Some(membership) = view.map.membership().filter(|_| elastic) else { return Ok(()) };
         let current = membership.current();
         if membership.is_full_power(current) || *noted == Some(current.version) {
@@ -137,10 +137,7 @@ impl Client {
         if self.unsettled(view) {
             return true;
         }
-        view.placement
-            .pool(pool)
-            .and_then(|p| p.elastic())
-            .is_some_and(|ring| ring.versions().nth(1).is_some())
+        view.placement.pool(pool).is_some_and(|p| p.membership_versions().nth(1).is_some())
     }
 
     /// Every device that may hold a copy of `candidate`: its replica set now, under the
@@ -171,13 +168,13 @@ impl Client {
             add(&set);
         }
         if let Some(placement) = view.placement.pool(pool)
-            && let Some(ring) = placement.elastic()
+            && placement.is_elastic()
         {
             let key = placement.key_of_seed(seed);
             let mut scratch = view.placement.scratch();
             placement.place_full_power(key, &mut scratch, &mut set);
             add(&set);
-            for version in ring.versions() {
+            for version in placement.membership_versions() {
                 placement.place_as_of(version, key, &mut set);
                 add(&set);
             }

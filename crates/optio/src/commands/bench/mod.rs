@@ -122,6 +122,44 @@ fn phase(
     }
 }
 
+/// Runs `op` on every index below `count` with `concurrency` workers, ticking `bar`; returns,
+/// per index done, the index, the microseconds `op` took and what it returned.
+async fn for_each_key<T, F, Fut>(
+    count: usize,
+    concurrency: usize,
+    bar: &indicatif::ProgressBar,
+    op: F,
+) -> Result<Vec<(usize, u64, T)>>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<T>> + Send,
+{
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..concurrency.max(1) {
+        let (next, bar, op) = (next.clone(), bar.clone(), op.clone());
+        workers.spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    return Ok::<_, anyhow::Error>(out);
+                }
+                let t = Instant::now();
+                let value = op(i).await?;
+                out.push((i, t.elapsed().as_micros() as u64, value));
+                bar.inc(1);
+            }
+        });
+    }
+    let mut done = Vec::new();
+    while let Some(result) = workers.join_next().await {
+        done.extend(result.context("a bench worker failed")??);
+    }
+    Ok(done)
+}
+
 /// Writes `keys` concurrently; returns the phase and the candidate each went to.
 pub async fn write_all(
     client: &Client,
@@ -132,43 +170,26 @@ pub async fn write_all(
     bar: &indicatif::ProgressBar,
 ) -> Result<(Phase, Vec<u8>)> {
     let before = client.stats();
-    let next = Arc::new(AtomicUsize::new(0));
-    let keys = Arc::new(keys.to_vec());
     let started = Instant::now();
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..concurrency.max(1) {
-        let (client, next, keys, data, pool, bar) = (
-            client.clone(),
-            next.clone(),
-            keys.clone(),
-            data.clone(),
-            pool.to_string(),
-            bar.clone(),
-        );
-        workers.spawn(async move {
-            let mut out = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= keys.len() {
-                    return Ok::<_, anyhow::Error>(out);
-                }
-                let t = Instant::now();
-                let report = client
-                    .put(&pool, &keys[i], data.clone())
-                    .await
-                    .with_context(|| format!("writing {}", keys[i]))?;
-                out.push((i, t.elapsed().as_micros() as u64, report.candidate));
-                bar.inc(1);
-            }
-        });
-    }
-    let mut latencies = Vec::new();
-    let mut candidates = vec![0u8; keys.len()];
-    while let Some(result) = workers.join_next().await {
-        for (i, micros, candidate) in result.context("a bench worker failed")?? {
-            latencies.push(micros);
-            candidates[i] = candidate;
+    let (client_, keys_, data_, pool_) =
+        (client.clone(), Arc::new(keys.to_vec()), data.clone(), Arc::<str>::from(pool));
+    let done = for_each_key(keys.len(), concurrency, bar, move |i| {
+        let (client, keys, data, pool) =
+            (client_.clone(), keys_.clone(), data_.clone(), pool_.clone());
+        async move {
+            let report = client
+                .put(&pool, &keys[i], data)
+                .await
+                .with_context(|| format!("writing {}", keys[i]))?;
+            Ok(report.candidate)
         }
+    })
+    .await?;
+    let mut latencies = Vec::with_capacity(done.len());
+    let mut candidates = vec![0u8; keys.len()];
+    for (i, micros, candidate) in done {
+        latencies.push(micros);
+        candidates[i] = candidate;
     }
     let seconds = started.elapsed().as_secs_f64();
     Ok((
@@ -193,37 +214,23 @@ pub async fn read_all(
     bar: &indicatif::ProgressBar,
 ) -> Result<Phase> {
     let before = client.stats();
-    let next = Arc::new(AtomicUsize::new(0));
-    let keys = Arc::new(keys.to_vec());
     let started = Instant::now();
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..concurrency.max(1) {
-        let (client, next, keys, pool, bar) =
-            (client.clone(), next.clone(), keys.clone(), pool.to_string(), bar.clone());
-        workers.spawn(async move {
-            let mut out = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= keys.len() {
-                    return Ok::<_, anyhow::Error>(out);
-                }
-                let t = Instant::now();
-                let data = client
-                    .get(&pool, &keys[i])
-                    .await
-                    .with_context(|| format!("reading {}", keys[i]))?;
-                if data.len() != expected_len {
-                    bail!("{} read back {} bytes, {} written", keys[i], data.len(), expected_len);
-                }
-                out.push(t.elapsed().as_micros() as u64);
-                bar.inc(1);
+    let (client_, keys_, pool_) = (client.clone(), Arc::new(keys.to_vec()), Arc::<str>::from(pool));
+    let done = for_each_key(keys.len(), concurrency, bar, move |i| {
+        let (client, keys, pool) = (client_.clone(), keys_.clone(), pool_.clone());
+        async move {
+            let data = client
+                .get(&pool, &keys[i])
+                .await
+                .with_context(|| format!("reading {}", keys[i]))?;
+            if data.len() != expected_len {
+                bail!("{} read back {} bytes, {} written", keys[i], data.len(), expected_len);
             }
-        });
-    }
-    let mut latencies = Vec::new();
-    while let Some(result) = workers.join_next().await {
-        latencies.extend(result.context("a bench worker failed")??);
-    }
+            Ok(())
+        }
+    })
+    .await?;
+    let mut latencies: Vec<u64> = done.into_iter().map(|(_, micros, ())| micros).collect();
     let seconds = started.elapsed().as_secs_f64();
     Ok(phase(
         &mut latencies,
