@@ -50,6 +50,18 @@ pub enum StoreError {
         /// What was wrong.
         error: FormatError,
     },
+    /// Another server process holds the device directory.
+    #[error(
+        "device directory {} is in use by another optio server{}: stop it first, or give this server other directories",
+        dir.display(),
+        holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
+    )]
+    InUse {
+        /// The device directory.
+        dir: PathBuf,
+        /// The process holding it, as it wrote in the lock file.
+        holder: Option<u32>,
+    },
     /// The disk failed.
     #[error("{operation} {path}: {source}")]
     Io {
@@ -74,7 +86,7 @@ impl StoreError {
             StoreError::Io { source, .. } if source.kind() == io::ErrorKind::StorageFull => {
                 ErrorKind::Full
             }
-            StoreError::Io { .. } => ErrorKind::Io,
+            StoreError::Io { .. } | StoreError::InUse { .. } => ErrorKind::Io,
         }
     }
 

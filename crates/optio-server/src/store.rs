@@ -136,6 +136,49 @@ pub struct DeviceStore {
     temp_counter: AtomicU64,
     known_dirs: Mutex<HashSet<PathBuf>>,
     corrupt_found: AtomicU64,
+    /// The device directory's lock ([`LOCK_FILE`]), held while the store is open; the kernel
+    /// drops it when the process ends, however it ends.
+    _lock: std::fs::File,
+}
+
+/// The lock file in a device directory: one server process per device.
+pub const LOCK_FILE: &str = "optio-server.lock";
+/// How long opening a device waits for its lock (a store of this process being closed may
+/// still hold it for a moment) before saying another server has it.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Takes the device directory's lock, or says who holds it.
+fn lock_device(root: &Path) -> Result<std::fs::File, StoreError> {
+    use std::io::{Read, Write};
+    let path = root.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(StoreError::io("open", &path))?;
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                return Err(StoreError::InUse {
+                    dir: root.to_path_buf(),
+                    holder: holder.trim().parse().ok(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(StoreError::io("lock", &path)(e)),
+        }
+    }
+    // Who holds it, for the next one's error message (the lock, not this, is what counts).
+    let _ = file.set_len(0).and_then(|()| writeln!(file, "{}", std::process::id()));
+    Ok(file)
 }
 
 fn key_hash(key: &str) -> u128 {
@@ -158,6 +201,9 @@ impl DeviceStore {
             let dir = root.join(sub);
             disk.create_dir_all(&dir).map_err(StoreError::io("create", &dir))?;
         }
+        // Before anything is cleaned up: the temporary files of a server still running there
+        // are not leftovers.
+        let lock = lock_device(&root)?;
         let tmp = root.join("tmp");
         for leftover in disk.list(&tmp).map_err(StoreError::io("list", &tmp))? {
             disk.remove(&leftover).map_err(StoreError::io("remove", &leftover))?;
@@ -179,6 +225,7 @@ impl DeviceStore {
             temp_counter: AtomicU64::new(0),
             known_dirs: Mutex::new(HashSet::new()),
             corrupt_found: AtomicU64::new(0),
+            _lock: lock,
         };
         store.load()?;
         Ok(store)
@@ -713,6 +760,22 @@ mod tests {
             pg_seed: Some(7),
             epoch: Epoch(1),
         })
+    }
+
+    #[test]
+    fn a_device_directory_is_opened_by_one_store_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 20 };
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        let Err(error) = DeviceStore::open(&config, Arc::new(RealDisk)) else {
+            panic!("a second store opened a device directory in use");
+        };
+        assert!(
+            matches!(error, StoreError::InUse { holder: Some(pid), .. } if pid == std::process::id())
+        );
+        assert!(error.to_string().contains("in use by another optio server"), "{error}");
+        drop(store);
+        DeviceStore::open(&config, Arc::new(RealDisk)).expect("free once the first is closed");
     }
 
     #[test]

@@ -157,3 +157,32 @@ fn a_second_up_on_the_same_directory_is_refused_until_the_first_is_gone() {
     again.kill().expect("SIGKILL");
     again.wait().expect("reaped");
 }
+
+#[test]
+fn a_second_server_on_a_device_directory_in_use_is_refused() {
+    let (_dir, cluster) = crate::cluster(crate::small());
+    let device_dir = cluster.device_dir(0).expect("device 0");
+    let holder = cluster.servers().iter().find(|s| s.devices.iter().any(|(id, _)| *id == 0));
+    let first_pid = holder.and_then(|s| s.pid()).expect("device 0's server runs");
+    let mut second = Command::new(binary())
+        .args(["server", "--device"])
+        .arg(format!("0:1GiB:{}", device_dir.display()))
+        .arg("--map")
+        .arg(cluster.map_path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    if !wait_until(Duration::from_secs(20), || matches!(second.try_wait(), Ok(Some(_)))) {
+        let _ = second.kill();
+        let _ = second.wait();
+        panic!("a second server on a device directory in use kept running");
+    }
+    let output = second.wait_with_output().expect("finishes");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a second server on the same device directory must fail");
+    assert!(err.contains("is in use by another optio server"), "{err}");
+    assert!(err.contains(&format!("(pid {first_pid})")), "names the holder: {err}");
+    assert!(alive(first_pid), "the first server is untouched");
+}
