@@ -94,7 +94,14 @@ impl IntentLog {
             if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
                 continue;
             }
-            doubts.extend(parse(&fs::read_to_string(&path)?));
+            // Another starting client may take the same log over and remove it between the
+            // listing and this read: then it is that client's to recover, not an error.
+            let text = match fs::read_to_string(&path) {
+                Ok(text) => text,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            doubts.extend(parse(&text));
             files.push(path);
         }
         doubts.sort();
@@ -176,5 +183,18 @@ mod tests {
         assert_eq!(doubts, vec![InDoubt { pool: 1, key: "lost".into() }]);
         IntentLog::forget(&files);
         assert!(!dir.path().join("4194305.intents").exists());
+    }
+
+    #[test]
+    fn a_log_another_client_removed_meanwhile_is_not_an_error() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        fs::write(dir.path().join("4194306.intents"), "B 1 1 kept\n").expect("write");
+        // Listed, then gone before it is read (as when another starting client took it over
+        // and removed it): a dangling link reads as "not found", every time.
+        std::os::unix::fs::symlink(dir.path().join("gone"), dir.path().join("4194307.intents"))
+            .expect("symlink");
+        let (doubts, files) = IntentLog::orphans(dir.path()).expect("a vanished log is skipped");
+        assert_eq!(doubts, vec![InDoubt { pool: 1, key: "kept".into() }]);
+        assert_eq!(files, vec![dir.path().join("4194306.intents")]);
     }
 }
