@@ -147,4 +147,18 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
+    /// The key's home holds a choice record that names no candidate of the pool.
+    #[error(
+        "the home (device {device}) of '{key}' holds a choice record for candidate {candidate}, but the pool has {choices} candidate(s): remove the record (it was not written by this map's clients) and retry"
+    )]
+    BadRecord {
+        /// Key.
+        key: String,
+        /// The home device.
+        device: u32,
+        /// The candidate the record names.
+        candidate: u8,
+        /// The pool's candidates.
+        choices: usize,
+    },
 }

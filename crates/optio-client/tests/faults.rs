@@ -503,3 +503,23 @@ async fn a_delete_whose_reply_is_lost_is_reported_and_still_hides_the_object() {
     let listed = client.list("plain", "").await.unwrap();
     assert!(listed.is_empty(), "{listed:?}");
 }
+
+#[tokio::test]
+async fn a_record_naming_no_candidate_of_the_pool_is_refused_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    let key = "foreign";
+    let home = devices(&client, "data", key, 0)[0];
+    // Candidate 2 of a pool with k = 2, as a hand-made request once stored (issue 13, defect 3).
+    let bad = ChoiceRecord { candidate: 2, choices: 3, writer: 0xab };
+    net.records.lock().unwrap().insert((home, DATA.0, key.to_string()), bad);
+    let error = client.put("data", key, Bytes::from_static(b"x")).await.unwrap_err();
+    assert!(
+        matches!(error, ClientError::BadRecord { candidate: 2, choices: 2, device, .. } if device == home),
+        "{error}"
+    );
+    assert!(error.to_string().contains("remove the record"), "{error}");
+    let report = client.probe("data", key).await.expect("probing reports the record");
+    assert_eq!(report.holder, None, "the record is reported, not followed");
+}

@@ -9,7 +9,7 @@ use optio_proto::{ChoiceRecord, ErrorKind, ObjectInfo};
 
 use crate::candidates::Candidate;
 use crate::error::ClientError;
-use crate::transport::{Failure, Op};
+use crate::transport::{Endpoint, Failure, Op};
 
 use super::locate::{Keyed, Probed, holder_of, unanswered};
 use super::{Client, UNKNOWN_EPOCH_BACKOFF, View};
@@ -220,8 +220,10 @@ impl Client {
             addr: home.addr.clone(),
             reason: failure.to_string(),
         })?;
+        let candidate = answer.record.map_or(holder, |r| r.candidate);
+        check_recorded(key, &home, candidate, candidates)?;
         Ok(Recorded {
-            candidate: answer.record.map_or(holder, |r| r.candidate),
+            candidate,
             created: answer.status == 201,
             incarnation: answer.incarnation.unwrap_or(0),
             home_info: answer.info,
@@ -283,6 +285,7 @@ impl Client {
         };
         let created = answer.status == 201;
         let candidate = answer.record.map(|r| r.candidate).unwrap_or(chosen);
+        check_recorded(key, &home, candidate, candidates)?;
         if created {
             self.inner.counters.records_created.fetch_add(1, Ordering::Relaxed);
             if self.inner.config.crash_after_choice_record {
@@ -320,4 +323,23 @@ impl Client {
             Err(_) => false,
         }
     }
+}
+
+/// Refuses a candidate a home's record names that the pool does not have: what comes from the
+/// network indexes nothing until it is checked.
+fn check_recorded(
+    key: &str,
+    home: &Endpoint,
+    candidate: u8,
+    candidates: &[Candidate],
+) -> Result<(), ClientError> {
+    if usize::from(candidate) < candidates.len() {
+        return Ok(());
+    }
+    Err(ClientError::BadRecord {
+        key: key.to_string(),
+        device: home.device,
+        candidate,
+        choices: candidates.len(),
+    })
 }

@@ -402,7 +402,10 @@ impl Client {
             }
             out.push(CandidateProbe { candidate, info, metrics, error });
         }
-        if let Some(record) = record {
+        // A record naming no candidate of the pool is reported, not followed.
+        if let Some(record) = record
+            && usize::from(record.candidate) < out.len()
+        {
             holder = Some(record.candidate);
         }
         Ok(ProbeReport { candidates: out, record, holder })

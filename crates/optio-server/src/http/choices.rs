@@ -46,6 +46,23 @@ pub(super) async fn put_record(
             format!("candidate {} is not below choices {}", record.candidate, record.choices),
         ));
     }
+    // A record must name a candidate the pool has (when this server's map knows the pool):
+    // clients index their candidates with it.
+    let pool_choices = state
+        .map
+        .current()
+        .and_then(|current| current.map.pool(target.pool).map(|pool| pool.choice.choices));
+    if let Some(choices) = pool_choices
+        && u32::from(record.candidate) >= choices
+    {
+        return Err(fail(
+            ErrorKind::BadRequest,
+            format!(
+                "candidate {} is not a candidate of pool {}, which has {choices}",
+                record.candidate, target.pool
+            ),
+        ));
+    }
     let replace = match headers.get(wire::REPLACE_IF_WRITER) {
         None => None,
         Some(v) => {

@@ -123,3 +123,29 @@ async fn after_a_crash_new_records_wait_for_the_grace_period() {
     assert!(created, "records are created again after the grace period");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_naming_no_candidate_of_its_pool_is_refused() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let map = root.path().join("map.toml");
+    std::fs::write(
+        &map,
+        "format_version = 1\nepoch = 1\n\n[[devices]]\nid = 0\ncapacity = \"1GiB\"\naddr = \"127.0.0.1:1\"\nlocation = { zone = \"z1\", host = \"h1\" }\n\n\
+         [[rules]]\nid = 0\nname = \"one\"\nsteps = [\"take default\", \"chooseleaf firstn 0 type host\", \"emit\"]\n\n\
+         [[pools]]\nid = 1\nname = \"data\"\nengine = \"crush\"\nrule = \"one\"\npg_num = 8\nsize = 1\nchoices = 2\npolicy = \"first\"\n",
+    )
+    .expect("write map");
+    let server =
+        TestServer::start(root.path(), Options { map: Some(map), ..Options::default() }).await;
+    // Candidate 2 of a pool with k = 2, whatever the request says k is (issue 13, defect 3).
+    let url = server.record(0, 1, "k");
+    let refused = server.http.put(&url).header("x-optio-choice", "2/3/ab").send().await.unwrap();
+    let (status, kind, reason) = error_of(refused).await;
+    assert_eq!((status, kind.as_str()), (400, "bad-request"), "{reason}");
+    assert!(reason.contains("pool 1, which has 2"), "{reason}");
+    let missing = server.http.get(&url).send().await.unwrap();
+    assert_eq!(missing.status(), 404, "nothing was recorded");
+    let ok = server.http.put(&url).header("x-optio-choice", "1/2/ab").send().await.unwrap();
+    assert_eq!(ok.status(), 201);
+    server.stop().await;
+}
