@@ -104,6 +104,10 @@ impl FaultyNet {
         self.objects.lock().unwrap().get(&(device, pool, key.to_string())).cloned()
     }
 
+    fn sent_any(&self) -> usize {
+        self.log.lock().unwrap().len()
+    }
+
     fn sent(&self, device: u32, kind: Kind) -> usize {
         self.log.lock().unwrap().iter().filter(|e| **e == (device, kind)).count()
     }
@@ -522,4 +526,37 @@ async fn a_record_naming_no_candidate_of_the_pool_is_refused_not_followed() {
     assert!(error.to_string().contains("remove the record"), "{error}");
     let report = client.probe("data", key).await.expect("probing reports the record");
     assert_eq!(report.holder, None, "the record is reported, not followed");
+}
+
+#[tokio::test]
+async fn dot_segment_keys_are_refused_before_anything_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    for key in [".", ".."] {
+        let error = client.put("data", key, Bytes::from_static(b"x")).await.unwrap_err();
+        assert!(matches!(error, ClientError::BadKey(_)), "{key}: {error}");
+        assert!(error.to_string().contains("dot segment"), "{error}");
+        assert!(matches!(client.get("data", key).await, Err(ClientError::BadKey(_))), "{key}");
+    }
+    assert_eq!(net.requests.load(Ordering::Relaxed), 0, "nothing was sent");
+}
+
+#[tokio::test]
+async fn a_write_quorum_of_zero_or_above_the_replicas_is_refused_not_clamped() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    std::fs::write(dir.path().join("map.toml"), map_text(1)).unwrap();
+    let source = optio_cluster::source::MapSource::file(&dir.path().join("map.toml"));
+    let zero = ClientConfig { write_quorum: Some(0), ..ClientConfig::default() };
+    let Err(error) = Client::connect_with_transport(source, zero, net.clone()).await else {
+        panic!("a write quorum of 0 was accepted");
+    };
+    assert!(matches!(error, ClientError::Config(_)), "{error}");
+    let four = ClientConfig { write_quorum: Some(4), ..ClientConfig::default() };
+    let client = client_with(dir.path(), &net, four).await;
+    let error = client.put("plain", "k", Bytes::from_static(b"x")).await.unwrap_err();
+    assert!(matches!(error, ClientError::Config(_)), "{error}");
+    assert!(error.to_string().contains("above the 3 replicas of pool 'plain'"), "{error}");
+    assert_eq!(net.sent_any(), 0, "nothing was sent");
 }

@@ -1,4 +1,5 @@
-//! Object keys: non-empty UTF-8 of at most [`KEY_BYTES_MAX`] bytes, without NUL.
+//! Object keys: non-empty UTF-8 of at most [`KEY_BYTES_MAX`] bytes, without NUL, and not `.` or
+//! `..` (URL dot segments, which HTTP clients drop from a path before sending it).
 
 /// Longest key, in bytes.
 pub const KEY_BYTES_MAX: usize = 1024;
@@ -22,6 +23,14 @@ pub enum KeyError {
         /// Byte offset of the first NUL.
         at: usize,
     },
+    /// The key is `.` or `..`.
+    #[error(
+        "the key '{key}' is a URL dot segment, which HTTP clients drop from a path; pick another key (e.g. './{key}' is fine)"
+    )]
+    DotSegment {
+        /// The key.
+        key: String,
+    },
     /// The key is not valid UTF-8.
     #[error("the key is not valid UTF-8 (byte {at}); keys are UTF-8 text")]
     NotUtf8 {
@@ -40,6 +49,9 @@ pub fn validate_key(key: &str) -> Result<(), KeyError> {
     }
     if let Some(at) = key.bytes().position(|b| b == 0) {
         return Err(KeyError::Nul { at });
+    }
+    if key == "." || key == ".." {
+        return Err(KeyError::DotSegment { key: key.to_string() });
     }
     Ok(())
 }
@@ -66,5 +78,12 @@ mod tests {
         assert_eq!(validate_key("a\0b"), Err(KeyError::Nul { at: 1 }));
         assert_eq!(validate_key_bytes(b"ab\xff"), Err(KeyError::NotUtf8 { at: 2 }));
         assert_eq!(validate_key_bytes("é/ü".as_bytes()), Ok("é/ü"));
+        for dots in [".", ".."] {
+            assert_eq!(validate_key(dots), Err(KeyError::DotSegment { key: dots.into() }));
+            assert_eq!(validate_key_bytes(dots.as_bytes()).map(str::len).ok(), None);
+        }
+        for fine in ["...", "./.", "a/..", "./x"] {
+            assert!(validate_key(fine).is_ok(), "{fine}");
+        }
     }
 }

@@ -271,6 +271,11 @@ impl Client {
         transport: Arc<dyn Transport>,
     ) -> Result<Client, ClientError> {
         let policy = config.policy.as_deref().map(policy_override).transpose()?;
+        if config.write_quorum == Some(0) {
+            return Err(ClientError::Config(
+                "a write quorum of 0 would acknowledge writes nothing stored; give 1 to the pool's replica count".into(),
+            ));
+        }
         let location = (!config.location.is_empty()).then(|| {
             optio_placement::choice::Location::from_levels(
                 config.location.iter().map(|(t, n)| (t.as_str(), n.as_str())),

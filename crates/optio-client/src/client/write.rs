@@ -86,6 +86,14 @@ impl Client {
         for _attempt in 0..RETRIES_MAX {
             let view = self.view();
             let pool = view.pool(pool_name)?;
+            let replicas = view.map.pool(pool).map_or(0, |p| p.size as usize);
+            if let Some(w) = self.inner.config.write_quorum
+                && w > replicas
+            {
+                return Err(ClientError::Config(format!(
+                    "a write quorum of {w} is above the {replicas} replicas of pool '{pool_name}'; give 1 to {replicas}"
+                )));
+            }
             self.note_dirty(&view, pool, key, &mut dirty_noted).await?;
             let candidates = self.candidates_in(&view, pool, key);
             let at = Keyed { view: &view, pool, key, candidates: &candidates };
@@ -98,8 +106,9 @@ impl Client {
             let Sent { chosen: Chosen { candidate: chosen, created }, endpoints, results, version } =
                 sent;
             let candidate = &candidates[usize::from(chosen)];
-            let needed =
-                self.inner.config.write_quorum.unwrap_or(endpoints.len()).clamp(1, endpoints.len());
+            // The quorum asked for was checked against the pool's size before anything was
+            // sent; fewer replicas than that available makes the write fail, not pass quietly.
+            let needed = self.inner.config.write_quorum.unwrap_or(endpoints.len()).max(1);
             // A replica that already holds a newer version of the object (a concurrent write
             // of the same key) counts: last writer wins, and the newer version is durable.
             let acked = results
