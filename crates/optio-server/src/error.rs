@@ -50,6 +50,15 @@ pub enum StoreError {
         /// What was wrong.
         error: FormatError,
     },
+    /// A stored file holds another version or another key than the index says was stored
+    /// (a file replaced behind the server's back); it was moved to quarantine.
+    #[error("replica at {path} is not what was stored ({reason}); moved to quarantine")]
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// What differs.
+        reason: String,
+    },
     /// Another server process holds the device directory.
     #[error(
         "device directory {} is in use by another optio server{}: stop it first, or give this server other directories",
@@ -82,7 +91,7 @@ impl StoreError {
             StoreError::Full { .. } => ErrorKind::Full,
             StoreError::VersionConflict { .. } => ErrorKind::VersionConflict,
             StoreError::ChecksumMismatch { .. } => ErrorKind::BadRequest,
-            StoreError::Corrupt { .. } => ErrorKind::Corrupt,
+            StoreError::Corrupt { .. } | StoreError::Mismatch { .. } => ErrorKind::Corrupt,
             StoreError::Io { source, .. } if source.kind() == io::ErrorKind::StorageFull => {
                 ErrorKind::Full
             }

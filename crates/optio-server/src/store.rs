@@ -465,15 +465,68 @@ impl DeviceStore {
     /// Reads and verifies an object (blocking). A replica that fails verification is
     /// quarantined and reported as [`StoreError::Corrupt`].
     pub fn get(&self, pool: PoolId, key: &str) -> Result<(ObjectInfo, Vec<u8>), StoreError> {
-        if self.live_entry(pool, key).is_none() {
-            return Err(StoreError::NotFound);
+        let Some(entry) = self.live_entry(pool, key) else { return Err(StoreError::NotFound) };
+        match self.read_file(pool, key, false) {
+            Err(StoreError::Mismatch { .. }) => {
+                // A write may have replaced the file between the index read and the file
+                // read: look again, with writes of this key held off.
+                let _stripe = self.stripe(key);
+                let Some(entry) = self.live_entry(pool, key) else {
+                    return Err(StoreError::NotFound);
+                };
+                self.read_checked(pool, key, &entry)
+            }
+            Ok((info, data)) if info.version == entry.version => Ok((info, data)),
+            Ok(_) => {
+                let _stripe = self.stripe(key);
+                let Some(entry) = self.live_entry(pool, key) else {
+                    return Err(StoreError::NotFound);
+                };
+                self.read_checked(pool, key, &entry)
+            }
+            other => other,
         }
+    }
+
+    /// Reads the object's file (the caller holds the key's stripe) and checks it holds the
+    /// version the index has; a file that does not is quarantined and forgotten, so that the
+    /// client repairs this replica from a good one instead of being served an older version.
+    fn read_checked(
+        &self,
+        pool: PoolId,
+        key: &str,
+        entry: &Entry,
+    ) -> Result<(ObjectInfo, Vec<u8>), StoreError> {
+        let path = self.path_of(pool, key);
+        let reason = match self.read_file(pool, key, true) {
+            Ok((info, data)) if info.version == entry.version => return Ok((info, data)),
+            Ok((info, _)) => format!(
+                "it holds version {} where version {} was stored",
+                info.version.0, entry.version.0
+            ),
+            Err(StoreError::Mismatch { reason, .. }) => reason,
+            Err(other) => return Err(other),
+        };
+        self.forget(pool, key);
+        self.quarantine(&path);
+        Err(StoreError::Mismatch { path, reason })
+    }
+
+    /// The object's file, decoded: its info and data. A file of another key or pool is a
+    /// [`StoreError::Mismatch`] (not yet quarantined); an undecodable one is quarantined, a
+    /// missing one forgotten (under the key's stripe, which `locked` says the caller holds).
+    fn read_file(
+        &self,
+        pool: PoolId,
+        key: &str,
+        locked: bool,
+    ) -> Result<(ObjectInfo, Vec<u8>), StoreError> {
         let path = self.path_of(pool, key);
         let bytes = match self.disk.read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // The file went missing behind the server's back: forget it, so probes agree.
-                let _stripe = self.stripe(key);
+                let _stripe = (!locked).then(|| self.stripe(key));
                 self.forget(pool, key);
                 self.corrupt_found.fetch_add(1, Ordering::Relaxed);
                 return Err(StoreError::NotFound);
@@ -490,9 +543,15 @@ impl DeviceStore {
                 bytes.drain(..offset);
                 Ok((info, bytes))
             }
-            Ok(_) => Err(StoreError::NotFound),
+            Ok((header, stored_key, _)) => Err(StoreError::Mismatch {
+                path,
+                reason: format!(
+                    "it holds key {stored_key:?} of pool {} where key {key:?} of pool {pool} was stored",
+                    header.pool
+                ),
+            }),
             Err(error) => {
-                let _stripe = self.stripe(key);
+                let _stripe = (!locked).then(|| self.stripe(key));
                 self.forget(pool, key);
                 self.quarantine(&path);
                 Err(StoreError::Corrupt { path, error })

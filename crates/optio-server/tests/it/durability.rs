@@ -135,3 +135,57 @@ async fn a_full_device_answers_507() {
     );
     server.stop().await;
 }
+
+/// Issue 13, defect 2: a file replaced behind the server's back — an older version of the same
+/// object, or a valid file of another key — is never served as the object; it is quarantined
+/// and forgotten, so that a repair at the stored version is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_file_is_never_served_and_the_replica_can_be_repaired() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start(root.path(), Options::default()).await;
+    let put = |key: &'static str, version: &'static str, body: &'static str| {
+        let request = server.http.put(server.object(0, 3, key)).header("x-optio-version", version);
+        async move { request.body(body).send().await.unwrap().status().as_u16() }
+    };
+    let dir = server.dirs[0].clone();
+    let file = |key: &str| optio_server::store::object_path(&dir, optio_placement::PoolId(3), key);
+
+    assert_eq!(put("k", "10", "v1").await, 201);
+    let v1 = std::fs::read(file("k")).unwrap();
+    assert_eq!(put("k", "20", "v2").await, 201);
+    std::fs::write(file("k"), &v1).unwrap(); // the old version planted back
+    let (status, kind, reason) =
+        error_of(server.http.get(server.object(0, 3, "k")).send().await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (500, "corrupt"), "never v1: {reason}");
+    assert!(reason.contains("version 10 where version 20"), "{reason}");
+    let head = server.http.head(server.object(0, 3, "k")).send().await.unwrap();
+    assert_eq!(head.status(), 404, "the replica is forgotten, not announced");
+    assert_eq!(put("k", "20", "v2").await, 201, "a repair at the stored version is taken");
+    let get = server.http.get(server.object(0, 3, "k")).send().await.unwrap();
+    assert_eq!(get.text().await.unwrap(), "v2");
+
+    // A valid file of another key copied over a replica.
+    assert_eq!(put("a", "5", "aaa").await, 201);
+    assert_eq!(put("b", "6", "bbb").await, 201);
+    std::fs::copy(file("a"), file("b")).unwrap();
+    let (status, kind, reason) =
+        error_of(server.http.get(server.object(0, 3, "b")).send().await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (500, "corrupt"), "{reason}");
+    assert!(reason.contains("key \"a\""), "{reason}");
+    let listing: serde_json::Value = server
+        .http
+        .get(server.url("/v1/dev/0/objects/3"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let keys: Vec<&str> =
+        listing["objects"].as_array().unwrap().iter().map(|o| o["key"].as_str().unwrap()).collect();
+    assert!(!keys.contains(&"b"), "the listing agrees: {keys:?}");
+    assert_eq!(put("b", "6", "bbb").await, 201, "repaired");
+    let get = server.http.get(server.object(0, 3, "b")).send().await.unwrap();
+    assert_eq!(get.text().await.unwrap(), "bbb");
+    server.stop().await;
+}
