@@ -127,6 +127,7 @@ pub(super) fn put_headers(
     }
     let version =
         header_u64(headers, wire::VERSION)?.map(ObjectVersion).unwrap_or_else(now_version);
+    check_not_ahead(version)?;
     let checksum = match headers.get(wire::CHECKSUM) {
         None => None,
         Some(value) => {
@@ -155,8 +156,17 @@ pub(super) async fn put_object(
             return Err(failure);
         }
     };
-    let body = axum::body::to_bytes(body, limit as usize).await.map_err(|e| {
-        fail(ErrorKind::TooLarge, format!("the body could not be read within {limit} bytes: {e}"))
+    let declared = header_u64(headers, header::CONTENT_LENGTH.as_str()).ok().flatten();
+    let body = axum::body::to_bytes(body, limit as usize).await.map_err(|e| match declared {
+        // Its length was checked against the limit above: the body broke off.
+        Some(length) => fail(
+            ErrorKind::BadRequest,
+            format!("the body ended before its {length} bytes were read: {e}"),
+        ),
+        None => fail(
+            ErrorKind::TooLarge,
+            format!("the body could not be read within {limit} bytes: {e}"),
+        ),
     })?;
     let store = target.store.clone();
     let pool = target.pool;
@@ -175,6 +185,28 @@ pub(super) async fn put_object(
     Ok(response)
 }
 
+/// How far ahead of this server's clock a written version may be. Versions are writers' clock
+/// readings (microseconds); one from the far future would win over every later write until
+/// the clocks catch up (or forever, at `u64::MAX`).
+pub(super) const VERSION_AHEAD_MAX_MICROS: u64 = 10_000_000;
+
+/// Refuses a version further ahead of this server's clock than [`VERSION_AHEAD_MAX_MICROS`].
+fn check_not_ahead(version: ObjectVersion) -> Result<(), Failure> {
+    let now = now_version();
+    if version.0 <= now.0.saturating_add(VERSION_AHEAD_MAX_MICROS) {
+        return Ok(());
+    }
+    Err(fail(
+        ErrorKind::BadRequest,
+        format!(
+            "version {} is {:.1} s ahead of this server's clock (at most {} s is taken): check the writer's clock (NTP)",
+            version.0,
+            (version.0 - now.0) as f64 / 1e6,
+            VERSION_AHEAD_MAX_MICROS / 1_000_000
+        ),
+    ))
+}
+
 /// A version from this server's clock, for writes that carry none.
 pub(super) fn now_version() -> ObjectVersion {
     let micros = std::time::SystemTime::now()
@@ -191,6 +223,9 @@ pub(super) async fn delete_object(
 ) -> Result<Response, Failure> {
     state.counters.deletes.fetch_add(1, Ordering::Relaxed);
     let version = header_u64(headers, wire::VERSION)?.map(ObjectVersion);
+    if let Some(version) = version {
+        check_not_ahead(version)?;
+    }
     let purge = headers.get(wire::PURGE).is_some_and(|v| v.as_bytes() == b"1");
     let epoch = Epoch(header_u64(headers, wire::EPOCH)?.unwrap_or(state.map.epoch()));
     let store = target.store.clone();

@@ -212,3 +212,53 @@ async fn malformed_requests_get_a_reason_never_a_panic() {
     assert_eq!(listing["objects"].as_array().unwrap().len(), 0);
     server.stop().await;
 }
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64
+}
+
+/// Issue 13, defect 4 (the bound): a version from the far future would win over every later
+/// write (for ever at u64::MAX); the server takes none more than 10 s ahead of its clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_from_the_far_future_are_refused() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start(root.path(), Options::default()).await;
+    let url = server.object(0, 1, "k");
+    for ahead in [now_micros() + 60_000_000, u64::MAX] {
+        let put = server.http.put(&url).header("x-optio-version", ahead.to_string()).body("x");
+        let (status, kind, reason) = error_of(put.send().await.unwrap()).await;
+        assert_eq!((status, kind.as_str()), (400, "bad-request"), "{reason}");
+        assert!(reason.contains("ahead of this server's clock"), "{reason}");
+        let delete = server.http.delete(&url).header("x-optio-version", ahead.to_string());
+        let (status, _, reason) = error_of(delete.send().await.unwrap()).await;
+        assert_eq!(status, 400, "{reason}");
+    }
+    assert_eq!(server.http.head(&url).send().await.unwrap().status(), 404, "nothing stored");
+    let near = (now_micros() + 1_000_000).to_string();
+    let put = server.http.put(&url).header("x-optio-version", near).body("x");
+    assert_eq!(put.send().await.unwrap().status(), 201, "a second of skew is taken");
+    assert_eq!(server.http.get(&url).send().await.unwrap().text().await.unwrap(), "x");
+    server.stop().await;
+}
+
+/// Issue 13, defect 7: a body that breaks off before its Content-Length is a bad request, not
+/// "too large".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_body_is_not_called_too_large() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let root = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start(root.path(), Options::default()).await;
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let request = format!(
+        "PUT /v1/dev/0/objects/1/cut HTTP/1.1\r\nhost: {}\r\ncontent-length: 1000\r\n\r\nonly part",
+        server.addr
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.shutdown().await.unwrap(); // the writer goes away mid-body
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "a bad request, not 'too large': {answer}");
+    let head = server.http.head(server.object(0, 1, "cut")).send().await.unwrap();
+    assert_eq!(head.status(), 404, "nothing stored");
+    server.stop().await;
+}
