@@ -298,12 +298,27 @@ pub fn probe(args: KeyArgs) -> Result<()> {
             "location",
         ])
         .left(&[1, 2, 3, 4, 10]);
-        for probe in &report.candidates {
+        // Candidates whose primary is one device get one answer from it: it cannot tell them
+        // apart, so their "yes" is marked.
+        let shared: Vec<bool> = report
+            .candidates
+            .iter()
+            .map(|p| {
+                let primary = p.candidate.primary();
+                report.candidates.iter().filter(|q| q.candidate.primary() == primary).count() > 1
+            })
+            .collect();
+        for (probe, &shared) in report.candidates.iter().zip(&shared) {
             let c = &probe.candidate;
             let primary = c.primary().map(|d| d.0.to_string()).unwrap_or_default();
             let holds = match (&probe.info, &probe.error) {
                 (_, Some(error)) => format!("? ({error})"),
-                (Some(info), None) => format!("yes, {} B v{}", info.size_bytes, info.version.0),
+                (Some(info), None) => format!(
+                    "yes{}, {} B v{}",
+                    if shared { "*" } else { "" },
+                    info.size_bytes,
+                    info.version.0
+                ),
                 (None, None) => "no".into(),
             };
             let m = probe.metrics.clone().unwrap_or_default();
@@ -324,6 +339,11 @@ pub fn probe(args: KeyArgs) -> Result<()> {
             ]);
         }
         print!("{}", table.render());
+        if shared.iter().zip(&report.candidates).any(|(s, p)| *s && p.info.is_some()) {
+            println!(
+                "* these candidates share their primary device, whose answer cannot tell them apart: the object is on one of them"
+            );
+        }
         match (report.record, report.holder) {
             (Some(record), _) => println!(
                 "choice record at the home: candidate {} (of {}), writer {:016x}",

@@ -186,3 +186,33 @@ fn a_second_server_on_a_device_directory_in_use_is_refused() {
     assert!(err.contains(&format!("(pid {first_pid})")), "names the holder: {err}");
     assert!(alive(first_pid), "the first server is untouched");
 }
+
+#[test]
+fn probe_marks_candidates_whose_shared_primary_cannot_tell_them_apart() {
+    let (_dir, cluster) = crate::cluster(crate::small());
+    let runtime = crate::runtime();
+    let key = runtime.block_on(async {
+        let client = crate::client(&cluster, None).await;
+        let key = (0..1000)
+            .map(|i| format!("shared-{i}"))
+            .find(|key| {
+                let candidates = client.candidates(optio_local::cluster::CRUSH_POOL, key).unwrap();
+                candidates.len() == 2 && candidates[0].primary() == candidates[1].primary()
+            })
+            .expect("a key whose two candidates share a primary");
+        client
+            .put(optio_local::cluster::CRUSH_POOL, &key, bytes::Bytes::from_static(b"x"))
+            .await
+            .expect("stored");
+        key
+    });
+    let output = Command::new(binary())
+        .args(["probe", &key, "--pool", optio_local::cluster::CRUSH_POOL])
+        .env("OPTIO_CLUSTER", cluster.dir())
+        .output()
+        .expect("runs");
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{out}");
+    assert_eq!(out.matches("yes*,").count(), 2, "both rows are marked: {out}");
+    assert!(out.contains("share their primary device"), "{out}");
+}
