@@ -1,0 +1,204 @@
+//! Pools: sizes, choice settings, and each engine's spec resolved by the engine itself.
+
+use super::*;
+
+/// The incremental balanced pools, each with the state it was given.
+pub(crate) type IncrementalPools =
+    Vec<(PoolId, Option<crate::engine::balanced::incremental::BalanceState>)>;
+
+/// The pools, the ids of those whose `linear` balance parameter is to be searched for, and the
+/// incremental balanced pools (whose state is computed once the map is built).
+pub(super) fn build_pools(
+    map: &PartialMap<'_>,
+    rules: &[Rule],
+    specs: &[PoolSpec],
+    servers: usize,
+) -> Result<(Vec<Pool>, Vec<PoolId>, IncrementalPools), MapError> {
+    let mut auto = Vec::new();
+    let mut incremental = Vec::new();
+    if specs.len() > POOLS_MAX {
+        return Err(err(Subject::Map, Kind::TooMany { what: "pools", limit: POOLS_MAX }));
+    }
+    let mut pools: Vec<Pool> = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let subject = Subject::Pool(spec.name.clone());
+        check_name(&subject, &spec.name)?;
+        if let Some(other) = pools.iter().find(|p| p.id == spec.id) {
+            return Err(err(
+                subject,
+                Kind::DuplicateId { id: spec.id.0.into(), other: format!("pool '{}'", other.name) },
+            ));
+        }
+        if pools.iter().any(|p| p.name == spec.name) {
+            return Err(err(subject, Kind::DuplicateName));
+        }
+        let (min_size, pgp_num) = check_pool_sizes(&subject, spec)?;
+        let (engine, sector_base) = resolve_engine(map, rules, spec, &subject, servers)?;
+        spec.choice.validate(spec.pg_num).map_err(|error| {
+            err(
+                subject.clone(),
+                Kind::OutOfRange {
+                    field: error.field(),
+                    value: choice_value(&spec.choice, &error),
+                    reason: error.to_string(),
+                },
+            )
+        })?;
+        let balance = crate::engine::crush::check_pool_balance(map, rules, spec, &engine)?;
+        if spec.balance.linear_param == LinearParamSpec::Auto {
+            auto.push(spec.id);
+        }
+        if balance.balanced == crate::map::BalanceMethod::Incremental {
+            incremental.push((spec.id, spec.balance.state.clone()));
+        }
+        pools.push(Pool {
+            id: spec.id,
+            name: spec.name.clone(),
+            pg_num: spec.pg_num,
+            pgp_num,
+            size: spec.size,
+            min_size,
+            engine: engine_params(engine, balance, sector_base),
+            hashpspool: spec.hashpspool,
+            choice: spec.choice,
+        });
+    }
+    pools.sort_by_key(|p| p.id);
+    Ok((pools, auto, incremental))
+}
+
+/// What a pool carries for its engine, from its resolved engine, balance settings and sector
+/// base (the incremental state is computed once the map is valid: `change::optimise`).
+fn engine_params(
+    engine: EngineSpec,
+    balance: PoolBalance,
+    sector_base: Vec<(DeviceId, u32)>,
+) -> crate::engine::EngineParams {
+    use crate::engine::EngineParams;
+    match engine {
+        EngineSpec::Crush { rule } if balance.balanced.is_on() => {
+            EngineParams::Balanced(crate::engine::balanced::BalancedParams {
+                rule,
+                pps: balance.pps,
+                method: balance.balanced,
+                state: None,
+            })
+        }
+        EngineSpec::Crush { rule } => EngineParams::Crush(crate::engine::crush::CrushParams {
+            rule,
+            pps: balance.pps,
+            linear_param: balance.linear_param,
+        }),
+        EngineSpec::Ring(params) => EngineParams::Ring(params),
+        EngineSpec::Attributed(params) => {
+            EngineParams::Attributed(crate::engine::attributed::AttributedPool {
+                params,
+                sector_base,
+            })
+        }
+        EngineSpec::Elastic(params) => EngineParams::Elastic(params),
+    }
+}
+
+/// A pool's size, min_size, pg_num and pgp_num in range; returns (min_size, pgp_num) with
+/// their defaults.
+fn check_pool_sizes(subject: &Subject, spec: &PoolSpec) -> Result<(u32, u32), MapError> {
+    let range = |field: &'static str, value: u32, reason: String| {
+        err(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
+    };
+    if spec.size == 0 || spec.size as usize > REPLICAS_MAX {
+        return Err(range("size", spec.size, format!("between 1 and {REPLICAS_MAX}")));
+    }
+    let min_size = spec.min_size.unwrap_or(spec.size);
+    if min_size == 0 || min_size > spec.size {
+        return Err(range("min_size", min_size, format!("between 1 and size ({})", spec.size)));
+    }
+    if spec.pg_num > PG_NUM_MAX {
+        return Err(range("pg_num", spec.pg_num, format!("at most {PG_NUM_MAX}")));
+    }
+    let pgp_num = spec.pgp_num.unwrap_or(spec.pg_num);
+    if pgp_num > spec.pg_num || (spec.pg_num > 0 && pgp_num == 0) {
+        return Err(range("pgp_num", pgp_num, format!("between 1 and pg_num ({})", spec.pg_num)));
+    }
+    Ok((min_size, pgp_num))
+}
+
+/// A pool's engine, resolved by its engine's checks (and, for `attributed`, its sector
+/// base).
+fn resolve_engine(
+    map: &PartialMap<'_>,
+    rules: &[Rule],
+    spec: &PoolSpec,
+    subject: &Subject,
+    servers: usize,
+) -> Result<(EngineSpec, Vec<(DeviceId, u32)>), MapError> {
+    let range = |field: &'static str, value: u32, reason: String| {
+        err(subject.clone(), Kind::OutOfRange { field, value: value.to_string(), reason })
+    };
+    let mut sector_base = Vec::new();
+    let engine = match &spec.engine {
+        EngineRef::Crush(CrushSpec { rule }) => {
+            if spec.pg_num == 0 {
+                return Err(range(
+                    "pg_num",
+                    0,
+                    "a crush pool needs at least one placement group".to_string(),
+                ));
+            }
+            let rule = match rule {
+                Some(RuleRef::Id(id)) => rules.iter().find(|r| r.id == *id),
+                Some(RuleRef::Name(name)) => rules.iter().find(|r| &r.name == name),
+                None => rules.first(),
+            }
+            .ok_or_else(|| {
+                let name = match rule {
+                    Some(RuleRef::Id(id)) => id.to_string(),
+                    Some(RuleRef::Name(name)) => name.clone(),
+                    None => "(none: the map has no rules; add one)".to_string(),
+                };
+                err(subject.clone(), Kind::UnknownReference { what: "rule", name })
+            })?;
+            crate::engine::crush::check_rule_capacity(map, rule, spec)?;
+            EngineSpec::Crush { rule: rule.id }
+        }
+        EngineRef::Ring(RingSpec { vnode_bytes, failure_domain }) => {
+            EngineSpec::Ring(crate::engine::ring::resolve_params(
+                map,
+                subject,
+                *vnode_bytes,
+                failure_domain.as_deref(),
+            )?)
+        }
+        EngineRef::Attributed(attributed) => {
+            let (params, base) =
+                crate::engine::attributed::spec::resolve(map, subject, attributed)?;
+            sector_base = base;
+            EngineSpec::Attributed(params)
+        }
+        EngineRef::Elastic(ElasticSpec { primaries, scale }) => EngineSpec::Elastic(
+            crate::engine::elastic::resolve_params(subject, *primaries, *scale, servers)?,
+        ),
+    };
+    Ok((engine, sector_base))
+}
+
+/// The value of the choice setting an error is about, as a map file writes it.
+fn choice_value(
+    settings: &crate::choice::ChoiceSettings,
+    error: &crate::choice::SettingsError,
+) -> String {
+    match (error.field(), settings.policy) {
+        ("choices", _) => settings.choices.to_string(),
+        ("full_ratio", _) => format!("{}", f64::from(settings.full_ppm) / 1e6),
+        ("policy_weights", crate::choice::PolicySpec::Composite(weights)) => {
+            let pairs: Vec<String> = crate::choice::COMPOSITE_METRICS
+                .iter()
+                .zip(weights.as_array())
+                .filter(|(_, weight)| *weight > 0)
+                .map(|(metric, weight)| format!("{metric} = {weight}"))
+                .collect();
+            if pairs.is_empty() { "{}".to_string() } else { format!("{{ {} }}", pairs.join(", ")) }
+        }
+        _ => settings.policy.to_string(),
+    }
+}

@@ -1,0 +1,226 @@
+//! Rules and choose_args, checked against the map being built ([`PartialMap`]).
+
+use super::*;
+
+/// Read access to a map under construction, for rules and pools (and the engines' checks).
+pub(crate) struct PartialMap<'a> {
+    pub(super) build: &'a Build,
+    pub(super) buckets: &'a [Option<Bucket>],
+}
+
+impl PartialMap<'_> {
+    /// The bucket with this id.
+    pub(crate) fn bucket(&self, id: BucketId) -> Option<&Bucket> {
+        self.buckets.get(id.index())?.as_ref()
+    }
+
+    fn resolve(&self, subject: &Subject, item: &ItemRef) -> Result<ItemId, MapError> {
+        let found = match item {
+            ItemRef::Name(name) => self.build.names.get(name).copied(),
+            ItemRef::Id(id) => match id.bucket() {
+                Some(bucket) => self.bucket(bucket).map(|_| *id),
+                None => self
+                    .build
+                    .device_slots
+                    .get(id.0 as usize)
+                    .is_some_and(|s| *s != u32::MAX)
+                    .then_some(*id),
+            },
+        };
+        found.ok_or_else(|| {
+            err(subject.clone(), Kind::UnknownReference { what: "item", name: item.to_string() })
+        })
+    }
+
+    /// The type named `name`, or an unknown-reference error about `subject`.
+    pub(crate) fn type_id(&self, subject: &Subject, name: &str) -> Result<TypeId, MapError> {
+        self.build.type_by_name(name).ok_or_else(|| {
+            err(subject.clone(), Kind::UnknownReference { what: "type", name: name.to_string() })
+        })
+    }
+
+    fn item_name(&self, item: ItemId) -> String {
+        match item.bucket() {
+            Some(bucket) => self.bucket(bucket).map(|b| b.name.clone()).unwrap_or_default(),
+            None => self.build.item_name(item),
+        }
+    }
+
+    /// The type named `name`, if any.
+    pub(crate) fn type_by_name(&self, name: &str) -> Option<TypeId> {
+        self.build.type_by_name(name)
+    }
+
+    /// The devices, by id.
+    pub(crate) fn devices(&self) -> &[Device] {
+        &self.build.devices
+    }
+
+    /// Whether the map has a device with this id.
+    pub(crate) fn has_device(&self, id: DeviceId) -> bool {
+        self.build.device_slots.get(id.0 as usize).is_some_and(|s| *s != u32::MAX)
+    }
+
+    /// The CRUSH weight of device `id` (zero for a missing device).
+    pub(crate) fn device_weight(&self, id: i32) -> Weight {
+        self.build
+            .device_slots
+            .get(id as usize)
+            .and_then(|slot| self.build.devices.get(*slot as usize))
+            .map(|d| d.weight)
+            .unwrap_or_default()
+    }
+}
+
+pub(super) fn build_rules(map: &PartialMap<'_>, specs: &[RuleSpec]) -> Result<Vec<Rule>, MapError> {
+    if specs.len() > RULES_MAX {
+        return Err(err(Subject::Map, Kind::TooMany { what: "rules", limit: RULES_MAX }));
+    }
+    let mut rules: Vec<Rule> = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let subject = Subject::Rule(spec.name.clone());
+        check_name(&subject, &spec.name)?;
+        if let Some(other) = rules.iter().find(|r| r.id == spec.id) {
+            return Err(err(
+                subject,
+                Kind::DuplicateId { id: spec.id.0.into(), other: format!("rule '{}'", other.name) },
+            ));
+        }
+        if rules.iter().any(|r| r.name == spec.name) {
+            return Err(err(subject, Kind::DuplicateName));
+        }
+        if spec.steps.len() > RULE_STEPS_MAX {
+            return Err(err(
+                subject,
+                Kind::TooMany { what: "steps in a rule", limit: RULE_STEPS_MAX },
+            ));
+        }
+        let mut steps = Vec::with_capacity(spec.steps.len());
+        for step in &spec.steps {
+            steps.push(match step {
+                StepSpec::Noop => Step::Noop,
+                StepSpec::Emit => Step::Emit,
+                StepSpec::Set(set) => check_set_step(&subject, *set)?,
+                StepSpec::Take { item, class } => {
+                    let item = map.resolve(&subject, item)?;
+                    match class {
+                        None => Step::Take(item),
+                        Some(class) => {
+                            let name = format!("{}~{}", map.item_name(item), class);
+                            let shadow = map.build.names.get(&name).copied().ok_or_else(|| {
+                                err(
+                                    subject.clone(),
+                                    Kind::UnknownReference { what: "class", name: class.clone() },
+                                )
+                            })?;
+                            Step::Take(shadow)
+                        }
+                    }
+                }
+                StepSpec::Choose { leaf, indep, num, type_name } => {
+                    let type_id = map.type_id(&subject, type_name)?;
+                    match (leaf, indep) {
+                        (false, false) => Step::ChooseFirstn { num: *num, type_id },
+                        (false, true) => Step::ChooseIndep { num: *num, type_id },
+                        (true, false) => Step::ChooseleafFirstn { num: *num, type_id },
+                        (true, true) => Step::ChooseleafIndep { num: *num, type_id },
+                    }
+                }
+            });
+        }
+        rules.push(Rule {
+            id: spec.id,
+            name: spec.name.clone(),
+            kind: spec.kind,
+            min_size: spec.min_size,
+            max_size: spec.max_size,
+            steps,
+        });
+    }
+    rules.sort_by_key(|r| r.id);
+    Ok(rules)
+}
+
+/// Holds a rule's `set_*` steps to the limits of the tunables they override (see
+/// [`check_tunables`]): a larger `set_chooseleaf_vary_r` would shift a 32-bit `r` by 32 or
+/// more bits, and huge try counts make a mapping loop practically forever. Negative values
+/// are kept: Ceph ignores them.
+fn check_set_step(subject: &Subject, step: Step) -> Result<Step, MapError> {
+    let (field, value, max) = match step {
+        Step::SetChooseTries(v) => ("set_choose_tries", v, TRIES_MAX),
+        Step::SetChooseleafTries(v) => ("set_chooseleaf_tries", v, TRIES_MAX),
+        Step::SetChooseLocalTries(v) => ("set_choose_local_tries", v, TRIES_MAX),
+        Step::SetChooseLocalFallbackTries(v) => ("set_choose_local_fallback_tries", v, TRIES_MAX),
+        Step::SetChooseleafVaryR(v) => ("set_chooseleaf_vary_r", v, VARY_R_MAX),
+        Step::SetChooseleafStable(v) => ("set_chooseleaf_stable", v, 1),
+        other => return Ok(other),
+    };
+    if i64::from(value) > i64::from(max) {
+        return Err(err(
+            subject.clone(),
+            Kind::OutOfRange { field, value: value.to_string(), reason: format!("at most {max}") },
+        ));
+    }
+    Ok(step)
+}
+
+pub(super) fn build_choose_args(
+    map: &PartialMap<'_>,
+    specs: &[(i64, Vec<ChooseArgSpec>)],
+) -> Result<Vec<ChooseArgs>, MapError> {
+    let mut sets: Vec<ChooseArgs> = Vec::with_capacity(specs.len());
+    for (id, args) in specs {
+        let subject = Subject::ChooseArgs(*id);
+        if sets.iter().any(|s| s.id == *id) {
+            return Err(err(
+                subject,
+                Kind::DuplicateId { id: *id, other: "another choose_args".to_string() },
+            ));
+        }
+        let mut resolved: Vec<ChooseArg> = Vec::with_capacity(args.len());
+        for arg in args {
+            let item = map.resolve(&subject, &arg.bucket)?;
+            let bucket_id = item.bucket().ok_or_else(|| {
+                err(
+                    subject.clone(),
+                    Kind::UnknownReference { what: "bucket", name: arg.bucket.to_string() },
+                )
+            })?;
+            let bucket = map.bucket(bucket_id).expect("resolved");
+            let size = bucket.items.len();
+            if arg.ids.as_ref().is_some_and(|ids| ids.len() != size)
+                || arg.weight_set.iter().any(|ws| ws.len() != size)
+            {
+                return Err(err(
+                    subject.clone(),
+                    Kind::OutOfRange {
+                        field: "weight_set/ids",
+                        value: bucket.name.clone(),
+                        reason: format!(
+                            "bucket '{}' has {size} items; each weight set and id list needs exactly that many",
+                            bucket.name
+                        ),
+                    },
+                ));
+            }
+            if resolved.iter().any(|a| a.bucket == bucket_id) {
+                return Err(err(
+                    subject.clone(),
+                    Kind::DuplicateId {
+                        id: bucket_id.0.into(),
+                        other: "another entry of this choose_args".to_string(),
+                    },
+                ));
+            }
+            resolved.push(ChooseArg {
+                bucket: bucket_id,
+                ids: arg.ids.clone(),
+                weight_set: arg.weight_set.clone(),
+            });
+        }
+        resolved.sort_by_key(|a| std::cmp::Reverse(a.bucket));
+        sets.push(ChooseArgs { id: *id, args: resolved });
+    }
+    sets.sort_by_key(|s| s.id);
+    Ok(sets)
+}
