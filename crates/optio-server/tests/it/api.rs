@@ -1,7 +1,7 @@
 //! The HTTP API: round trips, ranges, listings, probes with metrics, and a 400/404/413/421
 //! with a reason for every malformed request.
 
-use crate::{Options, TestServer, error_of};
+use crate::{Options, TestServer, error_of, listed_keys};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_round_trip_with_probes_ranges_and_listings() {
@@ -75,16 +75,7 @@ async fn objects_round_trip_with_probes_ranges_and_listings() {
             .unwrap();
         assert_eq!(put.status(), 201);
     }
-    let listing: serde_json::Value = http
-        .get(server.url("/v1/dev/0/objects/1?prefix=list/"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let keys: Vec<&str> =
-        listing["objects"].as_array().unwrap().iter().map(|o| o["key"].as_str().unwrap()).collect();
+    let keys = listed_keys(&server, "/v1/dev/0/objects/1?prefix=list/").await;
     assert_eq!(keys, ["list/0", "list/1", "list/2", "list/3", "list/4"]);
     let by_pg: serde_json::Value = http
         .get(server.url("/v1/dev/0/objects/1?prefix=list/&pg=2"))

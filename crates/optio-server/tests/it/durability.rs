@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use optio_server::{Disk, Fault, FaultyDisk};
 
-use crate::{Options, TestServer, error_of};
+use crate::{Options, TestServer, error_of, listed_keys};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flipped_byte_is_detected_and_quarantined() {
@@ -172,18 +172,8 @@ async fn a_replaced_file_is_never_served_and_the_replica_can_be_repaired() {
         error_of(server.http.get(server.object(0, 3, "b")).send().await.unwrap()).await;
     assert_eq!((status, kind.as_str()), (500, "corrupt"), "{reason}");
     assert!(reason.contains("key \"a\""), "{reason}");
-    let listing: serde_json::Value = server
-        .http
-        .get(server.url("/v1/dev/0/objects/3"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let keys: Vec<&str> =
-        listing["objects"].as_array().unwrap().iter().map(|o| o["key"].as_str().unwrap()).collect();
-    assert!(!keys.contains(&"b"), "the listing agrees: {keys:?}");
+    let keys = listed_keys(&server, "/v1/dev/0/objects/3").await;
+    assert!(!keys.iter().any(|k| k == "b"), "the listing agrees: {keys:?}");
     assert_eq!(put("b", "6", "bbb").await, 201, "repaired");
     let get = server.http.get(server.object(0, 3, "b")).send().await.unwrap();
     assert_eq!(get.text().await.unwrap(), "bbb");

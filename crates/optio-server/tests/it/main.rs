@@ -138,3 +138,15 @@ pub fn write_map(path: &Path, epoch: u64) {
     std::fs::write(&temp, text).expect("write map");
     std::fs::rename(&temp, path).expect("rename map");
 }
+
+/// The keys a device's listing at `path` (`/v1/dev/…/objects/POOL?…`) returns, in order.
+pub async fn listed_keys(server: &TestServer, path: &str) -> Vec<String> {
+    let listing: serde_json::Value =
+        server.http.get(server.url(path)).send().await.unwrap().json().await.unwrap();
+    listing["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["key"].as_str().unwrap().to_string())
+        .collect()
+}
