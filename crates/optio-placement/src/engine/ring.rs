@@ -7,8 +7,8 @@
 //! chosen, devices that are down, and — when the pool names a failure domain — devices in a
 //! domain already chosen.
 //!
-//! Layout: positions and owners in two sorted arrays (4 + 4 bytes per virtual node) plus a
-//! table of 2^k bucket starts indexed by the top bits of a position (about 1.6 bytes per
+//! Layout: one sorted array of (position, owner) pairs (4 + 4 bytes per virtual node, so the
+//! scan that finds a key's successor has already loaded its owner) plus a table of 2^k bucket starts indexed by the top bits of a position (about 1.6 bytes per
 //! virtual node), so a lookup is one table read and a scan of about two entries.
 //!
 //! Invariants: a vnode's position depends only on its device and index, so adding or removing
@@ -47,8 +47,8 @@ pub const RING_VNODES_MAX: u64 = 1 << 24;
 /// A compiled ring.
 #[derive(Clone, Debug)]
 pub struct Ring {
-    positions: Vec<u32>,
-    owners: Vec<u32>,
+    /// Virtual nodes in ring order: position and owner side by side, one cache line for both.
+    vnodes: Vec<VNode>,
     index: RingIndex,
     /// Per owner: device id, failure-domain number, whether it is up.
     device_ids: Vec<u32>,
@@ -56,6 +56,14 @@ pub struct Ring {
     up: Vec<bool>,
     /// How many distinct failure domains (or devices) hold an up device.
     available: usize,
+}
+
+/// One virtual node of a compiled ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+struct VNode {
+    position: u32,
+    owner: u32,
 }
 
 /// How many virtual nodes a device gets: ⌈capacity × reweight / vnode_bytes⌉ (reweight in
@@ -115,8 +123,7 @@ impl Ring {
         available_domains.dedup();
         let index = RingIndex::new(vnodes.len(), |i| vnodes[i].0);
         Ring {
-            positions: vnodes.iter().map(|v| v.0).collect(),
-            owners: vnodes.iter().map(|v| v.1).collect(),
+            vnodes: vnodes.iter().map(|&(position, owner)| VNode { position, owner }).collect(),
             index,
             device_ids,
             domains,
@@ -127,13 +134,12 @@ impl Ring {
 
     /// Number of virtual nodes.
     pub fn vnode_count(&self) -> usize {
-        self.positions.len()
+        self.vnodes.len()
     }
 
     /// Bytes of memory the lookup structures use.
     pub fn memory_bytes(&self) -> usize {
-        self.positions.capacity() * 4
-            + self.owners.capacity() * 4
+        self.vnodes.capacity() * std::mem::size_of::<VNode>()
             + self.index.memory_bytes()
             + self.device_ids.capacity() * 4
             + self.domains.capacity() * 4
@@ -143,7 +149,7 @@ impl Ring {
     /// The first virtual node at or after `key` (wrapping).
     #[inline]
     fn successor(&self, key: u32) -> usize {
-        self.index.successor(key, self.positions.len(), |i| self.positions[i])
+        self.index.successor(key, self.vnodes.len(), |i| self.vnodes[i].position)
     }
 
     /// The primary device of `key`: the owner of its successor, skipping down devices.
@@ -154,12 +160,12 @@ impl Ring {
         }
         let mut i = self.successor(key);
         loop {
-            let owner = self.owners[i] as usize;
+            let owner = self.vnodes[i].owner as usize;
             if self.up[owner] {
                 return Some(DeviceId(self.device_ids[owner]));
             }
             i += 1;
-            if i == self.positions.len() {
+            if i == self.vnodes.len() {
                 i = 0;
             }
         }
@@ -176,9 +182,9 @@ impl Ring {
         }
         let mut chosen_domains = [0u32; crate::replica::REPLICAS_MAX];
         let mut i = self.successor(key);
-        let n = self.positions.len();
+        let n = self.vnodes.len();
         while out.len() < wanted {
-            let owner = self.owners[i] as usize;
+            let owner = self.vnodes[i].owner as usize;
             let domain = self.domains[owner];
             if self.up[owner] && !chosen_domains[..out.len()].contains(&domain) {
                 chosen_domains[out.len()] = domain;
@@ -468,7 +474,7 @@ mod tests {
                 let old_primary = before.primary(key).expect("a primary").0 as i32;
                 let new_primary = after.primary(key).expect("a primary").0 as i32;
                 // The new device's arcs are exactly the keys whose successor vnode is its.
-                let on_its_arc = after.owners[after.successor(key)] as usize;
+                let on_its_arc = after.vnodes[after.successor(key)].owner as usize;
                 let on_its_arc = after.device_ids[on_its_arc] as i32 == new;
                 assert_eq!(new_primary == new, on_its_arc, "key {key:#x}");
                 if old_primary != new_primary {

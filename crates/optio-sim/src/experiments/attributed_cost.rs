@@ -75,6 +75,9 @@ pub struct Args {
     /// Skip Table 1.
     #[arg(long)]
     pub skip_time: bool,
+    /// Skip CRUSH in Table 1 (its column shows '-'; `scripts/bench-lookups.sh` uses this).
+    #[arg(long)]
+    pub skip_crush: bool,
 }
 
 /// Seconds to place `ids` ids (best of `runs`).
@@ -216,13 +219,19 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
             let attributed_bytes = pool(1).attributed().map_or(0, |r| r.memory_bytes());
             drop(placement);
             drop(map);
-            let crush_map = crush_one_bucket(count, HDD, SSD, args.replicas);
-            let crush_placement = Placement::new(&crush_map)?;
             let crush_ids = args.crush_ids.min(args.ids).max(1);
-            let crush_pool = crush_placement.pool(PoolId(1)).expect("pool 1");
-            let crush = time_pool(crush_pool, &crush_placement, crush_ids, args.runs.min(3))
-                * f64::from(args.ids)
-                / f64::from(crush_ids);
+            let crush = if args.skip_crush {
+                None
+            } else {
+                let crush_map = crush_one_bucket(count, HDD, SSD, args.replicas);
+                let crush_placement = Placement::new(&crush_map)?;
+                let crush_pool = crush_placement.pool(PoolId(1)).expect("pool 1");
+                Some(
+                    time_pool(crush_pool, &crush_placement, crush_ids, args.runs.min(3))
+                        * f64::from(args.ids)
+                        / f64::from(crush_ids),
+                )
+            };
             progress.advance(1);
             let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
             // The paper's times are for 100,000 ids; compare per id.
@@ -240,7 +249,9 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
                 cell(paper.map(|p| p.3)),
                 format!("{ring:.4}"),
                 cell(ring_same),
-                format!("{crush:.4}{}", if crush_ids < args.ids { "*" } else { "" }),
+                crush.map_or("-".into(), |crush| {
+                    format!("{crush:.4}{}", if crush_ids < args.ids { "*" } else { "" })
+                }),
                 format!("{attributed:.4}"),
                 format!("{batch:.4}"),
                 format!("{elastic:.4}"),
@@ -372,6 +383,7 @@ mod tests {
             memory_rows: vec!["10x16".into()],
             skip_memory: false,
             skip_time: false,
+            skip_crush: false,
         };
         let report = run(&args, &mut NoProgress).expect("runs");
         assert_eq!(report.tables.len(), 2);
@@ -379,6 +391,13 @@ mod tests {
         assert!(row["seconds"]["attributed"].as_f64().expect("number") > 0.0);
         let memory = &report.json["table2"][0];
         assert!(memory["attributed_bytes"].as_f64().expect("number") > 0.0);
+        let no_crush = run(
+            &Args { skip_crush: true, skip_memory: true, memory_rows: vec![], ..args.clone() },
+            &mut NoProgress,
+        )
+        .expect("runs");
+        assert!(no_crush.json["table1"][0]["seconds"]["crush"].is_null());
+        assert!(no_crush.json["table1"][0]["seconds"]["ring"].as_f64().expect("number") > 0.0);
         assert!(
             run(
                 &Args { memory_rows: vec!["10by16".into()], skip_time: true, ..args },
