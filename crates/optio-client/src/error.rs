@@ -147,6 +147,15 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
+    /// No candidate can take a new object, and not (only) for lack of room: some of their
+    /// devices do not answer.
+    #[error("cannot place '{key}': {details}")]
+    NoCandidate {
+        /// Key.
+        key: String,
+        /// Each candidate and why it was passed over.
+        details: String,
+    },
     /// The key's home holds a choice record that names no candidate of the pool.
     #[error(
         "the home (device {device}) of '{key}' holds a choice record for candidate {candidate}, but the pool has {choices} candidate(s): remove the record (it was not written by this map's clients) and retry"
@@ -161,4 +170,26 @@ pub enum ClientError {
         /// The pool's candidates.
         choices: usize,
     },
+}
+
+impl ClientError {
+    /// The error for a new object no candidate could take: [`ClientError::NoRoom`] when every
+    /// candidate is full, [`ClientError::NoCandidate`] when some do not answer (a server down
+    /// is not a lack of room).
+    pub(crate) fn no_choice(
+        key: &str,
+        size_bytes: u64,
+        error: optio_placement::choice::ChoiceError,
+    ) -> ClientError {
+        let all_full = matches!(
+            &error,
+            optio_placement::choice::ChoiceError::NoCandidate { excluded, .. }
+                if !excluded.is_empty() && excluded.iter().all(|(_, why)| why.is_full())
+        );
+        if all_full {
+            ClientError::NoRoom { key: key.to_string(), size_bytes, details: error.to_string() }
+        } else {
+            ClientError::NoCandidate { key: key.to_string(), details: error.to_string() }
+        }
+    }
 }

@@ -560,3 +560,33 @@ async fn a_write_quorum_of_zero_or_above_the_replicas_is_refused_not_clamped() {
     assert!(error.to_string().contains("above the 3 replicas of pool 'plain'"), "{error}");
     assert_eq!(net.sent_any(), 0, "nothing was sent");
 }
+
+#[tokio::test]
+async fn no_candidate_answering_is_not_called_a_lack_of_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    // A key whose home answers while candidate 1's primary is down, and every other device of
+    // both candidates is down too: near-empty devices, none of them full (issue 13, defect 7).
+    let key = (0..1000)
+        .map(|i| format!("down-{i}"))
+        .find(|key| devices(&client, "data", key, 0)[0] != devices(&client, "data", key, 1)[0])
+        .expect("a key with two primaries");
+    let home = devices(&client, "data", &key, 0)[0];
+    {
+        let mut faults = net.faults();
+        for device in
+            devices(&client, "data", &key, 0).into_iter().chain(devices(&client, "data", &key, 1))
+        {
+            if device != home {
+                faults.down.insert(device);
+            }
+        }
+    }
+    let error = client.put("data", &key, Bytes::from_static(b"x")).await.unwrap_err();
+    assert!(
+        !matches!(error, ClientError::NoRoom { .. }),
+        "a server down is not a full disk: {error}"
+    );
+    assert!(!error.to_string().contains("has room"), "{error}");
+}

@@ -96,7 +96,7 @@ impl Client {
         let down = unanswered(candidates, &probes);
         let chosen = self
             .policy_choice(at, size_bytes, &down, &excluded.full_devices, None)
-            .map_err(|details| ClientError::NoRoom { key: key.to_string(), size_bytes, details })?;
+            .map_err(|error| ClientError::no_choice(key, size_bytes, error))?;
         let replace = !excluded.is_empty();
         let recorded = self.record_choice(at, chosen as u8, replace, true).await?;
         Ok(Chosen {

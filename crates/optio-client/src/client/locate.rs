@@ -306,7 +306,7 @@ impl Client {
         down: &[u8],
         full: &[optio_placement::DeviceId],
         policy_override: Option<&optio_placement::PolicySpec>,
-    ) -> Result<u8, String> {
+    ) -> Result<u8, optio_placement::choice::ChoiceError> {
         let metrics = self.recent_metrics();
         let mut known: Vec<(optio_placement::DeviceId, policy::Known)> = Vec::new();
         for candidate in candidates {
@@ -332,7 +332,7 @@ impl Client {
             policy: policy_override.or(self.inner.policy.as_ref()).map(|p| p as &dyn Policy),
             client: self.inner.location.as_ref(),
         };
-        placement.choose(&set, &table, &request).map(|c| c.key.index).map_err(|e| e.to_string())
+        placement.choose(&set, &table, &request).map(|c| c.key.index)
     }
 
     pub(super) fn home(
@@ -428,7 +428,7 @@ impl Client {
         let down = unanswered(&candidates, &probes);
         let at = Keyed { view: &view, pool, key, candidates: &candidates };
         self.policy_choice(at, size_bytes, &down, &[], spec.as_ref())
-            .map_err(|details| ClientError::NoRoom { key: key.to_string(), size_bytes, details })
+            .map_err(|error| ClientError::no_choice(key, size_bytes, error))
     }
 
     /// Probes the primary of candidate 0 once (a probe round trip), returning whether the
