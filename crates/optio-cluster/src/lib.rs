@@ -18,7 +18,8 @@
 //!   are not async (`optio up`); they run on the file backend.
 //! * [`codec`]: what both back ends share below them — the map's encoding, member names,
 //!   size limits; [`durable`]: the one atomic, durable file replacement.
-//! * [`dir`]: a cluster directory (`--cluster DIR`): where its map and dirty table live.
+//! * [`dir`]: a cluster directory (`--cluster DIR`): where its map and dirty table live;
+//!   [`lockfile`]: a data directory held by one process.
 //! * [`dirty`]: elastic consistent hashing's dirty table (a local log or a Redis list).
 //!
 //! `optio up`'s supervisor and the real etcd and Redis that tests start live in the
@@ -60,6 +61,7 @@ pub mod durable;
 pub mod etcd;
 pub mod file;
 pub mod follow;
+pub mod lockfile;
 pub mod mapstore;
 pub mod source;
 

@@ -16,6 +16,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use optio_cluster::dir::{DIRTY_SOURCE_FILE, MAP_SOURCE_FILE};
+use optio_cluster::lockfile::{self, LockError};
 use optio_cluster::{MapSource, mapstore};
 
 use crate::LocalError;
@@ -168,30 +169,10 @@ pub const LOCK_FILE: &str = "optio-up.lock";
 /// Takes the cluster directory's lock, or says who holds it.
 fn lock_dir(dir: &Path) -> Result<fs::File, LocalError> {
     let path = dir.join(LOCK_FILE);
-    let mut file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(LocalError::io(format!("cannot open {}", path.display())))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            return Err(LocalError::InUse {
-                dir: dir.to_path_buf(),
-                holder: holder.trim().parse().ok(),
-            });
-        }
-        Err(fs::TryLockError::Error(e)) => {
-            return Err(LocalError::io(format!("cannot lock {}", path.display()))(e));
-        }
-    }
-    // Who holds it, for the next one's error message (the lock, not this, is what counts).
-    let _ = file.set_len(0).and_then(|()| writeln!(file, "{}", std::process::id()));
-    Ok(file)
+    lockfile::hold(&path, Duration::ZERO).map_err(|error| match error {
+        LockError::Held { holder } => LocalError::InUse { dir: dir.to_path_buf(), holder },
+        LockError::Io(e) => LocalError::io(format!("cannot lock {}", path.display()))(e),
+    })
 }
 
 fn device_capacity_arg(id: u32, dir: &Path, capacity: u64) -> String {

@@ -149,36 +149,12 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Takes the device directory's lock, or says who holds it.
 fn lock_device(root: &Path) -> Result<std::fs::File, StoreError> {
-    use std::io::{Read, Write};
+    use optio_cluster::lockfile::{self, LockError};
     let path = root.join(LOCK_FILE);
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(StoreError::io("open", &path))?;
-    let deadline = std::time::Instant::now() + LOCK_WAIT;
-    loop {
-        match file.try_lock() {
-            Ok(()) => break,
-            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                return Err(StoreError::InUse {
-                    dir: root.to_path_buf(),
-                    holder: holder.trim().parse().ok(),
-                });
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(StoreError::io("lock", &path)(e)),
-        }
-    }
-    // Who holds it, for the next one's error message (the lock, not this, is what counts).
-    let _ = file.set_len(0).and_then(|()| writeln!(file, "{}", std::process::id()));
-    Ok(file)
+    lockfile::hold(&path, LOCK_WAIT).map_err(|error| match error {
+        LockError::Held { holder } => StoreError::InUse { dir: root.to_path_buf(), holder },
+        LockError::Io(e) => StoreError::io("lock", &path)(e),
+    })
 }
 
 fn key_hash(key: &str) -> u128 {
