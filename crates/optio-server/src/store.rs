@@ -443,17 +443,10 @@ impl DeviceStore {
     pub fn get(&self, pool: PoolId, key: &str) -> Result<(ObjectInfo, Vec<u8>), StoreError> {
         let Some(entry) = self.live_entry(pool, key) else { return Err(StoreError::NotFound) };
         match self.read_file(pool, key, false) {
-            Err(StoreError::Mismatch { .. }) => {
+            Ok((info, data)) if info.version == entry.version => Ok((info, data)),
+            Ok(_) | Err(StoreError::Mismatch { .. }) => {
                 // A write may have replaced the file between the index read and the file
                 // read: look again, with writes of this key held off.
-                let _stripe = self.stripe(key);
-                let Some(entry) = self.live_entry(pool, key) else {
-                    return Err(StoreError::NotFound);
-                };
-                self.read_checked(pool, key, &entry)
-            }
-            Ok((info, data)) if info.version == entry.version => Ok((info, data)),
-            Ok(_) => {
                 let _stripe = self.stripe(key);
                 let Some(entry) = self.live_entry(pool, key) else {
                     return Err(StoreError::NotFound);
