@@ -146,12 +146,7 @@ impl Client {
                 }
             }
         }
-        if !epoch_failures.is_empty() {
-            let refs: Vec<&Failure> = epoch_failures.iter().collect();
-            if self.epoch_retry(&refs).await.map_err(ReadError::Failed)? {
-                return Err(ReadError::Retry);
-            }
-        }
+        self.retry_after_epochs(&epoch_failures).await?;
         if missing == candidate.devices.len() {
             return Err(ReadError::Missing);
         }
@@ -159,6 +154,16 @@ impl Client {
             key: key.to_string(),
             failures: failures.join("; "),
         }))
+    }
+
+    /// After replicas refused the read's epoch: [`ReadError::Retry`] once the map is
+    /// refreshed (a stale epoch) or the servers had a moment to catch up (an unknown one).
+    async fn retry_after_epochs(&self, epoch_failures: &[Failure]) -> Result<(), ReadError> {
+        let refs: Vec<&Failure> = epoch_failures.iter().collect();
+        if self.epoch_retry(&refs).await.map_err(ReadError::Failed)? {
+            return Err(ReadError::Retry);
+        }
+        Ok(())
     }
 
     /// The newest version of `key` among the devices that may hold a copy of `candidate`, and
@@ -190,12 +195,7 @@ impl Client {
                 },
             }
         }
-        if !epoch_failures.is_empty() {
-            let refs: Vec<&Failure> = epoch_failures.iter().collect();
-            if self.epoch_retry(&refs).await.map_err(ReadError::Failed)? {
-                return Err(ReadError::Retry);
-            }
-        }
+        self.retry_after_epochs(&epoch_failures).await?;
         match newest {
             Some(newest) if !newest.deleted => {
                 let holders = endpoints
