@@ -22,6 +22,13 @@ use optio_cluster::{MapSource, mapstore};
 use crate::LocalError;
 use crate::etcd::EtcdServer;
 
+mod supervise;
+
+pub use supervise::{
+    DOWN_GRACE_DEFAULT, Event, OUT_GRACE_DEFAULT, RESTART_BACKOFF_MAX, RESTART_BACKOFF_MIN,
+    Supervision,
+};
+
 /// Runs `future` to completion on a runtime of its own, on a thread of its own (so it works
 /// from synchronous code and from inside another runtime alike).
 fn block_on<F>(future: F) -> F::Output
@@ -158,6 +165,10 @@ pub struct LocalCluster {
     source: MapSource,
     etcd: Option<EtcdServer>,
     reintegrator: Option<(Child, ChildStdin)>,
+    /// What supervision knows of each server (same order as `servers`).
+    watches: Vec<supervise::Watch>,
+    /// The devices supervision marked out.
+    marked_out: supervise::MarkedOut,
     /// The cluster directory's lock ([`LOCK_FILE`]), held while the cluster lives; the kernel
     /// releases it when this process ends, however it ends.
     _lock: fs::File,
@@ -224,6 +235,8 @@ impl LocalCluster {
             source,
             etcd,
             reintegrator: None,
+            watches: Vec::new(),
+            marked_out: Default::default(),
             _lock: lock,
         };
         let dirty_file = dir.join(DIRTY_SOURCE_FILE);
@@ -246,6 +259,7 @@ impl LocalCluster {
                     .collect();
                 let server = cluster.spawn(&name, &devices, "127.0.0.1:0")?;
                 cluster.servers.push(server);
+                cluster.watches.push(Default::default());
             }
         }
         let previous =
@@ -254,6 +268,11 @@ impl LocalCluster {
         let map = optio_mapfile::parse(&text).map_err(LocalError::Generated)?;
         block_on(cluster.source.replace(&map))?;
         cluster.wait_for_epoch(previous + 1)?;
+        // Every server starts catching up (it may have missed writes while it was stopped);
+        // the cluster is ready once they all serve reads.
+        for server in &cluster.servers {
+            wait_caught_up(&server.addr)?;
+        }
         if let Some(mode) = spec.reintegration.clone()
             && map.membership().is_some()
         {
@@ -579,16 +598,51 @@ impl Drop for LocalCluster {
     }
 }
 
-/// The epoch a server reports on `/health` (a plain HTTP/1.0 request).
-pub fn health_epoch(addr: &str) -> Option<u64> {
+/// What a server reports on `/health`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Health {
+    /// The map epoch it holds.
+    pub epoch: u64,
+    /// Its devices that serve no reads yet (catching up, or marked down).
+    pub recovering: u32,
+}
+
+/// What a server reports on `/health` (a plain HTTP/1.0 request), if it answers.
+pub fn health(addr: &str) -> Option<Health> {
     let mut stream = TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     stream.write_all(b"GET /health HTTP/1.0\r\nHost: optio\r\n\r\n").ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let body = response.split("\r\n\r\n").nth(1)?;
-    let epoch = body.split("\"epoch\":").nth(1)?;
-    epoch.trim_end_matches(['}', '\n', ' ']).trim().parse().ok()
+    let field = |name: &str| -> Option<u64> {
+        let value = body.split(&format!("\"{name}\":")).nth(1)?;
+        let end = value.find([',', '}']).unwrap_or(value.len());
+        value[..end].trim().parse().ok()
+    };
+    Some(Health { epoch: field("epoch")?, recovering: field("recovering").unwrap_or(0) as u32 })
+}
+
+/// The epoch a server reports on `/health`.
+pub fn health_epoch(addr: &str) -> Option<u64> {
+    health(addr).map(|h| h.epoch)
+}
+
+/// Waits until the server at `addr` serves reads on every device (none catching up).
+pub fn wait_caught_up(addr: &str) -> Result<(), LocalError> {
+    let deadline = Instant::now() + SERVER_START_TIMEOUT;
+    loop {
+        let held = health(addr);
+        if held.is_some_and(|h| h.recovering == 0) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(LocalError::Server(format!(
+                "the server at {addr} did not catch up within {SERVER_START_TIMEOUT:?} ({held:?})"
+            )));
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
 }
 
 /// Waits until the server at `addr` holds `epoch` or a newer one.

@@ -46,8 +46,13 @@ pub struct Endpoint {
 /// What went wrong talking to a device.
 #[derive(Clone, Debug)]
 pub enum Failure {
-    /// No answer (connection refused, reset, timeout).
+    /// No answer (reset, timeout, no route): the server may be running and may even have
+    /// applied the request.
     Unreachable(String),
+    /// Nothing listens at the address (the connection was refused): the server is not
+    /// running, so it applied nothing, and when it runs again it catches up on what it missed
+    /// before serving reads.
+    NotRunning(String),
     /// An answer that does not say what Optio's answers say (a malformed header or body).
     Malformed(String),
     /// An error answer.
@@ -65,6 +70,7 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Unreachable(reason) => write!(f, "unreachable ({reason})"),
+            Failure::NotRunning(reason) => write!(f, "not running ({reason})"),
             Failure::Malformed(reason) => write!(f, "{reason}"),
             Failure::Refused { kind, reason, .. } => write!(f, "{}: {reason}", kind.name()),
         }
@@ -76,8 +82,19 @@ impl Failure {
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
             Failure::Refused { kind, .. } => Some(*kind),
-            Failure::Unreachable(_) | Failure::Malformed(_) => None,
+            Failure::Unreachable(_) | Failure::NotRunning(_) | Failure::Malformed(_) => None,
         }
+    }
+
+    /// Whether the server is known not to be running (its connection was refused): a
+    /// replica a write may go around.
+    pub fn is_not_running(&self) -> bool {
+        matches!(self, Failure::NotRunning(_))
+    }
+
+    /// Whether the device did not answer at all (not running, or unreachable).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Failure::Unreachable(_) | Failure::NotRunning(_))
     }
 }
 
@@ -123,6 +140,12 @@ pub enum Op<'a> {
         key: &'a str,
         /// Inclusive byte range.
         range: Option<(u64, u64)>,
+    },
+    /// `GET` a whole object for a device catching up on missed writes: answered even by a
+    /// device that is catching up itself (see `optio-server`'s `catchup`).
+    Fetch {
+        /// Key.
+        key: &'a str,
     },
     /// `PUT` one version of an object.
     Put {
@@ -179,7 +202,7 @@ impl Op<'_> {
     pub fn method(&self) -> Method {
         match self {
             Op::Probe { .. } => Method::HEAD,
-            Op::Get { .. } | Op::List(_) | Op::GetRecord { .. } => Method::GET,
+            Op::Get { .. } | Op::Fetch { .. } | Op::List(_) | Op::GetRecord { .. } => Method::GET,
             Op::Put { .. } | Op::PutRecord { .. } => Method::PUT,
             Op::Delete { .. } | Op::DeleteRecord { .. } => Method::DELETE,
         }
@@ -190,6 +213,7 @@ impl Op<'_> {
         match self {
             Op::Probe { .. }
             | Op::Get { .. }
+            | Op::Fetch { .. }
             | Op::Put { .. }
             | Op::Delete { .. }
             | Op::List(_) => Area::Objects,
@@ -202,6 +226,7 @@ impl Op<'_> {
         match self {
             Op::Probe { key, .. }
             | Op::Get { key, .. }
+            | Op::Fetch { key }
             | Op::Put { key, .. }
             | Op::Delete { key, .. }
             | Op::GetRecord { key }
@@ -236,6 +261,7 @@ impl Op<'_> {
                     headers.push(("range", format!("bytes={start}-{end}")));
                 }
             }
+            Op::Fetch { .. } => headers.push((wire::CATCH_UP, "1".to_string())),
             Op::Put { version, checksum, pg_seed, .. } => {
                 headers.push((wire::VERSION, version.0.to_string()));
                 headers.push((wire::CHECKSUM, wire::encode_checksum(*checksum)));
@@ -361,8 +387,7 @@ impl HttpTransport {
         if let Op::Put { data, .. } = &call.op {
             request = request.body(data.clone());
         }
-        let response =
-            request.send().await.map_err(|e| (Failure::Unreachable(error_chain(&e)), None))?;
+        let response = request.send().await.map_err(|e| (no_answer(&e), None))?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let text =
@@ -400,13 +425,8 @@ impl HttpTransport {
 
     async fn server_status_http(&self, addr: &str) -> Result<ServerStatus, Failure> {
         let url = format!("http://{addr}{}", route::STATUS_PATH);
-        let response = self
-            .http
-            .get(url)
-            .timeout(STATUS_TIMEOUT)
-            .send()
-            .await
-            .map_err(|e| Failure::Unreachable(error_chain(&e)))?;
+        let response =
+            self.http.get(url).timeout(STATUS_TIMEOUT).send().await.map_err(|e| no_answer(&e))?;
         let status = response.status().as_u16();
         let body = response.bytes().await.map_err(|e| Failure::Unreachable(error_chain(&e)))?;
         if status != 200 {
@@ -428,6 +448,21 @@ impl Transport for HttpTransport {
     fn server_status<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, Result<ServerStatus, Failure>> {
         Box::pin(self.server_status_http(addr))
     }
+}
+
+/// The failure of a request that got no answer: [`Failure::NotRunning`] when the connection
+/// was refused, [`Failure::Unreachable`] otherwise.
+fn no_answer(error: &reqwest::Error) -> Failure {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return Failure::NotRunning(error_chain(error));
+        }
+        source = cause.source();
+    }
+    Failure::Unreachable(error_chain(error))
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {

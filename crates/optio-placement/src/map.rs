@@ -60,6 +60,12 @@ pub struct Device {
     pub addr: Option<String>,
 }
 
+/// A pool's `min_size` when the map does not give one: Ceph's `size - size / 2` (2 of 3
+/// replicas, 1 of 2, 3 of 4 or 5).
+pub fn default_min_size(size: u32) -> u32 {
+    size - size / 2
+}
+
 impl Device {
     /// The value Ceph's `is_out` test uses for this device: its reweight when in, 0 when out.
     pub fn effective_reweight(&self) -> Weight {
@@ -531,7 +537,9 @@ pub struct Pool {
     pub pgp_num: u32,
     /// Replicas (or shards) per object.
     pub size: u32,
-    /// Replicas that must be written for a write to be acknowledged.
+    /// The fewest replicas that must be durable for a write to be acknowledged (Ceph's
+    /// meaning; default [`default_min_size`]: 2 of 3). Clients write every replica that is
+    /// running; a set with fewer than this many up refuses writes.
     pub min_size: u32,
     /// The engine and everything it places by.
     pub engine: crate::engine::EngineParams,

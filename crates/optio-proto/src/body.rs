@@ -16,6 +16,9 @@ pub struct ListQuery {
     pub after: Option<String>,
     /// At most this many objects.
     pub limit: Option<usize>,
+    /// List tombstones too (in [`Listing::deleted`]; they count towards the limit): what a
+    /// device catching up on missed writes asks its peers.
+    pub tombstones: Option<bool>,
 }
 
 impl ListQuery {
@@ -34,6 +37,9 @@ impl ListQuery {
         if let Some(after) = &self.after {
             fields.push(format!("after={}", percent_encode(after)));
         }
+        if let Some(tombstones) = self.tombstones {
+            fields.push(format!("tombstones={tombstones}"));
+        }
         fields.join("&")
     }
 }
@@ -43,8 +49,31 @@ impl ListQuery {
 pub struct Listing {
     /// Objects, in key order.
     pub objects: Vec<ObjectInfo>,
-    /// Whether more follow (ask again with `after` = the last key).
+    /// Whether more follow (ask again with `after` = [`last_key`](Listing::last_key)).
     pub truncated: bool,
+    /// Tombstones (deleted keys), in key order, when the query asked for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<Deleted>,
+}
+
+impl Listing {
+    /// The last key of this page (objects and tombstones alike): the `after` of the next.
+    pub fn last_key(&self) -> Option<&str> {
+        let object = self.objects.last().map(|o| o.key.as_str());
+        let deleted = self.deleted.last().map(|d| d.key.as_str());
+        object.max(deleted)
+    }
+}
+
+/// A tombstone in a listing: the key was deleted at `version`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deleted {
+    /// The key.
+    pub key: String,
+    /// The version of the delete.
+    pub version: crate::ObjectVersion,
+    /// The placement group (seed) the object was placed in, if the pool has PGs.
+    pub pg_seed: Option<u32>,
 }
 
 /// One device in `/v1/status`.
@@ -58,6 +87,12 @@ pub struct DeviceStatus {
     pub records: u64,
     /// Corrupt files found since start.
     pub corrupt_found: u64,
+    /// Catching up on writes it missed (serving no reads meanwhile).
+    #[serde(default)]
+    pub recovering: bool,
+    /// Versions fetched from peers while catching up, since the server started.
+    #[serde(default)]
+    pub caught_up: u64,
 }
 
 /// The body of `/v1/status`.
@@ -87,5 +122,23 @@ mod tests {
         assert_eq!(query.to_query(), "prefix=a%20b&after=k%2F1");
         let query = ListQuery { limit: Some(10), after: Some("x".into()), ..ListQuery::default() };
         assert_eq!(query.to_query(), "limit=10&after=x");
+        let query = ListQuery { tombstones: Some(true), ..ListQuery::default() };
+        assert_eq!(query.to_query(), "tombstones=true");
+    }
+
+    #[test]
+    fn the_last_key_counts_tombstones() {
+        let deleted = |key: &str| Deleted {
+            key: key.into(),
+            version: crate::ObjectVersion(1),
+            pg_seed: None,
+        };
+        let listing = Listing { objects: Vec::new(), truncated: true, deleted: vec![deleted("b")] };
+        assert_eq!(listing.last_key(), Some("b"));
+        let empty = Listing { objects: Vec::new(), truncated: false, deleted: Vec::new() };
+        assert_eq!(empty.last_key(), None);
+        // An old server's listing (no `deleted` field) still decodes.
+        let old: Listing = serde_json::from_str(r#"{"objects":[],"truncated":false}"#).unwrap();
+        assert!(old.deleted.is_empty());
     }
 }

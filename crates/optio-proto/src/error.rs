@@ -75,6 +75,10 @@ pub enum ErrorKind {
     Io,
     /// The server is stopping (503).
     Unavailable,
+    /// The device is catching up on writes it missed while it was down (or is marked down in
+    /// the map): it takes writes but serves no reads until it holds every version its peers
+    /// hold; read another replica (503).
+    Recovering,
 }
 
 impl ErrorKind {
@@ -89,7 +93,7 @@ impl ErrorKind {
             ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch => 409,
             ErrorKind::VersionConflict => 412,
             ErrorKind::Corrupt | ErrorKind::Io => 500,
-            ErrorKind::Unavailable => 503,
+            ErrorKind::Unavailable | ErrorKind::Recovering => 503,
         }
     }
 
@@ -107,12 +111,13 @@ impl ErrorKind {
             ErrorKind::Corrupt => "corrupt",
             ErrorKind::Io => "io",
             ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Recovering => "recovering",
         }
     }
 
     /// The kind named `name`.
     pub fn from_name(name: &str) -> Option<ErrorKind> {
-        const ALL: [ErrorKind; 11] = [
+        const ALL: [ErrorKind; 12] = [
             ErrorKind::BadRequest,
             ErrorKind::NotFound,
             ErrorKind::Misdirected,
@@ -124,6 +129,7 @@ impl ErrorKind {
             ErrorKind::Corrupt,
             ErrorKind::Io,
             ErrorKind::Unavailable,
+            ErrorKind::Recovering,
         ];
         ALL.into_iter().find(|kind| kind.name() == name)
     }

@@ -55,6 +55,9 @@ pub const DELETED: &str = "x-optio-deleted";
 /// not newer than [`VERSION`] (`1`): for copies a placement no longer names and for undoing a
 /// write. Without it a DELETE leaves a tombstone.
 pub const PURGE: &str = "x-optio-purge";
+/// On a `GET` of an object: a peer catching up on missed writes is reading (`1`); answered
+/// even while this device is catching up itself (a version is only taken when newer).
+pub const CATCH_UP: &str = "x-optio-catch-up";
 
 /// Percent-encodes every byte but ASCII letters, digits and `-._~`.
 pub fn percent_encode(text: &str) -> String {

@@ -37,6 +37,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod catchup;
 pub mod disk;
 mod error;
 pub mod http;
@@ -161,6 +162,9 @@ impl Server {
             Rebalancer::new(devices.clone(), map.clone(), migration)
                 .map_err(ServerError::Migration)?,
         );
+        let catchup = Arc::new(
+            catchup::CatchUp::new(devices.clone(), map.clone()).map_err(ServerError::Migration)?,
+        );
         let system = Arc::new(system::SystemMetrics::default());
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -173,6 +177,7 @@ impl Server {
             counters: http::Counters::default(),
             incarnation: incarnation(),
             rebalancer,
+            catchup,
         });
         Ok(Server { listener, state })
     }
@@ -197,6 +202,7 @@ impl Server {
         let background = tokio::spawn(background(state.clone()));
         let following = tokio::spawn(state.map.clone().follow());
         let rebalancing = tokio::spawn(state.rebalancer.clone().run());
+        let catching_up = tokio::spawn(state.catchup.clone().run());
         let state_for_exit = state.clone();
         let app = http::router(state);
         let result = axum::serve(self.listener, app)
@@ -206,6 +212,7 @@ impl Server {
         background.abort();
         following.abort();
         rebalancing.abort();
+        catching_up.abort();
         http::close_records(&state_for_exit).await;
         result
     }

@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use optio_placement::{Epoch, PoolId};
 use optio_proto::{
-    ChoiceRecord, HEADER_BYTES, KEY_BYTES_MAX, ObjectHeader, ObjectInfo, ObjectVersion, checksum,
+    ChoiceRecord, Deleted, HEADER_BYTES, KEY_BYTES_MAX, Listing, ObjectHeader, ObjectInfo,
+    ObjectVersion, checksum,
 };
 
 use crate::disk::Disk;
@@ -595,7 +596,8 @@ impl DeviceStore {
         Ok(true)
     }
 
-    /// Objects of `pool` in key order, after `after`, with `prefix`, in PG `pg_seed`.
+    /// Objects of `pool` in key order, after `after`, with `prefix`, in PG `pg_seed` (and
+    /// the tombstones too, with `tombstones`; they count towards `limit`).
     pub fn list(
         &self,
         pool: PoolId,
@@ -603,7 +605,8 @@ impl DeviceStore {
         pg_seed: Option<u32>,
         after: Option<&str>,
         limit: usize,
-    ) -> (Vec<ObjectInfo>, bool) {
+        tombstones: bool,
+    ) -> Listing {
         use std::ops::Bound;
         let index = self.index.read().expect("index lock");
         let start = match after {
@@ -611,23 +614,32 @@ impl DeviceStore {
             None => Bound::Included((pool, prefix.to_string())),
         };
         let limit = limit.min(LIST_LIMIT_MAX);
-        let mut out = Vec::new();
+        let mut out = Listing { objects: Vec::new(), truncated: false, deleted: Vec::new() };
         for ((p, key), entry) in index.range((start, Bound::Unbounded)) {
             if *p != pool || !key.starts_with(prefix) && key.as_str() > prefix {
                 break;
             }
-            if entry.deleted
+            if entry.deleted && !tombstones
                 || !key.starts_with(prefix)
                 || pg_seed.is_some_and(|pg| entry.pg_seed != Some(pg))
             {
                 continue;
             }
-            if out.len() == limit {
-                return (out, true);
+            if out.objects.len() + out.deleted.len() == limit {
+                out.truncated = true;
+                return out;
             }
-            out.push(info_of(key, entry));
+            if entry.deleted {
+                out.deleted.push(Deleted {
+                    key: key.clone(),
+                    version: entry.version,
+                    pg_seed: entry.pg_seed,
+                });
+            } else {
+                out.objects.push(info_of(key, entry));
+            }
         }
-        (out, false)
+        out
     }
 
     /// The choice record of `key`, if this device holds one.
@@ -822,7 +834,7 @@ mod tests {
         // A migration bringing the older copy back is refused; a newer write wins.
         assert!(matches!(put(&store, "k", b"one", 10), Err(StoreError::VersionConflict { .. })));
         assert_eq!(store.objects(), 0);
-        assert!(store.list(PoolId(1), "", None, None, 10).0.is_empty());
+        assert!(store.list(PoolId(1), "", None, None, 10, false).objects.is_empty());
         // A tombstone is recorded even where nothing was stored, and survives a restart.
         store.delete(PoolId(1), "never", Some(ObjectVersion(5)), Epoch(1)).unwrap();
         drop(store);

@@ -115,6 +115,29 @@ pub fn histogram(histogram: &optio_placement::stats::Histogram, width: usize) ->
     out
 }
 
+/// Parses durations like `20s`, `500ms`, `10m`, `1h` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a duration; write e.g. 500ms, 20s, 10m, 1h"))?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1e3,
+        "" | "s" => number,
+        "m" | "min" => number * 60.0,
+        "h" => number * 3600.0,
+        other => {
+            return Err(format!("unknown duration unit '{other}' in '{text}'; use ms, s, m or h"));
+        }
+    };
+    if !seconds.is_finite() || !(0.0..=1e9).contains(&seconds) {
+        return Err(format!("'{text}' is out of range (0 to 1e9 seconds)"));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
+}
+
 /// Parses sizes like `4MiB`, `500GB`, `4096`.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
@@ -161,6 +184,18 @@ pub fn die_quietly_on_closed_pipe() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("20s"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3 fortnights").unwrap_err().contains("unknown duration unit"));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("1e300h").is_err());
+    }
 
     #[test]
     fn sizes() {

@@ -29,27 +29,41 @@ impl Client {
             let endpoints: Vec<Endpoint> =
                 devices.iter().map(|d| view.endpoint(*d)).collect::<Result<_, _>>()?;
             let version = self.next_version();
-            let results = join_all(endpoints.iter().map(|e| {
+            let endpoints = &endpoints;
+            let send = |i: usize| {
                 let delete = Op::Delete { key, version: Some(version), purge: false };
-                self.call(self.object_call(view, e, pool, delete))
-            }))
-            .await;
+                self.call(self.object_call(view, &endpoints[i], pool, delete))
+            };
+            let mut results = join_all((0..endpoints.len()).map(send)).await;
+            // As for writes: a replica that did not answer is asked once more, and only one
+            // whose server is not running is gone around (it catches up on the tombstone).
+            let again: Vec<usize> = (0..results.len())
+                .filter(|&i| matches!(&results[i], Err(f) if f.is_unreachable()))
+                .collect();
+            let retried = join_all(again.iter().map(|&i| send(i))).await;
+            for (i, result) in again.into_iter().zip(retried) {
+                results[i] = result;
+            }
             let failures: Vec<&Failure> = results.iter().filter_map(|r| r.as_ref().err()).collect();
             if self.epoch_retry(&failures).await? {
                 continue;
             }
             let deleted = results.iter().filter(|r| r.is_ok()).count();
+            let not_running = failures.iter().filter(|f| f.is_not_running()).count();
             let hard: Vec<String> = failures
                 .iter()
-                .filter(|f| f.kind() != Some(ErrorKind::NotFound))
+                .filter(|f| f.kind() != Some(ErrorKind::NotFound) && !f.is_not_running())
                 .map(|f| f.to_string())
                 .collect();
-            if !hard.is_empty() {
+            let min_size = self.min_size(view, pool);
+            if !hard.is_empty() || endpoints.len() - not_running < min_size {
+                let not_running: Vec<String> =
+                    failures.iter().filter(|f| f.is_not_running()).map(|f| f.to_string()).collect();
                 return Err(ClientError::NotEnoughReplicas {
                     key: key.to_string(),
                     acked: deleted,
-                    needed: endpoints.len(),
-                    failures: hard.join("; "),
+                    needed: (endpoints.len() - not_running.len()).max(min_size),
+                    failures: hard.into_iter().chain(not_running).collect::<Vec<_>>().join("; "),
                 });
             }
             if candidates.len() > 1

@@ -53,7 +53,9 @@ pub struct ClientConfig {
     pub policy: Option<String>,
     /// Where this client runs (`(type, name)` levels, root first), for the `local` policy.
     pub location: Vec<(String, String)>,
-    /// Replicas that must acknowledge a write (w); `None`: all of the replica set.
+    /// The fewest durable copies a write needs (w), instead of the pool's `min_size`.
+    /// Every replica whose server is running is always written and must acknowledge; only
+    /// replicas whose servers are not running are gone around, down to w.
     pub write_quorum: Option<usize>,
     /// Directory of intent logs (`None`: no intent log).
     pub intent_dir: Option<PathBuf>,
@@ -99,6 +101,9 @@ pub struct ClientStats {
     pub repairs: u64,
     /// Corrupt replicas reported by servers.
     pub corrupt_replicas: u64,
+    /// Writes acknowledged without a replica whose server was not running (degraded: that
+    /// replica catches up when it returns).
+    pub degraded_writes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -109,6 +114,7 @@ struct Counters {
     records_created: AtomicU64,
     repairs: AtomicU64,
     corrupt_replicas: AtomicU64,
+    degraded_writes: AtomicU64,
 }
 
 /// The map and its compiled placement, and the one before it (while data may still be
@@ -354,6 +360,7 @@ impl Client {
             map_refreshes: self.inner.map.replaced(),
             repairs: c.repairs.load(Ordering::Relaxed),
             corrupt_replicas: c.corrupt_replicas.load(Ordering::Relaxed),
+            degraded_writes: c.degraded_writes.load(Ordering::Relaxed),
         }
     }
 

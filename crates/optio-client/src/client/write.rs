@@ -103,12 +103,28 @@ impl Client {
                 Err(ClientError::EpochRetries { .. }) => continue,
                 other => other?,
             };
-            let Sent { chosen: Chosen { candidate: chosen, created }, endpoints, results, version } =
-                sent;
+            let Sent {
+                chosen: Chosen { candidate: chosen, created },
+                endpoints,
+                mut results,
+                version,
+            } = sent;
             let candidate = &candidates[usize::from(chosen)];
-            // The quorum asked for was checked against the pool's size before anything was
-            // sent; fewer replicas than that available makes the write fail, not pass quietly.
-            let needed = self.inner.config.write_quorum.unwrap_or(endpoints.len()).max(1);
+            // A replica that did not answer gets the same version once more (a lost reply is
+            // answered "already stored"); one whose server was not running is asked again now
+            // that the others answered: a server that started meanwhile catches up by listing
+            // its peers, and may have listed them before this write reached them.
+            let payload = Payload { data: &data, crc, version };
+            self.resend_unanswered(&view, pool, key, candidate, &endpoints, &mut results, payload)
+                .await;
+            // Every replica whose server runs must hold the write — a running replica serves
+            // reads, so it must never miss one — and at least min_size must (the pool's, or
+            // the client's write quorum). Only replicas whose servers are not running are
+            // gone around: they catch up before serving again.
+            let min_size = self.min_size(&view, pool);
+            let not_running =
+                results.iter().filter(|r| matches!(r, Err(f) if f.is_not_running())).count();
+            let needed = (endpoints.len() - not_running).max(min_size).max(1);
             // A replica that already holds a newer version of the object (a concurrent write
             // of the same key) counts: last writer wins, and the newer version is durable.
             let acked = results
@@ -118,6 +134,9 @@ impl Client {
                     Err(f) => f.kind() == Some(ErrorKind::VersionConflict),
                 })
                 .count();
+            if acked >= needed && not_running > 0 {
+                self.inner.counters.degraded_writes.fetch_add(1, Ordering::Relaxed);
+            }
             let failures: Vec<(&Endpoint, &Failure)> = endpoints
                 .iter()
                 .zip(&results)
@@ -278,6 +297,41 @@ impl Client {
             return Err(ClientError::NoDevices { key: String::new() });
         }
         candidate.devices.iter().map(|d| view.endpoint(*d)).collect()
+    }
+
+    /// The fewest durable copies a write of `pool` needs: the client's write quorum if set,
+    /// else the pool's `min_size`.
+    pub(super) fn min_size(&self, view: &View, pool: PoolId) -> usize {
+        self.inner
+            .config
+            .write_quorum
+            .unwrap_or_else(|| view.map.pool(pool).map_or(1, |p| p.min_size as usize))
+    }
+
+    /// Sends the version once more to every replica of `results` that did not answer (its
+    /// server not running, or no answer at all), and puts the new outcome in its place.
+    #[allow(clippy::too_many_arguments)]
+    async fn resend_unanswered(
+        &self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        candidate: &Candidate,
+        endpoints: &[Endpoint],
+        results: &mut [Result<Answer, Failure>],
+        payload: Payload<'_>,
+    ) {
+        let again: Vec<usize> = (0..results.len())
+            .filter(|&i| matches!(&results[i], Err(f) if f.is_unreachable()))
+            .collect();
+        if again.is_empty() {
+            return;
+        }
+        let chosen: Vec<Endpoint> = again.iter().map(|&i| endpoints[i].clone()).collect();
+        let retried = self.fan_out(view, pool, key, candidate, &chosen, payload).await;
+        for (i, result) in again.into_iter().zip(retried) {
+            results[i] = result;
+        }
     }
 
     /// Writes one version of the object to every replica of `candidate`, in parallel.

@@ -135,7 +135,7 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
             ("engine".into(), quote(pool.engine.name())),
             ("size".into(), pool.size.to_string()),
         ];
-        if pool.min_size != pool.size {
+        if pool.min_size != optio_placement::map::default_min_size(pool.size) {
             fields.push(("min_size".into(), pool.min_size.to_string()));
         }
         if pool.pg_num != 0 || matches!(pool.engine_spec(), EngineSpec::Crush { .. }) {

@@ -109,7 +109,7 @@ fn check_pool_sizes(subject: &Subject, spec: &PoolSpec) -> Result<(u32, u32), Ma
     if spec.size == 0 || spec.size as usize > REPLICAS_MAX {
         return Err(range("size", spec.size, format!("between 1 and {REPLICAS_MAX}")));
     }
-    let min_size = spec.min_size.unwrap_or(spec.size);
+    let min_size = spec.min_size.unwrap_or(crate::map::default_min_size(spec.size));
     if min_size == 0 || min_size > spec.size {
         return Err(range("min_size", min_size, format!("between 1 and size ({})", spec.size)));
     }

@@ -58,6 +58,8 @@ pub struct AppState {
     pub(crate) incarnation: u64,
     /// Moves data when the map changes.
     pub(crate) rebalancer: Arc<crate::Rebalancer>,
+    /// Catches up devices that may have missed writes; they serve no reads meanwhile.
+    pub(crate) catchup: Arc<crate::catchup::CatchUp>,
 }
 
 /// The router.
@@ -247,6 +249,18 @@ async fn handle(
         (Area::Objects, None, Method::GET) => list(state, &target, &parts.uri),
         (_, None, _) => {
             Err(fail(ErrorKind::BadRequest, "the key is empty; keys are 1 to 1024 bytes of UTF-8"))
+        }
+        (Area::Objects, Some(_), Method::HEAD | Method::GET)
+            if state.catchup.refuses_reads(target.store.id())
+                && !headers.contains_key(wire::CATCH_UP) =>
+        {
+            Err(fail(
+                ErrorKind::Recovering,
+                format!(
+                    "device {} is catching up on writes it missed (or the map marks it down); read another replica",
+                    target.store.id()
+                ),
+            ))
         }
         (Area::Objects, Some(_), Method::HEAD) => probe(state, &target, headers),
         (Area::Objects, Some(_), Method::GET) => get_object(state, &target, headers).await,

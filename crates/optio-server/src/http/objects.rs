@@ -260,14 +260,15 @@ pub(super) fn list(
             .map(|q: axum::extract::Query<ListQuery>| q.0)
             .map_err(|e| fail(ErrorKind::BadRequest, format!("bad listing query: {e}")))?,
     };
-    let (objects, truncated) = target.store.list(
+    let listing: Listing = target.store.list(
         target.pool,
         query.prefix.as_deref().unwrap_or(""),
         query.pg,
         query.after.as_deref(),
         query.limit.unwrap_or(LIST_LIMIT_MAX),
+        query.tombstones.unwrap_or(false),
     );
-    let json = serde_json::to_vec(&Listing { objects, truncated }).expect("listings serialize");
+    let json = serde_json::to_vec(&listing).expect("listings serialize");
     Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response())
 }
 

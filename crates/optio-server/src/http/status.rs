@@ -11,7 +11,12 @@ use optio_proto::{DeviceStatus, ServerStatus};
 use super::AppState;
 
 pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
-    let body = format!("{{\"status\":\"ok\",\"epoch\":{}}}", state.map.epoch());
+    // `epoch` stays last: simple readers (`optio_local::cluster::health_epoch`) parse it so.
+    let recovering = state.devices.keys().filter(|id| state.catchup.refuses_reads(**id)).count();
+    let body = format!(
+        "{{\"status\":\"ok\",\"recovering\":{recovering},\"epoch\":{}}}",
+        state.map.epoch()
+    );
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
@@ -27,6 +32,8 @@ pub(super) fn server_status(state: &AppState) -> ServerStatus {
                 objects: store.objects() as u64,
                 records: store.records_held() as u64,
                 corrupt_found: store.corrupt_found(),
+                recovering: state.catchup.refuses_reads(*id),
+                caught_up: state.catchup.pulled(*id),
             }
         })
         .collect();
@@ -60,6 +67,10 @@ pub(super) async fn prometheus(State(state): State<Arc<AppState>>) -> Response {
     gauge("device_latency_us", "Service time EWMA, microseconds.", &|d| d.metrics.latency_us);
     gauge("device_unflushed_bytes", "Bytes not yet durable.", &|d| d.metrics.unflushed_bytes);
     gauge("device_corrupt_found", "Corrupt files quarantined.", &|d| d.corrupt_found);
+    gauge("device_recovering", "1 while the device catches up on missed writes.", &|d| {
+        u64::from(d.recovering)
+    });
+    gauge("device_caught_up", "Versions fetched from peers while catching up.", &|d| d.caught_up);
     let c = &state.counters;
     let _ = writeln!(out, "# HELP optio_requests_total Requests served.");
     let _ = writeln!(out, "# TYPE optio_requests_total counter");

@@ -1,14 +1,20 @@
 //! `optio up`: a whole local cluster in one command.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use optio_local::cluster::{
     ATTRIBUTED_POOL, BALANCED_POOL, CRUSH_POOL, ELASTIC_POOL, LocalCluster, LocalClusterSpec,
-    PLAIN_POOL, RING_POOL,
+    PLAIN_POOL, RING_POOL, Supervision,
 };
 
 use crate::output::{self, parse_size};
+
+/// How often the supervisor looks at its servers.
+const SUPERVISION_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Arguments of `optio up`.
 #[derive(clap::Args, Debug)]
@@ -56,6 +62,18 @@ pub struct Args {
     /// (the baseline) or none.
     #[arg(long, default_value = "selective", value_parser = ["selective", "full", "none"])]
     pub reintegration: String,
+    /// Leave a server that dies dead (tests that want the corpse); by default it is restarted,
+    /// with a backoff from 0.5 s doubling to 30 s.
+    #[arg(long)]
+    pub no_restart: bool,
+    /// Mark a server's devices down in the map once it has not answered for this long (writes
+    /// then go around them; Ceph's osd_heartbeat_grace).
+    #[arg(long, default_value = "20s", value_parser = crate::output::parse_duration)]
+    pub down_grace: std::time::Duration,
+    /// Mark them out after this long (their data is re-replicated on other devices; Ceph's
+    /// mon_osd_down_out_interval).
+    #[arg(long, default_value = "10m", value_parser = crate::output::parse_duration)]
+    pub out_grace: std::time::Duration,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -79,7 +97,14 @@ pub fn run(args: Args) -> Result<()> {
         ..LocalClusterSpec::default()
     };
     let binary = std::env::current_exe().context("cannot find the optio binary")?;
-    let cluster =
+    if args.out_grace < args.down_grace {
+        anyhow::bail!(
+            "--out-grace ({:?}) is shorter than --down-grace ({:?}): a device is marked down before it is marked out",
+            args.out_grace,
+            args.down_grace
+        );
+    }
+    let mut cluster =
         LocalCluster::start(&binary, &args.dir, &spec).context("cannot start the local cluster")?;
     let dir = cluster.dir().display().to_string();
     let mut table = output::Table::new(&["server", "address", "devices", "pid"]).left(&[0, 1, 2]);
@@ -108,8 +133,15 @@ pub fn run(args: Args) -> Result<()> {
         args.choices,
         args.policy
     );
+    let policy = Supervision {
+        restart: !args.no_restart,
+        down_grace: args.down_grace,
+        out_grace: args.out_grace,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
     let runtime = crate::commands::runtime()?;
-    runtime.block_on(async {
+    let signalled = stop.clone();
+    runtime.spawn(async move {
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                 .expect("SIGTERM can be handled");
@@ -117,7 +149,19 @@ pub fn run(args: Args) -> Result<()> {
             _ = tokio::signal::ctrl_c() => {}
             _ = terminate.recv() => {}
         }
+        signalled.store(true, Ordering::Release);
     });
+    while !stop.load(Ordering::Acquire) {
+        match cluster.supervise(&policy) {
+            Ok(events) => {
+                for event in events {
+                    eprintln!("optio up: {event}");
+                }
+            }
+            Err(error) => eprintln!("optio up: supervision: {:#}", anyhow::Error::from(error)),
+        }
+        std::thread::sleep(SUPERVISION_INTERVAL);
+    }
     eprintln!("stopping the servers…");
     drop(cluster);
     eprintln!("stopped.");

@@ -26,4 +26,7 @@ mod elastic;
 mod etcd_cluster;
 mod rebalance;
 
+// Failures: detection, degraded writes, catching up, supervision (issue 13).
+mod failures;
+
 pub use store_support::*;

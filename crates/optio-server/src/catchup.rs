@@ -1,0 +1,322 @@
+//! Catching up: a device that may have missed writes serves no reads until it holds every
+//! version its peers hold of the objects placed on it.
+//!
+//! **When a device may have missed writes.** Clients write every replica of a set that is
+//! running — a replica is skipped only when the map marks its device down or its server
+//! refuses the connection (nothing listens: the process is dead) — so a running device that
+//! serves reads never lacks an acknowledged write. A device can have missed some only if its
+//! server was not running (it starts here: every device begins *recovering*) or if the map
+//! marked it down (it stops serving reads at once and is recovering again when the map marks
+//! it up).
+//!
+//! **Catching up.** A recovering device takes writes (versions order them) but answers reads
+//! and probes of objects with `recovering` (503), so clients read another replica. Meanwhile
+//! it lists every peer device that is up in the map (objects and tombstones, page by page);
+//! for each key whose replica set under the current map includes it and of which the peer
+//! holds a newer version, it fetches that version (or records the tombstone). Once every
+//! peer has answered, the device serves. A peer that does not answer is retried with backoff
+//! until it does or a newer map marks it down; a newer map restarts the pass. Versions make
+//! every step safe to repeat and to race with clients' writes: a store keeps the newest.
+//!
+//! The race with a write in flight: a client whose write was refused by this server (it was
+//! not running) checks the refused replica again once the others have answered; by then this
+//! server listens, so the write reaches it directly if the listing of a peer came too early.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use optio_net::{Call, Endpoint, HttpTransport, Op, Transport};
+use optio_placement::{DeviceId, Epoch, PoolId, ReplicaSet};
+use optio_proto::{ErrorKind, ListQuery, ObjectVersion};
+
+use crate::mapstate::{MapState, ServerMap};
+use crate::store::{DeviceStore, PutRequest};
+
+/// Keys asked per listing page.
+const PAGE_KEYS: usize = 1000;
+/// First wait before retrying a pass that could not finish; doubles up to the maximum.
+const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(200);
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// One device's catch-up state.
+#[derive(Debug, Default)]
+struct DeviceState {
+    recovering: AtomicBool,
+    /// Versions fetched from peers (objects and tombstones), since start.
+    pulled: AtomicU64,
+    /// Passes finished, since start.
+    passes: AtomicU64,
+}
+
+/// The catch-up of a server's devices.
+pub struct CatchUp {
+    devices: HashMap<u32, Arc<DeviceStore>>,
+    map: Arc<MapState>,
+    transport: HttpTransport,
+    state: HashMap<u32, DeviceState>,
+}
+
+/// How one pass over the peers ended.
+enum Pass {
+    /// Every peer answered: the device holds what they hold.
+    Done,
+    /// A newer map arrived: start over with it.
+    MapChanged,
+}
+
+impl CatchUp {
+    /// The catch-up of `devices`: each starts recovering when a map is followed (a server
+    /// without a map has no peers and serves at once).
+    pub fn new(
+        devices: HashMap<u32, Arc<DeviceStore>>,
+        map: Arc<MapState>,
+    ) -> Result<CatchUp, String> {
+        let recovering = map.checks_epochs();
+        let state = devices
+            .keys()
+            .map(|&id| {
+                let state = DeviceState::default();
+                state.recovering.store(recovering, Ordering::Release);
+                (id, state)
+            })
+            .collect();
+        Ok(CatchUp { devices, map, transport: HttpTransport::new()?, state })
+    }
+
+    /// Whether `device` must not serve reads now: it is catching up, or the map held marks it
+    /// down.
+    pub fn refuses_reads(&self, device: u32) -> bool {
+        let recovering =
+            self.state.get(&device).is_some_and(|s| s.recovering.load(Ordering::Acquire));
+        recovering
+            || self
+                .map
+                .current()
+                .is_some_and(|m| m.map.device(DeviceId(device)).is_some_and(|d| !d.up))
+    }
+
+    /// Whether `device` is catching up.
+    pub fn is_recovering(&self, device: u32) -> bool {
+        self.state.get(&device).is_some_and(|s| s.recovering.load(Ordering::Acquire))
+    }
+
+    /// Versions `device` fetched from its peers since the server started.
+    pub fn pulled(&self, device: u32) -> u64 {
+        self.state.get(&device).map_or(0, |s| s.pulled.load(Ordering::Relaxed))
+    }
+
+    /// Runs until the process ends: catches up the recovering devices with every new map,
+    /// and marks a device recovering again when a map marks it down.
+    pub async fn run(self: Arc<Self>) {
+        if !self.map.checks_epochs() {
+            return;
+        }
+        let mut maps = self.map.subscribe();
+        let mut backoff = RETRY_BACKOFF_MIN;
+        loop {
+            let current = maps.borrow_and_update().clone();
+            let mut unfinished = false;
+            if let Some(map) = current {
+                let mut ids: Vec<u32> = self.devices.keys().copied().collect();
+                ids.sort_unstable();
+                for device in ids {
+                    match self.step(&map, device).await {
+                        Ok(()) => {}
+                        Err(error) => {
+                            unfinished = true;
+                            tracing::info!(device, %error, "catching up: will retry");
+                        }
+                    }
+                }
+            }
+            if unfinished {
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    changed = maps.changed() => if changed.is_err() { return },
+                }
+                backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+            } else {
+                backoff = RETRY_BACKOFF_MIN;
+                if maps.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Brings one device's state in line with `map`.
+    async fn step(&self, map: &Arc<ServerMap>, device: u32) -> Result<(), String> {
+        let state = &self.state[&device];
+        let up = map.map.device(DeviceId(device)).is_some_and(|d| d.up);
+        if !up {
+            // Marked down (or not in the map): writes may now go around it.
+            if map.map.device(DeviceId(device)).is_some()
+                && !state.recovering.swap(true, Ordering::AcqRel)
+            {
+                tracing::warn!(device, epoch = map.epoch(), "the map marks this device down");
+            }
+            return Ok(());
+        }
+        if !state.recovering.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match self.pass(map, device).await? {
+            Pass::Done => {
+                state.recovering.store(false, Ordering::Release);
+                state.passes.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    device,
+                    epoch = map.epoch(),
+                    pulled = state.pulled.load(Ordering::Relaxed),
+                    "caught up: serving reads"
+                );
+                Ok(())
+            }
+            Pass::MapChanged => Err("a newer map arrived".into()),
+        }
+    }
+
+    /// One pass over every peer that is up in `map`.
+    async fn pass(&self, map: &Arc<ServerMap>, device: u32) -> Result<Pass, String> {
+        let mut peers: Vec<Endpoint> = map
+            .map
+            .devices()
+            .iter()
+            .filter(|d| d.up && d.id.0 != device)
+            .filter_map(|d| d.addr.clone().map(|addr| Endpoint { device: d.id.0, addr }))
+            .collect();
+        peers.sort_by_key(|e| e.device);
+        let pools: Vec<PoolId> = map.map.pools().iter().map(|p| p.id).collect();
+        for peer in &peers {
+            for &pool in &pools {
+                if self.map.epoch() != map.epoch() {
+                    return Ok(Pass::MapChanged);
+                }
+                self.catch_up_from(map, device, peer, pool).await?;
+            }
+        }
+        Ok(Pass::Done)
+    }
+
+    /// Fetches from `peer` every newer version of `pool`'s objects placed on `device`.
+    async fn catch_up_from(
+        &self,
+        map: &Arc<ServerMap>,
+        device: u32,
+        peer: &Endpoint,
+        pool: PoolId,
+    ) -> Result<(), String> {
+        let Some(placement) = map.placement.pool(pool) else { return Ok(()) };
+        let store = &self.devices[&device];
+        let mut scratch = map.placement.scratch();
+        let mut set = ReplicaSet::new();
+        let mut placed_here = |seed: Option<u32>| {
+            let Some(seed) = seed else { return false };
+            placement.place_full_power(placement.key_of_seed(seed), &mut scratch, &mut set);
+            set.contains(DeviceId(device))
+        };
+        let mut after: Option<String> = None;
+        loop {
+            let query = ListQuery {
+                after: after.clone(),
+                limit: Some(PAGE_KEYS),
+                tombstones: Some(true),
+                ..ListQuery::default()
+            };
+            let (_, listing) =
+                self.transport.list(peer, pool, map.epoch(), query).await.map_err(|f| {
+                    format!("listing pool {} of device {}: {f}", pool.0, peer.device)
+                })?;
+            for object in &listing.objects {
+                if placed_here(object.pg_seed)
+                    && held_version(store, pool, &object.key) < Some(object.version)
+                {
+                    self.fetch(map, device, peer, pool, &object.key).await?;
+                }
+            }
+            for deleted in &listing.deleted {
+                if placed_here(deleted.pg_seed)
+                    && held_version(store, pool, &deleted.key) < Some(deleted.version)
+                {
+                    let (store, key, version) =
+                        (store.clone(), deleted.key.clone(), deleted.version);
+                    let epoch = Epoch(map.epoch());
+                    let result = tokio::task::spawn_blocking(move || {
+                        store.delete(pool, &key, Some(version), epoch)
+                    })
+                    .await
+                    .map_err(|e| format!("delete task failed: {e}"))?;
+                    match result {
+                        Ok(_) => self.note_pulled(device),
+                        Err(e) if e.kind() == ErrorKind::VersionConflict => {}
+                        Err(e) => {
+                            return Err(format!("recording tombstone of '{}': {e}", deleted.key));
+                        }
+                    }
+                }
+            }
+            match (listing.truncated, listing.last_key()) {
+                (true, Some(last)) => after = Some(last.to_string()),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Fetches `key` from `peer` and stores it on `device` (a newer version stored meanwhile
+    /// wins; an object deleted or overwritten meanwhile on the peer is left to the next pass
+    /// or to the writer, which writes this device too).
+    async fn fetch(
+        &self,
+        map: &Arc<ServerMap>,
+        device: u32,
+        peer: &Endpoint,
+        pool: PoolId,
+        key: &str,
+    ) -> Result<(), String> {
+        let call = Call::new(peer, pool, map.epoch(), Op::Fetch { key });
+        let answer = match self.transport.send(call).await {
+            Ok(answer) => answer,
+            Err((failure, _)) if failure.kind() == Some(ErrorKind::NotFound) => return Ok(()),
+            Err((failure, _)) => {
+                return Err(format!("reading '{key}' from device {}: {failure}", peer.device));
+            }
+        };
+        let Some(info) = answer.info else {
+            return Err(format!("device {} answered '{key}' without object headers", peer.device));
+        };
+        let store = self.devices[&device].clone();
+        let (key, epoch) = (key.to_string(), Epoch(map.epoch()));
+        let result = tokio::task::spawn_blocking(move || {
+            store.put(&PutRequest {
+                pool,
+                key: &key,
+                data: &answer.body,
+                version: info.version,
+                checksum: Some(info.checksum),
+                pg_seed: info.pg_seed,
+                epoch,
+            })
+        })
+        .await
+        .map_err(|e| format!("write task failed: {e}"))?;
+        match result {
+            Ok(_) => {
+                self.note_pulled(device);
+                Ok(())
+            }
+            Err(e) if e.kind() == ErrorKind::VersionConflict => Ok(()),
+            Err(e) => Err(format!("storing a fetched version: {e}")),
+        }
+    }
+
+    fn note_pulled(&self, device: u32) {
+        self.state[&device].pulled.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The version `store` holds of `key`, live or deleted.
+fn held_version(store: &DeviceStore, pool: PoolId, key: &str) -> Option<ObjectVersion> {
+    store.info(pool, key).map(|i| i.version).or_else(|| store.tombstone(pool, key))
+}

@@ -1,0 +1,194 @@
+//! Failures as routine (issue 13): a server killed with SIGKILL is marked down by the
+//! supervisor, writes go around it meanwhile, it is restarted, and it serves no read until it
+//! has caught up on what it missed.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use optio_local::cluster::{Event, LocalCluster, PLAIN_POOL, Supervision};
+
+use crate::{client, cluster, data, runtime, small, statuses, wait_until};
+
+/// What a device answers to a direct read.
+#[derive(Debug, PartialEq, Eq)]
+enum Direct {
+    /// `recovering` (503): it is catching up.
+    Recovering,
+    /// No such object (404).
+    Absent,
+    /// The object at this version.
+    Found(u64, bytes::Bytes),
+}
+
+/// Reads `key` from `device` only (no client logic: no fallback, no repair).
+async fn read_direct(addr: &str, device: u32, pool: u32, key: &str) -> Direct {
+    let url = format!(
+        "http://{addr}/v1/dev/{device}/objects/{pool}/{}",
+        optio_proto::wire::percent_encode(key)
+    );
+    let response = reqwest::get(url).await.expect("the device answers");
+    match response.status().as_u16() {
+        200 => {
+            let version = response.headers()["x-optio-version"].to_str().unwrap().parse().unwrap();
+            Direct::Found(version, response.bytes().await.unwrap())
+        }
+        404 => Direct::Absent,
+        503 => {
+            assert_eq!(response.headers()["x-optio-error"], "recovering");
+            Direct::Recovering
+        }
+        status => panic!("device {device} answered {status} for {key}"),
+    }
+}
+
+/// Runs supervision rounds until `condition` holds on an event (bounded); returns when.
+fn supervise_until(
+    cluster: &mut LocalCluster,
+    policy: &Supervision,
+    bound: Duration,
+    mut condition: impl FnMut(&Event) -> bool,
+) -> Instant {
+    let deadline = Instant::now() + bound;
+    loop {
+        for event in cluster.supervise(policy).expect("supervision") {
+            eprintln!("supervisor: {event}");
+            if condition(&event) {
+                return Instant::now();
+            }
+        }
+        assert!(Instant::now() < deadline, "supervision did not get there within {bound:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn kill_9(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -9 {pid}");
+}
+
+#[test]
+fn a_dead_server_is_marked_down_written_around_and_serves_nothing_stale_when_back() {
+    let (_dir, mut cluster) = cluster(small());
+    let rt = runtime();
+    let client = rt.block_on(client(&cluster, None));
+    let pool = cluster.load_map().unwrap().pool_by_name(PLAIN_POOL).unwrap().id.0;
+    let keys: Vec<String> = (0..24).map(|i| format!("k{i}")).collect();
+    rt.block_on(async {
+        for (i, key) in keys.iter().enumerate() {
+            client.put(PLAIN_POOL, key, data(i, 1000)).await.expect("v1");
+        }
+    });
+    let victim = 0u32;
+    let addr = cluster.servers()[0].addr.clone();
+    let killed_at = Instant::now();
+    kill_9(cluster.servers()[0].pid().expect("running"));
+
+    // Before the map says anything, writes go around the dead replica (its connection is
+    // refused: it is not running) and are acknowledged by the two others (min_size 2).
+    let mut newest: HashMap<String, Option<bytes::Bytes>> = HashMap::new();
+    rt.block_on(async {
+        for (i, key) in keys.iter().enumerate() {
+            let value = data(1000 + i, 1500);
+            client.put(PLAIN_POOL, key, value.clone()).await.expect("a degraded write");
+            newest.insert(key.clone(), Some(value));
+        }
+        for key in &keys[..4] {
+            client.delete(PLAIN_POOL, key).await.expect("a degraded delete");
+            newest.insert(key.clone(), None);
+        }
+    });
+    assert_eq!(client.stats().degraded_writes, keys.len() as u64);
+
+    // The supervisor (no restarts here) marks it down after the grace.
+    let policy = Supervision {
+        restart: false,
+        down_grace: Duration::from_secs(1),
+        out_grace: Duration::from_secs(3600),
+    };
+    let down_at = supervise_until(
+        &mut cluster,
+        &policy,
+        Duration::from_secs(30),
+        |e| matches!(e, Event::Marked { devices, state: "down", .. } if devices.contains(&victim)),
+    );
+    eprintln!("kill -9 to down in the map: {:?}", down_at - killed_at);
+    rt.block_on(async {
+        for (i, key) in keys.iter().enumerate().skip(4).step_by(2) {
+            let value = data(2000 + i, 700);
+            client.put(PLAIN_POOL, key, value.clone()).await.expect("a write while down");
+            newest.insert(key.clone(), Some(value));
+        }
+    });
+
+    // Back: it must never answer an older version than the newest acknowledged, whether
+    // the map still marks it down or it is catching up.
+    cluster.restart(victim).expect("restart");
+    supervise_until(
+        &mut cluster,
+        &policy,
+        Duration::from_secs(30),
+        |e| matches!(e, Event::Marked { devices, state: "up", .. } if devices.contains(&victim)),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut recovering_answers = 0;
+    rt.block_on(async {
+        loop {
+            let mut all_current = true;
+            for key in &keys {
+                match (read_direct(&addr, victim, pool, key).await, &newest[key]) {
+                    (Direct::Recovering, _) => {
+                        recovering_answers += 1;
+                        all_current = false;
+                    }
+                    (Direct::Found(_, got), Some(want)) => assert_eq!(&got, want, "{key}"),
+                    (Direct::Absent, None) => {}
+                    (answer, want) => {
+                        panic!("{key}: device {victim} answered {answer:?}, the newest is {want:?}")
+                    }
+                }
+            }
+            if all_current {
+                break;
+            }
+            assert!(Instant::now() < deadline, "device {victim} did not catch up within 60 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let status = statuses(&cluster).await;
+        let device = status[0].as_ref().expect("answers").devices[0].clone();
+        assert!(!device.recovering);
+        eprintln!(
+            "caught up: {} versions fetched, {recovering_answers} reads refused meanwhile",
+            device.caught_up
+        );
+    });
+}
+
+#[test]
+fn the_supervisor_restarts_a_server_killed_with_sigkill() {
+    let (_dir, mut cluster) = cluster(small());
+    let policy = Supervision::default();
+    let pid = cluster.servers()[1].pid().expect("running");
+    kill_9(pid);
+    supervise_until(
+        &mut cluster,
+        &policy,
+        Duration::from_secs(30),
+        |e| matches!(e, Event::Restarted { host, restarts: 1 } if *host == cluster_host(1)),
+    );
+    let server = &cluster.servers()[1];
+    assert_ne!(server.pid(), Some(pid));
+    let addr = server.addr.clone();
+    assert!(
+        wait_until(Duration::from_secs(20), || optio_local::cluster::health_epoch(&addr).is_some()),
+        "the restarted server answers"
+    );
+    assert_eq!(cluster.restarts()[1].1, 1);
+}
+
+fn cluster_host(i: usize) -> String {
+    // small(): 3 zones × 1 host, named z{zone}-h1.
+    format!("z{}-h1", i + 1)
+}
