@@ -97,7 +97,11 @@ fn main() -> std::process::ExitCode {
         Command::Analyze(args) => commands::analyze::run(args),
         Command::Diff(args) => commands::diff::run(args),
         Command::Map(command) => commands::map::run(command),
-        Command::Status(args) => commands::status::run(args),
+        Command::Status(args) => match commands::status::run(args) {
+            // The health's exit code (0 OK, 2 WARN, 3 ERR) once the status printed.
+            Ok(code) => return std::process::ExitCode::from(code),
+            Err(error) => Err(error),
+        },
         Command::Resize(args) => commands::edit::resize(args),
         Command::Reintegrate(args) => commands::reintegrate::run(args),
         Command::Sim(args) => commands::sim::run(args),

@@ -15,7 +15,13 @@ use crate::output::{Table, bytes};
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
   optio status --cluster /tmp/optio
-  optio status --map etcd://127.0.0.1:2379 --watch")]
+  optio status --map etcd://127.0.0.1:2379 --watch
+
+The health line: HEALTH_OK (exit 0) when every device is up, in, answering and serving and
+no data is moving; HEALTH_WARN (exit 2) when some are down, out, silent or catching up, or
+data is moving (writes still succeed); HEALTH_ERR (exit 3) when some placement group has
+fewer than its pool's min_size replicas serving (its writes are refused). Exit 1: the status
+could not be read.")]
 pub struct Args {
     #[command(flatten)]
     pub live: LiveMap,
@@ -129,6 +135,133 @@ fn table(map: &ClusterMap, rows: &[ServerRow]) -> String {
     table.render()
 }
 
+/// The cluster's health, as `optio status` prints it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Health {
+    /// `HEALTH_OK`, `HEALTH_WARN` or `HEALTH_ERR`.
+    pub level: &'static str,
+    /// Why it is not OK, one line each.
+    pub problems: Vec<String>,
+    /// Placement groups (of the pools that have them) with every replica up and serving.
+    pub pgs_healthy: u64,
+    /// With fewer replicas than the pool's size (devices down or out of their set), but at
+    /// least min_size serving: writes are acknowledged, degraded.
+    pub pgs_degraded: u64,
+    /// With every replica placed but some not serving yet (catching up, or not answering).
+    pub pgs_recovering: u64,
+    /// With fewer than min_size replicas serving: writes are refused.
+    pub pgs_inactive: u64,
+}
+
+impl Health {
+    /// The exit code of `optio status`: 0 OK, 2 WARN, 3 ERR (1 is left to errors).
+    pub fn exit_code(&self) -> u8 {
+        match self.level {
+            "HEALTH_OK" => 0,
+            "HEALTH_WARN" => 2,
+            _ => 3,
+        }
+    }
+}
+
+/// The health of the cluster `map` describes, from its servers' answers: which devices are
+/// down, out, not answering or catching up, and what that does to each placement group.
+pub fn health(map: &ClusterMap, rows: &[ServerRow]) -> Health {
+    let mut serving = std::collections::HashSet::new();
+    let mut problems = Vec::new();
+    let mut warn = false;
+    let names = |ids: &[u32]| ids.iter().map(|d| format!("osd.{d}")).collect::<Vec<_>>().join(", ");
+    let (mut down, mut out, mut silent, mut recovering) = (vec![], vec![], vec![], vec![]);
+    for device in map.devices() {
+        if !device.up {
+            down.push(device.id.0);
+        }
+        if !device.is_in {
+            out.push(device.id.0);
+        }
+    }
+    for row in rows {
+        match &row.status {
+            Ok(status) => {
+                for device in &status.devices {
+                    let id = device.metrics.device;
+                    if device.recovering {
+                        if map.device(DeviceId(id)).is_some_and(|d| d.up) {
+                            recovering.push(id);
+                        }
+                    } else {
+                        serving.insert(id);
+                    }
+                }
+            }
+            Err(_) => silent.extend(
+                row.devices.iter().filter(|d| map.device(DeviceId(**d)).is_some_and(|d| d.up)),
+            ),
+        }
+    }
+    for (list, what) in [
+        (&down, "down"),
+        (&out, "out"),
+        (&silent, "up in the map but not answering"),
+        (&recovering, "catching up on missed writes"),
+    ] {
+        if !list.is_empty() {
+            warn = true;
+            problems.push(format!("{} device(s) {what}: {}", list.len(), names(list)));
+        }
+    }
+    if !all_done(map, rows) {
+        warn = true;
+        problems.push("data is moving to where this epoch places it".into());
+    }
+    let (mut healthy, mut degraded, mut recovering_pgs, mut inactive) = (0, 0, 0, 0);
+    if let Ok(placement) = optio_placement::Placement::new(map) {
+        let mut scratch = placement.scratch();
+        let mut set = optio_placement::ReplicaSet::new();
+        for pool in placement.pools().filter(|p| p.pool().pg_num > 0) {
+            let info = pool.pool();
+            for seed in 0..info.pg_num {
+                pool.place(pool.key_of_seed(seed), &mut scratch, &mut set);
+                let members = set.devices().count() as u32;
+                let live = set.devices().filter(|d| serving.contains(&d.0)).count() as u32;
+                if live < info.min_size {
+                    inactive += 1;
+                } else if members < info.size {
+                    degraded += 1;
+                } else if live < members {
+                    recovering_pgs += 1;
+                } else {
+                    healthy += 1;
+                }
+            }
+        }
+    }
+    if inactive > 0 {
+        problems.insert(
+            0,
+            format!("{inactive} placement group(s) with fewer than min_size replicas serving: their writes are refused"),
+        );
+    }
+    if degraded + recovering_pgs > 0 {
+        warn = true;
+    }
+    let level = if inactive > 0 {
+        "HEALTH_ERR"
+    } else if warn {
+        "HEALTH_WARN"
+    } else {
+        "HEALTH_OK"
+    };
+    Health {
+        level,
+        problems,
+        pgs_healthy: healthy,
+        pgs_degraded: degraded,
+        pgs_recovering: recovering_pgs,
+        pgs_inactive: inactive,
+    }
+}
+
 /// Whether every server holding an up device reports its migration done for `epoch`.
 pub fn all_done(map: &ClusterMap, rows: &[ServerRow]) -> bool {
     rows.iter().all(|row| {
@@ -137,7 +270,8 @@ pub fn all_done(map: &ClusterMap, rows: &[ServerRow]) -> bool {
     })
 }
 
-pub fn run(args: Args) -> Result<()> {
+/// Runs `optio status`; returns the exit code ([`Health::exit_code`]).
+pub fn run(args: Args) -> Result<u8> {
     let source = args.live.source()?;
     let runtime = crate::commands::runtime()?;
     runtime.block_on(async move {
@@ -145,6 +279,7 @@ pub fn run(args: Args) -> Result<()> {
         if !args.watch {
             let map = source.load().await?;
             let rows = servers(&map, &transport).await;
+            let health = health(&map, &rows);
             if args.json {
                 let json: Vec<serde_json::Value> = rows
                     .iter()
@@ -157,7 +292,7 @@ pub fn run(args: Args) -> Result<()> {
                     "{}",
                     serde_json::to_string_pretty(&serde_json::json!({
                         "map": source.describe(), "epoch": map.epoch().0,
-                        "settled": all_done(&map, &rows), "servers": json,
+                        "settled": all_done(&map, &rows), "servers": json, "health": health,
                     }))?
                 );
             } else {
@@ -174,10 +309,18 @@ pub fn run(args: Args) -> Result<()> {
                         "rebalancing is under way (`optio status --watch` follows it)"
                     }
                 );
+                println!(
+                    "placement groups: {} healthy, {} degraded, {} recovering, {} inactive",
+                    health.pgs_healthy, health.pgs_degraded, health.pgs_recovering, health.pgs_inactive
+                );
+                println!("health: {}", health.level);
+                for problem in &health.problems {
+                    println!("  {problem}");
+                }
             }
-            return Ok(());
+            return Ok(health.exit_code());
         }
-        watch(&source, &transport).await
+        watch(&source, &transport).await.map(|()| 0)
     })
 }
 

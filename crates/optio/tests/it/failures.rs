@@ -115,6 +115,12 @@ fn a_dead_server_is_marked_down_written_around_and_serves_nothing_stale_when_bac
         |e| matches!(e, Event::Marked { devices, state: "down", .. } if devices.contains(&victim)),
     );
     eprintln!("kill -9 to down in the map: {:?}", down_at - killed_at);
+    let (code, text) = status(&cluster);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("health: HEALTH_WARN") && text.contains("1 device(s) down: osd.0"),
+        "{text}"
+    );
     rt.block_on(async {
         for (i, key) in keys.iter().enumerate().skip(4).step_by(2) {
             let value = data(2000 + i, 700);
@@ -163,7 +169,39 @@ fn a_dead_server_is_marked_down_written_around_and_serves_nothing_stale_when_bac
             "caught up: {} versions fetched, {recovering_answers} reads refused meanwhile",
             device.caught_up
         );
+        crate::wait_settled(&cluster, Duration::from_secs(60)).await;
     });
+    let (code, text) = status(&cluster);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("health: HEALTH_OK"), "{text}");
+}
+
+/// `optio status` on the cluster: (exit code, standard output).
+fn status(cluster: &LocalCluster) -> (i32, String) {
+    let output = std::process::Command::new(crate::binary())
+        .args(["status", "--cluster"])
+        .arg(cluster.dir())
+        .output()
+        .expect("optio status runs");
+    (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[test]
+fn health_is_err_when_placement_groups_have_fewer_than_min_size_replicas_serving() {
+    let (_dir, mut cluster) = cluster(small());
+    let (code, text) = status(&cluster);
+    assert_eq!(code, 0, "{text}");
+    cluster.kill(0).unwrap();
+    let (code, text) = status(&cluster);
+    assert_eq!(code, 2, "one of three replicas silent: writes still succeed\n{text}");
+    assert!(text.contains("up in the map but not answering: osd.0"), "{text}");
+    cluster.kill(1).unwrap();
+    let (code, text) = status(&cluster);
+    assert_eq!(code, 3, "{text}");
+    assert!(
+        text.contains("health: HEALTH_ERR") && text.contains("their writes are refused"),
+        "{text}"
+    );
 }
 
 #[test]
