@@ -117,6 +117,7 @@ impl Client {
         while *attempts < RETRIES_MAX {
             *attempts += 1;
             let view = self.view();
+            self.learn_settling(&view).await;
             let pool = view.pool(pool_name)?;
             let candidates = self.candidates_in(&view, pool, key);
             let chosen = match self.locate(&view, pool, key, &candidates).await {

@@ -123,6 +123,10 @@ struct View {
     map: ClusterMap,
     placement: Placement,
     previous: Option<Arc<Previous>>,
+    /// This is the first map the client loaded: it does not know the map before it, so
+    /// while servers still move data for this epoch, a copy may be anywhere (a client that
+    /// starts during rebalancing).
+    previous_unknown: bool,
 }
 
 /// The map held before the current one, compiled.
@@ -183,6 +187,8 @@ struct Inner {
     location: Option<optio_placement::choice::Location>,
     /// The newest epoch every server reported done moving data for.
     settled_epoch: AtomicU64,
+    /// The newest epoch whose settling the servers were asked about at least once.
+    settled_asked: AtomicU64,
 }
 
 impl Drop for Inner {
@@ -196,9 +202,10 @@ impl Followed for View {
         let placement = Placement::new(&map).map_err(|e| e.to_string())?;
         // Reads consult the previous placement too until every server reports it has
         // finished moving data for the new epoch.
+        let previous_unknown = previous.is_none();
         let previous =
             previous.map(|held| Arc::new(Previous { placement: held.placement.clone() }));
-        Ok(View { map, placement, previous })
+        Ok(View { map, placement, previous, previous_unknown })
     }
 
     fn epoch(&self) -> u64 {
@@ -310,6 +317,7 @@ impl Client {
                 policy,
                 location,
                 settled_epoch: AtomicU64::new(0),
+                settled_asked: AtomicU64::new(0),
             }),
         };
         tokio::spawn(watch_settling(Arc::downgrade(&client.inner)));

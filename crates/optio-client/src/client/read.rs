@@ -293,7 +293,11 @@ impl Client {
         for candidate in candidates {
             match self.newest_copy(view, pool, key, candidate).await {
                 Ok(Newest::Live { .. }) => {
-                    self.inner.cache.insert(pool.0, key, candidate.index);
+                    // Found by asking every device, the copy may belong to another
+                    // candidate: read it, but do not remember the choice.
+                    if !self.anywhere(view) {
+                        self.inner.cache.insert(pool.0, key, candidate.index);
+                    }
                     return Ok(Some(candidate.index));
                 }
                 Ok(Newest::Deleted) => {}

@@ -13,7 +13,10 @@
 //!
 //! The client knows the window is over when every server holding an up device answers
 //! `/v1/status` with its migration done for the client's epoch (polled every
-//! [`STATUS_POLL_INTERVAL`] while it is not).
+//! [`STATUS_POLL_INTERVAL`] while it is not). A client that starts during the window never
+//! saw the map before: it asks the servers once, before its first read, and while they are
+//! not done it asks every up device (issue 13, defect 1: "no object" for acknowledged data
+//! during rebalancing).
 
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
@@ -74,7 +77,24 @@ pub(super) async fn watch_settling(inner: Weak<Inner>) {
 impl Client {
     /// Whether some server may still be moving data to where the current map places it.
     pub(super) fn unsettled(&self, view: &View) -> bool {
-        view.previous.is_some() && self.inner.settled_epoch.load(Ordering::Acquire) < view.epoch()
+        (view.previous.is_some() || view.previous_unknown)
+            && self.inner.settled_epoch.load(Ordering::Acquire) < view.epoch()
+    }
+
+    /// Whether the client must read as if a copy could be on any device: it does not know
+    /// the map before its first one, and the servers are still moving data for it.
+    pub(super) fn anywhere(&self, view: &View) -> bool {
+        view.previous_unknown && self.unsettled(view)
+    }
+
+    /// For a client whose first map this is: asks the servers once whether they finished
+    /// moving data for it (a client started during rebalancing must read carefully, though it
+    /// never saw the map before; one that starts in a settled cluster reads the fast way).
+    pub(super) async fn learn_settling(&self, view: &View) {
+        let epoch = view.epoch();
+        if view.previous_unknown && self.inner.settled_asked.load(Ordering::Acquire) < epoch {
+            self.poll_settled(view).await;
+        }
     }
 
     /// Asks every server with an up device whether it finished rebalancing for the epoch.
@@ -88,6 +108,7 @@ impl Client {
         let settled = answers
             .iter()
             .all(|answer| answer.as_ref().is_ok_and(|status| status.migration.settled_at(epoch)));
+        self.inner.settled_asked.fetch_max(epoch, Ordering::AcqRel);
         if settled {
             self.inner.settled_epoch.fetch_max(epoch, Ordering::AcqRel);
             tracing::info!(epoch, "every server finished rebalancing");
@@ -157,6 +178,15 @@ impl Client {
                 }
             }
         };
+        if self.anywhere(view) {
+            // Where the map before placed it is unknown: every device that is up.
+            for device in view.map.devices().iter().filter(|d| d.up && d.addr.is_some()) {
+                if !devices.contains(&device.id) {
+                    devices.push(device.id);
+                }
+            }
+            return devices;
+        }
         let seed = placement_seed(candidate);
         let mut set = ReplicaSet::new();
         if self.unsettled(view)

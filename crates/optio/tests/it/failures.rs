@@ -424,3 +424,46 @@ fn kill_9_a_server_every_few_seconds_under_load_loses_nothing_acknowledged() {
         eprintln!("{checked} keys checked after the loop");
     });
 }
+
+#[test]
+fn a_client_started_during_rebalancing_finds_every_acknowledged_object() {
+    // Issue 13, defect 1: the move is slow (1 MiB/s per server), the reader is a fresh client
+    // for every key, as `optio get` is.
+    let spec = optio_local::LocalClusterSpec {
+        hosts_per_zone: 2,
+        migration_rate_bytes_per_sec: Some(1 << 20),
+        ..small()
+    };
+    let (_dir, cluster) = cluster(spec);
+    let rt = runtime();
+    let pool = optio_local::cluster::CRUSH_POOL;
+    let keys: Vec<String> = (0..150).map(|i| format!("k{i}")).collect();
+    rt.block_on(async {
+        let writer = client(&cluster, None).await;
+        for (i, key) in keys.iter().enumerate() {
+            writer.put(pool, key, data(i, 200_000)).await.expect("put");
+        }
+    });
+    let change = optio_placement::MapChange::SetState {
+        device: optio_placement::DeviceId(5),
+        up: None,
+        is_in: Some(false),
+    };
+    let epoch = cluster.change_map(&change).expect("out").epoch().0;
+    cluster.wait_for_epoch(epoch).expect("servers follow");
+    rt.block_on(async {
+        let mut moving_seen = false;
+        for (i, key) in keys.iter().enumerate() {
+            let reader = client(&cluster, None).await;
+            let got = reader.get(pool, key).await.unwrap_or_else(|e| panic!("{key}: {e}"));
+            assert_eq!(got, data(i, 200_000), "{key}");
+            if !moving_seen {
+                moving_seen = statuses(&cluster)
+                    .await
+                    .iter()
+                    .any(|s| s.as_ref().is_some_and(|s| !s.migration.settled_at(epoch)));
+            }
+        }
+        assert!(moving_seen, "the reads ran while data was still moving");
+    });
+}
