@@ -93,6 +93,44 @@ pub struct DeviceStatus {
     /// Versions fetched from peers while catching up, since the server started.
     #[serde(default)]
     pub caught_up: u64,
+    /// The last scrub pass of the device, if one ran since the server started.
+    #[serde(default)]
+    pub scrub: Option<ScrubReport>,
+    /// Damaged or stale replicas scrubbing repaired, since the server started.
+    #[serde(default)]
+    pub scrub_repaired: u64,
+    /// Damaged replicas scrubbing could not repair (no good replica), since the start.
+    #[serde(default)]
+    pub scrub_unrepairable: u64,
+}
+
+/// What one scrub pass of one device found and did (`POST /v1/scrub`, `optio scrub`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScrubReport {
+    /// The device.
+    pub device: u32,
+    /// A deep pass (every replica re-read and its checksums verified), or a light one
+    /// (versions compared with the other replicas only).
+    pub deep: bool,
+    /// Objects and tombstones looked at.
+    pub objects: u64,
+    /// Bytes re-read (deep passes).
+    pub bytes_read: u64,
+    /// Replicas found damaged: a checksum or header that does not verify, a truncated or
+    /// missing file, a file of another key (quarantined, or forgotten when missing).
+    pub damaged: u64,
+    /// Replicas older than another replica of their set.
+    pub stale: u64,
+    /// Damaged or stale replicas brought back to the newest version from a good replica.
+    pub repaired: u64,
+    /// Damaged replicas no other replica could repair (left quarantined).
+    pub unrepairable: u64,
+    /// Objects some of whose other replicas did not answer (compared with the others only).
+    pub unreachable: u64,
+    /// How long the pass took, in seconds.
+    pub seconds: f64,
+    /// The first problems found, for people (at most 20).
+    pub problems: Vec<String>,
 }
 
 /// The body of `/v1/status`.

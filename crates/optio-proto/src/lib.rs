@@ -47,7 +47,7 @@ mod migration;
 pub mod route;
 pub mod wire;
 
-pub use body::{Deleted, DeviceStatus, ListQuery, Listing, ServerStatus};
+pub use body::{Deleted, DeviceStatus, ListQuery, Listing, ScrubReport, ServerStatus};
 pub use choice::ChoiceRecord;
 pub use error::{ErrorBody, ErrorKind, FormatError};
 pub use header::{HEADER_BYTES, OBJECT_FORMAT_VERSION, ObjectHeader, checksum};

@@ -18,6 +18,9 @@ pub const STATUS_PATH: &str = "/v1/status";
 pub const METRICS_PATH: &str = "/metrics";
 /// The server's liveness check.
 pub const HEALTH_PATH: &str = "/health";
+/// A scrub pass on demand (`POST`, query `deep=true`, `pool=ID`): answers a JSON list of
+/// [`crate::ScrubReport`], one per device, when the pass is over.
+pub const SCRUB_PATH: &str = "/v1/scrub";
 
 /// What a device route addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

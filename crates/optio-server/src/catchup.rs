@@ -264,9 +264,7 @@ impl CatchUp {
         }
     }
 
-    /// Fetches `key` from `peer` and stores it on `device` (a newer version stored meanwhile
-    /// wins; an object deleted or overwritten meanwhile on the peer is left to the next pass
-    /// or to the writer, which writes this device too).
+    /// Fetches `key` from `peer` and stores it on `device` (see [`fetch_version`]).
     async fn fetch(
         &self,
         map: &Arc<ServerMap>,
@@ -275,40 +273,11 @@ impl CatchUp {
         pool: PoolId,
         key: &str,
     ) -> Result<(), String> {
-        let call = Call::new(peer, pool, map.epoch(), Op::Fetch { key });
-        let answer = match self.transport.send(call).await {
-            Ok(answer) => answer,
-            Err((failure, _)) if failure.kind() == Some(ErrorKind::NotFound) => return Ok(()),
-            Err((failure, _)) => {
-                return Err(format!("reading '{key}' from device {}: {failure}", peer.device));
-            }
-        };
-        let Some(info) = answer.info else {
-            return Err(format!("device {} answered '{key}' without object headers", peer.device));
-        };
-        let store = self.devices[&device].clone();
-        let (key, epoch) = (key.to_string(), Epoch(map.epoch()));
-        let result = tokio::task::spawn_blocking(move || {
-            store.put(&PutRequest {
-                pool,
-                key: &key,
-                data: &answer.body,
-                version: info.version,
-                checksum: Some(info.checksum),
-                pg_seed: info.pg_seed,
-                epoch,
-            })
-        })
-        .await
-        .map_err(|e| format!("write task failed: {e}"))?;
-        match result {
-            Ok(_) => {
-                self.note_pulled(device);
-                Ok(())
-            }
-            Err(e) if e.kind() == ErrorKind::VersionConflict => Ok(()),
-            Err(e) => Err(format!("storing a fetched version: {e}")),
+        let store = &self.devices[&device];
+        if fetch_version(&self.transport, store, peer, pool, key, map.epoch()).await? {
+            self.note_pulled(device);
         }
+        Ok(())
     }
 
     fn note_pulled(&self, device: u32) {
@@ -316,7 +285,52 @@ impl CatchUp {
     }
 }
 
+/// Fetches `key` from `peer` (even if the peer is catching up itself) and stores it in
+/// `store`; returns whether a version was stored. A newer version stored meanwhile wins; an
+/// object deleted or overwritten meanwhile on the peer is left alone (its writer writes this
+/// device too).
+pub(crate) async fn fetch_version(
+    transport: &HttpTransport,
+    store: &Arc<DeviceStore>,
+    peer: &Endpoint,
+    pool: PoolId,
+    key: &str,
+    epoch: u64,
+) -> Result<bool, String> {
+    let call = Call::new(peer, pool, epoch, Op::Fetch { key });
+    let answer = match transport.send(call).await {
+        Ok(answer) => answer,
+        Err((failure, _)) if failure.kind() == Some(ErrorKind::NotFound) => return Ok(false),
+        Err((failure, _)) => {
+            return Err(format!("reading '{key}' from device {}: {failure}", peer.device));
+        }
+    };
+    let Some(info) = answer.info else {
+        return Err(format!("device {} answered '{key}' without object headers", peer.device));
+    };
+    let store = store.clone();
+    let key = key.to_string();
+    let result = tokio::task::spawn_blocking(move || {
+        store.put(&PutRequest {
+            pool,
+            key: &key,
+            data: &answer.body,
+            version: info.version,
+            checksum: Some(info.checksum),
+            pg_seed: info.pg_seed,
+            epoch: Epoch(epoch),
+        })
+    })
+    .await
+    .map_err(|e| format!("write task failed: {e}"))?;
+    match result {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::VersionConflict => Ok(false),
+        Err(e) => Err(format!("storing a fetched version: {e}")),
+    }
+}
+
 /// The version `store` holds of `key`, live or deleted.
-fn held_version(store: &DeviceStore, pool: PoolId, key: &str) -> Option<ObjectVersion> {
+pub(crate) fn held_version(store: &DeviceStore, pool: PoolId, key: &str) -> Option<ObjectVersion> {
     store.info(pool, key).map(|i| i.version).or_else(|| store.tombstone(pool, key))
 }

@@ -106,20 +106,20 @@ struct Plan {
     records: Vec<RecordTask>,
 }
 
-/// Token bucket over bytes sent.
-struct RateLimiter {
+/// Token bucket over bytes sent (or read, for scrubbing).
+pub(crate) struct RateLimiter {
     rate: Option<u64>,
     state: tokio::sync::Mutex<(f64, Instant)>,
 }
 
 impl RateLimiter {
-    fn new(rate: Option<u64>) -> RateLimiter {
+    pub(crate) fn new(rate: Option<u64>) -> RateLimiter {
         RateLimiter { rate, state: tokio::sync::Mutex::new((0.0, Instant::now())) }
     }
 
     /// Waits until `bytes` may be sent. The bucket holds at most one second of rate; a
     /// transfer larger than that goes into debt, paid by the next ones.
-    async fn acquire(&self, bytes: u64) {
+    pub(crate) async fn acquire(&self, bytes: u64) {
         let Some(rate) = self.rate.filter(|r| *r > 0) else { return };
         let rate = rate as f64;
         let wait = {
