@@ -11,21 +11,11 @@ use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::{BucketId, ITEM_NONE, ItemId, RuleId, TypeId, Weight};
 use crate::map::{
     BUCKETS_MAX, Bucket, BucketAlg, ClusterMap, EngineSpec, LINEAR_PARAM_ONE, Pool, PoolBalance,
-    PpsGenerator, Rule, RuleKind, Step,
+    Rule, RuleKind, Step,
 };
 use crate::replica::ReplicaSet;
 
-/// A crush pool's parameters: its rule and seed 002's extensions (Ceph's behaviour with pps
-/// [`PpsGenerator::Ceph`] and a linear parameter of [`LINEAR_PARAM_ONE`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CrushParams {
-    /// The rule.
-    pub rule: RuleId,
-    /// How PGs become CRUSH inputs.
-    pub pps: PpsGenerator,
-    /// The balance parameter of `linear` buckets, 16.16 fixed point, at least 1.0.
-    pub linear_param: u32,
-}
+pub use crate::params::crush::CrushParams;
 
 /// A crush pool compiled: what its lookups pass to the mapper.
 #[derive(Clone, Debug)]
