@@ -4,6 +4,9 @@
 //! [`ClusterMapBuilder`](crate::ClusterMapBuilder), which checks every reference, weight and
 //! limit. Changing a map means building a new one (`map.to_builder()`, edit, `build()`).
 
+use std::collections::HashMap;
+
+use crate::error::{MapError, MapErrorKind, Subject};
 use crate::ids::{BucketId, DeviceId, Epoch, ItemId, PoolId, RuleId, TypeId, Weight};
 use crate::tunables::Tunables;
 
@@ -669,5 +672,63 @@ impl ClusterMap {
             vector[device.id.0 as usize] = device.effective_reweight().0;
         }
         vector
+    }
+}
+
+/// A map under construction, as the builder shows it to the checks of its rules and pools and
+/// to the engines' checks ([`engine`](crate::engine)): what is resolved so far, before the map
+/// is valid. Defined here, below the engines, so that they validate without depending on the
+/// builder; the builder adds its own look-ups of item references.
+pub(crate) struct PartialMap<'a> {
+    /// The bucket types.
+    pub(crate) types: &'a [BucketType],
+    /// The devices.
+    pub(crate) devices: &'a [Device],
+    /// Device id → position in `devices` (`u32::MAX` for none).
+    pub(crate) device_slots: &'a [u32],
+    /// Bucket id → bucket (`BucketId::index`), shadow buckets included.
+    pub(crate) buckets: &'a [Option<Bucket>],
+    /// Every device and bucket by name.
+    pub(crate) names: &'a HashMap<String, ItemId>,
+}
+
+impl PartialMap<'_> {
+    /// The bucket with this id.
+    pub(crate) fn bucket(&self, id: BucketId) -> Option<&Bucket> {
+        self.buckets.get(id.index())?.as_ref()
+    }
+
+    /// The type named `name`, or an unknown-reference error about `subject`.
+    pub(crate) fn type_id(&self, subject: &Subject, name: &str) -> Result<TypeId, MapError> {
+        self.type_by_name(name).ok_or_else(|| {
+            MapError::new(
+                subject.clone(),
+                MapErrorKind::UnknownReference { what: "type", name: name.to_string() },
+            )
+        })
+    }
+
+    /// The type named `name`, if any.
+    pub(crate) fn type_by_name(&self, name: &str) -> Option<TypeId> {
+        self.types.iter().find(|t| t.name == name).map(|t| t.id)
+    }
+
+    /// The devices.
+    pub(crate) fn devices(&self) -> &[Device] {
+        self.devices
+    }
+
+    /// Whether the map has a device with this id.
+    pub(crate) fn has_device(&self, id: DeviceId) -> bool {
+        self.device_slots.get(id.0 as usize).is_some_and(|s| *s != u32::MAX)
+    }
+
+    /// The CRUSH weight of device `id` (zero for a missing device).
+    pub(crate) fn device_weight(&self, id: i32) -> Weight {
+        self.device_slots
+            .get(id as usize)
+            .and_then(|slot| self.devices.get(*slot as usize))
+            .map(|d| d.weight)
+            .unwrap_or_default()
     }
 }

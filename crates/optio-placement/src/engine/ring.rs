@@ -14,11 +14,10 @@
 //! Invariants: a vnode's position depends only on its device and index, so adding or removing
 //! a device (or changing its capacity) changes only the arcs of its own virtual nodes.
 
-use crate::builder::PartialMap;
 use crate::engine::vnode::{RingIndex, vnode_position};
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::{DeviceId, ItemId};
-use crate::map::{ClusterMap, Device};
+use crate::map::{ClusterMap, Device, PartialMap};
 use crate::replica::ReplicaSet;
 
 pub use crate::params::ring::RingParams;

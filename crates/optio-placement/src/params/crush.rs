@@ -1,5 +1,7 @@
 //! The `crush` engine's parameters ([`engine::crush`](crate::engine::crush)): the rule and
-//! seed 002's extensions, the pps generator and the `linear` buckets' balance parameter.
+//! seed 002's extensions, the pps generator and the `linear` buckets' balance parameter; and,
+//! as given to the builder, the rule reference and the balance parameter ([`RuleRef`],
+//! [`LinearParamSpec`]), which the engine checks.
 
 use crate::ids::RuleId;
 
@@ -51,4 +53,24 @@ impl PpsGenerator {
             _ => None,
         }
     }
+}
+
+/// A rule referenced by id or name, as a crush pool's spec gives it
+/// ([`CrushSpec`](crate::engine::crush::CrushSpec)); the builder resolves it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RuleRef {
+    /// By id.
+    Id(RuleId),
+    /// By name.
+    Name(String),
+}
+
+/// The balance parameter of a pool's `linear` buckets, as given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinearParamSpec {
+    /// This value (16.16 fixed point, at least 1.0 = [`LINEAR_PARAM_ONE`]).
+    Fixed(u32),
+    /// Chosen when the map is built by seed 002's adaptive search
+    /// ([`crate::change::linear::tune_linear_param`]) and stored with the pool.
+    Auto,
 }

@@ -1,6 +1,8 @@
 //! A pool's parameters as plain data: what the map stores for each pool's engine
 //! ([`EngineParams`], one module per engine), its Optio balance extensions ([`PoolBalance`])
-//! and its choices ([`choice`]), with their names in map files.
+//! and its choices ([`choice`]), with their names in map files; and the few of them that the
+//! engines check as given to the builder, before the builder resolves them ([`RuleRef`](crush::RuleRef),
+//! [`LinearParamSpec`], [`PoolBalanceSpec`]; the builder re-exports them).
 //!
 //! This module sits below the map and everything that interprets these values: [`map`](crate::map)
 //! holds them in each [`Pool`](crate::map::Pool), the engines ([`engine`](crate::engine)) compile
@@ -18,8 +20,8 @@ pub mod ring;
 
 use crate::ids::{RuleId, Weight};
 use attributed::AttributedParams;
-use balanced::BalanceMethod;
-use crush::{LINEAR_PARAM_ONE, PpsGenerator};
+use balanced::{BalanceMethod, BalanceState};
+use crush::{LINEAR_PARAM_ONE, LinearParamSpec, PpsGenerator};
 use elastic::ElasticParams;
 use ring::RingParams;
 
@@ -137,5 +139,36 @@ impl PoolBalance {
             parts.push(format!("linear balance parameter {param} (seed 002)"));
         }
         (!parts.is_empty()).then(|| format!("{}; not Ceph-compatible", parts.join(", ")))
+    }
+}
+
+/// Optio's balance extensions of a pool to add (see [`PoolBalance`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolBalanceSpec {
+    /// How PGs become CRUSH inputs.
+    pub pps: PpsGenerator,
+    /// The balance parameter of `linear` buckets.
+    pub linear_param: LinearParamSpec,
+    /// Optio's balanced placement, and which one.
+    pub balanced: BalanceMethod,
+    /// For an incremental pool: the state to rebalance from (the previous map's); the
+    /// builder computes the pool's state from it and the map (from scratch without one).
+    pub state: Option<BalanceState>,
+}
+
+impl Default for PoolBalanceSpec {
+    fn default() -> PoolBalanceSpec {
+        PoolBalanceSpec::from(PoolBalance::default())
+    }
+}
+
+impl From<PoolBalance> for PoolBalanceSpec {
+    fn from(balance: PoolBalance) -> PoolBalanceSpec {
+        PoolBalanceSpec {
+            pps: balance.pps,
+            linear_param: LinearParamSpec::Fixed(balance.linear_param),
+            balanced: balance.balanced,
+            state: None,
+        }
     }
 }
