@@ -9,6 +9,15 @@ nodes are the sibling modules at that level (a file or directory; `lib.rs`, `mai
 connected component of more than one module and exits 1 when there is one, so CI can keep the
 crates free of cycles.
 
+Test code is ignored, as the compiler ignores it outside `cargo test` (and as `cargo modules`
+does by default): an item under `#[cfg(test)]` — an inline `mod tests { … }` (its end found by
+matching braces, skipping strings, chars and comments), a `fn`, `use`, `impl`, … — is cut from
+its file, and a `#[cfg(test)] mod NAME;` takes its file (`NAME.rs`, or the directory `NAME/`,
+beside the declaring module) out of the tree: it is no node and names nothing. So tests may
+build maps with the builder without that counting as a dependency of the code under test. Only
+the exact attribute `#[cfg(test)]` is recognised (`cfg(all(test, …))` and the like are not), and
+a `#[path]` on a test module is not followed.
+
 Usage: scripts/module-cycles.py [--known FILE] [CRATE_DIR ...]
        (default: every crate under crates/)
 
@@ -17,6 +26,7 @@ prints them after "cycle of N modules:"; `#` starts a comment) is reported but n
 provided the cycle found is that one or a part of it: a known cycle may shrink, never grow, and
 a new one fails. That lets CI hold the line while a cycle being taken apart is still there.
 """
+import functools
 import os
 import re
 import sys
@@ -29,13 +39,176 @@ def strip_comments(text):
     return "\n".join(line.split("//")[0] for line in text.splitlines())
 
 
+CFG_TEST = re.compile(r"#\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]")
+# Test-only files and directories (`#[cfg(test)] mod NAME;`, and what an inline test module's
+# own `mod` declarations would load), found by `prepare`.
+TEST_ONLY = set()
+RAW_STRING = re.compile(r'(?:b|c)?r(#*)"')
+STRING = re.compile(r'(?:b|c)?"')
+# a char literal, not a lifetime: `'a'`, `'\''`, `'\u{1F600}'`, `b'x'`
+CHAR = re.compile(r"b?'(?:\\(?:u\{[0-9a-fA-F_]*\}|x..|.)|[^\\'])'", re.S)
+
+
+def skip_literal(text, i):
+    """If a comment, string, raw string or char literal starts at `i`, the index just past it;
+    else `i`."""
+    n = len(text)
+    if text.startswith("//", i):
+        end = text.find("\n", i)
+        return n if end < 0 else end
+    if text.startswith("/*", i):
+        depth, j = 0, i
+        while j < n:
+            if text.startswith("/*", j):
+                depth, j = depth + 1, j + 2
+            elif text.startswith("*/", j):
+                depth, j = depth - 1, j + 2
+                if depth == 0:
+                    return j
+            else:
+                j += 1
+        return n
+    if text[i] not in "\"'bcr":
+        return i
+    prev = text[i - 1] if i > 0 else " "
+    if prev.isalnum() or prev == "_":
+        return i
+    raw = RAW_STRING.match(text, i)
+    if raw:
+        end = text.find('"' + raw.group(1), raw.end())
+        return n if end < 0 else end + 1 + len(raw.group(1))
+    quote = STRING.match(text, i)
+    if quote:
+        j = quote.end()
+        while j < n and text[j] != '"':
+            j += 2 if text[j] == "\\" else 1
+        return j + 1
+    char = CHAR.match(text, i)
+    return char.end() if char else i
+
+
+def skip_attribute(text, i):
+    """The index just past the attribute (`#[…]` or `#![…]`) at `i`, or `i` if none is there."""
+    match = re.compile(r"#\s*!?\s*\[").match(text, i)
+    if not match:
+        return i
+    depth, j = 1, match.end()
+    while j < len(text) and depth:
+        k = skip_literal(text, j)
+        if k != j:
+            j = k
+            continue
+        depth += {"[": 1, "]": -1}.get(text[j], 0)
+        j += 1
+    return j
+
+
+QUALIFIERS = ("pub", "crate", "super", "self", "in", "unsafe", "async", "extern", "default")
+
+
+def item_end(text, i):
+    """The index just past the item (or statement) that starts at `i`, after any more
+    attributes: the `}` that closes its body, or its `;` at depth 0. A `use`, `const`,
+    `static`, `let` or `type` ends at its `;`, braces and all (`const fn` is a function)."""
+    n = len(text)
+    ident = re.compile(IDENT)
+    depth = 0
+    keyword = None
+    while i < n:
+        j = skip_literal(text, i)
+        if j == i and depth == 0 and keyword is None:
+            j = skip_attribute(text, i)
+        if j != i:
+            i = j
+            continue
+        word = ident.match(text, i) if depth == 0 and keyword in (None, "const") else None
+        if word and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            if keyword == "const":
+                if word.group(0) in ("fn", "unsafe", "async", "extern"):
+                    keyword = "fn"
+            elif word.group(0) not in QUALIFIERS:
+                keyword = word.group(0)
+            i = word.end()
+            continue
+        ch = text[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0 and ch == "}" and keyword not in ("use", "const", "static", "let", "type"):
+                return i + 1
+        elif ch == ";" and depth == 0:
+            return i + 1
+        i += 1
+    return n
+
+
+def module_dir(file):
+    """Where the modules that `file` declares live."""
+    if os.path.basename(file) in ("lib.rs", "main.rs", "mod.rs"):
+        return os.path.dirname(file)
+    return file[:-3]
+
+
+def strip_tests(text, file=None):
+    """`text` without its `#[cfg(test)]` items; the test-only modules it declares go into
+    `TEST_ONLY` when `file` is given."""
+    out = []
+    i = 0
+    n = len(text)
+    while i < n:
+        j = skip_literal(text, i)
+        if j != i:
+            out.append(text[i:j])
+            i = j
+            continue
+        match = CFG_TEST.match(text, i)
+        if not match:
+            out.append(text[i])
+            i += 1
+            continue
+        end = item_end(text, match.end())
+        item = text[match.end() : end]
+        start = match.end()
+        while True:
+            start = re.compile(r"\s*").match(text, start).end()
+            after = skip_attribute(text, start)
+            if after == start:
+                break
+            start = after
+        declared = re.compile(
+            r"\s*(?:pub\s*(?:\([^)]*\))?\s*)?mod\s+(" + IDENT + r")\s*[;{]"
+        ).match(text, start)
+        if declared and file:
+            base = os.path.join(module_dir(file), declared.group(1))
+            TEST_ONLY.update({base + ".rs", base})
+        out.append("\n" * item.count("\n"))
+        i = end
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=None)
+def source(file):
+    """The code of `file` that the crate is built from: test items and comments removed."""
+    return strip_comments(strip_tests(open(file, encoding="utf-8").read()))
+
+
+def prepare(src):
+    """Finds the test-only module files of the crate whose sources are in `src`."""
+    for file in rust_files(src):
+        strip_tests(open(file, encoding="utf-8").read(), file)
+
+
 def rust_files(path):
+    if path in TEST_ONLY:
+        return []
     if path.endswith(".rs"):
         return [path]
     found = []
-    for root, _, names in os.walk(path):
+    for root, dirs, names in os.walk(path):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in TEST_ONLY]
         found += [os.path.join(root, n) for n in names if n.endswith(".rs")]
-    return sorted(found)
+    return sorted(f for f in found if f not in TEST_ONLY)
 
 
 def children(directory):
@@ -43,7 +216,7 @@ def children(directory):
     mods = {}
     for entry in sorted(os.listdir(directory)):
         path = os.path.join(directory, entry)
-        if entry in ("lib.rs", "main.rs", "mod.rs"):
+        if entry in ("lib.rs", "main.rs", "mod.rs") or path in TEST_ONLY:
             continue
         if entry.endswith(".rs"):
             mods[entry[:-3]] = path
@@ -57,7 +230,7 @@ def reexports(level_file, mods):
     names = {}
     if not level_file or not os.path.exists(level_file):
         return names
-    text = strip_comments(open(level_file, encoding="utf-8").read())
+    text = source(level_file)
     for module, rest in re.findall(r"pub\s+use\s+(" + IDENT + r")::([^;]*);", text, flags=re.S):
         if module in mods:
             for name in re.findall(IDENT, rest):
@@ -103,7 +276,7 @@ def level_edges(directory, crate_path, level_file):
     edges = {m: set() for m in mods}
     for mod, path in mods.items():
         for file in rust_files(path):
-            text = strip_comments(open(file, encoding="utf-8").read())
+            text = source(file)
             targets = referenced(text, "crate::" + "".join(p + "::" for p in crate_path), mods, exported)
             if os.path.dirname(file) == directory:
                 targets |= referenced(text, "super::", mods, exported)
@@ -199,6 +372,7 @@ def main():
         if not os.path.isdir(src):
             continue
         name = os.path.basename(os.path.normpath(crate))
+        prepare(src)
         top = os.path.join(src, "lib.rs")
         if not os.path.exists(top):
             top = os.path.join(src, "main.rs")

@@ -9,9 +9,9 @@
 //!
 //! * [`ClusterMap`] ([`map`]), built only by [`ClusterMapBuilder`] ([`builder`]), which
 //!   validates everything; each [`Pool`] carries its engine's parameters
-//!   ([`engine::EngineParams`]).
-//! * Engines ([`engine`], one module each, owning its parameters, spec, checks, compiled form
-//!   and lookup): `crush` ([`engine::crush`] over Ceph's mapper in [`crush`], bit-compatible
+//!   ([`engine::EngineParams`]) and its choice settings, plain data defined in [`params`].
+//! * Engines ([`engine`], one module each, owning its spec, checks, compiled form and lookup,
+//!   and re-exporting its parameters from [`params`]): `crush` ([`engine::crush`] over Ceph's mapper in [`crush`], bit-compatible
 //!   with Ceph), [`ring`](engine::ring) (consistent hashing with capacity-weighted virtual
 //!   nodes), [`attributed`](engine::attributed) (attributed consistent hashing: sectors,
 //!   capacity/bandwidth/location strategies for heterogeneous devices),
@@ -63,6 +63,7 @@ pub mod engine;
 pub mod error;
 pub mod ids;
 pub mod map;
+pub mod params;
 pub mod pg;
 pub mod placement;
 pub mod replica;

@@ -4,6 +4,9 @@
 //! [`ClusterMapBuilder`](crate::ClusterMapBuilder), which checks every reference, weight and
 //! limit. Changing a map means building a new one (`map.to_builder()`, edit, `build()`).
 
+use std::collections::HashMap;
+
+use crate::error::{MapError, MapErrorKind, Subject};
 use crate::ids::{BucketId, DeviceId, Epoch, ItemId, PoolId, RuleId, TypeId, Weight};
 use crate::tunables::Tunables;
 
@@ -22,9 +25,12 @@ pub const RULE_STEPS_MAX: usize = 256;
 /// Most levels of buckets above a device (Ceph's default types have 11; the builder and the
 /// engines recurse over the hierarchy, so its depth is bounded).
 pub const HIERARCHY_DEPTH_MAX: usize = 256;
-pub use crate::engine::attributed::{AttributedParams, SectorSelection};
-pub use crate::engine::elastic::ElasticParams;
-pub use crate::engine::ring::RingParams;
+pub use crate::params::attributed::{AttributedParams, SectorSelection};
+pub use crate::params::balanced::BalanceMethod;
+pub use crate::params::crush::{LINEAR_PARAM_ONE, PpsGenerator};
+pub use crate::params::elastic::ElasticParams;
+pub use crate::params::ring::RingParams;
+pub use crate::params::{EngineSpec, PoolBalance};
 pub use crate::replica::REPLICAS_MAX;
 /// Most placement groups per pool.
 pub const PG_NUM_MAX: u32 = 1 << 24;
@@ -290,155 +296,6 @@ pub struct Rule {
     pub steps: Vec<Step>,
 }
 
-/// The placement engine of a pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum EngineSpec {
-    /// CRUSH with one of the map's rules (Ceph-compatible).
-    Crush {
-        /// The rule.
-        rule: RuleId,
-    },
-    /// Consistent hashing with capacity-weighted virtual nodes.
-    Ring(RingParams),
-    /// Attributed consistent hashing: sectors of virtual nodes, capacity, bandwidth and
-    /// location strategies. The pool's [`sector_base`](Pool::sector_base) pins the sectors.
-    Attributed(AttributedParams),
-    /// Elastic consistent hashing: primary servers, equal-work layout, membership versions.
-    Elastic(ElasticParams),
-}
-
-impl EngineSpec {
-    /// The engine's name as written in map files.
-    pub fn name(&self) -> &'static str {
-        match self {
-            EngineSpec::Crush { .. } => "crush",
-            EngineSpec::Ring(_) => "ring",
-            EngineSpec::Attributed(_) => "attributed",
-            EngineSpec::Elastic(_) => "elastic",
-        }
-    }
-}
-
-/// A pool's [`PoolBalance::linear_param`] of 1.0 (16.16 fixed point): the least allowed.
-pub const LINEAR_PARAM_ONE: u32 = 0x10000;
-
-/// How a crush pool turns a placement group into its CRUSH input (pps).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum PpsGenerator {
-    /// Ceph's `raw_pg_to_pps`: `hash32_2(stable_mod(seed), pool)` (`+ pool` without
-    /// HASHPSPOOL).
-    #[default]
-    Ceph,
-    /// **Optio extension, not Ceph-compatible** (seed 002): the folded seed `k` maps to the
-    /// `k`-th term of a full-period linear congruential sequence modulo `2^n`
-    /// (`2^n ≥ pgp_num > 2^(n−1)`) whose start and increment come from the pool id — a
-    /// bijection of `{0 … 2^n − 1}`, so a pool's pps values are a permutation of that range
-    /// (see [`crate::pg::congruential_pps`]).
-    Congruential,
-}
-
-impl PpsGenerator {
-    /// The name used in map files.
-    pub fn name(self) -> &'static str {
-        match self {
-            PpsGenerator::Ceph => "ceph",
-            PpsGenerator::Congruential => "congruential",
-        }
-    }
-
-    /// Parses a name used in map files.
-    pub fn from_name(name: &str) -> Option<PpsGenerator> {
-        match name {
-            "ceph" => Some(PpsGenerator::Ceph),
-            "congruential" => Some(PpsGenerator::Congruential),
-            _ => None,
-        }
-    }
-}
-
-/// Which of Optio's balanced placements a crush pool uses (`balanced` in Optio TOML).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum BalanceMethod {
-    /// None: CRUSH's own choice (`balanced = false`).
-    #[default]
-    Off,
-    /// The history-free method ([`crate::engine::balanced::balance`], `balanced = true`): computed
-    /// from the map alone.
-    HistoryFree,
-    /// The incremental method ([`crate::engine::balanced::incremental`], `balanced = "incremental"`):
-    /// balanced by per-device prices kept in the pool's [`Pool::balance_state`] and updated
-    /// from the previous state when the map changes.
-    Incremental,
-}
-
-impl BalanceMethod {
-    /// Whether a balanced placement replaces CRUSH's choice.
-    pub fn is_on(self) -> bool {
-        self != BalanceMethod::Off
-    }
-
-    /// Its name in reports: `"history-free"`, `"incremental"` (`None` when off).
-    pub fn name(self) -> Option<&'static str> {
-        match self {
-            BalanceMethod::Off => None,
-            BalanceMethod::HistoryFree => Some("history-free"),
-            BalanceMethod::Incremental => Some("incremental"),
-        }
-    }
-}
-
-/// Optio's balance settings of a pool. **None of them is Ceph-compatible**; the defaults
-/// are Ceph's behaviour.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PoolBalance {
-    /// How PGs become CRUSH inputs.
-    pub pps: PpsGenerator,
-    /// The balance parameter of `linear` buckets (seed 002), 16.16 fixed point, at least 1.0
-    /// ([`LINEAR_PARAM_ONE`]): a linear bucket divides the pps by it.
-    pub linear_param: u32,
-    /// Optio's balanced placement (no exception tables; [`crate::engine::balanced`]) instead of
-    /// CRUSH's own choice, and which one.
-    pub balanced: BalanceMethod,
-}
-
-impl Default for PoolBalance {
-    fn default() -> PoolBalance {
-        PoolBalance {
-            pps: PpsGenerator::Ceph,
-            linear_param: LINEAR_PARAM_ONE,
-            balanced: BalanceMethod::Off,
-        }
-    }
-}
-
-impl PoolBalance {
-    /// Whether these are Ceph's defaults (no Optio extension in use).
-    pub fn is_ceph(&self) -> bool {
-        *self == PoolBalance::default()
-    }
-
-    /// The extensions in use, for people (`None` for Ceph's defaults).
-    pub fn describe(&self) -> Option<String> {
-        let mut parts = Vec::new();
-        match self.balanced {
-            BalanceMethod::Off => {}
-            BalanceMethod::HistoryFree => parts.push("Optio balanced placement".to_string()),
-            BalanceMethod::Incremental => {
-                parts.push("Optio incremental balanced placement".to_string())
-            }
-        }
-        if self.pps == PpsGenerator::Congruential {
-            parts.push("congruential pps (seed 002)".to_string());
-        }
-        if self.linear_param != LINEAR_PARAM_ONE {
-            let param = Weight(self.linear_param);
-            parts.push(format!("linear balance parameter {param} (seed 002)"));
-        }
-        (!parts.is_empty()).then(|| format!("{}; not Ceph-compatible", parts.join(", ")))
-    }
-}
-
 /// Which servers are active in one membership version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ActiveSet {
@@ -542,11 +399,11 @@ pub struct Pool {
     /// running; a set with fewer than this many up refuses writes.
     pub min_size: u32,
     /// The engine and everything it places by.
-    pub engine: crate::engine::EngineParams,
+    pub engine: crate::params::EngineParams,
     /// Ceph's HASHPSPOOL flag: placement seeds hash the pool id (on for every modern pool).
     pub hashpspool: bool,
     /// Choices: candidates per object, the policy that picks one, the full threshold.
-    pub choice: crate::choice::ChoiceSettings,
+    pub choice: crate::params::choice::ChoiceSettings,
 }
 
 impl Pool {
@@ -559,12 +416,12 @@ impl Pool {
     /// other than `crush`).
     pub fn balance(&self) -> PoolBalance {
         match &self.engine {
-            crate::engine::EngineParams::Crush(crush) => PoolBalance {
+            crate::params::EngineParams::Crush(crush) => PoolBalance {
                 pps: crush.pps,
                 linear_param: crush.linear_param,
                 balanced: BalanceMethod::Off,
             },
-            crate::engine::EngineParams::Balanced(balanced) => PoolBalance {
+            crate::params::EngineParams::Balanced(balanced) => PoolBalance {
                 pps: balanced.pps,
                 linear_param: LINEAR_PARAM_ONE,
                 balanced: balanced.method,
@@ -577,15 +434,15 @@ impl Pool {
     /// [`AttributedPool`](crate::engine::attributed::AttributedPool)); empty for the others.
     pub fn sector_base(&self) -> &[(DeviceId, u32)] {
         match &self.engine {
-            crate::engine::EngineParams::Attributed(attributed) => &attributed.sector_base,
+            crate::params::EngineParams::Attributed(attributed) => &attributed.sector_base,
             _ => &[],
         }
     }
 
     /// For incremental balanced pools, the balancer's state; `None` for the others.
-    pub fn balance_state(&self) -> Option<&crate::engine::balanced::incremental::BalanceState> {
+    pub fn balance_state(&self) -> Option<&crate::params::balanced::BalanceState> {
         match &self.engine {
-            crate::engine::EngineParams::Balanced(balanced) => balanced.state.as_ref(),
+            crate::params::EngineParams::Balanced(balanced) => balanced.state.as_ref(),
             _ => None,
         }
     }
@@ -823,5 +680,63 @@ impl ClusterMap {
             vector[device.id.0 as usize] = device.effective_reweight().0;
         }
         vector
+    }
+}
+
+/// A map under construction, as the builder shows it to the checks of its rules and pools and
+/// to the engines' checks ([`engine`](crate::engine)): what is resolved so far, before the map
+/// is valid. Defined here, below the engines, so that they validate without depending on the
+/// builder; the builder adds its own look-ups of item references.
+pub(crate) struct PartialMap<'a> {
+    /// The bucket types.
+    pub(crate) types: &'a [BucketType],
+    /// The devices.
+    pub(crate) devices: &'a [Device],
+    /// Device id → position in `devices` (`u32::MAX` for none).
+    pub(crate) device_slots: &'a [u32],
+    /// Bucket id → bucket (`BucketId::index`), shadow buckets included.
+    pub(crate) buckets: &'a [Option<Bucket>],
+    /// Every device and bucket by name.
+    pub(crate) names: &'a HashMap<String, ItemId>,
+}
+
+impl PartialMap<'_> {
+    /// The bucket with this id.
+    pub(crate) fn bucket(&self, id: BucketId) -> Option<&Bucket> {
+        self.buckets.get(id.index())?.as_ref()
+    }
+
+    /// The type named `name`, or an unknown-reference error about `subject`.
+    pub(crate) fn type_id(&self, subject: &Subject, name: &str) -> Result<TypeId, MapError> {
+        self.type_by_name(name).ok_or_else(|| {
+            MapError::new(
+                subject.clone(),
+                MapErrorKind::UnknownReference { what: "type", name: name.to_string() },
+            )
+        })
+    }
+
+    /// The type named `name`, if any.
+    pub(crate) fn type_by_name(&self, name: &str) -> Option<TypeId> {
+        self.types.iter().find(|t| t.name == name).map(|t| t.id)
+    }
+
+    /// The devices.
+    pub(crate) fn devices(&self) -> &[Device] {
+        self.devices
+    }
+
+    /// Whether the map has a device with this id.
+    pub(crate) fn has_device(&self, id: DeviceId) -> bool {
+        self.device_slots.get(id.0 as usize).is_some_and(|s| *s != u32::MAX)
+    }
+
+    /// The CRUSH weight of device `id` (zero for a missing device).
+    pub(crate) fn device_weight(&self, id: i32) -> Weight {
+        self.device_slots
+            .get(id as usize)
+            .and_then(|slot| self.devices.get(*slot as usize))
+            .map(|d| d.weight)
+            .unwrap_or_default()
     }
 }

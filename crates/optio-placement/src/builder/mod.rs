@@ -4,6 +4,12 @@
 //! device locations (`zone=z1 rack=r1 host=h1`), or both. The builder resolves names, assigns
 //! missing bucket ids (lowest free, as Ceph does), computes bucket weights bottom-up, builds
 //! Ceph's per-class shadow trees, and checks every reference, weight and limit.
+//!
+//! Each pool's engine is resolved by the engine's own checks ([`engine`](crate::engine)),
+//! which read the map being built and take only data from below them: the engines' specs
+//! ([`CrushSpec`], [`RingSpec`], …) and the spec types they check ([`RuleRef`],
+//! [`LinearParamSpec`], [`PoolBalanceSpec`], defined with the pool's parameters in
+//! [`params`](crate::params)) are re-exported here, so the builder's API is in one place.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -14,6 +20,8 @@ pub use crate::engine::ring::RingSpec;
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::{BucketId, DeviceId, Epoch, ItemId, PoolId, RuleId, TypeId, Weight};
 use crate::map::*;
+pub use crate::params::PoolBalanceSpec;
+pub use crate::params::crush::{LinearParamSpec, RuleRef};
 use crate::tunables::Tunables;
 
 mod from_map;
@@ -26,7 +34,6 @@ use from_map::{bucket_specs, membership_spec, pool_spec, step_to_spec};
 use membership::{build_membership, membership_order};
 pub(crate) use pools::IncrementalPools;
 use pools::build_pools;
-pub(crate) use rules::PartialMap;
 use rules::{build_choose_args, build_rules};
 pub use topology::weight_from_capacity;
 use topology::{
@@ -50,15 +57,6 @@ impl std::fmt::Display for ItemRef {
             ItemRef::Name(name) => f.write_str(name),
         }
     }
-}
-
-/// A rule referenced by id or name.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RuleRef {
-    /// By id.
-    Id(RuleId),
-    /// By name.
-    Name(String),
 }
 
 /// A device to add.
@@ -275,47 +273,6 @@ pub struct PoolSpec {
     pub choice: crate::choice::ChoiceSettings,
     /// Optio's balance extensions (none by default; crush pools only).
     pub balance: PoolBalanceSpec,
-}
-
-/// The balance parameter of a pool's `linear` buckets, as given.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LinearParamSpec {
-    /// This value (16.16 fixed point, at least 1.0 = [`LINEAR_PARAM_ONE`]).
-    Fixed(u32),
-    /// Chosen when the map is built by seed 002's adaptive search
-    /// ([`crate::change::linear::tune_linear_param`]) and stored with the pool.
-    Auto,
-}
-
-/// Optio's balance extensions of a pool to add (see [`PoolBalance`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PoolBalanceSpec {
-    /// How PGs become CRUSH inputs.
-    pub pps: PpsGenerator,
-    /// The balance parameter of `linear` buckets.
-    pub linear_param: LinearParamSpec,
-    /// Optio's balanced placement, and which one.
-    pub balanced: crate::map::BalanceMethod,
-    /// For an incremental pool: the state to rebalance from (the previous map's); the
-    /// builder computes the pool's state from it and the map (from scratch without one).
-    pub state: Option<crate::engine::balanced::incremental::BalanceState>,
-}
-
-impl Default for PoolBalanceSpec {
-    fn default() -> PoolBalanceSpec {
-        PoolBalanceSpec::from(PoolBalance::default())
-    }
-}
-
-impl From<PoolBalance> for PoolBalanceSpec {
-    fn from(balance: PoolBalance) -> PoolBalanceSpec {
-        PoolBalanceSpec {
-            pps: balance.pps,
-            linear_param: LinearParamSpec::Fixed(balance.linear_param),
-            balanced: balance.balanced,
-            state: None,
-        }
-    }
 }
 
 impl PoolSpec {
@@ -687,7 +644,13 @@ impl ClusterMapBuilder {
             check_bucket_shape(bucket)?;
         }
         build_shadow_trees(&mut build, &mut buckets, &bucket_parent, &class_ids)?;
-        let map_for_rules = PartialMap { build: &build, buckets: &buckets };
+        let map_for_rules = PartialMap {
+            types: &build.types,
+            devices: &build.devices,
+            device_slots: &build.device_slots,
+            buckets: &buckets,
+            names: &build.names,
+        };
         let rules = build_rules(&map_for_rules, &self.rules)?;
         let choose_args = build_choose_args(&map_for_rules, &self.choose_args)?;
         let order = membership_order(&build, self.membership.as_ref())?;

@@ -1,6 +1,7 @@
 //! Pools: sizes, choice settings, and each engine's spec resolved by the engine itself.
 
 use super::*;
+use crate::engine::crush::PoolShape;
 
 /// The incremental balanced pools, each with the state it was given.
 pub(crate) type IncrementalPools =
@@ -33,7 +34,8 @@ pub(super) fn build_pools(
             return Err(err(subject, Kind::DuplicateName));
         }
         let (min_size, pgp_num) = check_pool_sizes(&subject, spec)?;
-        let (engine, sector_base) = resolve_engine(map, rules, spec, &subject, servers)?;
+        let shape = PoolShape { name: &spec.name, size: spec.size, pgp_num };
+        let (engine, sector_base) = resolve_engine(map, rules, spec, &subject, &shape, servers)?;
         spec.choice.validate(spec.pg_num).map_err(|error| {
             err(
                 subject.clone(),
@@ -44,7 +46,8 @@ pub(super) fn build_pools(
                 },
             )
         })?;
-        let balance = crate::engine::crush::check_pool_balance(map, rules, spec, &engine)?;
+        let balance =
+            crate::engine::crush::check_pool_balance(map, rules, &shape, &spec.balance, &engine)?;
         if spec.balance.linear_param == LinearParamSpec::Auto {
             auto.push(spec.id);
         }
@@ -130,6 +133,7 @@ fn resolve_engine(
     rules: &[Rule],
     spec: &PoolSpec,
     subject: &Subject,
+    shape: &PoolShape<'_>,
     servers: usize,
 ) -> Result<(EngineSpec, Vec<(DeviceId, u32)>), MapError> {
     let range = |field: &'static str, value: u32, reason: String| {
@@ -158,7 +162,7 @@ fn resolve_engine(
                 };
                 err(subject.clone(), Kind::UnknownReference { what: "rule", name })
             })?;
-            crate::engine::crush::check_rule_capacity(map, rule, spec)?;
+            crate::engine::crush::check_rule_capacity(map, rule, shape)?;
             EngineSpec::Crush { rule: rule.id }
         }
         EngineRef::Ring(RingSpec { vnode_bytes, failure_domain }) => {

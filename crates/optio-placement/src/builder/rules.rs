@@ -2,25 +2,14 @@
 
 use super::*;
 
-/// Read access to a map under construction, for rules and pools (and the engines' checks).
-pub(crate) struct PartialMap<'a> {
-    pub(super) build: &'a Build,
-    pub(super) buckets: &'a [Option<Bucket>],
-}
-
+/// The builder's own look-ups in the map being built: item references and names.
 impl PartialMap<'_> {
-    /// The bucket with this id.
-    pub(crate) fn bucket(&self, id: BucketId) -> Option<&Bucket> {
-        self.buckets.get(id.index())?.as_ref()
-    }
-
     fn resolve(&self, subject: &Subject, item: &ItemRef) -> Result<ItemId, MapError> {
         let found = match item {
-            ItemRef::Name(name) => self.build.names.get(name).copied(),
+            ItemRef::Name(name) => self.names.get(name).copied(),
             ItemRef::Id(id) => match id.bucket() {
                 Some(bucket) => self.bucket(bucket).map(|_| *id),
                 None => self
-                    .build
                     .device_slots
                     .get(id.0 as usize)
                     .is_some_and(|s| *s != u32::MAX)
@@ -32,43 +21,11 @@ impl PartialMap<'_> {
         })
     }
 
-    /// The type named `name`, or an unknown-reference error about `subject`.
-    pub(crate) fn type_id(&self, subject: &Subject, name: &str) -> Result<TypeId, MapError> {
-        self.build.type_by_name(name).ok_or_else(|| {
-            err(subject.clone(), Kind::UnknownReference { what: "type", name: name.to_string() })
-        })
-    }
-
     fn item_name(&self, item: ItemId) -> String {
         match item.bucket() {
             Some(bucket) => self.bucket(bucket).map(|b| b.name.clone()).unwrap_or_default(),
-            None => self.build.item_name(item),
+            None => self.devices[self.device_slots[item.0 as usize] as usize].name.clone(),
         }
-    }
-
-    /// The type named `name`, if any.
-    pub(crate) fn type_by_name(&self, name: &str) -> Option<TypeId> {
-        self.build.type_by_name(name)
-    }
-
-    /// The devices, by id.
-    pub(crate) fn devices(&self) -> &[Device] {
-        &self.build.devices
-    }
-
-    /// Whether the map has a device with this id.
-    pub(crate) fn has_device(&self, id: DeviceId) -> bool {
-        self.build.device_slots.get(id.0 as usize).is_some_and(|s| *s != u32::MAX)
-    }
-
-    /// The CRUSH weight of device `id` (zero for a missing device).
-    pub(crate) fn device_weight(&self, id: i32) -> Weight {
-        self.build
-            .device_slots
-            .get(id as usize)
-            .and_then(|slot| self.build.devices.get(*slot as usize))
-            .map(|d| d.weight)
-            .unwrap_or_default()
     }
 }
 
@@ -107,7 +64,7 @@ pub(super) fn build_rules(map: &PartialMap<'_>, specs: &[RuleSpec]) -> Result<Ve
                         None => Step::Take(item),
                         Some(class) => {
                             let name = format!("{}~{}", map.item_name(item), class);
-                            let shadow = map.build.names.get(&name).copied().ok_or_else(|| {
+                            let shadow = map.names.get(&name).copied().ok_or_else(|| {
                                 err(
                                     subject.clone(),
                                     Kind::UnknownReference { what: "class", name: class.clone() },

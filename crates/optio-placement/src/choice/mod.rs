@@ -12,7 +12,8 @@
 //!   `random`, `local`, `memory`, `cpu`, `space`, `latency`, `journal`, `composite`.
 //! * [`decide`] — [`choose`]: never a candidate with a down or full device; a clear
 //!   [`ChoiceError::NoCandidate`] when none can take the object.
-//! * [`settings`] — a pool's `choices`, `policy` and `full_ratio`, with their limits.
+//! * [`settings`] — a pool's `choices`, `policy` and `full_ratio`, with their limits (data the
+//!   map holds, so defined in [`params::choice`](crate::params::choice) and re-exported).
 //!
 //! Decisions are pure and use integers only, so every client with the same snapshot picks the
 //! same candidate. The full story, with the simulations, is `docs/choice.md`.

@@ -4,28 +4,19 @@
 //! pool `size` devices, and its Optio balance extensions (seed 002's pps and `linear`
 //! parameter, the balanced placements) must fit the rule.
 
-use crate::builder::{LinearParamSpec, PartialMap, PoolBalanceSpec, PoolSpec, RuleRef};
 use crate::crush::hash::hash32_2;
 use crate::crush::{CrushMap, CrushWork};
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::{BucketId, ITEM_NONE, ItemId, RuleId, TypeId, Weight};
 use crate::map::{
-    BUCKETS_MAX, Bucket, BucketAlg, ClusterMap, EngineSpec, LINEAR_PARAM_ONE, Pool, PoolBalance,
-    PpsGenerator, Rule, RuleKind, Step,
+    BUCKETS_MAX, Bucket, BucketAlg, ClusterMap, EngineSpec, LINEAR_PARAM_ONE, PartialMap, Pool,
+    PoolBalance, Rule, RuleKind, Step,
 };
+use crate::params::PoolBalanceSpec;
+use crate::params::crush::{LinearParamSpec, RuleRef};
 use crate::replica::ReplicaSet;
 
-/// A crush pool's parameters: its rule and seed 002's extensions (Ceph's behaviour with pps
-/// [`PpsGenerator::Ceph`] and a linear parameter of [`LINEAR_PARAM_ONE`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CrushParams {
-    /// The rule.
-    pub rule: RuleId,
-    /// How PGs become CRUSH inputs.
-    pub pps: PpsGenerator,
-    /// The balance parameter of `linear` buckets, 16.16 fixed point, at least 1.0.
-    pub linear_param: u32,
-}
+pub use crate::params::crush::CrushParams;
 
 /// A crush pool compiled: what its lookups pass to the mapper.
 #[derive(Clone, Debug)]
@@ -153,19 +144,30 @@ pub struct CrushSpec {
     pub rule: Option<RuleRef>,
 }
 
-/// Checks a pool's Optio balance extensions: crush pools only; a `linear` balance parameter
-/// in range and only where the rule reaches a linear bucket; balanced placement only with a
-/// rule it supports (and then no linear parameter: it does not use CRUSH's buckets).
+/// What [`check_pool_balance`] needs of the pool being built: its name (for errors), size and
+/// placement groups (`pgp_num` with its default) — the rest of its spec is the builder's.
+pub(crate) struct PoolShape<'a> {
+    /// The pool's name.
+    pub(crate) name: &'a str,
+    /// Replicas (or shards) per object.
+    pub(crate) size: u32,
+    /// Placement groups used for placement.
+    pub(crate) pgp_num: u32,
+}
+
+/// Checks a pool's Optio balance extensions (`wanted`): crush pools only; a `linear` balance
+/// parameter in range and only where the rule reaches a linear bucket; balanced placement only
+/// with a rule it supports (and then no linear parameter: it does not use CRUSH's buckets).
 pub(crate) fn check_pool_balance(
     map: &PartialMap<'_>,
     rules: &[Rule],
-    spec: &PoolSpec,
+    pool: &PoolShape<'_>,
+    wanted: &PoolBalanceSpec,
     engine: &EngineSpec,
 ) -> Result<PoolBalance, MapError> {
-    let wanted = &spec.balance;
     let mut balance =
         PoolBalance { pps: wanted.pps, linear_param: LINEAR_PARAM_ONE, balanced: wanted.balanced };
-    let subject = Subject::Pool(spec.name.clone());
+    let subject = Subject::Pool(pool.name.to_string());
     let bad = |field: &'static str, value: String, reason: String| {
         MapError::new(subject.clone(), Kind::OutOfRange { field, value, reason })
     };
@@ -187,7 +189,7 @@ pub(crate) fn check_pool_balance(
     }
     check_balance_state(wanted, &bad)?;
     if wanted.balanced.is_on() {
-        check_balanced(rule.expect("crush pools have a rule"), spec, &bad)?;
+        check_balanced(rule.expect("crush pools have a rule"), pool, wanted, &bad)?;
     }
     Ok(balance)
 }
@@ -259,8 +261,12 @@ fn check_balance_state(wanted: &PoolBalanceSpec, bad: &Bad<'_>) -> Result<(), Ma
 /// A balanced pool: no linear parameter (it does not use CRUSH's buckets), a rule the
 /// balancer supports, and at most [`BALANCED_UNITS_MAX`](crate::engine::balanced::BALANCED_UNITS_MAX)
 /// placement units.
-fn check_balanced(rule: &Rule, spec: &PoolSpec, bad: &Bad<'_>) -> Result<(), MapError> {
-    let wanted = &spec.balance;
+fn check_balanced(
+    rule: &Rule,
+    pool: &PoolShape<'_>,
+    wanted: &PoolBalanceSpec,
+    bad: &Bad<'_>,
+) -> Result<(), MapError> {
     let value = match wanted.balanced {
         crate::map::BalanceMethod::Incremental => "\"incremental\"",
         _ => "true",
@@ -272,14 +278,14 @@ fn check_balanced(rule: &Rule, spec: &PoolSpec, bad: &Bad<'_>) -> Result<(), Map
             "a balanced pool does not use CRUSH's buckets, so the linear balance parameter means nothing; remove it".into(),
         ));
     }
-    if let Err(why) = crate::engine::balanced::rule_shape(rule, spec.size) {
+    if let Err(why) = crate::engine::balanced::rule_shape(rule, pool.size) {
         return Err(bad(
             "balanced",
             value.into(),
             format!("rule '{}' cannot be balanced: {why}", rule.name),
         ));
     }
-    let pgp_num = spec.pgp_num.unwrap_or(spec.pg_num);
+    let pgp_num = pool.pgp_num;
     if pgp_num > crate::engine::balanced::BALANCED_UNITS_MAX {
         return Err(bad(
             "pgp_num",
@@ -323,7 +329,7 @@ fn rule_reaches_linear(map: &PartialMap<'_>, rule: &Rule) -> bool {
 pub(crate) fn check_rule_capacity(
     map: &PartialMap<'_>,
     rule: &Rule,
-    pool: &PoolSpec,
+    pool: &PoolShape<'_>,
 ) -> Result<(), MapError> {
     let result_max = i64::from(pool.size);
     let mut emitted: i64 = 0;
@@ -375,7 +381,7 @@ pub(crate) fn check_rule_capacity(
             )
         };
         return Err(MapError::new(
-            Subject::Pool(pool.name.clone()),
+            Subject::Pool(pool.name.to_string()),
             Kind::RuleCannotSatisfy {
                 rule: rule.name.clone(),
                 needed: pool.size,

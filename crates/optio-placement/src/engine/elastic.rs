@@ -37,17 +37,7 @@ use crate::ids::DeviceId;
 use crate::map::{ActiveSet, ClusterMap, Membership};
 use crate::replica::{REPLICAS_MAX, ReplicaSet};
 
-/// Parameters of the `elastic` engine (elastic consistent hashing, Xie & Chen; see
-/// [`elastic`](crate::engine::elastic)). Ranks and membership versions are the map's
-/// [`Membership`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ElasticParams {
-    /// p: the servers of ranks 1..=p are primaries (default ⌈n / e²⌉ when the pool is made).
-    pub primaries: u32,
-    /// B of the equal-work layout: each primary gets round(B / p) virtual nodes and the
-    /// secondary of rank i round(B / i) (at least 1).
-    pub scale: u32,
-}
+pub use crate::params::elastic::ElasticParams;
 
 /// Default B: large enough that the lowest-ranked of a few hundred servers has over a hundred
 /// virtual nodes.

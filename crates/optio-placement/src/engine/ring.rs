@@ -14,29 +14,13 @@
 //! Invariants: a vnode's position depends only on its device and index, so adding or removing
 //! a device (or changing its capacity) changes only the arcs of its own virtual nodes.
 
-use crate::builder::PartialMap;
 use crate::engine::vnode::{RingIndex, vnode_position};
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
-use crate::ids::{DeviceId, ItemId, TypeId};
-use crate::map::{ClusterMap, Device};
+use crate::ids::{DeviceId, ItemId};
+use crate::map::{ClusterMap, Device, PartialMap};
 use crate::replica::ReplicaSet;
 
-/// Parameters of the `ring` engine (consistent hashing with virtual nodes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RingParams {
-    /// Capacity one virtual node stands for; a device gets ⌈capacity / vnode_bytes⌉ vnodes
-    /// (at most [`RING_VNODES_PER_DEVICE_MAX`]).
-    pub vnode_bytes: u64,
-    /// Replicas go to distinct buckets of this type (e.g. zone) when set, else only to
-    /// distinct devices.
-    pub failure_domain: Option<TypeId>,
-}
-
-impl Default for RingParams {
-    fn default() -> RingParams {
-        RingParams { vnode_bytes: 8 << 30, failure_domain: None }
-    }
-}
+pub use crate::params::ring::RingParams;
 
 /// Most virtual nodes one device may have.
 pub const RING_VNODES_PER_DEVICE_MAX: u64 = 65_536;

@@ -4,9 +4,9 @@
 use super::{
     ATTRIBUTED_VNODES_MAX, AttributedParams, SectorSelection, TOLERANCE_PERCENT_MAX, vnode_count,
 };
-use crate::builder::PartialMap;
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::{DeviceId, TypeId};
+use crate::map::PartialMap;
 
 /// An attributed pool's engine parameters as given (defaults unresolved).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

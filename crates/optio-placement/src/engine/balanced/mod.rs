@@ -52,20 +52,7 @@ use crate::ids::{DeviceId, ItemId, TypeId};
 use crate::map::{ClusterMap, EngineSpec, Pool, Rule, RuleKind, Step};
 use crate::replica::ReplicaSet;
 
-/// A balanced pool's parameters: the crush rule it balances over, how PGs become its keys,
-/// the method, and (incremental method) the balancer's state, computed when the map is built
-/// from the previous map's state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BalancedParams {
-    /// The rule.
-    pub rule: crate::ids::RuleId,
-    /// How PGs become placement keys.
-    pub pps: crate::map::PpsGenerator,
-    /// The method (never [`BalanceMethod::Off`](crate::map::BalanceMethod::Off)).
-    pub method: crate::map::BalanceMethod,
-    /// The incremental method's state (`None` for the history-free method).
-    pub state: Option<incremental::BalanceState>,
-}
+pub use crate::params::balanced::BalancedParams;
 
 /// How far above its target a device may go: at most `⌊t⌋ + UPPER_SLACK` copies.
 pub const UPPER_SLACK: i64 = 1;

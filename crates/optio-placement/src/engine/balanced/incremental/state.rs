@@ -2,59 +2,15 @@
 //! failure domain, [`CLASSES`] integer prices, and a snapshot of what the balancer saw (each
 //! device's failure domain and effective weight) so that the next rebalance can recompute the
 //! previous placement exactly. O(devices), never per placement group.
+//!
+//! The state is data the map holds, so its types are defined with the pool's other parameters
+//! in [`params::balanced`](crate::params::balanced) and re-exported here; its checks
+//! ([`BalanceState::check`]) are the engine's, here.
 
-use crate::ids::DeviceId;
-
-/// Version of the state's format (written to map files as `version`).
-pub const STATE_VERSION: u32 = 1;
-/// Price classes per device and per failure domain: a device's (or domain's) units are split
-/// into this many classes by a hash, each with its own price, so that the balancer can choose
-/// among this many single-copy moves of a device instead of one.
-pub const CLASSES: usize = 16;
-/// Largest device price (a device priced at this holds nothing it could lose).
-pub const PRICE_MAX: u64 = 1 << 56;
-/// A domain price that neither helps nor hinders its domain.
-pub const DOMAIN_PRICE_ONE: u64 = 1 << 20;
-/// Largest domain price.
-pub const DOMAIN_PRICE_MAX: u64 = 1 << 40;
-
-/// One device's state.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct DeviceState {
-    /// The device.
-    pub id: DeviceId,
-    /// Its failure domain when the state was computed (the bucket's name, or the device's
-    /// name when the failure domain is the device).
-    pub domain: String,
-    /// Its effective weight then (CRUSH weight × reweight, 16.16).
-    pub weight: u32,
-    /// Its price per class (lower wins more placement units), 1 to [`PRICE_MAX`].
-    pub prices: [u64; CLASSES],
-}
-
-/// One failure domain's state.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct DomainState {
-    /// The domain's name.
-    pub name: String,
-    /// Its price per class, 1 to [`DOMAIN_PRICE_MAX`] ([`DOMAIN_PRICE_ONE`] is neutral).
-    pub prices: [u64; CLASSES],
-}
-
-/// The state of an incremental balanced pool: computed by [`super::rebalance`] from the
-/// previous state and the map, stored with the pool, and turned into placements by
-/// [`super::place`].
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct BalanceState {
-    /// The placement units (the pool's `pgp_num`) it was computed for.
-    pub units: u32,
-    /// Copies per unit (the pool's `size`) it was computed for.
-    pub size: u32,
-    /// Every device the pool could use then, sorted by id.
-    pub devices: Vec<DeviceState>,
-    /// Every failure domain of those devices, sorted by name.
-    pub domains: Vec<DomainState>,
-}
+pub use crate::params::balanced::{
+    BalanceState, CLASSES, DOMAIN_PRICE_MAX, DOMAIN_PRICE_ONE, DeviceState, DomainState, PRICE_MAX,
+    STATE_VERSION,
+};
 
 impl BalanceState {
     /// Checks the invariants a stored state must keep; `Err` says what is wrong (for the
@@ -100,21 +56,12 @@ impl BalanceState {
         }
         Ok(())
     }
-
-    /// The device's state, if listed.
-    pub fn device(&self, id: DeviceId) -> Option<&DeviceState> {
-        self.devices.binary_search_by_key(&id, |d| d.id).ok().map(|i| &self.devices[i])
-    }
-
-    /// The domain's state, if listed.
-    pub fn domain(&self, name: &str) -> Option<&DomainState> {
-        self.domains.binary_search_by(|d| d.name.as_str().cmp(name)).ok().map(|i| &self.domains[i])
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::DeviceId;
 
     fn state() -> BalanceState {
         BalanceState {
