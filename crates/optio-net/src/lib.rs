@@ -423,6 +423,37 @@ impl HttpTransport {
         Ok(Answer { status, info, record, metrics, incarnation, deleted, body })
     }
 
+    /// Asks the server at `addr` for a scrub pass now (`POST /v1/scrub?QUERY`) and waits for
+    /// its reports, one per device, however long the pass takes.
+    pub async fn scrub(
+        &self,
+        addr: &str,
+        query: &str,
+    ) -> Result<Vec<optio_proto::ScrubReport>, Failure> {
+        let url = format!("http://{addr}{}?{query}", route::SCRUB_PATH);
+        let response = self
+            .http
+            .post(url)
+            .timeout(Duration::from_secs(24 * 3600))
+            .send()
+            .await
+            .map_err(|e| no_answer(&e))?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await.map_err(|e| Failure::Unreachable(error_chain(&e)))?;
+        if status != 200 {
+            return Err(Failure::Refused {
+                kind: ErrorKind::Io,
+                reason: format!(
+                    "/v1/scrub answered HTTP {status}: {}",
+                    String::from_utf8_lossy(&body).chars().take(200).collect::<String>()
+                ),
+                epoch: None,
+            });
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| Failure::Malformed(format!("bad scrub reports: {e}")))
+    }
+
     async fn server_status_http(&self, addr: &str) -> Result<ServerStatus, Failure> {
         let url = format!("http://{addr}{}", route::STATUS_PATH);
         let response =

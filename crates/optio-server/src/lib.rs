@@ -44,6 +44,7 @@ pub mod http;
 mod mapstate;
 pub mod rebalance;
 pub mod records;
+pub mod scrub;
 pub mod store;
 pub mod system;
 
@@ -84,6 +85,8 @@ pub struct ServerConfig {
     /// How to move data when the map changes (`state_dir` defaults to the first device's
     /// directory).
     pub migration: MigrationConfig,
+    /// How to scrub.
+    pub scrub: scrub::ScrubConfig,
 }
 
 impl Default for ServerConfig {
@@ -95,6 +98,7 @@ impl Default for ServerConfig {
             max_object_bytes: OBJECT_BYTES_MAX_DEFAULT,
             disks: HashMap::new(),
             migration: MigrationConfig::default(),
+            scrub: scrub::ScrubConfig::default(),
         }
     }
 }
@@ -165,6 +169,10 @@ impl Server {
         let catchup = Arc::new(
             catchup::CatchUp::new(devices.clone(), map.clone()).map_err(ServerError::Migration)?,
         );
+        let scrubber = Arc::new(
+            scrub::Scrubber::new(devices.clone(), map.clone(), config.scrub.clone())
+                .map_err(ServerError::Migration)?,
+        );
         let system = Arc::new(system::SystemMetrics::default());
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -178,6 +186,7 @@ impl Server {
             incarnation: incarnation(),
             rebalancer,
             catchup,
+            scrubber,
         });
         Ok(Server { listener, state })
     }
@@ -203,6 +212,7 @@ impl Server {
         let following = tokio::spawn(state.map.clone().follow());
         let rebalancing = tokio::spawn(state.rebalancer.clone().run());
         let catching_up = tokio::spawn(state.catchup.clone().run());
+        let scrubbing = tokio::spawn(state.scrubber.clone().run());
         let state_for_exit = state.clone();
         let app = http::router(state);
         let result = axum::serve(self.listener, app)
@@ -213,6 +223,7 @@ impl Server {
         following.abort();
         rebalancing.abort();
         catching_up.abort();
+        scrubbing.abort();
         http::close_records(&state_for_exit).await;
         result
     }

@@ -31,8 +31,12 @@ enum Command {
     /// activate, deactivate).
     #[command(subcommand)]
     Map(commands::map::Command),
-    /// Every server's epoch and rebalancing progress: moved, remaining, rate, ETA.
+    /// Every server's epoch and rebalancing progress: moved, remaining, rate, ETA; the
+    /// cluster's health (exit 0 OK, 2 WARN, 3 ERR).
     Status(commands::status::Args),
+    /// Scrub now: compare versions across replicas (--deep: verify every replica's
+    /// checksums too) and repair from good replicas.
+    Scrub(commands::scrub::Args),
     /// Elastic resizing: a new membership version with ranks 1 to N active.
     Resize(commands::edit::ResizeArgs),
     /// Run re-integration of elastic pools (what `optio up` starts): move what was offloaded
@@ -77,6 +81,7 @@ impl Command {
                 | Command::Diff(_)
                 | Command::Map(_)
                 | Command::Status(_)
+                | Command::Scrub(_)
                 | Command::Resize(_)
                 | Command::Sim(_)
                 | Command::Get(_)
@@ -99,6 +104,10 @@ fn main() -> std::process::ExitCode {
         Command::Map(command) => commands::map::run(command),
         Command::Status(args) => match commands::status::run(args) {
             // The health's exit code (0 OK, 2 WARN, 3 ERR) once the status printed.
+            Ok(code) => return std::process::ExitCode::from(code),
+            Err(error) => Err(error),
+        },
+        Command::Scrub(args) => match commands::scrub::run(args) {
             Ok(code) => return std::process::ExitCode::from(code),
             Err(error) => Err(error),
         },

@@ -60,6 +60,8 @@ pub struct AppState {
     pub(crate) rebalancer: Arc<crate::Rebalancer>,
     /// Catches up devices that may have missed writes; they serve no reads meanwhile.
     pub(crate) catchup: Arc<crate::catchup::CatchUp>,
+    /// Verifies and repairs replicas.
+    pub(crate) scrubber: Arc<crate::scrub::Scrubber>,
 }
 
 /// The router.
@@ -68,6 +70,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(route::HEALTH_PATH, get(health))
         .route(route::METRICS_PATH, get(prometheus))
         .route(route::STATUS_PATH, get(status))
+        .route(route::SCRUB_PATH, axum::routing::post(status::scrub))
         .fallback(dispatch)
         .with_state(state)
 }

@@ -34,6 +34,9 @@ pub(super) fn server_status(state: &AppState) -> ServerStatus {
                 corrupt_found: store.corrupt_found(),
                 recovering: state.catchup.refuses_reads(*id),
                 caught_up: state.catchup.pulled(*id),
+                scrub: state.scrubber.last(*id).0,
+                scrub_repaired: state.scrubber.last(*id).1,
+                scrub_unrepairable: state.scrubber.last(*id).2,
             }
         })
         .collect();
@@ -42,6 +45,28 @@ pub(super) fn server_status(state: &AppState) -> ServerStatus {
 
 pub(super) async fn status(State(state): State<Arc<AppState>>) -> Response {
     let json = serde_json::to_vec(&server_status(&state)).expect("status serializes");
+    ([(header::CONTENT_TYPE, "application/json")], json).into_response()
+}
+
+/// The query of `POST /v1/scrub`.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(super) struct ScrubQuery {
+    /// Re-read and verify every replica too.
+    deep: Option<bool>,
+    /// Only this pool.
+    pool: Option<u32>,
+    /// Bytes read per second at most (default: no limit).
+    rate: Option<u64>,
+}
+
+/// A scrub pass now, on every device; answers the reports when it is over.
+pub(super) async fn scrub(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Query(query): axum::extract::Query<ScrubQuery>,
+) -> Response {
+    let pool = query.pool.map(optio_placement::PoolId);
+    let reports = state.scrubber.scrub(query.deep.unwrap_or(false), pool, query.rate).await;
+    let json = serde_json::to_vec(&reports).expect("reports serialize");
     ([(header::CONTENT_TYPE, "application/json")], json).into_response()
 }
 
@@ -71,6 +96,12 @@ pub(super) async fn prometheus(State(state): State<Arc<AppState>>) -> Response {
         u64::from(d.recovering)
     });
     gauge("device_caught_up", "Versions fetched from peers while catching up.", &|d| d.caught_up);
+    gauge("device_scrub_repaired", "Replicas scrubbing repaired since start.", &|d| {
+        d.scrub_repaired
+    });
+    gauge("device_scrub_unrepairable", "Damaged replicas scrubbing could not repair.", &|d| {
+        d.scrub_unrepairable
+    });
     let c = &state.counters;
     let _ = writeln!(out, "# HELP optio_requests_total Requests served.");
     let _ = writeln!(out, "# TYPE optio_requests_total counter");

@@ -10,6 +10,7 @@ pub mod live;
 pub mod map;
 pub mod place;
 pub mod reintegrate;
+pub mod scrub;
 pub mod server;
 pub mod sim;
 pub mod status;

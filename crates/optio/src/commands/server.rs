@@ -32,6 +32,15 @@ pub struct Args {
     /// Transfers in flight at once when moving data after a map change.
     #[arg(long, default_value_t = optio_server::rebalance::CONCURRENCY_DEFAULT)]
     pub migration_concurrency: usize,
+    /// Time between background scrub passes (versions compared across replicas; 0: none).
+    #[arg(long, default_value = "1h", value_parser = crate::output::parse_duration)]
+    pub scrub_interval: std::time::Duration,
+    /// Time between deep background passes (every replica re-read and verified too).
+    #[arg(long, default_value = "24h", value_parser = crate::output::parse_duration)]
+    pub deep_scrub_interval: std::time::Duration,
+    /// Most bytes per second a background deep scrub reads (0: no limit).
+    #[arg(long, default_value = "8MiB")]
+    pub scrub_rate: String,
     /// Where the server keeps what it must remember across restarts (default: its first
     /// device's directory).
     #[arg(long)]
@@ -64,6 +73,8 @@ pub fn run(args: Args) -> Result<()> {
     let max_object_bytes = parse_size(&args.max_object_size).map_err(anyhow::Error::msg)?;
     let rate = parse_size(&args.migration_rate)
         .map_err(|e| anyhow::anyhow!("--migration-rate: {e} (bytes per second, e.g. 50MiB)"))?;
+    let scrub_rate = parse_size(&args.scrub_rate)
+        .map_err(|e| anyhow::anyhow!("--scrub-rate: {e} (bytes per second, e.g. 8MiB)"))?;
     let map = args.map.as_deref().map(optio_cluster::source::MapSource::parse).transpose()?;
     let config = ServerConfig {
         listen: args.listen,
@@ -74,6 +85,11 @@ pub fn run(args: Args) -> Result<()> {
             rate_bytes_per_sec: (rate > 0).then_some(rate),
             concurrency: args.migration_concurrency,
             state_dir: args.state_dir,
+        },
+        scrub: optio_server::scrub::ScrubConfig {
+            rate_bytes_per_sec: Some(scrub_rate).filter(|r| *r > 0),
+            interval: Some(args.scrub_interval).filter(|i| !i.is_zero()),
+            deep_interval: args.deep_scrub_interval,
         },
         ..ServerConfig::default()
     };

@@ -28,5 +28,6 @@ mod rebalance;
 
 // Failures: detection, degraded writes, catching up, supervision (issue 13).
 mod failures;
+mod scrub;
 
 pub use store_support::*;

@@ -1,0 +1,349 @@
+//! Scrubbing: a background, rate-limited pass over every object a device holds, and the same
+//! pass on demand (`POST /v1/scrub`, `optio scrub`).
+//!
+//! * **Light** (every pass): each replica's version is compared with the other replicas of
+//!   its set (one probe each); a replica older than another — it missed a write or a delete —
+//!   fetches the newest version (or records the tombstone) from the replica that has it.
+//! * **Deep** (every `deep_interval`, or `--deep`): each replica is also re-read and its
+//!   header and checksums verified (the store's read path: a file that fails is quarantined,
+//!   one that went missing is forgotten, one holding another key or version is quarantined).
+//!   A damaged replica is repaired from a replica holding the same version or a newer one; if
+//!   none does, it stays quarantined and is reported as unrepairable.
+//!
+//! Each device repairs only itself (it pulls; it never writes to a peer), so two devices
+//! scrubbing the same set never race, and versions make every repair safe against clients'
+//! writes. Deep passes are limited to `rate` bytes read per second so that foreground I/O
+//! keeps most of the disk.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use optio_net::{Call, Endpoint, HttpTransport, Op, Transport};
+use optio_placement::{Epoch, PoolId, ReplicaSet};
+use optio_proto::{ObjectVersion, ScrubReport};
+
+use crate::catchup::{fetch_version, held_version};
+use crate::error::StoreError;
+use crate::mapstate::{MapState, ServerMap};
+use crate::rebalance::RateLimiter;
+use crate::store::DeviceStore;
+
+/// Deep-scrub read rate by default, bytes per second.
+pub const SCRUB_RATE_DEFAULT: u64 = 8 << 20;
+/// Time between two background passes by default.
+pub const SCRUB_INTERVAL_DEFAULT: Duration = Duration::from_secs(3600);
+/// Time between two deep background passes by default.
+pub const DEEP_SCRUB_INTERVAL_DEFAULT: Duration = Duration::from_secs(24 * 3600);
+/// Problems kept in a report.
+const PROBLEMS_MAX: usize = 20;
+
+/// How a server scrubs.
+#[derive(Clone, Debug)]
+pub struct ScrubConfig {
+    /// Bytes re-read per second at most by background deep passes (`None`: no limit).
+    pub rate_bytes_per_sec: Option<u64>,
+    /// Time between background passes (`None`: no background scrubbing).
+    pub interval: Option<Duration>,
+    /// Time between deep background passes.
+    pub deep_interval: Duration,
+}
+
+impl Default for ScrubConfig {
+    fn default() -> ScrubConfig {
+        ScrubConfig {
+            rate_bytes_per_sec: Some(SCRUB_RATE_DEFAULT),
+            interval: Some(SCRUB_INTERVAL_DEFAULT),
+            deep_interval: DEEP_SCRUB_INTERVAL_DEFAULT,
+        }
+    }
+}
+
+/// A server's scrubber.
+pub struct Scrubber {
+    devices: HashMap<u32, Arc<DeviceStore>>,
+    map: Arc<MapState>,
+    config: ScrubConfig,
+    transport: HttpTransport,
+    /// One pass at a time.
+    running: tokio::sync::Mutex<()>,
+    /// Each device's last report and its totals (repaired, unrepairable).
+    reports: Mutex<HashMap<u32, (ScrubReport, u64, u64)>>,
+}
+
+impl Scrubber {
+    /// A scrubber of `devices`.
+    pub fn new(
+        devices: HashMap<u32, Arc<DeviceStore>>,
+        map: Arc<MapState>,
+        config: ScrubConfig,
+    ) -> Result<Scrubber, String> {
+        Ok(Scrubber {
+            devices,
+            map,
+            config,
+            transport: HttpTransport::new()?,
+            running: tokio::sync::Mutex::new(()),
+            reports: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The last report of `device` and its totals (repaired, unrepairable) since start.
+    pub fn last(&self, device: u32) -> (Option<ScrubReport>, u64, u64) {
+        match self.reports.lock().expect("reports lock").get(&device) {
+            Some((report, repaired, unrepairable)) => {
+                (Some(report.clone()), *repaired, *unrepairable)
+            }
+            None => (None, 0, 0),
+        }
+    }
+
+    /// Background passes until the process ends: a light pass every interval, a deep one
+    /// when the deep interval has passed since the last.
+    pub async fn run(self: Arc<Self>) {
+        let Some(interval) = self.config.interval else { return };
+        let mut last_deep = Instant::now();
+        loop {
+            tokio::time::sleep(interval).await;
+            let deep = last_deep.elapsed() >= self.config.deep_interval;
+            if deep {
+                last_deep = Instant::now();
+            }
+            let reports = self.scrub(deep, None, self.config.rate_bytes_per_sec).await;
+            for report in reports {
+                if report.damaged + report.stale > 0 {
+                    tracing::warn!(
+                        device = report.device,
+                        damaged = report.damaged,
+                        stale = report.stale,
+                        repaired = report.repaired,
+                        unrepairable = report.unrepairable,
+                        "scrub found damaged or stale replicas"
+                    );
+                }
+            }
+        }
+    }
+
+    /// One pass over every device (of `pool` only, if given), reading at most `rate` bytes
+    /// per second in a deep pass; one report per device.
+    pub async fn scrub(
+        &self,
+        deep: bool,
+        pool: Option<PoolId>,
+        rate: Option<u64>,
+    ) -> Vec<ScrubReport> {
+        let _one = self.running.lock().await;
+        let Some(map) = self.map.current() else { return Vec::new() };
+        let limiter = RateLimiter::new(rate);
+        let mut ids: Vec<u32> = self.devices.keys().copied().collect();
+        ids.sort_unstable();
+        let mut out = Vec::new();
+        for device in ids {
+            let report = self.scrub_device(&map, device, deep, pool, &limiter).await;
+            let mut reports = self.reports.lock().expect("reports lock");
+            let totals = reports.entry(device).or_insert_with(|| (ScrubReport::default(), 0, 0));
+            totals.1 += report.repaired;
+            totals.2 += report.unrepairable;
+            totals.0 = report.clone();
+            out.push(report);
+        }
+        out
+    }
+
+    async fn scrub_device(
+        &self,
+        map: &Arc<ServerMap>,
+        device: u32,
+        deep: bool,
+        only: Option<PoolId>,
+        limiter: &RateLimiter,
+    ) -> ScrubReport {
+        let started = Instant::now();
+        let store = &self.devices[&device];
+        let mut report = ScrubReport { device, deep, ..ScrubReport::default() };
+        let mut scratch = map.placement.scratch();
+        let mut set = ReplicaSet::new();
+        let mut held = store.held();
+        held.retain(|h| only.is_none_or(|p| h.pool == p));
+        held.sort_by(|a, b| (a.pool, &a.key).cmp(&(b.pool, &b.key)));
+        for object in held {
+            report.objects += 1;
+            let Some(pool) = map.placement.pool(object.pool) else { continue };
+            // Deep: re-read and verify this replica.
+            let mut damaged = false;
+            if deep && !object.deleted {
+                limiter.acquire(object.file_bytes).await;
+                report.bytes_read += object.file_bytes;
+                let (reader, key) = (store.clone(), object.key.clone());
+                let Ok(read) =
+                    tokio::task::spawn_blocking(move || reader.get(object.pool, &key)).await
+                else {
+                    note(&mut report, format!("'{}': the read task failed", object.key));
+                    continue;
+                };
+                match read {
+                    Ok(_) => {}
+                    // Overwritten or deleted meanwhile: not damage.
+                    Err(StoreError::NotFound)
+                        if held_version(store, object.pool, &object.key)
+                            .is_some_and(|v| v != object.version)
+                            || store.tombstone(object.pool, &object.key).is_some() => {}
+                    Err(
+                        error @ (StoreError::NotFound
+                        | StoreError::Corrupt { .. }
+                        | StoreError::Mismatch { .. }),
+                    ) => {
+                        damaged = true;
+                        report.damaged += 1;
+                        note(
+                            &mut report,
+                            format!(
+                                "'{}' (pool {}): {}",
+                                object.key,
+                                object.pool.0,
+                                describe(&error)
+                            ),
+                        );
+                    }
+                    Err(error) => {
+                        note(&mut report, format!("'{}': cannot read: {error}", object.key))
+                    }
+                }
+            }
+            // Light: compare with the other replicas of its set.
+            let Some(seed) = object.pg_seed else { continue };
+            pool.place_full_power(pool.key_of_seed(seed), &mut scratch, &mut set);
+            let peers: Vec<Endpoint> = set
+                .devices()
+                .filter(|d| d.0 != device)
+                .filter_map(|d| map.map.device(d))
+                .filter(|d| d.up)
+                .filter_map(|d| d.addr.clone().map(|addr| Endpoint { device: d.id.0, addr }))
+                .collect();
+            let mine = if damaged { None } else { held_version(store, object.pool, &object.key) };
+            // What each peer holds: (version, deleted, peer), newest first.
+            let mut theirs: Vec<(ObjectVersion, bool, Endpoint)> = Vec::new();
+            let mut unreachable = false;
+            for peer in &peers {
+                let probe = Call::new(
+                    peer,
+                    object.pool,
+                    map.epoch(),
+                    Op::Probe { key: &object.key, want_choice: false },
+                );
+                match self.transport.send(probe).await {
+                    Ok(answer) => match (&answer.info, answer.deleted) {
+                        (Some(info), _) if answer.status == 200 => {
+                            theirs.push((info.version, false, peer.clone()))
+                        }
+                        (_, Some(version)) => theirs.push((version, true, peer.clone())),
+                        _ => {}
+                    },
+                    Err(_) => unreachable = true,
+                }
+            }
+            if unreachable {
+                report.unreachable += 1;
+            }
+            // A damaged replica is repaired only from its own version or a newer one (an
+            // older version would silently undo an acknowledged write); a healthy one only
+            // from a newer one.
+            theirs.retain(|(version, _, _)| {
+                if damaged { *version >= object.version } else { mine.is_none_or(|m| *version > m) }
+            });
+            theirs.sort_by_key(|t| std::cmp::Reverse((t.0, t.1)));
+            if theirs.is_empty() {
+                if damaged {
+                    report.unrepairable += 1;
+                    note(
+                        &mut report,
+                        format!(
+                            "'{}' (pool {}): no good replica to repair it from; quarantined",
+                            object.key, object.pool.0
+                        ),
+                    );
+                }
+                continue;
+            }
+            if !damaged {
+                report.stale += 1;
+                note(
+                    &mut report,
+                    format!(
+                        "'{}' (pool {}): version {} here, {} on device {}",
+                        object.key,
+                        object.pool.0,
+                        mine.map_or(0, |m| m.0),
+                        theirs[0].0.0,
+                        theirs[0].2.device
+                    ),
+                );
+            }
+            let mut repaired = false;
+            for (version, deleted, peer) in &theirs {
+                let outcome = if *deleted {
+                    let (writer, key, version) = (store.clone(), object.key.clone(), *version);
+                    let epoch = Epoch(map.epoch());
+                    tokio::task::spawn_blocking(move || {
+                        writer.delete(object.pool, &key, Some(version), epoch)
+                    })
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map(|_| true).map_err(|e| e.to_string()))
+                } else {
+                    fetch_version(
+                        &self.transport,
+                        store,
+                        peer,
+                        object.pool,
+                        &object.key,
+                        map.epoch(),
+                    )
+                    .await
+                };
+                match outcome {
+                    Ok(true) => {
+                        repaired = true;
+                        break;
+                    }
+                    Ok(false) => {}
+                    Err(error) => note(
+                        &mut report,
+                        format!(
+                            "'{}': repair from device {} failed: {error}",
+                            object.key, peer.device
+                        ),
+                    ),
+                }
+            }
+            if repaired {
+                report.repaired += 1;
+            } else if damaged {
+                report.unrepairable += 1;
+                note(
+                    &mut report,
+                    format!(
+                        "'{}' (pool {}): no good replica to repair it from; quarantined",
+                        object.key, object.pool.0
+                    ),
+                );
+            }
+        }
+        report.seconds = started.elapsed().as_secs_f64();
+        report
+    }
+}
+
+fn note(report: &mut ScrubReport, problem: String) {
+    if report.problems.len() < PROBLEMS_MAX {
+        report.problems.push(problem);
+    }
+}
+
+fn describe(error: &StoreError) -> String {
+    match error {
+        StoreError::NotFound => "the file is missing".into(),
+        other => other.to_string(),
+    }
+}
