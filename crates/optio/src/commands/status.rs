@@ -142,6 +142,8 @@ pub struct Health {
     pub level: &'static str,
     /// Why it is not OK, one line each.
     pub problems: Vec<String>,
+    /// What is worth knowing but needs nothing (devices out of the map's placement).
+    pub notes: Vec<String>,
     /// Placement groups (of the pools that have them) with every replica up and serving.
     pub pgs_healthy: u64,
     /// With fewer replicas than the pool's size (devices down or out of their set), but at
@@ -173,11 +175,12 @@ pub fn health(map: &ClusterMap, rows: &[ServerRow]) -> Health {
     let names = |ids: &[u32]| ids.iter().map(|d| format!("osd.{d}")).collect::<Vec<_>>().join(", ");
     let (mut down, mut out, mut silent, mut recovering) = (vec![], vec![], vec![], vec![]);
     for device in map.devices() {
-        if !device.up {
-            down.push(device.id.0);
-        }
+        // A device out of the placement holds nothing the cluster needs (once data moved
+        // off it): a note, not a problem, whether it is up or down.
         if !device.is_in {
             out.push(device.id.0);
+        } else if !device.up {
+            down.push(device.id.0);
         }
     }
     for row in rows {
@@ -199,9 +202,12 @@ pub fn health(map: &ClusterMap, rows: &[ServerRow]) -> Health {
             ),
         }
     }
+    let mut notes = Vec::new();
+    if !out.is_empty() {
+        notes.push(format!("{} device(s) out: {}", out.len(), names(&out)));
+    }
     for (list, what) in [
         (&down, "down"),
-        (&out, "out"),
         (&silent, "up in the map but not answering"),
         (&recovering, "catching up on missed writes"),
     ] {
@@ -255,6 +261,7 @@ pub fn health(map: &ClusterMap, rows: &[ServerRow]) -> Health {
     Health {
         level,
         problems,
+        notes,
         pgs_healthy: healthy,
         pgs_degraded: degraded,
         pgs_recovering: recovering_pgs,
@@ -316,6 +323,9 @@ pub fn run(args: Args) -> Result<u8> {
                 println!("health: {}", health.level);
                 for problem in &health.problems {
                     println!("  {problem}");
+                }
+                for note in &health.notes {
+                    println!("  (note) {note}");
                 }
             }
             return Ok(health.exit_code());

@@ -467,3 +467,52 @@ fn a_client_started_during_rebalancing_finds_every_acknowledged_object() {
         assert!(moving_seen, "the reads ran while data was still moving");
     });
 }
+
+#[test]
+fn a_server_down_past_the_out_grace_is_re_replicated_and_health_returns_to_ok() {
+    let spec = optio_local::LocalClusterSpec { hosts_per_zone: 2, ..small() };
+    let (_dir, mut cluster) = cluster(spec);
+    let rt = runtime();
+    let keys: Vec<String> = (0..40).map(|i| format!("o{i}")).collect();
+    rt.block_on(async {
+        let writer = client(&cluster, None).await;
+        for (i, key) in keys.iter().enumerate() {
+            writer.put(PLAIN_POOL, key, data(i, 20_000)).await.expect("put");
+        }
+    });
+    kill_9(cluster.servers()[0].pid().expect("running"));
+    let policy = Supervision {
+        restart: false,
+        down_grace: Duration::from_millis(500),
+        out_grace: Duration::from_secs(2),
+    };
+    supervise_until(
+        &mut cluster,
+        &policy,
+        Duration::from_secs(30),
+        |e| matches!(e, Event::Marked { devices, state: "out", .. } if devices.contains(&0)),
+    );
+    // The dead server does not answer; the others move its data until health is OK.
+    assert!(
+        wait_until(Duration::from_secs(120), || status(&cluster).0 == 0),
+        "health did not return to OK: {}",
+        status(&cluster).1
+    );
+    let (_, text) = status(&cluster);
+    assert!(
+        text.contains("health: HEALTH_OK") && text.contains("(note) 1 device(s) out: osd.0"),
+        "{text}"
+    );
+    // Every object at full replication on the devices that are up, at one version.
+    rt.block_on(async {
+        let reader = client(&cluster, None).await;
+        let everything = crate::everything(&reader, PLAIN_POOL).await;
+        for key in &keys {
+            let replicas = everything.get(key).unwrap_or_else(|| panic!("{key} is nowhere"));
+            let devices: Vec<u32> = replicas.iter().map(|r| r.0).collect();
+            assert_eq!(replicas.len(), 3, "{key}: {devices:?}");
+            assert!(!devices.contains(&0), "{key} on the dead device: {devices:?}");
+            assert!(replicas.windows(2).all(|w| w[0].1 == w[1].1), "{key}: {replicas:?}");
+        }
+    });
+}

@@ -130,7 +130,7 @@ pub async fn holders(client: &Client, pool: &str, key: &str) -> Vec<u32> {
 /// A stored replica: (device, version, PG seed).
 pub type Replica = (u32, u64, Option<u64>);
 
-/// Every object of `pool` on every device: key → its replicas.
+/// Every object of `pool` on every device that is up in the map: key → its replicas.
 pub async fn everything(
     client: &Client,
     pool: &str,
@@ -139,7 +139,7 @@ pub async fn everything(
     let pool_id = map.pool_by_name(pool).expect("pool").id.0;
     let http = reqwest::Client::new();
     let mut out: std::collections::BTreeMap<String, Vec<Replica>> = Default::default();
-    for device in map.devices() {
+    for device in map.devices().iter().filter(|d| d.up) {
         let url = format!(
             "http://{}/v1/dev/{}/objects/{pool_id}?limit=10000",
             device.addr.as_deref().expect("addresses in the map"),
