@@ -26,6 +26,8 @@ cleanup() {
 }
 trap cleanup EXIT
 now() { date +%s.%N; }
+# optio status exits 2 (HEALTH_WARN) or 3 (HEALTH_ERR) after printing: keep its output.
+status_json() { "$optio" status --json || true; }
 since() { echo "$(now) - $1" | bc -l; }
 
 "$optio" up --dir "$work/cluster" --capacity 64GiB --no-restart \
@@ -50,15 +52,15 @@ done
 writes_done=$(since "$killed")
 echo "== kill -9 of server z1-h1 (device 0)"
 printf '  writes acknowledged right after the kill: %d of 100 (pool plain, 4 KiB, %.1f s)\n' "$ok" "$writes_done"
-until "$optio" status --json | jq -e '.health.problems | any(test("down: osd.0"))' >/dev/null; do sleep 0.2; done
+until status_json | jq -e '.health.problems | any(test("down: osd.0"))' >/dev/null; do sleep 0.2; done
 printf '  kill -9 to "down" in the map: %.1f s (--down-grace %s)\n' "$(since "$killed")" "$down_grace"
-until "$optio" status --json | jq -e '.health.notes | any(test("out: osd.0"))' >/dev/null; do sleep 0.2; done
+until status_json | jq -e '.health.notes | any(test("out: osd.0"))' >/dev/null; do sleep 0.2; done
 out_at=$(now)
-moved_before=$("$optio" status --json | jq '[.servers[].migration.total_bytes_moved // 0] | add')
+moved_before=$(status_json | jq '[.servers[].migration.total_bytes_moved // 0] | add')
 printf '  kill -9 to "out": %.1f s (--out-grace %s)\n' "$(since "$killed")" "$out_grace"
 until "$optio" status > "$work/status.txt" 2>&1; do sleep 0.5; done
 recovery=$(since "$out_at")
-moved_after=$("$optio" status --json | jq '[.servers[].migration.total_bytes_moved // 0] | add')
+moved_after=$(status_json | jq '[.servers[].migration.total_bytes_moved // 0] | add')
 moved=$((moved_after - moved_before))
 printf '  "out" to HEALTH_OK (full replication again): %.1f s, %.1f MB moved, %.1f MB/s\n' \
   "$recovery" "$(echo "$moved / 1e6" | bc -l)" "$(echo "$moved / 1e6 / $recovery" | bc -l)"
