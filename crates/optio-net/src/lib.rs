@@ -31,6 +31,10 @@ pub use reqwest::Method;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Whole-request timeout.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an idle pooled connection is kept: below a server's default idle timeout (60 s),
+/// so that the client closes an idle connection before the server does and never sends a
+/// request on a connection the server is closing.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 /// Timeout of a status request.
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -371,6 +375,7 @@ impl HttpTransport {
             .timeout(REQUEST_TIMEOUT)
             .tcp_nodelay(true)
             .pool_max_idle_per_host(256)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         Ok(HttpTransport { http })

@@ -79,6 +79,9 @@ pub enum ErrorKind {
     /// the map): it takes writes but serves no reads until it holds every version its peers
     /// hold; read another replica (503).
     Recovering,
+    /// The client stopped sending the request's body for longer than the server's body
+    /// timeout; nothing was stored and the connection is closed (408).
+    Timeout,
 }
 
 impl ErrorKind {
@@ -94,6 +97,7 @@ impl ErrorKind {
             ErrorKind::VersionConflict => 412,
             ErrorKind::Corrupt | ErrorKind::Io => 500,
             ErrorKind::Unavailable | ErrorKind::Recovering => 503,
+            ErrorKind::Timeout => 408,
         }
     }
 
@@ -112,12 +116,13 @@ impl ErrorKind {
             ErrorKind::Io => "io",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Recovering => "recovering",
+            ErrorKind::Timeout => "timeout",
         }
     }
 
     /// The kind named `name`.
     pub fn from_name(name: &str) -> Option<ErrorKind> {
-        const ALL: [ErrorKind; 12] = [
+        const ALL: [ErrorKind; 13] = [
             ErrorKind::BadRequest,
             ErrorKind::NotFound,
             ErrorKind::Misdirected,
@@ -130,6 +135,7 @@ impl ErrorKind {
             ErrorKind::Io,
             ErrorKind::Unavailable,
             ErrorKind::Recovering,
+            ErrorKind::Timeout,
         ];
         ALL.into_iter().find(|kind| kind.name() == name)
     }

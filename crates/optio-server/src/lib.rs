@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 
 pub mod catchup;
+pub mod conn;
 pub mod disk;
 mod error;
 pub mod http;
@@ -55,6 +56,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use conn::Limits;
 pub use disk::{Disk, Fault, FaultyDisk, RealDisk};
 pub use error::StoreError;
 pub use mapstate::{MapState, ServerMap};
@@ -87,6 +89,17 @@ pub struct ServerConfig {
     pub migration: MigrationConfig,
     /// How to scrub.
     pub scrub: scrub::ScrubConfig,
+    /// Longest time from accepting a connection, or from the first byte of a request, to the
+    /// end of the request's headers; the connection is closed after it.
+    pub header_timeout: Duration,
+    /// Longest time a request's body may send nothing; the request fails with 408 `timeout`
+    /// and the connection is closed.
+    pub body_timeout: Duration,
+    /// Longest time a keep-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// Most connections open at once; at the limit, the connection idle the longest is closed
+    /// to make room for a new one (default: [`conn::default_max_connections`]).
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -99,6 +112,10 @@ impl Default for ServerConfig {
             disks: HashMap::new(),
             migration: MigrationConfig::default(),
             scrub: scrub::ScrubConfig::default(),
+            header_timeout: conn::HEADER_TIMEOUT_DEFAULT,
+            body_timeout: conn::BODY_TIMEOUT_DEFAULT,
+            idle_timeout: conn::IDLE_TIMEOUT_DEFAULT,
+            max_connections: conn::default_max_connections(),
         }
     }
 }
@@ -124,6 +141,9 @@ pub enum ServerError {
     /// The migration settings are invalid.
     #[error("{0}")]
     Migration(String),
+    /// The connection limits or timeouts are invalid.
+    #[error("{0}")]
+    Limits(String),
     /// The socket could not be bound or served.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -138,11 +158,19 @@ pub enum ServerError {
 pub struct Server {
     listener: tokio::net::TcpListener,
     state: Arc<http::AppState>,
+    limits: Limits,
 }
 
 impl Server {
     /// Opens the devices, loads the map and binds the socket.
     pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+        let limits = Limits {
+            header_timeout: config.header_timeout,
+            body_timeout: config.body_timeout,
+            idle_timeout: config.idle_timeout,
+            max_connections: config.max_connections,
+        };
+        limits.check().map_err(ServerError::Limits)?;
         let mut devices = HashMap::new();
         for device in &config.devices {
             let disk = config.disks.get(&device.id).cloned().unwrap_or_else(|| Arc::new(RealDisk));
@@ -188,7 +216,7 @@ impl Server {
             catchup,
             scrubber,
         });
-        Ok(Server { listener, state })
+        Ok(Server { listener, state, limits })
     }
 
     /// The address bound.
@@ -201,12 +229,12 @@ impl Server {
         self.state.map.epoch()
     }
 
-    /// Serves until `shutdown` completes, then finishes the requests in flight.
+    /// Serves until `shutdown` completes, then finishes the requests in flight (connections
+    /// are limited and timed out as [`conn`] describes).
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
-        let addr = self.local_addr();
         let state = self.state.clone();
         let background = tokio::spawn(background(state.clone()));
         let following = tokio::spawn(state.map.clone().follow());
@@ -215,17 +243,14 @@ impl Server {
         let scrubbing = tokio::spawn(state.scrubber.clone().run());
         let state_for_exit = state.clone();
         let app = http::router(state);
-        let result = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(|source| ServerError::Listen { addr, source });
+        conn::serve(self.listener, app, self.limits, shutdown).await;
         background.abort();
         following.abort();
         rebalancing.abort();
         catching_up.abort();
         scrubbing.abort();
         http::close_records(&state_for_exit).await;
-        result
+        Ok(())
     }
 }
 

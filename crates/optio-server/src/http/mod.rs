@@ -142,6 +142,10 @@ impl AppState {
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(wire::ERROR, HeaderValue::from_static(failure.kind.name()));
+        if failure.kind == ErrorKind::Timeout {
+            // The rest of a stalled body is not waited for: the connection closes.
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if let Some(store) = store {
             insert(headers, wire::METRICS, &self.metrics(store).to_header());
         }

@@ -158,6 +158,10 @@ pub(super) async fn put_object(
     };
     let declared = header_u64(headers, header::CONTENT_LENGTH.as_str()).ok().flatten();
     let body = axum::body::to_bytes(body, limit as usize).await.map_err(|e| match declared {
+        _ if let Some(timeout) = crate::conn::BodyTimeout::find(&e) => fail(
+            ErrorKind::Timeout,
+            format!("{timeout}; nothing was stored: send the whole body without pausing"),
+        ),
         // Its length was checked against the limit above: the body broke off.
         Some(length) => fail(
             ErrorKind::BadRequest,

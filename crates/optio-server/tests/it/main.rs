@@ -5,6 +5,7 @@
 
 mod api;
 mod choices;
+mod connections;
 mod durability;
 mod epochs;
 
@@ -30,15 +31,24 @@ pub struct Options {
     pub map: Option<PathBuf>,
     pub disks: HashMap<u32, Arc<dyn Disk>>,
     pub max_object_bytes: u64,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
 }
 
 impl Default for Options {
     fn default() -> Options {
+        let defaults = ServerConfig::default();
         Options {
             devices: vec![(0, 1 << 30)],
             map: None,
             disks: HashMap::new(),
             max_object_bytes: 1 << 20,
+            header_timeout: defaults.header_timeout,
+            body_timeout: defaults.body_timeout,
+            idle_timeout: defaults.idle_timeout,
+            max_connections: defaults.max_connections,
         }
     }
 }
@@ -60,6 +70,10 @@ impl TestServer {
             map: options.map.as_deref().map(optio_cluster::source::MapSource::file),
             max_object_bytes: options.max_object_bytes,
             disks: options.disks,
+            header_timeout: options.header_timeout,
+            body_timeout: options.body_timeout,
+            idle_timeout: options.idle_timeout,
+            max_connections: options.max_connections,
             ..ServerConfig::default()
         };
         let server = Server::bind(config).await.expect("server starts");

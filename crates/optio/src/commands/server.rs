@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use optio_local::cluster::LISTENING_PREFIX;
 use optio_server::{DeviceConfig, Server, ServerConfig};
 
-use crate::output::parse_size;
+use crate::output::{parse_duration, parse_size};
 
 /// Arguments of `optio server`.
 #[derive(clap::Args, Debug)]
@@ -48,6 +48,25 @@ pub struct Args {
     /// Largest object taken (larger ones get 413).
     #[arg(long, default_value = "64MiB")]
     pub max_object_size: String,
+    /// Longest time a client may take to send a request's headers, counted from the
+    /// connection's opening or from the first byte of the request (e.g. 10s, 500ms); the
+    /// connection is closed after it.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub header_timeout: String,
+    /// Longest time a request's body may send nothing (e.g. 30s); the request fails with 408
+    /// `timeout`, nothing is stored and the connection is closed.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub body_timeout: String,
+    /// Longest time a keep-alive connection may wait for its next request before the server
+    /// closes it (e.g. 60s).
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub idle_timeout: String,
+    /// Most client connections open at once (default: half the soft limit on open files,
+    /// `ulimit -n`, from 64 to 4096). At the limit, a new connection makes the server close
+    /// the connection idle the longest; if every connection has a request in flight, the new
+    /// one is closed at once.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
     /// Exit when standard input closes (how `optio up` makes sure no server outlives it).
     #[arg(long)]
     pub exit_with_stdin: bool,
@@ -76,6 +95,24 @@ pub fn run(args: Args) -> Result<()> {
     let scrub_rate = parse_size(&args.scrub_rate)
         .map_err(|e| anyhow::anyhow!("--scrub-rate: {e} (bytes per second, e.g. 8MiB)"))?;
     let map = args.map.as_deref().map(optio_cluster::source::MapSource::parse).transpose()?;
+    let timeout = |flag: &str, text: &str| {
+        let duration = parse_duration(text).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))?;
+        if duration.is_zero() {
+            bail!("--{flag} is zero; give a positive duration (e.g. 10s)");
+        }
+        Ok(duration)
+    };
+    let header_timeout = timeout("header-timeout", &args.header_timeout)?;
+    let body_timeout = timeout("body-timeout", &args.body_timeout)?;
+    let idle_timeout = timeout("idle-timeout", &args.idle_timeout)?;
+    let max_connections =
+        args.max_connections.unwrap_or_else(optio_server::conn::default_max_connections);
+    if !(1..=optio_server::conn::CONNECTIONS_MAX).contains(&max_connections) {
+        bail!(
+            "--max-connections {max_connections} is out of range (1 to {})",
+            optio_server::conn::CONNECTIONS_MAX
+        );
+    }
     let config = ServerConfig {
         listen: args.listen,
         devices,
@@ -91,6 +128,10 @@ pub fn run(args: Args) -> Result<()> {
             interval: Some(args.scrub_interval).filter(|i| !i.is_zero()),
             deep_interval: args.deep_scrub_interval,
         },
+        header_timeout,
+        body_timeout,
+        idle_timeout,
+        max_connections,
         ..ServerConfig::default()
     };
     let _ = &args.name;

@@ -216,3 +216,53 @@ fn probe_marks_candidates_whose_shared_primary_cannot_tell_them_apart() {
     assert_eq!(out.matches("yes*,").count(), 2, "both rows are marked: {out}");
     assert!(out.contains("share their primary device"), "{out}");
 }
+
+/// Issue 13, defect 5: `optio server`'s timeout flags reach the server (a half-sent request
+/// is cut off after `--header-timeout`), and zero or malformed values are refused.
+#[test]
+fn server_flags_time_out_slow_clients_and_refuse_bad_values() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let device = format!("0:1GiB:{}", dir.path().join("dev0").display());
+    for (flag, value, expected) in [
+        ("--idle-timeout", "0s", "--idle-timeout is zero"),
+        ("--body-timeout", "soon", "--body-timeout: 'soon' is not a duration"),
+        ("--max-connections", "0", "--max-connections 0 is out of range"),
+    ] {
+        let output = Command::new(binary())
+            .args(["server", "--device", &device, flag, value])
+            .stdin(Stdio::null())
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{flag} {value} is refused");
+        assert!(err.contains(expected), "{flag} {value}: {err}");
+    }
+
+    let mut server = Command::new(binary())
+        .args(["server", "--device", &device, "--header-timeout", "300ms"])
+        .args(["--max-connections", "4", "--exit-with-stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("optio server starts");
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let addr = lines
+        .find_map(|line| {
+            line.ok()?.strip_prefix(optio_local::cluster::LISTENING_PREFIX).map(str::to_string)
+        })
+        .expect("the server prints its address");
+    let mut half = std::net::TcpStream::connect(&addr).expect("connects");
+    half.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    half.write_all(b"GET /health HTTP/1.1\r\nhost: optio\r\nx-half").unwrap();
+    let started = std::time::Instant::now();
+    let mut sink = Vec::new();
+    let read = half.read_to_end(&mut sink);
+    let after = started.elapsed();
+    drop(server.stdin.take()); // the server exits with its standard input
+    let _ = server.wait();
+    assert!(read.is_ok(), "closed by the server, not by the read timeout: {read:?}");
+    assert!(sink.is_empty(), "nothing answered: {}", String::from_utf8_lossy(&sink));
+    assert!(after < Duration::from_secs(5), "cut off after about 300 ms, not {after:?}");
+}

@@ -1,0 +1,582 @@
+//! Connections: the accept loop, with a limit on connections and timeouts for slow or stalled
+//! clients (what `axum::serve` does not have).
+//!
+//! Each connection is in one of three phases, which decide how long it may stay silent:
+//!
+//! * **head** — from the moment it is accepted, or from the first byte of its next request,
+//!   until the request's headers are complete: at most the *header timeout* (default 10 s);
+//! * **busy** — a request is being handled (its body read, its answer written): a body that
+//!   sends no byte for the *body timeout* (default 30 s) fails the request with 408 `timeout`
+//!   and closes the connection;
+//! * **idle** — a keep-alive connection between requests: closed after the *idle timeout*
+//!   (default 60 s).
+//!
+//! This is how Go's `net/http` splits its `ReadHeaderTimeout` and `IdleTimeout` (hyper's own
+//! `header_read_timeout` also runs while a keep-alive connection waits for its next request,
+//! so it cannot tell slow headers from an idle connection).
+//!
+//! **The connection limit** (default: half the soft limit on open files, at most 4,096, at
+//! least 64) bounds the file descriptors connections use, so the server never runs out of
+//! them. A connection accepted at the limit makes the server close the connection that has
+//! been idle (or sending its headers) the longest, and is served once it is gone: an idle
+//! crowd cannot stop `/health` from answering. When every connection has a request in flight,
+//! the new connection is closed at once (each request in flight is bounded by the body
+//! timeout).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{Request, Response};
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::time::Instant;
+
+/// Default longest time from accepting a connection, or from the first byte of a request,
+/// to the end of its headers.
+pub const HEADER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Default longest time a request body may send nothing.
+pub const BODY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// Default longest time a keep-alive connection may wait for its next request.
+pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
+/// The connection limit's default is at most this many…
+pub const CONNECTIONS_DEFAULT_MAX: usize = 4096;
+/// … and at least this many.
+pub const CONNECTIONS_DEFAULT_MIN: usize = 64;
+/// The largest connection limit taken.
+pub const CONNECTIONS_MAX: usize = 1 << 20;
+/// How long a connection accepted at the limit waits for the connection closed in its favour.
+const EVICTION_WAIT: Duration = Duration::from_secs(1);
+/// How long the accept loop pauses after an error that is not about one connection (e.g.
+/// EMFILE: out of file descriptors).
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// The connection limit used when none is configured: half the soft limit on open files
+/// (the other half is for object files, the map and the logs), within
+/// [`CONNECTIONS_DEFAULT_MIN`]..=[`CONNECTIONS_DEFAULT_MAX`].
+pub fn default_max_connections() -> usize {
+    let soft = open_files_soft_limit().unwrap_or(u64::MAX);
+    usize::try_from(soft / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(CONNECTIONS_DEFAULT_MIN, CONNECTIONS_DEFAULT_MAX)
+}
+
+/// The soft limit on open files (`RLIMIT_NOFILE`), from `/proc/self/limits`; `None` when
+/// unknown or unlimited.
+fn open_files_soft_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find_map(|line| line.strip_prefix("Max open files"))?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
+/// How connections are limited and timed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// See [`HEADER_TIMEOUT_DEFAULT`].
+    pub header_timeout: Duration,
+    /// See [`BODY_TIMEOUT_DEFAULT`].
+    pub body_timeout: Duration,
+    /// See [`IDLE_TIMEOUT_DEFAULT`].
+    pub idle_timeout: Duration,
+    /// Connections open at once.
+    pub max_connections: usize,
+}
+
+impl Limits {
+    /// Refuses zero timeouts and limits out of range.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, value) in [
+            ("header timeout", self.header_timeout),
+            ("body timeout", self.body_timeout),
+            ("idle timeout", self.idle_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(format!("the {name} is zero; it must be positive"));
+            }
+        }
+        if !(1..=CONNECTIONS_MAX).contains(&self.max_connections) {
+            return Err(format!(
+                "the connection limit is {}; it must be 1 to {CONNECTIONS_MAX}",
+                self.max_connections
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A request body that sent nothing for the body timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("the client sent no byte of the request body for {} s", .0.as_secs_f64())]
+pub struct BodyTimeout(pub Duration);
+
+impl BodyTimeout {
+    /// The timeout found in `error`'s chain of sources, if the body timed out.
+    pub fn find<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyTimeout> {
+        let mut next = Some(error);
+        while let Some(error) = next {
+            if let Some(timeout) = error.downcast_ref::<BodyTimeout>() {
+                return Some(timeout);
+            }
+            next = error.source();
+        }
+        None
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for (the rest of) a request's headers, since then.
+    Head(Instant),
+    /// Requests in flight (HTTP/1: one).
+    Busy(u32),
+    /// Between requests, since then.
+    Idle(Instant),
+}
+
+/// One connection's phase, shared by its I/O, its service and its task.
+struct Connection {
+    phase: Mutex<Phase>,
+    /// Wakes the connection's task: its phase changed, it is asked to close, or the server
+    /// stops.
+    wake: Notify,
+    /// The accept loop asks it to make room.
+    evict: AtomicBool,
+}
+
+impl Connection {
+    fn new() -> Connection {
+        Connection {
+            phase: Mutex::new(Phase::Head(Instant::now())),
+            wake: Notify::new(),
+            evict: AtomicBool::new(false),
+        }
+    }
+
+    fn phase(&self) -> Phase {
+        *self.phase.lock().expect("the phase lock is never poisoned")
+    }
+
+    /// Bytes arrived: an idle connection starts a request.
+    fn on_read(&self) {
+        let mut phase = self.phase.lock().expect("the phase lock is never poisoned");
+        if let Phase::Idle(_) = *phase {
+            *phase = Phase::Head(Instant::now());
+            drop(phase);
+            self.wake.notify_one();
+        }
+    }
+
+    /// A request's headers are in: busy until the guard (held by the answer's body) drops.
+    fn busy(self: &Arc<Self>) -> BusyGuard {
+        let mut phase = self.phase.lock().expect("the phase lock is never poisoned");
+        *phase = match *phase {
+            Phase::Busy(n) => Phase::Busy(n + 1),
+            Phase::Head(_) | Phase::Idle(_) => Phase::Busy(1),
+        };
+        BusyGuard(self.clone())
+    }
+
+    /// When the phase's timeout expires (none while busy).
+    fn deadline(&self, limits: &Limits) -> Option<Instant> {
+        match self.phase() {
+            Phase::Head(since) => Some(since + limits.header_timeout),
+            Phase::Idle(since) => Some(since + limits.idle_timeout),
+            Phase::Busy(_) => None,
+        }
+    }
+
+    /// Since when it has had no request in flight; `None` while busy.
+    fn quiet_since(&self) -> Option<Instant> {
+        match self.phase() {
+            Phase::Head(since) | Phase::Idle(since) => Some(since),
+            Phase::Busy(_) => None,
+        }
+    }
+}
+
+/// Marks the end of a request when dropped.
+struct BusyGuard(Arc<Connection>);
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        let mut phase = self.0.phase.lock().expect("the phase lock is never poisoned");
+        *phase = match *phase {
+            Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
+            _ => Phase::Idle(Instant::now()),
+        };
+        drop(phase);
+        self.0.wake.notify_one();
+    }
+}
+
+/// The open connections, for the limit.
+#[derive(Default)]
+struct Registry {
+    next_id: AtomicU64,
+    open: Mutex<HashMap<u64, Arc<Connection>>>,
+}
+
+impl Registry {
+    fn add(&self, connection: Arc<Connection>) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.open.lock().expect("the registry lock is never poisoned").insert(id, connection);
+        id
+    }
+
+    fn remove(&self, id: u64) {
+        self.open.lock().expect("the registry lock is never poisoned").remove(&id);
+    }
+
+    /// Asks the connection quiet for the longest to close; false if every one is busy.
+    fn evict_one(&self) -> bool {
+        let open = self.open.lock().expect("the registry lock is never poisoned");
+        let oldest = open
+            .values()
+            .filter(|c| !c.evict.load(Ordering::Relaxed))
+            .filter_map(|c| c.quiet_since().map(|since| (since, c)))
+            .min_by_key(|(since, _)| *since);
+        match oldest {
+            Some((_, connection)) => {
+                connection.evict.store(true, Ordering::Relaxed);
+                connection.wake.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then waits for the connections
+/// to finish their requests.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let registry = Arc::new(Registry::default());
+    let (stop, stopping) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    if !is_connection_error(&error) {
+                        tracing::warn!(%error, "cannot accept a connection");
+                        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    }
+                    continue;
+                }
+            },
+        };
+        let Some(permit) = admit(&permits, &registry, limits.max_connections).await else {
+            drop(stream);
+            continue;
+        };
+        let connection = Arc::new(Connection::new());
+        let id = registry.add(connection.clone());
+        let registry = registry.clone();
+        let router = router.clone();
+        let stopping = stopping.clone();
+        tokio::spawn(async move {
+            serve_connection(stream, router, connection, limits, stopping).await;
+            registry.remove(id);
+            drop(permit);
+        });
+    }
+    drop(listener);
+    let _ = stop.send(true);
+    // Every connection holds a permit until it ends.
+    let all = u32::try_from(limits.max_connections).expect("limits are checked");
+    let _ = permits.acquire_many(all).await;
+}
+
+/// A permit for a new connection: at once below the limit; at the limit, once the connection
+/// quiet for the longest has closed; `None` when every connection is busy.
+async fn admit(
+    permits: &Arc<Semaphore>,
+    registry: &Registry,
+    max_connections: usize,
+) -> Option<OwnedSemaphorePermit> {
+    if let Ok(permit) = permits.clone().try_acquire_owned() {
+        return Some(permit);
+    }
+    if !registry.evict_one() {
+        tracing::warn!(
+            max_connections,
+            "connection refused: every connection has a request in flight"
+        );
+        return None;
+    }
+    tracing::debug!(max_connections, "at the connection limit: closing the oldest idle one");
+    match tokio::time::timeout(EVICTION_WAIT, permits.clone().acquire_owned()).await {
+        Ok(Ok(permit)) => Some(permit),
+        _ => None,
+    }
+}
+
+/// Errors about one connection only (the accept loop goes on at once).
+fn is_connection_error(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    )
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    router: Router,
+    connection: Arc<Connection>,
+    limits: Limits,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let io = TokioIo::new(Watched { inner: stream, connection: connection.clone() });
+    let service =
+        Service { router, connection: connection.clone(), body_timeout: limits.body_timeout };
+    let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
+    tokio::pin!(conn);
+    let mut stopped = *stopping.borrow();
+    if stopped {
+        conn.as_mut().graceful_shutdown();
+    }
+    loop {
+        let deadline = connection.deadline(&limits);
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "connection ended");
+                }
+                return;
+            }
+            () = sleep_until(deadline) => {
+                if connection.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
+                    tracing::debug!(phase = ?connection.phase(), "connection timed out: closed");
+                    return; // nothing in flight: dropping it closes the socket
+                }
+            }
+            () = connection.wake.notified() => {}
+            changed = stopping.changed(), if !stopped => {
+                stopped = true;
+                if changed.is_ok() {
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+        if connection.evict.load(Ordering::Relaxed) {
+            if connection.quiet_since().is_some() {
+                tracing::debug!("at the connection limit: closed the connection idle the longest");
+                return;
+            }
+            connection.evict.store(false, Ordering::Relaxed); // busy after all
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The socket, telling its connection when bytes arrive.
+struct Watched {
+    inner: TcpStream,
+    connection: Arc<Connection>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let result = ready!(Pin::new(&mut self.inner).poll_read(cx, buf));
+        if buf.filled().len() > before {
+            self.connection.on_read();
+        }
+        Poll::Ready(result)
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The router as a hyper service: request bodies get the body timeout, and the connection is
+/// busy until the answer's body is sent or dropped.
+#[derive(Clone)]
+struct Service {
+    router: Router,
+    connection: Arc<Connection>,
+    body_timeout: Duration,
+}
+
+type ServiceFuture = Pin<Box<dyn Future<Output = Result<Response<Answer>, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for Service {
+    type Response = Response<Answer>;
+    type Error = Infallible;
+    type Future = ServiceFuture;
+
+    fn call(&self, request: Request<Incoming>) -> ServiceFuture {
+        let guard = self.connection.busy();
+        let timeout = self.body_timeout;
+        let request = request
+            .map(|body| axum::body::Body::new(TimedBody { inner: body, timeout, sleep: None }));
+        let mut router = self.router.clone();
+        Box::pin(async move {
+            // A Router is always ready (its `poll_ready` does nothing).
+            let response = tower_service::Service::call(&mut router, request).await?;
+            Ok(response.map(|body| Answer { inner: body, _busy: guard }))
+        })
+    }
+}
+
+/// A request body that fails with [`BodyTimeout`] when the client sends nothing for the
+/// body timeout while the handler waits for it.
+struct TimedBody {
+    inner: Incoming,
+    timeout: Duration,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl HttpBody for TimedBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            self.sleep = None;
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        let timeout = self.timeout;
+        let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        ready!(sleep.as_mut().poll(cx));
+        Poll::Ready(Some(Err(Box::new(BodyTimeout(timeout)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// An answer's body, holding its connection busy until sent or dropped.
+pub(crate) struct Answer {
+    inner: axum::body::Body,
+    _busy: BusyGuard,
+}
+
+impl HttpBody for Answer {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_limit_is_within_its_bounds_and_below_the_file_limit() {
+        let limit = default_max_connections();
+        assert!((CONNECTIONS_DEFAULT_MIN..=CONNECTIONS_DEFAULT_MAX).contains(&limit), "{limit}");
+        if let Some(soft) = open_files_soft_limit()
+            && soft >= 2 * CONNECTIONS_DEFAULT_MIN as u64
+        {
+            assert!(limit as u64 <= soft / 2, "{limit} of {soft} files");
+        }
+    }
+
+    #[test]
+    fn zero_timeouts_and_limits_are_refused() {
+        let limits = Limits {
+            header_timeout: HEADER_TIMEOUT_DEFAULT,
+            body_timeout: BODY_TIMEOUT_DEFAULT,
+            idle_timeout: IDLE_TIMEOUT_DEFAULT,
+            max_connections: 8,
+        };
+        assert_eq!(limits.check(), Ok(()));
+        let zero = Limits { body_timeout: Duration::ZERO, ..limits };
+        assert!(zero.check().unwrap_err().contains("body timeout is zero"));
+        let none = Limits { max_connections: 0, ..limits };
+        assert!(none.check().unwrap_err().contains("connection limit is 0"));
+        let huge = Limits { max_connections: CONNECTIONS_MAX + 1, ..limits };
+        assert!(huge.check().is_err());
+    }
+
+    #[test]
+    fn a_timeout_is_found_in_a_chain_of_errors() {
+        let inner: Box<dyn std::error::Error + Send + Sync> =
+            Box::new(BodyTimeout(Duration::from_secs(3)));
+        let wrapped = axum::Error::new(inner);
+        assert_eq!(BodyTimeout::find(&wrapped).map(|t| t.0), Some(Duration::from_secs(3)));
+        let other = axum::Error::new(std::io::Error::other("reset"));
+        assert!(BodyTimeout::find(&other).is_none());
+    }
+}
