@@ -8,10 +8,10 @@
 #      over that time);
 #   3. deep-scrub throughput (no rate limit), and what a deep scrub at the default background
 #      rate (8 MiB/s per server) costs foreground 4 MiB PUT/GET throughput.
-# Usage: scripts/bench-failures.sh [OBJECTS (default 200, 1 MiB each)] [DOWN_GRACE (20s)] [OUT_GRACE (30s)]
+# Usage: scripts/bench-failures.sh [OBJECTS (default 1000, 1 MiB each)] [DOWN_GRACE (20s)] [OUT_GRACE (30s)]
 # Needs jq.
 set -euo pipefail
-objects=${1:-200}
+objects=${1:-1000}
 down_grace=${2:-20s}
 out_grace=${3:-30s}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,23 +54,24 @@ echo "== kill -9 of server z1-h1 (device 0)"
 printf '  writes acknowledged right after the kill: %d of 100 (pool plain, 4 KiB, %.1f s)\n' "$ok" "$writes_done"
 until status_json | jq -e '.health.problems | any(test("down: osd.0"))' >/dev/null; do sleep 0.2; done
 printf '  kill -9 to "down" in the map: %.1f s (--down-grace %s)\n' "$(since "$killed")" "$down_grace"
-until status_json | jq -e '.health.notes | any(test("out: osd.0"))' >/dev/null; do sleep 0.2; done
-out_at=$(now)
+# Down shrinks the sets of the crush pool (the bench's data) without moving anything; out moves.
 moved_before=$(status_json | jq '[.servers[].migration.total_bytes_moved // 0] | add')
+until grep -Eq '(^|[ {,])in *= *false' "$work/cluster/map.toml"; do sleep 0.02; done
+out_at=$(now)
 printf '  kill -9 to "out": %.1f s (--out-grace %s)\n' "$(since "$killed")" "$out_grace"
-until "$optio" status > "$work/status.txt" 2>&1; do sleep 0.5; done
+until "$optio" status > "$work/status.txt" 2>&1; do sleep 0.1; done
 recovery=$(since "$out_at")
 moved_after=$(status_json | jq '[.servers[].migration.total_bytes_moved // 0] | add')
 moved=$((moved_after - moved_before))
 printf '  "out" to HEALTH_OK (full replication again): %.1f s, %.1f MB moved, %.1f MB/s\n' \
-  "$recovery" "$(echo "$moved / 1e6" | bc -l)" "$(echo "$moved / 1e6 / $recovery" | bc -l)"
+  "$recovery" "$(echo "$moved / 1000000" | bc -l)" "$(echo "$moved / 1000000 / $recovery" | bc -l)"
 
 echo "== scrubbing"
 "$optio" scrub --deep --json > "$work/scrub.json"
 read_bytes=$(jq '[.devices[].bytes_read] | add' "$work/scrub.json")
 slowest=$(jq '[.devices[].seconds] | max' "$work/scrub.json")
 printf '  deep scrub, no limit: %.1f MB re-read and verified in %.2f s (%.1f MB/s over all servers)\n' \
-  "$(echo "$read_bytes / 1e6" | bc -l)" "$slowest" "$(echo "$read_bytes / 1e6 / $slowest" | bc -l)"
+  "$(echo "$read_bytes / 1000000" | bc -l)" "$slowest" "$(echo "$read_bytes / 1000000 / $slowest" | bc -l)"
 "$optio" bench --objects 64 --size 4MiB --json > "$work/quiet.json"
 ( while true; do "$optio" scrub --deep --rate 8MiB > /dev/null 2>&1 || true; done ) &
 scrubber=$!

@@ -63,6 +63,7 @@ pub mod file;
 pub mod follow;
 pub mod lockfile;
 pub mod mapstore;
+pub mod monitor;
 pub mod source;
 
 pub use codec::validate_member;

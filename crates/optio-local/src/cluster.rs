@@ -26,7 +26,7 @@ mod supervise;
 
 pub use supervise::{
     DOWN_GRACE_DEFAULT, Event, OUT_GRACE_DEFAULT, RESTART_BACKOFF_MAX, RESTART_BACKOFF_MIN,
-    Supervision,
+    Supervision, lease_ttl,
 };
 
 /// Runs `future` to completion on a runtime of its own, on a thread of its own (so it works
@@ -167,8 +167,8 @@ pub struct LocalCluster {
     reintegrator: Option<(Child, ChildStdin)>,
     /// What supervision knows of each server (same order as `servers`).
     watches: Vec<supervise::Watch>,
-    /// The devices supervision marked out.
-    marked_out: supervise::MarkedOut,
+    /// The acting monitor (marking devices down, out, up, in), once supervision started.
+    monitor: supervise::Acting,
     /// The cluster directory's lock ([`LOCK_FILE`]), held while the cluster lives; the kernel
     /// releases it when this process ends, however it ends.
     _lock: fs::File,
@@ -236,7 +236,7 @@ impl LocalCluster {
             etcd,
             reintegrator: None,
             watches: Vec::new(),
-            marked_out: Default::default(),
+            monitor: None,
             _lock: lock,
         };
         let dirty_file = dir.join(DIRTY_SOURCE_FILE);

@@ -57,6 +57,10 @@ pub enum Failure {
     /// running, so it applied nothing, and when it runs again it catches up on what it missed
     /// before serving reads.
     NotRunning(String),
+    /// The connection broke under the request (reset, closed): typically a pooled connection
+    /// to a server that died; the request may or may not have been applied, and sending it
+    /// again takes a fresh connection.
+    Dropped(String),
     /// An answer that does not say what Optio's answers say (a malformed header or body).
     Malformed(String),
     /// An error answer.
@@ -75,6 +79,7 @@ impl std::fmt::Display for Failure {
         match self {
             Failure::Unreachable(reason) => write!(f, "unreachable ({reason})"),
             Failure::NotRunning(reason) => write!(f, "not running ({reason})"),
+            Failure::Dropped(reason) => write!(f, "connection dropped ({reason})"),
             Failure::Malformed(reason) => write!(f, "{reason}"),
             Failure::Refused { kind, reason, .. } => write!(f, "{}: {reason}", kind.name()),
         }
@@ -86,7 +91,10 @@ impl Failure {
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
             Failure::Refused { kind, .. } => Some(*kind),
-            Failure::Unreachable(_) | Failure::NotRunning(_) | Failure::Malformed(_) => None,
+            Failure::Unreachable(_)
+            | Failure::NotRunning(_)
+            | Failure::Dropped(_)
+            | Failure::Malformed(_) => None,
         }
     }
 
@@ -96,9 +104,16 @@ impl Failure {
         matches!(self, Failure::NotRunning(_))
     }
 
-    /// Whether the device did not answer at all (not running, or unreachable).
+    /// Whether the device did not answer at all (not running, unreachable, or the connection
+    /// dropped).
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, Failure::Unreachable(_) | Failure::NotRunning(_))
+        matches!(self, Failure::Unreachable(_) | Failure::NotRunning(_) | Failure::Dropped(_))
+    }
+
+    /// Whether the connection broke under the request (worth sending again at once: the next
+    /// attempt takes another connection).
+    pub fn is_dropped(&self) -> bool {
+        matches!(self, Failure::Dropped(_))
     }
 }
 
@@ -491,10 +506,21 @@ impl Transport for HttpTransport {
 fn no_answer(error: &reqwest::Error) -> Failure {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as Io;
+            match io.kind() {
+                Io::ConnectionRefused => return Failure::NotRunning(error_chain(error)),
+                Io::ConnectionReset
+                | Io::ConnectionAborted
+                | Io::BrokenPipe
+                | Io::UnexpectedEof => return Failure::Dropped(error_chain(error)),
+                _ => {}
+            }
+        }
+        if let Some(hyper) = cause.downcast_ref::<hyper::Error>()
+            && (hyper.is_incomplete_message() || hyper.is_canceled() || hyper.is_closed())
         {
-            return Failure::NotRunning(error_chain(error));
+            return Failure::Dropped(error_chain(error));
         }
         source = cause.source();
     }
@@ -515,6 +541,34 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_refused_connection_is_not_running_and_a_dropped_one_is_dropped() {
+        let transport = HttpTransport::new().unwrap();
+        // Nothing listens: refused.
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        let endpoint = Endpoint { device: 1, addr };
+        let call = Call::new(&endpoint, PoolId(1), 1, Op::Get { key: "k", range: None });
+        let (failure, _) = transport.send(call).await.unwrap_err();
+        assert!(failure.is_not_running(), "{failure}");
+        // A server that accepts, then closes without answering: dropped, worth sending again.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = Endpoint { device: 1, addr: listener.local_addr().unwrap().to_string() };
+        let server = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buffer = [0u8; 64];
+            let _ = socket.read(&mut buffer).await;
+            drop(socket);
+        });
+        let call = Call::new(&endpoint, PoolId(1), 1, Op::Get { key: "k", range: None });
+        let (failure, _) = transport.send(call).await.unwrap_err();
+        assert!(failure.is_dropped(), "{failure}");
+        assert!(failure.is_unreachable() && !failure.is_not_running());
+        server.await.unwrap();
+    }
 
     fn endpoint() -> Endpoint {
         Endpoint { device: 4, addr: "127.0.0.1:9".into() }

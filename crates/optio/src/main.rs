@@ -50,6 +50,9 @@ enum Command {
     Up(commands::up::Args),
     /// Run one storage server (what `optio up` starts for each host).
     Server(commands::server::Args),
+    /// Watch the servers of a cluster started one by one: mark devices down, out, up and in
+    /// in the map (what `optio up` does for its own cluster).
+    Manager(commands::manager::Args),
     /// Store an object (from a file or standard input).
     Put(commands::client::PutArgs),
     /// Read an object (to standard output or a file).
@@ -116,6 +119,7 @@ fn main() -> std::process::ExitCode {
         Command::Sim(args) => commands::sim::run(args),
         Command::Up(args) => commands::up::run(args),
         Command::Server(args) => commands::server::run(args),
+        Command::Manager(args) => commands::manager::run(args),
         Command::Put(args) => commands::client::put(args),
         Command::Get(args) => commands::client::get(args),
         Command::Rm(args) => commands::client::rm(args),

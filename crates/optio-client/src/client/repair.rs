@@ -175,9 +175,11 @@ fn newest_intact(
                 }
                 _ => states[i] = Some(ReplicaState::Repaired("damaged in transit".into())),
             },
-            Err(Failure::Unreachable(reason) | Failure::NotRunning(reason)) => {
-                states[i] = Some(ReplicaState::Failed(format!("unreachable: {reason}")))
-            }
+            Err(
+                Failure::Unreachable(reason)
+                | Failure::NotRunning(reason)
+                | Failure::Dropped(reason),
+            ) => states[i] = Some(ReplicaState::Failed(format!("unreachable: {reason}"))),
             Err(failure) => states[i] = Some(ReplicaState::Repaired(failure.to_string())),
         }
     }

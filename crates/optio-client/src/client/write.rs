@@ -35,6 +35,10 @@ pub struct PutReport {
 /// refuses new records for longer (`optio_server::records::RECORD_GRACE_AFTER_CRASH`, 2 s).
 pub const RECORD_LEASE: Duration = Duration::from_secs(1);
 
+/// How many times a request whose connection dropped is sent again (each time on another
+/// connection) before the replica counts as not answering.
+pub(super) const DROPPED_RESENDS: usize = 4;
+
 /// One version of an object, as written to each replica.
 #[derive(Clone, Copy)]
 pub(super) struct Payload<'a> {
@@ -308,8 +312,11 @@ impl Client {
             .unwrap_or_else(|| view.map.pool(pool).map_or(1, |p| p.min_size as usize))
     }
 
-    /// Sends the version once more to every replica of `results` that did not answer (its
-    /// server not running, or no answer at all), and puts the new outcome in its place.
+    /// Sends the version again to every replica of `results` that did not answer (its server
+    /// not running, no answer at all, or the connection dropped), and puts the new outcome in
+    /// its place: once, and up to [`DROPPED_RESENDS`] times while connections keep dropping
+    /// (each attempt takes another pooled connection; those to a server that died are all
+    /// broken).
     #[allow(clippy::too_many_arguments)]
     async fn resend_unanswered(
         &self,
@@ -321,16 +328,22 @@ impl Client {
         results: &mut [Result<Answer, Failure>],
         payload: Payload<'_>,
     ) {
-        let again: Vec<usize> = (0..results.len())
-            .filter(|&i| matches!(&results[i], Err(f) if f.is_unreachable()))
-            .collect();
-        if again.is_empty() {
-            return;
-        }
-        let chosen: Vec<Endpoint> = again.iter().map(|&i| endpoints[i].clone()).collect();
-        let retried = self.fan_out(view, pool, key, candidate, &chosen, payload).await;
-        for (i, result) in again.into_iter().zip(retried) {
-            results[i] = result;
+        for round in 0..DROPPED_RESENDS {
+            let again: Vec<usize> = (0..results.len())
+                .filter(|&i| match &results[i] {
+                    Err(f) if round == 0 => f.is_unreachable(),
+                    Err(f) => f.is_dropped(),
+                    Ok(_) => false,
+                })
+                .collect();
+            if again.is_empty() {
+                return;
+            }
+            let chosen: Vec<Endpoint> = again.iter().map(|&i| endpoints[i].clone()).collect();
+            let retried = self.fan_out(view, pool, key, candidate, &chosen, payload).await;
+            for (i, result) in again.into_iter().zip(retried) {
+                results[i] = result;
+            }
         }
     }
 

@@ -120,6 +120,26 @@ pub(super) struct RangeResponse {
     pub(super) more: bool,
 }
 
+/// `lease/grant`'s answer.
+#[derive(Debug, Deserialize)]
+pub(super) struct LeaseGrant {
+    #[serde(rename = "ID", default, deserialize_with = "integer")]
+    pub(super) id: u64,
+}
+
+/// `lease/keepalive`'s answer (one message of the stream): a TTL of 0 means the lease expired.
+#[derive(Debug, Deserialize)]
+pub(super) struct LeaseKeepAlive {
+    #[serde(default)]
+    pub(super) result: Option<LeaseKeepAliveResult>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct LeaseKeepAliveResult {
+    #[serde(rename = "TTL", default, deserialize_with = "integer")]
+    pub(super) ttl: u64,
+}
+
 #[derive(Debug, Deserialize)]
 pub(super) struct TxnResponse {
     #[serde(default)]

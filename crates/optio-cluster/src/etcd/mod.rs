@@ -302,6 +302,56 @@ impl EtcdStore {
         ])
     }
 
+    /// The key the cluster's acting monitor holds (`optio manager`, `optio up`).
+    pub fn manager_key(&self) -> String {
+        format!("{}/manager", self.prefix)
+    }
+
+    /// Tries to become the cluster's acting monitor: grants a lease of `ttl` and puts
+    /// [`manager_key`](Self::manager_key) = `holder` with it if the key is absent. Returns
+    /// the lease (keep it alive with [`keep_leading`](Self::keep_leading)), or who holds the
+    /// key now.
+    pub async fn try_lead(
+        &self,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Result<u64, String>, ClusterError> {
+        let grant: LeaseGrant =
+            self.call("lease/grant", &json!({ "TTL": ttl.as_secs().max(1).to_string() })).await?;
+        if grant.id == 0 {
+            return Err(self.error("granted no lease"));
+        }
+        let key = encode(&self.manager_key());
+        let body = json!({
+            "compare": [{ "key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
+            "success": [{ "request_put": { "key": key, "value": encode(holder), "lease": grant.id.to_string() } }],
+            "failure": [{ "request_range": { "key": key } }],
+        });
+        let response: TxnResponse = self.call("kv/txn", &body).await?;
+        if response.succeeded {
+            return Ok(Ok(grant.id));
+        }
+        let _ = self
+            .call::<serde_json::Value>("lease/revoke", &json!({ "ID": grant.id.to_string() }))
+            .await;
+        let holder = response
+            .responses
+            .into_iter()
+            .find_map(|op| op.response_range)
+            .and_then(|range| range.kvs.into_iter().next())
+            .map(|kv| self.decode_text(&kv.value).unwrap_or_default())
+            .unwrap_or_default();
+        Ok(Err(holder))
+    }
+
+    /// Keeps the lease of [`try_lead`](Self::try_lead) alive; `false` when it expired (the
+    /// monitor must stop acting: another may have taken over).
+    pub async fn keep_leading(&self, lease: u64) -> Result<bool, ClusterError> {
+        let answer: LeaseKeepAlive =
+            self.call("lease/keepalive", &json!({ "ID": lease.to_string() })).await?;
+        Ok(answer.result.is_some_and(|r| r.ttl > 0))
+    }
+
     /// Replaces `member`'s status document (the member name is validated by the caller).
     pub async fn put_status(&self, member: &str, json: &[u8]) -> Result<(), ClusterError> {
         let body = json!({

@@ -7,19 +7,14 @@
 //! A server *answers* when its process runs and `/health` answers. Only the devices the
 //! supervisor marked out are marked in again: a device an operator set out stays out.
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use optio_placement::{DeviceId, MapChange};
+use optio_cluster::monitor::{self, Graces, Leadership, Monitor};
 
-use super::{LocalCluster, health_epoch};
+use super::LocalCluster;
 use crate::LocalError;
 
-/// How long a server may not answer before its devices are marked down, by default (Ceph's
-/// `osd_heartbeat_grace`).
-pub const DOWN_GRACE_DEFAULT: Duration = Duration::from_secs(20);
-/// How long before they are marked out, by default (Ceph's `mon_osd_down_out_interval`).
-pub const OUT_GRACE_DEFAULT: Duration = Duration::from_secs(600);
+pub use optio_cluster::monitor::{DOWN_GRACE_DEFAULT, OUT_GRACE_DEFAULT};
 /// First wait before restarting a server that died; doubles up to the maximum.
 pub const RESTART_BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// Longest wait between two restarts.
@@ -47,8 +42,6 @@ impl Default for Supervision {
 /// What the supervisor knows of one server.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Watch {
-    /// Since when it has not answered.
-    silent_since: Option<Instant>,
     /// When it was last (re)started.
     started: Option<Instant>,
     /// When to try the next restart.
@@ -122,7 +115,7 @@ impl LocalCluster {
         for i in 0..self.servers.len() {
             self.check_process(i, policy, now, &mut events);
         }
-        self.mark_states(policy, now, &mut events)?;
+        self.mark_states(policy, &mut events)?;
         Ok(events)
     }
 
@@ -174,79 +167,41 @@ impl LocalCluster {
         }
     }
 
-    /// Marks the devices of servers silent past a grace down or out, and those answering
-    /// again up (and in, if the supervisor took them out).
+    /// Marks devices down/out/up/in as the graces say ([`optio_cluster::monitor`]), as the
+    /// cluster's acting monitor (taken at the first round: a second monitor of the same
+    /// cluster is refused).
     fn mark_states(
         &mut self,
         policy: &Supervision,
-        now: Instant,
         events: &mut Vec<Event>,
     ) -> Result<(), LocalError> {
-        let mut answering = Vec::new();
-        for (i, server) in self.servers.iter().enumerate() {
-            let answers = server.child.is_some() && health_epoch(&server.addr).is_some();
-            let watch = &mut self.watches[i];
-            if answers {
-                watch.silent_since = None;
-            } else if watch.silent_since.is_none() {
-                watch.silent_since = Some(now);
-            }
-            answering.push(answers);
-        }
-        let map = self.load_map()?;
-        let mut down = Vec::new();
-        let mut out = Vec::new();
-        let mut up = Vec::new();
-        let mut back_in = Vec::new();
-        for (i, server) in self.servers.iter().enumerate() {
-            let silent = self.watches[i].silent_since.map(|since| now - since);
-            for (id, _) in &server.devices {
-                let Some(device) = map.device(DeviceId(*id)) else { continue };
-                match silent {
-                    None => {
-                        if !device.up {
-                            up.push(*id);
-                        }
-                        if !device.is_in && self.marked_out.contains(id) {
-                            back_in.push(*id);
-                        }
-                    }
-                    Some(silent) => {
-                        if device.up && silent >= policy.down_grace {
-                            down.push(*id);
-                        }
-                        if device.is_in && silent >= policy.out_grace {
-                            out.push(*id);
-                        }
-                    }
+        let graces = Graces { down: policy.down_grace, out: policy.out_grace };
+        if self.monitor.is_none() {
+            let holder = format!("optio up (pid {})", std::process::id());
+            let ttl = lease_ttl(policy.down_grace);
+            match super::block_on(monitor::lead(&self.source, &holder, ttl))? {
+                Ok(leadership) => {
+                    self.monitor = Some((Monitor::new(self.source.clone(), graces), leadership));
+                }
+                Err(who) => {
+                    return Err(LocalError::Spec(format!(
+                        "another monitor acts for this cluster ({who}); stop it, or run optio up in another directory"
+                    )));
                 }
             }
         }
-        let changes: [StateChange; 4] = [
-            ("down", down, Some(false), None),
-            ("out", out, None, Some(false)),
-            ("up", up, Some(true), None),
-            ("in", back_in, None, Some(true)),
-        ];
-        for (state, devices, up, is_in) in changes {
-            if devices.is_empty() {
-                continue;
-            }
-            let mut epoch = 0;
-            for &device in &devices {
-                let change = MapChange::SetState { device: DeviceId(device), up, is_in };
-                epoch = self.change_map(&change)?.epoch().0;
-                match state {
-                    "out" => {
-                        self.marked_out.insert(device);
-                    }
-                    "in" => {
-                        self.marked_out.remove(&device);
-                    }
-                    _ => {}
-                }
-            }
-            events.push(Event::Marked { devices, state, epoch });
+        let (monitor, leadership) = self.monitor.as_mut().expect("taken above");
+        monitor.set_graces(graces);
+        if !super::block_on(leadership.renew())? {
+            self.monitor = None;
+            return Ok(());
+        }
+        for marked in super::block_on(monitor.round())? {
+            events.push(Event::Marked {
+                devices: marked.devices,
+                state: marked.state,
+                epoch: marked.epoch,
+            });
         }
         Ok(())
     }
@@ -268,8 +223,11 @@ impl LocalCluster {
     }
 }
 
-/// A state to set on devices: its name, the devices, and the new up / in flags.
-type StateChange = (&'static str, Vec<u32>, Option<bool>, Option<bool>);
+/// The life of the acting monitor's etcd lease for a down grace: half of it, 2 to 10 s (a
+/// monitor that stops is replaced within that).
+pub fn lease_ttl(down_grace: Duration) -> Duration {
+    (down_grace / 2).clamp(Duration::from_secs(2), Duration::from_secs(10))
+}
 
-/// The devices the supervisor itself marked out (to mark in again when they answer).
-pub(super) type MarkedOut = HashSet<u32>;
+/// The acting monitor of a local cluster, and its right to act.
+pub(super) type Acting = Option<(Monitor, Leadership)>;

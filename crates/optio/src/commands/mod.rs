@@ -7,6 +7,7 @@ pub mod demo;
 pub mod diff;
 pub mod edit;
 pub mod live;
+pub mod manager;
 pub mod map;
 pub mod place;
 pub mod reintegrate;

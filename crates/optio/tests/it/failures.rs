@@ -516,3 +516,84 @@ fn a_server_down_past_the_out_grace_is_re_replicated_and_health_returns_to_ok() 
         }
     });
 }
+
+/// An `optio manager` process on the cluster's map; its standard error is read line by line.
+struct Manager {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Manager {
+    fn start(map: &str) -> Manager {
+        let mut child = std::process::Command::new(crate::binary())
+            .args(["manager", "--map", map, "--down-grace", "1s", "--out-grace", "1h"])
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("optio manager starts");
+        let stderr = child.stderr.take().expect("piped");
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("manager: {line}");
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Manager { child, lines }
+    }
+
+    /// Waits (bounded) for a line containing `text`.
+    fn expect(&self, text: &str, bound: Duration) {
+        let deadline = Instant::now() + bound;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(text) => return,
+                Ok(_) => {}
+                Err(_) => panic!("the manager did not say '{text}' within {bound:?}"),
+            }
+        }
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn device_up(cluster: &LocalCluster, device: u32) -> bool {
+    cluster.load_map().unwrap().device(optio_placement::DeviceId(device)).unwrap().up
+}
+
+#[test]
+fn one_optio_manager_acts_another_stands_by_and_takes_over_when_it_dies() {
+    if !optio_local::etcd::etcd_available() {
+        return;
+    }
+    let spec = optio_local::LocalClusterSpec { etcd: true, ..small() };
+    let (_dir, mut cluster) = cluster(spec);
+    let map = cluster.source_spec();
+    let mut first = Manager::start(&map);
+    first.expect("acting for", Duration::from_secs(20));
+    let second = Manager::start(&map);
+    second.expect("standing by", Duration::from_secs(20));
+
+    // A server dies: the acting manager marks its device down after the grace.
+    let killed = Instant::now();
+    kill_9(cluster.servers()[0].pid().expect("running"));
+    assert!(wait_until(Duration::from_secs(30), || !device_up(&cluster, 0)), "marked down");
+    eprintln!("kill -9 to down, by optio manager with a 1 s grace: {:?}", killed.elapsed());
+
+    // The acting manager dies: the other takes over within the lease, and marks the server
+    // up once it is back.
+    let _ = first.child.kill();
+    let _ = first.child.wait();
+    second.expect("acting for", Duration::from_secs(30));
+    cluster.restart(0).expect("restart");
+    assert!(wait_until(Duration::from_secs(30), || device_up(&cluster, 0)), "marked up again");
+}

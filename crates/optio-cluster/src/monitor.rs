@@ -1,0 +1,260 @@
+//! The monitor: marks devices `down` in the map when their server has not answered for the
+//! down grace, `out` after the out grace, and back `up` / `in` when it answers again — what
+//! Ceph's monitors do with OSD heartbeats. `optio up` runs one for its cluster; `optio
+//! manager` runs one for a cluster of servers started one by one (the map in a file or in
+//! etcd). One monitor acts per cluster: see [`crate::manager`] for how a second one stands by.
+//!
+//! A server *answers* when `GET /health` on its address (as the map gives it) answers 200
+//! within [`HEALTH_TIMEOUT`]. Only devices the monitor itself marked out are marked in again
+//! (a device an operator set out stays out). Each change is one compare-and-swap on the epoch;
+//! a conflict (someone else changed the map) is retried at the next round.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use optio_placement::{ClusterMap, DeviceId, MapChange};
+
+use crate::{ClusterError, MapSource};
+
+/// How long a health check may take.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a server may not answer before its devices are marked down, by default (Ceph's
+/// `osd_heartbeat_grace`).
+pub const DOWN_GRACE_DEFAULT: Duration = Duration::from_secs(20);
+/// How long before they are marked out, by default (Ceph's `mon_osd_down_out_interval`).
+pub const OUT_GRACE_DEFAULT: Duration = Duration::from_secs(600);
+
+/// The graces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Graces {
+    /// Mark devices down after this long without an answer.
+    pub down: Duration,
+    /// Mark them out after this long.
+    pub out: Duration,
+}
+
+impl Default for Graces {
+    fn default() -> Graces {
+        Graces { down: DOWN_GRACE_DEFAULT, out: OUT_GRACE_DEFAULT }
+    }
+}
+
+/// A change the monitor made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Marked {
+    /// The devices.
+    pub devices: Vec<u32>,
+    /// `down`, `out`, `up` or `in`.
+    pub state: &'static str,
+    /// The map's epoch after the change.
+    pub epoch: u64,
+}
+
+impl std::fmt::Display for Marked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "marked device(s) {:?} {} (epoch {})", self.devices, self.state, self.epoch)
+    }
+}
+
+/// A state to set on devices: its name, the devices, and the new up / in flags.
+type StateChange = (&'static str, Vec<u32>, Option<bool>, Option<bool>);
+
+/// A monitor of the servers named in a map.
+#[derive(Debug)]
+pub struct Monitor {
+    source: MapSource,
+    graces: Graces,
+    /// Since when each address has not answered.
+    silent_since: HashMap<String, Instant>,
+    /// The devices this monitor marked out.
+    marked_out: HashSet<u32>,
+}
+
+impl Monitor {
+    /// A monitor of the map in `source`.
+    pub fn new(source: MapSource, graces: Graces) -> Monitor {
+        Monitor { source, graces, silent_since: HashMap::new(), marked_out: HashSet::new() }
+    }
+
+    /// The graces.
+    pub fn graces(&self) -> Graces {
+        self.graces
+    }
+
+    /// Changes the graces (silences already counted stay counted).
+    pub fn set_graces(&mut self, graces: Graces) {
+        self.graces = graces;
+    }
+
+    /// One round: checks every server's health and marks devices as the graces say.
+    pub async fn round(&mut self) -> Result<Vec<Marked>, ClusterError> {
+        let map = self.source.load().await?;
+        let mut by_addr: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        for device in map.devices() {
+            if let Some(addr) = &device.addr {
+                by_addr.entry(addr.clone()).or_default().push(device.id.0);
+            }
+        }
+        let answered = futures_util::future::join_all(by_addr.keys().map(|a| answers(a))).await;
+        let now = Instant::now();
+        for (addr, answers) in by_addr.keys().zip(&answered) {
+            if *answers {
+                self.silent_since.remove(addr);
+            } else {
+                self.silent_since.entry(addr.clone()).or_insert(now);
+            }
+        }
+        self.silent_since.retain(|addr, _| by_addr.contains_key(addr));
+        let silent: HashMap<u32, Duration> = by_addr
+            .iter()
+            .filter_map(|(addr, devices)| {
+                self.silent_since.get(addr).map(|since| (devices, now - *since))
+            })
+            .flat_map(|(devices, silent)| devices.iter().map(move |d| (*d, silent)))
+            .collect();
+        self.apply(&map, &silent).await
+    }
+
+    /// Marks what the silences say on `map`.
+    async fn apply(
+        &mut self,
+        map: &ClusterMap,
+        silent: &HashMap<u32, Duration>,
+    ) -> Result<Vec<Marked>, ClusterError> {
+        let (mut down, mut out, mut up, mut back_in) = (vec![], vec![], vec![], vec![]);
+        for device in map.devices().iter().filter(|d| d.addr.is_some()) {
+            let id = device.id.0;
+            match silent.get(&id) {
+                None => {
+                    if !device.up {
+                        up.push(id);
+                    }
+                    if !device.is_in && self.marked_out.contains(&id) {
+                        back_in.push(id);
+                    }
+                }
+                Some(silent) => {
+                    if device.up && *silent >= self.graces.down {
+                        down.push(id);
+                    }
+                    if device.is_in && *silent >= self.graces.out {
+                        out.push(id);
+                    }
+                }
+            }
+        }
+        let mut marked = Vec::new();
+        let changes: [StateChange; 4] = [
+            ("down", down, Some(false), None),
+            ("out", out, None, Some(false)),
+            ("up", up, Some(true), None),
+            ("in", back_in, None, Some(true)),
+        ];
+        for (state, devices, up, is_in) in changes {
+            if devices.is_empty() {
+                continue;
+            }
+            let mut epoch = 0;
+            for &device in &devices {
+                let change = MapChange::SetState { device: DeviceId(device), up, is_in };
+                epoch = self.change(&change).await?;
+                match state {
+                    "out" => {
+                        self.marked_out.insert(device);
+                    }
+                    "in" => {
+                        self.marked_out.remove(&device);
+                    }
+                    _ => {}
+                }
+            }
+            marked.push(Marked { devices, state, epoch });
+        }
+        Ok(marked)
+    }
+
+    /// Applies `change` to the stored map (epoch + 1, a compare-and-swap); the new epoch.
+    async fn change(&self, change: &MapChange) -> Result<u64, ClusterError> {
+        let old = self.source.load().await?;
+        let new =
+            old.apply(change, old.epoch()).map_err(|e| ClusterError::Change(e.to_string()))?;
+        self.source.compare_and_swap(old.epoch(), &new).await?;
+        Ok(new.epoch().0)
+    }
+}
+
+/// Whether the server at `addr` answers `GET /health` with 200 within [`HEALTH_TIMEOUT`].
+pub async fn answers(addr: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let check = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        stream.write_all(b"GET /health HTTP/1.0\r\nHost: optio\r\n\r\n").await.ok()?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await.ok()?;
+        Some(head.starts_with(b"HTTP/1.") && &head[9..12] == b"200")
+    };
+    matches!(tokio::time::timeout(HEALTH_TIMEOUT, check).await, Ok(Some(true)))
+}
+
+/// The lock file, next to a map file, held by the cluster's acting monitor.
+pub const MANAGER_LOCK_FILE: &str = "manager.lock";
+
+/// The right to act as a cluster's monitor: one at a time, so that two monitors never mark
+/// the same device in turns.
+#[derive(Debug)]
+pub enum Leadership {
+    /// The map is in a file: [`MANAGER_LOCK_FILE`] next to it, held with `flock` (the kernel
+    /// releases it however the process ends).
+    File(std::fs::File),
+    /// The map is in etcd: its manager key, held with a lease kept alive each round (it
+    /// expires when the holder stops).
+    Etcd {
+        /// The store.
+        store: crate::etcd::EtcdStore,
+        /// The lease.
+        lease: u64,
+    },
+}
+
+/// Tries to become the acting monitor of the cluster whose map is in `source` (`holder`
+/// names this process in etcd; `ttl` is the lease's life there). `Ok(Err(who))` when another
+/// acts (a description of the holder).
+pub async fn lead(
+    source: &MapSource,
+    holder: &str,
+    ttl: Duration,
+) -> Result<Result<Leadership, String>, ClusterError> {
+    match source {
+        MapSource::File(store) => {
+            let dir = store.path().parent().unwrap_or(std::path::Path::new("."));
+            let path = dir.join(MANAGER_LOCK_FILE);
+            match crate::lockfile::hold(&path, Duration::ZERO) {
+                Ok(file) => Ok(Ok(Leadership::File(file))),
+                Err(crate::lockfile::LockError::Held { holder }) => Ok(Err(format!(
+                    "the process holding {}{}",
+                    path.display(),
+                    holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
+                ))),
+                Err(crate::lockfile::LockError::Io(source)) => Err(ClusterError::Io {
+                    what: format!("cannot lock {}", path.display()),
+                    source,
+                }),
+            }
+        }
+        MapSource::Etcd(store) => Ok(store
+            .try_lead(holder, ttl)
+            .await?
+            .map(|lease| Leadership::Etcd { store: store.clone(), lease })),
+    }
+}
+
+impl Leadership {
+    /// Keeps the right alive; `false` when it was lost (the etcd lease expired: stop acting,
+    /// and campaign again).
+    pub async fn renew(&self) -> Result<bool, ClusterError> {
+        match self {
+            Leadership::File(_) => Ok(true),
+            Leadership::Etcd { store, lease } => store.keep_leading(*lease).await,
+        }
+    }
+}
