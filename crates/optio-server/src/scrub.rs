@@ -255,14 +255,7 @@ impl Scrubber {
             theirs.sort_by_key(|t| std::cmp::Reverse((t.0, t.1)));
             if theirs.is_empty() {
                 if damaged {
-                    report.unrepairable += 1;
-                    note(
-                        &mut report,
-                        format!(
-                            "'{}' (pool {}): no good replica to repair it from; quarantined",
-                            object.key, object.pool.0
-                        ),
-                    );
+                    unrepairable(&mut report, &object);
                 }
                 continue;
             }
@@ -320,19 +313,24 @@ impl Scrubber {
             if repaired {
                 report.repaired += 1;
             } else if damaged {
-                report.unrepairable += 1;
-                note(
-                    &mut report,
-                    format!(
-                        "'{}' (pool {}): no good replica to repair it from; quarantined",
-                        object.key, object.pool.0
-                    ),
-                );
+                unrepairable(&mut report, &object);
             }
         }
         report.seconds = started.elapsed().as_secs_f64();
         report
     }
+}
+
+/// Counts a damaged replica no good replica could repair (it stays quarantined).
+fn unrepairable(report: &mut ScrubReport, object: &crate::store::Held) {
+    report.unrepairable += 1;
+    note(
+        report,
+        format!(
+            "'{}' (pool {}): no good replica to repair it from; quarantined",
+            object.key, object.pool.0
+        ),
+    );
 }
 
 fn note(report: &mut ScrubReport, problem: String) {

@@ -37,19 +37,7 @@ impl Client {
             let mut results = join_all((0..endpoints.len()).map(send)).await;
             // As for writes: a replica that did not answer is asked once more, and only one
             // whose server is not running is gone around (it catches up on the tombstone).
-            for round in 0..super::write::DROPPED_RESENDS {
-                let again: Vec<usize> = (0..results.len())
-                    .filter(|&i| match &results[i] {
-                        Err(f) if round == 0 => f.is_unreachable(),
-                        Err(f) => f.is_dropped(),
-                        Ok(_) => false,
-                    })
-                    .collect();
-                let retried = join_all(again.iter().map(|&i| send(i))).await;
-                for (i, result) in again.into_iter().zip(retried) {
-                    results[i] = result;
-                }
-            }
+            super::write::resend_unanswered(&mut results, send).await;
             let failures: Vec<&Failure> = results.iter().filter_map(|r| r.as_ref().err()).collect();
             if self.epoch_retry(&failures).await? {
                 continue;

@@ -119,8 +119,11 @@ impl Client {
             // that the others answered: a server that started meanwhile catches up by listing
             // its peers, and may have listed them before this write reached them.
             let payload = Payload { data: &data, crc, version };
-            self.resend_unanswered(&view, pool, key, candidate, &endpoints, &mut results, payload)
-                .await;
+            resend_unanswered(&mut results, |i| {
+                let put = put_op(key, candidate, payload);
+                self.call(self.object_call(&view, &endpoints[i], pool, put))
+            })
+            .await;
             // Every replica whose server runs must hold the write — a running replica serves
             // reads, so it must never miss one — and at least min_size must (the pool's, or
             // the client's write quorum). Only replicas whose servers are not running are
@@ -312,41 +315,6 @@ impl Client {
             .unwrap_or_else(|| view.map.pool(pool).map_or(1, |p| p.min_size as usize))
     }
 
-    /// Sends the version again to every replica of `results` that did not answer (its server
-    /// not running, no answer at all, or the connection dropped), and puts the new outcome in
-    /// its place: once, and up to [`DROPPED_RESENDS`] times while connections keep dropping
-    /// (each attempt takes another pooled connection; those to a server that died are all
-    /// broken).
-    #[allow(clippy::too_many_arguments)]
-    async fn resend_unanswered(
-        &self,
-        view: &View,
-        pool: PoolId,
-        key: &str,
-        candidate: &Candidate,
-        endpoints: &[Endpoint],
-        results: &mut [Result<Answer, Failure>],
-        payload: Payload<'_>,
-    ) {
-        for round in 0..DROPPED_RESENDS {
-            let again: Vec<usize> = (0..results.len())
-                .filter(|&i| match &results[i] {
-                    Err(f) if round == 0 => f.is_unreachable(),
-                    Err(f) => f.is_dropped(),
-                    Ok(_) => false,
-                })
-                .collect();
-            if again.is_empty() {
-                return;
-            }
-            let chosen: Vec<Endpoint> = again.iter().map(|&i| endpoints[i].clone()).collect();
-            let retried = self.fan_out(view, pool, key, candidate, &chosen, payload).await;
-            for (i, result) in again.into_iter().zip(retried) {
-                results[i] = result;
-            }
-        }
-    }
-
     /// Writes one version of the object to every replica of `candidate`, in parallel.
     pub(super) async fn fan_out(
         &self,
@@ -357,15 +325,9 @@ impl Client {
         endpoints: &[Endpoint],
         Payload { data, crc, version }: Payload<'_>,
     ) -> Vec<Result<Answer, Failure>> {
+        let payload = Payload { data, crc, version };
         let calls = endpoints.iter().map(|endpoint| {
-            let put = Op::Put {
-                key,
-                data: data.clone(),
-                version,
-                checksum: crc,
-                pg_seed: Some(placement_seed(candidate)),
-            };
-            self.call(self.object_call(view, endpoint, pool, put))
+            self.call(self.object_call(view, endpoint, pool, put_op(key, candidate, payload)))
         });
         join_all(calls).await
     }
@@ -407,5 +369,48 @@ impl Client {
                 self.call(self.object_call(view, endpoint, pool, purge))
             });
         join_all(calls).await;
+    }
+}
+
+/// The write of one version of `key` to a replica of `candidate`.
+fn put_op<'a>(
+    key: &'a str,
+    candidate: &Candidate,
+    Payload { data, crc, version }: Payload<'_>,
+) -> Op<'a> {
+    Op::Put {
+        key,
+        data: data.clone(),
+        version,
+        checksum: crc,
+        pg_seed: Some(placement_seed(candidate)),
+    }
+}
+
+/// Sends again, with `send(i)`, every request of `results` that did not answer (its server
+/// not running, no answer at all, or the connection dropped) and puts the new outcome in its
+/// place: once, and up to [`DROPPED_RESENDS`] times while connections keep dropping (each
+/// attempt takes another pooled connection; those to a server that died are all broken).
+/// Writes and deletes both go through it.
+pub(super) async fn resend_unanswered<F, Fut>(results: &mut [Result<Answer, Failure>], send: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<Answer, Failure>>,
+{
+    for round in 0..DROPPED_RESENDS {
+        let again: Vec<usize> = (0..results.len())
+            .filter(|&i| match &results[i] {
+                Err(f) if round == 0 => f.is_unreachable(),
+                Err(f) => f.is_dropped(),
+                Ok(_) => false,
+            })
+            .collect();
+        if again.is_empty() {
+            return;
+        }
+        let retried = join_all(again.iter().map(|&i| send(i))).await;
+        for (i, result) in again.into_iter().zip(retried) {
+            results[i] = result;
+        }
     }
 }
