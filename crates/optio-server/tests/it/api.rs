@@ -253,3 +253,21 @@ async fn a_truncated_body_is_not_called_too_large() {
     assert_eq!(head.status(), 404, "nothing stored");
     server.stop().await;
 }
+
+/// Issue 13, defect 7: a put just above the size limit (65 MiB against the default 64 MiB) is
+/// answered "too large" every time — the body is read and dropped before the answer, so the
+/// writer reads the answer instead of a reset connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_just_above_the_limit_is_too_large_every_time() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start(root.path(), Options::default()).await;
+    let body = bytes::Bytes::from(vec![7u8; 65 << 20]);
+    for attempt in 0..3 {
+        let url = server.object(0, 1, &format!("big{attempt}"));
+        let answer = server.http.put(&url).body(body.clone()).send().await;
+        let response = answer.unwrap_or_else(|e| panic!("attempt {attempt}: no answer: {e}"));
+        let (status, kind, reason) = error_of(response).await;
+        assert_eq!((status, kind.as_str()), (413, "too-large"), "{reason}");
+    }
+    server.stop().await;
+}
