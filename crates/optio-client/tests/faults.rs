@@ -86,7 +86,7 @@ struct FaultyNet {
 }
 
 fn refused(kind: ErrorKind, reason: &str, epoch: u64) -> Failure {
-    Failure::Refused { kind, reason: reason.to_string(), epoch: Some(epoch) }
+    Failure::Refused { kind, reason: reason.to_string(), epoch: Some(epoch), stored: None }
 }
 
 impl FaultyNet {

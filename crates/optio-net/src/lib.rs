@@ -71,6 +71,8 @@ pub enum Failure {
         reason: String,
         /// The server's epoch.
         epoch: Option<u64>,
+        /// On `version-conflict`: the version the device holds.
+        stored: Option<ObjectVersion>,
     },
 }
 
@@ -102,6 +104,14 @@ impl Failure {
     /// replica a write may go around.
     pub fn is_not_running(&self) -> bool {
         matches!(self, Failure::NotRunning(_))
+    }
+
+    /// On a version conflict, the version the device holds.
+    pub fn stored_version(&self) -> Option<ObjectVersion> {
+        match self {
+            Failure::Refused { stored, .. } => *stored,
+            _ => None,
+        }
     }
 
     /// Whether the device did not answer at all (not running, unreachable, or the connection
@@ -431,7 +441,10 @@ impl HttpTransport {
                 .map(|b| b.reason.clone())
                 .unwrap_or_else(|| format!("HTTP {status}"));
             let epoch = text(wire::EPOCH).and_then(|e| e.parse().ok());
-            return Err((Failure::Refused { kind, reason, epoch }, metrics));
+            let stored = (kind == ErrorKind::VersionConflict)
+                .then(|| text(wire::VERSION).and_then(|v| v.parse().ok()).map(ObjectVersion))
+                .flatten();
+            return Err((Failure::Refused { kind, reason, epoch, stored }, metrics));
         }
         let decoded = wire::decode_answer(key, text).map_err(|e| {
             (
@@ -468,6 +481,7 @@ impl HttpTransport {
                     String::from_utf8_lossy(&body).chars().take(200).collect::<String>()
                 ),
                 epoch: None,
+                stored: None,
             });
         }
         serde_json::from_slice(&body)
@@ -485,6 +499,7 @@ impl HttpTransport {
                 kind: ErrorKind::Io,
                 reason: format!("/v1/status answered HTTP {status}"),
                 epoch: None,
+                stored: None,
             });
         }
         serde_json::from_slice(&body).map_err(|e| Failure::Malformed(format!("bad status: {e}")))

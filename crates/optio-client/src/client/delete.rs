@@ -15,6 +15,7 @@ impl Client {
         validate_key(key)?;
         let mut dirty_noted = None;
         let mut attempts = 0;
+        let mut version_bumps = 0;
         loop {
             let at = self.retry_located(pool_name, key, &mut attempts).await?;
             let (view, pool, candidates) = (&*at.view, at.pool, &at.candidates);
@@ -40,6 +41,21 @@ impl Client {
             super::write::resend_unanswered(&mut results, send).await;
             let failures: Vec<&Failure> = results.iter().filter_map(|r| r.as_ref().err()).collect();
             if self.epoch_retry(&failures).await? {
+                continue;
+            }
+            // A replica holding a newer version (a writer's clock ahead of ours): delete again
+            // above it, as writes do.
+            let superseded_by = failures
+                .iter()
+                .filter(|f| f.kind() == Some(ErrorKind::VersionConflict))
+                .filter_map(|f| f.stored_version())
+                .max()
+                .filter(|stored| *stored > version);
+            if let Some(stored) = superseded_by
+                && version_bumps < 2
+            {
+                version_bumps += 1;
+                self.raise_version_floor(stored);
                 continue;
             }
             let deleted = results.iter().filter(|r| r.is_ok()).count();

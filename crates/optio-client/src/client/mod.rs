@@ -388,6 +388,14 @@ impl Client {
             .collect()
     }
 
+    /// Makes every later version of this client newer than `seen` (a version a replica holds
+    /// that a write of ours did not supersede: a writer whose clock runs ahead of ours, within
+    /// the bound servers take). With it, versions order writes as they happen, not as the
+    /// writers' clocks say: a hybrid logical clock.
+    fn raise_version_floor(&self, seen: ObjectVersion) {
+        self.inner.last_version.fetch_max(seen.0, Ordering::AcqRel);
+    }
+
     fn next_version(&self) -> ObjectVersion {
         let now = now_micros();
         let previous = self

@@ -35,6 +35,9 @@ pub struct PutReport {
 /// refuses new records for longer (`optio_server::records::RECORD_GRACE_AFTER_CRASH`, 2 s).
 pub const RECORD_LEASE: Duration = Duration::from_secs(1);
 
+/// How many times a write is sent again above a newer version a replica holds.
+const VERSION_BUMPS_MAX: usize = 2;
+
 /// How many times a request whose connection dropped is sent again (each time on another
 /// connection) before the replica counts as not answering.
 pub(super) const DROPPED_RESENDS: usize = 4;
@@ -87,6 +90,7 @@ impl Client {
         let size_bytes = data.len() as u64;
         let mut excluded = Excluded::default();
         let mut dirty_noted = None;
+        let mut version_bumps = 0;
         for _attempt in 0..RETRIES_MAX {
             let view = self.view();
             let pool = view.pool(pool_name)?;
@@ -128,6 +132,24 @@ impl Client {
             // reads, so it must never miss one — and at least min_size must (the pool's, or
             // the client's write quorum). Only replicas whose servers are not running are
             // gone around: they catch up before serving again.
+            // A replica holding a newer version than this write's — a writer whose clock runs
+            // ahead, within the bound servers take — would make the later write lose: write
+            // again above it (twice at most; after that, a concurrent writer of the same key
+            // keeps winning, and its newer version stands).
+            let superseded_by = results
+                .iter()
+                .filter_map(|r| r.as_ref().err())
+                .filter(|f| f.kind() == Some(ErrorKind::VersionConflict))
+                .filter_map(|f| f.stored_version())
+                .max()
+                .filter(|stored| *stored > version);
+            if let Some(stored) = superseded_by
+                && version_bumps < VERSION_BUMPS_MAX
+            {
+                version_bumps += 1;
+                self.raise_version_floor(stored);
+                continue;
+            }
             let min_size = self.min_size(&view, pool);
             let not_running =
                 results.iter().filter(|r| matches!(r, Err(f) if f.is_not_running())).count();

@@ -98,15 +98,22 @@ pub(crate) async fn commit_records(state: &Arc<AppState>) {
 struct Failure {
     kind: ErrorKind,
     reason: String,
+    /// On a version conflict: the version stored (sent as `x-optio-version`, so that a writer
+    /// whose clock runs behind can write above it).
+    stored: Option<optio_proto::ObjectVersion>,
 }
 
 fn fail(kind: ErrorKind, reason: impl Into<String>) -> Failure {
-    Failure { kind, reason: reason.into() }
+    Failure { kind, reason: reason.into(), stored: None }
 }
 
 impl From<StoreError> for Failure {
     fn from(error: StoreError) -> Failure {
-        Failure { kind: error.kind(), reason: error.to_string() }
+        let stored = match &error {
+            StoreError::VersionConflict { stored, .. } => Some(*stored),
+            _ => None,
+        };
+        Failure { kind: error.kind(), reason: error.to_string(), stored }
     }
 }
 
@@ -134,6 +141,7 @@ impl AppState {
     fn error_response(&self, failure: Failure, store: Option<&DeviceStore>) -> Response {
         self.counters.errors.fetch_add(1, Ordering::Relaxed);
         let epoch = self.map.epoch();
+        let stored = failure.stored;
         let body = ErrorBody { error: failure.kind, reason: failure.reason, epoch };
         let json = serde_json::to_vec(&body).expect("error bodies serialize");
         let mut response = Response::new(Body::from(json));
@@ -150,6 +158,9 @@ impl AppState {
             insert(headers, wire::METRICS, &self.metrics(store).to_header());
         }
         insert(headers, wire::EPOCH, &epoch.to_string());
+        if let Some(stored) = stored {
+            insert(headers, wire::VERSION, &stored.0.to_string());
+        }
         response
     }
 

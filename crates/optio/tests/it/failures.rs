@@ -597,3 +597,57 @@ fn one_optio_manager_acts_another_stands_by_and_takes_over_when_it_dies() {
     cluster.restart(0).expect("restart");
     assert!(wait_until(Duration::from_secs(30), || device_up(&cluster, 0)), "marked up again");
 }
+
+#[test]
+fn a_later_write_wins_over_a_writer_whose_clock_runs_ahead() {
+    // Issue 13, defect 4: versions came from writers' clocks, and a replica holding a newer
+    // version counted as an acknowledgement, so a write from a clock 5 s ahead (within the
+    // 10 s servers take) silently won over every later write for 5 s.
+    use optio_net::{Call, Endpoint, HttpTransport, Op, Transport};
+    let (_dir, cluster) = cluster(small());
+    let rt = runtime();
+    rt.block_on(async {
+        let client = client(&cluster, None).await;
+        let map = cluster.load_map().unwrap();
+        let pool = map.pool_by_name(PLAIN_POOL).unwrap().id;
+        let transport = HttpTransport::new().unwrap();
+        let ahead = |seconds: u64| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_micros() as u64;
+            optio_proto::ObjectVersion(now + seconds * 1_000_000)
+        };
+        // The fast writer stores its version on every replica.
+        let fast_write = |key: &'static str, seconds: u64| {
+            let (map, transport, client) = (&map, &transport, &client);
+            async move {
+                let version = ahead(seconds);
+                for device in &client.candidates(PLAIN_POOL, key).unwrap()[0].devices {
+                    let addr = map.device(*device).unwrap().addr.clone().unwrap();
+                    let endpoint = Endpoint { device: device.0, addr };
+                    let data = bytes::Bytes::from_static(b"from the future");
+                    let put = Op::Put {
+                        key,
+                        checksum: optio_proto::checksum(&data),
+                        data,
+                        version,
+                        pg_seed: None,
+                    };
+                    transport.send(Call::new(&endpoint, pool, map.epoch().0, put)).await.unwrap();
+                }
+            }
+        };
+        fast_write("clock", 5).await;
+        client.put(PLAIN_POOL, "clock", bytes::Bytes::from_static(b"later")).await.unwrap();
+        assert_eq!(&client.get(PLAIN_POOL, "clock").await.unwrap()[..], b"later");
+        // A fresh client (no version seen yet) too, and for deletes.
+        let fresh = crate::client(&cluster, None).await;
+        fast_write("gone", 8).await;
+        fresh.delete(PLAIN_POOL, "gone").await.expect("the later delete");
+        assert!(matches!(
+            fresh.get(PLAIN_POOL, "gone").await,
+            Err(optio_client::ClientError::NotFound { .. })
+        ));
+    });
+}
