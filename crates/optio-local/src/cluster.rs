@@ -96,6 +96,9 @@ pub struct LocalClusterSpec {
     pub reintegration: Option<String>,
     /// Its rate limit, bytes per second.
     pub reintegration_rate_bytes_per_sec: Option<u64>,
+    /// The address servers listen on (each on a free port), `127.0.0.1` by default; tests of
+    /// partitions use an address other network namespaces can reach.
+    pub bind: String,
 }
 
 impl Default for LocalClusterSpec {
@@ -116,6 +119,7 @@ impl Default for LocalClusterSpec {
             dirty: None,
             reintegration: Some("selective".into()),
             reintegration_rate_bytes_per_sec: None,
+            bind: "127.0.0.1".into(),
         }
     }
 }
@@ -257,7 +261,8 @@ impl LocalCluster {
                         (id - 1, dir.join(format!("dev{}", id - 1)))
                     })
                     .collect();
-                let server = cluster.spawn(&name, &devices, "127.0.0.1:0")?;
+                let listen = format!("{}:0", spec.bind);
+                let server = cluster.spawn(&name, &devices, &listen)?;
                 cluster.servers.push(server);
                 cluster.watches.push(Default::default());
             }

@@ -28,6 +28,7 @@ mod rebalance;
 
 // Failures: detection, degraded writes, catching up, supervision (issue 13).
 mod failures;
+mod partition;
 mod scrub;
 
 pub use store_support::*;

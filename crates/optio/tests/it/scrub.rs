@@ -80,17 +80,27 @@ fn a_deep_scrub_repairs_planted_damage_and_quarantines_what_it_cannot() {
 
     let (code, json) = scrub(&cluster, true);
     assert_eq!(code, 2, "an unrepairable object makes the exit status 2: {json:#}");
+    // Device 0's own damage is found and repaired by its own pass.
     let zero = device_report(&json, 0);
-    assert_eq!(zero["damaged"], 5, "{zero:#}");
     assert_eq!(zero["repaired"], 4, "{zero:#}");
-    assert_eq!(zero["unrepairable"], 1, "{zero:#}");
-    for device in 1..3 {
-        let report = device_report(&json, device);
-        assert_eq!(
-            (&report["damaged"], &report["unrepairable"]),
-            (&1.into(), &1.into()),
-            "{report:#}"
-        );
+    // s5 is damaged everywhere: whichever pass meets a copy first quarantines it (its own,
+    // or a peer's attempt to repair from it, which the passes run at once on every server
+    // may make first), so which device counts it varies; at least one says unrepairable,
+    // and no device keeps or serves a copy.
+    let damaged: u64 = (0..3).map(|d| device_report(&json, d)["damaged"].as_u64().unwrap()).sum();
+    let unrepairable: u64 =
+        (0..3).map(|d| device_report(&json, d)["unrepairable"].as_u64().unwrap()).sum();
+    assert!(damaged >= 5 && unrepairable >= 1, "{json:#}");
+    let s5 = file(&cluster, 0, pool, "s5");
+    let s5_name = s5.file_name().unwrap().to_string_lossy().to_string();
+    for device in 0..3 {
+        let quarantine = cluster.device_dir(device).unwrap().join("quarantine");
+        let held = std::fs::read_dir(&quarantine)
+            .unwrap()
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().starts_with(&s5_name));
+        assert!(held, "s5 quarantined on device {device}");
+        assert!(!file(&cluster, device, pool, "s5").exists(), "no copy of s5 left in place");
     }
     rt.block_on(async {
         for (i, key) in keys.iter().enumerate().filter(|(i, _)| *i != 5) {
