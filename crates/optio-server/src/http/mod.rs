@@ -311,7 +311,7 @@ fn header_u64(headers: &HeaderMap, name: &str) -> Result<Option<u64>, Failure> {
 }
 
 /// The largest refused body the server reads (and throws away) before answering.
-const DISCARD_BYTES_MAX: u64 = 64 << 20;
+const DISCARD_BYTES_MAX: u64 = 1 << 30;
 
 /// The longest it spends reading one.
 const DISCARD_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(5);
