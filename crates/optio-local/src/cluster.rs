@@ -99,6 +99,9 @@ pub struct LocalClusterSpec {
     /// The address servers listen on (each on a free port), `127.0.0.1` by default; tests of
     /// partitions use an address other network namespaces can reach.
     pub bind: String,
+    /// How old a tombstone must be before scrubbing may remove it (`None`: the server's
+    /// default, 24 h).
+    pub tombstone_grace: Option<Duration>,
 }
 
 impl Default for LocalClusterSpec {
@@ -120,6 +123,7 @@ impl Default for LocalClusterSpec {
             reintegration: Some("selective".into()),
             reintegration_rate_bytes_per_sec: None,
             bind: "127.0.0.1".into(),
+            tombstone_grace: None,
         }
     }
 }
@@ -314,6 +318,9 @@ impl LocalCluster {
         }
         if let Some(max) = self.spec.max_object_bytes {
             command.arg("--max-object-size").arg(max.to_string());
+        }
+        if let Some(grace) = self.spec.tombstone_grace {
+            command.arg("--tombstone-grace").arg(format!("{}ms", grace.as_millis()));
         }
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::from(log));
         let mut child = command

@@ -198,6 +198,9 @@ pub enum Op<'a> {
         version: Option<ObjectVersion>,
         /// Remove the copy (object or tombstone) instead of leaving a tombstone.
         purge: bool,
+        /// The PG seed (or placement key) of the object, kept with a tombstone the device did
+        /// not hold a copy for (rebalancing and catching up place tombstones by it).
+        pg_seed: Option<u32>,
     },
     /// `GET` one page of the pool's listing.
     List(ListQuery),
@@ -298,12 +301,15 @@ impl Op<'_> {
                     headers.push((wire::PG, seed.to_string()));
                 }
             }
-            Op::Delete { version, purge, .. } => {
+            Op::Delete { version, purge, pg_seed, .. } => {
                 if let Some(version) = version {
                     headers.push((wire::VERSION, version.0.to_string()));
                 }
                 if *purge {
                     headers.push((wire::PURGE, "1".to_string()));
+                }
+                if let Some(seed) = pg_seed {
+                    headers.push((wire::PG, seed.to_string()));
                 }
             }
             Op::List(_) | Op::GetRecord { .. } | Op::DeleteRecord { .. } => {}
@@ -623,7 +629,12 @@ mod tests {
             ]
         );
 
-        let purge = call(Op::Delete { key: "k", version: Some(ObjectVersion(3)), purge: true });
+        let purge = call(Op::Delete {
+            key: "k",
+            version: Some(ObjectVersion(3)),
+            purge: true,
+            pg_seed: None,
+        });
         assert_eq!(purge.op.method(), Method::DELETE);
         assert_eq!(
             purge.op.headers(),

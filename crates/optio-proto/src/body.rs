@@ -127,6 +127,10 @@ pub struct ScrubReport {
     pub unrepairable: u64,
     /// Objects some of whose other replicas did not answer (compared with the others only).
     pub unreachable: u64,
+    /// Tombstones removed: older than the grace, held by every replica of their set, every
+    /// device up and no data moving.
+    #[serde(default)]
+    pub tombstones_collected: u64,
     /// How long the pass took, in seconds.
     pub seconds: f64,
     /// The first problems found, for people (at most 20).

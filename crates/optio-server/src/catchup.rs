@@ -242,9 +242,9 @@ impl CatchUp {
                 {
                     let (store, key, version) =
                         (store.clone(), deleted.key.clone(), deleted.version);
-                    let epoch = Epoch(map.epoch());
+                    let (epoch, seed) = (Epoch(map.epoch()), deleted.pg_seed);
                     let result = tokio::task::spawn_blocking(move || {
-                        store.delete(pool, &key, Some(version), epoch)
+                        store.delete(pool, &key, Some(version), epoch, seed)
                     })
                     .await
                     .map_err(|e| format!("delete task failed: {e}"))?;

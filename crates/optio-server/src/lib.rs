@@ -198,8 +198,14 @@ impl Server {
             catchup::CatchUp::new(devices.clone(), map.clone()).map_err(ServerError::Migration)?,
         );
         let scrubber = Arc::new(
-            scrub::Scrubber::new(devices.clone(), map.clone(), config.scrub.clone())
-                .map_err(ServerError::Migration)?,
+            scrub::Scrubber::new(
+                devices.clone(),
+                map.clone(),
+                config.scrub.clone(),
+                rebalancer.clone(),
+                catchup.clone(),
+            )
+            .map_err(ServerError::Migration)?,
         );
         let system = Arc::new(system::SystemMetrics::default());
         let listener = tokio::net::TcpListener::bind(config.listen)

@@ -540,7 +540,12 @@ impl Rebalancer {
             }
         }
         if held.deleted {
-            let delete = call(Op::Delete { key, version: Some(held.version), purge: false });
+            let delete = call(Op::Delete {
+                key,
+                version: Some(held.version),
+                purge: false,
+                pg_seed: held.pg_seed,
+            });
             return match self.transport.send(delete).await {
                 Ok(_) => Ok(Sent::Confirmed { bytes: 0 }),
                 Err((f, _))

@@ -35,6 +35,8 @@ pub const SCRUB_RATE_DEFAULT: u64 = 8 << 20;
 pub const SCRUB_INTERVAL_DEFAULT: Duration = Duration::from_secs(3600);
 /// Time between two deep background passes by default.
 pub const DEEP_SCRUB_INTERVAL_DEFAULT: Duration = Duration::from_secs(24 * 3600);
+/// How old a tombstone must be before it may be removed, by default.
+pub const TOMBSTONE_GRACE_DEFAULT: Duration = Duration::from_secs(24 * 3600);
 /// Problems kept in a report.
 const PROBLEMS_MAX: usize = 20;
 
@@ -47,6 +49,8 @@ pub struct ScrubConfig {
     pub interval: Option<Duration>,
     /// Time between deep background passes.
     pub deep_interval: Duration,
+    /// How old a tombstone must be before a light pass may remove it (`None`: never).
+    pub tombstone_grace: Option<Duration>,
 }
 
 impl Default for ScrubConfig {
@@ -55,6 +59,7 @@ impl Default for ScrubConfig {
             rate_bytes_per_sec: Some(SCRUB_RATE_DEFAULT),
             interval: Some(SCRUB_INTERVAL_DEFAULT),
             deep_interval: DEEP_SCRUB_INTERVAL_DEFAULT,
+            tombstone_grace: Some(TOMBSTONE_GRACE_DEFAULT),
         }
     }
 }
@@ -69,6 +74,10 @@ pub struct Scrubber {
     running: tokio::sync::Mutex<()>,
     /// Each device's last report and its totals (repaired, unrepairable).
     reports: Mutex<HashMap<u32, (ScrubReport, u64, u64)>>,
+    /// Whether data is moving (tombstones are kept meanwhile).
+    rebalancer: Arc<crate::Rebalancer>,
+    /// Whether this server's devices serve (a device catching up collects nothing).
+    catchup: Arc<crate::catchup::CatchUp>,
 }
 
 impl Scrubber {
@@ -77,6 +86,8 @@ impl Scrubber {
         devices: HashMap<u32, Arc<DeviceStore>>,
         map: Arc<MapState>,
         config: ScrubConfig,
+        rebalancer: Arc<crate::Rebalancer>,
+        catchup: Arc<crate::catchup::CatchUp>,
     ) -> Result<Scrubber, String> {
         Ok(Scrubber {
             devices,
@@ -85,7 +96,23 @@ impl Scrubber {
             transport: HttpTransport::new()?,
             running: tokio::sync::Mutex::new(()),
             reports: Mutex::new(HashMap::new()),
+            rebalancer,
+            catchup,
         })
+    }
+
+    /// Whether a tombstone of `version` on `device` may go, as far as this server can tell
+    /// alone: older than the grace, every device that is in is up, no data moving here, the
+    /// device serving (not catching up). The replicas are asked next.
+    fn may_collect(&self, map: &ServerMap, device: u32, version: ObjectVersion) -> bool {
+        let Some(grace) = self.config.tombstone_grace else { return false };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        now.saturating_sub(version.0) >= grace.as_micros() as u64
+            && map.map.devices().iter().all(|d| d.up || !d.is_in)
+            && self.rebalancer.status().settled_at(map.epoch())
+            && !self.catchup.refuses_reads(device)
     }
 
     /// The last report of `device` and its totals (repaired, unrepairable) since start.
@@ -246,6 +273,26 @@ impl Scrubber {
             if unreachable {
                 report.unreachable += 1;
             }
+            // Tombstone collection: once every replica of the set answered and none holds an
+            // older live copy (a copy it could bring back), the tombstone has done its work.
+            // Every device is up and nothing moves, so no copy is elsewhere; a replica that
+            // already removed its tombstone answers "absent", which counts as done.
+            if object.deleted
+                && !unreachable
+                && peers.len() + 1 == set.devices().count()
+                && theirs.iter().all(|(version, deleted, _)| *deleted && *version >= object.version)
+                && self.may_collect(map, device, object.version)
+            {
+                let (writer, key, version) = (store.clone(), object.key.clone(), object.version);
+                let purged = tokio::task::spawn_blocking(move || {
+                    writer.purge(object.pool, &key, Some(version))
+                })
+                .await;
+                if matches!(purged, Ok(Ok(true))) {
+                    report.tombstones_collected += 1;
+                }
+                continue;
+            }
             // A damaged replica is repaired only from its own version or a newer one (an
             // older version would silently undo an acknowledged write); a healthy one only
             // from a newer one.
@@ -277,9 +324,9 @@ impl Scrubber {
             for (version, deleted, peer) in &theirs {
                 let outcome = if *deleted {
                     let (writer, key, version) = (store.clone(), object.key.clone(), *version);
-                    let epoch = Epoch(map.epoch());
+                    let (epoch, seed) = (Epoch(map.epoch()), object.pg_seed);
                     tokio::task::spawn_blocking(move || {
-                        writer.delete(object.pool, &key, Some(version), epoch)
+                        writer.delete(object.pool, &key, Some(version), epoch, seed)
                     })
                     .await
                     .map_err(|e| e.to_string())

@@ -546,6 +546,7 @@ impl DeviceStore {
         key: &str,
         version: Option<ObjectVersion>,
         epoch: Epoch,
+        pg_seed: Option<u32>,
     ) -> Result<DeleteOutcome, StoreError> {
         let _stripe = self.stripe(key);
         let existing = self.entry(pool, key);
@@ -565,7 +566,9 @@ impl DeviceStore {
         if existing.is_some_and(|e| e.deleted && e.version == version) {
             return Ok(outcome);
         }
-        let pg_seed = existing.and_then(|e| e.pg_seed);
+        // The copy's own seed, else the one the deleter sent (a tombstone for a key this
+        // device never held: rebalancing and catching up place it by its seed).
+        let pg_seed = existing.and_then(|e| e.pg_seed).or(pg_seed);
         self.write_tombstone(pool, key, version, pg_seed, epoch)?;
         Ok(outcome)
     }
@@ -825,7 +828,7 @@ mod tests {
         let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
         put(&store, "k", b"one", 10).unwrap();
         assert_eq!(
-            store.delete(PoolId(1), "k", Some(ObjectVersion(20)), Epoch(1)).unwrap(),
+            store.delete(PoolId(1), "k", Some(ObjectVersion(20)), Epoch(1), None).unwrap(),
             DeleteOutcome::Deleted
         );
         assert!(store.info(PoolId(1), "k").is_none());
@@ -836,16 +839,19 @@ mod tests {
         assert_eq!(store.objects(), 0);
         assert!(store.list(PoolId(1), "", None, None, 10, false).objects.is_empty());
         // A tombstone is recorded even where nothing was stored, and survives a restart.
-        store.delete(PoolId(1), "never", Some(ObjectVersion(5)), Epoch(1)).unwrap();
+        store.delete(PoolId(1), "never", Some(ObjectVersion(5)), Epoch(1), Some(7)).unwrap();
         drop(store);
         let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
         assert_eq!(store.tombstone(PoolId(1), "never"), Some(ObjectVersion(5)));
         let held = store.held();
         assert!(held.iter().all(|h| h.deleted) && held.len() == 2, "{held:?}");
+        // The seed the deleter sent is kept with a tombstone for a key never held here.
+        let never = held.iter().find(|h| h.key == "never").unwrap();
+        assert_eq!(never.pg_seed, Some(7));
         put(&store, "k", b"two", 30).unwrap();
         assert_eq!(store.get(PoolId(1), "k").unwrap().1, b"two");
         // A delete without a version removes what is stored, at its version.
-        store.delete(PoolId(1), "k", None, Epoch(1)).unwrap();
+        store.delete(PoolId(1), "k", None, Epoch(1), None).unwrap();
         assert_eq!(store.tombstone(PoolId(1), "k"), Some(ObjectVersion(30)));
         // Purge removes the tombstone itself, unless something newer is stored.
         assert!(matches!(

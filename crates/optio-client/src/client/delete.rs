@@ -8,6 +8,7 @@ use crate::error::ClientError;
 use crate::transport::{Endpoint, Failure, Op};
 
 use super::Client;
+use super::locate::placement_seed;
 
 impl Client {
     /// Removes an object (every replica, then its choice record).
@@ -32,7 +33,12 @@ impl Client {
             let version = self.next_version();
             let endpoints = &endpoints;
             let send = |i: usize| {
-                let delete = Op::Delete { key, version: Some(version), purge: false };
+                let delete = Op::Delete {
+                    key,
+                    version: Some(version),
+                    purge: false,
+                    pg_seed: Some(placement_seed(candidate)),
+                };
                 self.call(self.object_call(view, &endpoints[i], pool, delete))
             };
             let mut results = join_all((0..endpoints.len()).map(send)).await;
@@ -126,7 +132,7 @@ impl Client {
                 &view,
                 e,
                 pool,
-                Op::Delete { key, version: None, purge: true },
+                Op::Delete { key, version: None, purge: true, pg_seed: None },
             ))
         });
         join_all(deletes).await;

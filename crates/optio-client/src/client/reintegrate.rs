@@ -299,7 +299,8 @@ impl<'a> Reintegration<'a> {
                 continue;
             }
             if newest.deleted {
-                let delete = Op::Delete { key, version: Some(newest.version), purge: false };
+                let delete =
+                    Op::Delete { key, version: Some(newest.version), purge: false, pg_seed: None };
                 match self.client.call(self.client.object_call(view, endpoint, pool, delete)).await
                 {
                     Ok(_) => {}
@@ -331,7 +332,8 @@ impl<'a> Reintegration<'a> {
             if keep.contains(&DeviceId(endpoint.device)) || held[i].is_none() {
                 continue;
             }
-            let purge = Op::Delete { key, version: Some(newest.version), purge: true };
+            let purge =
+                Op::Delete { key, version: Some(newest.version), purge: true, pg_seed: None };
             match self.client.call(self.client.object_call(view, endpoint, pool, purge)).await {
                 Ok(_) => self.status.lock().expect("status lock").copies_dropped += 1,
                 Err(f)

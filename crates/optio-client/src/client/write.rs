@@ -387,7 +387,7 @@ impl Client {
     ) {
         let calls =
             endpoints.iter().zip(results).filter(|(_, r)| r.is_ok()).map(|(endpoint, _)| {
-                let purge = Op::Delete { key, version: Some(version), purge: true };
+                let purge = Op::Delete { key, version: Some(version), purge: true, pg_seed: None };
                 self.call(self.object_call(view, endpoint, pool, purge))
             });
         join_all(calls).await;

@@ -231,6 +231,13 @@ pub(super) async fn delete_object(
         check_not_ahead(version)?;
     }
     let purge = headers.get(wire::PURGE).is_some_and(|v| v.as_bytes() == b"1");
+    let pg_seed = header_u64(headers, wire::PG)?
+        .map(|seed| {
+            u32::try_from(seed).map_err(|_| {
+                fail(ErrorKind::BadRequest, format!("{} is not a 32-bit seed", wire::PG))
+            })
+        })
+        .transpose()?;
     let epoch = Epoch(header_u64(headers, wire::EPOCH)?.unwrap_or(state.map.epoch()));
     let store = target.store.clone();
     let pool = target.pool;
@@ -240,7 +247,7 @@ pub(super) async fn delete_object(
             store.purge(pool, &key, version)
         } else {
             store
-                .delete(pool, &key, version, epoch)
+                .delete(pool, &key, version, epoch, pg_seed)
                 .map(|outcome| outcome == crate::store::DeleteOutcome::Deleted)
         }
     })

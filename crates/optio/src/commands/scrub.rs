@@ -123,10 +123,11 @@ pub fn run(args: Args) -> Result<u8> {
             }
             let sum = |f: fn(&optio_proto::ScrubReport) -> u64| reports.iter().map(f).sum::<u64>();
             println!(
-                "{} damaged, {} stale, {} repaired, {unrepairable} unrepairable",
+                "{} damaged, {} stale, {} repaired, {unrepairable} unrepairable; {} tombstones collected",
                 sum(|r| r.damaged),
                 sum(|r| r.stale),
-                sum(|r| r.repaired)
+                sum(|r| r.repaired),
+                sum(|r| r.tombstones_collected)
             );
         }
         if !failed.is_empty() {

@@ -38,6 +38,10 @@ pub struct Args {
     /// Time between deep background passes (every replica re-read and verified too).
     #[arg(long, default_value = "24h", value_parser = crate::output::parse_duration)]
     pub deep_scrub_interval: std::time::Duration,
+    /// How old a tombstone (what a delete leaves) must be before scrubbing may remove it, once
+    /// every replica holds it, every device is up and no data moves (0: never).
+    #[arg(long, default_value = "24h", value_parser = crate::output::parse_duration)]
+    pub tombstone_grace: std::time::Duration,
     /// Most bytes per second a background deep scrub reads (0: no limit).
     #[arg(long, default_value = "8MiB")]
     pub scrub_rate: String,
@@ -127,6 +131,7 @@ pub fn run(args: Args) -> Result<()> {
             rate_bytes_per_sec: Some(scrub_rate).filter(|r| *r > 0),
             interval: Some(args.scrub_interval).filter(|i| !i.is_zero()),
             deep_interval: args.deep_scrub_interval,
+            tombstone_grace: Some(args.tombstone_grace).filter(|g| !g.is_zero()),
         },
         header_timeout,
         body_timeout,

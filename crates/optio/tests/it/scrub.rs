@@ -178,3 +178,91 @@ fn a_light_scrub_brings_a_replica_that_missed_a_write_up_to_date() {
         }
     });
 }
+
+/// Tombstones held by `device` in `pool` (a listing with tombstones).
+async fn tombstones(cluster: &LocalCluster, device: u32, pool: PoolId) -> usize {
+    let map = cluster.load_map().unwrap();
+    let addr = map.device(optio_placement::DeviceId(device)).unwrap().addr.clone().unwrap();
+    let endpoint = Endpoint { device, addr };
+    let query = optio_proto::ListQuery { tombstones: Some(true), ..Default::default() };
+    let (_, listing) =
+        HttpTransport::new().unwrap().list(&endpoint, pool, map.epoch().0, query).await.unwrap();
+    listing.deleted.len()
+}
+
+#[test]
+fn tombstones_are_collected_once_every_replica_holds_them_and_every_device_is_up() {
+    let spec = optio_local::LocalClusterSpec {
+        tombstone_grace: Some(std::time::Duration::from_secs(1)),
+        ..small()
+    };
+    let (_dir, mut cluster) = cluster(spec);
+    let rt = runtime();
+    let pool = cluster.load_map().unwrap().pool_by_name(PLAIN_POOL).unwrap().id;
+    let client = rt.block_on(client(&cluster, None));
+    rt.block_on(async {
+        for i in 0..6 {
+            let key = format!("t{i}");
+            client.put(PLAIN_POOL, &key, data(i, 100)).await.unwrap();
+            client.delete(PLAIN_POOL, &key).await.unwrap();
+        }
+        // Too young: kept.
+        for device in 0..3 {
+            assert_eq!(tombstones(&cluster, device, pool).await, 6);
+        }
+    });
+    let (_, json) = scrub(&cluster, false);
+    assert_eq!(json["devices"][0]["tombstones_collected"], 0, "{json:#}");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    // A device down: kept (it could come back with an older copy while no tombstone says
+    // the key was deleted).
+    cluster.kill(2).unwrap();
+    let change = optio_placement::MapChange::SetState {
+        device: optio_placement::DeviceId(2),
+        up: Some(false),
+        is_in: None,
+    };
+    cluster.change_map(&change).unwrap();
+    let (_, json) = scrub(&cluster, false);
+    for report in json["devices"].as_array().unwrap() {
+        assert_eq!(report["tombstones_collected"], 0, "{json:#}");
+    }
+    cluster.restart(2).unwrap();
+    let change = optio_placement::MapChange::SetState {
+        device: optio_placement::DeviceId(2),
+        up: Some(true),
+        is_in: None,
+    };
+    let epoch = cluster.change_map(&change).unwrap().epoch().0;
+    cluster.wait_for_epoch(epoch).unwrap();
+    rt.block_on(crate::wait_settled(&cluster, std::time::Duration::from_secs(60)));
+    assert!(
+        crate::wait_until(std::time::Duration::from_secs(30), || {
+            optio_local::cluster::health(&cluster.servers()[2].addr)
+                .is_some_and(|h| h.recovering == 0)
+        }),
+        "device 2 caught up"
+    );
+    // Every device up, every replica holds the tombstones, nothing moving: collected.
+    let (code, json) = scrub(&cluster, false);
+    assert_eq!(code, 0, "{json:#}");
+    let collected: u64 = json["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["tombstones_collected"].as_u64().unwrap())
+        .sum();
+    assert_eq!(collected, 18, "6 keys × 3 replicas: {json:#}");
+    rt.block_on(async {
+        for device in 0..3 {
+            assert_eq!(tombstones(&cluster, device, pool).await, 0);
+        }
+        // Still deleted for readers.
+        for i in 0..6 {
+            assert!(matches!(
+                client.get(PLAIN_POOL, &format!("t{i}")).await,
+                Err(optio_client::ClientError::NotFound { .. })
+            ));
+        }
+    });
+}
