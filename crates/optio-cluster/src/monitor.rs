@@ -76,11 +76,6 @@ impl Monitor {
         Monitor { source, graces, silent_since: HashMap::new(), marked_out: HashSet::new() }
     }
 
-    /// The graces.
-    pub fn graces(&self) -> Graces {
-        self.graces
-    }
-
     /// Changes the graces (silences already counted stay counted).
     pub fn set_graces(&mut self, graces: Graces) {
         self.graces = graces;

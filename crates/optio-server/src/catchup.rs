@@ -46,8 +46,6 @@ struct DeviceState {
     recovering: AtomicBool,
     /// Versions fetched from peers (objects and tombstones), since start.
     pulled: AtomicU64,
-    /// Passes finished, since start.
-    passes: AtomicU64,
 }
 
 /// The catch-up of a server's devices.
@@ -95,11 +93,6 @@ impl CatchUp {
                 .map
                 .current()
                 .is_some_and(|m| m.map.device(DeviceId(device)).is_some_and(|d| !d.up))
-    }
-
-    /// Whether `device` is catching up.
-    pub fn is_recovering(&self, device: u32) -> bool {
-        self.state.get(&device).is_some_and(|s| s.recovering.load(Ordering::Acquire))
     }
 
     /// Versions `device` fetched from its peers since the server started.
@@ -165,7 +158,6 @@ impl CatchUp {
         match self.pass(map, device).await? {
             Pass::Done => {
                 state.recovering.store(false, Ordering::Release);
-                state.passes.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
                     device,
                     epoch = map.epoch(),
@@ -240,20 +232,10 @@ impl CatchUp {
                 if placed_here(deleted.pg_seed)
                     && held_version(store, pool, &deleted.key) < Some(deleted.version)
                 {
-                    let (store, key, version) =
-                        (store.clone(), deleted.key.clone(), deleted.version);
-                    let (epoch, seed) = (Epoch(map.epoch()), deleted.pg_seed);
-                    let result = tokio::task::spawn_blocking(move || {
-                        store.delete(pool, &key, Some(version), epoch, seed)
-                    })
-                    .await
-                    .map_err(|e| format!("delete task failed: {e}"))?;
-                    match result {
-                        Ok(_) => self.note_pulled(device),
-                        Err(e) if e.kind() == ErrorKind::VersionConflict => {}
-                        Err(e) => {
-                            return Err(format!("recording tombstone of '{}': {e}", deleted.key));
-                        }
+                    let epoch = map.epoch();
+                    let (key, version, seed) = (&deleted.key, deleted.version, deleted.pg_seed);
+                    if record_tombstone(store, pool, key, version, seed, epoch).await? {
+                        self.note_pulled(device);
                     }
                 }
             }
@@ -327,6 +309,30 @@ pub(crate) async fn fetch_version(
         Ok(_) => Ok(true),
         Err(e) if e.kind() == ErrorKind::VersionConflict => Ok(false),
         Err(e) => Err(format!("storing a fetched version: {e}")),
+    }
+}
+
+/// Records in `store` that `key` was deleted at `version` (a tombstone, kept with `pg_seed`
+/// when the store held no copy); returns whether it was recorded (a newer version stored
+/// meanwhile wins).
+pub(crate) async fn record_tombstone(
+    store: &Arc<DeviceStore>,
+    pool: PoolId,
+    key: &str,
+    version: ObjectVersion,
+    pg_seed: Option<u32>,
+    epoch: u64,
+) -> Result<bool, String> {
+    let (store, owned) = (store.clone(), key.to_string());
+    let result = tokio::task::spawn_blocking(move || {
+        store.delete(pool, &owned, Some(version), Epoch(epoch), pg_seed)
+    })
+    .await
+    .map_err(|e| format!("delete task failed: {e}"))?;
+    match result {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::VersionConflict => Ok(false),
+        Err(e) => Err(format!("recording the tombstone of '{key}': {e}")),
     }
 }
 

@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use optio_net::{Call, Endpoint, HttpTransport, Op, Transport};
-use optio_placement::{Epoch, PoolId, ReplicaSet};
+use optio_placement::{PoolId, ReplicaSet};
 use optio_proto::{ObjectVersion, ScrubReport};
 
-use crate::catchup::{fetch_version, held_version};
+use crate::catchup::{fetch_version, held_version, record_tombstone};
 use crate::error::StoreError;
 use crate::mapstate::{MapState, ServerMap};
 use crate::rebalance::RateLimiter;
@@ -323,14 +323,15 @@ impl Scrubber {
             let mut repaired = false;
             for (version, deleted, peer) in &theirs {
                 let outcome = if *deleted {
-                    let (writer, key, version) = (store.clone(), object.key.clone(), *version);
-                    let (epoch, seed) = (Epoch(map.epoch()), object.pg_seed);
-                    tokio::task::spawn_blocking(move || {
-                        writer.delete(object.pool, &key, Some(version), epoch, seed)
-                    })
+                    record_tombstone(
+                        store,
+                        object.pool,
+                        &object.key,
+                        *version,
+                        object.pg_seed,
+                        map.epoch(),
+                    )
                     .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r.map(|_| true).map_err(|e| e.to_string()))
                 } else {
                     fetch_version(
                         &self.transport,

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use optio_cluster::monitor::{self, Graces, Leadership, Monitor};
+use optio_cluster::monitor::{self, Graces, Leadership, Marked, Monitor};
 
 use super::LocalCluster;
 use crate::LocalError;
@@ -78,15 +78,8 @@ pub enum Event {
         /// Wait before the next attempt.
         retry_in: Duration,
     },
-    /// The map marks devices down, out, up or in (at `epoch`).
-    Marked {
-        /// The devices.
-        devices: Vec<u32>,
-        /// `down`, `out`, `up` or `in`.
-        state: &'static str,
-        /// The map's epoch after the change.
-        epoch: u64,
-    },
+    /// The monitor marked devices down, out, up or in.
+    Marked(Marked),
 }
 
 impl std::fmt::Display for Event {
@@ -99,9 +92,7 @@ impl std::fmt::Display for Event {
             Event::RestartFailed { host, error, retry_in } => {
                 write!(f, "server {host} did not restart: {error}; retrying in {retry_in:?}")
             }
-            Event::Marked { devices, state, epoch } => {
-                write!(f, "marked device(s) {devices:?} {state} (epoch {epoch})")
-            }
+            Event::Marked(marked) => marked.fmt(f),
         }
     }
 }
@@ -192,16 +183,16 @@ impl LocalCluster {
         }
         let (monitor, leadership) = self.monitor.as_mut().expect("taken above");
         monitor.set_graces(graces);
-        if !super::block_on(leadership.renew())? {
-            self.monitor = None;
-            return Ok(());
-        }
-        for marked in super::block_on(monitor.round())? {
-            events.push(Event::Marked {
-                devices: marked.devices,
-                state: marked.state,
-                epoch: marked.epoch,
-            });
+        // One runtime for the round: keep the right to act, then mark.
+        let marked = super::block_on(async {
+            if !leadership.renew().await? {
+                return Ok(None);
+            }
+            monitor.round().await.map(Some)
+        })?;
+        match marked {
+            Some(marked) => events.extend(marked.into_iter().map(Event::Marked)),
+            None => self.monitor = None,
         }
         Ok(())
     }

@@ -112,7 +112,7 @@ fn a_dead_server_is_marked_down_written_around_and_serves_nothing_stale_when_bac
         &mut cluster,
         &policy,
         Duration::from_secs(30),
-        |e| matches!(e, Event::Marked { devices, state: "down", .. } if devices.contains(&victim)),
+        |e| matches!(e, Event::Marked(m) if m.state == "down" && m.devices.contains(&victim)),
     );
     eprintln!("kill -9 to down in the map: {:?}", down_at - killed_at);
     let (code, text) = status(&cluster);
@@ -136,7 +136,7 @@ fn a_dead_server_is_marked_down_written_around_and_serves_nothing_stale_when_bac
         &mut cluster,
         &policy,
         Duration::from_secs(30),
-        |e| matches!(e, Event::Marked { devices, state: "up", .. } if devices.contains(&victim)),
+        |e| matches!(e, Event::Marked(m) if m.state == "up" && m.devices.contains(&victim)),
     );
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut recovering_answers = 0;
@@ -490,7 +490,7 @@ fn a_server_down_past_the_out_grace_is_re_replicated_and_health_returns_to_ok() 
         &mut cluster,
         &policy,
         Duration::from_secs(30),
-        |e| matches!(e, Event::Marked { devices, state: "out", .. } if devices.contains(&0)),
+        |e| matches!(e, Event::Marked(m) if m.state == "out" && m.devices.contains(&0)),
     );
     // The dead server does not answer; the others move its data until health is OK.
     assert!(
