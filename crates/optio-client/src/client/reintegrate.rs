@@ -119,6 +119,8 @@ struct Spread {
     keep: Vec<DeviceId>,
     /// The devices that may hold a copy (sorted, no duplicates).
     look: Vec<DeviceId>,
+    /// The object's placement key (kept with a tombstone sent to a device without a copy).
+    seed: u32,
 }
 
 /// Where the walk stands.
@@ -275,7 +277,7 @@ impl<'a> Reintegration<'a> {
         }
         look.sort_unstable();
         look.dedup();
-        self.converge(view, pool, &entry.key, &Spread { to, keep, look }, &skipped).await
+        self.converge(view, pool, &entry.key, &Spread { to, keep, look, seed: key }, &skipped).await
     }
 
     /// Makes every device of `to` hold the newest version found on `look`, and drops the
@@ -289,7 +291,7 @@ impl<'a> Reintegration<'a> {
         spread: &Spread,
         skipped: &[DeviceId],
     ) -> Result<(), String> {
-        let Spread { to, keep, look } = spread;
+        let Spread { to, keep, look, seed } = spread;
         let (endpoints, held) = self.survey(view, pool, key, look).await?;
         let Some(newest) = held.iter().flatten().max().copied() else { return Ok(()) };
         let mut data: Option<(ObjectInfo, Bytes)> = None;
@@ -299,8 +301,12 @@ impl<'a> Reintegration<'a> {
                 continue;
             }
             if newest.deleted {
-                let delete =
-                    Op::Delete { key, version: Some(newest.version), purge: false, pg_seed: None };
+                let delete = Op::Delete {
+                    key,
+                    version: Some(newest.version),
+                    purge: false,
+                    pg_seed: Some(*seed),
+                };
                 match self.client.call(self.client.object_call(view, endpoint, pool, delete)).await
                 {
                     Ok(_) => {}
@@ -553,7 +559,7 @@ impl<'a> Reintegration<'a> {
                 // As consistent hashing does: the returning servers are taken to be empty.
                 let forced: Vec<DeviceId> =
                     to.iter().copied().filter(|d| returned.contains(d)).collect();
-                let spread = Spread { to, keep, look };
+                let spread = Spread { to, keep, look, seed: engine_key };
                 self.converge_forced(view, pool.id, key, &spread, &forced).await?;
             }
         }
