@@ -310,7 +310,7 @@ impl TransportTrait for FaultyNet {
                 phase: optio_proto::MigrationPhase::Done,
                 ..Default::default()
             };
-            Ok(ServerStatus { epoch, devices: Vec::new(), migration })
+            Ok(ServerStatus { epoch, devices: Vec::new(), migration, fenced: false })
         })
     }
 }

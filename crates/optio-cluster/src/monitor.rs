@@ -8,6 +8,13 @@
 //! within [`HEALTH_TIMEOUT`]. Only devices the monitor itself marked out are marked in again
 //! (a device an operator set out stays out). Each change is one compare-and-swap on the epoch;
 //! a conflict (someone else changed the map) is retried at the next round.
+//!
+//! **Fencing.** With the map in etcd, servers hold leases (see `etcd/fence.rs`) and serve only
+//! while they hold them. Before marking a silent device down, the monitor fences it — a marker
+//! that keeps its server from taking a new lease, and the revocation of the one it holds —
+//! and marks it down only once the revoked lease's TTL has passed, so the server has stopped
+//! serving before any client writes around it. The fence is lifted once the server answers
+//! again and the map has it up.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -44,7 +51,8 @@ impl Default for Graces {
 pub struct Marked {
     /// The devices.
     pub devices: Vec<u32>,
-    /// `down`, `out`, `up` or `in`.
+    /// `down`, `out`, `up` or `in` — or `fenced`: the devices' server lost its lease and
+    /// they are marked down once it has run out (the epoch is unchanged).
     pub state: &'static str,
     /// The map's epoch after the change.
     pub epoch: u64,
@@ -68,12 +76,26 @@ pub struct Monitor {
     silent_since: HashMap<String, Instant>,
     /// The devices this monitor marked out.
     marked_out: HashSet<u32>,
+    /// Devices fenced and waiting to be marked down, with when that may happen.
+    fenced_until: HashMap<u32, Instant>,
+    /// This monitor's name in fence markers.
+    holder: String,
+    /// Devices fenced in this round.
+    just_fenced: Vec<u32>,
 }
 
 impl Monitor {
     /// A monitor of the map in `source`.
     pub fn new(source: MapSource, graces: Graces) -> Monitor {
-        Monitor { source, graces, silent_since: HashMap::new(), marked_out: HashSet::new() }
+        Monitor {
+            source,
+            graces,
+            silent_since: HashMap::new(),
+            marked_out: HashSet::new(),
+            fenced_until: HashMap::new(),
+            holder: format!("monitor (pid {})", std::process::id()),
+            just_fenced: Vec::new(),
+        }
     }
 
     /// Changes the graces (silences already counted stay counted).
@@ -107,7 +129,21 @@ impl Monitor {
             })
             .flat_map(|(devices, silent)| devices.iter().map(move |d| (*d, silent)))
             .collect();
-        self.apply(&map, &silent).await
+        let fenced = self.source.fenced().await?;
+        let marked = self.apply(&map, &silent, now).await?;
+        // Lift the fence of each device whose server answers and that the map has up again.
+        let map = if marked.is_empty() { map } else { self.source.load().await? };
+        for device in fenced {
+            let up = map.device(DeviceId(device)).is_some_and(|d| d.up);
+            if up && !silent.contains_key(&device) {
+                self.source.unfence(device).await?;
+                tracing::info!(
+                    device,
+                    "lifted the fence: the server answers and the map has it up"
+                );
+            }
+        }
+        Ok(marked)
     }
 
     /// Marks what the silences say on `map`.
@@ -115,12 +151,14 @@ impl Monitor {
         &mut self,
         map: &ClusterMap,
         silent: &HashMap<u32, Duration>,
+        now: Instant,
     ) -> Result<Vec<Marked>, ClusterError> {
         let (mut down, mut out, mut up, mut back_in) = (vec![], vec![], vec![], vec![]);
         for device in map.devices().iter().filter(|d| d.addr.is_some()) {
             let id = device.id.0;
             match silent.get(&id) {
                 None => {
+                    self.fenced_until.remove(&id);
                     if !device.up {
                         up.push(id);
                     }
@@ -129,7 +167,7 @@ impl Monitor {
                     }
                 }
                 Some(silent) => {
-                    if device.up && *silent >= self.graces.down {
+                    if device.up && *silent >= self.graces.down && self.fenced(id, now).await? {
                         down.push(id);
                     }
                     if device.is_in && *silent >= self.graces.out {
@@ -139,6 +177,10 @@ impl Monitor {
             }
         }
         let mut marked = Vec::new();
+        if !self.just_fenced.is_empty() {
+            let devices = std::mem::take(&mut self.just_fenced);
+            marked.push(Marked { devices, state: "fenced", epoch: map.epoch().0 });
+        }
         let changes: [StateChange; 4] = [
             ("down", down, Some(false), None),
             ("out", out, None, Some(false)),
@@ -154,6 +196,9 @@ impl Monitor {
                 let change = MapChange::SetState { device: DeviceId(device), up, is_in };
                 epoch = self.change(&change).await?;
                 match state {
+                    "down" => {
+                        self.fenced_until.remove(&device);
+                    }
                     "out" => {
                         self.marked_out.insert(device);
                     }
@@ -166,6 +211,27 @@ impl Monitor {
             marked.push(Marked { devices, state, epoch });
         }
         Ok(marked)
+    }
+
+    /// Whether `device`, to be marked down, is fenced and may be marked now: fences it the
+    /// first time (revoking its server's lease), then waits for the lease's TTL.
+    async fn fenced(&mut self, device: u32, now: Instant) -> Result<bool, ClusterError> {
+        if let Some(until) = self.fenced_until.get(&device) {
+            return Ok(now >= *until);
+        }
+        match self.source.fence(device, &self.holder).await? {
+            None => Ok(true),
+            Some(ttl) => {
+                tracing::info!(
+                    device,
+                    ?ttl,
+                    "fenced: its server's lease is revoked; marking it down once the lease has run out"
+                );
+                self.fenced_until.insert(device, Instant::now() + ttl);
+                self.just_fenced.push(device);
+                Ok(false)
+            }
+        }
     }
 
     /// Applies `change` to the stored map (epoch + 1, a compare-and-swap); the new epoch.

@@ -196,6 +196,33 @@ impl MapSource {
         MapWatcher { inner }
     }
 
+    /// Fences `device` before it is marked down (etcd: see [`crate::etcd`]'s `fence`
+    /// module): no server may serve it until the fence is lifted. Returns how long to wait
+    /// before marking it down — the revoked lease's TTL — or `None` when nothing needs waiting
+    /// for (no lease held it; a map file has no leases).
+    pub async fn fence(&self, device: u32, holder: &str) -> Result<Option<Duration>, ClusterError> {
+        match self {
+            MapSource::File(_) => Ok(None),
+            MapSource::Etcd(store) => store.fence(device, holder).await,
+        }
+    }
+
+    /// Lifts the fence on `device`.
+    pub async fn unfence(&self, device: u32) -> Result<(), ClusterError> {
+        match self {
+            MapSource::File(_) => Ok(()),
+            MapSource::Etcd(store) => store.unfence(device).await,
+        }
+    }
+
+    /// The devices fenced now.
+    pub async fn fenced(&self) -> Result<Vec<u32>, ClusterError> {
+        match self {
+            MapSource::File(_) => Ok(Vec::new()),
+            MapSource::Etcd(store) => store.fenced().await,
+        }
+    }
+
     /// Replaces `member`'s status document with `status` as JSON.
     pub async fn put_status<T: Serialize>(
         &self,

@@ -102,6 +102,9 @@ pub struct LocalClusterSpec {
     /// How old a tombstone must be before scrubbing may remove it (`None`: the server's
     /// default, 24 h).
     pub tombstone_grace: Option<Duration>,
+    /// With the map in etcd: the life of each server's fencing lease (`None`: the server's
+    /// default, 10 s).
+    pub fence_ttl: Option<Duration>,
 }
 
 impl Default for LocalClusterSpec {
@@ -124,6 +127,7 @@ impl Default for LocalClusterSpec {
             reintegration_rate_bytes_per_sec: None,
             bind: "127.0.0.1".into(),
             tombstone_grace: None,
+            fence_ttl: None,
         }
     }
 }
@@ -321,6 +325,9 @@ impl LocalCluster {
         }
         if let Some(grace) = self.spec.tombstone_grace {
             command.arg("--tombstone-grace").arg(format!("{}ms", grace.as_millis()));
+        }
+        if let Some(ttl) = self.spec.fence_ttl {
+            command.arg("--fence-ttl").arg(format!("{}s", ttl.as_secs()));
         }
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::from(log));
         let mut child = command

@@ -137,6 +137,11 @@ impl EtcdServer {
         self.dir.join("etcd.log")
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Whether the process runs (it was started and not stopped).
     pub fn is_running(&self) -> bool {
         self.child.is_some()

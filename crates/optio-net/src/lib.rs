@@ -100,10 +100,11 @@ impl Failure {
         }
     }
 
-    /// Whether the server is known not to be running (its connection was refused): a
-    /// replica a write may go around.
+    /// Whether the server is known to have applied nothing and to catch up before it serves
+    /// again — its connection was refused (not running), or it answered `fenced` (it lost
+    /// its lease): a replica a write may go around.
     pub fn is_not_running(&self) -> bool {
-        matches!(self, Failure::NotRunning(_))
+        matches!(self, Failure::NotRunning(_) | Failure::Refused { kind: ErrorKind::Fenced, .. })
     }
 
     /// On a version conflict, the version the device holds.

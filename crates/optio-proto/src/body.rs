@@ -147,6 +147,9 @@ pub struct ServerStatus {
     /// Rebalancing progress.
     #[serde(default)]
     pub migration: MigrationStatus,
+    /// The server holds no fencing lease and serves nothing (see `optio-server`'s `fence`).
+    #[serde(default)]
+    pub fenced: bool,
 }
 
 #[cfg(test)]

@@ -82,6 +82,11 @@ pub enum ErrorKind {
     /// The client stopped sending the request's body for longer than the server's body
     /// timeout; nothing was stored and the connection is closed (408).
     Timeout,
+    /// The server does not hold its lease in the map store (it cannot reach it, or the
+    /// monitor fenced it before marking it down): it serves nothing and applied nothing, and
+    /// catches up before it serves reads again; go around it as around a server that is not
+    /// running (503).
+    Fenced,
 }
 
 impl ErrorKind {
@@ -96,7 +101,7 @@ impl ErrorKind {
             ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch => 409,
             ErrorKind::VersionConflict => 412,
             ErrorKind::Corrupt | ErrorKind::Io => 500,
-            ErrorKind::Unavailable | ErrorKind::Recovering => 503,
+            ErrorKind::Unavailable | ErrorKind::Recovering | ErrorKind::Fenced => 503,
             ErrorKind::Timeout => 408,
         }
     }
@@ -117,12 +122,13 @@ impl ErrorKind {
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Recovering => "recovering",
             ErrorKind::Timeout => "timeout",
+            ErrorKind::Fenced => "fenced",
         }
     }
 
     /// The kind named `name`.
     pub fn from_name(name: &str) -> Option<ErrorKind> {
-        const ALL: [ErrorKind; 13] = [
+        const ALL: [ErrorKind; 14] = [
             ErrorKind::BadRequest,
             ErrorKind::NotFound,
             ErrorKind::Misdirected,
@@ -136,6 +142,7 @@ impl ErrorKind {
             ErrorKind::Unavailable,
             ErrorKind::Recovering,
             ErrorKind::Timeout,
+            ErrorKind::Fenced,
         ];
         ALL.into_iter().find(|kind| kind.name() == name)
     }

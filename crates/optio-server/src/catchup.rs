@@ -54,6 +54,8 @@ pub struct CatchUp {
     map: Arc<MapState>,
     transport: HttpTransport,
     state: HashMap<u32, DeviceState>,
+    /// Wakes [`CatchUp::run`] when devices are marked recovering outside a map change.
+    wake: tokio::sync::Notify,
 }
 
 /// How one pass over the peers ended.
@@ -80,7 +82,13 @@ impl CatchUp {
                 (id, state)
             })
             .collect();
-        Ok(CatchUp { devices, map, transport: HttpTransport::new()?, state })
+        Ok(CatchUp {
+            devices,
+            map,
+            transport: HttpTransport::new()?,
+            state,
+            wake: tokio::sync::Notify::new(),
+        })
     }
 
     /// Whether `device` must not serve reads now: it is catching up, or the map held marks it
@@ -93,6 +101,18 @@ impl CatchUp {
                 .map
                 .current()
                 .is_some_and(|m| m.map.device(DeviceId(device)).is_some_and(|d| !d.up))
+    }
+
+    /// Marks every device recovering — the server served nothing for a while (it lost its
+    /// fencing lease) and writes may have gone around it — and starts a pass.
+    pub fn mark_all_recovering(&self) {
+        if !self.map.checks_epochs() {
+            return;
+        }
+        for state in self.state.values() {
+            state.recovering.store(true, Ordering::Release);
+        }
+        self.wake.notify_one();
     }
 
     /// Versions `device` fetched from its peers since the server started.
@@ -128,12 +148,14 @@ impl CatchUp {
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
                     changed = maps.changed() => if changed.is_err() { return },
+                    _ = self.wake.notified() => {}
                 }
                 backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
             } else {
                 backoff = RETRY_BACKOFF_MIN;
-                if maps.changed().await.is_err() {
-                    return;
+                tokio::select! {
+                    changed = maps.changed() => if changed.is_err() { return },
+                    _ = self.wake.notified() => {}
                 }
             }
         }

@@ -41,6 +41,7 @@ pub mod catchup;
 pub mod conn;
 pub mod disk;
 mod error;
+pub mod fence;
 pub mod http;
 mod mapstate;
 pub mod rebalance;
@@ -100,6 +101,9 @@ pub struct ServerConfig {
     /// Most connections open at once; at the limit, the connection idle the longest is closed
     /// to make room for a new one (default: [`conn::default_max_connections`]).
     pub max_connections: usize,
+    /// With the map in etcd: the life of the server's fencing lease (see [`fence`]); it
+    /// serves only while it holds the lease.
+    pub fence_ttl: Duration,
 }
 
 impl Default for ServerConfig {
@@ -116,6 +120,7 @@ impl Default for ServerConfig {
             body_timeout: conn::BODY_TIMEOUT_DEFAULT,
             idle_timeout: conn::IDLE_TIMEOUT_DEFAULT,
             max_connections: conn::default_max_connections(),
+            fence_ttl: fence::FENCE_TTL_DEFAULT,
         }
     }
 }
@@ -141,7 +146,7 @@ pub enum ServerError {
     /// The migration settings are invalid.
     #[error("{0}")]
     Migration(String),
-    /// The connection limits or timeouts are invalid.
+    /// The connection limits, timeouts or fencing TTL are invalid.
     #[error("{0}")]
     Limits(String),
     /// The socket could not be bound or served.
@@ -207,6 +212,12 @@ impl Server {
             )
             .map_err(ServerError::Migration)?,
         );
+        let fence = Arc::new(match &config.map {
+            Some(optio_cluster::source::MapSource::Etcd(_)) => {
+                fence::Fence::leased(config.fence_ttl).map_err(ServerError::Limits)?
+            }
+            _ => fence::Fence::open(),
+        });
         let system = Arc::new(system::SystemMetrics::default());
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -221,6 +232,7 @@ impl Server {
             rebalancer,
             catchup,
             scrubber,
+            fence,
         });
         Ok(Server { listener, state, limits })
     }
@@ -247,6 +259,18 @@ impl Server {
         let rebalancing = tokio::spawn(state.rebalancer.clone().run());
         let catching_up = tokio::spawn(state.catchup.clone().run());
         let scrubbing = tokio::spawn(state.scrubber.clone().run());
+        let fencing = match state.map.source() {
+            Some(optio_cluster::source::MapSource::Etcd(store)) if state.fence.is_leased() => {
+                let mut ids: Vec<u32> = state.devices.keys().copied().collect();
+                ids.sort_unstable();
+                Some(tokio::spawn(state.fence.clone().run(
+                    store.clone(),
+                    ids,
+                    state.catchup.clone(),
+                )))
+            }
+            _ => None,
+        };
         let state_for_exit = state.clone();
         let app = http::router(state);
         conn::serve(self.listener, app, self.limits, shutdown).await;
@@ -255,6 +279,9 @@ impl Server {
         rebalancing.abort();
         catching_up.abort();
         scrubbing.abort();
+        if let Some(fencing) = fencing {
+            fencing.abort();
+        }
         http::close_records(&state_for_exit).await;
         Ok(())
     }

@@ -21,6 +21,8 @@
 //! | `{prefix}/map` | the map as Optio TOML (readable with `etcdctl get /optio/map`) |
 //! | `{prefix}/epoch` | the map's epoch, in decimal |
 //! | `{prefix}/status/{member}` | a member's status document, JSON |
+//! | `{prefix}/manager` | the acting monitor's name, attached to its lease |
+//! | `{prefix}/fence/{device}`, `{prefix}/fenced/{device}` | fencing leases (see `fence.rs`) |
 //!
 //! The map and its epoch are always written together, in one transaction.
 //!
@@ -61,10 +63,12 @@ use serde_json::json;
 use crate::ClusterError;
 use crate::codec;
 
+mod fence;
 mod gateway;
 mod url;
 mod watch;
 
+pub use fence::FenceRefusal;
 use gateway::*;
 use url::{parse_prefix, split_host_port};
 pub use watch::EtcdWatcher;
@@ -331,9 +335,7 @@ impl EtcdStore {
         if response.succeeded {
             return Ok(Ok(grant.id));
         }
-        let _ = self
-            .call::<serde_json::Value>("lease/revoke", &json!({ "ID": grant.id.to_string() }))
-            .await;
+        let _ = self.revoke(grant.id).await;
         let holder = response
             .responses
             .into_iter()
@@ -347,9 +349,7 @@ impl EtcdStore {
     /// Keeps the lease of [`try_lead`](Self::try_lead) alive; `false` when it expired (the
     /// monitor must stop acting: another may have taken over).
     pub async fn keep_leading(&self, lease: u64) -> Result<bool, ClusterError> {
-        let answer: LeaseKeepAlive =
-            self.call("lease/keepalive", &json!({ "ID": lease.to_string() })).await?;
-        Ok(answer.result.is_some_and(|r| r.ttl > 0))
+        self.keep_alive(lease).await
     }
 
     /// Replaces `member`'s status document (the member name is validated by the caller).

@@ -62,6 +62,8 @@ pub struct AppState {
     pub(crate) catchup: Arc<crate::catchup::CatchUp>,
     /// Verifies and repairs replicas.
     pub(crate) scrubber: Arc<crate::scrub::Scrubber>,
+    /// Whether the server holds its lease (with the map in etcd).
+    pub(crate) fence: Arc<crate::fence::Fence>,
 }
 
 /// The router.
@@ -236,6 +238,16 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
             return state.error_response(failure, None);
         }
     };
+    if !state.fence.serving() {
+        let (parts, body) = request.into_parts();
+        discard(body, &parts.headers).await;
+        let failure = fail(
+            ErrorKind::Fenced,
+            "this server holds no lease in the map store (it cannot reach it, or the monitor \
+             fenced it before marking it down): it serves nothing; use the other replicas",
+        );
+        return state.error_response(failure, Some(&target.store));
+    }
     if let Err(failure) = state.check_epoch(request.headers()).await {
         let (parts, body) = request.into_parts();
         discard(body, &parts.headers).await;

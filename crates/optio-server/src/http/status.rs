@@ -14,7 +14,8 @@ pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
     // `epoch` stays last: simple readers (`optio_local::cluster::health_epoch`) parse it so.
     let recovering = state.devices.keys().filter(|id| state.catchup.refuses_reads(**id)).count();
     let body = format!(
-        "{{\"status\":\"ok\",\"recovering\":{recovering},\"epoch\":{}}}",
+        "{{\"status\":\"ok\",\"recovering\":{recovering},\"fenced\":{},\"epoch\":{}}}",
+        !state.fence.serving(),
         state.map.epoch()
     );
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
@@ -40,7 +41,12 @@ pub(super) fn server_status(state: &AppState) -> ServerStatus {
             }
         })
         .collect();
-    ServerStatus { epoch: state.map.epoch(), devices, migration: state.rebalancer.status() }
+    ServerStatus {
+        epoch: state.map.epoch(),
+        devices,
+        migration: state.rebalancer.status(),
+        fenced: !state.fence.serving(),
+    }
 }
 
 pub(super) async fn status(State(state): State<Arc<AppState>>) -> Response {
@@ -102,6 +108,15 @@ pub(super) async fn prometheus(State(state): State<Arc<AppState>>) -> Response {
     gauge("device_scrub_unrepairable", "Damaged replicas scrubbing could not repair.", &|d| {
         d.scrub_unrepairable
     });
+    let _ = writeln!(
+        out,
+        "# HELP optio_fenced 1 while the server holds no fencing lease and serves nothing.\n\
+         # TYPE optio_fenced gauge\noptio_fenced {}\n\
+         # HELP optio_fence_lapses_total Times the server stopped serving for want of a lease.\n\
+         # TYPE optio_fence_lapses_total counter\noptio_fence_lapses_total {}",
+        u64::from(status.fenced),
+        state.fence.lapses()
+    );
     let c = &state.counters;
     let _ = writeln!(out, "# HELP optio_requests_total Requests served.");
     let _ = writeln!(out, "# TYPE optio_requests_total counter");

@@ -71,6 +71,12 @@ pub struct Args {
     /// one is closed at once.
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
+    /// With the map in etcd: the life of the server's fencing lease, in whole seconds (at
+    /// least 2s). The server serves only while it holds the lease, renewing it every quarter
+    /// of this; cut off from etcd, it stops serving after three quarters of it, before the
+    /// monitor can mark its devices down (docs/failures.md, "Fencing").
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::output::parse_duration)]
+    pub fence_ttl: std::time::Duration,
     /// Exit when standard input closes (how `optio up` makes sure no server outlives it).
     #[arg(long)]
     pub exit_with_stdin: bool,
@@ -137,6 +143,7 @@ pub fn run(args: Args) -> Result<()> {
         body_timeout,
         idle_timeout,
         max_connections,
+        fence_ttl: args.fence_ttl,
         ..ServerConfig::default()
     };
     let _ = &args.name;

@@ -14,6 +14,8 @@ use crate::{client, cluster, data, runtime, small, statuses, wait_until};
 enum Direct {
     /// `recovering` (503): it is catching up.
     Recovering,
+    /// `fenced` (503): its server holds no lease and serves nothing.
+    Fenced,
     /// No such object (404).
     Absent,
     /// The object at this version.
@@ -33,10 +35,11 @@ async fn read_direct(addr: &str, device: u32, pool: u32, key: &str) -> Direct {
             Direct::Found(version, response.bytes().await.unwrap())
         }
         404 => Direct::Absent,
-        503 => {
-            assert_eq!(response.headers()["x-optio-error"], "recovering");
-            Direct::Recovering
-        }
+        503 => match response.headers()["x-optio-error"].to_str().unwrap() {
+            "recovering" => Direct::Recovering,
+            "fenced" => Direct::Fenced,
+            other => panic!("device {device} answered 503 {other} for {key}"),
+        },
         status => panic!("device {device} answered {status} for {key}"),
     }
 }
@@ -650,4 +653,175 @@ fn a_later_write_wins_over_a_writer_whose_clock_runs_ahead() {
             Err(optio_client::ClientError::NotFound { .. })
         ));
     });
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// A paused server — a long GC pause, a frozen VM, SIGSTOP — wakes up holding its old map and
+/// old data. Without fencing it would answer a reader queued on its socket with the version it
+/// held, though the map marked it down meanwhile and a newer version was acknowledged around
+/// it. With fencing the monitor revokes its lease and marks it down only once the lease has
+/// run out, and the server, whose lease ran out on its own clock, answers `fenced`.
+#[test]
+fn a_server_paused_past_its_lease_is_fenced_before_it_is_marked_down_and_serves_nothing_stale() {
+    if !optio_local::etcd::etcd_available() {
+        return;
+    }
+    // A lease longer than the manager's 1 s grace: still alive when the grace runs out, so
+    // the manager revokes it and waits.
+    let spec = optio_local::LocalClusterSpec {
+        etcd: true,
+        fence_ttl: Some(Duration::from_secs(5)),
+        ..small()
+    };
+    let (_dir, cluster) = cluster(spec);
+    let rt = runtime();
+    let client = rt.block_on(client(&cluster, None));
+    let pool = cluster.load_map().unwrap().pool_by_name(PLAIN_POOL).unwrap().id.0;
+    let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
+    let server = &cluster.servers()[0];
+    let (victim, addr, pid) = (server.devices[0].0, server.addr.clone(), server.pid().unwrap());
+    rt.block_on(async {
+        for (i, key) in keys.iter().enumerate() {
+            client.put(PLAIN_POOL, key, data(i, 800)).await.expect("v1");
+            // Three zones, three replicas: every key is on every device.
+            assert!(matches!(read_direct(&addr, victim, pool, key).await, Direct::Found(..)));
+        }
+    });
+    let manager = Manager::start(&cluster.source_spec());
+    manager.expect("acting for", Duration::from_secs(20));
+
+    let paused_at = Instant::now();
+    signal(pid, "STOP");
+    manager.expect("fenced", Duration::from_secs(30));
+    assert!(wait_until(Duration::from_secs(30), || !device_up(&cluster, victim)), "marked down");
+    let down_after = paused_at.elapsed();
+    eprintln!("paused to down (1 s grace + the revoked lease's 5 s): {down_after:?}");
+
+    // Marked down: writes go around the paused server and are acknowledged by the others.
+    let down_epoch = cluster.load_map().unwrap().epoch().0;
+    let mut newest = HashMap::new();
+    rt.block_on(async {
+        while client.epoch() < down_epoch {
+            client.refresh().await.expect("refresh");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for (i, key) in keys.iter().enumerate() {
+            let value = data(100 + i, 900);
+            client.put(PLAIN_POOL, key, value.clone()).await.expect("a write around it");
+            newest.insert(key.clone(), value);
+        }
+    });
+
+    // A reader still holding the old map has its request queued on the paused server's
+    // socket; the server wakes up.
+    let queued = {
+        let (addr, key) = (addr.clone(), keys[0].clone());
+        std::thread::spawn(move || runtime().block_on(read_direct(&addr, victim, pool, &key)))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    signal(pid, "CONT");
+    let answer = queued.join().expect("the reader ends");
+    if let Direct::Found(version, _) = answer {
+        panic!("the woken server answered version {version} instead of refusing: a stale read");
+    }
+    assert!(matches!(answer, Direct::Fenced | Direct::Recovering), "{answer:?}");
+
+    // It answers its health checks again: marked up, the fence lifted, a new lease, caught
+    // up — and never an old version on the way.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut refused = 0;
+    rt.block_on(async {
+        loop {
+            let mut all_current = true;
+            for key in &keys {
+                match read_direct(&addr, victim, pool, key).await {
+                    Direct::Fenced | Direct::Recovering => {
+                        refused += 1;
+                        all_current = false;
+                    }
+                    Direct::Found(_, got) => assert_eq!(got, newest[key], "{key}: stale"),
+                    Direct::Absent => panic!("{key}: absent from device {victim}"),
+                }
+            }
+            if all_current {
+                break;
+            }
+            assert!(Instant::now() < deadline, "device {victim} did not serve again within 60 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    assert!(device_up(&cluster, victim));
+    let metrics = rt.block_on(async {
+        reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap()
+    });
+    assert!(metrics.contains("optio_fenced 0"), "{metrics}");
+    assert!(!metrics.contains("optio_fence_lapses_total 0"), "{metrics}");
+    eprintln!("served again after {refused} refused reads");
+}
+
+/// A server that cannot reach etcd stops serving within its lease, and serves again (after
+/// catching up) once etcd is back.
+#[test]
+fn a_server_cut_off_from_etcd_stops_serving_within_its_lease_and_comes_back() {
+    if !optio_local::etcd::etcd_available() {
+        return;
+    }
+    let spec = optio_local::LocalClusterSpec {
+        etcd: true,
+        fence_ttl: Some(Duration::from_secs(2)),
+        ..small()
+    };
+    let (_dir, mut cluster) = cluster(spec);
+    let rt = runtime();
+    let client = rt.block_on(client(&cluster, None));
+    let pool = cluster.load_map().unwrap().pool_by_name(PLAIN_POOL).unwrap().id.0;
+    rt.block_on(client.put(PLAIN_POOL, "k", data(1, 500))).expect("put");
+    let (device, addr) = (cluster.servers()[0].devices[0].0, cluster.servers()[0].addr.clone());
+    let etcd = cluster.etcd().expect("etcd").pid().expect("etcd runs");
+    signal(etcd, "STOP");
+    let stopped = Instant::now();
+    let fenced = rt.block_on(async {
+        loop {
+            match read_direct(&addr, device, pool, "k").await {
+                Direct::Fenced => return stopped.elapsed(),
+                Direct::Found(..) => {}
+                other => panic!("answered {other:?} before it was fenced"),
+            }
+            assert!(stopped.elapsed() < Duration::from_secs(20), "never fenced");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    eprintln!(
+        "etcd stopped to fenced: {fenced:?} (lease 2 s: at most 1.5 s after the last renewal)"
+    );
+    let (code, health) = rt.block_on(async {
+        let response = reqwest::get(format!("http://{addr}/health")).await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    });
+    assert_eq!(code, 200, "a fenced server still answers its health checks");
+    assert!(health.contains("\"fenced\":true"), "{health}");
+    signal(etcd, "CONT");
+    let back = rt.block_on(async {
+        let resumed = Instant::now();
+        loop {
+            match read_direct(&addr, device, pool, "k").await {
+                Direct::Found(_, got) => {
+                    assert_eq!(got, data(1, 500));
+                    return resumed.elapsed();
+                }
+                Direct::Fenced | Direct::Recovering => {}
+                Direct::Absent => panic!("absent"),
+            }
+            assert!(resumed.elapsed() < Duration::from_secs(30), "never served again");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    eprintln!("etcd back to serving: {back:?}");
 }
