@@ -5,7 +5,10 @@
 //! etcd). One monitor acts per cluster: see [`crate::manager`] for how a second one stands by.
 //!
 //! A server *answers* when `GET /health` on its address (as the map gives it) answers 200
-//! within [`HEALTH_TIMEOUT`]. Only devices the monitor itself marked out are marked in again
+//! within [`HEALTH_TIMEOUT`]. A server whose address **refuses the connection** — nothing
+//! listens: the process is gone — is marked down at once, without the grace (Ceph's
+//! `osd_fast_fail_on_connection_refused`): writes would go around it anyway, and choices of
+//! new objects whose home it is need the map to say so. Only devices the monitor itself marked out are marked in again
 //! (a device an operator set out stays out). Each change is one compare-and-swap on the epoch;
 //! a conflict (someone else changed the map) is retried at the next round.
 //!
@@ -112,13 +115,17 @@ impl Monitor {
                 by_addr.entry(addr.clone()).or_default().push(device.id.0);
             }
         }
-        let answered = futures_util::future::join_all(by_addr.keys().map(|a| answers(a))).await;
+        let answered = futures_util::future::join_all(by_addr.keys().map(|a| check(a))).await;
         let now = Instant::now();
-        for (addr, answers) in by_addr.keys().zip(&answered) {
-            if *answers {
+        let mut refused = HashSet::new();
+        for (addr, health) in by_addr.keys().zip(&answered) {
+            if *health == Health::Answers {
                 self.silent_since.remove(addr);
             } else {
                 self.silent_since.entry(addr.clone()).or_insert(now);
+            }
+            if *health == Health::Refused {
+                refused.extend(by_addr[addr].iter().copied());
             }
         }
         self.silent_since.retain(|addr, _| by_addr.contains_key(addr));
@@ -130,7 +137,7 @@ impl Monitor {
             .flat_map(|(devices, silent)| devices.iter().map(move |d| (*d, silent)))
             .collect();
         let fenced = self.source.fenced().await?;
-        let marked = self.apply(&map, &silent, now).await?;
+        let marked = self.apply(&map, &silent, &refused, now).await?;
         // Lift the fence of each device whose server answers and that the map has up again.
         let map = if marked.is_empty() { map } else { self.source.load().await? };
         for device in fenced {
@@ -151,6 +158,7 @@ impl Monitor {
         &mut self,
         map: &ClusterMap,
         silent: &HashMap<u32, Duration>,
+        refused: &HashSet<u32>,
         now: Instant,
     ) -> Result<Vec<Marked>, ClusterError> {
         let (mut down, mut out, mut up, mut back_in) = (vec![], vec![], vec![], vec![]);
@@ -167,7 +175,11 @@ impl Monitor {
                     }
                 }
                 Some(silent) => {
-                    if device.up && *silent >= self.graces.down && self.fenced(id, now).await? {
+                    let refused = refused.contains(&id);
+                    if device.up
+                        && (*silent >= self.graces.down || refused)
+                        && self.fenced(id, now, refused).await?
+                    {
                         down.push(id);
                     }
                     if device.is_in && *silent >= self.graces.out {
@@ -214,13 +226,20 @@ impl Monitor {
     }
 
     /// Whether `device`, to be marked down, is fenced and may be marked now: fences it the
-    /// first time (revoking its server's lease), then waits for the lease's TTL.
-    async fn fenced(&mut self, device: u32, now: Instant) -> Result<bool, ClusterError> {
+    /// first time (revoking its server's lease), then waits for the lease's TTL — unless its
+    /// address refused the connection (no process serves there).
+    async fn fenced(
+        &mut self,
+        device: u32,
+        now: Instant,
+        refused: bool,
+    ) -> Result<bool, ClusterError> {
         if let Some(until) = self.fenced_until.get(&device) {
-            return Ok(now >= *until);
+            return Ok(refused || now >= *until);
         }
         match self.source.fence(device, &self.holder).await? {
             None => Ok(true),
+            Some(_) if refused => Ok(true),
             Some(ttl) => {
                 tracing::info!(
                     device,
@@ -244,17 +263,44 @@ impl Monitor {
     }
 }
 
-/// Whether the server at `addr` answers `GET /health` with 200 within [`HEALTH_TIMEOUT`].
-pub async fn answers(addr: &str) -> bool {
+/// What a health check found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// `GET /health` answered 200 within [`HEALTH_TIMEOUT`].
+    Answers,
+    /// The connection was refused: nothing listens at the address.
+    Refused,
+    /// Anything else: no answer in time, a reset, another status.
+    Silent,
+}
+
+/// Checks the server at `addr`: `GET /health` within [`HEALTH_TIMEOUT`].
+pub async fn check(addr: &str) -> Health {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let check = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        stream.write_all(b"GET /health HTTP/1.0\r\nHost: optio\r\n\r\n").await.ok()?;
+        let mut stream = match tokio::net::TcpStream::connect(addr).await {
+            Ok(stream) => stream,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return Health::Refused;
+            }
+            Err(_) => return Health::Silent,
+        };
         let mut head = [0u8; 12];
-        stream.read_exact(&mut head).await.ok()?;
-        Some(head.starts_with(b"HTTP/1.") && &head[9..12] == b"200")
+        let answered = async {
+            stream.write_all(b"GET /health HTTP/1.0\r\nHost: optio\r\n\r\n").await.ok()?;
+            stream.read_exact(&mut head).await.ok()
+        };
+        match answered.await {
+            Some(_) if head.starts_with(b"HTTP/1.") && &head[9..12] == b"200" => Health::Answers,
+            _ => Health::Silent,
+        }
     };
-    matches!(tokio::time::timeout(HEALTH_TIMEOUT, check).await, Ok(Some(true)))
+    tokio::time::timeout(HEALTH_TIMEOUT, check).await.unwrap_or(Health::Silent)
+}
+
+/// Whether the server at `addr` answers `GET /health` with 200 within [`HEALTH_TIMEOUT`].
+pub async fn answers(addr: &str) -> bool {
+    check(addr).await == Health::Answers
 }
 
 /// The lock file, next to a map file, held by the cluster's acting monitor.

@@ -44,6 +44,8 @@ const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(5);
 #[derive(Debug, Default)]
 struct DeviceState {
     recovering: AtomicBool,
+    /// The map marked the device down since its choice records were last dropped.
+    marked_down: AtomicBool,
     /// Versions fetched from peers (objects and tombstones), since start.
     pulled: AtomicU64,
 }
@@ -172,7 +174,18 @@ impl CatchUp {
             {
                 tracing::warn!(device, epoch = map.epoch(), "the map marks this device down");
             }
+            // Another device is the home of its keys now: the records kept here go stale.
+            if map.map.device(DeviceId(device)).is_some()
+                && !state.marked_down.swap(true, Ordering::AcqRel)
+            {
+                self.drop_records(device, "marked down");
+            }
             return Ok(());
+        }
+        if state.marked_down.swap(false, Ordering::AcqRel) {
+            // Up again: whatever reached this device while it was down is suspect too; the
+            // home that served meanwhile moves its records here.
+            self.drop_records(device, "marked up again");
         }
         if !state.recovering.load(Ordering::Acquire) {
             return Ok(());
@@ -189,6 +202,13 @@ impl CatchUp {
                 Ok(())
             }
             Pass::MapChanged => Err("a newer map arrived".into()),
+        }
+    }
+
+    fn drop_records(&self, device: u32, why: &str) {
+        let dropped = self.devices[&device].drop_records();
+        if dropped > 0 {
+            tracing::info!(device, dropped, "{why}: dropped the choice records held here");
         }
     }
 

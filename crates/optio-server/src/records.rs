@@ -294,6 +294,24 @@ impl RecordLog {
         Ok(())
     }
 
+    /// Forgets every record (the removals are logged): the device stopped being the home of
+    /// its keys for a while — the map marked it down — so another device held their records
+    /// meanwhile, and those must not be overridden by older ones kept here. Clients that find
+    /// no record probe the candidates and follow the data (as after a lost record). Returns
+    /// how many were dropped.
+    pub fn clear(&self) -> usize {
+        let mut state = self.state.lock().expect("records lock");
+        let records = std::mem::take(&mut state.records);
+        for ((pool, key), (record, _)) in &records {
+            let entry = entry(OP_REMOVE, *pool, key, record);
+            state.queue.extend_from_slice(&entry);
+        }
+        if !records.is_empty() {
+            state.queued_seq += 1;
+        }
+        records.len()
+    }
+
     /// Number of records.
     pub fn len(&self) -> usize {
         self.state.lock().expect("records lock").records.len()
@@ -330,6 +348,25 @@ mod tests {
         // A plain replacement by its writer (a full candidate, re-chosen) still works.
         let (r, created, _) = log.create(PoolId(1), "k", record(0, a), Some(a), false);
         assert!(created && r.candidate == 0);
+    }
+
+    #[test]
+    fn cleared_records_stay_cleared_after_a_restart() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let disk = crate::disk::RealDisk;
+        let temp = dir.path().join("t");
+        let log = RecordLog::open(dir.path(), &disk, &temp).expect("opens");
+        let record = |candidate| ChoiceRecord { candidate, choices: 2, writer: 7 };
+        log.create(PoolId(1), "a", record(0), None, false);
+        log.create(PoolId(1), "b", record(1), None, false);
+        log.commit(&disk).expect("commit");
+        assert_eq!(log.clear(), 2);
+        assert!(log.get(PoolId(1), "a").is_none());
+        log.create(PoolId(1), "c", record(1), None, false);
+        log.close(&disk, &temp).expect("close");
+        let reopened = RecordLog::open(dir.path(), &disk, &temp).expect("reopens");
+        assert_eq!(reopened.len(), 1, "the removals were logged");
+        assert_eq!(reopened.get(PoolId(1), "c"), Some(record(1)));
     }
 
     #[test]

@@ -679,6 +679,11 @@ impl DeviceStore {
         self.records.remove(pool, key).ok_or(StoreError::NotFound)
     }
 
+    /// Forgets every choice record (see [`RecordLog::clear`]); returns how many.
+    pub fn drop_records(&self) -> usize {
+        self.records.clear()
+    }
+
     /// Commits the queued record changes (blocking: one append and one fdatasync).
     pub fn commit_records(&self) -> Result<(), StoreError> {
         self.records.commit(self.disk.as_ref())

@@ -11,7 +11,7 @@ use crate::candidates::Candidate;
 use crate::error::ClientError;
 use crate::transport::{Endpoint, Failure, Op};
 
-use super::locate::{Keyed, Probed, holder_of, unanswered};
+use super::locate::{Keyed, Probed, newest_holder, unanswered};
 use super::{Client, UNKNOWN_EPOCH_BACKOFF, View};
 
 /// What the earlier attempts of one write learned: the candidates it gave up on because a
@@ -120,12 +120,13 @@ impl Client {
         {
             return Ok(Some(Chosen { candidate: record.candidate, created: None }));
         }
-        let holder = probes.iter().enumerate().find_map(|(i, p)| match &p.answer {
-            Ok(a) if a.status == 200 => {
-                Some(holder_of(candidates, a.info.as_ref()).unwrap_or(i as u8))
-            }
-            _ => None,
-        });
+        let holder = newest_holder(
+            candidates,
+            probes.iter().enumerate().filter_map(|(i, p)| match &p.answer {
+                Ok(a) if a.status == 200 => Some((i as u8, a.info.as_ref())),
+                _ => None,
+            }),
+        );
         let unreachable: Vec<usize> =
             (0..probes.len()).filter(|&i| probes[i].answer.is_err()).collect();
         let holder = match holder {
@@ -158,14 +159,22 @@ impl Client {
         if !recorded.created {
             return Ok(Chosen { candidate: recorded.candidate, created: None });
         }
-        let holder = holder_of(candidates, recorded.home_info.as_ref()).or_else(|| {
-            others.iter().enumerate().find_map(|(i, p)| match &p.answer {
-                Ok(a) if a.status == 200 => {
-                    Some(holder_of(candidates, a.info.as_ref()).unwrap_or(i as u8 + 1))
-                }
-                _ => None,
-            })
-        });
+        // The home's copy counts when its seed names a candidate (the home device may serve
+        // more than one).
+        let at_home = recorded
+            .home_info
+            .as_ref()
+            .filter(|info| super::locate::holder_of(candidates, Some(info)).is_some())
+            .map(|info| (0u8, Some(info)));
+        let holder = newest_holder(
+            candidates,
+            at_home.into_iter().chain(others.iter().enumerate().filter_map(
+                |(i, p)| match &p.answer {
+                    Ok(a) if a.status == 200 => Some((i as u8 + 1, a.info.as_ref())),
+                    _ => None,
+                },
+            )),
+        );
         let holder = match holder {
             Some(holder) => Some(holder),
             None => {

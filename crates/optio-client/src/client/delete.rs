@@ -41,7 +41,20 @@ impl Client {
                 };
                 self.call(self.object_call(view, &endpoints[i], pool, delete))
             };
-            let mut results = join_all((0..endpoints.len()).map(send)).await;
+            // With k > 1, the other candidates' devices get the tombstone too (best effort): a
+            // copy left there — sent ahead of a record and not undone because its server died —
+            // would otherwise be found once the record is gone, and read as the object.
+            let strays = self.other_candidates(view, candidates, candidate, &devices)?;
+            let stray_deletes = strays.iter().map(|(endpoint, seed)| {
+                let delete =
+                    Op::Delete { key, version: Some(version), purge: false, pg_seed: Some(*seed) };
+                self.call(self.object_call(view, endpoint, pool, delete))
+            });
+            let (mut results, _) = futures_util::future::join(
+                join_all((0..endpoints.len()).map(send)),
+                join_all(stray_deletes),
+            )
+            .await;
             // As for writes: a replica that did not answer is asked once more, and only one
             // whose server is not running is gone around (it catches up on the tombstone).
             super::write::resend_unanswered(&mut results, send).await;
@@ -98,6 +111,27 @@ impl Client {
             }
             return Ok(());
         }
+    }
+
+    /// The devices of `candidates` other than `chosen` and not in `devices`, with the
+    /// placement seed of their candidate.
+    fn other_candidates(
+        &self,
+        view: &super::View,
+        candidates: &[crate::Candidate],
+        chosen: &crate::Candidate,
+        devices: &[optio_placement::DeviceId],
+    ) -> Result<Vec<(Endpoint, u32)>, ClientError> {
+        let mut out: Vec<(Endpoint, u32)> = Vec::new();
+        for candidate in candidates.iter().filter(|c| c.index != chosen.index) {
+            for device in candidate.devices.iter().filter(|d| !devices.contains(d)) {
+                let endpoint = view.endpoint(*device)?;
+                if !out.iter().any(|(e, _)| e.device == endpoint.device) {
+                    out.push((endpoint, placement_seed(candidate)));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Deletes copies of `key` on candidates other than the one its record (or probing)

@@ -61,6 +61,20 @@ pub(super) fn unanswered(candidates: &[Candidate], probes: &[Probed]) -> Vec<u8>
     candidates.iter().zip(probes).filter(|(_, p)| p.answer.is_err()).map(|(c, _)| c.index).collect()
 }
 
+/// Among the candidates found holding the object — `(index probed, what it stores)` — the one
+/// holding the newest version. Copies of a key can sit on more than one candidate: a copy a
+/// write sent ahead of its record and could not undo (its server died in between), or data
+/// followed by a record that was lost; the newest is the one acknowledged last.
+pub(super) fn newest_holder<'a>(
+    candidates: &[Candidate],
+    found: impl IntoIterator<Item = (u8, Option<&'a ObjectInfo>)>,
+) -> Option<u8> {
+    found
+        .into_iter()
+        .max_by_key(|(_, info)| info.map(|i| i.version))
+        .map(|(i, info)| holder_of(candidates, info).unwrap_or(i))
+}
+
 /// The candidate a stored object belongs to, from the seed in its header.
 pub(super) fn holder_of(candidates: &[Candidate], info: Option<&ObjectInfo>) -> Option<u8> {
     let seed = info?.pg_seed?;
@@ -201,26 +215,31 @@ impl Client {
                     self.inner.cache.insert(pool.0, key, record.candidate);
                     return Ok(Some(record.candidate));
                 }
-                if answer.status == 200 {
-                    self.inner.cache.insert(pool.0, key, 0);
-                    return Ok(Some(0));
-                }
             }
             Err(failure) => failures.push(failure.clone()),
         }
-        // No record at the home (or the home is unreachable): ask the others.
+        // No record at the home (or the home is unreachable): ask the others, and follow the
+        // newest copy found.
         let home_unreachable = !failures.is_empty();
         let others = self.probe_primaries(view, pool, key, &candidates[1..]).await?;
+        let mut found = Vec::new();
+        if let Ok(answer) = &home[0].answer
+            && answer.status == 200
+        {
+            found.push((0, answer.info.as_ref()));
+        }
         for (i, probed) in others.iter().enumerate() {
             match &probed.answer {
                 Ok(answer) if answer.status == 200 => {
-                    let c = holder_of(candidates, answer.info.as_ref()).unwrap_or(i as u8 + 1);
-                    self.inner.cache.insert(pool.0, key, c);
-                    return Ok(Some(c));
+                    found.push((i as u8 + 1, answer.info.as_ref()));
                 }
                 Ok(_) => {}
                 Err(failure) => failures.push(failure.clone()),
             }
+        }
+        if let Some(c) = newest_holder(candidates, found) {
+            self.inner.cache.insert(pool.0, key, c);
+            return Ok(Some(c));
         }
         let refs: Vec<&Failure> = failures.iter().collect();
         if self.epoch_retry(&refs).await? {

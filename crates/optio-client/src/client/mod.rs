@@ -43,6 +43,11 @@ pub const RETRIES_MAX: usize = 8;
 
 /// Wait before retrying after a server said our epoch is newer than its own.
 const UNKNOWN_EPOCH_BACKOFF: Duration = Duration::from_millis(20);
+/// How long a refused connection counts as a sign that a server is not running.
+const REFUSED_FRESH: Duration = Duration::from_secs(10);
+/// The longest a write waits for the map to mark down a server that refuses connections,
+/// when the choice of a new object needs it (its home, or every candidate, on that server).
+const DOWN_WAIT_MAX: Duration = Duration::from_secs(5);
 
 /// How a client behaves.
 #[derive(Clone, Debug)]
@@ -179,6 +184,9 @@ struct Inner {
     intents: Option<IntentLog>,
     in_flight: AtomicUsize,
     device_metrics: Mutex<HashMap<u32, (DeviceMetrics, Instant)>>,
+    /// Devices whose server refused a connection (or answered `fenced`), and when; removed
+    /// when they answer.
+    refused: Mutex<HashMap<u32, Instant>>,
     counters: Counters,
     writer: u64,
     last_version: AtomicU64,
@@ -310,6 +318,7 @@ impl Client {
                 intents,
                 in_flight: AtomicUsize::new(0),
                 device_metrics: Mutex::new(HashMap::new()),
+                refused: Mutex::new(HashMap::new()),
                 counters: Counters::default(),
                 writer: writer_id(),
                 last_version: AtomicU64::new(0),
@@ -421,7 +430,42 @@ impl Client {
             let now = Instant::now();
             self.inner.device_metrics.lock().expect("metrics lock").insert(device, (metrics, now));
         }
+        match &result {
+            Err((failure, _)) if failure.is_not_running() => {
+                self.inner.refused.lock().expect("refused lock").insert(device, Instant::now());
+            }
+            Ok(_) => {
+                self.inner.refused.lock().expect("refused lock").remove(&device);
+            }
+            Err(_) => {}
+        }
         result.map_err(|(failure, _)| failure)
+    }
+
+    /// Whether a device of `candidates` that `view` has up refused a connection within
+    /// [`REFUSED_FRESH`]: its server is not running, and the monitor marks it down within a
+    /// round (see `optio_cluster::monitor`).
+    fn refused_while_up(&self, view: &View, candidates: &[crate::Candidate]) -> bool {
+        let refused = self.inner.refused.lock().expect("refused lock");
+        candidates.iter().flat_map(|c| &c.devices).any(|device| {
+            refused.get(&device.0).is_some_and(|at| at.elapsed() <= REFUSED_FRESH)
+                && view.map.device(*device).is_some_and(|d| d.up)
+        })
+    }
+
+    /// Waits, at most `bound`, for a map newer than `epoch`; returns whether one came.
+    async fn await_newer_map(&self, epoch: u64, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        loop {
+            if self.epoch() > epoch {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            let _ = self.refresh().await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// A call of `op` at `endpoint`, carrying the epoch of `view`.

@@ -91,6 +91,7 @@ impl Client {
         let mut excluded = Excluded::default();
         let mut dirty_noted = None;
         let mut version_bumps = 0;
+        let mut waited_for_down = false;
         for _attempt in 0..RETRIES_MAX {
             let view = self.view();
             let pool = view.pool(pool_name)?;
@@ -109,6 +110,21 @@ impl Client {
             let started = Instant::now();
             let sent = match self.choose_and_send(at, size_bytes, &excluded, &data, crc).await {
                 Err(ClientError::EpochRetries { .. }) => continue,
+                // A new object's choice needs its home (or a candidate without a dead
+                // device), and a server refused the connection while the map still has it
+                // up: the monitor marks it down within a round; then the choice goes on
+                // without it, as for any device down.
+                Err(
+                    error @ (ClientError::HomeUnreachable { .. }
+                    | ClientError::NoCandidate { .. }
+                    | ClientError::CandidateUnreachable { .. }),
+                ) if !waited_for_down && self.refused_while_up(&view, &candidates) => {
+                    waited_for_down = true;
+                    if self.await_newer_map(view.epoch(), super::DOWN_WAIT_MAX).await {
+                        continue;
+                    }
+                    return Err(error);
+                }
                 other => other?,
             };
             let Sent {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use optio_local::cluster::{Event, LocalCluster, PLAIN_POOL, Supervision};
+use optio_local::cluster::{CRUSH_POOL, Event, LocalCluster, PLAIN_POOL, Supervision};
 
 use crate::{client, cluster, data, runtime, small, statuses, wait_until};
 
@@ -251,6 +251,12 @@ const KILL_LOOP_SECONDS: u64 = 40;
 const KILL_LOOP_TASKS: usize = 8;
 const KILL_LOOP_KEYS: usize = 16;
 
+/// The pool of a kill-loop task: half write to `plain` (k = 1), half to `data` (CHOICE, k = 2:
+/// choice records at the home, probes).
+fn kill_loop_pool(task: usize) -> &'static str {
+    if task.is_multiple_of(2) { PLAIN_POOL } else { CRUSH_POOL }
+}
+
 #[test]
 fn kill_9_a_server_every_few_seconds_under_load_loses_nothing_acknowledged() {
     use std::sync::Arc;
@@ -271,6 +277,7 @@ fn kill_9_a_server_every_few_seconds_under_load_loses_nothing_acknowledged() {
     for t in 0..KILL_LOOP_TASKS {
         let (stop, counters) = (stop.clone(), counters.clone());
         let client = rt.block_on(client(&cluster, None));
+        let pool = kill_loop_pool(t);
         tasks.push(rt.spawn(async move {
             let mut known: Vec<Known> = vec![Known::Deleted; KILL_LOOP_KEYS];
             let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
@@ -284,7 +291,7 @@ fn kill_9_a_server_every_few_seconds_under_load_loses_nothing_acknowledged() {
                 match (x >> 32) % 20 {
                     0 => {
                         counters[DELETES].fetch_add(1, Ordering::Relaxed);
-                        known[k] = match client.delete(PLAIN_POOL, &key).await {
+                        known[k] = match client.delete(pool, &key).await {
                             Ok(()) => Known::Deleted,
                             Err(optio_client::ClientError::NotFound { .. })
                                 if matches!(known[k], Known::Deleted) =>
@@ -298,7 +305,7 @@ fn kill_9_a_server_every_few_seconds_under_load_loses_nothing_acknowledged() {
                         n += 1;
                         let value = data(t * 1_000_000 + n, 512 + (x as usize % 3000));
                         counters[WRITES].fetch_add(1, Ordering::Relaxed);
-                        known[k] = match client.put(PLAIN_POOL, &key, value.clone()).await {
+                        known[k] = match client.put(pool, &key, value.clone()).await {
                             Ok(_) => {
                                 counters[WRITES_ACKED].fetch_add(1, Ordering::Relaxed);
                                 Known::Written(value)
@@ -308,7 +315,7 @@ fn kill_9_a_server_every_few_seconds_under_load_loses_nothing_acknowledged() {
                     }
                     _ => {
                         counters[READS].fetch_add(1, Ordering::Relaxed);
-                        let got = client.get(PLAIN_POOL, &key).await;
+                        let got = client.get(pool, &key).await;
                         let fresh = match (&known[k], &got) {
                             (Known::Uncertain, _) => true,
                             (Known::Written(want), Ok(got)) => got == want,
@@ -408,12 +415,12 @@ fn kill_9_a_server_every_few_seconds_under_load_loses_nothing_acknowledged() {
                 let key = format!("loop/{t}/{k}");
                 match state {
                     Known::Written(want) => {
-                        let got = reader.get(PLAIN_POOL, &key).await;
+                        let got = reader.get(kill_loop_pool(t), &key).await;
                         assert_eq!(got.as_ref().ok(), Some(want), "{key}: {got:?}");
                         checked += 1;
                     }
                     Known::Deleted => {
-                        let got = reader.get(PLAIN_POOL, &key).await;
+                        let got = reader.get(kill_loop_pool(t), &key).await;
                         assert!(
                             matches!(got, Err(optio_client::ClientError::NotFound { .. })),
                             "{key} was deleted: {got:?}"
@@ -824,4 +831,115 @@ fn a_server_cut_off_from_etcd_stops_serving_within_its_lease_and_comes_back() {
         }
     });
     eprintln!("etcd back to serving: {back:?}");
+}
+
+/// The issue's first report, on a pool with CHOICE (k = 2): a server dies, and new objects
+/// whose home — or every candidate — has a replica on it are written at once. Before, their
+/// choice needed the dead home (or excluded every candidate with a dead device) and failed
+/// until the map marked it down after the 20 s grace; now the monitor marks a server whose
+/// address refuses connections down at its next round, and a write waits for that map.
+#[test]
+fn new_objects_of_a_choice_pool_are_written_at_once_when_a_server_dies() {
+    // Three servers, three replicas: every candidate of every key has a replica on the dead
+    // one, and it is the home of a third of the keys.
+    let (_dir, mut cluster) = cluster(small());
+    let rt = runtime();
+    let client = rt.block_on(client(&cluster, None));
+    rt.block_on(client.put(CRUSH_POOL, "warm", data(0, 100))).expect("a write before");
+    cluster.kill(0).expect("kill");
+    let killed = Instant::now();
+    let writer = std::thread::spawn(move || {
+        let rt = runtime();
+        rt.block_on(async {
+            let mut results = Vec::new();
+            for i in 0..24 {
+                let key = format!("new{i}");
+                results.push((key.clone(), client.put(CRUSH_POOL, &key, data(i, 4096)).await));
+            }
+            (results, client)
+        })
+    });
+    // The default grace: marking down must not wait for it.
+    let policy = Supervision { restart: false, ..Supervision::default() };
+    while !writer.is_finished() {
+        for event in cluster.supervise(&policy).expect("supervision") {
+            eprintln!("supervisor: {event}");
+        }
+        assert!(killed.elapsed() < Duration::from_secs(60), "the writes did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (results, client) = writer.join().expect("the writer ends");
+    eprintln!("24 writes after the kill took {:?}", killed.elapsed());
+    for (key, result) in &results {
+        assert!(result.is_ok(), "{key}: {:?}", result.as_ref().err().map(ToString::to_string));
+    }
+    assert!(!device_up(&cluster, 0), "marked down at once (a refused connection)");
+    rt.block_on(async {
+        for (i, (key, _)) in results.iter().enumerate() {
+            assert_eq!(client.get(CRUSH_POOL, key).await.expect("read back"), data(i, 4096));
+        }
+    });
+}
+
+/// A copy of a key left on a candidate other than the chosen one — a write sent ahead of its
+/// record whose undo never reached a server that died in between — must not be read as the
+/// object when the record is lost (the home's records are dropped when the map marks it down:
+/// reads then follow the newest copy), nor come back once a delete removed the record (a delete
+/// leaves its tombstone on every candidate). Found by the kill loop on a CHOICE pool ("STALE
+/// read … after Deleted").
+#[test]
+fn a_copy_left_on_another_candidate_is_never_read_as_the_object() {
+    let spec = optio_local::LocalClusterSpec { hosts_per_zone: 2, ..small() };
+    let (_dir, cluster) = cluster(spec);
+    let rt = runtime();
+    // Random choices: some objects land on candidate 1.
+    let writer = rt.block_on(client(&cluster, Some("random")));
+    let map = cluster.load_map().unwrap();
+    let pool = map.pool_by_name(CRUSH_POOL).unwrap().id;
+    let transport = optio_net::HttpTransport::new().unwrap();
+    let endpoint = |device: optio_placement::DeviceId| optio_net::Endpoint {
+        device: device.0,
+        addr: map.device(device).unwrap().addr.clone().unwrap(),
+    };
+    rt.block_on(async {
+        for i in 0..400 {
+            let key = format!("stray{i}");
+            let value = data(i, 1000);
+            let put = writer.put(CRUSH_POOL, &key, value.clone()).await.expect("put");
+            let probe = writer.probe(CRUSH_POOL, &key).await.expect("probe");
+            // Wanted: the object on candidate 1, and the home (candidate 0's primary) outside
+            // it, so that the stray sits where a reader without a record looks first.
+            let home = probe.candidates[0].candidate.devices[0];
+            if put.candidate != 1 || put.devices.contains(&home.0) {
+                continue;
+            }
+            let old = data(10_000 + i, 700);
+            let c0 = &probe.candidates[0].candidate;
+            let plant = optio_net::Op::Put {
+                key: &key,
+                data: old.clone(),
+                version: optio_proto::ObjectVersion(put.version.0 - 1),
+                checksum: optio_proto::checksum(&old),
+                pg_seed: Some(c0.pg.map(|pg| pg.seed).unwrap_or(c0.placement_key)),
+            };
+            let home = endpoint(home);
+            let send = |op| optio_net::Call::new(&home, pool, map.epoch().0, op);
+            optio_net::Transport::send(&transport, send(plant)).await.expect("planted");
+            // The record is lost: a fresh client follows the newest copy.
+            let forget = optio_net::Op::DeleteRecord { key: &key };
+            optio_net::Transport::send(&transport, send(forget)).await.expect("record removed");
+            let got = client(&cluster, None).await.get(CRUSH_POOL, &key).await.expect("read");
+            assert!(got == value, "{key}: the older copy ({} bytes) was read", got.len());
+            // Deleted: stays deleted for a fresh client.
+            writer.delete(CRUSH_POOL, &key).await.expect("delete");
+            let got = client(&cluster, None).await.get(CRUSH_POOL, &key).await;
+            assert!(
+                matches!(got, Err(optio_client::ClientError::NotFound { .. })),
+                "{key} was deleted; read back {:?}",
+                got.map(|g| g.len())
+            );
+            return;
+        }
+        panic!("no key on candidate 1 whose home is outside it");
+    });
 }
