@@ -77,6 +77,16 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
+    /// A server refused the request's signature or capability (401/403).
+    #[error("'{key}': device {device} refused the request: {reason} (check --id and --keyring)")]
+    Denied {
+        /// Key.
+        key: String,
+        /// The device.
+        device: u32,
+        /// The server's reason.
+        reason: String,
+    },
     /// No replica of a candidate answered, so a new object cannot be placed safely (that
     /// candidate may hold it).
     #[error(

@@ -21,6 +21,7 @@ use optio_cluster::{MapSource, mapstore};
 
 use crate::LocalError;
 use crate::etcd::EtcdServer;
+use optio_proto::auth::Cap;
 
 mod supervise;
 
@@ -105,6 +106,10 @@ pub struct LocalClusterSpec {
     /// With the map in etcd: the life of each server's fencing lease (`None`: the server's
     /// default, 10 s).
     pub fence_ttl: Option<Duration>,
+    /// Authentication: a keyring in the cluster directory (`keyring`, made if absent, with
+    /// `client.admin` and one `server.HOST` per server) that every server verifies requests
+    /// against; `false`: servers run with `--no-auth`.
+    pub auth: bool,
 }
 
 impl Default for LocalClusterSpec {
@@ -128,6 +133,7 @@ impl Default for LocalClusterSpec {
             bind: "127.0.0.1".into(),
             tombstone_grace: None,
             fence_ttl: None,
+            auth: false,
         }
     }
 }
@@ -311,6 +317,17 @@ impl LocalCluster {
             .arg("--name")
             .arg(host)
             .arg("--exit-with-stdin");
+        if self.spec.auth {
+            let keyring = self.dir.join(KEYRING_FILE);
+            let id = format!("server.{host}");
+            ensure_entities(
+                &keyring,
+                &[(optio_proto::auth::ADMIN, Cap::Admin), (&id, Cap::Server)],
+            )?;
+            command.arg("--keyring").arg(&keyring).arg("--id").arg(&id);
+        } else {
+            command.arg("--no-auth");
+        }
         if let Some(rate) = self.spec.migration_rate_bytes_per_sec {
             command.arg("--migration-rate").arg(rate.to_string());
         }
@@ -679,4 +696,30 @@ pub fn wait_for(addr: &str, epoch: u64) -> Result<(), LocalError> {
         }
         std::thread::sleep(POLL_INTERVAL);
     }
+}
+
+/// The keyring file in a cluster directory.
+pub const KEYRING_FILE: &str = "keyring";
+
+/// Adds each entity the keyring at `path` lacks (with a new key), creating the file (0600) if
+/// needed; entities already there keep their keys.
+pub fn ensure_entities(path: &Path, entities: &[(&str, Cap)]) -> Result<(), LocalError> {
+    use optio_proto::auth::{Entity, Key, Keyring};
+    let mut keyring = if path.exists() {
+        Keyring::load(path).map_err(|e| LocalError::Spec(e.to_string()))?
+    } else {
+        Keyring::new()
+    };
+    let mut changed = false;
+    for (name, cap) in entities {
+        if keyring.get(name).is_none() {
+            let key = Key::generate().map_err(|e| LocalError::Spec(e.to_string()))?;
+            keyring.insert(Entity { name: name.to_string(), key, cap: *cap, previous: None });
+            changed = true;
+        }
+    }
+    if changed {
+        keyring.save(path).map_err(|e| LocalError::Spec(e.to_string()))?;
+    }
+    Ok(())
 }

@@ -393,14 +393,60 @@ pub trait Transport: Send + Sync + 'static {
     }
 }
 
-/// The HTTP transport: one connection pool per process.
+/// The HTTP transport: one connection pool per process, and the identity its requests are
+/// signed with (none: unsigned, for servers run with `--no-auth`).
 #[derive(Clone, Debug)]
 pub struct HttpTransport {
     http: reqwest::Client,
+    credentials: Option<std::sync::Arc<optio_proto::auth::Credentials>>,
 }
 
 impl HttpTransport {
-    /// A transport with a connection pool.
+    /// A transport whose requests are signed with `credentials` (see [`optio_proto::auth`]).
+    pub fn with_credentials(
+        credentials: Option<optio_proto::auth::Credentials>,
+    ) -> Result<HttpTransport, String> {
+        let mut transport = HttpTransport::new()?;
+        transport.credentials = credentials.map(std::sync::Arc::new);
+        Ok(transport)
+    }
+
+    /// The identity requests are signed with.
+    pub fn credentials(&self) -> Option<&optio_proto::auth::Credentials> {
+        self.credentials.as_deref()
+    }
+
+    /// Adds the signature to a request of `method` to `url` whose signed headers are
+    /// `headers` (all of them are also set on the request).
+    fn signed(
+        &self,
+        mut request: reqwest::RequestBuilder,
+        method: &str,
+        url: &str,
+        headers: &[(&str, String)],
+    ) -> reqwest::RequestBuilder {
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let Some(credentials) = &self.credentials else { return request };
+        // Sign the path as it goes on the wire (the URL parser may normalise it).
+        let path = match reqwest::Url::parse(url) {
+            Ok(parsed) => match parsed.query() {
+                Some(query) => format!("{}?{query}", parsed.path()),
+                None => parsed.path().to_string(),
+            },
+            Err(_) => return request,
+        };
+        let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        request
+            .header(optio_proto::auth::AUTH_HEADER, credentials.sign(method, &path, &pairs, now_ms))
+    }
+
+    /// A transport with a connection pool (unsigned requests).
     pub fn new() -> Result<HttpTransport, String> {
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
@@ -410,20 +456,27 @@ impl HttpTransport {
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(HttpTransport { http })
+        Ok(HttpTransport { http, credentials: None })
     }
 
     async fn send_http(&self, call: Call<'_>) -> Reply {
         let url = format!("http://{}{}", call.endpoint.addr, call.path());
         let absent_is_an_answer = call.op.absent_is_an_answer();
-        let mut request = self.http.request(call.op.method(), url).header(wire::EPOCH, call.epoch);
-        for (name, value) in call.op.headers() {
-            request = request.header(name, value);
-        }
-        let key = call.op.key();
+        let method = call.op.method();
+        let mut request = self.http.request(method.clone(), &url);
+        let mut headers = call.op.headers();
+        headers.push((wire::EPOCH, call.epoch.to_string()));
         if let Op::Put { data, .. } = &call.op {
+            if self.credentials.is_some() {
+                headers.push((
+                    optio_proto::auth::CONTENT_HASH_HEADER,
+                    optio_proto::auth::content_hash(data),
+                ));
+            }
             request = request.body(data.clone());
         }
+        let request = self.signed(request, method.as_str(), &url, &headers);
+        let key = call.op.key();
         let response = request.send().await.map_err(|e| (no_answer(&e), None))?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
@@ -446,6 +499,7 @@ impl HttpTransport {
             let reason = parsed
                 .as_ref()
                 .map(|b| b.reason.clone())
+                .or_else(|| text(wire::REASON))
                 .unwrap_or_else(|| format!("HTTP {status}"));
             let epoch = text(wire::EPOCH).and_then(|e| e.parse().ok());
             let stored = (kind == ErrorKind::VersionConflict)
@@ -471,13 +525,9 @@ impl HttpTransport {
         query: &str,
     ) -> Result<Vec<optio_proto::ScrubReport>, Failure> {
         let url = format!("http://{addr}{}?{query}", route::SCRUB_PATH);
-        let response = self
-            .http
-            .post(url)
-            .timeout(Duration::from_secs(24 * 3600))
-            .send()
-            .await
-            .map_err(|e| no_answer(&e))?;
+        let request = self.http.post(&url).timeout(Duration::from_secs(24 * 3600));
+        let response =
+            self.signed(request, "POST", &url, &[]).send().await.map_err(|e| no_answer(&e))?;
         let status = response.status().as_u16();
         let body = response.bytes().await.map_err(|e| Failure::Unreachable(error_chain(&e)))?;
         if status != 200 {
@@ -497,8 +547,9 @@ impl HttpTransport {
 
     async fn server_status_http(&self, addr: &str) -> Result<ServerStatus, Failure> {
         let url = format!("http://{addr}{}", route::STATUS_PATH);
+        let request = self.http.get(&url).timeout(STATUS_TIMEOUT);
         let response =
-            self.http.get(url).timeout(STATUS_TIMEOUT).send().await.map_err(|e| no_answer(&e))?;
+            self.signed(request, "GET", &url, &[]).send().await.map_err(|e| no_answer(&e))?;
         let status = response.status().as_u16();
         let body = response.bytes().await.map_err(|e| Failure::Unreachable(error_chain(&e)))?;
         if status != 200 {

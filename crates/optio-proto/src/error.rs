@@ -87,6 +87,10 @@ pub enum ErrorKind {
     /// catches up before it serves reads again; go around it as around a server that is not
     /// running (503).
     Fenced,
+    /// The request is not signed, or its signature, timestamp or nonce was refused (401).
+    Unauthorized,
+    /// The signing entity may not do this (403).
+    Forbidden,
 }
 
 impl ErrorKind {
@@ -103,6 +107,8 @@ impl ErrorKind {
             ErrorKind::Corrupt | ErrorKind::Io => 500,
             ErrorKind::Unavailable | ErrorKind::Recovering | ErrorKind::Fenced => 503,
             ErrorKind::Timeout => 408,
+            ErrorKind::Unauthorized => 401,
+            ErrorKind::Forbidden => 403,
         }
     }
 
@@ -123,12 +129,14 @@ impl ErrorKind {
             ErrorKind::Recovering => "recovering",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Fenced => "fenced",
+            ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::Forbidden => "forbidden",
         }
     }
 
     /// The kind named `name`.
     pub fn from_name(name: &str) -> Option<ErrorKind> {
-        const ALL: [ErrorKind; 14] = [
+        const ALL: [ErrorKind; 16] = [
             ErrorKind::BadRequest,
             ErrorKind::NotFound,
             ErrorKind::Misdirected,
@@ -143,6 +151,8 @@ impl ErrorKind {
             ErrorKind::Recovering,
             ErrorKind::Timeout,
             ErrorKind::Fenced,
+            ErrorKind::Unauthorized,
+            ErrorKind::Forbidden,
         ];
         ALL.into_iter().find(|kind| kind.name() == name)
     }

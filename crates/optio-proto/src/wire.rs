@@ -20,6 +20,8 @@
 pub const EPOCH: &str = "x-optio-epoch";
 /// The error kind of an error answer.
 pub const ERROR: &str = "x-optio-error";
+/// On an error answer: its reason (also in the JSON body, which HEAD answers lack).
+pub const REASON: &str = "x-optio-reason";
 /// The device's metrics, piggybacked on every object and choice answer.
 pub const METRICS: &str = "x-optio-metrics";
 /// The object version (requests: the version written; answers: the version stored).

@@ -74,6 +74,7 @@ impl CatchUp {
     pub fn new(
         devices: HashMap<u32, Arc<DeviceStore>>,
         map: Arc<MapState>,
+        transport: HttpTransport,
     ) -> Result<CatchUp, String> {
         let recovering = map.checks_epochs();
         let state = devices
@@ -84,13 +85,7 @@ impl CatchUp {
                 (id, state)
             })
             .collect();
-        Ok(CatchUp {
-            devices,
-            map,
-            transport: HttpTransport::new()?,
-            state,
-            wake: tokio::sync::Notify::new(),
-        })
+        Ok(CatchUp { devices, map, transport, state, wake: tokio::sync::Notify::new() })
     }
 
     /// Whether `device` must not serve reads now: it is catching up, or the map held marks it

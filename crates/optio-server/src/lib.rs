@@ -37,6 +37,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod catchup;
 pub mod conn;
 pub mod disk;
@@ -104,6 +105,14 @@ pub struct ServerConfig {
     /// With the map in etcd: the life of the server's fencing lease (see [`fence`]); it
     /// serves only while it holds the lease.
     pub fence_ttl: Duration,
+    /// The keyring requests are verified against (`None`: authentication off — anyone who
+    /// reaches the port may do anything).
+    pub keyring: Option<std::path::PathBuf>,
+    /// Serve `/metrics` without a signature.
+    pub metrics_public: bool,
+    /// The identity this server signs its requests to other servers with (migration,
+    /// catching up, scrubbing).
+    pub credentials: Option<optio_proto::auth::Credentials>,
 }
 
 impl Default for ServerConfig {
@@ -121,6 +130,9 @@ impl Default for ServerConfig {
             idle_timeout: conn::IDLE_TIMEOUT_DEFAULT,
             max_connections: conn::default_max_connections(),
             fence_ttl: fence::FENCE_TTL_DEFAULT,
+            keyring: None,
+            metrics_public: false,
+            credentials: None,
         }
     }
 }
@@ -149,6 +161,9 @@ pub enum ServerError {
     /// The connection limits, timeouts or fencing TTL are invalid.
     #[error("{0}")]
     Limits(String),
+    /// The keyring cannot be used.
+    #[error("{0}")]
+    Auth(String),
     /// The socket could not be bound or served.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -195,12 +210,15 @@ impl Server {
         if migration.state_dir.is_none() {
             migration.state_dir = config.devices.iter().min_by_key(|d| d.id).map(|d| d.dir.clone());
         }
+        let transport = optio_net::HttpTransport::with_credentials(config.credentials.clone())
+            .map_err(ServerError::Migration)?;
         let rebalancer = Arc::new(
-            Rebalancer::new(devices.clone(), map.clone(), migration)
+            Rebalancer::new(devices.clone(), map.clone(), migration, transport.clone())
                 .map_err(ServerError::Migration)?,
         );
         let catchup = Arc::new(
-            catchup::CatchUp::new(devices.clone(), map.clone()).map_err(ServerError::Migration)?,
+            catchup::CatchUp::new(devices.clone(), map.clone(), transport.clone())
+                .map_err(ServerError::Migration)?,
         );
         let scrubber = Arc::new(
             scrub::Scrubber::new(
@@ -209,6 +227,7 @@ impl Server {
                 config.scrub.clone(),
                 rebalancer.clone(),
                 catchup.clone(),
+                transport,
             )
             .map_err(ServerError::Migration)?,
         );
@@ -217,6 +236,11 @@ impl Server {
                 fence::Fence::leased(config.fence_ttl).map_err(ServerError::Limits)?
             }
             _ => fence::Fence::open(),
+        });
+        let auth = Arc::new(match &config.keyring {
+            Some(path) => auth::Auth::from_file(path.clone(), config.metrics_public)
+                .map_err(ServerError::Auth)?,
+            None => auth::Auth::off(),
         });
         let system = Arc::new(system::SystemMetrics::default());
         let listener = tokio::net::TcpListener::bind(config.listen)
@@ -233,6 +257,7 @@ impl Server {
             catchup,
             scrubber,
             fence,
+            auth,
         });
         Ok(Server { listener, state, limits })
     }
@@ -271,6 +296,7 @@ impl Server {
             }
             _ => None,
         };
+        let keyring_following = tokio::spawn(state.auth.clone().follow());
         let state_for_exit = state.clone();
         let app = http::router(state);
         conn::serve(self.listener, app, self.limits, shutdown).await;
@@ -279,6 +305,7 @@ impl Server {
         rebalancing.abort();
         catching_up.abort();
         scrubbing.abort();
+        keyring_following.abort();
         if let Some(fencing) = fencing {
             fencing.abort();
         }

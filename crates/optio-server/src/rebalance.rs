@@ -174,6 +174,7 @@ impl Rebalancer {
         devices: HashMap<u32, Arc<DeviceStore>>,
         map: Arc<MapState>,
         config: MigrationConfig,
+        transport: HttpTransport,
     ) -> Result<Rebalancer, String> {
         if config.concurrency == 0 || config.concurrency > CONCURRENCY_MAX {
             return Err(format!(
@@ -186,7 +187,7 @@ impl Rebalancer {
             map,
             limiter: RateLimiter::new(config.rate_bytes_per_sec),
             config,
-            transport: HttpTransport::new()?,
+            transport,
             progress: Progress::default(),
             status: Mutex::new(MigrationStatus::default()),
             samples: Mutex::new(Vec::new()),

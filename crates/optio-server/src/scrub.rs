@@ -88,12 +88,13 @@ impl Scrubber {
         config: ScrubConfig,
         rebalancer: Arc<crate::Rebalancer>,
         catchup: Arc<crate::catchup::CatchUp>,
+        transport: HttpTransport,
     ) -> Result<Scrubber, String> {
         Ok(Scrubber {
             devices,
             map,
             config,
-            transport: HttpTransport::new()?,
+            transport,
             running: tokio::sync::Mutex::new(()),
             reports: Mutex::new(HashMap::new()),
             rebalancer,

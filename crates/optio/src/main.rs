@@ -48,6 +48,9 @@ enum Command {
     /// Start a local cluster: one server process per host on loopback, the map under DIR;
     /// runs until Ctrl-C.
     Up(commands::up::Args),
+    /// The cluster keyring: who may do what (init, add, ls, rm, rotate).
+    #[command(subcommand)]
+    Auth(commands::auth::Command),
     /// Run one storage server (what `optio up` starts for each host).
     Server(commands::server::Args),
     /// Watch the servers of a cluster started one by one: mark devices down, out, up and in
@@ -120,6 +123,7 @@ fn main() -> std::process::ExitCode {
         Command::Up(args) => commands::up::run(args),
         Command::Server(args) => commands::server::run(args),
         Command::Manager(args) => commands::manager::run(args),
+        Command::Auth(command) => commands::auth::run(command),
         Command::Put(args) => commands::client::put(args),
         Command::Get(args) => commands::client::get(args),
         Command::Rm(args) => commands::client::rm(args),

@@ -61,6 +61,16 @@ pub(super) fn unanswered(candidates: &[Candidate], probes: &[Probed]) -> Vec<u8>
     candidates.iter().zip(probes).filter(|(_, p)| p.answer.is_err()).map(|(c, _)| c.index).collect()
 }
 
+/// A refusal of the request's signature or capability, as an error (anything else: `Ok`).
+pub(super) fn denied(key: &str, device: u32, failure: &Failure) -> Result<(), ClientError> {
+    match failure {
+        Failure::Refused {
+            kind: ErrorKind::Unauthorized | ErrorKind::Forbidden, reason, ..
+        } => Err(ClientError::Denied { key: key.to_string(), device, reason: reason.clone() }),
+        _ => Ok(()),
+    }
+}
+
 /// Among the candidates found holding the object — `(index probed, what it stores)` — the one
 /// holding the newest version. Copies of a key can sit on more than one candidate: a copy a
 /// write sent ahead of its record and could not undo (its server died in between), or data
@@ -272,6 +282,11 @@ impl Client {
                 self.call(self.object_call(view, e, pool, Op::Probe { key, want_choice: false }))
             }))
             .await;
+            for (endpoint, answer) in endpoints.iter().zip(&answers) {
+                if let Err(failure) = answer {
+                    denied(key, endpoint.device, failure)?;
+                }
+            }
             if let Some(answer) = answers.iter().flatten().find(|a| a.status == 200) {
                 return Ok(Some(holder_of(candidates, answer.info.as_ref()).unwrap_or(i as u8)));
             }

@@ -73,6 +73,8 @@ pub struct ClientConfig {
     /// power are recorded before they are sent (selective re-integration reads it). Without
     /// one, such writes are refused.
     pub dirty: Option<Arc<optio_cluster::dirty::DirtyTable>>,
+    /// The identity requests are signed with (none: unsigned, for servers without auth).
+    pub credentials: Option<optio_proto::auth::Credentials>,
 }
 
 impl Default for ClientConfig {
@@ -85,6 +87,7 @@ impl Default for ClientConfig {
             cache_entries_max: crate::cache::CACHE_ENTRIES_MAX_DEFAULT,
             crash_after_choice_record: false,
             dirty: None,
+            credentials: None,
         }
     }
 }
@@ -280,8 +283,9 @@ impl Client {
         source: MapSource,
         config: ClientConfig,
     ) -> Result<Client, ClientError> {
-        let transport = Arc::new(HttpTransport::new().map_err(ClientError::Config)?);
-        Client::connect_with_transport(source, config, transport).await
+        let transport = HttpTransport::with_credentials(config.credentials.clone())
+            .map_err(ClientError::Config)?;
+        Client::connect_with_transport(source, config, Arc::new(transport)).await
     }
 
     /// A client of the cluster whose map lives in `source`, sending through `transport` (in

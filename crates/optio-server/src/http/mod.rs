@@ -19,9 +19,11 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::get;
 use optio_placement::PoolId;
+use optio_proto::auth::{AuthError, Cap};
 use optio_proto::{Area, DeviceMetrics, ErrorBody, ErrorKind, Route};
 use optio_proto::{route, wire};
 
@@ -64,6 +66,8 @@ pub struct AppState {
     pub(crate) scrubber: Arc<crate::scrub::Scrubber>,
     /// Whether the server holds its lease (with the map in etcd).
     pub(crate) fence: Arc<crate::fence::Fence>,
+    /// Who may do what.
+    pub(crate) auth: Arc<crate::auth::Auth>,
 }
 
 /// The router.
@@ -74,7 +78,61 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(route::STATUS_PATH, get(status))
         .route(route::SCRUB_PATH, axum::routing::post(status::scrub))
         .fallback(dispatch)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// What a request needs: `None` for `/health` (liveness only) and, with `--metrics-public`,
+/// `/metrics`.
+fn needed(state: &AppState, method: &Method, path: &str, headers: &HeaderMap) -> Option<Cap> {
+    match path {
+        route::HEALTH_PATH => None,
+        route::METRICS_PATH => (!state.auth.metrics_public()).then_some(Cap::Admin),
+        route::STATUS_PATH => Some(Cap::Read),
+        route::SCRUB_PATH => Some(Cap::Admin),
+        _ if headers.contains_key(wire::CATCH_UP) => Some(Cap::Server),
+        _ => Some(match *method {
+            Method::GET | Method::HEAD => Cap::Read,
+            // Removing whatever is stored, tombstones included (not one's own version).
+            Method::DELETE
+                if headers.contains_key(wire::PURGE) && !headers.contains_key(wire::VERSION) =>
+            {
+                Cap::Admin
+            }
+            _ => Cap::Write,
+        }),
+    }
+}
+
+/// Authenticates and authorises every request before anything else sees it (see
+/// [`crate::auth`]): 401 `unauthorized` or 403 `forbidden` with the reason, counted in
+/// `/metrics` and logged; the request has no effect.
+async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    if !state.auth.enabled() {
+        return next.run(request).await;
+    }
+    let path = request.uri().path();
+    let Some(need) = needed(&state, request.method(), path, request.headers()) else {
+        return next.run(request).await;
+    };
+    let path_and_query = request.uri().path_and_query().map_or(path, |p| p.as_str());
+    let headers: Vec<(&str, &str)> = request
+        .headers()
+        .iter()
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+        .collect();
+    match state.auth.check(request.method().as_str(), path_and_query, &headers, need) {
+        Ok(_) => next.run(request).await,
+        Err(error) => {
+            let kind = match error {
+                AuthError::Forbidden { .. } => ErrorKind::Forbidden,
+                _ => ErrorKind::Unauthorized,
+            };
+            let (parts, body) = request.into_parts();
+            discard(body, &parts.headers).await;
+            state.error_response(fail(kind, error.to_string()), None)
+        }
+    }
 }
 
 /// Commits every device's choice records and marks the shutdown clean.
@@ -144,6 +202,13 @@ impl AppState {
         self.counters.errors.fetch_add(1, Ordering::Relaxed);
         let epoch = self.map.epoch();
         let stored = failure.stored;
+        // The reason goes in a header too: HEAD answers (probes) have no body.
+        let short: String = failure
+            .reason
+            .chars()
+            .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
+            .take(300)
+            .collect();
         let body = ErrorBody { error: failure.kind, reason: failure.reason, epoch };
         let json = serde_json::to_vec(&body).expect("error bodies serialize");
         let mut response = Response::new(Body::from(json));
@@ -152,6 +217,9 @@ impl AppState {
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(wire::ERROR, HeaderValue::from_static(failure.kind.name()));
+        if let Ok(value) = HeaderValue::from_str(&short) {
+            headers.insert(wire::REASON, value);
+        }
         if failure.kind == ErrorKind::Timeout {
             // The rest of a stalled body is not waited for: the connection closes.
             headers.insert(header::CONNECTION, HeaderValue::from_static("close"));

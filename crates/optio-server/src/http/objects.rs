@@ -172,6 +172,9 @@ pub(super) async fn put_object(
             format!("the body could not be read within {limit} bytes: {e}"),
         ),
     })?;
+    if state.auth.enabled() {
+        check_body_hash(state, headers, &body)?;
+    }
     let store = target.store.clone();
     let pool = target.pool;
     let key = target.key.clone().expect("routed with a key");
@@ -187,6 +190,24 @@ pub(super) async fn put_object(
     };
     insert(response.headers_mut(), wire::VERSION, &version.0.to_string());
     Ok(response)
+}
+
+/// Refuses a body that does not match the BLAKE3 hash its signed headers carry (the
+/// signature covers the hash; the hash covers the body), before it has any effect.
+fn check_body_hash(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<(), Failure> {
+    use optio_proto::auth::{AuthError, CONTENT_HASH_HEADER, content_hash};
+    let signed = headers.get(CONTENT_HASH_HEADER).and_then(|v| v.to_str().ok());
+    let error = match signed {
+        None => AuthError::Malformed(format!(
+            "a signed PUT must carry {CONTENT_HASH_HEADER}, the BLAKE3 hash of its body"
+        )),
+        Some(hash) if hash == content_hash(body) => return Ok(()),
+        Some(_) => AuthError::BadSignature(
+            "the request (its body does not match the signed hash)".to_string(),
+        ),
+    };
+    state.auth.count_refusal(&error);
+    Err(fail(ErrorKind::Unauthorized, error.to_string()))
 }
 
 /// How far ahead of this server's clock a written version may be. Versions are writers' clock

@@ -117,6 +117,14 @@ pub(super) async fn prometheus(State(state): State<Arc<AppState>>) -> Response {
         u64::from(status.fenced),
         state.fence.lapses()
     );
+    let _ = writeln!(
+        out,
+        "# HELP optio_auth_refused_total Requests refused by authentication or authorisation.\n\
+         # TYPE optio_auth_refused_total counter"
+    );
+    for (reason, count) in state.auth.refusals() {
+        let _ = writeln!(out, "optio_auth_refused_total{{reason=\"{reason}\"}} {count}");
+    }
     let c = &state.counters;
     let _ = writeln!(out, "# HELP optio_requests_total Requests served.");
     let _ = writeln!(out, "# TYPE optio_requests_total counter");

@@ -27,6 +27,8 @@ pub struct ClusterArgs {
     /// redis://HOST:PORT (default: the cluster's, as `optio up` set it).
     #[arg(long, env = "OPTIO_DIRTY", global = true, value_name = "SPEC")]
     pub dirty: Option<String>,
+    #[command(flatten)]
+    pub identity: crate::commands::identity::Identity,
 }
 
 impl ClusterArgs {
@@ -61,6 +63,7 @@ impl ClusterArgs {
             write_quorum: self.write_quorum,
             crash_after_choice_record: std::env::var_os("OPTIO_TEST_CRASH_AFTER_CHOICE_RECORD")
                 .is_some(),
+            credentials: self.identity.credentials(Some(&dir))?,
             ..ClientConfig::default()
         })
     }

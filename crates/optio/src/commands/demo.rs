@@ -62,6 +62,7 @@ fn demo(dir: &std::path::Path, objects: usize, size: usize) -> Result<()> {
         policy: None,
         write_quorum: None,
         dirty: None,
+        identity: Default::default(),
     };
     crate::commands::runtime()?.block_on(async {
         let hidden = indicatif::ProgressBar::hidden();

@@ -196,17 +196,18 @@ pub fn add_device(args: AddDeviceArgs) -> Result<()> {
 pub fn remove_device(args: RemoveDeviceArgs) -> Result<()> {
     let force = args.force;
     let device_text = args.device.clone();
+    let transport = args.edit.live.transport()?;
     edit_checked(
         &args.edit,
         |map| Ok(MapChange::RemoveDevice(find_device(map, &device_text)?)),
         move |old, change| {
             let MapChange::RemoveDevice(device) = change else { return Box::pin(async { Ok(()) }) };
             let (old, device) = (old.clone(), *device);
+            let transport = transport.clone();
             Box::pin(async move {
                 if force {
                     return Ok(());
                 }
-                let transport = optio_net::HttpTransport::new().map_err(anyhow::Error::msg)?;
                 Ok(optio_client::removal::check_not_last_copy(&transport, &old, device).await?)
             })
         },

@@ -15,9 +15,24 @@ pub struct LiveMap {
     /// The cluster directory `optio up` printed (its map, in a file or in etcd).
     #[arg(long, env = "OPTIO_CLUSTER", value_name = "DIR")]
     pub cluster: Option<PathBuf>,
+    #[command(flatten)]
+    pub identity: crate::commands::identity::Identity,
 }
 
 impl LiveMap {
+    /// The cluster directory, when the map is given as one.
+    pub fn cluster_dir(&self) -> Option<PathBuf> {
+        match (&self.map, &self.cluster) {
+            (Some(spec), _) => Some(PathBuf::from(spec)).filter(|p| p.is_dir()),
+            (None, dir) => dir.clone(),
+        }
+    }
+
+    /// A transport signing as the command's identity.
+    pub fn transport(&self) -> Result<optio_net::HttpTransport> {
+        self.identity.transport(self.cluster_dir().as_deref())
+    }
+
     /// The map source named.
     pub fn source(&self) -> Result<MapSource> {
         match (&self.map, &self.cluster) {

@@ -1,11 +1,13 @@
 //! One module per subcommand.
 
 pub mod analyze;
+pub mod auth;
 pub mod bench;
 pub mod client;
 pub mod demo;
 pub mod diff;
 pub mod edit;
+pub mod identity;
 pub mod live;
 pub mod manager;
 pub mod map;

@@ -3,7 +3,6 @@
 //! it found and repaired.
 
 use anyhow::{Result, bail};
-use optio_net::HttpTransport;
 
 use super::live::LiveMap;
 use crate::output::{Table, bytes, parse_size};
@@ -65,7 +64,7 @@ pub fn run(args: Args) -> Result<u8> {
             map.devices().iter().filter(|d| d.up).filter_map(|d| d.addr.clone()).collect();
         addrs.sort();
         addrs.dedup();
-        let transport = HttpTransport::new().map_err(anyhow::Error::msg)?;
+        let transport = args.live.transport()?;
         let answers =
             futures_util::future::join_all(addrs.iter().map(|a| transport.scrub(a, &query))).await;
         let mut reports = Vec::new();

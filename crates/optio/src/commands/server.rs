@@ -77,6 +77,22 @@ pub struct Args {
     /// monitor can mark its devices down (docs/failures.md, "Fencing").
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::output::parse_duration)]
     pub fence_ttl: std::time::Duration,
+    /// The cluster keyring: every request must be signed by an entity in it, with the
+    /// capability the request needs (see `optio auth`, docs/security.md). Reloaded when the
+    /// file changes.
+    #[arg(long, value_name = "FILE", env = "OPTIO_SERVER_KEYRING")]
+    pub keyring: Option<PathBuf>,
+    /// The entity this server signs its own requests to other servers with (migration,
+    /// catching up, scrubbing): `server.NAME` in the keyring (default: server.<--name>).
+    #[arg(long = "id", value_name = "ENTITY")]
+    pub id: Option<String>,
+    /// Serve every request unsigned: anyone who can reach the port may read, write and
+    /// delete everything. Only for a machine nobody else shares.
+    #[arg(long, conflicts_with = "keyring")]
+    pub no_auth: bool,
+    /// Serve /metrics without a signature (for Prometheus); /health is always open.
+    #[arg(long)]
+    pub metrics_public: bool,
     /// Exit when standard input closes (how `optio up` makes sure no server outlives it).
     #[arg(long)]
     pub exit_with_stdin: bool,
@@ -123,6 +139,23 @@ pub fn run(args: Args) -> Result<()> {
             optio_server::conn::CONNECTIONS_MAX
         );
     }
+    let credentials = match (&args.keyring, args.no_auth) {
+        (None, false) => bail!(
+            "no keyring: pass --keyring FILE (create one with `optio auth init --keyring FILE`), \
+             or --no-auth to let anyone who reaches the port read and write everything"
+        ),
+        (None, true) => None,
+        (Some(path), _) => {
+            let id = match (&args.id, &args.name) {
+                (Some(id), _) => id.clone(),
+                (None, Some(name)) => format!("server.{name}"),
+                (None, None) => bail!("--keyring needs --id server.NAME (or --name NAME)"),
+            };
+            Some(optio_proto::auth::Credentials::load(path, &id).with_context(|| {
+                format!("cannot use the server identity {id}: add it with `optio auth add {id} --caps server`")
+            })?)
+        }
+    };
     let config = ServerConfig {
         listen: args.listen,
         devices,
@@ -144,6 +177,9 @@ pub fn run(args: Args) -> Result<()> {
         idle_timeout,
         max_connections,
         fence_ttl: args.fence_ttl,
+        keyring: args.keyring.clone(),
+        metrics_public: args.metrics_public,
+        credentials,
         ..ServerConfig::default()
     };
     let _ = &args.name;

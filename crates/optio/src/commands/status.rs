@@ -282,7 +282,7 @@ pub fn run(args: Args) -> Result<u8> {
     let source = args.live.source()?;
     let runtime = crate::commands::runtime()?;
     runtime.block_on(async move {
-        let transport = HttpTransport::new().map_err(anyhow::Error::msg)?;
+        let transport = args.live.transport()?;
         if !args.watch {
             let map = source.load().await?;
             let rows = servers(&map, &transport).await;

@@ -66,6 +66,12 @@ pub struct Args {
     /// with a backoff from 0.5 s doubling to 30 s.
     #[arg(long)]
     pub no_restart: bool,
+    /// Run the servers without authentication (anyone who reaches their ports may read and
+    /// write everything). By default `optio up` makes a keyring in the cluster directory
+    /// (`DIR/keyring`: client.admin and one server.HOST per server) and every request is
+    /// signed; `optio` commands find it there.
+    #[arg(long)]
+    pub no_auth: bool,
     /// Mark a server's devices down in the map once it has not answered for this long (writes
     /// then go around them; Ceph's osd_heartbeat_grace).
     #[arg(long, default_value = "20s", value_parser = crate::output::parse_duration)]
@@ -94,6 +100,7 @@ pub fn run(args: Args) -> Result<()> {
         .filter(|r| *r > 0),
         dirty: (args.dirty != "local").then(|| args.dirty.clone()),
         reintegration: (args.reintegration != "none").then(|| args.reintegration.clone()),
+        auth: !args.no_auth,
         ..LocalClusterSpec::default()
     };
     let binary = std::env::current_exe().context("cannot find the optio binary")?;
@@ -128,8 +135,15 @@ pub fn run(args: Args) -> Result<()> {
     );
     print!("{}", table.render());
     println!(
-        "\nmap: {}\npools: {CRUSH_POOL} (crush), {RING_POOL} (ring), {ATTRIBUTED_POOL} (attributed) with k = {} candidates, policy '{}'; {PLAIN_POOL} (crush), {ELASTIC_POOL} (elastic) and {BALANCED_POOL} (crush, incremental balanced placement) with k = 1\n\nUse it from another terminal:\n  export OPTIO_CLUSTER={dir}\n  echo hello | optio put greeting -\n  optio get greeting\n  optio probe greeting\n  optio ls\n  optio bench --objects 200 --size 1MiB\n  optio map set-state 4 --out   # data moves off device 4\n  optio status --watch\n\nCtrl-C stops the cluster.",
+        "\nmap: {}\n{}\npools: {CRUSH_POOL} (crush), {RING_POOL} (ring), {ATTRIBUTED_POOL} (attributed) with k = {} candidates, policy '{}'; {PLAIN_POOL} (crush), {ELASTIC_POOL} (elastic) and {BALANCED_POOL} (crush, incremental balanced placement) with k = 1\n\nUse it from another terminal:\n  export OPTIO_CLUSTER={dir}\n  echo hello | optio put greeting -\n  optio get greeting\n  optio probe greeting\n  optio ls\n  optio bench --objects 200 --size 1MiB\n  optio map set-state 4 --out   # data moves off device 4\n  optio status --watch\n\nCtrl-C stops the cluster.",
         cluster.source().describe(),
+        if spec.auth {
+            format!(
+                "keyring: {dir}/keyring (client.admin signs every optio command; `optio auth add client.NAME --caps read` makes more)"
+            )
+        } else {
+            "authentication: off (--no-auth)".to_string()
+        },
         args.choices,
         args.policy
     );

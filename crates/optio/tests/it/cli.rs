@@ -165,7 +165,7 @@ fn a_second_server_on_a_device_directory_in_use_is_refused() {
     let holder = cluster.servers().iter().find(|s| s.devices.iter().any(|(id, _)| *id == 0));
     let first_pid = holder.and_then(|s| s.pid()).expect("device 0's server runs");
     let mut second = Command::new(binary())
-        .args(["server", "--device"])
+        .args(["server", "--no-auth", "--device"])
         .arg(format!("0:1GiB:{}", device_dir.display()))
         .arg("--map")
         .arg(cluster.map_path())
@@ -230,7 +230,7 @@ fn server_flags_time_out_slow_clients_and_refuse_bad_values() {
         ("--max-connections", "0", "--max-connections 0 is out of range"),
     ] {
         let output = Command::new(binary())
-            .args(["server", "--device", &device, flag, value])
+            .args(["server", "--no-auth", "--device", &device, flag, value])
             .stdin(Stdio::null())
             .output()
             .expect("runs");
@@ -240,7 +240,7 @@ fn server_flags_time_out_slow_clients_and_refuse_bad_values() {
     }
 
     let mut server = Command::new(binary())
-        .args(["server", "--device", &device, "--header-timeout", "300ms"])
+        .args(["server", "--no-auth", "--device", &device, "--header-timeout", "300ms"])
         .args(["--max-connections", "4", "--exit-with-stdin"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

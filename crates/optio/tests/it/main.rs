@@ -31,4 +31,7 @@ mod failures;
 mod partition;
 mod scrub;
 
+// Authentication and authorisation (issue 14).
+mod security;
+
 pub use store_support::*;

@@ -122,6 +122,7 @@ fn a_server_cut_off_by_a_partition_loses_nothing_accepts_no_stale_write_and_serv
         .args(["netns", "exec", &namespace.name])
         .arg(crate::binary())
         .arg("server")
+        .arg("--no-auth")
         .arg("--listen")
         .arg(format!("{}:0", namespace.inner_addr))
         .arg("--map")

@@ -1,0 +1,728 @@
+//! Authentication: entities, their keys and capabilities (the keyring), and the signature
+//! every request carries.
+//!
+//! **Entities.** `client.NAME` (a person's or a program's identity) and `server.NAME` (one
+//! per server). Each has a 256-bit secret key and one capability: `read` (get, probe, list,
+//! status), `write` (read, plus put, delete and choice records), `admin` (everything: scrub,
+//! metrics, unconditional purges) or `server` (everything, for the traffic between servers:
+//! migration, catching up, scrubbing's repairs). A key may have a previous key still accepted
+//! until a time (rotation without downtime).
+//!
+//! **The signature.** A request carries
+//! `x-optio-auth: OPTIO1 id=ENTITY,ts=UNIX_MS,nonce=32_HEX,sig=64_HEX`, where `sig` is the
+//! keyed BLAKE3 hash (a MAC) under the entity's key of the canonical request:
+//!
+//! ```text
+//! OPTIO1\n METHOD\n PATH?QUERY\n TS\n NONCE\n ENTITY\n
+//! name:value\n   (every x-optio-* header but x-optio-auth, and range; sorted)
+//! ```
+//!
+//! A request with a body also carries `x-optio-content-blake3` (the BLAKE3 hash of the body,
+//! hex), which is signed like every `x-optio-*` header; the server hashes the body as it
+//! reads it and refuses it unless the hashes match, before the body has any effect. The
+//! server refuses a timestamp outside its window (± [`WINDOW_MS`] by default) and a nonce it
+//! has seen (its replay cache covers the window), so a captured request cannot be replayed.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::{Deserialize, Serialize};
+
+/// The request header carrying the signature.
+pub const AUTH_HEADER: &str = "x-optio-auth";
+/// The request header carrying the body's BLAKE3 hash (hex).
+pub const CONTENT_HASH_HEADER: &str = "x-optio-content-blake3";
+/// The scheme name at the start of [`AUTH_HEADER`].
+pub const SCHEME: &str = "OPTIO1";
+/// How far a request's timestamp may be from the server's clock, by default.
+pub const WINDOW_MS: u64 = 30_000;
+/// Longest [`AUTH_HEADER`] accepted.
+pub const HEADER_BYTES_MAX: usize = 512;
+/// Longest entity name.
+pub const NAME_BYTES_MAX: usize = 64;
+/// The default client entity.
+pub const ADMIN: &str = "client.admin";
+
+/// What an entity may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cap {
+    /// Get, probe, list, status.
+    Read,
+    /// Read, plus put, delete and choice records.
+    Write,
+    /// Everything: scrub, metrics, unconditional purges.
+    Admin,
+    /// Everything, as a server: migration, catching up.
+    Server,
+}
+
+impl Cap {
+    /// Whether an entity with this capability may do what needs `need`.
+    pub fn allows(self, need: Cap) -> bool {
+        match self {
+            Cap::Admin | Cap::Server => true,
+            Cap::Write => matches!(need, Cap::Read | Cap::Write),
+            Cap::Read => need == Cap::Read,
+        }
+    }
+
+    /// The capability named `name`.
+    pub fn parse(name: &str) -> Result<Cap, AuthError> {
+        match name {
+            "read" => Ok(Cap::Read),
+            "write" => Ok(Cap::Write),
+            "admin" => Ok(Cap::Admin),
+            "server" => Ok(Cap::Server),
+            other => Err(AuthError::Keyring(format!(
+                "unknown capability '{other}': use read, write, admin or server"
+            ))),
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cap::Read => "read",
+            Cap::Write => "write",
+            Cap::Admin => "admin",
+            Cap::Server => "server",
+        }
+    }
+}
+
+impl fmt::Display for Cap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A 256-bit secret key. Its `Debug` and `Display` never show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Key([u8; 32]);
+
+impl Key {
+    /// A new random key (from the operating system's generator).
+    pub fn generate() -> Result<Key, AuthError> {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes)
+            .map_err(|e| AuthError::Keyring(format!("cannot draw a random key: {e}")))?;
+        Ok(Key(bytes))
+    }
+
+    /// The key as base64 (what key files hold).
+    pub fn to_base64(&self) -> String {
+        BASE64.encode(self.0)
+    }
+
+    /// Parses base64.
+    pub fn from_base64(text: &str) -> Result<Key, AuthError> {
+        let bytes = BASE64
+            .decode(text.trim())
+            .map_err(|e| AuthError::Keyring(format!("a key is not valid base64: {e}")))?;
+        let bytes: [u8; 32] = bytes.try_into().map_err(|b: Vec<u8>| {
+            AuthError::Keyring(format!("a key is {} bytes; keys are 32 bytes", b.len()))
+        })?;
+        Ok(Key(bytes))
+    }
+
+    fn mac(&self, text: &[u8]) -> blake3::Hash {
+        blake3::keyed_hash(&self.0, text)
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Key(<secret>)")
+    }
+}
+
+/// One entity of a keyring.
+#[derive(Clone, Debug)]
+pub struct Entity {
+    /// `client.NAME` or `server.NAME`.
+    pub name: String,
+    /// Its key.
+    pub key: Key,
+    /// What it may do.
+    pub cap: Cap,
+    /// The key it had before its last rotation, accepted until the given Unix time (s).
+    pub previous: Option<(Key, u64)>,
+}
+
+/// The keyring file's form.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct KeyringFile {
+    #[serde(default, rename = "entity")]
+    entities: Vec<EntityFile>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntityFile {
+    name: String,
+    key: String,
+    caps: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    previous_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    previous_until: Option<u64>,
+}
+
+/// Entities by name: the cluster's keyring (every entity; servers and `optio auth` use it), or
+/// a client's key file (its own entity only).
+#[derive(Clone, Debug, Default)]
+pub struct Keyring {
+    entities: BTreeMap<String, Entity>,
+}
+
+/// Checks an entity name: `client.NAME` or `server.NAME`, NAME of letters, digits, `-`, `_`
+/// and `.`, 64 bytes at most in all.
+pub fn validate_name(name: &str) -> Result<(), AuthError> {
+    let ok_kind = name.starts_with("client.") || name.starts_with("server.");
+    let rest = name.split_once('.').map_or("", |(_, r)| r);
+    let ok_chars =
+        rest.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !ok_kind || rest.is_empty() || !ok_chars || name.len() > NAME_BYTES_MAX {
+        return Err(AuthError::Keyring(format!(
+            "'{name}' is not an entity name: use client.NAME or server.NAME (letters, digits, \
+             '-', '_', '.'; at most {NAME_BYTES_MAX} bytes)"
+        )));
+    }
+    Ok(())
+}
+
+impl Keyring {
+    /// An empty keyring.
+    pub fn new() -> Keyring {
+        Keyring::default()
+    }
+
+    /// Parses a keyring (or key file) from TOML; `source` names it in errors.
+    pub fn parse(text: &str, source: &str) -> Result<Keyring, AuthError> {
+        let file: KeyringFile = toml::from_str(text)
+            .map_err(|e| AuthError::Keyring(format!("{source} is not a keyring: {e}")))?;
+        let mut keyring = Keyring::new();
+        for entity in file.entities {
+            let context =
+                |e: AuthError| AuthError::Keyring(format!("{source}: {}: {e}", entity.name));
+            validate_name(&entity.name)
+                .map_err(|e| AuthError::Keyring(format!("{source}: {e}")))?;
+            let key = Key::from_base64(&entity.key).map_err(context)?;
+            let cap = Cap::parse(&entity.caps).map_err(context)?;
+            let previous = match (&entity.previous_key, entity.previous_until) {
+                (Some(k), Some(until)) => Some((Key::from_base64(k).map_err(context)?, until)),
+                (None, None) => None,
+                _ => {
+                    return Err(AuthError::Keyring(format!(
+                        "{source}: {}: previous_key and previous_until go together",
+                        entity.name
+                    )));
+                }
+            };
+            let name = entity.name.clone();
+            if keyring.entities.insert(name.clone(), Entity { name, key, cap, previous }).is_some()
+            {
+                return Err(AuthError::Keyring(format!("{source}: {} appears twice", entity.name)));
+            }
+        }
+        Ok(keyring)
+    }
+
+    /// The keyring as TOML (with the keys: write it only to a 0600 file).
+    pub fn to_toml(&self) -> String {
+        let file = KeyringFile {
+            entities: self
+                .entities
+                .values()
+                .map(|e| EntityFile {
+                    name: e.name.clone(),
+                    key: e.key.to_base64(),
+                    caps: e.cap.name().to_string(),
+                    previous_key: e.previous.as_ref().map(|(k, _)| k.to_base64()),
+                    previous_until: e.previous.as_ref().map(|(_, until)| *until),
+                })
+                .collect(),
+        };
+        format!(
+            "# Optio keyring: secret keys. Keep this file private (mode 0600).\n{}",
+            toml::to_string(&file).expect("a keyring serialises")
+        )
+    }
+
+    /// Reads a keyring or key file, refusing one that group or others may read.
+    pub fn load(path: &Path) -> Result<Keyring, AuthError> {
+        check_private(path)?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            AuthError::Keyring(format!("cannot read the keyring {}: {e}", path.display()))
+        })?;
+        Keyring::parse(&text, &path.display().to_string())
+    }
+
+    /// Writes the keyring to `path` (mode 0600, atomically: a temporary file renamed).
+    pub fn save(&self, path: &Path) -> Result<(), AuthError> {
+        write_private(path, self.to_toml().as_bytes())
+    }
+
+    /// The entity named `name`.
+    pub fn get(&self, name: &str) -> Option<&Entity> {
+        self.entities.get(name)
+    }
+
+    /// Every entity, by name.
+    pub fn entities(&self) -> impl Iterator<Item = &Entity> {
+        self.entities.values()
+    }
+
+    /// Adds (or replaces) an entity.
+    pub fn insert(&mut self, entity: Entity) {
+        self.entities.insert(entity.name.clone(), entity);
+    }
+
+    /// Removes an entity; whether it was there.
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.entities.remove(name).is_some()
+    }
+
+    /// Number of entities.
+    pub fn len(&self) -> usize {
+        self.entities.len()
+    }
+
+    /// Whether it has no entity.
+    pub fn is_empty(&self) -> bool {
+        self.entities.is_empty()
+    }
+}
+
+/// Refuses a secret file that group or others may read or write.
+pub fn check_private(path: &Path) -> Result<(), AuthError> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| AuthError::Keyring(format!("cannot read {}: {e}", path.display())))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(AuthError::Keyring(format!(
+            "{} holds secret keys but group or others may access it (mode {mode:04o}): \
+             run `chmod 600 {}`",
+            path.display(),
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` with mode 0600, through a temporary file in the same directory.
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), AuthError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let error = |what: &str, e: std::io::Error| {
+        AuthError::Keyring(format!("cannot {what} {}: {e}", path.display()))
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temp = path.with_file_name(format!(".{name}.tmp{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temp)
+        .map_err(|e| error("write", e))?;
+    file.write_all(bytes).and_then(|()| file.sync_all()).map_err(|e| error("write", e))?;
+    std::fs::rename(&temp, path).map_err(|e| error("replace", e))
+}
+
+/// An identity a process signs with.
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    /// The entity.
+    pub id: String,
+    /// Its key.
+    pub key: Key,
+}
+
+impl Credentials {
+    /// The credentials of `id` in the keyring (or key file) at `path`.
+    pub fn load(path: &Path, id: &str) -> Result<Credentials, AuthError> {
+        validate_name(id)?;
+        let keyring = Keyring::load(path)?;
+        let entity = keyring.get(id).ok_or_else(|| {
+            AuthError::Keyring(format!(
+                "{} has no key for {id} (create one with `optio auth add {id}`)",
+                path.display()
+            ))
+        })?;
+        Ok(Credentials { id: id.to_string(), key: entity.key.clone() })
+    }
+
+    /// The [`AUTH_HEADER`] value for a request: `headers` are the request's `x-optio-*`
+    /// headers (and `range`), [`CONTENT_HASH_HEADER`] included when there is a body.
+    pub fn sign(&self, method: &str, path: &str, headers: &[(&str, &str)], ts_ms: u64) -> String {
+        let mut nonce = [0u8; 16];
+        if getrandom::fill(&mut nonce).is_err() {
+            // No entropy source: a nonce unique to this process and moment still defeats
+            // replays (the server refuses a nonce seen before).
+            let unique = format!("{}:{ts_ms}:{:?}", std::process::id(), std::time::Instant::now());
+            nonce.copy_from_slice(&blake3::hash(unique.as_bytes()).as_bytes()[..16]);
+        }
+        let nonce = hex(&nonce);
+        let text = canonical(method, path, ts_ms, &nonce, &self.id, headers);
+        let sig = self.key.mac(text.as_bytes());
+        format!("{SCHEME} id={},ts={ts_ms},nonce={nonce},sig={}", self.id, sig.to_hex())
+    }
+}
+
+/// The BLAKE3 hash of a body, hex (the [`CONTENT_HASH_HEADER`] value).
+pub fn content_hash(body: &[u8]) -> String {
+    blake3::hash(body).to_hex().to_string()
+}
+
+/// Whether a header is signed: every `x-optio-*` header but the signature itself, and `range`.
+pub fn is_signed_header(name: &str) -> bool {
+    (name.starts_with("x-optio-") && name != AUTH_HEADER) || name == "range"
+}
+
+/// The text a signature covers.
+pub fn canonical(
+    method: &str,
+    path: &str,
+    ts_ms: u64,
+    nonce: &str,
+    id: &str,
+    headers: &[(&str, &str)],
+) -> String {
+    let mut lines: Vec<(String, &str)> = headers
+        .iter()
+        .filter(|(name, _)| is_signed_header(&name.to_ascii_lowercase()))
+        .map(|(name, value)| (name.to_ascii_lowercase(), *value))
+        .collect();
+    lines.sort();
+    let mut text = format!("{SCHEME}\n{method}\n{path}\n{ts_ms}\n{nonce}\n{id}\n");
+    for (name, value) in lines {
+        text.push_str(&name);
+        text.push(':');
+        text.push_str(value);
+        text.push('\n');
+    }
+    text
+}
+
+/// A parsed [`AUTH_HEADER`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signed {
+    /// The entity.
+    pub id: String,
+    /// Its timestamp, Unix milliseconds.
+    pub ts_ms: u64,
+    /// 32 hex digits.
+    pub nonce: String,
+    /// 64 hex digits.
+    pub sig: String,
+}
+
+impl Signed {
+    /// Parses an [`AUTH_HEADER`] value (strictly: the scheme, then exactly `id`, `ts`,
+    /// `nonce` and `sig`, in that order).
+    pub fn parse(value: &str) -> Result<Signed, AuthError> {
+        let malformed = |why: &str| AuthError::Malformed(why.to_string());
+        if value.len() > HEADER_BYTES_MAX {
+            return Err(malformed("the x-optio-auth header is too long"));
+        }
+        let rest = value
+            .strip_prefix(SCHEME)
+            .and_then(|r| r.strip_prefix(' '))
+            .ok_or_else(|| malformed("the x-optio-auth header does not start with OPTIO1"))?;
+        let mut fields = rest.split(',');
+        let mut field = |name: &str| {
+            fields
+                .next()
+                .and_then(|f| f.strip_prefix(name))
+                .and_then(|f| f.strip_prefix('='))
+                .ok_or_else(|| malformed(&format!("the x-optio-auth header lacks {name}=")))
+        };
+        let id = field("id")?.to_string();
+        let ts = field("ts")?;
+        let nonce = field("nonce")?.to_string();
+        let sig = field("sig")?.to_string();
+        if fields.next().is_some() {
+            return Err(malformed("the x-optio-auth header has fields after sig"));
+        }
+        validate_name(&id).map_err(|_| malformed("the x-optio-auth id is not an entity name"))?;
+        let ts_ms = ts
+            .parse::<u64>()
+            .ok()
+            .filter(|_| ts.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| malformed("the x-optio-auth ts is not a number"))?;
+        let is_hex = |s: &str, len: usize| {
+            s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        if !is_hex(&nonce, 32) {
+            return Err(malformed("the x-optio-auth nonce is not 32 lowercase hex digits"));
+        }
+        if !is_hex(&sig, 64) {
+            return Err(malformed("the x-optio-auth sig is not 64 lowercase hex digits"));
+        }
+        Ok(Signed { id, ts_ms, nonce, sig })
+    }
+
+    /// Checks the signature over the request with the entity's key (or its previous key
+    /// while that is accepted, at `now_ms`), and the timestamp against the `window`.
+    /// Returns the entity. Replays are the caller's to check (the nonce).
+    pub fn verify<'k>(
+        &self,
+        keyring: &'k Keyring,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        now_ms: u64,
+        window_ms: u64,
+    ) -> Result<&'k Entity, AuthError> {
+        let entity =
+            keyring.get(&self.id).ok_or_else(|| AuthError::UnknownEntity(self.id.clone()))?;
+        let skew = self.ts_ms as i128 - now_ms as i128;
+        if skew.unsigned_abs() > u128::from(window_ms) {
+            return Err(AuthError::Expired { id: self.id.clone(), skew_ms: skew as i64 });
+        }
+        let text = canonical(method, path, self.ts_ms, &self.nonce, &self.id, headers);
+        let sig = blake3::Hash::from_hex(&self.sig)
+            .map_err(|_| AuthError::Malformed("the signature is not hex".into()))?;
+        // blake3::Hash compares in constant time.
+        if entity.key.mac(text.as_bytes()) == sig {
+            return Ok(entity);
+        }
+        if let Some((previous, until)) = &entity.previous
+            && now_ms / 1000 < *until
+            && previous.mac(text.as_bytes()) == sig
+        {
+            return Ok(entity);
+        }
+        Err(AuthError::BadSignature(self.id.clone()))
+    }
+}
+
+/// Why a request or a keyring was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No [`AUTH_HEADER`].
+    #[error(
+        "the request is not signed (no x-optio-auth header): give the client a key (--id, --keyring)"
+    )]
+    Missing,
+    /// An unparseable header.
+    #[error("{0}")]
+    Malformed(String),
+    /// An entity the keyring does not know.
+    #[error("unknown entity '{0}' (not in the server's keyring, or removed)")]
+    UnknownEntity(String),
+    /// The signature does not match (wrong key, or the request was altered).
+    #[error(
+        "the signature of {0} does not match the request (wrong key, or the request or its body was altered)"
+    )]
+    BadSignature(String),
+    /// The timestamp is outside the window.
+    #[error(
+        "the request of {id} is {skew_ms} ms from the server's clock, outside its window: check the clocks (NTP), or the request was replayed late"
+    )]
+    Expired {
+        /// The entity.
+        id: String,
+        /// Request time minus server time.
+        skew_ms: i64,
+    },
+    /// The nonce was seen before.
+    #[error("the request of {0} was already received (a replay)")]
+    Replayed(String),
+    /// The entity may not do this.
+    #[error("{id} may {has} but this needs {needs}")]
+    Forbidden {
+        /// The entity.
+        id: String,
+        /// Its capability.
+        has: Cap,
+        /// What the request needs.
+        needs: Cap,
+    },
+    /// A keyring problem (files, names, keys).
+    #[error("{0}")]
+    Keyring(String),
+}
+
+impl AuthError {
+    /// The reason's short name (Prometheus label, logs).
+    pub fn label(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "unsigned",
+            AuthError::Malformed(_) => "malformed",
+            AuthError::UnknownEntity(_) => "unknown_entity",
+            AuthError::BadSignature(_) => "bad_signature",
+            AuthError::Expired { .. } => "expired",
+            AuthError::Replayed(_) => "replayed",
+            AuthError::Forbidden { .. } => "forbidden",
+            AuthError::Keyring(_) => "keyring",
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keyring() -> (Keyring, Credentials) {
+        let key = Key::generate().unwrap();
+        let mut keyring = Keyring::new();
+        keyring.insert(Entity {
+            name: "client.a".into(),
+            key: key.clone(),
+            cap: Cap::Write,
+            previous: None,
+        });
+        (keyring, Credentials { id: "client.a".into(), key })
+    }
+
+    #[test]
+    fn a_signed_request_verifies_and_any_change_breaks_it() {
+        let (keyring, creds) = keyring();
+        let headers = [("x-optio-version", "7"), ("x-optio-epoch", "3")];
+        let value = creds.sign("PUT", "/v1/dev/0/objects/1/k", &headers, 1_000_000);
+        let signed = Signed::parse(&value).unwrap();
+        let ok =
+            signed.verify(&keyring, "PUT", "/v1/dev/0/objects/1/k", &headers, 1_000_500, WINDOW_MS);
+        assert_eq!(ok.unwrap().name, "client.a");
+        let verify = |method: &str, path: &str, headers: &[(&str, &str)], now: u64| {
+            signed.verify(&keyring, method, path, headers, now, WINDOW_MS).map(|e| e.name.clone())
+        };
+        assert!(matches!(
+            verify("DELETE", "/v1/dev/0/objects/1/k", &headers, 1_000_000),
+            Err(AuthError::BadSignature(_))
+        ));
+        assert!(verify("PUT", "/v1/dev/0/objects/1/j", &headers, 1_000_000).is_err());
+        assert!(
+            verify(
+                "PUT",
+                "/v1/dev/0/objects/1/k",
+                &[("x-optio-version", "8"), ("x-optio-epoch", "3")],
+                1_000_000
+            )
+            .is_err()
+        );
+        assert!(
+            verify("PUT", "/v1/dev/0/objects/1/k", &[("x-optio-version", "7")], 1_000_000).is_err()
+        );
+        assert!(
+            verify(
+                "PUT",
+                "/v1/dev/0/objects/1/k",
+                &[("x-optio-version", "7"), ("x-optio-epoch", "3"), ("x-optio-purge", "1")],
+                1_000_000
+            )
+            .is_err()
+        );
+        // Unsigned headers do not matter; header order does not either.
+        assert!(
+            verify(
+                "PUT",
+                "/v1/dev/0/objects/1/k",
+                &[("x-optio-epoch", "3"), ("user-agent", "x"), ("x-optio-version", "7")],
+                1_000_000
+            )
+            .is_ok()
+        );
+        assert!(matches!(
+            verify("PUT", "/v1/dev/0/objects/1/k", &headers, 1_000_000 + WINDOW_MS + 1),
+            Err(AuthError::Expired { .. })
+        ));
+    }
+
+    #[test]
+    fn a_previous_key_is_accepted_until_its_time() {
+        let (mut keyring, old) = keyring();
+        let new = Key::generate().unwrap();
+        keyring.insert(Entity {
+            name: "client.a".into(),
+            key: new,
+            cap: Cap::Write,
+            previous: Some((old.key.clone(), 2_000)),
+        });
+        let value = old.sign("GET", "/p", &[], 1_500_000);
+        let signed = Signed::parse(&value).unwrap();
+        assert!(signed.verify(&keyring, "GET", "/p", &[], 1_500_000, WINDOW_MS).is_ok());
+        let late = old.sign("GET", "/p", &[], 2_000_000);
+        let late = Signed::parse(&late).unwrap();
+        assert!(matches!(
+            late.verify(&keyring, "GET", "/p", &[], 2_000_000, WINDOW_MS),
+            Err(AuthError::BadSignature(_))
+        ));
+    }
+
+    #[test]
+    fn keyrings_round_trip_and_bad_ones_are_refused() {
+        let (keyring, _) = keyring();
+        let text = keyring.to_toml();
+        let back = Keyring::parse(&text, "k").unwrap();
+        assert_eq!(back.get("client.a").unwrap().key, keyring.get("client.a").unwrap().key);
+        assert!(
+            Keyring::parse("[[entity]]\nname = \"bob\"\nkey = \"AA==\"\ncaps = \"read\"\n", "k")
+                .is_err()
+        );
+        let short = "[[entity]]\nname = \"client.b\"\nkey = \"AA==\"\ncaps = \"read\"\n";
+        assert!(Keyring::parse(short, "k").unwrap_err().to_string().contains("32 bytes"));
+        let caps = text.replace("caps = \"write\"", "caps = \"root\"");
+        assert!(Keyring::parse(&caps, "k").unwrap_err().to_string().contains("unknown capability"));
+    }
+
+    #[test]
+    fn caps_nest() {
+        assert!(Cap::Admin.allows(Cap::Server) && Cap::Server.allows(Cap::Admin));
+        assert!(Cap::Write.allows(Cap::Read) && !Cap::Write.allows(Cap::Admin));
+        assert!(!Cap::Read.allows(Cap::Write));
+    }
+
+    #[test]
+    fn keys_are_never_shown() {
+        let key = Key::generate().unwrap();
+        assert_eq!(format!("{key:?}"), "Key(<secret>)");
+    }
+
+    #[test]
+    fn key_files_others_can_read_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile_dir();
+        let path = dir.join("keyring");
+        let (keyring, _) = keyring();
+        keyring.save(&path).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(Keyring::load(&path).is_ok());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(Keyring::load(&path).unwrap_err().to_string().contains("chmod 600"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("optio-auth-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_header_parser_never_panics(value in ".{0,600}") {
+            let _ = Signed::parse(&value);
+        }
+
+        #[test]
+        fn headers_made_by_sign_parse_back(ts in 0u64..u64::MAX / 2, name in "[a-z0-9]{1,20}") {
+            let creds = Credentials { id: format!("client.{name}"), key: Key::generate().unwrap() };
+            let value = creds.sign("GET", "/", &[], ts);
+            let signed = Signed::parse(&value).unwrap();
+            proptest::prop_assert_eq!(signed.ts_ms, ts);
+            proptest::prop_assert_eq!(signed.id, creds.id);
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Who a command acts as: `--id client.NAME` (or `OPTIO_ID`; default `client.admin`) with the
+//! key from `--keyring FILE` (or `OPTIO_KEYRING`; default the cluster directory's `keyring`),
+//! as Ceph's tools take `--id` and `--keyring`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use optio_proto::auth::Credentials;
+
+/// The name of the keyring file in a cluster directory.
+pub const KEYRING_FILE: &str = "keyring";
+
+/// Who a command acts as.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Identity {
+    /// The entity to sign requests as (`client.NAME`).
+    #[arg(long = "id", env = "OPTIO_ID", value_name = "ENTITY", global = true)]
+    pub id: Option<String>,
+    /// The keyring or key file holding the entity's key (default: the cluster directory's
+    /// `keyring`).
+    #[arg(long, env = "OPTIO_KEYRING", value_name = "FILE", global = true)]
+    pub keyring: Option<PathBuf>,
+}
+
+impl Identity {
+    /// The credentials to sign with: the entity's key from `--keyring`, else from the cluster
+    /// directory's keyring when it has one; `None` (unsigned requests) when neither exists.
+    pub fn credentials(&self, cluster_dir: Option<&Path>) -> Result<Option<Credentials>> {
+        let id = self.id.as_deref().unwrap_or(optio_proto::auth::ADMIN);
+        let path = match (&self.keyring, cluster_dir) {
+            (Some(path), _) => path.clone(),
+            (None, Some(dir)) if dir.join(KEYRING_FILE).exists() => dir.join(KEYRING_FILE),
+            (None, _) if self.id.is_some() => {
+                anyhow::bail!("--id {id} needs a key: pass --keyring FILE (or set OPTIO_KEYRING)")
+            }
+            (None, _) => return Ok(None),
+        };
+        let credentials = Credentials::load(&path, id)
+            .with_context(|| format!("cannot use the identity {id}"))?;
+        Ok(Some(credentials))
+    }
+
+    /// An HTTP transport signing as [`credentials`](Self::credentials).
+    pub fn transport(&self, cluster_dir: Option<&Path>) -> Result<optio_net::HttpTransport> {
+        optio_net::HttpTransport::with_credentials(self.credentials(cluster_dir)?)
+            .map_err(anyhow::Error::msg)
+    }
+}
