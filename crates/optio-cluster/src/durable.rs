@@ -14,12 +14,30 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// Replaces `path` with `bytes` atomically and durably. The temporary file
 /// (`NAME.tmp.PID.N`, beside `path`) is removed if anything fails.
 pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace_with_mode(path, bytes, 0o666)
+}
+
+/// [`replace`] for a file only its owner may read or write (0600): the temporary file is
+/// created with that mode, so the bytes are never readable by others, not even for a moment.
+pub fn replace_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace_with_mode(path, bytes, 0o600)
+}
+
+/// [`replace`] with the temporary file, and so the new file, created with `mode` (narrowed
+/// by the umask).
+fn replace_with_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     let unique = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
     name.push(format!(".tmp.{}.{unique}", std::process::id()));
     let temp = path.with_file_name(name);
     let result = (|| {
-        let mut file = fs::File::create(&temp)?;
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&temp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         fs::rename(&temp, path)
@@ -66,6 +84,17 @@ mod tests {
         assert_eq!(fs::read(&path).expect("read"), b"two");
         let names: Vec<_> = fs::read_dir(dir.path()).expect("list").collect();
         assert_eq!(names.len(), 1, "only the file itself: {names:?}");
+    }
+
+    #[test]
+    fn a_private_replace_leaves_a_file_only_its_owner_can_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("state");
+        replace_private(&path, b"secret").expect("write");
+        assert_eq!(fs::read(&path).expect("read"), b"secret");
+        let mode = fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{mode:o}");
     }
 
     #[test]

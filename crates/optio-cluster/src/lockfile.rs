@@ -23,14 +23,16 @@ pub enum LockError {
     Io(io::Error),
 }
 
-/// Takes the exclusive lock on `path` (created if absent), waiting at most `wait` for a holder
-/// to let go, and writes this process's pid into it.
+/// Takes the exclusive lock on `path` (created 0600 if absent), waiting at most `wait` for a
+/// holder to let go, and writes this process's pid into it.
 pub fn hold(path: &Path, wait: Duration) -> Result<File, LockError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut file = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .read(true)
         .write(true)
+        .mode(0o600)
         .open(path)
         .map_err(LockError::Io)?;
     let deadline = Instant::now() + wait;

@@ -1,13 +1,25 @@
 //! All file I/O of a device goes through [`Disk`], so that tests can inject faults (a full
 //! disk, a failing fsync, a crash between writing and renaming) without touching the code
 //! under test.
+//!
+//! What a device creates is private to the server's user, from the moment it exists: every
+//! directory is made [`DIR_MODE`] (0700) and every file [`FILE_MODE`] (0600), by the call that
+//! creates it (never a `chmod` afterwards, which would leave a window). Renames and hard links
+//! keep a file's mode, so published objects, records and markers are 0600 too.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// The file operations a device needs.
+/// Mode of every directory a device creates (the umask may only narrow it).
+pub const DIR_MODE: u32 = 0o700;
+/// Mode of every file a device creates (the umask may only narrow it).
+pub const FILE_MODE: u32 = 0o600;
+
+/// The file operations a device needs. Whatever an implementation creates must be private
+/// to the server's user ([`DIR_MODE`], [`FILE_MODE`]), as [`RealDisk`]'s is.
 pub trait Disk: Send + Sync + 'static {
     /// Writes `parts` (concatenated) to a new file at `temp`, durably (fsync) when `durable`.
     fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()>;
@@ -39,7 +51,7 @@ pub trait Disk: Send + Sync + 'static {
     fn list(&self, path: &Path) -> io::Result<Vec<PathBuf>>;
 }
 
-/// The real file system.
+/// The real file system; directories are created 0700 and files 0600.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealDisk;
 
@@ -53,7 +65,8 @@ fn parent(path: &Path) -> &Path {
 
 impl Disk for RealDisk {
     fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()> {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(temp)?;
+        let mut file =
+            OpenOptions::new().write(true).create_new(true).mode(FILE_MODE).open(temp)?;
         let result = (|| {
             for part in parts {
                 file.write_all(part)?;
@@ -73,7 +86,7 @@ impl Disk for RealDisk {
 
     fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         let existed = path.exists();
-        let mut file = OpenOptions::new().append(true).create(true).open(path)?;
+        let mut file = OpenOptions::new().append(true).create(true).mode(FILE_MODE).open(path)?;
         file.write_all(bytes)?;
         file.sync_data()?;
         if !existed {
@@ -117,12 +130,13 @@ impl Disk for RealDisk {
         if path.is_dir() {
             return Ok(());
         }
-        fs::create_dir_all(path)?;
+        // Parents made on the way are private too.
+        DirBuilder::new().recursive(true).mode(DIR_MODE).create(path)?;
         sync_dir(parent(path))
     }
 
     fn create_dir(&self, path: &Path) -> io::Result<()> {
-        match fs::create_dir(path) {
+        match DirBuilder::new().mode(DIR_MODE).create(path) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
             other => other,
         }

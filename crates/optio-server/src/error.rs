@@ -71,6 +71,34 @@ pub enum StoreError {
         /// The process holding it, as it wrote in the lock file.
         holder: Option<u32>,
     },
+    /// Group or others can write the device directory: any local user could replace or
+    /// delete objects, so the server does not start on it.
+    #[error(
+        "device directory {} has mode {mode:04o}: group or others can write it, so any local user could replace or delete its objects; run `chmod 700 {}` (and check nothing in it was changed), then start the server again",
+        dir.display(),
+        dir.display()
+    )]
+    WritableByOthers {
+        /// The device directory.
+        dir: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// The device directory belongs to another user than the server's.
+    #[error(
+        "device directory {} is owned by uid {owner}, not by this server's uid {server}: run the server as its owner, or give the directory to the server's user (`chown -R {server} {}`) and make it private (`chmod 700 {}`)",
+        dir.display(),
+        dir.display(),
+        dir.display()
+    )]
+    OwnedByOther {
+        /// The device directory.
+        dir: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
+        /// The server's (effective) uid.
+        server: u32,
+    },
     /// The disk failed.
     #[error("{operation} {path}: {source}")]
     Io {
@@ -95,7 +123,10 @@ impl StoreError {
             StoreError::Io { source, .. } if source.kind() == io::ErrorKind::StorageFull => {
                 ErrorKind::Full
             }
-            StoreError::Io { .. } | StoreError::InUse { .. } => ErrorKind::Io,
+            StoreError::Io { .. }
+            | StoreError::InUse { .. }
+            | StoreError::WritableByOthers { .. }
+            | StoreError::OwnedByOther { .. } => ErrorKind::Io,
         }
     }
 

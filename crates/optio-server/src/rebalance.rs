@@ -59,7 +59,7 @@ pub struct MigrationConfig {
     /// Transfers in flight at once (1 to [`CONCURRENCY_MAX`]).
     pub concurrency: usize,
     /// Where the server keeps what it must remember across restarts (`None`: nothing kept; a
-    /// restart re-checks every copy).
+    /// restart re-checks every copy). Its files are written 0600.
     pub state_dir: Option<PathBuf>,
 }
 
@@ -216,7 +216,7 @@ impl Rebalancer {
         let Some(dir) = &self.config.state_dir else { return };
         let path = dir.join(REBALANCED_MAP_FILE);
         let text = optio_cluster::codec::encode_map(&map.map);
-        let written = optio_cluster::durable::replace(&path, text.as_bytes());
+        let written = optio_cluster::durable::replace_private(&path, text.as_bytes());
         if let Err(error) = written {
             tracing::warn!(path = %path.display(), %error, "cannot store the rebalanced map");
         }

@@ -12,6 +12,11 @@
 //! * `tmp/` — files being written; emptied at start (a crash leaves only these behind).
 //! * `quarantine/` — files that failed verification, kept for inspection.
 //!
+//! All of it is private to the server's user: directories are created 0700 and files 0600
+//! ([`crate::disk`]). A server refuses a device directory that group or others can write, or
+//! that another user owns, and tightens one that they can read to 0700 (see
+//! [`DeviceStore::open`]).
+//!
 //! A write goes to `tmp/`, is fsynced, then renamed into place and the directory fsynced, so
 //! a partly written object is never visible. Writes to one key are serialized by a striped
 //! lock held only around the version check and the rename.
@@ -158,6 +163,58 @@ fn lock_device(root: &Path) -> Result<std::fs::File, StoreError> {
     })
 }
 
+/// Distinguishes the owner probes of devices opened at once by one process.
+static PROBE_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Checks the existing device directory `root` before anything in it is read or trusted:
+///
+/// * refuses it when group or others can write it ([`StoreError::WritableByOthers`]): they
+///   could replace or delete objects;
+/// * refuses it when another user owns it ([`StoreError::OwnedByOther`]). The server's uid is
+///   the owner of a file it creates there for the purpose and removes at once (the crate has
+///   no unsafe code to ask the kernel with `geteuid`);
+/// * tightens it to 0700, with a warning, when group or others can read or enter it: device
+///   directories made before Optio kept its data private are 0755, with 0644 files in them.
+///   Only the directory itself is changed; what is in it is out of other users' reach behind
+///   it, and the files written from now on are 0600.
+fn secure_device_dir(root: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    let metadata = std::fs::metadata(root).map_err(StoreError::io("inspect", root))?;
+    let mode = metadata.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(StoreError::WritableByOthers { dir: root.to_path_buf(), mode });
+    }
+    let n = PROBE_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let probe = root.join(format!(".owner-probe.{}.{n}", std::process::id()));
+    let _ = std::fs::remove_file(&probe);
+    let server = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(crate::disk::FILE_MODE)
+        .open(&probe)
+        .and_then(|file| file.metadata())
+        .map(|probed| probed.uid());
+    let _ = std::fs::remove_file(&probe);
+    let server = server.map_err(StoreError::io("create", &probe))?;
+    if metadata.uid() != server {
+        return Err(StoreError::OwnedByOther {
+            dir: root.to_path_buf(),
+            owner: metadata.uid(),
+            server,
+        });
+    }
+    if mode & 0o077 != 0 {
+        let tightened = mode & !0o077;
+        tracing::warn!(
+            dir = %root.display(),
+            "device directory was {mode:04o}, open to group or others: tightened to {tightened:04o}"
+        );
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(tightened))
+            .map_err(StoreError::io("chmod", root))?;
+    }
+    Ok(())
+}
+
 fn key_hash(key: &str) -> u128 {
     xxhash_rust::xxh3::xxh3_128(key.as_bytes())
 }
@@ -172,8 +229,15 @@ pub fn object_path(device_dir: &Path, pool: PoolId, key: &str) -> PathBuf {
 impl DeviceStore {
     /// Opens (creating) the device directory: removes what a crash left in `tmp/`, loads
     /// every object's header and every record, quarantining what fails verification.
+    ///
+    /// A new directory is created 0700. An existing one is refused when group or others can
+    /// write it ([`StoreError::WritableByOthers`]) or another user owns it
+    /// ([`StoreError::OwnedByOther`]), and tightened to 0700 with a warning when group or
+    /// others can read it (as device directories made by earlier versions can).
     pub fn open(config: &DeviceConfig, disk: Arc<dyn Disk>) -> Result<DeviceStore, StoreError> {
         let root = config.dir.clone();
+        disk.create_dir_all(&root).map_err(StoreError::io("create", &root))?;
+        secure_device_dir(&root)?;
         for sub in ["objects", "tmp", "quarantine"] {
             let dir = root.join(sub);
             disk.create_dir_all(&dir).map_err(StoreError::io("create", &dir))?;
@@ -824,6 +888,111 @@ mod tests {
         assert!(error.to_string().contains("in use by another optio server"), "{error}");
         drop(store);
         DeviceStore::open(&config, Arc::new(RealDisk)).expect("free once the first is closed");
+    }
+
+    /// The permission bits of `path`.
+    fn mode_of(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// Every directory and file under `dir`, `dir` included.
+    fn tree(dir: &Path) -> Vec<PathBuf> {
+        let mut out = vec![dir.to_path_buf()];
+        let mut i = 0;
+        while i < out.len() {
+            if out[i].is_dir() {
+                let entries = std::fs::read_dir(&out[i]).unwrap();
+                out.extend(entries.map(|e| e.unwrap().path()));
+            }
+            i += 1;
+        }
+        out
+    }
+
+    #[test]
+    fn a_new_device_directory_and_everything_written_in_it_are_private() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("dev0");
+        let config = DeviceConfig { id: 0, dir: dir.clone(), capacity_bytes: 1 << 20 };
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        put(&store, "object", b"data", 1).unwrap();
+        store.delete(PoolId(1), "gone", Some(ObjectVersion(2)), Epoch(1), Some(7)).unwrap();
+        let record = ChoiceRecord { candidate: 1, choices: 2, writer: 9 };
+        store.create_record(PoolId(1), "object", record, None, false);
+        store.commit_records().unwrap();
+        store.close_records().unwrap(); // the clean-shutdown marker
+        assert_eq!(mode_of(&dir), 0o700);
+        assert_eq!(mode_of(&object_path(&dir, PoolId(1), "object")), 0o600);
+        assert_eq!(mode_of(&object_path(&dir, PoolId(1), "gone")), 0o600, "tombstone");
+        assert_eq!(mode_of(&dir.join("choices.log")), 0o600);
+        let entries = tree(&dir);
+        assert!(entries.len() > 256 + 6, "{} entries", entries.len());
+        for path in entries {
+            let want = if path.is_dir() { 0o700 } else { 0o600 };
+            assert_eq!(mode_of(&path), want, "{} is {:04o}", path.display(), mode_of(&path));
+            let name = path.file_name().unwrap().to_string_lossy();
+            assert!(!name.starts_with(".owner-probe"), "probe left behind: {}", path.display());
+        }
+    }
+
+    #[test]
+    fn a_device_directory_group_or_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        for mode in [0o777, 0o770, 0o702] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+            let config =
+                DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 20 };
+            let Err(error) = DeviceStore::open(&config, Arc::new(RealDisk)) else {
+                panic!("a {mode:04o} device directory was opened");
+            };
+            assert!(matches!(error, StoreError::WritableByOthers { mode: m, .. } if m == mode));
+            let message = error.to_string();
+            assert!(message.contains(&dir.path().display().to_string()), "{message}");
+            assert!(message.contains(&format!("{mode:04o}")), "{message}");
+            assert!(message.contains("chmod 700"), "{message}");
+            // Refused before anything was written there, and left as it was.
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+            assert_eq!(mode_of(dir.path()), mode);
+        }
+    }
+
+    #[test]
+    fn a_readable_device_directory_of_an_older_version_is_tightened_to_0700() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 20 };
+        drop(DeviceStore::open(&config, Arc::new(RealDisk)).unwrap());
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        assert_eq!(mode_of(dir.path()), 0o700);
+        put(&store, "k", b"v", 1).unwrap();
+        assert_eq!(store.get(PoolId(1), "k").unwrap().1, b"v");
+    }
+
+    #[test]
+    fn a_device_directory_another_user_owns_is_refused() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::fs::metadata(dir.path()).unwrap().uid();
+        let other = if me == 54_321 { 54_322 } else { 54_321 };
+        if std::os::unix::fs::chown(dir.path(), Some(other), None).is_err() {
+            eprintln!("skipped: only root can give a directory to another user");
+            return;
+        }
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 20 };
+        let Err(error) = DeviceStore::open(&config, Arc::new(RealDisk)) else {
+            panic!("a device directory of uid {other} was opened by uid {me}");
+        };
+        assert!(
+            matches!(error, StoreError::OwnedByOther { owner, server, .. } if owner == other && server == me),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(message.contains(&dir.path().display().to_string()), "{message}");
+        assert!(message.contains("chown"), "{message}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing left behind");
     }
 
     #[test]

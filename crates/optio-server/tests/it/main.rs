@@ -8,6 +8,7 @@ mod choices;
 mod connections;
 mod durability;
 mod epochs;
+mod permissions;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
