@@ -271,3 +271,58 @@ async fn a_put_just_above_the_limit_is_too_large_every_time() {
     }
     server.stop().await;
 }
+
+/// With a keyring, an unsigned write (or delete, or record) is refused with 401 before it has
+/// any effect; a signed one is served.
+#[tokio::test]
+async fn unsigned_requests_are_refused_and_store_nothing() {
+    use optio_proto::auth::{
+        AUTH_HEADER, CONTENT_HASH_HEADER, Cap, Credentials, Entity, Key, Keyring, content_hash,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key = Key::generate().unwrap();
+    let mut keyring = Keyring::new();
+    keyring.insert(Entity {
+        name: "client.t".into(),
+        key: key.clone(),
+        cap: Cap::Write,
+        previous: None,
+    });
+    let path = dir.path().join("keyring");
+    keyring.save(&path).unwrap();
+    let server =
+        TestServer::start(dir.path(), Options { keyring: Some(path), ..Options::default() }).await;
+    let url = server.object(0, 1, "k");
+    for request in [
+        server.http.put(&url).header("x-optio-version", "5").body("unsigned"),
+        server.http.delete(&url),
+        server.http.put(server.record(0, 1, "k")).header("x-optio-choice", "0/2/1"),
+        server.http.get(&url),
+    ] {
+        let (status, kind, reason) = error_of(request.send().await.unwrap()).await;
+        assert_eq!((status, kind.as_str()), (401, "unauthorized"), "{reason}");
+        assert!(reason.contains("not signed"), "{reason}");
+    }
+    fn files(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir).map_or(0, |entries| {
+            entries.flatten().map(|e| if e.path().is_dir() { files(&e.path()) } else { 1 }).sum()
+        })
+    }
+    assert_eq!(files(&server.dirs[0].join("objects")), 0, "nothing stored");
+    // Signed, it is served.
+    let credentials = Credentials { id: "client.t".into(), key };
+    let body = b"signed";
+    let path = "/v1/dev/0/objects/1/k";
+    let headers = [("x-optio-version", "5".to_string()), (CONTENT_HASH_HEADER, content_hash(body))];
+    let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+            as u64;
+    let mut request = server.http.put(&url).body(&body[..]);
+    for (name, value) in &headers {
+        request = request.header(*name, value);
+    }
+    let request = request.header(AUTH_HEADER, credentials.sign("PUT", path, &pairs, now));
+    assert_eq!(request.send().await.unwrap().status(), 201);
+    server.stop().await;
+}

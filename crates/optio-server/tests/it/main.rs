@@ -36,6 +36,8 @@ pub struct Options {
     pub body_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
+    /// Verify requests against this keyring (none: authentication off).
+    pub keyring: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -50,6 +52,7 @@ impl Default for Options {
             body_timeout: defaults.body_timeout,
             idle_timeout: defaults.idle_timeout,
             max_connections: defaults.max_connections,
+            keyring: None,
         }
     }
 }
@@ -75,6 +78,7 @@ impl TestServer {
             body_timeout: options.body_timeout,
             idle_timeout: options.idle_timeout,
             max_connections: options.max_connections,
+            keyring: options.keyring,
             ..ServerConfig::default()
         };
         let server = Server::bind(config).await.expect("server starts");

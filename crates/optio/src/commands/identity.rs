@@ -46,3 +46,23 @@ impl Identity {
             .map_err(anyhow::Error::msg)
     }
 }
+
+/// [`Identity`] for the commands that edit or watch the live map (`status`, `scrub`, `map …`),
+/// where `--id` already names a device: the entity is `--entity` (or `OPTIO_ID`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct AdminIdentity {
+    /// The entity to sign requests as (default: client.admin).
+    #[arg(long = "entity", env = "OPTIO_ID", value_name = "ENTITY")]
+    pub entity: Option<String>,
+    /// The keyring or key file holding the entity's key (default: the cluster directory's
+    /// `keyring`).
+    #[arg(long = "keyring", env = "OPTIO_KEYRING", value_name = "FILE")]
+    pub keyring: Option<PathBuf>,
+}
+
+impl AdminIdentity {
+    /// As an [`Identity`].
+    pub fn identity(&self) -> Identity {
+        Identity { id: self.entity.clone(), keyring: self.keyring.clone() }
+    }
+}

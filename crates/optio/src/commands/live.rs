@@ -16,7 +16,7 @@ pub struct LiveMap {
     #[arg(long, env = "OPTIO_CLUSTER", value_name = "DIR")]
     pub cluster: Option<PathBuf>,
     #[command(flatten)]
-    pub identity: crate::commands::identity::Identity,
+    pub identity: crate::commands::identity::AdminIdentity,
 }
 
 impl LiveMap {
@@ -30,7 +30,7 @@ impl LiveMap {
 
     /// A transport signing as the command's identity.
     pub fn transport(&self) -> Result<optio_net::HttpTransport> {
-        self.identity.transport(self.cluster_dir().as_deref())
+        self.identity.identity().transport(self.cluster_dir().as_deref())
     }
 
     /// The map source named.
