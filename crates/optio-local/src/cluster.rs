@@ -110,6 +110,9 @@ pub struct LocalClusterSpec {
     /// `client.admin` and one `server.HOST` per server) that every server verifies requests
     /// against; `false`: servers run with `--no-auth`.
     pub auth: bool,
+    /// TLS: a throwaway certificate authority and a server certificate for the bind address,
+    /// made in `DIR/tls/` (`ca.pem`, `server.pem`, `server-key.pem`); servers take TLS.
+    pub tls: bool,
 }
 
 impl Default for LocalClusterSpec {
@@ -134,6 +137,7 @@ impl Default for LocalClusterSpec {
             tombstone_grace: None,
             fence_ttl: None,
             auth: false,
+            tls: false,
         }
     }
 }
@@ -317,6 +321,11 @@ impl LocalCluster {
             .arg("--name")
             .arg(host)
             .arg("--exit-with-stdin");
+        if self.spec.tls {
+            let tls = ensure_tls(&self.dir, &self.spec.bind)?;
+            command.arg("--tls-cert").arg(&tls.cert).arg("--tls-key").arg(&tls.key);
+            command.arg("--tls-ca").arg(&tls.ca);
+        }
         if self.spec.auth {
             let keyring = self.dir.join(KEYRING_FILE);
             let id = format!("server.{host}");
@@ -722,4 +731,53 @@ pub fn ensure_entities(path: &Path, entities: &[(&str, Cap)]) -> Result<(), Loca
         keyring.save(path).map_err(|e| LocalError::Spec(e.to_string()))?;
     }
     Ok(())
+}
+
+/// The files of a local cluster's TLS.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// The CA certificate clients trust.
+    pub ca: PathBuf,
+    /// The servers' certificate.
+    pub cert: PathBuf,
+    /// Its private key (0600).
+    pub key: PathBuf,
+}
+
+/// Makes (once) a throwaway CA and a server certificate for `bind`, 127.0.0.1 and localhost
+/// in `dir/tls/`.
+pub fn ensure_tls(dir: &Path, bind: &str) -> Result<TlsFiles, LocalError> {
+    let tls_dir = dir.join("tls");
+    let files = TlsFiles {
+        ca: tls_dir.join("ca.pem"),
+        cert: tls_dir.join("server.pem"),
+        key: tls_dir.join("server-key.pem"),
+    };
+    if files.ca.exists() && files.cert.exists() && files.key.exists() {
+        return Ok(files);
+    }
+    let error = |e: rcgen::Error| LocalError::Spec(format!("cannot make TLS certificates: {e}"));
+    fs::create_dir_all(&tls_dir)
+        .map_err(LocalError::io(format!("cannot create {}", tls_dir.display())))?;
+    let ca_key = rcgen::KeyPair::generate().map_err(error)?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(error)?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "Optio local cluster CA");
+    let ca = ca_params.self_signed(&ca_key).map_err(error)?;
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    if !names.contains(&bind.to_string()) {
+        names.push(bind.to_string());
+    }
+    let server_key = rcgen::KeyPair::generate().map_err(error)?;
+    let mut params = rcgen::CertificateParams::new(names).map_err(error)?;
+    params.distinguished_name.push(rcgen::DnType::CommonName, "optio server");
+    let cert = params.signed_by(&server_key, &ca, &ca_key).map_err(error)?;
+    let write = |path: &Path, text: String| {
+        optio_proto::auth::write_private(path, text.as_bytes())
+            .map_err(|e| LocalError::Spec(e.to_string()))
+    };
+    write(&files.ca, ca.pem())?;
+    write(&files.cert, cert.pem())?;
+    write(&files.key, server_key.serialize_pem())?;
+    Ok(files)
 }

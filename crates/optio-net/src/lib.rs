@@ -13,6 +13,8 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod tls;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -399,16 +401,61 @@ pub trait Transport: Send + Sync + 'static {
 pub struct HttpTransport {
     http: reqwest::Client,
     credentials: Option<std::sync::Arc<optio_proto::auth::Credentials>>,
+    /// `http` or `https`.
+    scheme: &'static str,
+    /// Recent bodies' hashes, by (address, length, CRC-32C) of the body: a write sends the
+    /// same buffer to every replica, and is hashed once.
+    hashes: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<(BodyId, String)>>>,
 }
+
+/// A body buffer: where it is, its length and its CRC-32C.
+type BodyId = (usize, usize, u32);
+
+/// Bodies whose hashes are remembered.
+const HASHES_KEPT: usize = 64;
 
 impl HttpTransport {
     /// A transport whose requests are signed with `credentials` (see [`optio_proto::auth`]).
     pub fn with_credentials(
         credentials: Option<optio_proto::auth::Credentials>,
     ) -> Result<HttpTransport, String> {
-        let mut transport = HttpTransport::new()?;
+        HttpTransport::with_options(credentials, None)
+    }
+
+    /// A transport signing with `credentials` and speaking TLS to servers whose certificate
+    /// the CA in `tls_ca` (PEM) signed (none: plain HTTP).
+    pub fn with_options(
+        credentials: Option<optio_proto::auth::Credentials>,
+        tls_ca: Option<&std::path::Path>,
+    ) -> Result<HttpTransport, String> {
+        let mut transport = match tls_ca {
+            None => HttpTransport::new()?,
+            Some(ca) => {
+                let config = tls::client_config(ca)?;
+                let http = HttpTransport::builder()
+                    .use_preconfigured_tls(config)
+                    .build()
+                    .map_err(|e| format!("cannot build the HTTPS client: {e}"))?;
+                HttpTransport {
+                    http,
+                    credentials: None,
+                    scheme: "https",
+                    hashes: Default::default(),
+                }
+            }
+        };
         transport.credentials = credentials.map(std::sync::Arc::new);
         Ok(transport)
+    }
+
+    fn builder() -> reqwest::ClientBuilder {
+        tls::install_crypto_provider();
+        reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(256)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
     }
 
     /// The identity requests are signed with.
@@ -446,32 +493,44 @@ impl HttpTransport {
             .header(optio_proto::auth::AUTH_HEADER, credentials.sign(method, &path, &pairs, now_ms))
     }
 
+    /// The hash of `data` (whose CRC-32C is `crc`), computed once per buffer.
+    fn body_hash(&self, data: &bytes::Bytes, crc: u32) -> String {
+        let id = (data.as_ptr() as usize, data.len(), crc);
+        if let Some((_, hash)) =
+            self.hashes.lock().expect("hashes lock").iter().find(|(seen, _)| *seen == id)
+        {
+            return hash.clone();
+        }
+        // (A buffer freed and reused for other bytes of the same length and CRC would get a
+        // stale hash: the server refuses the write as altered, nothing worse.)
+        let hash = optio_proto::auth::content_hash(data);
+        let mut hashes = self.hashes.lock().expect("hashes lock");
+        if hashes.len() >= HASHES_KEPT {
+            hashes.pop_front();
+        }
+        hashes.push_back((id, hash.clone()));
+        hash
+    }
+
     /// A transport with a connection pool (unsigned requests).
     pub fn new() -> Result<HttpTransport, String> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(256)
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        let http = HttpTransport::builder()
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(HttpTransport { http, credentials: None })
+        Ok(HttpTransport { http, credentials: None, scheme: "http", hashes: Default::default() })
     }
 
     async fn send_http(&self, call: Call<'_>) -> Reply {
-        let url = format!("http://{}{}", call.endpoint.addr, call.path());
+        let url = format!("{}://{}{}", self.scheme, call.endpoint.addr, call.path());
         let absent_is_an_answer = call.op.absent_is_an_answer();
         let method = call.op.method();
         let mut request = self.http.request(method.clone(), &url);
         let mut headers = call.op.headers();
         headers.push((wire::EPOCH, call.epoch.to_string()));
-        if let Op::Put { data, .. } = &call.op {
+        if let Op::Put { data, checksum, .. } = &call.op {
             if self.credentials.is_some() {
-                headers.push((
-                    optio_proto::auth::CONTENT_HASH_HEADER,
-                    optio_proto::auth::content_hash(data),
-                ));
+                let hash = self.body_hash(data, *checksum);
+                headers.push((optio_proto::auth::CONTENT_HASH_HEADER, hash));
             }
             request = request.body(data.clone());
         }
@@ -524,7 +583,7 @@ impl HttpTransport {
         addr: &str,
         query: &str,
     ) -> Result<Vec<optio_proto::ScrubReport>, Failure> {
-        let url = format!("http://{addr}{}?{query}", route::SCRUB_PATH);
+        let url = format!("{}://{addr}{}?{query}", self.scheme, route::SCRUB_PATH);
         let request = self.http.post(&url).timeout(Duration::from_secs(24 * 3600));
         let response =
             self.signed(request, "POST", &url, &[]).send().await.map_err(|e| no_answer(&e))?;
@@ -546,7 +605,7 @@ impl HttpTransport {
     }
 
     async fn server_status_http(&self, addr: &str) -> Result<ServerStatus, Failure> {
-        let url = format!("http://{addr}{}", route::STATUS_PATH);
+        let url = format!("{}://{addr}{}", self.scheme, route::STATUS_PATH);
         let request = self.http.get(&url).timeout(STATUS_TIMEOUT);
         let response =
             self.signed(request, "GET", &url, &[]).send().await.map_err(|e| no_answer(&e))?;

@@ -40,7 +40,7 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 
@@ -260,10 +260,19 @@ impl Registry {
 
 /// Serves `router` on `listener` until `shutdown` completes, then waits for the connections
 /// to finish their requests.
+/// Marks a request that came over a plain connection to a server that takes TLS: only the
+/// open endpoints (`/health`, a public `/metrics`) serve it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Plaintext;
+
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
 pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
@@ -293,8 +302,40 @@ pub(crate) async fn serve(
         let registry = registry.clone();
         let router = router.clone();
         let stopping = stopping.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            serve_connection(stream, router, connection, limits, stopping).await;
+            match tls {
+                None => serve_connection(stream, router, connection, limits, stopping, false).await,
+                Some(acceptor) => {
+                    // TLS or plain, told by the first byte; both within the header timeout.
+                    let mut first = [0u8; 1];
+                    let peeked =
+                        tokio::time::timeout(limits.header_timeout, stream.peek(&mut first));
+                    match peeked.await {
+                        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE => {
+                            let handshake = tokio::time::timeout(
+                                limits.header_timeout,
+                                acceptor.accept(stream),
+                            );
+                            match handshake.await {
+                                Ok(Ok(stream)) => {
+                                    serve_connection(
+                                        stream, router, connection, limits, stopping, false,
+                                    )
+                                    .await;
+                                }
+                                Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
+                                Err(_) => tracing::debug!("TLS handshake timed out"),
+                            }
+                        }
+                        Ok(Ok(1)) => {
+                            serve_connection(stream, router, connection, limits, stopping, true)
+                                .await;
+                        }
+                        _ => {}
+                    }
+                }
+            }
             registry.remove(id);
             drop(permit);
         });
@@ -340,16 +381,23 @@ fn is_connection_error(error: &io::Error) -> bool {
     )
 }
 
-async fn serve_connection(
-    stream: TcpStream,
+async fn serve_connection<S>(
+    stream: S,
     router: Router,
     connection: Arc<Connection>,
     limits: Limits,
     mut stopping: watch::Receiver<bool>,
-) {
+    plaintext: bool,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let io = TokioIo::new(Watched { inner: stream, connection: connection.clone() });
-    let service =
-        Service { router, connection: connection.clone(), body_timeout: limits.body_timeout };
+    let service = Service {
+        router,
+        connection: connection.clone(),
+        body_timeout: limits.body_timeout,
+        plaintext,
+    };
     let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
     tokio::pin!(conn);
     let mut stopped = *stopping.borrow();
@@ -397,12 +445,12 @@ async fn sleep_until(deadline: Option<Instant>) {
 }
 
 /// The socket, telling its connection when bytes arrive.
-struct Watched {
-    inner: TcpStream,
+struct Watched<S> {
+    inner: S,
     connection: Arc<Connection>,
 }
 
-impl AsyncRead for Watched {
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -417,7 +465,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -454,6 +502,8 @@ struct Service {
     router: Router,
     connection: Arc<Connection>,
     body_timeout: Duration,
+    /// A plain connection to a server that takes TLS.
+    plaintext: bool,
 }
 
 type ServiceFuture = Pin<Box<dyn Future<Output = Result<Response<Answer>, Infallible>> + Send>>;
@@ -466,8 +516,11 @@ impl hyper::service::Service<Request<Incoming>> for Service {
     fn call(&self, request: Request<Incoming>) -> ServiceFuture {
         let guard = self.connection.busy();
         let timeout = self.body_timeout;
-        let request = request
+        let mut request = request
             .map(|body| axum::body::Body::new(TimedBody { inner: body, timeout, sleep: None }));
+        if self.plaintext {
+            request.extensions_mut().insert(Plaintext);
+        }
         let mut router = self.router.clone();
         Box::pin(async move {
             // A Router is always ready (its `poll_ready` does nothing).

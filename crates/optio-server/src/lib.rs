@@ -113,6 +113,10 @@ pub struct ServerConfig {
     /// The identity this server signs its requests to other servers with (migration,
     /// catching up, scrubbing).
     pub credentials: Option<optio_proto::auth::Credentials>,
+    /// TLS: this server's certificate chain and private key (PEM); none: plain HTTP.
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// The certificate authority this server trusts when it talks to other servers over TLS.
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -133,6 +137,8 @@ impl Default for ServerConfig {
             keyring: None,
             metrics_public: false,
             credentials: None,
+            tls: None,
+            tls_ca: None,
         }
     }
 }
@@ -179,6 +185,7 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     state: Arc<http::AppState>,
     limits: Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl Server {
@@ -210,8 +217,17 @@ impl Server {
         if migration.state_dir.is_none() {
             migration.state_dir = config.devices.iter().min_by_key(|d| d.id).map(|d| d.dir.clone());
         }
-        let transport = optio_net::HttpTransport::with_credentials(config.credentials.clone())
-            .map_err(ServerError::Migration)?;
+        let transport = optio_net::HttpTransport::with_options(
+            config.credentials.clone(),
+            config.tls_ca.as_deref(),
+        )
+        .map_err(ServerError::Auth)?;
+        let tls = match &config.tls {
+            Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(
+                optio_net::tls::server_config(cert, key).map_err(ServerError::Auth)?,
+            ))),
+            None => None,
+        };
         let rebalancer = Arc::new(
             Rebalancer::new(devices.clone(), map.clone(), migration, transport.clone())
                 .map_err(ServerError::Migration)?,
@@ -259,7 +275,7 @@ impl Server {
             fence,
             auth,
         });
-        Ok(Server { listener, state, limits })
+        Ok(Server { listener, state, limits, tls })
     }
 
     /// The address bound.
@@ -299,7 +315,7 @@ impl Server {
         let keyring_following = tokio::spawn(state.auth.clone().follow());
         let state_for_exit = state.clone();
         let app = http::router(state);
-        conn::serve(self.listener, app, self.limits, shutdown).await;
+        conn::serve(self.listener, app, self.limits, self.tls, shutdown).await;
         background.abort();
         following.abort();
         rebalancing.abort();

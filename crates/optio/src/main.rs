@@ -100,6 +100,8 @@ impl Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Every HTTP client needs a TLS crypto provider, TLS or not.
+    optio_net::tls::install_crypto_provider();
     if cli.command.prints_for_pipes() {
         output::die_quietly_on_closed_pipe();
     }

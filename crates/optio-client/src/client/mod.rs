@@ -75,6 +75,8 @@ pub struct ClientConfig {
     pub dirty: Option<Arc<optio_cluster::dirty::DirtyTable>>,
     /// The identity requests are signed with (none: unsigned, for servers without auth).
     pub credentials: Option<optio_proto::auth::Credentials>,
+    /// The certificate authority to trust: talk TLS to the servers (none: plain HTTP).
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Default for ClientConfig {
@@ -88,6 +90,7 @@ impl Default for ClientConfig {
             crash_after_choice_record: false,
             dirty: None,
             credentials: None,
+            tls_ca: None,
         }
     }
 }
@@ -283,8 +286,9 @@ impl Client {
         source: MapSource,
         config: ClientConfig,
     ) -> Result<Client, ClientError> {
-        let transport = HttpTransport::with_credentials(config.credentials.clone())
-            .map_err(ClientError::Config)?;
+        let transport =
+            HttpTransport::with_options(config.credentials.clone(), config.tls_ca.as_deref())
+                .map_err(ClientError::Config)?;
         Client::connect_with_transport(source, config, Arc::new(transport)).await
     }
 

@@ -145,8 +145,11 @@ impl EtcdStore {
     }
 
     fn new(authority: &str, prefix: &str) -> Result<EtcdStore, reqwest::Error> {
-        let client =
-            reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).no_proxy().build()?;
+        let client = {
+            // Every HTTP client needs a TLS crypto provider (see optio-net's `tls`).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).no_proxy().build()?
+        };
         Ok(EtcdStore {
             endpoint: format!("http://{authority}"),
             authority: authority.to_string(),

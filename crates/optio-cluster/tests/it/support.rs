@@ -67,6 +67,7 @@ pub async fn etcd_delete(endpoint: &str, key: &str) {
 }
 
 async fn post(endpoint: &str, operation: &str, body: &serde_json::Value) -> serde_json::Value {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let response = reqwest::Client::builder()
         .no_proxy()
         .build()

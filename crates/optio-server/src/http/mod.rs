@@ -108,6 +108,21 @@ fn needed(state: &AppState, method: &Method, path: &str, headers: &HeaderMap) ->
 /// [`crate::auth`]): 401 `unauthorized` or 403 `forbidden` with the reason, counted in
 /// `/metrics` and logged; the request has no effect.
 async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    if request.extensions().get::<crate::conn::Plaintext>().is_some() {
+        let path = request.uri().path();
+        let open = path == route::HEALTH_PATH
+            || (path == route::METRICS_PATH && state.auth.metrics_public());
+        if !open {
+            let (parts, body) = request.into_parts();
+            discard(body, &parts.headers).await;
+            let failure = fail(
+                ErrorKind::Forbidden,
+                "this server takes TLS: connect with https (the client's --tls-ca, or OPTIO_TLS_CA); \
+                 plain HTTP serves /health only",
+            );
+            return state.error_response(failure, None);
+        }
+    }
     if !state.auth.enabled() {
         return next.run(request).await;
     }

@@ -64,6 +64,7 @@ impl ClusterArgs {
             crash_after_choice_record: std::env::var_os("OPTIO_TEST_CRASH_AFTER_CHOICE_RECORD")
                 .is_some(),
             credentials: self.identity.credentials(Some(&dir))?,
+            tls_ca: self.identity.tls_ca(Some(&dir)),
             ..ClientConfig::default()
         })
     }

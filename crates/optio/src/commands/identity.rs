@@ -9,6 +9,8 @@ use optio_proto::auth::Credentials;
 
 /// The name of the keyring file in a cluster directory.
 pub const KEYRING_FILE: &str = "keyring";
+/// The CA certificate `optio up --tls` makes, in a cluster directory.
+pub const TLS_CA_FILE: &str = "tls/ca.pem";
 
 /// Who a command acts as.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -20,9 +22,20 @@ pub struct Identity {
     /// `keyring`).
     #[arg(long, env = "OPTIO_KEYRING", value_name = "FILE", global = true)]
     pub keyring: Option<PathBuf>,
+    /// The certificate authority to trust: talk TLS to the servers (default: the cluster
+    /// directory's `tls/ca.pem` when it has one — `optio up --tls`).
+    #[arg(long, env = "OPTIO_TLS_CA", value_name = "FILE", global = true)]
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Identity {
+    /// The CA to trust: `--tls-ca`, else the cluster directory's `tls/ca.pem` if present.
+    pub fn tls_ca(&self, cluster_dir: Option<&Path>) -> Option<PathBuf> {
+        self.tls_ca
+            .clone()
+            .or_else(|| cluster_dir.map(|d| d.join(TLS_CA_FILE)).filter(|p| p.exists()))
+    }
+
     /// The credentials to sign with: the entity's key from `--keyring`, else from the cluster
     /// directory's keyring when it has one; `None` (unsigned requests) when neither exists.
     pub fn credentials(&self, cluster_dir: Option<&Path>) -> Result<Option<Credentials>> {
@@ -42,7 +55,8 @@ impl Identity {
 
     /// An HTTP transport signing as [`credentials`](Self::credentials).
     pub fn transport(&self, cluster_dir: Option<&Path>) -> Result<optio_net::HttpTransport> {
-        optio_net::HttpTransport::with_credentials(self.credentials(cluster_dir)?)
+        let ca = self.tls_ca(cluster_dir);
+        optio_net::HttpTransport::with_options(self.credentials(cluster_dir)?, ca.as_deref())
             .map_err(anyhow::Error::msg)
     }
 }
@@ -58,11 +72,18 @@ pub struct AdminIdentity {
     /// `keyring`).
     #[arg(long = "keyring", env = "OPTIO_KEYRING", value_name = "FILE")]
     pub keyring: Option<PathBuf>,
+    /// The certificate authority to trust (default: the cluster directory's `tls/ca.pem`).
+    #[arg(long = "tls-ca", env = "OPTIO_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl AdminIdentity {
     /// As an [`Identity`].
     pub fn identity(&self) -> Identity {
-        Identity { id: self.entity.clone(), keyring: self.keyring.clone() }
+        Identity {
+            id: self.entity.clone(),
+            keyring: self.keyring.clone(),
+            tls_ca: self.tls_ca.clone(),
+        }
     }
 }

@@ -90,6 +90,17 @@ pub struct Args {
     /// delete everything. Only for a machine nobody else shares.
     #[arg(long, conflicts_with = "keyring")]
     pub no_auth: bool,
+    /// TLS: this server's certificate chain (PEM). With it, the port takes TLS connections;
+    /// plain HTTP there serves /health only (and a public /metrics).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: the certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// TLS: the certificate authority this server trusts when it talks to other servers
+    /// (migration, catching up, scrubbing); servers' certificates must be signed by it.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
     /// Serve /metrics without a signature (for Prometheus); /health is always open.
     #[arg(long)]
     pub metrics_public: bool,
@@ -180,6 +191,8 @@ pub fn run(args: Args) -> Result<()> {
         keyring: args.keyring.clone(),
         metrics_public: args.metrics_public,
         credentials,
+        tls: args.tls_cert.clone().zip(args.tls_key.clone()),
+        tls_ca: args.tls_ca.clone(),
         ..ServerConfig::default()
     };
     let _ = &args.name;

@@ -72,6 +72,11 @@ pub struct Args {
     /// signed; `optio` commands find it there.
     #[arg(long)]
     pub no_auth: bool,
+    /// Encrypt the traffic: a throwaway certificate authority and a server certificate are
+    /// made in DIR/tls/, servers take TLS (plain HTTP serves /health only) and `optio`
+    /// commands trust DIR/tls/ca.pem.
+    #[arg(long)]
+    pub tls: bool,
     /// Mark a server's devices down in the map once it has not answered for this long (writes
     /// then go around them; Ceph's osd_heartbeat_grace).
     #[arg(long, default_value = "20s", value_parser = crate::output::parse_duration)]
@@ -101,6 +106,7 @@ pub fn run(args: Args) -> Result<()> {
         dirty: (args.dirty != "local").then(|| args.dirty.clone()),
         reintegration: (args.reintegration != "none").then(|| args.reintegration.clone()),
         auth: !args.no_auth,
+        tls: args.tls,
         ..LocalClusterSpec::default()
     };
     let binary = std::env::current_exe().context("cannot find the optio binary")?;
@@ -143,6 +149,10 @@ pub fn run(args: Args) -> Result<()> {
             )
         } else {
             "authentication: off (--no-auth)".to_string()
+        } + &if spec.tls {
+            format!("\nTLS: servers take https; clients trust {dir}/tls/ca.pem")
+        } else {
+            String::new()
         },
         args.choices,
         args.policy

@@ -361,3 +361,77 @@ fn servers_move_data_between_them_with_their_own_keys() {
         }
     });
 }
+
+/// `optio up --tls`: servers take TLS (data moves between them over it); a client that does
+/// not trust their CA is refused at the handshake, a plain request gets 403, `/health` stays
+/// open over plain HTTP for the monitors.
+#[test]
+fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
+    let spec =
+        optio_local::LocalClusterSpec { auth: true, tls: true, hosts_per_zone: 2, ..small() };
+    let (_dir, cluster) = cluster(spec);
+    let rt = runtime();
+    let keyring = cluster.dir().join(KEYRING_FILE);
+    let admin = Credentials::load(&keyring, "client.admin").unwrap();
+    let ca = cluster.dir().join("tls/ca.pem");
+    let connect = |tls_ca: Option<std::path::PathBuf>| {
+        let config = optio_client::ClientConfig {
+            credentials: Some(admin.clone()),
+            tls_ca,
+            ..optio_client::ClientConfig::default()
+        };
+        rt.block_on(optio_client::Client::connect_source(cluster.source().clone(), config))
+            .expect("the client connects")
+    };
+    let client = connect(Some(ca.clone()));
+    rt.block_on(async {
+        for i in 0..50 {
+            client.put(PLAIN_POOL, &format!("t{i}"), data(i, 5000)).await.expect("a put over TLS");
+        }
+    });
+    // Data moves between servers over TLS.
+    let out = optio_placement::MapChange::SetState {
+        device: optio_placement::DeviceId(4),
+        up: None,
+        is_in: Some(false),
+    };
+    cluster.change_map(&out).expect("device 4 out");
+    let epoch = cluster.load_map().unwrap().epoch().0;
+    let transport = optio_net::HttpTransport::with_options(Some(admin.clone()), Some(&ca)).unwrap();
+    let addrs: Vec<String> = cluster.servers().iter().map(|s| s.addr.clone()).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    rt.block_on(async {
+        loop {
+            let mut settled = true;
+            for addr in &addrs {
+                let status = optio_net::Transport::server_status(&transport, addr).await.unwrap();
+                settled &= status.migration.settled_at(epoch)
+                    && status.devices.iter().all(|d| d.metrics.device != 4 || d.objects == 0);
+            }
+            if settled {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "data did not move over TLS");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for i in 0..50 {
+            assert_eq!(client.get(PLAIN_POOL, &format!("t{i}")).await.unwrap(), data(i, 5000));
+        }
+    });
+    // Plain HTTP: refused (but /health answers).
+    let plain = connect(None);
+    let error = rt.block_on(plain.get(PLAIN_POOL, "t0")).expect_err("plain HTTP");
+    assert!(error.to_string().contains("takes TLS"), "{error}");
+    let addr = &addrs[0];
+    let health = rt.block_on(reqwest::get(format!("http://{addr}/health"))).unwrap();
+    assert_eq!(health.status(), 200);
+    // Another CA: the handshake fails.
+    let other = tempfile::tempdir().unwrap();
+    let other_ca = optio_local::cluster::ensure_tls(other.path(), "127.0.0.1").unwrap().ca;
+    let stranger = connect(Some(other_ca));
+    let error = rt
+        .block_on(stranger.get(PLAIN_POOL, "t0"))
+        .expect_err("a CA the servers' certificates are not from");
+    let text = format!("{error:?}").to_lowercase();
+    assert!(text.contains("certificate") || text.contains("unreachable"), "{error}");
+}

@@ -1,0 +1,62 @@
+//! TLS for the traffic between clients and servers and between servers (rustls, with the
+//! `ring` provider): the server's certificate and key, and the certificate authority a client
+//! trusts. A server given a certificate takes TLS connections and, on the same port, plain
+//! ones only for `/health` (the monitors' checks) and a public `/metrics`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// Makes `ring` the process's default TLS crypto provider (once; a provider already installed
+/// stays). Every HTTP client needs one, TLS or not, so this runs before any is built.
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("cannot read the certificates in {}: {e}", path.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{} holds an unreadable certificate: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(certs)
+}
+
+/// What a client trusts: the certificate authority in `ca` (PEM), and nothing else.
+pub fn client_config(ca: &Path) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certificates(ca)? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("{} is not a usable CA certificate: {e}", ca.display()))?;
+    }
+    Ok(rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS set-up: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+/// A server's TLS: its certificate chain and private key (PEM).
+pub fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
+    let chain = certificates(cert)?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("cannot read a private key from {}: {e}", key.display()))?;
+    rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS set-up: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("the certificate {} and its key do not fit: {e}", cert.display()))
+}
