@@ -61,6 +61,7 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    password: Option<String>,
 }
 
 impl std::fmt::Debug for RedisServer {
@@ -77,12 +78,23 @@ impl RedisServer {
     /// file synced on every write (`--appendfsync always`, so that even a killed server keeps
     /// what it acknowledged) and no snapshots, and waits until it answers PING.
     pub fn start() -> io::Result<RedisServer> {
+        RedisServer::start_with(None)
+    }
+
+    /// [`start`](Self::start), requiring `password` of clients (`--requirepass`).
+    pub fn start_with_password(password: &str) -> io::Result<RedisServer> {
+        RedisServer::start_with(Some(password.to_string()))
+    }
+
+    fn start_with(password: Option<String>) -> io::Result<RedisServer> {
         let dir = tempfile::Builder::new().prefix("optio-redis-").tempdir()?;
         let mut last_error = None;
         for _ in 0..START_ATTEMPTS_MAX {
             let port = free_port()?;
-            match spawn(port, dir.path()) {
-                Ok(child) => return Ok(RedisServer { child: Some(child), port, dir }),
+            match spawn(port, dir.path(), password.as_deref()) {
+                Ok(child) => {
+                    return Ok(RedisServer { child: Some(child), port, dir, password });
+                }
                 Err(error) => last_error = Some(error),
             }
         }
@@ -141,7 +153,7 @@ impl RedisServer {
     /// the data it had).
     pub fn restart(&mut self) -> io::Result<()> {
         self.stop()?;
-        self.child = Some(spawn(self.port, self.dir.path())?);
+        self.child = Some(spawn(self.port, self.dir.path(), self.password.as_deref())?);
         Ok(())
     }
 }
@@ -157,9 +169,13 @@ impl Drop for RedisServer {
 
 /// Starts `redis-server` on `port` with its files in `dir` and waits until it answers PING;
 /// kills it if it does not.
-fn spawn(port: u16, dir: &Path) -> io::Result<Child> {
+fn spawn(port: u16, dir: &Path, password: Option<&str>) -> io::Result<Child> {
     let log = File::options().create(true).append(true).open(dir.join(LOG_FILE))?;
-    let mut child = Command::new(REDIS_SERVER)
+    let mut command = Command::new(REDIS_SERVER);
+    if let Some(password) = password {
+        command.args(["--requirepass", password]);
+    }
+    let mut child = command
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .arg("--dir")
         .arg(dir)
@@ -172,7 +188,9 @@ fn spawn(port: u16, dir: &Path) -> io::Result<Child> {
         .map_err(|e| io::Error::new(e.kind(), format!("cannot start {REDIS_SERVER}: {e}")))?;
     let deadline = Instant::now() + REDIS_START_TIMEOUT;
     loop {
-        if send_command(port, "PING").is_ok_and(|answer| answer.starts_with("+PONG")) {
+        if send_command(port, "PING")
+            .is_ok_and(|answer| answer.starts_with("+PONG") || answer.starts_with("-NOAUTH"))
+        {
             return Ok(child);
         }
         if let Some(status) = child.try_wait()? {

@@ -99,8 +99,20 @@ impl RedisDirtyTable {
             failed_at: Mutex::new(None),
             spilling: AtomicBool::new(false),
         });
-        let ping = inner.command::<String>(&redis::cmd("PING"), false).await;
-        if let Err(error) = ping {
+        let ping = inner.run::<String>(&redis::cmd("PING")).await;
+        if let Err(error) = &ping
+            && is_auth_error(error)
+        {
+            return Err(DirtyError::InvalidSpec {
+                spec: inner.url.clone(),
+                reason: format!(
+                    "Redis refused the credentials ({error}): give the password in \
+                     {PASSWORD_ENV} or a file named by {PASSWORD_FILE_ENV} (never on the command line), \
+                     and the ACL user as redis://USER@HOST"
+                ),
+            });
+        }
+        if let Err(error) = ping.map_err(|e| inner.error(&e)) {
             inner.note_failure();
             tracing::warn!(
                 %error,
@@ -469,8 +481,63 @@ fn parse_spec(spec: &str) -> Result<(redis::Client, String, String), DirtyError>
             name.to_string()
         }
     };
-    let client = redis::Client::open(base).map_err(|e| invalid(e.to_string()))?;
+    let with_password = with_password(base, password_from_env().map_err(&invalid)?);
+    let client = redis::Client::open(with_password.as_str()).map_err(|e| invalid(e.to_string()))?;
     Ok((client, redact(base), list))
+}
+
+/// The environment variable holding the Redis password (AUTH / ACL), when the URL has none.
+pub const PASSWORD_ENV: &str = "OPTIO_REDIS_PASSWORD";
+/// The environment variable naming a file holding it.
+pub const PASSWORD_FILE_ENV: &str = "OPTIO_REDIS_PASSWORD_FILE";
+
+/// The password from [`PASSWORD_ENV`], or from the file [`PASSWORD_FILE_ENV`] names.
+fn password_from_env() -> Result<Option<String>, String> {
+    match (std::env::var(PASSWORD_ENV), std::env::var_os(PASSWORD_FILE_ENV)) {
+        (Ok(password), _) => Ok(Some(password)),
+        (Err(_), Some(path)) => Ok(Some(
+            std::fs::read_to_string(&path)
+                .map_err(|e| {
+                    format!("cannot read {PASSWORD_FILE_ENV} ({}): {e}", path.to_string_lossy())
+                })?
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+        )),
+        (Err(_), None) => Ok(None),
+    }
+}
+
+/// `base` with `password` when it has no password of its own (`redis://HOST`, or
+/// `redis://USER@HOST` for an ACL user): passwords stay off command lines.
+fn with_password(base: &str, password: Option<String>) -> String {
+    let Some(password) = password else { return base.to_string() };
+    let rest = base.strip_prefix("redis://").unwrap_or(base);
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((user, _)) if user.contains(':') => return base.to_string(),
+        Some((user, host)) => (user, host),
+        None => ("", authority),
+    };
+    let encoded: String = password
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    format!("redis://{user}:{encoded}@{host}{path}")
+}
+
+/// Whether Redis refused the credentials (or wants some).
+fn is_auth_error(error: &RedisError) -> bool {
+    matches!(error.kind(), redis::ErrorKind::AuthenticationFailed)
+        || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"))
+        || error.to_string().contains("NOAUTH")
+        || error.to_string().contains("WRONGPASS")
 }
 
 /// `name` as one file name (never `.` or `..`): bytes other than `A-Za-z0-9_-` as `%XX`.
@@ -500,6 +567,16 @@ fn redact(spec: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_password_from_the_environment_goes_into_the_url_only_without_one() {
+        use super::with_password;
+        let pw = || Some("p@ss word".to_string());
+        assert_eq!(with_password("redis://h:1/2", pw()), "redis://:p%40ss%20word@h:1/2");
+        assert_eq!(with_password("redis://app@h:1", pw()), "redis://app:p%40ss%20word@h:1");
+        assert_eq!(with_password("redis://app:own@h:1", pw()), "redis://app:own@h:1");
+        assert_eq!(with_password("redis://h:1", None), "redis://h:1");
+    }
+
     use super::*;
 
     #[test]

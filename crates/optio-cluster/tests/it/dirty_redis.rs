@@ -165,3 +165,27 @@ async fn foreign_elements_and_wrong_types_are_reported() {
     assert_eq!(redis_table_2.spill().len().await.unwrap(), 1);
     drop(redis_table);
 }
+
+/// Redis with a password: none or a wrong one is a clear error when the table opens (not a
+/// silent spill); the right one (here in the URL; in production from OPTIO_REDIS_PASSWORD or
+/// OPTIO_REDIS_PASSWORD_FILE, never on a command line) works.
+#[tokio::test]
+async fn redis_credentials_are_checked_when_the_table_opens() {
+    if !redis_available() {
+        return;
+    }
+    let redis = RedisServer::start_with_password("s3cret").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = redis.port();
+    for spec in [format!("redis://127.0.0.1:{port}"), format!("redis://:wrong@127.0.0.1:{port}")] {
+        let error = DirtyTable::open(Some(&spec), dir.path()).await.expect_err("refused");
+        let text = error.to_string();
+        assert!(text.contains("refused the credentials"), "{text}");
+        assert!(text.contains("OPTIO_REDIS_PASSWORD"), "{text}");
+        assert!(!text.contains("wrong"), "the password is not echoed: {text}");
+    }
+    let spec = format!("redis://:s3cret@127.0.0.1:{port}?list=auth");
+    let table = DirtyTable::open(Some(&spec), dir.path()).await.expect("the right password");
+    assert!(!table.describe().contains("s3cret"), "{}", table.describe());
+    check_fifo(&table).await;
+}
