@@ -269,6 +269,16 @@ impl LocalCluster {
             }),
         };
         written.map_err(LocalError::io(dirty_file.display().to_string()))?;
+        if spec.auth {
+            // Every server's entity before any server starts: each verifies its peers from the
+            // keyring it reads at start (and reloads within a second).
+            let names: Vec<String> = (1..=spec.zones)
+                .flat_map(|z| (1..=spec.hosts_per_zone).map(move |h| format!("server.z{z}-h{h}")))
+                .collect();
+            let mut entities: Vec<(&str, Cap)> = vec![(optio_proto::auth::ADMIN, Cap::Admin)];
+            entities.extend(names.iter().map(|n| (n.as_str(), Cap::Server)));
+            ensure_entities(&dir.join(KEYRING_FILE), &entities)?;
+        }
         let mut id = 0u32;
         for zone in 1..=spec.zones {
             for host in 1..=spec.hosts_per_zone {
