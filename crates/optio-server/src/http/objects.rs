@@ -172,17 +172,34 @@ pub(super) async fn put_object(
             format!("the body could not be read within {limit} bytes: {e}"),
         ),
     })?;
-    if state.auth.enabled() {
-        check_body_hash(state, headers, &body)?;
-    }
+    // With authentication on, the body must match the BLAKE3 hash its signed headers carry
+    // (the signature covers the hash; the hash covers the body): checked on the blocking pool
+    // with the write, before the write.
+    let signed_hash = state.auth.enabled().then(|| {
+        headers
+            .get(optio_proto::auth::CONTENT_HASH_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    });
     let store = target.store.clone();
     let pool = target.pool;
     let key = target.key.clone().expect("routed with a key");
+    let expected = signed_hash.clone();
     let outcome = tokio::task::spawn_blocking(move || {
-        store.put(&PutRequest { pool, key: &key, data: &body, version, checksum, pg_seed, epoch })
+        if let Some(signed) = &expected
+            && signed.as_deref() != Some(optio_proto::auth::content_hash(&body).as_str())
+        {
+            return Ok(None);
+        }
+        store
+            .put(&PutRequest { pool, key: &key, data: &body, version, checksum, pg_seed, epoch })
+            .map(Some)
     })
     .await
     .map_err(|e| fail(ErrorKind::Io, format!("write task failed: {e}")))??;
+    let Some(outcome) = outcome else {
+        return Err(body_hash_refusal(state, signed_hash.flatten().is_some()));
+    };
     let mut response = Response::new(Body::empty());
     *response.status_mut() = match outcome {
         crate::store::PutOutcome::Stored => StatusCode::CREATED,
@@ -192,22 +209,19 @@ pub(super) async fn put_object(
     Ok(response)
 }
 
-/// Refuses a body that does not match the BLAKE3 hash its signed headers carry (the
-/// signature covers the hash; the hash covers the body), before it has any effect.
-fn check_body_hash(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<(), Failure> {
-    use optio_proto::auth::{AuthError, CONTENT_HASH_HEADER, content_hash};
-    let signed = headers.get(CONTENT_HASH_HEADER).and_then(|v| v.to_str().ok());
-    let error = match signed {
-        None => AuthError::Malformed(format!(
+/// The refusal of a body that does not match its signed hash (or of a signed PUT without
+/// one), counted and logged.
+fn body_hash_refusal(state: &AppState, had_hash: bool) -> Failure {
+    use optio_proto::auth::{AuthError, CONTENT_HASH_HEADER};
+    let error = if had_hash {
+        AuthError::BadSignature("the request (its body does not match the signed hash)".into())
+    } else {
+        AuthError::Malformed(format!(
             "a signed PUT must carry {CONTENT_HASH_HEADER}, the BLAKE3 hash of its body"
-        )),
-        Some(hash) if hash == content_hash(body) => return Ok(()),
-        Some(_) => AuthError::BadSignature(
-            "the request (its body does not match the signed hash)".to_string(),
-        ),
+        ))
     };
     state.auth.count_refusal(&error);
-    Err(fail(ErrorKind::Unauthorized, error.to_string()))
+    fail(ErrorKind::Unauthorized, error.to_string())
 }
 
 /// How far ahead of this server's clock a written version may be. Versions are writers' clock
