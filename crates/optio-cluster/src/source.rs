@@ -43,8 +43,9 @@ pub enum MapSource {
 impl MapSource {
     /// Reads a `--map` argument:
     ///
-    /// * `etcd://HOST[:PORT][/prefix]`: etcd (port 2379, prefix `/optio` when absent); any
-    ///   other `scheme://` is refused;
+    /// * `etcd://[USER@]HOST[:PORT][/prefix]`: etcd (port 2379, prefix `/optio` when absent),
+    ///   `etcds://…` over TLS (credentials from the environment: see [`crate::etcd`]'s
+    ///   `PASSWORD_ENV`, `CA_ENV`…); any other `scheme://` is refused;
     /// * otherwise a path: an existing directory, or one written with a trailing `/`, means
     ///   `DIR/map.toml`; an existing file is the map file; a path that does not exist yet is a
     ///   map file if it ends in `.toml`, else a cluster directory (as `optio up --dir` makes).
@@ -59,12 +60,13 @@ impl MapSource {
             ));
         }
         if let Some((scheme, _)) = spec.split_once("://") {
-            if format!("{scheme}://") == crate::etcd::SCHEME {
+            let scheme_text = format!("{scheme}://");
+            if scheme_text == crate::etcd::SCHEME || scheme_text == crate::etcd::TLS_SCHEME {
                 return EtcdStore::parse(spec).map(MapSource::Etcd);
             }
             return Err(bad(&format!(
                 "unsupported scheme `{scheme}://`: use etcd://HOST:PORT[/prefix] for etcd \
-                 (plain HTTP), or a map file or cluster directory path"
+                 (etcds:// over TLS), or a map file or cluster directory path"
             )));
         }
         Ok(MapSource::File(file_store(Path::new(spec), spec.ends_with('/'))))

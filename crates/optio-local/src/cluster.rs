@@ -749,42 +749,36 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// Its private key (0600).
     pub key: PathBuf,
+    /// `client.admin`'s certificate, for mutual TLS (its key beside it, `client.admin-key.pem`).
+    pub admin_cert: PathBuf,
+    /// Its private key (0600).
+    pub admin_key: PathBuf,
 }
 
-/// Makes (once) a throwaway CA and a server certificate for `bind`, 127.0.0.1 and localhost
-/// in `dir/tls/`.
+/// Makes (once) a throwaway CA (`ca.pem`, `ca-key.pem`), a server certificate for `bind`,
+/// 127.0.0.1 and localhost (`server.pem`), and a client certificate for `client.admin`
+/// (`client.admin.pem`) in `dir/tls/`.
 pub fn ensure_tls(dir: &Path, bind: &str) -> Result<TlsFiles, LocalError> {
     let tls_dir = dir.join("tls");
     let files = TlsFiles {
         ca: tls_dir.join("ca.pem"),
         cert: tls_dir.join("server.pem"),
         key: tls_dir.join("server-key.pem"),
+        admin_cert: tls_dir.join("client.admin.pem"),
+        admin_key: tls_dir.join("client.admin-key.pem"),
     };
-    if files.ca.exists() && files.cert.exists() && files.key.exists() {
+    if [&files.ca, &files.cert, &files.key, &files.admin_cert, &files.admin_key]
+        .iter()
+        .all(|p| p.exists())
+    {
         return Ok(files);
     }
-    let error = |e: rcgen::Error| LocalError::Spec(format!("cannot make TLS certificates: {e}"));
-    fs::create_dir_all(&tls_dir)
-        .map_err(LocalError::io(format!("cannot create {}", tls_dir.display())))?;
-    let ca_key = rcgen::KeyPair::generate().map_err(error)?;
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(error)?;
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "Optio local cluster CA");
-    let ca = ca_params.self_signed(&ca_key).map_err(error)?;
-    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-    if !names.contains(&bind.to_string()) {
-        names.push(bind.to_string());
+    let ca = crate::tls::Ca::open_or_create(&tls_dir)?;
+    let mut names = vec!["localhost", "127.0.0.1"];
+    if !names.contains(&bind) {
+        names.push(bind);
     }
-    let server_key = rcgen::KeyPair::generate().map_err(error)?;
-    let mut params = rcgen::CertificateParams::new(names).map_err(error)?;
-    params.distinguished_name.push(rcgen::DnType::CommonName, "optio server");
-    let cert = params.signed_by(&server_key, &ca, &ca_key).map_err(error)?;
-    let write = |path: &Path, text: String| {
-        optio_proto::auth::write_private(path, text.as_bytes())
-            .map_err(|e| LocalError::Spec(e.to_string()))
-    };
-    write(&files.ca, ca.pem())?;
-    write(&files.cert, cert.pem())?;
-    write(&files.key, server_key.serialize_pem())?;
+    ca.issue(&tls_dir, "server", "optio server", &names)?;
+    ca.issue(&tls_dir, "client.admin", optio_proto::auth::ADMIN, &[])?;
     Ok(files)
 }

@@ -68,7 +68,32 @@ pub struct EtcdServer {
     keep_dir: bool,
     client_port: u16,
     peer_port: u16,
+    /// Plain HTTP `/health` and `/metrics` (etcd's `--listen-metrics-urls`), for a TLS etcd.
+    metrics_port: u16,
+    options: EtcdOptions,
     child: Option<Child>,
+}
+
+/// How a test etcd differs from the default.
+#[derive(Clone, Debug, Default)]
+pub struct EtcdOptions {
+    /// TLS on the client port.
+    pub tls: Option<EtcdTls>,
+    /// How long an authentication token lives unused (`--auth-token-ttl`, seconds).
+    pub auth_token_ttl: Option<u32>,
+}
+
+/// TLS for a test etcd's client port.
+#[derive(Clone, Debug)]
+pub struct EtcdTls {
+    /// Its certificate (PEM), valid for 127.0.0.1.
+    pub cert: PathBuf,
+    /// Its private key (PEM).
+    pub key: PathBuf,
+    /// The CA whose client certificates it takes (`--trusted-ca-file`).
+    pub ca: PathBuf,
+    /// Whether a client must show a certificate (`--client-cert-auth`).
+    pub client_cert_auth: bool,
 }
 
 impl EtcdServer {
@@ -76,6 +101,12 @@ impl EtcdServer {
     /// and waits until `/health` says it is healthy (at most [`ETCD_START_TIMEOUT`]). Its
     /// output goes to `etcd.log` in its directory, quoted in errors.
     pub fn start() -> Result<EtcdServer, String> {
+        EtcdServer::start_with(EtcdOptions::default())
+    }
+
+    /// Starts etcd as [`start`](Self::start) does, with `options` (over TLS, its `/health` is
+    /// on a plain metrics port).
+    pub fn start_with(options: EtcdOptions) -> Result<EtcdServer, String> {
         let unique = SERVER_COUNTER.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -83,28 +114,37 @@ impl EtcdServer {
             .unwrap_or(0);
         let dir = std::env::temp_dir()
             .join(format!("optio-etcd-{}-{unique}-{nanos}", std::process::id()));
-        EtcdServer::start_at(dir, false)
+        EtcdServer::start_at(dir, false, options)
     }
 
     /// Starts etcd as [`start`](Self::start) does, with its data in `dir` (created if needed,
     /// kept when the server is dropped): `optio up --etcd` runs its cluster's etcd this way.
     pub fn start_in(dir: &Path) -> Result<EtcdServer, String> {
-        EtcdServer::start_at(dir.to_path_buf(), true)
+        EtcdServer::start_at(dir.to_path_buf(), true, EtcdOptions::default())
     }
 
-    fn start_at(dir: PathBuf, keep_dir: bool) -> Result<EtcdServer, String> {
+    fn start_at(dir: PathBuf, keep_dir: bool, options: EtcdOptions) -> Result<EtcdServer, String> {
         let binary = etcd_binary().ok_or(
             "etcd is not installed: install Debian's etcd-server (apt-get install etcd-server)",
         )?;
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let mut server =
-            EtcdServer { binary, dir, keep_dir, client_port: 0, peer_port: 0, child: None };
+        let mut server = EtcdServer {
+            binary,
+            dir,
+            keep_dir,
+            client_port: 0,
+            peer_port: 0,
+            metrics_port: 0,
+            options,
+            child: None,
+        };
         // A port found free can be taken by someone else before etcd binds it: try others.
         let mut attempt = 1;
         loop {
             server.client_port = free_port()?;
             server.peer_port = free_port()?;
+            server.metrics_port = free_port()?;
             match server.launch() {
                 Ok(()) => return Ok(server),
                 Err(error)
@@ -117,14 +157,20 @@ impl EtcdServer {
         }
     }
 
-    /// `etcd://127.0.0.1:PORT`, a [`optio_cluster::MapSource`] spec (default prefix).
+    /// `etcd://127.0.0.1:PORT` (`etcds://` over TLS), a [`optio_cluster::MapSource`] spec
+    /// (default prefix).
     pub fn url(&self) -> String {
-        format!("{}127.0.0.1:{}", optio_cluster::etcd::SCHEME, self.client_port)
+        let scheme = match self.options.tls {
+            None => optio_cluster::etcd::SCHEME,
+            Some(_) => optio_cluster::etcd::TLS_SCHEME,
+        };
+        format!("{scheme}127.0.0.1:{}", self.client_port)
     }
 
-    /// `http://127.0.0.1:PORT`, etcd's client endpoint.
+    /// `http://127.0.0.1:PORT` (`https://` over TLS), etcd's client endpoint.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.options.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// The data and log directory.
@@ -161,6 +207,50 @@ impl EtcdServer {
         self.launch()
     }
 
+    /// Adds `users` (each with a role of its name) and turns etcd's authentication on, through
+    /// the gateway on a plain client port (a TLS etcd: not supported here). A user named `root`
+    /// must be among them (etcd's rule).
+    pub fn enable_auth(&self, users: &[EtcdUser]) -> Result<(), String> {
+        if self.options.tls.is_some() {
+            return Err("enable_auth needs a plain client port".into());
+        }
+        let call = |operation: &str, body: serde_json::Value| -> Result<(), String> {
+            let body = body.to_string();
+            let request = format!(
+                "POST /v3/{operation} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let answer = plain_request(self.client_port, &request)
+                .map_err(|e| format!("etcd {operation}: {e}"))?;
+            match answer.lines().next() {
+                Some(status) if status.contains(" 200 ") => Ok(()),
+                status => Err(format!("etcd {operation}: {}", status.unwrap_or("no answer"))),
+            }
+        };
+        use base64::Engine as _;
+        let encode = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+        for user in users {
+            let name = &user.name;
+            call("auth/user/add", serde_json::json!({"name": name, "password": user.password}))?;
+            call("auth/role/add", serde_json::json!({"name": name}))?;
+            call("auth/user/grant", serde_json::json!({"user": name, "role": name}))?;
+            if let Some(prefix) = &user.prefix {
+                let mut end = prefix.clone().into_bytes();
+                if let Some(last) = end.last_mut() {
+                    *last += 1;
+                }
+                let end = String::from_utf8(end).map_err(|_| "an ASCII prefix".to_string())?;
+                let permission = serde_json::json!({
+                    "name": name,
+                    "perm": {"permType": "READWRITE", "key": encode(prefix), "range_end": encode(&end)}
+                });
+                call("auth/role/grant", permission)?;
+            }
+        }
+        call("auth/enable", serde_json::json!({}))
+    }
+
     fn launch(&mut self) -> Result<(), String> {
         let log_path = self.log_path();
         let log = std::fs::OpenOptions::new()
@@ -173,7 +263,25 @@ impl EtcdServer {
         let client_url = self.endpoint();
         let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
         let name = "optio-test";
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if let Some(ttl) = self.options.auth_token_ttl {
+            command.arg("--auth-token-ttl").arg(ttl.to_string());
+        }
+        if let Some(tls) = &self.options.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca)
+                .arg("--listen-metrics-urls")
+                .arg(format!("http://127.0.0.1:{}", self.metrics_port));
+            if tls.client_cert_auth {
+                command.arg("--client-cert-auth");
+            }
+        }
+        let child = command
             .arg("--name")
             .arg(name)
             .arg("--data-dir")
@@ -203,7 +311,9 @@ impl EtcdServer {
     fn wait_healthy(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + ETCD_START_TIMEOUT;
         loop {
-            if health(self.client_port) {
+            let port =
+                if self.options.tls.is_some() { self.metrics_port } else { self.client_port };
+            if health(port) {
                 return Ok(());
             }
             let exited = match self.child.as_mut() {
@@ -251,15 +361,30 @@ fn free_port() -> Result<u16, String> {
 
 /// Whether etcd on `port` answers `/health` with `"health":"true"` (plain HTTP/1.0).
 fn health(port: u16) -> bool {
-    let answer = (|| -> std::io::Result<String> {
-        let addr = (Ipv4Addr::LOCALHOST, port).into();
-        let mut stream = TcpStream::connect_timeout(&addr, HEALTH_REQUEST_TIMEOUT)?;
-        stream.set_read_timeout(Some(HEALTH_REQUEST_TIMEOUT))?;
-        stream.set_write_timeout(Some(HEALTH_REQUEST_TIMEOUT))?;
-        stream.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer)?;
-        Ok(answer)
-    })();
+    let answer = plain_request(port, "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
     answer.is_ok_and(|a| a.replace(' ', "").contains("\"health\":\"true\""))
+}
+
+/// One plain HTTP/1.0 exchange with etcd on `port`: the whole answer.
+fn plain_request(port: u16, request: &str) -> std::io::Result<String> {
+    let addr = (Ipv4Addr::LOCALHOST, port).into();
+    let mut stream = TcpStream::connect_timeout(&addr, HEALTH_REQUEST_TIMEOUT)?;
+    stream.set_read_timeout(Some(HEALTH_REQUEST_TIMEOUT))?;
+    stream.set_write_timeout(Some(HEALTH_REQUEST_TIMEOUT))?;
+    stream.write_all(request.as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// An etcd user for [`EtcdServer::enable_auth`].
+#[derive(Clone, Debug)]
+pub struct EtcdUser {
+    /// Its name.
+    pub name: String,
+    /// Its password.
+    pub password: String,
+    /// The key prefix it may read and write (`/optio/`: the keys from there to the prefix's
+    /// end); `None`: everything (etcd's `root` role).
+    pub prefix: Option<String>,
 }

@@ -9,6 +9,7 @@
 //!   `optio up --etcd` and for tests.
 //! * [`redis`]: a real Redis (Debian's `redis-server`) on a free loopback port, for tests of
 //!   the dirty table.
+//! * [`tls`]: a throwaway certificate authority (`optio up --tls`, tests).
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -16,6 +17,7 @@
 pub mod cluster;
 pub mod etcd;
 pub mod redis;
+pub mod tls;
 
 pub use cluster::{LocalCluster, LocalClusterSpec};
 

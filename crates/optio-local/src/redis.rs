@@ -13,7 +13,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -62,6 +62,22 @@ pub struct RedisServer {
     port: u16,
     dir: tempfile::TempDir,
     password: Option<String>,
+    /// TLS, on a port of its own beside the plain one (which this harness keeps for its PING
+    /// and SHUTDOWN).
+    tls: Option<(RedisTls, u16)>,
+}
+
+/// TLS for a test Redis (`--tls-port`).
+#[derive(Clone, Debug)]
+pub struct RedisTls {
+    /// Its certificate (PEM), valid for 127.0.0.1.
+    pub cert: PathBuf,
+    /// Its private key (PEM).
+    pub key: PathBuf,
+    /// The CA whose client certificates it takes.
+    pub ca: PathBuf,
+    /// Whether a client must show a certificate (`--tls-auth-clients yes`).
+    pub auth_clients: bool,
 }
 
 impl std::fmt::Debug for RedisServer {
@@ -78,22 +94,32 @@ impl RedisServer {
     /// file synced on every write (`--appendfsync always`, so that even a killed server keeps
     /// what it acknowledged) and no snapshots, and waits until it answers PING.
     pub fn start() -> io::Result<RedisServer> {
-        RedisServer::start_with(None)
+        RedisServer::start_with(None, None)
     }
 
     /// [`start`](Self::start), requiring `password` of clients (`--requirepass`).
     pub fn start_with_password(password: &str) -> io::Result<RedisServer> {
-        RedisServer::start_with(Some(password.to_string()))
+        RedisServer::start_with(Some(password.to_string()), None)
     }
 
-    fn start_with(password: Option<String>) -> io::Result<RedisServer> {
+    /// [`start`](Self::start), also taking TLS connections on [`tls_url`](Self::tls_url);
+    /// requiring `password` if given.
+    pub fn start_tls(tls: RedisTls, password: Option<&str>) -> io::Result<RedisServer> {
+        RedisServer::start_with(password.map(String::from), Some(tls))
+    }
+
+    fn start_with(password: Option<String>, tls: Option<RedisTls>) -> io::Result<RedisServer> {
         let dir = tempfile::Builder::new().prefix("optio-redis-").tempdir()?;
         let mut last_error = None;
         for _ in 0..START_ATTEMPTS_MAX {
             let port = free_port()?;
-            match spawn(port, dir.path(), password.as_deref()) {
+            let tls = match &tls {
+                Some(tls) => Some((tls.clone(), free_port()?)),
+                None => None,
+            };
+            match spawn(port, dir.path(), password.as_deref(), tls.as_ref()) {
                 Ok(child) => {
-                    return Ok(RedisServer { child: Some(child), port, dir, password });
+                    return Ok(RedisServer { child: Some(child), port, dir, password, tls });
                 }
                 Err(error) => last_error = Some(error),
             }
@@ -104,6 +130,11 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:PORT`, the TLS port (when started with [`start_tls`](Self::start_tls)).
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls.as_ref().map(|(_, port)| format!("rediss://127.0.0.1:{port}"))
     }
 
     /// The port.
@@ -153,7 +184,8 @@ impl RedisServer {
     /// the data it had).
     pub fn restart(&mut self) -> io::Result<()> {
         self.stop()?;
-        self.child = Some(spawn(self.port, self.dir.path(), self.password.as_deref())?);
+        self.child =
+            Some(spawn(self.port, self.dir.path(), self.password.as_deref(), self.tls.as_ref())?);
         Ok(())
     }
 }
@@ -169,11 +201,27 @@ impl Drop for RedisServer {
 
 /// Starts `redis-server` on `port` with its files in `dir` and waits until it answers PING;
 /// kills it if it does not.
-fn spawn(port: u16, dir: &Path, password: Option<&str>) -> io::Result<Child> {
+fn spawn(
+    port: u16,
+    dir: &Path,
+    password: Option<&str>,
+    tls: Option<&(RedisTls, u16)>,
+) -> io::Result<Child> {
     let log = File::options().create(true).append(true).open(dir.join(LOG_FILE))?;
     let mut command = Command::new(REDIS_SERVER);
     if let Some(password) = password {
         command.args(["--requirepass", password]);
+    }
+    if let Some((tls, tls_port)) = tls {
+        command
+            .args(["--tls-port", &tls_port.to_string()])
+            .arg("--tls-cert-file")
+            .arg(&tls.cert)
+            .arg("--tls-key-file")
+            .arg(&tls.key)
+            .arg("--tls-ca-cert-file")
+            .arg(&tls.ca)
+            .args(["--tls-auth-clients", if tls.auth_clients { "yes" } else { "no" }]);
     }
     let mut child = command
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])

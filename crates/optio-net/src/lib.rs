@@ -431,7 +431,7 @@ impl HttpTransport {
         let mut transport = match tls_ca {
             None => HttpTransport::new()?,
             Some(ca) => {
-                let config = tls::client_config(ca)?;
+                let config = tls::client_config(ca, None)?;
                 let http = HttpTransport::builder()
                     .use_preconfigured_tls(config)
                     .build()

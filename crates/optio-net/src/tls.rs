@@ -33,26 +33,40 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
-/// What a client trusts: the certificate authority in `ca` (PEM), and nothing else.
-pub fn client_config(ca: &Path) -> Result<rustls::ClientConfig, String> {
+/// What a client trusts: the certificate authority in `ca` (PEM), and nothing else; and, when
+/// `identity` names a certificate chain and its private key (PEM), the certificate it shows a
+/// server that asks for one (mutual TLS).
+pub fn client_config(
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in certificates(ca)? {
         roots
             .add(cert)
             .map_err(|e| format!("{} is not a usable CA certificate: {e}", ca.display()))?;
     }
-    Ok(rustls::ClientConfig::builder_with_provider(provider())
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS set-up: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
+        .with_root_certificates(roots);
+    match identity {
+        None => Ok(builder.with_no_client_auth()),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(certificates(cert)?, private_key(key)?)
+            .map_err(|e| format!("the certificate {} and its key do not fit: {e}", cert.display())),
+    }
+}
+
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path)
+        .map_err(|e| format!("cannot read a private key from {}: {e}", path.display()))
 }
 
 /// A server's TLS: its certificate chain and private key (PEM).
 pub fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
     let chain = certificates(cert)?;
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("cannot read a private key from {}: {e}", key.display()))?;
+    let key = private_key(key)?;
     rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS set-up: {e}"))?

@@ -15,7 +15,7 @@ pub enum DirtyError {
     /// The table's spec (`--dirty-table`, the map's setting) is not one Optio understands.
     #[error(
         "invalid dirty-table spec `{spec}`: {reason}; use `local` or \
-         `redis://HOST:PORT[/DB][?list=NAME]`"
+         `redis://[USER@]HOST:PORT[/DB][?list=NAME]` (`rediss://` over TLS)"
     )]
     InvalidSpec {
         /// The spec as given.

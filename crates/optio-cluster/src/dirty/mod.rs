@@ -48,7 +48,7 @@ pub use error::DirtyError;
 pub use local::{COMPACT_POPPED_BYTES_MIN, GROUP_BYTES_MAX, LOG_BYTES_MAX, LocalDirtyLog};
 pub use redis_list::{
     DRAIN_INTERVAL, LIST_DEFAULT, REDIS_CONNECT_TIMEOUT, REDIS_RESPONSE_TIMEOUT,
-    REDIS_RETRY_INTERVAL, RedisDirtyTable,
+    REDIS_RETRY_INTERVAL, RedisAccess, RedisDirtyTable,
 };
 
 /// The longest key, in bytes (the same as Optio's object keys).
@@ -114,12 +114,15 @@ impl DirtyTable {
             None | Some("local") => {
                 Ok(DirtyTable::Local(LocalDirtyLog::open(&local_dir.join(LOCAL_SUBDIR)).await?))
             }
-            Some(spec) if spec.starts_with("redis://") => Ok(DirtyTable::Redis(
-                RedisDirtyTable::open(spec, &local_dir.join(SPILL_SUBDIR)).await?,
-            )),
+            Some(spec) if spec.starts_with("redis://") || spec.starts_with("rediss://") => {
+                Ok(DirtyTable::Redis(
+                    RedisDirtyTable::open(spec, &local_dir.join(SPILL_SUBDIR)).await?,
+                ))
+            }
             Some(spec) => {
-                let reason = if spec.starts_with("rediss://") || spec.starts_with("redis+unix") {
-                    "only plain TCP Redis (`redis://`) is supported".to_string()
+                let reason = if spec.starts_with("redis+unix") {
+                    "only Redis over TCP (`redis://`, or `rediss://` for TLS) is supported"
+                        .to_string()
                 } else if spec.is_empty() {
                     "the spec is empty".to_string()
                 } else {

@@ -22,7 +22,7 @@
 //! object twice finds it in place the second time.
 
 use std::fs::{File, OpenOptions, TryLockError};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -88,7 +88,18 @@ impl RedisDirtyTable {
     /// that tables of several lists sharing a directory never drain into each other's list.
     /// Redis being down is not an error here: it is logged and pushes spill.
     pub async fn open(spec: &str, spill_root: &Path) -> Result<RedisDirtyTable, DirtyError> {
-        let (client, url, list) = parse_spec(spec)?;
+        let access = RedisAccess::from_env()
+            .map_err(|reason| DirtyError::InvalidSpec { spec: redact(spec), reason })?;
+        RedisDirtyTable::open_with(spec, spill_root, &access).await
+    }
+
+    /// [`open`](Self::open) with the credentials in `access` rather than the environment's.
+    pub async fn open_with(
+        spec: &str,
+        spill_root: &Path,
+        access: &RedisAccess,
+    ) -> Result<RedisDirtyTable, DirtyError> {
+        let (client, url, list) = parse_spec(spec, access)?;
         let spill = LocalDirtyLog::open(&spill_root.join(escape_file_name(&list))).await?;
         let inner = Arc::new(Inner {
             client,
@@ -446,14 +457,19 @@ async fn drain_in_background(inner: Weak<Inner>) {
 
 /// Splits `redis://HOST:PORT[/DB][?list=NAME]` into a client, the URL to show (without
 /// password) and the list's key.
-fn parse_spec(spec: &str) -> Result<(redis::Client, String, String), DirtyError> {
+fn parse_spec(
+    spec: &str,
+    access: &RedisAccess,
+) -> Result<(redis::Client, String, String), DirtyError> {
     let invalid = |reason: String| DirtyError::InvalidSpec { spec: redact(spec), reason };
     let (base, query) = match spec.split_once('?') {
         Some((base, query)) => (base, Some(query)),
         None => (spec, None),
     };
-    let Some(rest) = base.strip_prefix("redis://") else {
-        return Err(invalid("a Redis spec starts with `redis://`".to_string()));
+    let tls = base.starts_with("rediss://");
+    let Some(rest) = base.strip_prefix("redis://").or_else(|| base.strip_prefix("rediss://"))
+    else {
+        return Err(invalid("a Redis spec starts with `redis://` (or `rediss://` for TLS)".into()));
     };
     let authority = rest.split('/').next().unwrap_or_default();
     let host = authority.rsplit('@').next().unwrap_or_default();
@@ -481,8 +497,14 @@ fn parse_spec(spec: &str) -> Result<(redis::Client, String, String), DirtyError>
             name.to_string()
         }
     };
-    let with_password = with_password(base, password_from_env().map_err(&invalid)?);
-    let client = redis::Client::open(with_password.as_str()).map_err(|e| invalid(e.to_string()))?;
+    let with_password = with_password(base, access.password.clone());
+    let client = if tls {
+        let certificates = access.tls_certificates().map_err(&invalid)?;
+        redis::Client::build_with_tls(with_password.as_str(), certificates)
+    } else {
+        redis::Client::open(with_password.as_str())
+    };
+    let client = client.map_err(|e| invalid(e.to_string()))?;
     Ok((client, redact(base), list))
 }
 
@@ -491,19 +513,68 @@ pub const PASSWORD_ENV: &str = "OPTIO_REDIS_PASSWORD";
 /// The environment variable naming a file holding it.
 pub const PASSWORD_FILE_ENV: &str = "OPTIO_REDIS_PASSWORD_FILE";
 
-/// The password from [`PASSWORD_ENV`], or from the file [`PASSWORD_FILE_ENV`] names.
-fn password_from_env() -> Result<Option<String>, String> {
-    match (std::env::var(PASSWORD_ENV), std::env::var_os(PASSWORD_FILE_ENV)) {
-        (Ok(password), _) => Ok(Some(password)),
-        (Err(_), Some(path)) => Ok(Some(
-            std::fs::read_to_string(&path)
-                .map_err(|e| {
-                    format!("cannot read {PASSWORD_FILE_ENV} ({}): {e}", path.to_string_lossy())
-                })?
-                .trim_end_matches(['\n', '\r'])
-                .to_string(),
-        )),
-        (Err(_), None) => Ok(None),
+/// The environment variable naming the CA certificate (PEM) a `rediss://` Redis is checked
+/// with (unset: the system's trusted roots).
+pub const CA_ENV: &str = "OPTIO_REDIS_CA";
+/// The environment variable naming a client certificate (PEM) shown to a `rediss://` Redis
+/// (its `tls-auth-clients`).
+pub const CERT_ENV: &str = "OPTIO_REDIS_CERT";
+/// The environment variable naming that certificate's private key (PEM).
+pub const KEY_ENV: &str = "OPTIO_REDIS_KEY";
+
+/// The credentials a Redis dirty table is opened with, besides its URL: the password (when the
+/// URL has none) and, for `rediss://`, the CA and an optional client certificate.
+#[derive(Clone, Default)]
+pub struct RedisAccess {
+    /// The password (AUTH, or the ACL user's of `redis://USER@HOST`).
+    pub password: Option<String>,
+    /// The CA certificate (PEM) Redis's certificate is checked with; none: the system's roots.
+    pub ca: Option<PathBuf>,
+    /// A client certificate chain and its private key (PEM).
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl std::fmt::Debug for RedisAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisAccess")
+            .field("password", &self.password.as_ref().map(|_| "…"))
+            .field("ca", &self.ca)
+            .field("identity", &self.identity)
+            .finish()
+    }
+}
+
+impl RedisAccess {
+    /// What [`PASSWORD_ENV`] (or [`PASSWORD_FILE_ENV`]), [`CA_ENV`], [`CERT_ENV`] and
+    /// [`KEY_ENV`] say.
+    pub fn from_env() -> Result<RedisAccess, String> {
+        let path = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let identity = match (path(CERT_ENV), path(KEY_ENV)) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => return Err(format!("set both {CERT_ENV} and {KEY_ENV}, or neither")),
+        };
+        Ok(RedisAccess {
+            password: crate::secret::from_env(PASSWORD_ENV, PASSWORD_FILE_ENV)?,
+            ca: path(CA_ENV),
+            identity,
+        })
+    }
+
+    /// The certificates of a `rediss://` connection, read.
+    fn tls_certificates(&self) -> Result<redis::TlsCertificates, String> {
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        };
+        let client_tls = match &self.identity {
+            Some((cert, key)) => {
+                Some(redis::ClientTlsConfig { client_cert: read(cert)?, client_key: read(key)? })
+            }
+            None => None,
+        };
+        let root_cert = self.ca.as_deref().map(read).transpose()?;
+        optio_net::tls::install_crypto_provider();
+        Ok(redis::TlsCertificates { client_tls, root_cert })
     }
 }
 
@@ -511,7 +582,7 @@ fn password_from_env() -> Result<Option<String>, String> {
 /// `redis://USER@HOST` for an ACL user): passwords stay off command lines.
 fn with_password(base: &str, password: Option<String>) -> String {
     let Some(password) = password else { return base.to_string() };
-    let rest = base.strip_prefix("redis://").unwrap_or(base);
+    let (scheme, rest) = base.split_once("://").unwrap_or(("redis", base));
     let authority_end = rest.find('/').unwrap_or(rest.len());
     let (authority, path) = rest.split_at(authority_end);
     let (user, host) = match authority.rsplit_once('@') {
@@ -529,7 +600,7 @@ fn with_password(base: &str, password: Option<String>) -> String {
             }
         })
         .collect();
-    format!("redis://{user}:{encoded}@{host}{path}")
+    format!("{scheme}://{user}:{encoded}@{host}{path}")
 }
 
 /// Whether Redis refused the credentials (or wants some).
@@ -555,12 +626,12 @@ fn escape_file_name(name: &str) -> String {
 
 /// `spec` without the password of its `user:password@` part.
 fn redact(spec: &str) -> String {
-    let Some(rest) = spec.strip_prefix("redis://") else {
+    let Some((scheme, rest)) = spec.split_once("://") else {
         return spec.to_string();
     };
     let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
     match rest[..authority_end].rfind('@') {
-        Some(at) => format!("redis://***@{}", &rest[at + 1..]),
+        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
         None => spec.to_string(),
     }
 }
@@ -581,15 +652,17 @@ mod tests {
 
     #[test]
     fn specs_name_a_server_and_a_list() {
-        let (_, url, list) = parse_spec("redis://127.0.0.1:6379").unwrap();
+        let (_, url, list) = parse_spec("redis://127.0.0.1:6379", &RedisAccess::default()).unwrap();
         assert_eq!((url.as_str(), list.as_str()), ("redis://127.0.0.1:6379", LIST_DEFAULT));
-        let (_, url, list) = parse_spec("redis://db.example:7000/3?list=pool:dirty").unwrap();
+        let (_, url, list) =
+            parse_spec("redis://db.example:7000/3?list=pool:dirty", &RedisAccess::default())
+                .unwrap();
         assert_eq!((url.as_str(), list.as_str()), ("redis://db.example:7000/3", "pool:dirty"));
     }
 
     #[test]
     fn bad_specs_say_what_is_wrong() {
-        let reason = |spec: &str| match parse_spec(spec) {
+        let reason = |spec: &str| match parse_spec(spec, &RedisAccess::default()) {
             Err(DirtyError::InvalidSpec { reason, .. }) => reason,
             other => panic!("{spec}: {other:?}"),
         };
@@ -612,7 +685,7 @@ mod tests {
     fn passwords_are_not_shown() {
         assert_eq!(redact("redis://user:secret@h:1/2?list=x"), "redis://***@h:1/2?list=x");
         assert_eq!(redact("redis://h:1/2"), "redis://h:1/2");
-        let error = parse_spec("redis://u:secret@h:1?bad").unwrap_err();
+        let error = parse_spec("redis://u:secret@h:1?bad", &RedisAccess::default()).unwrap_err();
         assert!(!error.to_string().contains("secret"), "{error}");
     }
 }

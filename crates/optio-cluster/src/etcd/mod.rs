@@ -63,11 +63,14 @@ use serde_json::json;
 use crate::ClusterError;
 use crate::codec;
 
+mod access;
 mod fence;
 mod gateway;
 mod url;
 mod watch;
 
+pub use access::{CA_ENV, CERT_ENV, EtcdAccess, KEY_ENV, PASSWORD_ENV, PASSWORD_FILE_ENV};
+use access::{Login, TlsFiles};
 pub use fence::FenceRefusal;
 use gateway::*;
 use url::{parse_prefix, split_host_port};
@@ -80,6 +83,8 @@ pub const DEFAULT_PREFIX: &str = "/optio";
 pub const DEFAULT_PORT: u16 = 2379;
 /// The URL scheme of an etcd map source.
 pub const SCHEME: &str = "etcd://";
+/// The URL scheme of an etcd map source reached over TLS (see `access.rs`).
+pub const TLS_SCHEME: &str = "etcds://";
 /// How long one request (range, put, transaction, opening a watch) may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a TCP connection to etcd may take to open.
@@ -110,12 +115,16 @@ const GATEWAY: &str = "/v3";
 /// An etcd holding Optio's map under a prefix.
 #[derive(Clone, Debug)]
 pub struct EtcdStore {
-    /// `http://HOST:PORT`.
+    /// `http://HOST:PORT` (`https://` over TLS).
     endpoint: String,
     /// `HOST:PORT` as given (for [`EtcdStore::describe`]).
     authority: String,
     /// `/optio`: starts with `/`, no trailing `/`.
     prefix: String,
+    /// The user and password, when etcd's authentication is used.
+    login: Option<Login>,
+    /// The token `auth/authenticate` gave for `login` (shared by the clones of a store).
+    token: std::sync::Arc<tokio::sync::Mutex<Option<String>>>,
     client: reqwest::Client,
 }
 
@@ -125,45 +134,87 @@ impl PartialEq for EtcdStore {
     }
 }
 
+/// `spec` with anything after a `:` in its user part (a password given by mistake) hidden.
+fn redact(spec: &str) -> String {
+    let Some((scheme, rest)) = spec.split_once("://") else { return spec.to_string() };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rsplit_once('@') {
+        Some((user, host)) if user.contains(':') => {
+            let name = user.split(':').next().unwrap_or_default();
+            format!("{scheme}://{name}:***@{host}{}", &rest[authority_end..])
+        }
+        _ => spec.to_string(),
+    }
+}
+
 impl EtcdStore {
-    /// Parses `etcd://HOST[:PORT][/prefix]` (port [`DEFAULT_PORT`], prefix
-    /// [`DEFAULT_PREFIX`] when absent). Makes no connection.
+    /// Parses `etcd://[USER@]HOST[:PORT][/prefix]` or `etcds://…` (TLS) — port
+    /// [`DEFAULT_PORT`], prefix [`DEFAULT_PREFIX`] when absent; a user's password, the TLS
+    /// CA and client certificate come from the environment ([`PASSWORD_ENV`], [`CA_ENV`]…).
+    /// Makes no connection.
     pub fn parse(spec: &str) -> Result<EtcdStore, ClusterError> {
-        let bad = |reason: String| ClusterError::BadSource { spec: spec.to_string(), reason };
-        let rest = spec
-            .strip_prefix(SCHEME)
-            .ok_or_else(|| bad(format!("an etcd source starts with {SCHEME}")))?;
+        let access = EtcdAccess::from_env()
+            .map_err(|reason| ClusterError::BadSource { spec: redact(spec), reason })?;
+        EtcdStore::parse_with(spec, &access)
+    }
+
+    /// Parses `spec` as [`EtcdStore::parse`] does, with the credentials in `access` rather
+    /// than the environment's.
+    pub fn parse_with(spec: &str, access: &EtcdAccess) -> Result<EtcdStore, ClusterError> {
+        let bad = |reason: String| ClusterError::BadSource { spec: redact(spec), reason };
+        let (rest, tls) = match (spec.strip_prefix(SCHEME), spec.strip_prefix(TLS_SCHEME)) {
+            (Some(rest), _) => (rest, None),
+            (None, Some(rest)) => (rest, Some(access.tls_files().map_err(bad)?)),
+            (None, None) => {
+                return Err(bad(format!("an etcd source starts with {SCHEME} or {TLS_SCHEME}")));
+            }
+        };
         let (authority, path) = match rest.find('/') {
             Some(slash) => rest.split_at(slash),
             None => (rest, ""),
         };
+        let (user, authority) = match authority.rsplit_once('@') {
+            Some((user, host)) => (Some(user), host),
+            None => (None, authority),
+        };
         let (host, port) = split_host_port(authority).map_err(bad)?;
         let prefix = parse_prefix(path).map_err(bad)?;
+        let login = user.map(|user| Login::new(user, access)).transpose().map_err(bad)?;
         let authority = format!("{host}:{port}");
-        EtcdStore::new(&authority, &prefix)
-            .map_err(|e| bad(format!("cannot make an HTTP client: {e}")))
+        EtcdStore::new(&authority, &prefix, login, tls.as_ref()).map_err(bad)
     }
 
-    fn new(authority: &str, prefix: &str) -> Result<EtcdStore, reqwest::Error> {
-        let client = {
-            // Every HTTP client needs a TLS crypto provider (see optio-net's `tls`).
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).no_proxy().build()?
+    fn new(
+        authority: &str,
+        prefix: &str,
+        login: Option<Login>,
+        tls: Option<&TlsFiles>,
+    ) -> Result<EtcdStore, String> {
+        optio_net::tls::install_crypto_provider();
+        let builder = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).no_proxy();
+        let (builder, scheme) = match tls {
+            None => (builder, "http"),
+            Some(files) => (builder.use_preconfigured_tls(files.client_config()?), "https"),
         };
+        let client = builder.build().map_err(|e| format!("cannot make an HTTP client: {e}"))?;
         Ok(EtcdStore {
-            endpoint: format!("http://{authority}"),
+            endpoint: format!("{scheme}://{authority}"),
             authority: authority.to_string(),
             prefix: prefix.to_string(),
+            login,
+            token: Default::default(),
             client,
         })
     }
 
     /// `etcd://HOST:PORT/prefix`, which [`EtcdStore::parse`] reads back.
     pub fn describe(&self) -> String {
-        format!("{SCHEME}{}{}", self.authority, self.prefix)
+        let scheme = if self.endpoint.starts_with("https") { TLS_SCHEME } else { SCHEME };
+        let user = self.login.as_ref().map(|l| format!("{}@", l.user)).unwrap_or_default();
+        format!("{scheme}{user}{}{}", self.authority, self.prefix)
     }
 
-    /// `http://HOST:PORT`.
+    /// `http://HOST:PORT` (`https://` over TLS).
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
@@ -433,40 +484,124 @@ impl EtcdStore {
         format!("{}{GATEWAY}/{operation}", self.endpoint)
     }
 
-    /// One request to the gateway, with [`REQUEST_TIMEOUT`].
+    /// One request to the gateway, with [`REQUEST_TIMEOUT`] (and the login's token, renewed
+    /// once if etcd says it expired).
     async fn call<R: DeserializeOwned>(
         &self,
         operation: &str,
         body: &serde_json::Value,
     ) -> Result<R, ClusterError> {
-        let request = self
+        let body = body.to_string();
+        let mut renewed = false;
+        loop {
+            let token = self.token().await?;
+            match self.send(operation, &body, token.as_deref()).await? {
+                Ok(answer) => return Ok(answer),
+                Err((_, message))
+                    if token.is_some() && !renewed && message.contains("invalid auth token") =>
+                {
+                    self.forget_token(&token).await;
+                    renewed = true;
+                }
+                Err((status, message)) => {
+                    return Err(self.refused(operation, status, &message, body.len()));
+                }
+            }
+        }
+    }
+
+    /// Sends one request: its decoded answer, or the status and message of a refusal.
+    async fn send<R: DeserializeOwned>(
+        &self,
+        operation: &str,
+        body: &str,
+        token: Option<&str>,
+    ) -> Result<Result<R, (reqwest::StatusCode, String)>, ClusterError> {
+        let mut request = self
             .client
             .post(self.url(operation))
             .timeout(REQUEST_TIMEOUT)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string());
+        if let Some(token) = token {
+            request = request.header(reqwest::header::AUTHORIZATION, token);
+        }
         let mut response = request.send().await.map_err(|e| self.unreachable(reason(&e)))?;
         let status = response.status();
         let bytes = read_body(&mut response).await.map_err(|e| self.unreachable(e))?;
         if !status.is_success() {
-            let message = error_message(&bytes);
-            let hint = if message.contains("request is too large") {
-                format!(
-                    " (the request is {} bytes; start etcd with a larger --max-request-bytes, \
-                     default 1.5 MiB, e.g. --max-request-bytes {ETCD_REQUEST_BYTES}, as `optio up --etcd` does)",
-                    body.to_string().len()
-                )
-            } else {
-                String::new()
-            };
-            return Err(self.error(&format!("refused {operation}: HTTP {status}: {message}{hint}")));
+            return Ok(Err((status, error_message(&bytes))));
         }
-        serde_json::from_slice(&bytes).map_err(|e| {
+        serde_json::from_slice(&bytes).map(Ok).map_err(|e| {
             self.error(&format!(
                 "answered {operation} with something unexpected ({e}): {}",
                 snippet(&bytes)
             ))
         })
+    }
+
+    /// The error for a refused request, with what to do about it.
+    fn refused(
+        &self,
+        operation: &str,
+        status: reqwest::StatusCode,
+        message: &str,
+        body_bytes: usize,
+    ) -> ClusterError {
+        let hint = if message.contains("request is too large") {
+            format!(
+                " (the request is {body_bytes} bytes; start etcd with a larger --max-request-bytes, \
+                 default 1.5 MiB, e.g. --max-request-bytes {ETCD_REQUEST_BYTES}, as `optio up --etcd` does)"
+            )
+        } else {
+            access::hint(message, self.login.as_ref().map(|l| l.user.as_str()), &self.prefix)
+        };
+        self.error(&format!("refused {operation}: HTTP {status}: {message}{hint}"))
+    }
+
+    /// The token to send: none without a login; else the one held, or a new one.
+    async fn token(&self) -> Result<Option<String>, ClusterError> {
+        let Some(login) = &self.login else { return Ok(None) };
+        let mut token = self.token.lock().await;
+        if token.is_none() {
+            *token = self.authenticate(login).await?;
+        }
+        Ok(token.clone())
+    }
+
+    /// Drops the token `used` (etcd no longer takes it), unless another task replaced it.
+    async fn forget_token(&self, used: &Option<String>) {
+        let mut token = self.token.lock().await;
+        if *token == *used {
+            *token = None;
+        }
+    }
+
+    /// Trades the login for a token (`auth/authenticate`); none if etcd does not check
+    /// credentials (its authentication is not enabled).
+    async fn authenticate(&self, login: &Login) -> Result<Option<String>, ClusterError> {
+        #[derive(serde::Deserialize)]
+        struct Authenticated {
+            #[serde(default)]
+            token: String,
+        }
+        let body = json!({ "name": login.user, "password": login.password }).to_string();
+        match self.send::<Authenticated>("auth/authenticate", &body, None).await? {
+            Ok(answer) if !answer.token.is_empty() => Ok(Some(answer.token)),
+            Ok(_) => Err(self.error("answered auth/authenticate without a token")),
+            Err((_, message)) if message.contains("authentication is not enabled") => {
+                tracing::warn!(
+                    etcd = %self.describe(),
+                    "etcd does not have authentication enabled: the user and password are not checked"
+                );
+                Ok(None)
+            }
+            Err((status, message)) => Err(self.error(&format!(
+                "refused the credentials of the etcd user `{}`: HTTP {status}: {message}{}",
+                login.user,
+                access::hint(&message, Some(&login.user), &self.prefix)
+            ))),
+        }
     }
 
     /// Opens a watch on `key` from `start_revision` and waits for etcd's "created" notice.
@@ -480,11 +615,14 @@ impl EtcdStore {
         });
         // No overall timeout on the request: the response is the stream and lasts; the
         // headers and the first message each get one.
-        let request = self
+        let mut request = self
             .client
             .post(self.url("watch"))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string());
+        if let Some(token) = self.token().await? {
+            request = request.header(reqwest::header::AUTHORIZATION, token);
+        }
         let mut response = tokio::time::timeout(REQUEST_TIMEOUT, request.send())
             .await
             .map_err(|_| self.unreachable(format!("no answer within {REQUEST_TIMEOUT:?}")))?
@@ -558,13 +696,17 @@ mod tests {
             ("etcd://h:1//a", "empty segment"),
             ("etcd://h:1/a b", "contains"),
             ("etcd://h:1/a?b", "contains"),
-            ("etcd://us@r:1", "not a host"),
+            ("etcd://us:pw@r:1", "password does not go in the URL"),
+            ("etcd://@r:1", "user before `@` is empty"),
+            ("etcd://a@b@r:1", "not an etcd user name"),
             ("etcd://[::1", "closing"),
         ] {
             let error = EtcdStore::parse(spec).expect_err(spec).to_string();
             assert!(error.contains(says), "{spec}: {error}");
-            assert!(error.contains(spec), "{spec}: {error}");
+            assert!(error.contains(&redact(spec)), "{spec}: {error}");
         }
+        let error = EtcdStore::parse("etcd://us:pw@r:1/p").expect_err("a password").to_string();
+        assert!(!error.contains("pw") && error.contains("etcd://us:***@r:1/p"), "{error}");
     }
 
     #[test]

@@ -351,9 +351,15 @@ async fn bad_entries_and_counts_are_refused_and_nothing_is_written() {
 #[tokio::test]
 async fn bad_specs_say_what_is_wrong_and_what_is_accepted() {
     let dir = tempfile::tempdir().unwrap();
-    for spec in
-        ["", "file", "Local", "rediss://h:1", "redis://", "redis://h:1?list=a b", "redis://h:1?x=1"]
-    {
+    for spec in [
+        "",
+        "file",
+        "Local",
+        "redis+unix:///r.sock",
+        "redis://",
+        "redis://h:1?list=a b",
+        "redis://h:1?x=1",
+    ] {
         let error = DirtyTable::open(Some(spec), dir.path()).await.unwrap_err();
         assert!(matches!(error, DirtyError::InvalidSpec { .. }), "{spec}: {error:?}");
         let message = error.to_string();

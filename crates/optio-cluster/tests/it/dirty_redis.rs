@@ -189,3 +189,64 @@ async fn redis_credentials_are_checked_when_the_table_opens() {
     assert!(!table.describe().contains("s3cret"), "{}", table.describe());
     check_fifo(&table).await;
 }
+
+/// A Redis that takes only TLS clients with a certificate (and a password): reached over
+/// `rediss://` with the CA, the client certificate and the password; without the certificate,
+/// or trusting another CA, nothing is pushed there (the table spills and says Redis is
+/// unreachable).
+#[tokio::test]
+async fn redis_over_tls_with_a_client_certificate() {
+    use optio_cluster::dirty::RedisAccess;
+    use optio_local::redis::RedisTls;
+    use optio_local::tls::Ca;
+    if !redis_available() {
+        return;
+    }
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::open_or_create(certs.path()).unwrap();
+    let server = ca.issue(certs.path(), "redis", "redis", &["127.0.0.1"]).unwrap();
+    let client = ca.issue(certs.path(), "client", "optio", &[]).unwrap();
+    let tls = RedisTls {
+        cert: server.cert,
+        key: server.key,
+        ca: ca.cert_path.clone(),
+        auth_clients: true,
+    };
+    let redis = RedisServer::start_tls(tls, Some("tls-s3cret")).unwrap();
+    let url = redis.tls_url().expect("a TLS port");
+    assert!(url.starts_with("rediss://"), "{url}");
+    let dir = tempfile::tempdir().unwrap();
+    let access = RedisAccess {
+        password: Some("tls-s3cret".into()),
+        ca: Some(ca.cert_path.clone()),
+        identity: Some((client.cert.clone(), client.key.clone())),
+    };
+    let spec = format!("{url}?list=tls");
+    let table = RedisDirtyTable::open_with(&spec, &dir.path().join("spill"), &access)
+        .await
+        .expect("the TLS table opens");
+    let table = DirtyTable::Redis(table);
+    check_fifo(&table).await;
+
+    // A wrong password over TLS is refused at once, and not echoed.
+    let wrong = RedisAccess { password: Some("nope-nope".into()), ..access.clone() };
+    let error = RedisDirtyTable::open_with(&spec, &dir.path().join("spill2"), &wrong)
+        .await
+        .expect_err("a wrong password");
+    let text = error.to_string();
+    assert!(text.contains("refused the credentials") && !text.contains("nope-nope"), "{text}");
+
+    // No client certificate, or another CA: Redis is not reached (reads fail clearly).
+    let other = tempfile::tempdir().unwrap();
+    let other_ca = Ca::open_or_create(other.path()).unwrap();
+    for (name, access) in [
+        ("no-cert", RedisAccess { identity: None, ..access.clone() }),
+        ("wrong-ca", RedisAccess { ca: Some(other_ca.cert_path.clone()), ..access.clone() }),
+    ] {
+        let table = RedisDirtyTable::open_with(&spec, &dir.path().join(name), &access)
+            .await
+            .expect("opening does not need Redis");
+        let error = DirtyTable::Redis(table).len().await.expect_err(name);
+        assert!(matches!(error, DirtyError::RedisUnreachable { .. }), "{name}: {error:?}");
+    }
+}

@@ -3,6 +3,7 @@
 
 mod dirty_local;
 mod dirty_redis;
+mod etcd_access;
 mod sources;
 mod statuses;
 mod store;

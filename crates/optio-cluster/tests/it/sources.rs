@@ -27,7 +27,8 @@ fn bad_specs_are_refused_clearly() {
     for (spec, says) in [
         ("", "it is empty"),
         ("http://127.0.0.1:2379", "unsupported scheme `http://`: use etcd://HOST:PORT[/prefix]"),
-        ("etcds://127.0.0.1:2379", "unsupported scheme `etcds://`"),
+        ("etcds://127.0.0.1:2379", "etcds:// needs the CA that signed etcd's certificate"),
+        ("etcdx://127.0.0.1:2379", "unsupported scheme `etcdx://`"),
         ("redis://h:6379", "unsupported scheme"),
         ("etcd://", "the host is missing"),
         ("etcd://:2379/optio", "the host is missing"),

@@ -9,7 +9,8 @@ use optio_cluster::source::MapSource;
 /// Where the live map is.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LiveMap {
-    /// The map: a map file, a cluster directory, or etcd://HOST:PORT[/prefix].
+    /// The map: a map file, a cluster directory, or etcd://[USER@]HOST:PORT[/prefix] (etcds://
+    /// for TLS; credentials from OPTIO_ETCD_PASSWORD(_FILE), OPTIO_ETCD_CA/CERT/KEY).
     #[arg(long, value_name = "SOURCE")]
     pub map: Option<String>,
     /// The cluster directory `optio up` printed (its map, in a file or in etcd).

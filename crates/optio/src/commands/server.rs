@@ -19,7 +19,8 @@ pub struct Args {
     #[arg(long = "device", value_name = "ID:CAPACITY:DIR", required = true)]
     pub devices: Vec<String>,
     /// Where the cluster map lives: a map file, a cluster directory or
-    /// etcd://HOST:PORT[/prefix] (followed live: epochs, locations, rebalancing).
+    /// etcd://[USER@]HOST:PORT[/prefix] (followed live: epochs, locations, rebalancing; etcds://
+    /// for TLS, credentials from OPTIO_ETCD_PASSWORD(_FILE), OPTIO_ETCD_CA/CERT/KEY).
     #[arg(long, value_name = "SOURCE")]
     pub map: Option<String>,
     /// This server's name, for logs and `optio status` (default: its first device).

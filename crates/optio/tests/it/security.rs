@@ -442,3 +442,75 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
     let text = format!("{error:?}").to_lowercase();
     assert!(text.contains("certificate") || text.contains("unreachable"), "{error}");
 }
+
+/// The map in an etcd with authentication on, reached from the command line: the user in the
+/// URL, the password from a file named in the environment; a missing or wrong password stops
+/// a command and a server at start-up with a clear error, and is never echoed.
+#[test]
+fn commands_and_servers_reach_an_etcd_with_credentials() {
+    use optio_local::etcd::{EtcdServer, EtcdUser, etcd_available};
+    if !etcd_available() {
+        return;
+    }
+    let etcd = EtcdServer::start().expect("etcd starts");
+    let user = |name: &str, password: &str, prefix: Option<&str>| EtcdUser {
+        name: name.into(),
+        password: password.into(),
+        prefix: prefix.map(String::from),
+    };
+    etcd.enable_auth(&[user("root", "root-pw", None), user("optio", "optio-pw", Some("/optio/"))])
+        .expect("authentication on");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let password_file = dir.path().join("etcd-password");
+    std::fs::write(&password_file, "optio-pw\n").expect("write");
+    let wrong_file = dir.path().join("wrong-password");
+    std::fs::write(&wrong_file, "Wr0ngSecret\n").expect("write");
+    let url = etcd.url().replace("etcd://", "etcd://optio@");
+
+    // Store a map with the library, as `optio up --etcd` would.
+    let access =
+        optio_cluster::etcd::EtcdAccess { password: Some("optio-pw".into()), ..Default::default() };
+    let store = optio_cluster::etcd::EtcdStore::parse_with(&url, &access).expect("a source");
+    runtime().block_on(async {
+        let text = std::fs::read_to_string(crate::support::example("small.toml")).expect("read");
+        let map = optio_mapfile::parse(&text).expect("map");
+        optio_cluster::MapSource::Etcd(store).initialize(&map).await.expect("stored")
+    });
+
+    let run = |args: &[&str], password_file: Option<&std::path::Path>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_optio"));
+        command.args(args).env_remove("OPTIO_ETCD_PASSWORD");
+        match password_file {
+            Some(file) => command.env("OPTIO_ETCD_PASSWORD_FILE", file),
+            None => command.env_remove("OPTIO_ETCD_PASSWORD_FILE"),
+        };
+        command.output().expect("optio runs")
+    };
+    let edit = ["map", "set-state", "0", "--down", "--map", &url];
+    let edited = run(&edit, Some(&password_file));
+    assert!(edited.status.success(), "{}", String::from_utf8_lossy(&edited.stderr));
+    assert!(String::from_utf8_lossy(&edited.stdout).contains("epoch 2"), "the map is edited");
+
+    let missing = run(&edit, None);
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("needs a password") && stderr.contains("OPTIO_ETCD_PASSWORD"),
+        "{stderr}"
+    );
+
+    let anonymous = run(&["map", "set-state", "0", "--up", "--map", &etcd.url()], None);
+    let stderr = String::from_utf8_lossy(&anonymous.stderr);
+    assert_eq!(anonymous.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("authentication enabled"), "{stderr}");
+
+    // A server given the wrong password stops at start-up and says why.
+    let data = dir.path().join("dev0");
+    let device = format!("0:1GiB:{}", data.display());
+    let server =
+        run(&["server", "--no-auth", "--map", &url, "--device", &device], Some(&wrong_file));
+    let stderr = String::from_utf8_lossy(&server.stderr);
+    assert!(!server.status.success(), "the server must not start: {stderr}");
+    assert!(stderr.contains("refused the credentials of the etcd user `optio`"), "{stderr}");
+    assert!(!stderr.contains("Wr0ngSecret"), "the password is never echoed: {stderr}");
+}

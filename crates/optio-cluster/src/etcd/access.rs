@@ -1,0 +1,194 @@
+//! Who Optio is to etcd, and how the traffic is protected.
+//!
+//! * **User and password** (etcd's own authentication): the URL names the user,
+//!   `etcd://USER@HOST:PORT/prefix`; the password comes from [`PASSWORD_ENV`] or the file
+//!   [`PASSWORD_FILE_ENV`] names — never from the command line. `auth/authenticate` trades them
+//!   for a token sent in `Authorization` with every request; a token etcd has expired (its
+//!   `--auth-token-ttl`, 5 minutes of disuse by default) is replaced once and the request
+//!   retried.
+//! * **TLS**: the scheme `etcds://` speaks HTTPS to etcd, trusting the CA in [`CA_ENV`]; with
+//!   [`CERT_ENV`] and [`KEY_ENV`] it shows that client certificate (etcd's
+//!   `--client-cert-auth`; with authentication enabled in etcd, the certificate's common name is
+//!   the user, and no password is needed).
+//!
+//! Environment variables rather than flags, because every command that takes a map source
+//! (`--map`, `--cluster`) then reaches the same etcd the same way, and servers started by
+//! `optio up` inherit them.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// The environment variable holding the etcd user's password.
+pub const PASSWORD_ENV: &str = "OPTIO_ETCD_PASSWORD";
+/// The environment variable naming a file holding it.
+pub const PASSWORD_FILE_ENV: &str = "OPTIO_ETCD_PASSWORD_FILE";
+/// The environment variable naming the CA certificate (PEM) an `etcds://` etcd is checked with.
+pub const CA_ENV: &str = "OPTIO_ETCD_CA";
+/// The environment variable naming the client certificate (PEM) shown to an `etcds://` etcd.
+pub const CERT_ENV: &str = "OPTIO_ETCD_CERT";
+/// The environment variable naming that certificate's private key (PEM).
+pub const KEY_ENV: &str = "OPTIO_ETCD_KEY";
+/// Longest etcd user name, in bytes.
+const USER_BYTES_MAX: usize = 128;
+
+/// A user and the password read for it (the password is never shown).
+#[derive(Clone, PartialEq, Eq)]
+pub(super) struct Login {
+    pub(super) user: String,
+    pub(super) password: String,
+}
+
+impl fmt::Debug for Login {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Login").field("user", &self.user).finish_non_exhaustive()
+    }
+}
+
+impl Login {
+    /// The login of `user` with the password `access` holds.
+    pub(super) fn new(user: &str, access: &EtcdAccess) -> Result<Login, String> {
+        check_user(user)?;
+        let password = access.password.clone().ok_or_else(|| {
+            format!(
+                "the etcd user `{user}` needs a password: set {PASSWORD_ENV}, or {PASSWORD_FILE_ENV} \
+                 to a file holding it (a password is never taken from the command line)"
+            )
+        })?;
+        Ok(Login { user: user.to_string(), password })
+    }
+}
+
+/// The credentials an etcd source is reached with, besides its URL: the password of the URL's
+/// user, and for `etcds://` the CA and an optional client certificate.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct EtcdAccess {
+    /// The password of the user the URL names.
+    pub password: Option<String>,
+    /// The CA certificate (PEM) that signed etcd's certificate.
+    pub ca: Option<PathBuf>,
+    /// A client certificate chain and its private key (PEM), for etcd's `--client-cert-auth`.
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl fmt::Debug for EtcdAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdAccess")
+            .field("password", &self.password.as_ref().map(|_| "…"))
+            .field("ca", &self.ca)
+            .field("identity", &self.identity)
+            .finish()
+    }
+}
+
+impl EtcdAccess {
+    /// What [`PASSWORD_ENV`] (or [`PASSWORD_FILE_ENV`]), [`CA_ENV`], [`CERT_ENV`] and
+    /// [`KEY_ENV`] say.
+    pub fn from_env() -> Result<EtcdAccess, String> {
+        let path = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let identity = match (path(CERT_ENV), path(KEY_ENV)) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => return Err(format!("set both {CERT_ENV} and {KEY_ENV}, or neither")),
+        };
+        Ok(EtcdAccess {
+            password: crate::secret::from_env(PASSWORD_ENV, PASSWORD_FILE_ENV)?,
+            ca: path(CA_ENV),
+            identity,
+        })
+    }
+
+    /// The files of an `etcds://` connection.
+    pub(super) fn tls_files(&self) -> Result<TlsFiles, String> {
+        let ca = self.ca.clone().ok_or_else(|| {
+            format!(
+                "etcds:// needs the CA that signed etcd's certificate: set {CA_ENV} to its PEM \
+                 file (and {CERT_ENV}, {KEY_ENV} for a client certificate)"
+            )
+        })?;
+        Ok(TlsFiles { ca, identity: self.identity.clone() })
+    }
+}
+
+fn check_user(user: &str) -> Result<(), String> {
+    if user.is_empty() {
+        return Err("the user before `@` is empty: use etcd://USER@HOST:PORT".into());
+    }
+    if user.len() > USER_BYTES_MAX {
+        return Err(format!("the etcd user name is longer than {USER_BYTES_MAX} bytes"));
+    }
+    if user.contains(':') {
+        return Err("a password does not go in the URL: give etcd://USER@HOST and the password \
+                    in OPTIO_ETCD_PASSWORD or a file named by OPTIO_ETCD_PASSWORD_FILE"
+            .into());
+    }
+    if !user.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b'@' | b'?' | b'#')) {
+        return Err(format!("`{user}` is not an etcd user name (printable ASCII, no / @ ? #)"));
+    }
+    Ok(())
+}
+
+/// The files of an `etcds://` connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct TlsFiles {
+    pub(super) ca: PathBuf,
+    pub(super) identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl TlsFiles {
+    /// The HTTPS configuration: trust the CA, show the certificate if there is one.
+    pub(super) fn client_config(&self) -> Result<rustls::ClientConfig, String> {
+        let identity = self.identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+        optio_net::tls::client_config(&self.ca, identity)
+    }
+}
+
+/// A hint for an error etcd gave, about what Optio's credentials should be.
+pub(super) fn hint(message: &str, user: Option<&str>, prefix: &str) -> String {
+    if message.contains("user name is empty") || message.contains("user name not found") {
+        format!(
+            " (etcd has authentication enabled: name the user in the URL, etcd://USER@HOST:PORT, \
+             with the password in {PASSWORD_ENV} or a file named by {PASSWORD_FILE_ENV}; or, over \
+             etcds://, a client certificate whose common name is the user)"
+        )
+    } else if message.contains("permission denied") {
+        let user = user.unwrap_or("(the certificate's common name)");
+        format!(
+            " (the etcd user {user} may not do this: grant it a role with readwrite on the keys \
+             from {prefix}/ to the prefix's end, e.g. `etcdctl role grant-permission ROLE \
+             --prefix=true readwrite {prefix}/`)"
+        )
+    } else if message.contains("authentication failed") {
+        format!(" (the user or the password is wrong: check {PASSWORD_ENV} / {PASSWORD_FILE_ENV})")
+    } else {
+        String::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_names_are_checked_and_passwords_never_shown() {
+        for (user, expected) in [
+            ("", "empty"),
+            ("a:b", "password does not go in the URL"),
+            ("a b", "not an etcd user name"),
+            ("a/b", "not an etcd user name"),
+        ] {
+            let error = check_user(user).expect_err(user);
+            assert!(error.contains(expected), "{user}: {error}");
+        }
+        check_user("optio-server_1.x").expect("a plain name");
+        let login = Login { user: "root".into(), password: "s3cret-pass".into() };
+        let shown = format!("{login:?}");
+        assert!(shown.contains("root") && !shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn hints_name_what_to_do() {
+        assert!(hint("etcdserver: user name is empty", None, "/optio").contains(PASSWORD_ENV));
+        assert!(hint("etcdserver: permission denied", Some("u"), "/p").contains("/p/"));
+        assert!(hint("etcdserver: something else", None, "/optio").is_empty());
+    }
+}
