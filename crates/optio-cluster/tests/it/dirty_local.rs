@@ -363,7 +363,7 @@ async fn bad_specs_say_what_is_wrong_and_what_is_accepted() {
         let error = DirtyTable::open(Some(spec), dir.path()).await.unwrap_err();
         assert!(matches!(error, DirtyError::InvalidSpec { .. }), "{spec}: {error:?}");
         let message = error.to_string();
-        assert!(message.contains("use `local` or `redis://HOST:PORT"), "{message}");
+        assert!(message.contains("use `local` or `redis://[USER@]HOST:PORT"), "{message}");
     }
 }
 
