@@ -419,19 +419,25 @@ impl HttpTransport {
     pub fn with_credentials(
         credentials: Option<optio_proto::auth::Credentials>,
     ) -> Result<HttpTransport, String> {
-        HttpTransport::with_options(credentials, None)
+        HttpTransport::with_options(credentials, None, None)
     }
 
     /// A transport signing with `credentials` and speaking TLS to servers whose certificate
-    /// the CA in `tls_ca` (PEM) signed (none: plain HTTP).
+    /// the CA in `tls_ca` (PEM) signed (none: plain HTTP), showing them the client certificate
+    /// and key in `identity` (mutual TLS: a server that knows the certificate's entity takes
+    /// its unsigned requests as that entity's).
     pub fn with_options(
         credentials: Option<optio_proto::auth::Credentials>,
         tls_ca: Option<&std::path::Path>,
+        identity: Option<(&std::path::Path, &std::path::Path)>,
     ) -> Result<HttpTransport, String> {
+        if identity.is_some() && tls_ca.is_none() {
+            return Err("a client certificate needs TLS: give the CA too (--tls-ca)".into());
+        }
         let mut transport = match tls_ca {
             None => HttpTransport::new()?,
             Some(ca) => {
-                let config = tls::client_config(ca, None)?;
+                let config = tls::client_config(ca, identity)?;
                 let http = HttpTransport::builder()
                     .use_preconfigured_tls(config)
                     .build()

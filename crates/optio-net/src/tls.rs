@@ -40,16 +40,10 @@ pub fn client_config(
     ca: &Path,
     identity: Option<(&Path, &Path)>,
 ) -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in certificates(ca)? {
-        roots
-            .add(cert)
-            .map_err(|e| format!("{} is not a usable CA certificate: {e}", ca.display()))?;
-    }
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS set-up: {e}"))?
-        .with_root_certificates(roots);
+        .with_root_certificates(roots(ca)?);
     match identity {
         None => Ok(builder.with_no_client_auth()),
         Some((cert, key)) => builder
@@ -58,19 +52,49 @@ pub fn client_config(
     }
 }
 
+/// The certificates of the CA in `ca` (PEM), as trust roots.
+fn roots(ca: &Path) -> Result<rustls::RootCertStore, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certificates(ca)? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("{} is not a usable CA certificate: {e}", ca.display()))?;
+    }
+    Ok(roots)
+}
+
 fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     PrivateKeyDer::from_pem_file(path)
         .map_err(|e| format!("cannot read a private key from {}: {e}", path.display()))
 }
 
-/// A server's TLS: its certificate chain and private key (PEM).
-pub fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
+/// A server's TLS: its certificate chain and private key (PEM); with `client_ca`, it also asks
+/// clients for a certificate that CA signed (mutual TLS: optional, a client without one signs
+/// its requests instead; one with a certificate from another CA fails the handshake).
+pub fn server_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> Result<rustls::ServerConfig, String> {
     let chain = certificates(cert)?;
     let key = private_key(key)?;
-    rustls::ServerConfig::builder_with_provider(provider())
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS set-up: {e}"))?
-        .with_no_client_auth()
+        .map_err(|e| format!("TLS set-up: {e}"))?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots(ca)?),
+                provider(),
+            )
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| format!("TLS set-up (client certificates): {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    builder
         .with_single_cert(chain, key)
         .map_err(|e| format!("the certificate {} and its key do not fit: {e}", cert.display()))
 }

@@ -92,18 +92,27 @@ impl Auth {
 
     /// Checks a request of `method` to `path` (with its query) with `headers` (name, value)
     /// that needs `need`: its signature, its timestamp, its nonce (once only) and the
-    /// entity's capability. Returns the entity, or `None` with authentication off.
+    /// entity's capability. An unsigned request that came over mutual TLS with a client
+    /// certificate naming `peer` (the CA checked it in the handshake) is that entity instead.
+    /// Returns the entity, or `None` with authentication off.
     pub fn check(
         &self,
         method: &str,
         path: &str,
         headers: &[(&str, &str)],
         need: Cap,
+        peer: Option<&str>,
     ) -> Result<Option<String>, AuthError> {
         if !self.enabled() {
             return Ok(None);
         }
-        let result = self.verify(method, path, headers, need);
+        let signed = headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case(optio_proto::auth::AUTH_HEADER));
+        let result = match peer {
+            Some(peer) if !signed => self.allow_peer(peer, need),
+            _ => self.verify(method, path, headers, need),
+        };
         if let Err(error) = &result {
             let label = error.label();
             if let Some(i) = REFUSAL_LABELS.iter().position(|l| *l == label) {
@@ -141,6 +150,20 @@ impl Auth {
         let expires = signed.ts_ms.saturating_add(self.window_ms);
         if !self.replay.first_sighting(&signed.nonce, signed.ts_ms, expires, now_ms) {
             return Err(AuthError::Replayed(entity.name.clone()));
+        }
+        Ok(entity.name.clone())
+    }
+
+    /// The entity a client certificate names, if the keyring has it and it may do `need`.
+    fn allow_peer(&self, peer: &str, need: Cap) -> Result<String, AuthError> {
+        let keyring = self.keyring.read().expect("keyring lock").clone();
+        let entity = keyring.get(peer).ok_or_else(|| AuthError::UnknownEntity(peer.to_string()))?;
+        if !entity.cap.allows(need) {
+            return Err(AuthError::Forbidden {
+                id: entity.name.clone(),
+                has: entity.cap,
+                needs: need,
+            });
         }
         Ok(entity.name.clone())
     }

@@ -265,6 +265,19 @@ impl Registry {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Plaintext;
 
+/// The entity a request's connection proved it is with a client certificate (mutual TLS): the
+/// certificate's common name, checked against the CA in the handshake.
+#[derive(Clone, Debug)]
+pub(crate) struct PeerEntity(pub(crate) Arc<str>);
+
+/// The common name of the client certificate a TLS connection showed, if any.
+fn peer_entity(connection: &rustls::ServerConnection) -> Option<Arc<str>> {
+    let cert = connection.peer_certificates()?.first()?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let name = parsed.subject().iter_common_name().next()?.as_str().ok()?;
+    Some(Arc::from(name))
+}
+
 /// The first byte of a TLS handshake record.
 const TLS_HANDSHAKE: u8 = 0x16;
 
@@ -305,7 +318,10 @@ pub(crate) async fn serve(
         let tls = tls.clone();
         tokio::spawn(async move {
             match tls {
-                None => serve_connection(stream, router, connection, limits, stopping, false).await,
+                None => {
+                    serve_connection(stream, router, connection, limits, stopping, false, None)
+                        .await;
+                }
                 Some(acceptor) => {
                     // TLS or plain, told by the first byte; both within the header timeout.
                     let mut first = [0u8; 1];
@@ -319,8 +335,9 @@ pub(crate) async fn serve(
                             );
                             match handshake.await {
                                 Ok(Ok(stream)) => {
+                                    let peer = peer_entity(stream.get_ref().1);
                                     serve_connection(
-                                        stream, router, connection, limits, stopping, false,
+                                        stream, router, connection, limits, stopping, false, peer,
                                     )
                                     .await;
                                 }
@@ -329,8 +346,10 @@ pub(crate) async fn serve(
                             }
                         }
                         Ok(Ok(1)) => {
-                            serve_connection(stream, router, connection, limits, stopping, true)
-                                .await;
+                            serve_connection(
+                                stream, router, connection, limits, stopping, true, None,
+                            )
+                            .await;
                         }
                         _ => {}
                     }
@@ -388,6 +407,7 @@ async fn serve_connection<S>(
     limits: Limits,
     mut stopping: watch::Receiver<bool>,
     plaintext: bool,
+    peer: Option<Arc<str>>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -397,6 +417,7 @@ async fn serve_connection<S>(
         connection: connection.clone(),
         body_timeout: limits.body_timeout,
         plaintext,
+        peer,
     };
     let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
     tokio::pin!(conn);
@@ -504,6 +525,8 @@ struct Service {
     body_timeout: Duration,
     /// A plain connection to a server that takes TLS.
     plaintext: bool,
+    /// The entity its client certificate names (mutual TLS).
+    peer: Option<Arc<str>>,
 }
 
 type ServiceFuture = Pin<Box<dyn Future<Output = Result<Response<Answer>, Infallible>> + Send>>;
@@ -520,6 +543,9 @@ impl hyper::service::Service<Request<Incoming>> for Service {
             .map(|body| axum::body::Body::new(TimedBody { inner: body, timeout, sleep: None }));
         if self.plaintext {
             request.extensions_mut().insert(Plaintext);
+        }
+        if let Some(peer) = &self.peer {
+            request.extensions_mut().insert(PeerEntity(peer.clone()));
         }
         let mut router = self.router.clone();
         Box::pin(async move {

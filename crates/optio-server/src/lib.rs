@@ -220,11 +220,14 @@ impl Server {
         let transport = optio_net::HttpTransport::with_options(
             config.credentials.clone(),
             config.tls_ca.as_deref(),
+            None,
         )
         .map_err(ServerError::Auth)?;
+        // Clients with a certificate from the cluster's CA may use it as their identity.
         let tls = match &config.tls {
             Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(
-                optio_net::tls::server_config(cert, key).map_err(ServerError::Auth)?,
+                optio_net::tls::server_config(cert, key, config.tls_ca.as_deref())
+                    .map_err(ServerError::Auth)?,
             ))),
             None => None,
         };

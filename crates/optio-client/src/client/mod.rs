@@ -77,6 +77,9 @@ pub struct ClientConfig {
     pub credentials: Option<optio_proto::auth::Credentials>,
     /// The certificate authority to trust: talk TLS to the servers (none: plain HTTP).
     pub tls_ca: Option<PathBuf>,
+    /// A client certificate and its key (PEM) shown to the servers (mutual TLS): with no
+    /// `credentials`, the servers take the certificate's common name as the entity.
+    pub tls_identity: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for ClientConfig {
@@ -91,6 +94,7 @@ impl Default for ClientConfig {
             dirty: None,
             credentials: None,
             tls_ca: None,
+            tls_identity: None,
         }
     }
 }
@@ -286,9 +290,13 @@ impl Client {
         source: MapSource,
         config: ClientConfig,
     ) -> Result<Client, ClientError> {
-        let transport =
-            HttpTransport::with_options(config.credentials.clone(), config.tls_ca.as_deref())
-                .map_err(ClientError::Config)?;
+        let identity = config.tls_identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+        let transport = HttpTransport::with_options(
+            config.credentials.clone(),
+            config.tls_ca.as_deref(),
+            identity,
+        )
+        .map_err(ClientError::Config)?;
         Client::connect_with_transport(source, config, Arc::new(transport)).await
     }
 

@@ -136,7 +136,14 @@ async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next)
         .iter()
         .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
         .collect();
-    match state.auth.check(request.method().as_str(), path_and_query, &headers, need) {
+    let peer = request.extensions().get::<crate::conn::PeerEntity>().map(|p| p.0.clone());
+    match state.auth.check(
+        request.method().as_str(),
+        path_and_query,
+        &headers,
+        need,
+        peer.as_deref(),
+    ) {
         Ok(_) => next.run(request).await,
         Err(error) => {
             let kind = match error {

@@ -172,10 +172,12 @@ pub(super) async fn put_object(
             format!("the body could not be read within {limit} bytes: {e}"),
         ),
     })?;
-    // With authentication on, the body must match the BLAKE3 hash its signed headers carry
-    // (the signature covers the hash; the hash covers the body): checked on the blocking pool
-    // with the write, before the write.
-    let signed_hash = state.auth.enabled().then(|| {
+    // With authentication on, a signed body must match the BLAKE3 hash its signed headers
+    // carry (the signature covers the hash; the hash covers the body): checked on the blocking
+    // pool with the write, before the write. (An unsigned request got past the guard only over
+    // mutual TLS, whose records protect the body.)
+    let signed = headers.contains_key(optio_proto::auth::AUTH_HEADER);
+    let signed_hash = (state.auth.enabled() && signed).then(|| {
         headers
             .get(optio_proto::auth::CONTENT_HASH_HEADER)
             .and_then(|v| v.to_str().ok())

@@ -65,6 +65,7 @@ impl ClusterArgs {
                 .is_some(),
             credentials: self.identity.credentials(Some(&dir))?,
             tls_ca: self.identity.tls_ca(Some(&dir)),
+            tls_identity: self.identity.tls_identity(),
             ..ClientConfig::default()
         })
     }

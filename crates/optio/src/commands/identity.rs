@@ -26,9 +26,21 @@ pub struct Identity {
     /// directory's `tls/ca.pem` when it has one — `optio up --tls`).
     #[arg(long, env = "OPTIO_TLS_CA", value_name = "FILE", global = true)]
     pub tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) to show the servers (mutual TLS, with --tls-key): without
+    /// --id/--keyring, the certificate's common name is the entity and requests go unsigned.
+    #[arg(long, env = "OPTIO_TLS_CERT", value_name = "FILE", global = true, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "OPTIO_TLS_KEY", value_name = "FILE", global = true, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Identity {
+    /// The client certificate and key, if given.
+    pub fn tls_identity(&self) -> Option<(PathBuf, PathBuf)> {
+        self.tls_cert.clone().zip(self.tls_key.clone())
+    }
+
     /// The CA to trust: `--tls-ca`, else the cluster directory's `tls/ca.pem` if present.
     pub fn tls_ca(&self, cluster_dir: Option<&Path>) -> Option<PathBuf> {
         self.tls_ca
@@ -37,8 +49,12 @@ impl Identity {
     }
 
     /// The credentials to sign with: the entity's key from `--keyring`, else from the cluster
-    /// directory's keyring when it has one; `None` (unsigned requests) when neither exists.
+    /// directory's keyring when it has one; `None` (unsigned requests) when neither exists, or
+    /// when a client certificate is the identity (`--tls-cert` without `--id`/`--keyring`).
     pub fn credentials(&self, cluster_dir: Option<&Path>) -> Result<Option<Credentials>> {
+        if self.tls_cert.is_some() && self.id.is_none() && self.keyring.is_none() {
+            return Ok(None);
+        }
         let id = self.id.as_deref().unwrap_or(optio_proto::auth::ADMIN);
         let path = match (&self.keyring, cluster_dir) {
             (Some(path), _) => path.clone(),
@@ -56,8 +72,14 @@ impl Identity {
     /// An HTTP transport signing as [`credentials`](Self::credentials).
     pub fn transport(&self, cluster_dir: Option<&Path>) -> Result<optio_net::HttpTransport> {
         let ca = self.tls_ca(cluster_dir);
-        optio_net::HttpTransport::with_options(self.credentials(cluster_dir)?, ca.as_deref())
-            .map_err(anyhow::Error::msg)
+        let identity = self.tls_identity();
+        let identity = identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+        optio_net::HttpTransport::with_options(
+            self.credentials(cluster_dir)?,
+            ca.as_deref(),
+            identity,
+        )
+        .map_err(anyhow::Error::msg)
     }
 }
 
@@ -75,6 +97,12 @@ pub struct AdminIdentity {
     /// The certificate authority to trust (default: the cluster directory's `tls/ca.pem`).
     #[arg(long = "tls-ca", env = "OPTIO_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) to show the servers (mutual TLS, with --tls-key).
+    #[arg(long = "tls-cert", env = "OPTIO_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long = "tls-key", env = "OPTIO_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 impl AdminIdentity {
@@ -84,6 +112,8 @@ impl AdminIdentity {
             id: self.entity.clone(),
             keyring: self.keyring.clone(),
             tls_ca: self.tls_ca.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
         }
     }
 }

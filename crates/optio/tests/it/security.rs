@@ -404,7 +404,8 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
     };
     cluster.change_map(&out).expect("device 4 out");
     let epoch = cluster.load_map().unwrap().epoch().0;
-    let transport = optio_net::HttpTransport::with_options(Some(admin.clone()), Some(&ca)).unwrap();
+    let transport =
+        optio_net::HttpTransport::with_options(Some(admin.clone()), Some(&ca), None).unwrap();
     let addrs: Vec<String> = cluster.servers().iter().map(|s| s.addr.clone()).collect();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     rt.block_on(async {
@@ -441,6 +442,62 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
         .expect_err("a CA the servers' certificates are not from");
     let text = format!("{error:?}").to_lowercase();
     assert!(text.contains("certificate") || text.contains("unreachable"), "{error}");
+
+    // Mutual TLS: a client certificate from the cluster's CA is an identity, its entity's
+    // capability applies; unsigned requests are taken on it alone.
+    add_entities(&cluster, &[("client.reader", Cap::Read)]);
+    let tls_dir = cluster.dir().join("tls");
+    let ca_files = optio_local::tls::Ca::open_or_create(&tls_dir).expect("the cluster's CA");
+    let reader = ca_files.issue(other.path(), "reader", "client.reader", &[]).unwrap();
+    let ghost = ca_files.issue(other.path(), "ghost", "client.ghost", &[]).unwrap();
+    let stranger_ca = optio_local::tls::Ca::open_or_create(&other.path().join("ca2")).unwrap();
+    let forged = stranger_ca.issue(other.path(), "forged", "client.admin", &[]).unwrap();
+    let by_cert = |cert: &std::path::Path, key: &std::path::Path| {
+        let config = optio_client::ClientConfig {
+            credentials: None,
+            tls_ca: Some(ca.clone()),
+            tls_identity: Some((cert.to_path_buf(), key.to_path_buf())),
+            ..optio_client::ClientConfig::default()
+        };
+        rt.block_on(optio_client::Client::connect_source(cluster.source().clone(), config))
+            .expect("the client connects")
+    };
+    let files = optio_local::cluster::ensure_tls(cluster.dir(), "127.0.0.1").unwrap();
+    let admin_by_cert = by_cert(&files.admin_cert, &files.admin_key);
+    let reader_by_cert = by_cert(&reader.cert, &reader.key);
+    let ghost_by_cert = by_cert(&ghost.cert, &ghost.key);
+    let forged_by_cert = by_cert(&forged.cert, &forged.key);
+    rt.block_on(async {
+        admin_by_cert.put(PLAIN_POOL, "m0", data(7, 3000)).await.expect("admin by certificate");
+        assert_eq!(reader_by_cert.get(PLAIN_POOL, "m0").await.unwrap(), data(7, 3000));
+        let refused =
+            reader_by_cert.put(PLAIN_POOL, "m0", data(8, 10)).await.expect_err("read only");
+        assert!(is_denied(&refused), "{refused}");
+        let refused = ghost_by_cert.get(PLAIN_POOL, "m0").await.expect_err("unknown");
+        assert!(is_denied(&refused) || refused.to_string().contains("unknown entity"), "{refused}");
+        forged_by_cert
+            .get(PLAIN_POOL, "m0")
+            .await
+            .expect_err("a certificate from another CA fails the handshake");
+        assert_eq!(admin_by_cert.get(PLAIN_POOL, "m0").await.unwrap(), data(7, 3000), "unchanged");
+    });
+    // From the command line: --tls-cert/--tls-key, no keyring.
+    let input = other.path().join("input");
+    std::fs::write(&input, data(9, 4000)).unwrap();
+    let dir_arg = cluster.dir().display().to_string();
+    let (cert, key) =
+        (files.admin_cert.display().to_string(), files.admin_key.display().to_string());
+    let args =
+        ["--cluster", &dir_arg, "--pool", PLAIN_POOL, "--tls-cert", &cert, "--tls-key", &key];
+    let mut put = vec!["put", "cli-m"];
+    put.extend(args);
+    put.push(input.to_str().unwrap());
+    crate::support::optio_ok(&put);
+    let mut get = vec!["get", "cli-m"];
+    get.extend(args);
+    let output = crate::support::optio(&get);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.stdout, data(9, 4000));
 }
 
 /// The map in an etcd with authentication on, reached from the command line: the user in the
