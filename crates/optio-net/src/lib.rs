@@ -400,13 +400,17 @@ pub trait Transport: Send + Sync + 'static {
 #[derive(Clone, Debug)]
 pub struct HttpTransport {
     http: reqwest::Client,
-    credentials: Option<std::sync::Arc<optio_proto::auth::Credentials>>,
+    /// Shared by the transport's clones, so that a new key (a rotation) reaches all of them.
+    credentials: Option<Signer>,
     /// `http` or `https`.
     scheme: &'static str,
     /// Recent bodies' hashes, by (address, length, CRC-32C) of the body: a write sends the
     /// same buffer to every replica, and is hashed once.
     hashes: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<(BodyId, String)>>>,
 }
+
+/// The identity a transport signs with, replaceable while it runs.
+type Signer = std::sync::Arc<std::sync::RwLock<std::sync::Arc<optio_proto::auth::Credentials>>>;
 
 /// A body buffer: where it is, its length and its CRC-32C.
 type BodyId = (usize, usize, u32);
@@ -450,7 +454,8 @@ impl HttpTransport {
                 }
             }
         };
-        transport.credentials = credentials.map(std::sync::Arc::new);
+        transport.credentials = credentials
+            .map(|c| std::sync::Arc::new(std::sync::RwLock::new(std::sync::Arc::new(c))));
         Ok(transport)
     }
 
@@ -465,8 +470,19 @@ impl HttpTransport {
     }
 
     /// The identity requests are signed with.
-    pub fn credentials(&self) -> Option<&optio_proto::auth::Credentials> {
-        self.credentials.as_deref()
+    pub fn credentials(&self) -> Option<std::sync::Arc<optio_proto::auth::Credentials>> {
+        let signer = self.credentials.as_ref()?;
+        Some(signer.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
+    }
+
+    /// Signs with `key` from now on (the same entity; its key was rotated), in this transport
+    /// and every clone of it. Nothing happens to a transport that does not sign.
+    pub fn rekey(&self, key: optio_proto::auth::Key) {
+        if let Some(signer) = &self.credentials {
+            let mut held = signer.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let id = held.id.clone();
+            *held = std::sync::Arc::new(optio_proto::auth::Credentials { id, key });
+        }
     }
 
     /// Adds the signature to a request of `method` to `url` whose signed headers are
@@ -481,7 +497,7 @@ impl HttpTransport {
         for (name, value) in headers {
             request = request.header(*name, value);
         }
-        let Some(credentials) = &self.credentials else { return request };
+        let Some(credentials) = self.credentials() else { return request };
         // Sign the path as it goes on the wire (the URL parser may normalise it).
         let path = match reqwest::Url::parse(url) {
             Ok(parsed) => match parsed.query() {

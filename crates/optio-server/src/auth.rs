@@ -187,8 +187,10 @@ impl Auth {
     }
 
     /// Reloads the keyring whenever its file changes, until the process ends. A file that
-    /// cannot be read or parsed is logged and the keyring held is kept.
-    pub async fn follow(self: Arc<Self>) {
+    /// cannot be read or parsed is logged and the keyring held is kept. When this server's own
+    /// key was rotated, `signer` (the transport its requests to other servers go through) signs
+    /// with the new key from then on: its peers take both keys during the rotation's grace.
+    pub async fn follow(self: Arc<Self>, signer: Option<optio_net::HttpTransport>) {
         let Some(path) = self.path.clone() else { return };
         loop {
             tokio::time::sleep(RELOAD_INTERVAL).await;
@@ -203,6 +205,14 @@ impl Auth {
             match loaded {
                 Ok(Ok(keyring)) => {
                     tracing::info!(path = %path.display(), entities = keyring.len(), "keyring reloaded");
+                    if let Some(transport) = &signer
+                        && let Some(own) = transport.credentials()
+                        && let Some(entity) = keyring.get(&own.id)
+                        && entity.key != own.key
+                    {
+                        tracing::info!(id = %own.id, "this server's key was rotated: signing with the new one");
+                        transport.rekey(entity.key.clone());
+                    }
                     *self.keyring.write().expect("keyring lock") = Arc::new(keyring);
                     *self.stamp.lock().expect("stamp lock") = now;
                 }

@@ -186,6 +186,8 @@ pub struct Server {
     state: Arc<http::AppState>,
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The transport this server's own requests go through (re-keyed when its key rotates).
+    signer: Option<optio_net::HttpTransport>,
 }
 
 impl Server {
@@ -246,7 +248,7 @@ impl Server {
                 config.scrub.clone(),
                 rebalancer.clone(),
                 catchup.clone(),
-                transport,
+                transport.clone(),
             )
             .map_err(ServerError::Migration)?,
         );
@@ -265,6 +267,7 @@ impl Server {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| ServerError::Listen { addr: config.listen, source })?;
+        let signer = Some(transport);
         let state = Arc::new(http::AppState {
             devices,
             map,
@@ -278,7 +281,7 @@ impl Server {
             fence,
             auth,
         });
-        Ok(Server { listener, state, limits, tls })
+        Ok(Server { listener, state, limits, tls, signer })
     }
 
     /// The address bound.
@@ -315,7 +318,7 @@ impl Server {
             }
             _ => None,
         };
-        let keyring_following = tokio::spawn(state.auth.clone().follow());
+        let keyring_following = tokio::spawn(state.auth.clone().follow(self.signer));
         let state_for_exit = state.clone();
         let app = http::router(state);
         conn::serve(self.listener, app, self.limits, self.tls, shutdown).await;

@@ -150,7 +150,10 @@ pub fn run(args: Args) -> Result<()> {
         } else {
             "authentication: off (--no-auth)".to_string()
         } + &if spec.tls {
-            format!("\nTLS: servers take https; clients trust {dir}/tls/ca.pem")
+            format!(
+                "\nTLS: servers take https; clients trust {dir}/tls/ca.pem \
+                 (client.admin's certificate for mutual TLS: {dir}/tls/client.admin.pem)"
+            )
         } else {
             String::new()
         },

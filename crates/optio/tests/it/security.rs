@@ -293,6 +293,83 @@ fn a_rotated_key_keeps_working_for_its_grace_and_a_removed_entity_is_refused() {
     assert!(error.to_string().contains("unknown entity"), "{error}");
 }
 
+/// Waits until every server in `addrs` has settled at `epoch` with device `emptied` holding
+/// nothing (its data moved between the servers).
+async fn wait_emptied(
+    transport: &optio_net::HttpTransport,
+    addrs: &[String],
+    epoch: u64,
+    emptied: u32,
+) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut settled = true;
+        for addr in addrs {
+            let status = optio_net::Transport::server_status(transport, addr).await.unwrap();
+            settled &= status.migration.settled_at(epoch)
+                && status.devices.iter().all(|d| d.metrics.device != emptied || d.objects == 0);
+        }
+        if settled {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the data of device {emptied} did not move");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every server's key rotated with no grace at all: each server picks its new key up from the
+/// keyring it follows and signs with it, so data still moves between them (no restart).
+#[test]
+fn servers_sign_with_their_rotated_keys_without_a_restart() {
+    let spec = optio_local::LocalClusterSpec { auth: true, hosts_per_zone: 2, ..small() };
+    let (_dir, cluster) = cluster(spec);
+    let keyring = cluster.dir().join(KEYRING_FILE);
+    let rt = runtime();
+    let admin = Credentials::load(&keyring, "client.admin").unwrap();
+    let client = rt.block_on(client_as(&cluster, Some("client.admin")));
+    rt.block_on(async {
+        for i in 0..40 {
+            client.put(PLAIN_POOL, &format!("r{i}"), data(i, 3000)).await.expect("a put");
+        }
+    });
+    let servers: Vec<String> = optio_proto::auth::Keyring::load(&keyring)
+        .unwrap()
+        .entities()
+        .map(|e| e.name.clone())
+        .filter(|name| name.starts_with("server."))
+        .collect();
+    assert!(servers.len() >= 3, "{servers:?}");
+    for server in &servers {
+        let output = std::process::Command::new(crate::binary())
+            .args(["auth", "rotate", server, "--grace", "0s", "--keyring"])
+            .arg(&keyring)
+            .output()
+            .expect("optio runs");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let out = optio_placement::MapChange::SetState {
+        device: optio_placement::DeviceId(4),
+        up: None,
+        is_in: Some(false),
+    };
+    cluster.change_map(&out).expect("device 4 out");
+    let epoch = cluster.load_map().unwrap().epoch().0;
+    let transport = optio_net::HttpTransport::with_credentials(Some(admin)).unwrap();
+    let addrs: Vec<String> = cluster.servers().iter().map(|s| s.addr.clone()).collect();
+    rt.block_on(async {
+        wait_emptied(&transport, &addrs, epoch, 4).await;
+        for i in 0..40 {
+            assert_eq!(client.get(PLAIN_POOL, &format!("r{i}")).await.unwrap(), data(i, 3000));
+        }
+    });
+    for server in cluster.servers() {
+        let log = std::fs::read_to_string(cluster.dir().join(format!("{}.log", server.host)))
+            .unwrap_or_default();
+        assert!(!log.contains("refused a request"), "{}: {log}", server.host);
+    }
+}
+
 #[test]
 fn key_files_others_may_read_are_refused_by_the_cli() {
     let (_dir, cluster) = secured();
@@ -407,21 +484,8 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
     let transport =
         optio_net::HttpTransport::with_options(Some(admin.clone()), Some(&ca), None).unwrap();
     let addrs: Vec<String> = cluster.servers().iter().map(|s| s.addr.clone()).collect();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     rt.block_on(async {
-        loop {
-            let mut settled = true;
-            for addr in &addrs {
-                let status = optio_net::Transport::server_status(&transport, addr).await.unwrap();
-                settled &= status.migration.settled_at(epoch)
-                    && status.devices.iter().all(|d| d.metrics.device != 4 || d.objects == 0);
-            }
-            if settled {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "data did not move over TLS");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_emptied(&transport, &addrs, epoch, 4).await;
         for i in 0..50 {
             assert_eq!(client.get(PLAIN_POOL, &format!("t{i}")).await.unwrap(), data(i, 5000));
         }
