@@ -6,6 +6,7 @@
 #        4 MiB PUT and GET throughput, probe round trip p50, first 4 KiB write with and
 #        without probing, probes sent by cached accesses.
 # Prints the measurements, the ratios and the targets (docs/benchmarks.md).
+# Then the authentication and TLS comparison (scripts/bench-auth.sh, AUTH_ROUNDS rounds).
 # Usage: scripts/bench-store.sh [OBJECTS (default 64)] [CONCURRENCY (default 4)]
 # Needs fio, iperf3 and jq (Debian: apt-get install -y fio iperf3 jq).
 set -euo pipefail
@@ -85,3 +86,11 @@ awk -v put="$put_mb" -v w="$write_mb" -v get="$get_mb" -v r="$read_mb" -v p="$pr
   printf "  cached access probes   = %d    (target 0) %s\n", rp, (rp == 0 ? "met" : "MISSED")
   printf "  cache bytes per object = %.1f  (target <= 16) %s\n", cb, (cb <= 16 ? "met" : "MISSED")
 }'
+
+# The same cluster without authentication, with it, and with it over TLS, side by side
+# (issue 14; AUTH_ROUNDS alternating rounds, default 1, 0 to skip): scripts/bench-auth.sh.
+auth_rounds=${AUTH_ROUNDS:-1}
+if [ "$auth_rounds" -gt 0 ]; then
+  kill -INT "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; up_pid=""
+  "$root/scripts/bench-auth.sh" "$auth_rounds" "$objects" "$concurrency"
+fi
