@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine: installs what the tests need (Ceph's
 # crushtool/osdmaptool as the CRUSH oracle, etcd for the map store, redis-server for the dirty
-# table — the tests start their own, nothing runs them as services —, …), then format, lint and
+# table — the tests start their own, nothing runs them as services —, qemu's qemu-img and qemu-io
+# as NBD clients, …), then format, lint and
 # every test.
 # `.ci/run` calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the tests use, as "command:package".
-needs=(crushtool:ceph-base osdmaptool:ceph-base etcd:etcd-server redis-server:redis-server)
+needs=(crushtool:ceph-base osdmaptool:ceph-base etcd:etcd-server redis-server:redis-server
+  qemu-io:qemu-utils qemu-img:qemu-utils)
 missing=()
 for need in "${needs[@]}"; do
   command -v "${need%%:*}" >/dev/null 2>&1 || missing+=("${need#*:}")

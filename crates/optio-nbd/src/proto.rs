@@ -1,0 +1,306 @@
+//! The NBD wire format: constants and the parsers of what a client sends.
+//!
+//! Every number is big-endian. The parsers take bytes that came off the network and never
+//! panic on any input (`proptest` below and the `nbd` fuzz target check it).
+
+/// `NBDMAGIC`, the first 8 bytes a server sends.
+pub const INIT_MAGIC: u64 = 0x4e42_444d_4147_4943;
+/// `IHAVEOPT`: after the init magic, and before each option a client sends.
+pub const OPT_MAGIC: u64 = 0x4948_4156_454f_5054;
+/// Before each option reply.
+pub const REPLY_OPT_MAGIC: u64 = 0x0003_e889_0455_65a9;
+/// Before each request in the transmission phase.
+pub const REQUEST_MAGIC: u32 = 0x2560_9513;
+/// Before each simple reply.
+pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
+
+/// Handshake flag: the server speaks the fixed newstyle protocol.
+pub const FLAG_FIXED_NEWSTYLE: u16 = 1 << 0;
+/// Handshake flag: no 124 zero bytes after `NBD_OPT_EXPORT_NAME`'s reply, if the client agrees.
+pub const FLAG_NO_ZEROES: u16 = 1 << 1;
+/// Client flag: the client speaks the fixed newstyle protocol.
+pub const CLIENT_FIXED_NEWSTYLE: u32 = 1 << 0;
+/// Client flag: the client takes no zero padding.
+pub const CLIENT_NO_ZEROES: u32 = 1 << 1;
+
+/// Options.
+pub const OPT_EXPORT_NAME: u32 = 1;
+/// Ends the handshake without an export.
+pub const OPT_ABORT: u32 = 2;
+/// Lists the exports.
+pub const OPT_LIST: u32 = 3;
+/// Asks for TLS (not offered).
+pub const OPT_STARTTLS: u32 = 5;
+/// Describes an export.
+pub const OPT_INFO: u32 = 6;
+/// Describes an export and starts transmission with it.
+pub const OPT_GO: u32 = 7;
+
+/// Option replies.
+pub const REP_ACK: u32 = 1;
+/// One export of a list.
+pub const REP_SERVER: u32 = 2;
+/// One item of information about an export.
+pub const REP_INFO: u32 = 3;
+/// Unknown option.
+pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
+/// The server refuses the option (policy).
+pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
+/// The option's data is malformed.
+pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
+/// No export of that name.
+pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
+
+/// Information items of `NBD_REP_INFO`.
+pub const INFO_EXPORT: u16 = 0;
+/// The export's name.
+pub const INFO_NAME: u16 = 1;
+/// The export's description.
+pub const INFO_DESCRIPTION: u16 = 2;
+/// Block-size constraints.
+pub const INFO_BLOCK_SIZE: u16 = 3;
+
+/// Transmission flags.
+pub const TFLAG_HAS_FLAGS: u16 = 1 << 0;
+/// The export is read-only.
+pub const TFLAG_READ_ONLY: u16 = 1 << 1;
+/// The server takes `NBD_CMD_FLUSH`.
+pub const TFLAG_SEND_FLUSH: u16 = 1 << 2;
+/// The server takes `NBD_CMD_FLAG_FUA`.
+pub const TFLAG_SEND_FUA: u16 = 1 << 3;
+/// The server takes `NBD_CMD_TRIM`.
+pub const TFLAG_SEND_TRIM: u16 = 1 << 5;
+/// The server takes `NBD_CMD_WRITE_ZEROES`.
+pub const TFLAG_SEND_WRITE_ZEROES: u16 = 1 << 6;
+/// Several connections to the export see each other's writes (and flushes).
+pub const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
+
+/// Command flag: force unit access (durable before the reply).
+pub const CMD_FLAG_FUA: u16 = 1 << 0;
+/// Command flag (write-zeroes): do not punch a hole.
+pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
+/// The command flags this server understands.
+pub const CMD_FLAGS_KNOWN: u16 = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE;
+
+/// Errors of simple replies (errno values, as the protocol defines them).
+pub const EPERM: u32 = 1;
+/// I/O error.
+pub const EIO: u32 = 5;
+/// Out of memory.
+pub const ENOMEM: u32 = 12;
+/// Invalid request.
+pub const EINVAL: u32 = 22;
+/// No space (a write beyond the end).
+pub const ENOSPC: u32 = 28;
+/// Value too large.
+pub const EOVERFLOW: u32 = 75;
+/// Not supported.
+pub const ENOTSUP: u32 = 95;
+/// The server is shutting down.
+pub const ESHUTDOWN: u32 = 108;
+
+/// Bytes of a request header.
+pub const REQUEST_BYTES: usize = 28;
+/// Bytes of an option header (magic, option, length).
+pub const OPTION_HEADER_BYTES: usize = 16;
+/// Longest export name taken (the protocol's limit for strings).
+pub const NAME_BYTES_MAX: usize = 4096;
+
+/// A command of the transmission phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// `NBD_CMD_READ`.
+    Read,
+    /// `NBD_CMD_WRITE` (the data follows the header).
+    Write,
+    /// `NBD_CMD_DISC`: the client is done.
+    Disconnect,
+    /// `NBD_CMD_FLUSH`.
+    Flush,
+    /// `NBD_CMD_TRIM`.
+    Trim,
+    /// `NBD_CMD_WRITE_ZEROES`.
+    WriteZeroes,
+    /// Anything else (cache, block status, resize…): answered `EINVAL`.
+    Other(u16),
+}
+
+impl Command {
+    fn from_wire(kind: u16) -> Command {
+        match kind {
+            0 => Command::Read,
+            1 => Command::Write,
+            2 => Command::Disconnect,
+            3 => Command::Flush,
+            4 => Command::Trim,
+            6 => Command::WriteZeroes,
+            other => Command::Other(other),
+        }
+    }
+}
+
+/// A request header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The command flags.
+    pub flags: u16,
+    /// The command.
+    pub command: Command,
+    /// The client's cookie, echoed in the reply.
+    pub cookie: u64,
+    /// Byte offset in the export.
+    pub offset: u64,
+    /// Byte count (of the data that follows, for a write).
+    pub length: u32,
+}
+
+impl Request {
+    /// Parses a request header; `Err` (with what is wrong) when its magic is not
+    /// [`REQUEST_MAGIC`] — the stream is then out of step and the connection must end.
+    pub fn parse(bytes: &[u8; REQUEST_BYTES]) -> Result<Request, String> {
+        let magic = u32::from_be_bytes(bytes[0..4].try_into().expect("4 bytes"));
+        if magic != REQUEST_MAGIC {
+            return Err(format!(
+                "a request starts with magic {magic:#010x}, not {REQUEST_MAGIC:#010x}"
+            ));
+        }
+        Ok(Request {
+            flags: u16::from_be_bytes(bytes[4..6].try_into().expect("2 bytes")),
+            command: Command::from_wire(u16::from_be_bytes(
+                bytes[6..8].try_into().expect("2 bytes"),
+            )),
+            cookie: u64::from_be_bytes(bytes[8..16].try_into().expect("8 bytes")),
+            offset: u64::from_be_bytes(bytes[16..24].try_into().expect("8 bytes")),
+            length: u32::from_be_bytes(bytes[24..28].try_into().expect("4 bytes")),
+        })
+    }
+}
+
+/// An option header: the option and the length of its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OptionHeader {
+    /// The option.
+    pub option: u32,
+    /// Bytes of data that follow.
+    pub length: u32,
+}
+
+impl OptionHeader {
+    /// Parses an option header; `Err` when its magic is not [`OPT_MAGIC`].
+    pub fn parse(bytes: &[u8; OPTION_HEADER_BYTES]) -> Result<OptionHeader, String> {
+        let magic = u64::from_be_bytes(bytes[0..8].try_into().expect("8 bytes"));
+        if magic != OPT_MAGIC {
+            return Err(format!("an option starts with magic {magic:#018x}, not IHAVEOPT"));
+        }
+        Ok(OptionHeader {
+            option: u32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes")),
+            length: u32::from_be_bytes(bytes[12..16].try_into().expect("4 bytes")),
+        })
+    }
+}
+
+/// The data of `NBD_OPT_INFO` / `NBD_OPT_GO`: the export's name and the information items
+/// asked for.
+pub fn parse_info_request(data: &[u8]) -> Result<(String, Vec<u16>), String> {
+    let take = |at: usize, n: usize| data.get(at..at + n).ok_or("the option's data is too short");
+    let name_length = u32::from_be_bytes(take(0, 4)?.try_into().expect("4 bytes")) as usize;
+    if name_length > NAME_BYTES_MAX {
+        return Err(format!("an export name of {name_length} bytes (at most {NAME_BYTES_MAX})"));
+    }
+    let name = std::str::from_utf8(take(4, name_length)?)
+        .map_err(|_| "the export name is not UTF-8".to_string())?
+        .to_string();
+    let count = u16::from_be_bytes(take(4 + name_length, 2)?.try_into().expect("2 bytes")) as usize;
+    let items = take(6 + name_length, count * 2)?
+        .chunks_exact(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+        .collect();
+    if data.len() != 6 + name_length + count * 2 {
+        return Err("the option's data is longer than its fields".into());
+    }
+    Ok((name, items))
+}
+
+/// An option reply: its header and data.
+pub fn option_reply(option: u32, reply: u32, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(20 + data.len());
+    out.extend_from_slice(&REPLY_OPT_MAGIC.to_be_bytes());
+    out.extend_from_slice(&option.to_be_bytes());
+    out.extend_from_slice(&reply.to_be_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// A simple reply's header.
+pub fn simple_reply(error: u32, cookie: u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[0..4].copy_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
+    out[4..8].copy_from_slice(&error.to_be_bytes());
+    out[8..16].copy_from_slice(&cookie.to_be_bytes());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn requests_parse_and_bad_magic_is_refused() {
+        let mut bytes = [0u8; REQUEST_BYTES];
+        bytes[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
+        bytes[4..6].copy_from_slice(&CMD_FLAG_FUA.to_be_bytes());
+        bytes[6..8].copy_from_slice(&1u16.to_be_bytes());
+        bytes[8..16].copy_from_slice(&7u64.to_be_bytes());
+        bytes[16..24].copy_from_slice(&4096u64.to_be_bytes());
+        bytes[24..28].copy_from_slice(&512u32.to_be_bytes());
+        let request = Request::parse(&bytes).expect("a request");
+        assert_eq!(
+            request,
+            Request {
+                flags: CMD_FLAG_FUA,
+                command: Command::Write,
+                cookie: 7,
+                offset: 4096,
+                length: 512
+            }
+        );
+        bytes[0] ^= 1;
+        assert!(Request::parse(&bytes).unwrap_err().contains("magic"));
+    }
+
+    #[test]
+    fn info_requests_parse_exactly() {
+        let mut data = Vec::new();
+        data.extend_from_slice(&4u32.to_be_bytes());
+        data.extend_from_slice(b"vol0");
+        data.extend_from_slice(&2u16.to_be_bytes());
+        data.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+        data.extend_from_slice(&INFO_NAME.to_be_bytes());
+        assert_eq!(
+            parse_info_request(&data).unwrap(),
+            ("vol0".to_string(), vec![INFO_BLOCK_SIZE, INFO_NAME])
+        );
+        assert!(parse_info_request(&data[..data.len() - 1]).is_err());
+        let mut longer = data.clone();
+        longer.push(0);
+        assert!(parse_info_request(&longer).is_err());
+        let mut huge = data.clone();
+        huge[0..4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(parse_info_request(&huge).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn the_parsers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = parse_info_request(&bytes);
+            if let Ok(header) = <[u8; REQUEST_BYTES]>::try_from(&bytes[..bytes.len().min(REQUEST_BYTES)]) {
+                let _ = Request::parse(&header);
+            }
+            if let Ok(header) = <[u8; OPTION_HEADER_BYTES]>::try_from(&bytes[..bytes.len().min(OPTION_HEADER_BYTES)]) {
+                let _ = OptionHeader::parse(&header);
+            }
+        }
+    }
+}
