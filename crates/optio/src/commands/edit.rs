@@ -10,6 +10,8 @@ use optio_placement::{
     ActiveSpec, ChangeReport, ClusterMap, DeviceId, DeviceSpec, MapChange, MovementSample, Weight,
 };
 
+use optio_cluster::MapSource;
+
 use super::live::LiveMap;
 use crate::output::{bytes, parse_size};
 
@@ -24,6 +26,10 @@ pub struct EditArgs {
     /// Objects simulated per pool to estimate what moves.
     #[arg(long, default_value_t = 20_000)]
     pub objects: u64,
+    /// Write the edited map to this file instead of changing the map in place (a map file
+    /// only; the format follows the extension: .toml Optio, .json Ceph JSON, else Ceph text).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
 }
 
 /// `optio map add-device`.
@@ -327,7 +333,10 @@ fn edit_checked(
     let source = args.live.source()?;
     let runtime = crate::commands::runtime()?;
     runtime.block_on(async move {
-        let old = source.load().await.with_context(|| format!("cannot load the map from {}", source.describe()))?;
+        let old = source
+            .load()
+            .await
+            .with_context(|| format!("cannot load the map from {}", source.describe()))?;
         let change = change(&old)?;
         let new = old.apply(&change, old.epoch()).context("the change was refused")?;
         print!("{}", what_moves(&old, &new, &change, args.objects)?);
@@ -336,15 +345,159 @@ fn edit_checked(
             println!("dry run: nothing stored (the map stays at epoch {})", old.epoch());
             return Ok(());
         }
+        if let Some(written) = offline_file(&source, args.output.as_deref(), &new)? {
+            println!("{written}");
+            return Ok(());
+        }
         source.compare_and_swap(old.epoch(), &new).await?;
+        let served = new.devices().iter().any(|d| d.addr.is_some());
         println!(
-            "stored epoch {} at {} (was {}); servers rebalance now: `optio status` shows their progress",
+            "stored epoch {} at {} (was {}){}",
             new.epoch(),
             source.describe(),
-            old.epoch()
+            old.epoch(),
+            if served {
+                "; servers rebalance now: `optio status` shows their progress"
+            } else {
+                " (no device has an address: no server serves this map)"
+            }
         );
         Ok(())
     })
+}
+
+/// Where an edit of a map *file* goes when it is not a live cluster's Optio TOML map: to
+/// `--output` (in the format its extension names), or back into a Ceph text or JSON file in
+/// its own format — as a plain file replacement (no lock file left beside it), and only if
+/// that format keeps the whole change. `None`: a live map, changed in place as usual.
+fn offline_file(
+    source: &MapSource,
+    output: Option<&std::path::Path>,
+    new: &ClusterMap,
+) -> Result<Option<String>> {
+    let MapSource::File(store) = source else {
+        if let Some(output) = output {
+            bail!(
+                "--output {} is for map files; {} is a live map, changed in place",
+                output.display(),
+                source.describe()
+            );
+        }
+        return Ok(None);
+    };
+    let (target, format) = match output {
+        Some(path) => (path.to_path_buf(), format_of_extension(path)),
+        None => {
+            let text = std::fs::read_to_string(store.path())
+                .with_context(|| format!("cannot read {}", store.path().display()))?;
+            match optio_mapfile::detect(&text) {
+                optio_mapfile::Format::OptioToml => return Ok(None),
+                format => (store.path().to_path_buf(), format),
+            }
+        }
+    };
+    let text = match format {
+        optio_mapfile::Format::OptioToml => optio_mapfile::optio_toml::write(new),
+        optio_mapfile::Format::CephText => optio_mapfile::ceph_text::write(new)?,
+        optio_mapfile::Format::CephJson => optio_mapfile::ceph_json::write(new)?,
+    };
+    if format != optio_mapfile::Format::OptioToml {
+        check_kept(new, &text, format, &target)?;
+    }
+    optio_cluster::durable::replace(&target, text.as_bytes())
+        .with_context(|| format!("cannot write {}", target.display()))?;
+    Ok(Some(format!(
+        "wrote the edited map to {} ({}); no server follows a file written this way",
+        target.display(),
+        format.name()
+    )))
+}
+
+/// The format a file name asks for.
+fn format_of_extension(path: &std::path::Path) -> optio_mapfile::Format {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("toml") => optio_mapfile::Format::OptioToml,
+        Some("json") => optio_mapfile::Format::CephJson,
+        _ => optio_mapfile::Format::CephText,
+    }
+}
+
+/// Refuses to write `new` as `text` in a Ceph format that would lose part of it (the
+/// formats have no in/out state, capacities, addresses…).
+fn check_kept(
+    new: &ClusterMap,
+    text: &str,
+    format: optio_mapfile::Format,
+    target: &std::path::Path,
+) -> Result<()> {
+    // A map read from a Ceph format has capacities derived from the CRUSH weights; the
+    // format keeps the weights, and the capacities follow them when it is read again.
+    let lost = lost_in(new, text, format, true)?;
+    if let Some(first) = lost.first() {
+        bail!(
+            "{} cannot hold this change (it would lose {} setting(s), the first: {first}); \
+             nothing was written: keep the result as Optio TOML with --output FILE.toml (and \
+             leave {} as it is)",
+            format.name(),
+            lost.len(),
+            target.display()
+        );
+    }
+    Ok(())
+}
+
+/// What `map` written as `text` in `format` loses, pools aside (Ceph's formats hold none,
+/// and `convert` says so): each device setting the text, read back, does not give — state
+/// (in/out, up/down), reweights, addresses, bandwidths, capacities unless `derived_capacity`
+/// (a map read from a Ceph format has capacities derived from the CRUSH weights, which the
+/// format keeps) — and an elastic membership.
+pub(crate) fn lost_in(
+    map: &ClusterMap,
+    text: &str,
+    format: optio_mapfile::Format,
+    derived_capacity: bool,
+) -> Result<Vec<String>> {
+    let back = optio_mapfile::parse_as(text, format)
+        .with_context(|| format!("the map written as {} does not read back", format.name()))?;
+    let mut lost = Vec::new();
+    for device in map.devices() {
+        let Some(kept) = back.device(device.id) else {
+            lost.push(format!("{}: the whole device", device.name));
+            continue;
+        };
+        let mut differs = |what: &str, ours: String, theirs: String| {
+            if ours != theirs {
+                lost.push(format!("{}: {what} {ours} (read back: {theirs})", device.name));
+            }
+        };
+        differs("in", device.is_in.to_string(), kept.is_in.to_string());
+        differs("up", device.up.to_string(), kept.up.to_string());
+        differs("weight", device.weight.to_string(), kept.weight.to_string());
+        differs("reweight", device.reweight.to_string(), kept.reweight.to_string());
+        differs(
+            "primary affinity",
+            device.primary_affinity.to_string(),
+            kept.primary_affinity.to_string(),
+        );
+        differs("address", format!("{:?}", device.addr), format!("{:?}", kept.addr));
+        differs(
+            "bandwidth (MB/s)",
+            device.bandwidth_mb_per_s.to_string(),
+            kept.bandwidth_mb_per_s.to_string(),
+        );
+        differs("class", format!("{:?}", device.class), format!("{:?}", kept.class));
+        if !derived_capacity {
+            differs(
+                "capacity",
+                crate::output::bytes(device.capacity_bytes as f64),
+                crate::output::bytes(kept.capacity_bytes as f64),
+            );
+        }
+    }
+    if map.membership().is_some() && back.membership().is_none() {
+        lost.push("the elastic membership (ranks, versions)".to_string());
+    }
+    Ok(lost)
 }
 
 /// What a change moves, per pool, against the minimum (from simulated objects), or what

@@ -109,11 +109,34 @@ pub fn run(command: Command) -> Result<()> {
             if !matches!(to, Target::Toml) && !loaded.map.pools().is_empty() {
                 eprintln!("{}", pools_left_out(&loaded.map));
             }
-            let text = match to {
-                Target::Toml => optio_mapfile::optio_toml::write(&loaded.map),
-                Target::CephText => optio_mapfile::ceph_text::write(&loaded.map)?,
-                Target::CephJson => optio_mapfile::ceph_json::write(&loaded.map)?,
+            let (text, format) = match to {
+                Target::Toml => (
+                    optio_mapfile::optio_toml::write(&loaded.map),
+                    optio_mapfile::Format::OptioToml,
+                ),
+                Target::CephText => {
+                    (optio_mapfile::ceph_text::write(&loaded.map)?, optio_mapfile::Format::CephText)
+                }
+                Target::CephJson => {
+                    (optio_mapfile::ceph_json::write(&loaded.map)?, optio_mapfile::Format::CephJson)
+                }
             };
+            if format != optio_mapfile::Format::OptioToml {
+                let lost = super::edit::lost_in(&loaded.map, &text, format, false)?;
+                if !lost.is_empty() {
+                    eprintln!(
+                        "warning: {} cannot hold everything in this map; {} setting(s) are left out:",
+                        format.name(),
+                        lost.len()
+                    );
+                    for line in lost.iter().take(LOST_LINES_SHOWN) {
+                        eprintln!("  {line}");
+                    }
+                    if lost.len() > LOST_LINES_SHOWN {
+                        eprintln!("  … and {} more", lost.len() - LOST_LINES_SHOWN);
+                    }
+                }
+            }
             match output {
                 Some(path) => {
                     optio_cluster::durable::replace(&path, text.as_bytes())
@@ -129,6 +152,9 @@ pub fn run(command: Command) -> Result<()> {
         }
     }
 }
+
+/// Lines of what a conversion leaves out that `convert` shows.
+const LOST_LINES_SHOWN: usize = 5;
 
 /// The note `convert` prints when a Ceph format leaves out the map's pools (and with them
 /// Optio's pool settings, such as an incremental balanced pool's state).
