@@ -73,6 +73,19 @@ enum Command {
     Bench(commands::bench::Args),
     /// The tour: a local cluster, data written and read under two policies, what happened.
     Demo(commands::demo::Args),
+    /// Shell completions: `optio completions bash > /etc/bash_completion.d/optio` (or
+    /// `source <(optio completions bash)`); zsh, fish, elvish and powershell too.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Manual pages (roff): `optio man | man -l -` shows optio(1); `--dir DIR` writes one page
+    /// per command (optio.1, optio-put.1, optio-map-convert.1, …).
+    Man {
+        /// Write every command's page into this directory instead of printing optio(1).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 impl Command {
@@ -94,6 +107,8 @@ impl Command {
                 | Command::Ls(_)
                 | Command::Stat(_)
                 | Command::Probe(_)
+                | Command::Completions { .. }
+                | Command::Man { .. }
         )
     }
 }
@@ -134,6 +149,13 @@ fn main() -> std::process::ExitCode {
         Command::Probe(args) => commands::client::probe(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Demo(args) => commands::demo::run(args),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "optio", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script).map_err(anyhow::Error::from)
+        }
+        Command::Man { dir } => commands::man::run(<Cli as clap::CommandFactory>::command(), dir),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -9,6 +9,7 @@ pub mod diff;
 pub mod edit;
 pub mod identity;
 pub mod live;
+pub mod man;
 pub mod manager;
 pub mod map;
 pub mod place;

@@ -266,3 +266,27 @@ fn server_flags_time_out_slow_clients_and_refuse_bad_values() {
     assert!(sink.is_empty(), "nothing answered: {}", String::from_utf8_lossy(&sink));
     assert!(after < Duration::from_secs(5), "cut off after about 300 ms, not {after:?}");
 }
+
+/// Shell completions and manual pages come from the same definitions as `--help`.
+#[test]
+fn completions_and_manual_pages() {
+    for (shell, marker) in
+        [("bash", "_optio()"), ("zsh", "#compdef optio"), ("fish", "complete -c optio")]
+    {
+        let script = crate::support::optio_ok(&["completions", shell]);
+        assert!(script.contains(marker), "{shell}: {}", &script[..script.len().min(200)]);
+        assert!(script.contains("set-state"), "{shell} completes subcommands");
+    }
+    let refused = crate::support::optio(&["completions", "tcsh"]);
+    assert_eq!(refused.status.code(), Some(2), "a usage error");
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert!(error.contains("invalid value 'tcsh'"), "{error}");
+    let page = crate::support::optio_ok(&["man"]);
+    assert!(page.contains(".TH optio 1") && page.contains("distributed object store"), "{page}");
+    let dir = tempfile::tempdir().unwrap();
+    let output = crate::support::optio(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert!(output.status.success());
+    let put = std::fs::read_to_string(dir.path().join("optio-put.1")).expect("optio-put.1");
+    assert!(put.contains("optio put") && put.contains("tls\\-cert"), "{put}");
+    assert!(dir.path().join("optio-map-set-state.1").exists());
+}
