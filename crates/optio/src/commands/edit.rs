@@ -58,9 +58,13 @@ pub struct AddDeviceArgs {
     /// Device class.
     #[arg(long)]
     pub class: Option<String>,
-    /// Address of the server that serves it (HOST:PORT).
+    /// Address of the server that serves it (HOST:PORT); it must answer and serve the
+    /// device, unless --allow-unreachable.
     #[arg(long)]
     pub addr: Option<String>,
+    /// Store the device even if nothing at --addr serves it yet (start its server next).
+    #[arg(long)]
+    pub allow_unreachable: bool,
     #[command(flatten)]
     pub edit: EditArgs,
 }
@@ -192,11 +196,62 @@ pub fn add_device(args: AddDeviceArgs) -> Result<()> {
     spec.location = location;
     spec.bandwidth_mb_per_s = args.bandwidth;
     spec.class = args.class;
-    spec.addr = args.addr;
+    spec.addr = args.addr.clone();
     if let Some(w) = args.weight {
         spec.weight = Some(weight(w, "--weight")?);
     }
-    edit(&args.edit, |_| Ok(MapChange::AddDevice(spec)))
+    let (id, capacity) = (args.id, args.capacity);
+    let check_addr = args.addr.clone().filter(|_| !args.allow_unreachable);
+    let transport = match &check_addr {
+        Some(_) => Some(args.edit.live.transport()?),
+        None => None,
+    };
+    let source = args
+        .edit
+        .live
+        .map
+        .clone()
+        .or_else(|| args.edit.live.cluster.as_ref().map(|dir| dir.display().to_string()));
+    edit_checked(
+        &args.edit,
+        |_| Ok(MapChange::AddDevice(spec)),
+        move |_, _| {
+            Box::pin(async move {
+                let (Some(addr), Some(transport)) = (check_addr, transport) else { return Ok(()) };
+                serves_device(&transport, &addr, id, capacity, source.as_deref()).await
+            })
+        },
+    )
+}
+
+/// Refuses a new device's address unless a server there answers and serves the device: a
+/// device nobody serves would leave rebalancing retrying "unreachable".
+async fn serves_device(
+    transport: &optio_net::HttpTransport,
+    addr: &str,
+    id: u32,
+    capacity: u64,
+    source: Option<&str>,
+) -> Result<()> {
+    let start = format!(
+        "start it there first, e.g. `optio server --listen {addr} --device {id}:{}:/srv/optio/dev{id} \
+         --map {} --keyring KEYRING`, or pass --allow-unreachable to store the device now and \
+         start its server after",
+        bytes(capacity as f64).replace(' ', ""),
+        source.unwrap_or("SOURCE")
+    );
+    match optio_net::Transport::server_status(transport, addr).await {
+        Ok(status) if status.devices.iter().any(|d| d.metrics.device == id) => Ok(()),
+        Ok(status) => {
+            let served: Vec<String> =
+                status.devices.iter().map(|d| d.metrics.device.to_string()).collect();
+            bail!(
+                "the server at {addr} answers but does not serve device {id} (it serves {}); {start}",
+                if served.is_empty() { "none".to_string() } else { served.join(", ") }
+            )
+        }
+        Err(failure) => bail!("nothing at {addr} answers as an Optio server ({failure}); {start}"),
+    }
 }
 
 pub fn remove_device(args: RemoveDeviceArgs) -> Result<()> {

@@ -182,6 +182,26 @@ fn the_cli_refuses_to_remove_the_only_copy_and_edits_show_what_moves() {
     assert!(error.contains("primaries"), "{error}");
     let error = support::optio_err(&["resize", "--active", "40", "--cluster", &dir]);
     assert!(error.contains("ranked servers"), "{error}");
+    // A new device's address must answer and serve it.
+    let add = |addr: &str, extra: &[&str]| {
+        let mut args = vec!["map", "add-device", "--id", "9", "--at", "zone=z1,host=z1-h9"];
+        args.extend(["--capacity", "1GiB", "--addr", addr, "--cluster", &dir]);
+        args.extend(extra);
+        args.iter().map(|a| a.to_string()).collect::<Vec<String>>()
+    };
+    let refuse = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        support::optio_err(&args)
+    };
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let error = refuse(add(&nobody.to_string(), &[]));
+    assert!(error.contains("nothing at") && error.contains("optio server --listen"), "{error}");
+    let error = refuse(add(&cluster.servers()[0].addr, &[]));
+    assert!(error.contains("does not serve device 9"), "{error}");
+    assert_eq!(cluster.load_map().unwrap().epoch().0, 1);
+    let args = add(&nobody.to_string(), &["--allow-unreachable", "--dry-run"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert!(support::optio_ok(&args).contains("dry run"));
     assert_eq!(cluster.load_map().unwrap().epoch().0, 1);
     let status = support::optio_ok(&["status", "--cluster", &dir, "--json"]);
     let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
