@@ -7,7 +7,8 @@
 use anyhow::{Context, Result, bail};
 use optio_placement::change::PoolMovement;
 use optio_placement::{
-    ActiveSpec, ChangeReport, ClusterMap, DeviceId, DeviceSpec, MapChange, MovementSample, Weight,
+    ActiveSpec, ChangeReport, ClusterMap, DeviceId, DeviceSpec, MapChange, MovementSample,
+    Placement, Weight,
 };
 
 use optio_cluster::MapSource;
@@ -30,6 +31,10 @@ pub struct EditArgs {
     /// only; the format follows the extension: .toml Optio, .json Ceph JSON, else Ceph text).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<std::path::PathBuf>,
+    /// Make the change even if it leaves data with fewer copies than its pool's min_size
+    /// (writes to it then fail until the devices return).
+    #[arg(long)]
+    pub yes: bool,
 }
 
 /// `optio map add-device`.
@@ -395,6 +400,15 @@ fn edit_checked(
         let change = change(&old)?;
         let new = old.apply(&change, old.epoch()).context("the change was refused")?;
         print!("{}", what_moves(&old, &new, &change, args.objects)?);
+        let copies = too_few_copies(&old, &new, args.objects.min(COPIES_SAMPLE_MAX))?;
+        print!("{}", copies.report);
+        if copies.below_min_size && !args.yes {
+            bail!(
+                "this change leaves data with fewer copies than its pool's min_size (above): \
+                 writes to it would fail until devices return; nothing was stored — rerun with \
+                 --yes to make it anyway"
+            );
+        }
         check(&old, &change).await?;
         if args.dry_run {
             println!("dry run: nothing stored (the map stays at epoch {})", old.epoch());
@@ -555,6 +569,54 @@ pub(crate) fn lost_in(
     Ok(lost)
 }
 
+/// Most objects sampled per pool to count copies after a change.
+const COPIES_SAMPLE_MAX: u64 = 20_000;
+
+/// What [`too_few_copies`] found.
+struct Copies {
+    /// Lines for people (empty when every sampled object keeps its pool's size).
+    report: String,
+    /// Whether the change leaves more sampled objects below min_size than before.
+    below_min_size: bool,
+}
+
+/// Samples `objects` object names per pool and counts those whose new placement has fewer
+/// copies than the pool's size, and than its min_size, against the old map's.
+fn too_few_copies(old: &ClusterMap, new: &ClusterMap, objects: u64) -> Result<Copies> {
+    let (before, after) = (Placement::new(old)?, Placement::new(new)?);
+    let mut report = String::new();
+    let mut below_min_size = false;
+    for pool in new.pools() {
+        let (Some(was), Some(is)) = (before.pool(pool.id), after.pool(pool.id)) else { continue };
+        let count = |placement: &optio_placement::PoolPlacement<'_>| {
+            let (mut short, mut unwritable) = (0u64, 0u64);
+            for i in 0..objects {
+                let copies =
+                    placement.locate(&format!("copies-{i}")).devices.devices().count() as u32;
+                short += u64::from(copies < pool.size);
+                unwritable += u64::from(copies < pool.min_size);
+            }
+            (short, unwritable)
+        };
+        let ((_, unwritable_before), (short, unwritable)) = (count(&was), count(&is));
+        if short == 0 {
+            continue;
+        }
+        report.push_str(&format!(
+            "pool '{}': {short} of {objects} sampled objects would have fewer than {} copies{}\n",
+            pool.name,
+            pool.size,
+            if unwritable > 0 {
+                format!(", {unwritable} fewer than min_size {} (not writable)", pool.min_size)
+            } else {
+                format!(" (degraded, still writable: min_size {})", pool.min_size)
+            }
+        ));
+        below_min_size |= unwritable > unwritable_before;
+    }
+    Ok(Copies { report, below_min_size })
+}
+
 /// What a change moves, per pool, against the minimum (from simulated objects), or what
 /// membership it changes: the placement crate's [`ChangeReport`], for people.
 pub fn what_moves(
@@ -588,15 +650,15 @@ pub fn what_moves(
                 let unit = if *has_pgs { "PG copies" } else { "object copies (simulated)" };
                 let ratio = m.ratio_to_minimum();
                 out.push_str(&format!(
-                    "pool '{}': {} of {} {unit} move ({:.2}%; {} of {} at 4 MiB per object); minimum {:.2}%{}\n",
+                    "pool '{}': {} of {} {unit} move ({:.2}%; minimum {:.2}%{}); for {objects} simulated objects of 4 MiB that is {} of {} — not the cluster's own data (`optio status` shows what the servers move)\n",
                     name,
                     m.moved,
                     m.copies,
                     if m.copies > 0 { m.moved as f64 * 100.0 / m.copies as f64 } else { 0.0 },
-                    bytes(m.moved_bytes as f64),
-                    bytes(m.bytes as f64),
                     m.minimum_share * 100.0,
                     if ratio.is_finite() && m.minimum_share > 0.0 { format!(", moved/minimum {ratio:.2}") } else { String::new() },
+                    bytes(m.moved_bytes as f64),
+                    bytes(m.bytes as f64),
                 ));
             }
         }

@@ -127,3 +127,46 @@ fn offline_edits_of_ceph_maps_keep_their_format_or_say_what_they_cannot_hold() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("osd.3: in false"), "convert names what it leaves out: {stderr}");
 }
+
+/// An edit that leaves data with fewer copies than min_size is refused without `--yes`; one
+/// that only degrades it says so; what moves is labelled as simulated data.
+#[test]
+fn edits_below_min_size_need_yes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let map = dir.path().join("three.toml");
+    std::fs::write(
+        &map,
+        r#"format_version = 1
+epoch = 1
+devices = [
+  { id = 0, capacity = "1TiB", location = { zone = "z1", host = "h1" } },
+  { id = 1, capacity = "1TiB", location = { zone = "z2", host = "h2" } },
+  { id = 2, capacity = "1TiB", location = { zone = "z3", host = "h3" } },
+]
+rules = [ { id = 0, name = "by-zone", steps = ["take default", "chooseleaf firstn 0 type zone", "emit"] } ]
+
+[[pools]]
+id = 1
+name = "data"
+pg_num = 64
+size = 3
+"#,
+    )
+    .expect("write");
+    let path = map.to_str().unwrap();
+    let out = optio_ok(&["map", "set-state", "2", "--out", "--map", path]);
+    assert!(out.contains("degraded, still writable: min_size 2"), "{out}");
+    assert!(
+        out.contains("simulated objects") && out.contains("not the cluster's own data"),
+        "{out}"
+    );
+    assert!(out.contains("no server serves this map"), "{out}");
+    let error = optio_err(&["map", "set-state", "1", "--out", "--map", path]);
+    assert!(
+        error.contains("fewer copies than its pool's min_size") && error.contains("--yes"),
+        "{error}"
+    );
+    assert!(std::fs::read_to_string(&map).unwrap().contains("epoch = 2"), "nothing stored");
+    optio_ok(&["map", "set-state", "1", "--out", "--map", path, "--yes"]);
+    assert!(std::fs::read_to_string(&map).unwrap().contains("epoch = 3"));
+}
