@@ -327,11 +327,14 @@ impl Rebalancer {
             if seconds > 0.2 { ((total - first_total) as f64 / seconds) as u64 } else { 0 }
         };
         let mut status = self.status.lock().expect("status lock");
+        let copies_done = p.copies_done.load(Ordering::Relaxed);
         if let Some((copies, bytes)) = planned {
-            status.copies_planned = copies;
-            status.bytes_planned = bytes;
+            // A retry round of the same epoch plans only what is left: what earlier rounds
+            // did counts in the plan too, so that done never exceeds planned.
+            status.copies_planned = copies_done + copies;
+            status.bytes_planned = bytes_moved + bytes;
         }
-        status.copies_done = p.copies_done.load(Ordering::Relaxed);
+        status.copies_done = copies_done;
         status.bytes_moved = bytes_moved;
         status.copies_removed = p.copies_removed.load(Ordering::Relaxed);
         status.records_moved = p.records_moved.load(Ordering::Relaxed);

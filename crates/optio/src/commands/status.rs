@@ -81,9 +81,49 @@ fn eta(seconds: Option<u64>) -> String {
     }
 }
 
+/// The name of the server at a row: its devices' host buckets (their parent buckets when the
+/// map has no `host` type), or the devices' names.
+pub fn server_name(map: &ClusterMap, row: &ServerRow) -> String {
+    let host = map.type_by_name("host");
+    let mut names: Vec<String> = Vec::new();
+    for id in &row.devices {
+        let item = optio_placement::ItemId(*id as i32);
+        let name = match host.and_then(|t| map.ancestor_of_type(item, t)) {
+            Some(bucket) => bucket.name.clone(),
+            None => match map.parent(item).and_then(|b| map.bucket(b)) {
+                Some(bucket) => bucket.name.clone(),
+                None => map.item_name(item).unwrap_or("-").to_string(),
+            },
+        };
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names.join(",")
+}
+
+/// A transport failure, short: "connection refused", "no answer within 2s"…
+fn short_reason(error: &str) -> String {
+    let lower = error.to_lowercase();
+    for (marker, short) in [
+        ("connection refused", "not running (connection refused)"),
+        ("timed out", "no answer (timed out)"),
+        ("no route to host", "unreachable (no route to host)"),
+        ("certificate", "TLS refused (certificate)"),
+        ("fenced", "fenced (its lease lapsed)"),
+    ] {
+        if lower.contains(marker) {
+            return short.to_string();
+        }
+    }
+    let last = error.rsplit(": ").next().unwrap_or(error);
+    last.chars().take(80).collect()
+}
+
 fn table(map: &ClusterMap, rows: &[ServerRow]) -> String {
     let mut table = Table::new(&[
         "server",
+        "address",
         "devices",
         "epoch",
         "phase",
@@ -94,14 +134,17 @@ fn table(map: &ClusterMap, rows: &[ServerRow]) -> String {
         "ETA",
         "note",
     ])
-    .left(&[0, 1, 3, 9]);
-    for row in rows {
+    .left(&[0, 1, 2, 4, 10]);
+    let mut ordered: Vec<&ServerRow> = rows.iter().collect();
+    ordered.sort_by_cached_key(|row| (server_name(map, row), row.addr.clone()));
+    for row in ordered {
         let devices = row.devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",");
         match &row.status {
             Ok(status) => {
                 let m = &status.migration;
                 let stale = status.epoch < map.epoch().0;
                 table.row(vec![
+                    server_name(map, row),
                     row.addr.clone(),
                     devices,
                     status.epoch.to_string(),
@@ -119,6 +162,7 @@ fn table(map: &ClusterMap, rows: &[ServerRow]) -> String {
                 ]);
             }
             Err(error) => table.row(vec![
+                server_name(map, row),
                 row.addr.clone(),
                 devices,
                 "-".into(),
@@ -128,7 +172,7 @@ fn table(map: &ClusterMap, rows: &[ServerRow]) -> String {
                 "-".into(),
                 "-".into(),
                 "-".into(),
-                error.clone(),
+                short_reason(error),
             ]),
         }
     }
@@ -291,8 +335,8 @@ pub fn run(args: Args) -> Result<u8> {
                 let json: Vec<serde_json::Value> = rows
                     .iter()
                     .map(|r| match &r.status {
-                        Ok(s) => serde_json::json!({"addr": r.addr, "devices": r.devices, "epoch": s.epoch, "migration": s.migration}),
-                        Err(e) => serde_json::json!({"addr": r.addr, "devices": r.devices, "error": e}),
+                        Ok(s) => serde_json::json!({"name": server_name(&map, r), "addr": r.addr, "devices": r.devices, "epoch": s.epoch, "migration": s.migration}),
+                        Err(e) => serde_json::json!({"name": server_name(&map, r), "addr": r.addr, "devices": r.devices, "error": e}),
                     })
                     .collect();
                 println!(
@@ -308,10 +352,15 @@ pub fn run(args: Args) -> Result<u8> {
                 if let Some(line) = reintegration_line(&source, &map).await {
                     println!("{line}");
                 }
+                let answering = rows.iter().filter(|r| r.status.is_ok()).count();
                 println!(
                     "{}",
-                    if all_done(&map, &rows) {
+                    if answering == 0 {
+                        "no server answers: nothing can move, and nothing is known of its progress"
+                    } else if all_done(&map, &rows) {
                         "every server is done: data is where this epoch places it"
+                    } else if answering < rows.len() {
+                        "rebalancing waits for the servers that do not answer (`optio status --watch` follows it)"
                     } else {
                         "rebalancing is under way (`optio status --watch` follows it)"
                     }
@@ -385,7 +434,7 @@ async fn watch(source: &optio_cluster::source::MapSource, transport: &HttpTransp
             let bar = rows_bars.entry(row.addr.clone()).or_insert_with(|| {
                 let bar = bars.add(ProgressBar::new(0));
                 bar.set_style(style.clone());
-                bar.set_prefix(row.addr.clone());
+                bar.set_prefix(format!("{} {}", server_name(&map, row), row.addr));
                 bar
             });
             match &row.status {
@@ -403,7 +452,12 @@ async fn watch(source: &optio_cluster::source::MapSource, transport: &HttpTransp
                         eta(m.eta_seconds)
                     ));
                 }
-                Err(error) => bar.set_message(format!("unreachable: {error}")),
+                Err(error) => {
+                    // Nothing is known of its progress: an empty bar, not a full one.
+                    bar.set_length(1);
+                    bar.set_position(0);
+                    bar.set_message(format!("unreachable: {}", short_reason(error)));
+                }
             }
         }
         if all_done(&map, &rows) {

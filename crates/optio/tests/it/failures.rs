@@ -192,6 +192,8 @@ fn status(cluster: &LocalCluster) -> (i32, String) {
 #[test]
 fn health_is_err_when_placement_groups_have_fewer_than_min_size_replicas_serving() {
     let (_dir, mut cluster) = cluster(small());
+    // Servers that just started are still planning epoch 1 (HEALTH_WARN) for a moment.
+    runtime().block_on(crate::wait_settled(&cluster, Duration::from_secs(60)));
     let (code, text) = status(&cluster);
     assert_eq!(code, 0, "{text}");
     cluster.kill(0).unwrap();
@@ -205,6 +207,26 @@ fn health_is_err_when_placement_groups_have_fewer_than_min_size_replicas_serving
         text.contains("health: HEALTH_ERR") && text.contains("their writes are refused"),
         "{text}"
     );
+    // Each server by name, an unreachable one with a short reason and no progress.
+    let killed = cluster
+        .servers()
+        .iter()
+        .find(|s| s.devices.iter().any(|(d, _)| *d == 0))
+        .map(|s| s.host.clone())
+        .expect("the server of device 0");
+    let line = text.lines().find(|l| l.starts_with(&killed)).unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("unreachable") && line.contains("not running (connection refused)"),
+        "{line}"
+    );
+    let devices: Vec<u32> =
+        cluster.servers().iter().flat_map(|s| s.devices.iter().map(|(d, _)| *d)).collect();
+    for device in devices.into_iter().filter(|d| *d > 1) {
+        cluster.kill(device).unwrap();
+    }
+    let (code, text) = status(&cluster);
+    assert_eq!(code, 3, "{text}");
+    assert!(text.contains("no server answers"), "{text}");
 }
 
 #[test]

@@ -208,3 +208,48 @@ fn the_cli_refuses_to_remove_the_only_copy_and_edits_show_what_moves() {
     assert_eq!(status["settled"], true);
     assert_eq!(status["servers"].as_array().map(Vec::len), Some(3));
 }
+
+/// A rebalancing round that fails on a silent target is retried within the same epoch; the
+/// progress each server reports then counts the earlier rounds in its plan too (it once showed
+/// "81/13": done above planned).
+#[test]
+fn progress_across_retry_rounds_stays_within_its_plan() {
+    let (_dir, mut cluster) = cluster(LocalClusterSpec { hosts_per_zone: 2, ..small() });
+    let rt = runtime();
+    let client = rt.block_on(client(&cluster, None));
+    rt.block_on(async {
+        for i in 0..120 {
+            client.put("data", &format!("r{i}"), data(i, 2000)).await.expect("write");
+        }
+    });
+    // Device 5's server stops; devices 0 and 4 go out: 0's data moves to device 1 (its zone's
+    // other host), 4's to device 5, which does not answer.
+    cluster.kill(5).unwrap();
+    for device in [0, 4] {
+        let out = MapChange::SetState { device: DeviceId(device), up: None, is_in: Some(false) };
+        cluster.change_map(&out).expect("out");
+    }
+    let epoch = cluster.load_map().unwrap().epoch().0;
+    let retried = crate::wait_until(Duration::from_secs(30), || {
+        rt.block_on(statuses(&cluster)).iter().flatten().any(|s| {
+            s.epoch == epoch
+                && s.migration.phase == optio_proto::MigrationPhase::Retrying
+                && s.migration.copies_done > 0
+        })
+    });
+    let seen = rt.block_on(statuses(&cluster));
+    assert!(retried, "some server moved copies and retries others (device 5 is down): {seen:#?}");
+    std::thread::sleep(Duration::from_millis(1500)); // at least one retry round planned
+    for s in rt.block_on(statuses(&cluster)).iter().flatten() {
+        let m = &s.migration;
+        assert!(m.copies_done <= m.copies_planned, "done above planned: {m:?}");
+        assert!(m.bytes_moved <= m.bytes_planned, "bytes above planned: {m:?}");
+    }
+    cluster.restart(5).unwrap();
+    rt.block_on(wait_settled(&cluster, Duration::from_secs(60)));
+    rt.block_on(async {
+        for i in 0..120 {
+            assert_eq!(client.get("data", &format!("r{i}")).await.unwrap(), data(i, 2000));
+        }
+    });
+}

@@ -74,6 +74,13 @@ pub async fn wait_settled(cluster: &LocalCluster, bound: Duration) {
     loop {
         let epoch = cluster.load_map().expect("the map loads").epoch().0;
         let all = statuses(cluster).await;
+        // Progress never exceeds its plan, retry rounds included (`optio status` shows them).
+        for m in all.iter().flatten().map(|s| &s.migration) {
+            assert!(
+                m.copies_done <= m.copies_planned && m.bytes_moved <= m.bytes_planned,
+                "progress above its plan: {m:?}"
+            );
+        }
         if all.iter().all(|s| s.as_ref().is_some_and(|s| s.migration.settled_at(epoch))) {
             return;
         }
