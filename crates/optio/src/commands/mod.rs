@@ -162,10 +162,21 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// Logs to stderr at the level in `OPTIO_LOG` (error, warn, info, debug, trace), else
-/// `default`.
+/// Logs to stderr what `OPTIO_LOG` selects — a level (`error`, `warn`, `info`, `debug`,
+/// `trace`) or tracing's filter directives, per crate and module
+/// (`OPTIO_LOG=warn,optio_server=debug,optio_server::rebalance=trace`) — else `default`. A
+/// filter that does not parse is reported and `default` used.
 pub fn init_logging(default: &str) {
-    let level = std::env::var("OPTIO_LOG").unwrap_or_else(|_| default.to_string());
-    let level = level.parse::<tracing::Level>().unwrap_or(tracing::Level::WARN);
-    let _ = tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).try_init();
+    use tracing_subscriber::EnvFilter;
+    let (filter, problem) = match std::env::var("OPTIO_LOG") {
+        Err(_) => (EnvFilter::new(default), None),
+        Ok(spec) => match EnvFilter::try_new(&spec) {
+            Ok(filter) => (filter, None),
+            Err(error) => (EnvFilter::new(default), Some(format!("OPTIO_LOG={spec:?}: {error}"))),
+        },
+    };
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    if let Some(problem) = problem {
+        tracing::warn!("ignoring an unusable log filter ({problem}); logging at {default}");
+    }
 }

@@ -125,7 +125,8 @@ fn parse_device(text: &str) -> Result<DeviceConfig> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    crate::commands::init_logging("warn");
+    // What an operator needs (map epochs, rebalancing, refusals, keyring reloads) is at info.
+    crate::commands::init_logging("info");
     let devices = args.devices.iter().map(|d| parse_device(d)).collect::<Result<Vec<_>>>()?;
     let max_object_bytes = parse_size(&args.max_object_size).map_err(anyhow::Error::msg)?;
     let rate = parse_size(&args.migration_rate)

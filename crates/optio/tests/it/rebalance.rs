@@ -247,6 +247,10 @@ fn progress_across_retry_rounds_stays_within_its_plan() {
     }
     cluster.restart(5).unwrap();
     rt.block_on(wait_settled(&cluster, Duration::from_secs(60)));
+    // Servers log what an operator needs at their default level (info).
+    let host = cluster.servers()[0].host.clone();
+    let log = std::fs::read_to_string(cluster.dir().join(format!("{host}.log"))).unwrap();
+    assert!(log.contains("map epoch changed") && log.contains("rebalancing"), "{host}: {log}");
     rt.block_on(async {
         for i in 0..120 {
             assert_eq!(client.get("data", &format!("r{i}")).await.unwrap(), data(i, 2000));
