@@ -23,7 +23,8 @@ impl Client {
             self.note_dirty(view, pool, key, &mut dirty_noted).await?;
             let candidate = at.candidate();
             // While data moves, every device that may hold a copy gets the tombstone.
-            let devices = if self.in_transition(view, pool) {
+            let in_transition = self.in_transition(view, pool);
+            let devices = if in_transition {
                 self.transition_devices(view, pool, candidate)
             } else {
                 candidate.devices.clone()
@@ -44,13 +45,14 @@ impl Client {
             // With k > 1, the other candidates' devices get the tombstone too (best effort): a
             // copy left there — sent ahead of a record and not undone because its server died —
             // would otherwise be found once the record is gone, and read as the object.
-            let strays = self.other_candidates(view, candidates, candidate, &devices)?;
+            let strays =
+                self.other_candidates(view, pool, candidates, candidate, &devices, in_transition)?;
             let stray_deletes = strays.iter().map(|(endpoint, seed)| {
                 let delete =
                     Op::Delete { key, version: Some(version), purge: false, pg_seed: Some(*seed) };
                 self.call(self.object_call(view, endpoint, pool, delete))
             });
-            let (mut results, _) = futures_util::future::join(
+            let (mut results, stray_results) = futures_util::future::join(
                 join_all((0..endpoints.len()).map(send)),
                 join_all(stray_deletes),
             )
@@ -77,7 +79,10 @@ impl Client {
                 self.raise_version_floor(stored);
                 continue;
             }
-            let deleted = results.iter().filter(|r| r.is_ok()).count();
+            // Where the object was live, the delete answered Ok (elsewhere NotFound, a
+            // tombstone written all the same): found on another candidate's devices — the
+            // chosen one guessed while data moves — it is deleted all the same.
+            let deleted = results.iter().chain(&stray_results).filter(|r| r.is_ok()).count();
             let not_running = failures.iter().filter(|f| f.is_not_running()).count();
             let hard: Vec<String> = failures
                 .iter()
@@ -118,13 +123,21 @@ impl Client {
     fn other_candidates(
         &self,
         view: &super::View,
+        pool: optio_placement::PoolId,
         candidates: &[crate::Candidate],
         chosen: &crate::Candidate,
         devices: &[optio_placement::DeviceId],
+        in_transition: bool,
     ) -> Result<Vec<(Endpoint, u32)>, ClientError> {
         let mut out: Vec<(Endpoint, u32)> = Vec::new();
         for candidate in candidates.iter().filter(|c| c.index != chosen.index) {
-            for device in candidate.devices.iter().filter(|d| !devices.contains(d)) {
+            // While data moves, a copy may still be where the previous map put it.
+            let held = if in_transition {
+                self.transition_devices(view, pool, candidate)
+            } else {
+                candidate.devices.clone()
+            };
+            for device in held.iter().filter(|d| !devices.contains(d)) {
                 let endpoint = view.endpoint(*device)?;
                 if !out.iter().any(|(e, _)| e.device == endpoint.device) {
                     out.push((endpoint, placement_seed(candidate)));
