@@ -1,7 +1,7 @@
 //! Quantities with units, as people write them: `4TiB`, `500 GB`, `540MB/s`.
 
-/// Byte units, decimal and binary.
-const BYTE_UNITS: [(&str, u64); 13] = [
+/// Byte units, decimal and binary (a single letter: binary, as `dd` and `qemu-img` read it).
+const BYTE_UNITS: [(&str, u64); 19] = [
     ("b", 1),
     ("kb", 1_000),
     ("mb", 1_000_000),
@@ -15,6 +15,12 @@ const BYTE_UNITS: [(&str, u64); 13] = [
     ("tib", 1 << 40),
     ("pib", 1 << 50),
     ("eib", 1 << 60),
+    ("k", 1 << 10),
+    ("m", 1 << 20),
+    ("g", 1 << 30),
+    ("t", 1 << 40),
+    ("p", 1 << 50),
+    ("e", 1 << 60),
 ];
 
 /// Units used when writing byte counts, largest first.
@@ -54,9 +60,9 @@ fn split_number(text: &str) -> (&str, &str) {
     (&text[..end], text[end..].trim())
 }
 
-/// Reads a byte count such as `4TiB`, `500 GB`, `1.5TB` or `1000000` (bytes), rounding to the
-/// nearest byte.
-pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
+/// Reads a byte count such as `4TiB`, `500 GB`, `1.5TB`, `4k` or `1000000` (bytes), rounding
+/// to the nearest byte: the one size syntax of maps and of the command line.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let (number, unit) = split_number(text);
     let (mantissa, decimals) = decimal(number).ok_or_else(|| {
         format!("'{text}' is not a size; write e.g. \"4TiB\", \"500GB\" or a number of bytes")
@@ -66,7 +72,7 @@ pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
         1
     } else {
         BYTE_UNITS.iter().find(|(name, _)| *name == lower).map(|(_, scale)| *scale).ok_or_else(
-            || format!("unknown unit '{unit}' in '{text}'; use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB"),
+            || format!("unknown unit '{unit}' in '{text}'; use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB (k, m, g, t, p: binary)"),
         )?
     };
     let divisor = 10u128.pow(decimals);

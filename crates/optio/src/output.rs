@@ -140,33 +140,7 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 
 /// Parses sizes like `4MiB`, `500GB`, `4096`.
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not a size; write e.g. 4096, 4KiB, 4MiB, 1GB"))?;
-    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "kb" => 1e3,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "mb" => 1e6,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "gb" => 1e9,
-        "t" | "tib" => 1024.0f64.powi(4),
-        "tb" => 1e12,
-        other => {
-            return Err(format!(
-                "unknown size unit '{other}' in '{text}'; use B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)"
-            ));
-        }
-    };
-    let value = number * multiplier;
-    if !value.is_finite() || value < 0.0 || value > u64::MAX as f64 {
-        return Err(format!("size '{text}' is out of range"));
-    }
-    Ok(value as u64)
+    optio_mapfile::parse_size(text)
 }
 
 /// Restores the default action of SIGPIPE (the Rust runtime ignores it), so that a write to a
@@ -202,7 +176,12 @@ mod tests {
         assert_eq!(parse_size("4096"), Ok(4096));
         assert_eq!(parse_size("4MiB"), Ok(4 << 20));
         assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
+        // One syntax with maps: PiB, fractions, single letters.
+        assert_eq!(parse_size("2PiB"), Ok(2 << 50));
+        assert_eq!(parse_size("1.5k"), Ok(1536));
+        assert_eq!(parse_size("4t"), Ok(4 << 40));
         assert!(parse_size("4 parsecs").is_err());
+        assert!(parse_size("99999EiB").is_err());
         assert!(parse_size("").is_err());
     }
 

@@ -49,7 +49,7 @@ const MB: f64 = 1024.0 * 1024.0;
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Node counts of Table 1 (comma-separated).
-    #[arg(long, value_delimiter = ',', default_values_t = [64u32, 512, 4096, 32768])]
+    #[arg(long, value_delimiter = ',', default_value = "64,512,4096,32768")]
     pub nodes: Vec<u32>,
     /// Ids placed per run (the paper: 100,000).
     #[arg(long, default_value_t = 100_000)]

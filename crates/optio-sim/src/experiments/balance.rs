@@ -31,16 +31,16 @@ use crate::{Progress, SimError};
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Maps: `40` (4 hosts × 10 OSDs) and/or `1000` (10 racks × 10 hosts × 10 OSDs).
-    #[arg(long, value_delimiter = ',', default_values_t = [40u32, 1000])]
+    #[arg(long, value_delimiter = ',', default_value = "40,1000")]
     pub maps: Vec<u32>,
     /// PGs of the pool.
-    #[arg(long = "pg-nums", value_delimiter = ',', default_values_t = [2048u32, 32768])]
+    #[arg(long = "pg-nums", value_delimiter = ',', default_value = "2048,32768")]
     pub pg_nums: Vec<u32>,
     /// Replicas.
-    #[arg(long, value_delimiter = ',', default_values_t = [2u32, 3])]
+    #[arg(long, value_delimiter = ',', default_value = "2,3")]
     pub sizes: Vec<u32>,
     /// Methods: `crush`, `seed002`, `optio` (history-free balanced), `incremental`.
-    #[arg(long, value_delimiter = ',', default_values_t = [String::from("crush"), String::from("seed002"), String::from("optio"), String::from("incremental")])]
+    #[arg(long, value_delimiter = ',', default_value = "crush,seed002,optio,incremental")]
     pub methods: Vec<String>,
     /// OSDs each change (add, remove, reweight) is tried on; movement is averaged.
     #[arg(long, default_value_t = 3)]

@@ -40,7 +40,7 @@ pub struct Args {
     #[arg(long, default_value_t = 50_000)]
     pub objects: u32,
     /// Capacities for the configuration helper, in GB.
-    #[arg(long, value_delimiter = ',', default_values_t = [2000u64, 1500, 1000, 750, 500, 320])]
+    #[arg(long, value_delimiter = ',', default_value = "2000,1500,1000,750,500,320")]
     pub capacities_gb: Vec<u64>,
 }
 

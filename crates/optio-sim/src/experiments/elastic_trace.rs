@@ -49,7 +49,7 @@ pub const PAPER_TABLE_II: [(&str, f64, f64, f64); 2] =
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Synthetic traces to run: diurnal, bursty (ignored with --trace).
-    #[arg(long, value_delimiter = ',', default_values_t = ["diurnal".to_string(), "bursty".to_string()])]
+    #[arg(long, value_delimiter = ',', default_value = "diurnal,bursty")]
     pub traces: Vec<String>,
     /// A CSV trace of `time,load` rows (a header line is allowed); time increasing.
     #[arg(long, value_name = "FILE.csv")]

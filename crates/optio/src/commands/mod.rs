@@ -175,7 +175,8 @@ pub fn init_logging(default: &str) {
             Err(error) => (EnvFilter::new(default), Some(format!("OPTIO_LOG={spec:?}: {error}"))),
         },
     };
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     if let Some(problem) = problem {
         tracing::warn!("ignoring an unusable log filter ({problem}); logging at {default}");
     }
