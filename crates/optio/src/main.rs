@@ -65,7 +65,7 @@ enum Command {
     /// List objects.
     Ls(commands::client::LsArgs),
     /// Where an object lives (candidate, PG, devices); --verify checks every replica.
-    Stat(commands::client::KeyArgs),
+    Stat(commands::client::StatArgs),
     /// Which candidate holds a key, and each candidate's metrics.
     Probe(commands::client::KeyArgs),
     /// Measure the store: write/read throughput and latency, probe round trips, the cost of

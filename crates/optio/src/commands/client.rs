@@ -17,12 +17,6 @@ pub struct ClusterArgs {
     /// Pool.
     #[arg(long, default_value = "data", global = true)]
     pub pool: String,
-    /// Placement policy for new objects (default: the pool's; k is always the pool's).
-    #[arg(long, global = true)]
-    pub policy: Option<String>,
-    /// Replicas that must be durable before a write is acknowledged (default: all).
-    #[arg(long, global = true, value_name = "W")]
-    pub write_quorum: Option<usize>,
     /// The dirty table of elastic pools: `local` (the log under the cluster directory) or
     /// redis://HOST:PORT (default: the cluster's, as `optio up` set it).
     #[arg(long, env = "OPTIO_DIRTY", global = true, value_name = "SPEC")]
@@ -58,9 +52,7 @@ impl ClusterArgs {
     pub fn config(&self) -> Result<ClientConfig> {
         let dir = self.dir()?;
         Ok(ClientConfig {
-            policy: self.policy.clone(),
             intent_dir: Some(dir.join("intents")),
-            write_quorum: self.write_quorum,
             crash_after_choice_record: std::env::var_os("OPTIO_TEST_CRASH_AFTER_CHOICE_RECORD")
                 .is_some(),
             credentials: self.identity.credentials(Some(&dir))?,
@@ -102,6 +94,13 @@ pub struct PutArgs {
     pub key: String,
     /// File to store (`-` or none: standard input).
     pub file: Option<PathBuf>,
+    /// Placement policy for a new object (default: the pool's; k is always the pool's).
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// Replicas that must be durable before the write is acknowledged (default: all; at
+    /// least the pool's min_size).
+    #[arg(long, value_name = "W")]
+    pub write_quorum: Option<usize>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -121,12 +120,21 @@ pub struct GetArgs {
     pub cluster: ClusterArgs,
 }
 
-/// `optio rm KEY`, `optio stat KEY`, `optio probe KEY`.
+/// `optio rm KEY`, `optio probe KEY`.
 #[derive(clap::Args, Debug)]
 pub struct KeyArgs {
     /// Object key.
     pub key: String,
-    /// (stat) Read every replica and repair those damaged, missing or stale.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `optio stat KEY`.
+#[derive(clap::Args, Debug)]
+pub struct StatArgs {
+    /// Object key.
+    pub key: String,
+    /// Read every replica and repair those damaged, missing or stale.
     #[arg(long)]
     pub verify: bool,
     #[command(flatten)]
@@ -163,7 +171,12 @@ pub fn put(args: PutArgs) -> Result<()> {
     crate::commands::init_logging("warn");
     let data = read_input(args.file.as_deref())?;
     crate::commands::runtime()?.block_on(async {
-        let client = args.cluster.connect().await?;
+        let config = ClientConfig {
+            policy: args.policy.clone(),
+            write_quorum: args.write_quorum,
+            ..args.cluster.config()?
+        };
+        let client = args.cluster.connect_with(config).await?;
         let size = data.len();
         let report = client.put(&args.cluster.pool, &args.key, data.into()).await?;
         eprintln!(
@@ -243,7 +256,7 @@ pub fn ls(args: LsArgs) -> Result<()> {
     })
 }
 
-pub fn stat(args: KeyArgs) -> Result<()> {
+pub fn stat(args: StatArgs) -> Result<()> {
     crate::commands::init_logging("warn");
     crate::commands::runtime()?.block_on(async {
         let client = args.cluster.connect().await?;

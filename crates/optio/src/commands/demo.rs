@@ -59,8 +59,6 @@ fn demo(dir: &std::path::Path, objects: usize, size: usize) -> Result<()> {
     let args = ClusterArgs {
         cluster: Some(cluster.dir().to_path_buf()),
         pool: CRUSH_POOL.into(),
-        policy: None,
-        write_quorum: None,
         dirty: None,
         identity: Default::default(),
     };

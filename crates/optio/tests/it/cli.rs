@@ -289,4 +289,17 @@ fn completions_and_manual_pages() {
     let put = std::fs::read_to_string(dir.path().join("optio-put.1")).expect("optio-put.1");
     assert!(put.contains("optio put") && put.contains("tls\\-cert"), "{put}");
     assert!(dir.path().join("optio-map-set-state.1").exists());
+    // Each command offers only the flags it uses.
+    let cases: [&[&str]; 4] = [
+        &["get", "k", "--policy", "space"],
+        &["ls", "p", "--write-quorum", "2"],
+        &["rm", "k", "--verify", "--pool", "data"],
+        &["probe", "k", "--write-quorum", "2"],
+    ];
+    for args in cases {
+        let output = crate::support::optio(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("unexpected argument"), "{args:?}: {stderr}");
+    }
 }
