@@ -101,6 +101,9 @@ pub struct PutArgs {
     /// least the pool's min_size).
     #[arg(long, value_name = "W")]
     pub write_quorum: Option<usize>,
+    /// Print what was stored as JSON (on standard output).
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -125,6 +128,9 @@ pub struct GetArgs {
 pub struct KeyArgs {
     /// Object key.
     pub key: String,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -137,6 +143,9 @@ pub struct StatArgs {
     /// Read every replica and repair those damaged, missing or stale.
     #[arg(long)]
     pub verify: bool,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -147,6 +156,9 @@ pub struct LsArgs {
     /// Key prefix.
     #[arg(default_value = "")]
     pub prefix: String,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -179,6 +191,18 @@ pub fn put(args: PutArgs) -> Result<()> {
         let client = args.cluster.connect_with(config).await?;
         let size = data.len();
         let report = client.put(&args.cluster.pool, &args.key, data.into()).await?;
+        if args.json {
+            let devices = &report.devices;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "key": args.key, "pool": args.cluster.pool, "size": size,
+                    "candidate": report.candidate, "devices": devices,
+                    "version": report.version.0, "probes": report.probes,
+                })
+            );
+            return Ok(());
+        }
         eprintln!(
             "stored '{}' ({}) on candidate {} → devices {:?}, version {}, {} probe(s)",
             args.key,
@@ -231,6 +255,12 @@ pub fn rm(args: KeyArgs) -> Result<()> {
     crate::commands::runtime()?.block_on(async {
         let client = args.cluster.connect().await?;
         client.delete(&args.cluster.pool, &args.key).await?;
+        if args.json {
+            let removed =
+                serde_json::json!({"key": args.key, "pool": args.cluster.pool, "removed": true});
+            println!("{removed}");
+            return Ok(());
+        }
         eprintln!("removed '{}'", args.key);
         Ok(())
     })
@@ -241,6 +271,20 @@ pub fn ls(args: LsArgs) -> Result<()> {
     crate::commands::runtime()?.block_on(async {
         let client = args.cluster.connect().await?;
         let objects = client.list(&args.cluster.pool, &args.prefix).await?;
+        if args.json {
+            let list: Vec<serde_json::Value> = objects
+                .iter()
+                .map(|o| {
+                    serde_json::json!({
+                        "key": o.key, "size": o.size_bytes, "version": o.version.0,
+                        "crc32c": format!("{:08x}", o.checksum),
+                    })
+                })
+                .collect();
+            let listing = serde_json::json!({"pool": args.cluster.pool, "objects": list});
+            println!("{}", serde_json::to_string_pretty(&listing)?);
+            return Ok(());
+        }
         let mut table = Table::new(&["key", "size", "version", "crc32c"]).left(&[0]);
         for object in &objects {
             table.row(vec![
@@ -262,6 +306,34 @@ pub fn stat(args: StatArgs) -> Result<()> {
         let client = args.cluster.connect().await?;
         let location = client.stat(&args.cluster.pool, &args.key).await?;
         let c = &location.candidate;
+        let candidates = client.candidates(&args.cluster.pool, &args.key)?.len();
+        let replicas = match args.verify {
+            true => client.verify(&args.cluster.pool, &args.key).await?,
+            false => Vec::new(),
+        };
+        let state_text = |state: &ReplicaState| match state {
+            ReplicaState::Good => ("intact", String::new()),
+            ReplicaState::Repaired(why) => ("repaired", why.to_string()),
+            ReplicaState::Failed(why) => ("failed", why.to_string()),
+        };
+        if args.json {
+            let replicas: Vec<serde_json::Value> = replicas
+                .iter()
+                .map(|(device, state)| {
+                    let (state, reason) = state_text(state);
+                    serde_json::json!({"device": device, "state": state, "reason": reason})
+                })
+                .collect();
+            let stat = serde_json::json!({
+                "key": args.key, "pool": args.cluster.pool, "size": location.info.size_bytes,
+                "version": location.info.version.0, "crc32c": format!("{:08x}", location.info.checksum),
+                "candidate": c.index, "candidates": candidates, "pg": c.pg.map(|pg| pg.to_string()),
+                "devices": c.devices.iter().map(|d| d.0).collect::<Vec<_>>(),
+                "replicas": if args.verify { Some(replicas) } else { None },
+            });
+            println!("{}", serde_json::to_string_pretty(&stat)?);
+            return Ok(());
+        }
         println!("key:       {}", args.key);
         println!("pool:      {}", args.cluster.pool);
         println!(
@@ -271,11 +343,7 @@ pub fn stat(args: StatArgs) -> Result<()> {
         );
         println!("version:   {}", location.info.version.0);
         println!("crc32c:    {:08x}", location.info.checksum);
-        println!(
-            "candidate: {} of {}",
-            c.index,
-            client.candidates(&args.cluster.pool, &args.key)?.len()
-        );
+        println!("candidate: {} of {candidates}", c.index);
         if let Some(pg) = c.pg {
             println!("pg:        {pg}");
         }
@@ -283,15 +351,13 @@ pub fn stat(args: StatArgs) -> Result<()> {
             "devices:   {:?} (primary first)",
             c.devices.iter().map(|d| d.0).collect::<Vec<_>>()
         );
-        if args.verify {
-            for (device, state) in client.verify(&args.cluster.pool, &args.key).await? {
-                let text = match state {
-                    ReplicaState::Good => "intact".to_string(),
-                    ReplicaState::Repaired(why) => format!("repaired ({why})"),
-                    ReplicaState::Failed(why) => format!("FAILED ({why})"),
-                };
-                println!("replica on device {device}: {text}");
-            }
+        for (device, state) in &replicas {
+            let text = match state {
+                ReplicaState::Good => "intact".to_string(),
+                ReplicaState::Repaired(why) => format!("repaired ({why})"),
+                ReplicaState::Failed(why) => format!("FAILED ({why})"),
+            };
+            println!("replica on device {device}: {text}");
         }
         Ok(())
     })
@@ -302,6 +368,36 @@ pub fn probe(args: KeyArgs) -> Result<()> {
     crate::commands::runtime()?.block_on(async {
         let client = args.cluster.connect().await?;
         let report = client.probe(&args.cluster.pool, &args.key).await?;
+        if args.json {
+            let candidates: Vec<serde_json::Value> = report
+                .candidates
+                .iter()
+                .map(|p| {
+                    let c = &p.candidate;
+                    serde_json::json!({
+                        "candidate": c.index, "pg": c.pg.map(|pg| pg.to_string()),
+                        "devices": c.devices.iter().map(|d| d.0).collect::<Vec<_>>(),
+                        "primary": c.primary().map(|d| d.0),
+                        "holds": p.info.as_ref().map(|i| serde_json::json!({"size": i.size_bytes, "version": i.version.0})),
+                        "error": p.error.as_ref().map(|e| e.to_string()),
+                        "metrics": p.metrics.as_ref().map(|m| serde_json::json!({
+                            "cpu_permille": m.cpu_permille, "memory_permille": m.memory_permille,
+                            "space_permille": m.space_permille, "latency_us": m.latency_us,
+                            "unflushed_bytes": m.unflushed_bytes, "location": m.location,
+                        })),
+                    })
+                })
+                .collect();
+            let record = report.record.as_ref().map(|r| {
+                serde_json::json!({"candidate": r.candidate, "choices": r.choices, "writer": format!("{:016x}", r.writer)})
+            });
+            let answer = serde_json::json!({
+                "key": args.key, "pool": args.cluster.pool, "candidates": candidates,
+                "record": record, "holder": report.holder,
+            });
+            println!("{}", serde_json::to_string_pretty(&answer)?);
+            return Ok(());
+        }
         let mut table = Table::new(&[
             "cand",
             "pg",

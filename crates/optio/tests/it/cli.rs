@@ -74,6 +74,27 @@ fn up_serves_the_cli_and_leaves_no_orphans_when_killed() {
     assert!(ok && out.contains("size:      13 B") && out.matches("intact").count() == 3, "{out}");
     let (ok, out, _) = run(&["ls"], None);
     assert!(ok && out.contains("greeting"), "{out}");
+    // The same as JSON, for scripts.
+    let json = |args: &[&str], input: Option<&[u8]>| -> serde_json::Value {
+        let (ok, out, err) = run(args, input);
+        assert!(ok, "{args:?}: {err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+    };
+    let put = json(&["put", "j", "-", "--json"], Some(b"json!"));
+    assert_eq!((put["key"].as_str(), put["size"].as_u64()), (Some("j"), Some(5)));
+    assert_eq!(put["devices"].as_array().map(Vec::len), Some(3), "{put}");
+    let stat = json(&["stat", "j", "--verify", "--json"], None);
+    assert_eq!(stat["version"], put["version"], "{stat}");
+    assert_eq!(stat["replicas"].as_array().map(|r| r.len()), Some(3), "{stat}");
+    assert!(stat["replicas"].as_array().unwrap().iter().all(|r| r["state"] == "intact"));
+    let probe = json(&["probe", "j", "--json"], None);
+    assert!(probe["candidates"].as_array().is_some_and(|c| !c.is_empty()), "{probe}");
+    let listing = json(&["ls", "--json"], None);
+    let keys: Vec<&str> =
+        listing["objects"].as_array().unwrap().iter().filter_map(|o| o["key"].as_str()).collect();
+    assert!(keys.contains(&"j") && keys.contains(&"greeting"), "{listing}");
+    let removed = json(&["rm", "j", "--json"], None);
+    assert_eq!(removed["removed"], true);
     let (ok, _, _) = run(&["rm", "greeting"], None);
     assert!(ok);
     let (ok, _, err) = run(&["get", "greeting"], None);
