@@ -35,6 +35,9 @@ pub struct EditArgs {
     /// (writes to it then fail until the devices return).
     #[arg(long)]
     pub yes: bool,
+    /// Print what the change moves and what was stored as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `optio map add-device`.
@@ -399,27 +402,57 @@ fn edit_checked(
             .with_context(|| format!("cannot load the map from {}", source.describe()))?;
         let change = change(&old)?;
         let new = old.apply(&change, old.epoch()).context("the change was refused")?;
-        print!("{}", what_moves(&old, &new, &change, args.objects)?);
         let copies = too_few_copies(&old, &new, args.objects.min(COPIES_SAMPLE_MAX))?;
-        print!("{}", copies.report);
+        let mut json = serde_json::json!({
+            "source": source.describe(), "epoch_before": old.epoch().0,
+            "dry_run": args.dry_run, "stored": false, "short_of_copies": copies.pools,
+        });
+        if args.json {
+            json["moves"] = moves_json(&old, &new, &change, args.objects)?;
+        } else {
+            print!("{}", what_moves(&old, &new, &change, args.objects)?);
+            print!("{}", copies.report);
+        }
         if copies.below_min_size && !args.yes {
-            bail!(
-                "this change leaves data with fewer copies than its pool's min_size (above): \
-                 writes to it would fail until devices return; nothing was stored — rerun with \
-                 --yes to make it anyway"
-            );
+            let reason = "this change leaves data with fewer copies than its pool's min_size: \
+                          writes to it would fail until devices return; nothing was stored — \
+                          rerun with --yes to make it anyway";
+            if args.json {
+                json["refused"] = serde_json::json!(reason);
+                println!("{}", serde_json::to_string_pretty(&json)?);
+            }
+            bail!("{reason}");
         }
         check(&old, &change).await?;
+        let done = |json: serde_json::Value, text: String| -> Result<()> {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&json)?);
+            } else {
+                println!("{text}");
+            }
+            Ok(())
+        };
         if args.dry_run {
-            println!("dry run: nothing stored (the map stays at epoch {})", old.epoch());
-            return Ok(());
+            let text = format!("dry run: nothing stored (the map stays at epoch {})", old.epoch());
+            return done(json, text);
         }
         if let Some(written) = offline_file(&source, args.output.as_deref(), &new)? {
-            println!("{written}");
-            return Ok(());
+            json["written_to"] =
+                serde_json::json!(args.output.as_deref().unwrap_or(match &source {
+                    MapSource::File(store) => store.path(),
+                    _ => std::path::Path::new(""),
+                }));
+            json["epoch"] = serde_json::json!(new.epoch().0);
+            return done(json, written);
         }
         source.compare_and_swap(old.epoch(), &new).await?;
         let served = new.devices().iter().any(|d| d.addr.is_some());
+        if args.json {
+            json["stored"] = serde_json::json!(true);
+            json["epoch"] = serde_json::json!(new.epoch().0);
+            json["served"] = serde_json::json!(served);
+            return done(json, String::new());
+        }
         println!(
             "stored epoch {} at {} (was {}){}",
             new.epoch(),
@@ -576,6 +609,8 @@ const COPIES_SAMPLE_MAX: u64 = 20_000;
 struct Copies {
     /// Lines for people (empty when every sampled object keeps its pool's size).
     report: String,
+    /// The same, per pool, for `--json`.
+    pools: Vec<serde_json::Value>,
     /// Whether the change leaves more sampled objects below min_size than before.
     below_min_size: bool,
 }
@@ -585,6 +620,7 @@ struct Copies {
 fn too_few_copies(old: &ClusterMap, new: &ClusterMap, objects: u64) -> Result<Copies> {
     let (before, after) = (Placement::new(old)?, Placement::new(new)?);
     let mut report = String::new();
+    let mut pools = Vec::new();
     let mut below_min_size = false;
     for pool in new.pools() {
         let (Some(was), Some(is)) = (before.pool(pool.id), after.pool(pool.id)) else { continue };
@@ -612,9 +648,47 @@ fn too_few_copies(old: &ClusterMap, new: &ClusterMap, objects: u64) -> Result<Co
                 format!(" (degraded, still writable: min_size {})", pool.min_size)
             }
         ));
+        pools.push(serde_json::json!({
+            "pool": pool.name, "sampled": objects, "below_size": short,
+            "below_min_size": unwritable, "size": pool.size, "min_size": pool.min_size,
+        }));
         below_min_size |= unwritable > unwritable_before;
     }
-    Ok(Copies { report, below_min_size })
+    Ok(Copies { report, pools, below_min_size })
+}
+
+/// [`what_moves`] as JSON: per pool the copies that move against the minimum, or the
+/// membership change.
+fn moves_json(
+    old: &ClusterMap,
+    new: &ClusterMap,
+    change: &MapChange,
+    objects: u64,
+) -> Result<serde_json::Value> {
+    let sample = MovementSample { objects, object_bytes: 4 << 20 };
+    Ok(match ChangeReport::of(old, new, change, sample)? {
+        ChangeReport::Membership(m) => serde_json::json!({
+            "membership": {
+                "from_version": m.from_version, "to_version": m.to_version,
+                "active_before": m.active_before, "active_after": m.active_after,
+                "servers": m.servers,
+            }
+        }),
+        ChangeReport::Moves(pools) => serde_json::json!(pools
+            .iter()
+            .map(|p| {
+                let m = &p.movement;
+                let ratio = m.ratio_to_minimum();
+                serde_json::json!({
+                    "pool": p.name, "unit": if p.has_pgs { "pg_copies" } else { "simulated_object_copies" },
+                    "moved": m.moved, "copies": m.copies, "minimum_share": m.minimum_share,
+                    "moved_over_minimum": ratio.is_finite().then_some(ratio),
+                    "simulated_objects": objects, "simulated_moved_bytes": m.moved_bytes,
+                    "simulated_bytes": m.bytes,
+                })
+            })
+            .collect::<Vec<_>>()),
+    })
 }
 
 /// What a change moves, per pool, against the minimum (from simulated objects), or what

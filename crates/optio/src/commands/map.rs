@@ -18,6 +18,9 @@ pub enum Command {
         /// Map file: Optio TOML, Ceph text (crushtool -d) or Ceph JSON (crushtool --dump).
         #[arg(long, env = "OPTIO_MAP")]
         map: PathBuf,
+        /// JSON for scripts (`{"valid": false, "error": …}` for an invalid map, exit 1).
+        #[arg(long)]
+        json: bool,
     },
     /// Print the hierarchy (like `ceph osd tree`), rules, pools and tunables.
     Show {
@@ -76,9 +79,32 @@ pub fn run(command: Command) -> Result<()> {
         Command::SetAttr(args) => super::edit::set_attr(args),
         Command::Activate(args) => super::edit::activate(args, true),
         Command::Deactivate(args) => super::edit::activate(args, false),
-        Command::Validate { map } => {
-            let loaded = load_map(&map)?;
+        Command::Validate { map, json } => {
+            let loaded = match load_map(&map) {
+                Ok(loaded) => loaded,
+                Err(error) if json => {
+                    let answer = serde_json::json!({
+                        "file": map.display().to_string(), "valid": false,
+                        "error": format!("{error:#}"),
+                    });
+                    println!("{answer}");
+                    return Err(error);
+                }
+                Err(error) => return Err(error),
+            };
             let m = &loaded.map;
+            if json {
+                let answer = serde_json::json!({
+                    "file": map.display().to_string(), "valid": true,
+                    "format": loaded.format.name(), "epoch": m.epoch().0,
+                    "devices": m.devices().len(),
+                    "buckets": m.buckets().filter(|b| b.shadow_of.is_none()).count(),
+                    "rules": m.rules().len(), "pools": m.pools().len(),
+                    "tunables": m.tunables().profile().map_or("custom", |p| p.name()),
+                });
+                println!("{answer}");
+                return Ok(());
+            }
             let plural = |n: usize, word: &str| {
                 if n == 1 { format!("1 {word}") } else { format!("{n} {word}s") }
             };

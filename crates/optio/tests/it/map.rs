@@ -169,4 +169,31 @@ size = 3
     assert!(std::fs::read_to_string(&map).unwrap().contains("epoch = 2"), "nothing stored");
     optio_ok(&["map", "set-state", "1", "--out", "--map", path, "--yes"]);
     assert!(std::fs::read_to_string(&map).unwrap().contains("epoch = 3"));
+
+    // The same edits and a validation, as JSON.
+    let json = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&optio_ok(args)).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    };
+    let edit = json(&["map", "set-state", "1", "--in", "--map", path, "--json"]);
+    assert_eq!((edit["epoch_before"].as_u64(), edit["epoch"].as_u64()), (Some(3), Some(4)));
+    assert_eq!(edit["stored"], true);
+    assert_eq!(edit["moves"][0]["pool"], "data", "{edit}");
+    assert_eq!(edit["moves"][0]["unit"], "pg_copies", "{edit}");
+    let dry =
+        json(&["map", "set-state", "0", "--out", "--map", path, "--json", "--dry-run", "--yes"]);
+    assert_eq!((dry["dry_run"].as_bool(), dry["stored"].as_bool()), (Some(true), Some(false)));
+    assert!(dry["short_of_copies"][0]["below_min_size"].as_u64().unwrap() > 0, "{dry}");
+    let refused = optio(&["map", "set-state", "0", "--out", "--map", path, "--json"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let answer: serde_json::Value = serde_json::from_slice(&refused.stdout).expect("JSON");
+    assert!(answer["refused"].as_str().unwrap().contains("--yes"), "{answer}");
+    let valid = json(&["map", "validate", "--map", path, "--json"]);
+    assert_eq!((valid["valid"].as_bool(), valid["pools"].as_u64()), (Some(true), Some(1)));
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "devices = [").unwrap();
+    let output = optio(&["map", "validate", "--map", broken.to_str().unwrap(), "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(answer["valid"], false);
+    assert!(answer["error"].as_str().unwrap().contains("broken.toml:1"), "{answer}");
 }
