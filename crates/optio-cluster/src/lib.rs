@@ -116,7 +116,10 @@ pub enum ClusterError {
         waited: std::time::Duration,
     },
     /// No map is stored at the source yet.
-    #[error("no map stored at {source_name}; run `optio map init`/`optio up` first")]
+    #[error(
+        "no map stored at {source_name}: start a cluster with `optio up --dir DIR` (`--etcd` \
+         for a map in etcd), or give a map file"
+    )]
     NoMap {
         /// The source, as [`MapSource::describe`] gives it.
         source_name: String,

@@ -12,7 +12,11 @@ async fn load_initialize_replace(source: &MapSource) {
     assert!(matches!(error, ClusterError::NoMap { .. }), "{error:?}");
     assert_eq!(
         error.to_string(),
-        format!("no map stored at {}; run `optio map init`/`optio up` first", source.describe())
+        format!(
+            "no map stored at {}: start a cluster with `optio up --dir DIR` (`--etcd` for a map \
+             in etcd), or give a map file",
+            source.describe()
+        )
     );
     assert_eq!(source.load_if_present().await.expect("absent is fine"), None);
 

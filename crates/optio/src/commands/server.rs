@@ -23,7 +23,8 @@ pub struct Args {
     /// for TLS, credentials from OPTIO_ETCD_PASSWORD(_FILE), OPTIO_ETCD_CA/CERT/KEY).
     #[arg(long, value_name = "SOURCE")]
     pub map: Option<String>,
-    /// This server's name, for logs and `optio status` (default: its first device).
+    /// This server's name: with --keyring, it signs as `server.NAME` unless --id says otherwise
+    /// (`optio status` names servers by their devices' hosts in the map, `optio up` by host).
     #[arg(long)]
     pub name: Option<String>,
     /// Most bytes per second sent when moving data after a map change (e.g. 50MiB; 0: no

@@ -140,8 +140,9 @@ pub fn run(args: Args) -> Result<()> {
         cluster.load_map()?.epoch()
     );
     print!("{}", table.render());
+    let last_device = cluster.load_map()?.devices().iter().map(|d| d.id.0).max().unwrap_or(0);
     println!(
-        "\nmap: {}\n{}\npools: {CRUSH_POOL} (crush), {RING_POOL} (ring), {ATTRIBUTED_POOL} (attributed) with k = {} candidates, policy '{}'; {PLAIN_POOL} (crush), {ELASTIC_POOL} (elastic) and {BALANCED_POOL} (crush, incremental balanced placement) with k = 1\n\nUse it from another terminal:\n  export OPTIO_CLUSTER={dir}\n  echo hello | optio put greeting -\n  optio get greeting\n  optio probe greeting\n  optio ls\n  optio bench --objects 200 --size 1MiB\n  optio map set-state 4 --out   # data moves off device 4\n  optio status --watch\n\nCtrl-C stops the cluster.",
+        "\nmap: {}\n{}\npools: {CRUSH_POOL} (crush), {RING_POOL} (ring), {ATTRIBUTED_POOL} (attributed) with k = {} candidates, policy '{}'; {PLAIN_POOL} (crush), {ELASTIC_POOL} (elastic) and {BALANCED_POOL} (crush, incremental balanced placement) with k = 1\n\nUse it from another terminal:\n  export OPTIO_CLUSTER={dir}\n  echo hello | optio put greeting -\n  optio get greeting\n  optio probe greeting\n  optio ls\n  optio bench --objects 200 --size 1MiB\n  optio map set-state {last_device} --out   # data moves off device {last_device}\n  optio status --watch\n\nCtrl-C stops the cluster.",
         cluster.source().describe(),
         if spec.auth {
             format!(
