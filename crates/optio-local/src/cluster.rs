@@ -156,6 +156,91 @@ pub const ELASTIC_POOL: &str = "elastic";
 /// k = 1): every device within one PG of its share, and map edits carry its state forward.
 pub const BALANCED_POOL: &str = "balanced";
 
+/// One host of a generated map: its name (`zZONE-hHOST`: the zone is the part before `-`),
+/// the address of its server, if known, and its devices.
+#[derive(Clone, Debug)]
+pub struct MapHost {
+    /// `z1-h1`.
+    pub name: String,
+    /// `IP:PORT` of its server.
+    pub addr: Option<String>,
+    /// Its devices' ids.
+    pub devices: Vec<u32>,
+}
+
+/// The hosts of `spec`'s layout (zones × hosts × devices, devices numbered from 0 host by
+/// host), without addresses.
+pub fn layout(spec: &LocalClusterSpec) -> Vec<MapHost> {
+    let mut id = 0u32;
+    let mut hosts = Vec::new();
+    for zone in 1..=spec.zones {
+        for host in 1..=spec.hosts_per_zone {
+            let devices = (id..id + spec.devices_per_host).collect();
+            id += spec.devices_per_host;
+            hosts.push(MapHost { name: format!("z{zone}-h{host}"), addr: None, devices });
+        }
+    }
+    hosts
+}
+
+/// The map `optio up` writes (and `optio map init`): `hosts`' devices with `spec`'s capacity,
+/// a rule by zone (by host with fewer zones than replicas) and the six pools of a local
+/// cluster, at `epoch`.
+pub fn map_text(spec: &LocalClusterSpec, hosts: &[MapHost], epoch: u64) -> String {
+    let replicas = spec.replicas.min(spec.zones * spec.hosts_per_zone).max(1);
+    let domain = if spec.zones >= replicas { "zone" } else { "host" };
+    let mut out = String::new();
+    let _ =
+        writeln!(out, "# Optio local cluster, written by `optio up` (format: docs/map-format.md)");
+    let _ = writeln!(out, "format_version = 1\nepoch = {epoch}\n");
+    for host in hosts {
+        let zone = host.name.split('-').next().unwrap_or("z1");
+        let addr = host.addr.as_ref().map(|a| format!("addr = \"{a}\"\n")).unwrap_or_default();
+        for id in &host.devices {
+            let _ = writeln!(
+                out,
+                "[[devices]]\nid = {id}\ncapacity = {}\nweight = 1.0\n{addr}location = {{ zone = \"{zone}\", host = \"{}\" }}\n",
+                spec.capacity_bytes, host.name
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "[[rules]]\nid = 0\nname = \"by_{domain}\"\nsteps = [\"take default\", \"chooseleaf firstn 0 type {domain}\", \"emit\"]\n"
+    );
+    let choice = format!("choices = {}\npolicy = \"{}\"\n", spec.choices, spec.policy);
+    let _ = writeln!(
+        out,
+        "[[pools]]\nid = 1\nname = \"{CRUSH_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}\n{choice}",
+        spec.pg_num
+    );
+    let vnode = (spec.capacity_bytes / 64).max(1 << 20);
+    let _ = writeln!(
+        out,
+        "[[pools]]\nid = 2\nname = \"{RING_POOL}\"\nengine = \"ring\"\nsize = {replicas}\nvnode_bytes = {vnode}\nfailure_domain = \"{domain}\"\n{choice}"
+    );
+    let _ = writeln!(
+        out,
+        "[[pools]]\nid = 3\nname = \"{PLAIN_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}\n",
+        spec.pg_num
+    );
+    let distinct_zones = domain == "zone";
+    let _ = writeln!(
+        out,
+        "[[pools]]\nid = 4\nname = \"{ATTRIBUTED_POOL}\"\nengine = \"attributed\"\nsize = {replicas}\nthrottle = {vnode}\ndistinct_zones = {distinct_zones}\n{choice}"
+    );
+    let _ = writeln!(
+        out,
+        "[[pools]]\nid = 5\nname = \"{ELASTIC_POOL}\"\nengine = \"elastic\"\nsize = {replicas}"
+    );
+    let _ = writeln!(
+        out,
+        "[[pools]]\nid = 6\nname = \"{BALANCED_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}\nbalanced = \"incremental\"",
+        spec.pg_num
+    );
+    out
+}
+
 /// One server process.
 #[derive(Debug)]
 pub struct ServerProcess {
@@ -279,21 +364,13 @@ impl LocalCluster {
             entities.extend(names.iter().map(|n| (n.as_str(), Cap::Server)));
             ensure_entities(&dir.join(KEYRING_FILE), &entities)?;
         }
-        let mut id = 0u32;
-        for zone in 1..=spec.zones {
-            for host in 1..=spec.hosts_per_zone {
-                let name = format!("z{zone}-h{host}");
-                let devices: Vec<(u32, PathBuf)> = (0..spec.devices_per_host)
-                    .map(|_| {
-                        id += 1;
-                        (id - 1, dir.join(format!("dev{}", id - 1)))
-                    })
-                    .collect();
-                let listen = format!("{}:0", spec.bind);
-                let server = cluster.spawn(&name, &devices, &listen)?;
-                cluster.servers.push(server);
-                cluster.watches.push(Default::default());
-            }
+        for host in layout(&spec) {
+            let devices: Vec<(u32, PathBuf)> =
+                host.devices.iter().map(|id| (*id, dir.join(format!("dev{id}")))).collect();
+            let listen = format!("{}:0", spec.bind);
+            let server = cluster.spawn(&host.name, &devices, &listen)?;
+            cluster.servers.push(server);
+            cluster.watches.push(Default::default());
         }
         let previous =
             block_on(cluster.source.load_if_present()).ok().flatten().map_or(0, |m| m.epoch().0);
@@ -448,60 +525,16 @@ impl LocalCluster {
     }
 
     fn map_text(&self, epoch: u64) -> String {
-        let spec = &self.spec;
-        let replicas = spec.replicas.min(spec.zones * spec.hosts_per_zone).max(1);
-        let domain = if spec.zones >= replicas { "zone" } else { "host" };
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# Optio local cluster, written by `optio up` (format: docs/map-format.md)"
-        );
-        let _ = writeln!(out, "format_version = 1\nepoch = {epoch}\n");
-        for server in &self.servers {
-            let zone = server.host.split('-').next().unwrap_or("z1");
-            for (id, _) in &server.devices {
-                let _ = writeln!(
-                    out,
-                    "[[devices]]\nid = {id}\ncapacity = {}\nweight = 1.0\naddr = \"{}\"\nlocation = {{ zone = \"{zone}\", host = \"{}\" }}\n",
-                    spec.capacity_bytes, server.addr, server.host
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "[[rules]]\nid = 0\nname = \"by_{domain}\"\nsteps = [\"take default\", \"chooseleaf firstn 0 type {domain}\", \"emit\"]\n"
-        );
-        let choice = format!("choices = {}\npolicy = \"{}\"\n", spec.choices, spec.policy);
-        let _ = writeln!(
-            out,
-            "[[pools]]\nid = 1\nname = \"{CRUSH_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}\n{choice}",
-            spec.pg_num
-        );
-        let vnode = (spec.capacity_bytes / 64).max(1 << 20);
-        let _ = writeln!(
-            out,
-            "[[pools]]\nid = 2\nname = \"{RING_POOL}\"\nengine = \"ring\"\nsize = {replicas}\nvnode_bytes = {vnode}\nfailure_domain = \"{domain}\"\n{choice}"
-        );
-        let _ = writeln!(
-            out,
-            "[[pools]]\nid = 3\nname = \"{PLAIN_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}\n",
-            spec.pg_num
-        );
-        let distinct_zones = domain == "zone";
-        let _ = writeln!(
-            out,
-            "[[pools]]\nid = 4\nname = \"{ATTRIBUTED_POOL}\"\nengine = \"attributed\"\nsize = {replicas}\nthrottle = {vnode}\ndistinct_zones = {distinct_zones}\n{choice}"
-        );
-        let _ = writeln!(
-            out,
-            "[[pools]]\nid = 5\nname = \"{ELASTIC_POOL}\"\nengine = \"elastic\"\nsize = {replicas}"
-        );
-        let _ = writeln!(
-            out,
-            "[[pools]]\nid = 6\nname = \"{BALANCED_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}\nbalanced = \"incremental\"",
-            spec.pg_num
-        );
-        out
+        let hosts: Vec<MapHost> = self
+            .servers
+            .iter()
+            .map(|server| MapHost {
+                name: server.host.clone(),
+                addr: Some(server.addr.clone()),
+                devices: server.devices.iter().map(|(id, _)| *id).collect(),
+            })
+            .collect();
+        map_text(&self.spec, &hosts, epoch)
     }
 
     /// The cluster directory.

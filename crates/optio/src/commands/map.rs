@@ -45,6 +45,9 @@ pub enum Command {
     },
     /// Add a device to a live map (prints what will move).
     AddDevice(super::edit::AddDeviceArgs),
+    /// Make a new cluster's map — zones × hosts × devices, the pools `optio up` makes — in a
+    /// map file, a cluster directory or etcd (never over an existing map).
+    Init(InitArgs),
     /// Remove a device from a live map; refused while it holds the last copy of anything.
     RemoveDevice(super::edit::RemoveDeviceArgs),
     /// Change a device's CRUSH weight (or, with --override, its reweight).
@@ -73,6 +76,7 @@ pub enum Target {
 pub fn run(command: Command) -> Result<()> {
     match command {
         Command::AddDevice(args) => super::edit::add_device(args),
+        Command::Init(args) => init(args),
         Command::RemoveDevice(args) => super::edit::remove_device(args),
         Command::Reweight(args) => super::edit::reweight(args),
         Command::SetState(args) => super::edit::set_state(args),
@@ -177,6 +181,137 @@ pub fn run(command: Command) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `optio map init`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Example (three hosts, one per zone, their servers on 10.0.0.1-3):
+  optio map init --map etcd://10.0.0.10:2379 --zones 3 --hosts 1 --capacity 4TiB \\
+      --addr z1-h1=10.0.0.1:7000 --addr z2-h1=10.0.0.2:7000 --addr z3-h1=10.0.0.3:7000")]
+pub struct InitArgs {
+    /// Where to store it: a map file (`.toml`), a cluster directory, or etcd://HOST:PORT[/prefix].
+    #[arg(long, value_name = "SOURCE")]
+    pub map: String,
+    /// Zones (failure domains of the replicas when there are at least as many as replicas).
+    #[arg(long, default_value_t = 3)]
+    pub zones: u32,
+    /// Hosts per zone (named zZONE-hHOST: z1-h1, z1-h2…).
+    #[arg(long, default_value_t = 3)]
+    pub hosts: u32,
+    /// Devices per host (numbered from 0, host by host).
+    #[arg(long, default_value_t = 1)]
+    pub devices_per_host: u32,
+    /// Capacity of each device.
+    #[arg(long, default_value = "100GiB", value_parser = crate::output::parse_size)]
+    pub capacity: u64,
+    /// Replicas of every pool.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: u32,
+    /// Candidates (k) of the CHOICE pools.
+    #[arg(long, default_value_t = 2)]
+    pub choices: u32,
+    /// Placement policy of the CHOICE pools.
+    #[arg(long, default_value = "space")]
+    pub policy: String,
+    /// PGs of the crush pools.
+    #[arg(long, default_value_t = 128)]
+    pub pg_num: u32,
+    /// The address of a host's server, HOST=IP:PORT (repeatable; a host without one is
+    /// stored without, to be set with `optio map set-attr DEVICE --addr …`).
+    #[arg(long = "addr", value_name = "HOST=IP:PORT")]
+    pub addrs: Vec<String>,
+}
+
+/// Most devices `map init` makes.
+const INIT_DEVICES_MAX: u64 = 100_000;
+
+fn init(args: InitArgs) -> Result<()> {
+    let devices = u64::from(args.zones) * u64::from(args.hosts) * u64::from(args.devices_per_host);
+    if devices == 0 || devices > INIT_DEVICES_MAX {
+        anyhow::bail!(
+            "--zones {} × --hosts {} × --devices-per-host {} makes {devices} devices: use 1 to {INIT_DEVICES_MAX}",
+            args.zones,
+            args.hosts,
+            args.devices_per_host
+        );
+    }
+    let spec = optio_local::LocalClusterSpec {
+        zones: args.zones,
+        hosts_per_zone: args.hosts,
+        devices_per_host: args.devices_per_host,
+        capacity_bytes: args.capacity,
+        replicas: args.replicas,
+        choices: args.choices,
+        policy: args.policy.clone(),
+        pg_num: args.pg_num,
+        ..optio_local::LocalClusterSpec::default()
+    };
+    let mut hosts = optio_local::cluster::layout(&spec);
+    for pair in &args.addrs {
+        let Some((host, addr)) = pair.split_once('=') else {
+            anyhow::bail!("--addr '{pair}' is not HOST=IP:PORT (e.g. z1-h1=10.0.0.1:7000)");
+        };
+        if addr.parse::<std::net::SocketAddr>().is_err() {
+            anyhow::bail!("--addr '{pair}': '{addr}' is not IP:PORT (e.g. 10.0.0.1:7000)");
+        }
+        let names: Vec<String> = hosts.iter().map(|h| h.name.clone()).collect();
+        let Some(entry) = hosts.iter_mut().find(|h| h.name == host) else {
+            anyhow::bail!("--addr '{pair}': no host '{host}' (the hosts are {})", names.join(", "));
+        };
+        entry.addr = Some(addr.to_string());
+    }
+    let text = optio_local::cluster::map_text(&spec, &hosts, 1);
+    let map = optio_mapfile::parse(&text).context("the generated map is not valid")?;
+    let source = optio_cluster::MapSource::parse(&args.map)?;
+    let runtime = crate::commands::runtime()?;
+    let stored = runtime.block_on(source.initialize(&map))?;
+    if !stored {
+        let epoch = runtime.block_on(source.load()).map(|m| m.epoch().0).unwrap_or(0);
+        anyhow::bail!(
+            "a map is already stored at {} (epoch {epoch}); nothing was written: change it with \
+             `optio map add-device | set-state | …`",
+            source.describe()
+        );
+    }
+    println!(
+        "stored epoch 1 at {}: {devices} devices of {} on {} hosts in {} zones; pools: {}",
+        source.describe(),
+        bytes(args.capacity as f64),
+        hosts.len(),
+        args.zones,
+        map.pools().iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+    );
+    println!("start each host's server (with its devices' directories and the cluster keyring):");
+    for host in &hosts {
+        let devices: Vec<String> = host
+            .devices
+            .iter()
+            .map(|id| {
+                format!(
+                    "--device {id}:{}:/srv/optio/dev{id}",
+                    bytes(args.capacity as f64).replace(' ', "")
+                )
+            })
+            .collect();
+        println!(
+            "  {}: optio server --listen {} {} --map {} --keyring KEYRING --name {}",
+            host.name,
+            host.addr.as_deref().unwrap_or("IP:PORT"),
+            devices.join(" "),
+            source.describe(),
+            host.name
+        );
+    }
+    let missing: Vec<&str> =
+        hosts.iter().filter(|h| h.addr.is_none()).map(|h| h.name.as_str()).collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "note: {} host(s) have no address yet ({}): set them with `optio map set-attr DEVICE --addr IP:PORT`",
+            missing.len(),
+            missing.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// Lines of what a conversion leaves out that `convert` shows.

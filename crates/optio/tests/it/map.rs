@@ -197,3 +197,41 @@ size = 3
     assert_eq!(answer["valid"], false);
     assert!(answer["error"].as_str().unwrap().contains("broken.toml:1"), "{answer}");
 }
+
+/// `optio map init` makes a cluster's map (the pools `optio up` makes) with the addresses
+/// given, never over an existing map, and says how to start each host's server.
+#[test]
+fn map_init_makes_a_new_map_and_never_overwrites_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let map = dir.path().join("cluster.toml");
+    let path = map.to_str().unwrap();
+    let args = ["map", "init", "--map", path, "--zones", "3", "--hosts", "2", "--capacity", "2TiB"];
+    let mut with_addr = args.to_vec();
+    with_addr.extend(["--addr", "z2-h1=10.0.0.21:7000"]);
+    let out = optio_ok(&with_addr);
+    assert!(out.contains("stored epoch 1") && out.contains("6 devices"), "{out}");
+    assert!(out.contains("z2-h1: optio server --listen 10.0.0.21:7000 --device 2:"), "{out}");
+    let loaded = optio_mapfile::parse(&std::fs::read_to_string(&map).unwrap()).expect("valid");
+    assert_eq!(loaded.devices().len(), 6);
+    assert_eq!(loaded.pools().len(), 6);
+    let addressed: Vec<_> = loaded.devices().iter().filter_map(|d| d.addr.clone()).collect();
+    assert_eq!(addressed, vec!["10.0.0.21:7000".to_string()]);
+    let before = std::fs::read(&map).unwrap();
+    let error = optio_err(&args);
+    assert!(error.contains("already stored") && error.contains("epoch 1"), "{error}");
+    assert_eq!(std::fs::read(&map).unwrap(), before, "nothing was written");
+    let other = dir.path().join("other.toml");
+    let other = other.to_str().unwrap();
+    for (bad, says) in [
+        (vec!["--addr", "z9-h1=10.0.0.1:7000"], "no host 'z9-h1'"),
+        (vec!["--addr", "z1-h1"], "is not HOST=IP:PORT"),
+        (vec!["--addr", "z1-h1=somewhere"], "is not IP:PORT"),
+        (vec!["--zones", "0"], "makes 0 devices"),
+    ] {
+        let mut args = vec!["map", "init", "--map", other];
+        args.extend(bad);
+        let error = optio_err(&args);
+        assert!(error.contains(says), "{error}");
+    }
+    assert!(!dir.path().join("other.toml").exists());
+}
