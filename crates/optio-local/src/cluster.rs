@@ -364,7 +364,7 @@ impl LocalCluster {
             entities.extend(names.iter().map(|n| (n.as_str(), Cap::Server)));
             ensure_entities(&dir.join(KEYRING_FILE), &entities)?;
         }
-        for host in layout(&spec) {
+        for host in layout(spec) {
             let devices: Vec<(u32, PathBuf)> =
                 host.devices.iter().map(|id| (*id, dir.join(format!("dev{id}")))).collect();
             let listen = format!("{}:0", spec.bind);
