@@ -29,6 +29,9 @@ pub enum Format {
     /// Only the result-size counts, as `crushtool --test --show-statistics` prints them
     /// (CRUSH-input mode only).
     Statistics,
+    /// Only the mappings with fewer devices than --num-rep, as `crushtool --test
+    /// --show-bad-mappings` prints them (CRUSH-input mode only).
+    BadMappings,
 }
 
 /// Arguments of `optio place`.
@@ -164,9 +167,11 @@ fn raw_crush_inputs(args: &Args) -> Result<bool> {
 
 /// Refuses pool inputs that ask for nothing, or for what only raw CRUSH inputs give.
 fn check_pool_inputs(args: &Args, format: Format) -> Result<()> {
-    if format == Format::Crushtool {
+    if matches!(format, Format::Crushtool | Format::Statistics | Format::BadMappings) {
         bail!(
-            "--format crushtool prints raw CRUSH inputs; add --rule, --num-rep and --min-x/--max-x (as for crushtool --test)"
+            "--format {} prints raw CRUSH inputs; add --rule, --num-rep and --min-x/--max-x (as for crushtool --test)",
+            clap::ValueEnum::to_possible_value(&format)
+                .map_or(String::new(), |v| v.get_name().to_string())
         );
     }
     if args.objects.is_empty() && args.pgs.is_empty() && !args.all_pgs {
@@ -447,6 +452,18 @@ fn run_crush_inputs(args: &Args, format: Format) -> Result<()> {
                 sizes[n] += 1;
                 match format {
                     Format::Statistics => {}
+                    Format::BadMappings => {
+                        if n != num_rep as usize {
+                            let list: Vec<String> = items.iter().map(|v| v.to_string()).collect();
+                            writeln!(
+                                out,
+                                "bad mapping rule {} x {} num_rep {num_rep} result [{}]",
+                                rule.id,
+                                x,
+                                list.join(",")
+                            )?;
+                        }
+                    }
                     Format::Crushtool | Format::Table => {
                         let list: Vec<String> = items.iter().map(|v| v.to_string()).collect();
                         writeln!(out, "CRUSH rule {} x {} [{}]", rule.id, x, list.join(","))?;

@@ -155,3 +155,34 @@ fn closed_pipe_ends_quietly() {
 
 /// SIGPIPE's number on Linux.
 const SIGPIPE: i32 = 13;
+
+/// `--format bad-mappings` prints what `crushtool --test --show-bad-mappings` prints, byte for
+/// byte.
+#[test]
+fn bad_mappings_match_crushtool() {
+    let Some(crushtool) = crushtool() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    for name in ["ceph-40osd.txt", "ceph-classes.txt"] {
+        let text = example(name);
+        let binary = dir.path().join("map.bin");
+        crushtool_run(
+            &crushtool,
+            &["-c", text.to_str().expect("UTF-8"), "-o", binary.to_str().expect("UTF-8")],
+        );
+        for num_rep in ["3", "5", "12"] {
+            let common = ["--rule", "0", "--num-rep", num_rep, "--min-x", "0", "--max-x", "999"];
+            let mut theirs_args =
+                vec!["-i", binary.to_str().expect("UTF-8"), "--test", "--show-bad-mappings"];
+            theirs_args.extend(common);
+            let theirs = crushtool_run(&crushtool, &theirs_args);
+            let mut ours_args =
+                vec!["place", "--map", text.to_str().expect("UTF-8"), "--format", "bad-mappings"];
+            ours_args.extend(common);
+            let ours = optio_ok(&ours_args);
+            assert!(ours == theirs, "{name} num-rep {num_rep}: optio and crushtool differ");
+            if num_rep == "12" {
+                assert!(ours.lines().count() > 0, "{name}: 12 replicas cannot all be placed");
+            }
+        }
+    }
+}
