@@ -114,7 +114,35 @@ impl Command {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    // `optio server --config FILE`: the file's settings become flags first.
+    let args = {
+        let command = <Cli as clap::CommandFactory>::command();
+        let flags: Vec<(String, bool)> = command
+            .find_subcommand("server")
+            .map(|server| {
+                server
+                    .get_arguments()
+                    .filter_map(|a| {
+                        let takes_value = !matches!(
+                            a.get_action(),
+                            clap::ArgAction::SetTrue
+                                | clap::ArgAction::Help
+                                | clap::ArgAction::Version
+                        );
+                        a.get_long().map(|long| (long.to_string(), takes_value))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        match commands::server::expand_config(std::env::args_os().collect(), &flags) {
+            Ok(args) => args,
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                return std::process::ExitCode::from(1);
+            }
+        }
+    };
+    let cli = Cli::parse_from(args);
     // Every HTTP client needs a TLS crypto provider, TLS or not.
     optio_net::tls::install_crypto_provider();
     if cli.command.prints_for_pipes() {

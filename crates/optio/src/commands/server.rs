@@ -9,9 +9,113 @@ use optio_server::{DeviceConfig, Server, ServerConfig};
 
 use crate::output::{parse_duration, parse_size};
 
+/// Longest configuration file read.
+const CONFIG_BYTES_MAX: u64 = 1 << 20;
+
+/// `optio server --config FILE …` as the flags the file holds followed by the command line's
+/// own (later flags override earlier ones; `--device` accumulates). Other commands' arguments
+/// are returned unchanged. `flags`: the server's long flags and whether each takes a value.
+pub fn expand_config(
+    args: Vec<std::ffi::OsString>,
+    flags: &[(String, bool)],
+) -> Result<Vec<std::ffi::OsString>> {
+    if args.get(1).and_then(|a| a.to_str()) != Some("server") {
+        return Ok(args);
+    }
+    let position = args
+        .iter()
+        .position(|a| a == "--config" || a.to_str().is_some_and(|a| a.starts_with("--config=")));
+    let Some(position) = position else { return Ok(args) };
+    let (path, taken) = match args[position].to_str().and_then(|a| a.strip_prefix("--config=")) {
+        Some(path) => (PathBuf::from(path), 1),
+        None => match args.get(position + 1) {
+            Some(path) => (PathBuf::from(path), 2),
+            None => bail!("--config needs a FILE"),
+        },
+    };
+    let size = std::fs::metadata(&path)
+        .with_context(|| format!("cannot read the configuration {}", path.display()))?
+        .len();
+    if size > CONFIG_BYTES_MAX {
+        bail!(
+            "{} is {size} bytes: a configuration file is at most {CONFIG_BYTES_MAX}",
+            path.display()
+        );
+    }
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read the configuration {}", path.display()))?;
+    let table: toml::Table =
+        text.parse().with_context(|| format!("{} is not valid TOML", path.display()))?;
+    let mut expanded: Vec<std::ffi::OsString> = args[..2].to_vec();
+    for (key, value) in &table {
+        let Some((_, takes_value)) = flags.iter().find(|(name, _)| name == key) else {
+            let known: Vec<&str> = flags.iter().map(|(n, _)| n.as_str()).collect();
+            bail!(
+                "{}: unknown setting `{key}` (the settings are the long flags of `optio server --help`: {})",
+                path.display(),
+                known.join(", ")
+            );
+        };
+        if key == "config" {
+            bail!("{}: a configuration file cannot name another (`config`)", path.display());
+        }
+        let scalar = |value: &toml::Value| -> Result<String> {
+            match value {
+                toml::Value::String(s) => Ok(s.clone()),
+                toml::Value::Integer(i) => Ok(i.to_string()),
+                toml::Value::Float(f) => Ok(f.to_string()),
+                other => bail!(
+                    "{}: `{key}` is {}, not a string or number",
+                    path.display(),
+                    other.type_str()
+                ),
+            }
+        };
+        match (value, takes_value) {
+            (toml::Value::Boolean(on), false) => {
+                if *on {
+                    expanded.push(format!("--{key}").into());
+                }
+            }
+            (_, false) => bail!("{}: `{key}` is a switch: write `{key} = true`", path.display()),
+            (toml::Value::Array(items), true) => {
+                for item in items {
+                    expanded.push(format!("--{key}").into());
+                    expanded.push(scalar(item)?.into());
+                }
+            }
+            (value, true) => {
+                expanded.push(format!("--{key}").into());
+                expanded.push(scalar(value)?.into());
+            }
+        }
+    }
+    expanded.extend(args[2..position].iter().cloned());
+    expanded.extend(args[position + taken..].iter().cloned());
+    Ok(expanded)
+}
+
 /// Arguments of `optio server`.
 #[derive(clap::Args, Debug)]
+#[command(
+    args_override_self = true,
+    after_help = "A configuration file (--config FILE) holds the same settings as TOML, one per long
+flag, for a service manager (see contrib/optio-server.service):
+
+  listen = \"10.0.0.1:7000\"
+  device = [\"0:4TiB:/srv/optio/dev0\", \"1:4TiB:/srv/optio/dev1\"]
+  map = \"etcd://10.0.0.10:2379\"
+  keyring = \"/etc/optio/keyring\"
+  name = \"z1-h1\"
+  migration-rate = \"100MiB\"
+
+Flags on the command line override the file's settings (a --device adds a device)."
+)]
 pub struct Args {
+    /// Read settings from this TOML file (keys: the long flags, e.g. `listen`, `device`,
+    /// `map`, `keyring`, `fence-ttl`); the command line's flags override them.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Address to listen on (port 0: any free port; the address bound is printed).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,

@@ -324,3 +324,76 @@ fn completions_and_manual_pages() {
         assert!(stderr.contains("unexpected argument"), "{args:?}: {stderr}");
     }
 }
+
+/// `optio server --config FILE` runs a server from a TOML file of its flags (what the systemd
+/// unit in contrib/ does); the command line overrides the file; bad files are refused clearly.
+#[test]
+fn a_server_runs_from_a_configuration_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("map.toml");
+    crate::support::optio_ok(&[
+        "map",
+        "init",
+        "--map",
+        map.to_str().unwrap(),
+        "--zones",
+        "1",
+        "--hosts",
+        "1",
+        "--replicas",
+        "1",
+        "--choices",
+        "1",
+    ]);
+    let config = dir.path().join("server.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:1\"\ndevice = [\"0:1GiB:{}\"]\nmap = \"{}\"\nno-auth = true\nmigration-rate = \"10MiB\"\n",
+            dir.path().join("dev0").display(),
+            map.display()
+        ),
+    )
+    .unwrap();
+    // --listen on the command line overrides the file's (port 1 could not be bound).
+    let mut server = Command::new(binary())
+        .args([
+            "server",
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--exit-with-stdin",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix(optio_local::cluster::LISTENING_PREFIX)
+        .unwrap_or_else(|| panic!("{line}"));
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.write_all(b"GET /health HTTP/1.0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(server.stdin.take());
+    assert!(server.wait().unwrap().success());
+
+    for (text, says) in [
+        ("bogus = 1\n", "unknown setting `bogus`"),
+        ("no-auth = \"yes\"\n", "is a switch"),
+        ("listen = [1,\n", "not valid TOML"),
+        ("device = [{ a = 1 }]\n", "not a string or number"),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let error = crate::support::optio_err(&["server", "--config", config.to_str().unwrap()]);
+        assert!(error.contains(says), "{text}: {error}");
+    }
+    let error = crate::support::optio_err(&["server", "--config", "/nonexistent/optio.toml"]);
+    assert!(error.contains("cannot read the configuration"), "{error}");
+}
