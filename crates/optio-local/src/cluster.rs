@@ -113,6 +113,8 @@ pub struct LocalClusterSpec {
     /// TLS: a throwaway certificate authority and a server certificate for the bind address,
     /// made in `DIR/tls/` (`ca.pem`, `server.pem`, `server-key.pem`); servers take TLS.
     pub tls: bool,
+    /// Servers serve `/metrics` without a signature (`--metrics-public`), for Prometheus.
+    pub metrics_public: bool,
 }
 
 impl Default for LocalClusterSpec {
@@ -138,8 +140,26 @@ impl Default for LocalClusterSpec {
             fence_ttl: None,
             auth: false,
             tls: false,
+            metrics_public: false,
         }
     }
+}
+
+/// The Prometheus file-based service discovery file `optio up` writes in its directory.
+pub const PROMETHEUS_TARGETS_FILE: &str = "prometheus-targets.json";
+
+/// Writes `DIR/prometheus-targets.json` for `servers` (Prometheus' `file_sd_configs`): one
+/// target per server, labelled with its host; rewritten in place (a rename) when it changes.
+pub fn write_prometheus_targets(dir: &Path, servers: &[ServerProcess]) -> Result<(), LocalError> {
+    let targets: Vec<serde_json::Value> = servers
+        .iter()
+        .map(|s| serde_json::json!({"targets": [s.addr], "labels": {"job": "optio", "host": s.host}}))
+        .collect();
+    let path = dir.join(PROMETHEUS_TARGETS_FILE);
+    let text =
+        serde_json::to_string_pretty(&targets).map_err(|e| LocalError::Spec(e.to_string()))?;
+    optio_cluster::durable::replace(&path, text.as_bytes())
+        .map_err(LocalError::io(format!("cannot write {}", path.display())))
 }
 
 /// The `crush` pool of a local cluster.
@@ -420,6 +440,9 @@ impl LocalCluster {
             command.arg("--keyring").arg(&keyring).arg("--id").arg(&id);
         } else {
             command.arg("--no-auth");
+        }
+        if self.spec.metrics_public {
+            command.arg("--metrics-public");
         }
         if let Some(rate) = self.spec.migration_rate_bytes_per_sec {
             command.arg("--migration-rate").arg(rate.to_string());

@@ -110,6 +110,12 @@ pub(super) async fn prometheus(State(state): State<Arc<AppState>>) -> Response {
     });
     let _ = writeln!(
         out,
+        "# HELP optio_build_info The server's version (the value is always 1).\n\
+         # TYPE optio_build_info gauge\noptio_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    let _ = writeln!(
+        out,
         "# HELP optio_fenced 1 while the server holds no fencing lease and serves nothing.\n\
          # TYPE optio_fenced gauge\noptio_fenced {}\n\
          # HELP optio_fence_lapses_total Times the server stopped serving for want of a lease.\n\

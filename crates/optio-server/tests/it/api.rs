@@ -104,6 +104,11 @@ async fn objects_round_trip_with_probes_ranges_and_listings() {
     let prometheus = http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(prometheus.contains("optio_device_objects{device=\"0\"} 5"), "{prometheus}");
     assert!(prometheus.contains("optio_requests_total{op=\"probe\"}"));
+    assert!(
+        prometheus
+            .contains(&format!("optio_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))),
+        "{prometheus}"
+    );
     let health: serde_json::Value =
         http.get(server.url("/health")).send().await.unwrap().json().await.unwrap();
     assert_eq!(health["status"], "ok");

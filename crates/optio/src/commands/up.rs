@@ -77,6 +77,10 @@ pub struct Args {
     /// commands trust DIR/tls/ca.pem.
     #[arg(long)]
     pub tls: bool,
+    /// Serve /metrics without a signature (for Prometheus: point its file_sd_configs at
+    /// DIR/prometheus-targets.json).
+    #[arg(long)]
+    pub metrics_public: bool,
     /// Mark a server's devices down in the map once it has not answered for this long (writes
     /// then go around them; Ceph's osd_heartbeat_grace).
     #[arg(long, default_value = "20s", value_parser = crate::output::parse_duration)]
@@ -106,6 +110,7 @@ pub fn run(args: Args) -> Result<()> {
         dirty: (args.dirty != "local").then(|| args.dirty.clone()),
         reintegration: (args.reintegration != "none").then(|| args.reintegration.clone()),
         auth: !args.no_auth,
+        metrics_public: args.metrics_public,
         tls: args.tls,
         ..LocalClusterSpec::default()
     };
@@ -140,6 +145,7 @@ pub fn run(args: Args) -> Result<()> {
         cluster.load_map()?.epoch()
     );
     print!("{}", table.render());
+    optio_local::cluster::write_prometheus_targets(cluster.dir(), cluster.servers())?;
     let last_device = cluster.load_map()?.devices().iter().map(|d| d.id.0).max().unwrap_or(0);
     println!(
         "\nmap: {}\n{}\npools: {CRUSH_POOL} (crush), {RING_POOL} (ring), {ATTRIBUTED_POOL} (attributed) with k = {} candidates, policy '{}'; {PLAIN_POOL} (crush), {ELASTIC_POOL} (elastic) and {BALANCED_POOL} (crush, incremental balanced placement) with k = 1\n\nUse it from another terminal:\n  export OPTIO_CLUSTER={dir}\n  echo hello | optio put greeting -\n  optio get greeting\n  optio probe greeting\n  optio ls\n  optio bench --objects 200 --size 1MiB\n  optio map set-state {last_device} --out   # data moves off device {last_device}\n  optio status --watch\n\nCtrl-C stops the cluster.",

@@ -39,6 +39,13 @@ fn up_serves_the_cli_and_leaves_no_orphans_when_killed() {
     }
     assert_eq!(pids.len(), 3, "one server per host");
     assert!(pids.iter().all(|&p| alive(p)));
+    // Prometheus' file-based discovery: one target per server, labelled with its host.
+    let targets = std::fs::read_to_string(cluster_dir.join("prometheus-targets.json")).unwrap();
+    let targets: serde_json::Value = serde_json::from_str(&targets).expect("JSON");
+    let hosts: Vec<&str> =
+        targets.as_array().unwrap().iter().filter_map(|t| t["labels"]["host"].as_str()).collect();
+    assert_eq!(hosts, ["z1-h1", "z2-h1", "z3-h1"], "{targets}");
+    assert!(targets[0]["targets"][0].as_str().unwrap().starts_with("127.0.0.1:"));
 
     let run = |args: &[&str], input: Option<&[u8]>| {
         let mut child = Command::new(binary())
