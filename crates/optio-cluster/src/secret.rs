@@ -16,3 +16,61 @@ pub fn from_env(var: &str, file_var: &str) -> Result<Option<String>, String> {
         (Err(_), None) => Ok(None),
     }
 }
+
+/// The environment variables a service's credentials are read from.
+#[derive(Clone, Copy, Debug)]
+pub struct AccessVars {
+    /// The password.
+    pub password: &'static str,
+    /// A file holding the password.
+    pub password_file: &'static str,
+    /// The CA certificate (PEM) the service's certificate is checked with.
+    pub ca: &'static str,
+    /// A client certificate (PEM) shown to the service.
+    pub cert: &'static str,
+    /// That certificate's private key (PEM).
+    pub key: &'static str,
+}
+
+/// How Optio reaches a service that checks who calls (etcd, Redis), besides its URL: a
+/// password, and for TLS the CA and an optional client certificate. The password is never
+/// shown by `Debug`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Access {
+    /// The password (of the user the URL names, or AUTH's).
+    pub password: Option<String>,
+    /// The CA certificate (PEM) the service's certificate is checked with.
+    pub ca: Option<std::path::PathBuf>,
+    /// A client certificate chain and its private key (PEM).
+    pub identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("password", &self.password.as_ref().map(|_| "…"))
+            .field("ca", &self.ca)
+            .field("identity", &self.identity)
+            .finish()
+    }
+}
+
+impl Access {
+    /// What the variables `vars` names say (a password from `password`, else from the file
+    /// `password_file` names; `cert` and `key` both or neither).
+    pub fn from_env(vars: &AccessVars) -> Result<Access, String> {
+        let path = |var: &str| {
+            std::env::var_os(var).filter(|v| !v.is_empty()).map(std::path::PathBuf::from)
+        };
+        let identity = match (path(vars.cert), path(vars.key)) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => return Err(format!("set both {} and {}, or neither", vars.cert, vars.key)),
+        };
+        Ok(Access {
+            password: from_env(vars.password, vars.password_file)?,
+            ca: path(vars.ca),
+            identity,
+        })
+    }
+}

@@ -22,7 +22,7 @@
 //! object twice finds it in place the second time.
 
 use std::fs::{File, OpenOptions, TryLockError};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -88,7 +88,7 @@ impl RedisDirtyTable {
     /// that tables of several lists sharing a directory never drain into each other's list.
     /// Redis being down is not an error here: it is logged and pushes spill.
     pub async fn open(spec: &str, spill_root: &Path) -> Result<RedisDirtyTable, DirtyError> {
-        let access = RedisAccess::from_env()
+        let access = RedisAccess::from_env(&VARS)
             .map_err(|reason| DirtyError::InvalidSpec { spec: redact(spec), reason })?;
         RedisDirtyTable::open_with(spec, spill_root, &access).await
     }
@@ -499,7 +499,7 @@ fn parse_spec(
     };
     let with_password = with_password(base, access.password.clone());
     let client = if tls {
-        let certificates = access.tls_certificates().map_err(&invalid)?;
+        let certificates = tls_certificates(access).map_err(&invalid)?;
         redis::Client::build_with_tls(with_password.as_str(), certificates)
     } else {
         redis::Client::open(with_password.as_str())
@@ -522,60 +522,34 @@ pub const CERT_ENV: &str = "OPTIO_REDIS_CERT";
 /// The environment variable naming that certificate's private key (PEM).
 pub const KEY_ENV: &str = "OPTIO_REDIS_KEY";
 
-/// The credentials a Redis dirty table is opened with, besides its URL: the password (when the
-/// URL has none) and, for `rediss://`, the CA and an optional client certificate.
-#[derive(Clone, Default)]
-pub struct RedisAccess {
-    /// The password (AUTH, or the ACL user's of `redis://USER@HOST`).
-    pub password: Option<String>,
-    /// The CA certificate (PEM) Redis's certificate is checked with; none: the system's roots.
-    pub ca: Option<PathBuf>,
-    /// A client certificate chain and its private key (PEM).
-    pub identity: Option<(PathBuf, PathBuf)>,
-}
+/// The credentials a Redis dirty table is opened with, besides its URL: the password (AUTH,
+/// or the ACL user's of `redis://USER@HOST`, when the URL has none) and, for `rediss://`, the
+/// CA (none: the system's roots) and an optional client certificate.
+pub type RedisAccess = crate::secret::Access;
 
-impl std::fmt::Debug for RedisAccess {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisAccess")
-            .field("password", &self.password.as_ref().map(|_| "…"))
-            .field("ca", &self.ca)
-            .field("identity", &self.identity)
-            .finish()
-    }
-}
+/// The variables Redis's credentials come from.
+pub const VARS: crate::secret::AccessVars = crate::secret::AccessVars {
+    password: PASSWORD_ENV,
+    password_file: PASSWORD_FILE_ENV,
+    ca: CA_ENV,
+    cert: CERT_ENV,
+    key: KEY_ENV,
+};
 
-impl RedisAccess {
-    /// What [`PASSWORD_ENV`] (or [`PASSWORD_FILE_ENV`]), [`CA_ENV`], [`CERT_ENV`] and
-    /// [`KEY_ENV`] say.
-    pub fn from_env() -> Result<RedisAccess, String> {
-        let path = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from);
-        let identity = match (path(CERT_ENV), path(KEY_ENV)) {
-            (Some(cert), Some(key)) => Some((cert, key)),
-            (None, None) => None,
-            _ => return Err(format!("set both {CERT_ENV} and {KEY_ENV}, or neither")),
-        };
-        Ok(RedisAccess {
-            password: crate::secret::from_env(PASSWORD_ENV, PASSWORD_FILE_ENV)?,
-            ca: path(CA_ENV),
-            identity,
-        })
-    }
-
-    /// The certificates of a `rediss://` connection, read.
-    fn tls_certificates(&self) -> Result<redis::TlsCertificates, String> {
-        let read = |path: &Path| {
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-        };
-        let client_tls = match &self.identity {
-            Some((cert, key)) => {
-                Some(redis::ClientTlsConfig { client_cert: read(cert)?, client_key: read(key)? })
-            }
-            None => None,
-        };
-        let root_cert = self.ca.as_deref().map(read).transpose()?;
-        optio_net::tls::install_crypto_provider();
-        Ok(redis::TlsCertificates { client_tls, root_cert })
-    }
+/// The certificates of a `rediss://` connection, read.
+fn tls_certificates(access: &RedisAccess) -> Result<redis::TlsCertificates, String> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    };
+    let client_tls = match &access.identity {
+        Some((cert, key)) => {
+            Some(redis::ClientTlsConfig { client_cert: read(cert)?, client_key: read(key)? })
+        }
+        None => None,
+    };
+    let root_cert = access.ca.as_deref().map(read).transpose()?;
+    optio_net::tls::install_crypto_provider();
+    Ok(redis::TlsCertificates { client_tls, root_cert })
 }
 
 /// `base` with `password` when it has no password of its own (`redis://HOST`, or

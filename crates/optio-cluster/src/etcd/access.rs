@@ -59,54 +59,28 @@ impl Login {
 }
 
 /// The credentials an etcd source is reached with, besides its URL: the password of the URL's
-/// user, and for `etcds://` the CA and an optional client certificate.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct EtcdAccess {
-    /// The password of the user the URL names.
-    pub password: Option<String>,
-    /// The CA certificate (PEM) that signed etcd's certificate.
-    pub ca: Option<PathBuf>,
-    /// A client certificate chain and its private key (PEM), for etcd's `--client-cert-auth`.
-    pub identity: Option<(PathBuf, PathBuf)>,
-}
+/// user, and for `etcds://` the CA and an optional client certificate (for etcd's
+/// `--client-cert-auth`).
+pub type EtcdAccess = crate::secret::Access;
 
-impl fmt::Debug for EtcdAccess {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdAccess")
-            .field("password", &self.password.as_ref().map(|_| "…"))
-            .field("ca", &self.ca)
-            .field("identity", &self.identity)
-            .finish()
-    }
-}
+/// The variables etcd's credentials come from.
+pub const VARS: crate::secret::AccessVars = crate::secret::AccessVars {
+    password: PASSWORD_ENV,
+    password_file: PASSWORD_FILE_ENV,
+    ca: CA_ENV,
+    cert: CERT_ENV,
+    key: KEY_ENV,
+};
 
-impl EtcdAccess {
-    /// What [`PASSWORD_ENV`] (or [`PASSWORD_FILE_ENV`]), [`CA_ENV`], [`CERT_ENV`] and
-    /// [`KEY_ENV`] say.
-    pub fn from_env() -> Result<EtcdAccess, String> {
-        let path = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from);
-        let identity = match (path(CERT_ENV), path(KEY_ENV)) {
-            (Some(cert), Some(key)) => Some((cert, key)),
-            (None, None) => None,
-            _ => return Err(format!("set both {CERT_ENV} and {KEY_ENV}, or neither")),
-        };
-        Ok(EtcdAccess {
-            password: crate::secret::from_env(PASSWORD_ENV, PASSWORD_FILE_ENV)?,
-            ca: path(CA_ENV),
-            identity,
-        })
-    }
-
-    /// The files of an `etcds://` connection.
-    pub(super) fn tls_files(&self) -> Result<TlsFiles, String> {
-        let ca = self.ca.clone().ok_or_else(|| {
-            format!(
-                "etcds:// needs the CA that signed etcd's certificate: set {CA_ENV} to its PEM \
-                 file (and {CERT_ENV}, {KEY_ENV} for a client certificate)"
-            )
-        })?;
-        Ok(TlsFiles { ca, identity: self.identity.clone() })
-    }
+/// The files of an `etcds://` connection.
+pub(super) fn tls_files(access: &EtcdAccess) -> Result<TlsFiles, String> {
+    let ca = access.ca.clone().ok_or_else(|| {
+        format!(
+            "etcds:// needs the CA that signed etcd's certificate: set {CA_ENV} to its PEM \
+             file (and {CERT_ENV}, {KEY_ENV} for a client certificate)"
+        )
+    })?;
+    Ok(TlsFiles { ca, identity: access.identity.clone() })
 }
 
 fn check_user(user: &str) -> Result<(), String> {

@@ -153,7 +153,7 @@ impl EtcdStore {
     /// CA and client certificate come from the environment ([`PASSWORD_ENV`], [`CA_ENV`]…).
     /// Makes no connection.
     pub fn parse(spec: &str) -> Result<EtcdStore, ClusterError> {
-        let access = EtcdAccess::from_env()
+        let access = EtcdAccess::from_env(&access::VARS)
             .map_err(|reason| ClusterError::BadSource { spec: redact(spec), reason })?;
         EtcdStore::parse_with(spec, &access)
     }
@@ -164,7 +164,7 @@ impl EtcdStore {
         let bad = |reason: String| ClusterError::BadSource { spec: redact(spec), reason };
         let (rest, tls) = match (spec.strip_prefix(SCHEME), spec.strip_prefix(TLS_SCHEME)) {
             (Some(rest), _) => (rest, None),
-            (None, Some(rest)) => (rest, Some(access.tls_files().map_err(bad)?)),
+            (None, Some(rest)) => (rest, Some(access::tls_files(access).map_err(bad)?)),
             (None, None) => {
                 return Err(bad(format!("an etcd source starts with {SCHEME} or {TLS_SCHEME}")));
             }
