@@ -293,6 +293,15 @@ fn a_rotated_key_keeps_working_for_its_grace_and_a_removed_entity_is_refused() {
     assert!(error.to_string().contains("unknown entity"), "{error}");
 }
 
+/// No server logged a refused request.
+fn assert_no_refusals(cluster: &LocalCluster) {
+    for server in cluster.servers() {
+        let log = std::fs::read_to_string(cluster.dir().join(format!("{}.log", server.host)))
+            .unwrap_or_default();
+        assert!(!log.contains("refused a request"), "{}: {log}", server.host);
+    }
+}
+
 /// Waits until every server in `addrs` has settled at `epoch` with device `emptied` holding
 /// nothing (its data moved between the servers).
 async fn wait_emptied(
@@ -363,11 +372,7 @@ fn servers_sign_with_their_rotated_keys_without_a_restart() {
             assert_eq!(client.get(PLAIN_POOL, &format!("r{i}")).await.unwrap(), data(i, 3000));
         }
     });
-    for server in cluster.servers() {
-        let log = std::fs::read_to_string(cluster.dir().join(format!("{}.log", server.host)))
-            .unwrap_or_default();
-        assert!(!log.contains("refused a request"), "{}: {log}", server.host);
-    }
+    assert_no_refusals(&cluster);
 }
 
 #[test]
@@ -410,28 +415,8 @@ fn servers_move_data_between_them_with_their_own_keys() {
     cluster.change_map(&out).expect("device 4 out");
     let epoch = cluster.load_map().unwrap().epoch().0;
     let addrs: Vec<String> = cluster.servers().iter().map(|s| s.addr.clone()).collect();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     rt.block_on(async {
-        loop {
-            let mut settled = true;
-            let mut on_4 = 0;
-            for addr in &addrs {
-                let status = optio_net::Transport::server_status(&transport, addr).await;
-                let status = status.expect("a signed status request is answered");
-                settled &= status.migration.settled_at(epoch);
-                on_4 += status
-                    .devices
-                    .iter()
-                    .filter(|d| d.metrics.device == 4)
-                    .map(|d| d.objects)
-                    .sum::<u64>();
-            }
-            if settled && on_4 == 0 {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "data did not move off device 4");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_emptied(&transport, &addrs, epoch, 4).await;
         for i in 0..300 {
             assert_eq!(client.get(PLAIN_POOL, &format!("m{i}")).await.unwrap(), data(i, 3000));
         }
@@ -439,11 +424,7 @@ fn servers_move_data_between_them_with_their_own_keys() {
     // No server ever refused another: every server's entity was in the keyring before the
     // first one started (they used to be added one by one, and catching up at start was
     // refused — "unknown entity" — until the keyring was reloaded).
-    for server in cluster.servers() {
-        let log = std::fs::read_to_string(cluster.dir().join(format!("{}.log", server.host)))
-            .unwrap_or_default();
-        assert!(!log.contains("refused a request"), "{}: {log}", server.host);
-    }
+    assert_no_refusals(&cluster);
 }
 
 /// `optio up --tls`: servers take TLS (data moves between them over it); a client that does
