@@ -11,11 +11,7 @@ fn crushtool_format_is_identical() {
     let dir = tempfile::tempdir().expect("temp dir");
     for name in ["ceph-40osd.txt", "ceph-classes.txt"] {
         let text = example(name);
-        let binary = dir.path().join("map.bin");
-        crushtool_run(
-            &crushtool,
-            &["-c", text.to_str().expect("UTF-8"), "-o", binary.to_str().expect("UTF-8")],
-        );
+        let binary = compiled(&crushtool, &text, dir.path());
         for extra in [
             vec![],
             vec!["--pool-id", "7"],
@@ -49,11 +45,7 @@ fn statistics_format_matches() {
     let Some(crushtool) = crushtool() else { return };
     let dir = tempfile::tempdir().expect("temp dir");
     let text = example("ceph-40osd.txt");
-    let binary = dir.path().join("map.bin");
-    crushtool_run(
-        &crushtool,
-        &["-c", text.to_str().expect("UTF-8"), "-o", binary.to_str().expect("UTF-8")],
-    );
+    let binary = compiled(&crushtool, &text, dir.path());
     let theirs = crushtool_run(
         &crushtool,
         &[
@@ -153,6 +145,20 @@ fn closed_pipe_ends_quietly() {
     assert_eq!(output.status.signal(), Some(SIGPIPE), "{:?}", output.status);
 }
 
+/// `text` (a Ceph text map) compiled by crushtool into `dir/map.bin`.
+fn compiled(
+    crushtool: &std::path::Path,
+    text: &std::path::Path,
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
+    let binary = dir.join("map.bin");
+    crushtool_run(
+        crushtool,
+        &["-c", text.to_str().expect("UTF-8"), "-o", binary.to_str().expect("UTF-8")],
+    );
+    binary
+}
+
 /// SIGPIPE's number on Linux.
 const SIGPIPE: i32 = 13;
 
@@ -164,11 +170,7 @@ fn bad_mappings_match_crushtool() {
     let dir = tempfile::tempdir().expect("temp dir");
     for name in ["ceph-40osd.txt", "ceph-classes.txt"] {
         let text = example(name);
-        let binary = dir.path().join("map.bin");
-        crushtool_run(
-            &crushtool,
-            &["-c", text.to_str().expect("UTF-8"), "-o", binary.to_str().expect("UTF-8")],
-        );
+        let binary = compiled(&crushtool, &text, dir.path());
         for num_rep in ["3", "5", "12"] {
             let common = ["--rule", "0", "--num-rep", num_rep, "--min-x", "0", "--max-x", "999"];
             let mut theirs_args =
