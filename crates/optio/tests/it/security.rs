@@ -526,6 +526,18 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
             .expect_err("a certificate from another CA fails the handshake");
         assert_eq!(admin_by_cert.get(PLAIN_POOL, "m0").await.unwrap(), data(7, 3000), "unchanged");
     });
+    // The keyring stays the one list: an entity removed from it is refused by certificate too.
+    let keyring = cluster.dir().join(KEYRING_FILE);
+    crate::support::optio_ok(&[
+        "auth",
+        "rm",
+        "client.reader",
+        "--keyring",
+        keyring.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let refused = rt.block_on(reader_by_cert.get(PLAIN_POOL, "m0")).expect_err("removed");
+    assert!(refused.to_string().contains("unknown entity"), "{refused}");
     // From the command line: --tls-cert/--tls-key, no keyring.
     let input = other.path().join("input");
     std::fs::write(&input, data(9, 4000)).unwrap();
