@@ -6,7 +6,7 @@
 //! |---|---|
 //! | 0..8 | magic `OPTIOOBJ` |
 //! | 8..10 | format version ([`OBJECT_FORMAT_VERSION`]) |
-//! | 10..12 | flags (bit 0: the PG seed is set; bit 1: a tombstone — the object was deleted at this version, no data) |
+//! | 10..12 | flags (bit 0: the PG seed is set; bit 1: a tombstone — the object was deleted at this version, no data; bit 2: a block object, format 2 — see [`crate::blocks`]) |
 //! | 12..16 | pool id |
 //! | 16..20 | PG seed |
 //! | 20..22 | key length in bytes |
@@ -22,16 +22,22 @@
 use optio_placement::{Epoch, PoolId};
 
 use crate::ObjectVersion;
+use crate::blocks::{BLOCK_BYTES, BLOCK_OBJECT_BYTES_MAX, BlockLayout, decode_table};
 use crate::error::FormatError;
 use crate::key::KEY_BYTES_MAX;
 
 /// Size of the fixed part of the header.
 pub const HEADER_BYTES: usize = 64;
-/// The object format this code writes (and the newest it reads).
-pub const OBJECT_FORMAT_VERSION: u16 = 1;
+/// The newest object format this code reads: 1 for objects written whole, 2 for block
+/// objects ([`crate::blocks`]).
+pub const OBJECT_FORMAT_VERSION: u16 = 2;
+/// The format of objects written whole.
+const PLAIN_FORMAT: u16 = 1;
+const BLOCKS_FORMAT: u16 = 2;
 const MAGIC: &[u8; 8] = b"OPTIOOBJ";
 const FLAG_PG: u16 = 1;
 const FLAG_DELETED: u16 = 2;
+const FLAG_BLOCKS: u16 = 4;
 
 /// The crc32c (Castagnoli) checksum Optio uses for data, headers and records.
 pub fn checksum(data: &[u8]) -> u32 {
@@ -56,6 +62,9 @@ pub struct ObjectHeader {
     /// A tombstone: the object was deleted at `version` (no data). Kept so that an older
     /// copy arriving later — a migration, a re-integration — cannot bring it back.
     pub deleted: bool,
+    /// A block object: per-block checksums follow the key, then the data
+    /// ([`crate::blocks::BlockLayout`]).
+    pub blocks: bool,
 }
 
 impl ObjectHeader {
@@ -77,6 +86,7 @@ impl ObjectHeader {
             version,
             epoch,
             deleted: false,
+            blocks: false,
         }
     }
 
@@ -95,6 +105,7 @@ impl ObjectHeader {
             version,
             epoch,
             deleted: true,
+            blocks: false,
         }
     }
 
@@ -103,9 +114,11 @@ impl ObjectHeader {
         assert!(key.len() <= KEY_BYTES_MAX, "keys are validated before they are stored");
         let mut out = vec![0u8; HEADER_BYTES];
         out[0..8].copy_from_slice(MAGIC);
-        out[8..10].copy_from_slice(&OBJECT_FORMAT_VERSION.to_le_bytes());
+        let format = if self.blocks { BLOCKS_FORMAT } else { PLAIN_FORMAT };
+        out[8..10].copy_from_slice(&format.to_le_bytes());
         let flags = if self.pg_seed.is_some() { FLAG_PG } else { 0 }
-            | if self.deleted { FLAG_DELETED } else { 0 };
+            | if self.deleted { FLAG_DELETED } else { 0 }
+            | if self.blocks { FLAG_BLOCKS } else { 0 };
         out[10..12].copy_from_slice(&flags.to_le_bytes());
         out[12..16].copy_from_slice(&self.pool.0.to_le_bytes());
         out[16..20].copy_from_slice(&self.pg_seed.unwrap_or(0).to_le_bytes());
@@ -155,19 +168,57 @@ impl ObjectHeader {
             version: ObjectVersion(u64_at(bytes, 40)),
             epoch: Epoch(u64_at(bytes, 48)),
             deleted: flags & FLAG_DELETED != 0,
+            blocks: flags & FLAG_BLOCKS != 0,
         };
         if header.deleted && header.size_bytes != 0 {
             return Err(FormatError::SizeMismatch { expected: 0, found: header.size_bytes });
         }
+        if header.blocks != (version == BLOCKS_FORMAT)
+            || (header.blocks && (header.deleted || header.size_bytes > BLOCK_OBJECT_BYTES_MAX))
+        {
+            return Err(FormatError::HeaderChecksum);
+        }
         Ok((header, key, HEADER_BYTES + key_len))
     }
 
-    /// Decodes a whole stored object, verifying the header and the data.
+    /// Decodes a whole stored object, verifying the header and the data (for a block object,
+    /// every block against its checksum too).
     pub fn decode(bytes: &[u8]) -> Result<(ObjectHeader, &str, &[u8]), FormatError> {
         let (header, key, offset) = ObjectHeader::decode_prefix(bytes)?;
-        let data = &bytes[offset..];
+        if !header.blocks {
+            let data = &bytes[offset..];
+            header.verify(data)?;
+            return Ok((header, key, data));
+        }
+        let layout = BlockLayout::new(key.len(), header.size_bytes);
+        if bytes.len() as u64 != layout.file_bytes() {
+            return Err(FormatError::SizeMismatch {
+                expected: layout.file_bytes(),
+                found: bytes.len() as u64,
+            });
+        }
+        let table_at = layout.table_offset as usize;
+        let table = decode_table(&bytes[table_at..table_at + 4 * layout.blocks as usize]);
+        let data = &bytes[layout.data_offset as usize..];
+        for (block, expected) in table.iter().enumerate() {
+            let start = block * BLOCK_BYTES;
+            let found = checksum(&data[start..start + layout.block_len(block as u64)]);
+            if found != *expected {
+                return Err(FormatError::DataChecksum { expected: *expected, found });
+            }
+        }
         header.verify(data)?;
         Ok((header, key, data))
+    }
+
+    /// Bytes of the stored file of an object with this header under a key of `key_bytes`
+    /// bytes (a block object's holes included).
+    pub fn file_bytes(&self, key_bytes: usize) -> u64 {
+        if self.blocks {
+            BlockLayout::new(key_bytes, self.size_bytes).file_bytes()
+        } else {
+            (HEADER_BYTES + key_bytes) as u64 + self.size_bytes
+        }
     }
 
     /// Checks that `data` is what this header describes.

@@ -38,6 +38,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod blocks;
 pub mod body;
 pub mod choice;
 mod error;

@@ -11,7 +11,9 @@
 //! | `GET` | `/v1/dev/{device}/objects/{pool}/{key}` | read (`Range: bytes=a-b` allowed) |
 //! | `HEAD` | `/v1/dev/{device}/objects/{pool}/{key}` | probe: exists? + metrics |
 //! | `DELETE` | `/v1/dev/{device}/objects/{pool}/{key}` | delete (a tombstone stays), or purge |
+//! | `PUT` + `x-optio-offset` | `/v1/dev/{device}/objects/{pool}/{key}` | write in place (block objects) |
 //! | `GET` | `/v1/dev/{device}/objects/{pool}?prefix=&pg=&limit=&after=` | list |
+//! | `POST` | `/v1/dev/{device}/objects/{pool}` | make every acknowledged write durable (flush) |
 //! | `PUT` | `/v1/dev/{device}/choices/{pool}/{key}` | create a choice record if absent |
 //! | `GET`, `DELETE` | `/v1/dev/{device}/choices/{pool}/{key}` | read, remove a record |
 //! | `GET` | `/v1/status`, `/metrics`, `/health` | JSON status, Prometheus text, liveness |
@@ -60,6 +62,18 @@ pub const PURGE: &str = "x-optio-purge";
 /// On a `GET` of an object: a peer catching up on missed writes is reading (`1`); answered
 /// even while this device is catching up itself (a version is only taken when newer).
 pub const CATCH_UP: &str = "x-optio-catch-up";
+
+/// On a `PUT`: write in place at this byte offset of the object instead of replacing it
+/// (a block object, [`crate::blocks`]); the body is the bytes written.
+pub const OFFSET: &str = "x-optio-offset";
+/// On a write in place: the object version it is based on (absent: the write creates the
+/// object, [`SIZE`] bytes, holes reading as zeros).
+pub const BASE: &str = "x-optio-base";
+/// On a write in place: write this many zero bytes instead of a body (whole blocks are
+/// punched out, freeing their space).
+pub const ZEROES: &str = "x-optio-zeroes";
+/// On a write in place: sync the object's data before answering (`1`, NBD's FUA).
+pub const SYNC: &str = "x-optio-sync";
 
 /// Percent-encodes every byte but ASCII letters, digits and `-._~`.
 pub fn percent_encode(text: &str) -> String {

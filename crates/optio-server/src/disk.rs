@@ -9,7 +9,7 @@
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -49,6 +49,24 @@ pub trait Disk: Send + Sync + 'static {
     fn create_dir(&self, path: &Path) -> io::Result<()>;
     /// The entries of a directory (empty when it does not exist).
     fn list(&self, path: &Path) -> io::Result<Vec<PathBuf>>;
+    /// Creates `temp` (new) as a file of `len` bytes holding `parts` at their offsets and
+    /// holes elsewhere; with `durable`, syncs it.
+    fn write_sparse_temp(
+        &self,
+        temp: &Path,
+        parts: &[(u64, &[u8])],
+        len: u64,
+        durable: bool,
+    ) -> io::Result<()>;
+    /// Writes `parts` at their offsets into the existing file `path` (in order); with
+    /// `durable`, syncs its data.
+    fn write_at(&self, path: &Path, parts: &[(u64, &[u8])], durable: bool) -> io::Result<()>;
+    /// Reads exactly `len` bytes at `offset` of `path`.
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// Frees `len` bytes at `offset` of `path` (they read back as zeros; the size stays).
+    fn punch(&self, path: &Path, offset: u64, len: u64) -> io::Result<()>;
+    /// Makes every write to the file system holding the directory `dir` durable.
+    fn sync_fs(&self, dir: &Path) -> io::Result<()>;
 }
 
 /// The real file system; directories are created 0700 and files 0600.
@@ -64,6 +82,67 @@ fn parent(path: &Path) -> &Path {
 }
 
 impl Disk for RealDisk {
+    fn write_sparse_temp(
+        &self,
+        temp: &Path,
+        parts: &[(u64, &[u8])],
+        len: u64,
+        durable: bool,
+    ) -> io::Result<()> {
+        let file = OpenOptions::new().write(true).create_new(true).mode(FILE_MODE).open(temp)?;
+        let result = (|| {
+            file.set_len(len)?;
+            for (offset, bytes) in parts {
+                file.write_all_at(bytes, *offset)?;
+            }
+            if durable { file.sync_data() } else { Ok(()) }
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(temp);
+        }
+        result
+    }
+
+    fn write_at(&self, path: &Path, parts: &[(u64, &[u8])], durable: bool) -> io::Result<()> {
+        let file = OpenOptions::new().write(true).open(path)?;
+        for (offset, bytes) in parts {
+            file.write_all_at(bytes, *offset)?;
+        }
+        if durable { file.sync_data() } else { Ok(()) }
+    }
+
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let file = File::open(path)?;
+        let mut out = vec![0u8; len];
+        file.read_exact_at(&mut out, offset)?;
+        Ok(out)
+    }
+
+    fn punch(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        use rustix::fs::{FallocateFlags, fallocate};
+        let file = OpenOptions::new().write(true).open(path)?;
+        match fallocate(&file, FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, offset, len)
+        {
+            Ok(()) => Ok(()),
+            // A file system without hole punching: write the zeros.
+            Err(rustix::io::Errno::OPNOTSUPP) => {
+                let zeros = vec![0u8; len.min(1 << 20) as usize];
+                let mut at = offset;
+                while at < offset + len {
+                    let n = (offset + len - at).min(zeros.len() as u64) as usize;
+                    file.write_all_at(&zeros[..n], at)?;
+                    at += n as u64;
+                }
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn sync_fs(&self, dir: &Path) -> io::Result<()> {
+        rustix::fs::syncfs(File::open(dir)?).map_err(io::Error::from)
+    }
+
     fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()> {
         let mut file =
             OpenOptions::new().write(true).create_new(true).mode(FILE_MODE).open(temp)?;
@@ -184,6 +263,14 @@ impl FaultyDisk {
     fn fault(&self) -> Option<Fault> {
         *self.fault.lock().expect("fault lock is never poisoned")
     }
+
+    fn check_write(&self) -> io::Result<()> {
+        match self.fault() {
+            Some(Fault::Full) => Err(io::Error::from(io::ErrorKind::StorageFull)),
+            Some(Fault::WriteError) => Err(io::Error::other("injected write error")),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Disk for FaultyDisk {
@@ -239,5 +326,32 @@ impl Disk for FaultyDisk {
     }
     fn list(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
         RealDisk.list(path)
+    }
+    fn write_sparse_temp(
+        &self,
+        temp: &Path,
+        parts: &[(u64, &[u8])],
+        len: u64,
+        durable: bool,
+    ) -> io::Result<()> {
+        self.check_write()?;
+        RealDisk.write_sparse_temp(temp, parts, len, durable)
+    }
+    fn write_at(&self, path: &Path, parts: &[(u64, &[u8])], durable: bool) -> io::Result<()> {
+        self.check_write()?;
+        RealDisk.write_at(path, parts, durable)
+    }
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        RealDisk.read_at(path, offset, len)
+    }
+    fn punch(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        self.check_write()?;
+        RealDisk.punch(path, offset, len)
+    }
+    fn sync_fs(&self, dir: &Path) -> io::Result<()> {
+        match self.fault() {
+            Some(Fault::WriteError) => Err(io::Error::other("injected sync error")),
+            _ => RealDisk.sync_fs(dir),
+        }
     }
 }

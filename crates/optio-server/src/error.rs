@@ -34,6 +34,21 @@ pub enum StoreError {
         /// Offered version.
         offered: ObjectVersion,
     },
+    /// A write in place was based on another version than the one stored (this replica
+    /// missed a write, or the object is not there): the writer rewrites the object whole.
+    #[error(
+        "the write in place is based on version {base:?}, but {} is stored",
+        stored.map_or("no object".to_string(), |v| format!("version {}", v.0))
+    )]
+    BaseMismatch {
+        /// Stored version (none: no live object).
+        stored: Option<ObjectVersion>,
+        /// The version the write was based on (none: a new object).
+        base: Option<ObjectVersion>,
+    },
+    /// A range outside the object, or a write in place on an object that cannot take one.
+    #[error("{0}")]
+    BadRange(String),
     /// The body does not match the checksum the client sent.
     #[error("body checksum is {computed:08x}, the request says {sent:08x}")]
     ChecksumMismatch {
@@ -117,7 +132,10 @@ impl StoreError {
         match self {
             StoreError::NotFound => ErrorKind::NotFound,
             StoreError::Full { .. } => ErrorKind::Full,
-            StoreError::VersionConflict { .. } => ErrorKind::VersionConflict,
+            StoreError::VersionConflict { .. } | StoreError::BaseMismatch { .. } => {
+                ErrorKind::VersionConflict
+            }
+            StoreError::BadRange(_) => ErrorKind::BadRequest,
             StoreError::ChecksumMismatch { .. } => ErrorKind::BadRequest,
             StoreError::Corrupt { .. } | StoreError::Mismatch { .. } => ErrorKind::Corrupt,
             StoreError::Io { source, .. } if source.kind() == io::ErrorKind::StorageFull => {

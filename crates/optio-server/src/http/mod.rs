@@ -33,7 +33,7 @@ use crate::store::DeviceStore;
 use crate::system::SystemMetrics;
 
 use choices::{delete_record, get_record, put_record, wait_durable};
-use objects::{delete_object, get_object, list, probe, put_object};
+use objects::{delete_object, get_object, list, probe, put_object, sync_device, write_in_place};
 use status::{health, prometheus, status};
 
 /// Request counters, by operation.
@@ -193,6 +193,7 @@ impl From<StoreError> for Failure {
     fn from(error: StoreError) -> Failure {
         let stored = match &error {
             StoreError::VersionConflict { stored, .. } => Some(*stored),
+            StoreError::BaseMismatch { stored, .. } => Some(stored.unwrap_or_default()),
             _ => None,
         };
         Failure { kind: error.kind(), reason: error.to_string(), stored }
@@ -367,6 +368,7 @@ async fn handle(
     let headers = &parts.headers;
     match (target.area, &target.key, parts.method) {
         (Area::Objects, None, Method::GET) => list(state, &target, &parts.uri),
+        (Area::Objects, None, Method::POST) => sync_device(&target).await,
         (_, None, _) => {
             Err(fail(ErrorKind::BadRequest, "the key is empty; keys are 1 to 1024 bytes of UTF-8"))
         }
@@ -384,6 +386,9 @@ async fn handle(
         }
         (Area::Objects, Some(_), Method::HEAD) => probe(state, &target, headers),
         (Area::Objects, Some(_), Method::GET) => get_object(state, &target, headers).await,
+        (Area::Objects, Some(_), Method::PUT) if headers.contains_key(wire::OFFSET) => {
+            write_in_place(state, &target, headers, body).await
+        }
         (Area::Objects, Some(_), Method::PUT) => put_object(state, &target, headers, body).await,
         (Area::Objects, Some(_), Method::DELETE) => delete_object(state, &target, headers).await,
         (Area::Choices, Some(key), Method::GET | Method::HEAD) => {

@@ -53,30 +53,32 @@ pub(super) async fn get_object(
     let key = target.key.clone().expect("routed with a key");
     let store = target.store.clone();
     let pool = target.pool;
-    let (info, data) = tokio::task::spawn_blocking(move || store.get(pool, &key))
-        .await
-        .map_err(|e| fail(ErrorKind::Io, format!("read task failed: {e}")))??;
-    let range = match request_headers.get(header::RANGE) {
+    let range_text = request_headers.get(header::RANGE).map(|v| v.to_str().unwrap_or(""));
+    let range = match range_text {
         None => None,
-        Some(value) => {
-            let text = value.to_str().unwrap_or("");
-            Some(parse_range(text, info.size_bytes).ok_or_else(|| {
+        Some(text) => {
+            let Some(size) = store.info(pool, &key).map(|info| info.size_bytes) else {
+                return Err(fail(ErrorKind::NotFound, "no such object"));
+            };
+            Some(parse_range(text, size).ok_or_else(|| {
                 fail(
                     ErrorKind::BadRequest,
-                    format!(
-                        "range '{text}' is malformed or outside the object's {} bytes",
-                        info.size_bytes
-                    ),
+                    format!("range '{text}' is malformed or outside the object's {size} bytes"),
                 )
             })?)
         }
     };
+    let (info, data) = tokio::task::spawn_blocking(move || match range {
+        // (A whole write of another size between the size check and the read makes the
+        // range a bad request; the reader asks again.)
+        Some((start, end)) => store.read_range(pool, &key, start, end),
+        None => store.get(pool, &key),
+    })
+    .await
+    .map_err(|e| fail(ErrorKind::Io, format!("read task failed: {e}")))??;
     let (status, body) = match range {
         None => (StatusCode::OK, bytes::Bytes::from(data)),
-        Some((start, end)) => {
-            let body = bytes::Bytes::from(data).slice(start as usize..=end as usize);
-            (StatusCode::PARTIAL_CONTENT, body)
-        }
+        Some(_) => (StatusCode::PARTIAL_CONTENT, bytes::Bytes::from(data)),
     };
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
@@ -156,13 +158,74 @@ pub(super) async fn put_object(
             return Err(failure);
         }
     };
+    let received = receive(state, headers, body, limit).await?;
+    let store = target.store.clone();
+    let pool = target.pool;
+    let key = target.key.clone().expect("routed with a key");
+    let outcome = tokio::task::spawn_blocking(move || {
+        if !received.hash_matches() {
+            return Ok(None);
+        }
+        let data = &received.body;
+        store
+            .put(&PutRequest { pool, key: &key, data, version, checksum, pg_seed, epoch })
+            .map(Some)
+    })
+    .await
+    .map_err(|e| fail(ErrorKind::Io, format!("write task failed: {e}")))??;
+    let Some(outcome) = outcome else {
+        return Err(body_hash_refusal(state, had_hash(headers)));
+    };
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = match outcome {
+        crate::store::PutOutcome::Stored => StatusCode::CREATED,
+        crate::store::PutOutcome::AlreadyStored => StatusCode::OK,
+    };
+    insert(response.headers_mut(), wire::VERSION, &version.0.to_string());
+    Ok(response)
+}
+
+/// A request body, read whole, with the hash its signature covers.
+struct Received {
+    body: bytes::Bytes,
+    /// With authentication on and the request signed: the BLAKE3 hash its signed headers
+    /// carry (none: a signed request without one).
+    signed_hash: Option<Option<String>>,
+}
+
+impl Received {
+    /// Whether the body matches the hash the request's signature covers (the signature
+    /// covers the hash; the hash covers the body): checked on the blocking pool with the
+    /// write, before the write. An unsigned request got past the guard only over mutual TLS,
+    /// whose records protect the body.
+    fn hash_matches(&self) -> bool {
+        match &self.signed_hash {
+            None => true,
+            Some(signed) => {
+                signed.as_deref() == Some(optio_proto::auth::content_hash(&self.body).as_str())
+            }
+        }
+    }
+}
+
+fn had_hash(headers: &HeaderMap) -> bool {
+    headers.contains_key(optio_proto::auth::CONTENT_HASH_HEADER)
+}
+
+/// Reads a request body of at most `limit` bytes.
+async fn receive(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+) -> Result<Received, Failure> {
     let declared = header_u64(headers, header::CONTENT_LENGTH.as_str()).ok().flatten();
     let body = axum::body::to_bytes(body, limit as usize).await.map_err(|e| match declared {
         _ if let Some(timeout) = crate::conn::BodyTimeout::find(&e) => fail(
             ErrorKind::Timeout,
             format!("{timeout}; nothing was stored: send the whole body without pausing"),
         ),
-        // Its length was checked against the limit above: the body broke off.
+        // Its length was checked against the limit before: the body broke off.
         Some(length) => fail(
             ErrorKind::BadRequest,
             format!("the body ended before its {length} bytes were read: {e}"),
@@ -172,10 +235,6 @@ pub(super) async fn put_object(
             format!("the body could not be read within {limit} bytes: {e}"),
         ),
     })?;
-    // With authentication on, a signed body must match the BLAKE3 hash its signed headers
-    // carry (the signature covers the hash; the hash covers the body): checked on the blocking
-    // pool with the write, before the write. (An unsigned request got past the guard only over
-    // mutual TLS, whose records protect the body.)
     let signed = headers.contains_key(optio_proto::auth::AUTH_HEADER);
     let signed_hash = (state.auth.enabled() && signed).then(|| {
         headers
@@ -183,24 +242,63 @@ pub(super) async fn put_object(
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
     });
+    Ok(Received { body, signed_hash })
+}
+
+/// A write in place (`PUT` with `x-optio-offset`): creates a block object or changes one,
+/// based on the version the writer names ([`crate::store::WriteAt`]).
+pub(super) async fn write_in_place(
+    state: &AppState,
+    target: &Target,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, Failure> {
+    state.counters.puts.fetch_add(1, Ordering::Relaxed);
+    let limit = optio_proto::blocks::BLOCK_OBJECT_BYTES_MAX;
+    let parsed = put_headers(state, headers, limit).and_then(|(version, checksum, pg, epoch)| {
+        let offset = header_u64(headers, wire::OFFSET)?.unwrap_or(0);
+        let base = header_u64(headers, wire::BASE)?.map(ObjectVersion);
+        let size = header_u64(headers, wire::SIZE)?.unwrap_or(0);
+        let zeroes = header_u64(headers, wire::ZEROES)?.unwrap_or(0);
+        let sync = headers.get(wire::SYNC).is_some_and(|v| v.as_bytes() == b"1");
+        Ok((version, checksum, pg, epoch, offset, base, size, zeroes, sync))
+    });
+    let (version, checksum, pg_seed, epoch, offset, base, size, zeroes, sync) = match parsed {
+        Ok(parsed) => parsed,
+        Err(failure) => {
+            discard(body, headers).await;
+            return Err(failure);
+        }
+    };
+    let received = receive(state, headers, body, limit).await?;
     let store = target.store.clone();
     let pool = target.pool;
     let key = target.key.clone().expect("routed with a key");
-    let expected = signed_hash.clone();
     let outcome = tokio::task::spawn_blocking(move || {
-        if let Some(signed) = &expected
-            && signed.as_deref() != Some(optio_proto::auth::content_hash(&body).as_str())
-        {
+        if !received.hash_matches() {
             return Ok(None);
         }
         store
-            .put(&PutRequest { pool, key: &key, data: &body, version, checksum, pg_seed, epoch })
+            .write_at(&crate::store::WriteAt {
+                pool,
+                key: &key,
+                offset,
+                data: &received.body,
+                zeroes,
+                size,
+                base,
+                version,
+                checksum,
+                pg_seed,
+                epoch,
+                sync,
+            })
             .map(Some)
     })
     .await
     .map_err(|e| fail(ErrorKind::Io, format!("write task failed: {e}")))??;
     let Some(outcome) = outcome else {
-        return Err(body_hash_refusal(state, signed_hash.flatten().is_some()));
+        return Err(body_hash_refusal(state, had_hash(headers)));
     };
     let mut response = Response::new(Body::empty());
     *response.status_mut() = match outcome {
@@ -209,6 +307,15 @@ pub(super) async fn put_object(
     };
     insert(response.headers_mut(), wire::VERSION, &version.0.to_string());
     Ok(response)
+}
+
+/// `POST` on a device's pool: every write it acknowledged is made durable (NBD's FLUSH).
+pub(super) async fn sync_device(target: &Target) -> Result<Response, Failure> {
+    let store = target.store.clone();
+    tokio::task::spawn_blocking(move || store.sync_all())
+        .await
+        .map_err(|e| fail(ErrorKind::Io, format!("sync task failed: {e}")))??;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// The refusal of a body that does not match its signed hash (or of a signed PUT without

@@ -36,6 +36,9 @@ use crate::disk::Disk;
 use crate::error::StoreError;
 use crate::records::RecordLog;
 
+mod blocks;
+pub use blocks::WriteAt;
+
 /// Lock stripes per device (writes to keys in different stripes never wait on each other).
 const STRIPES: usize = 1024;
 /// Most objects one listing returns.
@@ -61,6 +64,8 @@ struct Entry {
     pg_seed: Option<u32>,
     epoch: Epoch,
     deleted: bool,
+    /// A block object ([`optio_proto::blocks`]): written in place, read by ranges.
+    blocks: bool,
 }
 
 /// One stored object or tombstone, as the rebalancer sees it.
@@ -300,8 +305,8 @@ impl DeviceStore {
                 .map_err(StoreError::io("read", &path))?;
             let file_bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             match ObjectHeader::decode_prefix(&prefix) {
-                Ok((header, key, offset))
-                    if header.pool == pool && offset as u64 + header.size_bytes == file_bytes =>
+                Ok((header, key, _))
+                    if header.pool == pool && header.file_bytes(key.len()) == file_bytes =>
                 {
                     used += file_bytes;
                     index.insert((pool, key.to_string()), entry_of(&header, file_bytes));
@@ -391,6 +396,7 @@ impl DeviceStore {
             version: request.version,
             epoch: request.epoch,
             deleted: false,
+            blocks: false,
         };
         if let Some(existing) = self.entry(request.pool, request.key) {
             check_version(&existing, &header)?;
@@ -507,6 +513,15 @@ impl DeviceStore {
     /// quarantined and reported as [`StoreError::Corrupt`].
     pub fn get(&self, pool: PoolId, key: &str) -> Result<(ObjectInfo, Vec<u8>), StoreError> {
         let Some(entry) = self.live_entry(pool, key) else { return Err(StoreError::NotFound) };
+        if entry.blocks {
+            // Written in place: read with writes of this key held off, so that no read sees a
+            // block whose checksum is being rewritten.
+            let _stripe = self.stripe(key);
+            let Some(entry) = self.live_entry(pool, key) else {
+                return Err(StoreError::NotFound);
+            };
+            return self.read_checked(pool, key, &entry);
+        }
         match self.read_file(pool, key, false) {
             Ok((info, data)) if info.version == entry.version => Ok((info, data)),
             Ok(_) | Err(StoreError::Mismatch { .. }) => {
@@ -838,6 +853,7 @@ fn entry_of(header: &ObjectHeader, file_bytes: u64) -> Entry {
         pg_seed: header.pg_seed,
         epoch: header.epoch,
         deleted: header.deleted,
+        blocks: header.blocks,
     }
 }
 

@@ -1,0 +1,166 @@
+//! Block objects: objects written in place, a range at a time (block volumes' data objects).
+//!
+//! A whole-object write replaces a file; a 4 KiB write into a 4 MiB object must not. A
+//! *block object* is stored with a crc32c per [`BLOCK_BYTES`] block, so that a partial write
+//! rewrites only the blocks it touches and their checksums, and a ranged read verifies only
+//! the blocks it reads. Layout of the file (format version 2, header flag "blocks"):
+//!
+//! | offset | what |
+//! |---|---|
+//! | 0 | the 64-byte [`crate::ObjectHeader`], then the key |
+//! | [`BlockLayout::table_offset`] | one little-endian crc32c per block |
+//! | [`BlockLayout::data_offset`] | the data, `size` bytes (holes read as zeros) |
+//!
+//! Both offsets are multiples of [`BLOCK_BYTES`], so data blocks are aligned in the file and
+//! a discarded block can be punched out. The header's data checksum stays the crc32c of the
+//! whole data — what a whole-object read, a migration or a probe compare — and is kept
+//! current without reading the data: CRC-32C is linear, so replacing one block changes the
+//! whole checksum by that block's change shifted by the bytes after it ([`whole_after`]).
+
+use crate::header::HEADER_BYTES;
+
+/// The checksum granularity of block objects.
+pub const BLOCK_BYTES: usize = 4096;
+/// The largest block object (a volume's object size is at most this).
+pub const BLOCK_OBJECT_BYTES_MAX: u64 = 64 << 20;
+
+/// Where a block object's parts lie in its file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockLayout {
+    /// Data bytes.
+    pub size: u64,
+    /// Blocks (the last may be short).
+    pub blocks: u64,
+    /// File offset of the checksum table.
+    pub table_offset: u64,
+    /// File offset of the data.
+    pub data_offset: u64,
+}
+
+fn align(n: u64) -> u64 {
+    n.div_ceil(BLOCK_BYTES as u64) * BLOCK_BYTES as u64
+}
+
+impl BlockLayout {
+    /// The layout of a block object of `size` bytes under a key of `key_bytes` bytes.
+    pub fn new(key_bytes: usize, size: u64) -> BlockLayout {
+        let blocks = size.div_ceil(BLOCK_BYTES as u64);
+        let table_offset = align((HEADER_BYTES + key_bytes) as u64);
+        let data_offset = align(table_offset + 4 * blocks);
+        BlockLayout { size, blocks, table_offset, data_offset }
+    }
+
+    /// Bytes of the file (holes included).
+    pub fn file_bytes(&self) -> u64 {
+        self.data_offset + self.size
+    }
+
+    /// Bytes in block `block`.
+    pub fn block_len(&self, block: u64) -> usize {
+        let start = block * BLOCK_BYTES as u64;
+        (self.size - start).min(BLOCK_BYTES as u64) as usize
+    }
+
+    /// The blocks `[first, last]` a byte range `[offset, offset + len)` touches (`len > 0`).
+    pub fn blocks_of(&self, offset: u64, len: u64) -> (u64, u64) {
+        (offset / BLOCK_BYTES as u64, (offset + len - 1) / BLOCK_BYTES as u64)
+    }
+}
+
+/// The crc32c of `len` zero bytes (by doubling: no buffer of that size is made).
+pub fn zeros_checksum(len: u64) -> u32 {
+    let mut result = crc32c::crc32c(&[]);
+    let mut power = crc32c::crc32c(&[0u8]);
+    let mut power_len = 1usize;
+    let mut rest = len;
+    while rest > 0 {
+        if rest & 1 == 1 {
+            result = crc32c::crc32c_combine(result, power, power_len);
+        }
+        rest >>= 1;
+        if rest > 0 {
+            power = crc32c::crc32c_combine(power, power, power_len);
+            power_len *= 2;
+        }
+    }
+    result
+}
+
+/// The whole data's checksum after one block changed from a block with checksum `old` to one
+/// of the same length with checksum `new`, `after` bytes of data following it.
+pub fn whole_after(whole: u32, old: u32, new: u32, after: u64) -> u32 {
+    if old == new {
+        return whole;
+    }
+    // crc(P‖B‖S) = shift_{|B|+|S|}(crc P) ⊕ shift_{|S|}(crc B) ⊕ crc S, and combine(x, 0, n)
+    // is shift_n(x): only the middle term changes.
+    whole ^ crc32c::crc32c_combine(old ^ new, 0, after as usize)
+}
+
+/// The whole data's checksum from its block checksums (in order).
+pub fn whole_of_blocks(layout: &BlockLayout, table: &[u32]) -> u32 {
+    let mut whole = crc32c::crc32c(&[]);
+    for (block, crc) in table.iter().enumerate() {
+        whole = crc32c::crc32c_combine(whole, *crc, layout.block_len(block as u64));
+    }
+    whole
+}
+
+/// Decodes a checksum table.
+pub fn decode_table(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// Encodes a checksum table.
+pub fn encode_table(table: &[u32]) -> Vec<u8> {
+    table.iter().flat_map(|crc| crc.to_le_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn layouts_are_aligned() {
+        let l = BlockLayout::new(10, 4 << 20);
+        assert_eq!((l.blocks, l.table_offset, l.data_offset), (1024, 4096, 8192));
+        let l = BlockLayout::new(1000, 5000);
+        assert_eq!((l.blocks, l.block_len(0), l.block_len(1)), (2, 4096, 904));
+        assert_eq!(l.blocks_of(4095, 2), (0, 1));
+        assert_eq!(l.file_bytes(), l.data_offset + 5000);
+    }
+
+    #[test]
+    fn zero_checksums_match_real_zeros() {
+        for len in [0u64, 1, 2, 3, 4095, 4096, 4097, 65536, 1 << 20] {
+            assert_eq!(zeros_checksum(len), crc32c::crc32c(&vec![0u8; len as usize]), "{len}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn whole_checksum_follows_block_changes(
+            blocks in 1usize..6, tail in 1usize..=BLOCK_BYTES, seed in any::<u64>(), which in any::<usize>(),
+        ) {
+            let size = (blocks - 1) * BLOCK_BYTES + tail;
+            let layout = BlockLayout::new(3, size as u64);
+            let mut data: Vec<u8> = (0..size).map(|i| (seed.wrapping_mul(i as u64 + 7) >> 13) as u8).collect();
+            let crc_of = |d: &[u8], b: usize| crc32c::crc32c(&d[b * BLOCK_BYTES..b * BLOCK_BYTES + layout.block_len(b as u64)]);
+            let mut table: Vec<u32> = (0..blocks).map(|b| crc_of(&data, b)).collect();
+            let whole = crc32c::crc32c(&data);
+            prop_assert_eq!(whole_of_blocks(&layout, &table), whole);
+            let b = which % blocks;
+            let start = b * BLOCK_BYTES;
+            for byte in &mut data[start..start + layout.block_len(b as u64)] {
+                *byte = byte.wrapping_add(1);
+            }
+            let new = crc_of(&data, b);
+            let after = (size - start - layout.block_len(b as u64)) as u64;
+            let updated = whole_after(whole, table[b], new, after);
+            table[b] = new;
+            prop_assert_eq!(updated, crc32c::crc32c(&data));
+            prop_assert_eq!(whole_of_blocks(&layout, &table), updated);
+        }
+    }
+}

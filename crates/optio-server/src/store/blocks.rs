@@ -1,0 +1,671 @@
+//! Writes in place and ranged reads of block objects ([`optio_proto::blocks`]): what block
+//! volumes need, so that a 4 KiB write into a 4 MiB object rewrites 4 KiB and its checksum.
+//!
+//! Ordering: a write in place names the version it is based on (the one its writer last
+//! wrote); a replica applies it only on exactly that version, so replicas apply one object's
+//! writes in the same order, and a replica that missed one refuses the next
+//! ([`StoreError::BaseMismatch`]) until the writer rewrites the object whole.
+//!
+//! On disk a write goes data first, then the blocks' checksums, then the header with the new
+//! version and whole-data checksum, each with `pwrite` into the page cache; with `sync` (FUA)
+//! the file's data is synced before the answer, and [`DeviceStore::sync_all`] (FLUSH) syncs
+//! the whole file system. A server killed between these steps leaves the old version in the
+//! header and a block whose checksum no longer matches: the next read of it reports the
+//! replica corrupt, the reader takes another replica and repairs this one, and the device,
+//! having restarted, catches up on the newer version from its peers anyway.
+
+use optio_placement::{Epoch, PoolId};
+use optio_proto::blocks::{
+    BLOCK_BYTES, BLOCK_OBJECT_BYTES_MAX, BlockLayout, decode_table, encode_table, whole_after,
+    zeros_checksum,
+};
+use optio_proto::{ObjectHeader, ObjectInfo, ObjectVersion, checksum};
+
+use super::{DeviceStore, Entry, PutOutcome, entry_of, info_of};
+use crate::error::StoreError;
+
+/// A write in place.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteAt<'a> {
+    /// Pool.
+    pub pool: PoolId,
+    /// Key (validated).
+    pub key: &'a str,
+    /// Where the write starts in the object.
+    pub offset: u64,
+    /// The bytes written (empty with `zeroes`).
+    pub data: &'a [u8],
+    /// Instead of data, this many zero bytes (the whole blocks among them are punched out).
+    pub zeroes: u64,
+    /// The object's size, when the write creates it (holes read as zeros).
+    pub size: u64,
+    /// The version the write is based on; none: the object is created by this write.
+    pub base: Option<ObjectVersion>,
+    /// The version the object has after the write.
+    pub version: ObjectVersion,
+    /// crc32c of `data`, checked before anything is written.
+    pub checksum: Option<u32>,
+    /// PG seed (for a new object).
+    pub pg_seed: Option<u32>,
+    /// Writer's epoch.
+    pub epoch: Epoch,
+    /// Sync the object's data before answering (FUA).
+    pub sync: bool,
+}
+
+impl WriteAt<'_> {
+    fn len(&self) -> u64 {
+        if self.zeroes > 0 { self.zeroes } else { self.data.len() as u64 }
+    }
+}
+
+/// The blocks a write touches, as they are after it.
+struct Patched {
+    /// First block.
+    first: u64,
+    /// The blocks' bytes after the write.
+    bytes: Vec<u8>,
+    /// Their checksums after the write.
+    crcs: Vec<u32>,
+}
+
+impl DeviceStore {
+    /// Writes in place (blocking): creates a block object, or changes one based on the
+    /// version stored. A plain object (written whole) becomes a block object on its first
+    /// write in place.
+    pub fn write_at(&self, request: &WriteAt<'_>) -> Result<PutOutcome, StoreError> {
+        if request.zeroes > 0 && !request.data.is_empty() {
+            return Err(StoreError::BadRange("a write of zeroes carries no data".into()));
+        }
+        if let Some(sent) = request.checksum {
+            let computed = checksum(request.data);
+            if sent != computed {
+                return Err(StoreError::ChecksumMismatch { sent, computed });
+            }
+        }
+        let _stripe = self.stripe(request.key);
+        let existing = self.entry(request.pool, request.key);
+        let live = existing.filter(|e| !e.deleted);
+        if let Some(entry) = live
+            && entry.version == request.version
+        {
+            // A retried write whose answer was lost.
+            return Ok(PutOutcome::AlreadyStored);
+        }
+        match (request.base, live) {
+            (None, None) => {
+                if let Some(tomb) = existing
+                    && tomb.version >= request.version
+                {
+                    return Err(StoreError::VersionConflict {
+                        stored: tomb.version,
+                        offered: request.version,
+                    });
+                }
+                self.create_blocks(request)
+            }
+            (Some(base), Some(entry)) if entry.version == base => {
+                if request.version <= entry.version {
+                    return Err(StoreError::VersionConflict {
+                        stored: entry.version,
+                        offered: request.version,
+                    });
+                }
+                if entry.blocks {
+                    self.patch_blocks(request, &entry)
+                } else {
+                    self.convert_and_patch(request, &entry)
+                }
+            }
+            (base, live) => Err(StoreError::BaseMismatch { stored: live.map(|e| e.version), base }),
+        }
+    }
+
+    /// The bytes `[start, end]` of an object (blocking), reading and verifying only the blocks
+    /// they lie in when it is a block object.
+    pub fn read_range(
+        &self,
+        pool: PoolId,
+        key: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<(ObjectInfo, Vec<u8>), StoreError> {
+        let Some(entry) = self.live_entry(pool, key) else { return Err(StoreError::NotFound) };
+        if !entry.blocks {
+            let (info, mut data) = self.get(pool, key)?;
+            check_range(start, end - start + 1, info.size_bytes)?;
+            data.truncate(end as usize + 1);
+            data.drain(..start as usize);
+            return Ok((info, data));
+        }
+        let _stripe = self.stripe(key);
+        let Some(entry) = self.live_entry(pool, key) else { return Err(StoreError::NotFound) };
+        let layout = BlockLayout::new(key.len(), entry.size_bytes);
+        check_range(start, end - start + 1, entry.size_bytes)?;
+        let (first, last) = layout.blocks_of(start, end - start + 1);
+        let path = self.path_of(pool, key);
+        let head_len = (layout.table_offset + 4 * (last + 1)) as usize;
+        let head = self.read_at_or_forget(pool, key, 0, head_len)?;
+        if let Err(reason) = self.check_head(&head, pool, key, &entry) {
+            self.forget(pool, key);
+            self.quarantine(&path);
+            return Err(StoreError::Mismatch { path, reason });
+        }
+        let table = decode_table(&head[layout.table_offset as usize + 4 * first as usize..]);
+        let block_start = first * BLOCK_BYTES as u64;
+        let block_end = ((last + 1) * BLOCK_BYTES as u64).min(entry.size_bytes);
+        let bytes = self.read_at_or_forget(
+            pool,
+            key,
+            layout.data_offset + block_start,
+            (block_end - block_start) as usize,
+        )?;
+        for (i, expected) in table.iter().enumerate() {
+            let at = i * BLOCK_BYTES;
+            let block = &bytes[at..at + layout.block_len(first + i as u64)];
+            let found = checksum(block);
+            if found != *expected {
+                self.forget(pool, key);
+                self.quarantine(&path);
+                return Err(StoreError::Corrupt {
+                    path,
+                    error: optio_proto::FormatError::DataChecksum { expected: *expected, found },
+                });
+            }
+        }
+        let from = (start - block_start) as usize;
+        let data = bytes[from..from + (end - start + 1) as usize].to_vec();
+        Ok((info_of(key, &entry), data))
+    }
+
+    /// Makes every write to this device's file system durable (blocking): FLUSH.
+    pub fn sync_all(&self) -> Result<(), StoreError> {
+        self.disk.sync_fs(&self.root).map_err(StoreError::io("sync", &self.root))
+    }
+
+    fn read_at_or_forget(
+        &self,
+        pool: PoolId,
+        key: &str,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, StoreError> {
+        let path = self.path_of(pool, key);
+        match self.disk.read_at(&path, offset, len) {
+            Ok(bytes) => Ok(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.forget(pool, key);
+                self.corrupt_found.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Err(StoreError::NotFound)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                self.forget(pool, key);
+                self.quarantine(&path);
+                Err(StoreError::Mismatch {
+                    path,
+                    reason: "the file is shorter than its layout".into(),
+                })
+            }
+            Err(e) => Err(StoreError::Io { operation: "read", path, source: e }),
+        }
+    }
+
+    /// Checks that a block object's file starts with the header the index has.
+    fn check_head(
+        &self,
+        head: &[u8],
+        pool: PoolId,
+        key: &str,
+        entry: &Entry,
+    ) -> Result<(), String> {
+        match ObjectHeader::decode_prefix(head) {
+            Ok((header, stored_key, _)) => {
+                if stored_key != key || header.pool != pool {
+                    Err(format!("it holds key {stored_key:?} of pool {}", header.pool))
+                } else if header.version != entry.version || !header.blocks {
+                    Err(format!(
+                        "it holds version {} where version {} was stored",
+                        header.version.0, entry.version.0
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+            Err(error) => Err(format!("its header is damaged: {error}")),
+        }
+    }
+
+    /// The blocks `request` touches, as they are after it; `old` reads a block as stored
+    /// (verified), for blocks the write covers only in part.
+    fn patched(
+        &self,
+        layout: &BlockLayout,
+        request: &WriteAt<'_>,
+        mut old: impl FnMut(u64) -> Result<Vec<u8>, StoreError>,
+    ) -> Result<Patched, StoreError> {
+        let len = request.len();
+        let (first, last) = layout.blocks_of(request.offset, len);
+        let start = first * BLOCK_BYTES as u64;
+        let end = ((last + 1) * BLOCK_BYTES as u64).min(layout.size);
+        let mut bytes = vec![0u8; (end - start) as usize];
+        let write_from = (request.offset - start) as usize;
+        let write_to = write_from + len as usize;
+        if write_from > 0 {
+            let block = old(first)?;
+            bytes[..block.len()].copy_from_slice(&block);
+        }
+        if write_to < bytes.len() && (last > first || write_from == 0) {
+            let block = old(last)?;
+            let at = ((last - first) * BLOCK_BYTES as u64) as usize;
+            bytes[at..at + block.len()].copy_from_slice(&block);
+        }
+        if request.zeroes > 0 {
+            bytes[write_from..write_to].fill(0);
+        } else {
+            bytes[write_from..write_to].copy_from_slice(request.data);
+        }
+        let crcs = (first..=last)
+            .map(|b| {
+                let at = ((b - first) * BLOCK_BYTES as u64) as usize;
+                checksum(&bytes[at..at + layout.block_len(b)])
+            })
+            .collect();
+        Ok(Patched { first, bytes, crcs })
+    }
+
+    fn create_blocks(&self, request: &WriteAt<'_>) -> Result<PutOutcome, StoreError> {
+        let size = request.size;
+        if size == 0 || size > BLOCK_OBJECT_BYTES_MAX {
+            return Err(StoreError::BadRange(format!(
+                "a block object is 1 byte to {BLOCK_OBJECT_BYTES_MAX} bytes; {size} was asked"
+            )));
+        }
+        check_range(request.offset, request.len(), size)?;
+        let layout = BlockLayout::new(request.key.len(), size);
+        // Nothing stored yet: the blocks around the write are zeros.
+        let patched = self.patched(&layout, request, |b| Ok(vec![0u8; layout.block_len(b)]))?;
+        let mut table: Vec<u32> =
+            (0..layout.blocks).map(|b| zero_block_crc(layout.block_len(b))).collect();
+        let mut whole = zeros_checksum(size);
+        for (i, crc) in patched.crcs.iter().enumerate() {
+            let b = patched.first + i as u64;
+            whole = whole_after(whole, table[b as usize], *crc, after(&layout, b));
+            table[b as usize] = *crc;
+        }
+        let header = self.block_header(request, size, whole);
+        let head = header.encode(request.key);
+        let table_bytes = encode_table(&table);
+        let data_at = layout.data_offset + patched.first * BLOCK_BYTES as u64;
+        let mut parts: Vec<(u64, &[u8])> = vec![(0, &head), (layout.table_offset, &table_bytes)];
+        if request.zeroes == 0 {
+            parts.push((data_at, &patched.bytes));
+        }
+        let file_bytes = layout.file_bytes();
+        let reservation = self.reserve(file_bytes)?;
+        let path = self.path_of(request.pool, request.key);
+        self.ensure_parent(&path)?;
+        let temp = self.temp_path();
+        self.disk
+            .write_sparse_temp(&temp, &parts, file_bytes, true)
+            .map_err(StoreError::io("write", &temp))?;
+        self.publish(&temp, path, request.pool, request.key, &header, file_bytes)?;
+        drop(reservation);
+        Ok(PutOutcome::Stored)
+    }
+
+    fn convert_and_patch(
+        &self,
+        request: &WriteAt<'_>,
+        entry: &Entry,
+    ) -> Result<PutOutcome, StoreError> {
+        let (_, data) = self.read_checked(request.pool, request.key, entry)?;
+        let size = data.len() as u64;
+        if size == 0 || size > BLOCK_OBJECT_BYTES_MAX {
+            return Err(StoreError::BadRange(format!(
+                "an object of {size} bytes cannot be written in place (1 byte to {BLOCK_OBJECT_BYTES_MAX}); write it whole"
+            )));
+        }
+        check_range(request.offset, request.len(), size)?;
+        let layout = BlockLayout::new(request.key.len(), size);
+        let mut data = data;
+        let (from, to) = (request.offset as usize, (request.offset + request.len()) as usize);
+        if request.zeroes > 0 {
+            data[from..to].fill(0);
+        } else {
+            data[from..to].copy_from_slice(request.data);
+        }
+        let table: Vec<u32> = (0..layout.blocks)
+            .map(|b| {
+                let at = (b * BLOCK_BYTES as u64) as usize;
+                checksum(&data[at..at + layout.block_len(b)])
+            })
+            .collect();
+        let header = self.block_header(request, size, checksum(&data));
+        let head = header.encode(request.key);
+        let table_bytes = encode_table(&table);
+        let file_bytes = layout.file_bytes();
+        let reservation = self.reserve(file_bytes)?;
+        let path = self.path_of(request.pool, request.key);
+        let temp = self.temp_path();
+        let parts: [(u64, &[u8]); 3] =
+            [(0, &head), (layout.table_offset, &table_bytes), (layout.data_offset, &data)];
+        self.disk
+            .write_sparse_temp(&temp, &parts, file_bytes, true)
+            .map_err(StoreError::io("write", &temp))?;
+        self.publish(&temp, path, request.pool, request.key, &header, file_bytes)?;
+        drop(reservation);
+        Ok(PutOutcome::Stored)
+    }
+
+    fn patch_blocks(&self, request: &WriteAt<'_>, entry: &Entry) -> Result<PutOutcome, StoreError> {
+        let (pool, key) = (request.pool, request.key);
+        let layout = BlockLayout::new(key.len(), entry.size_bytes);
+        check_range(request.offset, request.len(), entry.size_bytes)?;
+        let path = self.path_of(pool, key);
+        let (first, last) = layout.blocks_of(request.offset, request.len());
+        let head =
+            self.read_at_or_forget(pool, key, 0, (layout.table_offset + 4 * (last + 1)) as usize)?;
+        if let Err(reason) = self.check_head(&head, pool, key, entry) {
+            self.forget(pool, key);
+            self.quarantine(&path);
+            return Err(StoreError::Mismatch { path, reason });
+        }
+        let old_crcs = decode_table(&head[(layout.table_offset + 4 * first) as usize..]);
+        let patched = self.patched(&layout, request, |b| {
+            let block = self.read_at_or_forget(
+                pool,
+                key,
+                layout.data_offset + b * BLOCK_BYTES as u64,
+                layout.block_len(b),
+            )?;
+            let expected = old_crcs[(b - first) as usize];
+            let found = checksum(&block);
+            if found != expected {
+                self.forget(pool, key);
+                self.quarantine(&path);
+                return Err(StoreError::Corrupt {
+                    path: path.clone(),
+                    error: optio_proto::FormatError::DataChecksum { expected, found },
+                });
+            }
+            Ok(block)
+        })?;
+        let mut whole = entry.checksum;
+        for (i, crc) in patched.crcs.iter().enumerate() {
+            let b = patched.first + i as u64;
+            whole = whole_after(whole, old_crcs[i], *crc, after(&layout, b));
+        }
+        let header = self.block_header(request, entry.size_bytes, whole);
+        let head = header.encode(key);
+        let table_bytes = encode_table(&patched.crcs);
+        let table_at = layout.table_offset + 4 * first;
+        let data_at = layout.data_offset + first * BLOCK_BYTES as u64;
+        let first_start = first * BLOCK_BYTES as u64;
+        let last_end = first_start + patched.bytes.len() as u64;
+        let mut parts: Vec<(u64, &[u8])> = Vec::new();
+        // Zeroes over whole blocks are punched out; only the blocks at the edges are written.
+        let end = request.offset + request.len();
+        let hole_from = request.offset.div_ceil(BLOCK_BYTES as u64) * BLOCK_BYTES as u64;
+        let hole_to = if end == entry.size_bytes {
+            end
+        } else {
+            end / BLOCK_BYTES as u64 * BLOCK_BYTES as u64
+        };
+        if request.zeroes > 0 && hole_to > hole_from {
+            self.disk
+                .punch(&path, layout.data_offset + hole_from, hole_to - hole_from)
+                .map_err(StoreError::io("punch", &path))?;
+            let bytes = &patched.bytes;
+            if hole_from > first_start {
+                parts.push((data_at, &bytes[..(hole_from - first_start) as usize]));
+            }
+            if hole_to < last_end {
+                let from = (hole_to - first_start) as usize;
+                parts.push((data_at + from as u64, &bytes[from..]));
+            }
+        } else {
+            parts.push((data_at, &patched.bytes));
+        }
+        parts.push((table_at, &table_bytes));
+        parts.push((0, &head));
+        self.disk.write_at(&path, &parts, request.sync).map_err(StoreError::io("write", &path))?;
+        let mut index = self.index.write().expect("index lock");
+        index.insert((pool, key.to_string()), entry_of(&header, layout.file_bytes()));
+        Ok(PutOutcome::Stored)
+    }
+
+    fn block_header(&self, request: &WriteAt<'_>, size: u64, whole: u32) -> ObjectHeader {
+        ObjectHeader {
+            pool: request.pool,
+            pg_seed: request.pg_seed,
+            size_bytes: size,
+            checksum: whole,
+            version: request.version,
+            epoch: request.epoch,
+            deleted: false,
+            blocks: true,
+        }
+    }
+}
+
+/// Bytes of data after block `block`.
+fn after(layout: &BlockLayout, block: u64) -> u64 {
+    layout.size - block * BLOCK_BYTES as u64 - layout.block_len(block) as u64
+}
+
+fn zero_block_crc(len: usize) -> u32 {
+    static FULL: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    if len == BLOCK_BYTES {
+        *FULL.get_or_init(|| checksum(&[0u8; BLOCK_BYTES]))
+    } else {
+        zeros_checksum(len as u64)
+    }
+}
+
+fn check_range(offset: u64, len: u64, size: u64) -> Result<(), StoreError> {
+    if len == 0 || offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(StoreError::BadRange(format!(
+            "{len} bytes at offset {offset} are not within the object's {size} bytes"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::disk::RealDisk;
+    use crate::store::{DeviceConfig, PutRequest};
+
+    const MIB: u64 = 1 << 20;
+
+    fn open(dir: &std::path::Path) -> DeviceStore {
+        let config = DeviceConfig { id: 0, dir: dir.to_path_buf(), capacity_bytes: 64 * MIB };
+        DeviceStore::open(&config, Arc::new(RealDisk)).unwrap()
+    }
+
+    fn write(
+        store: &DeviceStore,
+        offset: u64,
+        data: &[u8],
+        base: Option<u64>,
+        version: u64,
+    ) -> Result<PutOutcome, StoreError> {
+        store.write_at(&WriteAt {
+            pool: PoolId(1),
+            key: "vol.1/0",
+            offset,
+            data,
+            zeroes: 0,
+            size: 4 * MIB,
+            base: base.map(ObjectVersion),
+            version: ObjectVersion(version),
+            checksum: Some(checksum(data)),
+            pg_seed: Some(3),
+            epoch: Epoch(1),
+            sync: false,
+        })
+    }
+
+    fn zero(store: &DeviceStore, offset: u64, len: u64, base: u64, version: u64) {
+        store
+            .write_at(&WriteAt {
+                pool: PoolId(1),
+                key: "vol.1/0",
+                offset,
+                data: &[],
+                zeroes: len,
+                size: 4 * MIB,
+                base: Some(ObjectVersion(base)),
+                version: ObjectVersion(version),
+                checksum: None,
+                pg_seed: Some(3),
+                epoch: Epoch(1),
+                sync: true,
+            })
+            .unwrap();
+    }
+
+    /// Applies writes to a model and the store alike, and checks them equal after each.
+    #[test]
+    fn writes_in_place_read_back_like_a_flat_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let mut model = vec![0u8; 4 << 20];
+        let mut version = 10u64;
+        let pattern = |n: usize, seed: u8| -> Vec<u8> {
+            (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+        };
+        // A new object written at an unaligned offset: the rest reads as zeros.
+        let first = pattern(5000, 1);
+        assert_eq!(write(&store, 3000, &first, None, version).unwrap(), PutOutcome::Stored);
+        model[3000..8000].copy_from_slice(&first);
+        let cases: [(u64, usize); 6] = [
+            (0, 4096),
+            (4096 * 7 + 5, 1),
+            (MIB - 10, 20),
+            (4 * MIB - 4096, 4096),
+            (12345, 70000),
+            (2 * MIB, MIB as usize),
+        ];
+        for (i, (offset, len)) in cases.into_iter().enumerate() {
+            let data = pattern(len, i as u8 + 2);
+            write(&store, offset, &data, Some(version), version + 1).unwrap();
+            version += 1;
+            model[offset as usize..offset as usize + len].copy_from_slice(&data);
+            let (info, whole) = store.get(PoolId(1), "vol.1/0").unwrap();
+            assert!(whole == model, "case {i}: the object differs from the model");
+            assert_eq!(info.checksum, checksum(&model), "case {i}: whole checksum kept current");
+            assert_eq!(info.version, ObjectVersion(version));
+        }
+        // Zeroes: a punched range spanning whole blocks and partial edges.
+        zero(&store, 4000, 3 * 4096 + 100, version, version + 1);
+        version += 1;
+        model[4000..4000 + 3 * 4096 + 100].fill(0);
+        for (start, end) in
+            [(0u64, 4095u64), (3990, 20000), (MIB - 11, MIB + 11), (4 * MIB - 1, 4 * MIB - 1)]
+        {
+            let (_, got) = store.read_range(PoolId(1), "vol.1/0", start, end).unwrap();
+            assert!(got == model[start as usize..=end as usize], "range {start}-{end}");
+        }
+        // The header's checksum survives a restart (it is what the index is rebuilt from).
+        drop(store);
+        let store = open(dir.path());
+        let (info, whole) = store.get(PoolId(1), "vol.1/0").unwrap();
+        assert!(whole == model);
+        assert_eq!((info.version, info.checksum), (ObjectVersion(version), checksum(&model)));
+    }
+
+    #[test]
+    fn a_write_in_place_needs_the_version_it_was_based_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        write(&store, 0, b"one", None, 10).unwrap();
+        // Created already: a second create is refused, naming the stored version.
+        assert!(matches!(
+            write(&store, 0, b"two", None, 11),
+            Err(StoreError::BaseMismatch { stored: Some(ObjectVersion(10)), base: None })
+        ));
+        // Based on a version this replica never had (it missed a write).
+        assert!(matches!(
+            write(&store, 0, b"two", Some(9), 11),
+            Err(StoreError::BaseMismatch { .. })
+        ));
+        // A retry of an applied write is answered as stored.
+        write(&store, 0, b"two", Some(10), 11).unwrap();
+        assert_eq!(write(&store, 0, b"two", Some(10), 11).unwrap(), PutOutcome::AlreadyStored);
+        // Out of range.
+        assert!(matches!(
+            write(&store, 4 * MIB - 1, b"xy", Some(11), 12),
+            Err(StoreError::BadRange(_))
+        ));
+        // A deleted object at a newer version is not brought back by a late create.
+        store.delete(PoolId(1), "vol.1/0", Some(ObjectVersion(20)), Epoch(1), None).unwrap();
+        assert!(matches!(
+            write(&store, 0, b"old", None, 15),
+            Err(StoreError::VersionConflict { .. })
+        ));
+        write(&store, 0, b"new", None, 21).unwrap();
+    }
+
+    #[test]
+    fn an_object_written_whole_takes_writes_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let mut data = vec![7u8; 64 * 1024];
+        store
+            .put(&PutRequest {
+                pool: PoolId(1),
+                key: "vol.1/0",
+                data: &data,
+                version: ObjectVersion(5),
+                checksum: None,
+                pg_seed: Some(3),
+                epoch: Epoch(1),
+            })
+            .unwrap();
+        store
+            .write_at(&WriteAt {
+                pool: PoolId(1),
+                key: "vol.1/0",
+                offset: 100,
+                data: b"patch",
+                zeroes: 0,
+                size: 0,
+                base: Some(ObjectVersion(5)),
+                version: ObjectVersion(6),
+                checksum: None,
+                pg_seed: Some(3),
+                epoch: Epoch(1),
+                sync: false,
+            })
+            .unwrap();
+        data[100..105].copy_from_slice(b"patch");
+        let (info, got) = store.get(PoolId(1), "vol.1/0").unwrap();
+        assert!(got == data);
+        assert_eq!(info.checksum, checksum(&data));
+    }
+
+    #[test]
+    fn a_damaged_block_is_caught_by_a_ranged_read_and_quarantined() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        write(&store, 0, &vec![9u8; 3 * 4096], None, 10).unwrap();
+        let path = crate::store::object_path(dir.path(), PoolId(1), "vol.1/0");
+        let layout = BlockLayout::new("vol.1/0".len(), 4 * MIB);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[(layout.data_offset + 4096 + 17) as usize] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        // Another block still reads (only the blocks read are verified)...
+        assert!(store.read_range(PoolId(1), "vol.1/0", 0, 4095).is_ok());
+        // ...the damaged one does not, and the replica is set aside for repair.
+        assert!(matches!(
+            store.read_range(PoolId(1), "vol.1/0", 4096, 4096 + 99),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert!(store.info(PoolId(1), "vol.1/0").is_none());
+        assert!(!path.exists());
+    }
+}
