@@ -112,6 +112,18 @@ pub enum ClientError {
         /// What the others answered.
         failures: String,
     },
+    /// A write in place meant to create an object found it there already.
+    #[error("'{key}' exists already; it is written whole instead")]
+    Exists {
+        /// Key.
+        key: String,
+    },
+    /// A compare-and-swap found another version than the one it was based on.
+    #[error("'{key}' changed meanwhile (another writer)")]
+    Changed {
+        /// Key.
+        key: String,
+    },
     /// No replica could be read.
     #[error("cannot read '{key}' from any replica: {failures}")]
     Unreadable {

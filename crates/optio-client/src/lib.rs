@@ -35,14 +35,15 @@ mod error;
 pub mod intent;
 pub mod policy;
 pub mod removal;
+pub mod volume;
 /// The HTTP transport (the `optio-net` crate, shared with the servers' migration).
 pub use optio_net as transport;
 
 pub use cache::ChoiceCache;
 pub use candidates::{CHOICES_MAX, Candidate};
 pub use client::{
-    CandidateProbe, Client, ClientConfig, ClientStats, ObjectLocation, ProbeReport, PutReport,
-    RETRIES_MAX, Reintegration, ReintegrationConfig, ReintegrationMode, ReintegrationStatus,
-    ReplicaState, STATUS_POLL_INTERVAL,
+    CandidateProbe, Client, ClientConfig, ClientStats, ObjectLocation, Patch, ProbeReport,
+    PutReport, RETRIES_MAX, Reintegration, ReintegrationConfig, ReintegrationMode,
+    ReintegrationStatus, ReplicaState, STATUS_POLL_INTERVAL, Written,
 };
 pub use error::ClientError;

@@ -38,6 +38,8 @@ enum Kind {
     Probe,
     Get,
     Put,
+    WriteAt,
+    Sync,
     Delete,
     List,
     GetRecord,
@@ -50,6 +52,8 @@ fn kind(op: &Op<'_>) -> Kind {
         Op::Probe { .. } => Kind::Probe,
         Op::Get { .. } | Op::Fetch { .. } => Kind::Get,
         Op::Put { .. } => Kind::Put,
+        Op::WriteAt { .. } => Kind::WriteAt,
+        Op::Sync => Kind::Sync,
         Op::Delete { .. } => Kind::Delete,
         Op::List(_) => Kind::List,
         Op::GetRecord { .. } => Kind::GetRecord,
@@ -216,6 +220,64 @@ impl FaultyNet {
                     }
                 }
             }
+            Op::WriteAt {
+                data,
+                offset,
+                zeroes,
+                size,
+                base,
+                version,
+                checksum: crc,
+                pg_seed,
+                ..
+            } => {
+                if checksum(data) != *crc {
+                    return Err(refused(ErrorKind::BadRequest, "checksum mismatch", held));
+                }
+                let live = objects.get(&at).filter(|s| !s.deleted).cloned();
+                let conflict = |stored: Option<u64>| Failure::Refused {
+                    kind: ErrorKind::VersionConflict,
+                    reason: "based on another version".into(),
+                    epoch: Some(held),
+                    stored: Some(ObjectVersion(stored.unwrap_or(0))),
+                };
+                if live.as_ref().is_some_and(|s| s.version == version.0) {
+                    return Ok(answer); // a retry
+                }
+                let mut whole = match (base, &live) {
+                    (None, None) => {
+                        if objects.get(&at).is_some_and(|s| s.version >= version.0) {
+                            return Err(conflict(objects.get(&at).map(|s| s.version)));
+                        }
+                        vec![0u8; *size as usize]
+                    }
+                    (Some(base), Some(s)) if s.version == base.0 && s.version < version.0 => {
+                        s.data.to_vec()
+                    }
+                    (_, live) => return Err(conflict(live.as_ref().map(|s| s.version))),
+                };
+                let len = if *zeroes > 0 { *zeroes as usize } else { data.len() };
+                let range = *offset as usize..*offset as usize + len;
+                if range.end > whole.len() {
+                    return Err(refused(ErrorKind::BadRequest, "out of range", held));
+                }
+                if *zeroes > 0 {
+                    whole[range].fill(0);
+                } else {
+                    whole[range].copy_from_slice(data);
+                }
+                answer.status = 201;
+                let stored = Stored {
+                    version: version.0,
+                    checksum: checksum(&whole),
+                    data: Bytes::from(whole),
+                    pg_seed: live.as_ref().map_or(*pg_seed, |s| s.pg_seed),
+                    epoch: call.epoch,
+                    deleted: false,
+                };
+                objects.insert(at, stored);
+            }
+            Op::Sync => answer.status = 204,
             Op::Delete { version, purge, .. } => {
                 let version = version.map_or(u64::MAX, |v| v.0);
                 match objects.get(&at) {
@@ -625,4 +687,154 @@ async fn no_candidate_answering_is_not_called_a_lack_of_room() {
         "a server down is not a full disk: {error}"
     );
     assert!(!error.to_string().contains("has room"), "{error}");
+}
+
+/// What block volumes are made of: writes in place, against a flat model of the object.
+mod in_place {
+    use optio_client::{Patch, Written};
+
+    use super::*;
+
+    const SIZE: u64 = 64 * 1024;
+
+    async fn write(
+        client: &Client,
+        key: &str,
+        offset: u64,
+        data: &[u8],
+        known: Option<&Written>,
+        model: &mut [u8],
+    ) -> Written {
+        model[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+        let patch = Patch::Data(Bytes::copy_from_slice(data));
+        client
+            .write_in_place("data", key, SIZE, offset, &patch, known, false)
+            .await
+            .expect("written")
+    }
+
+    fn replicas_hold(net: &FaultyNet, written: &Written, key: &str, model: &[u8]) {
+        for device in &written.devices {
+            let stored = net.stored(*device, DATA.0, key).expect("a replica");
+            assert_eq!(stored.version, written.version.0, "device {device}");
+            assert!(stored.data == model, "device {device} holds other bytes");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_known_object_is_written_in_place_without_a_probe_and_reads_back_by_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let net = FaultyNet::new(1);
+        let client = client(dir.path(), &net).await;
+        let mut model = vec![0u8; SIZE as usize];
+        // Never written: reads as nothing (zeros), and the first write creates it with only
+        // its own bytes sent.
+        assert_eq!(client.read_in_place("data", "v", 0, 10).await.unwrap(), None);
+        let mut written = write(&client, "v", 100, b"first", None, &mut model).await;
+        let puts_before: usize = (0..6).map(|d| net.sent(d, Kind::Put)).sum();
+        assert_eq!(puts_before, 0, "no whole write");
+        let probes_before: usize = (0..6).map(|d| net.sent(d, Kind::Probe)).sum();
+        for (offset, data) in
+            [(0u64, &b"zero"[..]), (4000, b"across a block edge"), (SIZE - 3, b"end")]
+        {
+            written = write(&client, "v", offset, data, Some(&written), &mut model).await;
+        }
+        let probes_after: usize = (0..6).map(|d| net.sent(d, Kind::Probe)).sum();
+        assert_eq!(probes_after, probes_before, "a known object sends no probe");
+        replicas_hold(&net, &written, "v", &model);
+        let got = client.read_in_place("data", "v", 3990, 40).await.unwrap().unwrap();
+        assert!(got[..] == model[3990..4030]);
+        // Zeroes.
+        let zeroes = Patch::Zeroes(30);
+        written = client
+            .write_in_place("data", "v", SIZE, 3995, &zeroes, Some(&written), true)
+            .await
+            .unwrap();
+        model[3995..4025].fill(0);
+        replicas_hold(&net, &written, "v", &model);
+        // Out of range is refused before anything is sent.
+        let beyond = Patch::Data(Bytes::from_static(b"xx"));
+        assert!(
+            client
+                .write_in_place("data", "v", SIZE, SIZE - 1, &beyond, Some(&written), false)
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lost_reply_to_a_write_in_place_is_sent_again_and_answered_as_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let net = FaultyNet::new(1);
+        let client = client(dir.path(), &net).await;
+        let mut model = vec![0u8; SIZE as usize];
+        let written = write(&client, "lost", 0, b"one", None, &mut model).await;
+        net.faults().lose.insert((written.devices[1], Kind::WriteAt), 1);
+        let written = write(&client, "lost", 10, b"two", Some(&written), &mut model).await;
+        replicas_hold(&net, &written, "lost", &model);
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_missed_writes_while_down_gets_the_object_whole_on_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let net = FaultyNet::new(1);
+        let client = client(dir.path(), &net).await;
+        let mut model = vec![0u8; SIZE as usize];
+        let written = write(&client, "down", 0, b"one", None, &mut model).await;
+        let victim = written.devices[2];
+        net.faults().down.insert(victim);
+        // Degraded: two of three replicas (the pool's min_size) take it.
+        let written = write(&client, "down", 8, b"two", Some(&written), &mut model).await;
+        assert_eq!(client.stats().degraded_writes, 1);
+        assert_ne!(net.stored(victim, DATA.0, "down").unwrap().version, written.version.0);
+        // Back, still behind: the next write in place is refused by it (based on a version
+        // it does not hold), and the object is written whole to every replica instead.
+        net.faults().down.remove(&victim);
+        let written = write(&client, "down", 16, b"three", Some(&written), &mut model).await;
+        replicas_hold(&net, &written, "down", &model);
+        assert!(net.sent(victim, Kind::Put) >= 1, "written whole");
+        // Below min_size: refused, never acknowledged.
+        net.faults().down.insert(written.devices[0]);
+        net.faults().down.insert(written.devices[1]);
+        let patch = Patch::Data(Bytes::from_static(b"four"));
+        let error = client
+            .write_in_place("data", "down", SIZE, 0, &patch, Some(&written), false)
+            .await
+            .unwrap_err();
+        assert!(matches!(error, ClientError::NotEnoughReplicas { .. }), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_create_that_finds_the_object_there_keeps_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let net = FaultyNet::new(1);
+        let first = client(dir.path(), &net).await;
+        let mut model = vec![0u8; SIZE as usize];
+        write(&first, "both", 0, b"kept", None, &mut model).await;
+        // Another writer with no knowledge of the object: it probes, finds it, and writes in
+        // place into it rather than creating it anew over the bytes already there.
+        let second = client(dir.path(), &net).await;
+        let written = write(&second, "both", 100, b"added", None, &mut model).await;
+        replicas_hold(&net, &written, "both", &model);
+    }
+
+    #[tokio::test]
+    async fn compare_and_write_fails_when_another_writer_changed_the_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let net = FaultyNet::new(1);
+        let client = client(dir.path(), &net).await;
+        let mut model = vec![0u8; SIZE as usize];
+        let base = write(&client, "cas", 0, b"v1", None, &mut model).await;
+        let won = client
+            .compare_and_write("data", "cas", 0, Bytes::from_static(b"v2"), base.version)
+            .await
+            .unwrap();
+        let lost = client
+            .compare_and_write("data", "cas", 0, Bytes::from_static(b"v3"), base.version)
+            .await;
+        assert!(matches!(lost, Err(ClientError::Changed { .. })), "{lost:?}");
+        for device in &won.devices {
+            assert_eq!(&net.stored(*device, DATA.0, "cas").unwrap().data[..2], b"v2");
+        }
+    }
 }

@@ -192,6 +192,32 @@ pub enum Op<'a> {
         /// PG seed (or placement key) the object is placed by.
         pg_seed: Option<u32>,
     },
+    /// `PUT` in place: write `data` (or `zeroes` zero bytes) at `offset` of a block object,
+    /// based on version `base` (none: create the object, `size` bytes).
+    WriteAt {
+        /// Key.
+        key: &'a str,
+        /// The bytes written (empty with `zeroes`).
+        data: Bytes,
+        /// Where in the object.
+        offset: u64,
+        /// Zero bytes to write instead of data.
+        zeroes: u64,
+        /// The object's size, for a create.
+        size: u64,
+        /// The version the write is based on (none: a create).
+        base: Option<ObjectVersion>,
+        /// The version after the write.
+        version: ObjectVersion,
+        /// crc32c of `data`.
+        checksum: u32,
+        /// PG seed (or placement key) the object is placed by.
+        pg_seed: Option<u32>,
+        /// Durable before the answer (FUA).
+        sync: bool,
+    },
+    /// `POST` to a pool of a device: make every write it acknowledged durable (flush).
+    Sync,
     /// `DELETE` an object: a tombstone at `version`, or with `purge` the copy removed
     /// entirely if not newer than `version`.
     Delete {
@@ -238,7 +264,8 @@ impl Op<'_> {
         match self {
             Op::Probe { .. } => Method::HEAD,
             Op::Get { .. } | Op::Fetch { .. } | Op::List(_) | Op::GetRecord { .. } => Method::GET,
-            Op::Put { .. } | Op::PutRecord { .. } => Method::PUT,
+            Op::Put { .. } | Op::WriteAt { .. } | Op::PutRecord { .. } => Method::PUT,
+            Op::Sync => Method::POST,
             Op::Delete { .. } | Op::DeleteRecord { .. } => Method::DELETE,
         }
     }
@@ -250,6 +277,8 @@ impl Op<'_> {
             | Op::Get { .. }
             | Op::Fetch { .. }
             | Op::Put { .. }
+            | Op::WriteAt { .. }
+            | Op::Sync
             | Op::Delete { .. }
             | Op::List(_) => Area::Objects,
             Op::GetRecord { .. } | Op::PutRecord { .. } | Op::DeleteRecord { .. } => Area::Choices,
@@ -263,11 +292,12 @@ impl Op<'_> {
             | Op::Get { key, .. }
             | Op::Fetch { key }
             | Op::Put { key, .. }
+            | Op::WriteAt { key, .. }
             | Op::Delete { key, .. }
             | Op::GetRecord { key }
             | Op::PutRecord { key, .. }
             | Op::DeleteRecord { key } => Some(key),
-            Op::List(_) => None,
+            Op::List(_) | Op::Sync => None,
         }
     }
 
@@ -304,6 +334,26 @@ impl Op<'_> {
                     headers.push((wire::PG, seed.to_string()));
                 }
             }
+            Op::WriteAt {
+                offset, zeroes, size, base, version, checksum, pg_seed, sync, ..
+            } => {
+                headers.push((wire::VERSION, version.0.to_string()));
+                headers.push((wire::CHECKSUM, wire::encode_checksum(*checksum)));
+                headers.push((wire::OFFSET, offset.to_string()));
+                match base {
+                    Some(base) => headers.push((wire::BASE, base.0.to_string())),
+                    None => headers.push((wire::SIZE, size.to_string())),
+                }
+                if *zeroes > 0 {
+                    headers.push((wire::ZEROES, zeroes.to_string()));
+                }
+                if *sync {
+                    headers.push((wire::SYNC, "1".to_string()));
+                }
+                if let Some(seed) = pg_seed {
+                    headers.push((wire::PG, seed.to_string()));
+                }
+            }
             Op::Delete { version, purge, pg_seed, .. } => {
                 if let Some(version) = version {
                     headers.push((wire::VERSION, version.0.to_string()));
@@ -315,7 +365,7 @@ impl Op<'_> {
                     headers.push((wire::PG, seed.to_string()));
                 }
             }
-            Op::List(_) | Op::GetRecord { .. } | Op::DeleteRecord { .. } => {}
+            Op::List(_) | Op::Sync | Op::GetRecord { .. } | Op::DeleteRecord { .. } => {}
             Op::PutRecord { record, replace_if_writer, unless_contended, defer_sync, .. } => {
                 headers.push((wire::CHOICE, wire::choice_header(record)));
                 if let Some(writer) = replace_if_writer {
@@ -549,7 +599,7 @@ impl HttpTransport {
         let mut request = self.http.request(method.clone(), &url);
         let mut headers = call.op.headers();
         headers.push((wire::EPOCH, call.epoch.to_string()));
-        if let Op::Put { data, checksum, .. } = &call.op {
+        if let Op::Put { data, checksum, .. } | Op::WriteAt { data, checksum, .. } = &call.op {
             if self.credentials.is_some() {
                 let hash = self.body_hash(data, *checksum);
                 headers.push((optio_proto::auth::CONTENT_HASH_HEADER, hash));

@@ -56,6 +56,13 @@ enum Command {
     /// Watch the servers of a cluster started one by one: mark devices down, out, up and in
     /// in the map (what `optio up` does for its own cluster).
     Manager(commands::manager::Args),
+    /// Block volumes: create, ls, info, resize, rm, import, export (serve them with
+    /// `optio nbd`).
+    #[command(subcommand)]
+    Volume(commands::volume::Command),
+    /// Serve block volumes over NBD (for fio, qemu, qemu-img, nbdcopy, nbdfuse); runs until
+    /// Ctrl-C.
+    Nbd(commands::nbd::Args),
     /// Store an object (from a file or standard input).
     Put(commands::client::PutArgs),
     /// Read an object (to standard output or a file).
@@ -169,6 +176,8 @@ fn main() -> std::process::ExitCode {
         Command::Server(args) => commands::server::run(args),
         Command::Manager(args) => commands::manager::run(args),
         Command::Auth(command) => commands::auth::run(command),
+        Command::Volume(command) => commands::volume::run(command),
+        Command::Nbd(args) => commands::nbd::run(args),
         Command::Put(args) => commands::client::put(args),
         Command::Get(args) => commands::client::get(args),
         Command::Rm(args) => commands::client::rm(args),

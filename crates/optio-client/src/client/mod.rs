@@ -5,6 +5,7 @@
 
 mod choose;
 mod delete;
+mod inplace;
 mod list;
 mod locate;
 mod read;
@@ -13,6 +14,7 @@ mod repair;
 mod transition;
 mod write;
 
+pub use inplace::{Patch, Written};
 pub use locate::{CandidateProbe, ObjectLocation, ProbeReport};
 pub use reintegrate::{Reintegration, ReintegrationConfig, ReintegrationMode, ReintegrationStatus};
 pub use repair::ReplicaState;

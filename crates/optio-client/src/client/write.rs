@@ -48,6 +48,17 @@ pub(super) struct Payload<'a> {
     pub(super) data: &'a Bytes,
     pub(super) crc: u32,
     pub(super) version: ObjectVersion,
+    /// A block object created by a write in place, instead of a whole object.
+    pub(super) create: Option<Create>,
+}
+
+/// The creation of a block object by its first write in place: `data` (or `zeroes` zero
+/// bytes) at `offset` of an object of `size` bytes whose other bytes read as zeros.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Create {
+    pub(super) offset: u64,
+    pub(super) size: u64,
+    pub(super) zeroes: u64,
 }
 
 /// One attempt's write on the wire: the candidate chosen, the replicas written to, their
@@ -71,7 +82,7 @@ impl Client {
             None => None,
         };
         self.inner.in_flight.fetch_add(1, Ordering::AcqRel);
-        let result = self.put_attempts(pool, key, data).await;
+        let result = self.put_attempts(pool, key, data, None).await;
         let in_flight = self.inner.in_flight.fetch_sub(1, Ordering::AcqRel) - 1;
         if let (Some(log), Some(intent)) = (&self.inner.intents, intent) {
             log.end(intent);
@@ -85,9 +96,10 @@ impl Client {
         pool_name: &str,
         key: &str,
         data: Bytes,
+        create: Option<Create>,
     ) -> Result<PutReport, ClientError> {
         let crc = checksum(&data);
-        let size_bytes = data.len() as u64;
+        let size_bytes = create.map_or(data.len() as u64, |c| c.size);
         let mut excluded = Excluded::default();
         let mut dirty_noted = None;
         let mut version_bumps = 0;
@@ -108,25 +120,26 @@ impl Client {
             let at = Keyed { view: &view, pool, key, candidates: &candidates };
             let probes_before = self.inner.counters.probes.load(Ordering::Relaxed);
             let started = Instant::now();
-            let sent = match self.choose_and_send(at, size_bytes, &excluded, &data, crc).await {
-                Err(ClientError::EpochRetries { .. }) => continue,
-                // A new object's choice needs its home (or a candidate without a dead
-                // device), and a server refused the connection while the map still has it
-                // up: the monitor marks it down within a round; then the choice goes on
-                // without it, as for any device down.
-                Err(
-                    error @ (ClientError::HomeUnreachable { .. }
-                    | ClientError::NoCandidate { .. }
-                    | ClientError::CandidateUnreachable { .. }),
-                ) if !waited_for_down && self.refused_while_up(&view, &candidates) => {
-                    waited_for_down = true;
-                    if self.await_newer_map(view.epoch(), super::DOWN_WAIT_MAX).await {
-                        continue;
+            let sent =
+                match self.choose_and_send(at, size_bytes, &excluded, &data, crc, create).await {
+                    Err(ClientError::EpochRetries { .. }) => continue,
+                    // A new object's choice needs its home (or a candidate without a dead
+                    // device), and a server refused the connection while the map still has it
+                    // up: the monitor marks it down within a round; then the choice goes on
+                    // without it, as for any device down.
+                    Err(
+                        error @ (ClientError::HomeUnreachable { .. }
+                        | ClientError::NoCandidate { .. }
+                        | ClientError::CandidateUnreachable { .. }),
+                    ) if !waited_for_down && self.refused_while_up(&view, &candidates) => {
+                        waited_for_down = true;
+                        if self.await_newer_map(view.epoch(), super::DOWN_WAIT_MAX).await {
+                            continue;
+                        }
+                        return Err(error);
                     }
-                    return Err(error);
-                }
-                other => other?,
-            };
+                    other => other?,
+                };
             let Sent {
                 chosen: Chosen { candidate: chosen, created },
                 endpoints,
@@ -138,7 +151,7 @@ impl Client {
             // answered "already stored"); one whose server was not running is asked again now
             // that the others answered: a server that started meanwhile catches up by listing
             // its peers, and may have listed them before this write reached them.
-            let payload = Payload { data: &data, crc, version };
+            let payload = Payload { data: &data, crc, version, create };
             resend_unanswered(&mut results, |i| {
                 let put = put_op(key, candidate, payload);
                 self.call(self.object_call(&view, &endpoints[i], pool, put))
@@ -159,6 +172,16 @@ impl Client {
                 .filter_map(|f| f.stored_version())
                 .max()
                 .filter(|stored| *stored > version);
+            // A create in place that finds the object there (written meanwhile, or missed by
+            // the probe that said it was new) must not replace it: the caller writes whole.
+            if create.is_some()
+                && results
+                    .iter()
+                    .any(|r| matches!(r, Err(f) if f.kind() == Some(ErrorKind::VersionConflict)))
+            {
+                self.undo(&view, pool, key, &endpoints, &results, version).await;
+                return Err(ClientError::Exists { key: key.to_string() });
+            }
             if let Some(stored) = superseded_by
                 && version_bumps < VERSION_BUMPS_MAX
             {
@@ -269,6 +292,7 @@ impl Client {
         excluded: &Excluded,
         data: &Bytes,
         crc: u32,
+        create: Option<Create>,
     ) -> Result<Sent, ClientError> {
         let mut written = None;
         let chosen = match self.pipeline_guess(view, pool, key, candidates, size_bytes, excluded) {
@@ -285,7 +309,7 @@ impl Client {
                         key,
                         target,
                         &endpoints,
-                        Payload { data, crc, version },
+                        Payload { data, crc, version, create },
                     ),
                 )
                 .await;
@@ -304,7 +328,7 @@ impl Client {
                 let candidate = &candidates[usize::from(chosen.candidate)];
                 let endpoints = self.endpoints(view, candidate)?;
                 let version = self.next_version();
-                let payload = Payload { data, crc, version };
+                let payload = Payload { data, crc, version, create };
                 let results = self.fan_out(view, pool, key, candidate, &endpoints, payload).await;
                 (endpoints, results, version)
             }
@@ -361,9 +385,8 @@ impl Client {
         key: &str,
         candidate: &Candidate,
         endpoints: &[Endpoint],
-        Payload { data, crc, version }: Payload<'_>,
+        payload: Payload<'_>,
     ) -> Vec<Result<Answer, Failure>> {
-        let payload = Payload { data, crc, version };
         let calls = endpoints.iter().map(|endpoint| {
             self.call(self.object_call(view, endpoint, pool, put_op(key, candidate, payload)))
         });
@@ -414,14 +437,23 @@ impl Client {
 fn put_op<'a>(
     key: &'a str,
     candidate: &Candidate,
-    Payload { data, crc, version }: Payload<'_>,
+    Payload { data, crc, version, create }: Payload<'_>,
 ) -> Op<'a> {
-    Op::Put {
-        key,
-        data: data.clone(),
-        version,
-        checksum: crc,
-        pg_seed: Some(placement_seed(candidate)),
+    let pg_seed = Some(placement_seed(candidate));
+    match create {
+        None => Op::Put { key, data: data.clone(), version, checksum: crc, pg_seed },
+        Some(Create { offset, size, zeroes }) => Op::WriteAt {
+            key,
+            data: data.clone(),
+            offset,
+            zeroes,
+            size,
+            base: None,
+            version,
+            checksum: crc,
+            pg_seed,
+            sync: false,
+        },
     }
 }
 

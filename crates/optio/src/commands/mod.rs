@@ -12,6 +12,7 @@ pub mod live;
 pub mod man;
 pub mod manager;
 pub mod map;
+pub mod nbd;
 pub mod place;
 pub mod reintegrate;
 pub mod scrub;
@@ -19,6 +20,7 @@ pub mod server;
 pub mod sim;
 pub mod status;
 pub mod up;
+pub mod volume;
 
 use anyhow::{Context, Result, anyhow, bail};
 use optio_placement::{ClusterMap, CrushSpec, EngineRef, PoolId, PoolSpec, RuleId, RuleRef};

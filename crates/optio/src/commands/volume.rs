@@ -1,0 +1,488 @@
+//! `optio volume create | ls | info | resize | rm | import | export`: block volumes
+//! ([`optio_client::volume`]).
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use optio_client::volume::{self, OpenOptions, Volume, VolumeHeader};
+
+use crate::commands::client::ClusterArgs;
+use crate::output::{self, Table, parse_size};
+
+/// Block volumes: thin-provisioned, striped over objects (serve them with `optio nbd`).
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Create a volume of SIZE bytes (e.g. 10GiB) in the pool (--pool, default `data`).
+    Create(CreateArgs),
+    /// List the volumes.
+    Ls(ListArgs),
+    /// A volume's size, object size, pool, allocated objects and lock (--placement: each
+    /// allocated object's candidate, PG and devices).
+    Info(InfoArgs),
+    /// Grow a volume (shrink only with --allow-shrink: what lies beyond is discarded).
+    Resize(ResizeArgs),
+    /// Remove a volume and every object of it (run it again to finish one interrupted).
+    Rm(RmArgs),
+    /// Copy a raw image (a file or `-` for standard input) into a volume; runs of zeros are
+    /// not written.
+    Import(CopyArgs),
+    /// Copy a volume into a raw image (a file, written sparse, or `-` for standard output).
+    Export(CopyArgs),
+}
+
+/// `optio volume create`.
+#[derive(clap::Args, Debug)]
+pub struct CreateArgs {
+    /// Volume name (letters, digits, `-`, `_`, `.`).
+    pub name: String,
+    /// Size (bytes, or with a unit: 512MiB, 10GiB, 1TiB).
+    #[arg(value_parser = parse_size)]
+    pub size: u64,
+    /// Bytes per data object (a power of two, 4KiB to 64MiB).
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    pub object_size: u64,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `optio volume ls`.
+#[derive(clap::Args, Debug)]
+pub struct ListArgs {
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `optio volume info`.
+#[derive(clap::Args, Debug)]
+pub struct InfoArgs {
+    /// Volume name.
+    pub name: String,
+    /// Also each allocated object's candidate, PG and devices.
+    #[arg(long)]
+    pub placement: bool,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `optio volume resize`.
+#[derive(clap::Args, Debug)]
+pub struct ResizeArgs {
+    /// Volume name.
+    pub name: String,
+    /// New size.
+    #[arg(value_parser = parse_size)]
+    pub size: u64,
+    /// Allow a smaller size (the data beyond it is discarded).
+    #[arg(long)]
+    pub allow_shrink: bool,
+    /// Take the lock even if another client holds it.
+    #[arg(long)]
+    pub break_lock: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `optio volume rm`.
+#[derive(clap::Args, Debug)]
+pub struct RmArgs {
+    /// Volume name.
+    pub name: String,
+    /// Remove it even if a client holds it open read-write.
+    #[arg(long)]
+    pub break_lock: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `optio volume import` / `export`.
+#[derive(clap::Args, Debug)]
+pub struct CopyArgs {
+    /// Volume name.
+    pub name: String,
+    /// The raw image (`-`: standard input or output).
+    pub file: PathBuf,
+    /// Import: create the volume (with the image's size rounded up to 512 bytes) if it does
+    /// not exist.
+    #[arg(long)]
+    pub create: bool,
+    /// Bytes per request.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    pub chunk: u64,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 8)]
+    pub parallel: usize,
+    /// Take the lock even if another client holds it (import).
+    #[arg(long)]
+    pub break_lock: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+pub fn run(command: Command) -> Result<()> {
+    crate::commands::init_logging("warn");
+    crate::commands::runtime()?.block_on(async {
+        match command {
+            Command::Create(args) => create(args).await,
+            Command::Ls(args) => ls(args).await,
+            Command::Info(args) => info(args).await,
+            Command::Resize(args) => resize(args).await,
+            Command::Rm(args) => rm(args).await,
+            Command::Import(args) => import(args).await,
+            Command::Export(args) => export(args).await,
+        }
+    })
+}
+
+fn header_json(header: &VolumeHeader) -> serde_json::Value {
+    serde_json::to_value(header).expect("headers serialize")
+}
+
+async fn create(args: CreateArgs) -> Result<()> {
+    let client = args.cluster.connect().await?;
+    client.map().pool_by_name(&args.cluster.pool).with_context(|| {
+        format!("no pool '{}' in the map; pass --pool with one of its pools", args.cluster.pool)
+    })?;
+    let header =
+        volume::create(&client, &args.name, args.size, &args.cluster.pool, args.object_size)
+            .await?;
+    if args.json {
+        println!("{}", header_json(&header));
+    } else {
+        println!(
+            "created volume '{}': {} in pool '{}', {} objects of {} (thin: none stored yet)",
+            header.name,
+            output::bytes(header.size as f64),
+            header.pool,
+            header.objects(),
+            output::bytes(header.object_size as f64)
+        );
+    }
+    Ok(())
+}
+
+async fn ls(args: ListArgs) -> Result<()> {
+    let client = args.cluster.connect().await?;
+    let volumes = volume::list(&client).await?;
+    if args.json {
+        let list: Vec<_> = volumes.iter().map(header_json).collect();
+        println!("{}", serde_json::Value::Array(list));
+        return Ok(());
+    }
+    if volumes.is_empty() {
+        println!("no volumes; create one with `optio volume create NAME SIZE`");
+        return Ok(());
+    }
+    let mut table =
+        Table::new(&["name", "size", "object size", "pool", "locked by"]).left(&[0, 3, 4]);
+    for v in &volumes {
+        table.row(vec![
+            v.name.clone(),
+            output::bytes(v.size as f64),
+            output::bytes(v.object_size as f64),
+            v.pool.clone(),
+            v.lock.as_ref().map_or("-".into(), |l| l.holder.clone()),
+        ]);
+    }
+    print!("{}", table.render());
+    Ok(())
+}
+
+async fn info(args: InfoArgs) -> Result<()> {
+    let client = args.cluster.connect().await?;
+    let opened =
+        Volume::open(&client, &args.name, OpenOptions { read_only: true, break_lock: false })
+            .await?;
+    let header = opened.header();
+    let allocated = volume::allocated(&client, &header).await?;
+    let mut placements = Vec::new();
+    if args.placement {
+        for index in &allocated {
+            let key = header.data_key(*index);
+            let location = client.stat(&header.pool, &key).await?;
+            placements.push((*index, key, location));
+        }
+    }
+    if args.json {
+        let mut value = header_json(&header);
+        value["allocated_objects"] = serde_json::json!(allocated.len());
+        value["objects"] = serde_json::json!(header.objects());
+        if args.placement {
+            value["placement"] = placements
+                .iter()
+                .map(|(index, key, l)| {
+                    serde_json::json!({
+                        "index": index, "key": key, "candidate": l.candidate.index,
+                        "pg": l.candidate.pg.map(|pg| pg.to_string()),
+                        "devices": l.candidate.devices.iter().map(|d| d.0).collect::<Vec<_>>(),
+                        "version": l.info.version.0,
+                    })
+                })
+                .collect();
+        }
+        println!("{value}");
+        return Ok(());
+    }
+    println!("volume       {}", header.name);
+    println!("id           {}", header.id);
+    println!("pool         {}", header.pool);
+    println!("size         {} ({} bytes)", output::bytes(header.size as f64), header.size);
+    println!("object size  {}", output::bytes(header.object_size as f64));
+    println!(
+        "allocated    {} of {} objects ({} stored, before replication)",
+        allocated.len(),
+        header.objects(),
+        output::bytes((allocated.len() as u64 * header.object_size) as f64)
+    );
+    println!("features     {}", header.features.join(", "));
+    match &header.lock {
+        Some(lock) => println!("locked by    {}", lock.holder),
+        None => println!("locked by    nobody"),
+    }
+    if args.placement {
+        let mut table =
+            Table::new(&["object", "key", "candidate", "pg", "devices"]).left(&[1, 3, 4]);
+        for (index, key, l) in &placements {
+            table.row(vec![
+                index.to_string(),
+                key.clone(),
+                l.candidate.index.to_string(),
+                l.candidate.pg.map_or("-".into(), |pg| pg.to_string()),
+                l.candidate.devices.iter().map(|d| d.0.to_string()).collect::<Vec<_>>().join(","),
+            ]);
+        }
+        print!("{}", table.render());
+    }
+    Ok(())
+}
+
+async fn resize(args: ResizeArgs) -> Result<()> {
+    let client = args.cluster.connect().await?;
+    let opened = Volume::open(
+        &client,
+        &args.name,
+        OpenOptions { read_only: false, break_lock: args.break_lock },
+    )
+    .await?;
+    let old = opened.size();
+    let result = opened.resize(args.size, args.allow_shrink).await;
+    opened.close().await?;
+    result?;
+    println!(
+        "volume '{}' resized from {} to {}",
+        args.name,
+        output::bytes(old as f64),
+        output::bytes(args.size as f64)
+    );
+    Ok(())
+}
+
+async fn rm(args: RmArgs) -> Result<()> {
+    let client = args.cluster.connect().await?;
+    let removed = volume::remove(&client, &args.name, args.break_lock).await?;
+    println!("removed volume '{}' ({removed} data objects deleted)", args.name);
+    Ok(())
+}
+
+/// Whether every byte is zero.
+fn all_zero(data: &[u8]) -> bool {
+    data.iter().all(|b| *b == 0)
+}
+
+async fn import(args: CopyArgs) -> Result<()> {
+    if args.chunk == 0 || !args.chunk.is_multiple_of(512) || args.chunk > 64 << 20 {
+        bail!("--chunk must be a multiple of 512 bytes up to 64MiB");
+    }
+    let client = args.cluster.connect().await?;
+    let stdin = args.file.as_os_str() == "-";
+    let mut input: Box<dyn Read + Send> = if stdin {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(
+            std::fs::File::open(&args.file)
+                .with_context(|| format!("cannot open {}", args.file.display()))?,
+        )
+    };
+    let length = if stdin { None } else { Some(std::fs::metadata(&args.file)?.len()) };
+    if args.create {
+        let Some(length) = length else {
+            bail!(
+                "--create needs a file (its size); create the volume first to import from standard input"
+            )
+        };
+        volume::create(
+            &client,
+            &args.name,
+            length.div_ceil(512).max(1) * 512,
+            &args.cluster.pool,
+            volume::DEFAULT_OBJECT_SIZE,
+        )
+        .await?;
+    }
+    let opened = Volume::open(
+        &client,
+        &args.name,
+        OpenOptions { read_only: false, break_lock: args.break_lock },
+    )
+    .await?;
+    let size = opened.size();
+    if let Some(length) = length
+        && length > size
+    {
+        opened.close().await?;
+        bail!(
+            "{} is {length} bytes, more than volume '{}' ({size} bytes): resize it first",
+            args.file.display(),
+            args.name
+        );
+    }
+    let bar = output::progress(
+        length.unwrap_or(size),
+        "import",
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    );
+    let result = copy_in(&opened, &mut input, args.chunk, args.parallel.max(1), &bar).await;
+    bar.finish_and_clear();
+    let closed = opened.close().await;
+    let (read, written) = result?;
+    closed?;
+    println!(
+        "imported {} into volume '{}' ({} written, runs of zeros skipped)",
+        output::bytes(read as f64),
+        args.name,
+        output::bytes(written as f64)
+    );
+    Ok(())
+}
+
+/// Reads `input` chunk by chunk and writes the chunks that are not all zeros, `parallel` at
+/// a time; returns the bytes read and written.
+async fn copy_in(
+    opened: &Arc<Volume>,
+    input: &mut (dyn Read + Send),
+    chunk: u64,
+    parallel: usize,
+    bar: &indicatif::ProgressBar,
+) -> Result<(u64, u64)> {
+    let size = opened.size();
+    let mut offset = 0u64;
+    let mut written = 0u64;
+    let mut pending = futures_util::stream::FuturesUnordered::new();
+    use futures_util::StreamExt;
+    loop {
+        let want = chunk.min(size - offset) as usize;
+        if want == 0 {
+            let mut probe = [0u8; 1];
+            if input.read(&mut probe)? != 0 {
+                bail!("the input is longer than the volume ({size} bytes): resize it first");
+            }
+            break;
+        }
+        let mut buf = vec![0u8; want];
+        let mut got = 0;
+        while got < want {
+            let n = input.read(&mut buf[got..]).context("cannot read the image")?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        if got == 0 {
+            break;
+        }
+        buf.truncate(got);
+        if !all_zero(&buf) {
+            while pending.len() >= parallel {
+                pending.next().await.expect("pending writes")?;
+            }
+            written += got as u64;
+            let volume = opened.clone();
+            let at = offset;
+            pending.push(async move { volume.write(at, Bytes::from(buf), false).await });
+        }
+        offset += got as u64;
+        bar.set_position(offset);
+        if got < want {
+            break;
+        }
+    }
+    while let Some(result) = pending.next().await {
+        result?;
+    }
+    opened.flush().await?;
+    Ok((offset, written))
+}
+
+async fn export(args: CopyArgs) -> Result<()> {
+    if args.chunk == 0 || args.chunk > 64 << 20 {
+        bail!("--chunk must be 1 byte to 64MiB");
+    }
+    let client = args.cluster.connect().await?;
+    let opened =
+        Volume::open(&client, &args.name, OpenOptions { read_only: true, break_lock: false })
+            .await?;
+    let size = opened.size();
+    let stdout = args.file.as_os_str() == "-";
+    let mut file = if stdout {
+        None
+    } else {
+        let file = std::fs::File::create(&args.file)
+            .with_context(|| format!("cannot create {}", args.file.display()))?;
+        file.set_len(size)?;
+        Some(file)
+    };
+    let bar =
+        output::progress(size, "export", std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let mut out = std::io::stdout().lock();
+    let mut offset = 0u64;
+    let mut reads = futures_util::stream::FuturesOrdered::new();
+    use futures_util::StreamExt;
+    let mut next = 0u64;
+    let mut zero_bytes = 0u64;
+    while offset < size {
+        while next < size && reads.len() < args.parallel.max(1) {
+            let len = args.chunk.min(size - next);
+            let volume = opened.clone();
+            let at = next;
+            reads.push_back(async move { volume.read(at, len).await });
+            next += len;
+        }
+        let data = reads.next().await.expect("pending reads")?;
+        match &mut file {
+            Some(file) => {
+                if all_zero(&data) {
+                    zero_bytes += data.len() as u64;
+                } else {
+                    use std::os::unix::fs::FileExt;
+                    file.write_all_at(&data, offset)?;
+                }
+            }
+            None => out.write_all(&data).context("cannot write standard output")?,
+        }
+        offset += data.len() as u64;
+        bar.set_position(offset);
+    }
+    bar.finish_and_clear();
+    if let Some(file) = file {
+        file.sync_all()?;
+        eprintln!(
+            "exported volume '{}' ({}) to {} ({} of zeros left as holes)",
+            args.name,
+            output::bytes(size as f64),
+            args.file.display(),
+            output::bytes(zero_bytes as f64)
+        );
+    }
+    Ok(())
+}
