@@ -2,7 +2,7 @@
 # The whole test suite, on a fresh Debian machine: installs what the tests need (Ceph's
 # crushtool/osdmaptool as the CRUSH oracle, etcd for the map store, redis-server for the dirty
 # table — the tests start their own, nothing runs them as services —, qemu's qemu-img and qemu-io
-# as NBD clients, …), then format, lint and
+# as NBD clients, fio, libnbd's nbdinfo/nbdcopy/nbdfuse and e2fsprogs for block volumes, …), then format, lint and
 # every test.
 # `.ci/run` calls exactly this.
 set -euo pipefail
@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 
 # Debian packages the tests use, as "command:package".
 needs=(crushtool:ceph-base osdmaptool:ceph-base etcd:etcd-server redis-server:redis-server
-  qemu-io:qemu-utils qemu-img:qemu-utils)
+  qemu-io:qemu-utils qemu-img:qemu-utils fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin
+  nbdfuse:nbdfuse mkfs.ext4:e2fsprogs debugfs:e2fsprogs e2fsck:e2fsprogs)
 missing=()
 for need in "${needs[@]}"; do
   command -v "${need%%:*}" >/dev/null 2>&1 || missing+=("${need#*:}")

@@ -15,6 +15,7 @@
 //!   its export says so (out of order: a queue depth becomes parallel I/O). A client that breaks
 //!   the protocol is disconnected with a log line; requests outside the export or too large get
 //!   NBD error codes.
+//! * [`testing`]: a minimal blocking client for tests that send exact bytes.
 //!
 //! Only simple replies are sent (structured replies are refused in negotiation, which every
 //! client accepts), and TLS is not offered.
@@ -25,6 +26,7 @@
 pub mod export;
 pub mod proto;
 pub mod server;
+pub mod testing;
 
 pub use export::{Errno, Export, Exports, IoFuture, MemoryExport};
 pub use server::{Limits, NbdError, serve};

@@ -140,59 +140,16 @@ fn qemu_reads_writes_zeroes_discards_and_converts_images() {
     );
 }
 
-/// A raw client: the handshake up to `NBD_OPT_GO` on `name`; the option replies' types.
+/// The handshake up to `NBD_OPT_GO` on `name`; the option replies' types.
 fn go(stream: &mut TcpStream, name: &str) -> Vec<u32> {
-    let mut greeting = [0u8; 18];
-    stream.read_exact(&mut greeting).unwrap();
-    assert_eq!(&greeting[..8], &proto::INIT_MAGIC.to_be_bytes());
-    stream
-        .write_all(&(proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES).to_be_bytes())
-        .unwrap();
-    let mut data = (name.len() as u32).to_be_bytes().to_vec();
-    data.extend_from_slice(name.as_bytes());
-    data.extend_from_slice(&1u16.to_be_bytes());
-    data.extend_from_slice(&proto::INFO_BLOCK_SIZE.to_be_bytes());
-    let mut option = proto::OPT_MAGIC.to_be_bytes().to_vec();
-    option.extend_from_slice(&proto::OPT_GO.to_be_bytes());
-    option.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    option.extend_from_slice(&data);
-    stream.write_all(&option).unwrap();
-    let mut kinds = Vec::new();
-    loop {
-        let mut header = [0u8; 20];
-        stream.read_exact(&mut header).unwrap();
-        let kind = u32::from_be_bytes(header[12..16].try_into().unwrap());
-        let length = u32::from_be_bytes(header[16..20].try_into().unwrap()) as usize;
-        let mut payload = vec![0u8; length];
-        stream.read_exact(&mut payload).unwrap();
-        kinds.push(kind);
-        if kind == proto::REP_ACK || kind & (1 << 31) != 0 {
-            return kinds;
-        }
-    }
+    optio_nbd::testing::go(stream, name).expect("the handshake")
 }
 
-fn request(command: u16, flags: u16, cookie: u64, offset: u64, length: u32) -> Vec<u8> {
-    let mut out = proto::REQUEST_MAGIC.to_be_bytes().to_vec();
-    out.extend_from_slice(&flags.to_be_bytes());
-    out.extend_from_slice(&command.to_be_bytes());
-    out.extend_from_slice(&cookie.to_be_bytes());
-    out.extend_from_slice(&offset.to_be_bytes());
-    out.extend_from_slice(&length.to_be_bytes());
-    out
-}
+use optio_nbd::testing::request;
 
 /// Reads one simple reply (and `data` bytes after it when it succeeded): (error, cookie).
 fn reply(stream: &mut TcpStream, data: usize) -> (u32, u64) {
-    let mut header = [0u8; 16];
-    stream.read_exact(&mut header).unwrap();
-    assert_eq!(&header[..4], &proto::SIMPLE_REPLY_MAGIC.to_be_bytes());
-    let error = u32::from_be_bytes(header[4..8].try_into().unwrap());
-    let cookie = u64::from_be_bytes(header[8..16].try_into().unwrap());
-    if error == 0 && data > 0 {
-        let mut payload = vec![0u8; data];
-        stream.read_exact(&mut payload).unwrap();
-    }
+    let (error, cookie, _) = optio_nbd::testing::reply(stream, data).expect("a reply");
     (error, cookie)
 }
 

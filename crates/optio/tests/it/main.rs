@@ -34,4 +34,7 @@ mod scrub;
 // Authentication and authorisation (issue 14).
 mod security;
 
+// Block volumes (issue 15).
+mod volumes;
+
 pub use store_support::*;

@@ -1,0 +1,486 @@
+//! Block volumes (issue 15): `optio volume` from the command line, and `optio nbd` serving
+//! them to real clients — qemu-img, qemu-io, nbdinfo, nbdcopy, fio's nbd engine, and ext4
+//! through nbdfuse — and faults: `optio nbd` or a storage server killed with SIGKILL during
+//! writes, a second writer, a client that breaks the protocol.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use optio_local::cluster::{LocalCluster, LocalClusterSpec};
+use optio_nbd::{proto, testing};
+
+use crate::{binary, cluster, small};
+
+const MIB: u64 = 1 << 20;
+
+/// NBD command numbers.
+const READ: u16 = 0;
+const WRITE: u16 = 1;
+const FLUSH: u16 = 3;
+
+fn spec() -> LocalClusterSpec {
+    LocalClusterSpec { auth: true, ..small() }
+}
+
+/// `optio ARGS --cluster DIR`.
+fn optio(dir: &Path, args: &[&str]) -> Output {
+    Command::new(binary()).args(args).arg("--cluster").arg(dir).output().expect("optio runs")
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = optio(dir, args);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "optio {args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// Runs `optio ARGS`, which must fail with exit status 1 and a message (no panic).
+fn fails(dir: &Path, args: &[&str]) -> String {
+    let out = optio(dir, args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "optio {args:?} should fail: {stderr}");
+    assert!(stderr.starts_with("error: ") && !stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+/// Whether a tool is here; under `CI=true` its absence fails the test.
+fn have(tool: &str, package: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{tool} is required when CI=true: install Debian's {package}"
+        );
+        eprintln!("skipping: {tool} not found (install Debian's {package})");
+    }
+    found
+}
+
+fn run(program: &str, args: &[&str]) -> String {
+    let output = Command::new(program).args(args).output().expect("runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{program} {args:?} failed: {text}");
+    text
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A running `optio nbd`.
+struct Nbd {
+    child: Child,
+    port: u16,
+}
+
+impl Nbd {
+    fn start(dir: &Path, extra: &[&str]) -> Result<Nbd, String> {
+        let port = free_port();
+        let mut child = Command::new(binary())
+            .args(["nbd", "--listen", &format!("127.0.0.1:{port}"), "--cluster"])
+            .arg(dir)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("optio nbd starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        match lines.next() {
+            Some(Ok(line)) if line.starts_with("serving ") => {
+                std::thread::spawn(move || for _ in lines {});
+                Ok(Nbd { child, port })
+            }
+            _ => {
+                let status = child.wait().expect("exits");
+                let mut stderr = String::new();
+                child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+                Err(format!("{status}: {stderr}"))
+            }
+        }
+    }
+
+    fn uri(&self, volume: &str) -> String {
+        format!("nbd://127.0.0.1:{}/{volume}", self.port)
+    }
+
+    /// SIGKILL.
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM: flushes and releases the volumes' locks.
+    fn stop(mut self) {
+        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("optio nbd did not stop on SIGTERM");
+    }
+}
+
+impl Drop for Nbd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Deterministic bytes with runs of zeros (a sparse image).
+fn image(len: u64, seed: u64) -> Vec<u8> {
+    let mut out = vec![0u8; len as usize];
+    let mut x = seed | 1;
+    for (i, chunk) in out.chunks_mut(64 << 10).enumerate() {
+        if i % 3 == 1 {
+            continue; // a hole
+        }
+        for byte in chunk {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *byte = x as u8;
+        }
+    }
+    out
+}
+
+/// Waits until `optio status` says HEALTH_OK (every server up, rebalanced and caught up).
+fn settle(cluster: &LocalCluster) {
+    let healthy = crate::wait_until(Duration::from_secs(60), || {
+        optio(cluster.dir(), &["status"]).status.code() == Some(0)
+    });
+    assert!(healthy, "the cluster did not settle: {}", ok_or_not(cluster.dir()));
+}
+
+fn ok_or_not(dir: &Path) -> String {
+    String::from_utf8_lossy(&optio(dir, &["status"]).stdout).into_owned()
+}
+
+#[test]
+fn volume_commands_check_their_input_and_round_trip_images() {
+    let (tmp, cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir();
+    ok(dir, &["volume", "create", "vm", "64MiB"]);
+    // Clear errors, exit status 1, nothing made.
+    assert!(fails(dir, &["volume", "create", "vm", "64MiB"]).contains("exists already"));
+    assert!(fails(dir, &["volume", "create", "a/b", "64MiB"]).contains("bad volume name"));
+    assert!(fails(dir, &["volume", "create", "odd", "1000"]).contains("multiple of 512"));
+    let error = fails(dir, &["volume", "create", "odd", "1GiB", "--object-size", "3MiB"]);
+    assert!(error.contains("power of two"), "{error}");
+    assert!(fails(dir, &["volume", "create", "x", "1GiB", "--pool", "nope"]).contains("no pool"));
+    assert!(fails(dir, &["volume", "info", "ghost"]).contains("no volume 'ghost'"));
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(dir, &["volume", "ls", "--json"])).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["size"], 64 * MIB);
+
+    // Import skips runs of zeros; export gives the same bytes back.
+    let file = tmp.path().join("in.raw");
+    let data = image(10 * MIB, 7);
+    std::fs::write(&file, &data).unwrap();
+    let out = ok(dir, &["volume", "import", "vm", file.to_str().unwrap(), "--chunk", "1MiB"]);
+    assert!(out.contains("imported 10.00 MiB"), "{out}");
+    let back = tmp.path().join("out.raw");
+    ok(dir, &["volume", "export", "vm", back.to_str().unwrap()]);
+    let exported = std::fs::read(&back).unwrap();
+    assert_eq!(exported.len() as u64, 64 * MIB);
+    assert!(exported[..data.len()] == data[..], "export differs from import");
+    assert!(exported[data.len()..].iter().all(|b| *b == 0), "never written reads as zeros");
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(dir, &["volume", "info", "vm", "--placement", "--json"])).unwrap();
+    assert_eq!(info["allocated_objects"], 3, "10 MiB in 4 MiB objects: {info}");
+    assert_eq!(info["placement"].as_array().unwrap().len(), 3);
+    assert_eq!(info["placement"][0]["devices"].as_array().unwrap().len(), 3, "{info}");
+
+    // Resize: grow; shrink only when asked, discarding the tail.
+    let error = fails(dir, &["volume", "resize", "vm", "4MiB"]);
+    assert!(error.contains("--allow-shrink"), "{error}");
+    ok(dir, &["volume", "resize", "vm", "6MiB", "--allow-shrink"]);
+    ok(dir, &["volume", "resize", "vm", "128MiB"]);
+    ok(dir, &["volume", "export", "vm", back.to_str().unwrap()]);
+    let exported = std::fs::read(&back).unwrap();
+    assert_eq!(exported.len() as u64, 128 * MIB);
+    assert!(exported[..(6 * MIB) as usize] == data[..(6 * MIB) as usize]);
+    assert!(exported[(6 * MIB) as usize..].iter().all(|b| *b == 0), "the discarded tail is zeros");
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(dir, &["volume", "info", "vm", "--json"])).unwrap();
+    assert_eq!(info["allocated_objects"], 2, "objects past the shrunk end deleted: {info}");
+
+    // Removal deletes every object; the name is free again.
+    let out = ok(dir, &["volume", "rm", "vm"]);
+    assert!(out.contains("2 data objects deleted"), "{out}");
+    assert!(fails(dir, &["volume", "info", "vm"]).contains("no volume"));
+    let listed = ok(dir, &["ls", "volume_data."]);
+    assert!(!listed.contains("volume_data."), "{listed}");
+}
+
+#[test]
+fn nbd_serves_volumes_to_qemu_nbdcopy_fio_and_ext4() {
+    if !(have("qemu-img", "qemu-utils")
+        && have("nbdinfo", "libnbd-bin")
+        && have("nbdcopy", "libnbd-bin")
+        && have("fio", "fio")
+        && have("nbdfuse", "nbdfuse")
+        && have("mkfs.ext4", "e2fsprogs"))
+    {
+        return;
+    }
+    let (tmp, mut cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "disk", "64MiB"]);
+    ok(&dir, &["volume", "create", "fs", "128MiB", "--object-size", "1MiB"]);
+    let nbd = Nbd::start(&dir, &[]).expect("optio nbd serves");
+    let disk = nbd.uri("disk");
+
+    let info = run("nbdinfo", &[&disk]);
+    assert!(info.contains("export-size: 67108864"), "{info}");
+    let list = run("nbdinfo", &["--list", &nbd.uri("")]);
+    assert!(list.contains("export=\"disk\"") && list.contains("export=\"fs\""), "{list}");
+
+    // qemu-img convert in and out: identical bytes.
+    let raw = tmp.path().join("img.raw");
+    let data = image(16 * MIB, 3);
+    std::fs::write(&raw, &data).unwrap();
+    run("qemu-img", &["convert", "-n", "-f", "raw", "-O", "raw", raw.to_str().unwrap(), &disk]);
+    let back = tmp.path().join("back.raw");
+    run("qemu-img", &["convert", "-f", "raw", "-O", "raw", &disk, back.to_str().unwrap()]);
+    let got = std::fs::read(&back).unwrap();
+    assert!(got[..data.len()] == data[..], "qemu-img round trip differs");
+    // qemu-io: unaligned writes, zeroes and discards read back as written.
+    let io = run(
+        "qemu-io",
+        &[
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0xab 4094 10",
+            "-c",
+            "read -P 0xab 4094 10",
+            "-c",
+            "write -z 1M 64k",
+            "-c",
+            "read -P 0 1M 64k",
+            "-c",
+            "discard 2M 1M",
+            "-c",
+            "read -P 0 2M 1M",
+            &disk,
+        ],
+    );
+    assert!(!io.contains("Pattern verification failed"), "{io}");
+    // nbdcopy both ways.
+    let copy = tmp.path().join("copy.raw");
+    run("nbdcopy", &[&disk, copy.to_str().unwrap()]);
+    run("nbdcopy", &[copy.to_str().unwrap(), &nbd.uri("fs")]);
+    let again = tmp.path().join("again.raw");
+    run("nbdcopy", &[&nbd.uri("fs"), again.to_str().unwrap()]);
+    let (copy, again) = (std::fs::read(&copy).unwrap(), std::fs::read(&again).unwrap());
+    assert!(again[..copy.len()] == copy[..], "nbdcopy round trip differs");
+
+    // fio verify jobs through its nbd engine: 4 KiB random writes at queue depth 1 and 32,
+    // mixed reads and writes, 1 MiB sequential writes; then a pass that only verifies what
+    // the last one wrote (read back by a new connection).
+    let uri = format!("--uri={disk}");
+    let fio = |extra: &[&str]| {
+        let mut args = vec![
+            "--name=v",
+            "--ioengine=nbd",
+            &uri,
+            "--size=64M",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--randseed=42",
+            "--output-format=terse",
+        ];
+        args.extend_from_slice(extra);
+        run("fio", &args)
+    };
+    fio(&["--rw=randwrite", "--bs=4k", "--iodepth=1", "--io_size=2M"]);
+    fio(&["--rw=randwrite", "--bs=4k", "--iodepth=32", "--io_size=8M"]);
+    fio(&["--rw=randrw", "--bs=16k", "--iodepth=16", "--io_size=8M"]);
+    fio(&["--rw=write", "--bs=1M", "--iodepth=8"]);
+    fio(&["--rw=write", "--bs=1M", "--iodepth=8", "--verify_only"]);
+
+    // One writer per volume: a second read-write server is refused, naming the holder; a
+    // read-only one is allowed.
+    let error = Nbd::start(&dir, &["disk"]).err().expect("a second writer is refused");
+    assert!(error.contains("is open read-write by"), "{error}");
+    let reader = Nbd::start(&dir, &["--read-only", "disk"]).expect("read-only is allowed");
+    let info = run("nbdinfo", &[&reader.uri("disk")]);
+    assert!(info.contains("is_read_only: true"), "{info}");
+    reader.stop();
+
+    // A real file system through nbdfuse: mkfs.ext4, a file written with debugfs, then
+    // everything restarted (every storage server killed and started again, optio nbd too),
+    // and e2fsck finds it clean with the file intact.
+    let mount = tmp.path().join("mnt");
+    std::fs::create_dir(&mount).unwrap();
+    let fuse = |uri: &str| {
+        let mut child =
+            Command::new("nbdfuse").arg(&mount).arg(uri).stderr(Stdio::null()).spawn().unwrap();
+        let file = mount.join("nbd");
+        assert!(crate::wait_until(Duration::from_secs(10), || file.exists()), "nbdfuse mounted");
+        let _ = child.try_wait();
+        file
+    };
+    let unmount = || {
+        let _ = Command::new("umount").arg(&mount).status();
+    };
+    let file = fuse(&nbd.uri("fs"));
+    let file_s = file.to_str().unwrap().to_string();
+    run("mkfs.ext4", &["-q", "-F", &file_s]);
+    let note = tmp.path().join("note.txt");
+    std::fs::write(&note, b"stored on an Optio volume\n").unwrap();
+    run("debugfs", &["-w", "-R", &format!("write {} note.txt", note.display()), &file_s]);
+    unmount();
+    nbd.stop();
+    let devices: Vec<u32> =
+        cluster.servers().iter().flat_map(|s| s.devices.iter().map(|d| d.0)).collect();
+    for device in devices {
+        cluster.restart(device).unwrap();
+    }
+    settle(&cluster);
+    let nbd = Nbd::start(&dir, &["fs"]).expect("optio nbd serves again");
+    let file = fuse(&nbd.uri("fs"));
+    let file_s = file.to_str().unwrap().to_string();
+    let check = run("e2fsck", &["-fn", &file_s]);
+    assert!(check.contains("clean") || check.contains("files"), "{check}");
+    let cat = run("debugfs", &["-R", "cat note.txt", &file_s]);
+    assert!(cat.contains("stored on an Optio volume"), "{cat}");
+    unmount();
+    nbd.stop();
+}
+
+/// A raw NBD connection to `port`, export `name` open.
+fn connect(port: u16, name: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let kinds = testing::go(&mut stream, name).expect("the handshake");
+    assert_eq!(kinds.last(), Some(&proto::REP_ACK), "{kinds:?}");
+    stream
+}
+
+fn block(i: u64) -> Vec<u8> {
+    (0..64 * 1024u64).map(|j| (i.wrapping_mul(131) ^ j.wrapping_mul(7)) as u8).collect()
+}
+
+#[test]
+fn no_acknowledged_write_is_lost_when_optio_nbd_or_a_storage_server_is_killed() {
+    let (_tmp, mut cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "disk", "32MiB"]);
+
+    // Writes of 64 KiB blocks with a FLUSH every 8, until optio nbd is killed under them.
+    let nbd = Nbd::start(&dir, &[]).unwrap();
+    let port = nbd.port;
+    let writer = std::thread::spawn(move || {
+        let mut stream = connect(port, "disk");
+        let mut acked = 0u64;
+        let mut flushed = 0u64;
+        for i in 0..512u64 {
+            let mut write = testing::request(WRITE, 0, i, i * 64 * 1024, 64 * 1024);
+            write.extend_from_slice(&block(i));
+            if stream.write_all(&write).is_err() {
+                break;
+            }
+            match testing::reply(&mut stream, 0) {
+                Ok((0, cookie, _)) if cookie == i => acked = i + 1,
+                _ => break,
+            }
+            if acked % 8 == 0 {
+                let flush = testing::request(FLUSH, 0, 1 << 40, 0, 0);
+                if stream.write_all(&flush).is_err() {
+                    break;
+                }
+                match testing::reply(&mut stream, 0) {
+                    Ok((0, _, _)) => flushed = acked,
+                    _ => break,
+                }
+            }
+        }
+        (acked, flushed)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    nbd.kill();
+    let (acked, flushed) = writer.join().unwrap();
+    assert!(flushed >= 8 && acked < 512, "killed mid-job: {acked} acknowledged, {flushed} flushed");
+    // The lock is still held by the dead server's lease: refused, then broken on purpose.
+    let error = Nbd::start(&dir, &[]).err().expect("the lease of the dead server holds");
+    assert!(error.contains("--break-lock"), "{error}");
+    let nbd = Nbd::start(&dir, &["--break-lock"]).unwrap();
+    let mut stream = connect(nbd.port, "disk");
+    for i in 0..acked {
+        let read = testing::request(READ, 0, i, i * 64 * 1024, 64 * 1024);
+        stream.write_all(&read).unwrap();
+        let (error, _, data) = testing::reply(&mut stream, 64 * 1024).unwrap();
+        assert_eq!(error, 0);
+        assert!(data == block(i), "acknowledged block {i} of {acked} (flushed {flushed}) lost");
+    }
+
+    // A storage server killed during a write job: writes go on (two of three replicas, the
+    // pool's min_size), and once it is back and caught up, the data is whole on it too.
+    let victim = cluster.servers()[1].devices[0].0;
+    let port = nbd.port;
+    let writer = std::thread::spawn(move || {
+        let mut stream = connect(port, "disk");
+        for i in 0..256u64 {
+            let mut write = testing::request(WRITE, 0, i, i * 64 * 1024, 64 * 1024);
+            write.extend_from_slice(&block(i + 1000));
+            stream.write_all(&write).unwrap();
+            let (error, _, _) = testing::reply(&mut stream, 0).unwrap();
+            assert_eq!(error, 0, "write {i} failed with a server down");
+        }
+        let flush = testing::request(FLUSH, 0, 1 << 40, 0, 0);
+        stream.write_all(&flush).unwrap();
+        assert_eq!(testing::reply(&mut stream, 0).unwrap().0, 0);
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    cluster.kill(victim).unwrap();
+    writer.join().expect("the job went on with a server down");
+    cluster.restart(victim).unwrap();
+    settle(&cluster);
+    // Now another server down: what is read comes from the returned one and its peer.
+    let other = cluster.servers()[2].devices[0].0;
+    cluster.kill(other).unwrap();
+    let mut stream = connect(nbd.port, "disk");
+    for i in 0..256u64 {
+        let read = testing::request(READ, 0, i, i * 64 * 1024, 64 * 1024);
+        stream.write_all(&read).unwrap();
+        let (error, _, data) = testing::reply(&mut stream, 64 * 1024).unwrap();
+        assert_eq!(error, 0);
+        assert!(data == block(i + 1000), "block {i} written while a server was down is lost");
+    }
+    cluster.restart(other).unwrap();
+
+    // A client that breaks the protocol gets errors or is disconnected; the server goes on.
+    let mut bad = connect(nbd.port, "disk");
+    bad.write_all(&testing::request(READ, 0, 1, 32 * MIB, 4096)).unwrap();
+    assert_eq!(testing::reply(&mut bad, 0).unwrap().0, proto::EINVAL, "a read past the end");
+    bad.write_all(&testing::request(READ, 0, 2, 0, 1 << 30)).unwrap();
+    assert_eq!(testing::reply(&mut bad, 0).unwrap().0, proto::EINVAL, "an oversize read");
+    bad.write_all(b"this is not an NBD request at all").unwrap();
+    let mut rest = Vec::new();
+    let _ = bad.read_to_end(&mut rest);
+    let mut fresh = connect(nbd.port, "disk");
+    fresh.write_all(&testing::request(READ, 0, 3, 0, 4096)).unwrap();
+    let (error, _, data) = testing::reply(&mut fresh, 4096).unwrap();
+    assert_eq!(error, 0);
+    assert!(data[..] == block(1000)[..4096]);
+}
