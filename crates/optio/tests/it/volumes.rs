@@ -404,7 +404,7 @@ fn no_acknowledged_write_is_lost_when_optio_nbd_or_a_storage_server_is_killed() 
                 Ok((0, cookie, _)) if cookie == i => acked = i + 1,
                 _ => break,
             }
-            if acked % 8 == 0 {
+            if acked.is_multiple_of(8) {
                 let flush = testing::request(FLUSH, 0, 1 << 40, 0, 0);
                 if stream.write_all(&flush).is_err() {
                     break;
