@@ -91,6 +91,9 @@ impl Client {
             )));
         }
         let mut known = known.cloned();
+        // The dirty-table entry of an elastic pool below full power, recorded once for the
+        // write whichever way it goes.
+        let mut noted = None;
         for _ in 0..RETRIES_MAX {
             let view = self.view();
             let pool = view.pool(pool_name)?;
@@ -110,7 +113,8 @@ impl Client {
                 },
             };
             let Some(current) = current else {
-                return match self.create_in_place(pool_name, key, size, offset, patch).await {
+                return match self.create_in_place(pool_name, key, size, offset, patch, noted).await
+                {
                     Err(ClientError::Exists { .. }) => break,
                     other => other,
                 };
@@ -119,7 +123,6 @@ impl Client {
             let Some(candidate) = candidates.get(usize::from(current.candidate)) else {
                 continue;
             };
-            let mut noted = None;
             self.note_dirty(&view, pool, key, &mut noted).await?;
             match self
                 .patch_replicas(&view, pool, key, candidate, current.version, offset, patch, sync)
@@ -138,7 +141,7 @@ impl Client {
                 Err(Slow::Failed(error)) => return Err(error),
             }
         }
-        self.rewrite_whole(pool_name, key, size, offset, patch).await
+        self.rewrite_whole(pool_name, key, size, offset, patch, noted).await
     }
 
     /// Replaces the bytes at `offset` of the block object `key` if it is still at version
@@ -245,13 +248,14 @@ impl Client {
         size: u64,
         offset: u64,
         patch: &Patch,
+        noted: Option<u64>,
     ) -> Result<Written, ClientError> {
         let (data, zeroes) = match patch {
             Patch::Data(data) => (data.clone(), 0),
             Patch::Zeroes(n) => (Bytes::new(), *n),
         };
         let create = Create { offset, size, zeroes };
-        let report = self.put_attempts(pool_name, key, data, Some(create)).await?;
+        let report = self.put_attempts(pool_name, key, data, Some(create), noted).await?;
         Ok(Written {
             candidate: report.candidate,
             devices: report.devices,
@@ -267,6 +271,7 @@ impl Client {
         size: u64,
         offset: u64,
         patch: &Patch,
+        noted: Option<u64>,
     ) -> Result<Written, ClientError> {
         let mut whole = match self.get(pool_name, key).await {
             Ok(data) => data.to_vec(),
@@ -287,7 +292,7 @@ impl Client {
             Patch::Data(data) => whole[range].copy_from_slice(data),
             Patch::Zeroes(_) => whole[range].fill(0),
         }
-        let report = self.put(pool_name, key, Bytes::from(whole)).await?;
+        let report = self.put_noted(pool_name, key, Bytes::from(whole), noted).await?;
         Ok(Written {
             candidate: report.candidate,
             devices: report.devices,

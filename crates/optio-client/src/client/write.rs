@@ -74,6 +74,18 @@ impl Client {
     /// Writes an object: r replicas on the chosen candidate's replica set, acknowledged when
     /// w of them (default all) are durable.
     pub async fn put(&self, pool: &str, key: &str, data: Bytes) -> Result<PutReport, ClientError> {
+        self.put_noted(pool, key, data, None).await
+    }
+
+    /// [`put`](Self::put), for a write whose dirty-table entry was already recorded at the
+    /// membership version `dirty_noted` (a write in place falling back to a whole write).
+    pub(super) async fn put_noted(
+        &self,
+        pool: &str,
+        key: &str,
+        data: Bytes,
+        dirty_noted: Option<u64>,
+    ) -> Result<PutReport, ClientError> {
         validate_key(key)?;
         let intent = match &self.inner.intents {
             Some(log) => {
@@ -82,7 +94,7 @@ impl Client {
             None => None,
         };
         self.inner.in_flight.fetch_add(1, Ordering::AcqRel);
-        let result = self.put_attempts(pool, key, data, None).await;
+        let result = self.put_attempts(pool, key, data, None, dirty_noted).await;
         let in_flight = self.inner.in_flight.fetch_sub(1, Ordering::AcqRel) - 1;
         if let (Some(log), Some(intent)) = (&self.inner.intents, intent) {
             log.end(intent);
@@ -97,11 +109,11 @@ impl Client {
         key: &str,
         data: Bytes,
         create: Option<Create>,
+        mut dirty_noted: Option<u64>,
     ) -> Result<PutReport, ClientError> {
         let crc = checksum(&data);
         let size_bytes = create.map_or(data.len() as u64, |c| c.size);
         let mut excluded = Excluded::default();
-        let mut dirty_noted = None;
         let mut version_bumps = 0;
         let mut waited_for_down = false;
         for _attempt in 0..RETRIES_MAX {

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use optio_client::{ClientError, ReintegrationStatus};
+use optio_client::{ClientError, Patch, ReintegrationStatus};
 use optio_local::cluster::{LocalCluster, LocalClusterSpec};
 use optio_placement::{ActiveSpec, MapChange, Placement, ReplicaSet};
 
@@ -59,6 +59,9 @@ fn offloaded(map: &optio_placement::ClusterMap, key: &str) -> u64 {
     full.devices().filter(|d| !now.contains(*d)).count() as u64
 }
 
+/// The size of the block objects written in place.
+const BLOCK_OBJECT: u64 = 64 * 1024;
+
 fn resize_cycle(dirty: Option<String>) {
     let (_dir, cluster) = cluster(ten_servers(dirty));
     let rt = runtime();
@@ -72,6 +75,24 @@ fn resize_cycle(dirty: Option<String>) {
             let key = format!("e/{i}");
             client.put(POOL, &key, data(i, 2000)).await.expect("write");
             expected.insert(key, Some(i));
+        }
+        // Block objects (a volume's), written in place: created, then changed in place.
+        let mut blocks: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for i in 0..6 {
+            let key = format!("b/{i}");
+            let mut model = vec![0u8; BLOCK_OBJECT as usize];
+            let mut known = None;
+            for (offset, seed) in [(100u64, i), (5000, i + 50)] {
+                let bytes = data(seed, 3000);
+                model[offset as usize..offset as usize + bytes.len()].copy_from_slice(&bytes);
+                let patch = Patch::Data(bytes);
+                let written = client
+                    .write_in_place(POOL, &key, BLOCK_OBJECT, offset, &patch, known.as_ref(), false)
+                    .await
+                    .expect("write in place");
+                known = Some(written);
+            }
+            blocks.insert(key, model);
         }
         // Down to the primaries (p = ⌈10 / e²⌉ = 2): nothing moves, everything reads.
         resize(&cluster, 2);
@@ -92,6 +113,18 @@ fn resize_cycle(dirty: Option<String>) {
             client.put(POOL, &key, data(1000 + i, 2000)).await.expect("overwrite");
             offloaded_replicas += offloaded(&map, &key);
             expected.insert(key, Some(1000 + i));
+            operations += 1;
+        }
+        // Block objects changed in place while offloaded: the replicas the smaller
+        // membership adds hold no copy, so the write goes whole there — one dirty entry still.
+        for (i, (key, model)) in blocks.iter_mut().enumerate() {
+            let bytes = data(2000 + i, 5000);
+            model[9000..14000].copy_from_slice(&bytes);
+            client
+                .write_in_place(POOL, key, BLOCK_OBJECT, 9000, &Patch::Data(bytes), None, false)
+                .await
+                .expect("write in place while offloaded");
+            offloaded_replicas += offloaded(&map, key);
             operations += 1;
         }
         for i in 0..5 {
@@ -140,6 +173,10 @@ fn resize_cycle(dirty: Option<String>) {
                 (None, Err(ClientError::NotFound { .. })) => {}
                 (i, other) => panic!("{key}: expected {i:?}, read {other:?}"),
             }
+        }
+        for (key, model) in &blocks {
+            let got = fresh.get(POOL, key).await.unwrap_or_else(|e| panic!("{key}: {e}"));
+            assert!(got[..] == model[..], "{key}: the block object as last written in place");
         }
     });
 }

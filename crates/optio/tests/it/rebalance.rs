@@ -3,9 +3,10 @@
 //! move and after; a delete made while data moves stays deleted; a server restarted in the
 //! middle resumes; the CLI refuses to remove a device holding the only copy of something.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use optio_client::ClientError;
+use optio_client::{ClientError, Patch, Written};
 use optio_local::cluster::LocalClusterSpec;
 use optio_placement::{DeviceId, MapChange};
 
@@ -38,6 +39,50 @@ async fn read_all(client: &optio_client::Client, written: &[(&str, String, usize
     }
 }
 
+/// Block objects (a volume's) of each pool: (pool, key) → (bytes, what the last write left).
+type Blocks = BTreeMap<(&'static str, String), (Vec<u8>, Option<Written>)>;
+
+const BLOCK_OBJECT: u64 = 32 * 1024;
+
+/// Writes in place into 6 block objects per pool (creating them the first time), at an
+/// offset that moves with `round`.
+async fn write_blocks(client: &optio_client::Client, blocks: &mut Blocks, round: usize) {
+    for pool in POOLS {
+        for i in 0..6 {
+            let (model, known) = blocks
+                .entry((pool, format!("blk/{pool}/{i}")))
+                .or_insert_with(|| (vec![0u8; BLOCK_OBJECT as usize], None));
+            let offset = (round * 5000 + i * 100) % (BLOCK_OBJECT as usize - 3000);
+            let bytes = data(round * 100 + i, 3000);
+            model[offset..offset + 3000].copy_from_slice(&bytes);
+            let key = format!("blk/{pool}/{i}");
+            let patch = Patch::Data(bytes);
+            let written = client
+                .write_in_place(
+                    pool,
+                    &key,
+                    BLOCK_OBJECT,
+                    offset as u64,
+                    &patch,
+                    known.as_ref(),
+                    false,
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{pool}/{key}: {e}"));
+            *known = Some(written);
+        }
+    }
+}
+
+async fn read_blocks(client: &optio_client::Client, blocks: &Blocks) {
+    for ((pool, key), (model, _)) in blocks {
+        let got = client.get(pool, key).await.unwrap_or_else(|e| panic!("{pool}/{key}: {e}"));
+        assert!(got[..] == model[..], "{pool}/{key} reads back as written in place");
+        let part = client.read_in_place(pool, key, 4000, 9000).await.unwrap().expect("stored");
+        assert!(part[..] == model[4000..13000], "{pool}/{key}: a ranged read");
+    }
+}
+
 /// Objects each device holds, from the servers.
 async fn objects_on(cluster: &optio_local::cluster::LocalCluster) -> Vec<(u32, u64)> {
     let mut out = Vec::new();
@@ -57,13 +102,21 @@ fn data_follows_the_map_out_in_and_removed() {
     rt.block_on(async {
         let client = client(&cluster, None).await;
         let written = fill(&client, 3000).await;
-        // Out: device 4's copies go to the others; reads work during and after.
+        let mut blocks = Blocks::new();
+        write_blocks(&client, &mut blocks, 0).await;
+        write_blocks(&client, &mut blocks, 1).await;
+        // Out: device 4's copies go to the others; reads work during and after, and so do
+        // writes in place while the data moves (written whole then) and after.
         cluster
             .change_map(&MapChange::SetState { device: DeviceId(4), up: None, is_in: Some(false) })
             .expect("device 4 out");
         read_all(&client, &written, 3000).await;
+        write_blocks(&client, &mut blocks, 2).await;
+        read_blocks(&client, &blocks).await;
         wait_settled(&cluster, Duration::from_secs(60)).await;
         read_all(&client, &written, 3000).await;
+        read_blocks(&client, &blocks).await;
+        write_blocks(&client, &mut blocks, 3).await;
         let on = objects_on(&cluster).await;
         assert_eq!(on.iter().find(|(d, _)| *d == 4).map(|(_, n)| *n), Some(0), "{on:?}");
         let moved: u64 =
@@ -87,9 +140,13 @@ fn data_follows_the_map_out_in_and_removed() {
         assert!(out.contains("stored epoch"), "{out}");
         wait_settled(&cluster, Duration::from_secs(60)).await;
         read_all(&client, &written, 3000).await;
+        read_blocks(&client, &blocks).await;
         // A server restarted after all that holds the current epoch and serves its data.
         cluster.restart(0).expect("restart");
         read_all(&client, &written, 3000).await;
+        write_blocks(&client, &mut blocks, 4).await;
+        let fresh = crate::client(&cluster, None).await;
+        read_blocks(&fresh, &blocks).await;
     });
 }
 
