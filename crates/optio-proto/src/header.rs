@@ -217,7 +217,8 @@ impl ObjectHeader {
         if self.blocks {
             BlockLayout::new(key_bytes, self.size_bytes).file_bytes()
         } else {
-            (HEADER_BYTES + key_bytes) as u64 + self.size_bytes
+            // Saturating: the size comes from a file, which may say anything.
+            ((HEADER_BYTES + key_bytes) as u64).saturating_add(self.size_bytes)
         }
     }
 
@@ -303,6 +304,50 @@ mod tests {
             prop_assert_eq!(k, key.as_str());
             prop_assert_eq!(d, &data[..]);
         }
+    }
+
+    /// A block object's file: header, key, checksum table, data.
+    fn stored_blocks(key: &str, data: &[u8]) -> Vec<u8> {
+        use crate::blocks::{BLOCK_BYTES, BlockLayout, encode_table};
+        let layout = BlockLayout::new(key.len(), data.len() as u64);
+        let header = ObjectHeader {
+            blocks: true,
+            ..ObjectHeader::new(PoolId(3), Some(17), key, data, ObjectVersion(99), Epoch(5))
+        };
+        let table: Vec<u32> = data.chunks(BLOCK_BYTES).map(checksum).collect();
+        let mut file = vec![0u8; layout.file_bytes() as usize];
+        let head = header.encode(key);
+        file[..head.len()].copy_from_slice(&head);
+        let table = encode_table(&table);
+        let at = layout.table_offset as usize;
+        file[at..at + table.len()].copy_from_slice(&table);
+        file[layout.data_offset as usize..].copy_from_slice(data);
+        file
+    }
+
+    #[test]
+    fn block_objects_decode_and_every_flip_in_header_table_or_data_is_detected() {
+        use crate::blocks::BlockLayout;
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+        let file = stored_blocks("vol/0", &data);
+        let (header, key, body) = ObjectHeader::decode(&file).expect("intact");
+        assert!(header.blocks);
+        assert_eq!((key, body), ("vol/0", &data[..]));
+        assert_eq!(header.file_bytes(key.len()), file.len() as u64);
+        let layout = BlockLayout::new(5, data.len() as u64);
+        let meaningful = (0..HEADER_BYTES + 5)
+            .chain(layout.table_offset as usize..(layout.table_offset + 4 * layout.blocks) as usize)
+            .chain(layout.data_offset as usize..file.len());
+        for byte in meaningful {
+            let mut bad = file.clone();
+            bad[byte] ^= 0x10;
+            assert!(ObjectHeader::decode(&bad).is_err(), "flip at {byte} undetected");
+        }
+        assert!(ObjectHeader::decode(&file[..file.len() - 1]).is_err(), "truncated");
+        // A plain format number with the blocks flag (or the reverse) is refused.
+        let mut mixed = file.clone();
+        mixed[8..10].copy_from_slice(&1u16.to_le_bytes());
+        assert!(ObjectHeader::decode(&mixed).is_err());
     }
 
     #[test]
