@@ -67,23 +67,10 @@ impl BlockLayout {
     }
 }
 
-/// The crc32c of `len` zero bytes (by doubling: no buffer of that size is made).
+/// The crc32c of `len` zero bytes (no buffer of that size is made): the initial register
+/// shifted through them, complemented.
 pub fn zeros_checksum(len: u64) -> u32 {
-    let mut result = crc32c::crc32c(&[]);
-    let mut power = crc32c::crc32c(&[0u8]);
-    let mut power_len = 1usize;
-    let mut rest = len;
-    while rest > 0 {
-        if rest & 1 == 1 {
-            result = crc32c::crc32c_combine(result, power, power_len);
-        }
-        rest >>= 1;
-        if rest > 0 {
-            power = crc32c::crc32c_combine(power, power, power_len);
-            power_len *= 2;
-        }
-    }
-    result
+    shift(u32::MAX, len) ^ u32::MAX
 }
 
 /// The whole data's checksum after one block changed from a block with checksum `old` to one
@@ -92,16 +79,67 @@ pub fn whole_after(whole: u32, old: u32, new: u32, after: u64) -> u32 {
     if old == new {
         return whole;
     }
-    // crc(P‖B‖S) = shift_{|B|+|S|}(crc P) ⊕ shift_{|S|}(crc B) ⊕ crc S, and combine(x, 0, n)
-    // is shift_n(x): only the middle term changes.
-    whole ^ crc32c::crc32c_combine(old ^ new, 0, after as usize)
+    // crc(P‖B‖S) = shift_{|B|+|S|}(crc P) ⊕ shift_{|S|}(crc B) ⊕ crc S: only the middle term
+    // changes, by shift_{|S|}(old ⊕ new).
+    whole ^ shift(old ^ new, after)
+}
+
+/// CRC-32C's polynomial, bit-reflected.
+const POLY: u32 = 0x82f6_3b78;
+
+/// `a · b` modulo the polynomial, both bit-reflected (bit 31 is x⁰).
+fn mult_mod(a: u32, mut b: u32) -> u32 {
+    let mut product = 0;
+    let mut bit = 1u32 << 31;
+    while bit != 0 {
+        if a & bit != 0 {
+            product ^= b;
+        }
+        bit >>= 1;
+        b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+    }
+    product
+}
+
+/// x^(2^k) modulo the polynomial for k = 0..64, bit-reflected.
+fn powers() -> &'static [u32; 64] {
+    static POWERS: std::sync::OnceLock<[u32; 64]> = std::sync::OnceLock::new();
+    POWERS.get_or_init(|| {
+        let mut table = [0u32; 64];
+        let mut p = 1u32 << 30; // x¹
+        for entry in &mut table {
+            *entry = p;
+            p = mult_mod(p, p);
+        }
+        table
+    })
+}
+
+/// `value` multiplied by x^(8·bytes) modulo the polynomial: what a CRC register holding
+/// `value` becomes after `bytes` zero bytes, without its initial value and final complement
+/// (so that `shift(a ⊕ b) = shift(a) ⊕ shift(b)`). O(log bytes) multiplications, with powers
+/// of x computed once — a fraction of a microsecond for a 64 MiB object.
+pub fn shift(value: u32, bytes: u64) -> u32 {
+    let powers = powers();
+    let mut result = value;
+    let mut n = bytes;
+    let mut k = 3; // x^(8n) = x^(n·2³)
+    while n != 0 {
+        if n & 1 != 0 {
+            result = mult_mod(powers[k & 63], result);
+        }
+        n >>= 1;
+        k += 1;
+    }
+    result
 }
 
 /// The whole data's checksum from its block checksums (in order).
 pub fn whole_of_blocks(layout: &BlockLayout, table: &[u32]) -> u32 {
+    // crc(A‖B) = shift_{|B|}(crc A) ⊕ crc B.
     let mut whole = crc32c::crc32c(&[]);
     for (block, crc) in table.iter().enumerate() {
-        whole = crc32c::crc32c_combine(whole, *crc, layout.block_len(block as u64));
+        whole = shift(whole, layout.block_len(block as u64) as u64) ^ crc;
     }
     whole
 }
@@ -129,6 +167,14 @@ mod tests {
         assert_eq!((l.blocks, l.block_len(0), l.block_len(1)), (2, 4096, 904));
         assert_eq!(l.blocks_of(4095, 2), (0, 1));
         assert_eq!(l.file_bytes(), l.data_offset + 5000);
+    }
+
+    #[test]
+    fn shift_is_the_crates_combine_with_nothing_appended() {
+        for (value, bytes) in [(1u32, 1u64), (0xdead_beef, 4096), (7, 4 << 20), (u32::MAX, 12345)] {
+            assert_eq!(shift(value, bytes), crc32c::crc32c_combine(value, 0, bytes as usize));
+        }
+        assert_eq!(shift(0x1234_5678, 0), 0x1234_5678);
     }
 
     #[test]

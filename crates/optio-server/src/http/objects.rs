@@ -14,6 +14,10 @@ use crate::store::{LIST_LIMIT_MAX, PutRequest};
 
 use super::{AppState, Failure, Target, discard, fail, header_u64, insert};
 
+/// Reads and writes in place up to this size run on the request's own task (page-cache
+/// work of microseconds); larger ones, and whole objects, on the blocking pool.
+const SMALL_IO_BYTES: u64 = 64 * 1024;
+
 pub(super) fn object_headers(headers: &mut HeaderMap, info: &ObjectInfo) {
     for (name, value) in wire::object_headers(info) {
         insert(headers, name, &value);
@@ -68,14 +72,22 @@ pub(super) async fn get_object(
             })?)
         }
     };
-    let (info, data) = tokio::task::spawn_blocking(move || match range {
-        // (A whole write of another size between the size check and the read makes the
-        // range a bad request; the reader asks again.)
-        Some((start, end)) => store.read_range(pool, &key, start, end),
-        None => store.get(pool, &key),
-    })
-    .await
-    .map_err(|e| fail(ErrorKind::Io, format!("read task failed: {e}")))??;
+    // (A whole write of another size between the size check and the read makes the range a
+    // bad request; the reader asks again.)
+    let (info, data) = match range {
+        // A small range of a block object is a read or two from the page cache, most often:
+        // done here rather than handed to a blocking thread and back (two thread switches
+        // that cost more than the read).
+        Some((start, end)) if end - start < SMALL_IO_BYTES && store.is_block_object(pool, &key) => {
+            store.read_range(pool, &key, start, end)?
+        }
+        _ => tokio::task::spawn_blocking(move || match range {
+            Some((start, end)) => store.read_range(pool, &key, start, end),
+            None => store.get(pool, &key),
+        })
+        .await
+        .map_err(|e| fail(ErrorKind::Io, format!("read task failed: {e}")))??,
+    };
     let (status, body) = match range {
         None => (StatusCode::OK, bytes::Bytes::from(data)),
         Some(_) => (StatusCode::PARTIAL_CONTENT, bytes::Bytes::from(data)),
@@ -274,7 +286,7 @@ pub(super) async fn write_in_place(
     let store = target.store.clone();
     let pool = target.pool;
     let key = target.key.clone().expect("routed with a key");
-    let outcome = tokio::task::spawn_blocking(move || {
+    let write = move || {
         if !received.hash_matches() {
             return Ok(None);
         }
@@ -294,9 +306,17 @@ pub(super) async fn write_in_place(
                 sync,
             })
             .map(Some)
-    })
-    .await
-    .map_err(|e| fail(ErrorKind::Io, format!("write task failed: {e}")))??;
+    };
+    // A small change to an existing block object, not synced, is page-cache work: done here
+    // (see SMALL_IO_BYTES); creations, syncs and large writes go to the blocking pool.
+    let small = base.is_some() && !sync && (zeroes.max(content_length(headers)) < SMALL_IO_BYTES);
+    let outcome = if small {
+        write()?
+    } else {
+        tokio::task::spawn_blocking(write)
+            .await
+            .map_err(|e| fail(ErrorKind::Io, format!("write task failed: {e}")))??
+    };
     let Some(outcome) = outcome else {
         return Err(body_hash_refusal(state, had_hash(headers)));
     };
@@ -316,6 +336,11 @@ pub(super) async fn sync_device(target: &Target) -> Result<Response, Failure> {
         .await
         .map_err(|e| fail(ErrorKind::Io, format!("sync task failed: {e}")))??;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// The request's declared body length (0 when absent or malformed).
+fn content_length(headers: &HeaderMap) -> u64 {
+    header_u64(headers, header::CONTENT_LENGTH.as_str()).ok().flatten().unwrap_or(0)
 }
 
 /// The refusal of a body that does not match its signed hash (or of a signed PUT without

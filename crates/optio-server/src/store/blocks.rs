@@ -6,8 +6,8 @@
 //! writes in the same order, and a replica that missed one refuses the next
 //! ([`StoreError::BaseMismatch`]) until the writer rewrites the object whole.
 //!
-//! On disk a write goes data first, then the blocks' checksums, then the header with the new
-//! version and whole-data checksum, each with `pwrite` into the page cache; with `sync` (FUA)
+//! On disk a write goes data first, then — in one `pwrite` — the header with the new version
+//! and whole-data checksum and the blocks' checksums, into the page cache; with `sync` (FUA)
 //! the file's data is synced before the answer, and [`DeviceStore::sync_all`] (FLUSH) syncs
 //! the whole file system. A server killed between these steps leaves the old version in the
 //! header and a block whose checksum no longer matches: the next read of it reports the
@@ -176,6 +176,11 @@ impl DeviceStore {
         let from = (start - block_start) as usize;
         let data = bytes[from..from + (end - start + 1) as usize].to_vec();
         Ok((info_of(key, &entry), data))
+    }
+
+    /// Whether `key` is a live block object (written in place).
+    pub fn is_block_object(&self, pool: PoolId, key: &str) -> bool {
+        self.live_entry(pool, key).is_some_and(|e| e.blocks)
     }
 
     /// Makes every write to this device's file system durable (blocking): FLUSH.
@@ -363,14 +368,16 @@ impl DeviceStore {
         check_range(request.offset, request.len(), entry.size_bytes)?;
         let path = self.path_of(pool, key);
         let (first, last) = layout.blocks_of(request.offset, request.len());
-        let head =
+        // Everything from the header to the last table entry the write changes: read once,
+        // changed in memory, written back in one piece after the data.
+        let mut meta =
             self.read_at_or_forget(pool, key, 0, (layout.table_offset + 4 * (last + 1)) as usize)?;
-        if let Err(reason) = self.check_head(&head, pool, key, entry) {
+        if let Err(reason) = self.check_head(&meta, pool, key, entry) {
             self.forget(pool, key);
             self.quarantine(&path);
             return Err(StoreError::Mismatch { path, reason });
         }
-        let old_crcs = decode_table(&head[(layout.table_offset + 4 * first) as usize..]);
+        let old_crcs = decode_table(&meta[(layout.table_offset + 4 * first) as usize..]);
         let patched = self.patched(&layout, request, |b| {
             let block = self.read_at_or_forget(
                 pool,
@@ -397,8 +404,9 @@ impl DeviceStore {
         }
         let header = self.block_header(request, entry.size_bytes, whole);
         let head = header.encode(key);
-        let table_bytes = encode_table(&patched.crcs);
-        let table_at = layout.table_offset + 4 * first;
+        meta[..head.len()].copy_from_slice(&head);
+        let table_at = (layout.table_offset + 4 * first) as usize;
+        meta[table_at..].copy_from_slice(&encode_table(&patched.crcs));
         let data_at = layout.data_offset + first * BLOCK_BYTES as u64;
         let first_start = first * BLOCK_BYTES as u64;
         let last_end = first_start + patched.bytes.len() as u64;
@@ -426,8 +434,7 @@ impl DeviceStore {
         } else {
             parts.push((data_at, &patched.bytes));
         }
-        parts.push((table_at, &table_bytes));
-        parts.push((0, &head));
+        parts.push((0, &meta));
         self.disk.write_at(&path, &parts, request.sync).map_err(StoreError::io("write", &path))?;
         let mut index = self.index.write().expect("index lock");
         index.insert((pool, key.to_string()), entry_of(&header, layout.file_bytes()));
