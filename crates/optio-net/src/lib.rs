@@ -462,6 +462,12 @@ pub struct HttpTransport {
 /// The identity a transport signs with, replaceable while it runs.
 type Signer = std::sync::Arc<std::sync::RwLock<std::sync::Arc<optio_proto::auth::Credentials>>>;
 
+/// A request's URL, parsed once (for the request and for its signature).
+fn parse_url(text: &str) -> Result<reqwest::Url, Failure> {
+    reqwest::Url::parse(text)
+        .map_err(|e| Failure::Unreachable(format!("bad address in {text}: {e}")))
+}
+
 /// A body buffer: where it is, its length, its CRC-32C and its XXH3-64. The CRC alone does not
 /// tell contents apart: CRC is linear, so blocks that end with their own CRC — ext4's
 /// superblocks and group descriptors, many formats' records — all have the same CRC whatever
@@ -545,20 +551,17 @@ impl HttpTransport {
         &self,
         mut request: reqwest::RequestBuilder,
         method: &str,
-        url: &str,
+        url: &reqwest::Url,
         headers: &[(&str, String)],
     ) -> reqwest::RequestBuilder {
         for (name, value) in headers {
             request = request.header(*name, value);
         }
         let Some(credentials) = self.credentials() else { return request };
-        // Sign the path as it goes on the wire (the URL parser may normalise it).
-        let path = match reqwest::Url::parse(url) {
-            Ok(parsed) => match parsed.query() {
-                Some(query) => format!("{}?{query}", parsed.path()),
-                None => parsed.path().to_string(),
-            },
-            Err(_) => return request,
+        // Sign the path as it goes on the wire (as the URL parser normalised it).
+        let path = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_string(),
         };
         let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
         let now_ms = std::time::SystemTime::now()
@@ -598,10 +601,11 @@ impl HttpTransport {
     }
 
     async fn send_http(&self, call: Call<'_>) -> Reply {
-        let url = format!("{}://{}{}", self.scheme, call.endpoint.addr, call.path());
+        let url = parse_url(&format!("{}://{}{}", self.scheme, call.endpoint.addr, call.path()))
+            .map_err(|failure| (failure, None))?;
         let absent_is_an_answer = call.op.absent_is_an_answer();
         let method = call.op.method();
-        let mut request = self.http.request(method.clone(), &url);
+        let mut request = self.http.request(method.clone(), url.clone());
         let mut headers = call.op.headers();
         headers.push((wire::EPOCH, call.epoch.to_string()));
         if let Op::Put { data, checksum, .. } | Op::WriteAt { data, checksum, .. } = &call.op {
@@ -660,8 +664,8 @@ impl HttpTransport {
         addr: &str,
         query: &str,
     ) -> Result<Vec<optio_proto::ScrubReport>, Failure> {
-        let url = format!("{}://{addr}{}?{query}", self.scheme, route::SCRUB_PATH);
-        let request = self.http.post(&url).timeout(Duration::from_secs(24 * 3600));
+        let url = parse_url(&format!("{}://{addr}{}?{query}", self.scheme, route::SCRUB_PATH))?;
+        let request = self.http.post(url.clone()).timeout(Duration::from_secs(24 * 3600));
         let response =
             self.signed(request, "POST", &url, &[]).send().await.map_err(|e| no_answer(&e))?;
         let status = response.status().as_u16();
@@ -682,8 +686,8 @@ impl HttpTransport {
     }
 
     async fn server_status_http(&self, addr: &str) -> Result<ServerStatus, Failure> {
-        let url = format!("{}://{addr}{}", self.scheme, route::STATUS_PATH);
-        let request = self.http.get(&url).timeout(STATUS_TIMEOUT);
+        let url = parse_url(&format!("{}://{addr}{}", self.scheme, route::STATUS_PATH))?;
+        let request = self.http.get(url.clone()).timeout(STATUS_TIMEOUT);
         let response =
             self.signed(request, "GET", &url, &[]).send().await.map_err(|e| no_answer(&e))?;
         let status = response.status().as_u16();

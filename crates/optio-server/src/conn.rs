@@ -299,7 +299,11 @@ pub(crate) async fn serve(
         let stream = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => {
+                    // Answers go out at once, not held back for more to send (Nagle).
+                    let _ = stream.set_nodelay(true);
+                    stream
+                }
                 Err(error) => {
                     if !is_connection_error(&error) {
                         tracing::warn!(%error, "cannot accept a connection");
