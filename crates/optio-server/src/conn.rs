@@ -299,11 +299,7 @@ pub(crate) async fn serve(
         let stream = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    // Answers go out at once, not held back for more to send (Nagle).
-                    let _ = stream.set_nodelay(true);
-                    stream
-                }
+                Ok((stream, _)) => stream,
                 Err(error) => {
                     if !is_connection_error(&error) {
                         tracing::warn!(%error, "cannot accept a connection");
