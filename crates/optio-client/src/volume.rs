@@ -157,13 +157,15 @@ impl VolumeHeader {
         self.size.div_ceil(self.object_size)
     }
 
-    fn encode(&self) -> Bytes {
+    /// The header object's bytes (JSON, padded to 4 KiB).
+    pub fn encode(&self) -> Bytes {
         let mut json = serde_json::to_vec(self).expect("headers serialize");
         json.resize(HEADER_BYTES as usize, b' ');
         Bytes::from(json)
     }
 
-    fn decode(name: &str, bytes: &[u8]) -> Result<VolumeHeader, VolumeError> {
+    /// Parses a header object's bytes (volume `name`'s, for messages).
+    pub fn decode(name: &str, bytes: &[u8]) -> Result<VolumeHeader, VolumeError> {
         let header: VolumeHeader = serde_json::from_slice(bytes)
             .map_err(|e| VolumeError::BadHeader { name: name.into(), reason: e.to_string() })?;
         if header.object_size < OBJECT_SIZE_MIN || !header.object_size.is_power_of_two() {
