@@ -14,9 +14,12 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(checksum(body), header.checksum);
         assert_eq!(header.file_bytes(key.len()), data.len() as u64);
         if !header.blocks {
+            // Re-encoded, it decodes to the same object (unused fields, such as the PG seed
+            // of a header without one, are not kept: they are not part of the object).
             let mut again = header.encode(key);
             again.extend_from_slice(body);
-            assert_eq!(again, data, "a plain object re-encodes to the same bytes");
+            let (header2, key2, body2) = ObjectHeader::decode(&again).expect("re-encoded decodes");
+            assert_eq!((header2, key2, body2), (header, key, body));
         }
     }
 });
