@@ -17,7 +17,10 @@
 //! current without reading the data: CRC-32C is linear, so replacing one block changes the
 //! whole checksum by that block's change shifted by the bytes after it ([`whole_after`]).
 
-use crate::header::HEADER_BYTES;
+/// The fixed part of an object's header, in bytes: `crate::HEADER_BYTES` (the header module
+/// checks that they agree; this module does not name it, so that the two do not depend on
+/// each other).
+pub(crate) const OBJECT_HEADER_BYTES: usize = 64;
 
 /// The checksum granularity of block objects.
 pub const BLOCK_BYTES: usize = 4096;
@@ -45,7 +48,7 @@ impl BlockLayout {
     /// The layout of a block object of `size` bytes under a key of `key_bytes` bytes.
     pub fn new(key_bytes: usize, size: u64) -> BlockLayout {
         let blocks = size.div_ceil(BLOCK_BYTES as u64);
-        let table_offset = align((HEADER_BYTES + key_bytes) as u64);
+        let table_offset = align((OBJECT_HEADER_BYTES + key_bytes) as u64);
         let data_offset = align(table_offset + 4 * blocks);
         BlockLayout { size, blocks, table_offset, data_offset }
     }

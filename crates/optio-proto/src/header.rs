@@ -28,6 +28,7 @@ use crate::key::KEY_BYTES_MAX;
 
 /// Size of the fixed part of the header.
 pub const HEADER_BYTES: usize = 64;
+const _: () = assert!(HEADER_BYTES == crate::blocks::OBJECT_HEADER_BYTES);
 /// The newest object format this code reads: 1 for objects written whole, 2 for block
 /// objects ([`crate::blocks`]).
 pub const OBJECT_FORMAT_VERSION: u16 = 2;
