@@ -8,15 +8,13 @@ use optio_client::{Client, ClientConfig, ReplicaState};
 
 use crate::output::{self, Table};
 
-/// How client commands find and use the cluster.
+/// How client commands find and use the cluster (every flag but the pool: commands that do
+/// not work in one pool, such as the volume commands, take this alone).
 #[derive(clap::Args, Debug, Clone)]
-pub struct ClusterArgs {
+pub struct ClusterConn {
     /// The cluster directory `optio up` printed.
     #[arg(long, env = "OPTIO_CLUSTER", value_name = "DIR", global = true)]
     pub cluster: Option<PathBuf>,
-    /// Pool.
-    #[arg(long, default_value = "data", global = true)]
-    pub pool: String,
     /// The dirty table of elastic pools: `local` (the log under the cluster directory) or
     /// redis://HOST:PORT (default: the cluster's, as `optio up` set it).
     #[arg(long, env = "OPTIO_DIRTY", global = true, value_name = "SPEC")]
@@ -25,7 +23,34 @@ pub struct ClusterArgs {
     pub identity: crate::commands::identity::Identity,
 }
 
+/// How client commands find and use the cluster, and the pool they work in.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    pub conn: ClusterConn,
+    /// Pool.
+    #[arg(long, default_value = "data", global = true)]
+    pub pool: String,
+}
+
 impl ClusterArgs {
+    /// The client configuration.
+    pub fn config(&self) -> Result<ClientConfig> {
+        self.conn.config()
+    }
+
+    /// A connected client.
+    pub async fn connect(&self) -> Result<Client> {
+        self.conn.connect().await
+    }
+
+    /// A client with this configuration.
+    pub async fn connect_with(&self, config: ClientConfig) -> Result<Client> {
+        self.conn.connect_with(config).await
+    }
+}
+
+impl ClusterConn {
     /// The cluster directory.
     pub fn dir(&self) -> Result<PathBuf> {
         match &self.cluster {

@@ -8,7 +8,7 @@ use optio_client::{ClientConfig, ReplicaState};
 use optio_local::cluster::{CRUSH_POOL, LocalCluster, LocalClusterSpec, PLAIN_POOL};
 
 use crate::commands::bench::{payload, read_all, write_all};
-use crate::commands::client::ClusterArgs;
+use crate::commands::client::{ClusterArgs, ClusterConn};
 use crate::output::{self, Table, parse_size};
 
 /// Arguments of `optio demo`.
@@ -57,10 +57,12 @@ fn demo(dir: &std::path::Path, objects: usize, size: usize) -> Result<()> {
         println!("   {} at {} (pid {})", server.host, server.addr, server.pid().unwrap_or(0));
     }
     let args = ClusterArgs {
-        cluster: Some(cluster.dir().to_path_buf()),
+        conn: ClusterConn {
+            cluster: Some(cluster.dir().to_path_buf()),
+            dirty: None,
+            identity: Default::default(),
+        },
         pool: CRUSH_POOL.into(),
-        dirty: None,
-        identity: Default::default(),
     };
     crate::commands::runtime()?.block_on(async {
         let hidden = indicatif::ProgressBar::hidden();

@@ -10,7 +10,7 @@ use optio_client::ClientError;
 use optio_client::volume::{self, OpenOptions, Volume, VolumeError};
 use optio_nbd::{Errno, Export, Exports, IoFuture, Limits};
 
-use crate::commands::client::ClusterArgs;
+use crate::commands::client::ClusterConn;
 
 /// `optio nbd`.
 #[derive(clap::Args, Debug)]
@@ -33,7 +33,7 @@ pub struct Args {
     #[arg(long, default_value_t = 64)]
     pub queue_depth: usize,
     #[command(flatten)]
-    pub cluster: ClusterArgs,
+    pub cluster: ClusterConn,
 }
 
 /// A volume as an NBD export.

@@ -53,7 +53,7 @@ pub fn run(args: Args) -> Result<()> {
     let runtime = crate::commands::runtime()?;
     runtime
         .block_on(async move {
-            let table = args.cluster.dirty_table().await?;
+            let table = args.cluster.conn.dirty_table().await?;
             // No intent log: re-integration writes no object through the client's write path,
             // and must not take over (recover) the logs of crashed clients.
             let client_config =

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use optio_client::volume::{self, OpenOptions, Volume, VolumeHeader};
 
-use crate::commands::client::ClusterArgs;
+use crate::commands::client::ClusterConn;
 use crate::output::{self, Table, parse_size};
 
 /// Block volumes: thin-provisioned, striped over objects (serve them with `optio nbd`).
@@ -44,11 +44,14 @@ pub struct CreateArgs {
     /// Bytes per data object (a power of two, 4KiB to 64MiB).
     #[arg(long, default_value = "4MiB", value_parser = parse_size)]
     pub object_size: u64,
+    /// The pool of the volume's objects.
+    #[arg(long, default_value = "data")]
+    pub pool: String,
     /// JSON for scripts.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub cluster: ClusterArgs,
+    pub cluster: ClusterConn,
 }
 
 /// `optio volume ls`.
@@ -58,7 +61,7 @@ pub struct ListArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub cluster: ClusterArgs,
+    pub cluster: ClusterConn,
 }
 
 /// `optio volume info`.
@@ -73,7 +76,7 @@ pub struct InfoArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub cluster: ClusterArgs,
+    pub cluster: ClusterConn,
 }
 
 /// `optio volume resize`.
@@ -91,7 +94,7 @@ pub struct ResizeArgs {
     #[arg(long)]
     pub break_lock: bool,
     #[command(flatten)]
-    pub cluster: ClusterArgs,
+    pub cluster: ClusterConn,
 }
 
 /// `optio volume rm`.
@@ -103,7 +106,7 @@ pub struct RmArgs {
     #[arg(long)]
     pub break_lock: bool,
     #[command(flatten)]
-    pub cluster: ClusterArgs,
+    pub cluster: ClusterConn,
 }
 
 /// `optio volume import` / `export`.
@@ -117,6 +120,9 @@ pub struct CopyArgs {
     /// not exist.
     #[arg(long)]
     pub create: bool,
+    /// Import with --create: the pool of the new volume.
+    #[arg(long, default_value = "data")]
+    pub pool: String,
     /// Bytes per request.
     #[arg(long, default_value = "4MiB", value_parser = parse_size)]
     pub chunk: u64,
@@ -127,7 +133,7 @@ pub struct CopyArgs {
     #[arg(long)]
     pub break_lock: bool,
     #[command(flatten)]
-    pub cluster: ClusterArgs,
+    pub cluster: ClusterConn,
 }
 
 pub fn run(command: Command) -> Result<()> {
@@ -151,11 +157,11 @@ fn header_json(header: &VolumeHeader) -> serde_json::Value {
 
 async fn create(args: CreateArgs) -> Result<()> {
     let client = args.cluster.connect().await?;
-    client.map().pool_by_name(&args.cluster.pool).with_context(|| {
-        format!("no pool '{}' in the map; pass --pool with one of its pools", args.cluster.pool)
+    client.map().pool_by_name(&args.pool).with_context(|| {
+        format!("no pool '{}' in the map; pass --pool with one of its pools", args.pool)
     })?;
     let header =
-        volume::create(&client, &args.name, args.size, &args.cluster.pool, args.object_size)
+        volume::create(&client, &args.name, args.size, &args.pool, args.object_size)
             .await?;
     if args.json {
         println!("{}", header_json(&header));
@@ -325,7 +331,7 @@ async fn import(args: CopyArgs) -> Result<()> {
             &client,
             &args.name,
             length.div_ceil(512).max(1) * 512,
-            &args.cluster.pool,
+            &args.pool,
             volume::DEFAULT_OBJECT_SIZE,
         )
         .await?;
