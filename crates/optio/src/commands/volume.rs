@@ -161,8 +161,7 @@ async fn create(args: CreateArgs) -> Result<()> {
         format!("no pool '{}' in the map; pass --pool with one of its pools", args.pool)
     })?;
     let header =
-        volume::create(&client, &args.name, args.size, &args.pool, args.object_size)
-            .await?;
+        volume::create(&client, &args.name, args.size, &args.pool, args.object_size).await?;
     if args.json {
         println!("{}", header_json(&header));
     } else {
