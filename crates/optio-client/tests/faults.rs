@@ -819,6 +819,24 @@ mod in_place {
     }
 
     #[tokio::test]
+    async fn a_flush_goes_again_after_a_lost_reply_and_around_a_server_that_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let net = FaultyNet::new(1);
+        let client = client(dir.path(), &net).await;
+        let mut model = vec![0u8; SIZE as usize];
+        let written = write(&client, "flush", 0, b"one", None, &mut model).await;
+        let devices = written.devices.clone();
+        net.faults().lose.insert((devices[0], Kind::Sync), 1);
+        client.sync_devices("data", &devices).await.expect("sent again");
+        assert_eq!(net.sent(devices[0], Kind::Sync), 2);
+        net.faults().down.insert(devices[1]);
+        client.sync_devices("data", &devices).await.expect("a server that is gone holds nothing");
+        // A running server that never answers: the flush is not acknowledged.
+        net.faults().lose.insert((devices[2], Kind::Sync), 5);
+        assert!(client.sync_devices("data", &devices).await.is_err());
+    }
+
+    #[tokio::test]
     async fn compare_and_write_fails_when_another_writer_changed_the_object() {
         let dir = tempfile::tempdir().unwrap();
         let net = FaultyNet::new(1);

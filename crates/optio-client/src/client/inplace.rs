@@ -220,7 +220,14 @@ impl Client {
         let calls = endpoints
             .iter()
             .map(|endpoint| self.call(self.object_call(&view, endpoint, pool, Op::Sync)));
-        let results = join_all(calls).await;
+        let mut results = join_all(calls).await;
+        // A connection that broke under the request (its server just died, or an idle pooled
+        // connection was closed) is tried again on a new one, as writes are: a server that is
+        // gone then refuses the connection, and is gone around.
+        resend_unanswered(&mut results, |i| {
+            self.call(self.object_call(&view, &endpoints[i], pool, Op::Sync))
+        })
+        .await;
         let failures: Vec<String> = endpoints
             .iter()
             .zip(&results)
