@@ -53,6 +53,14 @@ impl Patch {
             Patch::Zeroes(n) => *n,
         }
     }
+
+    /// As sent: the body and the zero bytes to write instead of one.
+    fn body_and_zeroes(&self) -> (Bytes, u64) {
+        match self {
+            Patch::Data(data) => (data.clone(), 0),
+            Patch::Zeroes(n) => (Bytes::new(), *n),
+        }
+    }
 }
 
 /// Why the fast path gave up.
@@ -257,10 +265,7 @@ impl Client {
         patch: &Patch,
         noted: Option<u64>,
     ) -> Result<Written, ClientError> {
-        let (data, zeroes) = match patch {
-            Patch::Data(data) => (data.clone(), 0),
-            Patch::Zeroes(n) => (Bytes::new(), *n),
-        };
+        let (data, zeroes) = patch.body_and_zeroes();
         let create = Create { offset, size, zeroes };
         let report = self.put_attempts(pool_name, key, data, Some(create), noted).await?;
         Ok(Written {
@@ -322,10 +327,7 @@ impl Client {
     ) -> Result<ObjectVersion, Slow> {
         let endpoints = self.endpoints(view, candidate).map_err(Slow::Failed)?;
         let version = self.next_version();
-        let (data, zeroes) = match patch {
-            Patch::Data(data) => (data.clone(), 0),
-            Patch::Zeroes(n) => (Bytes::new(), *n),
-        };
+        let (data, zeroes) = patch.body_and_zeroes();
         let crc = checksum(&data);
         let op = || Op::WriteAt {
             key,

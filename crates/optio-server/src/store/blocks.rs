@@ -305,15 +305,26 @@ impl DeviceStore {
         if request.zeroes == 0 {
             parts.push((data_at, &patched.bytes));
         }
-        let file_bytes = layout.file_bytes();
+        self.store_blocks(request, &header, &parts, layout.file_bytes())
+    }
+
+    /// Writes a whole block object file (`parts` at their offsets, holes elsewhere) and
+    /// publishes it in place of whatever the key held, as a write of a whole object is.
+    fn store_blocks(
+        &self,
+        request: &WriteAt<'_>,
+        header: &ObjectHeader,
+        parts: &[(u64, &[u8])],
+        file_bytes: u64,
+    ) -> Result<PutOutcome, StoreError> {
         let reservation = self.reserve(file_bytes)?;
         let path = self.path_of(request.pool, request.key);
         self.ensure_parent(&path)?;
         let temp = self.temp_path();
         self.disk
-            .write_sparse_temp(&temp, &parts, file_bytes, true)
+            .write_sparse_temp(&temp, parts, file_bytes, true)
             .map_err(StoreError::io("write", &temp))?;
-        self.publish(&temp, path, request.pool, request.key, &header, file_bytes)?;
+        self.publish(&temp, path, request.pool, request.key, header, file_bytes)?;
         drop(reservation);
         Ok(PutOutcome::Stored)
     }
@@ -348,18 +359,9 @@ impl DeviceStore {
         let header = self.block_header(request, size, checksum(&data));
         let head = header.encode(request.key);
         let table_bytes = encode_table(&table);
-        let file_bytes = layout.file_bytes();
-        let reservation = self.reserve(file_bytes)?;
-        let path = self.path_of(request.pool, request.key);
-        let temp = self.temp_path();
         let parts: [(u64, &[u8]); 3] =
             [(0, &head), (layout.table_offset, &table_bytes), (layout.data_offset, &data)];
-        self.disk
-            .write_sparse_temp(&temp, &parts, file_bytes, true)
-            .map_err(StoreError::io("write", &temp))?;
-        self.publish(&temp, path, request.pool, request.key, &header, file_bytes)?;
-        drop(reservation);
-        Ok(PutOutcome::Stored)
+        self.store_blocks(request, &header, &parts, layout.file_bytes())
     }
 
     fn patch_blocks(&self, request: &WriteAt<'_>, entry: &Entry) -> Result<PutOutcome, StoreError> {
