@@ -140,6 +140,7 @@ impl FaultyNet {
             checksum: stored.checksum,
             pg_seed: stored.pg_seed,
             epoch: stored.epoch,
+            summary: None,
         }
     }
 

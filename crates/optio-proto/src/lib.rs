@@ -47,6 +47,7 @@ mod key;
 mod metrics;
 mod migration;
 pub mod route;
+pub mod summary;
 pub mod wire;
 
 pub use body::{Deleted, DeviceStatus, ListQuery, Listing, ScrubReport, ServerStatus};
@@ -83,4 +84,7 @@ pub struct ObjectInfo {
     pub pg_seed: Option<u32>,
     /// The epoch of the map the writer used.
     pub epoch: u64,
+    /// The object's summary ([`summary`]), in hexadecimal, in listings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
 }

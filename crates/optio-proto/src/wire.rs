@@ -208,6 +208,7 @@ pub fn decode_answer(
                 Some(pg) => Some(pg.parse().map_err(|_| malformed(PG, &pg))?),
             },
             epoch: u64_of(EPOCH)?.unwrap_or(0),
+            summary: None,
         }),
         _ => None,
     };

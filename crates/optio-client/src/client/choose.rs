@@ -55,13 +55,12 @@ impl Client {
     /// else the policy's choice, recorded at the home.
     pub(super) async fn choose_for_write(
         &self,
-        view: &View,
-        pool: PoolId,
-        key: &str,
-        candidates: &[Candidate],
+        at: Keyed<'_>,
         size_bytes: u64,
         excluded: &Excluded,
+        policy: Option<&optio_placement::PolicySpec>,
     ) -> Result<Chosen, ClientError> {
+        let Keyed { view, pool, key, candidates } = at;
         if candidates.len() == 1 {
             return Ok(Chosen { candidate: 0, created: None });
         }
@@ -76,7 +75,7 @@ impl Client {
         self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         if excluded.is_empty()
             && let Some(guess) =
-                self.choice_from_recent_metrics(view, pool, key, candidates, size_bytes)
+                self.choice_from_recent_metrics(view, pool, key, candidates, size_bytes, policy)
         {
             return self.record_and_probe(view, pool, key, candidates, guess).await;
         }
@@ -95,7 +94,7 @@ impl Client {
         // library excludes them (and any other candidate on that device).
         let down = unanswered(candidates, &probes);
         let chosen = self
-            .policy_choice(at, size_bytes, &down, &excluded.full_devices, None)
+            .policy_choice(at, size_bytes, &down, &excluded.full_devices, policy)
             .map_err(|error| ClientError::no_choice(key, size_bytes, error))?;
         let replace = !excluded.is_empty();
         let recorded = self.record_choice(at, chosen as u8, replace, true).await?;

@@ -267,7 +267,7 @@ impl Client {
     ) -> Result<Written, ClientError> {
         let (data, zeroes) = patch.body_and_zeroes();
         let create = Create { offset, size, zeroes };
-        let report = self.put_attempts(pool_name, key, data, Some(create), noted).await?;
+        let report = self.put_attempts(pool_name, key, data, Some(create), noted, None).await?;
         Ok(Written {
             candidate: report.candidate,
             devices: report.devices,
@@ -304,7 +304,7 @@ impl Client {
             Patch::Data(data) => whole[range].copy_from_slice(data),
             Patch::Zeroes(_) => whole[range].fill(0),
         }
-        let report = self.put_noted(pool_name, key, Bytes::from(whole), noted).await?;
+        let report = self.put_noted(pool_name, key, Bytes::from(whole), noted, None).await?;
         Ok(Written {
             candidate: report.candidate,
             devices: report.devices,

@@ -1,10 +1,11 @@
-//! Listings: every device's, merged (the newest version of each key).
+//! Listings: every device's, merged (the newest version of each key), whole or a page at a
+//! time through a [`ListCursor`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use futures_util::future::join_all;
 use optio_placement::PoolId;
-use optio_proto::{ErrorKind, ListQuery, Listing, ObjectInfo};
+use optio_proto::{ErrorKind, ListQuery, Listing, ObjectInfo, ObjectVersion};
 
 use crate::error::ClientError;
 use crate::transport::{Endpoint, Op};
@@ -61,18 +62,7 @@ impl Client {
                 after: after.clone(),
                 ..ListQuery::default()
             };
-            let call = self.object_call(view, endpoint, pool, Op::List(query));
-            let answer = self.call(call).await.map_err(|f| ClientError::Refused {
-                device: endpoint.device,
-                kind: f.kind().unwrap_or(ErrorKind::Io),
-                reason: f.to_string(),
-            })?;
-            let listing: Listing =
-                serde_json::from_slice(&answer.body).map_err(|e| ClientError::Refused {
-                    device: endpoint.device,
-                    kind: ErrorKind::Io,
-                    reason: format!("bad listing: {e}"),
-                })?;
+            let listing = self.list_page(view, pool, endpoint, query).await?;
             after = listing.objects.last().map(|o| o.key.clone());
             out.extend(listing.objects);
             if !listing.truncated || after.is_none() {
@@ -80,5 +70,164 @@ impl Client {
             }
         }
         Ok(out)
+    }
+
+    async fn list_page(
+        &self,
+        view: &View,
+        pool: PoolId,
+        endpoint: &Endpoint,
+        query: ListQuery,
+    ) -> Result<Listing, ClientError> {
+        let call = self.object_call(view, endpoint, pool, Op::List(query));
+        let answer = self.call(call).await.map_err(|f| ClientError::Refused {
+            device: endpoint.device,
+            kind: f.kind().unwrap_or(ErrorKind::Io),
+            reason: f.to_string(),
+        })?;
+        serde_json::from_slice(&answer.body).map_err(|e| ClientError::Refused {
+            device: endpoint.device,
+            kind: ErrorKind::Io,
+            reason: format!("bad listing: {e}"),
+        })
+    }
+
+    /// A cursor over the objects of `pool` whose keys start with `prefix` and come after
+    /// `after`, in key order, read from every device a page at a time (about `want` objects
+    /// in all per round). Replicas are merged — the newest version of a key wins, and a
+    /// newer tombstone hides older copies — so an object is listed once, and a deleted one
+    /// is not, wherever its copies are (while data moves, on old and new devices alike).
+    pub fn list_cursor(
+        &self,
+        pool_name: &str,
+        prefix: &str,
+        after: Option<&str>,
+        want: usize,
+    ) -> Result<ListCursor, ClientError> {
+        let view = self.view();
+        let pool = view.pool(pool_name)?;
+        let mut devices = Vec::new();
+        for device in view.map.devices() {
+            if device.up && device.addr.is_some() {
+                devices.push(DeviceCursor {
+                    endpoint: view.endpoint(device.id)?,
+                    rows: VecDeque::new(),
+                    after: after.map(str::to_string),
+                    done: false,
+                });
+            }
+        }
+        let replicas = view.map.pool(pool).map(|p| p.size as usize).unwrap_or(1).max(1);
+        // Each device holds about replicas/devices of the keys: ask for a little more than
+        // its share of `want`, so that one round usually fills the page.
+        let page = (want.saturating_add(1).saturating_mul(replicas) * 5 / 4 / devices.len().max(1))
+            .clamp(16, LIST_PAGE_MAX);
+        Ok(ListCursor { pool, prefix: prefix.to_string(), page, devices })
+    }
+}
+
+/// Most rows one device is asked for per page of a [`ListCursor`].
+const LIST_PAGE_MAX: usize = 5_000;
+
+/// A merged listing of a pool, in key order ([`Client::list_cursor`]).
+#[derive(Debug)]
+pub struct ListCursor {
+    pool: PoolId,
+    prefix: String,
+    page: usize,
+    devices: Vec<DeviceCursor>,
+}
+
+#[derive(Debug)]
+struct DeviceCursor {
+    endpoint: Endpoint,
+    /// Rows read and not yet merged: the object, or `None` for a tombstone.
+    rows: VecDeque<(String, ObjectVersion, Option<ObjectInfo>)>,
+    /// The last key asked for.
+    after: Option<String>,
+    /// The device has nothing after `after`.
+    done: bool,
+}
+
+impl ListCursor {
+    /// The next object in key order, or `None` at the end.
+    pub async fn next(&mut self, client: &Client) -> Result<Option<ObjectInfo>, ClientError> {
+        loop {
+            self.fill(client).await?;
+            let Some(first) =
+                self.devices.iter().filter_map(|d| d.rows.front().map(|r| &r.0)).min().cloned()
+            else {
+                return Ok(None);
+            };
+            let mut best: Option<(ObjectVersion, Option<ObjectInfo>)> = None;
+            for device in &mut self.devices {
+                if device.rows.front().is_some_and(|r| r.0 == first) {
+                    let (_, version, info) = device.rows.pop_front().expect("a front row");
+                    // The newest version wins; at equal versions a tombstone does.
+                    let better = match &best {
+                        None => true,
+                        Some((v, i)) => (version, info.is_none()) > (*v, i.is_none()),
+                    };
+                    if better {
+                        best = Some((version, info));
+                    }
+                }
+            }
+            if let Some((_, Some(info))) = best {
+                return Ok(Some(info));
+            }
+        }
+    }
+
+    /// Skips every key up to and including `after` (a listing that rolls keys up under a
+    /// common prefix jumps past them).
+    pub fn skip_to(&mut self, after: &str) {
+        for device in &mut self.devices {
+            while device.rows.front().is_some_and(|r| r.0.as_str() <= after) {
+                device.rows.pop_front();
+            }
+            if device.rows.is_empty() && device.after.as_deref().is_none_or(|a| a < after) {
+                device.after = Some(after.to_string());
+            }
+        }
+    }
+
+    /// Reads the next page of every device whose rows ran out, all at once.
+    async fn fill(&mut self, client: &Client) -> Result<(), ClientError> {
+        let view = client.view();
+        let pool = self.pool;
+        let page = self.page;
+        let prefix = &self.prefix;
+        let reads =
+            self.devices.iter_mut().filter(|d| d.rows.is_empty() && !d.done).map(|device| {
+                let query = ListQuery {
+                    prefix: Some(prefix.clone()),
+                    after: device.after.clone(),
+                    limit: Some(page),
+                    tombstones: Some(true),
+                    ..ListQuery::default()
+                };
+                let view = &view;
+                async move {
+                    let listing = client.list_page(view, pool, &device.endpoint, query).await?;
+                    let mut rows: Vec<_> = listing
+                        .objects
+                        .into_iter()
+                        .map(|o| (o.key.clone(), o.version, Some(o)))
+                        .chain(listing.deleted.into_iter().map(|d| (d.key, d.version, None)))
+                        .collect();
+                    rows.sort_by(|a, b| a.0.cmp(&b.0));
+                    device.done = !listing.truncated || rows.is_empty();
+                    if let Some(last) = rows.last() {
+                        device.after = Some(last.0.clone());
+                    }
+                    device.rows.extend(rows);
+                    Ok::<_, ClientError>(())
+                }
+            });
+        for result in join_all(reads).await {
+            result?;
+        }
+        Ok(())
     }
 }

@@ -320,6 +320,7 @@ impl Client {
         key: &str,
         candidates: &[Candidate],
         size_bytes: u64,
+        policy: Option<&optio_placement::PolicySpec>,
     ) -> Option<u8> {
         let metrics = self.recent_metrics();
         let fresh =
@@ -328,7 +329,7 @@ impl Client {
             return None;
         }
         let at = Keyed { view, pool, key, candidates };
-        self.policy_choice(at, size_bytes, &[], &[], None).ok()
+        self.policy_choice(at, size_bytes, &[], &[], policy).ok()
     }
 
     /// The pool's policy (or `policy_override`, else this client's) over the metrics heard

@@ -15,6 +15,7 @@ mod transition;
 mod write;
 
 pub use inplace::{Patch, Written};
+pub use list::ListCursor;
 pub use locate::{CandidateProbe, ObjectLocation, ProbeReport};
 pub use reintegrate::{Reintegration, ReintegrationConfig, ReintegrationMode, ReintegrationStatus};
 pub use repair::ReplicaState;
@@ -263,7 +264,7 @@ fn writer_id() -> u64 {
 
 /// A policy named by a client to override its pools': a built-in one, weights aside
 /// (`composite` takes its weights from a pool in the map).
-fn policy_override(name: &str) -> Result<optio_placement::PolicySpec, ClientError> {
+pub(super) fn policy_override(name: &str) -> Result<optio_placement::PolicySpec, ClientError> {
     let spec = optio_placement::PolicySpec::from_name(name).ok_or_else(|| {
         ClientError::Config(format!(
             "unknown policy '{name}'; known: {}",

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
-use optio_placement::PoolId;
+use optio_placement::{PolicySpec, PoolId};
 use optio_proto::{ErrorKind, ObjectVersion, checksum, validate_key};
 
 use crate::candidates::Candidate;
@@ -74,7 +74,21 @@ impl Client {
     /// Writes an object: r replicas on the chosen candidate's replica set, acknowledged when
     /// w of them (default all) are durable.
     pub async fn put(&self, pool: &str, key: &str, data: Bytes) -> Result<PutReport, ClientError> {
-        self.put_noted(pool, key, data, None).await
+        self.put_noted(pool, key, data, None, None).await
+    }
+
+    /// [`put`](Self::put), a new object placed by `policy` (a policy name, as
+    /// [`ClientConfig::policy`](super::ClientConfig::policy)) instead of the client's or the
+    /// pool's: the seed's per-request policy. An object that exists keeps its placement.
+    pub async fn put_with_policy(
+        &self,
+        pool: &str,
+        key: &str,
+        data: Bytes,
+        policy: &str,
+    ) -> Result<PutReport, ClientError> {
+        let policy = super::policy_override(policy)?;
+        self.put_noted(pool, key, data, None, Some(&policy)).await
     }
 
     /// [`put`](Self::put), for a write whose dirty-table entry was already recorded at the
@@ -85,6 +99,7 @@ impl Client {
         key: &str,
         data: Bytes,
         dirty_noted: Option<u64>,
+        policy: Option<&PolicySpec>,
     ) -> Result<PutReport, ClientError> {
         validate_key(key)?;
         let intent = match &self.inner.intents {
@@ -94,7 +109,7 @@ impl Client {
             None => None,
         };
         self.inner.in_flight.fetch_add(1, Ordering::AcqRel);
-        let result = self.put_attempts(pool, key, data, None, dirty_noted).await;
+        let result = self.put_attempts(pool, key, data, None, dirty_noted, policy).await;
         let in_flight = self.inner.in_flight.fetch_sub(1, Ordering::AcqRel) - 1;
         if let (Some(log), Some(intent)) = (&self.inner.intents, intent) {
             log.end(intent);
@@ -110,6 +125,7 @@ impl Client {
         data: Bytes,
         create: Option<Create>,
         mut dirty_noted: Option<u64>,
+        policy: Option<&PolicySpec>,
     ) -> Result<PutReport, ClientError> {
         let crc = checksum(&data);
         let size_bytes = create.map_or(data.len() as u64, |c| c.size);
@@ -132,26 +148,25 @@ impl Client {
             let at = Keyed { view: &view, pool, key, candidates: &candidates };
             let probes_before = self.inner.counters.probes.load(Ordering::Relaxed);
             let started = Instant::now();
-            let sent =
-                match self.choose_and_send(at, size_bytes, &excluded, &data, crc, create).await {
-                    Err(ClientError::EpochRetries { .. }) => continue,
-                    // A new object's choice needs its home (or a candidate without a dead
-                    // device), and a server refused the connection while the map still has it
-                    // up: the monitor marks it down within a round; then the choice goes on
-                    // without it, as for any device down.
-                    Err(
-                        error @ (ClientError::HomeUnreachable { .. }
-                        | ClientError::NoCandidate { .. }
-                        | ClientError::CandidateUnreachable { .. }),
-                    ) if !waited_for_down && self.refused_while_up(&view, &candidates) => {
-                        waited_for_down = true;
-                        if self.await_newer_map(view.epoch(), super::DOWN_WAIT_MAX).await {
-                            continue;
-                        }
-                        return Err(error);
+            let sent = match self.choose_and_send(at, &excluded, policy, &data, crc, create).await {
+                Err(ClientError::EpochRetries { .. }) => continue,
+                // A new object's choice needs its home (or a candidate without a dead
+                // device), and a server refused the connection while the map still has it
+                // up: the monitor marks it down within a round; then the choice goes on
+                // without it, as for any device down.
+                Err(
+                    error @ (ClientError::HomeUnreachable { .. }
+                    | ClientError::NoCandidate { .. }
+                    | ClientError::CandidateUnreachable { .. }),
+                ) if !waited_for_down && self.refused_while_up(&view, &candidates) => {
+                    waited_for_down = true;
+                    if self.await_newer_map(view.epoch(), super::DOWN_WAIT_MAX).await {
+                        continue;
                     }
-                    other => other?,
-                };
+                    return Err(error);
+                }
+                other => other?,
+            };
             let Sent {
                 chosen: Chosen { candidate: chosen, created },
                 endpoints,
@@ -299,15 +314,17 @@ impl Client {
     /// ([`choose_for_write`](Self::choose_for_write)), then written.
     async fn choose_and_send(
         &self,
-        Keyed { view, pool, key, candidates }: Keyed<'_>,
-        size_bytes: u64,
+        at: Keyed<'_>,
         excluded: &Excluded,
+        policy: Option<&PolicySpec>,
         data: &Bytes,
         crc: u32,
         create: Option<Create>,
     ) -> Result<Sent, ClientError> {
+        let Keyed { view, pool, key, candidates } = at;
+        let size_bytes = create.map_or(data.len() as u64, |c| c.size);
         let mut written = None;
-        let chosen = match self.pipeline_guess(view, pool, key, candidates, size_bytes, excluded) {
+        let chosen = match self.pipeline_guess(at, size_bytes, excluded, policy) {
             Some(guess) => {
                 self.inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
                 let target = &candidates[usize::from(guess)];
@@ -332,7 +349,7 @@ impl Client {
                 }
                 chosen
             }
-            None => self.choose_for_write(view, pool, key, candidates, size_bytes, excluded).await,
+            None => self.choose_for_write(at, size_bytes, excluded, policy).await,
         }?;
         let (endpoints, results, version) = match written {
             Some(written) => written,
@@ -353,20 +370,19 @@ impl Client {
     /// metrics too old to choose on.
     pub(super) fn pipeline_guess(
         &self,
-        view: &View,
-        pool: PoolId,
-        key: &str,
-        candidates: &[Candidate],
+        at: Keyed<'_>,
         size_bytes: u64,
         excluded: &Excluded,
+        policy: Option<&PolicySpec>,
     ) -> Option<u8> {
+        let Keyed { view, pool, key, candidates } = at;
         if candidates.len() < 2
             || !excluded.is_empty()
             || self.inner.cache.get(pool.0, key).is_some()
         {
             return None;
         }
-        self.choice_from_recent_metrics(view, pool, key, candidates, size_bytes)
+        self.choice_from_recent_metrics(view, pool, key, candidates, size_bytes, policy)
     }
 
     pub(super) fn endpoints(

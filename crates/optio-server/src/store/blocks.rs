@@ -324,7 +324,7 @@ impl DeviceStore {
         self.disk
             .write_sparse_temp(&temp, parts, file_bytes, true)
             .map_err(StoreError::io("write", &temp))?;
-        self.publish(&temp, path, request.pool, request.key, header, file_bytes)?;
+        self.publish(&temp, path, request.pool, request.key, entry_of(header, file_bytes, &[]))?;
         drop(reservation);
         Ok(PutOutcome::Stored)
     }
@@ -439,7 +439,7 @@ impl DeviceStore {
         parts.push((0, &meta));
         self.disk.write_at(&path, &parts, request.sync).map_err(StoreError::io("write", &path))?;
         let mut index = self.index.write().expect("index lock");
-        index.insert((pool, key.to_string()), entry_of(&header, layout.file_bytes()));
+        index.insert((pool, key.to_string()), entry_of(&header, layout.file_bytes(), &[]));
         Ok(PutOutcome::Stored)
     }
 

@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use optio_placement::{Epoch, PoolId};
+use optio_proto::summary::{SUMMARY_BYTES, SUMMARY_PREFIX_BYTES, summary_hex, summary_of};
 use optio_proto::{
     ChoiceRecord, Deleted, HEADER_BYTES, KEY_BYTES_MAX, Listing, ObjectHeader, ObjectInfo,
     ObjectVersion, checksum,
@@ -66,6 +67,8 @@ struct Entry {
     deleted: bool,
     /// A block object ([`optio_proto::blocks`]): written in place, read by ranges.
     blocks: bool,
+    /// The summary at the start of the data ([`optio_proto::summary`]), shown in listings.
+    summary: Option<[u8; SUMMARY_BYTES]>,
 }
 
 /// One stored object or tombstone, as the rebalancer sees it.
@@ -301,15 +304,17 @@ impl DeviceStore {
         for (pool, path) in self.walk(&self.root.join("objects"))? {
             let prefix = self
                 .disk
-                .read_prefix(&path, HEADER_BYTES + KEY_BYTES_MAX)
+                .read_prefix(&path, HEADER_BYTES + KEY_BYTES_MAX + SUMMARY_PREFIX_BYTES)
                 .map_err(StoreError::io("read", &path))?;
             let file_bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             match ObjectHeader::decode_prefix(&prefix) {
-                Ok((header, key, _))
+                Ok((header, key, data))
                     if header.pool == pool && header.file_bytes(key.len()) == file_bytes =>
                 {
                     used += file_bytes;
-                    index.insert((pool, key.to_string()), entry_of(&header, file_bytes));
+                    let entry =
+                        entry_of(&header, file_bytes, prefix.get(data..).unwrap_or_default());
+                    index.insert((pool, key.to_string()), entry);
                 }
                 _ => self.quarantine(&path),
             }
@@ -398,16 +403,17 @@ impl DeviceStore {
             deleted: false,
             blocks: false,
         };
+        let head = header.encode(request.key);
+        let file_bytes = head.len() as u64 + header.size_bytes;
+        let entry = entry_of(&header, file_bytes, request.data);
         if let Some(existing) = self.entry(request.pool, request.key) {
-            check_version(&existing, &header)?;
+            check_version(&existing, &entry)?;
             if !existing.deleted
                 && (existing.version, existing.checksum) == (header.version, header.checksum)
             {
                 return Ok(PutOutcome::AlreadyStored);
             }
         }
-        let head = header.encode(request.key);
-        let file_bytes = head.len() as u64 + header.size_bytes;
         let reservation = self.reserve(file_bytes)?;
         let path = self.path_of(request.pool, request.key);
         self.ensure_parent(&path)?;
@@ -417,7 +423,7 @@ impl DeviceStore {
         self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
         written.map_err(StoreError::io("write", &temp))?;
         let _stripe = self.stripe(request.key);
-        self.publish(&temp, path, request.pool, request.key, &header, file_bytes)?;
+        self.publish(&temp, path, request.pool, request.key, entry)?;
         drop(reservation);
         Ok(PutOutcome::Stored)
     }
@@ -476,7 +482,7 @@ impl DeviceStore {
         // A tombstone needs no room check: it replaces something at least as large, or is a
         // few dozen bytes that must not be refused (a refused delete would be undone later).
         self.disk.write_temp(&temp, &[&head], true).map_err(StoreError::io("write", &temp))?;
-        self.publish(&temp, path, pool, key, &header, file_bytes)
+        self.publish(&temp, path, pool, key, entry_of(&header, file_bytes, &[]))
     }
 
     /// Renames the written `temp` over `path` unless a newer version is stored meanwhile, and
@@ -487,11 +493,10 @@ impl DeviceStore {
         path: PathBuf,
         pool: PoolId,
         key: &str,
-        header: &ObjectHeader,
-        file_bytes: u64,
+        entry: Entry,
     ) -> Result<(), StoreError> {
         if let Some(existing) = self.entry(pool, key)
-            && let Err(error) = check_version(&existing, header)
+            && let Err(error) = check_version(&existing, &entry)
         {
             let _ = self.disk.remove(temp);
             return Err(error);
@@ -501,7 +506,8 @@ impl DeviceStore {
             return Err(StoreError::Io { operation: "rename", path, source: error });
         }
         let mut index = self.index.write().expect("index lock");
-        let old = index.insert((pool, key.to_string()), entry_of(header, file_bytes));
+        let file_bytes = entry.file_bytes;
+        let old = index.insert((pool, key.to_string()), entry);
         self.used_bytes.fetch_add(file_bytes, Ordering::AcqRel);
         if let Some(old) = old {
             self.used_bytes.fetch_sub(old.file_bytes, Ordering::AcqRel);
@@ -586,7 +592,7 @@ impl DeviceStore {
             Ok((header, _, _)) if header.deleted => Err(StoreError::NotFound),
             Ok((header, stored_key, data)) if stored_key == key && header.pool == pool => {
                 let file_bytes = bytes.len() as u64;
-                let info = info_of(key, &entry_of(&header, file_bytes));
+                let info = info_of(key, &entry_of(&header, file_bytes, data));
                 let offset = bytes.len() - data.len();
                 let mut bytes = bytes;
                 bytes.drain(..offset);
@@ -829,7 +835,7 @@ impl Drop for Reservation<'_> {
     }
 }
 
-fn check_version(existing: &Entry, offered: &ObjectHeader) -> Result<(), StoreError> {
+fn check_version(existing: &Entry, offered: &Entry) -> Result<(), StoreError> {
     // Same version and data: a retry. Same version, other data: the larger checksum wins, so
     // that replicas written in any order converge; a tombstone beats a copy of its version
     // (a delete without a version of its own deletes what is stored).
@@ -844,8 +850,12 @@ fn check_version(existing: &Entry, offered: &ObjectHeader) -> Result<(), StoreEr
     Ok(())
 }
 
-fn entry_of(header: &ObjectHeader, file_bytes: u64) -> Entry {
+/// The index entry of an object with this header, whose data begins with `data` (block
+/// objects and tombstones have no summary).
+fn entry_of(header: &ObjectHeader, file_bytes: u64, data: &[u8]) -> Entry {
+    let plain = !header.blocks && !header.deleted;
     Entry {
+        summary: if plain { summary_of(data) } else { None },
         size_bytes: header.size_bytes,
         file_bytes,
         version: header.version,
@@ -865,6 +875,7 @@ fn info_of(key: &str, entry: &Entry) -> ObjectInfo {
         checksum: entry.checksum,
         pg_seed: entry.pg_seed,
         epoch: entry.epoch.0,
+        summary: entry.summary.as_ref().map(summary_hex),
     }
 }
 
@@ -904,6 +915,39 @@ mod tests {
         assert!(error.to_string().contains("in use by another optio server"), "{error}");
         drop(store);
         DeviceStore::open(&config, Arc::new(RealDisk)).expect("free once the first is closed");
+    }
+
+    #[test]
+    fn summaries_are_listed_rebuilt_at_start_and_dropped_by_overwrites_and_deletes() {
+        use optio_proto::summary::SUMMARY_MAGIC;
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 20 };
+        let mut data = SUMMARY_MAGIC.to_vec();
+        data.extend([0xabu8; SUMMARY_BYTES]);
+        data.extend_from_slice(b"the object");
+        let listed = |store: &DeviceStore| -> Vec<Option<String>> {
+            store
+                .list(PoolId(1), "", None, None, 10, false)
+                .objects
+                .into_iter()
+                .map(|o| o.summary)
+                .collect()
+        };
+        {
+            let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+            put(&store, "a", &data, 1).unwrap();
+            put(&store, "b", b"no summary here", 1).unwrap();
+            assert_eq!(listed(&store), vec![Some("ab".repeat(SUMMARY_BYTES)), None]);
+            assert_eq!(store.get(PoolId(1), "a").unwrap().0.summary, Some("ab".repeat(32)));
+        }
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        assert_eq!(listed(&store), vec![Some("ab".repeat(SUMMARY_BYTES)), None], "rebuilt");
+        put(&store, "a", b"plain now", 2).unwrap();
+        put(&store, "b", &data, 2).unwrap();
+        assert_eq!(listed(&store), vec![None, Some("ab".repeat(SUMMARY_BYTES))]);
+        store.delete(PoolId(1), "b", Some(ObjectVersion(3)), Epoch(1), None).unwrap();
+        let with_tombstones = store.list(PoolId(1), "", None, None, 10, true);
+        assert_eq!(with_tombstones.deleted.len(), 1);
     }
 
     /// The permission bits of `path`.
