@@ -34,6 +34,8 @@ pub const CHECKSUM: &str = "x-optio-checksum";
 pub const SIZE: &str = "x-optio-size";
 /// PG seed the object was placed in (requests and answers).
 pub const PG: &str = "x-optio-pg";
+/// The object's summary ([`crate::summary`]), in hexadecimal (answers, when it has one).
+pub const SUMMARY: &str = "x-optio-summary";
 /// On a probe of the object's home: also answer the choice record, if any (`1`).
 pub const WANT_CHOICE: &str = "x-optio-want-choice";
 /// The choice record, `candidate/choices/writer` (answers).
@@ -174,6 +176,9 @@ pub fn object_headers(info: &crate::ObjectInfo) -> Vec<(&'static str, String)> {
     if let Some(pg) = info.pg_seed {
         headers.push((PG, pg.to_string()));
     }
+    if let Some(summary) = &info.summary {
+        headers.push((SUMMARY, summary.clone()));
+    }
     headers
 }
 
@@ -208,7 +213,11 @@ pub fn decode_answer(
                 Some(pg) => Some(pg.parse().map_err(|_| malformed(PG, &pg))?),
             },
             epoch: u64_of(EPOCH)?.unwrap_or(0),
-            summary: None,
+            summary: match header(SUMMARY) {
+                None => None,
+                Some(text) if crate::summary::summary_from_hex(&text).is_some() => Some(text),
+                Some(text) => return Err(malformed(SUMMARY, &text)),
+            },
         }),
         _ => None,
     };

@@ -63,6 +63,9 @@ enum Command {
     /// Serve block volumes over NBD (for fio, qemu, qemu-img, nbdcopy, nbdfuse); runs until
     /// Ctrl-C.
     Nbd(commands::nbd::Args),
+    /// The S3 gateway (runs until Ctrl-C), and its users and buckets (`optio s3 user create
+    /// NAME`, `optio s3 bucket create NAME --pool P`).
+    S3(commands::s3::Args),
     /// Store an object (from a file or standard input).
     Put(commands::client::PutArgs),
     /// Read an object (to standard output or a file).
@@ -178,6 +181,7 @@ fn main() -> std::process::ExitCode {
         Command::Auth(command) => commands::auth::run(command),
         Command::Volume(command) => commands::volume::run(command),
         Command::Nbd(args) => commands::nbd::run(args),
+        Command::S3(args) => commands::s3::run(args),
         Command::Put(args) => commands::client::put(args),
         Command::Get(args) => commands::client::get(args),
         Command::Rm(args) => commands::client::rm(args),

@@ -1,0 +1,858 @@
+//! The S3 API on the gateway: s3s parses requests and checks their signatures; each method
+//! here maps one operation onto [`Gateway`].
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use s3s::dto::*;
+use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+
+use crate::format::{Meta, Summary};
+use crate::store::{Bucket, Gateway, GatewayError, Opened};
+
+/// The header choosing a new bucket's pool.
+pub const POOL_HEADER: &str = "x-optio-pool";
+/// The header choosing a new object's CHOICE policy.
+pub const POLICY_HEADER: &str = "x-optio-policy";
+/// Most keys a listing page holds.
+const MAX_KEYS: usize = 1000;
+
+/// The S3 service.
+#[derive(Clone, Debug)]
+pub struct OptioS3 {
+    gateway: Arc<Gateway>,
+}
+
+impl OptioS3 {
+    /// The S3 API of `gateway`.
+    pub fn new(gateway: Arc<Gateway>) -> OptioS3 {
+        OptioS3 { gateway }
+    }
+
+    async fn bucket(&self, name: &str) -> S3Result<Bucket> {
+        self.gateway.bucket(name).await.map_err(to_s3)
+    }
+}
+
+/// An S3 error for a gateway error.
+pub fn to_s3(error: GatewayError) -> S3Error {
+    use GatewayError as G;
+    let code = match &error {
+        G::NoSuchBucket(_) => S3ErrorCode::NoSuchBucket,
+        G::BucketExists(_) => S3ErrorCode::BucketAlreadyOwnedByYou,
+        G::BucketNotEmpty(_) => S3ErrorCode::BucketNotEmpty,
+        G::NoSuchKey(_) => S3ErrorCode::NoSuchKey,
+        G::NoSuchUpload(_) => S3ErrorCode::NoSuchUpload,
+        G::InvalidPart(_) => S3ErrorCode::InvalidPart,
+        G::InvalidPartOrder => S3ErrorCode::InvalidPartOrder,
+        G::EntityTooSmall { .. } => S3ErrorCode::EntityTooSmall,
+        G::EntityTooLarge(..) => S3ErrorCode::EntityTooLarge,
+        G::KeyTooLong(_) => S3ErrorCode::KeyTooLongError,
+        G::InvalidArgument(_) | G::NoSuchUser(_) | G::UserExists(_) => S3ErrorCode::InvalidArgument,
+        G::BadDigest => S3ErrorCode::BadDigest,
+        G::Body(_) => S3ErrorCode::IncompleteBody,
+        G::Corrupt(_) => S3ErrorCode::InternalError,
+        G::Client(optio_client::ClientError::NotFound { .. }) => S3ErrorCode::NoSuchKey,
+        G::Client(_) => S3ErrorCode::ServiceUnavailable,
+    };
+    if matches!(code, S3ErrorCode::InternalError | S3ErrorCode::ServiceUnavailable) {
+        tracing::warn!(%error, "an S3 request failed");
+    }
+    S3Error::with_message(code, error.to_string())
+}
+
+fn timestamp(micros: u64) -> Timestamp {
+    Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_micros(micros))
+}
+
+fn unix_seconds(time: &Timestamp) -> i64 {
+    time::OffsetDateTime::from(time.clone()).unix_timestamp()
+}
+
+fn etag_of(summary: &Summary) -> ETag {
+    ETag::Strong(summary.etag())
+}
+
+fn header<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn content_md5(sent: Option<&str>) -> S3Result<Option<[u8; 16]>> {
+    let Some(sent) = sent else { return Ok(None) };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(sent.trim())
+        .ok()
+        .and_then(|b| <[u8; 16]>::try_from(b).ok())
+        .ok_or_else(|| s3_error!(InvalidDigest, "the Content-MD5 is not a base64 MD5"))?;
+    Ok(Some(bytes))
+}
+
+fn expires_text(expires: Option<Timestamp>) -> Option<String> {
+    let expires = expires?;
+    let mut out = Vec::new();
+    expires.format(TimestampFormat::HttpDate, &mut out).ok()?;
+    String::from_utf8(out).ok()
+}
+
+fn expires_of(meta: &Meta) -> Option<Timestamp> {
+    Timestamp::parse(TimestampFormat::HttpDate, meta.expires.as_deref()?).ok()
+}
+
+fn user_metadata(metadata: Option<Metadata>) -> std::collections::BTreeMap<String, String> {
+    metadata.unwrap_or_default().into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect()
+}
+
+fn metadata_of(meta: &Meta) -> Option<Metadata> {
+    (!meta.user.is_empty()).then(|| meta.user.clone().into_iter().collect())
+}
+
+/// Evaluates a read's preconditions against what is stored (RFC 9110 order: If-Match, else
+/// If-Unmodified-Since; then If-None-Match, else If-Modified-Since).
+fn check_preconditions(
+    summary: &Summary,
+    modified_micros: u64,
+    if_match: Option<&ETagCondition>,
+    if_unmodified_since: Option<&Timestamp>,
+    if_none_match: Option<&ETagCondition>,
+    if_modified_since: Option<&Timestamp>,
+    not_modified: S3ErrorCode,
+) -> S3Result<()> {
+    let etag = summary.etag();
+    let matches = |condition: &ETagCondition| match condition {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(tag) => tag.value() == etag,
+    };
+    let modified = (modified_micros / 1_000_000) as i64;
+    match (if_match, if_unmodified_since) {
+        (Some(condition), _) if !matches(condition) => return Err(s3_error!(PreconditionFailed)),
+        (None, Some(time)) if modified > unix_seconds(time) => {
+            return Err(s3_error!(PreconditionFailed));
+        }
+        _ => {}
+    }
+    match (if_none_match, if_modified_since) {
+        (Some(condition), _) if matches(condition) => Err(S3Error::new(not_modified)),
+        (None, Some(time)) if modified <= unix_seconds(time) => Err(S3Error::new(not_modified)),
+        _ => Ok(()),
+    }
+}
+
+fn meta_from(
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+    content_disposition: Option<String>,
+    content_language: Option<String>,
+    cache_control: Option<String>,
+    expires: Option<Timestamp>,
+    metadata: Option<Metadata>,
+) -> Meta {
+    Meta {
+        content_type,
+        content_encoding,
+        content_disposition,
+        content_language,
+        cache_control,
+        expires: expires_text(expires),
+        user: user_metadata(metadata),
+        stripes: Vec::new(),
+    }
+}
+
+/// The source of a copy: its bucket and key.
+fn copy_source(source: &CopySource) -> S3Result<(&str, &str)> {
+    match source {
+        CopySource::Bucket { bucket, key, .. } => Ok((bucket, key)),
+        _ => Err(s3_error!(NotImplemented, "copies from access points are not supported")),
+    }
+}
+
+/// A `bytes=first-last` copy range, checked against the source's size.
+fn copy_range(range: Option<&str>, size: u64) -> S3Result<std::ops::Range<u64>> {
+    let Some(range) = range else { return Ok(0..size) };
+    let parsed = range
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .and_then(|(first, last)| Some((first.parse::<u64>().ok()?, last.parse::<u64>().ok()?)));
+    match parsed {
+        Some((first, last)) if first <= last && last < size => Ok(first..last + 1),
+        _ => Err(s3_error!(
+            InvalidRange,
+            "the copy range {range} is not within the source's {size} bytes"
+        )),
+    }
+}
+
+fn body_stream(
+    body: Option<StreamingBlob>,
+) -> impl futures_util::Stream<Item = Result<Bytes, String>> + Unpin {
+    match body {
+        Some(body) => body.map(|r| r.map_err(|e| e.to_string())).left_stream(),
+        None => futures_util::stream::empty().right_stream(),
+    }
+}
+
+fn page_token(after: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(after.as_bytes())
+}
+
+fn token_after(token: &str) -> S3Result<String> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| {
+            s3_error!(InvalidArgument, "the continuation token is not one this gateway gave")
+        })
+}
+
+fn max_keys(asked: Option<i32>) -> S3Result<usize> {
+    match asked {
+        None => Ok(MAX_KEYS),
+        Some(n) if n < 0 => Err(s3_error!(InvalidArgument, "max-keys is negative")),
+        Some(n) => Ok((n as usize).min(MAX_KEYS)),
+    }
+}
+
+/// Keys, prefixes and markers as S3 sends them with `encoding-type=url`.
+fn encoded(url: bool, text: String) -> String {
+    if !url {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[async_trait::async_trait]
+impl S3 for OptioS3 {
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let pool = header(&req.headers, POOL_HEADER);
+        self.gateway.create_bucket(&req.input.bucket, pool).await.map_err(to_s3)?;
+        let output = CreateBucketOutput {
+            location: Some(format!("/{}", req.input.bucket)),
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        self.gateway.delete_bucket(&req.input.bucket).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteBucketOutput {}))
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.bucket(&req.input.bucket).await?;
+        Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        self.bucket(&req.input.bucket).await?;
+        Ok(S3Response::new(GetBucketLocationOutput::default()))
+    }
+
+    async fn list_buckets(
+        &self,
+        _req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let buckets = self.gateway.buckets().await.map_err(to_s3)?;
+        let buckets = buckets
+            .into_iter()
+            .map(|(name, created)| s3s::dto::Bucket {
+                name: Some(name),
+                creation_date: Some(timestamp(created)),
+                ..Default::default()
+            })
+            .collect();
+        let output = ListBucketsOutput {
+            buckets: Some(buckets),
+            owner: Some(Owner { display_name: Some("optio".into()), id: Some("optio".into()) }),
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let policy = header(&req.headers, POLICY_HEADER).map(str::to_string);
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        if let Some(length) = input.content_length
+            && length as u64 > crate::store::PUT_BYTES_MAX
+        {
+            return Err(s3_error!(
+                EntityTooLarge,
+                "a single PUT is at most 5 GiB; use a multipart upload"
+            ));
+        }
+        if input.if_match.is_some() || input.if_none_match.is_some() {
+            let existing = match self.gateway.open(&bucket, &input.key, false).await {
+                Ok(opened) => Some(opened),
+                Err(GatewayError::NoSuchKey(_)) => None,
+                Err(error) => return Err(to_s3(error)),
+            };
+            let etag = existing.as_ref().map(|o| o.summary().etag());
+            let matches = |c: &ETagCondition| match (c, &etag) {
+                (_, None) => false,
+                (ETagCondition::Any, Some(_)) => true,
+                (ETagCondition::ETag(tag), Some(etag)) => tag.value() == etag,
+            };
+            if input.if_match.as_ref().is_some_and(|c| !matches(c))
+                || input.if_none_match.as_ref().is_some_and(matches)
+            {
+                return Err(s3_error!(PreconditionFailed));
+            }
+        }
+        let md5 = content_md5(input.content_md5.as_deref())?;
+        let meta = meta_from(
+            input.content_type,
+            input.content_encoding,
+            input.content_disposition,
+            input.content_language,
+            input.cache_control,
+            input.expires,
+            input.metadata,
+        );
+        let body = body_stream(input.body);
+        let (summary, _) = self
+            .gateway
+            .put_object(&bucket, &input.key, body, meta, policy.as_deref(), md5)
+            .await
+            .map_err(to_s3)?;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(etag_of(&summary)),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        let opened =
+            self.gateway.open(&bucket, &input.key, input.range.is_none()).await.map_err(to_s3)?;
+        let summary = *opened.summary();
+        check_preconditions(
+            &summary,
+            opened.modified_micros,
+            input.if_match.as_ref(),
+            input.if_unmodified_since.as_ref(),
+            input.if_none_match.as_ref(),
+            input.if_modified_since.as_ref(),
+            S3ErrorCode::NotModified,
+        )?;
+        let size = summary.size;
+        let (range, content_range) = match &input.range {
+            None => (0..size, None),
+            Some(range) => {
+                let r = range.check(size).map_err(|_| {
+                    s3_error!(InvalidRange, "the range is not within the object's {size} bytes")
+                })?;
+                let text = format!("bytes {}-{}/{size}", r.start, r.end - 1);
+                (r, Some(text))
+            }
+        };
+        let length = range.end - range.start;
+        let meta = opened.head.meta.clone();
+        let modified = opened.modified_micros;
+        let gateway = self.gateway.clone();
+        let stream = async_stream(gateway, opened, range);
+        let output = GetObjectOutput {
+            body: Some(StreamingBlob::wrap(stream)),
+            content_length: Some(length as i64),
+            content_range,
+            accept_ranges: Some("bytes".into()),
+            last_modified: Some(timestamp(modified)),
+            e_tag: Some(etag_of(&summary)),
+            expires: expires_of(&meta),
+            metadata: metadata_of(&meta),
+            content_type: input.response_content_type.or(meta.content_type),
+            content_encoding: input.response_content_encoding.or(meta.content_encoding),
+            content_disposition: input.response_content_disposition.or(meta.content_disposition),
+            content_language: input.response_content_language.or(meta.content_language),
+            cache_control: input.response_cache_control.or(meta.cache_control),
+            parts_count: (summary.parts > 0).then_some(summary.parts as i32),
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        let opened = self.gateway.open(&bucket, &input.key, false).await.map_err(to_s3)?;
+        let summary = *opened.summary();
+        check_preconditions(
+            &summary,
+            opened.modified_micros,
+            input.if_match.as_ref(),
+            input.if_unmodified_since.as_ref(),
+            input.if_none_match.as_ref(),
+            input.if_modified_since.as_ref(),
+            S3ErrorCode::NotModified,
+        )?;
+        let meta = &opened.head.meta;
+        let output = HeadObjectOutput {
+            content_length: Some(summary.size as i64),
+            accept_ranges: Some("bytes".into()),
+            last_modified: Some(timestamp(opened.modified_micros)),
+            e_tag: Some(etag_of(&summary)),
+            expires: expires_of(meta),
+            metadata: metadata_of(meta),
+            content_type: meta.content_type.clone(),
+            content_encoding: meta.content_encoding.clone(),
+            content_disposition: meta.content_disposition.clone(),
+            content_language: meta.content_language.clone(),
+            cache_control: meta.cache_control.clone(),
+            parts_count: (summary.parts > 0).then_some(summary.parts as i32),
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let bucket = self.bucket(&req.input.bucket).await?;
+        self.gateway.delete_object(&bucket, &req.input.key).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        if input.delete.objects.len() > 1000 {
+            return Err(s3_error!(MalformedXML, "at most 1000 keys are deleted per request"));
+        }
+        let quiet = input.delete.quiet.unwrap_or(false);
+        let deletes = input.delete.objects.into_iter().map(|object| {
+            let bucket = &bucket;
+            async move {
+                let result = self.gateway.delete_object(bucket, &object.key).await;
+                (object.key, result)
+            }
+        });
+        let results: Vec<_> =
+            futures_util::stream::iter(deletes).buffered(8).collect::<Vec<_>>().await;
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for (key, result) in results {
+            match result {
+                Ok(()) if quiet => {}
+                Ok(()) => deleted.push(DeletedObject { key: Some(key), ..Default::default() }),
+                Err(error) => {
+                    let error = to_s3(error);
+                    errors.push(s3s::dto::Error {
+                        code: Some(error.code().as_str().to_string()),
+                        key: Some(key),
+                        message: error.message().map(str::to_string),
+                        ..Default::default()
+                    });
+                }
+            }
+        }
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: (!errors.is_empty()).then_some(errors),
+            ..Default::default()
+        }))
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let input = req.input;
+        let (source_bucket, source_key) = copy_source(&input.copy_source)?;
+        let from = self.bucket(source_bucket).await?;
+        let to = self.bucket(&input.bucket).await?;
+        let opened = self.gateway.open(&from, source_key, false).await.map_err(to_s3)?;
+        let summary = *opened.summary();
+        check_preconditions(
+            &summary,
+            opened.modified_micros,
+            input.copy_source_if_match.as_ref(),
+            input.copy_source_if_unmodified_since.as_ref(),
+            input.copy_source_if_none_match.as_ref(),
+            input.copy_source_if_modified_since.as_ref(),
+            S3ErrorCode::PreconditionFailed,
+        )?;
+        let replace = input.metadata_directive.as_ref().is_some_and(|d| d.as_str() == "REPLACE");
+        let same = source_bucket == input.bucket && source_key == input.key;
+        if same && !replace {
+            return Err(s3_error!(
+                InvalidRequest,
+                "this copy request is illegal because it is trying to copy an object to itself without changing the object's metadata"
+            ));
+        }
+        let meta = if replace {
+            meta_from(
+                input.content_type,
+                input.content_encoding,
+                input.content_disposition,
+                input.content_language,
+                input.cache_control,
+                input.expires,
+                input.metadata,
+            )
+        } else {
+            Meta { stripes: Vec::new(), ..opened.head.meta.clone() }
+        };
+        let size = summary.size;
+        let (summary, version) = self
+            .gateway
+            .copy_object(opened, 0..size, &to, &input.key, meta)
+            .await
+            .map_err(to_s3)?;
+        let result = CopyObjectResult {
+            e_tag: Some(etag_of(&summary)),
+            last_modified: Some(timestamp(version)),
+            ..Default::default()
+        };
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(result),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        let max = max_keys(input.max_keys)?;
+        let after = match &input.continuation_token {
+            Some(token) => Some(token_after(token)?),
+            None => input.start_after.clone(),
+        };
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let page = self
+            .gateway
+            .list(&bucket, &prefix, input.delimiter.as_deref(), after.as_deref(), max)
+            .await
+            .map_err(to_s3)?;
+        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
+        let key_count = (page.objects.len() + page.prefixes.len()) as i32;
+        let output = ListObjectsV2Output {
+            name: Some(input.bucket),
+            prefix: Some(encoded(url, prefix)),
+            delimiter: input.delimiter.map(|d| encoded(url, d)),
+            max_keys: Some(max as i32),
+            key_count: Some(key_count),
+            continuation_token: input.continuation_token,
+            start_after: input.start_after.map(|s| encoded(url, s)),
+            is_truncated: Some(page.truncated),
+            next_continuation_token: page.next.as_deref().map(page_token),
+            contents: Some(listed(url, page.objects)),
+            common_prefixes: Some(prefixes(url, page.prefixes)),
+            encoding_type: input.encoding_type,
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        let max = max_keys(input.max_keys)?;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let page = self
+            .gateway
+            .list(&bucket, &prefix, input.delimiter.as_deref(), input.marker.as_deref(), max)
+            .await
+            .map_err(to_s3)?;
+        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
+        // S3 gives NextMarker only with a delimiter; clients use the last key otherwise.
+        let next_marker = if input.delimiter.is_some() { page.next.clone() } else { None };
+        let output = ListObjectsOutput {
+            name: Some(input.bucket),
+            prefix: Some(encoded(url, prefix)),
+            delimiter: input.delimiter.map(|d| encoded(url, d)),
+            marker: Some(encoded(url, input.marker.unwrap_or_default())),
+            max_keys: Some(max as i32),
+            is_truncated: Some(page.truncated),
+            next_marker: next_marker.map(|m| encoded(url, m)),
+            contents: Some(listed(url, page.objects)),
+            common_prefixes: Some(prefixes(url, page.prefixes)),
+            encoding_type: input.encoding_type,
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let policy = header(&req.headers, POLICY_HEADER).map(str::to_string);
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        let meta = meta_from(
+            input.content_type,
+            input.content_encoding,
+            input.content_disposition,
+            input.content_language,
+            input.cache_control,
+            input.expires,
+            input.metadata,
+        );
+        let upload = self
+            .gateway
+            .create_upload(&bucket, &input.key, meta, policy.as_deref())
+            .await
+            .map_err(to_s3)?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(upload),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        if let Some(length) = input.content_length
+            && length as u64 > crate::store::PUT_BYTES_MAX
+        {
+            return Err(s3_error!(EntityTooLarge, "a part is at most 5 GiB"));
+        }
+        let md5 = content_md5(input.content_md5.as_deref())?;
+        let body = body_stream(input.body);
+        let summary = self
+            .gateway
+            .upload_part(&bucket, &input.key, &input.upload_id, input.part_number, body, md5)
+            .await
+            .map_err(to_s3)?;
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: Some(etag_of(&summary)),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let input = req.input;
+        let (source_bucket, source_key) = copy_source(&input.copy_source)?;
+        let from = self.bucket(source_bucket).await?;
+        let to = self.bucket(&input.bucket).await?;
+        let opened = self.gateway.open(&from, source_key, false).await.map_err(to_s3)?;
+        let summary = *opened.summary();
+        check_preconditions(
+            &summary,
+            opened.modified_micros,
+            input.copy_source_if_match.as_ref(),
+            input.copy_source_if_unmodified_since.as_ref(),
+            input.copy_source_if_none_match.as_ref(),
+            input.copy_source_if_modified_since.as_ref(),
+            S3ErrorCode::PreconditionFailed,
+        )?;
+        let range = copy_range(input.copy_source_range.as_deref(), summary.size)?;
+        let stream = Box::pin(self.gateway.read(opened, range));
+        let part = self
+            .gateway
+            .upload_part(&to, &input.key, &input.upload_id, input.part_number, stream, None)
+            .await
+            .map_err(to_s3)?;
+        let result = CopyPartResult {
+            e_tag: Some(etag_of(&part)),
+            last_modified: Some(Timestamp::from(SystemTime::now())),
+            ..Default::default()
+        };
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(result),
+            ..Default::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        let parts = input.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
+        let mut chosen = Vec::with_capacity(parts.len());
+        for part in parts {
+            let number = part.part_number.ok_or_else(|| {
+                s3_error!(InvalidPart, "a part in the completion list has no part number")
+            })?;
+            let etag = part.e_tag.map(|e| e.value().to_string()).unwrap_or_default();
+            chosen.push((number, etag));
+        }
+        let (summary, _) = self
+            .gateway
+            .complete_upload(&bucket, &input.key, &input.upload_id, &chosen)
+            .await
+            .map_err(to_s3)?;
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(input.bucket.clone()),
+            key: Some(input.key.clone()),
+            e_tag: Some(etag_of(&summary)),
+            location: Some(format!("/{}/{}", input.bucket, input.key)),
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        self.gateway.abort_upload(&bucket, &input.key, &input.upload_id).await.map_err(to_s3)?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        let parts =
+            self.gateway.list_parts(&bucket, &input.key, &input.upload_id).await.map_err(to_s3)?;
+        let marker = input.part_number_marker.unwrap_or(0);
+        let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+        let after: Vec<_> = parts.into_iter().filter(|p| p.number > marker).collect();
+        let truncated = after.len() > max;
+        let shown: Vec<_> = after.into_iter().take(max).collect();
+        let next = if truncated { shown.last().map(|p| p.number) } else { None };
+        let parts = shown
+            .into_iter()
+            .map(|p| Part {
+                part_number: Some(p.number),
+                e_tag: Some(etag_of(&p.summary)),
+                size: Some(p.summary.size as i64),
+                last_modified: Some(timestamp(p.modified_micros)),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(input.upload_id),
+            max_parts: Some(max as i32),
+            part_number_marker: input.part_number_marker,
+            next_part_number_marker: next,
+            is_truncated: Some(truncated),
+            parts: Some(parts),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        let max = input.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        // After a key marker alone, every upload of that key is skipped.
+        let after = input
+            .key_marker
+            .as_deref()
+            .map(|key| (key, input.upload_id_marker.as_deref().unwrap_or("\u{10FFFF}")));
+        let (uploads, truncated) =
+            self.gateway.list_uploads(&bucket, &prefix, after, max).await.map_err(to_s3)?;
+        let last = uploads.last().cloned();
+        let uploads = uploads
+            .into_iter()
+            .map(|u| MultipartUpload {
+                key: Some(u.key),
+                upload_id: Some(u.upload_id),
+                initiated: Some(timestamp(u.initiated_micros)),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(input.bucket),
+            prefix: input.prefix,
+            key_marker: input.key_marker,
+            upload_id_marker: input.upload_id_marker,
+            max_uploads: Some(max as i32),
+            is_truncated: Some(truncated),
+            next_key_marker: last.as_ref().filter(|_| truncated).map(|u| u.key.clone()),
+            next_upload_id_marker: last.filter(|_| truncated).map(|u| u.upload_id),
+            uploads: Some(uploads),
+            ..Default::default()
+        }))
+    }
+}
+
+fn listed(url: bool, objects: Vec<crate::store::Listed>) -> Vec<Object> {
+    objects
+        .into_iter()
+        .map(|o| Object {
+            key: Some(encoded(url, o.key)),
+            size: Some(o.summary.size as i64),
+            e_tag: Some(etag_of(&o.summary)),
+            last_modified: Some(timestamp(o.modified_micros)),
+            storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn prefixes(url: bool, prefixes: Vec<String>) -> Vec<CommonPrefix> {
+    prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(encoded(url, p)) }).collect()
+}
+
+/// The body of a GET: the gateway's read stream, owning what it borrows.
+fn async_stream(
+    gateway: Arc<Gateway>,
+    opened: Opened,
+    range: std::ops::Range<u64>,
+) -> impl futures_util::Stream<Item = Result<Bytes, GatewayError>> + Send + Sync + 'static {
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    tokio::spawn(async move {
+        let mut stream = Box::pin(gateway.read(opened, range));
+        while let Some(item) = stream.next().await {
+            let failed = item.is_err();
+            if tx.send(item).await.is_err() || failed {
+                break;
+            }
+        }
+    });
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+}

@@ -1,0 +1,255 @@
+//! `optio s3`: the S3 gateway (`optio-s3`), and its users and buckets.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use optio_s3::{Gateway, ServeConfig};
+
+use crate::commands::client::ClusterConn;
+use crate::output::Table;
+
+/// `optio s3`: serve, or manage users and buckets.
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// What `optio s3` does besides serving.
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Users and their access keys.
+    #[command(subcommand)]
+    User(UserCommand),
+    /// Buckets (clients make them too, with CreateBucket).
+    #[command(subcommand)]
+    Bucket(BucketCommand),
+}
+
+/// `optio s3 user`.
+#[derive(clap::Subcommand, Debug)]
+pub enum UserCommand {
+    /// Make a user; prints its access key and secret (shown this once).
+    Create(UserArgs),
+    /// List users and their access keys.
+    Ls(ListArgs),
+    /// Remove a user (its key stops working).
+    Rm(UserArgs),
+    /// Give a user a new key pair (the old one stops working); prints it once.
+    Rotate(UserArgs),
+}
+
+/// `optio s3 bucket`.
+#[derive(clap::Subcommand, Debug)]
+pub enum BucketCommand {
+    /// Make a bucket, in a pool of your choice.
+    Create(BucketArgs),
+    /// List buckets.
+    Ls(ListArgs),
+    /// Remove an empty bucket.
+    Rm(BucketArgs),
+}
+
+/// A user's name.
+#[derive(clap::Args, Debug)]
+pub struct UserArgs {
+    /// User name (letters, digits, `_.@-`).
+    pub name: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+}
+
+/// A bucket.
+#[derive(clap::Args, Debug)]
+pub struct BucketArgs {
+    /// Bucket name.
+    pub name: String,
+    /// The pool its objects live in (default: --meta-pool).
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+}
+
+/// A listing.
+#[derive(clap::Args, Debug)]
+pub struct ListArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+}
+
+/// Where the gateway keeps its users and buckets.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GatewayArgs {
+    /// The pool holding users and bucket records, and new buckets' objects by default.
+    #[arg(long, default_value = "data", value_name = "POOL")]
+    pub meta_pool: String,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// Serving.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Address to serve S3 on.
+    #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
+    pub listen: String,
+    /// The region clients sign requests for.
+    #[arg(long, default_value = "us-east-1")]
+    pub region: String,
+    /// A domain for virtual-hosted–style requests (`BUCKET.DOMAIN`); path style always works.
+    #[arg(long = "domain", value_name = "DOMAIN")]
+    pub domains: Vec<String>,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+}
+
+async fn gateway(args: &GatewayArgs) -> Result<Arc<Gateway>> {
+    let client = args.cluster.connect().await?;
+    Ok(Arc::new(Gateway::new(client, &args.meta_pool)?))
+}
+
+/// Runs `optio s3`.
+pub fn run(args: Args) -> Result<()> {
+    crate::commands::runtime()?.block_on(async move {
+        match args.command {
+            None => serve(args.serve).await,
+            Some(Command::User(command)) => user(command).await,
+            Some(Command::Bucket(command)) => bucket(command).await,
+        }
+    })
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let gateway = gateway(&args.gateway).await?;
+    let listener = tokio::net::TcpListener::bind(&args.listen).await.with_context(|| {
+        format!(
+            "cannot listen on {} (another server there? pick another with --listen)",
+            args.listen
+        )
+    })?;
+    let local = listener.local_addr()?;
+    println!(
+        "serving S3 on http://{local} (region {}); metrics at http://{local}{}",
+        args.region,
+        optio_s3::METRICS_PATH
+    );
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let config = ServeConfig { region: args.region, domains: args.domains };
+    let metrics = Arc::new(optio_s3::Metrics::default());
+    let stop = async {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("a SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+    };
+    optio_s3::serve(gateway, listener, config, metrics, stop).await?;
+    Ok(())
+}
+
+fn print_pair(name: &str, pair: &optio_s3::store::KeyPair, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(pair).expect("a key pair serialises"));
+    } else {
+        println!("user:       {name}");
+        println!("access key: {}", pair.access_key);
+        println!("secret key: {}", pair.secret_key);
+        println!("(the secret is shown this once; `optio s3 user rotate {name}` makes a new pair)");
+    }
+}
+
+async fn user(command: UserCommand) -> Result<()> {
+    match command {
+        UserCommand::Create(args) => {
+            let pair = gateway(&args.gateway).await?.create_user(&args.name).await?;
+            print_pair(&args.name, &pair, args.json);
+        }
+        UserCommand::Rotate(args) => {
+            let pair = gateway(&args.gateway).await?.rotate_user(&args.name).await?;
+            print_pair(&args.name, &pair, args.json);
+        }
+        UserCommand::Rm(args) => {
+            gateway(&args.gateway).await?.remove_user(&args.name).await?;
+            if args.json {
+                println!("{}", serde_json::json!({ "removed": args.name }));
+            } else {
+                println!("removed user {}", args.name);
+            }
+        }
+        UserCommand::Ls(args) => {
+            let users = gateway(&args.gateway).await?.users().await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&users)?);
+            } else {
+                let mut table = Table::new(&["user", "access key"]).left(&[0, 1]);
+                for user in users {
+                    table.row(vec![user.name, user.access_key]);
+                }
+                print!("{}", table.render());
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn bucket(command: BucketCommand) -> Result<()> {
+    match command {
+        BucketCommand::Create(args) => {
+            let bucket = gateway(&args.gateway)
+                .await?
+                .create_bucket(&args.name, args.pool.as_deref())
+                .await?;
+            if args.json {
+                println!("{}", serde_json::json!({ "bucket": bucket.name, "pool": bucket.pool }));
+            } else {
+                println!("created bucket {} in pool {}", bucket.name, bucket.pool);
+            }
+        }
+        BucketCommand::Rm(args) => {
+            gateway(&args.gateway).await?.delete_bucket(&args.name).await?;
+            if args.json {
+                println!("{}", serde_json::json!({ "removed": args.name }));
+            } else {
+                println!("removed bucket {}", args.name);
+            }
+        }
+        BucketCommand::Ls(args) => {
+            let gateway = gateway(&args.gateway).await?;
+            let mut rows = Vec::new();
+            for (name, _) in gateway.buckets().await? {
+                let bucket = gateway.bucket(&name).await?;
+                rows.push(bucket);
+            }
+            if args.json {
+                let rows: Vec<_> = rows
+                    .iter()
+                    .map(|b| serde_json::json!({ "bucket": b.name, "pool": b.pool }))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                let mut table = Table::new(&["bucket", "pool"]).left(&[0, 1]);
+                for bucket in rows {
+                    table.row(vec![bucket.name, bucket.pool]);
+                }
+                print!("{}", table.render());
+            }
+        }
+    }
+    Ok(())
+}
