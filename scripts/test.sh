@@ -2,7 +2,8 @@
 # The whole test suite, on a fresh Debian machine: installs what the tests need (Ceph's
 # crushtool/osdmaptool as the CRUSH oracle, etcd for the map store, redis-server for the dirty
 # table — the tests start their own, nothing runs them as services —, qemu's qemu-img and qemu-io
-# as NBD clients, fio, libnbd's nbdinfo/nbdcopy/nbdfuse and e2fsprogs for block volumes, …), then format, lint and
+# as NBD clients, fio, libnbd's nbdinfo/nbdcopy/nbdfuse and e2fsprogs for block volumes, the
+# AWS CLI, rclone, s3cmd and boto3 as S3 clients, …), then format, lint and
 # every test.
 # `.ci/run` calls exactly this.
 set -euo pipefail
@@ -11,11 +12,14 @@ cd "$(dirname "$0")/.."
 # Debian packages the tests use, as "command:package".
 needs=(crushtool:ceph-base osdmaptool:ceph-base etcd:etcd-server redis-server:redis-server
   qemu-io:qemu-utils qemu-img:qemu-utils fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin
-  nbdfuse:nbdfuse mkfs.ext4:e2fsprogs debugfs:e2fsprogs e2fsck:e2fsprogs)
+  nbdfuse:nbdfuse mkfs.ext4:e2fsprogs debugfs:e2fsprogs e2fsck:e2fsprogs
+  aws:awscli rclone:rclone s3cmd:s3cmd curl:curl)
 missing=()
 for need in "${needs[@]}"; do
   command -v "${need%%:*}" >/dev/null 2>&1 || missing+=("${need#*:}")
 done
+# boto3, for Debian's python3 (the S3 tests look there first).
+/usr/bin/python3 -c 'import boto3' >/dev/null 2>&1 || missing+=(python3-boto3)
 if [ ${#missing[@]} -gt 0 ]; then
   packages=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
   echo "installing: $packages"

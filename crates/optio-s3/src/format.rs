@@ -185,7 +185,6 @@ pub fn decode_head(bytes: &[u8]) -> Result<Head, FormatError> {
     let meta: Meta = serde_json::from_slice(meta)?;
     if summary.striped == meta.stripes.is_empty()
         || summary.striped && meta.stripes.iter().map(|s| s.size).sum::<u64>() != summary.size
-        || !summary.striped && bytes.len() < end + summary.size as usize && bytes.len() > end
     {
         return Err(FormatError::NotAHead("summary and metadata disagree"));
     }

@@ -56,6 +56,7 @@ pub fn to_s3(error: GatewayError) -> S3Error {
         G::Body(_) => S3ErrorCode::IncompleteBody,
         G::Corrupt(_) => S3ErrorCode::InternalError,
         G::Client(optio_client::ClientError::NotFound { .. }) => S3ErrorCode::NoSuchKey,
+        G::Client(optio_client::ClientError::Config(_)) => S3ErrorCode::InvalidArgument,
         G::Client(_) => S3ErrorCode::ServiceUnavailable,
     };
     if matches!(code, S3ErrorCode::InternalError | S3ErrorCode::ServiceUnavailable) {
@@ -240,9 +241,7 @@ impl S3 for OptioS3 {
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let pool = header(&req.headers, POOL_HEADER);
         self.gateway.create_bucket(&req.input.bucket, pool).await.map_err(to_s3)?;
-        let output = CreateBucketOutput {
-            location: Some(format!("/{}", req.input.bucket)),
-        };
+        let output = CreateBucketOutput { location: Some(format!("/{}", req.input.bucket)) };
         Ok(S3Response::new(output))
     }
 

@@ -738,6 +738,13 @@ impl Gateway {
                 Err(error) => return Err(error.into()),
             };
             let head = decode_head(&bytes)?;
+            let inline = bytes.len() - head.data_offset;
+            if !head.summary.striped && inline as u64 != head.summary.size {
+                return Err(GatewayError::Corrupt(format!(
+                    "the head of {key} holds {inline} bytes of data where its summary says {}",
+                    head.summary.size
+                )));
+            }
             return Ok(Opened {
                 head,
                 modified_micros: info.version.0,

@@ -37,4 +37,7 @@ mod security;
 // Block volumes (issue 15).
 mod volumes;
 
+// The S3 gateway (issue 16).
+mod s3;
+
 pub use store_support::*;
