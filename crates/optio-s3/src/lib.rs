@@ -84,21 +84,56 @@ impl S3Auth for Users {
     }
 }
 
-/// Every signed request of a known user may do everything; anonymous ones nothing.
-struct SignedOnly;
+/// Signed requests of a known user may use the buckets that user owns (and those made for
+/// every user); anonymous requests nothing.
+struct Owners(Arc<Gateway>);
+
+impl Owners {
+    /// Refuses `user` a bucket another user owns (a bucket that does not exist is left to the
+    /// operation, which says so).
+    async fn check_bucket(&self, user: &str, name: &str) -> S3Result<()> {
+        match self.0.bucket(name).await {
+            Ok(bucket) if !bucket.usable_by(user) => {
+                Err(s3_error!(AccessDenied, "the bucket '{name}' belongs to another user"))
+            }
+            Ok(_) | Err(GatewayError::NoSuchBucket(_)) => Ok(()),
+            Err(error) => Err(s3::to_s3(error)),
+        }
+    }
+}
 
 #[async_trait::async_trait]
-impl S3Access for SignedOnly {
+impl S3Access for Owners {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        let name = cx.s3_op().name().to_string();
+        let operation = cx.s3_op().name().to_string();
         if let Some(slot) = cx.extensions_mut().get::<OperationSlot>() {
-            *slot.0.lock().expect("slot lock") = Some(name);
+            *slot.0.lock().expect("slot lock") = Some(operation.clone());
         }
-        if cx.credentials().is_none() {
+        let Some(credentials) = cx.credentials() else {
             return Err(s3_error!(
                 AccessDenied,
                 "anonymous requests are refused: sign requests with an access key from `optio s3 user create NAME`"
             ));
+        };
+        let user = match self.0.user_of(&credentials.access_key).await {
+            Ok(Some(user)) => user,
+            Ok(None) => return Err(s3_error!(InvalidAccessKeyId)),
+            Err(error) => return Err(s3::to_s3(error)),
+        };
+        // Making a bucket that exists is answered by the operation (BucketAlreadyExists).
+        if operation != "CreateBucket" {
+            match cx.s3_path() {
+                s3s::path::S3Path::Bucket { bucket } | s3s::path::S3Path::Object { bucket, .. } => {
+                    self.check_bucket(&user, bucket).await?;
+                }
+                s3s::path::S3Path::Root => {}
+            }
+        }
+        if let Some(source) = cx.headers().get("x-amz-copy-source").and_then(|v| v.to_str().ok())
+            && let Ok(s3s::dto::CopySource::Bucket { bucket, .. }) =
+                s3s::dto::CopySource::parse(source)
+        {
+            self.check_bucket(&user, &bucket).await?;
         }
         Ok(())
     }
@@ -128,8 +163,8 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let mut builder = S3ServiceBuilder::new(s3::OptioS3::new(gateway.clone()));
-    builder.set_auth(Users(gateway));
-    builder.set_access(SignedOnly);
+    builder.set_auth(Users(gateway.clone()));
+    builder.set_access(Owners(gateway));
     if !config.domains.is_empty() {
         let host = s3s::host::MultiDomain::new(&config.domains).map_err(|e| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad --domain: {e}"))
@@ -163,6 +198,62 @@ pub async fn serve(
     }
 }
 
+/// An S3 error answer built here (before s3s sees the request).
+fn error_answer(status: http::StatusCode, code: &str, message: &str) -> http::Response<s3s::Body> {
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{message}</Message></Error>"
+    );
+    let mut response = http::Response::new(s3s::Body::from(xml));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/xml"));
+    response
+}
+
+/// Requests refused before they reach s3s: CORS preflights (no CORS is configured), and
+/// presigned URLs whose `X-Amz-Expires` is out of S3's range (1 s to 7 days) or past.
+fn refuse_early(
+    request: &http::Request<hyper::body::Incoming>,
+) -> Option<http::Response<s3s::Body>> {
+    if request.method() == http::Method::OPTIONS {
+        return Some(error_answer(
+            http::StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "Insufficient information. Origin request header needed.",
+        ));
+    }
+    let query = request.uri().query()?;
+    let mut expires = None;
+    let mut date = None;
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("X-Amz-Expires", value)) => expires = Some(value),
+            Some(("X-Amz-Date", value)) => date = Some(value),
+            _ => {}
+        }
+    }
+    let expires = expires?;
+    let denied =
+        |message: &str| Some(error_answer(http::StatusCode::FORBIDDEN, "AccessDenied", message));
+    let Ok(seconds) = expires.parse::<i64>() else {
+        return denied("X-Amz-Expires is not a number of seconds");
+    };
+    if !(1..=604_800).contains(&seconds) {
+        return denied("X-Amz-Expires must be from 1 second to 7 days (604800)");
+    }
+    let signed = date.and_then(|d| {
+        let format =
+            time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+        time::PrimitiveDateTime::parse(d, format).ok()
+    })?;
+    let now = time::OffsetDateTime::now_utc();
+    if signed.assume_utc() + time::Duration::seconds(seconds) < now {
+        return denied("Request has expired");
+    }
+    None
+}
+
 async fn answer(
     service: &s3s::service::S3Service,
     metrics: &Metrics,
@@ -179,6 +270,10 @@ async fn answer(
             http::HeaderValue::from_static("text/plain; version=0.0.4"),
         );
         return response;
+    }
+    if let Some(refusal) = refuse_early(&request) {
+        metrics.count("Refused", refusal.status().as_u16());
+        return refusal;
     }
     let slot = OperationSlot::default();
     let (parts, body) = request.into_parts();

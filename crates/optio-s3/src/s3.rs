@@ -35,6 +35,20 @@ impl OptioS3 {
     async fn bucket(&self, name: &str) -> S3Result<Bucket> {
         self.gateway.bucket(name).await.map_err(to_s3)
     }
+
+    /// The user who signed a request.
+    async fn requester(&self, credentials: Option<&s3s::auth::Credentials>) -> S3Result<String> {
+        let access_key = credentials.map(|c| c.access_key.as_str()).unwrap_or_default();
+        match self.gateway.user_of(access_key).await.map_err(to_s3)? {
+            Some(user) => Ok(user),
+            None => Err(s3_error!(InvalidAccessKeyId)),
+        }
+    }
+}
+
+/// The owner shown in listings.
+fn owner(user: &str) -> Owner {
+    Owner { display_name: Some(user.to_string()), id: Some(user.to_string()) }
 }
 
 /// An S3 error for a gateway error.
@@ -42,7 +56,7 @@ pub fn to_s3(error: GatewayError) -> S3Error {
     use GatewayError as G;
     let code = match &error {
         G::NoSuchBucket(_) => S3ErrorCode::NoSuchBucket,
-        G::BucketExists(_) => S3ErrorCode::BucketAlreadyOwnedByYou,
+        G::BucketExists(_) => S3ErrorCode::BucketAlreadyExists,
         G::BucketNotEmpty(_) => S3ErrorCode::BucketNotEmpty,
         G::NoSuchKey(_) => S3ErrorCode::NoSuchKey,
         G::NoSuchUpload(_) => S3ErrorCode::NoSuchUpload,
@@ -134,11 +148,31 @@ fn check_preconditions(
         }
         _ => {}
     }
-    match (if_none_match, if_modified_since) {
-        (Some(condition), _) if matches(condition) => Err(S3Error::new(not_modified)),
-        (None, Some(time)) if modified <= unix_seconds(time) => Err(S3Error::new(not_modified)),
-        _ => Ok(()),
+    let unchanged = match (if_none_match, if_modified_since) {
+        (Some(condition), _) => matches(condition),
+        (None, Some(time)) => modified <= unix_seconds(time),
+        _ => false,
+    };
+    if !unchanged {
+        return Ok(());
     }
+    if not_modified != S3ErrorCode::NotModified {
+        return Err(S3Error::new(not_modified));
+    }
+    // A 304 carries the validators, as a 200 would.
+    let mut error = S3Error::with_message(S3ErrorCode::NotModified, "Not Modified");
+    let mut headers = http::HeaderMap::new();
+    if let Ok(value) = http::HeaderValue::from_str(&format!("\"{etag}\"")) {
+        headers.insert(http::header::ETAG, value);
+    }
+    let mut date = Vec::new();
+    if timestamp(modified_micros).format(TimestampFormat::HttpDate, &mut date).is_ok()
+        && let Ok(value) = http::HeaderValue::from_bytes(&date)
+    {
+        headers.insert(http::header::LAST_MODIFIED, value);
+    }
+    error.set_headers(headers);
+    Err(error)
 }
 
 fn meta_from(
@@ -150,6 +184,15 @@ fn meta_from(
     expires: Option<Timestamp>,
     metadata: Option<Metadata>,
 ) -> Meta {
+    // `aws-chunked` names how the body was sent, not how the object is encoded.
+    let content_encoding = content_encoding.and_then(|text| {
+        let kept: Vec<&str> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
+            .collect();
+        (!kept.is_empty()).then(|| kept.join(", "))
+    });
     Meta {
         content_type,
         content_encoding,
@@ -240,7 +283,8 @@ impl S3 for OptioS3 {
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let pool = header(&req.headers, POOL_HEADER);
-        self.gateway.create_bucket(&req.input.bucket, pool).await.map_err(to_s3)?;
+        let user = self.requester(req.credentials.as_ref()).await?;
+        self.gateway.create_bucket(&req.input.bucket, pool, Some(&user)).await.map_err(to_s3)?;
         let output = CreateBucketOutput { location: Some(format!("/{}", req.input.bucket)) };
         Ok(S3Response::new(output))
     }
@@ -271,20 +315,24 @@ impl S3 for OptioS3 {
 
     async fn list_buckets(
         &self,
-        _req: S3Request<ListBucketsInput>,
+        req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        let buckets = self.gateway.buckets().await.map_err(to_s3)?;
-        let buckets = buckets
-            .into_iter()
-            .map(|(name, created)| s3s::dto::Bucket {
-                name: Some(name),
-                creation_date: Some(timestamp(created)),
-                ..Default::default()
-            })
-            .collect();
+        let user = self.requester(req.credentials.as_ref()).await?;
+        let mut buckets = Vec::new();
+        for (name, created) in self.gateway.buckets().await.map_err(to_s3)? {
+            match self.gateway.bucket(&name).await {
+                Ok(bucket) if bucket.usable_by(&user) => buckets.push(s3s::dto::Bucket {
+                    name: Some(name),
+                    creation_date: Some(timestamp(created)),
+                    ..Default::default()
+                }),
+                Ok(_) | Err(GatewayError::NoSuchBucket(_)) => {}
+                Err(error) => return Err(to_s3(error)),
+            }
+        }
         let output = ListBucketsOutput {
             buckets: Some(buckets),
-            owner: Some(Owner { display_name: Some("optio".into()), id: Some("optio".into()) }),
+            owner: Some(owner(&user)),
             ..Default::default()
         };
         Ok(S3Response::new(output))
@@ -556,24 +604,26 @@ impl S3 for OptioS3 {
             None => input.start_after.clone(),
         };
         let prefix = input.prefix.clone().unwrap_or_default();
+        let delimiter = input.delimiter.filter(|d| !d.is_empty());
         let page = self
             .gateway
-            .list(&bucket, &prefix, input.delimiter.as_deref(), after.as_deref(), max)
+            .list(&bucket, &prefix, delimiter.as_deref(), after.as_deref(), max)
             .await
             .map_err(to_s3)?;
         let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
         let key_count = (page.objects.len() + page.prefixes.len()) as i32;
+        let shown_owner = input.fetch_owner.unwrap_or(false).then(|| owner_of(&bucket));
         let output = ListObjectsV2Output {
             name: Some(input.bucket),
             prefix: Some(encoded(url, prefix)),
-            delimiter: input.delimiter.map(|d| encoded(url, d)),
+            delimiter: delimiter.map(|d| encoded(url, d)),
             max_keys: Some(max as i32),
             key_count: Some(key_count),
             continuation_token: input.continuation_token,
             start_after: input.start_after.map(|s| encoded(url, s)),
             is_truncated: Some(page.truncated),
             next_continuation_token: page.next.as_deref().map(page_token),
-            contents: Some(listed(url, page.objects)),
+            contents: Some(listed(url, page.objects, shown_owner)),
             common_prefixes: Some(prefixes(url, page.prefixes)),
             encoding_type: input.encoding_type,
             ..Default::default()
@@ -589,28 +639,87 @@ impl S3 for OptioS3 {
         let bucket = self.bucket(&input.bucket).await?;
         let max = max_keys(input.max_keys)?;
         let prefix = input.prefix.clone().unwrap_or_default();
+        let delimiter = input.delimiter.filter(|d| !d.is_empty());
         let page = self
             .gateway
-            .list(&bucket, &prefix, input.delimiter.as_deref(), input.marker.as_deref(), max)
+            .list(&bucket, &prefix, delimiter.as_deref(), input.marker.as_deref(), max)
             .await
             .map_err(to_s3)?;
         let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
         // S3 gives NextMarker only with a delimiter; clients use the last key otherwise.
-        let next_marker = if input.delimiter.is_some() { page.next.clone() } else { None };
+        let next_marker = if delimiter.is_some() { page.next.clone() } else { None };
         let output = ListObjectsOutput {
             name: Some(input.bucket),
-            prefix: Some(encoded(url, prefix)),
-            delimiter: input.delimiter.map(|d| encoded(url, d)),
+            // (Version 1 does not encode the prefix it echoes; clients do not decode it.)
+            prefix: Some(prefix),
+            delimiter: delimiter.map(|d| encoded(url, d)),
             marker: Some(encoded(url, input.marker.unwrap_or_default())),
             max_keys: Some(max as i32),
             is_truncated: Some(page.truncated),
             next_marker: next_marker.map(|m| encoded(url, m)),
-            contents: Some(listed(url, page.objects)),
+            contents: Some(listed(url, page.objects, Some(owner_of(&bucket)))),
             common_prefixes: Some(prefixes(url, page.prefixes)),
             encoding_type: input.encoding_type,
             ..Default::default()
         };
         Ok(S3Response::new(output))
+    }
+
+    /// Buckets are not versioned: each object is its one version, `null` (what S3 lists for
+    /// a bucket that never had versioning), so tools that clean up by versions work.
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        let max = max_keys(input.max_keys)?;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let delimiter = input.delimiter.filter(|d| !d.is_empty());
+        let page = self
+            .gateway
+            .list(&bucket, &prefix, delimiter.as_deref(), input.key_marker.as_deref(), max)
+            .await
+            .map_err(to_s3)?;
+        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
+        let versions = page
+            .objects
+            .into_iter()
+            .map(|o| s3s::dto::ObjectVersion {
+                key: Some(encoded(url, o.key)),
+                version_id: Some("null".into()),
+                is_latest: Some(true),
+                size: Some(o.summary.size as i64),
+                e_tag: Some(etag_of(&o.summary)),
+                last_modified: Some(timestamp(o.modified_micros)),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(input.bucket),
+            prefix: Some(encoded(url, prefix)),
+            delimiter: delimiter.map(|d| encoded(url, d)),
+            key_marker: input.key_marker,
+            version_id_marker: input.version_id_marker,
+            max_keys: Some(max as i32),
+            is_truncated: Some(page.truncated),
+            next_key_marker: page.next.clone().filter(|_| page.truncated),
+            next_version_id_marker: page.next.filter(|_| page.truncated).map(|_| "null".into()),
+            versions: Some(versions),
+            common_prefixes: Some(prefixes(url, page.prefixes)),
+            encoding_type: input.encoding_type,
+            ..Default::default()
+        }))
+    }
+
+    /// Torrents are not served; a missing object is still NoSuchKey.
+    async fn get_object_torrent(
+        &self,
+        req: S3Request<GetObjectTorrentInput>,
+    ) -> S3Result<S3Response<GetObjectTorrentOutput>> {
+        let bucket = self.bucket(&req.input.bucket).await?;
+        self.gateway.open(&bucket, &req.input.key, false).await.map_err(to_s3)?;
+        Err(s3_error!(NotImplemented, "this gateway does not serve torrents"))
     }
 
     async fn create_multipart_upload(
@@ -819,11 +928,17 @@ impl S3 for OptioS3 {
     }
 }
 
-fn listed(url: bool, objects: Vec<crate::store::Listed>) -> Vec<Object> {
+/// The owner a listing shows for a bucket's objects.
+fn owner_of(bucket: &Bucket) -> Owner {
+    owner(bucket.owner.as_deref().unwrap_or("optio"))
+}
+
+fn listed(url: bool, objects: Vec<crate::store::Listed>, shown: Option<Owner>) -> Vec<Object> {
     objects
         .into_iter()
         .map(|o| Object {
             key: Some(encoded(url, o.key)),
+            owner: shown.clone(),
             size: Some(o.summary.size as i64),
             e_tag: Some(etag_of(&o.summary)),
             last_modified: Some(timestamp(o.modified_micros)),

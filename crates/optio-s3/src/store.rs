@@ -136,9 +136,18 @@ pub struct Bucket {
     pub id: String,
     /// The pool its objects live in.
     pub pool: String,
+    /// The user who owns it: only that user may use it (`None`: made with `optio s3 bucket
+    /// create` without `--owner`, and every user may use it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 impl Bucket {
+    /// Whether `user` may use the bucket.
+    pub fn usable_by(&self, user: &str) -> bool {
+        self.owner.as_deref().is_none_or(|owner| owner == user)
+    }
+
     fn head_key(&self, key: &str) -> Result<String> {
         let full = format!("{}/{key}", self.id);
         if key.is_empty() {
@@ -287,7 +296,7 @@ pub struct Gateway {
     client: Client,
     meta_pool: String,
     buckets: Mutex<HashMap<String, (Bucket, Instant)>>,
-    secrets: Mutex<HashMap<String, (String, Instant)>>,
+    secrets: Mutex<HashMap<String, (KeyRecord, Instant)>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -444,10 +453,19 @@ impl Gateway {
 
     /// The secret of an access key, if it is one.
     pub async fn secret_of(&self, access_key: &str) -> Result<Option<String>> {
-        if let Some((secret, at)) = self.secrets.lock().expect("secrets lock").get(access_key)
+        Ok(self.key_record(access_key).await?.map(|record| record.secret_key))
+    }
+
+    /// The user an access key belongs to, if it is one.
+    pub async fn user_of(&self, access_key: &str) -> Result<Option<String>> {
+        Ok(self.key_record(access_key).await?.map(|record| record.user))
+    }
+
+    async fn key_record(&self, access_key: &str) -> Result<Option<KeyRecord>> {
+        if let Some((record, at)) = self.secrets.lock().expect("secrets lock").get(access_key)
             && at.elapsed() < CACHE_TTL
         {
-            return Ok(Some(secret.clone()));
+            return Ok(Some(record.clone()));
         }
         let plausible = !access_key.is_empty()
             && access_key.len() <= 128
@@ -457,20 +475,28 @@ impl Gateway {
         }
         let key = format!("{KEY_PREFIX}{access_key}");
         let Some((_, bytes)) = self.get_opt(&self.meta_pool, &key).await? else {
+            self.secrets.lock().expect("secrets lock").remove(access_key);
             return Ok(None);
         };
         let record: KeyRecord = parse("an access key record", &bytes)?;
         self.secrets
             .lock()
             .expect("secrets lock")
-            .insert(access_key.to_string(), (record.secret_key.clone(), Instant::now()));
-        Ok(Some(record.secret_key))
+            .insert(access_key.to_string(), (record.clone(), Instant::now()));
+        Ok(Some(record))
     }
 
     // ---- buckets ----
 
-    /// Makes a bucket in `pool` (default: the metadata pool).
-    pub async fn create_bucket(&self, name: &str, pool: Option<&str>) -> Result<Bucket> {
+    /// Makes a bucket in `pool` (default: the metadata pool), owned by `owner` (`None`: every
+    /// user's). Making again a bucket one owns changes nothing and succeeds, as in S3's
+    /// `us-east-1`; another's is [`GatewayError::BucketExists`].
+    pub async fn create_bucket(
+        &self,
+        name: &str,
+        pool: Option<&str>,
+        owner: Option<&str>,
+    ) -> Result<Bucket> {
         let pool = pool.unwrap_or(&self.meta_pool);
         if self.client.map().pool_by_name(pool).is_none() {
             return Err(GatewayError::InvalidArgument(format!(
@@ -479,10 +505,19 @@ impl Gateway {
         }
         let key = format!("{BUCKET_PREFIX}{name}");
         validate_key(&key).map_err(|e| GatewayError::InvalidArgument(e.to_string()))?;
-        if self.get_opt(&self.meta_pool, &key).await?.is_some() {
+        if let Some((_, bytes)) = self.get_opt(&self.meta_pool, &key).await? {
+            let existing: Bucket = parse("a bucket record", &bytes)?;
+            if owner.is_some() && existing.owner.as_deref() == owner {
+                return Ok(existing);
+            }
             return Err(GatewayError::BucketExists(name.to_string()));
         }
-        let bucket = Bucket { name: name.to_string(), id: random_id(6), pool: pool.to_string() };
+        let bucket = Bucket {
+            name: name.to_string(),
+            id: random_id(6),
+            pool: pool.to_string(),
+            owner: owner.map(str::to_string),
+        };
         self.client.put(&self.meta_pool, &key, json(&bucket)).await?;
         self.buckets
             .lock()
@@ -908,6 +943,9 @@ impl Gateway {
         // A common prefix the previous page ended with is not shown again.
         let mut last_prefix: Option<String> = after.map(str::to_string);
         let mut count = 0usize;
+        if max_keys == 0 {
+            return Ok(page);
+        }
         while let Some(info) = cursor.next(&self.client).await? {
             let key = &info.key[base.len()..];
             let rolled = delimiter.and_then(|d| {
@@ -919,7 +957,7 @@ impl Gateway {
                 cursor.skip_to(&format!("{base}{common}{}", char::MAX));
                 continue;
             }
-            if count == max_keys {
+            if count == max_keys && max_keys > 0 {
                 page.truncated = true;
                 break;
             }
@@ -1064,7 +1102,7 @@ impl Gateway {
                 "a multipart upload is completed with at least one part".into(),
             ));
         }
-        if chosen.windows(2).any(|w| w[0].0 >= w[1].0) {
+        if chosen.windows(2).any(|w| w[0].0 > w[1].0) {
             return Err(GatewayError::InvalidPartOrder);
         }
         let mut stored: HashMap<i32, (Summary, Stripe)> = HashMap::new();
@@ -1074,22 +1112,33 @@ impl Gateway {
                 stored.insert(part.number, (part.summary, stripe));
             }
         }
+        // A part named twice (sent again while its first upload ran) counts once, as the
+        // upload stored last, if one of the ETags named is that upload's.
+        let mut named: Vec<(i32, Vec<&str>)> = Vec::new();
+        for (number, etag) in chosen {
+            match named.last_mut() {
+                Some((last, etags)) if last == number => etags.push(etag),
+                _ => named.push((*number, vec![etag])),
+            }
+        }
         let mut md5s = Md5::new();
         let mut stripes = Vec::new();
         let mut size = 0u64;
-        for (i, (number, etag)) in chosen.iter().enumerate() {
+        for (i, (number, etags)) in named.iter().enumerate() {
             let Some((summary, stripe)) = stored.get(number) else {
                 return Err(GatewayError::InvalidPart(format!(
                     "part {number} was not uploaded (or was aborted)"
                 )));
             };
-            if etag.trim_matches('"') != summary.etag() {
+            if let Some(etag) = etags.iter().find(|e| e.trim_matches('"') != summary.etag())
+                && !etags.iter().any(|e| e.trim_matches('"') == summary.etag())
+            {
                 return Err(GatewayError::InvalidPart(format!(
                     "part {number}'s ETag is {}, not {etag}",
                     summary.etag()
                 )));
             }
-            if i + 1 < chosen.len() && summary.size < PART_BYTES_MIN {
+            if i + 1 < named.len() && summary.size < PART_BYTES_MIN {
                 return Err(GatewayError::EntityTooSmall { part: *number, size: summary.size });
             }
             md5s.update(summary.md5);

@@ -73,6 +73,9 @@ pub struct BucketArgs {
     /// The pool its objects live in (default: --meta-pool).
     #[arg(long)]
     pub pool: Option<String>,
+    /// The user who owns it, alone allowed to use it (default: every user may).
+    #[arg(long, value_name = "USER")]
+    pub owner: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -213,10 +216,13 @@ async fn bucket(command: BucketCommand) -> Result<()> {
         BucketCommand::Create(args) => {
             let bucket = gateway(&args.gateway)
                 .await?
-                .create_bucket(&args.name, args.pool.as_deref())
+                .create_bucket(&args.name, args.pool.as_deref(), args.owner.as_deref())
                 .await?;
             if args.json {
-                println!("{}", serde_json::json!({ "bucket": bucket.name, "pool": bucket.pool }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "bucket": bucket.name, "pool": bucket.pool, "owner": bucket.owner })
+                );
             } else {
                 println!("created bucket {} in pool {}", bucket.name, bucket.pool);
             }
@@ -239,13 +245,14 @@ async fn bucket(command: BucketCommand) -> Result<()> {
             if args.json {
                 let rows: Vec<_> = rows
                     .iter()
-                    .map(|b| serde_json::json!({ "bucket": b.name, "pool": b.pool }))
+                    .map(|b| serde_json::json!({ "bucket": b.name, "pool": b.pool, "owner": b.owner }))
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                let mut table = Table::new(&["bucket", "pool"]).left(&[0, 1]);
+                let mut table = Table::new(&["bucket", "pool", "owner"]).left(&[0, 1, 2]);
                 for bucket in rows {
-                    table.row(vec![bucket.name, bucket.pool]);
+                    let owner = bucket.owner.unwrap_or_else(|| "(every user)".into());
+                    table.row(vec![bucket.name, bucket.pool, owner]);
                 }
                 print!("{}", table.render());
             }
