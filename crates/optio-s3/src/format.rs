@@ -40,7 +40,7 @@ pub const META_BYTES_MAX: usize = 4 << 20;
 const FLAG_STRIPED: u32 = 1;
 
 /// What a listing shows of an object: its ETag, size and layout.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
     /// MD5 of the data, or of the parts' MD5s.
     pub md5: [u8; 16],
@@ -163,6 +163,12 @@ pub fn encode_head(summary: &Summary, meta: &Meta) -> Vec<u8> {
     out
 }
 
+/// Writes `summary` into a head encoded with another (a head written before its data was
+/// received, whose MD5 and size are known only at the end).
+pub fn patch_summary(head: &mut [u8], summary: &Summary) {
+    head[SUMMARY_MAGIC.len()..SUMMARY_PREFIX_BYTES].copy_from_slice(&summary.encode());
+}
+
 /// How many bytes of a head must be read to decode it: `Ok` with the whole length when
 /// `prefix` (the head's first bytes) is enough, else `Err` with how many are needed.
 pub fn head_bytes_needed(prefix: &[u8]) -> Result<usize, FormatError> {
@@ -236,7 +242,8 @@ mod tests {
             ],
             ..Meta::default()
         };
-        let bytes = encode_head(&summary, &meta);
+        let mut bytes = encode_head(&Summary { md5: [0; 16], ..summary }, &meta);
+        patch_summary(&mut bytes, &summary);
         assert_eq!(head_bytes_needed(&bytes).unwrap(), bytes.len());
         let head = decode_head(&bytes).unwrap();
         assert_eq!((head.summary, &head.meta, head.data_offset), (summary, &meta, bytes.len()));

@@ -235,6 +235,17 @@ impl Opened {
     pub fn summary(&self) -> &Summary {
         &self.head.summary
     }
+
+    /// The bytes `range` of the object if they were read with its head (a small object read
+    /// whole): no further request is needed.
+    pub fn already_read(&self, range: &std::ops::Range<u64>) -> Option<Bytes> {
+        if self.head.summary.striped {
+            return None;
+        }
+        let start = self.head.data_offset + range.start as usize;
+        let end = self.head.data_offset + range.end as usize;
+        (end <= self.first.len()).then(|| self.first.slice(start..end))
+    }
 }
 
 /// One page of a listing.
@@ -593,7 +604,8 @@ impl Gateway {
         E: std::fmt::Display,
     {
         let head_key = bucket.head_key(key)?;
-        let received = self.receive(bucket, body, PUT_BYTES_MAX, false).await?;
+        let head = encode_head(&Summary::default(), &meta);
+        let received = self.receive(bucket, body, PUT_BYTES_MAX, Some(&head)).await?;
         let (md5, size) = (received.md5, received.size);
         if content_md5.is_some_and(|m| m != md5) {
             self.drop_stripes(bucket, &received.stripes).await;
@@ -612,15 +624,19 @@ impl Gateway {
         head_key: &str,
         summary: Summary,
         meta: &Meta,
-        inline: Option<Bytes>,
+        inline: Option<BytesMut>,
         policy: Option<&str>,
     ) -> Result<(Summary, u64)> {
         let old = self.old_stripes(bucket, head_key).await?;
-        let mut data = encode_head(&summary, meta);
-        if let Some(inline) = &inline {
-            data.extend_from_slice(inline);
-        }
-        let data = Bytes::from(data);
+        let data = match inline {
+            // The head was encoded before the data came (its summary is filled in now), and
+            // the data received after it: no copy.
+            Some(mut head_and_data) => {
+                format::patch_summary(&mut head_and_data, &summary);
+                head_and_data.freeze()
+            }
+            None => Bytes::from(encode_head(&summary, meta)),
+        };
         let report = match policy {
             Some(policy) => self.client.put_with_policy(&bucket.pool, head_key, data, policy).await,
             None => self.client.put(&bucket.pool, head_key, data).await,
@@ -677,13 +693,14 @@ impl Gateway {
         self.client.put(pool, &key, piece).await.map(|_| ())
     }
 
-    /// Reads a request body: inline when it fits (unless `striped`), else into a new stripe.
+    /// Reads a request body: after `head` (the encoded head, its summary to be filled in)
+    /// when it fits inline, else — and always without a head — into a new stripe.
     async fn receive<S, E>(
         &self,
         bucket: &Bucket,
         mut body: S,
         max: u64,
-        striped: bool,
+        head: Option<&[u8]>,
     ) -> Result<Received>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -692,7 +709,14 @@ impl Gateway {
         let mut md5 = Md5::new();
         let mut buffer = BytesMut::new();
         let mut size = 0u64;
-        let mut stripe: Option<(String, u64)> = striped.then(|| (random_id(16), 0));
+        let mut stripe: Option<(String, u64)> = head.is_none().then(|| (random_id(16), 0));
+        // Bytes of `buffer` that are the head, not data.
+        let mut skip = 0;
+        if let Some(head) = head {
+            buffer.reserve(head.len() + 64 * 1024);
+            buffer.extend_from_slice(head);
+            skip = head.len();
+        }
         let mut writes = futures_util::stream::FuturesUnordered::new();
         let mut failed: Option<GatewayError> = None;
         loop {
@@ -711,8 +735,10 @@ impl Gateway {
             }
             md5.update(&chunk);
             buffer.extend_from_slice(&chunk);
-            if stripe.is_none() && buffer.len() > INLINE_BYTES_MAX {
+            if stripe.is_none() && buffer.len() - skip > INLINE_BYTES_MAX {
                 stripe = Some((random_id(16), 0));
+                let _ = buffer.split_to(skip);
+                skip = 0;
             }
             while let Some((id, next)) = &mut stripe
                 && buffer.len() as u64 >= STRIPE_OBJECT_BYTES
@@ -757,7 +783,7 @@ impl Gateway {
             self.drop_stripes(bucket, &stripes).await;
             return Err(error);
         }
-        let inline = stripes.is_empty().then(|| buffer.freeze());
+        let inline = stripes.is_empty().then_some(buffer);
         Ok(Received { md5: md5.finalize().into(), size, stripes, inline })
     }
 
@@ -912,7 +938,8 @@ impl Gateway {
     ) -> Result<(Summary, u64)> {
         let head_key = to.head_key(key)?;
         let stream = Box::pin(self.read(opened, range));
-        let received = self.receive(to, stream, PUT_BYTES_MAX, false).await?;
+        let head = encode_head(&Summary::default(), &meta);
+        let received = self.receive(to, stream, PUT_BYTES_MAX, Some(&head)).await?;
         let summary = Summary {
             md5: received.md5,
             parts: 0,
@@ -1043,7 +1070,7 @@ impl Gateway {
             )));
         }
         self.upload_record(bucket, key, upload).await?;
-        let received = self.receive(bucket, body, PUT_BYTES_MAX, true).await?;
+        let received = self.receive(bucket, body, PUT_BYTES_MAX, None).await?;
         let stripe = received.stripes[0].clone();
         if content_md5.is_some_and(|m| m != received.md5) {
             self.drop_stripes(bucket, std::slice::from_ref(&stripe)).await;
@@ -1235,5 +1262,6 @@ struct Received {
     md5: [u8; 16],
     size: u64,
     stripes: Vec<Stripe>,
-    inline: Option<Bytes>,
+    /// The head and the data after it, when the data is inline.
+    inline: Option<BytesMut>,
 }

@@ -3,6 +3,7 @@
 
 pub mod elastic;
 pub mod payload;
+pub mod s3;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,6 +36,9 @@ pub enum Experiment {
     /// The elastic-CH paper's 3-phase workload on a local 10-server cluster: original
     /// consistent hashing against full and selective re-integration (table, --json, --plot).
     Elastic(elastic::Args),
+    /// The S3 gateway against Optio's own client on one cluster: PUT/GET throughput side by
+    /// side, or (--list-keys N) listing speed.
+    S3(s3::Args),
 }
 
 /// Arguments of `optio bench`.
@@ -291,8 +295,10 @@ struct FirstWriteReport {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    if let Some(Experiment::Elastic(args)) = args.experiment {
-        return elastic::run(args);
+    match args.experiment {
+        Some(Experiment::Elastic(args)) => return elastic::run(args),
+        Some(Experiment::S3(args)) => return s3::run(args),
+        None => {}
     }
     crate::commands::init_logging("warn");
     let size = parse_size(&args.size).map_err(anyhow::Error::msg)? as usize;
