@@ -5,20 +5,27 @@
 # count recorded in docs/s3.md, so a regression fails CI).
 #
 #   scripts/s3-conformance.sh [--min N] [--junit FILE] [-- extra pytest arguments]
+#   scripts/s3-conformance.sh --find      (prints where the suite is; fails if nowhere)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 min=0
 junit=""
+find_only=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --find) find_only=1; shift ;;
     --min) min="$2"; shift 2 ;;
     --junit) junit="$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-suite="${S3_TESTS:-$(pwd)/../shared/anchors/s3-tests}"
-[ -d "$suite/s3tests" ] || { echo "no s3-tests at $suite (set S3_TESTS)" >&2; exit 2; }
+suite=""
+for candidate in "${S3_TESTS:-}" "$(pwd)/../shared/anchors/s3-tests" /work/shared/anchors/s3-tests; do
+  if [ -n "$candidate" ] && [ -d "$candidate/s3tests" ]; then suite="$candidate"; break; fi
+done
+[ -n "$suite" ] || { echo "Ceph's s3-tests not found: set S3_TESTS=DIR" >&2; exit 2; }
+if [ -n "$find_only" ]; then echo "$suite"; exit 0; fi
 venv="${S3_TESTS_VENV:-${TMPDIR:-/tmp}/optio-s3-tests-venv}"
 if [ ! -x "$venv/bin/pytest" ]; then
   python3 -m venv "$venv"

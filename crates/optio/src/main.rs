@@ -65,6 +65,7 @@ enum Command {
     Nbd(commands::nbd::Args),
     /// The S3 gateway (runs until Ctrl-C), and its users and buckets (`optio s3 user create
     /// NAME`, `optio s3 bucket create NAME --pool P`).
+    #[cfg(feature = "s3")]
     S3(commands::s3::Args),
     /// Store an object (from a file or standard input).
     Put(commands::client::PutArgs),
@@ -181,6 +182,7 @@ fn main() -> std::process::ExitCode {
         Command::Auth(command) => commands::auth::run(command),
         Command::Volume(command) => commands::volume::run(command),
         Command::Nbd(args) => commands::nbd::run(args),
+        #[cfg(feature = "s3")]
         Command::S3(args) => commands::s3::run(args),
         Command::Put(args) => commands::client::put(args),
         Command::Get(args) => commands::client::get(args),

@@ -15,6 +15,7 @@ pub mod map;
 pub mod nbd;
 pub mod place;
 pub mod reintegrate;
+#[cfg(feature = "s3")]
 pub mod s3;
 pub mod scrub;
 pub mod server;

@@ -38,6 +38,7 @@ mod security;
 mod volumes;
 
 // The S3 gateway (issue 16).
+#[cfg(feature = "s3")]
 mod s3;
 
 pub use store_support::*;

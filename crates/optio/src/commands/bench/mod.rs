@@ -3,6 +3,7 @@
 
 pub mod elastic;
 pub mod payload;
+#[cfg(feature = "s3")]
 pub mod s3;
 
 use std::sync::Arc;
@@ -38,6 +39,7 @@ pub enum Experiment {
     Elastic(elastic::Args),
     /// The S3 gateway against Optio's own client on one cluster: PUT/GET throughput side by
     /// side, or (--list-keys N) listing speed.
+    #[cfg(feature = "s3")]
     S3(s3::Args),
 }
 
@@ -297,6 +299,7 @@ struct FirstWriteReport {
 pub fn run(args: Args) -> Result<()> {
     match args.experiment {
         Some(Experiment::Elastic(args)) => return elastic::run(args),
+        #[cfg(feature = "s3")]
         Some(Experiment::S3(args)) => return s3::run(args),
         None => {}
     }
