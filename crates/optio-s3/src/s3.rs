@@ -36,6 +36,55 @@ impl OptioS3 {
         self.gateway.bucket(name).await.map_err(to_s3)
     }
 
+    /// Opens `key` in `bucket` and checks a request's preconditions on it.
+    async fn open_checked(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        whole: bool,
+        conditions: Preconditions<'_>,
+    ) -> S3Result<Opened> {
+        let opened = self.gateway.open(bucket, key, whole).await.map_err(to_s3)?;
+        check_preconditions(opened.summary(), opened.modified_micros, conditions)?;
+        Ok(opened)
+    }
+
+    /// Opens the source of a copy (`x-amz-copy-source`) and checks the copy's preconditions
+    /// on it.
+    async fn open_copy_source(
+        &self,
+        source: &CopySource,
+        conditions: Preconditions<'_>,
+    ) -> S3Result<Opened> {
+        let (bucket, key) = copy_source(source)?;
+        let from = self.bucket(bucket).await?;
+        self.open_checked(&from, key, false, conditions).await
+    }
+
+    /// The part every listing shares: the bucket, the page of keys after `after`, and how
+    /// the answer encodes keys.
+    async fn list_page(
+        &self,
+        bucket: &str,
+        max_keys: Option<i32>,
+        prefix: Option<&str>,
+        delimiter: Option<&str>,
+        after: Option<&str>,
+        encoding_type: Option<&EncodingType>,
+    ) -> S3Result<Page> {
+        let bucket = self.bucket(bucket).await?;
+        let max = max_keys_of(max_keys)?;
+        let prefix = prefix.unwrap_or_default().to_string();
+        let delimiter = delimiter.filter(|d| !d.is_empty()).map(str::to_string);
+        let page = self
+            .gateway
+            .list(&bucket, &prefix, delimiter.as_deref(), after, max)
+            .await
+            .map_err(to_s3)?;
+        let url = encoding_type.is_some_and(|e| e.as_str() == "url");
+        Ok(Page { bucket, max, prefix, delimiter, page, url })
+    }
+
     /// The user who signed a request.
     async fn requester(&self, credentials: Option<&s3s::auth::Credentials>) -> S3Result<String> {
         let access_key = credentials.map(|c| c.access_key.as_str()).unwrap_or_default();
@@ -44,6 +93,17 @@ impl OptioS3 {
             None => Err(s3_error!(InvalidAccessKeyId)),
         }
     }
+}
+
+/// A listing's page and what it was asked with.
+struct Page {
+    bucket: Bucket,
+    max: usize,
+    prefix: String,
+    delimiter: Option<String>,
+    page: crate::store::ListPage,
+    /// Keys are URL-encoded in the answer (`encoding-type=url`).
+    url: bool,
 }
 
 /// The owner shown in listings.
@@ -124,17 +184,30 @@ fn metadata_of(meta: &Meta) -> Option<Metadata> {
     (!meta.user.is_empty()).then(|| meta.user.clone().into_iter().collect())
 }
 
+/// A read's preconditions on the object it reads (a GET's and HEAD's own, or a copy's on its
+/// source), and the error an unchanged object gets (304 for reads; 412 for copies).
+struct Preconditions<'a> {
+    if_match: Option<&'a ETagCondition>,
+    if_unmodified_since: Option<&'a Timestamp>,
+    if_none_match: Option<&'a ETagCondition>,
+    if_modified_since: Option<&'a Timestamp>,
+    not_modified: S3ErrorCode,
+}
+
 /// Evaluates a read's preconditions against what is stored (RFC 9110 order: If-Match, else
 /// If-Unmodified-Since; then If-None-Match, else If-Modified-Since).
 fn check_preconditions(
     summary: &Summary,
     modified_micros: u64,
-    if_match: Option<&ETagCondition>,
-    if_unmodified_since: Option<&Timestamp>,
-    if_none_match: Option<&ETagCondition>,
-    if_modified_since: Option<&Timestamp>,
-    not_modified: S3ErrorCode,
+    conditions: Preconditions<'_>,
 ) -> S3Result<()> {
+    let Preconditions {
+        if_match,
+        if_unmodified_since,
+        if_none_match,
+        if_modified_since,
+        not_modified,
+    } = conditions;
     let etag = summary.etag();
     let matches = |condition: &ETagCondition| match condition {
         ETagCondition::Any => true,
@@ -252,7 +325,7 @@ fn token_after(token: &str) -> S3Result<String> {
         })
 }
 
-fn max_keys(asked: Option<i32>) -> S3Result<usize> {
+fn max_keys_of(asked: Option<i32>) -> S3Result<usize> {
     match asked {
         None => Ok(MAX_KEYS),
         Some(n) if n < 0 => Err(s3_error!(InvalidArgument, "max-keys is negative")),
@@ -399,18 +472,16 @@ impl S3 for OptioS3 {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
         let bucket = self.bucket(&input.bucket).await?;
+        let conditions = Preconditions {
+            if_match: input.if_match.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            not_modified: S3ErrorCode::NotModified,
+        };
         let opened =
-            self.gateway.open(&bucket, &input.key, input.range.is_none()).await.map_err(to_s3)?;
+            self.open_checked(&bucket, &input.key, input.range.is_none(), conditions).await?;
         let summary = *opened.summary();
-        check_preconditions(
-            &summary,
-            opened.modified_micros,
-            input.if_match.as_ref(),
-            input.if_unmodified_since.as_ref(),
-            input.if_none_match.as_ref(),
-            input.if_modified_since.as_ref(),
-            S3ErrorCode::NotModified,
-        )?;
         let size = summary.size;
         let (range, content_range) = match &input.range {
             None => (0..size, None),
@@ -458,17 +529,15 @@ impl S3 for OptioS3 {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
         let bucket = self.bucket(&input.bucket).await?;
-        let opened = self.gateway.open(&bucket, &input.key, false).await.map_err(to_s3)?;
+        let conditions = Preconditions {
+            if_match: input.if_match.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            not_modified: S3ErrorCode::NotModified,
+        };
+        let opened = self.open_checked(&bucket, &input.key, false, conditions).await?;
         let summary = *opened.summary();
-        check_preconditions(
-            &summary,
-            opened.modified_micros,
-            input.if_match.as_ref(),
-            input.if_unmodified_since.as_ref(),
-            input.if_none_match.as_ref(),
-            input.if_modified_since.as_ref(),
-            S3ErrorCode::NotModified,
-        )?;
         let meta = &opened.head.meta;
         let output = HeadObjectOutput {
             content_length: Some(summary.size as i64),
@@ -546,19 +615,16 @@ impl S3 for OptioS3 {
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let input = req.input;
         let (source_bucket, source_key) = copy_source(&input.copy_source)?;
-        let from = self.bucket(source_bucket).await?;
         let to = self.bucket(&input.bucket).await?;
-        let opened = self.gateway.open(&from, source_key, false).await.map_err(to_s3)?;
+        let conditions = Preconditions {
+            if_match: input.copy_source_if_match.as_ref(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+            if_none_match: input.copy_source_if_none_match.as_ref(),
+            if_modified_since: input.copy_source_if_modified_since.as_ref(),
+            not_modified: S3ErrorCode::PreconditionFailed,
+        };
+        let opened = self.open_copy_source(&input.copy_source, conditions).await?;
         let summary = *opened.summary();
-        check_preconditions(
-            &summary,
-            opened.modified_micros,
-            input.copy_source_if_match.as_ref(),
-            input.copy_source_if_unmodified_since.as_ref(),
-            input.copy_source_if_none_match.as_ref(),
-            input.copy_source_if_modified_since.as_ref(),
-            S3ErrorCode::PreconditionFailed,
-        )?;
         let replace = input.metadata_directive.as_ref().is_some_and(|d| d.as_str() == "REPLACE");
         let same = source_bucket == input.bucket && source_key == input.key;
         if same && !replace {
@@ -602,20 +668,20 @@ impl S3 for OptioS3 {
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let input = req.input;
-        let bucket = self.bucket(&input.bucket).await?;
-        let max = max_keys(input.max_keys)?;
         let after = match &input.continuation_token {
             Some(token) => Some(token_after(token)?),
             None => input.start_after.clone(),
         };
-        let prefix = input.prefix.clone().unwrap_or_default();
-        let delimiter = input.delimiter.filter(|d| !d.is_empty());
-        let page = self
-            .gateway
-            .list(&bucket, &prefix, delimiter.as_deref(), after.as_deref(), max)
-            .await
-            .map_err(to_s3)?;
-        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
+        let Page { bucket, max, prefix, delimiter, page, url } = self
+            .list_page(
+                &input.bucket,
+                input.max_keys,
+                input.prefix.as_deref(),
+                input.delimiter.as_deref(),
+                after.as_deref(),
+                input.encoding_type.as_ref(),
+            )
+            .await?;
         let key_count = (page.objects.len() + page.prefixes.len()) as i32;
         let shown_owner = input.fetch_owner.unwrap_or(false).then(|| owner_of(&bucket));
         let output = ListObjectsV2Output {
@@ -641,16 +707,16 @@ impl S3 for OptioS3 {
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         let input = req.input;
-        let bucket = self.bucket(&input.bucket).await?;
-        let max = max_keys(input.max_keys)?;
-        let prefix = input.prefix.clone().unwrap_or_default();
-        let delimiter = input.delimiter.filter(|d| !d.is_empty());
-        let page = self
-            .gateway
-            .list(&bucket, &prefix, delimiter.as_deref(), input.marker.as_deref(), max)
-            .await
-            .map_err(to_s3)?;
-        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
+        let Page { bucket, max, prefix, delimiter, page, url } = self
+            .list_page(
+                &input.bucket,
+                input.max_keys,
+                input.prefix.as_deref(),
+                input.delimiter.as_deref(),
+                input.marker.as_deref(),
+                input.encoding_type.as_ref(),
+            )
+            .await?;
         // S3 gives NextMarker only with a delimiter; clients use the last key otherwise.
         let next_marker = if delimiter.is_some() { page.next.clone() } else { None };
         let output = ListObjectsOutput {
@@ -677,16 +743,16 @@ impl S3 for OptioS3 {
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
         let input = req.input;
-        let bucket = self.bucket(&input.bucket).await?;
-        let max = max_keys(input.max_keys)?;
-        let prefix = input.prefix.clone().unwrap_or_default();
-        let delimiter = input.delimiter.filter(|d| !d.is_empty());
-        let page = self
-            .gateway
-            .list(&bucket, &prefix, delimiter.as_deref(), input.key_marker.as_deref(), max)
-            .await
-            .map_err(to_s3)?;
-        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
+        let Page { max, prefix, delimiter, page, url, .. } = self
+            .list_page(
+                &input.bucket,
+                input.max_keys,
+                input.prefix.as_deref(),
+                input.delimiter.as_deref(),
+                input.key_marker.as_deref(),
+                input.encoding_type.as_ref(),
+            )
+            .await?;
         let versions = page
             .objects
             .into_iter()
@@ -785,20 +851,16 @@ impl S3 for OptioS3 {
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
         let input = req.input;
-        let (source_bucket, source_key) = copy_source(&input.copy_source)?;
-        let from = self.bucket(source_bucket).await?;
         let to = self.bucket(&input.bucket).await?;
-        let opened = self.gateway.open(&from, source_key, false).await.map_err(to_s3)?;
+        let conditions = Preconditions {
+            if_match: input.copy_source_if_match.as_ref(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+            if_none_match: input.copy_source_if_none_match.as_ref(),
+            if_modified_since: input.copy_source_if_modified_since.as_ref(),
+            not_modified: S3ErrorCode::PreconditionFailed,
+        };
+        let opened = self.open_copy_source(&input.copy_source, conditions).await?;
         let summary = *opened.summary();
-        check_preconditions(
-            &summary,
-            opened.modified_micros,
-            input.copy_source_if_match.as_ref(),
-            input.copy_source_if_unmodified_since.as_ref(),
-            input.copy_source_if_none_match.as_ref(),
-            input.copy_source_if_modified_since.as_ref(),
-            S3ErrorCode::PreconditionFailed,
-        )?;
         let range = copy_range(input.copy_source_range.as_deref(), summary.size)?;
         let stream = Box::pin(self.gateway.read(opened, range));
         let part = self

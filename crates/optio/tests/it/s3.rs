@@ -6,47 +6,16 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use optio_local::cluster::LocalClusterSpec;
 
-use crate::{binary, cluster, small};
+use crate::{binary, cluster, free_port, have_tool as have, ok_at as ok, optio_at as optio, small};
 
 const MIB: usize = 1 << 20;
 
 fn spec() -> LocalClusterSpec {
     LocalClusterSpec { auth: true, ..small() }
-}
-
-fn optio(dir: &Path, args: &[&str]) -> Output {
-    Command::new(binary()).args(args).arg("--cluster").arg(dir).output().expect("optio runs")
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = optio(dir, args);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "optio {args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
-    text
-}
-
-/// Whether a tool is here; under `CI=true` its absence fails the test.
-fn have(tool: &str, package: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{tool} is required when CI=true: install Debian's {package}"
-        );
-        eprintln!("skipping: {tool} not found (install Debian's {package})");
-    }
-    found
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A user's keys.

@@ -166,3 +166,42 @@ pub async fn everything(
     }
     out
 }
+
+/// `optio ARGS --cluster DIR`.
+pub fn optio_at(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(binary())
+        .args(args)
+        .arg("--cluster")
+        .arg(dir)
+        .output()
+        .expect("optio runs")
+}
+
+/// `optio ARGS --cluster DIR`, which must succeed; its standard output.
+pub fn ok_at(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = optio_at(dir, args);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "optio {args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// Whether a tool is here; under `CI=true` its absence fails the test.
+pub fn have_tool(tool: &str, package: &str) -> bool {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{tool} is required when CI=true: install Debian's {package}"
+        );
+        eprintln!("skipping: {tool} not found (install Debian's {package})");
+    }
+    found
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}

@@ -6,13 +6,13 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use optio_local::cluster::{LocalCluster, LocalClusterSpec};
 use optio_nbd::{proto, testing};
 
-use crate::{binary, cluster, small};
+use crate::{binary, cluster, free_port, have_tool as have, ok_at as ok, optio_at as optio, small};
 
 const MIB: u64 = 1 << 20;
 
@@ -25,18 +25,6 @@ fn spec() -> LocalClusterSpec {
     LocalClusterSpec { auth: true, ..small() }
 }
 
-/// `optio ARGS --cluster DIR`.
-fn optio(dir: &Path, args: &[&str]) -> Output {
-    Command::new(binary()).args(args).arg("--cluster").arg(dir).output().expect("optio runs")
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = optio(dir, args);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "optio {args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
-    text
-}
-
 /// Runs `optio ARGS`, which must fail with exit status 1 and a message (no panic).
 fn fails(dir: &Path, args: &[&str]) -> String {
     let out = optio(dir, args);
@@ -44,22 +32,6 @@ fn fails(dir: &Path, args: &[&str]) -> String {
     assert_eq!(out.status.code(), Some(1), "optio {args:?} should fail: {stderr}");
     assert!(stderr.starts_with("error: ") && !stderr.contains("panicked"), "{stderr}");
     stderr
-}
-
-/// Whether a tool is here; under `CI=true` its absence fails the test.
-fn have(tool: &str, package: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{tool} is required when CI=true: install Debian's {package}"
-        );
-        eprintln!("skipping: {tool} not found (install Debian's {package})");
-    }
-    found
 }
 
 fn run(program: &str, args: &[&str]) -> String {
@@ -71,10 +43,6 @@ fn run(program: &str, args: &[&str]) -> String {
     );
     assert!(output.status.success(), "{program} {args:?} failed: {text}");
     text
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A running `optio nbd`.
