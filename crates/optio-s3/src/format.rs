@@ -252,6 +252,31 @@ mod tests {
         assert_eq!(summary.etag(), format!("{}-3", "07".repeat(16)));
     }
 
+    proptest::proptest! {
+        /// Whatever bytes the cluster returns for a head, decoding answers (never panics),
+        /// and a head it accepts agrees with itself.
+        #[test]
+        fn any_bytes_decode_or_are_refused(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            if let Ok(head) = decode_head(&bytes) {
+                proptest::prop_assert!(head.data_offset <= bytes.len());
+                proptest::prop_assert_eq!(head.summary.striped, !head.meta.stripes.is_empty());
+            }
+            let _ = head_bytes_needed(&bytes);
+        }
+
+        /// A real head with any flipped byte in its summary or length either decodes to a
+        /// consistent head or is refused.
+        #[test]
+        fn damaged_real_heads_never_panic(at in 0usize..120, bit in 0u8..8) {
+            let summary = Summary { md5: [3; 16], parts: 2, size: 9, striped: true };
+            let meta = Meta { stripes: vec![Stripe { id: "s".into(), size: 9 }], ..Meta::default() };
+            let mut bytes = encode_head(&summary, &meta);
+            let at = at % bytes.len();
+            bytes[at] ^= 1 << bit;
+            let _ = decode_head(&bytes);
+        }
+    }
+
     #[test]
     fn damaged_heads_are_refused_not_misread() {
         let summary = Summary { md5: [1; 16], parts: 0, size: 5, striped: false };
