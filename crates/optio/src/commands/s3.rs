@@ -51,6 +51,26 @@ pub enum BucketCommand {
     Ls(ListArgs),
     /// Remove an empty bucket.
     Rm(BucketArgs),
+    /// Delete the data no object or upload names (left by a gateway that died mid-write).
+    Sweep(SweepArgs),
+}
+
+/// `optio s3 bucket sweep`.
+#[derive(clap::Args, Debug)]
+pub struct SweepArgs {
+    /// Bucket name.
+    pub name: String,
+    /// Keep data written more recently than this (it may belong to an upload in flight).
+    #[arg(long, default_value = "1h", value_parser = crate::output::parse_duration)]
+    pub older_than: std::time::Duration,
+    /// Count only; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
 }
 
 /// A user's name.
@@ -233,6 +253,24 @@ async fn bucket(command: BucketCommand) -> Result<()> {
                 println!("{}", serde_json::json!({ "removed": args.name }));
             } else {
                 println!("removed bucket {}", args.name);
+            }
+        }
+        BucketCommand::Sweep(args) => {
+            let gateway = gateway(&args.gateway).await?;
+            let bucket = gateway.bucket(&args.name).await?;
+            let report = gateway.sweep(&bucket, args.older_than, args.dry_run).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                let verb = if args.dry_run { "would delete" } else { "deleted" };
+                println!(
+                    "{verb} {} unnamed stripes ({} data objects, {}); kept {} recent data objects; {} data objects in all",
+                    report.stripes_deleted,
+                    report.objects_deleted,
+                    crate::output::bytes(report.bytes_freed as f64),
+                    report.young_kept,
+                    report.data_objects
+                );
             }
         }
         BucketCommand::Ls(args) => {
