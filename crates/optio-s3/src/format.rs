@@ -109,6 +109,10 @@ pub struct Meta {
     /// User metadata (`x-amz-meta-*`), names in lower case.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub user: BTreeMap<String, String>,
+    /// S3's additional checksums of the data, as the client gave them (base64), by
+    /// algorithm: `crc32`, `crc32c`, `crc64nvme`, `sha1`, `sha256`. Verified when received.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub checksums: BTreeMap<String, String>,
     /// The stripes holding the data, in order (empty: inline).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stripes: Vec<Stripe>,

@@ -126,7 +126,7 @@ pub fn to_s3(error: GatewayError) -> S3Error {
         G::EntityTooLarge(..) => S3ErrorCode::EntityTooLarge,
         G::KeyTooLong(_) => S3ErrorCode::KeyTooLongError,
         G::InvalidArgument(_) | G::NoSuchUser(_) | G::UserExists(_) => S3ErrorCode::InvalidArgument,
-        G::BadDigest => S3ErrorCode::BadDigest,
+        G::BadDigest | G::BadChecksum(_) => S3ErrorCode::BadDigest,
         G::Body(_) => S3ErrorCode::IncompleteBody,
         G::Corrupt(_) => S3ErrorCode::InternalError,
         G::Client(optio_client::ClientError::NotFound { .. }) => S3ErrorCode::NoSuchKey,
@@ -163,6 +163,79 @@ fn content_md5(sent: Option<&str>) -> S3Result<Option<[u8; 16]>> {
         .and_then(|b| <[u8; 16]>::try_from(b).ok())
         .ok_or_else(|| s3_error!(InvalidDigest, "the Content-MD5 is not a base64 MD5"))?;
     Ok(Some(bytes))
+}
+
+/// The additional checksums a PUT sent (`x-amz-checksum-*`), by algorithm.
+fn sent_checksums(checksum: Checksum) -> std::collections::BTreeMap<String, String> {
+    [
+        ("crc32", checksum.checksum_crc32),
+        ("crc32c", checksum.checksum_crc32c),
+        ("crc64nvme", checksum.checksum_crc64nvme),
+        ("sha1", checksum.checksum_sha1),
+        ("sha256", checksum.checksum_sha256),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| value.map(|v| (name.to_string(), v)))
+    .collect()
+}
+
+/// The checksums stored with an object, as S3 returns them.
+fn stored_checksums(meta: &Meta) -> Checksum {
+    let get = |name: &str| meta.checksums.get(name).cloned();
+    Checksum {
+        checksum_crc32: get("crc32"),
+        checksum_crc32c: get("crc32c"),
+        checksum_crc64nvme: get("crc64nvme"),
+        checksum_sha1: get("sha1"),
+        checksum_sha256: get("sha256"),
+        checksum_type: None,
+    }
+}
+
+/// A body that also computes the checksums `sent` names, and the check that compares them
+/// once the body is in.
+fn checked_body(
+    body: Option<StreamingBlob>,
+    sent: &std::collections::BTreeMap<String, String>,
+) -> (
+    impl futures_util::Stream<Item = Result<Bytes, String>> + Unpin,
+    impl FnOnce() -> Result<(), GatewayError>,
+) {
+    use s3s::crypto::Checksum as _;
+    let mut hasher = s3s::checksum::ChecksumHasher::default();
+    for name in sent.keys() {
+        match name.as_str() {
+            "crc32" => hasher.crc32 = Some(Default::default()),
+            "crc32c" => hasher.crc32c = Some(Default::default()),
+            "crc64nvme" => hasher.crc64nvme = Some(Default::default()),
+            "sha1" => hasher.sha1 = Some(s3s::crypto::Sha1::new()),
+            "sha256" => hasher.sha256 = Some(s3s::crypto::Sha256::new()),
+            _ => {}
+        }
+    }
+    let hasher = Arc::new(std::sync::Mutex::new(Some(hasher)));
+    let feeding = hasher.clone();
+    let body = body_stream(body).map(move |chunk| {
+        if let (Ok(bytes), Some(hasher)) = (&chunk, feeding.lock().expect("hasher lock").as_mut()) {
+            hasher.update(bytes);
+        }
+        chunk
+    });
+    let sent = sent.clone();
+    let check = move || {
+        if sent.is_empty() {
+            return Ok(());
+        }
+        let hasher = hasher.lock().expect("hasher lock").take().expect("checked once");
+        let computed = sent_checksums(hasher.finalize());
+        for (name, value) in &sent {
+            if computed.get(name) != Some(value) {
+                return Err(GatewayError::BadChecksum(name.clone()));
+            }
+        }
+        Ok(())
+    };
+    (body, check)
 }
 
 fn expires_text(expires: Option<Timestamp>) -> Option<String> {
@@ -274,6 +347,7 @@ fn meta_from(
         cache_control,
         expires: expires_text(expires),
         user: user_metadata(metadata),
+        checksums: Default::default(),
         stripes: Vec::new(),
     }
 }
@@ -445,7 +519,15 @@ impl S3 for OptioS3 {
             }
         }
         let md5 = content_md5(input.content_md5.as_deref())?;
-        let meta = meta_from(
+        let sent = sent_checksums(Checksum {
+            checksum_crc32: input.checksum_crc32,
+            checksum_crc32c: input.checksum_crc32c,
+            checksum_crc64nvme: input.checksum_crc64nvme,
+            checksum_sha1: input.checksum_sha1,
+            checksum_sha256: input.checksum_sha256,
+            checksum_type: None,
+        });
+        let mut meta = meta_from(
             input.content_type,
             input.content_encoding,
             input.content_disposition,
@@ -454,14 +536,24 @@ impl S3 for OptioS3 {
             input.expires,
             input.metadata,
         );
-        let body = body_stream(input.body);
+        meta.checksums = sent.clone();
+        let (body, check) = checked_body(input.body, &sent);
         let (summary, _) = self
             .gateway
-            .put_object(&bucket, &input.key, body, meta, policy.as_deref(), md5)
+            .put_object(&bucket, &input.key, body, meta, policy.as_deref(), |received| match md5 {
+                Some(sent) if sent != *received => Err(GatewayError::BadDigest),
+                _ => check(),
+            })
             .await
             .map_err(to_s3)?;
+        let checksums = stored_checksums(&Meta { checksums: sent, ..Meta::default() });
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag_of(&summary)),
+            checksum_crc32: checksums.checksum_crc32,
+            checksum_crc32c: checksums.checksum_crc32c,
+            checksum_crc64nvme: checksums.checksum_crc64nvme,
+            checksum_sha1: checksums.checksum_sha1,
+            checksum_sha256: checksums.checksum_sha256,
             ..Default::default()
         }))
     }
@@ -495,6 +587,13 @@ impl S3 for OptioS3 {
         };
         let length = range.end - range.start;
         let meta = opened.head.meta.clone();
+        let checksums = if input.checksum_mode.as_ref().is_some_and(|m| m.as_str() == "ENABLED")
+            && length == size
+        {
+            stored_checksums(&meta)
+        } else {
+            Checksum::default()
+        };
         let modified = opened.modified_micros;
         let body = match opened.already_read(&range) {
             // A small object read whole with its head: its bytes as they are.
@@ -518,9 +617,47 @@ impl S3 for OptioS3 {
             content_language: input.response_content_language.or(meta.content_language),
             cache_control: input.response_cache_control.or(meta.cache_control),
             parts_count: (summary.parts > 0).then_some(summary.parts as i32),
+            checksum_crc32: checksums.checksum_crc32,
+            checksum_crc32c: checksums.checksum_crc32c,
+            checksum_crc64nvme: checksums.checksum_crc64nvme,
+            checksum_sha1: checksums.checksum_sha1,
+            checksum_sha256: checksums.checksum_sha256,
             ..Default::default()
         };
         Ok(S3Response::new(output))
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let input = req.input;
+        let bucket = self.bucket(&input.bucket).await?;
+        let opened = self.gateway.open(&bucket, &input.key, false).await.map_err(to_s3)?;
+        // (One header may carry several, comma-separated.)
+        let wanted = |name: &str| {
+            input
+                .object_attributes
+                .iter()
+                .flat_map(|a| a.as_str().split(','))
+                .any(|a| a.trim() == name)
+        };
+        let summary = opened.summary();
+        let checksums = stored_checksums(&opened.head.meta);
+        let has_checksum = checksums.checksum_crc32.is_some()
+            || checksums.checksum_crc32c.is_some()
+            || checksums.checksum_crc64nvme.is_some()
+            || checksums.checksum_sha1.is_some()
+            || checksums.checksum_sha256.is_some();
+        Ok(S3Response::new(GetObjectAttributesOutput {
+            e_tag: wanted(ObjectAttributes::ETAG).then(|| etag_of(summary)),
+            object_size: wanted(ObjectAttributes::OBJECT_SIZE).then_some(summary.size as i64),
+            storage_class: wanted(ObjectAttributes::STORAGE_CLASS)
+                .then(|| StorageClass::from_static(StorageClass::STANDARD)),
+            checksum: (wanted(ObjectAttributes::CHECKSUM) && has_checksum).then_some(checksums),
+            last_modified: Some(timestamp(opened.modified_micros)),
+            ..Default::default()
+        }))
     }
 
     async fn head_object(
@@ -539,7 +676,17 @@ impl S3 for OptioS3 {
         let opened = self.open_checked(&bucket, &input.key, false, conditions).await?;
         let summary = *opened.summary();
         let meta = &opened.head.meta;
+        let checksums = if input.checksum_mode.as_ref().is_some_and(|m| m.as_str() == "ENABLED") {
+            stored_checksums(meta)
+        } else {
+            Checksum::default()
+        };
         let output = HeadObjectOutput {
+            checksum_crc32: checksums.checksum_crc32,
+            checksum_crc32c: checksums.checksum_crc32c,
+            checksum_crc64nvme: checksums.checksum_crc64nvme,
+            checksum_sha1: checksums.checksum_sha1,
+            checksum_sha256: checksums.checksum_sha256,
             content_length: Some(summary.size as i64),
             accept_ranges: Some("bytes".into()),
             last_modified: Some(timestamp(opened.modified_micros)),
@@ -781,6 +928,56 @@ impl S3 for OptioS3 {
             encoding_type: input.encoding_type,
             ..Default::default()
         }))
+    }
+
+    async fn put_public_access_block(
+        &self,
+        req: S3Request<PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+        let c = &req.input.public_access_block_configuration;
+        let settings = [
+            c.block_public_acls.unwrap_or(false),
+            c.ignore_public_acls.unwrap_or(false),
+            c.block_public_policy.unwrap_or(false),
+            c.restrict_public_buckets.unwrap_or(false),
+        ];
+        self.gateway
+            .set_public_access_block(&req.input.bucket, Some(settings))
+            .await
+            .map_err(to_s3)?;
+        Ok(S3Response::new(PutPublicAccessBlockOutput::default()))
+    }
+
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+        let bucket = self.bucket(&req.input.bucket).await?;
+        let Some([block_acls, ignore_acls, block_policy, restrict]) = bucket.public_access_block
+        else {
+            let mut error = S3Error::with_message(
+                S3ErrorCode::Custom("NoSuchPublicAccessBlockConfiguration".into()),
+                "the bucket has no PublicAccessBlock settings",
+            );
+            error.set_status_code(http::StatusCode::NOT_FOUND);
+            return Err(error);
+        };
+        Ok(S3Response::new(GetPublicAccessBlockOutput {
+            public_access_block_configuration: Some(PublicAccessBlockConfiguration {
+                block_public_acls: Some(block_acls),
+                ignore_public_acls: Some(ignore_acls),
+                block_public_policy: Some(block_policy),
+                restrict_public_buckets: Some(restrict),
+            }),
+        }))
+    }
+
+    async fn delete_public_access_block(
+        &self,
+        req: S3Request<DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
+        self.gateway.set_public_access_block(&req.input.bucket, None).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeletePublicAccessBlockOutput::default()))
     }
 
     /// Torrents are not served; a missing object is still NoSuchKey.

@@ -96,6 +96,9 @@ pub enum GatewayError {
     #[error("the Content-MD5 does not match the data received")]
     /// Bad digest.
     BadDigest,
+    #[error("the {0} checksum sent does not match the data received")]
+    /// An additional checksum (`x-amz-checksum-*`) that does not match.
+    BadChecksum(String),
     #[error("no user '{0}'")]
     /// No such user.
     NoSuchUser(String),
@@ -140,6 +143,11 @@ pub struct Bucket {
     /// create` without `--owner`, and every user may use it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// Its PublicAccessBlock settings (block public ACLs, ignore public ACLs, block public
+    /// policy, restrict public buckets), kept for the clients that set and read them: the
+    /// gateway grants no public access whatever they say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_access_block: Option<[bool; 4]>,
 }
 
 impl Bucket {
@@ -528,6 +536,7 @@ impl Gateway {
             id: random_id(6),
             pool: pool.to_string(),
             owner: owner.map(str::to_string),
+            public_access_block: None,
         };
         self.client.put(&self.meta_pool, &key, json(&bucket)).await?;
         self.buckets
@@ -570,6 +579,26 @@ impl Gateway {
             .collect())
     }
 
+    /// Sets (or, with `None`, removes) a bucket's PublicAccessBlock settings.
+    pub async fn set_public_access_block(
+        &self,
+        name: &str,
+        settings: Option<[bool; 4]>,
+    ) -> Result<Bucket> {
+        let key = format!("{BUCKET_PREFIX}{name}");
+        let Some((_, bytes)) = self.get_opt(&self.meta_pool, &key).await? else {
+            return Err(GatewayError::NoSuchBucket(name.to_string()));
+        };
+        let mut bucket: Bucket = parse("a bucket record", &bytes)?;
+        bucket.public_access_block = settings;
+        self.client.put(&self.meta_pool, &key, json(&bucket)).await?;
+        self.buckets
+            .lock()
+            .expect("buckets lock")
+            .insert(name.to_string(), (bucket.clone(), Instant::now()));
+        Ok(bucket)
+    }
+
     /// Removes an empty bucket (multipart uploads in progress are aborted).
     pub async fn delete_bucket(&self, name: &str) -> Result<()> {
         let bucket = self.bucket(name).await?;
@@ -589,7 +618,9 @@ impl Gateway {
     // ---- objects ----
 
     /// Stores an object from `body` (at most [`PUT_BYTES_MAX`] bytes), placed by `policy` if
-    /// given; checks `content_md5` if given. Returns its summary and version.
+    /// given; `check` is given the data's MD5 once the body is in, before anything is
+    /// published, and may refuse it (Content-MD5, S3's additional checksums). Returns its
+    /// summary and version.
     pub async fn put_object<S, E>(
         &self,
         bucket: &Bucket,
@@ -597,7 +628,7 @@ impl Gateway {
         body: S,
         meta: Meta,
         policy: Option<&str>,
-        content_md5: Option<[u8; 16]>,
+        check: impl FnOnce(&[u8; 16]) -> Result<()>,
     ) -> Result<(Summary, u64)>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -607,9 +638,9 @@ impl Gateway {
         let head = encode_head(&Summary::default(), &meta);
         let received = self.receive(bucket, body, PUT_BYTES_MAX, Some(&head)).await?;
         let (md5, size) = (received.md5, received.size);
-        if content_md5.is_some_and(|m| m != md5) {
+        if let Err(error) = check(&md5) {
             self.drop_stripes(bucket, &received.stripes).await;
-            return Err(GatewayError::BadDigest);
+            return Err(error);
         }
         let summary = Summary { md5, parts: 0, size, striped: !received.stripes.is_empty() };
         let meta = Meta { stripes: received.stripes, ..meta };

@@ -68,6 +68,19 @@ s3.put_object(Bucket=bucket, Key="fresh", Body=b"x")
 extra.clear()
 s3.delete_object(Bucket=bucket, Key="fresh")
 
+# S3's additional checksums: stored, returned, and a wrong one refuses the PUT.
+import base64
+sha = base64.b64encode(hashlib.sha256(b"summed data").digest()).decode()
+put = s3.put_object(Bucket=bucket, Key="summed", Body=b"summed data", ChecksumAlgorithm="SHA256")
+assert put.get("ChecksumSHA256") == sha, put
+head = s3.head_object(Bucket=bucket, Key="summed", ChecksumMode="ENABLED")
+assert head.get("ChecksumSHA256") == sha, head
+wrong = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
+assert status_of(s3.put_object, Bucket=bucket, Key="summed", Body=b"summed data",
+                 ChecksumAlgorithm="SHA256", ChecksumSHA256=wrong) == (400, "BadDigest")
+assert s3.get_object(Bucket=bucket, Key="summed")["Body"].read() == b"summed data"
+s3.delete_object(Bucket=bucket, Key="summed")
+
 # Copies: same metadata by default, replaced on request.
 s3.copy_object(Bucket=bucket, Key="copied", CopySource={"Bucket": bucket, "Key": "ranged"})
 copied = s3.get_object(Bucket=bucket, Key="copied")
