@@ -162,7 +162,7 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let mut builder = S3ServiceBuilder::new(s3::OptioS3::new(gateway.clone()));
+    let mut builder = S3ServiceBuilder::new(s3::OptioS3::new(gateway.clone(), &config.region));
     builder.set_auth(Users(gateway.clone()));
     builder.set_access(Owners(gateway));
     if !config.domains.is_empty() {

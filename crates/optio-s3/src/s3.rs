@@ -24,12 +24,14 @@ const MAX_KEYS: usize = 1000;
 #[derive(Clone, Debug)]
 pub struct OptioS3 {
     gateway: Arc<Gateway>,
+    /// The region buckets are in (GetBucketLocation, HeadBucket).
+    region: String,
 }
 
 impl OptioS3 {
-    /// The S3 API of `gateway`.
-    pub fn new(gateway: Arc<Gateway>) -> OptioS3 {
-        OptioS3 { gateway }
+    /// The S3 API of `gateway`, whose buckets are in `region`.
+    pub fn new(gateway: Arc<Gateway>, region: &str) -> OptioS3 {
+        OptioS3 { gateway, region: region.to_string() }
     }
 
     async fn bucket(&self, name: &str) -> S3Result<Bucket> {
@@ -449,7 +451,10 @@ impl S3 for OptioS3 {
         req: S3Request<HeadBucketInput>,
     ) -> S3Result<S3Response<HeadBucketOutput>> {
         self.bucket(&req.input.bucket).await?;
-        Ok(S3Response::new(HeadBucketOutput::default()))
+        Ok(S3Response::new(HeadBucketOutput {
+            bucket_region: Some(self.region.clone()),
+            ..Default::default()
+        }))
     }
 
     async fn get_bucket_location(
@@ -457,7 +462,10 @@ impl S3 for OptioS3 {
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
         self.bucket(&req.input.bucket).await?;
-        Ok(S3Response::new(GetBucketLocationOutput::default()))
+        // S3 answers no constraint for us-east-1.
+        let location_constraint = (self.region != "us-east-1")
+            .then(|| BucketLocationConstraint::from(self.region.clone()));
+        Ok(S3Response::new(GetBucketLocationOutput { location_constraint }))
     }
 
     async fn list_buckets(

@@ -129,7 +129,7 @@ pub struct ServeArgs {
     /// Address to serve S3 on.
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
     pub listen: String,
-    /// The region clients sign requests for.
+    /// The region the buckets are in (GetBucketLocation, HeadBucket's x-amz-bucket-region).
     #[arg(long, default_value = "us-east-1")]
     pub region: String,
     /// A domain for virtual-hosted–style requests (`BUCKET.DOMAIN`); path style always works.
