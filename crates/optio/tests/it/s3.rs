@@ -627,3 +627,59 @@ fn a_sweep_deletes_only_stripes_nothing_names_and_only_old_ones() {
     let again = sweep("0s", false);
     assert_eq!(again["stripes_deleted"].as_u64(), Some(0), "{again}");
 }
+
+#[test]
+fn a_listing_while_writers_run_shows_every_older_key_once_and_in_order() {
+    let Some(python) = python_with_boto3() else { return };
+    let (_tmp, cluster) = cluster(spec());
+    let dir = cluster.dir();
+    let keys = user(dir, "heidi");
+    let gateway = Gateway::start(dir);
+    let script = format!(
+        r#"
+import threading, boto3
+from concurrent.futures import ThreadPoolExecutor
+from botocore.config import Config
+s3 = boto3.client("s3", endpoint_url="{endpoint}", aws_access_key_id="{access}",
+    aws_secret_access_key="{secret}", region_name="us-east-1",
+    config=Config(max_pool_connections=16))
+s3.create_bucket(Bucket="busy")
+old = [f"k{{i:05}}" for i in range(0, 3000, 2)]
+with ThreadPoolExecutor(16) as pool:
+    list(pool.map(lambda k: s3.put_object(Bucket="busy", Key=k, Body=b"old"), old))
+stop = threading.Event()
+written = []
+def writer():
+    # New keys between and around the old ones, and overwrites of old ones, while listing.
+    i = 1
+    while not stop.is_set():
+        key = f"k{{i % 3000:05}}" if i % 2 else f"k{{i:05}}"
+        s3.put_object(Bucket="busy", Key=key, Body=b"new")
+        written.append(key)
+        i += 2 if i % 7 else 1
+threads = [threading.Thread(target=writer) for _ in range(2)]
+for t in threads: t.start()
+seen = []
+for page in s3.get_paginator("list_objects_v2").paginate(Bucket="busy", PaginationConfig={{"PageSize": 50}}):
+    seen += [o["Key"] for o in page.get("Contents", [])]
+stop.set()
+for t in threads: t.join()
+assert seen == sorted(seen), "out of order"
+assert len(seen) == len(set(seen)), "a key listed twice"
+missing = set(old) - set(seen)
+assert not missing, f"{{len(missing)}} keys that existed before the listing are missing"
+assert len(written) > 10, f"the writers wrote only {{len(written)}} keys during the listing"
+print("ok", len(seen), len(written))
+"#,
+        endpoint = gateway.endpoint(),
+        access = keys.access,
+        secret = keys.secret
+    );
+    let out = Command::new(&python).args(["-c", &script]).output().expect("python runs");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
