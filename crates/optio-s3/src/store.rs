@@ -636,7 +636,7 @@ impl Gateway {
     {
         let head_key = bucket.head_key(key)?;
         let head = encode_head(&Summary::default(), &meta);
-        let received = self.receive(bucket, body, PUT_BYTES_MAX, Some(&head)).await?;
+        let received = self.receive(bucket, body, PUT_BYTES_MAX, Some(&head), policy).await?;
         let (md5, size) = (received.md5, received.size);
         if let Err(error) = check(&md5) {
             self.drop_stripes(bucket, &received.stripes).await;
@@ -720,18 +720,31 @@ impl Gateway {
         }
     }
 
-    async fn put_piece(&self, pool: &str, key: String, piece: Bytes) -> Result<(), ClientError> {
-        self.client.put(pool, &key, piece).await.map(|_| ())
+    /// Writes one data object of a stripe, placed by `policy` if given (as its object's head).
+    async fn put_piece(
+        &self,
+        pool: &str,
+        key: String,
+        piece: Bytes,
+        policy: Option<&str>,
+    ) -> Result<(), ClientError> {
+        match policy {
+            Some(policy) => self.client.put_with_policy(pool, &key, piece, policy).await,
+            None => self.client.put(pool, &key, piece).await,
+        }
+        .map(|_| ())
     }
 
     /// Reads a request body: after `head` (the encoded head, its summary to be filled in)
-    /// when it fits inline, else — and always without a head — into a new stripe.
+    /// when it fits inline, else — and always without a head — into a new stripe, whose data
+    /// objects `policy` places if given.
     async fn receive<S, E>(
         &self,
         bucket: &Bucket,
         mut body: S,
         max: u64,
         head: Option<&[u8]>,
+        policy: Option<&str>,
     ) -> Result<Received>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -777,7 +790,7 @@ impl Gateway {
                 let piece = buffer.split_to(STRIPE_OBJECT_BYTES as usize).freeze();
                 let key = bucket.data_key(id, *next);
                 *next += 1;
-                writes.push(self.put_piece(&bucket.pool, key, piece));
+                writes.push(self.put_piece(&bucket.pool, key, piece, policy));
                 while writes.len() >= STRIPE_PARALLEL {
                     if let Some(Err(error)) = writes.next().await {
                         failed = Some(error.into());
@@ -797,7 +810,7 @@ impl Gateway {
         {
             let key = bucket.data_key(id, *next);
             let piece = std::mem::take(&mut buffer).freeze();
-            writes.push(self.put_piece(&bucket.pool, key, piece));
+            writes.push(self.put_piece(&bucket.pool, key, piece, policy));
         }
         while let Some(result) = writes.next().await {
             if let Err(error) = result
@@ -970,7 +983,7 @@ impl Gateway {
         let head_key = to.head_key(key)?;
         let stream = Box::pin(self.read(opened, range));
         let head = encode_head(&Summary::default(), &meta);
-        let received = self.receive(to, stream, PUT_BYTES_MAX, Some(&head)).await?;
+        let received = self.receive(to, stream, PUT_BYTES_MAX, Some(&head), None).await?;
         let summary = Summary {
             md5: received.md5,
             parts: 0,
@@ -1100,8 +1113,9 @@ impl Gateway {
                 "part number {number} is not between 1 and {PARTS_MAX}"
             )));
         }
-        self.upload_record(bucket, key, upload).await?;
-        let received = self.receive(bucket, body, PUT_BYTES_MAX, None).await?;
+        let record = self.upload_record(bucket, key, upload).await?;
+        let policy = record.policy.as_deref();
+        let received = self.receive(bucket, body, PUT_BYTES_MAX, None, policy).await?;
         let stripe = received.stripes[0].clone();
         if content_md5.is_some_and(|m| m != received.md5) {
             self.drop_stripes(bucket, std::slice::from_ref(&stripe)).await;

@@ -462,9 +462,12 @@ print("\n".join(listed))
 }
 
 #[test]
-fn x_optio_policy_places_a_new_object_and_a_bad_policy_is_refused() {
+fn x_optio_policy_places_a_new_object_and_its_data_and_a_bad_policy_is_refused() {
     let Some(python) = python_with_boto3() else { return };
-    let (_tmp, cluster) = cluster(spec());
+    // The pool places by `random`; the header asks for `first` (candidate 0): 20 small objects
+    // and the 3 data objects of a 24 MiB one all at candidate 0 would happen by chance once in
+    // 2^23, and 20 objects without the header all at 0 once in 2^20.
+    let (_tmp, cluster) = cluster(LocalClusterSpec { policy: "random".into(), ..spec() });
     let dir = cluster.dir();
     let keys = user(dir, "frank");
     let gateway = Gateway::start(dir);
@@ -479,9 +482,13 @@ def add_policy(request, **kwargs):
         request.headers["x-optio-policy"] = policy["value"]
 s3.meta.events.register("before-sign.s3.PutObject", add_policy)
 s3.create_bucket(Bucket="placed")
+policy["value"] = "first"
 for i in range(20):
-    policy["value"] = "first"
     s3.put_object(Bucket="placed", Key=f"first-{{i}}", Body=b"x")
+s3.put_object(Bucket="placed", Key="first-big", Body=b"y" * (24 << 20))
+policy["value"] = None
+for i in range(20):
+    s3.put_object(Bucket="placed", Key=f"pool-{{i}}", Body=b"x")
 policy["value"] = "no-such-policy"
 try:
     s3.put_object(Bucket="placed", Key="bad", Body=b"x")
@@ -497,22 +504,30 @@ print("ok")
     );
     let out = Command::new(&python).args(["-c", &script]).output().expect("python runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    // Each head, `{bucket id}/first-N`, went to candidate 0: the `first` policy's pick.
     let listed = ok(dir, &["ls", "--pool", "data", "--json"]);
     let rows: serde_json::Value = serde_json::from_str(&listed).unwrap();
-    let heads: Vec<&str> = rows["objects"]
+    let all: Vec<String> = rows["objects"]
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(|r| r["key"].as_str())
-        .filter(|k| k.contains("/first-"))
+        .filter_map(|r| r["key"].as_str().map(str::to_string))
         .collect();
-    assert_eq!(heads.len(), 20, "{listed}");
-    for head in heads {
-        let stat = ok(dir, &["stat", "--pool", "data", "--json", head]);
+    let candidate = |key: &str| -> u64 {
+        let stat = ok(dir, &["stat", "--pool", "data", "--json", key]);
         let stat: serde_json::Value = serde_json::from_str(&stat).unwrap();
-        assert_eq!(stat["candidate"], 0, "{head}: {stat}");
+        stat["candidate"].as_u64().unwrap()
+    };
+    // Heads `{bucket id}/first-N`, and the big object's data objects `{bucket id}~d/…`.
+    let chosen: Vec<&String> =
+        all.iter().filter(|k| k.contains("/first-") || k.contains("~d/")).collect();
+    assert_eq!(chosen.len(), 21 + 3, "{listed}");
+    for key in chosen {
+        assert_eq!(candidate(key), 0, "{key} was placed by `first`");
     }
+    let pooled: Vec<u64> =
+        all.iter().filter(|k| k.contains("/pool-")).map(|k| candidate(k)).collect();
+    assert_eq!(pooled.len(), 20);
+    assert!(pooled.contains(&1), "without the header the pool's `random` placed them: {pooled:?}");
 }
 
 #[test]
