@@ -154,7 +154,8 @@ impl Default for ServeConfig {
     }
 }
 
-/// Serves the S3 API of `gateway` on `listener` until `stop` completes.
+/// Serves the S3 API of `gateway` on `listener` until `stop` completes (errors only on a
+/// bad configuration).
 pub async fn serve(
     gateway: Arc<Gateway>,
     listener: tokio::net::TcpListener,
@@ -174,9 +175,19 @@ pub async fn serve(
     let service = builder.build();
     tokio::pin!(stop);
     loop {
-        let (stream, peer): (_, SocketAddr) = tokio::select! {
-            accepted = listener.accept() => accepted?,
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = &mut stop => return Ok(()),
+        };
+        // A failed accept (out of file descriptors, a connection reset before it was taken)
+        // is the connection's trouble, not the gateway's: it goes on serving the others.
+        let (stream, peer): (_, SocketAddr) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, "cannot accept an S3 connection");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         let service = service.clone();

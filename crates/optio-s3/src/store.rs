@@ -1220,12 +1220,8 @@ impl Gateway {
         if size > OBJECT_BYTES_MAX {
             return Err(GatewayError::EntityTooLarge(size, OBJECT_BYTES_MAX));
         }
-        let summary = Summary {
-            md5: md5s.finalize().into(),
-            parts: chosen.len() as u32,
-            size,
-            striped: true,
-        };
+        let summary =
+            Summary { md5: md5s.finalize().into(), parts: named.len() as u32, size, striped: true };
         let head_key = bucket.head_key(key)?;
         let meta = Meta { stripes: stripes.clone(), ..record.meta };
         // An empty object made of one empty part is still striped (its stripe has no data).

@@ -116,6 +116,18 @@ assert s3.get_object(Bucket=bucket, Key="multi")["Body"].read() == whole
 got = s3.get_object(Bucket=bucket, Key="multi", Range=f"bytes={(5 << 20) - 3}-{(5 << 20) + 2}")
 assert got["Body"].read() == whole[(5 << 20) - 3:(5 << 20) + 3]
 assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+# A part sent twice and named twice (the second upload replaced the first): one part, the
+# second's bytes, and the ETag counts it once.
+again = s3.create_multipart_upload(Bucket=bucket, Key="again")["UploadId"]
+first = s3.upload_part(Bucket=bucket, Key="again", UploadId=again, PartNumber=1, Body=b"first")["ETag"]
+second = s3.upload_part(Bucket=bucket, Key="again", UploadId=again, PartNumber=1, Body=b"second")["ETag"]
+done = s3.complete_multipart_upload(
+    Bucket=bucket, Key="again", UploadId=again,
+    MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": first}, {"PartNumber": 1, "ETag": second}]})
+expected = hashlib.md5(hashlib.md5(b"second").digest()).hexdigest() + "-1"
+assert done["ETag"].strip('"') == expected, (done["ETag"], expected)
+assert s3.get_object(Bucket=bucket, Key="again")["Body"].read() == b"second"
+s3.delete_object(Bucket=bucket, Key="again")
 small = s3.create_multipart_upload(Bucket=bucket, Key="too-small")["UploadId"]
 t1 = s3.upload_part(Bucket=bucket, Key="too-small", UploadId=small, PartNumber=1, Body=b"x")["ETag"]
 t2 = s3.upload_part(Bucket=bucket, Key="too-small", UploadId=small, PartNumber=2, Body=b"y")["ETag"]
