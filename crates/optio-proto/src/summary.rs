@@ -23,19 +23,12 @@ pub fn summary_of(data: &[u8]) -> Option<[u8; SUMMARY_BYTES]> {
 
 /// A summary as it travels in a listing: lower-case hexadecimal.
 pub fn summary_hex(summary: &[u8; SUMMARY_BYTES]) -> String {
-    summary.iter().map(|b| format!("{b:02x}")).collect()
+    crate::wire::hex_bytes(summary)
 }
 
 /// Decodes a summary from a listing; `None` when it is not [`SUMMARY_BYTES`] bytes of hex.
 pub fn summary_from_hex(text: &str) -> Option<[u8; SUMMARY_BYTES]> {
-    if text.len() != 2 * SUMMARY_BYTES || !text.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; SUMMARY_BYTES];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
+    crate::wire::bytes_from_hex(text)
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@
 use std::collections::BTreeMap;
 
 use optio_proto::summary::{SUMMARY_BYTES, SUMMARY_MAGIC, SUMMARY_PREFIX_BYTES, summary_from_hex};
+use optio_proto::wire::hex_bytes;
 use serde::{Deserialize, Serialize};
 
 /// Largest object stored inline in its head.
@@ -55,7 +56,7 @@ pub struct Summary {
 impl Summary {
     /// The S3 ETag (without quotes): the MD5 in hex, with `-{parts}` for a multipart object.
     pub fn etag(&self) -> String {
-        let hex = hex(&self.md5);
+        let hex = hex_bytes(&self.md5);
         if self.parts == 0 { hex } else { format!("{hex}-{}", self.parts) }
     }
 
@@ -201,32 +202,11 @@ pub fn decode_head(bytes: &[u8]) -> Result<Head, FormatError> {
     Ok(Head { summary, meta, data_offset: end })
 }
 
-/// Lower-case hexadecimal.
-pub fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
-}
-
-/// The 16 bytes of an MD5 in hexadecimal (an ETag without its part count).
-pub fn md5_from_hex(text: &str) -> Option<[u8; 16]> {
-    if text.len() != 32 || !text.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
-}
-
 /// A random identifier: `bytes` random bytes in hexadecimal.
 pub fn random_id(bytes: usize) -> String {
     let mut raw = vec![0u8; bytes];
     getrandom::fill(&mut raw).expect("the system's random number generator works");
-    hex(&raw)
+    hex_bytes(&raw)
 }
 
 #[cfg(test)]
@@ -295,7 +275,5 @@ mod tests {
         let mut lying = encode_head(&Summary { striped: true, ..summary }, &Meta::default());
         lying.extend_from_slice(b"hello");
         assert!(decode_head(&lying).is_err());
-        assert_eq!(md5_from_hex(&"ab".repeat(16)), Some([0xab; 16]));
-        assert_eq!(md5_from_hex("xyz"), None);
     }
 }

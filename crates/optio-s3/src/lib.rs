@@ -120,6 +120,8 @@ impl S3Access for Owners {
             Ok(None) => return Err(s3_error!(InvalidAccessKeyId)),
             Err(error) => return Err(s3::to_s3(error)),
         };
+        // The operations that need to know who asked (CreateBucket, ListBuckets) read it here.
+        cx.extensions_mut().insert(s3::Requester(user.clone()));
         // Making a bucket that exists is answered by the operation (BucketAlreadyExists).
         if operation != "CreateBucket" {
             match cx.s3_path() {

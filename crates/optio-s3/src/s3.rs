@@ -87,15 +87,18 @@ impl OptioS3 {
         Ok(Page { bucket, max, prefix, delimiter, page, url })
     }
 
-    /// The user who signed a request.
-    async fn requester(&self, credentials: Option<&s3s::auth::Credentials>) -> S3Result<String> {
-        let access_key = credentials.map(|c| c.access_key.as_str()).unwrap_or_default();
-        match self.gateway.user_of(access_key).await.map_err(to_s3)? {
-            Some(user) => Ok(user),
-            None => Err(s3_error!(InvalidAccessKeyId)),
-        }
+    /// The user who signed a request, as the access check found it.
+    fn requester(extensions: &http::Extensions) -> S3Result<String> {
+        extensions
+            .get::<Requester>()
+            .map(|r| r.0.clone())
+            .ok_or_else(|| s3_error!(InternalError, "the request's user was not resolved"))
     }
 }
+
+/// The user who signed a request: the access check puts it in the request's extensions.
+#[derive(Clone, Debug)]
+pub struct Requester(pub String);
 
 /// A listing's page and what it was asked with.
 struct Page {
@@ -432,7 +435,7 @@ impl S3 for OptioS3 {
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let pool = header(&req.headers, POOL_HEADER);
-        let user = self.requester(req.credentials.as_ref()).await?;
+        let user = Self::requester(&req.extensions)?;
         self.gateway.create_bucket(&req.input.bucket, pool, Some(&user)).await.map_err(to_s3)?;
         let output = CreateBucketOutput { location: Some(format!("/{}", req.input.bucket)) };
         Ok(S3Response::new(output))
@@ -472,7 +475,7 @@ impl S3 for OptioS3 {
         &self,
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        let user = self.requester(req.credentials.as_ref()).await?;
+        let user = Self::requester(&req.extensions)?;
         let mut buckets = Vec::new();
         for (name, created) in self.gateway.buckets().await.map_err(to_s3)? {
             match self.gateway.bucket(&name).await {

@@ -157,12 +157,10 @@ impl Bucket {
     }
 
     fn head_key(&self, key: &str) -> Result<String> {
-        let full = format!("{}/{key}", self.id);
         if key.is_empty() {
             return Err(GatewayError::InvalidArgument("an object key may not be empty".into()));
         }
-        validate_key(&full).map_err(|e| GatewayError::KeyTooLong(e.to_string()))?;
-        Ok(full)
+        checked_key(format!("{}/{key}", self.id))
     }
 
     fn objects_prefix(&self) -> String {
@@ -174,9 +172,7 @@ impl Bucket {
     }
 
     fn upload_key(&self, key: &str, upload: &str) -> Result<String> {
-        let full = format!("{}~u/{key}{UPLOAD_SEP}{upload}", self.id);
-        validate_key(&full).map_err(|e| GatewayError::KeyTooLong(e.to_string()))?;
-        Ok(full)
+        checked_key(format!("{}~u/{key}{UPLOAD_SEP}{upload}", self.id))
     }
 
     fn uploads_prefix(&self) -> String {
@@ -190,6 +186,13 @@ impl Bucket {
     fn parts_prefix(&self, upload: &str) -> String {
         format!("{}~p/{upload}/", self.id)
     }
+}
+
+/// An Optio key made from an S3 key, if Optio takes it (its room is the S3 key's less the
+/// bucket's prefix).
+fn checked_key(full: String) -> Result<String> {
+    validate_key(&full).map_err(|e| GatewayError::KeyTooLong(e.to_string()))?;
+    Ok(full)
 }
 
 /// A stored user.
@@ -460,8 +463,8 @@ impl Gateway {
         Ok(())
     }
 
-    /// Gives a user a new key pair; the old one stops working (at once on this gateway,
-    /// within a few seconds on others).
+    /// Gives a user a new key pair; the old one stops working (on every gateway within
+    /// [`CACHE_TTL`], the time a gateway trusts a secret it has read).
     pub async fn rotate_user(&self, name: &str) -> Result<KeyPair> {
         let (old, _) = self.user(name).await?;
         let pair = self.issue_key(name).await?;
@@ -524,8 +527,7 @@ impl Gateway {
         }
         let key = format!("{BUCKET_PREFIX}{name}");
         validate_key(&key).map_err(|e| GatewayError::InvalidArgument(e.to_string()))?;
-        if let Some((_, bytes)) = self.get_opt(&self.meta_pool, &key).await? {
-            let existing: Bucket = parse("a bucket record", &bytes)?;
+        if let Some(existing) = self.bucket_record(name).await? {
             if owner.is_some() && existing.owner.as_deref() == owner {
                 return Ok(existing);
             }
@@ -539,11 +541,28 @@ impl Gateway {
             public_access_block: None,
         };
         self.client.put(&self.meta_pool, &key, json(&bucket)).await?;
+        Ok(self.remember(bucket))
+    }
+
+    /// A bucket's record as stored (`None`: no such bucket; the name is not checked).
+    async fn bucket_record(&self, name: &str) -> Result<Option<Bucket>> {
+        let key = format!("{BUCKET_PREFIX}{name}");
+        match self.get_opt(&self.meta_pool, &key).await? {
+            Some((_, bytes)) => Ok(Some(parse("a bucket record", &bytes)?)),
+            None => {
+                self.buckets.lock().expect("buckets lock").remove(name);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Keeps a bucket in memory for [`CACHE_TTL`].
+    fn remember(&self, bucket: Bucket) -> Bucket {
         self.buckets
             .lock()
             .expect("buckets lock")
-            .insert(name.to_string(), (bucket.clone(), Instant::now()));
-        Ok(bucket)
+            .insert(bucket.name.clone(), (bucket.clone(), Instant::now()));
+        bucket
     }
 
     /// A bucket by name.
@@ -553,20 +572,13 @@ impl Gateway {
         {
             return Ok(bucket.clone());
         }
-        let key = format!("{BUCKET_PREFIX}{name}");
-        if validate_key(&key).is_err() {
+        if validate_key(&format!("{BUCKET_PREFIX}{name}")).is_err() {
             return Err(GatewayError::NoSuchBucket(name.to_string()));
         }
-        let Some((_, bytes)) = self.get_opt(&self.meta_pool, &key).await? else {
-            self.buckets.lock().expect("buckets lock").remove(name);
-            return Err(GatewayError::NoSuchBucket(name.to_string()));
-        };
-        let bucket: Bucket = parse("a bucket record", &bytes)?;
-        self.buckets
-            .lock()
-            .expect("buckets lock")
-            .insert(name.to_string(), (bucket.clone(), Instant::now()));
-        Ok(bucket)
+        match self.bucket_record(name).await? {
+            Some(bucket) => Ok(self.remember(bucket)),
+            None => Err(GatewayError::NoSuchBucket(name.to_string())),
+        }
     }
 
     /// Every bucket, with its creation time (microseconds), in name order.
@@ -585,18 +597,13 @@ impl Gateway {
         name: &str,
         settings: Option<[bool; 4]>,
     ) -> Result<Bucket> {
-        let key = format!("{BUCKET_PREFIX}{name}");
-        let Some((_, bytes)) = self.get_opt(&self.meta_pool, &key).await? else {
+        let Some(mut bucket) = self.bucket_record(name).await? else {
             return Err(GatewayError::NoSuchBucket(name.to_string()));
         };
-        let mut bucket: Bucket = parse("a bucket record", &bytes)?;
         bucket.public_access_block = settings;
+        let key = format!("{BUCKET_PREFIX}{name}");
         self.client.put(&self.meta_pool, &key, json(&bucket)).await?;
-        self.buckets
-            .lock()
-            .expect("buckets lock")
-            .insert(name.to_string(), (bucket.clone(), Instant::now()));
-        Ok(bucket)
+        Ok(self.remember(bucket))
     }
 
     /// Removes an empty bucket (multipart uploads in progress are aborted).
@@ -668,11 +675,7 @@ impl Gateway {
             }
             None => Bytes::from(encode_head(&summary, meta)),
         };
-        let report = match policy {
-            Some(policy) => self.client.put_with_policy(&bucket.pool, head_key, data, policy).await,
-            None => self.client.put(&bucket.pool, head_key, data).await,
-        };
-        let report = match report {
+        let report = match self.put_placed(&bucket.pool, head_key, data, policy).await {
             Ok(report) => report,
             Err(error) => {
                 self.drop_stripes(bucket, &meta.stripes).await;
@@ -720,7 +723,21 @@ impl Gateway {
         }
     }
 
-    /// Writes one data object of a stripe, placed by `policy` if given (as its object's head).
+    /// Writes an object placed by `policy` if given, else by the pool's.
+    async fn put_placed(
+        &self,
+        pool: &str,
+        key: &str,
+        data: Bytes,
+        policy: Option<&str>,
+    ) -> Result<optio_client::PutReport, ClientError> {
+        match policy {
+            Some(policy) => self.client.put_with_policy(pool, key, data, policy).await,
+            None => self.client.put(pool, key, data).await,
+        }
+    }
+
+    /// Writes one data object of a stripe, placed as its object's head is.
     async fn put_piece(
         &self,
         pool: &str,
@@ -728,11 +745,7 @@ impl Gateway {
         piece: Bytes,
         policy: Option<&str>,
     ) -> Result<(), ClientError> {
-        match policy {
-            Some(policy) => self.client.put_with_policy(pool, &key, piece, policy).await,
-            None => self.client.put(pool, &key, piece).await,
-        }
-        .map(|_| ())
+        self.put_placed(pool, &key, piece, policy).await.map(|_| ())
     }
 
     /// Reads a request body: after `head` (the encoded head, its summary to be filled in)
@@ -835,12 +848,8 @@ impl Gateway {
     pub async fn open(&self, bucket: &Bucket, key: &str, whole: bool) -> Result<Opened> {
         let head_key = bucket.head_key(key)?;
         if whole {
-            let (info, bytes) = match self.client.get_range(&bucket.pool, &head_key, None).await {
-                Ok(found) => found,
-                Err(ClientError::NotFound { .. }) => {
-                    return Err(GatewayError::NoSuchKey(key.to_string()));
-                }
-                Err(error) => return Err(error.into()),
+            let Some((info, bytes)) = self.get_opt(&bucket.pool, &head_key).await? else {
+                return Err(GatewayError::NoSuchKey(key.to_string()));
             };
             let head = decode_head(&bytes)?;
             let inline = bytes.len() - head.data_offset;
@@ -1028,7 +1037,7 @@ impl Gateway {
                 cursor.skip_to(&format!("{base}{common}{}", char::MAX));
                 continue;
             }
-            if count == max_keys && max_keys > 0 {
+            if count == max_keys {
                 page.truncated = true;
                 break;
             }
