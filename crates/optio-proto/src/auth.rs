@@ -368,7 +368,7 @@ impl Credentials {
             let unique = format!("{}:{ts_ms}:{:?}", std::process::id(), std::time::Instant::now());
             nonce.copy_from_slice(&blake3::hash(unique.as_bytes()).as_bytes()[..16]);
         }
-        let nonce = crate::wire::hex_bytes(&nonce);
+        let nonce = crate::hex::hex_bytes(&nonce);
         let text = canonical(method, path, ts_ms, &nonce, &self.id, headers);
         let sig = self.key.mac(text.as_bytes());
         format!("{SCHEME} id={},ts={ts_ms},nonce={nonce},sig={}", self.id, sig.to_hex())

@@ -43,6 +43,7 @@ pub mod body;
 pub mod choice;
 mod error;
 mod header;
+pub mod hex;
 mod key;
 mod metrics;
 mod migration;

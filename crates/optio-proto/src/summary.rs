@@ -23,12 +23,12 @@ pub fn summary_of(data: &[u8]) -> Option<[u8; SUMMARY_BYTES]> {
 
 /// A summary as it travels in a listing: lower-case hexadecimal.
 pub fn summary_hex(summary: &[u8; SUMMARY_BYTES]) -> String {
-    crate::wire::hex_bytes(summary)
+    crate::hex::hex_bytes(summary)
 }
 
 /// Decodes a summary from a listing; `None` when it is not [`SUMMARY_BYTES`] bytes of hex.
 pub fn summary_from_hex(text: &str) -> Option<[u8; SUMMARY_BYTES]> {
-    crate::wire::bytes_from_hex(text)
+    crate::hex::bytes_from_hex(text)
 }
 
 #[cfg(test)]

@@ -26,8 +26,8 @@
 
 use std::collections::BTreeMap;
 
+use optio_proto::hex::hex_bytes;
 use optio_proto::summary::{SUMMARY_BYTES, SUMMARY_MAGIC, SUMMARY_PREFIX_BYTES, summary_from_hex};
-use optio_proto::wire::hex_bytes;
 use serde::{Deserialize, Serialize};
 
 /// Largest object stored inline in its head.
