@@ -8,7 +8,7 @@ use optio_placement::PoolId;
 use optio_proto::{ErrorKind, ListQuery, Listing, ObjectInfo, ObjectVersion};
 
 use crate::error::ClientError;
-use crate::transport::{Endpoint, Op};
+use crate::transport::{Endpoint, Failure, Op};
 
 use super::{Client, View};
 
@@ -34,8 +34,16 @@ impl Client {
         let lists =
             endpoints.iter().map(|endpoint| self.list_device(&view, pool, endpoint, prefix));
         let mut merged: BTreeMap<String, ObjectInfo> = BTreeMap::new();
-        for result in join_all(lists).await {
-            for info in result? {
+        let mut missing = Missing::new(&view, pool);
+        for (endpoint, result) in endpoints.iter().zip(join_all(lists).await) {
+            let infos = match result {
+                Ok(infos) => infos,
+                Err(failure) => {
+                    missing.tolerate(endpoint, failure)?;
+                    continue;
+                }
+            };
+            for info in infos {
                 match merged.get(&info.key) {
                     Some(old) if old.version >= info.version => {}
                     _ => {
@@ -53,7 +61,7 @@ impl Client {
         pool: PoolId,
         endpoint: &Endpoint,
         prefix: &str,
-    ) -> Result<Vec<ObjectInfo>, ClientError> {
+    ) -> Result<Vec<ObjectInfo>, Failure> {
         let mut out = Vec::new();
         let mut after: Option<String> = None;
         for _page in 0..LIST_PAGES_MAX {
@@ -78,18 +86,11 @@ impl Client {
         pool: PoolId,
         endpoint: &Endpoint,
         query: ListQuery,
-    ) -> Result<Listing, ClientError> {
+    ) -> Result<Listing, Failure> {
         let call = self.object_call(view, endpoint, pool, Op::List(query));
-        let answer = self.call(call).await.map_err(|f| ClientError::Refused {
-            device: endpoint.device,
-            kind: f.kind().unwrap_or(ErrorKind::Io),
-            reason: f.to_string(),
-        })?;
-        serde_json::from_slice(&answer.body).map_err(|e| ClientError::Refused {
-            device: endpoint.device,
-            kind: ErrorKind::Io,
-            reason: format!("bad listing: {e}"),
-        })
+        let answer = self.call(call).await?;
+        serde_json::from_slice(&answer.body)
+            .map_err(|e| Failure::Malformed(format!("bad listing: {e}")))
     }
 
     /// A cursor over the objects of `pool` whose keys start with `prefix` and come after
@@ -122,7 +123,8 @@ impl Client {
         // its share of `want`, so that one round usually fills the page.
         let page = (want.saturating_add(1).saturating_mul(replicas) * 5 / 4 / devices.len().max(1))
             .clamp(16, LIST_PAGE_MAX);
-        Ok(ListCursor { pool, prefix: prefix.to_string(), page, devices })
+        let missing = Missing::new(&view, pool);
+        Ok(ListCursor { pool, prefix: prefix.to_string(), page, devices, missing })
     }
 }
 
@@ -136,6 +138,58 @@ pub struct ListCursor {
     prefix: String,
     page: usize,
     devices: Vec<DeviceCursor>,
+    missing: Missing,
+}
+
+/// The devices a listing goes without. Every acknowledged write (and delete) has at least the
+/// pool's `min_size` copies on distinct devices, so while fewer than `min_size` of the
+/// devices that should hold data are missing — down in the map, or not answering — every
+/// object still has a copy on one that answers, and a listing without them is complete.
+/// One more missing device and it might not be: the listing fails instead of leaving an
+/// acknowledged object out.
+#[derive(Debug)]
+struct Missing {
+    /// Devices in the map but down.
+    down: usize,
+    /// Devices that did not answer.
+    unreachable: Vec<u32>,
+    /// The pool's `min_size`.
+    min_size: usize,
+}
+
+impl Missing {
+    fn new(view: &View, pool: PoolId) -> Missing {
+        let down = view.map.devices().iter().filter(|d| d.is_in && !d.up).count();
+        let min_size = view.map.pool(pool).map(|p| p.min_size as usize).unwrap_or(1).max(1);
+        Missing { down, unreachable: Vec::new(), min_size }
+    }
+
+    /// Goes on without the device behind `failure` if it did not answer and the listing is
+    /// still complete without it; otherwise the error to return.
+    fn tolerate(&mut self, endpoint: &Endpoint, failure: Failure) -> Result<(), ClientError> {
+        let refused = |reason: String| ClientError::Refused {
+            device: endpoint.device,
+            kind: failure.kind().unwrap_or(ErrorKind::Io),
+            reason,
+        };
+        if !failure.is_unreachable() {
+            return Err(refused(failure.to_string()));
+        }
+        if self.down + self.unreachable.len() + 1 >= self.min_size {
+            return Err(refused(format!(
+                "{failure}; with {} device(s) down and {} more not answering ({:?}), a listing \
+                 could miss objects (the pool's min_size is {}): try again when they are back \
+                 or marked down",
+                self.down,
+                self.unreachable.len(),
+                self.unreachable,
+                self.min_size
+            )));
+        }
+        tracing::warn!(device = endpoint.device, %failure, "listing without a device that does not answer");
+        self.unreachable.push(endpoint.device);
+        Ok(())
+    }
 }
 
 #[derive(Debug)]
@@ -209,7 +263,15 @@ impl ListCursor {
                 };
                 let view = &view;
                 async move {
-                    let listing = client.list_page(view, pool, &device.endpoint, query).await?;
+                    let listing = match client.list_page(view, pool, &device.endpoint, query).await
+                    {
+                        Ok(listing) => listing,
+                        Err(failure) => {
+                            // Asked no more; the caller decides whether to go on without it.
+                            device.done = true;
+                            return Err((device.endpoint.clone(), failure));
+                        }
+                    };
                     let mut rows: Vec<_> = listing
                         .objects
                         .into_iter()
@@ -222,11 +284,13 @@ impl ListCursor {
                         device.after = Some(last.0.clone());
                     }
                     device.rows.extend(rows);
-                    Ok::<_, ClientError>(())
+                    Ok(())
                 }
             });
         for result in join_all(reads).await {
-            result?;
+            if let Err((endpoint, failure)) = result {
+                self.missing.tolerate(&endpoint, failure)?;
+            }
         }
         Ok(())
     }

@@ -538,7 +538,7 @@ impl<'a> Reintegration<'a> {
                     .client
                     .list_device(view, pool.id, &endpoint, "")
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| format!("listing device {}: {e}", endpoint.device))?;
                 for info in listed {
                     keys.insert(info.key, ());
                 }
