@@ -3,8 +3,8 @@
 # crushtool/osdmaptool as the CRUSH oracle, etcd for the map store, redis-server for the dirty
 # table — the tests start their own, nothing runs them as services —, qemu's qemu-img and qemu-io
 # as NBD clients, fio, libnbd's nbdinfo/nbdcopy/nbdfuse and e2fsprogs for block volumes, the
-# AWS CLI, rclone, s3cmd and boto3 as S3 clients, …), then format, lint and
-# every test.
+# AWS CLI, rclone, s3cmd and boto3 as S3 clients, promtool to check /metrics, …), then
+# format, lint and every test.
 # `.ci/run` calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 needs=(crushtool:ceph-base osdmaptool:ceph-base etcd:etcd-server redis-server:redis-server
   qemu-io:qemu-utils qemu-img:qemu-utils fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin
   nbdfuse:nbdfuse mkfs.ext4:e2fsprogs debugfs:e2fsprogs e2fsck:e2fsprogs
-  aws:awscli rclone:rclone s3cmd:s3cmd curl:curl)
+  aws:awscli rclone:rclone s3cmd:s3cmd curl:curl promtool:prometheus)
 missing=()
 for need in "${needs[@]}"; do
   command -v "${need%%:*}" >/dev/null 2>&1 || missing+=("${need#*:}")

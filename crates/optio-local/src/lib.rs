@@ -16,6 +16,7 @@
 
 pub mod cluster;
 pub mod etcd;
+pub mod promtool;
 pub mod redis;
 pub mod tls;
 

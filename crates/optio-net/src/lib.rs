@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod exposition;
 pub mod tls;
 
 use std::future::Future;

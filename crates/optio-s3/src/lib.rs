@@ -16,13 +16,13 @@ pub mod format;
 pub mod s3;
 pub mod store;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use optio_net::exposition::Registry;
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::service::S3ServiceBuilder;
@@ -33,34 +33,48 @@ pub use store::{Gateway, GatewayError};
 /// The path the gateway answers Prometheus on (no bucket name starts with `_`).
 pub const METRICS_PATH: &str = "/_optio/metrics";
 
-/// Requests counted per S3 operation and HTTP status.
-#[derive(Debug, Default)]
+/// The gateway's Prometheus metrics: requests per S3 operation and HTTP status, and their
+/// latencies per operation (to the response's head; a body streamed after it excluded).
+#[derive(Debug)]
 pub struct Metrics {
-    counts: Mutex<BTreeMap<(String, u16), u64>>,
+    registry: Arc<Registry>,
     next_id: AtomicU64,
 }
 
+const REQUESTS: &str = "optio_s3_requests_total";
+const DURATION: &str = "optio_s3_request_duration_seconds";
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let registry = Registry::new();
+        registry.describe_counter(REQUESTS, "S3 requests answered, by operation and HTTP status.");
+        registry.describe_histogram(
+            DURATION,
+            "Time to answer an S3 request (to the response's head), by operation.",
+        );
+        registry.describe_gauge(
+            "optio_s3_build_info",
+            "The gateway's version (the value is always 1).",
+        );
+        registry.gauge("optio_s3_build_info", &[("version", env!("CARGO_PKG_VERSION"))]).set(1.0);
+        Metrics { registry, next_id: AtomicU64::new(0) }
+    }
+}
+
 impl Metrics {
-    fn count(&self, operation: &str, status: u16) {
-        *self
-            .counts
-            .lock()
-            .expect("metrics lock")
-            .entry((operation.to_string(), status))
-            .or_default() += 1;
+    fn count(&self, operation: &str, status: u16, elapsed: std::time::Duration) {
+        let status = status.to_string();
+        self.registry
+            .counter(REQUESTS, &[("operation", operation), ("status", &status)])
+            .increment(1);
+        self.registry
+            .histogram(DURATION, &[("operation", operation)])
+            .record(elapsed.as_secs_f64());
     }
 
-    /// The counters in Prometheus' text format.
+    /// The metrics in Prometheus' text format.
     pub fn render(&self) -> String {
-        let mut out = String::from(
-            "# HELP optio_s3_requests_total S3 requests answered, by operation and HTTP status.\n# TYPE optio_s3_requests_total counter\n",
-        );
-        for ((operation, status), count) in self.counts.lock().expect("metrics lock").iter() {
-            out.push_str(&format!(
-                "optio_s3_requests_total{{operation=\"{operation}\",status=\"{status}\"}} {count}\n"
-            ));
-        }
-        out
+        self.registry.render()
     }
 }
 
@@ -280,12 +294,13 @@ async fn answer(
         let mut response = http::Response::new(s3s::Body::from(metrics.render()));
         response.headers_mut().insert(
             http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("text/plain; version=0.0.4"),
+            http::HeaderValue::from_static(optio_net::exposition::CONTENT_TYPE),
         );
         return response;
     }
+    let started = std::time::Instant::now();
     if let Some(refusal) = refuse_early(&request) {
-        metrics.count("Refused", refusal.status().as_u16());
+        metrics.count("Refused", refusal.status().as_u16(), started.elapsed());
         return refusal;
     }
     let slot = OperationSlot::default();
@@ -305,6 +320,6 @@ async fn answer(
         response.headers_mut().insert("x-amz-request-id", value);
     }
     let operation = slot.0.lock().expect("slot lock").clone().unwrap_or_else(|| "Unknown".into());
-    metrics.count(&operation, response.status().as_u16());
+    metrics.count(&operation, response.status().as_u16(), started.elapsed());
     response
 }

@@ -273,7 +273,7 @@ impl Server {
             map,
             system,
             max_object_bytes: config.max_object_bytes,
-            counters: http::Counters::default(),
+            telemetry: http::ServerMetrics::new(),
             incarnation: incarnation(),
             rebalancer,
             catchup,

@@ -2,7 +2,6 @@
 //! request also answers as a probe of the device.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode};
@@ -15,8 +14,7 @@ use crate::store::RecordOutcome;
 use super::objects::object_headers;
 use super::{AppState, Failure, Target, fail, insert};
 
-pub(super) fn get_record(state: &AppState, target: &Target) -> Result<Response, Failure> {
-    state.counters.records.fetch_add(1, Ordering::Relaxed);
+pub(super) fn get_record(target: &Target) -> Result<Response, Failure> {
     let key = target.key.as_deref().expect("routed with a key");
     let record = target
         .store
@@ -32,7 +30,6 @@ pub(super) async fn put_record(
     target: &Target,
     headers: &HeaderMap,
 ) -> Result<Response, Failure> {
-    state.counters.records.fetch_add(1, Ordering::Relaxed);
     let record: ChoiceRecord = headers
         .get(wire::CHOICE)
         .and_then(|v| v.to_str().ok())
@@ -127,8 +124,7 @@ pub(super) async fn wait_durable(
     Ok(())
 }
 
-pub(super) async fn delete_record(state: &AppState, target: &Target) -> Result<Response, Failure> {
-    state.counters.records.fetch_add(1, Ordering::Relaxed);
+pub(super) async fn delete_record(target: &Target) -> Result<Response, Failure> {
     let key = target.key.clone().expect("routed with a key");
     target.store.delete_record(target.pool, &key)?;
     Ok(StatusCode::NO_CONTENT.into_response())

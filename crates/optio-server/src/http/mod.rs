@@ -7,12 +7,14 @@
 //! checks epochs and turns failures into Optio's error answers.
 
 mod choices;
+mod metrics;
+
+pub(crate) use metrics::ServerMetrics;
 mod objects;
 mod status;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use axum::Router;
@@ -33,20 +35,9 @@ use crate::store::DeviceStore;
 use crate::system::SystemMetrics;
 
 use choices::{delete_record, get_record, put_record, wait_durable};
+use metrics::Operation;
 use objects::{delete_object, get_object, list, probe, put_object, sync_device, write_in_place};
 use status::{health, prometheus, status};
-
-/// Request counters, by operation.
-#[derive(Debug, Default)]
-pub struct Counters {
-    probes: AtomicU64,
-    gets: AtomicU64,
-    puts: AtomicU64,
-    deletes: AtomicU64,
-    lists: AtomicU64,
-    records: AtomicU64,
-    errors: AtomicU64,
-}
 
 /// What every handler shares.
 pub struct AppState {
@@ -54,7 +45,8 @@ pub struct AppState {
     pub(crate) map: Arc<MapState>,
     pub(crate) system: Arc<SystemMetrics>,
     pub(crate) max_object_bytes: u64,
-    pub(crate) counters: Counters,
+    /// Prometheus metrics.
+    pub(crate) telemetry: metrics::ServerMetrics,
     /// A random number drawn at start: a client that sees it change knows the server
     /// restarted (and may have lost records not yet committed).
     pub(crate) incarnation: u64,
@@ -222,7 +214,6 @@ impl AppState {
     }
 
     fn error_response(&self, failure: Failure, store: Option<&DeviceStore>) -> Response {
-        self.counters.errors.fetch_add(1, Ordering::Relaxed);
         let epoch = self.map.epoch();
         let stored = failure.stored;
         // The reason goes in a header too: HEAD answers (probes) have no body.
@@ -321,8 +312,41 @@ fn parse_target(state: &AppState, path: &str) -> Result<Target, Failure> {
 
 async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let started = Instant::now();
-    let target = match parse_target(&state, request.uri().path()) {
-        Ok(target) => target,
+    let mut op = Operation::Invalid;
+    let response = serve(&state, request, &mut op).await;
+    let error =
+        response.headers().get(wire::ERROR).and_then(|v| ErrorKind::from_name(v.to_str().ok()?));
+    state.telemetry.observe(op, error, started.elapsed());
+    response
+}
+
+/// What a request to a device is, from its route, method and headers.
+fn operation(target: &Target, method: &Method, headers: &HeaderMap) -> Operation {
+    match (target.area, target.key.is_some(), method) {
+        (Area::Objects, false, &Method::GET) => Operation::List,
+        (Area::Objects, false, &Method::POST) => Operation::Sync,
+        (Area::Objects, true, &Method::HEAD) => Operation::Probe,
+        (Area::Objects, true, &Method::GET) => Operation::Get,
+        (Area::Objects, true, &Method::PUT) if headers.contains_key(wire::OFFSET) => {
+            Operation::Write
+        }
+        (Area::Objects, true, &Method::PUT) => Operation::Put,
+        (Area::Objects, true, &Method::DELETE) => Operation::Delete,
+        (Area::Choices, true, &Method::GET | &Method::HEAD) => Operation::RecordGet,
+        (Area::Choices, true, &Method::PUT) => Operation::RecordPut,
+        (Area::Choices, true, &Method::DELETE) => Operation::RecordDelete,
+        _ => Operation::Invalid,
+    }
+}
+
+/// Serves a request to a device; `op` learns what it was.
+async fn serve(state: &Arc<AppState>, request: Request, op: &mut Operation) -> Response {
+    let started = Instant::now();
+    let target = match parse_target(state, request.uri().path()) {
+        Ok(target) => {
+            *op = operation(&target, request.method(), request.headers());
+            target
+        }
         Err(failure) => {
             let (parts, body) = request.into_parts();
             discard(body, &parts.headers).await;
@@ -345,7 +369,7 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
         return state.error_response(failure, Some(&target.store));
     }
     let store = target.store.clone();
-    let result = handle(&state, target, request).await;
+    let result = handle(state, target, request).await;
     store.record_latency(started.elapsed().as_micros() as u64);
     match result {
         Ok(mut response) => {
@@ -367,7 +391,7 @@ async fn handle(
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
     match (target.area, &target.key, parts.method) {
-        (Area::Objects, None, Method::GET) => list(state, &target, &parts.uri),
+        (Area::Objects, None, Method::GET) => list(&target, &parts.uri),
         (Area::Objects, None, Method::POST) => sync_device(&target).await,
         (_, None, _) => {
             Err(fail(ErrorKind::BadRequest, "the key is empty; keys are 1 to 1024 bytes of UTF-8"))
@@ -384,8 +408,8 @@ async fn handle(
                 ),
             ))
         }
-        (Area::Objects, Some(_), Method::HEAD) => probe(state, &target, headers),
-        (Area::Objects, Some(_), Method::GET) => get_object(state, &target, headers).await,
+        (Area::Objects, Some(_), Method::HEAD) => probe(&target, headers),
+        (Area::Objects, Some(_), Method::GET) => get_object(&target, headers).await,
         (Area::Objects, Some(_), Method::PUT) if headers.contains_key(wire::OFFSET) => {
             write_in_place(state, &target, headers, body).await
         }
@@ -395,10 +419,10 @@ async fn handle(
             if headers.contains_key(wire::WAIT_DURABLE) {
                 wait_durable(state, &target, key).await?;
             }
-            get_record(state, &target)
+            get_record(&target)
         }
         (Area::Choices, Some(_), Method::PUT) => put_record(state, &target, headers).await,
-        (Area::Choices, Some(_), Method::DELETE) => delete_record(state, &target).await,
+        (Area::Choices, Some(_), Method::DELETE) => delete_record(&target).await,
         (_, _, method) => {
             Err(fail(ErrorKind::BadRequest, format!("method {method} is not allowed here")))
         }

@@ -1,8 +1,6 @@
 //! Objects: probe (`HEAD`), read (`GET`, ranges too), write (`PUT`), delete or purge
 //! (`DELETE`), and the listing of a pool (`GET` without a key).
 
-use std::sync::atomic::Ordering;
-
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -24,12 +22,7 @@ pub(super) fn object_headers(headers: &mut HeaderMap, info: &ObjectInfo) {
     }
 }
 
-pub(super) fn probe(
-    state: &AppState,
-    target: &Target,
-    request_headers: &HeaderMap,
-) -> Result<Response, Failure> {
-    state.counters.probes.fetch_add(1, Ordering::Relaxed);
+pub(super) fn probe(target: &Target, request_headers: &HeaderMap) -> Result<Response, Failure> {
     let key = target.key.as_deref().expect("routed with a key");
     let info = target.store.info(target.pool, key);
     let mut response = Response::new(Body::empty());
@@ -49,11 +42,9 @@ pub(super) fn probe(
 }
 
 pub(super) async fn get_object(
-    state: &AppState,
     target: &Target,
     request_headers: &HeaderMap,
 ) -> Result<Response, Failure> {
-    state.counters.gets.fetch_add(1, Ordering::Relaxed);
     let key = target.key.clone().expect("routed with a key");
     let store = target.store.clone();
     let pool = target.pool;
@@ -161,7 +152,6 @@ pub(super) async fn put_object(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, Failure> {
-    state.counters.puts.fetch_add(1, Ordering::Relaxed);
     let limit = state.max_object_bytes;
     let (version, checksum, pg_seed, epoch) = match put_headers(state, headers, limit) {
         Ok(parsed) => parsed,
@@ -265,7 +255,6 @@ pub(super) async fn write_in_place(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, Failure> {
-    state.counters.puts.fetch_add(1, Ordering::Relaxed);
     let limit = optio_proto::blocks::BLOCK_OBJECT_BYTES_MAX;
     let parsed = put_headers(state, headers, limit).and_then(|(version, checksum, pg, epoch)| {
         let offset = header_u64(headers, wire::OFFSET)?.unwrap_or(0);
@@ -394,7 +383,6 @@ pub(super) async fn delete_object(
     target: &Target,
     headers: &HeaderMap,
 ) -> Result<Response, Failure> {
-    state.counters.deletes.fetch_add(1, Ordering::Relaxed);
     let version = header_u64(headers, wire::VERSION)?.map(ObjectVersion);
     if let Some(version) = version {
         check_not_ahead(version)?;
@@ -428,12 +416,7 @@ pub(super) async fn delete_object(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-pub(super) fn list(
-    state: &AppState,
-    target: &Target,
-    uri: &axum::http::Uri,
-) -> Result<Response, Failure> {
-    state.counters.lists.fetch_add(1, Ordering::Relaxed);
+pub(super) fn list(target: &Target, uri: &axum::http::Uri) -> Result<Response, Failure> {
     let query: ListQuery = match uri.query() {
         None => ListQuery::default(),
         Some(_) => axum::extract::Query::try_from_uri(uri)

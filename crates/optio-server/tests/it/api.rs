@@ -103,7 +103,18 @@ async fn objects_round_trip_with_probes_ranges_and_listings() {
 
     let prometheus = http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(prometheus.contains("optio_device_objects{device=\"0\"} 5"), "{prometheus}");
-    assert!(prometheus.contains("optio_requests_total{op=\"probe\"}"));
+    assert!(
+        prometheus.contains("optio_requests_total{op=\"probe\",result=\"ok\"}"),
+        "{prometheus}"
+    );
+    assert!(
+        prometheus.contains("optio_requests_total{op=\"get\",result=\"not-found\"} "),
+        "{prometheus}"
+    );
+    assert!(
+        prometheus.contains("optio_request_duration_seconds_bucket{op=\"probe\","),
+        "{prometheus}"
+    );
     assert!(
         prometheus
             .contains(&format!("optio_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))),

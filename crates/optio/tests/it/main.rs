@@ -28,6 +28,7 @@ mod rebalance;
 
 // Failures: detection, degraded writes, catching up, supervision (issue 13).
 mod failures;
+mod metrics;
 mod partition;
 mod scrub;
 

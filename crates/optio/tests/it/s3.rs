@@ -377,6 +377,13 @@ fn users_from_the_command_line_and_only_signed_requests_of_known_keys_get_in() {
         "{metrics}"
     );
     assert!(metrics.contains("status=\"403\""), "{metrics}");
+    assert!(
+        metrics.contains("optio_s3_request_duration_seconds_count{operation=\"CreateBucket\"} 1"),
+        "{metrics}"
+    );
+    if let Err(complaints) = optio_local::promtool::check_metrics(&metrics) {
+        panic!("promtool check metrics refuses the gateway's exposition:\n{complaints}\n{metrics}");
+    }
 }
 
 fn optio_s3_metrics_path() -> &'static str {

@@ -1,0 +1,257 @@
+//! The server's Prometheus metrics (`/metrics`): requests and their latencies per operation,
+//! counted as they are served, and the devices, rebalancing, catching up, scrubbing, fencing
+//! and authentication read from their owners at each scrape. Names follow Prometheus'
+//! conventions: a unit suffix (`_bytes`, `_seconds`, `_ratio` for 0–1), `_total` for counters.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use optio_net::exposition::{Counter, Histogram, Registry};
+use optio_proto::{DeviceStatus, ErrorKind, MigrationPhase};
+
+use super::AppState;
+
+/// What a request to a device was, for the metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Operation {
+    Probe,
+    Get,
+    Put,
+    /// A write at an offset (block volumes).
+    Write,
+    Delete,
+    List,
+    Sync,
+    RecordGet,
+    RecordPut,
+    RecordDelete,
+    /// No such route, or a method the route does not take.
+    Invalid,
+}
+
+impl Operation {
+    const ALL: [Operation; 11] = [
+        Operation::Probe,
+        Operation::Get,
+        Operation::Put,
+        Operation::Write,
+        Operation::Delete,
+        Operation::List,
+        Operation::Sync,
+        Operation::RecordGet,
+        Operation::RecordPut,
+        Operation::RecordDelete,
+        Operation::Invalid,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Operation::Probe => "probe",
+            Operation::Get => "get",
+            Operation::Put => "put",
+            Operation::Write => "write",
+            Operation::Delete => "delete",
+            Operation::List => "list",
+            Operation::Sync => "sync",
+            Operation::RecordGet => "record_get",
+            Operation::RecordPut => "record_put",
+            Operation::RecordDelete => "record_delete",
+            Operation::Invalid => "invalid",
+        }
+    }
+}
+
+const REQUESTS: &str = "optio_requests_total";
+const DURATION: &str = "optio_request_duration_seconds";
+
+/// The server's registry and the handles its hot path uses.
+pub(crate) struct ServerMetrics {
+    registry: Arc<Registry>,
+    /// Per operation (in [`Operation::ALL`]'s order): answered without error, and latency.
+    ok: Vec<Counter>,
+    durations: Vec<Histogram>,
+}
+
+impl std::fmt::Debug for ServerMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServerMetrics")
+    }
+}
+
+impl ServerMetrics {
+    pub(crate) fn new() -> ServerMetrics {
+        let registry = Registry::new();
+        describe(&registry);
+        let ok = Operation::ALL
+            .iter()
+            .map(|op| registry.counter(REQUESTS, &[("op", op.name()), ("result", "ok")]))
+            .collect();
+        let durations = Operation::ALL
+            .iter()
+            .map(|op| registry.histogram(DURATION, &[("op", op.name())]))
+            .collect();
+        ServerMetrics { registry, ok, durations }
+    }
+
+    /// Counts a request to a device: its operation, its error kind if it failed, and how long
+    /// the server took to answer (its body streamed after that is not included).
+    pub(crate) fn observe(&self, op: Operation, error: Option<ErrorKind>, elapsed: Duration) {
+        let index =
+            Operation::ALL.iter().position(|o| *o == op).expect("every operation is listed");
+        match error {
+            None => self.ok[index].increment(1),
+            Some(kind) => self
+                .registry
+                .counter(REQUESTS, &[("op", op.name()), ("result", kind.name())])
+                .increment(1),
+        }
+        self.durations[index].record(elapsed.as_secs_f64());
+    }
+
+    /// Everything, read now, in Prometheus' text format.
+    pub(crate) fn render(&self, state: &AppState) -> String {
+        let r = &self.registry;
+        let status = super::status::server_status(state);
+        for device in &status.devices {
+            let label = device.metrics.device.to_string();
+            let labels = [("device", label.as_str())];
+            let gauge = |name: &'static str, value: f64| r.gauge(name, &labels).set(value);
+            let counter = |name: &'static str, value: u64| r.counter(name, &labels).absolute(value);
+            let m = &device.metrics;
+            gauge("optio_device_used_bytes", m.used_bytes as f64);
+            gauge("optio_device_capacity_bytes", m.capacity_bytes as f64);
+            gauge("optio_device_objects", device.objects as f64);
+            gauge("optio_device_choice_records", device.records as f64);
+            gauge("optio_device_service_time_seconds", m.latency_us as f64 / 1e6);
+            gauge("optio_device_unflushed_bytes", m.unflushed_bytes as f64);
+            gauge("optio_device_recovering", f64::from(u8::from(device.recovering)));
+            counter("optio_device_corrupt_found_total", device.corrupt_found);
+            counter("optio_device_caught_up_total", device.caught_up);
+            counter("optio_device_scrub_repaired_total", device.scrub_repaired);
+            counter("optio_device_scrub_unrepairable_total", device.scrub_unrepairable);
+            scrub(r, &labels, device);
+        }
+        let m = &status.migration;
+        r.gauge("optio_migration_epoch", &[]).set(m.epoch as f64);
+        for phase in PHASES {
+            let now = f64::from(u8::from(m.phase == phase));
+            r.gauge("optio_migration_phase", &[("phase", phase_name(phase))]).set(now);
+        }
+        r.gauge("optio_migration_copies_planned", &[]).set(m.copies_planned as f64);
+        r.gauge("optio_migration_copies_done", &[]).set(m.copies_done as f64);
+        r.gauge("optio_migration_remaining_copies", &[]).set(m.remaining_copies as f64);
+        r.gauge("optio_migration_remaining_bytes", &[]).set(m.remaining_bytes as f64);
+        r.gauge("optio_migration_rate_bytes_per_second", &[]).set(m.rate_bytes_per_sec as f64);
+        r.counter("optio_migration_moved_bytes_total", &[]).absolute(m.total_bytes_moved);
+        r.counter("optio_migration_moved_copies_total", &[]).absolute(m.total_copies_moved);
+        r.gauge("optio_migration_failures", &[]).set(m.failures as f64);
+        r.gauge("optio_build_info", &[("version", env!("CARGO_PKG_VERSION"))]).set(1.0);
+        r.gauge("optio_fenced", &[]).set(f64::from(u8::from(status.fenced)));
+        r.counter("optio_fence_lapses_total", &[]).absolute(state.fence.lapses());
+        for (reason, count) in state.auth.refusals() {
+            r.counter("optio_auth_refused_total", &[("reason", reason)]).absolute(count);
+        }
+        r.gauge("optio_map_epoch", &[]).set(status.epoch as f64);
+        r.gauge("optio_cpu_ratio", &[]).set(f64::from(state.system.cpu_permille()) / 1000.0);
+        r.gauge("optio_memory_ratio", &[]).set(f64::from(state.system.memory_permille()) / 1000.0);
+        r.render()
+    }
+}
+
+const PHASES: [MigrationPhase; 5] = [
+    MigrationPhase::Starting,
+    MigrationPhase::Planning,
+    MigrationPhase::Moving,
+    MigrationPhase::Retrying,
+    MigrationPhase::Done,
+];
+
+fn phase_name(phase: MigrationPhase) -> &'static str {
+    match phase {
+        MigrationPhase::Starting => "starting",
+        MigrationPhase::Planning => "planning",
+        MigrationPhase::Moving => "moving",
+        MigrationPhase::Retrying => "retrying",
+        MigrationPhase::Done => "done",
+    }
+}
+
+/// The device's last scrub pass, when one ran.
+fn scrub(r: &Registry, labels: &[(&'static str, &str)], device: &DeviceStatus) {
+    let Some(report) = &device.scrub else { return };
+    let gauge = |name: &'static str, value: f64| r.gauge(name, labels).set(value);
+    gauge("optio_scrub_last_deep", f64::from(u8::from(report.deep)));
+    gauge("optio_scrub_last_objects", report.objects as f64);
+    gauge("optio_scrub_last_damaged", report.damaged as f64);
+    gauge("optio_scrub_last_stale", report.stale as f64);
+    gauge("optio_scrub_last_unreachable", report.unreachable as f64);
+    gauge("optio_scrub_last_duration_seconds", report.seconds);
+}
+
+fn describe(r: &Registry) {
+    r.describe_counter(
+        REQUESTS,
+        "Requests to devices answered, by operation and result (ok, or the error kind).",
+    );
+    r.describe_histogram(DURATION, "Time to answer a request to a device (its body streamed after that excluded), by operation.");
+    for (name, help) in [
+        ("optio_device_used_bytes", "Bytes stored on the device."),
+        ("optio_device_capacity_bytes", "The device's configured capacity."),
+        ("optio_device_objects", "Objects stored on the device."),
+        ("optio_device_choice_records", "Choice records the device holds."),
+        (
+            "optio_device_service_time_seconds",
+            "Moving average of the device's service time (what probes report).",
+        ),
+        ("optio_device_unflushed_bytes", "Bytes written to the device and not yet durable."),
+        (
+            "optio_device_recovering",
+            "1 while the device catches up on writes it missed (it serves no reads).",
+        ),
+        ("optio_migration_epoch", "The map epoch rebalancing works towards (or finished)."),
+        ("optio_migration_phase", "1 for the phase rebalancing is in."),
+        ("optio_migration_copies_planned", "Copies this rebalancing round sends or checks."),
+        ("optio_migration_copies_done", "Copies of this round handled."),
+        ("optio_migration_remaining_copies", "Copies of this round still to handle."),
+        ("optio_migration_remaining_bytes", "Bytes of this round still to send, at most."),
+        ("optio_migration_rate_bytes_per_second", "Rebalancing's send rate over the last seconds."),
+        ("optio_migration_failures", "Transfers of this round that failed (retried)."),
+        ("optio_scrub_last_deep", "1 if the device's last scrub pass was deep."),
+        ("optio_scrub_last_objects", "Objects and tombstones the last scrub pass looked at."),
+        ("optio_scrub_last_damaged", "Damaged replicas the last scrub pass found."),
+        ("optio_scrub_last_stale", "Stale replicas the last scrub pass found."),
+        (
+            "optio_scrub_last_unreachable",
+            "Objects the last scrub pass could not compare with every replica.",
+        ),
+        ("optio_scrub_last_duration_seconds", "How long the last scrub pass took."),
+        ("optio_build_info", "The server's version (the value is always 1)."),
+        ("optio_fenced", "1 while the server holds no fencing lease and serves nothing."),
+        ("optio_map_epoch", "The map epoch the server holds."),
+        ("optio_cpu_ratio", "CPU utilisation, 0 to 1."),
+        ("optio_memory_ratio", "Memory utilisation, 0 to 1."),
+    ] {
+        r.describe_gauge(name, help);
+    }
+    for (name, help) in [
+        ("optio_device_corrupt_found_total", "Corrupt files found and quarantined on the device."),
+        (
+            "optio_device_caught_up_total",
+            "Versions the device fetched from peers while catching up.",
+        ),
+        ("optio_device_scrub_repaired_total", "Replicas on the device scrubbing repaired."),
+        (
+            "optio_device_scrub_unrepairable_total",
+            "Damaged replicas on the device scrubbing could not repair.",
+        ),
+        ("optio_migration_moved_bytes_total", "Bytes rebalancing sent since the server started."),
+        ("optio_migration_moved_copies_total", "Copies rebalancing sent since the server started."),
+        ("optio_fence_lapses_total", "Times the server stopped serving for want of a lease."),
+        (
+            "optio_auth_refused_total",
+            "Requests refused by authentication or authorisation, by reason.",
+        ),
+    ] {
+        r.describe_counter(name, help);
+    }
+}

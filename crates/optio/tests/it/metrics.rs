@@ -1,0 +1,78 @@
+//! Prometheus on real server processes: requests and their latencies per operation and
+//! result, device, rebalancing and process gauges, and an exposition that Prometheus' own
+//! `promtool check metrics` accepts (parsed and linted).
+
+use std::time::Duration;
+
+use optio_local::cluster::PLAIN_POOL;
+
+use crate::{client, cluster, data, runtime, small, wait_settled};
+
+#[test]
+fn servers_expose_metrics_that_promtool_accepts() {
+    let (_dir, cluster) = cluster(small());
+    let rt = runtime();
+    let texts = rt.block_on(async {
+        let client = client(&cluster, None).await;
+        for i in 0..20 {
+            client.put(PLAIN_POOL, &format!("m{i}"), data(i, 5000)).await.expect("put");
+        }
+        for i in 0..20 {
+            client.get(PLAIN_POOL, &format!("m{i}")).await.expect("get");
+        }
+        assert!(client.get(PLAIN_POOL, "never-written").await.is_err());
+        client.delete(PLAIN_POOL, "m0").await.expect("delete");
+        wait_settled(&cluster, Duration::from_secs(30)).await;
+        let mut texts = Vec::new();
+        for server in cluster.servers() {
+            let url = format!("http://{}/metrics", server.addr);
+            let response = reqwest::get(&url).await.expect("metrics answer");
+            assert_eq!(
+                response.headers()["content-type"],
+                optio_net::exposition::CONTENT_TYPE,
+                "{url}"
+            );
+            texts.push(response.text().await.unwrap());
+        }
+        texts
+    });
+    let all = texts.join("\n");
+    for text in &texts {
+        if let Err(complaints) = optio_local::promtool::check_metrics(text) {
+            panic!("promtool check metrics refuses the exposition:\n{complaints}\n---\n{text}");
+        }
+        for needed in [
+            "# TYPE optio_requests_total counter",
+            "# TYPE optio_request_duration_seconds histogram",
+            "optio_request_duration_seconds_bucket{op=\"put\",le=\"0.001\"}",
+            "optio_request_duration_seconds_count{op=\"put\"}",
+            "# TYPE optio_device_used_bytes gauge",
+            "# TYPE optio_device_corrupt_found_total counter",
+            "optio_migration_phase{phase=\"done\"} 1",
+            "optio_map_epoch ",
+            "optio_cpu_ratio ",
+            "optio_build_info{version=\"",
+        ] {
+            assert!(text.contains(needed), "no {needed}:\n{text}");
+        }
+        // Ratios are 0 to 1 (no per-mille).
+        for line in text.lines().filter(|l| l.starts_with("optio_cpu_ratio ")) {
+            let value: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            assert!((0.0..=1.0).contains(&value), "{line}");
+        }
+        assert!(!text.contains("permille") && !text.contains("op=\"error\""), "{text}");
+    }
+    // Successes and failures are told apart by result, per operation, somewhere among the
+    // three servers (which one served what depends on placement).
+    let count = |needle: &str| -> f64 {
+        all.lines()
+            .filter(|l| l.starts_with(needle))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    assert!(count("optio_requests_total{op=\"put\",result=\"ok\"}") >= 60.0, "{all}");
+    assert!(count("optio_requests_total{op=\"get\",result=\"ok\"}") >= 20.0, "{all}");
+    assert!(count("optio_requests_total{op=\"get\",result=\"not-found\"}") >= 1.0, "{all}");
+    assert!(count("optio_requests_total{op=\"delete\",result=\"ok\"}") >= 3.0, "{all}");
+    assert!(count("optio_request_duration_seconds_count{op=\"get\"}") >= 21.0, "{all}");
+}
