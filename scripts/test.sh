@@ -45,6 +45,8 @@ cargo fmt --all -- --check
 python3 scripts/module-cycles.py --known scripts/known-cycles.txt
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# docs/deploy.md's three-host walkthrough, the hosts in network namespaces.
+scripts/deploy-netns.sh
 # Ceph's S3 conformance suite (core selection) on the gateway: no fewer may pass than
 # docs/s3.md records.
 # (The suite is not part of this repository: it is looked for in $S3_TESTS, then beside the
