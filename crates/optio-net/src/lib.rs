@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod exposition;
+pub mod throttle;
 pub mod tls;
 
 use std::future::Future;

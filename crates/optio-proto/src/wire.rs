@@ -77,40 +77,26 @@ pub const ZEROES: &str = "x-optio-zeroes";
 /// On a write in place: sync the object's data before answering (`1`, NBD's FUA).
 pub const SYNC: &str = "x-optio-sync";
 
-/// Percent-encodes every byte but ASCII letters, digits and `-._~`.
+/// What [`percent_encode`] escapes: every byte but ASCII letters, digits and `-._~` (RFC 3986's
+/// unreserved characters).
+const ESCAPED: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// Percent-encodes every byte but ASCII letters, digits and `-._~` (upper-case hex digits).
 pub fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for &b in text.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 15)]));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(text, ESCAPED).to_string()
 }
 
-const HEX: &[u8; 16] = b"0123456789ABCDEF";
-
-/// Decodes `%XX` escapes; `None` for a malformed escape.
+/// Decodes `%XX` escapes; `None` when a `%` is not followed by two hex digits (the
+/// `percent-encoding` crate would pass such a `%` through; a key must not have two spellings).
 pub fn percent_decode(text: &str) -> Option<Vec<u8>> {
     let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
+    for (i, _) in bytes.iter().enumerate().filter(|(_, b)| **b == b'%') {
+        if !bytes.get(i + 1..i + 3)?.iter().all(u8::is_ascii_hexdigit) {
+            return None;
         }
     }
-    Some(out)
+    Some(percent_encoding::percent_decode(bytes).collect())
 }
 
 /// Formats a choice record for the [`CHOICE`] header.
@@ -241,6 +227,9 @@ mod tests {
         }
         assert_eq!(percent_decode("%4"), None);
         assert_eq!(percent_decode("%zz"), None);
+        // (`u8::from_str_radix` took a sign: "%+1" was byte 1.)
+        assert_eq!(percent_decode("%+1"), None);
+        assert_eq!(percent_encode("a/b c~-._é"), "a%2Fb%20c~-._%C3%A9");
     }
 
     #[test]

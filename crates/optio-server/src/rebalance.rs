@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use optio_net::throttle::Throttle;
 use optio_net::{Call, Endpoint, Failure, HttpTransport, Op, Transport};
 use optio_placement::{DeviceId, PoolId, ReplicaSet};
 use optio_proto::{ChoiceRecord, ErrorKind, MigrationPhase, MigrationStatus};
@@ -106,37 +107,6 @@ struct Plan {
     records: Vec<RecordTask>,
 }
 
-/// Token bucket over bytes sent (or read, for scrubbing).
-pub(crate) struct RateLimiter {
-    rate: Option<u64>,
-    state: tokio::sync::Mutex<(f64, Instant)>,
-}
-
-impl RateLimiter {
-    pub(crate) fn new(rate: Option<u64>) -> RateLimiter {
-        RateLimiter { rate, state: tokio::sync::Mutex::new((0.0, Instant::now())) }
-    }
-
-    /// Waits until `bytes` may be sent. The bucket holds at most one second of rate; a
-    /// transfer larger than that goes into debt, paid by the next ones.
-    pub(crate) async fn acquire(&self, bytes: u64) {
-        let Some(rate) = self.rate.filter(|r| *r > 0) else { return };
-        let rate = rate as f64;
-        let wait = {
-            let mut state = self.state.lock().await;
-            let now = Instant::now();
-            let refill = now.duration_since(state.1).as_secs_f64() * rate;
-            state.0 = (state.0 + refill).min(rate);
-            state.1 = now;
-            state.0 -= bytes as f64;
-            if state.0 < 0.0 { Duration::from_secs_f64(-state.0 / rate) } else { Duration::ZERO }
-        };
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-    }
-}
-
 #[derive(Default)]
 struct Progress {
     copies_done: AtomicU64,
@@ -154,7 +124,7 @@ pub struct Rebalancer {
     map: Arc<MapState>,
     config: MigrationConfig,
     transport: HttpTransport,
-    limiter: RateLimiter,
+    limiter: Throttle,
     progress: Progress,
     status: Mutex<MigrationStatus>,
     samples: Mutex<Vec<(Instant, u64)>>,
@@ -185,7 +155,7 @@ impl Rebalancer {
         Ok(Rebalancer {
             devices,
             map,
-            limiter: RateLimiter::new(config.rate_bytes_per_sec),
+            limiter: Throttle::new(config.rate_bytes_per_sec),
             config,
             transport,
             progress: Progress::default(),

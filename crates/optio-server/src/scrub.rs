@@ -26,8 +26,8 @@ use optio_proto::{ObjectVersion, ScrubReport};
 use crate::catchup::{fetch_version, held_version, record_tombstone};
 use crate::error::StoreError;
 use crate::mapstate::{MapState, ServerMap};
-use crate::rebalance::RateLimiter;
 use crate::store::DeviceStore;
+use optio_net::throttle::Throttle;
 
 /// Deep-scrub read rate by default, bytes per second.
 pub const SCRUB_RATE_DEFAULT: u64 = 8 << 20;
@@ -163,7 +163,7 @@ impl Scrubber {
     ) -> Vec<ScrubReport> {
         let _one = self.running.lock().await;
         let Some(map) = self.map.current() else { return Vec::new() };
-        let limiter = RateLimiter::new(rate);
+        let limiter = Throttle::new(rate);
         let mut ids: Vec<u32> = self.devices.keys().copied().collect();
         ids.sort_unstable();
         let mut out = Vec::new();
@@ -185,7 +185,7 @@ impl Scrubber {
         device: u32,
         deep: bool,
         only: Option<PoolId>,
-        limiter: &RateLimiter,
+        limiter: &Throttle,
     ) -> ScrubReport {
         let started = Instant::now();
         let store = &self.devices[&device];

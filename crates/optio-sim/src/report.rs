@@ -35,37 +35,47 @@ impl Table {
 
     /// Aligned text: the first column left-aligned, the others right-aligned.
     pub fn render(&self) -> String {
-        let columns = self.headers.len();
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate().take(columns) {
-                widths[i] = widths[i].max(cell.chars().count());
-            }
-        }
         let mut out = String::new();
         if !self.title.is_empty() {
             out.push_str(&self.title);
             out.push('\n');
         }
-        let line = |cells: &[String], out: &mut String| {
-            let parts: Vec<String> = cells
-                .iter()
-                .enumerate()
-                .take(columns)
-                .map(|(i, c)| {
-                    let w = widths[i];
-                    if i == 0 { format!("{c:<w$}") } else { format!("{c:>w$}") }
-                })
-                .collect();
-            out.push_str(parts.join("  ").trim_end());
-            out.push('\n');
-        };
-        line(&self.headers, &mut out);
-        for row in &self.rows {
-            line(row, &mut out);
-        }
+        out.push_str(&aligned(&self.headers, &self.rows, |column| column == 0));
         out
     }
+}
+
+/// The one table layout of Optio's text output (the CLI's tables use it too): a header line
+/// and one line per row, columns two spaces apart and as wide as their widest cell, text
+/// columns (`left(column)`) aligned left and the others right, trailing spaces trimmed. Cells
+/// beyond the headers are left out.
+pub fn aligned(headers: &[String], rows: &[Vec<String>], left: impl Fn(usize) -> bool) -> String {
+    let columns = headers.len();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(columns) {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: &[String], out: &mut String| {
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .take(columns)
+            .map(|(i, c)| {
+                let w = widths[i];
+                if left(i) { format!("{c:<w$}") } else { format!("{c:>w$}") }
+            })
+            .collect();
+        out.push_str(parts.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(headers, &mut out);
+    for row in rows {
+        line(row, &mut out);
+    }
+    out
 }
 
 /// How a plot draws its series.

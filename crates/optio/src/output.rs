@@ -55,34 +55,11 @@ impl Table {
         self.rows.push(cells);
     }
 
+    /// The rows under the headers, aligned ([`optio_sim::report::aligned`]).
     pub fn render(&self) -> String {
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate() {
-                if i < widths.len() {
-                    widths[i] = widths[i].max(cell.chars().count());
-                }
-            }
-        }
-        let mut out = String::new();
-        let line = |cells: &[String], out: &mut String| {
-            let mut parts = Vec::new();
-            for (i, cell) in cells.iter().enumerate() {
-                let width = widths.get(i).copied().unwrap_or(0);
-                if self.left_aligned.get(i).copied().unwrap_or(false) {
-                    parts.push(format!("{cell:<width$}"));
-                } else {
-                    parts.push(format!("{cell:>width$}"));
-                }
-            }
-            out.push_str(parts.join("  ").trim_end());
-            out.push('\n');
-        };
-        line(&self.headers, &mut out);
-        for row in &self.rows {
-            line(row, &mut out);
-        }
-        out
+        optio_sim::report::aligned(&self.headers, &self.rows, |column| {
+            self.left_aligned.get(column).copied().unwrap_or(false)
+        })
     }
 }
 

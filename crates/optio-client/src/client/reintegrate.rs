@@ -20,10 +20,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use optio_cluster::dirty::{DirtyEntry, DirtyTable};
+use optio_net::throttle::Throttle;
 use optio_placement::{DeviceId, MapChange, PoolId, ReplicaSet};
 use optio_proto::{ErrorKind, ObjectInfo, checksum};
 use serde::{Deserialize, Serialize};
@@ -92,25 +93,6 @@ pub struct ReintegrationStatus {
     pub last_error: Option<String>,
 }
 
-/// A simple pacer: after copying `bytes`, wait as long as the rate says.
-pub(super) struct Pacer {
-    pub(super) rate: Option<u64>,
-    pub(super) started: Instant,
-    pub(super) sent: u64,
-}
-
-impl Pacer {
-    async fn pace(&mut self, bytes: u64) {
-        self.sent += bytes;
-        let Some(rate) = self.rate.filter(|r| *r > 0) else { return };
-        let due = Duration::from_secs_f64(self.sent as f64 / rate as f64);
-        let elapsed = self.started.elapsed();
-        if due > elapsed {
-            tokio::time::sleep(due - elapsed).await;
-        }
-    }
-}
-
 /// Where one object's copies belong under the current membership version.
 struct Spread {
     /// The devices that must hold the newest version (the current placement).
@@ -154,7 +136,8 @@ pub struct Reintegration<'a> {
     mode: ReintegrationMode,
     status: &'a Mutex<ReintegrationStatus>,
     walk: Walk,
-    pacer: Pacer,
+    /// Paces the copies (`--rate`).
+    pacer: Throttle,
 }
 
 impl<'a> Reintegration<'a> {
@@ -171,7 +154,7 @@ impl<'a> Reintegration<'a> {
             mode: config.mode,
             status,
             walk: Walk::default(),
-            pacer: Pacer { rate: config.rate_bytes_per_sec, started: Instant::now(), sent: 0 },
+            pacer: Throttle::new(config.rate_bytes_per_sec),
         }
     }
 
@@ -326,7 +309,7 @@ impl<'a> Reintegration<'a> {
             }
             let (info, body) = data.as_ref().expect("read above");
             self.copy_to(view, pool, key, endpoint, info, body).await?;
-            self.pacer.pace(body.len() as u64).await;
+            self.pacer.acquire(body.len() as u64).await;
             let mut s = self.status.lock().expect("status lock");
             s.replicas_copied += 1;
             s.bytes_copied += body.len() as u64;
@@ -585,7 +568,7 @@ impl<'a> Reintegration<'a> {
                 for device in forced {
                     let endpoint = view.endpoint(*device).map_err(|e| e.to_string())?;
                     self.copy_to(view, pool, key, &endpoint, &info, &body).await?;
-                    self.pacer.pace(body.len() as u64).await;
+                    self.pacer.acquire(body.len() as u64).await;
                     let mut s = self.status.lock().expect("status lock");
                     s.replicas_copied += 1;
                     s.bytes_copied += body.len() as u64;
