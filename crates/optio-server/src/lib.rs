@@ -350,7 +350,7 @@ fn incarnation() -> u64 {
 
 /// Samples the machine's metrics, commits choice records.
 async fn background(state: Arc<http::AppState>) {
-    let mut cpu = system::CpuSampler::default();
+    let mut cpu = system::Sampler::new();
     let mut system_tick = tokio::time::interval(SYSTEM_SAMPLE_INTERVAL);
     let mut record_tick = tokio::time::interval(records::COMMIT_INTERVAL);
     loop {

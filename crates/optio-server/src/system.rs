@@ -1,10 +1,16 @@
-//! Machine metrics from `/proc`, honouring cgroup (v2) limits: CPU utilisation against the
-//! cgroup's quota when it has one, memory utilisation against the cgroup's limit when it has
-//! one. Sampled by a background task; reading a sample is two atomic loads.
+//! Machine metrics, honouring the process's cgroup limits (v1 or v2): CPU utilisation against
+//! the cgroup's CPU quota when it has one, memory utilisation against its memory limit when it
+//! has one, the whole machine's otherwise. `/proc` is read with the `procfs` crate (`stat`,
+//! `meminfo`, and `self/cgroup` + `self/mountinfo` to find the cgroup's directories); the
+//! cgroup files are one number or one line each. Sampled by a background task; reading a
+//! sample is two atomic loads.
 
 use std::fs;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Instant;
+
+use procfs::{Current, CurrentSI};
 
 /// The latest CPU and memory utilisation, per mille.
 #[derive(Debug, Default)]
@@ -24,47 +30,187 @@ impl SystemMetrics {
     }
 }
 
-/// Successive CPU readings, to compute utilisation over the interval between two.
+/// Where this process's cgroup keeps its CPU and memory accounting.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cgroup {
+    /// cgroup v2: the one directory (`cpu.max`, `cpu.stat`, `memory.max`, `memory.current`).
+    unified: Option<PathBuf>,
+    /// cgroup v1: the `cpu` controller's directory (`cpu.cfs_quota_us`, `cpu.cfs_period_us`).
+    cpu: Option<PathBuf>,
+    /// cgroup v1: the `cpuacct` controller's (`cpuacct.usage`, nanoseconds).
+    cpuacct: Option<PathBuf>,
+    /// cgroup v1: the `memory` controller's (`memory.limit_in_bytes`, `memory.usage_in_bytes`).
+    memory: Option<PathBuf>,
+}
+
+/// A cgroup mount: its type (`cgroup` or `cgroup2`), the hierarchy path it shows, where it
+/// is mounted, and (v1) its controllers.
+#[derive(Clone, Debug)]
+pub struct CgroupMount {
+    /// `cgroup` (v1) or `cgroup2`.
+    pub fs_type: String,
+    /// The path within the hierarchy the mount shows (`/` unless a namespace hides more).
+    pub root: String,
+    /// Where it is mounted.
+    pub mount_point: PathBuf,
+    /// v1: the controllers of the hierarchy (`cpu`, `memory`, …).
+    pub controllers: Vec<String>,
+}
+
+impl Cgroup {
+    /// This process's, from `/proc/self/cgroup` and `/proc/self/mountinfo`; empty when they
+    /// cannot be read.
+    pub fn of_this_process() -> Cgroup {
+        let Ok(me) = procfs::process::Process::myself() else { return Cgroup::default() };
+        let (Ok(groups), Ok(mounts)) = (me.cgroups(), me.mountinfo()) else {
+            return Cgroup::default();
+        };
+        let groups: Vec<(u32, Vec<String>, String)> =
+            groups.0.into_iter().map(|g| (g.hierarchy, g.controllers, g.pathname)).collect();
+        let mounts: Vec<CgroupMount> = mounts
+            .0
+            .into_iter()
+            .filter(|m| m.fs_type == "cgroup" || m.fs_type == "cgroup2")
+            .map(|m| CgroupMount {
+                controllers: m.super_options.keys().cloned().collect(),
+                fs_type: m.fs_type,
+                root: m.root,
+                mount_point: m.mount_point,
+            })
+            .collect();
+        Cgroup::locate(&groups, &mounts)
+    }
+
+    /// The directories of the cgroups `groups` names (`/proc/self/cgroup`'s lines: hierarchy,
+    /// controllers, path), under the mounts that show them.
+    pub fn locate(groups: &[(u32, Vec<String>, String)], mounts: &[CgroupMount]) -> Cgroup {
+        let under = |mount: &CgroupMount, path: &str| -> Option<PathBuf> {
+            let relative = if mount.root == "/" {
+                path
+            } else {
+                // A mount that shows part of the hierarchy (a namespace): the path must be in it.
+                let rest = path.strip_prefix(mount.root.as_str())?;
+                if !(rest.is_empty() || rest.starts_with('/')) {
+                    return None;
+                }
+                rest
+            };
+            let dir = mount.mount_point.join(relative.trim_start_matches('/'));
+            dir.is_dir().then_some(dir)
+        };
+        let mut found = Cgroup::default();
+        for (hierarchy, controllers, path) in groups {
+            if *hierarchy == 0 && controllers.is_empty() {
+                found.unified =
+                    mounts.iter().filter(|m| m.fs_type == "cgroup2").find_map(|m| under(m, path));
+                continue;
+            }
+            let v1 = |name: &str| {
+                if !controllers.iter().any(|c| c == name) {
+                    return None;
+                }
+                mounts
+                    .iter()
+                    .filter(|m| m.fs_type == "cgroup" && m.controllers.iter().any(|c| c == name))
+                    .find_map(|m| under(m, path))
+            };
+            found.cpu = found.cpu.take().or_else(|| v1("cpu"));
+            found.cpuacct = found.cpuacct.take().or_else(|| v1("cpuacct"));
+            found.memory = found.memory.take().or_else(|| v1("memory"));
+        }
+        found
+    }
+
+    /// The CPU quota, in thousandths of a CPU, when there is one. (A hybrid machine has both
+    /// hierarchies, with the controllers on v1: each value comes from where its file is.)
+    fn cpus_milli(&self) -> Option<u64> {
+        let v2 = self.unified.as_ref().and_then(|dir| fs::read_to_string(dir.join("cpu.max")).ok());
+        if let Some(text) = v2 {
+            let mut parts = text.split_whitespace();
+            let quota: u64 = parts.next()?.parse().ok()?; // "max": no quota
+            let period: u64 = parts.next()?.parse().ok()?;
+            return (period > 0).then(|| quota * 1000 / period);
+        }
+        let dir = self.cpu.as_ref()?;
+        let quota: i64 = number(&dir.join("cpu.cfs_quota_us"))?; // -1: no quota
+        let period: u64 = number(&dir.join("cpu.cfs_period_us"))?;
+        let quota = u64::try_from(quota).ok()?;
+        (period > 0).then(|| quota * 1000 / period)
+    }
+
+    /// CPU time the cgroup used, in microseconds.
+    fn usage_us(&self) -> Option<u64> {
+        let v2 =
+            self.unified.as_ref().and_then(|dir| fs::read_to_string(dir.join("cpu.stat")).ok());
+        if let Some(text) = v2 {
+            return text.lines().find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok());
+        }
+        let nanos: u64 = number(&self.cpuacct.as_ref()?.join("cpuacct.usage"))?;
+        Some(nanos / 1000)
+    }
+
+    /// Memory used and the limit, when there is a limit (v1 writes "no limit" as a number
+    /// near 2^63: anything above the machine's memory is taken as none).
+    fn memory(&self, machine_bytes: u64) -> Option<(u64, u64)> {
+        let v2 = self.unified.as_ref().filter(|dir| dir.join("memory.max").exists());
+        let (used, limit) = match (v2, &self.memory) {
+            (Some(dir), _) => {
+                (number(&dir.join("memory.current"))?, number(&dir.join("memory.max"))?)
+            }
+            (None, Some(dir)) => (
+                number(&dir.join("memory.usage_in_bytes"))?,
+                number(&dir.join("memory.limit_in_bytes"))?,
+            ),
+            (None, None) => return None,
+        };
+        (limit > 0 && (machine_bytes == 0 || limit < machine_bytes)).then_some((used, limit))
+    }
+}
+
+/// A file holding one number (`None` for anything else, such as cgroup v2's "max").
+fn number<T: std::str::FromStr>(path: &Path) -> Option<T> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The process's cgroup and successive CPU readings, to compute utilisation over the interval
+/// between two.
 #[derive(Debug, Default)]
-pub struct CpuSampler {
+pub struct Sampler {
+    cgroup: Cgroup,
     last: Option<CpuReading>,
 }
 
 #[derive(Clone, Copy, Debug)]
 enum CpuReading {
-    /// Busy and total jiffies from `/proc/stat`.
+    /// Busy and total ticks from `/proc/stat`.
     Proc { busy: u64, total: u64 },
-    /// cgroup `usage_usec` and the wall clock, with the quota in CPUs (×1000).
+    /// The cgroup's CPU time and the wall clock, with the quota in CPUs (×1000).
     Cgroup { usage_us: u64, at: Instant, cpus_milli: u64 },
 }
 
-const CGROUP: &str = "/sys/fs/cgroup";
-
-fn cgroup_cpus_milli() -> Option<u64> {
-    let text = fs::read_to_string(format!("{CGROUP}/cpu.max")).ok()?;
-    let mut parts = text.split_whitespace();
-    let quota: u64 = parts.next()?.parse().ok()?; // "max" fails here: no quota
-    let period: u64 = parts.next()?.parse().ok()?;
-    (period > 0).then(|| quota * 1000 / period)
-}
-
-fn cgroup_usage_us() -> Option<u64> {
-    let text = fs::read_to_string(format!("{CGROUP}/cpu.stat")).ok()?;
-    text.lines().find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
-}
-
 fn proc_stat() -> Option<(u64, u64)> {
-    let text = fs::read_to_string("/proc/stat").ok()?;
-    let line = text.lines().next()?.strip_prefix("cpu ")?;
-    let values: Vec<u64> = line.split_whitespace().filter_map(|v| v.parse().ok()).collect();
-    let total: u64 = values.iter().take(8).sum();
-    let idle = values.get(3)? + values.get(4).copied().unwrap_or(0);
+    let cpu = procfs::KernelStats::current().ok()?.total;
+    let idle = cpu.idle + cpu.iowait.unwrap_or(0);
+    let total = cpu.user
+        + cpu.nice
+        + cpu.system
+        + idle
+        + cpu.irq.unwrap_or(0)
+        + cpu.softirq.unwrap_or(0)
+        + cpu.steal.unwrap_or(0);
     Some((total - idle, total))
 }
 
-impl CpuSampler {
-    fn read() -> Option<CpuReading> {
-        if let (Some(cpus_milli), Some(usage_us)) = (cgroup_cpus_milli(), cgroup_usage_us()) {
+impl Sampler {
+    /// A sampler for this process's cgroup.
+    pub fn new() -> Sampler {
+        Sampler { cgroup: Cgroup::of_this_process(), last: None }
+    }
+
+    fn read(&self) -> Option<CpuReading> {
+        if let (Some(cpus_milli), Some(usage_us)) =
+            (self.cgroup.cpus_milli(), self.cgroup.usage_us())
+        {
             return Some(CpuReading::Cgroup { usage_us, at: Instant::now(), cpus_milli });
         }
         let (busy, total) = proc_stat()?;
@@ -73,7 +219,7 @@ impl CpuSampler {
 
     /// Utilisation since the previous call, per mille (`None` on the first call).
     pub fn sample(&mut self) -> Option<u16> {
-        let now = CpuSampler::read()?;
+        let now = self.read()?;
         let previous = self.last.replace(now)?;
         let permille = match (previous, now) {
             (
@@ -100,38 +246,28 @@ impl CpuSampler {
         };
         Some(permille.min(1000) as u16)
     }
-}
 
-/// Memory utilisation, per mille: the cgroup's `memory.current / memory.max` when it has a
-/// limit, else `(MemTotal - MemAvailable) / MemTotal`.
-pub fn memory_permille() -> Option<u16> {
-    let limit = fs::read_to_string(format!("{CGROUP}/memory.max"))
-        .ok()
-        .and_then(|t| t.trim().parse::<u64>().ok());
-    let current = fs::read_to_string(format!("{CGROUP}/memory.current"))
-        .ok()
-        .and_then(|t| t.trim().parse::<u64>().ok());
-    if let (Some(limit), Some(current)) = (limit, current)
-        && limit > 0
-    {
-        return Some((current.saturating_mul(1000) / limit).min(1000) as u16);
+    /// Memory utilisation, per mille: the cgroup's use over its limit when it has one, else
+    /// the machine's `(MemTotal - MemAvailable) / MemTotal`.
+    pub fn memory_permille(&self) -> Option<u16> {
+        let info = procfs::Meminfo::current().ok();
+        let total = info.as_ref().map_or(0, |i| i.mem_total);
+        if let Some((used, limit)) = self.cgroup.memory(total) {
+            return Some((used.saturating_mul(1000) / limit).min(1000) as u16);
+        }
+        let info = info?;
+        let available = info.mem_available.unwrap_or(info.mem_free);
+        (total > 0).then(|| ((total - available.min(total)) * 1000 / total) as u16)
     }
-    let text = fs::read_to_string("/proc/meminfo").ok()?;
-    let field = |name: &str| -> Option<u64> {
-        text.lines().find_map(|l| l.strip_prefix(name))?.split_whitespace().next()?.parse().ok()
-    };
-    let total = field("MemTotal:")?;
-    let available = field("MemAvailable:")?;
-    (total > 0).then(|| ((total - available.min(total)) * 1000 / total) as u16)
 }
 
 impl SystemMetrics {
     /// Takes one sample.
-    pub fn update(&self, cpu: &mut CpuSampler) {
+    pub fn update(&self, cpu: &mut Sampler) {
         if let Some(permille) = cpu.sample() {
             self.cpu_permille.store(permille, Ordering::Relaxed);
         }
-        if let Some(permille) = memory_permille() {
+        if let Some(permille) = cpu.memory_permille() {
             self.memory_permille.store(permille, Ordering::Relaxed);
         }
     }
@@ -144,7 +280,7 @@ mod tests {
     #[test]
     fn samples_are_per_mille() {
         let metrics = SystemMetrics::default();
-        let mut cpu = CpuSampler::default();
+        let mut cpu = Sampler::new();
         metrics.update(&mut cpu);
         // Burn a little CPU so the second sample has an interval.
         let mut x = 0u64;
@@ -156,5 +292,99 @@ mod tests {
         assert!(metrics.cpu_permille() <= 1000);
         let memory = metrics.memory_permille();
         assert!(memory > 0 && memory <= 1000, "memory {memory}");
+    }
+
+    fn mount(fs_type: &str, root: &str, at: &Path, controllers: &[&str]) -> CgroupMount {
+        CgroupMount {
+            fs_type: fs_type.into(),
+            root: root.into(),
+            mount_point: at.to_path_buf(),
+            controllers: controllers.iter().map(|c| c.to_string()).collect(),
+        }
+    }
+
+    fn write(path: &Path, text: &str) {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn cgroup_v1_limits_are_found_under_their_controllers_mounts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (cpu, acct, memory) =
+            (tmp.path().join("cpu"), tmp.path().join("cpuacct"), tmp.path().join("memory"));
+        write(&cpu.join("optio/cpu.cfs_quota_us"), "50000\n");
+        write(&cpu.join("optio/cpu.cfs_period_us"), "100000\n");
+        write(&acct.join("optio/cpuacct.usage"), "2500000000\n");
+        write(&memory.join("optio/memory.limit_in_bytes"), "536870912\n");
+        write(&memory.join("optio/memory.usage_in_bytes"), "134217728\n");
+        // A hybrid machine: v2 mounted too (at "unified"), with no controller on it.
+        fs::create_dir_all(tmp.path().join("unified")).unwrap();
+        let mounts = [
+            mount("cgroup2", "/", &tmp.path().join("unified"), &[]),
+            mount("cgroup", "/", &cpu, &["rw", "cpu"]),
+            mount("cgroup", "/", &acct, &["rw", "cpuacct"]),
+            mount("cgroup", "/", &memory, &["rw", "memory"]),
+        ];
+        let groups = [
+            (4, vec!["cpu".to_string()], "/optio".to_string()),
+            (3, vec!["cpuacct".to_string()], "/optio".to_string()),
+            (9, vec!["memory".to_string()], "/optio".to_string()),
+            (1, vec!["pids".to_string()], "/".to_string()),
+            (0, vec![], "/".to_string()),
+        ];
+        let cgroup = Cgroup::locate(&groups, &mounts);
+        assert_eq!(cgroup.cpus_milli(), Some(500), "half a CPU");
+        assert_eq!(cgroup.usage_us(), Some(2_500_000));
+        assert_eq!(cgroup.memory(8 << 30), Some((128 << 20, 512 << 20)));
+        // v1's "no limit" is a number near 2^63: the machine's memory then.
+        write(&memory.join("optio/memory.limit_in_bytes"), "9223372036854771712\n");
+        assert_eq!(cgroup.memory(8 << 30), None);
+        // No quota (-1): the machine's CPUs.
+        write(&cpu.join("optio/cpu.cfs_quota_us"), "-1\n");
+        assert_eq!(cgroup.cpus_milli(), None);
+    }
+
+    #[test]
+    fn cgroup_v2_limits_are_found_in_the_unified_directory_even_under_a_namespace() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("system.slice/optio.service");
+        write(&dir.join("cpu.max"), "150000 100000\n");
+        write(&dir.join("cpu.stat"), "usage_usec 777\nuser_usec 700\n");
+        write(&dir.join("memory.max"), "max\n");
+        write(&dir.join("memory.current"), "1000\n");
+        let groups = [(0, vec![], "/system.slice/optio.service".to_string())];
+        let cgroup = Cgroup::locate(&groups, &[mount("cgroup2", "/", tmp.path(), &[])]);
+        assert_eq!(cgroup.cpus_milli(), Some(1500));
+        assert_eq!(cgroup.usage_us(), Some(777));
+        assert_eq!(cgroup.memory(8 << 30), None, "max: no limit");
+        write(&dir.join("memory.max"), "4000\n");
+        assert_eq!(cgroup.memory(8 << 30), Some((1000, 4000)));
+        // A mount showing only /system.slice (a cgroup namespace or a bind mount).
+        let inner = Cgroup::locate(
+            &groups,
+            &[mount("cgroup2", "/system.slice", &tmp.path().join("system.slice"), &[])],
+        );
+        assert_eq!(inner.cpus_milli(), Some(1500));
+        // A path outside what the mount shows is not guessed.
+        let outside = Cgroup::locate(
+            &[(0, vec![], "/user.slice".to_string())],
+            &[mount("cgroup2", "/system.slice", &tmp.path().join("system.slice"), &[])],
+        );
+        assert_eq!(outside, Cgroup::default());
+    }
+
+    #[test]
+    fn this_process_cgroup_is_found_where_the_machine_has_one() {
+        // (Whatever this machine has: v1 controllers, v2, or neither; what is found exists.)
+        let cgroup = Cgroup::of_this_process();
+        for dir in
+            [&cgroup.unified, &cgroup.cpu, &cgroup.cpuacct, &cgroup.memory].into_iter().flatten()
+        {
+            assert!(dir.is_dir(), "{dir:?}");
+        }
+        if Path::new("/sys/fs/cgroup/memory/memory.usage_in_bytes").exists() {
+            assert!(cgroup.memory.is_some(), "cgroup v1 memory controller not found: {cgroup:?}");
+        }
     }
 }
