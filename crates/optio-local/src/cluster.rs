@@ -115,6 +115,9 @@ pub struct LocalClusterSpec {
     pub tls: bool,
     /// Servers serve `/metrics` without a signature (`--metrics-public`), for Prometheus.
     pub metrics_public: bool,
+    /// Fixed ports: the servers listen on this port and the next ones, in host order (z1-h1,
+    /// z1-h2, …); `None`: each on a free port.
+    pub base_port: Option<u16>,
 }
 
 impl Default for LocalClusterSpec {
@@ -141,6 +144,7 @@ impl Default for LocalClusterSpec {
             auth: false,
             tls: false,
             metrics_public: false,
+            base_port: None,
         }
     }
 }
@@ -384,10 +388,19 @@ impl LocalCluster {
             entities.extend(names.iter().map(|n| (n.as_str(), Cap::Server)));
             ensure_entities(&dir.join(KEYRING_FILE), &entities)?;
         }
-        for host in layout(spec) {
+        for (index, host) in layout(spec).into_iter().enumerate() {
             let devices: Vec<(u32, PathBuf)> =
                 host.devices.iter().map(|id| (*id, dir.join(format!("dev{id}")))).collect();
-            let listen = format!("{}:0", spec.bind);
+            let port = match spec.base_port {
+                None => 0,
+                Some(base) => u16::try_from(usize::from(base) + index).map_err(|_| {
+                    LocalError::Spec(format!(
+                        "--base-port {base}: {} servers do not fit below port 65536",
+                        index + 1
+                    ))
+                })?,
+            };
+            let listen = format!("{}:{port}", spec.bind);
             let server = cluster.spawn(&host.name, &devices, &listen)?;
             cluster.servers.push(server);
             cluster.watches.push(Default::default());

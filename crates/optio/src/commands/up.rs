@@ -81,6 +81,11 @@ pub struct Args {
     /// DIR/prometheus-targets.json).
     #[arg(long)]
     pub metrics_public: bool,
+    /// Fixed ports: servers listen on 127.0.0.1:PORT, PORT+1, … in host order (z1-h1, z1-h2,
+    /// …), for a Prometheus configuration or a firewall written in advance; by default each
+    /// takes a free port (DIR/prometheus-targets.json lists them either way).
+    #[arg(long, value_name = "PORT")]
+    pub base_port: Option<u16>,
     /// Mark a server's devices down in the map once it has not answered for this long (writes
     /// then go around them; Ceph's osd_heartbeat_grace).
     #[arg(long, default_value = "20s", value_parser = crate::output::parse_duration)]
@@ -111,6 +116,7 @@ pub fn run(args: Args) -> Result<()> {
         reintegration: (args.reintegration != "none").then(|| args.reintegration.clone()),
         auth: !args.no_auth,
         metrics_public: args.metrics_public,
+        base_port: args.base_port,
         tls: args.tls,
         ..LocalClusterSpec::default()
     };

@@ -404,3 +404,57 @@ fn a_server_runs_from_a_configuration_file() {
     let error = crate::support::optio_err(&["server", "--config", "/nonexistent/optio.toml"]);
     assert!(error.contains("cannot read the configuration"), "{error}");
 }
+
+/// `optio up --base-port P`: servers on P, P+1, … in host order, and the Prometheus target
+/// file says so; a range that does not fit is refused.
+#[test]
+fn up_listens_on_fixed_ports_when_asked() {
+    // Three consecutive free ports (another process could take one meanwhile: try a few).
+    let base = (0..20)
+        .find_map(|_| {
+            let first = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+            let port = first.local_addr().ok()?.port();
+            let rest: Vec<_> = (1..3)
+                .map(|i| std::net::TcpListener::bind(("127.0.0.1", port.checked_add(i)?)).ok())
+                .collect::<Option<_>>()?;
+            drop((first, rest));
+            Some(port)
+        })
+        .expect("three consecutive free ports");
+    let dir = tempfile::tempdir().unwrap();
+    let cluster_dir = dir.path().join("c");
+    let mut up = Command::new(binary())
+        .args(["up", "--dir"])
+        .arg(&cluster_dir)
+        .args(["--zones", "3", "--hosts", "1", "--base-port", &base.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("optio up starts");
+    let mut addrs = Vec::new();
+    for line in BufReader::new(up.stdout.take().unwrap()).lines() {
+        let line = line.expect("output");
+        if line.starts_with("z") && line.contains("127.0.0.1:") {
+            addrs.push(line.split_whitespace().nth(1).unwrap().to_string());
+        }
+        if line.contains("Ctrl-C") {
+            break;
+        }
+    }
+    let expected: Vec<String> = (0..3).map(|i| format!("127.0.0.1:{}", base + i)).collect();
+    let targets = std::fs::read_to_string(cluster_dir.join("prometheus-targets.json")).unwrap();
+    let _ = up.kill();
+    let _ = up.wait();
+    assert_eq!(addrs, expected);
+    for addr in &expected {
+        assert!(targets.contains(addr.as_str()), "{targets}");
+    }
+    let error = crate::support::optio_err(&[
+        "up",
+        "--dir",
+        dir.path().join("d").to_str().unwrap(),
+        "--base-port",
+        "65534",
+    ]);
+    assert!(error.contains("do not fit below port 65536"), "{error}");
+}
