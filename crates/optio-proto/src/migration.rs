@@ -21,6 +21,28 @@ pub enum MigrationPhase {
     Done,
 }
 
+impl MigrationPhase {
+    /// Every phase, in the order a round goes through them.
+    pub const ALL: [MigrationPhase; 5] = [
+        MigrationPhase::Starting,
+        MigrationPhase::Planning,
+        MigrationPhase::Moving,
+        MigrationPhase::Retrying,
+        MigrationPhase::Done,
+    ];
+
+    /// Its name (as in JSON): `starting`, `planning`, `moving`, `retrying`, `done`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MigrationPhase::Starting => "starting",
+            MigrationPhase::Planning => "planning",
+            MigrationPhase::Moving => "moving",
+            MigrationPhase::Retrying => "retrying",
+            MigrationPhase::Done => "done",
+        }
+    }
+}
+
 /// A server's migration progress, for `optio status` (and `/v1/status`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MigrationStatus {

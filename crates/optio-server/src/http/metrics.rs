@@ -133,9 +133,9 @@ impl ServerMetrics {
         }
         let m = &status.migration;
         r.gauge("optio_migration_epoch", &[]).set(m.epoch as f64);
-        for phase in PHASES {
+        for phase in MigrationPhase::ALL {
             let now = f64::from(u8::from(m.phase == phase));
-            r.gauge("optio_migration_phase", &[("phase", phase_name(phase))]).set(now);
+            r.gauge("optio_migration_phase", &[("phase", phase.name())]).set(now);
         }
         r.gauge("optio_migration_copies_planned", &[]).set(m.copies_planned as f64);
         r.gauge("optio_migration_copies_done", &[]).set(m.copies_done as f64);
@@ -155,24 +155,6 @@ impl ServerMetrics {
         r.gauge("optio_cpu_ratio", &[]).set(f64::from(state.system.cpu_permille()) / 1000.0);
         r.gauge("optio_memory_ratio", &[]).set(f64::from(state.system.memory_permille()) / 1000.0);
         r.render()
-    }
-}
-
-const PHASES: [MigrationPhase; 5] = [
-    MigrationPhase::Starting,
-    MigrationPhase::Planning,
-    MigrationPhase::Moving,
-    MigrationPhase::Retrying,
-    MigrationPhase::Done,
-];
-
-fn phase_name(phase: MigrationPhase) -> &'static str {
-    match phase {
-        MigrationPhase::Starting => "starting",
-        MigrationPhase::Planning => "planning",
-        MigrationPhase::Moving => "moving",
-        MigrationPhase::Retrying => "retrying",
-        MigrationPhase::Done => "done",
     }
 }
 

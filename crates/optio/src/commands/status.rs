@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 use optio_net::{HttpTransport, Transport};
 use optio_placement::{ClusterMap, DeviceId};
-use optio_proto::{MigrationPhase, ServerStatus};
+use optio_proto::ServerStatus;
 
 use super::live::LiveMap;
 use crate::output::{Table, bytes};
@@ -61,16 +61,6 @@ pub async fn servers(map: &ClusterMap, transport: &HttpTransport) -> Vec<ServerR
         .zip(answers)
         .map(|((addr, devices), status)| ServerRow { addr, devices, status })
         .collect()
-}
-
-fn phase_name(phase: MigrationPhase) -> &'static str {
-    match phase {
-        MigrationPhase::Starting => "starting",
-        MigrationPhase::Planning => "planning",
-        MigrationPhase::Moving => "moving",
-        MigrationPhase::Retrying => "retrying",
-        MigrationPhase::Done => "done",
-    }
 }
 
 fn eta(seconds: Option<u64>) -> String {
@@ -148,7 +138,7 @@ fn table(map: &ClusterMap, rows: &[ServerRow]) -> String {
                     row.addr.clone(),
                     devices,
                     status.epoch.to_string(),
-                    phase_name(m.phase).into(),
+                    m.phase.name().into(),
                     format!("{}/{}", m.copies_done, m.copies_planned),
                     bytes(m.bytes_moved as f64),
                     bytes(m.remaining_bytes as f64),
@@ -445,7 +435,7 @@ async fn watch(source: &optio_cluster::source::MapSource, transport: &HttpTransp
                     bar.set_message(format!(
                         "epoch {} {} {}/{} copies, {}/s, ETA {}",
                         status.epoch,
-                        phase_name(m.phase),
+                        m.phase.name(),
                         m.copies_done,
                         m.copies_planned,
                         bytes(m.rate_bytes_per_sec as f64),
