@@ -12,8 +12,14 @@ pub struct LoadedMap {
     pub format: Format,
 }
 
-/// Reads and parses a map file in any supported format.
+/// Reads and parses a map: a map file in any supported format, or a live cluster's map — a
+/// cluster directory (its `map.toml`, or the etcd its `map-source` names) or
+/// `etcd://HOST:PORT[/prefix]` (`etcds://` over TLS).
 pub fn load_map(path: &Path) -> Result<LoadedMap> {
+    let spec = path.to_string_lossy();
+    if spec.starts_with("etcd://") || spec.starts_with("etcds://") || path.is_dir() {
+        return load_live(path, &spec);
+    }
     let metadata = std::fs::metadata(path)
         .with_context(|| format!("cannot read map file '{}'", path.display()))?;
     if metadata.len() > optio_mapfile::MAP_FILE_BYTES_MAX as u64 {
@@ -42,4 +48,18 @@ pub fn load_map(path: &Path) -> Result<LoadedMap> {
         anyhow::anyhow!("{location}: {} (read as {})", error.kind, format.name())
     })?;
     Ok(LoadedMap { map, format })
+}
+
+/// A live cluster's map, as its servers and clients see it (Optio TOML where it is stored).
+fn load_live(path: &Path, spec: &str) -> Result<LoadedMap> {
+    let source = if path.is_dir() {
+        optio_cluster::dir::cluster_source(path)
+            .with_context(|| format!("cannot find the map of cluster directory '{spec}'"))?
+    } else {
+        optio_cluster::MapSource::parse(spec)?
+    };
+    let map = crate::rt::runtime()?
+        .block_on(source.load())
+        .with_context(|| format!("cannot read the map at {}", source.describe()))?;
+    Ok(LoadedMap { map, format: Format::OptioToml })
 }

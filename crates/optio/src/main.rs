@@ -6,6 +6,7 @@
 mod commands;
 mod load;
 mod output;
+mod rt;
 
 use clap::{Parser, Subcommand};
 

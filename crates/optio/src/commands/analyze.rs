@@ -21,7 +21,8 @@ use crate::output::{Table, bytes, histogram, parse_size, progress};
   optio analyze --map examples/small.toml --pool rbd --objects 1000000 --object-size 4MiB
   optio analyze --map map.txt --pg-num 32768 --size 3 --by rack --json")]
 pub struct Args {
-    /// Map file: Optio TOML, Ceph text (crushtool -d) or Ceph JSON (crushtool --dump).
+    /// Map: a file (Optio TOML, Ceph text from crushtool -d or Ceph JSON from crushtool
+    /// --dump), or a live cluster's — its directory or etcd://HOST:PORT[/prefix].
     #[arg(long, env = "OPTIO_MAP")]
     map: PathBuf,
     #[command(flatten)]

@@ -17,7 +17,8 @@ use crate::output::{Table, bytes, parse_size, progress};
   optio diff before.txt after.txt
   optio diff before.toml after.toml --pool rbd --objects 1000000 --json")]
 pub struct Args {
-    /// The map before the change (Optio TOML, Ceph text or Ceph JSON).
+    /// The map before the change (Optio TOML, Ceph text or Ceph JSON; or a live cluster's:
+    /// its directory or etcd://HOST:PORT[/prefix]).
     map_a: PathBuf,
     /// The map after the change.
     map_b: PathBuf,

@@ -15,7 +15,8 @@ use crate::output::{Table, bytes};
 pub enum Command {
     /// Check a map; prints a one-line summary, or the first problem with its line.
     Validate {
-        /// Map file: Optio TOML, Ceph text (crushtool -d) or Ceph JSON (crushtool --dump).
+        /// Map: a file (Optio TOML, Ceph text from crushtool -d or Ceph JSON from crushtool
+        /// --dump), or a live cluster's — its directory or etcd://HOST:PORT[/prefix].
         #[arg(long, env = "OPTIO_MAP")]
         map: PathBuf,
         /// JSON for scripts (`{"valid": false, "error": …}` for an invalid map, exit 1).
@@ -24,7 +25,7 @@ pub enum Command {
     },
     /// Print the hierarchy (like `ceph osd tree`), rules, pools and tunables.
     Show {
-        /// Map file.
+        /// Map: a file, a cluster directory or etcd://HOST:PORT[/prefix].
         #[arg(long, env = "OPTIO_MAP")]
         map: PathBuf,
         /// JSON for scripts.
@@ -33,7 +34,7 @@ pub enum Command {
     },
     /// Convert between Optio TOML, Ceph text and Ceph JSON.
     Convert {
-        /// Map file.
+        /// Map: a file, a cluster directory or etcd://HOST:PORT[/prefix].
         #[arg(long, env = "OPTIO_MAP")]
         map: PathBuf,
         /// Target format.

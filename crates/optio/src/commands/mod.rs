@@ -158,13 +158,7 @@ pub fn engine_text(map: &optio_placement::ClusterMap, pool: &optio_placement::Po
     }
 }
 
-/// A multi-threaded runtime for the commands that talk to servers.
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
+pub use crate::rt::runtime;
 
 /// Logs to stderr what `OPTIO_LOG` selects — a level (`error`, `warn`, `info`, `debug`,
 /// `trace`) or tracing's filter directives, per crate and module

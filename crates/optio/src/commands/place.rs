@@ -44,7 +44,8 @@ pub enum Format {
   optio place --map map.txt --rule 0 --num-rep 3 --min-x 0 --max-x 9999 --format crushtool
   optio place --map map.txt --rule 0 --num-rep 3 --pool-id 1 --weight 3 0.5 --format crushtool")]
 pub struct Args {
-    /// Map file: Optio TOML, Ceph text (crushtool -d) or Ceph JSON (crushtool --dump).
+    /// Map: a file (Optio TOML, Ceph text from crushtool -d or Ceph JSON from crushtool
+    /// --dump), or a live cluster's — its directory or etcd://HOST:PORT[/prefix].
     #[arg(long, env = "OPTIO_MAP")]
     map: PathBuf,
     #[command(flatten)]

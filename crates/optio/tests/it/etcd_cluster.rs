@@ -45,6 +45,14 @@ fn a_cluster_on_etcd_follows_changes_and_survives_an_etcd_restart() {
     let (_dir, mut cluster) =
         cluster(LocalClusterSpec { etcd: true, hosts_per_zone: 2, ..small() });
     assert!(cluster.source().describe().starts_with("etcd://"));
+    // The read-only commands take the live map: from etcd, and through the cluster directory
+    // (whose map-source names the etcd).
+    let url = cluster.source().describe();
+    let shown = crate::support::optio_ok(&["map", "show", "--map", &url]);
+    assert!(shown.contains("z1-h2"), "{shown}");
+    let dir = cluster.dir().to_str().unwrap().to_string();
+    let analyzed = crate::support::optio_ok(&["analyze", "--map", &dir, "--pool", "data"]);
+    assert!(analyzed.contains("osd.1"), "{analyzed}");
     let rt = runtime();
     rt.block_on(async {
         let client = client(&cluster, None).await;
