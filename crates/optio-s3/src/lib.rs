@@ -238,6 +238,51 @@ fn error_answer(status: http::StatusCode, code: &str, message: &str) -> http::Re
     response
 }
 
+/// Most bytes of a body sent with `Transfer-Encoding: chunked` and no length at all (no
+/// `Content-Length`, no `x-amz-decoded-content-length`) that the gateway takes: it reads such a
+/// body whole to learn its length, which s3s needs (`curl -T -` sends one).
+pub const CHUNKED_BODY_MAX: usize = 64 << 20;
+
+/// The request for s3s. A body sent chunked with no length is read (up to
+/// [`CHUNKED_BODY_MAX`]) and given its `Content-Length`; a longer one is refused with 411
+/// `MissingContentLength`, as s3s would refuse any, saying what to send instead.
+async fn with_length(
+    request: http::Request<hyper::body::Incoming>,
+) -> Result<http::Request<s3s::Body>, http::Response<s3s::Body>> {
+    use http_body_util::BodyExt;
+    let headers = request.headers();
+    let lengthless = headers
+        .get(http::header::TRANSFER_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|c| c.trim().eq_ignore_ascii_case("chunked")))
+        && !headers.contains_key(http::header::CONTENT_LENGTH)
+        && !headers.contains_key("x-amz-decoded-content-length");
+    let (mut parts, body) = request.into_parts();
+    if !lengthless {
+        return Ok(http::Request::from_parts(parts, s3s::Body::from(body)));
+    }
+    match http_body_util::Limited::new(body, CHUNKED_BODY_MAX).collect().await {
+        Ok(collected) => {
+            let bytes = collected.to_bytes();
+            parts
+                .headers
+                .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(bytes.len()));
+            Ok(http::Request::from_parts(parts, s3s::Body::from(bytes)))
+        }
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(error_answer(
+            http::StatusCode::LENGTH_REQUIRED,
+            "MissingContentLength",
+            "a body sent chunked without a length is taken up to 64 MiB; send Content-Length, \
+             or aws-chunked with x-amz-decoded-content-length, for a larger one",
+        )),
+        Err(_) => Err(error_answer(
+            http::StatusCode::BAD_REQUEST,
+            "IncompleteBody",
+            "the request's chunked body broke off before its last chunk",
+        )),
+    }
+}
+
 /// Requests refused before they reach s3s: CORS preflights (no CORS is configured), and
 /// presigned URLs whose `X-Amz-Expires` is out of S3's range (1 s to 7 days) or past.
 fn refuse_early(
@@ -304,8 +349,13 @@ async fn answer(
         return refusal;
     }
     let slot = OperationSlot::default();
-    let (parts, body) = request.into_parts();
-    let mut request = http::Request::from_parts(parts, s3s::Body::from(body));
+    let mut request = match with_length(request).await {
+        Ok(request) => request,
+        Err(refusal) => {
+            metrics.count("Refused", refusal.status().as_u16(), started.elapsed());
+            return refusal;
+        }
+    };
     request.extensions_mut().insert(slot.clone());
     let mut response = match service.call(request).await {
         Ok(response) => response,

@@ -68,6 +68,26 @@ s3.put_object(Bucket=bucket, Key="fresh", Body=b"x")
 extra.clear()
 s3.delete_object(Bucket=bucket, Key="fresh")
 
+# A body sent chunked with no length at all (what `curl -T -` sends), through a presigned URL.
+import urllib.request
+signer = boto3.client(
+    "s3", endpoint_url=endpoint, aws_access_key_id=access, aws_secret_access_key=secret,
+    region_name="us-east-1",
+    config=Config(s3={"addressing_style": "path"}, signature_version="s3v4"),
+)
+url = signer.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "chunked"},
+                                    ExpiresIn=300)
+pieces = [b"sent ", b"in ", b"chunks " * 3000]
+request = urllib.request.Request(url, data=iter(pieces), method="PUT")
+try:
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200, answer.status
+except urllib.error.HTTPError as e:
+    raise AssertionError(f"chunked PUT: {e.code} {e.read()[:500]!r} {url}")
+got = s3.get_object(Bucket=bucket, Key="chunked")["Body"].read()
+assert got == b"".join(pieces), len(got)
+s3.delete_object(Bucket=bucket, Key="chunked")
+
 # S3's additional checksums: stored, returned, and a wrong one refuses the PUT.
 import base64
 sha = base64.b64encode(hashlib.sha256(b"summed data").digest()).decode()
