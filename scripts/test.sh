@@ -52,7 +52,7 @@ scripts/deploy-netns.sh
 # (The suite is not part of this repository: it is looked for in $S3_TESTS, then beside the
 # checkout in ../shared/anchors/s3-tests, then in /work/shared/anchors/s3-tests.)
 if scripts/s3-conformance.sh --find >/dev/null; then
-  scripts/s3-conformance.sh --min 155
+  scripts/s3-conformance.sh --min 156
 else
   echo "warning: Ceph's s3-tests not found; set S3_TESTS=DIR to run the S3 conformance suite" >&2
 fi

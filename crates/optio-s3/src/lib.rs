@@ -283,6 +283,43 @@ async fn with_length(
     }
 }
 
+/// GetObjectAttributes' answer with its `ETag` element bare, as S3 writes it there (unlike the
+/// `ETag` header and other elements); s3s 0.14 quotes it everywhere.
+async fn bare_etag(response: http::Response<s3s::Body>) -> http::Response<s3s::Body> {
+    use http_body_util::BodyExt;
+    let (mut parts, body) = response.into_parts();
+    let Ok(collected) = body.collect().await else {
+        return error_answer(
+            http::StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "the answer could not be read back to write its ETag",
+        );
+    };
+    let text = String::from_utf8_lossy(&collected.to_bytes()).into_owned();
+    let text = unquote_etag(&text);
+    parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(text.len()));
+    http::Response::from_parts(parts, s3s::Body::from(text))
+}
+
+/// `<ETag>"…"</ETag>` (the quotes written plain or as `&quot;`) becomes `<ETag>…</ETag>`.
+fn unquote_etag(xml: &str) -> String {
+    let mut out = xml.to_string();
+    for quote in ["\"", "&quot;"] {
+        let open = format!("<ETag>{quote}");
+        let close = format!("{quote}</ETag>");
+        if let Some(start) = out.find(&open)
+            && let Some(end) = out[start + open.len()..].find(&close)
+        {
+            let inner = out[start + open.len()..start + open.len() + end].to_string();
+            out.replace_range(
+                start..start + open.len() + end + close.len(),
+                &format!("<ETag>{inner}</ETag>"),
+            );
+        }
+    }
+    out
+}
+
 /// Requests refused before they reach s3s: CORS preflights (no CORS is configured), and
 /// presigned URLs whose `X-Amz-Expires` is out of S3's range (1 s to 7 days) or past.
 fn refuse_early(
@@ -370,6 +407,26 @@ async fn answer(
         response.headers_mut().insert("x-amz-request-id", value);
     }
     let operation = slot.0.lock().expect("slot lock").clone().unwrap_or_else(|| "Unknown".into());
+    if operation == "GetObjectAttributes" && response.status().is_success() {
+        response = bare_etag(response).await;
+    }
     metrics.count(&operation, response.status().as_u16(), started.elapsed());
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn get_object_attributes_etag_is_written_bare() {
+        let quoted = "<A><ETag>&quot;abc-2&quot;</ETag><ObjectSize>3</ObjectSize></A>";
+        assert_eq!(unquote_etag(quoted), "<A><ETag>abc-2</ETag><ObjectSize>3</ObjectSize></A>");
+        assert_eq!(unquote_etag("<ETag>\"x\"</ETag>"), "<ETag>x</ETag>");
+        assert_eq!(
+            unquote_etag("<A><ObjectSize>3</ObjectSize></A>"),
+            "<A><ObjectSize>3</ObjectSize></A>"
+        );
+        assert_eq!(unquote_etag("<ETag>&quot;unterminated</A>"), "<ETag>&quot;unterminated</A>");
+    }
 }

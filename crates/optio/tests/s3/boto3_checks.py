@@ -44,6 +44,12 @@ for header, expected in [("bytes=0-9", data[0:10]), ("bytes=100-", data[100:]),
     assert got["ResponseMetadata"]["HTTPStatusCode"] == 206, header
 assert status_of(s3.get_object, Bucket=bucket, Key="ranged", Range="bytes=500000-") == (416, "InvalidRange")
 
+# GetObjectAttributes writes the ETag bare, as S3 does there.
+attributes = s3.get_object_attributes(Bucket=bucket, Key="ranged",
+                                      ObjectAttributes=["ETag", "ObjectSize"])
+assert attributes["ETag"] == etag.strip('"'), attributes
+assert attributes["ObjectSize"] == len(data), attributes
+
 # Metadata and content headers.
 head = s3.head_object(Bucket=bucket, Key="ranged")
 assert head["ContentLength"] == len(data) and head["ContentType"] == "application/x-test", head
