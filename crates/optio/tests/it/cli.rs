@@ -119,25 +119,38 @@ fn up_serves_the_cli_and_leaves_no_orphans_when_killed() {
 
 /// Starts `optio up --dir DIR` and returns it once it says it is ready, with its servers' pids.
 fn start_up(cluster_dir: &std::path::Path) -> (std::process::Child, Vec<u32>) {
+    let (up, servers) = start_up_with(cluster_dir, &[]);
+    (up, servers.into_iter().map(|(_, pid)| pid).collect())
+}
+
+/// `optio up --zones 3 --hosts 1` and `extra` on `cluster_dir`, read until it says how to
+/// stop it: the process and each server's address and pid.
+fn start_up_with(
+    cluster_dir: &std::path::Path,
+    extra: &[&str],
+) -> (std::process::Child, Vec<(String, u32)>) {
     let mut up = Command::new(binary())
         .args(["up", "--dir"])
         .arg(cluster_dir)
         .args(["--zones", "3", "--hosts", "1"])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("optio up starts");
-    let mut pids = Vec::new();
+    let mut servers = Vec::new();
     for line in BufReader::new(up.stdout.take().unwrap()).lines() {
         let line = line.expect("output");
         if line.starts_with("z") && line.contains("127.0.0.1:") {
-            pids.push(line.split_whitespace().last().unwrap().parse::<u32>().expect("a pid"));
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let pid = fields.last().unwrap().parse::<u32>().expect("a pid");
+            servers.push((fields[1].to_string(), pid));
         }
         if line.contains("Ctrl-C") {
             break;
         }
     }
-    (up, pids)
+    (up, servers)
 }
 
 #[test]
@@ -423,24 +436,8 @@ fn up_listens_on_fixed_ports_when_asked() {
         .expect("three consecutive free ports");
     let dir = tempfile::tempdir().unwrap();
     let cluster_dir = dir.path().join("c");
-    let mut up = Command::new(binary())
-        .args(["up", "--dir"])
-        .arg(&cluster_dir)
-        .args(["--zones", "3", "--hosts", "1", "--base-port", &base.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("optio up starts");
-    let mut addrs = Vec::new();
-    for line in BufReader::new(up.stdout.take().unwrap()).lines() {
-        let line = line.expect("output");
-        if line.starts_with("z") && line.contains("127.0.0.1:") {
-            addrs.push(line.split_whitespace().nth(1).unwrap().to_string());
-        }
-        if line.contains("Ctrl-C") {
-            break;
-        }
-    }
+    let (mut up, servers) = start_up_with(&cluster_dir, &["--base-port", &base.to_string()]);
+    let addrs: Vec<String> = servers.into_iter().map(|(addr, _)| addr).collect();
     let expected: Vec<String> = (0..3).map(|i| format!("127.0.0.1:{}", base + i)).collect();
     let targets = std::fs::read_to_string(cluster_dir.join("prometheus-targets.json")).unwrap();
     let _ = up.kill();
