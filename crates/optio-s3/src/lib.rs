@@ -162,13 +162,19 @@ pub struct ServeConfig {
     pub region: String,
     /// Host names for virtual-hosted–style requests (`bucket.HOST`); path style always works.
     pub domains: Vec<String>,
+    /// HTTPS: the gateway's certificate and key (`optio_net::tls::server_config`); `None`:
+    /// plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Default for ServeConfig {
     fn default() -> ServeConfig {
-        ServeConfig { region: "us-east-1".into(), domains: Vec::new() }
+        ServeConfig { region: "us-east-1".into(), domains: Vec::new(), tls: None }
     }
 }
+
+/// Longest time a client may take over the TLS handshake before its connection is closed.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Serves the S3 API of `gateway` on `listener` until `stop` completes (errors only on a
 /// bad configuration).
@@ -189,6 +195,7 @@ pub async fn serve(
         builder.set_host(host);
     }
     let service = builder.build();
+    let tls = config.tls.map(tokio_rustls::TlsAcceptor::from);
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
@@ -208,6 +215,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let service = service.clone();
         let metrics = metrics.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let handle = service_fn(move |request: http::Request<hyper::body::Incoming>| {
                 let service = service.clone();
@@ -217,8 +225,27 @@ pub async fn serve(
                 }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let connection = builder.serve_connection(TokioIo::new(stream), handle);
-            if let Err(error) = connection.await {
+            let ended = match tls {
+                None => builder.serve_connection(TokioIo::new(stream), handle).await,
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+                    match handshake.await {
+                        Ok(Ok(stream)) => {
+                            builder.serve_connection(TokioIo::new(stream), handle).await
+                        }
+                        Ok(Err(error)) => {
+                            tracing::debug!(%peer, %error, "an S3 client's TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "an S3 client's TLS handshake timed out");
+                            return;
+                        }
+                    }
+                }
+            };
+            if let Err(error) = ended {
                 tracing::debug!(%peer, %error, "an S3 connection ended with an error");
             }
         });

@@ -135,6 +135,13 @@ pub struct ServeArgs {
     /// A domain for virtual-hosted–style requests (`BUCKET.DOMAIN`); path style always works.
     #[arg(long = "domain", value_name = "DOMAIN")]
     pub domains: Vec<String>,
+    /// Serve HTTPS with this certificate chain (PEM; with --https-key). S3 clients then use
+    /// https:// (and --ca-bundle or their system's trust for a private CA).
+    #[arg(long, value_name = "FILE", requires = "https_key")]
+    pub https_cert: Option<std::path::PathBuf>,
+    /// The HTTPS certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "https_cert")]
+    pub https_key: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub gateway: GatewayArgs,
 }
@@ -156,6 +163,16 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
+    let tls = match (&args.https_cert, &args.https_key) {
+        (Some(cert), Some(key)) => {
+            optio_net::tls::install_crypto_provider();
+            let config = optio_net::tls::server_config(cert, key, None)
+                .map_err(|e| anyhow::anyhow!("--https-cert/--https-key: {e}"))?;
+            Some(Arc::new(config))
+        }
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let gateway = gateway(&args.gateway).await?;
     let listener = tokio::net::TcpListener::bind(&args.listen).await.with_context(|| {
         format!(
@@ -165,13 +182,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
     })?;
     let local = listener.local_addr()?;
     println!(
-        "serving S3 on http://{local} (region {}); metrics at http://{local}{}",
+        "serving S3 on {scheme}://{local} (region {}); metrics at {scheme}://{local}{}",
         args.region,
         optio_s3::METRICS_PATH
     );
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    let config = ServeConfig { region: args.region, domains: args.domains };
+    let config = ServeConfig { region: args.region, domains: args.domains, tls };
     let metrics = Arc::new(optio_s3::Metrics::default());
     let stop = async {
         let mut terminate =

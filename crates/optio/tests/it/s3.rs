@@ -37,14 +37,22 @@ fn user(dir: &Path, name: &str) -> Keys {
 struct Gateway {
     child: Child,
     port: u16,
+    scheme: &'static str,
 }
 
 impl Gateway {
     fn start(dir: &Path) -> Gateway {
+        Gateway::start_with(dir, &[])
+    }
+
+    /// `optio s3` with `extra` arguments (HTTPS when they name a certificate).
+    fn start_with(dir: &Path, extra: &[&str]) -> Gateway {
         let port = free_port();
+        let scheme = if extra.contains(&"--https-cert") { "https" } else { "http" };
         let mut child = Command::new(binary())
             .args(["s3", "--listen", &format!("127.0.0.1:{port}"), "--cluster"])
             .arg(dir)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -52,8 +60,9 @@ impl Gateway {
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         match lines.next() {
             Some(Ok(line)) if line.starts_with("serving S3 on ") => {
+                assert!(line.starts_with(&format!("serving S3 on {scheme}://")), "{line}");
                 std::thread::spawn(move || for _ in lines {});
-                Gateway { child, port }
+                Gateway { child, port, scheme }
             }
             _ => {
                 let status = child.wait().expect("exits");
@@ -65,7 +74,7 @@ impl Gateway {
     }
 
     fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.port)
     }
 
     fn kill(mut self) {
@@ -805,4 +814,53 @@ print("ok")
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// `optio s3 --https-cert/--https-key`: the AWS CLI works over HTTPS with the CA given, refuses
+/// the gateway without it, and plain HTTP to the port gets no S3 answer.
+#[test]
+fn the_gateway_serves_https() {
+    if !have("aws", "awscli") || !have("curl", "curl") {
+        return;
+    }
+    let (tmp, cluster) = cluster(spec());
+    let dir = cluster.dir();
+    let keys = user(dir, "tina");
+    // (Not in the cluster directory: a tls/ca.pem there tells clients the servers take TLS.)
+    let certificates = tempfile::tempdir().unwrap();
+    let tls =
+        optio_local::cluster::ensure_tls(certificates.path(), "127.0.0.1").expect("a throwaway CA");
+    let gateway = Gateway::start_with(
+        dir,
+        &["--https-cert", tls.cert.to_str().unwrap(), "--https-key", tls.key.to_str().unwrap()],
+    );
+    let ca = tls.ca.to_str().unwrap();
+    aws_ok(&gateway, &keys, &["s3", "mb", "s3://secure", "--ca-bundle", ca]);
+    let file = tmp.path().join("secret.txt");
+    std::fs::write(&file, b"over TLS").unwrap();
+    aws_ok(
+        &gateway,
+        &keys,
+        &["s3", "cp", file.to_str().unwrap(), "s3://secure/s", "--ca-bundle", ca],
+    );
+    let listing = aws_ok(&gateway, &keys, &["s3", "ls", "s3://secure/", "--ca-bundle", ca]);
+    assert!(listing.contains(" s"), "{listing}");
+    // Without the CA, the client does not trust the gateway.
+    let (trusted, text) = aws(&gateway, &keys, &["s3", "ls", "s3://secure/"]);
+    assert!(!trusted && text.to_lowercase().contains("ssl"), "{text}");
+    // Plain HTTP to the HTTPS port: no S3 answer.
+    let plain = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "5"])
+        .arg(format!("http://127.0.0.1:{}/secure/s", gateway.port))
+        .output()
+        .unwrap();
+    let code = String::from_utf8_lossy(&plain.stdout).into_owned();
+    assert!(code == "000" || code.starts_with('4'), "plain HTTP got {code}");
+    let metrics = Command::new("curl")
+        .args(["-s", "--cacert", ca])
+        .arg(format!("{}{}", gateway.endpoint(), optio_s3_metrics_path()))
+        .output()
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&metrics.stdout).into_owned();
+    assert!(metrics.contains("operation=\"PutObject\",status=\"200\""), "{metrics}");
 }
