@@ -13,7 +13,9 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod chunks;
 pub mod exposition;
+pub use chunks::Chunks;
 pub mod throttle;
 pub mod tls;
 
@@ -147,8 +149,8 @@ pub struct Answer {
     pub incarnation: Option<u64>,
     /// On a probe that found no object: the version it was deleted at, if a tombstone stands.
     pub deleted: Option<ObjectVersion>,
-    /// Body.
-    pub body: Bytes,
+    /// Body, in the chunks it arrived in.
+    pub body: Chunks,
 }
 
 /// An answer, or why there is none (with the metrics the error answer carried, if any).
@@ -440,7 +442,7 @@ pub trait Transport: Send + Sync + 'static {
         Box::pin(async move {
             let call = Call::new(endpoint, pool, epoch, Op::List(query));
             let answer = self.send(call).await.map_err(|(failure, _)| failure)?;
-            let listing = serde_json::from_slice(&answer.body)
+            let listing = serde_json::from_slice(&answer.body.to_bytes())
                 .map_err(|e| Failure::Malformed(format!("bad listing: {e}")))?;
             Ok((answer, listing))
         })
@@ -625,12 +627,17 @@ impl HttpTransport {
         let text =
             |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
         let metrics = text(wire::METRICS).and_then(|m| DeviceMetrics::from_header(&m));
-        let body = response
-            .bytes()
+        let mut response = response;
+        let mut body = Chunks::default();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| (Failure::Unreachable(error_chain(&e)), metrics.clone()))?;
+            .map_err(|e| (Failure::Unreachable(error_chain(&e)), metrics.clone()))?
+        {
+            body.push(chunk);
+        }
         if status >= 400 && !(status == 404 && absent_is_an_answer && text(wire::ERROR).is_none()) {
-            let parsed: Option<ErrorBody> = serde_json::from_slice(&body).ok();
+            let parsed: Option<ErrorBody> = serde_json::from_slice(&body.to_bytes()).ok();
             let kind =
                 text(wire::ERROR).and_then(|k| ErrorKind::from_name(&k)).unwrap_or(match status {
                     404 => ErrorKind::NotFound,

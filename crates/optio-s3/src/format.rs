@@ -35,7 +35,7 @@ pub const INLINE_BYTES_MAX: usize = 8 << 20;
 /// Size of the data objects of a stripe.
 pub const STRIPE_OBJECT_BYTES: u64 = 8 << 20;
 /// Bytes before the metadata.
-const FIXED_BYTES: usize = SUMMARY_PREFIX_BYTES + 4;
+pub(crate) const FIXED_BYTES: usize = SUMMARY_PREFIX_BYTES + 4;
 /// Longest metadata a head may hold (10,000 parts' stripes fit with room to spare).
 pub const META_BYTES_MAX: usize = 4 << 20;
 const FLAG_STRIPED: u32 = 1;

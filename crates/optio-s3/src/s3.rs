@@ -608,9 +608,9 @@ impl S3 for OptioS3 {
         let modified = opened.modified_micros;
         let body = match opened.already_read(&range) {
             // A small object read whole with its head: its bytes as they are.
-            Some(bytes) => StreamingBlob::wrap(futures_util::stream::once(async move {
-                Ok::<_, GatewayError>(bytes)
-            })),
+            Some(chunks) => StreamingBlob::wrap(futures_util::stream::iter(
+                chunks.into_chunks().into_iter().map(Ok::<_, GatewayError>),
+            )),
             None => StreamingBlob::wrap(async_stream(self.gateway.clone(), opened, range)),
         };
         let output = GetObjectOutput {

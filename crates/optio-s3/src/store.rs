@@ -19,8 +19,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use futures_util::{Stream, StreamExt};
+use futures_util::{Stream, StreamExt, TryStreamExt};
 use md5::{Digest, Md5};
+use optio_client::transport::Chunks;
 use optio_client::{Client, ClientError};
 use optio_proto::{ObjectInfo, validate_key};
 use serde::{Deserialize, Serialize};
@@ -235,8 +236,9 @@ pub struct Opened {
     pub head: Head,
     /// When it was written (its version: microseconds since the Unix epoch).
     pub modified_micros: u64,
-    /// Bytes of the head already read (its inline data may be among them).
-    first: Bytes,
+    /// Bytes of the head already read (its inline data may be among them), in the chunks they
+    /// arrived in.
+    first: Chunks,
     bucket: Bucket,
     head_key: String,
 }
@@ -249,13 +251,13 @@ impl Opened {
 
     /// The bytes `range` of the object if they were read with its head (a small object read
     /// whole): no further request is needed.
-    pub fn already_read(&self, range: &std::ops::Range<u64>) -> Option<Bytes> {
+    pub fn already_read(&self, range: &std::ops::Range<u64>) -> Option<Chunks> {
         if self.head.summary.striped {
             return None;
         }
         let start = self.head.data_offset + range.start as usize;
         let end = self.head.data_offset + range.end as usize;
-        (end <= self.first.len()).then(|| self.first.slice(start..end))
+        (end <= self.first.len()).then(|| self.first.slice(start, end))
     }
 }
 
@@ -848,11 +850,19 @@ impl Gateway {
     pub async fn open(&self, bucket: &Bucket, key: &str, whole: bool) -> Result<Opened> {
         let head_key = bucket.head_key(key)?;
         if whole {
-            let Some((info, bytes)) = self.get_opt(&bucket.pool, &head_key).await? else {
-                return Err(GatewayError::NoSuchKey(key.to_string()));
+            let chunks = match self.client.get_chunks(&bucket.pool, &head_key, None).await {
+                Ok((info, chunks)) => (info, chunks),
+                Err(ClientError::NotFound { .. }) => {
+                    return Err(GatewayError::NoSuchKey(key.to_string()));
+                }
+                Err(error) => return Err(error.into()),
             };
-            let head = decode_head(&bytes)?;
-            let inline = bytes.len() - head.data_offset;
+            let (info, chunks) = chunks;
+            // The head (magic, summary, metadata) in one buffer; the data stays in its chunks.
+            let fixed = chunks.slice(0, format::FIXED_BYTES).to_bytes();
+            let needed = head_bytes_needed(&fixed)?;
+            let head = decode_head(&chunks.slice(0, needed).to_bytes())?;
+            let inline = chunks.len() - head.data_offset;
             if !head.summary.striped && inline as u64 != head.summary.size {
                 return Err(GatewayError::Corrupt(format!(
                     "the head of {key} holds {inline} bytes of data where its summary says {}",
@@ -862,7 +872,7 @@ impl Gateway {
             return Ok(Opened {
                 head,
                 modified_micros: info.version.0,
-                first: bytes,
+                first: chunks,
                 bucket: bucket.clone(),
                 head_key,
             });
@@ -896,7 +906,7 @@ impl Gateway {
         Ok(Opened {
             head,
             modified_micros: info.version.0,
-            first: bytes,
+            first: bytes.into(),
             bucket: bucket.clone(),
             head_key: head_key.to_string(),
         })
@@ -909,10 +919,11 @@ impl Gateway {
         range: std::ops::Range<u64>,
     ) -> impl Stream<Item = Result<Bytes>> + Send + '_ {
         let Opened { head, first, bucket, head_key, .. } = opened;
+        // (Each piece is read in the chunks it arrives in, and they are passed on as they are.)
         let stripes = head.meta.stripes.clone();
         let data_offset = head.data_offset as u64;
         enum Piece {
-            Ready(Bytes),
+            Ready(Chunks),
             Inline(u64, u64),
             Data(String, u64, u64),
         }
@@ -920,7 +931,7 @@ impl Gateway {
         if stripes.is_empty() {
             let (start, end) = (data_offset + range.start, data_offset + range.end);
             if end <= first.len() as u64 {
-                pieces.push(Piece::Ready(first.slice(start as usize..end as usize)));
+                pieces.push(Piece::Ready(first.slice(start as usize, end as usize)));
             } else if start < end {
                 pieces.push(Piece::Inline(start, end));
             }
@@ -950,7 +961,7 @@ impl Gateway {
                         Piece::Data(key, start, len) => (key, start, len),
                     };
                     let range = Some((start, start + len - 1));
-                    let (_, bytes) = self.client.get_range(&pool, &key, range).await.map_err(
+                    let (_, bytes) = self.client.get_chunks(&pool, &key, range).await.map_err(
                         |e| match e {
                             ClientError::NotFound { .. } => GatewayError::Corrupt(format!(
                                 "the data object {key} is missing (the object was overwritten or deleted while it was read)"
@@ -968,6 +979,8 @@ impl Gateway {
                 }
             })
             .buffered(2)
+            .map_ok(|chunks| futures_util::stream::iter(chunks.into_chunks().into_iter().map(Ok)))
+            .try_flatten()
     }
 
     /// Deletes an object (nothing if it does not exist).

@@ -89,7 +89,7 @@ impl Client {
     ) -> Result<Listing, Failure> {
         let call = self.object_call(view, endpoint, pool, Op::List(query));
         let answer = self.call(call).await?;
-        serde_json::from_slice(&answer.body)
+        serde_json::from_slice(&answer.body.to_bytes())
             .map_err(|e| Failure::Malformed(format!("bad listing: {e}")))
     }
 

@@ -5,11 +5,11 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use optio_placement::{DeviceId, PoolId};
-use optio_proto::{ErrorKind, ObjectInfo, checksum, validate_key};
+use optio_proto::{ErrorKind, ObjectInfo, validate_key};
 
 use crate::candidates::Candidate;
 use crate::error::ClientError;
-use crate::transport::{Endpoint, Failure, Op};
+use crate::transport::{Chunks, Endpoint, Failure, Op};
 
 use super::transition::Held;
 use super::{Client, View};
@@ -42,6 +42,18 @@ impl Client {
         key: &str,
         range: Option<(u64, u64)>,
     ) -> Result<(ObjectInfo, Bytes), ClientError> {
+        let (info, chunks) = self.get_chunks(pool_name, key, range).await?;
+        Ok((info, chunks.to_bytes()))
+    }
+
+    /// [`get_range`](Self::get_range), the data in the chunks it arrived in (not gathered into
+    /// one buffer): for a caller that passes it on.
+    pub async fn get_chunks(
+        &self,
+        pool_name: &str,
+        key: &str,
+        range: Option<(u64, u64)>,
+    ) -> Result<(ObjectInfo, Chunks), ClientError> {
         validate_key(key)?;
         let mut relocated = false;
         let mut attempts = 0;
@@ -79,7 +91,7 @@ impl Client {
         key: &str,
         candidate: &Candidate,
         range: Option<(u64, u64)>,
-    ) -> Result<(ObjectInfo, Bytes), ReadError> {
+    ) -> Result<(ObjectInfo, Chunks), ReadError> {
         let mut damaged: Vec<Endpoint> = Vec::new();
         let mut failures: Vec<String> = Vec::new();
         let mut epoch_failures: Vec<Failure> = Vec::new();
@@ -98,15 +110,15 @@ impl Client {
                         ));
                         continue;
                     };
-                    if ranged.is_none() && checksum(&answer.body) != info.checksum {
+                    if ranged.is_none() && answer.body.crc32c() != info.checksum {
                         self.inner.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
                         failures
                             .push(format!("device {}: data damaged in transit", endpoint.device));
                         continue;
                     }
                     if !damaged.is_empty() {
-                        self.repair(view, pool, key, &damaged, (&info, &answer.body), candidate)
-                            .await;
+                        let whole = answer.body.to_bytes();
+                        self.repair(view, pool, key, &damaged, (&info, &whole), candidate).await;
                     }
                     let body = match (range, ranged) {
                         // Read whole for a repair: cut the range asked for.
@@ -223,7 +235,7 @@ impl Client {
         key: &str,
         candidate: &Candidate,
         range: Option<(u64, u64)>,
-    ) -> Result<(ObjectInfo, Bytes), ReadError> {
+    ) -> Result<(ObjectInfo, Chunks), ReadError> {
         let (holders, mut failures) = match self.newest_copy(view, pool, key, candidate).await? {
             Newest::Live { holders, failures } => (holders, failures),
             Newest::Deleted => return Err(ReadError::Missing),
@@ -232,7 +244,7 @@ impl Client {
             match self.call(self.object_call(view, endpoint, pool, Op::Get { key, range })).await {
                 Ok(answer) => {
                     let Some(info) = answer.info.clone() else { continue };
-                    if range.is_none() && checksum(&answer.body) != info.checksum {
+                    if range.is_none() && answer.body.crc32c() != info.checksum {
                         self.inner.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
                         failures
                             .push(format!("device {}: data damaged in transit", endpoint.device));
@@ -315,9 +327,9 @@ impl Client {
 fn cut_range(
     (start, end): (u64, u64),
     info: &ObjectInfo,
-    body: &Bytes,
+    body: &Chunks,
     device: u32,
-) -> Result<Bytes, ReadError> {
+) -> Result<Chunks, ReadError> {
     let end = end.min(info.size_bytes.saturating_sub(1));
     if start > end || start >= info.size_bytes {
         return Err(ReadError::Failed(ClientError::Refused {
@@ -329,5 +341,5 @@ fn cut_range(
             ),
         }));
     }
-    Ok(body.slice(start as usize..=end as usize))
+    Ok(body.slice(start as usize, end as usize + 1))
 }

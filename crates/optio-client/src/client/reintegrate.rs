@@ -26,7 +26,7 @@ use bytes::Bytes;
 use optio_cluster::dirty::{DirtyEntry, DirtyTable};
 use optio_net::throttle::Throttle;
 use optio_placement::{DeviceId, MapChange, PoolId, ReplicaSet};
-use optio_proto::{ErrorKind, ObjectInfo, checksum};
+use optio_proto::{ErrorKind, ObjectInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::transport::{Endpoint, Op};
@@ -387,10 +387,10 @@ impl<'a> Reintegration<'a> {
             {
                 Ok(answer) => {
                     if let Some(info) = answer.info
-                        && checksum(&answer.body) == info.checksum
+                        && answer.body.crc32c() == info.checksum
                         && info.version == newest.version
                     {
-                        return Ok((info, answer.body));
+                        return Ok((info, answer.body.to_bytes()));
                     }
                     failures.push(format!("device {}: changed or damaged", endpoint.device));
                 }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use futures_util::future::join_all;
 use optio_placement::PoolId;
-use optio_proto::{ErrorKind, ObjectInfo, checksum, validate_key};
+use optio_proto::{ErrorKind, ObjectInfo, validate_key};
 
 use crate::candidates::Candidate;
 use crate::error::ClientError;
@@ -166,11 +166,11 @@ fn newest_intact(
     for (i, result) in results.iter().enumerate() {
         match result {
             Ok(answer) => match &answer.info {
-                Some(info) if checksum(&answer.body) == info.checksum => {
+                Some(info) if answer.body.crc32c() == info.checksum => {
                     if best.as_ref().is_none_or(|(b, _)| {
                         (info.version, info.checksum) > (b.version, b.checksum)
                     }) {
-                        best = Some((info.clone(), answer.body.clone()));
+                        best = Some((info.clone(), answer.body.to_bytes()));
                     }
                 }
                 _ => states[i] = Some(ReplicaState::Repaired("damaged in transit".into())),

@@ -45,7 +45,7 @@ async fn direct(cluster: &LocalCluster, device: u32, pool: PoolId, key: &str) ->
     let addr = map.device(optio_placement::DeviceId(device)).unwrap().addr.clone().unwrap();
     let endpoint = Endpoint { device, addr };
     let call = Call::new(&endpoint, pool, map.epoch().0, Op::Get { key, range: None });
-    HttpTransport::new().unwrap().send(call).await.ok().map(|a| a.body)
+    HttpTransport::new().unwrap().send(call).await.ok().map(|a| a.body.to_bytes())
 }
 
 fn flip_last_byte(path: &PathBuf) {
