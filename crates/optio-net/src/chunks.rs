@@ -121,4 +121,32 @@ mod tests {
         }
         assert!(Chunks::default().to_bytes().is_empty());
     }
+
+    proptest::proptest! {
+        /// However a body is split, and whatever range is cut from it, the chunks read as the
+        /// same bytes and checksum as the whole.
+        #[test]
+        fn any_split_and_slice_reads_as_the_whole(
+            data in proptest::collection::vec(proptest::num::u8::ANY, 0..3000),
+            cuts in proptest::collection::vec(0usize..3000, 0..12),
+            start in 0usize..3200,
+            len in 0usize..3200,
+        ) {
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(data.len())).collect();
+            cuts.sort_unstable();
+            let mut chunks = Chunks::default();
+            let mut at = 0;
+            for cut in cuts {
+                chunks.push(Bytes::copy_from_slice(&data[at..cut]));
+                at = cut;
+            }
+            chunks.push(Bytes::copy_from_slice(&data[at..]));
+            proptest::prop_assert_eq!(chunks.len(), data.len());
+            proptest::prop_assert_eq!(&chunks.to_bytes()[..], &data[..]);
+            proptest::prop_assert_eq!(chunks.crc32c(), crc32c::crc32c(&data));
+            let (from, to) = (start.min(data.len()), start.saturating_add(len).min(data.len()));
+            let expected = if start >= data.len() { &[][..] } else { &data[from..to] };
+            proptest::prop_assert_eq!(&chunks.slice(start, start + len).to_bytes()[..], expected);
+        }
+    }
 }
