@@ -64,9 +64,9 @@ impl Chunks {
         }
     }
 
-    /// CRC-32C of the whole body (Optio's object checksum), over the chunks in turn.
-    pub fn crc32c(&self) -> u32 {
-        self.chunks.iter().fold(0, |crc, chunk| crc32c::crc32c_append(crc, chunk))
+    /// [`optio_proto::checksum`] of the whole body, over the chunks in turn.
+    pub fn checksum(&self) -> u32 {
+        self.chunks.iter().fold(0, |crc, chunk| optio_proto::checksum_append(crc, chunk))
     }
 
     /// Bytes `start..end` (clamped to the body), sharing the chunks' memory.
@@ -108,7 +108,7 @@ mod tests {
             let chunks = split(&data, sizes);
             assert_eq!(chunks.len(), 1000);
             assert_eq!(chunks.to_bytes(), data);
-            assert_eq!(chunks.crc32c(), crc32c::crc32c(&data));
+            assert_eq!(chunks.checksum(), optio_proto::checksum(&data));
             for (start, end) in [(0, 1000), (0, 0), (5, 17), (299, 301), (990, 2000), (1000, 1000)]
             {
                 let end_clamped = end.min(1000);
@@ -143,7 +143,7 @@ mod tests {
             chunks.push(Bytes::copy_from_slice(&data[at..]));
             proptest::prop_assert_eq!(chunks.len(), data.len());
             proptest::prop_assert_eq!(&chunks.to_bytes()[..], &data[..]);
-            proptest::prop_assert_eq!(chunks.crc32c(), crc32c::crc32c(&data));
+            proptest::prop_assert_eq!(chunks.checksum(), optio_proto::checksum(&data));
             let (from, to) = (start.min(data.len()), start.saturating_add(len).min(data.len()));
             let expected = if start >= data.len() { &[][..] } else { &data[from..to] };
             proptest::prop_assert_eq!(&chunks.slice(start, start + len).to_bytes()[..], expected);

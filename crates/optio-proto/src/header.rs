@@ -45,6 +45,11 @@ pub fn checksum(data: &[u8]) -> u32 {
     crc32c::crc32c(data)
 }
 
+/// [`checksum`] of data that comes in pieces: fold the pieces in order from 0.
+pub fn checksum_append(crc: u32, data: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, data)
+}
+
 /// The header of a stored object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjectHeader {

@@ -54,7 +54,7 @@ pub mod wire;
 pub use body::{Deleted, DeviceStatus, ListQuery, Listing, ScrubReport, ServerStatus};
 pub use choice::ChoiceRecord;
 pub use error::{ErrorBody, ErrorKind, FormatError};
-pub use header::{HEADER_BYTES, OBJECT_FORMAT_VERSION, ObjectHeader, checksum};
+pub use header::{HEADER_BYTES, OBJECT_FORMAT_VERSION, ObjectHeader, checksum, checksum_append};
 pub use key::{KEY_BYTES_MAX, KeyError, validate_key, validate_key_bytes};
 pub use metrics::DeviceMetrics;
 pub use migration::{MigrationPhase, MigrationStatus};

@@ -110,7 +110,7 @@ impl Client {
                         ));
                         continue;
                     };
-                    if ranged.is_none() && answer.body.crc32c() != info.checksum {
+                    if ranged.is_none() && answer.body.checksum() != info.checksum {
                         self.inner.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
                         failures
                             .push(format!("device {}: data damaged in transit", endpoint.device));
@@ -244,7 +244,7 @@ impl Client {
             match self.call(self.object_call(view, endpoint, pool, Op::Get { key, range })).await {
                 Ok(answer) => {
                     let Some(info) = answer.info.clone() else { continue };
-                    if range.is_none() && answer.body.crc32c() != info.checksum {
+                    if range.is_none() && answer.body.checksum() != info.checksum {
                         self.inner.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
                         failures
                             .push(format!("device {}: data damaged in transit", endpoint.device));

@@ -387,7 +387,7 @@ impl<'a> Reintegration<'a> {
             {
                 Ok(answer) => {
                     if let Some(info) = answer.info
-                        && answer.body.crc32c() == info.checksum
+                        && answer.body.checksum() == info.checksum
                         && info.version == newest.version
                     {
                         return Ok((info, answer.body.to_bytes()));

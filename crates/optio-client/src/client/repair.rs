@@ -166,7 +166,7 @@ fn newest_intact(
     for (i, result) in results.iter().enumerate() {
         match result {
             Ok(answer) => match &answer.info {
-                Some(info) if answer.body.crc32c() == info.checksum => {
+                Some(info) if answer.body.checksum() == info.checksum => {
                     if best.as_ref().is_none_or(|(b, _)| {
                         (info.version, info.checksum) > (b.version, b.checksum)
                     }) {
