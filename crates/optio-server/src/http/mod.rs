@@ -8,10 +8,10 @@
 
 mod choices;
 mod metrics;
-
-pub(crate) use metrics::ServerMetrics;
 mod objects;
 mod status;
+
+pub(crate) use metrics::ServerMetrics;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -313,7 +313,7 @@ fn parse_target(state: &AppState, path: &str) -> Result<Target, Failure> {
 async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let started = Instant::now();
     let mut op = Operation::Invalid;
-    let response = serve(&state, request, &mut op).await;
+    let response = serve(&state, request, started, &mut op).await;
     let error =
         response.headers().get(wire::ERROR).and_then(|v| ErrorKind::from_name(v.to_str().ok()?));
     state.telemetry.observe(op, error, started.elapsed());
@@ -339,9 +339,13 @@ fn operation(target: &Target, method: &Method, headers: &HeaderMap) -> Operation
     }
 }
 
-/// Serves a request to a device; `op` learns what it was.
-async fn serve(state: &Arc<AppState>, request: Request, op: &mut Operation) -> Response {
-    let started = Instant::now();
+/// Serves a request to a device that arrived at `started`; `op` learns what it was.
+async fn serve(
+    state: &Arc<AppState>,
+    request: Request,
+    started: Instant,
+    op: &mut Operation,
+) -> Response {
     let target = match parse_target(state, request.uri().path()) {
         Ok(target) => {
             *op = operation(&target, request.method(), request.headers());
