@@ -850,14 +850,13 @@ impl Gateway {
     pub async fn open(&self, bucket: &Bucket, key: &str, whole: bool) -> Result<Opened> {
         let head_key = bucket.head_key(key)?;
         if whole {
-            let chunks = match self.client.get_chunks(&bucket.pool, &head_key, None).await {
-                Ok((info, chunks)) => (info, chunks),
+            let (info, chunks) = match self.client.get_chunks(&bucket.pool, &head_key, None).await {
+                Ok(found) => found,
                 Err(ClientError::NotFound { .. }) => {
                     return Err(GatewayError::NoSuchKey(key.to_string()));
                 }
                 Err(error) => return Err(error.into()),
             };
-            let (info, chunks) = chunks;
             // The head (magic, summary, metadata) in one buffer; the data stays in its chunks.
             let fixed = chunks.slice(0, format::FIXED_BYTES).to_bytes();
             let needed = head_bytes_needed(&fixed)?;

@@ -129,13 +129,13 @@ impl Cgroup {
             let mut parts = text.split_whitespace();
             let quota: u64 = parts.next()?.parse().ok()?; // "max": no quota
             let period: u64 = parts.next()?.parse().ok()?;
-            return (period > 0).then(|| quota * 1000 / period);
+            return (period > 0).then(|| quota.saturating_mul(1000) / period);
         }
         let dir = self.cpu.as_ref()?;
         let quota: i64 = number(&dir.join("cpu.cfs_quota_us"))?; // -1: no quota
         let period: u64 = number(&dir.join("cpu.cfs_period_us"))?;
         let quota = u64::try_from(quota).ok()?;
-        (period > 0).then(|| quota * 1000 / period)
+        (period > 0).then(|| quota.saturating_mul(1000) / period)
     }
 
     /// CPU time the cgroup used, in microseconds.
