@@ -196,6 +196,7 @@ pub async fn serve(
     }
     let service = builder.build();
     let tls = config.tls.map(tokio_rustls::TlsAcceptor::from);
+    let lengthless = Arc::new(tokio::sync::Semaphore::new(LENGTHLESS_BUDGET_MIB));
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
@@ -215,13 +216,16 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let service = service.clone();
         let metrics = metrics.clone();
+        let lengthless = lengthless.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
             let handle = service_fn(move |request: http::Request<hyper::body::Incoming>| {
                 let service = service.clone();
                 let metrics = metrics.clone();
+                let lengthless = lengthless.clone();
                 async move {
-                    Ok::<_, std::convert::Infallible>(answer(&service, &metrics, request).await)
+                    let answered = answer(&service, &metrics, &lengthless, request).await;
+                    Ok::<_, std::convert::Infallible>(answered)
                 }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -270,12 +274,23 @@ fn error_answer(status: http::StatusCode, code: &str, message: &str) -> http::Re
 /// body whole to learn its length, which s3s needs (`curl -T -` sends one).
 pub const CHUNKED_BODY_MAX: usize = 64 << 20;
 
+/// MiB that bodies without a length may hold in memory at once, all requests together (they
+/// are read before their signature can be checked): four of the largest. Past it, a request
+/// gets 503 `SlowDown`.
+const LENGTHLESS_BUDGET_MIB: usize = 4 * (CHUNKED_BODY_MAX >> 20);
+
 /// The request for s3s. A body sent chunked with no length is read (up to
-/// [`CHUNKED_BODY_MAX`]) and given its `Content-Length`; a longer one is refused with 411
-/// `MissingContentLength`, as s3s would refuse any, saying what to send instead.
+/// [`CHUNKED_BODY_MAX`], within the gateway's `budget` of such bodies, whose permit comes back
+/// with the request and is held until it is answered) and given its `Content-Length`; a longer
+/// one is refused with 411 `MissingContentLength`, as s3s would refuse any, saying what to
+/// send instead.
 async fn with_length(
     request: http::Request<hyper::body::Incoming>,
-) -> Result<http::Request<s3s::Body>, http::Response<s3s::Body>> {
+    budget: &Arc<tokio::sync::Semaphore>,
+) -> Result<
+    (http::Request<s3s::Body>, Option<tokio::sync::OwnedSemaphorePermit>),
+    http::Response<s3s::Body>,
+> {
     use http_body_util::BodyExt;
     let headers = request.headers();
     let lengthless = headers
@@ -286,15 +301,23 @@ async fn with_length(
         && !headers.contains_key("x-amz-decoded-content-length");
     let (mut parts, body) = request.into_parts();
     if !lengthless {
-        return Ok(http::Request::from_parts(parts, s3s::Body::from(body)));
+        return Ok((http::Request::from_parts(parts, s3s::Body::from(body)), None));
     }
+    let Ok(permit) = budget.clone().try_acquire_many_owned((CHUNKED_BODY_MAX >> 20) as u32) else {
+        return Err(error_answer(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            "SlowDown",
+            "too many bodies without a length are being read at once; retry, or send \
+             Content-Length",
+        ));
+    };
     match http_body_util::Limited::new(body, CHUNKED_BODY_MAX).collect().await {
         Ok(collected) => {
             let bytes = collected.to_bytes();
             parts
                 .headers
                 .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(bytes.len()));
-            Ok(http::Request::from_parts(parts, s3s::Body::from(bytes)))
+            Ok((http::Request::from_parts(parts, s3s::Body::from(bytes)), Some(permit)))
         }
         Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(error_answer(
             http::StatusCode::LENGTH_REQUIRED,
@@ -393,6 +416,7 @@ fn refuse_early(
 async fn answer(
     service: &s3s::service::S3Service,
     metrics: &Metrics,
+    lengthless: &Arc<tokio::sync::Semaphore>,
     request: http::Request<hyper::body::Incoming>,
 ) -> http::Response<s3s::Body> {
     let request_id = format!(
@@ -413,8 +437,8 @@ async fn answer(
         return refusal;
     }
     let slot = OperationSlot::default();
-    let mut request = match with_length(request).await {
-        Ok(request) => request,
+    let (mut request, _buffered) = match with_length(request, lengthless).await {
+        Ok(taken) => taken,
         Err(refusal) => {
             metrics.count("Refused", refusal.status().as_u16(), started.elapsed());
             return refusal;
