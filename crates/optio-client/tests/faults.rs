@@ -74,6 +74,10 @@ struct Faults {
     kill: Vec<((u32, Kind), u32)>,
     /// The epoch the servers hold (requests below it are stale, above it unknown).
     epoch: u64,
+    /// Servers that already hold a newer epoch than `epoch` (they load maps on their own).
+    device_epoch: HashMap<u32, u64>,
+    /// The servers are still moving data for their epoch (`/v1/status` says so).
+    moving: bool,
     /// Requests refused with an unknown epoch before the servers catch up (`usize::MAX`:
     /// never).
     unknown_epoch_answers: usize,
@@ -156,10 +160,12 @@ impl FaultyNet {
             if faults.unknown_epoch_answers == 0 && call.epoch > faults.epoch {
                 faults.epoch = call.epoch; // the server caught up
             }
-            if call.epoch < faults.epoch {
-                return Err(refused(ErrorKind::StaleEpoch, "epoch is stale", faults.epoch));
+            let server =
+                faults.device_epoch.get(&device).map_or(faults.epoch, |e| *e.max(&faults.epoch));
+            if call.epoch < server {
+                return Err(refused(ErrorKind::StaleEpoch, "epoch is stale", server));
             }
-            faults.epoch
+            server
         };
         let at = (device, call.pool.0, call.op.key().unwrap_or_default().to_string());
         let mut objects = self.objects.lock().unwrap();
@@ -367,10 +373,17 @@ impl TransportTrait for FaultyNet {
 
     fn server_status<'a>(&'a self, _addr: &'a str) -> BoxFuture<'a, Result<ServerStatus, Failure>> {
         Box::pin(async move {
-            let epoch = self.faults().epoch;
+            let (epoch, moving) = {
+                let faults = self.faults();
+                (faults.epoch, faults.moving)
+            };
             let migration = optio_proto::MigrationStatus {
                 epoch,
-                phase: optio_proto::MigrationPhase::Done,
+                phase: if moving {
+                    optio_proto::MigrationPhase::Moving
+                } else {
+                    optio_proto::MigrationPhase::Done
+                },
                 ..Default::default()
             };
             Ok(ServerStatus { epoch, devices: Vec::new(), migration, fenced: false })
@@ -381,10 +394,16 @@ impl TransportTrait for FaultyNet {
 /// A map of 6 devices on 6 hosts at `epoch`: pool `data` (crush, 3 replicas, k = 2 and the
 /// `first` policy) and `plain` (k = 1).
 fn map_text(epoch: u64) -> String {
+    map_text_out(epoch, &[])
+}
+
+/// [`map_text`] with the devices `out` marked out.
+fn map_text_out(epoch: u64, out: &[u32]) -> String {
     let mut text = format!("format_version = 1\nepoch = {epoch}\n\n");
     for id in 0..6 {
         text.push_str(&format!(
-            "[[devices]]\nid = {id}\ncapacity = 1073741824\nweight = 1.0\naddr = \"10.0.0.{id}:9\"\nlocation = {{ zone = \"z1\", host = \"h{id}\" }}\n\n"
+            "[[devices]]\nid = {id}\ncapacity = 1073741824\nweight = 1.0\naddr = \"10.0.0.{id}:9\"\nlocation = {{ zone = \"z1\", host = \"h{id}\" }}\n{}\n",
+            if out.contains(&id) { "in = false\n" } else { "" }
         ));
     }
     text.push_str(
@@ -605,6 +624,74 @@ async fn a_delete_whose_reply_is_lost_twice_is_reported_and_still_hides_the_obje
     assert!(matches!(client.get("plain", "gone").await.unwrap_err(), ClientError::NotFound { .. }));
     let listed = client.list("plain", "").await.unwrap();
     assert!(listed.is_empty(), "{listed:?}");
+}
+
+#[tokio::test]
+async fn a_delete_started_again_on_a_new_map_reports_the_object_it_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    let key = "moved-on";
+    let replicas = devices(&client, "plain", key, 0);
+    // The object misses one replica: its server was down for the write.
+    net.faults().down.insert(replicas[2]);
+    client.put("plain", key, Bytes::from_static(b"x")).await.expect("a degraded write");
+    net.faults().down.clear();
+    // The map changes while the delete is on its way: the replicas still at epoch 1 take the
+    // tombstone, the one already at epoch 2 refuses it as stale. The delete goes again on
+    // the new map and finds tombstones and a replica that never had the object: the object
+    // the first attempt removed is reported deleted, not "no such object".
+    std::fs::write(dir.path().join("map.toml"), map_text(2)).unwrap();
+    net.faults().device_epoch.insert(replicas[2], 2);
+    client.delete("plain", key).await.expect("the object was there and is gone");
+    assert_eq!(client.epoch(), 2);
+    assert!(net.sent(replicas[2], Kind::Delete) >= 2, "refused at epoch 1, taken at epoch 2");
+    for device in &replicas[..2] {
+        assert!(net.stored(*device, PLAIN.0, key).unwrap().deleted, "device {device}");
+    }
+    assert!(matches!(client.get("plain", key).await.unwrap_err(), ClientError::NotFound { .. }));
+    // What was never there is still "not found", and a second delete too.
+    let error = client.delete("plain", "never-there").await.unwrap_err();
+    assert!(matches!(error, ClientError::NotFound { .. }), "{error}");
+    let error = client.delete("plain", key).await.unwrap_err();
+    assert!(matches!(error, ClientError::NotFound { .. }), "{error}");
+}
+
+#[tokio::test]
+async fn two_map_changes_before_the_servers_settle_still_find_copies_where_the_first_put_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    let key = "two-steps";
+    let replicas = devices(&client, "plain", key, 0);
+    // Written while its third replica was down: the copies are on the first two only.
+    net.faults().down.insert(replicas[2]);
+    client.put("plain", key, Bytes::from_static(b"kept")).await.expect("a degraded write");
+    net.faults().down.clear();
+    // The client learns that the servers settled at epoch 1 (a read asks them).
+    assert_eq!(&client.get("plain", key).await.unwrap()[..], b"kept");
+    // Both holders go out at epoch 2; epoch 3 follows before the servers moved anything.
+    // The copies are where epoch 1 put them, on devices neither epoch 2 nor 3 places it on.
+    net.faults().moving = true;
+    let out = [replicas[0], replicas[1]];
+    std::fs::write(dir.path().join("map.toml"), map_text_out(2, &out)).unwrap();
+    client.refresh().await.unwrap();
+    std::fs::write(dir.path().join("map.toml"), map_text_out(3, &out)).unwrap();
+    client.refresh().await.unwrap();
+    assert_eq!(client.epoch(), 3);
+    let now = devices(&client, "plain", key, 0);
+    assert!(!now.contains(&replicas[0]) && !now.contains(&replicas[1]), "{now:?} {replicas:?}");
+    assert_eq!(&client.get("plain", key).await.expect("read from epoch 1's devices")[..], b"kept");
+    // Once the servers report done, reads go where the current map says.
+    net.faults().moving = false;
+    let follow = client.clone();
+    tokio::time::timeout(Duration::from_secs(10), async move {
+        while follow.stats().settled_epoch < 3 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("settled within 10 s");
 }
 
 #[tokio::test]

@@ -17,8 +17,15 @@ impl Client {
         let mut dirty_noted = None;
         let mut attempts = 0;
         let mut version_bumps = 0;
+        // Whether an earlier attempt removed a live copy: an attempt started again (the map
+        // changed under it, or a replica held a newer version) finds the tombstones the
+        // first one left, and the object it deleted must not be reported as never there.
+        let mut found_live = false;
         loop {
-            let at = self.retry_located(pool_name, key, &mut attempts).await?;
+            let at = match self.retry_located(pool_name, key, &mut attempts).await {
+                Err(ClientError::NotFound { .. }) if found_live => return Ok(()),
+                other => other?,
+            };
             let (view, pool, candidates) = (&*at.view, at.pool, &at.candidates);
             self.note_dirty(view, pool, key, &mut dirty_noted).await?;
             let candidate = at.candidate();
@@ -52,14 +59,29 @@ impl Client {
                     Op::Delete { key, version: Some(version), purge: false, pg_seed: Some(*seed) };
                 self.call(self.object_call(view, endpoint, pool, delete))
             });
-            let (mut results, stray_results) = futures_util::future::join(
-                join_all((0..endpoints.len()).map(send)),
-                join_all(stray_deletes),
-            )
-            .await;
+            // While data moves, the devices only earlier maps name are asked first, then the
+            // current ones: a copy moves only toward the current placement and is dropped
+            // where it was only once its new devices hold it, so a copy that left an earlier
+            // device before the tombstone reached it is on a current one when that is asked.
+            // (Asked together, both could answer "no such object" with the copy in flight
+            // between them, and a delete of a live object be reported as not found.)
+            let current =
+                if in_transition { candidate.devices.len().min(endpoints.len()) } else { 0 };
+            let replicas = async {
+                let earlier = join_all((current..endpoints.len()).map(send)).await;
+                let now = join_all((0..current).map(send)).await;
+                now.into_iter().chain(earlier).collect::<Vec<_>>()
+            };
+            let (mut results, stray_results) =
+                futures_util::future::join(replicas, join_all(stray_deletes)).await;
             // As for writes: a replica that did not answer is asked once more, and only one
             // whose server is not running is gone around (it catches up on the tombstone).
             super::write::resend_unanswered(&mut results, send).await;
+            // Where the object was live, the delete answered Ok (elsewhere NotFound, a
+            // tombstone written all the same): found on another candidate's devices — the
+            // chosen one guessed while data moves — it is deleted all the same.
+            let deleted = results.iter().chain(&stray_results).filter(|r| r.is_ok()).count();
+            found_live |= deleted > 0;
             let failures: Vec<&Failure> = results.iter().filter_map(|r| r.as_ref().err()).collect();
             if self.epoch_retry(&failures).await? {
                 continue;
@@ -79,10 +101,6 @@ impl Client {
                 self.raise_version_floor(stored);
                 continue;
             }
-            // Where the object was live, the delete answered Ok (elsewhere NotFound, a
-            // tombstone written all the same): found on another candidate's devices — the
-            // chosen one guessed while data moves — it is deleted all the same.
-            let deleted = results.iter().chain(&stray_results).filter(|r| r.is_ok()).count();
             let not_running = failures.iter().filter(|f| f.is_not_running()).count();
             let hard: Vec<String> = failures
                 .iter()
@@ -108,7 +126,7 @@ impl Client {
                     self.call(self.object_call(view, &home, pool, Op::DeleteRecord { key })).await;
             }
             self.inner.cache.remove(pool.0, key);
-            if deleted == 0 {
+            if !found_live {
                 return Err(ClientError::NotFound {
                     pool: pool_name.to_string(),
                     key: key.to_string(),

@@ -122,6 +122,10 @@ pub struct ClientStats {
     /// Writes acknowledged without a replica whose server was not running (degraded: that
     /// replica catches up when it returns).
     pub degraded_writes: u64,
+    /// The newest epoch every server reported done moving data for: below the map's epoch,
+    /// reads and deletes ask every device that may hold a copy, not only the replicas the
+    /// current map names.
+    pub settled_epoch: u64,
 }
 
 #[derive(Debug, Default)]
@@ -135,26 +139,47 @@ struct Counters {
     degraded_writes: AtomicU64,
 }
 
-/// The map and its compiled placement, and the one before it (while data may still be
-/// moving from where that one placed it).
+/// The map and its compiled placement, and the placements of the maps before it that data
+/// may still be on (while servers move data).
 struct View {
     map: ClusterMap,
-    placement: Placement,
-    previous: Option<Arc<Previous>>,
-    /// This is the first map the client loaded: it does not know the map before it, so
-    /// while servers still move data for this epoch, a copy may be anywhere (a client that
-    /// starts during rebalancing).
+    placement: Arc<Placement>,
+    /// The maps since the last one every server finished moving data to (that one included),
+    /// oldest first: until the servers are done with this map, a copy may still be where any
+    /// of them placed it. A second map change before the first settled keeps the first's
+    /// placement here (not only the one just before).
+    previous: Vec<Previous>,
+    /// The client does not know every map data may still be on: this is the first map it
+    /// loaded (a client that starts during rebalancing), or a map that followed such a one
+    /// before the servers settled, or more than [`PREVIOUS_MAX`] maps came in a row without
+    /// settling. While servers still move data for this epoch, a copy may be on any device.
     previous_unknown: bool,
+    /// The newest epoch every server reported done moving data for; shared by every view
+    /// of one client.
+    settled: Arc<AtomicU64>,
 }
 
-/// The map held before the current one, compiled.
+/// A map held before the current one, compiled.
+#[derive(Clone)]
 struct Previous {
-    placement: Placement,
+    epoch: u64,
+    placement: Arc<Placement>,
 }
+
+/// How many earlier placements a view keeps while servers have not settled; past it the
+/// client reads as if a copy could be on any device.
+const PREVIOUS_MAX: usize = 16;
 
 impl View {
     fn epoch(&self) -> u64 {
         self.map.epoch().0
+    }
+
+    /// The earlier maps data may still be on: those since the newest epoch every server
+    /// reported done with (that one included), oldest first.
+    fn unsettled_previous(&self) -> impl Iterator<Item = &Previous> {
+        let settled = self.settled.load(Ordering::Acquire);
+        self.previous.iter().filter(move |p| p.epoch >= settled)
     }
 
     fn pool(&self, name: &str) -> Result<PoolId, ClientError> {
@@ -206,8 +231,6 @@ struct Inner {
     config: ClientConfig,
     policy: Option<optio_placement::PolicySpec>,
     location: Option<optio_placement::choice::Location>,
-    /// The newest epoch every server reported done moving data for.
-    settled_epoch: AtomicU64,
     /// The newest epoch whose settling the servers were asked about at least once.
     settled_asked: AtomicU64,
 }
@@ -219,14 +242,29 @@ impl Drop for Inner {
 }
 
 impl Followed for View {
-    fn compile(map: ClusterMap, previous: Option<&View>) -> Result<View, String> {
-        let placement = Placement::new(&map).map_err(|e| e.to_string())?;
-        // Reads consult the previous placement too until every server reports it has
-        // finished moving data for the new epoch.
-        let previous_unknown = previous.is_none();
-        let previous =
-            previous.map(|held| Arc::new(Previous { placement: held.placement.clone() }));
-        Ok(View { map, placement, previous, previous_unknown })
+    fn compile(map: ClusterMap, held: Option<&View>) -> Result<View, String> {
+        let placement = Arc::new(Placement::new(&map).map_err(|e| e.to_string())?);
+        let Some(held) = held else {
+            return Ok(View {
+                map,
+                placement,
+                previous: Vec::new(),
+                previous_unknown: true,
+                settled: Arc::new(AtomicU64::new(0)),
+            });
+        };
+        // Reads consult the earlier placements too until every server reports it has
+        // finished moving data for the new epoch: those since the last settled epoch.
+        let settled = held.settled.load(Ordering::Acquire);
+        let mut previous: Vec<Previous> =
+            held.previous.iter().filter(|p| p.epoch >= settled).cloned().collect();
+        previous.push(Previous { epoch: held.epoch(), placement: held.placement.clone() });
+        let mut previous_unknown = held.previous_unknown && settled < held.epoch();
+        if previous.len() > PREVIOUS_MAX {
+            previous.drain(..previous.len() - PREVIOUS_MAX);
+            previous_unknown = true;
+        }
+        Ok(View { map, placement, previous, previous_unknown, settled: held.settled.clone() })
     }
 
     fn epoch(&self) -> u64 {
@@ -344,7 +382,6 @@ impl Client {
                 config,
                 policy,
                 location,
-                settled_epoch: AtomicU64::new(0),
                 settled_asked: AtomicU64::new(0),
             }),
         };
@@ -397,6 +434,7 @@ impl Client {
             repairs: c.repairs.load(Ordering::Relaxed),
             corrupt_replicas: c.corrupt_replicas.load(Ordering::Relaxed),
             degraded_writes: c.degraded_writes.load(Ordering::Relaxed),
+            settled_epoch: self.view().settled.load(Ordering::Acquire),
         }
     }
 

@@ -270,8 +270,8 @@ impl Client {
     }
 
     /// Which candidate holds `key` while data moves: the choice record at the home under the
-    /// current map, else under the previous one, else any candidate with a live copy on a
-    /// device that may hold one. `None`: nowhere.
+    /// current map, else under the earlier ones data may still be on, else any candidate with
+    /// a live copy on a device that may hold one. `None`: nowhere.
     pub(super) async fn locate_careful(
         &self,
         view: &View,
@@ -280,9 +280,8 @@ impl Client {
         candidates: &[Candidate],
     ) -> Result<Option<u8>, ClientError> {
         let mut homes: Vec<DeviceId> = candidates[0].primary().into_iter().collect();
-        if let Some(previous) = &view.previous
-            && let Some(old_pool) = previous.placement.pool(pool)
-        {
+        for previous in view.unsettled_previous() {
+            let Some(old_pool) = previous.placement.pool(pool) else { continue };
             let (_, old) = crate::candidates::candidates(&previous.placement, &old_pool, key);
             if let Some(home) = old.first().and_then(|c| c.primary())
                 && !homes.contains(&home)

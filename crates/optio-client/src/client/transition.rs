@@ -77,8 +77,8 @@ pub(super) async fn watch_settling(inner: Weak<Inner>) {
 impl Client {
     /// Whether some server may still be moving data to where the current map places it.
     pub(super) fn unsettled(&self, view: &View) -> bool {
-        (view.previous.is_some() || view.previous_unknown)
-            && self.inner.settled_epoch.load(Ordering::Acquire) < view.epoch()
+        (!view.previous.is_empty() || view.previous_unknown)
+            && view.settled.load(Ordering::Acquire) < view.epoch()
     }
 
     /// Whether the client must read as if a copy could be on any device: it does not know
@@ -110,7 +110,7 @@ impl Client {
             .all(|answer| answer.as_ref().is_ok_and(|status| status.migration.settled_at(epoch)));
         self.inner.settled_asked.fetch_max(epoch, Ordering::AcqRel);
         if settled {
-            self.inner.settled_epoch.fetch_max(epoch, Ordering::AcqRel);
+            view.settled.fetch_max(epoch, Ordering::AcqRel);
             tracing::info!(epoch, "every server finished rebalancing");
         }
     }
@@ -162,7 +162,7 @@ impl Client {
     }
 
     /// Every device that may hold a copy of `candidate`: its replica set now, under the
-    /// previous map while servers are still moving data, and for elastic pools as of every
+    /// maps since the last settled one while servers are still moving data, and for elastic pools as of every
     /// membership version and at full power. Current members first.
     pub(super) fn transition_devices(
         &self,
@@ -189,13 +189,14 @@ impl Client {
         }
         let seed = placement_seed(candidate);
         let mut set = ReplicaSet::new();
-        if self.unsettled(view)
-            && let Some(previous) = &view.previous
-            && let Some(old_pool) = previous.placement.pool(pool)
-        {
-            let mut scratch = previous.placement.scratch();
-            old_pool.place(old_pool.key_of_seed(seed), &mut scratch, &mut set);
-            add(&set);
+        if self.unsettled(view) {
+            for previous in view.unsettled_previous() {
+                if let Some(old_pool) = previous.placement.pool(pool) {
+                    let mut scratch = previous.placement.scratch();
+                    old_pool.place(old_pool.key_of_seed(seed), &mut scratch, &mut set);
+                    add(&set);
+                }
+            }
         }
         if let Some(placement) = view.placement.pool(pool)
             && placement.is_elastic()
