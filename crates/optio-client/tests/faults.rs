@@ -78,6 +78,10 @@ struct Faults {
     device_epoch: HashMap<u32, u64>,
     /// The servers are still moving data for their epoch (`/v1/status` says so).
     moving: bool,
+    /// Rebalancing racing a delete: once a delete reaches the first device, the copies on
+    /// the others are dropped (their server moved the object there, and its copy lost to the
+    /// tombstone that delete left).
+    moved_on_delete: Option<(u32, Vec<u32>)>,
     /// Requests refused with an unknown epoch before the servers catch up (`usize::MAX`:
     /// never).
     unknown_epoch_answers: usize,
@@ -286,6 +290,13 @@ impl FaultyNet {
             }
             Op::Sync => answer.status = 204,
             Op::Delete { version, purge, .. } => {
+                let moved = self.faults().moved_on_delete.clone();
+                if let Some((_, others)) = moved.filter(|(first, _)| *first == device) {
+                    for other in others {
+                        objects.remove(&(other, call.pool.0, at.2.clone()));
+                    }
+                    self.faults().moved_on_delete = None;
+                }
                 let version = version.map_or(u64::MAX, |v| v.0);
                 match objects.get(&at) {
                     Some(s) if *purge && s.version <= version => {
@@ -692,6 +703,32 @@ async fn two_map_changes_before_the_servers_settle_still_find_copies_where_the_f
     })
     .await
     .expect("settled within 10 s");
+}
+
+#[tokio::test]
+async fn a_delete_while_data_moves_reaches_the_earlier_devices_before_the_copies_leave_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    let key = "in-flight";
+    let before = devices(&client, "plain", key, 0);
+    client.put("plain", key, Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(&client.get("plain", key).await.unwrap()[..], b"x"); // learns epoch 1 settled
+    // Every holder goes out: the object belongs on three other devices, which have nothing
+    // yet. A delete reaching one of those first leaves a tombstone there, so the holders'
+    // transfers lose to it and they drop their copies: asked after that, every device
+    // answers "no such object" and the delete of a live object would be called not found.
+    net.faults().moving = true;
+    std::fs::write(dir.path().join("map.toml"), map_text_out(2, &before)).unwrap();
+    client.refresh().await.unwrap();
+    let after = devices(&client, "plain", key, 0);
+    assert!(after.iter().all(|d| !before.contains(d)), "{after:?} {before:?}");
+    net.faults().moved_on_delete = Some((after[0], before.clone()));
+    client.delete("plain", key).await.expect("deleted: the earlier devices were asked first");
+    for device in &before {
+        assert!(net.stored(*device, PLAIN.0, key).is_none(), "dropped on device {device}");
+    }
+    assert!(matches!(client.get("plain", key).await.unwrap_err(), ClientError::NotFound { .. }));
 }
 
 #[tokio::test]
