@@ -732,6 +732,38 @@ async fn a_delete_while_data_moves_reaches_the_earlier_devices_before_the_copies
 }
 
 #[tokio::test]
+async fn a_client_that_missed_a_map_reads_copies_only_that_map_placed() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    let key = "missed";
+    let first = devices(&client, "plain", key, 0);
+    client.put("plain", key, Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(&client.get("plain", key).await.unwrap()[..], b"x"); // learns epoch 1 settled
+    // Epoch 2 (which this client never loads) put the object on the other three devices, and
+    // the servers moved it there; epoch 3 puts it back on the first three, and the servers
+    // have not moved it back yet. Epochs 1 and 3 both place it where no copy is.
+    let others: Vec<u32> = (0..6).filter(|d| !first.contains(d)).collect();
+    {
+        let mut objects = net.objects.lock().unwrap();
+        for (from, to) in first.iter().zip(&others) {
+            let stored = objects.remove(&(*from, PLAIN.0, key.to_string())).unwrap();
+            objects.insert((*to, PLAIN.0, key.to_string()), stored);
+        }
+    }
+    net.faults().moving = true;
+    std::fs::write(dir.path().join("map.toml"), map_text_out(3, &others)).unwrap();
+    client.refresh().await.unwrap();
+    assert_eq!(client.epoch(), 3);
+    assert_eq!(devices(&client, "plain", key, 0), first);
+    assert_eq!(&client.get("plain", key).await.expect("found on epoch 2's devices")[..], b"x");
+    client.delete("plain", key).await.expect("deleted where it is");
+    for device in &others {
+        assert!(net.stored(*device, PLAIN.0, key).unwrap().deleted, "device {device}");
+    }
+}
+
+#[tokio::test]
 async fn a_record_naming_no_candidate_of_the_pool_is_refused_not_followed() {
     let dir = tempfile::tempdir().unwrap();
     let net = FaultyNet::new(1);

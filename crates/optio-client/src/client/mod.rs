@@ -150,9 +150,9 @@ struct View {
     /// placement here (not only the one just before).
     previous: Vec<Previous>,
     /// The client does not know every map data may still be on: this is the first map it
-    /// loaded (a client that starts during rebalancing), or a map that followed such a one
-    /// before the servers settled, or more than [`PREVIOUS_MAX`] maps came in a row without
-    /// settling. While servers still move data for this epoch, a copy may be on any device.
+    /// loaded (a client that starts during rebalancing), a map that followed such a one
+    /// before the servers settled, a map more than one epoch after the one held (the client
+    /// missed one), or more than [`PREVIOUS_MAX`] maps came in a row without settling. While servers still move data for this epoch, a copy may be on any device.
     previous_unknown: bool,
     /// The newest epoch every server reported done moving data for; shared by every view
     /// of one client.
@@ -259,7 +259,10 @@ impl Followed for View {
         let mut previous: Vec<Previous> =
             held.previous.iter().filter(|p| p.epoch >= settled).cloned().collect();
         previous.push(Previous { epoch: held.epoch(), placement: held.placement.clone() });
-        let mut previous_unknown = held.previous_unknown && settled < held.epoch();
+        // A map between the two was never seen (epochs advance by one per change): servers
+        // may have moved copies to where that one placed them.
+        let skipped = map.epoch().0 > held.epoch() + 1;
+        let mut previous_unknown = skipped || (held.previous_unknown && settled < held.epoch());
         if previous.len() > PREVIOUS_MAX {
             previous.drain(..previous.len() - PREVIOUS_MAX);
             previous_unknown = true;
