@@ -637,17 +637,31 @@ async fn a_delete_whose_reply_is_lost_twice_is_reported_and_still_hides_the_obje
     assert!(listed.is_empty(), "{listed:?}");
 }
 
+/// Writes `key` to pool `plain` while its third replica's server is down (a degraded write:
+/// the copies are on the first two replicas only), then brings that server back. Returns the
+/// replicas.
+async fn put_without_the_third_replica(
+    client: &Client,
+    net: &FaultyNet,
+    key: &str,
+    data: &'static [u8],
+) -> Vec<u32> {
+    let replicas = devices(client, "plain", key, 0);
+    net.faults().down.insert(replicas[2]);
+    client.put("plain", key, Bytes::from_static(data)).await.expect("a degraded write");
+    net.faults().down.clear();
+    assert!(net.stored(replicas[2], PLAIN.0, key).is_none(), "the third replica missed it");
+    replicas
+}
+
 #[tokio::test]
 async fn a_delete_started_again_on_a_new_map_reports_the_object_it_removed() {
     let dir = tempfile::tempdir().unwrap();
     let net = FaultyNet::new(1);
     let client = client(dir.path(), &net).await;
     let key = "moved-on";
-    let replicas = devices(&client, "plain", key, 0);
     // The object misses one replica: its server was down for the write.
-    net.faults().down.insert(replicas[2]);
-    client.put("plain", key, Bytes::from_static(b"x")).await.expect("a degraded write");
-    net.faults().down.clear();
+    let replicas = put_without_the_third_replica(&client, &net, key, b"x").await;
     // The map changes while the delete is on its way: the replicas still at epoch 1 take the
     // tombstone, the one already at epoch 2 refuses it as stale. The delete goes again on
     // the new map and finds tombstones and a replica that never had the object: the object
@@ -674,11 +688,8 @@ async fn two_map_changes_before_the_servers_settle_still_find_copies_where_the_f
     let net = FaultyNet::new(1);
     let client = client(dir.path(), &net).await;
     let key = "two-steps";
-    let replicas = devices(&client, "plain", key, 0);
     // Written while its third replica was down: the copies are on the first two only.
-    net.faults().down.insert(replicas[2]);
-    client.put("plain", key, Bytes::from_static(b"kept")).await.expect("a degraded write");
-    net.faults().down.clear();
+    let replicas = put_without_the_third_replica(&client, &net, key, b"kept").await;
     // The client learns that the servers settled at epoch 1 (a read asks them).
     assert_eq!(&client.get("plain", key).await.unwrap()[..], b"kept");
     // Both holders go out at epoch 2; epoch 3 follows before the servers moved anything.

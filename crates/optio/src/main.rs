@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc rather than glibc's malloc: the HTTP stacks allocate and free small buffers for
 /// every request, and glibc's free-list upkeep (`malloc_consolidate`, `unlink_chunk`) was a
-/// fifth of `optio nbd`'s CPU under 4 KiB random reads (docs/benchmarks.md).
+/// sixth of `optio nbd`'s CPU under 4 KiB random reads (docs/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
