@@ -410,8 +410,13 @@ fn map_text(epoch: u64) -> String {
 
 /// [`map_text`] with the devices `out` marked out.
 fn map_text_out(epoch: u64, out: &[u32]) -> String {
+    map_text_without(epoch, out, &[])
+}
+
+/// [`map_text_out`] without the devices `removed` (gone from the map).
+fn map_text_without(epoch: u64, out: &[u32], removed: &[u32]) -> String {
     let mut text = format!("format_version = 1\nepoch = {epoch}\n\n");
-    for id in 0..6 {
+    for id in (0..6).filter(|id| !removed.contains(id)) {
         text.push_str(&format!(
             "[[devices]]\nid = {id}\ncapacity = 1073741824\nweight = 1.0\naddr = \"10.0.0.{id}:9\"\nlocation = {{ zone = \"z1\", host = \"h{id}\" }}\n{}\n",
             if out.contains(&id) { "in = false\n" } else { "" }
@@ -772,6 +777,39 @@ async fn a_client_that_missed_a_map_reads_copies_only_that_map_placed() {
     for device in &others {
         assert!(net.stored(*device, PLAIN.0, key).unwrap().deleted, "device {device}");
     }
+}
+
+#[tokio::test]
+async fn a_device_removed_before_the_client_learned_the_servers_settled_is_not_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    let key = "removed";
+    let first = devices(&client, "plain", key, 0);
+    client.put("plain", key, Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(&client.get("plain", key).await.unwrap()[..], b"x"); // learns epoch 1 settled
+    // And an object of a pool with choices whose home (the record's keeper) is that device.
+    let chosen = (0..1000)
+        .map(|i| format!("chosen-{i}"))
+        .find(|k| devices(&client, "data", k, 0)[0] == first[0])
+        .expect("a key whose first candidate's primary is the device");
+    client.put("data", &chosen, Bytes::from_static(b"y")).await.unwrap();
+    // Epoch 2 takes one holder out; the servers move its copy and settle, and the operator
+    // removes the device (epoch 3) before this client heard that they settled: epoch 1,
+    // which the client still reads across, names a device the map no longer has.
+    net.faults().moving = true;
+    std::fs::write(dir.path().join("map.toml"), map_text_out(2, &first[..1])).unwrap();
+    client.refresh().await.unwrap();
+    std::fs::write(dir.path().join("map.toml"), map_text_without(3, &[], &first[..1])).unwrap();
+    client.refresh().await.unwrap();
+    assert_eq!(client.epoch(), 3);
+    assert!(client.stats().settled_epoch < 2);
+    assert_eq!(&client.get("plain", key).await.expect("read without the removed device")[..], b"x");
+    client.cache().remove(DATA.0, &chosen); // so that the read looks the choice up
+    let got = client.get("data", &chosen).await.expect("located without the removed home");
+    assert_eq!(&got[..], b"y");
+    client.delete("plain", key).await.expect("deleted without the removed device");
+    assert!(matches!(client.get("plain", key).await.unwrap_err(), ClientError::NotFound { .. }));
 }
 
 #[tokio::test]

@@ -280,6 +280,7 @@ impl Client {
         candidates: &[Candidate],
     ) -> Result<Option<u8>, ClientError> {
         let mut homes: Vec<DeviceId> = candidates[0].primary().into_iter().collect();
+        let current = homes.len();
         for previous in view.unsettled_previous() {
             let Some(old_pool) = previous.placement.pool(pool) else { continue };
             let (_, old) = crate::candidates::candidates(&previous.placement, &old_pool, key);
@@ -289,8 +290,13 @@ impl Client {
                 homes.push(home);
             }
         }
-        for home in homes {
-            let endpoint = view.endpoint(home)?;
+        for (n, home) in homes.into_iter().enumerate() {
+            // An earlier map's home the current map no longer has (removed) is skipped.
+            let endpoint = match view.endpoint(home) {
+                Ok(endpoint) => endpoint,
+                Err(_) if n >= current => continue,
+                Err(e) => return Err(e),
+            };
             let probe = Op::Probe { key, want_choice: true };
             if let Ok(answer) = self.call(self.object_call(view, &endpoint, pool, probe)).await
                 && let Some(record) = answer.record

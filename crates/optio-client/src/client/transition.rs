@@ -171,9 +171,13 @@ impl Client {
         candidate: &Candidate,
     ) -> Vec<DeviceId> {
         let mut devices = candidate.devices.clone();
+        // A device an earlier map named but the current one no longer has (removed, which
+        // the CLI allows only once it holds nothing) cannot be asked and holds nothing.
+        let reachable =
+            |device: DeviceId| view.map.device(device).is_some_and(|d| d.addr.is_some());
         let mut add = |set: &ReplicaSet| {
             for device in set.devices() {
-                if !devices.contains(&device) {
+                if !devices.contains(&device) && reachable(device) {
                     devices.push(device);
                 }
             }
