@@ -461,7 +461,13 @@ pub struct HttpTransport {
     /// Recent bodies' hashes, by (address, length, CRC-32C) of the body: a write sends the
     /// same buffer to every replica, and is hashed once.
     hashes: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<(BodyId, String)>>>,
+    /// Each server address's URL (`scheme://addr/`), parsed once: a request's URL is that with
+    /// its path set, which skips parsing and IDNA-checking the host on every request.
+    bases: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, reqwest::Url>>>,
 }
+
+/// Server addresses whose URLs are kept (past it the cache starts again).
+const BASES_KEPT: usize = 4096;
 
 /// The identity a transport signs with, replaceable while it runs.
 type Signer = std::sync::Arc<std::sync::RwLock<std::sync::Arc<optio_proto::auth::Credentials>>>;
@@ -515,6 +521,7 @@ impl HttpTransport {
                     credentials: None,
                     scheme: "https",
                     hashes: Default::default(),
+                    bases: Default::default(),
                 }
             }
         };
@@ -601,12 +608,43 @@ impl HttpTransport {
         let http = HttpTransport::builder()
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(HttpTransport { http, credentials: None, scheme: "http", hashes: Default::default() })
+        Ok(HttpTransport {
+            http,
+            credentials: None,
+            scheme: "http",
+            hashes: Default::default(),
+            bases: Default::default(),
+        })
+    }
+
+    /// The URL of `path_and_query` (already percent-encoded) on the server at `addr`: the same
+    /// URL as parsing the whole text gives.
+    fn url_of(&self, addr: &str, path_and_query: &str) -> Result<reqwest::Url, Failure> {
+        let cached = self.bases.read().expect("bases lock").get(addr).cloned();
+        let mut url = match cached {
+            Some(url) => url,
+            None => {
+                let url = parse_url(&format!("{}://{addr}/", self.scheme))?;
+                let mut bases = self.bases.write().expect("bases lock");
+                if bases.len() >= BASES_KEPT {
+                    bases.clear();
+                }
+                bases.insert(addr.to_string(), url.clone());
+                url
+            }
+        };
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (path_and_query, None),
+        };
+        url.set_path(path);
+        url.set_query(query);
+        Ok(url)
     }
 
     async fn send_http(&self, call: Call<'_>) -> Reply {
-        let url = parse_url(&format!("{}://{}{}", self.scheme, call.endpoint.addr, call.path()))
-            .map_err(|failure| (failure, None))?;
+        let url =
+            self.url_of(&call.endpoint.addr, &call.path()).map_err(|failure| (failure, None))?;
         let absent_is_an_answer = call.op.absent_is_an_answer();
         let method = call.op.method();
         let mut request = self.http.request(method.clone(), url.clone());
@@ -904,6 +942,31 @@ mod tests {
         assert_eq!((get_record.op.method(), get_record.op.headers()), (Method::GET, vec![]));
         assert!(get_record.op.absent_is_an_answer() && !get_record.op.is_probe());
         assert_eq!(call(Op::DeleteRecord { key: "k" }).op.method(), Method::DELETE);
+    }
+
+    /// A URL made from a server's cached base is the URL parsing the whole text gives, for
+    /// keys that need percent-encoding, lists with queries and addresses of every form.
+    #[test]
+    fn urls_from_cached_bases_are_the_parsed_ones() {
+        let transport = HttpTransport::new().unwrap();
+        let keys = ["k", "a b/c", "50%", "é/ü?x#y", "[::1]", "a+b&c=d", "~.-_", "\u{1f600}"];
+        for addr in ["127.0.0.1:9", "[::1]:7000", "localhost:80", "Host.Example:1"] {
+            for (device, key) in keys.iter().enumerate() {
+                let endpoint = Endpoint { device: device as u32, addr: addr.to_string() };
+                let query = ListQuery {
+                    prefix: Some((*key).to_string()),
+                    after: Some("z".into()),
+                    ..ListQuery::default()
+                };
+                for op in [Op::Get { key, range: None }, Op::List(query)] {
+                    let call = Call::new(&endpoint, PoolId(3), 1, op);
+                    let whole = parse_url(&format!("http://{addr}{}", call.path())).unwrap();
+                    let cached = transport.url_of(addr, &call.path()).unwrap();
+                    assert_eq!(cached.as_str(), whole.as_str(), "{addr} {key}");
+                    assert_eq!(cached, transport.url_of(addr, &call.path()).unwrap());
+                }
+            }
+        }
     }
 
     /// A server that answers every connection with `head` (status line and headers).

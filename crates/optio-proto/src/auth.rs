@@ -361,18 +361,35 @@ impl Credentials {
     /// The [`AUTH_HEADER`] value for a request: `headers` are the request's `x-optio-*`
     /// headers (and `range`), [`CONTENT_HASH_HEADER`] included when there is a body.
     pub fn sign(&self, method: &str, path: &str, headers: &[(&str, &str)], ts_ms: u64) -> String {
-        let mut nonce = [0u8; 16];
-        if getrandom::fill(&mut nonce).is_err() {
-            // No entropy source: a nonce unique to this process and moment still defeats
-            // replays (the server refuses a nonce seen before).
-            let unique = format!("{}:{ts_ms}:{:?}", std::process::id(), std::time::Instant::now());
-            nonce.copy_from_slice(&blake3::hash(unique.as_bytes()).as_bytes()[..16]);
-        }
-        let nonce = crate::hex::hex_bytes(&nonce);
+        let nonce = crate::hex::hex_bytes(&next_nonce(ts_ms));
         let text = canonical(method, path, ts_ms, &nonce, &self.id, headers);
         let sig = self.key.mac(text.as_bytes());
         format!("{SCHEME} id={},ts={ts_ms},nonce={nonce},sig={}", self.id, sig.to_hex())
     }
+}
+
+/// A nonce never used before by any process (with overwhelming likelihood): 8 random bytes
+/// drawn once per process, then a counter. Nonces need only be unique — the server refuses
+/// one it has seen, and the signature covers it — so one `getrandom` per process suffices
+/// (one per request was a system call on every request's path).
+fn next_nonce(ts_ms: u64) -> [u8; 16] {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PREFIX: OnceLock<[u8; 8]> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| {
+        let mut prefix = [0u8; 8];
+        if getrandom::fill(&mut prefix).is_err() {
+            // No entropy source: this process and moment still tell it from the others.
+            let unique = format!("{}:{ts_ms}:{:?}", std::process::id(), std::time::Instant::now());
+            prefix.copy_from_slice(&blake3::hash(unique.as_bytes()).as_bytes()[..8]);
+        }
+        prefix
+    });
+    let mut nonce = [0u8; 16];
+    nonce[..8].copy_from_slice(prefix);
+    nonce[8..].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+    nonce
 }
 
 /// The BLAKE3 hash of a body, hex (the [`CONTENT_HASH_HEADER`] value).
@@ -634,6 +651,30 @@ mod tests {
             verify("PUT", "/v1/dev/0/objects/1/k", &headers, 1_000_000 + WINDOW_MS + 1),
             Err(AuthError::Expired { .. })
         ));
+    }
+
+    /// The same request signed twice at the same millisecond carries two nonces (a server
+    /// would refuse the second as a replay otherwise), from threads at once too.
+    #[test]
+    fn every_signature_has_its_own_nonce() {
+        let (_, creds) = keyring();
+        let nonces: Vec<String> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        (0..1000)
+                            .map(|_| {
+                                let value = creds.sign("GET", "/v1/x", &[], 5);
+                                Signed::parse(&value).unwrap().nonce
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            threads.into_iter().flat_map(|t| t.join().unwrap()).collect()
+        });
+        let distinct: std::collections::HashSet<&String> = nonces.iter().collect();
+        assert_eq!(distinct.len(), nonces.len());
     }
 
     #[test]

@@ -61,8 +61,9 @@ pub trait Disk: Send + Sync + 'static {
     /// Writes `parts` at their offsets into the existing file `path` (in order); with
     /// `durable`, syncs its data.
     fn write_at(&self, path: &Path, parts: &[(u64, &[u8])], durable: bool) -> io::Result<()>;
-    /// Reads exactly `len` bytes at `offset` of `path`.
-    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// Reads exactly `len` bytes at `offset` of `path`, for each `(offset, len)` of `ranges`
+    /// (one open of the file for them all).
+    fn read_at(&self, path: &Path, ranges: &[(u64, usize)]) -> io::Result<Vec<Vec<u8>>>;
     /// Frees `len` bytes at `offset` of `path` (they read back as zeros; the size stays).
     fn punch(&self, path: &Path, offset: u64, len: u64) -> io::Result<()>;
     /// Makes every write to the file system holding the directory `dir` durable.
@@ -111,11 +112,16 @@ impl Disk for RealDisk {
         if durable { file.sync_data() } else { Ok(()) }
     }
 
-    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+    fn read_at(&self, path: &Path, ranges: &[(u64, usize)]) -> io::Result<Vec<Vec<u8>>> {
         let file = File::open(path)?;
-        let mut out = vec![0u8; len];
-        file.read_exact_at(&mut out, offset)?;
-        Ok(out)
+        ranges
+            .iter()
+            .map(|&(offset, len)| {
+                let mut out = vec![0u8; len];
+                file.read_exact_at(&mut out, offset)?;
+                Ok(out)
+            })
+            .collect()
     }
 
     fn punch(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
@@ -341,8 +347,8 @@ impl Disk for FaultyDisk {
         self.check_write()?;
         RealDisk.write_at(path, parts, durable)
     }
-    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        RealDisk.read_at(path, offset, len)
+    fn read_at(&self, path: &Path, ranges: &[(u64, usize)]) -> io::Result<Vec<Vec<u8>>> {
+        RealDisk.read_at(path, ranges)
     }
     fn punch(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
         self.check_write()?;

@@ -167,8 +167,21 @@ impl Client {
     }
 
     pub(super) fn candidates_in(&self, view: &View, pool: PoolId, key: &str) -> Vec<Candidate> {
+        let memo = &view.candidates;
+        if let Some(known) =
+            memo.lock().expect("candidates lock").get(&pool).and_then(|keys| keys.get(key))
+        {
+            return known.clone();
+        }
         let placement = view.placement.pool(pool).expect("pool ids come from this map");
-        candidates(&view.placement, &placement, key).1
+        let computed = candidates(&view.placement, &placement, key).1;
+        let mut memo = memo.lock().expect("candidates lock");
+        let keys = memo.entry(pool).or_default();
+        if keys.len() >= super::CANDIDATES_KEPT {
+            keys.clear();
+        }
+        keys.insert(key.to_string(), computed.clone());
+        computed
     }
 
     /// Probes the primaries of `candidates` in parallel (the home asked for its record too).

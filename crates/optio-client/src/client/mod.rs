@@ -157,7 +157,13 @@ struct View {
     /// The newest epoch every server reported done moving data for; shared by every view
     /// of one client.
     settled: Arc<AtomicU64>,
+    /// Candidates computed under this map, by (pool, key): a volume's objects and hot keys
+    /// are asked for again and again, and CRUSH for k candidates costs more than a lookup.
+    candidates: Mutex<HashMap<PoolId, HashMap<String, Vec<crate::Candidate>>>>,
 }
+
+/// Keys per pool whose candidates a view keeps (past it the pool's memo starts again).
+const CANDIDATES_KEPT: usize = 8192;
 
 /// A map held before the current one, compiled.
 #[derive(Clone)]
@@ -251,6 +257,7 @@ impl Followed for View {
                 previous: Vec::new(),
                 previous_unknown: true,
                 settled: Arc::new(AtomicU64::new(0)),
+                candidates: Mutex::default(),
             });
         };
         // Reads consult the earlier placements too until every server reports it has
@@ -267,7 +274,14 @@ impl Followed for View {
             previous.drain(..previous.len() - PREVIOUS_MAX);
             previous_unknown = true;
         }
-        Ok(View { map, placement, previous, previous_unknown, settled: held.settled.clone() })
+        Ok(View {
+            map,
+            placement,
+            previous,
+            previous_unknown,
+            settled: held.settled.clone(),
+            candidates: Mutex::default(),
+        })
     }
 
     fn epoch(&self) -> u64 {

@@ -145,21 +145,21 @@ impl DeviceStore {
         let (first, last) = layout.blocks_of(start, end - start + 1);
         let path = self.path_of(pool, key);
         let head_len = (layout.table_offset + 4 * (last + 1)) as usize;
-        let head = self.read_at_or_forget(pool, key, 0, head_len)?;
+        let block_start = first * BLOCK_BYTES as u64;
+        let block_end = ((last + 1) * BLOCK_BYTES as u64).min(entry.size_bytes);
+        // The header up to the blocks' checksums, and the blocks: one open, two reads.
+        let ranges =
+            [(0, head_len), (layout.data_offset + block_start, (block_end - block_start) as usize)];
+        let [head, bytes]: [Vec<u8>; 2] = self
+            .read_ranges_or_forget(pool, key, &ranges)?
+            .try_into()
+            .expect("one buffer per range");
         if let Err(reason) = self.check_head(&head, pool, key, &entry) {
             self.forget(pool, key);
             self.quarantine(&path);
             return Err(StoreError::Mismatch { path, reason });
         }
         let table = decode_table(&head[layout.table_offset as usize + 4 * first as usize..]);
-        let block_start = first * BLOCK_BYTES as u64;
-        let block_end = ((last + 1) * BLOCK_BYTES as u64).min(entry.size_bytes);
-        let bytes = self.read_at_or_forget(
-            pool,
-            key,
-            layout.data_offset + block_start,
-            (block_end - block_start) as usize,
-        )?;
         for (i, expected) in table.iter().enumerate() {
             let at = i * BLOCK_BYTES;
             let block = &bytes[at..at + layout.block_len(first + i as u64)];
@@ -195,8 +195,20 @@ impl DeviceStore {
         offset: u64,
         len: usize,
     ) -> Result<Vec<u8>, StoreError> {
+        let mut read = self.read_ranges_or_forget(pool, key, &[(offset, len)])?;
+        Ok(read.pop().expect("one buffer per range"))
+    }
+
+    /// Reads `ranges` of `key`'s file; a file that is gone or short is forgotten (and a short
+    /// one quarantined).
+    fn read_ranges_or_forget(
+        &self,
+        pool: PoolId,
+        key: &str,
+        ranges: &[(u64, usize)],
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
         let path = self.path_of(pool, key);
-        match self.disk.read_at(&path, offset, len) {
+        match self.disk.read_at(&path, ranges) {
             Ok(bytes) => Ok(bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 self.forget(pool, key);
