@@ -642,6 +642,18 @@ async fn a_delete_whose_reply_is_lost_twice_is_reported_and_still_hides_the_obje
     assert!(listed.is_empty(), "{listed:?}");
 }
 
+/// A client on a fresh map (epoch 1) that wrote `x` to `key` in pool `plain` and read it
+/// back, and so learnt the servers settled at epoch 1; and where the key's copies are.
+async fn written_and_settled(key: &str) -> (tempfile::TempDir, Arc<FaultyNet>, Client, Vec<u32>) {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    let holders = devices(&client, "plain", key, 0);
+    client.put("plain", key, Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(&client.get("plain", key).await.unwrap()[..], b"x");
+    (dir, net, client, holders)
+}
+
 /// Writes `key` to pool `plain` while its third replica's server is down (a degraded write:
 /// the copies are on the first two replicas only), then brings that server back. Returns the
 /// replicas.
@@ -723,13 +735,8 @@ async fn two_map_changes_before_the_servers_settle_still_find_copies_where_the_f
 
 #[tokio::test]
 async fn a_delete_while_data_moves_reaches_the_earlier_devices_before_the_copies_leave_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
-    let client = client(dir.path(), &net).await;
     let key = "in-flight";
-    let before = devices(&client, "plain", key, 0);
-    client.put("plain", key, Bytes::from_static(b"x")).await.unwrap();
-    assert_eq!(&client.get("plain", key).await.unwrap()[..], b"x"); // learns epoch 1 settled
+    let (dir, net, client, before) = written_and_settled(key).await;
     // Every holder goes out: the object belongs on three other devices, which have nothing
     // yet. A delete reaching one of those first leaves a tombstone there, so the holders'
     // transfers lose to it and they drop their copies: asked after that, every device
@@ -749,13 +756,8 @@ async fn a_delete_while_data_moves_reaches_the_earlier_devices_before_the_copies
 
 #[tokio::test]
 async fn a_client_that_missed_a_map_reads_copies_only_that_map_placed() {
-    let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
-    let client = client(dir.path(), &net).await;
     let key = "missed";
-    let first = devices(&client, "plain", key, 0);
-    client.put("plain", key, Bytes::from_static(b"x")).await.unwrap();
-    assert_eq!(&client.get("plain", key).await.unwrap()[..], b"x"); // learns epoch 1 settled
+    let (dir, net, client, first) = written_and_settled(key).await;
     // Epoch 2 (which this client never loads) put the object on the other three devices, and
     // the servers moved it there; epoch 3 puts it back on the first three, and the servers
     // have not moved it back yet. Epochs 1 and 3 both place it where no copy is.
@@ -781,13 +783,8 @@ async fn a_client_that_missed_a_map_reads_copies_only_that_map_placed() {
 
 #[tokio::test]
 async fn a_device_removed_before_the_client_learned_the_servers_settled_is_not_asked() {
-    let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
-    let client = client(dir.path(), &net).await;
     let key = "removed";
-    let first = devices(&client, "plain", key, 0);
-    client.put("plain", key, Bytes::from_static(b"x")).await.unwrap();
-    assert_eq!(&client.get("plain", key).await.unwrap()[..], b"x"); // learns epoch 1 settled
+    let (dir, net, client, first) = written_and_settled(key).await;
     // And an object of a pool with choices whose home (the record's keeper) is that device.
     let chosen = (0..1000)
         .map(|i| format!("chosen-{i}"))
