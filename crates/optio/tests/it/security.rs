@@ -352,6 +352,8 @@ fn servers_sign_with_their_rotated_keys_without_a_restart() {
         let output = std::process::Command::new(crate::binary())
             .args(["auth", "rotate", server, "--grace", "0s", "--keyring"])
             .arg(&keyring)
+            // Its key file goes with the cluster, not into the working directory.
+            .current_dir(cluster.dir())
             .output()
             .expect("optio runs");
         assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
