@@ -85,9 +85,9 @@ fn parent(path: &Path) -> &Path {
 /// The largest piece object files are written in. Linux (6.x, ext4 with large folios) caches
 /// a file in folios as large as the writes that made them — up to 2 MiB for a 4 MiB object
 /// written at once — and ext4 walks every 4 KiB block of a folio on each write into it: a
-/// 4 KiB write into such a file took 10.6–11.3 µs against 3.1–3.7 µs into one written in
-/// 64 KiB pieces (docs/benchmarks.md), and a volume's random writes are exactly that, three
-/// times over (one per replica). Whole-object writes cost the same either way.
+/// 4 KiB write into such a file took 11.0–13.1 µs against 3.5 µs into one written in 64 KiB
+/// pieces (`scripts/bench-pwrite-folios.py`, docs/benchmarks.md), and a volume's random
+/// writes are exactly that, twice on each replica. Whole 4 MiB objects write no slower.
 pub const WRITE_PIECE_BYTES: usize = 64 << 10;
 
 /// Writes `bytes` at `offset` of `file` in pieces of at most [`WRITE_PIECE_BYTES`].

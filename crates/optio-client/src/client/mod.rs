@@ -152,7 +152,8 @@ struct View {
     /// The client does not know every map data may still be on: this is the first map it
     /// loaded (a client that starts during rebalancing), a map that followed such a one
     /// before the servers settled, a map more than one epoch after the one held (the client
-    /// missed one), or more than [`PREVIOUS_MAX`] maps came in a row without settling. While servers still move data for this epoch, a copy may be on any device.
+    /// missed one), or more than [`PREVIOUS_MAX`] maps came in a row without settling. While
+    /// servers still move data for this epoch, a copy may be on any device.
     previous_unknown: bool,
     /// The newest epoch every server reported done moving data for; shared by every view
     /// of one client.

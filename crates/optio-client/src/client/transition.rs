@@ -172,7 +172,8 @@ impl Client {
     ) -> Vec<DeviceId> {
         let mut devices = candidate.devices.clone();
         // A device an earlier map named but the current one no longer has (removed, which
-        // the CLI allows only once it holds nothing) cannot be asked and holds nothing.
+        // the CLI allows only once it holds no last copy) or gives no address cannot be
+        // asked.
         let reachable =
             |device: DeviceId| view.map.device(device).is_some_and(|d| d.addr.is_some());
         let mut add = |set: &ReplicaSet| {
