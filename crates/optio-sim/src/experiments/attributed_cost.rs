@@ -3,8 +3,10 @@
 //! counts), with `ring`, `crush` (straw2, one bucket) and `elastic` on the same nodes.
 //!
 //! Time: one thread places ids `0..ids` (each hashed to the engine's key, as an object-level
-//! pool does) through `PoolPlacement::place`; the best of `--runs` runs is reported, since
-//! other work on a shared machine only ever adds time. CRUSH at large sizes runs `--crush-ids`
+//! pool does, before the clock starts) through `PoolPlacement::place`, in id order — random
+//! places on the ring — or, with `--key-order sorted`, in ascending key order, the order
+//! libch-placement's benchmark looks its (random) ids up in; the best of `--runs` runs is
+//! reported, since other work on a shared machine only ever adds time. CRUSH at large sizes runs `--crush-ids`
 //! ids and is scaled to `--ids` (marked). Memory: the bytes of each engine's compiled lookup
 //! tables (`memory_bytes`), the structure a client keeps to place data.
 
@@ -78,19 +80,47 @@ pub struct Args {
     /// Skip CRUSH in Table 1 (its column shows '-'; `scripts/bench-lookups.sh` uses this).
     #[arg(long)]
     pub skip_crush: bool,
+    /// Order of the lookups in Table 1: `random` (ids in order, so keys at random places on
+    /// the ring) or `sorted` (keys ascending, as libch-placement's benchmark sorts its ids
+    /// before timing: neighbouring lookups share cache lines and branch outcomes).
+    #[arg(long, value_enum, default_value_t = KeyOrder::Random)]
+    pub key_order: KeyOrder,
 }
 
-/// Seconds to place `ids` ids (best of `runs`).
-fn time_pool(pool: PoolPlacement<'_>, placement: &Placement, ids: u32, runs: u32) -> f64 {
+/// The order Table 1's lookups run in.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyOrder {
+    /// Ids 0, 1, 2, … hashed: every lookup lands at a random place on the ring.
+    Random,
+    /// The same keys sorted ascending.
+    Sorted,
+}
+
+/// The keys of ids `0..ids` in pool `salt`, in `order`.
+fn keys(ids: u32, salt: u32, order: KeyOrder) -> Vec<u32> {
+    let mut keys: Vec<u32> = (0..ids).map(|i| hash32_2(i, salt)).collect();
+    if order == KeyOrder::Sorted {
+        keys.sort_unstable();
+    }
+    keys
+}
+
+/// Seconds to place `ids` ids in `order` (best of `runs`).
+fn time_pool(
+    pool: PoolPlacement<'_>,
+    placement: &Placement,
+    (ids, order): (u32, KeyOrder),
+    runs: u32,
+) -> f64 {
     let mut scratch = placement.scratch();
     let mut out = ReplicaSet::new();
-    let salt = pool.pool().id.0;
+    let keys = keys(ids, pool.pool().id.0, order);
     let mut best = f64::INFINITY;
     let mut sink = 0usize;
     for _ in 0..runs.max(1) {
         let start = Instant::now();
-        for i in 0..ids {
-            pool.place(hash32_2(i, salt), &mut scratch, &mut out);
+        for &key in &keys {
+            pool.place(key, &mut scratch, &mut out);
             sink = sink.wrapping_add(out.len());
         }
         best = best.min(start.elapsed().as_secs_f64());
@@ -99,20 +129,16 @@ fn time_pool(pool: PoolPlacement<'_>, placement: &Placement, ids: u32, runs: u32
     best
 }
 
-/// Seconds to place `ids` ids through an attributed ring's batch interface (best of `runs`),
-/// ids hashed to keys in the timed part as for single lookups.
-fn time_batch(pool: PoolPlacement<'_>, ids: u32, runs: u32) -> f64 {
+/// Seconds to place `ids` ids in `order` through an attributed ring's batch interface (best
+/// of `runs`).
+fn time_batch(pool: PoolPlacement<'_>, (ids, order): (u32, KeyOrder), runs: u32) -> f64 {
     let Some(ring) = pool.attributed() else { return f64::NAN };
-    let salt = pool.pool().id.0;
     let size = pool.pool().size as usize;
-    let mut keys = vec![0u32; ids as usize];
+    let keys = keys(ids, pool.pool().id.0, order);
     let mut out = vec![ReplicaSet::new(); ids as usize];
     let mut best = f64::INFINITY;
     for _ in 0..runs.max(1) {
         let start = Instant::now();
-        for (i, key) in keys.iter_mut().enumerate() {
-            *key = hash32_2(i as u32, salt);
-        }
         ring.place_batch(&keys, size, &mut out);
         best = best.min(start.elapsed().as_secs_f64());
     }
@@ -178,8 +204,14 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
         progress.start("table 1", args.nodes.len() as u64 * 4);
         let mut table = Table::new(
             &format!(
-                "Table 1: seconds to place {} ids x {} replicas, one thread (best of {}); paper values (for 100,000 ids) for reference",
-                args.ids, args.replicas, args.runs
+                "Table 1: seconds to place {} ids x {} replicas, one thread, keys in {} order (best of {}); paper values (for 100,000 ids) for reference",
+                args.ids,
+                args.replicas,
+                match args.key_order {
+                    KeyOrder::Random => "random",
+                    KeyOrder::Sorted => "sorted",
+                },
+                args.runs
             ),
             &[
                 "nodes",
@@ -207,14 +239,15 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
             let map = table1_map(count, args)?;
             let placement = Placement::new(&map)?;
             let pool = |id| placement.pool(PoolId(id)).expect("built with pools 1 to 3");
-            let attributed = time_pool(pool(1), &placement, args.ids, args.runs);
-            let batch = time_batch(pool(1), args.ids, args.runs);
+            let ids = (args.ids, args.key_order);
+            let attributed = time_pool(pool(1), &placement, ids, args.runs);
+            let batch = time_batch(pool(1), ids, args.runs);
             progress.advance(1);
-            let ring = time_pool(pool(2), &placement, args.ids, args.runs);
+            let ring = time_pool(pool(2), &placement, ids, args.runs);
             let ring_same =
-                placement.pool(PoolId(4)).map(|p| time_pool(p, &placement, args.ids, args.runs));
+                placement.pool(PoolId(4)).map(|p| time_pool(p, &placement, ids, args.runs));
             progress.advance(1);
-            let elastic = time_pool(pool(3), &placement, args.ids, args.runs);
+            let elastic = time_pool(pool(3), &placement, ids, args.runs);
             progress.advance(1);
             let attributed_bytes = pool(1).attributed().map_or(0, |r| r.memory_bytes());
             drop(placement);
@@ -227,8 +260,12 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
                 let crush_placement = Placement::new(&crush_map)?;
                 let crush_pool = crush_placement.pool(PoolId(1)).expect("pool 1");
                 Some(
-                    time_pool(crush_pool, &crush_placement, crush_ids, args.runs.min(3))
-                        * f64::from(args.ids)
+                    time_pool(
+                        crush_pool,
+                        &crush_placement,
+                        (crush_ids, args.key_order),
+                        args.runs.min(3),
+                    ) * f64::from(args.ids)
                         / f64::from(crush_ids),
                 )
             };
@@ -264,6 +301,7 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
             ]);
             json_time.push(json!({
                 "nodes": count,
+                "key_order": format!("{:?}", args.key_order).to_lowercase(),
                 "seconds": {"ring": ring, "ring_1g": ring_same, "crush": crush, "attributed": attributed, "attributed_batch": batch, "elastic": elastic},
                 "crush_ids_measured": crush_ids,
                 "paper_seconds": paper.map(|p| json!({"ch": p.1, "crush": p.2, "attributed": p.3})),
@@ -371,6 +409,19 @@ mod tests {
     use super::*;
     use crate::NoProgress;
 
+    /// Sorted keys are the random-order keys, ascending: the same lookups in another order.
+    #[test]
+    fn sorted_keys_are_the_same_keys_ascending() {
+        let random = keys(5000, 2, KeyOrder::Random);
+        let sorted = keys(5000, 2, KeyOrder::Sorted);
+        assert!(sorted.windows(2).all(|w| w[0] <= w[1]));
+        assert_ne!(random, sorted);
+        let mut again = random.clone();
+        again.sort_unstable();
+        assert_eq!(again, sorted);
+        assert_eq!(random[7], hash32_2(7, 2));
+    }
+
     #[test]
     fn small_run_reports_both_tables() {
         let args = Args {
@@ -384,6 +435,7 @@ mod tests {
             skip_memory: false,
             skip_time: false,
             skip_crush: false,
+            key_order: KeyOrder::Random,
         };
         let report = run(&args, &mut NoProgress).expect("runs");
         assert_eq!(report.tables.len(), 2);
@@ -398,6 +450,13 @@ mod tests {
         .expect("runs");
         assert!(no_crush.json["table1"][0]["seconds"]["crush"].is_null());
         assert!(no_crush.json["table1"][0]["seconds"]["ring"].as_f64().expect("number") > 0.0);
+        let sorted = run(
+            &Args { key_order: KeyOrder::Sorted, skip_memory: true, ..args.clone() },
+            &mut NoProgress,
+        )
+        .expect("runs");
+        assert_eq!(sorted.json["table1"][0]["key_order"], "sorted");
+        assert!(sorted.json["table1"][0]["seconds"]["elastic"].as_f64().expect("number") > 0.0);
         assert!(
             run(
                 &Args { memory_rows: vec!["10by16".into()], skip_time: true, ..args },
