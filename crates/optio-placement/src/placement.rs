@@ -92,9 +92,9 @@ impl<'m> Engines<'m> {
                 }))
             }
             EngineParams::Elastic(params) => {
-                PoolEngine::Elastic(shared(&mut self.elastic, *params, || {
-                    ElasticRing::new(map, params)
-                }))
+                let index = shared(&mut self.elastic, *params, || ElasticRing::new(map, params));
+                self.elastic[index].1.prepare(pool.size as usize);
+                PoolEngine::Elastic(index)
             }
         })
     }

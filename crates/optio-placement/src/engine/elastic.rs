@@ -175,7 +175,26 @@ pub struct ElasticRing {
     versions: Vec<VersionTable>,
     /// Every server active: where data belongs at full power (what rebalancing aims for).
     full_power: VersionTable,
+    /// Where [`place`](ElasticRing::place) puts keys now, per virtual node, for the replica
+    /// counts of the pools using this ring (see [`ElasticRing::prepare`]).
+    sets: Vec<Sets>,
 }
+
+/// The devices of every virtual node's replica set now (the latest version, devices' current
+/// states), for one replica count: a key's placement depends on the key only through its
+/// successor, so a lookup is the successor and one read. `replicas` device ids per virtual
+/// node, [`NONE`] after the last when fewer are available.
+#[derive(Clone, Debug)]
+struct Sets {
+    replicas: usize,
+    devices: Vec<u32>,
+}
+
+/// Most replicas per set [`ElasticRing::prepare`] compiles sets for.
+const SETS_REPLICAS_MAX: usize = 8;
+/// Most device ids [`ElasticRing::prepare`] stores for one replica count (64 MiB); rings
+/// beyond it place by walking the ring on every lookup.
+const SETS_ENTRIES_MAX: usize = 1 << 24;
 
 /// The version a placement is computed as of.
 #[derive(Clone, Copy)]
@@ -280,7 +299,34 @@ impl ElasticRing {
             primaries,
             versions,
             full_power,
+            sets: Vec::new(),
         }
+    }
+
+    /// Compiles every virtual node's replica set now for `replicas` copies (once per count),
+    /// so that [`place`](Self::place) with that count is a successor search and one read.
+    /// Costs `replicas` × 4 bytes per virtual node; skipped above [`SETS_REPLICAS_MAX`]
+    /// replicas or [`SETS_ENTRIES_MAX`] entries (such lookups walk the ring as before).
+    pub fn prepare(&mut self, replicas: usize) {
+        let Some(table) = self.versions.last() else { return };
+        let n = self.vnodes.len();
+        if replicas == 0
+            || replicas > SETS_REPLICAS_MAX
+            || n.saturating_mul(replicas) > SETS_ENTRIES_MAX
+            || self.sets.iter().any(|s| s.replicas == replicas)
+        {
+            return;
+        }
+        let view = View { table, now: true };
+        let mut devices = vec![NONE; n * replicas];
+        let mut out = ReplicaSet::new();
+        for (cursor, set) in devices.chunks_exact_mut(replicas).enumerate() {
+            self.place_from(view, cursor, replicas, &mut out);
+            for (slot, device) in set.iter_mut().zip(out.as_slice()) {
+                *slot = *device as u32;
+            }
+        }
+        self.sets.push(Sets { replicas, devices });
     }
 
     /// Number of virtual nodes.
@@ -325,6 +371,7 @@ impl ElasticRing {
             + self.device_ids.capacity() * 4
             + self.usable.capacity()
             + self.versions.iter().map(|v| 48 + v.bits.capacity() * 8).sum::<usize>()
+            + self.sets.iter().map(|s| s.devices.capacity() * 4).sum::<usize>()
     }
 
     /// The first virtual node at or after `key` (wrapping).
@@ -338,6 +385,20 @@ impl ElasticRing {
     /// secondaries are active and a primary is.
     #[inline]
     pub fn place(&self, key: u32, replicas: usize, out: &mut ReplicaSet) {
+        if let Some(sets) = self.sets.iter().find(|s| s.replicas == replicas) {
+            out.clear();
+            if self.vnodes.is_empty() {
+                return;
+            }
+            let first = self.successor(key) * replicas;
+            for &device in &sets.devices[first..first + replicas] {
+                if device == NONE {
+                    break;
+                }
+                out.push(device as i32);
+            }
+            return;
+        }
         match self.versions.last() {
             Some(table) => self.place_in(View { table, now: true }, key, replicas, out),
             None => out.clear(),
@@ -377,6 +438,17 @@ impl ElasticRing {
     #[inline]
     fn place_in(&self, view: View<'_>, key: u32, replicas: usize, out: &mut ReplicaSet) {
         out.clear();
+        if self.vnodes.is_empty() {
+            return;
+        }
+        self.place_from(view, self.successor(key), replicas, out);
+    }
+
+    /// Algorithm 1 as of `view` for a key whose successor is virtual node `cursor`: the
+    /// placement depends on the key only through it.
+    #[inline]
+    fn place_from(&self, view: View<'_>, mut cursor: usize, replicas: usize, out: &mut ReplicaSet) {
+        out.clear();
         let (active_primaries, active_secondaries) =
             if view.now { view.table.counts_now } else { view.table.counts };
         let wanted =
@@ -387,7 +459,6 @@ impl ElasticRing {
         let mut chosen = [u32::MAX; REPLICAS_MAX];
         let mut has_primary = false;
         let mut secondaries = 0u32;
-        let mut cursor = self.successor(key);
         let n = self.vnodes.len();
         for replica in 0..wanted {
             let mut class = if has_primary {
@@ -679,6 +750,61 @@ mod tests {
     use crate::crush::hash::hash32_2;
     use crate::ids::PoolId;
     use crate::map::{EngineSpec, MembershipVersion};
+
+    proptest::proptest! {
+        /// With prepared sets, `place` gives what the walk gives, for any key, replica count,
+        /// mix of unusable servers and latest version (first ranks, or any set of devices).
+        #[test]
+        fn prepared_sets_place_as_the_walk_does(
+            servers in 2u32..40,
+            primaries in 1u32..6,
+            usable in proptest::collection::vec(proptest::bool::weighted(0.8), 40),
+            active in proptest::collection::vec(proptest::bool::weighted(0.7), 40),
+            first in 1u32..40,
+            by_devices in proptest::bool::ANY,
+            replicas in 1usize..7,
+            keys in proptest::collection::vec(proptest::num::u32::ANY, 64),
+        ) {
+            let ids: Vec<u32> = (0..servers).map(|i| i * 3 + 1).collect();
+            let latest = if by_devices {
+                let chosen = ids.iter().zip(&active).filter(|(_, a)| **a);
+                ActiveSet::Devices(chosen.map(|(d, _)| DeviceId(*d)).collect())
+            } else {
+                ActiveSet::FirstRanks(first.min(servers))
+            };
+            let membership = Membership {
+                order: ids.iter().map(|d| DeviceId(*d)).collect(),
+                versions: vec![
+                    MembershipVersion { version: 1, active: ActiveSet::All },
+                    MembershipVersion { version: 2, active: latest },
+                ],
+            };
+            let params = ElasticParams { primaries, scale: 300 };
+            let walk = ElasticRing::from_ranks(
+                ids.clone(),
+                usable[..servers as usize].to_vec(),
+                &params,
+                &membership,
+            );
+            let mut prepared = walk.clone();
+            prepared.prepare(replicas);
+            proptest::prop_assert_eq!(prepared.sets.len(), 1);
+            prepared.prepare(replicas);
+            proptest::prop_assert_eq!(prepared.sets.len(), 1, "compiled once per count");
+            let at_vnodes = walk.vnodes.iter().flat_map(|v| {
+                [v.position, v.position.wrapping_add(1), v.position.wrapping_sub(1)]
+            });
+            for key in keys.iter().copied().chain(at_vnodes).chain([0, u32::MAX]) {
+                for r in [replicas, replicas + 1] {
+                    proptest::prop_assert_eq!(
+                        place(&prepared, key, r),
+                        place(&walk, key, r),
+                        "key {} replicas {}", key, r
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn p_is_n_over_e_squared_rounded_up() {
