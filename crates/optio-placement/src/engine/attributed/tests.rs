@@ -659,3 +659,23 @@ fn adding_a_device_changes_only_keys_of_the_sectors_it_joins() {
 fn device_capacity(id: u32) -> u64 {
     device(id, 4).capacity_bytes.expect("set")
 }
+
+/// Each index bucket's slot hint is where the slots of its first sector begin (the lookup
+/// reads there early; a wrong hint would cost only speed, so only this test would notice).
+#[test]
+fn slot_hints_point_at_each_buckets_first_sector() {
+    for devices in [3, 17, 60] {
+        let ring = compile(&builder(devices, 3).pool(pool(false)).build().expect("valid map"));
+        let starts = ring.index.starts();
+        assert_eq!(ring.slot_hints.len(), starts.len());
+        for (bucket, (&sector, &hint)) in starts.iter().zip(&ring.slot_hints).enumerate() {
+            let sector = sector as usize;
+            let expected = if sector < ring.sector_count() {
+                ring.sector_range(sector).0
+            } else {
+                ring.slots.len()
+            };
+            assert_eq!(hint as usize, expected, "{devices} devices, bucket {bucket}");
+        }
+    }
+}
