@@ -6,9 +6,10 @@
 //! pool does, before the clock starts) through `PoolPlacement::place`, in id order — random
 //! places on the ring — or, with `--key-order sorted`, in ascending key order, the order
 //! libch-placement's benchmark looks its (random) ids up in; the best of `--runs` runs is
-//! reported, since other work on a shared machine only ever adds time. CRUSH at large sizes runs `--crush-ids`
-//! ids and is scaled to `--ids` (marked). Memory: the bytes of each engine's compiled lookup
-//! tables (`memory_bytes`), the structure a client keeps to place data.
+//! reported, since other work on a shared machine only ever adds time. CRUSH at large sizes
+//! runs `--crush-ids` ids and is scaled to `--ids` (marked). Memory: the bytes of each
+//! engine's compiled lookup tables (`memory_bytes`), the structure a client keeps to place
+//! data.
 
 use std::time::Instant;
 
