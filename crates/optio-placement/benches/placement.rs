@@ -146,6 +146,26 @@ fn build(c: &mut Criterion) {
     group.finish();
 }
 
+/// Compiling a map whose one pool is elastic (B = 65,536, 3 replicas): what every server and
+/// client pays on each new epoch, the replica sets of `ElasticRing::prepare` included.
+fn compile_elastic(c: &mut Criterion) {
+    let mut group = c.benchmark_group("compile_elastic");
+    group.sample_size(10);
+    for nodes in [64u32, 4096] {
+        let mut builder = ClusterMapBuilder::new();
+        for id in 0..nodes {
+            builder = builder.device(DeviceSpec::new(id).capacity(1 << 40));
+        }
+        let mut pool = PoolSpec::crush(1, "elastic", 0, 3);
+        pool.engine = EngineRef::elastic();
+        let map = builder.pool(pool).build().expect("valid map");
+        group.bench_function(format!("{nodes}"), |b| {
+            b.iter(|| black_box(Placement::new(&map).expect("compiles")))
+        });
+    }
+    group.finish();
+}
+
 const GIB: u64 = 1 << 30;
 
 /// The attributed-CH paper's simulation nodes: half ⟨4096 GB, 146 MB/s, zone0⟩ (HDD), half
@@ -244,5 +264,5 @@ fn table1(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, crush, ring, build, table1);
+criterion_group!(benches, crush, ring, build, compile_elastic, table1);
 criterion_main!(benches);
