@@ -15,6 +15,7 @@
 
 mod chunks;
 pub mod exposition;
+mod frames;
 pub use chunks::Chunks;
 pub mod throttle;
 pub mod tls;
@@ -274,6 +275,27 @@ impl Op<'_> {
         }
     }
 
+    /// Whether the request and its answer are small enough to go in frames (see
+    /// [`optio_proto::frames`]): probes, ranged reads, writes in place, flushes, deletes and
+    /// choice records. Whole objects (reads, writes, catching up) and listings go over
+    /// HTTP/1.1, which streams them.
+    pub fn fits_a_frame(&self) -> bool {
+        let limit = optio_proto::frames::BODY_BYTES_MAX as u64;
+        match self {
+            Op::Probe { .. }
+            | Op::Sync
+            | Op::Delete { .. }
+            | Op::GetRecord { .. }
+            | Op::PutRecord { .. }
+            | Op::DeleteRecord { .. } => true,
+            Op::Get { range, .. } => {
+                range.is_some_and(|(start, end)| end.saturating_sub(start) < limit)
+            }
+            Op::WriteAt { data, .. } => (data.len() as u64) < limit,
+            Op::Fetch { .. } | Op::Put { .. } | Op::List(_) => false,
+        }
+    }
+
     /// Objects or choice records.
     pub fn area(&self) -> Area {
         match self {
@@ -464,6 +486,18 @@ pub struct HttpTransport {
     /// Each server address's URL (`scheme://addr/`), parsed once: a request's URL is that with
     /// its path set, which skips parsing and IDNA-checking the host on every request.
     bases: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, reqwest::Url>>>,
+    /// Frames connections (see [`optio_proto::frames`]), for the requests that fit a frame;
+    /// none: everything over HTTP/1.1 (TLS, or `OPTIO_FRAMES=0`).
+    frames: Option<std::sync::Arc<frames::Frames>>,
+}
+
+/// The environment variable that turns frames off (`0`): every request over HTTP/1.1.
+pub const FRAMES_ENV: &str = "OPTIO_FRAMES";
+
+/// Frames connections, unless [`FRAMES_ENV`] is `0`.
+fn frames_unless_disabled() -> Option<std::sync::Arc<frames::Frames>> {
+    let disabled = std::env::var(FRAMES_ENV).is_ok_and(|v| v.trim() == "0");
+    (!disabled).then(Default::default)
 }
 
 /// Server addresses whose URLs are kept (past it the cache starts again).
@@ -471,6 +505,15 @@ const BASES_KEPT: usize = 4096;
 
 /// The identity a transport signs with, replaceable while it runs.
 type Signer = std::sync::Arc<std::sync::RwLock<std::sync::Arc<optio_proto::auth::Credentials>>>;
+
+/// The path and query of `url`, as they go on the wire (as the URL parser normalised them):
+/// what is signed.
+fn path_and_query(url: &reqwest::Url) -> String {
+    match url.query() {
+        Some(query) => format!("{}?{query}", url.path()),
+        None => url.path().to_string(),
+    }
+}
 
 /// A request's URL, parsed once (for the request and for its signature).
 fn parse_url(text: &str) -> Result<reqwest::Url, Failure> {
@@ -522,6 +565,7 @@ impl HttpTransport {
                     scheme: "https",
                     hashes: Default::default(),
                     bases: Default::default(),
+                    frames: None,
                 }
             }
         };
@@ -568,19 +612,27 @@ impl HttpTransport {
         for (name, value) in headers {
             request = request.header(*name, value);
         }
-        let Some(credentials) = self.credentials() else { return request };
-        // Sign the path as it goes on the wire (as the URL parser normalised it).
-        let path = match url.query() {
-            Some(query) => format!("{}?{query}", url.path()),
-            None => url.path().to_string(),
-        };
+        match self.signature(method, url, headers) {
+            Some(signature) => request.header(optio_proto::auth::AUTH_HEADER, signature),
+            None => request,
+        }
+    }
+
+    /// The signature of a request of `method` to `url` whose signed headers are `headers`
+    /// (none: this transport does not sign).
+    fn signature(
+        &self,
+        method: &str,
+        url: &reqwest::Url,
+        headers: &[(&str, String)],
+    ) -> Option<String> {
+        let credentials = self.credentials()?;
         let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        request
-            .header(optio_proto::auth::AUTH_HEADER, credentials.sign(method, &path, &pairs, now_ms))
+        Some(credentials.sign(method, &path_and_query(url), &pairs, now_ms))
     }
 
     /// The BLAKE3 hash of `data` (whose CRC-32C is `crc`), computed once per buffer (a write
@@ -614,6 +666,7 @@ impl HttpTransport {
             scheme: "http",
             hashes: Default::default(),
             bases: Default::default(),
+            frames: frames_unless_disabled(),
         })
     }
 
@@ -647,33 +700,68 @@ impl HttpTransport {
             self.url_of(&call.endpoint.addr, &call.path()).map_err(|failure| (failure, None))?;
         let absent_is_an_answer = call.op.absent_is_an_answer();
         let method = call.op.method();
-        let mut request = self.http.request(method.clone(), url.clone());
         let mut headers = call.op.headers();
         headers.push((wire::EPOCH, call.epoch.to_string()));
+        let mut body = None;
         if let Op::Put { data, checksum, .. } | Op::WriteAt { data, checksum, .. } = &call.op {
             if self.credentials.is_some() {
                 let hash = self.body_hash(data, *checksum);
                 headers.push((optio_proto::auth::CONTENT_HASH_HEADER, hash));
             }
-            request = request.body(data.clone());
+            body = Some(data.clone());
         }
-        let request = self.signed(request, method.as_str(), &url, &headers);
+        let signature = self.signature(method.as_str(), &url, &headers);
         let key = call.op.key();
-        let response = request.send().await.map_err(|e| (no_answer(&e), None))?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
+        let mut framed = None;
+        if let Some(frames) = self.frames.as_ref().filter(|_| call.op.fits_a_frame()) {
+            let path = path_and_query(&url);
+            let mut pairs: Vec<(&str, &str)> =
+                headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            if let Some(signature) = &signature {
+                pairs.push((optio_proto::auth::AUTH_HEADER, signature));
+            }
+            let sent =
+                frames.send(&call.endpoint.addr, method.as_str(), &path, &pairs, body.as_ref());
+            match sent.await {
+                Ok(answer) => framed = Some(answer),
+                Err(frames::NotSent::Unsupported) => {}
+                Err(frames::NotSent::Failed(failure)) => return Err((failure, None)),
+            }
+        }
+        let (status, headers, body) = match framed {
+            Some(answer) => (answer.status, answer.headers, Chunks::from(answer.body)),
+            None => {
+                let mut request = self.http.request(method.clone(), url);
+                for (name, value) in &headers {
+                    request = request.header(*name, value);
+                }
+                if let Some(signature) = signature {
+                    request = request.header(optio_proto::auth::AUTH_HEADER, signature);
+                }
+                if let Some(body) = body {
+                    request = request.body(body);
+                }
+                let mut response = request.send().await.map_err(|e| (no_answer(&e), None))?;
+                let status = response.status().as_u16();
+                let headers = response.headers().clone();
+                let metrics = headers
+                    .get(wire::METRICS)
+                    .and_then(|m| m.to_str().ok())
+                    .and_then(DeviceMetrics::from_header);
+                let mut body = Chunks::default();
+                while let Some(chunk) = response
+                    .chunk()
+                    .await
+                    .map_err(|e| (Failure::Unreachable(error_chain(&e)), metrics.clone()))?
+                {
+                    body.push(chunk);
+                }
+                (status, headers, body)
+            }
+        };
         let text =
             |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
         let metrics = text(wire::METRICS).and_then(|m| DeviceMetrics::from_header(&m));
-        let mut response = response;
-        let mut body = Chunks::default();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| (Failure::Unreachable(error_chain(&e)), metrics.clone()))?
-        {
-            body.push(chunk);
-        }
         if status >= 400 && !(status == 404 && absent_is_an_answer && text(wire::ERROR).is_none()) {
             let parsed: Option<ErrorBody> = serde_json::from_slice(&body.to_bytes()).ok();
             let kind =

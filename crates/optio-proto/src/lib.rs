@@ -42,6 +42,7 @@ pub mod blocks;
 pub mod body;
 pub mod choice;
 mod error;
+pub mod frames;
 mod header;
 pub mod hex;
 mod key;

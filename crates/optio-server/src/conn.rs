@@ -146,13 +146,15 @@ enum Phase {
 }
 
 /// One connection's phase, shared by its I/O, its service and its task.
-struct Connection {
+pub(crate) struct Connection {
     phase: Mutex<Phase>,
     /// Wakes the connection's task: its phase changed, it is asked to close, or the server
     /// stops.
     wake: Notify,
     /// The accept loop asks it to make room.
     evict: AtomicBool,
+    /// The connection asked to be upgraded to frames (see [`crate::frames`]).
+    upgrade: Mutex<Option<hyper::upgrade::OnUpgrade>>,
 }
 
 impl Connection {
@@ -161,6 +163,7 @@ impl Connection {
             phase: Mutex::new(Phase::Head(Instant::now())),
             wake: Notify::new(),
             evict: AtomicBool::new(false),
+            upgrade: Mutex::new(None),
         }
     }
 
@@ -179,7 +182,7 @@ impl Connection {
     }
 
     /// A request's headers are in: busy until the guard (held by the answer's body) drops.
-    fn busy(self: &Arc<Self>) -> BusyGuard {
+    pub(crate) fn busy(self: &Arc<Self>) -> BusyGuard {
         let mut phase = self.phase.lock().expect("the phase lock is never poisoned");
         *phase = match *phase {
             Phase::Busy(n) => Phase::Busy(n + 1),
@@ -207,7 +210,7 @@ impl Connection {
 }
 
 /// Marks the end of a request when dropped.
-struct BusyGuard(Arc<Connection>);
+pub(crate) struct BusyGuard(Arc<Connection>);
 
 impl Drop for BusyGuard {
     fn drop(&mut self) {
@@ -309,6 +312,10 @@ pub(crate) async fn serve(
                 }
             },
         };
+        // Answers go out at once: a connection upgraded to frames carries many answers at a
+        // time, and Nagle's algorithm would hold a small one back until the client
+        // acknowledged the one before (the client delays its acknowledgements).
+        let _ = stream.set_nodelay(true);
         let Some(permit) = admit(&permits, &registry, limits.max_connections).await else {
             drop(stream);
             continue;
@@ -419,6 +426,7 @@ async fn serve_connection<S>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let io = TokioIo::new(Watched { inner: stream, connection: connection.clone() });
+    let context = crate::frames::Context { router: router.clone(), plaintext, peer: peer.clone() };
     let service = Service {
         router,
         connection: connection.clone(),
@@ -426,7 +434,8 @@ async fn serve_connection<S>(
         plaintext,
         peer,
     };
-    let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
+    let conn =
+        hyper::server::conn::http1::Builder::new().serve_connection(io, service).with_upgrades();
     tokio::pin!(conn);
     let mut stopped = *stopping.borrow();
     if stopped {
@@ -438,6 +447,17 @@ async fn serve_connection<S>(
             result = conn.as_mut() => {
                 if let Err(error) = result {
                     tracing::debug!(%error, "connection ended");
+                    return;
+                }
+                let upgrade = connection.upgrade.lock().expect("the upgrade lock is never poisoned").take();
+                if let Some(upgrade) = upgrade {
+                    match upgrade.await {
+                        Ok(upgraded) => {
+                            let io = TokioIo::new(upgraded);
+                            crate::frames::serve(io, context, connection, limits, stopping).await;
+                        }
+                        Err(error) => tracing::debug!(%error, "the upgrade to frames failed"),
+                    }
                 }
                 return;
             }
@@ -458,6 +478,44 @@ async fn serve_connection<S>(
         if connection.evict.load(Ordering::Relaxed) {
             if connection.quiet_since().is_some() {
                 tracing::debug!("at the connection limit: closed the connection idle the longest");
+                return;
+            }
+            connection.evict.store(false, Ordering::Relaxed); // busy after all
+        }
+    }
+}
+
+/// Returns when a connection that serves frames should close: its phase timed out, the
+/// connection limit needs its place while it is quiet, or the server stops.
+pub(crate) async fn watch_quiet(
+    connection: &Connection,
+    limits: &Limits,
+    mut stopping: watch::Receiver<bool>,
+) {
+    loop {
+        if *stopping.borrow() {
+            return;
+        }
+        let deadline = connection.deadline(limits);
+        tokio::select! {
+            () = sleep_until(deadline) => {
+                if connection.deadline(limits).is_some_and(|d| d <= Instant::now()) {
+                    tracing::debug!(phase = ?connection.phase(), "frames connection timed out: closed");
+                    return;
+                }
+            }
+            () = connection.wake.notified() => {}
+            changed = stopping.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+        if connection.evict.load(Ordering::Relaxed) {
+            if connection.quiet_since().is_some() {
+                tracing::debug!(
+                    "at the connection limit: closed the frames connection idle the longest"
+                );
                 return;
             }
             connection.evict.store(false, Ordering::Relaxed); // busy after all
@@ -543,8 +601,20 @@ impl hyper::service::Service<Request<Incoming>> for Service {
     type Error = Infallible;
     type Future = ServiceFuture;
 
-    fn call(&self, request: Request<Incoming>) -> ServiceFuture {
+    fn call(&self, mut request: Request<Incoming>) -> ServiceFuture {
         let guard = self.connection.busy();
+        if wants_frames(&request) {
+            let upgrade = hyper::upgrade::on(&mut request);
+            *self.connection.upgrade.lock().expect("the upgrade lock is never poisoned") =
+                Some(upgrade);
+            let answer = Response::builder()
+                .status(axum::http::StatusCode::SWITCHING_PROTOCOLS)
+                .header(axum::http::header::CONNECTION, "upgrade")
+                .header(axum::http::header::UPGRADE, optio_proto::frames::PROTOCOL)
+                .body(Answer { inner: axum::body::Body::empty(), _busy: guard })
+                .expect("a valid answer");
+            return Box::pin(async move { Ok(answer) });
+        }
         let timeout = self.body_timeout;
         let mut request = request
             .map(|body| axum::body::Body::new(TimedBody { inner: body, timeout, sleep: None }));
@@ -561,6 +631,16 @@ impl hyper::service::Service<Request<Incoming>> for Service {
             Ok(response.map(|body| Answer { inner: body, _busy: guard }))
         })
     }
+}
+
+/// Whether `request` asks to upgrade its connection to frames (`GET /v1/frames`,
+/// `Upgrade: optio-frames/1`).
+fn wants_frames<B>(request: &Request<B>) -> bool {
+    request.method() == axum::http::Method::GET
+        && request.uri().path() == optio_proto::frames::UPGRADE_PATH
+        && request.headers().get(axum::http::header::UPGRADE).is_some_and(|v| {
+            v.as_bytes().eq_ignore_ascii_case(optio_proto::frames::PROTOCOL.as_bytes())
+        })
 }
 
 /// A request body that fails with [`BodyTimeout`] when the client sends nothing for the

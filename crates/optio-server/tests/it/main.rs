@@ -8,6 +8,7 @@ mod choices;
 mod connections;
 mod durability;
 mod epochs;
+mod frames;
 mod permissions;
 
 use std::collections::HashMap;

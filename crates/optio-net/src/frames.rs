@@ -1,0 +1,403 @@
+//! The client side of frames (see [`optio_proto::frames`]): one connection per server,
+//! upgraded from HTTP/1.1, with every request sent as a frame and answered in any order.
+//!
+//! A connection is opened on the first request to a server and kept; a task reads its answers
+//! and hands each to the request waiting for it. When it breaks (the server died, restarted or
+//! closed it when idle), every request in flight on it fails as [`Failure::Dropped`] — sent,
+//! perhaps applied, never answered: the caller sends it again, which opens a new connection.
+//! A server that does not take the upgrade (an older one) is asked again after
+//! [`UNSUPPORTED_RETRY`], over HTTP/1.1 meanwhile.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use optio_proto::frames::{self, PREFIX_BYTES};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::oneshot;
+
+use crate::{CONNECT_TIMEOUT, Failure, REQUEST_TIMEOUT};
+
+/// How long a server that refused the upgrade is talked to over HTTP/1.1 before it is asked
+/// again.
+pub const UNSUPPORTED_RETRY: Duration = Duration::from_secs(60);
+/// The longest answer to the upgrade request read.
+const UPGRADE_ANSWER_BYTES_MAX: usize = 8 << 10;
+/// Bytes read from a connection's socket at once.
+const READ_BUFFER_BYTES: usize = 64 << 10;
+/// Bodies up to this size are copied behind their frame's head (one write); larger ones are
+/// written after it.
+const INLINE_BODY_BYTES_MAX: usize = 64 << 10;
+
+/// An answer as it came: status, headers and body.
+pub(crate) struct RawAnswer {
+    pub(crate) status: u16,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+}
+
+/// Why a request did not go over frames.
+pub(crate) enum NotSent {
+    /// The server does not take frames: send it over HTTP/1.1.
+    Unsupported,
+    /// It failed.
+    Failed(Failure),
+}
+
+/// Frames connections, one per server address.
+#[derive(Default)]
+pub(crate) struct Frames {
+    open: RwLock<HashMap<String, Arc<Connection>>>,
+    /// One connection attempt per address at a time.
+    dialing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Addresses that refused the upgrade, and when.
+    unsupported: Mutex<HashMap<String, Instant>>,
+}
+
+impl std::fmt::Debug for Frames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let open = self.open.read().map(|o| o.len()).unwrap_or(0);
+        f.debug_struct("Frames").field("open", &open).finish()
+    }
+}
+
+/// Connections kept at most (past it the least useful are dropped: the whole table).
+const CONNECTIONS_KEPT: usize = 4096;
+
+impl Frames {
+    /// Sends a request to the server at `addr` and waits for its answer.
+    pub(crate) async fn send(
+        &self,
+        addr: &str,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&Bytes>,
+    ) -> Result<RawAnswer, NotSent> {
+        let connection = self.connection(addr).await?;
+        connection.send(method, path, headers, body).await.map_err(NotSent::Failed)
+    }
+
+    async fn connection(&self, addr: &str) -> Result<Arc<Connection>, NotSent> {
+        if let Some(connection) = self.alive(addr) {
+            return Ok(connection);
+        }
+        if self
+            .unsupported
+            .lock()
+            .expect("unsupported lock")
+            .get(addr)
+            .is_some_and(|at| at.elapsed() < UNSUPPORTED_RETRY)
+        {
+            return Err(NotSent::Unsupported);
+        }
+        let dial =
+            self.dialing.lock().expect("dialing lock").entry(addr.to_string()).or_default().clone();
+        let _dialing = dial.lock().await;
+        if let Some(connection) = self.alive(addr) {
+            return Ok(connection);
+        }
+        let connection = match Connection::open(addr).await {
+            Ok(connection) => Arc::new(connection),
+            Err(NotSent::Unsupported) => {
+                self.unsupported
+                    .lock()
+                    .expect("unsupported lock")
+                    .insert(addr.to_string(), Instant::now());
+                return Err(NotSent::Unsupported);
+            }
+            Err(failure) => return Err(failure),
+        };
+        let mut open = self.open.write().expect("open lock");
+        if open.len() >= CONNECTIONS_KEPT {
+            open.clear();
+        }
+        open.insert(addr.to_string(), connection.clone());
+        Ok(connection)
+    }
+
+    fn alive(&self, addr: &str) -> Option<Arc<Connection>> {
+        let open = self.open.read().expect("open lock");
+        open.get(addr).filter(|c| c.shared.alive.load(Ordering::Acquire)).cloned()
+    }
+}
+
+/// Requests waiting for their answers, by id.
+type Pending = HashMap<u64, oneshot::Sender<RawAnswer>>;
+
+/// What a connection and its reading task share.
+struct Shared {
+    pending: Mutex<Pending>,
+    alive: AtomicBool,
+    /// Why it broke.
+    broken: Mutex<Option<String>>,
+}
+
+impl Shared {
+    /// Marks the connection broken: the requests in flight fail as dropped.
+    fn break_with(&self, reason: String) {
+        self.alive.store(false, Ordering::Release);
+        self.broken.lock().expect("broken lock").get_or_insert(reason);
+        // Dropping the senders wakes every waiting request.
+        self.pending.lock().expect("pending lock").clear();
+    }
+
+    fn reason(&self) -> String {
+        self.broken.lock().expect("broken lock").clone().unwrap_or_else(|| "closed".to_string())
+    }
+}
+
+struct Connection {
+    addr: String,
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    reading: tokio::task::AbortHandle,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reading.abort();
+    }
+}
+
+impl Connection {
+    /// Connects to `addr` and upgrades the connection to frames.
+    async fn open(addr: &str) -> Result<Connection, NotSent> {
+        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return Err(NotSent::Failed(Failure::NotRunning(format!(
+                    "connect to {addr}: {error}"
+                ))));
+            }
+            Ok(Err(error)) => {
+                return Err(NotSent::Failed(Failure::Unreachable(format!(
+                    "connect to {addr}: {error}"
+                ))));
+            }
+            Err(_) => {
+                return Err(NotSent::Failed(Failure::Unreachable(format!(
+                    "connect to {addr}: no answer within {} s",
+                    CONNECT_TIMEOUT.as_secs_f64()
+                ))));
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (reader, mut writer) = stream.into_split();
+        let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
+        let upgrade = async {
+            let request = format!(
+                "GET {} HTTP/1.1\r\nhost: {addr}\r\nconnection: upgrade\r\nupgrade: {}\r\n\r\n",
+                frames::UPGRADE_PATH,
+                frames::PROTOCOL
+            );
+            writer.write_all(request.as_bytes()).await?;
+            read_upgrade_answer(&mut reader).await
+        };
+        let switched = match tokio::time::timeout(CONNECT_TIMEOUT, upgrade).await {
+            Ok(Ok(switched)) => switched,
+            Ok(Err(error)) => {
+                return Err(NotSent::Failed(Failure::Dropped(format!(
+                    "upgrade at {addr}: {error}"
+                ))));
+            }
+            Err(_) => {
+                return Err(NotSent::Failed(Failure::Unreachable(format!(
+                    "upgrade at {addr}: no answer within {} s",
+                    CONNECT_TIMEOUT.as_secs_f64()
+                ))));
+            }
+        };
+        if !switched {
+            return Err(NotSent::Unsupported);
+        }
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            alive: AtomicBool::new(true),
+            broken: Mutex::new(None),
+        });
+        let reading = tokio::spawn(read_answers(reader, shared.clone(), addr.to_string()));
+        Ok(Connection {
+            addr: addr.to_string(),
+            writer: tokio::sync::Mutex::new(writer),
+            shared,
+            next_id: AtomicU64::new(0),
+            reading: reading.abort_handle(),
+        })
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&Bytes>,
+    ) -> Result<RawAnswer, Failure> {
+        let body_len = body.map_or(0, Bytes::len);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut frame = Vec::with_capacity(512 + body_len.min(INLINE_BODY_BYTES_MAX));
+        frames::encode_request(&mut frame, id, method, path, headers.iter().copied(), body_len)
+            .map_err(|e| Failure::Malformed(format!("cannot frame the request: {e}")))?;
+        let (sender, receiver) = oneshot::channel();
+        self.shared.pending.lock().expect("pending lock").insert(id, sender);
+        // Forgets the request if it is dropped unanswered (cancelled or timed out).
+        let _waiting = Waiting { shared: &self.shared, id };
+        if !self.shared.alive.load(Ordering::Acquire) {
+            return Err(Failure::Dropped(format!(
+                "frames connection to {}: {}",
+                self.addr,
+                self.shared.reason()
+            )));
+        }
+        {
+            let mut writer = self.writer.lock().await;
+            // A frame written in part breaks the connection for everyone: a request dropped
+            // while writing (cancelled) breaks it explicitly.
+            let mut torn = Torn { shared: &self.shared, armed: true };
+            let written = async {
+                match body {
+                    Some(body) if body.len() <= INLINE_BODY_BYTES_MAX => {
+                        frame.extend_from_slice(body);
+                        writer.write_all(&frame).await
+                    }
+                    Some(body) => {
+                        writer.write_all(&frame).await?;
+                        writer.write_all(body).await
+                    }
+                    None => writer.write_all(&frame).await,
+                }
+            };
+            if let Err(error) = written.await {
+                self.shared.break_with(format!("sending failed: {error}"));
+                return Err(Failure::Dropped(format!(
+                    "frames connection to {}: {error}",
+                    self.addr
+                )));
+            }
+            torn.armed = false;
+        }
+        match tokio::time::timeout(REQUEST_TIMEOUT, receiver).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) => Err(Failure::Dropped(self.shared.reason())),
+            Err(_) => Err(Failure::Unreachable(format!(
+                "no answer from {} within {} s",
+                self.addr,
+                REQUEST_TIMEOUT.as_secs_f64()
+            ))),
+        }
+    }
+}
+
+/// Removes a request's entry when it goes away unanswered.
+struct Waiting<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.shared.pending.lock().expect("pending lock").remove(&self.id);
+    }
+}
+
+/// Breaks the connection if dropped while armed (a frame written in part).
+struct Torn<'a> {
+    shared: &'a Shared,
+    armed: bool,
+}
+
+impl Drop for Torn<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.break_with("a request was cancelled while it was being sent".into());
+        }
+    }
+}
+
+/// Reads the answer to the upgrade request: whether it is `101 Switching Protocols`.
+async fn read_upgrade_answer(reader: &mut BufReader<OwnedReadHalf>) -> std::io::Result<bool> {
+    let mut line = Vec::new();
+    let mut total = 0usize;
+    let mut status = None;
+    loop {
+        line.clear();
+        let n = (&mut *reader)
+            .take((UPGRADE_ANSWER_BYTES_MAX - total) as u64)
+            .read_until(b'\n', &mut line)
+            .await?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "closed during the upgrade",
+            ));
+        }
+        total += n;
+        if !line.ends_with(b"\n") {
+            return Err(std::io::Error::other("the answer to the upgrade is too long"));
+        }
+        if status.is_none() {
+            let text = String::from_utf8_lossy(&line);
+            let mut words = text.split_whitespace();
+            status = Some(match (words.next(), words.next()) {
+                (Some(version), Some(code)) if version.starts_with("HTTP/1.") => code == "101",
+                _ => {
+                    return Err(std::io::Error::other(format!(
+                        "not an HTTP answer: {:?}",
+                        text.trim()
+                    )));
+                }
+            });
+            continue;
+        }
+        if line == b"\r\n" || line == b"\n" {
+            // (Another answer's body, if any, is not read: the connection is dropped.)
+            return Ok(status.unwrap_or(false));
+        }
+    }
+}
+
+/// Reads answers and hands each to its request, until the connection breaks.
+async fn read_answers(mut reader: BufReader<OwnedReadHalf>, shared: Arc<Shared>, addr: String) {
+    let reason = loop {
+        match read_answer(&mut reader).await {
+            Ok((id, answer)) => {
+                let sender = shared.pending.lock().expect("pending lock").remove(&id);
+                // None: a request that was cancelled or timed out.
+                if let Some(sender) = sender {
+                    let _ = sender.send(answer);
+                }
+            }
+            Err(reason) => break reason,
+        }
+    };
+    // (This crate does not log: the reason reaches the requests in flight.)
+    shared.break_with(format!("{addr}: {reason}"));
+}
+
+async fn read_answer(reader: &mut BufReader<OwnedReadHalf>) -> Result<(u64, RawAnswer), String> {
+    let mut prefix = [0u8; PREFIX_BYTES];
+    reader.read_exact(&mut prefix).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => "the server closed the connection".to_string(),
+        _ => format!("reading failed: {e}"),
+    })?;
+    let (head_len, body_len) = frames::decode_prefix(prefix).map_err(|e| e.to_string())?;
+    let mut head = vec![0u8; head_len];
+    reader.read_exact(&mut head).await.map_err(|e| format!("reading failed: {e}"))?;
+    let mut body = BytesMut::zeroed(body_len);
+    reader.read_exact(&mut body).await.map_err(|e| format!("reading failed: {e}"))?;
+    let parsed = frames::decode_answer(&head).map_err(|e| e.to_string())?;
+    let mut headers = HeaderMap::with_capacity(parsed.headers.len());
+    for (name, value) in parsed.headers {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|e| format!("bad header name {name:?}: {e}"))?;
+        let value = HeaderValue::from_str(value).map_err(|e| format!("bad header value: {e}"))?;
+        headers.append(name, value);
+    }
+    Ok((parsed.id, RawAnswer { status: parsed.status, headers, body: body.freeze() }))
+}
