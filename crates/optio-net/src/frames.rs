@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::oneshot;
 
-use crate::{CONNECT_TIMEOUT, Failure, REQUEST_TIMEOUT};
+use crate::{CONNECT_TIMEOUT, Failure, POOL_IDLE_TIMEOUT, REQUEST_TIMEOUT};
 
 /// How long a server that refused the upgrade is talked to over HTTP/1.1 before it is asked
 /// again.
@@ -121,9 +121,12 @@ impl Frames {
         Ok(connection)
     }
 
+    /// The open connection to `addr`, unless it broke or has been idle so long that the
+    /// server may be closing it (a server closes a connection idle for its idle timeout,
+    /// 60 s by default; one idle for [`POOL_IDLE_TIMEOUT`] is replaced, as HTTP's pool does).
     fn alive(&self, addr: &str) -> Option<Arc<Connection>> {
         let open = self.open.read().expect("open lock");
-        open.get(addr).filter(|c| c.shared.alive.load(Ordering::Acquire)).cloned()
+        open.get(addr).filter(|c| c.usable()).cloned()
     }
 }
 
@@ -154,6 +157,10 @@ impl Shared {
 
 struct Connection {
     addr: String,
+    /// When it was opened…
+    opened: Instant,
+    /// … and how long after that a request was last sent on it, in milliseconds.
+    used_ms: AtomicU64,
     writer: tokio::sync::Mutex<OwnedWriteHalf>,
     shared: Arc<Shared>,
     next_id: AtomicU64,
@@ -167,6 +174,13 @@ impl Drop for Connection {
 }
 
 impl Connection {
+    /// Not broken, and not idle for [`POOL_IDLE_TIMEOUT`].
+    fn usable(&self) -> bool {
+        let idle_ms = (self.opened.elapsed().as_millis() as u64)
+            .saturating_sub(self.used_ms.load(Ordering::Relaxed));
+        self.shared.alive.load(Ordering::Acquire) && idle_ms < POOL_IDLE_TIMEOUT.as_millis() as u64
+    }
+
     /// Connects to `addr` and upgrades the connection to frames.
     async fn open(addr: &str) -> Result<Connection, NotSent> {
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
@@ -225,6 +239,8 @@ impl Connection {
         let reading = tokio::spawn(read_answers(reader, shared.clone(), addr.to_string()));
         Ok(Connection {
             addr: addr.to_string(),
+            opened: Instant::now(),
+            used_ms: AtomicU64::new(0),
             writer: tokio::sync::Mutex::new(writer),
             shared,
             next_id: AtomicU64::new(0),
@@ -240,6 +256,7 @@ impl Connection {
         body: Option<&Bytes>,
     ) -> Result<RawAnswer, Failure> {
         let body_len = body.map_or(0, Bytes::len);
+        self.used_ms.fetch_max(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut frame = Vec::with_capacity(512 + body_len.min(INLINE_BODY_BYTES_MAX));
         frames::encode_request(&mut frame, id, method, path, headers.iter().copied(), body_len)
@@ -400,4 +417,145 @@ async fn read_answer(reader: &mut BufReader<OwnedReadHalf>) -> Result<(u64, RawA
         headers.append(name, value);
     }
     Ok((parsed.id, RawAnswer { status: parsed.status, headers, body: body.freeze() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// Reads the upgrade request and answers `answer`.
+    async fn take_upgrade(stream: &mut TcpStream, answer: &str) {
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "the upgrade request");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        assert!(head.starts_with(&format!("GET {} HTTP/1.1\r\n", frames::UPGRADE_PATH)), "{head}");
+        assert!(head.contains(&format!("upgrade: {}\r\n", frames::PROTOCOL)), "{head}");
+        stream.write_all(answer.as_bytes()).await.unwrap();
+    }
+
+    const SWITCH: &str = "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: optio-frames/1\r\n\r\n";
+
+    /// Reads one request frame: its id, path and body.
+    async fn take_request(stream: &mut TcpStream) -> Option<(u64, String, Vec<u8>)> {
+        let mut prefix = [0u8; PREFIX_BYTES];
+        stream.read_exact(&mut prefix).await.ok()?;
+        let (head_len, body_len) = frames::decode_prefix(prefix).unwrap();
+        let mut head = vec![0u8; head_len];
+        stream.read_exact(&mut head).await.unwrap();
+        let mut body = vec![0u8; body_len];
+        stream.read_exact(&mut body).await.unwrap();
+        let request = frames::decode_request(&head).unwrap();
+        Some((request.id, request.path.to_string(), body))
+    }
+
+    async fn send_answer(stream: &mut TcpStream, id: u64, status: u16, body: &[u8]) {
+        let mut frame = Vec::new();
+        frames::encode_answer(&mut frame, id, status, [("x-test", "yes")], body.len()).unwrap();
+        frame.extend_from_slice(body);
+        stream.write_all(&frame).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answers_reach_their_requests_in_any_order() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            take_upgrade(&mut stream, SWITCH).await;
+            let mut requests = Vec::new();
+            for _ in 0..3 {
+                requests.push(take_request(&mut stream).await.unwrap());
+            }
+            // Answered last first; each answer's body is its request's path and body.
+            for (id, path, body) in requests.into_iter().rev() {
+                let text = format!("{path} {}", String::from_utf8(body).unwrap());
+                send_answer(&mut stream, id, 200, text.as_bytes()).await;
+            }
+            // The connection stays open until the client is done.
+            let _ = take_request(&mut stream).await;
+        });
+        let frames = Frames::default();
+        let send = |n: u32| {
+            let frames = &frames;
+            let addr = addr.clone();
+            async move {
+                let body = Bytes::from(format!("body {n}"));
+                let path = format!("/p/{n}");
+                frames.send(&addr, "PUT", &path, &[("x-n", "1")], Some(&body)).await
+            }
+        };
+        let (a, b, c) = tokio::join!(send(1), send(2), send(3));
+        for (n, answer) in [(1, a), (2, b), (3, c)] {
+            let Ok(answer) = answer else { panic!("request {n} failed") };
+            assert_eq!(answer.status, 200);
+            assert_eq!(answer.headers["x-test"], "yes");
+            assert_eq!(answer.body, format!("/p/{n} body {n}").as_bytes());
+        }
+        drop(frames);
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_server_that_does_not_upgrade_is_left_to_http() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            take_upgrade(&mut stream, "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n").await;
+            // No second connection comes (within the retry interval).
+            tokio::time::timeout(Duration::from_millis(300), listener.accept()).await.is_err()
+        });
+        let frames = Frames::default();
+        for _ in 0..2 {
+            let sent = frames.send(&addr, "GET", "/x", &[], None).await;
+            assert!(matches!(sent, Err(NotSent::Unsupported)));
+        }
+        assert!(server.await.unwrap(), "the server was asked once");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_broken_connection_fails_its_requests_as_dropped_and_the_next_opens_a_new_one() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            // The first connection takes a request and closes: it is never answered.
+            let (mut stream, _) = listener.accept().await.unwrap();
+            take_upgrade(&mut stream, SWITCH).await;
+            take_request(&mut stream).await.unwrap();
+            drop(stream);
+            // The second answers.
+            let (mut stream, _) = listener.accept().await.unwrap();
+            take_upgrade(&mut stream, SWITCH).await;
+            let (id, _, _) = take_request(&mut stream).await.unwrap();
+            send_answer(&mut stream, id, 204, b"").await;
+            let _ = take_request(&mut stream).await;
+        });
+        let frames = Frames::default();
+        match frames.send(&addr, "DELETE", "/k", &[], None).await {
+            Err(NotSent::Failed(Failure::Dropped(reason))) => {
+                assert!(reason.contains("closed"), "{reason}");
+            }
+            Err(NotSent::Failed(other)) => panic!("dropped, not {other}"),
+            Err(NotSent::Unsupported) => panic!("dropped, not unsupported"),
+            Ok(_) => panic!("an answer from a server that closed"),
+        }
+        let answer = frames.send(&addr, "DELETE", "/k", &[], None).await;
+        assert!(matches!(answer, Ok(RawAnswer { status: 204, .. })));
+        drop(frames);
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_not_running() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let sent = Frames::default().send(&addr, "HEAD", "/k", &[], None).await;
+        assert!(matches!(sent, Err(NotSent::Failed(Failure::NotRunning(_)))));
+    }
 }

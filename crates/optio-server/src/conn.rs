@@ -23,6 +23,8 @@
 //! the new connection is closed at once (each request in flight is bounded by the body
 //! timeout).
 
+mod frames;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -153,7 +155,7 @@ pub(crate) struct Connection {
     wake: Notify,
     /// The accept loop asks it to make room.
     evict: AtomicBool,
-    /// The connection asked to be upgraded to frames (see [`crate::frames`]).
+    /// The connection asked to be upgraded to frames (see [`frames`]).
     upgrade: Mutex<Option<hyper::upgrade::OnUpgrade>>,
 }
 
@@ -426,7 +428,7 @@ async fn serve_connection<S>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let io = TokioIo::new(Watched { inner: stream, connection: connection.clone() });
-    let context = crate::frames::Context { router: router.clone(), plaintext, peer: peer.clone() };
+    let context = frames::Context { router: router.clone(), plaintext, peer: peer.clone() };
     let service = Service {
         router,
         connection: connection.clone(),
@@ -454,7 +456,7 @@ async fn serve_connection<S>(
                     match upgrade.await {
                         Ok(upgraded) => {
                             let io = TokioIo::new(upgraded);
-                            crate::frames::serve(io, context, connection, limits, stopping).await;
+                            frames::serve(io, context, connection, limits, stopping).await;
                         }
                         Err(error) => tracing::debug!(%error, "the upgrade to frames failed"),
                     }

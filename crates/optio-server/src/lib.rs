@@ -43,7 +43,6 @@ pub mod conn;
 pub mod disk;
 mod error;
 pub mod fence;
-mod frames;
 pub mod http;
 mod mapstate;
 pub mod rebalance;

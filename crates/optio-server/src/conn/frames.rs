@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinSet;
 
-use crate::conn::{Connection, Limits, PeerEntity, Plaintext};
+use super::{Connection, Limits, PeerEntity, Plaintext};
 
 /// Bytes read from a connection's socket at once.
 const READ_BUFFER_BYTES: usize = 64 << 10;
@@ -59,7 +59,7 @@ pub(crate) async fn serve<S>(
                 tracing::debug!(%error, "frames connection ended");
             }
         }
-        () = crate::conn::watch_quiet(&connection, &limits, stopping) => {}
+        () = super::watch_quiet(&connection, &limits, stopping) => {}
     }
     // The requests in flight are answered (each is bounded by the server's own timeouts).
     while in_flight.join_next().await.is_some() {}
