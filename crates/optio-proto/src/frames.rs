@@ -149,6 +149,9 @@ pub fn decode_request(head: &[u8]) -> Result<RequestHead<'_>, FrameError> {
     let mut reader = Reader { rest: head };
     let id = u64::from_be_bytes(reader.array("id")?);
     let [method_len] = reader.array::<1>("method")?;
+    if usize::from(method_len) > METHOD_BYTES_MAX {
+        return Err(FrameError::FieldTooLong("method"));
+    }
     let method = token(reader.take(usize::from(method_len), "method")?, "method")?;
     let path = reader.field("path")?;
     let path = std::str::from_utf8(path)
@@ -337,6 +340,12 @@ mod tests {
         let mut out = Vec::new();
         encode_request(&mut out, 1, "GET", "no-slash", [], 0).unwrap();
         assert_eq!(decode_request(&out[PREFIX_BYTES..]), Err(FrameError::NotText("path")));
+        // A method longer than any (the encoder refuses it too).
+        let mut long = 1u64.to_be_bytes().to_vec();
+        long.push(17);
+        long.extend_from_slice(b"ABCDEFGHIJKLMNOPQ");
+        long.extend_from_slice(&[0, 1, b'/', 0, 0]);
+        assert_eq!(decode_request(&long), Err(FrameError::FieldTooLong("method")));
         let mut out = Vec::new();
         encode_request(&mut out, 1, "GET", "/", [("a b", "c")], 0).unwrap();
         assert_eq!(decode_request(&out[PREFIX_BYTES..]), Err(FrameError::NotText("header name")));
