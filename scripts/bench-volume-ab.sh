@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# A/B of two environments for `optio nbd` on one `optio up` cluster (one 512 MiB volume,
+# prefilled with sequential 4 MiB writes), fio's nbd engine, 4 KiB random reads and writes at
+# queue depths 1 and 32, the two environments interleaved round by round. For example, frames
+# off against on (docs/store.md, "Frames"):
+#   A_ENV=OPTIO_FRAMES=0 B_ENV=OPTIO_FRAMES=1 scripts/bench-volume-ab.sh
+# Environment: A_ENV, B_ENV (VAR=VALUE, passed to `optio nbd`; defaults: frames off / on),
+# SECONDS_PER_JOB (default 6), ROUNDS (default "1 2"), JOBS (default
+# "randread:1 randread:32 randwrite:1 randwrite:32"), OPTIO (the binary; default the release
+# build). Prints one line per round, environment and job: IOPS and mean completion latency.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+optio=${OPTIO:-$root/target/release/optio}
+a_env=${A_ENV:-OPTIO_FRAMES=0}
+b_env=${B_ENV:-OPTIO_FRAMES=1}
+secs=${SECONDS_PER_JOB:-6}
+for tool in fio python3; do
+  command -v "$tool" >/dev/null || { echo "$tool not found: apt-get install -y fio python3" >&2; exit 1; }
+done
+[ -x "$optio" ] || { echo "no optio binary at $optio: cargo build --release -p optio" >&2; exit 1; }
+work=$(mktemp -d)
+up_pid="" nbd_pid=""
+cleanup() {
+  [ -n "$nbd_pid" ] && kill "$nbd_pid" 2>/dev/null && wait "$nbd_pid" 2>/dev/null
+  [ -n "$up_pid" ] && kill "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$optio" up --dir "$work/cluster" --capacity 64GiB > "$work/up.log" 2>&1 &
+up_pid=$!
+for _ in $(seq 600); do grep -q "Ctrl-C" "$work/up.log" && break; sleep 0.1; done
+grep -q "Ctrl-C" "$work/up.log" || { echo "optio up did not come up:" >&2; cat "$work/up.log" >&2; exit 1; }
+export OPTIO_CLUSTER="$work/cluster"
+"$optio" volume create v1 512MiB > /dev/null
+start_nbd() { # VAR=VALUE
+  env "$1" "$optio" nbd --listen "127.0.0.1:$port" v1 > "$work/nbd.out" 2> "$work/nbd.err" &
+  nbd_pid=$!
+  for _ in $(seq 300); do grep -q "^serving" "$work/nbd.out" && break; sleep 0.1; done
+  grep -q "^serving" "$work/nbd.out" || { echo "optio nbd did not start:" >&2; cat "$work/nbd.err" >&2; exit 1; }
+}
+stop_nbd() { kill "$nbd_pid"; wait "$nbd_pid" 2>/dev/null || true; nbd_pid=""; }
+uri="nbd://127.0.0.1:$port/v1"
+start_nbd "$b_env"
+fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=4M --iodepth=8 --size=512M > /dev/null
+stop_nbd
+sync
+for round in ${ROUNDS:-1 2}; do
+  for env in "$a_env" "$b_env"; do
+    start_nbd "$env"
+    for job in ${JOBS:-randread:1 randread:32 randwrite:1 randwrite:32}; do
+      rw=${job%:*} qd=${job#*:}
+      result=$(fio --name=j --ioengine=nbd --uri="$uri" --rw="$rw" --bs=4k --iodepth="$qd" \
+        --size=512M --time_based --runtime="$secs" --randrepeat=0 --norandommap \
+        --output-format=json 2> /dev/null | python3 -c '
+import json, sys
+text = sys.stdin.read()
+job = json.loads(text[text.index("{"):])["jobs"][0]
+side = job["read"] if job["read"]["io_bytes"] else job["write"]
+print("%.0f IOPS, mean %.0f us" % (side["iops"], side["clat_ns"]["mean"] / 1000))')
+      echo "round $round  $env  $rw qd $qd: $result"
+    done
+    stop_nbd
+  done
+done
