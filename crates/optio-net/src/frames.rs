@@ -195,12 +195,7 @@ impl Connection {
                     "connect to {addr}: {error}"
                 ))));
             }
-            Err(_) => {
-                return Err(NotSent::Failed(Failure::Unreachable(format!(
-                    "connect to {addr}: no answer within {} s",
-                    CONNECT_TIMEOUT.as_secs_f64()
-                ))));
-            }
+            Err(_) => return Err(silent(addr, "connect to")),
         };
         let _ = stream.set_nodelay(true);
         let (reader, mut writer) = stream.into_split();
@@ -221,12 +216,7 @@ impl Connection {
                     "upgrade at {addr}: {error}"
                 ))));
             }
-            Err(_) => {
-                return Err(NotSent::Failed(Failure::Unreachable(format!(
-                    "upgrade at {addr}: no answer within {} s",
-                    CONNECT_TIMEOUT.as_secs_f64()
-                ))));
-            }
+            Err(_) => return Err(silent(addr, "upgrade at")),
         };
         if !switched {
             return Err(NotSent::Unsupported);
@@ -309,6 +299,14 @@ impl Connection {
             ))),
         }
     }
+}
+
+/// `addr` did not answer `what` (connecting, upgrading) within [`CONNECT_TIMEOUT`].
+fn silent(addr: &str, what: &str) -> NotSent {
+    NotSent::Failed(Failure::Unreachable(format!(
+        "{what} {addr}: no answer within {} s",
+        CONNECT_TIMEOUT.as_secs_f64()
+    )))
 }
 
 /// Removes a request's entry when it goes away unanswered.

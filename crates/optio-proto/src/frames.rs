@@ -115,12 +115,10 @@ pub fn encode_request<'h>(
     headers: impl IntoIterator<Item = (&'h str, &'h str)>,
     body_len: usize,
 ) -> Result<(), FrameError> {
-    let start = out.len();
-    out.extend_from_slice(&[0; PREFIX_BYTES]);
-    out.extend_from_slice(&id.to_be_bytes());
     if method.len() > METHOD_BYTES_MAX {
         return Err(FrameError::FieldTooLong("method"));
     }
+    let start = begin(out, id);
     out.push(method.len() as u8);
     out.extend_from_slice(method.as_bytes());
     put_field(out, path.as_bytes(), "path")?;
@@ -136,9 +134,7 @@ pub fn encode_answer<'h>(
     headers: impl IntoIterator<Item = (&'h str, &'h str)>,
     body_len: usize,
 ) -> Result<(), FrameError> {
-    let start = out.len();
-    out.extend_from_slice(&[0; PREFIX_BYTES]);
-    out.extend_from_slice(&id.to_be_bytes());
+    let start = begin(out, id);
     out.extend_from_slice(&status.to_be_bytes());
     put_headers(out, headers)?;
     finish(out, start, body_len)
@@ -171,6 +167,15 @@ pub fn decode_answer(head: &[u8]) -> Result<AnswerHead<'_>, FrameError> {
     let headers = reader.headers()?;
     reader.end()?;
     Ok(AnswerHead { id, status, headers })
+}
+
+/// Starts a frame at the end of `out`: room for its prefix (written by [`finish`]), then the
+/// id. Returns where the frame starts.
+fn begin(out: &mut Vec<u8>, id: u64) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0; PREFIX_BYTES]);
+    out.extend_from_slice(&id.to_be_bytes());
+    start
 }
 
 fn put_field(out: &mut Vec<u8>, bytes: &[u8], what: &'static str) -> Result<(), FrameError> {

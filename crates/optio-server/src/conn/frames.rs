@@ -27,6 +27,10 @@ use super::{Connection, Limits, PeerEntity, Plaintext};
 /// Bytes read from a connection's socket at once.
 const READ_BUFFER_BYTES: usize = 64 << 10;
 
+/// Requests in flight on one connection at most: the next frame is read once one of them is
+/// answered (as a connection of HTTP/1.1 has one, this bounds what a connection holds).
+const IN_FLIGHT_MAX: usize = 128;
+
 /// What a frame's request is served with.
 #[derive(Clone)]
 pub(crate) struct Context {
@@ -55,8 +59,12 @@ pub(crate) async fn serve<S>(
     let mut in_flight = JoinSet::new();
     tokio::select! {
         result = read_frames(reader, &context, &connection, &writer, &mut in_flight) => {
-            if let Err(error) = result {
-                tracing::debug!(%error, "frames connection ended");
+            match result {
+                Err(Ended::Protocol(error)) => {
+                    tracing::warn!(%error, "a client broke the frames protocol: disconnected");
+                }
+                Err(error) => tracing::debug!(%error, "frames connection ended"),
+                Ok(()) => {}
             }
         }
         () = super::watch_quiet(&connection, &limits, stopping) => {}
@@ -125,8 +133,12 @@ where
             continue;
         }
         let writer = writer.clone();
-        // Reap the requests already answered, so the set holds only those in flight.
+        // Reap the requests already answered, so the set holds only those in flight, and
+        // read no more frames while the connection has its most in flight.
         while in_flight.try_join_next().is_some() {}
+        while in_flight.len() >= IN_FLIGHT_MAX {
+            in_flight.join_next().await;
+        }
         in_flight.spawn(async move {
             let frame = answering.await;
             if let Err(error) = write_frame(&writer, frame).await {
