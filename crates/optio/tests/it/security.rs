@@ -477,6 +477,9 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
     let plain = connect(None);
     let error = rt.block_on(plain.get(PLAIN_POOL, "t0")).expect_err("plain HTTP");
     assert!(error.to_string().contains("takes TLS"), "{error}");
+    // A ranged read goes as a frame over an upgraded plain connection: refused just the same.
+    let error = rt.block_on(plain.read_in_place(PLAIN_POOL, "t0", 0, 100)).expect_err("frames");
+    assert!(error.to_string().contains("takes TLS"), "{error}");
     let addr = &addrs[0];
     let health = rt.block_on(reqwest::get(format!("http://{addr}/health"))).unwrap();
     assert_eq!(health.status(), 200);
