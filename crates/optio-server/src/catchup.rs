@@ -21,6 +21,16 @@
 //! The race with a write in flight: a client whose write was refused by this server (it was
 //! not running) checks the refused replica again once the others have answered; by then this
 //! server listens, so the write reaches it directly if the listing of a peer came too early.
+//!
+//! The race with a write of the epoch before: the device lists its peers at the epoch that
+//! marked it up; a peer still storing a write of an earlier epoch (which went around this
+//! device) holds the listing until that write is stored (`http::admitted`), so the listing
+//! has it.
+//!
+//! **Maps not looked at.** This task looks at the newest map only, and a server may never
+//! install some maps (a polled file changed twice between two reads). A device marked down
+//! and up again between two maps looked at — or after a gap in epochs, which may hide such a
+//! pair — is caught up as if the down had been seen ([`ServerMap::downs`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -48,6 +58,8 @@ struct DeviceState {
     marked_down: AtomicBool,
     /// Versions fetched from peers (objects and tombstones), since start.
     pulled: AtomicU64,
+    /// The map's [`downs`](ServerMap::downs) count of the device at the last step.
+    downs_seen: AtomicU64,
 }
 
 /// The catch-up of a server's devices.
@@ -162,6 +174,8 @@ impl CatchUp {
     async fn step(&self, map: &Arc<ServerMap>, device: u32) -> Result<(), String> {
         let state = &self.state[&device];
         let up = map.map.device(DeviceId(device)).is_some_and(|d| d.up);
+        let downs = map.downs(device);
+        let unseen_down = state.downs_seen.swap(downs, Ordering::AcqRel) != downs;
         if !up {
             // Marked down (or not in the map): writes may now go around it.
             if map.map.device(DeviceId(device)).is_some()
@@ -181,6 +195,17 @@ impl CatchUp {
             // Up again: whatever reached this device while it was down is suspect too; the
             // home that served meanwhile moves its records here.
             self.drop_records(device, "marked up again");
+        } else if unseen_down {
+            // Marked down and up again (or maps were skipped) since the last map looked at:
+            // writes may have gone around it meanwhile, as for a down seen.
+            if !state.recovering.swap(true, Ordering::AcqRel) {
+                tracing::warn!(
+                    device,
+                    epoch = map.epoch(),
+                    "the maps since the last one looked at may have marked this device down; catching up"
+                );
+            }
+            self.drop_records(device, "marked down and up again");
         }
         if !state.recovering.load(Ordering::Acquire) {
             return Ok(());

@@ -280,6 +280,7 @@ impl Server {
             scrubber,
             fence,
             auth,
+            writes: Default::default(),
         });
         Ok(Server { listener, state, limits, tls, signer })
     }

@@ -19,6 +19,8 @@ pub struct ServerMap {
     pub placement: Placement,
     /// The location path of each device (`zone=z1/host=z1-h1`).
     locations: HashMap<u32, String>,
+    /// See [`ServerMap::downs`].
+    downs: HashMap<u32, u64>,
 }
 
 impl ServerMap {
@@ -35,7 +37,18 @@ impl ServerMap {
                 (d.id.0, path.join("/"))
             })
             .collect();
-        Ok(ServerMap { map, placement, locations })
+        let downs = map.devices().iter().filter(|d| !d.up).map(|d| (d.id.0, 1)).collect();
+        Ok(ServerMap { map, placement, locations, downs })
+    }
+
+    /// How many of the maps this server installed since it started marked `device` down —
+    /// or may have: a map installed after a gap in epochs counts every device, as the maps
+    /// skipped could have marked any of them down. The count only grows along the maps a
+    /// server installs, so a device whose count changed between two maps looked at was
+    /// (perhaps) marked down in between, even if the map that did so was never looked at
+    /// (the catch-up looks at the newest map only).
+    pub fn downs(&self, device: u32) -> u64 {
+        self.downs.get(&device).copied().unwrap_or(0)
     }
 
     /// The map's epoch.
@@ -45,8 +58,16 @@ impl ServerMap {
 }
 
 impl Followed for ServerMap {
-    fn compile(map: ClusterMap, _previous: Option<&ServerMap>) -> Result<ServerMap, String> {
-        ServerMap::new(map)
+    fn compile(map: ClusterMap, previous: Option<&ServerMap>) -> Result<ServerMap, String> {
+        let mut compiled = ServerMap::new(map)?;
+        if let Some(previous) = previous {
+            let skipped = compiled.epoch() > previous.epoch() + 1;
+            for device in compiled.map.devices() {
+                let count = compiled.downs.entry(device.id.0).or_default();
+                *count += previous.downs(device.id.0) + u64::from(skipped && device.up);
+            }
+        }
+        Ok(compiled)
     }
 
     fn epoch(&self) -> u64 {

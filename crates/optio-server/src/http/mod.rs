@@ -6,6 +6,7 @@
 //! records) and `status` (`/v1/status`, `/metrics`, `/health`); this module routes,
 //! checks epochs and turns failures into Optio's error answers.
 
+mod admitted;
 mod choices;
 mod metrics;
 mod objects;
@@ -60,6 +61,8 @@ pub struct AppState {
     pub(crate) fence: Arc<crate::fence::Fence>,
     /// Who may do what.
     pub(crate) auth: Arc<crate::auth::Auth>,
+    /// Object writes in flight by epoch: listings at a newer epoch wait for them.
+    pub(crate) writes: admitted::WritesInFlight,
 }
 
 /// The router.
@@ -282,6 +285,12 @@ impl AppState {
     }
 }
 
+/// The epoch a request names, if it names a valid one ([`AppState::check_epoch`] refuses
+/// the others).
+fn asked_epoch(headers: &HeaderMap) -> Option<u64> {
+    headers.get(wire::EPOCH)?.to_str().ok()?.parse().ok()
+}
+
 fn insert(headers: &mut HeaderMap, name: &'static str, value: &str) {
     if let Ok(value) = HeaderValue::from_str(value) {
         headers.insert(name, value);
@@ -367,9 +376,28 @@ async fn serve(
         );
         return state.error_response(failure, Some(&target.store));
     }
+    let asked = asked_epoch(request.headers());
+    // Counted before the epoch check (see `admitted`).
+    let _admitted = match (*op, asked) {
+        (Operation::Put | Operation::Write | Operation::Delete, Some(epoch)) => {
+            Some(state.writes.admit(epoch))
+        }
+        _ => None,
+    };
     if let Err(failure) = state.check_epoch(request.headers()).await {
         let (parts, body) = request.into_parts();
         discard(body, &parts.headers).await;
+        return state.error_response(failure, Some(&target.store));
+    }
+    if let (Operation::List, Some(epoch)) = (*op, asked)
+        && let Err(older) = state.writes.settle_before(epoch, admitted::SETTLE_WAIT_MAX).await
+    {
+        let failure = fail(
+            ErrorKind::Unavailable,
+            format!(
+                "{older} write(s) of an epoch before {epoch} are still being stored here; list again shortly"
+            ),
+        );
         return state.error_response(failure, Some(&target.store));
     }
     let store = target.store.clone();
