@@ -53,8 +53,9 @@ pub(crate) enum NotSent {
 #[derive(Default)]
 pub(crate) struct Frames {
     open: RwLock<HashMap<String, Arc<Connection>>>,
-    /// One connection attempt per address at a time.
-    dialing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One connection attempt per address at a time, and how the last one that failed
+    /// ended.
+    dialing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Dialed>>>>>,
     /// Addresses that refused the upgrade, and when.
     unsupported: Mutex<HashMap<String, Instant>>,
 }
@@ -64,6 +65,12 @@ impl std::fmt::Debug for Frames {
         let open = self.open.read().map(|o| o.len()).unwrap_or(0);
         f.debug_struct("Frames").field("open", &open).finish()
     }
+}
+
+/// A connection attempt that failed: when it ended, and how.
+struct Dialed {
+    at: Instant,
+    failure: Failure,
 }
 
 /// Connections kept at most (past it the least useful are dropped: the whole table).
@@ -98,9 +105,18 @@ impl Frames {
         }
         let dial =
             self.dialing.lock().expect("dialing lock").entry(addr.to_string()).or_default().clone();
-        let _dialing = dial.lock().await;
+        let asked = Instant::now();
+        let mut last_failed = dial.lock().await;
         if let Some(connection) = self.alive(addr) {
             return Ok(connection);
+        }
+        // An attempt that failed while this request waited for it is this request's answer
+        // too: requests to a server that drops packets wait one connect timeout together,
+        // not one each in turn.
+        if let Some(dialed) = last_failed.as_ref()
+            && dialed.at >= asked
+        {
+            return Err(NotSent::Failed(dialed.failure.clone()));
         }
         let connection = match Connection::open(addr).await {
             Ok(connection) => Arc::new(connection),
@@ -111,7 +127,10 @@ impl Frames {
                     .insert(addr.to_string(), Instant::now());
                 return Err(NotSent::Unsupported);
             }
-            Err(failure) => return Err(failure),
+            Err(NotSent::Failed(failure)) => {
+                *last_failed = Some(Dialed { at: Instant::now(), failure: failure.clone() });
+                return Err(NotSent::Failed(failure));
+            }
         };
         let mut open = self.open.write().expect("open lock");
         if open.len() >= CONNECTIONS_KEPT {
@@ -546,6 +565,39 @@ mod tests {
         assert!(matches!(answer, Ok(RawAnswer { status: 204, .. })));
         drop(frames);
         server.await.unwrap();
+    }
+
+    /// Requests waiting for a connection attempt that fails take its failure: a server that
+    /// accepts nothing costs them one connect timeout together, not one each in turn.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_waiting_for_a_connection_that_fails_share_its_failure() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // Accepts connections and never answers the upgrade; counts them.
+        let accepted = Arc::new(AtomicU64::new(0));
+        let server = {
+            let accepted = accepted.clone();
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                while let Ok((stream, _)) = listener.accept().await {
+                    accepted.fetch_add(1, Ordering::Relaxed);
+                    held.push(stream);
+                }
+            })
+        };
+        let frames = Frames::default();
+        let send = || frames.send(&addr, "HEAD", "/k", &[], None);
+        let (a, b, c, d) = tokio::join!(send(), send(), send(), send());
+        let sent = [a, b, c, d];
+        for result in &sent {
+            let Err(NotSent::Failed(failure)) = result else { panic!("a failure") };
+            assert!(failure.to_string().contains("no answer within"), "{failure}");
+        }
+        assert_eq!(accepted.load(Ordering::Relaxed), 1, "one attempt for the four requests");
+        // A request that comes after the failure tries again.
+        assert!(send().await.is_err());
+        assert_eq!(accepted.load(Ordering::Relaxed), 2, "a later request dials again");
+        server.abort();
     }
 
     #[tokio::test]

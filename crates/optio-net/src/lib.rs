@@ -736,8 +736,17 @@ impl HttpTransport {
                 Err(frames::NotSent::Failed(failure)) => return Err((failure, None)),
             }
         }
-        let (status, headers, body) = match framed {
-            Some(answer) => (answer.status, answer.headers, Chunks::from(answer.body)),
+        let metrics_of = |headers: &reqwest::header::HeaderMap| {
+            headers
+                .get(wire::METRICS)
+                .and_then(|m| m.to_str().ok())
+                .and_then(DeviceMetrics::from_header)
+        };
+        let (status, headers, body, metrics) = match framed {
+            Some(answer) => {
+                let metrics = metrics_of(&answer.headers);
+                (answer.status, answer.headers, Chunks::from(answer.body), metrics)
+            }
             None => {
                 let mut request = self.http.request(method.clone(), url);
                 for (name, value) in &headers {
@@ -752,10 +761,7 @@ impl HttpTransport {
                 let mut response = request.send().await.map_err(|e| (no_answer(&e), None))?;
                 let status = response.status().as_u16();
                 let headers = response.headers().clone();
-                let metrics = headers
-                    .get(wire::METRICS)
-                    .and_then(|m| m.to_str().ok())
-                    .and_then(DeviceMetrics::from_header);
+                let metrics = metrics_of(&headers);
                 let mut body = Chunks::default();
                 while let Some(chunk) = response
                     .chunk()
@@ -764,12 +770,11 @@ impl HttpTransport {
                 {
                     body.push(chunk);
                 }
-                (status, headers, body)
+                (status, headers, body, metrics)
             }
         };
         let text =
             |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
-        let metrics = text(wire::METRICS).and_then(|m| DeviceMetrics::from_header(&m));
         if status >= 400 && !(status == 404 && absent_is_an_answer && text(wire::ERROR).is_none()) {
             let parsed: Option<ErrorBody> = serde_json::from_slice(&body.to_bytes()).ok();
             let kind =
