@@ -6,7 +6,8 @@
 //! closed it when idle), every request in flight on it fails as [`Failure::Dropped`] — sent,
 //! perhaps applied, never answered: the caller sends it again, which opens a new connection.
 //! A server that does not take the upgrade (an older one) is asked again after
-//! [`UNSUPPORTED_RETRY`], over HTTP/1.1 meanwhile.
+//! [`UNSUPPORTED_RETRY`], over HTTP/1.1 meanwhile. A request without an answer within
+//! [`REQUEST_TIMEOUT`] breaks its connection, as HTTP drops one whose request timed out.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,7 +51,6 @@ pub(crate) enum NotSent {
 }
 
 /// Frames connections, one per server address.
-#[derive(Default)]
 pub(crate) struct Frames {
     open: RwLock<HashMap<String, Arc<Connection>>>,
     /// One connection attempt per address at a time, and how the last one that failed
@@ -58,6 +58,19 @@ pub(crate) struct Frames {
     dialing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Dialed>>>>>,
     /// Addresses that refused the upgrade, and when.
     unsupported: Mutex<HashMap<String, Instant>>,
+    /// How long a request waits for its answer ([`REQUEST_TIMEOUT`]).
+    answer_timeout: Duration,
+}
+
+impl Default for Frames {
+    fn default() -> Frames {
+        Frames {
+            open: RwLock::default(),
+            dialing: Mutex::default(),
+            unsupported: Mutex::default(),
+            answer_timeout: REQUEST_TIMEOUT,
+        }
+    }
 }
 
 impl std::fmt::Debug for Frames {
@@ -118,7 +131,7 @@ impl Frames {
         {
             return Err(NotSent::Failed(dialed.failure.clone()));
         }
-        let connection = match Connection::open(addr).await {
+        let connection = match Connection::open(addr, self.answer_timeout).await {
             Ok(connection) => Arc::new(connection),
             Err(NotSent::Unsupported) => {
                 self.unsupported
@@ -184,6 +197,7 @@ struct Connection {
     shared: Arc<Shared>,
     next_id: AtomicU64,
     reading: tokio::task::AbortHandle,
+    answer_timeout: Duration,
 }
 
 impl Drop for Connection {
@@ -201,7 +215,7 @@ impl Connection {
     }
 
     /// Connects to `addr` and upgrades the connection to frames.
-    async fn open(addr: &str) -> Result<Connection, NotSent> {
+    async fn open(addr: &str, answer_timeout: Duration) -> Result<Connection, NotSent> {
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
@@ -254,6 +268,7 @@ impl Connection {
             shared,
             next_id: AtomicU64::new(0),
             reading: reading.abort_handle(),
+            answer_timeout,
         })
     }
 
@@ -308,14 +323,21 @@ impl Connection {
             }
             torn.armed = false;
         }
-        match tokio::time::timeout(REQUEST_TIMEOUT, receiver).await {
+        match tokio::time::timeout(self.answer_timeout, receiver).await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(_)) => Err(Failure::Dropped(self.shared.reason())),
-            Err(_) => Err(Failure::Unreachable(format!(
-                "no answer from {} within {} s",
-                self.addr,
-                REQUEST_TIMEOUT.as_secs_f64()
-            ))),
+            Err(_) => {
+                let reason = format!(
+                    "no answer from {} within {} s",
+                    self.addr,
+                    self.answer_timeout.as_secs_f64()
+                );
+                // As HTTP drops a connection whose request timed out: the next request opens
+                // a new one instead of queueing behind a server that stopped answering on
+                // this one (requests still in flight on it fail as dropped and are resent).
+                self.shared.break_with(reason.clone());
+                Err(Failure::Unreachable(reason))
+            }
         }
     }
 }
@@ -598,6 +620,41 @@ mod tests {
         assert!(send().await.is_err());
         assert_eq!(accepted.load(Ordering::Relaxed), 2, "a later request dials again");
         server.abort();
+    }
+
+    /// A request that gets no answer in time breaks its connection: the next one opens a new
+    /// connection.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_that_times_out_breaks_its_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            // The first connection takes a request and never answers it.
+            let (mut first, _) = listener.accept().await.unwrap();
+            take_upgrade(&mut first, SWITCH).await;
+            take_request(&mut first).await.unwrap();
+            // The second answers.
+            let (mut stream, _) = listener.accept().await.unwrap();
+            take_upgrade(&mut stream, SWITCH).await;
+            let (id, _, _) = take_request(&mut stream).await.unwrap();
+            send_answer(&mut stream, id, 200, b"").await;
+            let _ = take_request(&mut stream).await;
+            drop(first);
+        });
+        let frames = Frames { answer_timeout: Duration::from_millis(300), ..Frames::default() };
+        match frames.send(&addr, "GET", "/k", &[], None).await {
+            Err(NotSent::Failed(Failure::Unreachable(reason))) => {
+                assert!(reason.contains("no answer"), "{reason}");
+            }
+            _ => panic!("a timeout"),
+        }
+        let answer = frames.send(&addr, "GET", "/k", &[], None).await;
+        assert!(
+            matches!(answer, Ok(RawAnswer { status: 200, .. })),
+            "answered on a new connection"
+        );
+        drop(frames);
+        server.await.unwrap();
     }
 
     #[tokio::test]
