@@ -209,6 +209,30 @@ impl Connection {
             Phase::Busy(_) => None,
         }
     }
+
+    /// Whether its phase's timeout has passed (checked again when the timer fires: a request
+    /// may have begun meanwhile).
+    fn timed_out(&self, limits: &Limits) -> bool {
+        let expired = self.deadline(limits).is_some_and(|d| d <= Instant::now());
+        if expired {
+            tracing::debug!(phase = ?self.phase(), "connection timed out: closed");
+        }
+        expired
+    }
+
+    /// Whether it should close to make room at the connection limit: asked to, and still
+    /// quiet (a request that began since cancels the request).
+    fn evicted(&self) -> bool {
+        if !self.evict.load(Ordering::Relaxed) {
+            return false;
+        }
+        if self.quiet_since().is_some() {
+            tracing::debug!("at the connection limit: closed the connection idle the longest");
+            return true;
+        }
+        self.evict.store(false, Ordering::Relaxed); // busy after all
+        false
+    }
 }
 
 /// Marks the end of a request when dropped.
@@ -464,8 +488,7 @@ async fn serve_connection<S>(
                 return;
             }
             () = sleep_until(deadline) => {
-                if connection.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
-                    tracing::debug!(phase = ?connection.phase(), "connection timed out: closed");
+                if connection.timed_out(&limits) {
                     return; // nothing in flight: dropping it closes the socket
                 }
             }
@@ -477,12 +500,8 @@ async fn serve_connection<S>(
                 }
             }
         }
-        if connection.evict.load(Ordering::Relaxed) {
-            if connection.quiet_since().is_some() {
-                tracing::debug!("at the connection limit: closed the connection idle the longest");
-                return;
-            }
-            connection.evict.store(false, Ordering::Relaxed); // busy after all
+        if connection.evicted() {
+            return;
         }
     }
 }
@@ -501,8 +520,7 @@ pub(crate) async fn watch_quiet(
         let deadline = connection.deadline(limits);
         tokio::select! {
             () = sleep_until(deadline) => {
-                if connection.deadline(limits).is_some_and(|d| d <= Instant::now()) {
-                    tracing::debug!(phase = ?connection.phase(), "frames connection timed out: closed");
+                if connection.timed_out(limits) {
                     return;
                 }
             }
@@ -513,14 +531,8 @@ pub(crate) async fn watch_quiet(
                 }
             }
         }
-        if connection.evict.load(Ordering::Relaxed) {
-            if connection.quiet_since().is_some() {
-                tracing::debug!(
-                    "at the connection limit: closed the frames connection idle the longest"
-                );
-                return;
-            }
-            connection.evict.store(false, Ordering::Relaxed); // busy after all
+        if connection.evicted() {
+            return;
         }
     }
 }
