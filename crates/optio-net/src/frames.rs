@@ -228,7 +228,7 @@ impl Connection {
                     "connect to {addr}: {error}"
                 ))));
             }
-            Err(_) => return Err(silent(addr, "connect to")),
+            Err(_) => return Err(silent(addr, "connect to", CONNECT_TIMEOUT)),
         };
         let _ = stream.set_nodelay(true);
         let (reader, mut writer) = stream.into_split();
@@ -242,14 +242,16 @@ impl Connection {
             writer.write_all(request.as_bytes()).await?;
             read_upgrade_answer(&mut reader).await
         };
-        let switched = match tokio::time::timeout(CONNECT_TIMEOUT, upgrade).await {
+        // The answer to the upgrade comes from the server's own code, not from its kernel as
+        // the connection does: a loaded server is given as long as for any answer.
+        let switched = match tokio::time::timeout(answer_timeout, upgrade).await {
             Ok(Ok(switched)) => switched,
             Ok(Err(error)) => {
                 return Err(NotSent::Failed(Failure::Dropped(format!(
                     "upgrade at {addr}: {error}"
                 ))));
             }
-            Err(_) => return Err(silent(addr, "upgrade at")),
+            Err(_) => return Err(silent(addr, "upgrade at", answer_timeout)),
         };
         if !switched {
             return Err(NotSent::Unsupported);
@@ -342,11 +344,11 @@ impl Connection {
     }
 }
 
-/// `addr` did not answer `what` (connecting, upgrading) within [`CONNECT_TIMEOUT`].
-fn silent(addr: &str, what: &str) -> NotSent {
+/// `addr` did not answer `what` (connecting, upgrading) within `bound`.
+fn silent(addr: &str, what: &str, bound: Duration) -> NotSent {
     NotSent::Failed(Failure::Unreachable(format!(
         "{what} {addr}: no answer within {} s",
-        CONNECT_TIMEOUT.as_secs_f64()
+        bound.as_secs_f64()
     )))
 }
 
@@ -607,7 +609,7 @@ mod tests {
                 }
             })
         };
-        let frames = Frames::default();
+        let frames = Frames { answer_timeout: Duration::from_millis(500), ..Frames::default() };
         let send = || frames.send(&addr, "HEAD", "/k", &[], None);
         let (a, b, c, d) = tokio::join!(send(), send(), send(), send());
         let sent = [a, b, c, d];

@@ -38,6 +38,8 @@ struct Gateway {
     child: Child,
     port: u16,
     scheme: &'static str,
+    /// What it wrote to stderr (read all along, so that it never blocks on a full pipe).
+    log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Gateway {
@@ -62,7 +64,17 @@ impl Gateway {
             Some(Ok(line)) if line.starts_with("serving S3 on ") => {
                 assert!(line.starts_with(&format!("serving S3 on {scheme}://")), "{line}");
                 std::thread::spawn(move || for _ in lines {});
-                Gateway { child, port, scheme }
+                let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+                let stderr = BufReader::new(child.stderr.take().unwrap());
+                let kept = log.clone();
+                std::thread::spawn(move || {
+                    for line in stderr.lines().map_while(Result::ok) {
+                        let mut log = kept.lock().unwrap();
+                        log.push_str(&line);
+                        log.push('\n');
+                    }
+                });
+                Gateway { child, port, scheme, log }
             }
             _ => {
                 let status = child.wait().expect("exits");
@@ -71,6 +83,11 @@ impl Gateway {
                 panic!("optio s3 did not start: {status}: {stderr}");
             }
         }
+    }
+
+    /// Its log so far.
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
     }
 
     fn endpoint(&self) -> String {
@@ -320,7 +337,11 @@ fn boto3_ranges_conditionals_copies_multipart_and_paging_through_ten_thousand_ke
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(output.status.success() && text.contains("boto3 checks passed"), "{text}");
+    assert!(
+        output.status.success() && text.contains("boto3 checks passed"),
+        "{text}\ngateway log:\n{}",
+        gateway.log()
+    );
 }
 
 #[test]
