@@ -14,26 +14,10 @@ for tool in fio perf python3; do
   command -v "$tool" >/dev/null || { echo "$tool not found (Debian: fio, linux-perf, python3)" >&2; exit 1; }
 done
 [ -x "$optio" ] || { echo "no optio binary at $optio: cargo build --release -p optio" >&2; exit 1; }
-work=$(mktemp -d)
-up_pid="" nbd_pid=""
-cleanup() {
-  [ -n "$nbd_pid" ] && kill "$nbd_pid" 2>/dev/null && wait "$nbd_pid" 2>/dev/null
-  [ -n "$up_pid" ] && kill "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$optio" up --dir "$work/cluster" --capacity 64GiB > "$work/up.log" 2>&1 &
-up_pid=$!
-for _ in $(seq 600); do grep -q "Ctrl-C" "$work/up.log" && break; sleep 0.1; done
-grep -q "Ctrl-C" "$work/up.log" || { echo "optio up did not come up:" >&2; cat "$work/up.log" >&2; exit 1; }
-export OPTIO_CLUSTER="$work/cluster"
-"$optio" volume create v1 512MiB > /dev/null
-"$optio" nbd --listen "127.0.0.1:$port" v1 > "$work/nbd.out" 2> "$work/nbd.err" &
-nbd_pid=$!
-for _ in $(seq 300); do grep -q "^serving" "$work/nbd.out" && break; sleep 0.1; done
-grep -q "^serving" "$work/nbd.out" || { echo "optio nbd did not start:" >&2; cat "$work/nbd.err" >&2; exit 1; }
-uri="nbd://127.0.0.1:$port/v1"
+# shellcheck source=scripts/volume-cluster.sh
+. "$root/scripts/volume-cluster.sh"
+start_volume_cluster 512MiB
+start_nbd
 fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=4M --iodepth=8 --size=512M > /dev/null
 sync
 fio --name=j --ioengine=nbd --uri="$uri" --rw="$rw" --bs=4k --iodepth="$qd" --size=512M \
