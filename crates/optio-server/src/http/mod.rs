@@ -251,17 +251,17 @@ impl AppState {
         response
     }
 
-    /// Refuses a request whose epoch is stale, or newer than any map this server can load.
-    async fn check_epoch(self: &Arc<Self>, headers: &HeaderMap) -> Result<(), Failure> {
-        let Some(value) = headers.get(wire::EPOCH) else { return Ok(()) };
+    /// Refuses a request whose epoch ([`asked_epoch`]) is stale, or newer than any map this
+    /// server can load.
+    async fn check_epoch(
+        self: &Arc<Self>,
+        asked: Option<Result<u64, Failure>>,
+    ) -> Result<(), Failure> {
+        let Some(asked) = asked else { return Ok(()) };
         if !self.map.checks_epochs() {
             return Ok(());
         }
-        let asked: u64 = value
-            .to_str()
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| fail(ErrorKind::BadRequest, "x-optio-epoch is not an integer"))?;
+        let asked = asked?;
         let held = self.map.epoch();
         if asked < held {
             return Err(fail(
@@ -285,10 +285,12 @@ impl AppState {
     }
 }
 
-/// The epoch a request names, if it names a valid one ([`AppState::check_epoch`] refuses
-/// the others).
-fn asked_epoch(headers: &HeaderMap) -> Option<u64> {
-    headers.get(wire::EPOCH)?.to_str().ok()?.parse().ok()
+/// The epoch a request names (`x-optio-epoch`): `None` without one, an error when it is not
+/// an integer.
+fn asked_epoch(headers: &HeaderMap) -> Option<Result<u64, Failure>> {
+    let value = headers.get(wire::EPOCH)?;
+    let epoch = value.to_str().ok().and_then(|v| v.parse().ok());
+    Some(epoch.ok_or_else(|| fail(ErrorKind::BadRequest, "x-optio-epoch is not an integer")))
 }
 
 fn insert(headers: &mut HeaderMap, name: &'static str, value: &str) {
@@ -377,19 +379,24 @@ async fn serve(
         return state.error_response(failure, Some(&target.store));
     }
     let asked = asked_epoch(request.headers());
+    // The epoch checked, when one is (a server without a map checks none).
+    let checked = match &asked {
+        Some(Ok(epoch)) if state.map.checks_epochs() => Some(*epoch),
+        _ => None,
+    };
     // Counted before the epoch check (see `admitted`).
-    let _admitted = match (*op, asked) {
+    let _admitted = match (*op, checked) {
         (Operation::Put | Operation::Write | Operation::Delete, Some(epoch)) => {
             Some(state.writes.admit(epoch))
         }
         _ => None,
     };
-    if let Err(failure) = state.check_epoch(request.headers()).await {
+    if let Err(failure) = state.check_epoch(asked).await {
         let (parts, body) = request.into_parts();
         discard(body, &parts.headers).await;
         return state.error_response(failure, Some(&target.store));
     }
-    if let (Operation::List, Some(epoch)) = (*op, asked)
+    if let (Operation::List, Some(epoch)) = (*op, checked)
         && let Err(older) = state.writes.settle_before(epoch, admitted::SETTLE_WAIT_MAX).await
     {
         let failure = fail(
