@@ -158,7 +158,7 @@ pub fn engine_text(map: &optio_placement::ClusterMap, pool: &optio_placement::Po
     }
 }
 
-pub use crate::rt::runtime;
+pub use crate::rt::{runtime, runtime_with_workers};
 
 /// Logs to stderr what `OPTIO_LOG` selects — a level (`error`, `warn`, `info`, `debug`,
 /// `trace`) or tracing's filter directives, per crate and module

@@ -11,6 +11,8 @@ use crate::output::{parse_duration, parse_size};
 
 /// Longest configuration file read.
 const CONFIG_BYTES_MAX: u64 = 1 << 20;
+/// Most worker threads a server takes (`--workers`).
+const WORKERS_MAX: u16 = 1024;
 
 /// `optio server --config FILE …` as the flags the file holds followed by the command line's
 /// own (later flags override earlier ones; `--device` accumulates). Other commands' arguments
@@ -210,6 +212,13 @@ pub struct Args {
     /// Serve /metrics without a signature (for Prometheus); /health is always open.
     #[arg(long)]
     pub metrics_public: bool,
+    /// Threads serving requests (1 to 1024; default: one per core). Servers sharing a
+    /// machine do best with their share of its cores each: a request that wakes one worker
+    /// also wakes a second to look for more work, and on a machine with more servers than
+    /// cores those wake-ups cost more than they serve (`optio up` gives each server its share,
+    /// at least one; docs/deploy.md).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=WORKERS_MAX as i64))]
+    pub workers: Option<u16>,
     /// Exit when standard input closes (how `optio up` makes sure no server outlives it).
     #[arg(long)]
     pub exit_with_stdin: bool,
@@ -303,7 +312,7 @@ pub fn run(args: Args) -> Result<()> {
         ..ServerConfig::default()
     };
     let _ = &args.name;
-    let runtime = crate::commands::runtime()?;
+    let runtime = crate::commands::runtime_with_workers(args.workers.map(usize::from))?;
     runtime.block_on(async move {
         let server = Server::bind(config).await.context("cannot start the server")?;
         {

@@ -269,6 +269,8 @@ fn server_flags_time_out_slow_clients_and_refuse_bad_values() {
         ("--idle-timeout", "0s", "--idle-timeout is zero"),
         ("--body-timeout", "soon", "--body-timeout: 'soon' is not a duration"),
         ("--max-connections", "0", "--max-connections 0 is out of range"),
+        ("--workers", "0", "0 is not in 1..=1024"),
+        ("--workers", "1025", "1025 is not in 1..=1024"),
     ] {
         let output = Command::new(binary())
             .args(["server", "--no-auth", "--device", &device, flag, value])
@@ -282,7 +284,7 @@ fn server_flags_time_out_slow_clients_and_refuse_bad_values() {
 
     let mut server = Command::new(binary())
         .args(["server", "--no-auth", "--device", &device, "--header-timeout", "300ms"])
-        .args(["--max-connections", "4", "--exit-with-stdin"])
+        .args(["--max-connections", "4", "--workers", "1", "--exit-with-stdin"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
