@@ -44,7 +44,10 @@
 #   exists and the disk has room); CEPH_MINI (path of ceph-mini.sh, default
 #   ../shared/anchors/ceph-mini/ceph-mini.sh from the repository); CHOICE_SAMPLES (default 1024,
 #   0 to skip the CHOICE experiment); CHOICE_OBJECTS (objects per volume and round, default 256);
-#   QEMU_NBD_CACHE (default writeback); TMPDIR (where everything lives; default /tmp).
+#   QEMU_NBD_CACHE (default writeback); TMPDIR (where everything lives; default /tmp);
+#   OPTIO_NBD_FLAGS (flags for `optio nbd`, e.g. --no-local-reads: every read through the
+#   servers; by default `optio nbd` reads replicas on this machine from their files,
+#   docs/volumes.md "Local reads").
 # Disk: about 3 x SIZE for optio, SIZE for the raw file, 3 x SIZE + ~3 GiB for Ceph, whose mon also
 # stops when its file system has less than 1 % free; checked first (fio runs are bounded by timeout).
 # Needs fio (with the nbd engine; rbd for Ceph), qemu-nbd (qemu-utils) and python3.
@@ -245,7 +248,8 @@ if [ "$choice_samples" -gt 0 ]; then
   done
 fi
 optio_port=$(free_port)
-"$optio" nbd --listen "127.0.0.1:$optio_port" > "$work/nbd.out" 2> "$work/nbd.err" &
+# shellcheck disable=SC2086
+"$optio" nbd --listen "127.0.0.1:$optio_port" ${OPTIO_NBD_FLAGS:-} > "$work/nbd.out" 2> "$work/nbd.err" &
 nbd_pid=$!
 for _ in $(seq 600); do grep -q "^serving nbd://127.0.0.1:$optio_port/bench$" "$work/nbd.out" && break; kill -0 "$nbd_pid" 2>/dev/null || break; sleep 0.1; done
 grep -q "^serving nbd://127.0.0.1:$optio_port/bench$" "$work/nbd.out" || { echo "optio nbd did not start:" >&2; cat "$work/nbd.out" "$work/nbd.err" >&2; exit 1; }

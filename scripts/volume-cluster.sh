@@ -17,9 +17,11 @@ start_volume_cluster() {
   "$optio" volume create v1 "$1" > /dev/null
 }
 
-# start_nbd [VAR=VALUE]: `optio nbd` serving v1 (with that environment variable).
+# start_nbd [VAR=VALUE [FLAGS]]: `optio nbd` serving v1 (with that environment variable, and
+# those flags, split on spaces).
 start_nbd() {
-  env ${1:+"$1"} "$optio" nbd --listen "127.0.0.1:$port" v1 > "$work/nbd.out" 2> "$work/nbd.err" &
+  # shellcheck disable=SC2086
+  env ${1:+"$1"} "$optio" nbd --listen "127.0.0.1:$port" ${2:-} v1 > "$work/nbd.out" 2> "$work/nbd.err" &
   nbd_pid=$!
   for _ in $(seq 300); do grep -q "^serving" "$work/nbd.out" && break; sleep 0.1; done
   grep -q "^serving" "$work/nbd.out" || { echo "optio nbd did not start:" >&2; cat "$work/nbd.err" >&2; exit 1; }

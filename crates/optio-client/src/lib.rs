@@ -42,8 +42,8 @@ pub use optio_net as transport;
 pub use cache::ChoiceCache;
 pub use candidates::{CHOICES_MAX, Candidate};
 pub use client::{
-    CandidateProbe, Client, ClientConfig, ClientStats, ListCursor, ObjectLocation, Patch,
-    ProbeReport, PutReport, RETRIES_MAX, Reintegration, ReintegrationConfig, ReintegrationMode,
-    ReintegrationStatus, ReplicaState, STATUS_POLL_INTERVAL, Written,
+    CandidateProbe, Client, ClientConfig, ClientStats, ListCursor, LocalFile, LocalMiss,
+    ObjectLocation, Patch, ProbeReport, PutReport, RETRIES_MAX, Reintegration, ReintegrationConfig,
+    ReintegrationMode, ReintegrationStatus, ReplicaState, STATUS_POLL_INTERVAL, Written,
 };
 pub use error::ClientError;

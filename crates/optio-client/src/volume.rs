@@ -18,16 +18,17 @@
 //! names the version the previous one left), while writes to different objects run in
 //! parallel — a queue depth becomes parallel object I/O.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::try_join_all;
 use serde::{Deserialize, Serialize};
 
-use crate::{Client, ClientError, Patch, Written};
+use crate::{Client, ClientError, LocalFile, Patch, Written};
+use optio_proto::ObjectVersion;
 
 /// The header object's size: a block object, so that its lock is taken by compare-and-swap.
 const HEADER_BYTES: u64 = 4096;
@@ -325,6 +326,9 @@ pub struct OpenOptions {
     pub read_only: bool,
     /// Take the lock even if another client's lease has not expired.
     pub break_lock: bool,
+    /// Read data objects that have a replica on this machine from their files (read-write
+    /// opens only; see [`Client::open_local`]).
+    pub local_reads: bool,
 }
 
 /// What this client knows of one data object.
@@ -336,6 +340,40 @@ enum Known {
     At(Written),
 }
 
+/// One data object, as this client knows it.
+#[derive(Default)]
+struct ObjectState {
+    /// What this writer knows of it (read-write opens only).
+    known: Option<Known>,
+    /// Its file, for local reads.
+    local: Option<LocalSlot>,
+}
+
+/// A data object's local file, or why there is none.
+#[derive(Clone)]
+enum LocalSlot {
+    /// Open: read while it holds the version expected.
+    Open(Arc<LocalFile>),
+    /// No replica here could serve the version expected: not asked again before `retry`
+    /// unless the version expected changes.
+    Unusable { expected: Option<ObjectVersion>, retry: Instant },
+}
+
+/// How long a data object no local replica could serve is read through the servers before
+/// a local replica is asked again (at the same version: a replica catching up).
+const LOCAL_RETRY: Duration = Duration::from_secs(1);
+
+/// Reads of at most this many bytes are read from a local file on the request's own task
+/// (page-cache work of microseconds); larger ones on the blocking pool.
+const LOCAL_INLINE_BYTES_MAX: u64 = 64 << 10;
+
+/// The most local files one volume holds open: a quarter of the limit on open files, from 64
+/// to 4,096. Past it, the files opened longest ago are closed first.
+fn local_files_max() -> usize {
+    let soft = optio_net::local::open_files_soft_limit().unwrap_or(u64::MAX);
+    usize::try_from(soft / 4).unwrap_or(usize::MAX).clamp(64, 4096)
+}
+
 /// An open volume.
 pub struct Volume {
     client: Client,
@@ -344,12 +382,18 @@ pub struct Volume {
     read_only: bool,
     token: u64,
     lost: AtomicBool,
-    /// Per data object: a writer's knowledge (read-write opens only) and a lock ordering its
-    /// writes.
-    objects: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<Option<Known>>>>>,
+    /// Per data object: a writer's knowledge (read-write opens only), its local file, and a
+    /// lock ordering its writes.
+    objects: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<ObjectState>>>>,
+    /// Local reads: the data objects holding a local file open, oldest first, and how many
+    /// may ([`local_files_max`]; past it, the oldest are closed); `None`: local reads off.
+    local_open: Option<(Mutex<VecDeque<u64>>, usize)>,
     /// Devices written since the last flush.
     dirty: Mutex<BTreeSet<u32>>,
     writes: AtomicU64,
+    /// Data objects read (a read spanning two objects counts two), and those read locally.
+    object_reads: AtomicU64,
+    local_reads: AtomicU64,
     renewer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -372,8 +416,13 @@ impl Volume {
             token: unique(name) | 1,
             lost: AtomicBool::new(false),
             objects: Mutex::new(HashMap::new()),
+            // A read-only client knows no version to expect: it reads through the servers.
+            local_open: (options.local_reads && !options.read_only)
+                .then(|| (Mutex::default(), local_files_max())),
             dirty: Mutex::new(BTreeSet::new()),
             writes: AtomicU64::new(0),
+            object_reads: AtomicU64::new(0),
+            local_reads: AtomicU64::new(0),
             renewer: Mutex::new(None),
         });
         if !options.read_only {
@@ -414,6 +463,12 @@ impl Volume {
     /// Whether writes are refused.
     pub fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// Data objects read since the volume was opened (a read spanning two objects counts two),
+    /// and how many of those were read from a local file.
+    pub fn object_reads(&self) -> (u64, u64) {
+        (self.object_reads.load(Ordering::Relaxed), self.local_reads.load(Ordering::Relaxed))
     }
 
     /// Writes done since the volume was opened.
@@ -536,7 +591,7 @@ impl Volume {
         Ok(())
     }
 
-    fn object(&self, index: u64) -> Arc<tokio::sync::Mutex<Option<Known>>> {
+    fn object(&self, index: u64) -> Arc<tokio::sync::Mutex<ObjectState>> {
         self.objects.lock().expect("objects lock").entry(index).or_default().clone()
     }
 
@@ -547,11 +602,28 @@ impl Volume {
         let reads = pieces.iter().map(|&(index, within, n)| {
             let header = &header;
             async move {
+                self.object_reads.fetch_add(1, Ordering::Relaxed);
                 if !self.read_only {
-                    // This writer knows the objects it never wrote, and sends no probe.
-                    let known = self.object(index);
-                    if matches!(&*known.lock().await, Some(Known::Absent)) {
-                        return Ok::<_, VolumeError>(None);
+                    let object = self.object(index);
+                    let (known, slot) = {
+                        let state = object.lock().await;
+                        (state.known.clone(), state.local.clone())
+                    };
+                    match known {
+                        // This writer knows the objects it never wrote, and sends no probe.
+                        Some(Known::Absent) => return Ok::<_, VolumeError>(None),
+                        known => {
+                            let known = match known {
+                                Some(Known::At(written)) => Some(written),
+                                _ => None,
+                            };
+                            let read =
+                                self.read_local(header, index, &object, slot, known, within, n);
+                            if let Some(data) = read.await {
+                                self.local_reads.fetch_add(1, Ordering::Relaxed);
+                                return Ok(Some(data));
+                            }
+                        }
                     }
                 }
                 Ok(self
@@ -609,14 +681,15 @@ impl Volume {
         fua: bool,
     ) -> Result<(), VolumeError> {
         let object = self.object(index);
-        let mut known = object.lock().await;
+        let mut state = object.lock().await;
+        let known = &mut state.known;
         let key = header.data_key(index);
         // Every data object is object_size bytes, the last one too (its bytes past the end
         // of the volume are never addressed), so that resizing rewrites no object.
         let size = header.object_size;
         if let Patch::Zeroes(_) = patch {
             // Zeroes on an object never written change nothing.
-            if matches!(&*known, Some(Known::Absent)) {
+            if matches!(known, Some(Known::Absent)) {
                 return Ok(());
             }
             if known.is_none() {
@@ -630,7 +703,7 @@ impl Volume {
                 }
             }
         }
-        let previous = match &*known {
+        let previous = match known {
             Some(Known::At(written)) => Some(written.clone()),
             _ => None,
         };
@@ -645,9 +718,102 @@ impl Volume {
                 Ok(())
             }
             Err(error) => {
-                // Some replicas may hold the write: look again next time.
+                // Some replicas may hold the write: look again next time, and read through
+                // the servers until then (the local file's version may be either).
                 *known = None;
+                state.local = None;
                 Err(error.into())
+            }
+        }
+    }
+
+    /// Object `index`'s bytes `[within, within + n)` from its local file, if a replica on this
+    /// machine holds the version this writer expects — `known`, what its last write left, or
+    /// with none, the version the replica had when it was opened (this writer has not written
+    /// the object since, and no other may). `slot` is the object's local file as read with
+    /// `known`. `None`: read through the servers.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_local(
+        &self,
+        header: &VolumeHeader,
+        index: u64,
+        object: &Arc<tokio::sync::Mutex<ObjectState>>,
+        slot: Option<LocalSlot>,
+        known: Option<Written>,
+        within: u64,
+        n: u64,
+    ) -> Option<Bytes> {
+        let (open, max) = self.local_open.as_ref()?;
+        let expected = known.as_ref().map(|written| written.version);
+        let key = header.data_key(index);
+        let file = match slot {
+            // A new map may have moved the object: open it again where it is now.
+            Some(LocalSlot::Open(file)) if file.epoch == self.client.epoch() => file,
+            Some(LocalSlot::Unusable { expected: then, retry })
+                if then == expected && Instant::now() < retry =>
+            {
+                return None;
+            }
+            _ => {
+                let devices = known.as_ref().map(|written| written.devices.as_slice());
+                let opened = self.client.open_local(&header.pool, &key, devices).await;
+                let usable = opened
+                    .filter(|file| expected.is_none_or(|version| version == file.version))
+                    .map(Arc::new);
+                let mut state = object.lock().await;
+                let now_expected = match &state.known {
+                    Some(Known::At(written)) => Some(written.version),
+                    Some(Known::Absent) => return None,
+                    None => None,
+                };
+                if now_expected != expected {
+                    return None; // written meanwhile: the next read looks again
+                }
+                state.local = Some(match &usable {
+                    Some(file) => LocalSlot::Open(file.clone()),
+                    None => LocalSlot::Unusable { expected, retry: Instant::now() + LOCAL_RETRY },
+                });
+                drop(state);
+                if usable.is_some() {
+                    self.close_oldest_local(open, *max, index);
+                }
+                usable?
+            }
+        };
+        let version = expected.unwrap_or(file.version);
+        let read = if n <= LOCAL_INLINE_BYTES_MAX {
+            file.read(&key, version, within, n)
+        } else {
+            let (file, key) = (file.clone(), key.clone());
+            tokio::task::spawn_blocking(move || file.read(&key, version, within, n)).await.ok()?
+        };
+        match read {
+            Ok(data) => Some(Bytes::from(data)),
+            Err(miss) => {
+                tracing::debug!(key, %miss, "local read missed: read through the servers");
+                let mut state = object.lock().await;
+                if matches!(&state.local, Some(LocalSlot::Open(f)) if Arc::ptr_eq(f, &file)) {
+                    state.local = None;
+                }
+                None
+            }
+        }
+    }
+
+    /// Notes that object `index` holds a local file open, and closes the files opened longest
+    /// ago while more than `max` are (those of objects being written stay open).
+    fn close_oldest_local(&self, open: &Mutex<VecDeque<u64>>, max: usize, index: u64) {
+        let mut open = open.lock().expect("local files lock");
+        open.push_back(index);
+        let mut tries = open.len();
+        while open.len() > max && tries > 0 {
+            tries -= 1;
+            let Some(oldest) = open.pop_front() else { break };
+            let object = self.objects.lock().expect("objects lock").get(&oldest).cloned();
+            let Some(object) = object else { continue };
+            match object.try_lock() {
+                Ok(mut state) => state.local = None,
+                Err(_) => open.push_back(oldest),
             }
         }
     }

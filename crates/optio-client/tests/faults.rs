@@ -50,7 +50,7 @@ enum Kind {
 fn kind(op: &Op<'_>) -> Kind {
     match op {
         Op::Probe { .. } => Kind::Probe,
-        Op::Get { .. } | Op::Fetch { .. } => Kind::Get,
+        Op::Get { .. } | Op::Fetch { .. } | Op::Open { .. } => Kind::Get,
         Op::Put { .. } => Kind::Put,
         Op::WriteAt { .. } => Kind::WriteAt,
         Op::Sync => Kind::Sync,
@@ -188,6 +188,10 @@ impl FaultyNet {
                 if *want_choice {
                     answer.record = records.get(&at).copied();
                 }
+            }
+            // Opens go to a local socket (`open_local`), which this transport does not have.
+            Op::Open { .. } => {
+                return Err(refused(ErrorKind::BadRequest, "no local socket here", held));
             }
             Op::Get { key, .. } | Op::Fetch { key } => {
                 let range = match &call.op {
@@ -397,7 +401,7 @@ impl TransportTrait for FaultyNet {
                 },
                 ..Default::default()
             };
-            Ok(ServerStatus { epoch, devices: Vec::new(), migration, fenced: false })
+            Ok(ServerStatus { epoch, devices: Vec::new(), migration, fenced: false, local: None })
         })
     }
 }

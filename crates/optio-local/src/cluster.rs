@@ -317,6 +317,9 @@ fn lock_dir(dir: &Path) -> Result<fs::File, LocalError> {
     })
 }
 
+/// The longest path a Unix socket's address holds (108 bytes with the final NUL).
+const LOCAL_SOCKET_PATH_MAX: usize = 107;
+
 /// Worker threads for each of `servers` server processes sharing a machine with `cores`
 /// cores: their share of the cores, at least one. tokio's default — a worker per core in
 /// every process — makes a request wake a second worker to look for more work; with nine
@@ -450,6 +453,12 @@ impl LocalCluster {
             .arg("--name")
             .arg(host)
             .arg("--exit-with-stdin");
+        // Local reads for clients on this machine (`optio nbd`), where the path fits a Unix
+        // socket's address.
+        let socket = self.dir.join(format!("{host}.sock"));
+        if socket.as_os_str().len() <= LOCAL_SOCKET_PATH_MAX {
+            command.arg("--local-socket").arg(&socket);
+        }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let workers = workers_per_server(layout(&self.spec).len(), cores);
         command.arg("--workers").arg(workers.to_string());

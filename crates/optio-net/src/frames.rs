@@ -449,7 +449,12 @@ async fn read_answer(reader: &mut BufReader<OwnedReadHalf>) -> Result<(u64, RawA
     reader.read_exact(&mut head).await.map_err(|e| format!("reading failed: {e}"))?;
     let mut body = BytesMut::zeroed(body_len);
     reader.read_exact(&mut body).await.map_err(|e| format!("reading failed: {e}"))?;
-    let parsed = frames::decode_answer(&head).map_err(|e| e.to_string())?;
+    raw_answer(&head, body.freeze())
+}
+
+/// An answer frame's head (after its prefix) and body as a [`RawAnswer`], with its id.
+pub(crate) fn raw_answer(head: &[u8], body: Bytes) -> Result<(u64, RawAnswer), String> {
+    let parsed = frames::decode_answer(head).map_err(|e| e.to_string())?;
     let mut headers = HeaderMap::with_capacity(parsed.headers.len());
     for (name, value) in parsed.headers {
         let name = HeaderName::from_bytes(name.as_bytes())
@@ -457,7 +462,7 @@ async fn read_answer(reader: &mut BufReader<OwnedReadHalf>) -> Result<(u64, RawA
         let value = HeaderValue::from_str(value).map_err(|e| format!("bad header value: {e}"))?;
         headers.append(name, value);
     }
-    Ok((parsed.id, RawAnswer { status: parsed.status, headers, body: body.freeze() }))
+    Ok((parsed.id, RawAnswer { status: parsed.status, headers, body }))
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 mod chunks;
 pub mod exposition;
 mod frames;
+pub mod local;
 pub use chunks::Chunks;
 pub mod throttle;
 pub mod tls;
@@ -178,6 +179,12 @@ pub enum Op<'a> {
         /// Inclusive byte range.
         range: Option<(u64, u64)>,
     },
+    /// `GET` an open, read-only descriptor of a block object's file, with the object's
+    /// headers: only over a server's local socket ([`Transport::open_local`]).
+    Open {
+        /// Key.
+        key: &'a str,
+    },
     /// `GET` a whole object for a device catching up on missed writes: answered even by a
     /// device that is catching up itself (see `optio-server`'s `catchup`).
     Fetch {
@@ -268,7 +275,11 @@ impl Op<'_> {
     pub fn method(&self) -> Method {
         match self {
             Op::Probe { .. } => Method::HEAD,
-            Op::Get { .. } | Op::Fetch { .. } | Op::List(_) | Op::GetRecord { .. } => Method::GET,
+            Op::Get { .. }
+            | Op::Open { .. }
+            | Op::Fetch { .. }
+            | Op::List(_)
+            | Op::GetRecord { .. } => Method::GET,
             Op::Put { .. } | Op::WriteAt { .. } | Op::PutRecord { .. } => Method::PUT,
             Op::Sync => Method::POST,
             Op::Delete { .. } | Op::DeleteRecord { .. } => Method::DELETE,
@@ -284,6 +295,7 @@ impl Op<'_> {
         let limit = FRAMED_BYTES_MAX;
         match self {
             Op::Probe { .. }
+            | Op::Open { .. }
             | Op::Sync
             | Op::Delete { .. }
             | Op::GetRecord { .. }
@@ -302,6 +314,7 @@ impl Op<'_> {
         match self {
             Op::Probe { .. }
             | Op::Get { .. }
+            | Op::Open { .. }
             | Op::Fetch { .. }
             | Op::Put { .. }
             | Op::WriteAt { .. }
@@ -317,6 +330,7 @@ impl Op<'_> {
         match self {
             Op::Probe { key, .. }
             | Op::Get { key, .. }
+            | Op::Open { key }
             | Op::Fetch { key }
             | Op::Put { key, .. }
             | Op::WriteAt { key, .. }
@@ -354,6 +368,7 @@ impl Op<'_> {
                 }
             }
             Op::Fetch { .. } => headers.push((wire::CATCH_UP, "1".to_string())),
+            Op::Open { .. } => headers.push((wire::OPEN, "1".to_string())),
             Op::Put { version, checksum, pg_seed, .. } => {
                 headers.push((wire::VERSION, version.0.to_string()));
                 headers.push((wire::CHECKSUM, wire::encode_checksum(*checksum)));
@@ -454,6 +469,18 @@ pub trait Transport: Send + Sync + 'static {
     /// The `/v1/status` of the server at `addr`.
     fn server_status<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, Result<ServerStatus, Failure>>;
 
+    /// Sends `call` (an [`Op::Open`]) to the server's local socket at `socket` (see
+    /// [`local`]): the object's headers and an open, read-only descriptor of its file. A
+    /// transport without local reads fails every call (the default).
+    fn open_local<'a>(
+        &'a self,
+        call: Call<'a>,
+        socket: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(Answer, std::fs::File), Failure>> {
+        let _ = (call, socket);
+        Box::pin(async { Err(Failure::Unreachable("this transport has no local reads".into())) })
+    }
+
     /// One page of a device's listing of `pool`.
     fn list<'a>(
         &'a self,
@@ -490,6 +517,8 @@ pub struct HttpTransport {
     /// Frames connections (see [`optio_proto::frames`]), for the requests that fit a frame;
     /// none: everything over HTTP/1.1 (TLS, or `OPTIO_FRAMES=0`).
     frames: Option<std::sync::Arc<frames::Frames>>,
+    /// Connections to servers' local sockets ([`local`]).
+    locals: std::sync::Arc<local::Locals>,
 }
 
 /// The largest range read or written in place that goes as a frame. Frames save a small
@@ -574,6 +603,7 @@ impl HttpTransport {
                     hashes: Default::default(),
                     bases: Default::default(),
                     frames: None,
+                    locals: Default::default(),
                 }
             }
         };
@@ -675,6 +705,7 @@ impl HttpTransport {
             hashes: Default::default(),
             bases: Default::default(),
             frames: frames_unless_disabled(),
+            locals: Default::default(),
         })
     }
 
@@ -773,36 +804,62 @@ impl HttpTransport {
                 (status, headers, body, metrics)
             }
         };
-        let text =
-            |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
-        if status >= 400 && !(status == 404 && absent_is_an_answer && text(wire::ERROR).is_none()) {
-            let parsed: Option<ErrorBody> = serde_json::from_slice(&body.to_bytes()).ok();
-            let kind =
-                text(wire::ERROR).and_then(|k| ErrorKind::from_name(&k)).unwrap_or(match status {
-                    404 => ErrorKind::NotFound,
-                    413 => ErrorKind::TooLarge,
-                    507 => ErrorKind::Full,
-                    _ => ErrorKind::Io,
-                });
-            let reason = parsed
-                .as_ref()
-                .map(|b| b.reason.clone())
-                .or_else(|| text(wire::REASON))
-                .unwrap_or_else(|| format!("HTTP {status}"));
-            let epoch = text(wire::EPOCH).and_then(|e| e.parse().ok());
-            let stored = (kind == ErrorKind::VersionConflict)
-                .then(|| text(wire::VERSION).and_then(|v| v.parse().ok()).map(ObjectVersion))
-                .flatten();
-            return Err((Failure::Refused { kind, reason, epoch, stored }, metrics));
+        answer_of(status, &headers, body, metrics, key, absent_is_an_answer, call.endpoint.device)
+    }
+
+    async fn open_local_http(
+        &self,
+        call: Call<'_>,
+        socket: &std::path::Path,
+    ) -> Result<(Answer, std::fs::File), Failure> {
+        let Op::Open { key } = call.op else {
+            return Err(Failure::Malformed("only opens go to a local socket".into()));
+        };
+        let url = self.url_of(&call.endpoint.addr, &call.path())?;
+        let method = call.op.method();
+        let mut headers = call.op.headers();
+        headers.push((wire::EPOCH, call.epoch.to_string()));
+        let signature = self.signature(method.as_str(), &url, &headers);
+        let mut pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        if let Some(signature) = &signature {
+            pairs.push((optio_proto::auth::AUTH_HEADER, signature));
         }
-        let decoded = wire::decode_answer(key, text).map_err(|e| {
-            (
-                Failure::Malformed(format!("device {} answered {e}", call.endpoint.device)),
-                metrics.clone(),
-            )
+        let mut frame = Vec::with_capacity(512);
+        optio_proto::frames::encode_request(
+            &mut frame,
+            1,
+            method.as_str(),
+            &path_and_query(&url),
+            pairs,
+            0,
+        )
+        .map_err(|e| Failure::Malformed(format!("cannot frame the request: {e}")))?;
+        let (head, body, fds) = self.locals.exchange(socket, &frame).await?;
+        let (_, raw) = frames::raw_answer(&head, body)
+            .map_err(|e| Failure::Malformed(format!("local socket {}: {e}", socket.display())))?;
+        let metrics = raw
+            .headers
+            .get(wire::METRICS)
+            .and_then(|m| m.to_str().ok())
+            .and_then(DeviceMetrics::from_header);
+        let body = Chunks::from(raw.body);
+        let answer = answer_of(
+            raw.status,
+            &raw.headers,
+            body,
+            metrics,
+            Some(key),
+            false,
+            call.endpoint.device,
+        )
+        .map_err(|(failure, _)| failure)?;
+        let fd = local::one_fd(fds).ok_or_else(|| {
+            Failure::Malformed(format!(
+                "local socket {} answered an open without exactly one descriptor",
+                socket.display()
+            ))
         })?;
-        let wire::AnswerHeaders { info, record, incarnation, deleted } = decoded;
-        Ok(Answer { status, info, record, metrics, incarnation, deleted, body })
+        Ok((answer, std::fs::File::from(fd)))
     }
 
     /// Asks the server at `addr` for a scrub pass now (`POST /v1/scrub?QUERY`) and waits for
@@ -860,6 +917,57 @@ impl Transport for HttpTransport {
     fn server_status<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, Result<ServerStatus, Failure>> {
         Box::pin(self.server_status_http(addr))
     }
+
+    fn open_local<'a>(
+        &'a self,
+        call: Call<'a>,
+        socket: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(Answer, std::fs::File), Failure>> {
+        Box::pin(self.open_local_http(call, socket))
+    }
+}
+
+/// What an answer of `status` with `headers` and `body` from `device` means: an [`Answer`],
+/// or the refusal it carries (a 404 without an error kind is an answer when
+/// `absent_is_an_answer`); malformed Optio headers are a [`Failure::Malformed`].
+// (`Reply` is what `Transport::send` returns; its error carries the metrics an error answer
+// brought, which are larger than clippy likes.)
+#[allow(clippy::result_large_err)]
+fn answer_of(
+    status: u16,
+    headers: &reqwest::header::HeaderMap,
+    body: Chunks,
+    metrics: Option<DeviceMetrics>,
+    key: Option<&str>,
+    absent_is_an_answer: bool,
+    device: u32,
+) -> Reply {
+    let text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
+    if status >= 400 && !(status == 404 && absent_is_an_answer && text(wire::ERROR).is_none()) {
+        let parsed: Option<ErrorBody> = serde_json::from_slice(&body.to_bytes()).ok();
+        let kind =
+            text(wire::ERROR).and_then(|k| ErrorKind::from_name(&k)).unwrap_or(match status {
+                404 => ErrorKind::NotFound,
+                413 => ErrorKind::TooLarge,
+                507 => ErrorKind::Full,
+                _ => ErrorKind::Io,
+            });
+        let reason = parsed
+            .as_ref()
+            .map(|b| b.reason.clone())
+            .or_else(|| text(wire::REASON))
+            .unwrap_or_else(|| format!("HTTP {status}"));
+        let epoch = text(wire::EPOCH).and_then(|e| e.parse().ok());
+        let stored = (kind == ErrorKind::VersionConflict)
+            .then(|| text(wire::VERSION).and_then(|v| v.parse().ok()).map(ObjectVersion))
+            .flatten();
+        return Err((Failure::Refused { kind, reason, epoch, stored }, metrics));
+    }
+    let decoded = wire::decode_answer(key, text).map_err(|e| {
+        (Failure::Malformed(format!("device {} answered {e}", device)), metrics.clone())
+    })?;
+    let wire::AnswerHeaders { info, record, incarnation, deleted } = decoded;
+    Ok(Answer { status, info, record, metrics, incarnation, deleted, body })
 }
 
 /// The failure of a request that got no answer: [`Failure::NotRunning`] when the connection

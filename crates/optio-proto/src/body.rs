@@ -150,6 +150,21 @@ pub struct ServerStatus {
     /// The server holds no fencing lease and serves nothing (see `optio-server`'s `fence`).
     #[serde(default)]
     pub fenced: bool,
+    /// Where a client on the same machine can open block objects' files for reading (local
+    /// reads); none: the server has no local socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<LocalSocket>,
+}
+
+/// A server's local socket: a Unix socket where a client on the same machine asks for open
+/// descriptors of block objects' files ([`crate::wire::OPEN`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalSocket {
+    /// The socket's path.
+    pub path: String,
+    /// The machine's boot id (`/proc/sys/kernel/random/boot_id`): a client whose own differs
+    /// is on another machine (or another boot of it) and does not try the path.
+    pub boot_id: String,
 }
 
 #[cfg(test)]

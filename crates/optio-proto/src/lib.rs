@@ -52,7 +52,7 @@ pub mod route;
 pub mod summary;
 pub mod wire;
 
-pub use body::{Deleted, DeviceStatus, ListQuery, Listing, ScrubReport, ServerStatus};
+pub use body::{Deleted, DeviceStatus, ListQuery, Listing, LocalSocket, ScrubReport, ServerStatus};
 pub use choice::ChoiceRecord;
 pub use error::{ErrorBody, ErrorKind, FormatError};
 pub use header::{HEADER_BYTES, OBJECT_FORMAT_VERSION, ObjectHeader, checksum, checksum_append};

@@ -76,6 +76,10 @@ pub const BASE: &str = "x-optio-base";
 pub const ZEROES: &str = "x-optio-zeroes";
 /// On a write in place: sync the object's data before answering (`1`, NBD's FUA).
 pub const SYNC: &str = "x-optio-sync";
+/// On a `GET` of a block object over a server's local socket (`1`): answer with the object's
+/// headers and an open, read-only descriptor of its file instead of its bytes (local reads,
+/// `docs/volumes.md`).
+pub const OPEN: &str = "x-optio-open";
 
 /// What [`percent_encode`] escapes: every byte but ASCII letters, digits and `-._~` (RFC 3986's
 /// unreserved characters).

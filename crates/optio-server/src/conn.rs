@@ -24,6 +24,7 @@
 //! timeout).
 
 mod frames;
+pub(crate) mod local;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -75,13 +76,7 @@ pub fn default_max_connections() -> usize {
         .clamp(CONNECTIONS_DEFAULT_MIN, CONNECTIONS_DEFAULT_MAX)
 }
 
-/// The soft limit on open files (`RLIMIT_NOFILE`), from `/proc/self/limits`; `None` when
-/// unknown or unlimited.
-fn open_files_soft_limit() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = text.lines().find_map(|line| line.strip_prefix("Max open files"))?;
-    line.split_whitespace().next()?.parse().ok()
-}
+use optio_net::local::open_files_soft_limit;
 
 /// How connections are limited and timed out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -298,6 +293,15 @@ pub(crate) struct Plaintext;
 /// certificate's common name, checked against the CA in the handshake.
 #[derive(Clone, Debug)]
 pub(crate) struct PeerEntity(pub(crate) Arc<str>);
+
+/// Marks a request that came over the server's local socket ([`local`]): only there is an
+/// open descriptor of an object's file answered.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LocalPeer;
+
+/// An answer's open file, sent to a local client with the answer (`SCM_RIGHTS`).
+#[derive(Clone, Debug)]
+pub(crate) struct LocalFile(pub(crate) Arc<std::fs::File>);
 
 /// The common name of the client certificate a TLS connection showed, if any.
 fn peer_entity(connection: &rustls::ServerConnection) -> Option<Arc<str>> {

@@ -66,6 +66,9 @@ pub trait Disk: Send + Sync + 'static {
     fn read_at(&self, path: &Path, ranges: &[(u64, usize)]) -> io::Result<Vec<Vec<u8>>>;
     /// Frees `len` bytes at `offset` of `path` (they read back as zeros; the size stays).
     fn punch(&self, path: &Path, offset: u64, len: u64) -> io::Result<()>;
+    /// Opens `path` read-only (close-on-exec), for a local reader ([`crate::store`]'s
+    /// `open_block_file`).
+    fn open_read(&self, path: &Path) -> io::Result<File>;
     /// Makes every write to the file system holding the directory `dir` durable.
     fn sync_fs(&self, dir: &Path) -> io::Result<()>;
 }
@@ -128,6 +131,11 @@ impl Disk for RealDisk {
             write_in_pieces(&file, bytes, *offset)?;
         }
         if durable { file.sync_data() } else { Ok(()) }
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<File> {
+        // Rust opens every file close-on-exec.
+        File::open(path)
     }
 
     fn read_at(&self, path: &Path, ranges: &[(u64, usize)]) -> io::Result<Vec<Vec<u8>>> {
@@ -369,6 +377,9 @@ impl Disk for FaultyDisk {
     }
     fn read_at(&self, path: &Path, ranges: &[(u64, usize)]) -> io::Result<Vec<Vec<u8>>> {
         RealDisk.read_at(path, ranges)
+    }
+    fn open_read(&self, path: &Path) -> io::Result<File> {
+        RealDisk.open_read(path)
     }
     fn punch(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
         self.check_write()?;

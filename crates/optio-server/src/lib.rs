@@ -117,6 +117,9 @@ pub struct ServerConfig {
     pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// The certificate authority this server trusts when it talks to other servers over TLS.
     pub tls_ca: Option<std::path::PathBuf>,
+    /// A Unix socket where clients on this machine open block objects' files for reading
+    /// (local reads, [`conn::local`]); none: no local reads.
+    pub local_socket: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -139,6 +142,7 @@ impl Default for ServerConfig {
             credentials: None,
             tls: None,
             tls_ca: None,
+            local_socket: None,
         }
     }
 }
@@ -170,6 +174,9 @@ pub enum ServerError {
     /// The keyring cannot be used.
     #[error("{0}")]
     Auth(String),
+    /// The local socket could not be bound.
+    #[error(transparent)]
+    LocalSocket(#[from] conn::local::LocalSocketError),
     /// The socket could not be bound or served.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -183,6 +190,8 @@ pub enum ServerError {
 /// A server bound to its address, not yet serving.
 pub struct Server {
     listener: tokio::net::TcpListener,
+    /// The local socket and its path, if configured.
+    local: Option<(tokio::net::UnixListener, std::path::PathBuf)>,
     state: Arc<http::AppState>,
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -267,6 +276,18 @@ impl Server {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| ServerError::Listen { addr: config.listen, source })?;
+        let local = match &config.local_socket {
+            Some(path) => Some((conn::local::bind(path)?, path.clone())),
+            None => None,
+        };
+        let local_socket = match (&config.local_socket, optio_net::local::boot_id()) {
+            (Some(path), Some(boot_id)) => {
+                // The path as clients elsewhere in the file system tree reach it.
+                let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+                Some(optio_proto::LocalSocket { path: path.display().to_string(), boot_id })
+            }
+            _ => None,
+        };
         let signer = Some(transport);
         let state = Arc::new(http::AppState {
             devices,
@@ -281,8 +302,9 @@ impl Server {
             fence,
             auth,
             writes: Default::default(),
+            local_socket,
         });
-        Ok(Server { listener, state, limits, tls, signer })
+        Ok(Server { listener, local, state, limits, tls, signer })
     }
 
     /// The address bound.
@@ -322,7 +344,22 @@ impl Server {
         let keyring_following = tokio::spawn(state.auth.clone().follow(self.signer));
         let state_for_exit = state.clone();
         let app = http::router(state);
+        let (stop_local, local_stopping) = tokio::sync::watch::channel(false);
+        let local = self.local.map(|(listener, path)| {
+            let serving = tokio::spawn(conn::local::serve(
+                listener,
+                app.clone(),
+                self.limits,
+                local_stopping,
+            ));
+            (serving, path)
+        });
         conn::serve(self.listener, app, self.limits, self.tls, shutdown).await;
+        let _ = stop_local.send(true);
+        if let Some((serving, path)) = local {
+            let _ = serving.await;
+            let _ = std::fs::remove_file(path);
+        }
         background.abort();
         following.abort();
         rebalancing.abort();

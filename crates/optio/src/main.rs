@@ -125,6 +125,8 @@ impl Command {
                 | Command::Ls(_)
                 | Command::Stat(_)
                 | Command::Probe(_)
+                | Command::Volume(_)
+                | Command::Auth(_)
                 | Command::Completions { .. }
                 | Command::Man { .. }
         )

@@ -7,6 +7,7 @@ mod choose;
 mod delete;
 mod inplace;
 mod list;
+mod local;
 mod locate;
 mod read;
 mod reintegrate;
@@ -16,6 +17,7 @@ mod write;
 
 pub use inplace::{Patch, Written};
 pub use list::ListCursor;
+pub use local::{LocalFile, LocalMiss};
 pub use locate::{CandidateProbe, ObjectLocation, ProbeReport};
 pub use reintegrate::{Reintegration, ReintegrationConfig, ReintegrationMode, ReintegrationStatus};
 pub use repair::ReplicaState;
@@ -240,6 +242,8 @@ struct Inner {
     location: Option<optio_placement::choice::Location>,
     /// The newest epoch whose settling the servers were asked about at least once.
     settled_asked: AtomicU64,
+    /// Servers' local sockets, by address (local reads).
+    local_servers: local::LocalServers,
 }
 
 impl Drop for Inner {
@@ -401,6 +405,7 @@ impl Client {
                 policy,
                 location,
                 settled_asked: AtomicU64::new(0),
+                local_servers: Default::default(),
             }),
         };
         tokio::spawn(watch_settling(Arc::downgrade(&client.inner)));

@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinSet;
 
-use super::{Connection, Limits, PeerEntity, Plaintext};
+use super::{Connection, Limits, LocalFile, PeerEntity, Plaintext};
 
 /// Bytes read from a connection's socket at once.
 const READ_BUFFER_BYTES: usize = 64 << 10;
@@ -123,7 +123,9 @@ where
         };
         let busy = connection.busy();
         let (id, request) = request;
-        let mut answering = Box::pin(answer(context.router.clone(), id, request));
+        // (An answer's open file is for the local socket only: none is made here.)
+        let router = context.router.clone();
+        let mut answering = Box::pin(async move { answer(router, id, request).await.0 });
         // A request the handler answers without waiting (a small read or write in place) is
         // answered here: a task of its own would cost a wake-up of another thread for nothing.
         let polled = std::future::poll_fn(|cx| Poll::Ready(answering.as_mut().poll(cx))).await;
@@ -149,14 +151,14 @@ where
     }
 }
 
-enum Refusal {
+pub(crate) enum Refusal {
     /// The head does not parse: the connection cannot go on.
     Protocol(FrameError),
     /// The head parses but is not a request the router can take.
     Request { id: u64, reason: String },
 }
 
-fn build_request(
+pub(crate) fn build_request(
     head: &[u8],
     body: Bytes,
     context: &Context,
@@ -185,18 +187,25 @@ fn build_request(
     Ok((id, request))
 }
 
-/// Runs `request` through the router; its answer as a frame.
-async fn answer(mut router: Router, id: u64, request: Request<axum::body::Body>) -> Vec<u8> {
+/// Runs `request` through the router; its answer as a frame, and the open file it carries
+/// (an open over the local socket).
+pub(crate) async fn answer(
+    mut router: Router,
+    id: u64,
+    request: Request<axum::body::Body>,
+) -> (Vec<u8>, Option<LocalFile>) {
     // A Router is always ready (its `poll_ready` does nothing).
     let response = match tower_service::Service::call(&mut router, request).await {
         Ok(response) => response,
         Err(infallible) => match infallible {},
     };
-    let (parts, body) = response.into_parts();
+    let (mut parts, body) = response.into_parts();
+    let file = parts.extensions.remove::<LocalFile>();
     let body = match axum::body::to_bytes(body, frames::BODY_BYTES_MAX).await {
         Ok(body) => body,
         Err(error) => {
-            return refusal(id, &format!("the answer cannot go in a frame ({error}): use HTTP"));
+            let reason = format!("the answer cannot go in a frame ({error}): use HTTP");
+            return (refusal(id, &reason), None);
         }
     };
     let headers = parts.headers.iter().filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)));
@@ -204,14 +213,16 @@ async fn answer(mut router: Router, id: u64, request: Request<axum::body::Body>)
     match frames::encode_answer(&mut frame, id, parts.status.as_u16(), headers, body.len()) {
         Ok(()) => {
             frame.extend_from_slice(&body);
-            frame
+            (frame, file)
         }
-        Err(error) => refusal(id, &format!("the answer cannot go in a frame ({error}): use HTTP")),
+        Err(error) => {
+            (refusal(id, &format!("the answer cannot go in a frame ({error}): use HTTP")), None)
+        }
     }
 }
 
 /// An error answer (`io`, HTTP 500) to request `id`, with `reason`.
-fn refusal(id: u64, reason: &str) -> Vec<u8> {
+pub(crate) fn refusal(id: u64, reason: &str) -> Vec<u8> {
     let kind = ErrorKind::Io;
     let body = serde_json::to_vec(&optio_proto::ErrorBody {
         error: kind,

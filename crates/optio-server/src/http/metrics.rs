@@ -19,6 +19,8 @@ pub(crate) enum Operation {
     Put,
     /// A write at an offset (block volumes).
     Write,
+    /// An open descriptor of a block object's file, over the local socket (local reads).
+    Open,
     Delete,
     List,
     Sync,
@@ -31,11 +33,12 @@ pub(crate) enum Operation {
 
 impl Operation {
     /// Every operation, in declaration order (`op as usize` indexes it).
-    const ALL: [Operation; 11] = [
+    const ALL: [Operation; 12] = [
         Operation::Probe,
         Operation::Get,
         Operation::Put,
         Operation::Write,
+        Operation::Open,
         Operation::Delete,
         Operation::List,
         Operation::Sync,
@@ -51,6 +54,7 @@ impl Operation {
             Operation::Get => "get",
             Operation::Put => "put",
             Operation::Write => "write",
+            Operation::Open => "open",
             Operation::Delete => "delete",
             Operation::List => "list",
             Operation::Sync => "sync",

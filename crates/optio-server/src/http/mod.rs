@@ -37,7 +37,9 @@ use crate::system::SystemMetrics;
 
 use choices::{delete_record, get_record, put_record, wait_durable};
 use metrics::Operation;
-use objects::{delete_object, get_object, list, probe, put_object, sync_device, write_in_place};
+use objects::{
+    delete_object, get_object, list, open_object, probe, put_object, sync_device, write_in_place,
+};
 use status::{health, prometheus, status};
 
 /// What every handler shares.
@@ -63,6 +65,8 @@ pub struct AppState {
     pub(crate) auth: Arc<crate::auth::Auth>,
     /// Object writes in flight by epoch: listings at a newer epoch wait for them.
     pub(crate) writes: admitted::WritesInFlight,
+    /// The local socket, as `/v1/status` shows it.
+    pub(crate) local_socket: Option<optio_proto::LocalSocket>,
 }
 
 /// The router.
@@ -337,6 +341,7 @@ fn operation(target: &Target, method: &Method, headers: &HeaderMap) -> Operation
         (Area::Objects, false, &Method::GET) => Operation::List,
         (Area::Objects, false, &Method::POST) => Operation::Sync,
         (Area::Objects, true, &Method::HEAD) => Operation::Probe,
+        (Area::Objects, true, &Method::GET) if headers.contains_key(wire::OPEN) => Operation::Open,
         (Area::Objects, true, &Method::GET) => Operation::Get,
         (Area::Objects, true, &Method::PUT) if headers.contains_key(wire::OFFSET) => {
             Operation::Write
@@ -448,6 +453,9 @@ async fn handle(
             ))
         }
         (Area::Objects, Some(_), Method::HEAD) => probe(&target, headers),
+        (Area::Objects, Some(_), Method::GET) if headers.contains_key(wire::OPEN) => {
+            open_object(&target, parts.extensions.get::<crate::conn::LocalPeer>().is_some()).await
+        }
         (Area::Objects, Some(_), Method::GET) => get_object(&target, headers).await,
         (Area::Objects, Some(_), Method::PUT) if headers.contains_key(wire::OFFSET) => {
             write_in_place(state, &target, headers, body).await

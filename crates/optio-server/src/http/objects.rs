@@ -97,6 +97,28 @@ pub(super) async fn get_object(
     Ok(response)
 }
 
+/// An open, read-only descriptor of a block object's file (`GET` with `x-optio-open`), for a
+/// local reader: the object's headers, no body, and the descriptor, which the local socket
+/// sends with the answer. Refused on any other connection (`local` false).
+pub(super) async fn open_object(target: &Target, local: bool) -> Result<Response, Failure> {
+    if !local {
+        return Err(fail(
+            ErrorKind::BadRequest,
+            format!("{} is answered on the server's local socket only", wire::OPEN),
+        ));
+    }
+    let store = target.store.clone();
+    let pool = target.pool;
+    let key = target.key.clone().expect("routed with a key");
+    let (file, info) = tokio::task::spawn_blocking(move || store.open_block_file(pool, &key))
+        .await
+        .map_err(|e| fail(ErrorKind::Io, format!("open task failed: {e}")))??;
+    let mut response = Response::new(Body::empty());
+    object_headers(response.headers_mut(), &info);
+    response.extensions_mut().insert(crate::conn::LocalFile(std::sync::Arc::new(file)));
+    Ok(response)
+}
+
 /// `bytes=a-b`, `bytes=a-`, `bytes=-n` → inclusive (start, end) within `size`.
 pub(super) fn parse_range(text: &str, size: u64) -> Option<(u64, u64)> {
     let spec = text.trim().strip_prefix("bytes=")?;

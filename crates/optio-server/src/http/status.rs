@@ -45,6 +45,7 @@ pub(super) fn server_status(state: &AppState) -> ServerStatus {
         devices,
         migration: state.rebalancer.status(),
         fenced: !state.fence.serving(),
+        local: state.local_socket.clone(),
     }
 }
 

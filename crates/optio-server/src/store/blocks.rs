@@ -178,6 +178,46 @@ impl DeviceStore {
         Ok((info_of(key, &entry), data))
     }
 
+    /// An open, read-only descriptor of the live block object `key`'s file, and the object
+    /// (blocking): what a local reader reads the object through ([`optio_net::local`]). The
+    /// file's header is checked against the index first, so the descriptor is of the file
+    /// the index describes; from then on the reader compares the header with the version it
+    /// expects on every read (the file may be written in place, replaced or removed).
+    pub fn open_block_file(
+        &self,
+        pool: PoolId,
+        key: &str,
+    ) -> Result<(std::fs::File, ObjectInfo), StoreError> {
+        use std::os::unix::fs::FileExt;
+        let _stripe = self.stripe(key);
+        let Some(entry) = self.live_entry(pool, key) else { return Err(StoreError::NotFound) };
+        if !entry.blocks {
+            return Err(StoreError::BadRange(format!(
+                "'{key}' was written whole, not in place: local reads take block objects only"
+            )));
+        }
+        let path = self.path_of(pool, key);
+        let file = match self.disk.open_read(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.forget(pool, key);
+                return Err(StoreError::NotFound);
+            }
+            Err(e) => return Err(StoreError::Io { operation: "open", path, source: e }),
+        };
+        let layout = BlockLayout::new(key.len(), entry.size_bytes);
+        let mut head = vec![0u8; layout.table_offset as usize];
+        if let Err(e) = file.read_exact_at(&mut head, 0) {
+            return Err(StoreError::Io { operation: "read", path, source: e });
+        }
+        if let Err(reason) = self.check_head(&head, pool, key, &entry) {
+            self.forget(pool, key);
+            self.quarantine(&path);
+            return Err(StoreError::Mismatch { path, reason });
+        }
+        Ok((file, info_of(key, &entry)))
+    }
+
     /// Whether `key` is a live block object (written in place).
     pub fn is_block_object(&self, pool: PoolId, key: &str) -> bool {
         self.live_entry(pool, key).is_some_and(|e| e.blocks)

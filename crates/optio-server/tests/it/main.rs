@@ -9,6 +9,7 @@ mod connections;
 mod durability;
 mod epochs;
 mod frames;
+mod local;
 mod permissions;
 
 use std::collections::HashMap;
@@ -39,6 +40,8 @@ pub struct Options {
     pub max_connections: usize,
     /// Verify requests against this keyring (none: authentication off).
     pub keyring: Option<PathBuf>,
+    /// The local socket (none: no local reads).
+    pub local_socket: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -54,6 +57,7 @@ impl Default for Options {
             idle_timeout: defaults.idle_timeout,
             max_connections: defaults.max_connections,
             keyring: None,
+            local_socket: None,
         }
     }
 }
@@ -81,6 +85,7 @@ impl TestServer {
             idle_timeout: options.idle_timeout,
             max_connections: options.max_connections,
             keyring: options.keyring,
+            local_socket: options.local_socket,
             ..ServerConfig::default()
         };
         let server = Server::bind(config).await.expect("server starts");

@@ -173,8 +173,14 @@ pub fn init_logging(default: &str) {
             Err(error) => (EnvFilter::new(default), Some(format!("OPTIO_LOG={spec:?}: {error}"))),
         },
     };
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    // Colours on a terminal only: log files (`optio up`'s DIR/HOST.log, a service manager's
+    // journal) get plain text.
+    use std::io::IsTerminal;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
     if let Some(problem) = problem {
         tracing::warn!("ignoring an unusable log filter ({problem}); logging at {default}");
     }

@@ -32,6 +32,13 @@ pub struct Args {
     /// Requests in flight per connection.
     #[arg(long, default_value_t = 64)]
     pub queue_depth: usize,
+    /// Read every block through the servers, even where a replica's server runs on this
+    /// machine. By default such reads go to the replica's file directly (its server hands
+    /// over an open descriptor once per object; every read checks the file holds the version
+    /// this writer last wrote, else reads through the servers; docs/volumes.md). Read-only
+    /// serving never reads locally.
+    #[arg(long)]
+    pub no_local_reads: bool,
     #[command(flatten)]
     pub cluster: ClusterConn,
 }
@@ -129,7 +136,11 @@ async fn serve(args: Args) -> Result<()> {
     if names.is_empty() {
         bail!("no volumes to serve; create one with `optio volume create NAME SIZE`");
     }
-    let options = OpenOptions { read_only: args.read_only, break_lock: args.break_lock };
+    let options = OpenOptions {
+        read_only: args.read_only,
+        break_lock: args.break_lock,
+        local_reads: !args.no_local_reads,
+    };
     let mut exports: Vec<(String, Arc<dyn Export>)> = Vec::new();
     let mut opened: Vec<Arc<Volume>> = Vec::new();
     for name in &names {
@@ -204,6 +215,14 @@ async fn serve(args: Args) -> Result<()> {
     }
     tasks.abort_all();
     for volume in &opened {
+        let (reads, local) = volume.object_reads();
+        tracing::info!(
+            volume = %volume.name(),
+            object_reads = reads,
+            local_reads = local,
+            writes = volume.writes(),
+            "closing"
+        );
         if let Err(error) = volume.close().await {
             tracing::warn!(volume = %volume.name(), "cannot close cleanly: {error}");
         }

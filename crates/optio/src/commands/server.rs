@@ -219,6 +219,12 @@ pub struct Args {
     /// at least one; docs/deploy.md).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=WORKERS_MAX as i64))]
     pub workers: Option<u16>,
+    /// A Unix socket where clients on this machine (`optio nbd`) open block objects' files to
+    /// read them directly, without a request per read (local reads; each open is a signed
+    /// request like any other; docs/volumes.md). Off by default; `optio up` gives each server
+    /// one in its cluster directory.
+    #[arg(long, value_name = "PATH")]
+    pub local_socket: Option<PathBuf>,
     /// Exit when standard input closes (how `optio up` makes sure no server outlives it).
     #[arg(long)]
     pub exit_with_stdin: bool,
@@ -309,6 +315,7 @@ pub fn run(args: Args) -> Result<()> {
         credentials,
         tls: args.tls_cert.clone().zip(args.tls_key.clone()),
         tls_ca: args.tls_ca.clone(),
+        local_socket: args.local_socket.clone(),
         ..ServerConfig::default()
     };
     let _ = &args.name;

@@ -206,9 +206,12 @@ async fn ls(args: ListArgs) -> Result<()> {
 
 async fn info(args: InfoArgs) -> Result<()> {
     let client = args.cluster.connect().await?;
-    let opened =
-        Volume::open(&client, &args.name, OpenOptions { read_only: true, break_lock: false })
-            .await?;
+    let opened = Volume::open(
+        &client,
+        &args.name,
+        OpenOptions { read_only: true, ..OpenOptions::default() },
+    )
+    .await?;
     let header = opened.header();
     let allocated = volume::allocated(&client, &header).await?;
     let mut placements = Vec::new();
@@ -277,7 +280,7 @@ async fn resize(args: ResizeArgs) -> Result<()> {
     let opened = Volume::open(
         &client,
         &args.name,
-        OpenOptions { read_only: false, break_lock: args.break_lock },
+        OpenOptions { break_lock: args.break_lock, ..OpenOptions::default() },
     )
     .await?;
     let old = opened.size();
@@ -338,7 +341,7 @@ async fn import(args: CopyArgs) -> Result<()> {
     let opened = Volume::open(
         &client,
         &args.name,
-        OpenOptions { read_only: false, break_lock: args.break_lock },
+        OpenOptions { break_lock: args.break_lock, ..OpenOptions::default() },
     )
     .await?;
     let size = opened.size();
@@ -434,9 +437,12 @@ async fn export(args: CopyArgs) -> Result<()> {
         bail!("--chunk must be 1 byte to 64MiB");
     }
     let client = args.cluster.connect().await?;
-    let opened =
-        Volume::open(&client, &args.name, OpenOptions { read_only: true, break_lock: false })
-            .await?;
+    let opened = Volume::open(
+        &client,
+        &args.name,
+        OpenOptions { read_only: true, ..OpenOptions::default() },
+    )
+    .await?;
     let size = opened.size();
     let stdout = args.file.as_os_str() == "-";
     let mut file = if stdout {

@@ -87,13 +87,15 @@ impl Nbd {
         let _ = self.child.wait();
     }
 
-    /// SIGTERM: flushes and releases the volumes' locks.
-    fn stop(mut self) {
+    /// SIGTERM: flushes and releases the volumes' locks. Returns what it logged.
+    fn stop(mut self) -> String {
         let _ = Command::new("kill").arg(self.child.id().to_string()).status();
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+                let mut log = String::new();
+                let _ = self.child.stderr.take().expect("piped").read_to_string(&mut log);
+                return log;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -174,6 +176,25 @@ fn volume_commands_check_their_input_and_round_trip_images() {
     assert_eq!(info["allocated_objects"], 3, "10 MiB in 4 MiB objects: {info}");
     assert_eq!(info["placement"].as_array().unwrap().len(), 3);
     assert_eq!(info["placement"][0]["devices"].as_array().unwrap().len(), 3, "{info}");
+    // `optio volume export vm - | head -c 100`: the reader goes away and the export ends as
+    // Unix tools do (SIGPIPE), with no error and no panic.
+    {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = Command::new(binary())
+            .args(["volume", "export", "vm", "-", "--cluster"])
+            .arg(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("optio runs");
+        let mut first = [0u8; 100];
+        child.stdout.take().expect("piped").read_exact(&mut first).expect("the first bytes");
+        assert!(first[..] == data[..100]);
+        let output = child.wait_with_output().expect("optio ends");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_eq!(output.status.signal(), Some(13), "SIGPIPE: {:?} {stderr}", output.status);
+    }
 
     // Resize: grow; shrink only when asked, discarding the tail.
     let error = fails(dir, &["volume", "resize", "vm", "4MiB"]);
@@ -376,6 +397,81 @@ fn connect(port: u16, name: &str) -> TcpStream {
 
 fn block(i: u64) -> Vec<u8> {
     (0..64 * 1024u64).map(|j| (i.wrapping_mul(131) ^ j.wrapping_mul(7)) as u8).collect()
+}
+
+/// Writes `block(seed + i)` to each 64 KiB block `i` of the first `blocks`, one at a time.
+fn write_blocks(stream: &mut TcpStream, blocks: u64, seed: u64) {
+    for i in 0..blocks {
+        let mut write = testing::request(WRITE, 0, i, i * 64 * 1024, 64 * 1024);
+        write.extend_from_slice(&block(seed + i));
+        stream.write_all(&write).unwrap();
+        let (error, _, _) = testing::reply(stream, 0).unwrap();
+        assert_eq!(error, 0, "write of block {i} failed");
+    }
+}
+
+/// Reads the first `blocks` 64 KiB blocks back; each must be `block(seed + i)`.
+fn check_blocks(stream: &mut TcpStream, blocks: u64, seed: u64, when: &str) {
+    for i in 0..blocks {
+        let read = testing::request(READ, 0, i, i * 64 * 1024, 64 * 1024);
+        stream.write_all(&read).unwrap();
+        let (error, _, data) = testing::reply(stream, 64 * 1024).unwrap();
+        assert_eq!(error, 0, "{when}: read of block {i} failed");
+        assert!(data == block(seed + i), "{when}: block {i} is not what was last written");
+    }
+}
+
+/// Local reads (docs/volumes.md): `optio nbd` reads data objects with a replica on this
+/// machine from the replica's file. A server killed with SIGKILL leaves its files, and the
+/// descriptors `optio nbd` holds of them, at the versions it had; what is written while it is
+/// down must never be read back from them, nor after it returns (its catch-up replaces the
+/// files), nor with another server down. Each local read checks that the file holds the
+/// version this writer last wrote.
+#[test]
+fn local_reads_never_return_what_a_killed_replica_missed() {
+    let (_tmp, mut cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "disk", "16MiB"]);
+    const BLOCKS: u64 = 256;
+    let nbd = Nbd::start(&dir, &[]).unwrap();
+    let mut stream = connect(nbd.port, "disk");
+    write_blocks(&mut stream, BLOCKS, 0);
+    check_blocks(&mut stream, BLOCKS, 0, "all servers up");
+
+    // The primary replica of the first data object: the file a local read of it opened.
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(&dir, &["volume", "info", "disk", "--placement", "--json"]))
+            .unwrap();
+    let victim = info["placement"][0]["devices"][0].as_u64().expect("a placed object") as u32;
+    cluster.kill(victim).unwrap();
+    write_blocks(&mut stream, BLOCKS, 1000);
+    check_blocks(&mut stream, BLOCKS, 1000, "written and read with its primary killed");
+
+    cluster.restart(victim).unwrap();
+    settle(&cluster);
+    check_blocks(&mut stream, BLOCKS, 1000, "its primary back and caught up");
+    write_blocks(&mut stream, BLOCKS, 2000);
+    // Another replica of the object down: the returned primary serves it, locally.
+    let other = info["placement"][0]["devices"][1].as_u64().expect("three replicas") as u32;
+    cluster.kill(other).unwrap();
+    check_blocks(&mut stream, BLOCKS, 2000, "its second replica killed");
+    cluster.restart(other).unwrap();
+    drop(stream);
+
+    let log = nbd.stop();
+    let counts = log
+        .lines()
+        .find(|line| line.contains("closing") && line.contains("local_reads="))
+        .unwrap_or_else(|| panic!("optio nbd logs its reads when it stops: {log}"));
+    let number = |name: &str| -> u64 {
+        let at = counts.find(&format!("{name}=")).expect("logged") + name.len() + 1;
+        counts[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
+    };
+    let (reads, local) = (number("object_reads"), number("local_reads"));
+    assert_eq!(reads, 4 * BLOCKS, "{counts}");
+    assert!(local >= BLOCKS, "most reads were local (every server runs here): {counts}");
+    assert!(local < reads, "reads of what the killed primary missed went to servers: {counts}");
 }
 
 #[test]

@@ -1,0 +1,293 @@
+//! Local reads: a block object read from its file by the client itself, when one of its
+//! replicas is on a server on this machine (see [`optio_net::local`]).
+//!
+//! A server with a local socket says where it is in its `/v1/status`, with the machine's boot
+//! id; a client whose boot id is the same asks it, over that socket, to open the object's file
+//! — an ordinary signed request through the server's router, so a device that is catching up
+//! or fenced refuses as it would a read — and gets an open, read-only descriptor and the
+//! object's version. From then on a read is two `pread`s in the client's own process: the
+//! header with the block checksums, then the blocks, verified. No server process is woken.
+//!
+//! Whether the file is current is checked on every read: the reader names the version it
+//! expects (a volume's single writer knows the version its last write left), and the read
+//! fails as [`LocalMiss::Stale`] unless the file's header holds exactly that version. A
+//! replica that missed a write, a file replaced by a whole write, repaired or moved away —
+//! all leave a header with another version behind the descriptor. A block that fails its
+//! checksum (damage, or a write in place racing the read) is [`LocalMiss::Checksum`]. Either
+//! way the caller reads through the servers instead, which also repair what is damaged; a
+//! local read never reports or repairs damage itself.
+
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use optio_placement::DeviceId;
+use optio_proto::blocks::{BLOCK_BYTES, BlockLayout, decode_table};
+use optio_proto::{ObjectHeader, ObjectVersion, checksum};
+
+use crate::transport::{Endpoint, Op};
+
+use super::Client;
+
+/// How long a server found to have no usable local socket is not asked again.
+const NOT_LOCAL_RECHECK: Duration = Duration::from_secs(60);
+
+/// What the client knows of a server's local socket, by server address.
+#[derive(Clone, Debug)]
+pub(super) enum LocalServer {
+    /// Its socket, on this machine.
+    Local(PathBuf),
+    /// None usable (another machine, no socket, or its status failed) as of then.
+    NotLocal(Instant),
+}
+
+/// A block object's file, open for local reads.
+#[derive(Debug)]
+pub struct LocalFile {
+    file: std::fs::File,
+    /// The object's version when the server opened it.
+    pub version: ObjectVersion,
+    /// Its data bytes.
+    pub size: u64,
+    /// The device whose file it is.
+    pub device: u32,
+    /// The client's map epoch when it was opened.
+    pub epoch: u64,
+}
+
+/// Why a local read gave nothing (read through the servers instead).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LocalMiss {
+    /// The file does not hold the version expected (or is not the object's any more).
+    #[error("the file holds {found}, not version {expected}")]
+    Stale {
+        /// The version expected.
+        expected: u64,
+        /// What the file holds.
+        found: String,
+    },
+    /// A block failed its checksum (damaged, or being written at the same moment).
+    #[error("block {block} failed its checksum")]
+    Checksum {
+        /// The block.
+        block: u64,
+    },
+    /// The range is not within the object.
+    #[error("{len} bytes at {offset} are not within the object's {size} bytes")]
+    OutOfRange {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// The object's size.
+        size: u64,
+    },
+    /// Reading the file failed.
+    #[error("reading the file failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl LocalFile {
+    /// `len` bytes at `offset` of the object `key`, if the file holds version `expected`;
+    /// every block read is verified. Blocking (page-cache reads, most often).
+    pub fn read(
+        &self,
+        key: &str,
+        expected: ObjectVersion,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, LocalMiss> {
+        let size = self.size;
+        let end = offset.checked_add(len).filter(|end| *end <= size && len > 0);
+        if end.is_none() {
+            return Err(LocalMiss::OutOfRange { offset, len, size });
+        }
+        let layout = BlockLayout::new(key.len(), size);
+        let (first, last) = layout.blocks_of(offset, len);
+        // The header, the key and the checksums up to the last block read: one read.
+        let mut head = vec![0u8; (layout.table_offset + 4 * (last + 1)) as usize];
+        self.file.read_exact_at(&mut head, 0)?;
+        let stale = |found: String| LocalMiss::Stale { expected: expected.0, found };
+        let (header, stored_key, _) =
+            ObjectHeader::decode_prefix(&head).map_err(|e| stale(format!("a bad header ({e})")))?;
+        if stored_key != key || !header.blocks || header.size_bytes != size {
+            return Err(stale(format!("another object ({stored_key:?})")));
+        }
+        if header.version != expected {
+            return Err(stale(format!("version {}", header.version.0)));
+        }
+        let block_start = first * BLOCK_BYTES as u64;
+        let block_end = ((last + 1) * BLOCK_BYTES as u64).min(size);
+        let mut blocks = vec![0u8; (block_end - block_start) as usize];
+        self.file.read_exact_at(&mut blocks, layout.data_offset + block_start)?;
+        let table = decode_table(&head[layout.table_offset as usize + 4 * first as usize..]);
+        for (i, expected_crc) in table.iter().enumerate() {
+            let at = i * BLOCK_BYTES;
+            let block = first + i as u64;
+            if checksum(&blocks[at..at + layout.block_len(block)]) != *expected_crc {
+                return Err(LocalMiss::Checksum { block });
+            }
+        }
+        let from = (offset - block_start) as usize;
+        blocks.truncate(from + len as usize);
+        blocks.drain(..from);
+        Ok(blocks)
+    }
+}
+
+impl Client {
+    /// Opens the block object `key` of pool `pool_name` for local reads, from the first of
+    /// `devices` (its replicas, primary first; `None`: located as a read would) whose server
+    /// has a local socket on this machine. `None` when none can: no replica here, the map is
+    /// moving data (reads then compare replicas), or the server refused (the object is not a
+    /// block object, its device is catching up, …).
+    pub async fn open_local(
+        &self,
+        pool_name: &str,
+        key: &str,
+        devices: Option<&[u32]>,
+    ) -> Option<LocalFile> {
+        let view = self.view();
+        let pool = view.pool(pool_name).ok()?;
+        if self.in_transition(&view, pool) {
+            return None;
+        }
+        let devices: Vec<u32> = match devices {
+            Some(devices) => devices.to_vec(),
+            None => {
+                let mut attempts = 0;
+                let located = self.retry_located(pool_name, key, &mut attempts).await.ok()?;
+                located.candidate().devices.iter().map(|d| d.0).collect()
+            }
+        };
+        for device in devices {
+            let Ok(endpoint) = view.endpoint(DeviceId(device)) else { continue };
+            let Some(socket) = self.local_socket(&endpoint).await else { continue };
+            let call = self.object_call(&view, &endpoint, pool, Op::Open { key });
+            match self.inner.transport.open_local(call, &socket).await {
+                Ok((answer, file)) => {
+                    let info = answer.info?;
+                    return Some(LocalFile {
+                        file,
+                        version: info.version,
+                        size: info.size_bytes,
+                        device,
+                        epoch: view.epoch(),
+                    });
+                }
+                Err(failure) => {
+                    tracing::debug!(device, key, %failure, "no local read of this replica");
+                }
+            }
+        }
+        None
+    }
+
+    /// The local socket of `endpoint`'s server, if it is on this machine (asked once, from
+    /// its status; a server without one is asked again after [`NOT_LOCAL_RECHECK`]).
+    async fn local_socket(&self, endpoint: &Endpoint) -> Option<PathBuf> {
+        let known =
+            self.inner.local_servers.lock().expect("local lock").get(&endpoint.addr).cloned();
+        match known {
+            Some(LocalServer::Local(path)) => return Some(path),
+            Some(LocalServer::NotLocal(since)) if since.elapsed() < NOT_LOCAL_RECHECK => {
+                return None;
+            }
+            _ => {}
+        }
+        let status = self.inner.transport.server_status(&endpoint.addr).await;
+        let ours = optio_net::local::boot_id();
+        let found = match status {
+            Ok(status) => status
+                .local
+                .filter(|local| ours.as_deref() == Some(local.boot_id.as_str()))
+                .map(|local| PathBuf::from(local.path))
+                .filter(|path| path.exists()),
+            Err(_) => None,
+        };
+        let entry = match &found {
+            Some(path) => LocalServer::Local(path.clone()),
+            None => LocalServer::NotLocal(Instant::now()),
+        };
+        let mut servers = self.inner.local_servers.lock().expect("local lock");
+        if servers.len() >= LOCAL_SERVERS_KEPT {
+            servers.clear();
+        }
+        servers.insert(endpoint.addr.clone(), entry);
+        found
+    }
+}
+
+/// Server addresses whose local sockets a client remembers (past it, it starts again).
+const LOCAL_SERVERS_KEPT: usize = 4096;
+
+/// A server's local socket, by address.
+pub(super) type LocalServers = std::sync::Mutex<HashMap<String, LocalServer>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use optio_placement::{Epoch, PoolId};
+    use optio_proto::blocks::encode_table;
+    use std::io::Write;
+
+    /// A block object's file as a server writes it: header, key, checksums, data.
+    fn block_file(key: &str, data: &[u8], version: u64) -> std::fs::File {
+        let layout = BlockLayout::new(key.len(), data.len() as u64);
+        let table: Vec<u32> = (0..layout.blocks)
+            .map(|b| {
+                let start = (b as usize) * BLOCK_BYTES;
+                checksum(&data[start..start + layout.block_len(b)])
+            })
+            .collect();
+        let mut header =
+            ObjectHeader::new(PoolId(1), None, key, data, ObjectVersion(version), Epoch(1));
+        header.blocks = true;
+        let mut bytes = header.encode(key);
+        bytes.resize(layout.table_offset as usize, 0);
+        bytes.extend_from_slice(&encode_table(&table));
+        bytes.resize(layout.data_offset as usize, 0);
+        bytes.extend_from_slice(data);
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&bytes).unwrap();
+        file
+    }
+
+    fn local(file: std::fs::File, size: u64, version: u64) -> LocalFile {
+        LocalFile { file, version: ObjectVersion(version), size, device: 0, epoch: 1 }
+    }
+
+    #[test]
+    fn reads_the_range_asked_across_blocks_when_the_version_is_the_one_expected() {
+        let data: Vec<u8> = (0..3 * BLOCK_BYTES + 100).map(|i| (i * 7 % 251) as u8).collect();
+        let key = "volume_data.abc.0000000000000001";
+        let file = local(block_file(key, &data, 5), data.len() as u64, 5);
+        for (offset, len) in [(0, 1), (4095, 2), (100, 9000), (3 * 4096, 100), (0, data.len())] {
+            let read = file.read(key, ObjectVersion(5), offset as u64, len as u64).unwrap();
+            assert_eq!(read, &data[offset..offset + len], "{offset}+{len}");
+        }
+    }
+
+    #[test]
+    fn another_version_another_key_a_damaged_block_or_a_bad_range_is_a_miss() {
+        let data = vec![9u8; 2 * BLOCK_BYTES];
+        let key = "volume_data.abc.0000000000000002";
+        let file = local(block_file(key, &data, 5), data.len() as u64, 5);
+        let miss = file.read(key, ObjectVersion(6), 0, 10).unwrap_err();
+        assert!(matches!(miss, LocalMiss::Stale { expected: 6, .. }), "{miss}");
+        let miss = file.read("volume_data.abc.0000000000000003", ObjectVersion(5), 0, 10);
+        assert!(matches!(miss, Err(LocalMiss::Stale { .. })), "{miss:?}");
+        for (offset, len) in [(0, 0), (8000, 500), (u64::MAX, 2)] {
+            let miss = file.read(key, ObjectVersion(5), offset, len).unwrap_err();
+            assert!(matches!(miss, LocalMiss::OutOfRange { .. }), "{offset}+{len}: {miss}");
+        }
+        // A flipped byte in the second block: reads of it miss, reads of the first do not.
+        let layout = BlockLayout::new(key.len(), data.len() as u64);
+        file.file.write_all_at(&[8], layout.data_offset + BLOCK_BYTES as u64 + 17).unwrap();
+        let miss = file.read(key, ObjectVersion(5), 4000, 200).unwrap_err();
+        assert!(matches!(miss, LocalMiss::Checksum { block: 1 }), "{miss}");
+        assert_eq!(file.read(key, ObjectVersion(5), 0, 4096).unwrap(), vec![9u8; 4096]);
+    }
+}

@@ -1,0 +1,157 @@
+//! The local socket: a Unix socket where clients on this machine ask for open, read-only
+//! descriptors of block objects' files (local reads, see [`optio_net::local`]).
+//!
+//! A connection carries frames, one request at a time. Each request is an ordinary signed
+//! request, run through the same router as any other — authentication and capabilities,
+//! epochs, fencing, a device catching up refuses — and only opens (`GET` with
+//! [`wire::OPEN`]) are taken: anything else is refused with an error answer. An open's answer
+//! carries the descriptor with its first bytes. A connection that breaks the protocol, stays
+//! silent for the idle timeout, or is over [`LOCAL_CONNECTIONS_MAX`] is closed; when the
+//! server stops, each connection finishes the request it is serving.
+
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::Router;
+use optio_proto::frames::HEAD_BYTES_MAX;
+use optio_proto::wire;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{Semaphore, watch};
+
+use super::frames::{Context, Refusal, answer, build_request, refusal};
+use super::{Limits, LocalPeer};
+
+/// Most connections to the local socket at once (a client keeps one per server).
+pub const LOCAL_CONNECTIONS_MAX: usize = 256;
+
+/// Why the local socket cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalSocketError {
+    /// The path is taken by something that is not a socket.
+    #[error("{0} exists and is not a socket: remove it or choose another --local-socket")]
+    NotASocket(PathBuf),
+    /// Another process serves the path.
+    #[error("{0} is served by another process (a server already runs with this --local-socket)")]
+    InUse(PathBuf),
+    /// Binding failed.
+    #[error("cannot listen on the local socket {path}: {source}")]
+    Bind {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Binds the local socket at `path`, taking over a socket file a dead server left there, and
+/// lets every user connect (each request is authenticated on its own, as over TCP).
+pub fn bind(path: &Path) -> Result<UnixListener, LocalSocketError> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let bind_error = |source| LocalSocketError::Bind { path: path.to_path_buf(), source };
+    if let Ok(metadata) = std::fs::symlink_metadata(path) {
+        if !metadata.file_type().is_socket() {
+            return Err(LocalSocketError::NotASocket(path.to_path_buf()));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(LocalSocketError::InUse(path.to_path_buf()));
+        }
+        std::fs::remove_file(path).map_err(bind_error)?;
+    }
+    let listener = UnixListener::bind(path).map_err(bind_error)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(bind_error)?;
+    Ok(listener)
+}
+
+/// Serves `router`'s opens on `listener` until `stopping` turns true.
+pub(crate) async fn serve(
+    listener: UnixListener,
+    router: Router,
+    limits: Limits,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(LOCAL_CONNECTIONS_MAX));
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot accept a local connection");
+                    tokio::time::sleep(super::ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            },
+            changed = stopping.changed() => {
+                if changed.is_err() || *stopping.borrow() {
+                    break;
+                }
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::warn!(
+                max = LOCAL_CONNECTIONS_MAX,
+                "local connection refused: the local socket has its most connections"
+            );
+            continue;
+        };
+        while connections.try_join_next().is_some() {}
+        let router = router.clone();
+        let stopping = stopping.clone();
+        connections.spawn(async move {
+            serve_connection(stream, router, limits, stopping).await;
+            drop(permit);
+        });
+    }
+    // Each connection ends after the request it is serving.
+    while connections.join_next().await.is_some() {}
+}
+
+async fn serve_connection(
+    stream: UnixStream,
+    router: Router,
+    limits: Limits,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let context = Context { router: router.clone(), plaintext: false, peer: None };
+    loop {
+        let received = tokio::select! {
+            received = tokio::time::timeout(
+                limits.idle_timeout,
+                optio_net::local::recv_frame(&stream, HEAD_BYTES_MAX),
+            ) => received,
+            _ = stopping.changed() => return,
+        };
+        // (Descriptors a client sent are closed as `_fds` drops.)
+        let (head, body, _fds) = match received {
+            Ok(Ok(Some(frame))) => frame,
+            Ok(Ok(None)) => return,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "a local client broke the frames protocol: disconnected");
+                return;
+            }
+            Err(_) => return, // idle for the idle timeout
+        };
+        let (frame, file) = match build_request(&head, body, &context) {
+            Ok((id, request)) if !request.headers().contains_key(wire::OPEN) => {
+                let reason = format!("the local socket takes opens only ({})", wire::OPEN);
+                (refusal(id, &reason), None)
+            }
+            Ok((id, mut request)) => {
+                request.extensions_mut().insert(LocalPeer);
+                answer(router.clone(), id, request).await
+            }
+            Err(Refusal::Request { id, reason }) => (refusal(id, &reason), None),
+            Err(Refusal::Protocol(error)) => {
+                tracing::warn!(%error, "a local client broke the frames protocol: disconnected");
+                return;
+            }
+        };
+        let fd = file.as_ref().map(|f| f.0.as_fd());
+        if let Err(error) = optio_net::local::send_frame(&stream, &frame, fd).await {
+            tracing::debug!(%error, "cannot answer a local client");
+            return;
+        }
+    }
+}
