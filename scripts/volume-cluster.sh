@@ -1,6 +1,7 @@
 # Sourced by scripts/bench-volume-ab.sh and scripts/profile-volume.sh: an `optio up` cluster
 # in a temporary directory with one volume `v1`, `optio nbd` serving it, and cleanup on exit.
-# Expects $optio (the binary). Sets $work, $port, $uri, $up_pid, $nbd_pid, OPTIO_CLUSTER.
+# Expects $optio (the binary); UP_FLAGS (optional) are passed to `optio up`. Sets $work, $port,
+# $uri, $up_pid, $nbd_pid, OPTIO_CLUSTER.
 
 # start_volume_cluster SIZE: the cluster and the volume.
 start_volume_cluster() {
@@ -9,7 +10,8 @@ start_volume_cluster() {
   trap stop_volume_cluster EXIT
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   uri="nbd://127.0.0.1:$port/v1"
-  "$optio" up --dir "$work/cluster" --capacity 64GiB > "$work/up.log" 2>&1 &
+  # shellcheck disable=SC2086
+  "$optio" up --dir "$work/cluster" --capacity 64GiB ${UP_FLAGS:-} > "$work/up.log" 2>&1 &
   up_pid=$!
   for _ in $(seq 600); do grep -q "Ctrl-C" "$work/up.log" && break; sleep 0.1; done
   grep -q "Ctrl-C" "$work/up.log" || { echo "optio up did not come up:" >&2; cat "$work/up.log" >&2; exit 1; }

@@ -609,21 +609,16 @@ impl Volume {
                         let state = object.lock().await;
                         (state.known.clone(), state.local.clone())
                     };
-                    match known {
+                    let known = match known {
                         // This writer knows the objects it never wrote, and sends no probe.
                         Some(Known::Absent) => return Ok::<_, VolumeError>(None),
-                        known => {
-                            let known = match known {
-                                Some(Known::At(written)) => Some(written),
-                                _ => None,
-                            };
-                            let read =
-                                self.read_local(header, index, &object, slot, known, within, n);
-                            if let Some(data) = read.await {
-                                self.local_reads.fetch_add(1, Ordering::Relaxed);
-                                return Ok(Some(data));
-                            }
-                        }
+                        Some(Known::At(written)) => Some(written),
+                        None => None,
+                    };
+                    let read = self.read_local(header, index, &object, slot, known, within, n);
+                    if let Some(data) = read.await {
+                        self.local_reads.fetch_add(1, Ordering::Relaxed);
+                        return Ok(Some(data));
                     }
                 }
                 Ok(self
@@ -632,7 +627,11 @@ impl Volume {
                     .await?)
             }
         });
-        let parts = try_join_all(reads).await?;
+        let mut parts = try_join_all(reads).await?;
+        if let [Some(_)] = parts.as_slice() {
+            // One object's bytes: as they came, not copied.
+            return Ok(parts.pop().flatten().expect("one part"));
+        }
         let mut out = BytesMut::with_capacity(len as usize);
         for (part, (_, _, n)) in parts.into_iter().zip(&pieces) {
             match part {

@@ -118,6 +118,9 @@ pub struct LocalClusterSpec {
     /// Fixed ports: the servers listen on this port and the next ones, in host order (z1-h1,
     /// z1-h2, …); `None`: each on a free port.
     pub base_port: Option<u16>,
+    /// Worker threads of each server (`None`: its share of the machine's cores, at least one;
+    /// [`workers_per_server`]).
+    pub server_workers: Option<usize>,
 }
 
 impl Default for LocalClusterSpec {
@@ -145,6 +148,7 @@ impl Default for LocalClusterSpec {
             tls: false,
             metrics_public: false,
             base_port: None,
+            server_workers: None,
         }
     }
 }
@@ -460,7 +464,10 @@ impl LocalCluster {
             command.arg("--local-socket").arg(&socket);
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let workers = workers_per_server(layout(&self.spec).len(), cores);
+        let workers = self
+            .spec
+            .server_workers
+            .unwrap_or_else(|| workers_per_server(layout(&self.spec).len(), cores));
         command.arg("--workers").arg(workers.to_string());
         if self.spec.tls {
             let tls = ensure_tls(&self.dir, &self.spec.bind)?;

@@ -86,6 +86,11 @@ pub struct Args {
     /// takes a free port (DIR/prometheus-targets.json lists them either way).
     #[arg(long, value_name = "PORT")]
     pub base_port: Option<u16>,
+    /// Worker threads of each server (1 to 1024; default: each server's share of the
+    /// machine's cores, at least one: a server woken with more workers than it has cores
+    /// wakes a second worker for nothing).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub server_workers: Option<u16>,
     /// Mark a server's devices down in the map once it has not answered for this long (writes
     /// then go around them; Ceph's osd_heartbeat_grace).
     #[arg(long, default_value = "20s", value_parser = crate::output::parse_duration)]
@@ -117,6 +122,7 @@ pub fn run(args: Args) -> Result<()> {
         auth: !args.no_auth,
         metrics_public: args.metrics_public,
         base_port: args.base_port,
+        server_workers: args.server_workers.map(usize::from),
         tls: args.tls,
         ..LocalClusterSpec::default()
     };
