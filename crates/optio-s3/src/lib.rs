@@ -304,6 +304,10 @@ async fn with_length(
         return Ok((http::Request::from_parts(parts, s3s::Body::from(body)), None));
     }
     let Ok(permit) = budget.clone().try_acquire_many_owned((CHUNKED_BODY_MAX >> 20) as u32) else {
+        // Read what the client is still sending before answering (a lingering close): a
+        // client writing its last chunk to a connection already answered and closed gets a
+        // broken pipe instead of the 503 and its reason.
+        drain(body).await;
         return Err(error_answer(
             http::StatusCode::SERVICE_UNAVAILABLE,
             "SlowDown",
@@ -331,6 +335,27 @@ async fn with_length(
             "the request's chunked body broke off before its last chunk",
         )),
     }
+}
+
+/// The most of a refused body [`drain`] reads, and for how long.
+const DRAIN_BYTES_MAX: usize = 1 << 20;
+const DRAIN_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Reads and drops a refused request's body — at most [`DRAIN_BYTES_MAX`] bytes, for at most
+/// [`DRAIN_TIME_MAX`] — so that its client reads the refusal rather than a reset connection;
+/// a larger or slower body is cut off when the connection closes.
+async fn drain(mut body: hyper::body::Incoming) {
+    use http_body_util::BodyExt;
+    let _ = tokio::time::timeout(DRAIN_TIME_MAX, async {
+        let mut read = 0;
+        while let Some(Ok(frame)) = body.frame().await {
+            read += frame.data_ref().map_or(0, |data| data.len());
+            if read > DRAIN_BYTES_MAX {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// GetObjectAttributes' answer with its `ETag` element bare, as S3 writes it there (unlike the

@@ -179,6 +179,12 @@ impl Client {
                 }
                 Err(failure) => {
                     tracing::debug!(device, key, %failure, "no local read of this replica");
+                    if failure.is_not_running() {
+                        // Nothing at the socket (the server stopped, or moved it): ask its
+                        // status again next time.
+                        let mut servers = self.inner.local_servers.lock().expect("local lock");
+                        servers.remove(&endpoint.addr);
+                    }
                 }
             }
         }
