@@ -147,6 +147,30 @@ pub fn whole_of_blocks(layout: &BlockLayout, table: &[u32]) -> u32 {
     whole
 }
 
+/// The first of the blocks `first, first + 1, …` held in `bytes` (whole blocks from `first`'s
+/// start, the object's last one possibly short) whose crc32c is not its entry of `table` (the
+/// entries from `first`'s on; an entry past the blocks held is not looked at): the block, the
+/// checksum expected and the one found. `None`: every block held is intact.
+pub fn first_bad_block(
+    layout: &BlockLayout,
+    first: u64,
+    table: &[u32],
+    bytes: &[u8],
+) -> Option<(u64, u32, u32)> {
+    let mut at = 0;
+    for (i, expected) in table.iter().enumerate() {
+        let block = first + i as u64;
+        let len = layout.block_len(block);
+        let Some(data) = bytes.get(at..at + len) else { break };
+        let found = crc32c::crc32c(data);
+        if found != *expected {
+            return Some((block, *expected, found));
+        }
+        at += len;
+    }
+    None
+}
+
 /// Decodes a checksum table.
 pub fn decode_table(bytes: &[u8]) -> Vec<u32> {
     bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
@@ -178,6 +202,31 @@ mod tests {
             assert_eq!(shift(value, bytes), crc32c::crc32c_combine(value, 0, bytes as usize));
         }
         assert_eq!(shift(0x1234_5678, 0), 0x1234_5678);
+    }
+
+    #[test]
+    fn the_first_damaged_block_is_found_and_blocks_not_held_are_not_looked_at() {
+        let layout = BlockLayout::new(5, 3 * BLOCK_BYTES as u64 + 10);
+        let data: Vec<u8> = (0..layout.size).map(|i| (i * 31 % 251) as u8).collect();
+        let crc = |b: u64| {
+            let start = (b as usize) * BLOCK_BYTES;
+            crc32c::crc32c(&data[start..start + layout.block_len(b)])
+        };
+        let table: Vec<u32> = (0..layout.blocks).map(crc).collect();
+        assert_eq!(first_bad_block(&layout, 0, &table, &data), None);
+        // Blocks 1 and 2 only, the table from block 1's entry on.
+        let held = &data[BLOCK_BYTES..3 * BLOCK_BYTES];
+        assert_eq!(first_bad_block(&layout, 1, &table[1..], held), None);
+        // The short last block alone.
+        assert_eq!(first_bad_block(&layout, 3, &table[3..], &data[3 * BLOCK_BYTES..]), None);
+        let mut damaged = data.clone();
+        damaged[2 * BLOCK_BYTES + 7] ^= 1;
+        let found = crc32c::crc32c(&damaged[2 * BLOCK_BYTES..3 * BLOCK_BYTES]);
+        assert_eq!(first_bad_block(&layout, 0, &table, &damaged), Some((2, table[2], found)));
+        assert_eq!(
+            first_bad_block(&layout, 1, &table[1..], &damaged[BLOCK_BYTES..]).map(|b| b.0),
+            Some(2)
+        );
     }
 
     #[test]

@@ -23,8 +23,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use optio_placement::DeviceId;
-use optio_proto::blocks::{BLOCK_BYTES, BlockLayout, decode_table};
-use optio_proto::{ObjectHeader, ObjectVersion, checksum};
+use optio_proto::blocks::{BLOCK_BYTES, BlockLayout, decode_table, first_bad_block};
+use optio_proto::{ObjectHeader, ObjectVersion};
 
 use crate::transport::{Endpoint, Op};
 
@@ -123,12 +123,8 @@ impl LocalFile {
         let mut blocks = vec![0u8; (block_end - block_start) as usize];
         self.file.read_exact_at(&mut blocks, layout.data_offset + block_start)?;
         let table = decode_table(&head[layout.table_offset as usize + 4 * first as usize..]);
-        for (i, expected_crc) in table.iter().enumerate() {
-            let at = i * BLOCK_BYTES;
-            let block = first + i as u64;
-            if checksum(&blocks[at..at + layout.block_len(block)]) != *expected_crc {
-                return Err(LocalMiss::Checksum { block });
-            }
+        if let Some((block, _, _)) = first_bad_block(&layout, first, &table, &blocks) {
+            return Err(LocalMiss::Checksum { block });
         }
         let from = (offset - block_start) as usize;
         blocks.truncate(from + len as usize);
@@ -237,6 +233,7 @@ mod tests {
     use super::*;
     use optio_placement::{Epoch, PoolId};
     use optio_proto::blocks::encode_table;
+    use optio_proto::checksum;
     use std::io::Write;
 
     /// A block object's file as a server writes it: header, key, checksums, data.

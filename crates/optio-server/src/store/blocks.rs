@@ -16,8 +16,8 @@
 
 use optio_placement::{Epoch, PoolId};
 use optio_proto::blocks::{
-    BLOCK_BYTES, BLOCK_OBJECT_BYTES_MAX, BlockLayout, decode_table, encode_table, whole_after,
-    zeros_checksum,
+    BLOCK_BYTES, BLOCK_OBJECT_BYTES_MAX, BlockLayout, decode_table, encode_table, first_bad_block,
+    whole_after, zeros_checksum,
 };
 use optio_proto::{ObjectHeader, ObjectInfo, ObjectVersion, checksum};
 
@@ -160,18 +160,13 @@ impl DeviceStore {
             return Err(StoreError::Mismatch { path, reason });
         }
         let table = decode_table(&head[layout.table_offset as usize + 4 * first as usize..]);
-        for (i, expected) in table.iter().enumerate() {
-            let at = i * BLOCK_BYTES;
-            let block = &bytes[at..at + layout.block_len(first + i as u64)];
-            let found = checksum(block);
-            if found != *expected {
-                self.forget(pool, key);
-                self.quarantine(&path);
-                return Err(StoreError::Corrupt {
-                    path,
-                    error: optio_proto::FormatError::DataChecksum { expected: *expected, found },
-                });
-            }
+        if let Some((_, expected, found)) = first_bad_block(&layout, first, &table, &bytes) {
+            self.forget(pool, key);
+            self.quarantine(&path);
+            return Err(StoreError::Corrupt {
+                path,
+                error: optio_proto::FormatError::DataChecksum { expected, found },
+            });
         }
         let from = (start - block_start) as usize;
         let data = bytes[from..from + (end - start + 1) as usize].to_vec();
