@@ -133,7 +133,7 @@ impl Ring {
     /// The first virtual node at or after `key` (wrapping).
     #[inline]
     fn successor(&self, key: u32) -> usize {
-        self.index.successor(key, self.vnodes.len(), |i| self.vnodes[i].position)
+        self.index.successor(key, &self.vnodes, |v| v.position)
     }
 
     /// The primary device of `key`: the owner of its successor, skipping down devices.

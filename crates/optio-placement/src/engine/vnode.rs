@@ -57,25 +57,29 @@ impl RingIndex {
         (self.starts[bucket], self.starts[bucket + 1])
     }
 
-    /// The first of the `count` indexed positions at or after `key` (wrapping to 0).
+    /// The first of the indexed `items` whose position is at or after `key` (wrapping to 0);
+    /// `position` reads an item's position.
     #[inline(always)]
-    pub(crate) fn successor(
+    pub(crate) fn successor<T>(
         &self,
         key: u32,
-        count: usize,
-        position: impl Fn(usize) -> u32,
+        items: &[T],
+        position: impl Fn(&T) -> u32,
     ) -> usize {
         let (start, end) = self.range(key);
         let (start, end) = (start as usize, end as usize);
-        if end - start <= WINDOW && start + WINDOW <= count {
+        let count = items.len();
+        if end - start <= WINDOW
+            && let Some(window) = items.get(start..start + WINDOW)
+        {
             // Without branches: the positions from `end` on are at or past the next bucket's
             // start, so none is below `key`, and counting those below it over a fixed window
             // gives the same index as the scan — with no mispredicted loop exit.
-            let below = (0..WINDOW).map(|j| usize::from(position(start + j) < key)).sum::<usize>();
+            let below = window.iter().map(|item| usize::from(position(item) < key)).sum::<usize>();
             let i = start + below;
             return if i == count { 0 } else { i };
         }
-        first_at_or_after(key, start, end, count, position)
+        first_at_or_after(key, start, end, count, |i| position(&items[i]))
     }
 
     /// Bytes of memory the index uses.
@@ -131,7 +135,7 @@ mod tests {
                 positions.iter().flat_map(|p| [*p, p.wrapping_add(1), p.wrapping_sub(1)]),
             );
             for key in probes {
-                let got = index.successor(key, positions.len(), |i| positions[i]);
+                let got = index.successor(key, &positions, |p| *p);
                 prop_assert_eq!(got, reference(&positions, key), "key {}", key);
             }
         }

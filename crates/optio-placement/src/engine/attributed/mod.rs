@@ -56,7 +56,7 @@
 //! and marking one out changes only the sectors holding its virtual nodes.
 
 use crate::engine::vnode::{RingIndex, first_at_or_after, vnode_position};
-use crate::ids::{DeviceId, ItemId};
+use crate::ids::{DeviceId, ITEM_NONE, ItemId};
 use crate::map::ClusterMap;
 use crate::replica::{REPLICAS_MAX, ReplicaSet};
 
@@ -82,6 +82,15 @@ const DOWN: u32 = 1 << 30;
 const MARKED: u32 = 1 << 31;
 /// Sector offset word: the sector is heterogeneous (bandwidth strategy).
 const HETEROGENEOUS: u32 = 1 << 31;
+/// Sector offset word: the sector's first choices take the fast path ([`Sector::choice`]
+/// holds its ranges' ends).
+const FAST: u32 = 1 << 30;
+/// Sector offset word: the offset of the sector's first slot.
+const START_MASK: u32 = FAST - 1;
+/// Most slots a sector on the fast path has.
+const FAST_SLOTS: usize = 4;
+/// Replicas whose first choice can take the fast path (the later ones take the general one).
+const FAST_REPLICAS: usize = 4;
 /// Owner index of slots of devices no longer in the map.
 const NO_OWNER: u32 = OWNER_MASK;
 
@@ -270,24 +279,51 @@ pub struct AttributedRing {
     /// Fastmod constants by sector size (slot count).
     fastmod: Vec<u64>,
     prime: u32,
+    /// The fast path's capacity strategy: per replica and `h mod 12`, the slot it picks in a
+    /// homogeneous sector of 1, 2, 3 and 4 slots (2 bits each, by size; 12 is a multiple of
+    /// every size, so `h mod 12` fixes `h mod s'`).
+    fast_slots: [[u8; 12]; FAST_REPLICAS],
+    /// The fast path's bandwidth strategy: per replica, the salt of its first draw.
+    draw_salts: [u32; FAST_REPLICAS],
     distinct_zones: bool,
     /// Distinct zones (or devices) with a live slot: the most replicas a key can get.
     available: usize,
 }
 
-/// One sector: its position and the offset of its first slot (with the strategy flag).
+/// One sector: its position, the offset of its first slot (with the [`HETEROGENEOUS`] and
+/// [`FAST`] flags), and what its strategy needs, precomputed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 struct Sector {
     position: u32,
     start: u32,
-    /// For heterogeneous sectors, u: the sum of the ranges' lengths ([`U_UNKNOWN`] when it
-    /// does not fit 32 bits and is summed at lookup).
-    bandwidth: u32,
+    /// [`FAST`] sectors (1 to [`FAST_SLOTS`] slots; heterogeneous ones with u < 2^16): four
+    /// 16-bit *range ends*, one per slot, so that the slot a first choice picks is the count
+    /// of ends at or below a value — for a homogeneous sector of s' slots 1, 2, …, s' (then
+    /// s' repeated), the value being the capacity strategy's slot number; for a heterogeneous
+    /// one the sum of the bandwidths of the ranges up to and including the slot's (a slot
+    /// that starts no range adds nothing; u repeated after the last slot), the value being
+    /// the bandwidth draw scaled to u. The last end is s' or u. Other heterogeneous sectors:
+    /// u. Other homogeneous sectors: 0.
+    choice: u64,
 }
 
-/// `Sector::bandwidth` of sectors whose u needs 64 bits.
-const U_UNKNOWN: u32 = u32::MAX;
+/// What the fast first choices of one key need: `h mod 12`.
+#[derive(Clone, Copy)]
+struct KeyDraws {
+    t: usize,
+}
+
+/// Whether `value` is among the first `count` entries of `list`: for short lists, compared
+/// with every entry at once (no loop exit for the CPU to predict).
+#[inline(always)]
+fn held<const N: usize>(list: &[u32; N], count: usize, value: u32) -> bool {
+    if N <= 8 {
+        (0..N).fold(false, |hit, i| hit | (i < count) & (list[i] == value))
+    } else {
+        list[..count.min(N)].contains(&value)
+    }
+}
 
 /// Where a replica came from, for tests and the simulator's statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -405,16 +441,16 @@ impl AttributedRing {
             if rendezvous {
                 ordered_positions.extend_from_slice(&positions[begin..=*end]);
             }
-            sector_list.push(Sector { position: *position, start, bandwidth: 0 });
+            sector_list.push(Sector { position: *position, start, choice: 0 });
             begin = end + 1;
         }
-        sector_list.push(Sector { position: u32::MAX, start: ordered.len() as u32, bandwidth: 0 });
+        sector_list.push(Sector { position: u32::MAX, start: ordered.len() as u32, choice: 0 });
         drop(words);
         let index = RingIndex::new(sectors, |k| sector_list[k].position);
         let slot_hints = index
             .starts()
             .iter()
-            .map(|&k| sector_list[(k as usize).min(sectors)].start & !HETEROGENEOUS)
+            .map(|&k| sector_list[(k as usize).min(sectors)].start & START_MASK)
             .collect();
         let mut ring = AttributedRing {
             sectors: sector_list,
@@ -428,10 +464,13 @@ impl AttributedRing {
             bandwidths: owners.iter().map(|o| o.bandwidth.max(1)).collect(),
             fastmod: Vec::new(),
             prime: strategy_prime(params.sector_size.max(1)),
+            fast_slots: [[0; 12]; FAST_REPLICAS],
+            draw_salts: [0; FAST_REPLICAS],
             distinct_zones: params.distinct_zones,
             available: 0,
         };
         ring.classify(owners, params.bandwidth_tolerance_percent);
+        ring.prepare_fast();
         let largest = (0..sectors)
             .map(|k| ring.sector_range(k).1 - ring.sector_range(k).0)
             .max()
@@ -475,8 +514,57 @@ impl AttributedRing {
                     .filter(|w| **w & FIRST != 0)
                     .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
                     .sum();
-                self.sectors[k].bandwidth = u32::try_from(u).unwrap_or(U_UNKNOWN);
+                self.sectors[k].choice = u;
             }
+        }
+    }
+
+    /// Precomputes the fast path of the first choices (not for rendezvous selection): the
+    /// range ends of each sector that has 1 to [`FAST_SLOTS`] slots (and, heterogeneous,
+    /// u < 2^16), and the per-replica tables.
+    fn prepare_fast(&mut self) {
+        for (replica, (slots, salt)) in
+            self.fast_slots.iter_mut().zip(self.draw_salts.iter_mut()).enumerate()
+        {
+            let offset = (replica as u32 + 1) * self.prime;
+            for (t, packed) in slots.iter_mut().enumerate() {
+                *packed = (1..=FAST_SLOTS as u32)
+                    .map(|size| (((t as u32 % size) + offset % size) % size) << (2 * (size - 1)))
+                    .sum::<u32>() as u8;
+            }
+            *salt = mix32(BANDWIDTH_SALT ^ ((replica as u32) << 8));
+        }
+        if self.selection == SectorSelection::Rendezvous {
+            return;
+        }
+        for k in 0..self.sector_count() {
+            let (begin, end) = self.sector_range(k);
+            let size = end - begin;
+            if size == 0 || size > FAST_SLOTS {
+                continue;
+            }
+            let mut ends = [0u64; FAST_SLOTS];
+            if self.sectors[k].start & HETEROGENEOUS == 0 {
+                for (i, e) in ends.iter_mut().enumerate() {
+                    *e = (i + 1).min(size) as u64;
+                }
+            } else {
+                let mut acc = 0u64;
+                for (i, e) in ends.iter_mut().enumerate() {
+                    if let Some(w) = self.slots[begin..end].get(i)
+                        && w & FIRST != 0
+                    {
+                        acc += u64::from(self.bandwidths[(w & OWNER_MASK) as usize]);
+                    }
+                    *e = acc;
+                }
+                debug_assert_eq!(acc, self.sectors[k].choice, "u of sector {k}");
+                if acc == 0 || acc > u64::from(u16::MAX) {
+                    continue;
+                }
+            }
+            self.sectors[k].choice = ends.iter().enumerate().map(|(i, e)| e << (16 * i)).sum();
+            self.sectors[k].start |= FAST;
         }
     }
 
@@ -536,8 +624,8 @@ impl AttributedRing {
     /// The slots of sector `k` as (begin, end) indices.
     #[inline]
     fn sector_range(&self, k: usize) -> (usize, usize) {
-        let begin = (self.sectors[k].start & !HETEROGENEOUS) as usize;
-        let end = (self.sectors[k + 1].start & !HETEROGENEOUS) as usize;
+        let begin = (self.sectors[k].start & START_MASK) as usize;
+        let end = (self.sectors[k + 1].start & START_MASK) as usize;
         (begin, end)
     }
 
@@ -547,9 +635,9 @@ impl AttributedRing {
     }
 
     /// The sector a key belongs to: its first successor sector (wrapping).
-    #[inline]
+    #[inline(always)]
     pub fn sector_of(&self, key: u32) -> usize {
-        self.index.successor(key, self.sector_count(), |k| self.sectors[k].position)
+        self.index.successor(key, &self.sectors[..self.sector_count()], |s| s.position)
     }
 
     /// The devices (ids) of sector `k`'s slots in ring order, with their states.
@@ -630,9 +718,10 @@ impl AttributedRing {
             let mut hashes = [0u32; BLOCK];
             for i in 0..n {
                 hashes[i] = capacity_hash(keys[i]);
+                let draws = self.key_draws(hashes[i]);
                 let mut sector = first[i];
                 for (replica, candidate) in candidates[i].iter_mut().take(wanted).enumerate() {
-                    *candidate = self.first_choice(keys[i], hashes[i], replica as u32, sector);
+                    *candidate = self.choose_first(keys[i], hashes[i], &draws, replica, sector);
                     sector += 1;
                     if sector == sectors {
                         sector = 0;
@@ -676,12 +765,15 @@ impl AttributedRing {
     ) {
         out.clear();
         let wanted = replicas.min(self.available).min(out.capacity());
-        // Small working arrays for the usual replica counts: zeroing 32-entry ones costs more
-        // than the lookup.
-        if wanted <= 4 {
-            self.place_n::<4>(key, wanted, out, trace);
-        } else {
-            self.place_n::<REPLICAS_MAX>(key, wanted, out, trace);
+        // The usual replica counts compiled apart, so that their loops unroll and their
+        // working arrays are small (zeroing 32-entry ones costs more than the lookup).
+        match wanted {
+            0 => {}
+            1 => self.place_n::<1>(key, wanted, out, trace),
+            2 => self.place_n::<2>(key, wanted, out, trace),
+            3 => self.place_n::<3>(key, wanted, out, trace),
+            4 => self.place_n::<4>(key, wanted, out, trace),
+            _ => self.place_n::<REPLICAS_MAX>(key, wanted, out, trace),
         }
     }
 
@@ -699,6 +791,7 @@ impl AttributedRing {
         self.touch_slots(key);
         let first = self.sector_of(key);
         let h = capacity_hash(key);
+        let draws = self.key_draws(h);
         let sectors = self.sector_count();
         // First choices of every replica, independent of each other (so the CPU overlaps
         // their memory reads); then each is checked against the replicas before it, and only
@@ -706,7 +799,7 @@ impl AttributedRing {
         let mut candidates = [MARKED; N];
         let mut sector = first;
         for (replica, candidate) in candidates.iter_mut().take(wanted).enumerate() {
-            *candidate = self.first_choice(key, h, replica as u32, sector);
+            *candidate = self.choose_first(key, h, &draws, replica, sector);
             sector += 1;
             if sector == sectors {
                 sector = 0;
@@ -742,29 +835,67 @@ impl AttributedRing {
         mut trace: impl FnMut(usize, Strategy),
     ) {
         let sectors = self.sector_count();
+        let wanted = wanted.min(N);
+        // The usual case first: every first choice live and on a distinct device (zone),
+        // checked for all pairs at once.
+        if N <= FAST_REPLICAS {
+            let mut differ = [0u32; N];
+            let mut ok = true;
+            for i in 0..N {
+                let owner = candidates[i] & OWNER_MASK;
+                differ[i] = if self.distinct_zones {
+                    self.zones.get(owner as usize).copied().unwrap_or(u32::MAX)
+                } else {
+                    owner
+                };
+                ok &= i >= wanted || candidates[i] & (MARKED | DOWN) == 0;
+                for j in 0..i {
+                    ok &= i >= wanted || differ[i] != differ[j];
+                }
+            }
+            if ok {
+                let mut sector = first;
+                for _ in 0..wanted {
+                    trace(sector, self.strategy_of(sector));
+                    sector += 1;
+                    if sector == sectors {
+                        sector = 0;
+                    }
+                }
+                out.fill(wanted, |i| {
+                    let owner = (candidates[i] & OWNER_MASK) as usize;
+                    self.device_ids.get(owner).map_or(ITEM_NONE, |d| *d as i32)
+                });
+                return;
+            }
+        }
         let (mut owners, mut zones) = ([0u32; N], [0u32; N]);
+        out.clear();
         let mut sector = first;
         for replica in 0..wanted {
-            let chosen = Chosen { owners: &owners[..replica], zones: &zones[..replica] };
             let word = candidates[replica];
             let owner = word & OWNER_MASK;
-            let (owner, landed, strategy) =
-                if word & (MARKED | DOWN) == 0 && !chosen.excludes(self, owner) {
-                    let strategy = if self.sectors[sector].start & HETEROGENEOUS == 0 {
-                        Strategy::Capacity
-                    } else {
-                        Strategy::Bandwidth
-                    };
-                    (owner, sector, strategy)
-                } else {
-                    match self.select(key, h, replica as u32, sector, chosen) {
-                        Some(found) => found,
-                        None => return,
+            // Zones only matter when the pool asks for distinct ones (a predictable branch).
+            let (zone, taken) = if self.distinct_zones {
+                let zone = self.zones.get(owner as usize).copied().unwrap_or(u32::MAX);
+                (zone, held(&zones, replica, zone))
+            } else {
+                (0, held(&owners, replica, owner))
+            };
+            let (owner, zone, landed, strategy) = if word & (MARKED | DOWN) == 0 && !taken {
+                (owner, zone, sector, self.strategy_of(sector))
+            } else {
+                let chosen = Chosen { owners: &owners[..replica], zones: &zones[..replica] };
+                match self.select(key, h, replica as u32, sector, chosen) {
+                    Some((owner, landed, strategy)) => {
+                        (owner, self.zones[owner as usize], landed, strategy)
                     }
-                };
+                    None => break,
+                }
+            };
             trace(landed, strategy);
             owners[replica] = owner;
-            zones[replica] = self.zones[owner as usize];
+            zones[replica] = zone;
             out.push(self.device_ids[owner as usize] as i32);
             sector += 1;
             if sector == sectors {
@@ -773,9 +904,58 @@ impl AttributedRing {
         }
     }
 
+    /// The strategy sector `k` uses (for traces).
+    #[inline(always)]
+    fn strategy_of(&self, k: usize) -> Strategy {
+        // `get`: no bounds check left behind when the trace is not used.
+        match self.sectors.get(k) {
+            Some(sector) if sector.start & HETEROGENEOUS != 0 => Strategy::Bandwidth,
+            _ => Strategy::Capacity,
+        }
+    }
+
+    /// What the fast first choices of `key` need (`h` its capacity hash): `h mod 12`.
+    #[inline(always)]
+    fn key_draws(&self, h: u32) -> KeyDraws {
+        KeyDraws { t: (h % 12) as usize }
+    }
+
+    /// The slot word the strategy of `sector` picks first for `replica`: [`first_choice`]
+    /// (Self::first_choice), through the precomputed range ends when the sector has them.
+    #[inline(always)]
+    fn choose_first(
+        &self,
+        key: u32,
+        h: u32,
+        draws: &KeyDraws,
+        replica: usize,
+        sector: usize,
+    ) -> u32 {
+        let this = self.sectors[sector];
+        if this.start & FAST != 0 && replica < FAST_REPLICAS {
+            // Both strategies' values, then one picked without a branch (which strategy a
+            // sector uses is as unpredictable as the key).
+            let ends = this.choice;
+            let last = (ends >> 48) as u32;
+            let shift = (2 * last.wrapping_sub(1)) & 7;
+            let slot = u64::from((self.fast_slots[replica][draws.t] >> shift) & 3);
+            let draw = mix32(key ^ self.draw_salts[replica]);
+            let drawn = (u64::from(draw) * u64::from(last)) >> 32;
+            let value =
+                std::hint::select_unpredictable(this.start & HETEROGENEOUS != 0, drawn, slot);
+            // The last end (s' or u) is above every value: three to compare.
+            let index: usize = (0..FAST_SLOTS - 1)
+                .map(|i| usize::from((ends >> (16 * i)) & 0xffff <= value))
+                .sum();
+            self.slots[(this.start & START_MASK) as usize + index]
+        } else {
+            self.first_choice(key, h, replica as u32, sector)
+        }
+    }
+
     /// The slot word the strategy of `sector` picks first for `replica` ([`MARKED`] for an
     /// empty sector): the capacity strategy's slot, or the bandwidth strategy's range.
-    #[inline(always)]
+    #[inline(never)]
     fn first_choice(&self, key: u32, h: u32, replica: u32, sector: usize) -> u32 {
         if self.selection == SectorSelection::Rendezvous {
             let (begin, end) = self.sector_range(sector);
@@ -783,8 +963,8 @@ impl AttributedRing {
             return self.rendezvous(hr, sector, begin, end, |w| w & (MARKED | DOWN) == 0);
         }
         let this = self.sectors[sector];
-        let begin = (this.start & !HETEROGENEOUS) as usize;
-        let end = (self.sectors[sector + 1].start & !HETEROGENEOUS) as usize;
+        let begin = (this.start & START_MASK) as usize;
+        let end = (self.sectors[sector + 1].start & START_MASK) as usize;
         if begin >= end {
             return MARKED;
         }
@@ -798,7 +978,7 @@ impl AttributedRing {
             self.slots[begin + j as usize]
         } else {
             let slots = &self.slots[begin..end];
-            let value = scale(bandwidth_draw(key, replica, 0), self.sector_u(this, slots));
+            let value = scale(bandwidth_draw(key, replica, 0), self.sector_u(this));
             let mut acc = 0u64;
             for &w in slots {
                 if w & FIRST != 0 {
@@ -852,15 +1032,8 @@ impl AttributedRing {
 
     /// u of a heterogeneous sector: the sum of its ranges' lengths.
     #[inline(always)]
-    fn sector_u(&self, sector: Sector, slots: &[u32]) -> u64 {
-        if sector.bandwidth != U_UNKNOWN {
-            return u64::from(sector.bandwidth);
-        }
-        slots
-            .iter()
-            .filter(|w| **w & FIRST != 0)
-            .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
-            .sum()
+    fn sector_u(&self, sector: Sector) -> u64 {
+        if sector.start & FAST != 0 { sector.choice >> 48 } else { sector.choice }
     }
 
     /// One replica: the strategy of each sector from `start` on, then a ring walk.
@@ -961,7 +1134,7 @@ impl AttributedRing {
         chosen: Chosen<'_>,
     ) -> Option<u32> {
         let slots = &self.slots[begin..end];
-        let u = self.sector_u(self.sectors[sector], slots);
+        let u = self.sector_u(self.sectors[sector]);
         let value = scale(bandwidth_draw(key, replica, 0), u);
         let mut acc = 0u64;
         for &w in slots {
