@@ -38,18 +38,6 @@ impl RingIndex {
         RingIndex { starts, shift }
     }
 
-    /// The bucket `key` falls in (an index into [`starts`](Self::starts)).
-    #[inline(always)]
-    pub(crate) fn bucket(&self, key: u32) -> usize {
-        (key >> self.shift) as usize
-    }
-
-    /// Per bucket, the first position whose top bits are at least the bucket's, and one extra
-    /// entry holding the count.
-    pub(crate) fn starts(&self) -> &[u32] {
-        &self.starts
-    }
-
     /// The range of positions to scan for `key`'s successor.
     #[inline(always)]
     pub(crate) fn range(&self, key: u32) -> (u32, u32) {

@@ -43,13 +43,21 @@
 //! data (in, with weight, reweight and capacity; 1 MB/s when none is known). A sector with one
 //! device, or none, is homogeneous.
 //!
-//! Layout: per sector 12 bytes — its position, the offset of its slots with the strategy flag,
-//! and u — with a top-bits index as in `ring`; one 4-byte word per slot (owner, marked, down,
-//! first-of-its-device flags); 12 bytes per device: about 7.4 bytes per virtual node at
-//! `s = 4`. A lookup is one index read, a scan of about two sector entries, and per replica one
-//! sector's slots; every replica's first choice is computed before any is checked, so their
-//! reads overlap, and [`AttributedRing::place_batch`] interleaves 16 keys. No division (`mod s'`
-//! is Lemire's fastmod with a per-size constant).
+//! Layout: one 32-byte entry per sector (two per cache line) with its position, its strategy,
+//! its slots (one 4-byte word each: owner, marked, down, first-of-its-device flags) and, made
+//! when the map is compiled, the *range ends* of its first choices: the slot a replica's
+//! strategy picks first is the count of ends at or below a value computed from the key —
+//! the capacity strategy's slot number or the bandwidth draw scaled to u — with both values
+//! computed and one selected without a branch (which strategy a sector uses is as
+//! unpredictable as the key). Sectors with more than four slots (merged virtual nodes) or a
+//! u of 2^16 or more keep their slots apart and take the general path; entries for the first
+//! sectors are repeated after the last, so a key's replicas read consecutive entries. With a
+//! top-bits index (as in `ring`) and 12 bytes per device: about 8.4 bytes per virtual node at
+//! `s = 4`. A lookup is one index read, a count over a window of sector positions, and per
+//! replica a few arithmetic operations on an entry already loaded — for a large ring two
+//! dependent memory reads, as the `ring` engine's; [`AttributedRing::place_batch`]
+//! interleaves 16 keys. No division (`mod s'` is Lemire's fastmod with a per-size constant;
+//! on the fast path `h mod 12` and a table).
 //!
 //! Invariants: sector boundaries depend only on the sector base; a device's slots only on its
 //! id and counts. So adding a device changes only the sectors its virtual nodes merge into,
@@ -85,7 +93,8 @@ const HETEROGENEOUS: u32 = 1 << 31;
 /// Sector offset word: the sector's first choices take the fast path ([`Sector::choice`]
 /// holds its ranges' ends).
 const FAST: u32 = 1 << 30;
-/// Sector offset word: the offset of the sector's first slot.
+/// Sector offset word: the slot count of a [`FAST`] sector, the offset of the first slot of
+/// the others (rings hold at most [`ATTRIBUTED_VNODES_MAX`] slots, far below 2^30).
 const START_MASK: u32 = FAST - 1;
 /// Most slots a sector on the fast path has.
 const FAST_SLOTS: usize = 4;
@@ -98,6 +107,17 @@ const NO_OWNER: u32 = OWNER_MASK;
 const CAPACITY_SALT: u32 = 0x5ec7_0c11;
 /// Salt of the bandwidth strategy's draws.
 const BANDWIDTH_SALT: u32 = 0xb5ad_4ece;
+/// The salts of the first draws of the first [`FAST_REPLICAS`] replicas (see
+/// [`bandwidth_draw`]).
+const DRAW_SALTS: [u32; FAST_REPLICAS] = {
+    let mut salts = [0; FAST_REPLICAS];
+    let mut replica = 0;
+    while replica < FAST_REPLICAS {
+        salts[replica] = mix32(BANDWIDTH_SALT ^ ((replica as u32) << 8));
+        replica += 1;
+    }
+    salts
+};
 
 /// How many virtual nodes a device of `capacity_bytes` gets: ⌈capacity / throttle⌉, 1 to
 /// 65,536.
@@ -108,7 +128,7 @@ pub fn vnode_count(capacity_bytes: u64, throttle_bytes: u64) -> u32 {
 /// A 32-bit integer mixer (Chris Wellons' `lowbias32`): a bijection with good avalanche, used
 /// for the strategies' hashes. Fixed forever: placements depend on it.
 #[inline]
-pub fn mix32(mut x: u32) -> u32 {
+pub const fn mix32(mut x: u32) -> u32 {
     x ^= x >> 16;
     x = x.wrapping_mul(0x7feb_352d);
     x ^= x >> 15;
@@ -258,19 +278,25 @@ pub struct OwnerSpec {
 /// A compiled attributed ring.
 #[derive(Clone, Debug)]
 pub struct AttributedRing {
-    /// Per sector, ascending: its position (its last base virtual node) and the offset of its
-    /// first slot with the [`HETEROGENEOUS`] flag; one extra entry at the end holds the slot
-    /// count. Interleaved so that finding a key's sector also reads where its slots are.
+    /// Per sector, ascending by position (its last base virtual node): one 32-byte entry
+    /// holding what a lookup reads there — the position, the strategy, its precomputed range
+    /// ends and, for the usual sectors of at most [`FAST_SLOTS`] slots, the slots themselves —
+    /// so that finding a key's sector and reading its replicas' slots touch the same few
+    /// cache lines. After the last, copies of the first [`FAST_REPLICAS`] − 1 (wrapping), so
+    /// that the sectors of a key's replicas are consecutive entries.
     sectors: Vec<Sector>,
+    /// Number of sectors (without the copies).
+    sector_count: usize,
     /// Finds a key's sector.
     index: RingIndex,
-    /// Per index bucket, the offset of the slots of its first sector: known from the key
-    /// alone, so a lookup starts reading the slots while it still waits for the sector.
-    slot_hints: Vec<u32>,
-    /// Slot words, sector by sector, each sector in ring order.
-    slots: Vec<u32>,
-    /// The ring position of each slot (rendezvous selection only; empty otherwise).
+    /// Slot words of the sectors whose slots are not in their entry, sector by sector, each
+    /// sector in ring order.
+    overflow: Vec<u32>,
+    /// The ring position of each slot of `overflow` (rendezvous selection only, where every
+    /// sector's slots are there; empty otherwise).
     slot_positions: Vec<u32>,
+    /// Slots in all (marked ones included).
+    slot_count: usize,
     selection: SectorSelection,
     /// Per owner: device id, zone, bandwidth.
     device_ids: Vec<u32>,
@@ -283,35 +309,85 @@ pub struct AttributedRing {
     /// homogeneous sector of 1, 2, 3 and 4 slots (2 bits each, by size; 12 is a multiple of
     /// every size, so `h mod 12` fixes `h mod s'`).
     fast_slots: [[u8; 12]; FAST_REPLICAS],
-    /// The fast path's bandwidth strategy: per replica, the salt of its first draw.
-    draw_salts: [u32; FAST_REPLICAS],
     distinct_zones: bool,
     /// Distinct zones (or devices) with a live slot: the most replicas a key can get.
     available: usize,
 }
 
-/// One sector: its position, the offset of its first slot (with the [`HETEROGENEOUS`] and
-/// [`FAST`] flags), and what its strategy needs, precomputed.
+/// One sector: its position, its flags and where its slots are, what its strategy needs
+/// (precomputed), and its slots when they fit. 32 bytes, aligned: two per cache line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(C)]
+#[repr(C, align(32))]
 struct Sector {
     position: u32,
+    /// [`HETEROGENEOUS`] and [`FAST`] flags; below them ([`START_MASK`]), for [`FAST`]
+    /// sectors the slot count (the slots are in `words`), for the others the offset of their
+    /// first slot in `overflow`.
     start: u32,
-    /// [`FAST`] sectors (1 to [`FAST_SLOTS`] slots; heterogeneous ones with u < 2^16): four
-    /// 16-bit *range ends*, one per slot, so that the slot a first choice picks is the count
-    /// of ends at or below a value — for a homogeneous sector of s' slots 1, 2, …, s' (then
-    /// s' repeated), the value being the capacity strategy's slot number; for a heterogeneous
+    /// [`FAST`] sectors (1 to [`FAST_SLOTS`] slots; heterogeneous ones with u < 2^16): in
+    /// the low 48 bits three 16-bit *range ends*, those of the first three slots, so that the
+    /// slot a first choice picks is the count of ends at or below a value (the fourth slot's
+    /// end is above every value) — for a homogeneous sector of s' slots 1, 2, …, s' (then s'
+    /// repeated), the value being the capacity strategy's slot number; for a heterogeneous
     /// one the sum of the bandwidths of the ranges up to and including the slot's (a slot
     /// that starts no range adds nothing; u repeated after the last slot), the value being
-    /// the bandwidth draw scaled to u. The last end is s' or u. Other heterogeneous sectors:
-    /// u. Other homogeneous sectors: 0.
-    choice: u64,
+    /// the bandwidth draw scaled to u. In the top 16 bits: u, or for a homogeneous sector
+    /// 2 (s' − 1), where its slot number lies in [`AttributedRing::fast_slots`]. Other
+    /// heterogeneous sectors: u. Other homogeneous sectors: 0.
+    choice: [u16; 4],
+    /// [`FAST`] sectors: their slot words ([`MARKED`] after the last). Others: `words[0]` is
+    /// the end of their slots in `overflow`.
+    words: [u32; FAST_SLOTS],
 }
 
-/// What the fast first choices of one key need: `h mod 12`.
-#[derive(Clone, Copy)]
-struct KeyDraws {
-    t: usize,
+impl Sector {
+    fn new(position: u32, begin: u32, end: u32) -> Sector {
+        Sector { position, start: begin, choice: [0; 4], words: [end, MARKED, MARKED, MARKED] }
+    }
+
+    /// `choice` as one number (u, for heterogeneous sectors off the fast path).
+    fn wide(&self) -> u64 {
+        self.choice.iter().rev().fold(0, |acc, lane| acc << 16 | u64::from(*lane))
+    }
+
+    /// Sets `choice` to one number.
+    fn set_wide(&mut self, value: u64) {
+        for (i, lane) in self.choice.iter_mut().enumerate() {
+            *lane = (value >> (16 * i)) as u16;
+        }
+    }
+}
+
+/// The range ends of a sector with `slots` for the fast path and, last, its u or slot-number
+/// shift (see [`Sector::choice`]), or `None` when it cannot take it (no slot, more than
+/// [`FAST_SLOTS`], or u ≥ 2^16).
+fn fast_ends(sector: &Sector, slots: &[u32], bandwidths: &[u32]) -> Option<[u64; FAST_SLOTS]> {
+    let size = slots.len();
+    if size == 0 || size > FAST_SLOTS {
+        return None;
+    }
+    let mut ends = [0u64; FAST_SLOTS];
+    if sector.start & HETEROGENEOUS == 0 {
+        for (i, e) in ends.iter_mut().enumerate() {
+            *e = (i + 1).min(size) as u64;
+        }
+        ends[FAST_SLOTS - 1] = 2 * (size as u64 - 1);
+    } else {
+        let mut acc = 0u64;
+        for (i, e) in ends.iter_mut().enumerate() {
+            if let Some(w) = slots.get(i)
+                && w & FIRST != 0
+            {
+                acc += u64::from(bandwidths[(w & OWNER_MASK) as usize]);
+            }
+            *e = acc;
+        }
+        debug_assert_eq!(acc, sector.wide(), "u");
+        if acc == 0 || acc > u64::from(u16::MAX) {
+            return None;
+        }
+    }
+    Some(ends)
 }
 
 /// Whether `value` is among the first `count` entries of `list`: for short lists, compared
@@ -423,7 +499,8 @@ impl AttributedRing {
             ends.push((words.len() - 1, u32::MAX));
         }
         let sectors = ends.len();
-        let mut sector_list = Vec::with_capacity(sectors + 1);
+        // With room for the copies of the first entries after the last (see `sectors`).
+        let mut sector_list = Vec::with_capacity(sectors + FAST_REPLICAS - 1);
         let mut ordered: Vec<u32> = Vec::with_capacity(words.len());
         let mut ordered_positions: Vec<u32> = Vec::with_capacity(positions.len());
         // Sector 0 starts with the slots after the last sector end (they wrap around).
@@ -441,22 +518,17 @@ impl AttributedRing {
             if rendezvous {
                 ordered_positions.extend_from_slice(&positions[begin..=*end]);
             }
-            sector_list.push(Sector { position: *position, start, choice: 0 });
+            sector_list.push(Sector::new(*position, start, ordered.len() as u32));
             begin = end + 1;
         }
-        sector_list.push(Sector { position: u32::MAX, start: ordered.len() as u32, choice: 0 });
         drop(words);
         let index = RingIndex::new(sectors, |k| sector_list[k].position);
-        let slot_hints = index
-            .starts()
-            .iter()
-            .map(|&k| sector_list[(k as usize).min(sectors)].start & START_MASK)
-            .collect();
         let mut ring = AttributedRing {
             sectors: sector_list,
+            sector_count: sectors,
             index,
-            slot_hints,
-            slots: ordered,
+            slot_count: ordered.len(),
+            overflow: ordered,
             slot_positions: ordered_positions,
             selection: params.selection,
             device_ids: owners.iter().map(|o| o.device).collect(),
@@ -465,17 +537,18 @@ impl AttributedRing {
             fastmod: Vec::new(),
             prime: strategy_prime(params.sector_size.max(1)),
             fast_slots: [[0; 12]; FAST_REPLICAS],
-            draw_salts: [0; FAST_REPLICAS],
             distinct_zones: params.distinct_zones,
             available: 0,
         };
         ring.classify(owners, params.bandwidth_tolerance_percent);
-        ring.prepare_fast();
-        let largest = (0..sectors)
-            .map(|k| ring.sector_range(k).1 - ring.sector_range(k).0)
-            .max()
-            .unwrap_or(0);
+        let largest = (0..sectors).map(|k| ring.slots_of(k).len()).max().unwrap_or(0);
         ring.fastmod = (0..=largest as u32).map(|d| fastmod_constant(d.max(1))).collect();
+        ring.prepare_fast();
+        if sectors > 0 {
+            let copies: Vec<Sector> =
+                (0..FAST_REPLICAS - 1).map(|i| ring.sectors[i % sectors]).collect();
+            ring.sectors.extend(copies);
+        }
         ring.available = ring.count_available();
         ring
     }
@@ -484,10 +557,10 @@ impl AttributedRing {
     fn classify(&mut self, owners: &[OwnerSpec], tolerance_percent: u32) {
         let mut stamp = vec![u32::MAX; owners.len()];
         for k in 0..self.sector_count() {
-            let (begin, end) = self.sector_range(k);
             let (mut class, mut low, mut high) = (None, u32::MAX, 0u32);
             let mut mixed_class = false;
-            for slot in &mut self.slots[begin..end] {
+            let (begin, end) = self.overflow_range(k);
+            for slot in &mut self.overflow[begin..end] {
                 if *slot & MARKED != 0 {
                     continue;
                 }
@@ -509,12 +582,12 @@ impl AttributedRing {
                 u64::from(high) * 100 > u64::from(low) * (100 + u64::from(tolerance_percent));
             if class.is_some() && (mixed_class || spread) {
                 self.sectors[k].start |= HETEROGENEOUS;
-                let u: u64 = self.slots[begin..end]
+                let u: u64 = self.overflow[begin..end]
                     .iter()
                     .filter(|w| **w & FIRST != 0)
                     .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
                     .sum();
-                self.sectors[k].choice = u;
+                self.sectors[k].set_wide(u);
             }
         }
     }
@@ -523,55 +596,44 @@ impl AttributedRing {
     /// range ends of each sector that has 1 to [`FAST_SLOTS`] slots (and, heterogeneous,
     /// u < 2^16), and the per-replica tables.
     fn prepare_fast(&mut self) {
-        for (replica, (slots, salt)) in
-            self.fast_slots.iter_mut().zip(self.draw_salts.iter_mut()).enumerate()
-        {
+        for (replica, slots) in self.fast_slots.iter_mut().enumerate() {
             let offset = (replica as u32 + 1) * self.prime;
             for (t, packed) in slots.iter_mut().enumerate() {
                 *packed = (1..=FAST_SLOTS as u32)
                     .map(|size| (((t as u32 % size) + offset % size) % size) << (2 * (size - 1)))
                     .sum::<u32>() as u8;
             }
-            *salt = mix32(BANDWIDTH_SALT ^ ((replica as u32) << 8));
         }
         if self.selection == SectorSelection::Rendezvous {
             return;
         }
+        let mut kept = Vec::new();
         for k in 0..self.sector_count() {
-            let (begin, end) = self.sector_range(k);
-            let size = end - begin;
-            if size == 0 || size > FAST_SLOTS {
-                continue;
-            }
-            let mut ends = [0u64; FAST_SLOTS];
-            if self.sectors[k].start & HETEROGENEOUS == 0 {
-                for (i, e) in ends.iter_mut().enumerate() {
-                    *e = (i + 1).min(size) as u64;
+            let (begin, end) = self.overflow_range(k);
+            let slots = &self.overflow[begin..end];
+            let sector = &mut self.sectors[k];
+            match fast_ends(sector, slots, &self.bandwidths) {
+                Some(ends) => {
+                    sector.choice = ends.map(|e| e as u16);
+                    sector.words[..slots.len()].copy_from_slice(slots);
+                    sector.start = (sector.start & HETEROGENEOUS) | FAST | slots.len() as u32;
                 }
-            } else {
-                let mut acc = 0u64;
-                for (i, e) in ends.iter_mut().enumerate() {
-                    if let Some(w) = self.slots[begin..end].get(i)
-                        && w & FIRST != 0
-                    {
-                        acc += u64::from(self.bandwidths[(w & OWNER_MASK) as usize]);
-                    }
-                    *e = acc;
-                }
-                debug_assert_eq!(acc, self.sectors[k].choice, "u of sector {k}");
-                if acc == 0 || acc > u64::from(u16::MAX) {
-                    continue;
+                None => {
+                    // Its slots stay apart, at their place in the compacted overflow.
+                    let offset = kept.len() as u32;
+                    kept.extend_from_slice(slots);
+                    sector.start = (sector.start & HETEROGENEOUS) | offset;
+                    sector.words[0] = kept.len() as u32;
                 }
             }
-            self.sectors[k].choice = ends.iter().enumerate().map(|(i, e)| e << (16 * i)).sum();
-            self.sectors[k].start |= FAST;
         }
+        kept.shrink_to_fit();
+        self.overflow = kept;
     }
 
     fn count_available(&self) -> usize {
-        let mut seen: Vec<u32> = self
-            .slots
-            .iter()
+        let mut seen: Vec<u32> = (0..self.sector_count())
+            .flat_map(|k| self.slots_of(k))
             .filter(|w| **w & (MARKED | DOWN) == 0)
             .map(|w| {
                 let owner = *w & OWNER_MASK;
@@ -585,12 +647,12 @@ impl AttributedRing {
 
     /// Number of virtual nodes (slots, marked ones included).
     pub fn vnode_count(&self) -> usize {
-        self.slots.len()
+        self.slot_count
     }
 
     /// Number of sectors.
     pub fn sector_count(&self) -> usize {
-        self.sectors.len() - 1
+        self.sector_count
     }
 
     /// The position of sector `k` (its last base virtual node).
@@ -600,7 +662,7 @@ impl AttributedRing {
 
     /// Number of heterogeneous sectors (bandwidth strategy).
     pub fn heterogeneous_count(&self) -> usize {
-        self.sectors[..self.sector_count()].iter().filter(|s| s.start & HETEROGENEOUS != 0).count()
+        self.sectors[..self.sector_count].iter().filter(|s| s.start & HETEROGENEOUS != 0).count()
     }
 
     /// The prime p of the capacity strategy.
@@ -612,8 +674,7 @@ impl AttributedRing {
     pub fn memory_bytes(&self) -> usize {
         self.sectors.capacity() * std::mem::size_of::<Sector>()
             + self.index.memory_bytes()
-            + self.slot_hints.capacity() * 4
-            + self.slots.capacity() * 4
+            + self.overflow.capacity() * 4
             + self.slot_positions.capacity() * 4
             + self.device_ids.capacity() * 4
             + self.zones.capacity() * 4
@@ -621,12 +682,25 @@ impl AttributedRing {
             + self.fastmod.capacity() * 8
     }
 
-    /// The slots of sector `k` as (begin, end) indices.
+    /// The slot words of sector `k`, in ring order.
     #[inline]
-    fn sector_range(&self, k: usize) -> (usize, usize) {
-        let begin = (self.sectors[k].start & START_MASK) as usize;
-        let end = (self.sectors[k + 1].start & START_MASK) as usize;
-        (begin, end)
+    fn slots_of(&self, k: usize) -> &[u32] {
+        let sector = &self.sectors[k];
+        if sector.start & FAST != 0 {
+            &sector.words[..((sector.start & START_MASK) as usize).min(FAST_SLOTS)]
+        } else {
+            let (begin, end) = self.overflow_range(k);
+            &self.overflow[begin..end]
+        }
+    }
+
+    /// Where the slots of sector `k`, not a [`FAST`] one, are in `overflow` (and, for
+    /// rendezvous selection, their positions in `slot_positions`).
+    #[inline]
+    fn overflow_range(&self, k: usize) -> (usize, usize) {
+        let sector = &self.sectors[k];
+        debug_assert!(sector.start & FAST == 0, "sector {k} keeps its slots in its entry");
+        ((sector.start & START_MASK) as usize, sector.words[0] as usize)
     }
 
     /// Whether sector `k` is homogeneous (capacity strategy).
@@ -637,13 +711,12 @@ impl AttributedRing {
     /// The sector a key belongs to: its first successor sector (wrapping).
     #[inline(always)]
     pub fn sector_of(&self, key: u32) -> usize {
-        self.index.successor(key, &self.sectors[..self.sector_count()], |s| s.position)
+        self.index.successor(key, &self.sectors[..self.sector_count], |s| s.position)
     }
 
     /// The devices (ids) of sector `k`'s slots in ring order, with their states.
     pub fn sector_slots(&self, k: usize) -> Vec<(Option<DeviceId>, SlotState)> {
-        let (begin, end) = self.sector_range(k);
-        self.slots[begin..end]
+        self.slots_of(k)
             .iter()
             .map(|w| {
                 let owner = *w & OWNER_MASK;
@@ -663,10 +736,9 @@ impl AttributedRing {
     /// The bandwidth ranges of sector `k`: (device, start, end) in MB/s units, in ring order.
     /// Dividing by the smallest length gives the paper's `bandwidth / min_bandwidth` ranges.
     pub fn sector_ranges(&self, k: usize) -> Vec<(DeviceId, u64, u64)> {
-        let (begin, end) = self.sector_range(k);
         let mut start = 0u64;
         let mut ranges = Vec::new();
-        for w in &self.slots[begin..end] {
+        for w in self.slots_of(k) {
             if w & FIRST != 0 {
                 let owner = (w & OWNER_MASK) as usize;
                 let length = u64::from(self.bandwidths[owner]);
@@ -718,10 +790,9 @@ impl AttributedRing {
             let mut hashes = [0u32; BLOCK];
             for i in 0..n {
                 hashes[i] = capacity_hash(keys[i]);
-                let draws = self.key_draws(hashes[i]);
                 let mut sector = first[i];
                 for (replica, candidate) in candidates[i].iter_mut().take(wanted).enumerate() {
-                    *candidate = self.choose_first(keys[i], hashes[i], &draws, replica, sector);
+                    *candidate = self.choose_first(keys[i], hashes[i], replica, sector);
                     sector += 1;
                     if sector == sectors {
                         sector = 0;
@@ -788,36 +859,34 @@ impl AttributedRing {
         if wanted == 0 {
             return;
         }
-        self.touch_slots(key);
         let first = self.sector_of(key);
         let h = capacity_hash(key);
-        let draws = self.key_draws(h);
-        let sectors = self.sector_count();
         // First choices of every replica, independent of each other (so the CPU overlaps
         // their memory reads); then each is checked against the replicas before it, and only
         // a choice that is taken, marked or down goes the long way.
         let mut candidates = [MARKED; N];
+        if N <= FAST_REPLICAS
+            && let Some(block) = self.sectors.get(first..first + N)
+            && block.iter().fold(FAST, |all, s| all & s.start) != 0
+        {
+            // The usual case: the replicas' sectors are consecutive entries, all fast.
+            let t = (h % 12) as usize;
+            for (replica, candidate) in candidates.iter_mut().enumerate() {
+                *candidate = self.fast_choice(&block[replica], replica, t, key);
+            }
+            self.finish::<N>(key, h, first, wanted, &candidates, out, trace);
+            return;
+        }
+        let sectors = self.sector_count();
         let mut sector = first;
         for (replica, candidate) in candidates.iter_mut().take(wanted).enumerate() {
-            *candidate = self.choose_first(key, h, &draws, replica, sector);
+            *candidate = self.choose_first(key, h, replica, sector);
             sector += 1;
             if sector == sectors {
                 sector = 0;
             }
         }
         self.finish::<N>(key, h, first, wanted, &candidates, out, trace);
-    }
-
-    /// Loads the two cache lines of slots from where `key`'s index bucket starts — in large
-    /// rings, where the slots of the key's sector and of the next ones lie — without waiting
-    /// for the sector entry that says exactly where: the two reads overlap instead of one
-    /// waiting for the other. The values are not used.
-    #[inline(always)]
-    fn touch_slots(&self, key: u32) {
-        let hint = self.slot_hints[self.index.bucket(key)] as usize;
-        let first = self.slots.get(hint).copied().unwrap_or(0);
-        let next = self.slots.get(hint + 16).copied().unwrap_or(0);
-        std::hint::black_box(first ^ next);
     }
 
     /// Checks each replica's first choice against the replicas before it, takes the long way
@@ -914,43 +983,34 @@ impl AttributedRing {
         }
     }
 
-    /// What the fast first choices of `key` need (`h` its capacity hash): `h mod 12`.
+    /// The slot word the strategy of `sector` picks first for `replica`: [`fast_choice`]
+    /// (Self::fast_choice) when the sector has its range ends, else [`first_choice`]
+    /// (Self::first_choice).
     #[inline(always)]
-    fn key_draws(&self, h: u32) -> KeyDraws {
-        KeyDraws { t: (h % 12) as usize }
-    }
-
-    /// The slot word the strategy of `sector` picks first for `replica`: [`first_choice`]
-    /// (Self::first_choice), through the precomputed range ends when the sector has them.
-    #[inline(always)]
-    fn choose_first(
-        &self,
-        key: u32,
-        h: u32,
-        draws: &KeyDraws,
-        replica: usize,
-        sector: usize,
-    ) -> u32 {
-        let this = self.sectors[sector];
+    fn choose_first(&self, key: u32, h: u32, replica: usize, sector: usize) -> u32 {
+        let this = &self.sectors[sector];
         if this.start & FAST != 0 && replica < FAST_REPLICAS {
-            // Both strategies' values, then one picked without a branch (which strategy a
-            // sector uses is as unpredictable as the key).
-            let ends = this.choice;
-            let last = (ends >> 48) as u32;
-            let shift = (2 * last.wrapping_sub(1)) & 7;
-            let slot = u64::from((self.fast_slots[replica][draws.t] >> shift) & 3);
-            let draw = mix32(key ^ self.draw_salts[replica]);
-            let drawn = (u64::from(draw) * u64::from(last)) >> 32;
-            let value =
-                std::hint::select_unpredictable(this.start & HETEROGENEOUS != 0, drawn, slot);
-            // The last end (s' or u) is above every value: three to compare.
-            let index: usize = (0..FAST_SLOTS - 1)
-                .map(|i| usize::from((ends >> (16 * i)) & 0xffff <= value))
-                .sum();
-            self.slots[(this.start & START_MASK) as usize + index]
+            self.fast_choice(this, replica, (h % 12) as usize, key)
         } else {
             self.first_choice(key, h, replica as u32, sector)
         }
+    }
+
+    /// The slot word the strategy of a [`FAST`] sector picks first for `replica` (below
+    /// [`FAST_REPLICAS`]), `t` being `h mod 12`: both strategies' values are computed and one
+    /// is picked without a branch (which strategy a sector uses is as unpredictable as the
+    /// key), then the slot is the count of range ends at or below it.
+    #[inline(always)]
+    fn fast_choice(&self, this: &Sector, replica: usize, t: usize, key: u32) -> u32 {
+        let ends = &this.choice;
+        let last = u32::from(ends[FAST_SLOTS - 1]);
+        let slot = u32::from((self.fast_slots[replica][t] >> (last & 7)) & 3);
+        let draw = mix32(key ^ DRAW_SALTS[replica]);
+        let drawn = ((u64::from(draw) * u64::from(last)) >> 32) as u32;
+        let value = std::hint::select_unpredictable(this.start & HETEROGENEOUS != 0, drawn, slot);
+        let index: usize =
+            (0..FAST_SLOTS - 1).map(|i| usize::from(u32::from(ends[i]) <= value)).sum();
+        this.words[index & (FAST_SLOTS - 1)]
     }
 
     /// The slot word the strategy of `sector` picks first for `replica` ([`MARKED`] for an
@@ -958,26 +1018,23 @@ impl AttributedRing {
     #[inline(never)]
     fn first_choice(&self, key: u32, h: u32, replica: u32, sector: usize) -> u32 {
         if self.selection == SectorSelection::Rendezvous {
-            let (begin, end) = self.sector_range(sector);
             let hr = rendezvous_key(key, replica);
-            return self.rendezvous(hr, sector, begin, end, |w| w & (MARKED | DOWN) == 0);
+            return self.rendezvous(hr, sector, |w| w & (MARKED | DOWN) == 0);
         }
         let this = self.sectors[sector];
-        let begin = (this.start & START_MASK) as usize;
-        let end = (self.sectors[sector + 1].start & START_MASK) as usize;
-        if begin >= end {
+        let slots = self.slots_of(sector);
+        if slots.is_empty() {
             return MARKED;
         }
         if this.start & HETEROGENEOUS == 0 {
-            let size = (end - begin) as u32;
+            let size = slots.len() as u32;
             let m = self.fastmod[size as usize];
             let mut j = fastmod(h, m, size) + fastmod((replica + 1) * self.prime, m, size);
             if j >= size {
                 j -= size;
             }
-            self.slots[begin + j as usize]
+            slots[j as usize]
         } else {
-            let slots = &self.slots[begin..end];
             let value = scale(bandwidth_draw(key, replica, 0), self.sector_u(this));
             let mut acc = 0u64;
             for &w in slots {
@@ -997,18 +1054,14 @@ impl AttributedRing {
     /// the device (at its first unmarked slot) of lowest bandwidth-weighted cost; ties go to the
     /// first in ring order.
     #[inline]
-    fn rendezvous(
-        &self,
-        hr: u64,
-        sector: usize,
-        begin: usize,
-        end: usize,
-        eligible: impl Fn(u32) -> bool,
-    ) -> u32 {
+    fn rendezvous(&self, hr: u64, sector: usize, eligible: impl Fn(u32) -> bool) -> u32 {
         let mut pick = MARKED;
+        let slots = self.slots_of(sector);
         if self.sectors[sector].start & HETEROGENEOUS == 0 {
+            // Rendezvous rings keep every sector's slots in `overflow`, beside their positions.
+            let (begin, _) = self.overflow_range(sector);
             let mut best = 0u64;
-            for (i, &w) in self.slots[begin..end].iter().enumerate() {
+            for (i, &w) in slots.iter().enumerate() {
                 let score = slot_score(hr, self.slot_positions[begin + i]);
                 if eligible(w) && (pick == MARKED || score > best) {
                     (pick, best) = (w, score);
@@ -1016,7 +1069,7 @@ impl AttributedRing {
             }
         } else {
             let mut best = u64::MAX;
-            for &w in &self.slots[begin..end] {
+            for &w in slots {
                 if w & FIRST == 0 || !eligible(w) {
                     continue;
                 }
@@ -1033,7 +1086,11 @@ impl AttributedRing {
     /// u of a heterogeneous sector: the sum of its ranges' lengths.
     #[inline(always)]
     fn sector_u(&self, sector: Sector) -> u64 {
-        if sector.start & FAST != 0 { sector.choice >> 48 } else { sector.choice }
+        if sector.start & FAST != 0 {
+            u64::from(sector.choice[FAST_SLOTS - 1])
+        } else {
+            sector.wide()
+        }
     }
 
     /// One replica: the strategy of each sector from `start` on, then a ring walk.
@@ -1049,12 +1106,12 @@ impl AttributedRing {
         let sectors = self.sector_count();
         let mut sector = start;
         for _ in 0..sectors {
-            let (begin, end) = self.sector_range(sector);
-            if begin < end && self.selection == SectorSelection::Rendezvous {
+            let slots = self.slots_of(sector);
+            if !slots.is_empty() && self.selection == SectorSelection::Rendezvous {
                 let hr = rendezvous_key(key, replica);
                 let eligible =
                     |w: u32| w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK);
-                let word = self.rendezvous(hr, sector, begin, end, eligible);
+                let word = self.rendezvous(hr, sector, eligible);
                 if word & MARKED == 0 {
                     let strategy = if self.sectors[sector].start & HETEROGENEOUS == 0 {
                         Strategy::Capacity
@@ -1063,13 +1120,12 @@ impl AttributedRing {
                     };
                     return Some((word & OWNER_MASK, sector, strategy));
                 }
-            } else if begin < end {
+            } else if !slots.is_empty() {
                 if self.sectors[sector].start & HETEROGENEOUS == 0 {
-                    if let Some(owner) = self.capacity(h, replica, begin, end, chosen) {
+                    if let Some(owner) = self.capacity(h, replica, slots, chosen) {
                         return Some((owner, sector, Strategy::Capacity));
                     }
-                } else if let Some(owner) = self.bandwidth(key, replica, sector, begin, end, chosen)
-                {
+                } else if let Some(owner) = self.bandwidth(key, replica, sector, slots, chosen) {
                     return Some((owner, sector, Strategy::Bandwidth));
                 }
             }
@@ -1079,33 +1135,17 @@ impl AttributedRing {
             }
         }
         // Every sector's strategy missed (possible only when eligible devices are scarce):
-        // walk the ring from the start sector (`available` guarantees a find).
-        let begin = self.sector_range(start).0;
-        let n = self.slots.len();
-        for step in 0..n {
-            let mut i = begin + step;
-            if i >= n {
-                i -= n;
-            }
-            let w = self.slots[i];
-            if w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK) {
-                return Some((w & OWNER_MASK, start, Strategy::Walk));
-            }
-        }
-        None
+        // walk the ring slot by slot from the start sector (`available` guarantees a find).
+        (0..sectors)
+            .flat_map(|step| self.slots_of((start + step) % sectors))
+            .find(|&&w| w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK))
+            .map(|w| (w & OWNER_MASK, start, Strategy::Walk))
     }
 
     /// The capacity strategy: slot `(h + (r+1)·p) mod s'`, then the sector's later slots.
     #[inline]
-    fn capacity(
-        &self,
-        h: u32,
-        replica: u32,
-        begin: usize,
-        end: usize,
-        chosen: Chosen<'_>,
-    ) -> Option<u32> {
-        let size = (end - begin) as u32;
+    fn capacity(&self, h: u32, replica: u32, slots: &[u32], chosen: Chosen<'_>) -> Option<u32> {
+        let size = slots.len() as u32;
         let m = self.fastmod[size as usize];
         let a = fastmod(h, m, size);
         let b = fastmod((replica + 1) * self.prime, m, size);
@@ -1113,7 +1153,7 @@ impl AttributedRing {
         if j >= size {
             j -= size;
         }
-        for &w in &self.slots[begin + j as usize..end] {
+        for &w in &slots[j as usize..] {
             if w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK) {
                 return Some(w & OWNER_MASK);
             }
@@ -1129,11 +1169,9 @@ impl AttributedRing {
         key: u32,
         replica: u32,
         sector: usize,
-        begin: usize,
-        end: usize,
+        slots: &[u32],
         chosen: Chosen<'_>,
     ) -> Option<u32> {
-        let slots = &self.slots[begin..end];
         let u = self.sector_u(self.sectors[sector]);
         let value = scale(bandwidth_draw(key, replica, 0), u);
         let mut acc = 0u64;
@@ -1203,8 +1241,7 @@ impl AttributedRing {
         for j in 0..sectors {
             let weight: f64 =
                 (0..replicas).map(|r| arcs[(j + sectors - r % sectors) % sectors]).sum();
-            let (begin, end) = self.sector_range(j);
-            let slots = &self.slots[begin..end];
+            let slots = self.slots_of(j);
             let live = |w: u32| w & (MARKED | DOWN) == 0;
             if self.sectors[j].start & HETEROGENEOUS == 0 {
                 if self.selection == SectorSelection::Rendezvous {
