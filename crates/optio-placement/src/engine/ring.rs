@@ -55,8 +55,8 @@ struct VNode {
     position: u32,
     /// The owner index ([`OWNER_MASK`]) and the [`walk`](Ring::walk_hints) from this node:
     /// bits 28–31 the distance to the second replica's node, bits 24–27 from there to the
-    /// third's (0: unknown — the owner is down, or the walk is longer than 15, or there are
-    /// fewer distinct domains).
+    /// third's (0: unknown — the owner is down, a step is longer than 15, the walk passes the
+    /// end of the ring, or there are fewer distinct domains).
     owner: u32,
 }
 
@@ -147,8 +147,8 @@ impl Ring {
     }
 
     /// Records in each node's owner word how far the walk from it goes to the second and the
-    /// third replica (see [`VNode::owner`]), when its owner is up and both steps are at most
-    /// [`HINT_MAX`].
+    /// third replica (see [`VNode::owner`]), when its owner is up, both steps are at most
+    /// [`HINT_MAX`] and the walk does not pass the end of the ring.
     fn walk_hints(&mut self) {
         let n = self.vnodes.len();
         let mut hints = vec![0u32; n];
@@ -173,7 +173,9 @@ impl Ring {
                 }
             }
             let (second, third) = (picked[1], picked[2].wrapping_sub(picked[1]));
-            if found == 3 && second <= HINT_MAX && third <= HINT_MAX {
+            // Not across the end of the ring (the last few nodes walk), so that the lookup
+            // adds without wrapping.
+            if found == 3 && second <= HINT_MAX && third <= HINT_MAX && i + second + third < n {
                 *hint = (second as u32) << SECOND_SHIFT | (third as u32) << THIRD_SHIFT;
             }
         }
@@ -231,15 +233,12 @@ impl Ring {
             return;
         }
         let i = self.successor(key);
-        let n = self.vnodes.len();
         let word = self.vnodes[i].owner;
         let second = (word >> SECOND_SHIFT) as usize;
         let third = (word >> THIRD_SHIFT & 0xf) as usize;
         if wanted <= 3 && second != 0 && third != 0 {
             // The walk recorded when the map was compiled.
-            let wrap = |j: usize| if j >= n { j - n } else { j };
-            let j = wrap(i + second);
-            let nodes = [i, j, wrap(j + third)];
+            let nodes = [i, i + second, i + second + third];
             out.fill(wanted, |r| {
                 let owner = self.vnodes[nodes[r]].owner();
                 self.device_ids.get(owner).map_or(ITEM_NONE, |d| *d as i32)
