@@ -63,7 +63,7 @@
 //! id and counts. So adding a device changes only the sectors its virtual nodes merge into,
 //! and marking one out changes only the sectors holding its virtual nodes.
 
-use crate::engine::vnode::{RingIndex, first_at_or_after, vnode_position};
+use crate::engine::vnode::{RingIndex, vnode_position};
 use crate::ids::{DeviceId, ITEM_NONE, ItemId};
 use crate::map::ClusterMap;
 use crate::replica::{REPLICAS_MAX, ReplicaSet};
@@ -766,55 +766,38 @@ impl AttributedRing {
     /// replica's first choice, then the checks), so the memory reads of different keys
     /// overlap instead of waiting for each other.
     pub fn place_batch(&self, keys: &[u32], replicas: usize, out: &mut [ReplicaSet]) {
-        const BLOCK: usize = 16;
-        const REPLICAS: usize = 4;
         let wanted = replicas.min(self.available).min(REPLICAS_MAX);
-        if wanted > REPLICAS || self.sector_count() == 0 {
-            for (key, set) in keys.iter().zip(out.iter_mut()) {
-                self.place(*key, replicas, set);
-            }
-            return;
-        }
-        let sectors = self.sector_count();
-        for (keys, out) in keys.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
-            let n = keys.len().min(out.len());
-            // Stage 1: the index buckets, then the sectors.
-            let mut bounds = [(0u32, 0u32); BLOCK];
-            for i in 0..n {
-                bounds[i] = self.index.range(keys[i]);
-            }
-            let mut first = [0usize; BLOCK];
-            for i in 0..n {
-                let (start, end) = (bounds[i].0 as usize, bounds[i].1 as usize);
-                first[i] =
-                    first_at_or_after(keys[i], start, end, sectors, |k| self.sectors[k].position);
-            }
-            // Stage 2: every replica's first choice.
-            let mut candidates = [[MARKED; REPLICAS]; BLOCK];
-            let mut hashes = [0u32; BLOCK];
-            for i in 0..n {
-                hashes[i] = capacity_hash(keys[i]);
-                let mut sector = first[i];
-                for (replica, candidate) in candidates[i].iter_mut().take(wanted).enumerate() {
-                    *candidate = self.choose_first(keys[i], hashes[i], replica, sector);
-                    sector += 1;
-                    if sector == sectors {
-                        sector = 0;
-                    }
+        match wanted {
+            0 => out.iter_mut().zip(keys).for_each(|(set, _)| set.clear()),
+            1 => self.place_batch_n::<1>(keys, out),
+            2 => self.place_batch_n::<2>(keys, out),
+            3 => self.place_batch_n::<3>(keys, out),
+            4 => self.place_batch_n::<4>(keys, out),
+            _ => {
+                for (key, set) in keys.iter().zip(out.iter_mut()) {
+                    self.place(*key, replicas, set);
                 }
             }
-            // Stage 3: the checks, and the long way for the choices that fail them.
+        }
+    }
+
+    /// [`place_batch`](Self::place_batch) for `N` replicas (what `place` gives for `N`).
+    fn place_batch_n<const N: usize>(&self, keys: &[u32], out: &mut [ReplicaSet]) {
+        const BLOCK: usize = 16;
+        for (keys, out) in keys.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+            let n = keys.len().min(out.len());
+            // Stage 1: the sectors (each a chain of two memory reads; the chains of the
+            // block's keys run side by side).
+            let mut first = [0usize; BLOCK];
             for i in 0..n {
-                out[i].clear();
-                self.finish::<REPLICAS>(
-                    keys[i],
-                    hashes[i],
-                    first[i],
-                    wanted,
-                    &candidates[i],
-                    &mut out[i],
-                    |_, _| {},
-                );
+                first[i] = self.sector_of(keys[i]);
+            }
+            // Stage 2: every replica's first choice, the checks, and the long way for the
+            // choices that fail them.
+            for i in 0..n {
+                let h = capacity_hash(keys[i]);
+                let candidates = self.first_choices::<N>(keys[i], h, first[i], N);
+                self.finish::<N>(keys[i], h, first[i], N, &candidates, &mut out[i], |_, _| {});
             }
         }
     }
@@ -865,9 +848,21 @@ impl AttributedRing {
         }
         let first = self.sector_of(key);
         let h = capacity_hash(key);
-        // First choices of every replica, independent of each other (so the CPU overlaps
-        // their memory reads); then each is checked against the replicas before it, and only
-        // a choice that is taken, marked or down goes the long way.
+        let candidates = self.first_choices::<N>(key, h, first, wanted);
+        self.finish::<N>(key, h, first, wanted, &candidates, out, trace);
+    }
+
+    /// The first choices of the first `wanted` replicas (at most `N`) of `key` (`h` its
+    /// capacity hash, `first` its sector), independent of each other so that the CPU overlaps
+    /// their work; [`finish`](Self::finish) checks them.
+    #[inline(always)]
+    fn first_choices<const N: usize>(
+        &self,
+        key: u32,
+        h: u32,
+        first: usize,
+        wanted: usize,
+    ) -> [u32; N] {
         let mut candidates = [MARKED; N];
         if N <= FAST_REPLICAS
             && let Some(block) = self.sectors.get(first..first + N)
@@ -878,8 +873,7 @@ impl AttributedRing {
             for (replica, candidate) in candidates.iter_mut().enumerate() {
                 *candidate = self.fast_choice(&block[replica], replica, t, key);
             }
-            self.finish::<N>(key, h, first, wanted, &candidates, out, trace);
-            return;
+            return candidates;
         }
         let sectors = self.sector_count();
         let mut sector = first;
@@ -890,7 +884,7 @@ impl AttributedRing {
                 sector = 0;
             }
         }
-        self.finish::<N>(key, h, first, wanted, &candidates, out, trace);
+        candidates
     }
 
     /// Checks each replica's first choice against the replicas before it, takes the long way
