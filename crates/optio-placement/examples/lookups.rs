@@ -17,7 +17,7 @@ use std::time::Instant;
 use optio_placement::crush::hash::hash32_2;
 use optio_placement::{
     AttributedSpec, ClusterMapBuilder, DeviceSpec, EngineRef, Placement, PoolId, PoolSpec,
-    ReplicaSet, RingSpec,
+    ReplicaSet, RingSpec, Weight,
 };
 
 const GIB: u64 = 1 << 30;
@@ -34,8 +34,12 @@ fn main() {
     for id in 0..nodes {
         let hdd = id.is_multiple_of(2);
         let host = format!("node{id}");
+        let capacity = if hdd { 4096 * GIB } else { 1024 * GIB };
+        // CRUSH weight 1.0 per 4 TiB (as `optio sim attributed-cost`), so that 32,768 nodes
+        // fit the 16.16 bucket weights; only CRUSH reads it.
         let mut device = DeviceSpec::new(id)
-            .capacity(if hdd { 4096 * GIB } else { 1024 * GIB })
+            .capacity(capacity)
+            .weight(Weight(((u128::from(capacity) << 16) / (4u128 << 40)) as u32))
             .at(&[("zone", if hdd { "zone0" } else { "zone1" }), ("host", &host)]);
         device.bandwidth_mb_per_s = if hdd { 146 } else { 540 };
         device.class = Some(if hdd { "hdd" } else { "ssd" }.to_string());
