@@ -96,6 +96,18 @@ impl ReplicaSet {
         self.primary = PRIMARY_IS_FIRST;
         self.items[..self.len as usize].copy_from_slice(&items[..self.len as usize]);
     }
+    /// Replaces the entries with `item(0)`, …, `item(len - 1)` (at most [`REPLICAS_MAX`]),
+    /// written in place: a set built elsewhere and copied in would be read back as one wide
+    /// load right after narrow stores, which the CPU cannot forward; the first is primary.
+    #[inline(always)]
+    pub(crate) fn fill(&mut self, len: usize, mut item: impl FnMut(usize) -> i32) {
+        let len = len.min(REPLICAS_MAX);
+        for (i, slot) in self.items[..len].iter_mut().enumerate() {
+            *slot = item(i);
+        }
+        self.len = len as u8;
+        self.primary = PRIMARY_IS_FIRST;
+    }
     /// Names the entry at `position` primary without moving it (erasure-coded sets).
     pub(crate) fn set_primary_position(&mut self, position: usize) {
         self.primary = position as u8;

@@ -377,7 +377,7 @@ impl ElasticRing {
     /// The first virtual node at or after `key` (wrapping).
     #[inline]
     fn successor(&self, key: u32) -> usize {
-        self.index.successor(key, self.vnodes.len(), |i| self.vnodes[i].position)
+        self.index.successor(key, &self.vnodes, |v| v.position)
     }
 
     /// Up to `replicas` devices for `key` now: as of the latest membership version, skipping

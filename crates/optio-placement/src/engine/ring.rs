@@ -8,15 +8,21 @@
 //! domain already chosen.
 //!
 //! Layout: one sorted array of (position, owner) pairs (4 + 4 bytes per virtual node, so the
-//! scan that finds a key's successor has already loaded its owner) plus a table of 2^k bucket starts indexed by the top bits of a position (about 1.6 bytes per
-//! virtual node), so a lookup is one table read and a scan of about two entries.
+//! scan that finds a key's successor has already loaded its owner) plus a table of 2^k bucket
+//! starts indexed by the top bits of a position (about 1.6 bytes per virtual node), so a
+//! lookup is one table read and a scan of about two entries. The walk from a virtual node to
+//! the next distinct devices depends on nothing but the node (the map is compiled), so when
+//! the map is compiled each node's owner word also records how far the walk from it goes for
+//! the second and the third replica (4 bits each, in bits the owner index does not use): up to
+//! three replicas are then the successor and two more reads, no walk and no comparisons —
+//! the same devices, in the same order, for no extra memory.
 //!
 //! Invariants: a vnode's position depends only on its device and index, so adding or removing
 //! a device (or changing its capacity) changes only the arcs of its own virtual nodes.
 
 use crate::engine::vnode::{RingIndex, vnode_position};
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
-use crate::ids::{DeviceId, ItemId};
+use crate::ids::{DeviceId, ITEM_NONE, ItemId};
 use crate::map::{ClusterMap, Device, PartialMap};
 use crate::replica::ReplicaSet;
 
@@ -47,8 +53,30 @@ pub struct Ring {
 #[repr(C)]
 struct VNode {
     position: u32,
+    /// The owner index ([`OWNER_MASK`]) and the [`walk`](Ring::walk_hints) from this node:
+    /// bits 28–31 the distance to the second replica's node, bits 24–27 from there to the
+    /// third's (0: unknown — the owner is down, a step is longer than 15, the walk passes the
+    /// end of the ring, or there are fewer distinct domains).
     owner: u32,
 }
+
+impl VNode {
+    /// The index of its device in the owner tables.
+    #[inline(always)]
+    fn owner(&self) -> usize {
+        (self.owner & OWNER_MASK) as usize
+    }
+}
+
+/// Owner word: the owner index (rings hold at most [`RING_VNODES_MAX`] = 2^24 virtual nodes,
+/// so at most 2^24 owners).
+const OWNER_MASK: u32 = (1 << 24) - 1;
+/// Owner word: where the distance to the second replica's node sits.
+const SECOND_SHIFT: u32 = 28;
+/// Owner word: where the distance from the second replica's node to the third's sits.
+const THIRD_SHIFT: u32 = 24;
+/// Longest recorded walk step.
+const HINT_MAX: usize = 15;
 
 /// How many virtual nodes a device gets: ⌈capacity × reweight / vnode_bytes⌉ (reweight in
 /// 16.16), between 1 and [`RING_VNODES_PER_DEVICE_MAX`]. Computed exactly in 128 bits: rounding
@@ -106,13 +134,53 @@ impl Ring {
         available_domains.sort_unstable();
         available_domains.dedup();
         let index = RingIndex::new(vnodes.len(), |i| vnodes[i].0);
-        Ring {
+        let mut ring = Ring {
             vnodes: vnodes.iter().map(|&(position, owner)| VNode { position, owner }).collect(),
             index,
             device_ids,
             domains,
             up,
             available: available_domains.len(),
+        };
+        ring.walk_hints();
+        ring
+    }
+
+    /// Records in each node's owner word how far the walk from it goes to the second and the
+    /// third replica (see [`VNode::owner`]), when its owner is up, both steps are at most
+    /// [`HINT_MAX`] and the walk does not pass the end of the ring.
+    fn walk_hints(&mut self) {
+        let n = self.vnodes.len();
+        let mut hints = vec![0u32; n];
+        for (i, hint) in hints.iter_mut().enumerate() {
+            let first = self.vnodes[i].owner();
+            if !self.up[first] {
+                continue;
+            }
+            let mut picked = [i, i, i];
+            let mut domains = [self.domains[first]; 3];
+            let mut found = 1;
+            for step in 1..=(2 * HINT_MAX).min(n.saturating_sub(1)) {
+                let j = (i + step) % n;
+                let owner = self.vnodes[j].owner();
+                let domain = self.domains[owner];
+                if self.up[owner] && !domains[..found].contains(&domain) {
+                    (picked[found], domains[found]) = (step, domain);
+                    found += 1;
+                    if found == 3 {
+                        break;
+                    }
+                }
+            }
+            let (second, third) = (picked[1], picked[2].wrapping_sub(picked[1]));
+            // Not across the end of the ring (the last few nodes walk), so that the lookup
+            // adds without wrapping.
+            if found == 3 && second <= HINT_MAX && third <= HINT_MAX && i + second + third < n {
+                *hint = (second as u32) << SECOND_SHIFT | (third as u32) << THIRD_SHIFT;
+            }
+        }
+        for (vnode, hint) in self.vnodes.iter_mut().zip(hints) {
+            vnode.owner |= hint;
         }
     }
 
@@ -133,7 +201,7 @@ impl Ring {
     /// The first virtual node at or after `key` (wrapping).
     #[inline]
     fn successor(&self, key: u32) -> usize {
-        self.index.successor(key, self.vnodes.len(), |i| self.vnodes[i].position)
+        self.index.successor_near(key, &self.vnodes, |v| v.position)
     }
 
     /// The primary device of `key`: the owner of its successor, skipping down devices.
@@ -144,7 +212,7 @@ impl Ring {
         }
         let mut i = self.successor(key);
         loop {
-            let owner = self.vnodes[i].owner as usize;
+            let owner = self.vnodes[i].owner();
             if self.up[owner] {
                 return Some(DeviceId(self.device_ids[owner]));
             }
@@ -164,11 +232,28 @@ impl Ring {
         if wanted == 0 {
             return;
         }
+        let i = self.successor(key);
+        let word = self.vnodes[i].owner;
+        let second = (word >> SECOND_SHIFT) as usize;
+        let third = (word >> THIRD_SHIFT & 0xf) as usize;
+        if wanted <= 3 && second != 0 && third != 0 {
+            // The walk recorded when the map was compiled.
+            let nodes = [i, i + second, i + second + third];
+            out.fill(wanted, |r| {
+                let owner = self.vnodes[nodes[r]].owner();
+                self.device_ids.get(owner).map_or(ITEM_NONE, |d| *d as i32)
+            });
+            return;
+        }
+        self.place_walk(i, wanted, out);
+    }
+
+    /// [`place`](Self::place) the long way: the walk from the successor `i`, node by node.
+    fn place_walk(&self, mut i: usize, wanted: usize, out: &mut ReplicaSet) {
         let mut chosen_domains = [0u32; crate::replica::REPLICAS_MAX];
-        let mut i = self.successor(key);
         let n = self.vnodes.len();
         while out.len() < wanted {
-            let owner = self.vnodes[i].owner as usize;
+            let owner = self.vnodes[i].owner();
             let domain = self.domains[owner];
             if self.up[owner] && !chosen_domains[..out.len()].contains(&domain) {
                 chosen_domains[out.len()] = domain;
@@ -425,6 +510,47 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// The recorded walk gives what the walk gives, on random rings: 1 to 40 devices of
+        /// random sizes, some down, with and without failure domains, 1 to 6 replicas.
+        #[test]
+        fn the_recorded_walk_is_the_walk(
+            devices in proptest::collection::vec((1u64..6, proptest::bool::weighted(0.85)), 1..40),
+            hosts in 1u32..8,
+            by_host in proptest::bool::ANY,
+            keys in proptest::collection::vec(proptest::num::u32::ANY, 300),
+        ) {
+            let mut b = ClusterMapBuilder::new();
+            for (id, (tib, up)) in devices.iter().enumerate() {
+                let mut spec = device(id as u32, hosts).capacity(TIB * tib);
+                spec.up = *up;
+                b = b.device(spec);
+            }
+            let (_, ring) = ring_of(b, by_host.then_some("host"));
+            let mut hinted = 0;
+            for &key in &keys {
+                let i = ring.successor(key);
+                hinted += usize::from(ring.vnodes[i].owner >> THIRD_SHIFT != 0);
+                for replicas in 1..=6 {
+                    let mut walked = ReplicaSet::new();
+                    let wanted = replicas.min(ring.available);
+                    if wanted > 0 {
+                        ring.place_walk(i, wanted, &mut walked);
+                    }
+                    proptest::prop_assert_eq!(
+                        place(&ring, key, replicas),
+                        walked.as_slice().to_vec(),
+                        "key {:#x}, {} replicas", key, replicas
+                    );
+                }
+            }
+            // The fast path is taken (whenever three domains are up, nearly always).
+            proptest::prop_assert!(ring.available < 3 || hinted > 0);
+        }
+    }
+
     #[test]
     fn replicas_are_distinct_devices_in_distinct_failure_domains() {
         let (map, ring) = ring_of(builder(24, 5), Some("host"));
@@ -458,7 +584,7 @@ mod tests {
                 let old_primary = before.primary(key).expect("a primary").0 as i32;
                 let new_primary = after.primary(key).expect("a primary").0 as i32;
                 // The new device's arcs are exactly the keys whose successor vnode is its.
-                let on_its_arc = after.vnodes[after.successor(key)].owner as usize;
+                let on_its_arc = after.vnodes[after.successor(key)].owner();
                 let on_its_arc = after.device_ids[on_its_arc] as i32 == new;
                 assert_eq!(new_primary == new, on_its_arc, "key {key:#x}");
                 if old_primary != new_primary {

@@ -43,20 +43,28 @@
 //! data (in, with weight, reweight and capacity; 1 MB/s when none is known). A sector with one
 //! device, or none, is homogeneous.
 //!
-//! Layout: per sector 12 bytes — its position, the offset of its slots with the strategy flag,
-//! and u — with a top-bits index as in `ring`; one 4-byte word per slot (owner, marked, down,
-//! first-of-its-device flags); 12 bytes per device: about 7.4 bytes per virtual node at
-//! `s = 4`. A lookup is one index read, a scan of about two sector entries, and per replica one
-//! sector's slots; every replica's first choice is computed before any is checked, so their
-//! reads overlap, and [`AttributedRing::place_batch`] interleaves 16 keys. No division (`mod s'`
-//! is Lemire's fastmod with a per-size constant).
+//! Layout: one 32-byte entry per sector (two per cache line) with its position, its strategy,
+//! its slots (one 4-byte word each: owner, marked, down, first-of-its-device flags) and, made
+//! when the map is compiled, the *range ends* of its first choices: the slot a replica's
+//! strategy picks first is the count of ends at or below a value computed from the key —
+//! the capacity strategy's slot number or the bandwidth draw scaled to u — with both values
+//! computed and one selected without a branch (which strategy a sector uses is as
+//! unpredictable as the key). Sectors with more than four slots (merged virtual nodes) or a
+//! u of 2^16 or more keep their slots apart and take the general path; entries for the first
+//! sectors are repeated after the last, so a key's replicas read consecutive entries. With a
+//! top-bits index (as in `ring`) and 12 bytes per device: about 8.4 bytes per virtual node at
+//! `s = 4`. A lookup is one index read, a count over a window of sector positions, and per
+//! replica a few arithmetic operations on an entry already loaded — for a large ring two
+//! dependent memory reads, as the `ring` engine's; [`AttributedRing::place_batch`]
+//! interleaves 16 keys. No division (`mod s'` is Lemire's fastmod with a per-size constant;
+//! on the fast path `h mod 12` and a table).
 //!
 //! Invariants: sector boundaries depend only on the sector base; a device's slots only on its
 //! id and counts. So adding a device changes only the sectors its virtual nodes merge into,
 //! and marking one out changes only the sectors holding its virtual nodes.
 
-use crate::engine::vnode::{RingIndex, first_at_or_after, vnode_position};
-use crate::ids::{DeviceId, ItemId};
+use crate::engine::vnode::{RingIndex, vnode_position};
+use crate::ids::{DeviceId, ITEM_NONE, ItemId};
 use crate::map::ClusterMap;
 use crate::replica::{REPLICAS_MAX, ReplicaSet};
 
@@ -82,6 +90,16 @@ const DOWN: u32 = 1 << 30;
 const MARKED: u32 = 1 << 31;
 /// Sector offset word: the sector is heterogeneous (bandwidth strategy).
 const HETEROGENEOUS: u32 = 1 << 31;
+/// Sector offset word: the sector's first choices take the fast path ([`Sector::choice`]
+/// holds its ranges' ends).
+const FAST: u32 = 1 << 30;
+/// Sector offset word: the slot count of a [`FAST`] sector, the offset of the first slot of
+/// the others (rings hold at most [`ATTRIBUTED_VNODES_MAX`] slots, far below 2^30).
+const START_MASK: u32 = FAST - 1;
+/// Most slots a sector on the fast path has.
+const FAST_SLOTS: usize = 4;
+/// Replicas whose first choice can take the fast path (the later ones take the general one).
+const FAST_REPLICAS: usize = 4;
 /// Owner index of slots of devices no longer in the map.
 const NO_OWNER: u32 = OWNER_MASK;
 
@@ -89,6 +107,17 @@ const NO_OWNER: u32 = OWNER_MASK;
 const CAPACITY_SALT: u32 = 0x5ec7_0c11;
 /// Salt of the bandwidth strategy's draws.
 const BANDWIDTH_SALT: u32 = 0xb5ad_4ece;
+/// The salts of the first draws of the first [`FAST_REPLICAS`] replicas (see
+/// [`bandwidth_draw`]).
+const DRAW_SALTS: [u32; FAST_REPLICAS] = {
+    let mut salts = [0; FAST_REPLICAS];
+    let mut replica = 0;
+    while replica < FAST_REPLICAS {
+        salts[replica] = mix32(BANDWIDTH_SALT ^ ((replica as u32) << 8));
+        replica += 1;
+    }
+    salts
+};
 
 /// How many virtual nodes a device of `capacity_bytes` gets: ⌈capacity / throttle⌉, 1 to
 /// 65,536.
@@ -99,7 +128,7 @@ pub fn vnode_count(capacity_bytes: u64, throttle_bytes: u64) -> u32 {
 /// A 32-bit integer mixer (Chris Wellons' `lowbias32`): a bijection with good avalanche, used
 /// for the strategies' hashes. Fixed forever: placements depend on it.
 #[inline]
-pub fn mix32(mut x: u32) -> u32 {
+pub const fn mix32(mut x: u32) -> u32 {
     x ^= x >> 16;
     x = x.wrapping_mul(0x7feb_352d);
     x ^= x >> 15;
@@ -249,19 +278,25 @@ pub struct OwnerSpec {
 /// A compiled attributed ring.
 #[derive(Clone, Debug)]
 pub struct AttributedRing {
-    /// Per sector, ascending: its position (its last base virtual node) and the offset of its
-    /// first slot with the [`HETEROGENEOUS`] flag; one extra entry at the end holds the slot
-    /// count. Interleaved so that finding a key's sector also reads where its slots are.
+    /// Per sector, ascending by position (its last base virtual node): one 32-byte entry
+    /// holding what a lookup reads there — the position, the strategy, its precomputed range
+    /// ends and, for the usual sectors of at most [`FAST_SLOTS`] slots, the slots themselves —
+    /// so that finding a key's sector and reading its replicas' slots touch the same few
+    /// cache lines. After the last, copies of the first [`FAST_REPLICAS`] − 1 (wrapping), so
+    /// that the sectors of a key's replicas are consecutive entries.
     sectors: Vec<Sector>,
+    /// Number of sectors (without the copies).
+    sector_count: usize,
     /// Finds a key's sector.
     index: RingIndex,
-    /// Per index bucket, the offset of the slots of its first sector: known from the key
-    /// alone, so a lookup starts reading the slots while it still waits for the sector.
-    slot_hints: Vec<u32>,
-    /// Slot words, sector by sector, each sector in ring order.
-    slots: Vec<u32>,
-    /// The ring position of each slot (rendezvous selection only; empty otherwise).
+    /// Slot words of the sectors whose slots are not in their entry, sector by sector, each
+    /// sector in ring order.
+    overflow: Vec<u32>,
+    /// The ring position of each slot of `overflow` (rendezvous selection only, where every
+    /// sector's slots are there; empty otherwise).
     slot_positions: Vec<u32>,
+    /// Slots in all (marked ones included).
+    slot_count: usize,
     selection: SectorSelection,
     /// Per owner: device id, zone, bandwidth.
     device_ids: Vec<u32>,
@@ -270,24 +305,101 @@ pub struct AttributedRing {
     /// Fastmod constants by sector size (slot count).
     fastmod: Vec<u64>,
     prime: u32,
+    /// The fast path's capacity strategy: per replica and `h mod 12`, the slot it picks in a
+    /// homogeneous sector of 1, 2, 3 and 4 slots (2 bits each, by size; 12 is a multiple of
+    /// every size, so `h mod 12` fixes `h mod s'`).
+    fast_slots: [[u8; 12]; FAST_REPLICAS],
     distinct_zones: bool,
     /// Distinct zones (or devices) with a live slot: the most replicas a key can get.
     available: usize,
 }
 
-/// One sector: its position and the offset of its first slot (with the strategy flag).
+/// One sector: its position, its flags and where its slots are, what its strategy needs
+/// (precomputed), and its slots when they fit. 32 bytes, aligned: two per cache line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(C)]
+#[repr(C, align(32))]
 struct Sector {
     position: u32,
+    /// [`HETEROGENEOUS`] and [`FAST`] flags; below them ([`START_MASK`]), for [`FAST`]
+    /// sectors the slot count (the slots are in `words`), for the others the offset of their
+    /// first slot in `overflow`.
     start: u32,
-    /// For heterogeneous sectors, u: the sum of the ranges' lengths ([`U_UNKNOWN`] when it
-    /// does not fit 32 bits and is summed at lookup).
-    bandwidth: u32,
+    /// [`FAST`] sectors (1 to [`FAST_SLOTS`] slots; heterogeneous ones with u < 2^16): in
+    /// the low 48 bits three 16-bit *range ends*, those of the first three slots, so that the
+    /// slot a first choice picks is the count of ends at or below a value (the fourth slot's
+    /// end is above every value) — for a homogeneous sector of s' slots 1, 2, …, s' (then s'
+    /// repeated), the value being the capacity strategy's slot number; for a heterogeneous
+    /// one the sum of the bandwidths of the ranges up to and including the slot's (a slot
+    /// that starts no range adds nothing; u repeated after the last slot), the value being
+    /// the bandwidth draw scaled to u. In the top 16 bits: u, or for a homogeneous sector
+    /// 2 (s' − 1), where its slot number lies in [`AttributedRing::fast_slots`]. Other
+    /// heterogeneous sectors: u. Other homogeneous sectors: 0.
+    choice: [u16; 4],
+    /// [`FAST`] sectors: their slot words ([`MARKED`] after the last). Others: `words[0]` is
+    /// the end of their slots in `overflow`.
+    words: [u32; FAST_SLOTS],
 }
 
-/// `Sector::bandwidth` of sectors whose u needs 64 bits.
-const U_UNKNOWN: u32 = u32::MAX;
+impl Sector {
+    fn new(position: u32, begin: u32, end: u32) -> Sector {
+        Sector { position, start: begin, choice: [0; 4], words: [end, MARKED, MARKED, MARKED] }
+    }
+
+    /// `choice` as one number (u, for heterogeneous sectors off the fast path).
+    fn wide(&self) -> u64 {
+        self.choice.iter().rev().fold(0, |acc, lane| acc << 16 | u64::from(*lane))
+    }
+
+    /// Sets `choice` to one number.
+    fn set_wide(&mut self, value: u64) {
+        for (i, lane) in self.choice.iter_mut().enumerate() {
+            *lane = (value >> (16 * i)) as u16;
+        }
+    }
+}
+
+/// The range ends of a sector with `slots` for the fast path and, last, its u or slot-number
+/// shift (see [`Sector::choice`]), or `None` when it cannot take it (no slot, more than
+/// [`FAST_SLOTS`], or u ≥ 2^16).
+fn fast_ends(sector: &Sector, slots: &[u32], bandwidths: &[u32]) -> Option<[u64; FAST_SLOTS]> {
+    let size = slots.len();
+    if size == 0 || size > FAST_SLOTS {
+        return None;
+    }
+    let mut ends = [0u64; FAST_SLOTS];
+    if sector.start & HETEROGENEOUS == 0 {
+        for (i, e) in ends.iter_mut().enumerate() {
+            *e = (i + 1).min(size) as u64;
+        }
+        ends[FAST_SLOTS - 1] = 2 * (size as u64 - 1);
+    } else {
+        let mut acc = 0u64;
+        for (i, e) in ends.iter_mut().enumerate() {
+            if let Some(w) = slots.get(i)
+                && w & FIRST != 0
+            {
+                acc += u64::from(bandwidths[(w & OWNER_MASK) as usize]);
+            }
+            *e = acc;
+        }
+        debug_assert_eq!(acc, sector.wide(), "u");
+        if acc == 0 || acc > u64::from(u16::MAX) {
+            return None;
+        }
+    }
+    Some(ends)
+}
+
+/// Whether `value` is among the first `count` entries of `list`: for short lists, compared
+/// with every entry at once (no loop exit for the CPU to predict).
+#[inline(always)]
+fn held<const N: usize>(list: &[u32; N], count: usize, value: u32) -> bool {
+    if N <= 8 {
+        (0..N).fold(false, |hit, i| hit | (i < count) & (list[i] == value))
+    } else {
+        list[..count.min(N)].contains(&value)
+    }
+}
 
 /// Where a replica came from, for tests and the simulator's statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -308,12 +420,16 @@ struct Chosen<'a> {
 }
 
 impl Chosen<'_> {
+    // A plain loop: `contains` is built for long slices, these hold a few entries (the slow
+    // path's instructions per call fell by a sixth, callgrind).
+    #[allow(clippy::manual_contains)]
     #[inline(always)]
     fn excludes(&self, ring: &AttributedRing, owner: u32) -> bool {
         if ring.distinct_zones {
-            self.zones.contains(&ring.zones[owner as usize])
+            let zone = ring.zones[owner as usize];
+            self.zones.iter().any(|z| *z == zone)
         } else {
-            self.owners.contains(&owner)
+            self.owners.iter().any(|o| *o == owner)
         }
     }
 }
@@ -387,7 +503,8 @@ impl AttributedRing {
             ends.push((words.len() - 1, u32::MAX));
         }
         let sectors = ends.len();
-        let mut sector_list = Vec::with_capacity(sectors + 1);
+        // With room for the copies of the first entries after the last (see `sectors`).
+        let mut sector_list = Vec::with_capacity(sectors + FAST_REPLICAS - 1);
         let mut ordered: Vec<u32> = Vec::with_capacity(words.len());
         let mut ordered_positions: Vec<u32> = Vec::with_capacity(positions.len());
         // Sector 0 starts with the slots after the last sector end (they wrap around).
@@ -405,22 +522,17 @@ impl AttributedRing {
             if rendezvous {
                 ordered_positions.extend_from_slice(&positions[begin..=*end]);
             }
-            sector_list.push(Sector { position: *position, start, bandwidth: 0 });
+            sector_list.push(Sector::new(*position, start, ordered.len() as u32));
             begin = end + 1;
         }
-        sector_list.push(Sector { position: u32::MAX, start: ordered.len() as u32, bandwidth: 0 });
         drop(words);
         let index = RingIndex::new(sectors, |k| sector_list[k].position);
-        let slot_hints = index
-            .starts()
-            .iter()
-            .map(|&k| sector_list[(k as usize).min(sectors)].start & !HETEROGENEOUS)
-            .collect();
         let mut ring = AttributedRing {
             sectors: sector_list,
+            sector_count: sectors,
             index,
-            slot_hints,
-            slots: ordered,
+            slot_count: ordered.len(),
+            overflow: ordered,
             slot_positions: ordered_positions,
             selection: params.selection,
             device_ids: owners.iter().map(|o| o.device).collect(),
@@ -428,15 +540,19 @@ impl AttributedRing {
             bandwidths: owners.iter().map(|o| o.bandwidth.max(1)).collect(),
             fastmod: Vec::new(),
             prime: strategy_prime(params.sector_size.max(1)),
+            fast_slots: [[0; 12]; FAST_REPLICAS],
             distinct_zones: params.distinct_zones,
             available: 0,
         };
         ring.classify(owners, params.bandwidth_tolerance_percent);
-        let largest = (0..sectors)
-            .map(|k| ring.sector_range(k).1 - ring.sector_range(k).0)
-            .max()
-            .unwrap_or(0);
+        let largest = (0..sectors).map(|k| ring.slots_of(k).len()).max().unwrap_or(0);
         ring.fastmod = (0..=largest as u32).map(|d| fastmod_constant(d.max(1))).collect();
+        ring.prepare_fast();
+        if sectors > 0 {
+            let copies: Vec<Sector> =
+                (0..FAST_REPLICAS - 1).map(|i| ring.sectors[i % sectors]).collect();
+            ring.sectors.extend(copies);
+        }
         ring.available = ring.count_available();
         ring
     }
@@ -445,10 +561,10 @@ impl AttributedRing {
     fn classify(&mut self, owners: &[OwnerSpec], tolerance_percent: u32) {
         let mut stamp = vec![u32::MAX; owners.len()];
         for k in 0..self.sector_count() {
-            let (begin, end) = self.sector_range(k);
             let (mut class, mut low, mut high) = (None, u32::MAX, 0u32);
             let mut mixed_class = false;
-            for slot in &mut self.slots[begin..end] {
+            let (begin, end) = self.overflow_range(k);
+            for slot in &mut self.overflow[begin..end] {
                 if *slot & MARKED != 0 {
                     continue;
                 }
@@ -470,20 +586,58 @@ impl AttributedRing {
                 u64::from(high) * 100 > u64::from(low) * (100 + u64::from(tolerance_percent));
             if class.is_some() && (mixed_class || spread) {
                 self.sectors[k].start |= HETEROGENEOUS;
-                let u: u64 = self.slots[begin..end]
+                let u: u64 = self.overflow[begin..end]
                     .iter()
                     .filter(|w| **w & FIRST != 0)
                     .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
                     .sum();
-                self.sectors[k].bandwidth = u32::try_from(u).unwrap_or(U_UNKNOWN);
+                self.sectors[k].set_wide(u);
             }
         }
     }
 
+    /// Precomputes the fast path of the first choices (not for rendezvous selection): the
+    /// range ends of each sector that has 1 to [`FAST_SLOTS`] slots (and, heterogeneous,
+    /// u < 2^16), and the per-replica tables.
+    fn prepare_fast(&mut self) {
+        for (replica, slots) in self.fast_slots.iter_mut().enumerate() {
+            let offset = (replica as u32 + 1) * self.prime;
+            for (t, packed) in slots.iter_mut().enumerate() {
+                *packed = (1..=FAST_SLOTS as u32)
+                    .map(|size| (((t as u32 % size) + offset % size) % size) << (2 * (size - 1)))
+                    .sum::<u32>() as u8;
+            }
+        }
+        if self.selection == SectorSelection::Rendezvous {
+            return;
+        }
+        let mut kept = Vec::new();
+        for k in 0..self.sector_count() {
+            let (begin, end) = self.overflow_range(k);
+            let slots = &self.overflow[begin..end];
+            let sector = &mut self.sectors[k];
+            match fast_ends(sector, slots, &self.bandwidths) {
+                Some(ends) => {
+                    sector.choice = ends.map(|e| e as u16);
+                    sector.words[..slots.len()].copy_from_slice(slots);
+                    sector.start = (sector.start & HETEROGENEOUS) | FAST | slots.len() as u32;
+                }
+                None => {
+                    // Its slots stay apart, at their place in the compacted overflow.
+                    let offset = kept.len() as u32;
+                    kept.extend_from_slice(slots);
+                    sector.start = (sector.start & HETEROGENEOUS) | offset;
+                    sector.words[0] = kept.len() as u32;
+                }
+            }
+        }
+        kept.shrink_to_fit();
+        self.overflow = kept;
+    }
+
     fn count_available(&self) -> usize {
-        let mut seen: Vec<u32> = self
-            .slots
-            .iter()
+        let mut seen: Vec<u32> = (0..self.sector_count())
+            .flat_map(|k| self.slots_of(k))
             .filter(|w| **w & (MARKED | DOWN) == 0)
             .map(|w| {
                 let owner = *w & OWNER_MASK;
@@ -497,12 +651,12 @@ impl AttributedRing {
 
     /// Number of virtual nodes (slots, marked ones included).
     pub fn vnode_count(&self) -> usize {
-        self.slots.len()
+        self.slot_count
     }
 
     /// Number of sectors.
     pub fn sector_count(&self) -> usize {
-        self.sectors.len() - 1
+        self.sector_count
     }
 
     /// The position of sector `k` (its last base virtual node).
@@ -512,7 +666,7 @@ impl AttributedRing {
 
     /// Number of heterogeneous sectors (bandwidth strategy).
     pub fn heterogeneous_count(&self) -> usize {
-        self.sectors[..self.sector_count()].iter().filter(|s| s.start & HETEROGENEOUS != 0).count()
+        self.sectors[..self.sector_count].iter().filter(|s| s.start & HETEROGENEOUS != 0).count()
     }
 
     /// The prime p of the capacity strategy.
@@ -524,8 +678,7 @@ impl AttributedRing {
     pub fn memory_bytes(&self) -> usize {
         self.sectors.capacity() * std::mem::size_of::<Sector>()
             + self.index.memory_bytes()
-            + self.slot_hints.capacity() * 4
-            + self.slots.capacity() * 4
+            + self.overflow.capacity() * 4
             + self.slot_positions.capacity() * 4
             + self.device_ids.capacity() * 4
             + self.zones.capacity() * 4
@@ -533,12 +686,25 @@ impl AttributedRing {
             + self.fastmod.capacity() * 8
     }
 
-    /// The slots of sector `k` as (begin, end) indices.
+    /// The slot words of sector `k`, in ring order.
     #[inline]
-    fn sector_range(&self, k: usize) -> (usize, usize) {
-        let begin = (self.sectors[k].start & !HETEROGENEOUS) as usize;
-        let end = (self.sectors[k + 1].start & !HETEROGENEOUS) as usize;
-        (begin, end)
+    fn slots_of(&self, k: usize) -> &[u32] {
+        let sector = &self.sectors[k];
+        if sector.start & FAST != 0 {
+            &sector.words[..((sector.start & START_MASK) as usize).min(FAST_SLOTS)]
+        } else {
+            let (begin, end) = self.overflow_range(k);
+            &self.overflow[begin..end]
+        }
+    }
+
+    /// Where the slots of sector `k`, not a [`FAST`] one, are in `overflow` (and, for
+    /// rendezvous selection, their positions in `slot_positions`).
+    #[inline]
+    fn overflow_range(&self, k: usize) -> (usize, usize) {
+        let sector = &self.sectors[k];
+        debug_assert!(sector.start & FAST == 0, "sector {k} keeps its slots in its entry");
+        ((sector.start & START_MASK) as usize, sector.words[0] as usize)
     }
 
     /// Whether sector `k` is homogeneous (capacity strategy).
@@ -547,15 +713,14 @@ impl AttributedRing {
     }
 
     /// The sector a key belongs to: its first successor sector (wrapping).
-    #[inline]
+    #[inline(always)]
     pub fn sector_of(&self, key: u32) -> usize {
-        self.index.successor(key, self.sector_count(), |k| self.sectors[k].position)
+        self.index.successor_near(key, &self.sectors[..self.sector_count], |s| s.position)
     }
 
     /// The devices (ids) of sector `k`'s slots in ring order, with their states.
     pub fn sector_slots(&self, k: usize) -> Vec<(Option<DeviceId>, SlotState)> {
-        let (begin, end) = self.sector_range(k);
-        self.slots[begin..end]
+        self.slots_of(k)
             .iter()
             .map(|w| {
                 let owner = *w & OWNER_MASK;
@@ -575,10 +740,9 @@ impl AttributedRing {
     /// The bandwidth ranges of sector `k`: (device, start, end) in MB/s units, in ring order.
     /// Dividing by the smallest length gives the paper's `bandwidth / min_bandwidth` ranges.
     pub fn sector_ranges(&self, k: usize) -> Vec<(DeviceId, u64, u64)> {
-        let (begin, end) = self.sector_range(k);
         let mut start = 0u64;
         let mut ranges = Vec::new();
-        for w in &self.slots[begin..end] {
+        for w in self.slots_of(k) {
             if w & FIRST != 0 {
                 let owner = (w & OWNER_MASK) as usize;
                 let length = u64::from(self.bandwidths[owner]);
@@ -602,55 +766,38 @@ impl AttributedRing {
     /// replica's first choice, then the checks), so the memory reads of different keys
     /// overlap instead of waiting for each other.
     pub fn place_batch(&self, keys: &[u32], replicas: usize, out: &mut [ReplicaSet]) {
-        const BLOCK: usize = 16;
-        const REPLICAS: usize = 4;
         let wanted = replicas.min(self.available).min(REPLICAS_MAX);
-        if wanted > REPLICAS || self.sector_count() == 0 {
-            for (key, set) in keys.iter().zip(out.iter_mut()) {
-                self.place(*key, replicas, set);
-            }
-            return;
-        }
-        let sectors = self.sector_count();
-        for (keys, out) in keys.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
-            let n = keys.len().min(out.len());
-            // Stage 1: the index buckets, then the sectors.
-            let mut bounds = [(0u32, 0u32); BLOCK];
-            for i in 0..n {
-                bounds[i] = self.index.range(keys[i]);
-            }
-            let mut first = [0usize; BLOCK];
-            for i in 0..n {
-                let (start, end) = (bounds[i].0 as usize, bounds[i].1 as usize);
-                first[i] =
-                    first_at_or_after(keys[i], start, end, sectors, |k| self.sectors[k].position);
-            }
-            // Stage 2: every replica's first choice.
-            let mut candidates = [[MARKED; REPLICAS]; BLOCK];
-            let mut hashes = [0u32; BLOCK];
-            for i in 0..n {
-                hashes[i] = capacity_hash(keys[i]);
-                let mut sector = first[i];
-                for (replica, candidate) in candidates[i].iter_mut().take(wanted).enumerate() {
-                    *candidate = self.first_choice(keys[i], hashes[i], replica as u32, sector);
-                    sector += 1;
-                    if sector == sectors {
-                        sector = 0;
-                    }
+        match wanted {
+            0 => out.iter_mut().zip(keys).for_each(|(set, _)| set.clear()),
+            1 => self.place_batch_n::<1>(keys, out),
+            2 => self.place_batch_n::<2>(keys, out),
+            3 => self.place_batch_n::<3>(keys, out),
+            4 => self.place_batch_n::<4>(keys, out),
+            _ => {
+                for (key, set) in keys.iter().zip(out.iter_mut()) {
+                    self.place(*key, replicas, set);
                 }
             }
-            // Stage 3: the checks, and the long way for the choices that fail them.
+        }
+    }
+
+    /// [`place_batch`](Self::place_batch) for `N` replicas (what `place` gives for `N`).
+    fn place_batch_n<const N: usize>(&self, keys: &[u32], out: &mut [ReplicaSet]) {
+        const BLOCK: usize = 16;
+        for (keys, out) in keys.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+            let n = keys.len().min(out.len());
+            // Stage 1: the sectors (each a chain of two memory reads; the chains of the
+            // block's keys run side by side).
+            let mut first = [0usize; BLOCK];
             for i in 0..n {
-                out[i].clear();
-                self.finish::<REPLICAS>(
-                    keys[i],
-                    hashes[i],
-                    first[i],
-                    wanted,
-                    &candidates[i],
-                    &mut out[i],
-                    |_, _| {},
-                );
+                first[i] = self.sector_of(keys[i]);
+            }
+            // Stage 2: every replica's first choice, the checks, and the long way for the
+            // choices that fail them.
+            for i in 0..n {
+                let h = capacity_hash(keys[i]);
+                let candidates = self.first_choices::<N>(keys[i], h, first[i], N);
+                self.finish::<N>(keys[i], h, first[i], N, &candidates, &mut out[i], |_, _| {});
             }
         }
     }
@@ -676,12 +823,15 @@ impl AttributedRing {
     ) {
         out.clear();
         let wanted = replicas.min(self.available).min(out.capacity());
-        // Small working arrays for the usual replica counts: zeroing 32-entry ones costs more
-        // than the lookup.
-        if wanted <= 4 {
-            self.place_n::<4>(key, wanted, out, trace);
-        } else {
-            self.place_n::<REPLICAS_MAX>(key, wanted, out, trace);
+        // The usual replica counts compiled apart, so that their loops unroll and their
+        // working arrays are small (zeroing 32-entry ones costs more than the lookup).
+        match wanted {
+            0 => {}
+            1 => self.place_n::<1>(key, wanted, out, trace),
+            2 => self.place_n::<2>(key, wanted, out, trace),
+            3 => self.place_n::<3>(key, wanted, out, trace),
+            4 => self.place_n::<4>(key, wanted, out, trace),
+            _ => self.place_n::<REPLICAS_MAX>(key, wanted, out, trace),
         }
     }
 
@@ -696,35 +846,45 @@ impl AttributedRing {
         if wanted == 0 {
             return;
         }
-        self.touch_slots(key);
         let first = self.sector_of(key);
         let h = capacity_hash(key);
-        let sectors = self.sector_count();
-        // First choices of every replica, independent of each other (so the CPU overlaps
-        // their memory reads); then each is checked against the replicas before it, and only
-        // a choice that is taken, marked or down goes the long way.
+        let candidates = self.first_choices::<N>(key, h, first, wanted);
+        self.finish::<N>(key, h, first, wanted, &candidates, out, trace);
+    }
+
+    /// The first choices of the first `wanted` replicas (at most `N`) of `key` (`h` its
+    /// capacity hash, `first` its sector), independent of each other so that the CPU overlaps
+    /// their work; [`finish`](Self::finish) checks them.
+    #[inline(always)]
+    fn first_choices<const N: usize>(
+        &self,
+        key: u32,
+        h: u32,
+        first: usize,
+        wanted: usize,
+    ) -> [u32; N] {
         let mut candidates = [MARKED; N];
+        if N <= FAST_REPLICAS
+            && let Some(block) = self.sectors.get(first..first + N)
+            && block.iter().fold(FAST, |all, s| all & s.start) != 0
+        {
+            // The usual case: the replicas' sectors are consecutive entries, all fast.
+            let t = (h % 12) as usize;
+            for (replica, candidate) in candidates.iter_mut().enumerate() {
+                *candidate = self.fast_choice(&block[replica], replica, t, key);
+            }
+            return candidates;
+        }
+        let sectors = self.sector_count();
         let mut sector = first;
         for (replica, candidate) in candidates.iter_mut().take(wanted).enumerate() {
-            *candidate = self.first_choice(key, h, replica as u32, sector);
+            *candidate = self.choose_first(key, h, replica, sector);
             sector += 1;
             if sector == sectors {
                 sector = 0;
             }
         }
-        self.finish::<N>(key, h, first, wanted, &candidates, out, trace);
-    }
-
-    /// Loads the two cache lines of slots from where `key`'s index bucket starts — in large
-    /// rings, where the slots of the key's sector and of the next ones lie — without waiting
-    /// for the sector entry that says exactly where: the two reads overlap instead of one
-    /// waiting for the other. The values are not used.
-    #[inline(always)]
-    fn touch_slots(&self, key: u32) {
-        let hint = self.slot_hints[self.index.bucket(key)] as usize;
-        let first = self.slots.get(hint).copied().unwrap_or(0);
-        let next = self.slots.get(hint + 16).copied().unwrap_or(0);
-        std::hint::black_box(first ^ next);
+        candidates
     }
 
     /// Checks each replica's first choice against the replicas before it, takes the long way
@@ -742,29 +902,67 @@ impl AttributedRing {
         mut trace: impl FnMut(usize, Strategy),
     ) {
         let sectors = self.sector_count();
+        let wanted = wanted.min(N);
+        // The usual case first: every first choice live and on a distinct device (zone),
+        // checked for all pairs at once.
+        if N <= FAST_REPLICAS {
+            let mut differ = [0u32; N];
+            let mut ok = true;
+            for i in 0..N {
+                let owner = candidates[i] & OWNER_MASK;
+                differ[i] = if self.distinct_zones {
+                    self.zones.get(owner as usize).copied().unwrap_or(u32::MAX)
+                } else {
+                    owner
+                };
+                ok &= i >= wanted || candidates[i] & (MARKED | DOWN) == 0;
+                for j in 0..i {
+                    ok &= i >= wanted || differ[i] != differ[j];
+                }
+            }
+            if ok {
+                let mut sector = first;
+                for _ in 0..wanted {
+                    trace(sector, self.strategy_of(sector));
+                    sector += 1;
+                    if sector == sectors {
+                        sector = 0;
+                    }
+                }
+                out.fill(wanted, |i| {
+                    let owner = (candidates[i] & OWNER_MASK) as usize;
+                    self.device_ids.get(owner).map_or(ITEM_NONE, |d| *d as i32)
+                });
+                return;
+            }
+        }
         let (mut owners, mut zones) = ([0u32; N], [0u32; N]);
+        out.clear();
         let mut sector = first;
         for replica in 0..wanted {
-            let chosen = Chosen { owners: &owners[..replica], zones: &zones[..replica] };
             let word = candidates[replica];
             let owner = word & OWNER_MASK;
-            let (owner, landed, strategy) =
-                if word & (MARKED | DOWN) == 0 && !chosen.excludes(self, owner) {
-                    let strategy = if self.sectors[sector].start & HETEROGENEOUS == 0 {
-                        Strategy::Capacity
-                    } else {
-                        Strategy::Bandwidth
-                    };
-                    (owner, sector, strategy)
-                } else {
-                    match self.select(key, h, replica as u32, sector, chosen) {
-                        Some(found) => found,
-                        None => return,
+            // Zones only matter when the pool asks for distinct ones (a predictable branch).
+            let (zone, taken) = if self.distinct_zones {
+                let zone = self.zones.get(owner as usize).copied().unwrap_or(u32::MAX);
+                (zone, held(&zones, replica, zone))
+            } else {
+                (0, held(&owners, replica, owner))
+            };
+            let (owner, zone, landed, strategy) = if word & (MARKED | DOWN) == 0 && !taken {
+                (owner, zone, sector, self.strategy_of(sector))
+            } else {
+                let chosen = Chosen { owners: &owners[..replica], zones: &zones[..replica] };
+                match self.select(key, h, replica as u32, sector, chosen) {
+                    Some((owner, landed, strategy)) => {
+                        (owner, self.zones[owner as usize], landed, strategy)
                     }
-                };
+                    None => break,
+                }
+            };
             trace(landed, strategy);
             owners[replica] = owner;
-            zones[replica] = self.zones[owner as usize];
+            zones[replica] = zone;
             out.push(self.device_ids[owner as usize] as i32);
             sector += 1;
             if sector == sectors {
@@ -773,32 +971,69 @@ impl AttributedRing {
         }
     }
 
+    /// The strategy sector `k` uses (for traces).
+    #[inline(always)]
+    fn strategy_of(&self, k: usize) -> Strategy {
+        // `get`: no bounds check left behind when the trace is not used.
+        match self.sectors.get(k) {
+            Some(sector) if sector.start & HETEROGENEOUS != 0 => Strategy::Bandwidth,
+            _ => Strategy::Capacity,
+        }
+    }
+
+    /// The slot word the strategy of `sector` picks first for `replica`: [`fast_choice`]
+    /// (Self::fast_choice) when the sector has its range ends, else [`first_choice`]
+    /// (Self::first_choice).
+    #[inline(always)]
+    fn choose_first(&self, key: u32, h: u32, replica: usize, sector: usize) -> u32 {
+        let this = &self.sectors[sector];
+        if this.start & FAST != 0 && replica < FAST_REPLICAS {
+            self.fast_choice(this, replica, (h % 12) as usize, key)
+        } else {
+            self.first_choice(key, h, replica as u32, sector)
+        }
+    }
+
+    /// The slot word the strategy of a [`FAST`] sector picks first for `replica` (below
+    /// [`FAST_REPLICAS`]), `t` being `h mod 12`: both strategies' values are computed and one
+    /// is picked without a branch (which strategy a sector uses is as unpredictable as the
+    /// key), then the slot is the count of range ends at or below it.
+    #[inline(always)]
+    fn fast_choice(&self, this: &Sector, replica: usize, t: usize, key: u32) -> u32 {
+        let ends = &this.choice;
+        let last = u32::from(ends[FAST_SLOTS - 1]);
+        let slot = u32::from((self.fast_slots[replica][t] >> (last & 7)) & 3);
+        let draw = mix32(key ^ DRAW_SALTS[replica]);
+        let drawn = ((u64::from(draw) * u64::from(last)) >> 32) as u32;
+        let value = std::hint::select_unpredictable(this.start & HETEROGENEOUS != 0, drawn, slot);
+        let index: usize =
+            (0..FAST_SLOTS - 1).map(|i| usize::from(u32::from(ends[i]) <= value)).sum();
+        this.words[index & (FAST_SLOTS - 1)]
+    }
+
     /// The slot word the strategy of `sector` picks first for `replica` ([`MARKED`] for an
     /// empty sector): the capacity strategy's slot, or the bandwidth strategy's range.
-    #[inline(always)]
+    #[inline(never)]
     fn first_choice(&self, key: u32, h: u32, replica: u32, sector: usize) -> u32 {
         if self.selection == SectorSelection::Rendezvous {
-            let (begin, end) = self.sector_range(sector);
             let hr = rendezvous_key(key, replica);
-            return self.rendezvous(hr, sector, begin, end, |w| w & (MARKED | DOWN) == 0);
+            return self.rendezvous(hr, sector, |w| w & (MARKED | DOWN) == 0);
         }
         let this = self.sectors[sector];
-        let begin = (this.start & !HETEROGENEOUS) as usize;
-        let end = (self.sectors[sector + 1].start & !HETEROGENEOUS) as usize;
-        if begin >= end {
+        let slots = self.slots_of(sector);
+        if slots.is_empty() {
             return MARKED;
         }
         if this.start & HETEROGENEOUS == 0 {
-            let size = (end - begin) as u32;
+            let size = slots.len() as u32;
             let m = self.fastmod[size as usize];
             let mut j = fastmod(h, m, size) + fastmod((replica + 1) * self.prime, m, size);
             if j >= size {
                 j -= size;
             }
-            self.slots[begin + j as usize]
+            slots[j as usize]
         } else {
-            let slots = &self.slots[begin..end];
-            let value = scale(bandwidth_draw(key, replica, 0), self.sector_u(this, slots));
+            let value = scale(bandwidth_draw(key, replica, 0), self.sector_u(this));
             let mut acc = 0u64;
             for &w in slots {
                 if w & FIRST != 0 {
@@ -817,18 +1052,14 @@ impl AttributedRing {
     /// the device (at its first unmarked slot) of lowest bandwidth-weighted cost; ties go to the
     /// first in ring order.
     #[inline]
-    fn rendezvous(
-        &self,
-        hr: u64,
-        sector: usize,
-        begin: usize,
-        end: usize,
-        eligible: impl Fn(u32) -> bool,
-    ) -> u32 {
+    fn rendezvous(&self, hr: u64, sector: usize, eligible: impl Fn(u32) -> bool) -> u32 {
         let mut pick = MARKED;
+        let slots = self.slots_of(sector);
         if self.sectors[sector].start & HETEROGENEOUS == 0 {
+            // Rendezvous rings keep every sector's slots in `overflow`, beside their positions.
+            let (begin, _) = self.overflow_range(sector);
             let mut best = 0u64;
-            for (i, &w) in self.slots[begin..end].iter().enumerate() {
+            for (i, &w) in slots.iter().enumerate() {
                 let score = slot_score(hr, self.slot_positions[begin + i]);
                 if eligible(w) && (pick == MARKED || score > best) {
                     (pick, best) = (w, score);
@@ -836,7 +1067,7 @@ impl AttributedRing {
             }
         } else {
             let mut best = u64::MAX;
-            for &w in &self.slots[begin..end] {
+            for &w in slots {
                 if w & FIRST == 0 || !eligible(w) {
                     continue;
                 }
@@ -852,15 +1083,12 @@ impl AttributedRing {
 
     /// u of a heterogeneous sector: the sum of its ranges' lengths.
     #[inline(always)]
-    fn sector_u(&self, sector: Sector, slots: &[u32]) -> u64 {
-        if sector.bandwidth != U_UNKNOWN {
-            return u64::from(sector.bandwidth);
+    fn sector_u(&self, sector: Sector) -> u64 {
+        if sector.start & FAST != 0 {
+            u64::from(sector.choice[FAST_SLOTS - 1])
+        } else {
+            sector.wide()
         }
-        slots
-            .iter()
-            .filter(|w| **w & FIRST != 0)
-            .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
-            .sum()
     }
 
     /// One replica: the strategy of each sector from `start` on, then a ring walk.
@@ -876,12 +1104,12 @@ impl AttributedRing {
         let sectors = self.sector_count();
         let mut sector = start;
         for _ in 0..sectors {
-            let (begin, end) = self.sector_range(sector);
-            if begin < end && self.selection == SectorSelection::Rendezvous {
+            let slots = self.slots_of(sector);
+            if !slots.is_empty() && self.selection == SectorSelection::Rendezvous {
                 let hr = rendezvous_key(key, replica);
                 let eligible =
                     |w: u32| w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK);
-                let word = self.rendezvous(hr, sector, begin, end, eligible);
+                let word = self.rendezvous(hr, sector, eligible);
                 if word & MARKED == 0 {
                     let strategy = if self.sectors[sector].start & HETEROGENEOUS == 0 {
                         Strategy::Capacity
@@ -890,13 +1118,12 @@ impl AttributedRing {
                     };
                     return Some((word & OWNER_MASK, sector, strategy));
                 }
-            } else if begin < end {
+            } else if !slots.is_empty() {
                 if self.sectors[sector].start & HETEROGENEOUS == 0 {
-                    if let Some(owner) = self.capacity(h, replica, begin, end, chosen) {
+                    if let Some(owner) = self.capacity(h, replica, slots, chosen) {
                         return Some((owner, sector, Strategy::Capacity));
                     }
-                } else if let Some(owner) = self.bandwidth(key, replica, sector, begin, end, chosen)
-                {
+                } else if let Some(owner) = self.bandwidth(key, replica, sector, slots, chosen) {
                     return Some((owner, sector, Strategy::Bandwidth));
                 }
             }
@@ -906,33 +1133,17 @@ impl AttributedRing {
             }
         }
         // Every sector's strategy missed (possible only when eligible devices are scarce):
-        // walk the ring from the start sector (`available` guarantees a find).
-        let begin = self.sector_range(start).0;
-        let n = self.slots.len();
-        for step in 0..n {
-            let mut i = begin + step;
-            if i >= n {
-                i -= n;
-            }
-            let w = self.slots[i];
-            if w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK) {
-                return Some((w & OWNER_MASK, start, Strategy::Walk));
-            }
-        }
-        None
+        // walk the ring slot by slot from the start sector (`available` guarantees a find).
+        (0..sectors)
+            .flat_map(|step| self.slots_of((start + step) % sectors))
+            .find(|&&w| w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK))
+            .map(|w| (w & OWNER_MASK, start, Strategy::Walk))
     }
 
     /// The capacity strategy: slot `(h + (r+1)·p) mod s'`, then the sector's later slots.
     #[inline]
-    fn capacity(
-        &self,
-        h: u32,
-        replica: u32,
-        begin: usize,
-        end: usize,
-        chosen: Chosen<'_>,
-    ) -> Option<u32> {
-        let size = (end - begin) as u32;
+    fn capacity(&self, h: u32, replica: u32, slots: &[u32], chosen: Chosen<'_>) -> Option<u32> {
+        let size = slots.len() as u32;
         let m = self.fastmod[size as usize];
         let a = fastmod(h, m, size);
         let b = fastmod((replica + 1) * self.prime, m, size);
@@ -940,7 +1151,7 @@ impl AttributedRing {
         if j >= size {
             j -= size;
         }
-        for &w in &self.slots[begin + j as usize..end] {
+        for &w in &slots[j as usize..] {
             if w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK) {
                 return Some(w & OWNER_MASK);
             }
@@ -956,12 +1167,10 @@ impl AttributedRing {
         key: u32,
         replica: u32,
         sector: usize,
-        begin: usize,
-        end: usize,
+        slots: &[u32],
         chosen: Chosen<'_>,
     ) -> Option<u32> {
-        let slots = &self.slots[begin..end];
-        let u = self.sector_u(self.sectors[sector], slots);
+        let u = self.sector_u(self.sectors[sector]);
         let value = scale(bandwidth_draw(key, replica, 0), u);
         let mut acc = 0u64;
         for &w in slots {
@@ -1030,8 +1239,7 @@ impl AttributedRing {
         for j in 0..sectors {
             let weight: f64 =
                 (0..replicas).map(|r| arcs[(j + sectors - r % sectors) % sectors]).sum();
-            let (begin, end) = self.sector_range(j);
-            let slots = &self.slots[begin..end];
+            let slots = self.slots_of(j);
             let live = |w: u32| w & (MARKED | DOWN) == 0;
             if self.sectors[j].start & HETEROGENEOUS == 0 {
                 if self.selection == SectorSelection::Rendezvous {

@@ -660,22 +660,134 @@ fn device_capacity(id: u32) -> u64 {
     device(id, 4).capacity_bytes.expect("set")
 }
 
-/// Each index bucket's slot hint is where the slots of its first sector begin (the lookup
-/// reads there early; a wrong hint would cost only speed, so only this test would notice).
+/// Every sector's entry holds the slots the reference forms for it, in ring order; a sector
+/// is on the fast path exactly when it has 1 to 4 slots (and, heterogeneous, u < 2^16), and
+/// the copies after the last sector are the first ones.
 #[test]
-fn slot_hints_point_at_each_buckets_first_sector() {
-    for devices in [3, 17, 60] {
-        let ring = compile(&builder(devices, 3).pool(pool(false)).build().expect("valid map"));
-        let starts = ring.index.starts();
-        assert_eq!(ring.slot_hints.len(), starts.len());
-        for (bucket, (&sector, &hint)) in starts.iter().zip(&ring.slot_hints).enumerate() {
-            let sector = sector as usize;
-            let expected = if sector < ring.sector_count() {
-                ring.sector_range(sector).0
-            } else {
-                ring.slots.len()
-            };
-            assert_eq!(hint as usize, expected, "{devices} devices, bucket {bucket}");
+fn sector_entries_hold_the_slots_the_reference_forms() {
+    for (devices, sector_size) in [(3, 4), (17, 4), (60, 4), (30, 3), (30, 7), (30, 1)] {
+        let mut pool = pool(false);
+        if let EngineRef::Attributed(spec) = &mut pool.engine {
+            spec.sector_size = Some(sector_size);
+        }
+        let map = builder(devices, 3).pool(pool).build().expect("valid map");
+        let grown = map.to_builder().device(device(devices, 3)).build().expect("valid map");
+        for map in [&map, &grown] {
+            let ring = compile(map);
+            let reference = Naive::new(map);
+            assert_eq!(ring.sector_count(), reference.sectors.len());
+            for (k, sector) in reference.sectors.iter().enumerate() {
+                let expected: Vec<(Option<DeviceId>, SlotState)> = sector
+                    .iter()
+                    .map(|sl| {
+                        (Some(DeviceId(reference.owners[sl.owner as usize].device)), sl.state)
+                    })
+                    .collect();
+                assert_eq!(ring.sector_slots(k), expected, "{devices} devices, sector {k}");
+                let entry = &ring.sectors[k];
+                let u: u64 = ring.sector_ranges(k).last().map_or(0, |r| r.2);
+                let fast = (1..=FAST_SLOTS).contains(&sector.len())
+                    && (entry.start & HETEROGENEOUS == 0 || u < 1 << 16);
+                assert_eq!(entry.start & FAST != 0, fast, "{devices} devices, sector {k}");
+            }
+            let count = ring.sector_count();
+            for i in 0..FAST_REPLICAS - 1 {
+                assert_eq!(ring.sectors[count + i], ring.sectors[i % count]);
+            }
+        }
+    }
+}
+
+/// A map of `count` devices of random capacities (1 to 40 GiB), bandwidths (from a few
+/// values, so that sectors of both kinds occur) and classes, in `zones` zones.
+fn random_map(
+    count: usize,
+    zones: u32,
+    (sector_size, distinct_zones): (u32, bool),
+    devices: &[(u64, u32, bool, u8)],
+) -> ClusterMapBuilder {
+    let mut b = ClusterMapBuilder::new();
+    for (id, &(gib, bandwidth, ssd, state)) in devices.iter().enumerate().take(count) {
+        let zone = format!("zone{}", id as u32 % zones);
+        let host = format!("host{id}");
+        let mut spec =
+            DeviceSpec::new(id as u32).capacity(gib * GIB).at(&[("zone", &zone), ("host", &host)]);
+        spec.class = Some(if ssd { "ssd" } else { "hdd" }.into());
+        spec.bandwidth_mb_per_s = bandwidth;
+        spec.up = state != 1;
+        spec.is_in = state != 2;
+        if state == 3 {
+            spec.reweight = Weight(0x8000);
+        }
+        b = b.device(spec);
+    }
+    let mut pool = pool(distinct_zones);
+    if let EngineRef::Attributed(spec) = &mut pool.engine {
+        spec.sector_size = Some(sector_size);
+    }
+    b.pool(pool)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// On random maps — devices down, out and reweighted, sectors of 1 to 8, grown after the
+    /// sectors formed, bandwidths up to 40,000 MB/s (so that some sectors' u exceeds the fast
+    /// path's 16 bits) — the fast first choice of every sector is the general one, and
+    /// lookups give what the naive reference gives.
+    #[test]
+    fn the_fast_path_agrees_with_the_general_one_and_the_reference(
+        devices in proptest::collection::vec(
+            (
+                1u64..40,
+                proptest::sample::select(vec![0u32, 146, 150, 540, 7000, 40_000]),
+                proptest::bool::ANY,
+                proptest::sample::select(vec![0u8, 0, 0, 0, 0, 0, 1, 2, 3]),
+            ),
+            40,
+        ),
+        count in 3usize..30,
+        grow in 0usize..6,
+        zones in 1u32..5,
+        sector_size in 1u32..9,
+        distinct_zones in proptest::bool::ANY,
+        keys in proptest::collection::vec(proptest::num::u32::ANY, 150),
+    ) {
+        let map = random_map(count, zones, (sector_size, distinct_zones), &devices)
+            .build()
+            .expect("valid map");
+        // Grown: devices added after the sectors formed merge into them.
+        let mut grown = map.to_builder();
+        let more = random_map(count + grow, zones, (sector_size, distinct_zones), &devices)
+            .devices;
+        grown.devices = more;
+        let grown = grown.build().expect("valid map");
+        for map in [&map, &grown] {
+            let ring = compile(map);
+            let reference = Naive::new(map);
+            for &key in &keys {
+                let h = capacity_hash(key);
+                for sector in 0..ring.sector_count() {
+                    let entry = &ring.sectors[sector];
+                    if entry.start & FAST == 0 {
+                        continue;
+                    }
+                    for replica in 0..FAST_REPLICAS {
+                        proptest::prop_assert_eq!(
+                            ring.fast_choice(entry, replica, (h % 12) as usize, key),
+                            ring.first_choice(key, h, replica as u32, sector),
+                            "key {:#x}, sector {}, replica {}", key, sector, replica
+                        );
+                    }
+                }
+                for replicas in [1, 2, 3, 4, 6] {
+                    proptest::prop_assert_eq!(
+                        place(&ring, key, replicas),
+                        naive(&reference, key, replicas),
+                        "key {:#x}, {} replicas", key, replicas
+                    );
+                }
+            }
         }
     }
 }
