@@ -45,7 +45,9 @@
 #   ../shared/anchors/ceph-mini/ceph-mini.sh from the repository); CHOICE_SAMPLES (default 1024,
 #   0 to skip the CHOICE experiment); CHOICE_OBJECTS (objects per volume and round, default 256);
 #   QEMU_NBD_CACHE (default writeback); TMPDIR (where everything lives; default /tmp);
-#   OPTIO_NBD_FLAGS (flags for `optio nbd`, e.g. --no-local-reads: every read through the
+#   OPTIO (an optio binary to measure; default: the release build, built first);
+#   BENCH_JOBS (the fio jobs to run, by name, space-separated; default all; `none`: only the
+#   prefill and the CHOICE experiment); OPTIO_NBD_FLAGS (flags for `optio nbd`, e.g. --no-local-reads: every read through the
 #   servers; by default `optio nbd` reads replicas on this machine from their files,
 #   docs/volumes.md "Local reads").
 # Disk: about 3 x SIZE for optio, SIZE for the raw file, 3 x SIZE + ~3 GiB for Ceph, whose mon also
@@ -127,8 +129,12 @@ case "$bench_ceph" in
     else run_ceph=1; fi ;;
 esac
 
-cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p optio
-optio="${CARGO_TARGET_DIR:-$root/target}/release/optio"
+if [ -n "${OPTIO:-}" ]; then
+  optio=$OPTIO
+else
+  cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p optio
+  optio="${CARGO_TARGET_DIR:-$root/target}/release/optio"
+fi
 
 # The fio report: python3 reads fio's JSON (the nbd engine prints a line before it).
 cat > "$work/report.py" <<'EOF'
@@ -310,6 +316,7 @@ jobs=(
 )
 for spec in "${jobs[@]}"; do
   read -r name ddir args <<< "$spec"
+  case " ${BENCH_JOBS:-$name} " in *" $name "*) ;; *) continue ;; esac
   echo "== $name: $args, $seconds s each"
   pairs=()
   for t in "${targets[@]}"; do
