@@ -45,19 +45,21 @@
 //!
 //! Layout: one 32-byte entry per sector (two per cache line) with its position, its strategy,
 //! its slots (one 4-byte word each: owner, marked, down, first-of-its-device flags) and, made
-//! when the map is compiled, the *range ends* of its first choices: the slot a replica's
-//! strategy picks first is the count of ends at or below a value computed from the key —
-//! the capacity strategy's slot number or the bandwidth draw scaled to u — with both values
-//! computed and one selected without a branch (which strategy a sector uses is as
-//! unpredictable as the key). Sectors with more than four slots (merged virtual nodes) or a
-//! u of 2^16 or more keep their slots apart and take the general path; entries for the first
-//! sectors are repeated after the last, so a key's replicas read consecutive entries. With a
-//! top-bits index (as in `ring`) and 12 bytes per device: about 8.4 bytes per virtual node at
-//! `s = 4`. A lookup is one index read, a count over a window of sector positions, and per
-//! replica a few arithmetic operations on an entry already loaded — for a large ring two
-//! dependent memory reads, as the `ring` engine's; [`AttributedRing::place_batch`]
-//! interleaves 16 keys. No division (`mod s'` is Lemire's fastmod with a per-size constant;
-//! on the fast path `h mod 12` and a table).
+//! when the map is compiled, three *thresholds*: the slot a replica's strategy picks first is
+//! the count of thresholds below a value computed from the key alone — the bandwidth draw
+//! itself (a range ends at e where `⌊draw · u / 2³²⌋ ≥ e` exactly when `draw` exceeds
+//! `⌈e · 2³² / u⌉ − 1`) or the capacity strategy's slot number (thresholds 0, 1, 2) — with
+//! both values computed and one selected without a branch (which strategy a sector uses is
+//! as unpredictable as the key). Sectors with more than four slots (merged virtual nodes),
+//! homogeneous ones of other than `s` slots and heterogeneous ones whose first slot is marked
+//! keep their slots apart and take the general path; entries for the first sectors are
+//! repeated after the last, so a key's replicas read consecutive entries. With a top-bits
+//! index (as in `ring`) and 12 bytes per device: about 8.4 bytes per virtual node at `s = 4`.
+//! A lookup is one index read, a count over a window of sector positions, and per replica
+//! three comparisons on an entry already loaded — for a large ring two dependent memory
+//! reads, as the `ring` engine's; [`AttributedRing::place_batch`] interleaves 16 keys. No
+//! division (`mod s'` is Lemire's fastmod with a per-size constant; on the fast path
+//! `h mod 12` and a table).
 //!
 //! Invariants: sector boundaries depend only on the sector base; a device's slots only on its
 //! id and counts. So adding a device changes only the sectors its virtual nodes merge into,
@@ -88,14 +90,17 @@ const FIRST: u32 = 1 << 29;
 const DOWN: u32 = 1 << 30;
 /// Slot word: marked (removed, out, or beyond the reweighted count): skipped, not a member.
 const MARKED: u32 = 1 << 31;
-/// Sector offset word: the sector is heterogeneous (bandwidth strategy).
-const HETEROGENEOUS: u32 = 1 << 31;
-/// Sector offset word: the sector's first choices take the fast path ([`Sector::choice`]
-/// holds its ranges' ends).
-const FAST: u32 = 1 << 30;
-/// Sector offset word: the slot count of a [`FAST`] sector, the offset of the first slot of
-/// the others (rings hold at most [`ATTRIBUTED_VNODES_MAX`] slots, far below 2^30).
-const START_MASK: u32 = FAST - 1;
+/// Sector flags, in the first word of a [`Sector`]'s `words` (bits no slot word uses, so that
+/// a fast sector's first slot word carries them): the sector is heterogeneous (bandwidth
+/// strategy).
+const HETEROGENEOUS: u32 = 1 << 27;
+/// Sector flag: the sector's first choices take the fast path ([`Sector::bounds`] holds its
+/// thresholds, `words` its slots).
+const FAST: u32 = 1 << 28;
+/// Sector flags: a [`FAST`] sector's slot count less one (bits 24 and 25).
+const LEN_SHIFT: u32 = 24;
+/// Every sector flag (none is part of a slot: owners are below 2^24).
+const SECTOR_FLAGS: u32 = HETEROGENEOUS | FAST | 3 << LEN_SHIFT;
 /// Most slots a sector on the fast path has.
 const FAST_SLOTS: usize = 4;
 /// Replicas whose first choice can take the fast path (the later ones take the general one).
@@ -108,16 +113,18 @@ const CAPACITY_SALT: u32 = 0x5ec7_0c11;
 /// Salt of the bandwidth strategy's draws.
 const BANDWIDTH_SALT: u32 = 0xb5ad_4ece;
 /// The salts of the first draws of the first [`FAST_REPLICAS`] replicas (see
-/// [`bandwidth_draw`]).
+/// [`bandwidth_draw`]), folded (see [`mix32_folded`]).
 const DRAW_SALTS: [u32; FAST_REPLICAS] = {
     let mut salts = [0; FAST_REPLICAS];
     let mut replica = 0;
     while replica < FAST_REPLICAS {
-        salts[replica] = mix32(BANDWIDTH_SALT ^ ((replica as u32) << 8));
+        salts[replica] = fold16(mix32(BANDWIDTH_SALT ^ ((replica as u32) << 8)));
         replica += 1;
     }
     salts
 };
+/// The capacity strategy's salt, folded (see [`mix32_folded`]).
+const CAPACITY_SALT_FOLDED: u32 = fold16(CAPACITY_SALT);
 
 /// How many virtual nodes a device of `capacity_bytes` gets: ⌈capacity / throttle⌉, 1 to
 /// 65,536.
@@ -128,8 +135,20 @@ pub fn vnode_count(capacity_bytes: u64, throttle_bytes: u64) -> u32 {
 /// A 32-bit integer mixer (Chris Wellons' `lowbias32`): a bijection with good avalanche, used
 /// for the strategies' hashes. Fixed forever: placements depend on it.
 #[inline]
-pub const fn mix32(mut x: u32) -> u32 {
-    x ^= x >> 16;
+pub const fn mix32(x: u32) -> u32 {
+    mix32_folded(fold16(x))
+}
+
+/// mix32's first step, `x ^ (x >> 16)`. It distributes over xor, so for `x = key ^ salt` it
+/// is `fold16(key) ^ fold16(salt)`: the lookup folds its key once for all its hashes.
+#[inline(always)]
+const fn fold16(x: u32) -> u32 {
+    x ^ (x >> 16)
+}
+
+/// mix32 after its first step: `mix32(x) == mix32_folded(fold16(x))`.
+#[inline(always)]
+const fn mix32_folded(mut x: u32) -> u32 {
     x = x.wrapping_mul(0x7feb_352d);
     x ^= x >> 15;
     x = x.wrapping_mul(0x846c_a68b);
@@ -140,7 +159,7 @@ pub const fn mix32(mut x: u32) -> u32 {
 /// The capacity strategy's h(x).
 #[inline]
 pub fn capacity_hash(key: u32) -> u32 {
-    mix32(key ^ CAPACITY_SALT)
+    mix32_folded(fold16(key) ^ CAPACITY_SALT_FOLDED)
 }
 
 /// The bandwidth strategy's pseudo-random draw for replica `replica` (0-based), attempt
@@ -306,9 +325,11 @@ pub struct AttributedRing {
     fastmod: Vec<u64>,
     prime: u32,
     /// The fast path's capacity strategy: per replica and `h mod 12`, the slot it picks in a
-    /// homogeneous sector of 1, 2, 3 and 4 slots (2 bits each, by size; 12 is a multiple of
-    /// every size, so `h mod 12` fixes `h mod s'`).
+    /// homogeneous sector of s slots, the ring's sector size, when s ≤ 4 (12 is a multiple
+    /// of every such size, so `h mod 12` fixes `h mod s`).
     fast_slots: [[u8; 12]; FAST_REPLICAS],
+    /// s, the sector size the sectors were formed with.
+    sector_size: u32,
     distinct_zones: bool,
     /// Distinct zones (or devices) with a live slot: the most replicas a key can get.
     available: usize,
@@ -320,74 +341,84 @@ pub struct AttributedRing {
 #[repr(C, align(32))]
 struct Sector {
     position: u32,
-    /// [`HETEROGENEOUS`] and [`FAST`] flags; below them ([`START_MASK`]), for [`FAST`]
-    /// sectors the slot count (the slots are in `words`), for the others the offset of their
-    /// first slot in `overflow`.
-    start: u32,
-    /// [`FAST`] sectors (1 to [`FAST_SLOTS`] slots; heterogeneous ones with u < 2^16): in
-    /// the low 48 bits three 16-bit *range ends*, those of the first three slots, so that the
-    /// slot a first choice picks is the count of ends at or below a value (the fourth slot's
-    /// end is above every value) — for a homogeneous sector of s' slots 1, 2, …, s' (then s'
-    /// repeated), the value being the capacity strategy's slot number; for a heterogeneous
-    /// one the sum of the bandwidths of the ranges up to and including the slot's (a slot
-    /// that starts no range adds nothing; u repeated after the last slot), the value being
-    /// the bandwidth draw scaled to u. In the top 16 bits: u, or for a homogeneous sector
-    /// 2 (s' − 1), where its slot number lies in [`AttributedRing::fast_slots`]. Other
-    /// heterogeneous sectors: u. Other homogeneous sectors: 0.
-    choice: [u16; 4],
-    /// [`FAST`] sectors: their slot words ([`MARKED`] after the last). Others: `words[0]` is
-    /// the end of their slots in `overflow`.
+    /// [`FAST`] sectors: three *thresholds*, such that the slot a replica's strategy picks
+    /// first is the count of thresholds below a value from the key
+    /// ([`AttributedRing::fast_choice`]). Heterogeneous sectors compare the bandwidth draw
+    /// itself: slot i's range ends at e_i (the bandwidths of the ranges up to and including
+    /// slot i's; a slot that starts no range adds nothing), and `⌊draw · u / 2³²⌋ ≥ e_i`
+    /// exactly when `draw > ⌈e_i · 2³² / u⌉ − 1`, the threshold (`u32::MAX` when e_i = u).
+    /// Homogeneous sectors compare the capacity strategy's slot number: thresholds 0, 1, 2
+    /// (`u32::MAX` beyond the last slot). Other sectors: the first of their slots in
+    /// `overflow`, the end of them, and 0.
+    bounds: [u32; FAST_SLOTS - 1],
+    /// [`FAST`] sectors: their slot words ([`MARKED`] after the last). Others: u in
+    /// `words[1]` (low half) and `words[2]` (high half), for heterogeneous sectors. In both,
+    /// `words[0]` carries the sector's flags ([`SECTOR_FLAGS`]) in bits no slot word uses.
     words: [u32; FAST_SLOTS],
 }
 
 impl Sector {
     fn new(position: u32, begin: u32, end: u32) -> Sector {
-        Sector { position, start: begin, choice: [0; 4], words: [end, MARKED, MARKED, MARKED] }
+        Sector { position, bounds: [begin, end, 0], words: [0, 0, 0, MARKED] }
     }
 
-    /// `choice` as one number (u, for heterogeneous sectors off the fast path).
-    fn wide(&self) -> u64 {
-        self.choice.iter().rev().fold(0, |acc, lane| acc << 16 | u64::from(*lane))
+    /// Whether the sector is heterogeneous (bandwidth strategy).
+    #[inline(always)]
+    fn is_heterogeneous(&self) -> bool {
+        self.words[0] & HETEROGENEOUS != 0
     }
 
-    /// Sets `choice` to one number.
-    fn set_wide(&mut self, value: u64) {
-        for (i, lane) in self.choice.iter_mut().enumerate() {
-            *lane = (value >> (16 * i)) as u16;
-        }
+    /// Whether the sector's first choices take the fast path.
+    #[inline(always)]
+    fn is_fast(&self) -> bool {
+        self.words[0] & FAST != 0
+    }
+
+    /// u of a heterogeneous sector off the fast path.
+    fn u_apart(&self) -> u64 {
+        u64::from(self.words[1]) | u64::from(self.words[2]) << 32
     }
 }
 
-/// The range ends of a sector with `slots` for the fast path and, last, its u or slot-number
-/// shift (see [`Sector::choice`]), or `None` when it cannot take it (no slot, more than
-/// [`FAST_SLOTS`], or u ≥ 2^16).
-fn fast_ends(sector: &Sector, slots: &[u32], bandwidths: &[u32]) -> Option<[u64; FAST_SLOTS]> {
+/// The thresholds of a sector with `slots` for the fast path (see [`Sector::bounds`]), or
+/// `None` when it cannot take it: no slot or more than [`FAST_SLOTS`]; homogeneous with a
+/// slot count other than the ring's sector size (the fast path's slot numbers are for that
+/// size only); heterogeneous with a first slot that starts no range (a marked one: its
+/// threshold would be below every draw).
+fn fast_bounds(
+    heterogeneous: bool,
+    slots: &[u32],
+    bandwidths: &[u32],
+    sector_size: u32,
+) -> Option<[u32; FAST_SLOTS - 1]> {
     let size = slots.len();
     if size == 0 || size > FAST_SLOTS {
         return None;
     }
-    let mut ends = [0u64; FAST_SLOTS];
-    if sector.start & HETEROGENEOUS == 0 {
-        for (i, e) in ends.iter_mut().enumerate() {
-            *e = (i + 1).min(size) as u64;
-        }
-        ends[FAST_SLOTS - 1] = 2 * (size as u64 - 1);
-    } else {
-        let mut acc = 0u64;
-        for (i, e) in ends.iter_mut().enumerate() {
-            if let Some(w) = slots.get(i)
-                && w & FIRST != 0
-            {
-                acc += u64::from(bandwidths[(w & OWNER_MASK) as usize]);
-            }
-            *e = acc;
-        }
-        debug_assert_eq!(acc, sector.wide(), "u");
-        if acc == 0 || acc > u64::from(u16::MAX) {
+    let mut bounds = [u32::MAX; FAST_SLOTS - 1];
+    if !heterogeneous {
+        if size as u32 != sector_size {
             return None;
         }
+        for (i, bound) in bounds.iter_mut().enumerate().take(size - 1) {
+            *bound = i as u32;
+        }
+        return Some(bounds);
     }
-    Some(ends)
+    if slots[0] & FIRST == 0 {
+        return None;
+    }
+    let length = |w: u32| {
+        if w & FIRST != 0 { u64::from(bandwidths[(w & OWNER_MASK) as usize].max(1)) } else { 0 }
+    };
+    let u: u64 = slots.iter().map(|w| length(*w)).sum();
+    let mut end = 0u64;
+    for (i, bound) in bounds.iter_mut().enumerate() {
+        end += slots.get(i).map_or(0, |w| length(*w));
+        // ⌈e · 2³² / u⌉ − 1, with 1 ≤ e ≤ u: at most 2³² − 1.
+        *bound = ((u128::from(end.max(1)) << 32).div_ceil(u128::from(u)) - 1) as u32;
+    }
+    Some(bounds)
 }
 
 /// Whether `value` is among the first `count` entries of `list`: for short lists, compared
@@ -541,6 +572,7 @@ impl AttributedRing {
             fastmod: Vec::new(),
             prime: strategy_prime(params.sector_size.max(1)),
             fast_slots: [[0; 12]; FAST_REPLICAS],
+            sector_size: params.sector_size.max(1),
             distinct_zones: params.distinct_zones,
             available: 0,
         };
@@ -585,27 +617,29 @@ impl AttributedRing {
             let spread =
                 u64::from(high) * 100 > u64::from(low) * (100 + u64::from(tolerance_percent));
             if class.is_some() && (mixed_class || spread) {
-                self.sectors[k].start |= HETEROGENEOUS;
                 let u: u64 = self.overflow[begin..end]
                     .iter()
                     .filter(|w| **w & FIRST != 0)
                     .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
                     .sum();
-                self.sectors[k].set_wide(u);
+                let sector = &mut self.sectors[k];
+                sector.words[0] |= HETEROGENEOUS;
+                (sector.words[1], sector.words[2]) = (u as u32, (u >> 32) as u32);
             }
         }
     }
 
     /// Precomputes the fast path of the first choices (not for rendezvous selection): the
-    /// range ends of each sector that has 1 to [`FAST_SLOTS`] slots (and, heterogeneous,
-    /// u < 2^16), and the per-replica tables.
+    /// thresholds of each sector that can take it ([`fast_bounds`]), its slots in its entry,
+    /// and the per-replica slot numbers of homogeneous sectors.
     fn prepare_fast(&mut self) {
-        for (replica, slots) in self.fast_slots.iter_mut().enumerate() {
-            let offset = (replica as u32 + 1) * self.prime;
-            for (t, packed) in slots.iter_mut().enumerate() {
-                *packed = (1..=FAST_SLOTS as u32)
-                    .map(|size| (((t as u32 % size) + offset % size) % size) << (2 * (size - 1)))
-                    .sum::<u32>() as u8;
+        let size = self.sector_size;
+        if size as usize <= FAST_SLOTS {
+            for (replica, slots) in self.fast_slots.iter_mut().enumerate() {
+                let offset = (replica as u32 + 1) * self.prime % size;
+                for (t, slot) in slots.iter_mut().enumerate() {
+                    *slot = ((t as u32 % size + offset) % size) as u8;
+                }
             }
         }
         if self.selection == SectorSelection::Rendezvous {
@@ -616,18 +650,19 @@ impl AttributedRing {
             let (begin, end) = self.overflow_range(k);
             let slots = &self.overflow[begin..end];
             let sector = &mut self.sectors[k];
-            match fast_ends(sector, slots, &self.bandwidths) {
-                Some(ends) => {
-                    sector.choice = ends.map(|e| e as u16);
+            let heterogeneous = sector.words[0] & HETEROGENEOUS;
+            match fast_bounds(heterogeneous != 0, slots, &self.bandwidths, size) {
+                Some(bounds) => {
+                    debug_assert!(slots.iter().all(|w| w & SECTOR_FLAGS == 0), "flags are free");
+                    sector.bounds = bounds;
+                    sector.words = [MARKED; FAST_SLOTS];
                     sector.words[..slots.len()].copy_from_slice(slots);
-                    sector.start = (sector.start & HETEROGENEOUS) | FAST | slots.len() as u32;
+                    sector.words[0] |= heterogeneous | FAST | (slots.len() as u32 - 1) << LEN_SHIFT;
                 }
                 None => {
                     // Its slots stay apart, at their place in the compacted overflow.
-                    let offset = kept.len() as u32;
+                    sector.bounds = [kept.len() as u32, (kept.len() + slots.len()) as u32, 0];
                     kept.extend_from_slice(slots);
-                    sector.start = (sector.start & HETEROGENEOUS) | offset;
-                    sector.words[0] = kept.len() as u32;
                 }
             }
         }
@@ -666,7 +701,7 @@ impl AttributedRing {
 
     /// Number of heterogeneous sectors (bandwidth strategy).
     pub fn heterogeneous_count(&self) -> usize {
-        self.sectors[..self.sector_count].iter().filter(|s| s.start & HETEROGENEOUS != 0).count()
+        self.sectors[..self.sector_count].iter().filter(|s| s.is_heterogeneous()).count()
     }
 
     /// The prime p of the capacity strategy.
@@ -690,8 +725,8 @@ impl AttributedRing {
     #[inline]
     fn slots_of(&self, k: usize) -> &[u32] {
         let sector = &self.sectors[k];
-        if sector.start & FAST != 0 {
-            &sector.words[..((sector.start & START_MASK) as usize).min(FAST_SLOTS)]
+        if sector.is_fast() {
+            &sector.words[..((sector.words[0] >> LEN_SHIFT & 3) + 1) as usize]
         } else {
             let (begin, end) = self.overflow_range(k);
             &self.overflow[begin..end]
@@ -703,13 +738,13 @@ impl AttributedRing {
     #[inline]
     fn overflow_range(&self, k: usize) -> (usize, usize) {
         let sector = &self.sectors[k];
-        debug_assert!(sector.start & FAST == 0, "sector {k} keeps its slots in its entry");
-        ((sector.start & START_MASK) as usize, sector.words[0] as usize)
+        debug_assert!(!sector.is_fast(), "sector {k} keeps its slots in its entry");
+        (sector.bounds[0] as usize, sector.bounds[1] as usize)
     }
 
     /// Whether sector `k` is homogeneous (capacity strategy).
     pub fn is_homogeneous(&self, k: usize) -> bool {
-        k < self.sector_count() && self.sectors[k].start & HETEROGENEOUS == 0
+        k < self.sector_count() && !self.sectors[k].is_heterogeneous()
     }
 
     /// The sector a key belongs to: its first successor sector (wrapping).
@@ -866,7 +901,7 @@ impl AttributedRing {
         let mut candidates = [MARKED; N];
         if N <= FAST_REPLICAS
             && let Some(block) = self.sectors.get(first..first + N)
-            && block.iter().fold(FAST, |all, s| all & s.start) != 0
+            && block.iter().fold(FAST, |all, s| all & s.words[0]) != 0
         {
             // The usual case: the replicas' sectors are consecutive entries, all fast.
             let t = (h % 12) as usize;
@@ -976,18 +1011,18 @@ impl AttributedRing {
     fn strategy_of(&self, k: usize) -> Strategy {
         // `get`: no bounds check left behind when the trace is not used.
         match self.sectors.get(k) {
-            Some(sector) if sector.start & HETEROGENEOUS != 0 => Strategy::Bandwidth,
+            Some(sector) if sector.is_heterogeneous() => Strategy::Bandwidth,
             _ => Strategy::Capacity,
         }
     }
 
     /// The slot word the strategy of `sector` picks first for `replica`: [`fast_choice`]
-    /// (Self::fast_choice) when the sector has its range ends, else [`first_choice`]
+    /// (Self::fast_choice) when the sector has its thresholds, else [`first_choice`]
     /// (Self::first_choice).
     #[inline(always)]
     fn choose_first(&self, key: u32, h: u32, replica: usize, sector: usize) -> u32 {
         let this = &self.sectors[sector];
-        if this.start & FAST != 0 && replica < FAST_REPLICAS {
+        if this.is_fast() && replica < FAST_REPLICAS {
             self.fast_choice(this, replica, (h % 12) as usize, key)
         } else {
             self.first_choice(key, h, replica as u32, sector)
@@ -995,19 +1030,17 @@ impl AttributedRing {
     }
 
     /// The slot word the strategy of a [`FAST`] sector picks first for `replica` (below
-    /// [`FAST_REPLICAS`]), `t` being `h mod 12`: both strategies' values are computed and one
-    /// is picked without a branch (which strategy a sector uses is as unpredictable as the
-    /// key), then the slot is the count of range ends at or below it.
+    /// [`FAST_REPLICAS`]), `t` being `h mod 12`: the bandwidth draw and the capacity
+    /// strategy's slot number both come from the key alone (so the CPU computes them while it
+    /// waits for the sector's entry), one is picked without a branch (which strategy a sector
+    /// uses is as unpredictable as the key), and the slot is the count of the sector's
+    /// thresholds below it.
     #[inline(always)]
     fn fast_choice(&self, this: &Sector, replica: usize, t: usize, key: u32) -> u32 {
-        let ends = &this.choice;
-        let last = u32::from(ends[FAST_SLOTS - 1]);
-        let slot = u32::from((self.fast_slots[replica][t] >> (last & 7)) & 3);
-        let draw = mix32(key ^ DRAW_SALTS[replica]);
-        let drawn = ((u64::from(draw) * u64::from(last)) >> 32) as u32;
-        let value = std::hint::select_unpredictable(this.start & HETEROGENEOUS != 0, drawn, slot);
-        let index: usize =
-            (0..FAST_SLOTS - 1).map(|i| usize::from(u32::from(ends[i]) <= value)).sum();
+        let slot = u32::from(self.fast_slots[replica][t]);
+        let draw = mix32_folded(fold16(key) ^ DRAW_SALTS[replica]);
+        let value = std::hint::select_unpredictable(this.is_heterogeneous(), draw, slot);
+        let index: usize = this.bounds.iter().map(|b| usize::from(value > *b)).sum();
         this.words[index & (FAST_SLOTS - 1)]
     }
 
@@ -1024,7 +1057,7 @@ impl AttributedRing {
         if slots.is_empty() {
             return MARKED;
         }
-        if this.start & HETEROGENEOUS == 0 {
+        if !this.is_heterogeneous() {
             let size = slots.len() as u32;
             let m = self.fastmod[size as usize];
             let mut j = fastmod(h, m, size) + fastmod((replica + 1) * self.prime, m, size);
@@ -1055,7 +1088,7 @@ impl AttributedRing {
     fn rendezvous(&self, hr: u64, sector: usize, eligible: impl Fn(u32) -> bool) -> u32 {
         let mut pick = MARKED;
         let slots = self.slots_of(sector);
-        if self.sectors[sector].start & HETEROGENEOUS == 0 {
+        if !self.sectors[sector].is_heterogeneous() {
             // Rendezvous rings keep every sector's slots in `overflow`, beside their positions.
             let (begin, _) = self.overflow_range(sector);
             let mut best = 0u64;
@@ -1084,10 +1117,15 @@ impl AttributedRing {
     /// u of a heterogeneous sector: the sum of its ranges' lengths.
     #[inline(always)]
     fn sector_u(&self, sector: Sector) -> u64 {
-        if sector.start & FAST != 0 {
-            u64::from(sector.choice[FAST_SLOTS - 1])
+        if sector.is_fast() {
+            let slots = &sector.words[..((sector.words[0] >> LEN_SHIFT & 3) + 1) as usize];
+            slots
+                .iter()
+                .filter(|w| **w & FIRST != 0)
+                .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
+                .sum()
         } else {
-            sector.wide()
+            sector.u_apart()
         }
     }
 
@@ -1111,7 +1149,7 @@ impl AttributedRing {
                     |w: u32| w & (MARKED | DOWN) == 0 && !chosen.excludes(self, w & OWNER_MASK);
                 let word = self.rendezvous(hr, sector, eligible);
                 if word & MARKED == 0 {
-                    let strategy = if self.sectors[sector].start & HETEROGENEOUS == 0 {
+                    let strategy = if !self.sectors[sector].is_heterogeneous() {
                         Strategy::Capacity
                     } else {
                         Strategy::Bandwidth
@@ -1119,7 +1157,7 @@ impl AttributedRing {
                     return Some((word & OWNER_MASK, sector, strategy));
                 }
             } else if !slots.is_empty() {
-                if self.sectors[sector].start & HETEROGENEOUS == 0 {
+                if !self.sectors[sector].is_heterogeneous() {
                     if let Some(owner) = self.capacity(h, replica, slots, chosen) {
                         return Some((owner, sector, Strategy::Capacity));
                     }
@@ -1241,7 +1279,7 @@ impl AttributedRing {
                 (0..replicas).map(|r| arcs[(j + sectors - r % sectors) % sectors]).sum();
             let slots = self.slots_of(j);
             let live = |w: u32| w & (MARKED | DOWN) == 0;
-            if self.sectors[j].start & HETEROGENEOUS == 0 {
+            if !self.sectors[j].is_heterogeneous() {
                 if self.selection == SectorSelection::Rendezvous {
                     let live_slots = slots.iter().filter(|w| live(**w)).count() as f64;
                     for &w in slots.iter().filter(|w| live(**w)) {

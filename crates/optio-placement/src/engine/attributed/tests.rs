@@ -333,6 +333,19 @@ fn rendezvous_spreads_by_bandwidth_in_mixed_sectors_and_evenly_in_others() {
     }
 }
 
+/// The lookup folds its key once for all its hashes: folding distributes over xor, so the
+/// folded salts give the hashes the definitions give.
+#[test]
+fn folded_hashes_are_the_defined_ones() {
+    for i in 0..100_000u32 {
+        let key = hash32_2(i, 7) ^ i.rotate_left(13);
+        assert_eq!(capacity_hash(key), mix32(key ^ CAPACITY_SALT));
+        for (replica, salt) in DRAW_SALTS.iter().enumerate() {
+            assert_eq!(mix32_folded(fold16(key) ^ salt), bandwidth_draw(key, replica as u32, 0));
+        }
+    }
+}
+
 #[test]
 fn fastmod_is_exact() {
     for d in [1u32, 2, 3, 4, 5, 7, 11, 64, 1000, 65_537, u32::MAX] {
@@ -661,8 +674,9 @@ fn device_capacity(id: u32) -> u64 {
 }
 
 /// Every sector's entry holds the slots the reference forms for it, in ring order; a sector
-/// is on the fast path exactly when it has 1 to 4 slots (and, heterogeneous, u < 2^16), and
-/// the copies after the last sector are the first ones.
+/// is on the fast path exactly when it has 1 to 4 slots and, homogeneous, s of them (the
+/// sector size), heterogeneous, a first slot that starts a range; and the copies after the
+/// last sector are the first ones.
 #[test]
 fn sector_entries_hold_the_slots_the_reference_forms() {
     for (devices, sector_size) in [(3, 4), (17, 4), (60, 4), (30, 3), (30, 7), (30, 1)] {
@@ -685,10 +699,13 @@ fn sector_entries_hold_the_slots_the_reference_forms() {
                     .collect();
                 assert_eq!(ring.sector_slots(k), expected, "{devices} devices, sector {k}");
                 let entry = &ring.sectors[k];
-                let u: u64 = ring.sector_ranges(k).last().map_or(0, |r| r.2);
                 let fast = (1..=FAST_SLOTS).contains(&sector.len())
-                    && (entry.start & HETEROGENEOUS == 0 || u < 1 << 16);
-                assert_eq!(entry.start & FAST != 0, fast, "{devices} devices, sector {k}");
+                    && if entry.is_heterogeneous() {
+                        sector[0].state != SlotState::Marked
+                    } else {
+                        sector.len() == sector_size as usize
+                    };
+                assert_eq!(entry.is_fast(), fast, "{devices} devices, sector {k}");
             }
             let count = ring.sector_count();
             for i in 0..FAST_REPLICAS - 1 {
@@ -696,6 +713,57 @@ fn sector_entries_hold_the_slots_the_reference_forms() {
             }
         }
     }
+}
+
+/// A heterogeneous sector's thresholds give, for draws at and next to each of them and at
+/// the ends, the slot the bandwidth strategy's definition gives: the count of range ends at
+/// or below `⌊draw · u / 2³²⌋` (bandwidths from 1 to 40,000 MB/s, so that u takes odd values
+/// and values above 2^16).
+#[test]
+fn thresholds_count_the_range_ends_below_the_scaled_draw() {
+    let bandwidths: Vec<u32> = vec![1, 3, 146, 540, 541, 7_000, 40_000, 39_999, 65_535, 65_536];
+    let slot_word = |owner: u32, first: bool| owner | if first { FIRST } else { 0 };
+    let mut cases = 0;
+    for a in 0..bandwidths.len() as u32 {
+        for b in 0..bandwidths.len() as u32 {
+            for c in 0..bandwidths.len() as u32 {
+                for shape in 0..4 {
+                    // Four slots: the third repeats the first device (no range) in shape 1,
+                    // the fourth is marked in shape 2, both in shape 3.
+                    let slots = [
+                        slot_word(a, true),
+                        slot_word(b, b != a),
+                        if shape & 1 != 0 { slot_word(a, false) } else { slot_word(c, true) },
+                        if shape & 2 != 0 { MARKED } else { slot_word((c + 1) % 10, true) },
+                    ];
+                    let bounds = fast_bounds(true, &slots, &bandwidths, 4)
+                        .expect("first slot starts a range");
+                    let mut ends = [0u64; FAST_SLOTS];
+                    let mut acc = 0u64;
+                    for (i, w) in slots.iter().enumerate() {
+                        if w & FIRST != 0 {
+                            acc += u64::from(bandwidths[(w & OWNER_MASK) as usize]);
+                        }
+                        ends[i] = acc;
+                    }
+                    let u = acc;
+                    for bound in bounds {
+                        for draw in
+                            [bound.wrapping_sub(1), bound, bound.wrapping_add(1), 0, 1, u32::MAX]
+                        {
+                            let value = scale(draw, u);
+                            let want =
+                                ends[..FAST_SLOTS - 1].iter().filter(|e| **e <= value).count();
+                            let got = bounds.iter().filter(|t| draw > **t).count();
+                            assert_eq!(got, want, "slots {slots:x?}, draw {draw:#x}, u {u}");
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(cases > 10_000);
 }
 
 /// A map of `count` devices of random capacities (1 to 40 GiB), bandwidths (from a few
@@ -769,7 +837,7 @@ proptest::proptest! {
                 let h = capacity_hash(key);
                 for sector in 0..ring.sector_count() {
                     let entry = &ring.sectors[sector];
-                    if entry.start & FAST == 0 {
+                    if !entry.is_fast() {
                         continue;
                     }
                     for replica in 0..FAST_REPLICAS {
