@@ -11,6 +11,8 @@
 //! engine's compiled lookup tables (`memory_bytes`), the structure a client keeps to place
 //! data.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Instant;
 
 use optio_placement::crush::hash::hash32_2;
@@ -86,6 +88,14 @@ pub struct Args {
     /// before timing: neighbouring lookups share cache lines and branch outcomes).
     #[arg(long, value_enum, default_value_t = KeyOrder::Random)]
     pub key_order: KeyOrder,
+    /// Also time libch-placement (the C library the paper measured with) in the same run:
+    /// the path of its `ch-placement-benchmark` (built by `build.sh DIR` in
+    /// `../shared/anchors/ch-placement/`). At each node count it runs `-s NODES -o IDS -r
+    /// REPLICAS -p ring -v 256` (--runs times, the best kept) just before Optio's lookups, and
+    /// the table gains its seconds and Optio's speed-ups over it. Its benchmark sorts its ids
+    /// before timing, so `--key-order sorted` compares like with like.
+    #[arg(long, value_name = "PATH")]
+    pub compare_libch: Option<PathBuf>,
 }
 
 /// The order Table 1's lookups run in.
@@ -147,6 +157,66 @@ fn time_batch(pool: PoolPlacement<'_>, (ids, order): (u32, KeyOrder), runs: u32)
     best
 }
 
+/// Seconds libch-placement's benchmark (`binary`) takes to place `ids` ids × `replicas` on
+/// `nodes` servers with its `ring` module and 256 virtual nodes per server: the best of `runs`
+/// runs, each read from the time column of its result line.
+fn time_libch(
+    binary: &Path,
+    nodes: u32,
+    ids: u32,
+    replicas: u32,
+    runs: u32,
+) -> Result<f64, SimError> {
+    let fail = |reason: String| SimError::Parameter { parameter: "--compare-libch", reason };
+    let mut best = f64::INFINITY;
+    for _ in 0..runs.max(1) {
+        let output = Command::new(binary)
+            .args(["-s", &nodes.to_string(), "-o", &ids.to_string(), "-r", &replicas.to_string()])
+            .args(["-p", "ring", "-v", "256"])
+            .output()
+            .map_err(|e| {
+                fail(format!(
+                    "cannot run {}: {e} (give the path of libch-placement's ch-placement-benchmark, built by its build.sh)",
+                    binary.display()
+                ))
+            })?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return Err(fail(format!(
+                "{} -s {nodes} -o {ids} -r {replicas} -p ring -v 256 failed ({}): {}",
+                binary.display(),
+                output.status,
+                stderr.trim().chars().take(300).collect::<String>()
+            )));
+        }
+        best = best.min(libch_seconds(&stdout).ok_or_else(|| {
+            fail(format!(
+                "{} printed no result line ('<objects> <replication> <servers> <virt_factor> <algorithm> <time (s)> <rate>'); its output began: {}",
+                binary.display(),
+                stdout.trim().chars().take(300).collect::<String>()
+            ))
+        })?);
+    }
+    Ok(best)
+}
+
+/// The time column of libch-placement's benchmark output: the first line not starting with
+/// `#` that has at least seven fields, the sixth a positive number of seconds.
+fn libch_seconds(output: &str) -> Option<f64> {
+    output
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 7 {
+                return None;
+            }
+            fields[5].parse::<f64>().ok().filter(|s| s.is_finite() && *s > 0.0)
+        })
+        .next()
+}
+
 /// The map of Table 1: attributed (pool 1), ring with 16 GiB vnodes (pool 2: 256 per HDD,
 /// as the paper's CH had per node), elastic (pool 3), ring with 1 GiB vnodes (pool 4, as many as attributed).
 fn table1_map(count: u32, args: &Args) -> Result<ClusterMap, SimError> {
@@ -196,6 +266,13 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
             reason: format!("each count from --replicas ({}) to 1048576", args.replicas),
         });
     }
+    if args.skip_time && args.compare_libch.is_some() {
+        return Err(SimError::Parameter {
+            parameter: "--compare-libch",
+            reason: "it times libch-placement beside Table 1, which --skip-time skips: drop one"
+                .into(),
+        });
+    }
     let mut tables = Vec::new();
     let mut notes = Vec::new();
     let mut plots = Vec::new();
@@ -215,28 +292,44 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
                 args.runs
             ),
             &[
-                "nodes",
-                "paper CH",
-                "paper CRUSH",
-                "paper attrCH",
-                "ring",
-                "ring 1G",
-                "crush",
-                "attributed",
-                "attr batch",
-                "elastic",
-                "attr vs paper",
-                "batch vs paper",
-                "attr/ring",
-                "attr/ring 1G",
-                "elastic/ring",
-                "attr MB",
-            ],
+                &[
+                    "nodes",
+                    "paper CH",
+                    "paper CRUSH",
+                    "paper attrCH",
+                    "ring",
+                    "ring 1G",
+                    "crush",
+                    "attributed",
+                    "attr batch",
+                    "elastic",
+                    "attr vs paper",
+                    "batch vs paper",
+                    "attr/ring",
+                    "attr/ring 1G",
+                    "elastic/ring",
+                    "attr MB",
+                ][..],
+                if args.compare_libch.is_some() {
+                    &["libch ring", "ch/attr", "ch/ring", "ch/elastic"][..]
+                } else {
+                    &[][..]
+                },
+            ]
+            .concat(),
         );
         let mut speedups = Vec::new();
         let mut batch_speedups = Vec::new();
+        let mut over_libch: [Vec<(f64, f64)>; 3] = Default::default();
         for &count in &args.nodes {
             let paper = PAPER_TABLE_1.iter().find(|p| p.0 == count);
+            // libch first, then Optio's lookups: on a shared machine, drift hits both.
+            let libch = match &args.compare_libch {
+                Some(binary) => {
+                    Some(time_libch(binary, count, args.ids, args.replicas, args.runs)?)
+                }
+                None => None,
+            };
             let map = table1_map(count, args)?;
             let placement = Placement::new(&map)?;
             let pool = |id| placement.pool(PoolId(id)).expect("built with pools 1 to 3");
@@ -280,7 +373,7 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
                 speedups.push((f64::from(count), s));
                 batch_speedups.push((f64::from(count), b));
             }
-            table.row(vec![
+            let mut cells = vec![
                 count.to_string(),
                 cell(paper.map(|p| p.1)),
                 cell(paper.map(|p| p.2)),
@@ -299,7 +392,15 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
                 ring_same.map_or("-".into(), |r| format!("{:.2}", attributed / r)),
                 format!("{:.2}", elastic / ring),
                 format!("{:.1}", attributed_bytes as f64 / MB),
-            ]);
+            ];
+            if let Some(libch) = libch {
+                cells.push(format!("{libch:.4}"));
+                for (i, ours) in [attributed, ring, elastic].into_iter().enumerate() {
+                    cells.push(format!("{:.2}x", libch / ours));
+                    over_libch[i].push((f64::from(count), libch / ours));
+                }
+            }
+            table.row(cells);
             json_time.push(json!({
                 "nodes": count,
                 "key_order": format!("{:?}", args.key_order).to_lowercase(),
@@ -312,6 +413,8 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
                 "attributed_over_ring": attributed / ring,
                 "elastic_over_ring": elastic / ring,
                 "attributed_memory_bytes": attributed_bytes,
+                "libch_ring_seconds": libch,
+                "libch_over": libch.map(|l| json!({"attributed": l / attributed, "ring": l / ring, "elastic": l / elastic})),
             }));
         }
         tables.push(table);
@@ -319,7 +422,7 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
             "Nodes alternate <4096 GiB, 146 MB/s, zone0, hdd> and <1024 GiB, 540 MB/s, zone1, ssd>. attributed: c_throttle 1 GiB (4096 and 1024 vnodes), s = {}; 'attr batch': AttributedRing::place_batch (same placements, lookups of 16 keys interleaved); ring: 16 GiB vnodes, 256 per HDD and 64 per SSD (the paper's CH had 256 per node; the ring engine weights by capacity); ring 1G: 1 GiB vnodes, as many as attributed (absent above the ring's 2^24-vnode cap); crush: straw2, all nodes in one bucket; elastic: p = ceil(n/e^2), B = 65536. * = CRUSH measured on --crush-ids ids and scaled.",
             args.sector_size
         ));
-        notes.push("Target: attributed at least 10x faster than the paper at every size ('attr vs paper' >= 10); attributed and elastic within 2x of ring.".into());
+        notes.push("The paper's columns are a 2016 machine's times, for reference only. Targets (issue 18), against libch-placement's ring with 256 virtual nodes per node timed in the same run (--compare-libch): attributed one lookup at a time at least 2x faster ('ch/attr' >= 2), ring at least 3x ('ch/ring' >= 3), elastic at least 2x ('ch/elastic' >= 2); and attributed at most 1.2x the ring with as many virtual nodes ('attr/ring 1G' <= 1.2). scripts/bench-lookups.sh runs both orders, interleaved, best of several rounds.".into());
         plots.push(Plot {
             title: "attributed: speed-up over the paper's Table 1".into(),
             kind: PlotKind::Line,
@@ -328,13 +431,25 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
             series: vec![
                 Series { name: "attributed (one lookup at a time)".into(), points: speedups },
                 Series { name: "attributed (batches of 16)".into(), points: batch_speedups },
-                Series {
-                    name: "target (10x)".into(),
-                    points: PAPER_TABLE_1.iter().map(|p| (f64::from(p.0), 10.0)).collect(),
-                },
             ],
             log_x: true,
         });
+        if args.compare_libch.is_some() {
+            let [attributed, ring, elastic] = over_libch;
+            plots.push(Plot {
+                title: "speed-up over libch-placement's ring (256 vnodes per node), same run"
+                    .into(),
+                kind: PlotKind::Line,
+                x_label: "nodes".into(),
+                y_label: "libch time / our time".into(),
+                series: vec![
+                    Series { name: "attributed (target 2x)".into(), points: attributed },
+                    Series { name: "ring (target 3x)".into(), points: ring },
+                    Series { name: "elastic (target 2x)".into(), points: elastic },
+                ],
+                log_x: true,
+            });
+        }
     }
     if !args.skip_memory {
         let rows: Vec<(u32, u32)> = if args.memory_rows.is_empty() {
@@ -437,6 +552,7 @@ mod tests {
             skip_time: false,
             skip_crush: false,
             key_order: KeyOrder::Random,
+            compare_libch: None,
         };
         let report = run(&args, &mut NoProgress).expect("runs");
         assert_eq!(report.tables.len(), 2);
@@ -465,5 +581,76 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    /// libch's result line is found among its comment lines; anything else is no result.
+    #[test]
+    fn libch_output_is_parsed_or_refused() {
+        let output = "# Generating random object IDs...\n# Done.\n# <objects>\t<replication>\t<servers>\t<virt_factor>\t<algorithm>\t<time (s)>\t<rate oids/s>\n100000\t3\t64\t256\tring\t0.003672\t27232203.609921\n";
+        assert_eq!(libch_seconds(output), Some(0.003672));
+        assert_eq!(libch_seconds("# only comments\n"), None);
+        assert_eq!(libch_seconds("100000 3 64 256 ring\n"), None);
+        assert_eq!(libch_seconds("100000 3 64 256 ring nan 1\n"), None);
+        assert_eq!(libch_seconds("100000 3 64 256 ring -1 1\n"), None);
+        assert_eq!(libch_seconds(""), None);
+    }
+
+    /// With --compare-libch the table gains libch's seconds and the speed-ups over it,
+    /// computed from what the binary printed; a binary that is missing, fails or prints no
+    /// result line is a clear error.
+    #[cfg(unix)]
+    #[test]
+    fn compare_libch_runs_the_given_binary() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let script = |name: &str, body: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write script");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            path
+        };
+        // Refuses any arguments but those the run should pass (8 nodes, 2,000 ids, 3
+        // replicas, its ring module with 256 virtual nodes per node).
+        let fake = script(
+            "libch",
+            "[ \"$1 $2 $3 $4 $5 $6 $7 $8 $9 ${10}\" = '-s 8 -o 2000 -r 3 -p ring -v 256' ] || { echo \"unexpected arguments: $*\" >&2; exit 2; }\necho '# header'; echo '2000 3 8 256 ring 2.5 800'",
+        );
+        let args = Args {
+            nodes: vec![8],
+            ids: 2000,
+            replicas: 3,
+            sector_size: 4,
+            runs: 1,
+            crush_ids: 500,
+            memory_rows: vec![],
+            skip_memory: true,
+            skip_time: false,
+            skip_crush: true,
+            key_order: KeyOrder::Sorted,
+            compare_libch: Some(fake),
+        };
+        let report = run(&args, &mut NoProgress).expect("runs");
+        let row = &report.json["table1"][0];
+        assert_eq!(row["libch_ring_seconds"].as_f64(), Some(2.5));
+        let attributed = row["seconds"]["attributed"].as_f64().expect("number");
+        let over = row["libch_over"]["attributed"].as_f64().expect("number");
+        assert!((over - 2.5 / attributed).abs() < 1e-9 * over);
+        assert!(report.tables[0].headers.iter().any(|h| h == "ch/attr"));
+        let bad = |binary: PathBuf| {
+            run(&Args { compare_libch: Some(binary), ..args.clone() }, &mut NoProgress)
+                .expect_err("refused")
+                .to_string()
+        };
+        let missing = bad(dir.path().join("absent"));
+        assert!(missing.contains("--compare-libch") && missing.contains("cannot run"), "{missing}");
+        let failing = bad(script("failing", "echo 'bad option' >&2; exit 3"));
+        assert!(failing.contains("failed") && failing.contains("bad option"), "{failing}");
+        let silent = bad(script("silent", "echo '# nothing'"));
+        assert!(silent.contains("no result line"), "{silent}");
+        let skipped = run(
+            &Args { skip_time: true, memory_rows: vec!["10x16".into()], ..args.clone() },
+            &mut NoProgress,
+        );
+        assert!(skipped.is_err());
     }
 }
