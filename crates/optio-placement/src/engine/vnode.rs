@@ -59,18 +59,10 @@ impl RingIndex {
     ) -> usize {
         let (start, end) = self.range(key);
         let (start, end) = (start as usize, end as usize);
-        let count = items.len();
-        if end - start <= WINDOW
-            && let Some(window) = items.get(start..start + WINDOW)
-        {
-            // Without branches: the positions from `end` on are at or past the next bucket's
-            // start, so none is below `key`, and counting those below it over a fixed window
-            // gives the same index as the scan — with no mispredicted loop exit.
-            let below = window.iter().map(|item| usize::from(position(item) < key)).sum::<usize>();
-            let i = start + below;
-            return if i == count { 0 } else { i };
+        if let Some(i) = windowed::<WINDOW, T>(key, start, end, items, &position) {
+            return i;
         }
-        first_at_or_after(key, start, end, count, |i| position(&items[i]))
+        first_at_or_after(key, start, end, items.len(), |i| position(&items[i]))
     }
 
     /// [`successor`](Self::successor) for large items: when the key's bucket holds at most
@@ -84,13 +76,8 @@ impl RingIndex {
         position: impl Fn(&T) -> u32,
     ) -> usize {
         let (start, end) = self.range(key);
-        let (start, end) = (start as usize, end as usize);
-        if end - start <= NEAR
-            && let Some(window) = items.get(start..start + NEAR)
-        {
-            let below = window.iter().map(|item| usize::from(position(item) < key)).sum::<usize>();
-            let i = start + below;
-            return if i == items.len() { 0 } else { i };
+        if let Some(i) = windowed::<NEAR, T>(key, start as usize, end as usize, items, &position) {
+            return i;
         }
         self.successor(key, items, position)
     }
@@ -99,6 +86,27 @@ impl RingIndex {
     pub(crate) fn memory_bytes(&self) -> usize {
         self.starts.capacity() * 4
     }
+}
+
+/// The successor of `key` among `items[start..end]` (wrapping to 0) when that range holds at
+/// most `W` items and `W` items from `start` exist, counted without branches: the positions
+/// from `end` on are at or past the next bucket's start, so none is below `key`, and counting
+/// those below it over a fixed window gives the same index as a scan, with no mispredicted
+/// loop exit. `None` otherwise.
+#[inline(always)]
+fn windowed<const W: usize, T>(
+    key: u32,
+    start: usize,
+    end: usize,
+    items: &[T],
+    position: &impl Fn(&T) -> u32,
+) -> Option<usize> {
+    if end - start > W {
+        return None;
+    }
+    let window = items.get(start..start + W)?;
+    let i = start + window.iter().map(|item| usize::from(position(item) < key)).sum::<usize>();
+    Some(if i == items.len() { 0 } else { i })
 }
 
 /// The first position at or after `key` from `start`, scanning up to `end` (wrapping to 0 at

@@ -538,9 +538,9 @@ mod tests {
         assert_eq!(random[7], hash32_2(7, 2));
     }
 
-    #[test]
-    fn small_run_reports_both_tables() {
-        let args = Args {
+    /// A run small enough for a test: 8 nodes, 2,000 ids, both tables (one memory row).
+    fn small_args() -> Args {
+        Args {
             nodes: vec![8],
             ids: 2000,
             replicas: 3,
@@ -553,7 +553,12 @@ mod tests {
             skip_crush: false,
             key_order: KeyOrder::Random,
             compare_libch: None,
-        };
+        }
+    }
+
+    #[test]
+    fn small_run_reports_both_tables() {
+        let args = small_args();
         let report = run(&args, &mut NoProgress).expect("runs");
         assert_eq!(report.tables.len(), 2);
         let row = &report.json["table1"][0];
@@ -616,18 +621,11 @@ mod tests {
             "[ \"$1 $2 $3 $4 $5 $6 $7 $8 $9 ${10}\" = '-s 8 -o 2000 -r 3 -p ring -v 256' ] || { echo \"unexpected arguments: $*\" >&2; exit 2; }\necho '# header'; echo '2000 3 8 256 ring 2.5 800'",
         );
         let args = Args {
-            nodes: vec![8],
-            ids: 2000,
-            replicas: 3,
-            sector_size: 4,
-            runs: 1,
-            crush_ids: 500,
-            memory_rows: vec![],
             skip_memory: true,
-            skip_time: false,
             skip_crush: true,
             key_order: KeyOrder::Sorted,
             compare_libch: Some(fake),
+            ..small_args()
         };
         let report = run(&args, &mut NoProgress).expect("runs");
         let row = &report.json["table1"][0];
