@@ -728,9 +728,10 @@ impl Volume {
 
     /// Object `index`'s bytes `[within, within + n)` from its local file, if a replica on this
     /// machine holds the version this writer expects — `known`, what its last write left, or
-    /// with none, the version the replica had when it was opened (this writer has not written
-    /// the object since, and no other may). `slot` is the object's local file as read with
-    /// `known`. `None`: read through the servers.
+    /// with none, the version the object's primary replica had when it was opened (only the
+    /// primary is opened then, the replica a read through the servers reads first; this writer
+    /// has not written the object since, and no other may). `slot` is the object's local file
+    /// as read with `known`. `None`: read through the servers.
     #[allow(clippy::too_many_arguments)]
     async fn read_local(
         &self,

@@ -135,8 +135,11 @@ impl LocalFile {
 
 impl Client {
     /// Opens the block object `key` of pool `pool_name` for local reads, from the first of
-    /// `devices` (its replicas, primary first; `None`: located as a read would) whose server
-    /// has a local socket on this machine. `None` when none can: no replica here, the map is
+    /// `devices` whose server has a local socket on this machine. `devices`: the replicas a
+    /// caller that knows the version it expects (and checks it on every read) accepts, primary
+    /// first; `None`, for a caller that knows no version: only the replica a read through the
+    /// servers reads first (the located primary), so that what the file holds is never older
+    /// than what that read would return. `None` when none can: no replica here, the map is
     /// moving data (reads then compare replicas), or the server refused (the object is not a
     /// block object, its device is catching up, …).
     pub async fn open_local(
@@ -155,7 +158,7 @@ impl Client {
             None => {
                 let mut attempts = 0;
                 let located = self.retry_located(pool_name, key, &mut attempts).await.ok()?;
-                located.candidate().devices.iter().map(|d| d.0).collect()
+                located.candidate().devices.first().map(|d| d.0).into_iter().collect()
             }
         };
         for device in devices {

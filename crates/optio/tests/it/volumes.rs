@@ -421,6 +421,19 @@ fn check_blocks(stream: &mut TcpStream, blocks: u64, seed: u64, when: &str) {
     }
 }
 
+/// The object reads and the local ones `optio nbd` logged as it stopped.
+fn read_counts(log: &str) -> (u64, u64) {
+    let counts = log
+        .lines()
+        .find(|line| line.contains("closing") && line.contains("local_reads="))
+        .unwrap_or_else(|| panic!("optio nbd logs its reads when it stops: {log}"));
+    let number = |name: &str| -> u64 {
+        let at = counts.find(&format!("{name}=")).expect("logged") + name.len() + 1;
+        counts[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
+    };
+    (number("object_reads"), number("local_reads"))
+}
+
 /// Local reads (docs/volumes.md): `optio nbd` reads data objects with a replica on this
 /// machine from the replica's file. A server killed with SIGKILL leaves its files, and the
 /// descriptors `optio nbd` holds of them, at the versions it had; what is written while it is
@@ -460,18 +473,19 @@ fn local_reads_never_return_what_a_killed_replica_missed() {
     drop(stream);
 
     let log = nbd.stop();
-    let counts = log
-        .lines()
-        .find(|line| line.contains("closing") && line.contains("local_reads="))
-        .unwrap_or_else(|| panic!("optio nbd logs its reads when it stops: {log}"));
-    let number = |name: &str| -> u64 {
-        let at = counts.find(&format!("{name}=")).expect("logged") + name.len() + 1;
-        counts[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
-    };
-    let (reads, local) = (number("object_reads"), number("local_reads"));
-    assert_eq!(reads, 4 * BLOCKS, "{counts}");
-    assert!(local >= BLOCKS, "most reads were local (every server runs here): {counts}");
-    assert!(local < reads, "reads of what the killed primary missed went to servers: {counts}");
+    let (reads, local) = read_counts(&log);
+    assert_eq!(reads, 4 * BLOCKS, "{log}");
+    assert!(local >= BLOCKS, "most reads were local (every server runs here): {log}");
+    assert!(local < reads, "reads of what the killed primary missed went to servers: {log}");
+
+    // A new writer knows no version yet: it reads each object's primary replica locally (the
+    // replica a read through the servers reads first), and reads what was last written.
+    let nbd = Nbd::start(&dir, &[]).unwrap();
+    let mut stream = connect(nbd.port, "disk");
+    check_blocks(&mut stream, BLOCKS, 2000, "a new writer, every server back");
+    drop(stream);
+    let log = nbd.stop();
+    assert!(read_counts(&log).1 > 0, "a new writer reads primaries locally: {log}");
 }
 
 #[test]
@@ -551,13 +565,7 @@ fn no_acknowledged_write_is_lost_when_optio_nbd_or_a_storage_server_is_killed() 
     let port = nbd.port;
     let writer = std::thread::spawn(move || {
         let mut stream = connect(port, "disk");
-        for i in 0..256u64 {
-            let mut write = testing::request(WRITE, 0, i, i * 64 * 1024, 64 * 1024);
-            write.extend_from_slice(&block(i + 1000));
-            stream.write_all(&write).unwrap();
-            let (error, _, _) = testing::reply(&mut stream, 0).unwrap();
-            assert_eq!(error, 0, "write {i} failed with a server down");
-        }
+        write_blocks(&mut stream, 256, 1000);
         let flush = testing::request(FLUSH, 0, 1 << 40, 0, 0);
         stream.write_all(&flush).unwrap();
         assert_eq!(testing::reply(&mut stream, 0).unwrap().0, 0);
@@ -571,13 +579,7 @@ fn no_acknowledged_write_is_lost_when_optio_nbd_or_a_storage_server_is_killed() 
     let other = cluster.servers()[2].devices[0].0;
     cluster.kill(other).unwrap();
     let mut stream = connect(nbd.port, "disk");
-    for i in 0..256u64 {
-        let read = testing::request(READ, 0, i, i * 64 * 1024, 64 * 1024);
-        stream.write_all(&read).unwrap();
-        let (error, _, data) = testing::reply(&mut stream, 64 * 1024).unwrap();
-        assert_eq!(error, 0);
-        assert!(data == block(i + 1000), "block {i} written while a server was down is lost");
-    }
+    check_blocks(&mut stream, 256, 1000, "written while a server was down, another one down now");
     cluster.restart(other).unwrap();
 
     // A client that breaks the protocol gets errors or is disconnected; the server goes on.
