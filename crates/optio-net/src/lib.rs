@@ -754,11 +754,7 @@ impl HttpTransport {
         let mut framed = None;
         if let Some(frames) = self.frames.as_ref().filter(|_| call.op.fits_a_frame()) {
             let path = path_and_query(&url);
-            let mut pairs: Vec<(&str, &str)> =
-                headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
-            if let Some(signature) = &signature {
-                pairs.push((optio_proto::auth::AUTH_HEADER, signature));
-            }
+            let pairs = signed_pairs(&headers, signature.as_deref());
             let sent =
                 frames.send(&call.endpoint.addr, method.as_str(), &path, &pairs, body.as_ref());
             match sent.await {
@@ -767,12 +763,6 @@ impl HttpTransport {
                 Err(frames::NotSent::Failed(failure)) => return Err((failure, None)),
             }
         }
-        let metrics_of = |headers: &reqwest::header::HeaderMap| {
-            headers
-                .get(wire::METRICS)
-                .and_then(|m| m.to_str().ok())
-                .and_then(DeviceMetrics::from_header)
-        };
         let (status, headers, body, metrics) = match framed {
             Some(answer) => {
                 let metrics = metrics_of(&answer.headers);
@@ -820,10 +810,7 @@ impl HttpTransport {
         let mut headers = call.op.headers();
         headers.push((wire::EPOCH, call.epoch.to_string()));
         let signature = self.signature(method.as_str(), &url, &headers);
-        let mut pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        if let Some(signature) = &signature {
-            pairs.push((optio_proto::auth::AUTH_HEADER, signature));
-        }
+        let pairs = signed_pairs(&headers, signature.as_deref());
         let mut frame = Vec::with_capacity(512);
         optio_proto::frames::encode_request(
             &mut frame,
@@ -837,11 +824,7 @@ impl HttpTransport {
         let (head, body, fds) = self.locals.exchange(socket, &frame).await?;
         let (_, raw) = frames::raw_answer(&head, body)
             .map_err(|e| Failure::Malformed(format!("local socket {}: {e}", socket.display())))?;
-        let metrics = raw
-            .headers
-            .get(wire::METRICS)
-            .and_then(|m| m.to_str().ok())
-            .and_then(DeviceMetrics::from_header);
+        let metrics = metrics_of(&raw.headers);
         let body = Chunks::from(raw.body);
         let answer = answer_of(
             raw.status,
@@ -925,6 +908,24 @@ impl Transport for HttpTransport {
     ) -> BoxFuture<'a, Result<(Answer, std::fs::File), Failure>> {
         Box::pin(self.open_local_http(call, socket))
     }
+}
+
+/// A request's headers as name–value pairs, with its signature (if signed) last: what a frame
+/// carries.
+fn signed_pairs<'h>(
+    headers: &'h [(&'static str, String)],
+    signature: Option<&'h str>,
+) -> Vec<(&'h str, &'h str)> {
+    let mut pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    if let Some(signature) = signature {
+        pairs.push((optio_proto::auth::AUTH_HEADER, signature));
+    }
+    pairs
+}
+
+/// The device metrics an answer's headers piggyback, if any.
+fn metrics_of(headers: &reqwest::header::HeaderMap) -> Option<DeviceMetrics> {
+    headers.get(wire::METRICS).and_then(|m| m.to_str().ok()).and_then(DeviceMetrics::from_header)
 }
 
 /// What an answer of `status` with `headers` and `body` from `device` means: an [`Answer`],

@@ -150,8 +150,7 @@ pub async fn recv_frame(
         }
         have += n;
     }
-    let body = Bytes::copy_from_slice(&rest[head_len..]);
-    rest.truncate(head_len);
+    let body = Bytes::from(rest.split_off(head_len));
     Ok(Some((rest, body, fds)))
 }
 

@@ -42,6 +42,7 @@ use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use optio_net::local::open_files_soft_limit;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
@@ -75,8 +76,6 @@ pub fn default_max_connections() -> usize {
         .unwrap_or(usize::MAX)
         .clamp(CONNECTIONS_DEFAULT_MIN, CONNECTIONS_DEFAULT_MAX)
 }
-
-use optio_net::local::open_files_soft_limit;
 
 /// How connections are limited and timed out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use crate::output::{parse_duration, parse_size};
 /// Longest configuration file read.
 const CONFIG_BYTES_MAX: u64 = 1 << 20;
 /// Most worker threads a server takes (`--workers`).
-const WORKERS_MAX: u16 = 1024;
+pub(crate) const WORKERS_MAX: u16 = 1024;
 
 /// `optio server --config FILE …` as the flags the file holds followed by the command line's
 /// own (later flags override earlier ones; `--device` accumulates). Other commands' arguments

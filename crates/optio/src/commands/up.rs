@@ -89,7 +89,7 @@ pub struct Args {
     /// Worker threads of each server (1 to 1024; default: each server's share of the
     /// machine's cores, at least one: a server woken with more workers than it has cores
     /// wakes a second worker for nothing).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=super::server::WORKERS_MAX as i64))]
     pub server_workers: Option<u16>,
     /// Mark a server's devices down in the map once it has not answered for this long (writes
     /// then go around them; Ceph's osd_heartbeat_grace).
