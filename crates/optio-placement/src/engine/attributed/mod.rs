@@ -374,10 +374,27 @@ impl Sector {
         self.words[0] & FAST != 0
     }
 
+    /// The slot words a [`FAST`] sector holds in its entry.
+    #[inline(always)]
+    fn inline_slots(&self) -> &[u32] {
+        &self.words[..((self.words[0] >> LEN_SHIFT & 3) + 1) as usize]
+    }
+
     /// u of a heterogeneous sector off the fast path.
     fn u_apart(&self) -> u64 {
         u64::from(self.words[1]) | u64::from(self.words[2]) << 32
     }
+}
+
+/// The total length of the bandwidth ranges `slots` start (a slot starts one when it is its
+/// device's first in the sector: [`FIRST`]), in MB/s; for a whole sector, its u. Every
+/// bandwidth in `bandwidths` is at least 1.
+fn range_length(slots: &[u32], bandwidths: &[u32]) -> u64 {
+    slots
+        .iter()
+        .filter(|w| **w & FIRST != 0)
+        .map(|w| u64::from(bandwidths[(w & OWNER_MASK) as usize]))
+        .sum()
 }
 
 /// The thresholds of a sector with `slots` for the fast path (see [`Sector::bounds`]), or
@@ -408,13 +425,10 @@ fn fast_bounds(
     if slots[0] & FIRST == 0 {
         return None;
     }
-    let length = |w: u32| {
-        if w & FIRST != 0 { u64::from(bandwidths[(w & OWNER_MASK) as usize].max(1)) } else { 0 }
-    };
-    let u: u64 = slots.iter().map(|w| length(*w)).sum();
+    let u = range_length(slots, bandwidths);
     let mut end = 0u64;
     for (i, bound) in bounds.iter_mut().enumerate() {
-        end += slots.get(i).map_or(0, |w| length(*w));
+        end += range_length(slots.get(i..=i).unwrap_or_default(), bandwidths);
         // ⌈e · 2³² / u⌉ − 1, with 1 ≤ e ≤ u: at most 2³² − 1.
         *bound = ((u128::from(end.max(1)) << 32).div_ceil(u128::from(u)) - 1) as u32;
     }
@@ -617,11 +631,7 @@ impl AttributedRing {
             let spread =
                 u64::from(high) * 100 > u64::from(low) * (100 + u64::from(tolerance_percent));
             if class.is_some() && (mixed_class || spread) {
-                let u: u64 = self.overflow[begin..end]
-                    .iter()
-                    .filter(|w| **w & FIRST != 0)
-                    .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
-                    .sum();
+                let u = range_length(&self.overflow[begin..end], &self.bandwidths);
                 let sector = &mut self.sectors[k];
                 sector.words[0] |= HETEROGENEOUS;
                 (sector.words[1], sector.words[2]) = (u as u32, (u >> 32) as u32);
@@ -726,7 +736,7 @@ impl AttributedRing {
     fn slots_of(&self, k: usize) -> &[u32] {
         let sector = &self.sectors[k];
         if sector.is_fast() {
-            &sector.words[..((sector.words[0] >> LEN_SHIFT & 3) + 1) as usize]
+            sector.inline_slots()
         } else {
             let (begin, end) = self.overflow_range(k);
             &self.overflow[begin..end]
@@ -1118,12 +1128,7 @@ impl AttributedRing {
     #[inline(always)]
     fn sector_u(&self, sector: Sector) -> u64 {
         if sector.is_fast() {
-            let slots = &sector.words[..((sector.words[0] >> LEN_SHIFT & 3) + 1) as usize];
-            slots
-                .iter()
-                .filter(|w| **w & FIRST != 0)
-                .map(|w| u64::from(self.bandwidths[(w & OWNER_MASK) as usize]))
-                .sum()
+            range_length(sector.inline_slots(), &self.bandwidths)
         } else {
             sector.u_apart()
         }
