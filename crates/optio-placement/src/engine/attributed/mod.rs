@@ -53,13 +53,19 @@
 //! as unpredictable as the key). Sectors with more than four slots (merged virtual nodes),
 //! homogeneous ones of other than `s` slots and heterogeneous ones whose first slot is marked
 //! keep their slots apart and take the general path; entries for the first sectors are
-//! repeated after the last, so a key's replicas read consecutive entries. With a top-bits
-//! index (as in `ring`) and 12 bytes per device: about 8.4 bytes per virtual node at `s = 4`.
-//! A lookup is one index read, a count over a window of sector positions, and per replica
-//! three comparisons on an entry already loaded — for a large ring two dependent memory
-//! reads, as the `ring` engine's; [`AttributedRing::place_batch`] interleaves 16 keys. No
-//! division (`mod s'` is Lemire's fastmod with a per-size constant; on the fast path
-//! `h mod 12` and a table).
+//! repeated after the last, so a key's replicas read consecutive entries. A lookup is one
+//! index read (a top-bits index, as in `ring`), a count over a window of four sector
+//! positions, and per replica three comparisons on the entries of the sectors found
+//! (consecutive: one or two cache lines). Rings of up to 16 MiB of entries count over the
+//! positions in the entries (two dependent reads, the second the lookup needs anyway);
+//! larger ones keep the positions again in a dense array, an eighth of the entries' bytes,
+//! which stays in cache far longer and which a sorted key stream reads in order: three
+//! dependent reads, but most lookups then wait for one line of entries where counting over
+//! the entries had them wait for two or three (measured: 25 % faster at 4,096 nodes in
+//! sorted key order, 10–20 % at 32,768). With 12 bytes per device: about 8.4 bytes per
+//! virtual node at `s = 4`, 9.4 with the dense positions. [`AttributedRing::place_batch`]
+//! interleaves 16 keys. No division (`mod s'` is Lemire's fastmod with a per-size constant;
+//! on the fast path `h mod 12` and a table).
 //!
 //! Invariants: sector boundaries depend only on the sector base; a device's slots only on its
 //! id and counts. So adding a device changes only the sectors its virtual nodes merge into,
@@ -101,6 +107,13 @@ const FAST: u32 = 1 << 28;
 const LEN_SHIFT: u32 = 24;
 /// Every sector flag (none is part of a slot: owners are below 2^24).
 const SECTOR_FLAGS: u32 = HETEROGENEOUS | FAST | 3 << LEN_SHIFT;
+/// Entries up to this size in all (half this machine's L3 cache) are searched for a key's
+/// sector themselves; larger rings search their dense positions
+/// ([`AttributedRing::positions`]). Measured with the `optio` binary (huge pages), Table 1's
+/// map: at 64 and 512 nodes (1.3 and 10.5 MB of entries) searching the entries is as fast
+/// or faster (up to 10 % at 64 nodes in random key order, 6–12 % at 512), at 4,096 and
+/// 32,768 nodes (84 and 672 MB) searching the dense positions is 10–25 % faster.
+const SEARCH_ENTRIES_BYTES: usize = 16 << 20;
 /// Most slots a sector on the fast path has.
 const FAST_SLOTS: usize = 4;
 /// Replicas whose first choice can take the fast path (the later ones take the general one).
@@ -297,15 +310,24 @@ pub struct OwnerSpec {
 /// A compiled attributed ring.
 #[derive(Clone, Debug)]
 pub struct AttributedRing {
-    /// Per sector, ascending by position (its last base virtual node): one 32-byte entry
-    /// holding what a lookup reads there — the position, the strategy, its precomputed range
-    /// ends and, for the usual sectors of at most [`FAST_SLOTS`] slots, the slots themselves —
-    /// so that finding a key's sector and reading its replicas' slots touch the same few
-    /// cache lines. After the last, copies of the first [`FAST_REPLICAS`] − 1 (wrapping), so
-    /// that the sectors of a key's replicas are consecutive entries.
+    /// Per sector, in ring order: one 32-byte entry holding what a lookup reads there once
+    /// it knows the sector — the strategy, its precomputed range ends and, for the usual
+    /// sectors of at most [`FAST_SLOTS`] slots, the slots themselves — so that a key's
+    /// replicas read one or two cache lines. After the last, copies of the first
+    /// [`FAST_REPLICAS`] − 1 (wrapping), so that the sectors of a key's replicas are
+    /// consecutive entries.
     sectors: Vec<Sector>,
     /// Number of sectors (without the copies).
     sector_count: usize,
+    /// Per sector, ascending: its position (its last base virtual node), apart from the
+    /// entries, 4 bytes each, so that the search for a key's sector in a large ring reads
+    /// one dense line (an eighth of the entries' bytes, in cache far more often) and only
+    /// the sectors found touch their entries. Empty when `search_entries`.
+    positions: Vec<u32>,
+    /// Whether the search for a key's sector reads the positions in the entries instead (the
+    /// entries fit in a core's L2 cache, [`SEARCH_ENTRIES_BYTES`]): then the dense array saves
+    /// no memory read, and reading the entries the lookup needs anyway saves a dependent one.
+    search_entries: bool,
     /// Finds a key's sector.
     index: RingIndex,
     /// Slot words of the sectors whose slots are not in their entry, sector by sector, each
@@ -340,6 +362,8 @@ pub struct AttributedRing {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C, align(32))]
 struct Sector {
+    /// The sector's position (searched for a key's sector in rings that search their
+    /// entries; large rings search a dense copy, [`AttributedRing::positions`]).
     position: u32,
     /// [`FAST`] sectors: three *thresholds*, such that the slot a replica's strategy picks
     /// first is the count of thresholds below a value from the key
@@ -550,12 +574,14 @@ impl AttributedRing {
         let sectors = ends.len();
         // With room for the copies of the first entries after the last (see `sectors`).
         let mut sector_list = Vec::with_capacity(sectors + FAST_REPLICAS - 1);
+        let search_entries = sectors * std::mem::size_of::<Sector>() <= SEARCH_ENTRIES_BYTES;
+        let mut sector_positions: Vec<u32> = ends.iter().map(|(_, position)| *position).collect();
         let mut ordered: Vec<u32> = Vec::with_capacity(words.len());
         let mut ordered_positions: Vec<u32> = Vec::with_capacity(positions.len());
         // Sector 0 starts with the slots after the last sector end (they wrap around).
         let tail = ends.last().map_or(0, |(i, _)| i + 1);
         let mut begin = 0usize;
-        for (k, (end, position)) in ends.iter().enumerate() {
+        for (k, (end, _)) in ends.iter().enumerate() {
             let start = ordered.len() as u32;
             if k == 0 {
                 ordered.extend_from_slice(&words[tail..]);
@@ -567,14 +593,20 @@ impl AttributedRing {
             if rendezvous {
                 ordered_positions.extend_from_slice(&positions[begin..=*end]);
             }
-            sector_list.push(Sector::new(*position, start, ordered.len() as u32));
+            sector_list.push(Sector::new(sector_positions[k], start, ordered.len() as u32));
             begin = end + 1;
         }
         drop(words);
-        let index = RingIndex::new(sectors, |k| sector_list[k].position);
+        let index = RingIndex::new(sectors, |k| sector_positions[k]);
+        if search_entries {
+            // Searched in the entries: the dense copy would be memory for nothing.
+            sector_positions = Vec::new();
+        }
         let mut ring = AttributedRing {
             sectors: sector_list,
             sector_count: sectors,
+            search_entries,
+            positions: sector_positions,
             index,
             slot_count: ordered.len(),
             overflow: ordered,
@@ -704,9 +736,15 @@ impl AttributedRing {
         self.sector_count
     }
 
+    /// The position of sector `k` (below `sector_count`).
+    #[inline]
+    fn position(&self, k: usize) -> u32 {
+        if self.search_entries { self.sectors[k].position } else { self.positions[k] }
+    }
+
     /// The position of sector `k` (its last base virtual node).
     pub fn sector_position(&self, k: usize) -> Option<u32> {
-        (k < self.sector_count()).then(|| self.sectors[k].position)
+        (k < self.sector_count()).then(|| self.position(k))
     }
 
     /// Number of heterogeneous sectors (bandwidth strategy).
@@ -722,6 +760,7 @@ impl AttributedRing {
     /// Bytes of memory the lookup structures use.
     pub fn memory_bytes(&self) -> usize {
         self.sectors.capacity() * std::mem::size_of::<Sector>()
+            + self.positions.capacity() * 4
             + self.index.memory_bytes()
             + self.overflow.capacity() * 4
             + self.slot_positions.capacity() * 4
@@ -760,7 +799,19 @@ impl AttributedRing {
     /// The sector a key belongs to: its first successor sector (wrapping).
     #[inline(always)]
     pub fn sector_of(&self, key: u32) -> usize {
-        self.index.successor_near(key, &self.sectors[..self.sector_count], |s| s.position)
+        if self.search_entries { self.sector_in::<false>(key) } else { self.sector_in::<true>(key) }
+    }
+
+    /// [`sector_of`](Self::sector_of), searching the dense positions (`DENSE`) or the entries
+    /// (see `search_entries`): the lookups choose once, so that each of their two compiled
+    /// paths is as short as one that knew no other.
+    #[inline(always)]
+    fn sector_in<const DENSE: bool>(&self, key: u32) -> usize {
+        if DENSE {
+            self.index.successor_near(key, &self.positions, |p| *p)
+        } else {
+            self.index.successor_near(key, &self.sectors[..self.sector_count], |s| s.position)
+        }
     }
 
     /// The devices (ids) of sector `k`'s slots in ring order, with their states.
@@ -800,7 +851,9 @@ impl AttributedRing {
 
     /// Up to `replicas` devices for `key`, on distinct devices (and zones when the pool asks),
     /// primary first. Fewer when fewer distinct devices (zones) are live.
-    #[inline]
+    // Always inlined: with its two search paths it would otherwise stay a call (measured: 14
+    // more instructions per lookup, +7 % at 64 nodes).
+    #[inline(always)]
     pub fn place(&self, key: u32, replicas: usize, out: &mut ReplicaSet) {
         self.place_with(key, replicas, out, |_, _| {});
     }
@@ -831,17 +884,24 @@ impl AttributedRing {
         const BLOCK: usize = 16;
         for (keys, out) in keys.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
             let n = keys.len().min(out.len());
-            // Stage 1: the sectors (each a chain of two memory reads; the chains of the
-            // block's keys run side by side).
+            // Stage 1: the sectors (each a chain of memory reads; the chains of the block's
+            // keys run side by side).
             let mut first = [0usize; BLOCK];
             for i in 0..n {
                 first[i] = self.sector_of(keys[i]);
             }
-            // Stage 2: every replica's first choice, the checks, and the long way for the
+            // Stage 2: whether each key's replicas take the fast path, which reads their
+            // entries (apart from stage 1, so that these reads overlap too when the search
+            // did not read the entries: a short loop of independent loads).
+            let mut fast = [false; BLOCK];
+            for i in 0..n {
+                fast[i] = self.fast_block::<N>(first[i]);
+            }
+            // Stage 3: every replica's first choice, the checks, and the long way for the
             // choices that fail them.
             for i in 0..n {
                 let h = capacity_hash(keys[i]);
-                let candidates = self.first_choices::<N>(keys[i], h, first[i], N);
+                let candidates = self.first_choices::<N>(keys[i], h, first[i], N, fast[i]);
                 self.finish::<N>(keys[i], h, first[i], N, &candidates, &mut out[i], |_, _| {});
             }
         }
@@ -868,20 +928,37 @@ impl AttributedRing {
     ) {
         out.clear();
         let wanted = replicas.min(self.available).min(out.capacity());
+        if self.search_entries {
+            self.place_searching::<false>(key, wanted, out, trace);
+        } else {
+            self.place_searching::<true>(key, wanted, out, trace);
+        }
+    }
+
+    /// [`place_with`](Self::place_with) for `wanted` replicas, finding the key's sector as
+    /// [`sector_in::<DENSE>`](Self::sector_in) does.
+    #[inline(always)]
+    fn place_searching<const DENSE: bool>(
+        &self,
+        key: u32,
+        wanted: usize,
+        out: &mut ReplicaSet,
+        trace: impl FnMut(usize, Strategy),
+    ) {
         // The usual replica counts compiled apart, so that their loops unroll and their
         // working arrays are small (zeroing 32-entry ones costs more than the lookup).
         match wanted {
             0 => {}
-            1 => self.place_n::<1>(key, wanted, out, trace),
-            2 => self.place_n::<2>(key, wanted, out, trace),
-            3 => self.place_n::<3>(key, wanted, out, trace),
-            4 => self.place_n::<4>(key, wanted, out, trace),
-            _ => self.place_n::<REPLICAS_MAX>(key, wanted, out, trace),
+            1 => self.place_n::<1, DENSE>(key, wanted, out, trace),
+            2 => self.place_n::<2, DENSE>(key, wanted, out, trace),
+            3 => self.place_n::<3, DENSE>(key, wanted, out, trace),
+            4 => self.place_n::<4, DENSE>(key, wanted, out, trace),
+            _ => self.place_n::<REPLICAS_MAX, DENSE>(key, wanted, out, trace),
         }
     }
 
     #[inline(always)]
-    fn place_n<const N: usize>(
+    fn place_n<const N: usize, const DENSE: bool>(
         &self,
         key: u32,
         wanted: usize,
@@ -891,15 +968,28 @@ impl AttributedRing {
         if wanted == 0 {
             return;
         }
-        let first = self.sector_of(key);
+        let first = self.sector_in::<DENSE>(key);
         let h = capacity_hash(key);
-        let candidates = self.first_choices::<N>(key, h, first, wanted);
+        let fast = self.fast_block::<N>(first);
+        let candidates = self.first_choices::<N>(key, h, first, wanted, fast);
         self.finish::<N>(key, h, first, wanted, &candidates, out, trace);
     }
 
+    /// Whether the first `N` replicas of a key in sector `first` take the fast path: their
+    /// sectors, consecutive entries, are all [`FAST`].
+    #[inline(always)]
+    fn fast_block<const N: usize>(&self, first: usize) -> bool {
+        N <= FAST_REPLICAS
+            && self
+                .sectors
+                .get(first..first + N)
+                .is_some_and(|block| block.iter().fold(FAST, |all, s| all & s.words[0]) != 0)
+    }
+
     /// The first choices of the first `wanted` replicas (at most `N`) of `key` (`h` its
-    /// capacity hash, `first` its sector), independent of each other so that the CPU overlaps
-    /// their work; [`finish`](Self::finish) checks them.
+    /// capacity hash, `first` its sector; `fast` what [`fast_block`](Self::fast_block) says of
+    /// it), independent of each other so that the CPU overlaps their work;
+    /// [`finish`](Self::finish) checks them.
     #[inline(always)]
     fn first_choices<const N: usize>(
         &self,
@@ -907,12 +997,10 @@ impl AttributedRing {
         h: u32,
         first: usize,
         wanted: usize,
+        fast: bool,
     ) -> [u32; N] {
         let mut candidates = [MARKED; N];
-        if N <= FAST_REPLICAS
-            && let Some(block) = self.sectors.get(first..first + N)
-            && block.iter().fold(FAST, |all, s| all & s.words[0]) != 0
-        {
+        if fast && let Some(block) = self.sectors.get(first..first + N) {
             // The usual case: the replicas' sectors are consecutive entries, all fast.
             let t = (h % 12) as usize;
             for (replica, candidate) in candidates.iter_mut().enumerate() {
@@ -1270,12 +1358,8 @@ impl AttributedRing {
         let replicas = replicas.clamp(1, sectors.max(1)).min(self.available.max(1));
         let arcs: Vec<f64> = (0..sectors)
             .map(|k| {
-                let previous = if k == 0 {
-                    self.sectors[sectors - 1].position
-                } else {
-                    self.sectors[k - 1].position
-                };
-                let arc = self.sectors[k].position.wrapping_sub(previous);
+                let previous = self.position(if k == 0 { sectors - 1 } else { k - 1 });
+                let arc = self.position(k).wrapping_sub(previous);
                 if sectors == 1 { 4_294_967_296.0 } else { f64::from(arc) }
             })
             .collect();

@@ -859,3 +859,55 @@ proptest::proptest! {
         }
     }
 }
+
+/// The two searches for a key's sector — over the dense positions (rings above
+/// [`SEARCH_ENTRIES_BYTES`] of entries) and over the entries (smaller ones) — find the sectors
+/// a binary search over the sector positions finds, and the lookups built on them the same
+/// placements, for random keys and keys at and next to every position sampled. Both run on
+/// one ring of 72,000 sectors, each forced; the size rule is checked apart.
+#[test]
+fn the_dense_and_the_entry_searches_find_the_same_sectors() {
+    let owners: Vec<OwnerSpec> = (0..64u32)
+        .map(|d| OwnerSpec {
+            device: d,
+            zone: d % 4,
+            class: d % 2,
+            bandwidth: if d % 2 == 0 { 146 } else { 540 },
+        })
+        .collect();
+    let slots: Vec<SlotSpec> = (0..64u32)
+        .flat_map(|owner| {
+            (0..4_500u32).map(move |i| SlotSpec {
+                position: hash32_2(owner, i),
+                owner,
+                base: true,
+                state: if owner == 5 { SlotState::Down } else { SlotState::Live },
+            })
+        })
+        .collect();
+    let ring = AttributedRing::from_specs(&owners, slots, &params(4));
+    assert_eq!(
+        ring.search_entries,
+        ring.sector_count() * std::mem::size_of::<Sector>() <= SEARCH_ENTRIES_BYTES
+    );
+    let (mut dense, mut entries) = (ring.clone(), ring);
+    dense.positions = (0..dense.sector_count()).map(|k| dense.sectors[k].position).collect();
+    (dense.search_entries, entries.search_entries) = (false, true);
+    let positions: Vec<u32> =
+        (0..dense.sector_count()).map(|k| dense.sector_position(k).expect("a sector")).collect();
+    assert!(positions.is_sorted());
+    let keys = (0..20_000u32).map(|i| hash32_2(i, 0x5eed)).chain(
+        positions.iter().step_by(37).flat_map(|p| [*p, p.wrapping_add(1), p.wrapping_sub(1)]),
+    );
+    for key in keys {
+        let expected = match positions.partition_point(|p| *p < key) {
+            k if k == positions.len() => 0,
+            k => k,
+        };
+        assert_eq!(dense.sector_of(key), expected, "key {key:#x}");
+        assert_eq!(entries.sector_of(key), expected, "key {key:#x} (entries)");
+        for replicas in [1, 3, 5] {
+            assert_eq!(place(&dense, key, replicas), place(&entries, key, replicas));
+        }
+    }
+}
