@@ -53,25 +53,25 @@
 //! as unpredictable as the key). Sectors with more than four slots (merged virtual nodes),
 //! homogeneous ones of other than `s` slots and heterogeneous ones whose first slot is marked
 //! keep their slots apart and take the general path; entries for the first sectors are
-//! repeated after the last, so a key's replicas read consecutive entries. A lookup is one
-//! index read (a top-bits index, as in `ring`), a count over a window of four sector
-//! positions, and per replica three comparisons on the entries of the sectors found
-//! (consecutive: one or two cache lines). Rings of up to 16 MiB of entries count over the
-//! positions in the entries (two dependent reads, the second the lookup needs anyway);
-//! larger ones keep the positions again in a dense array, an eighth of the entries' bytes,
-//! which stays in cache far longer and which a sorted key stream reads in order: three
-//! dependent reads, but most lookups then wait for one line of entries where counting over
-//! the entries had them wait for two or three (measured: 25 % faster at 4,096 nodes in
-//! sorted key order, 10–20 % at 32,768). With 12 bytes per device: about 8.4 bytes per
-//! virtual node at `s = 4`, 9.4 with the dense positions. [`AttributedRing::place_batch`]
-//! interleaves 16 keys. No division (`mod s'` is Lemire's fastmod with a per-size constant;
-//! on the fast path `h mod 12` and a table).
+//! repeated after the last, so a key's replicas read consecutive entries. A lookup finds
+//! the key's sector (below), then per replica makes three comparisons on the entries of the
+//! sectors found (consecutive: one or two cache lines). The search depends on the ring's size
+//! (`SectorSearch`): up to 16 MiB of entries, a top-bits index (as in `ring`) and a count
+//! over four positions in the entries — two dependent reads, the second one the lookup needs
+//! anyway; up to 16 MiB of positions, the same over a dense copy of the positions, an eighth
+//! of the entries' bytes, which stays in cache (and which a sorted key stream reads line
+//! after line) where the entries do not; larger, a residual index whose 8-byte bucket
+//! words usually place the key without reading any position, one dependent read where the
+//! dense copy, out of cache itself, made two. With 12 bytes per device: about 8.4 bytes per
+//! virtual node at `s = 4`, 9.3–9.6 with the dense copy or the residual index.
+//! [`AttributedRing::place_batch`] interleaves 16 keys. No division (`mod s'` is Lemire's
+//! fastmod with a per-size constant; on the fast path `h mod 12` and a table).
 //!
 //! Invariants: sector boundaries depend only on the sector base; a device's slots only on its
 //! id and counts. So adding a device changes only the sectors its virtual nodes merge into,
 //! and marking one out changes only the sectors holding its virtual nodes.
 
-use crate::engine::vnode::{RingIndex, vnode_position};
+use crate::engine::vnode::{ResidualIndex, RingIndex, vnode_position};
 use crate::ids::{DeviceId, ITEM_NONE, ItemId};
 use crate::map::ClusterMap;
 use crate::replica::{REPLICAS_MAX, ReplicaSet};
@@ -108,12 +108,18 @@ const LEN_SHIFT: u32 = 24;
 /// Every sector flag (none is part of a slot: owners are below 2^24).
 const SECTOR_FLAGS: u32 = HETEROGENEOUS | FAST | 3 << LEN_SHIFT;
 /// Entries up to this size in all (half this machine's L3 cache) are searched for a key's
-/// sector themselves; larger rings search their dense positions
-/// ([`AttributedRing::positions`]). Measured with the `optio` binary (huge pages), Table 1's
+/// sector themselves ([`SectorSearch::Entries`]); larger rings search their dense positions
+/// or a residual index. Measured with the `optio` binary (huge pages), Table 1's
 /// map: at 64 and 512 nodes (1.3 and 10.5 MB of entries) searching the entries is as fast
 /// or faster (up to 10 % at 64 nodes in random key order, 6–12 % at 512), at 4,096 and
-/// 32,768 nodes (84 and 672 MB) searching the dense positions is 10–25 % faster.
+/// 32,768 nodes (84 and 672 MB) searching the dense positions was 10–25 % faster.
 const SEARCH_ENTRIES_BYTES: usize = 16 << 20;
+/// Rings with more bytes of sector positions than this (4 each) search a [`ResidualIndex`]
+/// instead of a dense copy of them ([`SectorSearch::Residual`]): measured at 4,096 nodes
+/// (10.5 MB of positions) the dense copy is 25 % faster in sorted key order (the residual
+/// words, read one line in two or three, are not streamed as the positions are), at 32,768
+/// nodes (84 MB) the residual index is about 30 % faster in either order.
+const DENSE_POSITIONS_BYTES: usize = 16 << 20;
 /// Most slots a sector on the fast path has.
 const FAST_SLOTS: usize = 4;
 /// Replicas whose first choice can take the fast path (the later ones take the general one).
@@ -319,17 +325,8 @@ pub struct AttributedRing {
     sectors: Vec<Sector>,
     /// Number of sectors (without the copies).
     sector_count: usize,
-    /// Per sector, ascending: its position (its last base virtual node), apart from the
-    /// entries, 4 bytes each, so that the search for a key's sector in a large ring reads
-    /// one dense line (an eighth of the entries' bytes, in cache far more often) and only
-    /// the sectors found touch their entries. Empty when `search_entries`.
-    positions: Vec<u32>,
-    /// Whether the search for a key's sector reads the positions in the entries instead (the
-    /// entries fit in a core's L2 cache, [`SEARCH_ENTRIES_BYTES`]): then the dense array saves
-    /// no memory read, and reading the entries the lookup needs anyway saves a dependent one.
-    search_entries: bool,
-    /// Finds a key's sector.
-    index: RingIndex,
+    /// How a key's sector is found.
+    search: SectorSearch,
     /// Slot words of the sectors whose slots are not in their entry, sector by sector, each
     /// sector in ring order.
     overflow: Vec<u32>,
@@ -357,13 +354,76 @@ pub struct AttributedRing {
     available: usize,
 }
 
+/// How a ring finds a key's sector, by size (measured with the `optio` binary, huge pages,
+/// Table 1's map, against the search over the entries alone).
+#[derive(Clone, Debug)]
+enum SectorSearch {
+    /// Entries of up to [`SEARCH_ENTRIES_BYTES`] in all: a top-bits index, then a count over
+    /// the positions in the entries — two dependent reads, the second one the lookup needs
+    /// anyway, on tables in cache.
+    Entries(RingIndex),
+    /// Up to [`DENSE_POSITIONS_BYTES`] of positions: the same index over a dense copy of the
+    /// positions (4 bytes each, an eighth of the entries' bytes), which stays in cache and
+    /// which a sorted key stream reads line after line. 4,096 nodes: 25 % faster in sorted
+    /// key order (12.2–12.5 → 9.0–9.5 ms), as fast in random order.
+    Dense(RingIndex, Vec<u32>),
+    /// Larger: a [`ResidualIndex`], whose word usually places the key without reading a
+    /// position (about 2 % of keys read the entries' positions) — one dependent read where
+    /// the dense copy, no longer in cache, made two. 32,768 nodes: 30 % faster than the dense
+    /// copy in either key order.
+    Residual(ResidualIndex),
+}
+
+impl SectorSearch {
+    /// The search for sectors at `positions` (ascending).
+    fn new(positions: Vec<u32>) -> SectorSearch {
+        SectorSearch::of_kind(SectorSearch::kind(positions.len()), positions)
+    }
+
+    /// Which search (a `SEARCH_` constant) a ring of `count` sectors uses.
+    fn kind(count: usize) -> u8 {
+        if count * std::mem::size_of::<Sector>() <= SEARCH_ENTRIES_BYTES {
+            SEARCH_ENTRIES
+        } else if count * 4 <= DENSE_POSITIONS_BYTES || count >= ResidualIndex::CAPACITY {
+            SEARCH_DENSE
+        } else {
+            SEARCH_RESIDUAL
+        }
+    }
+
+    /// The search of `kind` for sectors at `positions` (ascending).
+    fn of_kind(kind: u8, positions: Vec<u32>) -> SectorSearch {
+        let count = positions.len();
+        match kind {
+            SEARCH_ENTRIES => SectorSearch::Entries(RingIndex::new(count, |k| positions[k])),
+            SEARCH_DENSE => SectorSearch::Dense(RingIndex::new(count, |k| positions[k]), positions),
+            _ => SectorSearch::Residual(ResidualIndex::new(count, |k| positions[k])),
+        }
+    }
+
+    fn memory_bytes(&self) -> usize {
+        match self {
+            SectorSearch::Entries(index) => index.memory_bytes(),
+            SectorSearch::Dense(index, positions) => {
+                index.memory_bytes() + positions.capacity() * 4
+            }
+            SectorSearch::Residual(index) => index.memory_bytes(),
+        }
+    }
+}
+
+/// [`SectorSearch`] variants as constants, for the lookups' compiled paths.
+const SEARCH_ENTRIES: u8 = 0;
+const SEARCH_DENSE: u8 = 1;
+const SEARCH_RESIDUAL: u8 = 2;
+
 /// One sector: its position, its flags and where its slots are, what its strategy needs
 /// (precomputed), and its slots when they fit. 32 bytes, aligned: two per cache line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C, align(32))]
 struct Sector {
     /// The sector's position (searched for a key's sector in rings that search their
-    /// entries; large rings search a dense copy, [`AttributedRing::positions`]).
+    /// entries; larger rings search a dense copy or a residual index, [`SectorSearch`]).
     position: u32,
     /// [`FAST`] sectors: three *thresholds*, such that the slot a replica's strategy picks
     /// first is the count of thresholds below a value from the key
@@ -574,8 +634,7 @@ impl AttributedRing {
         let sectors = ends.len();
         // With room for the copies of the first entries after the last (see `sectors`).
         let mut sector_list = Vec::with_capacity(sectors + FAST_REPLICAS - 1);
-        let search_entries = sectors * std::mem::size_of::<Sector>() <= SEARCH_ENTRIES_BYTES;
-        let mut sector_positions: Vec<u32> = ends.iter().map(|(_, position)| *position).collect();
+        let sector_positions: Vec<u32> = ends.iter().map(|(_, position)| *position).collect();
         let mut ordered: Vec<u32> = Vec::with_capacity(words.len());
         let mut ordered_positions: Vec<u32> = Vec::with_capacity(positions.len());
         // Sector 0 starts with the slots after the last sector end (they wrap around).
@@ -597,17 +656,11 @@ impl AttributedRing {
             begin = end + 1;
         }
         drop(words);
-        let index = RingIndex::new(sectors, |k| sector_positions[k]);
-        if search_entries {
-            // Searched in the entries: the dense copy would be memory for nothing.
-            sector_positions = Vec::new();
-        }
+        let search = SectorSearch::new(sector_positions);
         let mut ring = AttributedRing {
             sectors: sector_list,
             sector_count: sectors,
-            search_entries,
-            positions: sector_positions,
-            index,
+            search,
             slot_count: ordered.len(),
             overflow: ordered,
             slot_positions: ordered_positions,
@@ -739,7 +792,7 @@ impl AttributedRing {
     /// The position of sector `k` (below `sector_count`).
     #[inline]
     fn position(&self, k: usize) -> u32 {
-        if self.search_entries { self.sectors[k].position } else { self.positions[k] }
+        self.sectors[k].position
     }
 
     /// The position of sector `k` (its last base virtual node).
@@ -760,8 +813,7 @@ impl AttributedRing {
     /// Bytes of memory the lookup structures use.
     pub fn memory_bytes(&self) -> usize {
         self.sectors.capacity() * std::mem::size_of::<Sector>()
-            + self.positions.capacity() * 4
-            + self.index.memory_bytes()
+            + self.search.memory_bytes()
             + self.overflow.capacity() * 4
             + self.slot_positions.capacity() * 4
             + self.device_ids.capacity() * 4
@@ -799,18 +851,32 @@ impl AttributedRing {
     /// The sector a key belongs to: its first successor sector (wrapping).
     #[inline(always)]
     pub fn sector_of(&self, key: u32) -> usize {
-        if self.search_entries { self.sector_in::<false>(key) } else { self.sector_in::<true>(key) }
+        match self.search {
+            SectorSearch::Entries(_) => self.sector_in::<SEARCH_ENTRIES>(key),
+            SectorSearch::Dense(..) => self.sector_in::<SEARCH_DENSE>(key),
+            SectorSearch::Residual(_) => self.sector_in::<SEARCH_RESIDUAL>(key),
+        }
     }
 
-    /// [`sector_of`](Self::sector_of), searching the dense positions (`DENSE`) or the entries
-    /// (see `search_entries`): the lookups choose once, so that each of their two compiled
+    /// [`sector_of`](Self::sector_of) for a ring whose search is `SEARCH` (a
+    /// [`SectorSearch`] constant): the lookups choose once, so that each of their compiled
     /// paths is as short as one that knew no other.
     #[inline(always)]
-    fn sector_in<const DENSE: bool>(&self, key: u32) -> usize {
-        if DENSE {
-            self.index.successor_near(key, &self.positions, |p| *p)
-        } else {
-            self.index.successor_near(key, &self.sectors[..self.sector_count], |s| s.position)
+    fn sector_in<const SEARCH: u8>(&self, key: u32) -> usize {
+        let entries = &self.sectors[..self.sector_count];
+        match (SEARCH, &self.search) {
+            (SEARCH_DENSE, SectorSearch::Dense(index, positions)) => {
+                index.successor_near(key, positions, |p| *p)
+            }
+            (SEARCH_RESIDUAL, SectorSearch::Residual(index)) => {
+                index.successor(key, entries.len(), |k| entries[k].position)
+            }
+            (_, SectorSearch::Entries(index) | SectorSearch::Dense(index, _)) => {
+                index.successor_near(key, entries, |s| s.position)
+            }
+            (_, SectorSearch::Residual(index)) => {
+                index.successor(key, entries.len(), |k| entries[k].position)
+            }
         }
     }
 
@@ -928,17 +994,23 @@ impl AttributedRing {
     ) {
         out.clear();
         let wanted = replicas.min(self.available).min(out.capacity());
-        if self.search_entries {
-            self.place_searching::<false>(key, wanted, out, trace);
-        } else {
-            self.place_searching::<true>(key, wanted, out, trace);
+        match self.search {
+            SectorSearch::Entries(_) => {
+                self.place_searching::<SEARCH_ENTRIES>(key, wanted, out, trace);
+            }
+            SectorSearch::Dense(..) => {
+                self.place_searching::<SEARCH_DENSE>(key, wanted, out, trace)
+            }
+            SectorSearch::Residual(_) => {
+                self.place_searching::<SEARCH_RESIDUAL>(key, wanted, out, trace);
+            }
         }
     }
 
     /// [`place_with`](Self::place_with) for `wanted` replicas, finding the key's sector as
-    /// [`sector_in::<DENSE>`](Self::sector_in) does.
+    /// [`sector_in::<SEARCH>`](Self::sector_in) does.
     #[inline(always)]
-    fn place_searching<const DENSE: bool>(
+    fn place_searching<const SEARCH: u8>(
         &self,
         key: u32,
         wanted: usize,
@@ -949,16 +1021,16 @@ impl AttributedRing {
         // working arrays are small (zeroing 32-entry ones costs more than the lookup).
         match wanted {
             0 => {}
-            1 => self.place_n::<1, DENSE>(key, wanted, out, trace),
-            2 => self.place_n::<2, DENSE>(key, wanted, out, trace),
-            3 => self.place_n::<3, DENSE>(key, wanted, out, trace),
-            4 => self.place_n::<4, DENSE>(key, wanted, out, trace),
-            _ => self.place_n::<REPLICAS_MAX, DENSE>(key, wanted, out, trace),
+            1 => self.place_n::<1, SEARCH>(key, wanted, out, trace),
+            2 => self.place_n::<2, SEARCH>(key, wanted, out, trace),
+            3 => self.place_n::<3, SEARCH>(key, wanted, out, trace),
+            4 => self.place_n::<4, SEARCH>(key, wanted, out, trace),
+            _ => self.place_n::<REPLICAS_MAX, SEARCH>(key, wanted, out, trace),
         }
     }
 
     #[inline(always)]
-    fn place_n<const N: usize, const DENSE: bool>(
+    fn place_n<const N: usize, const SEARCH: u8>(
         &self,
         key: u32,
         wanted: usize,
@@ -968,7 +1040,7 @@ impl AttributedRing {
         if wanted == 0 {
             return;
         }
-        let first = self.sector_in::<DENSE>(key);
+        let first = self.sector_in::<SEARCH>(key);
         let h = capacity_hash(key);
         let fast = self.fast_block::<N>(first);
         let candidates = self.first_choices::<N>(key, h, first, wanted, fast);

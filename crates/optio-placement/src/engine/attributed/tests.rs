@@ -860,13 +860,14 @@ proptest::proptest! {
     }
 }
 
-/// The two searches for a key's sector — over the dense positions (rings above
-/// [`SEARCH_ENTRIES_BYTES`] of entries) and over the entries (smaller ones) — find the sectors
-/// a binary search over the sector positions finds, and the lookups built on them the same
-/// placements, for random keys and keys at and next to every position sampled. Both run on
-/// one ring of 72,000 sectors, each forced; the size rule is checked apart.
+/// The three searches for a key's sector — over the entries (rings of up to
+/// [`SEARCH_ENTRIES_BYTES`] of them), over a dense copy of the positions, and with a
+/// [`ResidualIndex`] (the largest rings) — find the sectors a binary search over the sector
+/// positions finds, and the lookups built on them the same placements, for random keys and
+/// keys at and next to every position sampled. All three run on one ring of 72,000 sectors,
+/// each forced; the size rule is checked apart.
 #[test]
-fn the_dense_and_the_entry_searches_find_the_same_sectors() {
+fn the_three_sector_searches_find_the_same_sectors() {
     let owners: Vec<OwnerSpec> = (0..64u32)
         .map(|d| OwnerSpec {
             device: d,
@@ -886,16 +887,16 @@ fn the_dense_and_the_entry_searches_find_the_same_sectors() {
         })
         .collect();
     let ring = AttributedRing::from_specs(&owners, slots, &params(4));
-    assert_eq!(
-        ring.search_entries,
-        ring.sector_count() * std::mem::size_of::<Sector>() <= SEARCH_ENTRIES_BYTES
-    );
-    let (mut dense, mut entries) = (ring.clone(), ring);
-    dense.positions = (0..dense.sector_count()).map(|k| dense.sectors[k].position).collect();
-    (dense.search_entries, entries.search_entries) = (false, true);
     let positions: Vec<u32> =
-        (0..dense.sector_count()).map(|k| dense.sector_position(k).expect("a sector")).collect();
+        (0..ring.sector_count()).map(|k| ring.sector_position(k).expect("a sector")).collect();
     assert!(positions.is_sorted());
+    let rings: Vec<AttributedRing> = [SEARCH_ENTRIES, SEARCH_DENSE, SEARCH_RESIDUAL]
+        .into_iter()
+        .map(|kind| AttributedRing {
+            search: SectorSearch::of_kind(kind, positions.clone()),
+            ..ring.clone()
+        })
+        .collect();
     let keys = (0..20_000u32).map(|i| hash32_2(i, 0x5eed)).chain(
         positions.iter().step_by(37).flat_map(|p| [*p, p.wrapping_add(1), p.wrapping_sub(1)]),
     );
@@ -904,10 +905,17 @@ fn the_dense_and_the_entry_searches_find_the_same_sectors() {
             k if k == positions.len() => 0,
             k => k,
         };
-        assert_eq!(dense.sector_of(key), expected, "key {key:#x}");
-        assert_eq!(entries.sector_of(key), expected, "key {key:#x} (entries)");
-        for replicas in [1, 3, 5] {
-            assert_eq!(place(&dense, key, replicas), place(&entries, key, replicas));
+        for (kind, searching) in rings.iter().enumerate() {
+            assert_eq!(searching.sector_of(key), expected, "key {key:#x}, search {kind}");
+            for replicas in [1, 3, 5] {
+                assert_eq!(place(searching, key, replicas), place(&rings[0], key, replicas));
+            }
         }
     }
+    // The size rule: entries up to 16 MiB of them, dense positions up to 16 MiB of those.
+    assert_eq!(SectorSearch::kind(ring.sector_count()), SEARCH_ENTRIES);
+    assert_eq!(SectorSearch::kind(SEARCH_ENTRIES_BYTES / 32), SEARCH_ENTRIES);
+    assert_eq!(SectorSearch::kind(SEARCH_ENTRIES_BYTES / 32 + 1), SEARCH_DENSE);
+    assert_eq!(SectorSearch::kind(DENSE_POSITIONS_BYTES / 4), SEARCH_DENSE);
+    assert_eq!(SectorSearch::kind(DENSE_POSITIONS_BYTES / 4 + 1), SEARCH_RESIDUAL);
 }
