@@ -99,9 +99,9 @@ const START_MASK: u64 = (1 << 28) - 1;
 /// many positions the bucket holds (saturating at 15), and for its first four the 8 bits of
 /// the position just below the bucket bits. When the bucket holds at most four and none of
 /// their 8 bits equals the key's, the count of those below the key's is the successor;
-/// otherwise (about 1 % of keys) the bucket's positions are read. For very large rings
-/// (where the positions themselves miss the cache) a dependent read fewer than
-/// [`RingIndex`]; 4 to 8 bytes per position.
+/// otherwise (1.8 % of random keys at 2.6 M and 21 M positions) the bucket's positions are
+/// read. For very large rings (where the positions themselves miss the cache) a dependent
+/// read fewer than [`RingIndex`]; 4 to 8 bytes per position.
 #[derive(Clone, Debug)]
 pub(crate) struct ResidualIndex {
     /// One word per bucket, and one more holding the position count as its start.

@@ -868,9 +868,6 @@ impl AttributedRing {
             (SEARCH_DENSE, SectorSearch::Dense(index, positions)) => {
                 index.successor_near(key, positions, |p| *p)
             }
-            (SEARCH_RESIDUAL, SectorSearch::Residual(index)) => {
-                index.successor(key, entries.len(), |k| entries[k].position)
-            }
             (_, SectorSearch::Entries(index) | SectorSearch::Dense(index, _)) => {
                 index.successor_near(key, entries, |s| s.position)
             }
