@@ -163,6 +163,8 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
+    // Requests that fail for want of the cluster (answered 503 or 500) are logged at warn.
+    crate::commands::init_logging("warn");
     let tls = match (&args.https_cert, &args.https_key) {
         (Some(cert), Some(key)) => {
             optio_net::tls::install_crypto_provider();

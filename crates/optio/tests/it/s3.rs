@@ -885,3 +885,43 @@ fn the_gateway_serves_https() {
     let metrics = String::from_utf8_lossy(&metrics.stdout).into_owned();
     assert!(metrics.contains("operation=\"PutObject\",status=\"200\""), "{metrics}");
 }
+
+/// A request the cluster cannot serve (every storage server killed) is answered `503
+/// ServiceUnavailable`, and the gateway logs why on standard error.
+#[test]
+fn a_request_the_cluster_cannot_serve_is_answered_503_and_logged() {
+    if !have("aws", "awscli") {
+        return;
+    }
+    let (tmp, mut cluster) = cluster(spec());
+    let dir = cluster.dir().to_path_buf();
+    let keys = user(&dir, "uma");
+    let gateway = Gateway::start(&dir);
+    aws_ok(&gateway, &keys, &["s3", "mb", "s3://gone"]);
+    let file = tmp.path().join("body");
+    std::fs::write(&file, b"nobody stores this").unwrap();
+    let devices: Vec<u32> = cluster.servers().iter().map(|s| s.devices[0].0).collect();
+    for device in devices {
+        cluster.kill(device).expect("kill -9 a server");
+    }
+    let output = Command::new("aws")
+        .args(["--endpoint-url", &gateway.endpoint(), "--region", "us-east-1"])
+        .args(["s3api", "put-object", "--bucket", "gone", "--key", "k", "--body"])
+        .arg(&file)
+        .env("AWS_ACCESS_KEY_ID", &keys.access)
+        .env("AWS_SECRET_ACCESS_KEY", &keys.secret)
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .env("AWS_MAX_ATTEMPTS", "1")
+        .output()
+        .expect("aws runs");
+    let text = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success() && text.contains("ServiceUnavailable"), "{text}");
+    assert!(
+        crate::wait_until(std::time::Duration::from_secs(10), || gateway
+            .log()
+            .contains("an S3 request failed")),
+        "the gateway logged no failure: {}",
+        gateway.log()
+    );
+}
