@@ -109,6 +109,11 @@ impl Drop for Gateway {
 
 /// The AWS CLI against the gateway; returns (success, output).
 fn aws(gateway: &Gateway, keys: &Keys, args: &[&str]) -> (bool, String) {
+    aws_with(gateway, keys, &[], args)
+}
+
+/// [`aws`] with more environment variables (`AWS_MAX_ATTEMPTS`, …).
+fn aws_with(gateway: &Gateway, keys: &Keys, env: &[(&str, &str)], args: &[&str]) -> (bool, String) {
     let output = Command::new("aws")
         .args(["--endpoint-url", &gateway.endpoint(), "--region", "us-east-1"])
         .args(args)
@@ -116,6 +121,7 @@ fn aws(gateway: &Gateway, keys: &Keys, args: &[&str]) -> (bool, String) {
         .env("AWS_SECRET_ACCESS_KEY", &keys.secret)
         .env("AWS_CONFIG_FILE", "/dev/null")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .envs(env.iter().copied())
         .output()
         .expect("aws runs");
     let text = format!(
@@ -904,19 +910,14 @@ fn a_request_the_cluster_cannot_serve_is_answered_503_and_logged() {
     for device in devices {
         cluster.kill(device).expect("kill -9 a server");
     }
-    let output = Command::new("aws")
-        .args(["--endpoint-url", &gateway.endpoint(), "--region", "us-east-1"])
-        .args(["s3api", "put-object", "--bucket", "gone", "--key", "k", "--body"])
-        .arg(&file)
-        .env("AWS_ACCESS_KEY_ID", &keys.access)
-        .env("AWS_SECRET_ACCESS_KEY", &keys.secret)
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-        .env("AWS_MAX_ATTEMPTS", "1")
-        .output()
-        .expect("aws runs");
-    let text = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(!output.status.success() && text.contains("ServiceUnavailable"), "{text}");
+    let body = file.to_str().unwrap();
+    let (ok, text) = aws_with(
+        &gateway,
+        &keys,
+        &[("AWS_MAX_ATTEMPTS", "1")],
+        &["s3api", "put-object", "--bucket", "gone", "--key", "k", "--body", body],
+    );
+    assert!(!ok && text.contains("ServiceUnavailable"), "{text}");
     assert!(
         crate::wait_until(std::time::Duration::from_secs(10), || gateway
             .log()
