@@ -392,6 +392,7 @@ fn edit_checked(
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>>>>
     + 'static,
 ) -> Result<()> {
+    crate::commands::init_logging("warn");
     let check: Check = Box::new(check);
     let source = args.live.source()?;
     let runtime = crate::commands::runtime()?;

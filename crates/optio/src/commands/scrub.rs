@@ -41,6 +41,7 @@ pub struct Args {
 
 /// Runs `optio scrub`; returns the exit code.
 pub fn run(args: Args) -> Result<u8> {
+    crate::commands::init_logging("warn");
     let source = args.live.source()?;
     let runtime = crate::commands::runtime()?;
     runtime.block_on(async move {

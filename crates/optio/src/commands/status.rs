@@ -313,6 +313,7 @@ pub fn all_done(map: &ClusterMap, rows: &[ServerRow]) -> bool {
 
 /// Runs `optio status`; returns the exit code ([`Health::exit_code`]).
 pub fn run(args: Args) -> Result<u8> {
+    crate::commands::init_logging("warn");
     let source = args.live.source()?;
     let runtime = crate::commands::runtime()?;
     runtime.block_on(async move {
