@@ -74,8 +74,9 @@ try:
     s3.put_object(Bucket=bucket, Key="fresh", Body=b"x")
 except botocore.exceptions.ClientError as e:
     # botocore retries a request whose answer it did not get, or got as a 5xx; if the attempt
-    # before had stored the object, the retry's If-None-Match rightly fails (as on AWS). That
-    # alone is accepted: a 412 on the first attempt, or a key holding anything else, is not.
+    # before had stored the object, the retry's If-None-Match rightly fails (the condition is
+    # checked per attempt). That alone is accepted: a 412 on the first attempt, or a key
+    # holding anything else, is not.
     meta = e.response["ResponseMetadata"]
     assert meta["HTTPStatusCode"] == 412 and meta.get("RetryAttempts", 0) >= 1, e.response
     assert s3.get_object(Bucket=bucket, Key="fresh")["Body"].read() == b"x"
