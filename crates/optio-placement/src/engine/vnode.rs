@@ -110,10 +110,11 @@ pub(crate) struct ResidualIndex {
 }
 
 impl ResidualIndex {
-    /// Most positions the index can hold (its starts have 28 bits).
+    /// The index holds fewer positions than this (its starts, the count included, have 28
+    /// bits).
     pub(crate) const CAPACITY: usize = 1 << 28;
 
-    /// Indexes `count` ascending positions (at most [`CAPACITY`](Self::CAPACITY)),
+    /// Indexes `count` ascending positions (fewer than [`CAPACITY`](Self::CAPACITY)),
     /// `position(i)` being the i-th.
     pub(crate) fn new(count: usize, position: impl Fn(usize) -> u32) -> ResidualIndex {
         debug_assert!(count < Self::CAPACITY);

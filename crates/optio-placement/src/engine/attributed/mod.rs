@@ -996,7 +996,7 @@ impl AttributedRing {
                 self.place_searching::<SEARCH_ENTRIES>(key, wanted, out, trace);
             }
             SectorSearch::Dense(..) => {
-                self.place_searching::<SEARCH_DENSE>(key, wanted, out, trace)
+                self.place_searching::<SEARCH_DENSE>(key, wanted, out, trace);
             }
             SectorSearch::Residual(_) => {
                 self.place_searching::<SEARCH_RESIDUAL>(key, wanted, out, trace);
