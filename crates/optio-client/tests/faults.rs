@@ -54,7 +54,7 @@ fn kind(op: &Op<'_>) -> Kind {
         Op::Put { .. } => Kind::Put,
         Op::WriteAt { .. } => Kind::WriteAt,
         Op::Sync => Kind::Sync,
-        Op::Delete { .. } => Kind::Delete,
+        Op::Delete { .. } | Op::Undo { .. } => Kind::Delete,
         Op::List(_) => Kind::List,
         Op::GetRecord { .. } => Kind::GetRecord,
         Op::PutRecord { .. } => Kind::PutRecord,
@@ -293,6 +293,15 @@ impl FaultyNet {
                 objects.insert(at, stored);
             }
             Op::Sync => answer.status = 204,
+            Op::Undo { version, .. } => {
+                match objects.get(&at) {
+                    Some(s) if !s.deleted && s.version == version.0 => {
+                        objects.remove(&at);
+                    }
+                    _ => return Err(refused(ErrorKind::NotFound, "no such object", held)),
+                }
+                answer.status = 204;
+            }
             Op::Delete { version, purge, .. } => {
                 let moved = self.faults().moved_on_delete.clone();
                 if let Some((_, others)) = moved.filter(|(first, _)| *first == device) {

@@ -748,12 +748,15 @@ impl Drop for LocalCluster {
 }
 
 /// What a server reports on `/health`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Health {
     /// The map epoch it holds.
     pub epoch: u64,
     /// Its devices that serve no reads yet (catching up, or marked down).
     pub recovering: u32,
+    /// The first hex digits of the BLAKE3 hash of the keyring file it holds (empty with
+    /// authentication off; `None` from a server too old to say).
+    pub keyring: Option<String>,
 }
 
 /// What a server reports on `/health` (a plain HTTP/1.0 request), if it answers.
@@ -769,7 +772,15 @@ pub fn health(addr: &str) -> Option<Health> {
         let end = value.find([',', '}']).unwrap_or(value.len());
         value[..end].trim().parse().ok()
     };
-    Some(Health { epoch: field("epoch")?, recovering: field("recovering").unwrap_or(0) as u32 })
+    let keyring = body.split("\"keyring\":\"").nth(1).and_then(|value| {
+        let digest = &value[..value.find('"')?];
+        digest.bytes().all(|b| b.is_ascii_hexdigit()).then(|| digest.to_string())
+    });
+    Some(Health {
+        epoch: field("epoch")?,
+        recovering: field("recovering").unwrap_or(0) as u32,
+        keyring,
+    })
 }
 
 /// The epoch a server reports on `/health`.
@@ -782,7 +793,7 @@ pub fn wait_caught_up(addr: &str) -> Result<(), LocalError> {
     let deadline = Instant::now() + SERVER_START_TIMEOUT;
     loop {
         let held = health(addr);
-        if held.is_some_and(|h| h.recovering == 0) {
+        if held.as_ref().is_some_and(|h| h.recovering == 0) {
             return Ok(());
         }
         if Instant::now() > deadline {

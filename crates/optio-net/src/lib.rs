@@ -243,6 +243,14 @@ pub enum Op<'a> {
         /// not hold a copy for (rebalancing and catching up place tombstones by it).
         pg_seed: Option<u32>,
     },
+    /// `DELETE` one's own write that could not complete ([`wire::UNDO`]): the copy goes only
+    /// if it is a live object of exactly `version`, written recently.
+    Undo {
+        /// Key.
+        key: &'a str,
+        /// The version written.
+        version: ObjectVersion,
+    },
     /// `GET` one page of the pool's listing.
     List(ListQuery),
     /// `GET` a choice record.
@@ -282,7 +290,7 @@ impl Op<'_> {
             | Op::GetRecord { .. } => Method::GET,
             Op::Put { .. } | Op::WriteAt { .. } | Op::PutRecord { .. } => Method::PUT,
             Op::Sync => Method::POST,
-            Op::Delete { .. } | Op::DeleteRecord { .. } => Method::DELETE,
+            Op::Delete { .. } | Op::Undo { .. } | Op::DeleteRecord { .. } => Method::DELETE,
         }
     }
 
@@ -298,6 +306,7 @@ impl Op<'_> {
             | Op::Open { .. }
             | Op::Sync
             | Op::Delete { .. }
+            | Op::Undo { .. }
             | Op::GetRecord { .. }
             | Op::PutRecord { .. }
             | Op::DeleteRecord { .. } => true,
@@ -320,6 +329,7 @@ impl Op<'_> {
             | Op::WriteAt { .. }
             | Op::Sync
             | Op::Delete { .. }
+            | Op::Undo { .. }
             | Op::List(_) => Area::Objects,
             Op::GetRecord { .. } | Op::PutRecord { .. } | Op::DeleteRecord { .. } => Area::Choices,
         }
@@ -335,6 +345,7 @@ impl Op<'_> {
             | Op::Put { key, .. }
             | Op::WriteAt { key, .. }
             | Op::Delete { key, .. }
+            | Op::Undo { key, .. }
             | Op::GetRecord { key }
             | Op::PutRecord { key, .. }
             | Op::DeleteRecord { key } => Some(key),
@@ -406,6 +417,10 @@ impl Op<'_> {
                 if let Some(seed) = pg_seed {
                     headers.push((wire::PG, seed.to_string()));
                 }
+            }
+            Op::Undo { version, .. } => {
+                headers.push((wire::VERSION, version.0.to_string()));
+                headers.push((wire::UNDO, "1".to_string()));
             }
             Op::List(_) | Op::Sync | Op::GetRecord { .. } | Op::DeleteRecord { .. } => {}
             Op::PutRecord { record, replace_if_writer, unless_contended, defer_sync, .. } => {
@@ -638,21 +653,31 @@ impl HttpTransport {
         }
     }
 
-    /// Adds the signature to a request of `method` to `url` whose signed headers are
-    /// `headers` (all of them are also set on the request).
+    /// Adds the signature to a request of `method` to `url` at the server `addr` (the
+    /// target it is signed for); no other header is signed.
     fn signed(
         &self,
         mut request: reqwest::RequestBuilder,
         method: &str,
         url: &reqwest::Url,
-        headers: &[(&str, String)],
+        addr: &str,
     ) -> reqwest::RequestBuilder {
-        for (name, value) in headers {
+        let mut headers = Vec::new();
+        self.add_target(&mut headers, addr);
+        for (name, value) in &headers {
             request = request.header(*name, value);
         }
-        match self.signature(method, url, headers) {
+        match self.signature(method, url, &headers) {
             Some(signature) => request.header(optio_proto::auth::AUTH_HEADER, signature),
             None => request,
+        }
+    }
+
+    /// Names the server at `addr` as a signed request's target ([`wire::TARGET`]): the
+    /// signature then holds there only. Nothing for a transport that does not sign.
+    fn add_target(&self, headers: &mut Vec<(&'static str, String)>, addr: &str) {
+        if self.credentials.is_some() {
+            headers.push((wire::TARGET, addr.to_string()));
         }
     }
 
@@ -741,6 +766,7 @@ impl HttpTransport {
         let method = call.op.method();
         let mut headers = call.op.headers();
         headers.push((wire::EPOCH, call.epoch.to_string()));
+        self.add_target(&mut headers, &call.endpoint.addr);
         let mut body = None;
         if let Op::Put { data, checksum, .. } | Op::WriteAt { data, checksum, .. } = &call.op {
             if self.credentials.is_some() {
@@ -809,6 +835,7 @@ impl HttpTransport {
         let method = call.op.method();
         let mut headers = call.op.headers();
         headers.push((wire::EPOCH, call.epoch.to_string()));
+        self.add_target(&mut headers, &call.endpoint.addr);
         let signature = self.signature(method.as_str(), &url, &headers);
         let pairs = signed_pairs(&headers, signature.as_deref());
         let mut frame = Vec::with_capacity(512);
@@ -855,7 +882,7 @@ impl HttpTransport {
         let url = parse_url(&format!("{}://{addr}{}?{query}", self.scheme, route::SCRUB_PATH))?;
         let request = self.http.post(url.clone()).timeout(Duration::from_secs(24 * 3600));
         let response =
-            self.signed(request, "POST", &url, &[]).send().await.map_err(|e| no_answer(&e))?;
+            self.signed(request, "POST", &url, addr).send().await.map_err(|e| no_answer(&e))?;
         let status = response.status().as_u16();
         let body = response.bytes().await.map_err(|e| Failure::Unreachable(error_chain(&e)))?;
         if status != 200 {
@@ -877,7 +904,7 @@ impl HttpTransport {
         let url = parse_url(&format!("{}://{addr}{}", self.scheme, route::STATUS_PATH))?;
         let request = self.http.get(url.clone()).timeout(STATUS_TIMEOUT);
         let response =
-            self.signed(request, "GET", &url, &[]).send().await.map_err(|e| no_answer(&e))?;
+            self.signed(request, "GET", &url, addr).send().await.map_err(|e| no_answer(&e))?;
         let status = response.status().as_u16();
         let body = response.bytes().await.map_err(|e| Failure::Unreachable(error_chain(&e)))?;
         if status != 200 {

@@ -54,7 +54,10 @@ pub enum Cap {
     Read,
     /// Read, plus put, delete and choice records.
     Write,
-    /// Everything: scrub, metrics, unconditional purges.
+    /// Write, plus the S3 gateway's own state: keys under [`crate::GATEWAY_PREFIX`] (users,
+    /// secrets, buckets, multipart uploads), which no lesser capability reads, lists or writes.
+    Gateway,
+    /// Everything: scrub, metrics, purges.
     Admin,
     /// Everything, as a server: migration, catching up.
     Server,
@@ -65,6 +68,7 @@ impl Cap {
     pub fn allows(self, need: Cap) -> bool {
         match self {
             Cap::Admin | Cap::Server => true,
+            Cap::Gateway => matches!(need, Cap::Read | Cap::Write | Cap::Gateway),
             Cap::Write => matches!(need, Cap::Read | Cap::Write),
             Cap::Read => need == Cap::Read,
         }
@@ -75,10 +79,11 @@ impl Cap {
         match name {
             "read" => Ok(Cap::Read),
             "write" => Ok(Cap::Write),
+            "gateway" => Ok(Cap::Gateway),
             "admin" => Ok(Cap::Admin),
             "server" => Ok(Cap::Server),
             other => Err(AuthError::Keyring(format!(
-                "unknown capability '{other}': use read, write, admin or server"
+                "unknown capability '{other}': use read, write, gateway, admin or server"
             ))),
         }
     }
@@ -88,6 +93,7 @@ impl Cap {
         match self {
             Cap::Read => "read",
             Cap::Write => "write",
+            Cap::Gateway => "gateway",
             Cap::Admin => "admin",
             Cap::Server => "server",
         }
@@ -362,33 +368,53 @@ impl Credentials {
     /// headers (and `range`), [`CONTENT_HASH_HEADER`] included when there is a body.
     pub fn sign(&self, method: &str, path: &str, headers: &[(&str, &str)], ts_ms: u64) -> String {
         let nonce = crate::hex::hex_bytes(&next_nonce(ts_ms));
-        let text = canonical(method, path, ts_ms, &nonce, &self.id, headers);
+        self.sign_with_nonce(method, path, headers, ts_ms, &nonce)
+    }
+
+    /// [`sign`](Self::sign) with a nonce of the caller's choosing (32 lowercase hex digits):
+    /// for tests and tools that replay or probe; a server takes each (entity, nonce) once.
+    pub fn sign_with_nonce(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        ts_ms: u64,
+        nonce: &str,
+    ) -> String {
+        let text = canonical(method, path, ts_ms, nonce, &self.id, headers);
         let sig = self.key.mac(text.as_bytes());
         format!("{SCHEME} id={},ts={ts_ms},nonce={nonce},sig={}", self.id, sig.to_hex())
     }
 }
 
-/// A nonce never used before by any process (with overwhelming likelihood): 8 random bytes
-/// drawn once per process, then a counter. Nonces need only be unique — the server refuses
-/// one it has seen, and the signature covers it — so one `getrandom` per process suffices
-/// (one per request was a system call on every request's path).
+/// A fresh nonce that nobody can predict: the BLAKE3 keyed hash of a counter under a 256-bit
+/// secret drawn once per process. Knowing other nonces of the same process tells nothing of
+/// the next (a plain counter would let anyone who saw one nonce spend the next ones first and
+/// make the owner's requests fail as replays); the secret is drawn once, so a request costs
+/// no system call.
 fn next_nonce(ts_ms: u64) -> [u8; 16] {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
-    static PREFIX: OnceLock<[u8; 8]> = OnceLock::new();
+    static SECRET: OnceLock<[u8; 32]> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let prefix = PREFIX.get_or_init(|| {
-        let mut prefix = [0u8; 8];
-        if getrandom::fill(&mut prefix).is_err() {
+    let secret = SECRET.get_or_init(|| {
+        let mut secret = [0u8; 32];
+        if getrandom::fill(&mut secret).is_err() {
             // No entropy source: this process and moment still tell it from the others.
-            let unique = format!("{}:{ts_ms}:{:?}", std::process::id(), std::time::Instant::now());
-            prefix.copy_from_slice(&blake3::hash(unique.as_bytes()).as_bytes()[..8]);
+            let unique = format!(
+                "{}:{ts_ms}:{:?}:{:?}",
+                std::process::id(),
+                std::time::Instant::now(),
+                std::time::SystemTime::now()
+            );
+            secret = *blake3::hash(unique.as_bytes()).as_bytes();
         }
-        prefix
+        secret
     });
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let hash = blake3::keyed_hash(secret, &count.to_le_bytes());
     let mut nonce = [0u8; 16];
-    nonce[..8].copy_from_slice(prefix);
-    nonce[8..].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+    nonce.copy_from_slice(&hash.as_bytes()[..16]);
     nonce
 }
 
@@ -565,6 +591,22 @@ pub enum AuthError {
     /// A keyring problem (files, names, keys).
     #[error("{0}")]
     Keyring(String),
+    /// The request was signed for another server ([`crate::wire::TARGET`]), or names none.
+    #[error(
+        "the request of {id} was signed for the server at '{target}', not this one (a request is valid only at the server it was sent to)"
+    )]
+    WrongTarget {
+        /// The entity.
+        id: String,
+        /// The target it names (empty: none).
+        target: String,
+    },
+    /// The server's keyring file changed and cannot be loaded: until it can, only `admin` and
+    /// `server` entities still in the file are served (removals take effect at once).
+    #[error(
+        "the server cannot load its changed keyring ({0}); until it is fixed only admin and server entities are served"
+    )]
+    KeyringUnavailable(String),
 }
 
 impl AuthError {
@@ -579,6 +621,8 @@ impl AuthError {
             AuthError::Replayed(_) => "replayed",
             AuthError::Forbidden { .. } => "forbidden",
             AuthError::Keyring(_) => "keyring",
+            AuthError::WrongTarget { .. } => "wrong_target",
+            AuthError::KeyringUnavailable(_) => "keyring_unavailable",
         }
     }
 }
@@ -675,6 +719,24 @@ mod tests {
         });
         let distinct: std::collections::HashSet<&String> = nonces.iter().collect();
         assert_eq!(distinct.len(), nonces.len());
+    }
+
+    #[test]
+    fn nonces_cannot_be_predicted_from_earlier_ones() {
+        // A counter (or a fixed prefix and a counter) would let whoever saw one nonce spend
+        // the next ones first: consecutive nonces must share no half and not count up.
+        let (_, creds) = keyring();
+        let nonce = |_| {
+            let value = creds.sign("GET", "/v1/x", &[], 5);
+            u128::from_str_radix(&Signed::parse(&value).unwrap().nonce, 16).unwrap()
+        };
+        let nonces: Vec<u128> = (0..64).map(nonce).collect();
+        for pair in nonces.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            assert_ne!(a >> 64, b >> 64, "consecutive nonces share their first half");
+            assert_ne!(a as u64, b as u64, "consecutive nonces share their second half");
+            assert_ne!(a.wrapping_add(1), b, "nonces count up");
+        }
     }
 
     #[test]

@@ -4,6 +4,16 @@
 /// Longest key, in bytes.
 pub const KEY_BYTES_MAX: usize = 1024;
 
+/// Keys that are the S3 gateway's own state (users and their secrets, buckets, multipart
+/// uploads): only entities with the `gateway` capability (or `admin`, `server`) may read,
+/// list, write or delete them, in any pool; a listing for anyone else leaves them out.
+pub const GATEWAY_PREFIX: &str = ".s3/";
+
+/// Whether `key` (or a listing prefix) names the gateway's own state ([`GATEWAY_PREFIX`]).
+pub fn is_gateway_key(key: &str) -> bool {
+    key.starts_with(GATEWAY_PREFIX)
+}
+
 /// Why a key is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

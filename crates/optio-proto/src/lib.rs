@@ -56,7 +56,9 @@ pub use body::{Deleted, DeviceStatus, ListQuery, Listing, LocalSocket, ScrubRepo
 pub use choice::ChoiceRecord;
 pub use error::{ErrorBody, ErrorKind, FormatError};
 pub use header::{HEADER_BYTES, OBJECT_FORMAT_VERSION, ObjectHeader, checksum, checksum_append};
-pub use key::{KEY_BYTES_MAX, KeyError, validate_key, validate_key_bytes};
+pub use key::{
+    GATEWAY_PREFIX, KEY_BYTES_MAX, KeyError, is_gateway_key, validate_key, validate_key_bytes,
+};
 pub use metrics::DeviceMetrics;
 pub use migration::{MigrationPhase, MigrationStatus};
 pub use route::{Area, Route, RouteError};

@@ -58,9 +58,16 @@ pub const REPLACE_IF_WRITER: &str = "x-optio-replace-if-writer";
 /// On a probe answer (404): the version the object was deleted at (a tombstone stands).
 pub const DELETED: &str = "x-optio-deleted";
 /// On a DELETE: remove the copy entirely — object or tombstone — if the stored version is
-/// not newer than [`VERSION`] (`1`): for copies a placement no longer names and for undoing a
-/// write. Without it a DELETE leaves a tombstone.
+/// not newer than [`VERSION`] (`1`): for copies a placement no longer names. Needs the `admin`
+/// or `server` capability. Without it a DELETE leaves a tombstone.
 pub const PURGE: &str = "x-optio-purge";
+/// On a DELETE: take back one's own write that could not complete (`1`): the copy is removed
+/// only if it is a live object of exactly [`VERSION`], written within
+/// [`UNDO_AGE_MAX_MS`] of the server's clock; tombstones and older versions stay. Needs
+/// `write`.
+pub const UNDO: &str = "x-optio-undo";
+/// How old a version an undo ([`UNDO`]) may remove, in milliseconds.
+pub const UNDO_AGE_MAX_MS: u64 = 10 * 60 * 1000;
 /// On a `GET` of an object: a peer catching up on missed writes is reading (`1`); answered
 /// even while this device is catching up itself (a version is only taken when newer).
 pub const CATCH_UP: &str = "x-optio-catch-up";
@@ -80,6 +87,10 @@ pub const SYNC: &str = "x-optio-sync";
 /// headers and an open, read-only descriptor of its file instead of its bytes (local reads,
 /// `docs/volumes.md`).
 pub const OPEN: &str = "x-optio-open";
+/// On a signed request: the server it is for, as the client addressed it (`host:port`, the
+/// device's address in the map). Signed like every `x-optio-*` header, so that a request
+/// captured on its way to one server is refused by every other.
+pub const TARGET: &str = "x-optio-target";
 
 /// What [`percent_encode`] escapes: every byte but ASCII letters, digits and `-._~` (RFC 3986's
 /// unreserved characters).

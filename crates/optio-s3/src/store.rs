@@ -11,8 +11,14 @@
 //! | `.s3/bucket/{name}` | a bucket: its id and pool (created at the record's version) |
 //! | `{id}/{key}` | an object's head ([`crate::format`]) |
 //! | `{id}~d/{stripe}.{index}` | striped data |
-//! | `{id}~u/{key}\u{1}{upload id}` | a multipart upload in progress (listed in S3's order) |
-//! | `{id}~p/{upload id}/{part}` | an uploaded part: its stripe, with its MD5 and size as summary |
+//! | `.s3/u/{id}/{key}\u{1}{upload id}` | a multipart upload in progress (listed in S3's order) |
+//! | `.s3/p/{id}/{upload id}/{part}` | an uploaded part: its stripe, with its MD5 and size as summary |
+//!
+//! Every name under `.s3/` ([`optio_proto::GATEWAY_PREFIX`]) is the gateway's own state: the
+//! servers let only entities with the `gateway` capability (or `admin`) read, list or write
+//! them, so that a cluster key that may read objects cannot read S3 secrets, and one that may
+//! write cannot mint S3 credentials or forge uploads. (Multipart uploads begun with a gateway
+//! older than this layout, under `{id}~u/` and `{id}~p/`, are not seen: begin them again.)
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -50,6 +56,8 @@ const STRIPE_PARALLEL: usize = 4;
 const USER_PREFIX: &str = ".s3/user/";
 const KEY_PREFIX: &str = ".s3/key/";
 const BUCKET_PREFIX: &str = ".s3/bucket/";
+const UPLOADS_PREFIX: &str = ".s3/u/";
+const PARTS_PREFIX: &str = ".s3/p/";
 /// Separates an upload's key from its id in an upload record's name.
 const UPLOAD_SEP: char = '\u{1}';
 
@@ -173,19 +181,23 @@ impl Bucket {
     }
 
     fn upload_key(&self, key: &str, upload: &str) -> Result<String> {
-        checked_key(format!("{}~u/{key}{UPLOAD_SEP}{upload}", self.id))
+        checked_key(format!("{}{key}{UPLOAD_SEP}{upload}", self.uploads_prefix()))
     }
 
     fn uploads_prefix(&self) -> String {
-        format!("{}~u/", self.id)
+        format!("{UPLOADS_PREFIX}{}/", self.id)
     }
 
     fn part_key(&self, upload: &str, part: i32) -> String {
-        format!("{}~p/{upload}/{part:05}", self.id)
+        format!("{}{part:05}", self.parts_prefix(upload))
     }
 
     fn parts_prefix(&self, upload: &str) -> String {
-        format!("{}~p/{upload}/", self.id)
+        format!("{}{upload}/", self.all_parts_prefix())
+    }
+
+    fn all_parts_prefix(&self) -> String {
+        format!("{PARTS_PREFIX}{}/", self.id)
     }
 }
 
@@ -1293,7 +1305,7 @@ impl Gateway {
         let mut named: std::collections::HashSet<String> = std::collections::HashSet::new();
         let mut report = Sweep::default();
         // The stripes every striped head and every part record names.
-        for prefix in [bucket.objects_prefix(), format!("{}~p/", bucket.id)] {
+        for prefix in [bucket.objects_prefix(), bucket.all_parts_prefix()] {
             let mut cursor = self.client.list_cursor(&bucket.pool, &prefix, None, 1000)?;
             while let Some(info) = cursor.next(&self.client).await? {
                 if !summary_of(&info).is_some_and(|s| s.striped) {
@@ -1405,4 +1417,28 @@ struct Received {
     stripes: Vec<Stripe>,
     /// The head and the data after it, when the data is inline.
     inline: Option<BytesMut>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gateways_own_state_is_under_the_protected_prefix() {
+        for prefix in [USER_PREFIX, KEY_PREFIX, BUCKET_PREFIX, UPLOADS_PREFIX, PARTS_PREFIX] {
+            assert!(optio_proto::is_gateway_key(prefix), "{prefix}");
+        }
+        let bucket = Bucket {
+            name: "b".into(),
+            id: "0123".into(),
+            pool: "data".into(),
+            owner: None,
+            public_access_block: None,
+        };
+        assert!(optio_proto::is_gateway_key(&bucket.upload_key("k", "up").unwrap()));
+        assert!(optio_proto::is_gateway_key(&bucket.part_key("up", 1)));
+        // An object's head and data are the bucket's objects, not the gateway's state.
+        assert!(!optio_proto::is_gateway_key(&bucket.head_key("k").unwrap()));
+        assert!(!optio_proto::is_gateway_key(&bucket.data_key("stripe", 0)));
+    }
 }

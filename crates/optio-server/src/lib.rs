@@ -59,6 +59,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use conn::Limits;
+pub use conn::local::LOCAL_SOCKET_MODE;
 pub use disk::{Disk, Fault, FaultyDisk, RealDisk};
 pub use error::StoreError;
 pub use mapstate::{MapState, ServerMap};
@@ -288,6 +289,13 @@ impl Server {
             }
             _ => None,
         };
+        // (An unspecified address, 0.0.0.0 or ::, names no server: clients address this one by
+        // its devices' addresses in the map.)
+        let listen_addr = listener
+            .local_addr()
+            .ok()
+            .filter(|addr| !addr.ip().is_unspecified())
+            .map(|addr| addr.to_string());
         let signer = Some(transport);
         let state = Arc::new(http::AppState {
             devices,
@@ -303,6 +311,7 @@ impl Server {
             auth,
             writes: Default::default(),
             local_socket,
+            listen_addr,
         });
         Ok(Server { listener, local, state, limits, tls, signer })
     }

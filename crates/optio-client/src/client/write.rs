@@ -454,8 +454,7 @@ impl Client {
     ) {
         let calls =
             endpoints.iter().zip(results).filter(|(_, r)| r.is_ok()).map(|(endpoint, _)| {
-                let purge = Op::Delete { key, version: Some(version), purge: true, pg_seed: None };
-                self.call(self.object_call(view, endpoint, pool, purge))
+                self.call(self.object_call(view, endpoint, pool, Op::Undo { key, version }))
             });
         join_all(calls).await;
     }

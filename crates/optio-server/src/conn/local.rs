@@ -4,7 +4,8 @@
 //! A connection carries frames, one request at a time. Each request is an ordinary signed
 //! request, run through the same router as any other — authentication and capabilities,
 //! epochs, fencing, a device catching up refuses — and only opens (`GET` with
-//! [`wire::OPEN`]) are taken: anything else is refused with an error answer. An open's answer
+//! [`wire::OPEN`]) are taken: anything else (a `PUT` or `DELETE` carrying the header too) is
+//! refused with an error answer. The socket is open to the server's user and group only. An open's answer
 //! carries the descriptor with its first bytes. A connection that breaks the protocol, stays
 //! silent for the idle timeout, or is over [`LOCAL_CONNECTIONS_MAX`] is closed; when the
 //! server stops, each connection finishes the request it is serving.
@@ -21,6 +22,10 @@ use tokio::sync::{Semaphore, watch};
 
 use super::frames::{Context, Refusal, answer, build_request, refusal};
 use super::{Limits, LocalPeer};
+
+/// The local socket's mode: read-write for the server's user and group (run `optio nbd` as
+/// that user, or in that group), nothing for others.
+pub const LOCAL_SOCKET_MODE: u32 = 0o660;
 
 /// Most connections to the local socket at once (a client keeps one per server).
 pub const LOCAL_CONNECTIONS_MAX: usize = 256;
@@ -44,8 +49,9 @@ pub enum LocalSocketError {
     },
 }
 
-/// Binds the local socket at `path`, taking over a socket file a dead server left there, and
-/// lets every user connect (each request is authenticated on its own, as over TCP).
+/// Binds the local socket at `path`, taking over a socket file a dead server left there, with
+/// mode [`LOCAL_SOCKET_MODE`]: the server's user and group connect (each request is also
+/// authenticated on its own, as over TCP), other users cannot.
 pub fn bind(path: &Path) -> Result<UnixListener, LocalSocketError> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let bind_error = |source| LocalSocketError::Bind { path: path.to_path_buf(), source };
@@ -59,7 +65,8 @@ pub fn bind(path: &Path) -> Result<UnixListener, LocalSocketError> {
         std::fs::remove_file(path).map_err(bind_error)?;
     }
     let listener = UnixListener::bind(path).map_err(bind_error)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(bind_error)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(LOCAL_SOCKET_MODE))
+        .map_err(bind_error)?;
     Ok(listener)
 }
 
@@ -134,7 +141,10 @@ async fn serve_connection(
             Err(_) => return, // idle for the idle timeout
         };
         let (frame, file) = match build_request(&head, body, &context) {
-            Ok((id, request)) if !request.headers().contains_key(wire::OPEN) => {
+            Ok((id, request))
+                if request.method() != axum::http::Method::GET
+                    || !request.headers().contains_key(wire::OPEN) =>
+            {
                 let reason = format!("the local socket takes opens only ({})", wire::OPEN);
                 (refusal(id, &reason), None)
             }

@@ -21,13 +21,13 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::get;
 use optio_placement::PoolId;
 use optio_proto::auth::{AuthError, Cap};
-use optio_proto::{Area, DeviceMetrics, ErrorBody, ErrorKind, Route};
+use optio_proto::{Area, DeviceMetrics, ErrorBody, ErrorKind, ListQuery, Route, is_gateway_key};
 use optio_proto::{route, wire};
 
 use crate::error::StoreError;
@@ -67,6 +67,9 @@ pub struct AppState {
     pub(crate) writes: admitted::WritesInFlight,
     /// The local socket, as `/v1/status` shows it.
     pub(crate) local_socket: Option<optio_proto::LocalSocket>,
+    /// The address the server listens on (`host:port`), a target signed requests may name
+    /// besides its devices' addresses in the map.
+    pub(crate) listen_addr: Option<String>,
 }
 
 /// The router.
@@ -82,36 +85,88 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// What a request needs: `None` for `/health` (liveness only) and, with `--metrics-public`,
-/// `/metrics`.
-fn needed(state: &AppState, method: &Method, path: &str, headers: &HeaderMap) -> Option<Cap> {
-    match path {
-        route::HEALTH_PATH => None,
-        route::METRICS_PATH => (!state.auth.metrics_public()).then_some(Cap::Admin),
-        route::STATUS_PATH => Some(Cap::Read),
-        route::SCRUB_PATH => Some(Cap::Admin),
-        _ if headers.contains_key(wire::CATCH_UP) => Some(Cap::Server),
-        _ => Some(match *method {
+/// `/metrics`. Purges (`x-optio-purge`) need `admin`: they remove a copy or a tombstone
+/// without a trace; a writer takes back its own failed write with an undo
+/// (`x-optio-undo`), which removes nothing but that exact, recent, live version. The
+/// gateway's own keys ([`optio_proto::GATEWAY_PREFIX`]), and listings of them, need
+/// `gateway`.
+fn needed(state: &AppState, method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<Cap> {
+    let path = uri.path();
+    let need = match path {
+        route::HEALTH_PATH => return None,
+        route::METRICS_PATH => return (!state.auth.metrics_public()).then_some(Cap::Admin),
+        route::STATUS_PATH => return Some(Cap::Read),
+        route::SCRUB_PATH => return Some(Cap::Admin),
+        _ if headers.contains_key(wire::CATCH_UP) => return Some(Cap::Server),
+        _ => match *method {
             Method::GET | Method::HEAD => Cap::Read,
-            // Removing whatever is stored, tombstones included (not one's own version).
-            Method::DELETE
-                if headers.contains_key(wire::PURGE) && !headers.contains_key(wire::VERSION) =>
-            {
-                Cap::Admin
-            }
+            Method::DELETE if headers.contains_key(wire::PURGE) => Cap::Admin,
             _ => Cap::Write,
-        }),
-    }
+        },
+    };
+    let gateway_state = match Route::parse(path) {
+        Ok(Route { key: Some(key), .. }) => optio_proto::is_gateway_key(&key),
+        Ok(Route { key: None, .. }) => listing_prefix(uri).is_some_and(|p| is_gateway_key(&p)),
+        Err(_) => false,
+    };
+    Some(if gateway_state { need.max(Cap::Gateway) } else { need })
+}
+
+/// The `prefix` a listing's query asks for, if it parses.
+fn listing_prefix(uri: &Uri) -> Option<String> {
+    uri.query()?;
+    let query: axum::extract::Query<ListQuery> = axum::extract::Query::try_from_uri(uri).ok()?;
+    query.0.prefix
+}
+
+/// The capability of the entity a request was authenticated as (an extension the guard
+/// sets; absent with authentication off, when every request may do everything).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallerCap(pub(crate) Cap);
+
+/// Whether a request may see the gateway's own keys in a listing.
+pub(crate) fn sees_gateway_state(extensions: &axum::http::Extensions) -> bool {
+    extensions.get::<CallerCap>().is_none_or(|caller| caller.0.allows(Cap::Gateway))
 }
 
 /// Authenticates and authorises every request before anything else sees it (see
 /// [`crate::auth`]): 401 `unauthorized` or 403 `forbidden` with the reason, counted in
 /// `/metrics` and logged; the request has no effect.
 async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    // A signed header whose value is not visible ASCII would be left out of the signature
+    // (it has no text form) yet act by its presence: refused, as frames refuse them.
+    if let Some(name) = request.headers().iter().find_map(|(name, value)| {
+        (optio_proto::auth::is_signed_header(name.as_str()) && value.to_str().is_err())
+            .then(|| name.as_str().to_string())
+    }) {
+        let (parts, body) = request.into_parts();
+        discard(body, &parts.headers).await;
+        let reason = format!("the header {name} holds bytes other than visible ASCII");
+        if state.auth.enabled() {
+            state.auth.count_refusal(&AuthError::Malformed(reason.clone()));
+        }
+        return state.error_response(fail(ErrorKind::BadRequest, reason), None);
+    }
+    let path_and_query =
+        request.uri().path_and_query().map_or(request.uri().path(), |p| p.as_str());
+    let headers: Vec<(&str, &str)> = request
+        .headers()
+        .iter()
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+        .collect();
+    let seen = crate::auth::Request {
+        method: request.method().as_str(),
+        path: path_and_query,
+        headers: &headers,
+    };
     if request.extensions().get::<crate::conn::Plaintext>().is_some() {
         let path = request.uri().path();
         let open = path == route::HEALTH_PATH
             || (path == route::METRICS_PATH && state.auth.metrics_public());
         if !open {
+            // Its nonce is spent: refused here, it cannot be sent again over TLS.
+            state.auth.spend(seen);
+            drop(headers);
             let (parts, body) = request.into_parts();
             discard(body, &parts.headers).await;
             let failure = fail(
@@ -123,27 +178,25 @@ async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next)
         }
     }
     if !state.auth.enabled() {
+        drop(headers);
         return next.run(request).await;
     }
-    let path = request.uri().path();
-    let Some(need) = needed(&state, request.method(), path, request.headers()) else {
+    let Some(need) = needed(&state, request.method(), request.uri(), request.headers()) else {
+        drop(headers);
         return next.run(request).await;
     };
-    let path_and_query = request.uri().path_and_query().map_or(path, |p| p.as_str());
-    let headers: Vec<(&str, &str)> = request
-        .headers()
-        .iter()
-        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
-        .collect();
     let peer = request.extensions().get::<crate::conn::PeerEntity>().map(|p| p.0.clone());
-    match state.auth.check(
-        request.method().as_str(),
-        path_and_query,
-        &headers,
-        need,
-        peer.as_deref(),
-    ) {
-        Ok(_) => next.run(request).await,
+    let is_own_target = |target: &str| state.is_own_target(target);
+    let checked = state.auth.check(seen, need, peer.as_deref(), &is_own_target);
+    drop(headers);
+    match checked {
+        Ok(caller) => {
+            let mut request = request;
+            if let Some(caller) = caller {
+                request.extensions_mut().insert(CallerCap(caller.cap));
+            }
+            next.run(request).await
+        }
         Err(error) => {
             let kind = match error {
                 AuthError::Forbidden { .. } => ErrorKind::Forbidden,
@@ -200,6 +253,21 @@ impl From<StoreError> for Failure {
 }
 
 impl AppState {
+    /// Whether `target` (a signed request's [`wire::TARGET`]) names this server: the address
+    /// the map gives one of its devices, or the address it listens on.
+    fn is_own_target(&self, target: &str) -> bool {
+        if self.listen_addr.as_deref() == Some(target) {
+            return true;
+        }
+        let Some(map) = self.map.current() else { return false };
+        self.devices.keys().any(|id| {
+            map.map
+                .device(optio_placement::DeviceId(*id))
+                .and_then(|device| device.addr.as_deref())
+                .is_some_and(|addr| addr == target)
+        })
+    }
+
     fn metrics(&self, store: &DeviceStore) -> DeviceMetrics {
         let used = store.used_bytes();
         let capacity = store.capacity_bytes();
@@ -435,7 +503,9 @@ async fn handle(
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
     match (target.area, &target.key, parts.method) {
-        (Area::Objects, None, Method::GET) => list(&target, &parts.uri),
+        (Area::Objects, None, Method::GET) => {
+            list(&target, &parts.uri, sees_gateway_state(&parts.extensions))
+        }
         (Area::Objects, None, Method::POST) => sync_device(&target).await,
         (_, None, _) => {
             Err(fail(ErrorKind::BadRequest, "the key is empty; keys are 1 to 1024 bytes of UTF-8"))

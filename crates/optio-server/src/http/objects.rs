@@ -400,6 +400,15 @@ pub(super) fn now_version() -> ObjectVersion {
     ObjectVersion(micros)
 }
 
+/// A flag header: absent (false) or `1` (true); anything else is refused.
+fn flag(headers: &HeaderMap, name: &str) -> Result<bool, Failure> {
+    match headers.get(name) {
+        None => Ok(false),
+        Some(value) if value.as_bytes() == b"1" => Ok(true),
+        Some(_) => Err(fail(ErrorKind::BadRequest, format!("{name} takes the value 1 only"))),
+    }
+}
+
 pub(super) async fn delete_object(
     state: &AppState,
     target: &Target,
@@ -409,7 +418,37 @@ pub(super) async fn delete_object(
     if let Some(version) = version {
         check_not_ahead(version)?;
     }
-    let purge = headers.get(wire::PURGE).is_some_and(|v| v.as_bytes() == b"1");
+    let purge = flag(headers, wire::PURGE)?;
+    let undo = flag(headers, wire::UNDO)?;
+    let undone = match (purge, undo, version) {
+        (true, true, _) => {
+            return Err(fail(
+                ErrorKind::BadRequest,
+                format!("{} and {} do not go together", wire::PURGE, wire::UNDO),
+            ));
+        }
+        (_, true, None) => {
+            return Err(fail(
+                ErrorKind::BadRequest,
+                format!("{} needs the version written ({})", wire::UNDO, wire::VERSION),
+            ));
+        }
+        (_, true, Some(version)) => Some(version),
+        _ => None,
+    };
+    if let Some(version) = undone {
+        let age_ms = now_version().0.saturating_sub(version.0) / 1000;
+        if age_ms > wire::UNDO_AGE_MAX_MS {
+            return Err(fail(
+                ErrorKind::Forbidden,
+                format!(
+                    "version {} was written {age_ms} ms ago; an undo takes back only writes of the last {} ms (removing older copies is a purge, for admins)",
+                    version.0,
+                    wire::UNDO_AGE_MAX_MS
+                ),
+            ));
+        }
+    }
     let pg_seed = header_u64(headers, wire::PG)?
         .map(|seed| {
             u32::try_from(seed).map_err(|_| {
@@ -422,7 +461,9 @@ pub(super) async fn delete_object(
     let pool = target.pool;
     let key = target.key.clone().expect("routed with a key");
     let removed = tokio::task::spawn_blocking(move || {
-        if purge {
+        if let Some(version) = undone {
+            store.undo(pool, &key, version)
+        } else if purge {
             store.purge(pool, &key, version)
         } else {
             store
@@ -438,7 +479,13 @@ pub(super) async fn delete_object(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-pub(super) fn list(target: &Target, uri: &axum::http::Uri) -> Result<Response, Failure> {
+/// A page of a device's listing; without `gateway_state`, the gateway's own keys are left
+/// out (see [`optio_proto::GATEWAY_PREFIX`]).
+pub(super) fn list(
+    target: &Target,
+    uri: &axum::http::Uri,
+    gateway_state: bool,
+) -> Result<Response, Failure> {
     let query: ListQuery = match uri.query() {
         None => ListQuery::default(),
         Some(_) => axum::extract::Query::try_from_uri(uri)
@@ -452,6 +499,7 @@ pub(super) fn list(target: &Target, uri: &axum::http::Uri) -> Result<Response, F
         query.after.as_deref(),
         query.limit.unwrap_or(LIST_LIMIT_MAX),
         query.tombstones.unwrap_or(false),
+        gateway_state,
     );
     let json = serde_json::to_vec(&listing).expect("listings serialize");
     Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response())

@@ -12,9 +12,12 @@ use super::AppState;
 pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
     // `epoch` stays last: simple readers (`optio_local::cluster::health_epoch`) parse it so.
     let recovering = state.devices.keys().filter(|id| state.catchup.refuses_reads(**id)).count();
+    // `keyring`: the first hex digits of the keyring file's hash as loaded (empty with
+    // authentication off), so that `optio auth` can wait until every server holds its change.
     let body = format!(
-        "{{\"status\":\"ok\",\"recovering\":{recovering},\"fenced\":{},\"epoch\":{}}}",
+        "{{\"status\":\"ok\",\"recovering\":{recovering},\"fenced\":{},\"keyring\":\"{}\",\"epoch\":{}}}",
         !state.fence.serving(),
+        state.auth.keyring_digest(),
         state.map.epoch()
     );
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()

@@ -684,8 +684,40 @@ impl DeviceStore {
         Ok(true)
     }
 
+    /// Takes back a write of `version` that could not complete (see
+    /// [`optio_proto::wire::UNDO`]): removes the copy only if it is a live object of exactly
+    /// that version — a tombstone, an older or a newer version stays. Whether it was removed.
+    pub fn undo(
+        &self,
+        pool: PoolId,
+        key: &str,
+        version: ObjectVersion,
+    ) -> Result<bool, StoreError> {
+        let _stripe = self.stripe(key);
+        let Some(entry) = self.entry(pool, key) else { return Ok(false) };
+        if entry.deleted || entry.version != version {
+            return Ok(false);
+        }
+        let path = self.path_of(pool, key);
+        match self.disk.remove(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StoreError::Io { operation: "remove", path, source: e }),
+        }
+        self.forget(pool, key);
+        tracing::info!(
+            pool = pool.0,
+            key,
+            version = version.0,
+            "undid a write that could not complete"
+        );
+        Ok(true)
+    }
+
     /// Objects of `pool` in key order, after `after`, with `prefix`, in PG `pg_seed` (and
-    /// the tombstones too, with `tombstones`; they count towards `limit`).
+    /// the tombstones too, with `tombstones`; they count towards `limit`); the gateway's own
+    /// keys ([`optio_proto::GATEWAY_PREFIX`]) only with `gateway_state`.
+    #[allow(clippy::too_many_arguments)]
     pub fn list(
         &self,
         pool: PoolId,
@@ -694,6 +726,7 @@ impl DeviceStore {
         after: Option<&str>,
         limit: usize,
         tombstones: bool,
+        gateway_state: bool,
     ) -> Listing {
         use std::ops::Bound;
         let index = self.index.read().expect("index lock");
@@ -710,6 +743,7 @@ impl DeviceStore {
             if entry.deleted && !tombstones
                 || !key.starts_with(prefix)
                 || pg_seed.is_some_and(|pg| entry.pg_seed != Some(pg))
+                || !gateway_state && optio_proto::is_gateway_key(key)
             {
                 continue;
             }
@@ -927,7 +961,7 @@ mod tests {
         data.extend_from_slice(b"the object");
         let listed = |store: &DeviceStore| -> Vec<Option<String>> {
             store
-                .list(PoolId(1), "", None, None, 10, false)
+                .list(PoolId(1), "", None, None, 10, false, true)
                 .objects
                 .into_iter()
                 .map(|o| o.summary)
@@ -946,7 +980,7 @@ mod tests {
         put(&store, "b", &data, 2).unwrap();
         assert_eq!(listed(&store), vec![None, Some("ab".repeat(SUMMARY_BYTES))]);
         store.delete(PoolId(1), "b", Some(ObjectVersion(3)), Epoch(1), None).unwrap();
-        let with_tombstones = store.list(PoolId(1), "", None, None, 10, true);
+        let with_tombstones = store.list(PoolId(1), "", None, None, 10, true, true);
         assert_eq!(with_tombstones.deleted.len(), 1);
     }
 
@@ -1071,7 +1105,7 @@ mod tests {
         // A migration bringing the older copy back is refused; a newer write wins.
         assert!(matches!(put(&store, "k", b"one", 10), Err(StoreError::VersionConflict { .. })));
         assert_eq!(store.objects(), 0);
-        assert!(store.list(PoolId(1), "", None, None, 10, false).objects.is_empty());
+        assert!(store.list(PoolId(1), "", None, None, 10, false, true).objects.is_empty());
         // A tombstone is recorded even where nothing was stored, and survives a restart.
         store.delete(PoolId(1), "never", Some(ObjectVersion(5)), Epoch(1), Some(7)).unwrap();
         drop(store);

@@ -329,7 +329,11 @@ async fn unsigned_requests_are_refused_and_store_nothing() {
     let credentials = Credentials { id: "client.t".into(), key };
     let body = b"signed";
     let path = "/v1/dev/0/objects/1/k";
-    let headers = [("x-optio-version", "5".to_string()), (CONTENT_HASH_HEADER, content_hash(body))];
+    let headers = [
+        ("x-optio-version", "5".to_string()),
+        (CONTENT_HASH_HEADER, content_hash(body)),
+        (optio_proto::wire::TARGET, server.addr.to_string()),
+    ];
     let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
     let now =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()

@@ -161,14 +161,16 @@ async fn framed_requests_are_authenticated_like_any_other() {
     let now_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
             as u64;
-    let signed = credentials.sign("DELETE", object, &[], now_ms);
-    let headers = [(optio_proto::auth::AUTH_HEADER, signed.as_str())];
+    let target = server.addr.to_string();
+    let aimed = [(optio_proto::wire::TARGET, target.as_str())];
+    let signed = credentials.sign("DELETE", object, &aimed, now_ms);
+    let headers = [aimed[0], (optio_proto::auth::AUTH_HEADER, signed.as_str())];
     stream.write_all(&request(2, "DELETE", object, &headers, b"")).await.unwrap();
     let (id, forbidden) = answer(&mut stream).await.unwrap();
     assert_eq!((id, forbidden.status), (2, 403));
     // A signed read is served (the object is absent).
-    let signed = credentials.sign("HEAD", object, &[], now_ms + 1);
-    let headers = [(optio_proto::auth::AUTH_HEADER, signed.as_str())];
+    let signed = credentials.sign("HEAD", object, &aimed, now_ms + 1);
+    let headers = [aimed[0], (optio_proto::auth::AUTH_HEADER, signed.as_str())];
     stream.write_all(&request(3, "HEAD", object, &headers, b"")).await.unwrap();
     let (id, absent) = answer(&mut stream).await.unwrap();
     assert_eq!((id, absent.status), (3, 404));

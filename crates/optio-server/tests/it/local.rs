@@ -155,3 +155,47 @@ async fn a_dead_servers_socket_file_is_taken_over_and_anything_else_refused() {
     assert!(error.to_string().contains("is not a socket"), "{error}");
     assert_eq!(std::fs::read_to_string(&socket).unwrap(), "not a socket");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_socket_is_for_its_group_and_writes_or_purges_carrying_the_open_header_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let (server, socket) = start(root.path()).await;
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, optio_server::LOCAL_SOCKET_MODE, "{mode:o}: others may not connect");
+    assert_eq!(mode & 0o007, 0, "{mode:o}");
+    write_at(&server, KEY, 0, 1, 5, 0).await;
+    let stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    let path = format!("/v1/dev/0/objects/1/{KEY}");
+    /// (method, headers, body)
+    type Framed<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [u8]);
+    let requests: [Framed; 3] = [
+        ("PUT", &[("x-optio-open", "1"), ("x-optio-version", "9")], b"overwritten"),
+        ("DELETE", &[("x-optio-open", "1"), ("x-optio-purge", "1")], b""),
+        ("DELETE", &[("x-optio-open", "1")], b""),
+    ];
+    for (id, (method, headers, body)) in requests.into_iter().enumerate() {
+        let mut frame = Vec::new();
+        let length = body.len();
+        optio_proto::frames::encode_request(
+            &mut frame,
+            id as u64,
+            method,
+            &path,
+            headers.iter().copied(),
+            length,
+        )
+        .unwrap();
+        frame.extend_from_slice(body);
+        optio_net::local::send_frame(&stream, &frame, None).await.unwrap();
+        let (head, _, fds) = optio_net::local::recv_frame(&stream, 1 << 20).await.unwrap().unwrap();
+        let answer = optio_proto::frames::decode_answer(&head).unwrap();
+        assert!(answer.status >= 400, "{method} {headers:?} was served: {}", answer.status);
+        assert!(fds.is_empty());
+    }
+    // The object is as it was.
+    let probe = server.http.head(server.object(0, 1, KEY)).send().await.unwrap();
+    assert_eq!(probe.status(), 200);
+    assert_eq!(probe.headers()["x-optio-version"], "5");
+    server.stop().await;
+}

@@ -18,7 +18,8 @@ pub enum Command {
     Add(AddArgs),
     /// List the entities and their capabilities (never the keys).
     Ls(LsArgs),
-    /// Remove an entity: its requests are refused from the servers' next reload (≤ 1 s).
+    /// Remove an entity: its requests are refused when the command returns (it waits for the
+    /// servers of --cluster or --map to hold the change).
     Rm(EntityArgs),
     /// Give an entity a new key; the old one stays valid for --grace (rotation without
     /// downtime), and the new key file is written.
@@ -34,7 +35,16 @@ pub struct Target {
     /// The cluster directory `optio up` printed.
     #[arg(long, env = "OPTIO_CLUSTER", value_name = "DIR")]
     pub cluster: Option<PathBuf>,
+    /// The cluster's map (a map file, a cluster directory or etcd://…): a change returns once
+    /// every server it names that answers holds it (with --cluster, that cluster's map).
+    #[arg(long, value_name = "SOURCE")]
+    pub map: Option<String>,
 }
+
+/// How long a keyring change waits for the servers to hold it.
+const SERVERS_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often it asks them.
+const SERVERS_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Target {
     fn path(&self) -> Result<PathBuf> {
@@ -53,9 +63,10 @@ impl Target {
 pub struct AddArgs {
     /// client.NAME or server.NAME.
     pub entity: String,
-    /// What it may do: read (get, probe, list, status), write (read + put, delete), admin
-    /// (everything), server (a server's own traffic).
-    #[arg(long, value_parser = ["read", "write", "admin", "server"])]
+    /// What it may do: read (get, probe, list, status), write (read + put, delete), gateway
+    /// (write + the S3 gateway's own state: users, secrets, buckets, uploads — for `optio s3`),
+    /// admin (everything), server (a server's own traffic).
+    #[arg(long, value_parser = ["read", "write", "gateway", "admin", "server"])]
     pub caps: String,
     /// Where to write its key file (default: ENTITY.keyring in the current directory).
     #[arg(short, long, value_name = "FILE")]
@@ -169,7 +180,7 @@ fn add(args: AddArgs) -> Result<()> {
         file.display()
     );
     println!("key (shown once): {}", entity.key.to_base64());
-    Ok(())
+    wait_for_servers(&args.target, &path)
 }
 
 fn ls(args: LsArgs) -> Result<()> {
@@ -212,12 +223,57 @@ fn rm(args: EntityArgs) -> Result<()> {
         bail!("{} is the last admin: add another admin first", args.entity);
     }
     keyring.save(&path)?;
-    println!(
-        "removed {} from {}: servers refuse its requests from their next reload (within 1 s)",
-        args.entity,
-        path.display()
-    );
-    Ok(())
+    println!("removed {} from {}", args.entity, path.display());
+    wait_for_servers(&args.target, &path)
+}
+
+/// Waits until every server of the cluster's map that answers `/health` holds the keyring
+/// now at `path` (its hash), for at most [`SERVERS_WAIT_MAX`]: when the command returns, its
+/// change holds. Without a map (a keyring copied to servers by hand) it says so instead.
+fn wait_for_servers(target: &Target, path: &Path) -> Result<()> {
+    let source = match (&target.map, &target.cluster) {
+        (Some(spec), _) => optio_cluster::MapSource::parse(spec)?,
+        (None, Some(dir)) => optio_cluster::dir::cluster_source(dir)?,
+        (None, None) => {
+            println!(
+                "(no --cluster or --map: copy the keyring to every server; each loads it within 1 s of the change)"
+            );
+            return Ok(());
+        }
+    };
+    let map = crate::rt::runtime()?
+        .block_on(source.load())
+        .context("cannot read the map to tell which servers must hold the change")?;
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let digest = blake3::hash(&bytes).to_hex()[..16].to_string();
+    let mut addrs: Vec<String> =
+        map.devices().iter().filter(|d| d.up).filter_map(|d| d.addr.clone()).collect();
+    addrs.sort();
+    addrs.dedup();
+    let deadline = std::time::Instant::now() + SERVERS_WAIT_MAX;
+    let mut waiting = addrs;
+    loop {
+        // A server that does not answer loads the keyring when it starts; one with
+        // authentication off (an empty digest) checks no key.
+        waiting.retain(|addr| {
+            optio_local::cluster::health(addr)
+                .and_then(|h| h.keyring)
+                .is_some_and(|held| !held.is_empty() && held != digest)
+        });
+        if waiting.is_empty() {
+            println!("every server holds the change");
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!(
+                "{} is written, but the servers at {} do not hold it after {SERVERS_WAIT_MAX:?}: \
+                 check that they read this keyring file (their --keyring) and their logs",
+                path.display(),
+                waiting.join(", ")
+            );
+        }
+        std::thread::sleep(SERVERS_POLL_INTERVAL);
+    }
 }
 
 fn rotate(args: RotateArgs) -> Result<()> {
@@ -234,8 +290,9 @@ fn rotate(args: RotateArgs) -> Result<()> {
     keyring.insert(entity.clone());
     keyring.save(&path)?;
     println!("rotated {}: new key in {} (mode 0600)", args.entity, file.display());
+    wait_for_servers(&args.target, &path)?;
     if args.grace.is_zero() {
-        println!("the old key is refused from the servers' next reload (within 1 s)");
+        println!("the old key is refused from now on");
     } else {
         println!("the old key stays valid for {:?}", args.grace);
     }

@@ -32,7 +32,9 @@ mod metrics;
 mod partition;
 mod scrub;
 
-// Authentication and authorisation (issue 14).
+// Authentication and authorisation (issue 14), and the holes issue 36 closed.
+#[cfg(feature = "s3")]
+mod request_security;
 mod security;
 
 // Block volumes (issue 15).

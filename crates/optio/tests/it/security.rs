@@ -121,8 +121,10 @@ impl Raw {
         }
     }
 
-    fn sign(&mut self, credentials: &Credentials, ts_ms: u64) {
-        self.headers.retain(|(name, _)| *name != AUTH_HEADER);
+    /// Signs the request for the server at `addr` (its target, [`optio_proto::wire::TARGET`]).
+    fn sign(&mut self, addr: &str, credentials: &Credentials, ts_ms: u64) {
+        self.headers.retain(|(name, _)| *name != AUTH_HEADER && *name != optio_proto::wire::TARGET);
+        self.headers.push((optio_proto::wire::TARGET, addr.to_string()));
         let pairs: Vec<(&str, &str)> = self.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
         let value = credentials.sign(self.method.as_str(), &self.path, &pairs, ts_ms);
         self.headers.push((AUTH_HEADER, value));
@@ -157,7 +159,7 @@ fn forged_altered_expired_replayed_and_swapped_requests_are_refused_and_change_n
     rt.block_on(async {
         let version = now_ms() * 1000;
         let mut good = Raw::put(device, pool, "raw", b"the original", version);
-        good.sign(&admin, now_ms());
+        good.sign(&addr, &admin, now_ms());
         assert_eq!(good.send(&addr).await.0, 201, "a signed request is served");
 
         let refused = |answer: (u16, String), what: &str| {
@@ -169,31 +171,31 @@ fn forged_altered_expired_replayed_and_swapped_requests_are_refused_and_change_n
         assert!(text.contains("already received"), "{text}");
         // A newer version with the body swapped after signing.
         let mut swapped = Raw::put(device, pool, "raw", b"the forgery!", version + 1);
-        swapped.sign(&admin, now_ms());
+        swapped.sign(&addr, &admin, now_ms());
         swapped.body = b"evil payload".to_vec();
         let text = refused(swapped.send(&addr).await, "a swapped body");
         assert!(text.contains("body does not match"), "{text}");
         // A header changed after signing.
         let mut altered = Raw::put(device, pool, "raw", b"the forgery!", version + 2);
-        altered.sign(&admin, now_ms());
+        altered.sign(&addr, &admin, now_ms());
         altered.headers[0].1 = (version + 3).to_string();
         refused(altered.send(&addr).await, "an altered header");
         // Signed with a key the cluster does not know (a rogue server, a guessed key).
         let rogue = Credentials { id: "server.rogue".into(), key: Key::generate().unwrap() };
         let mut forged = Raw::put(device, pool, "raw", b"the forgery!", version + 4);
-        forged.sign(&rogue, now_ms());
+        forged.sign(&addr, &rogue, now_ms());
         let text = refused(forged.send(&addr).await, "an unknown entity");
         assert!(text.contains("unknown entity"), "{text}");
         let wrong_key = Credentials { id: "client.admin".into(), key: Key::generate().unwrap() };
-        forged.sign(&wrong_key, now_ms());
+        forged.sign(&addr, &wrong_key, now_ms());
         refused(forged.send(&addr).await, "a wrong key");
         // Expired (captured a minute ago), and truncated.
         let mut old = Raw::put(device, pool, "raw", b"the forgery!", version + 5);
-        old.sign(&admin, now_ms() - 60_000);
+        old.sign(&addr, &admin, now_ms() - 60_000);
         let text = refused(old.send(&addr).await, "an expired request");
         assert!(text.contains("outside its window"), "{text}");
         let mut truncated = Raw::put(device, pool, "raw", b"the forgery!", version + 6);
-        truncated.sign(&admin, now_ms());
+        truncated.sign(&addr, &admin, now_ms());
         let last = truncated.headers.last_mut().unwrap();
         last.1.truncate(last.1.len() - 10);
         refused(truncated.send(&addr).await, "a truncated signature");
@@ -211,7 +213,7 @@ fn forged_altered_expired_replayed_and_swapped_requests_are_refused_and_change_n
             headers: vec![],
             body: vec![],
         };
-        metrics.sign(&admin, now_ms());
+        metrics.sign(&addr, &admin, now_ms());
         let (status, text) = metrics.send(&addr).await;
         assert_eq!(status, 200);
         for reason in
