@@ -40,6 +40,8 @@ pub(crate) struct Gateway {
     scheme: &'static str,
     /// What it wrote to stderr (read all along, so that it never blocks on a full pipe).
     log: std::sync::Arc<std::sync::Mutex<String>>,
+    /// The thread reading it, which ends at the end of its stderr.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Gateway {
@@ -90,14 +92,14 @@ impl Gateway {
                 let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
                 let stderr = BufReader::new(child.stderr.take().unwrap());
                 let kept = log.clone();
-                std::thread::spawn(move || {
+                let reader = std::thread::spawn(move || {
                     for line in stderr.lines().map_while(Result::ok) {
                         let mut log = kept.lock().unwrap();
                         log.push_str(&line);
                         log.push('\n');
                     }
                 });
-                Gateway { child, port, scheme, log }
+                Gateway { child, port, scheme, log, reader: Some(reader) }
             }
             _ => {
                 let status = child.wait().expect("exits");
@@ -120,6 +122,16 @@ impl Gateway {
     pub(crate) fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Kills it, and returns all it logged (its stderr read to the end).
+    pub(crate) fn kill_and_log(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the log reader ends");
+        }
+        self.log()
     }
 }
 
