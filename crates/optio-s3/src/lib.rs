@@ -12,22 +12,23 @@
 
 #![deny(missing_docs)]
 
+pub mod buffered;
+pub mod conn;
 pub mod format;
 pub mod s3;
+pub mod sigv2;
 pub mod store;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use optio_net::exposition::Registry;
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::service::S3ServiceBuilder;
-use s3s::{S3Result, s3_error};
+use s3s::{S3Error, S3Result, s3_error};
 
+pub use buffered::CHUNKED_BODY_MAX;
 pub use store::{Gateway, GatewayError};
 
 /// The path the gateway answers Prometheus on (no bucket name starts with `_`).
@@ -165,16 +166,53 @@ pub struct ServeConfig {
     /// HTTPS: the gateway's certificate and key (`optio_net::tls::server_config`); `None`:
     /// plain HTTP.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The connection limit and timeouts ([`conn`]).
+    pub limits: conn::Limits,
+    /// Longest time a body read before its signature is checked may take to arrive
+    /// ([`buffered`]).
+    pub buffered_body_timeout: std::time::Duration,
+    /// Take requests signed with AWS Signature Version 2 (checked as [`sigv2`] says); refused
+    /// otherwise.
+    pub allow_sigv2: bool,
 }
 
 impl Default for ServeConfig {
     fn default() -> ServeConfig {
-        ServeConfig { region: "us-east-1".into(), domains: Vec::new(), tls: None }
+        ServeConfig {
+            region: "us-east-1".into(),
+            domains: Vec::new(),
+            tls: None,
+            limits: conn::Limits::default(),
+            buffered_body_timeout: buffered::TIME_LIMIT_DEFAULT,
+            allow_sigv2: false,
+        }
     }
 }
 
-/// Longest time a client may take over the TLS handshake before its connection is closed.
-const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// What every request's answer needs.
+#[derive(Clone)]
+struct Shared(Arc<SharedInner>);
+
+struct SharedInner {
+    service: s3s::service::S3Service,
+    metrics: Arc<Metrics>,
+    budget: buffered::Budget,
+    /// Secrets, for SigV2 requests checked here.
+    users: Users,
+    /// Virtual hosts, as s3s reads them (for SigV2's string to sign).
+    host: Option<s3s::host::MultiDomain>,
+    allow_sigv2: bool,
+}
+
+impl conn::Handler for Shared {
+    async fn handle(
+        &self,
+        request: http::Request<conn::TimedBody>,
+        connection: Arc<conn::Connection>,
+    ) -> http::Response<s3s::Body> {
+        answer(&self.0, &connection, request).await
+    }
+}
 
 /// Serves the S3 API of `gateway` on `listener` until `stop` completes (errors only on a
 /// bad configuration).
@@ -185,74 +223,44 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+    config.limits.check().map_err(invalid)?;
+    if config.buffered_body_timeout.is_zero() {
+        return Err(invalid("the buffered-body time limit is zero; it must be positive".into()));
+    }
     let mut builder = S3ServiceBuilder::new(s3::OptioS3::new(gateway.clone(), &config.region));
     builder.set_auth(Users(gateway.clone()));
-    builder.set_access(Owners(gateway));
-    if !config.domains.is_empty() {
-        let host = s3s::host::MultiDomain::new(&config.domains).map_err(|e| {
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad --domain: {e}"))
-        })?;
-        builder.set_host(host);
-    }
-    let service = builder.build();
+    builder.set_access(Owners(gateway.clone()));
+    let domains = || {
+        s3s::host::MultiDomain::new(&config.domains)
+            .map_err(|e| invalid(format!("bad --domain: {e}")))
+    };
+    let host = if config.domains.is_empty() {
+        None
+    } else {
+        builder.set_host(domains()?);
+        Some(domains()?)
+    };
+    let shared = Shared(Arc::new(SharedInner {
+        service: builder.build(),
+        metrics,
+        budget: buffered::Budget::new(config.buffered_body_timeout),
+        users: Users(gateway),
+        host,
+        allow_sigv2: config.allow_sigv2,
+    }));
     let tls = config.tls.map(tokio_rustls::TlsAcceptor::from);
-    let lengthless = Arc::new(tokio::sync::Semaphore::new(LENGTHLESS_BUDGET_MIB));
-    tokio::pin!(stop);
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = &mut stop => return Ok(()),
-        };
-        // A failed accept (out of file descriptors, a connection reset before it was taken)
-        // is the connection's trouble, not the gateway's: it goes on serving the others.
-        let (stream, peer): (_, SocketAddr) = match accepted {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                tracing::warn!(%error, "cannot accept an S3 connection");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let service = service.clone();
-        let metrics = metrics.clone();
-        let lengthless = lengthless.clone();
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            let handle = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                let service = service.clone();
-                let metrics = metrics.clone();
-                let lengthless = lengthless.clone();
-                async move {
-                    let answered = answer(&service, &metrics, &lengthless, request).await;
-                    Ok::<_, std::convert::Infallible>(answered)
-                }
-            });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let ended = match tls {
-                None => builder.serve_connection(TokioIo::new(stream), handle).await,
-                Some(acceptor) => {
-                    let handshake =
-                        tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream));
-                    match handshake.await {
-                        Ok(Ok(stream)) => {
-                            builder.serve_connection(TokioIo::new(stream), handle).await
-                        }
-                        Ok(Err(error)) => {
-                            tracing::debug!(%peer, %error, "an S3 client's TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(%peer, "an S3 client's TLS handshake timed out");
-                            return;
-                        }
-                    }
-                }
-            };
-            if let Err(error) = ended {
-                tracing::debug!(%peer, %error, "an S3 connection ended with an error");
-            }
-        });
+    conn::serve(listener, tls, config.limits, shared, stop).await;
+    Ok(())
+}
+
+/// An S3 error as its answer.
+pub(crate) fn s3_answer(error: S3Error) -> http::Response<s3s::Body> {
+    let status = error.status_code().unwrap_or(http::StatusCode::BAD_REQUEST);
+    let code = error.code().as_str().to_string();
+    match error.to_http_response() {
+        Ok(response) => response,
+        Err(_) => error_answer(status, &code, "the error could not be written"),
     }
 }
 
@@ -267,95 +275,6 @@ fn error_answer(status: http::StatusCode, code: &str, message: &str) -> http::Re
         .headers_mut()
         .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/xml"));
     response
-}
-
-/// Most bytes of a body sent with `Transfer-Encoding: chunked` and no length at all (no
-/// `Content-Length`, no `x-amz-decoded-content-length`) that the gateway takes: it reads such a
-/// body whole to learn its length, which s3s needs (`curl -T -` sends one).
-pub const CHUNKED_BODY_MAX: usize = 64 << 20;
-
-/// MiB that bodies without a length may hold in memory at once, all requests together (they
-/// are read before their signature can be checked): four of the largest. Past it, a request
-/// gets 503 `SlowDown`.
-const LENGTHLESS_BUDGET_MIB: usize = 4 * (CHUNKED_BODY_MAX >> 20);
-
-/// The request for s3s. A body sent chunked with no length is read (up to
-/// [`CHUNKED_BODY_MAX`], within the gateway's `budget` of such bodies, whose permit comes back
-/// with the request and is held until it is answered) and given its `Content-Length`; a longer
-/// one is refused with 411 `MissingContentLength`, as s3s would refuse any, saying what to
-/// send instead.
-async fn with_length(
-    request: http::Request<hyper::body::Incoming>,
-    budget: &Arc<tokio::sync::Semaphore>,
-) -> Result<
-    (http::Request<s3s::Body>, Option<tokio::sync::OwnedSemaphorePermit>),
-    http::Response<s3s::Body>,
-> {
-    use http_body_util::BodyExt;
-    let headers = request.headers();
-    let lengthless = headers
-        .get(http::header::TRANSFER_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|c| c.trim().eq_ignore_ascii_case("chunked")))
-        && !headers.contains_key(http::header::CONTENT_LENGTH)
-        && !headers.contains_key("x-amz-decoded-content-length");
-    let (mut parts, body) = request.into_parts();
-    if !lengthless {
-        return Ok((http::Request::from_parts(parts, s3s::Body::from(body)), None));
-    }
-    let Ok(permit) = budget.clone().try_acquire_many_owned((CHUNKED_BODY_MAX >> 20) as u32) else {
-        // Read what the client is still sending before answering (a lingering close): a
-        // client writing its last chunk to a connection already answered and closed gets a
-        // broken pipe instead of the 503 and its reason.
-        drain(body).await;
-        return Err(error_answer(
-            http::StatusCode::SERVICE_UNAVAILABLE,
-            "SlowDown",
-            "too many bodies without a length are being read at once; retry, or send \
-             Content-Length",
-        ));
-    };
-    match http_body_util::Limited::new(body, CHUNKED_BODY_MAX).collect().await {
-        Ok(collected) => {
-            let bytes = collected.to_bytes();
-            parts
-                .headers
-                .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(bytes.len()));
-            Ok((http::Request::from_parts(parts, s3s::Body::from(bytes)), Some(permit)))
-        }
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(error_answer(
-            http::StatusCode::LENGTH_REQUIRED,
-            "MissingContentLength",
-            "a body sent chunked without a length is taken up to 64 MiB; send Content-Length, \
-             or aws-chunked with x-amz-decoded-content-length, for a larger one",
-        )),
-        Err(_) => Err(error_answer(
-            http::StatusCode::BAD_REQUEST,
-            "IncompleteBody",
-            "the request's chunked body broke off before its last chunk",
-        )),
-    }
-}
-
-/// The most of a refused body [`drain`] reads, and for how long.
-const DRAIN_BYTES_MAX: usize = 1 << 20;
-const DRAIN_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Reads and drops a refused request's body — at most [`DRAIN_BYTES_MAX`] bytes, for at most
-/// [`DRAIN_TIME_MAX`] — so that its client reads the refusal rather than a reset connection;
-/// a larger or slower body is cut off when the connection closes.
-async fn drain(mut body: hyper::body::Incoming) {
-    use http_body_util::BodyExt;
-    let _ = tokio::time::timeout(DRAIN_TIME_MAX, async {
-        let mut read = 0;
-        while let Some(Ok(frame)) = body.frame().await {
-            read += frame.data_ref().map_or(0, |data| data.len());
-            if read > DRAIN_BYTES_MAX {
-                break;
-            }
-        }
-    })
-    .await;
 }
 
 /// GetObjectAttributes' answer with its `ETag` element bare, as S3 writes it there (unlike the
@@ -395,10 +314,26 @@ fn unquote_etag(xml: &str) -> String {
     out
 }
 
-/// Requests refused before they reach s3s: CORS preflights (no CORS is configured), and
-/// presigned URLs whose `X-Amz-Expires` is out of S3's range (1 s to 7 days) or past.
-fn refuse_early(
-    request: &http::Request<hyper::body::Incoming>,
+/// A request's query, its names and values decoded as s3s decodes them (so that a name sent
+/// percent-encoded, `X-Amz-%45xpires`, is checked as the name s3s reads); `None` when it cannot
+/// be decoded (s3s refuses such a request).
+fn decoded_query(uri: &http::Uri) -> Option<Vec<(String, String)>> {
+    match uri.query() {
+        None => Some(Vec::new()),
+        Some(query) => serde_urlencoded::from_str(query).ok(),
+    }
+}
+
+/// Longest validity of a presigned URL (S3's limit).
+const PRESIGNED_SECONDS_MAX: i64 = 7 * 24 * 3600;
+
+/// Requests refused before they reach s3s: CORS preflights (no CORS is configured), presigned
+/// URLs whose `X-Amz-Expires` is out of S3's range (1 s to 7 days) or past, and SigV2 requests
+/// unless they are allowed.
+fn refuse_early<B>(
+    request: &http::Request<B>,
+    query: &[(String, String)],
+    allow_sigv2: bool,
 ) -> Option<http::Response<s3s::Body>> {
     if request.method() == http::Method::OPTIONS {
         return Some(error_answer(
@@ -407,43 +342,49 @@ fn refuse_early(
             "Insufficient information. Origin request header needed.",
         ));
     }
-    let query = request.uri().query()?;
-    let mut expires = None;
+    if !allow_sigv2 && sigv2::is_sigv2(request, query) {
+        return Some(s3_answer(sigv2::refused()));
+    }
+    let denied = |message: &str| {
+        Some(s3_answer(S3Error::with_message(s3s::S3ErrorCode::AccessDenied, message.to_string())))
+    };
     let mut date = None;
-    for pair in query.split('&') {
-        match pair.split_once('=') {
-            Some(("X-Amz-Expires", value)) => expires = Some(value),
-            Some(("X-Amz-Date", value)) => date = Some(value),
+    let mut expires = Vec::new();
+    for (name, value) in query {
+        match name.as_str() {
+            "X-Amz-Expires" => expires.push(value),
+            "X-Amz-Date" => date = Some(value),
             _ => {}
         }
     }
-    let expires = expires?;
-    let denied =
-        |message: &str| Some(error_answer(http::StatusCode::FORBIDDEN, "AccessDenied", message));
-    let Ok(seconds) = expires.parse::<i64>() else {
-        return denied("X-Amz-Expires is not a number of seconds");
-    };
-    if !(1..=604_800).contains(&seconds) {
-        return denied("X-Amz-Expires must be from 1 second to 7 days (604800)");
-    }
-    let signed = date.and_then(|d| {
-        let format =
-            time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
-        time::PrimitiveDateTime::parse(d, format).ok()
-    })?;
-    let now = time::OffsetDateTime::now_utc();
-    if signed.assume_utc() + time::Duration::seconds(seconds) < now {
-        return denied("Request has expired");
+    for expires in &expires {
+        let Ok(seconds) = expires.parse::<i64>() else {
+            return denied("X-Amz-Expires is not a number of seconds");
+        };
+        if !(1..=PRESIGNED_SECONDS_MAX).contains(&seconds) {
+            return denied("X-Amz-Expires must be from 1 second to 7 days (604800)");
+        }
+        let signed = date.and_then(|d| {
+            let format =
+                time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+            time::PrimitiveDateTime::parse(d, format).ok()
+        });
+        if let Some(signed) = signed
+            && signed.assume_utc() + time::Duration::seconds(seconds)
+                < time::OffsetDateTime::now_utc()
+        {
+            return denied("Request has expired");
+        }
     }
     None
 }
 
 async fn answer(
-    service: &s3s::service::S3Service,
-    metrics: &Metrics,
-    lengthless: &Arc<tokio::sync::Semaphore>,
-    request: http::Request<hyper::body::Incoming>,
+    shared: &SharedInner,
+    connection: &conn::Connection,
+    request: http::Request<conn::TimedBody>,
 ) -> http::Response<s3s::Body> {
+    let metrics = &shared.metrics;
     let request_id = format!(
         "{:016x}",
         metrics.next_id.fetch_add(1, Ordering::Relaxed) ^ std::process::id() as u64
@@ -457,20 +398,30 @@ async fn answer(
         return response;
     }
     let started = std::time::Instant::now();
-    if let Some(refusal) = refuse_early(&request) {
+    let refused = |refusal: http::Response<s3s::Body>| {
         metrics.count("Refused", refusal.status().as_u16(), started.elapsed());
-        return refusal;
+        refusal
+    };
+    // A query s3s cannot decode is refused by s3s, before any signature is checked.
+    let query = decoded_query(request.uri()).unwrap_or_default();
+    if let Some(refusal) = refuse_early(&request, &query, shared.allow_sigv2) {
+        return refused(refusal);
+    }
+    if sigv2::is_sigv2(&request, &query) {
+        let host = shared.host.as_ref().map(|h| h as &dyn s3s::host::S3Host);
+        let now = time::OffsetDateTime::now_utc();
+        if let Err(error) = sigv2::verify(&request, &query, host, &shared.users, now).await {
+            return refused(s3_answer(error));
+        }
     }
     let slot = OperationSlot::default();
-    let (mut request, _buffered) = match with_length(request, lengthless).await {
-        Ok(taken) => taken,
-        Err(refusal) => {
-            metrics.count("Refused", refusal.status().as_u16(), started.elapsed());
-            return refusal;
-        }
-    };
+    let (mut request, _buffered) =
+        match buffered::prepare(request, &shared.budget, &connection.buffered_share).await {
+            Ok(taken) => taken,
+            Err(refusal) => return refused(refusal),
+        };
     request.extensions_mut().insert(slot.clone());
-    let mut response = match service.call(request).await {
+    let mut response = match shared.service.call(request).await {
         Ok(response) => response,
         Err(error) => {
             tracing::warn!(error = ?error, "the S3 service failed a request");
@@ -487,6 +438,7 @@ async fn answer(
         response = bare_etag(response).await;
     }
     metrics.count(&operation, response.status().as_u16(), started.elapsed());
+    tracing::debug!(%operation, status = response.status().as_u16(), "answered an S3 request");
     response
 }
 

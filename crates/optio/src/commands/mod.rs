@@ -165,7 +165,19 @@ pub use crate::rt::{runtime, runtime_with_workers};
 /// (`OPTIO_LOG=warn,optio_server=debug,optio_server::rebalance=trace`) — else `default`. A
 /// filter that does not parse is reported and `default` used.
 pub fn init_logging(default: &str) {
+    init_logging_capped(default, &[]);
+}
+
+/// [`init_logging`], with some crates' logs capped whatever `OPTIO_LOG` says: events and spans
+/// whose target is `CRATE` or begins `CRATE::`, for each `(CRATE, LEVEL)` of `caps`, are
+/// dropped when more verbose than `LEVEL` (a second filter, applied after `OPTIO_LOG`'s, so
+/// that no directive of it, however specific, lets them through).
+pub fn init_logging_capped(default: &str, caps: &'static [(&'static str, tracing::Level)]) {
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::filter::FilterExt as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let (filter, problem) = match std::env::var("OPTIO_LOG") {
         Err(_) => (EnvFilter::new(default), None),
         Ok(spec) => match EnvFilter::try_new(&spec) {
@@ -173,14 +185,23 @@ pub fn init_logging(default: &str) {
             Err(error) => (EnvFilter::new(default), Some(format!("OPTIO_LOG={spec:?}: {error}"))),
         },
     };
+    let capped = tracing_subscriber::filter::filter_fn(move |metadata| {
+        let target = metadata.target();
+        !caps.iter().any(|(krate, level)| {
+            let ours = target
+                .strip_prefix(krate)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"));
+            ours && metadata.level() > level
+        })
+    });
     // Colours on a terminal only: log files (`optio up`'s DIR/HOST.log, a service manager's
     // journal) get plain text.
     use std::io::IsTerminal;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+        .with_filter(filter.and(capped));
+    let _ = tracing_subscriber::registry().with(layer).try_init();
     if let Some(problem) = problem {
         tracing::warn!("ignoring an unusable log filter ({problem}); logging at {default}");
     }

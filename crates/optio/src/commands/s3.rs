@@ -142,9 +142,51 @@ pub struct ServeArgs {
     /// The HTTPS certificate's private key (PEM).
     #[arg(long, value_name = "FILE", requires = "https_cert")]
     pub https_key: Option<std::path::PathBuf>,
+    /// Longest time a client may take to send a request's headers, counted from the
+    /// connection's opening (its TLS handshake included) or from the first byte of the request
+    /// (e.g. 10s, 500ms); the connection is closed after it.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout)]
+    pub header_timeout: std::time::Duration,
+    /// Longest time a request's body may send nothing, or a client read nothing of an answer
+    /// (e.g. 30s); the request fails and the connection is closed.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_timeout)]
+    pub body_timeout: std::time::Duration,
+    /// Longest time a connection may stay open with no request in flight (e.g. 60s).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_timeout)]
+    pub idle_timeout: std::time::Duration,
+    /// Most client connections open at once (default: half the soft limit on open files,
+    /// `ulimit -n`, from 64 to 4096). At the limit, a new connection makes the gateway close
+    /// the connection idle the longest; if every connection has a request in flight, the new
+    /// one is closed at once.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Longest time a body read before its signature can be checked may take to arrive whole
+    /// (a body sent chunked with no length, `curl -T -`, or a browser form's fields); it gets
+    /// 400 RequestTimeout after it, and its memory goes back to the gateway's budget.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_timeout)]
+    pub buffered_body_timeout: std::time::Duration,
+    /// Take requests signed with AWS Signature Version 2, for old clients: dated within 15
+    /// minutes of the gateway's clock, presigned URLs valid at most 7 days ahead, signatures
+    /// compared in constant time. Without it they get 403 AccessDenied.
+    #[arg(long)]
+    pub allow_sigv2: bool,
     #[command(flatten)]
     pub gateway: GatewayArgs,
 }
+
+/// A positive duration.
+fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+    let duration = crate::output::parse_duration(text)?;
+    if duration.is_zero() {
+        return Err("zero; give a positive duration (e.g. 10s)".into());
+    }
+    Ok(duration)
+}
+
+/// The most verbose level s3s may log at, whatever `OPTIO_LOG` says: its debug lines carry
+/// signatures — the one it computed from the secret on a mismatch, which a reader of the log
+/// could replay, and the request with its `Authorization` header or presigned URL.
+const S3S_LOG_CAP: &[(&str, tracing::Level)] = &[("s3s", tracing::Level::INFO)];
 
 async fn gateway(args: &GatewayArgs) -> Result<Arc<Gateway>> {
     let client = args.cluster.connect().await?;
@@ -164,7 +206,21 @@ pub fn run(args: Args) -> Result<()> {
 
 async fn serve(args: ServeArgs) -> Result<()> {
     // Requests that fail for want of the cluster (answered 503 or 500) are logged at warn.
-    crate::commands::init_logging("warn");
+    crate::commands::init_logging_capped("warn", S3S_LOG_CAP);
+    let max_connections =
+        args.max_connections.unwrap_or_else(optio_s3::conn::default_max_connections);
+    if !(1..=optio_s3::conn::CONNECTIONS_MAX).contains(&max_connections) {
+        anyhow::bail!(
+            "--max-connections {max_connections} is out of range (1 to {})",
+            optio_s3::conn::CONNECTIONS_MAX
+        );
+    }
+    let limits = optio_s3::conn::Limits {
+        header_timeout: args.header_timeout,
+        body_timeout: args.body_timeout,
+        idle_timeout: args.idle_timeout,
+        max_connections,
+    };
     let tls = match (&args.https_cert, &args.https_key) {
         (Some(cert), Some(key)) => {
             optio_net::tls::install_crypto_provider();
@@ -190,7 +246,14 @@ async fn serve(args: ServeArgs) -> Result<()> {
     );
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    let config = ServeConfig { region: args.region, domains: args.domains, tls };
+    let config = ServeConfig {
+        region: args.region,
+        domains: args.domains,
+        tls,
+        limits,
+        buffered_body_timeout: args.buffered_body_timeout,
+        allow_sigv2: args.allow_sigv2,
+    };
     let metrics = Arc::new(optio_s3::Metrics::default());
     let stop = async {
         let mut terminate =

@@ -43,5 +43,8 @@ mod volumes;
 // The S3 gateway (issue 16).
 #[cfg(feature = "s3")]
 mod s3;
+// The S3 gateway's defences (issue 36).
+#[cfg(feature = "s3")]
+mod s3_security;
 
 pub use store_support::*;

@@ -14,17 +14,17 @@ use crate::{binary, cluster, free_port, have_tool as have, ok_at as ok, optio_at
 
 const MIB: usize = 1 << 20;
 
-fn spec() -> LocalClusterSpec {
+pub(crate) fn spec() -> LocalClusterSpec {
     LocalClusterSpec { auth: true, ..small() }
 }
 
 /// A user's keys.
-struct Keys {
-    access: String,
-    secret: String,
+pub(crate) struct Keys {
+    pub(crate) access: String,
+    pub(crate) secret: String,
 }
 
-fn user(dir: &Path, name: &str) -> Keys {
+pub(crate) fn user(dir: &Path, name: &str) -> Keys {
     let text = ok(dir, &["s3", "user", "create", name, "--json"]);
     let json: serde_json::Value = serde_json::from_str(&text).expect("JSON keys");
     Keys {
@@ -34,27 +34,52 @@ fn user(dir: &Path, name: &str) -> Keys {
 }
 
 /// A running `optio s3`.
-struct Gateway {
+pub(crate) struct Gateway {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     scheme: &'static str,
     /// What it wrote to stderr (read all along, so that it never blocks on a full pipe).
     log: std::sync::Arc<std::sync::Mutex<String>>,
+    /// The thread reading it, which ends at the end of its stderr.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Gateway {
-    fn start(dir: &Path) -> Gateway {
+    pub(crate) fn start(dir: &Path) -> Gateway {
         Gateway::start_with(dir, &[])
     }
 
     /// `optio s3` with `extra` arguments (HTTPS when they name a certificate).
-    fn start_with(dir: &Path, extra: &[&str]) -> Gateway {
+    pub(crate) fn start_with(dir: &Path, extra: &[&str]) -> Gateway {
+        Gateway::launch(dir, extra, &[], None)
+    }
+
+    /// `optio s3` with `extra` arguments, more environment variables, and at most
+    /// `open_files` open files (its soft `ulimit -n`) when given.
+    pub(crate) fn launch(
+        dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        open_files: Option<u32>,
+    ) -> Gateway {
         let port = free_port();
         let scheme = if extra.contains(&"--https-cert") { "https" } else { "http" };
-        let mut child = Command::new(binary())
+        let mut command = match open_files {
+            None => Command::new(binary()),
+            Some(limit) => {
+                let mut shell = Command::new("sh");
+                shell
+                    .arg("-c")
+                    .arg(format!("ulimit -Sn {limit} && exec \"$0\" \"$@\""))
+                    .arg(binary());
+                shell
+            }
+        };
+        let mut child = command
             .args(["s3", "--listen", &format!("127.0.0.1:{port}"), "--cluster"])
             .arg(dir)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -67,14 +92,14 @@ impl Gateway {
                 let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
                 let stderr = BufReader::new(child.stderr.take().unwrap());
                 let kept = log.clone();
-                std::thread::spawn(move || {
+                let reader = std::thread::spawn(move || {
                     for line in stderr.lines().map_while(Result::ok) {
                         let mut log = kept.lock().unwrap();
                         log.push_str(&line);
                         log.push('\n');
                     }
                 });
-                Gateway { child, port, scheme, log }
+                Gateway { child, port, scheme, log, reader: Some(reader) }
             }
             _ => {
                 let status = child.wait().expect("exits");
@@ -86,17 +111,27 @@ impl Gateway {
     }
 
     /// Its log so far.
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
 
-    fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("{}://127.0.0.1:{}", self.scheme, self.port)
     }
 
-    fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Kills it, and returns all it logged (its stderr read to the end).
+    pub(crate) fn kill_and_log(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the log reader ends");
+        }
+        self.log()
     }
 }
 
@@ -307,7 +342,7 @@ fn rclone_syncs_and_checks_a_tree_of_two_thousand_files_and_s3cmd_puts_gets_and_
 }
 
 /// A Python with boto3: Debian's (python3-boto3) or the one on the PATH.
-fn python_with_boto3() -> Option<PathBuf> {
+pub(crate) fn python_with_boto3() -> Option<PathBuf> {
     for python in ["/usr/bin/python3", "python3"] {
         let found = Command::new(python)
             .args(["-c", "import boto3"])

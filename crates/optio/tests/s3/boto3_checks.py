@@ -105,11 +105,10 @@ got = s3.get_object(Bucket=bucket, Key="chunked")["Body"].read()
 assert got == b"".join(pieces), len(got)
 s3.delete_object(Bucket=bucket, Key="chunked")
 
-# Such bodies are read before their signature can be checked, so the gateway holds at most
-# four of the largest (256 MiB) at once: with four stalled mid-body, a fifth is refused with
-# 503 SlowDown at once, and once they are gone a body without a length goes through again.
+# Such bodies are read before their signature can be checked; the gateway's budget for them
+# counts the bytes they have sent, so four stalled after a few bytes block no fifth (the budget
+# spent by large stalled bodies, and its time limit, are tested in s3_security).
 import socket
-import time
 import urllib.parse
 
 
@@ -127,20 +126,12 @@ def stalled_chunked_put(key):
 
 
 held = [stalled_chunked_put(f"stalled{i}") for i in range(4)]
-time.sleep(1)
-try:
-    urllib.request.urlopen(urllib.request.Request(chunked_url("fifth"), data=iter([b"x"]),
-                                                  method="PUT"), timeout=30)
-    raise AssertionError("a fifth body without a length was taken past the budget")
-except urllib.error.HTTPError as e:
-    assert e.code == 503 and b"SlowDown" in e.read(), e.code
-for conn in held:
-    conn.close()
-time.sleep(1)
-with urllib.request.urlopen(urllib.request.Request(chunked_url("after"), data=iter([b"y"]),
+with urllib.request.urlopen(urllib.request.Request(chunked_url("fifth"), data=iter([b"x"]),
                                                    method="PUT"), timeout=30) as answer:
     assert answer.status == 200, answer.status
-s3.delete_object(Bucket=bucket, Key="after")
+for conn in held:
+    conn.close()
+s3.delete_object(Bucket=bucket, Key="fifth")
 
 # S3's additional checksums: stored, returned, and a wrong one refuses the PUT.
 import base64
