@@ -7,7 +7,12 @@ use std::time::{Duration, Instant};
 use optio_client::{Client, ClientConfig};
 use optio_local::cluster::{LocalCluster, LocalClusterSpec};
 
+/// The `optio` binary the tests run: this build's, or `OPTIO_TEST_BINARY` (to show that a
+/// test fails against an older build: `OPTIO_TEST_BINARY=../old/target/debug/optio`).
 pub fn binary() -> PathBuf {
+    if let Ok(path) = std::env::var("OPTIO_TEST_BINARY") {
+        return PathBuf::from(path);
+    }
     PathBuf::from(env!("CARGO_BIN_EXE_optio"))
 }
 
