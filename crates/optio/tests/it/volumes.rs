@@ -55,7 +55,8 @@ impl Nbd {
     fn start(dir: &Path, extra: &[&str]) -> Result<Nbd, String> {
         let port = free_port();
         let mut child = Command::new(binary())
-            .args(["nbd", "--listen", &format!("127.0.0.1:{port}"), "--cluster"])
+            .args(["nbd", "--listen", &format!("127.0.0.1:{port}"), "--insecure-plain-tcp"])
+            .arg("--cluster")
             .arg(dir)
             .args(extra)
             .stdout(Stdio::piped())
