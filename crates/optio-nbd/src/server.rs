@@ -27,9 +27,15 @@ pub const TOTAL_BYTES_IN_FLIGHT_MAX: usize = 512 << 20;
 pub const CONNECTIONS_MAX: usize = 128;
 /// Longest handshake (TLS included), from the connection to the export chosen.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// A connection with nothing in flight that sends no request for this long is closed (qemu
-/// reconnects by itself; the kernel's `nbd-client` needs `-persist`).
+/// A connection with nothing in flight that sends no request for this long is closed, while
+/// the server is crowded ([`IDLE_CLOSE_CONNECTIONS`]).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// The idle timeout applies while at least this many connections are open (half the most).
+/// An idle connection costs little until it crowds out others, and closing it is not free for
+/// its client: qemu's NBD client, unless given `reconnect-delay`, fails every request after
+/// the server closed its idle connection (an idle virtual disk would fail), and the kernel's
+/// `nbd-client` needs `-persist`.
+pub const IDLE_CLOSE_CONNECTIONS: usize = CONNECTIONS_MAX / 2;
 /// A request begun must arrive, and a reply must be taken by the client, at a megabyte per
 /// this long at least; else the connection ends (and gives back what it held).
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -53,8 +59,10 @@ pub struct Limits {
     pub max_connections: usize,
     /// Longest handshake.
     pub handshake_timeout: Duration,
-    /// How long a connection with nothing in flight may stay silent (`None`: for ever).
+    /// How long a connection with nothing in flight may stay silent (`None`: for ever)…
     pub idle_timeout: Option<Duration>,
+    /// … while at least this many connections are open (0: always).
+    pub idle_close_connections: usize,
     /// How long a piece (a megabyte) of a request begun may take to arrive.
     pub request_timeout: Duration,
     /// How long a piece (a megabyte) of a reply may wait for the client to take it.
@@ -73,6 +81,7 @@ impl Default for Limits {
             max_connections: CONNECTIONS_MAX,
             handshake_timeout: HANDSHAKE_TIMEOUT,
             idle_timeout: Some(IDLE_TIMEOUT),
+            idle_close_connections: IDLE_CLOSE_CONNECTIONS,
             request_timeout: STALL_TIMEOUT,
             reply_timeout: STALL_TIMEOUT,
             max_options: OPTIONS_MAX,
@@ -157,7 +166,7 @@ pub enum Access {
 pub struct Server {
     limits: Limits,
     /// The bytes in flight of all connections, in budget units.
-    total: Arc<Semaphore>,
+    pub(crate) total: Arc<Semaphore>,
     /// Connections served at once.
     pub(crate) connections: Arc<Semaphore>,
 }
@@ -188,6 +197,11 @@ impl Server {
         &self.limits
     }
 
+    /// Connections open (counted by [`crate::listen::run`]).
+    pub fn connections_open(&self) -> usize {
+        self.limits.max_connections - self.connections.available_permits()
+    }
+
     /// Serves one connection: the handshake (TLS first if `access` requires it), then its
     /// requests, until the client disconnects. Every request in flight is answered before this
     /// returns. (Connections are not counted here: [`crate::listen::run`] counts them.)
@@ -199,14 +213,9 @@ impl Server {
         let negotiated = tokio::time::timeout(timeout, negotiate(stream, access, &self.limits))
             .await
             .map_err(|_| NbdError::HandshakeTimeout(timeout))??;
-        let total = self.total.clone();
         match negotiated {
-            Negotiated::Plain(stream, export) => {
-                transmission::run(stream, export, self.limits, total).await
-            }
-            Negotiated::Tls(stream, export) => {
-                transmission::run(*stream, export, self.limits, total).await
-            }
+            Negotiated::Plain(stream, export) => transmission::run(stream, export, self).await,
+            Negotiated::Tls(stream, export) => transmission::run(*stream, export, self).await,
             Negotiated::Ended => Ok(()),
         }
     }

@@ -8,7 +8,8 @@
 //! a client that does not read its replies stops being read itself (backpressure through its
 //! own socket), instead of the server buffering replies for it. A reply the client does not
 //! take within [`Limits::reply_timeout`] ends the connection, giving its budget back; a
-//! connection with nothing in flight that sends nothing for [`Limits::idle_timeout`] is closed.
+//! connection with nothing in flight that sends nothing for [`Limits::idle_timeout`] is closed
+//! while the server is crowded ([`Limits::idle_close_connections`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::export::{Errno, Export};
 use crate::proto::{self, Command, Request};
-use crate::server::{Limits, NbdError};
+use crate::server::{Limits, NbdError, Server};
 
 /// Units of the byte budgets (a request holds a whole number of them, at least one).
 pub(crate) const BUDGET_UNIT_BYTES: usize = 64 << 10;
@@ -98,12 +99,12 @@ fn data_bytes(request: &Request, limits: &Limits) -> Option<usize> {
 pub(crate) async fn run<T>(
     stream: BufReader<T>,
     export: Arc<dyn Export>,
-    limits: Limits,
-    total: Arc<Semaphore>,
+    server: &Server,
 ) -> Result<(), NbdError>
 where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
+    let limits = *server.limits();
     let buffered = std::io::Cursor::new(stream.buffer().to_vec());
     let (read_half, write_half) = tokio::io::split(stream.into_inner());
     let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, buffered.chain(read_half));
@@ -117,7 +118,7 @@ where
         connection: Arc::new(Semaphore::new(connection_units)),
         connection_units,
         total_units: units(limits.max_total_bytes_in_flight),
-        total,
+        total: server.total.clone(),
     };
     let ended = loop {
         // The next request's first byte: a connection with nothing in flight may wait for it
@@ -126,7 +127,7 @@ where
             biased;
             first = reader.read_u8() => first,
             () = replies.closed() => break Err(NbdError::RepliesNotRead(limits.reply_timeout)),
-            () = idle(limits.idle_timeout, &slots, in_flight_max) => {
+            () = idle(server, &slots, in_flight_max) => {
                 break Err(NbdError::Idle(limits.idle_timeout.unwrap_or_default()));
             }
         };
@@ -201,15 +202,17 @@ where
     ended
 }
 
-/// Completes once the connection has been idle (nothing in flight) for `timeout`; never
-/// without one.
-async fn idle(timeout: Option<Duration>, slots: &Semaphore, in_flight_max: usize) {
-    let Some(timeout) = timeout else {
+/// Completes once the connection has been idle (nothing in flight) for the idle timeout
+/// while the server is crowded; never without an idle timeout.
+async fn idle(server: &Server, slots: &Semaphore, in_flight_max: usize) {
+    let limits = server.limits();
+    let Some(timeout) = limits.idle_timeout else {
         return std::future::pending().await;
     };
     loop {
         tokio::time::sleep(timeout).await;
-        if slots.available_permits() == in_flight_max {
+        let crowded = server.connections_open() >= limits.idle_close_connections;
+        if crowded && slots.available_permits() == in_flight_max {
             return;
         }
     }

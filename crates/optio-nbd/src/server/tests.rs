@@ -564,20 +564,37 @@ async fn a_client_that_never_reads_its_replies_is_disconnected_and_its_budget_fr
     assert_eq!(live_bytes.load(Ordering::SeqCst), 0, "its answers' buffers freed");
 }
 
-/// A connection with nothing in flight that sends nothing for the idle timeout is closed.
+/// A connection with nothing in flight that sends nothing for the idle timeout is closed
+/// while the server is crowded — and only then: an idle virtual disk is a normal client.
 #[tokio::test(start_paused = true)]
-async fn an_idle_connection_is_closed_after_the_idle_timeout() {
+async fn an_idle_connection_is_closed_after_the_idle_timeout_while_the_server_is_crowded() {
     let vol0: Arc<dyn Export> = Arc::new(MemoryExport::new(SIZE, false));
     let exports: Vec<(String, Arc<dyn Export>)> = vec![("vol0".into(), vol0)];
-    let access = Arc::new(Access::Open(Arc::new(exports)));
-    let (mut stream, served) = connect(access, Limits::default());
+    let access = Access::Open(Arc::new(exports));
+    let limits = Limits { max_connections: 4, idle_close_connections: 2, ..Limits::default() };
+    let server = Arc::new(Server::new(limits).unwrap());
+    let (mut stream, end) = tokio::io::duplex(64 << 10);
+    let served = {
+        let server = server.clone();
+        tokio::spawn(async move { server.serve(end, &access).await })
+    };
     greet(&mut stream).await;
     option(&mut stream, proto::OPT_GO, &go_data("vol0")).await;
+    // One connection of four: idle for ten idle timeouts, still served.
+    tokio::time::sleep(IDLE_TIMEOUT * 10).await;
+    let read = testing::request(0, 0, 1, 0, 512);
+    assert_eq!(request(&mut stream, &read, 512).await.0, 0, "an idle connection, not crowded");
+    // Two connections open (the others counted as the accept loop counts them): crowded.
+    let others = server.connections.clone().acquire_many_owned(1).await.unwrap();
+    let permit = server.connections.clone().acquire_many_owned(1).await.unwrap();
+    assert_eq!(server.connections_open(), 2);
     let started = tokio::time::Instant::now();
     let mut rest = Vec::new();
     stream.read_to_end(&mut rest).await.unwrap();
     assert!(started.elapsed() >= IDLE_TIMEOUT, "closed after {:?}", started.elapsed());
+    assert!(started.elapsed() <= IDLE_TIMEOUT * 2, "closed after {:?}", started.elapsed());
     assert!(matches!(served.await.unwrap(), Err(NbdError::Idle(_))));
+    drop((others, permit));
 }
 
 #[test]

@@ -90,8 +90,9 @@ pub struct Args {
     /// Requests in flight per connection.
     #[arg(long, default_value_t = optio_nbd::server::IN_FLIGHT_MAX)]
     pub queue_depth: usize,
-    /// Close a connection with nothing in flight after this many seconds without a request
-    /// (0: never; qemu reconnects by itself, the kernel's nbd-client needs -persist).
+    /// Close a connection with nothing in flight after this many seconds without a request,
+    /// while half the most connections (64 of 128) are open (0: never). qemu, if given
+    /// reconnect-delay, reconnects by itself; without it, its requests fail after such a close.
     #[arg(long, value_name = "SECONDS", default_value_t = optio_nbd::server::IDLE_TIMEOUT.as_secs())]
     pub idle_timeout: u64,
     /// Read every block through the servers, even where a replica's server runs on this
