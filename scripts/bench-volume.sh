@@ -255,7 +255,8 @@ if [ "$choice_samples" -gt 0 ]; then
 fi
 optio_port=$(free_port)
 # shellcheck disable=SC2086
-"$optio" nbd --listen "127.0.0.1:$optio_port" ${OPTIO_NBD_FLAGS:-} > "$work/nbd.out" 2> "$work/nbd.err" &
+# Plain TCP on loopback, as qemu-nbd is measured (scripts/bench-nbd-tls.sh measures TLS).
+"$optio" nbd --listen "127.0.0.1:$optio_port" --insecure-plain-tcp ${OPTIO_NBD_FLAGS:-} > "$work/nbd.out" 2> "$work/nbd.err" &
 nbd_pid=$!
 for _ in $(seq 600); do grep -q "^serving nbd://127.0.0.1:$optio_port/bench$" "$work/nbd.out" && break; kill -0 "$nbd_pid" 2>/dev/null || break; sleep 0.1; done
 grep -q "^serving nbd://127.0.0.1:$optio_port/bench$" "$work/nbd.out" || { echo "optio nbd did not start:" >&2; cat "$work/nbd.out" "$work/nbd.err" >&2; exit 1; }

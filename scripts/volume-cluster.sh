@@ -23,7 +23,9 @@ start_volume_cluster() {
 # those flags, split on spaces).
 start_nbd() {
   # shellcheck disable=SC2086
-  env ${1:+"$1"} "$optio" nbd --listen "127.0.0.1:$port" ${2:-} v1 > "$work/nbd.out" 2> "$work/nbd.err" &
+  # Plain TCP on loopback, as qemu-nbd is measured (--insecure-plain-tcp: no TLS, no
+  # authentication; scripts/bench-nbd-tls.sh measures what TLS costs).
+  env ${1:+"$1"} "$optio" nbd --listen "127.0.0.1:$port" --insecure-plain-tcp ${2:-} v1 > "$work/nbd.out" 2> "$work/nbd.err" &
   nbd_pid=$!
   for _ in $(seq 300); do grep -q "^serving" "$work/nbd.out" && break; sleep 0.1; done
   grep -q "^serving" "$work/nbd.out" || { echo "optio nbd did not start:" >&2; cat "$work/nbd.err" >&2; exit 1; }

@@ -119,6 +119,95 @@ pub struct Lock {
     pub token: u64,
     /// When the lease ends (Unix milliseconds).
     pub expires_unix_ms: u64,
+    /// The holder's process, when it could tell (Linux): a lock whose holder died on the same
+    /// machine is taken at once instead of after its lease ([`HolderProcess::is_gone`]).
+    /// Absent in headers written before it existed; those locks wait for their lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<HolderProcess>,
+}
+
+/// A lock holder's process, precisely enough to tell from the same machine whether it still
+/// runs: the machine's boot, the pid namespace, the pid and the process's start time (a pid
+/// alone may have been reused).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderProcess {
+    /// The machine's boot id (`/proc/sys/kernel/random/boot_id`): equal only on the same
+    /// machine since the same boot.
+    pub boot_id: String,
+    /// The pid namespace (`/proc/self/ns/pid`, e.g. `pid:[4026531836]`): pids compare only
+    /// within one (containers share a boot id but not their pids).
+    pub pid_namespace: String,
+    /// The process id.
+    pub pid: u32,
+    /// When the process started, in clock ticks after boot (`/proc/PID/stat`, field 22).
+    pub start_ticks: u64,
+}
+
+impl HolderProcess {
+    /// This process, or `None` where `/proc` does not say (then locks carry no process, and a
+    /// dead holder's lock waits for its lease as before).
+    pub fn current() -> Option<HolderProcess> {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let pid_namespace = std::fs::read_link("/proc/self/ns/pid").ok()?;
+        let pid = std::process::id();
+        let (_, start_ticks) = parse_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
+        Some(HolderProcess {
+            boot_id: boot_id.trim().to_string(),
+            pid_namespace: pid_namespace.to_string_lossy().into_owned(),
+            pid,
+            start_ticks,
+        })
+    }
+
+    /// Whether this holder is known to be gone, as seen from `here` (this process):
+    /// on the same machine and boot, in the same pid namespace, and its pid is not running, or
+    /// is running another process (another start time), or is a zombie. A holder elsewhere,
+    /// or one whose state cannot be read, is not known to be gone: its lease holds.
+    /// `stat` reads `/proc/PID/stat` (a parameter for tests).
+    pub fn is_gone(
+        &self,
+        here: &HolderProcess,
+        stat: impl Fn(u32) -> std::io::Result<String>,
+    ) -> bool {
+        if self.boot_id != here.boot_id || self.pid_namespace != here.pid_namespace {
+            return false;
+        }
+        match stat(self.pid) {
+            Err(error) => error.kind() == std::io::ErrorKind::NotFound,
+            Ok(text) => match parse_stat(&text) {
+                Some((state, start_ticks)) => {
+                    matches!(state, 'Z' | 'X' | 'x') || start_ticks != self.start_ticks
+                }
+                None => false,
+            },
+        }
+    }
+}
+
+/// `/proc/PID/stat`: the process's state (field 3) and start time in clock ticks after boot
+/// (field 22). The command name (field 2) is in parentheses and may hold spaces or
+/// parentheses itself: the fields after it are counted from the last `)`.
+fn parse_stat(text: &str) -> Option<(char, u64)> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // Fields 4 to 21 lie between the state and the start time.
+    let start_ticks = fields.nth(18)?.parse().ok()?;
+    Some((state, start_ticks))
+}
+
+/// Reads `/proc/PID/stat`.
+fn read_stat(pid: u32) -> std::io::Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+}
+
+/// Whether `lock`'s holder is known to have died on this machine (see
+/// [`HolderProcess::is_gone`]).
+fn holder_is_gone(lock: &Lock) -> bool {
+    match (&lock.process, HolderProcess::current()) {
+        (Some(holder), Some(here)) => holder.is_gone(&here, read_stat),
+        _ => false,
+    }
 }
 
 /// What a volume's header holds.
@@ -509,6 +598,7 @@ impl Volume {
     async fn take_lock(&self, break_lock: bool) -> Result<(), VolumeError> {
         let token = self.token;
         let holder = holder_name();
+        let process = HolderProcess::current();
         self.update_header(|header| {
             let now = now_ms();
             if let Some(lock) = &header.lock
@@ -516,16 +606,24 @@ impl Volume {
                 && lock.expires_unix_ms > now
                 && !break_lock
             {
-                return Err(VolumeError::Locked {
-                    name: header.name.clone(),
-                    holder: lock.holder.clone(),
-                    expires_in_s: (lock.expires_unix_ms - now).div_ceil(1000),
-                });
+                if !holder_is_gone(lock) {
+                    return Err(VolumeError::Locked {
+                        name: header.name.clone(),
+                        holder: lock.holder.clone(),
+                        expires_in_s: (lock.expires_unix_ms - now).div_ceil(1000),
+                    });
+                }
+                tracing::info!(
+                    volume = %header.name,
+                    "taking the lock of {}, which is no longer running on this machine",
+                    lock.holder
+                );
             }
             header.lock = Some(Lock {
                 holder: holder.clone(),
                 token,
                 expires_unix_ms: now + LOCK_LEASE.as_millis() as u64,
+                process: process.clone(),
             });
             Ok(())
         })
@@ -898,6 +996,7 @@ pub async fn remove(client: &Client, name: &str, break_lock: bool) -> Result<u64
         && lock.expires_unix_ms > now
         && !break_lock
         && !header.removing
+        && !holder_is_gone(lock)
     {
         return Err(VolumeError::Locked {
             name: name.to_string(),
@@ -964,6 +1063,70 @@ mod tests {
         assert!(validate_sizes(1 << 30, 128 << 20).is_err());
     }
 
+    /// A `/proc/PID/stat` line with a command name holding spaces and parentheses.
+    fn stat_line(state: char, start_ticks: u64) -> String {
+        let middle = (4..=21).map(|i| i.to_string()).collect::<Vec<_>>().join(" ");
+        format!("4242 (optio (nbd) x) {state} {middle} {start_ticks} 23 24 25")
+    }
+
+    #[test]
+    fn a_holder_is_gone_only_when_this_machine_says_so() {
+        assert_eq!(parse_stat(&stat_line('S', 777)), Some(('S', 777)));
+        assert_eq!(parse_stat("4242 (short) S 1 2"), None);
+        assert_eq!(parse_stat("no parenthesis"), None);
+        let here = HolderProcess {
+            boot_id: "boot-a".into(),
+            pid_namespace: "pid:[1]".into(),
+            pid: 100,
+            start_ticks: 5,
+        };
+        let holder = HolderProcess { pid: 4242, start_ticks: 777, ..here.clone() };
+        let missing = |_| Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+        let denied = |_| Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        let running = |_| Ok(stat_line('S', 777));
+        // Here, and its pid is not running, or runs another process, or is a zombie: gone.
+        assert!(holder.is_gone(&here, missing));
+        assert!(holder.is_gone(&here, |_| Ok(stat_line('R', 778))));
+        assert!(holder.is_gone(&here, |_| Ok(stat_line('Z', 777))));
+        // Still running, or its state unreadable: not known to be gone.
+        assert!(!holder.is_gone(&here, running));
+        assert!(!holder.is_gone(&here, denied));
+        assert!(!holder.is_gone(&here, |_| Ok("garbage".to_string())));
+        // Another machine (or boot), or another pid namespace: its lease holds, whatever this
+        // machine's pid says.
+        let elsewhere = HolderProcess { boot_id: "boot-b".into(), ..holder.clone() };
+        assert!(!elsewhere.is_gone(&here, missing));
+        let container = HolderProcess { pid_namespace: "pid:[2]".into(), ..holder.clone() };
+        assert!(!container.is_gone(&here, missing));
+    }
+
+    #[test]
+    fn this_process_is_running_and_its_record_says_so() {
+        let here = HolderProcess::current().expect("Linux's /proc");
+        assert_eq!(here.pid, std::process::id());
+        assert_eq!(here.boot_id.len(), 36, "{here:?}");
+        assert!(!here.is_gone(&here, read_stat));
+        // A pid reused by another process: this one, but started at another time.
+        let reused = HolderProcess { start_ticks: here.start_ticks + 1, ..here.clone() };
+        assert!(reused.is_gone(&here, read_stat));
+    }
+
+    #[test]
+    fn headers_without_a_holder_process_still_decode() {
+        let mut json = serde_json::json!({
+            "format": 1, "name": "v", "id": "0123456789abcdef", "pool": "data",
+            "size": 1 << 20, "object_size": 4 << 20, "features": ["thin"], "created_unix_s": 1,
+            "lock": {"holder": "h pid 1", "token": 3, "expires_unix_ms": 9},
+        })
+        .to_string()
+        .into_bytes();
+        json.resize(HEADER_BYTES as usize, b' ');
+        let header = VolumeHeader::decode("v", &json).expect("an older header");
+        let lock = header.lock.expect("its lock");
+        assert_eq!(lock.process, None);
+        assert!(!holder_is_gone(&lock), "a lock without a process waits for its lease");
+    }
+
     #[test]
     fn headers_fit_their_object_and_round_trip() {
         let header = VolumeHeader {
@@ -979,6 +1142,12 @@ mod tests {
                 holder: "h".repeat(300),
                 token: u64::MAX,
                 expires_unix_ms: u64::MAX,
+                process: Some(HolderProcess {
+                    boot_id: "b".repeat(36),
+                    pid_namespace: "pid:[4026531836]".into(),
+                    pid: u32::MAX,
+                    start_ticks: u64::MAX,
+                }),
             }),
             removing: true,
         };

@@ -174,3 +174,61 @@ impl Exports for Vec<(String, Arc<dyn Export>)> {
             .ok_or_else(|| format!("no export named `{name}`"))
     }
 }
+
+/// Exports seen read-only: each one opened refuses writes, trims and write-zeroes (`EPERM`)
+/// and is advertised with `NBD_FLAG_READ_ONLY` — what a client allowed only to read gets.
+pub struct ReadOnlyExports(pub Arc<dyn Exports>);
+
+impl Exports for ReadOnlyExports {
+    fn names(&self) -> Vec<String> {
+        self.0.names()
+    }
+
+    fn open(&self, name: &str) -> Result<Arc<dyn Export>, String> {
+        let export = self.0.open(name)?;
+        Ok(Arc::new(ReadOnlyExport(export)))
+    }
+}
+
+/// An export seen read-only ([`ReadOnlyExports`]).
+struct ReadOnlyExport(Arc<dyn Export>);
+
+impl Export for ReadOnlyExport {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    fn multi_conn(&self) -> bool {
+        self.0.multi_conn()
+    }
+
+    fn read(&self, offset: u64, length: u32) -> IoFuture<'_, Bytes> {
+        self.0.read(offset, length)
+    }
+
+    fn write(&self, _offset: u64, _data: Bytes, _fua: bool) -> IoFuture<'_, ()> {
+        Box::pin(async { Err(Errno::Perm) })
+    }
+
+    fn flush(&self) -> IoFuture<'_, ()> {
+        self.0.flush()
+    }
+
+    fn trim(&self, _offset: u64, _length: u32, _fua: bool) -> IoFuture<'_, ()> {
+        Box::pin(async { Err(Errno::Perm) })
+    }
+
+    fn write_zeroes(
+        &self,
+        _offset: u64,
+        _length: u32,
+        _may_trim: bool,
+        _fua: bool,
+    ) -> IoFuture<'_, ()> {
+        Box::pin(async { Err(Errno::Perm) })
+    }
+}

@@ -1,32 +1,65 @@
 //! # optio-nbd
 //!
 //! The Network Block Device protocol (the NBD project's `doc/proto.md`), server side, written
-//! on tokio: what `fio --ioengine=nbd`, qemu (`nbd://`), `qemu-img`, `nbdcopy`, `nbdfuse` and
-//! the Linux kernel speak to a block device over a socket.
+//! on tokio: what `fio --ioengine=nbd`, qemu (`nbd://`, `nbds://`), `qemu-img`, `nbdcopy`,
+//! `nbdfuse` and the Linux kernel speak to a block device over a socket.
 //!
 //! * [`proto`]: the wire format — magics, flags, option and command numbers, and the pure
 //!   parsers of what a client sends (fuzzed: they see untrusted bytes).
 //! * [`export`]: what is served — the [`Export`] trait (size, read, write, flush, trim,
 //!   write-zeroes, each async) and [`Exports`] (the named exports a server offers), with
-//!   [`MemoryExport`] for tests.
-//! * [`server`]: one connection — the fixed-newstyle handshake (`NBD_OPT_GO`, `INFO`, `LIST`,
-//!   `EXPORT_NAME`, `ABORT`; block-size information; everything else `NBD_REP_ERR_UNSUP`), then
+//!   [`MemoryExport`] for tests and [`ReadOnlyExports`] for clients allowed only to read.
+//! * [`server`]: a [`Server`] — its [`Limits`] and the budgets its connections share — and one
+//!   connection: the fixed-newstyle handshake (`NBD_OPT_GO`, `INFO`, `LIST`, `EXPORT_NAME`,
+//!   `ABORT`, `STARTTLS`; block-size information; everything else `NBD_REP_ERR_UNSUP`), then
 //!   transmission with up to [`Limits::max_in_flight`] requests in flight, each answered when
-//!   its export says so (out of order: a queue depth becomes parallel I/O). A client that breaks
-//!   the protocol is disconnected with a log line; requests outside the export or too large get
-//!   NBD error codes.
+//!   its export says so (out of order: a queue depth becomes parallel I/O). A client that
+//!   breaks the protocol is disconnected with the reason returned; requests outside the export
+//!   or too large get NBD error codes.
+//! * [`tls`]: TLS (`NBD_OPT_STARTTLS`, the protocol's "FORCEDTLS" mode): rustls, and an
+//!   [`Authorize`] that maps each client's certificate to the exports it may use.
+//! * [`listen`]: the accept loop for TCP and Unix sockets ([`UnixSocket`]: mode 0600, its
+//!   owner only), with the connection limit and a pause after accept errors.
 //! * [`testing`]: a minimal blocking client for tests that send exact bytes.
 //!
+//! Memory is bounded: the bytes of reads and writes in flight — executing, or replies the
+//! client has not taken yet — are held in a per-connection and a per-server budget, and a
+//! connection whose budget is spent is not read from until its replies drain (a client that
+//! pipelines reads and never reads the answers stalls itself, not the server).
+//!
 //! Only simple replies are sent (structured replies are refused in negotiation, which every
-//! client accepts), and TLS is not offered.
+//! client accepts).
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use optio_nbd::{Access, Export, Exports, Limits, MemoryExport, Server};
+//! let exports: Vec<(String, Arc<dyn Export>)> =
+//!     vec![("disk".into(), Arc::new(MemoryExport::new(64 << 20, false)))];
+//! let exports: Arc<dyn Exports> = Arc::new(exports);
+//! let server = Arc::new(Server::new(Limits::default())?);
+//! let socket = optio_nbd::UnixSocket::bind("/tmp/disk.sock".as_ref())?;
+//! // Serves nbd+unix:///disk?socket=/tmp/disk.sock to this user, for ever.
+//! optio_nbd::listen::run(server, socket, Arc::new(Access::Open(exports))).await;
+//! # Ok(())
+//! # }
+//! ```
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod export;
+mod handshake;
+pub mod listen;
 pub mod proto;
 pub mod server;
 pub mod testing;
+pub mod tls;
+mod transmission;
 
-pub use export::{Errno, Export, Exports, IoFuture, MemoryExport};
-pub use server::{Limits, NbdError, serve};
+pub use export::{Errno, Export, Exports, IoFuture, MemoryExport, ReadOnlyExports};
+pub use listen::{Listener, SocketError, UnixSocket};
+pub use server::{Access, Limits, NbdError, Server, serve};
+pub use tls::{Authorize, Tls};
+/// The TLS library the [`Tls`] configuration is built with.
+pub use tokio_rustls::rustls;

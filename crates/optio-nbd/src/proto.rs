@@ -29,7 +29,8 @@ pub const OPT_EXPORT_NAME: u32 = 1;
 pub const OPT_ABORT: u32 = 2;
 /// Lists the exports.
 pub const OPT_LIST: u32 = 3;
-/// Asks for TLS (not offered).
+/// Asks for TLS: answered `NBD_REP_ACK`, then the TLS handshake, then option haggling goes on
+/// inside TLS.
 pub const OPT_STARTTLS: u32 = 5;
 /// Describes an export.
 pub const OPT_INFO: u32 = 6;
@@ -48,6 +49,8 @@ pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
 /// The option's data is malformed.
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
+/// The option needs TLS first (`NBD_OPT_STARTTLS`).
+pub const REP_ERR_TLS_REQD: u32 = (1 << 31) + 5;
 /// No export of that name.
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
 

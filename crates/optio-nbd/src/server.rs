@@ -1,28 +1,72 @@
-//! One NBD connection: the fixed-newstyle handshake, then the transmission phase with many
-//! requests in flight, answered out of order.
+//! An NBD server: its limits, the budgets its connections share (bytes in flight, connections),
+//! and one connection served from its first byte to its last — the handshake (with TLS when
+//! the [`Access`] requires it), then transmission.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::sync::Semaphore;
 
-use crate::export::{Errno, Export, Exports};
-use crate::proto::{self, Command, OptionHeader, Request};
+use crate::export::{Export, Exports};
+use crate::handshake::{self, Outcome, Stage};
+use crate::tls::Tls;
+use crate::transmission;
 
-/// How much one connection may hold and take.
+/// Requests executing at once on one connection (a client's queue depth beyond this waits on
+/// the socket).
+pub const IN_FLIGHT_MAX: usize = 64;
+/// Largest read or write (advertised as the maximum block size).
+pub const REQUEST_BYTES_MAX: u32 = 32 << 20;
+/// Bytes of read and write data one connection holds at once: requests executing and replies
+/// not yet taken by the client (four of the largest requests; 32 of 4 MiB).
+pub const CONNECTION_BYTES_IN_FLIGHT_MAX: usize = 128 << 20;
+/// Bytes of read and write data all connections of one server hold at once.
+pub const TOTAL_BYTES_IN_FLIGHT_MAX: usize = 512 << 20;
+/// Connections served at once; more are closed as they come.
+pub const CONNECTIONS_MAX: usize = 128;
+/// Longest handshake (TLS included), from the connection to the export chosen.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection with nothing in flight that sends no request for this long is closed, while
+/// the server is crowded ([`IDLE_CLOSE_CONNECTIONS`]).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// The idle timeout applies while at least this many connections are open (half the most).
+/// An idle connection costs little until it crowds out others, and closing it is not free for
+/// its client: qemu's NBD client, unless given `reconnect-delay`, fails every request after
+/// the server closed its idle connection (an idle virtual disk would fail), and the kernel's
+/// `nbd-client` needs `-persist`.
+pub const IDLE_CLOSE_CONNECTIONS: usize = CONNECTIONS_MAX / 2;
+/// A request begun must arrive, and a reply must be taken by the client, at a megabyte per
+/// this long at least; else the connection ends (and gives back what it held).
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most options before an export is chosen.
+pub const OPTIONS_MAX: usize = 64;
+
+/// How much one connection, and all of a server's, may hold and take.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Requests executing at once (a client's queue depth beyond this waits on the socket).
+    /// Requests executing at once per connection.
     pub max_in_flight: usize,
     /// Largest read or write (advertised as the maximum block size); a larger write ends the
     /// connection (its data cannot be skipped safely), a larger read gets `EINVAL`.
     pub max_request_bytes: u32,
-    /// Bytes of write data held at once, across the requests in flight.
+    /// Bytes of read and write data one connection holds at once (from the request read off
+    /// the socket until its reply is handed to the socket).
     pub max_bytes_in_flight: usize,
+    /// The same, for all of a server's connections together.
+    pub max_total_bytes_in_flight: usize,
+    /// Connections a server serves at once.
+    pub max_connections: usize,
     /// Longest handshake.
     pub handshake_timeout: Duration,
+    /// How long a connection with nothing in flight may stay silent (`None`: for ever)…
+    pub idle_timeout: Option<Duration>,
+    /// … while at least this many connections are open (0: always).
+    pub idle_close_connections: usize,
+    /// How long a piece (a megabyte) of a request begun may take to arrive.
+    pub request_timeout: Duration,
+    /// How long a piece (a megabyte) of a reply may wait for the client to take it.
+    pub reply_timeout: Duration,
     /// Most options before an export is chosen.
     pub max_options: usize,
 }
@@ -30,22 +74,49 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
-            max_in_flight: 64,
-            max_request_bytes: 32 << 20,
-            max_bytes_in_flight: 256 << 20,
-            handshake_timeout: Duration::from_secs(10),
-            max_options: 64,
+            max_in_flight: IN_FLIGHT_MAX,
+            max_request_bytes: REQUEST_BYTES_MAX,
+            max_bytes_in_flight: CONNECTION_BYTES_IN_FLIGHT_MAX,
+            max_total_bytes_in_flight: TOTAL_BYTES_IN_FLIGHT_MAX,
+            max_connections: CONNECTIONS_MAX,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            idle_timeout: Some(IDLE_TIMEOUT),
+            idle_close_connections: IDLE_CLOSE_CONNECTIONS,
+            request_timeout: STALL_TIMEOUT,
+            reply_timeout: STALL_TIMEOUT,
+            max_options: OPTIONS_MAX,
         }
     }
 }
 
-/// Longest option data taken.
-const OPTION_DATA_MAX: u32 = 64 << 10;
-/// The preferred block size advertised (the page size: smaller writes cost a read-modify-write
-/// in most exports).
-const PREFERRED_BLOCK: u32 = 4096;
-/// Units of the write-data budget.
-const BUDGET_UNIT: usize = 64 << 10;
+impl Limits {
+    /// Checks that the limits fit together: the largest request fits in a connection's
+    /// budget, which fits in the server's.
+    pub fn check(&self) -> Result<(), NbdError> {
+        let bad = |reason: String| Err(NbdError::Limits(reason));
+        if self.max_in_flight == 0 || self.max_connections == 0 || self.max_request_bytes == 0 {
+            return bad(
+                "requests in flight, connections and request bytes must be at least 1".into()
+            );
+        }
+        if (self.max_request_bytes as usize) > self.max_bytes_in_flight {
+            return bad(format!(
+                "a request of {} bytes does not fit in a connection's {} bytes in flight",
+                self.max_request_bytes, self.max_bytes_in_flight
+            ));
+        }
+        if self.max_bytes_in_flight > self.max_total_bytes_in_flight {
+            return bad(format!(
+                "a connection's {} bytes in flight do not fit in the server's {}",
+                self.max_bytes_in_flight, self.max_total_bytes_in_flight
+            ));
+        }
+        if u32::try_from(transmission::units(self.max_total_bytes_in_flight)).is_err() {
+            return bad(format!("{} bytes in flight is too many", self.max_total_bytes_in_flight));
+        }
+        Ok(())
+    }
+}
 
 /// Why a connection ended other than by the client's `NBD_CMD_DISC` or `NBD_OPT_ABORT`.
 #[derive(Debug, thiserror::Error)]
@@ -60,344 +131,168 @@ pub enum NbdError {
     /// The client did not finish the handshake in time.
     #[error("the client did not finish the handshake within {0:?}")]
     HandshakeTimeout(Duration),
+    /// The TLS handshake failed (a certificate from another CA, no TLS at all…).
+    #[error("the TLS handshake failed: {0}")]
+    Tls(String),
+    /// The client's certificate does not allow it any export; it was told why.
+    #[error("the client was refused: {0}")]
+    Refused(String),
+    /// The connection had nothing in flight and sent nothing for this long.
+    #[error("the client was idle for {0:?}")]
+    Idle(Duration),
+    /// A request began and did not go on for this long.
+    #[error("the client stopped sending a request for {0:?}")]
+    RequestTimeout(Duration),
+    /// The client did not take its replies for this long.
+    #[error("the client did not read its replies for {0:?}")]
+    RepliesNotRead(Duration),
+    /// The limits do not fit together.
+    #[error("bad NBD server limits: {0}")]
+    Limits(String),
 }
 
-/// Serves one connection: the handshake (an export chosen from `exports`), then its requests,
-/// until the client disconnects. Every request in flight is answered before this returns.
+/// Who may use what, on one listener.
+pub enum Access {
+    /// Whoever connects uses these exports, without TLS (`NBD_OPT_STARTTLS` is refused with
+    /// `NBD_REP_ERR_POLICY`): for a Unix socket only its owner may open, or a TCP port its
+    /// operator chose to leave open.
+    Open(Arc<dyn Exports>),
+    /// TLS first: before it, options are answered `NBD_REP_ERR_TLS_REQD`; after it, the
+    /// client's certificate decides which exports it sees ([`Tls`]).
+    Tls(Tls),
+}
+
+/// An NBD server: limits and the budgets all its connections share.
+pub struct Server {
+    limits: Limits,
+    /// The bytes in flight of all connections, in budget units.
+    pub(crate) total: Arc<Semaphore>,
+    /// Connections served at once.
+    pub(crate) connections: Arc<Semaphore>,
+}
+
+/// A connection after the handshake: its stream (plain or inside TLS) and its export.
+enum Negotiated<S> {
+    Plain(BufReader<S>, Arc<dyn Export>),
+    Tls(Box<BufReader<tokio_rustls::server::TlsStream<S>>>, Arc<dyn Export>),
+    Ended,
+}
+
+/// Bytes of the buffer the handshake reads options through.
+const HANDSHAKE_BUFFER_BYTES: usize = 8 << 10;
+
+impl Server {
+    /// A server with these limits.
+    pub fn new(limits: Limits) -> Result<Server, NbdError> {
+        limits.check()?;
+        Ok(Server {
+            total: Arc::new(Semaphore::new(transmission::units(limits.max_total_bytes_in_flight))),
+            connections: Arc::new(Semaphore::new(limits.max_connections)),
+            limits,
+        })
+    }
+
+    /// Its limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Connections open (counted by [`crate::listen::run`]).
+    pub fn connections_open(&self) -> usize {
+        self.limits.max_connections - self.connections.available_permits()
+    }
+
+    /// Serves one connection: the handshake (TLS first if `access` requires it), then its
+    /// requests, until the client disconnects. Every request in flight is answered before this
+    /// returns. (Connections are not counted here: [`crate::listen::run`] counts them.)
+    pub async fn serve<S>(&self, stream: S, access: &Access) -> Result<(), NbdError>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let timeout = self.limits.handshake_timeout;
+        let negotiated = tokio::time::timeout(timeout, negotiate(stream, access, &self.limits))
+            .await
+            .map_err(|_| NbdError::HandshakeTimeout(timeout))??;
+        match negotiated {
+            Negotiated::Plain(stream, export) => transmission::run(stream, export, self).await,
+            Negotiated::Tls(stream, export) => transmission::run(*stream, export, self).await,
+            Negotiated::Ended => Ok(()),
+        }
+    }
+}
+
+/// The handshake: greeting, options, TLS if required, options inside it.
+async fn negotiate<S>(
+    stream: S,
+    access: &Access,
+    limits: &Limits,
+) -> Result<Negotiated<S>, NbdError>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let mut plain = BufReader::with_capacity(HANDSHAKE_BUFFER_BYTES, stream);
+    let mut negotiation = handshake::greet(&mut plain, limits).await?;
+    let tls = match access {
+        Access::Open(exports) => {
+            let stage = Stage::Open(&**exports);
+            return match handshake::haggle(&mut plain, stage, &mut negotiation, limits).await? {
+                Outcome::Chosen(export) => Ok(Negotiated::Plain(plain, export)),
+                Outcome::Aborted => Ok(Negotiated::Ended),
+                Outcome::StartTls => {
+                    Err(NbdError::Protocol("TLS started where it is not offered".into()))
+                }
+            };
+        }
+        Access::Tls(tls) => tls,
+    };
+    if !negotiation.fixed_newstyle {
+        // TLS needs fixed newstyle, and this server serves nothing without TLS.
+        return Err(NbdError::Protocol(
+            "the client does not speak fixed newstyle, which TLS needs".into(),
+        ));
+    }
+    match handshake::haggle(&mut plain, Stage::BeforeTls, &mut negotiation, limits).await? {
+        Outcome::StartTls => {}
+        Outcome::Aborted => return Ok(Negotiated::Ended),
+        Outcome::Chosen(_) => {
+            return Err(NbdError::Protocol("an export chosen before TLS".into()));
+        }
+    }
+    // Whatever the client sent after NBD_OPT_STARTTLS and before the TLS handshake would be
+    // taken as if it came inside TLS (a man in the middle's injection): refused.
+    if !plain.buffer().is_empty() {
+        return Err(NbdError::Protocol(
+            "bytes after NBD_OPT_STARTTLS, before the TLS handshake".into(),
+        ));
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.clone());
+    let secure =
+        acceptor.accept(plain.into_inner()).await.map_err(|e| NbdError::Tls(e.to_string()))?;
+    let allowed = {
+        let certificate = secure.get_ref().1.peer_certificates().and_then(|c| c.first());
+        tls.authorize.authorize(certificate)
+    };
+    let mut secure = BufReader::with_capacity(HANDSHAKE_BUFFER_BYTES, secure);
+    let stage = Stage::AfterTls(allowed.as_deref().map_err(String::as_str));
+    let outcome = handshake::haggle(&mut secure, stage, &mut negotiation, limits).await;
+    match (outcome, allowed) {
+        (Ok(Outcome::Chosen(export)), Ok(_)) => Ok(Negotiated::Tls(Box::new(secure), export)),
+        (Ok(Outcome::Aborted), Ok(_)) => Ok(Negotiated::Ended),
+        (Err(error), Ok(_)) => Err(error),
+        // However a refused client leaves, the refusal is what is worth logging.
+        (_, Err(reason)) => Err(NbdError::Refused(reason)),
+        (Ok(Outcome::StartTls), Ok(_)) => Err(NbdError::Protocol("TLS started twice".into())),
+    }
+}
+
+/// Serves one connection to `exports` without TLS, with a server of its own (tests and
+/// fuzzing; a real server shares one [`Server`] between its connections).
 pub async fn serve<S>(stream: S, exports: Arc<dyn Exports>, limits: Limits) -> Result<(), NbdError>
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let (reader, writer) = tokio::io::split(stream);
-    let mut reader = BufReader::with_capacity(256 << 10, reader);
-    let mut writer = BufWriter::with_capacity(64 << 10, writer);
-    let chosen = tokio::time::timeout(
-        limits.handshake_timeout,
-        handshake(&mut reader, &mut writer, &*exports, &limits),
-    )
-    .await
-    .map_err(|_| NbdError::HandshakeTimeout(limits.handshake_timeout))??;
-    match chosen {
-        Some(export) => transmission(reader, writer, export, limits).await,
-        None => Ok(()),
-    }
+    Server::new(limits)?.serve(stream, &Access::Open(exports)).await
 }
 
-fn transmission_flags(export: &dyn Export) -> u16 {
-    let mut flags = proto::TFLAG_HAS_FLAGS
-        | proto::TFLAG_SEND_FLUSH
-        | proto::TFLAG_SEND_FUA
-        | proto::TFLAG_SEND_TRIM
-        | proto::TFLAG_SEND_WRITE_ZEROES;
-    if export.read_only() {
-        flags |= proto::TFLAG_READ_ONLY;
-    }
-    if export.multi_conn() {
-        flags |= proto::TFLAG_CAN_MULTI_CONN;
-    }
-    flags
-}
-
-async fn send<W: AsyncWrite + Unpin>(writer: &mut W, bytes: &[u8]) -> Result<(), NbdError> {
-    writer.write_all(bytes).await?;
-    writer.flush().await?;
-    Ok(())
-}
-
-/// The handshake: the export the client chose (`None`: it aborted).
-async fn handshake<R, W>(
-    reader: &mut R,
-    writer: &mut W,
-    exports: &dyn Exports,
-    limits: &Limits,
-) -> Result<Option<Arc<dyn Export>>, NbdError>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut greeting = Vec::with_capacity(18);
-    greeting.extend_from_slice(&proto::INIT_MAGIC.to_be_bytes());
-    greeting.extend_from_slice(&proto::OPT_MAGIC.to_be_bytes());
-    greeting.extend_from_slice(&(proto::FLAG_FIXED_NEWSTYLE | proto::FLAG_NO_ZEROES).to_be_bytes());
-    send(writer, &greeting).await?;
-    let client_flags = reader.read_u32().await?;
-    let known = proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES;
-    if client_flags & !known != 0 {
-        return Err(NbdError::Protocol(format!("unknown client flags {client_flags:#x}")));
-    }
-    let no_zeroes = client_flags & proto::CLIENT_NO_ZEROES != 0;
-    for _ in 0..limits.max_options {
-        let mut header = [0u8; proto::OPTION_HEADER_BYTES];
-        reader.read_exact(&mut header).await?;
-        let header = OptionHeader::parse(&header).map_err(NbdError::Protocol)?;
-        if header.length > OPTION_DATA_MAX {
-            return Err(NbdError::Protocol(format!(
-                "option {} carries {} bytes (at most {OPTION_DATA_MAX})",
-                header.option, header.length
-            )));
-        }
-        let mut data = vec![0u8; header.length as usize];
-        reader.read_exact(&mut data).await?;
-        let option = header.option;
-        let reply = |kind: u32, data: &[u8]| proto::option_reply(option, kind, data);
-        match option {
-            proto::OPT_EXPORT_NAME => {
-                let name = String::from_utf8(data)
-                    .map_err(|_| NbdError::Protocol("the export name is not UTF-8".into()))?;
-                // The protocol has no error reply here: an unknown export closes the connection.
-                let export = exports.open(&name).map_err(|reason| {
-                    NbdError::Protocol(format!("NBD_OPT_EXPORT_NAME `{name}`: {reason}"))
-                })?;
-                let mut answer = Vec::with_capacity(134);
-                answer.extend_from_slice(&export.size().to_be_bytes());
-                answer.extend_from_slice(&transmission_flags(&*export).to_be_bytes());
-                if !no_zeroes {
-                    answer.extend_from_slice(&[0u8; 124]);
-                }
-                send(writer, &answer).await?;
-                return Ok(Some(export));
-            }
-            proto::OPT_ABORT => {
-                // The client may already be gone.
-                let _ = send(writer, &reply(proto::REP_ACK, &[])).await;
-                return Ok(None);
-            }
-            proto::OPT_LIST => {
-                if !data.is_empty() {
-                    send(writer, &reply(proto::REP_ERR_INVALID, b"NBD_OPT_LIST takes no data"))
-                        .await?;
-                    continue;
-                }
-                let mut answer = Vec::new();
-                for name in exports.names() {
-                    let mut item = (name.len() as u32).to_be_bytes().to_vec();
-                    item.extend_from_slice(name.as_bytes());
-                    answer.extend_from_slice(&reply(proto::REP_SERVER, &item));
-                }
-                answer.extend_from_slice(&reply(proto::REP_ACK, &[]));
-                send(writer, &answer).await?;
-            }
-            proto::OPT_INFO | proto::OPT_GO => {
-                let (name, items) = match proto::parse_info_request(&data) {
-                    Ok(parsed) => parsed,
-                    Err(reason) => {
-                        send(writer, &reply(proto::REP_ERR_INVALID, reason.as_bytes())).await?;
-                        continue;
-                    }
-                };
-                let export = match exports.open(&name) {
-                    Ok(export) => export,
-                    Err(reason) => {
-                        send(writer, &reply(proto::REP_ERR_UNKNOWN, reason.as_bytes())).await?;
-                        continue;
-                    }
-                };
-                let mut info = proto::INFO_EXPORT.to_be_bytes().to_vec();
-                info.extend_from_slice(&export.size().to_be_bytes());
-                info.extend_from_slice(&transmission_flags(&*export).to_be_bytes());
-                let mut answer = reply(proto::REP_INFO, &info);
-                for item in items {
-                    match item {
-                        proto::INFO_NAME => {
-                            let mut info = proto::INFO_NAME.to_be_bytes().to_vec();
-                            info.extend_from_slice(name.as_bytes());
-                            answer.extend_from_slice(&reply(proto::REP_INFO, &info));
-                        }
-                        proto::INFO_BLOCK_SIZE => {
-                            let mut info = proto::INFO_BLOCK_SIZE.to_be_bytes().to_vec();
-                            info.extend_from_slice(&1u32.to_be_bytes());
-                            info.extend_from_slice(&PREFERRED_BLOCK.to_be_bytes());
-                            info.extend_from_slice(&limits.max_request_bytes.to_be_bytes());
-                            answer.extend_from_slice(&reply(proto::REP_INFO, &info));
-                        }
-                        _ => {} // other items are optional
-                    }
-                }
-                answer.extend_from_slice(&reply(proto::REP_ACK, &[]));
-                send(writer, &answer).await?;
-                if option == proto::OPT_GO {
-                    return Ok(Some(export));
-                }
-            }
-            proto::OPT_STARTTLS => {
-                send(writer, &reply(proto::REP_ERR_POLICY, b"TLS is not offered")).await?;
-            }
-            _ => send(writer, &reply(proto::REP_ERR_UNSUP, &[])).await?,
-        }
-    }
-    Err(NbdError::Protocol(format!(
-        "more than {} options without choosing an export",
-        limits.max_options
-    )))
-}
-
-/// A simple reply on its way to the socket.
-struct Reply {
-    cookie: u64,
-    error: u32,
-    data: Option<Bytes>,
-}
-
-/// The transmission phase: requests read in order, executed concurrently, answered as each
-/// completes.
-async fn transmission<R, W>(
-    mut reader: BufReader<R>,
-    writer: BufWriter<W>,
-    export: Arc<dyn Export>,
-    limits: Limits,
-) -> Result<(), NbdError>
-where
-    R: AsyncRead + Send + Unpin + 'static,
-    W: AsyncWrite + Send + Unpin + 'static,
-{
-    let (replies, pending) = mpsc::channel::<Reply>(limits.max_in_flight.max(1));
-    let writing = tokio::spawn(write_replies(writer, pending));
-    let slots = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
-    let budget_units = limits.max_bytes_in_flight.div_ceil(BUDGET_UNIT).max(1);
-    let budget = Arc::new(Semaphore::new(budget_units));
-    let ended = loop {
-        let mut header = [0u8; proto::REQUEST_BYTES];
-        match reader.read_exact(&mut header).await {
-            Ok(_) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
-                tracing::debug!("NBD client closed the connection without NBD_CMD_DISC");
-                break Ok(());
-            }
-            Err(error) => break Err(NbdError::Io(error)),
-        }
-        let request = match Request::parse(&header) {
-            Ok(request) => request,
-            Err(reason) => break Err(NbdError::Protocol(reason)),
-        };
-        if request.command == Command::Disconnect {
-            break Ok(());
-        }
-        let slot = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
-        let data = if request.command == Command::Write {
-            if request.length > limits.max_request_bytes {
-                break Err(NbdError::Protocol(format!(
-                    "a write of {} bytes (the maximum block size is {})",
-                    request.length, limits.max_request_bytes
-                )));
-            }
-            let units = (request.length as usize).div_ceil(BUDGET_UNIT).clamp(1, budget_units);
-            let held = budget
-                .clone()
-                .acquire_many_owned(units as u32)
-                .await
-                .expect("the semaphore is never closed");
-            let mut data = BytesMut::zeroed(request.length as usize);
-            if let Err(error) = reader.read_exact(&mut data).await {
-                break Err(NbdError::Io(error));
-            }
-            Some((data.freeze(), held))
-        } else {
-            None
-        };
-        let export = export.clone();
-        let replies = replies.clone();
-        let max = limits.max_request_bytes;
-        tokio::spawn(async move {
-            let (data, held) = match data {
-                Some((data, held)) => (Some(data), Some(held)),
-                None => (None, None),
-            };
-            let reply = execute(&*export, request, data, max).await;
-            drop(held);
-            // The writer is gone only when the client is.
-            let _ = replies.send(reply).await;
-            drop(slot);
-        });
-    };
-    // Requests in flight finish and are answered; then the writer ends.
-    drop(replies);
-    match writing.await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) if ended.is_ok() => return Err(NbdError::Io(error)),
-        Ok(Err(error)) => tracing::debug!(%error, "NBD replies could not all be sent"),
-        Err(error) => tracing::warn!(%error, "the NBD reply writer failed"),
-    }
-    ended
-}
-
-/// Runs one request against the export: its reply.
-async fn execute(export: &dyn Export, request: Request, data: Option<Bytes>, max: u32) -> Reply {
-    let cookie = request.cookie;
-    let answer = |result: Result<Option<Bytes>, Errno>| match result {
-        Ok(data) => Reply { cookie, error: 0, data },
-        Err(errno) => Reply { cookie, error: errno.code(), data: None },
-    };
-    if request.flags & !proto::CMD_FLAGS_KNOWN != 0 {
-        return answer(Err(Errno::Invalid));
-    }
-    let fua = request.flags & proto::CMD_FLAG_FUA != 0;
-    let in_range = request
-        .offset
-        .checked_add(u64::from(request.length))
-        .is_some_and(|end| end <= export.size());
-    let writable = |beyond: Errno| {
-        if export.read_only() {
-            Err(Errno::Perm)
-        } else if !in_range {
-            Err(beyond)
-        } else {
-            Ok(())
-        }
-    };
-    let result = match request.command {
-        Command::Read if request.length > max || !in_range => Err(Errno::Invalid),
-        Command::Read => match export.read(request.offset, request.length).await {
-            Ok(bytes) if bytes.len() == request.length as usize => Ok(Some(bytes)),
-            Ok(bytes) => {
-                tracing::error!(
-                    asked = request.length,
-                    got = bytes.len(),
-                    "an export answered a read with the wrong length"
-                );
-                Err(Errno::Io)
-            }
-            Err(errno) => Err(errno),
-        },
-        Command::Write => match writable(Errno::NoSpace) {
-            Ok(()) => {
-                export.write(request.offset, data.unwrap_or_default(), fua).await.map(|()| None)
-            }
-            Err(errno) => Err(errno),
-        },
-        Command::Flush => export.flush().await.map(|()| None),
-        Command::Trim => match writable(Errno::Invalid) {
-            Ok(()) => export.trim(request.offset, request.length, fua).await.map(|()| None),
-            Err(errno) => Err(errno),
-        },
-        Command::WriteZeroes => match writable(Errno::NoSpace) {
-            Ok(()) => {
-                let may_trim = request.flags & proto::CMD_FLAG_NO_HOLE == 0;
-                export
-                    .write_zeroes(request.offset, request.length, may_trim, fua)
-                    .await
-                    .map(|()| None)
-            }
-            Err(errno) => Err(errno),
-        },
-        Command::Disconnect | Command::Other(_) => Err(Errno::Invalid),
-    };
-    answer(result)
-}
-
-/// Sends replies as they come, flushing when none is waiting.
-async fn write_replies<W: AsyncWrite + Unpin>(
-    mut writer: BufWriter<W>,
-    mut pending: mpsc::Receiver<Reply>,
-) -> std::io::Result<()> {
-    while let Some(reply) = pending.recv().await {
-        writer.write_all(&proto::simple_reply(reply.error, reply.cookie)).await?;
-        if let Some(data) = &reply.data {
-            writer.write_all(data).await?;
-        }
-        if pending.is_empty() {
-            writer.flush().await?;
-        }
-    }
-    writer.flush().await?;
-    writer.shutdown().await
-}
+#[cfg(test)]
+mod tests;

@@ -1,37 +1,100 @@
 //! `optio nbd`: serves block volumes over the Network Block Device protocol (`optio-nbd`),
-//! for fio (`--ioengine=nbd`), qemu (`nbd://`), qemu-img, nbdcopy, nbdfuse and the kernel.
+//! for fio (`--ioengine=nbd`), qemu (`nbd://`, `nbds://`), qemu-img, nbdcopy, nbdfuse and the
+//! kernel.
+//!
+//! Who may connect (docs/security.md, "NBD"): by default only this user, on a Unix socket of
+//! mode 0600 (`DIR/nbd.sock`). On TCP (`--listen`), TLS is required (`NBD_OPT_STARTTLS`) with
+//! a client certificate the cluster's CA signed whose common name is an entity of the
+//! keyring: its capability decides (`write`, `admin`: read-write; `read`: read-only). Plain
+//! TCP only with `--insecure-plain-tcp`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use optio_client::ClientError;
 use optio_client::volume::{self, OpenOptions, Volume, VolumeError};
-use optio_nbd::{Errno, Export, Exports, IoFuture, Limits};
+use optio_nbd::rustls::pki_types::CertificateDer;
+use optio_nbd::{
+    Access, Authorize, Errno, Export, Exports, IoFuture, Limits, ReadOnlyExports, Server, Tls,
+};
+use optio_proto::auth::{Cap, Keyring};
 
 use crate::commands::client::ClusterConn;
+use crate::commands::identity::KEYRING_FILE;
+
+/// The Unix socket `optio nbd` listens on by default, in the cluster directory.
+pub const SOCKET_FILE: &str = "nbd.sock";
+/// The TLS files `optio up --tls` makes, in the cluster directory: the CA, and the
+/// certificate and key the NBD server shows (the servers' own).
+const TLS_CA_FILE: &str = "tls/ca.pem";
+const TLS_CERT_FILE: &str = "tls/server.pem";
+const TLS_KEY_FILE: &str = "tls/server-key.pem";
 
 /// `optio nbd`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Listening (docs/security.md, \"NBD\"):
+  default            the Unix socket DIR/nbd.sock, mode 0600: only this user may connect
+                     (nbd+unix:///VOLUME?socket=DIR/nbd.sock)
+  --listen ADDR      TCP with TLS required (nbds://ADDR/VOLUME): clients show a certificate
+                     the cluster's CA signed, CN=client.NAME an entity of the keyring; its
+                     capability decides: write or admin read-write, read read-only. Needs a
+                     cluster started with `optio up --tls`, or --nbd-tls-cert/-key/-ca
+  --listen ADDR --insecure-plain-tcp
+                     TCP without TLS or authentication (nbd://ADDR/VOLUME): anyone who can
+                     connect reads and writes every volume served
+The --tls-ca/--tls-cert/--tls-key flags are how this command reaches the cluster's servers;
+the --nbd-tls-* flags are what NBD clients see.")]
 pub struct Args {
     /// Volumes to serve (default: every volume).
     pub volumes: Vec<String>,
-    /// TCP address to listen on (the NBD port is 10809).
-    #[arg(long, value_name = "ADDR")]
-    pub listen: Option<String>,
-    /// Unix socket to listen on (instead of, or as well as, --listen).
+    /// Unix socket to listen on, mode 0600 (default: DIR/nbd.sock, unless --listen is given).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// TCP address to listen on (the NBD port is 10809), TLS required (see below).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// The certificate NBD clients see on --listen (PEM; default: DIR/tls/server.pem, which
+    /// `optio up --tls` makes).
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub nbd_tls_cert: Option<PathBuf>,
+    /// Its private key (PEM; default: DIR/tls/server-key.pem).
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub nbd_tls_key: Option<PathBuf>,
+    /// The CA whose client certificates are accepted on --listen (PEM; default:
+    /// DIR/tls/ca.pem).
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub nbd_tls_ca: Option<PathBuf>,
+    /// The keyring whose entities' capabilities decide what each certificate's holder may
+    /// do (default: DIR/keyring; re-read for each connection).
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub nbd_keyring: Option<PathBuf>,
+    /// INSECURE: serve --listen on plain TCP, without TLS or any authentication: anyone who
+    /// can connect to ADDR reads and writes every volume served.
+    #[arg(
+        long,
+        requires = "listen",
+        conflicts_with_all = ["nbd_tls_cert", "nbd_tls_key", "nbd_tls_ca", "nbd_keyring"]
+    )]
+    pub insecure_plain_tcp: bool,
     /// Serve the volumes read-only (no lock taken; others may write).
     #[arg(long)]
     pub read_only: bool,
-    /// Take the volumes' locks even if another client holds them (one that is gone).
+    /// Take the volumes' locks even if another client holds them (one that is gone; a holder
+    /// that died on this machine is recognised without it).
     #[arg(long)]
     pub break_lock: bool,
     /// Requests in flight per connection.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = optio_nbd::server::IN_FLIGHT_MAX)]
     pub queue_depth: usize,
+    /// Close a connection with nothing in flight after this many seconds without a request,
+    /// while half the most connections (64 of 128) are open (0: never). qemu, if given
+    /// reconnect-delay, reconnects by itself; without it, its requests fail after such a close.
+    #[arg(long, value_name = "SECONDS", default_value_t = optio_nbd::server::IDLE_TIMEOUT.as_secs())]
+    pub idle_timeout: u64,
     /// Read every block through the servers, even where a replica's server runs on this
     /// machine. By default such reads go to the replica's file directly (its server hands
     /// over an open descriptor once per object; every read checks the file holds the version
@@ -41,6 +104,116 @@ pub struct Args {
     pub no_local_reads: bool,
     #[command(flatten)]
     pub cluster: ClusterConn,
+}
+
+/// Where `optio nbd` listens, resolved from its flags before any volume is opened.
+struct Listeners {
+    /// The Unix socket.
+    socket: Option<PathBuf>,
+    /// The TCP address, and how it is secured.
+    tcp: Option<(String, Tcp)>,
+}
+
+/// How the TCP listener is secured.
+enum Tcp {
+    /// `--insecure-plain-tcp`.
+    Plain,
+    /// TLS with client certificates mapped to the keyring's entities.
+    Tls { cert: PathBuf, key: PathBuf, ca: PathBuf, keyring: PathBuf },
+}
+
+impl Listeners {
+    fn resolve(args: &Args, dir: &Path) -> Result<Listeners> {
+        let socket = match (&args.socket, &args.listen) {
+            (Some(path), _) => Some(path.clone()),
+            (None, None) => Some(dir.join(SOCKET_FILE)),
+            (None, Some(_)) => None,
+        };
+        let Some(addr) = args.listen.clone() else {
+            return Ok(Listeners { socket, tcp: None });
+        };
+        if args.insecure_plain_tcp {
+            return Ok(Listeners { socket, tcp: Some((addr, Tcp::Plain)) });
+        }
+        let or_default =
+            |given: &Option<PathBuf>, file: &str| given.clone().unwrap_or_else(|| dir.join(file));
+        let cert = or_default(&args.nbd_tls_cert, TLS_CERT_FILE);
+        let key = or_default(&args.nbd_tls_key, TLS_KEY_FILE);
+        let ca = or_default(&args.nbd_tls_ca, TLS_CA_FILE);
+        let missing: Vec<String> = [&cert, &key, &ca]
+            .into_iter()
+            .filter(|path| !path.exists())
+            .map(|path| path.display().to_string())
+            .collect();
+        if !missing.is_empty() {
+            bail!(
+                "refusing to serve NBD on TCP {addr} without TLS (no {}): over TCP, clients must \
+                 start TLS (nbds://) and show a certificate the cluster's CA signed. Start the \
+                 cluster with `optio up --tls` (its tls/ directory holds what is needed), or pass \
+                 --nbd-tls-cert, --nbd-tls-key and --nbd-tls-ca; or serve on the Unix socket \
+                 (the default without --listen); or, where everyone who can reach {addr} may \
+                 read and write every volume, pass --insecure-plain-tcp",
+                missing.join(", ")
+            );
+        }
+        let keyring = or_default(&args.nbd_keyring, KEYRING_FILE);
+        Keyring::load(&keyring).with_context(|| {
+            format!(
+                "NBD clients on {addr} are authorised by the keyring {} (their certificate's \
+                 common name is an entity there): pass --nbd-keyring FILE if it is elsewhere",
+                keyring.display()
+            )
+        })?;
+        Ok(Listeners { socket, tcp: Some((addr, Tcp::Tls { cert, key, ca, keyring })) })
+    }
+}
+
+/// The common name of a certificate's subject.
+fn common_name(certificate: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref()).ok()?;
+    let name = parsed.subject().iter_common_name().next()?.as_str().ok()?;
+    Some(name.to_string())
+}
+
+/// What a TLS client may do with the volumes: its certificate's common name is an entity of
+/// the keyring (re-read for each connection, so `optio auth rm` or a changed capability
+/// holds from the next connection on), whose capability decides — `write`, `admin` (or
+/// `server`): read-write; `read`: read-only; anything else, or no certificate: refused.
+struct KeyringAuthority {
+    keyring: PathBuf,
+    exports: Arc<dyn Exports>,
+    read_only: Arc<dyn Exports>,
+}
+
+impl Authorize for KeyringAuthority {
+    fn authorize(
+        &self,
+        certificate: Option<&CertificateDer<'static>>,
+    ) -> Result<Arc<dyn Exports>, String> {
+        let certificate = certificate.ok_or(
+            "a client certificate is required: one the cluster's CA signed whose common name is \
+             an entity of its keyring (CN=client.NAME)",
+        )?;
+        let entity = common_name(certificate).ok_or(
+            "the client certificate has no common name: it should name an entity (CN=client.NAME)",
+        )?;
+        let keyring = Keyring::load(&self.keyring).map_err(|error| {
+            tracing::warn!("cannot read the keyring that authorises NBD clients: {error}");
+            "the server cannot check certificates now (its keyring is unreadable)".to_string()
+        })?;
+        let Some(found) = keyring.get(&entity) else {
+            return Err(format!("{entity} is not an entity of the cluster's keyring"));
+        };
+        let exports = if found.cap.allows(Cap::Write) {
+            self.exports.clone()
+        } else if found.cap.allows(Cap::Read) {
+            self.read_only.clone()
+        } else {
+            return Err(format!("{entity} ({}) may not read volumes", found.cap));
+        };
+        tracing::debug!(%entity, cap = %found.cap, "NBD client authenticated");
+        Ok(exports)
+    }
 }
 
 /// A volume as an NBD export.
@@ -127,6 +300,8 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 async fn serve(args: Args) -> Result<()> {
+    // Where to listen is settled first: a refusal (plain TCP without the flag) takes no lock.
+    let listeners = Listeners::resolve(&args, &args.cluster.dir()?)?;
     let client = args.cluster.connect().await?;
     let names = if args.volumes.is_empty() {
         volume::list(&client).await?.into_iter().map(|h| h.name).collect()
@@ -158,53 +333,14 @@ async fn serve(args: Args) -> Result<()> {
         opened.push(volume);
     }
     let exports: Arc<dyn Exports> = Arc::new(exports);
-    let limits = Limits { max_in_flight: args.queue_depth.max(1), ..Limits::default() };
-    let listen = match (&args.listen, &args.socket) {
-        (None, None) => Some("127.0.0.1:10809".to_string()),
-        (listen, _) => listen.clone(),
-    };
+    let idle_timeout = (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout));
+    let limits =
+        Limits { max_in_flight: args.queue_depth.max(1), idle_timeout, ..Limits::default() };
+    let server = Arc::new(Server::new(limits).context("bad limits")?);
     let mut tasks = tokio::task::JoinSet::new();
-    if let Some(addr) = listen {
-        let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| {
-            format!("cannot listen on {addr} (another server there? pick another with --listen)")
-        })?;
-        let local = listener.local_addr()?;
-        for name in &names {
-            println!("serving nbd://{local}/{name}");
-        }
-        let exports = exports.clone();
-        tasks.spawn(async move {
-            loop {
-                let Ok((stream, peer)) = listener.accept().await else { continue };
-                let _ = stream.set_nodelay(true);
-                let exports = exports.clone();
-                tokio::spawn(async move {
-                    if let Err(error) = optio_nbd::serve(stream, exports, limits).await {
-                        tracing::warn!(%peer, "NBD connection ended: {error}");
-                    }
-                });
-            }
-        });
-    }
-    if let Some(path) = &args.socket {
-        let _ = std::fs::remove_file(path);
-        let listener = tokio::net::UnixListener::bind(path)
-            .with_context(|| format!("cannot listen on {}", path.display()))?;
-        for name in &names {
-            println!("serving nbd+unix:///{name}?socket={}", path.display());
-        }
-        let exports = exports.clone();
-        tasks.spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
-                let exports = exports.clone();
-                tokio::spawn(async move {
-                    if let Err(error) = optio_nbd::serve(stream, exports, limits).await {
-                        tracing::warn!("NBD connection ended: {error}");
-                    }
-                });
-            }
-        });
+    if let Err(error) = listen(&listeners, &names, &exports, &server, &mut tasks).await {
+        close(&opened).await;
+        return Err(error);
     }
     use std::io::Write;
     let _ = std::io::stdout().flush();
@@ -214,7 +350,67 @@ async fn serve(args: Args) -> Result<()> {
         _ = terminate.recv() => {}
     }
     tasks.abort_all();
-    for volume in &opened {
+    close(&opened).await;
+    if let Some(path) = &listeners.socket {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// Binds the listeners, prints what is served where, and starts taking connections.
+async fn listen(
+    listeners: &Listeners,
+    names: &[String],
+    exports: &Arc<dyn Exports>,
+    server: &Arc<Server>,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> Result<()> {
+    if let Some((addr, tcp)) = &listeners.tcp {
+        let (access, scheme) = match tcp {
+            Tcp::Plain => {
+                tracing::warn!(
+                    "serving NBD on {addr} without TLS or authentication (--insecure-plain-tcp): \
+                     anyone who can connect reads and writes every volume served"
+                );
+                (Access::Open(exports.clone()), "nbd")
+            }
+            Tcp::Tls { cert, key, ca, keyring } => {
+                let config = optio_net::tls::server_config(cert, key, Some(ca))
+                    .map_err(anyhow::Error::msg)
+                    .context("cannot set up TLS for NBD")?;
+                let authority = KeyringAuthority {
+                    keyring: keyring.clone(),
+                    exports: exports.clone(),
+                    read_only: Arc::new(ReadOnlyExports(exports.clone())),
+                };
+                let tls = Tls { config: Arc::new(config), authorize: Arc::new(authority) };
+                (Access::Tls(tls), "nbds")
+            }
+        };
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            format!("cannot listen on {addr} (another server there? pick another with --listen)")
+        })?;
+        let local = listener.local_addr()?;
+        for name in names {
+            println!("serving {scheme}://{local}/{name}");
+        }
+        tasks.spawn(optio_nbd::listen::run(server.clone(), listener, Arc::new(access)));
+    }
+    if let Some(path) = &listeners.socket {
+        let socket = optio_nbd::UnixSocket::bind(path)
+            .context("cannot listen on the NBD socket (--socket PATH to choose another)")?;
+        for name in names {
+            println!("serving nbd+unix:///{name}?socket={}", path.display());
+        }
+        let access = Arc::new(Access::Open(exports.clone()));
+        tasks.spawn(optio_nbd::listen::run(server.clone(), socket, access));
+    }
+    Ok(())
+}
+
+/// Flushes and closes the volumes (releasing their locks), logging what each did.
+async fn close(opened: &[Arc<Volume>]) {
+    for volume in opened {
         let (reads, local) = volume.object_reads();
         tracing::info!(
             volume = %volume.name(),
@@ -227,8 +423,4 @@ async fn serve(args: Args) -> Result<()> {
             tracing::warn!(volume = %volume.name(), "cannot close cleanly: {error}");
         }
     }
-    if let Some(path) = &args.socket {
-        let _ = std::fs::remove_file(path);
-    }
-    Ok(())
 }

@@ -40,6 +40,9 @@ mod security;
 // Block volumes (issue 15).
 mod volumes;
 
+// Who may use `optio nbd`, and how much one client may make it hold (issue 36).
+mod nbd_security;
+
 // The S3 gateway (issue 16).
 #[cfg(feature = "s3")]
 mod s3;

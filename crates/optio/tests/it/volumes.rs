@@ -55,7 +55,8 @@ impl Nbd {
     fn start(dir: &Path, extra: &[&str]) -> Result<Nbd, String> {
         let port = free_port();
         let mut child = Command::new(binary())
-            .args(["nbd", "--listen", &format!("127.0.0.1:{port}"), "--cluster"])
+            .args(["nbd", "--listen", &format!("127.0.0.1:{port}"), "--insecure-plain-tcp"])
+            .arg("--cluster")
             .arg(dir)
             .args(extra)
             .stdout(Stdio::piped())
@@ -539,10 +540,9 @@ fn no_acknowledged_write_is_lost_when_optio_nbd_or_a_storage_server_is_killed() 
     nbd.kill();
     let (acked, writes, flushed, in_flight) = writer.join().unwrap();
     assert!(flushed >= 8 && writes < 1_000_000, "killed mid-job: {writes} acknowledged");
-    // The lock is still held by the dead server's lease: refused, then broken on purpose.
-    let error = Nbd::start(&dir, &[]).err().expect("the lease of the dead server holds");
-    assert!(error.contains("--break-lock"), "{error}");
-    let nbd = Nbd::start(&dir, &["--break-lock"]).unwrap();
+    // Its lease has not run out, but its holder died on this machine: a restarted optio nbd
+    // takes the lock at once (issue 37, defect 3).
+    let nbd = Nbd::start(&dir, &[]).expect("a restarted optio nbd serves at once");
     let mut stream = connect(nbd.port, "disk");
     for at in 0..BLOCKS {
         let read = testing::request(READ, 0, at, at * 64 * 1024, 64 * 1024);
@@ -596,4 +596,78 @@ fn no_acknowledged_write_is_lost_when_optio_nbd_or_a_storage_server_is_killed() 
     let (error, _, data) = testing::reply(&mut fresh, 4096).unwrap();
     assert_eq!(error, 0);
     assert!(data[..] == block(1000)[..4096]);
+}
+
+/// Sets (or clears) volume `name`'s lock in its header, as another client would have left it.
+fn set_lock(cluster: &LocalCluster, name: &str, lock: Option<optio_client::volume::Lock>) {
+    crate::runtime().block_on(async {
+        let keyring = cluster.dir().join(optio_local::cluster::KEYRING_FILE);
+        let credentials = optio_proto::auth::Credentials::load(&keyring, "client.admin").unwrap();
+        let config = optio_client::ClientConfig {
+            credentials: Some(credentials),
+            ..optio_client::ClientConfig::default()
+        };
+        let client =
+            optio_client::Client::connect_source(cluster.source().clone(), config).await.unwrap();
+        let key = optio_client::volume::header_key(name);
+        let (info, bytes) = client.get_range("data", &key, None).await.unwrap();
+        let mut header = optio_client::volume::VolumeHeader::decode(name, &bytes).unwrap();
+        header.lock = lock;
+        client.compare_and_write("data", &key, 0, header.encode(), info.version).await.unwrap();
+    });
+}
+
+/// Issue 37, defect 3: a supervisor restarting a crashed `optio nbd` found the volume locked by
+/// its own dead predecessor's lease for 30 s. A holder recorded on this machine (same boot id
+/// and pid namespace) whose process is gone no longer holds the lock; a live one does, and so
+/// does a holder on another machine, whatever this machine's pids say.
+#[test]
+fn a_restarted_optio_nbd_takes_its_dead_predecessors_lock_at_once() {
+    let (_tmp, cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "disk", "16MiB"]);
+    let nbd = Nbd::start(&dir, &["disk"]).unwrap();
+    let mut stream = connect(nbd.port, "disk");
+    write_blocks(&mut stream, 8, 500);
+    drop(stream);
+    // Its holder is alive: a second writer is refused.
+    let error = Nbd::start(&dir, &["disk"]).err().expect("a live holder's lock holds");
+    assert!(error.contains("is open read-write by"), "{error}");
+
+    // Killed with SIGKILL (no release): started again, it serves at once, with the data.
+    let dead_pid = nbd.child.id();
+    nbd.kill();
+    let nbd = Nbd::start(&dir, &["disk"]).expect("a restarted optio nbd serves at once");
+    let mut stream = connect(nbd.port, "disk");
+    check_blocks(&mut stream, 8, 500, "after the restart");
+    drop(stream);
+    nbd.kill();
+
+    // The same dead pid, but recorded on another machine (another boot id): this machine
+    // cannot tell whether it runs, so its lease holds until it runs out.
+    let here = optio_client::volume::HolderProcess::current().expect("Linux's /proc");
+    let elsewhere = optio_client::volume::HolderProcess {
+        boot_id: "00000000-0000-4000-8000-000000000000".into(),
+        pid: dead_pid,
+        ..here
+    };
+    let expires_unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+            as u64
+            + 60_000;
+    set_lock(
+        &cluster,
+        "disk",
+        Some(optio_client::volume::Lock {
+            holder: format!("elsewhere pid {dead_pid}"),
+            token: 12345,
+            expires_unix_ms,
+            process: Some(elsewhere),
+        }),
+    );
+    let error = Nbd::start(&dir, &["disk"]).err().expect("a lease held elsewhere holds");
+    assert!(error.contains(&format!("open read-write by elsewhere pid {dead_pid}")), "{error}");
+    let nbd = Nbd::start(&dir, &["disk", "--break-lock"]).expect("--break-lock still takes it");
+    nbd.stop();
 }
