@@ -32,17 +32,16 @@ fn replace_with_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     name.push(format!(".tmp.{}.{unique}", std::process::id()));
     let temp = path.with_file_name(name);
     let result = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&temp)?;
+        // O_EXCL: a file or a symbolic link planted at the name is never written through.
+        let mut file =
+            fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&temp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         fs::rename(&temp, path)
     })();
-    if result.is_err() {
+    if let Err(error) = &result
+        && error.kind() != io::ErrorKind::AlreadyExists
+    {
         let _ = fs::remove_file(&temp);
     }
     result?;
