@@ -19,7 +19,7 @@ const REPLAY_SHARDS: usize = 16;
 /// older than the newest forgotten one are refused, so a replay never gets through.
 const REPLAY_SHARD_MAX: usize = 1 << 18;
 /// The reasons counted, in [`AuthError::label`] order.
-pub const REFUSAL_LABELS: [&str; 7] = [
+pub const REFUSAL_LABELS: [&str; 8] = [
     "unsigned",
     "malformed",
     "unknown_entity",
@@ -27,6 +27,7 @@ pub const REFUSAL_LABELS: [&str; 7] = [
     "expired",
     "replayed",
     "forbidden",
+    "unknown_certificate",
 ];
 
 /// Whether and how requests are authenticated.
@@ -92,8 +93,9 @@ impl Auth {
 
     /// Checks a request of `method` to `path` (with its query) with `headers` (name, value)
     /// that needs `need`: its signature, its timestamp, its nonce (once only) and the
-    /// entity's capability. An unsigned request that came over mutual TLS with a client
-    /// certificate naming `peer` (the CA checked it in the handshake) is that entity instead.
+    /// entity's capability. An unsigned request that came over mutual TLS with the client
+    /// certificate `peer` (the CA checked it in the handshake) is the entity it names instead,
+    /// if the keyring records that certificate for the entity.
     /// Returns the entity, or `None` with authentication off.
     pub fn check(
         &self,
@@ -101,7 +103,7 @@ impl Auth {
         path: &str,
         headers: &[(&str, &str)],
         need: Cap,
-        peer: Option<&str>,
+        peer: Option<&crate::conn::PeerCertificate>,
     ) -> Result<Option<String>, AuthError> {
         if !self.enabled() {
             return Ok(None);
@@ -154,10 +156,16 @@ impl Auth {
         Ok(entity.name.clone())
     }
 
-    /// The entity a client certificate names, if the keyring has it and it may do `need`.
-    fn allow_peer(&self, peer: &str, need: Cap) -> Result<String, AuthError> {
+    /// The entity a client certificate names, if the keyring has it, records the certificate
+    /// for it (rotating or removing the entity revokes its certificates) and it may do `need`.
+    fn allow_peer(
+        &self,
+        peer: &crate::conn::PeerCertificate,
+        need: Cap,
+    ) -> Result<String, AuthError> {
         let keyring = self.keyring.read().expect("keyring lock").clone();
-        let entity = keyring.get(peer).ok_or_else(|| AuthError::UnknownEntity(peer.to_string()))?;
+        let now_secs = now_ms() / 1000;
+        let entity = keyring.check_certificate(&peer.entity, &peer.fingerprint, now_secs)?;
         if !entity.cap.allows(need) {
             return Err(AuthError::Forbidden {
                 id: entity.name.clone(),

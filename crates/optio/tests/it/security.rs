@@ -7,7 +7,7 @@ use std::time::Duration;
 use optio_local::cluster::{CRUSH_POOL, KEYRING_FILE, LocalCluster, PLAIN_POOL, ensure_entities};
 use optio_proto::auth::{AUTH_HEADER, CONTENT_HASH_HEADER, Cap, Credentials, Key, content_hash};
 
-use crate::{cluster, data, runtime, small};
+use crate::{cluster, data, runtime, small, wait_until};
 
 fn secured() -> (tempfile::TempDir, LocalCluster) {
     cluster(optio_local::LocalClusterSpec { auth: true, ..small() })
@@ -497,11 +497,31 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
     // capability applies; unsigned requests are taken on it alone.
     add_entities(&cluster, &[("client.reader", Cap::Read)]);
     let tls_dir = cluster.dir().join("tls");
-    let ca_files = optio_local::tls::Ca::open_or_create(&tls_dir).expect("the cluster's CA");
-    let reader = ca_files.issue(other.path(), "reader", "client.reader", &[]).unwrap();
-    let ghost = ca_files.issue(other.path(), "ghost", "client.ghost", &[]).unwrap();
+    let ca_files = optio_local::tls::Ca::open(&tls_dir).expect("the cluster's CA");
+    // The reader's certificate from `optio auth cert` (issued and recorded in the keyring).
+    let keyring = cluster.dir().join(KEYRING_FILE);
+    let (keyring_arg, other_arg) = (keyring.to_str().unwrap(), other.path().to_str().unwrap());
+    let out = crate::support::optio_ok(&[
+        "auth",
+        "cert",
+        "client.reader",
+        "--keyring",
+        keyring_arg,
+        "-o",
+        other_arg,
+    ]);
+    assert!(out.contains("recorded in the keyring"), "{out}");
+    let reader = optio_local::tls::Issued {
+        cert: other.path().join("client.reader.pem"),
+        key: other.path().join("client.reader-key.pem"),
+        fingerprint: optio_local::tls::inspect(&other.path().join("client.reader.pem"))
+            .unwrap()
+            .fingerprint,
+    };
+    let ghost = ca_files.issue_client(other.path(), "ghost", "client.ghost").unwrap();
     let stranger_ca = optio_local::tls::Ca::open_or_create(&other.path().join("ca2")).unwrap();
-    let forged = stranger_ca.issue(other.path(), "forged", "client.admin", &[]).unwrap();
+    let forged = stranger_ca.issue_client(other.path(), "forged", "client.admin").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
     let by_cert = |cert: &std::path::Path, key: &std::path::Path| {
         let config = optio_client::ClientConfig {
             credentials: None,
@@ -512,7 +532,7 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
         rt.block_on(optio_client::Client::connect_source(cluster.source().clone(), config))
             .expect("the client connects")
     };
-    let files = optio_local::cluster::ensure_tls(cluster.dir(), "127.0.0.1").unwrap();
+    let files = optio_local::cluster::tls_files(cluster.dir());
     let admin_by_cert = by_cert(&files.admin_cert, &files.admin_key);
     let reader_by_cert = by_cert(&reader.cert, &reader.key);
     let ghost_by_cert = by_cert(&ghost.cert, &ghost.key);
@@ -532,7 +552,6 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
         assert_eq!(admin_by_cert.get(PLAIN_POOL, "m0").await.unwrap(), data(7, 3000), "unchanged");
     });
     // The keyring stays the one list: an entity removed from it is refused by certificate too.
-    let keyring = cluster.dir().join(KEYRING_FILE);
     crate::support::optio_ok(&[
         "auth",
         "rm",
@@ -560,6 +579,206 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
     let output = crate::support::optio(&get);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.stdout, data(9, 4000));
+}
+
+/// How long a revocation may take to reach the servers: they reload the keyring every second.
+const REVOCATION_BOUND: Duration = Duration::from_secs(5);
+
+/// Issue 36 item 9: what `optio up --tls` makes has bounded validity and proper usages — a CA
+/// valid for a year that may sign end-entity certificates only (`pathlen:0`, keyCertSign and
+/// cRLSign), a server certificate for `serverAuth` and `client.admin`'s for `clientAuth`,
+/// both valid for 90 days and no CA — and the keyring records `client.admin`'s certificate.
+#[test]
+fn generated_certificates_are_bounded_constrained_and_for_one_purpose() {
+    use x509_parser::prelude::*;
+    let (_dir, cluster) =
+        cluster(optio_local::LocalClusterSpec { auth: true, tls: true, ..small() });
+    let files = optio_local::cluster::tls_files(cluster.dir());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+        as i64;
+    const DAY: i64 = 24 * 3600;
+    let read = |path: &std::path::Path| {
+        let bytes = std::fs::read(path).unwrap();
+        let (_, pem) = parse_x509_pem(&bytes).unwrap();
+        pem.contents
+    };
+    let ca = read(&files.ca);
+    let (_, ca) = parse_x509_certificate(&ca).unwrap();
+    let validity = ca.validity();
+    assert!(validity.not_before.timestamp() <= now, "the CA is valid now");
+    assert!(validity.not_before.timestamp() >= now - DAY, "backdated by little: {validity:?}");
+    let ca_days = (validity.not_after.timestamp() - now) / DAY;
+    assert!((364..=366).contains(&ca_days), "the CA lives a year, not {ca_days} days");
+    let constraints = ca.basic_constraints().unwrap().expect("basicConstraints").value;
+    assert!(constraints.ca && constraints.path_len_constraint == Some(0), "{constraints:?}");
+    let usage = ca.key_usage().unwrap().expect("the CA has a keyUsage").value;
+    assert!(usage.key_cert_sign() && usage.crl_sign(), "{usage:?}");
+    assert!(!usage.digital_signature() && !usage.key_encipherment(), "{usage:?}");
+    for (path, server) in [(&files.cert, true), (&files.admin_cert, false)] {
+        let der = read(path);
+        let (_, cert) = parse_x509_certificate(&der).unwrap();
+        let validity = cert.validity();
+        assert!(validity.not_before.timestamp() <= now, "{}", path.display());
+        let days = (validity.not_after.timestamp() - now) / DAY;
+        assert!((89..=90).contains(&days), "{}: valid {days} days", path.display());
+        let constraints = cert.basic_constraints().unwrap().map(|c| c.value.ca);
+        assert_eq!(constraints, Some(false), "{}: explicitly no CA", path.display());
+        let usage = cert.key_usage().unwrap().expect("a keyUsage").value;
+        assert!(usage.digital_signature() && !usage.key_cert_sign(), "{usage:?}");
+        let purpose = cert.extended_key_usage().unwrap().expect("an extendedKeyUsage").value;
+        assert!(!purpose.any, "{}", path.display());
+        assert_eq!((purpose.server_auth, purpose.client_auth), (server, !server), "{purpose:?}");
+        assert_eq!(cert.issuer(), ca.subject(), "issued by the CA");
+    }
+    let keyring = optio_proto::auth::Keyring::load(&cluster.dir().join(KEYRING_FILE)).unwrap();
+    let admin = optio_local::tls::inspect(&files.admin_cert).unwrap().fingerprint;
+    assert_eq!(keyring.certificates("client.admin").current, vec![admin], "recorded");
+}
+
+/// Issue 36 item 9: a client certificate dies with its entity's key. `optio auth rotate
+/// client.admin --grace 0s` refuses the old certificate's unsigned PUT and scrub within a
+/// second or so (a grace keeps it working until then); the certificate the rotation issued
+/// works; `optio auth rm` refuses an entity's certificate; a certificate of the cluster's CA
+/// the keyring does not record (as for every entity of an older keyring) is refused, with
+/// the reason.
+#[test]
+fn a_client_certificate_is_revoked_with_its_entity() {
+    let (_dir, cluster) =
+        cluster(optio_local::LocalClusterSpec { auth: true, tls: true, ..small() });
+    let rt = runtime();
+    let files = optio_local::cluster::tls_files(cluster.dir());
+    let keyring = cluster.dir().join(KEYRING_FILE);
+    let out = tempfile::tempdir().unwrap();
+    let optio = |args: &[&str]| {
+        let output = std::process::Command::new(crate::binary())
+            .args(args)
+            .arg("--keyring")
+            .arg(&keyring)
+            .current_dir(out.path())
+            .output()
+            .expect("optio runs");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        text
+    };
+    let addr = cluster.servers()[0].addr.clone();
+    // What a certificate (and no key) may do now: an unsigned PUT (of `value` to the object
+    // `c`), and a scrub (admin).
+    let by_cert = |cert: &std::path::Path, key: &std::path::Path, value: usize| {
+        let config = optio_client::ClientConfig {
+            credentials: None,
+            tls_ca: Some(files.ca.clone()),
+            tls_identity: Some((cert.to_path_buf(), key.to_path_buf())),
+            ..optio_client::ClientConfig::default()
+        };
+        rt.block_on(async {
+            let client = optio_client::Client::connect_source(cluster.source().clone(), config)
+                .await
+                .expect("the client connects");
+            client.put(PLAIN_POOL, "c", data(value, 1000)).await.map(|_| ())
+        })
+    };
+    let scrub_by_cert = |cert: &std::path::Path, key: &std::path::Path| {
+        let transport =
+            optio_net::HttpTransport::with_options(None, Some(&files.ca), Some((cert, key)))
+                .unwrap();
+        rt.block_on(transport.scrub(&addr, "")).map(|_| ())
+    };
+    // Whether each server takes the certificate now (`/v1/status`, which changes nothing):
+    // servers reload the keyring on their own, each within a second.
+    let addrs: Vec<String> = cluster.servers().iter().map(|s| s.addr.clone()).collect();
+    let taken = |cert: &std::path::Path, key: &std::path::Path| -> Vec<bool> {
+        let transport =
+            optio_net::HttpTransport::with_options(None, Some(&files.ca), Some((cert, key)))
+                .unwrap();
+        rt.block_on(async {
+            let mut taken = Vec::new();
+            for addr in &addrs {
+                taken.push(optio_net::Transport::server_status(&transport, addr).await.is_ok());
+            }
+            taken
+        })
+    };
+    let everywhere = |cert: &std::path::Path, key: &std::path::Path| {
+        wait_until(REVOCATION_BOUND, || taken(cert, key).iter().all(|t| *t))
+    };
+    let nowhere = |cert: &std::path::Path, key: &std::path::Path| {
+        wait_until(REVOCATION_BOUND, || taken(cert, key).iter().all(|t| !*t))
+    };
+    // What is stored, read with client.admin's key (whatever its certificates).
+    let stored = || {
+        let config = optio_client::ClientConfig {
+            credentials: Some(Credentials::load(&keyring, "client.admin").unwrap()),
+            tls_ca: Some(files.ca.clone()),
+            ..optio_client::ClientConfig::default()
+        };
+        rt.block_on(async {
+            let client = optio_client::Client::connect_source(cluster.source().clone(), config)
+                .await
+                .expect("the client connects");
+            client.get(PLAIN_POOL, "c").await.unwrap()
+        })
+    };
+    let (old_cert, old_key) = (files.admin_cert.clone(), files.admin_key.clone());
+    by_cert(&old_cert, &old_key, 1).expect("client.admin's certificate writes");
+    scrub_by_cert(&old_cert, &old_key).expect("and scrubs");
+
+    // A rotation with a grace: the old certificate still works; so does the new one.
+    let said = optio(&["auth", "rotate", "client.admin", "--grace", "1h", "-o", "admin.keyring"]);
+    assert!(said.contains("certificates stay valid"), "{said}");
+    let (new_cert, new_key) =
+        (out.path().join("client.admin.pem"), out.path().join("client.admin-key.pem"));
+    assert!(said.contains("client certificate of client.admin: client.admin.pem"), "{said}");
+    let (second_cert, second_key) =
+        (out.path().join("second.pem"), out.path().join("second-key.pem"));
+    std::fs::copy(&new_cert, &second_cert).unwrap();
+    std::fs::copy(&new_key, &second_key).unwrap();
+    assert!(everywhere(&second_cert, &second_key), "the certificate the rotation issued works");
+    by_cert(&second_cert, &second_key, 2).expect("it writes");
+    by_cert(&old_cert, &old_key, 3).expect("the old certificate works during the grace");
+
+    // Without a grace: every certificate from before is refused, write and scrub alike.
+    let said = optio(&["auth", "rotate", "client.admin", "--grace", "0s", "-o", "admin.keyring"]);
+    assert!(said.contains("certificates are revoked"), "{said}");
+    let refused = nowhere(&old_cert, &old_key);
+    assert!(refused, "the old certificate still writes {REVOCATION_BOUND:?} after the rotation");
+    assert_eq!(stored(), data(3, 1000), "refused writes changed nothing");
+    let error = by_cert(&old_cert, &old_key, 5).expect_err("revoked");
+    assert!(error.to_string().contains("not one the keyring records"), "{error}");
+    let error = scrub_by_cert(&old_cert, &old_key).expect_err("a revoked certificate scrubs");
+    assert!(error.to_string().contains("401"), "{error}");
+    by_cert(&second_cert, &second_key, 6).expect_err("the grace's certificate is revoked too");
+    by_cert(&new_cert, &new_key, 7).expect("the newest certificate works");
+    scrub_by_cert(&new_cert, &new_key).expect("and scrubs");
+    assert_eq!(stored(), data(7, 1000));
+
+    // Removed: its certificate is refused.
+    let said =
+        optio(&["auth", "add", "client.app", "--caps", "write", "--cert", "-o", "app.keyring"]);
+    assert!(said.contains("recorded in the keyring"), "{said}");
+    let (app_cert, app_key) =
+        (out.path().join("client.app.pem"), out.path().join("client.app-key.pem"));
+    assert!(everywhere(&app_cert, &app_key));
+    by_cert(&app_cert, &app_key, 8).expect("a writer's certificate writes");
+    optio(&["auth", "rm", "client.app"]);
+    let refused = nowhere(&app_cert, &app_key);
+    assert!(refused, "a removed entity's certificate still writes");
+    let error = by_cert(&app_cert, &app_key, 9).expect_err("removed");
+    assert!(error.to_string().contains("unknown entity"), "{error}");
+
+    // From the cluster's CA but not recorded (an entity of an older keyring): refused.
+    optio(&["auth", "add", "client.old", "--caps", "write", "-o", "old.keyring"]);
+    let ca = optio_local::tls::Ca::open(&cluster.dir().join("tls")).unwrap();
+    let unrecorded = ca.issue_client(out.path(), "unrecorded", "client.old").unwrap();
+    // Refused as unknown until the servers reload the keyring, then as not recorded.
+    let reason = |error: optio_client::ClientError| error.to_string();
+    let said = wait_until(REVOCATION_BOUND, || {
+        let refused = by_cert(&unrecorded.cert, &unrecorded.key, 10).map_err(reason);
+        let refused = refused.expect_err("not recorded");
+        refused.contains("records none") && !refused.contains("unknown entity")
+    });
+    assert!(said, "{:?}", by_cert(&unrecorded.cert, &unrecorded.key, 10));
+    assert_eq!(stored(), data(8, 1000), "no refused request changed the object");
 }
 
 /// The map in an etcd with authentication on, reached from the command line: the user in the
