@@ -23,6 +23,17 @@ pub fn replace_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     replace_with_mode(path, bytes, 0o600)
 }
 
+/// [`replace`] keeping the mode of the file replaced, or 0600 for a new file.
+pub fn replace_keeping_mode(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match fs::metadata(path) {
+        Ok(meta) => meta.permissions().mode() & 0o777,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => crate::private::FILE_MODE,
+        Err(e) => return Err(e),
+    };
+    replace_with_mode(path, bytes, mode)
+}
+
 /// [`replace`] with the temporary file, and so the new file, created with `mode` (narrowed
 /// by the umask).
 fn replace_with_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {

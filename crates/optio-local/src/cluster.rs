@@ -166,7 +166,7 @@ pub fn write_prometheus_targets(dir: &Path, servers: &[ServerProcess]) -> Result
     let path = dir.join(PROMETHEUS_TARGETS_FILE);
     let text =
         serde_json::to_string_pretty(&targets).map_err(|e| LocalError::Spec(e.to_string()))?;
-    optio_cluster::durable::replace(&path, text.as_bytes())
+    optio_cluster::durable::replace_private(&path, text.as_bytes())
         .map_err(LocalError::io(format!("cannot write {}", path.display())))
 }
 
@@ -321,6 +321,20 @@ fn lock_dir(dir: &Path) -> Result<fs::File, LocalError> {
     })
 }
 
+/// Makes the cluster directory `dir` (mode 0700, and its missing parents) or takes group and
+/// others' permissions away from the one there: it holds the keyring, the TLS keys, logs that
+/// name object keys and the dirty table. Returns its canonical path.
+fn private_cluster_dir(dir: &Path) -> Result<PathBuf, LocalError> {
+    optio_cluster::private::create_dir_all(dir)
+        .map_err(LocalError::io(format!("cannot create {}", dir.display())))?;
+    let dir = fs::canonicalize(dir).map_err(LocalError::io(dir.display().to_string()))?;
+    optio_cluster::private::tighten(&dir).map_err(LocalError::io(format!(
+        "cannot make {} private (mode 0700; it holds keys and logs)",
+        dir.display()
+    )))?;
+    Ok(dir)
+}
+
 /// The longest path a Unix socket's address holds (108 bytes with the final NUL).
 const LOCAL_SOCKET_PATH_MAX: usize = 107;
 
@@ -351,15 +365,26 @@ impl LocalCluster {
                 "zones, hosts and devices per host must be at least 1".into(),
             ));
         }
-        fs::create_dir_all(dir)
-            .map_err(LocalError::io(format!("cannot create {}", dir.display())))?;
-        let dir = fs::canonicalize(dir).map_err(LocalError::io(dir.display().to_string()))?;
+        if let Some(dirty) = &spec.dirty
+            && optio_cluster::dirty::spec_holds_password(dirty)
+        {
+            return Err(LocalError::Spec(format!(
+                "the dirty table's URL {} holds a password: it would be written to \
+                 DIR/{DIRTY_SOURCE_FILE} and be on the command line, where every local user \
+                 reads it; give the URL without it (redis://USER@HOST:PORT) and the password in \
+                 {} or in a file named by {}",
+                optio_cluster::dirty::redact_spec(dirty),
+                optio_cluster::dirty::PASSWORD_ENV,
+                optio_cluster::dirty::PASSWORD_FILE_ENV
+            )));
+        }
+        let dir = private_cluster_dir(dir)?;
         let lock = lock_dir(&dir)?;
         let source_file = dir.join(MAP_SOURCE_FILE);
         let (source, etcd) = if spec.etcd {
             let etcd = EtcdServer::start_in(&dir.join("etcd")).map_err(LocalError::Server)?;
             let url = etcd.url();
-            fs::write(&source_file, format!("{url}\n"))
+            optio_cluster::durable::replace_private(&source_file, format!("{url}\n").as_bytes())
                 .map_err(LocalError::io(format!("cannot write {}", source_file.display())))?;
             (MapSource::parse(&url)?, Some(etcd))
         } else {
@@ -388,7 +413,10 @@ impl LocalCluster {
         };
         let dirty_file = dir.join(DIRTY_SOURCE_FILE);
         let written = match &spec.dirty {
-            Some(dirty) => fs::write(&dirty_file, format!("{dirty}\n")),
+            Some(dirty) => optio_cluster::durable::replace_private(
+                &dirty_file,
+                format!("{dirty}\n").as_bytes(),
+            ),
             None => fs::remove_file(&dirty_file).or_else(|e| {
                 if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }
             }),
@@ -543,10 +571,8 @@ impl LocalCluster {
     /// `DIR/{name}.log`, opened for appending (a child process's standard error).
     fn open_log(&self, name: &str) -> Result<(PathBuf, fs::File), LocalError> {
         let path = self.dir.join(format!("{name}.log"));
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
+        // Logs name object keys: the owner's only.
+        let log = optio_cluster::private::append(&path)
             .map_err(LocalError::io(format!("cannot open {}", path.display())))?;
         Ok((path, log))
     }

@@ -781,6 +781,170 @@ fn a_client_certificate_is_revoked_with_its_entity() {
     assert_eq!(stored(), data(8, 1000), "no refused request changed the object");
 }
 
+/// The parent's pid in `/proc/PID/stat` (after the command's closing parenthesis).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `pid` and every process below it.
+fn process_tree(pid: u32) -> Vec<u32> {
+    let all: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(all.iter().filter(|p| parent_of(**p) == Some(parent)));
+        i += 1;
+    }
+    tree
+}
+
+/// Every file and directory under `dir` that group or others may use (sockets aside), with
+/// its mode.
+fn loose_entries(dir: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let mut loose = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.file_type().is_socket() {
+            continue;
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            loose.push(format!("{} {mode:04o}", path.display()));
+        }
+        if meta.is_dir() {
+            stack.extend(std::fs::read_dir(&path).unwrap().filter_map(|e| Some(e.ok()?.path())));
+        }
+    }
+    loose
+}
+
+/// Issue 36 item 19: `optio up` makes its directory 0700 (an existing looser one is
+/// tightened) and every file in it — logs, the map, the keyring, TLS keys, the dirty-source
+/// spec, the dirty table's spill, intent logs — the owner's only; a Redis password in
+/// `--dirty`'s URL is refused without being echoed (it would sit in `DIR/dirty-source` and on
+/// the command line), and one from `OPTIO_REDIS_PASSWORD_FILE` reaches Redis from `optio up`'s
+/// processes and from commands while no process's command line holds it.
+#[test]
+fn the_cluster_directory_is_private_and_redis_passwords_stay_off_command_lines() {
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+    if !optio_local::redis::redis_available() {
+        return;
+    }
+    const PASSWORD: &str = "dirty-Secret-36";
+    let redis = optio_local::redis::RedisServer::start_with_password(PASSWORD).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let password_file = tmp.path().join("redis-password");
+    optio_proto::auth::write_private(&password_file, format!("{PASSWORD}\n").as_bytes()).unwrap();
+    let dir = tmp.path().join("c");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let up = |dirty: &str| {
+        let mut command = std::process::Command::new(crate::binary());
+        command
+            .args(["up", "--dir"])
+            .arg(&dir)
+            .args(["--zones", "3", "--hosts", "1", "--tls", "--dirty", dirty])
+            .env_remove("OPTIO_REDIS_PASSWORD")
+            .env("OPTIO_REDIS_PASSWORD_FILE", &password_file)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        command.spawn().expect("optio up starts")
+    };
+
+    // A password in the URL: refused at once, and not echoed.
+    let mut refused = up(&format!("redis://:{PASSWORD}@127.0.0.1:{}", redis.port()));
+    if !wait_until(Duration::from_secs(20), || matches!(refused.try_wait(), Ok(Some(_)))) {
+        let _ = refused.kill();
+        let _ = refused.wait();
+        panic!("`optio up` took a Redis password on its command line");
+    }
+    let output = refused.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("OPTIO_REDIS_PASSWORD_FILE"), "{stderr}");
+    assert!(!stderr.contains(PASSWORD), "the password is echoed: {stderr}");
+
+    // The password from a file named in the environment.
+    let mut cluster = up(&redis.url());
+    let mut servers = Vec::new();
+    for line in std::io::BufReader::new(cluster.stdout.take().unwrap()).lines() {
+        let line = line.expect("output");
+        if line.starts_with('z') && line.contains("127.0.0.1:") {
+            servers.push(line.split_whitespace().last().unwrap().parse::<u32>().expect("a pid"));
+        }
+        if line.contains("Ctrl-C") {
+            break;
+        }
+    }
+    assert_eq!(servers.len(), 3, "the cluster runs");
+    let optio = |args: &[&str], input: &[u8]| {
+        use std::io::Write;
+        let mut child = std::process::Command::new(crate::binary())
+            .args(args)
+            .env("OPTIO_CLUSTER", &dir)
+            .env_remove("OPTIO_REDIS_PASSWORD")
+            .env("OPTIO_REDIS_PASSWORD_FILE", &password_file)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    };
+    // Commands reach Redis (the dirty table opens with the password) and write intent logs.
+    optio(&["put", "k", "-"], b"value");
+    optio(&["put", "e", "-", "--pool", optio_local::cluster::ELASTIC_POOL], b"elastic");
+
+    let mode = |path: &std::path::Path| {
+        std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(mode(&dir), 0o700, "the cluster directory");
+    let spec = std::fs::read_to_string(dir.join("dirty-source")).unwrap();
+    assert!(!spec.contains(PASSWORD), "{spec}");
+    for name in ["dirty-source", "map.toml", "z1-h1.log", "keyring", "intents", "dirty-spill"] {
+        let path = dir.join(name);
+        assert!(path.exists(), "{} is missing", path.display());
+        assert_eq!(mode(&path) & 0o077, 0, "{} is {:04o}", path.display(), mode(&path));
+    }
+    let loose = loose_entries(&dir);
+    assert!(loose.is_empty(), "others may use: {loose:#?}");
+
+    // No process of the cluster has the password on its command line; the re-integrator
+    // (which reads the dirty table) got it from the environment and runs.
+    let tree = process_tree(cluster.id());
+    assert!(tree.len() > servers.len(), "{tree:?}");
+    let mut reintegrator = None;
+    for pid in &tree {
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(!cmdline.contains(PASSWORD), "pid {pid}: {cmdline}");
+        if cmdline.contains(" reintegrate ") {
+            reintegrator = Some(*pid);
+        }
+    }
+    let reintegrator = reintegrator.expect("a re-integrator runs");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(std::path::Path::new(&format!("/proc/{reintegrator}")).exists(), "it runs");
+    let log = std::fs::read_to_string(dir.join("reintegrator.log")).unwrap_or_default();
+    assert!(!log.contains("refused the credentials"), "{log}");
+
+    cluster.kill().expect("SIGKILL");
+    cluster.wait().expect("reaped");
+    let gone = || servers.iter().all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists());
+    assert!(wait_until(Duration::from_secs(20), gone), "servers outlived the cluster");
+}
+
 /// The map in an etcd with authentication on, reached from the command line: the user in the
 /// URL, the password from a file named in the environment; a missing or wrong password stops
 /// a command and a server at start-up with a clear error, and is never echoed.
