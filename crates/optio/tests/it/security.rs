@@ -640,7 +640,8 @@ fn generated_certificates_are_bounded_constrained_and_for_one_purpose() {
 /// second or so (a grace keeps it working until then); the certificate the rotation issued
 /// works; `optio auth rm` refuses an entity's certificate; a certificate of the cluster's CA
 /// the keyring does not record (as for every entity of an older keyring) is refused, with
-/// the reason.
+/// the reason, until `optio auth cert ENTITY --from CERT.pem` records it (for the entity its
+/// common name names only).
 #[test]
 fn a_client_certificate_is_revoked_with_its_entity() {
     let (_dir, cluster) =
@@ -778,6 +779,26 @@ fn a_client_certificate_is_revoked_with_its_entity() {
         refused.contains("records none") && !refused.contains("unknown entity")
     });
     assert!(said, "{:?}", by_cert(&unrecorded.cert, &unrecorded.key, 10));
+    // Recorded from its file (`--from`; its common name must be the entity), it is taken.
+    let from = unrecorded.cert.to_str().unwrap();
+    let output = std::process::Command::new(crate::binary())
+        .args(["auth", "cert", "client.app2", "--from", from, "--keyring"])
+        .arg(&keyring)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("no entity client.app2"), "{stderr}");
+    optio(&["auth", "add", "client.app2", "--caps", "read", "-o", "app2.keyring"]);
+    let output = std::process::Command::new(crate::binary())
+        .args(["auth", "cert", "client.app2", "--from", from, "--keyring"])
+        .arg(&keyring)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("common name of") && stderr.contains("client.old"), "{stderr}");
+    let said = optio(&["auth", "cert", "client.old", "--from", from]);
+    assert!(said.contains("recorded the certificate"), "{said}");
+    assert!(everywhere(&unrecorded.cert, &unrecorded.key), "a recorded certificate is taken");
     assert_eq!(stored(), data(8, 1000), "no refused request changed the object");
 }
 
