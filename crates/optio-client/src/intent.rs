@@ -10,7 +10,7 @@
 //! takes over the files of processes that no longer run ([`IntentLog::orphans`]).
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -43,9 +43,10 @@ pub struct Intent(u64);
 impl IntentLog {
     /// Opens this process's log in `dir` (created if needed).
     pub fn open(dir: &Path) -> io::Result<IntentLog> {
-        fs::create_dir_all(dir)?;
+        // The logs name object keys: the owner's only.
+        optio_cluster::private::create_dir_all(dir)?;
         let path = dir.join(format!("{}.intents", std::process::id()));
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = optio_cluster::private::append(&path)?;
         Ok(IntentLog { path, file: Mutex::new(file), next: AtomicU64::new(1) })
     }
 

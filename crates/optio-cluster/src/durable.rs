@@ -23,6 +23,17 @@ pub fn replace_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     replace_with_mode(path, bytes, 0o600)
 }
 
+/// [`replace`] keeping the mode of the file replaced, or 0600 for a new file.
+pub fn replace_keeping_mode(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match fs::metadata(path) {
+        Ok(meta) => meta.permissions().mode() & 0o777,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => crate::private::FILE_MODE,
+        Err(e) => return Err(e),
+    };
+    replace_with_mode(path, bytes, mode)
+}
+
 /// [`replace`] with the temporary file, and so the new file, created with `mode` (narrowed
 /// by the umask).
 fn replace_with_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
@@ -32,17 +43,16 @@ fn replace_with_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     name.push(format!(".tmp.{}.{unique}", std::process::id()));
     let temp = path.with_file_name(name);
     let result = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&temp)?;
+        // O_EXCL: a file or a symbolic link planted at the name is never written through.
+        let mut file =
+            fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&temp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         fs::rename(&temp, path)
     })();
-    if result.is_err() {
+    if let Err(error) = &result
+        && error.kind() != io::ErrorKind::AlreadyExists
+    {
         let _ = fs::remove_file(&temp);
     }
     result?;

@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::ErrorKind;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -139,12 +140,13 @@ impl FileStore {
         let lock_path = self.lock_path();
         let io =
             |e| ClusterError::io(format!("cannot lock the map with {}", lock_path.display()))(e);
-        fs::create_dir_all(self.dir())
+        crate::private::create_dir_all(self.dir())
             .map_err(ClusterError::io(format!("cannot create {}", self.dir().display())))?;
         let file = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(crate::private::FILE_MODE)
             .open(&lock_path)
             .map_err(io)?;
         let deadline = Instant::now() + LOCK_WAIT_MAX;
@@ -171,7 +173,9 @@ impl FileStore {
 
     /// Writes the map atomically; the caller holds the lock ([`FileStore::locked`]).
     pub fn write_locked(&self, map: &ClusterMap) -> Result<(), ClusterError> {
-        durable::replace(&self.path, codec::encode_map(map).as_bytes())
+        // A new map file is its owner's only; one that exists keeps its mode (an operator
+        // may have opened it to servers running as another user).
+        durable::replace_keeping_mode(&self.path, codec::encode_map(map).as_bytes())
             .map_err(ClusterError::io(format!("cannot write {}", self.path.display())))
     }
 
@@ -183,10 +187,10 @@ impl FileStore {
     /// Replaces `member`'s status document with `json`.
     pub fn put_status(&self, member: &str, json: &[u8]) -> Result<(), ClusterError> {
         let dir = self.status_dir();
-        fs::create_dir_all(&dir)
+        crate::private::create_dir_all(&dir)
             .map_err(ClusterError::io(format!("cannot create {}", dir.display())))?;
         let path = self.status_path(member);
-        durable::replace(&path, json)
+        durable::replace_private(&path, json)
             .map_err(ClusterError::io(format!("cannot write {}", path.display())))
     }
 

@@ -64,6 +64,7 @@ pub mod follow;
 pub mod lockfile;
 pub mod mapstore;
 pub mod monitor;
+pub mod private;
 pub mod secret;
 pub mod source;
 

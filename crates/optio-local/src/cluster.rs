@@ -166,7 +166,7 @@ pub fn write_prometheus_targets(dir: &Path, servers: &[ServerProcess]) -> Result
     let path = dir.join(PROMETHEUS_TARGETS_FILE);
     let text =
         serde_json::to_string_pretty(&targets).map_err(|e| LocalError::Spec(e.to_string()))?;
-    optio_cluster::durable::replace(&path, text.as_bytes())
+    optio_cluster::durable::replace_private(&path, text.as_bytes())
         .map_err(LocalError::io(format!("cannot write {}", path.display())))
 }
 
@@ -321,6 +321,20 @@ fn lock_dir(dir: &Path) -> Result<fs::File, LocalError> {
     })
 }
 
+/// Makes the cluster directory `dir` (mode 0700, and its missing parents) or takes group and
+/// others' permissions away from the one there: it holds the keyring, the TLS keys, logs that
+/// name object keys and the dirty table. Returns its canonical path.
+fn private_cluster_dir(dir: &Path) -> Result<PathBuf, LocalError> {
+    optio_cluster::private::create_dir_all(dir)
+        .map_err(LocalError::io(format!("cannot create {}", dir.display())))?;
+    let dir = fs::canonicalize(dir).map_err(LocalError::io(dir.display().to_string()))?;
+    optio_cluster::private::tighten(&dir).map_err(LocalError::io(format!(
+        "cannot make {} private (mode 0700; it holds keys and logs)",
+        dir.display()
+    )))?;
+    Ok(dir)
+}
+
 /// The longest path a Unix socket's address holds (108 bytes with the final NUL).
 const LOCAL_SOCKET_PATH_MAX: usize = 107;
 
@@ -351,15 +365,26 @@ impl LocalCluster {
                 "zones, hosts and devices per host must be at least 1".into(),
             ));
         }
-        fs::create_dir_all(dir)
-            .map_err(LocalError::io(format!("cannot create {}", dir.display())))?;
-        let dir = fs::canonicalize(dir).map_err(LocalError::io(dir.display().to_string()))?;
+        if let Some(dirty) = &spec.dirty
+            && optio_cluster::dirty::spec_holds_password(dirty)
+        {
+            return Err(LocalError::Spec(format!(
+                "the dirty table's URL {} holds a password: it would be written to \
+                 DIR/{DIRTY_SOURCE_FILE} and be on the command line, where every local user \
+                 reads it; give the URL without it (redis://USER@HOST:PORT) and the password in \
+                 {} or in a file named by {}",
+                optio_cluster::dirty::redact_spec(dirty),
+                optio_cluster::dirty::PASSWORD_ENV,
+                optio_cluster::dirty::PASSWORD_FILE_ENV
+            )));
+        }
+        let dir = private_cluster_dir(dir)?;
         let lock = lock_dir(&dir)?;
         let source_file = dir.join(MAP_SOURCE_FILE);
         let (source, etcd) = if spec.etcd {
             let etcd = EtcdServer::start_in(&dir.join("etcd")).map_err(LocalError::Server)?;
             let url = etcd.url();
-            fs::write(&source_file, format!("{url}\n"))
+            optio_cluster::durable::replace_private(&source_file, format!("{url}\n").as_bytes())
                 .map_err(LocalError::io(format!("cannot write {}", source_file.display())))?;
             (MapSource::parse(&url)?, Some(etcd))
         } else {
@@ -388,7 +413,10 @@ impl LocalCluster {
         };
         let dirty_file = dir.join(DIRTY_SOURCE_FILE);
         let written = match &spec.dirty {
-            Some(dirty) => fs::write(&dirty_file, format!("{dirty}\n")),
+            Some(dirty) => optio_cluster::durable::replace_private(
+                &dirty_file,
+                format!("{dirty}\n").as_bytes(),
+            ),
             None => fs::remove_file(&dirty_file).or_else(|e| {
                 if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }
             }),
@@ -403,6 +431,10 @@ impl LocalCluster {
             let mut entities: Vec<(&str, Cap)> = vec![(optio_proto::auth::ADMIN, Cap::Admin)];
             entities.extend(names.iter().map(|n| (n.as_str(), Cap::Server)));
             ensure_entities(&dir.join(KEYRING_FILE), &entities)?;
+        }
+        if spec.tls {
+            // After the keyring: client.admin's certificate is recorded in it.
+            ensure_tls(&dir, &spec.bind)?;
         }
         for (index, host) in layout(spec).into_iter().enumerate() {
             let devices: Vec<(u32, PathBuf)> =
@@ -470,7 +502,8 @@ impl LocalCluster {
             .unwrap_or_else(|| workers_per_server(layout(&self.spec).len(), cores));
         command.arg("--workers").arg(workers.to_string());
         if self.spec.tls {
-            let tls = ensure_tls(&self.dir, &self.spec.bind)?;
+            // Made (or renewed) once, by `start`.
+            let tls = tls_files(&self.dir);
             command.arg("--tls-cert").arg(&tls.cert).arg("--tls-key").arg(&tls.key);
             command.arg("--tls-ca").arg(&tls.ca);
         }
@@ -538,10 +571,8 @@ impl LocalCluster {
     /// `DIR/{name}.log`, opened for appending (a child process's standard error).
     fn open_log(&self, name: &str) -> Result<(PathBuf, fs::File), LocalError> {
         let path = self.dir.join(format!("{name}.log"));
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
+        // Logs name object keys: the owner's only.
+        let log = optio_cluster::private::append(&path)
             .map_err(LocalError::io(format!("cannot open {}", path.display())))?;
         Ok((path, log))
     }
@@ -863,31 +894,72 @@ pub struct TlsFiles {
     pub admin_key: PathBuf,
 }
 
-/// Makes (once) a throwaway CA (`ca.pem`, `ca-key.pem`), a server certificate for `bind`,
-/// 127.0.0.1 and localhost (`server.pem`), and a client certificate for `client.admin`
-/// (`client.admin.pem`) in `dir/tls/`.
-pub fn ensure_tls(dir: &Path, bind: &str) -> Result<TlsFiles, LocalError> {
-    let tls_dir = dir.join("tls");
-    let files = TlsFiles {
-        ca: tls_dir.join("ca.pem"),
+/// The TLS files of the cluster in `dir` (made by [`ensure_tls`]).
+pub fn tls_files(dir: &Path) -> TlsFiles {
+    let tls_dir = dir.join(TLS_DIR);
+    TlsFiles {
+        ca: tls_dir.join(crate::tls::CA_CERT_FILE),
         cert: tls_dir.join("server.pem"),
         key: tls_dir.join("server-key.pem"),
-        admin_cert: tls_dir.join("client.admin.pem"),
-        admin_key: tls_dir.join("client.admin-key.pem"),
+        admin_cert: tls_dir.join(format!("{}.pem", optio_proto::auth::ADMIN)),
+        admin_key: tls_dir.join(format!("{}-key.pem", optio_proto::auth::ADMIN)),
+    }
+}
+
+/// The directory of a cluster's TLS files.
+pub const TLS_DIR: &str = "tls";
+
+/// Makes a throwaway CA (`ca.pem`, `ca-key.pem`), a server certificate for `bind`,
+/// 127.0.0.1 and localhost (`server.pem`), and a client certificate for `client.admin`
+/// (`client.admin.pem`) in `dir/tls/` — or keeps those there while they are good: each is
+/// reissued when missing, near its end or from before certificates were bounded
+/// ([`crate::tls::CertInfo::needs_renewal`]), and all of them when the CA is replaced. When
+/// `dir` has a keyring, it records `client.admin`'s certificate (servers take a certificate
+/// only if the keyring records it); one the keyring does not record — revoked by `optio auth
+/// rotate` — is reissued.
+pub fn ensure_tls(dir: &Path, bind: &str) -> Result<TlsFiles, LocalError> {
+    use crate::tls::{Ca, LEAF_VALIDITY, inspect, now_unix};
+    let files = tls_files(dir);
+    let tls_dir = dir.join(TLS_DIR);
+    let ca = Ca::open_or_create(&tls_dir)?;
+    let now = now_unix();
+    let stale = |path: &Path| {
+        ca.renewed() || inspect(path).map_or(true, |info| info.needs_renewal(now, LEAF_VALIDITY))
     };
-    if [&files.ca, &files.cert, &files.key, &files.admin_cert, &files.admin_key]
-        .iter()
-        .all(|p| p.exists())
-    {
-        return Ok(files);
+    if stale(&files.cert) || !files.key.exists() {
+        let mut names = vec!["localhost", "127.0.0.1"];
+        if !names.contains(&bind) {
+            names.push(bind);
+        }
+        ca.issue_server(&tls_dir, "server", "optio server", &names)?;
     }
-    let ca = crate::tls::Ca::open_or_create(&tls_dir)?;
-    let mut names = vec!["localhost", "127.0.0.1"];
-    if !names.contains(&bind) {
-        names.push(bind);
+    let keyring_path = dir.join(KEYRING_FILE);
+    let admin = optio_proto::auth::ADMIN;
+    let mut keyring = if keyring_path.exists() {
+        let keyring = optio_proto::auth::Keyring::load(&keyring_path)
+            .map_err(|e| LocalError::Spec(e.to_string()))?;
+        Some(keyring).filter(|k| k.get(admin).is_some())
+    } else {
+        None
+    };
+    let old = inspect(&files.admin_cert).ok().map(|info| info.fingerprint);
+    let recorded = match (&keyring, &old) {
+        (Some(keyring), Some(old)) => keyring.certificates(admin).accepts(old, now),
+        (None, _) => true,
+        (Some(_), None) => false,
+    };
+    if stale(&files.admin_cert) || !files.admin_key.exists() || !recorded {
+        let issued = ca.issue_client(&tls_dir, admin, admin)?;
+        if let Some(keyring) = &mut keyring {
+            if let Some(old) = &old {
+                keyring.forget_certificate(admin, old);
+            }
+            keyring
+                .record_certificate(admin, issued.fingerprint)
+                .and_then(|()| keyring.save(&keyring_path))
+                .map_err(|e| LocalError::Spec(e.to_string()))?;
+        }
     }
-    ca.issue(&tls_dir, "server", "optio server", &names)?;
-    ca.issue(&tls_dir, "client.admin", optio_proto::auth::ADMIN, &[])?;
     Ok(files)
 }
 

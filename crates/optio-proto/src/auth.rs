@@ -22,6 +22,14 @@
 //! reads it and refuses it unless the hashes match, before the body has any effect. The
 //! server refuses a timestamp outside its window (± [`WINDOW_MS`] by default) and a nonce it
 //! has seen (its replay cache covers the window), so a captured request cannot be replayed.
+//!
+//! **Client certificates.** Over mutual TLS an unsigned request is the entity its client
+//! certificate names, but only when the keyring records that certificate for the entity: the
+//! SHA-256 fingerprint of its DER encoding ([`CertFingerprint`]; what `openssl x509 -noout
+//! -fingerprint -sha256` prints). Rotating an entity revokes its certificates (at once, or at
+//! the end of the rotation's grace) and removing it drops them, so a stolen certificate dies
+//! with the key it was issued beside. An entity with no certificate recorded (every entity of
+//! a keyring written before certificates were recorded) is refused by certificate.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -45,6 +53,9 @@ pub const HEADER_BYTES_MAX: usize = 512;
 pub const NAME_BYTES_MAX: usize = 64;
 /// The default client entity.
 pub const ADMIN: &str = "client.admin";
+/// Most client certificates recorded for one entity at a time (and as many from before its
+/// last rotation, during the grace).
+pub const CERTS_PER_ENTITY_MAX: usize = 8;
 
 /// What an entity may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -159,6 +170,79 @@ pub struct Entity {
     pub previous: Option<(Key, u64)>,
 }
 
+/// The SHA-256 hash of a certificate's DER encoding: how the keyring names the client
+/// certificates it accepts. Shown as 64 lowercase hex digits; parsed from that or from
+/// OpenSSL's `AB:CD:…` form.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CertFingerprint([u8; 32]);
+
+impl CertFingerprint {
+    /// The fingerprint of the certificate `der` (its DER encoding).
+    pub fn of_der(der: &[u8]) -> CertFingerprint {
+        use sha2::Digest as _;
+        CertFingerprint(sha2::Sha256::digest(der).into())
+    }
+
+    /// Parses 64 hex digits, with or without a `:` between bytes, in either case.
+    pub fn parse(text: &str) -> Result<CertFingerprint, AuthError> {
+        let digits: String = text.trim().chars().filter(|c| *c != ':').collect();
+        let invalid = || {
+            AuthError::Keyring(format!(
+                "'{text}' is not a SHA-256 certificate fingerprint (64 hex digits)"
+            ))
+        };
+        if digits.len() != 64 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(invalid());
+        }
+        let mut bytes = [0u8; 32];
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&digits[2 * i..2 * i + 2], 16).map_err(|_| invalid())?;
+        }
+        Ok(CertFingerprint(bytes))
+    }
+
+    /// 64 lowercase hex digits.
+    pub fn to_hex(&self) -> String {
+        crate::hex::hex_bytes(&self.0)
+    }
+}
+
+impl fmt::Display for CertFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for CertFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CertFingerprint({})", self.to_hex())
+    }
+}
+
+/// The client certificates the keyring records for one entity.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CertPins {
+    /// Those issued since its last rotation.
+    pub current: Vec<CertFingerprint>,
+    /// Those issued before it, accepted until the given Unix time (s): the rotation's grace.
+    pub previous: Option<(Vec<CertFingerprint>, u64)>,
+}
+
+impl CertPins {
+    /// Whether the certificate `fingerprint` is accepted at `now_secs`.
+    pub fn accepts(&self, fingerprint: &CertFingerprint, now_secs: u64) -> bool {
+        self.current.contains(fingerprint)
+            || self
+                .previous
+                .as_ref()
+                .is_some_and(|(old, until)| now_secs < *until && old.contains(fingerprint))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.current.is_empty() && self.previous.is_none()
+    }
+}
+
 /// The keyring file's form.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct KeyringFile {
@@ -176,6 +260,15 @@ struct EntityFile {
     previous_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     previous_until: Option<u64>,
+    /// SHA-256 fingerprints of its client certificates (hex).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    certs: Vec<String>,
+    /// Those of its certificates from before its last rotation…
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    previous_certs: Vec<String>,
+    /// … accepted until this Unix time (s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    previous_certs_until: Option<u64>,
 }
 
 /// Entities by name: the cluster's keyring (every entity; servers and `optio auth` use it), or
@@ -183,6 +276,8 @@ struct EntityFile {
 #[derive(Clone, Debug, Default)]
 pub struct Keyring {
     entities: BTreeMap<String, Entity>,
+    /// The client certificates recorded for each entity (absent: none).
+    certs: BTreeMap<String, CertPins>,
 }
 
 /// Checks an entity name: `client.NAME` or `server.NAME`, NAME of letters, digits, `-`, `_`
@@ -229,10 +324,14 @@ impl Keyring {
                     )));
                 }
             };
+            let pins = parse_pins(&entity).map_err(context)?;
             let name = entity.name.clone();
             if keyring.entities.insert(name.clone(), Entity { name, key, cap, previous }).is_some()
             {
                 return Err(AuthError::Keyring(format!("{source}: {} appears twice", entity.name)));
+            }
+            if !pins.is_empty() {
+                keyring.certs.insert(entity.name.clone(), pins);
             }
         }
         Ok(keyring)
@@ -244,12 +343,20 @@ impl Keyring {
             entities: self
                 .entities
                 .values()
-                .map(|e| EntityFile {
-                    name: e.name.clone(),
-                    key: e.key.to_base64(),
-                    caps: e.cap.name().to_string(),
-                    previous_key: e.previous.as_ref().map(|(k, _)| k.to_base64()),
-                    previous_until: e.previous.as_ref().map(|(_, until)| *until),
+                .map(|e| {
+                    let pins = self.certs.get(&e.name);
+                    let hex = |list: &[CertFingerprint]| list.iter().map(|f| f.to_hex()).collect();
+                    let previous = pins.and_then(|p| p.previous.as_ref());
+                    EntityFile {
+                        name: e.name.clone(),
+                        key: e.key.to_base64(),
+                        caps: e.cap.name().to_string(),
+                        previous_key: e.previous.as_ref().map(|(k, _)| k.to_base64()),
+                        previous_until: e.previous.as_ref().map(|(_, until)| *until),
+                        certs: pins.map(|p| hex(&p.current)).unwrap_or_default(),
+                        previous_certs: previous.map(|(old, _)| hex(old)).unwrap_or_default(),
+                        previous_certs_until: previous.map(|(_, until)| *until),
+                    }
                 })
                 .collect(),
         };
@@ -288,9 +395,88 @@ impl Keyring {
         self.entities.insert(entity.name.clone(), entity);
     }
 
-    /// Removes an entity; whether it was there.
+    /// Removes an entity, and the certificates recorded for it; whether it was there.
     pub fn remove(&mut self, name: &str) -> bool {
+        self.certs.remove(name);
         self.entities.remove(name).is_some()
+    }
+
+    /// The client certificates recorded for `name` (none: empty).
+    pub fn certificates(&self, name: &str) -> CertPins {
+        self.certs.get(name).cloned().unwrap_or_default()
+    }
+
+    /// Records the client certificate `fingerprint` for the entity `name` (already there: no
+    /// change). At most [`CERTS_PER_ENTITY_MAX`] per entity.
+    pub fn record_certificate(
+        &mut self,
+        name: &str,
+        fingerprint: CertFingerprint,
+    ) -> Result<(), AuthError> {
+        if !self.entities.contains_key(name) {
+            return Err(AuthError::Keyring(format!(
+                "no entity {name} to record a certificate for (add it with `optio auth add`)"
+            )));
+        }
+        let pins = self.certs.entry(name.to_string()).or_default();
+        if pins.current.contains(&fingerprint) {
+            return Ok(());
+        }
+        if pins.current.len() >= CERTS_PER_ENTITY_MAX {
+            return Err(AuthError::Keyring(format!(
+                "{name} has {CERTS_PER_ENTITY_MAX} certificates recorded already, the most it \
+                 may have: `optio auth rotate {name}` revokes them"
+            )));
+        }
+        pins.current.push(fingerprint);
+        Ok(())
+    }
+
+    /// Forgets the certificate `fingerprint` of `name` (one being replaced); whether it was
+    /// recorded.
+    pub fn forget_certificate(&mut self, name: &str, fingerprint: &CertFingerprint) -> bool {
+        let Some(pins) = self.certs.get_mut(name) else { return false };
+        let before = pins.current.len();
+        pins.current.retain(|f| f != fingerprint);
+        let forgot = pins.current.len() < before;
+        if pins.is_empty() {
+            self.certs.remove(name);
+        }
+        forgot
+    }
+
+    /// Revokes every certificate of `name`: at once (`until: None`), or from the Unix time
+    /// `until` (s) on — a rotation's grace, which replaces any earlier grace's certificates.
+    pub fn revoke_certificates(&mut self, name: &str, until: Option<u64>) {
+        let Some(pins) = self.certs.remove(name) else { return };
+        let pins = CertPins {
+            current: Vec::new(),
+            previous: until.filter(|_| !pins.current.is_empty()).map(|u| (pins.current, u)),
+        };
+        if !pins.is_empty() {
+            self.certs.insert(name.to_string(), pins);
+        }
+    }
+
+    /// The entity a client certificate names (`name`, its common name) if the keyring records
+    /// that certificate (`fingerprint`) for it at `now_secs`.
+    pub fn check_certificate(
+        &self,
+        name: &str,
+        fingerprint: &CertFingerprint,
+        now_secs: u64,
+    ) -> Result<&Entity, AuthError> {
+        let entity =
+            self.entities.get(name).ok_or_else(|| AuthError::UnknownEntity(name.to_string()))?;
+        let pins = self.certs.get(name);
+        if pins.is_some_and(|p| p.accepts(fingerprint, now_secs)) {
+            return Ok(entity);
+        }
+        Err(AuthError::UnknownCertificate {
+            id: name.to_string(),
+            fingerprint: fingerprint.to_hex(),
+            none_recorded: pins.is_none_or(|p| p.current.is_empty()),
+        })
     }
 
     /// Number of entities.
@@ -302,6 +488,30 @@ impl Keyring {
     pub fn is_empty(&self) -> bool {
         self.entities.is_empty()
     }
+}
+
+/// The certificates an entity's entry records.
+fn parse_pins(entity: &EntityFile) -> Result<CertPins, AuthError> {
+    let parse = |list: &[String]| -> Result<Vec<CertFingerprint>, AuthError> {
+        if list.len() > CERTS_PER_ENTITY_MAX {
+            return Err(AuthError::Keyring(format!(
+                "{} certificates recorded; at most {CERTS_PER_ENTITY_MAX}",
+                list.len()
+            )));
+        }
+        list.iter().map(|f| CertFingerprint::parse(f)).collect()
+    };
+    let current = parse(&entity.certs)?;
+    let previous = match (entity.previous_certs.is_empty(), entity.previous_certs_until) {
+        (false, Some(until)) => Some((parse(&entity.previous_certs)?, until)),
+        (true, None) => None,
+        _ => {
+            return Err(AuthError::Keyring(
+                "previous_certs and previous_certs_until go together".into(),
+            ));
+        }
+    };
+    Ok(CertPins { current, previous })
 }
 
 /// Refuses a secret file that group or others may read or write.
@@ -321,24 +531,82 @@ pub fn check_private(path: &Path) -> Result<(), AuthError> {
     Ok(())
 }
 
-/// Writes `bytes` to `path` with mode 0600, through a temporary file in the same directory.
+/// Attempts at a temporary file name before [`write_private`] gives up (each name is random:
+/// a collision means someone is planting files at the names it draws).
+const TEMP_ATTEMPTS_MAX: u32 = 8;
+/// Random bytes in a temporary file's name.
+const TEMP_NAME_RANDOM_BYTES: usize = 16;
+
+/// Writes `bytes` to `path` with mode 0600, atomically: a new temporary file in the same
+/// directory (a random name, created with `O_CREAT | O_EXCL | O_NOFOLLOW`, so a file or a
+/// symbolic link planted there is never written through), fsynced, renamed over `path`, the
+/// directory fsynced. A `path` that is a symbolic link is refused (a key is never written
+/// through a link; the rename would replace the link itself anyway).
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), AuthError> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let error = |what: &str, e: std::io::Error| {
         AuthError::Keyring(format!("cannot {what} {}: {e}", path.display()))
     };
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            return Err(AuthError::Keyring(format!(
+                "{} is a symbolic link: a key is never written through one (remove the link, \
+                 or give the real file's path)",
+                path.display()
+            )));
+        }
+        Ok(meta) if !meta.is_file() => {
+            return Err(AuthError::Keyring(format!(
+                "{} is not a regular file: a key is written only to one",
+                path.display()
+            )));
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(error("inspect", e)),
+    }
+    let (temp, mut file) =
+        create_temporary(path).map_err(|e| error("create a temporary file for", e))?;
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&temp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(error("write", e));
+    }
+    let parent = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(parent)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|e| error("sync the directory of", e))
+}
+
+/// A new file (mode 0600) at a random name beside `path`: `O_CREAT | O_EXCL | O_NOFOLLOW`,
+/// a fresh name on a collision, at most [`TEMP_ATTEMPTS_MAX`] times.
+fn create_temporary(path: &Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
+    use std::os::unix::fs::OpenOptionsExt;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let temp = path.with_file_name(format!(".{name}.tmp{}", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temp)
-        .map_err(|e| error("write", e))?;
-    file.write_all(bytes).and_then(|()| file.sync_all()).map_err(|e| error("write", e))?;
-    std::fs::rename(&temp, path).map_err(|e| error("replace", e))
+    let mut last = None;
+    for _ in 0..TEMP_ATTEMPTS_MAX {
+        let mut random = [0u8; TEMP_NAME_RANDOM_BYTES];
+        getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let temp = path.with_file_name(format!(".{name}.{}.tmp", crate::hex::hex_bytes(&random)));
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .mode(0o600)
+            .open(&temp);
+        match opened {
+            Ok(file) => return Ok((temp, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no temporary name was free")))
 }
 
 /// An identity a process signs with.
@@ -588,6 +856,26 @@ pub enum AuthError {
         /// What the request needs.
         needs: Cap,
     },
+    /// A client certificate the keyring does not record for the entity it names (mutual TLS).
+    #[error(
+        "the client certificate of {id} (SHA-256 {fingerprint}) is not one the keyring records \
+         for it{}: issue a new one with `optio auth cert {id}` (or record one your CA issued \
+         with `optio auth cert {id} --from CERT.pem`), or sign the requests instead",
+        if *none_recorded {
+            " (it records none: revoked by a rotation, or a keyring from before certificates \
+             were recorded)"
+        } else {
+            " (revoked by a rotation, or issued elsewhere)"
+        }
+    )]
+    UnknownCertificate {
+        /// The entity its common name names.
+        id: String,
+        /// Its SHA-256 fingerprint (hex).
+        fingerprint: String,
+        /// Whether the keyring records no certificate at all for the entity.
+        none_recorded: bool,
+    },
     /// A keyring problem (files, names, keys).
     #[error("{0}")]
     Keyring(String),
@@ -620,6 +908,7 @@ impl AuthError {
             AuthError::Expired { .. } => "expired",
             AuthError::Replayed(_) => "replayed",
             AuthError::Forbidden { .. } => "forbidden",
+            AuthError::UnknownCertificate { .. } => "unknown_certificate",
             AuthError::Keyring(_) => "keyring",
             AuthError::WrongTarget { .. } => "wrong_target",
             AuthError::KeyringUnavailable(_) => "keyring_unavailable",
@@ -776,6 +1065,79 @@ mod tests {
         assert!(Keyring::parse(&caps, "k").unwrap_err().to_string().contains("unknown capability"));
     }
 
+    /// Issue 36 item 9: the keyring records each entity's client certificates; a rotation
+    /// revokes them (at once, or after its grace), a removal drops them, and a keyring from
+    /// before certificates were recorded accepts none.
+    #[test]
+    fn recorded_certificates_round_trip_and_are_revoked_with_their_entity() {
+        let (mut keyring, _) = keyring();
+        let first = CertFingerprint::of_der(b"first certificate");
+        let second = CertFingerprint::of_der(b"second certificate");
+        // Before any is recorded (an older keyring): refused, and the reason says so.
+        let error = keyring.check_certificate("client.a", &first, 100).unwrap_err();
+        assert!(
+            matches!(&error, AuthError::UnknownCertificate { none_recorded: true, .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("optio auth cert client.a"), "{error}");
+        assert_eq!(error.label(), "unknown_certificate");
+        keyring.record_certificate("client.a", first).unwrap();
+        keyring.record_certificate("client.a", first).unwrap();
+        assert_eq!(keyring.certificates("client.a").current, vec![first], "no duplicate");
+        assert!(keyring.record_certificate("client.nobody", first).is_err());
+        assert_eq!(keyring.check_certificate("client.a", &first, 100).unwrap().name, "client.a");
+        assert!(keyring.check_certificate("client.a", &second, 100).is_err());
+        // A rotation with a grace: the old certificate until then, the new one from now.
+        keyring.revoke_certificates("client.a", Some(200));
+        keyring.record_certificate("client.a", second).unwrap();
+        let back = Keyring::parse(&keyring.to_toml(), "k").unwrap();
+        assert_eq!(back.certificates("client.a"), keyring.certificates("client.a"));
+        for keyring in [&keyring, &back] {
+            assert!(keyring.check_certificate("client.a", &first, 199).is_ok());
+            assert!(keyring.check_certificate("client.a", &first, 200).is_err(), "grace over");
+            assert!(keyring.check_certificate("client.a", &second, 10_000).is_ok());
+        }
+        // Without a grace: nothing is left.
+        keyring.revoke_certificates("client.a", None);
+        for fingerprint in [&first, &second] {
+            assert!(keyring.check_certificate("client.a", fingerprint, 100).is_err());
+        }
+        keyring.record_certificate("client.a", first).unwrap();
+        assert!(keyring.forget_certificate("client.a", &first));
+        assert!(keyring.check_certificate("client.a", &first, 100).is_err());
+        // Removed: unknown, and its certificates gone with it.
+        keyring.record_certificate("client.a", first).unwrap();
+        assert!(keyring.remove("client.a"));
+        let error = keyring.check_certificate("client.a", &first, 100).unwrap_err();
+        assert!(matches!(error, AuthError::UnknownEntity(_)), "{error:?}");
+        assert_eq!(keyring.certificates("client.a"), CertPins::default());
+    }
+
+    #[test]
+    fn fingerprints_parse_in_both_forms_and_bad_ones_are_refused() {
+        let fingerprint = CertFingerprint::of_der(b"x");
+        let hex = fingerprint.to_hex();
+        assert_eq!(CertFingerprint::parse(&hex).unwrap(), fingerprint);
+        let openssl: Vec<String> = (0..32).map(|i| hex[2 * i..2 * i + 2].to_uppercase()).collect();
+        assert_eq!(CertFingerprint::parse(&openssl.join(":")).unwrap(), fingerprint);
+        for bad in ["", "abc", &hex[1..], &format!("{hex}00"), &hex.replace('a', "g")] {
+            assert!(CertFingerprint::parse(bad).is_err(), "{bad}");
+        }
+        // In a keyring: a bad one, too many, or a grace without its time are refused.
+        let (keyring, _) = keyring();
+        let text = keyring.to_toml();
+        let with =
+            |extra: &str| text.replace("caps = \"write\"", &format!("caps = \"write\"\n{extra}"));
+        assert!(Keyring::parse(&with(&format!("certs = [\"{hex}\"]")), "k").is_ok());
+        assert!(Keyring::parse(&with("certs = [\"zz\"]"), "k").is_err());
+        let many = vec![format!("\"{hex}\""); CERTS_PER_ENTITY_MAX + 1].join(",");
+        let error = Keyring::parse(&with(&format!("certs = [{many}]")), "k").unwrap_err();
+        assert!(error.to_string().contains("at most"), "{error}");
+        let error =
+            Keyring::parse(&with(&format!("previous_certs = [\"{hex}\"]")), "k").unwrap_err();
+        assert!(error.to_string().contains("go together"), "{error}");
+    }
+
     #[test]
     fn caps_nest() {
         assert!(Cap::Admin.allows(Cap::Server) && Cap::Server.allows(Cap::Admin));
@@ -800,6 +1162,51 @@ mod tests {
         assert!(Keyring::load(&path).is_ok());
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(Keyring::load(&path).unwrap_err().to_string().contains("chmod 600"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Issue 36 item 15: a symbolic link planted where the temporary file used to go (a
+    /// predictable name) or at the key file itself never receives the key.
+    #[test]
+    fn a_key_is_never_written_through_a_planted_link() {
+        use std::os::unix::fs::PermissionsExt;
+        // A directory of its own: tests run at once, and others remove theirs.
+        let dir = std::env::temp_dir().join(format!("optio-auth-links-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let trap = dir.join("attacker-file");
+        std::fs::write(&trap, "").unwrap();
+        std::fs::set_permissions(&trap, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let path = dir.join("keyring");
+        // Every name the old scheme could draw in this process, and a few obvious others.
+        let pid = std::process::id();
+        for planted in [
+            format!(".keyring.tmp{pid}"),
+            format!("keyring.tmp.{pid}.0"),
+            ".keyring.tmp".to_string(),
+            "keyring.tmp".to_string(),
+        ] {
+            std::os::unix::fs::symlink(&trap, dir.join(planted)).unwrap();
+        }
+        let (keyring, _) = keyring();
+        keyring.save(&path).expect("the key is written beside the links");
+        assert_eq!(std::fs::read(&trap).unwrap(), b"", "the key went through a link");
+        assert!(!std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(Keyring::load(&path).is_ok());
+        // A link at the key file itself: refused, with the reason.
+        let linked = dir.join("linked.keyring");
+        std::os::unix::fs::symlink(&trap, &linked).unwrap();
+        let error = keyring.save(&linked).unwrap_err().to_string();
+        assert!(error.contains("symbolic link"), "{error}");
+        assert_eq!(std::fs::read(&trap).unwrap(), b"", "the key went through a link");
+        // No temporary file is left behind.
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp") && n.len() > 40)
+            .collect();
+        assert!(names.is_empty(), "{names:?}");
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -30,7 +30,7 @@ const REPLAY_SHARDS: usize = 16;
 /// older than the newest forgotten one are refused, so a replay never gets through.
 const REPLAY_SHARD_MAX: usize = 1 << 18;
 /// The reasons counted, in [`AuthError::label`] order.
-pub const REFUSAL_LABELS: [&str; 9] = [
+pub const REFUSAL_LABELS: [&str; 10] = [
     "unsigned",
     "malformed",
     "unknown_entity",
@@ -38,6 +38,7 @@ pub const REFUSAL_LABELS: [&str; 9] = [
     "expired",
     "replayed",
     "forbidden",
+    "unknown_certificate",
     "wrong_target",
     "keyring_unavailable",
 ];
@@ -146,14 +147,15 @@ impl Auth {
     /// Checks a request of `method` to `path` (with its query) with `headers` (name, value)
     /// that needs `need`: its signature, its timestamp, its target (`is_own_target` says
     /// whether the server named in [`optio_proto::wire::TARGET`] is this one), its nonce (once
-    /// only) and the entity's capability. An unsigned request that came over mutual TLS with a
-    /// client certificate naming `peer` (the CA checked it in the handshake) is that entity
-    /// instead. Returns who it is, or `None` with authentication off.
+    /// only) and the entity's capability. An unsigned request that came over mutual TLS with
+    /// the client certificate `peer` (the CA checked it in the handshake) is the entity it
+    /// names instead, if the keyring records that certificate for the entity. Returns who it
+    /// is, or `None` with authentication off.
     pub fn check(
         &self,
         request: Request<'_>,
         need: Cap,
-        peer: Option<&str>,
+        peer: Option<&crate::conn::PeerCertificate>,
         is_own_target: &dyn Fn(&str) -> bool,
     ) -> Result<Option<Caller>, AuthError> {
         if !self.enabled() {
@@ -248,14 +250,20 @@ impl Auth {
         Ok(Caller { name: entity.name.clone(), cap: entity.cap })
     }
 
-    /// The entity a client certificate names, if the keyring has it and it may do `need`.
-    fn allow_peer(&self, peer: &str, need: Cap) -> Result<Caller, AuthError> {
+    /// The entity a client certificate names, if the keyring has it, records the certificate
+    /// for it (rotating or removing the entity revokes its certificates) and it may do `need`.
+    fn allow_peer(
+        &self,
+        peer: &crate::conn::PeerCertificate,
+        need: Cap,
+    ) -> Result<Caller, AuthError> {
         let mut keyring = self.keyring.read().expect("keyring lock").clone();
-        if keyring.get(peer).is_none() {
+        if keyring.get(&peer.entity).is_none() {
             self.reload_on_demand();
             keyring = self.keyring.read().expect("keyring lock").clone();
         }
-        let entity = keyring.get(peer).ok_or_else(|| AuthError::UnknownEntity(peer.to_string()))?;
+        let now_secs = now_ms() / 1000;
+        let entity = keyring.check_certificate(&peer.entity, &peer.fingerprint, now_secs)?;
         self.check_unloadable(&entity.name, entity.cap)?;
         if !entity.cap.allows(need) {
             return Err(AuthError::Forbidden {

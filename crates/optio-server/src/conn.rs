@@ -288,10 +288,20 @@ impl Registry {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Plaintext;
 
-/// The entity a request's connection proved it is with a client certificate (mutual TLS): the
-/// certificate's common name, checked against the CA in the handshake.
+/// The client certificate a request's connection showed (mutual TLS; the CA checked it in the
+/// handshake).
 #[derive(Clone, Debug)]
-pub(crate) struct PeerEntity(pub(crate) Arc<str>);
+pub(crate) struct PeerEntity(pub(crate) Arc<PeerCertificate>);
+
+/// A client certificate shown over mutual TLS: the entity it names and its fingerprint, which
+/// the keyring must record for that entity ([`crate::auth::Auth::check`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerCertificate {
+    /// Its subject's common name: the entity it stands for.
+    pub entity: String,
+    /// The SHA-256 hash of its DER encoding.
+    pub fingerprint: optio_proto::auth::CertFingerprint,
+}
 
 /// Marks a request that came over the server's local socket ([`local`]): only there is an
 /// open descriptor of an object's file answered.
@@ -302,12 +312,13 @@ pub(crate) struct LocalPeer;
 #[derive(Clone, Debug)]
 pub(crate) struct LocalFile(pub(crate) Arc<std::fs::File>);
 
-/// The common name of the client certificate a TLS connection showed, if any.
-fn peer_entity(connection: &rustls::ServerConnection) -> Option<Arc<str>> {
+/// The client certificate a TLS connection showed, if any, with a common name.
+fn peer_entity(connection: &rustls::ServerConnection) -> Option<Arc<PeerCertificate>> {
     let cert = connection.peer_certificates()?.first()?;
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
     let name = parsed.subject().iter_common_name().next()?.as_str().ok()?;
-    Some(Arc::from(name))
+    let fingerprint = optio_proto::auth::CertFingerprint::of_der(cert.as_ref());
+    Some(Arc::new(PeerCertificate { entity: name.to_string(), fingerprint }))
 }
 
 /// Bytes read from a TLS connection's socket at once (rustls asks for 4 KiB at a time).
@@ -450,7 +461,7 @@ async fn serve_connection<S>(
     limits: Limits,
     mut stopping: watch::Receiver<bool>,
     plaintext: bool,
-    peer: Option<Arc<str>>,
+    peer: Option<Arc<PeerCertificate>>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -608,7 +619,7 @@ struct Service {
     /// A plain connection to a server that takes TLS.
     plaintext: bool,
     /// The entity its client certificate names (mutual TLS).
-    peer: Option<Arc<str>>,
+    peer: Option<Arc<PeerCertificate>>,
 }
 
 type ServiceFuture = Pin<Box<dyn Future<Output = Result<Response<Answer>, Infallible>> + Send>>;

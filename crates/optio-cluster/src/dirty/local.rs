@@ -34,7 +34,7 @@
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -267,6 +267,7 @@ impl Inner {
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(crate::private::FILE_MODE)
             .open(&path)
             .map_err(|e| DirtyError::io("open the lock file", &path, e))?;
         let locked = match access {
@@ -413,7 +414,9 @@ impl Inner {
     }
 
     fn open_blocking(&self) -> Result<(), DirtyError> {
-        fs::create_dir_all(&self.dir).map_err(|e| DirtyError::io("create", &self.dir, e))?;
+        // The table names object keys: its directory and files are the owner's only.
+        crate::private::create_dir_all(&self.dir)
+            .map_err(|e| DirtyError::io("create", &self.dir, e))?;
         let _lock = self.lock(Access::Write)?;
         let log_path = self.path(LOG_FILE);
         if !log_path.exists() {
@@ -620,7 +623,8 @@ impl Inner {
         let temp = self.path(COMPACT_FILE);
         let generation = head.generation + 1;
         let kept_bytes = scan.end_offset - head.offset;
-        let mut output = File::create(&temp).map_err(|e| DirtyError::io("create", &temp, e))?;
+        let mut output =
+            crate::private::create(&temp).map_err(|e| DirtyError::io("create", &temp, e))?;
         let write = |output: &mut File| -> io::Result<()> {
             io::Write::write_all(output, &codec::encode_header(generation))?;
             let mut input = file.try_clone()?;
@@ -694,7 +698,7 @@ fn read_at_most(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<usize
 /// Creates (or truncates) `path`, writes `parts` and fsyncs it.
 fn write_file_durably(path: &Path, parts: &[&[u8]]) -> Result<(), DirtyError> {
     let write = || -> io::Result<()> {
-        let mut file = File::create(path)?;
+        let mut file = crate::private::create(path)?;
         for part in parts {
             io::Write::write_all(&mut file, part)?;
         }

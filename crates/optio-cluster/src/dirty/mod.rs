@@ -47,8 +47,9 @@ mod redis_list;
 pub use error::DirtyError;
 pub use local::{COMPACT_POPPED_BYTES_MIN, GROUP_BYTES_MAX, LOG_BYTES_MAX, LocalDirtyLog};
 pub use redis_list::{
-    DRAIN_INTERVAL, LIST_DEFAULT, REDIS_CONNECT_TIMEOUT, REDIS_RESPONSE_TIMEOUT,
-    REDIS_RETRY_INTERVAL, RedisAccess, RedisDirtyTable,
+    DRAIN_INTERVAL, LIST_DEFAULT, PASSWORD_ENV, PASSWORD_FILE_ENV, REDIS_CONNECT_TIMEOUT,
+    REDIS_RESPONSE_TIMEOUT, REDIS_RETRY_INTERVAL, RedisAccess, RedisDirtyTable, redact_spec,
+    spec_holds_password,
 };
 
 /// The longest key, in bytes (the same as Optio's object keys).

@@ -599,6 +599,22 @@ fn escape_file_name(name: &str) -> String {
 }
 
 /// `spec` without the password of its `user:password@` part.
+/// Whether a Redis spec carries a password in its URL (`redis://USER:PASSWORD@HOST` or
+/// `redis://:PASSWORD@HOST`).
+pub fn spec_holds_password(spec: &str) -> bool {
+    let Some((_, rest)) = spec.split_once("://") else { return false };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    rest[..authority_end]
+        .rsplit_once('@')
+        .and_then(|(user, _)| user.split_once(':'))
+        .is_some_and(|(_, password)| !password.is_empty())
+}
+
+/// A Redis spec as it may be shown: its user and password, if any, replaced by `***`.
+pub fn redact_spec(spec: &str) -> String {
+    redact(spec)
+}
+
 fn redact(spec: &str) -> String {
     let Some((scheme, rest)) = spec.split_once("://") else {
         return spec.to_string();
@@ -612,6 +628,17 @@ fn redact(spec: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn passwords_in_specs_are_found() {
+        use super::spec_holds_password;
+        for spec in ["redis://:pw@h:1", "redis://app:pw@h:1/2?list=x", "rediss://a:b@h"] {
+            assert!(spec_holds_password(spec), "{spec}");
+        }
+        for spec in ["redis://h:1", "redis://app@h:1", "redis://h:1/2?list=a:b@c", "x"] {
+            assert!(!spec_holds_password(spec), "{spec}");
+        }
+    }
+
     #[test]
     fn a_password_from_the_environment_goes_into_the_url_only_without_one() {
         use super::with_password;

@@ -204,8 +204,8 @@ async fn redis_over_tls_with_a_client_certificate() {
     }
     let certs = tempfile::tempdir().unwrap();
     let ca = Ca::open_or_create(certs.path()).unwrap();
-    let server = ca.issue(certs.path(), "redis", "redis", &["127.0.0.1"]).unwrap();
-    let client = ca.issue(certs.path(), "client", "optio", &[]).unwrap();
+    let server = ca.issue_server(certs.path(), "redis", "redis", &["127.0.0.1"]).unwrap();
+    let client = ca.issue_client(certs.path(), "client", "optio").unwrap();
     let tls = RedisTls {
         cert: server.cert,
         key: server.key,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use optio_cluster::MapSource;
 use optio_cluster::etcd::{EtcdAccess, EtcdStore};
 use optio_local::etcd::{EtcdOptions, EtcdServer, EtcdTls, EtcdUser, etcd_available};
-use optio_local::tls::Ca;
+use optio_local::tls::{Ca, Role};
 
 use crate::support::{at_epoch, small_map};
 
@@ -86,8 +86,11 @@ async fn tls_and_client_certificates_reach_an_etcd_that_wants_them() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = Ca::open_or_create(dir.path()).expect("a CA");
-    let server = ca.issue(dir.path(), "etcd", "etcd", &["127.0.0.1"]).expect("a certificate");
-    let client = ca.issue(dir.path(), "optio", "optio", &[]).expect("a client certificate");
+    // Server and client: etcd's gateway connects to etcd itself with its server certificate.
+    let roles = [Role::Server, Role::Client];
+    let server =
+        ca.issue(dir.path(), "etcd", "etcd", &["127.0.0.1"], &roles).expect("a certificate");
+    let client = ca.issue_client(dir.path(), "optio", "optio").expect("a client certificate");
     let tls = EtcdTls {
         cert: server.cert,
         key: server.key,

@@ -38,7 +38,7 @@ pub(crate) struct Context {
     /// A plain connection to a server that takes TLS.
     pub(crate) plaintext: bool,
     /// The entity its client certificate names (mutual TLS).
-    pub(crate) peer: Option<Arc<str>>,
+    pub(crate) peer: Option<Arc<super::PeerCertificate>>,
 }
 
 /// Serves frames on `io` until the client closes it, a frame breaks the protocol, a timeout

@@ -1,8 +1,10 @@
-//! `optio auth`: the cluster keyring — init, add, ls, rm, rotate (docs/security.md).
+//! `optio auth`: the cluster keyring — init, add, ls, rm, rotate, and the client
+//! certificates it records (cert) (docs/security.md).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use optio_local::tls::{Ca, inspect, now_unix};
 use optio_proto::auth::{self, Cap, Entity, Key, Keyring};
 
 use crate::commands::identity::KEYRING_FILE;
@@ -22,8 +24,13 @@ pub enum Command {
     /// servers of --cluster or --map to hold the change).
     Rm(EntityArgs),
     /// Give an entity a new key; the old one stays valid for --grace (rotation without
-    /// downtime), and the new key file is written.
+    /// downtime), and the new key file is written. Its client certificates are revoked with
+    /// the old key, and a new one is issued beside the key file when the CA is at hand.
     Rotate(RotateArgs),
+    /// Issue a client certificate for an entity (mutual TLS: its common name is the entity)
+    /// from the cluster's CA and record it in the keyring, or record one your own CA issued
+    /// (--from): servers take a certificate only if the keyring records it.
+    Cert(CertArgs),
 }
 
 /// Which keyring.
@@ -71,6 +78,48 @@ pub struct AddArgs {
     /// Where to write its key file (default: ENTITY.keyring in the current directory).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Also issue it a client certificate (ENTITY.pem and ENTITY-key.pem beside the key file)
+    /// from the CA in --tls-dir, recorded in the keyring.
+    #[arg(long)]
+    pub cert: bool,
+    #[command(flatten)]
+    pub ca: CaDir,
+    #[command(flatten)]
+    pub target: Target,
+}
+
+/// Where the certificate authority is.
+#[derive(clap::Args, Debug)]
+pub struct CaDir {
+    /// The directory of the CA that issues client certificates (ca.pem, ca-key.pem; default:
+    /// `tls/` beside the keyring, what `optio up --tls` makes).
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
+}
+
+impl CaDir {
+    fn path(&self, keyring: &Path) -> PathBuf {
+        self.tls_dir.clone().unwrap_or_else(|| {
+            keyring.parent().unwrap_or(Path::new(".")).join(optio_local::cluster::TLS_DIR)
+        })
+    }
+}
+
+/// `optio auth cert`.
+#[derive(clap::Args, Debug)]
+pub struct CertArgs {
+    /// client.NAME.
+    pub entity: String,
+    /// Record this certificate (PEM; its common name must be the entity) instead of issuing
+    /// one.
+    #[arg(long, value_name = "CERT")]
+    pub from: Option<PathBuf>,
+    /// Where to write the certificate and its key (ENTITY.pem, ENTITY-key.pem; default: the
+    /// current directory).
+    #[arg(short, long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub ca: CaDir,
     #[command(flatten)]
     pub target: Target,
 }
@@ -106,6 +155,8 @@ pub struct RotateArgs {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     #[command(flatten)]
+    pub ca: CaDir,
+    #[command(flatten)]
     pub target: Target,
 }
 
@@ -117,6 +168,7 @@ pub fn run(command: Command) -> Result<()> {
         Command::Ls(args) => ls(args),
         Command::Rm(args) => rm(args),
         Command::Rotate(args) => rotate(args),
+        Command::Cert(args) => cert(args),
     }
 }
 
@@ -169,10 +221,19 @@ fn add(args: AddArgs) -> Result<()> {
     let cap = Cap::parse(&args.caps)?;
     let entity = Entity { name: args.entity.clone(), key: Key::generate()?, cap, previous: None };
     let file = key_file_path(&args.output, &args.entity);
-    write_key_file(&file, &entity)?;
     keyring.insert(entity.clone());
+    let issued = if args.cert {
+        let ca = open_ca(&args.ca.path(&path))?;
+        Some(issue_certificate(&mut keyring, &ca, &args.entity, beside(&file))?)
+    } else {
+        None
+    };
+    write_key_file(&file, &entity)?;
     keyring.save(&path)?;
     println!("added {} ({cap}) to {}", args.entity, path.display());
+    if let Some(issued) = &issued {
+        print_issued(&args.entity, issued);
+    }
     println!(
         "key file: {} (mode 0600; use it with --id {} --keyring {})",
         file.display(),
@@ -191,23 +252,36 @@ fn ls(args: LsArgs) -> Result<()> {
         let entities: Vec<serde_json::Value> = keyring
             .entities()
             .map(|e| {
+                let certs = keyring.certificates(&e.name);
+                let previous = certs.previous.as_ref().filter(|(_, until)| *until > now);
                 serde_json::json!({
                     "entity": e.name,
                     "caps": e.cap.name(),
                     "previous_key_until": e.previous.as_ref().map(|(_, until)| *until).filter(|u| *u > now),
+                    "certificates": certs.current.iter().map(|f| f.to_hex()).collect::<Vec<_>>(),
+                    "previous_certificates": previous.map(|(old, _)| old.iter().map(|f| f.to_hex()).collect::<Vec<_>>()),
+                    "previous_certificates_until": previous.map(|(_, until)| *until),
                 })
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&entities)?);
         return Ok(());
     }
-    let mut table = Table::new(&["entity", "caps", "old key valid"]).left(&[0, 1, 2]);
+    let mut table =
+        Table::new(&["entity", "caps", "old key valid", "certificates"]).left(&[0, 1, 2, 3]);
     for e in keyring.entities() {
         let old = match &e.previous {
             Some((_, until)) if *until > now => format!("{} s more", *until - now),
             _ => "-".to_string(),
         };
-        table.row(vec![e.name.clone(), e.cap.name().to_string(), old]);
+        let certs = keyring.certificates(&e.name);
+        let mut shown = certs.current.len().to_string();
+        if let Some((previous, until)) = &certs.previous
+            && *until > now
+        {
+            shown.push_str(&format!(" (+{} old, {} s more)", previous.len(), *until - now));
+        }
+        table.row(vec![e.name.clone(), e.cap.name().to_string(), old, shown]);
     }
     print!("{}", table.render());
     Ok(())
@@ -223,7 +297,7 @@ fn rm(args: EntityArgs) -> Result<()> {
         bail!("{} is the last admin: add another admin first", args.entity);
     }
     keyring.save(&path)?;
-    println!("removed {} from {}", args.entity, path.display());
+    println!("removed {} (its key and client certificates) from {}", args.entity, path.display());
     wait_for_servers(&args.target, &path)
 }
 
@@ -286,21 +360,130 @@ fn rotate(args: RotateArgs) -> Result<()> {
     let previous = (!args.grace.is_zero()).then(|| (old.key.clone(), until));
     let entity = Entity { key: Key::generate()?, previous, ..old };
     let file = key_file_path(&args.output, &args.entity);
-    write_key_file(&file, &entity)?;
     keyring.insert(entity.clone());
+    // Its certificates go with its old key: at once, or at the end of the grace.
+    let certificates = keyring.certificates(&args.entity);
+    let had_certificates = !certificates.current.is_empty()
+        || certificates.previous.as_ref().is_some_and(|(_, until)| *until > now_secs());
+    keyring.revoke_certificates(&args.entity, (!args.grace.is_zero()).then_some(until));
+    let tls_dir = args.ca.path(&path);
+    let issued = match had_certificates.then(|| open_ca(&tls_dir)) {
+        Some(Ok(ca)) => Some(issue_certificate(&mut keyring, &ca, &args.entity, beside(&file))?),
+        Some(Err(error)) => {
+            eprintln!(
+                "warning: no new certificate for {}: {error:#}; issue one with `optio auth cert {}`",
+                args.entity, args.entity
+            );
+            None
+        }
+        None => None,
+    };
+    write_key_file(&file, &entity)?;
     keyring.save(&path)?;
     println!("rotated {}: new key in {} (mode 0600)", args.entity, file.display());
-    wait_for_servers(&args.target, &path)?;
     if args.grace.is_zero() {
-        println!("the old key is refused from now on");
+        println!("the old key is refused once every server holds the change (below)");
     } else {
         println!("the old key stays valid for {:?}", args.grace);
+    }
+    if had_certificates {
+        if args.grace.is_zero() {
+            println!("its client certificates are revoked with it");
+        } else {
+            println!("its client certificates stay valid for {:?}, then are revoked", args.grace);
+        }
+    }
+    if let Some(issued) = &issued {
+        print_issued(&args.entity, issued);
     }
     if args.entity.starts_with("server.") {
         println!("restart that server within the grace: it signs with the key it read at start");
     }
     println!("key (shown once): {}", entity.key.to_base64());
-    Ok(())
+    wait_for_servers(&args.target, &path)
+}
+
+fn cert(args: CertArgs) -> Result<()> {
+    auth::validate_name(&args.entity)?;
+    let path = args.target.path()?;
+    let mut keyring = load(&path)?;
+    if keyring.get(&args.entity).is_none() {
+        bail!("{} has no entity {}: add it with `optio auth add`", path.display(), args.entity);
+    }
+    match &args.from {
+        Some(file) => {
+            let info = inspect(file)?;
+            if info.common_name.as_deref() != Some(args.entity.as_str()) {
+                bail!(
+                    "the common name of {} is {:?}, not {}: a server takes a client certificate \
+                     as the entity its common name names",
+                    file.display(),
+                    info.common_name.unwrap_or_default(),
+                    args.entity
+                );
+            }
+            if info.not_after_unix <= i64::try_from(now_unix()).unwrap_or(i64::MAX) {
+                bail!("{} has expired: issue a new one", file.display());
+            }
+            keyring.record_certificate(&args.entity, info.fingerprint)?;
+            keyring.save(&path)?;
+            println!(
+                "recorded the certificate {} of {} (SHA-256 {}) in {}",
+                file.display(),
+                args.entity,
+                info.fingerprint,
+                path.display()
+            );
+        }
+        None => {
+            let ca = open_ca(&args.ca.path(&path))?;
+            let dir = args.output.clone().unwrap_or_default();
+            let issued = issue_certificate(&mut keyring, &ca, &args.entity, &dir)?;
+            keyring.save(&path)?;
+            print_issued(&args.entity, &issued);
+        }
+    }
+    wait_for_servers(&args.target, &path)
+}
+
+fn open_ca(dir: &Path) -> Result<Ca> {
+    Ca::open(dir).context(
+        "cannot issue a client certificate (pass --tls-dir DIR, or record one your CA issued \
+         with `optio auth cert ENTITY --from CERT.pem`)",
+    )
+}
+
+/// The directory of a key file (where its entity's certificate goes; empty: the current
+/// directory).
+fn beside(key_file: &Path) -> &Path {
+    key_file.parent().unwrap_or(Path::new(""))
+}
+
+/// Issues a client certificate for `entity` into `dir` (`ENTITY.pem`, `ENTITY-key.pem`) and
+/// records it in `keyring` (the caller saves it).
+fn issue_certificate(
+    keyring: &mut Keyring,
+    ca: &Ca,
+    entity: &str,
+    dir: &Path,
+) -> Result<optio_local::tls::Issued> {
+    let issued = ca.issue_client(dir, entity, entity)?;
+    keyring.record_certificate(entity, issued.fingerprint)?;
+    Ok(issued)
+}
+
+fn print_issued(entity: &str, issued: &optio_local::tls::Issued) {
+    println!(
+        "client certificate of {entity}: {} (key {}, mode 0600), valid {} days, SHA-256 {}; \
+         recorded in the keyring (servers take it within 1 s); use it with --tls-cert {} \
+         --tls-key {}",
+        issued.cert.display(),
+        issued.key.display(),
+        optio_local::tls::LEAF_VALIDITY.as_secs() / 86_400,
+        issued.fingerprint,
+        issued.cert.display(),
+        issued.key.display()
+    );
 }
 
 fn now_secs() -> u64 {

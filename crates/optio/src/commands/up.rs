@@ -54,8 +54,10 @@ pub struct Args {
     /// limit).
     #[arg(long, default_value = "0")]
     pub migration_rate: String,
-    /// The dirty table of elastic pools: `local` (a log under DIR) or redis://HOST:PORT (a
-    /// Redis list, as in the elastic-CH paper).
+    /// The dirty table of elastic pools: `local` (a log under DIR) or redis://[USER@]HOST:PORT
+    /// (a Redis list, as in the elastic-CH paper). No password in the URL (refused: it would be
+    /// on this command line and in DIR/dirty-source): give it in OPTIO_REDIS_PASSWORD or a file
+    /// named by OPTIO_REDIS_PASSWORD_FILE, which the cluster's processes inherit.
     #[arg(long, default_value = "local", value_name = "SPEC")]
     pub dirty: String,
     /// Re-integration of elastic pools: selective (only what the dirty table names), full

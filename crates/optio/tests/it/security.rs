@@ -7,7 +7,7 @@ use std::time::Duration;
 use optio_local::cluster::{CRUSH_POOL, KEYRING_FILE, LocalCluster, PLAIN_POOL, ensure_entities};
 use optio_proto::auth::{AUTH_HEADER, CONTENT_HASH_HEADER, Cap, Credentials, Key, content_hash};
 
-use crate::{cluster, data, runtime, small};
+use crate::{cluster, data, runtime, small, wait_until};
 
 fn secured() -> (tempfile::TempDir, LocalCluster) {
     cluster(optio_local::LocalClusterSpec { auth: true, ..small() })
@@ -499,11 +499,31 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
     // capability applies; unsigned requests are taken on it alone.
     add_entities(&cluster, &[("client.reader", Cap::Read)]);
     let tls_dir = cluster.dir().join("tls");
-    let ca_files = optio_local::tls::Ca::open_or_create(&tls_dir).expect("the cluster's CA");
-    let reader = ca_files.issue(other.path(), "reader", "client.reader", &[]).unwrap();
-    let ghost = ca_files.issue(other.path(), "ghost", "client.ghost", &[]).unwrap();
+    let ca_files = optio_local::tls::Ca::open(&tls_dir).expect("the cluster's CA");
+    // The reader's certificate from `optio auth cert` (issued and recorded in the keyring).
+    let keyring = cluster.dir().join(KEYRING_FILE);
+    let (keyring_arg, other_arg) = (keyring.to_str().unwrap(), other.path().to_str().unwrap());
+    let out = crate::support::optio_ok(&[
+        "auth",
+        "cert",
+        "client.reader",
+        "--keyring",
+        keyring_arg,
+        "-o",
+        other_arg,
+    ]);
+    assert!(out.contains("recorded in the keyring"), "{out}");
+    let reader = optio_local::tls::Issued {
+        cert: other.path().join("client.reader.pem"),
+        key: other.path().join("client.reader-key.pem"),
+        fingerprint: optio_local::tls::inspect(&other.path().join("client.reader.pem"))
+            .unwrap()
+            .fingerprint,
+    };
+    let ghost = ca_files.issue_client(other.path(), "ghost", "client.ghost").unwrap();
     let stranger_ca = optio_local::tls::Ca::open_or_create(&other.path().join("ca2")).unwrap();
-    let forged = stranger_ca.issue(other.path(), "forged", "client.admin", &[]).unwrap();
+    let forged = stranger_ca.issue_client(other.path(), "forged", "client.admin").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
     let by_cert = |cert: &std::path::Path, key: &std::path::Path| {
         let config = optio_client::ClientConfig {
             credentials: None,
@@ -514,7 +534,7 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
         rt.block_on(optio_client::Client::connect_source(cluster.source().clone(), config))
             .expect("the client connects")
     };
-    let files = optio_local::cluster::ensure_tls(cluster.dir(), "127.0.0.1").unwrap();
+    let files = optio_local::cluster::tls_files(cluster.dir());
     let admin_by_cert = by_cert(&files.admin_cert, &files.admin_key);
     let reader_by_cert = by_cert(&reader.cert, &reader.key);
     let ghost_by_cert = by_cert(&ghost.cert, &ghost.key);
@@ -534,7 +554,6 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
         assert_eq!(admin_by_cert.get(PLAIN_POOL, "m0").await.unwrap(), data(7, 3000), "unchanged");
     });
     // The keyring stays the one list: an entity removed from it is refused by certificate too.
-    let keyring = cluster.dir().join(KEYRING_FILE);
     crate::support::optio_ok(&[
         "auth",
         "rm",
@@ -562,6 +581,391 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
     let output = crate::support::optio(&get);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.stdout, data(9, 4000));
+}
+
+/// How long a revocation may take to reach the servers: they reload the keyring every second.
+const REVOCATION_BOUND: Duration = Duration::from_secs(5);
+
+/// Issue 36 item 9: what `optio up --tls` makes has bounded validity and proper usages — a CA
+/// valid for a year that may sign end-entity certificates only (`pathlen:0`, keyCertSign and
+/// cRLSign), a server certificate for `serverAuth` and `client.admin`'s for `clientAuth`,
+/// both valid for 90 days and no CA — and the keyring records `client.admin`'s certificate.
+#[test]
+fn generated_certificates_are_bounded_constrained_and_for_one_purpose() {
+    use x509_parser::prelude::*;
+    let (_dir, cluster) =
+        cluster(optio_local::LocalClusterSpec { auth: true, tls: true, ..small() });
+    let files = optio_local::cluster::tls_files(cluster.dir());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+        as i64;
+    const DAY: i64 = 24 * 3600;
+    let read = |path: &std::path::Path| {
+        let bytes = std::fs::read(path).unwrap();
+        let (_, pem) = parse_x509_pem(&bytes).unwrap();
+        pem.contents
+    };
+    let ca = read(&files.ca);
+    let (_, ca) = parse_x509_certificate(&ca).unwrap();
+    let validity = ca.validity();
+    assert!(validity.not_before.timestamp() <= now, "the CA is valid now");
+    assert!(validity.not_before.timestamp() >= now - DAY, "backdated by little: {validity:?}");
+    let ca_days = (validity.not_after.timestamp() - now) / DAY;
+    assert!((364..=366).contains(&ca_days), "the CA lives a year, not {ca_days} days");
+    let constraints = ca.basic_constraints().unwrap().expect("basicConstraints").value;
+    assert!(constraints.ca && constraints.path_len_constraint == Some(0), "{constraints:?}");
+    let usage = ca.key_usage().unwrap().expect("the CA has a keyUsage").value;
+    assert!(usage.key_cert_sign() && usage.crl_sign(), "{usage:?}");
+    assert!(!usage.digital_signature() && !usage.key_encipherment(), "{usage:?}");
+    for (path, server) in [(&files.cert, true), (&files.admin_cert, false)] {
+        let der = read(path);
+        let (_, cert) = parse_x509_certificate(&der).unwrap();
+        let validity = cert.validity();
+        assert!(validity.not_before.timestamp() <= now, "{}", path.display());
+        let days = (validity.not_after.timestamp() - now) / DAY;
+        assert!((89..=90).contains(&days), "{}: valid {days} days", path.display());
+        let constraints = cert.basic_constraints().unwrap().map(|c| c.value.ca);
+        assert_eq!(constraints, Some(false), "{}: explicitly no CA", path.display());
+        let usage = cert.key_usage().unwrap().expect("a keyUsage").value;
+        assert!(usage.digital_signature() && !usage.key_cert_sign(), "{usage:?}");
+        let purpose = cert.extended_key_usage().unwrap().expect("an extendedKeyUsage").value;
+        assert!(!purpose.any, "{}", path.display());
+        assert_eq!((purpose.server_auth, purpose.client_auth), (server, !server), "{purpose:?}");
+        assert_eq!(cert.issuer(), ca.subject(), "issued by the CA");
+    }
+    let keyring = optio_proto::auth::Keyring::load(&cluster.dir().join(KEYRING_FILE)).unwrap();
+    let admin = optio_local::tls::inspect(&files.admin_cert).unwrap().fingerprint;
+    assert_eq!(keyring.certificates("client.admin").current, vec![admin], "recorded");
+}
+
+/// Issue 36 item 9: a client certificate dies with its entity's key. `optio auth rotate
+/// client.admin --grace 0s` refuses the old certificate's unsigned PUT and scrub within a
+/// second or so (a grace keeps it working until then); the certificate the rotation issued
+/// works; `optio auth rm` refuses an entity's certificate; a certificate of the cluster's CA
+/// the keyring does not record (as for every entity of an older keyring) is refused, with
+/// the reason, until `optio auth cert ENTITY --from CERT.pem` records it (for the entity its
+/// common name names only).
+#[test]
+fn a_client_certificate_is_revoked_with_its_entity() {
+    let (_dir, cluster) =
+        cluster(optio_local::LocalClusterSpec { auth: true, tls: true, ..small() });
+    let rt = runtime();
+    let files = optio_local::cluster::tls_files(cluster.dir());
+    let keyring = cluster.dir().join(KEYRING_FILE);
+    let out = tempfile::tempdir().unwrap();
+    let optio = |args: &[&str]| {
+        let output = std::process::Command::new(crate::binary())
+            .args(args)
+            .arg("--keyring")
+            .arg(&keyring)
+            .current_dir(out.path())
+            .output()
+            .expect("optio runs");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        text
+    };
+    let addr = cluster.servers()[0].addr.clone();
+    // What a certificate (and no key) may do now: an unsigned PUT (of `value` to the object
+    // `c`), and a scrub (admin).
+    let by_cert = |cert: &std::path::Path, key: &std::path::Path, value: usize| {
+        let config = optio_client::ClientConfig {
+            credentials: None,
+            tls_ca: Some(files.ca.clone()),
+            tls_identity: Some((cert.to_path_buf(), key.to_path_buf())),
+            ..optio_client::ClientConfig::default()
+        };
+        rt.block_on(async {
+            let client = optio_client::Client::connect_source(cluster.source().clone(), config)
+                .await
+                .expect("the client connects");
+            client.put(PLAIN_POOL, "c", data(value, 1000)).await.map(|_| ())
+        })
+    };
+    let scrub_by_cert = |cert: &std::path::Path, key: &std::path::Path| {
+        let transport =
+            optio_net::HttpTransport::with_options(None, Some(&files.ca), Some((cert, key)))
+                .unwrap();
+        rt.block_on(transport.scrub(&addr, "")).map(|_| ())
+    };
+    // Whether each server takes the certificate now (`/v1/status`, which changes nothing):
+    // servers reload the keyring on their own, each within a second.
+    let addrs: Vec<String> = cluster.servers().iter().map(|s| s.addr.clone()).collect();
+    let taken = |cert: &std::path::Path, key: &std::path::Path| -> Vec<bool> {
+        let transport =
+            optio_net::HttpTransport::with_options(None, Some(&files.ca), Some((cert, key)))
+                .unwrap();
+        rt.block_on(async {
+            let mut taken = Vec::new();
+            for addr in &addrs {
+                taken.push(optio_net::Transport::server_status(&transport, addr).await.is_ok());
+            }
+            taken
+        })
+    };
+    let everywhere = |cert: &std::path::Path, key: &std::path::Path| {
+        wait_until(REVOCATION_BOUND, || taken(cert, key).iter().all(|t| *t))
+    };
+    let nowhere = |cert: &std::path::Path, key: &std::path::Path| {
+        wait_until(REVOCATION_BOUND, || taken(cert, key).iter().all(|t| !*t))
+    };
+    // What is stored, read with client.admin's key (whatever its certificates).
+    let stored = || {
+        let config = optio_client::ClientConfig {
+            credentials: Some(Credentials::load(&keyring, "client.admin").unwrap()),
+            tls_ca: Some(files.ca.clone()),
+            ..optio_client::ClientConfig::default()
+        };
+        rt.block_on(async {
+            let client = optio_client::Client::connect_source(cluster.source().clone(), config)
+                .await
+                .expect("the client connects");
+            client.get(PLAIN_POOL, "c").await.unwrap()
+        })
+    };
+    let (old_cert, old_key) = (files.admin_cert.clone(), files.admin_key.clone());
+    by_cert(&old_cert, &old_key, 1).expect("client.admin's certificate writes");
+    scrub_by_cert(&old_cert, &old_key).expect("and scrubs");
+
+    // A rotation with a grace: the old certificate still works; so does the new one.
+    let said = optio(&["auth", "rotate", "client.admin", "--grace", "1h", "-o", "admin.keyring"]);
+    assert!(said.contains("certificates stay valid"), "{said}");
+    let (new_cert, new_key) =
+        (out.path().join("client.admin.pem"), out.path().join("client.admin-key.pem"));
+    assert!(said.contains("client certificate of client.admin: client.admin.pem"), "{said}");
+    let (second_cert, second_key) =
+        (out.path().join("second.pem"), out.path().join("second-key.pem"));
+    std::fs::copy(&new_cert, &second_cert).unwrap();
+    std::fs::copy(&new_key, &second_key).unwrap();
+    assert!(everywhere(&second_cert, &second_key), "the certificate the rotation issued works");
+    by_cert(&second_cert, &second_key, 2).expect("it writes");
+    by_cert(&old_cert, &old_key, 3).expect("the old certificate works during the grace");
+
+    // Without a grace: every certificate from before is refused, write and scrub alike.
+    let said = optio(&["auth", "rotate", "client.admin", "--grace", "0s", "-o", "admin.keyring"]);
+    assert!(said.contains("certificates are revoked"), "{said}");
+    let refused = nowhere(&old_cert, &old_key);
+    assert!(refused, "the old certificate still writes {REVOCATION_BOUND:?} after the rotation");
+    assert_eq!(stored(), data(3, 1000), "refused writes changed nothing");
+    let error = by_cert(&old_cert, &old_key, 5).expect_err("revoked");
+    assert!(error.to_string().contains("not one the keyring records"), "{error}");
+    let error = scrub_by_cert(&old_cert, &old_key).expect_err("a revoked certificate scrubs");
+    assert!(error.to_string().contains("401"), "{error}");
+    by_cert(&second_cert, &second_key, 6).expect_err("the grace's certificate is revoked too");
+    by_cert(&new_cert, &new_key, 7).expect("the newest certificate works");
+    scrub_by_cert(&new_cert, &new_key).expect("and scrubs");
+    assert_eq!(stored(), data(7, 1000));
+
+    // Removed: its certificate is refused.
+    let said =
+        optio(&["auth", "add", "client.app", "--caps", "write", "--cert", "-o", "app.keyring"]);
+    assert!(said.contains("recorded in the keyring"), "{said}");
+    let (app_cert, app_key) =
+        (out.path().join("client.app.pem"), out.path().join("client.app-key.pem"));
+    assert!(everywhere(&app_cert, &app_key));
+    by_cert(&app_cert, &app_key, 8).expect("a writer's certificate writes");
+    optio(&["auth", "rm", "client.app"]);
+    let refused = nowhere(&app_cert, &app_key);
+    assert!(refused, "a removed entity's certificate still writes");
+    let error = by_cert(&app_cert, &app_key, 9).expect_err("removed");
+    assert!(error.to_string().contains("unknown entity"), "{error}");
+
+    // From the cluster's CA but not recorded (an entity of an older keyring): refused.
+    optio(&["auth", "add", "client.old", "--caps", "write", "-o", "old.keyring"]);
+    let ca = optio_local::tls::Ca::open(&cluster.dir().join("tls")).unwrap();
+    let unrecorded = ca.issue_client(out.path(), "unrecorded", "client.old").unwrap();
+    // Refused as unknown until the servers reload the keyring, then as not recorded.
+    let reason = |error: optio_client::ClientError| error.to_string();
+    let said = wait_until(REVOCATION_BOUND, || {
+        let refused = by_cert(&unrecorded.cert, &unrecorded.key, 10).map_err(reason);
+        let refused = refused.expect_err("not recorded");
+        refused.contains("records none") && !refused.contains("unknown entity")
+    });
+    assert!(said, "{:?}", by_cert(&unrecorded.cert, &unrecorded.key, 10));
+    // Recorded from its file (`--from`; its common name must be the entity), it is taken.
+    let from = unrecorded.cert.to_str().unwrap();
+    let output = std::process::Command::new(crate::binary())
+        .args(["auth", "cert", "client.app2", "--from", from, "--keyring"])
+        .arg(&keyring)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("no entity client.app2"), "{stderr}");
+    optio(&["auth", "add", "client.app2", "--caps", "read", "-o", "app2.keyring"]);
+    let output = std::process::Command::new(crate::binary())
+        .args(["auth", "cert", "client.app2", "--from", from, "--keyring"])
+        .arg(&keyring)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("common name of") && stderr.contains("client.old"), "{stderr}");
+    let said = optio(&["auth", "cert", "client.old", "--from", from]);
+    assert!(said.contains("recorded the certificate"), "{said}");
+    assert!(everywhere(&unrecorded.cert, &unrecorded.key), "a recorded certificate is taken");
+    assert_eq!(stored(), data(8, 1000), "no refused request changed the object");
+}
+
+/// The parent's pid in `/proc/PID/stat` (after the command's closing parenthesis).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `pid` and every process below it.
+fn process_tree(pid: u32) -> Vec<u32> {
+    let all: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(all.iter().filter(|p| parent_of(**p) == Some(parent)));
+        i += 1;
+    }
+    tree
+}
+
+/// Every file and directory under `dir` that group or others may use (sockets aside), with
+/// its mode.
+fn loose_entries(dir: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let mut loose = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.file_type().is_socket() {
+            continue;
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            loose.push(format!("{} {mode:04o}", path.display()));
+        }
+        if meta.is_dir() {
+            stack.extend(std::fs::read_dir(&path).unwrap().filter_map(|e| Some(e.ok()?.path())));
+        }
+    }
+    loose
+}
+
+/// Issue 36 item 19: `optio up` makes its directory 0700 (an existing looser one is
+/// tightened) and every file in it — logs, the map, the keyring, TLS keys, the dirty-source
+/// spec, the dirty table's spill, intent logs — the owner's only; a Redis password in
+/// `--dirty`'s URL is refused without being echoed (it would sit in `DIR/dirty-source` and on
+/// the command line), and one from `OPTIO_REDIS_PASSWORD_FILE` reaches Redis from `optio up`'s
+/// processes and from commands while no process's command line holds it.
+#[test]
+fn the_cluster_directory_is_private_and_redis_passwords_stay_off_command_lines() {
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+    if !optio_local::redis::redis_available() {
+        return;
+    }
+    const PASSWORD: &str = "dirty-Secret-36";
+    let redis = optio_local::redis::RedisServer::start_with_password(PASSWORD).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let password_file = tmp.path().join("redis-password");
+    optio_proto::auth::write_private(&password_file, format!("{PASSWORD}\n").as_bytes()).unwrap();
+    let dir = tmp.path().join("c");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let up = |dirty: &str| {
+        let mut command = std::process::Command::new(crate::binary());
+        command
+            .args(["up", "--dir"])
+            .arg(&dir)
+            .args(["--zones", "3", "--hosts", "1", "--tls", "--dirty", dirty])
+            .env_remove("OPTIO_REDIS_PASSWORD")
+            .env("OPTIO_REDIS_PASSWORD_FILE", &password_file)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        command.spawn().expect("optio up starts")
+    };
+
+    // A password in the URL: refused at once, and not echoed.
+    let mut refused = up(&format!("redis://:{PASSWORD}@127.0.0.1:{}", redis.port()));
+    if !wait_until(Duration::from_secs(20), || matches!(refused.try_wait(), Ok(Some(_)))) {
+        let _ = refused.kill();
+        let _ = refused.wait();
+        panic!("`optio up` took a Redis password on its command line");
+    }
+    let output = refused.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("OPTIO_REDIS_PASSWORD_FILE"), "{stderr}");
+    assert!(!stderr.contains(PASSWORD), "the password is echoed: {stderr}");
+
+    // The password from a file named in the environment.
+    let mut cluster = up(&redis.url());
+    let mut servers = Vec::new();
+    for line in std::io::BufReader::new(cluster.stdout.take().unwrap()).lines() {
+        let line = line.expect("output");
+        if line.starts_with('z') && line.contains("127.0.0.1:") {
+            servers.push(line.split_whitespace().last().unwrap().parse::<u32>().expect("a pid"));
+        }
+        if line.contains("Ctrl-C") {
+            break;
+        }
+    }
+    assert_eq!(servers.len(), 3, "the cluster runs");
+    let optio = |args: &[&str], input: &[u8]| {
+        use std::io::Write;
+        let mut child = std::process::Command::new(crate::binary())
+            .args(args)
+            .env("OPTIO_CLUSTER", &dir)
+            .env_remove("OPTIO_REDIS_PASSWORD")
+            .env("OPTIO_REDIS_PASSWORD_FILE", &password_file)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    };
+    // Commands reach Redis (the dirty table opens with the password) and write intent logs.
+    optio(&["put", "k", "-"], b"value");
+    optio(&["put", "e", "-", "--pool", optio_local::cluster::ELASTIC_POOL], b"elastic");
+
+    let mode = |path: &std::path::Path| {
+        std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(mode(&dir), 0o700, "the cluster directory");
+    let spec = std::fs::read_to_string(dir.join("dirty-source")).unwrap();
+    assert!(!spec.contains(PASSWORD), "{spec}");
+    for name in ["dirty-source", "map.toml", "z1-h1.log", "keyring", "intents", "dirty-spill"] {
+        let path = dir.join(name);
+        assert!(path.exists(), "{} is missing", path.display());
+        assert_eq!(mode(&path) & 0o077, 0, "{} is {:04o}", path.display(), mode(&path));
+    }
+    let loose = loose_entries(&dir);
+    assert!(loose.is_empty(), "others may use: {loose:#?}");
+
+    // No process of the cluster has the password on its command line; the re-integrator
+    // (which reads the dirty table) got it from the environment and runs.
+    let tree = process_tree(cluster.id());
+    assert!(tree.len() > servers.len(), "{tree:?}");
+    let mut reintegrator = None;
+    for pid in &tree {
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(!cmdline.contains(PASSWORD), "pid {pid}: {cmdline}");
+        if cmdline.contains(" reintegrate ") {
+            reintegrator = Some(*pid);
+        }
+    }
+    let reintegrator = reintegrator.expect("a re-integrator runs");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(std::path::Path::new(&format!("/proc/{reintegrator}")).exists(), "it runs");
+    let log = std::fs::read_to_string(dir.join("reintegrator.log")).unwrap_or_default();
+    assert!(!log.contains("refused the credentials"), "{log}");
+
+    cluster.kill().expect("SIGKILL");
+    cluster.wait().expect("reaped");
+    let gone = || servers.iter().all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists());
+    assert!(wait_until(Duration::from_secs(20), gone), "servers outlived the cluster");
 }
 
 /// The map in an etcd with authentication on, reached from the command line: the user in the
