@@ -271,7 +271,12 @@ impl Ca {
         let mut params = rcgen::CertificateParams::new(names).map_err(error)?;
         params.distinguished_name.push(rcgen::DnType::CommonName, common_name);
         params.is_ca = rcgen::IsCa::ExplicitNoCa;
-        params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+        // keyEncipherment too, although these keys (ECDSA) sign only: GnuTLS clients (qemu's
+        // NBD client) refuse a certificate whose critical keyUsage lacks it.
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::DigitalSignature,
+            rcgen::KeyUsagePurpose::KeyEncipherment,
+        ];
         params.extended_key_usages = roles
             .iter()
             .map(|role| match role {

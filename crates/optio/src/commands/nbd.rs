@@ -176,8 +176,9 @@ fn common_name(certificate: &CertificateDer<'_>) -> Option<String> {
 }
 
 /// What a TLS client may do with the volumes: its certificate's common name is an entity of
-/// the keyring (re-read for each connection, so `optio auth rm` or a changed capability
-/// holds from the next connection on), whose capability decides — `write`, `admin` (or
+/// the keyring that records that very certificate for it (`optio auth cert`; the keyring is
+/// re-read for each connection, so `optio auth rm`, a rotation or a changed capability holds
+/// from the next connection on), whose capability decides — `write`, `admin` (or
 /// `server`): read-write; `read`: read-only; anything else, or no certificate: refused.
 struct KeyringAuthority {
     keyring: PathBuf,
@@ -201,9 +202,15 @@ impl Authorize for KeyringAuthority {
             tracing::warn!("cannot read the keyring that authorises NBD clients: {error}");
             "the server cannot check certificates now (its keyring is unreadable)".to_string()
         })?;
-        let Some(found) = keyring.get(&entity) else {
+        if keyring.get(&entity).is_none() {
             return Err(format!("{entity} is not an entity of the cluster's keyring"));
-        };
+        }
+        // As the storage servers do: only a certificate the keyring records for the entity
+        // (rotating or removing the entity revokes it).
+        let fingerprint = optio_proto::auth::CertFingerprint::of_der(certificate.as_ref());
+        let found = keyring
+            .check_certificate(&entity, &fingerprint, now_secs())
+            .map_err(|error| error.to_string())?;
         let exports = if found.cap.allows(Cap::Write) {
             self.exports.clone()
         } else if found.cap.allows(Cap::Read) {
@@ -423,4 +430,11 @@ async fn close(opened: &[Arc<Volume>]) {
             tracing::warn!(volume = %volume.name(), "cannot close cleanly: {error}");
         }
     }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }

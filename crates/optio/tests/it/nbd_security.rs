@@ -205,13 +205,26 @@ fn tls_clients_get_what_their_certificates_entity_may_do() {
     let tls = dir.join("tls");
     let ca = tls.join("ca.pem");
     let authority = optio_local::tls::Ca::open_or_create(&tls).expect("the cluster's CA");
-    let issue = |stem: &str, cn: &str| authority.issue(&tls, stem, cn, &[]).unwrap();
-    let writer = client_dir(root, "writer", &ca, Some(&issue("writer", "client.writer")));
-    let reader = client_dir(root, "reader", &ca, Some(&issue("reader", "client.reader")));
-    let ghost = client_dir(root, "ghost", &ca, Some(&issue("ghost", "client.ghost")));
+    // Client certificates, recorded in the keyring for their entities (what `optio auth cert`
+    // does): only a recorded certificate stands for its entity.
+    let keyring_path = dir.join("keyring");
+    let issue = |stem: &str, cn: &str, record: bool| {
+        let issued = authority.issue_client(&tls, stem, cn).unwrap();
+        if record {
+            let mut keyring = optio_proto::auth::Keyring::load(&keyring_path).unwrap();
+            keyring.record_certificate(cn, issued.fingerprint).unwrap();
+            keyring.save(&keyring_path).unwrap();
+        }
+        issued
+    };
+    let writer = client_dir(root, "writer", &ca, Some(&issue("writer", "client.writer", true)));
+    let reader = client_dir(root, "reader", &ca, Some(&issue("reader", "client.reader", true)));
+    let ghost = client_dir(root, "ghost", &ca, Some(&issue("ghost", "client.ghost", false)));
+    let unrecorded =
+        client_dir(root, "unrecorded", &ca, Some(&issue("unrecorded", "client.writer", false)));
     let anonymous = client_dir(root, "anonymous", &ca, None);
     let other_ca = optio_local::tls::Ca::open_or_create(&root.join("other-ca")).unwrap();
-    let forged = other_ca.issue(&root.join("other-ca"), "forged", "client.writer", &[]).unwrap();
+    let forged = other_ca.issue_client(&root.join("other-ca"), "forged", "client.writer").unwrap();
     let forged = client_dir(root, "forged", &ca, Some(&forged));
 
     let port = free_port();
@@ -278,6 +291,7 @@ fn tls_clients_get_what_their_certificates_entity_may_do() {
     for (creds, reason) in [
         (&anonymous, "a client certificate is required"),
         (&ghost, "client.ghost is not an entity of the cluster's keyring"),
+        (&unrecorded, "is not one the keyring records"),
     ] {
         let text = fails("nbdinfo", &[&nbds(creds)]);
         assert!(!text.contains("export-size"), "{}: {text}", creds.display());
