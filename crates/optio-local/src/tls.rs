@@ -273,10 +273,8 @@ impl Ca {
         params.is_ca = rcgen::IsCa::ExplicitNoCa;
         // keyEncipherment too, although these keys (ECDSA) sign only: GnuTLS clients (qemu's
         // NBD client) refuse a certificate whose critical keyUsage lacks it.
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::DigitalSignature,
-            rcgen::KeyUsagePurpose::KeyEncipherment,
-        ];
+        params.key_usages =
+            vec![rcgen::KeyUsagePurpose::DigitalSignature, rcgen::KeyUsagePurpose::KeyEncipherment];
         params.extended_key_usages = roles
             .iter()
             .map(|role| match role {
