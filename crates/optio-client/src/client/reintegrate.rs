@@ -42,9 +42,10 @@ pub(super) const IDLE_WAIT: Duration = Duration::from_millis(200);
 
 pub(super) const FAILURE_WAIT: Duration = Duration::from_secs(1);
 
-/// Most offloaded replicas one cycle of selective re-integration remembers having brought
-/// back, so that [`ReintegrationStatus::offloaded_copied`] counts each once (beyond, a replica
-/// copied again is counted again).
+/// Most offloaded replicas one cycle of selective re-integration remembers having accounted
+/// for, so that [`ReintegrationStatus::offloaded_copied`] and
+/// [`ReintegrationStatus::offloaded_current`] count each once (beyond, a replica met again is
+/// counted again).
 pub const BROUGHT_BACK_TRACKED_MAX: usize = 1 << 18;
 
 /// Which re-integration runs.
@@ -90,6 +91,12 @@ pub struct ReintegrationStatus {
     /// part, count in `replicas_copied` only.
     #[serde(default)]
     pub offloaded_copied: u64,
+    /// The offloaded replicas found current already: a write at the new version (made after
+    /// the servers came back, before re-integration reached the object) had written them.
+    /// Each offloaded replica of a live object is counted once, in this or in
+    /// `offloaded_copied` (deleted objects' replicas in neither).
+    #[serde(default)]
+    pub offloaded_current: u64,
     /// Bytes sent to copy replicas.
     pub bytes_copied: u64,
     /// Copies dropped (no placement names their device any more).
@@ -122,10 +129,10 @@ pub(super) struct Walk {
     /// Full mode: the servers active when last looked, and whether the last copy round ended.
     pub(super) active: Option<Vec<DeviceId>>,
     pub(super) full_done: bool,
-    /// Selective mode: the offloaded replicas brought back in this cycle — (the dirty entry's
-    /// version, pool, key, device) — at most [`BROUGHT_BACK_TRACKED_MAX`]; emptied when the
-    /// versions are pruned.
-    pub(super) brought_back: HashSet<(u64, u32, String, u32)>,
+    /// Selective mode: the offloaded replicas accounted for in this cycle (copied, or found
+    /// current) — (the dirty entry's version, pool, key, device) — at most
+    /// [`BROUGHT_BACK_TRACKED_MAX`]; emptied when the versions are pruned.
+    pub(super) accounted: HashSet<(u64, u32, String, u32)>,
 }
 
 /// The offloaded replicas of one dirty entry: the devices its version skipped.
@@ -231,7 +238,7 @@ impl<'a> Reintegration<'a> {
         if entries.is_empty() {
             if full && left == 0 && membership.versions.len() > 1 {
                 self.prune_versions().await?;
-                self.walk.brought_back.clear();
+                self.walk.accounted.clear();
                 return Ok(true);
             }
             return Ok(false);
@@ -302,9 +309,22 @@ impl<'a> Reintegration<'a> {
         let (endpoints, held) = self.survey(view, pool, key, look).await?;
         let Some(newest) = held.iter().flatten().max().copied() else { return Ok(()) };
         let mut data: Option<(ObjectInfo, Bytes)> = None;
+        // Whether `device` holds an offloaded replica of `key` met for the first time (it counts).
+        let first_offloaded = |walk: &mut Walk, device: DeviceId| {
+            !newest.deleted
+                && offloaded.as_ref().is_some_and(|o| {
+                    o.skipped.contains(&device) && walk.account(o.version, pool, key, device)
+                })
+        };
         for (i, endpoint) in endpoints.iter().enumerate() {
             let device = DeviceId(endpoint.device);
-            if !to.contains(&device) || held[i].is_some_and(|h| h >= newest) {
+            if !to.contains(&device) {
+                continue;
+            }
+            if held[i].is_some_and(|h| h >= newest) {
+                if first_offloaded(&mut self.walk, device) {
+                    self.status.lock().expect("status lock").offloaded_current += 1;
+                }
                 continue;
             }
             if newest.deleted {
@@ -334,15 +354,13 @@ impl<'a> Reintegration<'a> {
             let (info, body) = data.as_ref().expect("read above");
             let stored = self.copy_to(view, pool, key, endpoint, info, body).await?;
             self.pacer.acquire(body.len() as u64).await;
-            let brought_back = stored
-                && offloaded.as_ref().is_some_and(|o| {
-                    o.skipped.contains(&device)
-                        && self.walk.note_brought_back(o.version, pool, key, device)
-                });
+            let first = first_offloaded(&mut self.walk, device);
             let mut s = self.status.lock().expect("status lock");
             s.replicas_copied += u64::from(stored);
             s.bytes_copied += body.len() as u64;
-            s.offloaded_copied += u64::from(brought_back);
+            // A copy refused because a newer version got there first: current already.
+            s.offloaded_copied += u64::from(first && stored);
+            s.offloaded_current += u64::from(first && !stored);
         }
         for (i, endpoint) in endpoints.iter().enumerate() {
             if keep.contains(&DeviceId(endpoint.device)) || held[i].is_none() {
@@ -610,18 +628,13 @@ impl<'a> Reintegration<'a> {
 
 impl Walk {
     /// Records that the offloaded replica of `key` on `device`, written in membership version
-    /// `version`, was brought back; whether it was the first time (it counts then). Beyond
-    /// [`BROUGHT_BACK_TRACKED_MAX`] replicas nothing is remembered and every copy counts.
-    fn note_brought_back(
-        &mut self,
-        version: u64,
-        pool: PoolId,
-        key: &str,
-        device: DeviceId,
-    ) -> bool {
-        if self.brought_back.len() >= BROUGHT_BACK_TRACKED_MAX {
+    /// `version`, was accounted for (copied, or found current); whether it was the first time
+    /// (it counts then). Beyond [`BROUGHT_BACK_TRACKED_MAX`] replicas nothing is remembered
+    /// and every one counts.
+    fn account(&mut self, version: u64, pool: PoolId, key: &str, device: DeviceId) -> bool {
+        if self.accounted.len() >= BROUGHT_BACK_TRACKED_MAX {
             return true;
         }
-        self.brought_back.insert((version, pool.0, key.to_string(), device.0))
+        self.accounted.insert((version, pool.0, key.to_string(), device.0))
     }
 }
