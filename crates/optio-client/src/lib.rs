@@ -42,8 +42,10 @@ pub use optio_net as transport;
 pub use cache::ChoiceCache;
 pub use candidates::{CHOICES_MAX, Candidate};
 pub use client::{
-    CandidateProbe, Client, ClientConfig, ClientStats, ListCursor, LocalFile, LocalMiss,
-    ObjectLocation, Patch, ProbeReport, PutReport, RETRIES_MAX, Reintegration, ReintegrationConfig,
-    ReintegrationMode, ReintegrationStatus, ReplicaState, STATUS_POLL_INTERVAL, Written,
+    BROUGHT_BACK_TRACKED_MAX, CandidateProbe, Client, ClientConfig, ClientStats, ListCursor,
+    LocalFile, LocalMiss, ObjectLocation, Patch, ProbeReport, PutReport, RECOVERING_BACKOFF_MAX,
+    RECOVERING_BACKOFF_MIN, RECOVERING_RETRIES_MAX, RETRIES_MAX, Reintegration,
+    ReintegrationConfig, ReintegrationMode, ReintegrationStatus, ReplicaState,
+    STATUS_POLL_INTERVAL, Written,
 };
 pub use error::ClientError;

@@ -104,31 +104,38 @@ impl FileStore {
         Some((meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len(), meta.ino()))
     }
 
-    /// Stores `map` if no map is stored; returns whether it did.
+    /// Stores `map` if no map is stored; returns whether it did. The devices' state epochs
+    /// it lacks are its own ([`ClusterMap::with_state_epochs`]).
     pub fn initialize(&self, map: &ClusterMap) -> Result<bool, ClusterError> {
         self.locked(|| {
             if self.path.exists() {
                 return Ok(false);
             }
-            self.write_locked(map)?;
+            self.write_locked(&map.clone().with_state_epochs(None))?;
             Ok(true)
         })
     }
 
-    /// Stores `map`, whatever is stored.
+    /// Stores `map`, whatever is stored, its devices' state epochs recorded against the map
+    /// it replaces (if that one can be read).
     pub fn replace(&self, map: &ClusterMap) -> Result<(), ClusterError> {
-        self.locked(|| self.write_locked(map))
+        self.locked(|| {
+            let previous = self.load_if_present().ok().flatten();
+            self.write_locked(&map.clone().with_state_epochs(previous.as_ref()))
+        })
     }
 
     /// Stores `next` if the stored map's epoch is `expected`; [`ClusterError::Conflict`] if it
-    /// is another, [`ClusterError::NoMap`] if there is none.
+    /// is another, [`ClusterError::NoMap`] if there is none. What the devices' states were
+    /// changed by is recorded against the stored map ([`ClusterMap::with_state_epochs`]).
     pub fn compare_and_swap(&self, expected: Epoch, next: &ClusterMap) -> Result<(), ClusterError> {
         self.locked(|| {
-            let found = self.load()?.epoch();
+            let stored = self.load()?;
+            let found = stored.epoch();
             if found != expected {
                 return Err(ClusterError::Conflict { expected, found });
             }
-            self.write_locked(next)
+            self.write_locked(&next.clone().with_state_epochs(Some(&stored)))
         })
     }
 
@@ -171,7 +178,8 @@ impl FileStore {
         result
     }
 
-    /// Writes the map atomically; the caller holds the lock ([`FileStore::locked`]).
+    /// Writes the map atomically, as it is; the caller holds the lock ([`FileStore::locked`])
+    /// and records the devices' state epochs ([`ClusterMap::with_state_epochs`]).
     pub fn write_locked(&self, map: &ClusterMap) -> Result<(), ClusterError> {
         // A new map file is its owner's only; one that exists keeps its mode (an operator
         // may have opened it to servers running as another user).

@@ -39,7 +39,7 @@ pub fn update(
         let mut builder = map.to_builder();
         change(&mut builder);
         builder.epoch = Epoch(map.epoch().0 + 1);
-        let next = builder.build().map_err(ClusterError::Invalid)?;
+        let next = builder.build().map_err(ClusterError::Invalid)?.with_state_epochs(Some(&map));
         store.write_locked(&next)?;
         Ok(next)
     })

@@ -108,6 +108,10 @@ impl MapSource {
     }
 
     /// Stores `map` only if no map is stored; `Ok(false)` (and nothing written) if one was.
+    ///
+    /// Every map a store stores carries its devices' state epochs (`up_from`, `down_at`)
+    /// recorded against the map it replaces ([`ClusterMap::with_state_epochs`]), whoever made
+    /// it: servers that skip maps learn from the newest alone which devices were marked down.
     pub async fn initialize(&self, map: &ClusterMap) -> Result<bool, ClusterError> {
         match self {
             MapSource::File(store) => {
@@ -132,7 +136,9 @@ impl MapSource {
     /// Stores `next` only if the stored map's epoch is still `expected`; otherwise
     /// [`ClusterError::Conflict`] with the epoch found (nothing written), or
     /// [`ClusterError::NoMap`]. `next`'s epoch must be newer than `expected`
-    /// ([`ClusterError::Change`] otherwise): watchers skip maps that are not.
+    /// ([`ClusterError::Change`] otherwise): watchers skip maps that are not. The devices'
+    /// state epochs are recorded against the stored map (a map from
+    /// [`ClusterMap::apply`] has them already).
     pub async fn compare_and_swap(
         &self,
         expected: Epoch,
@@ -170,7 +176,7 @@ impl MapSource {
         let old = self.load().await?;
         let mut builder = change(&old).map_err(ClusterError::Change)?;
         builder.epoch = Epoch(old.epoch().0 + 1);
-        let new = builder.build().map_err(ClusterError::Invalid)?;
+        let new = builder.build().map_err(ClusterError::Invalid)?.with_state_epochs(Some(&old));
         self.compare_and_swap(old.epoch(), &new).await?;
         Ok((old, new))
     }

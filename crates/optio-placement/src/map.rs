@@ -64,6 +64,13 @@ pub struct Device {
     pub primary_affinity: Weight,
     /// The address of the server that serves this device (`host:port`), when it has one.
     pub addr: Option<String>,
+    /// The epoch of the map that last marked the device up (Ceph's `osd_info::up_from`): it
+    /// is up in every map from this epoch to the one that holds it. `None`: not recorded (a
+    /// map written before Optio recorded state changes, or a device never up).
+    pub up_from: Option<Epoch>,
+    /// The epoch of the map that last marked the device down (Ceph's `osd_info::down_at`).
+    /// `None`: not marked down since the map records state changes.
+    pub down_at: Option<Epoch>,
 }
 
 /// A pool's `min_size` when the map does not give one: Ceph's `size - size / 2` (2 of 3
@@ -81,6 +88,17 @@ impl Device {
     /// Whether placement may choose this device at all.
     pub fn is_usable(&self) -> bool {
         self.up && self.is_in && self.reweight.0 > 0 && self.weight.0 > 0
+    }
+
+    /// Whether a map after `epoch` may have marked this device down — so that writes may have
+    /// gone around it since a map of `epoch` was looked at. `false` only when the map records
+    /// that the device has been up since `epoch` or before and was not marked down after it;
+    /// a map that does not record it ([`up_from`](Device::up_from) unknown) answers `true`.
+    /// (See [`ClusterMap::with_state_epochs`].)
+    pub fn may_have_been_down_since(&self, epoch: Epoch) -> bool {
+        let up_since = self.up_from.is_some_and(|up_from| up_from <= epoch);
+        let down_after = self.down_at.is_some_and(|down_at| down_at > epoch);
+        !self.up || !up_since || down_after
     }
 
     /// The weight balanced placement gives the device (16.16): CRUSH weight × reweight (capped

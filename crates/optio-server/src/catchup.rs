@@ -29,8 +29,11 @@
 //!
 //! **Maps not looked at.** This task looks at the newest map only, and a server may never
 //! install some maps (a polled file changed twice between two reads). A device marked down
-//! and up again between two maps looked at — or after a gap in epochs, which may hide such a
-//! pair — is caught up as if the down had been seen ([`ServerMap::downs`]).
+//! and up again between two maps looked at — or after a gap in epochs in which the newest map
+//! records that it was marked down (its `up_from` or `down_at` is in the gap; a map that does
+//! not record them counts every device) — is caught up as if the down had been seen
+//! ([`ServerMap::downs`]). A device no skipped map marked down serves on: no write went
+//! around it.
 
 use std::collections::HashMap;
 use std::sync::Arc;

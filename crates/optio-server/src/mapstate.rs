@@ -42,11 +42,15 @@ impl ServerMap {
     }
 
     /// How many of the maps this server installed since it started marked `device` down —
-    /// or may have: a map installed after a gap in epochs counts every device, as the maps
-    /// skipped could have marked any of them down. The count only grows along the maps a
-    /// server installs, so a device whose count changed between two maps looked at was
-    /// (perhaps) marked down in between, even if the map that did so was never looked at
-    /// (the catch-up looks at the newest map only).
+    /// or may have: a map installed after a gap in epochs counts the devices that a skipped
+    /// map may have marked down, which the new map records
+    /// ([`Device::may_have_been_down_since`](optio_placement::Device::may_have_been_down_since)
+    /// the epoch installed before: its `up_from` and `down_at`). A map that does not record
+    /// them (written before Optio did) counts every device, as any could have been marked
+    /// down. The count only grows along the maps a server installs, so a device whose count
+    /// changed between two maps looked at was (perhaps) marked down in between, even if the
+    /// map that did so was never looked at (the catch-up looks at the newest map only); a
+    /// device that no map marked down keeps its count, and serves on.
     pub fn downs(&self, device: u32) -> u64 {
         self.downs.get(&device).copied().unwrap_or(0)
     }
@@ -62,9 +66,11 @@ impl Followed for ServerMap {
         let mut compiled = ServerMap::new(map)?;
         if let Some(previous) = previous {
             let skipped = compiled.epoch() > previous.epoch() + 1;
+            let seen = previous.map.epoch();
             for device in compiled.map.devices() {
+                let unseen_down = skipped && device.up && device.may_have_been_down_since(seen);
                 let count = compiled.downs.entry(device.id.0).or_default();
-                *count += previous.downs(device.id.0) + u64::from(skipped && device.up);
+                *count += previous.downs(device.id.0) + u64::from(unseen_down);
             }
         }
         Ok(compiled)

@@ -19,7 +19,11 @@ pub use inplace::{Patch, Written};
 pub use list::ListCursor;
 pub use local::{LocalFile, LocalMiss};
 pub use locate::{CandidateProbe, ObjectLocation, ProbeReport};
-pub use reintegrate::{Reintegration, ReintegrationConfig, ReintegrationMode, ReintegrationStatus};
+pub use read::{RECOVERING_BACKOFF_MAX, RECOVERING_BACKOFF_MIN, RECOVERING_RETRIES_MAX};
+pub use reintegrate::{
+    BROUGHT_BACK_TRACKED_MAX, Reintegration, ReintegrationConfig, ReintegrationMode,
+    ReintegrationStatus,
+};
 pub use repair::ReplicaState;
 pub use transition::STATUS_POLL_INTERVAL;
 pub use write::PutReport;

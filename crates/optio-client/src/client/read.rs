@@ -2,6 +2,7 @@
 //! comparing versions across every device that may hold a copy, while data moves.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::Bytes;
 use optio_placement::{DeviceId, PoolId};
@@ -14,10 +15,28 @@ use crate::transport::{Chunks, Endpoint, Failure, Op};
 use super::transition::Held;
 use super::{Client, View};
 
+/// Waits of one read for replicas that all answered `recovering` (catching up on writes they
+/// may have missed: after a restart, or a map that marked them down); then the read fails with
+/// what they answered. With [`RECOVERING_BACKOFF_MIN`] doubling up to
+/// [`RECOVERING_BACKOFF_MAX`], about 13 s in all: a catch-up lists its peers' metadata once.
+pub const RECOVERING_RETRIES_MAX: usize = 12;
+/// The first wait for recovering replicas; it doubles after each.
+pub const RECOVERING_BACKOFF_MIN: Duration = Duration::from_millis(25);
+/// The longest wait for recovering replicas.
+pub const RECOVERING_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
 pub(super) enum ReadError {
     Retry,
     Missing,
+    /// No replica could serve the read, and every one that could hold the object answered
+    /// `recovering`: they will once caught up (the error if they do not in time).
+    Recovering(ClientError),
     Failed(ClientError),
+}
+
+/// Whether a device answered `recovering` (catching up: it serves once caught up).
+fn is_recovering(failure: &Failure) -> bool {
+    failure.kind() == Some(ErrorKind::Recovering)
 }
 
 /// What [`Client::newest_copy`] found.
@@ -57,6 +76,8 @@ impl Client {
         validate_key(key)?;
         let mut relocated = false;
         let mut attempts = 0;
+        let mut recovering_waits = 0;
+        let mut backoff = RECOVERING_BACKOFF_MIN;
         loop {
             let at = self.retry_located(pool_name, key, &mut attempts).await?;
             let (view, pool) = (&*at.view, at.pool);
@@ -79,6 +100,25 @@ impl Client {
                         key: key.to_string(),
                     });
                 }
+                Err(ReadError::Recovering(error)) => {
+                    if recovering_waits == RECOVERING_RETRIES_MAX {
+                        return Err(error);
+                    }
+                    recovering_waits += 1;
+                    tracing::debug!(
+                        pool = pool_name,
+                        key,
+                        epoch = view.epoch(),
+                        wait_ms = backoff.as_millis() as u64,
+                        wait = recovering_waits,
+                        "every replica is catching up: reading again after a wait"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(RECOVERING_BACKOFF_MAX);
+                    // A wait for catching-up replicas has its own bound: it is not one of the
+                    // attempts `retry_located` counts (epoch changes, lost races).
+                    attempts -= 1;
+                }
                 Err(ReadError::Failed(error)) => return Err(error),
             }
         }
@@ -96,6 +136,7 @@ impl Client {
         let mut failures: Vec<String> = Vec::new();
         let mut epoch_failures: Vec<Failure> = Vec::new();
         let mut missing = 0usize;
+        let mut recovering = 0usize;
         for device in &candidate.devices {
             let endpoint = view.endpoint(*device).map_err(ReadError::Failed)?;
             // Ranges are read whole when a repair may be needed, so the checksum is checked.
@@ -142,6 +183,7 @@ impl Client {
                         Some(ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch) => {
                             epoch_failures.push(failure.clone())
                         }
+                        Some(ErrorKind::Recovering) => recovering += 1,
                         Some(ErrorKind::BadRequest) => {
                             return Err(ReadError::Failed(ClientError::Refused {
                                 device: endpoint.device,
@@ -162,10 +204,13 @@ impl Client {
         if missing == candidate.devices.len() {
             return Err(ReadError::Missing);
         }
-        Err(ReadError::Failed(ClientError::Unreadable {
-            key: key.to_string(),
-            failures: failures.join("; "),
-        }))
+        let unreadable =
+            ClientError::Unreadable { key: key.to_string(), failures: failures.join("; ") };
+        // Replicas without the object, and the others catching up: the copy may be on those.
+        if recovering > 0 && recovering + missing == candidate.devices.len() {
+            return Err(ReadError::Recovering(unreadable));
+        }
+        Err(ReadError::Failed(unreadable))
     }
 
     /// After replicas refused the read's epoch: [`ReadError::Retry`] once the map is
@@ -193,6 +238,7 @@ impl Client {
         let mut newest: Option<Held> = None;
         let mut failures = Vec::new();
         let mut epoch_failures = Vec::new();
+        let mut recovering = 0usize;
         for (endpoint, head) in endpoints.iter().zip(&heads) {
             match head {
                 Ok(answer) => newest = newest.max(Held::of(answer)),
@@ -200,14 +246,24 @@ impl Client {
                     Some(ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch) => {
                         epoch_failures.push(failure.clone())
                     }
-                    _ => failures.push(format!(
-                        "device {} at {}: {failure}",
-                        endpoint.device, endpoint.addr
-                    )),
+                    _ => {
+                        recovering += usize::from(is_recovering(failure));
+                        failures.push(format!(
+                            "device {} at {}: {failure}",
+                            endpoint.device, endpoint.addr
+                        ))
+                    }
                 },
             }
         }
         self.retry_after_epochs(&epoch_failures).await?;
+        if newest.is_none() && recovering > 0 && recovering == failures.len() {
+            // Nothing found on the devices that answered; the others are catching up.
+            return Err(ReadError::Recovering(ClientError::Unreadable {
+                key: key.to_string(),
+                failures: failures.join("; "),
+            }));
+        }
         match newest {
             Some(newest) if !newest.deleted => {
                 let holders = endpoints
@@ -240,6 +296,8 @@ impl Client {
             Newest::Live { holders, failures } => (holders, failures),
             Newest::Deleted => return Err(ReadError::Missing),
         };
+        let mut epoch_failures = Vec::new();
+        let mut recovering = 0usize;
         for endpoint in &holders {
             match self.call(self.object_call(view, endpoint, pool, Op::Get { key, range })).await {
                 Ok(answer) => {
@@ -259,14 +317,28 @@ impl Client {
                         reason: failure.to_string(),
                     }));
                 }
-                Err(failure) => failures
-                    .push(format!("device {} at {}: {failure}", endpoint.device, endpoint.addr)),
+                Err(failure) => {
+                    match failure.kind() {
+                        // The map changed between the probes and the read (a membership
+                        // version pruned, a device marked down): read again on the new one.
+                        Some(ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch) => {
+                            epoch_failures.push(failure.clone())
+                        }
+                        Some(ErrorKind::Recovering) => recovering += 1,
+                        _ => {}
+                    }
+                    failures
+                        .push(format!("device {} at {}: {failure}", endpoint.device, endpoint.addr))
+                }
             }
         }
-        Err(ReadError::Failed(ClientError::Unreadable {
-            key: key.to_string(),
-            failures: failures.join("; "),
-        }))
+        self.retry_after_epochs(&epoch_failures).await?;
+        let unreadable =
+            ClientError::Unreadable { key: key.to_string(), failures: failures.join("; ") };
+        if recovering > 0 && recovering == holders.len() {
+            return Err(ReadError::Recovering(unreadable));
+        }
+        Err(ReadError::Failed(unreadable))
     }
 
     /// Which candidate holds `key` while data moves: the choice record at the home under the
@@ -319,7 +391,9 @@ impl Client {
                 }
                 Ok(Newest::Deleted) => {}
                 Err(ReadError::Retry) => return Err(ClientError::EpochRetries { attempts: 0 }),
-                Err(_) => unreadable = true,
+                Err(ReadError::Missing | ReadError::Recovering(_) | ReadError::Failed(_)) => {
+                    unreadable = true
+                }
             }
         }
         // Candidate 0 may still hold it on a device that did not answer.

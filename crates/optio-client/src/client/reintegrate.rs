@@ -18,7 +18,7 @@
 //!
 //! Both are rate-limited and report what they did ([`ReintegrationStatus`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -41,6 +41,12 @@ pub(super) const BATCH_ENTRIES: usize = 256;
 pub(super) const IDLE_WAIT: Duration = Duration::from_millis(200);
 
 pub(super) const FAILURE_WAIT: Duration = Duration::from_secs(1);
+
+/// Most offloaded replicas one cycle of selective re-integration remembers having accounted
+/// for, so that [`ReintegrationStatus::offloaded_copied`] and
+/// [`ReintegrationStatus::offloaded_current`] count each once (beyond, a replica met again is
+/// counted again).
+pub const BROUGHT_BACK_TRACKED_MAX: usize = 1 << 18;
 
 /// Which re-integration runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,14 +80,24 @@ pub struct ReintegrationStatus {
     pub dirty_entries: u64,
     /// Dirty entries handled.
     pub entries_handled: u64,
-    /// Replicas copied to the devices that lacked them.
+    /// Replicas copied to the devices that lacked them (stored there: a copy the device
+    /// refused because a newer version reached it first is not counted).
     pub replicas_copied: u64,
-    /// Of those, copies to devices that the version of a dirty entry skipped (its offloaded
-    /// replicas brought back); the others refreshed a replica that a write racing
-    /// re-integration had reached only in part.
+    /// The offloaded replicas brought back: distinct (object, device) pairs, of the version
+    /// of a dirty entry, copied to a device that version skipped. An object with several
+    /// dirty entries (written several times while servers were away) counts once per device,
+    /// even when a write racing re-integration made a second copy to it necessary; those
+    /// second copies, and copies that refreshed a replica such a write had reached only in
+    /// part, count in `replicas_copied` only.
     #[serde(default)]
     pub offloaded_copied: u64,
-    /// Bytes copied.
+    /// The offloaded replicas found current already: a write at the new version (made after
+    /// the servers came back, before re-integration reached the object) had written them.
+    /// Each offloaded replica of a live object is counted once, in this or in
+    /// `offloaded_copied` (deleted objects' replicas in neither).
+    #[serde(default)]
+    pub offloaded_current: u64,
+    /// Bytes sent to copy replicas.
     pub bytes_copied: u64,
     /// Copies dropped (no placement names their device any more).
     pub copies_dropped: u64,
@@ -113,6 +129,18 @@ pub(super) struct Walk {
     /// Full mode: the servers active when last looked, and whether the last copy round ended.
     pub(super) active: Option<Vec<DeviceId>>,
     pub(super) full_done: bool,
+    /// Selective mode: the offloaded replicas accounted for in this cycle (copied, or found
+    /// current) — (the dirty entry's version, pool, key, device) — at most
+    /// [`BROUGHT_BACK_TRACKED_MAX`]; emptied when the versions are pruned.
+    pub(super) accounted: HashSet<(u64, u32, String, u32)>,
+}
+
+/// The offloaded replicas of one dirty entry: the devices its version skipped.
+struct Offloaded<'a> {
+    /// The entry's membership version.
+    version: u64,
+    /// The devices of the current placement that version did not write.
+    skipped: &'a [DeviceId],
 }
 
 impl Client {
@@ -210,6 +238,7 @@ impl<'a> Reintegration<'a> {
         if entries.is_empty() {
             if full && left == 0 && membership.versions.len() > 1 {
                 self.prune_versions().await?;
+                self.walk.accounted.clear();
                 return Ok(true);
             }
             return Ok(false);
@@ -260,27 +289,42 @@ impl<'a> Reintegration<'a> {
         }
         look.sort_unstable();
         look.dedup();
-        self.converge(view, pool, &entry.key, &Spread { to, keep, look, seed: key }, &skipped).await
+        let spread = Spread { to, keep, look, seed: key };
+        let offloaded = Offloaded { version: entry.version, skipped: &skipped };
+        self.converge(view, pool, &entry.key, &spread, Some(offloaded)).await
     }
 
     /// Makes every device of `to` hold the newest version found on `look`, and drops the
-    /// copies on devices of `look` outside `keep`; copies to `skipped` devices are counted as
-    /// offloaded replicas brought back.
+    /// copies on devices of `look` outside `keep`; the first copy of the object to each of
+    /// `offloaded`'s devices is counted as an offloaded replica brought back.
     async fn converge(
         &mut self,
         view: &View,
         pool: PoolId,
         key: &str,
         spread: &Spread,
-        skipped: &[DeviceId],
+        offloaded: Option<Offloaded<'_>>,
     ) -> Result<(), String> {
         let Spread { to, keep, look, seed } = spread;
         let (endpoints, held) = self.survey(view, pool, key, look).await?;
         let Some(newest) = held.iter().flatten().max().copied() else { return Ok(()) };
         let mut data: Option<(ObjectInfo, Bytes)> = None;
+        // Whether `device` holds an offloaded replica of `key` met for the first time (it counts).
+        let first_offloaded = |walk: &mut Walk, device: DeviceId| {
+            !newest.deleted
+                && offloaded.as_ref().is_some_and(|o| {
+                    o.skipped.contains(&device) && walk.account(o.version, pool, key, device)
+                })
+        };
         for (i, endpoint) in endpoints.iter().enumerate() {
             let device = DeviceId(endpoint.device);
-            if !to.contains(&device) || held[i].is_some_and(|h| h >= newest) {
+            if !to.contains(&device) {
+                continue;
+            }
+            if held[i].is_some_and(|h| h >= newest) {
+                if first_offloaded(&mut self.walk, device) {
+                    self.status.lock().expect("status lock").offloaded_current += 1;
+                }
                 continue;
             }
             if newest.deleted {
@@ -308,14 +352,15 @@ impl<'a> Reintegration<'a> {
                 data = Some(self.read_from(view, pool, key, &endpoints, &held, newest).await?);
             }
             let (info, body) = data.as_ref().expect("read above");
-            self.copy_to(view, pool, key, endpoint, info, body).await?;
+            let stored = self.copy_to(view, pool, key, endpoint, info, body).await?;
             self.pacer.acquire(body.len() as u64).await;
+            let first = first_offloaded(&mut self.walk, device);
             let mut s = self.status.lock().expect("status lock");
-            s.replicas_copied += 1;
+            s.replicas_copied += u64::from(stored);
             s.bytes_copied += body.len() as u64;
-            if skipped.contains(&device) {
-                s.offloaded_copied += 1;
-            }
+            // A copy refused because a newer version got there first: current already.
+            s.offloaded_copied += u64::from(first && stored);
+            s.offloaded_current += u64::from(first && !stored);
         }
         for (i, endpoint) in endpoints.iter().enumerate() {
             if keep.contains(&DeviceId(endpoint.device)) || held[i].is_none() {
@@ -400,6 +445,8 @@ impl<'a> Reintegration<'a> {
         Err(format!("cannot read '{key}' to re-integrate it: {}", failures.join("; ")))
     }
 
+    /// Copies the version `info` of `key` to `endpoint`; whether it stored it (`false`: the
+    /// device holds a newer version, which a write racing re-integration brought).
     async fn copy_to(
         &self,
         view: &View,
@@ -408,7 +455,7 @@ impl<'a> Reintegration<'a> {
         endpoint: &Endpoint,
         info: &ObjectInfo,
         body: &Bytes,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let put = Op::Put {
             key,
             data: body.clone(),
@@ -417,8 +464,8 @@ impl<'a> Reintegration<'a> {
             pg_seed: info.pg_seed,
         };
         match self.client.call(self.client.object_call(view, endpoint, pool, put)).await {
-            Ok(_) => Ok(()),
-            Err(f) if f.kind() == Some(ErrorKind::VersionConflict) => Ok(()),
+            Ok(_) => Ok(true),
+            Err(f) if f.kind() == Some(ErrorKind::VersionConflict) => Ok(false),
             Err(f) => Err(format!("copying '{key}' to device {}: {f}", endpoint.device)),
         }
     }
@@ -567,14 +614,27 @@ impl<'a> Reintegration<'a> {
                     self.read_from(view, pool, key, &endpoints, &held, newest).await?;
                 for device in forced {
                     let endpoint = view.endpoint(*device).map_err(|e| e.to_string())?;
-                    self.copy_to(view, pool, key, &endpoint, &info, &body).await?;
+                    let stored = self.copy_to(view, pool, key, &endpoint, &info, &body).await?;
                     self.pacer.acquire(body.len() as u64).await;
                     let mut s = self.status.lock().expect("status lock");
-                    s.replicas_copied += 1;
+                    s.replicas_copied += u64::from(stored);
                     s.bytes_copied += body.len() as u64;
                 }
             }
         }
-        self.converge(view, pool, key, spread, &[]).await
+        self.converge(view, pool, key, spread, None).await
+    }
+}
+
+impl Walk {
+    /// Records that the offloaded replica of `key` on `device`, written in membership version
+    /// `version`, was accounted for (copied, or found current); whether it was the first time
+    /// (it counts then). Beyond [`BROUGHT_BACK_TRACKED_MAX`] replicas nothing is remembered
+    /// and every one counts.
+    fn account(&mut self, version: u64, pool: PoolId, key: &str, device: DeviceId) -> bool {
+        if self.accounted.len() >= BROUGHT_BACK_TRACKED_MAX {
+            return true;
+        }
+        self.accounted.insert((version, pool.0, key.to_string(), device.0))
     }
 }

@@ -257,8 +257,9 @@ impl EtcdStore {
     }
 
     /// Stores `map` if none is stored (create-if-absent on the map key); returns whether it
-    /// did.
+    /// did. The devices' state epochs it lacks are its own.
     pub async fn initialize(&self, map: &ClusterMap) -> Result<bool, ClusterError> {
+        let map = &map.clone().with_state_epochs(None);
         let body = json!({
             "compare": [{
                 "key": encode(&self.map_key()),
@@ -272,8 +273,11 @@ impl EtcdStore {
         Ok(response.succeeded)
     }
 
-    /// Stores `map`, whatever is stored.
+    /// Stores `map`, whatever is stored, its devices' state epochs recorded against the map
+    /// it replaces (read first; if that cannot be read, as if there were none).
     pub async fn replace(&self, map: &ClusterMap) -> Result<(), ClusterError> {
+        let previous = self.load_if_present().await.ok().flatten();
+        let map = &map.clone().with_state_epochs(previous.as_ref());
         let body = json!({ "success": self.put_map_ops(map) });
         let response: TxnResponse = self.call("kv/txn", &body).await?;
         if !response.succeeded {
@@ -282,12 +286,19 @@ impl EtcdStore {
         Ok(())
     }
 
-    /// Stores `next` if the stored epoch is `expected` (see the module docs).
+    /// Stores `next` if the stored epoch is `expected` (see the module docs), its devices'
+    /// state epochs recorded against the stored map: that map is read first (one more round
+    /// trip per map change), and the swap then succeeds only if it is still the one stored.
     pub async fn compare_and_swap(
         &self,
         expected: Epoch,
         next: &ClusterMap,
     ) -> Result<(), ClusterError> {
+        let stored = self.load().await?;
+        if stored.epoch() != expected {
+            return Err(ClusterError::Conflict { expected, found: stored.epoch() });
+        }
+        let next = &next.clone().with_state_epochs(Some(&stored));
         let body = json!({
             "compare": [{
                 "key": encode(&self.epoch_key()),

@@ -1,6 +1,7 @@
 //! Proves that load, initialize, replace, compare-and-swap and update behave the same on a
 //! map file and on etcd: create-if-absent stores once, of two editors of one epoch exactly one
-//! wins and the other gets a Conflict naming both epochs, and etcd's keys are readable.
+//! wins and the other gets a Conflict naming both epochs, every map stored records which
+//! epochs marked its devices down and up, and etcd's keys are readable.
 
 use optio_cluster::{ClusterError, MapSource};
 use optio_placement::Epoch;
@@ -23,10 +24,13 @@ async fn load_initialize_replace(source: &MapSource) {
     let first = small_map();
     assert!(source.initialize(&first).await.expect("initialize"), "the first one stores");
     assert!(!source.initialize(&at_epoch(&first, 9, "x")).await.expect("initialize"));
-    assert_eq!(source.load().await.expect("load"), first, "the second initialize wrote nothing");
+    // Stored with its devices' state epochs: up from its own epoch.
+    let stored = first.clone().with_state_epochs(None);
+    assert_eq!(source.load().await.expect("load"), stored, "the second initialize wrote nothing");
 
     let replaced = at_epoch(&first, 5, "r");
     source.replace(&replaced).await.expect("replace");
+    let replaced = replaced.with_state_epochs(Some(&stored));
     assert_eq!(source.load().await.expect("load"), replaced);
     // Replace is unconditional, even backwards (`optio up` writing its map).
     source.replace(&at_epoch(&first, 4, "b")).await.expect("replace");
@@ -81,6 +85,32 @@ async fn compare_and_swap(source: &MapSource) {
     assert_eq!(wins, 1, "exactly one of the concurrent editors wins");
 }
 
+/// A map made without `ClusterMap::apply` (a builder) is stored with the epochs that marked
+/// its devices down and up, recorded against the map it replaces.
+async fn state_epochs(source: &MapSource) {
+    let base = source.load().await.expect("load");
+    let device = |map: &optio_placement::ClusterMap| map.devices()[1].clone();
+    assert!(device(&base).up && device(&base).up_from.is_some(), "{:?}", device(&base));
+    let mut builder = base.to_builder();
+    builder.epoch = Epoch(base.epoch().0 + 1);
+    builder.devices[1].up = false;
+    let down = builder.build().expect("valid");
+    source.compare_and_swap(base.epoch(), &down).await.expect("swap");
+    let stored = source.load().await.expect("load");
+    assert_eq!(device(&stored).down_at, Some(down.epoch()), "marked down by this map");
+    assert_eq!(device(&stored).up_from, device(&base).up_from, "up from where it was");
+    assert!(!device(&stored).up);
+    let mut builder = stored.to_builder();
+    builder.epoch = Epoch(stored.epoch().0 + 1);
+    builder.devices[1].up = true;
+    source.compare_and_swap(stored.epoch(), &builder.build().expect("valid")).await.expect("swap");
+    let up = source.load().await.expect("load");
+    assert_eq!(device(&up).up_from, Some(up.epoch()), "marked up by this map");
+    assert_eq!(device(&up).down_at, Some(down.epoch()));
+    assert!(device(&up).may_have_been_down_since(base.epoch()));
+    assert!(!up.devices()[0].may_have_been_down_since(base.epoch()), "device 0 stayed up");
+}
+
 async fn error_text(
     source: &MapSource,
     epoch: Epoch,
@@ -121,6 +151,7 @@ async fn update(source: &MapSource) {
 async fn all(source: &MapSource) {
     load_initialize_replace(source).await;
     compare_and_swap(source).await;
+    state_epochs(source).await;
     update(source).await;
 }
 
@@ -146,7 +177,7 @@ async fn a_map_file_in_a_new_directory_is_created_by_initialize() {
     assert!(nested.join("map.toml").is_file());
     // The synchronous functions read the same file.
     let map = optio_cluster::mapstore::load(&nested.join("map.toml")).expect("load");
-    assert_eq!(map, small_map());
+    assert_eq!(map, small_map().with_state_epochs(None));
     let next =
         optio_cluster::mapstore::update(&nested.join("map.toml"), |b| b.devices[2].up = false)
             .expect("update");
@@ -220,7 +251,9 @@ async fn a_map_over_etcds_default_request_limit_is_stored() {
     let text = optio_mapfile::optio_toml::write(&map);
     assert!(text.len() > 3 << 19, "{} bytes: over 1.5 MiB", text.len());
     assert!(source.initialize(&map).await.expect("stored"));
-    assert_eq!(source.load().await.expect("load"), map);
+    let stored = source.load().await.expect("load");
+    assert_eq!(stored, map.with_state_epochs(None), "stored with its state epochs");
+    let map = stored;
     let change = optio_placement::change::MapChange::RemoveDevice(optio_placement::DeviceId(7));
     let next = map.apply(&change, map.epoch()).expect("applies");
     source.compare_and_swap(map.epoch(), &next).await.expect("swapped");

@@ -26,6 +26,16 @@ pub fn at_epoch(map: &ClusterMap, epoch: u64, tag: &str) -> ClusterMap {
     builder.build().expect("a valid map")
 }
 
+/// `map` without its devices' state epochs (`up_from`, `down_at`), which the stores record
+/// in every map they store: for comparing a map read back with the one written.
+pub fn unstamped(map: &ClusterMap) -> ClusterMap {
+    let mut builder = map.to_builder();
+    for device in &mut builder.devices {
+        (device.up_from, device.down_at) = (None, None);
+    }
+    builder.build().expect("a valid map")
+}
+
 /// Device 0's address (where [`at_epoch`] puts its tag).
 pub fn addr0(map: &ClusterMap) -> String {
     map.to_builder().devices[0].addr.clone().expect("an address")

@@ -9,7 +9,7 @@ use optio_cluster::{ClusterError, MapSource, MapWatcher};
 use optio_placement::{ClusterMap, Epoch};
 
 use crate::support::{
-    WAIT_MAX, addr0, at_epoch, etcd, etcd_delete, etcd_put, file_source, small_map,
+    WAIT_MAX, addr0, at_epoch, etcd, etcd_delete, etcd_put, file_source, small_map, unstamped,
 };
 
 /// How long a test lets a watcher run to show that it delivers nothing (it would deliver a
@@ -38,7 +38,7 @@ async fn commit_and_time(
         Instant::now()
     };
     let ((delivered, at), committed) = tokio::join!(delivery, commit);
-    assert_eq!(&delivered, next);
+    assert_eq!(unstamped(&delivered), *next);
     at.saturating_duration_since(committed)
 }
 
@@ -60,12 +60,13 @@ async fn delivers_newer_maps(source: &MapSource, kind: &str) {
     source.replace(&at_epoch(&first, 2, "old")).await.expect("replace");
     let newer = at_epoch(&first, 9, "new");
     source.compare_and_swap(Epoch(2), &newer).await.expect("swap");
-    assert_eq!(next_within(&mut watcher).await.expect("a map"), newer, "epoch 2 skipped");
+    let delivered = next_within(&mut watcher).await.expect("a map");
+    assert_eq!(unstamped(&delivered), newer, "epoch 2 skipped");
     assert_eq!(watcher.last_epoch(), Some(Epoch(9)));
 
     // Following a map loaded earlier: the change made in between comes first.
     let mut late = source.watch_after(Some(Epoch(4)));
-    assert_eq!(next_within(&mut late).await.expect("a map"), newer);
+    assert_eq!(unstamped(&next_within(&mut late).await.expect("a map")), newer);
 }
 
 #[tokio::test]
@@ -82,7 +83,7 @@ async fn a_file_watcher_delivers_each_newer_map() {
     assert!(error.to_string().contains("cannot parse the map at"), "{error}");
     let repaired = at_epoch(&small_map(), 10, "repaired");
     source.replace(&repaired).await.expect("replace");
-    assert_eq!(next_within(&mut watcher).await.expect("a map"), repaired);
+    assert_eq!(unstamped(&next_within(&mut watcher).await.expect("a map")), repaired);
 }
 
 #[tokio::test]
@@ -92,7 +93,7 @@ async fn a_file_watcher_waits_for_a_map_that_does_not_exist_yet() {
     assert_eq!(watcher.last_epoch(), None);
     assert!(tokio::time::timeout(QUIET / 5, watcher.next()).await.is_err(), "nothing yet");
     source.initialize(&small_map()).await.expect("initialize");
-    assert_eq!(next_within(&mut watcher).await.expect("a map"), small_map());
+    assert_eq!(unstamped(&next_within(&mut watcher).await.expect("a map")), small_map());
 }
 
 #[tokio::test]
@@ -109,7 +110,7 @@ async fn an_etcd_watcher_delivers_each_newer_map() {
     etcd_delete(&etcd.endpoint(), "/optio/map").await;
     let repaired = at_epoch(&small_map(), 10, "repaired");
     source.replace(&repaired).await.expect("replace");
-    assert_eq!(next_within(&mut watcher).await.expect("a map"), repaired);
+    assert_eq!(unstamped(&next_within(&mut watcher).await.expect("a map")), repaired);
     assert_eq!(watcher.reconnects(), 0);
 }
 
@@ -145,7 +146,7 @@ async fn an_etcd_watcher_survives_restarts_and_catches_up() {
     let started = Instant::now();
     let delivered = next_within(&mut watcher).await.expect("a map");
     println!("etcd watch, change made while disconnected: delivered {:?} later", started.elapsed());
-    assert_eq!(delivered, fourth);
+    assert_eq!(unstamped(&delivered), fourth);
     assert_eq!(addr0(&delivered), addr0(&fourth));
     assert!(watcher.reconnects() >= 2, "re-established twice: {}", watcher.reconnects());
 }

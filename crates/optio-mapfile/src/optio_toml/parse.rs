@@ -230,6 +230,12 @@ impl Reader<'_> {
         if let Some(value) = table.get("addr") {
             device.addr = Some(value.str(self.source)?.to_string());
         }
+        if let Some(value) = table.get("up_from") {
+            device.up_from = Some(Epoch(value.int(self.source, "an epoch, 0 or more")?));
+        }
+        if let Some(value) = table.get("down_at") {
+            device.down_at = Some(Epoch(value.int(self.source, "an epoch, 0 or more")?));
+        }
         if let Some(location) = table.get("location") {
             for (type_name, bucket) in location.entries(self.source)? {
                 let bucket_name = bucket.str(self.source)?;

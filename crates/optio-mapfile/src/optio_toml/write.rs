@@ -532,6 +532,12 @@ fn device_fields(map: &ClusterMap, device: &Device, layout: Layout) -> Fields {
     if let Some(addr) = &device.addr {
         fields.push(("addr".into(), quote(addr)));
     }
+    if let Some(epoch) = device.up_from {
+        fields.push(("up_from".into(), epoch.0.to_string()));
+    }
+    if let Some(epoch) = device.down_at {
+        fields.push(("down_at".into(), epoch.0.to_string()));
+    }
     if layout == Layout::Located {
         let location = map.location(device.id);
         if !location.is_empty() {

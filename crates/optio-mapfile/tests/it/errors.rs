@@ -71,6 +71,9 @@ const TOML_CASES: &[(&str, usize, &str)] = &[
     ("[[devices]]\nid = 0\ncapacity = \"4 TeraBytes\"\n", 3, "unknown unit"),
     ("[[devices]]\nid = 0\nweight = -1.0\n", 3, "not a weight"),
     ("[[devices]]\nid = 0\nreweight = 1.5\n", 3, "between 0.0 and 1.0"),
+    ("[[devices]]\nid = 0\nup_from = -2\n", 3, "an epoch, 0 or more"),
+    ("[[devices]]\nid = 0\ndown_at = \"7\"\n", 3, "an integer"),
+    ("epoch = 2\n[[devices]]\nid = 0\nup_from = 5\n", 2, "after the map's epoch 2"),
     ("[tunables]\nprofile = \"newest\"\n", 2, "unknown profile"),
     (
         "[[devices]]\nid = 0\nlocation = { host = \"h\" }\n\n[[rules]]\nid = 0\nname = \"r\"\nsteps = [\"take default\", \"chooseleaf firstn 0 tpye host\"]\n",

@@ -91,6 +91,15 @@ fn sample_builder(rng: &mut Rng, with_pools: bool) -> ClusterMapBuilder {
         if rng.below(2) == 0 {
             device.addr = Some(format!("10.0.0.{}:{}", rng.below(256), 6800 + rng.below(100)));
         }
+        // The epochs that marked it up and down, when recorded (derived without drawing from
+        // `rng`, so that the other maps stay as they were): at most the map's epoch.
+        let epoch = builder.epoch.0;
+        match next_id % 4 {
+            1 => device.up_from = Some(Epoch(epoch / 2)),
+            2 => (device.up_from, device.down_at) = (Some(Epoch(epoch)), Some(Epoch(epoch / 3))),
+            3 => device.down_at = Some(Epoch(epoch)),
+            _ => {}
+        }
         let placed = rng.below(8) != 0;
         let host_index = rng.below(host_count) as usize;
         if placed && located {

@@ -84,6 +84,12 @@ pub struct DeviceSpec {
     pub primary_affinity: Weight,
     /// Server address.
     pub addr: Option<String>,
+    /// The epoch of the map that last marked it up ([`Device::up_from`]); at most the map's
+    /// epoch.
+    pub up_from: Option<Epoch>,
+    /// The epoch of the map that last marked it down ([`Device::down_at`]); at most the map's
+    /// epoch.
+    pub down_at: Option<Epoch>,
     /// Location as (type name, bucket name) pairs in any order; the builder creates missing
     /// buckets (straw2) and hangs the top one under the root `default`.
     pub location: Vec<(String, String)>,
@@ -104,6 +110,8 @@ impl DeviceSpec {
             reweight: Weight::ONE,
             primary_affinity: Weight::ONE,
             addr: None,
+            up_from: None,
+            down_at: None,
             location: Vec::new(),
         }
     }
@@ -552,6 +560,8 @@ impl ClusterMapBuilder {
                 reweight: d.reweight,
                 primary_affinity: d.primary_affinity,
                 addr: d.addr.clone(),
+                up_from: d.up_from,
+                down_at: d.down_at,
                 location: Vec::new(),
             })
             .collect();
@@ -622,7 +632,7 @@ impl ClusterMapBuilder {
                 build.classes.push(class.clone());
             }
         }
-        add_devices(&mut build, &self.devices)?;
+        add_devices(&mut build, &self.devices, self.epoch)?;
         add_explicit_buckets(&mut build, &self.buckets)?;
         derive_located_buckets(&mut build, &self.devices)?;
         let (device_parent, bucket_parent) = link_parents(&build)?;

@@ -40,7 +40,11 @@ pub(super) fn build_types(types: &[BucketType]) -> Result<Vec<BucketType>, MapEr
     Ok(types)
 }
 
-pub(super) fn add_devices(build: &mut Build, specs: &[DeviceSpec]) -> Result<(), MapError> {
+pub(super) fn add_devices(
+    build: &mut Build,
+    specs: &[DeviceSpec],
+    epoch: Epoch,
+) -> Result<(), MapError> {
     let mut order: Vec<usize> = (0..specs.len()).collect();
     order.sort_by_key(|&i| specs[i].id);
     let max_id = specs.iter().map(|d| d.id.0).max();
@@ -87,6 +91,21 @@ pub(super) fn add_devices(build: &mut Build, specs: &[DeviceSpec]) -> Result<(),
                 ));
             }
         }
+        for (field, value) in [("up_from", spec.up_from), ("down_at", spec.down_at)] {
+            if let Some(value) = value.filter(|value| *value > epoch) {
+                return Err(err(
+                    subject.clone(),
+                    Kind::OutOfRange {
+                        field,
+                        value: value.0.to_string(),
+                        reason: format!(
+                            "after the map's epoch {}: it names the map that changed the device's state, which is this map or an earlier one",
+                            epoch.0
+                        ),
+                    },
+                ));
+            }
+        }
         if let Some(class) = &spec.class {
             check_name(&subject, class)?;
             if !build.classes.contains(class) {
@@ -121,6 +140,8 @@ pub(super) fn add_devices(build: &mut Build, specs: &[DeviceSpec]) -> Result<(),
             reweight: spec.reweight,
             primary_affinity: spec.primary_affinity,
             addr: spec.addr.clone(),
+            up_from: spec.up_from,
+            down_at: spec.down_at,
         });
     }
     Ok(())

@@ -7,6 +7,7 @@
 
 pub mod linear;
 mod report;
+mod states;
 mod tune;
 
 pub use report::{ChangeReport, MembershipChange, MovementSample, PoolMovement};
@@ -75,7 +76,8 @@ pub enum MapChange {
 
 impl ClusterMap {
     /// Applies `change` to this map, which must be at epoch `expected`; returns the next map
-    /// (epoch + 1).
+    /// (epoch + 1), its devices' [`up_from`](crate::Device::up_from) and
+    /// [`down_at`](crate::Device::down_at) recorded ([`ClusterMap::with_state_epochs`]).
     ///
     /// Incremental balanced pools (`balanced = "incremental"`) carry their state forward:
     /// the builder is given each pool's previous [`crate::engine::balanced::incremental::BalanceState`]
@@ -143,7 +145,8 @@ impl ClusterMap {
                 spec.versions = last.into_iter().collect();
             }
         }
-        builder.build()
+        // The epochs that marked devices down and up go with the map (see `states`).
+        builder.build().map(|next| next.with_state_epochs(Some(self)))
     }
 }
 

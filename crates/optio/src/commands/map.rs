@@ -530,6 +530,7 @@ fn show_json(map: &ClusterMap) -> serde_json::Value {
                 "capacity_bytes": d.capacity_bytes, "bandwidth_mb_per_s": d.bandwidth_mb_per_s,
                 "up": d.up, "in": d.is_in, "reweight": d.reweight.as_f64(),
                 "primary_affinity": d.primary_affinity.as_f64(), "addr": d.addr, "location": location,
+                "up_from": d.up_from.map(|e| e.0), "down_at": d.down_at.map(|e| e.0),
             })
         })
         .collect();

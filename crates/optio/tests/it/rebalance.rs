@@ -314,3 +314,87 @@ fn progress_across_retry_rounds_stays_within_its_plan() {
         }
     });
 }
+
+/// Ten map changes in a row (reweights and elastic resizes, as fast as the map store takes
+/// them) while a client started just before reads every object over and over: not one read
+/// fails. Servers skip some of those maps (they poll the map file every 100 ms); a skipped
+/// map used to make every device of every server catch up at once, and reads found every
+/// replica "recovering" (issue 37, defect 1: `optio bench elastic`'s phase 3).
+#[test]
+fn a_fresh_client_reads_through_ten_quick_map_changes_without_a_failure() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let (_dir, cluster) = cluster(LocalClusterSpec { hosts_per_zone: 2, ..small() });
+    let rt = runtime();
+    rt.block_on(async {
+        let writer = client(&cluster, None).await;
+        let len = 4 << 10;
+        let written = Arc::new(fill(&writer, len).await);
+        let reader = crate::client(&cluster, None).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let reads = Arc::new(AtomicU64::new(0));
+        let mut readers = Vec::new();
+        for task in 0..2 {
+            let (reader, written, stop, reads) =
+                (reader.clone(), written.clone(), stop.clone(), reads.clone());
+            readers.push(tokio::spawn(async move {
+                let mut failures = Vec::new();
+                let mut passes_after_stop = 0;
+                while passes_after_stop < 1 {
+                    if stop.load(Ordering::Acquire) {
+                        passes_after_stop += 1;
+                    }
+                    for (pool, key, index) in written.iter().skip(task).step_by(2) {
+                        match reader.get(pool, key).await {
+                            Ok(got) if got == data(*index, len) => {}
+                            Ok(_) => failures.push(format!("{pool}/{key}: other bytes")),
+                            Err(error) => failures.push(format!("{pool}/{key}: {error}")),
+                        }
+                        reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                failures
+            }));
+        }
+        let weight = |device: u32| {
+            cluster.load_map().expect("the map").device(DeviceId(device)).expect("device").weight
+        };
+        let (w1, w4) = (weight(1), weight(4));
+        let half = |w: optio_placement::Weight| optio_placement::Weight(w.0 / 2);
+        let changes = [
+            MapChange::SetWeight { device: DeviceId(1), weight: half(w1) },
+            MapChange::SetActive(optio_placement::ActiveSpec::FirstRanks(4)),
+            MapChange::SetReweight {
+                device: DeviceId(2),
+                reweight: optio_placement::Weight(0xb333),
+            },
+            MapChange::SetActive(optio_placement::ActiveSpec::FirstRanks(5)),
+            MapChange::SetWeight { device: DeviceId(1), weight: w1 },
+            MapChange::SetActive(optio_placement::ActiveSpec::FirstRanks(3)),
+            MapChange::SetReweight { device: DeviceId(2), reweight: optio_placement::Weight::ONE },
+            MapChange::SetActive(optio_placement::ActiveSpec::FirstRanks(6)),
+            MapChange::SetWeight { device: DeviceId(4), weight: half(w4) },
+            MapChange::SetWeight { device: DeviceId(4), weight: w4 },
+        ];
+        let epoch = cluster.load_map().expect("the map").epoch().0;
+        for change in &changes {
+            cluster.change_map(change).expect("the change is stored");
+        }
+        assert_eq!(cluster.load_map().expect("the map").epoch().0, epoch + 10);
+        wait_settled(&cluster, Duration::from_secs(120)).await;
+        stop.store(true, Ordering::Release);
+        let mut failures = Vec::new();
+        for task in readers {
+            failures.extend(task.await.expect("the reader ran"));
+        }
+        let reads = reads.load(Ordering::Relaxed);
+        assert!(reads >= written.len() as u64, "{reads} reads");
+        assert!(
+            failures.is_empty(),
+            "{} of {reads} reads failed through the map changes, first: {:?}",
+            failures.len(),
+            &failures[..failures.len().min(5)]
+        );
+    });
+}

@@ -4,8 +4,7 @@
 //!
 //! * `original`: plain consistent hashing (a `ring` pool): shrinking marks the 4 servers out
 //!   and waits while their data moves to the others (clean-up before power-off); growing marks
-//!   them in and their share moves back (servers' rebalancing, unthrottled, as the paper's
-//!   Sheepdog).
+//!   them in and their share moves back (servers' rebalancing).
 //! * `full`: the elastic pool with primary servers and the equal-work layout; shrinking is a new
 //!   membership version (nothing moves); at full power re-integration copies to the returning
 //!   servers everything the layout puts there, as if they were empty.
@@ -17,6 +16,22 @@
 //! power with 20 % writes. Reported: throughput over time, each phase's throughput, the bytes
 //! migrated by each resize, and for selective re-integration the replicas it copied against
 //! the offloaded replicas the dirty table implies.
+//!
+//! **One migration budget for every mode** (`--migration-rate`, 32 MiB/s by default): data
+//! moves at most that fast in the whole cluster, whoever moves it — re-integration runs in one
+//! process at the rate, and original consistent hashing's rebalancing runs in each of the 10
+//! servers at a tenth of it (a server's only knob is its own rate), so the ten together move
+//! at most as much. (Before, original consistent hashing migrated unthrottled, as the paper's
+//! Sheepdog did: it was not compared under the same limit.) The report gives the rate each
+//! resize achieved.
+//!
+//! **Each phase starts on its map.** A resize is a map change; the next phase starts once
+//! every server and the workload's client hold the new map, so that every write of phase 2
+//! goes to the partial membership (and is recorded dirty) and no write of phase 3 does. (Before,
+//! the first writes of a phase could still carry the previous map: phase-2 writes at full
+//! power offloaded nothing, phase-3 writes in the partial version offloaded more, and the
+//! audit of selective re-integration — copied against offloaded — drifted by a few replicas
+//! from run to run.)
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -55,10 +70,11 @@ pub struct Args {
     /// Operations of phase 3 (20 % writes).
     #[arg(long, default_value_t = 2400)]
     pub phase3_ops: usize,
-    /// Re-integration rate limit (full and selective; original consistent hashing migrates
-    /// unthrottled, as the paper's Sheepdog).
-    #[arg(long, default_value = "32MiB")]
-    pub reintegration_rate: String,
+    /// Migration budget, per second, the same for every mode: re-integration (full,
+    /// selective) copies at this rate; original consistent hashing's servers rebalance at a
+    /// tenth of it each, so that the 10 together move at most this much.
+    #[arg(long, default_value = "32MiB", alias = "reintegration-rate")]
+    pub migration_rate: String,
     /// Operations in flight.
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
@@ -114,6 +130,8 @@ struct Run {
     phase_seconds: [f64; 3],
     /// Bytes moved when shrinking (original: the clean-up), and when growing.
     shrink_bytes: u64,
+    /// Seconds from shrinking to the end of its data movement (original: the clean-up).
+    shrink_seconds: f64,
     grow_bytes: u64,
     /// Seconds from growing to the end of its data movement.
     grow_seconds: f64,
@@ -131,9 +149,14 @@ pub fn run(args: Args) -> Result<()> {
     crate::commands::init_logging("error");
     let size = parse_size(&args.size).map_err(anyhow::Error::msg)? as usize;
     let phase2_rate = parse_size(&args.phase2_rate).map_err(anyhow::Error::msg)?;
-    let reintegration_rate = parse_size(&args.reintegration_rate).map_err(anyhow::Error::msg)?;
+    let migration_rate = parse_size(&args.migration_rate).map_err(anyhow::Error::msg)?;
     if args.objects < 10 || size == 0 || !(0.0..=1.0).contains(&args.hot_fraction) {
         bail!("use at least 10 objects, a non-zero size and a hot fraction from 0 to 1");
+    }
+    if migration_rate < u64::from(SERVERS) {
+        bail!(
+            "--migration-rate {migration_rate}: use at least {SERVERS} bytes per second (each of the {SERVERS} servers gets a tenth)"
+        );
     }
     let mut modes = Vec::new();
     for name in &args.modes {
@@ -165,7 +188,10 @@ pub fn run(args: Args) -> Result<()> {
                 Mode::Full => Some("full".into()),
                 Mode::Selective => Some("selective".into()),
             },
-            reintegration_rate_bytes_per_sec: Some(reintegration_rate),
+            reintegration_rate_bytes_per_sec: Some(migration_rate),
+            // The servers' share of the same budget (only original consistent hashing moves
+            // data by rebalancing; elastic resizes leave it to re-integration).
+            migration_rate_bytes_per_sec: Some(migration_rate / u64::from(SERVERS)),
             ..LocalClusterSpec::default()
         };
         let cluster =
@@ -174,7 +200,7 @@ pub fn run(args: Args) -> Result<()> {
         drop(cluster);
         runs.push(run);
     }
-    let report = report(&runs, &args, size);
+    let report = report(&runs, &args, size, migration_rate);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.json)?);
     } else {
@@ -311,6 +337,21 @@ async fn reintegration(cluster: &LocalCluster) -> ReintegrationStatus {
         .unwrap_or_default()
 }
 
+/// Makes the map `changes` (one epoch each), then waits until every server and `client`
+/// hold the last of them: the next phase's operations all run under it.
+async fn resize(cluster: &LocalCluster, client: &Client, changes: &[MapChange]) -> Result<()> {
+    let mut epoch = 0;
+    for change in changes {
+        epoch = cluster.change_map(change)?.epoch().0;
+    }
+    cluster.wait_for_epoch(epoch).context("the servers did not take the resized map")?;
+    client.refresh().await.context("the client cannot load the resized map")?;
+    if client.epoch() < epoch {
+        bail!("the client holds epoch {} after the resize to epoch {epoch}", client.epoch());
+    }
+    Ok(())
+}
+
 /// Waits until data movement after a resize is over; returns the seconds it took.
 async fn wait_moved(cluster: &LocalCluster, mode: Mode, started: Instant) -> Result<f64> {
     loop {
@@ -377,20 +418,23 @@ async fn run_mode(
     let map = cluster.load_map()?;
     let inactive = inactive_devices(&map);
     let before = moved_by_servers(cluster).await;
+    let shrunk = Instant::now();
     match mode {
         Mode::Original => {
-            for device in &inactive {
-                let change = MapChange::SetState { device: *device, up: None, is_in: Some(false) };
-                cluster.change_map(&change)?;
-            }
+            let outs: Vec<MapChange> = inactive
+                .iter()
+                .map(|device| MapChange::SetState { device: *device, up: None, is_in: Some(false) })
+                .collect();
+            resize(cluster, &client, &outs).await?;
             // Clean-up: the servers may be powered off only once their data has moved.
-            wait_moved(cluster, mode, Instant::now()).await?;
+            wait_moved(cluster, mode, shrunk).await?;
         }
         _ => {
-            cluster
-                .change_map(&MapChange::SetActive(ActiveSpec::FirstRanks(SERVERS - INACTIVE)))?;
+            let change = MapChange::SetActive(ActiveSpec::FirstRanks(SERVERS - INACTIVE));
+            resize(cluster, &client, &[change]).await?;
         }
     }
+    let shrink_seconds = shrunk.elapsed().as_secs_f64();
     let shrink_bytes = moved_by_servers(cluster).await - before;
     // Phase 2: light, rate-limited, two thirds writes on the hot set.
     let phase2_ops = ((n as f64 * args.phase2_share) as usize).max(3);
@@ -424,17 +468,14 @@ async fn run_mode(
     let before = moved_by_servers(cluster).await;
     let grown = Instant::now();
     phase_starts[2] = meter.started.elapsed().as_secs_f64();
-    match mode {
-        Mode::Original => {
-            for device in &inactive {
-                let change = MapChange::SetState { device: *device, up: None, is_in: Some(true) };
-                cluster.change_map(&change)?;
-            }
-        }
-        _ => {
-            cluster.change_map(&MapChange::SetActive(ActiveSpec::FirstRanks(SERVERS)))?;
-        }
-    }
+    let ins: Vec<MapChange> = match mode {
+        Mode::Original => inactive
+            .iter()
+            .map(|device| MapChange::SetState { device: *device, up: None, is_in: Some(true) })
+            .collect(),
+        _ => vec![MapChange::SetActive(ActiveSpec::FirstRanks(SERVERS))],
+    };
+    resize(cluster, &client, &ins).await?;
     let mover = wait_moved(cluster, mode, grown);
     let ops: Vec<Op> = (0..args.phase3_ops)
         .map(|i| {
@@ -476,6 +517,7 @@ async fn run_mode(
         phase_mb_per_s: [mb(n, t1), mb(phase2_ops, t2), mb(args.phase3_ops, t3)],
         phase_seconds: [t1, t2, t3],
         shrink_bytes,
+        shrink_seconds,
         grow_bytes,
         grow_seconds,
         reintegration: reintegration_status,
@@ -504,13 +546,19 @@ fn offloaded(map: &ClusterMap, pool: &str, objects: &BTreeSet<usize>) -> u64 {
         .sum()
 }
 
-fn report(runs: &[Run], args: &Args, size: usize) -> Report {
+/// Megabytes per second of `bytes` moved in `seconds`.
+fn moved_mb_per_s(bytes: u64, seconds: f64) -> f64 {
+    bytes as f64 / seconds.max(1e-9) / 1e6
+}
+
+fn report(runs: &[Run], args: &Args, size: usize, migration_rate: u64) -> Report {
     let mut table = Table::new(
         &format!(
-            "3-phase workload, {SERVERS} servers, {REPLICAS}-way replication, {} objects of {} ({} in phase 1), {INACTIVE} servers inactive in phase 2",
+            "3-phase workload, {SERVERS} servers, {REPLICAS}-way replication, {} objects of {} ({} in phase 1), {INACTIVE} servers inactive in phase 2, migration at most {}/s in every mode",
             args.objects,
             bytes(size as f64),
-            bytes((args.objects * size) as f64)
+            bytes((args.objects * size) as f64),
+            bytes(migration_rate as f64)
         ),
         &[
             "resizing",
@@ -520,7 +568,9 @@ fn report(runs: &[Run], args: &Args, size: usize) -> Report {
             "moved shrinking",
             "moved growing",
             "growing took s",
+            "growing MB/s",
             "replicas copied",
+            "offloaded copied + current",
             "offloaded (dirty)",
         ],
     );
@@ -534,7 +584,14 @@ fn report(runs: &[Run], args: &Args, size: usize) -> Report {
             bytes(run.shrink_bytes as f64),
             bytes(run.grow_bytes as f64),
             format!("{:.1}", run.grow_seconds),
+            format!("{:.1}", moved_mb_per_s(run.grow_bytes, run.grow_seconds)),
             copied.map_or("-".into(), |c| c.to_string()),
+            match (run.mode, &run.reintegration) {
+                (Mode::Selective, Some(r)) => {
+                    format!("{} + {}", r.offloaded_copied, r.offloaded_current)
+                }
+                _ => "-".into(),
+            },
             if run.mode == Mode::Original {
                 "-".into()
             } else {
@@ -557,10 +614,17 @@ fn report(runs: &[Run], args: &Args, size: usize) -> Report {
         let status = selective.reintegration.clone().unwrap_or_default();
         let (expected, rewritten) = (selective.expected_offloaded, selective.rewritten_offloaded);
         let (copied, offloaded) = (status.replicas_copied, status.offloaded_copied);
-        let exact = offloaded <= expected && offloaded + rewritten >= expected;
+        let current = status.offloaded_current;
+        // Each offloaded replica is either copied or found current (a phase-3 rewrite came
+        // first), once: together exactly the offloaded replicas of phase 2's writes.
+        let exact = offloaded + current == expected && current <= rewritten;
         notes.push(format!(
-            "selective re-integration copied {copied} replicas, {offloaded} of them to the devices the dirty entries' version skipped; the dirty objects had {expected} offloaded replicas, {rewritten} of them of objects phase 3 rewrote at full power (current already when the rewrite came first): {}{}",
-            if exact { "it brought back exactly the offloaded replicas still stale" } else { "MISMATCH" },
+            "selective re-integration copied {copied} replicas, {offloaded} of them offloaded replicas brought back to the devices the dirty entries' version skipped, and found {current} offloaded replicas current already (a phase-3 rewrite came first); phase 2's writes offloaded {expected} replicas ({rewritten} of them of objects phase 3 rewrote): {}{}",
+            if exact {
+                "it accounted for exactly the offloaded replicas"
+            } else {
+                "MISMATCH"
+            },
             if copied > offloaded {
                 format!("; the other {} copies refreshed replicas that a phase-3 write racing re-integration had not reached yet", copied - offloaded)
             } else {
@@ -569,18 +633,27 @@ fn report(runs: &[Run], args: &Args, size: usize) -> Report {
         ));
     }
     notes.push("phase 3 runs while data moves; its throughput includes that cost (the paper's Fig. 7: original consistent hashing recovers last)".into());
+    notes.push(format!(
+        "every mode migrates under one budget of {}/s: re-integration in one process at that rate, original consistent hashing's rebalancing in each of the {SERVERS} servers at a tenth of it (growing MB/s: what each achieved)",
+        bytes(migration_rate as f64)
+    ));
     let json = json!({
         "servers": SERVERS, "replicas": REPLICAS, "inactive": INACTIVE,
         "objects": args.objects, "object_bytes": size,
+        "migration_rate_bytes_per_sec": migration_rate,
+        "server_migration_rate_bytes_per_sec": migration_rate / u64::from(SERVERS),
         "runs": runs.iter().map(|r| json!({
             "mode": r.mode.name(),
             "phase_mb_per_s": r.phase_mb_per_s,
             "phase_seconds": r.phase_seconds,
             "bytes_moved_shrinking": r.shrink_bytes,
+            "shrinking_seconds": r.shrink_seconds,
+            "growing_mb_per_s": moved_mb_per_s(r.grow_bytes, r.grow_seconds),
             "bytes_moved_growing": r.grow_bytes,
             "growing_seconds": r.grow_seconds,
             "replicas_copied": r.reintegration.as_ref().map(|s| s.replicas_copied),
             "offloaded_replicas_copied": r.reintegration.as_ref().map(|s| s.offloaded_copied),
+            "offloaded_replicas_found_current": r.reintegration.as_ref().map(|s| s.offloaded_current),
             "offloaded_replicas": r.expected_offloaded,
             "offloaded_replicas_rewritten_in_phase3": r.rewritten_offloaded,
             "phase_starts_seconds": r.phase_starts,
