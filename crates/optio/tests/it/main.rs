@@ -42,4 +42,7 @@ mod volumes;
 #[cfg(feature = "s3")]
 mod s3;
 
+// The emulated multi-rack cluster and `optio bench io` (issue 38).
+mod emulate;
+
 pub use store_support::*;
