@@ -159,6 +159,8 @@ pub struct HostPlacement {
     pub cgroups: Vec<PathBuf>,
     /// Its devices.
     pub devices: Vec<DeviceDef>,
+    /// More arguments for its server (`--emulated-read-rate N`).
+    pub server_args: Vec<std::ffi::OsString>,
 }
 
 impl Default for LocalClusterSpec {
@@ -578,6 +580,9 @@ impl LocalCluster {
         }
         for (id, dir) in devices {
             command.arg("--device").arg(device_capacity_arg(*id, dir, self.spec.capacity_bytes));
+        }
+        if let Some(placement) = &placement {
+            command.args(&placement.server_args);
         }
         if let Some(max) = self.spec.max_object_bytes {
             command.arg("--max-object-size").arg(max.to_string());

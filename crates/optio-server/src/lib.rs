@@ -41,6 +41,7 @@ pub mod auth;
 pub mod catchup;
 pub mod conn;
 pub mod disk;
+pub mod emulated;
 mod error;
 pub mod fence;
 pub mod http;
@@ -60,6 +61,7 @@ use std::time::Duration;
 
 pub use conn::Limits;
 pub use disk::{Disk, Fault, FaultyDisk, RealDisk};
+pub use emulated::EmulatedDisk;
 pub use error::StoreError;
 pub use mapstate::{MapState, ServerMap};
 pub use optio_proto::{DeviceStatus, Listing, ServerStatus};

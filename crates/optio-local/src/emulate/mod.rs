@@ -504,6 +504,11 @@ impl Emulation {
                     ],
                     cgroups: host.cgroups.clone(),
                     devices,
+                    server_args: server
+                        .conditions
+                        .server_read_bytes_per_sec
+                        .map(|rate| vec!["--emulated-read-rate".into(), rate.to_string().into()])
+                        .unwrap_or_default(),
                 })
             })
             .collect()
@@ -542,6 +547,12 @@ impl Emulation {
                 }
                 if c.cpu_hog {
                     what.push("CPU hog: a busy process in its cpu cgroup".into());
+                }
+                if let Some(rate) = c.server_read_bytes_per_sec {
+                    what.push(format!(
+                        "device: reads served at {:.1} MB/s by its server (--emulated-read-rate, page cache or not)",
+                        rate as f64 / 1e6
+                    ));
                 }
                 if let Some(rate) = c.device_read_bytes_per_sec {
                     what.push(format!(

@@ -88,6 +88,9 @@ pub struct Conditions {
     /// bytes per second (a slow device; only reads that miss the page cache reach it, so it
     /// goes with a memory limit).
     pub device_read_bytes_per_sec: Option<u64>,
+    /// Emulation inside the server (`optio server --emulated-read-rate`): every device of the
+    /// host serves reads at most this fast, bytes per second, page cache or not.
+    pub server_read_bytes_per_sec: Option<u64>,
 }
 
 /// One server host.
@@ -148,6 +151,7 @@ struct RawHost {
     cpus: Option<f64>,
     cpu_hog: Option<bool>,
     device_read_rate: Option<String>,
+    emulated_read_rate: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -387,6 +391,9 @@ impl EmulationSpec {
                 if let Some(rate) = c.device_read_bytes_per_sec {
                     let _ = writeln!(out, "device_read_rate = \"{rate}B/s\"");
                 }
+                if let Some(rate) = c.server_read_bytes_per_sec {
+                    let _ = writeln!(out, "emulated_read_rate = \"{rate}B/s\"");
+                }
             }
         }
         out
@@ -405,6 +412,7 @@ fn merge(defaults: &RawHost, over: &RawHost) -> RawHost {
         cpus: over.cpus.or(defaults.cpus),
         cpu_hog: over.cpu_hog.or(defaults.cpu_hog),
         device_read_rate: over.device_read_rate.clone().or(defaults.device_read_rate.clone()),
+        emulated_read_rate: over.emulated_read_rate.clone().or(defaults.emulated_read_rate.clone()),
     }
 }
 
@@ -500,6 +508,23 @@ fn host(
             "{where_}.device_read_rate needs memory_limit: without one the page cache serves the reads and the device is never read"
         )));
     }
+    let server_read_bytes_per_sec = raw
+        .emulated_read_rate
+        .as_deref()
+        .map(|text| {
+            parse_rate_bits(text)
+                .map(|bits| bits / 8)
+                .map_err(|e| at(format!("{where_}.emulated_read_rate: {e}")))
+        })
+        .transpose()?;
+    if let Some(rate) = server_read_bytes_per_sec
+        && rate < DEVICE_READ_BYTES_PER_SEC_MIN
+    {
+        return Err(at(format!(
+            "{where_}.emulated_read_rate is below {} KiB/s",
+            DEVICE_READ_BYTES_PER_SEC_MIN >> 10
+        )));
+    }
     Ok(HostSpec {
         devices,
         capacity_bytes,
@@ -511,6 +536,7 @@ fn host(
             cpus_milli,
             cpu_hog,
             device_read_bytes_per_sec,
+            server_read_bytes_per_sec,
         },
     })
 }
@@ -547,6 +573,7 @@ clients = 1
 [racks.host.2]
 memory_limit = "96MiB"
 device_read_rate = "8MiB/s"
+emulated_read_rate = "2MB/s"
 
 [[racks]]
 hosts = 1
@@ -562,6 +589,7 @@ link = "50mbit"
         assert_eq!(spec.racks[0].hosts[0].devices, 2);
         assert_eq!(spec.racks[0].hosts[1].conditions.memory_limit_bytes, Some(96 << 20));
         assert_eq!(spec.racks[0].hosts[1].conditions.device_read_bytes_per_sec, Some(8 << 20));
+        assert_eq!(spec.racks[0].hosts[1].conditions.server_read_bytes_per_sec, Some(2_000_000));
         assert_eq!(spec.racks[0].uplink.bits_per_sec, 100_000_000);
         assert_eq!(spec.racks[1].uplink.bits_per_sec, 50_000_000);
         assert_eq!(spec.servers().count(), 3);

@@ -20,7 +20,7 @@ const RACKS: u32 = 3;
 /// Per rack: two HDD-like hosts, then two SSD-like.
 const HDD_HOSTS: u32 = 2;
 const SSD_HOSTS: u32 = 2;
-/// Emulated device read rates (blkio) and the bandwidth attributes the map gives them: both
+/// Emulated device read rates (in the servers: `--emulated-read-rate`) and the bandwidth attributes the map gives them: both
 /// 4:1, as a 500 MB/s SSD beside a 125 MB/s HDD.
 const HDD_READ_BYTES_PER_SEC: u64 = 4_000_000;
 const SSD_READ_BYTES_PER_SEC: u64 = 16_000_000;
@@ -29,8 +29,6 @@ const SSD_BANDWIDTH: &str = "500MB/s";
 /// Capacities 4:1 too (a large HDD, a small SSD): the ring and CRUSH weigh by capacity.
 const HDD_CAPACITY: u64 = 64 << 30;
 const SSD_CAPACITY: u64 = 16 << 30;
-/// Each host's memory cgroup: its page cache holds little, so reads reach the device.
-const MEMORY_LIMIT: u64 = 64 << 20;
 /// The paper's fio: 16 jobs per client, 256 KiB requests.
 const JOBS: u32 = 16;
 const REQUEST: u64 = 256 << 10;
@@ -71,8 +69,7 @@ fn cluster(context: &IoContext, clients_per_rack: u32) -> EmulationSpec {
         ),
         link: link(host_bits),
         conditions: Conditions {
-            memory_limit_bytes: Some(MEMORY_LIMIT),
-            device_read_bytes_per_sec: Some(if ssd {
+            server_read_bytes_per_sec: Some(if ssd {
                 SSD_READ_BYTES_PER_SEC
             } else {
                 HDD_READ_BYTES_PER_SEC
@@ -266,7 +263,7 @@ fn report(
     }
     let differences = vec![
         "the paper: Sheepdog, 1 to 16 clients on VMs, 16 jobs each on 100 MB files, real HDDs and SSDs in 3 racks; here: Optio volumes over optio nbd, 3 emulated racks of 2 HDD-like and 2 SSD-like hosts, clients on client hosts".to_string(),
-        format!("devices (emulated): every host's page cache held small by a {} MiB memory cgroup, its disk reads throttled (blkio) to {} MB/s (HDD) or {} MB/s (SSD); the map's bandwidth attributes {HDD_BANDWIDTH} and {SSD_BANDWIDTH}, capacities 64 and 16 GiB (CRUSH weights and ring virtual nodes follow capacity)", MEMORY_LIMIT >> 20, HDD_READ_BYTES_PER_SEC / 1_000_000, SSD_READ_BYTES_PER_SEC / 1_000_000),
+        format!("devices (emulated inside the servers, --emulated-read-rate): every read served at {} MB/s (HDD) or {} MB/s (SSD), one after another, page cache or not, no seek time; the map's bandwidth attributes {HDD_BANDWIDTH} and {SSD_BANDWIDTH}, capacities 64 and 16 GiB (CRUSH weights and ring virtual nodes follow capacity)", HDD_READ_BYTES_PER_SEC / 1_000_000, SSD_READ_BYTES_PER_SEC / 1_000_000),
         format!("each job reads its own {} MiB region (the paper's 100 MB file); clients {:?} (the paper: 1 to 16; --scale 4 runs up to 16)", region >> 20, counts),
         "reads go to each object's primary replica (as Sheepdog's and Ceph's do): what matters is where primaries land".into(),
     ];

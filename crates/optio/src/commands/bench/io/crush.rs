@@ -20,8 +20,7 @@ use super::stats::{change_percent, median};
 
 const RACKS: u32 = 3;
 const HOSTS_PER_RACK: u32 = 4;
-/// Every device: a small page cache, reads from the disk at this rate (blkio).
-const MEMORY_LIMIT: u64 = 64 << 20;
+/// Every device serves reads at this rate (emulated inside its server).
 const DEVICE_READ_BYTES_PER_SEC: u64 = 6_000_000;
 const PG_NUM: u32 = 128;
 const JOBS: u32 = 16;
@@ -68,8 +67,7 @@ fn cluster(context: &IoContext) -> EmulationSpec {
                         bandwidth_mb_per_sec: None,
                         link: link(host_bits),
                         conditions: Conditions {
-                            memory_limit_bytes: Some(MEMORY_LIMIT),
-                            device_read_bytes_per_sec: Some(DEVICE_READ_BYTES_PER_SEC),
+                            server_read_bytes_per_sec: Some(DEVICE_READ_BYTES_PER_SEC),
                             ..Conditions::default()
                         },
                     })
@@ -298,7 +296,7 @@ fn report(
     }
     let differences = vec![
         "the paper: Ceph, 40 OSDs on 4 hosts, 2048 PGs, COSBench with 100 M objects of 128 KB or 1 M of 10 MB; here: 12 emulated devices (one per host, 4 hosts in each of 3 racks), 128 PGs, random 256 KiB reads of volumes by 3 clients".to_string(),
-        format!("every device (emulated): a {} MiB memory cgroup on its server and a blkio read throttle of {} MB/s, so that devices, not links, bound the throughput", MEMORY_LIMIT >> 20, DEVICE_READ_BYTES_PER_SEC / 1_000_000),
+        format!("every device (emulated inside its server, --emulated-read-rate): reads served at {} MB/s one after another, page cache or not, no seek time, so that devices, not links, bound the throughput", DEVICE_READ_BYTES_PER_SEC / 1_000_000),
         "seed 002's linear buckets are the racks here (choosing among 4 hosts of one device each); the paper's were hosts of 10 devices".into(),
         format!("each job reads its own {} MiB region of its client's volume", region >> 20),
         "the busiest device's share is measured from its host link's bytes sent (tc counters) during the reads".into(),
