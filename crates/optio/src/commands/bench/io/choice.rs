@@ -150,6 +150,7 @@ fn setup(experiment: Experiment, context: &IoContext) -> Setup {
         "links are tc tbf rate limits without added delay (netem is not available): a round trip costs microseconds, not a switch hop".to_string(),
     ];
     let volume_bytes = context.scaled(96 << 20, 2 * BLOCK) / BLOCK * BLOCK;
+    let memory_volume_bytes = context.scaled(64 << 20, 2 * BLOCK) / BLOCK * BLOCK;
     match experiment {
         Experiment::Local => Setup {
             experiment,
@@ -198,7 +199,8 @@ fn setup(experiment: Experiment, context: &IoContext) -> Setup {
             ],
             read: true,
             volumes_per_client: 2,
-            volume_bytes,
+            // On a disk (the blkio throttle needs one) shared with others: smaller.
+            volume_bytes: memory_volume_bytes,
             jobs_per_volume: 2,
             runs: context.runs(3),
             paper: Paper {
@@ -210,7 +212,7 @@ fn setup(experiment: Experiment, context: &IoContext) -> Setup {
                 vec![
                     format!("memory pressure (emulated): a {} MiB memory cgroup limit on the servers of z1-h1 and z2-h1 (what their own memory leaves of it is their page cache); their reads that miss it reach the disk through a blkio read throttle of 6 MB/s (an HDD's share); the other servers' data stays in the page cache. The paper: a program occupying 48 GB of 128 GB on two servers", MEMORY_LIMIT >> 20),
                     "a server reports memory utilisation against its cgroup's limit (its page cache included), the others against the machine's memory".into(),
-                    format!("paper: 8 images, 2 threads each; here: 2 volumes of {} MiB per rack's client, 2 threads each", volume_bytes >> 20),
+                    format!("paper: 8 images, 2 threads each; here: 2 volumes of {} MiB per rack's client, 2 threads each", memory_volume_bytes >> 20),
                 ],
             ]
             .concat(),
@@ -319,6 +321,20 @@ struct Measured {
     in_host: f64,
     on_conditioned: f64,
     local_reads: (u64, u64),
+    /// Per read run: MB the conditioned hosts read from the disk (their blkio groups' counts:
+    /// the reads their page cache missed).
+    disk_read_mb: Vec<f64>,
+}
+
+/// Bytes the conditioned hosts' processes read from the disk so far (0 without blkio groups).
+fn conditioned_disk_bytes(rig: &Rig) -> u64 {
+    CONDITIONED
+        .iter()
+        .filter_map(|name| rig.emulation().host(name))
+        .flat_map(|host| host.cgroups.iter())
+        .filter(|dir| dir.to_string_lossy().contains("/blkio/"))
+        .filter_map(|dir| optio_local::emulate::cgroup::read_bytes(dir))
+        .sum()
 }
 
 /// Writes every variant's volumes (policy at work), returns each variant's volumes per
@@ -444,7 +460,10 @@ pub fn run(experiment: Experiment, context: &IoContext) -> Result<Report> {
                         )
                     })
                     .collect();
+                let disk_before = conditioned_disk_bytes(&rig);
                 let phase = rig.fio_all(&work)?;
+                let disk_read = conditioned_disk_bytes(&rig).saturating_sub(disk_before);
+                measured[i].disk_read_mb.push(disk_read as f64 / 1e6);
                 for mut nbd in servers {
                     let (reads, local) = nbd.stop();
                     measured[i].local_reads.0 += reads;
@@ -541,7 +560,11 @@ fn report(setup: &Setup, context: &IoContext, rig: &Rig, measured: &[Measured]) 
             format!("{:+.1}%", change_percent(lat[i], lat[base])),
             if setup.experiment == Experiment::Cpu { "-".into() } else { percent(paper_lat) },
             format!("{:.0}%", measured[i].in_rack * 100.0),
-            format!("{:.0}%", measured[i].on_conditioned * 100.0),
+            if matches!(setup.experiment, Experiment::Memory | Experiment::Cpu) {
+                format!("{:.0}%", measured[i].on_conditioned * 100.0)
+            } else {
+                "-".into()
+            },
             format!("{:.0}", median(&cross)),
             format!("{:.0}", median(&cpu)),
         ]);
@@ -564,6 +587,7 @@ fn report(setup: &Setup, context: &IoContext, rig: &Rig, measured: &[Measured]) 
             "local_object_reads": measured[i].local_reads.1,
             "cpu_busy_percent_runs": cpu,
             "cross_rack_mb_runs": cross,
+            "conditioned_hosts_disk_read_mb_runs": measured[i].disk_read_mb,
             "phases": measured[i].phases,
         }));
     }
@@ -572,6 +596,15 @@ fn report(setup: &Setup, context: &IoContext, rig: &Rig, measured: &[Measured]) 
         context.scale, setup.paper.figure
     )];
     notes.extend(setup.differences.iter().map(|d| format!("differs: {d}")));
+    if setup.experiment == Experiment::Memory {
+        for (i, variant) in setup.variants.iter().enumerate() {
+            notes.push(format!(
+                "{}: the pressured hosts read {:.0} MB from the disk per run (median; the reads their page cache missed, at the blkio throttle's rate)",
+                variant.label(),
+                median(&measured[i].disk_read_mb)
+            ));
+        }
+    }
     notes.extend(rig.emulation().describe());
     notes.push("CPU busy %: the whole machine's (/proc/stat) during the measured runs, other users' work included; above ~90 % the cores, not the links, may be the bottleneck".into());
     let relative: Vec<(f64, f64, f64)> = setup
@@ -655,7 +688,9 @@ pub fn probe(context: &IoContext) -> Result<Report> {
     };
     let spec = cluster(links, |_| Conditions::default());
     let runs = context.runs(5);
+    // 4 KiB first writes are cheap; 4 MiB ones cross the rate-limited links three times.
     let objects = context.scaled(48, 4);
+    let big_objects = context.scaled(16, 2);
     context.say("probe: starting the emulated cluster…");
     let rig = Rig::start(&spec, &pools_toml(), &context.dir, |_| {})?;
     let client = rig.host("z1-c1")?;
@@ -675,7 +710,7 @@ pub fn probe(context: &IoContext) -> Result<Report> {
             for (k, pool) in order {
                 context.say(format!("run {}/{runs}: {label}, k = {k}…", run + 1));
                 let name = format!("p{w}-k{k}-r{run}");
-                let size = objects * BLOCK;
+                let size = if *block == BLOCK { big_objects } else { objects } * BLOCK;
                 rig.create_volume(&name, size, pool)?;
                 let nbd = rig.nbd(&client, std::slice::from_ref(&name), &NbdOptions::default())?;
                 let job = Job {
@@ -703,7 +738,7 @@ pub fn probe(context: &IoContext) -> Result<Report> {
     let paper = [(39.19, 41.90), (99.69, 102.39)];
     let mut table = Table::new(
         &format!(
-            "probe — write latency with k = 2 (probing) against k = 1, {runs} runs of {objects} writes each (client z1-c1; per run, then the median over runs)"
+            "probe — write latency with k = 2 (probing) against k = 1, {runs} runs of {objects} (4 KiB) and {big_objects} (4 MiB) writes each (client z1-c1; per run, then the median over runs)"
         ),
         &[
             "workload",
@@ -759,7 +794,7 @@ pub fn probe(context: &IoContext) -> Result<Report> {
     let differences = vec![
         "the paper: Ceph RBD, a probe per access in the worst case, HDDs with journals (40 ms writes); here: Optio volumes over optio nbd, every first write of an object looks it up and probes its k candidates' primaries across emulated racks".to_string(),
         "links are tbf rate limits without added delay: a probe round trip costs what this machine's network stack costs (tens to hundreds of µs), not a switch hop".into(),
-        format!("{objects} objects per run instead of the paper's (unstated) count; the CDF of Fig. 3 is in --json (per-run means and medians)"),
+        format!("{objects} first 4 KiB writes and {big_objects} 4 MiB writes per run instead of the paper's (unstated) counts; per-run means and medians in --json (the paper's Fig. 3 is a CDF)"),
     ];
     let mut notes = vec![format!(
         "scale {} (--scale); the paper: seed 000 §5.2, Fig. 3(a)/(b), Table 6",
@@ -789,7 +824,7 @@ pub fn probe(context: &IoContext) -> Result<Report> {
         tables: vec![table],
         notes,
         json: json!({
-            "experiment": "probe", "scale": context.scale, "runs": runs, "objects_per_run": objects,
+            "experiment": "probe", "scale": context.scale, "runs": runs, "objects_per_run": objects, "big_objects_per_run": big_objects,
             "differences": differences, "emulation": spec.to_toml(), "rows": json_rows,
         }),
         plots: vec![plot],

@@ -57,6 +57,11 @@ impl Experiment {
     }
 }
 
+/// Where the servers' data goes by default: memory, or a disk for an experiment that
+/// throttles one.
+const MEMORY_TEMP: &str = "/dev/shm";
+const DISK_TEMP: &str = "/var/tmp";
+
 /// The smallest `--scale` (tests run at it).
 pub const SCALE_MIN: f64 = 0.05;
 /// The largest `--scale`.
@@ -90,7 +95,8 @@ pub struct Args {
     /// Every rack link's rate, instead of the experiment's.
     #[arg(long, value_name = "RATE")]
     pub rack_link: Option<String>,
-    /// Keep the cluster directory here (default: a temporary directory, removed).
+    /// Keep the cluster directory here (default: a temporary directory under /dev/shm — under
+    /// /var/tmp for `memory`, whose slow device is a throttled disk — removed at the end).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Print JSON instead of tables.
@@ -151,9 +157,12 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--scale {} is out of range: from {SCALE_MIN} to {SCALE_MAX}", args.scale);
     }
     optio_local::emulate::available().context("optio bench io runs on an emulated cluster")?;
+    // The servers' data: in memory (/dev/shm) unless the experiment throttles a disk (blkio
+    // needs a block device): the runs write gigabytes, and the machine's disk is shared.
+    let base = if args.experiment == Experiment::Memory { DISK_TEMP } else { MEMORY_TEMP };
     let temp = tempfile::Builder::new()
         .prefix("optio-io-")
-        .tempdir_in("/var/tmp")
+        .tempdir_in(base)
         .or_else(|_| tempfile::tempdir())?;
     let dir = args.dir.clone().unwrap_or_else(|| temp.path().join("cluster"));
     let context = IoContext {
