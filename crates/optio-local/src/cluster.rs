@@ -121,6 +121,46 @@ pub struct LocalClusterSpec {
     /// Worker threads of each server (`None`: its share of the machine's cores, at least one;
     /// [`workers_per_server`]).
     pub server_workers: Option<usize>,
+    /// The hosts, placed by an emulation ([`crate::emulate`]): each server in its network
+    /// namespace, on its address, in its cgroups, with its devices' attributes. `None`: the
+    /// zones × hosts × devices above, every server on this machine's `bind` address.
+    pub placements: Option<Vec<HostPlacement>>,
+    /// The map's rules, buckets and pools as Optio TOML, in place of the six pools of a local
+    /// cluster (the devices are written before it).
+    pub pools_toml: Option<String>,
+}
+
+/// The least CRUSH weight of a placed device (one of 16 MiB or less).
+const PLACED_WEIGHT_MIN: f64 = 1.0 / 65536.0;
+
+/// One device of a placed host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceDef {
+    /// Its id.
+    pub id: u32,
+    /// Its capacity.
+    pub capacity_bytes: u64,
+    /// Its class in the map.
+    pub class: Option<String>,
+    /// Its bandwidth attribute in the map, MB/s.
+    pub bandwidth_mb_per_sec: Option<u64>,
+}
+
+/// Where and how one host's server runs when it is placed (an emulated host).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostPlacement {
+    /// `z1-h1` (the zone is the part before `-`).
+    pub name: String,
+    /// The address it listens on.
+    pub bind: String,
+    /// The command line its server is started under (`nsenter --net=… --`).
+    pub launcher: Vec<std::ffi::OsString>,
+    /// Cgroup directories its server joins.
+    pub cgroups: Vec<PathBuf>,
+    /// Its devices.
+    pub devices: Vec<DeviceDef>,
+    /// More arguments for its server (`--emulated-read-rate N`).
+    pub server_args: Vec<std::ffi::OsString>,
 }
 
 impl Default for LocalClusterSpec {
@@ -149,6 +189,8 @@ impl Default for LocalClusterSpec {
             metrics_public: false,
             base_port: None,
             server_workers: None,
+            placements: None,
+            pools_toml: None,
         }
     }
 }
@@ -199,6 +241,16 @@ pub struct MapHost {
 /// The hosts of `spec`'s layout (zones × hosts × devices, devices numbered from 0 host by
 /// host), without addresses.
 pub fn layout(spec: &LocalClusterSpec) -> Vec<MapHost> {
+    if let Some(placements) = &spec.placements {
+        return placements
+            .iter()
+            .map(|p| MapHost {
+                name: p.name.clone(),
+                addr: None,
+                devices: p.devices.iter().map(|d| d.id).collect(),
+            })
+            .collect();
+    }
     let mut id = 0u32;
     let mut hosts = Vec::new();
     for zone in 1..=spec.zones {
@@ -225,12 +277,35 @@ pub fn map_text(spec: &LocalClusterSpec, hosts: &[MapHost], epoch: u64) -> Strin
         let zone = host.name.split('-').next().unwrap_or("z1");
         let addr = host.addr.as_ref().map(|a| format!("addr = \"{a}\"\n")).unwrap_or_default();
         for id in &host.devices {
+            let placed = spec
+                .placements
+                .iter()
+                .flatten()
+                .flat_map(|p| p.devices.iter())
+                .find(|d| d.id == *id);
+            let capacity = placed.map_or(spec.capacity_bytes, |d| d.capacity_bytes);
+            // Placed devices weigh their capacity in TiB, as Ceph's do (devices of different
+            // sizes); the others 1.0 each.
+            let weight = placed.map_or(1.0, |d| {
+                (d.capacity_bytes as f64 / (1u64 << 40) as f64).max(PLACED_WEIGHT_MIN)
+            });
+            let mut attributes = String::new();
+            if let Some(class) = placed.and_then(|d| d.class.as_ref()) {
+                let _ = writeln!(attributes, "class = \"{class}\"");
+            }
+            if let Some(bandwidth) = placed.and_then(|d| d.bandwidth_mb_per_sec) {
+                let _ = writeln!(attributes, "bandwidth = {bandwidth}");
+            }
             let _ = writeln!(
                 out,
-                "[[devices]]\nid = {id}\ncapacity = {}\nweight = 1.0\n{addr}location = {{ zone = \"{zone}\", host = \"{}\" }}\n",
-                spec.capacity_bytes, host.name
+                "[[devices]]\nid = {id}\ncapacity = {capacity}\nweight = {weight:?}\n{attributes}{addr}location = {{ zone = \"{zone}\", host = \"{}\" }}\n",
+                host.name
             );
         }
+    }
+    if let Some(pools) = &spec.pools_toml {
+        out.push_str(pools);
+        return out;
     }
     let _ = writeln!(
         out,
@@ -425,9 +500,8 @@ impl LocalCluster {
         if spec.auth {
             // Every server's entity before any server starts: each verifies its peers from the
             // keyring it reads at start (and reloads within a second).
-            let names: Vec<String> = (1..=spec.zones)
-                .flat_map(|z| (1..=spec.hosts_per_zone).map(move |h| format!("server.z{z}-h{h}")))
-                .collect();
+            let names: Vec<String> =
+                layout(spec).iter().map(|host| format!("server.{}", host.name)).collect();
             let mut entities: Vec<(&str, Cap)> = vec![(optio_proto::auth::ADMIN, Cap::Admin)];
             entities.extend(names.iter().map(|n| (n.as_str(), Cap::Server)));
             ensure_entities(&dir.join(KEYRING_FILE), &entities)?;
@@ -448,7 +522,12 @@ impl LocalCluster {
                     ))
                 })?,
             };
-            let listen = format!("{}:{port}", spec.bind);
+            let bind = spec
+                .placements
+                .as_ref()
+                .and_then(|p| p.get(index))
+                .map_or(spec.bind.as_str(), |p| p.bind.as_str());
+            let listen = format!("{bind}:{port}");
             let server = cluster.spawn(&host.name, &devices, &listen)?;
             cluster.servers.push(server);
             cluster.watches.push(Default::default());
@@ -479,7 +558,15 @@ impl LocalCluster {
         listen: &str,
     ) -> Result<ServerProcess, LocalError> {
         let (log_path, log) = self.open_log(host)?;
-        let mut command = Command::new(&self.binary);
+        let placement = self.spec.placements.iter().flatten().find(|p| p.name == host).cloned();
+        let mut command = match placement.as_ref().and_then(|p| p.launcher.split_first()) {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(&self.binary);
+                command
+            }
+            None => Command::new(&self.binary),
+        };
         command
             .arg("server")
             .arg("--listen")
@@ -527,6 +614,9 @@ impl LocalCluster {
         for (id, dir) in devices {
             command.arg("--device").arg(device_capacity_arg(*id, dir, self.spec.capacity_bytes));
         }
+        if let Some(placement) = &placement {
+            command.args(&placement.server_args);
+        }
         if let Some(max) = self.spec.max_object_bytes {
             command.arg("--max-object-size").arg(max.to_string());
         }
@@ -540,6 +630,13 @@ impl LocalCluster {
         let mut child = command
             .spawn()
             .map_err(LocalError::io(format!("cannot start {}", self.binary.display())))?;
+        if let Some(placement) = &placement
+            && let Err(error) = crate::emulate::cgroup::join(child.id(), &placement.cgroups)
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(LocalError::Server(format!("server {host}: {error}")));
+        }
         let stdin = child.stdin.take();
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
         let mut line = String::new();

@@ -10,11 +10,15 @@
 //! * [`redis`]: a real Redis (Debian's `redis-server`) on a free loopback port, for tests of
 //!   the dirty table.
 //! * [`tls`]: a throwaway certificate authority (`optio up --tls`, tests).
+//! * [`emulate`]: one machine made to behave like several racks of hosts — network
+//!   namespaces, rate-limited links, host conditions — for `optio up --emulate` and `optio
+//!   bench io`.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod emulate;
 pub mod etcd;
 pub mod promtool;
 pub mod redis;

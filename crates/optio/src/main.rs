@@ -97,6 +97,10 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Removes an emulated cluster after its supervisor died (started by `optio up
+    /// --emulate` and `optio bench io`; not for people).
+    #[command(name = "emulate-watchdog", hide = true)]
+    EmulateWatchdog(commands::emulate::WatchdogArgs),
     /// Manual pages (roff): `optio man | man -l -` shows optio(1); `--dir DIR` writes one page
     /// per command (optio.1, optio-put.1, optio-map-convert.1, …).
     Man {
@@ -207,6 +211,7 @@ fn main() -> std::process::ExitCode {
             clap_complete::generate(shell, &mut command, "optio", &mut script);
             std::io::Write::write_all(&mut std::io::stdout(), &script).map_err(anyhow::Error::from)
         }
+        Command::EmulateWatchdog(args) => commands::emulate::watchdog(args),
         Command::Man { dir } => commands::man::run(<Cli as clap::CommandFactory>::command(), dir),
     };
     match result {

@@ -162,6 +162,9 @@ impl Client {
             }
         };
         for device in devices {
+            if !self.local_reads_allowed(&view.map, DeviceId(device)) {
+                continue;
+            }
             let Ok(endpoint) = view.endpoint(DeviceId(device)) else { continue };
             let Some(socket) = self.local_socket(&endpoint).await else { continue };
             let call = self.object_call(&view, &endpoint, pool, Op::Open { key });
@@ -188,6 +191,16 @@ impl Client {
             }
         }
         None
+    }
+
+    /// Whether `device`'s server may serve local reads: any on this machine, or only those of
+    /// the hosts [`ClientConfig::local_read_hosts`](super::ClientConfig::local_read_hosts)
+    /// names.
+    fn local_reads_allowed(&self, map: &optio_placement::ClusterMap, device: DeviceId) -> bool {
+        let Some(hosts) = &self.inner.config.local_read_hosts else { return true };
+        map.location(device)
+            .iter()
+            .any(|(kind, name)| *kind == "host" && hosts.iter().any(|h| h == name))
     }
 
     /// The local socket of `endpoint`'s server, if it is on this machine (asked once, from

@@ -89,6 +89,11 @@ pub struct ClientConfig {
     /// A client certificate and its key (PEM) shown to the servers (mutual TLS): with no
     /// `credentials`, the servers take the certificate's common name as the entity.
     pub tls_identity: Option<(PathBuf, PathBuf)>,
+    /// Local reads (a block object's file opened through its server's local socket) only from
+    /// servers of these hosts (their `host` level in the map); `None`: from any server on this
+    /// machine. An emulated cluster runs every host on one machine, where only a client's own
+    /// host is local.
+    pub local_read_hosts: Option<Vec<String>>,
 }
 
 impl Default for ClientConfig {
@@ -104,6 +109,7 @@ impl Default for ClientConfig {
             credentials: None,
             tls_ca: None,
             tls_identity: None,
+            local_read_hosts: None,
         }
     }
 }

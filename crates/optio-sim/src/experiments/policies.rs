@@ -72,6 +72,50 @@ pub struct Args {
     /// Seed of the metric draws.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Which metrics: `static` (drawn once: the most favourable case for every policy),
+    /// `changing` (moving between a decision and its effect, as in a real cluster), or both.
+    #[arg(long, value_enum, default_value = "both")]
+    pub metrics: MetricsMode,
+    /// Changing metrics: objects written per policy.
+    #[arg(long, default_value_t = 50_000)]
+    pub changing_objects: u64,
+    /// Changing metrics: one object is written every this many milliseconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub interval_ms: f64,
+    /// Changing metrics: how old the metrics a decision sees are (the probe), ms.
+    #[arg(long, default_value_t = 1.0)]
+    pub staleness_ms: f64,
+    /// Changing metrics: the time from a decision to its block landing on the replicas (a
+    /// 4 MiB block on 10 GbE: 3.4 ms).
+    #[arg(long, default_value_t = 3.4)]
+    pub effect_delay_ms: f64,
+    /// Changing metrics: when an object is read after it is written, ms.
+    #[arg(long, default_value_t = 10_000.0)]
+    pub read_after_ms: f64,
+    /// Changing metrics: the correlation time of a disk's transient load (latency, journal),
+    /// ms.
+    #[arg(long, default_value_t = 5.0)]
+    pub transient_ms: f64,
+    /// Changing metrics: the correlation time of a host's CPU utilisation, ms.
+    #[arg(long, default_value_t = 1_000.0)]
+    pub cpu_ms: f64,
+    /// Changing metrics: the correlation time of a host's memory utilisation, ms.
+    #[arg(long, default_value_t = 600_000.0)]
+    pub memory_ms: f64,
+    /// Changing metrics: how much a host's CPU utilisation slows a read (0.02: 2 % at 100 %).
+    #[arg(long, default_value_t = 0.02)]
+    pub cpu_sensitivity: f64,
+}
+
+/// Static metrics, changing ones, or both.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricsMode {
+    /// Drawn once.
+    Static,
+    /// Moving between a decision and its effect.
+    Changing,
+    /// Both tables.
+    Both,
 }
 
 fn check(args: &Args) -> Result<(), SimError> {
@@ -90,11 +134,32 @@ fn check(args: &Args) -> Result<(), SimError> {
     if args.disk_bytes == 0 {
         return bad("--disk-bytes", "must be positive".into());
     }
+    if !(1..=OBJECTS_MAX).contains(&args.changing_objects) {
+        return bad("--changing-objects", format!("between 1 and {OBJECTS_MAX}"));
+    }
+    for (parameter, value) in [
+        ("--interval-ms", args.interval_ms),
+        ("--effect-delay-ms", args.effect_delay_ms),
+        ("--read-after-ms", args.read_after_ms),
+        ("--transient-ms", args.transient_ms),
+        ("--cpu-ms", args.cpu_ms),
+        ("--memory-ms", args.memory_ms),
+    ] {
+        if !(value.is_finite() && value > 0.0) {
+            return bad(parameter, "must be a positive number of milliseconds".into());
+        }
+    }
+    if !(args.staleness_ms.is_finite() && args.staleness_ms >= 0.0) {
+        return bad("--staleness-ms", "must be 0 or more".into());
+    }
+    if !(args.cpu_sensitivity.is_finite() && args.cpu_sensitivity >= 0.0) {
+        return bad("--cpu-sensitivity", "must be 0 or more".into());
+    }
     Ok(())
 }
 
 /// The policies compared, in table order.
-fn policies() -> Vec<PolicySpec> {
+pub(super) fn policies() -> Vec<PolicySpec> {
     vec![
         PolicySpec::First,
         PolicySpec::Random,
@@ -114,7 +179,7 @@ fn policies() -> Vec<PolicySpec> {
     ]
 }
 
-fn cluster(args: &Args) -> Result<ClusterMap, SimError> {
+pub(super) fn cluster(args: &Args) -> Result<ClusterMap, SimError> {
     let mut builder = ClusterMapBuilder::new();
     let mut id = 0;
     for rack in 0..args.racks {
@@ -136,7 +201,7 @@ fn cluster(args: &Args) -> Result<ClusterMap, SimError> {
 }
 
 /// Metrics drawn as the module docs say.
-fn draw_metrics(args: &Args, map: &ClusterMap) -> MetricsTable {
+pub(super) fn draw_metrics(args: &Args, map: &ClusterMap) -> MetricsTable {
     let mut rng = Rng::new(args.seed);
     let hosts = (args.racks * args.hosts_per_rack) as usize;
     let hot = (hosts / 10).max(1);
@@ -318,9 +383,11 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
     let mut bars: Vec<Series> =
         names.iter().map(|n| Series { name: (*n).into(), points: Vec::new() }).collect();
     let list = policies();
+    let static_list: &[PolicySpec] =
+        if args.metrics == MetricsMode::Changing { &[] } else { &list };
     progress.start("policies", list.len() as u64);
     let mut baseline: Option<[f64; 7]> = None;
-    for (index, policy) in list.iter().enumerate() {
+    for (index, policy) in static_list.iter().enumerate() {
         let outcome = simulate(args, &map, *policy)?;
         progress.advance(1);
         if outcome.full_touched > 0 {
@@ -378,32 +445,175 @@ pub fn run(args: &Args, progress: &mut dyn Progress) -> Result<Report, SimError>
             "refused": outcome.refused, "copies_on_full_disks": outcome.full_touched,
         }));
     }
-    Ok(Report {
-        title: format!(
-            "policies: {} racks x {} hosts x {} disks, {} objects of {} MiB, pool of {} PGs x {} replicas, k = {}, seed {}",
-            args.racks, args.hosts_per_rack, args.disks_per_host, args.objects,
-            args.object_bytes >> 20, args.pg_num, args.size, args.choices, args.seed
-        ),
-        tables: vec![table, relative],
-        notes: vec![
-            "Metrics as each policy sees them: cpu, latency, journal averaged over the candidate's disks; memory and location the primary's; space the fullest disk's.".into(),
-            "Distributions: host cpu N(45%,20%), memory N(55%,15%), a tenth of hosts hot at 95%/95%; disk space N(60%,10%), a fiftieth at 97% (full);".into(),
-            "a quarter of disks slow (latency 4 ms + Exp(4 ms), journal Exp(256 MiB)), the rest 1 ms + Exp(1 ms), Exp(64 MiB). No copy ever went to a full disk.".into(),
-        ],
-        json: json!({
-            "experiment": "policies", "racks": args.racks, "hosts_per_rack": args.hosts_per_rack,
-            "disks_per_host": args.disks_per_host, "pg_num": args.pg_num, "size": args.size,
-            "choices": args.choices, "objects": args.objects, "seed": args.seed, "policies": rows,
-        }),
-        plots: vec![Plot {
-            title: "chosen metrics relative to first, policies 0-8 in table order".into(),
+    let changing = if args.metrics == MetricsMode::Static {
+        None
+    } else {
+        Some(changing_tables(args, &map, &list, progress)?)
+    };
+    let mut tables = Vec::new();
+    let mut plots = Vec::new();
+    let mut notes = Vec::new();
+    if args.metrics != MetricsMode::Changing {
+        tables.extend([table, relative]);
+        plots.push(Plot {
+            title: "chosen metrics relative to first, policies 0-8 in table order (static metrics)"
+                .into(),
             kind: PlotKind::Bars,
             x_label: "policy".into(),
             y_label: "relative to first".into(),
             series: bars,
             log_x: false,
-        }],
+        });
+        notes.extend([
+            "Static metrics, as each policy sees them: cpu, latency, journal averaged over the candidate's disks; memory and location the primary's; space the fullest disk's.".to_string(),
+            "Distributions: host cpu N(45%,20%), memory N(55%,15%), a tenth of hosts hot at 95%/95%; disk space N(60%,10%), a fiftieth at 97% (full);".into(),
+            "a quarter of disks slow (latency 4 ms + Exp(4 ms), journal Exp(256 MiB)), the rest 1 ms + Exp(1 ms), Exp(64 MiB). No copy ever went to a full disk.".into(),
+        ]);
+    }
+    let mut changing_json = serde_json::Value::Null;
+    if let Some((more_tables, plot, note, json)) = changing {
+        tables.extend(more_tables);
+        plots.push(plot);
+        notes.push(note);
+        changing_json = json;
+    }
+    Ok(Report {
+        title: format!(
+            "policies: {} racks x {} hosts x {} disks, {} objects of {} MiB, pool of {} PGs x {} replicas, k = {}, seed {}",
+            args.racks,
+            args.hosts_per_rack,
+            args.disks_per_host,
+            args.objects,
+            args.object_bytes >> 20,
+            args.pg_num,
+            args.size,
+            args.choices,
+            args.seed
+        ),
+        tables,
+        notes,
+        json: json!({
+            "experiment": "policies", "racks": args.racks, "hosts_per_rack": args.hosts_per_rack,
+            "disks_per_host": args.disks_per_host, "pg_num": args.pg_num, "size": args.size,
+            "choices": args.choices, "objects": args.objects, "seed": args.seed, "policies": rows,
+            "changing": changing_json,
+        }),
+        plots,
     })
+}
+
+/// The changing-metrics tables, plot, note and JSON.
+fn changing_tables(
+    args: &Args,
+    map: &ClusterMap,
+    list: &[PolicySpec],
+    progress: &mut dyn Progress,
+) -> Result<(Vec<Table>, Plot, String, serde_json::Value), SimError> {
+    use super::policies_changing::{Dynamics, simulate};
+    let dynamics = Dynamics::of(args);
+    let initial = draw_metrics(args, map);
+    progress.start("policies, changing metrics", list.len() as u64);
+    let mut outcomes = Vec::new();
+    for policy in list {
+        outcomes.push((*policy, simulate(args, &dynamics, map, &initial, *policy)?));
+        progress.advance(1);
+    }
+    let first = outcomes[0].1.clone();
+    let change =
+        |value: f64, base: f64| if base == 0.0 { 0.0 } else { (value / base - 1.0) * 100.0 };
+    let own = |policy: &PolicySpec| match policy {
+        PolicySpec::Cpu => Some((0, "cpu %")),
+        PolicySpec::Memory => Some((1, "memory %")),
+        PolicySpec::Latency => Some((2, "latency ms")),
+        PolicySpec::Journal => Some((3, "journal MiB")),
+        _ => None,
+    };
+    let mut table = Table::new(
+        &format!(
+            "changing metrics: each policy's metric when it decided and when its objects met it, and what its objects got (vs first; {} objects)",
+            args.changing_objects
+        ),
+        &[
+            "policy",
+            "its metric",
+            "at decision",
+            "at effect",
+            "write latency ms",
+            "vs first",
+            "read latency ms",
+            "vs first",
+            "copies max/mean",
+        ],
+    );
+    let mut rows = Vec::new();
+    let mut series = vec![
+        Series { name: "its metric at decision, vs first".into(), points: Vec::new() },
+        Series { name: "its metric at effect, vs first".into(), points: Vec::new() },
+        Series { name: "write latency vs first".into(), points: Vec::new() },
+        Series { name: "read latency vs first".into(), points: Vec::new() },
+    ];
+    for (index, (policy, outcome)) in outcomes.iter().enumerate() {
+        let (decided, effect, metric) = match own(policy) {
+            Some((i, name)) => (
+                Some(change(outcome.decided[i], first.decided[i])),
+                Some(change(outcome.effect[i], first.effect[i])),
+                name,
+            ),
+            None => (None, None, "-"),
+        };
+        let percent = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:+.1}%"));
+        let write = change(outcome.write_ms, first.write_ms);
+        let read = change(outcome.read_ms, first.read_ms);
+        table.row(vec![
+            policy.to_string(),
+            metric.into(),
+            percent(decided),
+            percent(effect),
+            format!("{:.2}", outcome.write_ms),
+            format!("{write:+.1}%"),
+            format!("{:.2}", outcome.read_ms),
+            format!("{read:+.1}%"),
+            format!("{:.3}", outcome.copies_max_over_mean),
+        ]);
+        let x = index as f64;
+        series[0].points.push((x, decided.unwrap_or(0.0)));
+        series[1].points.push((x, effect.unwrap_or(0.0)));
+        series[2].points.push((x, write));
+        series[3].points.push((x, read));
+        rows.push(json!({
+            "policy": policy.to_string(),
+            "decided": {"cpu_percent": outcome.decided[0], "memory_percent": outcome.decided[1], "latency_ms": outcome.decided[2], "journal_mib": outcome.decided[3]},
+            "effect": {"cpu_percent": outcome.effect[0], "memory_percent": outcome.effect[1], "latency_ms": outcome.effect[2], "journal_mib": outcome.effect[3]},
+            "own_metric_change_at_decision_percent": decided,
+            "own_metric_change_at_effect_percent": effect,
+            "write_latency_ms": outcome.write_ms,
+            "read_latency_ms": outcome.read_ms,
+            "write_latency_change_percent": write,
+            "read_latency_change_percent": read,
+            "copies_max_over_mean": outcome.copies_max_over_mean,
+            "objects": outcome.objects,
+        }));
+    }
+    let note = format!(
+        "Changing metrics ({}). Compare `at decision` with `at effect`: what a policy saw when it chose against what its objects met when their blocks landed (memory: when they were read). A transient metric (latency, journal) keeps only the part of its gain that outlives the delay — plus the part its own queued writes make, which the metric shows; a slow one (memory) keeps it all; and a read that CPU barely slows gains nothing from the cpu policy while the data piles up on the hosts that look idle (copies max/mean). --transient-ms, --staleness-ms and --cpu-sensitivity move these.",
+        dynamics.describe()
+    );
+    let plot = Plot {
+        title: "changing metrics: each policy against first, policies 0-8 in table order".into(),
+        kind: PlotKind::Bars,
+        x_label: "policy".into(),
+        y_label: "change against first, %".into(),
+        series,
+        log_x: false,
+    };
+    let json = json!({
+        "interval_ms": args.interval_ms, "staleness_ms": args.staleness_ms,
+        "effect_delay_ms": args.effect_delay_ms, "read_after_ms": args.read_after_ms,
+        "transient_ms": args.transient_ms, "cpu_ms": args.cpu_ms, "memory_ms": args.memory_ms,
+        "cpu_sensitivity": args.cpu_sensitivity, "objects": args.changing_objects,
+        "policies": rows,
+    });
+    Ok((vec![table], plot, note, json))
 }
 
 #[cfg(test)]
@@ -424,6 +634,16 @@ mod tests {
             object_bytes: 4 << 20,
             disk_bytes: 1 << 40,
             seed: 7,
+            metrics: MetricsMode::Static,
+            changing_objects: 3000,
+            interval_ms: 2.0,
+            staleness_ms: 1.0,
+            effect_delay_ms: 3.4,
+            read_after_ms: 10_000.0,
+            transient_ms: 5.0,
+            cpu_ms: 1_000.0,
+            memory_ms: 600_000.0,
+            cpu_sensitivity: 0.02,
         };
         let report = run(&args, &mut NoProgress).expect("runs");
         let rows = report.json["policies"].as_array().expect("rows");
@@ -448,5 +668,73 @@ mod tests {
         }
         let again = run(&args, &mut NoProgress).expect("runs");
         assert_eq!(report.json, again.json, "fixed seed, same numbers");
+    }
+
+    fn changing_args(transient_ms: f64) -> Args {
+        Args {
+            racks: 3,
+            hosts_per_rack: 3,
+            disks_per_host: 3,
+            pg_num: 512,
+            size: 3,
+            choices: 2,
+            objects: 10,
+            object_bytes: 4 << 20,
+            disk_bytes: 1 << 40,
+            seed: 7,
+            metrics: MetricsMode::Changing,
+            changing_objects: 4000,
+            // 27 disks: an object every 6 ms loads them about half (the default cluster's 80
+            // disks take one every 2 ms).
+            interval_ms: 6.0,
+            staleness_ms: 1.0,
+            effect_delay_ms: 3.4,
+            read_after_ms: 10_000.0,
+            transient_ms,
+            cpu_ms: 1_000.0,
+            memory_ms: 600_000.0,
+            cpu_sensitivity: 0.02,
+        }
+    }
+
+    fn changing_value(report: &Report, policy: &str, key: &str) -> f64 {
+        let rows = report.json["changing"]["policies"].as_array().expect("rows");
+        rows.iter().find(|r| r["policy"] == policy).and_then(|r| r[key].as_f64()).expect(key)
+    }
+
+    #[test]
+    fn changing_metrics_take_the_transient_policies_gain_away_and_leave_memorys() {
+        // A disk's load that changes faster than a block flies (2 ms against 4.4 ms).
+        let args = changing_args(2.0);
+        let report = run(&args, &mut NoProgress).expect("runs");
+        let value = |policy: &str, key: &str| changing_value(&report, policy, key);
+        for policy in ["latency", "journal"] {
+            // At the decision, the policy sees a clearly better candidate…
+            let decided = value(policy, "own_metric_change_at_decision_percent");
+            let effect = value(policy, "own_metric_change_at_effect_percent");
+            assert!(decided < -15.0, "{policy} at decision: {decided}");
+            // …which has lost most of its advantage when the block lands (what is left comes
+            // from the client's own queued writes, which the metric saw).
+            assert!(effect > decided * 0.6, "{policy}: {effect} at effect, {decided} at decision");
+        }
+        // Memory changes slowly: its gain is still there when the object is read.
+        let memory = value("memory", "own_metric_change_at_effect_percent");
+        assert!(memory < -5.0, "memory at read time: {memory}");
+        let memory_read = value("memory", "read_latency_change_percent");
+        assert!(memory_read < -5.0, "memory's reads: {memory_read}");
+        // CPU barely matters to a read: the cpu policy's reads gain a fraction of memory's.
+        let cpu_read = value("cpu", "read_latency_change_percent");
+        assert!(cpu_read.abs() < memory_read.abs() / 5.0, "cpu's reads: {cpu_read}");
+        assert_eq!(report.tables.len(), 1, "changing only: its table");
+        let again = run(&args, &mut NoProgress).expect("runs");
+        assert_eq!(report.json, again.json, "fixed seed, same numbers");
+    }
+
+    #[test]
+    fn a_slowly_changing_load_keeps_the_latency_policys_gain() {
+        let report = run(&changing_args(200.0), &mut NoProgress).expect("runs");
+        let decided = changing_value(&report, "latency", "own_metric_change_at_decision_percent");
+        let effect = changing_value(&report, "latency", "own_metric_change_at_effect_percent");
+        assert!(effect < decided * 0.9, "{effect} at effect, {decided} at decision");
     }
 }

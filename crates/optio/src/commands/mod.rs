@@ -7,6 +7,7 @@ pub mod client;
 pub mod demo;
 pub mod diff;
 pub mod edit;
+pub mod emulate;
 pub mod identity;
 pub mod live;
 pub mod man;

@@ -102,6 +102,18 @@ pub struct Args {
     /// serving never reads locally.
     #[arg(long)]
     pub no_local_reads: bool,
+    /// Local reads only from the servers of this host (its `host` in the map; repeat for
+    /// several). Every server of an emulated cluster (`optio up --emulate`) runs on this
+    /// machine, but only the client's own host is local to it.
+    #[arg(long, value_name = "HOST", conflicts_with = "no_local_reads")]
+    pub local_reads_host: Vec<String>,
+    /// The policy choosing where new data objects go (default: the pool's; k is the pool's).
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// Where this client runs, for the `local` policy: `zone=z1,host=z1-c1` (the map's
+    /// location levels, root first).
+    #[arg(long, value_name = "LEVELS")]
+    pub location: Option<String>,
     #[command(flatten)]
     pub cluster: ClusterConn,
 }
@@ -306,10 +318,38 @@ pub fn run(args: Args) -> Result<()> {
     crate::commands::runtime()?.block_on(serve(args))
 }
 
+/// `zone=z1,host=z1-c1` (or `/`-separated) as location levels.
+fn parse_location(text: &str) -> Result<Vec<(String, String)>> {
+    let mut levels = Vec::new();
+    for level in text.split([',', '/']).filter(|l| !l.trim().is_empty()) {
+        let Some((kind, name)) = level.split_once('=') else {
+            bail!("--location {text:?}: each level is TYPE=NAME, e.g. zone=z1,host=z1-c1");
+        };
+        levels.push((kind.trim().to_string(), name.trim().to_string()));
+    }
+    if levels.is_empty() {
+        bail!("--location is empty: give the client's location, e.g. zone=z1,host=z1-c1");
+    }
+    Ok(levels)
+}
+
 async fn serve(args: Args) -> Result<()> {
     // Where to listen is settled first: a refusal (plain TCP without the flag) takes no lock.
     let listeners = Listeners::resolve(&args, &args.cluster.dir()?)?;
-    let client = args.cluster.connect().await?;
+    let mut config = args.cluster.config()?;
+    if let Some(policy) = &args.policy {
+        policy
+            .parse::<optio_placement::PolicySpec>()
+            .map_err(|e| anyhow::anyhow!("--policy {policy}: {e}"))?;
+        config.policy = Some(policy.clone());
+    }
+    if let Some(location) = &args.location {
+        config.location = parse_location(location)?;
+    }
+    if !args.local_reads_host.is_empty() {
+        config.local_read_hosts = Some(args.local_reads_host.clone());
+    }
+    let client = args.cluster.connect_with(config).await?;
     let names = if args.volumes.is_empty() {
         volume::list(&client).await?.into_iter().map(|h| h.name).collect()
     } else {

@@ -198,6 +198,11 @@ pub struct Args {
     /// delete everything. Only for a machine nobody else shares.
     #[arg(long, conflicts_with = "keyring")]
     pub no_auth: bool,
+    /// EMULATION ONLY (`optio bench io`'s slow and fast devices): every device of this server
+    /// serves reads at most this fast (bytes per second, e.g. 4MB/s — one read after another,
+    /// page cache or not, no seek time). Never for a real deployment.
+    #[arg(long, value_name = "RATE")]
+    pub emulated_read_rate: Option<String>,
     /// TLS: this server's certificate chain (PEM). With it, the port takes TLS connections;
     /// plain HTTP there serves /health only (and a public /metrics).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -289,7 +294,34 @@ pub fn run(args: Args) -> Result<()> {
             })?)
         }
     };
+    let mut disks: std::collections::HashMap<u32, std::sync::Arc<dyn optio_server::Disk>> =
+        std::collections::HashMap::new();
+    if let Some(rate) = &args.emulated_read_rate {
+        let bytes_per_sec = parse_size(rate.trim_end_matches("/s")).map_err(|e| {
+            anyhow::anyhow!("--emulated-read-rate: {e} (bytes per second, e.g. 4MB/s)")
+        })?;
+        if bytes_per_sec < optio_server::emulated::EMULATED_READ_RATE_MIN {
+            bail!(
+                "--emulated-read-rate {rate} is below {} bytes per second",
+                optio_server::emulated::EMULATED_READ_RATE_MIN
+            );
+        }
+        tracing::warn!(
+            bytes_per_sec,
+            "emulation: every device of this server reads at most this fast (--emulated-read-rate)"
+        );
+        for device in &devices {
+            disks.insert(
+                device.id,
+                std::sync::Arc::new(optio_server::EmulatedDisk::new(
+                    optio_server::RealDisk,
+                    bytes_per_sec,
+                )),
+            );
+        }
+    }
     let config = ServerConfig {
+        disks,
         listen: args.listen,
         devices,
         map,
@@ -316,7 +348,6 @@ pub fn run(args: Args) -> Result<()> {
         tls: args.tls_cert.clone().zip(args.tls_key.clone()),
         tls_ca: args.tls_ca.clone(),
         local_socket: args.local_socket.clone(),
-        ..ServerConfig::default()
     };
     let _ = &args.name;
     let runtime = crate::commands::runtime_with_workers(args.workers.map(usize::from))?;

@@ -101,11 +101,22 @@ pub struct Args {
     /// mon_osd_down_out_interval).
     #[arg(long, default_value = "10m", value_parser = crate::output::parse_duration)]
     pub out_grace: std::time::Duration,
+    /// An emulated multi-rack cluster (needs root): the racks, hosts, devices, link rates and
+    /// host conditions of FILE (docs/emulation.md), each host's server in a network namespace
+    /// of its own behind rate-limited links. Replaces --zones, --hosts, --devices-per-host,
+    /// --capacity.
+    #[arg(long, value_name = "FILE")]
+    pub emulate: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<()> {
     crate::commands::init_logging("warn");
-    let spec = LocalClusterSpec {
+    // An emulation first: the supervisor then watches its servers from the router's namespace.
+    let emulation = match &args.emulate {
+        Some(file) => Some(super::emulate::start(file, &args.dir)?),
+        None => None,
+    };
+    let mut spec = LocalClusterSpec {
         zones: args.zones,
         hosts_per_zone: args.hosts,
         devices_per_host: args.devices_per_host,
@@ -128,6 +139,9 @@ pub fn run(args: Args) -> Result<()> {
         tls: args.tls,
         ..LocalClusterSpec::default()
     };
+    if let Some(emulation) = &emulation {
+        super::emulate::place(emulation, &mut spec);
+    }
     let binary = std::env::current_exe().context("cannot find the optio binary")?;
     if args.out_grace < args.down_grace {
         anyhow::bail!(
@@ -159,6 +173,9 @@ pub fn run(args: Args) -> Result<()> {
         cluster.load_map()?.epoch()
     );
     print!("{}", table.render());
+    if let Some(emulation) = &emulation {
+        super::emulate::print_usage(emulation, cluster.dir());
+    }
     optio_local::cluster::write_prometheus_targets(cluster.dir(), cluster.servers())?;
     let last_device = cluster.load_map()?.devices().iter().map(|d| d.id.0).max().unwrap_or(0);
     println!(
@@ -212,6 +229,10 @@ pub fn run(args: Args) -> Result<()> {
     }
     eprintln!("stopping the servers…");
     drop(cluster);
+    if let Some(mut emulation) = emulation {
+        emulation.cleanup().context("cannot remove the emulation")?;
+        eprintln!("emulation removed.");
+    }
     eprintln!("stopped.");
     Ok(())
 }

@@ -50,4 +50,7 @@ mod s3;
 #[cfg(feature = "s3")]
 mod s3_security;
 
+// The emulated multi-rack cluster and `optio bench io` (issue 38).
+mod emulate;
+
 pub use store_support::*;

@@ -2,6 +2,7 @@
 //! probing on a first small write; and experiments on clusters of their own ([`elastic`]).
 
 pub mod elastic;
+pub mod io;
 pub mod payload;
 #[cfg(feature = "s3")]
 pub mod s3;
@@ -37,6 +38,9 @@ pub enum Experiment {
     /// The elastic-CH paper's 3-phase workload on a local 10-server cluster: original
     /// consistent hashing against full and selective re-integration (table, --json, --plot).
     Elastic(elastic::Args),
+    /// The seed papers' I/O experiments on an emulated multi-rack cluster (needs root): fio
+    /// on volumes, links rate-limited, host conditions emulated (docs/reproduction.md).
+    Io(io::Args),
     /// The S3 gateway against Optio's own client on one cluster: PUT/GET throughput side by
     /// side, or (--list-keys N) listing speed.
     #[cfg(feature = "s3")]
@@ -299,6 +303,7 @@ struct FirstWriteReport {
 pub fn run(args: Args) -> Result<()> {
     match args.experiment {
         Some(Experiment::Elastic(args)) => return elastic::run(args),
+        Some(Experiment::Io(args)) => return io::run(args),
         #[cfg(feature = "s3")]
         Some(Experiment::S3(args)) => return s3::run(args),
         None => {}
