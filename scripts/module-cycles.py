@@ -7,8 +7,9 @@ nodes are the sibling modules at that level (a file or directory) and the level'
 names B: `crate::B` at the root (or a name the root re-exports from B with `pub use B::…`), or
 `super::B` / `crate::…::B` one level down. A child that names an item the level's own file
 defines (`super::Client`, `crate::s3_answer`) has an edge to `self`; the level's own file has an
-edge to a child it names in its code (`child::f()`, `use child::X;`), but not for declaring it
-(`mod child;`) or only re-exporting from it (`pub use child::X;`, a facade). So a `mod.rs` that
+edge to a child it names in its code (`child::f()`, `use child::X;`, or a name `X` that
+`pub use child::X;` brought in), but not for declaring it (`mod child;`) or only re-exporting
+from it (`pub use child::X;` and no other use of `X`: a facade). So a `mod.rs` that
 uses its children while they use it counts as a cycle. Comments are ignored. Prints every
 strongly connected component of more than one module and exits 1 when there is one, so CI can
 keep the crates free of cycles.
@@ -299,13 +300,28 @@ def level_uses(level_file, crate_path, mods, exported):
         return set()
     text = source(level_file)
     text = re.sub(r"(?:pub\s*(?:\([^)]*\))?\s*)?mod\s+" + IDENT + r"\s*;", "", text)
+    # Names a re-export brings into scope: using one in the file's code uses its module.
+    brought = {}
+
+    def facade(match):
+        if match.group(1) not in mods:
+            return match.group(0)
+        for name in re.findall(IDENT, match.group(2)):
+            brought.setdefault(name, match.group(1))
+        return ""
+
     text = re.sub(
-        r"\bpub\s*(?:\([^)]*\))?\s*use\s+(?:self::)?(" + IDENT + r")::[^;]*;",
-        lambda m: "" if m.group(1) in mods else m.group(0),
+        r"\bpub\s*(?:\([^)]*\))?\s*use\s+(?:self::)?(" + IDENT + r")::([^;]*);",
+        facade,
         text,
         flags=re.S,
     )
     targets = set()
+    for name, module in brought.items():
+        # (not a field: `.name`, `name: T`)
+        used = r"(?<![\w:.])" + name + r"\b(?!\s*:(?!:))"
+        if name not in ("self", "as") and re.search(used, text):
+            targets.add(module)
     for name in re.findall(r"(?<![\w:])(?:self::)?(" + IDENT + r")\s*::", text):
         if name in mods:
             targets.add(name)
