@@ -2,12 +2,17 @@
 """Import cycles between modules of each crate under crates/.
 
 At every level of a crate's module tree (the crate root, then each directory module), the
-nodes are the sibling modules at that level (a file or directory; `lib.rs`, `main.rs` and
-`mod.rs` are the level itself, not nodes). An edge A -> B means some file inside A names B:
-`crate::B` at the root (or a name the root re-exports from B with `pub use B::…`), or
-`super::B` / `crate::…::B` one level down. Comments are ignored. Prints every strongly
-connected component of more than one module and exits 1 when there is one, so CI can keep the
-crates free of cycles.
+nodes are the sibling modules at that level (a file or directory) and the level's own file
+(`lib.rs`, `main.rs` or `mod.rs`), printed as `self`. An edge A -> B means some file inside A
+names B: `crate::B` at the root (or a name the root re-exports from B with `pub use B::…`), or
+`super::B` / `crate::…::B` one level down. A child that names an item the level's own file
+defines (`super::Client`, `crate::s3_answer`) has an edge to `self`; the level's own file has an
+edge to a child it names in its code (`child::f()`, `use child::X;`, or a name `X` that
+`pub use child::X;` brought in), but not for declaring it (`mod child;`) or only re-exporting
+from it (`pub use child::X;` and no other use of `X`: a facade). So a `mod.rs` that
+uses its children while they use it counts as a cycle. Comments are ignored. Prints every
+strongly connected component of more than one module and exits 1 when there is one, so CI can
+keep the crates free of cycles.
 
 Test code is ignored, as the compiler ignores it outside `cargo test` (and as `cargo modules`
 does by default): an item under `#[cfg(test)]` — an inline `mod tests { … }` (its end found by
@@ -270,18 +275,80 @@ def referenced(text, prefix, mods, exported):
     return result
 
 
+# The node of a level's own file (`lib.rs`, `main.rs`, `mod.rs`): `self`, a keyword, is never a
+# module's name.
+LEVEL = "self"
+ITEM = re.compile(
+    r"\b(?:fn|struct|enum|trait|type|const|static|union|mod)\s+(" + IDENT + r")"
+    r"|\bmacro_rules!\s*(" + IDENT + r")"
+)
+
+
+def defined(level_file, mods):
+    """Names of the items the level's own file defines (not its child modules)."""
+    if not level_file or not os.path.exists(level_file):
+        return set()
+    names = {a or b for a, b in ITEM.findall(source(level_file))}
+    return names - set(mods) - {"self", "super", "crate"}
+
+
+def level_uses(level_file, crate_path, mods, exported):
+    """Children that the level's own file names in its code: not in `mod child;` declarations
+    nor in `pub use child::…;` re-exports (a facade), but in any other path that starts at a
+    child (`child::f()`, `use child::X;`, `self::child::…`, `crate::…::child`)."""
+    if not level_file or not os.path.exists(level_file):
+        return set()
+    text = source(level_file)
+    text = re.sub(r"(?:pub\s*(?:\([^)]*\))?\s*)?mod\s+" + IDENT + r"\s*;", "", text)
+    # Names a re-export brings into scope: using one in the file's code uses its module.
+    brought = {}
+
+    def facade(match):
+        if match.group(1) not in mods:
+            return match.group(0)
+        for name in re.findall(IDENT, match.group(2)):
+            brought.setdefault(name, match.group(1))
+        return ""
+
+    text = re.sub(
+        r"\bpub\s*(?:\([^)]*\))?\s*use\s+(?:self::)?(" + IDENT + r")::([^;]*);",
+        facade,
+        text,
+        flags=re.S,
+    )
+    targets = set()
+    for name, module in brought.items():
+        # (not a field: `.name`, `name: T`)
+        used = r"(?<![\w:.])" + name + r"\b(?!\s*:(?!:))"
+        if name not in ("self", "as") and re.search(used, text):
+            targets.add(module)
+    for name in re.findall(r"(?<![\w:])(?:self::)?(" + IDENT + r")\s*::", text):
+        if name in mods:
+            targets.add(name)
+    for prefix in ("crate::" + "".join(p + "::" for p in crate_path), "self::"):
+        targets |= referenced(text, prefix, mods, exported)
+    return targets
+
+
 def level_edges(directory, crate_path, level_file):
     mods = children(directory)
     exported = reexports(level_file, mods)
+    own = defined(level_file, mods)
     edges = {m: set() for m in mods}
     for mod, path in mods.items():
         for file in rust_files(path):
             text = source(file)
-            targets = referenced(text, "crate::" + "".join(p + "::" for p in crate_path), mods, exported)
+            prefix = "crate::" + "".join(p + "::" for p in crate_path)
+            targets = referenced(text, prefix, mods, exported)
+            if referenced(text, prefix, own, {}):
+                targets.add(LEVEL)
             if os.path.dirname(file) == directory:
                 targets |= referenced(text, "super::", mods, exported)
+                if referenced(text, "super::", own, {}) or re.search(r"\bsuper::\*", text):
+                    targets.add(LEVEL)
             targets.discard(mod)
             edges[mod] |= targets
+    edges[LEVEL] = level_uses(level_file, crate_path, mods, exported)
     return mods, edges
 
 
@@ -348,7 +415,8 @@ def read_known(path):
             line = line.split("#")[0].strip()
             if not line:
                 continue
-            parts = [part.strip() for part in line.split(":", 2)]
+            # `: ` separates the fields (a level such as `crate::a::b` holds `::`).
+            parts = [part.strip() for part in re.split(r":\s+", line, maxsplit=2)]
             if len(parts) != 3 or not parts[2]:
                 sys.exit(f"{path}:{number}: expected `CRATE: LEVEL: mod, mod, …`, got {line!r}")
             mods = {m.strip() for m in parts[2].split(",") if m.strip()}

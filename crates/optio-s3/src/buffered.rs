@@ -521,7 +521,7 @@ impl Refusal {
             ),
             Refusal::Form(error) => error,
         };
-        crate::s3_answer(error)
+        crate::answer::s3_answer(error)
     }
 }
 

@@ -173,13 +173,14 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    fn new() -> Connection {
+    /// A connection whose share of the buffered bodies' budget is `buffered_share_bytes`.
+    fn new(buffered_share_bytes: usize) -> Connection {
         Connection {
             phase: Mutex::new(Phase::Head(Instant::now())),
             wake: Notify::new(),
             evict: AtomicBool::new(false),
             http2: AtomicBool::new(false),
-            buffered_share: Arc::new(Semaphore::new(crate::buffered::CONNECTION_SHARE_BYTES)),
+            buffered_share: Arc::new(Semaphore::new(buffered_share_bytes)),
         }
     }
 
@@ -317,11 +318,14 @@ pub(crate) trait Handler: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = http::Response<s3s::Body>> + Send;
 }
 
-/// Serves `handler` on `listener` (TLS first when `tls` is given) until `stop` completes.
+/// Serves `handler` on `listener` (TLS first when `tls` is given) until `stop` completes;
+/// each connection holds a share of `buffered_share_bytes` of the bodies read before their
+/// signature is checked ([`Connection::buffered_share`]).
 pub(crate) async fn serve<H: Handler>(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     limits: Limits,
+    buffered_share_bytes: usize,
     handler: H,
     stop: impl Future<Output = ()>,
 ) {
@@ -355,7 +359,7 @@ pub(crate) async fn serve<H: Handler>(
             drop(stream);
             continue;
         };
-        let connection = Arc::new(Connection::new());
+        let connection = Arc::new(Connection::new(buffered_share_bytes));
         let id = registry.add(connection.clone());
         let registry = registry.clone();
         let handler = handler.clone();

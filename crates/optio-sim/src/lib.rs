@@ -15,53 +15,13 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod error;
 pub mod experiments;
+mod progress;
 pub mod report;
 pub mod rng;
 
+pub use error::SimError;
 pub use experiments::Experiment;
+pub use progress::{NoProgress, Progress};
 pub use report::{Plot, PlotKind, Report, Series, Table};
-
-/// Why an experiment could not run.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SimError {
-    /// A parameter is out of range or inconsistent.
-    #[error("{parameter}: {reason}")]
-    Parameter {
-        /// The parameter (as spelt on the command line).
-        parameter: &'static str,
-        /// What is wrong and what to do.
-        reason: String,
-    },
-    /// A map built for the experiment was refused.
-    #[error("building the experiment's map: {0}")]
-    Map(#[from] optio_placement::MapError),
-    /// Input data (a trace, a map) could not be read.
-    #[error("{0}")]
-    Input(String),
-    /// A plot could not be drawn.
-    #[error("drawing {path}: {reason}")]
-    Plot {
-        /// The file.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-}
-
-/// Progress of a long experiment: `total` steps announced once, then `advance`.
-pub trait Progress {
-    /// Announces the number of steps (may be called again for a new phase).
-    fn start(&mut self, phase: &str, total: u64);
-    /// Reports `steps` more steps done.
-    fn advance(&mut self, steps: u64);
-}
-
-/// Progress that goes nowhere (tests, JSON output).
-pub struct NoProgress;
-
-impl Progress for NoProgress {
-    fn start(&mut self, _phase: &str, _total: u64) {}
-    fn advance(&mut self, _steps: u64) {}
-}

@@ -12,7 +12,7 @@
 //!            | crc32c(first 40) u32 | 0 u32
 //! ```
 
-use super::{DirtyEntry, KEY_BYTES_MAX};
+use super::{DirtyEntry, DirtyError, KEY_BYTES_MAX, PUSH_ENTRIES_MAX};
 
 /// The first byte of an encoded entry: its format.
 pub(crate) const ENTRY_TAG: u8 = 1;
@@ -37,6 +37,26 @@ const FORMAT: u32 = 1;
 pub(crate) const HEADER_BYTES: u64 = 32;
 /// The head file.
 pub(crate) const HEAD_BYTES: usize = 48;
+
+/// Checks what one `push` is given.
+pub(crate) fn check_entries(entries: &[DirtyEntry]) -> Result<(), DirtyError> {
+    if entries.len() > PUSH_ENTRIES_MAX {
+        return Err(DirtyError::TooMany {
+            operation: "push",
+            count: entries.len() as u64,
+            max: PUSH_ENTRIES_MAX as u64,
+        });
+    }
+    for (index, entry) in entries.iter().enumerate() {
+        codec::check_entry(entry).map_err(|reason| DirtyError::InvalidEntry {
+            index,
+            pool: entry.pool,
+            key: entry.key.chars().take(64).collect(),
+            reason,
+        })?;
+    }
+    Ok(())
+}
 
 /// Checks an entry against the rules of [`DirtyEntry`]; `Err` says why not.
 pub(crate) fn check_entry(entry: &DirtyEntry) -> Result<(), String> {

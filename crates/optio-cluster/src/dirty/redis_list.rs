@@ -31,8 +31,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisError};
 
 use super::codec;
+use super::codec::check_entries;
 use super::local::LocalDirtyLog;
-use super::{DirtyEntry, DirtyError, RANGE_ENTRIES_MAX, check_entries};
+use super::{DirtyEntry, DirtyError, RANGE_ENTRIES_MAX};
 
 /// The list's key unless the spec gives `?list=NAME`.
 pub const LIST_DEFAULT: &str = "optio:dirty";

@@ -3,10 +3,14 @@
 //! 4), the compiled ring against a naive reference, and locality of change.
 
 use super::*;
+use super::{hash::*, layout::*, slots::*, strategy::*};
 use crate::builder::{ClusterMapBuilder, DeviceSpec, EngineRef, PoolSpec};
 use crate::crush::hash::hash32_2;
+use crate::ids::{DeviceId, ItemId};
 use crate::ids::{PoolId, Weight};
+use crate::map::ClusterMap;
 use crate::map::EngineSpec;
+use crate::replica::ReplicaSet;
 
 const GIB: u64 = 1 << 30;
 

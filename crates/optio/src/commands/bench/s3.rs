@@ -13,7 +13,8 @@ use bytes::Bytes;
 use rusty_s3::{Bucket, Credentials, S3Action, UrlStyle};
 use serde::Serialize;
 
-use super::{Phase, for_each_key, payload, phase, read_all, run_id, write_all};
+use super::payload;
+use super::workload::{Phase, for_each_key, phase, read_all, run_id, write_all};
 use crate::commands::client::ClusterArgs;
 use crate::output::{self, parse_size};
 

@@ -1,24 +1,40 @@
 //! The S3 API on the gateway: s3s parses requests and checks their signatures; each method
-//! here maps one operation onto [`Gateway`].
+//! here maps one operation onto [`Gateway`]. Below the methods: `convert` (errors, times,
+//! metadata and bodies between S3's terms and the gateway's), `checksum` (Content-MD5 and
+//! the additional checksums), `preconditions`, `copy` (a copy's source and range) and
+//! `listing` (what the listings share).
+
+mod checksum;
+mod convert;
+mod copy;
+mod listing;
+mod preconditions;
+
+pub use convert::to_s3;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use base64::Engine;
-use bytes::Bytes;
 use futures_util::StreamExt;
+
 use s3s::dto::*;
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
-use crate::format::{Meta, Summary};
+use crate::format::Meta;
 use crate::store::{Bucket, Gateway, GatewayError, Opened};
+use checksum::{checked_body, content_md5, sent_checksums, stored_checksums};
+use convert::{
+    async_stream, body_stream, etag_of, expires_of, header, meta_from, metadata_of, owner,
+    owner_of, timestamp,
+};
+use copy::{copy_range, copy_source};
+use listing::{Page, encoded, listed, max_keys_of, page_token, prefixes, token_after};
+use preconditions::{Preconditions, check_preconditions};
 
 /// The header choosing a new bucket's pool.
 pub const POOL_HEADER: &str = "x-optio-pool";
 /// The header choosing a new object's CHOICE policy.
 pub const POLICY_HEADER: &str = "x-optio-policy";
-/// Most keys a listing page holds.
-const MAX_KEYS: usize = 1000;
 
 /// The S3 service.
 #[derive(Clone, Debug)]
@@ -99,334 +115,6 @@ impl OptioS3 {
 /// The user who signed a request: the access check puts it in the request's extensions.
 #[derive(Clone, Debug)]
 pub struct Requester(pub String);
-
-/// A listing's page and what it was asked with.
-struct Page {
-    bucket: Bucket,
-    max: usize,
-    prefix: String,
-    delimiter: Option<String>,
-    page: crate::store::ListPage,
-    /// Keys are URL-encoded in the answer (`encoding-type=url`).
-    url: bool,
-}
-
-/// The owner shown in listings.
-fn owner(user: &str) -> Owner {
-    Owner { display_name: Some(user.to_string()), id: Some(user.to_string()) }
-}
-
-/// An S3 error for a gateway error.
-pub fn to_s3(error: GatewayError) -> S3Error {
-    use GatewayError as G;
-    let code = match &error {
-        G::NoSuchBucket(_) => S3ErrorCode::NoSuchBucket,
-        G::BucketExists(_) => S3ErrorCode::BucketAlreadyExists,
-        G::BucketNotEmpty(_) => S3ErrorCode::BucketNotEmpty,
-        G::NoSuchKey(_) => S3ErrorCode::NoSuchKey,
-        G::NoSuchUpload(_) => S3ErrorCode::NoSuchUpload,
-        G::InvalidPart(_) => S3ErrorCode::InvalidPart,
-        G::InvalidPartOrder => S3ErrorCode::InvalidPartOrder,
-        G::EntityTooSmall { .. } => S3ErrorCode::EntityTooSmall,
-        G::EntityTooLarge(..) => S3ErrorCode::EntityTooLarge,
-        G::KeyTooLong(_) => S3ErrorCode::KeyTooLongError,
-        G::InvalidArgument(_) | G::NoSuchUser(_) | G::UserExists(_) => S3ErrorCode::InvalidArgument,
-        G::BadDigest | G::BadChecksum(_) => S3ErrorCode::BadDigest,
-        G::Body(_) => S3ErrorCode::IncompleteBody,
-        G::Corrupt(_) => S3ErrorCode::InternalError,
-        G::Client(optio_client::ClientError::NotFound { .. }) => S3ErrorCode::NoSuchKey,
-        G::Client(optio_client::ClientError::Config(_)) => S3ErrorCode::InvalidArgument,
-        G::Client(_) => S3ErrorCode::ServiceUnavailable,
-    };
-    if matches!(code, S3ErrorCode::InternalError | S3ErrorCode::ServiceUnavailable) {
-        tracing::warn!(%error, "an S3 request failed");
-    }
-    S3Error::with_message(code, error.to_string())
-}
-
-fn timestamp(micros: u64) -> Timestamp {
-    Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_micros(micros))
-}
-
-fn unix_seconds(time: &Timestamp) -> i64 {
-    time::OffsetDateTime::from(time.clone()).unix_timestamp()
-}
-
-fn etag_of(summary: &Summary) -> ETag {
-    ETag::Strong(summary.etag())
-}
-
-fn header<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-fn content_md5(sent: Option<&str>) -> S3Result<Option<[u8; 16]>> {
-    let Some(sent) = sent else { return Ok(None) };
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(sent.trim())
-        .ok()
-        .and_then(|b| <[u8; 16]>::try_from(b).ok())
-        .ok_or_else(|| s3_error!(InvalidDigest, "the Content-MD5 is not a base64 MD5"))?;
-    Ok(Some(bytes))
-}
-
-/// The additional checksums a PUT sent (`x-amz-checksum-*`), by algorithm.
-fn sent_checksums(checksum: Checksum) -> std::collections::BTreeMap<String, String> {
-    [
-        ("crc32", checksum.checksum_crc32),
-        ("crc32c", checksum.checksum_crc32c),
-        ("crc64nvme", checksum.checksum_crc64nvme),
-        ("sha1", checksum.checksum_sha1),
-        ("sha256", checksum.checksum_sha256),
-    ]
-    .into_iter()
-    .filter_map(|(name, value)| value.map(|v| (name.to_string(), v)))
-    .collect()
-}
-
-/// The checksums stored with an object, as S3 returns them.
-fn stored_checksums(meta: &Meta) -> Checksum {
-    let get = |name: &str| meta.checksums.get(name).cloned();
-    Checksum {
-        checksum_crc32: get("crc32"),
-        checksum_crc32c: get("crc32c"),
-        checksum_crc64nvme: get("crc64nvme"),
-        checksum_sha1: get("sha1"),
-        checksum_sha256: get("sha256"),
-        checksum_type: None,
-    }
-}
-
-/// A body that also computes the checksums `sent` names, and the check that compares them
-/// once the body is in.
-fn checked_body(
-    body: Option<StreamingBlob>,
-    sent: &std::collections::BTreeMap<String, String>,
-) -> (
-    impl futures_util::Stream<Item = Result<Bytes, String>> + Unpin,
-    impl FnOnce() -> Result<(), GatewayError>,
-) {
-    use s3s::crypto::Checksum as _;
-    let mut hasher = s3s::checksum::ChecksumHasher::default();
-    for name in sent.keys() {
-        match name.as_str() {
-            "crc32" => hasher.crc32 = Some(Default::default()),
-            "crc32c" => hasher.crc32c = Some(Default::default()),
-            "crc64nvme" => hasher.crc64nvme = Some(Default::default()),
-            "sha1" => hasher.sha1 = Some(s3s::crypto::Sha1::new()),
-            "sha256" => hasher.sha256 = Some(s3s::crypto::Sha256::new()),
-            _ => {}
-        }
-    }
-    let hasher = Arc::new(std::sync::Mutex::new(Some(hasher)));
-    let feeding = hasher.clone();
-    let body = body_stream(body).map(move |chunk| {
-        if let (Ok(bytes), Some(hasher)) = (&chunk, feeding.lock().expect("hasher lock").as_mut()) {
-            hasher.update(bytes);
-        }
-        chunk
-    });
-    let sent = sent.clone();
-    let check = move || {
-        if sent.is_empty() {
-            return Ok(());
-        }
-        let hasher = hasher.lock().expect("hasher lock").take().expect("checked once");
-        let computed = sent_checksums(hasher.finalize());
-        for (name, value) in &sent {
-            if computed.get(name) != Some(value) {
-                return Err(GatewayError::BadChecksum(name.clone()));
-            }
-        }
-        Ok(())
-    };
-    (body, check)
-}
-
-fn expires_text(expires: Option<Timestamp>) -> Option<String> {
-    let expires = expires?;
-    let mut out = Vec::new();
-    expires.format(TimestampFormat::HttpDate, &mut out).ok()?;
-    String::from_utf8(out).ok()
-}
-
-fn expires_of(meta: &Meta) -> Option<Timestamp> {
-    Timestamp::parse(TimestampFormat::HttpDate, meta.expires.as_deref()?).ok()
-}
-
-fn user_metadata(metadata: Option<Metadata>) -> std::collections::BTreeMap<String, String> {
-    metadata.unwrap_or_default().into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect()
-}
-
-fn metadata_of(meta: &Meta) -> Option<Metadata> {
-    (!meta.user.is_empty()).then(|| meta.user.clone().into_iter().collect())
-}
-
-/// A read's preconditions on the object it reads (a GET's and HEAD's own, or a copy's on its
-/// source), and the error an unchanged object gets (304 for reads; 412 for copies).
-struct Preconditions<'a> {
-    if_match: Option<&'a ETagCondition>,
-    if_unmodified_since: Option<&'a Timestamp>,
-    if_none_match: Option<&'a ETagCondition>,
-    if_modified_since: Option<&'a Timestamp>,
-    not_modified: S3ErrorCode,
-}
-
-/// Evaluates a read's preconditions against what is stored (RFC 9110 order: If-Match, else
-/// If-Unmodified-Since; then If-None-Match, else If-Modified-Since).
-fn check_preconditions(
-    summary: &Summary,
-    modified_micros: u64,
-    conditions: Preconditions<'_>,
-) -> S3Result<()> {
-    let Preconditions {
-        if_match,
-        if_unmodified_since,
-        if_none_match,
-        if_modified_since,
-        not_modified,
-    } = conditions;
-    let etag = summary.etag();
-    let matches = |condition: &ETagCondition| match condition {
-        ETagCondition::Any => true,
-        ETagCondition::ETag(tag) => tag.value() == etag,
-    };
-    let modified = (modified_micros / 1_000_000) as i64;
-    match (if_match, if_unmodified_since) {
-        (Some(condition), _) if !matches(condition) => return Err(s3_error!(PreconditionFailed)),
-        (None, Some(time)) if modified > unix_seconds(time) => {
-            return Err(s3_error!(PreconditionFailed));
-        }
-        _ => {}
-    }
-    let unchanged = match (if_none_match, if_modified_since) {
-        (Some(condition), _) => matches(condition),
-        (None, Some(time)) => modified <= unix_seconds(time),
-        _ => false,
-    };
-    if !unchanged {
-        return Ok(());
-    }
-    if not_modified != S3ErrorCode::NotModified {
-        return Err(S3Error::new(not_modified));
-    }
-    // A 304 carries the validators, as a 200 would.
-    let mut error = S3Error::with_message(S3ErrorCode::NotModified, "Not Modified");
-    let mut headers = http::HeaderMap::new();
-    if let Ok(value) = http::HeaderValue::from_str(&format!("\"{etag}\"")) {
-        headers.insert(http::header::ETAG, value);
-    }
-    let mut date = Vec::new();
-    if timestamp(modified_micros).format(TimestampFormat::HttpDate, &mut date).is_ok()
-        && let Ok(value) = http::HeaderValue::from_bytes(&date)
-    {
-        headers.insert(http::header::LAST_MODIFIED, value);
-    }
-    error.set_headers(headers);
-    Err(error)
-}
-
-fn meta_from(
-    content_type: Option<String>,
-    content_encoding: Option<String>,
-    content_disposition: Option<String>,
-    content_language: Option<String>,
-    cache_control: Option<String>,
-    expires: Option<Timestamp>,
-    metadata: Option<Metadata>,
-) -> Meta {
-    // `aws-chunked` names how the body was sent, not how the object is encoded.
-    let content_encoding = content_encoding.and_then(|text| {
-        let kept: Vec<&str> = text
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
-            .collect();
-        (!kept.is_empty()).then(|| kept.join(", "))
-    });
-    Meta {
-        content_type,
-        content_encoding,
-        content_disposition,
-        content_language,
-        cache_control,
-        expires: expires_text(expires),
-        user: user_metadata(metadata),
-        checksums: Default::default(),
-        stripes: Vec::new(),
-    }
-}
-
-/// The source of a copy: its bucket and key.
-fn copy_source(source: &CopySource) -> S3Result<(&str, &str)> {
-    match source {
-        CopySource::Bucket { bucket, key, .. } => Ok((bucket, key)),
-        _ => Err(s3_error!(NotImplemented, "copies from access points are not supported")),
-    }
-}
-
-/// A `bytes=first-last` copy range, checked against the source's size.
-fn copy_range(range: Option<&str>, size: u64) -> S3Result<std::ops::Range<u64>> {
-    let Some(range) = range else { return Ok(0..size) };
-    let parsed = range
-        .strip_prefix("bytes=")
-        .and_then(|r| r.split_once('-'))
-        .and_then(|(first, last)| Some((first.parse::<u64>().ok()?, last.parse::<u64>().ok()?)));
-    match parsed {
-        Some((first, last)) if first <= last && last < size => Ok(first..last + 1),
-        _ => Err(s3_error!(
-            InvalidRange,
-            "the copy range {range} is not within the source's {size} bytes"
-        )),
-    }
-}
-
-fn body_stream(
-    body: Option<StreamingBlob>,
-) -> impl futures_util::Stream<Item = Result<Bytes, String>> + Unpin {
-    match body {
-        Some(body) => body.map(|r| r.map_err(|e| e.to_string())).left_stream(),
-        None => futures_util::stream::empty().right_stream(),
-    }
-}
-
-fn page_token(after: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(after.as_bytes())
-}
-
-fn token_after(token: &str) -> S3Result<String> {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .ok_or_else(|| {
-            s3_error!(InvalidArgument, "the continuation token is not one this gateway gave")
-        })
-}
-
-fn max_keys_of(asked: Option<i32>) -> S3Result<usize> {
-    match asked {
-        None => Ok(MAX_KEYS),
-        Some(n) if n < 0 => Err(s3_error!(InvalidArgument, "max-keys is negative")),
-        Some(n) => Ok((n as usize).min(MAX_KEYS)),
-    }
-}
-
-/// Keys, prefixes and markers as S3 sends them with `encoding-type=url`.
-fn encoded(url: bool, text: String) -> String {
-    if !url {
-        return text;
-    }
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
 
 #[async_trait::async_trait]
 impl S3 for OptioS3 {
@@ -1201,47 +889,4 @@ impl S3 for OptioS3 {
             ..Default::default()
         }))
     }
-}
-
-/// The owner a listing shows for a bucket's objects.
-fn owner_of(bucket: &Bucket) -> Owner {
-    owner(bucket.owner.as_deref().unwrap_or("optio"))
-}
-
-fn listed(url: bool, objects: Vec<crate::store::Listed>, shown: Option<Owner>) -> Vec<Object> {
-    objects
-        .into_iter()
-        .map(|o| Object {
-            key: Some(encoded(url, o.key)),
-            owner: shown.clone(),
-            size: Some(o.summary.size as i64),
-            e_tag: Some(etag_of(&o.summary)),
-            last_modified: Some(timestamp(o.modified_micros)),
-            storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
-            ..Default::default()
-        })
-        .collect()
-}
-
-fn prefixes(url: bool, prefixes: Vec<String>) -> Vec<CommonPrefix> {
-    prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(encoded(url, p)) }).collect()
-}
-
-/// The body of a GET: the gateway's read stream, owning what it borrows.
-fn async_stream(
-    gateway: Arc<Gateway>,
-    opened: Opened,
-    range: std::ops::Range<u64>,
-) -> impl futures_util::Stream<Item = Result<Bytes, GatewayError>> + Send + Sync + 'static {
-    let (tx, rx) = tokio::sync::mpsc::channel(2);
-    tokio::spawn(async move {
-        let mut stream = Box::pin(gateway.read(opened, range));
-        while let Some(item) = stream.next().await {
-            let failed = item.is_err();
-            if tx.send(item).await.is_err() || failed {
-                break;
-            }
-        }
-    });
-    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
 }
