@@ -48,7 +48,7 @@ pub(crate) fn check_entries(entries: &[DirtyEntry]) -> Result<(), DirtyError> {
         });
     }
     for (index, entry) in entries.iter().enumerate() {
-        codec::check_entry(entry).map_err(|reason| DirtyError::InvalidEntry {
+        check_entry(entry).map_err(|reason| DirtyError::InvalidEntry {
             index,
             pool: entry.pool,
             key: entry.key.chars().take(64).collect(),

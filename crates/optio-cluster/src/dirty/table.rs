@@ -2,10 +2,7 @@
 
 use std::path::Path;
 
-use super::{
-    DirtyEntry, DirtyError, LIST_DEFAULT, LOCAL_SUBDIR, LocalDirtyLog, PUSH_ENTRIES_MAX,
-    RANGE_ENTRIES_MAX, RedisDirtyTable, SPILL_SUBDIR,
-};
+use super::{DirtyEntry, DirtyError, LOCAL_SUBDIR, LocalDirtyLog, RedisDirtyTable, SPILL_SUBDIR};
 
 /// The dirty table, in one of its two backends.
 #[derive(Debug)]
@@ -20,7 +17,7 @@ pub enum DirtyTable {
 impl DirtyTable {
     /// Opens the table named by `spec`: `None` or `"local"` for the local log in
     /// `local_dir/dirty/`; `"redis://HOST:PORT[/DB][?list=NAME]"` for a Redis list (key
-    /// [`LIST_DEFAULT`] unless `list` is given) whose spill is `local_dir/dirty-spill/`.
+    /// [`LIST_DEFAULT`](super::LIST_DEFAULT) unless `list` is given) whose spill is `local_dir/dirty-spill/`.
     ///
     /// Redis being down does not fail `open` (writes must go on): it warns, and pushes spill.
     pub async fn open(spec: Option<&str>, local_dir: &Path) -> Result<DirtyTable, DirtyError> {
@@ -47,7 +44,7 @@ impl DirtyTable {
         }
     }
 
-    /// Appends `entries` at the tail, in order (at most [`PUSH_ENTRIES_MAX`]); durable when
+    /// Appends `entries` at the tail, in order (at most [`PUSH_ENTRIES_MAX`](super::PUSH_ENTRIES_MAX)); durable when
     /// it returns: fdatasync'd in the local log or the spill, or acknowledged by Redis.
     pub async fn push(&self, entries: &[DirtyEntry]) -> Result<(), DirtyError> {
         match self {
@@ -56,7 +53,7 @@ impl DirtyTable {
         }
     }
 
-    /// Up to `count` (at most [`RANGE_ENTRIES_MAX`]) entries from position `start` (0 = the
+    /// Up to `count` (at most [`RANGE_ENTRIES_MAX`](super::RANGE_ENTRIES_MAX)) entries from position `start` (0 = the
     /// head), oldest first: `LRANGE start start+count-1`.
     pub async fn range(&self, start: u64, count: usize) -> Result<Vec<DirtyEntry>, DirtyError> {
         match self {
@@ -65,7 +62,7 @@ impl DirtyTable {
         }
     }
 
-    /// Removes up to `count` (at most [`RANGE_ENTRIES_MAX`]) oldest entries; returns how many
+    /// Removes up to `count` (at most [`RANGE_ENTRIES_MAX`](super::RANGE_ENTRIES_MAX)) oldest entries; returns how many
     /// were removed (`LPOP key count`). Only the re-integrator calls it, at full power.
     pub async fn pop_front(&self, count: u64) -> Result<u64, DirtyError> {
         match self {

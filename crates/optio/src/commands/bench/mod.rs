@@ -8,12 +8,9 @@ pub mod payload;
 pub mod s3;
 mod workload;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use bytes::Bytes;
 use optio_client::Client;
 use serde::Serialize;
 
@@ -21,7 +18,7 @@ pub use self::payload::payload;
 use crate::commands::client::ClusterArgs;
 use crate::output::{self, parse_size};
 pub use workload::{Phase, read_all, write_all};
-use workload::{phase, run_id};
+use workload::{percentile, phase, run_id};
 
 /// What to measure.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

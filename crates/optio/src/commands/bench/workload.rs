@@ -33,7 +33,7 @@ pub struct Phase {
     pub cache_hit_rate: f64,
 }
 
-fn percentile(sorted: &[u64], p: f64) -> u64 {
+pub(crate) fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
