@@ -23,6 +23,8 @@ use crate::LocalError;
 use crate::etcd::EtcdServer;
 use optio_proto::auth::Cap;
 
+pub use crate::host::{DeviceDef, HostPlacement};
+
 mod supervise;
 
 pub use supervise::{
@@ -132,36 +134,6 @@ pub struct LocalClusterSpec {
 
 /// The least CRUSH weight of a placed device (one of 16 MiB or less).
 const PLACED_WEIGHT_MIN: f64 = 1.0 / 65536.0;
-
-/// One device of a placed host.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DeviceDef {
-    /// Its id.
-    pub id: u32,
-    /// Its capacity.
-    pub capacity_bytes: u64,
-    /// Its class in the map.
-    pub class: Option<String>,
-    /// Its bandwidth attribute in the map, MB/s.
-    pub bandwidth_mb_per_sec: Option<u64>,
-}
-
-/// Where and how one host's server runs when it is placed (an emulated host).
-#[derive(Clone, Debug, PartialEq)]
-pub struct HostPlacement {
-    /// `z1-h1` (the zone is the part before `-`).
-    pub name: String,
-    /// The address it listens on.
-    pub bind: String,
-    /// The command line its server is started under (`nsenter --net=… --`).
-    pub launcher: Vec<std::ffi::OsString>,
-    /// Cgroup directories its server joins.
-    pub cgroups: Vec<PathBuf>,
-    /// Its devices.
-    pub devices: Vec<DeviceDef>,
-    /// More arguments for its server (`--emulated-read-rate N`).
-    pub server_args: Vec<std::ffi::OsString>,
-}
 
 impl Default for LocalClusterSpec {
     fn default() -> LocalClusterSpec {

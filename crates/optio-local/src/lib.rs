@@ -20,6 +20,7 @@
 pub mod cluster;
 pub mod emulate;
 pub mod etcd;
+pub mod host;
 pub mod promtool;
 pub mod redis;
 pub mod tls;

@@ -7,7 +7,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::EmulateError;
+use super::error::EmulateError;
 use super::spec::Conditions;
 
 /// Where cgroup v1 hierarchies are mounted.

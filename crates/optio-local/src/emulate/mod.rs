@@ -23,6 +23,7 @@
 //! bench io` reports the machine's CPU utilisation beside every result.
 
 pub mod cgroup;
+mod error;
 pub mod net;
 pub mod record;
 pub mod spec;
@@ -33,12 +34,12 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 
+pub use error::EmulateError;
+pub use record::RECORD_COPY_FILE;
 pub use spec::{Conditions, EmulationSpec, HostSpec, Link, RackSpec};
 
-use crate::cluster::{DeviceDef, HostPlacement};
+use crate::host::{DeviceDef, HostPlacement};
 
-/// The copy of the cleanup record kept in the cluster directory.
-pub const RECORD_COPY_FILE: &str = "emulation-record.json";
 /// The emulation file as started, kept in the cluster directory.
 pub const SPEC_COPY_FILE: &str = "emulation.toml";
 /// The watchdog's log in the cluster directory.
@@ -54,42 +55,6 @@ const OCTET_MAX: u8 = 250;
 const TOOLS: [&str; 4] = ["ip", "tc", "nsenter", "sysctl"];
 /// Attempts at a prefix no namespace uses yet.
 const PREFIX_ATTEMPTS_MAX: u32 = 16;
-
-/// Why an emulation could not be read, built or removed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum EmulateError {
-    /// The emulation file is malformed or out of range.
-    #[error("{file}:{}: {message} (docs/emulation.md describes the file)", line.map_or("?".to_string(), |l| l.to_string()))]
-    Parse {
-        /// The file.
-        file: String,
-        /// The line, when known.
-        line: Option<usize>,
-        /// What is wrong and what to do.
-        message: String,
-    },
-    /// This machine or user cannot run it (not root, a tool or cgroup controller missing).
-    #[error("{0}")]
-    Unsupported(String),
-    /// An `ip`, `tc` or `nsenter` command failed.
-    #[error("`{command}` failed: {stderr}")]
-    Command {
-        /// The command line.
-        command: String,
-        /// What it said.
-        stderr: String,
-    },
-    /// A file or process could not be made or read.
-    #[error("{what}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// Why it failed.
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// One emulated host: a server host (`z1-h2`) or a client-only host (`z1-c1`).
 #[derive(Clone, Debug)]

@@ -15,7 +15,7 @@
 use std::net::Ipv4Addr;
 use std::process::Command;
 
-use super::EmulateError;
+use super::error::EmulateError;
 use super::spec::Link;
 
 /// The tbf queue's bound, as the time a packet may wait (tc's `latency`).

@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::EmulateError;
+use super::error::EmulateError;
+
+/// The copy of the cleanup record kept in the cluster directory.
+pub const RECORD_COPY_FILE: &str = "emulation-record.json";
 
 /// Where live emulations keep their records (a tmpfs: a reboot, which removes namespaces and
 /// cgroups too, removes the records).
@@ -174,7 +177,7 @@ pub fn clean_stale() -> Result<Vec<String>, EmulateError> {
         };
         let current: Record = serde_json::from_str(&text).unwrap_or(record);
         clean(&current)?;
-        let copy = current.cluster_dir.join(super::RECORD_COPY_FILE);
+        let copy = current.cluster_dir.join(RECORD_COPY_FILE);
         remove_files(&path, Some(&copy), &lock);
         cleaned.push(current.prefix);
     }
@@ -206,7 +209,7 @@ pub fn clean_after_supervisor(record_file: &Path) -> Result<bool, EmulateError> 
     })?;
     debug_assert_eq!(record.format, RECORD_FORMAT);
     clean(&record)?;
-    let copy = record.cluster_dir.join(super::RECORD_COPY_FILE);
+    let copy = record.cluster_dir.join(RECORD_COPY_FILE);
     remove_files(record_file, Some(&copy), &lock);
     Ok(true)
 }

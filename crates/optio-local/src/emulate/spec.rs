@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 
 use serde::Deserialize;
 
-use super::EmulateError;
+use super::error::EmulateError;
 
 /// Most racks.
 pub const RACKS_MAX: usize = 16;

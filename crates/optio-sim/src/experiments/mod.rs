@@ -10,7 +10,6 @@ pub mod engines;
 pub mod hetero;
 pub mod local;
 pub mod policies;
-pub mod policies_changing;
 pub mod space;
 
 use crate::{Progress, Report, SimError};

@@ -19,10 +19,10 @@ use optio_local::emulate::spec::{
 use optio_sim::{Plot, PlotKind, Report, Series, Table};
 use serde_json::json;
 
+use super::context::{Experiment, IoContext};
 use super::fio::Job;
 use super::rig::{NbdOptions, Phase, Rig};
 use super::stats::{change_percent, median, range};
-use super::{Experiment, IoContext};
 
 /// Racks, server hosts per rack, and the hosts given a condition (memory pressure, a CPU
 /// hog): the first host of the first two racks, as the paper's two servers.

@@ -13,7 +13,7 @@ use optio_placement::{Placement, ReplicaSet};
 use optio_sim::{Plot, PlotKind, Report, Series, Table};
 use serde_json::json;
 
-use super::IoContext;
+use super::context::IoContext;
 use super::fio::Job;
 use super::rig::{NbdOptions, Rig};
 use super::stats::{change_percent, median};

@@ -1,7 +1,7 @@
 //! `optio sim policies` with *changing* metrics: what a policy decides on is what a probe saw
 //! a moment ago, and what the object gets is what the devices are like when its block lands
 //! and, later, when it is read — as in a real cluster. The static snapshot of
-//! [`super::policies`] is the most favourable case for every policy; this one can show the
+//! [`super`] is the most favourable case for every policy; this one can show the
 //! paper's negative results (seed 000 §5.1: cpu, latency and journal did not help).
 //!
 //! The model, in simulated time (one object written every `interval`):
@@ -36,7 +36,7 @@ use optio_placement::choice::{
 use optio_placement::stats::Summary;
 use optio_placement::{ClusterMap, DeviceId, Placement, PolicySpec, ReplicaSet};
 
-use super::policies::Args;
+use super::args::Args;
 use crate::SimError;
 use crate::rng::Rng;
 
