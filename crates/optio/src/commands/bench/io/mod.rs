@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use optio_sim::Report;
 
-pub use context::{Experiment, IoContext, RUNS_MAX};
+pub use context::{Experiment, IoContext};
 
 /// Where the servers' data goes by default: memory, or a disk for an experiment that
 /// throttles one.
