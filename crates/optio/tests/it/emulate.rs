@@ -313,8 +313,17 @@ fn bench(experiment: &str) -> Option<serde_json::Value> {
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("starting the emulated cluster"), "{stderr}");
-    let leftover: Vec<String> =
-        namespaces().into_iter().filter(|n| n.starts_with("oe") && !before.contains(n)).collect();
+    // This run's emulations only (another one may run on the machine at the same time).
+    let prefixes: Vec<String> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("bench io: emulation prefix "))
+        .map(|p| format!("{}-", p.trim()))
+        .collect();
+    assert!(!prefixes.is_empty(), "no emulation prefix printed: {stderr}");
+    let leftover: Vec<String> = namespaces()
+        .into_iter()
+        .filter(|n| prefixes.iter().any(|p| n.starts_with(p.as_str())) && !before.contains(n))
+        .collect();
     assert!(leftover.is_empty(), "the emulation left namespaces behind: {leftover:?}");
     Some(serde_json::from_slice(&output.stdout).expect("--json prints JSON"))
 }

@@ -306,7 +306,7 @@ fn stalled_bodies_without_a_length_block_other_uploads_at_most_until_their_time_
     }
     let setup = setup();
     let gateway =
-        Gateway::launch(setup.cluster.dir(), &["--buffered-body-timeout", "5s"], &[], None);
+        Gateway::launch(setup.cluster.dir(), &["--buffered-body-timeout", "15s"], &[], None);
     let signer = Signer::new(&gateway, &setup.keys, "lengthless");
     let (status, body) = curl(&["-X", "PUT", &signer.create_bucket()]);
     assert_eq!(status, "200", "{body}");
@@ -336,15 +336,26 @@ fn stalled_bodies_without_a_length_block_other_uploads_at_most_until_their_time_
     let mut much: Vec<TcpStream> =
         writers.into_iter().map(|w| w.join().expect("a writer")).collect();
     let chunk = vec![b'y'; 64 << 10];
-    // (Until the gateway has read the four, a fifth may still fit.)
-    let refused = wait_until(Duration::from_secs(5), || {
+    // (Until the gateway has read the four, a fifth may still fit. The time limit is long
+    // enough that the four are read whole well before it, even on a loaded machine.)
+    let mut seen = Vec::new();
+    let waited = Instant::now();
+    let refused = wait_until(Duration::from_secs(15), || {
+        let asked = Instant::now();
         let (status, body) = piped_put("after", &chunk);
         assert!(status == "200" || body.contains("SlowDown"), "{status}: {body}");
+        seen.push(format!("{status} after {:?}", asked.elapsed()));
         status == "503"
     });
-    assert!(refused, "four stalled uploads of 64 MiB did not spend the budget");
-    let through = wait_until(Duration::from_secs(5 + 15), || piped_put("after", &chunk).0 == "200");
-    assert!(through, "a body without a length was still refused past the 5 s time limit");
+    assert!(
+        refused,
+        "four stalled uploads of 64 MiB did not spend the budget within {:?}: {seen:?}; {}",
+        waited.elapsed(),
+        gateway.log()
+    );
+    let through =
+        wait_until(Duration::from_secs(15 + 15), || piped_put("after", &chunk).0 == "200");
+    assert!(through, "a body without a length was still refused past the 15 s time limit");
     for stream in &mut much {
         stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut answer = String::new();

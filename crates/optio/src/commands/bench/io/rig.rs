@@ -159,6 +159,9 @@ impl Rig {
     ) -> Result<Rig> {
         let _ = std::fs::remove_dir_all(dir);
         let emulation = crate::commands::emulate::start_spec(spec, dir)?;
+        // Its prefix names everything it made (namespaces, links, cgroups): a reader (or a
+        // test) can tell this run's from another emulation's on the same machine.
+        eprintln!("bench io: emulation prefix {}", emulation.prefix());
         let dir = std::fs::canonicalize(dir)?;
         let binary = std::env::current_exe().context("cannot find the optio binary")?;
         let mut cluster_spec = LocalClusterSpec {
