@@ -161,19 +161,65 @@ pub fn engine_text(map: &optio_placement::ClusterMap, pool: &optio_placement::Po
 
 pub use crate::rt::{runtime, runtime_with_workers};
 
+/// One crate's log events in the current second: how many were let through and how many left
+/// out ([`init_logging_capped`]'s `limited`).
+struct LogWindow(std::sync::Mutex<(std::time::Instant, u32, u64)>);
+
+impl LogWindow {
+    fn new() -> LogWindow {
+        LogWindow(std::sync::Mutex::new((std::time::Instant::now(), 0, 0)))
+    }
+
+    /// Whether one more event of `krate` may be logged, at most `per_second` a second; when a
+    /// second that left events out is over, says how many (on stderr, where the log goes).
+    fn admit(&self, krate: &str, per_second: u32) -> bool {
+        let mut window = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (started, _, left_out) = &mut *window;
+        if started.elapsed() >= std::time::Duration::from_secs(1) {
+            if *left_out > 0 {
+                use tracing_subscriber::fmt::time::FormatTime as _;
+                let mut now = String::new();
+                let _ = tracing_subscriber::fmt::time::SystemTime
+                    .format_time(&mut tracing_subscriber::fmt::format::Writer::new(&mut now));
+                // (Not through tracing: this runs while it decides on an event.)
+                eprintln!(
+                    "{now}  WARN optio: {left_out} log events of {krate} left out in {:.1} s (at most {per_second} a second are logged)",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            *window = (std::time::Instant::now(), 0, 0);
+        }
+        let (_, passed, left_out) = &mut *window;
+        if *passed < per_second {
+            *passed += 1;
+            true
+        } else {
+            *left_out += 1;
+            false
+        }
+    }
+}
+
 /// Logs to stderr what `OPTIO_LOG` selects — a level (`error`, `warn`, `info`, `debug`,
 /// `trace`) or tracing's filter directives, per crate and module
 /// (`OPTIO_LOG=warn,optio_server=debug,optio_server::rebalance=trace`) — else `default`. A
 /// filter that does not parse is reported and `default` used.
 pub fn init_logging(default: &str) {
-    init_logging_capped(default, &[]);
+    init_logging_capped(default, &[], &[]);
 }
 
 /// [`init_logging`], with some crates' logs capped whatever `OPTIO_LOG` says: events and spans
 /// whose target is `CRATE` or begins `CRATE::`, for each `(CRATE, LEVEL)` of `caps`, are
 /// dropped when more verbose than `LEVEL` (a second filter, applied after `OPTIO_LOG`'s, so
-/// that no directive of it, however specific, lets them through).
-pub fn init_logging_capped(default: &str, caps: &'static [(&'static str, tracing::Level)]) {
+/// that no directive of it, however specific, lets them through). And for each
+/// `(CRATE, PER_SECOND)` of `limited`, at most that many of its events a second are logged: a
+/// crate that logs every refused request (s3s logs each at ERROR) cannot fill the disk; what
+/// was left out is counted in one line when the second ends.
+pub fn init_logging_capped(
+    default: &str,
+    caps: &'static [(&'static str, tracing::Level)],
+    limited: &'static [(&'static str, u32)],
+) {
     use tracing_subscriber::EnvFilter;
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::filter::FilterExt as _;
@@ -195,13 +241,24 @@ pub fn init_logging_capped(default: &str, caps: &'static [(&'static str, tracing
             ours && metadata.level() > level
         })
     });
+    let limits: Vec<(&'static str, u32, LogWindow)> =
+        limited.iter().map(|(krate, per_second)| (*krate, *per_second, LogWindow::new())).collect();
+    let limited = tracing_subscriber::filter::dynamic_filter_fn(move |metadata, _| {
+        let target = metadata.target();
+        limits.iter().all(|(krate, per_second, window)| {
+            let ours = target
+                .strip_prefix(krate)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"));
+            !ours || window.admit(krate, *per_second)
+        })
+    });
     // Colours on a terminal only: log files (`optio up`'s DIR/HOST.log, a service manager's
     // journal) get plain text.
     use std::io::IsTerminal;
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_filter(filter.and(capped));
+        .with_filter(filter.and(capped).and(limited));
     let _ = tracing_subscriber::registry().with(layer).try_init();
     if let Some(problem) = problem {
         tracing::warn!("ignoring an unusable log filter ({problem}); logging at {default}");

@@ -187,6 +187,11 @@ fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
 /// signatures — the one it computed from the secret on a mismatch, which a reader of the log
 /// could replay, and the request with its `Authorization` header or presigned URL.
 const S3S_LOG_CAP: &[(&str, tracing::Level)] = &[("s3s", tracing::Level::INFO)];
+/// s3s logs two lines at ERROR for every request it refuses (a bad signature, an invalid
+/// bucket name): at most this many of its events a second reach the log, so that refused
+/// requests cannot fill the disk (issue 36, item 10); the gateway's metrics count every
+/// refusal.
+const S3S_LOG_RATE: &[(&str, u32)] = &[("s3s", 20)];
 
 async fn gateway(args: &GatewayArgs) -> Result<Arc<Gateway>> {
     let client = args.cluster.connect().await?;
@@ -206,7 +211,7 @@ pub fn run(args: Args) -> Result<()> {
 
 async fn serve(args: ServeArgs) -> Result<()> {
     // Requests that fail for want of the cluster (answered 503 or 500) are logged at warn.
-    crate::commands::init_logging_capped("warn", S3S_LOG_CAP);
+    crate::commands::init_logging_capped("warn", S3S_LOG_CAP, S3S_LOG_RATE);
     let max_connections =
         args.max_connections.unwrap_or_else(optio_s3::conn::default_max_connections);
     if !(1..=optio_s3::conn::CONNECTIONS_MAX).contains(&max_connections) {

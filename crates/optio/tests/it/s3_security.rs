@@ -368,6 +368,46 @@ fn stalled_bodies_without_a_length_block_other_uploads_at_most_until_their_time_
     drop(few);
 }
 
+/// Item 10, at the gateway: s3s logs two lines at ERROR for every request it refuses, so
+/// refused requests could fill the disk through the gateway's log. At most 20 of its events a
+/// second are logged, and what was left out is counted in one line.
+#[test]
+fn refused_requests_do_not_flood_the_gateway_log() {
+    let setup = setup();
+    let gateway = Gateway::launch(setup.cluster.dir(), &[], &[], None);
+    let path = format!("/{}", "a".repeat(16_000));
+    let refused = 1000;
+    for _ in 0..refused {
+        let mut stream = TcpStream::connect(("127.0.0.1", gateway.port)).expect("a connection");
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: AWS4-HMAC-SHA256 \
+             Credential=AKNOPE/20261129/us-east-1/s3/aws4_request, SignedHeaders=host, \
+             Signature={}\r\nx-amz-date: 20261129T070000Z\r\n\
+             x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n\r\n",
+            "0".repeat(64)
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = [0u8; 12];
+        stream.read_exact(&mut answer).expect("an answer");
+        assert!(answer.starts_with(b"HTTP/1.1 4"), "{}", String::from_utf8_lossy(&answer));
+    }
+    // The second is over: the next event tells how many were left out.
+    std::thread::sleep(Duration::from_millis(1100));
+    let _ = TcpStream::connect(("127.0.0.1", gateway.port))
+        .and_then(|mut s| s.write_all(b"GET /%ff HTTP/1.1\r\nHost: x\r\n\r\n"));
+    let seen = wait_until(Duration::from_secs(5), || gateway.log().contains("left out"));
+    let log = gateway.kill_and_log();
+    let s3s_lines = log.lines().filter(|l| l.contains(" s3s")).count();
+    assert!(seen, "no line counts what was left out:\n{log}");
+    assert!(
+        s3s_lines < refused / 4,
+        "{s3s_lines} lines of s3s for {refused} refused requests:\n{}",
+        log.lines().take(10).collect::<Vec<_>>().join("\n")
+    );
+    assert!(log.len() < 64 << 10, "{} bytes of log for {refused} refused requests", log.len());
+    assert!(!log.contains(&path[..200]), "a refused request's path is in the log");
+}
+
 /// Item 7: at debug and trace (s3s's own directives included), a presigned URL's signature —
 /// sent right or wrong — reaches no log line.
 #[test]
