@@ -25,12 +25,20 @@ pub const APPLY_ATTEMPTS_MAX: u32 = 8;
 
 /// How [`MapSource::apply`] judges a change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ApplyOptions {
-    /// The objects simulated for the [`ChangeReport`] (what moves, copies short).
-    pub sample: MovementSample,
-    /// Store a change that leaves data with fewer copies than its pool's `min_size`
-    /// ([`ChangeReport::below_min_size`]) instead of refusing it.
-    pub allow_below_min_size: bool,
+pub enum ApplyOptions {
+    /// Report what the change does (simulating `sample`'s objects: what moves, copies
+    /// short), and refuse a change that leaves data with fewer copies than its pool's
+    /// `min_size` ([`ChangeReport::below_min_size`]) unless `allow_below_min_size`.
+    Judged {
+        /// The objects simulated for the [`ChangeReport`].
+        sample: MovementSample,
+        /// Store a change below `min_size` instead of refusing it.
+        allow_below_min_size: bool,
+    },
+    /// Store the change whatever it does, without a report: for a supervisor applying
+    /// changes of its own in quick succession, where nobody reads one (compiling both maps'
+    /// placements for it costs more than the change itself).
+    Unjudged,
 }
 
 /// A change applied to a map: the map it was applied to, the next one, and the report.
@@ -40,21 +48,36 @@ pub struct MapEdit {
     pub old: ClusterMap,
     /// The next map (epoch + 1).
     pub new: ClusterMap,
-    /// What the change does.
-    pub report: ChangeReport,
+    /// What the change does (`None` when [`ApplyOptions::Unjudged`]).
+    pub report: Option<ChangeReport>,
     /// How many times the change was applied (1 unless a race was lost).
     pub attempts: u32,
 }
 
 impl MapEdit {
-    /// `change` applied to `old`, with its report: pure, nothing stored.
+    /// `change` applied to `old`, judged as `options` say: pure, nothing stored.
     pub fn new(
         old: ClusterMap,
         change: &MapChange,
-        sample: MovementSample,
+        options: ApplyOptions,
     ) -> Result<MapEdit, MapError> {
-        let (new, report) = old.apply_with_report(change, old.epoch(), sample)?;
+        let (new, report) = match options {
+            ApplyOptions::Judged { sample, .. } => {
+                let (new, report) = old.apply_with_report(change, old.epoch(), sample)?;
+                (new, Some(report))
+            }
+            ApplyOptions::Unjudged => (old.apply(change, old.epoch())?, None),
+        };
         Ok(MapEdit { old, new, report, attempts: 1 })
+    }
+
+    /// Whether `options` refuse this edit: judged, below `min_size`, and not allowed.
+    fn refused_by(&self, options: ApplyOptions) -> bool {
+        let allowed = match options {
+            ApplyOptions::Judged { allow_below_min_size, .. } => allow_below_min_size,
+            ApplyOptions::Unjudged => true,
+        };
+        !allowed && self.report.as_ref().is_some_and(ChangeReport::below_min_size)
     }
 }
 
@@ -68,12 +91,13 @@ impl MapSource {
         options: ApplyOptions,
     ) -> Result<MapEdit, ClusterError> {
         let old = self.load().await?;
-        let edit = MapEdit::new(old, change, options.sample).map_err(ClusterError::Refused)?;
+        let edit = MapEdit::new(old, change, options).map_err(ClusterError::Refused)?;
         self.store_edit(edit, change, options).await
     }
 
-    /// Stores `edit` (made of `change` by [`MapEdit::new`]), or after a lost race `change`
-    /// applied again to the newer map; returns the edit stored.
+    /// Stores `edit` (made of `change` by [`MapEdit::new`] with the same `options`), or after
+    /// a lost race `change` applied again to the newer map and judged again; returns the edit
+    /// stored.
     pub async fn store_edit(
         &self,
         mut edit: MapEdit,
@@ -81,7 +105,7 @@ impl MapSource {
         options: ApplyOptions,
     ) -> Result<MapEdit, ClusterError> {
         loop {
-            if edit.report.below_min_size() && !options.allow_below_min_size {
+            if edit.refused_by(options) {
                 return Err(below_min_size(&edit));
             }
             let lost = match self.compare_and_swap(edit.old.epoch(), &edit.new).await {
@@ -94,7 +118,7 @@ impl MapSource {
             }
             let attempts = edit.attempts + 1;
             let old = self.load().await?;
-            edit = MapEdit::new(old, change, options.sample).map_err(ClusterError::Refused)?;
+            edit = MapEdit::new(old, change, options).map_err(ClusterError::Refused)?;
             edit.attempts = attempts;
         }
     }
@@ -104,8 +128,8 @@ impl MapSource {
 fn below_min_size(edit: &MapEdit) -> ClusterError {
     let pools: Vec<String> = edit
         .report
-        .short_of_copies
         .iter()
+        .flat_map(|report| &report.short_of_copies)
         .filter(|p| p.newly_below_min_size())
         .map(|p| format!("'{}'", p.name))
         .collect();

@@ -40,9 +40,9 @@
 //! // the change is applied again to theirs (nothing is overwritten).
 //! let change = MapChange::SetState { device: DeviceId(3), up: Some(false), is_in: None };
 //! let sample = MovementSample { objects: 1_000, object_bytes: 4 << 20 };
-//! let options = ApplyOptions { sample, allow_below_min_size: true };
+//! let options = ApplyOptions::Judged { sample, allow_below_min_size: true };
 //! let MapEdit { old, new, report, .. } = source.apply(&change, options).await?;
-//! println!("short of copies: {:?}", report.short_of_copies);
+//! println!("short of copies: {:?}", report.map(|r| r.short_of_copies));
 //! assert_eq!(new.epoch().0, old.epoch().0 + 1);
 //! let newer = watcher.next().await?; // the map just stored, or a newer one
 //! assert!(newer.epoch() > map.epoch());

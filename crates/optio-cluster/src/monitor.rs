@@ -265,10 +265,10 @@ impl Monitor {
     /// a change that leaves data with fewer copies than its pool's `min_size` is logged as a
     /// warning: writes to that data fail until devices return.
     async fn change(&self, change: &MapChange) -> Result<u64, ClusterError> {
-        let options = ApplyOptions { sample: MONITOR_SAMPLE, allow_below_min_size: true };
+        let options = ApplyOptions::Judged { sample: MONITOR_SAMPLE, allow_below_min_size: true };
         let edit = self.source.apply(change, options).await?;
-        if edit.report.below_min_size() {
-            for pool in edit.report.short_of_copies.iter().filter(|p| p.newly_below_min_size()) {
+        if let Some(report) = edit.report.as_ref().filter(|r| r.below_min_size()) {
+            for pool in report.short_of_copies.iter().filter(|p| p.newly_below_min_size()) {
                 tracing::warn!(
                     epoch = edit.new.epoch().0,
                     pool = %pool.name,

@@ -737,14 +737,14 @@ impl LocalCluster {
     /// Applies `change` to the stored map ([`MapSource::apply`](optio_cluster::MapSource::apply):
     /// epoch + 1, a compare-and-swap, applied again after a lost race) and returns the new
     /// map; servers pick it up by themselves. The supervisor makes what it is asked to, even
-    /// a change that leaves data below its pool's `min_size`.
+    /// a change that leaves data below its pool's `min_size`, without a report
+    /// ([`ApplyOptions::Unjudged`](optio_cluster::ApplyOptions::Unjudged)): tests and benches
+    /// make changes in quick succession.
     pub fn change_map(
         &self,
         change: &optio_placement::MapChange,
     ) -> Result<optio_placement::ClusterMap, LocalError> {
-        let sample = optio_placement::MovementSample { objects: 1_000, object_bytes: 4 << 20 };
-        let options = optio_cluster::ApplyOptions { sample, allow_below_min_size: true };
-        match block_on(self.source.apply(change, options)) {
+        match block_on(self.source.apply(change, optio_cluster::ApplyOptions::Unjudged)) {
             Ok(edit) => Ok(edit.new),
             Err(ClusterError::Refused(error)) => Err(LocalError::Change(error)),
             Err(error) => Err(error.into()),

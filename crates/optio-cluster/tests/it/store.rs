@@ -123,7 +123,7 @@ async fn error_text(
 
 fn options(allow_below_min_size: bool) -> ApplyOptions {
     let sample = MovementSample { objects: 200, object_bytes: 4 << 20 };
-    ApplyOptions { sample, allow_below_min_size }
+    ApplyOptions::Judged { sample, allow_below_min_size }
 }
 
 fn set_out(device: u32) -> MapChange {
@@ -188,7 +188,8 @@ async fn below_min_size(source: &MapSource) {
         let edit = source.apply(&set_out(device), options(false)).await;
         let edit = edit.unwrap_or_else(|e| panic!("device {device} out: {e}"));
         if device == 2 {
-            let rbd = edit.report.short_of_copies.iter().find(|p| p.name == "rbd");
+            let report = edit.report.expect("judged");
+            let rbd = report.short_of_copies.iter().find(|p| p.name == "rbd");
             let rbd = rbd.expect("zone z1 out leaves rbd short of its size");
             assert_eq!((rbd.below_size, rbd.below_min_size), (rbd.sampled, 0), "{rbd:?}");
         }
@@ -199,7 +200,7 @@ async fn below_min_size(source: &MapSource) {
     assert!(error.to_string().contains("'rbd'"), "{error}");
     assert_eq!(source.load().await.expect("load"), before, "nothing stored");
     let edit = source.apply(&set_out(5), options(true)).await.expect("allowed");
-    assert!(edit.report.below_min_size());
+    assert!(edit.report.expect("judged").below_min_size());
 }
 
 async fn all(source: &MapSource) {

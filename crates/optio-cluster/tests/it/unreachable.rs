@@ -26,10 +26,7 @@ async fn every_operation_says_etcd_cannot_be_reached() {
         source
             .apply(
                 &optio_placement::MapChange::RemoveDevice(optio_placement::DeviceId(0)),
-                optio_cluster::ApplyOptions {
-                    sample: optio_placement::MovementSample { objects: 1, object_bytes: 1 },
-                    allow_below_min_size: true,
-                },
+                optio_cluster::ApplyOptions::Unjudged,
             )
             .await
             .expect_err("apply"),

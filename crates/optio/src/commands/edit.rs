@@ -405,8 +405,10 @@ fn edit_checked(
             .with_context(|| format!("cannot load the map from {}", source.describe()))?;
         let change = change(&old)?;
         let sample = MovementSample { objects: args.objects, object_bytes: OBJECT_BYTES };
-        let edit = MapEdit::new(old, &change, sample).context("the change was refused")?;
-        let (old, new, report) = (&edit.old, &edit.new, &edit.report);
+        let options = ApplyOptions::Judged { sample, allow_below_min_size: args.yes };
+        let edit = MapEdit::new(old, &change, options).context("the change was refused")?;
+        let report = edit.report.as_ref().expect("a judged edit has a report");
+        let (old, new) = (&edit.old, &edit.new);
         let mut json = serde_json::json!({
             "source": source.describe(), "epoch_before": old.epoch().0,
             "dry_run": args.dry_run, "stored": false, "short_of_copies": copies_json(report),
@@ -451,7 +453,6 @@ fn edit_checked(
         }
         // Stored with a compare-and-swap; should someone else store a map first, the change
         // is applied again to theirs (its min_size check too), never over it.
-        let options = ApplyOptions { sample, allow_below_min_size: args.yes };
         let stored = source.store_edit(edit, &change, options).await?;
         let (old, new) = (&stored.old, &stored.new);
         let served = new.devices().iter().any(|d| d.addr.is_some());
