@@ -152,6 +152,20 @@ mod tests {
     }
 
     #[test]
+    fn the_change_report_carries_the_judgement() {
+        let sample = crate::change::MovementSample { objects: 100, object_bytes: 1 };
+        let old = map();
+        let out0 = MapChange::SetState { device: DeviceId(0), up: None, is_in: Some(false) };
+        let (one, degraded) = old.apply_with_report(&out0, old.epoch(), sample).expect("applies");
+        assert_eq!(degraded.short_of_copies.len(), 1, "{degraded:?}");
+        assert!(!degraded.below_min_size(), "2 of 3 copies is still min_size");
+        let out1 = MapChange::SetState { device: DeviceId(1), up: None, is_in: Some(false) };
+        let (_, unwritable) = one.apply_with_report(&out1, one.epoch(), sample).expect("applies");
+        assert!(unwritable.below_min_size(), "{unwritable:?}");
+        assert!(matches!(unwritable.effect, crate::change::ChangeEffect::Moves(_)));
+    }
+
+    #[test]
     fn an_unchanged_map_is_short_of_nothing_and_samples_are_bounded() {
         let map = map();
         assert!(short_of_copies(&map, &map, u64::MAX / 2).map(|s| s.is_empty()).unwrap_or(false));
