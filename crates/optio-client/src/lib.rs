@@ -34,6 +34,7 @@ mod client;
 mod error;
 pub mod intent;
 pub mod policy;
+mod quorum;
 pub mod removal;
 pub mod volume;
 /// The HTTP transport (the `optio-net` crate, shared with the servers' migration).

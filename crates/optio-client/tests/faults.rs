@@ -94,6 +94,9 @@ struct Faults {
     /// (a newer version there) and has not reached the others yet: (trigger, device, pool,
     /// key).
     racing_write: Option<((u32, Kind), u32, u32, String)>,
+    /// A writer whose clock runs ahead keeps overtaking deletes of (device, pool, key): just
+    /// before each delete reaches `device`, a version newer than the delete's is stored there.
+    overtaking_writer: Option<(u32, u32, String)>,
 }
 
 /// In-memory servers of every device, with faults.
@@ -333,7 +336,22 @@ impl FaultyNet {
                     self.faults().moved_on_delete = None;
                 }
                 let version = version.map_or(u64::MAX, |v| v.0);
+                if self.faults().overtaking_writer.as_ref() == Some(&at)
+                    && let Some(s) = objects.get(&at).cloned()
+                {
+                    let newer = Stored { version: version + 1, deleted: false, ..s };
+                    objects.insert(at.clone(), newer);
+                }
                 match objects.get(&at) {
+                    // As the servers do: a tombstone never goes below a newer version.
+                    Some(s) if !*purge && s.version > version => {
+                        return Err(Failure::Refused {
+                            kind: ErrorKind::VersionConflict,
+                            reason: "newer stored".into(),
+                            epoch: Some(held),
+                            stored: Some(ObjectVersion(s.version)),
+                        });
+                    }
                     Some(s) if *purge && s.version <= version => {
                         objects.remove(&at);
                     }
@@ -684,6 +702,27 @@ async fn a_delete_whose_reply_is_lost_twice_is_reported_and_still_hides_the_obje
     assert!(matches!(client.get("plain", "gone").await.unwrap_err(), ClientError::NotFound { .. }));
     let listed = client.list("plain", "").await.unwrap();
     assert!(listed.is_empty(), "{listed:?}");
+}
+
+#[tokio::test]
+async fn a_delete_overtaken_by_a_newer_write_stands_as_a_write_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::new(1);
+    let client = client(dir.path(), &net).await;
+    client.put("plain", "raced", Bytes::from_static(b"x")).await.unwrap();
+    let replicas = devices(&client, "plain", "raced", 0);
+    // One replica keeps getting a newer version just before each delete reaches it: the
+    // delete goes again above it (twice, as a write does), then the newer version stands
+    // there and the delete is acknowledged — the one quorum rule counts a replica holding a
+    // version that wins as done, for deletes as for writes (before, a delete failed here).
+    net.faults().overtaking_writer = Some((replicas[2], PLAIN.0, "raced".to_string()));
+    client.delete("plain", "raced").await.expect("overtaken, not failed");
+    let deletes = net.sent(replicas[2], Kind::Delete);
+    assert_eq!(deletes, 3, "the first delete and two above the newer version");
+    for device in &replicas[..2] {
+        assert!(net.stored(*device, PLAIN.0, "raced").unwrap().deleted, "device {device}");
+    }
+    assert!(!net.stored(replicas[2], PLAIN.0, "raced").unwrap().deleted, "the newer write stands");
 }
 
 /// A client on a fresh map (epoch 1) that wrote `x` to `key` in pool `plain` and read it

@@ -6,8 +6,9 @@
 //!   (`map.toml` in a cluster directory: one machine, the embedded default) or etcd (beyond one
 //!   machine: `etcd://HOST:PORT[/prefix]`). Both offer the same operations: load the map, store
 //!   it only if none is stored, replace it, compare-and-swap it on its epoch (two editors of
-//!   the same epoch: exactly one wins, the other gets [`ClusterError::Conflict`]), update it
-//!   (load, change, epoch + 1, swap), watch it (each newer map, epochs strictly increasing),
+//!   the same epoch: exactly one wins, the other gets [`ClusterError::Conflict`]), apply a
+//!   change to it ([`edit`]: load, apply, report, epoch + 1, swap, the change applied again
+//!   after a lost race), watch it (each newer map, epochs strictly increasing),
 //!   and keep one small status document per member (migration progress for `optio status`).
 //! * [`etcd`]: the etcd backend, a small client of etcd's v3 JSON gateway over HTTP — chosen
 //!   over the `etcd-client` crate because that one runs `protoc` at build time, which a fresh
@@ -28,22 +29,20 @@
 //! The design is written up in `docs/cluster.md` ("Where the map lives").
 //!
 //! ```no_run
-//! use optio_cluster::{ClusterError, MapSource};
+//! use optio_cluster::{ApplyOptions, ClusterError, MapEdit, MapSource};
+//! use optio_placement::{DeviceId, MapChange, MovementSample};
 //!
 //! # async fn example() -> Result<(), ClusterError> {
 //! let source = MapSource::parse("etcd://127.0.0.1:2379/optio")?;
 //! let map = source.load().await?;
 //! let mut watcher = source.watch_after(Some(map.epoch()));
-//! // Mark device 3 down: the new map gets epoch + 1, unless someone changed it meanwhile
-//! // (then the error is ClusterError::Conflict, and nothing was written).
-//! let (old, new) = source
-//!     .update(|map| {
-//!         let mut builder = map.to_builder();
-//!         let device = builder.devices.iter_mut().find(|d| d.id.0 == 3).ok_or("no device 3")?;
-//!         device.up = false;
-//!         Ok(builder)
-//!     })
-//!     .await?;
+//! // Mark device 3 down: the new map gets epoch + 1; if someone changed the map meanwhile,
+//! // the change is applied again to theirs (nothing is overwritten).
+//! let change = MapChange::SetState { device: DeviceId(3), up: Some(false), is_in: None };
+//! let sample = MovementSample { objects: 1_000, object_bytes: 4 << 20 };
+//! let options = ApplyOptions::Judged { sample, allow_below_min_size: true };
+//! let MapEdit { old, new, report, .. } = source.apply(&change, options).await?;
+//! println!("short of copies: {:?}", report.map(|r| r.short_of_copies));
 //! assert_eq!(new.epoch().0, old.epoch().0 + 1);
 //! let newer = watcher.next().await?; // the map just stored, or a newer one
 //! assert!(newer.epoch() > map.epoch());
@@ -58,6 +57,7 @@ pub mod codec;
 pub mod dir;
 pub mod dirty;
 pub mod durable;
+pub mod edit;
 pub mod etcd;
 pub mod file;
 pub mod follow;
@@ -69,6 +69,7 @@ pub mod secret;
 pub mod source;
 
 pub use codec::validate_member;
+pub use edit::{APPLY_ATTEMPTS_MAX, ApplyOptions, MapEdit};
 pub use source::{MapSource, MapWatcher};
 
 use optio_placement::Epoch;
@@ -143,6 +144,24 @@ pub enum ClusterError {
     /// A change to the map was refused by the map's validation.
     #[error("the change was refused: invalid map")]
     Invalid(#[source] optio_placement::MapError),
+    /// A [`MapChange`](optio_placement::MapChange) does not apply to the stored map (a device
+    /// it names is gone, a weight out of range…): nothing was stored.
+    #[error("the change was refused: {0}")]
+    Refused(optio_placement::MapError),
+    /// A change would leave data with fewer copies than its pool's `min_size` (see
+    /// [`ChangeReport::below_min_size`](optio_placement::ChangeReport::below_min_size)), and
+    /// the editor did not allow it: nothing was stored.
+    #[error(
+        "the change (to epoch {}) leaves data with fewer copies than its pool's min_size in {pools}: \
+         writes to it would fail until devices return; nothing was stored",
+        epoch.0
+    )]
+    BelowMinSize {
+        /// The epoch the change was applied to.
+        epoch: Epoch,
+        /// The pools, by name.
+        pools: String,
+    },
     /// A blocking map file operation did not finish (its task panicked or was cancelled).
     #[error("a map file operation failed")]
     Task(#[source] tokio::task::JoinError),

@@ -9,8 +9,10 @@
 //! listens: the process is gone — is marked down at once, without the grace (Ceph's
 //! `osd_fast_fail_on_connection_refused`): writes would go around it anyway, and choices of
 //! new objects whose home it is need the map to say so. Only devices the monitor itself marked out are marked in again
-//! (a device an operator set out stays out). Each change is one compare-and-swap on the epoch;
-//! a conflict (someone else changed the map) is retried at the next round.
+//! (a device an operator set out stays out). Each change is [`MapSource::apply`]: a
+//! compare-and-swap on the epoch, applied again to the newer map when someone else changed it
+//! meanwhile; a change that leaves data below its pool's `min_size` is made (the device is
+//! gone either way) and logged as a warning.
 //!
 //! **Fencing.** With the map in etcd, servers hold leases (see `etcd/fence.rs`) and serve only
 //! while they hold them. Before marking a silent device down, the monitor fences it — a marker
@@ -22,9 +24,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use optio_placement::{ClusterMap, DeviceId, MapChange};
+use optio_placement::{ClusterMap, DeviceId, MapChange, MovementSample};
 
-use crate::{ClusterError, MapSource};
+use crate::{ApplyOptions, ClusterError, MapSource};
 
 /// How long a health check may take.
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
@@ -33,6 +35,10 @@ pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
 pub const DOWN_GRACE_DEFAULT: Duration = Duration::from_secs(20);
 /// How long before they are marked out, by default (Ceph's `mon_osd_down_out_interval`).
 pub const OUT_GRACE_DEFAULT: Duration = Duration::from_secs(600);
+
+/// The objects the monitor's [`ChangeReport`](optio_placement::ChangeReport)s simulate per
+/// pool: enough to see a pool fall below `min_size`, few enough for every round.
+const MONITOR_SAMPLE: MovementSample = MovementSample { objects: 1_000, object_bytes: 4 << 20 };
 
 /// The graces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -253,13 +259,27 @@ impl Monitor {
         }
     }
 
-    /// Applies `change` to the stored map (epoch + 1, a compare-and-swap); the new epoch.
+    /// Applies `change` to the stored map ([`MapSource::apply`]: epoch + 1, a
+    /// compare-and-swap, applied again after a lost race); the new epoch. A device that does
+    /// not answer is marked whatever copies that leaves (clients must stop writing to it), but
+    /// a change that leaves data with fewer copies than its pool's `min_size` is logged as a
+    /// warning: writes to that data fail until devices return.
     async fn change(&self, change: &MapChange) -> Result<u64, ClusterError> {
-        let old = self.source.load().await?;
-        let new =
-            old.apply(change, old.epoch()).map_err(|e| ClusterError::Change(e.to_string()))?;
-        self.source.compare_and_swap(old.epoch(), &new).await?;
-        Ok(new.epoch().0)
+        let options = ApplyOptions::Judged { sample: MONITOR_SAMPLE, allow_below_min_size: true };
+        let edit = self.source.apply(change, options).await?;
+        if let Some(report) = edit.report.as_ref().filter(|r| r.below_min_size()) {
+            for pool in report.short_of_copies.iter().filter(|p| p.newly_below_min_size()) {
+                tracing::warn!(
+                    epoch = edit.new.epoch().0,
+                    pool = %pool.name,
+                    below_min_size = pool.below_min_size,
+                    sampled = pool.sampled,
+                    min_size = pool.min_size,
+                    "{change:?} leaves data with fewer copies than its pool's min_size: writes to it fail until devices return"
+                );
+            }
+        }
+        Ok(edit.new.epoch().0)
     }
 }
 

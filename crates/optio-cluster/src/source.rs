@@ -8,6 +8,7 @@
 //! | [`initialize`](MapSource::initialize) | under the lock: write if absent | txn: map key's create revision is 0 → put map and epoch |
 //! | [`replace`](MapSource::replace) | under the lock: write | txn: put map and epoch |
 //! | [`compare_and_swap`](MapSource::compare_and_swap) | under the lock: read, compare the epoch, write | txn: `{prefix}/epoch` is the expected epoch → put map and epoch |
+//! | [`apply`](MapSource::apply) ([`crate::edit`]) | load, apply a `MapChange`, compare-and-swap; a lost race applies it again | the same |
 //! | [`watch`](MapSource::watch) | poll the file's inode, mtime and length every 100 ms | the v3 watch stream, re-established after failures |
 //! | [`put_status`](MapSource::put_status) | `status/{member}.json` beside the map | `{prefix}/status/{member}` |
 //!
@@ -18,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use optio_placement::{ClusterMap, ClusterMapBuilder, Epoch};
+use optio_placement::{ClusterMap, Epoch};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -158,27 +159,6 @@ impl MapSource {
             }
             MapSource::Etcd(store) => store.compare_and_swap(expected, next).await,
         }
-    }
-
-    /// Loads the map, applies `change`, and stores the result with epoch + 1 by one
-    /// compare-and-swap; returns `(old, new)`. There is no silent retry: if the map changed
-    /// meanwhile, the error is [`ClusterError::Conflict`] and the caller decides (re-read,
-    /// show the user, try again).
-    ///
-    /// `change` gets the current map and returns a builder for the next one (usually
-    /// `map.to_builder()`, modified), or a message saying why the change cannot be made
-    /// (returned as [`ClusterError::Change`]). The builder's epoch is overwritten with the old
-    /// epoch + 1; the builder's validation errors are [`ClusterError::Change`] too.
-    pub async fn update(
-        &self,
-        change: impl FnOnce(&ClusterMap) -> Result<ClusterMapBuilder, String>,
-    ) -> Result<(ClusterMap, ClusterMap), ClusterError> {
-        let old = self.load().await?;
-        let mut builder = change(&old).map_err(ClusterError::Change)?;
-        builder.epoch = Epoch(old.epoch().0 + 1);
-        let new = builder.build().map_err(ClusterError::Invalid)?.with_state_epochs(Some(&old));
-        self.compare_and_swap(old.epoch(), &new).await?;
-        Ok((old, new))
     }
 
     /// A watcher of maps newer than the one stored now (any map, if none is stored yet).

@@ -9,7 +9,8 @@ use optio_proto::{ChoiceRecord, ErrorKind, ObjectInfo};
 
 use crate::candidates::Candidate;
 use crate::error::ClientError;
-use crate::transport::{Endpoint, Failure, Op};
+use crate::quorum::{Decision, Outcome, QuorumRule, Round, RoundKind, VERSION_BUMPS_MAX};
+use crate::transport::{Answer, Endpoint, Failure, Op};
 
 use super::locate::{Keyed, Probed, newest_holder, unanswered};
 use super::{Client, UNKNOWN_EPOCH_BACKOFF, View};
@@ -222,12 +223,7 @@ impl Client {
             defer_sync: false,
         };
         let call = self.object_call(view, &home, pool, op);
-        let answer = self.call(call).await.map_err(|failure| ClientError::HomeUnreachable {
-            key: key.to_string(),
-            device: home.device,
-            addr: home.addr.clone(),
-            reason: failure.to_string(),
-        })?;
+        let answer = self.recorded(key, &home, self.call(call).await).await?;
         let candidate = answer.record.map_or(holder, |r| r.candidate);
         check_recorded(key, &home, candidate, candidates)?;
         Ok(Recorded {
@@ -271,26 +267,7 @@ impl Client {
             tokio::time::sleep(UNKNOWN_EPOCH_BACKOFF * 2).await;
             result = self.call(call.clone()).await;
         }
-        let answer = match result {
-            Ok(answer) => answer,
-            Err(
-                failure @ Failure::Refused {
-                    kind: ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch,
-                    ..
-                },
-            ) => {
-                self.epoch_retry(&[&failure]).await?;
-                return Err(ClientError::EpochRetries { attempts: 0 });
-            }
-            Err(failure) => {
-                return Err(ClientError::HomeUnreachable {
-                    key: key.to_string(),
-                    device: home.device,
-                    addr: home.addr.clone(),
-                    reason: failure.to_string(),
-                });
-            }
-        };
+        let answer = self.recorded(key, &home, result).await?;
         let created = answer.status == 201;
         let candidate = answer.record.map(|r| r.candidate).unwrap_or(chosen);
         check_recorded(key, &home, candidate, candidates)?;
@@ -307,6 +284,32 @@ impl Client {
             incarnation: answer.incarnation.unwrap_or(0),
             home_info: answer.info,
         })
+    }
+
+    /// The home's answer to a record request, under the one quorum rule (crate::quorum) for a
+    /// round of one: the home must answer; a refusal of this client's map refreshes it and
+    /// starts the write again ([`ClientError::EpochRetries`], which the write retries).
+    async fn recorded(
+        &self,
+        key: &str,
+        home: &Endpoint,
+        result: Result<Answer, Failure>,
+    ) -> Result<Answer, ClientError> {
+        let round = Round::of(QuorumRule::RECORD, [Outcome::of(RoundKind::Record, &result, None)]);
+        match (round.decide(VERSION_BUMPS_MAX), result) {
+            (Decision::Durable { .. }, Ok(answer)) => Ok(answer),
+            (Decision::RefreshMap, Err(failure)) => {
+                self.epoch_retry(&[&failure]).await?;
+                Err(ClientError::EpochRetries { attempts: 0 })
+            }
+            (_, Err(failure)) => Err(ClientError::HomeUnreachable {
+                key: key.to_string(),
+                device: home.device,
+                addr: home.addr.clone(),
+                reason: failure.to_string(),
+            }),
+            (decision, Ok(_)) => unreachable!("an answered record decided {decision:?}"),
+        }
     }
 
     /// Whether the home still holds the record this client created, in the same

@@ -5,6 +5,7 @@ use futures_util::future::join_all;
 use optio_proto::{ErrorKind, validate_key};
 
 use crate::error::ClientError;
+use crate::quorum::{Decision, Outcome, Round, RoundKind};
 use crate::transport::{Endpoint, Failure, Op};
 
 use super::Client;
@@ -82,41 +83,47 @@ impl Client {
             // chosen one guessed while data moves — it is deleted all the same.
             let deleted = results.iter().chain(&stray_results).filter(|r| r.is_ok()).count();
             found_live |= deleted > 0;
+            // The one quorum rule (crate::quorum), as for writes: a tombstone written where
+            // the object was absent counts, and so does a newer version held once the bumps
+            // ran out (a concurrent writer's, which wins).
+            let rule = self.quorum_rule(view, pool, endpoints.len());
+            let round = Round::of(
+                rule,
+                results.iter().map(|r| Outcome::of(RoundKind::Delete, r, Some(version))),
+            );
             let failures: Vec<&Failure> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-            if self.epoch_retry(&failures).await? {
-                continue;
-            }
-            // A replica holding a newer version (a writer's clock ahead of ours): delete again
-            // above it, as writes do.
-            let superseded_by = failures
-                .iter()
-                .filter(|f| f.kind() == Some(ErrorKind::VersionConflict))
-                .filter_map(|f| f.stored_version())
-                .max()
-                .filter(|stored| *stored > version);
-            if let Some(stored) = superseded_by
-                && version_bumps < 2
-            {
-                version_bumps += 1;
-                self.raise_version_floor(stored);
-                continue;
-            }
-            let not_running = failures.iter().filter(|f| f.is_not_running()).count();
-            let hard: Vec<String> = failures
-                .iter()
-                .filter(|f| f.kind() != Some(ErrorKind::NotFound) && !f.is_not_running())
-                .map(|f| f.to_string())
-                .collect();
-            let min_size = self.min_size(view, pool);
-            if !hard.is_empty() || endpoints.len() - not_running < min_size {
-                let not_running: Vec<String> =
-                    failures.iter().filter(|f| f.is_not_running()).map(|f| f.to_string()).collect();
-                return Err(ClientError::NotEnoughReplicas {
-                    key: key.to_string(),
-                    acked: deleted,
-                    needed: (endpoints.len() - not_running.len()).max(min_size),
-                    failures: hard.into_iter().chain(not_running).collect::<Vec<_>>().join("; "),
-                });
+            match round.decide(version_bumps) {
+                Decision::Durable { .. } => {}
+                Decision::RefreshMap if self.epoch_retry(&failures).await? => continue,
+                // A replica holding a newer version (a writer's clock ahead of ours): delete
+                // again above it, as writes do.
+                Decision::WriteAbove(stored) => {
+                    version_bumps += 1;
+                    self.raise_version_floor(stored);
+                    continue;
+                }
+                Decision::RefreshMap | Decision::Short { .. } => {
+                    let (failed, not_running): (Vec<&Failure>, Vec<&Failure>) = failures
+                        .iter()
+                        .filter(|f| {
+                            !matches!(
+                                f.kind(),
+                                Some(ErrorKind::NotFound | ErrorKind::VersionConflict)
+                            )
+                        })
+                        .partition(|f| !f.is_not_running());
+                    return Err(ClientError::NotEnoughReplicas {
+                        key: key.to_string(),
+                        acked: round.acked(),
+                        needed: round.needed(),
+                        failures: failed
+                            .iter()
+                            .chain(&not_running)
+                            .map(|f| f.to_string())
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    });
+                }
             }
             if candidates.len() > 1
                 && let Some(home) = candidates[0].primary()

@@ -20,6 +20,7 @@ use optio_proto::{ErrorKind, ObjectVersion, checksum, validate_key};
 
 use crate::candidates::Candidate;
 use crate::error::ClientError;
+use crate::quorum::{Decision, Outcome, Round, RoundKind, VERSION_BUMPS_MAX};
 use crate::transport::{Answer, Failure, Op};
 
 use super::locate::placement_seed;
@@ -351,25 +352,36 @@ impl Client {
         if results.iter().any(conflict) {
             return Err(Slow::Rewrite);
         }
-        let not_running =
-            results.iter().filter(|r| matches!(r, Err(f) if f.is_not_running())).count();
-        let needed = (endpoints.len() - not_running).max(self.min_size(view, pool)).max(1);
-        let acked = results.iter().filter(|r| r.is_ok()).count();
-        if acked >= needed {
-            if not_running > 0 {
-                self.inner
-                    .counters
-                    .degraded_writes
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // The one quorum rule (crate::quorum), as for whole writes; a version conflict never
+        // reaches it (the object is rewritten whole above).
+        let rule = self.quorum_rule(view, pool, endpoints.len());
+        let round = Round::of(
+            rule,
+            results.iter().map(|r| Outcome::of(RoundKind::Write, r, Some(version))),
+        );
+        let (acked, needed) = match round.decide(VERSION_BUMPS_MAX) {
+            Decision::Durable { degraded } => {
+                if degraded {
+                    self.inner
+                        .counters
+                        .degraded_writes
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                return Ok(version);
             }
-            return Ok(version);
-        }
-        let failures: Vec<&Failure> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-        match self.epoch_retry(&failures).await {
-            Ok(true) => return Err(Slow::Relocate),
-            Ok(false) => {}
-            Err(error) => return Err(Slow::Failed(error)),
-        }
+            Decision::RefreshMap => {
+                let failures: Vec<&Failure> =
+                    results.iter().filter_map(|r| r.as_ref().err()).collect();
+                match self.epoch_retry(&failures).await {
+                    Ok(true) => return Err(Slow::Relocate),
+                    Ok(false) => {}
+                    Err(error) => return Err(Slow::Failed(error)),
+                }
+                (round.acked(), round.needed())
+            }
+            Decision::WriteAbove(_) => unreachable!("decided with no version bumps left"),
+            Decision::Short { acked, needed } => (acked, needed),
+        };
         let details: Vec<String> = endpoints
             .iter()
             .zip(&results)

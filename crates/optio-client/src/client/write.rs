@@ -11,6 +11,7 @@ use optio_proto::{ErrorKind, ObjectVersion, checksum, validate_key};
 
 use crate::candidates::Candidate;
 use crate::error::ClientError;
+use crate::quorum::{Decision, Outcome, QuorumRule, Round, RoundKind};
 use crate::transport::{Answer, Endpoint, Failure, Op};
 
 use super::choose::{Chosen, Excluded};
@@ -34,9 +35,6 @@ pub struct PutReport {
 /// request to the last replica's acknowledgement needs no further check: a home that crashed
 /// refuses new records for longer (`optio_server::records::RECORD_GRACE_AFTER_CRASH`, 2 s).
 pub const RECORD_LEASE: Duration = Duration::from_secs(1);
-
-/// How many times a write is sent again above a newer version a replica holds.
-const VERSION_BUMPS_MAX: usize = 2;
 
 /// How many times a request whose connection dropped is sent again (each time on another
 /// connection) before the replica counts as not answering.
@@ -184,21 +182,6 @@ impl Client {
                 self.call(self.object_call(&view, &endpoints[i], pool, put))
             })
             .await;
-            // Every replica whose server runs must hold the write — a running replica serves
-            // reads, so it must never miss one — and at least min_size must (the pool's, or
-            // the client's write quorum). Only replicas whose servers are not running are
-            // gone around: they catch up before serving again.
-            // A replica holding a newer version than this write's — a writer whose clock runs
-            // ahead, within the bound servers take — would make the later write lose: write
-            // again above it (twice at most; after that, a concurrent writer of the same key
-            // keeps winning, and its newer version stands).
-            let superseded_by = results
-                .iter()
-                .filter_map(|r| r.as_ref().err())
-                .filter(|f| f.kind() == Some(ErrorKind::VersionConflict))
-                .filter_map(|f| f.stored_version())
-                .max()
-                .filter(|stored| *stored > version);
             // A create in place that finds the object there (written meanwhile, or missed by
             // the probe that said it was new) must not replace it: the caller writes whole.
             if create.is_some()
@@ -209,64 +192,64 @@ impl Client {
                 self.undo(&view, pool, key, &endpoints, &results, version).await;
                 return Err(ClientError::Exists { key: key.to_string() });
             }
-            if let Some(stored) = superseded_by
-                && version_bumps < VERSION_BUMPS_MAX
-            {
-                version_bumps += 1;
-                self.raise_version_floor(stored);
-                continue;
-            }
-            let min_size = self.min_size(&view, pool);
-            let not_running =
-                results.iter().filter(|r| matches!(r, Err(f) if f.is_not_running())).count();
-            let needed = (endpoints.len() - not_running).max(min_size).max(1);
-            // A replica that already holds a newer version of the object (a concurrent write
-            // of the same key) counts: last writer wins, and the newer version is durable.
-            let acked = results
-                .iter()
-                .filter(|r| match r {
-                    Ok(_) => true,
-                    Err(f) => f.kind() == Some(ErrorKind::VersionConflict),
-                })
-                .count();
-            if acked >= needed && not_running > 0 {
-                self.inner.counters.degraded_writes.fetch_add(1, Ordering::Relaxed);
-            }
+            // The one quorum rule (crate::quorum) decides: every running replica and at least
+            // min_size hold the write, or it goes again (a newer map, a newer version held).
+            let rule = self.quorum_rule(&view, pool, endpoints.len());
+            let round = Round::of(
+                rule,
+                results.iter().map(|r| Outcome::of(RoundKind::Write, r, Some(version))),
+            );
+            let (acked, needed) = match round.decide(version_bumps) {
+                Decision::WriteAbove(stored) => {
+                    version_bumps += 1;
+                    self.raise_version_floor(stored);
+                    continue;
+                }
+                Decision::RefreshMap => {
+                    let kinds: Vec<&Failure> =
+                        results.iter().filter_map(|r| r.as_ref().err()).collect();
+                    if self.epoch_retry(&kinds).await? {
+                        continue;
+                    }
+                    (round.acked(), round.needed())
+                }
+                Decision::Durable { degraded } => {
+                    if degraded {
+                        self.inner.counters.degraded_writes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // A record this write created is safe once the object is stored, if the
+                    // home did not crash meanwhile: either the write took less than the lease
+                    // (a home that crashed refuses records for longer than that), or its
+                    // incarnation is unchanged.
+                    if let Some(incarnation) = created
+                        && started.elapsed() >= RECORD_LEASE
+                        && !self.home_kept_record(at, chosen, incarnation, &results).await
+                    {
+                        // The home restarted while we wrote: our record may be lost, and
+                        // another client may have chosen another candidate since. Undo, and
+                        // start over.
+                        tracing::info!(key, "the home restarted during a first write; retrying");
+                        self.undo(&view, pool, key, &endpoints, &results, version).await;
+                        self.inner.cache.remove(pool.0, key);
+                        continue;
+                    }
+                    self.inner.cache.insert(pool.0, key, chosen);
+                    let probes = self.inner.counters.probes.load(Ordering::Relaxed) - probes_before;
+                    return Ok(PutReport {
+                        candidate: chosen,
+                        devices: candidate.devices.iter().map(|d| d.0).collect(),
+                        version,
+                        probes: probes as u32,
+                    });
+                }
+                Decision::Short { acked, needed } => (acked, needed),
+            };
             let failures: Vec<(&Endpoint, &Failure)> = endpoints
                 .iter()
                 .zip(&results)
                 .filter_map(|(e, r)| r.as_ref().err().map(|f| (e, f)))
                 .filter(|(_, f)| f.kind() != Some(ErrorKind::VersionConflict))
                 .collect();
-            // A record this write created is safe once the object is stored, if the home did
-            // not crash meanwhile: either the write took less than the lease (a home that
-            // crashed refuses records for longer than that), or its incarnation is unchanged.
-            if acked >= needed
-                && let Some(incarnation) = created
-                && started.elapsed() >= RECORD_LEASE
-                && !self.home_kept_record(at, chosen, incarnation, &results).await
-            {
-                // The home restarted while we wrote: our record may be lost, and another
-                // client may have chosen another candidate since. Undo, and start over.
-                tracing::info!(key, "the home restarted during a first write; retrying");
-                self.undo(&view, pool, key, &endpoints, &results, version).await;
-                self.inner.cache.remove(pool.0, key);
-                continue;
-            }
-            if acked >= needed {
-                self.inner.cache.insert(pool.0, key, chosen);
-                let probes = self.inner.counters.probes.load(Ordering::Relaxed) - probes_before;
-                return Ok(PutReport {
-                    candidate: chosen,
-                    devices: candidate.devices.iter().map(|d| d.0).collect(),
-                    version,
-                    probes: probes as u32,
-                });
-            }
-            let kinds: Vec<&Failure> = failures.iter().map(|(_, f)| *f).collect();
-            if self.epoch_retry(&kinds).await? {
-                continue;
-            }
             if let Some((_, Failure::Refused { reason, .. })) =
                 failures.iter().find(|(_, f)| f.kind() == Some(ErrorKind::TooLarge))
             {
@@ -403,6 +386,11 @@ impl Client {
             .config
             .write_quorum
             .unwrap_or_else(|| view.map.pool(pool).map_or(1, |p| p.min_size as usize))
+    }
+
+    /// The quorum rule of a round of `pool` sent to `replicas` devices.
+    pub(super) fn quorum_rule(&self, view: &View, pool: PoolId, replicas: usize) -> QuorumRule {
+        QuorumRule { replicas, min_size: self.min_size(view, pool) }
     }
 
     /// Writes one version of the object to every replica of `candidate`, in parallel.

@@ -1,10 +1,12 @@
-//! Proves that load, initialize, replace, compare-and-swap and update behave the same on a
+//! Proves that load, initialize, replace, compare-and-swap and apply behave the same on a
 //! map file and on etcd: create-if-absent stores once, of two editors of one epoch exactly one
 //! wins and the other gets a Conflict naming both epochs, every map stored records which
-//! epochs marked its devices down and up, and etcd's keys are readable.
+//! epochs marked its devices down and up, concurrent applies are all stored (a lost race is
+//! applied again), a change below min_size is refused unless allowed, and etcd's keys are
+//! readable.
 
-use optio_cluster::{ClusterError, MapSource};
-use optio_placement::Epoch;
+use optio_cluster::{APPLY_ATTEMPTS_MAX, ApplyOptions, ClusterError, MapSource};
+use optio_placement::{DeviceId, Epoch, MapChange, MovementSample, Weight};
 
 use crate::support::{addr0, at_epoch, etcd, etcd_get, etcd_put, file_source, small_map};
 
@@ -119,44 +121,99 @@ async fn error_text(
     source.compare_and_swap(epoch, next).await.expect_err("a conflict").to_string()
 }
 
-async fn update(source: &MapSource) {
-    let before = source.load().await.expect("load");
-    let (old, new) = source
-        .update(|map| {
-            let mut builder = map.to_builder();
-            builder.devices[1].up = false;
-            Ok(builder)
-        })
-        .await
-        .expect("update");
-    assert_eq!(old, before);
-    assert_eq!(new.epoch(), Epoch(before.epoch().0 + 1));
-    assert!(!new.to_builder().devices[1].up);
-    assert_eq!(source.load().await.expect("load"), new);
+fn options(allow_below_min_size: bool) -> ApplyOptions {
+    let sample = MovementSample { objects: 200, object_bytes: 4 << 20 };
+    ApplyOptions::Judged { sample, allow_below_min_size }
+}
 
-    let refused = source.update(|_| Err("device 99 does not exist".to_string())).await;
+fn set_out(device: u32) -> MapChange {
+    MapChange::SetState { device: DeviceId(device), up: None, is_in: Some(false) }
+}
+
+async fn apply(source: &MapSource) {
+    let before = source.load().await.expect("load");
+    let change = MapChange::SetState { device: DeviceId(1), up: Some(false), is_in: None };
+    let edit = source.apply(&change, options(false)).await.expect("apply");
+    assert_eq!(edit.old, before);
+    assert_eq!(edit.new.epoch(), Epoch(before.epoch().0 + 1));
+    assert_eq!(edit.attempts, 1);
+    assert!(!edit.new.device(DeviceId(1)).expect("device 1").up);
+    assert_eq!(source.load().await.expect("load"), edit.new);
+
+    let stored = edit.new;
+    let refused = source.apply(&MapChange::RemoveDevice(DeviceId(99)), options(true)).await;
     let error = refused.expect_err("the change refused");
-    assert_eq!(error.to_string(), "the change was refused: device 99 does not exist");
-    let invalid = source
-        .update(|map| {
-            let mut builder = map.to_builder();
-            builder.devices.push(builder.devices[0].clone());
-            Ok(builder)
+    assert!(matches!(error, ClusterError::Refused(_)), "{error:?}");
+    assert!(error.to_string().starts_with("the change was refused: "), "{error}");
+    assert_eq!(source.load().await.expect("load"), stored, "refused changes store nothing");
+}
+
+/// Editors applying changes at once all get theirs stored, each on the map the others left:
+/// a lost race applies the change again instead of failing or overwriting.
+async fn apply_races(source: &MapSource) {
+    let before = source.load().await.expect("load");
+    let editors: Vec<_> = (0..APPLY_ATTEMPTS_MAX)
+        .map(|device| {
+            let source = source.clone();
+            let change =
+                MapChange::SetReweight { device: DeviceId(device), reweight: Weight(0x8000) };
+            tokio::spawn(async move { source.apply(&change, options(true)).await })
         })
-        .await;
-    assert!(matches!(invalid, Err(ClusterError::Invalid(_))), "a duplicate device: {invalid:?}");
-    assert_eq!(source.load().await.expect("load"), new, "refused changes store nothing");
+        .collect();
+    let mut epochs = Vec::new();
+    for editor in editors {
+        let edit = editor.await.expect("joined").expect("every editor's change is stored");
+        assert_eq!(edit.new.epoch().0, edit.old.epoch().0 + 1);
+        epochs.push(edit.new.epoch().0);
+    }
+    epochs.sort_unstable();
+    let first = before.epoch().0 + 1;
+    let expected: Vec<u64> = (first..first + u64::from(APPLY_ATTEMPTS_MAX)).collect();
+    assert_eq!(epochs, expected, "one epoch each, none overwritten");
+    let after = source.load().await.expect("load");
+    for device in 0..APPLY_ATTEMPTS_MAX {
+        assert_eq!(after.device(DeviceId(device)).expect("device").reweight, Weight(0x8000));
+    }
+}
+
+/// The min_size judgement is the change report's: a change that leaves data with fewer copies
+/// than a pool's min_size is refused unless allowed, one that only degrades it is stored.
+async fn below_min_size(source: &MapSource) {
+    // From the example map again (every device up, in, at full weight), at the next epoch.
+    let stored = source.load().await.expect("load");
+    source.replace(&at_epoch(&small_map(), stored.epoch().0 + 1, "")).await.expect("replace");
+    // Zone z1 (devices 0-2) out, then z2 but its last device: every pool of size 3 across
+    // three zones is degraded (2 copies), still writable (min_size 2).
+    for device in [0, 1, 2, 3, 4] {
+        let edit = source.apply(&set_out(device), options(false)).await;
+        let edit = edit.unwrap_or_else(|e| panic!("device {device} out: {e}"));
+        if device == 2 {
+            let report = edit.report.expect("judged");
+            let rbd = report.short_of_copies.iter().find(|p| p.name == "rbd");
+            let rbd = rbd.expect("zone z1 out leaves rbd short of its size");
+            assert_eq!((rbd.below_size, rbd.below_min_size), (rbd.sampled, 0), "{rbd:?}");
+        }
+    }
+    let before = source.load().await.expect("load");
+    let error = source.apply(&set_out(5), options(false)).await.expect_err("below min_size");
+    assert!(matches!(error, ClusterError::BelowMinSize { .. }), "{error:?}");
+    assert!(error.to_string().contains("'rbd'"), "{error}");
+    assert_eq!(source.load().await.expect("load"), before, "nothing stored");
+    let edit = source.apply(&set_out(5), options(true)).await.expect("allowed");
+    assert!(edit.report.expect("judged").below_min_size());
 }
 
 async fn all(source: &MapSource) {
     load_initialize_replace(source).await;
     compare_and_swap(source).await;
     state_epochs(source).await;
-    update(source).await;
+    apply(source).await;
+    apply_races(source).await;
+    below_min_size(source).await;
 }
 
 #[tokio::test]
-async fn a_map_file_loads_initializes_replaces_swaps_and_updates() {
+async fn a_map_file_loads_initializes_replaces_swaps_and_applies() {
     let (dir, source) = file_source();
     all(&source).await;
     assert!(dir.path().join("map.toml.lock").is_file(), "the lock file stays");
@@ -185,7 +242,7 @@ async fn a_map_file_in_a_new_directory_is_created_by_initialize() {
 }
 
 #[tokio::test]
-async fn etcd_loads_initializes_replaces_swaps_and_updates() {
+async fn etcd_loads_initializes_replaces_swaps_and_applies() {
     let Some(etcd) = etcd() else { return };
     let source = MapSource::parse(&etcd.url()).expect("etcd");
     all(&source).await;

@@ -23,7 +23,13 @@ async fn every_operation_says_etcd_cannot_be_reached() {
         source.initialize(&map).await.expect_err("initialize"),
         source.replace(&map).await.expect_err("replace"),
         source.compare_and_swap(Epoch(1), &at_epoch(&map, 2, "")).await.expect_err("swap"),
-        source.update(|m| Ok(m.to_builder())).await.expect_err("update"),
+        source
+            .apply(
+                &optio_placement::MapChange::RemoveDevice(optio_placement::DeviceId(0)),
+                optio_cluster::ApplyOptions::Unjudged,
+            )
+            .await
+            .expect_err("apply"),
         source.watch().await.expect_err("watch"),
         source.put_status("z1-h1", &1).await.expect_err("put_status"),
         source.statuses::<u64>().await.expect_err("statuses"),

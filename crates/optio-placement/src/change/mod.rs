@@ -5,12 +5,14 @@
 //! minimum, or what membership it changes. Pure: storing the result (with a compare-and-swap
 //! on the epoch) is the map store's job.
 
+pub mod copies;
 pub mod linear;
 mod report;
 mod states;
 mod tune;
 
-pub use report::{ChangeReport, MembershipChange, MovementSample, PoolMovement};
+pub use copies::{COPIES_SAMPLE_MAX, ShortOfCopies};
+pub use report::{ChangeEffect, ChangeReport, MembershipChange, MovementSample, PoolMovement};
 
 use crate::builder::{ActiveSpec, ClusterMapBuilder, DeviceSpec, ItemRef, VersionSpec};
 use crate::error::{MapError, MapErrorKind, Subject};

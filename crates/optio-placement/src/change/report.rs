@@ -1,6 +1,8 @@
-//! What a change does, for people to judge before it is stored: for a membership change, the
-//! versions and how many servers are active before and after; for any other change, what
-//! moves in each pool against the least any placement must move.
+//! What a change does, for people (and the manager) to judge before it is stored: for a
+//! membership change, the versions and how many servers are active before and after; for any
+//! other change, what moves in each pool against the least any placement must move; for
+//! every change, the pools it leaves short of copies ([`super::copies`]), and whether it makes
+//! data unwritable ([`ChangeReport::below_min_size`]).
 
 use crate::analysis::{Movement, movement};
 use crate::error::MapError;
@@ -9,6 +11,7 @@ use crate::map::{ClusterMap, EngineSpec};
 use crate::placement::Placement;
 
 use super::MapChange;
+use super::copies::{ShortOfCopies, short_of_copies_in};
 
 /// The objects simulated to measure what moves in object-level pools (pools with PGs count
 /// PG copies), and the size each stands for.
@@ -51,13 +54,24 @@ pub struct PoolMovement {
     pub movement: Movement,
 }
 
-/// What a change does: a membership change, or what moves per pool.
+/// What a change moves: a membership change, or what moves per pool.
 #[derive(Clone, Debug, PartialEq)]
-pub enum ChangeReport {
+pub enum ChangeEffect {
     /// A new membership version (nothing moves now).
     Membership(MembershipChange),
     /// What moves in every pool of the next map that the previous one had.
     Moves(Vec<PoolMovement>),
+}
+
+/// What a change does: what it moves, and the copies it leaves short.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChangeReport {
+    /// What it moves, or the membership it changes.
+    pub effect: ChangeEffect,
+    /// The pools whose sampled objects the next map leaves with fewer copies than their
+    /// size (sampled with the [`MovementSample`]'s objects, at most
+    /// [`COPIES_SAMPLE_MAX`](super::copies::COPIES_SAMPLE_MAX)).
+    pub short_of_copies: Vec<ShortOfCopies>,
 }
 
 impl ChangeReport {
@@ -68,39 +82,62 @@ impl ChangeReport {
         change: &MapChange,
         sample: MovementSample,
     ) -> Result<ChangeReport, MapError> {
-        if let MapChange::SetActive(_) | MapChange::Activate(_) | MapChange::Deactivate(_) = change
-        {
-            return Ok(ChangeReport::Membership(membership_change(old, new)));
-        }
         let placement_old = Placement::new(old)?;
         let placement_new = Placement::new(new)?;
-        let mut pools = Vec::new();
-        for pool in new.pools() {
-            let (Some(a), Some(b)) = (placement_old.pool(pool.id), placement_new.pool(pool.id))
-            else {
-                continue;
-            };
-            let (objects, object_bytes) = (sample.objects, sample.object_bytes);
-            let m = movement(
-                old,
-                &placement_old,
-                new,
-                &placement_new,
-                a,
-                b,
-                objects,
-                object_bytes,
-                &mut |_| {},
-            );
-            pools.push(PoolMovement {
-                pool: pool.id,
-                name: pool.name.clone(),
-                has_pgs: b.has_pgs(),
-                movement: m,
-            });
-        }
-        Ok(ChangeReport::Moves(pools))
+        let short_of_copies =
+            short_of_copies_in(new, &placement_old, &placement_new, sample.objects);
+        let effect = if let MapChange::SetActive(_)
+        | MapChange::Activate(_)
+        | MapChange::Deactivate(_) = change
+        {
+            ChangeEffect::Membership(membership_change(old, new))
+        } else {
+            ChangeEffect::Moves(moves(old, &placement_old, new, &placement_new, sample))
+        };
+        Ok(ChangeReport { effect, short_of_copies })
     }
+
+    /// Whether the change leaves more sampled objects of some pool with fewer copies than
+    /// the pool's `min_size` than there were: writes to them would be refused until devices
+    /// return. Editors refuse such a change unless told to make it anyway.
+    pub fn below_min_size(&self) -> bool {
+        self.short_of_copies.iter().any(ShortOfCopies::newly_below_min_size)
+    }
+}
+
+/// What moves in every pool of `new` that `old` had.
+fn moves(
+    old: &ClusterMap,
+    placement_old: &Placement,
+    new: &ClusterMap,
+    placement_new: &Placement,
+    sample: MovementSample,
+) -> Vec<PoolMovement> {
+    let mut pools = Vec::new();
+    for pool in new.pools() {
+        let (Some(a), Some(b)) = (placement_old.pool(pool.id), placement_new.pool(pool.id)) else {
+            continue;
+        };
+        let (objects, object_bytes) = (sample.objects, sample.object_bytes);
+        let m = movement(
+            old,
+            placement_old,
+            new,
+            placement_new,
+            a,
+            b,
+            objects,
+            object_bytes,
+            &mut |_| {},
+        );
+        pools.push(PoolMovement {
+            pool: pool.id,
+            name: pool.name.clone(),
+            has_pgs: b.has_pgs(),
+            movement: m,
+        });
+    }
+    pools
 }
 
 /// The versions and active counts of a membership change.

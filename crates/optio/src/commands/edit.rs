@@ -1,17 +1,19 @@
 //! Editing the live map: `optio map add-device | remove-device | reweight | set-state |
 //! set-attr | activate | deactivate` and `optio resize`. Each loads the map from where it
-//! lives (a file or etcd), applies one change, prints what it will move, and stores the next
-//! epoch with a compare-and-swap: an edit made concurrently by someone else makes this one
-//! fail with "the map changed underneath you", never silently overwrite it.
+//! lives (a file or etcd), applies one change, prints what it will move and the copies it
+//! leaves short (the placement crate's `ChangeReport`), and stores the next epoch with
+//! `MapSource::store_edit`: a compare-and-swap that never overwrites an edit made
+//! concurrently by someone else — the change is applied again to their map (its min_size
+//! check too), a bounded number of times.
 
 use anyhow::{Context, Result, bail};
+use optio_placement::change::ChangeEffect;
 use optio_placement::change::PoolMovement;
 use optio_placement::{
-    ActiveSpec, ChangeReport, ClusterMap, DeviceId, DeviceSpec, MapChange, MovementSample,
-    Placement, Weight,
+    ActiveSpec, ChangeReport, ClusterMap, DeviceId, DeviceSpec, MapChange, MovementSample, Weight,
 };
 
-use optio_cluster::MapSource;
+use optio_cluster::{ApplyOptions, MapEdit, MapSource};
 
 use super::live::LiveMap;
 use crate::output::{bytes, parse_size};
@@ -402,19 +404,22 @@ fn edit_checked(
             .await
             .with_context(|| format!("cannot load the map from {}", source.describe()))?;
         let change = change(&old)?;
-        let new = old.apply(&change, old.epoch()).context("the change was refused")?;
-        let copies = too_few_copies(&old, &new, args.objects.min(COPIES_SAMPLE_MAX))?;
+        let sample = MovementSample { objects: args.objects, object_bytes: OBJECT_BYTES };
+        let options = ApplyOptions::Judged { sample, allow_below_min_size: args.yes };
+        let edit = MapEdit::new(old, &change, options).context("the change was refused")?;
+        let report = edit.report.as_ref().expect("a judged edit has a report");
+        let (old, new) = (&edit.old, &edit.new);
         let mut json = serde_json::json!({
             "source": source.describe(), "epoch_before": old.epoch().0,
-            "dry_run": args.dry_run, "stored": false, "short_of_copies": copies.pools,
+            "dry_run": args.dry_run, "stored": false, "short_of_copies": copies_json(report),
         });
         if args.json {
-            json["moves"] = moves_json(&old, &new, &change, args.objects)?;
+            json["moves"] = moves_json(report, args.objects);
         } else {
-            print!("{}", what_moves(&old, &new, &change, args.objects)?);
-            print!("{}", copies.report);
+            print!("{}", what_moves(report, args.objects));
+            print!("{}", copies_text(report));
         }
-        if copies.below_min_size && !args.yes {
+        if report.below_min_size() && !args.yes {
             let reason = "this change leaves data with fewer copies than its pool's min_size: \
                           writes to it would fail until devices return; nothing was stored — \
                           rerun with --yes to make it anyway";
@@ -424,7 +429,7 @@ fn edit_checked(
             }
             bail!("{reason}");
         }
-        check(&old, &change).await?;
+        check(old, &change).await?;
         let done = |json: serde_json::Value, text: String| -> Result<()> {
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&json)?);
@@ -437,7 +442,7 @@ fn edit_checked(
             let text = format!("dry run: nothing stored (the map stays at epoch {})", old.epoch());
             return done(json, text);
         }
-        if let Some(written) = offline_file(&source, args.output.as_deref(), &new)? {
+        if let Some(written) = offline_file(&source, args.output.as_deref(), new)? {
             json["written_to"] =
                 serde_json::json!(args.output.as_deref().unwrap_or(match &source {
                     MapSource::File(store) => store.path(),
@@ -446,13 +451,26 @@ fn edit_checked(
             json["epoch"] = serde_json::json!(new.epoch().0);
             return done(json, written);
         }
-        source.compare_and_swap(old.epoch(), &new).await?;
+        // Stored with a compare-and-swap; should someone else store a map first, the change
+        // is applied again to theirs (its min_size check too), never over it.
+        let stored = source.store_edit(edit, &change, options).await?;
+        let (old, new) = (&stored.old, &stored.new);
         let served = new.devices().iter().any(|d| d.addr.is_some());
         if args.json {
             json["stored"] = serde_json::json!(true);
             json["epoch"] = serde_json::json!(new.epoch().0);
             json["served"] = serde_json::json!(served);
+            if stored.attempts > 1 {
+                json["epoch_before"] = serde_json::json!(old.epoch().0);
+                json["attempts"] = serde_json::json!(stored.attempts);
+            }
             return done(json, String::new());
+        }
+        if stored.attempts > 1 {
+            println!(
+                "the map changed while this edit was made: the change was applied again, to epoch {}",
+                old.epoch()
+            );
         }
         println!(
             "stored epoch {} at {} (was {}){}",
@@ -603,79 +621,59 @@ pub(crate) fn lost_in(
     Ok(lost)
 }
 
-/// Most objects sampled per pool to count copies after a change.
-const COPIES_SAMPLE_MAX: u64 = 20_000;
+/// The size each simulated object stands for in what a change moves.
+const OBJECT_BYTES: u64 = 4 << 20;
 
-/// What [`too_few_copies`] found.
-struct Copies {
-    /// Lines for people (empty when every sampled object keeps its pool's size).
-    report: String,
-    /// The same, per pool, for `--json`.
-    pools: Vec<serde_json::Value>,
-    /// Whether the change leaves more sampled objects below min_size than before.
-    below_min_size: bool,
-}
-
-/// Samples `objects` object names per pool and counts those whose new placement has fewer
-/// copies than the pool's size, and than its min_size, against the old map's.
-fn too_few_copies(old: &ClusterMap, new: &ClusterMap, objects: u64) -> Result<Copies> {
-    let (before, after) = (Placement::new(old)?, Placement::new(new)?);
-    let mut report = String::new();
-    let mut pools = Vec::new();
-    let mut below_min_size = false;
-    for pool in new.pools() {
-        let (Some(was), Some(is)) = (before.pool(pool.id), after.pool(pool.id)) else { continue };
-        let count = |placement: &optio_placement::PoolPlacement<'_>| {
-            let (mut short, mut unwritable) = (0u64, 0u64);
-            for i in 0..objects {
-                let copies =
-                    placement.locate(&format!("copies-{i}")).devices.devices().count() as u32;
-                short += u64::from(copies < pool.size);
-                unwritable += u64::from(copies < pool.min_size);
-            }
-            (short, unwritable)
-        };
-        let ((_, unwritable_before), (short, unwritable)) = (count(&was), count(&is));
-        if short == 0 {
-            continue;
-        }
-        report.push_str(&format!(
-            "pool '{}': {short} of {objects} sampled objects would have fewer than {} copies{}\n",
+/// The pools a change leaves short of copies ([`ChangeReport::short_of_copies`]), for people:
+/// empty when every sampled object keeps its pool's size.
+fn copies_text(report: &ChangeReport) -> String {
+    let mut text = String::new();
+    for pool in &report.short_of_copies {
+        text.push_str(&format!(
+            "pool '{}': {} of {} sampled objects would have fewer than {} copies{}\n",
             pool.name,
+            pool.below_size,
+            pool.sampled,
             pool.size,
-            if unwritable > 0 {
-                format!(", {unwritable} fewer than min_size {} (not writable)", pool.min_size)
+            if pool.below_min_size > 0 {
+                format!(
+                    ", {} fewer than min_size {} (not writable)",
+                    pool.below_min_size, pool.min_size
+                )
             } else {
                 format!(" (degraded, still writable: min_size {})", pool.min_size)
             }
         ));
-        pools.push(serde_json::json!({
-            "pool": pool.name, "sampled": objects, "below_size": short,
-            "below_min_size": unwritable, "size": pool.size, "min_size": pool.min_size,
-        }));
-        below_min_size |= unwritable > unwritable_before;
     }
-    Ok(Copies { report, pools, below_min_size })
+    text
+}
+
+/// [`copies_text`] as JSON, per pool.
+fn copies_json(report: &ChangeReport) -> Vec<serde_json::Value> {
+    report
+        .short_of_copies
+        .iter()
+        .map(|pool| {
+            serde_json::json!({
+                "pool": pool.name, "sampled": pool.sampled, "below_size": pool.below_size,
+                "below_min_size": pool.below_min_size, "size": pool.size, "min_size": pool.min_size,
+            })
+        })
+        .collect()
 }
 
 /// [`what_moves`] as JSON: per pool the copies that move against the minimum, or the
 /// membership change.
-fn moves_json(
-    old: &ClusterMap,
-    new: &ClusterMap,
-    change: &MapChange,
-    objects: u64,
-) -> Result<serde_json::Value> {
-    let sample = MovementSample { objects, object_bytes: 4 << 20 };
-    Ok(match ChangeReport::of(old, new, change, sample)? {
-        ChangeReport::Membership(m) => serde_json::json!({
+fn moves_json(report: &ChangeReport, objects: u64) -> serde_json::Value {
+    match &report.effect {
+        ChangeEffect::Membership(m) => serde_json::json!({
             "membership": {
                 "from_version": m.from_version, "to_version": m.to_version,
                 "active_before": m.active_before, "active_after": m.active_after,
                 "servers": m.servers,
             }
         }),
-        ChangeReport::Moves(pools) => serde_json::json!(pools
+        ChangeEffect::Moves(pools) => serde_json::json!(pools
             .iter()
             .map(|p| {
                 let m = &p.movement;
@@ -689,21 +687,15 @@ fn moves_json(
                 })
             })
             .collect::<Vec<_>>()),
-    })
+    }
 }
 
 /// What a change moves, per pool, against the minimum (from simulated objects), or what
 /// membership it changes: the placement crate's [`ChangeReport`], for people.
-pub fn what_moves(
-    old: &ClusterMap,
-    new: &ClusterMap,
-    change: &MapChange,
-    objects: u64,
-) -> Result<String> {
-    let sample = MovementSample { objects, object_bytes: 4 << 20 };
+pub fn what_moves(report: &ChangeReport, objects: u64) -> String {
     let mut out = String::new();
-    match ChangeReport::of(old, new, change, sample)? {
-        ChangeReport::Membership(m) => {
+    match &report.effect {
+        ChangeEffect::Membership(m) => {
             let (before, after, n) = (m.active_before, m.active_after, m.servers);
             out.push_str(&format!(
                 "membership version {} → {}: {before} → {after} of {n} servers active\n",
@@ -720,8 +712,8 @@ pub fn what_moves(
                 out.push_str(&format!("  pool '{name}' ({engine}): not elastic, unaffected\n"));
             }
         }
-        ChangeReport::Moves(pools) => {
-            for PoolMovement { name, has_pgs, movement: m, .. } in &pools {
+        ChangeEffect::Moves(pools) => {
+            for PoolMovement { name, has_pgs, movement: m, .. } in pools {
                 let unit = if *has_pgs { "PG copies" } else { "object copies (simulated)" };
                 let ratio = m.ratio_to_minimum();
                 out.push_str(&format!(
@@ -738,5 +730,5 @@ pub fn what_moves(
             }
         }
     }
-    Ok(out)
+    out
 }

@@ -381,7 +381,11 @@ fn a_fresh_client_reads_through_ten_quick_map_changes_without_a_failure() {
         for change in &changes {
             cluster.change_map(change).expect("the change is stored");
         }
-        assert_eq!(cluster.load_map().expect("the map").epoch().0, epoch + 10);
+        // Every change stored; the supervisor's re-integration may store a map of its own in
+        // between (pruning versions once back at full power), and a change that loses that
+        // race is applied again to its map (MapSource::apply), not refused.
+        let stored = cluster.load_map().expect("the map").epoch().0;
+        assert!((epoch + 10..=epoch + 11).contains(&stored), "epoch {stored}, was {epoch}");
         wait_settled(&cluster, Duration::from_secs(120)).await;
         stop.store(true, Ordering::Release);
         let mut failures = Vec::new();
