@@ -19,7 +19,6 @@ mod frames;
 pub mod local;
 pub use chunks::Chunks;
 pub mod throttle;
-pub mod tls;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -606,7 +605,7 @@ impl HttpTransport {
         let mut transport = match tls_ca {
             None => HttpTransport::new()?,
             Some(ca) => {
-                let config = tls::client_config(ca, identity)?;
+                let config = optio_tls::client_config(ca, identity)?;
                 let http = HttpTransport::builder()
                     .use_preconfigured_tls(config)
                     .build()
@@ -628,7 +627,7 @@ impl HttpTransport {
     }
 
     fn builder() -> reqwest::ClientBuilder {
-        tls::install_crypto_provider();
+        optio_tls::install_crypto_provider();
         reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)

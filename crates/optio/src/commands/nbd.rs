@@ -422,7 +422,7 @@ async fn listen(
                 (Access::Open(exports.clone()), "nbd")
             }
             Tcp::Tls { cert, key, ca, keyring } => {
-                let config = optio_net::tls::server_config(cert, key, Some(ca))
+                let config = optio_tls::server_config(cert, key, Some(ca))
                     .map_err(anyhow::Error::msg)
                     .context("cannot set up TLS for NBD")?;
                 let authority = KeyringAuthority {

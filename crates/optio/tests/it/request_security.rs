@@ -425,7 +425,7 @@ fn a_signed_request_refused_over_plain_http_cannot_be_replayed_over_tls() {
         let (status, text) = request.send(&addr).await;
         assert_eq!(status, 403, "plain HTTP: {text}");
         let config =
-            optio_net::tls::client_config(&cluster.dir().join("tls").join("ca.pem"), None).unwrap();
+            optio_tls::client_config(&cluster.dir().join("tls").join("ca.pem"), None).unwrap();
         let https = reqwest::Client::builder().use_preconfigured_tls(config).build().unwrap();
         let (status, text) = request.send_with(&https, &format!("https://{addr}")).await;
         assert_eq!(status, 401, "the same request over TLS is a replay: {text}");
