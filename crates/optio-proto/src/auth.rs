@@ -676,7 +676,9 @@ impl Signed {
             keyring.get(&self.id).ok_or_else(|| AuthError::UnknownEntity(self.id.clone()))?;
         let skew = self.ts_ms as i128 - now_ms as i128;
         if skew.unsigned_abs() > u128::from(window_ms) {
-            return Err(AuthError::Expired { id: self.id.clone(), skew_ms: skew as i64 });
+            // Saturated: a skew beyond i64's milliseconds is only further outside the window.
+            let skew_ms = i64::try_from(skew).unwrap_or(if skew < 0 { i64::MIN } else { i64::MAX });
+            return Err(AuthError::Expired { id: self.id.clone(), skew_ms });
         }
         let text = canonical(method, path, self.ts_ms, &self.nonce, &self.id, headers);
         let sig = blake3::Hash::from_hex(&self.sig)
@@ -798,6 +800,7 @@ impl AuthError {
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation, reason = "test data: small values, or truncation wanted")]
 mod tests {
     use super::*;
 

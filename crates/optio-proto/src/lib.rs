@@ -39,6 +39,7 @@
 //! ```
 
 #![forbid(unsafe_code)]
+#![warn(clippy::cast_possible_truncation)]
 #![deny(missing_docs)]
 
 pub mod auth;
