@@ -22,6 +22,10 @@
 //! * [`dir`]: a cluster directory (`--cluster DIR`): where its map and dirty table live;
 //!   [`lockfile`]: a data directory held by one process.
 //! * [`dirty`]: elastic consistent hashing's dirty table (a local log or a Redis list).
+//! * [`keyring`]: the keyring's files (secret keys: read only when private, written with mode
+//!   0600, atomically, never through a link); what a keyring holds and how requests are
+//!   signed is `optio-proto`'s, which does no file I/O. [`private`]: the other files only
+//!   their owner may use.
 //!
 //! `optio up`'s supervisor and the real etcd and Redis that tests start live in the
 //! `optio-local` crate, which servers and clients do not link.
@@ -61,6 +65,7 @@ pub mod edit;
 pub mod etcd;
 pub mod file;
 pub mod follow;
+pub mod keyring;
 pub mod lockfile;
 pub mod mapstore;
 pub mod monitor;

@@ -935,7 +935,7 @@ pub const KEYRING_FILE: &str = "keyring";
 pub fn ensure_entities(path: &Path, entities: &[(&str, Cap)]) -> Result<(), LocalError> {
     use optio_proto::auth::{Entity, Key, Keyring};
     let mut keyring = if path.exists() {
-        Keyring::load(path).map_err(|e| LocalError::Spec(e.to_string()))?
+        optio_cluster::keyring::load(path).map_err(|e| LocalError::Spec(e.to_string()))?
     } else {
         Keyring::new()
     };
@@ -948,7 +948,8 @@ pub fn ensure_entities(path: &Path, entities: &[(&str, Cap)]) -> Result<(), Loca
         }
     }
     if changed {
-        keyring.save(path).map_err(|e| LocalError::Spec(e.to_string()))?;
+        optio_cluster::keyring::save(&keyring, path)
+            .map_err(|e| LocalError::Spec(e.to_string()))?;
     }
     Ok(())
 }
@@ -1010,7 +1011,7 @@ pub fn ensure_tls(dir: &Path, bind: &str) -> Result<TlsFiles, LocalError> {
     let keyring_path = dir.join(KEYRING_FILE);
     let admin = optio_proto::auth::ADMIN;
     let mut keyring = if keyring_path.exists() {
-        let keyring = optio_proto::auth::Keyring::load(&keyring_path)
+        let keyring = optio_cluster::keyring::load(&keyring_path)
             .map_err(|e| LocalError::Spec(e.to_string()))?;
         Some(keyring).filter(|k| k.get(admin).is_some())
     } else {
@@ -1030,7 +1031,7 @@ pub fn ensure_tls(dir: &Path, bind: &str) -> Result<TlsFiles, LocalError> {
             }
             keyring
                 .record_certificate(admin, issued.fingerprint)
-                .and_then(|()| keyring.save(&keyring_path))
+                .and_then(|()| optio_cluster::keyring::save(keyring, &keyring_path))
                 .map_err(|e| LocalError::Spec(e.to_string()))?;
         }
     }

@@ -107,7 +107,7 @@ fn error(e: rcgen::Error) -> LocalError {
 }
 
 fn write(path: &Path, text: &str) -> Result<(), LocalError> {
-    optio_proto::auth::write_private(path, text.as_bytes())
+    optio_cluster::keyring::write_private(path, text.as_bytes())
         .map_err(|e| LocalError::Spec(e.to_string()))
 }
 
@@ -215,7 +215,8 @@ impl Ca {
     }
 
     fn load(cert_path: &Path, key_path: &Path, info: &CertInfo) -> Result<Ca, LocalError> {
-        optio_proto::auth::check_private(key_path).map_err(|e| LocalError::Spec(e.to_string()))?;
+        optio_cluster::keyring::check_private(key_path)
+            .map_err(|e| LocalError::Spec(e.to_string()))?;
         let pem = std::fs::read_to_string(key_path)
             .map_err(LocalError::io(format!("cannot read {}", key_path.display())))?;
         let key = rcgen::KeyPair::from_pem(&pem).map_err(error)?;

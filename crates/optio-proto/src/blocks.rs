@@ -61,7 +61,8 @@ impl BlockLayout {
     /// Bytes in block `block`.
     pub fn block_len(&self, block: u64) -> usize {
         let start = block * BLOCK_BYTES as u64;
-        (self.size - start).min(BLOCK_BYTES as u64) as usize
+        let len = (self.size - start).min(BLOCK_BYTES as u64);
+        usize::try_from(len).expect("at most BLOCK_BYTES, which is a usize")
     }
 
     /// The blocks `[first, last]` a byte range `[offset, offset + len)` touches (`len > 0`).
@@ -182,6 +183,7 @@ pub fn encode_table(table: &[u32]) -> Vec<u8> {
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation, reason = "test data: small values, or truncation wanted")]
 mod tests {
     use super::*;
     use proptest::prelude::*;

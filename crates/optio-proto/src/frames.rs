@@ -115,11 +115,12 @@ pub fn encode_request<'h>(
     headers: impl IntoIterator<Item = (&'h str, &'h str)>,
     body_len: usize,
 ) -> Result<(), FrameError> {
-    if method.len() > METHOD_BYTES_MAX {
-        return Err(FrameError::FieldTooLong("method"));
-    }
+    let method_len = u8::try_from(method.len())
+        .ok()
+        .filter(|_| method.len() <= METHOD_BYTES_MAX)
+        .ok_or(FrameError::FieldTooLong("method"))?;
     let start = begin(out, id);
-    out.push(method.len() as u8);
+    out.push(method_len);
     out.extend_from_slice(method.as_bytes());
     put_field(out, path.as_bytes(), "path")?;
     put_headers(out, headers)?;
@@ -200,21 +201,24 @@ fn put_headers<'h>(
         put_field(out, name.as_bytes(), "header name")?;
         put_field(out, value.as_bytes(), "header value")?;
     }
-    out[count_at..count_at + 2].copy_from_slice(&(count as u16).to_be_bytes());
+    let count = u16::try_from(count).map_err(|_| FrameError::TooManyHeaders(count))?;
+    out[count_at..count_at + 2].copy_from_slice(&count.to_be_bytes());
     Ok(())
 }
 
 /// Writes the prefix of the frame that starts at `start`.
 fn finish(out: &mut [u8], start: usize, body_len: usize) -> Result<(), FrameError> {
     let head = out.len() - start - PREFIX_BYTES;
-    if head > HEAD_BYTES_MAX {
-        return Err(FrameError::HeadTooLarge(head as u64));
-    }
-    if body_len > BODY_BYTES_MAX {
-        return Err(FrameError::BodyTooLarge(body_len as u64));
-    }
-    out[start..start + 4].copy_from_slice(&(head as u32).to_be_bytes());
-    out[start + 4..start + 8].copy_from_slice(&(body_len as u32).to_be_bytes());
+    let head_u32 = u32::try_from(head)
+        .ok()
+        .filter(|_| head <= HEAD_BYTES_MAX)
+        .ok_or(FrameError::HeadTooLarge(head as u64))?;
+    let body_u32 = u32::try_from(body_len)
+        .ok()
+        .filter(|_| body_len <= BODY_BYTES_MAX)
+        .ok_or(FrameError::BodyTooLarge(body_len as u64))?;
+    out[start..start + 4].copy_from_slice(&head_u32.to_be_bytes());
+    out[start + 4..start + 8].copy_from_slice(&body_u32.to_be_bytes());
     Ok(())
 }
 
@@ -278,6 +282,7 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation, reason = "test data: small values, or truncation wanted")]
 mod tests {
     use super::*;
     use proptest::prelude::*;

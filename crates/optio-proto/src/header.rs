@@ -128,7 +128,8 @@ impl ObjectHeader {
         out[10..12].copy_from_slice(&flags.to_le_bytes());
         out[12..16].copy_from_slice(&self.pool.0.to_le_bytes());
         out[16..20].copy_from_slice(&self.pg_seed.unwrap_or(0).to_le_bytes());
-        out[20..22].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        let key_len = u16::try_from(key.len()).expect("KEY_BYTES_MAX (asserted above) fits a u16");
+        out[20..22].copy_from_slice(&key_len.to_le_bytes());
         out[24..32].copy_from_slice(&self.size_bytes.to_le_bytes());
         out[32..36].copy_from_slice(&self.checksum.to_le_bytes());
         out[40..48].copy_from_slice(&self.version.0.to_le_bytes());
@@ -203,9 +204,11 @@ impl ObjectHeader {
                 found: bytes.len() as u64,
             });
         }
-        let table_at = layout.table_offset as usize;
-        let table = decode_table(&bytes[table_at..table_at + 4 * layout.blocks as usize]);
-        let data = &bytes[layout.data_offset as usize..];
+        // Every offset below is within the file, whose length (a usize) was just checked.
+        let within = |offset: u64| usize::try_from(offset).expect("an offset within the file");
+        let table_at = within(layout.table_offset);
+        let table = decode_table(&bytes[table_at..table_at + within(4 * layout.blocks)]);
+        let data = &bytes[within(layout.data_offset)..];
         for (block, expected) in table.iter().enumerate() {
             let start = block * BLOCK_BYTES;
             let found = checksum(&data[start..start + layout.block_len(block as u64)]);
@@ -261,6 +264,7 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation, reason = "test data: small values, or truncation wanted")]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -5,6 +5,10 @@
 //! piggybacks on every answer, the HTTP header names, and the error kinds with the status
 //! codes they travel as.
 //!
+//! "No files" holds for secrets too: [`auth`] parses and formats a keyring's text and signs
+//! and verifies requests with its keys, but reading and writing keyring files (mode 0600,
+//! atomic, never through a link) is `optio_cluster::keyring`'s.
+//!
 //! Design decisions:
 //!
 //! * **Everything stored is versioned and checksummed.** An object file is a fixed 64-byte
@@ -35,6 +39,7 @@
 //! ```
 
 #![forbid(unsafe_code)]
+#![warn(clippy::cast_possible_truncation)]
 #![deny(missing_docs)]
 
 pub mod auth;

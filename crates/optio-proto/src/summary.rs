@@ -32,6 +32,7 @@ pub fn summary_from_hex(text: &str) -> Option<[u8; SUMMARY_BYTES]> {
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation, reason = "test data: small values, or truncation wanted")]
 mod tests {
     use super::*;
 

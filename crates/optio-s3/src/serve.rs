@@ -101,7 +101,7 @@ pub struct ServeConfig {
     pub region: String,
     /// Host names for virtual-hosted–style requests (`bucket.HOST`); path style always works.
     pub domains: Vec<String>,
-    /// HTTPS: the gateway's certificate and key (`optio_net::tls::server_config`); `None`:
+    /// HTTPS: the gateway's certificate and key (`optio_tls::server_config`); `None`:
     /// plain HTTP.
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// The connection limit and timeouts ([`conn`]).

@@ -99,7 +99,7 @@ impl Auth {
     /// Authentication against the keyring at `path` (read now: a missing, unreadable or loose
     /// file is an error at start-up); `/metrics` unauthenticated when `metrics_public`.
     pub fn from_file(path: PathBuf, metrics_public: bool) -> Result<Auth, String> {
-        let keyring = Keyring::load(&path).map_err(|e| e.to_string())?;
+        let keyring = optio_cluster::keyring::load(&path).map_err(|e| e.to_string())?;
         if keyring.is_empty() {
             return Err(format!(
                 "the keyring {} has no entity: create it with `optio auth init`",
@@ -312,7 +312,7 @@ impl Auth {
             }
             *held = now;
         }
-        match Keyring::load(path) {
+        match optio_cluster::keyring::load(path) {
             Ok(keyring) => {
                 tracing::info!(path = %path.display(), entities = keyring.len(), "keyring reloaded");
                 *self.keyring.write().expect("keyring lock") = Arc::new(keyring);

@@ -240,7 +240,7 @@ impl Server {
         // Clients with a certificate from the cluster's CA may use it as their identity.
         let tls = match &config.tls {
             Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(
-                optio_net::tls::server_config(cert, key, config.tls_ca.as_deref())
+                optio_tls::server_config(cert, key, config.tls_ca.as_deref())
                     .map_err(ServerError::Auth)?,
             ))),
             None => None,

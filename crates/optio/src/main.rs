@@ -168,7 +168,7 @@ fn main() -> std::process::ExitCode {
     };
     let cli = Cli::parse_from(args);
     // Every HTTP client needs a TLS crypto provider, TLS or not.
-    optio_net::tls::install_crypto_provider();
+    optio_tls::install_crypto_provider();
     if cli.command.prints_for_pipes() {
         output::die_quietly_on_closed_pipe();
     }

@@ -549,7 +549,7 @@ fn tls_certificates(access: &RedisAccess) -> Result<redis::TlsCertificates, Stri
         None => None,
     };
     let root_cert = access.ca.as_deref().map(read).transpose()?;
-    optio_net::tls::install_crypto_provider();
+    optio_tls::install_crypto_provider();
     Ok(redis::TlsCertificates { client_tls, root_cert })
 }
 

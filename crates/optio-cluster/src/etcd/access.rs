@@ -112,7 +112,7 @@ impl TlsFiles {
     /// The HTTPS configuration: trust the CA, show the certificate if there is one.
     pub(super) fn client_config(&self) -> Result<rustls::ClientConfig, String> {
         let identity = self.identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-        optio_net::tls::client_config(&self.ca, identity)
+        optio_tls::client_config(&self.ca, identity)
     }
 }
 

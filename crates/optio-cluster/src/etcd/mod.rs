@@ -190,7 +190,7 @@ impl EtcdStore {
         login: Option<Login>,
         tls: Option<&TlsFiles>,
     ) -> Result<EtcdStore, String> {
-        optio_net::tls::install_crypto_provider();
+        optio_tls::install_crypto_provider();
         let builder = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).no_proxy();
         let (builder, scheme) = match tls {
             None => (builder, "http"),

@@ -305,7 +305,7 @@ async fn unsigned_requests_are_refused_and_store_nothing() {
         previous: None,
     });
     let path = dir.path().join("keyring");
-    keyring.save(&path).unwrap();
+    optio_cluster::keyring::save(&keyring, &path).unwrap();
     let server =
         TestServer::start(dir.path(), Options { keyring: Some(path), ..Options::default() }).await;
     let url = server.object(0, 1, "k");

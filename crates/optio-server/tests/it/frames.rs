@@ -147,7 +147,7 @@ async fn framed_requests_are_authenticated_like_any_other() {
         previous: None,
     });
     let path = dir.path().join("keyring");
-    keyring.save(&path).unwrap();
+    optio_cluster::keyring::save(&keyring, &path).unwrap();
     let server =
         TestServer::start(dir.path(), Options { keyring: Some(path), ..Options::default() }).await;
     let mut stream = upgraded(&server).await;

@@ -64,7 +64,7 @@ impl Default for Options {
 
 impl TestServer {
     pub async fn start(root: &Path, options: Options) -> TestServer {
-        optio_net::tls::install_crypto_provider();
+        optio_tls::install_crypto_provider();
         let devices: Vec<DeviceConfig> = options
             .devices
             .iter()

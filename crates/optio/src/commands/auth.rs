@@ -184,13 +184,13 @@ pub fn init(path: &Path) -> Result<()> {
         cap: Cap::Admin,
         previous: None,
     });
-    keyring.save(path)?;
+    optio_cluster::keyring::save(&keyring, path)?;
     println!("created {} (mode 0600) with {} (admin)", path.display(), auth::ADMIN);
     Ok(())
 }
 
 fn load(path: &Path) -> Result<Keyring> {
-    Keyring::load(path).with_context(|| {
+    optio_cluster::keyring::load(path).with_context(|| {
         format!("create the keyring with `optio auth init --keyring {}`", path.display())
     })
 }
@@ -203,7 +203,7 @@ fn key_file_path(output: &Option<PathBuf>, entity: &str) -> PathBuf {
 fn write_key_file(path: &Path, entity: &Entity) -> Result<()> {
     let mut single = Keyring::new();
     single.insert(Entity { previous: None, ..entity.clone() });
-    single.save(path)?;
+    optio_cluster::keyring::save(&single, path)?;
     Ok(())
 }
 
@@ -229,7 +229,7 @@ fn add(args: AddArgs) -> Result<()> {
         None
     };
     write_key_file(&file, &entity)?;
-    keyring.save(&path)?;
+    optio_cluster::keyring::save(&keyring, &path)?;
     println!("added {} ({cap}) to {}", args.entity, path.display());
     if let Some(issued) = &issued {
         print_issued(&args.entity, issued);
@@ -296,7 +296,7 @@ fn rm(args: EntityArgs) -> Result<()> {
     if !keyring.entities().any(|e| e.cap == Cap::Admin) {
         bail!("{} is the last admin: add another admin first", args.entity);
     }
-    keyring.save(&path)?;
+    optio_cluster::keyring::save(&keyring, &path)?;
     println!("removed {} (its key and client certificates) from {}", args.entity, path.display());
     wait_for_servers(&args.target, &path)
 }
@@ -379,7 +379,7 @@ fn rotate(args: RotateArgs) -> Result<()> {
         None => None,
     };
     write_key_file(&file, &entity)?;
-    keyring.save(&path)?;
+    optio_cluster::keyring::save(&keyring, &path)?;
     println!("rotated {}: new key in {} (mode 0600)", args.entity, file.display());
     if args.grace.is_zero() {
         println!("the old key is refused once every server holds the change (below)");
@@ -426,7 +426,7 @@ fn cert(args: CertArgs) -> Result<()> {
                 bail!("{} has expired: issue a new one", file.display());
             }
             keyring.record_certificate(&args.entity, info.fingerprint)?;
-            keyring.save(&path)?;
+            optio_cluster::keyring::save(&keyring, &path)?;
             println!(
                 "recorded the certificate {} of {} (SHA-256 {}) in {}",
                 file.display(),
@@ -439,7 +439,7 @@ fn cert(args: CertArgs) -> Result<()> {
             let ca = open_ca(&args.ca.path(&path))?;
             let dir = args.output.clone().unwrap_or_default();
             let issued = issue_certificate(&mut keyring, &ca, &args.entity, &dir)?;
-            keyring.save(&path)?;
+            optio_cluster::keyring::save(&keyring, &path)?;
             print_issued(&args.entity, &issued);
         }
     }

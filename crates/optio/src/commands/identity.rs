@@ -64,7 +64,7 @@ impl Identity {
             }
             (None, _) => return Ok(None),
         };
-        let credentials = Credentials::load(&path, id)
+        let credentials = optio_cluster::keyring::credentials(&path, id)
             .with_context(|| format!("cannot use the identity {id}"))?;
         Ok(Some(credentials))
     }

@@ -20,7 +20,7 @@ use optio_nbd::rustls::pki_types::CertificateDer;
 use optio_nbd::{
     Access, Authorize, Errno, Export, Exports, IoFuture, Limits, ReadOnlyExports, Server, Tls,
 };
-use optio_proto::auth::{Cap, Keyring};
+use optio_proto::auth::Cap;
 
 use crate::commands::client::ClusterConn;
 use crate::commands::identity::KEYRING_FILE;
@@ -169,7 +169,7 @@ impl Listeners {
             );
         }
         let keyring = or_default(&args.nbd_keyring, KEYRING_FILE);
-        Keyring::load(&keyring).with_context(|| {
+        optio_cluster::keyring::load(&keyring).with_context(|| {
             format!(
                 "NBD clients on {addr} are authorised by the keyring {} (their certificate's \
                  common name is an entity there): pass --nbd-keyring FILE if it is elsewhere",
@@ -210,7 +210,7 @@ impl Authorize for KeyringAuthority {
         let entity = common_name(certificate).ok_or(
             "the client certificate has no common name: it should name an entity (CN=client.NAME)",
         )?;
-        let keyring = Keyring::load(&self.keyring).map_err(|error| {
+        let keyring = optio_cluster::keyring::load(&self.keyring).map_err(|error| {
             tracing::warn!("cannot read the keyring that authorises NBD clients: {error}");
             "the server cannot check certificates now (its keyring is unreadable)".to_string()
         })?;
@@ -422,7 +422,7 @@ async fn listen(
                 (Access::Open(exports.clone()), "nbd")
             }
             Tcp::Tls { cert, key, ca, keyring } => {
-                let config = optio_net::tls::server_config(cert, key, Some(ca))
+                let config = optio_tls::server_config(cert, key, Some(ca))
                     .map_err(anyhow::Error::msg)
                     .context("cannot set up TLS for NBD")?;
                 let authority = KeyringAuthority {

@@ -228,8 +228,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
     };
     let tls = match (&args.https_cert, &args.https_key) {
         (Some(cert), Some(key)) => {
-            optio_net::tls::install_crypto_provider();
-            let config = optio_net::tls::server_config(cert, key, None)
+            optio_tls::install_crypto_provider();
+            let config = optio_tls::server_config(cert, key, None)
                 .map_err(|e| anyhow::anyhow!("--https-cert/--https-key: {e}"))?;
             Some(Arc::new(config))
         }

@@ -289,7 +289,7 @@ pub fn run(args: Args) -> Result<()> {
                 (None, Some(name)) => format!("server.{name}"),
                 (None, None) => bail!("--keyring needs --id server.NAME (or --name NAME)"),
             };
-            Some(optio_proto::auth::Credentials::load(path, &id).with_context(|| {
+            Some(optio_cluster::keyring::credentials(path, &id).with_context(|| {
                 format!("cannot use the server identity {id}: add it with `optio auth add {id} --caps server`")
             })?)
         }

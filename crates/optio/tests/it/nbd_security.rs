@@ -211,9 +211,9 @@ fn tls_clients_get_what_their_certificates_entity_may_do() {
     let issue = |stem: &str, cn: &str, record: bool| {
         let issued = authority.issue_client(&tls, stem, cn).unwrap();
         if record {
-            let mut keyring = optio_proto::auth::Keyring::load(&keyring_path).unwrap();
+            let mut keyring = optio_cluster::keyring::load(&keyring_path).unwrap();
             keyring.record_certificate(cn, issued.fingerprint).unwrap();
-            keyring.save(&keyring_path).unwrap();
+            optio_cluster::keyring::save(&keyring, &keyring_path).unwrap();
         }
         issued
     };

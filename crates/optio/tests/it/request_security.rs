@@ -28,7 +28,7 @@ fn now_ms() -> u64 {
 }
 
 fn credentials(cluster: &LocalCluster, id: &str) -> Credentials {
-    Credentials::load(&cluster.dir().join(KEYRING_FILE), id).expect("the key")
+    optio_cluster::keyring::credentials(&cluster.dir().join(KEYRING_FILE), id).expect("the key")
 }
 
 async fn client_as(cluster: &LocalCluster, id: &str) -> optio_client::Client {
@@ -131,9 +131,9 @@ fn a_read_key_cannot_read_s3_secrets_nor_a_write_key_forge_them_and_a_gateway_ke
     // The gateway's identity: a key file holding client.gw alone.
     let gw_key = dir.path().join("client.gw.keyring");
     let mut single = optio_proto::auth::Keyring::new();
-    let keyring = optio_proto::auth::Keyring::load(&cluster.dir().join(KEYRING_FILE)).unwrap();
+    let keyring = optio_cluster::keyring::load(&cluster.dir().join(KEYRING_FILE)).unwrap();
     single.insert(keyring.get("client.gw").unwrap().clone());
-    single.save(&gw_key).unwrap();
+    optio_cluster::keyring::save(&single, &gw_key).unwrap();
     let as_gateway = |args: &[&str]| {
         let output = Command::new(binary())
             .args(args)
@@ -425,7 +425,7 @@ fn a_signed_request_refused_over_plain_http_cannot_be_replayed_over_tls() {
         let (status, text) = request.send(&addr).await;
         assert_eq!(status, 403, "plain HTTP: {text}");
         let config =
-            optio_net::tls::client_config(&cluster.dir().join("tls").join("ca.pem"), None).unwrap();
+            optio_tls::client_config(&cluster.dir().join("tls").join("ca.pem"), None).unwrap();
         let https = reqwest::Client::builder().use_preconfigured_tls(config).build().unwrap();
         let (status, text) = request.send_with(&https, &format!("https://{addr}")).await;
         assert_eq!(status, 401, "the same request over TLS is a replay: {text}");
@@ -466,7 +466,9 @@ fn optio_auth_changes_hold_when_the_command_returns_and_a_keyring_that_does_not_
     for round in 0..5 {
         let name = format!("client.app{round}");
         auth(&cluster, dir.path(), &["add", &name, "--caps", "read"]);
-        let app = Credentials::load(&dir.path().join(format!("{name}.keyring")), &name).unwrap();
+        let app =
+            optio_cluster::keyring::credentials(&dir.path().join(format!("{name}.keyring")), &name)
+                .unwrap();
         // At once, on every server.
         for server in cluster.servers() {
             let request = Raw::new(reqwest::Method::GET, "/v1/status").signed(&server.addr, &app);
@@ -478,14 +480,16 @@ fn optio_auth_changes_hold_when_the_command_returns_and_a_keyring_that_does_not_
         assert_eq!(status, 401, "round {round}, right after `auth rm`: {text}");
     }
     auth(&cluster, dir.path(), &["add", "client.kept", "--caps", "read"]);
-    let kept = Credentials::load(&dir.path().join("client.kept.keyring"), "client.kept").unwrap();
+    let kept =
+        optio_cluster::keyring::credentials(&dir.path().join("client.kept.keyring"), "client.kept")
+            .unwrap();
     let admin = credentials(&cluster, "client.admin");
     assert_eq!(status_as(&kept).0, 200);
 
     // The keyring rewritten by hand without client.kept, but left readable by others: it does
     // not load, and the server fails closed (admins only) rather than keep client.kept.
     let path = cluster.dir().join(KEYRING_FILE);
-    let mut keyring = optio_proto::auth::Keyring::load(&path).unwrap();
+    let mut keyring = optio_cluster::keyring::load(&path).unwrap();
     assert!(keyring.remove("client.kept"));
     let loose = cluster.dir().join("keyring.loose");
     std::fs::write(&loose, keyring.to_toml()).unwrap();

@@ -15,8 +15,9 @@ fn secured() -> (tempfile::TempDir, LocalCluster) {
 
 /// A client of the cluster signing as `id` (from the cluster's keyring).
 async fn client_as(cluster: &LocalCluster, id: Option<&str>) -> optio_client::Client {
-    let credentials =
-        id.map(|id| Credentials::load(&cluster.dir().join(KEYRING_FILE), id).expect("the key"));
+    let credentials = id.map(|id| {
+        optio_cluster::keyring::credentials(&cluster.dir().join(KEYRING_FILE), id).expect("the key")
+    });
     let config =
         optio_client::ClientConfig { credentials, ..optio_client::ClientConfig::default() };
     optio_client::Client::connect_source(cluster.source().clone(), config)
@@ -81,7 +82,8 @@ fn each_operation_a_capability_lacks_is_refused_and_changes_nothing() {
         writer.delete(PLAIN_POOL, "w").await.expect("a writer deletes");
         let addr = cluster.servers()[0].addr.clone();
         let as_writer = optio_net::HttpTransport::with_credentials(Some(
-            Credentials::load(&cluster.dir().join(KEYRING_FILE), "client.writer").unwrap(),
+            optio_cluster::keyring::credentials(&cluster.dir().join(KEYRING_FILE), "client.writer")
+                .unwrap(),
         ))
         .unwrap();
         let scrub = as_writer.scrub(&addr, "").await.expect_err("no scrub");
@@ -151,7 +153,7 @@ fn forged_altered_expired_replayed_and_swapped_requests_are_refused_and_change_n
     let (_dir, cluster) = secured();
     let rt = runtime();
     let keyring = cluster.dir().join(KEYRING_FILE);
-    let admin = Credentials::load(&keyring, "client.admin").unwrap();
+    let admin = optio_cluster::keyring::credentials(&keyring, "client.admin").unwrap();
     let map = cluster.load_map().unwrap();
     let pool = map.pool_by_name(PLAIN_POOL).unwrap().id.0;
     let server = &cluster.servers()[0];
@@ -235,7 +237,7 @@ fn a_rotated_key_keeps_working_for_its_grace_and_a_removed_entity_is_refused() {
     let (_dir, cluster) = secured();
     add_entities(&cluster, &[("client.app", Cap::Write)]);
     let keyring = cluster.dir().join(KEYRING_FILE);
-    let old = Credentials::load(&keyring, "client.app").unwrap();
+    let old = optio_cluster::keyring::credentials(&keyring, "client.app").unwrap();
     let rt = runtime();
     let run = |args: &[&str]| {
         let output = std::process::Command::new(crate::binary())
@@ -251,7 +253,8 @@ fn a_rotated_key_keeps_working_for_its_grace_and_a_removed_entity_is_refused() {
     let out = run(&["auth", "rotate", "client.app", "--grace", "1h", "-o", "app.keyring"]);
     assert!(out.contains("old key stays valid"), "{out}");
     std::thread::sleep(Duration::from_millis(1500));
-    let new = Credentials::load(&cluster.dir().join("app.keyring"), "client.app").unwrap();
+    let new = optio_cluster::keyring::credentials(&cluster.dir().join("app.keyring"), "client.app")
+        .unwrap();
     assert_ne!(format!("{:?}", new.key.to_base64()), format!("{:?}", old.key.to_base64()));
     rt.block_on(async {
         for (name, credentials) in [("old", &old), ("new", &new)] {
@@ -271,7 +274,9 @@ fn a_rotated_key_keeps_working_for_its_grace_and_a_removed_entity_is_refused() {
     // Rotated again without grace: only the newest key works; removed: nothing does.
     run(&["auth", "rotate", "client.app", "--grace", "0s", "-o", "app.keyring"]);
     std::thread::sleep(Duration::from_millis(1500));
-    let newest = Credentials::load(&cluster.dir().join("app.keyring"), "client.app").unwrap();
+    let newest =
+        optio_cluster::keyring::credentials(&cluster.dir().join("app.keyring"), "client.app")
+            .unwrap();
     let put_with = |credentials: &Credentials| {
         let config = optio_client::ClientConfig {
             credentials: Some(credentials.clone()),
@@ -336,14 +341,14 @@ fn servers_sign_with_their_rotated_keys_without_a_restart() {
     let (_dir, cluster) = cluster(spec);
     let keyring = cluster.dir().join(KEYRING_FILE);
     let rt = runtime();
-    let admin = Credentials::load(&keyring, "client.admin").unwrap();
+    let admin = optio_cluster::keyring::credentials(&keyring, "client.admin").unwrap();
     let client = rt.block_on(client_as(&cluster, Some("client.admin")));
     rt.block_on(async {
         for i in 0..40 {
             client.put(PLAIN_POOL, &format!("r{i}"), data(i, 3000)).await.expect("a put");
         }
     });
-    let servers: Vec<String> = optio_proto::auth::Keyring::load(&keyring)
+    let servers: Vec<String> = optio_cluster::keyring::load(&keyring)
         .unwrap()
         .entities()
         .map(|e| e.name.clone())
@@ -407,7 +412,9 @@ fn servers_move_data_between_them_with_their_own_keys() {
     let (_dir, cluster) =
         cluster(optio_local::LocalClusterSpec { auth: true, hosts_per_zone: 2, ..small() });
     let rt = runtime();
-    let admin = Credentials::load(&cluster.dir().join(KEYRING_FILE), "client.admin").unwrap();
+    let admin =
+        optio_cluster::keyring::credentials(&cluster.dir().join(KEYRING_FILE), "client.admin")
+            .unwrap();
     let transport = optio_net::HttpTransport::with_credentials(Some(admin)).unwrap();
     let client = rt.block_on(client_as(&cluster, Some("client.admin")));
     rt.block_on(async {
@@ -441,7 +448,7 @@ fn tls_clusters_refuse_plain_requests_and_clients_with_another_ca() {
     let (_dir, cluster) = cluster(spec);
     let rt = runtime();
     let keyring = cluster.dir().join(KEYRING_FILE);
-    let admin = Credentials::load(&keyring, "client.admin").unwrap();
+    let admin = optio_cluster::keyring::credentials(&keyring, "client.admin").unwrap();
     let ca = cluster.dir().join("tls/ca.pem");
     let connect = |tls_ca: Option<std::path::PathBuf>| {
         let config = optio_client::ClientConfig {
@@ -632,7 +639,7 @@ fn generated_certificates_are_bounded_constrained_and_for_one_purpose() {
         assert_eq!((purpose.server_auth, purpose.client_auth), (server, !server), "{purpose:?}");
         assert_eq!(cert.issuer(), ca.subject(), "issued by the CA");
     }
-    let keyring = optio_proto::auth::Keyring::load(&cluster.dir().join(KEYRING_FILE)).unwrap();
+    let keyring = optio_cluster::keyring::load(&cluster.dir().join(KEYRING_FILE)).unwrap();
     let admin = optio_local::tls::inspect(&files.admin_cert).unwrap().fingerprint;
     assert_eq!(keyring.certificates("client.admin").current, vec![admin], "recorded");
 }
@@ -711,7 +718,9 @@ fn a_client_certificate_is_revoked_with_its_entity() {
     // What is stored, read with client.admin's key (whatever its certificates).
     let stored = || {
         let config = optio_client::ClientConfig {
-            credentials: Some(Credentials::load(&keyring, "client.admin").unwrap()),
+            credentials: Some(
+                optio_cluster::keyring::credentials(&keyring, "client.admin").unwrap(),
+            ),
             tls_ca: Some(files.ca.clone()),
             ..optio_client::ClientConfig::default()
         };
@@ -865,7 +874,8 @@ fn the_cluster_directory_is_private_and_redis_passwords_stay_off_command_lines()
     let redis = optio_local::redis::RedisServer::start_with_password(PASSWORD).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let password_file = tmp.path().join("redis-password");
-    optio_proto::auth::write_private(&password_file, format!("{PASSWORD}\n").as_bytes()).unwrap();
+    optio_cluster::keyring::write_private(&password_file, format!("{PASSWORD}\n").as_bytes())
+        .unwrap();
     let dir = tmp.path().join("c");
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();

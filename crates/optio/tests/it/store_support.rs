@@ -35,7 +35,7 @@ pub fn small() -> LocalClusterSpec {
 
 pub fn runtime() -> tokio::runtime::Runtime {
     // Every HTTP client (the tests' own too) needs a TLS crypto provider.
-    optio_net::tls::install_crypto_provider();
+    optio_tls::install_crypto_provider();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -215,7 +215,7 @@ fn volume_commands_check_their_input_and_round_trip_images() {
     // is gone for users, its objects still stored; `rm` again finishes the job.
     crate::runtime().block_on(async {
         let keyring = cluster.dir().join(optio_local::cluster::KEYRING_FILE);
-        let credentials = optio_proto::auth::Credentials::load(&keyring, "client.admin").unwrap();
+        let credentials = optio_cluster::keyring::credentials(&keyring, "client.admin").unwrap();
         let config = optio_client::ClientConfig {
             credentials: Some(credentials),
             ..optio_client::ClientConfig::default()
@@ -602,7 +602,7 @@ fn no_acknowledged_write_is_lost_when_optio_nbd_or_a_storage_server_is_killed() 
 fn set_lock(cluster: &LocalCluster, name: &str, lock: Option<optio_client::volume::Lock>) {
     crate::runtime().block_on(async {
         let keyring = cluster.dir().join(optio_local::cluster::KEYRING_FILE);
-        let credentials = optio_proto::auth::Credentials::load(&keyring, "client.admin").unwrap();
+        let credentials = optio_cluster::keyring::credentials(&keyring, "client.admin").unwrap();
         let config = optio_client::ClientConfig {
             credentials: Some(credentials),
             ..optio_client::ClientConfig::default()

@@ -1,7 +1,7 @@
-//! What TLS costs per byte with Optio's own configurations (`optio_net::tls`): 4 MiB moved
+//! What TLS costs per byte with Optio's own configurations (`optio_tls`): 4 MiB moved
 //! through an established rustls session in memory, sealed by one side and opened by the
 //! other (AES-GCM plus rustls's copies), with no socket — the CPU a 4 MiB PUT or GET adds
-//! per replica over TLS. `cargo bench -p optio-net --bench tls`.
+//! per replica over TLS. `cargo bench -p optio-tls --bench tls`.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -29,8 +29,8 @@ fn pair() -> (rustls::ClientConnection, rustls::ServerConnection, tempfile::Temp
     let ca_path = path("ca.pem", ca.pem());
     let cert_path = path("cert.pem", cert.pem());
     let key_path = path("key.pem", key.serialize_pem());
-    let client_config = optio_net::tls::client_config(&ca_path, None).unwrap();
-    let server_config = optio_net::tls::server_config(&cert_path, &key_path, None).unwrap();
+    let client_config = optio_tls::client_config(&ca_path, None).unwrap();
+    let server_config = optio_tls::server_config(&cert_path, &key_path, None).unwrap();
     let mut client =
         rustls::ClientConnection::new(Arc::new(client_config), "localhost".try_into().unwrap())
             .unwrap();
@@ -50,7 +50,7 @@ fn pair() -> (rustls::ClientConnection, rustls::ServerConnection, tempfile::Temp
 }
 
 fn tls(c: &mut Criterion) {
-    optio_net::tls::install_crypto_provider();
+    optio_tls::install_crypto_provider();
     let (mut client, mut server, _dir) = pair();
     let suite = client.negotiated_cipher_suite().map(|s| format!("{:?}", s.suite()));
     let data = vec![0x5au8; OBJECT];

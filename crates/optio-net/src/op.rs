@@ -1,0 +1,340 @@
+//! A request to one device as a typed value: the device ([`Endpoint`]), what is asked
+//! ([`Op`]: its method, route area, key and `x-optio-*` headers) and the call that carries
+//! it with the pool and the sender's epoch ([`Call`]: its path and query). Sending it is the
+//! transport's (`http`, `frames`, `local`).
+
+use bytes::Bytes;
+use optio_placement::PoolId;
+use optio_proto::route::{self, Area};
+use optio_proto::wire;
+use optio_proto::{ChoiceRecord, ListQuery, ObjectVersion};
+use reqwest::Method;
+
+/// The largest range read or written in place that goes as a frame. Frames save a small
+/// request most of its cost; a large one costs its bytes, which HTTP/1.1 streams without
+/// holding them whole (a frame is held whole on both sides), and several large ones in flight
+/// go over connections of their own instead of one after the other on one (measured: 4 MiB
+/// sequential reads at queue depth 8 ran at 0.58 of qemu-nbd as frames, 0.73–0.84 over HTTP).
+pub const FRAMED_BYTES_MAX: u64 = 256 << 10;
+
+/// A device and where its server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Device id.
+    pub device: u32,
+    /// `host:port`.
+    pub addr: String,
+}
+
+/// What a call asks of a device.
+#[derive(Clone, Debug)]
+pub enum Op<'a> {
+    /// `HEAD` an object: is it there (and a tombstone's version), plus metrics; with
+    /// `want_choice`, the home also answers its choice record.
+    Probe {
+        /// Key.
+        key: &'a str,
+        /// Ask for the choice record too.
+        want_choice: bool,
+    },
+    /// `GET` an object, or the inclusive byte range of it.
+    Get {
+        /// Key.
+        key: &'a str,
+        /// Inclusive byte range.
+        range: Option<(u64, u64)>,
+    },
+    /// `GET` an open, read-only descriptor of a block object's file, with the object's
+    /// headers: only over a server's local socket ([`Transport::open_local`]).
+    Open {
+        /// Key.
+        key: &'a str,
+    },
+    /// `GET` a whole object for a device catching up on missed writes: answered even by a
+    /// device that is catching up itself (see `optio-server`'s `catchup`).
+    Fetch {
+        /// Key.
+        key: &'a str,
+    },
+    /// `PUT` one version of an object.
+    Put {
+        /// Key.
+        key: &'a str,
+        /// Data.
+        data: Bytes,
+        /// Version written.
+        version: ObjectVersion,
+        /// crc32c of `data`.
+        checksum: u32,
+        /// PG seed (or placement key) the object is placed by.
+        pg_seed: Option<u32>,
+    },
+    /// `PUT` in place: write `data` (or `zeroes` zero bytes) at `offset` of a block object,
+    /// based on version `base` (none: create the object, `size` bytes).
+    WriteAt {
+        /// Key.
+        key: &'a str,
+        /// The bytes written (empty with `zeroes`).
+        data: Bytes,
+        /// Where in the object.
+        offset: u64,
+        /// Zero bytes to write instead of data.
+        zeroes: u64,
+        /// The object's size, for a create.
+        size: u64,
+        /// The version the write is based on (none: a create).
+        base: Option<ObjectVersion>,
+        /// The version after the write.
+        version: ObjectVersion,
+        /// crc32c of `data`.
+        checksum: u32,
+        /// PG seed (or placement key) the object is placed by.
+        pg_seed: Option<u32>,
+        /// Durable before the answer (FUA).
+        sync: bool,
+    },
+    /// `POST` to a pool of a device: make every write it acknowledged durable (flush).
+    Sync,
+    /// `DELETE` an object: a tombstone at `version`, or with `purge` the copy removed
+    /// entirely if not newer than `version`.
+    Delete {
+        /// Key.
+        key: &'a str,
+        /// Version deleted (or purged up to).
+        version: Option<ObjectVersion>,
+        /// Remove the copy (object or tombstone) instead of leaving a tombstone.
+        purge: bool,
+        /// The PG seed (or placement key) of the object, kept with a tombstone the device did
+        /// not hold a copy for (rebalancing and catching up place tombstones by it).
+        pg_seed: Option<u32>,
+    },
+    /// `DELETE` one's own write that could not complete ([`wire::UNDO`]): the copy goes only
+    /// if it is a live object of exactly `version`, written recently.
+    Undo {
+        /// Key.
+        key: &'a str,
+        /// The version written.
+        version: ObjectVersion,
+    },
+    /// `GET` one page of the pool's listing.
+    List(ListQuery),
+    /// `GET` a choice record.
+    GetRecord {
+        /// Key.
+        key: &'a str,
+    },
+    /// `PUT` a choice record: create it if absent (or replace this writer's own).
+    PutRecord {
+        /// Key.
+        key: &'a str,
+        /// The record.
+        record: ChoiceRecord,
+        /// Replace the record if its writer is this one.
+        replace_if_writer: Option<u64>,
+        /// Do not replace when another writer's create was refused moments ago.
+        unless_contended: bool,
+        /// Answer before the record is committed.
+        defer_sync: bool,
+    },
+    /// `DELETE` a choice record.
+    DeleteRecord {
+        /// Key.
+        key: &'a str,
+    },
+}
+
+impl Op<'_> {
+    /// The HTTP method.
+    pub fn method(&self) -> Method {
+        match self {
+            Op::Probe { .. } => Method::HEAD,
+            Op::Get { .. }
+            | Op::Open { .. }
+            | Op::Fetch { .. }
+            | Op::List(_)
+            | Op::GetRecord { .. } => Method::GET,
+            Op::Put { .. } | Op::WriteAt { .. } | Op::PutRecord { .. } => Method::PUT,
+            Op::Sync => Method::POST,
+            Op::Delete { .. } | Op::Undo { .. } | Op::DeleteRecord { .. } => Method::DELETE,
+        }
+    }
+
+    /// Whether the request and its answer are small enough to go in frames (see
+    /// [`optio_proto::frames`]): probes, ranged reads and writes in place of at most
+    /// [`FRAMED_BYTES_MAX`], flushes, deletes and choice records. Whole objects (reads, writes,
+    /// catching up), larger ranges and listings go over HTTP/1.1, which streams them over
+    /// connections of their own.
+    pub fn fits_a_frame(&self) -> bool {
+        let limit = FRAMED_BYTES_MAX;
+        match self {
+            Op::Probe { .. }
+            | Op::Open { .. }
+            | Op::Sync
+            | Op::Delete { .. }
+            | Op::Undo { .. }
+            | Op::GetRecord { .. }
+            | Op::PutRecord { .. }
+            | Op::DeleteRecord { .. } => true,
+            Op::Get { range, .. } => {
+                range.is_some_and(|(start, end)| end.saturating_sub(start) < limit)
+            }
+            Op::WriteAt { data, .. } => data.len() as u64 <= limit,
+            Op::Fetch { .. } | Op::Put { .. } | Op::List(_) => false,
+        }
+    }
+
+    /// Objects or choice records.
+    pub fn area(&self) -> Area {
+        match self {
+            Op::Probe { .. }
+            | Op::Get { .. }
+            | Op::Open { .. }
+            | Op::Fetch { .. }
+            | Op::Put { .. }
+            | Op::WriteAt { .. }
+            | Op::Sync
+            | Op::Delete { .. }
+            | Op::Undo { .. }
+            | Op::List(_) => Area::Objects,
+            Op::GetRecord { .. } | Op::PutRecord { .. } | Op::DeleteRecord { .. } => Area::Choices,
+        }
+    }
+
+    /// The key (none: a listing).
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Op::Probe { key, .. }
+            | Op::Get { key, .. }
+            | Op::Open { key }
+            | Op::Fetch { key }
+            | Op::Put { key, .. }
+            | Op::WriteAt { key, .. }
+            | Op::Delete { key, .. }
+            | Op::Undo { key, .. }
+            | Op::GetRecord { key }
+            | Op::PutRecord { key, .. }
+            | Op::DeleteRecord { key } => Some(key),
+            Op::List(_) | Op::Sync => None,
+        }
+    }
+
+    /// Whether a 404 without an error kind is an answer (the object or record is absent)
+    /// rather than a refusal: probes and record requests.
+    pub fn absent_is_an_answer(&self) -> bool {
+        self.method() == Method::HEAD || self.area() == Area::Choices
+    }
+
+    /// Whether the device's answer is a probe of it (a record request is one too).
+    pub fn is_probe(&self) -> bool {
+        matches!(self, Op::Probe { .. } | Op::PutRecord { .. })
+    }
+
+    /// The request's Optio headers (besides the epoch), in the order they are sent.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut headers = Vec::new();
+        match self {
+            Op::Probe { want_choice, .. } => {
+                if *want_choice {
+                    headers.push((wire::WANT_CHOICE, "1".to_string()));
+                }
+            }
+            Op::Get { range, .. } => {
+                if let Some((start, end)) = range {
+                    headers.push(("range", format!("bytes={start}-{end}")));
+                }
+            }
+            Op::Fetch { .. } => headers.push((wire::CATCH_UP, "1".to_string())),
+            Op::Open { .. } => headers.push((wire::OPEN, "1".to_string())),
+            Op::Put { version, checksum, pg_seed, .. } => {
+                headers.push((wire::VERSION, version.0.to_string()));
+                headers.push((wire::CHECKSUM, wire::encode_checksum(*checksum)));
+                if let Some(seed) = pg_seed {
+                    headers.push((wire::PG, seed.to_string()));
+                }
+            }
+            Op::WriteAt {
+                offset, zeroes, size, base, version, checksum, pg_seed, sync, ..
+            } => {
+                headers.push((wire::VERSION, version.0.to_string()));
+                headers.push((wire::CHECKSUM, wire::encode_checksum(*checksum)));
+                headers.push((wire::OFFSET, offset.to_string()));
+                match base {
+                    Some(base) => headers.push((wire::BASE, base.0.to_string())),
+                    None => headers.push((wire::SIZE, size.to_string())),
+                }
+                if *zeroes > 0 {
+                    headers.push((wire::ZEROES, zeroes.to_string()));
+                }
+                if *sync {
+                    headers.push((wire::SYNC, "1".to_string()));
+                }
+                if let Some(seed) = pg_seed {
+                    headers.push((wire::PG, seed.to_string()));
+                }
+            }
+            Op::Delete { version, purge, pg_seed, .. } => {
+                if let Some(version) = version {
+                    headers.push((wire::VERSION, version.0.to_string()));
+                }
+                if *purge {
+                    headers.push((wire::PURGE, "1".to_string()));
+                }
+                if let Some(seed) = pg_seed {
+                    headers.push((wire::PG, seed.to_string()));
+                }
+            }
+            Op::Undo { version, .. } => {
+                headers.push((wire::VERSION, version.0.to_string()));
+                headers.push((wire::UNDO, "1".to_string()));
+            }
+            Op::List(_) | Op::Sync | Op::GetRecord { .. } | Op::DeleteRecord { .. } => {}
+            Op::PutRecord { record, replace_if_writer, unless_contended, defer_sync, .. } => {
+                headers.push((wire::CHOICE, wire::choice_header(record)));
+                if let Some(writer) = replace_if_writer {
+                    headers.push((wire::REPLACE_IF_WRITER, wire::encode_hex(*writer)));
+                }
+                if *unless_contended {
+                    headers.push((wire::UNLESS_CONTENDED, "1".to_string()));
+                }
+                if *defer_sync {
+                    headers.push((wire::DEFER_SYNC, "1".to_string()));
+                }
+            }
+        }
+        headers
+    }
+}
+
+/// One request to a device: what, where, and the sender's map epoch.
+#[derive(Clone, Debug)]
+pub struct Call<'a> {
+    /// Device.
+    pub endpoint: &'a Endpoint,
+    /// Pool.
+    pub pool: PoolId,
+    /// The sender's epoch.
+    pub epoch: u64,
+    /// What is asked.
+    pub op: Op<'a>,
+}
+
+impl<'a> Call<'a> {
+    /// A call of `op` on `pool` at `endpoint`, at `epoch`.
+    pub fn new(endpoint: &'a Endpoint, pool: PoolId, epoch: u64, op: Op<'a>) -> Call<'a> {
+        Call { endpoint, pool, epoch, op }
+    }
+
+    /// The request's path and query.
+    pub fn path(&self) -> String {
+        let mut path =
+            route::device_path(self.endpoint.device, self.op.area(), self.pool, self.op.key());
+        if let Op::List(query) = &self.op {
+            let query = query.to_query();
+            if !query.is_empty() {
+                path.push('?');
+                path.push_str(&query);
+            }
+        }
+        path
+    }
+}
