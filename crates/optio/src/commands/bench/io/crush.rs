@@ -234,6 +234,7 @@ fn job(
         numjobs,
         iodepth,
         runtime_seconds: runtime,
+        ..Job::default()
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use optio_local::cluster::{LocalCluster, LocalClusterSpec};
 use optio_local::emulate::{EmulatedHost, Emulation, EmulationSpec};
+use optio_local::redis::RedisServer;
 use serde::Serialize;
 
 use super::cpu::{Meter, Utilisation};
@@ -25,6 +26,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// emulation.
 pub struct Rig {
     cluster: Option<LocalCluster>,
+    /// The dirty table's Redis, in the router's namespace (see [`Rig::start_with_redis`]).
+    redis: Option<RedisServer>,
     emulation: Emulation,
     /// The cluster directory.
     pub dir: PathBuf,
@@ -157,8 +160,40 @@ impl Rig {
         dir: &Path,
         adjust: impl FnOnce(&mut LocalClusterSpec),
     ) -> Result<Rig> {
+        Rig::start_inner(spec, pools_toml, dir, false, adjust)
+    }
+
+    /// [`start`](Self::start), with the elastic pools' dirty table in a Redis
+    /// (`redis-server`) that runs in the router's namespace on the router's address of rack
+    /// 1: every client host reaches it over its links, and it stops with the rig.
+    pub fn start_with_redis(
+        spec: &EmulationSpec,
+        pools_toml: &str,
+        dir: &Path,
+        adjust: impl FnOnce(&mut LocalClusterSpec),
+    ) -> Result<Rig> {
+        Rig::start_inner(spec, pools_toml, dir, true, adjust)
+    }
+
+    fn start_inner(
+        spec: &EmulationSpec,
+        pools_toml: &str,
+        dir: &Path,
+        redis: bool,
+        adjust: impl FnOnce(&mut LocalClusterSpec),
+    ) -> Result<Rig> {
         let _ = std::fs::remove_dir_all(dir);
         let emulation = crate::commands::emulate::start_spec(spec, dir)?;
+        // This thread is in the router's namespace now: so is what it starts. (On an error,
+        // the Redis stops before the emulation is removed: locals drop in reverse order.)
+        let redis = if redis {
+            Some(
+                RedisServer::start_on(emulation.router_address(1))
+                    .context("cannot start the dirty table's Redis (Debian's redis-server)")?,
+            )
+        } else {
+            None
+        };
         let dir = std::fs::canonicalize(dir)?;
         let binary = std::env::current_exe().context("cannot find the optio binary")?;
         let mut cluster_spec = LocalClusterSpec {
@@ -167,11 +202,13 @@ impl Rig {
             ..LocalClusterSpec::default()
         };
         crate::commands::emulate::place(&emulation, &mut cluster_spec);
+        cluster_spec.dirty = redis.as_ref().map(RedisServer::url);
         adjust(&mut cluster_spec);
         let cluster = LocalCluster::start(&binary, &dir, &cluster_spec)
             .context("cannot start the servers on the emulated cluster")?;
         Ok(Rig {
             cluster: Some(cluster),
+            redis,
             emulation,
             dir,
             binary,
@@ -182,6 +219,11 @@ impl Rig {
     /// The emulation.
     pub fn emulation(&self) -> &Emulation {
         &self.emulation
+    }
+
+    /// The dirty table's URL, if the rig runs a Redis for it.
+    pub fn dirty_url(&self) -> Option<String> {
+        self.redis.as_ref().map(RedisServer::url)
     }
 
     /// The servers.
@@ -394,8 +436,10 @@ impl Rig {
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        // Servers first (they run in the namespaces), then the emulation.
+        // Servers first (they run in the namespaces), the dirty table's Redis, then the
+        // emulation.
         drop(self.cluster.take());
+        drop(self.redis.take());
         if let Err(error) = self.emulation.cleanup() {
             eprintln!("emulation: {error}");
         }
