@@ -403,3 +403,44 @@ fn bench_io_crush_runs_end_to_end() {
         assert!(share > 0.0 && share <= 1.0, "{row}");
     }
 }
+
+#[test]
+fn bench_io_elastic_runs_end_to_end_with_an_exact_audit() {
+    // The dirty table is a Redis the rig starts: without redis-server the test is skipped
+    // (under CI=true it fails).
+    if !optio_local::redis::redis_available() {
+        return;
+    }
+    let Some(json) = bench("elastic") else { return };
+    let rows = rows(&json);
+    let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["none", "original", "full", "selective"], "{json}");
+    assert_eq!(json["dirty_table"], "redis");
+    for row in rows {
+        let run = &row["runs"][0];
+        for phase in 0..3 {
+            assert!(run["phase_mb_per_s"][phase].as_f64().unwrap() > 0.0, "{row}");
+        }
+        assert!(run["cpu_busy_percent"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(run["cross_rack_bytes"].as_u64().unwrap() > 0, "traffic crossed the racks' links");
+        assert!(run["machine_hours_over_ideal"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    let run = |mode: usize| &rows[mode]["runs"][0];
+    // No resizing moves nothing; original CH's clean-up moves data before power-off; full
+    // re-integration copies more than selective; the dirty table (in Redis) held phase 2's
+    // writes.
+    assert_eq!(run(0)["bytes_moved_growing"], 0, "{}", rows[0]);
+    assert!(run(1)["bytes_moved_shrinking"].as_u64().unwrap() > 0, "{}", rows[1]);
+    assert!(run(3)["dirty_entries"].as_u64().unwrap() > 0, "{}", rows[3]);
+    let (full, selective) = (
+        run(2)["bytes_moved_growing"].as_u64().unwrap(),
+        run(3)["bytes_moved_growing"].as_u64().unwrap(),
+    );
+    assert!(full > selective, "full {full} selective {selective}");
+    // Selective re-integration copied back exactly the replicas phase 2's writes offloaded.
+    let audit = &run(3)["audit"];
+    assert_eq!(audit["exact"], true, "{audit}");
+    assert!(audit["offloaded"].as_u64().unwrap() > 0, "{audit}");
+    assert_eq!(audit["offloaded_copied"], audit["offloaded"], "{audit}");
+    assert_eq!(json["audit_exact_runs"], json["audit_runs"]);
+}

@@ -23,6 +23,7 @@
 //! × time over servers following the load) beside Table II.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -44,7 +45,7 @@ const HOSTS_PER_RACK: u32 = SERVERS / RACKS;
 /// A 4 MiB block: fio's request and the volumes' object size.
 const BLOCK: u64 = 4 << 20;
 /// Each client's volume at scale 1, and the smallest.
-const VOLUME_BYTES: u64 = 128 << 20;
+const VOLUME_BYTES: u64 = 96 << 20;
 const VOLUME_BYTES_MIN: u64 = 16 << 20;
 /// Phase 2 moves this share of phase 1's bytes (the paper: 12.6 GB after 14 GB), two thirds
 /// written.
@@ -61,6 +62,12 @@ const MIGRATION_BYTES_PER_SEC: u64 = 8_000_000;
 /// I/Os in flight per fio job.
 const IODEPTH: u32 = 4;
 const BURST_BYTES: u64 = 64 << 10;
+/// Attempts to start `optio nbd` when its volume's header changed meanwhile.
+const NBD_START_ATTEMPTS: u32 = 5;
+/// Pause before the next attempt.
+const NBD_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+/// What a volume open says when its header changed between its read and its write.
+const HEADER_RACE: &str = "changed meanwhile";
 /// Table II of the paper: machine-hours over ideal, (trace, original CH, primary+full,
 /// primary+selective).
 const TABLE_II: [(&str, f64, f64, f64); 2] =
@@ -154,6 +161,8 @@ struct Run {
     server_seconds: f64,
     dirty_entries: u64,
     audit: Option<Audit>,
+    /// Times `optio nbd` was started again after its volume's header changed meanwhile.
+    nbd_retries: u32,
 }
 
 /// Runs the experiment: every mode (`runs` times each).
@@ -215,6 +224,7 @@ fn run_mode(context: &IoContext, spec: &EmulationSpec, mode: Mode, sizes: Sizes)
     }
     let log = |phase: u32, client: usize| rig.dir.join(format!("bw-p{phase}-c{client}"));
     let mut samples = Vec::new();
+    let retries = AtomicU32::new(0);
     let meter = Meter::start();
     let started = Instant::now();
     let mut phase_starts = [0.0; 3];
@@ -231,7 +241,7 @@ fn run_mode(context: &IoContext, spec: &EmulationSpec, mode: Mode, sizes: Sizes)
             }]
         })
         .collect();
-    phases.push(phase(&rig, &clients, &volumes, &jobs, started, &mut phase_starts[0])?);
+    phases.push(phase(&rig, &clients, &volumes, &jobs, started, &mut phase_starts[0], &retries)?);
     // Resize down.
     let map = cluster.load_map()?;
     let inactive = resizing::inactive_devices(&map);
@@ -277,7 +287,7 @@ fn run_mode(context: &IoContext, spec: &EmulationSpec, mode: Mode, sizes: Sizes)
             ]
         })
         .collect();
-    phases.push(phase(&rig, &clients, &volumes, &jobs, started, &mut phase_starts[1])?);
+    phases.push(phase(&rig, &clients, &volumes, &jobs, started, &mut phase_starts[1], &retries)?);
     let phase2_done = started.elapsed().as_secs_f64();
     let partial_map = cluster.load_map()?;
     let mut hot_keys = Vec::new();
@@ -328,7 +338,8 @@ fn run_mode(context: &IoContext, spec: &EmulationSpec, mode: Mode, sizes: Sizes)
     let (phase3, grow_seconds) = std::thread::scope(|scope| {
         let work = scope.spawn(|| {
             let mut start = 0.0;
-            phase(&rig, &clients, &volumes, &jobs, started, &mut start).map(|p| (p, start))
+            phase(&rig, &clients, &volumes, &jobs, started, &mut start, &retries)
+                .map(|p| (p, start))
         });
         let moved = runtime.block_on(resizing::wait_moved(cluster, mode, grown));
         let phase = work.join().map_err(|_| anyhow::anyhow!("phase 3's thread panicked"));
@@ -397,6 +408,7 @@ fn run_mode(context: &IoContext, spec: &EmulationSpec, mode: Mode, sizes: Sizes)
         ]),
         dirty_entries,
         audit,
+        nbd_retries: retries.load(Ordering::Relaxed),
     })
 }
 
@@ -421,10 +433,11 @@ fn phase(
     jobs: &[Vec<Job>],
     started: Instant,
     start: &mut f64,
+    retries: &AtomicU32,
 ) -> Result<Phase> {
     let mut servers: Vec<Nbd> = Vec::new();
     for (client, volume) in clients.iter().zip(volumes) {
-        servers.push(rig.nbd(client, std::slice::from_ref(volume), &NbdOptions::default())?);
+        servers.push(start_nbd(rig, client, volume, retries)?);
     }
     let work: Vec<_> = clients
         .iter()
@@ -438,6 +451,27 @@ fn phase(
         nbd.stop();
     }
     Ok(phase)
+}
+
+/// Starts `optio nbd` for `volume` in `client`. Opening a volume takes its lock with a
+/// conditional write of its header; right after original CH's servers are marked in, the
+/// header may move between servers meanwhile and the open fails as if another writer had
+/// come: it is tried again (counted in `retries`), at most [`NBD_START_ATTEMPTS`] times.
+fn start_nbd(rig: &Rig, client: &EmulatedHost, volume: &str, retries: &AtomicU32) -> Result<Nbd> {
+    let mut attempt = 1;
+    loop {
+        match rig.nbd(client, &[volume.to_string()], &NbdOptions::default()) {
+            Ok(nbd) => return Ok(nbd),
+            Err(error)
+                if attempt < NBD_START_ATTEMPTS && format!("{error:#}").contains(HEADER_RACE) =>
+            {
+                retries.fetch_add(1, Ordering::Relaxed);
+                attempt += 1;
+                std::thread::sleep(NBD_RETRY_PAUSE);
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 /// The data objects phase 2 writes: the first `hot_bytes` of `volume`.
@@ -571,6 +605,12 @@ fn report(
     ];
     notes.extend(differences.iter().map(|d| format!("differs: {d}")));
     notes.push("CPU busy %: the machine's, over the whole run; per phase in the JSON".into());
+    let retried: u32 = results.iter().map(|r| r.nbd_retries).sum();
+    if retried > 0 {
+        notes.push(format!(
+            "optio nbd was started again {retried} time(s) after its volume's header changed meanwhile (opening a volume while the servers rebalance it: original CH, right after resizing up)"
+        ));
+    }
     let first = |mode: Mode| of(mode).next();
     let mut series: Vec<Series> = modes
         .iter()
@@ -659,6 +699,7 @@ fn run_json(r: &Run, over_ideal: f64) -> serde_json::Value {
                 "server_seconds": r.server_seconds,
                 "machine_hours_over_ideal": over_ideal,
                 "dirty_entries": r.dirty_entries,
+                "nbd_start_retries": r.nbd_retries,
                 "audit": r.audit.as_ref().map(|a| json!({
                     "replicas_copied": a.replicas_copied,
                     "offloaded_copied": a.offloaded_copied,
