@@ -62,10 +62,10 @@ const MIGRATION_BYTES_PER_SEC: u64 = 8_000_000;
 /// I/Os in flight per fio job.
 const IODEPTH: u32 = 4;
 const BURST_BYTES: u64 = 64 << 10;
-/// Attempts to start `optio nbd` when its volume's header changed meanwhile.
-const NBD_START_ATTEMPTS: u32 = 5;
+/// How long `optio nbd` is started again while its volume's header changed meanwhile.
+const NBD_RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 /// Pause before the next attempt.
-const NBD_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+const NBD_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 /// What a volume open says when its header changed between its read and its write.
 const HEADER_RACE: &str = "changed meanwhile";
 /// Table II of the paper: machine-hours over ideal, (trace, original CH, primary+full,
@@ -436,9 +436,11 @@ fn phase(
     retries: &AtomicU32,
 ) -> Result<Phase> {
     let mut servers: Vec<Nbd> = Vec::new();
+    let opening = Instant::now();
     for (client, volume) in clients.iter().zip(volumes) {
         servers.push(start_nbd(rig, client, volume, retries)?);
     }
+    let opening_seconds = opening.elapsed().as_secs_f64();
     let work: Vec<_> = clients
         .iter()
         .zip(&servers)
@@ -446,7 +448,9 @@ fn phase(
         .map(|((client, nbd), jobs)| (client, nbd, jobs.clone()))
         .collect();
     *start = started.elapsed().as_secs_f64();
-    let phase = rig.fio_all(&work)?;
+    let mut phase = rig.fio_all(&work)?;
+    // Opening the volumes is part of the phase (it waits while their headers move).
+    phase.wall_seconds += opening_seconds;
     for mut nbd in servers {
         nbd.stop();
     }
@@ -454,19 +458,19 @@ fn phase(
 }
 
 /// Starts `optio nbd` for `volume` in `client`. Opening a volume takes its lock with a
-/// conditional write of its header; right after original CH's servers are marked in, the
-/// header may move between servers meanwhile and the open fails as if another writer had
-/// come: it is tried again (counted in `retries`), at most [`NBD_START_ATTEMPTS`] times.
+/// conditional write of its header; after original CH's servers are marked in, that write
+/// fails ("changed meanwhile", as if another writer had come) until rebalancing has moved
+/// the header back: it is tried again (counted in `retries`) for at most
+/// [`NBD_RETRY_TIMEOUT`]. The wait counts in the phase's time.
 fn start_nbd(rig: &Rig, client: &EmulatedHost, volume: &str, retries: &AtomicU32) -> Result<Nbd> {
-    let mut attempt = 1;
+    let deadline = Instant::now() + NBD_RETRY_TIMEOUT;
     loop {
         match rig.nbd(client, &[volume.to_string()], &NbdOptions::default()) {
             Ok(nbd) => return Ok(nbd),
             Err(error)
-                if attempt < NBD_START_ATTEMPTS && format!("{error:#}").contains(HEADER_RACE) =>
+                if Instant::now() < deadline && format!("{error:#}").contains(HEADER_RACE) =>
             {
                 retries.fetch_add(1, Ordering::Relaxed);
-                attempt += 1;
                 std::thread::sleep(NBD_RETRY_PAUSE);
             }
             Err(error) => return Err(error),
