@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use optio_local::emulate::EmulatedHost;
-use optio_local::emulate::spec::{Conditions, EmulationSpec, HostSpec, Link, RackSpec};
+use optio_local::emulate::spec::{Conditions, EmulationSpec};
 use optio_sim::{Plot, PlotKind, Report, Series, Table};
 use serde_json::json;
 
@@ -74,27 +74,14 @@ const TABLE_II: [(&str, f64, f64, f64); 2] =
     [("CC-a", 1.32, 1.24, 1.21), ("CC-b", 1.51, 1.37, 1.33)];
 
 fn cluster(context: &IoContext) -> EmulationSpec {
-    let link = |bits: u64| Link { bits_per_sec: bits, burst_bytes: BURST_BYTES };
-    let host_bits = context.host_bits.unwrap_or(100_000_000);
-    EmulationSpec {
-        racks: (0..RACKS)
-            .map(|_| RackSpec {
-                uplink: link(context.rack_bits.unwrap_or(400_000_000)),
-                hosts: (0..HOSTS_PER_RACK)
-                    .map(|_| HostSpec {
-                        devices: 1,
-                        capacity_bytes: 16 << 30,
-                        class: None,
-                        bandwidth_mb_per_sec: None,
-                        link: link(host_bits),
-                        conditions: Conditions::default(),
-                    })
-                    .collect(),
-                clients: 1,
-                client_link: link(host_bits * 2),
-            })
-            .collect(),
-    }
+    super::rig::uniform_spec(
+        RACKS,
+        HOSTS_PER_RACK,
+        context.host_bits.unwrap_or(100_000_000),
+        context.rack_bits.unwrap_or(400_000_000),
+        BURST_BYTES,
+        &Conditions::default(),
+    )
 }
 
 /// The pool of `mode`: a ring whose replicas go to distinct hosts (the paper's flat

@@ -445,3 +445,37 @@ impl Drop for Rig {
         }
     }
 }
+
+/// An emulation of `racks` racks of `hosts_per_rack` alike server hosts (one 16 GiB device
+/// each, `conditions`) and one client host per rack (its link twice a host's): host links at
+/// `host_bits`, rack links at `rack_bits` per second, buckets of `burst_bytes`.
+pub fn uniform_spec(
+    racks: u32,
+    hosts_per_rack: u32,
+    host_bits: u64,
+    rack_bits: u64,
+    burst_bytes: u64,
+    conditions: &optio_local::emulate::spec::Conditions,
+) -> EmulationSpec {
+    use optio_local::emulate::spec::{HostSpec, Link, RackSpec};
+    let link = |bits_per_sec: u64| Link { bits_per_sec, burst_bytes };
+    EmulationSpec {
+        racks: (0..racks)
+            .map(|_| RackSpec {
+                uplink: link(rack_bits),
+                hosts: (0..hosts_per_rack)
+                    .map(|_| HostSpec {
+                        devices: 1,
+                        capacity_bytes: 16 << 30,
+                        class: None,
+                        bandwidth_mb_per_sec: None,
+                        link: link(host_bits),
+                        conditions: conditions.clone(),
+                    })
+                    .collect(),
+                clients: 1,
+                client_link: link(host_bits * 2),
+            })
+            .collect(),
+    }
+}
