@@ -30,17 +30,21 @@ const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// The server's log file in its directory.
 const LOG_FILE: &str = "redis.log";
 
-/// Whether `redis-server` is installed. When it is not: under `CI=true` this panics (CI must
-/// test Redis: install Debian's `redis-server`); otherwise it prints that the test is skipped
-/// and returns `false`.
-pub fn redis_available() -> bool {
-    let installed = Command::new(REDIS_SERVER)
+/// Whether `redis-server` is installed (it answers `--version`).
+pub fn redis_installed() -> bool {
+    Command::new(REDIS_SERVER)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|status| status.success());
-    if installed {
+        .is_ok_and(|status| status.success())
+}
+
+/// Whether `redis-server` is installed. When it is not: under `CI=true` this panics (CI must
+/// test Redis: install Debian's `redis-server`); otherwise it prints that the test is skipped
+/// and returns `false`.
+pub fn redis_available() -> bool {
+    if redis_installed() {
         return true;
     }
     if std::env::var("CI").is_ok_and(|ci| ci == "true") {
@@ -60,6 +64,8 @@ pub fn redis_available() -> bool {
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    /// An address it listens on besides loopback (the one [`url`](Self::url) names).
+    address: Option<Ipv4Addr>,
     dir: tempfile::TempDir,
     password: Option<String>,
     /// TLS, on a port of its own beside the plain one (which this harness keeps for its PING
@@ -94,21 +100,32 @@ impl RedisServer {
     /// file synced on every write (`--appendfsync always`, so that even a killed server keeps
     /// what it acknowledged) and no snapshots, and waits until it answers PING.
     pub fn start() -> io::Result<RedisServer> {
-        RedisServer::start_with(None, None)
+        RedisServer::start_with(None, None, None)
+    }
+
+    /// [`start`](Self::start), listening on `address` too (a private address of a network
+    /// namespace, e.g. an emulated cluster's router: every emulated host reaches it) and named
+    /// by [`url`](Self::url). The caller's network namespace is the server's.
+    pub fn start_on(address: Ipv4Addr) -> io::Result<RedisServer> {
+        RedisServer::start_with(None, None, Some(address))
     }
 
     /// [`start`](Self::start), requiring `password` of clients (`--requirepass`).
     pub fn start_with_password(password: &str) -> io::Result<RedisServer> {
-        RedisServer::start_with(Some(password.to_string()), None)
+        RedisServer::start_with(Some(password.to_string()), None, None)
     }
 
     /// [`start`](Self::start), also taking TLS connections on [`tls_url`](Self::tls_url);
     /// requiring `password` if given.
     pub fn start_tls(tls: RedisTls, password: Option<&str>) -> io::Result<RedisServer> {
-        RedisServer::start_with(password.map(String::from), Some(tls))
+        RedisServer::start_with(password.map(String::from), Some(tls), None)
     }
 
-    fn start_with(password: Option<String>, tls: Option<RedisTls>) -> io::Result<RedisServer> {
+    fn start_with(
+        password: Option<String>,
+        tls: Option<RedisTls>,
+        address: Option<Ipv4Addr>,
+    ) -> io::Result<RedisServer> {
         let dir = tempfile::Builder::new().prefix("optio-redis-").tempdir()?;
         let mut last_error = None;
         for _ in 0..START_ATTEMPTS_MAX {
@@ -117,9 +134,16 @@ impl RedisServer {
                 Some(tls) => Some((tls.clone(), free_port()?)),
                 None => None,
             };
-            match spawn(port, dir.path(), password.as_deref(), tls.as_ref()) {
+            match spawn(port, dir.path(), password.as_deref(), tls.as_ref(), address) {
                 Ok(child) => {
-                    return Ok(RedisServer { child: Some(child), port, dir, password, tls });
+                    return Ok(RedisServer {
+                        child: Some(child),
+                        port,
+                        address,
+                        dir,
+                        password,
+                        tls,
+                    });
                 }
                 Err(error) => last_error = Some(error),
             }
@@ -127,9 +151,10 @@ impl RedisServer {
         Err(last_error.expect("at least one attempt"))
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT` (`redis://ADDRESS:PORT` when started with
+    /// [`start_on`](Self::start_on)).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://{}:{}", self.address.unwrap_or(Ipv4Addr::LOCALHOST), self.port)
     }
 
     /// `rediss://127.0.0.1:PORT`, the TLS port (when started with [`start_tls`](Self::start_tls)).
@@ -184,8 +209,13 @@ impl RedisServer {
     /// the data it had).
     pub fn restart(&mut self) -> io::Result<()> {
         self.stop()?;
-        self.child =
-            Some(spawn(self.port, self.dir.path(), self.password.as_deref(), self.tls.as_ref())?);
+        self.child = Some(spawn(
+            self.port,
+            self.dir.path(),
+            self.password.as_deref(),
+            self.tls.as_ref(),
+            self.address,
+        )?);
         Ok(())
     }
 }
@@ -206,6 +236,7 @@ fn spawn(
     dir: &Path,
     password: Option<&str>,
     tls: Option<&(RedisTls, u16)>,
+    address: Option<Ipv4Addr>,
 ) -> io::Result<Child> {
     let log = File::options().create(true).append(true).open(dir.join(LOG_FILE))?;
     let mut command = Command::new(REDIS_SERVER);
@@ -225,6 +256,7 @@ fn spawn(
     }
     let mut child = command
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(address.map(|a| a.to_string()))
         .arg("--dir")
         .arg(dir)
         .args(["--save", "", "--appendonly", "yes", "--appendfsync", "always"])

@@ -371,6 +371,11 @@ impl Emulation {
         self.ns("router")
     }
 
+    /// The router's address on rack `rack`'s subnet (from 1): every host reaches it.
+    pub fn router_address(&self, rack: u32) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.octet, rack as u8, 1)
+    }
+
     /// Every link end, for byte counters.
     pub fn links(&self) -> &[LinkEnd] {
         &self.links

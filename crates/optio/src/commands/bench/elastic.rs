@@ -42,10 +42,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use optio_client::{Client, ClientConfig, ReintegrationStatus};
 use optio_local::cluster::{LocalCluster, LocalClusterSpec};
-use optio_placement::{ActiveSpec, ClusterMap, DeviceId, MapChange, Placement, ReplicaSet};
+use optio_placement::{ClusterMap, MapChange};
 use optio_sim::{Plot, PlotKind, Report, Series, Table};
 use serde_json::json;
 
+use super::resizing::{self, INACTIVE, Mode, REPLICAS, SERVERS};
 use crate::output::{bytes, parse_size};
 
 /// Arguments of `optio bench elastic`.
@@ -92,35 +93,8 @@ pub struct Args {
     pub plot: Option<PathBuf>,
 }
 
-/// Servers, replicas and servers made inactive, as in the paper.
-const SERVERS: u32 = 10;
-const REPLICAS: u32 = 2;
-const INACTIVE: u32 = 4;
 /// Throughput is sampled this often.
 const SAMPLE: Duration = Duration::from_millis(250);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    Original,
-    Full,
-    Selective,
-}
-
-impl Mode {
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Original => "original CH",
-            Mode::Full => "primary+full",
-            Mode::Selective => "primary+selective",
-        }
-    }
-    fn pool(self) -> &'static str {
-        match self {
-            Mode::Original => optio_local::cluster::RING_POOL,
-            _ => optio_local::cluster::ELASTIC_POOL,
-        }
-    }
-}
 
 /// What one run measured.
 struct Run {
@@ -160,12 +134,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let mut modes = Vec::new();
     for name in &args.modes {
-        modes.push(match name.as_str() {
-            "original" => Mode::Original,
-            "full" => Mode::Full,
-            "selective" => Mode::Selective,
-            other => bail!("unknown mode '{other}': use original, full, selective"),
-        });
+        modes.push(Mode::parse(name, &Mode::ALL[1..])?);
     }
     let temp = tempfile::tempdir().context("cannot make a temporary directory")?;
     let root = args.dir.clone().unwrap_or_else(|| temp.path().to_path_buf());
@@ -183,11 +152,7 @@ pub fn run(args: Args) -> Result<()> {
             choices: 1,
             capacity_bytes: 64 << 30,
             pg_num: 64,
-            reintegration: match mode {
-                Mode::Original => None,
-                Mode::Full => Some("full".into()),
-                Mode::Selective => Some("selective".into()),
-            },
+            reintegration: mode.reintegration(),
             reintegration_rate_bytes_per_sec: Some(migration_rate),
             // The servers' share of the same budget (only original consistent hashing moves
             // data by rebalancing; elastic resizes leave it to re-integration).
@@ -298,78 +263,15 @@ impl Sequence {
     }
 }
 
-/// The devices of the servers made inactive: the last ranks.
-fn inactive_devices(map: &ClusterMap) -> Vec<DeviceId> {
-    let order: Vec<DeviceId> = match map.membership() {
-        Some(m) => m.order.clone(),
-        None => map.devices().iter().map(|d| d.id).collect(),
-    };
-    order[order.len() - INACTIVE as usize..].to_vec()
-}
-
-async fn moved_by_servers(cluster: &LocalCluster) -> u64 {
-    let transport = optio_net::HttpTransport::new().expect("a transport");
-    let map = cluster.load_map().expect("the map loads");
-    crate::commands::status::servers(&map, &transport)
-        .await
-        .iter()
-        .filter_map(|r| r.status.as_ref().ok())
-        .map(|s| s.migration.total_bytes_moved)
-        .sum()
-}
-
-async fn settled(cluster: &LocalCluster) -> bool {
-    let transport = optio_net::HttpTransport::new().expect("a transport");
-    let map = cluster.load_map().expect("the map loads");
-    crate::commands::status::all_done(
-        &map,
-        &crate::commands::status::servers(&map, &transport).await,
-    )
-}
-
-async fn reintegration(cluster: &LocalCluster) -> ReintegrationStatus {
-    cluster
-        .source()
-        .statuses::<ReintegrationStatus>()
-        .await
-        .ok()
-        .and_then(|mut s| s.remove(crate::commands::reintegrate::STATUS_MEMBER))
-        .unwrap_or_default()
-}
-
-/// Makes the map `changes` (one epoch each), then waits until every server and `client`
-/// hold the last of them: the next phase's operations all run under it.
+/// Makes the map `changes`, then waits until every server and `client` hold the last of
+/// them: the next phase's operations all run under it.
 async fn resize(cluster: &LocalCluster, client: &Client, changes: &[MapChange]) -> Result<()> {
-    let mut epoch = 0;
-    for change in changes {
-        epoch = cluster.change_map(change)?.epoch().0;
-    }
-    cluster.wait_for_epoch(epoch).context("the servers did not take the resized map")?;
+    let epoch = resizing::apply(cluster, changes)?;
     client.refresh().await.context("the client cannot load the resized map")?;
     if client.epoch() < epoch {
         bail!("the client holds epoch {} after the resize to epoch {epoch}", client.epoch());
     }
     Ok(())
-}
-
-/// Waits until data movement after a resize is over; returns the seconds it took.
-async fn wait_moved(cluster: &LocalCluster, mode: Mode, started: Instant) -> Result<f64> {
-    loop {
-        let done = match mode {
-            Mode::Original => settled(cluster).await,
-            Mode::Full | Mode::Selective => {
-                let versions = cluster.load_map()?.membership().map_or(1, |m| m.versions.len());
-                versions == 1 && reintegration(cluster).await.dirty_entries == 0
-            }
-        };
-        if done {
-            return Ok(started.elapsed().as_secs_f64());
-        }
-        if started.elapsed() > Duration::from_secs(600) {
-            bail!("data movement did not end within 10 minutes");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn run_mode(
@@ -416,26 +318,19 @@ async fn run_mode(
     let mut phase_starts = [0.0f64; 3];
     // Shrink.
     let map = cluster.load_map()?;
-    let inactive = inactive_devices(&map);
-    let before = moved_by_servers(cluster).await;
+    let inactive = resizing::inactive_devices(&map);
+    let before = resizing::moved_by_servers(cluster).await?;
     let shrunk = Instant::now();
     match mode {
         Mode::Original => {
-            let outs: Vec<MapChange> = inactive
-                .iter()
-                .map(|device| MapChange::SetState { device: *device, up: None, is_in: Some(false) })
-                .collect();
-            resize(cluster, &client, &outs).await?;
+            resize(cluster, &client, &resizing::shrink_changes(mode, &map)).await?;
             // Clean-up: the servers may be powered off only once their data has moved.
-            wait_moved(cluster, mode, shrunk).await?;
+            resizing::wait_moved(cluster, mode, shrunk).await?;
         }
-        _ => {
-            let change = MapChange::SetActive(ActiveSpec::FirstRanks(SERVERS - INACTIVE));
-            resize(cluster, &client, &[change]).await?;
-        }
+        _ => resize(cluster, &client, &resizing::shrink_changes(mode, &map)).await?,
     }
     let shrink_seconds = shrunk.elapsed().as_secs_f64();
-    let shrink_bytes = moved_by_servers(cluster).await - before;
+    let shrink_bytes = resizing::moved_by_servers(cluster).await?.saturating_sub(before);
     // Phase 2: light, rate-limited, two thirds writes on the hot set.
     let phase2_ops = ((n as f64 * args.phase2_share) as usize).max(3);
     let hot = ((n as f64 * args.hot_fraction) as usize).max(1);
@@ -465,18 +360,11 @@ async fn run_mode(
     };
     // Grow back, and phase 3 at once: 20 % writes.
     eprintln!("{}: growing back, phase 3 ({} operations)…", mode.name(), args.phase3_ops);
-    let before = moved_by_servers(cluster).await;
+    let before = resizing::moved_by_servers(cluster).await?;
     let grown = Instant::now();
     phase_starts[2] = meter.started.elapsed().as_secs_f64();
-    let ins: Vec<MapChange> = match mode {
-        Mode::Original => inactive
-            .iter()
-            .map(|device| MapChange::SetState { device: *device, up: None, is_in: Some(true) })
-            .collect(),
-        _ => vec![MapChange::SetActive(ActiveSpec::FirstRanks(SERVERS))],
-    };
-    resize(cluster, &client, &ins).await?;
-    let mover = wait_moved(cluster, mode, grown);
+    resize(cluster, &client, &resizing::grow_changes(mode, &inactive)).await?;
+    let mover = resizing::wait_moved(cluster, mode, grown);
     let ops: Vec<Op> = (0..args.phase3_ops)
         .map(|i| {
             if i % 5 == 4 {
@@ -504,11 +392,11 @@ async fn run_mode(
     };
     let reintegration_status = match mode {
         Mode::Original => None,
-        _ => Some(reintegration(cluster).await),
+        _ => Some(resizing::reintegration(cluster).await),
     };
     let grow_bytes = match &reintegration_status {
         Some(status) => status.bytes_copied,
-        None => moved_by_servers(cluster).await - before,
+        None => resizing::moved_by_servers(cluster).await?.saturating_sub(before),
     };
     let mb = |ops: usize, seconds: f64| (ops * size) as f64 / seconds.max(1e-9) / 1e6;
     Ok(Run {
@@ -528,22 +416,10 @@ async fn run_mode(
     })
 }
 
-/// The replicas that writes of `objects` in the current version offloaded: the devices of
-/// their full-power placement that the current placement skips.
+/// The offloaded replicas of writes of `objects` in `map`'s current version.
 fn offloaded(map: &ClusterMap, pool: &str, objects: &BTreeSet<usize>) -> u64 {
-    let Ok(placement) = Placement::new(map) else { return 0 };
-    let Some(pool) = placement.pool_by_name(pool) else { return 0 };
-    let mut scratch = placement.scratch();
-    let (mut now, mut full) = (ReplicaSet::new(), ReplicaSet::new());
-    objects
-        .iter()
-        .map(|object| {
-            let (_, engine_key) = pool.object_key(&key(*object));
-            pool.place(engine_key, &mut scratch, &mut now);
-            pool.place_full_power(engine_key, &mut scratch, &mut full);
-            full.devices().filter(|d| !now.contains(*d)).count() as u64
-        })
-        .sum()
+    let keys: Vec<String> = objects.iter().map(|object| key(*object)).collect();
+    resizing::offloaded(map, pool, keys.iter().map(String::as_str))
 }
 
 /// Megabytes per second of `bytes` moved in `seconds`.
@@ -612,25 +488,12 @@ fn report(runs: &[Run], args: &Args, size: usize, migration_rate: u64) -> Report
     }
     if let Some(selective) = selective {
         let status = selective.reintegration.clone().unwrap_or_default();
-        let (expected, rewritten) = (selective.expected_offloaded, selective.rewritten_offloaded);
-        let (copied, offloaded) = (status.replicas_copied, status.offloaded_copied);
-        let current = status.offloaded_current;
-        // Each offloaded replica is either copied or found current (a phase-3 rewrite came
-        // first), once: together exactly the offloaded replicas of phase 2's writes.
-        let exact = offloaded + current == expected && current <= rewritten;
-        notes.push(format!(
-            "selective re-integration copied {copied} replicas, {offloaded} of them offloaded replicas brought back to the devices the dirty entries' version skipped, and found {current} offloaded replicas current already (a phase-3 rewrite came first); phase 2's writes offloaded {expected} replicas ({rewritten} of them of objects phase 3 rewrote): {}{}",
-            if exact {
-                "it accounted for exactly the offloaded replicas"
-            } else {
-                "MISMATCH"
-            },
-            if copied > offloaded {
-                format!("; the other {} copies refreshed replicas that a phase-3 write racing re-integration had not reached yet", copied - offloaded)
-            } else {
-                String::new()
-            }
-        ));
+        let audit = resizing::Audit::new(
+            &status,
+            selective.expected_offloaded,
+            selective.rewritten_offloaded,
+        );
+        notes.push(audit.note());
     }
     notes.push("phase 3 runs while data moves; its throughput includes that cost (the paper's Fig. 7: original consistent hashing recovers last)".into());
     notes.push(format!(

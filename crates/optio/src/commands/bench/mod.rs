@@ -4,6 +4,7 @@
 pub mod elastic;
 pub mod io;
 pub mod payload;
+pub mod resizing;
 #[cfg(feature = "s3")]
 pub mod s3;
 mod workload;

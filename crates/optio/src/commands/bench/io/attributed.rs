@@ -195,6 +195,7 @@ fn write_job(volume: &str, volume_bytes: u64) -> Job {
         numjobs: 1,
         iodepth: 4,
         runtime_seconds: None,
+        ..Job::default()
     }
 }
 
@@ -209,6 +210,7 @@ fn read_job(volume: &str, region: u64) -> Job {
         numjobs: JOBS,
         iodepth: 1,
         runtime_seconds: Some(MEASURE_SECONDS),
+        ..Job::default()
     }
 }
 

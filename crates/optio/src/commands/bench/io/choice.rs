@@ -274,7 +274,7 @@ fn setup(experiment: Experiment, context: &IoContext) -> Setup {
                 .concat(),
             }
         }
-        Experiment::Probe | Experiment::Attributed | Experiment::Crush => {
+        Experiment::Probe | Experiment::Attributed | Experiment::Crush | Experiment::Elastic => {
             unreachable!("these experiments have runners of their own")
         }
     }
@@ -308,6 +308,7 @@ fn jobs(volumes: &[String], volume_bytes: u64, jobs: u32, rw: &str, iodepth: u32
             numjobs: jobs,
             iodepth,
             runtime_seconds: None,
+            ..Job::default()
         })
         .collect()
 }
@@ -723,6 +724,7 @@ pub fn probe(context: &IoContext) -> Result<Report> {
                     numjobs: 1,
                     iodepth: 1,
                     runtime_seconds: None,
+                    ..Job::default()
                 };
                 let measured = rig.fio(&client, &nbd, &[job])?;
                 drop(nbd);

@@ -26,6 +26,9 @@ pub enum Experiment {
     /// Optimised CRUSH's I/O effect (seed 002): random reads on slow devices; the busiest
     /// device's share of the bytes served, crush vs seed 002's vs incremental.
     Crush,
+    /// Elastic consistent hashing's 3-phase test (seed 004 Fig. 7, Table II) on volumes with
+    /// the dirty table in Redis: no resizing, original CH, primary+full, primary+selective.
+    Elastic,
 }
 
 impl Experiment {
@@ -40,6 +43,7 @@ impl Experiment {
             Experiment::Probe => "probe",
             Experiment::Attributed => "attributed",
             Experiment::Crush => "crush",
+            Experiment::Elastic => "elastic",
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, Result};
-use optio_local::emulate::spec::{Conditions, EmulationSpec, HostSpec, Link, RackSpec};
+use optio_local::emulate::spec::{Conditions, EmulationSpec};
 use optio_placement::{Placement, ReplicaSet};
 use optio_sim::{Plot, PlotKind, Report, Series, Table};
 use serde_json::json;
@@ -53,30 +53,17 @@ fn methods() -> Vec<(&'static str, String)> {
 }
 
 fn cluster(context: &IoContext) -> EmulationSpec {
-    let link = |bits: u64| Link { bits_per_sec: bits, burst_bytes: BURST_BYTES };
-    let host_bits = context.host_bits.unwrap_or(200_000_000);
-    EmulationSpec {
-        racks: (0..RACKS)
-            .map(|_| RackSpec {
-                uplink: link(context.rack_bits.unwrap_or(400_000_000)),
-                hosts: (0..HOSTS_PER_RACK)
-                    .map(|_| HostSpec {
-                        devices: 1,
-                        capacity_bytes: 16 << 30,
-                        class: None,
-                        bandwidth_mb_per_sec: None,
-                        link: link(host_bits),
-                        conditions: Conditions {
-                            server_read_bytes_per_sec: Some(DEVICE_READ_BYTES_PER_SEC),
-                            ..Conditions::default()
-                        },
-                    })
-                    .collect(),
-                clients: 1,
-                client_link: link(host_bits * 2),
-            })
-            .collect(),
-    }
+    super::rig::uniform_spec(
+        RACKS,
+        HOSTS_PER_RACK,
+        context.host_bits.unwrap_or(200_000_000),
+        context.rack_bits.unwrap_or(400_000_000),
+        BURST_BYTES,
+        &Conditions {
+            server_read_bytes_per_sec: Some(DEVICE_READ_BYTES_PER_SEC),
+            ..Conditions::default()
+        },
+    )
 }
 
 /// PG copies and primary PGs per device of the map's pool `data`.
@@ -234,6 +221,7 @@ fn job(
         numjobs,
         iodepth,
         runtime_seconds: runtime,
+        ..Job::default()
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use optio_local::cluster::{LocalCluster, LocalClusterSpec};
 use optio_local::emulate::{EmulatedHost, Emulation, EmulationSpec};
+use optio_local::redis::RedisServer;
 use serde::Serialize;
 
 use super::cpu::{Meter, Utilisation};
@@ -25,6 +26,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// emulation.
 pub struct Rig {
     cluster: Option<LocalCluster>,
+    /// The dirty table's Redis, in the router's namespace (see [`Rig::start_with_redis`]).
+    redis: Option<RedisServer>,
     emulation: Emulation,
     /// The cluster directory.
     pub dir: PathBuf,
@@ -157,11 +160,43 @@ impl Rig {
         dir: &Path,
         adjust: impl FnOnce(&mut LocalClusterSpec),
     ) -> Result<Rig> {
+        Rig::start_inner(spec, pools_toml, dir, false, adjust)
+    }
+
+    /// [`start`](Self::start), with the elastic pools' dirty table in a Redis
+    /// (`redis-server`) that runs in the router's namespace on the router's address of rack
+    /// 1: every client host reaches it over its links, and it stops with the rig.
+    pub fn start_with_redis(
+        spec: &EmulationSpec,
+        pools_toml: &str,
+        dir: &Path,
+        adjust: impl FnOnce(&mut LocalClusterSpec),
+    ) -> Result<Rig> {
+        Rig::start_inner(spec, pools_toml, dir, true, adjust)
+    }
+
+    fn start_inner(
+        spec: &EmulationSpec,
+        pools_toml: &str,
+        dir: &Path,
+        redis: bool,
+        adjust: impl FnOnce(&mut LocalClusterSpec),
+    ) -> Result<Rig> {
         let _ = std::fs::remove_dir_all(dir);
         let emulation = crate::commands::emulate::start_spec(spec, dir)?;
         // Its prefix names everything it made (namespaces, links, cgroups): a reader (or a
         // test) can tell this run's from another emulation's on the same machine.
         eprintln!("bench io: emulation prefix {}", emulation.prefix());
+        // This thread is in the router's namespace now: so is what it starts. (On an error,
+        // the Redis stops before the emulation is removed: locals drop in reverse order.)
+        let redis = if redis {
+            Some(
+                RedisServer::start_on(emulation.router_address(1))
+                    .context("cannot start the dirty table's Redis (Debian's redis-server)")?,
+            )
+        } else {
+            None
+        };
         let dir = std::fs::canonicalize(dir)?;
         let binary = std::env::current_exe().context("cannot find the optio binary")?;
         let mut cluster_spec = LocalClusterSpec {
@@ -170,11 +205,13 @@ impl Rig {
             ..LocalClusterSpec::default()
         };
         crate::commands::emulate::place(&emulation, &mut cluster_spec);
+        cluster_spec.dirty = redis.as_ref().map(RedisServer::url);
         adjust(&mut cluster_spec);
         let cluster = LocalCluster::start(&binary, &dir, &cluster_spec)
             .context("cannot start the servers on the emulated cluster")?;
         Ok(Rig {
             cluster: Some(cluster),
+            redis,
             emulation,
             dir,
             binary,
@@ -185,6 +222,11 @@ impl Rig {
     /// The emulation.
     pub fn emulation(&self) -> &Emulation {
         &self.emulation
+    }
+
+    /// The dirty table's URL, if the rig runs a Redis for it.
+    pub fn dirty_url(&self) -> Option<String> {
+        self.redis.as_ref().map(RedisServer::url)
     }
 
     /// The servers.
@@ -397,10 +439,46 @@ impl Rig {
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        // Servers first (they run in the namespaces), then the emulation.
+        // Servers first (they run in the namespaces), the dirty table's Redis, then the
+        // emulation.
         drop(self.cluster.take());
+        drop(self.redis.take());
         if let Err(error) = self.emulation.cleanup() {
             eprintln!("emulation: {error}");
         }
+    }
+}
+
+/// An emulation of `racks` racks of `hosts_per_rack` alike server hosts (one 16 GiB device
+/// each, `conditions`) and one client host per rack (its link twice a host's): host links at
+/// `host_bits`, rack links at `rack_bits` per second, buckets of `burst_bytes`.
+pub fn uniform_spec(
+    racks: u32,
+    hosts_per_rack: u32,
+    host_bits: u64,
+    rack_bits: u64,
+    burst_bytes: u64,
+    conditions: &optio_local::emulate::spec::Conditions,
+) -> EmulationSpec {
+    use optio_local::emulate::spec::{HostSpec, Link, RackSpec};
+    let link = |bits_per_sec: u64| Link { bits_per_sec, burst_bytes };
+    EmulationSpec {
+        racks: (0..racks)
+            .map(|_| RackSpec {
+                uplink: link(rack_bits),
+                hosts: (0..hosts_per_rack)
+                    .map(|_| HostSpec {
+                        devices: 1,
+                        capacity_bytes: 16 << 30,
+                        class: None,
+                        bandwidth_mb_per_sec: None,
+                        link: link(host_bits),
+                        conditions: conditions.clone(),
+                    })
+                    .collect(),
+                clients: 1,
+                client_link: link(host_bits * 2),
+            })
+            .collect(),
     }
 }
