@@ -213,8 +213,8 @@ pub fn init_logging(default: &str) {
 /// dropped when more verbose than `LEVEL` (a second filter, applied after `OPTIO_LOG`'s, so
 /// that no directive of it, however specific, lets them through). And for each
 /// `(CRATE, PER_SECOND)` of `limited`, at most that many of its events a second are logged: a
-/// crate that logs every refused request (s3s logs each at ERROR) cannot fill the disk; what
-/// was left out is counted in one line when the second ends.
+/// crate that logs every refused request (s3s logs each at ERROR) cannot fill the disk; the
+/// crate's first event after a second that left some out is preceded by one line counting them.
 pub fn init_logging_capped(
     default: &str,
     caps: &'static [(&'static str, tracing::Level)],
