@@ -68,6 +68,15 @@ impl Patch {
 enum Slow {
     /// Write the object whole.
     Rewrite,
+    /// Some replicas hold an older version than the base, or none — they missed writes, or
+    /// the map moved the object and rebalancing has not brought it there yet — and none holds
+    /// a newer one: a whole rewrite would do, or, for a compare-and-swap, bringing them up.
+    Behind {
+        /// Those replicas (indices into the candidate's devices).
+        stale: Vec<usize>,
+        /// The version written, and by how many replicas (`None`: by none).
+        applied: Option<(ObjectVersion, usize)>,
+    },
     /// The map changed: locate again.
     Relocate,
     /// A failure to report.
@@ -146,7 +155,7 @@ impl Client {
                     });
                 }
                 Err(Slow::Relocate) => continue,
-                Err(Slow::Rewrite) => break,
+                Err(Slow::Rewrite | Slow::Behind { .. }) => break,
                 Err(Slow::Failed(error)) => return Err(error),
             }
         }
@@ -155,7 +164,11 @@ impl Client {
 
     /// Replaces the bytes at `offset` of the block object `key` if it is still at version
     /// `base` on every replica that runs: a compare-and-swap (a volume's lock is taken with
-    /// it). Another version anywhere is [`ClientError::Changed`]; nothing is rewritten whole.
+    /// it). A newer version anywhere is [`ClientError::Changed`]; nothing is rewritten whole.
+    /// Replicas that lack `base` while the object's newest version is `base` (they missed a
+    /// write, or the map moved the object and rebalancing has not brought it yet) are first
+    /// brought to it from a good copy, so that a map change does not make the swap fail until
+    /// rebalancing is over.
     pub async fn compare_and_write(
         &self,
         pool_name: &str,
@@ -182,10 +195,75 @@ impl Client {
                 }
                 Err(Slow::Relocate) => continue,
                 Err(Slow::Rewrite) => return Err(ClientError::Changed { key: key.to_string() }),
+                Err(Slow::Behind { stale, applied }) => {
+                    let target = applied.map_or(base, |(version, _)| version);
+                    let repaired = self
+                        .bring_to(&view, pool, pool_name, key, candidate, target, &stale)
+                        .await?;
+                    if let Some((version, accepted)) = applied {
+                        // The swap took on every replica that held the base; the others now
+                        // hold what it wrote too.
+                        let needed = self.min_size(&view, pool);
+                        if accepted + repaired >= needed {
+                            return Ok(Written {
+                                candidate: candidate.index,
+                                devices: candidate.devices.iter().map(|d| d.0).collect(),
+                                version,
+                            });
+                        }
+                        return Err(ClientError::NotEnoughReplicas {
+                            key: key.to_string(),
+                            acked: accepted + repaired,
+                            needed,
+                            failures: "replicas behind the base could not be brought up".into(),
+                        });
+                    }
+                }
                 Err(Slow::Failed(error)) => return Err(error),
             }
         }
         Err(ClientError::EpochRetries { attempts: RETRIES_MAX })
+    }
+
+    /// Brings the replicas `stale` (indices into `candidate`'s devices) to version `target`
+    /// of `key` from the newest copy the read path finds (following a transition to where the
+    /// object was); returns how many took it. [`ClientError::Changed`] when that copy is not
+    /// at `target` (another writer came).
+    #[allow(clippy::too_many_arguments)]
+    async fn bring_to(
+        &self,
+        view: &View,
+        pool: optio_placement::PoolId,
+        pool_name: &str,
+        key: &str,
+        candidate: &Candidate,
+        target: ObjectVersion,
+        stale: &[usize],
+    ) -> Result<usize, ClientError> {
+        let (info, data) = match self.get_range(pool_name, key, None).await {
+            Ok(found) => found,
+            Err(ClientError::NotFound { .. }) => {
+                return Err(ClientError::Changed { key: key.to_string() });
+            }
+            Err(error) => return Err(error),
+        };
+        if info.version != target {
+            return Err(ClientError::Changed { key: key.to_string() });
+        }
+        let endpoints = self.endpoints(view, candidate)?;
+        let targets: Vec<_> = stale.iter().filter_map(|i| endpoints.get(*i).cloned()).collect();
+        let mut repaired = 0;
+        for (device, outcome) in
+            self.repair(view, pool, key, &targets, (&info, &data), candidate).await
+        {
+            match outcome {
+                Ok(()) => repaired += 1,
+                Err(reason) => {
+                    tracing::debug!(key, device, %reason, "could not bring a replica up");
+                }
+            }
+        }
+        Ok(repaired)
     }
 
     /// Reads `len` bytes at `offset` of `key`: `None` when the object was never written (it
@@ -350,6 +428,15 @@ impl Client {
         .await;
         let conflict = |r: &Result<Answer, Failure>| matches!(r, Err(f) if f.kind() == Some(ErrorKind::VersionConflict));
         if results.iter().any(conflict) {
+            // Behind: every conflicting replica holds less than the base (none answers with
+            // the base or newer, which would mean another writer).
+            let behind = |r: &Result<Answer, Failure>| matches!(r, Err(f) if f.stored_version().is_some_and(|stored| stored < base));
+            let stale: Vec<usize> = (0..results.len()).filter(|i| conflict(&results[*i])).collect();
+            if stale.iter().all(|i| behind(&results[*i])) {
+                let accepted = results.iter().filter(|r| r.is_ok()).count();
+                let applied = (accepted > 0).then_some((version, accepted));
+                return Err(Slow::Behind { stale, applied });
+            }
             return Err(Slow::Rewrite);
         }
         // The one quorum rule (crate::quorum), as for whole writes; a version conflict never

@@ -60,6 +60,12 @@ fn bad_arguments() {
         (vec!["analyze", "--map", map, "--by", "planet"], "no such type"),
         (vec!["analyze", "--map", map, "--pool", "nope"], "no pool"),
         (vec!["analyze", "--map", map, "--size", "9"], "cannot simulate"),
+        (vec!["bench", "io", "elastic", "--hot-fraction", "0.9"], "from 0.02 to 0.5"),
+        (
+            vec!["bench", "io", "local", "--hot-fraction", "0.2"],
+            "for `optio bench io elastic` only",
+        ),
+        (vec!["bench", "io", "elastic", "--modes", "sideways"], "--modes"),
     ] {
         let error = optio_err(&args);
         assert!(error.contains(expected), "{args:?}: {error}");

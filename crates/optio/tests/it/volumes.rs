@@ -671,3 +671,78 @@ fn a_restarted_optio_nbd_takes_its_dead_predecessors_lock_at_once() {
     let nbd = Nbd::start(&dir, &["disk", "--break-lock"]).expect("--break-lock still takes it");
     nbd.stop();
 }
+
+/// The devices holding volume `name`'s header (pool `pool`), primary first.
+fn header_devices(cluster: &LocalCluster, pool: &str, name: &str) -> Vec<u32> {
+    crate::runtime().block_on(async {
+        let client = crate::store_support::client(cluster, None).await;
+        let key = optio_client::volume::header_key(name);
+        let location = client.stat(pool, &key).await.expect("the header is found");
+        location.candidate.devices.iter().map(|d| d.0).collect()
+    })
+}
+
+/// Marks `device` in or out and waits until every server has the map.
+fn set_in(cluster: &LocalCluster, device: u32, is_in: bool) {
+    let change = optio_placement::MapChange::SetState {
+        device: optio_placement::DeviceId(device),
+        up: None,
+        is_in: Some(is_in),
+    };
+    let map = cluster.change_map(&change).expect("the map changes");
+    cluster.wait_for_epoch(map.epoch().0).expect("the servers take the map");
+}
+
+/// Issue 38's defect: after a map change moved a volume's header (original consistent hashing
+/// marking servers out, then in again), opening the volume failed with "changed meanwhile"
+/// until rebalancing had moved the header — minutes — because the header's new (or returning)
+/// replicas did not hold the version the lock's compare-and-swap was based on. Now replicas
+/// behind the base are brought to it first: the volume opens at once, with rebalancing held
+/// to a crawl so that it moves nothing meanwhile, and every acknowledged block reads back.
+#[test]
+fn a_volume_opens_at_once_while_a_map_change_moves_its_header() {
+    let spec = LocalClusterSpec {
+        hosts_per_zone: 2,
+        migration_rate_bytes_per_sec: Some(1),
+        ..crate::small()
+    };
+    let (_tmp, cluster) = cluster(spec);
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    let pool = optio_local::cluster::RING_POOL;
+    ok(&dir, &["volume", "create", "disk", "16MiB", "--pool", pool]);
+    let nbd = Nbd::start(&dir, &["disk"]).expect("the volume opens");
+    let mut stream = connect(nbd.port, "disk");
+    write_blocks(&mut stream, 8, 700);
+    drop(stream);
+    nbd.stop();
+
+    // Out: the header's replacement replica holds nothing. In again: the returning replica
+    // holds the header as it was before (older than the lock's writes since).
+    let moved = header_devices(&cluster, pool, "disk")[0];
+    for (is_in, seed) in [(false, 701), (true, 702)] {
+        set_in(&cluster, moved, is_in);
+        assert_eq!(
+            header_devices(&cluster, pool, "disk").contains(&moved),
+            is_in,
+            "device {moved} should {}hold the header's placement",
+            if is_in { "" } else { "no longer " }
+        );
+        let nbd = Nbd::start(&dir, &["disk"]).unwrap_or_else(|e| {
+            panic!(
+                "the volume opens at once after device {moved} went {}: {e}",
+                if is_in { "in" } else { "out" }
+            )
+        });
+        let mut stream = connect(nbd.port, "disk");
+        check_blocks(&mut stream, 8, seed - 1, "after the map change");
+        write_blocks(&mut stream, 8, seed);
+        drop(stream);
+        nbd.stop();
+    }
+    let nbd = Nbd::start(&dir, &["disk"]).expect("the volume opens");
+    let mut stream = connect(nbd.port, "disk");
+    check_blocks(&mut stream, 8, 702, "at the end");
+    drop(stream);
+    nbd.stop();
+}

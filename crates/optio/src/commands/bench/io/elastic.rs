@@ -23,7 +23,6 @@
 //! × time over servers following the load) beside Table II.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -50,8 +49,10 @@ const VOLUME_BYTES_MIN: u64 = 16 << 20;
 /// Phase 2 moves this share of phase 1's bytes (the paper: 12.6 GB after 14 GB), two thirds
 /// written.
 const PHASE2_SHARE: f64 = 0.9;
-/// Phase 2's writes fall on this share of each volume (its first objects).
-const HOT_FRACTION: f64 = 0.1;
+/// Phase 2's writes fall on this share of each volume (its first objects), by default.
+pub const HOT_FRACTION: f64 = 0.1;
+/// The range `--hot-fraction` takes.
+pub const HOT_FRACTION_RANGE: std::ops::RangeInclusive<f64> = 0.02..=0.5;
 /// Phase 3 writes this share of each volume (its last objects) and reads the rest.
 const PHASE3_WRITE_FRACTION: f64 = 0.2;
 /// Phase 2's rate over all clients, bytes per second (the paper's 20 MB/s against its
@@ -62,12 +63,6 @@ const MIGRATION_BYTES_PER_SEC: u64 = 8_000_000;
 /// I/Os in flight per fio job.
 const IODEPTH: u32 = 4;
 const BURST_BYTES: u64 = 64 << 10;
-/// How long `optio nbd` is started again while its volume's header changed meanwhile.
-const NBD_RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
-/// Pause before the next attempt.
-const NBD_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
-/// What a volume open says when its header changed between its read and its write.
-const HEADER_RACE: &str = "changed meanwhile";
 /// Table II of the paper: machine-hours over ideal, (trace, original CH, primary+full,
 /// primary+selective).
 const TABLE_II: [(&str, f64, f64, f64); 2] =
@@ -112,11 +107,11 @@ struct Sizes {
 }
 
 impl Sizes {
-    fn new(context: &IoContext) -> Sizes {
+    fn new(context: &IoContext, hot_fraction: f64) -> Sizes {
         let volume_bytes = context.scaled(VOLUME_BYTES, VOLUME_BYTES_MIN).div_ceil(BLOCK) * BLOCK;
         let objects = volume_bytes / BLOCK;
         let blocks = |fraction: f64| ((objects as f64 * fraction).round() as u64).max(1) * BLOCK;
-        let hot_bytes = blocks(HOT_FRACTION);
+        let hot_bytes = blocks(hot_fraction);
         let phase2_bytes = volume_bytes as f64 * PHASE2_SHARE;
         Sizes {
             volume_bytes,
@@ -148,17 +143,16 @@ struct Run {
     server_seconds: f64,
     dirty_entries: u64,
     audit: Option<Audit>,
-    /// Times `optio nbd` was started again after its volume's header changed meanwhile.
-    nbd_retries: u32,
 }
 
-/// Runs the experiment: every mode (`runs` times each).
-pub fn run(context: &IoContext, modes: &[Mode]) -> Result<Report> {
+/// Runs the experiment: every mode (`runs` times each), phase 2 writing the first
+/// `hot_fraction` of each volume.
+pub fn run(context: &IoContext, modes: &[Mode], hot_fraction: f64) -> Result<Report> {
     if modes.is_empty() {
         bail!("no modes to run: use --modes with none, original, full, selective");
     }
     let runs = context.runs(1);
-    let sizes = Sizes::new(context);
+    let sizes = Sizes::new(context, hot_fraction);
     let spec = cluster(context);
     let mut results: Vec<Run> = Vec::new();
     for round in 0..runs {
@@ -211,7 +205,6 @@ fn run_mode(context: &IoContext, spec: &EmulationSpec, mode: Mode, sizes: Sizes)
     }
     let log = |phase: u32, client: usize| rig.dir.join(format!("bw-p{phase}-c{client}"));
     let mut samples = Vec::new();
-    let retries = AtomicU32::new(0);
     let meter = Meter::start();
     let started = Instant::now();
     let mut phase_starts = [0.0; 3];
@@ -228,7 +221,7 @@ fn run_mode(context: &IoContext, spec: &EmulationSpec, mode: Mode, sizes: Sizes)
             }]
         })
         .collect();
-    phases.push(phase(&rig, &clients, &volumes, &jobs, started, &mut phase_starts[0], &retries)?);
+    phases.push(phase(&rig, &clients, &volumes, &jobs, started, &mut phase_starts[0])?);
     // Resize down.
     let map = cluster.load_map()?;
     let inactive = resizing::inactive_devices(&map);
@@ -274,7 +267,7 @@ fn run_mode(context: &IoContext, spec: &EmulationSpec, mode: Mode, sizes: Sizes)
             ]
         })
         .collect();
-    phases.push(phase(&rig, &clients, &volumes, &jobs, started, &mut phase_starts[1], &retries)?);
+    phases.push(phase(&rig, &clients, &volumes, &jobs, started, &mut phase_starts[1])?);
     let phase2_done = started.elapsed().as_secs_f64();
     let partial_map = cluster.load_map()?;
     let mut hot_keys = Vec::new();
@@ -325,8 +318,7 @@ fn run_mode(context: &IoContext, spec: &EmulationSpec, mode: Mode, sizes: Sizes)
     let (phase3, grow_seconds) = std::thread::scope(|scope| {
         let work = scope.spawn(|| {
             let mut start = 0.0;
-            phase(&rig, &clients, &volumes, &jobs, started, &mut start, &retries)
-                .map(|p| (p, start))
+            phase(&rig, &clients, &volumes, &jobs, started, &mut start).map(|p| (p, start))
         });
         let moved = runtime.block_on(resizing::wait_moved(cluster, mode, grown));
         let phase = work.join().map_err(|_| anyhow::anyhow!("phase 3's thread panicked"));
@@ -395,7 +387,6 @@ fn run_mode(context: &IoContext, spec: &EmulationSpec, mode: Mode, sizes: Sizes)
         ]),
         dirty_entries,
         audit,
-        nbd_retries: retries.load(Ordering::Relaxed),
     })
 }
 
@@ -420,12 +411,11 @@ fn phase(
     jobs: &[Vec<Job>],
     started: Instant,
     start: &mut f64,
-    retries: &AtomicU32,
 ) -> Result<Phase> {
     let mut servers: Vec<Nbd> = Vec::new();
     let opening = Instant::now();
     for (client, volume) in clients.iter().zip(volumes) {
-        servers.push(start_nbd(rig, client, volume, retries)?);
+        servers.push(rig.nbd(client, &[volume.to_string()], &NbdOptions::default())?);
     }
     let opening_seconds = opening.elapsed().as_secs_f64();
     let work: Vec<_> = clients
@@ -436,33 +426,12 @@ fn phase(
         .collect();
     *start = started.elapsed().as_secs_f64();
     let mut phase = rig.fio_all(&work)?;
-    // Opening the volumes is part of the phase (it waits while their headers move).
+    // Opening the volumes is part of the phase.
     phase.wall_seconds += opening_seconds;
     for mut nbd in servers {
         nbd.stop();
     }
     Ok(phase)
-}
-
-/// Starts `optio nbd` for `volume` in `client`. Opening a volume takes its lock with a
-/// conditional write of its header; after original CH's servers are marked in, that write
-/// fails ("changed meanwhile", as if another writer had come) until rebalancing has moved
-/// the header back: it is tried again (counted in `retries`) for at most
-/// [`NBD_RETRY_TIMEOUT`]. The wait counts in the phase's time.
-fn start_nbd(rig: &Rig, client: &EmulatedHost, volume: &str, retries: &AtomicU32) -> Result<Nbd> {
-    let deadline = Instant::now() + NBD_RETRY_TIMEOUT;
-    loop {
-        match rig.nbd(client, &[volume.to_string()], &NbdOptions::default()) {
-            Ok(nbd) => return Ok(nbd),
-            Err(error)
-                if Instant::now() < deadline && format!("{error:#}").contains(HEADER_RACE) =>
-            {
-                retries.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(NBD_RETRY_PAUSE);
-            }
-            Err(error) => return Err(error),
-        }
-    }
 }
 
 /// The data objects phase 2 writes: the first `hot_bytes` of `volume`.
@@ -596,12 +565,6 @@ fn report(
     ];
     notes.extend(differences.iter().map(|d| format!("differs: {d}")));
     notes.push("CPU busy %: the machine's, over the whole run; per phase in the JSON".into());
-    let retried: u32 = results.iter().map(|r| r.nbd_retries).sum();
-    if retried > 0 {
-        notes.push(format!(
-            "optio nbd was started again {retried} time(s) after its volume's header changed meanwhile (opening a volume while the servers rebalance it: original CH, right after resizing up)"
-        ));
-    }
     let first = |mode: Mode| of(mode).next();
     let mut series: Vec<Series> = modes
         .iter()
@@ -644,7 +607,7 @@ fn report(
     let json = json!({
         "experiment": "elastic", "scale": context.scale, "runs": runs,
         "servers": SERVERS, "racks": RACKS, "replicas": REPLICAS, "inactive": INACTIVE,
-        "clients": clients, "volume_bytes": sizes.volume_bytes, "hot_bytes": sizes.hot_bytes,
+        "clients": clients, "volume_bytes": sizes.volume_bytes, "hot_bytes": sizes.hot_bytes, "hot_fraction": sizes.hot_bytes as f64 / sizes.volume_bytes as f64,
         "phase2_loops": sizes.phase2_loops, "phase2_read_bytes": sizes.phase2_read_bytes,
         "phase3_write_bytes": sizes.phase3_write_bytes,
         "phase2_bytes_per_sec": PHASE2_BYTES_PER_SEC,
@@ -690,7 +653,6 @@ fn run_json(r: &Run, over_ideal: f64) -> serde_json::Value {
                 "server_seconds": r.server_seconds,
                 "machine_hours_over_ideal": over_ideal,
                 "dirty_entries": r.dirty_entries,
-                "nbd_start_retries": r.nbd_retries,
                 "audit": r.audit.as_ref().map(|a| json!({
                     "replicas_copied": a.replicas_copied,
                     "offloaded_copied": a.offloaded_copied,

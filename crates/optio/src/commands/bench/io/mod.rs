@@ -44,10 +44,10 @@ elastic (seed 004's 3-phase test, Fig. 7 and Table II) also needs redis-server: 
 pool's dirty table is a Redis the rig starts in the router's namespace. Its modes (--modes):
 none (no resizing), original (consistent hashing: mark 4 servers out and wait for the
 clean-up), full and selective (elastic CH, re-integrating everything or only the dirty
-table's objects), all migrating under one rate limit. By default none, full and selective:
-original on volumes is an open defect here — after the servers are marked back in,
-`optio nbd` cannot take a volume's lock (\"volume_header… changed meanwhile\") for minutes;
-`--modes original` runs it anyway (docs/reproduction.md)."
+table's objects), all migrating under one rate limit; by default all four. --hot-fraction
+sets the share of each volume phase 2 writes over and over (0.1; the selective
+re-integration's advantage depends on it):
+  optio bench io elastic --hot-fraction 0.3 --modes full,selective"
 )]
 pub struct Args {
     /// The experiment.
@@ -77,17 +77,20 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
     /// `elastic` only: the ways of resizing to run (comma-separated from none, original,
-    /// full, selective; default: none, full, selective — see original's open defect above).
+    /// full, selective; default: all four).
     #[arg(long, value_delimiter = ',', value_name = "MODES")]
     pub modes: Option<Vec<String>>,
+    /// `elastic` only: the share of each volume phase 2 writes (its hot set), from 0.02 to
+    /// 0.5 [default: 0.1].
+    #[arg(long, value_name = "FRACTION")]
+    pub hot_fraction: Option<f64>,
 }
 
-/// The ways of resizing `--modes` names (all but original by default: original consistent
-/// hashing on volumes meets an open defect, `--help` says which), each once, in its order.
+/// The ways of resizing `--modes` names (all by default), each once, in its order.
 fn elastic_modes(args: &Args) -> Result<Vec<super::resizing::Mode>> {
     use super::resizing::Mode;
     let Some(names) = &args.modes else {
-        return Ok(Mode::ALL.iter().copied().filter(|m| *m != Mode::Original).collect());
+        return Ok(Mode::ALL.to_vec());
     };
     if args.experiment != Experiment::Elastic {
         bail!("--modes is for `optio bench io elastic` only");
@@ -100,6 +103,25 @@ fn elastic_modes(args: &Args) -> Result<Vec<super::resizing::Mode>> {
         }
     }
     Ok(modes)
+}
+
+/// `--hot-fraction`, checked (elastic only).
+fn hot_fraction(args: &Args) -> Result<f64> {
+    let Some(fraction) = args.hot_fraction else {
+        return Ok(elastic::HOT_FRACTION);
+    };
+    if args.experiment != Experiment::Elastic {
+        bail!("--hot-fraction is for `optio bench io elastic` only");
+    }
+    let range = elastic::HOT_FRACTION_RANGE;
+    if !range.contains(&fraction) {
+        bail!(
+            "--hot-fraction {fraction} is out of range: from {} to {} (the share of each volume phase 2 writes)",
+            range.start(),
+            range.end()
+        );
+    }
+    Ok(fraction)
 }
 
 fn rate(text: &Option<String>, flag: &str) -> Result<Option<u64>> {
@@ -117,6 +139,7 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--scale {} is out of range: from {SCALE_MIN} to {SCALE_MAX}", args.scale);
     }
     let modes = elastic_modes(&args)?;
+    let hot_fraction = hot_fraction(&args)?;
     if args.experiment == Experiment::Elastic && !optio_local::redis::redis_installed() {
         bail!(
             "optio bench io elastic keeps the dirty table in Redis: install Debian's redis-server (apt-get install -y redis-server)"
@@ -148,7 +171,7 @@ pub fn run(args: Args) -> Result<()> {
         Experiment::Probe => choice::probe(&context)?,
         Experiment::Attributed => attributed::run(&context)?,
         Experiment::Crush => crush::run(&context)?,
-        Experiment::Elastic => elastic::run(&context, &modes)?,
+        Experiment::Elastic => elastic::run(&context, &modes, hot_fraction)?,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.json)?);
