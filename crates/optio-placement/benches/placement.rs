@@ -253,8 +253,8 @@ fn table1(c: &mut Criterion) {
         let mut sets = vec![ReplicaSet::new(); 100_000];
         group.bench_function(format!("attributed_batch/{nodes}"), |b| {
             b.iter(|| {
-                for (i, key) in keys.iter_mut().enumerate() {
-                    *key = hash32_2(i as u32, 1);
+                for (i, key) in (0u32..).zip(keys.iter_mut()) {
+                    *key = hash32_2(i, 1);
                 }
                 ring.place_batch(&keys, 3, &mut sets);
                 black_box(sets[99_999].len())

@@ -39,7 +39,10 @@ fn main() {
         // fit the 16.16 bucket weights; only CRUSH reads it.
         let mut device = DeviceSpec::new(id)
             .capacity(capacity)
-            .weight(Weight(((u128::from(capacity) << 16) / (4u128 << 40)) as u32))
+            .weight(Weight(
+                u32::try_from((u128::from(capacity) << 16) / (4u128 << 40))
+                    .expect("a few TiB as a 16.16 weight"),
+            ))
             .at(&[("zone", if hdd { "zone0" } else { "zone1" }), ("host", &host)]);
         device.bandwidth_mb_per_s = if hdd { 146 } else { 540 };
         device.class = Some(if hdd { "hdd" } else { "ssd" }.to_string());

@@ -403,7 +403,8 @@ pub fn cluster_load(
     };
     for &id in pools {
         let Some(pool) = placement.pool(id) else { continue };
-        let pool_load = pool_load(placement, pool, n as u32, objects, object_size, progress);
+        let pool_load =
+            pool_load(placement, pool, map.max_devices(), objects, object_size, progress);
         let shares = target_shares(map, pool.pool());
         let pg_total: u64 = pool_load.pg_copies.iter().sum();
         let object_total: u64 = pool_load.objects.iter().sum();
@@ -474,8 +475,10 @@ pub fn domain_loads(
 ) -> BTreeMap<String, DomainLoad> {
     let mut per: BTreeMap<String, DomainLoad> = BTreeMap::new();
     for &i in devices {
-        let name = map
-            .ancestor_of_type(ItemId(i as i32), type_id)
+        // An index past every device id has no ancestor: "(none)", as for a device without one.
+        let name = i32::try_from(i)
+            .ok()
+            .and_then(|id| map.ancestor_of_type(ItemId(id), type_id))
             .map_or_else(|| "(none)".to_string(), |b| b.name.clone());
         let domain = per.entry(name).or_default();
         domain.pg_copies += load.pg_copies[i];

@@ -51,6 +51,10 @@ impl Weight {
 
     /// The nearest 16.16 weight to `value`, or `None` when it is negative, not finite or does
     /// not fit in 32 bits.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the value converted is integral and checked to be within 0..=u32::MAX"
+    )]
     pub fn from_f64(value: f64) -> Option<Weight> {
         if !value.is_finite() || value < 0.0 {
             return None;
@@ -93,14 +97,20 @@ impl From<BucketId> for ItemId {
 }
 
 impl BucketId {
-    /// Position of this bucket in a dense bucket table (`-1 → 0`, `-2 → 1`, …).
+    /// Position of this bucket in a dense bucket table (`-1 → 0`, `-2 → 1`, …). A
+    /// non-negative id is no bucket: its position, `usize::MAX`, is past every table.
     pub fn index(self) -> usize {
         debug_assert!(self.0 < 0);
-        (-1 - i64::from(self.0)) as usize
+        usize::try_from(-1 - i64::from(self.0)).unwrap_or(usize::MAX)
     }
     /// The bucket id stored at dense position `index`.
+    ///
+    /// # Panics
+    ///
+    /// If `index` is 2³¹ or more: no map has that many buckets
+    /// ([`BUCKETS_MAX`](crate::map::BUCKETS_MAX) is 2²⁰).
     pub fn from_index(index: usize) -> BucketId {
-        BucketId(-1 - index as i32)
+        BucketId(-1 - crate::narrow::index_i32(index))
     }
 }
 

@@ -63,6 +63,7 @@ pub mod engine;
 pub mod error;
 pub mod ids;
 pub mod map;
+mod narrow;
 pub mod params;
 pub mod pg;
 pub mod placement;

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use crate::error::{MapError, MapErrorKind, Subject};
 use crate::ids::{BucketId, DeviceId, Epoch, ItemId, PoolId, RuleId, TypeId, Weight};
+use crate::narrow::index32;
 use crate::tunables::Tunables;
 
 /// Highest device id + 1 that a map may use (bounds the dense tables placement builds).
@@ -22,6 +23,9 @@ pub const RULES_MAX: usize = 1 << 16;
 pub const POOLS_MAX: usize = 1 << 16;
 /// Most steps in one rule.
 pub const RULE_STEPS_MAX: usize = 256;
+/// Most weights in one `choose_args` set (each bucket's positions × items, added up): 2²⁸
+/// weights take 1 GiB, and compiled offsets into them stay 32-bit.
+pub const CHOOSE_ARGS_WEIGHTS_MAX: usize = 1 << 28;
 /// Most levels of buckets above a device (Ceph's default types have 11; the builder and the
 /// engines recurse over the hierarchy, so its depth is bounded).
 pub const HIERARCHY_DEPTH_MAX: usize = 256;
@@ -359,7 +363,7 @@ impl Membership {
 
     /// The rank (1-based) of a device.
     pub fn rank(&self, device: DeviceId) -> Option<u32> {
-        self.order.iter().position(|d| *d == device).map(|i| i as u32 + 1)
+        self.order.iter().position(|d| *d == device).map(|i| index32(i) + 1)
     }
 
     /// Whether the device of rank `rank` (1-based) is active in `version`.
@@ -379,7 +383,7 @@ impl Membership {
         self.order
             .iter()
             .enumerate()
-            .filter(|(i, _)| self.is_active(version, *i as u32 + 1))
+            .filter(|(i, _)| self.is_active(version, index32(*i) + 1))
             .map(|(_, d)| *d)
             .collect()
     }
@@ -387,9 +391,9 @@ impl Membership {
     /// How many servers are active in `version`.
     pub fn active_count(&self, version: &MembershipVersion) -> u32 {
         match &version.active {
-            ActiveSet::All => self.order.len() as u32,
-            ActiveSet::FirstRanks(k) => (*k).min(self.order.len() as u32),
-            ActiveSet::Devices(devices) => devices.len() as u32,
+            ActiveSet::All => index32(self.order.len()),
+            ActiveSet::FirstRanks(k) => (*k).min(index32(self.order.len())),
+            ActiveSet::Devices(devices) => index32(devices.len()),
         }
     }
 
@@ -533,7 +537,7 @@ impl ClusterMap {
 
     /// One more than the highest device id (Ceph's `max_devices`).
     pub fn max_devices(&self) -> u32 {
-        self.device_slots.len() as u32
+        index32(self.device_slots.len())
     }
 
     /// The bucket types, by increasing id.
@@ -571,7 +575,7 @@ impl ClusterMap {
 
     /// One more than the highest bucket index (Ceph's `max_buckets`).
     pub fn max_buckets(&self) -> u32 {
-        self.buckets.len() as u32
+        index32(self.buckets.len())
     }
 
     /// The rules, by increasing id.

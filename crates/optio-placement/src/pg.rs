@@ -42,8 +42,9 @@ pub fn pg_mask(pg_num: u32) -> u32 {
     if pg_num <= 1 {
         return 0;
     }
+    // 1 to 32 ones.
     let bits = 32 - (pg_num - 1).leading_zeros();
-    ((1u64 << bits) - 1) as u32
+    u32::MAX >> (32 - bits)
 }
 
 /// `ceph_stable_mod`: a modulo that moves few inputs when `b` grows.

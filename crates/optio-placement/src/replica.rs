@@ -1,6 +1,7 @@
 //! [`ReplicaSet`]: the devices of one placement, primary first — what every engine writes.
 
 use crate::ids::{DeviceId, ITEM_NONE};
+use crate::narrow::small8;
 
 /// Most replicas (or erasure-code shards) of one object.
 pub const REPLICAS_MAX: usize = 32;
@@ -92,7 +93,7 @@ impl ReplicaSet {
     }
     /// Replaces the entries with `items` (at most [`REPLICAS_MAX`]); the first is primary.
     pub(crate) fn set_from(&mut self, items: &[i32]) {
-        self.len = items.len().min(REPLICAS_MAX) as u8;
+        self.len = small8(items.len().min(REPLICAS_MAX));
         self.primary = PRIMARY_IS_FIRST;
         self.items[..self.len as usize].copy_from_slice(&items[..self.len as usize]);
     }
@@ -105,12 +106,12 @@ impl ReplicaSet {
         for (i, slot) in self.items[..len].iter_mut().enumerate() {
             *slot = item(i);
         }
-        self.len = len as u8;
+        self.len = small8(len);
         self.primary = PRIMARY_IS_FIRST;
     }
     /// Names the entry at `position` primary without moving it (erasure-coded sets).
     pub(crate) fn set_primary_position(&mut self, position: usize) {
-        self.primary = position as u8;
+        self.primary = small8(position);
     }
     /// Moves the entry at `position` to the front, the ones before it keeping their order.
     pub(crate) fn move_to_front(&mut self, position: usize) {

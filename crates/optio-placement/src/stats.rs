@@ -53,6 +53,10 @@ pub struct Histogram {
 impl Histogram {
     /// Bins `values` into at most `bins` bins (fewer when the values are integers in a
     /// narrower range).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "bin numbers are non-negative floats floored into 0..=bins; `as` saturates"
+    )]
     pub fn of(values: &[f64], bins: usize) -> Histogram {
         let bins = bins.max(1);
         let min = values.iter().copied().fold(f64::INFINITY, f64::min);

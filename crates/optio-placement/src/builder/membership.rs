@@ -57,7 +57,7 @@ pub(super) fn build_membership(
     if spec.is_none() && elastic.is_empty() {
         return Ok(None);
     }
-    let n = order.len() as u32;
+    let n = crate::narrow::index32(order.len());
     let mut versions: Vec<MembershipVersion> = Vec::new();
     let specs = spec.map_or(&[][..], |m| m.versions.as_slice());
     if specs.len() > crate::engine::elastic::VERSIONS_MAX {

@@ -135,6 +135,7 @@ pub(super) fn build_choose_args(
             ));
         }
         let mut resolved: Vec<ChooseArg> = Vec::with_capacity(args.len());
+        let mut weights_total = 0usize;
         for arg in args {
             let item = map.resolve(&subject, &arg.bucket)?;
             let bucket_id = item.bucket().ok_or_else(|| {
@@ -157,6 +158,16 @@ pub(super) fn build_choose_args(
                             "bucket '{}' has {size} items; each weight set and id list needs exactly that many",
                             bucket.name
                         ),
+                    },
+                ));
+            }
+            weights_total = weights_total.saturating_add(size.saturating_mul(arg.weight_set.len()));
+            if weights_total > CHOOSE_ARGS_WEIGHTS_MAX {
+                return Err(err(
+                    subject.clone(),
+                    Kind::TooMany {
+                        what: "weights in one choose_args set (positions × items, all buckets)",
+                        limit: CHOOSE_ARGS_WEIGHTS_MAX,
                     },
                 ));
             }

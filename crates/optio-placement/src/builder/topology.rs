@@ -73,7 +73,7 @@ pub(super) fn add_devices(
                 Kind::DuplicateId { id: spec.id.0.into(), other: format!("device '{other}'") },
             ));
         }
-        *slot = build.devices.len() as u32;
+        *slot = crate::narrow::index32(build.devices.len());
         if build.names.insert(name.clone(), ItemId(spec.id.0 as i32)).is_some() {
             return Err(err(subject, Kind::DuplicateName));
         }
@@ -125,9 +125,10 @@ pub(super) fn add_devices(
             })?,
             (None, None) => Weight::ONE,
         };
-        let capacity_bytes = spec
-            .capacity_bytes
-            .unwrap_or_else(|| ((u128::from(weight.0) * u128::from(TIB)) >> 16) as u64);
+        let capacity_bytes = spec.capacity_bytes.unwrap_or_else(|| {
+            u64::try_from((u128::from(weight.0) * u128::from(TIB)) >> 16)
+                .expect("a 16.16 weight (below 2^16) times 1 TiB is below 2^56 bytes")
+        });
         build.devices.push(Device {
             id: spec.id,
             name,

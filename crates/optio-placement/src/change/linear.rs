@@ -131,8 +131,9 @@ pub fn tune_linear_param(map: &ClusterMap, pool: &Pool) -> LinearTuning {
     let crush = CrushMap::new(map);
     let devices = pool_devices(map, pool);
     let by_budget = LINEAR_SEARCH_MAPPINGS_MAX / u64::from(pool.pgp_num.max(1));
-    let trials =
-        (by_budget.min(u64::from(LINEAR_SEARCH_TRIALS_MAX)) as u32).max(LINEAR_SEARCH_TRIALS_MIN);
+    let trials = u32::try_from(by_budget)
+        .unwrap_or(LINEAR_SEARCH_TRIALS_MAX)
+        .clamp(LINEAR_SEARCH_TRIALS_MIN, LINEAR_SEARCH_TRIALS_MAX);
     let mut best = (i128::MAX, LINEAR_PARAM_ONE);
     let mut at_one = 0i128;
     for trial in 0..trials {

@@ -18,6 +18,7 @@ use crate::builder::{ActiveSpec, ClusterMapBuilder, DeviceSpec, ItemRef, Version
 use crate::error::{MapError, MapErrorKind, Subject};
 use crate::ids::{DeviceId, Epoch, ItemId, Weight};
 use crate::map::ClusterMap;
+use crate::narrow::index32;
 
 /// One change to a map.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -258,7 +259,7 @@ fn push_version(
     active: ActiveSpec,
 ) -> Result<(), MapError> {
     let membership = membership(map)?;
-    let n = membership.order.len() as u32;
+    let n = index32(membership.order.len());
     if let ActiveSpec::FirstRanks(k) = active
         && (k == 0 || k > n)
     {
@@ -320,7 +321,7 @@ fn remove_device(
     }
     if let Some(membership) = builder.membership.as_mut() {
         membership.order.retain(|d| *d != item);
-        let n = membership.order.len() as u32;
+        let n = index32(membership.order.len());
         for version in &mut membership.versions {
             match &mut version.active {
                 ActiveSpec::Devices(devices) => devices.retain(|d| *d != item),

@@ -312,7 +312,8 @@ mod tests {
         for pool in placement.pools() {
             pool.candidate_keys("photo.jpg", &mut keys);
             for (index, key) in keys.as_slice().iter().enumerate() {
-                assert_eq!(pool.candidate_key("photo.jpg", index as u8), Some(*key));
+                let index = u8::try_from(index).expect("at most CHOICES_MAX candidates");
+                assert_eq!(pool.candidate_key("photo.jpg", index), Some(*key));
             }
             assert_eq!(pool.candidate_key("photo.jpg", 3), None);
         }

@@ -28,6 +28,7 @@ use crate::choice::policy::{Eligible, Policy, PolicyContext};
 use crate::choice::settings::{CHOICES_MAX, PPM};
 use crate::ids::DeviceId;
 use crate::map::Pool;
+use crate::narrow::small8;
 use crate::placement::PoolPlacement;
 
 /// Per-request options of a decision.
@@ -176,11 +177,11 @@ fn assess<M: MetricsSource + ?Sized>(
     client: Option<&Location>,
     out: &mut Eligible,
 ) -> Result<(), Exclusion> {
-    let count = devices.devices().count();
+    let count = small8(devices.devices().count());
     let primary_id = match devices.primary() {
-        Some(primary) if count as u32 >= pool.min_size => primary,
+        Some(primary) if u32::from(count) >= pool.min_size => primary,
         _ => {
-            return Err(Exclusion::TooFewDevices { devices: count as u8, min_size: pool.min_size });
+            return Err(Exclusion::TooFewDevices { devices: count, min_size: pool.min_size });
         }
     };
     let full_ppm = pool.choice.full_ppm;
@@ -204,7 +205,7 @@ fn assess<M: MetricsSource + ?Sized>(
         sums.add(m);
     }
     let primary = primary.ok_or(Exclusion::PrimaryUnknown { device: primary_id })?;
-    out.degraded = count < pool.size as usize;
+    out.degraded = u32::from(count) < pool.size;
     out.metrics = sums.finish(primary, client);
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! … — whatever suffix it took) is placed; `optio place --object foo1` shows it.
 
 use crate::crush::hash::{STR_HASH_START, str_hash_block as block, str_hash_finish as finish};
+use crate::narrow::low32;
 
 /// Most decimal digits of a `u32`.
 const SUFFIX_DIGITS_MAX: usize = 10;
@@ -46,7 +47,7 @@ impl<'a> NameHasher<'a> {
             block(chunk, &mut a, &mut b, &mut c);
         }
         // As Ceph: the length is added as a u32 (wrapping beyond 4 GiB).
-        NameHasher { state: (a, b, c), tail: chunks.remainder(), len: name.len() as u32 }
+        NameHasher { state: (a, b, c), tail: chunks.remainder(), len: low32(name.len() as u64) }
     }
 
     /// `str_hash_rjenkins(name)`.
@@ -65,7 +66,8 @@ impl<'a> NameHasher<'a> {
         rest[..self.tail.len()].copy_from_slice(self.tail);
         rest[self.tail.len()..self.tail.len() + digits.len()].copy_from_slice(digits);
         let rest_len = self.tail.len() + digits.len();
-        let len = self.len.wrapping_add(digits.len() as u32);
+        // At most SUFFIX_DIGITS_MAX (10) digits.
+        let len = self.len.wrapping_add(low32(digits.len() as u64));
         if rest_len >= 12 {
             block(&rest[..12], &mut a, &mut b, &mut c);
             finish(a, b, c, len, &rest[12..rest_len])

@@ -10,6 +10,7 @@ use std::str::FromStr;
 
 use crate::ids::{DeviceId, ItemId};
 use crate::map::ClusterMap;
+use crate::narrow::small8;
 
 /// Most levels a location keeps. Ceph's default hierarchy has 11 bucket types; a device's path
 /// deeper than this keeps its nearest levels (the ones that tell places apart).
@@ -107,7 +108,7 @@ impl Location {
     /// domains (or an unknown location), more the closer they are.
     pub fn shared_levels(&self, other: &Location) -> u8 {
         let theirs = other.levels();
-        self.levels().iter().filter(|level| theirs.contains(level)).count() as u8
+        small8(self.levels().iter().filter(|level| theirs.contains(level)).count())
     }
 
     /// The location from hashed levels (as [`levels`](Self::levels) returns them), e.g. from
@@ -118,7 +119,7 @@ impl Location {
         }
         let mut location = Location::UNKNOWN;
         location.levels[..levels.len()].copy_from_slice(levels);
-        location.len = levels.len() as u8;
+        location.len = small8(levels.len());
         Some(location)
     }
 }

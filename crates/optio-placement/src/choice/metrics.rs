@@ -56,6 +56,10 @@ impl Default for DeviceMetrics {
 
 /// A fraction (0.0 to 1.0) as parts per million, rounded, clamped to 0..=1,000,000; NaN is 0.
 /// For servers that measure in floating point.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "the value converted is rounded and within 0..=1,000,000: the conversion is exact"
+)]
 pub fn fraction_to_ppm(fraction: f64) -> u32 {
     if fraction.is_nan() || fraction <= 0.0 {
         return 0;
@@ -68,7 +72,8 @@ pub fn used_to_ppm(used: u64, capacity: u64) -> u32 {
     if capacity == 0 {
         return PPM;
     }
-    (u128::from(used) * u128::from(PPM) / u128::from(capacity)).min(u128::from(PPM)) as u32
+    let ppm = u128::from(used) * u128::from(PPM) / u128::from(capacity);
+    u32::try_from(ppm).unwrap_or(PPM).min(PPM)
 }
 
 /// A snapshot of device metrics. A device with no entry is unknown: the candidates' primaries
@@ -132,10 +137,10 @@ impl MetricsTable {
 
     /// Every device with metrics, by increasing id.
     pub fn iter(&self) -> impl Iterator<Item = (DeviceId, &DeviceMetrics)> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(id, slot)| slot.as_ref().map(|m| (DeviceId(id as u32), m)))
+        self.slots.iter().enumerate().filter_map(|(id, slot)| {
+            let id = u32::try_from(id).expect("slots are indexed by a u32 device id");
+            slot.as_ref().map(|m| (DeviceId(id), m))
+        })
     }
 }
 
@@ -226,17 +231,19 @@ impl Sums {
         // devices report exabytes.
         let journal_bytes = match u64::try_from(self.journal) {
             Ok(sum) => sum / u64::from(n),
-            Err(_) => (self.journal / u128::from(n)) as u64,
+            Err(_) => u64::try_from(self.journal / u128::from(n))
+                .expect("the mean of n u64 values fits u64"),
         };
         CandidateMetrics {
             cpu_ppm: self.cpu / n,
             memory_ppm: primary.memory_ppm.min(PPM),
             space_ppm: self.space,
-            latency_us: (self.latency / u64::from(n)) as u32,
+            latency_us: u32::try_from(self.latency / u64::from(n))
+                .expect("the mean of n u32 values fits u32"),
             journal_bytes,
             shared_levels: client.map_or(0, |c| c.shared_levels(&primary.location)),
-            devices: self.devices.min(u32::from(u8::MAX)) as u8,
-            reporting: self.reporting.min(u32::from(u8::MAX)) as u8,
+            devices: u8::try_from(self.devices).unwrap_or(u8::MAX),
+            reporting: u8::try_from(self.reporting).unwrap_or(u8::MAX),
         }
     }
 }

@@ -88,9 +88,13 @@ fn argmin<T: Ord>(eligible: &[Eligible], value: impl Fn(&Eligible) -> T) -> usiz
     best
 }
 
-/// `value × 1,000,000 / max`, 0 when `max` is 0.
+/// `value × 1,000,000 / max`, 0 when `max` is 0. `value` is one of the values `max` is the
+/// maximum of, so the result is at most 1,000,000; it saturates if a caller breaks that.
 fn relative_ppm(value: u64, max: u64) -> u64 {
-    if max == 0 { 0 } else { (u128::from(value) * u128::from(PPM) / u128::from(max)) as u64 }
+    if max == 0 {
+        return 0;
+    }
+    u64::try_from(u128::from(value) * u128::from(PPM) / u128::from(max)).unwrap_or(u64::MAX)
 }
 
 /// The composite score of each candidate (lower is better); see `docs/choice.md`.
@@ -127,7 +131,7 @@ impl Policy for PolicySpec {
         match self {
             PolicySpec::First => 0,
             PolicySpec::Random => {
-                (hash32_2(context.name_hash, RANDOM_SALT) % eligible.len() as u32) as usize
+                hash32_2(context.name_hash, RANDOM_SALT) as usize % eligible.len()
             }
             PolicySpec::Local => argmin(eligible, |e| std::cmp::Reverse(e.metrics.shared_levels)),
             PolicySpec::Memory => argmin(eligible, |e| e.metrics.memory_ppm),
@@ -152,7 +156,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &(cpu, memory, space, latency, journal, shared))| Eligible {
-                candidate: i as u8,
+                candidate: u8::try_from(i).expect("a test has few candidates"),
                 degraded: false,
                 metrics: CandidateMetrics {
                     cpu_ppm: cpu,

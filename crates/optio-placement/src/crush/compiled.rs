@@ -3,6 +3,7 @@
 
 use crate::ids::BucketId;
 use crate::map::{BucketAlg, ClusterMap, Rule};
+use crate::narrow::{index32, low32};
 use crate::tunables::Tunables;
 
 /// One bucket, with offsets into the shared arrays of [`CrushMap`].
@@ -77,9 +78,12 @@ impl CrushMap {
             choose_args: Vec::new(),
             simd: super::Simd::detect(),
         };
+        // Offsets into `items` and `aux` fit 32 bits: a built map's buckets hold at most
+        // 2 × DEVICE_ID_LIMIT + BUCKETS_MAX items (an item has one parent; a device also sits
+        // in its class's shadow tree), and `aux` is at most twice as long as `items`.
         for bucket in map.buckets() {
-            let start = compiled.items.len() as u32;
-            let aux_start = compiled.aux.len() as u32;
+            let start = index32(compiled.items.len());
+            let aux_start = index32(compiled.aux.len());
             compiled.items.extend(bucket.items.iter().map(|item| item.0));
             compiled.weights.extend(bucket.weights.iter().map(|w| w.0));
             let weights: Vec<u32> = bucket.weights.iter().map(|w| w.0).collect();
@@ -88,7 +92,7 @@ impl CrushMap {
                 BucketAlg::List => compiled.aux.extend(list_sum_weights(&weights)),
                 BucketAlg::Tree => {
                     let nodes = tree_node_weights(&weights);
-                    num_nodes = nodes.len() as u32;
+                    num_nodes = index32(nodes.len());
                     compiled.aux.extend(nodes);
                 }
                 BucketAlg::Straw => {
@@ -101,7 +105,7 @@ impl CrushMap {
                 id: bucket.id.0,
                 type_id: bucket.type_id.0,
                 alg: Some(bucket.alg),
-                size: bucket.items.len() as u32,
+                size: index32(bucket.items.len()),
                 start,
                 aux_start,
                 num_nodes,
@@ -129,12 +133,14 @@ impl CrushMap {
             };
             for arg in &set.args {
                 let slot = &mut args.buckets[arg.bucket.index()];
+                // Bounded: ids by the items of the map's buckets (each bucket once per set),
+                // weights by CHOOSE_ARGS_WEIGHTS_MAX, which the builder checks.
                 if let Some(ids) = &arg.ids {
-                    slot.ids_start = Some(args.ids.len() as u32);
+                    slot.ids_start = Some(index32(args.ids.len()));
                     args.ids.extend(ids);
                 }
-                slot.positions = arg.weight_set.len() as u32;
-                slot.weights_start = args.weights.len() as u32;
+                slot.positions = index32(arg.weight_set.len());
+                slot.weights_start = index32(args.weights.len());
                 for position in &arg.weight_set {
                     args.weights.extend(position.iter().map(|w| w.0));
                 }
@@ -196,12 +202,12 @@ fn list_sum_weights(weights: &[u32]) -> Vec<u32> {
 
 /// Tree buckets: depth = ⌈log2 size⌉ + 1 levels, leaves at odd node numbers `2i + 1`.
 fn tree_node_weights(weights: &[u32]) -> Vec<u32> {
-    let size = weights.len() as u32;
+    let size = index32(weights.len());
     let depth = tree_depth(size);
     let num_nodes = 1usize << depth;
     let mut nodes = vec![0u32; num_nodes];
     for (i, weight) in weights.iter().enumerate() {
-        let mut node = ((i as u32 + 1) << 1) - 1;
+        let mut node = ((index32(i) + 1) << 1) - 1;
         nodes[node as usize] = *weight;
         for _ in 1..depth {
             node = tree_parent(node);
@@ -259,7 +265,7 @@ fn straw_lengths(weights: &[u32], calc_version: u8) -> Vec<u32> {
             }
             continue;
         }
-        straws[reverse[i]] = (straw * 65536.0) as u32;
+        straws[reverse[i]] = straw_to_fixed(straw);
         i += 1;
         if i == size {
             break;
@@ -280,14 +286,26 @@ fn straw_lengths(weights: &[u32], calc_version: u8) -> Vec<u32> {
             wbelow += (f64::from(weights[reverse[i - 1]]) - lastw) * numleft as f64;
             numleft -= 1;
         }
-        // C: int * (u32 - u32) is computed in unsigned 32-bit arithmetic.
+        // C: int * (u32 - u32) is computed in unsigned 32-bit arithmetic (the int converted
+        // to u32, modulo 2³²).
         let difference = weights[reverse[i]].wrapping_sub(weights[reverse[i - 1]]);
-        let wnext = f64::from((numleft as u32).wrapping_mul(difference));
+        let wnext = f64::from(low32(numleft as u64).wrapping_mul(difference));
         let pbelow = wbelow / (wbelow + wnext);
         straw *= (1.0 / pbelow).powf(1.0 / numleft as f64);
         lastw = f64::from(weights[reverse[i - 1]]);
     }
     straws
+}
+
+/// C's `bucket->straws[i] = straw * 0x10000`: a double converted to `__u32`, the fraction
+/// dropped. Straws grow from 1.0 by factors a bucket's weights bound; Rust's conversion
+/// saturates where C's would be undefined.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "Ceph's double-to-__u32 conversion, kept bit-identical to crushtool"
+)]
+fn straw_to_fixed(straw: f64) -> u32 {
+    (straw * 65536.0) as u32
 }
 
 #[cfg(test)]

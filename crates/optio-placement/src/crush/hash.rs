@@ -114,7 +114,7 @@ pub fn str_hash_rjenkins(bytes: &[u8]) -> u32 {
         str_hash_block(block, &mut a, &mut b, &mut c);
     }
     // Ceph adds the length as a u32 (lengths beyond 4 GiB wrap, as in C).
-    str_hash_finish(a, b, c, bytes.len() as u32, chunks.remainder())
+    str_hash_finish(a, b, c, crate::narrow::low32(bytes.len() as u64), chunks.remainder())
 }
 
 /// The state [`str_hash_rjenkins`] starts from (lookup2's golden ratio twice, then 0).

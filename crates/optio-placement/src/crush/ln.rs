@@ -26,9 +26,9 @@ pub fn crush_ln(u: u32) -> u64 {
 /// (512 KiB, built at compile time) turns the normalise-and-look-up chain into one load.
 pub(crate) static STRAW2_MAGNITUDE: [u64; 0x10000] = {
     let mut table = [0u64; 0x10000];
-    let mut u = 0;
+    let mut u = 0u32;
     while u < 0x10000 {
-        table[u] = 0x1_0000_0000_0000u64 - crush_ln_const(u as u32);
+        table[u as usize] = 0x1_0000_0000_0000u64 - crush_ln_const(u);
         u += 1;
     }
     table

@@ -8,6 +8,7 @@ use super::hash::{hash32_2, hash32_3, hash32_4};
 use super::straw2;
 use crate::ids::{ITEM_NONE, RuleId};
 use crate::map::{BucketAlg, Step};
+use crate::narrow::{index32, low32};
 
 /// Ceph's internal "not chosen yet" marker of positional choices.
 const ITEM_UNDEF: i32 = 0x7fff_fffe;
@@ -186,6 +187,9 @@ impl CrushMap {
     ) -> usize {
         let Some(Some(rule)) = self.rules.get(rule.0 as usize) else { return 0 };
         let result_max = result.len();
+        // Ceph's `int result_max`; a result longer than i32::MAX entries (8 GiB) would be
+        // filled to that many at most.
+        let result_max_int = i32::try_from(result_max).unwrap_or(i32::MAX);
         work.reset(self, result_max);
         let ctx = Ctx {
             map: self,
@@ -245,7 +249,7 @@ impl CrushMap {
                     for &entry in &w[..wsize] {
                         let mut numrep = num;
                         if numrep <= 0 {
-                            numrep += result_max as i32;
+                            numrep += result_max_int;
                             if numrep <= 0 {
                                 continue;
                             }
@@ -286,7 +290,7 @@ impl CrushMap {
                                 type_id.0,
                                 &mut o[osize..],
                                 0,
-                                (result_max - osize) as u32,
+                                u32::try_from(result_max - osize).unwrap_or(u32::MAX),
                                 &tries,
                                 leaf,
                                 Some(&mut c[osize..]),
@@ -300,7 +304,7 @@ impl CrushMap {
                                 &ctx,
                                 work,
                                 bucket,
-                                out_size as u32,
+                                u32::try_from(out_size).expect("at most numrep, a positive i32"),
                                 numrep as u32,
                                 type_id.0,
                                 &mut o[osize..],
@@ -509,7 +513,10 @@ fn choose_indep(
                 } else {
                     numrep
                 };
-                let r = (rep as u32).wrapping_add(parent_r).wrapping_add(step.wrapping_mul(ftotal));
+                // C: `rep` (an int) in unsigned arithmetic.
+                let r = low32(rep as u64)
+                    .wrapping_add(parent_r)
+                    .wrapping_add(step.wrapping_mul(ftotal));
                 if in_bucket.size == 0 {
                     break;
                 }
@@ -555,7 +562,7 @@ fn choose_indep(
                             numrep,
                             0,
                             out2,
-                            rep as u32,
+                            low32(rep as u64),
                             recurse_tries,
                             0,
                             false,
@@ -657,7 +664,7 @@ fn bucket_choose(
             let _ = (r, position);
             let quotient = (u64::from(x) << 16) / u64::from(ctx.linear_param);
             let index = (quotient + u64::from(retries)) % size.max(1) as u64;
-            items[index as usize]
+            items[usize::try_from(index).expect("an index below the bucket's size")]
         }
         Some(BucketAlg::List) => {
             let sums = &map.aux[bucket.aux_start as usize..bucket.aux_start as usize + size];
@@ -703,7 +710,7 @@ fn bucket_choose(
 }
 
 fn bucket_index(id: i32) -> usize {
-    (-1 - i64::from(id)) as usize
+    crate::ids::BucketId(id).index()
 }
 
 fn straw2_choose_args(
@@ -748,7 +755,7 @@ fn perm_choose(
     let perm = &mut work.perm[start..start + size as usize];
     let pr = r % size;
     if work.perm_n[index] == 0 {
-        work.touched.push(index as u32);
+        work.touched.push(index32(index));
     }
     if work.perm_x[index] != x || work.perm_n[index] == 0 {
         work.perm_x[index] = x;
@@ -759,12 +766,12 @@ fn perm_choose(
             return items[s as usize];
         }
         for (i, p) in perm.iter_mut().enumerate() {
-            *p = i as u32;
+            *p = index32(i);
         }
         work.perm_n[index] = 0;
     } else if work.perm_n[index] == 0xffff {
         for (i, p) in perm.iter_mut().enumerate().skip(1) {
-            *p = i as u32;
+            *p = index32(i);
         }
         let first = perm[0] as usize;
         perm[first] = 0;

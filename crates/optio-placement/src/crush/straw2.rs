@@ -345,6 +345,7 @@ mod tests {
     use super::*;
     use crate::crush::hash::hash32_3;
     use crate::crush::ln::crush_ln;
+    use crate::narrow::{index_i32, low32};
 
     /// Ceph's straw2, transcribed from the specification: the oracle.
     fn reference(items: &[i32], weights: &[u32], x: u32, r: u32) -> i32 {
@@ -381,8 +382,9 @@ mod tests {
             .collect();
         for size in 1..=70usize {
             for round in 0..60 {
-                let items: Vec<i32> =
-                    (0..size).map(|i| -(i as i32) * 7 + (next() % 1000) as i32).collect();
+                let items: Vec<i32> = (0..size)
+                    .map(|i| -index_i32(i) * 7 + i32::try_from(next() % 1000).expect("below 1000"))
+                    .collect();
                 let equal = round % 3 == 0;
                 let weights: Vec<u32> = (0..size)
                     .map(|_| match (equal, next() % 8) {
@@ -390,10 +392,10 @@ mod tests {
                         (false, 0) => 0,
                         (false, 1) => 1,
                         (false, 2) => u32::MAX,
-                        _ => (next() % 0x40000) as u32,
+                        _ => low32(next() % 0x40000),
                     })
                     .collect();
-                let (x, r) = (next() as u32, (next() % 64) as u32);
+                let (x, r) = (low32(next()), low32(next() % 64));
                 let expected = reference(&items, &weights, x, r);
                 for &level in &levels {
                     assert_eq!(

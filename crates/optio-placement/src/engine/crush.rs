@@ -360,7 +360,8 @@ pub(crate) fn check_rule_capacity(
                 }
                 // Best case: the `limit` most productive candidates are the ones chosen.
                 yields.sort_unstable_by(|a, b| b.cmp(a));
-                limit = yields.iter().take(limit.max(0) as usize).sum::<i64>().min(result_max);
+                let take = usize::try_from(limit).unwrap_or(0);
+                limit = yields.iter().take(take).sum::<i64>().min(result_max);
                 candidates = next;
             }
             Step::Emit => {
@@ -385,7 +386,7 @@ pub(crate) fn check_rule_capacity(
             Kind::RuleCannotSatisfy {
                 rule: rule.name.clone(),
                 needed: pool.size,
-                available: available as u32,
+                available: u32::try_from(available).expect("at most the pool's size, a u32"),
                 hint,
             },
         ));

@@ -35,6 +35,7 @@ use crate::engine::vnode::{RingIndex, vnode_position};
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::DeviceId;
 use crate::map::{ActiveSet, ClusterMap, Membership};
+use crate::narrow::index32;
 use crate::replica::{REPLICAS_MAX, ReplicaSet};
 
 pub use crate::params::elastic::ElasticParams;
@@ -55,7 +56,8 @@ const E_SQUARED_DENOMINATOR: u128 = 1_000_000_000_000_000;
 
 /// p = ⌈n / e²⌉ (at least 1 for n ≥ 1), in integers: the least p with p · e² ≥ n.
 pub fn default_primaries(n: u32) -> u32 {
-    (u128::from(n) * E_SQUARED_DENOMINATOR).div_ceil(E_SQUARED_NUMERATOR).max(1) as u32
+    let primaries = (u128::from(n) * E_SQUARED_DENOMINATOR).div_ceil(E_SQUARED_NUMERATOR).max(1);
+    u32::try_from(primaries).expect("⌈n / e²⌉ is at most n")
 }
 
 /// Virtual nodes of the server of rank `rank` (1-based): round(B / p) for a primary, round(B /
@@ -237,12 +239,15 @@ impl ElasticRing {
         params: &ElasticParams,
         membership: &Membership,
     ) -> ElasticRing {
-        let n = device_ids.len() as u32;
-        let mut vnodes: Vec<(u32, u32)> = Vec::with_capacity(total_vnodes(params, n) as usize);
+        let n = index32(device_ids.len());
+        let total = usize::try_from(total_vnodes(params, n))
+            .expect("the builder checked the total against ELASTIC_VNODES_MAX (2^24)");
+        let mut vnodes: Vec<(u32, u32)> = Vec::with_capacity(total);
         for (rank_index, device) in device_ids.iter().enumerate() {
-            let count = vnodes_of_rank(params, rank_index as u32 + 1);
+            let rank_index = index32(rank_index);
+            let count = vnodes_of_rank(params, rank_index + 1);
             for vnode in 0..count {
-                vnodes.push((vnode_position(DeviceId(*device), vnode), rank_index as u32));
+                vnodes.push((vnode_position(DeviceId(*device), vnode), rank_index));
             }
         }
         ElasticRing::from_vnodes(vnodes, device_ids, usable, params.primaries, membership)
@@ -259,7 +264,7 @@ impl ElasticRing {
     ) -> ElasticRing {
         vnodes.sort_unstable();
         let index = RingIndex::new(vnodes.len(), |i| vnodes[i].0);
-        let n = device_ids.len() as u32;
+        let n = index32(device_ids.len());
         let primaries = primaries.min(n);
         let compile = |version: &crate::map::MembershipVersion| {
             VersionTable::compile(version, membership, (n, primaries), &usable)
@@ -280,17 +285,17 @@ impl ElasticRing {
         let (mut primary_at, mut secondary_at) = (NONE, NONE);
         for i in (0..next.len()).rev() {
             if next[i].owner < primaries {
-                primary_at = i as u32;
+                primary_at = index32(i);
             } else {
-                secondary_at = i as u32;
+                secondary_at = index32(i);
             }
             next[i].next_primary = primary_at;
             next[i].next_secondary = secondary_at;
         }
         ElasticRing {
             first_of_class: [
-                next.iter().position(|v| v.owner < primaries).map_or(NONE, |i| i as u32),
-                next.iter().position(|v| v.owner >= primaries).map_or(NONE, |i| i as u32),
+                next.iter().position(|v| v.owner < primaries).map_or(NONE, index32),
+                next.iter().position(|v| v.owner >= primaries).map_or(NONE, index32),
             ],
             vnodes: next,
             index,
@@ -336,7 +341,7 @@ impl ElasticRing {
 
     /// Number of servers (ranked devices).
     pub fn servers(&self) -> u32 {
-        self.device_ids.len() as u32
+        index32(self.device_ids.len())
     }
 
     /// p: the servers of ranks 1..=p are primaries.
@@ -351,7 +356,7 @@ impl ElasticRing {
 
     /// The rank (1-based) of a device.
     pub fn rank_of(&self, device: DeviceId) -> Option<u32> {
-        self.device_ids.iter().position(|d| *d == device.0).map(|i| i as u32 + 1)
+        self.device_ids.iter().position(|d| *d == device.0).map(|i| index32(i) + 1)
     }
 
     /// Whether a device is one of the primaries.
@@ -480,7 +485,7 @@ impl ElasticRing {
             for _ in 0..n {
                 let here = self.vnodes[cursor];
                 let mut at = match class {
-                    Class::Any => cursor as u32,
+                    Class::Any => index32(cursor),
                     Class::Primary => here.next_primary,
                     Class::Secondary => here.next_secondary,
                 };
@@ -527,9 +532,9 @@ impl ElasticRing {
         for Vnode { owner, .. } in &self.vnodes {
             vnodes[*owner as usize] += 1;
         }
-        let active = |i: usize| table.active(i as u32) && self.usable[i];
+        let active = |i: usize| table.active(index32(i)) && self.usable[i];
         let r = replicas.min((active_primaries + active_secondaries) as usize).max(1) as f64;
-        let primary = |i: usize| (i as u32) < self.primaries;
+        let primary = |i: usize| index32(i) < self.primaries;
         let rule_holds = active_primaries > 0 && f64::from(active_secondaries) >= r - 1.0;
         let secondary_vnodes: f64 =
             (0..n).filter(|&i| active(i) && !primary(i)).map(|i| vnodes[i] as f64).sum();
@@ -618,20 +623,21 @@ pub fn capacity_plan(
     let mut capacities: Vec<u64> = capacities_bytes.iter().copied().filter(|c| *c > 0).collect();
     capacities.sort_unstable();
     capacities.dedup();
-    let largest = capacities.last().copied().unwrap_or(0) as f64;
+    let largest_bytes = capacities.last().copied().unwrap_or(0);
+    let largest = largest_bytes as f64;
     let max_share = shares.iter().copied().fold(0.0f64, f64::max);
     // Total copies' bytes such that the most loaded server is exactly full.
     let data = if max_share > 0.0 { largest / max_share } else { 0.0 };
     let mut tiers: Vec<CapacityTier> = Vec::new();
     for (i, share) in shares.iter().enumerate() {
-        let rank = i as u32 + 1;
+        let rank = index32(i) + 1;
         let need = share * data;
         // Smallest capacity holding it (relative slack for float rounding).
         let capacity = capacities
             .iter()
             .copied()
             .find(|c| *c as f64 >= need * (1.0 - 1e-12))
-            .unwrap_or(largest as u64);
+            .unwrap_or(largest_bytes);
         match tiers.last_mut() {
             Some(tier) if tier.capacity_bytes == capacity => {
                 tier.ranks.1 = rank;
@@ -690,7 +696,7 @@ pub(crate) fn resolve_params(
             "an elastic pool needs at least one device to rank; add devices".to_string(),
         ));
     }
-    let n = servers as u32;
+    let n = index32(servers);
     let primaries = primaries.unwrap_or_else(|| crate::engine::elastic::default_primaries(n));
     if primaries == 0 {
         return Err(range(
@@ -833,7 +839,7 @@ mod tests {
         let vnodes: Vec<(u32, u32)> = order
             .iter()
             .enumerate()
-            .map(|(i, server)| ((i as u32 + 1) * 100, server - 1))
+            .map(|(i, server)| ((index32(i) + 1) * 100, server - 1))
             .collect();
         let membership = Membership { order: (1..=10).map(DeviceId).collect(), versions };
         ElasticRing::from_vnodes(vnodes, (1..=10).collect(), vec![true; 10], 2, &membership)

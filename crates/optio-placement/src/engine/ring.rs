@@ -24,6 +24,7 @@ use crate::engine::vnode::{RingIndex, vnode_position};
 use crate::error::{MapError, MapErrorKind as Kind, Subject};
 use crate::ids::{DeviceId, ITEM_NONE, ItemId};
 use crate::map::{ClusterMap, Device, PartialMap};
+use crate::narrow::index32;
 use crate::replica::ReplicaSet;
 
 pub use crate::params::ring::RingParams;
@@ -85,7 +86,8 @@ const HINT_MAX: usize = 15;
 pub fn vnode_count(capacity_bytes: u64, reweight: u32, vnode_bytes: u64) -> u32 {
     let effective = u128::from(capacity_bytes) * u128::from(reweight);
     let per_vnode = u128::from(vnode_bytes.max(1)) << 16;
-    effective.div_ceil(per_vnode).clamp(1, u128::from(RING_VNODES_PER_DEVICE_MAX)) as u32
+    let count = effective.div_ceil(per_vnode).clamp(1, u128::from(RING_VNODES_PER_DEVICE_MAX));
+    u32::try_from(count).expect("clamped to RING_VNODES_PER_DEVICE_MAX (65,536)")
 }
 
 impl Ring {
@@ -105,7 +107,7 @@ impl Ring {
             {
                 continue;
             }
-            let owner = device_ids.len() as u32;
+            let owner = index32(device_ids.len());
             let count = vnode_count(device.capacity_bytes, device.reweight.0, params.vnode_bytes);
             for vnode in 0..count {
                 vnodes.push((vnode_position(device.id, vnode), owner));
@@ -116,10 +118,10 @@ impl Ring {
                 .map(|bucket| bucket.id.0);
             let number = match domain {
                 Some(bucket) => match domain_numbers.iter().position(|d| *d == bucket) {
-                    Some(n) => n as u32,
+                    Some(n) => index32(n),
                     None => {
                         domain_numbers.push(bucket);
-                        domain_numbers.len() as u32 - 1
+                        index32(domain_numbers.len()) - 1
                     }
                 },
                 None => u32::MAX - owner,
@@ -176,7 +178,8 @@ impl Ring {
             // Not across the end of the ring (the last few nodes walk), so that the lookup
             // adds without wrapping.
             if found == 3 && second <= HINT_MAX && third <= HINT_MAX && i + second + third < n {
-                *hint = (second as u32) << SECOND_SHIFT | (third as u32) << THIRD_SHIFT;
+                // Both at most HINT_MAX (15).
+                *hint = index32(second) << SECOND_SHIFT | index32(third) << THIRD_SHIFT;
             }
         }
         for (vnode, hint) in self.vnodes.iter_mut().zip(hints) {
@@ -524,7 +527,7 @@ mod tests {
         ) {
             let mut b = ClusterMapBuilder::new();
             for (id, (tib, up)) in devices.iter().enumerate() {
-                let mut spec = device(id as u32, hosts).capacity(TIB * tib);
+                let mut spec = device(index32(id), hosts).capacity(TIB * tib);
                 spec.up = *up;
                 b = b.device(spec);
             }

@@ -36,7 +36,8 @@ impl RingIndex {
             while cursor < count && ((position(cursor) >> shift) as usize) < bucket {
                 cursor += 1;
             }
-            *slot = cursor as u32;
+            // At most `count`, a number of virtual nodes (an engine's vnode limit, ≤ 2²⁷).
+            *slot = crate::narrow::index32(cursor);
         }
         RingIndex { starts, shift }
     }

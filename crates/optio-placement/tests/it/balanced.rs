@@ -35,7 +35,7 @@ pub(crate) fn shape_map_with(
     pg_num: u32,
     pool: fn(u32, u32, u32) -> PoolSpec,
 ) -> ClusterMap {
-    let size = size.min(shape.weighted_hosts() as u32).max(1);
+    let size = size.min(shape.weighted_hosts()).max(1);
     shape
         .builder()
         .replicated_rule(0, "replicated", "default", "host")
@@ -110,7 +110,11 @@ fn check(shape: &Shape, size: u32, pg_num: u32) -> Result<(), TestCaseError> {
     let mut scratch = placement.scratch();
     let mut out = ReplicaSet::new();
     for (seed, set) in first.sets.iter().enumerate() {
-        pool_placement.place(pool_placement.pg_key(seed as u32), &mut scratch, &mut out);
+        pool_placement.place(
+            pool_placement.pg_key(u32::try_from(seed).expect("a PG seed")),
+            &mut scratch,
+            &mut out,
+        );
         prop_assert_eq!(out.as_slice(), set.as_slice(), "seed {}", seed);
     }
     let usable_hosts: usize =

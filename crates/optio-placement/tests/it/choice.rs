@@ -23,7 +23,7 @@ use crate::strategies::{Shape, key, shape, with_pools};
 
 /// `shape`'s map with every pool offering `choices` candidates picked by `policy`.
 fn map_with_choices(shape: &Shape, size: u32, choices: u32, policy: PolicySpec) -> ClusterMap {
-    let size = size.min(shape.weighted_hosts() as u32).max(1);
+    let size = size.min(shape.weighted_hosts()).max(1);
     let mut builder = with_pools(shape.builder(), size);
     for pool in &mut builder.pools {
         pool.choice = ChoiceSettings::new(choices, policy);
@@ -82,7 +82,7 @@ proptest! {
         let a = map_with_choices(&before, size_before, choices, PolicySpec::Space);
         let mut changed = after.builder();
         changed.epoch = optio_placement::Epoch(a.epoch().0 + 7);
-        let mut changed = with_pools(changed, size_after.min(after.weighted_hosts() as u32).max(1));
+        let mut changed = with_pools(changed, size_after.min(after.weighted_hosts()).max(1));
         for pool in &mut changed.pools {
             pool.choice = ChoiceSettings::new(choices, PolicySpec::Local);
         }
@@ -147,7 +147,8 @@ fn reference(
     metrics: &MetricsTable,
 ) -> Option<bool> {
     let list: Vec<DeviceId> = devices.devices().collect();
-    if list.is_empty() || (list.len() as u32) < pool.min_size {
+    let count = u32::try_from(list.len()).expect("a replica set is small");
+    if list.is_empty() || count < pool.min_size {
         return None;
     }
     metrics.metrics(devices.primary()?)?;
@@ -158,7 +159,7 @@ fn reference(
             return None;
         }
     }
-    Some(list.len() as u32 == pool.size)
+    Some(count == pool.size)
 }
 
 fn metrics_strategy(devices: usize) -> impl Strategy<Value = Vec<Option<DeviceMetrics>>> {
@@ -203,7 +204,7 @@ proptest! {
         policy in policy_strategy(),
         seed in any::<u32>(),
     ) {
-        let mut builder = with_pools(shape.builder(), size.min(shape.weighted_hosts() as u32).max(1));
+        let mut builder = with_pools(shape.builder(), size.min(shape.weighted_hosts()).max(1));
         for pool in &mut builder.pools {
             pool.choice = ChoiceSettings { choices, policy, full_ppm };
         }
@@ -212,7 +213,7 @@ proptest! {
         let mut table = MetricsTable::new(map.max_devices());
         for (id, m) in metrics.iter().enumerate() {
             if let Some(m) = m {
-                table.set(DeviceId(id as u32), *m).expect("in range");
+                table.set(DeviceId(u32::try_from(id).expect("a device id")), *m).expect("in range");
             }
         }
         let client = Location::from_levels([("rack", "r0"), ("host", "r0h1")]);

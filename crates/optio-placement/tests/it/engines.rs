@@ -53,7 +53,7 @@ fn with_engines(
         })
     };
     let pool = |id, name: &str, engine| PoolSpec { engine, ..PoolSpec::crush(id, name, 0, size) };
-    let n = builder.devices.len() as u32;
+    let n = u32::try_from(builder.devices.len()).expect("few devices");
     let p = default_primaries(n);
     let mut versions: Vec<VersionSpec> = actives
         .iter()
@@ -266,7 +266,7 @@ fn check_elastic_growth(shape: &Shape, size: u32, actives: &[u32]) -> Result<(),
         }
     }
     // A new server: ranked last, activated by a new version; p stays pinned.
-    let n = map.devices().len() as u32;
+    let n = u32::try_from(map.devices().len()).expect("few devices");
     if n < primaries + size - 1 {
         return Ok(());
     }

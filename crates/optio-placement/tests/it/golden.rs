@@ -57,7 +57,10 @@ fn devices(racks: u32, hosts: u32, per_host: u32, classes: &[&str], seed: u64) -
             device["primary_affinity"] = json!(0x8000);
         }
         if !classes.is_empty() {
-            device["class"] = json!(classes[(next(&mut state) % classes.len() as u64) as usize]);
+            device["class"] = json!(
+                classes
+                    [usize::try_from(next(&mut state) % classes.len() as u64).expect("an index")]
+            );
         }
         devices.push(device);
     }
@@ -191,6 +194,16 @@ fn int(value: &Value, key: &str) -> u64 {
     value[key].as_u64().unwrap_or_else(|| panic!("{key} in {value}"))
 }
 
+/// `value[key]`, a number that must fit 32 bits.
+fn int32(value: &Value, key: &str) -> u32 {
+    u32::try_from(int(value, key)).unwrap_or_else(|_| panic!("{key} in {value} exceeds 32 bits"))
+}
+
+/// `value` as a number that must fit 32 bits, if it is a number.
+fn u32_value(value: &Value) -> Option<u32> {
+    value.as_u64().map(|n| u32::try_from(n).unwrap_or_else(|_| panic!("{n} exceeds 32 bits")))
+}
+
 fn text(value: &Value, key: &str) -> String {
     value[key].as_str().unwrap_or_else(|| panic!("{key} in {value}")).to_string()
 }
@@ -230,8 +243,8 @@ fn build(description: &Value) -> ClusterMap {
         _ => TunablesProfile::Jewel.tunables(),
     };
     for d in description["devices"].as_array().expect("devices") {
-        let mut device = DeviceSpec::new(int(d, "id") as u32)
-            .weight(Weight(int(d, "weight") as u32))
+        let mut device = DeviceSpec::new(int32(d, "id"))
+            .weight(Weight(int32(d, "weight")))
             .capacity(int(d, "capacity_bytes"));
         if let Some(location) = d["location"].as_array() {
             device.location = location
@@ -241,17 +254,19 @@ fn build(description: &Value) -> ClusterMap {
                 })
                 .collect();
         }
-        device.reweight = Weight(d["reweight"].as_u64().unwrap_or(0x10000) as u32);
-        device.primary_affinity = Weight(d["primary_affinity"].as_u64().unwrap_or(0x10000) as u32);
+        device.reweight = Weight(u32_value(&d["reweight"]).unwrap_or(0x10000));
+        device.primary_affinity = Weight(u32_value(&d["primary_affinity"]).unwrap_or(0x10000));
         device.is_in = d["in"].as_bool().unwrap_or(true);
         device.up = d["up"].as_bool().unwrap_or(true);
         device.class = d["class"].as_str().map(String::from);
-        device.bandwidth_mb_per_s = d["bandwidth"].as_u64().unwrap_or(0) as u32;
+        device.bandwidth_mb_per_s = u32_value(&d["bandwidth"]).unwrap_or(0);
         builder = builder.device(device);
     }
     for b in description["buckets"].as_array().into_iter().flatten() {
         builder.buckets.push(BucketSpec {
-            id: b["id"].as_i64().map(|id| optio_placement::BucketId(id as i32)),
+            id: b["id"]
+                .as_i64()
+                .map(|id| optio_placement::BucketId(i32::try_from(id).expect("a 32-bit id"))),
             name: text(b, "name"),
             type_name: text(b, "type"),
             alg: BucketAlg::from_name(&text(b, "alg")).expect("an algorithm"),
@@ -262,7 +277,7 @@ fn build(description: &Value) -> ClusterMap {
                 .iter()
                 .map(|item| {
                     let name = ItemRef::Name(item[0].as_str().expect("item").into());
-                    (name, item[1].as_u64().map(|w| Weight(w as u32)))
+                    (name, u32_value(&item[1]).map(Weight))
                 })
                 .collect(),
             class_ids: Vec::new(),
@@ -270,7 +285,7 @@ fn build(description: &Value) -> ClusterMap {
     }
     for r in description["rules"].as_array().expect("rules") {
         builder = builder.rule(RuleSpec {
-            id: RuleId(int(r, "id") as u32),
+            id: RuleId(int32(r, "id")),
             name: text(r, "name"),
             kind: if text(r, "kind") == "erasure" {
                 RuleKind::Erasure
@@ -288,21 +303,17 @@ fn build(description: &Value) -> ClusterMap {
         });
     }
     for p in description["pools"].as_array().expect("pools") {
-        let mut pool = PoolSpec::crush(
-            int(p, "id") as u32,
-            &text(p, "name"),
-            int(p, "pg_num") as u32,
-            int(p, "size") as u32,
-        );
-        pool.pgp_num = p["pgp_num"].as_u64().map(|n| n as u32);
+        let mut pool =
+            PoolSpec::crush(int32(p, "id"), &text(p, "name"), int32(p, "pg_num"), int32(p, "size"));
+        pool.pgp_num = u32_value(&p["pgp_num"]);
         pool.hashpspool = p["hashpspool"].as_bool().unwrap_or(true);
         pool.engine = match text(p, "engine").as_str() {
-            "crush" => EngineRef::Crush(CrushSpec {
-                rule: Some(RuleRef::Id(RuleId(int(p, "rule") as u32))),
-            }),
+            "crush" => {
+                EngineRef::Crush(CrushSpec { rule: Some(RuleRef::Id(RuleId(int32(p, "rule")))) })
+            }
             "attributed" => EngineRef::Attributed(AttributedSpec {
                 throttle_bytes: p["throttle"].as_u64(),
-                sector_size: p["sector_size"].as_u64().map(|s| s as u32),
+                sector_size: u32_value(&p["sector_size"]),
                 zone_type: p["zone_type"].as_str().map(String::from),
                 distinct_zones: p["distinct_zones"].as_bool().unwrap_or(false),
                 bandwidth_tolerance_percent: None,
@@ -313,16 +324,16 @@ fn build(description: &Value) -> ClusterMap {
                     base.iter()
                         .map(|pair| {
                             (
-                                DeviceId(pair[0].as_u64().expect("id") as u32),
-                                pair[1].as_u64().expect("count") as u32,
+                                DeviceId(u32_value(&pair[0]).expect("id")),
+                                u32_value(&pair[1]).expect("count"),
                             )
                         })
                         .collect()
                 }),
             }),
             "elastic" => EngineRef::Elastic(ElasticSpec {
-                primaries: p["primaries"].as_u64().map(|n| n as u32),
-                scale: p["scale"].as_u64().map(|n| n as u32),
+                primaries: u32_value(&p["primaries"]),
+                scale: u32_value(&p["scale"]),
             }),
             _ => EngineRef::Ring(RingSpec {
                 vnode_bytes: p["vnode_bytes"].as_u64(),
@@ -333,7 +344,9 @@ fn build(description: &Value) -> ClusterMap {
     }
     if let Some(m) = description.get("membership") {
         let id = |v: &Value| {
-            ItemRef::Id(optio_placement::ItemId(v.as_i64().expect("a device id") as i32))
+            ItemRef::Id(optio_placement::ItemId(
+                i32::try_from(v.as_i64().expect("a device id")).expect("a 32-bit id"),
+            ))
         };
         builder.membership = Some(MembershipSpec {
             order: m["order"].as_array().expect("order").iter().map(id).collect(),
@@ -345,7 +358,7 @@ fn build(description: &Value) -> ClusterMap {
                     version: v["version"].as_u64(),
                     active: match v["active"].as_array() {
                         Some(devices) => ActiveSpec::Devices(devices.iter().map(id).collect()),
-                        None => ActiveSpec::FirstRanks(int(v, "active") as u32),
+                        None => ActiveSpec::FirstRanks(int32(v, "active")),
                     },
                 })
                 .collect(),

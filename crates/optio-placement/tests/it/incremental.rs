@@ -60,7 +60,11 @@ fn check(map: &ClusterMap) -> Result<Balanced, TestCaseError> {
     prop_assert!(pool_placement.is_balanced());
     let (mut scratch, mut out) = (placement.scratch(), ReplicaSet::new());
     for (seed, set) in first.sets.iter().enumerate() {
-        pool_placement.place(pool_placement.pg_key(seed as u32), &mut scratch, &mut out);
+        pool_placement.place(
+            pool_placement.pg_key(u32::try_from(seed).expect("a PG seed")),
+            &mut scratch,
+            &mut out,
+        );
         prop_assert_eq!(out.as_slice(), set.as_slice(), "seed {}", seed);
     }
     // Distinct usable devices in distinct hosts, as many as the usable hosts allow.

@@ -113,7 +113,7 @@ fn targets(map: &ClusterMap) -> Vec<f64> {
 }
 
 fn check(shape: &Shape, size: u32, change: Change) -> Result<(), TestCaseError> {
-    let size = size.min(shape.weighted_hosts() as u32).max(1);
+    let size = size.min(shape.weighted_hosts()).max(1);
     let map = with_pools(shape.builder(), size).build().expect("valid");
     prop_assume!(!matches!(change, Change::Remove(_)) || map.devices().len() > 1);
     let Ok(changed) = apply(&map, change).build() else {

@@ -379,7 +379,7 @@ fn exercise(map: &ClusterMap, seed: u32) {
     let mut candidates = Candidates::new();
     let mut metrics = MetricsTable::new(map.max_devices());
     for (i, device) in map.devices().iter().enumerate() {
-        let space_ppm = key(seed, i as u32) % 1_100_000;
+        let space_ppm = key(seed, u32::try_from(i).expect("few devices")) % 1_100_000;
         let _ = metrics.set(
             device.id,
             DeviceMetrics { space_ppm, up: i % 7 != 3, ..DeviceMetrics::default() },
@@ -661,7 +661,8 @@ proptest! {
         pick in any::<usize>(),
     ) {
         let map = with_pools(shape.builder(), 2).build().expect("a valid map");
-        exercise(&map, pick as u32);
+        // The pick's low 32 bits seed the lookups.
+        exercise(&map, u32::try_from(pick & 0xffff_ffff).expect("masked to 32 bits"));
         let result = corrupt(&map, corruption, pick).build();
         prop_assert!(result.is_err(), "{:?} was accepted", corruption);
     }

@@ -92,13 +92,14 @@ impl Shape {
             .flat_map(|(r, hosts)| hosts.iter().enumerate().map(move |(h, d)| (r, h, d)))
             .flat_map(|(r, h, devices)| devices.iter().map(move |d| (r, h, d)))
             .enumerate()
-            .map(|(id, (r, h, d))| (id as u32, r, h, d))
+            .map(|(id, (r, h, d))| (u32::try_from(id).expect("few devices"), r, h, d))
     }
 
     /// Hosts with a device of positive weight: the most replicas a rule across hosts can
     /// place (the builder's check).
-    pub fn weighted_hosts(&self) -> usize {
-        self.racks.iter().flatten().filter(|host| host.iter().any(|d| d.weight > 0)).count()
+    pub fn weighted_hosts(&self) -> u32 {
+        let hosts = self.racks.iter().flatten().filter(|host| host.iter().any(|d| d.weight > 0));
+        u32::try_from(hosts.count()).expect("a generated shape has few hosts")
     }
 
     /// The devices as builder input (names `osd.N`, location `rack=rR host=rRhH`).
@@ -121,7 +122,7 @@ impl Shape {
     /// The map with the standard pools of [`with_pools`], replicas capped to what the rules
     /// can place.
     pub fn map(&self, size: u32) -> ClusterMap {
-        let size = size.min(self.weighted_hosts() as u32).max(1);
+        let size = size.min(self.weighted_hosts()).max(1);
         with_pools(self.builder(), size).build().expect("a valid generated map")
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::ids::DeviceId;
 use crate::map::ClusterMap;
+use crate::narrow::{index32, low32};
 
 use super::hash::{fastmod_constant, strategy_prime};
 use super::layout::{
@@ -66,7 +67,8 @@ impl AttributedRing {
         let words: Vec<u32> = packed
             .iter()
             .map(|p| {
-                let owner = (*p >> 8) as u32 & OWNER_MASK;
+                // The owner's bits of the packed slot (the position's are dropped).
+                let owner = low32(*p >> 8) & OWNER_MASK;
                 owner
                     | match p & 3 {
                         0 => 0,
@@ -91,7 +93,7 @@ impl AttributedRing {
         let tail = ends.last().map_or(0, |(i, _)| i + 1);
         let mut begin = 0usize;
         for (k, (end, _)) in ends.iter().enumerate() {
-            let start = ordered.len() as u32;
+            let start = index32(ordered.len());
             if k == 0 {
                 ordered.extend_from_slice(&words[tail..]);
                 if rendezvous {
@@ -102,7 +104,7 @@ impl AttributedRing {
             if rendezvous {
                 ordered_positions.extend_from_slice(&positions[begin..=*end]);
             }
-            sector_list.push(Sector::new(sector_positions[k], start, ordered.len() as u32));
+            sector_list.push(Sector::new(sector_positions[k], start, index32(ordered.len())));
             begin = end + 1;
         }
         drop(words);
@@ -127,7 +129,7 @@ impl AttributedRing {
         };
         ring.classify(owners, params.bandwidth_tolerance_percent);
         let largest = (0..sectors).map(|k| ring.slots_of(k).len()).max().unwrap_or(0);
-        ring.fastmod = (0..=largest as u32).map(|d| fastmod_constant(d.max(1))).collect();
+        ring.fastmod = (0..=index32(largest)).map(|d| fastmod_constant(d.max(1))).collect();
         ring.prepare_fast();
         if sectors > 0 {
             let copies: Vec<Sector> =
@@ -150,8 +152,8 @@ impl AttributedRing {
                     continue;
                 }
                 let owner = (*slot & OWNER_MASK) as usize;
-                if stamp[owner] != k as u32 {
-                    stamp[owner] = k as u32;
+                if stamp[owner] != index32(k) {
+                    stamp[owner] = index32(k);
                     *slot |= FIRST;
                 }
                 let spec = &owners[owner];
@@ -169,7 +171,7 @@ impl AttributedRing {
                 let u = range_length(&self.overflow[begin..end], &self.bandwidths);
                 let sector = &mut self.sectors[k];
                 sector.words[0] |= HETEROGENEOUS;
-                (sector.words[1], sector.words[2]) = (u as u32, (u >> 32) as u32);
+                (sector.words[1], sector.words[2]) = (low32(u), (u >> 32) as u32);
             }
         }
     }
@@ -181,9 +183,11 @@ impl AttributedRing {
         let size = self.sector_size;
         if size as usize <= FAST_SLOTS {
             for (replica, slots) in self.fast_slots.iter_mut().enumerate() {
-                let offset = (replica as u32 + 1) * self.prime % size;
+                let offset = (index32(replica) + 1) * self.prime % size;
                 for (t, slot) in slots.iter_mut().enumerate() {
-                    *slot = ((t as u32 % size + offset) % size) as u8;
+                    let number = (index32(t) % size + offset) % size;
+                    *slot =
+                        u8::try_from(number).expect("below the sector size, at most FAST_SLOTS");
                 }
             }
         }
@@ -202,11 +206,12 @@ impl AttributedRing {
                     sector.bounds = bounds;
                     sector.words = [MARKED; FAST_SLOTS];
                     sector.words[..slots.len()].copy_from_slice(slots);
-                    sector.words[0] |= heterogeneous | FAST | (slots.len() as u32 - 1) << LEN_SHIFT;
+                    sector.words[0] |=
+                        heterogeneous | FAST | (index32(slots.len()) - 1) << LEN_SHIFT;
                 }
                 None => {
                     // Its slots stay apart, at their place in the compacted overflow.
-                    sector.bounds = [kept.len() as u32, (kept.len() + slots.len()) as u32, 0];
+                    sector.bounds = [index32(kept.len()), index32(kept.len() + slots.len()), 0];
                     kept.extend_from_slice(slots);
                 }
             }

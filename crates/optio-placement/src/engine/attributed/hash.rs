@@ -15,9 +15,9 @@ pub(super) const BANDWIDTH_SALT: u32 = 0xb5ad_4ece;
 /// [`bandwidth_draw`]), folded (see [`mix32_folded`]).
 pub(super) const DRAW_SALTS: [u32; FAST_REPLICAS] = {
     let mut salts = [0; FAST_REPLICAS];
-    let mut replica = 0;
-    while replica < FAST_REPLICAS {
-        salts[replica] = fold16(mix32(BANDWIDTH_SALT ^ ((replica as u32) << 8)));
+    let mut replica = 0u32;
+    while (replica as usize) < FAST_REPLICAS {
+        salts[replica as usize] = fold16(mix32(BANDWIDTH_SALT ^ (replica << 8)));
         replica += 1;
     }
     salts
@@ -95,7 +95,7 @@ pub(super) fn device_cost(hr: u64, device: u32, bandwidth: u32) -> u64 {
 /// A value in `[0, u)` from a 32-bit draw: `⌊draw · u / 2³²⌋`.
 #[inline]
 pub(super) fn scale(draw: u32, u: u64) -> u64 {
-    ((u128::from(draw) * u128::from(u)) >> 32) as u64
+    u64::try_from((u128::from(draw) * u128::from(u)) >> 32).expect("draw · u / 2^32 is below u")
 }
 
 /// The prime `p > s` of the capacity strategy: the first prime at or after
@@ -132,5 +132,5 @@ pub(super) fn fastmod_constant(d: u32) -> u64 {
 #[inline]
 pub(super) fn fastmod(a: u32, m: u64, d: u32) -> u32 {
     let low = m.wrapping_mul(u64::from(a));
-    ((u128::from(low) * u128::from(d)) >> 64) as u32
+    u32::try_from((u128::from(low) * u128::from(d)) >> 64).expect("low · d / 2^64 is below d")
 }

@@ -257,11 +257,11 @@ pub(super) fn fast_bounds(
     }
     let mut bounds = [u32::MAX; FAST_SLOTS - 1];
     if !heterogeneous {
-        if size as u32 != sector_size {
+        if u32::try_from(size) != Ok(sector_size) {
             return None;
         }
-        for (i, bound) in bounds.iter_mut().enumerate().take(size - 1) {
-            *bound = i as u32;
+        for (bound, i) in bounds.iter_mut().zip(0..).take(size - 1) {
+            *bound = i;
         }
         return Some(bounds);
     }
@@ -273,7 +273,8 @@ pub(super) fn fast_bounds(
     for (i, bound) in bounds.iter_mut().enumerate() {
         end += range_length(slots.get(i..=i).unwrap_or_default(), bandwidths);
         // ⌈e · 2³² / u⌉ − 1, with 1 ≤ e ≤ u: at most 2³² − 1.
-        *bound = ((u128::from(end.max(1)) << 32).div_ceil(u128::from(u)) - 1) as u32;
+        *bound = u32::try_from((u128::from(end.max(1)) << 32).div_ceil(u128::from(u)) - 1)
+            .expect("at most 2^32 - 1, as above");
     }
     Some(bounds)
 }

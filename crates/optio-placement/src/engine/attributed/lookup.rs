@@ -3,6 +3,7 @@
 //! are live and distinct, and the long way ([`super::strategy`]) for those that are not.
 
 use crate::ids::ITEM_NONE;
+use crate::narrow::index32;
 use crate::replica::{REPLICAS_MAX, ReplicaSet};
 
 use super::hash::{DRAW_SALTS, capacity_hash, fold16, mix32_folded};
@@ -267,7 +268,7 @@ impl AttributedRing {
                 (owner, zone, sector, self.strategy_of(sector))
             } else {
                 let chosen = Chosen { owners: &owners[..replica], zones: &zones[..replica] };
-                match self.select(key, h, replica as u32, sector, chosen) {
+                match self.select(key, h, index32(replica), sector, chosen) {
                     Some((owner, landed, strategy)) => {
                         (owner, self.zones[owner as usize], landed, strategy)
                     }
@@ -304,7 +305,7 @@ impl AttributedRing {
         if this.is_fast() && replica < FAST_REPLICAS {
             self.fast_choice(this, replica, (h % 12) as usize, key)
         } else {
-            self.first_choice(key, h, replica as u32, sector)
+            self.first_choice(key, h, index32(replica), sector)
         }
     }
 

@@ -6,6 +6,7 @@
 use crate::engine::vnode::vnode_position;
 use crate::ids::{DeviceId, ItemId};
 use crate::map::ClusterMap;
+use crate::narrow::index32;
 
 use super::layout::{NO_OWNER, SlotState};
 use super::{ATTRIBUTED_VNODES_MAX, AttributedParams, VNODES_PER_DEVICE_MAX};
@@ -13,7 +14,9 @@ use super::{ATTRIBUTED_VNODES_MAX, AttributedParams, VNODES_PER_DEVICE_MAX};
 /// How many virtual nodes a device of `capacity_bytes` gets: ⌈capacity / throttle⌉, 1 to
 /// 65,536.
 pub fn vnode_count(capacity_bytes: u64, throttle_bytes: u64) -> u32 {
-    capacity_bytes.div_ceil(throttle_bytes.max(1)).clamp(1, u64::from(VNODES_PER_DEVICE_MAX)) as u32
+    let count = capacity_bytes.div_ceil(throttle_bytes.max(1));
+    u32::try_from(count)
+        .map_or(VNODES_PER_DEVICE_MAX, |count| count.clamp(1, VNODES_PER_DEVICE_MAX))
 }
 
 /// One virtual node, before compilation.
@@ -108,20 +111,20 @@ pub(super) fn for_each_slot(
         let zone = match map.ancestor_of_type(ItemId::from(device.id), params.zone_type) {
             Some(bucket) if params.zone_type.0 != 0 => {
                 match zone_numbers.iter().position(|z| *z == bucket.id.0) {
-                    Some(z) => z as u32,
+                    Some(z) => index32(z),
                     None => {
                         zone_numbers.push(bucket.id.0);
-                        zone_numbers.len() as u32 - 1
+                        index32(zone_numbers.len()) - 1
                     }
                 }
             }
-            _ => u32::MAX - n as u32,
+            _ => u32::MAX - index32(n),
         };
         let class = device
             .class
             .as_ref()
             .and_then(|c| map.classes().iter().position(|k| k == c))
-            .map_or(u32::MAX, |c| c as u32);
+            .map_or(u32::MAX, index32);
         let bandwidth =
             if device.bandwidth_mb_per_s > 0 { device.bandwidth_mb_per_s } else { slowest_known };
         owners.push(OwnerSpec { device: device.id.0, zone, class, bandwidth });
@@ -146,7 +149,7 @@ pub(super) fn for_each_slot(
         for index in 0..full.max(base) {
             slot(SlotSpec {
                 position: vnode_position(device.id, index),
-                owner: owner as u32,
+                owner: index32(owner),
                 base: index < base,
                 state: if index < live { state } else { SlotState::Marked },
             });

@@ -55,7 +55,7 @@ impl AttributedRing {
             return MARKED;
         }
         if !this.is_heterogeneous() {
-            let size = slots.len() as u32;
+            let size = crate::narrow::index32(slots.len());
             let m = self.fastmod[size as usize];
             let mut j = fastmod(h, m, size) + fastmod((replica + 1) * self.prime, m, size);
             if j >= size {
@@ -179,7 +179,7 @@ impl AttributedRing {
         slots: &[u32],
         chosen: Chosen<'_>,
     ) -> Option<u32> {
-        let size = slots.len() as u32;
+        let size = crate::narrow::index32(slots.len());
         let m = self.fastmod[size as usize];
         let a = fastmod(h, m, size);
         let b = fastmod((replica + 1) * self.prime, m, size);

@@ -10,6 +10,7 @@ use crate::ids::{DeviceId, ItemId};
 use crate::ids::{PoolId, Weight};
 use crate::map::ClusterMap;
 use crate::map::EngineSpec;
+use crate::narrow::index32;
 use crate::replica::ReplicaSet;
 
 const GIB: u64 = 1 << 30;
@@ -345,7 +346,7 @@ fn folded_hashes_are_the_defined_ones() {
         let key = hash32_2(i, 7) ^ i.rotate_left(13);
         assert_eq!(capacity_hash(key), mix32(key ^ CAPACITY_SALT));
         for (replica, salt) in DRAW_SALTS.iter().enumerate() {
-            assert_eq!(mix32_folded(fold16(key) ^ salt), bandwidth_draw(key, replica as u32, 0));
+            assert_eq!(mix32_folded(fold16(key) ^ salt), bandwidth_draw(key, index32(replica), 0));
         }
     }
 }
@@ -495,8 +496,10 @@ fn naive(n: &Naive, key: u32, replicas: usize) -> Vec<i32> {
                     && u64::from(hi) * 100
                         <= u64::from(lo) * u64::from(100 + params.bandwidth_tolerance_percent);
             if homogeneous {
-                let j = ((u64::from(capacity_hash(key)) + (r as u64 + 1) * prime)
-                    % sector.len() as u64) as usize;
+                let j = usize::try_from(
+                    (u64::from(capacity_hash(key)) + (r as u64 + 1) * prime) % sector.len() as u64,
+                )
+                .expect("below the sector's length");
                 found = sector[j..]
                     .iter()
                     .find(|sl| live(sl) && ok(sl.owner, &chosen))
@@ -510,7 +513,7 @@ fn naive(n: &Naive, key: u32, replicas: usize) -> Vec<i32> {
                 }
                 let bw = |o: u32| u64::from(owners[o as usize].bandwidth);
                 let u: u64 = ranges.iter().map(|(o, _)| bw(*o)).sum();
-                let v = (u64::from(bandwidth_draw(key, r as u32, 0)) * u) >> 32;
+                let v = (u64::from(bandwidth_draw(key, index32(r), 0)) * u) >> 32;
                 let mut acc = 0;
                 for (o, up) in &ranges {
                     acc += bw(*o);
@@ -529,7 +532,7 @@ fn naive(n: &Naive, key: u32, replicas: usize) -> Vec<i32> {
                         .collect();
                     let u: u64 = eligible.iter().map(|o| bw(*o)).sum();
                     if u > 0 {
-                        let v = (u64::from(bandwidth_draw(key, r as u32, 1)) * u) >> 32;
+                        let v = (u64::from(bandwidth_draw(key, index32(r), 1)) * u) >> 32;
                         let mut acc = 0;
                         found = eligible.into_iter().find(|o| {
                             acc += bw(*o);
@@ -728,9 +731,10 @@ fn thresholds_count_the_range_ends_below_the_scaled_draw() {
     let bandwidths: Vec<u32> = vec![1, 3, 146, 540, 541, 7_000, 40_000, 39_999, 65_535, 65_536];
     let slot_word = |owner: u32, first: bool| owner | if first { FIRST } else { 0 };
     let mut cases = 0;
-    for a in 0..bandwidths.len() as u32 {
-        for b in 0..bandwidths.len() as u32 {
-            for c in 0..bandwidths.len() as u32 {
+    let owners = index32(bandwidths.len());
+    for a in 0..owners {
+        for b in 0..owners {
+            for c in 0..owners {
                 for shape in 0..4 {
                     // Four slots: the third repeats the first device (no range) in shape 1,
                     // the fourth is marked in shape 2, both in shape 3.
@@ -780,10 +784,11 @@ fn random_map(
 ) -> ClusterMapBuilder {
     let mut b = ClusterMapBuilder::new();
     for (id, &(gib, bandwidth, ssd, state)) in devices.iter().enumerate().take(count) {
-        let zone = format!("zone{}", id as u32 % zones);
+        let zone = format!("zone{}", index32(id) % zones);
         let host = format!("host{id}");
-        let mut spec =
-            DeviceSpec::new(id as u32).capacity(gib * GIB).at(&[("zone", &zone), ("host", &host)]);
+        let mut spec = DeviceSpec::new(index32(id))
+            .capacity(gib * GIB)
+            .at(&[("zone", &zone), ("host", &host)]);
         spec.class = Some(if ssd { "ssd" } else { "hdd" }.into());
         spec.bandwidth_mb_per_s = bandwidth;
         spec.up = state != 1;
@@ -847,7 +852,7 @@ proptest::proptest! {
                     for replica in 0..FAST_REPLICAS {
                         proptest::prop_assert_eq!(
                             ring.fast_choice(entry, replica, (h % 12) as usize, key),
-                            ring.first_choice(key, h, replica as u32, sector),
+                            ring.first_choice(key, h, index32(replica), sector),
                             "key {:#x}, sector {}, replica {}", key, sector, replica
                         );
                     }

@@ -21,6 +21,7 @@
 
 use super::rank::Ranked;
 use super::score;
+use crate::narrow::index32;
 
 /// No device.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -116,7 +117,7 @@ impl State<'_> {
         let p = self.problem;
         score::costs(p.keys[unit], p.ids, p.weights, 0, costs);
         order.clear();
-        order.extend(costs.iter().enumerate().map(|(d, &c)| (c, d as u32)));
+        order.extend(costs.iter().enumerate().map(|(d, &c)| (c, index32(d))));
         order.sort_unstable();
     }
 }
@@ -134,7 +135,8 @@ pub(crate) fn solve(problem: &Problem<'_>) -> Matching {
     // 1. The stable matching over the master list.
     let mut pairs: Vec<(u64, u32, u32, u32)> = Vec::new();
     for (device, ranking) in problem.rankings.iter().enumerate() {
-        pairs.extend(ranking.iter().map(|r| (r.score, r.hash, device as u32, r.unit)));
+        let device = index32(device);
+        pairs.extend(ranking.iter().map(|r| (r.score, r.hash, device, r.unit)));
     }
     pairs.sort_unstable();
     let mut needed = problem.units * size;
@@ -179,7 +181,7 @@ pub(crate) fn solve(problem: &Problem<'_>) -> Matching {
     }
     // 4. Lifting, in device order.
     for device in 0..devices {
-        lift(&mut state, device as u32);
+        lift(&mut state, index32(device));
     }
     let unresolved = (0..devices)
         .map(|d| {
@@ -209,7 +211,7 @@ fn shed(state: &mut State<'_>, costs: &mut Vec<i64>, order: &mut Vec<(i64, u32)>
         while state.load[device] > problem.upper[device] {
             // Its copies, worst first.
             let mut held: Vec<(u64, usize)> = (0..state.members.len())
-                .filter(|&s| state.members[s] == device as u32)
+                .filter(|&s| state.members[s] == index32(device))
                 .map(|s| (state.scores[s], s))
                 .collect();
             held.sort_unstable_by(|a, b| b.cmp(a));

@@ -255,7 +255,7 @@ fn usable_devices(map: &ClusterMap, take: ItemId, domain_type: TypeId) -> Device
         };
         devices.ids.push(member.id);
         devices.weights.push(member.weight);
-        devices.domain.push(domain as u32);
+        devices.domain.push(crate::narrow::index32(domain));
     }
     devices.domain_count = domain_names.len();
     devices

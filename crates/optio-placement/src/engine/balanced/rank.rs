@@ -10,6 +10,7 @@
 //! it was, and changing a device's weight only rescales its own scores.
 
 use super::targets::Target;
+use crate::narrow::index32;
 
 /// Salt of the ranking hash (any constant; part of the placement version).
 pub(crate) const RANK_SALT: u32 = 0x0b1a_2c3d;
@@ -132,15 +133,15 @@ fn collect_hashes(device: u32, keys: &[u32], threshold: u32, hashes: &mut Vec<(u
         }
         for (i, &hash) in lanes.iter().enumerate() {
             if hash <= threshold {
-                hashes.push((hash, base + i as u32));
+                hashes.push((hash, base + index32(i)));
             }
         }
-        base += LANES as u32;
+        base += index32(LANES);
     }
     for (i, &key) in chunks.remainder().iter().enumerate() {
         let hash = masked_hash(mask, key);
         if hash <= threshold {
-            hashes.push((hash, base + i as u32));
+            hashes.push((hash, base + index32(i)));
         }
     }
 }
@@ -185,7 +186,7 @@ mod tests {
         let top = ranking(42, &keys, &t, 60, &mut scratch);
         assert_eq!(top.len(), 60);
         let mut all: Vec<(u32, u32)> =
-            keys.iter().enumerate().map(|(i, &k)| (rank_hash(42, k), i as u32)).collect();
+            keys.iter().enumerate().map(|(i, &k)| (rank_hash(42, k), index32(i))).collect();
         all.sort_unstable();
         for (k, (r, (hash, unit))) in top.iter().zip(&all).enumerate() {
             assert_eq!((r.hash, r.unit), (*hash, *unit));

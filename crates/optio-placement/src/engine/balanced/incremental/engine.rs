@@ -25,6 +25,7 @@ use crate::engine::balanced::rank;
 use crate::engine::balanced::score;
 use crate::engine::balanced::targets::{self, Target};
 use crate::engine::balanced::{RANKED_EXTRA, RANKED_PER_TARGET};
+use crate::narrow::index32;
 
 /// No device.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -37,6 +38,16 @@ const DOMAIN_CLASS_SALT: u32 = 0x5bd1_e995;
 pub(crate) fn neutral_price(t: &Target) -> u64 {
     let price = PRICE_UNIT.saturating_mul(t.denominator) / t.numerator.max(1);
     u64::try_from(price).unwrap_or(PRICE_MAX).clamp(1, PRICE_MAX)
+}
+
+/// The class of a unit with ranking hash `hash`: `hash mod CLASSES`.
+fn class_of(hash: u32) -> u8 {
+    u8::try_from(hash as usize % CLASSES).expect("below CLASSES (16)")
+}
+
+/// The class numbers, `0..CLASSES`.
+pub(crate) fn class_numbers() -> impl Iterator<Item = u8> {
+    (0..CLASSES).map(|class| u8::try_from(class).expect("below CLASSES (16)"))
 }
 
 /// The salt of a domain's class hash, from its name.
@@ -139,7 +150,7 @@ impl Engine {
                     domain_names.len() - 1
                 }
             };
-            domain.push(index as u32);
+            domain.push(index32(index));
         }
         let weights: Vec<u64> = all.iter().map(|m| m.weight).collect();
         let units = keys.len();
@@ -169,9 +180,9 @@ impl Engine {
                     .enumerate()
                     .map(|(k, r)| Entry {
                         unit: r.unit,
-                        score: (2 * k + 1) as u32,
+                        score: index32(2 * k + 1),
                         hash: r.hash,
-                        class: (r.hash % CLASSES as u32) as u8,
+                        class: class_of(r.hash),
                         cand: 0,
                     })
                     .collect()
@@ -211,10 +222,10 @@ impl Engine {
             for entry in list.iter_mut() {
                 let unit = entry.unit as usize;
                 entry.cand = fill[unit];
-                let dclass = (rank::salted_hash(salts[h], keys[unit]) % CLASSES as u32) as u8;
+                let dclass = class_of(rank::salted_hash(salts[h], keys[unit]));
                 let slot = &mut fill[unit];
                 cands[*slot as usize] = Cand {
-                    device: d as u32,
+                    device: index32(d),
                     score: entry.score,
                     hash: entry.hash,
                     class: entry.class,
@@ -238,11 +249,13 @@ impl Engine {
             }
             domain_class_start.push(starts);
         }
+        // Entries, all domains together, number at most RANKED_PER_TARGET × units × size +
+        // RANKED_EXTRA × devices < 2^29 (units ≤ 2^20, size ≤ 32, devices ≤ 2^16).
         let mut domain_entry_start = Vec::with_capacity(domain_units.len() + 1);
         let mut total = 0u32;
         for list in &domain_units {
             domain_entry_start.push(total);
-            total += list.len() as u32;
+            total += index32(list.len());
         }
         domain_entry_start.push(total);
         for unit in 0..units {
@@ -252,9 +265,9 @@ impl Engine {
                 let class = usize::from(c.dclass);
                 let range = starts[class] as usize..starts[class + 1] as usize;
                 let at = domain_units[h][range.clone()]
-                    .binary_search_by_key(&(unit as u32), |&(u, _)| u)
+                    .binary_search_by_key(&index32(unit), |&(u, _)| u)
                     .expect("a candidate's unit is among its domain's units");
-                c.dentry = domain_entry_start[h] + (range.start + at) as u32;
+                c.dentry = domain_entry_start[h] + index32(range.start + at);
             }
         }
         let mut short = vec![false; units];
@@ -274,9 +287,9 @@ impl Engine {
         }
         let mut domain_devices = vec![Vec::new(); domain_names.len()];
         for (d, &h) in domain.iter().enumerate() {
-            domain_devices[h as usize].push(d as u32);
+            domain_devices[h as usize].push(index32(d));
         }
-        let fallback_index: Vec<u32> = (0..current.len() as u32).collect();
+        let fallback_index: Vec<u32> = (0..index32(current.len())).collect();
         Engine {
             size,
             keys,
@@ -351,7 +364,10 @@ impl Engine {
     #[inline]
     pub(crate) fn cand_index(&self, unit: usize, device: u32) -> Option<u32> {
         let start = self.cand_start[unit];
-        self.cands(unit).binary_search_by_key(&device, |c| c.device).ok().map(|i| start + i as u32)
+        self.cands(unit)
+            .binary_search_by_key(&device, |c| c.device)
+            .ok()
+            .map(|i| start + index32(i))
     }
 
     /// A candidate by index.
@@ -450,7 +466,7 @@ impl Engine {
         // Ties by device id, so that the order of the map's devices does not matter.
         scratch.order.clear();
         scratch.order.extend(
-            scratch.costs.iter().enumerate().map(|(i, &c)| (c, self.fallback_ids[i], i as u32)),
+            scratch.costs.iter().enumerate().map(|(i, &c)| (c, self.fallback_ids[i], index32(i))),
         );
         scratch.order.sort_unstable();
         for &(_, _, i) in &scratch.order {

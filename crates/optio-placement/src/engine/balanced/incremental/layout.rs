@@ -16,6 +16,7 @@
 
 use super::engine::{Cand, Engine, Key, NONE, Prices, Scratch};
 use super::state::{CLASSES, DOMAIN_PRICE_MAX, PRICE_MAX};
+use crate::narrow::index32;
 
 /// A placement and its prices.
 pub(crate) struct Layout {
@@ -333,14 +334,14 @@ pub(crate) fn set_device_price(
                 && kv > kr
             {
                 layout.relocate(engine, unit, v, r);
-                moves.push((unit as u32, v, r));
+                moves.push((index32(unit), v, r));
             }
         } else if !m.has_device(v)
             && let Some((kx, x)) = displaced_in(engine, &m, v)
             && kv < kx
         {
             layout.relocate(engine, unit, x, v);
-            moves.push((unit as u32, x, v));
+            moves.push((index32(unit), x, v));
         }
     }
 }
@@ -370,7 +371,7 @@ pub(crate) fn set_domain_price(
                 && kx > kr
             {
                 layout.relocate(engine, unit, x, r);
-                moves.push((unit as u32, x, r));
+                moves.push((index32(unit), x, r));
             }
         } else if !m.has_domain(h)
             && let Some((kw, w)) = m.worst()
@@ -378,7 +379,7 @@ pub(crate) fn set_domain_price(
             && kb < kw
         {
             layout.relocate(engine, unit, w, cb.device);
-            moves.push((unit as u32, w, cb.device));
+            moves.push((index32(unit), w, cb.device));
         }
     }
 }

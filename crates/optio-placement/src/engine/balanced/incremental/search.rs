@@ -30,12 +30,13 @@
 
 use std::collections::BTreeSet;
 
-use super::engine::{Engine, NONE};
+use super::engine::{Engine, NONE, class_numbers};
 use super::layout::{
     Layout, Members, Move, domain_pull_price, domain_push_price, pull_price, push_price,
     set_device_price, set_domain_price,
 };
 use super::state::CLASSES;
+use crate::narrow::index32;
 
 /// Longest path of hops searched.
 pub const PATH_DEPTH: usize = 3;
@@ -158,12 +159,12 @@ impl Hops {
             keys.sort_unstable();
             *set = keys.into_iter().collect();
         }
-        let movers: Vec<Mover> = (0..engine.devices() as u32)
+        let movers: Vec<Mover> = (0..index32(engine.devices()))
             .map(Mover::Device)
-            .chain((0..engine.domains() as u32).map(Mover::Domain))
+            .chain((0..index32(engine.domains())).map(Mover::Domain))
             .collect();
         for mover in movers {
-            for class in 0..CLASSES as u8 {
+            for class in class_numbers() {
                 for raise in [false, true] {
                     hops.renew(engine, mover, class, raise);
                 }
@@ -217,7 +218,7 @@ impl Hops {
         if old == hop {
             return;
         }
-        let set = index as u32;
+        let set = index32(index);
         if let Some(old) = old {
             remove(&mut self.leaving[old.from as usize], set);
             remove(&mut self.arriving[old.to as usize], set);
@@ -238,7 +239,7 @@ impl Hops {
     /// nearest hops up to date.
     fn compute_unit(&mut self, engine: &Engine, layout: &Layout, unit: usize, update: bool) {
         let m = Members::of(engine, layout, unit);
-        let u = unit as u32;
+        let u = index32(unit);
         let mut domains_seen = [NONE; 64];
         let mut seen = 0usize;
         for index in engine.cand_range(unit) {
@@ -385,11 +386,12 @@ impl<'e> Balancer<'e> {
             }
             let Some((_, root)) = worst else { break };
             let over = self.layout.load[root] > self.band[root].1;
-            let mut outcome = self.fix(root as u32, over);
+            let root_device = index32(root);
+            let mut outcome = self.fix(root_device, over);
             if matches!(outcome, Outcome::None) {
                 // The root's hops may be stale: recompute those through its units, retry.
-                self.refresh_device(root as u32);
-                outcome = self.fix(root as u32, over);
+                self.refresh_device(root_device);
+                outcome = self.fix(root_device, over);
             }
             match outcome {
                 Outcome::Moved => {
@@ -412,7 +414,7 @@ impl<'e> Balancer<'e> {
                         stale_in_a_row = 0;
                     }
                 }
-                Outcome::None if self.domain_fix(root as u32, over) => {
+                Outcome::None if self.domain_fix(root_device, over) => {
                     skip.iter_mut().for_each(|s| *s = false);
                 }
                 Outcome::None => skip[root] = true,
@@ -437,7 +439,7 @@ impl<'e> Balancer<'e> {
             return false;
         }
         let mut best: Option<((i64, i128), Hop)> = None;
-        for class in 0..CLASSES as u8 {
+        for class in class_numbers() {
             let Some(hop) = self.hops.nearest(engine, Mover::Domain(h), class, over) else {
                 continue;
             };
@@ -604,7 +606,7 @@ impl<'e> Balancer<'e> {
                         c.map_or(none, |c| (Mover::Domain(engine.domain[next as usize]), c.dclass));
                     nodes.push(Node {
                         device: next,
-                        parent: head as u32,
+                        parent: index32(head),
                         hop: Some(hop),
                         cost,
                         depth: depth + 1,
