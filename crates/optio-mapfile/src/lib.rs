@@ -53,7 +53,7 @@ mod steps;
 mod units;
 
 pub use error::{ParseError, ParseErrorKind, WriteError};
-pub use units::parse_bytes as parse_size;
+pub use units::{UnitError, parse_bytes as parse_size};
 
 use optio_placement::ClusterMap;
 

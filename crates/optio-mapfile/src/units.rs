@@ -60,23 +60,63 @@ fn split_number(text: &str) -> (&str, &str) {
     (&text[..end], text[end..].trim())
 }
 
+/// Why a size or a bandwidth could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UnitError {
+    /// Not a number with an optional unit.
+    #[error("'{text}' is not a {what}; write e.g. {examples}")]
+    NotANumber {
+        /// The text given.
+        text: String,
+        /// What was expected: "size" or "bandwidth".
+        what: &'static str,
+        /// Texts that would do.
+        examples: &'static str,
+    },
+    /// A unit this syntax does not have.
+    #[error("unknown unit '{unit}' in '{text}'; use {known}")]
+    UnknownUnit {
+        /// The unit given.
+        unit: String,
+        /// The text given.
+        text: String,
+        /// The units there are.
+        known: &'static str,
+    },
+    /// More than the value's type holds.
+    #[error("'{text}' is too large (at most {limit})")]
+    TooLarge {
+        /// The text given.
+        text: String,
+        /// The largest value, with its unit.
+        limit: &'static str,
+    },
+}
+
 /// Reads a byte count such as `4TiB`, `500 GB`, `1.5TB`, `4k` or `1000000` (bytes), rounding
 /// to the nearest byte: the one size syntax of maps and of the command line.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
     let (number, unit) = split_number(text);
-    let (mantissa, decimals) = decimal(number).ok_or_else(|| {
-        format!("'{text}' is not a size; write e.g. \"4TiB\", \"500GB\" or a number of bytes")
+    let (mantissa, decimals) = decimal(number).ok_or_else(|| UnitError::NotANumber {
+        text: text.to_string(),
+        what: "size",
+        examples: "\"4TiB\", \"500GB\" or a number of bytes",
     })?;
     let lower = unit.to_ascii_lowercase();
     let scale = if lower.is_empty() {
         1
     } else {
         BYTE_UNITS.iter().find(|(name, _)| *name == lower).map(|(_, scale)| *scale).ok_or_else(
-            || format!("unknown unit '{unit}' in '{text}'; use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB (k, m, g, t, p: binary)"),
+            || UnitError::UnknownUnit {
+                unit: unit.to_string(),
+                text: text.to_string(),
+                known: "B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB (k, m, g, t, p: binary)",
+            },
         )?
     };
     let divisor = 10u128.pow(decimals);
-    let too_large = || format!("'{text}' is too large (at most 16 EiB)");
+    let too_large = || UnitError::TooLarge { text: text.to_string(), limit: "16 EiB" };
     let scaled = mantissa.checked_mul(u128::from(scale)).ok_or_else(too_large)?;
     u64::try_from((scaled + divisor / 2) / divisor).map_err(|_| too_large())
 }
@@ -92,10 +132,12 @@ pub(crate) fn format_bytes(bytes: u64) -> Option<String> {
 }
 
 /// Reads a bandwidth in MB/s: `540`, `"540MB/s"`, `"1.2 GB/s"`, `"400MiB/s"`.
-pub(crate) fn parse_bandwidth(text: &str) -> Result<u32, String> {
+pub(crate) fn parse_bandwidth(text: &str) -> Result<u32, UnitError> {
     let (number, unit) = split_number(text);
-    let (mantissa, decimals) = decimal(number).ok_or_else(|| {
-        format!("'{text}' is not a bandwidth; write e.g. \"540MB/s\" or \"1.2GB/s\"")
+    let (mantissa, decimals) = decimal(number).ok_or_else(|| UnitError::NotANumber {
+        text: text.to_string(),
+        what: "bandwidth",
+        examples: "\"540MB/s\" or \"1.2GB/s\"",
     })?;
     let lower = unit.to_ascii_lowercase();
     // In bytes per second, over 10^6 (MB/s).
@@ -106,13 +148,15 @@ pub(crate) fn parse_bandwidth(text: &str) -> Result<u32, String> {
         "mib/s" => (1 << 20, 1_000_000),
         "gib/s" => (1 << 30, 1_000_000),
         _ => {
-            return Err(format!(
-                "unknown unit '{unit}' in '{text}'; use MB/s, GB/s, KB/s, MiB/s or GiB/s"
-            ));
+            return Err(UnitError::UnknownUnit {
+                unit: unit.to_string(),
+                text: text.to_string(),
+                known: "MB/s, GB/s, KB/s, MiB/s or GiB/s",
+            });
         }
     };
     let divisor = 10u128.pow(decimals) * denominator;
-    let too_large = || format!("'{text}' is too large");
+    let too_large = || UnitError::TooLarge { text: text.to_string(), limit: "4294967295 MB/s" };
     let scaled = mantissa.checked_mul(numerator).ok_or_else(too_large)?;
     u32::try_from((scaled + divisor / 2) / divisor).map_err(|_| too_large())
 }

@@ -111,7 +111,7 @@ where
         negotiation.options_left -= 1;
         let mut header = [0u8; proto::OPTION_HEADER_BYTES];
         stream.read_exact(&mut header).await?;
-        let header = OptionHeader::parse(&header).map_err(NbdError::Protocol)?;
+        let header = OptionHeader::parse(&header).map_err(|e| NbdError::Protocol(e.to_string()))?;
         if header.length > OPTION_DATA_MAX {
             return Err(NbdError::Protocol(format!(
                 "option {} carries {} bytes (at most {OPTION_DATA_MAX})",
@@ -205,6 +205,7 @@ where
                 let (name, items) = match proto::parse_info_request(&data) {
                     Ok(parsed) => parsed,
                     Err(reason) => {
+                        let reason = reason.to_string();
                         send(stream, &reply(proto::REP_ERR_INVALID, reason.as_bytes())).await?;
                         continue;
                     }

@@ -157,15 +157,48 @@ pub struct Request {
     pub length: u32,
 }
 
+/// What is wrong with the bytes a client sent: a header out of step with the stream, or an
+/// option's data that does not hold its fields. The connection's error, or the option's
+/// `NBD_REP_ERR_INVALID` reply, says it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtoError {
+    /// A request header without [`REQUEST_MAGIC`]: the stream is out of step.
+    #[error("a request starts with magic {magic:#010x}, not {expected:#010x}", expected = REQUEST_MAGIC)]
+    RequestMagic {
+        /// The magic read.
+        magic: u32,
+    },
+    /// An option header without [`OPT_MAGIC`].
+    #[error("an option starts with magic {magic:#018x}, not IHAVEOPT")]
+    OptionMagic {
+        /// The magic read.
+        magic: u64,
+    },
+    /// The option's data ends before its fields do.
+    #[error("the option's data is too short")]
+    OptionDataShort,
+    /// The option's data goes on after its fields.
+    #[error("the option's data is longer than its fields")]
+    OptionDataLong,
+    /// An export name longer than [`NAME_BYTES_MAX`].
+    #[error("an export name of {bytes} bytes (at most {limit})", limit = NAME_BYTES_MAX)]
+    NameTooLong {
+        /// Its length.
+        bytes: usize,
+    },
+    /// An export name that is not UTF-8.
+    #[error("the export name is not UTF-8")]
+    NameNotUtf8,
+}
+
 impl Request {
     /// Parses a request header; `Err` (with what is wrong) when its magic is not
     /// [`REQUEST_MAGIC`] — the stream is then out of step and the connection must end.
-    pub fn parse(bytes: &[u8; REQUEST_BYTES]) -> Result<Request, String> {
+    pub fn parse(bytes: &[u8; REQUEST_BYTES]) -> Result<Request, ProtoError> {
         let magic = u32::from_be_bytes(bytes[0..4].try_into().expect("4 bytes"));
         if magic != REQUEST_MAGIC {
-            return Err(format!(
-                "a request starts with magic {magic:#010x}, not {REQUEST_MAGIC:#010x}"
-            ));
+            return Err(ProtoError::RequestMagic { magic });
         }
         Ok(Request {
             flags: u16::from_be_bytes(bytes[4..6].try_into().expect("2 bytes")),
@@ -190,10 +223,10 @@ pub struct OptionHeader {
 
 impl OptionHeader {
     /// Parses an option header; `Err` when its magic is not [`OPT_MAGIC`].
-    pub fn parse(bytes: &[u8; OPTION_HEADER_BYTES]) -> Result<OptionHeader, String> {
+    pub fn parse(bytes: &[u8; OPTION_HEADER_BYTES]) -> Result<OptionHeader, ProtoError> {
         let magic = u64::from_be_bytes(bytes[0..8].try_into().expect("8 bytes"));
         if magic != OPT_MAGIC {
-            return Err(format!("an option starts with magic {magic:#018x}, not IHAVEOPT"));
+            return Err(ProtoError::OptionMagic { magic });
         }
         Ok(OptionHeader {
             option: u32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes")),
@@ -204,14 +237,14 @@ impl OptionHeader {
 
 /// The data of `NBD_OPT_INFO` / `NBD_OPT_GO`: the export's name and the information items
 /// asked for.
-pub fn parse_info_request(data: &[u8]) -> Result<(String, Vec<u16>), String> {
-    let take = |at: usize, n: usize| data.get(at..at + n).ok_or("the option's data is too short");
+pub fn parse_info_request(data: &[u8]) -> Result<(String, Vec<u16>), ProtoError> {
+    let take = |at: usize, n: usize| data.get(at..at + n).ok_or(ProtoError::OptionDataShort);
     let name_length = u32::from_be_bytes(take(0, 4)?.try_into().expect("4 bytes")) as usize;
     if name_length > NAME_BYTES_MAX {
-        return Err(format!("an export name of {name_length} bytes (at most {NAME_BYTES_MAX})"));
+        return Err(ProtoError::NameTooLong { bytes: name_length });
     }
     let name = std::str::from_utf8(take(4, name_length)?)
-        .map_err(|_| "the export name is not UTF-8".to_string())?
+        .map_err(|_| ProtoError::NameNotUtf8)?
         .to_string();
     let count = u16::from_be_bytes(take(4 + name_length, 2)?.try_into().expect("2 bytes")) as usize;
     let items = take(6 + name_length, count * 2)?
@@ -219,7 +252,7 @@ pub fn parse_info_request(data: &[u8]) -> Result<(String, Vec<u16>), String> {
         .map(|c| u16::from_be_bytes([c[0], c[1]]))
         .collect();
     if data.len() != 6 + name_length + count * 2 {
-        return Err("the option's data is longer than its fields".into());
+        return Err(ProtoError::OptionDataLong);
     }
     Ok((name, items))
 }
@@ -270,7 +303,7 @@ mod tests {
             }
         );
         bytes[0] ^= 1;
-        assert!(Request::parse(&bytes).unwrap_err().contains("magic"));
+        assert!(Request::parse(&bytes).unwrap_err().to_string().contains("magic"));
     }
 
     #[test]

@@ -147,7 +147,7 @@ where
         }
         let request = match Request::parse(&header) {
             Ok(request) => request,
-            Err(reason) => break Err(NbdError::Protocol(reason)),
+            Err(reason) => break Err(NbdError::Protocol(reason.to_string())),
         };
         if request.command == Command::Disconnect {
             break Ok(());

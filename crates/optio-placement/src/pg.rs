@@ -22,17 +22,50 @@ impl fmt::Display for PgId {
     }
 }
 
-impl std::str::FromStr for PgId {
-    type Err = String;
+/// Why a text is not a [`PgId`] (`POOL.SEED`, the seed in hex).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PgIdParseError {
+    /// No `.` between the pool and the seed.
+    #[error("'{text}' is not a PG id; write POOL.SEED with the seed in hex, e.g. 1.2f")]
+    NoSeparator {
+        /// The text given.
+        text: String,
+    },
+    /// The part before the `.` is not a pool id.
+    #[error(
+        "'{pool}' in '{text}' is not a pool id; write POOL.SEED with a decimal pool id, e.g. 1.2f"
+    )]
+    Pool {
+        /// The pool part.
+        pool: String,
+        /// The text given.
+        text: String,
+    },
+    /// The part after the `.` is not a seed.
+    #[error(
+        "'{seed}' in '{text}' is not a hex PG seed; write POOL.SEED with the seed in hex, e.g. 1.2f"
+    )]
+    Seed {
+        /// The seed part.
+        seed: String,
+        /// The text given.
+        text: String,
+    },
+}
 
-    fn from_str(text: &str) -> Result<PgId, String> {
-        let (pool, seed) = text.split_once('.').ok_or_else(|| {
-            format!("'{text}' is not a PG id; write POOL.SEED with the seed in hex, e.g. 1.2f")
-        })?;
-        let pool =
-            pool.parse::<u32>().map_err(|_| format!("'{pool}' in '{text}' is not a pool id"))?;
+impl std::str::FromStr for PgId {
+    type Err = PgIdParseError;
+
+    fn from_str(text: &str) -> Result<PgId, PgIdParseError> {
+        let (pool, seed) = text
+            .split_once('.')
+            .ok_or_else(|| PgIdParseError::NoSeparator { text: text.to_string() })?;
+        let pool = pool
+            .parse::<u32>()
+            .map_err(|_| PgIdParseError::Pool { pool: pool.to_string(), text: text.to_string() })?;
         let seed = u32::from_str_radix(seed, 16)
-            .map_err(|_| format!("'{seed}' in '{text}' is not a hex PG seed"))?;
+            .map_err(|_| PgIdParseError::Seed { seed: seed.to_string(), text: text.to_string() })?;
         Ok(PgId { pool: PoolId(pool), seed })
     }
 }

@@ -115,9 +115,10 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
-/// Parses sizes like `4MiB`, `500GB`, `4096`.
+/// Parses sizes like `4MiB`, `500GB`, `4096` (a `String` error: clap's value parsers and the
+/// bench options print it).
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    optio_mapfile::parse_size(text)
+    optio_mapfile::parse_size(text).map_err(|e| e.to_string())
 }
 
 /// Restores the default action of SIGPIPE (the Rust runtime ignores it), so that a write to a

@@ -209,9 +209,8 @@ impl Reader<'_> {
         }
         if let Some(value) = table.get("bandwidth") {
             device.bandwidth_mb_per_s = match value.value {
-                DeValue::String(text) => {
-                    parse_bandwidth(text).map_err(|reason| value.error(self.source, reason))?
-                }
+                DeValue::String(text) => parse_bandwidth(text)
+                    .map_err(|reason| value.error(self.source, reason.to_string()))?,
                 _ => value.int(self.source, "0 to 4294967295 MB/s")?,
             };
         }
@@ -250,7 +249,7 @@ impl Reader<'_> {
     fn bytes(&self, value: Value<'_, '_>) -> Result<u64, ParseError> {
         match value.value {
             DeValue::String(text) => {
-                parse_bytes(text).map_err(|reason| value.error(self.source, reason))
+                parse_bytes(text).map_err(|reason| value.error(self.source, reason.to_string()))
             }
             _ => value.int(self.source, "0 or more bytes"),
         }

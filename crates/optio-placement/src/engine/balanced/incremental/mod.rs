@@ -67,6 +67,6 @@ mod state;
 pub use rebalance::{RebalanceReport, place, rebalance};
 pub use search::{ITERATIONS_EXTRA, ITERATIONS_PER_COPY, PATH_DEPTH};
 pub use state::{
-    BalanceState, CLASSES, DOMAIN_PRICE_MAX, DOMAIN_PRICE_ONE, DeviceState, DomainState, PRICE_MAX,
-    STATE_VERSION,
+    BalanceState, BalanceStateError, CLASSES, DOMAIN_PRICE_MAX, DOMAIN_PRICE_ONE, DeviceState,
+    DomainState, PRICE_MAX, STATE_VERSION,
 };

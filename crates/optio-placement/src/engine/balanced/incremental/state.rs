@@ -12,46 +12,88 @@ pub use crate::params::balanced::{
     STATE_VERSION,
 };
 
+/// What is wrong with a stored [`BalanceState`] (the map builder puts it in its message).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BalanceStateError {
+    /// `units` or `size` is 0.
+    #[error("units and size must be at least 1")]
+    Empty,
+    /// The devices are not in increasing id order, or one is listed twice.
+    #[error("devices must be sorted by id and listed once (device {device} after {after})")]
+    DevicesUnsorted {
+        /// The device out of order.
+        device: u32,
+        /// The device listed before it.
+        after: u32,
+    },
+    /// The domains are not in increasing name order, or one is listed twice.
+    #[error("domains must be sorted by name and listed once ('{domain}' after '{after}')")]
+    DomainsUnsorted {
+        /// The domain out of order.
+        domain: String,
+        /// The domain listed before it.
+        after: String,
+    },
+    /// A device has weight 0.
+    #[error("device {device} has weight 0")]
+    ZeroWeight {
+        /// The device.
+        device: u32,
+    },
+    /// A device price is 0 or above [`PRICE_MAX`].
+    #[error("device {device} has price {price}; prices are 1 to {PRICE_MAX}")]
+    DevicePrice {
+        /// The device.
+        device: u32,
+        /// The price out of range.
+        price: u64,
+    },
+    /// A domain price is 0 or above [`DOMAIN_PRICE_MAX`].
+    #[error("domain '{domain}' has price {price}; domain prices are 1 to {DOMAIN_PRICE_MAX}")]
+    DomainPrice {
+        /// The domain.
+        domain: String,
+        /// The price out of range.
+        price: u64,
+    },
+}
+
 impl BalanceState {
     /// Checks the invariants a stored state must keep; `Err` says what is wrong (for the
     /// map builder's message).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), BalanceStateError> {
         if self.units == 0 || self.size == 0 {
-            return Err("units and size must be at least 1".into());
+            return Err(BalanceStateError::Empty);
         }
         for pair in self.devices.windows(2) {
             if pair[0].id >= pair[1].id {
-                return Err(format!(
-                    "devices must be sorted by id and listed once (device {} after {})",
-                    pair[1].id.0, pair[0].id.0
-                ));
+                return Err(BalanceStateError::DevicesUnsorted {
+                    device: pair[1].id.0,
+                    after: pair[0].id.0,
+                });
             }
         }
         for pair in self.domains.windows(2) {
             if pair[0].name >= pair[1].name {
-                return Err(format!(
-                    "domains must be sorted by name and listed once ('{}' after '{}')",
-                    pair[1].name, pair[0].name
-                ));
+                return Err(BalanceStateError::DomainsUnsorted {
+                    domain: pair[1].name.clone(),
+                    after: pair[0].name.clone(),
+                });
             }
         }
         for device in &self.devices {
             if device.weight == 0 {
-                return Err(format!("device {} has weight 0", device.id.0));
+                return Err(BalanceStateError::ZeroWeight { device: device.id.0 });
             }
-            if let Some(price) = device.prices.iter().find(|p| **p == 0 || **p > PRICE_MAX) {
-                return Err(format!(
-                    "device {} has price {price}; prices are 1 to {PRICE_MAX}",
-                    device.id.0
-                ));
+            if let Some(&price) = device.prices.iter().find(|p| **p == 0 || **p > PRICE_MAX) {
+                return Err(BalanceStateError::DevicePrice { device: device.id.0, price });
             }
         }
         for domain in &self.domains {
-            if let Some(price) = domain.prices.iter().find(|p| **p == 0 || **p > DOMAIN_PRICE_MAX) {
-                return Err(format!(
-                    "domain '{}' has price {price}; domain prices are 1 to {DOMAIN_PRICE_MAX}",
-                    domain.name
-                ));
+            if let Some(&price) = domain.prices.iter().find(|p| **p == 0 || **p > DOMAIN_PRICE_MAX)
+            {
+                return Err(BalanceStateError::DomainPrice { domain: domain.name.clone(), price });
             }
         }
         Ok(())
@@ -102,16 +144,16 @@ mod tests {
     fn broken_states_say_what_is_wrong() {
         let mut s = state();
         s.devices.swap(0, 1);
-        assert!(s.check().expect_err("unsorted").contains("sorted by id"));
+        assert!(s.check().expect_err("unsorted").to_string().contains("sorted by id"));
         let mut s = state();
         s.devices[1].prices[3] = 0;
-        assert!(s.check().expect_err("zero price").contains("price 0"));
+        assert!(s.check().expect_err("zero price").to_string().contains("price 0"));
         let mut s = state();
         s.domains[1].name = "a".into();
-        assert!(s.check().expect_err("duplicate").contains("listed once"));
+        assert!(s.check().expect_err("duplicate").to_string().contains("listed once"));
         let mut s = state();
         s.devices[0].weight = 0;
-        assert!(s.check().expect_err("weight").contains("weight 0"));
+        assert!(s.check().expect_err("weight").to_string().contains("weight 0"));
         let mut s = state();
         s.units = 0;
         assert!(s.check().is_err());
