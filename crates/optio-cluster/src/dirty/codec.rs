@@ -38,6 +38,80 @@ pub(crate) const HEADER_BYTES: u64 = 32;
 /// The head file.
 pub(crate) const HEAD_BYTES: usize = 48;
 
+/// Why bytes are not an entry, a log header or a head, or why an entry breaks the rules of
+/// [`DirtyEntry`]. [`DirtyError`] says where (the file, the Redis list and position, the
+/// entry's index) and what to do.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CodecError {
+    /// An empty key.
+    #[error("the key is empty; keys are 1 to {KEY_BYTES_MAX} bytes of UTF-8")]
+    KeyEmpty,
+    /// A key over [`KEY_BYTES_MAX`] bytes.
+    #[error("the key is {bytes} bytes long; keys are at most {KEY_BYTES_MAX} bytes")]
+    KeyTooLong {
+        /// Its length.
+        bytes: usize,
+    },
+    /// A key with a NUL byte.
+    #[error("the key holds a NUL byte at {at}; keys may not contain NUL")]
+    KeyNul {
+        /// The byte's position.
+        at: usize,
+    },
+    /// A key that is not UTF-8.
+    #[error("the key is not UTF-8: {0}")]
+    KeyNotUtf8(std::str::Utf8Error),
+    /// An encoded entry of an impossible length.
+    #[error("{bytes} bytes long; an entry is {ENTRY_BYTES_MIN} to {ENTRY_BYTES_MAX} bytes")]
+    EntryLength {
+        /// Its length.
+        bytes: usize,
+    },
+    /// An encoded entry of another format.
+    #[error("format tag {tag} (this version reads {ENTRY_TAG})")]
+    EntryTag {
+        /// The tag read.
+        tag: u8,
+    },
+    /// A log or head file cut short (or too long, for the head).
+    #[error("the {file} is {bytes} bytes, {expected} expected")]
+    Length {
+        /// "header" or "head file".
+        file: &'static str,
+        /// Its length.
+        bytes: usize,
+        /// The length of one.
+        expected: u64,
+    },
+    /// A file that is not Optio's.
+    #[error("not an Optio {what} (wrong magic)")]
+    Magic {
+        /// "dirty log" or "dirty-log head".
+        what: &'static str,
+    },
+    /// A header or head whose checksum does not match its bytes.
+    #[error("the {what}'s checksum does not match")]
+    Checksum {
+        /// "header" or "head".
+        what: &'static str,
+    },
+    /// A header or head of another format.
+    #[error("format {format}; this version reads format {FORMAT}")]
+    Format {
+        /// The format read.
+        format: u32,
+    },
+    /// A head pointing where no record can start.
+    #[error("offset {offset} is impossible after {records} records")]
+    HeadOffset {
+        /// The offset it holds.
+        offset: u64,
+        /// The records popped it holds.
+        records: u64,
+    },
+}
+
 /// Checks what one `push` is given.
 pub(crate) fn check_entries(entries: &[DirtyEntry]) -> Result<(), DirtyError> {
     if entries.len() > PUSH_ENTRIES_MAX {
@@ -59,25 +133,22 @@ pub(crate) fn check_entries(entries: &[DirtyEntry]) -> Result<(), DirtyError> {
 }
 
 /// Checks an entry against the rules of [`DirtyEntry`]; `Err` says why not.
-pub(crate) fn check_entry(entry: &DirtyEntry) -> Result<(), String> {
+pub(crate) fn check_entry(entry: &DirtyEntry) -> Result<(), CodecError> {
     check_key(entry.key.as_bytes()).map(|_| ())
 }
 
 /// Checks a key's bytes: non-empty UTF-8 of at most [`KEY_BYTES_MAX`] bytes, no NUL.
-fn check_key(key: &[u8]) -> Result<&str, String> {
+fn check_key(key: &[u8]) -> Result<&str, CodecError> {
     if key.is_empty() {
-        return Err("the key is empty; keys are 1 to 1024 bytes of UTF-8".to_string());
+        return Err(CodecError::KeyEmpty);
     }
     if key.len() > KEY_BYTES_MAX {
-        return Err(format!(
-            "the key is {} bytes long; keys are at most {KEY_BYTES_MAX} bytes",
-            key.len()
-        ));
+        return Err(CodecError::KeyTooLong { bytes: key.len() });
     }
     if let Some(at) = key.iter().position(|&b| b == 0) {
-        return Err(format!("the key holds a NUL byte at {at}; keys may not contain NUL"));
+        return Err(CodecError::KeyNul { at });
     }
-    std::str::from_utf8(key).map_err(|e| format!("the key is not UTF-8: {e}"))
+    std::str::from_utf8(key).map_err(CodecError::KeyNotUtf8)
 }
 
 /// Appends the encoding of a valid entry (see [`check_entry`]) to `out`.
@@ -90,15 +161,12 @@ pub(crate) fn encode_entry(entry: &DirtyEntry, out: &mut Vec<u8>) {
 }
 
 /// Decodes an entry; `Err` says why the bytes are not one.
-pub(crate) fn decode_entry(bytes: &[u8]) -> Result<DirtyEntry, String> {
+pub(crate) fn decode_entry(bytes: &[u8]) -> Result<DirtyEntry, CodecError> {
     if bytes.len() < ENTRY_BYTES_MIN || bytes.len() > ENTRY_BYTES_MAX {
-        return Err(format!(
-            "{} bytes long; an entry is {ENTRY_BYTES_MIN} to {ENTRY_BYTES_MAX} bytes",
-            bytes.len()
-        ));
+        return Err(CodecError::EntryLength { bytes: bytes.len() });
     }
     if bytes[0] != ENTRY_TAG {
-        return Err(format!("format tag {} (this version reads {ENTRY_TAG})", bytes[0]));
+        return Err(CodecError::EntryTag { tag: bytes[0] });
     }
     let pool = u32::from_le_bytes(bytes[1..5].try_into().expect("4 bytes by the length check"));
     let version = u64::from_le_bytes(bytes[5..13].try_into().expect("8 bytes by the length check"));
@@ -171,20 +239,24 @@ pub(crate) fn encode_header(generation: u64) -> [u8; HEADER_BYTES as usize] {
 }
 
 /// Reads the log file's header: its generation, or why it is not a header.
-pub(crate) fn decode_header(bytes: &[u8]) -> Result<u64, String> {
+pub(crate) fn decode_header(bytes: &[u8]) -> Result<u64, CodecError> {
     if bytes.len() < HEADER_BYTES as usize {
-        return Err(format!("the header is {} bytes, {HEADER_BYTES} expected", bytes.len()));
+        return Err(CodecError::Length {
+            file: "header",
+            bytes: bytes.len(),
+            expected: HEADER_BYTES,
+        });
     }
     if &bytes[0..8] != LOG_MAGIC {
-        return Err("not an Optio dirty log (wrong magic)".to_string());
+        return Err(CodecError::Magic { what: "dirty log" });
     }
     let crc = u32::from_le_bytes(bytes[28..32].try_into().expect("4 bytes"));
     if crc32c::crc32c(&bytes[0..28]) != crc {
-        return Err("the header's checksum does not match".to_string());
+        return Err(CodecError::Checksum { what: "header" });
     }
     let format = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     if format != FORMAT {
-        return Err(format!("format {format}; this version reads format {FORMAT}"));
+        return Err(CodecError::Format { format });
     }
     Ok(u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")))
 }
@@ -222,27 +294,31 @@ pub(crate) fn encode_head(head: Head) -> [u8; HEAD_BYTES] {
 }
 
 /// Reads the head file, or says why it is not one.
-pub(crate) fn decode_head(bytes: &[u8]) -> Result<Head, String> {
+pub(crate) fn decode_head(bytes: &[u8]) -> Result<Head, CodecError> {
     if bytes.len() != HEAD_BYTES {
-        return Err(format!("the head file is {} bytes, {HEAD_BYTES} expected", bytes.len()));
+        return Err(CodecError::Length {
+            file: "head file",
+            bytes: bytes.len(),
+            expected: HEAD_BYTES as u64,
+        });
     }
     if &bytes[0..8] != HEAD_MAGIC {
-        return Err("not an Optio dirty-log head (wrong magic)".to_string());
+        return Err(CodecError::Magic { what: "dirty-log head" });
     }
     let crc = u32::from_le_bytes(bytes[40..44].try_into().expect("4 bytes"));
     if crc32c::crc32c(&bytes[0..40]) != crc {
-        return Err("the head's checksum does not match".to_string());
+        return Err(CodecError::Checksum { what: "head" });
     }
     let format = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     if format != FORMAT {
-        return Err(format!("format {format}; this version reads format {FORMAT}"));
+        return Err(CodecError::Format { format });
     }
     let field = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     let head = Head { generation: field(16), offset: field(24), index: field(32) };
     if head.offset < HEADER_BYTES
         || head.offset > head.index.saturating_mul(RECORD_BYTES_MAX as u64) + HEADER_BYTES
     {
-        return Err(format!("offset {} is impossible after {} records", head.offset, head.index));
+        return Err(CodecError::HeadOffset { offset: head.offset, records: head.index });
     }
     Ok(head)
 }
@@ -267,16 +343,21 @@ mod tests {
 
     #[test]
     fn bad_entries_are_refused_with_a_reason() {
-        assert!(check_entry(&entry("")).unwrap_err().contains("empty"));
-        assert!(check_entry(&entry("a\0b")).unwrap_err().contains("NUL"));
-        assert!(check_entry(&entry(&"k".repeat(KEY_BYTES_MAX + 1))).unwrap_err().contains("1025"));
-        assert!(decode_entry(&[2; 20]).unwrap_err().contains("format tag 2"));
-        assert!(decode_entry(&[1; 3]).unwrap_err().contains("3 bytes"));
+        assert!(check_entry(&entry("")).unwrap_err().to_string().contains("empty"));
+        assert!(check_entry(&entry("a\0b")).unwrap_err().to_string().contains("NUL"));
+        assert!(
+            check_entry(&entry(&"k".repeat(KEY_BYTES_MAX + 1)))
+                .unwrap_err()
+                .to_string()
+                .contains("1025")
+        );
+        assert!(decode_entry(&[2; 20]).unwrap_err().to_string().contains("format tag 2"));
+        assert!(decode_entry(&[1; 3]).unwrap_err().to_string().contains("3 bytes"));
         let mut bytes = Vec::new();
         encode_entry(&entry("ab"), &mut bytes);
         let last = bytes.len() - 1;
         bytes[last] = 0xff;
-        assert!(decode_entry(&bytes).unwrap_err().contains("UTF-8"));
+        assert!(decode_entry(&bytes).unwrap_err().to_string().contains("UTF-8"));
     }
 
     #[test]
@@ -304,11 +385,13 @@ mod tests {
         assert_eq!(decode_header(&header), Ok(42));
         let mut damaged = header;
         damaged[17] ^= 1;
-        assert!(decode_header(&damaged).unwrap_err().contains("checksum"));
+        assert!(decode_header(&damaged).unwrap_err().to_string().contains("checksum"));
         let head = Head { generation: 3, offset: HEADER_BYTES + 22, index: 1 };
         assert_eq!(decode_head(&encode_head(head)), Ok(head));
         assert!(decode_head(&encode_head(head)[..40]).is_err());
         let impossible = Head { generation: 3, offset: 1 << 40, index: 1 };
-        assert!(decode_head(&encode_head(impossible)).unwrap_err().contains("impossible"));
+        assert!(
+            decode_head(&encode_head(impossible)).unwrap_err().to_string().contains("impossible")
+        );
     }
 }

@@ -33,7 +33,7 @@ pub enum DirtyError {
         /// Its key, cut to 64 bytes.
         key: String,
         /// What is wrong with it.
-        reason: String,
+        reason: super::codec::CodecError,
     },
     /// A call asked for more entries than one call may carry.
     #[error(
@@ -125,7 +125,7 @@ pub enum DirtyError {
         /// Its position from the head of the list.
         position: u64,
         /// Why it does not decode.
-        reason: String,
+        reason: super::codec::CodecError,
     },
     /// A background task of the table stopped before answering (a bug: please report it).
     #[error("the dirty table's {task} stopped before answering: {reason}")]

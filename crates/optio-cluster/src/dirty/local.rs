@@ -289,8 +289,9 @@ impl Inner {
         let mut header = [0u8; HEADER_BYTES as usize];
         let read =
             read_at_most(&file, &mut header, 0).map_err(|e| DirtyError::io("read", &path, e))?;
-        let generation = codec::decode_header(&header[..read])
-            .map_err(|reason| DirtyError::Corrupt { path: path.clone(), offset: 0, reason })?;
+        let generation = codec::decode_header(&header[..read]).map_err(|reason| {
+            DirtyError::Corrupt { path: path.clone(), offset: 0, reason: reason.to_string() }
+        })?;
         Ok((file, generation))
     }
 
@@ -298,9 +299,9 @@ impl Inner {
     fn read_head(&self) -> Result<Option<Head>, DirtyError> {
         let path = self.path(HEAD_FILE);
         match fs::read(&path) {
-            Ok(bytes) => codec::decode_head(&bytes)
-                .map(Some)
-                .map_err(|reason| DirtyError::Corrupt { path, offset: 0, reason }),
+            Ok(bytes) => codec::decode_head(&bytes).map(Some).map_err(|reason| {
+                DirtyError::Corrupt { path, offset: 0, reason: reason.to_string() }
+            }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(DirtyError::io("read", &path, e)),
         }

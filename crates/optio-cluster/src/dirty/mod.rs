@@ -44,6 +44,7 @@ mod local;
 mod redis_list;
 mod table;
 
+pub use codec::CodecError as DirtyCodecError;
 pub use entry::DirtyEntry;
 pub use error::DirtyError;
 pub use local::{COMPACT_POPPED_BYTES_MIN, GROUP_BYTES_MAX, LOG_BYTES_MAX, LocalDirtyLog};
