@@ -177,8 +177,8 @@ impl EtcdStore {
             Some((user, host)) => (Some(user), host),
             None => (None, authority),
         };
-        let (host, port) = split_host_port(authority).map_err(bad)?;
-        let prefix = parse_prefix(path).map_err(bad)?;
+        let (host, port) = split_host_port(authority).map_err(|e| bad(e.to_string()))?;
+        let prefix = parse_prefix(path).map_err(|e| bad(e.to_string()))?;
         let login = user.map(|user| Login::new(user, access)).transpose().map_err(bad)?;
         let authority = format!("{host}:{port}");
         EtcdStore::new(&authority, &prefix, login, tls.as_ref()).map_err(bad)
