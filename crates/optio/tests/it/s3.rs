@@ -383,6 +383,11 @@ fn boto3_ranges_conditionals_copies_multipart_and_paging_through_ten_thousand_ke
         "{text}\ngateway log:\n{}",
         gateway.log()
     );
+    if text.contains("was retried after its first attempt") {
+        // Accepted by the checks, but worth a look (issue 37, defect 4): why the first attempt
+        // failed is in the gateway's log.
+        eprintln!("{text}\ngateway log:\n{}", gateway.log());
+    }
 }
 
 #[test]
