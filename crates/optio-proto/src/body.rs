@@ -162,6 +162,7 @@ pub struct ServerStatus {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerHealth {
     /// `ok`: the server answers.
+    #[serde(default)]
     pub status: String,
     /// Its devices that serve no reads (catching up, or marked down).
     #[serde(default)]
