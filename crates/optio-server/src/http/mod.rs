@@ -1,10 +1,13 @@
-//! The HTTP API (routes in [`optio_proto::route`], headers in [`optio_proto::wire`]). One
-//! handler parses the path itself so that every malformed request gets a 400 with a reason in
-//! Optio's error format.
+//! The HTTP API (routes in [`optio_proto::route`], headers in [`optio_proto::wire`]). A
+//! device request is decoded once, by the guard, into [`optio_proto::request::Request`]:
+//! authentication's capability, the metrics' operation and the dispatch to a handler all read
+//! that one value, and a request that does not decode gets a 400 with the reason in Optio's
+//! error format (after authentication, by the rule its head alone gives). Frames reach the
+//! same decode through the router; the local socket decodes first to take opens only.
 //!
 //! Handlers by area: `objects` (probe, read, write, delete, list), `choices` (choice
-//! records) and `status` (`/v1/status`, `/metrics`, `/health`); this module routes,
-//! checks epochs and turns failures into Optio's error answers.
+//! records) and `status` (`/v1/status`, `/metrics`, `/health`, routed by path); this module
+//! authenticates, checks epochs and turns failures into Optio's error answers.
 
 mod admitted;
 mod choices;
