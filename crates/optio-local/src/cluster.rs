@@ -872,20 +872,9 @@ pub fn health(addr: &str) -> Option<Health> {
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let body = response.split("\r\n\r\n").nth(1)?;
-    let field = |name: &str| -> Option<u64> {
-        let value = body.split(&format!("\"{name}\":")).nth(1)?;
-        let end = value.find([',', '}']).unwrap_or(value.len());
-        value[..end].trim().parse().ok()
-    };
-    let keyring = body.split("\"keyring\":\"").nth(1).and_then(|value| {
-        let digest = &value[..value.find('"')?];
-        digest.bytes().all(|b| b.is_ascii_hexdigit()).then(|| digest.to_string())
-    });
-    Some(Health {
-        epoch: field("epoch")?,
-        recovering: field("recovering").unwrap_or(0) as u32,
-        keyring,
-    })
+    let answer: optio_proto::ServerHealth = serde_json::from_str(body).ok()?;
+    let keyring = answer.keyring.filter(|digest| digest.bytes().all(|b| b.is_ascii_hexdigit()));
+    Some(Health { epoch: answer.epoch, recovering: answer.recovering, keyring })
 }
 
 /// The epoch a server reports on `/health`.

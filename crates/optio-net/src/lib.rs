@@ -431,12 +431,12 @@ impl HttpTransport {
     }
 
     async fn send_http(&self, call: Call<'_>) -> Reply {
+        let request = call.request();
         let url =
-            self.url_of(&call.endpoint.addr, &call.path()).map_err(|failure| (failure, None))?;
+            self.url_of(&call.endpoint.addr, &request.path()).map_err(|failure| (failure, None))?;
         let absent_is_an_answer = call.op.absent_is_an_answer();
         let method = call.op.method();
-        let mut headers = call.op.headers();
-        headers.push((wire::EPOCH, call.epoch.to_string()));
+        let mut headers = request.headers();
         self.add_target(&mut headers, &call.endpoint.addr);
         let mut body = None;
         if let Op::Put { data, checksum, .. } | Op::WriteAt { data, checksum, .. } = &call.op {
@@ -502,10 +502,10 @@ impl HttpTransport {
         let Op::Open { key } = call.op else {
             return Err(Failure::Malformed("only opens go to a local socket".into()));
         };
-        let url = self.url_of(&call.endpoint.addr, &call.path())?;
+        let request = call.request();
+        let url = self.url_of(&call.endpoint.addr, &request.path())?;
         let method = call.op.method();
-        let mut headers = call.op.headers();
-        headers.push((wire::EPOCH, call.epoch.to_string()));
+        let mut headers = request.headers();
         self.add_target(&mut headers, &call.endpoint.addr);
         let signature = self.signature(method.as_str(), &url, &headers);
         let pairs = signed_pairs(&headers, signature.as_deref());

@@ -2,11 +2,17 @@
 //! ([`Op`]: its method, route area, key and `x-optio-*` headers) and the call that carries
 //! it with the pool and the sender's epoch ([`Call`]: its path and query). Sending it is the
 //! transport's (`http`, `frames`, `local`).
+//!
+//! The wire form is [`optio_proto::request`]'s, the one the server decodes: [`Op::to_proto`]
+//! borrows the operation as that type (keys and query borrowed, the body left beside it), and
+//! its method, path and headers are that type's encoding.
+
+use std::borrow::Cow;
 
 use bytes::Bytes;
 use optio_placement::PoolId;
-use optio_proto::route::{self, Area};
-use optio_proto::wire;
+use optio_proto::request::{self, Basis, ByteRange, Request};
+use optio_proto::route::Area;
 use optio_proto::{ChoiceRecord, ListQuery, ObjectVersion};
 use reqwest::Method;
 
@@ -108,7 +114,7 @@ pub enum Op<'a> {
         /// not hold a copy for (rebalancing and catching up place tombstones by it).
         pg_seed: Option<u32>,
     },
-    /// `DELETE` one's own write that could not complete ([`wire::UNDO`]): the copy goes only
+    /// `DELETE` one's own write that could not complete ([`optio_proto::wire::UNDO`]): the copy goes only
     /// if it is a live object of exactly `version`, written recently.
     Undo {
         /// Key.
@@ -144,18 +150,83 @@ pub enum Op<'a> {
 }
 
 impl Op<'_> {
+    /// The request this operation is, as [`optio_proto::request`] types it: borrowed, without
+    /// the body (no allocation).
+    pub fn to_proto(&self) -> request::Op<'_> {
+        fn key<'k>(key: &&'k str) -> Cow<'k, str> {
+            Cow::Borrowed(*key)
+        }
+        match self {
+            Op::Probe { key: k, want_choice } => {
+                request::Op::Probe { key: key(k), want_choice: *want_choice }
+            }
+            Op::Get { key: k, range } => request::Op::Get {
+                key: key(k),
+                range: range.map(|(first, last)| ByteRange::Span { first, last }),
+            },
+            Op::Open { key: k } => request::Op::Open { key: key(k) },
+            Op::Fetch { key: k } => request::Op::Fetch { key: key(k) },
+            Op::Put { key: k, version, checksum, pg_seed, .. } => request::Op::Put {
+                key: key(k),
+                version: Some(*version),
+                checksum: Some(*checksum),
+                pg_seed: *pg_seed,
+            },
+            Op::WriteAt {
+                key: k,
+                offset,
+                zeroes,
+                size,
+                base,
+                version,
+                checksum,
+                pg_seed,
+                sync,
+                ..
+            } => request::Op::WriteAt(request::WriteAt {
+                key: key(k),
+                offset: *offset,
+                zeroes: *zeroes,
+                basis: match base {
+                    Some(base) => Basis::Change { base: *base },
+                    None => Basis::Create { size_bytes: *size },
+                },
+                version: Some(*version),
+                checksum: Some(*checksum),
+                pg_seed: *pg_seed,
+                sync: *sync,
+            }),
+            Op::Sync => request::Op::Sync,
+            Op::Delete { key: k, version, purge, pg_seed } => request::Op::Delete {
+                key: key(k),
+                version: *version,
+                purge: *purge,
+                pg_seed: *pg_seed,
+            },
+            Op::Undo { key: k, version } => request::Op::Undo { key: key(k), version: *version },
+            Op::List(query) => request::Op::List(Cow::Borrowed(query)),
+            Op::GetRecord { key: k } => request::Op::GetRecord { key: key(k), wait_durable: false },
+            Op::PutRecord { key: k, record, replace_if_writer, unless_contended, defer_sync } => {
+                request::Op::PutRecord {
+                    key: key(k),
+                    record: *record,
+                    replace_if_writer: *replace_if_writer,
+                    unless_contended: *unless_contended,
+                    defer_sync: *defer_sync,
+                }
+            }
+            Op::DeleteRecord { key: k } => request::Op::DeleteRecord { key: key(k) },
+        }
+    }
+
     /// The HTTP method.
     pub fn method(&self) -> Method {
-        match self {
-            Op::Probe { .. } => Method::HEAD,
-            Op::Get { .. }
-            | Op::Open { .. }
-            | Op::Fetch { .. }
-            | Op::List(_)
-            | Op::GetRecord { .. } => Method::GET,
-            Op::Put { .. } | Op::WriteAt { .. } | Op::PutRecord { .. } => Method::PUT,
-            Op::Sync => Method::POST,
-            Op::Delete { .. } | Op::Undo { .. } | Op::DeleteRecord { .. } => Method::DELETE,
+        match self.to_proto().method() {
+            request::Method::Get => Method::GET,
+            request::Method::Head => Method::HEAD,
+            request::Method::Put => Method::PUT,
+            request::Method::Post => Method::POST,
+            request::Method::Delete => Method::DELETE,
         }
     }
 
@@ -185,19 +256,7 @@ impl Op<'_> {
 
     /// Objects or choice records.
     pub fn area(&self) -> Area {
-        match self {
-            Op::Probe { .. }
-            | Op::Get { .. }
-            | Op::Open { .. }
-            | Op::Fetch { .. }
-            | Op::Put { .. }
-            | Op::WriteAt { .. }
-            | Op::Sync
-            | Op::Delete { .. }
-            | Op::Undo { .. }
-            | Op::List(_) => Area::Objects,
-            Op::GetRecord { .. } | Op::PutRecord { .. } | Op::DeleteRecord { .. } => Area::Choices,
-        }
+        self.to_proto().area()
     }
 
     /// The key (none: a listing).
@@ -229,78 +288,11 @@ impl Op<'_> {
         matches!(self, Op::Probe { .. } | Op::PutRecord { .. })
     }
 
-    /// The request's Optio headers (besides the epoch), in the order they are sent.
+    /// The request's Optio headers (besides the epoch), in the order they are sent
+    /// ([`request::Op::encode_headers`]).
     pub fn headers(&self) -> Vec<(&'static str, String)> {
-        let mut headers = Vec::new();
-        match self {
-            Op::Probe { want_choice, .. } => {
-                if *want_choice {
-                    headers.push((wire::WANT_CHOICE, "1".to_string()));
-                }
-            }
-            Op::Get { range, .. } => {
-                if let Some((start, end)) = range {
-                    headers.push(("range", format!("bytes={start}-{end}")));
-                }
-            }
-            Op::Fetch { .. } => headers.push((wire::CATCH_UP, "1".to_string())),
-            Op::Open { .. } => headers.push((wire::OPEN, "1".to_string())),
-            Op::Put { version, checksum, pg_seed, .. } => {
-                headers.push((wire::VERSION, version.0.to_string()));
-                headers.push((wire::CHECKSUM, wire::encode_checksum(*checksum)));
-                if let Some(seed) = pg_seed {
-                    headers.push((wire::PG, seed.to_string()));
-                }
-            }
-            Op::WriteAt {
-                offset, zeroes, size, base, version, checksum, pg_seed, sync, ..
-            } => {
-                headers.push((wire::VERSION, version.0.to_string()));
-                headers.push((wire::CHECKSUM, wire::encode_checksum(*checksum)));
-                headers.push((wire::OFFSET, offset.to_string()));
-                match base {
-                    Some(base) => headers.push((wire::BASE, base.0.to_string())),
-                    None => headers.push((wire::SIZE, size.to_string())),
-                }
-                if *zeroes > 0 {
-                    headers.push((wire::ZEROES, zeroes.to_string()));
-                }
-                if *sync {
-                    headers.push((wire::SYNC, "1".to_string()));
-                }
-                if let Some(seed) = pg_seed {
-                    headers.push((wire::PG, seed.to_string()));
-                }
-            }
-            Op::Delete { version, purge, pg_seed, .. } => {
-                if let Some(version) = version {
-                    headers.push((wire::VERSION, version.0.to_string()));
-                }
-                if *purge {
-                    headers.push((wire::PURGE, "1".to_string()));
-                }
-                if let Some(seed) = pg_seed {
-                    headers.push((wire::PG, seed.to_string()));
-                }
-            }
-            Op::Undo { version, .. } => {
-                headers.push((wire::VERSION, version.0.to_string()));
-                headers.push((wire::UNDO, "1".to_string()));
-            }
-            Op::List(_) | Op::Sync | Op::GetRecord { .. } | Op::DeleteRecord { .. } => {}
-            Op::PutRecord { record, replace_if_writer, unless_contended, defer_sync, .. } => {
-                headers.push((wire::CHOICE, wire::choice_header(record)));
-                if let Some(writer) = replace_if_writer {
-                    headers.push((wire::REPLACE_IF_WRITER, wire::encode_hex(*writer)));
-                }
-                if *unless_contended {
-                    headers.push((wire::UNLESS_CONTENDED, "1".to_string()));
-                }
-                if *defer_sync {
-                    headers.push((wire::DEFER_SYNC, "1".to_string()));
-                }
-            }
-        }
+        let mut headers = Vec::with_capacity(8);
+        self.to_proto().encode_headers(&mut headers);
         headers
     }
 }
@@ -324,17 +316,18 @@ impl<'a> Call<'a> {
         Call { endpoint, pool, epoch, op }
     }
 
+    /// The request as [`optio_proto::request`] types it (borrowed; the body is not in it).
+    pub fn request(&self) -> Request<'_> {
+        Request {
+            device: self.endpoint.device,
+            pool: self.pool,
+            epoch: Some(self.epoch),
+            op: self.op.to_proto(),
+        }
+    }
+
     /// The request's path and query.
     pub fn path(&self) -> String {
-        let mut path =
-            route::device_path(self.endpoint.device, self.op.area(), self.pool, self.op.key());
-        if let Op::List(query) = &self.op {
-            let query = query.to_query();
-            if !query.is_empty() {
-                path.push('?');
-                path.push_str(&query);
-            }
-        }
-        path
+        self.request().path()
     }
 }

@@ -156,6 +156,28 @@ pub struct ServerStatus {
     pub local: Option<LocalSocket>,
 }
 
+/// The answer of `/health` (liveness, open to all): what `optio up`, `optio auth` and the
+/// monitor wait on. The fields keep this order on the wire (`epoch` last: old readers that
+/// split the text expect it so).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerHealth {
+    /// `ok`: the server answers.
+    #[serde(default)]
+    pub status: String,
+    /// Its devices that serve no reads (catching up, or marked down).
+    #[serde(default)]
+    pub recovering: u32,
+    /// The server holds no fencing lease and serves nothing.
+    #[serde(default)]
+    pub fenced: bool,
+    /// The first hex digits of the hash of the keyring file it holds (empty with
+    /// authentication off; none from a server too old to say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyring: Option<String>,
+    /// The map epoch it holds.
+    pub epoch: u64,
+}
+
 /// A server's local socket: a Unix socket where a client on the same machine asks for open
 /// descriptors of block objects' files ([`crate::wire::OPEN`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

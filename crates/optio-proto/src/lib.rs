@@ -53,11 +53,14 @@ pub mod hex;
 mod key;
 mod metrics;
 mod migration;
+pub mod request;
 pub mod route;
 pub mod summary;
 pub mod wire;
 
-pub use body::{Deleted, DeviceStatus, ListQuery, Listing, LocalSocket, ScrubReport, ServerStatus};
+pub use body::{
+    Deleted, DeviceStatus, ListQuery, Listing, LocalSocket, ScrubReport, ServerHealth, ServerStatus,
+};
 pub use choice::ChoiceRecord;
 pub use error::{ErrorBody, ErrorKind, FormatError};
 pub use header::{HEADER_BYTES, OBJECT_FORMAT_VERSION, ObjectHeader, checksum, checksum_append};

@@ -487,11 +487,25 @@ async fn serve_http<S, H>(
             if request.version() == http::Version::HTTP_2 {
                 connection.http2.store(true, Ordering::Relaxed);
             }
-            let request = request.map(|body| TimedBody::new(body, limits.body_timeout));
+            // An HTTP/1 request whose body is not read to its end before the answer (an error
+            // found from the headers alone, often to a client that waits for `100 Continue`)
+            // leaves the connection in doubt: the client may send the body later, or never.
+            // hyper then closes the connection after the answer; the answer says so, so that
+            // the client does not send its next request on a connection being closed (botocore
+            // then reads a stale early answer for it: issue 37, defect 4).
+            let http1 = request.version() < http::Version::HTTP_2;
+            let ended = Arc::new(AtomicBool::new(request.body().is_end_stream()));
+            let request =
+                request.map(|body| TimedBody::new(body, limits.body_timeout, Some(ended.clone())));
             let handler = handler.clone();
             let connection = connection.clone();
             async move {
-                let response = handler.handle(request, connection).await;
+                let mut response = handler.handle(request, connection).await;
+                if http1 && !ended.load(Ordering::Acquire) {
+                    response
+                        .headers_mut()
+                        .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+                }
                 Ok::<_, Infallible>(response.map(|body| Answer { inner: body, _busy: busy }))
             }
         })
@@ -627,16 +641,17 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 }
 
 /// A request body that fails with [`BodyTimeout`] when the client sends nothing for the body
-/// timeout while the gateway waits for it.
+/// timeout while the gateway waits for it, and sets `ended` once read to its end.
 pub(crate) struct TimedBody {
     inner: Incoming,
     timeout: Duration,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    ended: Option<Arc<AtomicBool>>,
 }
 
 impl TimedBody {
-    fn new(inner: Incoming, timeout: Duration) -> TimedBody {
-        TimedBody { inner, timeout, sleep: None }
+    fn new(inner: Incoming, timeout: Duration, ended: Option<Arc<AtomicBool>>) -> TimedBody {
+        TimedBody { inner, timeout, sleep: None, ended }
     }
 }
 
@@ -650,6 +665,11 @@ impl HttpBody for TimedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
             self.sleep = None;
+            if (frame.is_none() || self.inner.is_end_stream())
+                && let Some(ended) = &self.ended
+            {
+                ended.store(true, Ordering::Release);
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         let timeout = self.timeout;

@@ -38,6 +38,22 @@ pub struct Written {
     pub version: ObjectVersion,
 }
 
+impl Written {
+    /// Left on `candidate` at `version`.
+    fn on(candidate: &Candidate, version: ObjectVersion) -> Written {
+        Written {
+            candidate: candidate.index,
+            devices: candidate.devices.iter().map(|d| d.0).collect(),
+            version,
+        }
+    }
+
+    /// What a whole write reported.
+    fn from_report(report: super::write::PutReport) -> Written {
+        Written { candidate: report.candidate, devices: report.devices, version: report.version }
+    }
+}
+
 /// What a write in place writes.
 #[derive(Clone, Debug)]
 pub enum Patch {
@@ -121,11 +137,7 @@ impl Client {
             let current = match known.take() {
                 Some(written) => Some(written),
                 None => match self.stat(pool_name, key).await {
-                    Ok(location) => Some(Written {
-                        candidate: location.candidate.index,
-                        devices: location.candidate.devices.iter().map(|d| d.0).collect(),
-                        version: location.info.version,
-                    }),
+                    Ok(location) => Some(Written::on(&location.candidate, location.info.version)),
                     Err(ClientError::NotFound { .. }) => None,
                     Err(error) => return Err(error),
                 },
@@ -148,11 +160,7 @@ impl Client {
             {
                 Ok(version) => {
                     self.inner.cache.insert(pool.0, key, candidate.index);
-                    return Ok(Written {
-                        candidate: candidate.index,
-                        devices: candidate.devices.iter().map(|d| d.0).collect(),
-                        version,
-                    });
+                    return Ok(Written::on(candidate, version));
                 }
                 Err(Slow::Relocate) => continue,
                 Err(Slow::Rewrite | Slow::Behind { .. }) => break,
@@ -187,11 +195,7 @@ impl Client {
             match self.patch_replicas(&view, pool, key, candidate, base, offset, &patch, true).await
             {
                 Ok(version) => {
-                    return Ok(Written {
-                        candidate: candidate.index,
-                        devices: candidate.devices.iter().map(|d| d.0).collect(),
-                        version,
-                    });
+                    return Ok(Written::on(candidate, version));
                 }
                 Err(Slow::Relocate) => continue,
                 Err(Slow::Rewrite) => return Err(ClientError::Changed { key: key.to_string() }),
@@ -205,11 +209,7 @@ impl Client {
                         // hold what it wrote too.
                         let needed = self.min_size(&view, pool);
                         if accepted + repaired >= needed {
-                            return Ok(Written {
-                                candidate: candidate.index,
-                                devices: candidate.devices.iter().map(|d| d.0).collect(),
-                                version,
-                            });
+                            return Ok(Written::on(candidate, version));
                         }
                         return Err(ClientError::NotEnoughReplicas {
                             key: key.to_string(),
@@ -347,11 +347,7 @@ impl Client {
         let (data, zeroes) = patch.body_and_zeroes();
         let create = Create { offset, size, zeroes };
         let report = self.put_attempts(pool_name, key, data, Some(create), noted, None).await?;
-        Ok(Written {
-            candidate: report.candidate,
-            devices: report.devices,
-            version: report.version,
-        })
+        Ok(Written::from_report(report))
     }
 
     /// The slow path: the object read whole (never written: zeros), changed, written whole.
@@ -384,11 +380,7 @@ impl Client {
             Patch::Zeroes(_) => whole[range].fill(0),
         }
         let report = self.put_noted(pool_name, key, Bytes::from(whole), noted, None).await?;
-        Ok(Written {
-            candidate: report.candidate,
-            devices: report.devices,
-            version: report.version,
-        })
+        Ok(Written::from_report(report))
     }
 
     /// One write in place to every replica of `candidate`, based on `base`.

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use optio_proto::frames::HEAD_BYTES_MAX;
+use optio_proto::request as device;
 use optio_proto::wire;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, watch};
@@ -141,16 +142,19 @@ async fn serve_connection(
             Err(_) => return, // idle for the idle timeout
         };
         let (frame, file) = match build_request(&head, body, &context) {
-            Ok((id, request))
-                if request.method() != axum::http::Method::GET
-                    || !request.headers().contains_key(wire::OPEN) =>
-            {
-                let reason = format!("the local socket takes opens only ({})", wire::OPEN);
-                (refusal(id, &reason), None)
-            }
             Ok((id, mut request)) => {
-                request.extensions_mut().insert(LocalPeer);
-                answer(router.clone(), id, request).await
+                // Decoded here as the router would (which then does not decode it again).
+                let open = crate::http::decode(&request).filter(|decoded| {
+                    matches!(decoded.0, Ok(device::Request { op: device::Op::Open { .. }, .. }))
+                });
+                if let Some(decoded) = open {
+                    request.extensions_mut().insert(LocalPeer);
+                    request.extensions_mut().insert(decoded);
+                    answer(router.clone(), id, request).await
+                } else {
+                    let reason = format!("the local socket takes opens only ({})", wire::OPEN);
+                    (refusal(id, &reason), None)
+                }
             }
             Err(Refusal::Request { id, reason }) => (refusal(id, &reason), None),
             Err(Refusal::Protocol(error)) => {

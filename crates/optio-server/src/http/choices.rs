@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use optio_proto::wire;
 use optio_proto::{ChoiceRecord, ErrorKind};
@@ -14,8 +14,7 @@ use crate::store::RecordOutcome;
 use super::objects::object_headers;
 use super::{AppState, Failure, Target, fail, insert};
 
-pub(super) fn get_record(target: &Target) -> Result<Response, Failure> {
-    let key = target.key.as_deref().expect("routed with a key");
+pub(super) fn get_record(target: &Target, key: &str) -> Result<Response, Failure> {
     let record = target
         .store
         .record(target.pool, key)
@@ -25,24 +24,21 @@ pub(super) fn get_record(target: &Target) -> Result<Response, Failure> {
     Ok(response)
 }
 
+/// A record's creation ([`optio_proto::request::Op::PutRecord`]).
+pub(super) struct PutRecord {
+    pub(super) key: String,
+    pub(super) record: ChoiceRecord,
+    pub(super) replace_if_writer: Option<u64>,
+    pub(super) unless_contended: bool,
+    pub(super) defer_sync: bool,
+}
+
 pub(super) async fn put_record(
     state: &Arc<AppState>,
     target: &Target,
-    headers: &HeaderMap,
+    put: PutRecord,
 ) -> Result<Response, Failure> {
-    let record: ChoiceRecord = headers
-        .get(wire::CHOICE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(wire::parse_choice_header)
-        .ok_or_else(|| {
-            fail(ErrorKind::BadRequest, "x-optio-choice must be CANDIDATE/CHOICES/WRITER_HEX")
-        })?;
-    if record.candidate >= record.choices {
-        return Err(fail(
-            ErrorKind::BadRequest,
-            format!("candidate {} is not below choices {}", record.candidate, record.choices),
-        ));
-    }
+    let PutRecord { key, record, replace_if_writer: replace, unless_contended, defer_sync } = put;
     // A record must name a candidate the pool has (when this server's map knows the pool):
     // clients index their candidates with it.
     let pool_choices = state
@@ -60,30 +56,20 @@ pub(super) async fn put_record(
             ),
         ));
     }
-    let replace = match headers.get(wire::REPLACE_IF_WRITER) {
-        None => None,
-        Some(v) => {
-            Some(v.to_str().ok().and_then(|v| u64::from_str_radix(v, 16).ok()).ok_or_else(
-                || fail(ErrorKind::BadRequest, "x-optio-replace-if-writer must be hex"),
-            )?)
-        }
-    };
-    let key = target.key.clone().expect("routed with a key");
     if target.store.record_log().in_grace() && target.store.record(target.pool, &key).is_none() {
         return Err(fail(
             ErrorKind::Unavailable,
             "this server restarted after a crash and creates no choice record for a moment; retry",
         ));
     }
-    let unless_contended = headers.contains_key(wire::UNLESS_CONTENDED);
     let (outcome, _) =
         target.store.create_record(target.pool, &key, record, replace, unless_contended);
     let (status, record) = match outcome {
         RecordOutcome::Created(r) => (StatusCode::CREATED, r),
         RecordOutcome::Exists(r) => (StatusCode::OK, r),
     };
-    if status == StatusCode::CREATED && !headers.contains_key(wire::DEFER_SYNC) {
-        wait_durable(state, target, &key).await?;
+    if status == StatusCode::CREATED && !defer_sync {
+        wait_durable(target, &key).await?;
     }
     let mut response = Response::new(Body::empty());
     *response.status_mut() = status;
@@ -100,12 +86,7 @@ pub(super) async fn put_record(
 }
 
 /// Waits until the latest change to `key`'s record is committed, committing now if needed.
-pub(super) async fn wait_durable(
-    state: &AppState,
-    target: &Target,
-    key: &str,
-) -> Result<(), Failure> {
-    let _ = state;
+pub(super) async fn wait_durable(target: &Target, key: &str) -> Result<(), Failure> {
     let log = target.store.record_log();
     let seq = log.seq_of(target.pool, key);
     if seq == 0 || log.durable_seq() >= seq {
@@ -124,8 +105,7 @@ pub(super) async fn wait_durable(
     Ok(())
 }
 
-pub(super) async fn delete_record(target: &Target) -> Result<Response, Failure> {
-    let key = target.key.clone().expect("routed with a key");
+pub(super) async fn delete_record(target: &Target, key: String) -> Result<Response, Failure> {
     target.store.delete_record(target.pool, &key)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -31,6 +31,25 @@ pub(crate) enum Operation {
     Invalid,
 }
 
+impl From<optio_proto::request::OpKind> for Operation {
+    fn from(kind: optio_proto::request::OpKind) -> Operation {
+        use optio_proto::request::OpKind;
+        match kind {
+            OpKind::Probe => Operation::Probe,
+            OpKind::Get => Operation::Get,
+            OpKind::Put => Operation::Put,
+            OpKind::Write => Operation::Write,
+            OpKind::Open => Operation::Open,
+            OpKind::Delete => Operation::Delete,
+            OpKind::List => Operation::List,
+            OpKind::Sync => Operation::Sync,
+            OpKind::RecordGet => Operation::RecordGet,
+            OpKind::RecordPut => Operation::RecordPut,
+            OpKind::RecordDelete => Operation::RecordDelete,
+        }
+    }
+}
+
 impl Operation {
     /// Every operation, in declaration order (`op as usize` indexes it).
     const ALL: [Operation; 12] = [

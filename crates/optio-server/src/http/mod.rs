@@ -1,10 +1,13 @@
-//! The HTTP API (routes in [`optio_proto::route`], headers in [`optio_proto::wire`]). One
-//! handler parses the path itself so that every malformed request gets a 400 with a reason in
-//! Optio's error format.
+//! The HTTP API (routes in [`optio_proto::route`], headers in [`optio_proto::wire`]). A
+//! device request is decoded once, by the guard, into [`optio_proto::request::Request`]:
+//! authentication's capability, the metrics' operation and the dispatch to a handler all read
+//! that one value, and a request that does not decode gets a 400 with the reason in Optio's
+//! error format (after authentication, by the rule its head alone gives). Frames reach the
+//! same decode through the router; the local socket decodes first to take opens only.
 //!
 //! Handlers by area: `objects` (probe, read, write, delete, list), `choices` (choice
-//! records) and `status` (`/v1/status`, `/metrics`, `/health`); this module routes,
-//! checks epochs and turns failures into Optio's error answers.
+//! records) and `status` (`/v1/status`, `/metrics`, `/health`, routed by path); this module
+//! authenticates, checks epochs and turns failures into Optio's error answers.
 
 mod admitted;
 mod choices;
@@ -21,13 +24,14 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::get;
-use optio_placement::PoolId;
+use optio_placement::{Epoch, PoolId};
 use optio_proto::auth::{AuthError, Cap};
-use optio_proto::{Area, DeviceMetrics, ErrorBody, ErrorKind, ListQuery, Route, is_gateway_key};
+use optio_proto::request::{self as device, DecodeError, Op};
+use optio_proto::{DeviceMetrics, ErrorBody, ErrorKind, Route};
 use optio_proto::{route, wire};
 
 use crate::error::StoreError;
@@ -85,38 +89,41 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// What a request needs: `None` for `/health` (liveness only) and, with `--metrics-public`,
-/// `/metrics`. Purges (`x-optio-purge`) need `admin`: they remove a copy or a tombstone
-/// without a trace; a writer takes back its own failed write with an undo
-/// (`x-optio-undo`), which removes nothing but that exact, recent, live version. The
-/// gateway's own keys ([`optio_proto::GATEWAY_PREFIX`]), and listings of them, need
-/// `gateway`.
-fn needed(state: &AppState, method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<Cap> {
-    let path = uri.path();
-    let need = match path {
+/// `/metrics`; a device request what its decoded value says ([`device::Request::needed_cap`];
+/// one that does not decode, what its head says: [`DecodeError::needed`]).
+fn needed(state: &AppState, path: &str, decoded: Option<&Decoded>) -> Option<Cap> {
+    Some(match path {
         route::HEALTH_PATH => return None,
         route::METRICS_PATH => return (!state.auth.metrics_public()).then_some(Cap::Admin),
-        route::STATUS_PATH => return Some(Cap::Read),
-        route::SCRUB_PATH => return Some(Cap::Admin),
-        _ if headers.contains_key(wire::CATCH_UP) => return Some(Cap::Server),
-        _ => match *method {
-            Method::GET | Method::HEAD => Cap::Read,
-            Method::DELETE if headers.contains_key(wire::PURGE) => Cap::Admin,
-            _ => Cap::Write,
+        route::STATUS_PATH => Cap::Read,
+        route::SCRUB_PATH => Cap::Admin,
+        _ => match decoded.map(|decoded| &decoded.0) {
+            Some(Ok(request)) => request.needed_cap(),
+            Some(Err(error)) => error.needed,
+            None => Cap::Admin,
         },
-    };
-    let gateway_state = match Route::parse(path) {
-        Ok(Route { key: Some(key), .. }) => optio_proto::is_gateway_key(&key),
-        Ok(Route { key: None, .. }) => listing_prefix(uri).is_some_and(|p| is_gateway_key(&p)),
-        Err(_) => false,
-    };
-    Some(if gateway_state { need.max(Cap::Gateway) } else { need })
+    })
 }
 
-/// The `prefix` a listing's query asks for, if it parses.
-fn listing_prefix(uri: &Uri) -> Option<String> {
-    uri.query()?;
-    let query: axum::extract::Query<ListQuery> = axum::extract::Query::try_from_uri(uri).ok()?;
-    query.0.prefix
+/// A device request, decoded once (by the guard, or by the local socket before it) for
+/// authentication, metrics and dispatch alike: an extension of the HTTP request.
+#[derive(Clone, Debug)]
+pub(crate) struct Decoded(pub(crate) Result<device::Request<'static>, DecodeError>);
+
+/// Decodes `request` as a device request; `None` for the server's own routes (`/health`,
+/// `/metrics`, `/v1/status`, `/v1/scrub`), which are routed by path.
+pub(crate) fn decode(request: &Request) -> Option<Decoded> {
+    let uri = request.uri();
+    if matches!(
+        uri.path(),
+        route::HEALTH_PATH | route::METRICS_PATH | route::STATUS_PATH | route::SCRUB_PATH
+    ) {
+        return None;
+    }
+    let path_and_query = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    let headers = request.headers();
+    let header = |name: &'static str| headers.get(name).map(HeaderValue::as_bytes);
+    Some(Decoded(device::Request::decode(request.method().as_str(), path_and_query, header)))
 }
 
 /// The capability of the entity a request was authenticated as (an extension the guard
@@ -132,7 +139,7 @@ pub(crate) fn sees_gateway_state(extensions: &axum::http::Extensions) -> bool {
 /// Authenticates and authorises every request before anything else sees it (see
 /// [`crate::auth`]): 401 `unauthorized` or 403 `forbidden` with the reason, counted in
 /// `/metrics` and logged; the request has no effect.
-async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+async fn guard(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
     // A signed header whose value is not visible ASCII would be left out of the signature
     // (it has no text form) yet act by its presence: refused, as frames refuse them.
     if let Some(name) = request.headers().iter().find_map(|(name, value)| {
@@ -146,6 +153,11 @@ async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next)
             state.auth.count_refusal(&AuthError::Malformed(reason.clone()));
         }
         return state.error_response(fail(ErrorKind::BadRequest, reason), None);
+    }
+    if request.extensions().get::<Decoded>().is_none()
+        && let Some(decoded) = decode(&request)
+    {
+        request.extensions_mut().insert(decoded);
     }
     let path_and_query =
         request.uri().path_and_query().map_or(request.uri().path(), |p| p.as_str());
@@ -181,7 +193,7 @@ async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next)
         drop(headers);
         return next.run(request).await;
     }
-    let Some(need) = needed(&state, request.method(), request.uri(), request.headers()) else {
+    let Some(need) = needed(&state, request.uri().path(), request.extensions().get()) else {
         drop(headers);
         return next.run(request).await;
     };
@@ -323,17 +335,12 @@ impl AppState {
         response
     }
 
-    /// Refuses a request whose epoch ([`asked_epoch`]) is stale, or newer than any map this
-    /// server can load.
-    async fn check_epoch(
-        self: &Arc<Self>,
-        asked: Option<Result<u64, Failure>>,
-    ) -> Result<(), Failure> {
+    /// Refuses a request whose epoch is stale, or newer than any map this server can load.
+    async fn check_epoch(self: &Arc<Self>, asked: Option<u64>) -> Result<(), Failure> {
         let Some(asked) = asked else { return Ok(()) };
         if !self.map.checks_epochs() {
             return Ok(());
         }
-        let asked = asked?;
         let held = self.map.epoch();
         if asked < held {
             return Err(fail(
@@ -357,84 +364,89 @@ impl AppState {
     }
 }
 
-/// The epoch a request names (`x-optio-epoch`): `None` without one, an error when it is not
-/// an integer.
-fn asked_epoch(headers: &HeaderMap) -> Option<Result<u64, Failure>> {
-    let value = headers.get(wire::EPOCH)?;
-    let epoch = value.to_str().ok().and_then(|v| v.parse().ok());
-    Some(epoch.ok_or_else(|| fail(ErrorKind::BadRequest, "x-optio-epoch is not an integer")))
-}
-
 fn insert(headers: &mut HeaderMap, name: &'static str, value: &str) {
     if let Ok(value) = HeaderValue::from_str(value) {
         headers.insert(name, value);
     }
 }
 
-/// The parsed target of a device request.
+/// The device and pool a request is for, and the epoch its writes are stamped with (the
+/// sender's, or this server's when it names none).
 struct Target {
     store: Arc<DeviceStore>,
-    area: Area,
     pool: PoolId,
-    key: Option<String>,
+    epoch: Epoch,
 }
 
-fn parse_target(state: &AppState, path: &str) -> Result<Target, Failure> {
-    let Route { device, area, pool, key } =
-        Route::parse(path).map_err(|e| fail(e.kind, e.reason))?;
-    let store = state.devices.get(&device).cloned().ok_or_else(|| {
+/// The device `device`, if this server serves it.
+fn served(state: &AppState, device: u32) -> Result<Arc<DeviceStore>, Failure> {
+    state.devices.get(&device).cloned().ok_or_else(|| {
         let mut served: Vec<u32> = state.devices.keys().copied().collect();
         served.sort_unstable();
         fail(
             ErrorKind::Misdirected,
             format!("device {device} is not served here (this server serves {served:?})"),
         )
-    })?;
-    Ok(Target { store, area, pool, key })
+    })
 }
 
-async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response {
+async fn dispatch(State(state): State<Arc<AppState>>, mut request: Request) -> Response {
     let started = Instant::now();
-    let mut op = Operation::Invalid;
-    let response = serve(&state, request, started, &mut op).await;
+    let decoded = match request.extensions_mut().remove::<Decoded>().or_else(|| decode(&request)) {
+        Some(decoded) => decoded.0,
+        // (The server's own routes never fall through to here.)
+        None => Err(DecodeError {
+            kind: ErrorKind::NotFound,
+            reason: format!("no route {}", request.uri().path()),
+            needed: Cap::Admin,
+            kind_of_op: None,
+        }),
+    };
+    let op = match &decoded {
+        Ok(decoded) => Some(decoded.op.kind()),
+        Err(error) => error.kind_of_op,
+    }
+    .map_or(Operation::Invalid, Operation::from);
+    let response = serve(&state, decoded, request, started, op).await;
     let error =
         response.headers().get(wire::ERROR).and_then(|v| ErrorKind::from_name(v.to_str().ok()?));
     state.telemetry.observe(op, error, started.elapsed());
     response
 }
 
-/// What a request to a device is, from its route, method and headers.
-fn operation(target: &Target, method: &Method, headers: &HeaderMap) -> Operation {
-    match (target.area, target.key.is_some(), method) {
-        (Area::Objects, false, &Method::GET) => Operation::List,
-        (Area::Objects, false, &Method::POST) => Operation::Sync,
-        (Area::Objects, true, &Method::HEAD) => Operation::Probe,
-        (Area::Objects, true, &Method::GET) if headers.contains_key(wire::OPEN) => Operation::Open,
-        (Area::Objects, true, &Method::GET) => Operation::Get,
-        (Area::Objects, true, &Method::PUT) if headers.contains_key(wire::OFFSET) => {
-            Operation::Write
-        }
-        (Area::Objects, true, &Method::PUT) => Operation::Put,
-        (Area::Objects, true, &Method::DELETE) => Operation::Delete,
-        (Area::Choices, true, &Method::GET | &Method::HEAD) => Operation::RecordGet,
-        (Area::Choices, true, &Method::PUT) => Operation::RecordPut,
-        (Area::Choices, true, &Method::DELETE) => Operation::RecordDelete,
-        _ => Operation::Invalid,
-    }
+/// Refuses a request that does not decode: the device it names is not served here
+/// (misdirected), or the reason it does not decode, with the device's metrics.
+async fn refuse_malformed(state: &AppState, error: DecodeError, request: Request) -> Response {
+    let store = match Route::parse(request.uri().path()) {
+        Ok(route) => match served(state, route.device) {
+            Ok(store) => Some(store),
+            Err(failure) => {
+                let (parts, body) = request.into_parts();
+                discard(body, &parts.headers).await;
+                return state.error_response(failure, None);
+            }
+        },
+        Err(_) => None,
+    };
+    let (parts, body) = request.into_parts();
+    discard(body, &parts.headers).await;
+    state.error_response(fail(error.kind, error.reason), store.as_deref())
 }
 
-/// Serves a request to a device that arrived at `started`; `op` learns what it was.
+/// Serves a decoded request to a device (`op`: its kind) that arrived at `started`.
 async fn serve(
     state: &Arc<AppState>,
+    decoded: Result<device::Request<'static>, DecodeError>,
     request: Request,
     started: Instant,
-    op: &mut Operation,
+    op: Operation,
 ) -> Response {
-    let target = match parse_target(state, request.uri().path()) {
-        Ok(target) => {
-            *op = operation(&target, request.method(), request.headers());
-            target
-        }
+    let decoded = match decoded {
+        Ok(decoded) => decoded,
+        Err(error) => return refuse_malformed(state, error, request).await,
+    };
+    let store = match served(state, decoded.device) {
+        Ok(store) => store,
         Err(failure) => {
             let (parts, body) = request.into_parts();
             discard(body, &parts.headers).await;
@@ -449,27 +461,23 @@ async fn serve(
             "this server holds no lease in the map store (it cannot reach it, or the monitor \
              fenced it before marking it down): it serves nothing; use the other replicas",
         );
-        return state.error_response(failure, Some(&target.store));
+        return state.error_response(failure, Some(&store));
     }
-    let asked = asked_epoch(request.headers());
     // The epoch checked, when one is (a server without a map checks none).
-    let checked = match &asked {
-        Some(Ok(epoch)) if state.map.checks_epochs() => Some(*epoch),
-        _ => None,
-    };
+    let checked = decoded.epoch.filter(|_| state.map.checks_epochs());
     // Counted before the epoch check (see `admitted`).
-    let _admitted = match (*op, checked) {
+    let _admitted = match (op, checked) {
         (Operation::Put | Operation::Write | Operation::Delete, Some(epoch)) => {
             Some(state.writes.admit(epoch))
         }
         _ => None,
     };
-    if let Err(failure) = state.check_epoch(asked).await {
+    if let Err(failure) = state.check_epoch(decoded.epoch).await {
         let (parts, body) = request.into_parts();
         discard(body, &parts.headers).await;
-        return state.error_response(failure, Some(&target.store));
+        return state.error_response(failure, Some(&store));
     }
-    if let (Operation::List, Some(epoch)) = (*op, checked)
+    if let (Operation::List, Some(epoch)) = (op, checked)
         && let Err(older) = state.writes.settle_before(epoch, admitted::SETTLE_WAIT_MAX).await
     {
         let failure = fail(
@@ -478,10 +486,11 @@ async fn serve(
                 "{older} write(s) of an epoch before {epoch} are still being stored here; list again shortly"
             ),
         );
-        return state.error_response(failure, Some(&target.store));
+        return state.error_response(failure, Some(&store));
     }
-    let store = target.store.clone();
-    let result = handle(state, target, request).await;
+    let epoch = Epoch(decoded.epoch.unwrap_or(state.map.epoch()));
+    let target = Target { store: store.clone(), pool: decoded.pool, epoch };
+    let result = handle(state, target, decoded.op, request).await;
     store.record_latency(started.elapsed().as_micros() as u64);
     match result {
         Ok(mut response) => {
@@ -495,54 +504,64 @@ async fn serve(
     }
 }
 
+/// Dispatches a decoded operation to its handler.
 async fn handle(
     state: &Arc<AppState>,
     target: Target,
+    op: Op<'static>,
     request: Request,
 ) -> Result<Response, Failure> {
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
-    match (target.area, &target.key, parts.method) {
-        (Area::Objects, None, Method::GET) => {
-            list(&target, &parts.uri, sees_gateway_state(&parts.extensions))
+    let reads = matches!(op, Op::Probe { .. } | Op::Get { .. } | Op::Open { .. });
+    if reads && state.catchup.refuses_reads(target.store.id()) {
+        return Err(fail(
+            ErrorKind::Recovering,
+            format!(
+                "device {} is catching up on writes it missed (or the map marks it down); read another replica",
+                target.store.id()
+            ),
+        ));
+    }
+    match op {
+        Op::List(query) => list(&target, &query, sees_gateway_state(&parts.extensions)),
+        Op::Sync => sync_device(&target).await,
+        Op::Probe { key, want_choice } => probe(&target, &key, want_choice),
+        Op::Open { key } => {
+            let local = parts.extensions.get::<crate::conn::LocalPeer>().is_some();
+            open_object(&target, key.into_owned(), local).await
         }
-        (Area::Objects, None, Method::POST) => sync_device(&target).await,
-        (_, None, _) => {
-            Err(fail(ErrorKind::BadRequest, "the key is empty; keys are 1 to 1024 bytes of UTF-8"))
+        Op::Get { key, range } => get_object(&target, key.into_owned(), range).await,
+        Op::Fetch { key } => get_object(&target, key.into_owned(), None).await,
+        Op::Put { key, version, checksum, pg_seed } => {
+            let put = objects::Put { key: key.into_owned(), version, checksum, pg_seed };
+            put_object(state, &target, put, headers, body).await
         }
-        (Area::Objects, Some(_), Method::HEAD | Method::GET)
-            if state.catchup.refuses_reads(target.store.id())
-                && !headers.contains_key(wire::CATCH_UP) =>
-        {
-            Err(fail(
-                ErrorKind::Recovering,
-                format!(
-                    "device {} is catching up on writes it missed (or the map marks it down); read another replica",
-                    target.store.id()
-                ),
-            ))
+        Op::WriteAt(write) => write_in_place(state, &target, write, headers, body).await,
+        Op::Delete { key, version, purge, pg_seed } => {
+            let removal = objects::Removal::Delete { version, purge, pg_seed };
+            delete_object(&target, key.into_owned(), removal).await
         }
-        (Area::Objects, Some(_), Method::HEAD) => probe(&target, headers),
-        (Area::Objects, Some(_), Method::GET) if headers.contains_key(wire::OPEN) => {
-            open_object(&target, parts.extensions.get::<crate::conn::LocalPeer>().is_some()).await
+        Op::Undo { key, version } => {
+            delete_object(&target, key.into_owned(), objects::Removal::Undo { version }).await
         }
-        (Area::Objects, Some(_), Method::GET) => get_object(&target, headers).await,
-        (Area::Objects, Some(_), Method::PUT) if headers.contains_key(wire::OFFSET) => {
-            write_in_place(state, &target, headers, body).await
-        }
-        (Area::Objects, Some(_), Method::PUT) => put_object(state, &target, headers, body).await,
-        (Area::Objects, Some(_), Method::DELETE) => delete_object(state, &target, headers).await,
-        (Area::Choices, Some(key), Method::GET | Method::HEAD) => {
-            if headers.contains_key(wire::WAIT_DURABLE) {
-                wait_durable(state, &target, key).await?;
+        Op::GetRecord { key, wait_durable: wait } => {
+            if wait {
+                wait_durable(&target, &key).await?;
             }
-            get_record(&target)
+            get_record(&target, &key)
         }
-        (Area::Choices, Some(_), Method::PUT) => put_record(state, &target, headers).await,
-        (Area::Choices, Some(_), Method::DELETE) => delete_record(&target).await,
-        (_, _, method) => {
-            Err(fail(ErrorKind::BadRequest, format!("method {method} is not allowed here")))
+        Op::PutRecord { key, record, replace_if_writer, unless_contended, defer_sync } => {
+            let put = choices::PutRecord {
+                key: key.into_owned(),
+                record,
+                replace_if_writer,
+                unless_contended,
+                defer_sync,
+            };
+            put_record(state, &target, put).await
         }
+        Op::DeleteRecord { key } => delete_record(&target, key.into_owned()).await,
     }
 }
 

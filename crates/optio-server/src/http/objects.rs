@@ -4,7 +4,7 @@
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use optio_placement::Epoch;
+use optio_proto::request::{Basis, ByteRange, WriteAt};
 use optio_proto::wire;
 use optio_proto::{ErrorKind, ListQuery, Listing, ObjectInfo, ObjectVersion};
 
@@ -22,8 +22,7 @@ pub(super) fn object_headers(headers: &mut HeaderMap, info: &ObjectInfo) {
     }
 }
 
-pub(super) fn probe(target: &Target, request_headers: &HeaderMap) -> Result<Response, Failure> {
-    let key = target.key.as_deref().expect("routed with a key");
+pub(super) fn probe(target: &Target, key: &str, want_choice: bool) -> Result<Response, Failure> {
     let info = target.store.info(target.pool, key);
     let mut response = Response::new(Body::empty());
     *response.status_mut() = if info.is_some() { StatusCode::OK } else { StatusCode::NOT_FOUND };
@@ -33,9 +32,7 @@ pub(super) fn probe(target: &Target, request_headers: &HeaderMap) -> Result<Resp
     } else if let Some(deleted) = target.store.tombstone(target.pool, key) {
         insert(headers, wire::DELETED, &deleted.0.to_string());
     }
-    if request_headers.contains_key(wire::WANT_CHOICE)
-        && let Some(record) = target.store.record(target.pool, key)
-    {
+    if want_choice && let Some(record) = target.store.record(target.pool, key) {
         insert(headers, wire::CHOICE, &wire::choice_header(&record));
     }
     Ok(response)
@@ -43,22 +40,21 @@ pub(super) fn probe(target: &Target, request_headers: &HeaderMap) -> Result<Resp
 
 pub(super) async fn get_object(
     target: &Target,
-    request_headers: &HeaderMap,
+    key: String,
+    range: Option<ByteRange>,
 ) -> Result<Response, Failure> {
-    let key = target.key.clone().expect("routed with a key");
     let store = target.store.clone();
     let pool = target.pool;
-    let range_text = request_headers.get(header::RANGE).map(|v| v.to_str().unwrap_or(""));
-    let range = match range_text {
+    let range = match range {
         None => None,
-        Some(text) => {
+        Some(range) => {
             let Some(size) = store.info(pool, &key).map(|info| info.size_bytes) else {
                 return Err(fail(ErrorKind::NotFound, "no such object"));
             };
-            Some(parse_range(text, size).ok_or_else(|| {
+            Some(range.resolve(size).ok_or_else(|| {
                 fail(
                     ErrorKind::BadRequest,
-                    format!("range '{text}' is malformed or outside the object's {size} bytes"),
+                    format!("range '{}' is outside the object's {size} bytes", range.encode()),
                 )
             })?)
         }
@@ -100,7 +96,11 @@ pub(super) async fn get_object(
 /// An open, read-only descriptor of a block object's file (`GET` with `x-optio-open`), for a
 /// local reader: the object's headers, no body, and the descriptor, which the local socket
 /// sends with the answer. Refused on any other connection (`local` false).
-pub(super) async fn open_object(target: &Target, local: bool) -> Result<Response, Failure> {
+pub(super) async fn open_object(
+    target: &Target,
+    key: String,
+    local: bool,
+) -> Result<Response, Failure> {
     if !local {
         return Err(fail(
             ErrorKind::BadRequest,
@@ -109,7 +109,6 @@ pub(super) async fn open_object(target: &Target, local: bool) -> Result<Response
     }
     let store = target.store.clone();
     let pool = target.pool;
-    let key = target.key.clone().expect("routed with a key");
     let (file, info) = tokio::task::spawn_blocking(move || store.open_block_file(pool, &key))
         .await
         .map_err(|e| fail(ErrorKind::Io, format!("open task failed: {e}")))??;
@@ -119,31 +118,8 @@ pub(super) async fn open_object(target: &Target, local: bool) -> Result<Response
     Ok(response)
 }
 
-/// `bytes=a-b`, `bytes=a-`, `bytes=-n` → inclusive (start, end) within `size`.
-pub(super) fn parse_range(text: &str, size: u64) -> Option<(u64, u64)> {
-    let spec = text.trim().strip_prefix("bytes=")?;
-    let (a, b) = spec.split_once('-')?;
-    if size == 0 {
-        return None;
-    }
-    let (start, end) = match (a.trim(), b.trim()) {
-        ("", n) => {
-            let n: u64 = n.parse().ok()?;
-            (size.saturating_sub(n), size - 1)
-        }
-        (a, "") => (a.parse().ok()?, size - 1),
-        (a, b) => (a.parse().ok()?, b.parse::<u64>().ok()?.min(size - 1)),
-    };
-    (start <= end && start < size).then_some((start, end))
-}
-
-/// A PUT's headers: its version, checksum, PG seed and epoch; refused when the declared
-/// length is above `limit` or a header is malformed.
-pub(super) fn put_headers(
-    state: &AppState,
-    headers: &HeaderMap,
-    limit: u64,
-) -> Result<(ObjectVersion, Option<u32>, Option<u32>, Epoch), Failure> {
+/// Refuses a body declared longer than `limit`.
+fn check_length(headers: &HeaderMap, limit: u64) -> Result<(), Failure> {
     if let Some(length) = header_u64(headers, header::CONTENT_LENGTH.as_str())?
         && length > limit
     {
@@ -152,31 +128,36 @@ pub(super) fn put_headers(
             format!("the object is {length} bytes; this server takes at most {limit}"),
         ));
     }
-    let version =
-        header_u64(headers, wire::VERSION)?.map(ObjectVersion).unwrap_or_else(now_version);
+    Ok(())
+}
+
+/// The version a write stores: the one it names (not too far ahead of this server's clock),
+/// or this server's clock.
+fn written_version(version: Option<ObjectVersion>) -> Result<ObjectVersion, Failure> {
+    let version = version.unwrap_or_else(now_version);
     check_not_ahead(version)?;
-    let checksum = match headers.get(wire::CHECKSUM) {
-        None => None,
-        Some(value) => {
-            Some(value.to_str().ok().and_then(|v| u32::from_str_radix(v, 16).ok()).ok_or_else(
-                || fail(ErrorKind::BadRequest, "x-optio-checksum is not 8 hex digits"),
-            )?)
-        }
-    };
-    let pg_seed = header_u64(headers, wire::PG)?.map(|pg| pg as u32);
-    let epoch = Epoch(header_u64(headers, wire::EPOCH)?.unwrap_or(state.map.epoch()));
-    Ok((version, checksum, pg_seed, epoch))
+    Ok(version)
+}
+
+/// A whole-object write ([`optio_proto::request::Op::Put`]).
+pub(super) struct Put {
+    pub(super) key: String,
+    pub(super) version: Option<ObjectVersion>,
+    pub(super) checksum: Option<u32>,
+    pub(super) pg_seed: Option<u32>,
 }
 
 pub(super) async fn put_object(
     state: &AppState,
     target: &Target,
+    put: Put,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, Failure> {
     let limit = state.max_object_bytes;
-    let (version, checksum, pg_seed, epoch) = match put_headers(state, headers, limit) {
-        Ok(parsed) => parsed,
+    let Put { key, version, checksum, pg_seed } = put;
+    let version = match check_length(headers, limit).and_then(|()| written_version(version)) {
+        Ok(version) => version,
         Err(failure) => {
             discard(body, headers).await;
             return Err(failure);
@@ -184,8 +165,7 @@ pub(super) async fn put_object(
     };
     let received = receive(state, headers, body, limit).await?;
     let store = target.store.clone();
-    let pool = target.pool;
-    let key = target.key.clone().expect("routed with a key");
+    let (pool, epoch) = (target.pool, target.epoch);
     let outcome = tokio::task::spawn_blocking(move || {
         if !received.hash_matches() {
             return Ok(None);
@@ -274,29 +254,26 @@ async fn receive(
 pub(super) async fn write_in_place(
     state: &AppState,
     target: &Target,
+    write: WriteAt<'static>,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, Failure> {
     let limit = optio_proto::blocks::BLOCK_OBJECT_BYTES_MAX;
-    let parsed = put_headers(state, headers, limit).and_then(|(version, checksum, pg, epoch)| {
-        let offset = header_u64(headers, wire::OFFSET)?.unwrap_or(0);
-        let base = header_u64(headers, wire::BASE)?.map(ObjectVersion);
-        let size = header_u64(headers, wire::SIZE)?.unwrap_or(0);
-        let zeroes = header_u64(headers, wire::ZEROES)?.unwrap_or(0);
-        let sync = headers.get(wire::SYNC).is_some_and(|v| v.as_bytes() == b"1");
-        Ok((version, checksum, pg, epoch, offset, base, size, zeroes, sync))
-    });
-    let (version, checksum, pg_seed, epoch, offset, base, size, zeroes, sync) = match parsed {
-        Ok(parsed) => parsed,
+    let version = match check_length(headers, limit).and_then(|()| written_version(write.version)) {
+        Ok(version) => version,
         Err(failure) => {
             discard(body, headers).await;
             return Err(failure);
         }
     };
+    let WriteAt { key, offset, zeroes, basis, checksum, pg_seed, sync, .. } = write;
+    let (base, size) = match basis {
+        Basis::Change { base } => (Some(base), 0),
+        Basis::Create { size_bytes } => (None, size_bytes),
+    };
     let received = receive(state, headers, body, limit).await?;
     let store = target.store.clone();
-    let pool = target.pool;
-    let key = target.key.clone().expect("routed with a key");
+    let (pool, epoch) = (target.pool, target.epoch);
     let write = move || {
         if !received.hash_matches() {
             return Ok(None);
@@ -400,43 +377,27 @@ pub(super) fn now_version() -> ObjectVersion {
     ObjectVersion(micros)
 }
 
-/// A flag header: absent (false) or `1` (true); anything else is refused.
-fn flag(headers: &HeaderMap, name: &str) -> Result<bool, Failure> {
-    match headers.get(name) {
-        None => Ok(false),
-        Some(value) if value.as_bytes() == b"1" => Ok(true),
-        Some(_) => Err(fail(ErrorKind::BadRequest, format!("{name} takes the value 1 only"))),
-    }
+/// How a DELETE removes an object ([`optio_proto::request::Op::Delete`] and `Undo`).
+pub(super) enum Removal {
+    /// A tombstone at `version`, or with `purge` the copy removed if not newer.
+    Delete { version: Option<ObjectVersion>, purge: bool, pg_seed: Option<u32> },
+    /// One's own recent write of exactly `version` taken back.
+    Undo { version: ObjectVersion },
 }
 
 pub(super) async fn delete_object(
-    state: &AppState,
     target: &Target,
-    headers: &HeaderMap,
+    key: String,
+    removal: Removal,
 ) -> Result<Response, Failure> {
-    let version = header_u64(headers, wire::VERSION)?.map(ObjectVersion);
+    let version = match &removal {
+        Removal::Delete { version, .. } => *version,
+        Removal::Undo { version } => Some(*version),
+    };
     if let Some(version) = version {
         check_not_ahead(version)?;
     }
-    let purge = flag(headers, wire::PURGE)?;
-    let undo = flag(headers, wire::UNDO)?;
-    let undone = match (purge, undo, version) {
-        (true, true, _) => {
-            return Err(fail(
-                ErrorKind::BadRequest,
-                format!("{} and {} do not go together", wire::PURGE, wire::UNDO),
-            ));
-        }
-        (_, true, None) => {
-            return Err(fail(
-                ErrorKind::BadRequest,
-                format!("{} needs the version written ({})", wire::UNDO, wire::VERSION),
-            ));
-        }
-        (_, true, Some(version)) => Some(version),
-        _ => None,
-    };
-    if let Some(version) = undone {
+    if let Removal::Undo { version } = removal {
         let age_ms = now_version().0.saturating_sub(version.0) / 1000;
         if age_ms > wire::UNDO_AGE_MAX_MS {
             return Err(fail(
@@ -449,27 +410,14 @@ pub(super) async fn delete_object(
             ));
         }
     }
-    let pg_seed = header_u64(headers, wire::PG)?
-        .map(|seed| {
-            u32::try_from(seed).map_err(|_| {
-                fail(ErrorKind::BadRequest, format!("{} is not a 32-bit seed", wire::PG))
-            })
-        })
-        .transpose()?;
-    let epoch = Epoch(header_u64(headers, wire::EPOCH)?.unwrap_or(state.map.epoch()));
     let store = target.store.clone();
-    let pool = target.pool;
-    let key = target.key.clone().expect("routed with a key");
-    let removed = tokio::task::spawn_blocking(move || {
-        if let Some(version) = undone {
-            store.undo(pool, &key, version)
-        } else if purge {
-            store.purge(pool, &key, version)
-        } else {
-            store
-                .delete(pool, &key, version, epoch, pg_seed)
-                .map(|outcome| outcome == crate::store::DeleteOutcome::Deleted)
-        }
+    let (pool, epoch) = (target.pool, target.epoch);
+    let removed = tokio::task::spawn_blocking(move || match removal {
+        Removal::Undo { version } => store.undo(pool, &key, version),
+        Removal::Delete { version, purge: true, .. } => store.purge(pool, &key, version),
+        Removal::Delete { version, purge: false, pg_seed } => store
+            .delete(pool, &key, version, epoch, pg_seed)
+            .map(|outcome| outcome == crate::store::DeleteOutcome::Deleted),
     })
     .await
     .map_err(|e| fail(ErrorKind::Io, format!("delete task failed: {e}")))??;
@@ -483,15 +431,9 @@ pub(super) async fn delete_object(
 /// out (see [`optio_proto::GATEWAY_PREFIX`]).
 pub(super) fn list(
     target: &Target,
-    uri: &axum::http::Uri,
+    query: &ListQuery,
     gateway_state: bool,
 ) -> Result<Response, Failure> {
-    let query: ListQuery = match uri.query() {
-        None => ListQuery::default(),
-        Some(_) => axum::extract::Query::try_from_uri(uri)
-            .map(|q: axum::extract::Query<ListQuery>| q.0)
-            .map_err(|e| fail(ErrorKind::BadRequest, format!("bad listing query: {e}")))?,
-    };
     let listing: Listing = target.store.list(
         target.pool,
         query.prefix.as_deref().unwrap_or(""),
@@ -503,21 +445,4 @@ pub(super) fn list(
     );
     let json = serde_json::to_vec(&listing).expect("listings serialize");
     Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_range;
-
-    #[test]
-    fn ranges() {
-        assert_eq!(parse_range("bytes=0-9", 100), Some((0, 9)));
-        assert_eq!(parse_range("bytes=90-", 100), Some((90, 99)));
-        assert_eq!(parse_range("bytes=-10", 100), Some((90, 99)));
-        assert_eq!(parse_range("bytes=50-500", 100), Some((50, 99)));
-        assert_eq!(parse_range("bytes=100-", 100), None);
-        assert_eq!(parse_range("bytes=9-0", 100), None);
-        assert_eq!(parse_range("items=0-1", 100), None);
-        assert_eq!(parse_range("bytes=0-0", 0), None);
-    }
 }

@@ -5,22 +5,24 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use optio_proto::{DeviceStatus, ServerStatus};
+use optio_proto::{DeviceStatus, ServerHealth, ServerStatus};
 
 use super::AppState;
 
 pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
-    // `epoch` stays last: simple readers (`optio_local::cluster::health_epoch`) parse it so.
     let recovering = state.devices.keys().filter(|id| state.catchup.refuses_reads(**id)).count();
-    // `keyring`: the first hex digits of the keyring file's hash as loaded (empty with
-    // authentication off), so that `optio auth` can wait until every server holds its change.
-    let body = format!(
-        "{{\"status\":\"ok\",\"recovering\":{recovering},\"fenced\":{},\"keyring\":\"{}\",\"epoch\":{}}}",
-        !state.fence.serving(),
-        state.auth.keyring_digest(),
-        state.map.epoch()
-    );
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    let health = ServerHealth {
+        status: "ok".to_string(),
+        recovering: u32::try_from(recovering).unwrap_or(u32::MAX),
+        fenced: !state.fence.serving(),
+        // The first hex digits of the keyring file's hash as loaded (empty with
+        // authentication off), so that `optio auth` can wait until every server holds its
+        // change.
+        keyring: Some(state.auth.keyring_digest()),
+        epoch: state.map.epoch(),
+    };
+    let json = serde_json::to_vec(&health).expect("health serializes");
+    ([(header::CONTENT_TYPE, "application/json")], json).into_response()
 }
 
 pub(super) fn server_status(state: &AppState) -> ServerStatus {

@@ -206,6 +206,31 @@ async fn malformed_requests_get_a_reason_never_a_panic() {
             "CANDIDATE",
         ),
         (http.get(server.url("/v2/anything")), 404, "not-found", "no route"),
+        // A seed above 32 bits was truncated before it was stored (issue 37): now refused.
+        (
+            http.put(server.object(0, 1, "k")).header("x-optio-pg", "4294967296").body("x"),
+            400,
+            "bad-request",
+            "32-bit seed",
+        ),
+        (
+            http.get(server.object(0, 1, "k")).header("range", "bytes=a-b"),
+            400,
+            "bad-request",
+            "malformed",
+        ),
+        (
+            http.delete(server.object(0, 1, "k")).header("x-optio-purge", "yes"),
+            400,
+            "bad-request",
+            "value 1 only",
+        ),
+        (
+            http.get(server.object(0, 1, "k")).header("x-optio-epoch", "latest"),
+            400,
+            "bad-request",
+            "x-optio-epoch is not an integer",
+        ),
     ];
     for (request, status, kind, reason) in cases {
         let (got_status, got_kind, got_reason) =
@@ -217,6 +242,15 @@ async fn malformed_requests_get_a_reason_never_a_panic() {
     let listing: serde_json::Value =
         http.get(server.url("/v1/dev/0/objects/1")).send().await.unwrap().json().await.unwrap();
     assert_eq!(listing["objects"].as_array().unwrap().len(), 0);
+    // A malformed request is counted as what it tried to be; one without a route as invalid.
+    let prometheus = http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for counted in [
+        "optio_requests_total{op=\"put\",result=\"bad-request\"} ",
+        "optio_requests_total{op=\"record_put\",result=\"bad-request\"} ",
+        "optio_requests_total{op=\"invalid\",result=\"not-found\"} ",
+    ] {
+        assert!(prometheus.contains(counted), "{counted} in:\n{prometheus}");
+    }
     server.stop().await;
 }
 

@@ -66,6 +66,9 @@ fn bad_arguments() {
             "for `optio bench io elastic` only",
         ),
         (vec!["bench", "io", "elastic", "--modes", "sideways"], "--modes"),
+        (vec!["bench", "io", "elastic", "--migration-rate", "fast"], "--migration-rate"),
+        (vec!["bench", "io", "elastic", "--migration-rate", "10kbit"], "below the least"),
+        (vec!["bench", "io", "crush", "--migration-rate", "8MB/s"], "elastic` only"),
     ] {
         let error = optio_err(&args);
         assert!(error.contains(expected), "{args:?}: {error}");

@@ -18,7 +18,12 @@ pub fn binary() -> PathBuf {
 
 /// A cluster in a temporary directory (kept alive by the returned guard).
 pub fn cluster(spec: LocalClusterSpec) -> (tempfile::TempDir, LocalCluster) {
-    let dir = tempfile::tempdir().expect("temp dir");
+    let mut dir = tempfile::tempdir().expect("temp dir");
+    // OPTIO_TEST_KEEP=1 keeps the cluster's directory (its servers' logs) for a post-mortem.
+    if std::env::var_os("OPTIO_TEST_KEEP").is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("keeping the cluster directory {}", dir.path().display());
+    }
     let cluster = LocalCluster::start(&binary(), dir.path(), &spec).expect("the cluster starts");
     (dir, cluster)
 }

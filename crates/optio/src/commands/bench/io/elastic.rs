@@ -58,8 +58,23 @@ const PHASE3_WRITE_FRACTION: f64 = 0.2;
 /// Phase 2's rate over all clients, bytes per second (the paper's 20 MB/s against its
 /// cluster's ~100 MB/s; here against this machine's).
 const PHASE2_BYTES_PER_SEC: u64 = 6_000_000;
-/// The migration budget, bytes per second, every mode.
-const MIGRATION_BYTES_PER_SEC: u64 = 8_000_000;
+/// The migration budget, bytes per second, every mode, by default.
+pub const MIGRATION_BYTES_PER_SEC: u64 = 8_000_000;
+
+/// What `optio bench io elastic` may be told besides the scale.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// The share of each volume phase 2 writes.
+    pub hot_fraction: f64,
+    /// The migration budget, bytes per second.
+    pub migration_bytes_per_sec: u64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { hot_fraction: HOT_FRACTION, migration_bytes_per_sec: MIGRATION_BYTES_PER_SEC }
+    }
+}
 /// I/Os in flight per fio job.
 const IODEPTH: u32 = 4;
 const BURST_BYTES: u64 = 64 << 10;
@@ -96,9 +111,10 @@ fn pools(mode: Mode) -> String {
     }
 }
 
-/// The sizes of a run.
+/// The sizes (and the migration budget) of a run.
 #[derive(Clone, Copy, Debug)]
 struct Sizes {
+    migration_bytes_per_sec: u64,
     volume_bytes: u64,
     hot_bytes: u64,
     phase2_loops: u32,
@@ -107,13 +123,14 @@ struct Sizes {
 }
 
 impl Sizes {
-    fn new(context: &IoContext, hot_fraction: f64) -> Sizes {
+    fn new(context: &IoContext, options: Options) -> Sizes {
         let volume_bytes = context.scaled(VOLUME_BYTES, VOLUME_BYTES_MIN).div_ceil(BLOCK) * BLOCK;
         let objects = volume_bytes / BLOCK;
         let blocks = |fraction: f64| ((objects as f64 * fraction).round() as u64).max(1) * BLOCK;
-        let hot_bytes = blocks(hot_fraction);
+        let hot_bytes = blocks(options.hot_fraction);
         let phase2_bytes = volume_bytes as f64 * PHASE2_SHARE;
         Sizes {
+            migration_bytes_per_sec: options.migration_bytes_per_sec,
             volume_bytes,
             hot_bytes,
             phase2_loops: ((phase2_bytes * 2.0 / 3.0 / hot_bytes as f64).round() as u32).max(1),
@@ -145,14 +162,13 @@ struct Run {
     audit: Option<Audit>,
 }
 
-/// Runs the experiment: every mode (`runs` times each), phase 2 writing the first
-/// `hot_fraction` of each volume.
-pub fn run(context: &IoContext, modes: &[Mode], hot_fraction: f64) -> Result<Report> {
+/// Runs the experiment: every mode (`runs` times each).
+pub fn run(context: &IoContext, modes: &[Mode], options: Options) -> Result<Report> {
     if modes.is_empty() {
         bail!("no modes to run: use --modes with none, original, full, selective");
     }
     let runs = context.runs(1);
-    let sizes = Sizes::new(context, hot_fraction);
+    let sizes = Sizes::new(context, options);
     let spec = cluster(context);
     let mut results: Vec<Run> = Vec::new();
     for round in 0..runs {
@@ -184,8 +200,9 @@ fn run_mode(context: &IoContext, spec: &EmulationSpec, mode: Mode, sizes: Sizes)
     let rig = Rig::start_with_redis(spec, &pools(mode), &dir, |cluster| {
         cluster.replicas = REPLICAS;
         cluster.reintegration = mode.reintegration();
-        cluster.reintegration_rate_bytes_per_sec = Some(MIGRATION_BYTES_PER_SEC);
-        cluster.migration_rate_bytes_per_sec = Some(MIGRATION_BYTES_PER_SEC / u64::from(SERVERS));
+        cluster.reintegration_rate_bytes_per_sec = Some(sizes.migration_bytes_per_sec);
+        cluster.migration_rate_bytes_per_sec =
+            Some(sizes.migration_bytes_per_sec / u64::from(SERVERS));
     })?;
     // Started after the rig: its threads are in the router's namespace with this one.
     let runtime = crate::commands::runtime()?;
@@ -466,7 +483,7 @@ fn report(
         &format!(
             "elastic — 3-phase test on volumes, {SERVERS} servers in {RACKS} racks, {REPLICAS}-way replication, {clients} clients × {} volume, {INACTIVE} servers off in phase 2, migration at most {}/s in every mode; median of {runs} run(s)",
             bytes(sizes.volume_bytes as f64),
-            bytes(MIGRATION_BYTES_PER_SEC as f64)
+            bytes(sizes.migration_bytes_per_sec as f64)
         ),
         &[
             "resizing",
@@ -557,7 +574,7 @@ fn report(
         ),
         format!(
             "one migration budget, {}/s, for every mode (the paper's original CH migrated unthrottled): re-integration in one process at that rate, original CH's rebalancing in each server at a tenth of it",
-            bytes(MIGRATION_BYTES_PER_SEC as f64)
+            bytes(sizes.migration_bytes_per_sec as f64)
         ),
         "original CH here is a ring whose replicas go to distinct hosts (the paper's had no racks); the elastic pool orders ranks by host name, so the 4 servers turned down are rack 2's last 4".into(),
         "the paper's Fig. 7 shows no resizing, original CH and selective; primary+full is added here. Table II comes from days-long traces with many resizes; here machine-hours cover one shrink and one grow, so the phases' lengths set the values".into(),
@@ -611,8 +628,8 @@ fn report(
         "phase2_loops": sizes.phase2_loops, "phase2_read_bytes": sizes.phase2_read_bytes,
         "phase3_write_bytes": sizes.phase3_write_bytes,
         "phase2_bytes_per_sec": PHASE2_BYTES_PER_SEC,
-        "migration_rate_bytes_per_sec": MIGRATION_BYTES_PER_SEC,
-        "server_migration_rate_bytes_per_sec": MIGRATION_BYTES_PER_SEC / u64::from(SERVERS),
+        "migration_rate_bytes_per_sec": sizes.migration_bytes_per_sec,
+        "server_migration_rate_bytes_per_sec": sizes.migration_bytes_per_sec / u64::from(SERVERS),
         "dirty_table": "redis",
         "differences": differences, "emulation": spec.to_toml(),
         "ideal_server_seconds": ideal,

@@ -46,8 +46,10 @@ none (no resizing), original (consistent hashing: mark 4 servers out and wait fo
 clean-up), full and selective (elastic CH, re-integrating everything or only the dirty
 table's objects), all migrating under one rate limit; by default all four. --hot-fraction
 sets the share of each volume phase 2 writes over and over (0.1; the selective
-re-integration's advantage depends on it):
-  optio bench io elastic --hot-fraction 0.3 --modes full,selective"
+re-integration's advantage depends on it), --migration-rate the one budget every mode
+migrates under (8MB/s; the paper's original CH migrated unthrottled):
+  optio bench io elastic --hot-fraction 0.3 --modes full,selective
+  optio bench io elastic --migration-rate 80MB/s --modes original,selective"
 )]
 pub struct Args {
     /// The experiment.
@@ -84,6 +86,11 @@ pub struct Args {
     /// 0.5 [default: 0.1].
     #[arg(long, value_name = "FRACTION")]
     pub hot_fraction: Option<f64>,
+    /// `elastic` only: the migration budget of every mode (e.g. 8MB/s, 200mbit): the
+    /// re-integration process's rate, a tenth of it per server for original consistent
+    /// hashing's rebalancing [default: 8MB/s].
+    #[arg(long, value_name = "RATE")]
+    pub migration_rate: Option<String>,
 }
 
 /// The ways of resizing `--modes` names (all by default), each once, in its order.
@@ -105,24 +112,47 @@ fn elastic_modes(args: &Args) -> Result<Vec<super::resizing::Mode>> {
     Ok(modes)
 }
 
-/// `--hot-fraction`, checked (elastic only).
-fn hot_fraction(args: &Args) -> Result<f64> {
-    let Some(fraction) = args.hot_fraction else {
-        return Ok(elastic::HOT_FRACTION);
-    };
+/// `--hot-fraction` and `--migration-rate`, checked (elastic only).
+fn elastic_options(args: &Args) -> Result<elastic::Options> {
+    let mut options = elastic::Options::default();
     if args.experiment != Experiment::Elastic {
-        bail!("--hot-fraction is for `optio bench io elastic` only");
+        for (given, flag) in [
+            (args.hot_fraction.is_some(), "--hot-fraction"),
+            (args.migration_rate.is_some(), "--migration-rate"),
+        ] {
+            if given {
+                bail!("{flag} is for `optio bench io elastic` only");
+            }
+        }
+        return Ok(options);
     }
-    let range = elastic::HOT_FRACTION_RANGE;
-    if !range.contains(&fraction) {
-        bail!(
-            "--hot-fraction {fraction} is out of range: from {} to {} (the share of each volume phase 2 writes)",
-            range.start(),
-            range.end()
-        );
+    if let Some(fraction) = args.hot_fraction {
+        let range = elastic::HOT_FRACTION_RANGE;
+        if !range.contains(&fraction) {
+            bail!(
+                "--hot-fraction {fraction} is out of range: from {} to {} (the share of each volume phase 2 writes)",
+                range.start(),
+                range.end()
+            );
+        }
+        options.hot_fraction = fraction;
     }
-    Ok(fraction)
+    if let Some(bits) = rate(&args.migration_rate, "--migration-rate")? {
+        let bytes = bits / 8;
+        if bytes < MIGRATION_RATE_MIN {
+            bail!(
+                "--migration-rate {} is below the least, {} bytes/s (every server gets a tenth of it)",
+                args.migration_rate.as_deref().unwrap_or_default(),
+                MIGRATION_RATE_MIN
+            );
+        }
+        options.migration_bytes_per_sec = bytes;
+    }
+    Ok(options)
 }
+
+/// The least `--migration-rate`, bytes per second.
+const MIGRATION_RATE_MIN: u64 = 100_000;
 
 fn rate(text: &Option<String>, flag: &str) -> Result<Option<u64>> {
     text.as_deref()
@@ -139,7 +169,7 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--scale {} is out of range: from {SCALE_MIN} to {SCALE_MAX}", args.scale);
     }
     let modes = elastic_modes(&args)?;
-    let hot_fraction = hot_fraction(&args)?;
+    let elastic_options = elastic_options(&args)?;
     if args.experiment == Experiment::Elastic && !optio_local::redis::redis_installed() {
         bail!(
             "optio bench io elastic keeps the dirty table in Redis: install Debian's redis-server (apt-get install -y redis-server)"
@@ -171,7 +201,7 @@ pub fn run(args: Args) -> Result<()> {
         Experiment::Probe => choice::probe(&context)?,
         Experiment::Attributed => attributed::run(&context)?,
         Experiment::Crush => crush::run(&context)?,
-        Experiment::Elastic => elastic::run(&context, &modes, hot_fraction)?,
+        Experiment::Elastic => elastic::run(&context, &modes, elastic_options)?,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.json)?);
