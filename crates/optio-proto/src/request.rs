@@ -268,6 +268,40 @@ pub enum OpKind {
     RecordDelete,
 }
 
+impl OpKind {
+    /// Every kind, in declaration order (`kind as usize` indexes it).
+    pub const ALL: [OpKind; 11] = [
+        OpKind::Probe,
+        OpKind::Get,
+        OpKind::Put,
+        OpKind::Write,
+        OpKind::Open,
+        OpKind::Delete,
+        OpKind::List,
+        OpKind::Sync,
+        OpKind::RecordGet,
+        OpKind::RecordPut,
+        OpKind::RecordDelete,
+    ];
+
+    /// Its name in metrics (`op="…"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Probe => "probe",
+            OpKind::Get => "get",
+            OpKind::Put => "put",
+            OpKind::Write => "write",
+            OpKind::Open => "open",
+            OpKind::Delete => "delete",
+            OpKind::List => "list",
+            OpKind::Sync => "sync",
+            OpKind::RecordGet => "record_get",
+            OpKind::RecordPut => "record_put",
+            OpKind::RecordDelete => "record_delete",
+        }
+    }
+}
+
 /// One request to a device: where, at which epoch, and what.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request<'a> {

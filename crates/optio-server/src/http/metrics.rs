@@ -7,82 +7,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use optio_net::exposition::{Counter, Histogram, Registry};
+use optio_proto::request::OpKind;
 use optio_proto::{DeviceStatus, ErrorKind, MigrationPhase};
 
 use super::AppState;
 
-/// What a request to a device was, for the metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Operation {
-    Probe,
-    Get,
-    Put,
-    /// A write at an offset (block volumes).
-    Write,
-    /// An open descriptor of a block object's file, over the local socket (local reads).
-    Open,
-    Delete,
-    List,
-    Sync,
-    RecordGet,
-    RecordPut,
-    RecordDelete,
-    /// No such route, or a method the route does not take.
-    Invalid,
+/// What a request to a device was, for the metrics: `None` for no such route, or a method
+/// the route does not take (`op="invalid"`).
+pub(crate) type Operation = Option<OpKind>;
+
+/// Every operation's index in the handles' order: the kinds, then `invalid`.
+fn index(op: Operation) -> usize {
+    op.map_or(OpKind::ALL.len(), |kind| kind as usize)
 }
 
-impl From<optio_proto::request::OpKind> for Operation {
-    fn from(kind: optio_proto::request::OpKind) -> Operation {
-        use optio_proto::request::OpKind;
-        match kind {
-            OpKind::Probe => Operation::Probe,
-            OpKind::Get => Operation::Get,
-            OpKind::Put => Operation::Put,
-            OpKind::Write => Operation::Write,
-            OpKind::Open => Operation::Open,
-            OpKind::Delete => Operation::Delete,
-            OpKind::List => Operation::List,
-            OpKind::Sync => Operation::Sync,
-            OpKind::RecordGet => Operation::RecordGet,
-            OpKind::RecordPut => Operation::RecordPut,
-            OpKind::RecordDelete => Operation::RecordDelete,
-        }
-    }
+/// Its name in metrics.
+fn name(op: Operation) -> &'static str {
+    op.map_or("invalid", OpKind::name)
 }
 
-impl Operation {
-    /// Every operation, in declaration order (`op as usize` indexes it).
-    const ALL: [Operation; 12] = [
-        Operation::Probe,
-        Operation::Get,
-        Operation::Put,
-        Operation::Write,
-        Operation::Open,
-        Operation::Delete,
-        Operation::List,
-        Operation::Sync,
-        Operation::RecordGet,
-        Operation::RecordPut,
-        Operation::RecordDelete,
-        Operation::Invalid,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            Operation::Probe => "probe",
-            Operation::Get => "get",
-            Operation::Put => "put",
-            Operation::Write => "write",
-            Operation::Open => "open",
-            Operation::Delete => "delete",
-            Operation::List => "list",
-            Operation::Sync => "sync",
-            Operation::RecordGet => "record_get",
-            Operation::RecordPut => "record_put",
-            Operation::RecordDelete => "record_delete",
-            Operation::Invalid => "invalid",
-        }
-    }
+/// Every operation, in [`index`]'s order.
+fn every_operation() -> impl Iterator<Item = Operation> {
+    OpKind::ALL.into_iter().map(Some).chain([None])
 }
 
 const REQUESTS: &str = "optio_requests_total";
@@ -91,7 +37,7 @@ const DURATION: &str = "optio_request_duration_seconds";
 /// The server's registry and the handles its hot path uses.
 pub(crate) struct ServerMetrics {
     registry: Arc<Registry>,
-    /// Per operation (in [`Operation::ALL`]'s order): answered without error, and latency.
+    /// Per operation (in [`index`]'s order): answered without error, and latency.
     ok: Vec<Counter>,
     durations: Vec<Histogram>,
 }
@@ -106,27 +52,23 @@ impl ServerMetrics {
     pub(crate) fn new() -> ServerMetrics {
         let registry = Registry::new();
         describe(&registry);
-        let ok = Operation::ALL
-            .iter()
-            .map(|op| registry.counter(REQUESTS, &[("op", op.name()), ("result", "ok")]))
+        let ok = every_operation()
+            .map(|op| registry.counter(REQUESTS, &[("op", name(op)), ("result", "ok")]))
             .collect();
-        let durations = Operation::ALL
-            .iter()
-            .map(|op| registry.histogram(DURATION, &[("op", op.name())]))
-            .collect();
+        let durations =
+            every_operation().map(|op| registry.histogram(DURATION, &[("op", name(op))])).collect();
         ServerMetrics { registry, ok, durations }
     }
 
     /// Counts a request to a device: its operation, its error kind if it failed, and how long
     /// the server took to answer (its body streamed after that is not included).
     pub(crate) fn observe(&self, op: Operation, error: Option<ErrorKind>, elapsed: Duration) {
-        // (`ALL` lists the operations in declaration order.)
-        let index = op as usize;
+        let index = index(op);
         match error {
             None => self.ok[index].increment(1),
             Some(kind) => self
                 .registry
-                .counter(REQUESTS, &[("op", op.name()), ("result", kind.name())])
+                .counter(REQUESTS, &[("op", name(op)), ("result", kind.name())])
                 .increment(1),
         }
         self.durations[index].record(elapsed.as_secs_f64());
@@ -267,9 +209,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn all_lists_every_operation_at_its_index() {
-        for (index, op) in Operation::ALL.iter().enumerate() {
-            assert_eq!(*op as usize, index, "{op:?}");
+    fn every_operation_is_at_its_index() {
+        for (i, op) in every_operation().enumerate() {
+            assert_eq!(index(op), i, "{op:?}");
         }
+        assert_eq!(name(None), "invalid");
     }
 }

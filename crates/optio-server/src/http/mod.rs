@@ -30,7 +30,7 @@ use axum::response::Response;
 use axum::routing::get;
 use optio_placement::{Epoch, PoolId};
 use optio_proto::auth::{AuthError, Cap};
-use optio_proto::request::{self as device, DecodeError, Op};
+use optio_proto::request::{self as device, DecodeError, Op, OpKind};
 use optio_proto::{DeviceMetrics, ErrorBody, ErrorKind, Route};
 use optio_proto::{route, wire};
 
@@ -402,11 +402,10 @@ async fn dispatch(State(state): State<Arc<AppState>>, mut request: Request) -> R
             kind_of_op: None,
         }),
     };
-    let op = match &decoded {
+    let op: Operation = match &decoded {
         Ok(decoded) => Some(decoded.op.kind()),
         Err(error) => error.kind_of_op,
-    }
-    .map_or(Operation::Invalid, Operation::from);
+    };
     let response = serve(&state, decoded, request, started, op).await;
     let error =
         response.headers().get(wire::ERROR).and_then(|v| ErrorKind::from_name(v.to_str().ok()?));
@@ -467,7 +466,7 @@ async fn serve(
     let checked = decoded.epoch.filter(|_| state.map.checks_epochs());
     // Counted before the epoch check (see `admitted`).
     let _admitted = match (op, checked) {
-        (Operation::Put | Operation::Write | Operation::Delete, Some(epoch)) => {
+        (Some(OpKind::Put | OpKind::Write | OpKind::Delete), Some(epoch)) => {
             Some(state.writes.admit(epoch))
         }
         _ => None,
@@ -477,7 +476,7 @@ async fn serve(
         discard(body, &parts.headers).await;
         return state.error_response(failure, Some(&store));
     }
-    if let (Operation::List, Some(epoch)) = (op, checked)
+    if let (Some(OpKind::List), Some(epoch)) = (op, checked)
         && let Err(older) = state.writes.settle_before(epoch, admitted::SETTLE_WAIT_MAX).await
     {
         let failure = fail(

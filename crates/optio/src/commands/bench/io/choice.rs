@@ -321,6 +321,9 @@ struct Measured {
     in_rack: f64,
     in_host: f64,
     on_conditioned: f64,
+    /// Share of data objects with any replica on the client's host (what local reads can
+    /// read).
+    replica_in_host: f64,
     local_reads: (u64, u64),
     /// Per read run: MB the conditioned hosts read from the disk (their blkio groups' counts:
     /// the reads their page cache missed).
@@ -381,14 +384,27 @@ fn fill(
     Ok((clients, volumes, phase))
 }
 
-/// Where the variant's data objects' primaries are.
+/// Where the variant's data objects are, as shares of them.
+#[derive(Clone, Copy, Debug, Default)]
+struct Shares {
+    /// The primary in the client's rack.
+    rack: f64,
+    /// The primary on the client's host.
+    host: f64,
+    /// The primary on a conditioned host.
+    conditioned: f64,
+    /// Any replica on the client's host.
+    replica_host: f64,
+}
+
+/// Where the variant's data objects' primaries (and replicas) are.
 fn placement_shares(
     rig: &Rig,
     clients: &[EmulatedHost],
     volumes: &[Vec<String>],
-) -> Result<(f64, f64, f64)> {
+) -> Result<Shares> {
     let hosts: BTreeMap<u32, String> = rig.device_hosts().into_iter().collect();
-    let (mut objects, mut rack, mut host, mut conditioned) = (0u64, 0u64, 0u64, 0u64);
+    let (mut objects, mut rack, mut host, mut conditioned, mut replica_host) = (0u64, 0, 0, 0, 0);
     for (client, names) in clients.iter().zip(volumes) {
         for name in names {
             for devices in rig.volume_placement(name)? {
@@ -397,11 +413,25 @@ fn placement_shares(
                 rack += u64::from(primary.split('-').next() == Some(client.zone().as_str()));
                 host += u64::from(*primary == client.name);
                 conditioned += u64::from(CONDITIONED.contains(&primary.as_str()));
+                replica_host +=
+                    u64::from(devices.iter().any(|d| hosts.get(d) == Some(&client.name)));
             }
         }
     }
     let share = |n: u64| if objects == 0 { 0.0 } else { n as f64 / objects as f64 };
-    Ok((share(rack), share(host), share(conditioned)))
+    Ok(Shares {
+        rack: share(rack),
+        host: share(host),
+        conditioned: share(conditioned),
+        replica_host: share(replica_host),
+    })
+}
+
+impl Measured {
+    fn placed(&mut self, shares: Shares) {
+        (self.in_rack, self.in_host, self.on_conditioned, self.replica_in_host) =
+            (shares.rack, shares.host, shares.conditioned, shares.replica_host);
+    }
 }
 
 /// `local`, `memory`, `cpu`, `latency`, `journal`.
@@ -419,9 +449,7 @@ pub fn run(experiment: Experiment, context: &IoContext) -> Result<Report> {
         for (i, variant) in setup.variants.iter().enumerate() {
             context.say(format!("writing the volumes of '{}'…", variant.label()));
             let (clients, volumes, _) = fill(&rig, &setup, i, variant, 0)?;
-            let (rack, host, conditioned) = placement_shares(&rig, &clients, &volumes)?;
-            (measured[i].in_rack, measured[i].in_host, measured[i].on_conditioned) =
-                (rack, host, conditioned);
+            measured[i].placed(placement_shares(&rig, &clients, &volumes)?);
             filled.push((clients, volumes));
         }
         rig.set_rates(None, None)?;
@@ -483,9 +511,7 @@ pub fn run(experiment: Experiment, context: &IoContext) -> Result<Report> {
                     variant.label()
                 ));
                 let (clients, volumes, phase) = fill(&rig, &setup, i, variant, run)?;
-                let (rack, host, conditioned) = placement_shares(&rig, &clients, &volumes)?;
-                (measured[i].in_rack, measured[i].in_host, measured[i].on_conditioned) =
-                    (rack, host, conditioned);
+                measured[i].placed(placement_shares(&rig, &clients, &volumes)?);
                 measured[i].phases.push(phase);
             }
         }
@@ -584,6 +610,7 @@ fn report(setup: &Setup, context: &IoContext, rig: &Rig, measured: &[Measured]) 
             "primaries_in_client_rack": measured[i].in_rack,
             "primaries_on_client_host": measured[i].in_host,
             "primaries_on_conditioned_hosts": measured[i].on_conditioned,
+            "objects_with_a_replica_on_client_host": measured[i].replica_in_host,
             "object_reads": measured[i].local_reads.0,
             "local_object_reads": measured[i].local_reads.1,
             "cpu_busy_percent_runs": cpu,
