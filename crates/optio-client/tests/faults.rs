@@ -162,7 +162,8 @@ impl FaultyNet {
     }
 
     /// Stores `data` at `version` on `device` directly (another writer's request, or the
-    /// servers' own moving of data), with the seed and epoch of `like`'s copy if it has one.
+    /// servers' own moving of data), with the seed of the copy there (if any), at the
+    /// server's epoch.
     fn store_copy(&self, device: u32, pool: u32, key: &str, data: &[u8], version: u64) {
         let store = self.store(device);
         let epoch = Epoch(self.servers[&device].epoch());
