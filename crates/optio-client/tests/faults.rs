@@ -1,8 +1,11 @@
 //! The client's logic against a fault-injecting transport (the counterpart of the server's
-//! `FaultyDisk`): in-memory devices that answer as Optio's servers do, and faults injected
-//! per device and operation — lost replies (the request was applied, its answer never
-//! arrives), slow servers, stale and unknown epochs, a server dying between a probe and a
-//! write. No process, no socket: each test runs in milliseconds and is deterministic.
+//! `FaultyDisk`) around real servers run in process ([`optio_server::InProcess`]): one per
+//! device, each with its device in a temporary directory and the map file the client reads,
+//! authentication off. Each call is encoded as the HTTP transport encodes it, served by the
+//! server's own router, and its answer read by the HTTP transport's own decoding. Faults are
+//! injected per device and operation — servers down, lost replies (the request was applied,
+//! its answer never arrives), slow servers, stale and unknown epochs, a server dying between a
+//! probe and a write, devices catching up, data moving. No process, no socket.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -11,23 +14,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use optio_client::transport::{
-    Answer, BoxFuture, Call, Failure, Op, Reply, Transport as TransportTrait,
-};
+use optio_client::transport::{BoxFuture, Call, Failure, Op, Reply, Transport as TransportTrait};
 use optio_client::{Client, ClientConfig, ClientError, ReplicaState};
-use optio_placement::PoolId;
-use optio_proto::{
-    ChoiceRecord, DeviceMetrics, ErrorKind, Listing, ObjectInfo, ObjectVersion, ServerStatus,
-    checksum,
-};
+use optio_placement::{Epoch, PoolId};
+use optio_proto::{ChoiceRecord, ErrorKind, ObjectVersion, ServerStatus, checksum};
+use optio_server::in_process::{Body, InProcess, http, to_bytes};
+use optio_server::store::{DeviceStore, PutRequest};
+use optio_server::{DeviceConfig, ServerConfig};
 
-/// What one device stores of one key.
+/// What one device stores of one key (a tombstone: `deleted`, no data).
 #[derive(Clone, Debug)]
 struct Stored {
     version: u64,
-    checksum: u32,
     data: Bytes,
-    pg_seed: Option<u32>,
     epoch: u64,
     deleted: bool,
 }
@@ -72,24 +71,20 @@ struct Faults {
     slow: HashMap<u32, Duration>,
     /// After (device, kind) is answered, the server of `victim` dies.
     kill: Vec<((u32, Kind), u32)>,
-    /// The epoch the servers hold (requests below it are stale, above it unknown).
-    epoch: u64,
-    /// Servers that already hold a newer epoch than `epoch` (they load maps on their own).
-    device_epoch: HashMap<u32, u64>,
     /// The servers are still moving data for their epoch (`/v1/status` says so).
     moving: bool,
     /// Rebalancing racing a delete: once a delete reaches the first device, the copies on
     /// the others are dropped (their server moved the object there, and its copy lost to the
     /// tombstone that delete left).
     moved_on_delete: Option<(u32, Vec<u32>)>,
-    /// Requests refused with an unknown epoch before the servers catch up (`usize::MAX`:
-    /// never).
+    /// Requests of an epoch newer than their server's refused with an unknown epoch before
+    /// the servers may catch up (`usize::MAX`: never); the servers then load the map.
     unknown_epoch_answers: usize,
     /// Devices catching up: how many more reads and probes each answers `recovering`.
     recovering: HashMap<u32, usize>,
-    /// When (device, kind) arrives, every server has just moved to this epoch (the map
+    /// When (device, kind) arrives, every server has just loaded the map file (the map
     /// changed between a client's probes and its read).
-    epoch_on_arrival: Option<((u32, Kind), u64)>,
+    epoch_on_arrival: Option<(u32, Kind)>,
     /// After (device, kind) is answered, a client's write of (pool, key) reaches `device`
     /// (a newer version there) and has not reached the others yet: (trigger, device, pool,
     /// key).
@@ -99,11 +94,9 @@ struct Faults {
     overtaking_writer: Option<(u32, u32, String)>,
 }
 
-/// In-memory servers of every device, with faults.
-#[derive(Default)]
+/// A real server for every device, run in process, behind faults.
 struct FaultyNet {
-    objects: Mutex<HashMap<(u32, u32, String), Stored>>,
-    records: Mutex<HashMap<(u32, u32, String), ChoiceRecord>>,
+    servers: HashMap<u32, InProcess>,
     faults: Mutex<Faults>,
     requests: AtomicU64,
     log: Mutex<Vec<(u32, Kind)>>,
@@ -114,18 +107,100 @@ fn refused(kind: ErrorKind, reason: &str, epoch: u64) -> Failure {
 }
 
 impl FaultyNet {
-    fn new(epoch: u64) -> Arc<FaultyNet> {
-        let net = FaultyNet::default();
-        net.faults.lock().unwrap().epoch = epoch;
-        Arc::new(net)
+    /// Servers of devices 0 to 5, their devices under `dir`, following the map `dir/map.toml`
+    /// (written at epoch 1 unless there).
+    async fn start(dir: &Path) -> Arc<FaultyNet> {
+        let path = dir.join("map.toml");
+        if !path.exists() {
+            std::fs::write(&path, map_text(1)).unwrap();
+        }
+        let mut servers = HashMap::new();
+        for id in 0..6 {
+            let device =
+                DeviceConfig { id, dir: dir.join(format!("dev{id}")), capacity_bytes: 1 << 30 };
+            let config = ServerConfig {
+                devices: vec![device],
+                map: Some(optio_cluster::source::MapSource::file(&path)),
+                ..ServerConfig::default()
+            };
+            let server = InProcess::open(config).await.expect("a server");
+            server.caught_up(); // a fresh cluster: nothing to catch up on
+            servers.insert(id, server);
+        }
+        Arc::new(FaultyNet {
+            servers,
+            faults: Mutex::default(),
+            requests: AtomicU64::new(0),
+            log: Mutex::default(),
+        })
     }
 
     fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
         self.faults.lock().unwrap()
     }
 
+    fn store(&self, device: u32) -> Arc<DeviceStore> {
+        self.servers[&device].device(device).expect("the device's server")
+    }
+
     fn stored(&self, device: u32, pool: u32, key: &str) -> Option<Stored> {
-        self.objects.lock().unwrap().get(&(device, pool, key.to_string())).cloned()
+        let store = self.store(device);
+        match store.get(PoolId(pool), key) {
+            Ok((info, data)) => Some(Stored {
+                version: info.version.0,
+                data: Bytes::from(data),
+                epoch: info.epoch,
+                deleted: false,
+            }),
+            Err(_) => store.tombstone(PoolId(pool), key).map(|version| Stored {
+                version: version.0,
+                data: Bytes::new(),
+                epoch: 0,
+                deleted: true,
+            }),
+        }
+    }
+
+    /// Stores `data` at `version` on `device` directly (another writer's request, or the
+    /// servers' own moving of data), with the seed of the copy there (if any), at the
+    /// server's epoch.
+    fn store_copy(&self, device: u32, pool: u32, key: &str, data: &[u8], version: u64) {
+        let store = self.store(device);
+        let epoch = Epoch(self.servers[&device].epoch());
+        let pg_seed = store.info(PoolId(pool), key).and_then(|info| info.pg_seed);
+        let put = PutRequest {
+            pool: PoolId(pool),
+            key,
+            data,
+            version: ObjectVersion(version),
+            checksum: Some(checksum(data)),
+            pg_seed,
+            epoch,
+        };
+        store.put(&put).expect("stored");
+    }
+
+    /// Moves the copy of (pool, key) on `from` to `to`, as a server moving data does.
+    fn move_copy(&self, from: u32, to: u32, pool: u32, key: &str) {
+        let (info, data) = self.store(from).get(PoolId(pool), key).expect("a copy to move");
+        let put = PutRequest {
+            pool: PoolId(pool),
+            key,
+            data: &data,
+            version: info.version,
+            checksum: Some(info.checksum),
+            pg_seed: info.pg_seed,
+            epoch: Epoch(info.epoch),
+        };
+        self.store(to).put(&put).expect("moved");
+        self.store(from).purge(PoolId(pool), key, None).expect("dropped");
+    }
+
+    /// Every server loads the map file now (as they would within the file's polling time).
+    async fn refresh(&self) {
+        for server in self.servers.values() {
+            server.refresh_map().await.expect("the map");
+        }
     }
 
     fn sent_any(&self) -> usize {
@@ -136,272 +211,63 @@ impl FaultyNet {
         self.log.lock().unwrap().iter().filter(|e| **e == (device, kind)).count()
     }
 
-    fn metrics(device: u32) -> DeviceMetrics {
-        DeviceMetrics { device, space_permille: 100, capacity_bytes: 1 << 30, ..Default::default() }
-    }
-
-    fn answer(device: u32, status: u16) -> Answer {
-        Answer {
-            status,
-            info: None,
-            record: None,
-            metrics: Some(FaultyNet::metrics(device)),
-            incarnation: Some(1),
-            deleted: None,
-            body: Default::default(),
-        }
-    }
-
-    fn info(key: &str, stored: &Stored) -> ObjectInfo {
-        ObjectInfo {
-            key: key.to_string(),
-            size_bytes: stored.data.len() as u64,
-            version: ObjectVersion(stored.version),
-            checksum: stored.checksum,
-            pg_seed: stored.pg_seed,
-            epoch: stored.epoch,
-            summary: None,
-        }
-    }
-
-    /// What the device's server does with `call` (no faults but epochs).
-    fn apply(&self, call: &Call<'_>) -> Result<Answer, Failure> {
+    /// The faults that act on the servers' state as `call` arrives (before it is served), or
+    /// the refusal a server in the state the faults describe answers instead.
+    async fn on_arrival(&self, call: &Call<'_>) -> Result<(), Failure> {
         let device = call.endpoint.device;
-        let held = {
-            let mut faults = self.faults();
-            if let Some((at, epoch)) = faults.epoch_on_arrival
-                && at == (device, kind(&call.op))
+        let server = &self.servers[&device];
+        let arrived = self.faults().epoch_on_arrival.take_if(|at| *at == (device, kind(&call.op)));
+        if arrived.is_some() {
+            self.refresh().await;
+        }
+        let mut faults = self.faults();
+        if matches!(kind(&call.op), Kind::Get | Kind::Probe)
+            && let Some(left) = faults.recovering.get_mut(&device)
+            && *left > 0
+        {
+            *left -= 1;
+            return Err(refused(ErrorKind::Recovering, "catching up", server.epoch()));
+        }
+        if faults.unknown_epoch_answers > 0 && call.epoch > server.epoch() {
+            faults.unknown_epoch_answers = faults.unknown_epoch_answers.saturating_sub(1);
+            return Err(refused(ErrorKind::UnknownEpoch, "epoch unknown here", server.epoch()));
+        }
+        let key = call.op.key().unwrap_or_default();
+        if let Op::Delete { version, .. } = &call.op {
+            if let Some((_, others)) = faults.moved_on_delete.take_if(|(first, _)| *first == device)
             {
-                faults.epoch = faults.epoch.max(epoch);
-                faults.epoch_on_arrival = None;
-            }
-            if matches!(kind(&call.op), Kind::Get | Kind::Probe)
-                && let Some(left) = faults.recovering.get_mut(&device)
-                && *left > 0
-            {
-                *left -= 1;
-                return Err(refused(ErrorKind::Recovering, "catching up", faults.epoch));
-            }
-            if faults.unknown_epoch_answers > 0 && call.epoch > faults.epoch {
-                faults.unknown_epoch_answers = faults.unknown_epoch_answers.saturating_sub(1);
-                return Err(refused(ErrorKind::UnknownEpoch, "epoch unknown here", faults.epoch));
-            }
-            if faults.unknown_epoch_answers == 0 && call.epoch > faults.epoch {
-                faults.epoch = call.epoch; // the server caught up
-            }
-            let server =
-                faults.device_epoch.get(&device).map_or(faults.epoch, |e| *e.max(&faults.epoch));
-            if call.epoch < server {
-                return Err(refused(ErrorKind::StaleEpoch, "epoch is stale", server));
-            }
-            server
-        };
-        let at = (device, call.pool.0, call.op.key().unwrap_or_default().to_string());
-        let mut objects = self.objects.lock().unwrap();
-        let mut records = self.records.lock().unwrap();
-        let mut answer = FaultyNet::answer(device, 200);
-        match &call.op {
-            Op::Probe { key, want_choice } => {
-                match objects.get(&at) {
-                    Some(s) if !s.deleted => answer.info = Some(FaultyNet::info(key, s)),
-                    Some(s) => {
-                        answer.status = 404;
-                        answer.deleted = Some(ObjectVersion(s.version));
-                    }
-                    None => answer.status = 404,
-                }
-                if *want_choice {
-                    answer.record = records.get(&at).copied();
+                for other in others {
+                    self.store(other).purge(call.pool, key, None).expect("dropped");
                 }
             }
-            // Opens go to a local socket (`open_local`), which this transport does not have.
-            Op::Open { .. } => {
-                return Err(refused(ErrorKind::BadRequest, "no local socket here", held));
-            }
-            Op::Get { key, .. } | Op::Fetch { key } => {
-                let range = match &call.op {
-                    Op::Get { range, .. } => *range,
-                    _ => None,
-                };
-                let Some(s) = objects.get(&at).filter(|s| !s.deleted) else {
-                    return Err(refused(ErrorKind::NotFound, "no such object", held));
-                };
-                answer.info = Some(FaultyNet::info(key, s));
-                answer.body = in_chunks(match range {
-                    None => s.data.clone(),
-                    Some((a, b)) => {
-                        answer.status = 206;
-                        s.data.slice(a as usize..=(b as usize).min(s.data.len() - 1))
-                    }
-                });
-            }
-            Op::Put { data, version, checksum: crc, pg_seed, .. } => {
-                if checksum(data) != *crc {
-                    return Err(refused(ErrorKind::BadRequest, "checksum mismatch", held));
-                }
-                match objects.get(&at) {
-                    Some(s) if s.version > version.0 => {
-                        return Err(refused(ErrorKind::VersionConflict, "newer stored", held));
-                    }
-                    Some(s) if s.version == version.0 => {}
-                    _ => {
-                        answer.status = 201;
-                        objects.insert(
-                            at,
-                            Stored {
-                                version: version.0,
-                                checksum: *crc,
-                                data: data.clone(),
-                                pg_seed: *pg_seed,
-                                epoch: call.epoch,
-                                deleted: false,
-                            },
-                        );
-                    }
-                }
-            }
-            Op::WriteAt {
-                data,
-                offset,
-                zeroes,
-                size,
-                base,
-                version,
-                checksum: crc,
-                pg_seed,
-                ..
-            } => {
-                if checksum(data) != *crc {
-                    return Err(refused(ErrorKind::BadRequest, "checksum mismatch", held));
-                }
-                let live = objects.get(&at).filter(|s| !s.deleted).cloned();
-                let conflict = |stored: Option<u64>| Failure::Refused {
-                    kind: ErrorKind::VersionConflict,
-                    reason: "based on another version".into(),
-                    epoch: Some(held),
-                    stored: Some(ObjectVersion(stored.unwrap_or(0))),
-                };
-                if live.as_ref().is_some_and(|s| s.version == version.0) {
-                    return Ok(answer); // a retry
-                }
-                let mut whole = match (base, &live) {
-                    (None, None) => {
-                        if objects.get(&at).is_some_and(|s| s.version >= version.0) {
-                            return Err(conflict(objects.get(&at).map(|s| s.version)));
-                        }
-                        vec![0u8; *size as usize]
-                    }
-                    (Some(base), Some(s)) if s.version == base.0 && s.version < version.0 => {
-                        s.data.to_vec()
-                    }
-                    (_, live) => return Err(conflict(live.as_ref().map(|s| s.version))),
-                };
-                let len = if *zeroes > 0 { *zeroes as usize } else { data.len() };
-                let range = *offset as usize..*offset as usize + len;
-                if range.end > whole.len() {
-                    return Err(refused(ErrorKind::BadRequest, "out of range", held));
-                }
-                if *zeroes > 0 {
-                    whole[range].fill(0);
-                } else {
-                    whole[range].copy_from_slice(data);
-                }
-                answer.status = 201;
-                let stored = Stored {
-                    version: version.0,
-                    checksum: checksum(&whole),
-                    data: Bytes::from(whole),
-                    pg_seed: live.as_ref().map_or(*pg_seed, |s| s.pg_seed),
-                    epoch: call.epoch,
-                    deleted: false,
-                };
-                objects.insert(at, stored);
-            }
-            Op::Sync => answer.status = 204,
-            Op::Undo { version, .. } => {
-                match objects.get(&at) {
-                    Some(s) if !s.deleted && s.version == version.0 => {
-                        objects.remove(&at);
-                    }
-                    _ => return Err(refused(ErrorKind::NotFound, "no such object", held)),
-                }
-                answer.status = 204;
-            }
-            Op::Delete { version, purge, .. } => {
-                let moved = self.faults().moved_on_delete.clone();
-                if let Some((_, others)) = moved.filter(|(first, _)| *first == device) {
-                    for other in others {
-                        objects.remove(&(other, call.pool.0, at.2.clone()));
-                    }
-                    self.faults().moved_on_delete = None;
-                }
-                let version = version.map_or(u64::MAX, |v| v.0);
-                if self.faults().overtaking_writer.as_ref() == Some(&at)
-                    && let Some(s) = objects.get(&at).cloned()
-                {
-                    let newer = Stored { version: version + 1, deleted: false, ..s };
-                    objects.insert(at.clone(), newer);
-                }
-                match objects.get(&at) {
-                    // As the servers do: a tombstone never goes below a newer version.
-                    Some(s) if !*purge && s.version > version => {
-                        return Err(Failure::Refused {
-                            kind: ErrorKind::VersionConflict,
-                            reason: "newer stored".into(),
-                            epoch: Some(held),
-                            stored: Some(ObjectVersion(s.version)),
-                        });
-                    }
-                    Some(s) if *purge && s.version <= version => {
-                        objects.remove(&at);
-                    }
-                    Some(s) if !*purge && !s.deleted && s.version < version => {
-                        let tombstone =
-                            Stored { version, deleted: true, data: Bytes::new(), ..s.clone() };
-                        objects.insert(at, tombstone);
-                    }
-                    _ => return Err(refused(ErrorKind::NotFound, "no such object", held)),
-                }
-                answer.status = 204;
-            }
-            Op::List(query) => {
-                let mut listed: Vec<ObjectInfo> = objects
-                    .iter()
-                    .filter(|((d, p, k), s)| {
-                        *d == device
-                            && *p == call.pool.0
-                            && !s.deleted
-                            && k.starts_with(query.prefix.as_deref().unwrap_or(""))
-                    })
-                    .map(|((_, _, k), s)| FaultyNet::info(k, s))
-                    .collect();
-                listed.sort_by(|a, b| a.key.cmp(&b.key));
-                let listing = Listing { objects: listed, truncated: false, deleted: Vec::new() };
-                answer.body = in_chunks(Bytes::from(serde_json::to_vec(&listing).unwrap()));
-            }
-            Op::GetRecord { .. } => match records.get(&at) {
-                Some(r) => answer.record = Some(*r),
-                None => answer.status = 404,
-            },
-            Op::PutRecord { key, record, replace_if_writer, .. } => {
-                let replace = records
-                    .get(&at)
-                    .is_some_and(|r| replace_if_writer.is_some_and(|w| w == r.writer));
-                if !records.contains_key(&at) || replace {
-                    records.insert(at.clone(), *record);
-                    answer.status = 201;
-                }
-                answer.record = records.get(&at).copied();
-                if let Some(s) = objects.get(&at).filter(|s| !s.deleted) {
-                    answer.info = Some(FaultyNet::info(key, s));
-                }
-            }
-            Op::DeleteRecord { .. } => {
-                records.remove(&at);
-                answer.status = 204;
+            if faults.overtaking_writer.as_ref() == Some(&(device, call.pool.0, key.to_string())) {
+                let newer = version.map_or(u64::MAX - 1, |v| v.0) + 1;
+                let data = self.stored(device, call.pool.0, key).map(|s| s.data);
+                let data = data.filter(|d| !d.is_empty()).unwrap_or(Bytes::from_static(b"newer"));
+                self.store_copy(device, call.pool.0, key, &data, newer);
             }
         }
-        Ok(answer)
+        Ok(())
+    }
+
+    /// `call` served by its device's server, its answer read as the HTTP transport reads it.
+    async fn serve(&self, call: &Call<'_>) -> Reply {
+        let request = call.request();
+        let mut builder =
+            http::Request::builder().method(call.op.method().as_str()).uri(request.path());
+        for (name, value) in request.headers() {
+            builder = builder.header(name, value);
+        }
+        let body = match &call.op {
+            Op::Put { data, .. } | Op::WriteAt { data, .. } => data.clone(),
+            _ => Bytes::new(),
+        };
+        builder = builder.header(http::header::CONTENT_LENGTH, body.len());
+        let request = builder.body(Body::from(body)).expect("a request");
+        let response = self.servers[&call.endpoint.device].serve(request).await;
+        let (parts, body) = response.into_parts();
+        let body = to_bytes(body, usize::MAX).await.expect("a body");
+        optio_net::reply_of(call, parts.status.as_u16(), &parts.headers, in_chunks(body))
     }
 }
 
@@ -419,15 +285,18 @@ impl TransportTrait for FaultyNet {
             if self.faults().down.contains(&device) {
                 return Err((Failure::NotRunning("connection refused".into()), None));
             }
-            let result = self.apply(&call);
+            let result = match self.on_arrival(&call).await {
+                Ok(()) => self.serve(&call).await,
+                Err(refusal) => Err((refusal, None)),
+            };
             let racing = match result {
                 Ok(_) => self.faults().racing_write.take_if(|(at, ..)| *at == (device, kind)),
                 Err(_) => None,
             };
             if let Some((_, at, pool, key)) = racing
-                && let Some(stored) = self.objects.lock().unwrap().get_mut(&(at, pool, key))
+                && let Some(stored) = self.stored(at, pool, &key).filter(|s| !s.deleted)
             {
-                stored.version += 1;
+                self.store_copy(at, pool, &key, &stored.data, stored.version + 1);
             }
             let mut faults = self.faults();
             let victims: Vec<u32> =
@@ -439,19 +308,27 @@ impl TransportTrait for FaultyNet {
                 *left -= 1;
                 return Err((Failure::Unreachable("the reply was lost".into()), None));
             }
-            let metrics = Some(FaultyNet::metrics(device));
-            result.map_err(|failure| (failure, metrics))
+            result
         })
     }
 
-    fn server_status<'a>(&'a self, _addr: &'a str) -> BoxFuture<'a, Result<ServerStatus, Failure>> {
+    /// The server's `/v1/status`, saying whether it still moves data for its epoch (these
+    /// servers move none: the tests move copies themselves).
+    fn server_status<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, Result<ServerStatus, Failure>> {
         Box::pin(async move {
-            let (epoch, moving) = {
-                let faults = self.faults();
-                (faults.epoch, faults.moving)
-            };
-            let migration = optio_proto::MigrationStatus {
-                epoch,
+            // Device `id` is at 10.0.0.id:9.
+            let id: u32 =
+                addr.trim_start_matches("10.0.0.").trim_end_matches(":9").parse().unwrap();
+            let request = http::Request::get(optio_proto::route::STATUS_PATH)
+                .body(Body::empty())
+                .expect("a request");
+            let response = self.servers[&id].serve(request).await;
+            assert_eq!(response.status(), 200);
+            let body = to_bytes(response.into_body(), usize::MAX).await.expect("a body");
+            let mut status: ServerStatus = serde_json::from_slice(&body).expect("a status");
+            let moving = self.faults().moving;
+            status.migration = optio_proto::MigrationStatus {
+                epoch: status.epoch,
                 phase: if moving {
                     optio_proto::MigrationPhase::Moving
                 } else {
@@ -459,7 +336,7 @@ impl TransportTrait for FaultyNet {
                 },
                 ..Default::default()
             };
-            Ok(ServerStatus { epoch, devices: Vec::new(), migration, fenced: false, local: None })
+            Ok(status)
         })
     }
 }
@@ -516,7 +393,7 @@ const PLAIN: PoolId = PoolId(2);
 async fn a_lost_write_reply_is_sent_again_and_a_running_replica_that_never_answers_fails_the_write()
 {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let strict = client(dir.path(), &net).await;
     let replicas = devices(&strict, "plain", "lost", 0);
     // The last replica stores the object but its acknowledgement never arrives: the same
@@ -545,7 +422,7 @@ async fn a_lost_write_reply_is_sent_again_and_a_running_replica_that_never_answe
 #[tokio::test]
 async fn a_write_goes_around_a_replica_whose_server_is_not_running_down_to_min_size() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     let replicas = devices(&client, "plain", "degraded", 0);
     net.faults().down.insert(replicas[1]);
@@ -569,7 +446,7 @@ async fn a_write_goes_around_a_replica_whose_server_is_not_running_down_to_min_s
 #[tokio::test]
 async fn a_lost_probe_reply_at_the_home_still_finds_the_object() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let writer = client(dir.path(), &net).await;
     writer.put("data", "k", Bytes::from_static(b"hello")).await.unwrap();
     // A second client (cold cache) whose probe of the home gets no answer.
@@ -583,7 +460,7 @@ async fn a_lost_probe_reply_at_the_home_still_finds_the_object() {
 #[tokio::test]
 async fn a_slow_replica_delays_but_does_not_reorder_versions() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     let replicas = devices(&client, "plain", "slow", 0);
     net.faults().slow.insert(replicas[1], Duration::from_millis(150));
@@ -609,12 +486,12 @@ async fn a_slow_replica_delays_but_does_not_reorder_versions() {
 #[tokio::test]
 async fn a_stale_epoch_reloads_the_map_and_the_write_lands_in_the_new_epoch() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     assert_eq!(client.epoch(), 1);
     // The map moves on; the servers know it before the client does.
     std::fs::write(dir.path().join("map.toml"), map_text(2)).unwrap();
-    net.faults().epoch = 2;
+    net.refresh().await;
     client.put("plain", "epoch", Bytes::from_static(b"x")).await.expect("retried at epoch 2");
     assert_eq!(client.epoch(), 2);
     for device in devices(&client, "plain", "epoch", 0) {
@@ -625,7 +502,7 @@ async fn a_stale_epoch_reloads_the_map_and_the_write_lands_in_the_new_epoch() {
 #[tokio::test]
 async fn servers_behind_the_clients_epoch_are_waited_for_a_while_then_given_up_on() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     // The client's epoch is newer than the servers': they say "unknown" three times, then
     // catch up, and the write goes through.
@@ -644,7 +521,7 @@ async fn servers_behind_the_clients_epoch_are_waited_for_a_while_then_given_up_o
 #[tokio::test]
 async fn a_home_dying_between_probe_and_record_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     let key = "dies";
     let home = devices(&client, "data", key, 0)[0];
@@ -660,7 +537,7 @@ async fn a_home_dying_between_probe_and_record_writes_nothing() {
 #[tokio::test]
 async fn a_replica_dying_between_probe_and_write_is_repaired_once_back() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     let key = "replica-dies";
     let set = devices(&client, "data", key, 0);
@@ -682,7 +559,7 @@ async fn a_replica_dying_between_probe_and_write_is_repaired_once_back() {
 #[tokio::test]
 async fn a_delete_whose_reply_is_lost_twice_is_reported_and_still_hides_the_object() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     client.put("plain", "gone", Bytes::from_static(b"x")).await.unwrap();
     let replicas = devices(&client, "plain", "gone", 0);
@@ -707,7 +584,7 @@ async fn a_delete_whose_reply_is_lost_twice_is_reported_and_still_hides_the_obje
 #[tokio::test]
 async fn a_delete_overtaken_by_a_newer_write_stands_as_a_write_would() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     client.put("plain", "raced", Bytes::from_static(b"x")).await.unwrap();
     let replicas = devices(&client, "plain", "raced", 0);
@@ -729,7 +606,7 @@ async fn a_delete_overtaken_by_a_newer_write_stands_as_a_write_would() {
 /// back, and so learnt the servers settled at epoch 1; and where the key's copies are.
 async fn written_and_settled(key: &str) -> (tempfile::TempDir, Arc<FaultyNet>, Client, Vec<u32>) {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     let holders = devices(&client, "plain", key, 0);
     client.put("plain", key, Bytes::from_static(b"x")).await.unwrap();
@@ -757,7 +634,7 @@ async fn put_without_the_third_replica(
 #[tokio::test]
 async fn a_delete_started_again_on_a_new_map_reports_the_object_it_removed() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     let key = "moved-on";
     // The object misses one replica: its server was down for the write.
@@ -767,7 +644,7 @@ async fn a_delete_started_again_on_a_new_map_reports_the_object_it_removed() {
     // the new map and finds tombstones and a replica that never had the object: the object
     // the first attempt removed is reported deleted, not "no such object".
     std::fs::write(dir.path().join("map.toml"), map_text(2)).unwrap();
-    net.faults().device_epoch.insert(replicas[2], 2);
+    net.servers[&replicas[2]].refresh_map().await.unwrap();
     client.delete("plain", key).await.expect("the object was there and is gone");
     assert_eq!(client.epoch(), 2);
     assert!(net.sent(replicas[2], Kind::Delete) >= 2, "refused at epoch 1, taken at epoch 2");
@@ -785,7 +662,7 @@ async fn a_delete_started_again_on_a_new_map_reports_the_object_it_removed() {
 #[tokio::test]
 async fn two_map_changes_before_the_servers_settle_still_find_copies_where_the_first_put_them() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     let key = "two-steps";
     // Written while its third replica was down: the copies are on the first two only.
@@ -804,7 +681,9 @@ async fn two_map_changes_before_the_servers_settle_still_find_copies_where_the_f
     let now = devices(&client, "plain", key, 0);
     assert!(!now.contains(&replicas[0]) && !now.contains(&replicas[1]), "{now:?} {replicas:?}");
     assert_eq!(&client.get("plain", key).await.expect("read from epoch 1's devices")[..], b"kept");
-    // Once the servers report done, reads go where the current map says.
+    // Once the servers (at epoch 3: they follow the map file) report done, reads go where
+    // the current map says.
+    net.refresh().await;
     net.faults().moving = false;
     let follow = client.clone();
     tokio::time::timeout(Duration::from_secs(10), async move {
@@ -845,12 +724,8 @@ async fn a_client_that_missed_a_map_reads_copies_only_that_map_placed() {
     // the servers moved it there; epoch 3 puts it back on the first three, and the servers
     // have not moved it back yet. Epochs 1 and 3 both place it where no copy is.
     let others: Vec<u32> = (0..6).filter(|d| !first.contains(d)).collect();
-    {
-        let mut objects = net.objects.lock().unwrap();
-        for (from, to) in first.iter().zip(&others) {
-            let stored = objects.remove(&(*from, PLAIN.0, key.to_string())).unwrap();
-            objects.insert((*to, PLAIN.0, key.to_string()), stored);
-        }
+    for (from, to) in first.iter().zip(&others) {
+        net.move_copy(*from, *to, PLAIN.0, key);
     }
     net.faults().moving = true;
     std::fs::write(dir.path().join("map.toml"), map_text_out(3, &others)).unwrap();
@@ -917,7 +792,7 @@ async fn a_careful_read_refused_as_stale_after_its_probes_reads_again_on_the_new
     assert_eq!(client.epoch(), 2);
     // The probes are answered at epoch 2; the map moves to epoch 3 before the read arrives.
     std::fs::write(dir.path().join("map.toml"), map_text(3)).unwrap();
-    net.faults().epoch_on_arrival = Some(((replicas[0], Kind::Get), 3));
+    net.faults().epoch_on_arrival = Some((replicas[0], Kind::Get));
     assert_eq!(&client.get("plain", key).await.expect("read again at epoch 3")[..], b"x");
     assert_eq!(client.epoch(), 3);
 }
@@ -950,10 +825,10 @@ async fn selective_reintegration_counts_each_offloaded_replica_once() {
     use optio_placement::{Placement, ReplicaSet};
 
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
     let path = dir.path().join("map.toml");
     // Ranks 1 to 4 of 6 active: devices 4 and 5 are away.
     std::fs::write(&path, elastic_map_text(1, &["\"all\"", "4"])).unwrap();
+    let net = FaultyNet::start(dir.path()).await;
     let table = Arc::new(optio_cluster::dirty::DirtyTable::open(None, dir.path()).await.unwrap());
     let config = ClientConfig { dirty: Some(table.clone()), ..ClientConfig::default() };
     let client = client_with(dir.path(), &net, config).await;
@@ -1038,13 +913,13 @@ async fn a_device_removed_before_the_client_learned_the_servers_settled_is_not_a
 #[tokio::test]
 async fn a_record_naming_no_candidate_of_the_pool_is_refused_not_followed() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     let key = "foreign";
     let home = devices(&client, "data", key, 0)[0];
     // Candidate 2 of a pool with k = 2, as a hand-made request once stored (issue 13, defect 3).
     let bad = ChoiceRecord { candidate: 2, choices: 3, writer: 0xab };
-    net.records.lock().unwrap().insert((home, DATA.0, key.to_string()), bad);
+    net.store(home).create_record(DATA, key, bad, None, false);
     let error = client.put("data", key, Bytes::from_static(b"x")).await.unwrap_err();
     assert!(
         matches!(error, ClientError::BadRecord { candidate: 2, choices: 2, device, .. } if device == home),
@@ -1058,7 +933,7 @@ async fn a_record_naming_no_candidate_of_the_pool_is_refused_not_followed() {
 #[tokio::test]
 async fn dot_segment_keys_are_refused_before_anything_is_sent() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     for key in [".", ".."] {
         let error = client.put("data", key, Bytes::from_static(b"x")).await.unwrap_err();
@@ -1072,7 +947,7 @@ async fn dot_segment_keys_are_refused_before_anything_is_sent() {
 #[tokio::test]
 async fn a_write_quorum_of_zero_or_above_the_replicas_is_refused_not_clamped() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     std::fs::write(dir.path().join("map.toml"), map_text(1)).unwrap();
     let source = optio_cluster::source::MapSource::file(&dir.path().join("map.toml"));
     let zero = ClientConfig { write_quorum: Some(0), ..ClientConfig::default() };
@@ -1091,7 +966,7 @@ async fn a_write_quorum_of_zero_or_above_the_replicas_is_refused_not_clamped() {
 #[tokio::test]
 async fn no_candidate_answering_is_not_called_a_lack_of_room() {
     let dir = tempfile::tempdir().unwrap();
-    let net = FaultyNet::new(1);
+    let net = FaultyNet::start(dir.path()).await;
     let client = client(dir.path(), &net).await;
     // A key whose home answers while candidate 1's primary is down, and every other device of
     // both candidates is down too: near-empty devices, none of them full (issue 13, defect 7).
@@ -1153,7 +1028,7 @@ mod in_place {
     #[tokio::test]
     async fn a_known_object_is_written_in_place_without_a_probe_and_reads_back_by_ranges() {
         let dir = tempfile::tempdir().unwrap();
-        let net = FaultyNet::new(1);
+        let net = FaultyNet::start(dir.path()).await;
         let client = client(dir.path(), &net).await;
         let mut model = vec![0u8; SIZE as usize];
         // Never written: reads as nothing (zeros), and the first write creates it with only
@@ -1194,7 +1069,7 @@ mod in_place {
     #[tokio::test]
     async fn a_lost_reply_to_a_write_in_place_is_sent_again_and_answered_as_stored() {
         let dir = tempfile::tempdir().unwrap();
-        let net = FaultyNet::new(1);
+        let net = FaultyNet::start(dir.path()).await;
         let client = client(dir.path(), &net).await;
         let mut model = vec![0u8; SIZE as usize];
         let written = write(&client, "lost", 0, b"one", None, &mut model).await;
@@ -1206,7 +1081,7 @@ mod in_place {
     #[tokio::test]
     async fn a_replica_that_missed_writes_while_down_gets_the_object_whole_on_the_next_write() {
         let dir = tempfile::tempdir().unwrap();
-        let net = FaultyNet::new(1);
+        let net = FaultyNet::start(dir.path()).await;
         let client = client(dir.path(), &net).await;
         let mut model = vec![0u8; SIZE as usize];
         let written = write(&client, "down", 0, b"one", None, &mut model).await;
@@ -1236,7 +1111,7 @@ mod in_place {
     #[tokio::test]
     async fn a_create_that_finds_the_object_there_keeps_its_bytes() {
         let dir = tempfile::tempdir().unwrap();
-        let net = FaultyNet::new(1);
+        let net = FaultyNet::start(dir.path()).await;
         let first = client(dir.path(), &net).await;
         let mut model = vec![0u8; SIZE as usize];
         write(&first, "both", 0, b"kept", None, &mut model).await;
@@ -1250,7 +1125,7 @@ mod in_place {
     #[tokio::test]
     async fn a_flush_goes_again_after_a_lost_reply_and_around_a_server_that_is_gone() {
         let dir = tempfile::tempdir().unwrap();
-        let net = FaultyNet::new(1);
+        let net = FaultyNet::start(dir.path()).await;
         let client = client(dir.path(), &net).await;
         let mut model = vec![0u8; SIZE as usize];
         let written = write(&client, "flush", 0, b"one", None, &mut model).await;
@@ -1268,7 +1143,7 @@ mod in_place {
     #[tokio::test]
     async fn compare_and_write_fails_when_another_writer_changed_the_object() {
         let dir = tempfile::tempdir().unwrap();
-        let net = FaultyNet::new(1);
+        let net = FaultyNet::start(dir.path()).await;
         let client = client(dir.path(), &net).await;
         let mut model = vec![0u8; SIZE as usize];
         let base = write(&client, "cas", 0, b"v1", None, &mut model).await;

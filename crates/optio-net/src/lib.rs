@@ -626,6 +626,30 @@ fn metrics_of(headers: &reqwest::header::HeaderMap) -> Option<DeviceMetrics> {
     headers.get(wire::METRICS).and_then(|m| m.to_str().ok()).and_then(DeviceMetrics::from_header)
 }
 
+/// What the answer of `status` with `headers` and `body` to `call` means, as the HTTP
+/// transport reads it: an [`Answer`], or the refusal it carries with the metrics it
+/// piggybacked. For transports that reach a server some other way (an in-process server in
+/// tests) and must read its answers exactly as [`HttpTransport`] does.
+#[allow(clippy::result_large_err)]
+pub fn reply_of(
+    call: &Call<'_>,
+    status: u16,
+    headers: &reqwest::header::HeaderMap,
+    body: Chunks,
+) -> Reply {
+    let metrics = metrics_of(headers);
+    let absent_is_an_answer = call.op.absent_is_an_answer();
+    answer_of(
+        status,
+        headers,
+        body,
+        metrics,
+        call.op.key(),
+        absent_is_an_answer,
+        call.endpoint.device,
+    )
+}
+
 /// What an answer of `status` with `headers` and `body` from `device` means: an [`Answer`],
 /// or the refusal it carries (a 404 without an error kind is an answer when
 /// `absent_is_an_answer`); malformed Optio headers are a [`Failure::Malformed`].

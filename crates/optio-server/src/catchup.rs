@@ -115,6 +115,15 @@ impl CatchUp {
                 .is_some_and(|m| m.map.device(DeviceId(device)).is_some_and(|d| !d.up))
     }
 
+    /// Lets every device serve reads without catching up: for a server whose caller knows
+    /// its devices missed no write (a fresh cluster run in process, where no catch-up runs:
+    /// [`crate::InProcess::caught_up`]).
+    pub(crate) fn mark_all_caught_up(&self) {
+        for state in self.state.values() {
+            state.recovering.store(false, Ordering::Release);
+        }
+    }
+
     /// Marks every device recovering — the server served nothing for a while (it lost its
     /// fencing lease) and writes may have gone around it — and starts a pass.
     pub fn mark_all_recovering(&self) {

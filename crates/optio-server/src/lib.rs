@@ -45,6 +45,7 @@ pub mod emulated;
 mod error;
 pub mod fence;
 pub mod http;
+pub mod in_process;
 mod mapstate;
 pub mod rebalance;
 pub mod records;
@@ -64,6 +65,7 @@ pub use conn::local::LOCAL_SOCKET_MODE;
 pub use disk::{Disk, Fault, FaultyDisk, RealDisk};
 pub use emulated::EmulatedDisk;
 pub use error::StoreError;
+pub use in_process::InProcess;
 pub use mapstate::{MapState, ServerMap};
 pub use optio_proto::{DeviceStatus, Listing, ServerStatus};
 pub use optio_proto::{MigrationPhase, MigrationStatus};
@@ -212,31 +214,7 @@ impl Server {
             max_connections: config.max_connections,
         };
         limits.check().map_err(ServerError::Limits)?;
-        let mut devices = HashMap::new();
-        for device in &config.devices {
-            let disk = config.disks.get(&device.id).cloned().unwrap_or_else(|| Arc::new(RealDisk));
-            let device_config = device.clone();
-            let store =
-                tokio::task::spawn_blocking(move || DeviceStore::open(&device_config, disk))
-                    .await
-                    .expect("opening a device does not panic")
-                    .map_err(|source| ServerError::Device { device: device.id, source })?;
-            if devices.insert(device.id, Arc::new(store)).is_some() {
-                return Err(ServerError::DuplicateDevice(device.id));
-            }
-        }
-        let map = Arc::new(MapState::new(config.map.clone()));
-        map.refresh().await.map_err(ServerError::Map)?;
-        let mut migration = config.migration.clone();
-        if migration.state_dir.is_none() {
-            migration.state_dir = config.devices.iter().min_by_key(|d| d.id).map(|d| d.dir.clone());
-        }
-        let transport = optio_net::HttpTransport::with_options(
-            config.credentials.clone(),
-            config.tls_ca.as_deref(),
-            None,
-        )
-        .map_err(ServerError::Auth)?;
+        let (state, transport) = open_state(&config).await?;
         // Clients with a certificate from the cluster's CA may use it as their identity.
         let tls = match &config.tls {
             Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(
@@ -245,37 +223,6 @@ impl Server {
             ))),
             None => None,
         };
-        let rebalancer = Arc::new(
-            Rebalancer::new(devices.clone(), map.clone(), migration, transport.clone())
-                .map_err(ServerError::Migration)?,
-        );
-        let catchup = Arc::new(
-            catchup::CatchUp::new(devices.clone(), map.clone(), transport.clone())
-                .map_err(ServerError::Migration)?,
-        );
-        let scrubber = Arc::new(
-            scrub::Scrubber::new(
-                devices.clone(),
-                map.clone(),
-                config.scrub.clone(),
-                rebalancer.clone(),
-                catchup.clone(),
-                transport.clone(),
-            )
-            .map_err(ServerError::Migration)?,
-        );
-        let fence = Arc::new(match &config.map {
-            Some(optio_cluster::source::MapSource::Etcd(_)) => {
-                fence::Fence::leased(config.fence_ttl).map_err(ServerError::Limits)?
-            }
-            _ => fence::Fence::open(),
-        });
-        let auth = Arc::new(match &config.keyring {
-            Some(path) => auth::Auth::from_file(path.clone(), config.metrics_public)
-                .map_err(ServerError::Auth)?,
-            None => auth::Auth::off(),
-        });
-        let system = Arc::new(system::SystemMetrics::default());
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| ServerError::Listen { addr: config.listen, source })?;
@@ -298,23 +245,8 @@ impl Server {
             .ok()
             .filter(|addr| !addr.ip().is_unspecified())
             .map(|addr| addr.to_string());
+        let state = Arc::new(http::AppState { local_socket, listen_addr, ..state });
         let signer = Some(transport);
-        let state = Arc::new(http::AppState {
-            devices,
-            map,
-            system,
-            max_object_bytes: config.max_object_bytes,
-            telemetry: http::ServerMetrics::new(),
-            incarnation: incarnation(),
-            rebalancer,
-            catchup,
-            scrubber,
-            fence,
-            auth,
-            writes: Default::default(),
-            local_socket,
-            listen_addr,
-        });
         Ok(Server { listener, local, state, limits, tls, signer })
     }
 
@@ -383,6 +315,86 @@ impl Server {
         http::close_records(&state_for_exit).await;
         Ok(())
     }
+}
+
+/// Opens `config`'s devices and loads its map: the state every request is served from
+/// (without a local socket or a listening address, which [`Server::bind`] adds), and the
+/// transport the server's own requests go through.
+async fn open_state(
+    config: &ServerConfig,
+) -> Result<(http::AppState, optio_net::HttpTransport), ServerError> {
+    let mut devices = HashMap::new();
+    for device in &config.devices {
+        let disk = config.disks.get(&device.id).cloned().unwrap_or_else(|| Arc::new(RealDisk));
+        let device_config = device.clone();
+        let store = tokio::task::spawn_blocking(move || DeviceStore::open(&device_config, disk))
+            .await
+            .expect("opening a device does not panic")
+            .map_err(|source| ServerError::Device { device: device.id, source })?;
+        if devices.insert(device.id, Arc::new(store)).is_some() {
+            return Err(ServerError::DuplicateDevice(device.id));
+        }
+    }
+    let map = Arc::new(MapState::new(config.map.clone()));
+    map.refresh().await.map_err(ServerError::Map)?;
+    let mut migration = config.migration.clone();
+    if migration.state_dir.is_none() {
+        migration.state_dir = config.devices.iter().min_by_key(|d| d.id).map(|d| d.dir.clone());
+    }
+    let transport = optio_net::HttpTransport::with_options(
+        config.credentials.clone(),
+        config.tls_ca.as_deref(),
+        None,
+    )
+    .map_err(ServerError::Auth)?;
+    let rebalancer = Arc::new(
+        Rebalancer::new(devices.clone(), map.clone(), migration, transport.clone())
+            .map_err(ServerError::Migration)?,
+    );
+    let catchup = Arc::new(
+        catchup::CatchUp::new(devices.clone(), map.clone(), transport.clone())
+            .map_err(ServerError::Migration)?,
+    );
+    let scrubber = Arc::new(
+        scrub::Scrubber::new(
+            devices.clone(),
+            map.clone(),
+            config.scrub.clone(),
+            rebalancer.clone(),
+            catchup.clone(),
+            transport.clone(),
+        )
+        .map_err(ServerError::Migration)?,
+    );
+    let fence = Arc::new(match &config.map {
+        Some(optio_cluster::source::MapSource::Etcd(_)) => {
+            fence::Fence::leased(config.fence_ttl).map_err(ServerError::Limits)?
+        }
+        _ => fence::Fence::open(),
+    });
+    let auth = Arc::new(match &config.keyring {
+        Some(path) => {
+            auth::Auth::from_file(path.clone(), config.metrics_public).map_err(ServerError::Auth)?
+        }
+        None => auth::Auth::off(),
+    });
+    let state = http::AppState {
+        devices,
+        map,
+        system: Arc::new(system::SystemMetrics::default()),
+        max_object_bytes: config.max_object_bytes,
+        telemetry: http::ServerMetrics::new(),
+        incarnation: incarnation(),
+        rebalancer,
+        catchup,
+        scrubber,
+        fence,
+        auth,
+        writes: Default::default(),
+        local_socket: None,
+        listen_addr: None,
+    };
+    Ok((state, transport))
 }
 
 /// A random number for this run of the server.
