@@ -12,7 +12,7 @@
 //!            | crc32c(first 40) u32 | 0 u32
 //! ```
 
-use super::{DirtyEntry, DirtyError, KEY_BYTES_MAX, PUSH_ENTRIES_MAX};
+use super::{DirtyEntry, KEY_BYTES_MAX};
 
 /// The first byte of an encoded entry: its format.
 pub(crate) const ENTRY_TAG: u8 = 1;
@@ -39,7 +39,7 @@ pub(crate) const HEADER_BYTES: u64 = 32;
 pub(crate) const HEAD_BYTES: usize = 48;
 
 /// Why bytes are not an entry, a log header or a head, or why an entry breaks the rules of
-/// [`DirtyEntry`]. [`DirtyError`] says where (the file, the Redis list and position, the
+/// [`DirtyEntry`]. [`super::DirtyError`] says where (the file, the Redis list and position, the
 /// entry's index) and what to do.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -110,26 +110,6 @@ pub enum CodecError {
         /// The records popped it holds.
         records: u64,
     },
-}
-
-/// Checks what one `push` is given.
-pub(crate) fn check_entries(entries: &[DirtyEntry]) -> Result<(), DirtyError> {
-    if entries.len() > PUSH_ENTRIES_MAX {
-        return Err(DirtyError::TooMany {
-            operation: "push",
-            count: entries.len() as u64,
-            max: PUSH_ENTRIES_MAX as u64,
-        });
-    }
-    for (index, entry) in entries.iter().enumerate() {
-        check_entry(entry).map_err(|reason| DirtyError::InvalidEntry {
-            index,
-            pool: entry.pool,
-            key: entry.key.chars().take(64).collect(),
-            reason,
-        })?;
-    }
-    Ok(())
 }
 
 /// Checks an entry against the rules of [`DirtyEntry`]; `Err` says why not.

@@ -40,7 +40,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
-use super::codec::{self, HEADER_BYTES, Head, RECORD_PREFIX_BYTES, RecordPrefix, check_entries};
+use super::check::check_entries;
+use super::codec::{self, HEADER_BYTES, Head, RECORD_PREFIX_BYTES, RecordPrefix};
 use super::{DirtyEntry, DirtyError, RANGE_ENTRIES_MAX};
 use crate::durable;
 

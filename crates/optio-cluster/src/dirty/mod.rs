@@ -37,6 +37,7 @@
 //! # Ok(()) }
 //! ```
 
+mod check;
 mod codec;
 mod entry;
 mod error;

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisError};
 
+use super::check::check_entries;
 use super::codec;
-use super::codec::check_entries;
 use super::local::LocalDirtyLog;
 use super::{DirtyEntry, DirtyError, RANGE_ENTRIES_MAX};
 
