@@ -36,7 +36,7 @@ async fn read_all(client: &optio_client::Client, written: &[(&str, String, usize
     for (pool, key, index) in written {
         let got = match client.get(pool, key).await {
             Ok(got) => got,
-            // A miss is a defect (issue 37, defect 4, seen once in CI and not reproduced in 48
+            // A miss is a defect (issue 37, defect 4, seen once in CI and not reproduced in 40
             // runs under load): say where the object is, and whether it was only late.
             Err(error) => {
                 let probe = client.probe(pool, key).await;
