@@ -61,6 +61,11 @@ impl Budget {
     pub(crate) fn new(time_limit: Duration) -> Budget {
         Budget { all: Arc::new(Semaphore::new(BUDGET_BYTES)), time_limit }
     }
+
+    /// Bytes of bodies held now, read before their signature could be checked.
+    pub(crate) fn held(&self) -> usize {
+        BUDGET_BYTES.saturating_sub(self.all.available_permits())
+    }
 }
 
 /// Bytes held of the budget and of a connection's share, given back when dropped (once the
@@ -701,8 +706,10 @@ mod tests {
         held.take(&budget, &share, 1).unwrap();
         assert!(matches!(held.take(&budget, &share, 1), Err(Refusal::Exhausted)));
         assert_eq!(budget.all.available_permits(), BUDGET_BYTES - CONNECTION_SHARE_BYTES);
+        assert_eq!(budget.held(), CONNECTION_SHARE_BYTES);
         drop(held);
         assert_eq!(budget.all.available_permits(), BUDGET_BYTES);
+        assert_eq!(budget.held(), 0);
         assert_eq!(share.available_permits(), CONNECTION_SHARE_BYTES);
         // Other connections' shares are spent: the budget refuses a new one.
         let shares: Vec<_> =

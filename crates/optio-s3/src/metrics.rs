@@ -18,6 +18,7 @@ pub struct Metrics {
 
 const REQUESTS: &str = "optio_s3_requests_total";
 const DURATION: &str = "optio_s3_request_duration_seconds";
+const BUFFERED: &str = "optio_s3_buffered_body_bytes";
 
 impl Default for Metrics {
     fn default() -> Metrics {
@@ -26,6 +27,11 @@ impl Default for Metrics {
         registry.describe_histogram(
             DURATION,
             "Time to answer an S3 request (to the response's head), by operation.",
+        );
+        registry.describe_gauge(
+            BUFFERED,
+            "Bytes of request bodies held in memory before their signature could be checked \
+             (chunked uploads without a length, browser forms), against a budget of 256 MiB.",
         );
         registry.describe_gauge(
             "optio_s3_build_info",
@@ -47,8 +53,9 @@ impl Metrics {
             .record(elapsed.as_secs_f64());
     }
 
-    /// The metrics in Prometheus' text format.
-    pub fn render(&self) -> String {
+    /// The metrics in Prometheus' text format, with `buffered` bytes of bodies held now.
+    pub(crate) fn render(&self, buffered: usize) -> String {
+        self.registry.gauge(BUFFERED, &[]).set(buffered as f64);
         self.registry.render()
     }
 }

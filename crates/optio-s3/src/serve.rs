@@ -305,7 +305,8 @@ async fn answer(
         metrics.next_id.fetch_add(1, Ordering::Relaxed) ^ std::process::id() as u64
     );
     if request.uri().path() == METRICS_PATH && request.method() == http::Method::GET {
-        let mut response = http::Response::new(s3s::Body::from(metrics.render()));
+        let mut response =
+            http::Response::new(s3s::Body::from(metrics.render(shared.budget.held())));
         response.headers_mut().insert(
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static(optio_net::exposition::CONTENT_TYPE),

@@ -336,8 +336,22 @@ fn stalled_bodies_without_a_length_block_other_uploads_at_most_until_their_time_
     let mut much: Vec<TcpStream> =
         writers.into_iter().map(|w| w.join().expect("a writer")).collect();
     let chunk = vec![b'y'; 64 << 10];
-    // (Until the gateway has read the four, a fifth may still fit. The time limit is long
-    // enough that the four are read whole well before it, even on a loaded machine.)
+    // The writers are done once their bytes are in the sockets' buffers; the gateway may not
+    // have read them yet, and a fifth upload taken meanwhile would leave one of the four
+    // refused instead (whoever asks first is served). So wait until the gateway's gauge says
+    // it holds the four.
+    let spent = 4 * (64 * MIB - 1024);
+    let mut buffered = 0;
+    let read_them = wait_until(Duration::from_secs(10), || {
+        let (_, metrics) = curl(&[&format!("http://127.0.0.1:{}/_optio/metrics", gateway.port)]);
+        buffered = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("optio_s3_buffered_body_bytes "))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .unwrap_or(0.0) as usize;
+        buffered >= spent
+    });
+    assert!(read_them, "the gateway holds {buffered} bytes of the four stalled uploads' {spent}");
     let mut seen = Vec::new();
     let waited = Instant::now();
     let refused = wait_until(Duration::from_secs(15), || {
