@@ -173,6 +173,20 @@ pub fn join(pid: u32, dirs: &[PathBuf]) -> Result<(), EmulateError> {
     Ok(())
 }
 
+/// Empties what a memory group holds of the page cache (`memory.force_empty`: the kernel
+/// reclaims the group's pages; its processes' own memory stays), as a program that took the
+/// host's memory would; a directory of another controller is left alone.
+pub fn drop_page_cache(dir: &Path) -> Result<(), EmulateError> {
+    let path = dir.join("memory.force_empty");
+    if !path.exists() {
+        return Ok(());
+    }
+    fs::write(&path, "0").map_err(|source| EmulateError::Io {
+        what: format!("cannot empty the page cache of {}", dir.display()),
+        source,
+    })
+}
+
 /// Bytes read from disks by the processes of a blkio group (`blkio.throttle.io_service_bytes`,
 /// its `Read` lines summed).
 pub fn read_bytes(dir: &Path) -> Option<u64> {

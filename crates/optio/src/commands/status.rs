@@ -326,7 +326,11 @@ pub fn run(args: Args) -> Result<u8> {
                 let json: Vec<serde_json::Value> = rows
                     .iter()
                     .map(|r| match &r.status {
-                        Ok(s) => serde_json::json!({"name": server_name(&map, r), "addr": r.addr, "devices": r.devices, "epoch": s.epoch, "migration": s.migration}),
+                        Ok(s) => serde_json::json!({
+                            "name": server_name(&map, r), "addr": r.addr, "devices": r.devices,
+                            "epoch": s.epoch, "migration": s.migration,
+                            "metrics": s.devices.iter().map(|d| &d.metrics).collect::<Vec<_>>(),
+                        }),
                         Err(e) => serde_json::json!({"name": server_name(&map, r), "addr": r.addr, "devices": r.devices, "error": e}),
                     })
                     .collect();

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use super::context::{Experiment, IoContext};
 use super::fio::Job;
-use super::rig::{NbdOptions, Phase, Rig};
+use super::rig::{HostMetrics, NbdOptions, Phase, Rig};
 use super::stats::{change_percent, median, range};
 
 /// Racks, server hosts per rack, and the hosts given a condition (memory pressure, a CPU
@@ -130,6 +130,17 @@ struct Setup {
     differences: Vec<String>,
 }
 
+impl Setup {
+    /// The links' rates while the volumes are written (when the policies choose), against
+    /// the measured ones: (numerator, denominator). `cpu` writes at a quarter of them: at four
+    /// times them, or at them, every server saturates its 0.3-core quota and reports 1,000 ‰
+    /// as the hogged ones do, so the policy has nothing to choose by (measured:
+    /// `server_metrics_while_choosing` in the JSON).
+    fn fill_rate(&self) -> (u64, u64) {
+        if self.experiment == Experiment::Cpu { (1, 4) } else { (FILL_RATE_FACTOR, 1) }
+    }
+}
+
 fn setup(experiment: Experiment, context: &IoContext) -> Setup {
     let override_links = |links: Links| Links {
         host: context.host_bits.unwrap_or(links.host),
@@ -210,7 +221,7 @@ fn setup(experiment: Experiment, context: &IoContext) -> Setup {
             differences: [
                 common,
                 vec![
-                    format!("memory pressure (emulated): a {} MiB memory cgroup limit on the servers of z1-h1 and z2-h1 (what their own memory leaves of it is their page cache); their reads that miss it reach the disk through a blkio read throttle of 6 MB/s (an HDD's share); the other servers' data stays in the page cache. The paper: a program occupying 48 GB of 128 GB on two servers", MEMORY_LIMIT >> 20),
+                    format!("memory pressure (emulated): a {} MiB memory cgroup limit on the servers of z1-h1 and z2-h1 (what their own memory leaves of it is their page cache), and that page cache emptied before every read run (`memory.force_empty`, as a program taking their memory would), so their reads reach the disk through a blkio read throttle of 6 MB/s (an HDD's share); the other servers' data stays in the page cache. The paper: a program occupying 48 GB of 128 GB on two servers", MEMORY_LIMIT >> 20),
                     "a server reports memory utilisation against its cgroup's limit (its page cache included), the others against the machine's memory".into(),
                     format!("paper: 8 images, 2 threads each; here: 2 volumes of {} MiB per rack's client, 2 threads each", memory_volume_bytes >> 20),
                 ],
@@ -239,6 +250,7 @@ fn setup(experiment: Experiment, context: &IoContext) -> Setup {
                 vec![
                     "CPU hog (emulated): every server host is a cpu cgroup with a quota of 0.3 cores (its server reports CPU utilisation against it); on z1-h1 and z2-h1 a busy process shares that quota with the server. The paper: CPU at 99 % on two servers".into(),
                     "the hogs use 0.6 of this machine's 2 cores throughout".into(),
+                    "the volumes are written (and the policy chooses) at a quarter of the measured link rates, not four times them as in the other experiments: faster, every server saturates its quota and reports 1,000 ‰ like the hogged ones".into(),
                 ],
             ]
             .concat(),
@@ -328,6 +340,10 @@ struct Measured {
     /// Per read run: MB the conditioned hosts read from the disk (their blkio groups' counts:
     /// the reads their page cache missed).
     disk_read_mb: Vec<f64>,
+    /// The most primaries on one server host over the mean per server host.
+    primaries_max_over_mean: f64,
+    /// Each server's metrics while the policy chose (the last fill).
+    fill_metrics: BTreeMap<String, HostMetrics>,
 }
 
 /// Bytes the conditioned hosts' processes read from the disk so far (0 without blkio groups).
@@ -341,15 +357,45 @@ fn conditioned_disk_bytes(rig: &Rig) -> u64 {
         .sum()
 }
 
-/// Writes every variant's volumes (policy at work), returns each variant's volumes per
-/// client.
+/// The conditioned hosts' metrics and the other servers'.
+fn conditioned_and_others(
+    metrics: &BTreeMap<String, HostMetrics>,
+) -> (Vec<HostMetrics>, Vec<HostMetrics>) {
+    let (conditioned, others): (Vec<_>, Vec<_>) =
+        metrics.iter().partition(|(name, _)| CONDITIONED.contains(&name.as_str()));
+    (
+        conditioned.into_iter().map(|(_, m)| *m).collect(),
+        others.into_iter().map(|(_, m)| *m).collect(),
+    )
+}
+
+/// The mean of `value` over `metrics` (0 for none).
+fn mean_of(metrics: &[HostMetrics], value: impl Fn(&HostMetrics) -> f64) -> f64 {
+    if metrics.is_empty() {
+        return 0.0;
+    }
+    metrics.iter().map(value).sum::<f64>() / metrics.len() as f64
+}
+
+/// Empties the pressured hosts' page cache (their memory groups'), as a program taking
+/// their memory would, so that every run's reads of their replicas reach their disks.
+fn empty_conditioned_caches(rig: &Rig) -> Result<()> {
+    for host in CONDITIONED.iter().filter_map(|name| rig.emulation().host(name)) {
+        for dir in &host.cgroups {
+            optio_local::emulate::cgroup::drop_page_cache(dir)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes a variant's volumes (its policy at work) while watching the servers' metrics.
 fn fill(
     rig: &Rig,
     setup: &Setup,
     variant_index: usize,
     variant: &Variant,
     run: u32,
-) -> Result<(Vec<EmulatedHost>, Vec<Vec<String>>, Phase)> {
+) -> Result<Filled> {
     let clients = clients_of(rig, variant.clients)?;
     let mut volumes = Vec::new();
     for client in &clients {
@@ -371,6 +417,7 @@ fn fill(
         servers.push(rig.nbd(client, names, &options)?);
     }
     let (rw, iodepth) = if setup.read { ("write", 4) } else { ("write", 1) };
+    let watch = rig.watch_servers();
     let work: Vec<_> = clients
         .iter()
         .zip(&servers)
@@ -379,9 +426,20 @@ fn fill(
             (client, nbd, jobs(names, setup.volume_bytes, setup.jobs_per_volume, rw, iodepth))
         })
         .collect();
-    let phase = rig.fio_all(&work)?;
+    let phase = rig.fio_all(&work);
+    let metrics = watch.stop();
     drop(servers);
-    Ok((clients, volumes, phase))
+    Ok(Filled { clients, volumes, phase: phase?, metrics })
+}
+
+/// What [`fill`] wrote and saw.
+struct Filled {
+    clients: Vec<EmulatedHost>,
+    /// Each client's volumes.
+    volumes: Vec<Vec<String>>,
+    phase: Phase,
+    /// Each server's metrics while the policy chose (host name → means).
+    metrics: BTreeMap<String, HostMetrics>,
 }
 
 /// Where the variant's data objects are, as shares of them.
@@ -395,6 +453,8 @@ struct Shares {
     conditioned: f64,
     /// Any replica on the client's host.
     replica_host: f64,
+    /// The most primaries on one server host over the mean per server host.
+    max_over_mean: f64,
 }
 
 /// Where the variant's data objects' primaries (and replicas) are.
@@ -405,11 +465,13 @@ fn placement_shares(
 ) -> Result<Shares> {
     let hosts: BTreeMap<u32, String> = rig.device_hosts().into_iter().collect();
     let (mut objects, mut rack, mut host, mut conditioned, mut replica_host) = (0u64, 0, 0, 0, 0);
+    let mut per_host: BTreeMap<&str, u64> = hosts.values().map(|name| (name.as_str(), 0)).collect();
     for (client, names) in clients.iter().zip(volumes) {
         for name in names {
             for devices in rig.volume_placement(name)? {
                 let Some(primary) = devices.first().and_then(|d| hosts.get(d)) else { continue };
                 objects += 1;
+                *per_host.entry(primary.as_str()).or_default() += 1;
                 rack += u64::from(primary.split('-').next() == Some(client.zone().as_str()));
                 host += u64::from(*primary == client.name);
                 conditioned += u64::from(CONDITIONED.contains(&primary.as_str()));
@@ -419,7 +481,10 @@ fn placement_shares(
         }
     }
     let share = |n: u64| if objects == 0 { 0.0 } else { n as f64 / objects as f64 };
+    let most = per_host.values().copied().max().unwrap_or(0);
+    let mean = objects as f64 / per_host.len().max(1) as f64;
     Ok(Shares {
+        max_over_mean: if objects == 0 { 0.0 } else { most as f64 / mean },
         rack: share(rack),
         host: share(host),
         conditioned: share(conditioned),
@@ -431,6 +496,7 @@ impl Measured {
     fn placed(&mut self, shares: Shares) {
         (self.in_rack, self.in_host, self.on_conditioned, self.replica_in_host) =
             (shares.rack, shares.host, shares.conditioned, shares.replica_host);
+        self.primaries_max_over_mean = shares.max_over_mean;
     }
 }
 
@@ -441,15 +507,17 @@ pub fn run(experiment: Experiment, context: &IoContext) -> Result<Report> {
     let rig = Rig::start(&setup.spec, &pools_toml(), &context.dir, |_| {})?;
     let mut measured: Vec<Measured> = setup.variants.iter().map(|_| Measured::default()).collect();
     if setup.read {
-        // Fill every variant's volumes (faster links: filling is not measured), then read.
-        let fast = |bits: u64| Some(bits * FILL_RATE_FACTOR);
+        // Fill every variant's volumes (other link rates: filling is not measured), then read.
+        let (times, over) = setup.fill_rate();
+        let fast = |bits: u64| Some(bits * times / over);
         let racks = &setup.spec.racks[0];
         rig.set_rates(fast(racks.hosts[0].link.bits_per_sec), fast(racks.uplink.bits_per_sec))?;
         let mut filled = Vec::new();
         for (i, variant) in setup.variants.iter().enumerate() {
             context.say(format!("writing the volumes of '{}'…", variant.label()));
-            let (clients, volumes, _) = fill(&rig, &setup, i, variant, 0)?;
+            let Filled { clients, volumes, metrics, .. } = fill(&rig, &setup, i, variant, 0)?;
             measured[i].placed(placement_shares(&rig, &clients, &volumes)?);
+            measured[i].fill_metrics = metrics;
             filled.push((clients, volumes));
         }
         rig.set_rates(None, None)?;
@@ -489,6 +557,9 @@ pub fn run(experiment: Experiment, context: &IoContext) -> Result<Report> {
                         )
                     })
                     .collect();
+                if setup.experiment == Experiment::Memory {
+                    empty_conditioned_caches(&rig)?;
+                }
                 let disk_before = conditioned_disk_bytes(&rig);
                 let phase = rig.fio_all(&work)?;
                 let disk_read = conditioned_disk_bytes(&rig).saturating_sub(disk_before);
@@ -510,8 +581,10 @@ pub fn run(experiment: Experiment, context: &IoContext) -> Result<Report> {
                     setup.runs,
                     variant.label()
                 ));
-                let (clients, volumes, phase) = fill(&rig, &setup, i, variant, run)?;
+                let Filled { clients, volumes, phase, metrics } =
+                    fill(&rig, &setup, i, variant, run)?;
                 measured[i].placed(placement_shares(&rig, &clients, &volumes)?);
+                measured[i].fill_metrics = metrics;
                 measured[i].phases.push(phase);
             }
         }
@@ -616,6 +689,8 @@ fn report(setup: &Setup, context: &IoContext, rig: &Rig, measured: &[Measured]) 
             "cpu_busy_percent_runs": cpu,
             "cross_rack_mb_runs": cross,
             "conditioned_hosts_disk_read_mb_runs": measured[i].disk_read_mb,
+            "primaries_max_over_mean": measured[i].primaries_max_over_mean,
+            "server_metrics_while_choosing": measured[i].fill_metrics,
             "phases": measured[i].phases,
         }));
     }
@@ -630,6 +705,26 @@ fn report(setup: &Setup, context: &IoContext, rig: &Rig, measured: &[Measured]) 
                 "{}: the pressured hosts read {:.0} MB from the disk per run (median; the reads their page cache missed, at the blkio throttle's rate)",
                 variant.label(),
                 median(&measured[i].disk_read_mb)
+            ));
+        }
+    }
+    if matches!(setup.experiment, Experiment::Memory | Experiment::Cpu) {
+        for (i, variant) in setup.variants.iter().enumerate() {
+            let (conditioned, others) = conditioned_and_others(&measured[i].fill_metrics);
+            let metric = if setup.experiment == Experiment::Cpu { "CPU" } else { "memory" };
+            let pick = |m: &HostMetrics| {
+                if setup.experiment == Experiment::Cpu {
+                    m.cpu_permille_mean
+                } else {
+                    m.memory_permille_mean
+                }
+            };
+            notes.push(format!(
+                "{}: while it wrote (and its policy chose), the servers reported {metric} at {:.0} ‰ on the conditioned hosts and {:.0} ‰ on the others (means of `optio status` samples); the busiest server host held {:.2}× the mean of primaries",
+                variant.label(),
+                mean_of(&conditioned, pick),
+                mean_of(&others, pick),
+                measured[i].primaries_max_over_mean,
             ));
         }
     }

@@ -3,9 +3,12 @@
 //! and fio beside it — with the machine's CPU utilisation and the bytes that crossed the
 //! emulated links measured around every run.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -21,6 +24,34 @@ use super::fio::{self, Job, Outcome};
 const NBD_STOP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Pause between two looks at a stopping process (a bounded wait).
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How often [`Rig::watch_servers`] asks the servers for their metrics.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A server's metrics as the CHOICE policies read them, averaged over a watch.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct HostMetrics {
+    /// Samples taken.
+    pub samples: u32,
+    /// The server's CPU utilisation (against its cgroup's quota when it has one), per mille.
+    pub cpu_permille_mean: f64,
+    /// Its memory utilisation (against its cgroup's limit when it has one), per mille.
+    pub memory_permille_mean: f64,
+}
+
+/// A running [`Rig::watch_servers`].
+pub struct Watch {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<BTreeMap<String, HostMetrics>>,
+}
+
+impl Watch {
+    /// Stops sampling; each server's (by host name) mean metrics.
+    pub fn stop(self) -> BTreeMap<String, HostMetrics> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or_default()
+    }
+}
 
 /// An emulated cluster with servers on it. Dropping it stops the servers, then removes the
 /// emulation.
@@ -428,6 +459,60 @@ impl Rig {
             })?);
         }
         Ok(Phase { outcomes, cpu, traffic: self.traffic(&before, &after), wall_seconds })
+    }
+
+    /// Samples every server's CPU and memory metric (what the CHOICE policies read) with
+    /// `optio status --json` every [`WATCH_INTERVAL`] until the watch is stopped.
+    pub fn watch_servers(&self) -> Watch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (binary, dir, flag) = (self.binary.clone(), self.dir.clone(), stop.clone());
+        // (A thread started here is in the router's namespace, as this one is.)
+        let handle = std::thread::spawn(move || {
+            let mut sums: BTreeMap<String, (u32, f64, f64)> = BTreeMap::new();
+            while !flag.load(Ordering::Relaxed) {
+                let asked = Instant::now();
+                let output = Command::new(&binary)
+                    .args(["status", "--json", "--cluster"])
+                    .arg(&dir)
+                    .stderr(Stdio::null())
+                    .output();
+                // Exit 2 (HEALTH_WARN) still prints the servers.
+                if let Ok(output) = output {
+                    let text = String::from_utf8_lossy(&output.stdout);
+                    if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
+                        for server in value["servers"].as_array().into_iter().flatten() {
+                            let (Some(name), Some(metrics)) =
+                                (server["name"].as_str(), server["metrics"].as_array())
+                            else {
+                                continue;
+                            };
+                            let Some(first) = metrics.first() else { continue };
+                            let entry = sums.entry(name.to_string()).or_default();
+                            entry.0 += 1;
+                            entry.1 += first["cpu_permille"].as_f64().unwrap_or(0.0);
+                            entry.2 += first["memory_permille"].as_f64().unwrap_or(0.0);
+                        }
+                    }
+                }
+                while !flag.load(Ordering::Relaxed) && asked.elapsed() < WATCH_INTERVAL {
+                    std::thread::sleep(POLL_INTERVAL * 5);
+                }
+            }
+            sums.into_iter()
+                .map(|(name, (n, cpu, memory))| {
+                    let mean = |sum: f64| if n == 0 { 0.0 } else { sum / f64::from(n) };
+                    (
+                        name,
+                        HostMetrics {
+                            samples: n,
+                            cpu_permille_mean: mean(cpu),
+                            memory_permille_mean: mean(memory),
+                        },
+                    )
+                })
+                .collect()
+        });
+        Watch { stop, handle }
     }
 
     /// Sets every host link to `host_bits` and rack link to `rack_bits` per second (`None`:
