@@ -121,32 +121,43 @@ impl Cgroup {
         found
     }
 
-    /// The CPU quota, in thousandths of a CPU, when there is one. (A hybrid machine has both
-    /// hierarchies, with the controllers on v1: each value comes from where its file is.)
-    fn cpus_milli(&self) -> Option<u64> {
-        let v2 = self.unified.as_ref().and_then(|dir| fs::read_to_string(dir.join("cpu.max")).ok());
-        if let Some(text) = v2 {
+    /// The CPU quota, in thousandths of a CPU, and the CPU time used, in microseconds, when
+    /// there is a quota — both from the same hierarchy. (A hybrid machine has both; v2's
+    /// `cpu.stat` is in every v2 group, its root included, even where the `cpu` controller is
+    /// on v1: read with a v1 quota it is the whole machine's CPU time against one group's
+    /// quota. So v2 counts only where its `cpu.max` is.)
+    fn cpu_quota_and_usage(&self) -> Option<(u64, u64)> {
+        let v2 = self
+            .unified
+            .as_ref()
+            .and_then(|dir| Some((dir, fs::read_to_string(dir.join("cpu.max")).ok()?)));
+        if let Some((dir, text)) = v2 {
             let mut parts = text.split_whitespace();
             let quota: u64 = parts.next()?.parse().ok()?; // "max": no quota
             let period: u64 = parts.next()?.parse().ok()?;
-            return (period > 0).then(|| quota.saturating_mul(1000) / period);
+            let stat = fs::read_to_string(dir.join("cpu.stat")).ok()?;
+            let usage =
+                stat.lines().find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())?;
+            return (period > 0).then(|| (quota.saturating_mul(1000) / period, usage));
         }
         let dir = self.cpu.as_ref()?;
         let quota: i64 = number(&dir.join("cpu.cfs_quota_us"))?; // -1: no quota
         let period: u64 = number(&dir.join("cpu.cfs_period_us"))?;
         let quota = u64::try_from(quota).ok()?;
-        (period > 0).then(|| quota.saturating_mul(1000) / period)
+        let nanos: u64 = number(&self.cpuacct.as_ref()?.join("cpuacct.usage"))?;
+        (period > 0).then(|| (quota.saturating_mul(1000) / period, nanos / 1000))
     }
 
-    /// CPU time the cgroup used, in microseconds.
+    /// The CPU quota, in thousandths of a CPU, when there is one.
+    #[cfg(test)]
+    fn cpus_milli(&self) -> Option<u64> {
+        self.cpu_quota_and_usage().map(|(quota, _)| quota)
+    }
+
+    /// CPU time the cgroup used, in microseconds, when it has a quota.
+    #[cfg(test)]
     fn usage_us(&self) -> Option<u64> {
-        let v2 =
-            self.unified.as_ref().and_then(|dir| fs::read_to_string(dir.join("cpu.stat")).ok());
-        if let Some(text) = v2 {
-            return text.lines().find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok());
-        }
-        let nanos: u64 = number(&self.cpuacct.as_ref()?.join("cpuacct.usage"))?;
-        Some(nanos / 1000)
+        self.cpu_quota_and_usage().map(|(_, usage)| usage)
     }
 
     /// Memory used and the limit, when there is a limit (v1 writes "no limit" as a number
@@ -208,17 +219,29 @@ impl Sampler {
     }
 
     fn read(&self) -> Option<CpuReading> {
-        if let (Some(cpus_milli), Some(usage_us)) =
-            (self.cgroup.cpus_milli(), self.cgroup.usage_us())
-        {
+        if let Some((cpus_milli, usage_us)) = self.cgroup.cpu_quota_and_usage() {
             return Some(CpuReading::Cgroup { usage_us, at: Instant::now(), cpus_milli });
         }
         let (busy, total) = proc_stat()?;
         Some(CpuReading::Proc { busy, total })
     }
 
-    /// Utilisation since the previous call, per mille (`None` on the first call).
+    /// Follows this process into the cgroup it is in now: a supervisor (the emulation,
+    /// systemd, an operator) may move it after it started — the emulation does so right after
+    /// spawning it, and a server that looked once could have found its new `cpu` group and
+    /// its old `cpuacct` one, so it compared the whole machine's CPU time with its host's
+    /// quota and reported 1,000 ‰ however idle it was. A change restarts the interval.
+    fn follow(&mut self, now: Cgroup) {
+        if now != self.cgroup {
+            self.cgroup = now;
+            self.last = None;
+        }
+    }
+
+    /// Utilisation since the previous call, per mille (`None` on the first call, and on the
+    /// first after the process moved to another cgroup).
     pub fn sample(&mut self) -> Option<u16> {
+        self.follow(Cgroup::of_this_process());
         let now = self.read()?;
         let previous = self.last.replace(now)?;
         let permille = match (previous, now) {
@@ -318,8 +341,9 @@ mod tests {
         write(&acct.join("optio/cpuacct.usage"), "2500000000\n");
         write(&memory.join("optio/memory.limit_in_bytes"), "536870912\n");
         write(&memory.join("optio/memory.usage_in_bytes"), "134217728\n");
-        // A hybrid machine: v2 mounted too (at "unified"), with no controller on it.
-        fs::create_dir_all(tmp.path().join("unified")).unwrap();
+        // A hybrid machine: v2 mounted too (at "unified"), with no controller on it, yet a
+        // `cpu.stat` at its root with the whole machine's CPU time (as Linux keeps it).
+        write(&tmp.path().join("unified/cpu.stat"), "usage_usec 999999999\n");
         let mounts = [
             mount("cgroup2", "/", &tmp.path().join("unified"), &[]),
             mount("cgroup", "/", &cpu, &["rw", "cpu"]),
@@ -343,6 +367,20 @@ mod tests {
         // No quota (-1): the machine's CPUs.
         write(&cpu.join("optio/cpu.cfs_quota_us"), "-1\n");
         assert_eq!(cgroup.cpus_milli(), None);
+    }
+
+    #[test]
+    fn a_sampler_follows_its_process_into_another_cgroup_and_restarts_the_interval() {
+        let moved = Cgroup { cpu: Some("/sys/fs/cgroup/cpu/host".into()), ..Cgroup::default() };
+        let mut sampler = Sampler {
+            cgroup: Cgroup::default(),
+            last: Some(CpuReading::Proc { busy: 1, total: 2 }),
+        };
+        sampler.follow(Cgroup::default());
+        assert!(sampler.last.is_some(), "the same group keeps the interval");
+        sampler.follow(moved.clone());
+        assert_eq!(sampler.cgroup, moved);
+        assert!(sampler.last.is_none(), "a reading of the old group is not compared with the new");
     }
 
     #[test]

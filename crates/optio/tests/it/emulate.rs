@@ -355,15 +355,23 @@ fn bench_io_local_reads_across_racks_and_locally() {
     assert!(json["paper"][1]["mb_per_s"].as_f64().unwrap() > 1900.0);
 }
 
-fn check_choice(experiment: &str, variants: usize) {
-    let Some(json) = bench(experiment) else { return };
+fn check_choice(experiment: &str, variants: usize) -> Option<serde_json::Value> {
+    let json = bench(experiment)?;
     let rows = rows(&json);
     assert_eq!(rows.len(), variants, "{json}");
     for row in rows {
         assert!(row["mb_per_s_median"].as_f64().unwrap() > 0.0, "{row}");
         let cross = row["cross_rack_mb_runs"][0].as_f64().unwrap();
         assert!(cross > 0.0, "traffic crossed the racks' links: {row}");
+        // The servers' metrics were sampled while the policy chose: every server host's.
+        let watched = row["server_metrics_while_choosing"].as_object().expect("a map of hosts");
+        assert_eq!(watched.len(), 9, "every server host watched: {row}");
+        for (host, metrics) in watched {
+            assert!(metrics["samples"].as_u64().unwrap() >= 1, "{host}: {metrics}");
+        }
+        assert!(row["primaries_max_over_mean"].as_f64().unwrap() >= 1.0, "{row}");
     }
+    Some(json)
 }
 
 #[test]
@@ -373,7 +381,19 @@ fn bench_io_memory_runs_end_to_end() {
 
 #[test]
 fn bench_io_cpu_runs_end_to_end() {
-    check_choice("cpu", 2);
+    let Some(json) = check_choice("cpu", 2) else { return };
+    // The hogged hosts' servers report more CPU (against their quota) than the others: the
+    // policy has something to choose by. (Before, every server read the whole machine's CPU
+    // time from cgroup v2's root `cpu.stat` against its v1 quota and reported 1,000 ‰.)
+    for row in rows(&json) {
+        let watched = row["server_metrics_while_choosing"].as_object().unwrap();
+        let cpu = |host: &str| watched[host]["cpu_permille_mean"].as_f64().unwrap();
+        let hogged = (cpu("z1-h1") + cpu("z2-h1")) / 2.0;
+        let others: Vec<f64> =
+            watched.keys().filter(|h| !h.ends_with("-h1")).map(|h| cpu(h)).collect();
+        let others = others.iter().sum::<f64>() / others.len() as f64;
+        assert!(hogged > others + 200.0, "hogged hosts {hogged} ‰, the others {others} ‰: {row}");
+    }
 }
 
 #[test]
