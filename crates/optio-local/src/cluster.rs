@@ -429,7 +429,7 @@ impl LocalCluster {
         let lock = lock_dir(&dir)?;
         let source_file = dir.join(MAP_SOURCE_FILE);
         let (source, etcd) = if spec.etcd {
-            let etcd = EtcdServer::start_in(&dir.join("etcd")).map_err(LocalError::Server)?;
+            let etcd = EtcdServer::start_in(&dir.join("etcd"))?;
             let url = etcd.url();
             optio_cluster::durable::replace_private(&source_file, format!("{url}\n").as_bytes())
                 .map_err(LocalError::io(format!("cannot write {}", source_file.display())))?;

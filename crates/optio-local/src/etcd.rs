@@ -96,17 +96,73 @@ pub struct EtcdTls {
     pub client_cert_auth: bool,
 }
 
+/// Why an etcd could not be started or set up.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// No etcd binary.
+    #[error("etcd is not installed: install Debian's etcd-server (apt-get install etcd-server)")]
+    NotInstalled,
+    /// A file, port or process could not be made.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The process exited while starting (its log's end quoted).
+    #[error("etcd exited ({status}) while starting; {log}")]
+    Exited {
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// The end of its log.
+        log: String,
+    },
+    /// It did not answer `/health` in time (its log's end quoted).
+    #[error("etcd did not become healthy within {limit:?}; {log}")]
+    Unhealthy {
+        /// How long it was given.
+        limit: Duration,
+        /// The end of its log.
+        log: String,
+    },
+    /// An administrative call was refused or failed.
+    #[error("etcd {operation}: {reason}")]
+    Call {
+        /// The call (`auth/user/add`).
+        operation: String,
+        /// Its answer's status line, or why there was none.
+        reason: String,
+    },
+    /// What this fixture does not do.
+    #[error("{0}")]
+    Unsupported(&'static str),
+}
+
+impl EtcdError {
+    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EtcdError {
+        let what = what.into();
+        move |source| EtcdError::Io { what, source }
+    }
+
+    /// Whether etcd could not bind a port another process took meanwhile.
+    fn address_in_use(&self) -> bool {
+        matches!(self, EtcdError::Exited { log, .. } if log.contains("address already in use"))
+    }
+}
+
 impl EtcdServer {
     /// Starts etcd on two free loopback ports (client and peer) with a fresh data directory
     /// and waits until `/health` says it is healthy (at most [`ETCD_START_TIMEOUT`]). Its
     /// output goes to `etcd.log` in its directory, quoted in errors.
-    pub fn start() -> Result<EtcdServer, String> {
+    pub fn start() -> Result<EtcdServer, EtcdError> {
         EtcdServer::start_with(EtcdOptions::default())
     }
 
     /// Starts etcd as [`start`](Self::start) does, with `options` (over TLS, its `/health` is
     /// on a plain metrics port).
-    pub fn start_with(options: EtcdOptions) -> Result<EtcdServer, String> {
+    pub fn start_with(options: EtcdOptions) -> Result<EtcdServer, EtcdError> {
         let unique = SERVER_COUNTER.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -119,16 +175,18 @@ impl EtcdServer {
 
     /// Starts etcd as [`start`](Self::start) does, with its data in `dir` (created if needed,
     /// kept when the server is dropped): `optio up --etcd` runs its cluster's etcd this way.
-    pub fn start_in(dir: &Path) -> Result<EtcdServer, String> {
+    pub fn start_in(dir: &Path) -> Result<EtcdServer, EtcdError> {
         EtcdServer::start_at(dir.to_path_buf(), true, EtcdOptions::default())
     }
 
-    fn start_at(dir: PathBuf, keep_dir: bool, options: EtcdOptions) -> Result<EtcdServer, String> {
-        let binary = etcd_binary().ok_or(
-            "etcd is not installed: install Debian's etcd-server (apt-get install etcd-server)",
-        )?;
+    fn start_at(
+        dir: PathBuf,
+        keep_dir: bool,
+        options: EtcdOptions,
+    ) -> Result<EtcdServer, EtcdError> {
+        let binary = etcd_binary().ok_or(EtcdError::NotInstalled)?;
         std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            .map_err(EtcdError::io(format!("cannot create {}", dir.display())))?;
         let mut server = EtcdServer {
             binary,
             dir,
@@ -147,9 +205,7 @@ impl EtcdServer {
             server.metrics_port = free_port()?;
             match server.launch() {
                 Ok(()) => return Ok(server),
-                Err(error)
-                    if attempt < START_ATTEMPTS_MAX && error.contains("address already in use") =>
-                {
+                Err(error) if attempt < START_ATTEMPTS_MAX && error.address_in_use() => {
                     attempt += 1;
                 }
                 Err(error) => return Err(error),
@@ -202,7 +258,7 @@ impl EtcdServer {
     }
 
     /// Stops etcd if it runs and starts it again with the same data directory and ports.
-    pub fn restart(&mut self) -> Result<(), String> {
+    pub fn restart(&mut self) -> Result<(), EtcdError> {
         self.stop();
         self.launch()
     }
@@ -210,22 +266,23 @@ impl EtcdServer {
     /// Adds `users` (each with a role of its name) and turns etcd's authentication on, through
     /// the gateway on a plain client port (a TLS etcd: not supported here). A user named `root`
     /// must be among them (etcd's rule).
-    pub fn enable_auth(&self, users: &[EtcdUser]) -> Result<(), String> {
+    pub fn enable_auth(&self, users: &[EtcdUser]) -> Result<(), EtcdError> {
         if self.options.tls.is_some() {
-            return Err("enable_auth needs a plain client port".into());
+            return Err(EtcdError::Unsupported("enable_auth needs a plain client port"));
         }
-        let call = |operation: &str, body: serde_json::Value| -> Result<(), String> {
+        let call = |operation: &str, body: serde_json::Value| -> Result<(), EtcdError> {
             let body = body.to_string();
             let request = format!(
                 "POST /v3/{operation} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
                  Content-Length: {}\r\n\r\n{body}",
                 body.len()
             );
-            let answer = plain_request(self.client_port, &request)
-                .map_err(|e| format!("etcd {operation}: {e}"))?;
+            let failed = |reason: String| EtcdError::Call { operation: operation.into(), reason };
+            let answer =
+                plain_request(self.client_port, &request).map_err(|e| failed(e.to_string()))?;
             match answer.lines().next() {
                 Some(status) if status.contains(" 200 ") => Ok(()),
-                status => Err(format!("etcd {operation}: {}", status.unwrap_or("no answer"))),
+                status => Err(failed(status.unwrap_or("no answer").to_string())),
             }
         };
         use base64::Engine as _;
@@ -240,7 +297,8 @@ impl EtcdServer {
                 if let Some(last) = end.last_mut() {
                     *last += 1;
                 }
-                let end = String::from_utf8(end).map_err(|_| "an ASCII prefix".to_string())?;
+                let end = String::from_utf8(end)
+                    .map_err(|_| EtcdError::Unsupported("a user's prefix must be ASCII"))?;
                 let permission = serde_json::json!({
                     "name": name,
                     "perm": {"permType": "READWRITE", "key": encode(prefix), "range_end": encode(&end)}
@@ -251,15 +309,16 @@ impl EtcdServer {
         call("auth/enable", serde_json::json!({}))
     }
 
-    fn launch(&mut self) -> Result<(), String> {
+    fn launch(&mut self) -> Result<(), EtcdError> {
         let log_path = self.log_path();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)
-            .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
-        let log_err =
-            log.try_clone().map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+            .map_err(EtcdError::io(format!("cannot open {}", log_path.display())))?;
+        let log_err = log
+            .try_clone()
+            .map_err(EtcdError::io(format!("cannot open {}", log_path.display())))?;
         let client_url = self.endpoint();
         let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
         let name = "optio-test";
@@ -302,13 +361,13 @@ impl EtcdServer {
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err))
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.binary.display()))?;
+            .map_err(EtcdError::io(format!("cannot start {}", self.binary.display())))?;
         self.child = Some(child);
         self.wait_healthy()
     }
 
     /// Polls `/health` until it says `"health":"true"`, the process exits, or the deadline.
-    fn wait_healthy(&mut self) -> Result<(), String> {
+    fn wait_healthy(&mut self) -> Result<(), EtcdError> {
         let deadline = Instant::now() + ETCD_START_TIMEOUT;
         loop {
             let port =
@@ -322,14 +381,14 @@ impl EtcdServer {
             };
             if let Some(status) = exited {
                 self.child = None;
-                return Err(format!("etcd exited ({status}) while starting; {}", self.log_tail()));
+                return Err(EtcdError::Exited { status, log: self.log_tail() });
             }
             if Instant::now() > deadline {
                 self.stop();
-                return Err(format!(
-                    "etcd did not become healthy within {ETCD_START_TIMEOUT:?}; {}",
-                    self.log_tail()
-                ));
+                return Err(EtcdError::Unhealthy {
+                    limit: ETCD_START_TIMEOUT,
+                    log: self.log_tail(),
+                });
             }
             std::thread::sleep(HEALTH_POLL_INTERVAL);
         }
@@ -353,10 +412,10 @@ impl Drop for EtcdServer {
 }
 
 /// A loopback port free right now (the listener is closed before etcd binds it).
-fn free_port() -> Result<u16, String> {
+fn free_port() -> Result<u16, EtcdError> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .map_err(|e| format!("cannot find a free port: {e}"))?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| format!("cannot find a free port: {e}"))
+        .map_err(EtcdError::io("cannot find a free port"))?;
+    listener.local_addr().map(|a| a.port()).map_err(EtcdError::io("cannot find a free port"))
 }
 
 /// Whether etcd on `port` answers `/health` with `"health":"true"` (plain HTTP/1.0).

@@ -57,6 +57,9 @@ pub enum LocalError {
         /// The process holding it, as it wrote in the lock file.
         holder: Option<u32>,
     },
+    /// The cluster's etcd did not start.
+    #[error(transparent)]
+    Etcd(#[from] crate::etcd::EtcdError),
     /// The cluster's shape is invalid, or names a device it does not have.
     #[error("{0}")]
     Spec(String),
