@@ -20,6 +20,16 @@ impl From<Bytes> for Chunks {
     }
 }
 
+impl optio_proto::answer::AnswerBody for Chunks {
+    fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        match self.chunks.as_slice() {
+            [] => std::borrow::Cow::Borrowed(&[]),
+            [one] => std::borrow::Cow::Borrowed(one),
+            _ => std::borrow::Cow::Owned(self.to_bytes().to_vec()),
+        }
+    }
+}
+
 impl Chunks {
     /// Appends a chunk (an empty one is dropped).
     pub fn push(&mut self, chunk: Bytes) {

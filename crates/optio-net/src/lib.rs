@@ -27,11 +27,13 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use optio_placement::PoolId;
+use optio_proto::answer::{Envelope, Refusal};
+use optio_proto::request::OpKind;
 use optio_proto::route;
 use optio_proto::wire;
 use optio_proto::{
-    ChoiceRecord, DeviceMetrics, ErrorBody, ErrorKind, ListQuery, Listing, ObjectInfo,
-    ObjectVersion, ServerStatus,
+    ChoiceRecord, DeviceMetrics, ErrorKind, ListQuery, Listing, ObjectInfo, ObjectVersion,
+    ServerStatus,
 };
 pub use reqwest::Method;
 
@@ -142,7 +144,9 @@ pub struct Answer {
     pub incarnation: Option<u64>,
     /// On a probe that found no object: the version it was deleted at, if a tombstone stands.
     pub deleted: Option<ObjectVersion>,
-    /// Body, in the chunks it arrived in.
+    /// A listing's page.
+    pub listing: Option<Listing>,
+    /// An object's bytes, in the chunks they arrived in.
     pub body: Chunks,
 }
 
@@ -184,9 +188,10 @@ pub trait Transport: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(Answer, Listing), Failure>> {
         Box::pin(async move {
             let call = Call::new(endpoint, pool, epoch, Op::List(query));
-            let answer = self.send(call).await.map_err(|(failure, _)| failure)?;
-            let listing = serde_json::from_slice(&answer.body.to_bytes())
-                .map_err(|e| Failure::Malformed(format!("bad listing: {e}")))?;
+            let mut answer = self.send(call).await.map_err(|(failure, _)| failure)?;
+            let listing = answer.listing.take().ok_or_else(|| {
+                Failure::Malformed("a listing's answer without a listing".to_string())
+            })?;
             Ok((answer, listing))
         })
     }
@@ -434,7 +439,7 @@ impl HttpTransport {
         let request = call.request();
         let url =
             self.url_of(&call.endpoint.addr, &request.path()).map_err(|failure| (failure, None))?;
-        let absent_is_an_answer = call.op.absent_is_an_answer();
+        let asked = request.op.kind();
         let method = call.op.method();
         let mut headers = request.headers();
         self.add_target(&mut headers, &call.endpoint.addr);
@@ -460,38 +465,33 @@ impl HttpTransport {
                 Err(frames::NotSent::Failed(failure)) => return Err((failure, None)),
             }
         }
-        let (status, headers, body, metrics) = match framed {
-            Some(answer) => {
-                let metrics = metrics_of(&answer.headers);
-                (answer.status, answer.headers, Chunks::from(answer.body), metrics)
-            }
-            None => {
-                let mut request = self.http.request(method.clone(), url);
-                for (name, value) in &headers {
-                    request = request.header(*name, value);
+        let (status, headers, body) =
+            match framed {
+                Some(answer) => (answer.status, answer.headers, Chunks::from(answer.body)),
+                None => {
+                    let mut request = self.http.request(method.clone(), url);
+                    for (name, value) in &headers {
+                        request = request.header(*name, value);
+                    }
+                    if let Some(signature) = signature {
+                        request = request.header(optio_proto::auth::AUTH_HEADER, signature);
+                    }
+                    if let Some(body) = body {
+                        request = request.body(body);
+                    }
+                    let mut response = request.send().await.map_err(|e| (no_answer(&e), None))?;
+                    let status = response.status().as_u16();
+                    let headers = response.headers().clone();
+                    let mut body = Chunks::default();
+                    while let Some(chunk) = response.chunk().await.map_err(|e| {
+                        (Failure::Unreachable(error_chain(&e)), metrics_of(&headers))
+                    })? {
+                        body.push(chunk);
+                    }
+                    (status, headers, body)
                 }
-                if let Some(signature) = signature {
-                    request = request.header(optio_proto::auth::AUTH_HEADER, signature);
-                }
-                if let Some(body) = body {
-                    request = request.body(body);
-                }
-                let mut response = request.send().await.map_err(|e| (no_answer(&e), None))?;
-                let status = response.status().as_u16();
-                let headers = response.headers().clone();
-                let metrics = metrics_of(&headers);
-                let mut body = Chunks::default();
-                while let Some(chunk) = response
-                    .chunk()
-                    .await
-                    .map_err(|e| (Failure::Unreachable(error_chain(&e)), metrics.clone()))?
-                {
-                    body.push(chunk);
-                }
-                (status, headers, body, metrics)
-            }
-        };
-        answer_of(status, &headers, body, metrics, key, absent_is_an_answer, call.endpoint.device)
+            };
+        answer_of(status, &headers, body, asked, key, call.endpoint.device)
     }
 
     async fn open_local_http(
@@ -522,15 +522,13 @@ impl HttpTransport {
         let (head, body, fds) = self.locals.exchange(socket, &frame).await?;
         let (_, raw) = frames::raw_answer(&head, body)
             .map_err(|e| Failure::Malformed(format!("local socket {}: {e}", socket.display())))?;
-        let metrics = metrics_of(&raw.headers);
         let body = Chunks::from(raw.body);
         let answer = answer_of(
             raw.status,
             &raw.headers,
             body,
-            metrics,
+            OpKind::Open,
             Some(key),
-            false,
             call.endpoint.device,
         )
         .map_err(|(failure, _)| failure)?;
@@ -623,7 +621,7 @@ fn signed_pairs<'h>(
 
 /// The device metrics an answer's headers piggyback, if any.
 fn metrics_of(headers: &reqwest::header::HeaderMap) -> Option<DeviceMetrics> {
-    headers.get(wire::METRICS).and_then(|m| m.to_str().ok()).and_then(DeviceMetrics::from_header)
+    Envelope::metrics_of(|name| headers.get(name).and_then(|v| v.to_str().ok()))
 }
 
 /// What the answer of `status` with `headers` and `body` to `call` means, as the HTTP
@@ -637,22 +635,13 @@ pub fn reply_of(
     headers: &reqwest::header::HeaderMap,
     body: Chunks,
 ) -> Reply {
-    let metrics = metrics_of(headers);
-    let absent_is_an_answer = call.op.absent_is_an_answer();
-    answer_of(
-        status,
-        headers,
-        body,
-        metrics,
-        call.op.key(),
-        absent_is_an_answer,
-        call.endpoint.device,
-    )
+    answer_of(status, headers, body, call.op.to_proto().kind(), call.op.key(), call.endpoint.device)
 }
 
-/// What an answer of `status` with `headers` and `body` from `device` means: an [`Answer`],
-/// or the refusal it carries (a 404 without an error kind is an answer when
-/// `absent_is_an_answer`); malformed Optio headers are a [`Failure::Malformed`].
+/// What an answer of `status` with `headers` and `body` to a request of kind `asked` for
+/// `key`, from `device`, means: an [`Answer`], or the refusal it carries, as
+/// [`optio_proto::answer::Answer::decode`] reads it (the one definition both ends share);
+/// an answer it does not decode is a [`Failure::Malformed`].
 // (`Reply` is what `Transport::send` returns; its error carries the metrics an error answer
 // brought, which are larger than clippy likes.)
 #[allow(clippy::result_large_err)]
@@ -660,37 +649,42 @@ fn answer_of(
     status: u16,
     headers: &reqwest::header::HeaderMap,
     body: Chunks,
-    metrics: Option<DeviceMetrics>,
+    asked: OpKind,
     key: Option<&str>,
-    absent_is_an_answer: bool,
     device: u32,
 ) -> Reply {
-    let text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
-    if status >= 400 && !(status == 404 && absent_is_an_answer && text(wire::ERROR).is_none()) {
-        let parsed: Option<ErrorBody> = serde_json::from_slice(&body.to_bytes()).ok();
-        let kind =
-            text(wire::ERROR).and_then(|k| ErrorKind::from_name(&k)).unwrap_or(match status {
-                404 => ErrorKind::NotFound,
-                413 => ErrorKind::TooLarge,
-                507 => ErrorKind::Full,
-                _ => ErrorKind::Io,
-            });
-        let reason = parsed
-            .as_ref()
-            .map(|b| b.reason.clone())
-            .or_else(|| text(wire::REASON))
-            .unwrap_or_else(|| format!("HTTP {status}"));
-        let epoch = text(wire::EPOCH).and_then(|e| e.parse().ok());
-        let stored = (kind == ErrorKind::VersionConflict)
-            .then(|| text(wire::VERSION).and_then(|v| v.parse().ok()).map(ObjectVersion))
-            .flatten();
-        return Err((Failure::Refused { kind, reason, epoch, stored }, metrics));
+    use optio_proto::answer::Answer as Decoded;
+    let header = |name: &'static str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    let (decoded, envelope) =
+        Decoded::decode(asked, key, status, header, body).map_err(|error| {
+            let metrics = Envelope::metrics_of(header);
+            (Failure::Malformed(format!("device {device} answered {error}")), metrics)
+        })?;
+    let Envelope { epoch, metrics, incarnation } = envelope;
+    let mut answer = Answer {
+        status,
+        info: None,
+        record: None,
+        metrics,
+        incarnation,
+        deleted: None,
+        listing: None,
+        body: Chunks::default(),
+    };
+    match decoded {
+        Decoded::Refused(Refusal { kind, reason, stored }) => {
+            return Err((Failure::Refused { kind, reason, epoch, stored }, answer.metrics));
+        }
+        Decoded::Probed { info, deleted, record } => {
+            (answer.info, answer.deleted, answer.record) = (info, deleted, record);
+        }
+        Decoded::Object { info, body, .. } => (answer.info, answer.body) = (Some(info), body),
+        Decoded::Opened { info } => answer.info = Some(info),
+        Decoded::Record { record, info, .. } => (answer.record, answer.info) = (Some(record), info),
+        Decoded::Listed(listing) => answer.listing = Some(listing),
+        Decoded::Written { .. } | Decoded::Done => {}
     }
-    let decoded = wire::decode_answer(key, text).map_err(|e| {
-        (Failure::Malformed(format!("device {} answered {e}", device)), metrics.clone())
-    })?;
-    let wire::AnswerHeaders { info, record, incarnation, deleted } = decoded;
-    Ok(Answer { status, info, record, metrics, incarnation, deleted, body })
+    Ok(answer)
 }
 
 /// The failure of a request that got no answer: [`Failure::NotRunning`] when the connection

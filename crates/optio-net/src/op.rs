@@ -280,7 +280,7 @@ impl Op<'_> {
     /// Whether a 404 without an error kind is an answer (the object or record is absent)
     /// rather than a refusal: probes and record requests.
     pub fn absent_is_an_answer(&self) -> bool {
-        self.method() == Method::HEAD || self.area() == Area::Choices
+        optio_proto::answer::absent_is_an_answer(self.to_proto().kind())
     }
 
     /// Whether the device's answer is a probe of it (a record request is one too).

@@ -2,8 +2,9 @@
 //!
 //! What Optio's storage servers and clients agree on, with no sockets and no files: object
 //! keys and their limits, the on-disk object header, choice records, the metrics a server
-//! piggybacks on every answer, the HTTP header names, and the error kinds with the status
-//! codes they travel as.
+//! piggybacks on every answer, the HTTP header names, a device request and its answer as
+//! typed values with both their encoding and their decoding ([`request`], [`answer`]), and
+//! the error kinds with the status codes they travel as.
 //!
 //! "No files" holds for secrets too: [`auth`] parses and formats a keyring's text and signs
 //! and verifies requests with its keys, but reading and writing keyring files (mode 0600,
@@ -42,6 +43,7 @@
 #![warn(clippy::cast_possible_truncation)]
 #![deny(missing_docs)]
 
+pub mod answer;
 pub mod auth;
 pub mod blocks;
 pub mod body;

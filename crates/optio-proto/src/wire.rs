@@ -1,6 +1,7 @@
-//! The HTTP API's names: headers, their encodings (strict decoding of answers:
-//! [`decode_answer`]), and the percent-encoding of keys in URLs. The paths are built and
-//! parsed by [`crate::route`]; the JSON bodies are in [`crate::body`].
+//! The HTTP API's names: headers, their encodings (decoded strictly: a malformed value is a
+//! [`HeaderError`], never a default), and the percent-encoding of keys in URLs. The paths are
+//! built and parsed by [`crate::route`], requests by [`crate::request`], answers by
+//! [`crate::answer`]; the JSON bodies are in [`crate::body`].
 //!
 //! Routes (every object and choice route names the device, since one server may serve
 //! several):
@@ -183,54 +184,6 @@ pub fn object_headers(info: &crate::ObjectInfo) -> Vec<(&'static str, String)> {
     headers
 }
 
-/// What a successful answer's headers say.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AnswerHeaders {
-    /// The stored object, when the answer carries [`SIZE`], [`VERSION`] and [`CHECKSUM`].
-    pub info: Option<crate::ObjectInfo>,
-    /// The choice record ([`CHOICE`]).
-    pub record: Option<crate::ChoiceRecord>,
-    /// The server's incarnation ([`INCARNATION`]).
-    pub incarnation: Option<u64>,
-    /// The version a tombstone stands at ([`DELETED`]).
-    pub deleted: Option<crate::ObjectVersion>,
-}
-
-/// Decodes a successful answer's headers (`header` returns a header's value, if present);
-/// `key` is the key asked for. Every header present must be well formed.
-pub fn decode_answer(
-    key: Option<&str>,
-    header: impl Fn(&'static str) -> Option<String>,
-) -> Result<AnswerHeaders, HeaderError> {
-    let u64_of = |name| header(name).map(|v| decode_u64(name, &v)).transpose();
-    let info = match (header(SIZE), header(VERSION), header(CHECKSUM)) {
-        (Some(size), Some(version), Some(checksum)) => Some(crate::ObjectInfo {
-            key: key.unwrap_or_default().to_string(),
-            size_bytes: decode_u64(SIZE, &size)?,
-            version: crate::ObjectVersion(decode_u64(VERSION, &version)?),
-            checksum: decode_checksum(&checksum)?,
-            pg_seed: match header(PG) {
-                None => None,
-                Some(pg) => Some(pg.parse().map_err(|_| malformed(PG, &pg))?),
-            },
-            epoch: u64_of(EPOCH)?.unwrap_or(0),
-            summary: match header(SUMMARY) {
-                None => None,
-                Some(text) if crate::summary::summary_from_hex(&text).is_some() => Some(text),
-                Some(text) => return Err(malformed(SUMMARY, &text)),
-            },
-        }),
-        _ => None,
-    };
-    let record = match header(CHOICE) {
-        None => None,
-        Some(text) => Some(parse_choice_header(&text).ok_or_else(|| malformed(CHOICE, &text))?),
-    };
-    let incarnation = header(INCARNATION).map(|v| decode_hex_u64(INCARNATION, &v)).transpose()?;
-    let deleted = u64_of(DELETED)?.map(crate::ObjectVersion);
-    Ok(AnswerHeaders { info, record, incarnation, deleted })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,30 +198,5 @@ mod tests {
         // (`u8::from_str_radix` took a sign: "%+1" was byte 1.)
         assert_eq!(percent_decode("%+1"), None);
         assert_eq!(percent_encode("a/b c~-._é"), "a%2Fb%20c~-._%C3%A9");
-    }
-
-    #[test]
-    fn malformed_answer_headers_are_errors_not_zeros() {
-        let answer = |pairs: &[(&'static str, &str)]| {
-            let pairs: Vec<(&'static str, String)> =
-                pairs.iter().map(|(n, v)| (*n, v.to_string())).collect();
-            decode_answer(Some("k"), move |name| {
-                pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone())
-            })
-        };
-        let good = answer(&[(SIZE, "5"), (VERSION, "7"), (CHECKSUM, "0000000a"), (EPOCH, "3")])
-            .expect("well formed");
-        let info = good.info.expect("an object");
-        assert_eq!((info.size_bytes, info.version.0, info.checksum, info.epoch), (5, 7, 10, 3));
-        assert_eq!(answer(&[(VERSION, "7")]).expect("no object").info, None);
-        for (name, bad) in [(SIZE, "five"), (VERSION, "-1"), (CHECKSUM, "xyz"), (EPOCH, "e")] {
-            let mut pairs = vec![(SIZE, "5"), (VERSION, "7"), (CHECKSUM, "0a")];
-            pairs.retain(|(n, _)| *n != name);
-            pairs.push((name, bad));
-            assert_eq!(answer(&pairs).unwrap_err().name, name, "{name}: {bad}");
-        }
-        assert_eq!(answer(&[(INCARNATION, "zz")]).unwrap_err().name, INCARNATION);
-        assert_eq!(answer(&[(DELETED, "")]).unwrap_err().name, DELETED);
-        assert_eq!(answer(&[(CHOICE, "1/x/2")]).unwrap_err().name, CHOICE);
     }
 }

@@ -156,3 +156,16 @@ impl StoreError {
         move |source| StoreError::Io { operation, path, source }
     }
 }
+
+/// A store error as a device answers it: its kind, its text, and on a version conflict the
+/// version stored (a writer whose clock runs behind then writes above it).
+impl From<StoreError> for optio_proto::answer::Refusal {
+    fn from(error: StoreError) -> optio_proto::answer::Refusal {
+        let stored = match &error {
+            StoreError::VersionConflict { stored, .. } => Some(*stored),
+            StoreError::BaseMismatch { stored, .. } => Some(stored.unwrap_or_default()),
+            _ => None,
+        };
+        optio_proto::answer::Refusal { kind: error.kind(), reason: error.to_string(), stored }
+    }
+}

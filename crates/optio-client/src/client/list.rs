@@ -89,8 +89,9 @@ impl Client {
     ) -> Result<Listing, Failure> {
         let call = self.object_call(view, endpoint, pool, Op::List(query));
         let answer = self.call(call).await?;
-        serde_json::from_slice(&answer.body.to_bytes())
-            .map_err(|e| Failure::Malformed(format!("bad listing: {e}")))
+        answer
+            .listing
+            .ok_or_else(|| Failure::Malformed("a listing's answer without a listing".to_string()))
     }
 
     /// A cursor over the objects of `pool` whose keys start with `prefix` and come after

@@ -16,8 +16,9 @@ use std::task::Poll;
 use axum::Router;
 use axum::http::{HeaderValue, Method, Request, header};
 use bytes::{Bytes, BytesMut};
+use optio_proto::ErrorKind;
+use optio_proto::answer::{self, Answer, Envelope};
 use optio_proto::frames::{self, FrameError, PREFIX_BYTES};
-use optio_proto::{ErrorKind, wire};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinSet;
@@ -221,25 +222,16 @@ pub(crate) async fn answer(
     }
 }
 
-/// An error answer (`io`, HTTP 500) to request `id`, with `reason`.
+/// An error answer (`io`, HTTP 500) to request `id`, with `reason`, in the form every
+/// refusal takes ([`Answer::encode`]).
 pub(crate) fn refusal(id: u64, reason: &str) -> Vec<u8> {
-    let kind = ErrorKind::Io;
-    let body = serde_json::to_vec(&optio_proto::ErrorBody {
-        error: kind,
-        reason: reason.to_string(),
-        epoch: 0,
-    })
-    .expect("an error body serialises");
-    let mut frame = Vec::with_capacity(128 + body.len());
-    frames::encode_answer(
-        &mut frame,
-        id,
-        kind.status(),
-        [(wire::ERROR, kind.name()), ("content-type", "application/json")],
-        body.len(),
-    )
-    .expect("an error answer fits a frame");
-    frame.extend_from_slice(&body);
+    let refused: Answer<Vec<u8>> = Answer::Refused(answer::Refusal::new(ErrorKind::Io, reason));
+    let encoded = refused.encode(&Envelope::default());
+    let headers = encoded.headers.iter().map(|(name, value)| (*name, value.as_str()));
+    let mut frame = Vec::with_capacity(128 + encoded.body.len());
+    frames::encode_answer(&mut frame, id, encoded.status, headers, encoded.body.len())
+        .expect("an error answer fits a frame");
+    frame.extend_from_slice(&encoded.body);
     frame
 }
 

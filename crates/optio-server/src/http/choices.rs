@@ -3,25 +3,19 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use optio_proto::wire;
+use optio_proto::answer::{Answer, Refusal};
 use optio_proto::{ChoiceRecord, ErrorKind};
 
 use crate::store::RecordOutcome;
 
-use super::objects::object_headers;
-use super::{AppState, Failure, Target, fail, insert};
+use super::{AppState, Handled, Target, fail};
 
-pub(super) fn get_record(target: &Target, key: &str) -> Result<Response, Failure> {
+pub(super) fn get_record(target: &Target, key: &str) -> Handled {
     let record = target
         .store
         .record(target.pool, key)
         .ok_or_else(|| fail(ErrorKind::NotFound, "no choice record"))?;
-    let mut response = Response::new(Body::empty());
-    insert(response.headers_mut(), wire::CHOICE, &wire::choice_header(&record));
-    Ok(response)
+    Ok(Answer::Record { record, created: false, info: None })
 }
 
 /// A record's creation ([`optio_proto::request::Op::PutRecord`]).
@@ -33,11 +27,7 @@ pub(super) struct PutRecord {
     pub(super) defer_sync: bool,
 }
 
-pub(super) async fn put_record(
-    state: &Arc<AppState>,
-    target: &Target,
-    put: PutRecord,
-) -> Result<Response, Failure> {
+pub(super) async fn put_record(state: &Arc<AppState>, target: &Target, put: PutRecord) -> Handled {
     let PutRecord { key, record, replace_if_writer: replace, unless_contended, defer_sync } = put;
     // A record must name a candidate the pool has (when this server's map knows the pool):
     // clients index their candidates with it.
@@ -64,29 +54,20 @@ pub(super) async fn put_record(
     }
     let (outcome, _) =
         target.store.create_record(target.pool, &key, record, replace, unless_contended);
-    let (status, record) = match outcome {
-        RecordOutcome::Created(r) => (StatusCode::CREATED, r),
-        RecordOutcome::Exists(r) => (StatusCode::OK, r),
+    let (created, record) = match outcome {
+        RecordOutcome::Created(r) => (true, r),
+        RecordOutcome::Exists(r) => (false, r),
     };
-    if status == StatusCode::CREATED && !defer_sync {
+    if created && !defer_sync {
         wait_durable(target, &key).await?;
     }
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    insert(headers, wire::CHOICE, &wire::choice_header(&record));
-    if status == StatusCode::CREATED {
-        insert(headers, wire::CHOICE_CREATED, "1");
-    }
     // A record request is also a probe of this device.
-    if let Some(info) = target.store.info(target.pool, &key) {
-        object_headers(headers, &info);
-    }
-    Ok(response)
+    let info = target.store.info(target.pool, &key);
+    Ok(Answer::Record { record, created, info })
 }
 
 /// Waits until the latest change to `key`'s record is committed, committing now if needed.
-pub(super) async fn wait_durable(target: &Target, key: &str) -> Result<(), Failure> {
+pub(super) async fn wait_durable(target: &Target, key: &str) -> Result<(), Refusal> {
     let log = target.store.record_log();
     let seq = log.seq_of(target.pool, key);
     if seq == 0 || log.durable_seq() >= seq {
@@ -105,7 +86,7 @@ pub(super) async fn wait_durable(target: &Target, key: &str) -> Result<(), Failu
     Ok(())
 }
 
-pub(super) async fn delete_record(target: &Target, key: String) -> Result<Response, Failure> {
+pub(super) async fn delete_record(target: &Target, key: String) -> Handled {
     target.store.delete_record(target.pool, &key)?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+    Ok(Answer::Done)
 }

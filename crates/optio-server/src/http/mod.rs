@@ -5,12 +5,18 @@
 //! error format (after authentication, by the rule its head alone gives). Frames reach the
 //! same decode through the router; the local socket decodes first to take opens only.
 //!
-//! Handlers by area: `objects` (probe, read, write, delete, list), `choices` (choice
-//! records) and `status` (`/v1/status`, `/metrics`, `/health`, routed by path); this module
-//! authenticates, checks epochs and turns failures into Optio's error answers.
+//! The core is [`serve`]: a decoded request (with its body, [`incoming::Incoming`]) in, a
+//! typed [`Answer`] out — the device checked, fencing, epochs, dispatch to a handler. Handlers
+//! by area, `objects` (probe, read, write, delete, list) and `choices` (choice records),
+//! return answers and refusals as values; no HTTP type reaches them. One adapter,
+//! [`AppState::respond`], encodes an answer ([`Answer::encode`], the form clients decode with
+//! [`Answer::decode`]) with the server's epoch, the device's metrics and the incarnation,
+//! for HTTP/1.1 and frames alike (frames run through the same router). `status` serves
+//! `/v1/status`, `/metrics` and `/health`, routed by path.
 
 mod admitted;
 mod choices;
+mod incoming;
 mod metrics;
 mod objects;
 mod status;
@@ -24,22 +30,25 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::get;
+use bytes::Bytes;
 use optio_placement::{Epoch, PoolId};
+use optio_proto::answer::{Answer, Envelope, Refusal};
 use optio_proto::auth::{AuthError, Cap};
 use optio_proto::request::{self as device, DecodeError, Op, OpKind};
-use optio_proto::{DeviceMetrics, ErrorBody, ErrorKind, Route};
-use optio_proto::{route, wire};
+use optio_proto::route;
+use optio_proto::{DeviceMetrics, ErrorKind, Route};
 
-use crate::error::StoreError;
+use crate::conn::LocalFile;
 use crate::mapstate::MapState;
 use crate::store::DeviceStore;
 use crate::system::SystemMetrics;
 
 use choices::{delete_record, get_record, put_record, wait_durable};
+use incoming::Incoming;
 use metrics::Operation;
 use objects::{
     delete_object, get_object, list, open_object, probe, put_object, sync_device, write_in_place,
@@ -113,7 +122,19 @@ pub(crate) struct Decoded(pub(crate) Result<device::Request<'static>, DecodeErro
 /// Decodes `request` as a device request; `None` for the server's own routes (`/health`,
 /// `/metrics`, `/v1/status`, `/v1/scrub`), which are routed by path.
 pub(crate) fn decode(request: &Request) -> Option<Decoded> {
-    let uri = request.uri();
+    decode_of(request.method(), request.uri(), request.headers())
+}
+
+/// [`decode`] of a request taken apart.
+fn decode_head(parts: &axum::http::request::Parts) -> Option<Decoded> {
+    decode_of(&parts.method, &parts.uri, &parts.headers)
+}
+
+fn decode_of(
+    method: &axum::http::Method,
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+) -> Option<Decoded> {
     if matches!(
         uri.path(),
         route::HEALTH_PATH | route::METRICS_PATH | route::STATUS_PATH | route::SCRUB_PATH
@@ -121,9 +142,8 @@ pub(crate) fn decode(request: &Request) -> Option<Decoded> {
         return None;
     }
     let path_and_query = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    let headers = request.headers();
     let header = |name: &'static str| headers.get(name).map(HeaderValue::as_bytes);
-    Some(Decoded(device::Request::decode(request.method().as_str(), path_and_query, header)))
+    Some(Decoded(device::Request::decode(method.as_str(), path_and_query, header)))
 }
 
 /// The capability of the entity a request was authenticated as (an extension the guard
@@ -146,13 +166,11 @@ async fn guard(State(state): State<Arc<AppState>>, mut request: Request, next: N
         (optio_proto::auth::is_signed_header(name.as_str()) && value.to_str().is_err())
             .then(|| name.as_str().to_string())
     }) {
-        let (parts, body) = request.into_parts();
-        discard(body, &parts.headers).await;
         let reason = format!("the header {name} holds bytes other than visible ASCII");
         if state.auth.enabled() {
             state.auth.count_refusal(&AuthError::Malformed(reason.clone()));
         }
-        return state.error_response(fail(ErrorKind::BadRequest, reason), None);
+        return state.refuse(request, fail(ErrorKind::BadRequest, reason)).await;
     }
     if request.extensions().get::<Decoded>().is_none()
         && let Some(decoded) = decode(&request)
@@ -179,14 +197,12 @@ async fn guard(State(state): State<Arc<AppState>>, mut request: Request, next: N
             // Its nonce is spent: refused here, it cannot be sent again over TLS.
             state.auth.spend(seen);
             drop(headers);
-            let (parts, body) = request.into_parts();
-            discard(body, &parts.headers).await;
-            let failure = fail(
+            let refusal = fail(
                 ErrorKind::Forbidden,
                 "this server takes TLS: connect with https (the client's --tls-ca, or OPTIO_TLS_CA); \
                  plain HTTP serves /health only",
             );
-            return state.error_response(failure, None);
+            return state.refuse(request, refusal).await;
         }
     }
     if !state.auth.enabled() {
@@ -214,9 +230,7 @@ async fn guard(State(state): State<Arc<AppState>>, mut request: Request, next: N
                 AuthError::Forbidden { .. } => ErrorKind::Forbidden,
                 _ => ErrorKind::Unauthorized,
             };
-            let (parts, body) = request.into_parts();
-            discard(body, &parts.headers).await;
-            state.error_response(fail(kind, error.to_string()), None)
+            state.refuse(request, fail(kind, error.to_string())).await
         }
     }
 }
@@ -241,31 +255,29 @@ pub(crate) async fn commit_records(state: &Arc<AppState>) {
     }
 }
 
-struct Failure {
-    kind: ErrorKind,
-    reason: String,
-    /// On a version conflict: the version stored (sent as `x-optio-version`, so that a writer
-    /// whose clock runs behind can write above it).
-    stored: Option<optio_proto::ObjectVersion>,
+fn fail(kind: ErrorKind, reason: impl Into<String>) -> Refusal {
+    Refusal::new(kind, reason)
 }
 
-fn fail(kind: ErrorKind, reason: impl Into<String>) -> Failure {
-    Failure { kind, reason: reason.into(), stored: None }
+/// What a handler answers.
+type Handled = Result<Answer<Bytes>, Refusal>;
+
+/// What the core answers: the answer, the device whose metrics go with it, and the open file
+/// an open answers with (the local socket sends it).
+pub(crate) struct Served {
+    answer: Answer<Bytes>,
+    store: Option<Arc<DeviceStore>>,
+    file: Option<LocalFile>,
 }
 
-impl From<StoreError> for Failure {
-    fn from(error: StoreError) -> Failure {
-        let stored = match &error {
-            StoreError::VersionConflict { stored, .. } => Some(*stored),
-            StoreError::BaseMismatch { stored, .. } => Some(stored.unwrap_or_default()),
-            _ => None,
-        };
-        Failure { kind: error.kind(), reason: error.to_string(), stored }
+impl Served {
+    fn refused(refusal: Refusal, store: Option<Arc<DeviceStore>>) -> Served {
+        Served { answer: Answer::Refused(refusal), store, file: None }
     }
 }
 
 impl AppState {
-    /// Whether `target` (a signed request's [`wire::TARGET`]) names this server: the address
+    /// Whether `target` (a signed request's [`optio_proto::wire::TARGET`]) names this server: the address
     /// the map gives one of its devices, or the address it listens on.
     fn is_own_target(&self, target: &str) -> bool {
         if self.listen_addr.as_deref() == Some(target) {
@@ -300,43 +312,39 @@ impl AppState {
         }
     }
 
-    fn error_response(&self, failure: Failure, store: Option<&DeviceStore>) -> Response {
-        let epoch = self.map.epoch();
-        let stored = failure.stored;
-        // The reason goes in a header too: HEAD answers (probes) have no body.
-        let short: String = failure
-            .reason
-            .chars()
-            .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
-            .take(300)
-            .collect();
-        let body = ErrorBody { error: failure.kind, reason: failure.reason, epoch };
-        let json = serde_json::to_vec(&body).expect("error bodies serialize");
-        let mut response = Response::new(Body::from(json));
+    /// The HTTP answer of `served`, with what every device answer carries: the server's
+    /// epoch, the device's metrics and (on a success) the server's incarnation.
+    fn respond(&self, served: Served) -> Response {
+        let refused = served.answer.refusal().is_some();
+        let envelope = Envelope {
+            epoch: Some(self.map.epoch()),
+            metrics: served.store.as_deref().map(|store| self.metrics(store)),
+            incarnation: (!refused).then_some(self.incarnation),
+        };
+        let encoded = served.answer.encode(&envelope);
+        let body = if encoded.body.is_empty() { Body::empty() } else { Body::from(encoded.body) };
+        let mut response = Response::new(body);
         *response.status_mut() =
-            StatusCode::from_u16(failure.kind.status()).expect("error kinds have valid statuses");
+            StatusCode::from_u16(encoded.status).expect("answers have valid statuses");
         let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(wire::ERROR, HeaderValue::from_static(failure.kind.name()));
-        if let Ok(value) = HeaderValue::from_str(&short) {
-            headers.insert(wire::REASON, value);
+        for (name, value) in &encoded.headers {
+            insert(headers, name, value);
         }
-        if failure.kind == ErrorKind::Timeout {
-            // The rest of a stalled body is not waited for: the connection closes.
-            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-        }
-        if let Some(store) = store {
-            insert(headers, wire::METRICS, &self.metrics(store).to_header());
-        }
-        insert(headers, wire::EPOCH, &epoch.to_string());
-        if let Some(stored) = stored {
-            insert(headers, wire::VERSION, &stored.0.to_string());
+        if let Some(file) = served.file {
+            response.extensions_mut().insert(file);
         }
         response
     }
 
+    /// Refuses `request` before it is decoded or served (its body thrown away first).
+    async fn refuse(&self, request: Request, refusal: Refusal) -> Response {
+        let (parts, body) = request.into_parts();
+        Incoming::new(body, &parts.headers).discard().await;
+        self.respond(Served::refused(refusal, None))
+    }
+
     /// Refuses a request whose epoch is stale, or newer than any map this server can load.
-    async fn check_epoch(self: &Arc<Self>, asked: Option<u64>) -> Result<(), Failure> {
+    async fn check_epoch(self: &Arc<Self>, asked: Option<u64>) -> Result<(), Refusal> {
         let Some(asked) = asked else { return Ok(()) };
         if !self.map.checks_epochs() {
             return Ok(());
@@ -379,7 +387,7 @@ struct Target {
 }
 
 /// The device `device`, if this server serves it.
-fn served(state: &AppState, device: u32) -> Result<Arc<DeviceStore>, Failure> {
+fn served(state: &AppState, device: u32) -> Result<Arc<DeviceStore>, Refusal> {
     state.devices.get(&device).cloned().ok_or_else(|| {
         let mut served: Vec<u32> = state.devices.keys().copied().collect();
         served.sort_unstable();
@@ -390,14 +398,39 @@ fn served(state: &AppState, device: u32) -> Result<Arc<DeviceStore>, Failure> {
     })
 }
 
-async fn dispatch(State(state): State<Arc<AppState>>, mut request: Request) -> Response {
+/// A device request as the core takes it: decoded once, and what the connection says of its
+/// sender.
+struct Asked {
+    /// The request, or why it does not decode.
+    decoded: Result<device::Request<'static>, DecodeError>,
+    /// For a request that does not decode: the device its path names, if it parses (the
+    /// refusal carries that device's metrics, or is `misdirected`).
+    routed_device: Option<u32>,
+    /// Who sent it.
+    caller: Caller,
+}
+
+/// What the connection says of a request's sender.
+#[derive(Clone, Copy, Debug)]
+struct Caller {
+    /// Whether it came over the local socket (opens are answered there only).
+    local: bool,
+    /// Whether it may see the gateway's own keys in a listing.
+    sees_gateway_state: bool,
+}
+
+/// The HTTP adapter of device requests (the router's fallback): the request decoded (by the
+/// guard, usually), served, counted, and its answer encoded; a refusal's body is read and
+/// thrown away first (see [`Incoming::discard`]).
+async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let started = Instant::now();
-    let decoded = match request.extensions_mut().remove::<Decoded>().or_else(|| decode(&request)) {
+    let (mut parts, body) = request.into_parts();
+    let decoded = match parts.extensions.remove::<Decoded>().or_else(|| decode_head(&parts)) {
         Some(decoded) => decoded.0,
         // (The server's own routes never fall through to here.)
         None => Err(DecodeError {
             kind: ErrorKind::NotFound,
-            reason: format!("no route {}", request.uri().path()),
+            reason: format!("no route {}", parts.uri.path()),
             needed: Cap::Admin,
             kind_of_op: None,
         }),
@@ -406,100 +439,91 @@ async fn dispatch(State(state): State<Arc<AppState>>, mut request: Request) -> R
         Ok(decoded) => Some(decoded.op.kind()),
         Err(error) => error.kind_of_op,
     };
-    let response = serve(&state, decoded, request, started, op).await;
-    let error =
-        response.headers().get(wire::ERROR).and_then(|v| ErrorKind::from_name(v.to_str().ok()?));
-    state.telemetry.observe(op, error, started.elapsed());
-    response
-}
-
-/// Refuses a request that does not decode: the device it names is not served here
-/// (misdirected), or the reason it does not decode, with the device's metrics.
-async fn refuse_malformed(state: &AppState, error: DecodeError, request: Request) -> Response {
-    let store = match Route::parse(request.uri().path()) {
-        Ok(route) => match served(state, route.device) {
-            Ok(store) => Some(store),
-            Err(failure) => {
-                let (parts, body) = request.into_parts();
-                discard(body, &parts.headers).await;
-                return state.error_response(failure, None);
-            }
-        },
-        Err(_) => None,
+    let routed_device = match &decoded {
+        Ok(_) => None,
+        Err(_) => Route::parse(parts.uri.path()).ok().map(|route| route.device),
     };
-    let (parts, body) = request.into_parts();
-    discard(body, &parts.headers).await;
-    state.error_response(fail(error.kind, error.reason), store.as_deref())
+    let asked = Asked {
+        decoded,
+        routed_device,
+        caller: Caller {
+            local: parts.extensions.get::<crate::conn::LocalPeer>().is_some(),
+            sees_gateway_state: sees_gateway_state(&parts.extensions),
+        },
+    };
+    let mut body = Incoming::new(body, &parts.headers);
+    let served = serve(&state, asked, &mut body, started).await;
+    let refused = served.answer.refusal().map(|refusal| refusal.kind);
+    if refused.is_some() {
+        body.discard().await;
+    }
+    state.telemetry.observe(op, refused, started.elapsed());
+    state.respond(served)
 }
 
-/// Serves a decoded request to a device (`op`: its kind) that arrived at `started`.
+/// The core: serves a request that arrived at `started` to one of this server's devices —
+/// the device served here, the server not fenced, the sender's epoch current, a listing
+/// after the writes of older epochs — and dispatches it to its handler.
 async fn serve(
     state: &Arc<AppState>,
-    decoded: Result<device::Request<'static>, DecodeError>,
-    request: Request,
+    asked: Asked,
+    body: &mut Incoming,
     started: Instant,
-    op: Operation,
-) -> Response {
-    let decoded = match decoded {
-        Ok(decoded) => decoded,
-        Err(error) => return refuse_malformed(state, error, request).await,
-    };
-    let store = match served(state, decoded.device) {
-        Ok(store) => store,
-        Err(failure) => {
-            let (parts, body) = request.into_parts();
-            discard(body, &parts.headers).await;
-            return state.error_response(failure, None);
+) -> Served {
+    let request = match asked.decoded {
+        Ok(request) => request,
+        Err(error) => {
+            let store = match asked.routed_device.map(|device| served(state, device)) {
+                Some(Err(misdirected)) => return Served::refused(misdirected, None),
+                Some(Ok(store)) => Some(store),
+                None => None,
+            };
+            return Served::refused(fail(error.kind, error.reason), store);
         }
     };
+    let store = match served(state, request.device) {
+        Ok(store) => store,
+        Err(misdirected) => return Served::refused(misdirected, None),
+    };
     if !state.fence.serving() {
-        let (parts, body) = request.into_parts();
-        discard(body, &parts.headers).await;
-        let failure = fail(
+        let refusal = fail(
             ErrorKind::Fenced,
             "this server holds no lease in the map store (it cannot reach it, or the monitor \
              fenced it before marking it down): it serves nothing; use the other replicas",
         );
-        return state.error_response(failure, Some(&store));
+        return Served::refused(refusal, Some(store));
     }
+    let kind = request.op.kind();
     // The epoch checked, when one is (a server without a map checks none).
-    let checked = decoded.epoch.filter(|_| state.map.checks_epochs());
+    let checked = request.epoch.filter(|_| state.map.checks_epochs());
     // Counted before the epoch check (see `admitted`).
-    let _admitted = match (op, checked) {
-        (Some(OpKind::Put | OpKind::Write | OpKind::Delete), Some(epoch)) => {
+    let _admitted = match (kind, checked) {
+        (OpKind::Put | OpKind::Write | OpKind::Delete, Some(epoch)) => {
             Some(state.writes.admit(epoch))
         }
         _ => None,
     };
-    if let Err(failure) = state.check_epoch(decoded.epoch).await {
-        let (parts, body) = request.into_parts();
-        discard(body, &parts.headers).await;
-        return state.error_response(failure, Some(&store));
+    if let Err(refusal) = state.check_epoch(request.epoch).await {
+        return Served::refused(refusal, Some(store));
     }
-    if let (Some(OpKind::List), Some(epoch)) = (op, checked)
+    if let (OpKind::List, Some(epoch)) = (kind, checked)
         && let Err(older) = state.writes.settle_before(epoch, admitted::SETTLE_WAIT_MAX).await
     {
-        let failure = fail(
+        let refusal = fail(
             ErrorKind::Unavailable,
             format!(
                 "{older} write(s) of an epoch before {epoch} are still being stored here; list again shortly"
             ),
         );
-        return state.error_response(failure, Some(&store));
+        return Served::refused(refusal, Some(store));
     }
-    let epoch = Epoch(decoded.epoch.unwrap_or(state.map.epoch()));
-    let target = Target { store: store.clone(), pool: decoded.pool, epoch };
-    let result = handle(state, target, decoded.op, request).await;
-    store.record_latency(started.elapsed().as_micros() as u64);
-    match result {
-        Ok(mut response) => {
-            let headers = response.headers_mut();
-            insert(headers, wire::METRICS, &state.metrics(&store).to_header());
-            insert(headers, wire::EPOCH, &state.map.epoch().to_string());
-            insert(headers, wire::INCARNATION, &format!("{:x}", state.incarnation));
-            response
-        }
-        Err(failure) => state.error_response(failure, Some(&store)),
+    let epoch = Epoch(request.epoch.unwrap_or(state.map.epoch()));
+    let target = Target { store: store.clone(), pool: request.pool, epoch };
+    let handled = handle(state, target, request.op, asked.caller, body).await;
+    store.record_latency(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+    match handled {
+        Ok((answer, file)) => Served { answer, store: Some(store), file },
+        Err(refusal) => Served::refused(refusal, Some(store)),
     }
 }
 
@@ -508,10 +532,9 @@ async fn handle(
     state: &Arc<AppState>,
     target: Target,
     op: Op<'static>,
-    request: Request,
-) -> Result<Response, Failure> {
-    let (parts, body) = request.into_parts();
-    let headers = &parts.headers;
+    caller: Caller,
+    body: &mut Incoming,
+) -> Result<(Answer<Bytes>, Option<LocalFile>), Refusal> {
     let reads = matches!(op, Op::Probe { .. } | Op::Get { .. } | Op::Open { .. });
     if reads && state.catchup.refuses_reads(target.store.id()) {
         return Err(fail(
@@ -522,21 +545,21 @@ async fn handle(
             ),
         ));
     }
-    match op {
-        Op::List(query) => list(&target, &query, sees_gateway_state(&parts.extensions)),
+    let answer = match op {
+        Op::List(query) => list(&target, &query, caller.sees_gateway_state),
         Op::Sync => sync_device(&target).await,
         Op::Probe { key, want_choice } => probe(&target, &key, want_choice),
         Op::Open { key } => {
-            let local = parts.extensions.get::<crate::conn::LocalPeer>().is_some();
-            open_object(&target, key.into_owned(), local).await
+            let (answer, file) = open_object(&target, key.into_owned(), caller.local).await?;
+            return Ok((answer, Some(LocalFile(Arc::new(file)))));
         }
         Op::Get { key, range } => get_object(&target, key.into_owned(), range).await,
         Op::Fetch { key } => get_object(&target, key.into_owned(), None).await,
         Op::Put { key, version, checksum, pg_seed } => {
             let put = objects::Put { key: key.into_owned(), version, checksum, pg_seed };
-            put_object(state, &target, put, headers, body).await
+            put_object(state, &target, put, body).await
         }
-        Op::WriteAt(write) => write_in_place(state, &target, write, headers, body).await,
+        Op::WriteAt(write) => write_in_place(state, &target, write, body).await,
         Op::Delete { key, version, purge, pg_seed } => {
             let removal = objects::Removal::Delete { version, purge, pg_seed };
             delete_object(&target, key.into_owned(), removal).await
@@ -561,51 +584,6 @@ async fn handle(
             put_record(state, &target, put).await
         }
         Op::DeleteRecord { key } => delete_record(&target, key.into_owned()).await,
-    }
-}
-
-fn header_u64(headers: &HeaderMap, name: &str) -> Result<Option<u64>, Failure> {
-    match headers.get(name) {
-        None => Ok(None),
-        Some(value) => value
-            .to_str()
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Some)
-            .ok_or_else(|| fail(ErrorKind::BadRequest, format!("{name} is not an integer"))),
-    }
-}
-
-/// The largest refused body the server reads (and throws away) before answering.
-const DISCARD_BYTES_MAX: u64 = 1 << 30;
-
-/// The longest it spends reading one.
-const DISCARD_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Reads and drops the body of a refused request (up to [`DISCARD_BYTES_MAX`] bytes and
-/// [`DISCARD_TIME_MAX`]) before the refusal is sent. A client still writing the body — a
-/// 4 MiB object sent to a server that no longer serves its device, or one above the size
-/// limit — then reads the answer (421, 413, … and the reason) instead of a reset connection:
-/// what nginx calls a lingering close. A body declared larger, or sent slower, is not read to
-/// its end: the connection closes.
-async fn discard(body: Body, headers: &HeaderMap) {
-    use futures_util::StreamExt as _;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared == Some(0) || declared.is_some_and(|length| length > DISCARD_BYTES_MAX) {
-        return;
-    }
-    let mut stream = body.into_data_stream();
-    let _ = tokio::time::timeout(DISCARD_TIME_MAX, async {
-        let mut read = 0u64;
-        while let Some(Ok(chunk)) = stream.next().await {
-            read += chunk.len() as u64;
-            if read > DISCARD_BYTES_MAX {
-                break;
-            }
-        }
-    })
-    .await;
+    };
+    Ok((answer?, None))
 }

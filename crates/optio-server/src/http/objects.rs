@@ -1,48 +1,32 @@
 //! Objects: probe (`HEAD`), read (`GET`, ranges too), write (`PUT`), delete or purge
 //! (`DELETE`), and the listing of a pool (`GET` without a key).
 
-use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use optio_proto::answer::{Answer, Refusal};
 use optio_proto::request::{Basis, ByteRange, WriteAt};
 use optio_proto::wire;
-use optio_proto::{ErrorKind, ListQuery, Listing, ObjectInfo, ObjectVersion};
+use optio_proto::{ErrorKind, ListQuery, ObjectVersion};
 
-use crate::store::{LIST_LIMIT_MAX, PutRequest};
+use crate::store::{LIST_LIMIT_MAX, PutOutcome, PutRequest};
 
-use super::{AppState, Failure, Target, discard, fail, header_u64, insert};
+use super::incoming::Incoming;
+use super::{AppState, Handled, Target, fail};
 
 /// Reads and writes in place up to this size run on the request's own task (page-cache
 /// work of microseconds); larger ones, and whole objects, on the blocking pool.
 const SMALL_IO_BYTES: u64 = 64 * 1024;
 
-pub(super) fn object_headers(headers: &mut HeaderMap, info: &ObjectInfo) {
-    for (name, value) in wire::object_headers(info) {
-        insert(headers, name, &value);
-    }
-}
-
-pub(super) fn probe(target: &Target, key: &str, want_choice: bool) -> Result<Response, Failure> {
+pub(super) fn probe(target: &Target, key: &str, want_choice: bool) -> Handled {
     let info = target.store.info(target.pool, key);
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = if info.is_some() { StatusCode::OK } else { StatusCode::NOT_FOUND };
-    let headers = response.headers_mut();
-    if let Some(info) = &info {
-        object_headers(headers, info);
-    } else if let Some(deleted) = target.store.tombstone(target.pool, key) {
-        insert(headers, wire::DELETED, &deleted.0.to_string());
-    }
-    if want_choice && let Some(record) = target.store.record(target.pool, key) {
-        insert(headers, wire::CHOICE, &wire::choice_header(&record));
-    }
-    Ok(response)
+    let deleted = match info {
+        None => target.store.tombstone(target.pool, key),
+        Some(_) => None,
+    };
+    let record = want_choice.then(|| target.store.record(target.pool, key)).flatten();
+    Ok(Answer::Probed { info, deleted, record })
 }
 
-pub(super) async fn get_object(
-    target: &Target,
-    key: String,
-    range: Option<ByteRange>,
-) -> Result<Response, Failure> {
+pub(super) async fn get_object(target: &Target, key: String, range: Option<ByteRange>) -> Handled {
     let store = target.store.clone();
     let pool = target.pool;
     let range = match range {
@@ -75,22 +59,7 @@ pub(super) async fn get_object(
         .await
         .map_err(|e| fail(ErrorKind::Io, format!("read task failed: {e}")))??,
     };
-    let (status, body) = match range {
-        None => (StatusCode::OK, bytes::Bytes::from(data)),
-        Some(_) => (StatusCode::PARTIAL_CONTENT, bytes::Bytes::from(data)),
-    };
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    object_headers(headers, &info);
-    if let Some((start, end)) = range {
-        insert(
-            headers,
-            header::CONTENT_RANGE.as_str(),
-            &format!("bytes {start}-{end}/{}", info.size_bytes),
-        );
-    }
-    Ok(response)
+    Ok(Answer::Object { info, range, body: Bytes::from(data) })
 }
 
 /// An open, read-only descriptor of a block object's file (`GET` with `x-optio-open`), for a
@@ -100,7 +69,7 @@ pub(super) async fn open_object(
     target: &Target,
     key: String,
     local: bool,
-) -> Result<Response, Failure> {
+) -> Result<(Answer<Bytes>, std::fs::File), Refusal> {
     if !local {
         return Err(fail(
             ErrorKind::BadRequest,
@@ -112,28 +81,12 @@ pub(super) async fn open_object(
     let (file, info) = tokio::task::spawn_blocking(move || store.open_block_file(pool, &key))
         .await
         .map_err(|e| fail(ErrorKind::Io, format!("open task failed: {e}")))??;
-    let mut response = Response::new(Body::empty());
-    object_headers(response.headers_mut(), &info);
-    response.extensions_mut().insert(crate::conn::LocalFile(std::sync::Arc::new(file)));
-    Ok(response)
-}
-
-/// Refuses a body declared longer than `limit`.
-fn check_length(headers: &HeaderMap, limit: u64) -> Result<(), Failure> {
-    if let Some(length) = header_u64(headers, header::CONTENT_LENGTH.as_str())?
-        && length > limit
-    {
-        return Err(fail(
-            ErrorKind::TooLarge,
-            format!("the object is {length} bytes; this server takes at most {limit}"),
-        ));
-    }
-    Ok(())
+    Ok((Answer::Opened { info }, file))
 }
 
 /// The version a write stores: the one it names (not too far ahead of this server's clock),
 /// or this server's clock.
-fn written_version(version: Option<ObjectVersion>) -> Result<ObjectVersion, Failure> {
+fn written_version(version: Option<ObjectVersion>) -> Result<ObjectVersion, Refusal> {
     let version = version.unwrap_or_else(now_version);
     check_not_ahead(version)?;
     Ok(version)
@@ -151,19 +104,13 @@ pub(super) async fn put_object(
     state: &AppState,
     target: &Target,
     put: Put,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, Failure> {
+    body: &mut Incoming,
+) -> Handled {
     let limit = state.max_object_bytes;
     let Put { key, version, checksum, pg_seed } = put;
-    let version = match check_length(headers, limit).and_then(|()| written_version(version)) {
-        Ok(version) => version,
-        Err(failure) => {
-            discard(body, headers).await;
-            return Err(failure);
-        }
-    };
-    let received = receive(state, headers, body, limit).await?;
+    // (A refusal's body is thrown away by the caller.)
+    let version = body.check_length(limit).and_then(|()| written_version(version))?;
+    let received = body.receive(state.auth.enabled(), limit).await?;
     let store = target.store.clone();
     let (pool, epoch) = (target.pool, target.epoch);
     let outcome = tokio::task::spawn_blocking(move || {
@@ -178,75 +125,9 @@ pub(super) async fn put_object(
     .await
     .map_err(|e| fail(ErrorKind::Io, format!("write task failed: {e}")))??;
     let Some(outcome) = outcome else {
-        return Err(body_hash_refusal(state, had_hash(headers)));
+        return Err(body_hash_refusal(state, body.had_hash()));
     };
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = match outcome {
-        crate::store::PutOutcome::Stored => StatusCode::CREATED,
-        crate::store::PutOutcome::AlreadyStored => StatusCode::OK,
-    };
-    insert(response.headers_mut(), wire::VERSION, &version.0.to_string());
-    Ok(response)
-}
-
-/// A request body, read whole, with the hash its signature covers.
-struct Received {
-    body: bytes::Bytes,
-    /// With authentication on and the request signed: the BLAKE3 hash its signed headers
-    /// carry (none: a signed request without one).
-    signed_hash: Option<Option<String>>,
-}
-
-impl Received {
-    /// Whether the body matches the hash the request's signature covers (the signature
-    /// covers the hash; the hash covers the body): checked on the blocking pool with the
-    /// write, before the write. An unsigned request got past the guard only over mutual TLS,
-    /// whose records protect the body.
-    fn hash_matches(&self) -> bool {
-        match &self.signed_hash {
-            None => true,
-            Some(signed) => {
-                signed.as_deref() == Some(optio_proto::auth::content_hash(&self.body).as_str())
-            }
-        }
-    }
-}
-
-fn had_hash(headers: &HeaderMap) -> bool {
-    headers.contains_key(optio_proto::auth::CONTENT_HASH_HEADER)
-}
-
-/// Reads a request body of at most `limit` bytes.
-async fn receive(
-    state: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-    limit: u64,
-) -> Result<Received, Failure> {
-    let declared = header_u64(headers, header::CONTENT_LENGTH.as_str()).ok().flatten();
-    let body = axum::body::to_bytes(body, limit as usize).await.map_err(|e| match declared {
-        _ if let Some(timeout) = crate::conn::BodyTimeout::find(&e) => fail(
-            ErrorKind::Timeout,
-            format!("{timeout}; nothing was stored: send the whole body without pausing"),
-        ),
-        // Its length was checked against the limit before: the body broke off.
-        Some(length) => fail(
-            ErrorKind::BadRequest,
-            format!("the body ended before its {length} bytes were read: {e}"),
-        ),
-        None => fail(
-            ErrorKind::TooLarge,
-            format!("the body could not be read within {limit} bytes: {e}"),
-        ),
-    })?;
-    let signed = headers.contains_key(optio_proto::auth::AUTH_HEADER);
-    let signed_hash = (state.auth.enabled() && signed).then(|| {
-        headers
-            .get(optio_proto::auth::CONTENT_HASH_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    });
-    Ok(Received { body, signed_hash })
+    Ok(Answer::Written { version, created: outcome == PutOutcome::Stored })
 }
 
 /// A write in place (`PUT` with `x-optio-offset`): creates a block object or changes one,
@@ -255,23 +136,16 @@ pub(super) async fn write_in_place(
     state: &AppState,
     target: &Target,
     write: WriteAt<'static>,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, Failure> {
+    body: &mut Incoming,
+) -> Handled {
     let limit = optio_proto::blocks::BLOCK_OBJECT_BYTES_MAX;
-    let version = match check_length(headers, limit).and_then(|()| written_version(write.version)) {
-        Ok(version) => version,
-        Err(failure) => {
-            discard(body, headers).await;
-            return Err(failure);
-        }
-    };
+    let version = body.check_length(limit).and_then(|()| written_version(write.version))?;
     let WriteAt { key, offset, zeroes, basis, checksum, pg_seed, sync, .. } = write;
     let (base, size) = match basis {
         Basis::Change { base } => (Some(base), 0),
         Basis::Create { size_bytes } => (None, size_bytes),
     };
-    let received = receive(state, headers, body, limit).await?;
+    let received = body.receive(state.auth.enabled(), limit).await?;
     let store = target.store.clone();
     let (pool, epoch) = (target.pool, target.epoch);
     let write = move || {
@@ -297,7 +171,7 @@ pub(super) async fn write_in_place(
     };
     // A small change to an existing block object, not synced, is page-cache work: done here
     // (see SMALL_IO_BYTES); creations, syncs and large writes go to the blocking pool.
-    let small = base.is_some() && !sync && (zeroes.max(content_length(headers)) < SMALL_IO_BYTES);
+    let small = base.is_some() && !sync && (zeroes.max(body.declared_bytes()) < SMALL_IO_BYTES);
     let outcome = if small {
         write()?
     } else {
@@ -306,34 +180,23 @@ pub(super) async fn write_in_place(
             .map_err(|e| fail(ErrorKind::Io, format!("write task failed: {e}")))??
     };
     let Some(outcome) = outcome else {
-        return Err(body_hash_refusal(state, had_hash(headers)));
+        return Err(body_hash_refusal(state, body.had_hash()));
     };
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = match outcome {
-        crate::store::PutOutcome::Stored => StatusCode::CREATED,
-        crate::store::PutOutcome::AlreadyStored => StatusCode::OK,
-    };
-    insert(response.headers_mut(), wire::VERSION, &version.0.to_string());
-    Ok(response)
+    Ok(Answer::Written { version, created: outcome == PutOutcome::Stored })
 }
 
 /// `POST` on a device's pool: every write it acknowledged is made durable (NBD's FLUSH).
-pub(super) async fn sync_device(target: &Target) -> Result<Response, Failure> {
+pub(super) async fn sync_device(target: &Target) -> Handled {
     let store = target.store.clone();
     tokio::task::spawn_blocking(move || store.sync_all())
         .await
         .map_err(|e| fail(ErrorKind::Io, format!("sync task failed: {e}")))??;
-    Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-/// The request's declared body length (0 when absent or malformed).
-fn content_length(headers: &HeaderMap) -> u64 {
-    header_u64(headers, header::CONTENT_LENGTH.as_str()).ok().flatten().unwrap_or(0)
+    Ok(Answer::Done)
 }
 
 /// The refusal of a body that does not match its signed hash (or of a signed PUT without
 /// one), counted and logged.
-fn body_hash_refusal(state: &AppState, had_hash: bool) -> Failure {
+fn body_hash_refusal(state: &AppState, had_hash: bool) -> Refusal {
     use optio_proto::auth::{AuthError, CONTENT_HASH_HEADER};
     let error = if had_hash {
         AuthError::BadSignature("the request (its body does not match the signed hash)".into())
@@ -352,7 +215,7 @@ fn body_hash_refusal(state: &AppState, had_hash: bool) -> Failure {
 pub(super) const VERSION_AHEAD_MAX_MICROS: u64 = 10_000_000;
 
 /// Refuses a version further ahead of this server's clock than [`VERSION_AHEAD_MAX_MICROS`].
-fn check_not_ahead(version: ObjectVersion) -> Result<(), Failure> {
+fn check_not_ahead(version: ObjectVersion) -> Result<(), Refusal> {
     let now = now_version();
     if version.0 <= now.0.saturating_add(VERSION_AHEAD_MAX_MICROS) {
         return Ok(());
@@ -385,11 +248,7 @@ pub(super) enum Removal {
     Undo { version: ObjectVersion },
 }
 
-pub(super) async fn delete_object(
-    target: &Target,
-    key: String,
-    removal: Removal,
-) -> Result<Response, Failure> {
+pub(super) async fn delete_object(target: &Target, key: String, removal: Removal) -> Handled {
     let version = match &removal {
         Removal::Delete { version, .. } => *version,
         Removal::Undo { version } => Some(*version),
@@ -424,17 +283,13 @@ pub(super) async fn delete_object(
     if !removed {
         return Err(fail(ErrorKind::NotFound, "no such object"));
     }
-    Ok(StatusCode::NO_CONTENT.into_response())
+    Ok(Answer::Done)
 }
 
 /// A page of a device's listing; without `gateway_state`, the gateway's own keys are left
 /// out (see [`optio_proto::GATEWAY_PREFIX`]).
-pub(super) fn list(
-    target: &Target,
-    query: &ListQuery,
-    gateway_state: bool,
-) -> Result<Response, Failure> {
-    let listing: Listing = target.store.list(
+pub(super) fn list(target: &Target, query: &ListQuery, gateway_state: bool) -> Handled {
+    let listing = target.store.list(
         target.pool,
         query.prefix.as_deref().unwrap_or(""),
         query.pg,
@@ -443,6 +298,5 @@ pub(super) fn list(
         query.tombstones.unwrap_or(false),
         gateway_state,
     );
-    let json = serde_json::to_vec(&listing).expect("listings serialize");
-    Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response())
+    Ok(Answer::Listed(listing))
 }
