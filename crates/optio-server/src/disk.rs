@@ -23,9 +23,9 @@ pub const FILE_MODE: u32 = 0o600;
 pub trait Disk: Send + Sync + 'static {
     /// Writes `parts` (concatenated) to a new file at `temp`, durably (fsync) when `durable`.
     fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()>;
-    /// Appends `bytes` to the file at `path` (created if missing) and, when `durable`, makes
-    /// them durable (fdatasync; the directory too when the file is new).
-    fn append(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()>;
+    /// Appends `bytes` to the file at `path` (created if missing) and makes them durable
+    /// (fdatasync; the directory too when the file is new).
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
     /// Makes a file and its directory entry durable (fsync of both).
     fn sync(&self, path: &Path) -> io::Result<()>;
     /// Atomically moves `temp` to `path`, replacing it (rename), then makes the directory
@@ -71,15 +71,6 @@ pub trait Disk: Send + Sync + 'static {
     fn open_read(&self, path: &Path) -> io::Result<File>;
     /// Makes every write to the file system holding the directory `dir` durable.
     fn sync_fs(&self, dir: &Path) -> io::Result<()>;
-    /// Makes every write to the file system holding the open directory `dir` durable
-    /// (`syncfs`): a device's group commit ([`crate::commit`]), which keeps `dir` open so
-    /// that every writeback error since it was opened is reported.
-    fn sync_fs_of(&self, dir: &File) -> io::Result<()>;
-    /// Removes a file, not durably (the caller syncs: group commit).
-    fn remove_unsynced(&self, path: &Path) -> io::Result<()>;
-    /// Atomically moves `temp` to `path`, replacing it (rename), not durably (the caller
-    /// syncs: group commit).
-    fn publish_unsynced(&self, temp: &Path, path: &Path) -> io::Result<()>;
 }
 
 /// The real file system; directories are created 0700 and files 0600.
@@ -184,18 +175,6 @@ impl Disk for RealDisk {
         rustix::fs::syncfs(File::open(dir)?).map_err(io::Error::from)
     }
 
-    fn sync_fs_of(&self, dir: &File) -> io::Result<()> {
-        rustix::fs::syncfs(dir).map_err(io::Error::from)
-    }
-
-    fn remove_unsynced(&self, path: &Path) -> io::Result<()> {
-        fs::remove_file(path)
-    }
-
-    fn publish_unsynced(&self, temp: &Path, path: &Path) -> io::Result<()> {
-        fs::rename(temp, path)
-    }
-
     fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()> {
         let mut file =
             OpenOptions::new().write(true).create_new(true).mode(FILE_MODE).open(temp)?;
@@ -218,13 +197,10 @@ impl Disk for RealDisk {
         sync_dir(parent(path))
     }
 
-    fn append(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         let existed = path.exists();
         let mut file = OpenOptions::new().append(true).create(true).mode(FILE_MODE).open(path)?;
         file.write_all(bytes)?;
-        if !durable {
-            return Ok(());
-        }
         file.sync_data()?;
         if !existed {
             sync_dir(parent(path))?;
@@ -339,11 +315,11 @@ impl Disk for FaultyDisk {
             _ => RealDisk.write_temp(temp, parts, durable),
         }
     }
-    fn append(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         match self.fault() {
             Some(Fault::Full) => Err(io::Error::from(io::ErrorKind::StorageFull)),
             Some(Fault::WriteError) => Err(io::Error::other("injected write error")),
-            _ => RealDisk.append(path, bytes, durable),
+            _ => RealDisk.append(path, bytes),
         }
     }
     fn sync(&self, path: &Path) -> io::Result<()> {
@@ -414,215 +390,6 @@ impl Disk for FaultyDisk {
             Some(Fault::WriteError) => Err(io::Error::other("injected sync error")),
             _ => RealDisk.sync_fs(dir),
         }
-    }
-    fn sync_fs_of(&self, dir: &File) -> io::Result<()> {
-        match self.fault() {
-            Some(Fault::WriteError) => Err(io::Error::other("injected sync error")),
-            _ => RealDisk.sync_fs_of(dir),
-        }
-    }
-    fn remove_unsynced(&self, path: &Path) -> io::Result<()> {
-        RealDisk.remove_unsynced(path)
-    }
-    fn publish_unsynced(&self, temp: &Path, path: &Path) -> io::Result<()> {
-        match self.fault() {
-            Some(Fault::CrashBeforeRename) => Err(io::Error::other("injected crash")),
-            _ => RealDisk.publish_unsynced(temp, path),
-        }
-    }
-}
-
-/// What [`GatedDisk`] saw, in order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DiskEvent {
-    /// A temporary file was written (not synced), by its name.
-    Wrote(PathBuf),
-    /// A file was renamed into place (not synced), by its new name.
-    Renamed(PathBuf),
-    /// A file was removed (not synced).
-    Removed(PathBuf),
-    /// A sync of the file system started (and is held until the test lets it run).
-    SyncStarted,
-    /// That sync completed.
-    SyncDone,
-    /// Something the test marks itself (an acknowledgement, say).
-    Mark(String),
-}
-
-/// [`RealDisk`] that records the order of the writes, renames and syncs of a device's group
-/// commit ([`crate::commit`]) and holds each sync until the test lets it run (for tests: a
-/// write must not be acknowledged before the sync that makes it durable).
-#[derive(Debug, Default)]
-pub struct GatedDisk {
-    state: Mutex<Gate>,
-    changed: std::sync::Condvar,
-}
-
-#[derive(Debug, Default)]
-struct Gate {
-    events: Vec<DiskEvent>,
-    /// Syncs that may still run; `None`: every sync runs at once.
-    allowed: Option<u64>,
-}
-
-impl GatedDisk {
-    /// A disk whose syncs wait until [`allow`](Self::allow)ed.
-    pub fn new() -> GatedDisk {
-        GatedDisk {
-            state: Mutex::new(Gate { events: Vec::new(), allowed: Some(0) }),
-            ..Default::default()
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Gate> {
-        self.state.lock().expect("gate lock is never poisoned")
-    }
-
-    fn record(&self, event: DiskEvent) {
-        self.lock().events.push(event);
-        self.changed.notify_all();
-    }
-
-    /// Lets `syncs` more syncs run.
-    pub fn allow(&self, syncs: u64) {
-        if let Some(allowed) = &mut self.lock().allowed {
-            *allowed += syncs;
-        }
-        self.changed.notify_all();
-    }
-
-    /// Lets every sync run from now on.
-    pub fn open(&self) {
-        self.lock().allowed = None;
-        self.changed.notify_all();
-    }
-
-    /// Records a mark of the test's own.
-    pub fn mark(&self, mark: &str) {
-        self.record(DiskEvent::Mark(mark.to_string()));
-    }
-
-    /// Everything seen so far.
-    pub fn events(&self) -> Vec<DiskEvent> {
-        self.lock().events.clone()
-    }
-
-    /// Waits until `ready` holds of the events seen (at most `limit`); whether it did.
-    pub fn wait_for(
-        &self,
-        limit: std::time::Duration,
-        ready: impl Fn(&[DiskEvent]) -> bool,
-    ) -> bool {
-        let deadline = std::time::Instant::now() + limit;
-        let mut gate = self.lock();
-        while !ready(&gate.events) {
-            let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else {
-                return false;
-            };
-            gate = self.changed.wait_timeout(gate, left).expect("gate lock is never poisoned").0;
-        }
-        true
-    }
-}
-
-impl Disk for GatedDisk {
-    fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()> {
-        RealDisk.write_temp(temp, parts, durable)?;
-        self.record(DiskEvent::Wrote(temp.to_path_buf()));
-        Ok(())
-    }
-    fn append(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
-        RealDisk.append(path, bytes, durable)?;
-        self.record(DiskEvent::Wrote(path.to_path_buf()));
-        Ok(())
-    }
-    fn sync(&self, path: &Path) -> io::Result<()> {
-        RealDisk.sync(path)
-    }
-    fn publish(&self, temp: &Path, path: &Path) -> io::Result<()> {
-        RealDisk.publish(temp, path)
-    }
-    fn publish_if_absent(&self, temp: &Path, path: &Path) -> io::Result<()> {
-        RealDisk.publish_if_absent(temp, path)
-    }
-    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        RealDisk.read(path)
-    }
-    fn read_prefix(&self, path: &Path, bytes: usize) -> io::Result<Vec<u8>> {
-        RealDisk.read_prefix(path, bytes)
-    }
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        RealDisk.remove(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        RealDisk.rename(from, to)
-    }
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        RealDisk.create_dir_all(path)
-    }
-    fn create_dir(&self, path: &Path) -> io::Result<()> {
-        RealDisk.create_dir(path)
-    }
-    fn list(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
-        RealDisk.list(path)
-    }
-    fn write_sparse_temp(
-        &self,
-        temp: &Path,
-        parts: &[(u64, &[u8])],
-        len: u64,
-        durable: bool,
-    ) -> io::Result<()> {
-        RealDisk.write_sparse_temp(temp, parts, len, durable)?;
-        self.record(DiskEvent::Wrote(temp.to_path_buf()));
-        Ok(())
-    }
-    fn write_at(&self, path: &Path, parts: &[(u64, &[u8])], durable: bool) -> io::Result<()> {
-        RealDisk.write_at(path, parts, durable)
-    }
-    fn read_at(&self, path: &Path, ranges: &[(u64, usize)]) -> io::Result<Vec<Vec<u8>>> {
-        RealDisk.read_at(path, ranges)
-    }
-    fn open_read(&self, path: &Path) -> io::Result<File> {
-        RealDisk.open_read(path)
-    }
-    fn punch(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
-        RealDisk.punch(path, offset, len)
-    }
-    fn sync_fs(&self, dir: &Path) -> io::Result<()> {
-        RealDisk.sync_fs(dir)
-    }
-    fn sync_fs_of(&self, dir: &File) -> io::Result<()> {
-        self.record(DiskEvent::SyncStarted);
-        {
-            let mut gate = self.lock();
-            loop {
-                match &mut gate.allowed {
-                    None => break,
-                    Some(allowed) if *allowed > 0 => {
-                        *allowed -= 1;
-                        break;
-                    }
-                    Some(_) => {
-                        gate = self.changed.wait(gate).expect("gate lock is never poisoned");
-                    }
-                }
-            }
-        }
-        RealDisk.sync_fs_of(dir)?;
-        self.record(DiskEvent::SyncDone);
-        Ok(())
-    }
-    fn remove_unsynced(&self, path: &Path) -> io::Result<()> {
-        RealDisk.remove_unsynced(path)?;
-        self.record(DiskEvent::Removed(path.to_path_buf()));
-        Ok(())
-    }
-    fn publish_unsynced(&self, temp: &Path, path: &Path) -> io::Result<()> {
-        RealDisk.publish_unsynced(temp, path)?;
-        self.record(DiskEvent::Renamed(path.to_path_buf()));
-        Ok(())
     }
 }
 

@@ -57,8 +57,8 @@ impl<D: Disk> Disk for EmulatedDisk<D> {
     fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()> {
         self.inner.write_temp(temp, parts, durable)
     }
-    fn append(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
-        self.inner.append(path, bytes, durable)
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.inner.append(path, bytes)
     }
     fn sync(&self, path: &Path) -> io::Result<()> {
         self.inner.sync(path)
@@ -119,15 +119,6 @@ impl<D: Disk> Disk for EmulatedDisk<D> {
     }
     fn sync_fs(&self, dir: &Path) -> io::Result<()> {
         self.inner.sync_fs(dir)
-    }
-    fn sync_fs_of(&self, dir: &File) -> io::Result<()> {
-        self.inner.sync_fs_of(dir)
-    }
-    fn remove_unsynced(&self, path: &Path) -> io::Result<()> {
-        self.inner.remove_unsynced(path)
-    }
-    fn publish_unsynced(&self, temp: &Path, path: &Path) -> io::Result<()> {
-        self.inner.publish_unsynced(temp, path)
     }
 }
 

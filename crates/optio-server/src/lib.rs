@@ -9,10 +9,9 @@
 //!
 //! Design decisions (details in `docs/store.md`):
 //!
-//! * **Durable or invisible.** A write goes to a temporary file, is synced, renamed into
-//!   place and the rename synced before it is acknowledged; a crash leaves at most a
-//!   temporary file, removed at the next start. Concurrent writes to a device share their
-//!   syncs ([`commit`], group commit). Every stored file carries a header with a format version, the key, the size,
+//! * **Durable or invisible.** A write goes to a temporary file, is fsynced, renamed into
+//!   place and the directory fsynced; a crash leaves at most a temporary file, removed at the
+//!   next start. Every stored file carries a header with a format version, the key, the size,
 //!   crc32c checksums and the version ([`optio_proto::ObjectHeader`]).
 //! * **Every read verifies.** A replica that fails its checksum is moved to `quarantine/`,
 //!   reported as `corrupt` (500), and repaired by the client from another replica.
@@ -40,7 +39,6 @@
 
 pub mod auth;
 pub mod catchup;
-pub mod commit;
 pub mod conn;
 pub mod disk;
 pub mod emulated;
@@ -64,7 +62,7 @@ use std::time::Duration;
 
 pub use conn::Limits;
 pub use conn::local::LOCAL_SOCKET_MODE;
-pub use disk::{Disk, DiskEvent, Fault, FaultyDisk, GatedDisk, RealDisk};
+pub use disk::{Disk, Fault, FaultyDisk, RealDisk};
 pub use emulated::EmulatedDisk;
 pub use error::StoreError;
 pub use in_process::InProcess;

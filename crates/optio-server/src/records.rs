@@ -22,7 +22,6 @@ use optio_placement::PoolId;
 use optio_proto::ChoiceRecord;
 use optio_proto::choice::RECORD_BYTES;
 
-use crate::commit::GroupCommit;
 use crate::disk::Disk;
 use crate::error::StoreError;
 
@@ -168,13 +167,8 @@ impl RecordLog {
     }
 
     /// Commits and leaves the clean-shutdown marker (the next start needs no grace).
-    pub fn close(
-        &self,
-        disk: &dyn Disk,
-        group: &GroupCommit,
-        temp: &Path,
-    ) -> Result<(), StoreError> {
-        self.commit(disk, group)?;
+    pub fn close(&self, disk: &dyn Disk, temp: &Path) -> Result<(), StoreError> {
+        self.commit(disk)?;
         let marker = self.path.with_file_name(CLEAN_MARKER);
         disk.write_temp(temp, &[b"clean"], true).map_err(StoreError::io("write", temp))?;
         disk.publish(temp, &marker).map_err(StoreError::io("rename", &marker))
@@ -273,10 +267,9 @@ impl RecordLog {
         self.durable.subscribe()
     }
 
-    /// Appends what is queued and makes it durable with the device's other writes (blocking:
-    /// a barrier of its group commit, [`crate::commit`]); one commit covers every record
-    /// queued so far, and its sync is shared with the objects written meanwhile.
-    pub fn commit(&self, disk: &dyn Disk, group: &GroupCommit) -> Result<(), StoreError> {
+    /// Appends what is queued and fsyncs it (blocking); one commit covers every record
+    /// queued so far.
+    pub fn commit(&self, disk: &dyn Disk) -> Result<(), StoreError> {
         let _commit = self.commit.lock().expect("commit lock");
         let (bytes, seq) = {
             let mut state = self.state.lock().expect("records lock");
@@ -285,15 +278,12 @@ impl RecordLog {
         if bytes.is_empty() {
             return Ok(());
         }
-        let appended = disk.append(&self.path, &bytes, false);
-        if let Err(error) = appended.and_then(|()| group.barrier(disk)) {
+        if let Err(error) = disk.append(&self.path, &bytes) {
             // Keep the entries for the next commit, in order.
             let mut state = self.state.lock().expect("records lock");
             let mut queue = bytes;
             queue.extend_from_slice(&state.queue);
             state.queue = queue;
-            // (Entries appended but not synced may be appended again: replay applies them
-            // in order, so a repeated entry changes nothing.)
             return Err(StoreError::Io {
                 operation: "append",
                 path: self.path.clone(),
@@ -365,16 +355,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let disk = crate::disk::RealDisk;
         let temp = dir.path().join("t");
-        let group = GroupCommit::open(dir.path()).expect("opens");
         let log = RecordLog::open(dir.path(), &disk, &temp).expect("opens");
         let record = |candidate| ChoiceRecord { candidate, choices: 2, writer: 7 };
         log.create(PoolId(1), "a", record(0), None, false);
         log.create(PoolId(1), "b", record(1), None, false);
-        log.commit(&disk, &group).expect("commit");
+        log.commit(&disk).expect("commit");
         assert_eq!(log.clear(), 2);
         assert!(log.get(PoolId(1), "a").is_none());
         log.create(PoolId(1), "c", record(1), None, false);
-        log.close(&disk, &group, &temp).expect("close");
+        log.close(&disk, &temp).expect("close");
         let reopened = RecordLog::open(dir.path(), &disk, &temp).expect("reopens");
         assert_eq!(reopened.len(), 1, "the removals were logged");
         assert_eq!(reopened.get(PoolId(1), "c"), Some(record(1)));

@@ -369,9 +369,8 @@ impl DeviceStore {
         self.ensure_parent(&path)?;
         let temp = self.temp_path();
         self.disk
-            .write_sparse_temp(&temp, parts, file_bytes, false)
+            .write_sparse_temp(&temp, parts, file_bytes, true)
             .map_err(StoreError::io("write", &temp))?;
-        self.sync_written(&temp)?;
         self.publish(&temp, path, request.pool, request.key, entry_of(header, file_bytes, &[]))?;
         drop(reservation);
         Ok(PutOutcome::Stored)

@@ -17,12 +17,9 @@
 //! that another user owns, and tightens one that they can read to 0700 (see
 //! [`DeviceStore::open`]).
 //!
-//! A write goes to `tmp/` and is made durable, then renamed into place and the rename made
-//! durable, so a partly written object is never visible, and only then indexed and
-//! acknowledged. Both "made durable" steps are barriers of the device's group commit
-//! ([`crate::commit`]): concurrent writes share their syncs. Writes to one key are
-//! serialized by a striped lock held from the version check to the index update (so that no
-//! reader finds a renamed file the index does not describe yet).
+//! A write goes to `tmp/`, is fsynced, then renamed into place and the directory fsynced, so
+//! a partly written object is never visible. Writes to one key are serialized by a striped
+//! lock held only around the version check and the rename.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -36,7 +33,6 @@ use optio_proto::{
     ObjectVersion, checksum,
 };
 
-use crate::commit::GroupCommit;
 use crate::disk::Disk;
 use crate::error::StoreError;
 use crate::records::RecordLog;
@@ -144,8 +140,6 @@ pub struct DeviceStore {
     root: PathBuf,
     capacity_bytes: u64,
     disk: Arc<dyn Disk>,
-    /// Shared syncs of the device's writes.
-    commit: GroupCommit,
     index: RwLock<BTreeMap<(PoolId, String), Entry>>,
     records: RecordLog,
     stripes: Vec<Mutex<()>>,
@@ -265,13 +259,11 @@ impl DeviceStore {
         }
         let records =
             RecordLog::open(&root, disk.as_ref(), &root.join("tmp").join("choices.log.new"))?;
-        let commit = GroupCommit::open(&root).map_err(StoreError::io("open", &root))?;
         let store = DeviceStore {
             id: config.id,
             root,
             capacity_bytes: config.capacity_bytes,
             disk,
-            commit,
             index: RwLock::new(BTreeMap::new()),
             records,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
@@ -427,9 +419,9 @@ impl DeviceStore {
         self.ensure_parent(&path)?;
         let temp = self.temp_path();
         self.unflushed_bytes.fetch_add(file_bytes, Ordering::Relaxed);
-        let written = self.write_temp_durably(&temp, &[&head, request.data]);
+        let written = self.disk.write_temp(&temp, &[&head, request.data], true);
         self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
-        written?;
+        written.map_err(StoreError::io("write", &temp))?;
         let _stripe = self.stripe(request.key);
         self.publish(&temp, path, request.pool, request.key, entry)?;
         drop(reservation);
@@ -489,38 +481,12 @@ impl DeviceStore {
         let temp = self.temp_path();
         // A tombstone needs no room check: it replaces something at least as large, or is a
         // few dozen bytes that must not be refused (a refused delete would be undone later).
-        self.write_temp_durably(&temp, &[&head])?;
+        self.disk.write_temp(&temp, &[&head], true).map_err(StoreError::io("write", &temp))?;
         self.publish(&temp, path, pool, key, entry_of(&header, file_bytes, &[]))
     }
 
-    /// Writes `parts` to the new file `temp` and makes it durable with the device's other
-    /// writes (a barrier of its group commit); removes it again when that fails.
-    fn write_temp_durably(&self, temp: &Path, parts: &[&[u8]]) -> Result<(), StoreError> {
-        self.disk.write_temp(temp, parts, false).map_err(StoreError::io("write", temp))?;
-        self.sync_written(temp)
-    }
-
-    /// Makes the temporary file `temp`, just written, durable with the device's other writes;
-    /// removes it when that fails.
-    fn sync_written(&self, temp: &Path) -> Result<(), StoreError> {
-        if let Err(error) = self.commit.barrier(self.disk.as_ref()) {
-            let _ = self.disk.remove_unsynced(temp);
-            return Err(StoreError::Io {
-                operation: "sync",
-                path: temp.to_path_buf(),
-                source: error,
-            });
-        }
-        Ok(())
-    }
-
-    /// Renames the written and durable `temp` over `path` unless a newer version is stored
-    /// meanwhile, makes the rename durable with the device's other writes (a barrier of its
-    /// group commit), then indexes it (the caller holds the key's stripe, so no reader finds
-    /// the new file before the index describes it). Only then is the write acknowledged.
-    ///
-    /// When the rename's sync fails the file is indexed all the same (it is what the path
-    /// holds) but the write is refused: not acknowledged, as it may not be durable.
+    /// Renames the written `temp` over `path` unless a newer version is stored meanwhile, and
+    /// indexes it (the caller holds the key's stripe).
     fn publish(
         &self,
         temp: &Path,
@@ -532,14 +498,13 @@ impl DeviceStore {
         if let Some(existing) = self.entry(pool, key)
             && let Err(error) = check_version(&existing, &entry)
         {
-            let _ = self.disk.remove_unsynced(temp);
+            let _ = self.disk.remove(temp);
             return Err(error);
         }
-        if let Err(error) = self.disk.publish_unsynced(temp, &path) {
-            let _ = self.disk.remove_unsynced(temp);
+        if let Err(error) = self.disk.publish(temp, &path) {
+            let _ = self.disk.remove(temp);
             return Err(StoreError::Io { operation: "rename", path, source: error });
         }
-        let synced = self.commit.barrier(self.disk.as_ref());
         let mut index = self.index.write().expect("index lock");
         let file_bytes = entry.file_bytes;
         let old = index.insert((pool, key.to_string()), entry);
@@ -547,27 +512,7 @@ impl DeviceStore {
         if let Some(old) = old {
             self.used_bytes.fetch_sub(old.file_bytes, Ordering::AcqRel);
         }
-        synced.map_err(|source| StoreError::Io { operation: "sync", path, source })
-    }
-
-    /// Removes `key`'s file, forgets it, and makes the removal durable with the device's
-    /// other writes (the caller holds the key's stripe) before returning. Readers find it gone
-    /// a moment before the sync ends; a crash in that moment may bring the file back, but
-    /// the removal was not answered yet, so its sender counts it as failed.
-    fn remove_object(&self, pool: PoolId, key: &str) -> Result<(), StoreError> {
-        let path = self.path_of(pool, key);
-        match self.disk.remove_unsynced(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(StoreError::Io { operation: "remove", path, source: e }),
-        }
-        self.forget(pool, key);
-        self.commit.barrier(self.disk.as_ref()).map_err(StoreError::io("sync", &path))
-    }
-
-    /// Syncs run by the device's group commit since it was opened (each a `syncfs`).
-    pub fn syncs(&self) -> u64 {
-        self.commit.syncs()
+        Ok(())
     }
 
     /// Reads and verifies an object (blocking). A replica that fails verification is
@@ -729,7 +674,13 @@ impl DeviceStore {
         {
             return Err(StoreError::VersionConflict { stored: entry.version, offered: up_to });
         }
-        self.remove_object(pool, key)?;
+        let path = self.path_of(pool, key);
+        match self.disk.remove(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StoreError::Io { operation: "remove", path, source: e }),
+        }
+        self.forget(pool, key);
         Ok(true)
     }
 
@@ -747,7 +698,13 @@ impl DeviceStore {
         if entry.deleted || entry.version != version {
             return Ok(false);
         }
-        self.remove_object(pool, key)?;
+        let path = self.path_of(pool, key);
+        match self.disk.remove(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StoreError::Io { operation: "remove", path, source: e }),
+        }
+        self.forget(pool, key);
         tracing::info!(
             pool = pool.0,
             key,
@@ -846,15 +803,14 @@ impl DeviceStore {
         self.records.clear()
     }
 
-    /// Commits the queued record changes (blocking: one append and a barrier of the
-    /// device's group commit, whose sync the objects written meanwhile share).
+    /// Commits the queued record changes (blocking: one append and one fdatasync).
     pub fn commit_records(&self) -> Result<(), StoreError> {
-        self.records.commit(self.disk.as_ref(), &self.commit)
+        self.records.commit(self.disk.as_ref())
     }
 
     /// Commits the records and marks the shutdown clean (blocking).
     pub fn close_records(&self) -> Result<(), StoreError> {
-        self.records.close(self.disk.as_ref(), &self.commit, &self.temp_path())
+        self.records.close(self.disk.as_ref(), &self.temp_path())
     }
 
     /// The record log (sequence numbers, waits).
@@ -977,84 +933,6 @@ mod tests {
             pg_seed: Some(7),
             epoch: Epoch(1),
         })
-    }
-
-    /// Issue 39: a group-committed write (or delete) is acknowledged only once a sync that
-    /// started after its rename has completed — and its data synced before the rename — so a
-    /// crash before that sync loses only writes not yet acknowledged.
-    #[test]
-    fn a_write_is_acknowledged_only_after_the_sync_of_its_rename() {
-        use crate::disk::{DiskEvent, GatedDisk};
-        use std::time::Duration;
-        const WAIT: Duration = Duration::from_secs(20);
-        let dir = tempfile::tempdir().unwrap();
-        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 20 };
-        let disk = Arc::new(GatedDisk::new());
-        let store = Arc::new(DeviceStore::open(&config, disk.clone()).unwrap());
-        let syncs =
-            |events: &[DiskEvent]| events.iter().filter(|e| **e == DiskEvent::SyncStarted).count();
-        for delete in [false, true] {
-            let before = disk.events().len();
-            let writer = {
-                let (store, disk) = (store.clone(), disk.clone());
-                std::thread::spawn(move || {
-                    let result = if delete {
-                        store
-                            .delete(PoolId(1), "k", Some(ObjectVersion(2)), Epoch(1), None)
-                            .map(|_| ())
-                    } else {
-                        put(&store, "k", b"v", 1).map(|_| ())
-                    };
-                    disk.mark("acknowledged");
-                    result
-                })
-            };
-            // The data's sync is held: nothing is renamed, indexed or acknowledged.
-            assert!(disk.wait_for(WAIT, |e| syncs(&e[before..]) == 1));
-            assert!(!disk.events()[before..].iter().any(|e| matches!(e, DiskEvent::Renamed(_))));
-            assert_eq!(store.info(PoolId(1), "k").is_some(), delete, "unchanged while syncing");
-            disk.allow(1);
-            // The rename is done, and its sync held: still not acknowledged, nor visible.
-            assert!(disk.wait_for(WAIT, |e| syncs(&e[before..]) == 2));
-            assert!(!writer.is_finished(), "acknowledged before the sync of its rename");
-            assert_eq!(store.info(PoolId(1), "k").is_some(), delete, "visible before durable");
-            disk.allow(1);
-            writer.join().unwrap().unwrap();
-            let events = disk.events()[before..].to_vec();
-            let at = |want: &dyn Fn(&DiskEvent) -> bool| events.iter().position(want).unwrap();
-            let wrote = at(&|e| matches!(e, DiskEvent::Wrote(_)));
-            let renamed = at(&|e| matches!(e, DiskEvent::Renamed(_)));
-            let acknowledged = at(&|e| matches!(e, DiskEvent::Mark(_)));
-            let synced: Vec<usize> =
-                (0..events.len()).filter(|i| events[*i] == DiskEvent::SyncDone).collect();
-            assert!(
-                synced.len() == 2
-                    && wrote < synced[0]
-                    && synced[0] < renamed
-                    && renamed < synced[1]
-                    && synced[1] < acknowledged,
-                "{events:?}"
-            );
-            assert_eq!(store.info(PoolId(1), "k").is_none(), delete);
-        }
-        // Concurrent writes share their syncs: 8 writes of 2 steps each arrive while a sync
-        // is held, and take far fewer than 16.
-        let before = store.syncs();
-        let seen = disk.events().len();
-        let writers: Vec<_> = (0..8)
-            .map(|i| {
-                let store = store.clone();
-                std::thread::spawn(move || put(&store, &format!("c{i}"), b"v", 1).map(|_| ()))
-            })
-            .collect();
-        let wrote = |e: &[DiskEvent]| e.iter().filter(|e| matches!(e, DiskEvent::Wrote(_))).count();
-        assert!(disk.wait_for(WAIT, |e| wrote(&e[seen..]) == 8 && syncs(&e[seen..]) >= 1));
-        disk.open();
-        for writer in writers {
-            writer.join().unwrap().unwrap();
-        }
-        let shared = store.syncs() - before;
-        assert!((2..16).contains(&shared), "{shared} syncs for 8 concurrent writes");
     }
 
     #[test]

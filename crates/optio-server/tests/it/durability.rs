@@ -1,11 +1,9 @@
 //! Durability: a flipped byte is detected on read and the replica quarantined; what a crash
-//! leaves behind is never visible; a full device answers 507; a restart finds every object; a
-//! group-committed write or delete is answered only after the sync that makes it durable.
+//! leaves behind is never visible; a full device answers 507; a restart finds every object.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use optio_server::{Disk, DiskEvent, Fault, FaultyDisk, GatedDisk};
+use optio_server::{Disk, Fault, FaultyDisk};
 
 use crate::{Options, TestServer, error_of, listed_keys};
 
@@ -179,46 +177,5 @@ async fn a_replaced_file_is_never_served_and_the_replica_can_be_repaired() {
     assert_eq!(put("b", "6", "bbb").await, 201, "repaired");
     let get = server.http.get(server.object(0, 3, "b")).send().await.unwrap();
     assert_eq!(get.text().await.unwrap(), "bbb");
-    server.stop().await;
-}
-
-/// Issue 39: writes and deletes share their device's syncs (group commit), and neither is
-/// answered before the sync that makes it durable: with the device's syncs held, a PUT and a
-/// DELETE get no answer; each sync let run moves them one step (data, then rename); the
-/// answer comes only after the second.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_is_answered_only_after_its_sync() {
-    const WAIT: Duration = Duration::from_secs(20);
-    let root = tempfile::tempdir().expect("temp dir");
-    let disk = Arc::new(GatedDisk::new());
-    let mut options = Options::default();
-    options.disks.insert(0, disk.clone() as Arc<dyn Disk>);
-    let server = TestServer::start(root.path(), options).await;
-    let url = server.object(0, 1, "k");
-    let syncs =
-        |events: &[DiskEvent]| events.iter().filter(|e| **e == DiskEvent::SyncStarted).count();
-    for delete in [false, true] {
-        let before = disk.events().len();
-        let request = if delete {
-            server.http.delete(&url).header("x-optio-version", "2")
-        } else {
-            server.http.put(&url).header("x-optio-version", "1").body(vec![5u8; 4096])
-        };
-        let answer = tokio::spawn(request.send());
-        for step in 1..=2 {
-            let gate = disk.clone();
-            let held = tokio::task::spawn_blocking(move || {
-                gate.wait_for(WAIT, |e| syncs(&e[before..]) == step)
-            });
-            assert!(held.await.unwrap(), "sync {step} of the write never started");
-            assert!(!answer.is_finished(), "answered before sync {step} (delete: {delete})");
-            disk.allow(1);
-        }
-        let status = answer.await.unwrap().unwrap().status();
-        assert_eq!(status, if delete { 204 } else { 201 });
-        let head = server.http.head(&url).send().await.unwrap().status();
-        assert_eq!(head, if delete { 404 } else { 200 });
-    }
-    disk.open();
     server.stop().await;
 }
