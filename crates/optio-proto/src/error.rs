@@ -134,27 +134,29 @@ impl ErrorKind {
         }
     }
 
+    /// Every kind.
+    pub const ALL: [ErrorKind; 16] = [
+        ErrorKind::BadRequest,
+        ErrorKind::NotFound,
+        ErrorKind::Misdirected,
+        ErrorKind::TooLarge,
+        ErrorKind::Full,
+        ErrorKind::StaleEpoch,
+        ErrorKind::UnknownEpoch,
+        ErrorKind::VersionConflict,
+        ErrorKind::Corrupt,
+        ErrorKind::Io,
+        ErrorKind::Unavailable,
+        ErrorKind::Recovering,
+        ErrorKind::Timeout,
+        ErrorKind::Fenced,
+        ErrorKind::Unauthorized,
+        ErrorKind::Forbidden,
+    ];
+
     /// The kind named `name`.
     pub fn from_name(name: &str) -> Option<ErrorKind> {
-        const ALL: [ErrorKind; 16] = [
-            ErrorKind::BadRequest,
-            ErrorKind::NotFound,
-            ErrorKind::Misdirected,
-            ErrorKind::TooLarge,
-            ErrorKind::Full,
-            ErrorKind::StaleEpoch,
-            ErrorKind::UnknownEpoch,
-            ErrorKind::VersionConflict,
-            ErrorKind::Corrupt,
-            ErrorKind::Io,
-            ErrorKind::Unavailable,
-            ErrorKind::Recovering,
-            ErrorKind::Timeout,
-            ErrorKind::Fenced,
-            ErrorKind::Unauthorized,
-            ErrorKind::Forbidden,
-        ];
-        ALL.into_iter().find(|kind| kind.name() == name)
+        ErrorKind::ALL.into_iter().find(|kind| kind.name() == name)
     }
 }
 

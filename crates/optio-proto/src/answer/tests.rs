@@ -25,24 +25,7 @@ fn decode(asked: OpKind, status: u16, pairs: &[(&'static str, &str)], body: &[u8
     Answer::decode(asked, Some("k"), status, header, body.to_vec())
 }
 
-const KINDS: [ErrorKind; 16] = [
-    ErrorKind::BadRequest,
-    ErrorKind::NotFound,
-    ErrorKind::Misdirected,
-    ErrorKind::TooLarge,
-    ErrorKind::Full,
-    ErrorKind::StaleEpoch,
-    ErrorKind::UnknownEpoch,
-    ErrorKind::VersionConflict,
-    ErrorKind::Corrupt,
-    ErrorKind::Io,
-    ErrorKind::Unavailable,
-    ErrorKind::Recovering,
-    ErrorKind::Timeout,
-    ErrorKind::Fenced,
-    ErrorKind::Unauthorized,
-    ErrorKind::Forbidden,
-];
+const KINDS: [ErrorKind; 16] = ErrorKind::ALL;
 
 fn version() -> impl Strategy<Value = ObjectVersion> {
     any::<u64>().prop_map(ObjectVersion)
