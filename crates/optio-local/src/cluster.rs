@@ -21,7 +21,9 @@ use optio_cluster::{ClusterError, MapSource, mapstore};
 
 use crate::LocalError;
 use crate::etcd::EtcdServer;
+use optio_proto::ServerHealth;
 use optio_proto::auth::Cap;
+use optio_proto::own::{OwnAnswer, OwnRequest};
 
 pub use crate::host::{DeviceDef, HostPlacement};
 
@@ -852,29 +854,52 @@ impl Drop for LocalCluster {
     }
 }
 
-/// What a server reports on `/health`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Health {
-    /// The map epoch it holds.
-    pub epoch: u64,
-    /// Its devices that serve no reads yet (catching up, or marked down).
-    pub recovering: u32,
-    /// The first hex digits of the BLAKE3 hash of the keyring file it holds (empty with
-    /// authentication off; `None` from a server too old to say).
-    pub keyring: Option<String>,
-}
-
-/// What a server reports on `/health` (a plain HTTP/1.0 request), if it answers.
-pub fn health(addr: &str) -> Option<Health> {
+/// What a server reports on `/health` (a plain HTTP/1.0 request), if it answers: the answer
+/// decoded as every client decodes it ([`OwnAnswer::decode`]); a keyring digest that is not
+/// hex reads as none.
+pub fn health(addr: &str) -> Option<ServerHealth> {
     let mut stream = TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream.write_all(b"GET /health HTTP/1.0\r\nHost: optio\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let body = response.split("\r\n\r\n").nth(1)?;
-    let answer: optio_proto::ServerHealth = serde_json::from_str(body).ok()?;
-    let keyring = answer.keyring.filter(|digest| digest.bytes().all(|b| b.is_ascii_hexdigit()));
-    Some(Health { epoch: answer.epoch, recovering: answer.recovering, keyring })
+    let asked = OwnRequest::Health;
+    let request =
+        format!("{} {} HTTP/1.0\r\nHost: optio\r\n\r\n", asked.method().as_str(), asked.path());
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let response = RawResponse::split(&response)?;
+    let header = |name: &'static str| {
+        response.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| *v)
+    };
+    match OwnAnswer::decode(&asked, response.status, header, response.body) {
+        Ok(OwnAnswer::Health(mut health)) => {
+            health.keyring =
+                health.keyring.filter(|digest| digest.bytes().all(|b| b.is_ascii_hexdigit()));
+            Some(health)
+        }
+        _ => None,
+    }
+}
+
+/// An HTTP/1.x response taken apart.
+struct RawResponse<'a> {
+    status: u16,
+    /// (name, value)
+    headers: Vec<(&'a str, &'a str)>,
+    body: &'a [u8],
+}
+
+impl RawResponse<'_> {
+    /// `response`'s status, headers and body; none if it is not an HTTP/1.x response.
+    fn split(response: &[u8]) -> Option<RawResponse<'_>> {
+        let end = response.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let head = std::str::from_utf8(&response[..end]).ok()?;
+        let mut lines = head.split("\r\n");
+        let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+        let headers = lines
+            .filter_map(|line| line.split_once(':').map(|(n, v)| (n.trim(), v.trim())))
+            .collect();
+        Some(RawResponse { status, headers, body: &response[end + 4..] })
+    }
 }
 
 /// The epoch a server reports on `/health`.

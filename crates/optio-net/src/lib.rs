@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use optio_placement::PoolId;
 use optio_proto::answer::{Envelope, Refusal};
+use optio_proto::own::{OwnAnswer, OwnAnswerError, OwnRequest, ScrubQuery};
 use optio_proto::request::OpKind;
 use optio_proto::route;
 use optio_proto::wire;
@@ -546,45 +547,55 @@ impl HttpTransport {
     pub async fn scrub(
         &self,
         addr: &str,
-        query: &str,
+        query: ScrubQuery,
     ) -> Result<Vec<optio_proto::ScrubReport>, Failure> {
-        let url = parse_url(&format!("{}://{addr}{}?{query}", self.scheme, route::SCRUB_PATH))?;
-        let request = self.http.post(url.clone()).timeout(Duration::from_secs(24 * 3600));
-        let response =
-            self.signed(request, "POST", &url, addr).send().await.map_err(|e| no_answer(&e))?;
-        let status = response.status().as_u16();
-        let body = response.bytes().await.map_err(|e| Failure::Unreachable(error_chain(&e)))?;
-        if status != 200 {
-            return Err(Failure::Refused {
-                kind: ErrorKind::Io,
-                reason: format!(
-                    "/v1/scrub answered HTTP {status}: {}",
-                    String::from_utf8_lossy(&body).chars().take(200).collect::<String>()
-                ),
-                epoch: None,
-                stored: None,
-            });
+        let asked = OwnRequest::Scrub(query);
+        match self.own(addr, &asked, Duration::from_secs(24 * 3600)).await? {
+            OwnAnswer::Scrubbed(reports) => Ok(reports),
+            other => Err(Failure::Malformed(format!("{} answered {other:?}", asked.name()))),
         }
-        serde_json::from_slice(&body)
-            .map_err(|e| Failure::Malformed(format!("bad scrub reports: {e}")))
     }
 
     async fn server_status_http(&self, addr: &str) -> Result<ServerStatus, Failure> {
-        let url = parse_url(&format!("{}://{addr}{}", self.scheme, route::STATUS_PATH))?;
-        let request = self.http.get(url.clone()).timeout(STATUS_TIMEOUT);
-        let response =
-            self.signed(request, "GET", &url, addr).send().await.map_err(|e| no_answer(&e))?;
+        match self.own(addr, &OwnRequest::Status, STATUS_TIMEOUT).await? {
+            OwnAnswer::Status(status) => Ok(status),
+            other => Err(Failure::Malformed(format!("{} answered {other:?}", route::STATUS_PATH))),
+        }
+    }
+
+    /// Sends a request to one of the server's own routes and decodes its answer (a refusal
+    /// with its kind and reason, as device answers have theirs).
+    async fn own(
+        &self,
+        addr: &str,
+        asked: &OwnRequest,
+        timeout: Duration,
+    ) -> Result<OwnAnswer, Failure> {
+        let url = parse_url(&format!("{}://{addr}{}", self.scheme, asked.path()))?;
+        let method = asked.method();
+        let request = match method {
+            optio_proto::request::Method::Post => self.http.post(url.clone()),
+            _ => self.http.get(url.clone()),
+        }
+        .timeout(timeout);
+        let response = self
+            .signed(request, method.as_str(), &url, addr)
+            .send()
+            .await
+            .map_err(|e| no_answer(&e))?;
         let status = response.status().as_u16();
+        let headers = response.headers().clone();
         let body = response.bytes().await.map_err(|e| Failure::Unreachable(error_chain(&e)))?;
-        if status != 200 {
-            return Err(Failure::Refused {
-                kind: ErrorKind::Io,
-                reason: format!("/v1/status answered HTTP {status}"),
+        let header = |name: &'static str| headers.get(name).and_then(|v| v.to_str().ok());
+        OwnAnswer::decode(asked, status, header, body.as_ref()).map_err(|error| match error {
+            OwnAnswerError::Refused(refusal) => Failure::Refused {
+                kind: refusal.kind,
+                reason: format!("{}: {}", asked.name(), refusal.reason),
                 epoch: None,
                 stored: None,
-            });
-        }
-        serde_json::from_slice(&body).map_err(|e| Failure::Malformed(format!("bad status: {e}")))
+            },
+            other => Failure::Malformed(other.to_string()),
+        })
     }
 }
 

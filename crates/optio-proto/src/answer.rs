@@ -291,7 +291,7 @@ impl Refusal {
 
     /// The refusal an answer of `status` (at least 400) carries: lenient, since a refusal is
     /// one whatever else it says.
-    fn decode<'h>(
+    pub(crate) fn decode<'h>(
         status: u16,
         header: &impl Fn(&'static str) -> Option<&'h str>,
         body: &[u8],

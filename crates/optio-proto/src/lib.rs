@@ -55,6 +55,7 @@ pub mod hex;
 mod key;
 mod metrics;
 mod migration;
+pub mod own;
 pub mod request;
 pub mod route;
 pub mod summary;

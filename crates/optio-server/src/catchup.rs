@@ -24,7 +24,7 @@
 //!
 //! The race with a write of the epoch before: the device lists its peers at the epoch that
 //! marked it up; a peer still storing a write of an earlier epoch (which went around this
-//! device) holds the listing until that write is stored (`http::admitted`), so the listing
+//! device) holds the listing until that write is stored (`serve::admitted`), so the listing
 //! has it.
 //!
 //! **Maps not looked at.** This task looks at the newest map only, and a server may never

@@ -308,6 +308,11 @@ pub struct PeerCertificate {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LocalPeer;
 
+/// A device request the local socket decoded already (to take opens only): the adapter
+/// serves it without decoding it again.
+#[derive(Clone, Debug)]
+pub(crate) struct Predecoded(pub(crate) optio_proto::request::Request<'static>);
+
 /// An answer's open file, sent to a local client with the answer (`SCM_RIGHTS`).
 #[derive(Clone, Debug)]
 pub(crate) struct LocalFile(pub(crate) Arc<std::fs::File>);

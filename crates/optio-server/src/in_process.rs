@@ -40,7 +40,7 @@ use crate::{ServerConfig, ServerError};
 
 /// A server's state and router, serving requests handed to it as values.
 pub struct InProcess {
-    state: Arc<crate::http::AppState>,
+    state: Arc<crate::serve::AppState>,
     router: axum::Router,
     background: tokio::task::JoinHandle<()>,
 }
@@ -127,7 +127,7 @@ mod tests {
         let health =
             http::Request::get(optio_proto::route::HEALTH_PATH).body(Body::empty()).unwrap();
         assert_eq!(core.serve(health).await.status(), 200);
-        // A write, decoded by the guard and dispatched as one from a connection is.
+        // A write, decoded by the adapter and served as one from a connection is.
         let endpoint = Endpoint { device: 3, addr: "in-process".into() };
         let data = Bytes::from_static(b"hello");
         let checksum = optio_proto::checksum(&data);

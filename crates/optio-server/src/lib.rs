@@ -44,12 +44,13 @@ pub mod disk;
 pub mod emulated;
 mod error;
 pub mod fence;
-pub mod http;
+mod http;
 pub mod in_process;
 mod mapstate;
 pub mod rebalance;
 pub mod records;
 pub mod scrub;
+mod serve;
 pub mod store;
 pub mod system;
 
@@ -197,7 +198,7 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     /// The local socket and its path, if configured.
     local: Option<(tokio::net::UnixListener, std::path::PathBuf)>,
-    state: Arc<http::AppState>,
+    state: Arc<serve::AppState>,
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
     /// The transport this server's own requests go through (re-keyed when its key rotates).
@@ -245,7 +246,7 @@ impl Server {
             .ok()
             .filter(|addr| !addr.ip().is_unspecified())
             .map(|addr| addr.to_string());
-        let state = Arc::new(http::AppState { local_socket, listen_addr, ..state });
+        let state = Arc::new(serve::AppState { local_socket, listen_addr, ..state });
         let signer = Some(transport);
         Ok(Server { listener, local, state, limits, tls, signer })
     }
@@ -312,7 +313,7 @@ impl Server {
         if let Some(fencing) = fencing {
             fencing.abort();
         }
-        http::close_records(&state_for_exit).await;
+        state_for_exit.close_records().await;
         Ok(())
     }
 }
@@ -322,7 +323,7 @@ impl Server {
 /// transport the server's own requests go through.
 async fn open_state(
     config: &ServerConfig,
-) -> Result<(http::AppState, optio_net::HttpTransport), ServerError> {
+) -> Result<(serve::AppState, optio_net::HttpTransport), ServerError> {
     let mut devices = HashMap::new();
     for device in &config.devices {
         let disk = config.disks.get(&device.id).cloned().unwrap_or_else(|| Arc::new(RealDisk));
@@ -378,12 +379,12 @@ async fn open_state(
         }
         None => auth::Auth::off(),
     });
-    let state = http::AppState {
+    let state = serve::AppState {
         devices,
         map,
         system: Arc::new(system::SystemMetrics::default()),
         max_object_bytes: config.max_object_bytes,
-        telemetry: http::ServerMetrics::new(),
+        telemetry: serve::ServerMetrics::new(),
         incarnation: incarnation(),
         rebalancer,
         catchup,
@@ -410,14 +411,14 @@ fn incarnation() -> u64 {
 }
 
 /// Samples the machine's metrics, commits choice records.
-async fn background(state: Arc<http::AppState>) {
+async fn background(state: Arc<serve::AppState>) {
     let mut cpu = system::Sampler::new();
     let mut system_tick = tokio::time::interval(SYSTEM_SAMPLE_INTERVAL);
     let mut record_tick = tokio::time::interval(records::COMMIT_INTERVAL);
     loop {
         tokio::select! {
             _ = system_tick.tick() => state.system.update(&mut cpu),
-            _ = record_tick.tick() => http::commit_records(&state).await,
+            _ = record_tick.tick() => state.commit_records().await,
         }
     }
 }

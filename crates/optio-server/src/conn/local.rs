@@ -22,7 +22,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, watch};
 
 use super::frames::{Context, Refusal, answer, build_request, refusal};
-use super::{Limits, LocalPeer};
+use super::{Limits, LocalPeer, Predecoded};
 
 /// The local socket's mode: read-write for the server's user and group (run `optio nbd` as
 /// that user, or in that group), nothing for others.
@@ -143,13 +143,16 @@ async fn serve_connection(
         };
         let (frame, file) = match build_request(&head, body, &context) {
             Ok((id, mut request)) => {
-                // Decoded here as the router would (which then does not decode it again).
-                let open = crate::http::decode(&request).filter(|decoded| {
-                    matches!(decoded.0, Ok(device::Request { op: device::Op::Open { .. }, .. }))
-                });
-                if let Some(decoded) = open {
+                // Decoded here as the adapter would (which then does not decode it again).
+                let path_and_query =
+                    request.uri().path_and_query().map_or(request.uri().path(), |p| p.as_str());
+                let decoded =
+                    device::Request::decode(request.method().as_str(), path_and_query, |name| {
+                        request.headers().get(name).map(|value| value.as_bytes())
+                    });
+                if let Ok(open @ device::Request { op: device::Op::Open { .. }, .. }) = decoded {
                     request.extensions_mut().insert(LocalPeer);
-                    request.extensions_mut().insert(decoded);
+                    request.extensions_mut().insert(Predecoded(open));
                     answer(router.clone(), id, request).await
                 } else {
                     let reason = format!("the local socket takes opens only ({})", wire::OPEN);

@@ -3,6 +3,7 @@
 //! it found and repaired.
 
 use anyhow::{Result, bail};
+use optio_proto::own::ScrubQuery;
 
 use super::live::LiveMap;
 use crate::output::{Table, bytes, parse_size};
@@ -46,7 +47,7 @@ pub fn run(args: Args) -> Result<u8> {
     let runtime = crate::commands::runtime()?;
     runtime.block_on(async move {
         let map = source.load().await?;
-        let mut query = vec![format!("deep={}", args.deep)];
+        let mut query = ScrubQuery { deep: args.deep, ..ScrubQuery::default() };
         if let Some(pool) = &args.pool {
             let found = map
                 .pool_by_name(pool)
@@ -55,19 +56,18 @@ pub fn run(args: Args) -> Result<u8> {
                 let names: Vec<&str> = map.pools().iter().map(|p| p.name.as_str()).collect();
                 bail!("no pool '{pool}' in the map; its pools are {}", names.join(", "));
             };
-            query.push(format!("pool={}", found.id.0));
+            query.pool = Some(found.id.0);
         }
         if let Some(rate) = &args.rate {
-            query.push(format!("rate={}", parse_size(rate).map_err(anyhow::Error::msg)?));
+            query.rate = Some(parse_size(rate).map_err(anyhow::Error::msg)?);
         }
-        let query = query.join("&");
         let mut addrs: Vec<String> =
             map.devices().iter().filter(|d| d.up).filter_map(|d| d.addr.clone()).collect();
         addrs.sort();
         addrs.dedup();
         let transport = args.live.transport()?;
         let answers =
-            futures_util::future::join_all(addrs.iter().map(|a| transport.scrub(a, &query))).await;
+            futures_util::future::join_all(addrs.iter().map(|a| transport.scrub(a, query))).await;
         let mut reports = Vec::new();
         let mut failed = Vec::new();
         for (addr, answer) in addrs.iter().zip(answers) {

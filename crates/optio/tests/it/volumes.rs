@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use optio_local::cluster::{LocalCluster, LocalClusterSpec};
@@ -49,6 +50,9 @@ fn run(program: &str, args: &[&str]) -> String {
 struct Nbd {
     child: Child,
     port: u16,
+    /// What it logged so far (stderr, read as it comes, so that a long log never blocks it).
+    log: Arc<Mutex<String>>,
+    drain: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Nbd {
@@ -67,7 +71,17 @@ impl Nbd {
         match lines.next() {
             Some(Ok(line)) if line.starts_with("serving ") => {
                 std::thread::spawn(move || for _ in lines {});
-                Ok(Nbd { child, port })
+                let log = Arc::new(Mutex::new(String::new()));
+                let stderr = BufReader::new(child.stderr.take().unwrap());
+                let sink = log.clone();
+                let drain = std::thread::spawn(move || {
+                    for line in stderr.lines().map_while(Result::ok) {
+                        let mut log = sink.lock().unwrap();
+                        log.push_str(&line);
+                        log.push('\n');
+                    }
+                });
+                Ok(Nbd { child, port, log, drain: Some(drain) })
             }
             _ => {
                 let status = child.wait().expect("exits");
@@ -88,15 +102,21 @@ impl Nbd {
         let _ = self.child.wait();
     }
 
+    /// What it logged so far.
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
     /// SIGTERM: flushes and releases the volumes' locks. Returns what it logged.
     fn stop(mut self) -> String {
         let _ = Command::new("kill").arg(self.child.id().to_string()).status();
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
-                let mut log = String::new();
-                let _ = self.child.stderr.take().expect("piped").read_to_string(&mut log);
-                return log;
+                if let Some(drain) = self.drain.take() {
+                    let _ = drain.join();
+                }
+                return self.log();
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -572,7 +592,9 @@ fn no_acknowledged_write_is_lost_when_optio_nbd_or_a_storage_server_is_killed() 
     });
     std::thread::sleep(Duration::from_millis(300));
     cluster.kill(victim).unwrap();
-    writer.join().expect("the job went on with a server down");
+    if writer.join().is_err() {
+        panic!("the job did not go on with a server down; optio nbd logged:\n{}", nbd.log());
+    }
     cluster.restart(victim).unwrap();
     settle(&cluster);
     // Now another server down: what is read comes from the returned one and its peer.

@@ -8,7 +8,8 @@ use optio_proto::{ChoiceRecord, ErrorKind};
 
 use crate::store::RecordOutcome;
 
-use super::{AppState, Handled, Target, fail};
+use super::state::AppState;
+use super::target::{Handled, Target, fail};
 
 pub(super) fn get_record(target: &Target, key: &str) -> Handled {
     let record = target

@@ -41,7 +41,7 @@ pub(crate) struct Received {
 impl Received {
     /// Whether the body matches the hash the request's signature covers (the signature
     /// covers the hash; the hash covers the body): checked on the blocking pool with the
-    /// write, before the write. An unsigned request got past the guard only over mutual TLS,
+    /// write, before the write. An unsigned request got past authentication only over mutual TLS,
     /// whose records protect the body.
     pub(crate) fn hash_matches(&self) -> bool {
         match &self.signed_hash {

@@ -10,7 +10,8 @@ use optio_proto::{ErrorKind, ListQuery, ObjectVersion};
 use crate::store::{LIST_LIMIT_MAX, PutOutcome, PutRequest};
 
 use super::incoming::Incoming;
-use super::{AppState, Handled, Target, fail};
+use super::state::AppState;
+use super::target::{Handled, Target, fail};
 
 /// Reads and writes in place up to this size run on the request's own task (page-cache
 /// work of microseconds); larger ones, and whole objects, on the blocking pool.

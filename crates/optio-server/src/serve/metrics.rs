@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use optio_net::exposition::{Counter, Histogram, Registry};
 use optio_proto::request::OpKind;
-use optio_proto::{DeviceStatus, ErrorKind, MigrationPhase};
-
-use super::AppState;
+use optio_proto::{DeviceStatus, ErrorKind, MigrationPhase, ServerStatus};
 
 /// What a request to a device was, for the metrics: `None` for no such route, or a method
 /// the route does not take (`op="invalid"`).
@@ -74,10 +72,10 @@ impl ServerMetrics {
         self.durations[index].record(elapsed.as_secs_f64());
     }
 
-    /// Everything, read now, in Prometheus' text format.
-    pub(crate) fn render(&self, state: &AppState) -> String {
+    /// Everything, read now, in Prometheus' text format: the server's `status` and `gauges`
+    /// as read at the scrape.
+    pub(crate) fn render(&self, status: &ServerStatus, gauges: &Gauges) -> String {
         let r = &self.registry;
-        let status = super::status::server_status(state);
         for device in &status.devices {
             let label = device.metrics.device.to_string();
             let labels = [("device", label.as_str())];
@@ -113,15 +111,28 @@ impl ServerMetrics {
         r.gauge("optio_migration_failures", &[]).set(m.failures as f64);
         r.gauge("optio_build_info", &[("version", env!("CARGO_PKG_VERSION"))]).set(1.0);
         r.gauge("optio_fenced", &[]).set(f64::from(u8::from(status.fenced)));
-        r.counter("optio_fence_lapses_total", &[]).absolute(state.fence.lapses());
-        for (reason, count) in state.auth.refusals() {
-            r.counter("optio_auth_refused_total", &[("reason", reason)]).absolute(count);
+        r.counter("optio_fence_lapses_total", &[]).absolute(gauges.fence_lapses);
+        for (reason, count) in &gauges.auth_refusals {
+            r.counter("optio_auth_refused_total", &[("reason", reason)]).absolute(*count);
         }
         r.gauge("optio_map_epoch", &[]).set(status.epoch as f64);
-        r.gauge("optio_cpu_ratio", &[]).set(f64::from(state.system.cpu_permille()) / 1000.0);
-        r.gauge("optio_memory_ratio", &[]).set(f64::from(state.system.memory_permille()) / 1000.0);
+        r.gauge("optio_cpu_ratio", &[]).set(f64::from(gauges.cpu_permille) / 1000.0);
+        r.gauge("optio_memory_ratio", &[]).set(f64::from(gauges.memory_permille) / 1000.0);
         r.render()
     }
+}
+
+/// What the metrics read at a scrape besides the server's status.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Gauges {
+    /// Times the fencing lease lapsed.
+    pub(crate) fence_lapses: u64,
+    /// Requests refused by authentication, by reason.
+    pub(crate) auth_refusals: Vec<(&'static str, u64)>,
+    /// The server's CPU use, in thousandths.
+    pub(crate) cpu_permille: u16,
+    /// Its memory use, in thousandths.
+    pub(crate) memory_permille: u16,
 }
 
 /// The device's last scrub pass, when one ran.
