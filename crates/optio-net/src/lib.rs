@@ -18,6 +18,7 @@ pub mod exposition;
 mod frames;
 mod op;
 pub use op::{Call, Endpoint, FRAMED_BYTES_MAX, Op};
+pub mod listen;
 pub mod local;
 pub use chunks::Chunks;
 pub mod throttle;

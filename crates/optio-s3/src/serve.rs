@@ -162,7 +162,7 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
-    config.limits.check().map_err(invalid)?;
+    config.limits.check().map_err(|e| invalid(e.to_string()))?;
     if config.buffered_body_timeout.is_zero() {
         return Err(invalid("the buffered-body time limit is zero; it must be positive".into()));
     }

@@ -1,39 +1,35 @@
-//! Connections: the accept loop, with a limit on connections and timeouts for slow or stalled
-//! clients (what `axum::serve` does not have).
+//! Connections: the accept loop (plain HTTP, TLS told by its first byte, mutual TLS), the
+//! upgrade to frames ([`frames`]) and the local socket ([`local`]), with the limits, phases
+//! and timeouts of [`optio_net::listen`] (what `axum::serve` does not have), which the S3
+//! gateway shares:
 //!
-//! Each connection is in one of three phases, which decide how long it may stay silent:
-//!
-//! * **head** — from the moment it is accepted, or from the first byte of its next request,
-//!   until the request's headers are complete: at most the *header timeout* (default 10 s);
+//! * **head** — from the moment a connection is accepted, or from the first byte of its next
+//!   request, until the request's headers are complete: at most the *header timeout*
+//!   (default 10 s);
 //! * **busy** — a request is being handled (its body read, its answer written): a body that
-//!   sends no byte for the *body timeout* (default 30 s) fails the request with 408 `timeout`
-//!   and closes the connection;
+//!   sends no byte for the *body timeout* (default 30 s) fails the request with 408
+//!   `timeout` and closes the connection, and an answer the client reads nothing of for as
+//!   long closes the connection;
 //! * **idle** — a keep-alive connection between requests: closed after the *idle timeout*
 //!   (default 60 s).
-//!
-//! This is how Go's `net/http` splits its `ReadHeaderTimeout` and `IdleTimeout` (hyper's own
-//! `header_read_timeout` also runs while a keep-alive connection waits for its next request,
-//! so it cannot tell slow headers from an idle connection).
 //!
 //! **The connection limit** (default: half the soft limit on open files, at most 4,096, at
 //! least 64) bounds the file descriptors connections use, so the server never runs out of
 //! them. A connection accepted at the limit makes the server close the connection that has
 //! been idle (or sending its headers) the longest, and is served once it is gone: an idle
-//! crowd cannot stop `/health` from answering. When every connection has a request in flight,
-//! the new connection is closed at once (each request in flight is bounded by the body
-//! timeout).
+//! crowd cannot stop `/health` from answering. When every connection has a request in
+//! flight, the new connection is closed at once (each request in flight is bounded by the
+//! body timeout). An accept that fails for want of resources pauses the loop, 50 ms doubling
+//! to 1 s while it goes on failing, logged at most once per 10 s.
 
 mod frames;
 pub(crate) mod local;
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -42,242 +38,35 @@ use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use optio_net::local::open_files_soft_limit;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use optio_net::listen::{
+    AcceptErrors, BusyGuard, Registry, TimedBody, Tracked, Watched, admit, is_connection_error,
+    sleep_until,
+};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
-/// Default longest time from accepting a connection, or from the first byte of a request,
-/// to the end of its headers.
-pub const HEADER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
-/// Default longest time a request body may send nothing.
-pub const BODY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
-/// Default longest time a keep-alive connection may wait for its next request.
-pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
-/// The connection limit's default is at most this many…
-pub const CONNECTIONS_DEFAULT_MAX: usize = 4096;
-/// … and at least this many.
-pub const CONNECTIONS_DEFAULT_MIN: usize = 64;
-/// The largest connection limit taken.
-pub const CONNECTIONS_MAX: usize = 1 << 20;
-/// How long a connection accepted at the limit waits for the connection closed in its favour.
-const EVICTION_WAIT: Duration = Duration::from_secs(1);
-/// How long the accept loop pauses after an error that is not about one connection (e.g.
-/// EMFILE: out of file descriptors).
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+pub use optio_net::listen::{
+    BODY_TIMEOUT_DEFAULT, BodyTimeout, CONNECTIONS_DEFAULT_MAX, CONNECTIONS_DEFAULT_MIN,
+    CONNECTIONS_MAX, HEADER_TIMEOUT_DEFAULT, IDLE_TIMEOUT_DEFAULT, Limits, LimitsError,
+    default_max_connections,
+};
 
-/// The connection limit used when none is configured: half the soft limit on open files
-/// (the other half is for object files, the map and the logs), within
-/// [`CONNECTIONS_DEFAULT_MIN`]..=[`CONNECTIONS_DEFAULT_MAX`].
-pub fn default_max_connections() -> usize {
-    let soft = open_files_soft_limit().unwrap_or(u64::MAX);
-    usize::try_from(soft / 2)
-        .unwrap_or(usize::MAX)
-        .clamp(CONNECTIONS_DEFAULT_MIN, CONNECTIONS_DEFAULT_MAX)
-}
+/// What the logs call the server's connections.
+const LABEL: &str = "connection";
 
-/// How connections are limited and timed out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// See [`HEADER_TIMEOUT_DEFAULT`].
-    pub header_timeout: Duration,
-    /// See [`BODY_TIMEOUT_DEFAULT`].
-    pub body_timeout: Duration,
-    /// See [`IDLE_TIMEOUT_DEFAULT`].
-    pub idle_timeout: Duration,
-    /// Connections open at once.
-    pub max_connections: usize,
-}
-
-impl Limits {
-    /// Refuses zero timeouts and limits out of range.
-    pub fn check(&self) -> Result<(), String> {
-        for (name, value) in [
-            ("header timeout", self.header_timeout),
-            ("body timeout", self.body_timeout),
-            ("idle timeout", self.idle_timeout),
-        ] {
-            if value.is_zero() {
-                return Err(format!("the {name} is zero; it must be positive"));
-            }
-        }
-        if !(1..=CONNECTIONS_MAX).contains(&self.max_connections) {
-            return Err(format!(
-                "the connection limit is {}; it must be 1 to {CONNECTIONS_MAX}",
-                self.max_connections
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// A request body that sent nothing for the body timeout.
-#[derive(Debug, thiserror::Error)]
-#[error("the client sent no byte of the request body for {} s", .0.as_secs_f64())]
-pub struct BodyTimeout(pub Duration);
-
-impl BodyTimeout {
-    /// The timeout found in `error`'s chain of sources, if the body timed out.
-    pub fn find<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyTimeout> {
-        let mut next = Some(error);
-        while let Some(error) = next {
-            if let Some(timeout) = error.downcast_ref::<BodyTimeout>() {
-                return Some(timeout);
-            }
-            next = error.source();
-        }
-        None
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    /// Waiting for (the rest of) a request's headers, since then.
-    Head(Instant),
-    /// Requests in flight (HTTP/1: one).
-    Busy(u32),
-    /// Between requests, since then.
-    Idle(Instant),
-}
-
-/// One connection's phase, shared by its I/O, its service and its task.
+/// One connection: its phase ([`Tracked`], shared with its I/O, its service and its task)
+/// and its upgrade to frames, if it asked for one.
 pub(crate) struct Connection {
-    phase: Mutex<Phase>,
-    /// Wakes the connection's task: its phase changed, it is asked to close, or the server
-    /// stops.
-    wake: Notify,
-    /// The accept loop asks it to make room.
-    evict: AtomicBool,
+    pub(crate) tracked: Arc<Tracked>,
     /// The connection asked to be upgraded to frames (see [`frames`]).
     upgrade: Mutex<Option<hyper::upgrade::OnUpgrade>>,
 }
 
 impl Connection {
     fn new() -> Connection {
-        Connection {
-            phase: Mutex::new(Phase::Head(Instant::now())),
-            wake: Notify::new(),
-            evict: AtomicBool::new(false),
-            upgrade: Mutex::new(None),
-        }
-    }
-
-    fn phase(&self) -> Phase {
-        *self.phase.lock().expect("the phase lock is never poisoned")
-    }
-
-    /// Bytes arrived: an idle connection starts a request.
-    fn on_read(&self) {
-        let mut phase = self.phase.lock().expect("the phase lock is never poisoned");
-        if let Phase::Idle(_) = *phase {
-            *phase = Phase::Head(Instant::now());
-            drop(phase);
-            self.wake.notify_one();
-        }
-    }
-
-    /// A request's headers are in: busy until the guard (held by the answer's body) drops.
-    pub(crate) fn busy(self: &Arc<Self>) -> BusyGuard {
-        let mut phase = self.phase.lock().expect("the phase lock is never poisoned");
-        *phase = match *phase {
-            Phase::Busy(n) => Phase::Busy(n + 1),
-            Phase::Head(_) | Phase::Idle(_) => Phase::Busy(1),
-        };
-        BusyGuard(self.clone())
-    }
-
-    /// When the phase's timeout expires (none while busy).
-    fn deadline(&self, limits: &Limits) -> Option<Instant> {
-        match self.phase() {
-            Phase::Head(since) => Some(since + limits.header_timeout),
-            Phase::Idle(since) => Some(since + limits.idle_timeout),
-            Phase::Busy(_) => None,
-        }
-    }
-
-    /// Since when it has had no request in flight; `None` while busy.
-    fn quiet_since(&self) -> Option<Instant> {
-        match self.phase() {
-            Phase::Head(since) | Phase::Idle(since) => Some(since),
-            Phase::Busy(_) => None,
-        }
-    }
-
-    /// Whether its phase's timeout has passed (checked again when the timer fires: a request
-    /// may have begun meanwhile).
-    fn timed_out(&self, limits: &Limits) -> bool {
-        let expired = self.deadline(limits).is_some_and(|d| d <= Instant::now());
-        if expired {
-            tracing::debug!(phase = ?self.phase(), "connection timed out: closed");
-        }
-        expired
-    }
-
-    /// Whether it should close to make room at the connection limit: asked to, and still
-    /// quiet (a request that began since cancels the request).
-    fn evicted(&self) -> bool {
-        if !self.evict.load(Ordering::Relaxed) {
-            return false;
-        }
-        if self.quiet_since().is_some() {
-            tracing::debug!("at the connection limit: closed the connection idle the longest");
-            return true;
-        }
-        self.evict.store(false, Ordering::Relaxed); // busy after all
-        false
-    }
-}
-
-/// Marks the end of a request when dropped.
-pub(crate) struct BusyGuard(Arc<Connection>);
-
-impl Drop for BusyGuard {
-    fn drop(&mut self) {
-        let mut phase = self.0.phase.lock().expect("the phase lock is never poisoned");
-        *phase = match *phase {
-            Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
-            _ => Phase::Idle(Instant::now()),
-        };
-        drop(phase);
-        self.0.wake.notify_one();
-    }
-}
-
-/// The open connections, for the limit.
-#[derive(Default)]
-struct Registry {
-    next_id: AtomicU64,
-    open: Mutex<HashMap<u64, Arc<Connection>>>,
-}
-
-impl Registry {
-    fn add(&self, connection: Arc<Connection>) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.open.lock().expect("the registry lock is never poisoned").insert(id, connection);
-        id
-    }
-
-    fn remove(&self, id: u64) {
-        self.open.lock().expect("the registry lock is never poisoned").remove(&id);
-    }
-
-    /// Asks the connection quiet for the longest to close; false if every one is busy.
-    fn evict_one(&self) -> bool {
-        let open = self.open.lock().expect("the registry lock is never poisoned");
-        let oldest = open
-            .values()
-            .filter(|c| !c.evict.load(Ordering::Relaxed))
-            .filter_map(|c| c.quiet_since().map(|since| (since, c)))
-            .min_by_key(|(since, _)| *since);
-        match oldest {
-            Some((_, connection)) => {
-                connection.evict.store(true, Ordering::Relaxed);
-                connection.wake.notify_one();
-                true
-            }
-            None => false,
-        }
+        Connection { tracked: Arc::new(Tracked::new(LABEL)), upgrade: Mutex::new(None) }
     }
 }
 
@@ -342,16 +131,20 @@ pub(crate) async fn serve(
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let registry = Arc::new(Registry::default());
     let (stop, stopping) = watch::channel(false);
+    let mut accept_errors = AcceptErrors::new(LABEL);
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => {
+                    accept_errors.succeeded();
+                    stream
+                }
                 Err(error) => {
                     if !is_connection_error(&error) {
-                        tracing::warn!(%error, "cannot accept a connection");
-                        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                        let pause = accept_errors.failed(&error, Instant::now());
+                        tokio::time::sleep(pause).await;
                     }
                     continue;
                 }
@@ -361,12 +154,12 @@ pub(crate) async fn serve(
         // time, and Nagle's algorithm would hold a small one back until the client
         // acknowledged the one before (the client delays its acknowledgements).
         let _ = stream.set_nodelay(true);
-        let Some(permit) = admit(&permits, &registry, limits.max_connections).await else {
+        let Some(permit) = admit(&permits, &registry, limits.max_connections, LABEL).await else {
             drop(stream);
             continue;
         };
         let connection = Arc::new(Connection::new());
-        let id = registry.add(connection.clone());
+        let id = registry.add(connection.tracked.clone());
         let registry = registry.clone();
         let router = router.clone();
         let stopping = stopping.clone();
@@ -425,40 +218,6 @@ pub(crate) async fn serve(
     let _ = permits.acquire_many(all).await;
 }
 
-/// A permit for a new connection: at once below the limit; at the limit, once the connection
-/// quiet for the longest has closed; `None` when every connection is busy.
-async fn admit(
-    permits: &Arc<Semaphore>,
-    registry: &Registry,
-    max_connections: usize,
-) -> Option<OwnedSemaphorePermit> {
-    if let Ok(permit) = permits.clone().try_acquire_owned() {
-        return Some(permit);
-    }
-    if !registry.evict_one() {
-        tracing::warn!(
-            max_connections,
-            "connection refused: every connection has a request in flight"
-        );
-        return None;
-    }
-    tracing::debug!(max_connections, "at the connection limit: closing the oldest idle one");
-    match tokio::time::timeout(EVICTION_WAIT, permits.clone().acquire_owned()).await {
-        Ok(Ok(permit)) => Some(permit),
-        _ => None,
-    }
-}
-
-/// Errors about one connection only (the accept loop goes on at once).
-fn is_connection_error(error: &io::Error) -> bool {
-    matches!(
-        error.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-    )
-}
-
 async fn serve_connection<S>(
     stream: S,
     router: Router,
@@ -470,7 +229,8 @@ async fn serve_connection<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let io = TokioIo::new(Watched { inner: stream, connection: connection.clone() });
+    let tracked = connection.tracked.clone();
+    let io = TokioIo::new(Watched::new(stream, tracked.clone(), limits.body_timeout));
     let context = frames::Context { router: router.clone(), plaintext, peer: peer.clone() };
     let service = Service {
         router,
@@ -487,7 +247,7 @@ async fn serve_connection<S>(
         conn.as_mut().graceful_shutdown();
     }
     loop {
-        let deadline = connection.deadline(&limits);
+        let deadline = tracked.deadline(&limits);
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(error) = result {
@@ -507,11 +267,11 @@ async fn serve_connection<S>(
                 return;
             }
             () = sleep_until(deadline) => {
-                if connection.timed_out(&limits) {
+                if tracked.timed_out(&limits) {
                     return; // nothing in flight: dropping it closes the socket
                 }
             }
-            () = connection.wake.notified() => {}
+            () = tracked.changed() => {}
             changed = stopping.changed(), if !stopped => {
                 stopped = true;
                 if changed.is_ok() {
@@ -519,7 +279,7 @@ async fn serve_connection<S>(
                 }
             }
         }
-        if connection.evicted() {
+        if tracked.evicted() {
             return;
         }
     }
@@ -532,86 +292,10 @@ pub(crate) async fn watch_quiet(
     limits: &Limits,
     mut stopping: watch::Receiver<bool>,
 ) {
-    loop {
-        if *stopping.borrow() {
-            return;
-        }
-        let deadline = connection.deadline(limits);
-        tokio::select! {
-            () = sleep_until(deadline) => {
-                if connection.timed_out(limits) {
-                    return;
-                }
-            }
-            () = connection.wake.notified() => {}
-            changed = stopping.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
-        }
-        if connection.evicted() {
-            return;
-        }
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The socket, telling its connection when bytes arrive.
-struct Watched<S> {
-    inner: S,
-    connection: Arc<Connection>,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let result = ready!(Pin::new(&mut self.inner).poll_read(cx, buf));
-        if buf.filled().len() > before {
-            self.connection.on_read();
-        }
-        Poll::Ready(result)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
+    let stopped = async move {
+        let _ = stopping.wait_for(|stopped| *stopped).await;
+    };
+    connection.tracked.until_closed(limits, stopped).await;
 }
 
 /// The router as a hyper service: request bodies get the body timeout, and the connection is
@@ -635,7 +319,7 @@ impl hyper::service::Service<Request<Incoming>> for Service {
     type Future = ServiceFuture;
 
     fn call(&self, mut request: Request<Incoming>) -> ServiceFuture {
-        let guard = self.connection.busy();
+        let guard = self.connection.tracked.busy();
         if wants_frames(&request) {
             let upgrade = hyper::upgrade::on(&mut request);
             *self.connection.upgrade.lock().expect("the upgrade lock is never poisoned") =
@@ -649,8 +333,8 @@ impl hyper::service::Service<Request<Incoming>> for Service {
             return Box::pin(async move { Ok(answer) });
         }
         let timeout = self.body_timeout;
-        let mut request = request
-            .map(|body| axum::body::Body::new(TimedBody { inner: body, timeout, sleep: None }));
+        let mut request =
+            request.map(|body| axum::body::Body::new(TimedBody::new(body, timeout, None)));
         if self.plaintext {
             request.extensions_mut().insert(Plaintext);
         }
@@ -674,41 +358,6 @@ fn wants_frames<B>(request: &Request<B>) -> bool {
         && request.headers().get(axum::http::header::UPGRADE).is_some_and(|v| {
             v.as_bytes().eq_ignore_ascii_case(optio_proto::frames::PROTOCOL.as_bytes())
         })
-}
-
-/// A request body that fails with [`BodyTimeout`] when the client sends nothing for the
-/// body timeout while the handler waits for it.
-struct TimedBody {
-    inner: Incoming,
-    timeout: Duration,
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl HttpBody for TimedBody {
-    type Data = Bytes;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
-            self.sleep = None;
-            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
-        }
-        let timeout = self.timeout;
-        let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        ready!(sleep.as_mut().poll(cx));
-        Poll::Ready(Some(Err(Box::new(BodyTimeout(timeout)))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
 }
 
 /// An answer's body, holding its connection busy until sent or dropped.
@@ -741,34 +390,8 @@ impl HttpBody for Answer {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_default_limit_is_within_its_bounds_and_below_the_file_limit() {
-        let limit = default_max_connections();
-        assert!((CONNECTIONS_DEFAULT_MIN..=CONNECTIONS_DEFAULT_MAX).contains(&limit), "{limit}");
-        if let Some(soft) = open_files_soft_limit()
-            && soft >= 2 * CONNECTIONS_DEFAULT_MIN as u64
-        {
-            assert!(limit as u64 <= soft / 2, "{limit} of {soft} files");
-        }
-    }
-
-    #[test]
-    fn zero_timeouts_and_limits_are_refused() {
-        let limits = Limits {
-            header_timeout: HEADER_TIMEOUT_DEFAULT,
-            body_timeout: BODY_TIMEOUT_DEFAULT,
-            idle_timeout: IDLE_TIMEOUT_DEFAULT,
-            max_connections: 8,
-        };
-        assert_eq!(limits.check(), Ok(()));
-        let zero = Limits { body_timeout: Duration::ZERO, ..limits };
-        assert!(zero.check().unwrap_err().contains("body timeout is zero"));
-        let none = Limits { max_connections: 0, ..limits };
-        assert!(none.check().unwrap_err().contains("connection limit is 0"));
-        let huge = Limits { max_connections: CONNECTIONS_MAX + 1, ..limits };
-        assert!(huge.check().is_err());
-    }
-
+    /// (The limits, phases and timeouts are `optio_net::listen`'s, tested there; this is
+    /// the server's own body error type, axum's, holding the timeout.)
     #[test]
     fn a_timeout_is_found_in_a_chain_of_errors() {
         let inner: Box<dyn std::error::Error + Send + Sync> =

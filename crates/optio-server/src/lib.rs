@@ -214,7 +214,7 @@ impl Server {
             idle_timeout: config.idle_timeout,
             max_connections: config.max_connections,
         };
-        limits.check().map_err(ServerError::Limits)?;
+        limits.check().map_err(|error| ServerError::Limits(error.to_string()))?;
         let (state, transport) = open_state(&config).await?;
         // Clients with a certificate from the cluster's CA may use it as their identity.
         let tls = match &config.tls {

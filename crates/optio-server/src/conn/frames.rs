@@ -122,7 +122,7 @@ where
                 continue;
             }
         };
-        let busy = connection.busy();
+        let busy = connection.tracked.busy();
         let (id, request) = request;
         // (An answer's open file is for the local socket only: none is made here.)
         let router = context.router.clone();

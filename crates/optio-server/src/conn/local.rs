@@ -80,13 +80,17 @@ pub(crate) async fn serve(
 ) {
     let permits = Arc::new(Semaphore::new(LOCAL_CONNECTIONS_MAX));
     let mut connections = tokio::task::JoinSet::new();
+    let mut accept_errors = optio_net::listen::AcceptErrors::new("local connection");
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => {
+                    accept_errors.succeeded();
+                    stream
+                }
                 Err(error) => {
-                    tracing::warn!(%error, "cannot accept a local connection");
-                    tokio::time::sleep(super::ACCEPT_ERROR_PAUSE).await;
+                    let pause = accept_errors.failed(&error, tokio::time::Instant::now());
+                    tokio::time::sleep(pause).await;
                     continue;
                 }
             },
