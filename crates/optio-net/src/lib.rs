@@ -559,7 +559,7 @@ impl HttpTransport {
 
     async fn server_status_http(&self, addr: &str) -> Result<ServerStatus, Failure> {
         match self.own(addr, &OwnRequest::Status, STATUS_TIMEOUT).await? {
-            OwnAnswer::Status(status) => Ok(status),
+            OwnAnswer::Status(status) => Ok(*status),
             other => Err(Failure::Malformed(format!("{} answered {other:?}", route::STATUS_PATH))),
         }
     }

@@ -154,6 +154,14 @@ pub struct ServerStatus {
     /// reads); none: the server has no local socket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local: Option<LocalSocket>,
+    /// The CPU time the server process has used since it started (user and system), in
+    /// seconds (none: unknown, or a server too old to say): with [`ServerStatus::syncs`], what
+    /// an operation costs (`optio bench`'s cost per operation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<f64>,
+    /// The syncs (fsync, fdatasync, syncfs) the server process has made since it started.
+    #[serde(default)]
+    pub syncs: u64,
 }
 
 /// The answer of `/health` (liveness, open to all): what `optio up`, `optio auth` and the

@@ -174,7 +174,7 @@ pub enum OwnAnswer {
     /// `/metrics`: the Prometheus text exposition.
     Metrics(String),
     /// `/v1/status`.
-    Status(ServerStatus),
+    Status(Box<ServerStatus>),
     /// `/v1/scrub`: one report per device.
     Scrubbed(Vec<ScrubReport>),
 }
@@ -240,9 +240,9 @@ impl OwnAnswer {
             OwnRequest::Health => {
                 OwnAnswer::Health(serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?)
             }
-            OwnRequest::Status => {
-                OwnAnswer::Status(serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?)
-            }
+            OwnRequest::Status => OwnAnswer::Status(Box::new(
+                serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?,
+            )),
             OwnRequest::Scrub(_) => {
                 OwnAnswer::Scrubbed(serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?)
             }

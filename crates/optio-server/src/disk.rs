@@ -12,6 +12,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Mode of every directory a device creates (the umask may only narrow it).
 pub const DIR_MODE: u32 = 0o700;
@@ -77,8 +78,29 @@ pub trait Disk: Send + Sync + 'static {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealDisk;
 
+/// The syncs (fsync, fdatasync, syncfs) this process's [`RealDisk`] made: what a write
+/// costs the disk, in `/v1/status` (`syncs`) and `/metrics` (`optio_disk_syncs_total`).
+static SYNCS: AtomicU64 = AtomicU64::new(0);
+
+/// The syncs this process made so far.
+pub fn syncs() -> u64 {
+    SYNCS.load(Ordering::Relaxed)
+}
+
+/// `fdatasync`, counted.
+fn sync_data(file: &File) -> io::Result<()> {
+    SYNCS.fetch_add(1, Ordering::Relaxed);
+    file.sync_data()
+}
+
+/// `fsync`, counted.
+fn sync_all(file: &File) -> io::Result<()> {
+    SYNCS.fetch_add(1, Ordering::Relaxed);
+    file.sync_all()
+}
+
 fn sync_dir(path: &Path) -> io::Result<()> {
-    File::open(path)?.sync_all()
+    sync_all(&File::open(path)?)
 }
 
 fn parent(path: &Path) -> &Path {
@@ -117,7 +139,7 @@ impl Disk for RealDisk {
             for (offset, bytes) in parts {
                 write_in_pieces(&file, bytes, *offset)?;
             }
-            if durable { file.sync_data() } else { Ok(()) }
+            if durable { sync_data(&file) } else { Ok(()) }
         })();
         if result.is_err() {
             let _ = fs::remove_file(temp);
@@ -130,7 +152,7 @@ impl Disk for RealDisk {
         for (offset, bytes) in parts {
             write_in_pieces(&file, bytes, *offset)?;
         }
-        if durable { file.sync_data() } else { Ok(()) }
+        if durable { sync_data(&file) } else { Ok(()) }
     }
 
     fn open_read(&self, path: &Path) -> io::Result<File> {
@@ -172,6 +194,7 @@ impl Disk for RealDisk {
     }
 
     fn sync_fs(&self, dir: &Path) -> io::Result<()> {
+        SYNCS.fetch_add(1, Ordering::Relaxed);
         rustix::fs::syncfs(File::open(dir)?).map_err(io::Error::from)
     }
 
@@ -184,7 +207,7 @@ impl Disk for RealDisk {
                     file.write_all(piece)?;
                 }
             }
-            if durable { file.sync_data() } else { Ok(()) }
+            if durable { sync_data(&file) } else { Ok(()) }
         })();
         if result.is_err() {
             let _ = fs::remove_file(temp);
@@ -193,7 +216,7 @@ impl Disk for RealDisk {
     }
 
     fn sync(&self, path: &Path) -> io::Result<()> {
-        File::open(path)?.sync_all()?;
+        sync_all(&File::open(path)?)?;
         sync_dir(parent(path))
     }
 
@@ -201,7 +224,7 @@ impl Disk for RealDisk {
         let existed = path.exists();
         let mut file = OpenOptions::new().append(true).create(true).mode(FILE_MODE).open(path)?;
         file.write_all(bytes)?;
-        file.sync_data()?;
+        sync_data(&file)?;
         if !existed {
             sync_dir(parent(path))?;
         }

@@ -116,6 +116,7 @@ impl ServerMetrics {
             r.counter("optio_auth_refused_total", &[("reason", reason)]).absolute(*count);
         }
         r.gauge("optio_map_epoch", &[]).set(status.epoch as f64);
+        r.counter("optio_disk_syncs_total", &[]).absolute(status.syncs);
         r.gauge("optio_cpu_ratio", &[]).set(f64::from(gauges.cpu_permille) / 1000.0);
         r.gauge("optio_memory_ratio", &[]).set(f64::from(gauges.memory_permille) / 1000.0);
         r.render()
@@ -194,6 +195,7 @@ fn describe(r: &Registry) {
     }
     for (name, help) in [
         ("optio_device_corrupt_found_total", "Corrupt files found and quarantined on the device."),
+        ("optio_disk_syncs_total", "Syncs (fsync, fdatasync, syncfs) the server made."),
         (
             "optio_device_caught_up_total",
             "Versions the device fetched from peers while catching up.",

@@ -11,7 +11,7 @@ use super::state::AppState;
 pub(super) async fn serve_own(state: &AppState, request: OwnRequest) -> OwnAnswer {
     match request {
         OwnRequest::Health => OwnAnswer::Health(health(state)),
-        OwnRequest::Status => OwnAnswer::Status(server_status(state)),
+        OwnRequest::Status => OwnAnswer::Status(Box::new(server_status(state))),
         OwnRequest::Metrics => {
             let gauges = Gauges {
                 fence_lapses: state.fence.lapses(),
@@ -70,5 +70,7 @@ pub(super) fn server_status(state: &AppState) -> ServerStatus {
         migration: state.rebalancer.status(),
         fenced: !state.fence.serving(),
         local: state.local_socket.clone(),
+        cpu_seconds: crate::system::process_cpu_seconds(),
+        syncs: crate::disk::syncs(),
     }
 }

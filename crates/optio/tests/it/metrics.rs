@@ -75,4 +75,38 @@ fn servers_expose_metrics_that_promtool_accepts() {
     assert!(count("optio_requests_total{op=\"get\",result=\"not-found\"}") >= 1.0, "{all}");
     assert!(count("optio_requests_total{op=\"delete\",result=\"ok\"}") >= 3.0, "{all}");
     assert!(count("optio_request_duration_seconds_count{op=\"get\"}") >= 21.0, "{all}");
+    // Every acknowledged PUT was made durable on each of its three replicas.
+    assert!(count("optio_disk_syncs_total") >= 60.0, "{all}");
+}
+
+/// `optio bench` says what each operation cost: the client's CPU, the servers' CPU and the
+/// servers' syncs, per phase — a write syncs on every replica, a read never.
+#[test]
+fn bench_reports_the_cpu_and_syncs_each_operation_costs() {
+    let (_dir, cluster) = cluster(small());
+    let dir = cluster.dir().to_str().unwrap().to_string();
+    let out = crate::support::optio_ok(&[
+        "bench",
+        "--cluster",
+        &dir,
+        "--pool",
+        PLAIN_POOL,
+        "--objects",
+        "40",
+        "--size",
+        "4KiB",
+        "--concurrency",
+        "4",
+        "--json",
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&out).expect("bench prints JSON");
+    let cost = |phase: &str, what: &str| {
+        report["cost"][phase][what].as_f64().unwrap_or_else(|| panic!("no {phase}.{what}: {out}"))
+    };
+    assert!(cost("write", "syncs_per_op") >= 3.0, "three replicas, each durable: {out}");
+    assert!(cost("read", "syncs_per_op") < 0.5, "reads do not sync: {out}");
+    for phase in ["write", "read"] {
+        assert!(cost(phase, "servers_cpu_us_per_op") > 0.0, "{out}");
+        assert!(cost(phase, "client_cpu_us_per_op") > 0.0, "{out}");
+    }
 }

@@ -93,6 +93,74 @@ struct ReadWriteReport {
     write: Phase,
     read: Phase,
     cache_bytes_per_object: f64,
+    /// What each phase cost the processes, per operation.
+    cost: PhaseCosts,
+}
+
+/// What the write and the read phase cost, per operation.
+#[derive(Serialize)]
+struct PhaseCosts {
+    write: Cost,
+    read: Cost,
+}
+
+/// What a phase cost the cluster's processes, per operation: this client's CPU time, the
+/// servers' (every server in the map, from their `/v1/status`) and their syncs. The
+/// servers' figures are none when one of them did not say (unreachable, or too old); they
+/// include whatever else the servers did meanwhile (another client's requests, rebalancing).
+#[derive(Clone, Copy, Debug, Serialize)]
+struct Cost {
+    client_cpu_us_per_op: f64,
+    servers_cpu_us_per_op: Option<f64>,
+    syncs_per_op: Option<f64>,
+}
+
+/// What the processes had spent when sampled.
+#[derive(Clone, Copy, Debug)]
+struct Spent {
+    client_cpu_seconds: f64,
+    servers_cpu_seconds: Option<f64>,
+    syncs: Option<u64>,
+}
+
+impl Spent {
+    /// Samples this process and every server in `client`'s map.
+    async fn now(client: &Client, transport: &optio_net::HttpTransport) -> Spent {
+        let rows = crate::commands::status::servers(&client.map(), transport).await;
+        let mut servers_cpu = Some(0.0);
+        let mut syncs = Some(0);
+        for row in &rows {
+            match &row.status {
+                Ok(status) => {
+                    servers_cpu = servers_cpu.zip(status.cpu_seconds).map(|(a, b)| a + b);
+                    syncs = syncs.map(|n| n + status.syncs);
+                }
+                Err(_) => (servers_cpu, syncs) = (None, None),
+            }
+        }
+        Spent {
+            client_cpu_seconds: optio_server::system::process_cpu_seconds().unwrap_or(0.0),
+            servers_cpu_seconds: servers_cpu,
+            syncs,
+        }
+    }
+
+    /// What `operations` cost from `self` to `later`.
+    fn cost(self, later: Spent, operations: usize) -> Cost {
+        let ops = operations.max(1) as f64;
+        let per_op_us = |before: f64, after: f64| (after - before).max(0.0) * 1e6 / ops;
+        Cost {
+            client_cpu_us_per_op: per_op_us(self.client_cpu_seconds, later.client_cpu_seconds),
+            servers_cpu_us_per_op: self
+                .servers_cpu_seconds
+                .zip(later.servers_cpu_seconds)
+                .map(|(a, b)| per_op_us(a, b)),
+            syncs_per_op: self
+                .syncs
+                .zip(later.syncs)
+                .map(|(a, b)| b.saturating_sub(a) as f64 / ops),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -155,12 +223,20 @@ async fn read_write(args: &Args, size: usize) -> Result<()> {
     let keys: Vec<String> = (0..args.objects).map(|i| format!("bench/{id}/{i}")).collect();
     let data = payload(size, 7);
     let visible = !args.json;
+    let transport = args.cluster.conn.identity.transport(Some(&args.cluster.conn.dir()?))?;
     let bar = output::progress(args.objects as u64, "writing", visible);
+    let before = Spent::now(&client, &transport).await;
     let (write, _) = write_all(&client, pool, &keys, data, args.concurrency, &bar).await?;
+    let written = Spent::now(&client, &transport).await;
     bar.finish_and_clear();
     let bar = output::progress(args.objects as u64, "reading", visible);
     let read = read_all(&client, pool, &keys, size, args.concurrency, &bar).await?;
+    let after = Spent::now(&client, &transport).await;
     bar.finish_and_clear();
+    let cost = PhaseCosts {
+        write: before.cost(written, write.operations),
+        read: written.cost(after, read.operations),
+    };
     let report = ReadWriteReport {
         pool: pool.clone(),
         choices,
@@ -171,6 +247,7 @@ async fn read_write(args: &Args, size: usize) -> Result<()> {
         write,
         read,
         cache_bytes_per_object: client.cache().bytes_per_entry(),
+        cost,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -193,9 +270,16 @@ async fn read_write(args: &Args, size: usize) -> Result<()> {
         "p99 µs",
         "probes/op",
         "cache hits",
+        "client CPU µs/op",
+        "servers CPU µs/op",
+        "syncs/op",
     ])
     .left(&[0]);
-    for (name, p) in [("write", &report.write), ("read", &report.read)] {
+    let costs = [report.cost.write, report.cost.read];
+    for ((name, p), cost) in
+        [("write", &report.write), ("read", &report.read)].into_iter().zip(costs)
+    {
+        let unknown = || "?".to_string();
         table.row(vec![
             name.into(),
             format!("{:.1}", p.mb_per_s),
@@ -204,6 +288,9 @@ async fn read_write(args: &Args, size: usize) -> Result<()> {
             p.latency_us_p99.to_string(),
             format!("{:.2}", p.probes_per_op),
             format!("{:.0}%", p.cache_hit_rate * 100.0),
+            format!("{:.0}", cost.client_cpu_us_per_op),
+            cost.servers_cpu_us_per_op.map_or_else(unknown, |us| format!("{us:.0}")),
+            cost.syncs_per_op.map_or_else(unknown, |n| format!("{n:.2}")),
         ]);
     }
     print!("{}", table.render());

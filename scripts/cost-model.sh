@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The cost model of issue 39: what one operation costs in CPU time and in syncs, for Optio and
+# for Ceph RADOS, on the same machine in the same run, at equal durability (three replicas,
+# each write durable on all three before it is acknowledged).
+#
+#   Optio: `optio up --zones 3 --hosts 1` (3 servers, r = 3); `optio bench` writes then reads
+#          N objects and reports, per phase, the client's CPU, the servers' CPU (their
+#          /v1/status `cpu_seconds`) and the servers' syncs (`syncs`, counted where the store
+#          syncs) per operation.
+#   Ceph:  ../shared/anchors/ceph-mini (1 mon, 1 mgr, 3 BlueStore OSDs, pool size 3);
+#          `rados bench` write then seq for the same sizes and concurrency; the OSDs', mon's
+#          and mgr's CPU from /proc/PID/stat before and after each phase, rados's own CPU
+#          (GNU time, as the client), the OSDs' fsync/fdatasync/syncfs calls counted by
+#          `perf stat -e syscalls:sys_enter_*` over each phase.
+#
+# Prints one table (µs of CPU and syncs per operation, and operations per second) and writes
+# it as JSON to $OUT (default docs/cost-model.json).
+# Usage: scripts/cost-model.sh [SMALL_OBJECTS (default 4000)] [SECONDS for rados (default 20)]
+# Needs root (perf tracepoints), jq, perf, GNU time, and what ceph-mini installs.
+set -euo pipefail
+small=${1:-4000}
+seconds=${2:-20}
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/docs/cost-model.json}
+ceph_mini="$root/../shared/anchors/ceph-mini/ceph-mini.sh"
+for tool in jq perf; do
+  command -v "$tool" >/dev/null || { echo "$tool not found: apt-get install -y jq linux-perf" >&2; exit 1; }
+done
+[ -x "$ceph_mini" ] || { echo "no $ceph_mini" >&2; exit 1; }
+cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p optio
+optio="${CARGO_TARGET_DIR:-$root/target}/release/optio"
+work=$(mktemp -d)
+up_pid=""
+ceph_dir="$work/ceph"
+cleanup() {
+  if [ -n "$up_pid" ]; then kill -INT "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; fi
+  if [ -f "$ceph_dir/.ceph-mini" ]; then "$ceph_mini" stop "$ceph_dir" >/dev/null 2>&1 || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+ticks=$(getconf CLK_TCK)
+
+# CPU seconds (user + system) of the processes given, from /proc/PID/stat.
+cpu_of() {
+  local total=0 pid
+  for pid in "$@"; do
+    [ -r "/proc/$pid/stat" ] || continue
+    # Fields 14 and 15 (utime, stime) after the command name, which may hold spaces.
+    local rest
+    rest=$(sed 's/^.*) //' "/proc/$pid/stat")
+    total=$(awk -v t="$total" -v r="$rest" -v hz="$ticks" 'BEGIN { split(r, f, " "); print t + (f[12] + f[13]) / hz }')
+  done
+  echo "$total"
+}
+
+rows='[]'
+add_row() { rows=$(jq --argjson r "$1" '. + [$r]' <<<"$rows"); }
+
+echo "== Optio: optio up --zones 3 --hosts 1 (3 servers, r = 3), in $work"
+"$optio" up --dir "$work/optio" --zones 3 --hosts 1 --capacity 64GiB > "$work/up.log" 2>&1 &
+up_pid=$!
+for _ in $(seq 300); do grep -q "Ctrl-C" "$work/up.log" && break; sleep 0.1; done
+grep -q "Ctrl-C" "$work/up.log" || { cat "$work/up.log"; exit 1; }
+for job in "4KiB $small 16" "4MiB 64 4"; do
+  read -r size objects concurrency <<<"$job"
+  "$optio" bench --cluster "$work/optio" --objects "$objects" --size "$size" \
+    --concurrency "$concurrency" --json > "$work/optio-$size.json"
+  for phase in write read; do
+    add_row "$(jq -c --arg s "$size" --arg p "$phase" --argjson c "$concurrency" '{
+      system: "optio", size: $s, phase: $p, in_flight: $c,
+      ops_per_s: (.[$p].operations / .[$p].seconds),
+      client_cpu_us_per_op: .cost[$p].client_cpu_us_per_op,
+      servers_cpu_us_per_op: .cost[$p].servers_cpu_us_per_op,
+      syncs_per_op: .cost[$p].syncs_per_op }' "$work/optio-$size.json")"
+  done
+done
+kill -INT "$up_pid"; wait "$up_pid" 2>/dev/null || true; up_pid=""
+
+echo "== Ceph: ceph-mini (3 BlueStore OSDs, size 3)"
+CEPH_MINI_PREFILL=0 "$ceph_mini" start "$ceph_dir" > "$work/ceph-start.log" 2>&1 \
+  || { tail -20 "$work/ceph-start.log"; exit 1; }
+export CEPH_CONF="$ceph_dir/ceph.conf"
+pool=${CEPH_MINI_POOL:-rbdbench}
+osds=$(pgrep -f "ceph-osd.*--conf $ceph_dir/ceph.conf" | tr '\n' ' ')
+others=$(pgrep -f "ceph-(mon|mgr).*--conf $ceph_dir/ceph.conf" | tr '\n' ' ')
+[ -n "$osds" ] || { echo "no ceph-osd processes found" >&2; exit 1; }
+syscalls="syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync,syscalls:sys_enter_syncfs"
+for job in "4096 16" "4194304 4"; do
+  read -r bytes concurrency <<<"$job"
+  size=$([ "$bytes" = 4096 ] && echo 4KiB || echo 4MiB)
+  for phase in write seq; do
+    name=$([ "$phase" = write ] && echo write || echo read)
+    # shellcheck disable=SC2086
+    servers_before=$(cpu_of $osds $others)
+    perf stat -x, -e "$syscalls" -p "$(tr ' ' ',' <<<"${osds% }")" -o "$work/perf-$size-$phase.txt" &
+    perf_pid=$!
+    sleep 0.5
+    args=(-p "$pool" "$seconds" "$phase" -t "$concurrency")
+    [ "$phase" = write ] && args+=(-b "$bytes" --no-cleanup)
+    /usr/bin/time -f '%U %S' -o "$work/time-$size-$phase.txt" \
+      rados bench "${args[@]}" > "$work/rados-$size-$phase.txt" 2>&1 \
+      || { cat "$work/rados-$size-$phase.txt"; exit 1; }
+    client_cpu=$(awk '{ print $1 + $2 }' "$work/time-$size-$phase.txt")
+    kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true
+    # shellcheck disable=SC2086
+    servers_after=$(cpu_of $osds $others)
+    ops=$(grep -E "^Total (writes|reads) made:" "$work/rados-$size-$phase.txt" | awk '{print $4}')
+    secs=$(grep -E "^Total time run:" "$work/rados-$size-$phase.txt" | awk '{print $4}')
+    syncs=$(awk -F, '{ s += $1 } END { print s + 0 }' < <(grep -v '^#' "$work/perf-$size-$phase.txt" | grep syscalls))
+    add_row "$(jq -nc --arg s "$size" --arg p "$name" --argjson c "$concurrency" \
+      --argjson ops "$ops" --argjson secs "$secs" --argjson cc "$client_cpu" \
+      --argjson sb "$servers_before" --argjson sa "$servers_after" --argjson sy "$syncs" '{
+      system: "ceph", size: $s, phase: $p, in_flight: $c, ops_per_s: ($ops / $secs),
+      client_cpu_us_per_op: ($cc * 1e6 / $ops),
+      servers_cpu_us_per_op: (($sa - $sb) * 1e6 / $ops),
+      syncs_per_op: ($sy / $ops) }')"
+  done
+done
+
+jq '{ measured: (now | todate), rows: . }' <<<"$rows" > "$out"
+echo
+printf '%-6s %-5s %-5s %9s %14s %15s %9s\n' system size phase "ops/s" "client µs/op" "servers µs/op" "syncs/op"
+jq -r '.rows[] | [.system, .size, .phase, (.ops_per_s|floor), (.client_cpu_us_per_op|floor),
+  ((.servers_cpu_us_per_op // -1)|floor), ((.syncs_per_op // -1) * 100 | floor / 100)] | @tsv' "$out" |
+  while IFS=$'\t' read -r a b c d e f g; do
+    printf '%-6s %-5s %-5s %9s %14s %15s %9s\n' "$a" "$b" "$c" "$d" "$e" "$f" "$g"
+  done
+echo "(written to $out)"
