@@ -154,6 +154,9 @@ pub enum ClientError {
     /// The configuration is invalid.
     #[error("invalid client configuration: {0}")]
     Config(String),
+    /// The transport could not be built from the configuration (its TLS files, say).
+    #[error("invalid client configuration: {0}")]
+    Transport(#[from] optio_net::TransportError),
     /// A write to an elastic pool that is not at full power could not be recorded in the
     /// dirty table, so it was not sent (its offloaded replicas would never be re-integrated).
     #[error(

@@ -11,15 +11,35 @@ use std::sync::{Arc, RwLock};
 use optio_placement::{ClusterMap, Epoch};
 use tokio::sync::watch;
 
+use crate::ClusterError;
 use crate::source::MapSource;
 
 /// What a follower keeps of a map: its compiled form.
 pub trait Followed: Send + Sync + Sized + 'static {
+    /// Why a map could not be compiled.
+    type Error: std::error::Error + Send + Sync + 'static;
+
     /// Compiles `map`; `previous` is the one held until now (none for the first).
-    fn compile(map: ClusterMap, previous: Option<&Self>) -> Result<Self, String>;
+    fn compile(map: ClusterMap, previous: Option<&Self>) -> Result<Self, Self::Error>;
 
     /// The epoch of the map compiled.
     fn epoch(&self) -> u64;
+}
+
+/// Why a map could not be installed: `E` is the compiled form's own error
+/// ([`Followed::Error`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FollowError<E: std::error::Error + 'static> {
+    /// The map could not be compiled.
+    #[error(transparent)]
+    Compile(E),
+    /// The blocking task compiling it panicked or was cancelled.
+    #[error("installing the map failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+    /// The stored map could not be read (the message carries its causes).
+    #[error("{}", .0.report())]
+    Load(ClusterError),
 }
 
 /// The newest map of a store, compiled, followed as the store changes.
@@ -79,7 +99,7 @@ impl<T: Followed> MapFollower<T> {
 
     /// Installs `map` if it is newer than the one held (blocking: compiles it). Returns
     /// whether the epoch changed; a map whose epoch went backwards is ignored.
-    pub fn install(&self, map: ClusterMap) -> Result<bool, String> {
+    pub fn install(&self, map: ClusterMap) -> Result<bool, FollowError<T::Error>> {
         let epoch = map.epoch().0;
         let old = self.epoch();
         let held = self.current();
@@ -89,7 +109,7 @@ impl<T: Followed> MapFollower<T> {
             }
             return Ok(false);
         }
-        let compiled = Arc::new(T::compile(map, held.as_deref())?);
+        let compiled = Arc::new(T::compile(map, held.as_deref()).map_err(FollowError::Compile)?);
         {
             let mut current = self.current.write().expect("map lock");
             if current.as_ref().is_some_and(|c| c.epoch() >= epoch) {
@@ -110,19 +130,22 @@ impl<T: Followed> MapFollower<T> {
     }
 
     /// Installs `map` from a blocking thread (compiling a placement may take a while).
-    pub async fn install_async(self: &Arc<Self>, map: ClusterMap) -> Result<bool, String> {
+    pub async fn install_async(
+        self: &Arc<Self>,
+        map: ClusterMap,
+    ) -> Result<bool, FollowError<T::Error>> {
         let follower = self.clone();
         tokio::task::spawn_blocking(move || follower.install(map))
             .await
-            .map_err(|e| format!("installing the map failed: {e}"))?
+            .map_err(FollowError::Task)?
     }
 
     /// Reads the stored map now and installs it if it is newer (say, a peer carried a newer
     /// epoch than the one held). A map not stored yet is not an error (a local cluster
     /// writes it after its servers start).
-    pub async fn refresh(self: &Arc<Self>) -> Result<bool, String> {
+    pub async fn refresh(self: &Arc<Self>) -> Result<bool, FollowError<T::Error>> {
         let Some(source) = &self.source else { return Ok(false) };
-        match source.load_if_present().await.map_err(|e| e.report())? {
+        match source.load_if_present().await.map_err(FollowError::Load)? {
             Some(map) => self.install_async(map).await,
             None => Ok(false),
         }
@@ -161,8 +184,22 @@ mod tests {
         previous: Option<u64>,
     }
 
+    /// The tests' compile error: an epoch over [`Kept::EPOCH_MAX`].
+    #[derive(Debug, PartialEq, Eq, thiserror::Error)]
+    #[error("epoch {0} is too new for the tests")]
+    struct TooNew(u64);
+
+    impl Kept {
+        const EPOCH_MAX: u64 = 100;
+    }
+
     impl Followed for Kept {
-        fn compile(map: ClusterMap, previous: Option<&Kept>) -> Result<Kept, String> {
+        type Error = TooNew;
+
+        fn compile(map: ClusterMap, previous: Option<&Kept>) -> Result<Kept, TooNew> {
+            if map.epoch().0 > Kept::EPOCH_MAX {
+                return Err(TooNew(map.epoch().0));
+            }
             Ok(Kept { epoch: map.epoch().0, previous: previous.map(|p| p.epoch) })
         }
 
@@ -183,16 +220,26 @@ mod tests {
         let follower: MapFollower<Kept> = MapFollower::new(None);
         let mut changes = follower.subscribe();
         assert_eq!((follower.epoch(), follower.replaced()), (0, 0));
-        assert_eq!(follower.install(map(3)), Ok(true));
+        let install = |epoch| follower.install(map(epoch)).expect("installed");
+        assert!(install(3));
         assert!(changes.has_changed().unwrap());
         assert_eq!(changes.borrow_and_update().as_ref().map(|k| k.epoch), Some(3));
         assert_eq!(follower.replaced(), 0, "the first map replaces nothing");
-        assert_eq!(follower.install(map(3)), Ok(false), "the same epoch again");
-        assert_eq!(follower.install(map(2)), Ok(false), "an epoch going backwards");
+        assert!(!install(3), "the same epoch again");
+        assert!(!install(2), "an epoch going backwards");
         assert!(!changes.has_changed().unwrap());
-        assert_eq!(follower.install(map(5)), Ok(true));
+        assert!(install(5));
         let held = follower.current().expect("a map");
         assert_eq!((held.epoch, held.previous), (5, Some(3)));
         assert_eq!((follower.epoch(), follower.replaced()), (5, 1));
+    }
+
+    #[test]
+    fn a_map_that_does_not_compile_is_a_compile_error_and_changes_nothing() {
+        let follower: MapFollower<Kept> = MapFollower::new(None);
+        follower.install(map(5)).expect("installed");
+        let refused = follower.install(map(Kept::EPOCH_MAX + 1));
+        assert!(matches!(refused, Err(FollowError::Compile(TooNew(101)))), "{refused:?}");
+        assert_eq!(follower.epoch(), 5, "the map held stays");
     }
 }

@@ -178,6 +178,15 @@ pub enum ClusterError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The credentials or TLS files the map source (`--map`) is reached with are wrong.
+    #[error("invalid map source `{spec}`: {source}")]
+    BadAccess {
+        /// What was given (a password in it hidden).
+        spec: String,
+        /// What is wrong.
+        #[source]
+        source: secret::AccessError,
+    },
     /// A member name for a status document is invalid.
     #[error("invalid member name {name:?}: {reason}")]
     BadMember {

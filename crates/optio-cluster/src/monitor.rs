@@ -343,25 +343,56 @@ pub enum Leadership {
     },
 }
 
+/// Who acts as a cluster's monitor, when [`lead`] finds another does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ActingMonitor {
+    /// The process holding [`MANAGER_LOCK_FILE`] next to the map file.
+    LockHolder {
+        /// The lock file.
+        lock: std::path::PathBuf,
+        /// The holder's pid, when the lock file says it.
+        pid: Option<u32>,
+    },
+    /// The holder written in etcd's manager key (empty when it could not be read).
+    Etcd {
+        /// How the holder named itself (`optio up (pid N)`).
+        holder: String,
+    },
+}
+
+impl std::fmt::Display for ActingMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ActingMonitor::LockHolder { lock, pid } => {
+                write!(f, "the process holding {}", lock.display())?;
+                match pid {
+                    Some(pid) => write!(f, " (pid {pid})"),
+                    None => Ok(()),
+                }
+            }
+            ActingMonitor::Etcd { holder } => f.write_str(holder),
+        }
+    }
+}
+
 /// Tries to become the acting monitor of the cluster whose map is in `source` (`holder`
 /// names this process in etcd; `ttl` is the lease's life there). `Ok(Err(who))` when another
-/// acts (a description of the holder).
+/// acts.
 pub async fn lead(
     source: &MapSource,
     holder: &str,
     ttl: Duration,
-) -> Result<Result<Leadership, String>, ClusterError> {
+) -> Result<Result<Leadership, ActingMonitor>, ClusterError> {
     match source {
         MapSource::File(store) => {
             let dir = store.path().parent().unwrap_or(std::path::Path::new("."));
             let path = dir.join(MANAGER_LOCK_FILE);
             match crate::lockfile::hold(&path, Duration::ZERO) {
                 Ok(file) => Ok(Ok(Leadership::File(file))),
-                Err(crate::lockfile::LockError::Held { holder }) => Ok(Err(format!(
-                    "the process holding {}{}",
-                    path.display(),
-                    holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
-                ))),
+                Err(crate::lockfile::LockError::Held { holder }) => {
+                    Ok(Err(ActingMonitor::LockHolder { lock: path, pid: holder }))
+                }
                 Err(crate::lockfile::LockError::Io(source)) => Err(ClusterError::Io {
                     what: format!("cannot lock {}", path.display()),
                     source,
@@ -371,7 +402,8 @@ pub async fn lead(
         MapSource::Etcd(store) => Ok(store
             .try_lead(holder, ttl)
             .await?
-            .map(|lease| Leadership::Etcd { store: store.clone(), lease })),
+            .map(|lease| Leadership::Etcd { store: store.clone(), lease })
+            .map_err(|holder| ActingMonitor::Etcd { holder })),
     }
 }
 
@@ -382,6 +414,35 @@ impl Leadership {
         match self {
             Leadership::File(_) => Ok(true),
             Leadership::Etcd { store, lease } => store.keep_leading(*lease).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_second_monitor_finds_the_lock_holder() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let map = dir.path().join("map.toml");
+        let source = MapSource::parse(map.to_str().expect("a UTF-8 path")).expect("a file source");
+        let ttl = Duration::from_secs(5);
+        let first = lead(&source, "first", ttl).await.expect("no I/O error");
+        assert!(matches!(first, Ok(Leadership::File(_))), "{first:?}");
+        let second = lead(&source, "second", ttl).await.expect("no I/O error");
+        let lock = dir.path().join(MANAGER_LOCK_FILE);
+        match second {
+            Err(who @ ActingMonitor::LockHolder { .. }) => {
+                assert_eq!(
+                    who,
+                    ActingMonitor::LockHolder { lock: lock.clone(), pid: Some(std::process::id()) }
+                );
+                assert!(
+                    who.to_string().starts_with(&format!("the process holding {}", lock.display()))
+                );
+            }
+            other => panic!("expected the lock's holder, got {other:?}"),
         }
     }
 }

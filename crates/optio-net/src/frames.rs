@@ -438,28 +438,56 @@ async fn read_answers(mut reader: BufReader<OwnedReadHalf>, shared: Arc<Shared>,
     shared.break_with(format!("{addr}: {reason}"));
 }
 
-async fn read_answer(reader: &mut BufReader<OwnedReadHalf>) -> Result<(u64, RawAnswer), String> {
+/// Why an answer frame could not be read: the connection breaks with it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AnswerError {
+    /// The server closed the connection between answers.
+    #[error("the server closed the connection")]
+    Closed,
+    /// Reading from the socket failed.
+    #[error("reading failed: {0}")]
+    Read(#[source] std::io::Error),
+    /// The frame's prefix or head is not a valid answer frame.
+    #[error(transparent)]
+    Frame(#[from] frames::FrameError),
+    /// A header's name is not a valid HTTP header name.
+    #[error("bad header name {name:?}: {source}")]
+    HeaderName {
+        /// The name as it came.
+        name: String,
+        /// Why it is not valid.
+        #[source]
+        source: reqwest::header::InvalidHeaderName,
+    },
+    /// A header's value is not a valid HTTP header value.
+    #[error("bad header value: {0}")]
+    HeaderValue(#[source] reqwest::header::InvalidHeaderValue),
+}
+
+async fn read_answer(
+    reader: &mut BufReader<OwnedReadHalf>,
+) -> Result<(u64, RawAnswer), AnswerError> {
     let mut prefix = [0u8; PREFIX_BYTES];
     reader.read_exact(&mut prefix).await.map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => "the server closed the connection".to_string(),
-        _ => format!("reading failed: {e}"),
+        std::io::ErrorKind::UnexpectedEof => AnswerError::Closed,
+        _ => AnswerError::Read(e),
     })?;
-    let (head_len, body_len) = frames::decode_prefix(prefix).map_err(|e| e.to_string())?;
+    let (head_len, body_len) = frames::decode_prefix(prefix)?;
     let mut head = vec![0u8; head_len];
-    reader.read_exact(&mut head).await.map_err(|e| format!("reading failed: {e}"))?;
+    reader.read_exact(&mut head).await.map_err(AnswerError::Read)?;
     let mut body = BytesMut::zeroed(body_len);
-    reader.read_exact(&mut body).await.map_err(|e| format!("reading failed: {e}"))?;
+    reader.read_exact(&mut body).await.map_err(AnswerError::Read)?;
     raw_answer(&head, body.freeze())
 }
 
 /// An answer frame's head (after its prefix) and body as a [`RawAnswer`], with its id.
-pub(crate) fn raw_answer(head: &[u8], body: Bytes) -> Result<(u64, RawAnswer), String> {
-    let parsed = frames::decode_answer(head).map_err(|e| e.to_string())?;
+pub(crate) fn raw_answer(head: &[u8], body: Bytes) -> Result<(u64, RawAnswer), AnswerError> {
+    let parsed = frames::decode_answer(head)?;
     let mut headers = HeaderMap::with_capacity(parsed.headers.len());
     for (name, value) in parsed.headers {
         let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|e| format!("bad header name {name:?}: {e}"))?;
-        let value = HeaderValue::from_str(value).map_err(|e| format!("bad header value: {e}"))?;
+            .map_err(|source| AnswerError::HeaderName { name: name.to_string(), source })?;
+        let value = HeaderValue::from_str(value).map_err(AnswerError::HeaderValue)?;
         headers.append(name, value);
     }
     Ok((parsed.id, RawAnswer { status: parsed.status, headers, body }))
@@ -671,5 +699,34 @@ mod tests {
         drop(listener);
         let sent = Frames::default().send(&addr, "HEAD", "/k", &[], None).await;
         assert!(matches!(sent, Err(NotSent::Failed(Failure::NotRunning(_)))));
+    }
+
+    /// The frame's head after its prefix, as [`raw_answer`] takes it.
+    fn answer_head(headers: &[(&str, &str)]) -> Vec<u8> {
+        let mut frame = Vec::new();
+        frames::encode_answer(&mut frame, 7, 200, headers.iter().copied(), 0).expect("encoded");
+        frame.split_off(PREFIX_BYTES)
+    }
+
+    #[test]
+    fn an_answer_with_a_bad_header_name_is_that_error() {
+        let head = answer_head(&[("bad(name)", "x")]);
+        let error = raw_answer(&head, Bytes::new()).err().expect("refused");
+        assert!(
+            matches!(&error, AnswerError::HeaderName { name, .. } if name == "bad(name)"),
+            "{error:?}"
+        );
+        let (id, answer) = raw_answer(&answer_head(&[("x-a", "b")]), Bytes::new()).expect("read");
+        assert_eq!(
+            (id, answer.status, &answer.headers["x-a"]),
+            (7, 200, &HeaderValue::from_static("b"))
+        );
+    }
+
+    #[test]
+    fn a_truncated_answer_head_is_a_frame_error() {
+        let head = answer_head(&[("x-a", "b")]);
+        let error = raw_answer(&head[..head.len() - 1], Bytes::new()).err().expect("refused");
+        assert!(matches!(error, AnswerError::Frame(_)), "{error:?}");
     }
 }

@@ -14,6 +14,8 @@
 #![forbid(unsafe_code)]
 
 mod chunks;
+mod error;
+pub use error::TransportError;
 pub mod exposition;
 mod frames;
 mod op;
@@ -78,6 +80,8 @@ pub enum Failure {
         stored: Option<ObjectVersion>,
     },
 }
+
+impl std::error::Error for Failure {}
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -265,7 +269,7 @@ impl HttpTransport {
     /// A transport whose requests are signed with `credentials` (see [`optio_proto::auth`]).
     pub fn with_credentials(
         credentials: Option<optio_proto::auth::Credentials>,
-    ) -> Result<HttpTransport, String> {
+    ) -> Result<HttpTransport, TransportError> {
         HttpTransport::with_options(credentials, None, None)
     }
 
@@ -277,9 +281,9 @@ impl HttpTransport {
         credentials: Option<optio_proto::auth::Credentials>,
         tls_ca: Option<&std::path::Path>,
         identity: Option<(&std::path::Path, &std::path::Path)>,
-    ) -> Result<HttpTransport, String> {
+    ) -> Result<HttpTransport, TransportError> {
         if identity.is_some() && tls_ca.is_none() {
-            return Err("a client certificate needs TLS: give the CA too (--tls-ca)".into());
+            return Err(TransportError::IdentityWithoutCa);
         }
         let mut transport = match tls_ca {
             None => HttpTransport::new()?,
@@ -288,7 +292,7 @@ impl HttpTransport {
                 let http = HttpTransport::builder()
                     .use_preconfigured_tls(config)
                     .build()
-                    .map_err(|e| format!("cannot build the HTTPS client: {e}"))?;
+                    .map_err(|source| TransportError::Build { scheme: "HTTPS", source })?;
                 HttpTransport {
                     http,
                     credentials: None,
@@ -397,10 +401,10 @@ impl HttpTransport {
     }
 
     /// A transport with a connection pool (unsigned requests).
-    pub fn new() -> Result<HttpTransport, String> {
+    pub fn new() -> Result<HttpTransport, TransportError> {
         let http = HttpTransport::builder()
             .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            .map_err(|source| TransportError::Build { scheme: "HTTP", source })?;
         Ok(HttpTransport {
             http,
             credentials: None,

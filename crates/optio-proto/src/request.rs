@@ -572,8 +572,80 @@ fn split_query(path_and_query: &str) -> (&str, Option<&str>) {
     }
 }
 
-fn parse_list_query(query: &str) -> Result<ListQuery, String> {
-    serde_urlencoded::from_str(query).map_err(|e| e.to_string())
+/// What is wrong with a request's method, headers or query, once its route is known: the
+/// [`DecodeError::reason`] a server answers with is this error's message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BadHead {
+    /// A request on an object or record without a key.
+    #[error("the key is empty; keys are 1 to 1024 bytes of UTF-8")]
+    EmptyKey,
+    /// A method the route does not take.
+    #[error("method {method} is not allowed here")]
+    MethodNotAllowed {
+        /// The method sent.
+        method: String,
+    },
+    /// A header that must be an integer is not one.
+    #[error("{header} is not an integer")]
+    NotInteger {
+        /// The header.
+        header: &'static str,
+    },
+    /// The PG seed does not fit in 32 bits.
+    #[error("{} is not a 32-bit seed", wire::PG)]
+    SeedTooLarge,
+    /// The checksum header is not 8 hex digits.
+    #[error("{} is not 8 hex digits", wire::CHECKSUM)]
+    BadChecksum,
+    /// A flag header with a value other than `1`.
+    #[error("{header} takes the value 1 only")]
+    FlagNotOne {
+        /// The header.
+        header: &'static str,
+    },
+    /// The catch-up header on anything but a GET of a whole object.
+    #[error("{} goes on a GET of a whole object only", wire::CATCH_UP)]
+    CatchUpNotWholeGet,
+    /// A listing query that does not parse (the parser's message).
+    #[error("bad listing query: {reason}")]
+    BadListQuery {
+        /// Why it does not parse.
+        reason: String,
+    },
+    /// A flush with a query.
+    #[error("a flush takes no query")]
+    FlushWithQuery,
+    /// A malformed `range` header.
+    #[error("range '{text}' is malformed; send bytes=FIRST-LAST")]
+    BadRange {
+        /// The header's value.
+        text: String,
+    },
+    /// Purge and undo on one delete.
+    #[error("{} and {} do not go together", wire::PURGE, wire::UNDO)]
+    PurgeAndUndo,
+    /// An undo without the version it undoes.
+    #[error("{} needs the version written ({})", wire::UNDO, wire::VERSION)]
+    UndoWithoutVersion,
+    /// A choice record header that does not parse.
+    #[error("{} must be CANDIDATE/CHOICES/WRITER_HEX", wire::CHOICE)]
+    BadChoice,
+    /// A choice record whose candidate is not one of its choices.
+    #[error("candidate {candidate} is not below choices {choices}")]
+    CandidateNotBelowChoices {
+        /// The candidate.
+        candidate: u8,
+        /// The choices.
+        choices: u8,
+    },
+    /// The replace-if-writer header is not hex.
+    #[error("{} must be hex", wire::REPLACE_IF_WRITER)]
+    BadReplaceIfWriter,
+}
+
+fn parse_list_query(query: &str) -> Result<ListQuery, BadHead> {
+    serde_urlencoded::from_str(query).map_err(|e| BadHead::BadListQuery { reason: e.to_string() })
 }
 
 /// The operation a route and method name (`open` and `offset`: whether [`wire::OPEN`] and
@@ -584,13 +656,13 @@ fn kind_of(
     method: &str,
     open: bool,
     offset: bool,
-) -> Result<OpKind, String> {
+) -> Result<OpKind, BadHead> {
     let method_known = Method::parse(method);
     Ok(match (area, keyed, method_known) {
         (Area::Objects, false, Some(Method::Get)) => OpKind::List,
         (Area::Objects, false, Some(Method::Post)) => OpKind::Sync,
         (_, false, _) => {
-            return Err("the key is empty; keys are 1 to 1024 bytes of UTF-8".to_string());
+            return Err(BadHead::EmptyKey);
         }
         (Area::Objects, true, Some(Method::Head)) => OpKind::Probe,
         (Area::Objects, true, Some(Method::Get)) if open => OpKind::Open,
@@ -601,7 +673,7 @@ fn kind_of(
         (Area::Choices, true, Some(Method::Get | Method::Head)) => OpKind::RecordGet,
         (Area::Choices, true, Some(Method::Put)) => OpKind::RecordPut,
         (Area::Choices, true, Some(Method::Delete)) => OpKind::RecordDelete,
-        _ => return Err(format!("method {method} is not allowed here")),
+        _ => return Err(BadHead::MethodNotAllowed { method: method.to_string() }),
     })
 }
 
@@ -619,44 +691,42 @@ impl<'h, F: Fn(&'static str) -> Option<&'h [u8]>> Headers<F> {
         (self.header)(name).map(|value| std::str::from_utf8(value).ok())
     }
 
-    fn u64(&self, name: &'static str) -> Result<Option<u64>, String> {
+    fn u64(&self, name: &'static str) -> Result<Option<u64>, BadHead> {
         match self.text(name) {
             None => Ok(None),
             Some(text) => text
                 .and_then(|text| text.parse().ok())
                 .map(Some)
-                .ok_or_else(|| format!("{name} is not an integer")),
+                .ok_or(BadHead::NotInteger { header: name }),
         }
     }
 
-    fn version(&self) -> Result<Option<ObjectVersion>, String> {
+    fn version(&self) -> Result<Option<ObjectVersion>, BadHead> {
         Ok(self.u64(wire::VERSION)?.map(ObjectVersion))
     }
 
-    fn pg_seed(&self) -> Result<Option<u32>, String> {
+    fn pg_seed(&self) -> Result<Option<u32>, BadHead> {
         self.u64(wire::PG)?
-            .map(|seed| {
-                u32::try_from(seed).map_err(|_| format!("{} is not a 32-bit seed", wire::PG))
-            })
+            .map(|seed| u32::try_from(seed).map_err(|_| BadHead::SeedTooLarge))
             .transpose()
     }
 
-    fn checksum(&self) -> Result<Option<u32>, String> {
+    fn checksum(&self) -> Result<Option<u32>, BadHead> {
         match self.text(wire::CHECKSUM) {
             None => Ok(None),
             Some(text) => text
                 .and_then(|text| wire::decode_checksum(text).ok())
                 .map(Some)
-                .ok_or_else(|| format!("{} is not 8 hex digits", wire::CHECKSUM)),
+                .ok_or(BadHead::BadChecksum),
         }
     }
 
     /// A strict flag: absent (false) or `1` (true); anything else is refused.
-    fn flag(&self, name: &'static str) -> Result<bool, String> {
+    fn flag(&self, name: &'static str) -> Result<bool, BadHead> {
         match (self.header)(name) {
             None => Ok(false),
             Some(b"1") => Ok(true),
-            Some(_) => Err(format!("{name} takes the value 1 only")),
+            Some(_) => Err(BadHead::FlagNotOne { header: name }),
         }
     }
 }
@@ -686,11 +756,9 @@ impl Request<'static> {
             headers.has(wire::OPEN),
             headers.has(wire::OFFSET),
         )
-        .map_err(|reason| refuse(ErrorKind::BadRequest, reason, None))?;
-        let bad = |reason: String| refuse(ErrorKind::BadRequest, reason, Some(kind));
-        let epoch = headers
-            .u64(wire::EPOCH)
-            .map_err(|_| bad(format!("{} is not an integer", wire::EPOCH)))?;
+        .map_err(|bad| refuse(ErrorKind::BadRequest, bad.to_string(), None))?;
+        let bad = |bad: BadHead| refuse(ErrorKind::BadRequest, bad.to_string(), Some(kind));
+        let epoch = headers.u64(wire::EPOCH).map_err(bad)?;
         let op = decode_op(kind, key, query, &headers).map_err(bad)?;
         Ok(Request { device, pool, epoch, op })
     }
@@ -702,23 +770,19 @@ fn decode_op<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(
     key: Option<String>,
     query: Option<&str>,
     headers: &Headers<F>,
-) -> Result<Op<'static>, String> {
+) -> Result<Op<'static>, BadHead> {
     let catch_up = headers.has(wire::CATCH_UP);
     let whole_get = kind == OpKind::Get && !headers.has("range");
     if catch_up && !whole_get {
-        return Err(format!("{} goes on a GET of a whole object only", wire::CATCH_UP));
+        return Err(BadHead::CatchUpNotWholeGet);
     }
     let Some(key) = key.map(Cow::Owned) else {
         return match kind {
             OpKind::List => match query {
                 None => Ok(Op::List(Cow::Owned(ListQuery::default()))),
-                Some(query) => parse_list_query(query)
-                    .map(|query| Op::List(Cow::Owned(query)))
-                    .map_err(|e| format!("bad listing query: {e}")),
+                Some(query) => parse_list_query(query).map(|query| Op::List(Cow::Owned(query))),
             },
-            _ if query.is_some_and(|query| !query.is_empty()) => {
-                Err("a flush takes no query".to_string())
-            }
+            _ if query.is_some_and(|query| !query.is_empty()) => Err(BadHead::FlushWithQuery),
             _ => Ok(Op::Sync),
         };
     };
@@ -730,9 +794,10 @@ fn decode_op<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(
                 None => None,
                 Some(text) => {
                     let text = text.unwrap_or("");
-                    Some(ByteRange::parse(text).ok_or_else(|| {
-                        format!("range '{text}' is malformed; send bytes=FIRST-LAST")
-                    })?)
+                    Some(
+                        ByteRange::parse(text)
+                            .ok_or_else(|| BadHead::BadRange { text: text.to_string() })?,
+                    )
                 }
             };
             Op::Get { key, range }
@@ -756,7 +821,7 @@ fn decode_op<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(
 fn decode_write_at<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(
     key: Cow<'static, str>,
     headers: &Headers<F>,
-) -> Result<WriteAt<'static>, String> {
+) -> Result<WriteAt<'static>, BadHead> {
     let version = headers.version()?;
     let checksum = headers.checksum()?;
     let pg_seed = headers.pg_seed()?;
@@ -775,15 +840,13 @@ fn decode_write_at<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(
 fn decode_delete<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(
     key: Cow<'static, str>,
     headers: &Headers<F>,
-) -> Result<Op<'static>, String> {
+) -> Result<Op<'static>, BadHead> {
     let version = headers.version()?;
     let purge = headers.flag(wire::PURGE)?;
     let undo = headers.flag(wire::UNDO)?;
     match (purge, undo, version) {
-        (true, true, _) => Err(format!("{} and {} do not go together", wire::PURGE, wire::UNDO)),
-        (_, true, None) => {
-            Err(format!("{} needs the version written ({})", wire::UNDO, wire::VERSION))
-        }
+        (true, true, _) => Err(BadHead::PurgeAndUndo),
+        (_, true, None) => Err(BadHead::UndoWithoutVersion),
         (_, true, Some(version)) => Ok(Op::Undo { key, version }),
         (purge, false, version) => {
             Ok(Op::Delete { key, version, purge, pg_seed: headers.pg_seed()? })
@@ -794,23 +857,23 @@ fn decode_delete<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(
 fn decode_put_record<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(
     key: Cow<'static, str>,
     headers: &Headers<F>,
-) -> Result<Op<'static>, String> {
+) -> Result<Op<'static>, BadHead> {
     let record = headers
         .text(wire::CHOICE)
         .flatten()
         .and_then(wire::parse_choice_header)
-        .ok_or_else(|| format!("{} must be CANDIDATE/CHOICES/WRITER_HEX", wire::CHOICE))?;
+        .ok_or(BadHead::BadChoice)?;
     if record.candidate >= record.choices {
-        return Err(format!(
-            "candidate {} is not below choices {}",
-            record.candidate, record.choices
-        ));
+        return Err(BadHead::CandidateNotBelowChoices {
+            candidate: record.candidate,
+            choices: record.choices,
+        });
     }
     let replace_if_writer = match headers.text(wire::REPLACE_IF_WRITER) {
         None => None,
         Some(text) => Some(
             text.and_then(|text| wire::decode_hex_u64(wire::REPLACE_IF_WRITER, text).ok())
-                .ok_or_else(|| format!("{} must be hex", wire::REPLACE_IF_WRITER))?,
+                .ok_or(BadHead::BadReplaceIfWriter)?,
         ),
     };
     Ok(Op::PutRecord {

@@ -45,6 +45,7 @@ use optio_placement::{DeviceId, Epoch, PoolId, ReplicaSet};
 use optio_proto::{ErrorKind, ListQuery, ObjectVersion};
 
 use crate::mapstate::{MapState, ServerMap};
+use crate::peer::PeerError;
 use crate::store::{DeviceStore, PutRequest};
 
 /// Keys asked per listing page.
@@ -90,7 +91,7 @@ impl CatchUp {
         devices: HashMap<u32, Arc<DeviceStore>>,
         map: Arc<MapState>,
         transport: HttpTransport,
-    ) -> Result<CatchUp, String> {
+    ) -> CatchUp {
         let recovering = map.checks_epochs();
         let state = devices
             .keys()
@@ -100,7 +101,7 @@ impl CatchUp {
                 (id, state)
             })
             .collect();
-        Ok(CatchUp { devices, map, transport, state, wake: tokio::sync::Notify::new() })
+        CatchUp { devices, map, transport, state, wake: tokio::sync::Notify::new() }
     }
 
     /// Whether `device` must not serve reads now: it is catching up, or the map held marks it
@@ -183,7 +184,7 @@ impl CatchUp {
     }
 
     /// Brings one device's state in line with `map`.
-    async fn step(&self, map: &Arc<ServerMap>, device: u32) -> Result<(), String> {
+    async fn step(&self, map: &Arc<ServerMap>, device: u32) -> Result<(), PeerError> {
         let state = &self.state[&device];
         let up = map.map.device(DeviceId(device)).is_some_and(|d| d.up);
         let downs = map.downs(device);
@@ -233,7 +234,7 @@ impl CatchUp {
                 );
                 Ok(())
             }
-            Pass::MapChanged => Err("a newer map arrived".into()),
+            Pass::MapChanged => Err(PeerError::MapChanged),
         }
     }
 
@@ -245,7 +246,7 @@ impl CatchUp {
     }
 
     /// One pass over every peer that is up in `map`.
-    async fn pass(&self, map: &Arc<ServerMap>, device: u32) -> Result<Pass, String> {
+    async fn pass(&self, map: &Arc<ServerMap>, device: u32) -> Result<Pass, PeerError> {
         let mut peers: Vec<Endpoint> = map
             .map
             .devices()
@@ -273,7 +274,7 @@ impl CatchUp {
         device: u32,
         peer: &Endpoint,
         pool: PoolId,
-    ) -> Result<(), String> {
+    ) -> Result<(), PeerError> {
         let Some(placement) = map.placement.pool(pool) else { return Ok(()) };
         let store = &self.devices[&device];
         let mut scratch = map.placement.scratch();
@@ -291,10 +292,11 @@ impl CatchUp {
                 tombstones: Some(true),
                 ..ListQuery::default()
             };
-            let (_, listing) =
-                self.transport.list(peer, pool, map.epoch(), query).await.map_err(|f| {
-                    format!("listing pool {} of device {}: {f}", pool.0, peer.device)
-                })?;
+            let (_, listing) = self
+                .transport
+                .list(peer, pool, map.epoch(), query)
+                .await
+                .map_err(|failure| PeerError::List { pool, device: peer.device, failure })?;
             for object in &listing.objects {
                 if placed_here(object.pg_seed)
                     && held_version(store, pool, &object.key) < Some(object.version)
@@ -328,7 +330,7 @@ impl CatchUp {
         peer: &Endpoint,
         pool: PoolId,
         key: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), PeerError> {
         let store = &self.devices[&device];
         if fetch_version(&self.transport, store, peer, pool, key, map.epoch()).await? {
             self.note_pulled(device);
@@ -352,17 +354,17 @@ pub(crate) async fn fetch_version(
     pool: PoolId,
     key: &str,
     epoch: u64,
-) -> Result<bool, String> {
+) -> Result<bool, PeerError> {
     let call = Call::new(peer, pool, epoch, Op::Fetch { key });
     let answer = match transport.send(call).await {
         Ok(answer) => answer,
         Err((failure, _)) if failure.kind() == Some(ErrorKind::NotFound) => return Ok(false),
         Err((failure, _)) => {
-            return Err(format!("reading '{key}' from device {}: {failure}", peer.device));
+            return Err(PeerError::Read { key: key.to_string(), device: peer.device, failure });
         }
     };
     let Some(info) = answer.info else {
-        return Err(format!("device {} answered '{key}' without object headers", peer.device));
+        return Err(PeerError::NoHeaders { key: key.to_string(), device: peer.device });
     };
     let store = store.clone();
     let key = key.to_string();
@@ -378,11 +380,11 @@ pub(crate) async fn fetch_version(
         })
     })
     .await
-    .map_err(|e| format!("write task failed: {e}"))?;
+    .map_err(|source| PeerError::Task { what: "write", source })?;
     match result {
         Ok(_) => Ok(true),
         Err(e) if e.kind() == ErrorKind::VersionConflict => Ok(false),
-        Err(e) => Err(format!("storing a fetched version: {e}")),
+        Err(e) => Err(PeerError::Store(e)),
     }
 }
 
@@ -396,17 +398,17 @@ pub(crate) async fn record_tombstone(
     version: ObjectVersion,
     pg_seed: Option<u32>,
     epoch: u64,
-) -> Result<bool, String> {
+) -> Result<bool, PeerError> {
     let (store, owned) = (store.clone(), key.to_string());
     let result = tokio::task::spawn_blocking(move || {
         store.delete(pool, &owned, Some(version), Epoch(epoch), pg_seed)
     })
     .await
-    .map_err(|e| format!("delete task failed: {e}"))?;
+    .map_err(|source| PeerError::Task { what: "delete", source })?;
     match result {
         Ok(_) => Ok(true),
         Err(e) if e.kind() == ErrorKind::VersionConflict => Ok(false),
-        Err(e) => Err(format!("recording the tombstone of '{key}': {e}")),
+        Err(source) => Err(PeerError::Tombstone { key: key.to_string(), source }),
     }
 }
 

@@ -32,6 +32,18 @@ pub const FENCE_TTL_MIN: Duration = Duration::from_secs(2);
 /// How often a server without a lease asks for one.
 const RETRY_INTERVAL: Duration = Duration::from_millis(500);
 
+/// Why fencing cannot be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FenceError {
+    /// The lease's TTL is too short or not whole seconds (etcd's leases are whole seconds).
+    #[error("the fence TTL is {ttl:?}; it must be whole seconds, at least {FENCE_TTL_MIN:?}")]
+    Ttl {
+        /// The TTL given.
+        ttl: Duration,
+    },
+}
+
 /// Whether a server may serve, as its lease says.
 #[derive(Debug)]
 pub struct Fence {
@@ -56,11 +68,9 @@ impl Fence {
     }
 
     /// Fencing with leases of `ttl`: serving nothing until the first lease.
-    pub fn leased(ttl: Duration) -> Result<Fence, String> {
+    pub fn leased(ttl: Duration) -> Result<Fence, FenceError> {
         if ttl < FENCE_TTL_MIN || ttl.subsec_nanos() != 0 {
-            return Err(format!(
-                "the fence TTL is {ttl:?}; it must be whole seconds, at least {FENCE_TTL_MIN:?}"
-            ));
+            return Err(FenceError::Ttl { ttl });
         }
         Ok(Fence {
             origin: Instant::now(),
@@ -182,7 +192,11 @@ mod tests {
     #[test]
     fn fence_ttls_are_whole_seconds_of_at_least_two() {
         assert!(Fence::leased(Duration::from_secs(1)).is_err());
-        assert!(Fence::leased(Duration::from_millis(2500)).is_err());
+        let refused = Fence::leased(Duration::from_millis(2500));
+        assert!(
+            matches!(refused, Err(FenceError::Ttl { ttl }) if ttl == Duration::from_millis(2500)),
+            "not whole seconds"
+        );
         assert!(Fence::leased(Duration::from_secs(2)).is_ok());
     }
 }

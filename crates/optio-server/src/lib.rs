@@ -47,6 +47,7 @@ pub mod fence;
 mod http;
 pub mod in_process;
 mod mapstate;
+pub mod peer;
 pub mod rebalance;
 pub mod records;
 pub mod scrub;
@@ -169,17 +170,26 @@ pub enum ServerError {
     #[error("device {0} is configured twice")]
     DuplicateDevice(u32),
     /// The map could not be loaded.
-    #[error("{0}")]
-    Map(String),
+    #[error(transparent)]
+    Map(#[from] mapstate::MapInstallError),
     /// The migration settings are invalid.
-    #[error("{0}")]
-    Migration(String),
+    #[error(transparent)]
+    Migration(#[from] rebalance::MigrationError),
+    /// The fencing settings are invalid.
+    #[error(transparent)]
+    Fence(#[from] fence::FenceError),
     /// The connection limits, timeouts or fencing TTL are invalid.
     #[error("{0}")]
     Limits(String),
     /// The keyring cannot be used.
     #[error("{0}")]
     Auth(String),
+    /// The server's TLS certificate, key or CA cannot be used.
+    #[error(transparent)]
+    Tls(#[from] optio_tls::TlsError),
+    /// The transport to the other servers could not be built.
+    #[error(transparent)]
+    Transport(#[from] optio_net::TransportError),
     /// The local socket could not be bound.
     #[error(transparent)]
     LocalSocket(#[from] conn::local::LocalSocketError),
@@ -219,8 +229,7 @@ impl Server {
         // Clients with a certificate from the cluster's CA may use it as their identity.
         let tls = match &config.tls {
             Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(
-                optio_tls::server_config(cert, key, config.tls_ca.as_deref())
-                    .map_err(ServerError::Auth)?,
+                optio_tls::server_config(cert, key, config.tls_ca.as_deref())?,
             ))),
             None => None,
         };
@@ -337,7 +346,7 @@ async fn open_state(
         }
     }
     let map = Arc::new(MapState::new(config.map.clone()));
-    map.refresh().await.map_err(ServerError::Map)?;
+    map.reload().await?;
     let mut migration = config.migration.clone();
     if migration.state_dir.is_none() {
         migration.state_dir = config.devices.iter().min_by_key(|d| d.id).map(|d| d.dir.clone());
@@ -346,31 +355,20 @@ async fn open_state(
         config.credentials.clone(),
         config.tls_ca.as_deref(),
         None,
-    )
-    .map_err(ServerError::Auth)?;
-    let rebalancer = Arc::new(
-        Rebalancer::new(devices.clone(), map.clone(), migration, transport.clone())
-            .map_err(ServerError::Migration)?,
-    );
-    let catchup = Arc::new(
-        catchup::CatchUp::new(devices.clone(), map.clone(), transport.clone())
-            .map_err(ServerError::Migration)?,
-    );
-    let scrubber = Arc::new(
-        scrub::Scrubber::new(
-            devices.clone(),
-            map.clone(),
-            config.scrub.clone(),
-            rebalancer.clone(),
-            catchup.clone(),
-            transport.clone(),
-        )
-        .map_err(ServerError::Migration)?,
-    );
+    )?;
+    let rebalancer =
+        Arc::new(Rebalancer::new(devices.clone(), map.clone(), migration, transport.clone())?);
+    let catchup = Arc::new(catchup::CatchUp::new(devices.clone(), map.clone(), transport.clone()));
+    let scrubber = Arc::new(scrub::Scrubber::new(
+        devices.clone(),
+        map.clone(),
+        config.scrub.clone(),
+        rebalancer.clone(),
+        catchup.clone(),
+        transport.clone(),
+    ));
     let fence = Arc::new(match &config.map {
-        Some(optio_cluster::source::MapSource::Etcd(_)) => {
-            fence::Fence::leased(config.fence_ttl).map_err(ServerError::Limits)?
-        }
+        Some(optio_cluster::source::MapSource::Etcd(_)) => fence::Fence::leased(config.fence_ttl)?,
         _ => fence::Fence::open(),
     });
     let auth = Arc::new(match &config.keyring {

@@ -7,9 +7,21 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use optio_cluster::follow::{Followed, MapFollower};
+use optio_cluster::follow::{FollowError, Followed, MapFollower};
 use optio_cluster::source::MapSource;
-use optio_placement::{ClusterMap, Placement};
+use optio_placement::{ClusterMap, MapError, Placement};
+
+/// Why a map could not be compiled for a server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerMapError {
+    /// The map's placement does not compile (a rule or pool it cannot map with).
+    #[error("cannot compile the map's placement: {0}")]
+    Placement(#[source] MapError),
+}
+
+/// Why a map could not be installed: read, compiled ([`ServerMapError`]) or handed over.
+pub type MapInstallError = FollowError<ServerMapError>;
 
 /// A map and its compiled placement.
 pub struct ServerMap {
@@ -25,9 +37,8 @@ pub struct ServerMap {
 
 impl ServerMap {
     /// Compiles `map`.
-    pub fn new(map: ClusterMap) -> Result<ServerMap, String> {
-        let placement =
-            Placement::new(&map).map_err(|e| format!("cannot compile the map's placement: {e}"))?;
+    pub fn new(map: ClusterMap) -> Result<ServerMap, ServerMapError> {
+        let placement = Placement::new(&map).map_err(ServerMapError::Placement)?;
         let locations = map
             .devices()
             .iter()
@@ -62,7 +73,9 @@ impl ServerMap {
 }
 
 impl Followed for ServerMap {
-    fn compile(map: ClusterMap, previous: Option<&ServerMap>) -> Result<ServerMap, String> {
+    type Error = ServerMapError;
+
+    fn compile(map: ClusterMap, previous: Option<&ServerMap>) -> Result<ServerMap, ServerMapError> {
         let mut compiled = ServerMap::new(map)?;
         if let Some(previous) = previous {
             let skipped = compiled.epoch() > previous.epoch() + 1;
@@ -125,25 +138,50 @@ impl MapState {
 
     /// Installs `map` if it is newer than the one held (blocking: compiles its placement).
     /// Returns whether the epoch changed; a map whose epoch went backwards is ignored.
-    pub fn install(&self, map: ClusterMap) -> Result<bool, String> {
+    pub fn install(&self, map: ClusterMap) -> Result<bool, MapInstallError> {
         self.follower.install(map)
     }
 
     /// Installs `map` from a blocking thread (compiling a placement may take a while).
-    pub async fn install_async(&self, map: ClusterMap) -> Result<bool, String> {
+    pub async fn install_async(&self, map: ClusterMap) -> Result<bool, MapInstallError> {
         self.follower.install_async(map).await
     }
 
     /// Reads the stored map now and installs it if it is newer (a request carried a newer
     /// epoch than the one held). A map not stored yet is not an error (a local cluster
     /// writes it after its servers start).
-    pub async fn refresh(&self) -> Result<bool, String> {
+    pub async fn reload(&self) -> Result<bool, MapInstallError> {
         self.follower.refresh().await
+    }
+
+    /// [`reload`](Self::reload) with the error as text: kept only for `in_process.rs`, which
+    /// is being restructured elsewhere and returns it as a `String`; new callers use
+    /// `reload`.
+    pub async fn refresh(&self) -> Result<bool, String> {
+        self.reload().await.map_err(|e| e.to_string())
     }
 
     /// Follows the map store until the process ends: every newer map is installed within the
     /// store's delivery time (a file is polled every 100 ms; etcd pushes changes).
     pub async fn follow(self: Arc<Self>) {
         self.follower.clone().follow().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stored_map_that_does_not_parse_is_a_load_error() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("map.toml");
+        std::fs::write(&path, "format_version = \"not a number\"\n").expect("written");
+        let state = MapState::new(Some(MapSource::file(&path)));
+        let refused = state.reload().await;
+        assert!(matches!(refused, Err(FollowError::Load(_))), "{refused:?}");
+        assert_eq!(state.epoch(), 0, "nothing installed");
+        let text = state.refresh().await.expect_err("the same failure, as text");
+        assert!(text.contains("map.toml"), "{text}");
     }
 }

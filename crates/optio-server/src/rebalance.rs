@@ -38,6 +38,7 @@ use optio_placement::{DeviceId, PoolId, ReplicaSet};
 use optio_proto::{ChoiceRecord, ErrorKind, MigrationPhase, MigrationStatus};
 
 use crate::mapstate::{MapState, ServerMap};
+use crate::peer::PeerError;
 use crate::store::{DeviceStore, Held};
 
 /// Transfers in flight at once, by default.
@@ -130,6 +131,18 @@ pub struct Rebalancer {
     samples: Mutex<Vec<(Instant, u64)>>,
 }
 
+/// Why the migration settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MigrationError {
+    /// The number of transfers at once is out of range.
+    #[error("migration concurrency must be 1 to {CONCURRENCY_MAX}, not {concurrency}")]
+    Concurrency {
+        /// The number given.
+        concurrency: usize,
+    },
+}
+
 /// How one transfer ended.
 enum Sent {
     /// The target holds this version or a newer one (`bytes` sent to make it so).
@@ -145,12 +158,9 @@ impl Rebalancer {
         map: Arc<MapState>,
         config: MigrationConfig,
         transport: HttpTransport,
-    ) -> Result<Rebalancer, String> {
+    ) -> Result<Rebalancer, MigrationError> {
         if config.concurrency == 0 || config.concurrency > CONCURRENCY_MAX {
-            return Err(format!(
-                "migration concurrency must be 1 to {CONCURRENCY_MAX}, not {}",
-                config.concurrency
-            ));
+            return Err(MigrationError::Concurrency { concurrency: config.concurrency });
         }
         Ok(Rebalancer {
             devices,
@@ -173,7 +183,14 @@ impl Rebalancer {
     fn load_rebalanced(&self) -> Option<Arc<ServerMap>> {
         let path = self.config.state_dir.as_ref()?.join(REBALANCED_MAP_FILE);
         let text = std::fs::read_to_string(&path).ok()?;
-        match optio_mapfile::parse(&text).map_err(|e| e.to_string()).and_then(ServerMap::new) {
+        let map = match optio_mapfile::parse(&text) {
+            Ok(map) => map,
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "ignoring the last rebalanced map");
+                return None;
+            }
+        };
+        match ServerMap::new(map) {
             Ok(map) => Some(Arc::new(map)),
             Err(error) => {
                 tracing::warn!(path = %path.display(), %error, "ignoring the last rebalanced map");
@@ -445,7 +462,7 @@ impl Rebalancer {
         for &(target, mode) in &task.targets {
             let endpoint = match endpoint(map, target) {
                 Ok(endpoint) => endpoint,
-                Err(error) => return self.fail(error),
+                Err(error) => return self.fail(error.to_string()),
             };
             match self.send(map, &store, &task.held, &endpoint, mode, &mut data).await {
                 Ok(Sent::Confirmed { bytes }) => {
@@ -502,12 +519,12 @@ impl Rebalancer {
         endpoint: &Endpoint,
         mode: Mode,
         data: &mut Option<bytes::Bytes>,
-    ) -> Result<Sent, String> {
+    ) -> Result<Sent, PeerError> {
         let call = |op| Call::new(endpoint, held.pool, map.epoch(), op);
         let key = held.key.as_str();
         if mode == Mode::Check {
             let probe = call(Op::Probe { key, want_choice: false });
-            let answer = self.transport.send(probe).await.map_err(describe)?;
+            let answer = self.transport.send(probe).await.map_err(|(f, _)| PeerError::Send(f))?;
             let there = answer.info.as_ref().map(|i| i.version).or(answer.deleted);
             if there.is_some_and(|v| v >= held.version) {
                 return Ok(Sent::Confirmed { bytes: 0 });
@@ -530,7 +547,7 @@ impl Rebalancer {
                 {
                     Ok(Sent::Confirmed { bytes: 0 })
                 }
-                Err(failure) => Err(describe(failure)),
+                Err((failure, _)) => Err(PeerError::Send(failure)),
             };
         }
         if data.is_none() {
@@ -538,7 +555,7 @@ impl Rebalancer {
             let (pool, key) = (held.pool, held.key.clone());
             let read = tokio::task::spawn_blocking(move || reader.get(pool, &key))
                 .await
-                .map_err(|e| format!("read task failed: {e}"))?;
+                .map_err(|source| PeerError::Task { what: "read", source })?;
             match read {
                 Ok((info, bytes)) if info.version == held.version => {
                     *data = Some(bytes::Bytes::from(bytes));
@@ -561,14 +578,14 @@ impl Rebalancer {
             Err((f, _)) if f.kind() == Some(ErrorKind::VersionConflict) => {
                 Ok(Sent::Confirmed { bytes: held.file_bytes })
             }
-            Err(failure) => Err(describe(failure)),
+            Err((failure, _)) => Err(PeerError::Send(failure)),
         }
     }
 
     async fn run_record(&self, map: &ServerMap, task: RecordTask) -> bool {
         let endpoint = match endpoint(map, task.home) {
             Ok(endpoint) => endpoint,
-            Err(error) => return self.fail(error),
+            Err(error) => return self.fail(error.to_string()),
         };
         let op = Op::PutRecord {
             key: &task.key,
@@ -626,15 +643,48 @@ fn designated(old: &[u32], map: &optio_placement::ClusterMap) -> Option<u32> {
     old.iter().copied().find(|d| map.device(DeviceId(*d)).is_some_and(|d| d.up))
 }
 
-fn endpoint(map: &ServerMap, device: u32) -> Result<Endpoint, String> {
+fn endpoint(map: &ServerMap, device: u32) -> Result<Endpoint, PeerError> {
     let addr = map
         .map
         .device(DeviceId(device))
         .and_then(|d| d.addr.clone())
-        .ok_or_else(|| format!("device {device} has no address in the map"))?;
+        .ok_or(PeerError::NoAddress { device })?;
     Ok(Endpoint { device, addr })
 }
 
 fn describe((failure, _): (Failure, Option<optio_proto::DeviceMetrics>)) -> String {
     failure.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_concurrency_out_of_range_is_refused_as_such() {
+        for concurrency in [0, CONCURRENCY_MAX + 1] {
+            let config = MigrationConfig { concurrency, ..MigrationConfig::default() };
+            let refused = Rebalancer::new(
+                HashMap::new(),
+                Arc::new(MapState::new(None)),
+                config,
+                HttpTransport::new().expect("a transport"),
+            )
+            .err();
+            assert!(
+                matches!(refused, Some(MigrationError::Concurrency { concurrency: c }) if c == concurrency),
+                "{refused:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_device_without_an_address_has_no_endpoint() {
+        let text = "format_version = 1\nepoch = 1\n\n[[devices]]\nid = 0\ncapacity = 1073741824\nweight = 1.0\nlocation = { host = \"h0\" }\n";
+        let map = ServerMap::new(optio_mapfile::parse(text).expect("a map")).expect("compiled");
+        let refused = endpoint(&map, 0).err();
+        assert!(matches!(refused, Some(PeerError::NoAddress { device: 0 })), "{refused:?}");
+        let absent = endpoint(&map, 7).err();
+        assert!(matches!(absent, Some(PeerError::NoAddress { device: 7 })), "{absent:?}");
+    }
 }

@@ -89,8 +89,8 @@ impl Scrubber {
         rebalancer: Arc<crate::Rebalancer>,
         catchup: Arc<crate::catchup::CatchUp>,
         transport: HttpTransport,
-    ) -> Result<Scrubber, String> {
-        Ok(Scrubber {
+    ) -> Scrubber {
+        Scrubber {
             devices,
             map,
             config,
@@ -99,7 +99,7 @@ impl Scrubber {
             reports: Mutex::new(HashMap::new()),
             rebalancer,
             catchup,
-        })
+        }
     }
 
     /// Whether a tombstone of `version` on `device` may go, as far as this server can tell

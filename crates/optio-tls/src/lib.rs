@@ -20,17 +20,80 @@
 //!     Some(Path::new("tls/ca.pem")),
 //! )?;
 //! # let _ = (client, server);
-//! # Ok::<(), String>(())
+//! # Ok::<(), optio_tls::TlsError>(())
 //! ```
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// Why a TLS configuration could not be built: which file, and what was wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// A PEM file of certificates could not be read.
+    #[error("cannot read the certificates in {}: {source}", path.display())]
+    ReadCertificates {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: rustls_pki_types::pem::Error,
+    },
+    /// A certificate in a PEM file could not be parsed.
+    #[error("{} holds an unreadable certificate: {source}", path.display())]
+    BadCertificate {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: rustls_pki_types::pem::Error,
+    },
+    /// A PEM file holds no certificate at all.
+    #[error("{} holds no PEM certificate", path.display())]
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A certificate authority's certificate cannot serve as a trust root.
+    #[error("{} is not a usable CA certificate: {source}", path.display())]
+    BadCa {
+        /// The CA's file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: rustls::Error,
+    },
+    /// No private key could be read from a file.
+    #[error("cannot read a private key from {}: {source}", path.display())]
+    ReadKey {
+        /// The key's file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: rustls_pki_types::pem::Error,
+    },
+    /// A certificate and the private key given with it do not belong together.
+    #[error("the certificate {} and its key do not fit: {source}", path.display())]
+    KeyMismatch {
+        /// The certificate's file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: rustls::Error,
+    },
+    /// rustls refused the protocol versions or the provider (a build problem, not a file's).
+    #[error("TLS set-up: {0}")]
+    Setup(#[source] rustls::Error),
+    /// The verifier of client certificates could not be built from the CA.
+    #[error("TLS set-up (client certificates): {0}")]
+    ClientVerifier(#[source] rustls::server::VerifierBuilderError),
+}
 
 /// Makes `ring` the process's default TLS crypto provider (once; a provider already installed
 /// stays). Every HTTP client needs one, TLS or not, so this runs before any is built.
@@ -54,13 +117,13 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(provider)
 }
 
-fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("cannot read the certificates in {}: {e}", path.display()))?
+        .map_err(|source| TlsError::ReadCertificates { path: path.into(), source })?
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{} holds an unreadable certificate: {e}", path.display()))?;
+        .map_err(|source| TlsError::BadCertificate { path: path.into(), source })?;
     if certs.is_empty() {
-        return Err(format!("{} holds no PEM certificate", path.display()));
+        return Err(TlsError::NoCertificate { path: path.into() });
     }
     Ok(certs)
 }
@@ -71,33 +134,31 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 pub fn client_config(
     ca: &Path,
     identity: Option<(&Path, &Path)>,
-) -> Result<rustls::ClientConfig, String> {
+) -> Result<rustls::ClientConfig, TlsError> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS set-up: {e}"))?
+        .map_err(TlsError::Setup)?
         .with_root_certificates(roots(ca)?);
     match identity {
         None => Ok(builder.with_no_client_auth()),
         Some((cert, key)) => builder
             .with_client_auth_cert(certificates(cert)?, private_key(key)?)
-            .map_err(|e| format!("the certificate {} and its key do not fit: {e}", cert.display())),
+            .map_err(|source| TlsError::KeyMismatch { path: cert.into(), source }),
     }
 }
 
 /// The certificates of the CA in `ca` (PEM), as trust roots.
-fn roots(ca: &Path) -> Result<rustls::RootCertStore, String> {
+fn roots(ca: &Path) -> Result<rustls::RootCertStore, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in certificates(ca)? {
-        roots
-            .add(cert)
-            .map_err(|e| format!("{} is not a usable CA certificate: {e}", ca.display()))?;
+        roots.add(cert).map_err(|source| TlsError::BadCa { path: ca.into(), source })?;
     }
     Ok(roots)
 }
 
-fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     PrivateKeyDer::from_pem_file(path)
-        .map_err(|e| format!("cannot read a private key from {}: {e}", path.display()))
+        .map_err(|source| TlsError::ReadKey { path: path.into(), source })
 }
 
 /// A server's TLS: its certificate chain and private key (PEM); with `client_ca`, it also asks
@@ -107,12 +168,12 @@ pub fn server_config(
     cert: &Path,
     key: &Path,
     client_ca: Option<&Path>,
-) -> Result<rustls::ServerConfig, String> {
+) -> Result<rustls::ServerConfig, TlsError> {
     let chain = certificates(cert)?;
     let key = private_key(key)?;
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS set-up: {e}"))?;
+        .map_err(TlsError::Setup)?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
@@ -122,11 +183,51 @@ pub fn server_config(
             )
             .allow_unauthenticated()
             .build()
-            .map_err(|e| format!("TLS set-up (client certificates): {e}"))?;
+            .map_err(TlsError::ClientVerifier)?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     builder
         .with_single_cert(chain, key)
-        .map_err(|e| format!("the certificate {} and its key do not fit: {e}", cert.display()))
+        .map_err(|source| TlsError::KeyMismatch { path: cert.into(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_certificate_file_is_a_read_error_naming_it() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let missing = dir.path().join("absent.pem");
+        let error = client_config(&missing, None).expect_err("no such file");
+        assert!(
+            matches!(&error, TlsError::ReadCertificates { path, .. } if *path == missing),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("absent.pem"), "{error}");
+    }
+
+    #[test]
+    fn a_file_without_certificates_is_no_certificate() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a PEM file\n").expect("written");
+        let error = client_config(&empty, None).expect_err("no certificate in it");
+        assert!(matches!(&error, TlsError::NoCertificate { path } if *path == empty), "{error:?}");
+        assert_eq!(error.to_string(), format!("{} holds no PEM certificate", empty.display()));
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_is_a_mismatch() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let one = rcgen::generate_simple_self_signed(vec!["one".into()]).expect("a certificate");
+        let other =
+            rcgen::generate_simple_self_signed(vec!["other".into()]).expect("a certificate");
+        let (cert, key) = (dir.path().join("one.pem"), dir.path().join("other.key"));
+        std::fs::write(&cert, one.cert.pem()).expect("written");
+        std::fs::write(&key, other.key_pair.serialize_pem()).expect("written");
+        let error = server_config(&cert, &key, None).expect_err("the key is another's");
+        assert!(matches!(&error, TlsError::KeyMismatch { path, .. } if *path == cert), "{error:?}");
+    }
 }

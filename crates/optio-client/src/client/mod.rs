@@ -21,8 +21,8 @@ pub use local::{LocalFile, LocalMiss};
 pub use locate::{CandidateProbe, ObjectLocation, ProbeReport};
 pub use read::{RECOVERING_BACKOFF_MAX, RECOVERING_BACKOFF_MIN, RECOVERING_RETRIES_MAX};
 pub use reintegrate::{
-    BROUGHT_BACK_TRACKED_MAX, Reintegration, ReintegrationConfig, ReintegrationMode,
-    ReintegrationStatus,
+    BROUGHT_BACK_TRACKED_MAX, ReadFailure, Reintegration, ReintegrationConfig, ReintegrationError,
+    ReintegrationMode, ReintegrationStatus,
 };
 pub use repair::ReplicaState;
 pub use transition::STATUS_POLL_INTERVAL;
@@ -263,8 +263,10 @@ impl Drop for Inner {
 }
 
 impl Followed for View {
-    fn compile(map: ClusterMap, held: Option<&View>) -> Result<View, String> {
-        let placement = Arc::new(Placement::new(&map).map_err(|e| e.to_string())?);
+    type Error = optio_placement::MapError;
+
+    fn compile(map: ClusterMap, held: Option<&View>) -> Result<View, optio_placement::MapError> {
+        let placement = Arc::new(Placement::new(&map)?);
         let Some(held) = held else {
             return Ok(View {
                 map,
@@ -311,7 +313,7 @@ async fn load_map(
 ) -> Result<bool, ClientError> {
     let failed = |reason: String| ClientError::Map { path: source.describe(), reason };
     let map = source.load().await.map_err(|e| failed(e.to_string()))?;
-    follower.install_async(map).await.map_err(failed)
+    follower.install_async(map).await.map_err(|e| failed(e.to_string()))
 }
 
 fn now_micros() -> u64 {
@@ -368,8 +370,7 @@ impl Client {
             config.credentials.clone(),
             config.tls_ca.as_deref(),
             identity,
-        )
-        .map_err(ClientError::Config)?;
+        )?;
         Client::connect_with_transport(source, config, Arc::new(transport)).await
     }
 

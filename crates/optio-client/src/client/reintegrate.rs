@@ -23,9 +23,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use optio_cluster::dirty::{DirtyEntry, DirtyTable};
+use optio_cluster::ClusterError;
+use optio_cluster::dirty::{DirtyEntry, DirtyError, DirtyTable};
+use optio_net::Failure;
 use optio_net::throttle::Throttle;
-use optio_placement::{DeviceId, MapChange, PoolId, ReplicaSet};
+use optio_placement::{DeviceId, MapChange, MapError, PoolId, ReplicaSet};
 use optio_proto::{ErrorKind, ObjectInfo};
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +35,7 @@ use crate::transport::{Endpoint, Op};
 
 use super::transition::Held;
 use super::{Client, View};
+use crate::ClientError;
 
 /// Dirty entries read at once.
 pub(super) const BATCH_ENTRIES: usize = 256;
@@ -107,6 +110,116 @@ pub struct ReintegrationStatus {
     pub idle: bool,
     /// The last failure.
     pub last_error: Option<String>,
+}
+
+/// Why a step of re-integration failed (it pauses, then tries again).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReintegrationError {
+    /// The dirty table could not be read or popped.
+    #[error(transparent)]
+    Dirty(#[from] DirtyError),
+    /// The client could not reach the devices or reload the map.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// A device that may hold a copy did not answer the survey.
+    #[error("device {device} at {addr} did not answer for '{key}': {failure}")]
+    NoAnswer {
+        /// The device.
+        device: u32,
+        /// Its address.
+        addr: String,
+        /// The object.
+        key: String,
+        /// What the transport said.
+        #[source]
+        failure: Failure,
+    },
+    /// No device holding the newest version could give it.
+    #[error("cannot read '{key}' to re-integrate it: {}", join(failures))]
+    Unreadable {
+        /// The object.
+        key: String,
+        /// Why each device that holds it failed.
+        failures: Vec<ReadFailure>,
+    },
+    /// A copy to a device failed.
+    #[error("copying '{key}' to device {device}: {failure}")]
+    Copy {
+        /// The object.
+        key: String,
+        /// The device.
+        device: u32,
+        /// What the transport said.
+        #[source]
+        failure: Failure,
+    },
+    /// A tombstone could not be sent to a device.
+    #[error("deleting '{key}' on device {device}: {failure}")]
+    Delete {
+        /// The object.
+        key: String,
+        /// The device.
+        device: u32,
+        /// What the transport said.
+        #[source]
+        failure: Failure,
+    },
+    /// A copy no placement names could not be dropped.
+    #[error("dropping '{key}' from device {device}: {failure}")]
+    Drop {
+        /// The object.
+        key: String,
+        /// The device.
+        device: u32,
+        /// What the transport said.
+        #[source]
+        failure: Failure,
+    },
+    /// A device's objects could not be listed (full mode).
+    #[error("listing device {device}: {failure}")]
+    List {
+        /// The device.
+        device: u32,
+        /// What the transport said.
+        #[source]
+        failure: Failure,
+    },
+    /// The map could not be read to prune its older membership versions (the message
+    /// carries the causes).
+    #[error("{}", .0.report())]
+    LoadMap(ClusterError),
+    /// Pruning the older membership versions does not apply to the map.
+    #[error(transparent)]
+    Prune(#[from] MapError),
+    /// The pruned map could not be stored.
+    #[error("{0}")]
+    StoreMap(#[source] ClusterError),
+}
+
+/// Why one device holding the newest version of an object could not give it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadFailure {
+    /// It answered with another version, or a body that fails its checksum.
+    #[error("device {device}: changed or damaged")]
+    Changed {
+        /// The device.
+        device: u32,
+    },
+    /// It did not answer.
+    #[error("device {device}: {failure}")]
+    Failed {
+        /// The device.
+        device: u32,
+        /// What the transport said.
+        #[source]
+        failure: Failure,
+    },
+}
+
+fn join(failures: &[ReadFailure]) -> String {
+    failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 
 /// Where one object's copies belong under the current membership version.
@@ -201,7 +314,7 @@ impl<'a> Reintegration<'a> {
                     Ok(false) => tokio::time::sleep(IDLE_WAIT).await,
                     Err(error) => {
                         tracing::warn!(%error, "re-integration paused");
-                        status.lock().expect("status lock").last_error = Some(error);
+                        status.lock().expect("status lock").last_error = Some(error.to_string());
                         tokio::time::sleep(FAILURE_WAIT).await;
                     }
                 }
@@ -214,7 +327,7 @@ impl<'a> Reintegration<'a> {
     }
 
     /// One batch of Algorithm 2; `Ok(false)` when there was nothing to do.
-    async fn selective_step(&mut self) -> Result<bool, String> {
+    async fn selective_step(&mut self) -> Result<bool, ReintegrationError> {
         let view = self.client.view();
         let Some(membership) = view.map.membership() else { return Ok(false) };
         let current = membership.current();
@@ -225,9 +338,8 @@ impl<'a> Reintegration<'a> {
             self.walk.cursor = 0;
             self.status.lock().expect("status lock").restarts += 1;
         }
-        let entries =
-            self.table.range(self.walk.cursor, BATCH_ENTRIES).await.map_err(|e| e.to_string())?;
-        let left = self.table.len().await.map_err(|e| e.to_string())?;
+        let entries = self.table.range(self.walk.cursor, BATCH_ENTRIES).await?;
+        let left = self.table.len().await?;
         {
             let mut s = self.status.lock().expect("status lock");
             s.version = current.version;
@@ -259,7 +371,7 @@ impl<'a> Reintegration<'a> {
         }
         if full {
             // Remove only at full power (line 11); the walk stays at the head.
-            self.table.pop_front(handled).await.map_err(|e| e.to_string())?;
+            self.table.pop_front(handled).await?;
         } else {
             self.walk.cursor += handled;
         }
@@ -267,7 +379,11 @@ impl<'a> Reintegration<'a> {
     }
 
     /// Brings one dirty object to where the current version places it.
-    async fn reintegrate_entry(&mut self, view: &View, entry: &DirtyEntry) -> Result<(), String> {
+    async fn reintegrate_entry(
+        &mut self,
+        view: &View,
+        entry: &DirtyEntry,
+    ) -> Result<(), ReintegrationError> {
         let pool = PoolId(entry.pool);
         let Some(placement) = view.placement.pool(pool) else { return Ok(()) };
         if !placement.is_elastic() {
@@ -304,7 +420,7 @@ impl<'a> Reintegration<'a> {
         key: &str,
         spread: &Spread,
         offloaded: Option<Offloaded<'_>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ReintegrationError> {
         let Spread { to, keep, look, seed } = spread;
         let (endpoints, held) = self.survey(view, pool, key, look).await?;
         let Some(newest) = held.iter().flatten().max().copied() else { return Ok(()) };
@@ -342,8 +458,12 @@ impl<'a> Reintegration<'a> {
                             f.kind(),
                             Some(ErrorKind::NotFound | ErrorKind::VersionConflict)
                         ) => {}
-                    Err(f) => {
-                        return Err(format!("deleting '{key}' on device {}: {f}", endpoint.device));
+                    Err(failure) => {
+                        return Err(ReintegrationError::Delete {
+                            key: key.to_string(),
+                            device: endpoint.device,
+                            failure,
+                        });
                     }
                 }
                 continue;
@@ -375,8 +495,12 @@ impl<'a> Reintegration<'a> {
                         f.kind(),
                         Some(ErrorKind::NotFound | ErrorKind::VersionConflict)
                     ) => {}
-                Err(f) => {
-                    return Err(format!("dropping '{key}' from device {}: {f}", endpoint.device));
+                Err(failure) => {
+                    return Err(ReintegrationError::Drop {
+                        key: key.to_string(),
+                        device: endpoint.device,
+                        failure,
+                    });
                 }
             }
         }
@@ -391,19 +515,20 @@ impl<'a> Reintegration<'a> {
         pool: PoolId,
         key: &str,
         look: &[DeviceId],
-    ) -> Result<(Vec<Endpoint>, Vec<Option<Held>>), String> {
-        let (endpoints, heads) =
-            self.client.probe_devices(view, pool, key, look).await.map_err(|e| e.to_string())?;
+    ) -> Result<(Vec<Endpoint>, Vec<Option<Held>>), ReintegrationError> {
+        let (endpoints, heads) = self.client.probe_devices(view, pool, key, look).await?;
         let mut held = Vec::with_capacity(heads.len());
         for (endpoint, head) in endpoints.iter().zip(&heads) {
             match head {
                 Ok(answer) => held.push(Held::of(answer)),
                 Err(failure) => {
                     let _ = self.client.epoch_retry(&[failure]).await;
-                    return Err(format!(
-                        "device {} at {} did not answer for '{key}': {failure}",
-                        endpoint.device, endpoint.addr
-                    ));
+                    return Err(ReintegrationError::NoAnswer {
+                        device: endpoint.device,
+                        addr: endpoint.addr.clone(),
+                        key: key.to_string(),
+                        failure: failure.clone(),
+                    });
                 }
             }
         }
@@ -419,7 +544,7 @@ impl<'a> Reintegration<'a> {
         endpoints: &[Endpoint],
         held: &[Option<Held>],
         newest: Held,
-    ) -> Result<(ObjectInfo, Bytes), String> {
+    ) -> Result<(ObjectInfo, Bytes), ReintegrationError> {
         let mut failures = Vec::new();
         for (endpoint, h) in endpoints.iter().zip(held) {
             if *h != Some(newest) {
@@ -437,12 +562,14 @@ impl<'a> Reintegration<'a> {
                     {
                         return Ok((info, answer.body.to_bytes()));
                     }
-                    failures.push(format!("device {}: changed or damaged", endpoint.device));
+                    failures.push(ReadFailure::Changed { device: endpoint.device });
                 }
-                Err(f) => failures.push(format!("device {}: {f}", endpoint.device)),
+                Err(failure) => {
+                    failures.push(ReadFailure::Failed { device: endpoint.device, failure })
+                }
             }
         }
-        Err(format!("cannot read '{key}' to re-integrate it: {}", failures.join("; ")))
+        Err(ReintegrationError::Unreadable { key: key.to_string(), failures })
     }
 
     /// Copies the version `info` of `key` to `endpoint`; whether it stored it (`false`: the
@@ -455,7 +582,7 @@ impl<'a> Reintegration<'a> {
         endpoint: &Endpoint,
         info: &ObjectInfo,
         body: &Bytes,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, ReintegrationError> {
         let put = Op::Put {
             key,
             data: body.clone(),
@@ -466,37 +593,41 @@ impl<'a> Reintegration<'a> {
         match self.client.call(self.client.object_call(view, endpoint, pool, put)).await {
             Ok(_) => Ok(true),
             Err(f) if f.kind() == Some(ErrorKind::VersionConflict) => Ok(false),
-            Err(f) => Err(format!("copying '{key}' to device {}: {f}", endpoint.device)),
+            Err(failure) => Err(ReintegrationError::Copy {
+                key: key.to_string(),
+                device: endpoint.device,
+                failure,
+            }),
         }
     }
 
     /// Keeps only the current membership version (a compare-and-swap on the map).
-    async fn prune_versions(&self) -> Result<(), String> {
-        let old = self.client.inner.source.load().await.map_err(|e| e.report())?;
-        let new = old.apply(&MapChange::PruneVersions, old.epoch()).map_err(|e| e.to_string())?;
+    async fn prune_versions(&self) -> Result<(), ReintegrationError> {
+        let old = self.client.inner.source.load().await.map_err(ReintegrationError::LoadMap)?;
+        let new = old.apply(&MapChange::PruneVersions, old.epoch())?;
         self.client
             .inner
             .source
             .compare_and_swap(old.epoch(), &new)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(ReintegrationError::StoreMap)?;
         tracing::info!(
             epoch = new.epoch().0,
             "re-integration done: older membership versions pruned"
         );
-        self.client.refresh().await.map_err(|e| e.to_string())?;
+        self.client.refresh().await?;
         Ok(())
     }
 
     /// The full baseline: when servers came back, copy to each every object the current
     /// version places on it; then drop copies no placement names.
-    async fn full_step(&mut self) -> Result<bool, String> {
+    async fn full_step(&mut self) -> Result<bool, ReintegrationError> {
         let view = self.client.view();
         let Some(membership) = view.map.membership() else { return Ok(false) };
         let current = membership.current();
         let full = membership.is_full_power(current);
         let active = membership.active_devices(current);
-        let dirty_entries = self.table.len().await.map_err(|e| e.to_string())?;
+        let dirty_entries = self.table.len().await?;
         {
             let mut s = self.status.lock().expect("status lock");
             s.version = current.version;
@@ -507,11 +638,7 @@ impl<'a> Reintegration<'a> {
             // This version is handled; at full power the dirty table has nothing left to say.
             if full && self.walk.full_done {
                 let mut popped = false;
-                while self
-                    .table
-                    .pop_front(optio_cluster::dirty::RANGE_ENTRIES_MAX as u64)
-                    .await
-                    .map_err(|e| e.to_string())?
+                while self.table.pop_front(optio_cluster::dirty::RANGE_ENTRIES_MAX as u64).await?
                     > 0
                 {
                     popped = true;
@@ -554,7 +681,7 @@ impl<'a> Reintegration<'a> {
         view: &View,
         active: &[DeviceId],
         returned: &[DeviceId],
-    ) -> Result<(), String> {
+    ) -> Result<(), ReintegrationError> {
         for pool in view
             .map
             .pools()
@@ -563,12 +690,10 @@ impl<'a> Reintegration<'a> {
         {
             let mut keys: BTreeMap<String, ()> = BTreeMap::new();
             for device in active {
-                let endpoint = view.endpoint(*device).map_err(|e| e.to_string())?;
-                let listed = self
-                    .client
-                    .list_device(view, pool.id, &endpoint, "")
-                    .await
-                    .map_err(|e| format!("listing device {}: {e}", endpoint.device))?;
+                let endpoint = view.endpoint(*device)?;
+                let listed = self.client.list_device(view, pool.id, &endpoint, "").await.map_err(
+                    |failure| ReintegrationError::List { device: endpoint.device, failure },
+                )?;
                 for info in listed {
                     keys.insert(info.key, ());
                 }
@@ -604,7 +729,7 @@ impl<'a> Reintegration<'a> {
         key: &str,
         spread: &Spread,
         forced: &[DeviceId],
-    ) -> Result<(), String> {
+    ) -> Result<(), ReintegrationError> {
         if !forced.is_empty() {
             let (endpoints, held) = self.survey(view, pool, key, &spread.look).await?;
             if let Some(newest) = held.iter().flatten().max().copied()
@@ -613,7 +738,7 @@ impl<'a> Reintegration<'a> {
                 let (info, body) =
                     self.read_from(view, pool, key, &endpoints, &held, newest).await?;
                 for device in forced {
-                    let endpoint = view.endpoint(*device).map_err(|e| e.to_string())?;
+                    let endpoint = view.endpoint(*device)?;
                     let stored = self.copy_to(view, pool, key, &endpoint, &info, &body).await?;
                     self.pacer.acquire(body.len() as u64).await;
                     let mut s = self.status.lock().expect("status lock");
@@ -636,5 +761,33 @@ impl Walk {
             return true;
         }
         self.accounted.insert((version, pool.0, key.to_string(), device.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreadable_object_lists_each_device_and_why() {
+        let error = ReintegrationError::Unreadable {
+            key: "k".into(),
+            failures: vec![
+                ReadFailure::Changed { device: 1 },
+                ReadFailure::Failed { device: 2, failure: Failure::NotRunning("refused".into()) },
+            ],
+        };
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "cannot read 'k' to re-integrate it: device 1: changed or damaged; device 2: {}",
+                Failure::NotRunning("refused".into())
+            )
+        );
+        let ReintegrationError::Unreadable { failures, .. } = &error else { unreachable!() };
+        assert!(matches!(
+            failures[1],
+            ReadFailure::Failed { device: 2, failure: Failure::NotRunning(_) }
+        ));
     }
 }

@@ -63,7 +63,7 @@ impl Client {
         targets: &[Endpoint],
         (info, data): (&ObjectInfo, &Bytes),
         candidate: &Candidate,
-    ) -> Vec<(u32, Result<(), String>)> {
+    ) -> Vec<(u32, Result<(), Failure>)> {
         let calls = targets.iter().map(|endpoint| {
             let put = Op::Put {
                 key,
@@ -79,7 +79,7 @@ impl Client {
             .iter()
             .zip(results)
             .map(|(endpoint, result)| {
-                let outcome = result.map(|_| ()).map_err(|f| f.to_string());
+                let outcome = result.map(|_| ());
                 if outcome.is_ok() {
                     self.inner.counters.repairs.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(key, device = endpoint.device, "repaired a replica");
@@ -145,7 +145,7 @@ impl Client {
                     .iter()
                     .position(|e| e.device == device)
                     .expect("a target is an endpoint");
-                states[i] = Some(ReplicaState::Failed(reason));
+                states[i] = Some(ReplicaState::Failed(reason.to_string()));
             }
         }
         Ok(endpoints

@@ -23,6 +23,18 @@ pub enum DirtyError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The credentials or TLS files the table's Redis is reached with are wrong.
+    #[error(
+        "invalid dirty-table spec `{spec}`: {source}; use `local` or \
+         `redis://[USER@]HOST:PORT[/DB][?list=NAME]` (`rediss://` over TLS)"
+    )]
+    BadAccess {
+        /// The spec as given (a password in it hidden).
+        spec: String,
+        /// What is wrong.
+        #[source]
+        source: crate::secret::AccessError,
+    },
     /// An entry given to `push` breaks a rule (key empty, too long, containing NUL).
     #[error("dirty entry #{index} (pool {pool}, key {key:?}) is invalid: {reason}")]
     InvalidEntry {

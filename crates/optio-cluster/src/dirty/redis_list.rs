@@ -34,6 +34,7 @@ use super::check::check_entries;
 use super::codec;
 use super::local::LocalDirtyLog;
 use super::{DirtyEntry, DirtyError, RANGE_ENTRIES_MAX};
+use crate::secret::AccessError;
 
 /// The list's key unless the spec gives `?list=NAME`.
 pub const LIST_DEFAULT: &str = "optio:dirty";
@@ -90,7 +91,7 @@ impl RedisDirtyTable {
     /// Redis being down is not an error here: it is logged and pushes spill.
     pub async fn open(spec: &str, spill_root: &Path) -> Result<RedisDirtyTable, DirtyError> {
         let access = RedisAccess::from_env(&VARS)
-            .map_err(|reason| DirtyError::InvalidSpec { spec: redact(spec), reason })?;
+            .map_err(|source| DirtyError::BadAccess { spec: redact(spec), source })?;
         RedisDirtyTable::open_with(spec, spill_root, &access).await
     }
 
@@ -500,7 +501,8 @@ fn parse_spec(
     };
     let with_password = with_password(base, access.password.clone());
     let client = if tls {
-        let certificates = tls_certificates(access).map_err(&invalid)?;
+        let certificates = tls_certificates(access)
+            .map_err(|source| DirtyError::BadAccess { spec: redact(spec), source })?;
         redis::Client::build_with_tls(with_password.as_str(), certificates)
     } else {
         redis::Client::open(with_password.as_str())
@@ -538,9 +540,10 @@ pub const VARS: crate::secret::AccessVars = crate::secret::AccessVars {
 };
 
 /// The certificates of a `rediss://` connection, read.
-fn tls_certificates(access: &RedisAccess) -> Result<redis::TlsCertificates, String> {
+fn tls_certificates(access: &RedisAccess) -> Result<redis::TlsCertificates, AccessError> {
     let read = |path: &Path| {
-        std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        std::fs::read(path)
+            .map_err(|e| AccessError::ReadFile { path: path.into(), source: Arc::new(e) })
     };
     let client_tls = match &access.identity {
         Some((cert, key)) => {
@@ -674,6 +677,19 @@ mod tests {
         assert!(reason("redis://h:1?list=").contains("1 to"));
         assert!(reason("redis://h:1?list=a b").contains("printable"));
         assert!(!reason("redis://h:port").is_empty());
+    }
+
+    #[test]
+    fn an_unreadable_ca_is_a_bad_access_naming_the_file() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let ca = dir.path().join("absent-ca.pem");
+        let access = RedisAccess { ca: Some(ca.clone()), ..RedisAccess::default() };
+        let error = parse_spec("rediss://u:secret@h:1", &access).unwrap_err();
+        assert!(
+            matches!(&error, DirtyError::BadAccess { source: AccessError::ReadFile { path, .. }, .. } if *path == ca),
+            "{error:?}"
+        );
+        assert!(!error.to_string().contains("secret"), "{error}");
     }
 
     #[test]

@@ -17,6 +17,9 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::secret::AccessError;
 
 /// The environment variable holding the etcd user's password.
 pub const PASSWORD_ENV: &str = "OPTIO_ETCD_PASSWORD";
@@ -46,14 +49,12 @@ impl fmt::Debug for Login {
 
 impl Login {
     /// The login of `user` with the password `access` holds.
-    pub(super) fn new(user: &str, access: &EtcdAccess) -> Result<Login, String> {
+    pub(super) fn new(user: &str, access: &EtcdAccess) -> Result<Login, AccessError> {
         check_user(user)?;
-        let password = access.password.clone().ok_or_else(|| {
-            format!(
-                "the etcd user `{user}` needs a password: set {PASSWORD_ENV}, or {PASSWORD_FILE_ENV} \
-                 to a file holding it (a password is never taken from the command line)"
-            )
-        })?;
+        let password = access
+            .password
+            .clone()
+            .ok_or_else(|| AccessError::NoPassword { user: user.to_string() })?;
         Ok(Login { user: user.to_string(), password })
     }
 }
@@ -73,30 +74,23 @@ pub const VARS: crate::secret::AccessVars = crate::secret::AccessVars {
 };
 
 /// The files of an `etcds://` connection.
-pub(super) fn tls_files(access: &EtcdAccess) -> Result<TlsFiles, String> {
-    let ca = access.ca.clone().ok_or_else(|| {
-        format!(
-            "etcds:// needs the CA that signed etcd's certificate: set {CA_ENV} to its PEM \
-             file (and {CERT_ENV}, {KEY_ENV} for a client certificate)"
-        )
-    })?;
+pub(super) fn tls_files(access: &EtcdAccess) -> Result<TlsFiles, AccessError> {
+    let ca = access.ca.clone().ok_or(AccessError::NoCa)?;
     Ok(TlsFiles { ca, identity: access.identity.clone() })
 }
 
-fn check_user(user: &str) -> Result<(), String> {
+fn check_user(user: &str) -> Result<(), AccessError> {
     if user.is_empty() {
-        return Err("the user before `@` is empty: use etcd://USER@HOST:PORT".into());
+        return Err(AccessError::EmptyUser);
     }
     if user.len() > USER_BYTES_MAX {
-        return Err(format!("the etcd user name is longer than {USER_BYTES_MAX} bytes"));
+        return Err(AccessError::UserTooLong { limit: USER_BYTES_MAX });
     }
     if user.contains(':') {
-        return Err("a password does not go in the URL: give etcd://USER@HOST and the password \
-                    in OPTIO_ETCD_PASSWORD or a file named by OPTIO_ETCD_PASSWORD_FILE"
-            .into());
+        return Err(AccessError::PasswordInUrl);
     }
     if !user.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b'@' | b'?' | b'#')) {
-        return Err(format!("`{user}` is not an etcd user name (printable ASCII, no / @ ? #)"));
+        return Err(AccessError::BadUser { user: user.to_string() });
     }
     Ok(())
 }
@@ -110,9 +104,9 @@ pub(super) struct TlsFiles {
 
 impl TlsFiles {
     /// The HTTPS configuration: trust the CA, show the certificate if there is one.
-    pub(super) fn client_config(&self) -> Result<rustls::ClientConfig, String> {
+    pub(super) fn client_config(&self) -> Result<rustls::ClientConfig, AccessError> {
         let identity = self.identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-        optio_tls::client_config(&self.ca, identity)
+        optio_tls::client_config(&self.ca, identity).map_err(|e| AccessError::Tls(Arc::new(e)))
     }
 }
 
@@ -151,8 +145,17 @@ mod tests {
             ("a/b", "not an etcd user name"),
         ] {
             let error = check_user(user).expect_err(user);
-            assert!(error.contains(expected), "{user}: {error}");
+            assert!(error.to_string().contains(expected), "{user}: {error}");
         }
+        assert!(matches!(check_user(""), Err(AccessError::EmptyUser)));
+        assert!(matches!(check_user("a:b"), Err(AccessError::PasswordInUrl)));
+        assert!(matches!(check_user("a/b"), Err(AccessError::BadUser { user }) if user == "a/b"));
+        let long = "u".repeat(USER_BYTES_MAX + 1);
+        assert!(matches!(check_user(&long), Err(AccessError::UserTooLong { .. })));
+        let no_password = Login::new("root", &EtcdAccess::default()).expect_err("no password");
+        assert!(matches!(&no_password, AccessError::NoPassword { user } if user == "root"));
+        assert!(no_password.to_string().contains(PASSWORD_ENV), "{no_password}");
+        assert!(matches!(tls_files(&EtcdAccess::default()), Err(AccessError::NoCa)));
         check_user("optio-server_1.x").expect("a plain name");
         let login = Login { user: "root".into(), password: "s3cret-pass".into() };
         let shown = format!("{login:?}");

@@ -62,6 +62,7 @@ use serde_json::json;
 
 use crate::ClusterError;
 use crate::codec;
+use crate::secret::AccessError;
 
 mod access;
 mod fence;
@@ -154,7 +155,7 @@ impl EtcdStore {
     /// Makes no connection.
     pub fn parse(spec: &str) -> Result<EtcdStore, ClusterError> {
         let access = EtcdAccess::from_env(&access::VARS)
-            .map_err(|reason| ClusterError::BadSource { spec: redact(spec), reason })?;
+            .map_err(|source| ClusterError::BadAccess { spec: redact(spec), source })?;
         EtcdStore::parse_with(spec, &access)
     }
 
@@ -162,9 +163,11 @@ impl EtcdStore {
     /// than the environment's.
     pub fn parse_with(spec: &str, access: &EtcdAccess) -> Result<EtcdStore, ClusterError> {
         let bad = |reason: String| ClusterError::BadSource { spec: redact(spec), reason };
+        let bad_access =
+            |source: AccessError| ClusterError::BadAccess { spec: redact(spec), source };
         let (rest, tls) = match (spec.strip_prefix(SCHEME), spec.strip_prefix(TLS_SCHEME)) {
             (Some(rest), _) => (rest, None),
-            (None, Some(rest)) => (rest, Some(access::tls_files(access).map_err(bad)?)),
+            (None, Some(rest)) => (rest, Some(access::tls_files(access).map_err(bad_access)?)),
             (None, None) => {
                 return Err(bad(format!("an etcd source starts with {SCHEME} or {TLS_SCHEME}")));
             }
@@ -179,9 +182,9 @@ impl EtcdStore {
         };
         let (host, port) = split_host_port(authority).map_err(|e| bad(e.to_string()))?;
         let prefix = parse_prefix(path).map_err(|e| bad(e.to_string()))?;
-        let login = user.map(|user| Login::new(user, access)).transpose().map_err(bad)?;
+        let login = user.map(|user| Login::new(user, access)).transpose().map_err(bad_access)?;
         let authority = format!("{host}:{port}");
-        EtcdStore::new(&authority, &prefix, login, tls.as_ref()).map_err(bad)
+        EtcdStore::new(&authority, &prefix, login, tls.as_ref()).map_err(bad_access)
     }
 
     fn new(
@@ -189,14 +192,15 @@ impl EtcdStore {
         prefix: &str,
         login: Option<Login>,
         tls: Option<&TlsFiles>,
-    ) -> Result<EtcdStore, String> {
+    ) -> Result<EtcdStore, AccessError> {
         optio_tls::install_crypto_provider();
         let builder = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).no_proxy();
         let (builder, scheme) = match tls {
             None => (builder, "http"),
             Some(files) => (builder.use_preconfigured_tls(files.client_config()?), "https"),
         };
-        let client = builder.build().map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+        let client =
+            builder.build().map_err(|e| AccessError::HttpClient(std::sync::Arc::new(e)))?;
         Ok(EtcdStore {
             endpoint: format!("{scheme}://{authority}"),
             authority: authority.to_string(),

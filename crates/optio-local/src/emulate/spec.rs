@@ -175,15 +175,42 @@ struct RawFile {
     racks: Vec<toml::Spanned<RawRack>>,
 }
 
+/// Why a text is not a rate.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RateError {
+    /// The text does not start with a number.
+    #[error("'{text}' is not a rate: write e.g. \"200mbit\" or \"25MB/s\"")]
+    NotANumber {
+        /// The text.
+        text: String,
+    },
+    /// The unit is none of the known ones.
+    #[error(
+        "'{text}': unknown rate unit '{unit}'; use bit, kbit, mbit, gbit, B/s, KB/s, MB/s, GB/s, KiB/s, MiB/s or GiB/s"
+    )]
+    UnknownUnit {
+        /// The text.
+        text: String,
+        /// The unit in it.
+        unit: String,
+    },
+    /// Below 1 bit per second, or above what 64 bits hold.
+    #[error("'{text}' is not a usable rate")]
+    OutOfRange {
+        /// The text.
+        text: String,
+    },
+}
+
 /// A rate: `200mbit`, `1gbit`, `800kbit`, `64000bit` (bits per second, powers of 1000), or
 /// `25MB/s`, `10MiB/s`, `2GB/s` (bytes per second); returned in bits per second.
-pub fn parse_rate_bits(text: &str) -> Result<u64, String> {
+pub fn parse_rate_bits(text: &str) -> Result<u64, RateError> {
     let text = text.trim();
     let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not a rate: write e.g. \"200mbit\" or \"25MB/s\""))?;
+    let value: f64 =
+        number.parse().map_err(|_| RateError::NotANumber { text: text.to_string() })?;
     let multiplier: f64 = match unit.trim() {
         "bit" => 1.0,
         "kbit" => 1e3,
@@ -197,14 +224,12 @@ pub fn parse_rate_bits(text: &str) -> Result<u64, String> {
         "MiB/s" => 8.0 * 1024.0 * 1024.0,
         "GiB/s" => 8.0 * 1024.0 * 1024.0 * 1024.0,
         other => {
-            return Err(format!(
-                "'{text}': unknown rate unit '{other}'; use bit, kbit, mbit, gbit, B/s, KB/s, MB/s, GB/s, KiB/s, MiB/s or GiB/s"
-            ));
+            return Err(RateError::UnknownUnit { text: text.to_string(), unit: other.to_string() });
         }
     };
     let bits = value * multiplier;
     if !bits.is_finite() || bits < 1.0 || bits > u64::MAX as f64 {
-        return Err(format!("'{text}' is not a usable rate"));
+        return Err(RateError::OutOfRange { text: text.to_string() });
     }
     Ok(bits as u64)
 }
@@ -551,8 +576,11 @@ mod tests {
         assert_eq!(parse_rate_bits("1.5gbit"), Ok(1_500_000_000));
         assert_eq!(parse_rate_bits("25MB/s"), Ok(200_000_000));
         assert_eq!(parse_rate_bits("1MiB/s"), Ok(8 * 1024 * 1024));
-        assert!(parse_rate_bits("fast").is_err());
-        assert!(parse_rate_bits("10 parsecs").unwrap_err().contains("unknown rate unit"));
+        assert_eq!(parse_rate_bits("fast"), Err(RateError::NotANumber { text: "fast".into() }));
+        let unknown = parse_rate_bits("10 parsecs").unwrap_err();
+        assert!(matches!(&unknown, RateError::UnknownUnit { unit, .. } if unit == "parsecs"));
+        assert!(unknown.to_string().contains("unknown rate unit"), "{unknown}");
+        assert!(matches!(parse_rate_bits("0.1bit"), Err(RateError::OutOfRange { .. })));
         assert_eq!(format_rate_bits(200_000_000), "200mbit");
         assert_eq!(format_rate_bits(1_500_000_000), "1500mbit");
         assert_eq!(format_rate_bits(12_345), "12345bit");

@@ -268,6 +268,31 @@ fn malformed_requests_say_why() {
 }
 
 #[test]
+fn malformed_heads_are_their_kind() {
+    let headers = |pairs: &'static [(&'static str, &'static str)]| Headers {
+        header: move |name: &'static str| {
+            pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_bytes())
+        },
+    };
+    assert_eq!(
+        headers(&[(wire::EPOCH, "-1")]).u64(wire::EPOCH),
+        Err(BadHead::NotInteger { header: wire::EPOCH })
+    );
+    assert_eq!(headers(&[(wire::PG, "4294967296")]).pg_seed(), Err(BadHead::SeedTooLarge));
+    assert_eq!(
+        headers(&[(wire::PURGE, "yes")]).flag(wire::PURGE),
+        Err(BadHead::FlagNotOne { header: wire::PURGE })
+    );
+    let delete = decode_delete(Cow::Borrowed("k"), &headers(&[(wire::UNDO, "1")]));
+    assert_eq!(delete, Err(BadHead::UndoWithoutVersion));
+    assert_eq!(
+        kind_of(Area::Objects, true, "POST", false, false),
+        Err(BadHead::MethodNotAllowed { method: "POST".into() })
+    );
+    assert!(matches!(parse_list_query("limit=x"), Err(BadHead::BadListQuery { .. })));
+}
+
+#[test]
 fn capabilities_are_todays_rules() {
     let need = |method, path, pairs: &[(&'static str, &str)]| match decode(method, path, pairs) {
         Ok(request) => request.needed_cap(),

@@ -56,7 +56,7 @@ pub(super) fn checked_body(
     body: Option<StreamingBlob>,
     sent: &std::collections::BTreeMap<String, String>,
 ) -> (
-    impl futures_util::Stream<Item = Result<Bytes, String>> + Unpin,
+    impl futures_util::Stream<Item = Result<Bytes, super::convert::BodyError>> + Unpin,
     impl FnOnce() -> Result<(), GatewayError>,
 ) {
     use s3s::crypto::Checksum as _;

@@ -113,11 +113,17 @@ pub(super) fn meta_from(
     }
 }
 
+/// A request body that broke off while it was read (the client's connection, or a malformed
+/// chunked or signed body); the message is the cause's.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub(super) struct BodyError(s3s::StdError);
+
 pub(super) fn body_stream(
     body: Option<StreamingBlob>,
-) -> impl futures_util::Stream<Item = Result<Bytes, String>> + Unpin {
+) -> impl futures_util::Stream<Item = Result<Bytes, BodyError>> + Unpin {
     match body {
-        Some(body) => body.map(|r| r.map_err(|e| e.to_string())).left_stream(),
+        Some(body) => body.map(|r| r.map_err(BodyError)).left_stream(),
         None => futures_util::stream::empty().right_stream(),
     }
 }
@@ -144,4 +150,23 @@ pub(super) fn async_stream(
         }
     });
     futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+}
+
+#[cfg(test)]
+mod body_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_body_that_breaks_off_yields_its_cause() {
+        let broken = futures_util::stream::iter(vec![
+            Ok(Bytes::from_static(b"abc")),
+            Err(std::io::Error::other("connection reset")),
+        ]);
+        let mut body = body_stream(Some(StreamingBlob::wrap(broken)));
+        assert_eq!(body.next().await.map(|r| r.ok()), Some(Some(Bytes::from_static(b"abc"))));
+        let error = body.next().await.expect("an item").expect_err("the break");
+        assert_eq!(error.to_string(), "connection reset");
+        assert!(error.0.downcast_ref::<std::io::Error>().is_some(), "{error:?}");
+        assert!(body_stream(None).next().await.is_none());
+    }
 }

@@ -154,10 +154,10 @@ impl DeviceStore {
             .read_ranges_or_forget(pool, key, &ranges)?
             .try_into()
             .expect("one buffer per range");
-        if let Err(reason) = self.check_head(&head, pool, key, &entry) {
+        if let Err(mismatch) = self.check_head(&head, pool, key, &entry) {
             self.forget(pool, key);
             self.quarantine(&path);
-            return Err(StoreError::Mismatch { path, reason });
+            return Err(StoreError::Mismatch { path, reason: mismatch.to_string() });
         }
         let table = decode_table(&head[layout.table_offset as usize + 4 * first as usize..]);
         if let Some((_, expected, found)) = first_bad_block(&layout, first, &table, &bytes) {
@@ -205,10 +205,10 @@ impl DeviceStore {
         if let Err(e) = file.read_exact_at(&mut head, 0) {
             return Err(StoreError::Io { operation: "read", path, source: e });
         }
-        if let Err(reason) = self.check_head(&head, pool, key, &entry) {
+        if let Err(mismatch) = self.check_head(&head, pool, key, &entry) {
             self.forget(pool, key);
             self.quarantine(&path);
-            return Err(StoreError::Mismatch { path, reason });
+            return Err(StoreError::Mismatch { path, reason: mismatch.to_string() });
         }
         Ok((file, info_of(key, &entry)))
     }
@@ -269,21 +269,18 @@ impl DeviceStore {
         pool: PoolId,
         key: &str,
         entry: &Entry,
-    ) -> Result<(), String> {
+    ) -> Result<(), HeadMismatch> {
         match ObjectHeader::decode_prefix(head) {
             Ok((header, stored_key, _)) => {
                 if stored_key != key || header.pool != pool {
-                    Err(format!("it holds key {stored_key:?} of pool {}", header.pool))
+                    Err(HeadMismatch::Key { key: stored_key.to_string(), pool: header.pool })
                 } else if header.version != entry.version || !header.blocks {
-                    Err(format!(
-                        "it holds version {} where version {} was stored",
-                        header.version.0, entry.version.0
-                    ))
+                    Err(HeadMismatch::Version { found: header.version, stored: entry.version })
                 } else {
                     Ok(())
                 }
             }
-            Err(error) => Err(format!("its header is damaged: {error}")),
+            Err(error) => Err(HeadMismatch::Damaged(error)),
         }
     }
 
@@ -421,10 +418,10 @@ impl DeviceStore {
         // changed in memory, written back in one piece after the data.
         let mut meta =
             self.read_at_or_forget(pool, key, 0, (layout.table_offset + 4 * (last + 1)) as usize)?;
-        if let Err(reason) = self.check_head(&meta, pool, key, entry) {
+        if let Err(mismatch) = self.check_head(&meta, pool, key, entry) {
             self.forget(pool, key);
             self.quarantine(&path);
-            return Err(StoreError::Mismatch { path, reason });
+            return Err(StoreError::Mismatch { path, reason: mismatch.to_string() });
         }
         let old_crcs = decode_table(&meta[(layout.table_offset + 4 * first) as usize..]);
         let patched = self.patched(&layout, request, |b| {
@@ -525,6 +522,31 @@ fn check_range(offset: u64, len: u64, size: u64) -> Result<(), StoreError> {
         )));
     }
     Ok(())
+}
+
+/// How a block object's header differs from what the index says was stored (the file was
+/// replaced or damaged behind the server's back).
+#[derive(Debug, thiserror::Error)]
+enum HeadMismatch {
+    /// The file holds another key or another pool's object.
+    #[error("it holds key {key:?} of pool {pool}")]
+    Key {
+        /// The key in the file.
+        key: String,
+        /// The pool in the file.
+        pool: PoolId,
+    },
+    /// The file holds another version, or an object not written in place.
+    #[error("it holds version {} where version {} was stored", found.0, stored.0)]
+    Version {
+        /// The version in the file.
+        found: ObjectVersion,
+        /// The version the index has.
+        stored: ObjectVersion,
+    },
+    /// The header does not decode.
+    #[error("its header is damaged: {0}")]
+    Damaged(#[source] optio_proto::FormatError),
 }
 
 #[cfg(test)]
@@ -723,5 +745,29 @@ mod tests {
         ));
         assert!(store.info(PoolId(1), "vol.1/0").is_none());
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_head_of_another_key_or_version_is_that_mismatch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        write(&store, 0, &[7u8; 4096], None, 10).unwrap();
+        let entry = store.live_entry(PoolId(1), "vol.1/0").expect("stored");
+        let path = crate::store::object_path(dir.path(), PoolId(1), "vol.1/0");
+        let head = std::fs::read(&path).unwrap();
+        assert!(store.check_head(&head, PoolId(1), "vol.1/0", &entry).is_ok());
+        let other = store.check_head(&head, PoolId(1), "vol.1/1", &entry);
+        assert!(
+            matches!(&other, Err(HeadMismatch::Key { key, pool }) if key == "vol.1/0" && *pool == PoolId(1)),
+            "{other:?}"
+        );
+        let older = Entry { version: ObjectVersion(9), ..entry };
+        let version = store.check_head(&head, PoolId(1), "vol.1/0", &older);
+        assert!(
+            matches!(version, Err(HeadMismatch::Version { found, stored }) if found == ObjectVersion(10) && stored == ObjectVersion(9)),
+            "{version:?}"
+        );
+        let damaged = store.check_head(&head[..3], PoolId(1), "vol.1/0", &entry);
+        assert!(matches!(damaged, Err(HeadMismatch::Damaged(_))), "{damaged:?}");
     }
 }

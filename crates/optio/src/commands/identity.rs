@@ -79,7 +79,7 @@ impl Identity {
             ca.as_deref(),
             identity,
         )
-        .map_err(anyhow::Error::msg)
+        .map_err(anyhow::Error::from)
     }
 }
 

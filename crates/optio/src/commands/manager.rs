@@ -58,12 +58,12 @@ pub fn run(args: Args) -> Result<()> {
     let runtime = crate::commands::runtime()?;
     runtime.block_on(async move {
         source.load().await?;
-        let mut standing_by: Option<String> = None;
+        let mut standing_by: Option<monitor::ActingMonitor> = None;
         loop {
             let leadership = match monitor::lead(&source, &holder, ttl).await {
                 Ok(Ok(leadership)) => leadership,
                 Ok(Err(who)) => {
-                    if standing_by.as_deref() != Some(&who) {
+                    if standing_by.as_ref() != Some(&who) {
                         eprintln!(
                             "optio manager: standing by: {who} acts for {}",
                             source.describe()

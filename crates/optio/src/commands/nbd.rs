@@ -423,7 +423,6 @@ async fn listen(
             }
             Tcp::Tls { cert, key, ca, keyring } => {
                 let config = optio_tls::server_config(cert, key, Some(ca))
-                    .map_err(anyhow::Error::msg)
                     .context("cannot set up TLS for NBD")?;
                 let authority = KeyringAuthority {
                     keyring: keyring.clone(),

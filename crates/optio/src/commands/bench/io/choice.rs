@@ -139,6 +139,26 @@ impl Setup {
     fn fill_rate(&self) -> (u64, u64) {
         if self.experiment == Experiment::Cpu { (1, 1) } else { (FILL_RATE_FACTOR, 1) }
     }
+
+    /// Why the servers' metrics are not sampled while this experiment's volumes are written,
+    /// or `None` when they are: only where the policy reads those metrics (`memory`, `cpu`)
+    /// and the writing is not measured. In `latency` and `journal` the writing is the
+    /// measured phase, and a `optio status` every second would add to what is measured.
+    fn unwatched_because(&self) -> Option<&'static str> {
+        match self.experiment {
+            Experiment::Memory | Experiment::Cpu => None,
+            Experiment::Latency | Experiment::Journal => Some(
+                "not sampled: the writes are the measured phase, and sampling the servers every second would disturb them",
+            ),
+            Experiment::Local
+            | Experiment::Probe
+            | Experiment::Attributed
+            | Experiment::Crush
+            | Experiment::Elastic => Some(
+                "not sampled: this experiment's policy does not read the servers' CPU or memory metrics",
+            ),
+        }
+    }
 }
 
 fn setup(experiment: Experiment, context: &IoContext) -> Setup {
@@ -342,8 +362,8 @@ struct Measured {
     disk_read_mb: Vec<f64>,
     /// The most primaries on one server host over the mean per server host.
     primaries_max_over_mean: f64,
-    /// Each server's metrics while the policy chose (the last fill).
-    fill_metrics: BTreeMap<String, HostMetrics>,
+    /// Each server's metrics while the policy chose (the last fill); `None` when not watched.
+    fill_metrics: Option<BTreeMap<String, HostMetrics>>,
 }
 
 /// Bytes the conditioned hosts' processes read from the disk so far (0 without blkio groups).
@@ -388,7 +408,8 @@ fn empty_conditioned_caches(rig: &Rig) -> Result<()> {
     Ok(())
 }
 
-/// Writes a variant's volumes (its policy at work) while watching the servers' metrics.
+/// Writes a variant's volumes (its policy at work), watching the servers' metrics where
+/// [`Setup::unwatched_because`] allows.
 fn fill(
     rig: &Rig,
     setup: &Setup,
@@ -417,7 +438,7 @@ fn fill(
         servers.push(rig.nbd(client, names, &options)?);
     }
     let (rw, iodepth) = if setup.read { ("write", 4) } else { ("write", 1) };
-    let watch = rig.watch_servers();
+    let watch = setup.unwatched_because().is_none().then(|| rig.watch_servers());
     let work: Vec<_> = clients
         .iter()
         .zip(&servers)
@@ -427,7 +448,7 @@ fn fill(
         })
         .collect();
     let phase = rig.fio_all(&work);
-    let metrics = watch.stop();
+    let metrics = watch.map(|watch| watch.stop());
     drop(servers);
     Ok(Filled { clients, volumes, phase: phase?, metrics })
 }
@@ -438,8 +459,9 @@ struct Filled {
     /// Each client's volumes.
     volumes: Vec<Vec<String>>,
     phase: Phase,
-    /// Each server's metrics while the policy chose (host name → means).
-    metrics: BTreeMap<String, HostMetrics>,
+    /// Each server's metrics while the policy chose (host name → means); `None` when not
+    /// watched.
+    metrics: Option<BTreeMap<String, HostMetrics>>,
 }
 
 /// Where the variant's data objects are, as shares of them.
@@ -691,6 +713,7 @@ fn report(setup: &Setup, context: &IoContext, rig: &Rig, measured: &[Measured]) 
             "conditioned_hosts_disk_read_mb_runs": measured[i].disk_read_mb,
             "primaries_max_over_mean": measured[i].primaries_max_over_mean,
             "server_metrics_while_choosing": measured[i].fill_metrics,
+            "server_metrics_not_sampled_because": setup.unwatched_because(),
             "phases": measured[i].phases,
         }));
     }
@@ -710,7 +733,8 @@ fn report(setup: &Setup, context: &IoContext, rig: &Rig, measured: &[Measured]) 
     }
     if matches!(setup.experiment, Experiment::Memory | Experiment::Cpu) {
         for (i, variant) in setup.variants.iter().enumerate() {
-            let (conditioned, others) = conditioned_and_others(&measured[i].fill_metrics);
+            let Some(fill_metrics) = &measured[i].fill_metrics else { continue };
+            let (conditioned, others) = conditioned_and_others(fill_metrics);
             let metric = if setup.experiment == Experiment::Cpu { "CPU" } else { "memory" };
             let pick = |m: &HostMetrics| {
                 if setup.experiment == Experiment::Cpu {
