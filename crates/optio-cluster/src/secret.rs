@@ -43,22 +43,24 @@ pub enum AccessError {
     #[error(
         "the etcd user `{user}` needs a password: set {}, or {} \
          to a file holding it (a password is never taken from the command line)",
-        crate::etcd::PASSWORD_ENV,
-        crate::etcd::PASSWORD_FILE_ENV
+        vars.password,
+        vars.password_file
     )]
     NoPassword {
         /// The user.
         user: String,
+        /// The variables the credentials come from.
+        vars: &'static AccessVars,
     },
     /// `etcds://` without the CA to check etcd's certificate with.
     #[error(
         "etcds:// needs the CA that signed etcd's certificate: set {} to its PEM \
          file (and {}, {} for a client certificate)",
-        crate::etcd::CA_ENV,
-        crate::etcd::CERT_ENV,
-        crate::etcd::KEY_ENV
+        .0.ca,
+        .0.cert,
+        .0.key
     )]
-    NoCa,
+    NoCa(&'static AccessVars),
     /// The user before `@` in an etcd URL is empty.
     #[error("the user before `@` is empty: use etcd://USER@HOST:PORT")]
     EmptyUser,

@@ -54,7 +54,7 @@ impl Login {
         let password = access
             .password
             .clone()
-            .ok_or_else(|| AccessError::NoPassword { user: user.to_string() })?;
+            .ok_or_else(|| AccessError::NoPassword { user: user.to_string(), vars: &VARS })?;
         Ok(Login { user: user.to_string(), password })
     }
 }
@@ -75,7 +75,7 @@ pub const VARS: crate::secret::AccessVars = crate::secret::AccessVars {
 
 /// The files of an `etcds://` connection.
 pub(super) fn tls_files(access: &EtcdAccess) -> Result<TlsFiles, AccessError> {
-    let ca = access.ca.clone().ok_or(AccessError::NoCa)?;
+    let ca = access.ca.clone().ok_or(AccessError::NoCa(&VARS))?;
     Ok(TlsFiles { ca, identity: access.identity.clone() })
 }
 
@@ -153,9 +153,9 @@ mod tests {
         let long = "u".repeat(USER_BYTES_MAX + 1);
         assert!(matches!(check_user(&long), Err(AccessError::UserTooLong { .. })));
         let no_password = Login::new("root", &EtcdAccess::default()).expect_err("no password");
-        assert!(matches!(&no_password, AccessError::NoPassword { user } if user == "root"));
+        assert!(matches!(&no_password, AccessError::NoPassword { user, .. } if user == "root"));
         assert!(no_password.to_string().contains(PASSWORD_ENV), "{no_password}");
-        assert!(matches!(tls_files(&EtcdAccess::default()), Err(AccessError::NoCa)));
+        assert!(matches!(tls_files(&EtcdAccess::default()), Err(AccessError::NoCa(_))));
         check_user("optio-server_1.x").expect("a plain name");
         let login = Login { user: "root".into(), password: "s3cret-pass".into() };
         let shown = format!("{login:?}");
