@@ -57,6 +57,7 @@ mod metrics;
 mod migration;
 pub mod request;
 pub mod route;
+pub mod snap;
 pub mod summary;
 pub mod wire;
 

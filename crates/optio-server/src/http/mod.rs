@@ -384,6 +384,10 @@ struct Target {
     store: Arc<DeviceStore>,
     pool: PoolId,
     epoch: Epoch,
+    /// A write's snapshot context ([`optio_proto::snap`]).
+    snap: Option<optio_proto::snap::SnapContext>,
+    /// A read's snapshot mark.
+    as_of: Option<optio_proto::ObjectVersion>,
 }
 
 /// The device `device`, if this server serves it.
@@ -518,7 +522,8 @@ async fn serve(
         return Served::refused(refusal, Some(store));
     }
     let epoch = Epoch(request.epoch.unwrap_or(state.map.epoch()));
-    let target = Target { store: store.clone(), pool: request.pool, epoch };
+    let (snap, as_of) = (request.snap, request.as_of);
+    let target = Target { store: store.clone(), pool: request.pool, epoch, snap, as_of };
     let handled = handle(state, target, request.op, asked.caller, body).await;
     store.record_latency(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
     match handled {
