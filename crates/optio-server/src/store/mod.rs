@@ -662,6 +662,14 @@ impl DeviceStore {
         pg_seed: Option<u32>,
         snap: Option<optio_proto::snap::SnapContext>,
     ) -> Result<DeleteOutcome, StoreError> {
+        if optio_proto::snap::parse_clone_key(key).is_some() {
+            // A snapshot's clone no snapshot sees any more (a trim): removed outright. No
+            // tombstone is needed: a copy that comes back (from a replica that missed the
+            // trim) is never the newest content below any snapshot's mark, so no read sees
+            // it, and the next trim removes it again.
+            let removed = self.purge(pool, key, version)?;
+            return Ok(if removed { DeleteOutcome::Deleted } else { DeleteOutcome::Absent });
+        }
         if let (Some(snap), None) = (snap, version) {
             return Err(StoreError::BadRange(format!(
                 "a delete of '{key}' under snapshot {} must name its version",

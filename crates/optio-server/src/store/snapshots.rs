@@ -10,14 +10,17 @@
 //! clone. A deleted object's tombstone is kept as a tombstone under the clone's key, so a
 //! snapshot taken between a delete and a re-create reads zeros.
 //!
-//! A clone is made once: its key names the version it keeps, and a content already kept
-//! (or kept and then trimmed, leaving a tombstone of that version) is not kept again.
+//! A clone is made once: its key names the version it keeps, and a content already kept is
+//! not kept again. A clone no snapshot sees any more is removed outright by a trim (a
+//! delete of its key, with no tombstone; see [`DeviceStore::delete_in`]).
 //! Because clones are ordinary objects placed by their head's seed, rebalancing, catching up,
 //! scrubbing and repair carry and compare them as they do every object.
 
 use optio_placement::PoolId;
 use optio_proto::blocks::BlockLayout;
-use optio_proto::snap::{CLONED_KEY_BYTES_MAX, SnapContext, clone_key, clone_prefix, visible_at};
+use optio_proto::snap::{
+    CLONED_KEY_BYTES_MAX, SnapContext, clone_key, clone_prefix, parse_clone_key, visible_at,
+};
 use optio_proto::{ObjectHeader, ObjectVersion};
 
 use super::{DeviceStore, Entry};
@@ -35,6 +38,10 @@ impl DeviceStore {
         version: ObjectVersion,
     ) -> Result<(), StoreError> {
         let Some(context) = context else { return Ok(()) };
+        if parse_clone_key(key).is_some() {
+            // A clone is kept as it is: its deletion (a trim) keeps nothing more.
+            return Ok(());
+        }
         if version <= context.mark {
             return Err(StoreError::BadRange(format!(
                 "write version {} of '{key}' is not above the mark {} of snapshot {}: the writer's clock must pass the snapshot's (reopen the volume)",

@@ -664,6 +664,8 @@ fn a_restarted_optio_nbd_takes_its_dead_predecessors_lock_at_once() {
             token: 12345,
             expires_unix_ms,
             process: Some(elsewhere),
+            taken_unix_ms: 0,
+            generation_seen: 0,
         }),
     );
     let error = Nbd::start(&dir, &["disk"]).err().expect("a lease held elsewhere holds");
