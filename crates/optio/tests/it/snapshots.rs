@@ -1,0 +1,169 @@
+//! Volume snapshots (issue 40): a snapshot keeps what the volume held when it was taken —
+//! read back by `optio volume export VOL@SNAP` and by real NBD clients through a read-only
+//! `optio nbd VOL@SNAP` — while the volume moves on; taken while `optio nbd` writes (the lock
+//! holder takes it), refused cleanly when the holder does not answer (SIGSTOP), taken at once
+//! when the holder was killed with SIGKILL; rollback; and removal leaves no clone behind, on
+//! the servers' own device directories.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::volumes::{Nbd, fails, image, run, settle, spec};
+use crate::{cluster, have_tool as have, ok_at as ok};
+
+const MIB: u64 = 1 << 20;
+
+/// Files under every device's `objects/` whose embedded key is a snapshot clone's
+/// (`KEY@VERSION`), found by reading the devices' directories themselves.
+fn clone_files(dir: &Path) -> usize {
+    fn walk(path: &Path, out: &mut usize) {
+        let Ok(entries) = std::fs::read_dir(path) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                let head = &bytes[..bytes.len().min(4096)];
+                let text = String::from_utf8_lossy(head);
+                if text.contains("volume_data.") && text.contains('@') {
+                    *out += 1;
+                }
+            }
+        }
+    }
+    let mut count = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        if entry.path().join("objects").is_dir() {
+            walk(&entry.path().join("objects"), &mut count);
+        }
+    }
+    count
+}
+
+fn export(dir: &Path, spec: &str, to: &Path) -> Vec<u8> {
+    ok(dir, &["volume", "export", spec, to.to_str().unwrap()]);
+    std::fs::read(to).unwrap()
+}
+
+/// `nbdcopy` of a whole export into a file, read back.
+fn nbd_read(uri: &str, to: &Path) -> Vec<u8> {
+    run("nbdcopy", &[uri, to.to_str().unwrap()]);
+    std::fs::read(to).unwrap()
+}
+
+#[test]
+fn a_snapshot_keeps_what_it_saw_while_optio_nbd_writes_and_goes_without_a_trace() {
+    if !(have("nbdcopy", "libnbd-bin") && have("nbdinfo", "libnbd-bin")) {
+        return;
+    }
+    let (tmp, cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    let size = 12 * MIB;
+    ok(&dir, &["volume", "create", "vm", "12MiB", "--object-size", "1MiB"]);
+    let a = image(size, 1);
+    let b = image(size, 2);
+    let a_file = tmp.path().join("a.raw");
+    let b_file = tmp.path().join("b.raw");
+    std::fs::write(&a_file, &a).unwrap();
+    std::fs::write(&b_file, &b).unwrap();
+    ok(&dir, &["volume", "import", "vm", a_file.to_str().unwrap()]);
+    assert_eq!(clone_files(&dir), 0);
+
+    // Taken while optio nbd holds the volume's lock: the holder takes it.
+    let nbd = Nbd::start(&dir, &["vm"]).expect("optio nbd serves");
+    let taken: serde_json::Value =
+        serde_json::from_str(&ok(&dir, &["volume", "snap", "create", "vm@a", "--json"])).unwrap();
+    assert_eq!(taken["id"], 1, "{taken}");
+    assert!(taken["mark"].as_u64().is_some(), "taken with a mark: {taken}");
+    // Pattern B over it through NBD (every byte: B's holes are written as zeros).
+    run("nbdcopy", &[b_file.to_str().unwrap(), &nbd.uri("vm")]);
+    ok(&dir, &["volume", "snap", "create", "vm@b"]);
+    let out = tmp.path().join("out.raw");
+    assert!(nbd_read(&nbd.uri("vm"), &out) == b, "the volume reads B");
+    assert!(export(&dir, "vm@a", &out) == a, "snapshot a reads A (export)");
+    assert!(export(&dir, "vm@b", &out) == b, "snapshot b reads B (export)");
+    // The copies were made on the servers, once per changed object and replica.
+    let clones = clone_files(&dir);
+    assert!(clones > 0 && clones <= 12 * 3, "{clones} clone files for 12 objects");
+
+    // A snapshot served by optio nbd is read-only and reads A.
+    let snap_nbd = Nbd::start(&dir, &["vm@a"]).expect("optio nbd serves a snapshot");
+    let info = run("nbdinfo", &[&snap_nbd.uri("vm@a")]);
+    assert!(info.contains("is_read_only: true"), "{info}");
+    assert!(nbd_read(&snap_nbd.uri("vm@a"), &out) == a, "snapshot a reads A (NBD)");
+    snap_nbd.stop();
+
+    // Listing, protection, and what may not be done.
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(&dir, &["volume", "snap", "ls", "vm", "--json"])).unwrap();
+    let names: Vec<&str> =
+        listed.as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a", "b"]);
+    assert!(fails(&dir, &["volume", "snap", "create", "vm@a"]).contains("already"));
+    assert!(fails(&dir, &["volume", "snap", "create", "vm"]).contains("VOLUME@SNAPSHOT"));
+    assert!(fails(&dir, &["volume", "export", "vm@zz", "/dev/null"]).contains("no snapshot 'zz'"));
+    ok(&dir, &["volume", "snap", "protect", "vm@a"]);
+    assert!(fails(&dir, &["volume", "snap", "rm", "vm@a"]).contains("protected"));
+    nbd.stop();
+    assert!(fails(&dir, &["volume", "rm", "vm"]).contains("has snapshots (vm@a, vm@b)"));
+    let info = ok(&dir, &["volume", "info", "vm"]);
+    assert!(info.contains("snapshot     vm@a") && info.contains("protected"), "{info}");
+
+    // Rollback to a: the volume reads A again; both snapshots keep theirs.
+    ok(&dir, &["volume", "snap", "rollback", "vm@a"]);
+    assert!(export(&dir, "vm", &out) == a, "rolled back to A");
+    assert!(export(&dir, "vm@b", &out) == b, "snapshot b still reads B");
+
+    // Removal trims every clone: none left in any device directory.
+    ok(&dir, &["volume", "snap", "unprotect", "vm@a"]);
+    ok(&dir, &["volume", "snap", "rm", "vm@a"]);
+    assert!(export(&dir, "vm@b", &out) == b, "snapshot b still reads B after a went");
+    ok(&dir, &["volume", "snap", "rm", "vm@b"]);
+    assert_eq!(clone_files(&dir), 0, "no clone left after every snapshot was removed");
+    assert!(export(&dir, "vm", &out) == a);
+    ok(&dir, &["volume", "rm", "vm"]);
+}
+
+#[test]
+fn a_holder_that_does_not_answer_makes_snap_create_fail_and_a_killed_one_does_not() {
+    if !have("nbdcopy", "libnbd-bin") {
+        return;
+    }
+    let (tmp, cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "vm", "4MiB", "--object-size", "1MiB"]);
+    let a = image(4 * MIB, 3);
+    let a_file = tmp.path().join("a.raw");
+    std::fs::write(&a_file, &a).unwrap();
+    let nbd = Nbd::start(&dir, &["vm"]).expect("optio nbd serves");
+    run("nbdcopy", &[a_file.to_str().unwrap(), &nbd.uri("vm")]);
+
+    // Stopped (SIGSTOP): it holds the lock but answers nothing. No snapshot is made.
+    let pid = nbd.pid().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let error = fails(&dir, &["volume", "snap", "create", "vm@frozen"]);
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    assert!(
+        error.contains("did not take snapshot 'frozen'") && error.contains("no snapshot was made"),
+        "{error}"
+    );
+    let listed = ok(&dir, &["volume", "snap", "ls", "vm", "--json"]);
+    assert_eq!(listed.trim(), "[]", "the unmarked snapshot was taken back");
+
+    // Killed with SIGKILL: its lock is a dead process's on this machine, so the snapshot is
+    // taken without it, at once, and holds every write it acknowledged.
+    nbd.kill();
+    ok(&dir, &["volume", "snap", "create", "vm@after-kill"]);
+    let out = tmp.path().join("out.raw");
+    assert!(export(&dir, "vm@after-kill", &out) == a);
+    // A restarted optio nbd writes over it; the snapshot keeps A.
+    let nbd = Nbd::start(&dir, &["vm"]).expect("a restarted optio nbd serves");
+    let b_file = tmp.path().join("b.raw");
+    std::fs::write(&b_file, image(4 * MIB, 4)).unwrap();
+    run("nbdcopy", &[b_file.to_str().unwrap(), &nbd.uri("vm")]);
+    nbd.stop();
+    assert!(export(&dir, "vm@after-kill", &out) == a);
+    assert!(export(&dir, "vm", &out) == std::fs::read(&b_file).unwrap());
+}
