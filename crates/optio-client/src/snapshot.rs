@@ -54,6 +54,72 @@ pub struct Snapshot {
     pub protected: bool,
     /// When it was asked for (Unix seconds).
     pub created_unix_s: u64,
+    /// The volumes cloned from it (it cannot be unprotected or removed while they are).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<String>,
+}
+
+/// A clone's parent: a protected snapshot of another volume.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Parent {
+    /// The parent volume's name.
+    pub volume: String,
+    /// Its snapshot.
+    pub snapshot: String,
+    /// The snapshot's mark.
+    pub mark: u64,
+    /// Bytes of the clone that may read from the parent (the snapshot's size).
+    pub overlap: u64,
+}
+
+/// Where a clone's never-written data objects read from, resolved at open: one snapshot of
+/// an ancestor volume.
+#[derive(Clone, Debug)]
+pub struct Ancestor {
+    /// The ancestor volume's pool.
+    pub pool: String,
+    /// Its id (naming its data objects).
+    pub id: String,
+    /// The snapshot's mark.
+    pub mark: ObjectVersion,
+    /// Bytes that may read from it (the smallest overlap on the way to it).
+    pub overlap: u64,
+}
+
+/// The most levels of clones of clones.
+pub const CLONE_DEPTH_MAX: usize = 16;
+
+/// The ancestors of the volume `header` describes, nearest first.
+pub async fn ancestors(
+    client: &Client,
+    header: &VolumeHeader,
+) -> Result<Vec<Ancestor>, VolumeError> {
+    let mut out: Vec<Ancestor> = Vec::new();
+    let mut parent = header.parent.clone();
+    let mut overlap = u64::MAX;
+    while let Some(link) = parent {
+        if out.len() == CLONE_DEPTH_MAX {
+            return Err(VolumeError::Snapshot(format!(
+                "volume '{}' is more than {CLONE_DEPTH_MAX} clones deep: flatten it",
+                header.name
+            )));
+        }
+        let (above, _) = find_header(client, &link.volume).await.map_err(|error| {
+            VolumeError::Snapshot(format!(
+                "the parent of volume '{}', '{}@{}', cannot be opened: {error}",
+                header.name, link.volume, link.snapshot
+            ))
+        })?;
+        overlap = overlap.min(link.overlap);
+        out.push(Ancestor {
+            pool: above.pool.clone(),
+            id: above.id.clone(),
+            mark: ObjectVersion(link.mark),
+            overlap,
+        });
+        parent = above.parent.clone();
+    }
+    Ok(out)
 }
 
 impl Snapshot {
@@ -146,6 +212,7 @@ pub async fn create(client: &Client, name: &str, snap: &str) -> Result<Snapshot,
             size: header.size,
             protected: false,
             created_unix_s: now / 1000,
+            children: Vec::new(),
         });
         Ok(())
     })
@@ -205,11 +272,37 @@ pub async fn protect(
     Ok(())
 }
 
+/// [`protect`], refusing to unprotect a snapshot that has clones (named in the error).
+pub async fn set_protected(
+    client: &Client,
+    name: &str,
+    snap: &str,
+    protected: bool,
+) -> Result<(), VolumeError> {
+    if !protected {
+        let (header, _) = find_header(client, name).await?;
+        let children = live_children(client, find(&header, snap)?).await?;
+        if !children.is_empty() {
+            return Err(VolumeError::Snapshot(format!(
+                "snapshot '{name}@{snap}' has clones ({}): flatten or remove them first",
+                children.join(", ")
+            )));
+        }
+    }
+    protect(client, name, snap, protected).await
+}
+
 /// Removes `snap` from volume `name` and trims the clones no snapshot sees any more; returns
 /// how many clones were removed. A protected snapshot is refused.
 pub async fn remove(client: &Client, name: &str, snap: &str) -> Result<u64, VolumeError> {
     let written = update(client, name, |header| {
         let found = find(header, snap)?;
+        if !found.children.is_empty() {
+            return Err(VolumeError::Snapshot(format!(
+                "snapshot '{name}@{snap}' has clones ({}): flatten or remove them first",
+                found.children.join(", ")
+            )));
+        }
         if found.protected {
             return Err(VolumeError::Snapshot(format!(
                 "snapshot '{name}@{snap}' is protected: `optio volume snap unprotect {name}@{snap}` first"
@@ -342,7 +435,194 @@ async fn rollback_open(client: &Client, volume: &Volume, snap: &str) -> Result<u
     Ok(changed)
 }
 
+/// Clones the protected snapshot `volume@snap` into a new volume `new` (in `pool`, default the
+/// parent's): a header naming its parent, nothing copied. The parent snapshot records the
+/// child first, so a crash between the two leaves a child name that does not exist (ignored
+/// by the checks that name children), never a clone whose parent may be removed.
+pub async fn clone(
+    client: &Client,
+    volume: &str,
+    snap: &str,
+    new: &str,
+    pool: Option<&str>,
+) -> Result<VolumeHeader, VolumeError> {
+    validate_name(new)?;
+    match find_header(client, new).await {
+        Ok(_) => return Err(VolumeError::Exists(new.to_string())),
+        Err(VolumeError::NotFound(_)) => {}
+        Err(error) => return Err(error),
+    }
+    let parent = update(client, volume, |header| {
+        let found = header.snapshots.iter_mut().find(|s| s.name == snap);
+        let Some(found) = found else { return Err(find(header, snap).expect_err("not there")) };
+        if !found.protected {
+            return Err(VolumeError::Snapshot(format!(
+                "snapshot '{volume}@{snap}' is not protected: `optio volume snap protect {volume}@{snap}` first (a clone's parent must stay)"
+            )));
+        }
+        if found.mark.is_none() {
+            return Err(VolumeError::Snapshot(format!("snapshot '{volume}@{snap}' is being taken")));
+        }
+        if !found.children.iter().any(|c| c == new) {
+            found.children.push(new.to_string());
+        }
+        Ok(())
+    })
+    .await?;
+    let snapshot = find(&parent, snap)?.clone();
+    let header = VolumeHeader {
+        format: 1,
+        name: new.to_string(),
+        id: format!("{:016x}", crate::volume::unique(new)),
+        pool: pool.unwrap_or(&parent.pool).to_string(),
+        size: snapshot.size,
+        object_size: parent.object_size,
+        features: vec!["thin".into()],
+        created_unix_s: now_ms() / 1000,
+        lock: None,
+        removing: false,
+        snap_seq: 0,
+        snap_generation: 0,
+        snapshots: Vec::new(),
+        parent: Some(Parent {
+            volume: volume.to_string(),
+            snapshot: snap.to_string(),
+            mark: snapshot.mark.expect("checked above"),
+            overlap: snapshot.size,
+        }),
+    };
+    match crate::volume::create_header(client, header).await {
+        Ok(header) => Ok(header),
+        Err(error) => {
+            let _ = forget_child(client, volume, snap, new).await;
+            Err(error)
+        }
+    }
+}
+
+/// Removes `child` from the children of `volume@snap`.
+pub(crate) async fn forget_child(
+    client: &Client,
+    volume: &str,
+    snap: &str,
+    child: &str,
+) -> Result<(), VolumeError> {
+    update(client, volume, |header| {
+        if let Some(found) = header.snapshots.iter_mut().find(|s| s.name == snap) {
+            found.children.retain(|c| c != child);
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// The children of `snapshot` that exist.
+async fn live_children(client: &Client, snapshot: &Snapshot) -> Result<Vec<String>, VolumeError> {
+    let mut out = Vec::new();
+    for child in &snapshot.children {
+        match find_header(client, child).await {
+            Ok(_) => out.push(child.clone()),
+            Err(VolumeError::NotFound(_)) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(out)
+}
+
+/// Copies into clone `name` every data object it still reads from its parent, then forgets
+/// the parent (and the parent snapshot forgets it). Interrupted, it is run again.
+pub async fn flatten(client: &Client, name: &str) -> Result<u64, VolumeError> {
+    let volume = Volume::open(client, name, crate::volume::OpenOptions::default()).await?;
+    let result = flatten_open(client, &volume).await;
+    let closed = volume.close().await;
+    let copied = result?;
+    closed?;
+    Ok(copied)
+}
+
+async fn flatten_open(client: &Client, volume: &Volume) -> Result<u64, VolumeError> {
+    let header = volume.header();
+    let Some(parent) = header.parent.clone() else {
+        return Err(VolumeError::Snapshot(format!(
+            "volume '{}' is not a clone: nothing to flatten",
+            header.name
+        )));
+    };
+    let mut copied = 0;
+    for index in 0..header.objects() {
+        if volume.copy_up(&header, index).await? {
+            copied += 1;
+        }
+    }
+    volume.flush().await?;
+    volume
+        .update_header(|header| {
+            header.parent = None;
+            Ok(())
+        })
+        .await?;
+    forget_child(client, &parent.volume, &parent.snapshot, &header.name).await?;
+    Ok(copied)
+}
+
 impl Volume {
+    /// Object `index`'s bytes `[within, within + n)` from the nearest ancestor that has it
+    /// (none: zeros).
+    pub(crate) async fn read_ancestors(
+        &self,
+        header: &VolumeHeader,
+        index: u64,
+        within: u64,
+        n: u64,
+    ) -> Result<Option<bytes::Bytes>, VolumeError> {
+        let offset = index * header.object_size + within;
+        for ancestor in self.ancestors() {
+            if offset >= ancestor.overlap {
+                return Ok(None);
+            }
+            let key = crate::volume::data_key(&ancestor.id, index);
+            let range = Some((within, within + n - 1));
+            match self.client().get_range_as_of(&ancestor.pool, &key, range, ancestor.mark).await {
+                Ok((_, data)) if data.len() as u64 == n => return Ok(Some(data)),
+                Ok((_, data)) => {
+                    return Err(VolumeError::Client(ClientError::Unreadable {
+                        key,
+                        failures: format!("{n} bytes asked, {} answered", data.len()),
+                    }));
+                }
+                Err(ClientError::NotFound { .. }) => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Makes a clone's object `index` its own (copied from its ancestors) if it still reads
+    /// from them; whether it copied.
+    pub(crate) async fn copy_up(
+        &self,
+        header: &VolumeHeader,
+        index: u64,
+    ) -> Result<bool, VolumeError> {
+        let key = header.data_key(index);
+        match self.client().stat(&header.pool, &key).await {
+            Ok(_) => return Ok(false),
+            Err(ClientError::NotFound { .. }) => {}
+            Err(error) => return Err(error.into()),
+        }
+        let Some(data) = self.read_ancestors(header, index, 0, header.object_size).await? else {
+            return Ok(false);
+        };
+        let offset = index * header.object_size;
+        let len = header.object_size.min(header.size.saturating_sub(offset));
+        if len == 0 {
+            return Ok(false);
+        }
+        self.write(offset, data.slice(..len as usize), false).await?;
+        Ok(true)
+    }
+
     /// Makes this writer's data writes carry the header's newest snapshot.
     pub(crate) async fn follow_snapshots(&self) -> Result<(), VolumeError> {
         let header = self.header();

@@ -255,6 +255,9 @@ pub struct VolumeHeader {
     /// The snapshots, oldest first ([`crate::snapshot`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub snapshots: Vec<crate::snapshot::Snapshot>,
+    /// A clone's parent snapshot: data objects the clone never wrote read from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<crate::snapshot::Parent>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -349,7 +352,7 @@ pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-fn unique(seed: &str) -> u64 {
+pub(crate) fn unique(seed: &str) -> u64 {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     let text = format!("{seed}/{nanos}/{}/{:p}", std::process::id(), &nanos);
     xxhash_rust::xxh3::xxh3_64(text.as_bytes())
@@ -411,12 +414,24 @@ pub async fn create(
         snap_seq: 0,
         snap_generation: 0,
         snapshots: Vec::new(),
+        parent: None,
     };
+    create_header(client, header).await
+}
+
+/// Writes a new volume's header (the volume must not exist).
+pub(crate) async fn create_header(
+    client: &Client,
+    header: VolumeHeader,
+) -> Result<VolumeHeader, VolumeError> {
     let patch = Patch::Data(header.encode());
-    match client.write_in_place(pool, &header_key(name), HEADER_BYTES, 0, &patch, None, true).await
+    let (pool, name) = (header.pool.clone(), header.name.clone());
+    match client
+        .write_in_place(&pool, &header_key(&name), HEADER_BYTES, 0, &patch, None, true)
+        .await
     {
         Ok(_) => Ok(header),
-        Err(ClientError::Exists { .. }) => Err(VolumeError::Exists(name.to_string())),
+        Err(ClientError::Exists { .. }) => Err(VolumeError::Exists(name)),
         Err(error) => Err(error.into()),
     }
 }
@@ -535,6 +550,8 @@ pub struct Volume {
     quiesce: tokio::sync::RwLock<()>,
     /// Follows the header's snapshots while the volume is open read-write.
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// A clone's ancestors, nearest first: where its never-written objects read from.
+    ancestors: Vec<crate::snapshot::Ancestor>,
 }
 
 impl Volume {
@@ -552,6 +569,7 @@ impl Volume {
         if header.removing {
             return Err(VolumeError::NotFound(volume_name.to_string()));
         }
+        let ancestors = crate::snapshot::ancestors(client, &header).await?;
         let mut as_of = None;
         if let Some(snap_name) = snap_name {
             let snapshot = crate::snapshot::find(&header, snap_name)?;
@@ -588,6 +606,7 @@ impl Volume {
             as_of,
             quiesce: tokio::sync::RwLock::new(()),
             watcher: Mutex::new(None),
+            ancestors,
         });
         if !options.read_only {
             volume.take_lock(options.break_lock).await?;
@@ -627,6 +646,11 @@ impl Volume {
     /// The client it goes through.
     pub(crate) fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// A clone's ancestors, nearest first.
+    pub(crate) fn ancestors(&self) -> &[crate::snapshot::Ancestor] {
+        &self.ancestors
     }
 
     /// This opener's lock token.
@@ -855,6 +879,13 @@ impl Volume {
             }
         });
         let mut parts = try_join_all(reads).await?;
+        if !self.ancestors.is_empty() {
+            for (part, &(index, within, n)) in parts.iter_mut().zip(&pieces) {
+                if part.is_none() {
+                    *part = self.read_ancestors(&header, index, within, n).await?;
+                }
+            }
+        }
         if let [Some(_)] = parts.as_slice() {
             // One object's bytes: as they came, not copied.
             return Ok(parts.pop().flatten().expect("one part"));
@@ -915,6 +946,32 @@ impl Volume {
         // Every data object is object_size bytes, the last one too (its bytes past the end
         // of the volume are never addressed), so that resizing rewrites no object.
         let size = header.object_size;
+        let mut patch = patch;
+        let mut within = within;
+        if !self.ancestors.is_empty() && !matches!(known, Some(Known::At(_))) {
+            let absent = match known {
+                Some(Known::Absent) => true,
+                _ => match self.client.stat(&header.pool, &key).await {
+                    Err(ClientError::NotFound { .. }) => true,
+                    Err(error) => return Err(error.into()),
+                    Ok(_) => false,
+                },
+            };
+            if absent && let Some(parent) = self.read_ancestors(header, index, 0, size).await? {
+                // Copy-up: the object is created whole, from the parent's, with the write in.
+                let mut whole = parent.to_vec();
+                let range = within as usize..(within + patch_len(&patch)) as usize;
+                match &patch {
+                    Patch::Data(data) => whole[range].copy_from_slice(data),
+                    Patch::Zeroes(_) => whole[range].fill(0),
+                }
+                patch = Patch::Data(Bytes::from(whole));
+                within = 0;
+                *known = None;
+            } else if absent {
+                *known = Some(Known::Absent);
+            }
+        }
         if let Patch::Zeroes(_) = patch {
             // Zeroes on an object never written change nothing.
             if matches!(known, Some(Known::Absent)) {
@@ -1160,8 +1217,23 @@ pub async fn remove(client: &Client, name: &str, break_lock: bool) -> Result<u64
         removed += 1;
     }
     match client.delete(&header.pool, &header_key(name)).await {
-        Ok(()) | Err(ClientError::NotFound { .. }) => Ok(removed),
-        Err(error) => Err(error.into()),
+        Ok(()) | Err(ClientError::NotFound { .. }) => {}
+        Err(error) => return Err(error.into()),
+    }
+    if let Some(parent) = &header.parent {
+        match crate::snapshot::forget_child(client, &parent.volume, &parent.snapshot, name).await {
+            Ok(()) | Err(VolumeError::NotFound(_)) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(removed)
+}
+
+/// Bytes a patch writes.
+fn patch_len(patch: &Patch) -> u64 {
+    match patch {
+        Patch::Data(data) => data.len() as u64,
+        Patch::Zeroes(n) => *n,
     }
 }
 
@@ -1297,6 +1369,7 @@ mod tests {
             snap_seq: u64::MAX,
             snap_generation: u64::MAX,
             snapshots: Vec::new(),
+            parent: None,
         };
         let bytes = header.encode();
         assert_eq!(bytes.len() as u64, HEADER_BYTES);

@@ -35,6 +35,38 @@ pub enum Command {
     /// Snapshots: `snap create|ls|rm|rollback|protect|unprotect` (VOL@SNAP names one).
     #[command(subcommand)]
     Snap(SnapCommand),
+    /// Make volume NEW from the protected snapshot VOL@SNAP: nothing is copied; what NEW
+    /// never wrote reads from the snapshot (clones of clones too).
+    Clone(CloneArgs),
+    /// Copy into clone NAME everything it still reads from its parent snapshot, then detach
+    /// it (the snapshot may then be unprotected and removed). Run again if interrupted.
+    Flatten(FlattenArgs),
+}
+
+/// `optio volume clone`.
+#[derive(clap::Args, Debug)]
+pub struct CloneArgs {
+    /// The parent snapshot, as VOLUME@SNAPSHOT (protected).
+    pub spec: String,
+    /// The new volume's name.
+    pub new: String,
+    /// The pool of the new volume's objects (default: the parent's).
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// `optio volume flatten`.
+#[derive(clap::Args, Debug)]
+pub struct FlattenArgs {
+    /// The clone.
+    pub name: String,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
 }
 
 /// `optio volume snap …`: point-in-time, read-only copies of a volume that cost nothing until
@@ -198,6 +230,16 @@ pub fn run(command: Command) -> Result<()> {
             Command::Snap(SnapCommand::Protect(args)) => snap_protect(args, true).await,
             Command::Snap(SnapCommand::Unprotect(args)) => snap_protect(args, false).await,
             Command::Snap(command) => snap(command).await,
+            Command::Clone(args) => clone(args).await,
+            Command::Flatten(args) => {
+                let client = args.cluster.connect().await?;
+                let copied = optio_client::snapshot::flatten(&client, &args.name).await?;
+                println!(
+                    "flattened volume '{}' ({copied} objects copied from its parent)",
+                    args.name
+                );
+                Ok(())
+            }
         }
     })
 }
@@ -285,10 +327,35 @@ async fn snap(command: SnapCommand) -> Result<()> {
     }
 }
 
+async fn clone(args: CloneArgs) -> Result<()> {
+    let (volume, snap) = optio_client::snapshot::parse_spec(&args.spec)?;
+    let client = args.cluster.connect().await?;
+    if let Some(pool) = &args.pool {
+        client.map().pool_by_name(pool).with_context(|| {
+            format!("no pool '{pool}' in the map; pass --pool with one of its pools")
+        })?;
+    }
+    let header =
+        optio_client::snapshot::clone(&client, volume, snap, &args.new, args.pool.as_deref())
+            .await?;
+    if args.json {
+        println!("{}", header_json(&header));
+    } else {
+        println!(
+            "cloned '{}' into volume '{}' ({}, pool '{}'; nothing copied)",
+            args.spec,
+            header.name,
+            output::bytes(header.size as f64),
+            header.pool
+        );
+    }
+    Ok(())
+}
+
 async fn snap_protect(args: SnapArgs, protected: bool) -> Result<()> {
     let (name, snap) = optio_client::snapshot::parse_spec(&args.spec)?;
     let client = args.cluster.connect().await?;
-    optio_client::snapshot::protect(&client, name, snap, protected).await?;
+    optio_client::snapshot::set_protected(&client, name, snap, protected).await?;
     let what = if protected { "protected" } else { "unprotected" };
     if args.json {
         println!("{}", serde_json::json!({ "snapshot": args.spec, "protected": protected }));
@@ -406,13 +473,21 @@ async fn info(args: InfoArgs) -> Result<()> {
     }
     for s in &header.snapshots {
         let protected = if s.protected { ", protected" } else { "" };
+        let children = if s.children.is_empty() {
+            String::new()
+        } else {
+            format!(", clones: {}", s.children.join(", "))
+        };
         println!(
-            "snapshot     {}@{} (id {}, {}{protected})",
+            "snapshot     {}@{} (id {}, {}{protected}{children})",
             header.name,
             s.name,
             s.id,
             output::bytes(s.size as f64)
         );
+    }
+    if let Some(parent) = &header.parent {
+        println!("parent       {}@{}", parent.volume, parent.snapshot);
     }
     match &header.lock {
         Some(lock) => println!("locked by    {}", lock.holder),

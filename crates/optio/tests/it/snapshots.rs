@@ -167,3 +167,76 @@ fn a_holder_that_does_not_answer_makes_snap_create_fail_and_a_killed_one_does_no
     assert!(export(&dir, "vm@after-kill", &out) == a);
     assert!(export(&dir, "vm", &out) == std::fs::read(&b_file).unwrap());
 }
+
+#[test]
+fn clones_of_a_protected_snapshot_read_through_and_write_their_own_and_flatten() {
+    let (tmp, cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    let size = 6 * MIB;
+    ok(&dir, &["volume", "create", "base", "6MiB", "--object-size", "1MiB"]);
+    let a = image(size, 5);
+    // B has holes where A has data (every third 64 KiB chunk from the third).
+    let mut b = image(size, 6);
+    for (i, chunk) in b.chunks_mut(64 << 10).enumerate() {
+        if i % 3 == 2 {
+            chunk.fill(0);
+        }
+    }
+    let (a_file, b_file) = (tmp.path().join("a.raw"), tmp.path().join("b.raw"));
+    std::fs::write(&a_file, &a).unwrap();
+    std::fs::write(&b_file, &b).unwrap();
+    ok(&dir, &["volume", "import", "base", a_file.to_str().unwrap()]);
+    ok(&dir, &["volume", "snap", "create", "base@gold"]);
+    let error = fails(&dir, &["volume", "clone", "base@gold", "c1"]);
+    assert!(error.contains("not protected"), "{error}");
+    ok(&dir, &["volume", "snap", "protect", "base@gold"]);
+    ok(&dir, &["volume", "clone", "base@gold", "c1"]);
+    ok(&dir, &["volume", "clone", "base@gold", "c2"]);
+    assert!(fails(&dir, &["volume", "clone", "base@gold", "c1"]).contains("exists already"));
+
+    // c1 gets B's non-zero 64 KiB chunks only (partial writes of objects it reads from the
+    // parent: each is copied up first); c2 is written whole with B.
+    ok(&dir, &["volume", "import", "c1", b_file.to_str().unwrap(), "--chunk", "64KiB"]);
+    let merged: Vec<u8> = a
+        .chunks(64 << 10)
+        .zip(b.chunks(64 << 10))
+        .flat_map(|(a, b)| if b.iter().all(|x| *x == 0) { a.to_vec() } else { b.to_vec() })
+        .collect();
+    assert!(merged != a && merged != b);
+    let c2_data = image(size, 7);
+    let c2_file = tmp.path().join("c2.raw");
+    std::fs::write(&c2_file, &c2_data).unwrap();
+    ok(&dir, &["volume", "import", "c2", c2_file.to_str().unwrap()]);
+    let out = tmp.path().join("out.raw");
+    assert!(export(&dir, "c1", &out) == merged, "c1: B where written, the parent elsewhere");
+    assert!(export(&dir, "c2", &out) == c2_data);
+    assert!(export(&dir, "base", &out) == a, "the parent is unchanged");
+    assert!(export(&dir, "base@gold", &out) == a);
+
+    // A clone of a clone reads through two levels.
+    ok(&dir, &["volume", "snap", "create", "c1@s"]);
+    ok(&dir, &["volume", "snap", "protect", "c1@s"]);
+    ok(&dir, &["volume", "clone", "c1@s", "cc"]);
+    assert!(export(&dir, "cc", &out) == merged);
+    let info = ok(&dir, &["volume", "info", "cc"]);
+    assert!(info.contains("parent       c1@s"), "{info}");
+
+    // The parent snapshot names its clones and cannot go while they read from it.
+    let error = fails(&dir, &["volume", "snap", "unprotect", "base@gold"]);
+    assert!(error.contains("has clones (c1, c2)"), "{error}");
+    let error = fails(&dir, &["volume", "snap", "rm", "base@gold"]);
+    assert!(error.contains("has clones (c1, c2)"), "{error}");
+
+    // Flatten c1: it reads the same, no longer from base; base@gold has c2 left.
+    let out_text = ok(&dir, &["volume", "flatten", "c1"]);
+    assert!(out_text.contains("flattened volume 'c1'"), "{out_text}");
+    assert!(export(&dir, "c1", &out) == merged);
+    assert!(export(&dir, "cc", &out) == merged, "the clone of c1 still reads through c1@s");
+    assert!(!ok(&dir, &["volume", "info", "c1"]).contains("parent "));
+    assert!(fails(&dir, &["volume", "flatten", "c1"]).contains("not a clone"));
+    ok(&dir, &["volume", "rm", "c2"]);
+    ok(&dir, &["volume", "snap", "unprotect", "base@gold"]);
+    ok(&dir, &["volume", "snap", "rm", "base@gold"]);
+    assert!(export(&dir, "c1", &out) == merged, "a flattened clone needs no parent");
+}
