@@ -39,7 +39,7 @@ URI="nbd+unix:///small?socket=$WORK/nbd.sock"
 fio_iops() {
   fio --name=w --ioengine=nbd --uri="$URI" --rw=randwrite --bs=4k --iodepth=32 \
     --size=1g --runtime="$SECONDS_RUN" --time_based --randrepeat=0 --output-format=json \
-    | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["write"]["iops"]))'
+    | python3 -c 'import json,sys; t=sys.stdin.read(); print(round(json.loads(t[t.index("{"):])["jobs"][0]["write"]["iops"]))'
 }
 # Every object allocated first, so that the runs write in place (not creates).
 fio --name=fill --ioengine=nbd --uri="$URI" --rw=write --bs=4m --iodepth=8 --size=1g \

@@ -13,31 +13,64 @@ use crate::{cluster, have_tool as have, ok_at as ok};
 
 const MIB: u64 = 1 << 20;
 
-/// Files under every device's `objects/` whose embedded key is a snapshot clone's
-/// (`KEY@VERSION`), found by reading the devices' directories themselves.
-fn clone_files(dir: &Path) -> usize {
-    fn walk(path: &Path, out: &mut usize) {
-        let Ok(entries) = std::fs::read_dir(path) else { return };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if let Ok(bytes) = std::fs::read(&path) {
-                let head = &bytes[..bytes.len().min(4096)];
-                let text = String::from_utf8_lossy(head);
-                if text.contains("volume_data.") && text.contains('@') {
-                    *out += 1;
-                }
+/// What an object file under a device's `objects/` holds, from the key after its 64-byte
+/// header: a volume data object's head (`volume_data.ID.INDEX`) or clone (`…@VERSION`).
+#[derive(PartialEq)]
+enum Held {
+    Head,
+    Clone,
+    Other,
+}
+
+fn held(file: &Path) -> Held {
+    let Ok(bytes) = std::fs::read(file) else { return Held::Other };
+    // The key's length is bytes 20..22 of the header; the key follows the 64 bytes.
+    if bytes.len() < 64 {
+        return Held::Other;
+    }
+    let len = u16::from_le_bytes([bytes[20], bytes[21]]) as usize;
+    let Some(key) = bytes.get(64..64 + len).and_then(|k| std::str::from_utf8(k).ok()) else {
+        return Held::Other;
+    };
+    match (key.starts_with("volume_data."), key.contains('@')) {
+        (true, true) => Held::Clone,
+        (true, false) => Held::Head,
+        _ => Held::Other,
+    }
+}
+
+fn walk(path: &Path, out: &mut (usize, usize)) {
+    let Ok(entries) = std::fs::read_dir(path) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            walk(&path, out);
+        } else {
+            match held(&path) {
+                Held::Head => out.0 += 1,
+                Held::Clone => out.1 += 1,
+                Held::Other => {}
             }
         }
     }
-    let mut count = 0;
+}
+
+/// Snapshot clone files in every device directory of the cluster in `dir`, found by reading
+/// the devices' files themselves.
+fn clone_files(dir: &Path) -> usize {
+    let mut count = (0, 0);
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        if entry.path().join("objects").is_dir() {
-            walk(&entry.path().join("objects"), &mut count);
-        }
+        walk(&entry.path().join("objects"), &mut count);
     }
-    count
+    count.1
+}
+
+/// The head files (`volume_data.…` keys) and clone files (`…@VERSION`) under one device
+/// directory.
+fn heads_and_clones(device_dir: &Path) -> (usize, usize) {
+    let mut out = (0, 0);
+    walk(&device_dir.join("objects"), &mut out);
+    out
 }
 
 fn export(dir: &Path, spec: &str, to: &Path) -> Vec<u8> {
@@ -239,4 +272,60 @@ fn clones_of_a_protected_snapshot_read_through_and_write_their_own_and_flatten()
     ok(&dir, &["volume", "snap", "unprotect", "base@gold"]);
     ok(&dir, &["volume", "snap", "rm", "base@gold"]);
     assert!(export(&dir, "c1", &out) == merged, "a flattened clone needs no parent");
+}
+
+#[test]
+fn a_server_down_during_the_first_writes_after_a_snapshot_catches_up_its_clones() {
+    if !have("nbdcopy", "libnbd-bin") {
+        return;
+    }
+    let (tmp, mut cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "vm", "12MiB", "--object-size", "1MiB"]);
+    let a = image(12 * MIB, 8);
+    let b = image(12 * MIB, 9);
+    let (a_file, b_file) = (tmp.path().join("a.raw"), tmp.path().join("b.raw"));
+    std::fs::write(&a_file, &a).unwrap();
+    std::fs::write(&b_file, &b).unwrap();
+    // Written by the optio nbd that goes on writing (it knows every object, as a writer
+    // does, so it needs no object's home while a server is down).
+    let nbd = Nbd::start(&dir, &["vm"]).expect("optio nbd serves");
+    run("nbdcopy", &[a_file.to_str().unwrap(), &nbd.uri("vm")]);
+    // A server killed with SIGKILL; the snapshot is taken and B written without it: its
+    // replicas get no clone then.
+    // The victim: the server of object 0's second replica.
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(&dir, &["volume", "info", "vm", "--placement", "--json"]))
+            .unwrap();
+    let victim = info["placement"][0]["devices"][1].as_u64().unwrap() as u32;
+    let server = cluster
+        .servers()
+        .iter()
+        .find(|s| s.devices.iter().any(|(d, _)| *d == victim))
+        .expect("a server holds it");
+    let victim_dirs: Vec<std::path::PathBuf> =
+        server.devices.iter().map(|(_, path)| path.clone()).collect();
+    cluster.kill(victim).unwrap();
+    ok(&dir, &["volume", "snap", "create", "vm@a"]);
+    run("nbdcopy", &[b_file.to_str().unwrap(), &nbd.uri("vm")]);
+    nbd.stop();
+    let out = tmp.path().join("out.raw");
+    assert!(export(&dir, "vm@a", &out) == a);
+    let before: (usize, usize) =
+        victim_dirs.iter().map(|d| heads_and_clones(d)).fold((0, 0), |s, x| (s.0 + x.0, s.1 + x.1));
+    assert_eq!(before.1, 0, "no clone made on a server that was down");
+    // Back: it catches up on the heads it missed and on their clones, placed by their
+    // heads' seeds — one clone per head it holds, all B's objects having been rewritten.
+    cluster.restart(victim).unwrap();
+    settle(&cluster);
+    let (heads, clones) =
+        victim_dirs.iter().map(|d| heads_and_clones(d)).fold((0, 0), |s, x| (s.0 + x.0, s.1 + x.1));
+    assert!(heads > 0, "the server holds replicas of the volume");
+    assert_eq!(clones, heads, "a clone caught up for every head it holds");
+    assert!(export(&dir, "vm@a", &out) == a);
+    assert!(export(&dir, "vm", &out) == b);
+    // And trimming removes them there too.
+    ok(&dir, &["volume", "snap", "rm", "vm@a"]);
+    assert_eq!(clone_files(&dir), 0);
 }
