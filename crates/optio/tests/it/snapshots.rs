@@ -329,3 +329,54 @@ fn a_server_down_during_the_first_writes_after_a_snapshot_catches_up_its_clones(
     ok(&dir, &["volume", "snap", "rm", "vm@a"]);
     assert_eq!(clone_files(&dir), 0);
 }
+
+#[test]
+fn clones_move_with_their_heads_when_the_map_moves_data() {
+    if !have("nbdcopy", "libnbd-bin") {
+        return;
+    }
+    // Two hosts per zone: a device marked out has a place for its data to go.
+    let (tmp, cluster) =
+        cluster(optio_local::cluster::LocalClusterSpec { hosts_per_zone: 2, ..spec() });
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "vm", "8MiB", "--object-size", "1MiB"]);
+    let a = image(8 * MIB, 10);
+    let b = image(8 * MIB, 11);
+    let (a_file, b_file) = (tmp.path().join("a.raw"), tmp.path().join("b.raw"));
+    std::fs::write(&a_file, &a).unwrap();
+    std::fs::write(&b_file, &b).unwrap();
+    let nbd = Nbd::start(&dir, &["vm"]).expect("optio nbd serves");
+    run("nbdcopy", &[a_file.to_str().unwrap(), &nbd.uri("vm")]);
+    ok(&dir, &["volume", "snap", "create", "vm@a"]);
+    run("nbdcopy", &[b_file.to_str().unwrap(), &nbd.uri("vm")]);
+    nbd.stop();
+    // Every replica of every head has its clone beside it.
+    let per_device = |cluster: &optio_local::cluster::LocalCluster| -> Vec<(u32, usize, usize)> {
+        let mut out = Vec::new();
+        for server in cluster.servers() {
+            for (device, path) in &server.devices {
+                let (heads, clones) = heads_and_clones(path);
+                out.push((*device, heads, clones));
+            }
+        }
+        out
+    };
+    for (device, heads, clones) in per_device(&cluster) {
+        assert_eq!(heads, clones, "device {device} before the map change");
+    }
+    // Device 0 marked out: rebalancing moves its heads and their clones, placed by seed.
+    let moved = per_device(&cluster).iter().find(|(_, heads, _)| *heads > 0).unwrap().0;
+    ok(&dir, &["map", "set-state", &moved.to_string(), "--out"]);
+    settle(&cluster);
+    for (device, heads, clones) in per_device(&cluster) {
+        if device == moved {
+            assert_eq!((heads, clones), (0, 0), "device {device} is out: nothing left on it");
+        } else {
+            assert_eq!(heads, clones, "device {device}: every head it received has its clone");
+        }
+    }
+    let out = tmp.path().join("out.raw");
+    assert!(export(&dir, "vm@a", &out) == a);
+    assert!(export(&dir, "vm", &out) == b);
+}
