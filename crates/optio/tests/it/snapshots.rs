@@ -380,3 +380,70 @@ fn clones_move_with_their_heads_when_the_map_moves_data() {
     assert!(export(&dir, "vm@a", &out) == a);
     assert!(export(&dir, "vm", &out) == b);
 }
+
+/// A clone file under one of the cluster's devices: (device, path).
+fn a_clone_file(cluster: &optio_local::cluster::LocalCluster) -> Option<(u32, std::path::PathBuf)> {
+    fn find(path: &Path) -> Option<std::path::PathBuf> {
+        for entry in std::fs::read_dir(path).ok()?.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if let Some(found) = find(&path) {
+                    return Some(found);
+                }
+            } else if held(&path) == Held::Clone {
+                return Some(path);
+            }
+        }
+        None
+    }
+    cluster
+        .servers()
+        .iter()
+        .flat_map(|s| s.devices.iter())
+        .find_map(|(device, dir)| find(&dir.join("objects")).map(|path| (*device, path)))
+}
+
+#[test]
+fn a_deep_scrub_finds_and_repairs_a_damaged_clone() {
+    if !have("nbdcopy", "libnbd-bin") {
+        return;
+    }
+    let (tmp, cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "vm", "4MiB", "--object-size", "1MiB"]);
+    let a = image(4 * MIB, 12);
+    let (a_file, b_file) = (tmp.path().join("a.raw"), tmp.path().join("b.raw"));
+    std::fs::write(&a_file, &a).unwrap();
+    std::fs::write(&b_file, image(4 * MIB, 13)).unwrap();
+    let nbd = Nbd::start(&dir, &["vm"]).expect("optio nbd serves");
+    run("nbdcopy", &[a_file.to_str().unwrap(), &nbd.uri("vm")]);
+    ok(&dir, &["volume", "snap", "create", "vm@a"]);
+    run("nbdcopy", &[b_file.to_str().unwrap(), &nbd.uri("vm")]);
+    nbd.stop();
+    // A bit flipped in the data of one replica of one clone.
+    let (device, path) = a_clone_file(&cluster).expect("clones were made");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.len() - 100;
+    bytes[at] ^= 0x40;
+    std::fs::write(&path, bytes).unwrap();
+    let scrub = |dir: &Path| -> serde_json::Value {
+        let output = Command::new(crate::binary())
+            .args(["scrub", "--deep", "--json", "--cluster"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&output.stdout).expect("scrub --json prints JSON")
+    };
+    let report = scrub(&dir);
+    let mine = report["devices"].as_array().unwrap().iter().find(|d| d["device"] == device);
+    let repaired = mine.and_then(|d| d["repaired"].as_u64()).unwrap_or(0);
+    assert!(repaired >= 1, "the damaged clone on device {device} repaired: {report:#}");
+    // A second deep scrub finds nothing more, and the snapshot reads A.
+    let again = scrub(&dir);
+    let total: u64 =
+        again["devices"].as_array().unwrap().iter().filter_map(|d| d["repaired"].as_u64()).sum();
+    assert_eq!(total, 0, "{again:#}");
+    let out = tmp.path().join("out.raw");
+    assert!(export(&dir, "vm@a", &out) == a);
+}
