@@ -17,6 +17,9 @@
 
 use crate::{KEY_BYTES_MAX, ObjectVersion};
 
+/// Only keys under this prefix (block volumes' data objects) have clones: a key of another
+/// shape that happens to end in `@` and 16 hex digits is never taken for a clone.
+pub const CLONED_PREFIX: &str = "volume_data.";
 /// Separates a data object's key from its clone's version.
 pub const CLONE_SEPARATOR: char = '@';
 /// Bytes a clone's key adds to its head's: the separator and 16 hex digits.
@@ -66,7 +69,7 @@ pub fn parse_clone_key(key: &str) -> Option<(&str, ObjectVersion)> {
         return None;
     }
     let version = u64::from_str_radix(hex, 16).ok()?;
-    (!head.is_empty()).then_some((head, ObjectVersion(version)))
+    head.starts_with(CLONED_PREFIX).then_some((head, ObjectVersion(version)))
 }
 
 /// Which of an object's contents a read as of `mark` sees: among `(version, deleted)` of the
@@ -100,10 +103,11 @@ mod tests {
             "",
             "a",
             "@0000000000001234",
-            "a@000000000000123G",
-            "a@00000000000012345",
-            "a#0000000000001234",
-            "a@000000000000ABCD",
+            "volume_data.a@000000000000123G",
+            "volume_data.a@00000000000012345",
+            "volume_data.a#0000000000001234",
+            "volume_data.a@000000000000ABCD",
+            "photos/a@0000000000001234",
         ] {
             assert_eq!(parse_clone_key(not), None, "{not}");
         }

@@ -19,7 +19,8 @@
 use optio_placement::PoolId;
 use optio_proto::blocks::BlockLayout;
 use optio_proto::snap::{
-    CLONED_KEY_BYTES_MAX, SnapContext, clone_key, clone_prefix, parse_clone_key, visible_at,
+    CLONED_KEY_BYTES_MAX, CLONED_PREFIX, SnapContext, clone_key, clone_prefix, parse_clone_key,
+    visible_at,
 };
 use optio_proto::{ObjectHeader, ObjectVersion};
 
@@ -38,8 +39,9 @@ impl DeviceStore {
         version: ObjectVersion,
     ) -> Result<(), StoreError> {
         let Some(context) = context else { return Ok(()) };
-        if parse_clone_key(key).is_some() {
-            // A clone is kept as it is: its deletion (a trim) keeps nothing more.
+        if parse_clone_key(key).is_some() || !key.starts_with(CLONED_PREFIX) {
+            // A clone is kept as it is (its deletion, a trim, keeps nothing more); keys that
+            // are not volume data have no clones.
             return Ok(());
         }
         if version <= context.mark {
