@@ -36,6 +36,7 @@ pub mod intent;
 pub mod policy;
 mod quorum;
 pub mod removal;
+pub mod snapshot;
 pub mod volume;
 /// The HTTP transport (the `optio-net` crate, shared with the servers' migration).
 pub use optio_net as transport;

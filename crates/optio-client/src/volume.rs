@@ -97,6 +97,9 @@ pub enum VolumeError {
         /// The volume's size.
         size: u64,
     },
+    /// A snapshot operation that cannot be done (the message says why and what to do).
+    #[error("{0}")]
+    Snapshot(String),
     /// The header cannot be read.
     #[error("the header of volume '{name}' is damaged: {reason}")]
     BadHeader {
@@ -124,6 +127,14 @@ pub struct Lock {
     /// Absent in headers written before it existed; those locks wait for their lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<HolderProcess>,
+    /// When the holder took the lock (Unix milliseconds; 0 in headers from before).
+    #[serde(default)]
+    pub taken_unix_ms: u64,
+    /// The header's snapshot generation the holder's writes follow
+    /// ([`VolumeHeader::snap_generation`]): a snapshot taken or removed while it writes is
+    /// done when this reaches the header's.
+    #[serde(default)]
+    pub generation_seen: u64,
 }
 
 /// A lock holder's process, precisely enough to tell from the same machine whether it still
@@ -203,7 +214,7 @@ fn read_stat(pid: u32) -> std::io::Result<String> {
 
 /// Whether `lock`'s holder is known to have died on this machine (see
 /// [`HolderProcess::is_gone`]).
-fn holder_is_gone(lock: &Lock) -> bool {
+pub(crate) fn holder_is_gone(lock: &Lock) -> bool {
     match (&lock.process, HolderProcess::current()) {
         (Some(holder), Some(here)) => holder.is_gone(&here, read_stat),
         _ => false,
@@ -234,6 +245,23 @@ pub struct VolumeHeader {
     /// A removal in progress: the data objects are being deleted.
     #[serde(default)]
     pub removing: bool,
+    /// The last snapshot id given (ids are never reused).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub snap_seq: u64,
+    /// Bumped by every change of the snapshots; a lock holder follows it
+    /// ([`Lock::generation_seen`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub snap_generation: u64,
+    /// The snapshots, oldest first ([`crate::snapshot`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<crate::snapshot::Snapshot>,
+    /// A clone's parent snapshot: data objects the clone never wrote read from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<crate::snapshot::Parent>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl VolumeHeader {
@@ -250,8 +278,24 @@ impl VolumeHeader {
     /// The header object's bytes (JSON, padded to 4 KiB).
     pub fn encode(&self) -> Bytes {
         let mut json = serde_json::to_vec(self).expect("headers serialize");
+        assert!(json.len() <= HEADER_BYTES as usize, "checked by fits() before it is written");
         json.resize(HEADER_BYTES as usize, b' ');
         Bytes::from(json)
+    }
+
+    /// Whether the header fits its 4 KiB object (snapshots make it grow).
+    pub fn fits(&self) -> bool {
+        serde_json::to_vec(self).is_ok_and(|json| json.len() <= HEADER_BYTES as usize)
+    }
+
+    /// The newest snapshot with a mark: what writes of the volume's data carry.
+    pub fn snap_context(&self) -> Option<optio_proto::snap::SnapContext> {
+        self.snapshots.iter().filter_map(|s| s.context()).max_by_key(|c| c.mark)
+    }
+
+    /// The prefix of the volume's data keys (and of their clones).
+    pub fn data_prefix(&self) -> String {
+        format!("{DATA_PREFIX}{}.", self.id)
     }
 
     /// Parses a header object's bytes (volume `name`'s, for messages).
@@ -304,11 +348,11 @@ pub fn validate_sizes(size: u64, object_size: u64) -> Result<(), VolumeError> {
     Ok(())
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-fn unique(seed: &str) -> u64 {
+pub(crate) fn unique(seed: &str) -> u64 {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     let text = format!("{seed}/{nanos}/{}/{:p}", std::process::id(), &nanos);
     xxhash_rust::xxh3::xxh3_64(text.as_bytes())
@@ -322,7 +366,7 @@ fn holder_name() -> String {
 }
 
 /// Reads a volume's header and its version: looked up in every pool.
-async fn find_header(
+pub(crate) async fn find_header(
     client: &Client,
     name: &str,
 ) -> Result<(VolumeHeader, optio_proto::ObjectVersion), VolumeError> {
@@ -367,12 +411,27 @@ pub async fn create(
         created_unix_s: now_ms() / 1000,
         lock: None,
         removing: false,
+        snap_seq: 0,
+        snap_generation: 0,
+        snapshots: Vec::new(),
+        parent: None,
     };
+    create_header(client, header).await
+}
+
+/// Writes a new volume's header (the volume must not exist).
+pub(crate) async fn create_header(
+    client: &Client,
+    header: VolumeHeader,
+) -> Result<VolumeHeader, VolumeError> {
     let patch = Patch::Data(header.encode());
-    match client.write_in_place(pool, &header_key(name), HEADER_BYTES, 0, &patch, None, true).await
+    let (pool, name) = (header.pool.clone(), header.name.clone());
+    match client
+        .write_in_place(&pool, &header_key(&name), HEADER_BYTES, 0, &patch, None, true)
+        .await
     {
         Ok(_) => Ok(header),
-        Err(ClientError::Exists { .. }) => Err(VolumeError::Exists(name.to_string())),
+        Err(ClientError::Exists { .. }) => Err(VolumeError::Exists(name)),
         Err(error) => Err(error.into()),
     }
 }
@@ -484,6 +543,15 @@ pub struct Volume {
     object_reads: AtomicU64,
     local_reads: AtomicU64,
     renewer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The snapshot read (`VOL@SNAP`, read-only): its mark.
+    as_of: Option<ObjectVersion>,
+    /// Held shared by every write, exclusively while a snapshot is taken: the snapshot's
+    /// mark is then above every write acknowledged and below every write to come.
+    quiesce: tokio::sync::RwLock<()>,
+    /// Follows the header's snapshots while the volume is open read-write.
+    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// A clone's ancestors, nearest first: where its never-written objects read from.
+    ancestors: Vec<crate::snapshot::Ancestor>,
 }
 
 impl Volume {
@@ -493,9 +561,31 @@ impl Volume {
         name: &str,
         options: OpenOptions,
     ) -> Result<Arc<Volume>, VolumeError> {
-        let (header, version) = find_header(client, name).await?;
+        let (volume_name, snap_name) = match name.split_once('@') {
+            Some((volume, snap)) => (volume, Some(snap)),
+            None => (name, None),
+        };
+        let (mut header, version) = find_header(client, volume_name).await?;
         if header.removing {
-            return Err(VolumeError::NotFound(name.to_string()));
+            return Err(VolumeError::NotFound(volume_name.to_string()));
+        }
+        let ancestors = crate::snapshot::ancestors(client, &header).await?;
+        let mut as_of = None;
+        if let Some(snap_name) = snap_name {
+            let snapshot = crate::snapshot::find(&header, snap_name)?;
+            if !options.read_only {
+                return Err(VolumeError::Snapshot(format!(
+                    "snapshot '{name}' is read-only: open it read-only (optio nbd --read-only), or clone it"
+                )));
+            }
+            as_of = snapshot.mark.map(ObjectVersion);
+            if as_of.is_none() {
+                return Err(VolumeError::Snapshot(format!(
+                    "snapshot '{name}' is being taken and cannot be read yet: try again in a moment"
+                )));
+            }
+            header.size = snapshot.size;
+            header.name = name.to_string();
         }
         let volume = Arc::new(Volume {
             client: client.clone(),
@@ -513,9 +603,28 @@ impl Volume {
             object_reads: AtomicU64::new(0),
             local_reads: AtomicU64::new(0),
             renewer: Mutex::new(None),
+            as_of,
+            quiesce: tokio::sync::RwLock::new(()),
+            watcher: Mutex::new(None),
+            ancestors,
         });
         if !options.read_only {
             volume.take_lock(options.break_lock).await?;
+            volume.follow_snapshots().await?;
+            let weak = Arc::downgrade(&volume);
+            let watcher = tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(crate::snapshot::HOLDER_POLL).await;
+                    let Some(volume) = weak.upgrade() else { return };
+                    if volume.lost.load(Ordering::Acquire) {
+                        return;
+                    }
+                    if let Err(error) = volume.poll_snapshots().await {
+                        tracing::debug!(volume = %volume.name(), "snapshot poll: {error}");
+                    }
+                }
+            });
+            *volume.watcher.lock().expect("watcher lock") = Some(watcher);
             let weak = Arc::downgrade(&volume);
             let task = tokio::spawn(async move {
                 loop {
@@ -532,6 +641,26 @@ impl Volume {
             *volume.renewer.lock().expect("renewer lock") = Some(task);
         }
         Ok(volume)
+    }
+
+    /// The client it goes through.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// A clone's ancestors, nearest first.
+    pub(crate) fn ancestors(&self) -> &[crate::snapshot::Ancestor] {
+        &self.ancestors
+    }
+
+    /// This opener's lock token.
+    pub(crate) fn lock_token(&self) -> u64 {
+        self.token
+    }
+
+    /// Holds every write off until the guard goes (in-flight writes finish first).
+    pub(crate) async fn quiesce_writes(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.quiesce.write().await
     }
 
     /// The header as last read or written.
@@ -567,7 +696,7 @@ impl Volume {
 
     /// Replaces the header by `change(header)` with a compare-and-swap, re-reading and
     /// retrying when another client changed it.
-    async fn update_header(
+    pub(crate) async fn update_header(
         &self,
         mut change: impl FnMut(&mut VolumeHeader) -> Result<(), VolumeError>,
     ) -> Result<(), VolumeError> {
@@ -575,6 +704,11 @@ impl Volume {
         for _ in 0..8 {
             let (mut header, version) = find_header(&self.client, &name).await?;
             change(&mut header)?;
+            if !header.fits() {
+                return Err(VolumeError::Snapshot(format!(
+                    "the header of volume '{name}' would outgrow its 4 KiB: remove snapshots (`optio volume snap rm`) first"
+                )));
+            }
             let key = header_key(&name);
             match self
                 .client
@@ -624,6 +758,8 @@ impl Volume {
                 token,
                 expires_unix_ms: now + LOCK_LEASE.as_millis() as u64,
                 process: process.clone(),
+                taken_unix_ms: now,
+                generation_seen: header.snap_generation,
             });
             Ok(())
         })
@@ -650,6 +786,9 @@ impl Volume {
     /// Flushes, releases the lock and stops renewing it.
     pub async fn close(&self) -> Result<(), VolumeError> {
         if let Some(task) = self.renewer.lock().expect("renewer lock").take() {
+            task.abort();
+        }
+        if let Some(task) = self.watcher.lock().expect("watcher lock").take() {
             task.abort();
         }
         if self.read_only || self.lost.load(Ordering::Acquire) {
@@ -719,6 +858,20 @@ impl Volume {
                         return Ok(Some(data));
                     }
                 }
+                if let Some(mark) = self.as_of {
+                    let range = Some((within, within + n - 1));
+                    let key = header.data_key(index);
+                    return match self.client.get_range_as_of(&header.pool, &key, range, mark).await
+                    {
+                        Ok((_, data)) if data.len() as u64 == n => Ok(Some(data)),
+                        Ok((_, data)) => Err(VolumeError::Client(ClientError::Unreadable {
+                            key,
+                            failures: format!("{n} bytes asked, {} answered", data.len()),
+                        })),
+                        Err(ClientError::NotFound { .. }) => Ok(None),
+                        Err(error) => Err(error.into()),
+                    };
+                }
                 Ok(self
                     .client
                     .read_in_place(&header.pool, &header.data_key(index), within, n)
@@ -726,6 +879,13 @@ impl Volume {
             }
         });
         let mut parts = try_join_all(reads).await?;
+        if !self.ancestors.is_empty() {
+            for (part, &(index, within, n)) in parts.iter_mut().zip(&pieces) {
+                if part.is_none() {
+                    *part = self.read_ancestors(&header, index, within, n).await?;
+                }
+            }
+        }
         if let [Some(_)] = parts.as_slice() {
             // One object's bytes: as they came, not copied.
             return Ok(parts.pop().flatten().expect("one part"));
@@ -743,6 +903,7 @@ impl Volume {
     /// Writes `data` at `offset` (durable on every replica before answering with `fua`).
     pub async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), VolumeError> {
         self.check_writable()?;
+        let _quiesce = self.quiesce.read().await;
         let header = self.check_range(offset, data.len() as u64)?;
         let pieces = split(offset, data.len() as u64, header.object_size);
         let mut at = 0usize;
@@ -760,6 +921,7 @@ impl Volume {
     /// unwritten).
     pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<(), VolumeError> {
         self.check_writable()?;
+        let _quiesce = self.quiesce.read().await;
         let header = self.check_range(offset, len)?;
         let pieces = split(offset, len, header.object_size);
         let writes = pieces.iter().map(|&(index, within, n)| {
@@ -784,6 +946,32 @@ impl Volume {
         // Every data object is object_size bytes, the last one too (its bytes past the end
         // of the volume are never addressed), so that resizing rewrites no object.
         let size = header.object_size;
+        let mut patch = patch;
+        let mut within = within;
+        if !self.ancestors.is_empty() && !matches!(known, Some(Known::At(_))) {
+            let absent = match known {
+                Some(Known::Absent) => true,
+                _ => match self.client.stat(&header.pool, &key).await {
+                    Err(ClientError::NotFound { .. }) => true,
+                    Err(error) => return Err(error.into()),
+                    Ok(_) => false,
+                },
+            };
+            if absent && let Some(parent) = self.read_ancestors(header, index, 0, size).await? {
+                // Copy-up: the object is created whole, from the parent's, with the write in.
+                let mut whole = parent.to_vec();
+                let range = within as usize..(within + patch_len(&patch)) as usize;
+                match &patch {
+                    Patch::Data(data) => whole[range].copy_from_slice(data),
+                    Patch::Zeroes(_) => whole[range].fill(0),
+                }
+                patch = Patch::Data(Bytes::from(whole));
+                within = 0;
+                *known = None;
+            } else if absent {
+                *known = Some(Known::Absent);
+            }
+        }
         if let Patch::Zeroes(_) = patch {
             // Zeroes on an object never written change nothing.
             if matches!(known, Some(Known::Absent)) {
@@ -972,6 +1160,9 @@ impl Drop for Volume {
         if let Some(task) = self.renewer.lock().expect("renewer lock").take() {
             task.abort();
         }
+        if let Some(task) = self.watcher.lock().expect("watcher lock").take() {
+            task.abort();
+        }
     }
 }
 
@@ -991,6 +1182,14 @@ async fn delete_data(
 /// elsewhere is refused unless `break_lock`.
 pub async fn remove(client: &Client, name: &str, break_lock: bool) -> Result<u64, VolumeError> {
     let (header, version) = find_header(client, name).await?;
+    if !header.snapshots.is_empty() {
+        let names: Vec<String> =
+            header.snapshots.iter().map(|s| format!("{name}@{}", s.name)).collect();
+        return Err(VolumeError::Snapshot(format!(
+            "volume '{name}' has snapshots ({}): remove them first (`optio volume snap rm`)",
+            names.join(", ")
+        )));
+    }
     let now = now_ms();
     if let Some(lock) = &header.lock
         && lock.expires_unix_ms > now
@@ -1018,8 +1217,23 @@ pub async fn remove(client: &Client, name: &str, break_lock: bool) -> Result<u64
         removed += 1;
     }
     match client.delete(&header.pool, &header_key(name)).await {
-        Ok(()) | Err(ClientError::NotFound { .. }) => Ok(removed),
-        Err(error) => Err(error.into()),
+        Ok(()) | Err(ClientError::NotFound { .. }) => {}
+        Err(error) => return Err(error.into()),
+    }
+    if let Some(parent) = &header.parent {
+        match crate::snapshot::forget_child(client, &parent.volume, &parent.snapshot, name).await {
+            Ok(()) | Err(VolumeError::NotFound(_)) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(removed)
+}
+
+/// Bytes a patch writes.
+fn patch_len(patch: &Patch) -> u64 {
+    match patch {
+        Patch::Data(data) => data.len() as u64,
+        Patch::Zeroes(n) => *n,
     }
 }
 
@@ -1148,8 +1362,14 @@ mod tests {
                     pid: u32::MAX,
                     start_ticks: u64::MAX,
                 }),
+                taken_unix_ms: u64::MAX,
+                generation_seen: u64::MAX,
             }),
             removing: true,
+            snap_seq: u64::MAX,
+            snap_generation: u64::MAX,
+            snapshots: Vec::new(),
+            parent: None,
         };
         let bytes = header.encode();
         assert_eq!(bytes.len() as u64, HEADER_BYTES);

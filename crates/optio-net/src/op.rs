@@ -13,6 +13,7 @@ use bytes::Bytes;
 use optio_placement::PoolId;
 use optio_proto::request::{self, Basis, ByteRange, Request};
 use optio_proto::route::Area;
+use optio_proto::snap::SnapContext;
 use optio_proto::{ChoiceRecord, ListQuery, ObjectVersion};
 use reqwest::Method;
 
@@ -308,12 +309,16 @@ pub struct Call<'a> {
     pub epoch: u64,
     /// What is asked.
     pub op: Op<'a>,
+    /// On a write of a volume's data object: its newest snapshot ([`optio_proto::snap`]).
+    pub snap: Option<SnapContext>,
+    /// On a read: the snapshot mark to read as of.
+    pub as_of: Option<ObjectVersion>,
 }
 
 impl<'a> Call<'a> {
     /// A call of `op` on `pool` at `endpoint`, at `epoch`.
     pub fn new(endpoint: &'a Endpoint, pool: PoolId, epoch: u64, op: Op<'a>) -> Call<'a> {
-        Call { endpoint, pool, epoch, op }
+        Call { endpoint, pool, epoch, op, snap: None, as_of: None }
     }
 
     /// The request as [`optio_proto::request`] types it (borrowed; the body is not in it).
@@ -323,6 +328,8 @@ impl<'a> Call<'a> {
             pool: self.pool,
             epoch: Some(self.epoch),
             op: self.op.to_proto(),
+            snap: self.snap,
+            as_of: self.as_of,
         }
     }
 

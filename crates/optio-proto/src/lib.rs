@@ -58,6 +58,7 @@ mod migration;
 pub mod own;
 pub mod request;
 pub mod route;
+pub mod snap;
 pub mod summary;
 pub mod wire;
 

@@ -19,6 +19,7 @@ use optio_placement::PoolId;
 
 use crate::auth::Cap;
 use crate::route::{self, Area, Route};
+use crate::snap::SnapContext;
 use crate::wire;
 use crate::{ChoiceRecord, ErrorKind, ListQuery, ObjectVersion, is_gateway_key};
 
@@ -313,6 +314,11 @@ pub struct Request<'a> {
     pub epoch: Option<u64>,
     /// What is asked.
     pub op: Op<'a>,
+    /// On a write ([`Op::Put`], [`Op::WriteAt`], [`Op::Delete`] without purge): the volume's
+    /// newest snapshot ([`wire::SNAP`]).
+    pub snap: Option<SnapContext>,
+    /// On a read ([`Op::Get`]): the snapshot mark to read as of ([`wire::AS_OF`]).
+    pub as_of: Option<ObjectVersion>,
 }
 
 /// Why a request does not decode: the kind the server answers with (`BadRequest`, or
@@ -508,6 +514,12 @@ impl Request<'_> {
     pub fn headers(&self) -> Vec<(&'static str, String)> {
         let mut headers = Vec::with_capacity(8);
         self.op.encode_headers(&mut headers);
+        if let Some(snap) = self.snap {
+            headers.push((wire::SNAP, snap.encode()));
+        }
+        if let Some(mark) = self.as_of {
+            headers.push((wire::AS_OF, mark.0.to_string()));
+        }
         if let Some(epoch) = self.epoch {
             headers.push((wire::EPOCH, epoch.to_string()));
         }
@@ -642,6 +654,15 @@ pub enum BadHead {
     /// The replace-if-writer header is not hex.
     #[error("{} must be hex", wire::REPLACE_IF_WRITER)]
     BadReplaceIfWriter,
+    /// A snapshot context that does not parse.
+    #[error("{} must be SEQ:MARK, two integers", wire::SNAP)]
+    BadSnap,
+    /// A snapshot context on a request that is not a write or delete of an object.
+    #[error("{} goes on writes and deletes of objects only", wire::SNAP)]
+    SnapNotOnWrite,
+    /// A snapshot mark on a request that is not a read of an object.
+    #[error("{} goes on reads of objects only", wire::AS_OF)]
+    AsOfNotOnRead,
 }
 
 fn parse_list_query(query: &str) -> Result<ListQuery, BadHead> {
@@ -760,7 +781,8 @@ impl Request<'static> {
         let bad = |bad: BadHead| refuse(ErrorKind::BadRequest, bad.to_string(), Some(kind));
         let epoch = headers.u64(wire::EPOCH).map_err(bad)?;
         let op = decode_op(kind, key, query, &headers).map_err(bad)?;
-        Ok(Request { device, pool, epoch, op })
+        let (snap, as_of) = decode_snap(&op, &headers).map_err(bad)?;
+        Ok(Request { device, pool, epoch, op, snap, as_of })
     }
 }
 
@@ -816,6 +838,26 @@ fn decode_op<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(
         OpKind::RecordDelete => Op::DeleteRecord { key },
         OpKind::List | OpKind::Sync => unreachable!("listings and flushes have no key"),
     })
+}
+
+/// The snapshot context of a write and the mark of a read, each refused on any other request.
+fn decode_snap<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(
+    op: &Op<'_>,
+    headers: &Headers<F>,
+) -> Result<(Option<SnapContext>, Option<ObjectVersion>), BadHead> {
+    let snap = match headers.text(wire::SNAP) {
+        None => None,
+        Some(text) => Some(text.and_then(SnapContext::parse).ok_or(BadHead::BadSnap)?),
+    };
+    let as_of = headers.u64(wire::AS_OF)?.map(ObjectVersion);
+    let writes = matches!(op, Op::Put { .. } | Op::WriteAt(_) | Op::Delete { purge: false, .. });
+    if snap.is_some() && !writes {
+        return Err(BadHead::SnapNotOnWrite);
+    }
+    if as_of.is_some() && !matches!(op, Op::Get { .. }) {
+        return Err(BadHead::AsOfNotOnRead);
+    }
+    Ok((snap, as_of))
 }
 
 fn decode_write_at<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(

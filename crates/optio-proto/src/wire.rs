@@ -88,6 +88,13 @@ pub const SYNC: &str = "x-optio-sync";
 /// headers and an open, read-only descriptor of its file instead of its bytes (local reads,
 /// `docs/volumes.md`).
 pub const OPEN: &str = "x-optio-open";
+/// On a write of a volume's data object (`PUT`, in place or whole, or `DELETE`): the volume's
+/// newest snapshot, `SEQ:MARK` ([`crate::snap::SnapContext`]): what is stored at a version
+/// below the mark is kept as a clone before it changes.
+pub const SNAP: &str = "x-optio-snap";
+/// On a `GET` (whole or ranged): read the object as a snapshot with this mark sees it
+/// ([`crate::snap`]): the head or a clone, or not found when it did not exist then.
+pub const AS_OF: &str = "x-optio-as-of";
 /// On a signed request: the server it is for, as the client addressed it (`host:port`, the
 /// device's address in the map). Signed like every `x-optio-*` header, so that a request
 /// captured on its way to one server is refused by every other.

@@ -72,6 +72,13 @@ pub trait Disk: Send + Sync + 'static {
     fn open_read(&self, path: &Path) -> io::Result<File>;
     /// Makes every write to the file system holding the directory `dir` durable.
     fn sync_fs(&self, dir: &Path) -> io::Result<()>;
+    /// Copies the file `from` to a new file `temp` (mode [`FILE_MODE`]), not durably: a
+    /// reflink where the file system has them (`std::fs::copy` uses `copy_file_range` on
+    /// Linux, which shares the blocks on Btrfs and XFS), else a copy in the kernel. Holes
+    /// stay holes where the file system keeps them.
+    fn copy_temp(&self, from: &Path, temp: &Path) -> io::Result<()> {
+        RealDisk.copy_temp(from, temp)
+    }
 }
 
 /// The real file system; directories are created 0700 and files 0600.
@@ -158,6 +165,16 @@ impl Disk for RealDisk {
     fn open_read(&self, path: &Path) -> io::Result<File> {
         // Rust opens every file close-on-exec.
         File::open(path)
+    }
+
+    fn copy_temp(&self, from: &Path, temp: &Path) -> io::Result<()> {
+        // Created 0600 first, so the copy is never readable by others, whatever `from` is.
+        OpenOptions::new().write(true).create_new(true).mode(FILE_MODE).open(temp)?;
+        let result = fs::copy(from, temp).map(|_| ());
+        if result.is_err() {
+            let _ = fs::remove_file(temp);
+        }
+        result
     }
 
     fn read_at(&self, path: &Path, ranges: &[(u64, usize)]) -> io::Result<Vec<Vec<u8>>> {
@@ -331,6 +348,10 @@ impl FaultyDisk {
 }
 
 impl Disk for FaultyDisk {
+    fn copy_temp(&self, from: &Path, temp: &Path) -> io::Result<()> {
+        self.check_write()?;
+        RealDisk.copy_temp(from, temp)
+    }
     fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()> {
         match self.fault() {
             Some(Fault::Full) => Err(io::Error::from(io::ErrorKind::StorageFull)),

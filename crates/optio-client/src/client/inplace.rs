@@ -397,6 +397,9 @@ impl Client {
         sync: bool,
     ) -> Result<ObjectVersion, Slow> {
         let endpoints = self.endpoints(view, candidate).map_err(Slow::Failed)?;
+        // A hybrid logical clock: the new version is above the base, even when the base's
+        // writer's clock ran ahead of this one's (a snapshot's mark raises a writer's clock).
+        self.raise_version_floor(base);
         let version = self.next_version();
         let (data, zeroes) = patch.body_and_zeroes();
         let crc = checksum(&data);

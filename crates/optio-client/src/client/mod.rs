@@ -12,6 +12,7 @@ mod locate;
 mod read;
 mod reintegrate;
 mod repair;
+mod snapclone;
 mod transition;
 mod write;
 
@@ -254,6 +255,9 @@ struct Inner {
     settled_asked: AtomicU64,
     /// Servers' local sockets, by address (local reads).
     local_servers: local::LocalServers,
+    /// Snapshot contexts by key prefix (a volume's data objects): every write or delete of
+    /// a key under one carries it ([`optio_proto::snap`]).
+    snap_contexts: std::sync::RwLock<Vec<(String, optio_proto::snap::SnapContext)>>,
 }
 
 impl Drop for Inner {
@@ -412,6 +416,7 @@ impl Client {
                 counters: Counters::default(),
                 writer: writer_id(),
                 last_version: AtomicU64::new(0),
+                snap_contexts: std::sync::RwLock::new(Vec::new()),
                 config,
                 policy,
                 location,
@@ -567,7 +572,46 @@ impl Client {
         pool: PoolId,
         op: Op<'a>,
     ) -> Call<'a> {
-        Call::new(endpoint, pool, view.epoch(), op)
+        let snap = match &op {
+            // (A clone is never kept again: its own deletes carry no context.)
+            Op::Put { key, .. }
+            | Op::WriteAt { key, .. }
+            | Op::Delete { key, purge: false, .. }
+                if optio_proto::snap::parse_clone_key(key).is_none() =>
+            {
+                self.snap_context_of(key)
+            }
+            _ => None,
+        };
+        let mut call = Call::new(endpoint, pool, view.epoch(), op);
+        call.snap = snap;
+        call
+    }
+
+    /// The snapshot context writes of `key` carry, if any.
+    fn snap_context_of(&self, key: &str) -> Option<optio_proto::snap::SnapContext> {
+        let contexts = self.inner.snap_contexts.read().expect("snap contexts lock");
+        contexts.iter().find(|(prefix, _)| key.starts_with(prefix.as_str())).map(|(_, c)| *c)
+    }
+
+    /// Makes every later write or delete of a key starting with `prefix` carry `context`
+    /// (none: no context), and every later version of this client newer than its mark: the
+    /// servers then keep what a snapshot sees before changing it ([`optio_proto::snap`]).
+    pub fn set_snap_context(&self, prefix: &str, context: Option<optio_proto::snap::SnapContext>) {
+        if let Some(context) = context {
+            self.raise_version_floor(context.mark);
+        }
+        let mut contexts = self.inner.snap_contexts.write().expect("snap contexts lock");
+        contexts.retain(|(p, _)| p != prefix);
+        if let Some(context) = context {
+            contexts.push((prefix.to_string(), context));
+        }
+    }
+
+    /// A version no write of this client has taken or will take: above every version it
+    /// wrote, below every version it will write (a snapshot's mark).
+    pub fn version_mark(&self) -> ObjectVersion {
+        self.next_version()
     }
 
     /// Handles an epoch refusal: reloads the map (stale) or waits (the server lags).

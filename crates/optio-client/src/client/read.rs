@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use optio_placement::{DeviceId, PoolId};
-use optio_proto::{ErrorKind, ObjectInfo, validate_key};
+use optio_proto::{ErrorKind, ObjectInfo, ObjectVersion, validate_key};
 
 use crate::candidates::Candidate;
 use crate::error::ClientError;
@@ -73,6 +73,30 @@ impl Client {
         key: &str,
         range: Option<(u64, u64)>,
     ) -> Result<(ObjectInfo, Chunks), ClientError> {
+        self.get_chunks_as_of(pool_name, key, range, None).await
+    }
+
+    /// [`get_range`](Self::get_range) of `key` as the snapshot with mark `as_of` sees it
+    /// ([`optio_proto::snap`]): the head or a clone, from the head's replicas;
+    /// [`ClientError::NotFound`] when it did not exist then. Nothing is repaired from it.
+    pub async fn get_range_as_of(
+        &self,
+        pool_name: &str,
+        key: &str,
+        range: Option<(u64, u64)>,
+        as_of: ObjectVersion,
+    ) -> Result<(ObjectInfo, Bytes), ClientError> {
+        let (info, chunks) = self.get_chunks_as_of(pool_name, key, range, Some(as_of)).await?;
+        Ok((info, chunks.to_bytes()))
+    }
+
+    async fn get_chunks_as_of(
+        &self,
+        pool_name: &str,
+        key: &str,
+        range: Option<(u64, u64)>,
+        as_of: Option<ObjectVersion>,
+    ) -> Result<(ObjectInfo, Chunks), ClientError> {
         validate_key(key)?;
         let mut relocated = false;
         let mut attempts = 0;
@@ -82,9 +106,9 @@ impl Client {
             let at = self.retry_located(pool_name, key, &mut attempts).await?;
             let (view, pool) = (&*at.view, at.pool);
             let read = if self.in_transition(view, pool) {
-                self.read_careful(view, pool, key, at.candidate(), range).await
+                self.read_careful(view, pool, key, at.candidate(), range, as_of).await
             } else {
-                self.read_replicas(view, pool, key, at.candidate(), range).await
+                self.read_replicas(view, pool, key, at.candidate(), range, as_of).await
             };
             match read {
                 Ok(found) => return Ok(found),
@@ -131,6 +155,7 @@ impl Client {
         key: &str,
         candidate: &Candidate,
         range: Option<(u64, u64)>,
+        as_of: Option<ObjectVersion>,
     ) -> Result<(ObjectInfo, Chunks), ReadError> {
         let mut damaged: Vec<Endpoint> = Vec::new();
         let mut failures: Vec<String> = Vec::new();
@@ -140,8 +165,10 @@ impl Client {
         for device in &candidate.devices {
             let endpoint = view.endpoint(*device).map_err(ReadError::Failed)?;
             // Ranges are read whole when a repair may be needed, so the checksum is checked.
-            let ranged = range.filter(|_| damaged.is_empty());
-            let call = self.object_call(view, &endpoint, pool, Op::Get { key, range: ranged });
+            // (A read as of a snapshot repairs nothing: what it reads is not the head.)
+            let ranged = range.filter(|_| damaged.is_empty() || as_of.is_some());
+            let mut call = self.object_call(view, &endpoint, pool, Op::Get { key, range: ranged });
+            call.as_of = as_of;
             match self.call(call).await {
                 Ok(answer) => {
                     let Some(info) = answer.info.clone() else {
@@ -157,7 +184,7 @@ impl Client {
                             .push(format!("device {}: data damaged in transit", endpoint.device));
                         continue;
                     }
-                    if !damaged.is_empty() {
+                    if !damaged.is_empty() && as_of.is_none() {
                         let whole = answer.body.to_bytes();
                         self.repair(view, pool, key, &damaged, (&info, &whole), candidate).await;
                     }
@@ -291,6 +318,7 @@ impl Client {
         key: &str,
         candidate: &Candidate,
         range: Option<(u64, u64)>,
+        as_of: Option<ObjectVersion>,
     ) -> Result<(ObjectInfo, Chunks), ReadError> {
         let (holders, mut failures) = match self.newest_copy(view, pool, key, candidate).await? {
             Newest::Live { holders, failures } => (holders, failures),
@@ -299,7 +327,9 @@ impl Client {
         let mut epoch_failures = Vec::new();
         let mut recovering = 0usize;
         for endpoint in &holders {
-            match self.call(self.object_call(view, endpoint, pool, Op::Get { key, range })).await {
+            let mut call = self.object_call(view, endpoint, pool, Op::Get { key, range });
+            call.as_of = as_of;
+            match self.call(call).await {
                 Ok(answer) => {
                     let Some(info) = answer.info.clone() else { continue };
                     if range.is_none() && answer.body.checksum() != info.checksum {

@@ -128,9 +128,27 @@ fn op() -> impl Strategy<Value = Op<'static>> {
     ]
 }
 
+fn snap_context() -> impl Strategy<Value = crate::snap::SnapContext> {
+    (any::<u64>(), version()).prop_map(|(seq, mark)| crate::snap::SnapContext { seq, mark })
+}
+
 fn request() -> impl Strategy<Value = Request<'static>> {
-    (any::<u32>(), any::<u32>(), proptest::option::of(any::<u64>()), op())
-        .prop_map(|(device, pool, epoch, op)| Request { device, pool: PoolId(pool), epoch, op })
+    (
+        any::<u32>(),
+        any::<u32>(),
+        proptest::option::of(any::<u64>()),
+        op(),
+        proptest::option::of(snap_context()),
+        proptest::option::of(version()),
+    )
+        .prop_map(|(device, pool, epoch, op, snap, as_of)| {
+            // A context goes on writes only, a mark on reads only.
+            let writes =
+                matches!(op, Op::Put { .. } | Op::WriteAt(_) | Op::Delete { purge: false, .. });
+            let snap = snap.filter(|_| writes);
+            let as_of = as_of.filter(|_| matches!(op, Op::Get { .. }));
+            Request { device, pool: PoolId(pool), epoch, op, snap, as_of }
+        })
 }
 
 proptest! {
@@ -159,7 +177,7 @@ proptest! {
             wire::EPOCH, wire::VERSION, wire::CHECKSUM, wire::SIZE, wire::PG, wire::WANT_CHOICE,
             wire::CHOICE, wire::DEFER_SYNC, wire::WAIT_DURABLE, wire::UNLESS_CONTENDED,
             wire::REPLACE_IF_WRITER, wire::PURGE, wire::UNDO, wire::CATCH_UP, wire::OFFSET,
-            wire::BASE, wire::ZEROES, wire::SYNC, wire::OPEN, "range",
+            wire::BASE, wire::ZEROES, wire::SYNC, wire::OPEN, "range", wire::SNAP, wire::AS_OF,
         ];
         let present = |name: &'static str| {
             let at = names.iter().position(|n| *n == name)?;
@@ -178,6 +196,8 @@ fn the_wire_format_is_todays() {
         pool: PoolId(2),
         epoch: Some(9),
         op: Op::Probe { key: Cow::Borrowed("a b/c"), want_choice: true },
+        snap: None,
+        as_of: None,
     };
     assert_eq!(probe.method(), Method::Head);
     assert_eq!(probe.path(), "/v1/dev/4/objects/2/a%20b%2Fc");
@@ -199,6 +219,8 @@ fn the_wire_format_is_todays() {
             pg_seed: Some(3),
             sync: true,
         }),
+        snap: Some(crate::snap::SnapContext { seq: 2, mark: ObjectVersion(6) }),
+        as_of: None,
     };
     let headers = write.headers();
     let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
@@ -211,7 +233,40 @@ fn the_wire_format_is_todays() {
             (wire::BASE, "7"),
             (wire::SYNC, "1"),
             (wire::PG, "3"),
+            (wire::SNAP, "2:6"),
         ]
+    );
+}
+
+#[test]
+fn snapshot_headers_go_where_they_mean_something() {
+    let reason = |method, path, pairs: &[(&'static str, &str)]| {
+        decode(method, path, pairs).map(|r| (r.snap, r.as_of)).map_err(|e| e.reason)
+    };
+    let path = "/v1/dev/1/objects/2/k";
+    let context = crate::snap::SnapContext { seq: 3, mark: ObjectVersion(40) };
+    assert_eq!(reason("PUT", path, &[(wire::SNAP, "3:40")]), Ok((Some(context), None)));
+    assert_eq!(reason("DELETE", path, &[(wire::SNAP, "3:40")]), Ok((Some(context), None)));
+    assert_eq!(reason("GET", path, &[(wire::AS_OF, "40")]), Ok((None, Some(ObjectVersion(40)))));
+    assert_eq!(
+        reason("PUT", path, &[(wire::SNAP, "3")]),
+        Err("x-optio-snap must be SEQ:MARK, two integers".into())
+    );
+    assert_eq!(
+        reason("GET", path, &[(wire::SNAP, "3:40")]),
+        Err("x-optio-snap goes on writes and deletes of objects only".into())
+    );
+    assert_eq!(
+        reason("DELETE", path, &[(wire::SNAP, "3:40"), (wire::PURGE, "1")]),
+        Err("x-optio-snap goes on writes and deletes of objects only".into())
+    );
+    assert_eq!(
+        reason("PUT", path, &[(wire::AS_OF, "40")]),
+        Err("x-optio-as-of goes on reads of objects only".into())
+    );
+    assert_eq!(
+        reason("GET", path, &[(wire::AS_OF, "40"), (wire::CATCH_UP, "1")]),
+        Err("x-optio-as-of goes on reads of objects only".into())
     );
 }
 

@@ -306,8 +306,13 @@ async fn serve_device(
         );
         return Served::refused(refusal, Some(store));
     }
-    let target =
-        Target { store: store.clone(), pool: request.pool, epoch: state.epoch_of(request.epoch) };
+    let target = Target {
+        store: store.clone(),
+        pool: request.pool,
+        epoch: state.epoch_of(request.epoch),
+        snap: request.snap,
+        as_of: request.as_of,
+    };
     let handled = handle(state, target, request.op, caller, body).await;
     store.record_latency(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
     match handled {

@@ -30,6 +30,15 @@ pub(super) fn probe(target: &Target, key: &str, want_choice: bool) -> Handled {
 pub(super) async fn get_object(target: &Target, key: String, range: Option<ByteRange>) -> Handled {
     let store = target.store.clone();
     let pool = target.pool;
+    // A read as of a snapshot reads the head or the clone that snapshot sees (answered
+    // under the head's key), or finds nothing: the object did not exist then.
+    let (key, asked) = match target.as_of {
+        None => (key, None),
+        Some(mark) => match store.key_as_of(pool, &key, mark) {
+            Some(held) => (held, Some(key)),
+            None => return Err(fail(ErrorKind::NotFound, "no such object at that snapshot")),
+        },
+    };
     let range = match range {
         None => None,
         Some(range) => {
@@ -60,6 +69,10 @@ pub(super) async fn get_object(target: &Target, key: String, range: Option<ByteR
         .await
         .map_err(|e| fail(ErrorKind::Io, format!("read task failed: {e}")))??,
     };
+    let mut info = info;
+    if let Some(asked) = asked {
+        info.key = asked;
+    }
     Ok(Answer::Object { info, range, body: Bytes::from(data) })
 }
 
@@ -113,14 +126,14 @@ pub(super) async fn put_object(
     let version = body.check_length(limit).and_then(|()| written_version(version))?;
     let received = body.receive(state.auth.enabled(), limit).await?;
     let store = target.store.clone();
-    let (pool, epoch) = (target.pool, target.epoch);
+    let (pool, epoch, snap) = (target.pool, target.epoch, target.snap);
     let outcome = tokio::task::spawn_blocking(move || {
         if !received.hash_matches() {
             return Ok(None);
         }
         let data = &received.body;
         store
-            .put(&PutRequest { pool, key: &key, data, version, checksum, pg_seed, epoch })
+            .put_in(&PutRequest { pool, key: &key, data, version, checksum, pg_seed, epoch }, snap)
             .map(Some)
     })
     .await
@@ -148,31 +161,38 @@ pub(super) async fn write_in_place(
     };
     let received = body.receive(state.auth.enabled(), limit).await?;
     let store = target.store.clone();
-    let (pool, epoch) = (target.pool, target.epoch);
+    let (pool, epoch, snap) = (target.pool, target.epoch, target.snap);
+    let preserves = store.would_preserve(pool, &key, snap);
     let write = move || {
         if !received.hash_matches() {
             return Ok(None);
         }
         store
-            .write_at(&crate::store::WriteAt {
-                pool,
-                key: &key,
-                offset,
-                data: &received.body,
-                zeroes,
-                size,
-                base,
-                version,
-                checksum,
-                pg_seed,
-                epoch,
-                sync,
-            })
+            .write_at_in(
+                &crate::store::WriteAt {
+                    pool,
+                    key: &key,
+                    offset,
+                    data: &received.body,
+                    zeroes,
+                    size,
+                    base,
+                    version,
+                    checksum,
+                    pg_seed,
+                    epoch,
+                    sync,
+                },
+                snap,
+            )
             .map(Some)
     };
     // A small change to an existing block object, not synced, is page-cache work: done here
     // (see SMALL_IO_BYTES); creations, syncs and large writes go to the blocking pool.
-    let small = base.is_some() && !sync && (zeroes.max(body.declared_bytes()) < SMALL_IO_BYTES);
+    let small = base.is_some()
+        && !sync
+        && (zeroes.max(body.declared_bytes()) < SMALL_IO_BYTES)
+        && !preserves;
     let outcome = if small {
         write()?
     } else {
@@ -271,12 +291,12 @@ pub(super) async fn delete_object(target: &Target, key: String, removal: Removal
         }
     }
     let store = target.store.clone();
-    let (pool, epoch) = (target.pool, target.epoch);
+    let (pool, epoch, snap) = (target.pool, target.epoch, target.snap);
     let removed = tokio::task::spawn_blocking(move || match removal {
         Removal::Undo { version } => store.undo(pool, &key, version),
         Removal::Delete { version, purge: true, .. } => store.purge(pool, &key, version),
         Removal::Delete { version, purge: false, pg_seed } => store
-            .delete(pool, &key, version, epoch, pg_seed)
+            .delete_in(pool, &key, version, epoch, pg_seed, snap)
             .map(|outcome| outcome == crate::store::DeleteOutcome::Deleted),
     })
     .await

@@ -18,6 +18,10 @@ pub(crate) struct Target {
     pub(crate) store: Arc<DeviceStore>,
     pub(crate) pool: PoolId,
     pub(crate) epoch: Epoch,
+    /// A write's snapshot context ([`optio_proto::snap`]).
+    pub(crate) snap: Option<optio_proto::snap::SnapContext>,
+    /// A read's snapshot mark.
+    pub(crate) as_of: Option<optio_proto::ObjectVersion>,
 }
 
 /// A refusal of `kind` for `reason`.

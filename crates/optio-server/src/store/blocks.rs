@@ -74,6 +74,16 @@ impl DeviceStore {
     /// version stored. A plain object (written whole) becomes a block object on its first
     /// write in place.
     pub fn write_at(&self, request: &WriteAt<'_>) -> Result<PutOutcome, StoreError> {
+        self.write_at_in(request, None)
+    }
+
+    /// [`write_at`](Self::write_at) under a volume's snapshot context: what is stored is
+    /// first kept as a clone when the newest snapshot sees it ([`optio_proto::snap`]).
+    pub fn write_at_in(
+        &self,
+        request: &WriteAt<'_>,
+        snap: Option<optio_proto::snap::SnapContext>,
+    ) -> Result<PutOutcome, StoreError> {
         if request.zeroes > 0 && !request.data.is_empty() {
             return Err(StoreError::BadRange("a write of zeroes carries no data".into()));
         }
@@ -92,6 +102,7 @@ impl DeviceStore {
             // A retried write whose answer was lost.
             return Ok(PutOutcome::AlreadyStored);
         }
+        self.preserve_for(request.pool, request.key, snap, request.version)?;
         match (request.base, live) {
             (None, None) => {
                 if let Some(tomb) = existing

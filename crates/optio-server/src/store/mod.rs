@@ -38,6 +38,7 @@ use crate::error::StoreError;
 use crate::records::RecordLog;
 
 mod blocks;
+mod snapshots;
 pub use blocks::WriteAt;
 
 /// Lock stripes per device (writes to keys in different stripes never wait on each other).
@@ -387,6 +388,16 @@ impl DeviceStore {
 
     /// Stores an object durably (blocking: call from a blocking thread).
     pub fn put(&self, request: &PutRequest<'_>) -> Result<PutOutcome, StoreError> {
+        self.put_in(request, None)
+    }
+
+    /// [`put`](Self::put) under a volume's snapshot context: what is stored is first kept as
+    /// a clone when the newest snapshot sees it ([`optio_proto::snap`]).
+    pub fn put_in(
+        &self,
+        request: &PutRequest<'_>,
+        snap: Option<optio_proto::snap::SnapContext>,
+    ) -> Result<PutOutcome, StoreError> {
         let computed = checksum(request.data);
         if let Some(sent) = request.checksum
             && sent != computed
@@ -423,6 +434,10 @@ impl DeviceStore {
         self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
         written.map_err(StoreError::io("write", &temp))?;
         let _stripe = self.stripe(request.key);
+        if let Err(error) = self.preserve_for(request.pool, request.key, snap, request.version) {
+            let _ = self.disk.remove(&temp);
+            return Err(error);
+        }
         self.publish(&temp, path, request.pool, request.key, entry)?;
         drop(reservation);
         Ok(PutOutcome::Stored)
@@ -633,6 +648,34 @@ impl DeviceStore {
         epoch: Epoch,
         pg_seed: Option<u32>,
     ) -> Result<DeleteOutcome, StoreError> {
+        self.delete_in(pool, key, version, epoch, pg_seed, None)
+    }
+
+    /// [`delete`](Self::delete) under a volume's snapshot context: what is stored is first
+    /// kept as a clone when the newest snapshot sees it. Such a delete names its version.
+    pub fn delete_in(
+        &self,
+        pool: PoolId,
+        key: &str,
+        version: Option<ObjectVersion>,
+        epoch: Epoch,
+        pg_seed: Option<u32>,
+        snap: Option<optio_proto::snap::SnapContext>,
+    ) -> Result<DeleteOutcome, StoreError> {
+        if optio_proto::snap::parse_clone_key(key).is_some() {
+            // A snapshot's clone no snapshot sees any more (a trim): removed outright. No
+            // tombstone is needed: a copy that comes back (from a replica that missed the
+            // trim) is never the newest content below any snapshot's mark, so no read sees
+            // it, and the next trim removes it again.
+            let removed = self.purge(pool, key, version)?;
+            return Ok(if removed { DeleteOutcome::Deleted } else { DeleteOutcome::Absent });
+        }
+        if let (Some(snap), None) = (snap, version) {
+            return Err(StoreError::BadRange(format!(
+                "a delete of '{key}' under snapshot {} must name its version",
+                snap.seq
+            )));
+        }
         let _stripe = self.stripe(key);
         let existing = self.entry(pool, key);
         let was_live = existing.is_some_and(|e| !e.deleted);
@@ -654,6 +697,7 @@ impl DeviceStore {
         // The copy's own seed, else the one the deleter sent (a tombstone for a key this
         // device never held: rebalancing and catching up place it by its seed).
         let pg_seed = existing.and_then(|e| e.pg_seed).or(pg_seed);
+        self.preserve_for(pool, key, snap, version)?;
         self.write_tombstone(pool, key, version, pg_seed, epoch)?;
         Ok(outcome)
     }

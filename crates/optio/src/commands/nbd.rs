@@ -366,6 +366,12 @@ async fn serve(args: Args) -> Result<()> {
     let mut exports: Vec<(String, Arc<dyn Export>)> = Vec::new();
     let mut opened: Vec<Arc<Volume>> = Vec::new();
     for name in &names {
+        // A snapshot (VOL@SNAP) is served read-only whatever the other exports are.
+        let options = if name.contains('@') {
+            OpenOptions { read_only: true, local_reads: false, ..options }
+        } else {
+            options
+        };
         let volume = match Volume::open(&client, name, options).await {
             Ok(volume) => volume,
             Err(error) => {

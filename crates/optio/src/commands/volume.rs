@@ -29,8 +29,88 @@ pub enum Command {
     /// Copy a raw image (a file or `-` for standard input) into a volume; runs of zeros are
     /// not written.
     Import(CopyArgs),
-    /// Copy a volume into a raw image (a file, written sparse, or `-` for standard output).
+    /// Copy a volume, or a snapshot VOL@SNAP, into a raw image (a file, written sparse, or
+    /// `-` for standard output).
     Export(CopyArgs),
+    /// Snapshots: `snap create|ls|rm|rollback|protect|unprotect` (VOL@SNAP names one).
+    #[command(subcommand)]
+    Snap(SnapCommand),
+    /// Make volume NEW from the protected snapshot VOL@SNAP: nothing is copied; what NEW
+    /// never wrote reads from the snapshot (clones of clones too).
+    Clone(CloneArgs),
+    /// Copy into clone NAME everything it still reads from its parent snapshot, then detach
+    /// it (the snapshot may then be unprotected and removed). Run again if interrupted.
+    Flatten(FlattenArgs),
+}
+
+/// `optio volume clone`.
+#[derive(clap::Args, Debug)]
+pub struct CloneArgs {
+    /// The parent snapshot, as VOLUME@SNAPSHOT (protected).
+    pub spec: String,
+    /// The new volume's name.
+    pub new: String,
+    /// The pool of the new volume's objects (default: the parent's).
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// `optio volume flatten`.
+#[derive(clap::Args, Debug)]
+pub struct FlattenArgs {
+    /// The clone.
+    pub name: String,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// `optio volume snap …`: point-in-time, read-only copies of a volume that cost nothing until
+/// the volume changes (docs/volumes.md, "Snapshots and clones").
+#[derive(clap::Subcommand, Debug)]
+pub enum SnapCommand {
+    /// Take snapshot VOL@SNAP: crash-consistent (every write acknowledged before it is in it,
+    /// none issued after); while `optio nbd` serves the volume, that process takes it.
+    Create(SnapArgs),
+    /// List a volume's snapshots (VOL).
+    Ls(SnapListArgs),
+    /// Remove snapshot VOL@SNAP and the copies only it kept (not a protected one).
+    Rm(SnapArgs),
+    /// Write the volume back as snapshot VOL@SNAP holds it (takes the volume's lock; the
+    /// other snapshots stay).
+    Rollback(SnapArgs),
+    /// Protect VOL@SNAP from removal.
+    Protect(SnapArgs),
+    /// Let VOL@SNAP be removed again.
+    Unprotect(SnapArgs),
+}
+
+/// A command on one snapshot.
+#[derive(clap::Args, Debug)]
+pub struct SnapArgs {
+    /// The snapshot, as VOLUME@SNAPSHOT.
+    pub spec: String,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// `optio volume snap ls`.
+#[derive(clap::Args, Debug)]
+pub struct SnapListArgs {
+    /// Volume name.
+    pub name: String,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
 }
 
 /// `optio volume create`.
@@ -147,8 +227,142 @@ pub fn run(command: Command) -> Result<()> {
             Command::Rm(args) => rm(args).await,
             Command::Import(args) => import(args).await,
             Command::Export(args) => export(args).await,
+            Command::Snap(SnapCommand::Protect(args)) => snap_protect(args, true).await,
+            Command::Snap(SnapCommand::Unprotect(args)) => snap_protect(args, false).await,
+            Command::Snap(command) => snap(command).await,
+            Command::Clone(args) => clone(args).await,
+            Command::Flatten(args) => {
+                let client = args.cluster.connect().await?;
+                let copied = optio_client::snapshot::flatten(&client, &args.name).await?;
+                println!(
+                    "flattened volume '{}' ({copied} objects copied from its parent)",
+                    args.name
+                );
+                Ok(())
+            }
         }
     })
+}
+
+async fn snap(command: SnapCommand) -> Result<()> {
+    use optio_client::snapshot;
+    match command {
+        SnapCommand::Ls(args) => {
+            let client = args.cluster.connect().await?;
+            let snapshots = snapshot::list(&client, &args.name).await?;
+            if args.json {
+                println!("{}", serde_json::to_value(&snapshots).expect("snapshots serialize"));
+                return Ok(());
+            }
+            if snapshots.is_empty() {
+                println!(
+                    "volume '{}' has no snapshots; take one with `optio volume snap create {}@NAME`",
+                    args.name, args.name
+                );
+                return Ok(());
+            }
+            let mut table =
+                Table::new(&["id", "name", "size", "protected", "created (unix s)"]).left(&[1]);
+            for s in &snapshots {
+                table.row(vec![
+                    s.id.to_string(),
+                    s.name.clone(),
+                    output::bytes(s.size as f64),
+                    if s.protected { "yes".into() } else { "no".into() },
+                    s.created_unix_s.to_string(),
+                ]);
+            }
+            print!("{}", table.render());
+            Ok(())
+        }
+        SnapCommand::Create(args) => {
+            let (name, snap) = snapshot::parse_spec(&args.spec)?;
+            let client = args.cluster.connect().await?;
+            let started = std::time::Instant::now();
+            let taken = snapshot::create(&client, name, snap).await?;
+            let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+            if args.json {
+                let mut value = serde_json::to_value(&taken).expect("snapshots serialize");
+                value["elapsed_ms"] = serde_json::json!(elapsed_ms);
+                println!("{value}");
+            } else {
+                println!(
+                    "took snapshot '{}' (id {}) of volume '{name}' in {elapsed_ms:.1} ms",
+                    taken.name, taken.id
+                );
+            }
+            Ok(())
+        }
+        SnapCommand::Rm(args) => {
+            let (name, snap) = snapshot::parse_spec(&args.spec)?;
+            let client = args.cluster.connect().await?;
+            let trimmed = snapshot::remove(&client, name, snap).await?;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "removed": args.spec, "clones_trimmed": trimmed })
+                );
+            } else {
+                println!("removed snapshot '{}' ({trimmed} kept copies trimmed)", args.spec);
+            }
+            Ok(())
+        }
+        SnapCommand::Rollback(args) => {
+            let (name, snap) = snapshot::parse_spec(&args.spec)?;
+            let client = args.cluster.connect().await?;
+            let changed = snapshot::rollback(&client, name, snap).await?;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "rolled_back_to": args.spec, "objects_written": changed })
+                );
+            } else {
+                println!("rolled volume '{name}' back to '{snap}' ({changed} objects written)");
+            }
+            Ok(())
+        }
+        SnapCommand::Protect(args) | SnapCommand::Unprotect(args) => {
+            bail!("internal: handled below ({})", args.spec)
+        }
+    }
+}
+
+async fn clone(args: CloneArgs) -> Result<()> {
+    let (volume, snap) = optio_client::snapshot::parse_spec(&args.spec)?;
+    let client = args.cluster.connect().await?;
+    if let Some(pool) = &args.pool {
+        client.map().pool_by_name(pool).with_context(|| {
+            format!("no pool '{pool}' in the map; pass --pool with one of its pools")
+        })?;
+    }
+    let header =
+        optio_client::snapshot::clone(&client, volume, snap, &args.new, args.pool.as_deref())
+            .await?;
+    if args.json {
+        println!("{}", header_json(&header));
+    } else {
+        println!(
+            "cloned '{}' into volume '{}' ({}, pool '{}'; nothing copied)",
+            args.spec,
+            header.name,
+            output::bytes(header.size as f64),
+            header.pool
+        );
+    }
+    Ok(())
+}
+
+async fn snap_protect(args: SnapArgs, protected: bool) -> Result<()> {
+    let (name, snap) = optio_client::snapshot::parse_spec(&args.spec)?;
+    let client = args.cluster.connect().await?;
+    optio_client::snapshot::set_protected(&client, name, snap, protected).await?;
+    let what = if protected { "protected" } else { "unprotected" };
+    if args.json {
+        println!("{}", serde_json::json!({ "snapshot": args.spec, "protected": protected }));
+    } else {
+        println!("snapshot '{}' {what}", args.spec);
+    }
+    Ok(())
 }
 
 fn header_json(header: &VolumeHeader) -> serde_json::Value {
@@ -254,6 +468,27 @@ async fn info(args: InfoArgs) -> Result<()> {
         output::bytes((allocated.len() as u64 * header.object_size) as f64)
     );
     println!("features     {}", header.features.join(", "));
+    if header.snapshots.is_empty() {
+        println!("snapshots    none");
+    }
+    for s in &header.snapshots {
+        let protected = if s.protected { ", protected" } else { "" };
+        let children = if s.children.is_empty() {
+            String::new()
+        } else {
+            format!(", clones: {}", s.children.join(", "))
+        };
+        println!(
+            "snapshot     {}@{} (id {}, {}{protected}{children})",
+            header.name,
+            s.name,
+            s.id,
+            output::bytes(s.size as f64)
+        );
+    }
+    if let Some(parent) = &header.parent {
+        println!("parent       {}@{}", parent.volume, parent.snapshot);
+    }
     match &header.lock {
         Some(lock) => println!("locked by    {}", lock.holder),
         None => println!("locked by    nobody"),

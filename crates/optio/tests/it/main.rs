@@ -39,6 +39,8 @@ mod security;
 
 // Block volumes (issue 15).
 mod volumes;
+// Volume snapshots (issue 40).
+mod snapshots;
 
 // Who may use `optio nbd`, and how much one client may make it hold (issue 36).
 mod nbd_security;

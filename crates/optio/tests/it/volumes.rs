@@ -22,12 +22,12 @@ const READ: u16 = 0;
 const WRITE: u16 = 1;
 const FLUSH: u16 = 3;
 
-fn spec() -> LocalClusterSpec {
+pub(crate) fn spec() -> LocalClusterSpec {
     LocalClusterSpec { auth: true, ..small() }
 }
 
 /// Runs `optio ARGS`, which must fail with exit status 1 and a message (no panic).
-fn fails(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn fails(dir: &Path, args: &[&str]) -> String {
     let out = optio(dir, args);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "optio {args:?} should fail: {stderr}");
@@ -35,7 +35,7 @@ fn fails(dir: &Path, args: &[&str]) -> String {
     stderr
 }
 
-fn run(program: &str, args: &[&str]) -> String {
+pub(crate) fn run(program: &str, args: &[&str]) -> String {
     let output = Command::new(program).args(args).output().expect("runs");
     let text = format!(
         "{}{}",
@@ -47,7 +47,7 @@ fn run(program: &str, args: &[&str]) -> String {
 }
 
 /// A running `optio nbd`.
-struct Nbd {
+pub(crate) struct Nbd {
     child: Child,
     port: u16,
     /// What it logged so far (stderr, read as it comes, so that a long log never blocks it).
@@ -56,7 +56,7 @@ struct Nbd {
 }
 
 impl Nbd {
-    fn start(dir: &Path, extra: &[&str]) -> Result<Nbd, String> {
+    pub(crate) fn start(dir: &Path, extra: &[&str]) -> Result<Nbd, String> {
         let port = free_port();
         let mut child = Command::new(binary())
             .args(["nbd", "--listen", &format!("127.0.0.1:{port}"), "--insecure-plain-tcp"])
@@ -92,12 +92,16 @@ impl Nbd {
         }
     }
 
-    fn uri(&self, volume: &str) -> String {
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(crate) fn uri(&self, volume: &str) -> String {
         format!("nbd://127.0.0.1:{}/{volume}", self.port)
     }
 
     /// SIGKILL.
-    fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -108,7 +112,7 @@ impl Nbd {
     }
 
     /// SIGTERM: flushes and releases the volumes' locks. Returns what it logged.
-    fn stop(mut self) -> String {
+    pub(crate) fn stop(mut self) -> String {
         let _ = Command::new("kill").arg(self.child.id().to_string()).status();
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
@@ -132,7 +136,7 @@ impl Drop for Nbd {
 }
 
 /// Deterministic bytes with runs of zeros (a sparse image).
-fn image(len: u64, seed: u64) -> Vec<u8> {
+pub(crate) fn image(len: u64, seed: u64) -> Vec<u8> {
     let mut out = vec![0u8; len as usize];
     let mut x = seed | 1;
     for (i, chunk) in out.chunks_mut(64 << 10).enumerate() {
@@ -150,7 +154,7 @@ fn image(len: u64, seed: u64) -> Vec<u8> {
 }
 
 /// Waits until `optio status` says HEALTH_OK (every server up, rebalanced and caught up).
-fn settle(cluster: &LocalCluster) {
+pub(crate) fn settle(cluster: &LocalCluster) {
     let healthy = crate::wait_until(Duration::from_secs(60), || {
         optio(cluster.dir(), &["status"]).status.code() == Some(0)
     });
@@ -686,6 +690,8 @@ fn a_restarted_optio_nbd_takes_its_dead_predecessors_lock_at_once() {
             token: 12345,
             expires_unix_ms,
             process: Some(elsewhere),
+            taken_unix_ms: 0,
+            generation_seen: 0,
         }),
     );
     let error = Nbd::start(&dir, &["disk"]).err().expect("a lease held elsewhere holds");

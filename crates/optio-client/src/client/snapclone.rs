@@ -1,0 +1,49 @@
+//! Snapshot clones seen from the client: they are placed by their head's seed, not by their
+//! own key, so they are reached through their head's location ([`optio_proto::snap`]).
+
+use futures_util::future::join_all;
+use optio_proto::snap::parse_clone_key;
+use optio_proto::{ErrorKind, ObjectVersion};
+
+use crate::error::ClientError;
+use crate::transport::Op;
+
+use super::Client;
+
+impl Client {
+    /// Removes the snapshot clone `clone` (a key [`optio_proto::snap::clone_key`] made) of
+    /// version `version` from every replica of its head: a tombstone of that version is left,
+    /// so no copy of it can come back. The head must exist (a clone of a deleted head stays).
+    pub async fn delete_clone(
+        &self,
+        pool_name: &str,
+        clone: &str,
+        version: ObjectVersion,
+    ) -> Result<(), ClientError> {
+        let Some((head, _)) = parse_clone_key(clone) else {
+            return Err(ClientError::Config(format!("'{clone}' is not a snapshot clone's key")));
+        };
+        let location = self.stat(pool_name, head).await?;
+        let view = self.view();
+        let pool = view.pool(pool_name)?;
+        let endpoints = self.endpoints(&view, &location.candidate)?;
+        let pg_seed = location.info.pg_seed;
+        let calls = endpoints.iter().map(|endpoint| {
+            let op = Op::Delete { key: clone, version: Some(version), purge: false, pg_seed };
+            self.call(self.object_call(&view, endpoint, pool, op))
+        });
+        let mut failures = Vec::new();
+        for (endpoint, result) in endpoints.iter().zip(join_all(calls).await) {
+            match result {
+                Ok(_) => {}
+                Err(failure) if failure.kind() == Some(ErrorKind::NotFound) => {}
+                Err(failure) if failure.is_not_running() => {}
+                Err(failure) => failures.push(format!("device {}: {failure}", endpoint.device)),
+            }
+        }
+        if failures.is_empty() {
+            return Ok(());
+        }
+        Err(ClientError::Unreadable { key: clone.to_string(), failures: failures.join("; ") })
+    }
+}

@@ -1,0 +1,674 @@
+//! Volume snapshots (`docs/volumes.md`, "Snapshots and clones"): kept in the volume's header,
+//! taken by the lock holder, trimmed by the client that removes them.
+//!
+//! A snapshot is a header entry — id (from the volume's sequence), name, *mark*, size,
+//! protected flag — and costs nothing until a data object changes: each write carries the
+//! newest mark, and the servers keep what a snapshot sees as a clone before changing it
+//! ([`optio_proto::snap`]). Taking one is a compare-and-swap of the header:
+//!
+//! * **No writer holds the lock**: the snapshot is recorded with a mark of now plus the
+//!   servers' clock bound ([`VERSION_AHEAD_MAX_MICROS`]), above every version any past
+//!   writer could have written; the next writer raises its clock past it when it opens.
+//! * **A writer holds it** (`optio nbd`): the snapshot is recorded without a mark and the
+//!   header's snapshot generation bumped. The holder polls the header ([`HOLDER_POLL`]); it
+//!   stops its writes, waits for those in flight, picks the mark (its clock's next tick, so
+//!   above every write it acknowledged and below every write it will issue), records it with
+//!   the generation it has seen, and writes again with the new context. The command waits
+//!   [`HOLDER_WAIT`] for the mark; a holder that does not answer makes it take the unmarked
+//!   snapshot back and fail, so a snapshot is whole or absent, never torn.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::volume::{
+    Volume, VolumeError, VolumeHeader, find_header, header_key, holder_is_gone, now_ms,
+    validate_name,
+};
+use crate::{Client, ClientError};
+use optio_proto::ObjectVersion;
+use optio_proto::snap::{SnapContext, parse_clone_key, visible_at};
+
+/// How often a lock holder looks at the header for snapshots to take.
+pub const HOLDER_POLL: Duration = Duration::from_millis(20);
+/// How long `snap create` waits for the lock holder to take the snapshot.
+pub const HOLDER_WAIT: Duration = Duration::from_secs(5);
+/// How far ahead of a server's clock a version may be (the servers' bound; a mark taken
+/// without a holder is this far ahead of now).
+pub const VERSION_AHEAD_MAX_MICROS: u64 = 10_000_000;
+
+/// One snapshot of a volume.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Id, from the volume's sequence.
+    pub id: u64,
+    /// Name.
+    pub name: String,
+    /// The mark (none: being taken by the lock holder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<u64>,
+    /// The volume's size when it was taken.
+    pub size: u64,
+    /// Protected: cannot be removed.
+    #[serde(default)]
+    pub protected: bool,
+    /// When it was asked for (Unix seconds).
+    pub created_unix_s: u64,
+    /// The volumes cloned from it (it cannot be unprotected or removed while they are).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<String>,
+}
+
+/// A clone's parent: a protected snapshot of another volume.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Parent {
+    /// The parent volume's name.
+    pub volume: String,
+    /// Its snapshot.
+    pub snapshot: String,
+    /// The snapshot's mark.
+    pub mark: u64,
+    /// Bytes of the clone that may read from the parent (the snapshot's size).
+    pub overlap: u64,
+}
+
+/// Where a clone's never-written data objects read from, resolved at open: one snapshot of
+/// an ancestor volume.
+#[derive(Clone, Debug)]
+pub struct Ancestor {
+    /// The ancestor volume's pool.
+    pub pool: String,
+    /// Its id (naming its data objects).
+    pub id: String,
+    /// The snapshot's mark.
+    pub mark: ObjectVersion,
+    /// Bytes that may read from it (the smallest overlap on the way to it).
+    pub overlap: u64,
+}
+
+/// The most levels of clones of clones.
+pub const CLONE_DEPTH_MAX: usize = 16;
+
+/// The ancestors of the volume `header` describes, nearest first.
+pub async fn ancestors(
+    client: &Client,
+    header: &VolumeHeader,
+) -> Result<Vec<Ancestor>, VolumeError> {
+    let mut out: Vec<Ancestor> = Vec::new();
+    let mut parent = header.parent.clone();
+    let mut overlap = u64::MAX;
+    while let Some(link) = parent {
+        if out.len() == CLONE_DEPTH_MAX {
+            return Err(VolumeError::Snapshot(format!(
+                "volume '{}' is more than {CLONE_DEPTH_MAX} clones deep: flatten it",
+                header.name
+            )));
+        }
+        let (above, _) = find_header(client, &link.volume).await.map_err(|error| {
+            VolumeError::Snapshot(format!(
+                "the parent of volume '{}', '{}@{}', cannot be opened: {error}",
+                header.name, link.volume, link.snapshot
+            ))
+        })?;
+        overlap = overlap.min(link.overlap);
+        out.push(Ancestor {
+            pool: above.pool.clone(),
+            id: above.id.clone(),
+            mark: ObjectVersion(link.mark),
+            overlap,
+        });
+        parent = above.parent.clone();
+    }
+    Ok(out)
+}
+
+impl Snapshot {
+    /// The context writes carry while this is the newest snapshot.
+    pub fn context(&self) -> Option<SnapContext> {
+        self.mark.map(|mark| SnapContext { seq: self.id, mark: ObjectVersion(mark) })
+    }
+}
+
+/// Snapshot `name` of the volume `header` describes.
+pub fn find<'h>(header: &'h VolumeHeader, name: &str) -> Result<&'h Snapshot, VolumeError> {
+    header.snapshots.iter().find(|s| s.name == name).ok_or_else(|| {
+        VolumeError::Snapshot(format!(
+            "volume '{}' has no snapshot '{name}'; `optio volume snap ls {}` lists them",
+            header.name, header.name
+        ))
+    })
+}
+
+/// Splits `VOL@SNAP`.
+pub fn parse_spec(spec: &str) -> Result<(&str, &str), VolumeError> {
+    let Some((volume, snap)) = spec.split_once('@') else {
+        return Err(VolumeError::Snapshot(format!(
+            "'{spec}' names no snapshot: write VOLUME@SNAPSHOT"
+        )));
+    };
+    validate_name(volume)?;
+    validate_name(snap).map_err(|_| {
+        VolumeError::Snapshot(format!(
+            "bad snapshot name '{snap}': use 1 to 200 letters, digits, '-', '_' or '.', not starting with '.'"
+        ))
+    })?;
+    Ok((volume, snap))
+}
+
+/// The live lock holder of a header, if any (a lease not run out, a holder not known gone).
+fn live_holder(header: &VolumeHeader) -> Option<&crate::volume::Lock> {
+    header.lock.as_ref().filter(|lock| lock.expires_unix_ms > now_ms() && !holder_is_gone(lock))
+}
+
+/// Replaces the header of `name` by `change(header)` with a compare-and-swap, retrying when
+/// another client changed it; returns the header written.
+async fn update(
+    client: &Client,
+    name: &str,
+    mut change: impl FnMut(&mut VolumeHeader) -> Result<(), VolumeError>,
+) -> Result<VolumeHeader, VolumeError> {
+    for attempt in 0..16u64 {
+        let (mut header, version) = find_header(client, name).await?;
+        change(&mut header)?;
+        if !header.fits() {
+            return Err(VolumeError::Snapshot(format!(
+                "volume '{name}' has as many snapshots as its 4 KiB header holds ({}): remove one first",
+                header.snapshots.len().saturating_sub(1)
+            )));
+        }
+        let key = header_key(name);
+        match client.compare_and_write(&header.pool, &key, 0, header.encode(), version).await {
+            Ok(_) => return Ok(header),
+            Err(ClientError::Changed { .. }) => {
+                tokio::time::sleep(Duration::from_millis(5 + 7 * attempt)).await;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Err(VolumeError::Client(ClientError::Changed { key: header_key(name) }))
+}
+
+/// Takes snapshot `snap` of volume `name` (see the module): returns it once it has its mark.
+pub async fn create(client: &Client, name: &str, snap: &str) -> Result<Snapshot, VolumeError> {
+    let mut asked_holder = false;
+    let written = update(client, name, |header| {
+        if header.removing {
+            return Err(VolumeError::NotFound(name.to_string()));
+        }
+        if header.snapshots.iter().any(|s| s.name == snap) {
+            return Err(VolumeError::Snapshot(format!(
+                "volume '{name}' has a snapshot '{snap}' already; pick another name"
+            )));
+        }
+        let now = now_ms();
+        asked_holder = live_holder(header).is_some();
+        let mark = (!asked_holder).then(|| now * 1000 + VERSION_AHEAD_MAX_MICROS + 1);
+        header.snap_seq += 1;
+        header.snap_generation += 1;
+        header.snapshots.push(Snapshot {
+            id: header.snap_seq,
+            name: snap.to_string(),
+            mark,
+            size: header.size,
+            protected: false,
+            created_unix_s: now / 1000,
+            children: Vec::new(),
+        });
+        Ok(())
+    })
+    .await?;
+    let taken = find(&written, snap)?.clone();
+    if !asked_holder {
+        return Ok(taken);
+    }
+    let holder = written.lock.as_ref().map(|l| l.holder.clone()).unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + HOLDER_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(HOLDER_POLL / 2).await;
+        let (header, _) = find_header(client, name).await?;
+        match header.snapshots.iter().find(|s| s.id == taken.id) {
+            Some(s) if s.mark.is_some() => return Ok(s.clone()),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    // The holder did not answer: take the snapshot back unless it was taken meanwhile.
+    let after = update(client, name, |header| {
+        header.snapshots.retain(|s| s.id != taken.id || s.mark.is_some());
+        header.snap_generation += 1;
+        Ok(())
+    })
+    .await?;
+    if let Some(s) = after.snapshots.iter().find(|s| s.id == taken.id) {
+        return Ok(s.clone());
+    }
+    Err(VolumeError::Snapshot(format!(
+        "volume '{name}' is open read-write by {holder}, which did not take snapshot '{snap}' within {} s: no snapshot was made; check that process (or stop it) and try again",
+        HOLDER_WAIT.as_secs()
+    )))
+}
+
+/// The snapshots of volume `name`, oldest first.
+pub async fn list(client: &Client, name: &str) -> Result<Vec<Snapshot>, VolumeError> {
+    Ok(find_header(client, name).await?.0.snapshots)
+}
+
+/// Sets or clears the protected flag of `snap`.
+pub async fn protect(
+    client: &Client,
+    name: &str,
+    snap: &str,
+    protected: bool,
+) -> Result<(), VolumeError> {
+    update(client, name, |header| {
+        let found = header.snapshots.iter_mut().find(|s| s.name == snap);
+        let Some(found) = found else {
+            return Err(find(header, snap).expect_err("not there"));
+        };
+        found.protected = protected;
+        Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// [`protect`], refusing to unprotect a snapshot that has clones (named in the error).
+pub async fn set_protected(
+    client: &Client,
+    name: &str,
+    snap: &str,
+    protected: bool,
+) -> Result<(), VolumeError> {
+    if !protected {
+        let (header, _) = find_header(client, name).await?;
+        let children = live_children(client, find(&header, snap)?).await?;
+        if !children.is_empty() {
+            return Err(VolumeError::Snapshot(format!(
+                "snapshot '{name}@{snap}' has clones ({}): flatten or remove them first",
+                children.join(", ")
+            )));
+        }
+    }
+    protect(client, name, snap, protected).await
+}
+
+/// Removes `snap` from volume `name` and trims the clones no snapshot sees any more; returns
+/// how many clones were removed. A protected snapshot is refused.
+pub async fn remove(client: &Client, name: &str, snap: &str) -> Result<u64, VolumeError> {
+    let written = update(client, name, |header| {
+        let found = find(header, snap)?;
+        if !found.children.is_empty() {
+            return Err(VolumeError::Snapshot(format!(
+                "snapshot '{name}@{snap}' has clones ({}): flatten or remove them first",
+                found.children.join(", ")
+            )));
+        }
+        if found.protected {
+            return Err(VolumeError::Snapshot(format!(
+                "snapshot '{name}@{snap}' is protected: `optio volume snap unprotect {name}@{snap}` first"
+            )));
+        }
+        header.snapshots.retain(|s| s.name != snap);
+        header.snap_generation += 1;
+        Ok(())
+    })
+    .await?;
+    // A writer keeps writing with the old context until it has seen the change: trimming
+    // waits for it, so that no clone for the removed snapshot is made after the trim.
+    if let Some(lock) = live_holder(&written) {
+        let holder = lock.holder.clone();
+        let deadline = tokio::time::Instant::now() + HOLDER_WAIT;
+        loop {
+            let (header, _) = find_header(client, name).await?;
+            let seen = header.lock.as_ref().map_or(u64::MAX, |l| l.generation_seen);
+            if seen >= written.snap_generation || live_holder(&header).is_none() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(VolumeError::Snapshot(format!(
+                    "snapshot '{name}@{snap}' is removed, but {holder}, which holds the volume open, did not follow within {} s: its clones stay until `optio volume snap trim {name}` (or the next snap rm)",
+                    HOLDER_WAIT.as_secs()
+                )));
+            }
+            tokio::time::sleep(HOLDER_POLL).await;
+        }
+    }
+    trim(client, &written).await
+}
+
+/// Removes every clone of the volume's data objects that no snapshot of `header` sees;
+/// returns how many.
+pub async fn trim(client: &Client, header: &VolumeHeader) -> Result<u64, VolumeError> {
+    let marks: Vec<ObjectVersion> =
+        header.snapshots.iter().filter_map(|s| s.mark).map(ObjectVersion).collect();
+    let pending = header.snapshots.iter().any(|s| s.mark.is_none());
+    let listed = client.list(&header.pool, &header.data_prefix()).await?;
+    // Heads and their clones, by head key.
+    let mut objects: std::collections::BTreeMap<&str, (Option<ObjectVersion>, Vec<ObjectVersion>)> =
+        std::collections::BTreeMap::new();
+    for info in &listed {
+        match parse_clone_key(&info.key) {
+            Some((head, version)) => objects.entry(head).or_default().1.push(version),
+            None => objects.entry(&info.key).or_default().0 = Some(info.version),
+        }
+    }
+    let mut removed = 0;
+    for (head, (head_version, clones)) in objects {
+        if clones.is_empty() || pending {
+            continue;
+        }
+        let Some(head_version) = head_version else { continue };
+        let mut contents = vec![(head_version, false)];
+        contents.extend(clones.iter().map(|v| (*v, false)));
+        let seen: Vec<usize> = marks.iter().filter_map(|m| visible_at(&contents, *m)).collect();
+        for (i, version) in clones.iter().enumerate() {
+            if !seen.contains(&(i + 1)) {
+                let clone = optio_proto::snap::clone_key(head, *version);
+                client.delete_clone(&header.pool, &clone, *version).await?;
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Rolls volume `name` back to `snap`: every data object written since is written back as
+/// the snapshot sees it (under the newest snapshot's context, so other snapshots keep
+/// theirs), and the size set back. Takes the volume's lock, as a writer.
+pub async fn rollback(client: &Client, name: &str, snap: &str) -> Result<u64, VolumeError> {
+    let options = crate::volume::OpenOptions::default();
+    let volume = Volume::open(client, name, options).await?;
+    let result = rollback_open(client, &volume, snap).await;
+    let closed = volume.close().await;
+    let changed = result?;
+    closed?;
+    Ok(changed)
+}
+
+async fn rollback_open(client: &Client, volume: &Volume, snap: &str) -> Result<u64, VolumeError> {
+    let header = volume.header();
+    let snapshot = find(&header, snap)?.clone();
+    let Some(mark) = snapshot.mark.map(ObjectVersion) else {
+        return Err(VolumeError::Snapshot(format!("snapshot '{snap}' is not taken yet")));
+    };
+    if snapshot.size > header.size {
+        volume.resize(snapshot.size, false).await?;
+    }
+    let listed = client.list(&header.pool, &header.data_prefix()).await?;
+    let prefix = header.data_prefix();
+    let mut indices: Vec<u64> = listed
+        .iter()
+        .filter_map(|info| {
+            let head = parse_clone_key(&info.key).map_or(info.key.as_str(), |(head, _)| head);
+            u64::from_str_radix(head.strip_prefix(&prefix)?, 16).ok()
+        })
+        .collect();
+    indices.sort_unstable();
+    indices.dedup();
+    let object_size = header.object_size;
+    let mut changed = 0;
+    for index in indices {
+        let offset = index * object_size;
+        if offset >= snapshot.size {
+            continue;
+        }
+        let len = object_size.min(snapshot.size - offset);
+        let key = header.data_key(index);
+        let range = Some((0, len - 1));
+        let then = match client.get_range_as_of(&header.pool, &key, range, mark).await {
+            Ok((_, data)) => Some(data),
+            Err(ClientError::NotFound { .. }) => None,
+            Err(error) => return Err(error.into()),
+        };
+        let now = volume.read(offset, len).await?;
+        match then {
+            Some(data) if data != now => volume.write(offset, data, false).await?,
+            None if now.iter().any(|b| *b != 0) => volume.write_zeroes(offset, len, false).await?,
+            _ => continue,
+        }
+        changed += 1;
+    }
+    if snapshot.size < header.size {
+        volume.resize(snapshot.size, true).await?;
+    }
+    volume.flush().await?;
+    Ok(changed)
+}
+
+/// Clones the protected snapshot `volume@snap` into a new volume `new` (in `pool`, default the
+/// parent's): a header naming its parent, nothing copied. The parent snapshot records the
+/// child first, so a crash between the two leaves a child name that does not exist (ignored
+/// by the checks that name children), never a clone whose parent may be removed.
+pub async fn clone(
+    client: &Client,
+    volume: &str,
+    snap: &str,
+    new: &str,
+    pool: Option<&str>,
+) -> Result<VolumeHeader, VolumeError> {
+    validate_name(new)?;
+    match find_header(client, new).await {
+        Ok(_) => return Err(VolumeError::Exists(new.to_string())),
+        Err(VolumeError::NotFound(_)) => {}
+        Err(error) => return Err(error),
+    }
+    let parent = update(client, volume, |header| {
+        let found = header.snapshots.iter_mut().find(|s| s.name == snap);
+        let Some(found) = found else { return Err(find(header, snap).expect_err("not there")) };
+        if !found.protected {
+            return Err(VolumeError::Snapshot(format!(
+                "snapshot '{volume}@{snap}' is not protected: `optio volume snap protect {volume}@{snap}` first (a clone's parent must stay)"
+            )));
+        }
+        if found.mark.is_none() {
+            return Err(VolumeError::Snapshot(format!("snapshot '{volume}@{snap}' is being taken")));
+        }
+        if !found.children.iter().any(|c| c == new) {
+            found.children.push(new.to_string());
+        }
+        Ok(())
+    })
+    .await?;
+    let snapshot = find(&parent, snap)?.clone();
+    let header = VolumeHeader {
+        format: 1,
+        name: new.to_string(),
+        id: format!("{:016x}", crate::volume::unique(new)),
+        pool: pool.unwrap_or(&parent.pool).to_string(),
+        size: snapshot.size,
+        object_size: parent.object_size,
+        features: vec!["thin".into()],
+        created_unix_s: now_ms() / 1000,
+        lock: None,
+        removing: false,
+        snap_seq: 0,
+        snap_generation: 0,
+        snapshots: Vec::new(),
+        parent: Some(Parent {
+            volume: volume.to_string(),
+            snapshot: snap.to_string(),
+            mark: snapshot.mark.expect("checked above"),
+            overlap: snapshot.size,
+        }),
+    };
+    match crate::volume::create_header(client, header).await {
+        Ok(header) => Ok(header),
+        Err(error) => {
+            let _ = forget_child(client, volume, snap, new).await;
+            Err(error)
+        }
+    }
+}
+
+/// Removes `child` from the children of `volume@snap`.
+pub(crate) async fn forget_child(
+    client: &Client,
+    volume: &str,
+    snap: &str,
+    child: &str,
+) -> Result<(), VolumeError> {
+    update(client, volume, |header| {
+        if let Some(found) = header.snapshots.iter_mut().find(|s| s.name == snap) {
+            found.children.retain(|c| c != child);
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// The children of `snapshot` that exist.
+async fn live_children(client: &Client, snapshot: &Snapshot) -> Result<Vec<String>, VolumeError> {
+    let mut out = Vec::new();
+    for child in &snapshot.children {
+        match find_header(client, child).await {
+            Ok(_) => out.push(child.clone()),
+            Err(VolumeError::NotFound(_)) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(out)
+}
+
+/// Copies into clone `name` every data object it still reads from its parent, then forgets
+/// the parent (and the parent snapshot forgets it). Interrupted, it is run again.
+pub async fn flatten(client: &Client, name: &str) -> Result<u64, VolumeError> {
+    let volume = Volume::open(client, name, crate::volume::OpenOptions::default()).await?;
+    let result = flatten_open(client, &volume).await;
+    let closed = volume.close().await;
+    let copied = result?;
+    closed?;
+    Ok(copied)
+}
+
+async fn flatten_open(client: &Client, volume: &Volume) -> Result<u64, VolumeError> {
+    let header = volume.header();
+    let Some(parent) = header.parent.clone() else {
+        return Err(VolumeError::Snapshot(format!(
+            "volume '{}' is not a clone: nothing to flatten",
+            header.name
+        )));
+    };
+    let mut copied = 0;
+    for index in 0..header.objects() {
+        if volume.copy_up(&header, index).await? {
+            copied += 1;
+        }
+    }
+    volume.flush().await?;
+    volume
+        .update_header(|header| {
+            header.parent = None;
+            Ok(())
+        })
+        .await?;
+    forget_child(client, &parent.volume, &parent.snapshot, &header.name).await?;
+    Ok(copied)
+}
+
+impl Volume {
+    /// Object `index`'s bytes `[within, within + n)` from the nearest ancestor that has it
+    /// (none: zeros).
+    pub(crate) async fn read_ancestors(
+        &self,
+        header: &VolumeHeader,
+        index: u64,
+        within: u64,
+        n: u64,
+    ) -> Result<Option<bytes::Bytes>, VolumeError> {
+        let offset = index * header.object_size + within;
+        for ancestor in self.ancestors() {
+            if offset >= ancestor.overlap {
+                return Ok(None);
+            }
+            let key = crate::volume::data_key(&ancestor.id, index);
+            let range = Some((within, within + n - 1));
+            match self.client().get_range_as_of(&ancestor.pool, &key, range, ancestor.mark).await {
+                Ok((_, data)) if data.len() as u64 == n => return Ok(Some(data)),
+                Ok((_, data)) => {
+                    return Err(VolumeError::Client(ClientError::Unreadable {
+                        key,
+                        failures: format!("{n} bytes asked, {} answered", data.len()),
+                    }));
+                }
+                Err(ClientError::NotFound { .. }) => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Makes a clone's object `index` its own (copied from its ancestors) if it still reads
+    /// from them; whether it copied.
+    pub(crate) async fn copy_up(
+        &self,
+        header: &VolumeHeader,
+        index: u64,
+    ) -> Result<bool, VolumeError> {
+        let key = header.data_key(index);
+        match self.client().stat(&header.pool, &key).await {
+            Ok(_) => return Ok(false),
+            Err(ClientError::NotFound { .. }) => {}
+            Err(error) => return Err(error.into()),
+        }
+        let Some(data) = self.read_ancestors(header, index, 0, header.object_size).await? else {
+            return Ok(false);
+        };
+        let offset = index * header.object_size;
+        let len = header.object_size.min(header.size.saturating_sub(offset));
+        if len == 0 {
+            return Ok(false);
+        }
+        self.write(offset, data.slice(..len as usize), false).await?;
+        Ok(true)
+    }
+
+    /// Makes this writer's data writes carry the header's newest snapshot.
+    pub(crate) async fn follow_snapshots(&self) -> Result<(), VolumeError> {
+        let header = self.header();
+        let context = header.snap_context();
+        self.client().set_snap_context(&header.data_prefix(), context);
+        if header.snapshots.iter().any(|s| s.mark.is_none())
+            || header.lock.as_ref().is_some_and(|l| l.generation_seen < header.snap_generation)
+        {
+            self.take_snapshots().await?;
+        }
+        Ok(())
+    }
+
+    /// One look at the header: takes the snapshots asked for, follows removals.
+    pub(crate) async fn poll_snapshots(&self) -> Result<(), VolumeError> {
+        let name = self.name();
+        let (header, _) = find_header(self.client(), &name).await?;
+        let seen = header.lock.as_ref().map_or(0, |l| l.generation_seen);
+        if header.snap_generation > seen || header.snapshots.iter().any(|s| s.mark.is_none()) {
+            self.take_snapshots().await?;
+        }
+        Ok(())
+    }
+
+    /// With writes held off: gives every snapshot asked for its mark, records the generation
+    /// seen, then makes later writes carry the newest snapshot.
+    async fn take_snapshots(&self) -> Result<(), VolumeError> {
+        let _quiet = self.quiesce_writes().await;
+        let client = self.client().clone();
+        let token = self.lock_token();
+        let written = self
+            .update_header(|header| {
+                let Some(lock) = header.lock.as_mut().filter(|l| l.token == token) else {
+                    return Err(VolumeError::LockLost(header.name.clone()));
+                };
+                let floor = lock.taken_unix_ms * 1000 + VERSION_AHEAD_MAX_MICROS + 1;
+                lock.generation_seen = header.snap_generation;
+                for snapshot in header.snapshots.iter_mut().filter(|s| s.mark.is_none()) {
+                    snapshot.mark = Some(client.version_mark().0.max(floor));
+                }
+                Ok(())
+            })
+            .await;
+        written?;
+        let header = self.header();
+        client.set_snap_context(&header.data_prefix(), header.snap_context());
+        Ok(())
+    }
+}

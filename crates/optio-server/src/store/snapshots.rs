@@ -1,0 +1,360 @@
+//! Copy-on-write for volume snapshots, on the device itself ([`optio_proto::snap`]).
+//!
+//! Before a write under a snapshot context changes (or deletes) an object whose stored
+//! version is below the context's mark, the stored content is kept as a *clone*: an ordinary
+//! object of this device, keyed [`clone_key`]`(key, version)`, with the head's pool, PG seed,
+//! version, checksum and data. A block object's file is copied (a reflink where the file
+//! system has them) and its header rewritten for the clone's key — the blocks lie at the same
+//! offsets under any key of at most [`CLONED_KEY_BYTES_MAX`] bytes — then synced and renamed
+//! into place as every object is, so a crash leaves the head alone, or the head and a whole
+//! clone. A deleted object's tombstone is kept as a tombstone under the clone's key, so a
+//! snapshot taken between a delete and a re-create reads zeros.
+//!
+//! A clone is made once: its key names the version it keeps, and a content already kept is
+//! not kept again. A clone no snapshot sees any more is removed outright by a trim (a
+//! delete of its key, with no tombstone; see [`DeviceStore::delete_in`]).
+//! Because clones are ordinary objects placed by their head's seed, rebalancing, catching up,
+//! scrubbing and repair carry and compare them as they do every object.
+
+use optio_placement::PoolId;
+use optio_proto::blocks::BlockLayout;
+use optio_proto::snap::{
+    CLONED_KEY_BYTES_MAX, CLONED_PREFIX, SnapContext, clone_key, clone_prefix, parse_clone_key,
+    visible_at,
+};
+use optio_proto::{ObjectHeader, ObjectVersion};
+
+use super::{DeviceStore, Entry};
+use crate::error::StoreError;
+
+impl DeviceStore {
+    /// Keeps what `key` holds as a clone, if `context` names a snapshot newer than it, before
+    /// a write of `version` changes it. The caller holds the key's stripe. A write whose
+    /// version is not above the mark is refused: the snapshot would see it.
+    pub(super) fn preserve_for(
+        &self,
+        pool: PoolId,
+        key: &str,
+        context: Option<SnapContext>,
+        version: ObjectVersion,
+    ) -> Result<(), StoreError> {
+        let Some(context) = context else { return Ok(()) };
+        if parse_clone_key(key).is_some() || !key.starts_with(CLONED_PREFIX) {
+            // A clone is kept as it is (its deletion, a trim, keeps nothing more); keys that
+            // are not volume data have no clones.
+            return Ok(());
+        }
+        if version <= context.mark {
+            return Err(StoreError::BadRange(format!(
+                "write version {} of '{key}' is not above the mark {} of snapshot {}: the writer's clock must pass the snapshot's (reopen the volume)",
+                version.0, context.mark.0, context.seq
+            )));
+        }
+        let Some(head) = self.entry(pool, key) else { return Ok(()) };
+        if head.version >= context.mark {
+            return Ok(());
+        }
+        if key.len() > CLONED_KEY_BYTES_MAX {
+            return Err(StoreError::BadRange(format!(
+                "key '{key}' is longer than {CLONED_KEY_BYTES_MAX} bytes: it cannot be kept for a snapshot"
+            )));
+        }
+        let clone = clone_key(key, head.version);
+        if self.entry(pool, &clone).is_some_and(|kept| kept.version == head.version) {
+            return Ok(());
+        }
+        if head.deleted {
+            return self.write_tombstone(pool, &clone, head.version, head.pg_seed, head.epoch);
+        }
+        self.copy_to_clone(pool, key, &clone, &head)
+    }
+
+    /// Whether a write of `key` under `context` would first keep a clone (a copy: not
+    /// page-cache work to do on a request's own task).
+    pub fn would_preserve(&self, pool: PoolId, key: &str, context: Option<SnapContext>) -> bool {
+        let Some(context) = context else { return false };
+        self.entry(pool, key).is_some_and(|head| {
+            head.version < context.mark
+                && self
+                    .entry(pool, &clone_key(key, head.version))
+                    .is_none_or(|kept| kept.version != head.version)
+        })
+    }
+
+    /// Writes the live object `key` (entry `head`) again under `clone`, durably.
+    fn copy_to_clone(
+        &self,
+        pool: PoolId,
+        key: &str,
+        clone: &str,
+        head: &Entry,
+    ) -> Result<(), StoreError> {
+        let header = ObjectHeader {
+            pool,
+            pg_seed: head.pg_seed,
+            size_bytes: head.size_bytes,
+            checksum: head.checksum,
+            version: head.version,
+            epoch: head.epoch,
+            deleted: false,
+            blocks: head.blocks,
+        };
+        let encoded = header.encode(clone);
+        let file_bytes = header.file_bytes(clone.len());
+        let reservation = self.reserve(file_bytes)?;
+        let from = self.path_of(pool, key);
+        let to = self.path_of(pool, clone);
+        self.ensure_parent(&to)?;
+        let temp = self.temp_path();
+        let written = if head.blocks {
+            let same = BlockLayout::new(key.len(), head.size_bytes).table_offset
+                == BlockLayout::new(clone.len(), head.size_bytes).table_offset;
+            assert!(same, "keys of at most CLONED_KEY_BYTES_MAX bytes keep the table's offset");
+            self.disk
+                .copy_temp(&from, &temp)
+                .and_then(|()| self.disk.write_at(&temp, &[(0, &encoded)], true))
+        } else {
+            let (_, data) = self.read_file(pool, key, true)?;
+            self.disk.write_temp(&temp, &[&encoded, &data], true)
+        };
+        if let Err(error) = written {
+            let _ = self.disk.remove(&temp);
+            return Err(StoreError::Io {
+                operation: "copy for a snapshot",
+                path: from,
+                source: error,
+            });
+        }
+        let entry = Entry { file_bytes, ..*head };
+        self.publish(&temp, to, pool, clone, entry)?;
+        drop(reservation);
+        tracing::debug!(device = self.id, key, clone, "kept for a snapshot");
+        Ok(())
+    }
+
+    /// The key whose content a read of `key` as of snapshot mark `mark` returns: the head
+    /// or one of its clones (none: the object did not exist then).
+    pub fn key_as_of(&self, pool: PoolId, key: &str, mark: ObjectVersion) -> Option<String> {
+        let prefix = clone_prefix(key);
+        let index = self.index.read().expect("index lock");
+        let mut keys: Vec<&str> = Vec::new();
+        let mut contents: Vec<(ObjectVersion, bool)> = Vec::new();
+        if let Some(head) = index.get(&(pool, key.to_string())) {
+            keys.push(key);
+            contents.push((head.version, head.deleted));
+        }
+        for ((_, clone), entry) in index
+            .range((pool, prefix.clone())..)
+            .take_while(|((p, k), _)| *p == pool && k.starts_with(&prefix))
+        {
+            if optio_proto::snap::parse_clone_key(clone).is_some_and(|(head, _)| head == key) {
+                keys.push(clone);
+                contents.push((entry.version, entry.deleted));
+            }
+        }
+        visible_at(&contents, mark).map(|i| keys[i].to_string())
+    }
+
+    /// Every clone of `key` on this device: key, version, and whether it is a tombstone.
+    pub fn clones_of(&self, pool: PoolId, key: &str) -> Vec<(String, ObjectVersion, bool)> {
+        let prefix = clone_prefix(key);
+        let index = self.index.read().expect("index lock");
+        index
+            .range((pool, prefix.clone())..)
+            .take_while(|((p, k), _)| *p == pool && k.starts_with(&prefix))
+            .filter(|((_, k), _)| {
+                optio_proto::snap::parse_clone_key(k).is_some_and(|(head, _)| head == key)
+            })
+            .map(|((_, k), e)| (k.clone(), e.version, e.deleted))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use optio_placement::Epoch;
+    use optio_proto::checksum;
+
+    use super::*;
+    use crate::disk::{Disk, Fault, FaultyDisk, RealDisk};
+    use crate::store::{DeviceConfig, PutOutcome, PutRequest, WriteAt};
+
+    const MIB: u64 = 1 << 20;
+    const KEY: &str = "volume_data.ab.0000000000000000";
+    const POOL: PoolId = PoolId(1);
+
+    fn open_on(dir: &std::path::Path, disk: Arc<dyn Disk>) -> DeviceStore {
+        let config = DeviceConfig { id: 0, dir: dir.to_path_buf(), capacity_bytes: 64 * MIB };
+        DeviceStore::open(&config, disk).unwrap()
+    }
+
+    fn snap(mark: u64) -> Option<SnapContext> {
+        Some(SnapContext { seq: 1, mark: ObjectVersion(mark) })
+    }
+
+    fn write(
+        store: &DeviceStore,
+        data: &[u8],
+        base: Option<u64>,
+        version: u64,
+        context: Option<SnapContext>,
+    ) -> Result<PutOutcome, StoreError> {
+        store.write_at_in(
+            &WriteAt {
+                pool: POOL,
+                key: KEY,
+                offset: 4096,
+                data,
+                zeroes: 0,
+                size: 4 * MIB,
+                base: base.map(ObjectVersion),
+                version: ObjectVersion(version),
+                checksum: Some(checksum(data)),
+                pg_seed: Some(3),
+                epoch: Epoch(1),
+                sync: false,
+            },
+            context,
+        )
+    }
+
+    /// The 8 bytes at 4096 of `key` as of `mark` (none: did not exist then).
+    fn read_as_of(store: &DeviceStore, mark: u64) -> Option<Vec<u8>> {
+        let key = store.key_as_of(POOL, KEY, ObjectVersion(mark))?;
+        Some(store.read_range(POOL, &key, 4096, 4096 + 7).unwrap().1)
+    }
+
+    fn clone_files(dir: &std::path::Path) -> usize {
+        walkdir(dir.join("objects").as_path())
+    }
+
+    fn walkdir(dir: &std::path::Path) -> usize {
+        let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+        entries.flatten().map(|e| if e.path().is_dir() { walkdir(&e.path()) } else { 1 }).sum()
+    }
+
+    #[test]
+    fn the_first_write_after_a_snapshot_keeps_a_clone_once_and_reads_see_their_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_on(dir.path(), Arc::new(RealDisk));
+        write(&store, b"AAAAAAAA", None, 10, None).unwrap();
+        // Snapshot 1 at mark 15: the next write keeps version 10 as a clone.
+        write(&store, b"BBBBBBBB", Some(10), 20, snap(15)).unwrap();
+        assert_eq!(
+            store.clones_of(POOL, KEY),
+            vec![(clone_key(KEY, ObjectVersion(10)), ObjectVersion(10), false)]
+        );
+        // Later writes under the same snapshot keep nothing more.
+        write(&store, b"CCCCCCCC", Some(20), 30, snap(15)).unwrap();
+        assert_eq!(store.clones_of(POOL, KEY).len(), 1, "cloned once, not twice");
+        assert_eq!(clone_files(dir.path()), 2);
+        // Snapshot 2 at mark 35: version 30 is kept too.
+        write(&store, b"DDDDDDDD", Some(30), 40, snap(35)).unwrap();
+        assert_eq!(store.clones_of(POOL, KEY).len(), 2);
+        assert_eq!(read_as_of(&store, 5), None, "before the object existed");
+        assert_eq!(read_as_of(&store, 15).unwrap(), b"AAAAAAAA");
+        assert_eq!(read_as_of(&store, 35).unwrap(), b"CCCCCCCC");
+        assert_eq!(read_as_of(&store, 45).unwrap(), b"DDDDDDDD");
+        // The clone is a whole object of its own: verified, with the head's seed and version.
+        let info = store.info(POOL, &clone_key(KEY, ObjectVersion(10))).unwrap();
+        assert_eq!(
+            (info.version, info.pg_seed, info.size_bytes),
+            (ObjectVersion(10), Some(3), 4 * MIB)
+        );
+        let (_, whole) = store.get(POOL, &clone_key(KEY, ObjectVersion(10))).unwrap();
+        assert_eq!(&whole[4096..4104], b"AAAAAAAA");
+        // And it is found again after a restart, as every object is.
+        drop(store);
+        let store = open_on(dir.path(), Arc::new(RealDisk));
+        assert_eq!(store.clones_of(POOL, KEY).len(), 2);
+        assert_eq!(read_as_of(&store, 15).unwrap(), b"AAAAAAAA");
+    }
+
+    #[test]
+    fn an_object_created_after_a_snapshot_did_not_exist_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_on(dir.path(), Arc::new(RealDisk));
+        write(&store, b"NEWNEWNE", None, 20, snap(15)).unwrap();
+        write(&store, b"NEWERNEW", Some(20), 30, snap(15)).unwrap();
+        assert!(store.clones_of(POOL, KEY).is_empty());
+        assert_eq!(read_as_of(&store, 15), None);
+        assert_eq!(read_as_of(&store, 31).unwrap(), b"NEWERNEW");
+    }
+
+    #[test]
+    fn a_write_at_or_below_the_mark_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_on(dir.path(), Arc::new(RealDisk));
+        write(&store, b"AAAAAAAA", None, 10, None).unwrap();
+        let refused = write(&store, b"BBBBBBBB", Some(10), 15, snap(15)).unwrap_err();
+        assert!(refused.to_string().contains("not above the mark 15"), "{refused}");
+        assert!(store.clones_of(POOL, KEY).is_empty());
+    }
+
+    #[test]
+    fn whole_writes_and_deletes_keep_clones_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_on(dir.path(), Arc::new(RealDisk));
+        let put = |data: &[u8], version: u64, context| {
+            store.put_in(
+                &PutRequest {
+                    pool: POOL,
+                    key: KEY,
+                    data,
+                    version: ObjectVersion(version),
+                    checksum: None,
+                    pg_seed: Some(3),
+                    epoch: Epoch(1),
+                },
+                context,
+            )
+        };
+        put(b"plain one", 10, None).unwrap();
+        put(b"plain two", 20, snap(15)).unwrap();
+        let read = |mark| {
+            store.key_as_of(POOL, KEY, ObjectVersion(mark)).map(|k| store.get(POOL, &k).unwrap().1)
+        };
+        assert_eq!(read(15).unwrap(), b"plain one");
+        // Deleted under snapshot 25, re-created after snapshot 35.
+        let refused = store.delete_in(POOL, KEY, None, Epoch(1), None, snap(25));
+        assert!(refused.is_err(), "a delete under a snapshot names its version");
+        store.delete_in(POOL, KEY, Some(ObjectVersion(30)), Epoch(1), None, snap(25)).unwrap();
+        put(b"plain new", 40, snap(35)).unwrap();
+        assert_eq!(read(15).unwrap(), b"plain one");
+        assert_eq!(read(25).unwrap(), b"plain two");
+        assert_eq!(read(35), None, "deleted when snapshot 35 was taken");
+        assert_eq!(read(45).unwrap(), b"plain new");
+    }
+
+    #[test]
+    fn a_crash_between_the_clone_and_the_write_leaves_either_state_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Arc::new(FaultyDisk::new());
+        let store = open_on(dir.path(), disk.clone());
+        write(&store, b"AAAAAAAA", None, 10, None).unwrap();
+        // The clone's file is written, then the machine dies before its rename.
+        disk.set_fault(Some(Fault::CrashBeforeRename));
+        assert!(write(&store, b"BBBBBBBB", Some(10), 20, snap(15)).is_err());
+        disk.set_fault(None);
+        drop(store);
+        let store = open_on(dir.path(), disk.clone());
+        // Nothing half-made is visible: the head as it was, no clone, the temp file gone.
+        assert!(store.clones_of(POOL, KEY).is_empty());
+        assert_eq!(read_as_of(&store, 15).unwrap(), b"AAAAAAAA");
+        assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+        // The clone made, then a crash before the write: the snapshot reads the clone, the
+        // head is unchanged, and the write retried keeps no second clone.
+        store.preserve_for(POOL, KEY, snap(15), ObjectVersion(20)).unwrap();
+        drop(store);
+        let store = open_on(dir.path(), disk);
+        assert_eq!(store.clones_of(POOL, KEY).len(), 1);
+        assert_eq!(read_as_of(&store, 15).unwrap(), b"AAAAAAAA");
+        assert_eq!(read_as_of(&store, 16).unwrap(), b"AAAAAAAA");
+        write(&store, b"BBBBBBBB", Some(10), 20, snap(15)).unwrap();
+        assert_eq!(store.clones_of(POOL, KEY).len(), 1);
+        assert_eq!(read_as_of(&store, 15).unwrap(), b"AAAAAAAA");
+        assert_eq!(read_as_of(&store, 21).unwrap(), b"BBBBBBBB");
+    }
+}
