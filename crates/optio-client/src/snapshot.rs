@@ -17,127 +17,17 @@
 //!   [`HOLDER_WAIT`] for the mark; a holder that does not answer makes it take the unmarked
 //!   snapshot back and fail, so a snapshot is whole or absent, never torn.
 
-use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
-
+pub use crate::volume::{
+    Ancestor, CLONE_DEPTH_MAX, HOLDER_POLL, HOLDER_WAIT, Parent, Snapshot,
+    VERSION_AHEAD_MAX_MICROS, ancestors, find,
+};
 use crate::volume::{
-    Volume, VolumeError, VolumeHeader, find_header, header_key, holder_is_gone, now_ms,
+    Volume, VolumeError, VolumeHeader, find_header, forget_child, holder_is_gone, now_ms, update,
     validate_name,
 };
 use crate::{Client, ClientError};
 use optio_proto::ObjectVersion;
-use optio_proto::snap::{SnapContext, parse_clone_key, visible_at};
-
-/// How often a lock holder looks at the header for snapshots to take.
-pub const HOLDER_POLL: Duration = Duration::from_millis(20);
-/// How long `snap create` waits for the lock holder to take the snapshot.
-pub const HOLDER_WAIT: Duration = Duration::from_secs(5);
-/// How far ahead of a server's clock a version may be (the servers' bound; a mark taken
-/// without a holder is this far ahead of now).
-pub const VERSION_AHEAD_MAX_MICROS: u64 = 10_000_000;
-
-/// One snapshot of a volume.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Snapshot {
-    /// Id, from the volume's sequence.
-    pub id: u64,
-    /// Name.
-    pub name: String,
-    /// The mark (none: being taken by the lock holder).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mark: Option<u64>,
-    /// The volume's size when it was taken.
-    pub size: u64,
-    /// Protected: cannot be removed.
-    #[serde(default)]
-    pub protected: bool,
-    /// When it was asked for (Unix seconds).
-    pub created_unix_s: u64,
-    /// The volumes cloned from it (it cannot be unprotected or removed while they are).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub children: Vec<String>,
-}
-
-/// A clone's parent: a protected snapshot of another volume.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Parent {
-    /// The parent volume's name.
-    pub volume: String,
-    /// Its snapshot.
-    pub snapshot: String,
-    /// The snapshot's mark.
-    pub mark: u64,
-    /// Bytes of the clone that may read from the parent (the snapshot's size).
-    pub overlap: u64,
-}
-
-/// Where a clone's never-written data objects read from, resolved at open: one snapshot of
-/// an ancestor volume.
-#[derive(Clone, Debug)]
-pub struct Ancestor {
-    /// The ancestor volume's pool.
-    pub pool: String,
-    /// Its id (naming its data objects).
-    pub id: String,
-    /// The snapshot's mark.
-    pub mark: ObjectVersion,
-    /// Bytes that may read from it (the smallest overlap on the way to it).
-    pub overlap: u64,
-}
-
-/// The most levels of clones of clones.
-pub const CLONE_DEPTH_MAX: usize = 16;
-
-/// The ancestors of the volume `header` describes, nearest first.
-pub async fn ancestors(
-    client: &Client,
-    header: &VolumeHeader,
-) -> Result<Vec<Ancestor>, VolumeError> {
-    let mut out: Vec<Ancestor> = Vec::new();
-    let mut parent = header.parent.clone();
-    let mut overlap = u64::MAX;
-    while let Some(link) = parent {
-        if out.len() == CLONE_DEPTH_MAX {
-            return Err(VolumeError::Snapshot(format!(
-                "volume '{}' is more than {CLONE_DEPTH_MAX} clones deep: flatten it",
-                header.name
-            )));
-        }
-        let (above, _) = find_header(client, &link.volume).await.map_err(|error| {
-            VolumeError::Snapshot(format!(
-                "the parent of volume '{}', '{}@{}', cannot be opened: {error}",
-                header.name, link.volume, link.snapshot
-            ))
-        })?;
-        overlap = overlap.min(link.overlap);
-        out.push(Ancestor {
-            pool: above.pool.clone(),
-            id: above.id.clone(),
-            mark: ObjectVersion(link.mark),
-            overlap,
-        });
-        parent = above.parent.clone();
-    }
-    Ok(out)
-}
-
-impl Snapshot {
-    /// The context writes carry while this is the newest snapshot.
-    pub fn context(&self) -> Option<SnapContext> {
-        self.mark.map(|mark| SnapContext { seq: self.id, mark: ObjectVersion(mark) })
-    }
-}
-
-/// Snapshot `name` of the volume `header` describes.
-pub fn find<'h>(header: &'h VolumeHeader, name: &str) -> Result<&'h Snapshot, VolumeError> {
-    header.snapshots.iter().find(|s| s.name == name).ok_or_else(|| {
-        VolumeError::Snapshot(format!(
-            "volume '{}' has no snapshot '{name}'; `optio volume snap ls {}` lists them",
-            header.name, header.name
-        ))
-    })
-}
+use optio_proto::snap::{parse_clone_key, visible_at};
 
 /// Splits `VOL@SNAP`.
 pub fn parse_spec(spec: &str) -> Result<(&str, &str), VolumeError> {
@@ -158,34 +48,6 @@ pub fn parse_spec(spec: &str) -> Result<(&str, &str), VolumeError> {
 /// The live lock holder of a header, if any (a lease not run out, a holder not known gone).
 fn live_holder(header: &VolumeHeader) -> Option<&crate::volume::Lock> {
     header.lock.as_ref().filter(|lock| lock.expires_unix_ms > now_ms() && !holder_is_gone(lock))
-}
-
-/// Replaces the header of `name` by `change(header)` with a compare-and-swap, retrying when
-/// another client changed it; returns the header written.
-async fn update(
-    client: &Client,
-    name: &str,
-    mut change: impl FnMut(&mut VolumeHeader) -> Result<(), VolumeError>,
-) -> Result<VolumeHeader, VolumeError> {
-    for attempt in 0..16u64 {
-        let (mut header, version) = find_header(client, name).await?;
-        change(&mut header)?;
-        if !header.fits() {
-            return Err(VolumeError::Snapshot(format!(
-                "volume '{name}' has as many snapshots as its 4 KiB header holds ({}): remove one first",
-                header.snapshots.len().saturating_sub(1)
-            )));
-        }
-        let key = header_key(name);
-        match client.compare_and_write(&header.pool, &key, 0, header.encode(), version).await {
-            Ok(_) => return Ok(header),
-            Err(ClientError::Changed { .. }) => {
-                tokio::time::sleep(Duration::from_millis(5 + 7 * attempt)).await;
-            }
-            Err(error) => return Err(error.into()),
-        }
-    }
-    Err(VolumeError::Client(ClientError::Changed { key: header_key(name) }))
 }
 
 /// Takes snapshot `snap` of volume `name` (see the module): returns it once it has its mark.
@@ -498,23 +360,6 @@ pub async fn clone(
             Err(error)
         }
     }
-}
-
-/// Removes `child` from the children of `volume@snap`.
-pub(crate) async fn forget_child(
-    client: &Client,
-    volume: &str,
-    snap: &str,
-    child: &str,
-) -> Result<(), VolumeError> {
-    update(client, volume, |header| {
-        if let Some(found) = header.snapshots.iter_mut().find(|s| s.name == snap) {
-            found.children.retain(|c| c != child);
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(())
 }
 
 /// The children of `snapshot` that exist.
