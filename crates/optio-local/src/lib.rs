@@ -7,12 +7,15 @@
 //!   in an etcd it starts), no orphans. The store's integration tests use it too.
 //! * [`etcd`]: a real etcd (Debian's `etcd-server`) on free loopback ports, for
 //!   `optio up --etcd` and for tests.
-//! * [`redis`]: a real Redis (Debian's `redis-server`) on a free loopback port, for tests of
-//!   the dirty table.
+//! * [`redis`]: a real Redis (Debian's `redis-server`) on a free loopback port, for `optio
+//!   bench io elastic` (the dirty table in Redis) and for tests of the dirty table.
 //! * [`tls`]: a throwaway certificate authority (`optio up --tls`, tests).
 //! * [`emulate`]: one machine made to behave like several racks of hosts — network
 //!   namespaces, rate-limited links, host conditions — for `optio up --emulate` and `optio
 //!   bench io`.
+//!
+//! Everything here is something `optio` runs; what only tests need (promtool's check of a
+//! metrics exposition) is in the `optio-testkit` crate, a dev-dependency.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -21,7 +24,6 @@ pub mod cluster;
 pub mod emulate;
 pub mod etcd;
 pub mod host;
-pub mod promtool;
 pub mod redis;
 pub mod tls;
 

@@ -38,7 +38,7 @@ fn servers_expose_metrics_that_promtool_accepts() {
     });
     let all = texts.join("\n");
     for text in &texts {
-        if let Err(complaints) = optio_local::promtool::check_metrics(text) {
+        if let Err(complaints) = optio_testkit::promtool::check_metrics(text) {
             panic!("promtool check metrics refuses the exposition:\n{complaints}\n---\n{text}");
         }
         for needed in [

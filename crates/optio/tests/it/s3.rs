@@ -504,7 +504,7 @@ fn users_from_the_command_line_and_only_signed_requests_of_known_keys_get_in() {
         metrics.contains("optio_s3_request_duration_seconds_count{operation=\"CreateBucket\"} 1"),
         "{metrics}"
     );
-    if let Err(complaints) = optio_local::promtool::check_metrics(&metrics) {
+    if let Err(complaints) = optio_testkit::promtool::check_metrics(&metrics) {
         panic!("promtool check metrics refuses the gateway's exposition:\n{complaints}\n{metrics}");
     }
 }
