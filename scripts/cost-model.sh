@@ -15,7 +15,9 @@
 #
 # Prints one table (µs of CPU and syncs per operation, and operations per second) and writes
 # it as JSON to $OUT (default docs/cost-model.json).
-# Usage: scripts/cost-model.sh [SMALL_OBJECTS (default 4000)] [SECONDS for rados (default 20)]
+# Usage: [OPTIO=BINARY] scripts/cost-model.sh [SMALL_OBJECTS (default 4000)] [SECONDS (default 20)]
+# (SECONDS: each rados phase of 4 KiB objects; those of 4 MiB objects run half as long, which
+# keeps Ceph's three replicas of what they write within a few GB of disk.)
 # Needs root (perf tracepoints), jq, perf, GNU time, and what ceph-mini installs.
 set -euo pipefail
 small=${1:-4000}
@@ -27,8 +29,12 @@ for tool in jq perf; do
   command -v "$tool" >/dev/null || { echo "$tool not found: apt-get install -y jq linux-perf" >&2; exit 1; }
 done
 [ -x "$ceph_mini" ] || { echo "no $ceph_mini" >&2; exit 1; }
-cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p optio
-optio="${CARGO_TARGET_DIR:-$root/target}/release/optio"
+if [ -n "${OPTIO:-}" ]; then
+  optio=$OPTIO # a build to measure, as it is
+else
+  cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p optio
+  optio="${CARGO_TARGET_DIR:-$root/target}/release/optio"
+fi
 work=$(mktemp -d)
 up_pid=""
 ceph_dir="$work/ceph"
@@ -95,7 +101,8 @@ for job in "4096 16" "4194304 4"; do
     perf stat -x, -e "$syscalls" -p "$(tr ' ' ',' <<<"${osds% }")" -o "$work/perf-$size-$phase.txt" &
     perf_pid=$!
     sleep 0.5
-    args=(-p "$pool" "$seconds" "$phase" -t "$concurrency")
+    run_for=$([ "$bytes" = 4096 ] && echo "$seconds" || echo $(( (seconds + 1) / 2 )))
+    args=(-p "$pool" "$run_for" "$phase" -t "$concurrency")
     [ "$phase" = write ] && args+=(-b "$bytes" --no-cleanup)
     /usr/bin/time -f '%U %S' -o "$work/time-$size-$phase.txt" \
       rados bench "${args[@]}" > "$work/rados-$size-$phase.txt" 2>&1 \

@@ -54,11 +54,15 @@ impl ScrubQuery {
 
     /// Parses a query string: `deep`, `pool` and `rate`; other parameters are ignored (as
     /// they always were), a malformed value of these three is an error.
-    pub fn parse(query: &str) -> Result<ScrubQuery, String> {
+    pub fn parse(query: &str) -> Result<ScrubQuery, BadScrubQuery> {
         let mut parsed = ScrubQuery::default();
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let bad = |what: &str| format!("{SCRUB_PATH}: {name}={value:?} is not {what}");
+            let bad = |expected: &'static str| BadScrubQuery {
+                name: name.to_string(),
+                value: value.to_string(),
+                expected,
+            };
             match name {
                 "deep" => {
                     parsed.deep = match value {
@@ -76,6 +80,18 @@ impl ScrubQuery {
         }
         Ok(parsed)
     }
+}
+
+/// A scrub query parameter whose value is not what it takes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{SCRUB_PATH}: {name}={value:?} is not {expected}")]
+pub struct BadScrubQuery {
+    /// The parameter.
+    pub name: String,
+    /// Its value.
+    pub value: String,
+    /// What it takes.
+    pub expected: &'static str,
 }
 
 impl OwnRequest {
@@ -151,7 +167,7 @@ impl OwnRequest {
             STATUS_PATH => Ok(OwnRequest::Status),
             _ => ScrubQuery::parse(query)
                 .map(OwnRequest::Scrub)
-                .map_err(|reason| refuse(ErrorKind::BadRequest, reason)),
+                .map_err(|bad| refuse(ErrorKind::BadRequest, bad.to_string())),
         })
     }
 }

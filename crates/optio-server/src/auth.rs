@@ -17,6 +17,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use optio_proto::auth::{AuthError, Cap, Keyring, Signed, WINDOW_MS};
 
+/// Why the keyring a server authenticates with cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyringError {
+    /// It cannot be read, parsed, or is open to other users.
+    #[error(transparent)]
+    Load(#[from] AuthError),
+    /// It holds no entity.
+    #[error("the keyring {} has no entity: create it with `optio auth init`", .0.display())]
+    Empty(PathBuf),
+}
+
 /// How often the keyring file is checked for changes (a `stat`).
 const RELOAD_INTERVAL: Duration = Duration::from_millis(200);
 /// Refusals logged per second at most; the rest are counted, and the count logged with the
@@ -98,13 +110,10 @@ impl Auth {
 
     /// Authentication against the keyring at `path` (read now: a missing, unreadable or loose
     /// file is an error at start-up); `/metrics` unauthenticated when `metrics_public`.
-    pub fn from_file(path: PathBuf, metrics_public: bool) -> Result<Auth, String> {
-        let keyring = optio_cluster::keyring::load(&path).map_err(|e| e.to_string())?;
+    pub fn from_file(path: PathBuf, metrics_public: bool) -> Result<Auth, KeyringError> {
+        let keyring = optio_cluster::keyring::load(&path)?;
         if keyring.is_empty() {
-            return Err(format!(
-                "the keyring {} has no entity: create it with `optio auth init`",
-                path.display()
-            ));
+            return Err(KeyringError::Empty(path));
         }
         let auth = Auth::new(Some(path.clone()), keyring, metrics_public);
         *auth.stamp.lock().expect("stamp lock") = stamp(&path);

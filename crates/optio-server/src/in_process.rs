@@ -74,8 +74,8 @@ impl InProcess {
 
     /// Reads the map from its source now and installs it if newer (what a server following
     /// its map does within the source's delivery time). Whether the epoch changed.
-    pub async fn refresh_map(&self) -> Result<bool, String> {
-        self.state.map.refresh().await
+    pub async fn refresh_map(&self) -> Result<bool, crate::ServerError> {
+        self.state.map.reload().await.map_err(crate::ServerError::Map)
     }
 
     /// Lets every device serve reads, as if it had caught up with its peers: the caller

@@ -182,8 +182,8 @@ pub enum ServerError {
     #[error("{0}")]
     Limits(String),
     /// The keyring cannot be used.
-    #[error("{0}")]
-    Auth(String),
+    #[error(transparent)]
+    Auth(#[from] auth::KeyringError),
     /// The server's TLS certificate, key or CA cannot be used.
     #[error(transparent)]
     Tls(#[from] optio_tls::TlsError),
@@ -372,9 +372,7 @@ async fn open_state(
         _ => fence::Fence::open(),
     });
     let auth = Arc::new(match &config.keyring {
-        Some(path) => {
-            auth::Auth::from_file(path.clone(), config.metrics_public).map_err(ServerError::Auth)?
-        }
+        Some(path) => auth::Auth::from_file(path.clone(), config.metrics_public)?,
         None => auth::Auth::off(),
     });
     let state = serve::AppState {

@@ -154,13 +154,6 @@ impl MapState {
         self.follower.refresh().await
     }
 
-    /// [`reload`](Self::reload) with the error as text: kept only for `in_process.rs`, which
-    /// is being restructured elsewhere and returns it as a `String`; new callers use
-    /// `reload`.
-    pub async fn refresh(&self) -> Result<bool, String> {
-        self.reload().await.map_err(|e| e.to_string())
-    }
-
     /// Follows the map store until the process ends: every newer map is installed within the
     /// store's delivery time (a file is polled every 100 ms; etcd pushes changes).
     pub async fn follow(self: Arc<Self>) {
@@ -181,7 +174,7 @@ mod tests {
         let refused = state.reload().await;
         assert!(matches!(refused, Err(FollowError::Load(_))), "{refused:?}");
         assert_eq!(state.epoch(), 0, "nothing installed");
-        let text = state.refresh().await.expect_err("the same failure, as text");
+        let text = state.reload().await.expect_err("the same failure again").to_string();
         assert!(text.contains("map.toml"), "{text}");
     }
 }

@@ -115,7 +115,7 @@ impl AppState {
             ));
         }
         if asked > held {
-            if let Err(error) = self.map.refresh().await {
+            if let Err(error) = self.map.reload().await {
                 tracing::warn!(%error, "cannot read the map");
             }
             let held = self.map.epoch();
