@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::oneshot;
 
-use crate::{CONNECT_TIMEOUT, Failure, POOL_IDLE_TIMEOUT, REQUEST_TIMEOUT};
+use crate::failure::{CONNECT_TIMEOUT, Failure, POOL_IDLE_TIMEOUT, REQUEST_TIMEOUT};
 
 /// How long a server that refused the upgrade is talked to over HTTP/1.1 before it is asked
 /// again.

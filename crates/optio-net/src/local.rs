@@ -29,7 +29,7 @@ use rustix::net::{
 use tokio::io::Interest;
 use tokio::net::UnixStream;
 
-use crate::Failure;
+use crate::failure::Failure;
 
 /// Most descriptors taken from one message (an answer carries at most one; more are closed).
 const FDS_PER_MESSAGE_MAX: usize = 4;
