@@ -72,6 +72,11 @@ pub trait Disk: Send + Sync + 'static {
     fn open_read(&self, path: &Path) -> io::Result<File>;
     /// Makes every write to the file system holding the directory `dir` durable.
     fn sync_fs(&self, dir: &Path) -> io::Result<()>;
+    /// Makes the data written to an open file durable (`fdatasync`, counted): the journal's
+    /// segments ([`crate::journal`]).
+    fn sync_file(&self, file: &File) -> io::Result<()> {
+        sync_data(file)
+    }
     /// Copies the file `from` to a new file `temp` (mode [`FILE_MODE`]), not durably: a
     /// reflink where the file system has them (`std::fs::copy` uses `copy_file_range` on
     /// Linux, which shares the blocks on Btrfs and XFS), else a copy in the kernel. Holes
@@ -315,6 +320,11 @@ pub enum Fault {
     /// The temporary file is written, then the "machine dies" before the rename: the write
     /// fails and the temporary file stays behind, as after a crash.
     CrashBeforeRename,
+    /// Syncs of the journal's segments (`fdatasync`) fail; writes succeed.
+    SyncError,
+    /// `syncfs` fails (as it does for a writeback error anywhere on the file system, even
+    /// another program's); everything else works.
+    SyncFsError,
 }
 
 /// [`RealDisk`] with faults injected on demand (for tests).
@@ -348,6 +358,14 @@ impl FaultyDisk {
 }
 
 impl Disk for FaultyDisk {
+    fn sync_file(&self, file: &File) -> io::Result<()> {
+        match self.fault() {
+            Some(Fault::WriteError | Fault::SyncError) => {
+                Err(io::Error::other("injected sync error"))
+            }
+            _ => RealDisk.sync_file(file),
+        }
+    }
     fn copy_temp(&self, from: &Path, temp: &Path) -> io::Result<()> {
         self.check_write()?;
         RealDisk.copy_temp(from, temp)
@@ -394,7 +412,10 @@ impl Disk for FaultyDisk {
         RealDisk.remove(path)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        RealDisk.rename(from, to)
+        match self.fault() {
+            Some(Fault::CrashBeforeRename) => Err(io::Error::other("injected crash")),
+            _ => RealDisk.rename(from, to),
+        }
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         RealDisk.create_dir_all(path)
@@ -432,6 +453,7 @@ impl Disk for FaultyDisk {
     fn sync_fs(&self, dir: &Path) -> io::Result<()> {
         match self.fault() {
             Some(Fault::WriteError) => Err(io::Error::other("injected sync error")),
+            Some(Fault::SyncFsError) => Err(io::Error::other("injected syncfs error")),
             _ => RealDisk.sync_fs(dir),
         }
     }

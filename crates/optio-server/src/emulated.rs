@@ -54,6 +54,9 @@ impl<D: Disk> EmulatedDisk<D> {
 }
 
 impl<D: Disk> Disk for EmulatedDisk<D> {
+    fn sync_file(&self, file: &std::fs::File) -> io::Result<()> {
+        self.inner.sync_file(file)
+    }
     fn write_temp(&self, temp: &Path, parts: &[&[u8]], durable: bool) -> io::Result<()> {
         self.inner.write_temp(temp, parts, durable)
     }

@@ -46,6 +46,7 @@ mod error;
 pub mod fence;
 mod http;
 pub mod in_process;
+pub mod journal;
 mod mapstate;
 pub mod peer;
 pub mod rebalance;

@@ -424,6 +424,8 @@ impl DeviceStore {
         let layout = BlockLayout::new(key.len(), entry.size_bytes);
         check_range(request.offset, request.len(), entry.size_bytes)?;
         let path = self.path_of(pool, key);
+        // A replay must not bring back the whole object this write changes in place.
+        self.journal.forget(&path).map_err(StoreError::io("journal", &path))?;
         let (first, last) = layout.blocks_of(request.offset, request.len());
         // Everything from the header to the last table entry the write changes: read once,
         // changed in memory, written back in one piece after the data.

@@ -35,6 +35,7 @@ use optio_proto::{
 
 use crate::disk::Disk;
 use crate::error::StoreError;
+use crate::journal::{JOURNAL_OBJECT_MAX, Journal};
 use crate::records::RecordLog;
 
 mod blocks;
@@ -143,6 +144,8 @@ pub struct DeviceStore {
     disk: Arc<dyn Disk>,
     index: RwLock<BTreeMap<(PoolId, String), Entry>>,
     records: RecordLog,
+    /// Small whole-object writes and tombstones, durable by group commit ([`crate::journal`]).
+    journal: Journal,
     stripes: Vec<Mutex<()>>,
     used_bytes: AtomicU64,
     reserved_bytes: AtomicU64,
@@ -258,6 +261,9 @@ impl DeviceStore {
         for leftover in disk.list(&tmp).map_err(StoreError::io("list", &tmp))? {
             disk.remove(&leftover).map_err(StoreError::io("remove", &leftover))?;
         }
+        // What the journal holds is written back before the objects are indexed.
+        let (journal, _) = Journal::open(&root, Arc::clone(&disk))
+            .map_err(StoreError::io("replay the journal of", &root))?;
         let records =
             RecordLog::open(&root, disk.as_ref(), &root.join("tmp").join("choices.log.new"))?;
         let store = DeviceStore {
@@ -267,6 +273,7 @@ impl DeviceStore {
             disk,
             index: RwLock::new(BTreeMap::new()),
             records,
+            journal,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             used_bytes: AtomicU64::new(0),
             reserved_bytes: AtomicU64::new(0),
@@ -428,6 +435,23 @@ impl DeviceStore {
         let reservation = self.reserve(file_bytes)?;
         let path = self.path_of(request.pool, request.key);
         self.ensure_parent(&path)?;
+        if file_bytes <= JOURNAL_OBJECT_MAX {
+            // Small: made durable by the journal, under the key's stripe.
+            let _stripe = self.stripe(request.key);
+            self.preserve_for(request.pool, request.key, snap, request.version)?;
+            self.unflushed_bytes.fetch_add(file_bytes, Ordering::Relaxed);
+            let stored = self.store_journaled(
+                path,
+                request.pool,
+                request.key,
+                entry,
+                &[&head, request.data],
+            );
+            self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
+            stored?;
+            drop(reservation);
+            return Ok(PutOutcome::Stored);
+        }
         let temp = self.temp_path();
         self.unflushed_bytes.fetch_add(file_bytes, Ordering::Relaxed);
         let written = self.disk.write_temp(&temp, &[&head, request.data], true);
@@ -493,11 +517,52 @@ impl DeviceStore {
         let file_bytes = head.len() as u64;
         let path = self.path_of(pool, key);
         self.ensure_parent(&path)?;
-        let temp = self.temp_path();
         // A tombstone needs no room check: it replaces something at least as large, or is a
         // few dozen bytes that must not be refused (a refused delete would be undone later).
-        self.disk.write_temp(&temp, &[&head], true).map_err(StoreError::io("write", &temp))?;
-        self.publish(&temp, path, pool, key, entry_of(&header, file_bytes, &[]))
+        // Durable by the journal.
+        self.store_journaled(path, pool, key, entry_of(&header, file_bytes, &[]), &[&head])
+    }
+
+    /// Stores a small object file through the journal (the caller holds the key's stripe):
+    /// its content is made durable in the journal first, then the file is written without
+    /// syncs — in place for a key the device does not hold (no reader opens a path before it
+    /// is indexed), else to a temporary file renamed over the old one. The journal's
+    /// checkpoint makes the file durable; a replay rewrites it after a crash.
+    fn store_journaled(
+        &self,
+        path: PathBuf,
+        pool: PoolId,
+        key: &str,
+        entry: Entry,
+        content: &[&[u8]],
+    ) -> Result<(), StoreError> {
+        let existing = self.entry(pool, key);
+        if let Some(existing) = existing {
+            check_version(&existing, &entry)?;
+        }
+        let applying = self.journal.put(&path, content).map_err(|source| StoreError::Io {
+            operation: "journal",
+            path: path.clone(),
+            source,
+        })?;
+        let in_place = existing.is_none()
+            && match self.disk.write_temp(&path, content, false) {
+                Ok(()) => true,
+                // A file the index does not know (a write that failed before): replaced.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+                Err(source) => return Err(StoreError::Io { operation: "write", path, source }),
+            };
+        if !in_place {
+            let temp = self.temp_path();
+            self.disk.write_temp(&temp, content, false).map_err(StoreError::io("write", &temp))?;
+            if let Err(source) = self.disk.rename(&temp, &path) {
+                let _ = self.disk.remove(&temp);
+                return Err(StoreError::Io { operation: "rename", path, source });
+            }
+        }
+        drop(applying);
+        self.index_published(pool, key, entry);
+        Ok(())
     }
 
     /// Renames the written `temp` over `path` unless a newer version is stored meanwhile, and
@@ -516,10 +581,20 @@ impl DeviceStore {
             let _ = self.disk.remove(temp);
             return Err(error);
         }
+        if let Err(error) = self.journal.forget(&path) {
+            let _ = self.disk.remove(temp);
+            return Err(StoreError::Io { operation: "journal", path, source: error });
+        }
         if let Err(error) = self.disk.publish(temp, &path) {
             let _ = self.disk.remove(temp);
             return Err(StoreError::Io { operation: "rename", path, source: error });
         }
+        self.index_published(pool, key, entry);
+        Ok(())
+    }
+
+    /// Indexes an object just renamed into place, and counts its bytes.
+    fn index_published(&self, pool: PoolId, key: &str, entry: Entry) {
         let mut index = self.index.write().expect("index lock");
         let file_bytes = entry.file_bytes;
         let old = index.insert((pool, key.to_string()), entry);
@@ -527,7 +602,6 @@ impl DeviceStore {
         if let Some(old) = old {
             self.used_bytes.fetch_sub(old.file_bytes, Ordering::AcqRel);
         }
-        Ok(())
     }
 
     /// Reads and verifies an object (blocking). A replica that fails verification is
@@ -719,6 +793,7 @@ impl DeviceStore {
             return Err(StoreError::VersionConflict { stored: entry.version, offered: up_to });
         }
         let path = self.path_of(pool, key);
+        self.journal.forget(&path).map_err(StoreError::io("journal", &path))?;
         match self.disk.remove(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -743,6 +818,7 @@ impl DeviceStore {
             return Ok(false);
         }
         let path = self.path_of(pool, key);
+        self.journal.forget(&path).map_err(StoreError::io("journal", &path))?;
         match self.disk.remove(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -852,9 +928,18 @@ impl DeviceStore {
         self.records.commit(self.disk.as_ref())
     }
 
-    /// Commits the records and marks the shutdown clean (blocking).
+    /// Commits the records, checkpoints the journal (nothing to replay at the next start)
+    /// and marks the shutdown clean (blocking).
     pub fn close_records(&self) -> Result<(), StoreError> {
+        self.journal
+            .checkpoint_all()
+            .map_err(StoreError::io("checkpoint the journal of", &self.root))?;
         self.records.close(self.disk.as_ref(), &self.temp_path())
+    }
+
+    /// The device's journal.
+    pub fn journal(&self) -> &Journal {
+        &self.journal
     }
 
     /// The record log (sequence numbers, waits).
@@ -1131,6 +1216,53 @@ mod tests {
         assert!(message.contains(&dir.path().display().to_string()), "{message}");
         assert!(message.contains("chown"), "{message}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing left behind");
+    }
+
+    #[test]
+    fn small_writes_and_deletes_lost_in_a_crash_are_written_back_from_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 24 };
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        put(&store, "small", b"one", 10).unwrap();
+        put(&store, "small", b"two", 11).unwrap();
+        put(&store, "purged", b"p", 10).unwrap();
+        put(&store, "deleted", b"d", 10).unwrap();
+        let large = vec![5u8; (JOURNAL_OBJECT_MAX + 1) as usize];
+        put(&store, "large", &large, 10).unwrap();
+        assert!(store.purge(PoolId(1), "purged", None).unwrap());
+        store.delete(PoolId(1), "deleted", Some(ObjectVersion(12)), Epoch(1), None).unwrap();
+        assert_eq!(store.journal().pending(), 2, "the small object and the tombstone");
+        // A crash (no clean shutdown) where the files' writeback was lost: what the
+        // journal holds was acknowledged and comes back; the purge stays.
+        drop(store);
+        std::fs::write(object_path(dir.path(), PoolId(1), "small"), b"").unwrap();
+        std::fs::remove_file(object_path(dir.path(), PoolId(1), "deleted")).unwrap();
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        assert_eq!(store.get(PoolId(1), "small").unwrap().1, b"two");
+        assert_eq!(store.tombstone(PoolId(1), "deleted"), Some(ObjectVersion(12)));
+        assert!(store.entry(PoolId(1), "purged").is_none(), "a purged object stays purged");
+        assert_eq!(store.get(PoolId(1), "large").unwrap().1, large, "synced on its own");
+        assert_eq!(store.corrupt_found(), 0);
+        // A clean shutdown checkpoints: nothing is written back at the next start.
+        store.close_records().unwrap();
+        drop(store);
+        std::fs::remove_file(object_path(dir.path(), PoolId(1), "small")).unwrap();
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        assert!(store.entry(PoolId(1), "small").is_none());
+    }
+
+    #[test]
+    fn a_small_write_whose_journal_sync_fails_is_refused_and_not_visible() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 20 };
+        let disk = Arc::new(crate::disk::FaultyDisk::new());
+        let store = DeviceStore::open(&config, disk.clone()).unwrap();
+        put(&store, "k", b"one", 10).unwrap();
+        disk.set_fault(Some(crate::disk::Fault::SyncError));
+        let error = put(&store, "k", b"two", 11).unwrap_err();
+        assert!(error.to_string().contains("journal"), "{error}");
+        assert_eq!(store.get(PoolId(1), "k").unwrap().1, b"one", "the refused write is not seen");
+        assert!(put(&store, "other", b"x", 1).is_err(), "the device takes no more small writes");
     }
 
     #[test]

@@ -103,7 +103,10 @@ fn bench_reports_the_cpu_and_syncs_each_operation_costs() {
     let cost = |phase: &str, what: &str| {
         report["cost"][phase][what].as_f64().unwrap_or_else(|| panic!("no {phase}.{what}: {out}"))
     };
-    assert!(cost("write", "syncs_per_op") >= 3.0, "three replicas, each durable: {out}");
+    // Three replicas, each durable through its device's journal: at most one sync each
+    // (concurrent writes share them), never the two of a file and its directory.
+    let syncs = cost("write", "syncs_per_op");
+    assert!(syncs > 0.0 && syncs <= 3.5, "{syncs} syncs per write: {out}");
     assert!(cost("read", "syncs_per_op") < 0.5, "reads do not sync: {out}");
     for phase in ["write", "read"] {
         assert!(cost(phase, "servers_cpu_us_per_op") > 0.0, "{out}");
