@@ -15,13 +15,24 @@
 #
 # Prints one table (µs of CPU and syncs per operation, and operations per second) and writes
 # it as JSON to $OUT (default docs/cost-model.json).
-# Usage: [OPTIO=BINARY] scripts/cost-model.sh [SMALL_OBJECTS (default 4000)] [SECONDS (default 20)]
-# (SECONDS: each rados phase of 4 KiB objects; those of 4 MiB objects run half as long, which
-# keeps Ceph's three replicas of what they write within a few GB of disk.)
+# Usage: [OPTIO=BINARY] [JOBS="SIZE:OBJECTS:IN_FLIGHT ..."] [SERVERS=3|9]
+#        scripts/cost-model.sh [SMALL_OBJECTS (default 4000)] [SECONDS (default 20)]
+# JOBS: what to measure, each job a size, the objects Optio writes then reads, and the
+#   operations in flight (both systems); default: 4 KiB, 64 KiB and 4 MiB at 1, 16 and 64
+#   in flight (issue 39's matrix), with SMALL_OBJECTS scaling the object counts of the
+#   small sizes. JOBS="4KiB:4000:16 4MiB:64:4" is the two-job run of docs/benchmarks.md.
+# SECONDS: each rados phase of objects below 4 MiB; those of 4 MiB objects run half as long,
+#   and each job's objects are removed after its read phase, which keeps Ceph's three
+#   replicas within its OSDs' files.
+# SERVERS: 3 (default: `optio up --zones 3 --hosts 1` against 3 OSDs) or 9 (`--hosts 3`
+#   against CEPH_MINI_OSDS=9).
 # Needs root (perf tracepoints), jq, perf, GNU time, and what ceph-mini installs.
 set -euo pipefail
 small=${1:-4000}
 seconds=${2:-20}
+servers=${SERVERS:-3}
+case "$servers" in 3|9) ;; *) echo "SERVERS must be 3 or 9" >&2; exit 2 ;; esac
+jobs=${JOBS:-"4KiB:$((small / 2)):1 4KiB:$small:16 4KiB:$((small * 3 / 2)):64 64KiB:$((small / 4)):1 64KiB:$((small * 3 / 4)):16 64KiB:$((small * 3 / 4)):64 4MiB:32:1 4MiB:96:16 4MiB:192:64"}
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/docs/cost-model.json}
 ceph_mini="$root/../shared/anchors/ceph-mini/ceph-mini.sh"
@@ -62,28 +73,28 @@ cpu_of() {
 rows='[]'
 add_row() { rows=$(jq --argjson r "$1" '. + [$r]' <<<"$rows"); }
 
-echo "== Optio: optio up --zones 3 --hosts 1 (3 servers, r = 3), in $work"
-"$optio" up --dir "$work/optio" --zones 3 --hosts 1 --capacity 64GiB > "$work/up.log" 2>&1 &
+echo "== Optio: optio up --zones 3 --hosts $((servers / 3)) ($servers servers, r = 3), in $work"
+"$optio" up --dir "$work/optio" --zones 3 --hosts $((servers / 3)) --capacity 64GiB > "$work/up.log" 2>&1 &
 up_pid=$!
 for _ in $(seq 300); do grep -q "Ctrl-C" "$work/up.log" && break; sleep 0.1; done
 grep -q "Ctrl-C" "$work/up.log" || { cat "$work/up.log"; exit 1; }
-for job in "4KiB $small 16" "4MiB 64 4"; do
-  read -r size objects concurrency <<<"$job"
+for job in $jobs; do
+  IFS=: read -r size objects concurrency <<<"$job"
   "$optio" bench --cluster "$work/optio" --objects "$objects" --size "$size" \
-    --concurrency "$concurrency" --json > "$work/optio-$size.json"
+    --concurrency "$concurrency" --json > "$work/optio-$size-$concurrency.json"
   for phase in write read; do
     add_row "$(jq -c --arg s "$size" --arg p "$phase" --argjson c "$concurrency" '{
       system: "optio", size: $s, phase: $p, in_flight: $c,
       ops_per_s: (.[$p].operations / .[$p].seconds),
       client_cpu_us_per_op: .cost[$p].client_cpu_us_per_op,
       servers_cpu_us_per_op: .cost[$p].servers_cpu_us_per_op,
-      syncs_per_op: .cost[$p].syncs_per_op }' "$work/optio-$size.json")"
+      syncs_per_op: .cost[$p].syncs_per_op }' "$work/optio-$size-$concurrency.json")"
   done
 done
 kill -INT "$up_pid"; wait "$up_pid" 2>/dev/null || true; up_pid=""
 
-echo "== Ceph: ceph-mini (3 BlueStore OSDs, size 3)"
-CEPH_MINI_PREFILL=0 "$ceph_mini" start "$ceph_dir" > "$work/ceph-start.log" 2>&1 \
+echo "== Ceph: ceph-mini ($servers BlueStore OSDs, size 3)"
+CEPH_MINI_OSDS=$servers CEPH_MINI_PREFILL=0 "$ceph_mini" start "$ceph_dir" > "$work/ceph-start.log" 2>&1 \
   || { tail -20 "$work/ceph-start.log"; exit 1; }
 export CEPH_CONF="$ceph_dir/ceph.conf"
 pool=${CEPH_MINI_POOL:-rbdbench}
@@ -91,29 +102,34 @@ osds=$(pgrep -f "ceph-osd.*--conf $ceph_dir/ceph.conf" | tr '\n' ' ')
 others=$(pgrep -f "ceph-(mon|mgr).*--conf $ceph_dir/ceph.conf" | tr '\n' ' ')
 [ -n "$osds" ] || { echo "no ceph-osd processes found" >&2; exit 1; }
 syscalls="syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync,syscalls:sys_enter_syncfs"
-for job in "4096 16" "4194304 4"; do
-  read -r bytes concurrency <<<"$job"
-  size=$([ "$bytes" = 4096 ] && echo 4KiB || echo 4MiB)
+for job in $jobs; do
+  IFS=: read -r size _ concurrency <<<"$job"
+  case "$size" in
+    *KiB) bytes=$(( ${size%KiB} * 1024 )) ;;
+    *MiB) bytes=$(( ${size%MiB} * 1024 * 1024 )) ;;
+    *) echo "JOBS: size $size is not N KiB or N MiB" >&2; exit 2 ;;
+  esac
   for phase in write seq; do
     name=$([ "$phase" = write ] && echo write || echo read)
     # shellcheck disable=SC2086
     servers_before=$(cpu_of $osds $others)
-    perf stat -x, -e "$syscalls" -p "$(tr ' ' ',' <<<"${osds% }")" -o "$work/perf-$size-$phase.txt" &
+    tag="$size-$concurrency-$phase"
+    perf stat -x, -e "$syscalls" -p "$(tr ' ' ',' <<<"${osds% }")" -o "$work/perf-$tag.txt" &
     perf_pid=$!
     sleep 0.5
-    run_for=$([ "$bytes" = 4096 ] && echo "$seconds" || echo $(( (seconds + 1) / 2 )))
+    run_for=$([ "$bytes" -lt 4194304 ] && echo "$seconds" || echo $(( (seconds + 1) / 2 )))
     args=(-p "$pool" "$run_for" "$phase" -t "$concurrency")
     [ "$phase" = write ] && args+=(-b "$bytes" --no-cleanup)
-    /usr/bin/time -f '%U %S' -o "$work/time-$size-$phase.txt" \
-      rados bench "${args[@]}" > "$work/rados-$size-$phase.txt" 2>&1 \
-      || { cat "$work/rados-$size-$phase.txt"; exit 1; }
-    client_cpu=$(awk '{ print $1 + $2 }' "$work/time-$size-$phase.txt")
+    /usr/bin/time -f '%U %S' -o "$work/time-$tag.txt" \
+      rados bench "${args[@]}" > "$work/rados-$tag.txt" 2>&1 \
+      || { cat "$work/rados-$tag.txt"; exit 1; }
+    client_cpu=$(awk '{ print $1 + $2 }' "$work/time-$tag.txt")
     kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true
     # shellcheck disable=SC2086
     servers_after=$(cpu_of $osds $others)
-    ops=$(grep -E "^Total (writes|reads) made:" "$work/rados-$size-$phase.txt" | awk '{print $4}')
-    secs=$(grep -E "^Total time run:" "$work/rados-$size-$phase.txt" | awk '{print $4}')
-    syncs=$(awk -F, '{ s += $1 } END { print s + 0 }' < <(grep -v '^#' "$work/perf-$size-$phase.txt" | grep syscalls))
+    ops=$(grep -E "^Total (writes|reads) made:" "$work/rados-$tag.txt" | awk '{print $4}')
+    secs=$(grep -E "^Total time run:" "$work/rados-$tag.txt" | awk '{print $4}')
+    syncs=$(awk -F, '{ s += $1 } END { print s + 0 }' < <(grep -v '^#' "$work/perf-$tag.txt" | grep syscalls))
     add_row "$(jq -nc --arg s "$size" --arg p "$name" --argjson c "$concurrency" \
       --argjson ops "$ops" --argjson secs "$secs" --argjson cc "$client_cpu" \
       --argjson sb "$servers_before" --argjson sa "$servers_after" --argjson sy "$syncs" '{
@@ -122,14 +138,23 @@ for job in "4096 16" "4194304 4"; do
       servers_cpu_us_per_op: (($sa - $sb) * 1e6 / $ops),
       syncs_per_op: ($sy / $ops) }')"
   done
+  # This job's objects go before the next job writes (the OSDs' files are 10 GiB).
+  rados -p "$pool" cleanup > /dev/null 2>&1 || true
 done
 
-jq '{ measured: (now | todate), rows: . }' <<<"$rows" > "$out"
+jq --argjson n "$servers" '{ measured: (now | todate), servers: $n, rows: . }' <<<"$rows" > "$out"
 echo
-printf '%-6s %-5s %-5s %9s %14s %15s %9s\n' system size phase "ops/s" "client µs/op" "servers µs/op" "syncs/op"
-jq -r '.rows[] | [.system, .size, .phase, (.ops_per_s|floor), (.client_cpu_us_per_op|floor),
+printf '%-6s %-6s %9s %-5s %9s %14s %15s %9s\n' system size in-flight phase "ops/s" "client µs/op" "servers µs/op" "syncs/op"
+jq -r '.rows[] | [.system, .size, .in_flight, .phase, (.ops_per_s|floor), (.client_cpu_us_per_op|floor),
   ((.servers_cpu_us_per_op // -1)|floor), ((.syncs_per_op // -1) * 100 | floor / 100)] | @tsv' "$out" |
-  while IFS=$'\t' read -r a b c d e f g; do
-    printf '%-6s %-5s %-5s %9s %14s %15s %9s\n' "$a" "$b" "$c" "$d" "$e" "$f" "$g"
+  while IFS=$'\t' read -r a b c d e f g h; do
+    printf '%-6s %-6s %9s %-5s %9s %14s %15s %9s\n' "$a" "$b" "$c" "$d" "$e" "$f" "$g" "$h"
   done
+# Optio's rate over Ceph's, job by job.
+echo
+printf '%-6s %9s %-5s %10s\n' size in-flight phase "optio/ceph"
+jq -r '.rows as $r | [$r[] | select(.system == "optio")][] as $o
+  | ($r[] | select(.system == "ceph" and .size == $o.size and .in_flight == $o.in_flight and .phase == $o.phase)) as $c
+  | [$o.size, $o.in_flight, $o.phase, (($o.ops_per_s / $c.ops_per_s) * 100 | floor / 100)] | @tsv' "$out" |
+  while IFS=$'\t' read -r a b c d; do printf '%-6s %9s %-5s %10s\n' "$a" "$b" "$c" "$d"; done
 echo "(written to $out)"
