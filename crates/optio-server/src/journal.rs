@@ -188,6 +188,19 @@ struct State {
     closing: bool,
 }
 
+impl State {
+    /// Starts segment `index` over, empty, under the next generation.
+    fn reuse(&mut self, index: usize) {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let segment = &mut self.segments[index];
+        segment.generation = generation;
+        segment.used = 0;
+        segment.last_seq = 0;
+        segment.paths.clear();
+    }
+}
+
 #[derive(Default)]
 struct Synced {
     seq: u64,
@@ -392,12 +405,7 @@ impl Journal {
             state.failed = Some(format!("checkpoint: {error}"));
             return Err(error);
         }
-        let generation = state.next_generation;
-        state.next_generation += 1;
-        let segment = &mut state.segments[active];
-        segment.generation = generation;
-        segment.used = 0;
-        segment.last_seq = 0;
+        state.reuse(active);
         state.pending.clear();
         Ok(())
     }
@@ -524,14 +532,8 @@ impl Inner {
                 continue;
             }
             state.segments[active].state = Use::Full;
-            let generation = state.next_generation;
-            state.next_generation += 1;
-            let next = &mut state.segments[other];
-            next.generation = generation;
-            next.used = 0;
-            next.last_seq = 0;
-            next.paths.clear();
-            next.state = Use::Active;
+            state.reuse(other);
+            state.segments[other].state = Use::Active;
             state.active = other;
             self.changed.notify_all();
         }
