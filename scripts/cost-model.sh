@@ -26,6 +26,11 @@
 #   replicas within its OSDs' files.
 # SERVERS: 3 (default: `optio up --zones 3 --hosts 1` against 3 OSDs) or 9 (`--hosts 3`
 #   against CEPH_MINI_OSDS=9).
+# METADATA=1: after each job's reads, two more phases on the objects written: `stat` (Optio
+#   `optio bench --metadata`: `optio stat` of each object; Ceph: librados `stat`, what
+#   `rados stat` does) and `delete` (`optio rm`; `rados rm`), with the same operations in
+#   flight (Ceph's through scripts/rados-meta.py, librados aio on the names `rados ls` gave
+#   before the phase; the client's CPU is the script's own over the timed operations).
 # Needs root (perf tracepoints), jq, perf, GNU time, and what ceph-mini installs.
 set -euo pipefail
 small=${1:-4000}
@@ -80,9 +85,13 @@ for _ in $(seq 300); do grep -q "Ctrl-C" "$work/up.log" && break; sleep 0.1; don
 grep -q "Ctrl-C" "$work/up.log" || { cat "$work/up.log"; exit 1; }
 for job in $jobs; do
   IFS=: read -r size objects concurrency <<<"$job"
+  meta=()
+  [ "${METADATA:-0}" = 1 ] && meta=(--metadata)
   "$optio" bench --cluster "$work/optio" --objects "$objects" --size "$size" \
-    --concurrency "$concurrency" --json > "$work/optio-$size-$concurrency.json"
-  for phase in write read; do
+    --concurrency "$concurrency" --json "${meta[@]}" > "$work/optio-$size-$concurrency.json"
+  phases="write read"
+  [ "${METADATA:-0}" = 1 ] && phases="write read stat delete"
+  for phase in $phases; do
     add_row "$(jq -c --arg s "$size" --arg p "$phase" --argjson c "$concurrency" '{
       system: "optio", size: $s, phase: $p, in_flight: $c,
       ops_per_s: (.[$p].operations / .[$p].seconds),
@@ -109,26 +118,42 @@ for job in $jobs; do
     *MiB) bytes=$(( ${size%MiB} * 1024 * 1024 )) ;;
     *) echo "JOBS: size $size is not N KiB or N MiB" >&2; exit 2 ;;
   esac
-  for phase in write seq; do
-    name=$([ "$phase" = write ] && echo write || echo read)
+  phases="write seq"
+  [ "${METADATA:-0}" = 1 ] && phases="write seq stat rm"
+  for phase in $phases; do
+    case "$phase" in write) name=write ;; seq) name=read ;; stat) name=stat ;; rm) name=delete ;; esac
+    tag="$size-$concurrency-$phase"
+    # (The objects a metadata phase works on are listed before it is measured.)
+    case "$phase" in stat|rm) rados -p "$pool" ls | grep '^benchmark_data' > "$work/names-$tag.txt" ;; esac
     # shellcheck disable=SC2086
     servers_before=$(cpu_of $osds $others)
-    tag="$size-$concurrency-$phase"
     perf stat -x, -e "$syscalls" -p "$(tr ' ' ',' <<<"${osds% }")" -o "$work/perf-$tag.txt" &
     perf_pid=$!
     sleep 0.5
     run_for=$([ "$bytes" -lt 4194304 ] && echo "$seconds" || echo $(( (seconds + 1) / 2 )))
     args=(-p "$pool" "$run_for" "$phase" -t "$concurrency")
     [ "$phase" = write ] && args+=(-b "$bytes" --no-cleanup)
+    case "$phase" in
+      write|seq) command=(rados bench "${args[@]}") ;;
+      *)
+        command=(/usr/bin/python3 "$root/scripts/rados-meta.py" "$phase" "$pool" "$concurrency" "$work/names-$tag.txt") ;;
+    esac
     /usr/bin/time -f '%U %S' -o "$work/time-$tag.txt" \
-      rados bench "${args[@]}" > "$work/rados-$tag.txt" 2>&1 \
+      "${command[@]}" > "$work/rados-$tag.txt" 2>&1 \
       || { cat "$work/rados-$tag.txt"; exit 1; }
     client_cpu=$(awk '{ print $1 + $2 }' "$work/time-$tag.txt")
     kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true
     # shellcheck disable=SC2086
     servers_after=$(cpu_of $osds $others)
-    ops=$(grep -E "^Total (writes|reads) made:" "$work/rados-$tag.txt" | awk '{print $4}')
-    secs=$(grep -E "^Total time run:" "$work/rados-$tag.txt" | awk '{print $4}')
+    case "$phase" in
+      write|seq)
+        ops=$(grep -E "^Total (writes|reads) made:" "$work/rados-$tag.txt" | awk '{print $4}')
+        secs=$(grep -E "^Total time run:" "$work/rados-$tag.txt" | awk '{print $4}') ;;
+      *)
+        ops=$(awk '/^ops / { print $2 }' "$work/rados-$tag.txt")
+        secs=$(awk '/^ops / { print $4 }' "$work/rados-$tag.txt")
+        client_cpu=$(awk '/^ops / { print $6 }' "$work/rados-$tag.txt") ;;
+    esac
     syncs=$(awk -F, '{ s += $1 } END { print s + 0 }' < <(grep -v '^#' "$work/perf-$tag.txt" | grep syscalls))
     add_row "$(jq -nc --arg s "$size" --arg p "$name" --argjson c "$concurrency" \
       --argjson ops "$ops" --argjson secs "$secs" --argjson cc "$client_cpu" \

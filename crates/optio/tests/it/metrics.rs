@@ -80,7 +80,8 @@ fn servers_expose_metrics_that_promtool_accepts() {
 }
 
 /// `optio bench` says what each operation cost: the client's CPU, the servers' CPU and the
-/// servers' syncs, per phase — a write syncs on every replica, a read never.
+/// servers' syncs, per phase — a write syncs on every replica, a read never; with
+/// `--metadata`, a stat never either, and a delete leaves nothing behind.
 #[test]
 fn bench_reports_the_cpu_and_syncs_each_operation_costs() {
     let (_dir, cluster) = cluster(small());
@@ -98,6 +99,7 @@ fn bench_reports_the_cpu_and_syncs_each_operation_costs() {
         "--concurrency",
         "4",
         "--json",
+        "--metadata",
     ]);
     let report: serde_json::Value = serde_json::from_str(&out).expect("bench prints JSON");
     let cost = |phase: &str, what: &str| {
@@ -108,8 +110,25 @@ fn bench_reports_the_cpu_and_syncs_each_operation_costs() {
     let syncs = cost("write", "syncs_per_op");
     assert!(syncs > 0.0 && syncs <= 3.5, "{syncs} syncs per write: {out}");
     assert!(cost("read", "syncs_per_op") < 0.5, "reads do not sync: {out}");
-    for phase in ["write", "read"] {
+    assert!(cost("stat", "syncs_per_op") < 0.5, "stats do not sync: {out}");
+    // A tombstone on each replica, through the journal.
+    let syncs = cost("delete", "syncs_per_op");
+    assert!(syncs > 0.0 && syncs <= 3.5, "{syncs} syncs per delete: {out}");
+    for phase in ["write", "read", "stat", "delete"] {
         assert!(cost(phase, "servers_cpu_us_per_op") > 0.0, "{out}");
         assert!(cost(phase, "client_cpu_us_per_op") > 0.0, "{out}");
+        assert_eq!(report[phase]["operations"], 40, "{phase}: {out}");
     }
+    // Every object was removed: the listing of the bench's prefix is empty.
+    let listed = crate::support::optio_ok(&[
+        "ls",
+        "--cluster",
+        &dir,
+        "--pool",
+        PLAIN_POOL,
+        "--json",
+        "bench/",
+    ]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).expect("ls prints JSON");
+    assert_eq!(listed["objects"], serde_json::json!([]), "left after the delete phase: {listed}");
 }

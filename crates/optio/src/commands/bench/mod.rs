@@ -18,8 +18,8 @@ use serde::Serialize;
 pub use self::payload::payload;
 use crate::commands::client::ClusterArgs;
 use crate::output::{self, parse_size};
+use workload::{MetaOp, meta_all, percentile, phase, run_id};
 pub use workload::{Phase, read_all, write_all};
-use workload::{percentile, phase, run_id};
 
 /// What to measure.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +70,11 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// After reading (read-write mode): a `stat` of every object (`optio stat`: a HEAD of
+    /// one replica), then its removal (`optio rm`: a tombstone on every replica), each a
+    /// phase of its own. Without it, the objects are left in the pool.
+    #[arg(long)]
+    pub metadata: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -92,16 +97,26 @@ struct ReadWriteReport {
     concurrency: usize,
     write: Phase,
     read: Phase,
+    /// With `--metadata`: a stat of every object.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stat: Option<Phase>,
+    /// With `--metadata`: the removal of every object.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delete: Option<Phase>,
     cache_bytes_per_object: f64,
     /// What each phase cost the processes, per operation.
     cost: PhaseCosts,
 }
 
-/// What the write and the read phase cost, per operation.
+/// What each phase cost, per operation.
 #[derive(Serialize)]
 struct PhaseCosts {
     write: Cost,
     read: Cost,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stat: Option<Cost>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delete: Option<Cost>,
 }
 
 /// What a phase cost the cluster's processes, per operation: this client's CPU time, the
@@ -233,10 +248,28 @@ async fn read_write(args: &Args, size: usize) -> Result<()> {
     let read = read_all(&client, pool, &keys, size, args.concurrency, &bar).await?;
     let after = Spent::now(&client, &transport).await;
     bar.finish_and_clear();
-    let cost = PhaseCosts {
+    let mut cost = PhaseCosts {
         write: before.cost(written, write.operations),
         read: written.cost(after, read.operations),
+        stat: None,
+        delete: None,
     };
+    let (mut stat, mut delete) = (None, None);
+    if args.metadata {
+        let mut from = after;
+        for (op, label) in [(MetaOp::Stat, "stat"), (MetaOp::Delete, "removing")] {
+            let bar = output::progress(args.objects as u64, label, visible);
+            let done = meta_all(&client, pool, &keys, op, args.concurrency, &bar).await?;
+            let to = Spent::now(&client, &transport).await;
+            bar.finish_and_clear();
+            let spent = from.cost(to, done.operations);
+            from = to;
+            match op {
+                MetaOp::Stat => (stat, cost.stat) = (Some(done), Some(spent)),
+                MetaOp::Delete => (delete, cost.delete) = (Some(done), Some(spent)),
+            }
+        }
+    }
     let report = ReadWriteReport {
         pool: pool.clone(),
         choices,
@@ -246,6 +279,8 @@ async fn read_write(args: &Args, size: usize) -> Result<()> {
         concurrency: args.concurrency,
         write,
         read,
+        stat,
+        delete,
         cache_bytes_per_object: client.cache().bytes_per_entry(),
         cost,
     };
@@ -275,14 +310,19 @@ async fn read_write(args: &Args, size: usize) -> Result<()> {
         "syncs/op",
     ])
     .left(&[0]);
-    let costs = [report.cost.write, report.cost.read];
-    for ((name, p), cost) in
-        [("write", &report.write), ("read", &report.read)].into_iter().zip(costs)
-    {
+    let mut phases = vec![("write", &report.write, report.cost.write)];
+    phases.push(("read", &report.read, report.cost.read));
+    if let (Some(p), Some(cost)) = (&report.stat, report.cost.stat) {
+        phases.push(("stat", p, cost));
+    }
+    if let (Some(p), Some(cost)) = (&report.delete, report.cost.delete) {
+        phases.push(("delete", p, cost));
+    }
+    for (name, p, cost) in phases {
         let unknown = || "?".to_string();
         table.row(vec![
             name.into(),
-            format!("{:.1}", p.mb_per_s),
+            if p.bytes == 0 { "-".into() } else { format!("{:.1}", p.mb_per_s) },
             format!("{:.0}", p.operations as f64 / p.seconds.max(1e-9)),
             p.latency_us_p50.to_string(),
             p.latency_us_p99.to_string(),

@@ -188,6 +188,49 @@ pub async fn read_all(
     ))
 }
 
+/// A metadata operation on every key ([`meta_all`]).
+#[derive(Clone, Copy, Debug)]
+pub enum MetaOp {
+    /// Where the object lives and what is stored (a HEAD of one replica; `optio stat`).
+    Stat,
+    /// Removes the object (tombstones on every replica; `optio rm`).
+    Delete,
+}
+
+/// Runs `op` on every one of `keys` concurrently.
+pub async fn meta_all(
+    client: &Client,
+    pool: &str,
+    keys: &[String],
+    op: MetaOp,
+    concurrency: usize,
+    bar: &indicatif::ProgressBar,
+) -> Result<Phase> {
+    let before = client.stats();
+    let started = Instant::now();
+    let (client_, keys_, pool_) = (client.clone(), Arc::new(keys.to_vec()), Arc::<str>::from(pool));
+    let done = for_each_key(keys.len(), concurrency, bar, move |i| {
+        let (client, keys, pool) = (client_.clone(), keys_.clone(), pool_.clone());
+        async move {
+            match op {
+                MetaOp::Stat => client
+                    .stat(&pool, &keys[i])
+                    .await
+                    .map(drop)
+                    .with_context(|| format!("stat of {}", keys[i])),
+                MetaOp::Delete => client
+                    .delete(&pool, &keys[i])
+                    .await
+                    .with_context(|| format!("removing {}", keys[i])),
+            }
+        }
+    })
+    .await?;
+    let mut latencies: Vec<u64> = done.into_iter().map(|(_, micros, ())| micros).collect();
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(phase(&mut latencies, 0, seconds, before, client.stats()))
+}
+
 /// A short id for one run of a bench (its keys' prefix).
 pub(super) fn run_id() -> String {
     let nanos = std::time::SystemTime::now()
