@@ -171,7 +171,7 @@ impl FaultyNet {
         let put = PutRequest {
             pool: PoolId(pool),
             key,
-            data,
+            data: &[data],
             version: ObjectVersion(version),
             checksum: Some(checksum(data)),
             pg_seed,
@@ -186,7 +186,7 @@ impl FaultyNet {
         let put = PutRequest {
             pool: PoolId(pool),
             key,
-            data: &data,
+            data: &[&data],
             version: info.version,
             checksum: Some(info.checksum),
             pg_seed: info.pg_seed,

@@ -572,6 +572,15 @@ pub fn content_hash(body: &[u8]) -> String {
     blake3::hash(body).to_hex().to_string()
 }
 
+/// [`content_hash`] of a body received in pieces (in order), without joining them.
+pub fn content_hash_of_parts(parts: &[&[u8]]) -> String {
+    let mut hasher = blake3::Hasher::new();
+    for part in parts {
+        hasher.update(part);
+    }
+    hasher.finalize().to_hex().to_string()
+}
+
 /// Whether a header is signed: every `x-optio-*` header but the signature itself, and `range`.
 pub fn is_signed_header(name: &str) -> bool {
     (name.starts_with("x-optio-") && name != AUTH_HEADER) || name == "range"

@@ -372,7 +372,7 @@ pub(crate) async fn fetch_version(
         store.put(&PutRequest {
             pool,
             key: &key,
-            data: &answer.body.to_bytes(),
+            data: &[&answer.body.to_bytes()],
             version: info.version,
             checksum: Some(info.checksum),
             pg_seed: info.pg_seed,

@@ -29,10 +29,12 @@ pub(crate) struct Incoming {
     signed: bool,
 }
 
-/// A request body, read whole, with the hash its signature covers.
+/// A request body, read whole, with the hash its signature covers. It is kept in the pieces
+/// it arrived in (never joined: a 4 MiB object is not copied once more on its way to the
+/// file).
 pub(crate) struct Received {
-    /// The bytes.
-    pub(crate) body: bytes::Bytes,
+    /// The bytes, in order.
+    parts: Vec<bytes::Bytes>,
     /// With authentication on and the request signed: the BLAKE3 hash its signed headers
     /// carry (none: a signed request without one).
     signed_hash: Option<Option<String>>,
@@ -47,8 +49,23 @@ impl Received {
         match &self.signed_hash {
             None => true,
             Some(signed) => {
-                signed.as_deref() == Some(optio_proto::auth::content_hash(&self.body).as_str())
+                let hash = optio_proto::auth::content_hash_of_parts(&self.slices());
+                signed.as_deref() == Some(hash.as_str())
             }
+        }
+    }
+
+    /// The pieces, in order.
+    pub(crate) fn slices(&self) -> Vec<&[u8]> {
+        self.parts.iter().map(|part| &part[..]).collect()
+    }
+
+    /// The bytes in one piece (joined if they came in several).
+    pub(crate) fn joined(&self) -> bytes::Bytes {
+        match self.parts.as_slice() {
+            [] => bytes::Bytes::new(),
+            [one] => one.clone(),
+            parts => parts.concat().into(),
         }
     }
 }
@@ -105,26 +122,48 @@ impl Incoming {
         checks_hash: bool,
         limit: u64,
     ) -> Result<Received, Refusal> {
+        use futures_util::StreamExt as _;
         let declared = self.declared.clone().ok().flatten();
         let body = self.body.take().unwrap_or_default();
-        let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
-        let body = axum::body::to_bytes(body, limit_usize).await.map_err(|e| match declared {
-            _ if let Some(timeout) = crate::conn::BodyTimeout::find(&e) => Refusal::new(
-                ErrorKind::Timeout,
-                format!("{timeout}; nothing was stored: send the whole body without pausing"),
-            ),
-            // Its length was checked against the limit before: the body broke off.
-            Some(length) => Refusal::new(
+        let mut stream = body.into_data_stream();
+        let mut parts = Vec::new();
+        let mut read = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| match declared {
+                _ if let Some(timeout) = crate::conn::BodyTimeout::find(&e) => Refusal::new(
+                    ErrorKind::Timeout,
+                    format!("{timeout}; nothing was stored: send the whole body without pausing"),
+                ),
+                // Its length was checked against the limit before: the body broke off.
+                Some(length) => Refusal::new(
+                    ErrorKind::BadRequest,
+                    format!("the body ended before its {length} bytes were read: {e}"),
+                ),
+                None => {
+                    Refusal::new(ErrorKind::BadRequest, format!("the body could not be read: {e}"))
+                }
+            })?;
+            read += chunk.len() as u64;
+            if read > limit {
+                return Err(Refusal::new(
+                    ErrorKind::TooLarge,
+                    format!("the body could not be read within {limit} bytes: it is longer"),
+                ));
+            }
+            if !chunk.is_empty() {
+                parts.push(chunk);
+            }
+        }
+        if let Some(length) = declared
+            && read != length
+        {
+            return Err(Refusal::new(
                 ErrorKind::BadRequest,
-                format!("the body ended before its {length} bytes were read: {e}"),
-            ),
-            None => Refusal::new(
-                ErrorKind::TooLarge,
-                format!("the body could not be read within {limit} bytes: {e}"),
-            ),
-        })?;
+                format!("the body ended before its {length} bytes were read: {read} came"),
+            ));
+        }
         let signed_hash = (checks_hash && self.signed).then(|| self.content_hash.clone());
-        Ok(Received { body, signed_hash })
+        Ok(Received { parts, signed_hash })
     }
 
     /// Reads and drops the body of a refused request, if not read yet (up to

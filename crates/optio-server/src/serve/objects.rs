@@ -131,7 +131,7 @@ pub(super) async fn put_object(
         if !received.hash_matches() {
             return Ok(None);
         }
-        let data = &received.body;
+        let data = &received.slices();
         store
             .put_in(&PutRequest { pool, key: &key, data, version, checksum, pg_seed, epoch }, snap)
             .map(Some)
@@ -173,7 +173,7 @@ pub(super) async fn write_in_place(
                     pool,
                     key: &key,
                     offset,
-                    data: &received.body,
+                    data: &received.joined(),
                     zeroes,
                     size,
                     base,

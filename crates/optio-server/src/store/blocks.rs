@@ -710,7 +710,7 @@ mod tests {
             .put(&PutRequest {
                 pool: PoolId(1),
                 key: "vol.1/0",
-                data: &data,
+                data: &[&data],
                 version: ObjectVersion(5),
                 checksum: None,
                 pg_seed: Some(3),

@@ -30,7 +30,7 @@ use optio_placement::{Epoch, PoolId};
 use optio_proto::summary::{SUMMARY_BYTES, SUMMARY_PREFIX_BYTES, summary_hex, summary_of};
 use optio_proto::{
     ChoiceRecord, Deleted, HEADER_BYTES, KEY_BYTES_MAX, Listing, ObjectHeader, ObjectInfo,
-    ObjectVersion, checksum,
+    ObjectVersion, checksum_append,
 };
 
 use crate::disk::Disk;
@@ -106,8 +106,8 @@ pub struct PutRequest<'a> {
     pub pool: PoolId,
     /// Key (validated).
     pub key: &'a str,
-    /// Data.
-    pub data: &'a [u8],
+    /// Data, in pieces (in order; usually the pieces it arrived in).
+    pub data: &'a [&'a [u8]],
     /// Version; a stored newer version wins.
     pub version: ObjectVersion,
     /// crc32c the client computed, checked before storing.
@@ -405,7 +405,8 @@ impl DeviceStore {
         request: &PutRequest<'_>,
         snap: Option<optio_proto::snap::SnapContext>,
     ) -> Result<PutOutcome, StoreError> {
-        let computed = checksum(request.data);
+        let computed = request.data.iter().fold(0, |crc, part| checksum_append(crc, part));
+        let size_bytes: u64 = request.data.iter().map(|part| part.len() as u64).sum();
         if let Some(sent) = request.checksum
             && sent != computed
         {
@@ -414,7 +415,7 @@ impl DeviceStore {
         let header = ObjectHeader {
             pool: request.pool,
             pg_seed: request.pg_seed,
-            size_bytes: request.data.len() as u64,
+            size_bytes,
             checksum: computed,
             version: request.version,
             epoch: request.epoch,
@@ -423,7 +424,7 @@ impl DeviceStore {
         };
         let head = header.encode(request.key);
         let file_bytes = head.len() as u64 + header.size_bytes;
-        let entry = entry_of(&header, file_bytes, request.data);
+        let entry = entry_of(&header, file_bytes, &prefix_of(request.data, SUMMARY_PREFIX_BYTES));
         if let Some(existing) = self.entry(request.pool, request.key) {
             check_version(&existing, &entry)?;
             if !existing.deleted
@@ -435,18 +436,14 @@ impl DeviceStore {
         let reservation = self.reserve(file_bytes)?;
         let path = self.path_of(request.pool, request.key);
         self.ensure_parent(&path)?;
+        let content: Vec<&[u8]> =
+            std::iter::once(&head[..]).chain(request.data.iter().copied()).collect();
         if file_bytes <= JOURNAL_OBJECT_MAX {
             // Small: made durable by the journal, under the key's stripe.
             let _stripe = self.stripe(request.key);
             self.preserve_for(request.pool, request.key, snap, request.version)?;
             self.unflushed_bytes.fetch_add(file_bytes, Ordering::Relaxed);
-            let stored = self.store_journaled(
-                path,
-                request.pool,
-                request.key,
-                entry,
-                &[&head, request.data],
-            );
+            let stored = self.store_journaled(path, request.pool, request.key, entry, &content);
             self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
             stored?;
             drop(reservation);
@@ -454,7 +451,7 @@ impl DeviceStore {
         }
         let temp = self.temp_path();
         self.unflushed_bytes.fetch_add(file_bytes, Ordering::Relaxed);
-        let written = self.disk.write_temp(&temp, &[&head, request.data], true);
+        let written = self.disk.write_temp(&temp, &content, true);
         self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
         written.map_err(StoreError::io("write", &temp))?;
         let _stripe = self.stripe(request.key);
@@ -1015,6 +1012,27 @@ fn check_version(existing: &Entry, offered: &Entry) -> Result<(), StoreError> {
 
 /// The index entry of an object with this header, whose data begins with `data` (block
 /// objects and tombstones have no summary).
+/// The first `bytes` bytes (or fewer, if there are not so many) of data in `parts`.
+fn prefix_of<'a>(parts: &[&'a [u8]], bytes: usize) -> std::borrow::Cow<'a, [u8]> {
+    match parts.first() {
+        None => std::borrow::Cow::Borrowed(&[]),
+        Some(first) if first.len() >= bytes || parts.len() == 1 => {
+            std::borrow::Cow::Borrowed(first)
+        }
+        Some(_) => {
+            let mut prefix = Vec::with_capacity(bytes);
+            for part in parts {
+                let take = (bytes - prefix.len()).min(part.len());
+                prefix.extend_from_slice(&part[..take]);
+                if prefix.len() == bytes {
+                    break;
+                }
+            }
+            std::borrow::Cow::Owned(prefix)
+        }
+    }
+}
+
 fn entry_of(header: &ObjectHeader, file_bytes: u64, data: &[u8]) -> Entry {
     let plain = !header.blocks && !header.deleted;
     Entry {
@@ -1056,12 +1074,71 @@ mod tests {
         store.put(&PutRequest {
             pool: PoolId(1),
             key,
-            data,
+            data: &[data],
             version: ObjectVersion(version),
             checksum: None,
             pg_seed: Some(7),
             epoch: Epoch(1),
         })
+    }
+
+    /// Data received in pieces (small ones journaled, large ones written whole; a first
+    /// piece shorter than a summary's prefix) is stored exactly as when it comes in one:
+    /// the same file bytes, checksum, and summary.
+    #[test]
+    fn data_in_pieces_is_stored_as_data_in_one() {
+        use optio_proto::summary::SUMMARY_MAGIC;
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 30 };
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        for size in [0usize, 5, 4096, JOURNAL_OBJECT_MAX as usize + 1, 3 << 20] {
+            let mut data = SUMMARY_MAGIC.to_vec();
+            data.extend((0..size).map(|i| (i * 7 + size) as u8));
+            let whole = format!("whole-{size}");
+            put(&store, &whole, &data, 1).unwrap();
+            // Pieces of 3, 1, 1000, 65536 bytes… and the rest.
+            let mut pieces: Vec<&[u8]> = Vec::new();
+            let mut rest = &data[..];
+            for len in [3usize, 1, 1000, 65_536].into_iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (piece, tail) = rest.split_at(len.min(rest.len()));
+                pieces.push(piece);
+                rest = tail;
+            }
+            let pieced = format!("pieced-{size}");
+            let checksum = data.iter().fold(0, |crc, b| checksum_append(crc, &[*b]));
+            store
+                .put(&PutRequest {
+                    pool: PoolId(1),
+                    key: &pieced,
+                    data: &pieces,
+                    version: ObjectVersion(1),
+                    checksum: Some(checksum),
+                    pg_seed: Some(7),
+                    epoch: Epoch(1),
+                })
+                .expect("the checksum of the pieces is the data's");
+            let (a, b) = (store.info(PoolId(1), &whole), store.info(PoolId(1), &pieced));
+            let (a, b) = (a.unwrap(), b.unwrap());
+            assert_eq!((a.size_bytes, a.checksum), (b.size_bytes, b.checksum), "{size}");
+            assert_eq!((a.summary.is_some(), &a.summary), (size >= SUMMARY_BYTES, &b.summary));
+            assert_eq!(store.get(PoolId(1), &pieced).unwrap().1, data, "{size}");
+        }
+        // A wrong checksum of pieces is refused.
+        let error = store
+            .put(&PutRequest {
+                pool: PoolId(1),
+                key: "wrong",
+                data: &[b"ab", b"c"],
+                version: ObjectVersion(1),
+                checksum: Some(checksum_append(0, b"abd")),
+                pg_seed: Some(7),
+                epoch: Epoch(1),
+            })
+            .unwrap_err();
+        assert!(matches!(error, StoreError::ChecksumMismatch { .. }), "{error}");
     }
 
     #[test]

@@ -302,7 +302,7 @@ mod tests {
                 &PutRequest {
                     pool: POOL,
                     key: KEY,
-                    data,
+                    data: &[data],
                     version: ObjectVersion(version),
                     checksum: None,
                     pg_seed: Some(3),
