@@ -1,0 +1,167 @@
+//! Which bytes of a volume are stored, and where (`docs/nbd.md`, "Block status"): what
+//! `optio nbd` answers `NBD_CMD_BLOCK_STATUS` with, so that `qemu-img convert`, `qemu-img
+//! map` and `nbdcopy` skip what was never written.
+//!
+//! At data-object granularity: an object is stored or not, whatever it holds. The answer must
+//! never call a range unstored that reads as anything but zeros (a backup would lose it), so
+//! every source errs towards "stored":
+//!
+//! * **A writer** (a read-write open, the volume's only one while it holds the lock) lists the
+//!   volume's objects once, at the first question, and adds every object it writes from the
+//!   moment it opened — noted before the write is sent, so a write that failed half-way counts
+//!   as stored. Objects only go away by its own shrinking (still counted: harmless).
+//! * **A snapshot** (`VOL@SNAP`) lists the volume's objects and their clones once: an object
+//!   is stored if some content of it has a version below the snapshot's mark — what a read as
+//!   of the mark finds (clones of deletions counted as content). A snapshot does not change.
+//! * **A read-only open of a live volume** (another client may write it) lists again for each
+//!   question, unless a listing began after the question arrived: never older than the
+//!   question.
+//! * **A clone's ancestors** are snapshots: each listed once, as above. An object a clone
+//!   never wrote comes from the nearest ancestor that has it, within that ancestor's overlap
+//!   (an object that begins inside the overlap counts whole).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use optio_proto::ObjectVersion;
+use optio_proto::snap::{parse_clone_key, visible_at};
+
+use super::{Volume, VolumeError, split};
+use crate::Client;
+
+/// Where a range of a volume's bytes comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// No data object: the bytes read as zeros.
+    Nowhere,
+    /// The volume's own data objects (the snapshot's, for `VOL@SNAP`).
+    Own,
+    /// A clone's ancestor (0: its parent snapshot, 1: the parent's parent…): an object the
+    /// clone never wrote.
+    Ancestor(usize),
+}
+
+/// A volume's listings, kept between questions, and what its writer wrote.
+#[derive(Default)]
+pub(super) struct Allocation {
+    /// The data objects this writer wrote, or began to, since it opened the volume.
+    written: Mutex<BTreeSet<u64>>,
+    /// The volume's own data objects as last listed, and when that listing began.
+    own: tokio::sync::Mutex<Option<(Instant, Arc<BTreeSet<u64>>)>>,
+    /// Each ancestor's data objects as its snapshot sees them, nearest first.
+    ancestors: tokio::sync::OnceCell<Vec<BTreeSet<u64>>>,
+}
+
+impl Allocation {
+    /// Notes that this writer writes object `index` (before the write is sent).
+    pub(super) fn writing(&self, index: u64) {
+        self.written.lock().expect("allocation lock").insert(index);
+    }
+}
+
+/// The indices of the data objects under `prefix` in `pool`: the heads stored now
+/// (`as_of` none), or those with a content below the mark `as_of` (head or clone).
+async fn listed(
+    client: &Client,
+    pool: &str,
+    prefix: &str,
+    as_of: Option<ObjectVersion>,
+) -> Result<BTreeSet<u64>, VolumeError> {
+    let mut contents: BTreeMap<u64, Vec<(ObjectVersion, bool)>> = BTreeMap::new();
+    for info in client.list(pool, prefix).await? {
+        let (head, version, is_head) = match parse_clone_key(&info.key) {
+            Some((head, version)) => (head, version, false),
+            None => (info.key.as_str(), info.version, true),
+        };
+        let index = head.strip_prefix(prefix).and_then(|hex| u64::from_str_radix(hex, 16).ok());
+        let Some(index) = index else { continue };
+        if as_of.is_none() && !is_head {
+            continue;
+        }
+        contents.entry(index).or_default().push((version, false));
+    }
+    Ok(match as_of {
+        None => contents.into_keys().collect(),
+        Some(mark) => contents
+            .into_iter()
+            .filter(|(_, versions)| visible_at(versions, mark).is_some())
+            .map(|(index, _)| index)
+            .collect(),
+    })
+}
+
+impl Volume {
+    /// Where the bytes `[offset, offset + len)` come from, at data-object granularity: runs
+    /// of (bytes, source), consecutive from `offset`, adding up to `len` (see the module for
+    /// how it is known, and why it errs towards [`Source::Own`]).
+    pub async fn allocation(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, Source)>, VolumeError> {
+        let header = self.check_range(offset, len)?;
+        let own = self.own_objects().await?;
+        let ancestors: &[BTreeSet<u64>] = if self.ancestors.is_empty() {
+            &[]
+        } else {
+            self.allocation
+                .ancestors
+                .get_or_try_init(|| async {
+                    let mut out = Vec::new();
+                    for ancestor in &self.ancestors {
+                        let prefix = format!("{}{}.", super::DATA_PREFIX, ancestor.id);
+                        let mark = Some(ancestor.mark);
+                        out.push(listed(&self.client, &ancestor.pool, &prefix, mark).await?);
+                    }
+                    Ok::<_, VolumeError>(out)
+                })
+                .await?
+        };
+        let written = self.allocation.written.lock().expect("allocation lock");
+        let mut out: Vec<(u64, Source)> = Vec::new();
+        for (index, _, n) in split(offset, len, header.object_size) {
+            let start = index * header.object_size;
+            let source = if own.contains(&index) || written.contains(&index) {
+                Source::Own
+            } else {
+                let mut source = Source::Nowhere;
+                for (i, (ancestor, objects)) in self.ancestors.iter().zip(ancestors).enumerate() {
+                    if start >= ancestor.overlap {
+                        break;
+                    }
+                    if objects.contains(&index) {
+                        source = Source::Ancestor(i);
+                        break;
+                    }
+                }
+                source
+            };
+            match out.last_mut() {
+                Some((bytes, last)) if *last == source => *bytes += n,
+                _ => out.push((n, source)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The volume's own data objects: listed once for a writer and for a snapshot, again
+    /// for each question for a read-only open of a live volume (unless a listing began after
+    /// the question did).
+    async fn own_objects(&self) -> Result<Arc<BTreeSet<u64>>, VolumeError> {
+        let asked = Instant::now();
+        let mut own = self.allocation.own.lock().await;
+        let others_may_write = self.read_only && self.as_of.is_none();
+        if let Some((began, objects)) = &*own
+            && (!others_may_write || *began >= asked)
+        {
+            return Ok(objects.clone());
+        }
+        let began = Instant::now();
+        let header = self.header();
+        let objects =
+            Arc::new(listed(&self.client, &header.pool, &header.data_prefix(), self.as_of).await?);
+        *own = Some((began, objects.clone()));
+        Ok(objects)
+    }
+}
