@@ -1011,7 +1011,7 @@ mod mutated {
     /// Serves `stream` as one client's whole input: the server ends (or is still waiting
     /// for more only because the client cannot send more — excluded by closing the write
     /// side) without a panic.
-    async fn serve_stream(stream: Vec<u8>) {
+    async fn serve_stream(stream: Vec<u8>) -> Vec<u8> {
         let vol0: Arc<dyn Export> = Arc::new(MemoryExport::new(1 << 16, false));
         let exports: Vec<(String, Arc<dyn Export>)> = vec![("vol0".into(), vol0)];
         let (mut client, server) = tokio::io::duplex(1 << 20);
@@ -1024,12 +1024,26 @@ mod mutated {
         let ended = tokio::time::timeout(Duration::from_secs(10), serving).await;
         let joined = ended.expect("the server ends once the client has");
         assert!(!joined.as_ref().is_err_and(|e| e.is_panic()), "a panic: {joined:?}");
+        answer
     }
 
     #[test]
-    fn the_seed_negotiates_both_contexts_and_gets_block_status() {
+    fn the_seed_negotiates_contexts_and_gets_block_status() {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(serve_stream(seed()));
+        let answer = runtime.block_on(serve_stream(seed()));
+        // One block-status chunk, the last, for each of the two requests (a memory export
+        // offers base:allocation only, of the two contexts the seed asks for).
+        let mut chunk = proto::STRUCTURED_REPLY_MAGIC.to_be_bytes().to_vec();
+        chunk.extend_from_slice(&0u16.to_be_bytes());
+        chunk.extend_from_slice(&proto::REPLY_TYPE_BLOCK_STATUS.to_be_bytes());
+        let last = {
+            let mut last = proto::STRUCTURED_REPLY_MAGIC.to_be_bytes().to_vec();
+            last.extend_from_slice(&proto::REPLY_FLAG_DONE.to_be_bytes());
+            last.extend_from_slice(&proto::REPLY_TYPE_BLOCK_STATUS.to_be_bytes());
+            last
+        };
+        let count = |needle: &[u8]| answer.windows(needle.len()).filter(|w| *w == needle).count();
+        assert_eq!((count(&chunk), count(&last)), (0, 2), "{answer:?}");
     }
 
     proptest! {
