@@ -68,11 +68,24 @@ async fn listed(
     prefix: &str,
     as_of: Option<ObjectVersion>,
 ) -> Result<BTreeSet<u64>, VolumeError> {
+    let infos = client.list(pool, prefix).await?;
+    Ok(stored(infos.iter().map(|info| (info.key.as_str(), info.version)), prefix, as_of))
+}
+
+/// Of the listed `(key, version)`s — heads and clones — the indices of the data objects under
+/// `prefix` stored now (`as_of` none: a head exists), or as of the mark `as_of` (a content
+/// below it; every clone counted as content, a deletion's too: when unsure, stored).
+fn stored<'a>(
+    listed: impl Iterator<Item = (&'a str, ObjectVersion)>,
+    prefix: &str,
+    as_of: Option<ObjectVersion>,
+) -> BTreeSet<u64> {
     let mut contents: BTreeMap<u64, Vec<(ObjectVersion, bool)>> = BTreeMap::new();
-    for info in client.list(pool, prefix).await? {
-        let (head, version, is_head) = match parse_clone_key(&info.key) {
-            Some((head, version)) => (head, version, false),
-            None => (info.key.as_str(), info.version, true),
+    for (key, version) in listed {
+        // A clone's version is the one its key names (that of the content it keeps).
+        let (head, version, is_head) = match parse_clone_key(key) {
+            Some((head, cloned)) => (head, cloned, false),
+            None => (key, version, true),
         };
         let index = head.strip_prefix(prefix).and_then(|hex| u64::from_str_radix(hex, 16).ok());
         let Some(index) = index else { continue };
@@ -81,14 +94,14 @@ async fn listed(
         }
         contents.entry(index).or_default().push((version, false));
     }
-    Ok(match as_of {
+    match as_of {
         None => contents.into_keys().collect(),
         Some(mark) => contents
             .into_iter()
             .filter(|(_, versions)| visible_at(versions, mark).is_some())
             .map(|(index, _)| index)
             .collect(),
-    })
+    }
 }
 
 impl Volume {
@@ -163,5 +176,38 @@ impl Volume {
             Arc::new(listed(&self.client, &header.pool, &header.data_prefix(), self.as_of).await?);
         *own = Some((began, objects.clone()));
         Ok(objects)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use optio_proto::snap::clone_key;
+
+    #[test]
+    fn stored_objects_now_and_as_of_a_mark() {
+        let v = ObjectVersion;
+        let prefix = "volume_data.00000000000000ab.";
+        let key = |index: u64| format!("{prefix}{index:016x}");
+        let listed = [
+            // 1: written before the mark and since: its old content kept as a clone.
+            (key(1), v(50)),
+            (clone_key(&key(1), v(10)), v(50)),
+            // 2: created after the mark.
+            (key(2), v(40)),
+            // 3: written before the mark only.
+            (key(3), v(5)),
+            // 4: deleted after the mark: only its clone is left.
+            (clone_key(&key(4), v(7)), v(7)),
+            // Another volume's object, and a key that is no data object.
+            ("volume_data.00000000000000cd.0000000000000005".to_string(), v(1)),
+            (format!("{prefix}zz"), v(1)),
+        ];
+        let listed = || listed.iter().map(|(k, version)| (k.as_str(), *version));
+        assert_eq!(stored(listed(), prefix, None), BTreeSet::from([1, 2, 3]));
+        assert_eq!(stored(listed(), prefix, Some(v(20))), BTreeSet::from([1, 3, 4]));
+        assert_eq!(stored(listed(), prefix, Some(v(6))), BTreeSet::from([3]));
+        assert_eq!(stored(listed(), prefix, Some(v(5))), BTreeSet::new(), "below the mark");
+        assert_eq!(stored(listed(), prefix, Some(v(100))), BTreeSet::from([1, 2, 3, 4]));
     }
 }

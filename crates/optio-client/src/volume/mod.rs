@@ -653,7 +653,11 @@ impl Volume {
             Some(Known::At(written)) => Some(written.clone()),
             _ => None,
         };
-        self.allocation.writing(index);
+        if previous.is_none() {
+            // Noted once per object: an object this writer already wrote (`Known::At`) is
+            // noted since then.
+            self.allocation.writing(index);
+        }
         let result = self
             .client
             .write_in_place(&header.pool, &key, size, within, &patch, previous.as_ref(), fua)
