@@ -43,6 +43,19 @@ impl Errno {
             Errno::Shutdown => proto::ESHUTDOWN,
         }
     }
+
+    /// What it means, for people (the message of a structured error chunk).
+    pub fn message(self) -> &'static str {
+        match self {
+            Errno::Perm => "not permitted: the export is read-only",
+            Errno::Io => "input/output error",
+            Errno::NoMem => "out of memory",
+            Errno::Invalid => "invalid request",
+            Errno::NoSpace => "no space left, or beyond the end of the export",
+            Errno::NotSupported => "not supported",
+            Errno::Shutdown => "the server is shutting down",
+        }
+    }
 }
 
 /// One extent of a block-status answer ([`Export::block_status`]): `length` bytes, where

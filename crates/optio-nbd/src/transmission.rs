@@ -373,7 +373,7 @@ fn encode(session: &Session, request: &Request, result: Result<Answer, Errno>) -
     let reply = |head: Vec<u8>, data: Option<Bytes>| Reply { head, data, _held: None };
     match result {
         Err(errno) if session.structured => {
-            reply(proto::error_chunk(errno.code(), cookie, &format!("{errno:?}")), None)
+            reply(proto::error_chunk(errno.code(), cookie, errno.message()), None)
         }
         Err(errno) => reply(proto::simple_reply(errno.code(), cookie).to_vec(), None),
         Ok(Answer::Data(data)) if session.structured => {

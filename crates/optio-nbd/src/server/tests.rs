@@ -937,6 +937,7 @@ mod structured {
         assert_eq!(chunk_error(kind, &payload), proto::EINVAL);
         let message_length = u16::from_be_bytes(payload[4..6].try_into().unwrap()) as usize;
         assert_eq!(payload.len(), 6 + message_length);
+        assert_eq!(&payload[6..], b"invalid request", "a message for people");
         // No context was selected: block status is refused.
         assert_eq!(block_status(&mut stream, 0, 5, 0, 4096).await, Err(proto::EINVAL));
         stream.write_all(&testing::request(2, 0, 6, 0, 0)).await.unwrap();
