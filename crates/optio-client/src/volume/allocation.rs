@@ -13,9 +13,11 @@
 //! * **A snapshot** (`VOL@SNAP`) lists the volume's objects and their clones once: an object
 //!   is stored if some content of it has a version below the snapshot's mark — what a read as
 //!   of the mark finds (clones of deletions counted as content). A snapshot does not change.
-//! * **A read-only open of a live volume** (another client may write it) lists again for each
-//!   question, unless a listing began after the question arrived: never older than the
-//!   question.
+//! * **A read-only open of a live volume** (another client may write it) reads the volume's
+//!   header for each question. A listing taken while no writer held the lock stands as long
+//!   as the header has not changed since (every writer takes the lock, a change of the
+//!   header, before it writes); otherwise the volume is listed again, unless a listing began
+//!   after the question arrived: never older than the question.
 //! * **A clone's ancestors** are snapshots: each listed once, as above. An object a clone
 //!   never wrote comes from the nearest ancestor that has it, within that ancestor's overlap
 //!   (an object that begins inside the overlap counts whole).
@@ -47,10 +49,19 @@ pub enum Source {
 pub(super) struct Allocation {
     /// The data objects this writer wrote, or began to, since it opened the volume.
     written: Mutex<BTreeSet<u64>>,
-    /// The volume's own data objects as last listed, and when that listing began.
-    own: tokio::sync::Mutex<Option<(Instant, Arc<BTreeSet<u64>>)>>,
+    /// The volume's own data objects as last listed.
+    own: tokio::sync::Mutex<Option<Listing>>,
     /// Each ancestor's data objects as its snapshot sees them, nearest first.
     ancestors: tokio::sync::OnceCell<Vec<BTreeSet<u64>>>,
+}
+
+/// A listing of a volume's own data objects.
+struct Listing {
+    /// When it began.
+    began: Instant,
+    /// The version of the header read just before it, if no writer held the lock then.
+    quiet: Option<ObjectVersion>,
+    objects: Arc<BTreeSet<u64>>,
 }
 
 impl Allocation {
@@ -158,23 +169,30 @@ impl Volume {
         Ok(out)
     }
 
-    /// The volume's own data objects: listed once for a writer and for a snapshot, again
-    /// for each question for a read-only open of a live volume (unless a listing began after
-    /// the question did).
+    /// The volume's own data objects: listed once for a writer and for a snapshot; for a
+    /// read-only open of a live volume, listed again unless no writer can have written since
+    /// the last listing (see the module), or that listing began after the question did.
     async fn own_objects(&self) -> Result<Arc<BTreeSet<u64>>, VolumeError> {
         let asked = Instant::now();
         let mut own = self.allocation.own.lock().await;
         let others_may_write = self.read_only && self.as_of.is_none();
-        if let Some((began, objects)) = &*own
-            && (!others_may_write || *began >= asked)
-        {
-            return Ok(objects.clone());
+        let mut quiet = None;
+        if others_may_write {
+            let (header, version) = super::find_header(&self.client, &self.name()).await?;
+            if let Some(listing) = &*own
+                && (listing.quiet == Some(version) || listing.began >= asked)
+            {
+                return Ok(listing.objects.clone());
+            }
+            quiet = header.lock.is_none().then_some(version);
+        } else if let Some(listing) = &*own {
+            return Ok(listing.objects.clone());
         }
         let began = Instant::now();
         let header = self.header();
         let objects =
             Arc::new(listed(&self.client, &header.pool, &header.data_prefix(), self.as_of).await?);
-        *own = Some((began, objects.clone()));
+        *own = Some(Listing { began, quiet, objects: objects.clone() });
         Ok(objects)
     }
 }

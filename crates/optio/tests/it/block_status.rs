@@ -190,8 +190,8 @@ fn block_status_shows_holes_where_no_object_is_stored_for_volumes_snapshots_and_
     copies_match(&c1, &clone_model, tmp.path(), "the clone");
     nbd.stop();
 
-    // Read-only, the live volume is listed again for each question: an object written by
-    // another writer meanwhile shows at once.
+    // Read-only, a live volume is listed again while a writer holds it, and whenever its
+    // header changed (a writer came and went): what another writer wrote shows at once.
     let reader = Nbd::start(&dir, &["vm", "--read-only"]).expect("optio nbd serves read-only");
     let writer = Nbd::start(&dir, &["vm"]).expect("and a writer");
     assert_eq!(map(&reader.uri("vm"), ""), data_at(&now_stored));
@@ -199,5 +199,14 @@ fn block_status_shows_holes_where_no_object_is_stored_for_volumes_snapshots_and_
     now_stored.insert(14);
     assert_eq!(map(&reader.uri("vm"), ""), data_at(&now_stored), "the reader sees it");
     writer.stop();
+    assert_eq!(map(&reader.uri("vm"), ""), data_at(&now_stored), "no writer: listed and kept");
+    assert_eq!(map(&reader.uri("vm"), ""), data_at(&now_stored));
+    let mut late = vec![0u8; SIZE as usize];
+    late[(15 * MIB) as usize..(15 * MIB + 10) as usize].fill(0xff);
+    let late_file = tmp.path().join("late.raw");
+    std::fs::write(&late_file, &late).unwrap();
+    ok(&dir, &["volume", "import", "vm", late_file.to_str().unwrap(), "--chunk", "64KiB"]);
+    now_stored.insert(15);
+    assert_eq!(map(&reader.uri("vm"), ""), data_at(&now_stored), "a writer came and went");
     reader.stop();
 }
