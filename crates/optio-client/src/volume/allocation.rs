@@ -1,6 +1,6 @@
-//! Which bytes of a volume are stored, and where (`docs/nbd.md`, "Block status"): what
-//! `optio nbd` answers `NBD_CMD_BLOCK_STATUS` with, so that `qemu-img convert`, `qemu-img
-//! map` and `nbdcopy` skip what was never written.
+//! Which bytes of a volume are stored, and where (`docs/nbd.md`, "Structured replies and
+//! block status"): what `optio nbd` answers `NBD_CMD_BLOCK_STATUS` with, so that `qemu-img
+//! convert`, `qemu-img map` and `nbdcopy` skip what was never written.
 //!
 //! At data-object granularity: an object is stored or not, whatever it holds. The answer must
 //! never call a range unstored that reads as anything but zeros (a backup would lose it), so
