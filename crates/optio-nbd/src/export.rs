@@ -43,6 +43,54 @@ impl Errno {
             Errno::Shutdown => proto::ESHUTDOWN,
         }
     }
+
+    /// What it means, for people (the message of a structured error chunk).
+    pub fn message(self) -> &'static str {
+        match self {
+            Errno::Perm => "not permitted: the export is read-only",
+            Errno::Io => "input/output error",
+            Errno::NoMem => "out of memory",
+            Errno::Invalid => "invalid request",
+            Errno::NoSpace => "no space left, or beyond the end of the export",
+            Errno::NotSupported => "not supported",
+            Errno::Shutdown => "the server is shutting down",
+        }
+    }
+}
+
+/// One extent of a block-status answer ([`Export::block_status`]): `length` bytes, where
+/// they come from, and whether they read as zeros.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// Bytes in the extent (not zero).
+    pub length: u32,
+    /// Not allocated (`NBD_STATE_HOLE` of `base:allocation`).
+    pub hole: bool,
+    /// Reads as zeros (`NBD_STATE_ZERO`). Saying so of bytes that are not zeros loses data
+    /// in every client that copies what is not zero: when unsure, say `false`.
+    pub zero: bool,
+    /// The layer the bytes come from, for `qemu:allocation-depth`: 0 nowhere (zeros), 1 the
+    /// export itself, 2 its backing image (a clone's parent), 3 that one's parent, …
+    pub depth: u32,
+}
+
+impl Extent {
+    /// `length` bytes of data of the export's own (what an export that knows nothing better
+    /// answers).
+    pub fn data(length: u32) -> Extent {
+        Extent { length, hole: false, zero: false, depth: 1 }
+    }
+
+    /// `length` bytes allocated nowhere, reading as zeros.
+    pub fn hole(length: u32) -> Extent {
+        Extent { length, hole: true, zero: true, depth: 0 }
+    }
+
+    /// Its flags in `base:allocation`.
+    pub fn allocation_flags(&self) -> u32 {
+        (if self.hole { proto::STATE_HOLE } else { 0 })
+            | if self.zero { proto::STATE_ZERO } else { 0 }
+    }
 }
 
 /// One export: its size and its operations. The server checks every request against
@@ -74,6 +122,19 @@ pub trait Export: Send + Sync + 'static {
     /// Writes `length` zero bytes at `offset` (`may_trim`: a hole may be punched instead).
     fn write_zeroes(&self, offset: u64, length: u32, may_trim: bool, fua: bool)
     -> IoFuture<'_, ()>;
+    /// The extents of `[offset, offset + length)`, consecutive from `offset`, for
+    /// `NBD_CMD_BLOCK_STATUS` (`base:allocation`, and `qemu:allocation-depth` if
+    /// [`allocation_depth`](Export::allocation_depth)). They may cover less than asked (the
+    /// client asks again for the rest), not more: the server cuts what lies beyond, and
+    /// answers an empty list as one extent of data. By default: all data, the export's own.
+    fn block_status(&self, _offset: u64, length: u32) -> IoFuture<'_, Vec<Extent>> {
+        Box::pin(async move { Ok(vec![Extent::data(length)]) })
+    }
+    /// Whether [`block_status`](Export::block_status) knows the layers of a chain (then
+    /// `qemu:allocation-depth` is offered).
+    fn allocation_depth(&self) -> bool {
+        false
+    }
 }
 
 /// The named exports a server offers.
@@ -101,6 +162,9 @@ impl MemoryExport {
     pub fn contents(&self) -> Vec<u8> {
         self.data.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
+
+    /// The granularity of its block status.
+    pub const BLOCK: u64 = 4096;
 
     fn range(offset: u64, length: u64) -> std::ops::Range<usize> {
         offset as usize..(offset + length) as usize
@@ -155,6 +219,26 @@ impl Export for MemoryExport {
     ) -> IoFuture<'_, ()> {
         self.fill(offset, length, 0);
         Box::pin(async { Ok(()) })
+    }
+
+    /// Blocks of [`MemoryExport::BLOCK`] bytes (aligned; the first and last may be cut by
+    /// the request) that are all zeros are holes; others data.
+    fn block_status(&self, offset: u64, length: u32) -> IoFuture<'_, Vec<Extent>> {
+        let data = self.data.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut extents: Vec<Extent> = Vec::new();
+        let (mut at, end) = (offset, offset + u64::from(length));
+        while at < end {
+            let next = ((at / MemoryExport::BLOCK + 1) * MemoryExport::BLOCK).min(end);
+            let zero = data[MemoryExport::range(at, next - at)].iter().all(|b| *b == 0);
+            let extent = if zero { Extent::hole } else { Extent::data };
+            let length = (next - at) as u32;
+            match extents.last_mut() {
+                Some(last) if last.hole == zero => last.length += length,
+                _ => extents.push(extent(length)),
+            }
+            at = next;
+        }
+        Box::pin(async move { Ok(extents) })
     }
 }
 
@@ -230,5 +314,13 @@ impl Export for ReadOnlyExport {
         _fua: bool,
     ) -> IoFuture<'_, ()> {
         Box::pin(async { Err(Errno::Perm) })
+    }
+
+    fn block_status(&self, offset: u64, length: u32) -> IoFuture<'_, Vec<Extent>> {
+        self.0.block_status(offset, length)
+    }
+
+    fn allocation_depth(&self) -> bool {
+        self.0.allocation_depth()
     }
 }

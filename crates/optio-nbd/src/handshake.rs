@@ -28,6 +28,73 @@ pub(crate) struct Negotiation {
     no_zeroes: bool,
     /// Options the client may still send before choosing an export.
     options_left: usize,
+    /// The client negotiated structured replies (`NBD_OPT_STRUCTURED_REPLY`).
+    structured: bool,
+    /// The metadata contexts the last `NBD_OPT_SET_META_CONTEXT` selected, and for which
+    /// export name (they hold only if the client goes on with that name).
+    meta: Option<(String, Vec<Context>)>,
+}
+
+/// A metadata context this server offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Context {
+    /// `base:allocation`.
+    Allocation,
+    /// `qemu:allocation-depth` (exports that know their layers).
+    Depth,
+}
+
+impl Context {
+    /// Its id in `NBD_REP_META_CONTEXT` and block-status chunks.
+    pub(crate) fn id(self) -> u32 {
+        match self {
+            Context::Allocation => 1,
+            Context::Depth => 2,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Context::Allocation => proto::CONTEXT_BASE_ALLOCATION,
+            Context::Depth => proto::CONTEXT_ALLOCATION_DEPTH,
+        }
+    }
+
+    /// The contexts `export` offers.
+    fn offered(export: &dyn Export) -> Vec<Context> {
+        let mut out = vec![Context::Allocation];
+        if export.allocation_depth() {
+            out.push(Context::Depth);
+        }
+        out
+    }
+}
+
+/// What the client negotiated for the transmission phase.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Session {
+    /// Structured replies: reads answered in chunks, errors as error chunks.
+    pub(crate) structured: bool,
+    /// The metadata contexts `NBD_CMD_BLOCK_STATUS` reports (none: it is refused).
+    pub(crate) contexts: Vec<Context>,
+}
+
+/// The contexts of `offered` that `queries` select: for a list, `namespace:` matches every
+/// context of its namespace, and no query at all every context; for a set, whole names only.
+/// Unknown namespaces and names are ignored, as the protocol asks.
+fn select(offered: &[Context], queries: &[String], list: bool) -> Vec<Context> {
+    if list && queries.is_empty() {
+        return offered.to_vec();
+    }
+    offered
+        .iter()
+        .copied()
+        .filter(|context| {
+            let name = context.name();
+            let namespace = &name[..=name.find(':').expect("a namespace")];
+            queries.iter().any(|query| query == name || (list && query == namespace))
+        })
+        .collect()
 }
 
 /// What option haggling may offer at this point of a connection.
@@ -42,8 +109,8 @@ pub(crate) enum Stage<'a> {
 
 /// How option haggling ended.
 pub(crate) enum Outcome {
-    /// The client chose an export: transmission starts.
-    Chosen(Arc<dyn Export>),
+    /// The client chose an export: transmission starts, as negotiated.
+    Chosen(Arc<dyn Export>, Session),
     /// The client ended the handshake (`NBD_OPT_ABORT`).
     Aborted,
     /// The client asked for TLS and was answered `NBD_REP_ACK`: the TLS handshake is next.
@@ -78,7 +145,23 @@ where
         fixed_newstyle: client_flags & proto::CLIENT_FIXED_NEWSTYLE != 0,
         no_zeroes: client_flags & proto::CLIENT_NO_ZEROES != 0,
         options_left: limits.max_options,
+        structured: false,
+        meta: None,
     })
+}
+
+impl Negotiation {
+    /// What transmission with the export named `name` uses: structured replies if
+    /// negotiated, and the metadata contexts selected for that very name.
+    fn session(&self, name: &str) -> Session {
+        let contexts = match &self.meta {
+            Some((selected_for, contexts)) if selected_for == name && self.structured => {
+                contexts.clone()
+            }
+            _ => Vec::new(),
+        };
+        Session { structured: self.structured, contexts }
+    }
 }
 
 /// Transmission flags of `export`.
@@ -143,6 +226,9 @@ where
                 }
                 Stage::BeforeTls => {
                     send(stream, &reply(proto::REP_ACK, &[])).await?;
+                    // What was negotiated before TLS is negotiated again inside it.
+                    negotiation.structured = false;
+                    negotiation.meta = None;
                     return Ok(Outcome::StartTls);
                 }
             }
@@ -184,7 +270,7 @@ where
                     answer.extend_from_slice(&[0u8; 124]);
                 }
                 send(stream, &answer).await?;
-                return Ok(Outcome::Chosen(export));
+                return Ok(Outcome::Chosen(export, negotiation.session(&name)));
             }
             proto::OPT_LIST => {
                 if !data.is_empty() {
@@ -241,7 +327,58 @@ where
                 answer.extend_from_slice(&reply(proto::REP_ACK, &[]));
                 send(stream, &answer).await?;
                 if option == proto::OPT_GO {
-                    return Ok(Outcome::Chosen(export));
+                    return Ok(Outcome::Chosen(export, negotiation.session(&name)));
+                }
+            }
+            proto::OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    let message = b"NBD_OPT_STRUCTURED_REPLY takes no data";
+                    send(stream, &reply(proto::REP_ERR_INVALID, message)).await?;
+                    continue;
+                }
+                negotiation.structured = true;
+                send(stream, &reply(proto::REP_ACK, &[])).await?;
+            }
+            proto::OPT_LIST_META_CONTEXT | proto::OPT_SET_META_CONTEXT => {
+                let set = option == proto::OPT_SET_META_CONTEXT;
+                if set {
+                    // Whatever comes of it, the contexts selected before are no more.
+                    negotiation.meta = None;
+                    if !negotiation.structured {
+                        let message =
+                            b"NBD_OPT_SET_META_CONTEXT needs NBD_OPT_STRUCTURED_REPLY first";
+                        send(stream, &reply(proto::REP_ERR_INVALID, message)).await?;
+                        continue;
+                    }
+                }
+                let (name, queries) = match proto::parse_meta_context_request(&data) {
+                    Ok(parsed) => parsed,
+                    Err(reason) => {
+                        let reason = reason.to_string();
+                        send(stream, &reply(proto::REP_ERR_INVALID, reason.as_bytes())).await?;
+                        continue;
+                    }
+                };
+                let export = match exports.open(&name) {
+                    Ok(export) => export,
+                    Err(reason) => {
+                        send(stream, &reply(proto::REP_ERR_UNKNOWN, reason.as_bytes())).await?;
+                        continue;
+                    }
+                };
+                let chosen = select(&Context::offered(&*export), &queries, !set);
+                let mut answer = Vec::new();
+                for context in &chosen {
+                    // A list's ids are reserved: zero.
+                    let id = if set { context.id() } else { 0 };
+                    let mut item = id.to_be_bytes().to_vec();
+                    item.extend_from_slice(context.name().as_bytes());
+                    answer.extend_from_slice(&reply(proto::REP_META_CONTEXT, &item));
+                }
+                answer.extend_from_slice(&reply(proto::REP_ACK, &[]));
+                send(stream, &answer).await?;
+                if set {
+                    negotiation.meta = Some((name, chosen));
                 }
             }
             _ => send(stream, &reply(proto::REP_ERR_UNSUP, &[])).await?,

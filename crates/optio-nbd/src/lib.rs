@@ -7,11 +7,12 @@
 //! * [`proto`]: the wire format — magics, flags, option and command numbers, and the pure
 //!   parsers of what a client sends (fuzzed: they see untrusted bytes).
 //! * [`export`]: what is served — the [`Export`] trait (size, read, write, flush, trim,
-//!   write-zeroes, each async) and [`Exports`] (the named exports a server offers), with
+//!   write-zeroes, block status, each async) and [`Exports`] (the named exports a server offers), with
 //!   [`MemoryExport`] for tests and [`ReadOnlyExports`] for clients allowed only to read.
 //! * [`server`]: a [`Server`] — its [`Limits`] and the budgets its connections share — and one
 //!   connection: the fixed-newstyle handshake (`NBD_OPT_GO`, `INFO`, `LIST`, `EXPORT_NAME`,
-//!   `ABORT`, `STARTTLS`; block-size information; everything else `NBD_REP_ERR_UNSUP`), then
+//!   `ABORT`, `STARTTLS`, `STRUCTURED_REPLY`, `LIST_META_CONTEXT`, `SET_META_CONTEXT`;
+//!   block-size information; everything else `NBD_REP_ERR_UNSUP`), then
 //!   transmission with up to [`Limits::max_in_flight`] requests in flight, each answered when
 //!   its export says so (out of order: a queue depth becomes parallel I/O). A client that
 //!   breaks the protocol is disconnected with the reason returned; requests outside the export
@@ -27,8 +28,14 @@
 //! connection whose budget is spent is not read from until its replies drain (a client that
 //! pipelines reads and never reads the answers stalls itself, not the server).
 //!
-//! Only simple replies are sent (structured replies are refused in negotiation, which every
-//! client accepts).
+//! Structured replies (`NBD_OPT_STRUCTURED_REPLY`) are offered: a client that asks for them
+//! gets reads as one `OFFSET_DATA` chunk (or one `OFFSET_HOLE` chunk when the bytes read are
+//! all zeros) and errors as error chunks; other commands' successes stay simple replies, as
+//! the protocol allows. With them, metadata contexts (`NBD_OPT_LIST_META_CONTEXT`,
+//! `NBD_OPT_SET_META_CONTEXT`) and `NBD_CMD_BLOCK_STATUS` (with `NBD_CMD_FLAG_REQ_ONE`):
+//! `base:allocation` for every export, `qemu:allocation-depth` for exports that know their
+//! layers ([`Export::block_status`], [`Export::allocation_depth`]). Extended (64-bit) headers
+//! and `NBD_CMD_FLAG_DF` are not offered.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -57,7 +64,7 @@ pub mod testing;
 pub mod tls;
 mod transmission;
 
-pub use export::{Errno, Export, Exports, IoFuture, MemoryExport, ReadOnlyExports};
+pub use export::{Errno, Export, Exports, Extent, IoFuture, MemoryExport, ReadOnlyExports};
 pub use listen::{Listener, SocketError, UnixSocket};
 pub use server::{Access, Limits, NbdError, Server, serve};
 pub use tls::{Authorize, Tls};

@@ -13,6 +13,8 @@ pub const REPLY_OPT_MAGIC: u64 = 0x0003_e889_0455_65a9;
 pub const REQUEST_MAGIC: u32 = 0x2560_9513;
 /// Before each simple reply.
 pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
+/// Before each structured reply chunk.
+pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
 
 /// Handshake flag: the server speaks the fixed newstyle protocol.
 pub const FLAG_FIXED_NEWSTYLE: u16 = 1 << 0;
@@ -36,6 +38,12 @@ pub const OPT_STARTTLS: u32 = 5;
 pub const OPT_INFO: u32 = 6;
 /// Describes an export and starts transmission with it.
 pub const OPT_GO: u32 = 7;
+/// Asks for structured replies in transmission.
+pub const OPT_STRUCTURED_REPLY: u32 = 8;
+/// Lists the metadata contexts of an export that match queries.
+pub const OPT_LIST_META_CONTEXT: u32 = 9;
+/// Selects the metadata contexts `NBD_CMD_BLOCK_STATUS` reports (structured replies first).
+pub const OPT_SET_META_CONTEXT: u32 = 10;
 
 /// Option replies.
 pub const REP_ACK: u32 = 1;
@@ -43,6 +51,8 @@ pub const REP_ACK: u32 = 1;
 pub const REP_SERVER: u32 = 2;
 /// One item of information about an export.
 pub const REP_INFO: u32 = 3;
+/// One metadata context: its id and name.
+pub const REP_META_CONTEXT: u32 = 4;
 /// Unknown option.
 pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 /// The server refuses the option (policy).
@@ -82,8 +92,36 @@ pub const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
 pub const CMD_FLAG_FUA: u16 = 1 << 0;
 /// Command flag (write-zeroes): do not punch a hole.
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
-/// The command flags this server understands.
+/// Command flag (block status): one extent per context, within the request.
+pub const CMD_FLAG_REQ_ONE: u16 = 1 << 3;
+/// The command flags this server understands (`NBD_CMD_FLAG_REQ_ONE` on block status only).
 pub const CMD_FLAGS_KNOWN: u16 = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE;
+
+/// Structured reply flag: the last chunk of a reply.
+pub const REPLY_FLAG_DONE: u16 = 1 << 0;
+/// Structured reply chunk: nothing (the reply is done).
+pub const REPLY_TYPE_NONE: u16 = 0;
+/// Structured reply chunk: data at an offset.
+pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+/// Structured reply chunk: a range that reads as zeros.
+pub const REPLY_TYPE_OFFSET_HOLE: u16 = 2;
+/// Structured reply chunk: the extents of one metadata context.
+pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
+/// Structured reply chunk: an error.
+pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
+/// Structured reply chunk: an error at an offset.
+pub const REPLY_TYPE_ERROR_OFFSET: u16 = (1 << 15) + 2;
+/// Bytes of a structured reply chunk's header.
+pub const CHUNK_HEADER_BYTES: usize = 20;
+
+/// The `base:allocation` metadata context: whether extents are allocated.
+pub const CONTEXT_BASE_ALLOCATION: &str = "base:allocation";
+/// The `qemu:allocation-depth` metadata context: which layer of a chain extents come from.
+pub const CONTEXT_ALLOCATION_DEPTH: &str = "qemu:allocation-depth";
+/// `base:allocation`: the extent is not allocated.
+pub const STATE_HOLE: u32 = 1 << 0;
+/// `base:allocation`: the extent reads as zeros.
+pub const STATE_ZERO: u32 = 1 << 1;
 
 /// Errors of simple replies (errno values, as the protocol defines them).
 pub const EPERM: u32 = 1;
@@ -124,7 +162,9 @@ pub enum Command {
     Trim,
     /// `NBD_CMD_WRITE_ZEROES`.
     WriteZeroes,
-    /// Anything else (cache, block status, resize…): answered `EINVAL`.
+    /// `NBD_CMD_BLOCK_STATUS` (answered only after metadata contexts were selected).
+    BlockStatus,
+    /// Anything else (cache, resize…): answered `EINVAL`.
     Other(u16),
 }
 
@@ -137,6 +177,7 @@ impl Command {
             3 => Command::Flush,
             4 => Command::Trim,
             6 => Command::WriteZeroes,
+            7 => Command::BlockStatus,
             other => Command::Other(other),
         }
     }
@@ -257,6 +298,66 @@ pub fn parse_info_request(data: &[u8]) -> Result<(String, Vec<u16>), ProtoError>
     Ok((name, items))
 }
 
+/// The data of `NBD_OPT_LIST_META_CONTEXT` / `NBD_OPT_SET_META_CONTEXT`: the export's name
+/// and the queries. Each query is at most [`NAME_BYTES_MAX`] bytes of UTF-8; their number is
+/// bounded by the data's length (each takes 4 bytes at least).
+pub fn parse_meta_context_request(data: &[u8]) -> Result<(String, Vec<String>), ProtoError> {
+    let take = |at: usize, n: usize| {
+        data.get(at..at.checked_add(n).ok_or(ProtoError::OptionDataShort)?)
+            .ok_or(ProtoError::OptionDataShort)
+    };
+    let string = |at: usize| -> Result<(String, usize), ProtoError> {
+        let length = u32::from_be_bytes(take(at, 4)?.try_into().expect("4 bytes")) as usize;
+        if length > NAME_BYTES_MAX {
+            return Err(ProtoError::NameTooLong { bytes: length });
+        }
+        let text = std::str::from_utf8(take(at + 4, length)?)
+            .map_err(|_| ProtoError::NameNotUtf8)?
+            .to_string();
+        Ok((text, at + 4 + length))
+    };
+    let (name, mut at) = string(0)?;
+    let count = u32::from_be_bytes(take(at, 4)?.try_into().expect("4 bytes"));
+    at += 4;
+    let mut queries = Vec::new();
+    for _ in 0..count {
+        let (query, next) = string(at)?;
+        queries.push(query);
+        at = next;
+    }
+    if at != data.len() {
+        return Err(ProtoError::OptionDataLong);
+    }
+    Ok((name, queries))
+}
+
+/// A structured reply chunk's header, for a payload of `length` bytes.
+pub fn chunk_header(flags: u16, kind: u16, cookie: u64, length: u32) -> [u8; CHUNK_HEADER_BYTES] {
+    let mut out = [0u8; CHUNK_HEADER_BYTES];
+    out[0..4].copy_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+    out[4..6].copy_from_slice(&flags.to_be_bytes());
+    out[6..8].copy_from_slice(&kind.to_be_bytes());
+    out[8..16].copy_from_slice(&cookie.to_be_bytes());
+    out[16..20].copy_from_slice(&length.to_be_bytes());
+    out
+}
+
+/// A whole structured error chunk (`NBD_REPLY_TYPE_ERROR`, the reply's last), with a message
+/// for people (cut at [`NAME_BYTES_MAX`] bytes).
+pub fn error_chunk(error: u32, cookie: u64, message: &str) -> Vec<u8> {
+    let mut cut = message.len().min(NAME_BYTES_MAX);
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let message = &message.as_bytes()[..cut];
+    let length = 6 + message.len() as u32;
+    let mut out = chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_ERROR, cookie, length).to_vec();
+    out.extend_from_slice(&error.to_be_bytes());
+    out.extend_from_slice(&(message.len() as u16).to_be_bytes());
+    out.extend_from_slice(message);
+    out
+}
+
 /// An option reply: its header and data.
 pub fn option_reply(option: u32, reply: u32, data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(20 + data.len());
@@ -327,10 +428,71 @@ mod tests {
         assert!(parse_info_request(&huge).is_err());
     }
 
+    fn meta_request(name: &str, queries: &[&str]) -> Vec<u8> {
+        let mut data = (name.len() as u32).to_be_bytes().to_vec();
+        data.extend_from_slice(name.as_bytes());
+        data.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+        for query in queries {
+            data.extend_from_slice(&(query.len() as u32).to_be_bytes());
+            data.extend_from_slice(query.as_bytes());
+        }
+        data
+    }
+
+    #[test]
+    fn meta_context_requests_parse_exactly() {
+        let data = meta_request("vol0", &["base:allocation", "qemu:"]);
+        assert_eq!(
+            parse_meta_context_request(&data).unwrap(),
+            ("vol0".to_string(), vec!["base:allocation".to_string(), "qemu:".to_string()])
+        );
+        assert_eq!(
+            parse_meta_context_request(&meta_request("", &[])).unwrap(),
+            (String::new(), vec![])
+        );
+        for cut in 0..data.len() {
+            assert!(parse_meta_context_request(&data[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = data.clone();
+        longer.push(0);
+        assert_eq!(parse_meta_context_request(&longer), Err(ProtoError::OptionDataLong));
+        // A count of queries far beyond the data: refused without allocating for it.
+        let mut many = meta_request("vol0", &[]);
+        let at = many.len() - 4;
+        many[at..].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(parse_meta_context_request(&many), Err(ProtoError::OptionDataShort));
+        // A query longer than a string may be.
+        let mut huge = meta_request("vol0", &["x"]);
+        let at = 4 + 4 + 4;
+        huge[at..at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(parse_meta_context_request(&huge), Err(ProtoError::NameTooLong { .. })));
+        let bad = meta_request("vol0", &["\u{0}"]);
+        let mut bad = bad.clone();
+        let last = bad.len() - 1;
+        bad[last] = 0xff;
+        assert_eq!(parse_meta_context_request(&bad), Err(ProtoError::NameNotUtf8));
+    }
+
+    #[test]
+    fn error_chunks_carry_the_error_and_a_bounded_message() {
+        let chunk = error_chunk(EINVAL, 9, "bad");
+        assert_eq!(chunk[0..4], STRUCTURED_REPLY_MAGIC.to_be_bytes());
+        assert_eq!(chunk[4..6], REPLY_FLAG_DONE.to_be_bytes());
+        assert_eq!(chunk[6..8], REPLY_TYPE_ERROR.to_be_bytes());
+        assert_eq!(chunk[8..16], 9u64.to_be_bytes());
+        assert_eq!(chunk[16..20], 9u32.to_be_bytes());
+        assert_eq!(chunk[20..24], EINVAL.to_be_bytes());
+        assert_eq!(chunk[24..26], 3u16.to_be_bytes());
+        assert_eq!(&chunk[26..], b"bad");
+        let long = error_chunk(EIO, 1, &"é".repeat(5000));
+        assert_eq!(long.len(), 26 + NAME_BYTES_MAX);
+    }
+
     proptest! {
         #[test]
         fn the_parsers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = parse_info_request(&bytes);
+            let _ = parse_meta_context_request(&bytes);
             if let Ok(header) = <[u8; REQUEST_BYTES]>::try_from(&bytes[..bytes.len().min(REQUEST_BYTES)]) {
                 let _ = Request::parse(&header);
             }

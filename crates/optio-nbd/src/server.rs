@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::Semaphore;
 
 use crate::export::{Export, Exports};
-use crate::handshake::{self, Outcome, Stage};
+use crate::handshake::{self, Outcome, Session, Stage};
 use crate::tls::Tls;
 use crate::transmission;
 
@@ -173,8 +173,8 @@ pub struct Server {
 
 /// A connection after the handshake: its stream (plain or inside TLS) and its export.
 enum Negotiated<S> {
-    Plain(BufReader<S>, Arc<dyn Export>),
-    Tls(Box<BufReader<tokio_rustls::server::TlsStream<S>>>, Arc<dyn Export>),
+    Plain(BufReader<S>, Arc<dyn Export>, Session),
+    Tls(Box<BufReader<tokio_rustls::server::TlsStream<S>>>, Arc<dyn Export>, Session),
     Ended,
 }
 
@@ -214,8 +214,12 @@ impl Server {
             .await
             .map_err(|_| NbdError::HandshakeTimeout(timeout))??;
         match negotiated {
-            Negotiated::Plain(stream, export) => transmission::run(stream, export, self).await,
-            Negotiated::Tls(stream, export) => transmission::run(*stream, export, self).await,
+            Negotiated::Plain(stream, export, session) => {
+                transmission::run(stream, export, session, self).await
+            }
+            Negotiated::Tls(stream, export, session) => {
+                transmission::run(*stream, export, session, self).await
+            }
             Negotiated::Ended => Ok(()),
         }
     }
@@ -236,7 +240,7 @@ where
         Access::Open(exports) => {
             let stage = Stage::Open(&**exports);
             return match handshake::haggle(&mut plain, stage, &mut negotiation, limits).await? {
-                Outcome::Chosen(export) => Ok(Negotiated::Plain(plain, export)),
+                Outcome::Chosen(export, session) => Ok(Negotiated::Plain(plain, export, session)),
                 Outcome::Aborted => Ok(Negotiated::Ended),
                 Outcome::StartTls => {
                     Err(NbdError::Protocol("TLS started where it is not offered".into()))
@@ -254,7 +258,7 @@ where
     match handshake::haggle(&mut plain, Stage::BeforeTls, &mut negotiation, limits).await? {
         Outcome::StartTls => {}
         Outcome::Aborted => return Ok(Negotiated::Ended),
-        Outcome::Chosen(_) => {
+        Outcome::Chosen(..) => {
             return Err(NbdError::Protocol("an export chosen before TLS".into()));
         }
     }
@@ -276,7 +280,9 @@ where
     let stage = Stage::AfterTls(allowed.as_deref().map_err(String::as_str));
     let outcome = handshake::haggle(&mut secure, stage, &mut negotiation, limits).await;
     match (outcome, allowed) {
-        (Ok(Outcome::Chosen(export)), Ok(_)) => Ok(Negotiated::Tls(Box::new(secure), export)),
+        (Ok(Outcome::Chosen(export, session)), Ok(_)) => {
+            Ok(Negotiated::Tls(Box::new(secure), export, session))
+        }
         (Ok(Outcome::Aborted), Ok(_)) => Ok(Negotiated::Ended),
         (Err(error), Ok(_)) => Err(error),
         // However a refused client leaves, the refusal is what is worth logging.

@@ -1,7 +1,7 @@
 //! A minimal blocking NBD client, for tests: the fixed-newstyle handshake up to `NBD_OPT_GO`,
-//! simple requests and their replies. It is not a client for real use (no structured
-//! replies, no pipelining of its own); tests use it to send exactly the bytes they mean,
-//! malformed ones included.
+//! simple requests and their replies. It is not a client for real use (it asks for no
+//! structured replies and pipelines nothing of its own); tests use it to send exactly the
+//! bytes they mean, malformed ones included.
 
 use std::io::{self, Read, Write};
 

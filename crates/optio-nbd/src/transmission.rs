@@ -18,7 +18,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use crate::export::{Errno, Export};
+use crate::export::{Errno, Export, Extent};
+use crate::handshake::{Context, Session};
 use crate::proto::{self, Command, Request};
 use crate::server::{Limits, NbdError, Server};
 
@@ -74,21 +75,32 @@ impl Budgets {
     }
 }
 
-/// A simple reply on its way to the socket, with the bytes it holds in the budgets.
+/// A reply on its way to the socket — a simple reply, or a structured one's chunks — with
+/// the bytes it holds in the budgets.
 struct Reply {
-    cookie: u64,
-    error: u32,
+    /// The reply's header (with the chunks' small payloads).
+    head: Vec<u8>,
+    /// The data after it.
     data: Option<Bytes>,
     _held: Option<Held>,
 }
 
+/// Most descriptors in one block-status chunk (the protocol's bound is 2^20): a reply holds
+/// at most this many per context, and the client asks again from where it stops.
+pub(crate) const EXTENTS_MAX: usize = 4096;
+
+/// Bytes of the largest block-status reply (both contexts, every descriptor).
+const BLOCK_STATUS_BYTES_MAX: usize = 2 * (proto::CHUNK_HEADER_BYTES + 4 + 8 * EXTENTS_MAX);
+
 /// The bytes of data a request brings or asks for, held while it is in flight: a write's
-/// data, a read's answer (none for a read that will be refused as too long).
+/// data, a read's answer (none for a read that will be refused as too long), a block status'
+/// descriptors at their most.
 fn data_bytes(request: &Request, limits: &Limits) -> Option<usize> {
     match request.command {
         Command::Read | Command::Write if request.length <= limits.max_request_bytes => {
             Some(request.length as usize)
         }
+        Command::BlockStatus => Some(BLOCK_STATUS_BYTES_MAX),
         _ => None,
     }
 }
@@ -99,12 +111,14 @@ fn data_bytes(request: &Request, limits: &Limits) -> Option<usize> {
 pub(crate) async fn run<T>(
     stream: BufReader<T>,
     export: Arc<dyn Export>,
+    session: Session,
     server: &Server,
 ) -> Result<(), NbdError>
 where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let limits = *server.limits();
+    let session = Arc::new(session);
     let buffered = std::io::Cursor::new(stream.buffer().to_vec());
     let (read_half, write_half) = tokio::io::split(stream.into_inner());
     let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, buffered.chain(read_half));
@@ -181,10 +195,11 @@ where
             None
         };
         let export = export.clone();
+        let session = session.clone();
         let replies = replies.clone();
         let max = limits.max_request_bytes;
         tokio::spawn(async move {
-            let mut reply = execute(&*export, request, data, max).await;
+            let mut reply = execute(&*export, &session, request, data, max).await;
             reply._held = held;
             // The writer is gone only when the client is (or stopped reading).
             let _ = replies.send(reply).await;
@@ -218,15 +233,42 @@ async fn idle(server: &Server, slots: &Semaphore, in_flight_max: usize) {
     }
 }
 
+/// What a request that succeeded answers.
+enum Answer {
+    /// Nothing but success.
+    Done,
+    /// A read's bytes.
+    Data(Bytes),
+    /// A block status' extents (within the request, at least one).
+    Extents(Vec<Extent>),
+}
+
 /// Runs one request against the export: its reply.
-async fn execute(export: &dyn Export, request: Request, data: Option<Bytes>, max: u32) -> Reply {
-    let cookie = request.cookie;
-    let answer = |result: Result<Option<Bytes>, Errno>| match result {
-        Ok(data) => Reply { cookie, error: 0, data, _held: None },
-        Err(errno) => Reply { cookie, error: errno.code(), data: None, _held: None },
+async fn execute(
+    export: &dyn Export,
+    session: &Session,
+    request: Request,
+    data: Option<Bytes>,
+    max: u32,
+) -> Reply {
+    let result = run_request(export, session, request, data, max).await;
+    encode(session, &request, result)
+}
+
+/// Runs one request against the export: what it answers.
+async fn run_request(
+    export: &dyn Export,
+    session: &Session,
+    request: Request,
+    data: Option<Bytes>,
+    max: u32,
+) -> Result<Answer, Errno> {
+    let known = match request.command {
+        Command::BlockStatus => proto::CMD_FLAGS_KNOWN | proto::CMD_FLAG_REQ_ONE,
+        _ => proto::CMD_FLAGS_KNOWN,
     };
-    if request.flags & !proto::CMD_FLAGS_KNOWN != 0 {
-        return answer(Err(Errno::Invalid));
+    if request.flags & !known != 0 {
+        return Err(Errno::Invalid);
     }
     let fua = request.flags & proto::CMD_FLAG_FUA != 0;
     let in_range = request
@@ -242,10 +284,11 @@ async fn execute(export: &dyn Export, request: Request, data: Option<Bytes>, max
             Ok(())
         }
     };
-    let result = match request.command {
+    let done = |result: Result<(), Errno>| result.map(|()| Answer::Done);
+    match request.command {
         Command::Read if request.length > max || !in_range => Err(Errno::Invalid),
         Command::Read => match export.read(request.offset, request.length).await {
-            Ok(bytes) if bytes.len() == request.length as usize => Ok(Some(bytes)),
+            Ok(bytes) if bytes.len() == request.length as usize => Ok(Answer::Data(bytes)),
             Ok(bytes) => {
                 tracing::error!(
                     asked = request.length,
@@ -256,30 +299,128 @@ async fn execute(export: &dyn Export, request: Request, data: Option<Bytes>, max
             }
             Err(errno) => Err(errno),
         },
-        Command::Write => match writable(Errno::NoSpace) {
-            Ok(()) => {
-                export.write(request.offset, data.unwrap_or_default(), fua).await.map(|()| None)
+        Command::Write => {
+            writable(Errno::NoSpace)?;
+            done(export.write(request.offset, data.unwrap_or_default(), fua).await)
+        }
+        Command::Flush => done(export.flush().await),
+        Command::Trim => {
+            writable(Errno::Invalid)?;
+            done(export.trim(request.offset, request.length, fua).await)
+        }
+        Command::WriteZeroes => {
+            writable(Errno::NoSpace)?;
+            let may_trim = request.flags & proto::CMD_FLAG_NO_HOLE == 0;
+            done(export.write_zeroes(request.offset, request.length, may_trim, fua).await)
+        }
+        Command::BlockStatus => {
+            if session.contexts.is_empty() || request.length == 0 || !in_range {
+                return Err(Errno::Invalid);
             }
-            Err(errno) => Err(errno),
-        },
-        Command::Flush => export.flush().await.map(|()| None),
-        Command::Trim => match writable(Errno::Invalid) {
-            Ok(()) => export.trim(request.offset, request.length, fua).await.map(|()| None),
-            Err(errno) => Err(errno),
-        },
-        Command::WriteZeroes => match writable(Errno::NoSpace) {
-            Ok(()) => {
-                let may_trim = request.flags & proto::CMD_FLAG_NO_HOLE == 0;
-                export
-                    .write_zeroes(request.offset, request.length, may_trim, fua)
-                    .await
-                    .map(|()| None)
-            }
-            Err(errno) => Err(errno),
-        },
+            let extents = export.block_status(request.offset, request.length).await?;
+            Ok(Answer::Extents(within(extents, request.length)))
+        }
         Command::Disconnect | Command::Other(_) => Err(Errno::Invalid),
-    };
-    answer(result)
+    }
+}
+
+/// An export's extents cut to the `length` asked (none of zero length; an empty answer is one
+/// extent of data).
+fn within(extents: Vec<Extent>, length: u32) -> Vec<Extent> {
+    let mut out = Vec::new();
+    let mut left = length;
+    for mut extent in extents {
+        if left == 0 {
+            break;
+        }
+        extent.length = extent.length.min(left);
+        if extent.length == 0 {
+            continue;
+        }
+        left -= extent.length;
+        out.push(extent);
+    }
+    if out.is_empty() {
+        out.push(Extent::data(length));
+    }
+    out
+}
+
+/// One context's descriptors of `extents`: (length, flags), neighbours with the same flags
+/// joined, at most [`EXTENTS_MAX`] (one with `req_one`).
+fn descriptors(extents: &[Extent], context: Context, req_one: bool) -> Vec<(u32, u32)> {
+    let most = if req_one { 1 } else { EXTENTS_MAX };
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for extent in extents {
+        let flags = match context {
+            Context::Allocation => extent.allocation_flags(),
+            Context::Depth => extent.depth,
+        };
+        let full = out.len() == most;
+        match out.last_mut() {
+            Some((length, last)) if *last == flags => *length += extent.length,
+            _ if full => break,
+            _ => out.push((extent.length, flags)),
+        }
+    }
+    out
+}
+
+/// A request's result as the bytes of its reply: simple, or structured where negotiated (a
+/// read's data or hole, block status, errors).
+fn encode(session: &Session, request: &Request, result: Result<Answer, Errno>) -> Reply {
+    let cookie = request.cookie;
+    let reply = |head: Vec<u8>, data: Option<Bytes>| Reply { head, data, _held: None };
+    match result {
+        Err(errno) if session.structured => {
+            reply(proto::error_chunk(errno.code(), cookie, errno.message()), None)
+        }
+        Err(errno) => reply(proto::simple_reply(errno.code(), cookie).to_vec(), None),
+        Ok(Answer::Data(data)) if session.structured => {
+            let length = data.len() as u32;
+            if data.iter().all(|b| *b == 0) {
+                let mut head = proto::chunk_header(
+                    proto::REPLY_FLAG_DONE,
+                    proto::REPLY_TYPE_OFFSET_HOLE,
+                    cookie,
+                    12,
+                )
+                .to_vec();
+                head.extend_from_slice(&request.offset.to_be_bytes());
+                head.extend_from_slice(&length.to_be_bytes());
+                return reply(head, None);
+            }
+            let mut head = proto::chunk_header(
+                proto::REPLY_FLAG_DONE,
+                proto::REPLY_TYPE_OFFSET_DATA,
+                cookie,
+                8 + length,
+            )
+            .to_vec();
+            head.extend_from_slice(&request.offset.to_be_bytes());
+            reply(head, Some(data))
+        }
+        Ok(Answer::Data(data)) => reply(proto::simple_reply(0, cookie).to_vec(), Some(data)),
+        Ok(Answer::Extents(extents)) => {
+            let req_one = request.flags & proto::CMD_FLAG_REQ_ONE != 0;
+            let mut head = Vec::new();
+            for (i, context) in session.contexts.iter().enumerate() {
+                let described = descriptors(&extents, *context, req_one);
+                let last = i + 1 == session.contexts.len();
+                let flags = if last { proto::REPLY_FLAG_DONE } else { 0 };
+                let length = 4 + 8 * described.len() as u32;
+                let kind = proto::REPLY_TYPE_BLOCK_STATUS;
+                head.extend_from_slice(&proto::chunk_header(flags, kind, cookie, length));
+                head.extend_from_slice(&context.id().to_be_bytes());
+                for (length, flags) in described {
+                    head.extend_from_slice(&length.to_be_bytes());
+                    head.extend_from_slice(&flags.to_be_bytes());
+                }
+            }
+            reply(head, None)
+        }
+        Ok(Answer::Done) => reply(proto::simple_reply(0, cookie).to_vec(), None),
+    }
 }
 
 /// Fills `buffer` from the socket, failing if the client sends none of a piece for `timeout`.
@@ -320,8 +461,7 @@ async fn write_replies<W: AsyncWrite + Unpin>(
     timeout: Duration,
 ) -> Result<(), NbdError> {
     while let Some(reply) = pending.recv().await {
-        let header = proto::simple_reply(reply.error, reply.cookie);
-        write_within(&mut writer, &header, timeout).await?;
+        write_within(&mut writer, &reply.head, timeout).await?;
         if let Some(data) = &reply.data {
             write_within(&mut writer, data, timeout).await?;
         }

@@ -29,8 +29,10 @@ use futures_util::future::try_join_all;
 use crate::{Client, ClientError, LocalFile, Patch, Written};
 use optio_proto::ObjectVersion;
 
+mod allocation;
 mod header;
 
+pub use allocation::Source;
 pub use header::{
     Ancestor, CLONE_DEPTH_MAX, DATA_PREFIX, DEFAULT_OBJECT_SIZE, HEADER_PREFIX, HOLDER_POLL,
     HOLDER_WAIT, HolderProcess, LOCK_LEASE, LOCK_RENEW, Lock, NAME_BYTES_MAX, OBJECT_SIZE_MIN,
@@ -208,6 +210,8 @@ pub struct Volume {
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// A clone's ancestors, nearest first: where its never-written objects read from.
     ancestors: Vec<Ancestor>,
+    /// Which data objects are stored (block status).
+    allocation: allocation::Allocation,
 }
 
 impl Volume {
@@ -263,6 +267,7 @@ impl Volume {
             quiesce: tokio::sync::RwLock::new(()),
             watcher: Mutex::new(None),
             ancestors,
+            allocation: Default::default(),
         });
         if !options.read_only {
             volume.take_lock(options.break_lock).await?;
@@ -648,6 +653,11 @@ impl Volume {
             Some(Known::At(written)) => Some(written.clone()),
             _ => None,
         };
+        if previous.is_none() {
+            // Noted once per object: an object this writer already wrote (`Known::At`) is
+            // noted since then.
+            self.allocation.writing(index);
+        }
         let result = self
             .client
             .write_in_place(&header.pool, &key, size, within, &patch, previous.as_ref(), fua)

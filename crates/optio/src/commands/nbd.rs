@@ -15,10 +15,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use optio_client::ClientError;
-use optio_client::volume::{self, OpenOptions, Volume, VolumeError};
+use optio_client::volume::{self, OpenOptions, Source, Volume, VolumeError};
 use optio_nbd::rustls::pki_types::CertificateDer;
 use optio_nbd::{
-    Access, Authorize, Errno, Export, Exports, IoFuture, Limits, ReadOnlyExports, Server, Tls,
+    Access, Authorize, Errno, Export, Exports, Extent, IoFuture, Limits, ReadOnlyExports, Server,
+    Tls,
 };
 use optio_proto::auth::Cap;
 
@@ -310,6 +311,45 @@ impl Export for VolumeExport {
                 .await
                 .map_err(|e| errno("write-zeroes", &self.volume, e))
         })
+    }
+
+    /// Data objects never written are holes that read as zeros; stored ones data (depth 1);
+    /// a clone's objects that come from its parent chain data too (depth 2 and on). When the
+    /// volume's objects cannot be listed, all data: never a hole that is not one.
+    fn block_status(&self, offset: u64, length: u32) -> IoFuture<'_, Vec<Extent>> {
+        Box::pin(async move {
+            let runs = match self.volume.allocation(offset, u64::from(length)).await {
+                Ok(runs) => runs,
+                Err(error) => {
+                    tracing::warn!(
+                        volume = %self.volume.name(),
+                        "block status: cannot tell which objects are stored, answering all data: {error}"
+                    );
+                    return Ok(vec![Extent::data(length)]);
+                }
+            };
+            Ok(runs
+                .into_iter()
+                .map(|(bytes, source)| {
+                    // Runs add up to the request's length, a u32.
+                    let length = u32::try_from(bytes).unwrap_or(u32::MAX);
+                    match source {
+                        Source::Nowhere => Extent::hole(length),
+                        Source::Own => Extent::data(length),
+                        Source::Ancestor(n) => Extent {
+                            length,
+                            hole: false,
+                            zero: false,
+                            depth: u32::try_from(n).map_or(u32::MAX, |n| n.saturating_add(2)),
+                        },
+                    }
+                })
+                .collect())
+        })
+    }
+
+    fn allocation_depth(&self) -> bool {
+        true
     }
 }
 

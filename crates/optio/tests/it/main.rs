@@ -41,6 +41,8 @@ mod security;
 mod volumes;
 // Volume snapshots (issue 40).
 mod snapshots;
+// Block status over NBD for backup tools (issue 40).
+mod block_status;
 
 // Who may use `optio nbd`, and how much one client may make it hold (issue 36).
 mod nbd_security;
