@@ -41,6 +41,8 @@ mod security;
 mod volumes;
 // Volume snapshots (issue 40).
 mod snapshots;
+// Incremental backup and space of volume snapshots (issue 40).
+mod volume_backup;
 
 // Who may use `optio nbd`, and how much one client may make it hold (issue 36).
 mod nbd_security;
