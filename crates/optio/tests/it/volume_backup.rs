@@ -262,3 +262,52 @@ fn du_counts_what_each_snapshot_holds_alone() {
     assert_eq!(value["rows"][0]["name"], "vm@s2");
     assert_eq!(value["rows"][0]["used_bytes"], 2 * MIB, "{value}");
 }
+
+#[test]
+fn a_clones_diff_sees_through_its_parent_and_its_backup_reads_the_same() {
+    let (tmp, cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    let tmp = tmp.path();
+    let out = tmp.join("out.raw");
+    // The parent: objects 0 and 2 of 4 written, snapshot gold protected, cloned.
+    ok(&dir, &["volume", "create", "base", "4MiB", "--object-size", "1MiB"]);
+    let a = pattern(MIB_USIZE, 8);
+    import_sparse(&dir, tmp, "base", &sparse(4 * MIB, &[(0, &a), (2 * MIB, &a)]));
+    ok(&dir, &["volume", "snap", "create", "base@gold"]);
+    ok(&dir, &["volume", "snap", "protect", "base@gold"]);
+    ok(&dir, &["volume", "clone", "base@gold", "vm"]);
+    // Nothing written in the clone yet: a full diff is what it reads from its parent.
+    assert_eq!(extents(&dir, &["vm"]), [extent(0, 1, "data"), extent(2, 1, "data")]);
+    ok(&dir, &["volume", "snap", "create", "vm@c1"]);
+    // Object 3 written in the clone, object 2 partly overwritten (copied up first).
+    let b = pattern(64 << 10, 9);
+    import_sparse(&dir, tmp, "vm", &sparse(4 * MIB, &[(2 * MIB, &b), (3 * MIB, &b)]));
+    ok(&dir, &["volume", "snap", "create", "vm@c2"]);
+    assert_eq!(extents(&dir, &["vm@c2", "--from-snap", "c1"]), [extent(2, 2, "data")]);
+    assert_eq!(extents(&dir, &["vm@c2"]), [extent(0, 1, "data"), extent(2, 2, "data")]);
+    // A full backup of c1 and the increment to c2 reproduce the clone on a plain volume.
+    let (full, increment) = (tmp.join("full.diff"), tmp.join("inc.diff"));
+    ok(&dir, &["volume", "export-diff", "vm@c1", full.to_str().unwrap()]);
+    let args = ["volume", "export-diff", "vm@c2", increment.to_str().unwrap(), "--from-snap", "c1"];
+    ok(&dir, &args);
+    ok(&dir, &["volume", "create", "copy", "4MiB", "--object-size", "1MiB"]);
+    ok(&dir, &["volume", "import-diff", full.to_str().unwrap(), "copy"]);
+    ok(&dir, &["volume", "import-diff", increment.to_str().unwrap(), "copy"]);
+    let c2 = export(&dir, "vm@c2", &out);
+    assert!(c2[2 * MIB_USIZE..2 * MIB_USIZE + (64 << 10)] == b[..]);
+    assert!(export(&dir, "copy", &out) == c2, "the copy reads as the clone's c2");
+    assert!(export(&dir, "copy@c1", &out) == export(&dir, "vm@c1", &out));
+    // du: the clone's own objects only (2 and 3, written after c1: c2's and the head's).
+    let value = json(&ok(&dir, &["volume", "du", "vm", "--json"]));
+    assert_eq!(value["stored_bytes"], 2 * MIB, "{value}");
+    let rows = value["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["referenced_bytes"], 0, "c1 read everything from its parent: {value}");
+    // Every new command says what it does.
+    for command in ["diff", "export-diff", "import-diff", "du"] {
+        let help = ok(&dir, &["volume", command, "--help"]);
+        assert!(help.contains("Usage:") && help.len() > 200, "{command}: {help}");
+    }
+    let help = ok(&dir, &["volume", "export-diff", "--help"]);
+    assert!(help.contains("--from-snap"), "{help}");
+}
