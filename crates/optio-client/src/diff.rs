@@ -319,15 +319,31 @@ pub async fn du(client: &Client, name: &str) -> Result<Space, VolumeError> {
         shared_bytes: 0,
         unreferenced_bytes: 0,
     };
-    for (&index, stored) in &holdings.own {
+    use futures_util::StreamExt;
+    let (holdings, points_seen) = (&holdings, &points);
+    let looked: Vec<Result<(u64, Vec<Seen>), VolumeError>> =
+        futures_util::stream::iter(holdings.own.keys().copied())
+            .map(|index| async move {
+                let mut seen = Vec::with_capacity(points_seen.len());
+                for (row, mark) in points_seen {
+                    let size = row.provisioned_bytes;
+                    seen.push(holdings.seen(client, index, *mark, size, true).await?);
+                }
+                Ok((index, seen))
+            })
+            .buffered(LOOKUPS_IN_FLIGHT)
+            .collect()
+            .await;
+    for result in looked {
+        let (index, seen) = result?;
+        let stored = &holdings.own[&index];
         // Each stored content of this object (version → bytes), and which points see it.
         let mut contents: HashMap<ObjectVersion, (u64, Vec<usize>)> = HashMap::new();
         for (version, bytes) in stored.head.iter().chain(&stored.clones) {
             contents.entry(*version).or_insert((*bytes, Vec::new()));
         }
-        for (i, (row, mark)) in points.iter().enumerate() {
-            let size = row.provisioned_bytes;
-            if let Seen::Own(version) = holdings.seen(client, index, *mark, size, true).await? {
+        for (i, seen) in seen.into_iter().enumerate() {
+            if let Seen::Own(version) = seen {
                 let entry = contents.entry(version).or_insert((header.object_size, Vec::new()));
                 entry.1.push(i);
             }

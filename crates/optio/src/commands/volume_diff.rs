@@ -146,7 +146,7 @@ async fn write_stream(
                 let data = opened.read(object.offset, object.length).await.with_context(|| {
                     format!("cannot read {} bytes at offset {}", object.length, object.offset)
                 })?;
-                Some(data).filter(|d| d.iter().any(|b| *b != 0))
+                Some(data)
             } else {
                 None
             };
@@ -157,17 +157,40 @@ async fn write_stream(
     let mut data_bytes = 0;
     while let Some(read) = reads.next().await {
         let (object, data) = read?;
-        match data {
-            Some(data) => {
-                writer.data(object.offset, &data)?;
-                data_bytes += data.len() as u64;
+        let Some(data) = data else {
+            writer.zero(object.offset, object.length)?;
+            continue;
+        };
+        for (within, len, zero) in runs(&data) {
+            let offset = object.offset + within as u64;
+            if zero {
+                writer.zero(offset, len as u64)?;
+            } else {
+                writer.data(offset, &data[within..within + len])?;
+                data_bytes += len as u64;
             }
-            None => writer.zero(object.offset, object.length)?,
         }
     }
     let records = writer.records();
     writer.finish().context("cannot finish the diff stream")?;
     Ok((data_bytes, records))
+}
+
+/// Zeros inside an object are sent as zero records by runs of this many bytes.
+const ZERO_RUN_BYTES: usize = 64 << 10;
+
+/// `data` as runs of `(start, length, all zeros)`, cut at [`ZERO_RUN_BYTES`] boundaries and
+/// merged while of one kind.
+fn runs(data: &[u8]) -> Vec<(usize, usize, bool)> {
+    let mut out: Vec<(usize, usize, bool)> = Vec::new();
+    for (i, chunk) in data.chunks(ZERO_RUN_BYTES).enumerate() {
+        let zero = chunk.iter().all(|b| *b == 0);
+        match out.last_mut() {
+            Some(last) if last.2 == zero => last.1 += chunk.len(),
+            _ => out.push((i * ZERO_RUN_BYTES, chunk.len(), zero)),
+        }
+    }
+    out
 }
 
 pub async fn import_diff(args: ImportDiffArgs) -> Result<()> {
@@ -326,4 +349,24 @@ pub async fn du(args: DuArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeros_inside_an_object_make_their_own_runs() {
+        let run = ZERO_RUN_BYTES;
+        let mut data = vec![0u8; 4 * run + 100];
+        data[run + 5] = 1;
+        data[2 * run] = 1;
+        data[4 * run + 99] = 1;
+        assert_eq!(
+            runs(&data),
+            [(0, run, true), (run, 2 * run, false), (3 * run, run, true), (4 * run, 100, false)]
+        );
+        assert_eq!(runs(&[0u8; 10]), [(0, 10, true)]);
+        assert_eq!(runs(&[]), []);
+    }
 }
