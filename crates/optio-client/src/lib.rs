@@ -31,6 +31,8 @@
 pub mod cache;
 pub mod candidates;
 mod client;
+pub mod diff;
+pub mod diff_stream;
 mod error;
 pub mod intent;
 pub mod policy;

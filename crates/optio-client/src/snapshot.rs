@@ -198,34 +198,106 @@ pub async fn remove(client: &Client, name: &str, snap: &str) -> Result<u64, Volu
     trim(client, &written).await
 }
 
+/// One data object of a volume as its pool stores it: the head's version and bytes (none:
+/// never written, or deleted — listings leave tombstones out) and every clone's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// The head: version and bytes.
+    pub head: Option<(ObjectVersion, u64)>,
+    /// The clones kept for snapshots: version and bytes each.
+    pub clones: Vec<(ObjectVersion, u64)>,
+}
+
+/// The data objects (heads and clones) stored under `prefix` (a volume's
+/// [`VolumeHeader::data_prefix`], or an ancestor's) in `pool`, by object index. One listing
+/// of the pool; what trim, rollback, diff and du all start from.
+pub async fn stored_objects(
+    client: &Client,
+    pool: &str,
+    prefix: &str,
+) -> Result<std::collections::BTreeMap<u64, Stored>, VolumeError> {
+    let listed = client.list(pool, prefix).await?;
+    let mut objects: std::collections::BTreeMap<u64, Stored> = std::collections::BTreeMap::new();
+    for info in &listed {
+        let (head, clone) = match parse_clone_key(&info.key) {
+            Some((head, version)) => (head, Some(version)),
+            None => (info.key.as_str(), None),
+        };
+        let Some(index) =
+            head.strip_prefix(prefix).and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        else {
+            continue;
+        };
+        let entry = objects.entry(index).or_default();
+        match clone {
+            Some(version) => entry.clones.push((version, info.size_bytes)),
+            None => entry.head = Some((info.version, info.size_bytes)),
+        }
+    }
+    Ok(objects)
+}
+
+/// Which content of a stored object a read as of `mark` sees (`None` for the mark: the head
+/// as it is now), if the listing alone tells: `Some(None)` for nothing (zeros),
+/// `Some(Some(v))` for the content at version `v`; `None` when it does not — the object has
+/// clones, and a listing leaves out tombstones (of the head, or kept as clones), which only
+/// the servers know ([`visible_version`] asks them then).
+pub fn visible_from_listing(
+    stored: &Stored,
+    mark: Option<ObjectVersion>,
+) -> Option<Option<ObjectVersion>> {
+    let head = stored.head.map(|(version, _)| version);
+    let Some(mark) = mark else { return Some(head) };
+    if !stored.clones.is_empty() {
+        return None;
+    }
+    // No clone: whatever stood below the mark was never changed after it (a change would have
+    // kept it as a clone), so it is the head if the head is below the mark, else nothing.
+    Some(head.filter(|version| *version < mark))
+}
+
+/// The version of the content of data object `key` (stored as `stored`) that a read as of
+/// `mark` sees (`None` for the mark: the head); `None` when that is nothing (zeros). From the
+/// listing when it tells ([`visible_from_listing`]), else by a one-byte read as of the mark,
+/// answered by the servers from the head and its clones, tombstones included.
+pub async fn visible_version(
+    client: &Client,
+    pool: &str,
+    key: &str,
+    stored: &Stored,
+    mark: Option<ObjectVersion>,
+) -> Result<Option<ObjectVersion>, VolumeError> {
+    if let Some(known) = visible_from_listing(stored, mark) {
+        return Ok(known);
+    }
+    let mark = mark.expect("the listing tells for the head");
+    match client.get_range_as_of(pool, key, Some((0, 0)), mark).await {
+        Ok((info, _)) => Ok(Some(info.version)),
+        Err(ClientError::NotFound { .. }) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
 /// Removes every clone of the volume's data objects that no snapshot of `header` sees;
 /// returns how many.
 pub async fn trim(client: &Client, header: &VolumeHeader) -> Result<u64, VolumeError> {
     let marks: Vec<ObjectVersion> =
         header.snapshots.iter().filter_map(|s| s.mark).map(ObjectVersion).collect();
     let pending = header.snapshots.iter().any(|s| s.mark.is_none());
-    let listed = client.list(&header.pool, &header.data_prefix()).await?;
-    // Heads and their clones, by head key.
-    let mut objects: std::collections::BTreeMap<&str, (Option<ObjectVersion>, Vec<ObjectVersion>)> =
-        std::collections::BTreeMap::new();
-    for info in &listed {
-        match parse_clone_key(&info.key) {
-            Some((head, version)) => objects.entry(head).or_default().1.push(version),
-            None => objects.entry(&info.key).or_default().0 = Some(info.version),
-        }
-    }
+    let objects = stored_objects(client, &header.pool, &header.data_prefix()).await?;
     let mut removed = 0;
-    for (head, (head_version, clones)) in objects {
-        if clones.is_empty() || pending {
+    for (index, stored) in objects {
+        if stored.clones.is_empty() || pending {
             continue;
         }
-        let Some(head_version) = head_version else { continue };
+        let Some((head_version, _)) = stored.head else { continue };
         let mut contents = vec![(head_version, false)];
-        contents.extend(clones.iter().map(|v| (*v, false)));
+        contents.extend(stored.clones.iter().map(|(v, _)| (*v, false)));
         let seen: Vec<usize> = marks.iter().filter_map(|m| visible_at(&contents, *m)).collect();
-        for (i, version) in clones.iter().enumerate() {
+        let head = header.data_key(index);
+        for (i, (version, _)) in stored.clones.iter().enumerate() {
             if !seen.contains(&(i + 1)) {
-                let clone = optio_proto::snap::clone_key(head, *version);
+                let clone = optio_proto::snap::clone_key(&head, *version);
                 client.delete_clone(&header.pool, &clone, *version).await?;
                 removed += 1;
             }
@@ -256,17 +328,8 @@ async fn rollback_open(client: &Client, volume: &Volume, snap: &str) -> Result<u
     if snapshot.size > header.size {
         volume.resize(snapshot.size, false).await?;
     }
-    let listed = client.list(&header.pool, &header.data_prefix()).await?;
-    let prefix = header.data_prefix();
-    let mut indices: Vec<u64> = listed
-        .iter()
-        .filter_map(|info| {
-            let head = parse_clone_key(&info.key).map_or(info.key.as_str(), |(head, _)| head);
-            u64::from_str_radix(head.strip_prefix(&prefix)?, 16).ok()
-        })
-        .collect();
-    indices.sort_unstable();
-    indices.dedup();
+    let indices: Vec<u64> =
+        stored_objects(client, &header.pool, &header.data_prefix()).await?.into_keys().collect();
     let object_size = header.object_size;
     let mut changed = 0;
     for index in indices {

@@ -103,7 +103,14 @@ impl Client {
         let mut recovering_waits = 0;
         let mut backoff = RECOVERING_BACKOFF_MIN;
         loop {
-            let at = self.retry_located(pool_name, key, &mut attempts).await?;
+            let at = match self.retry_located(pool_name, key, &mut attempts).await {
+                // The head was deleted since the snapshot (its choice record with it): its
+                // clones are still where it was.
+                Err(ClientError::NotFound { .. }) if as_of.is_some() => {
+                    return self.read_unlocated_as_of(pool_name, key, range, as_of).await;
+                }
+                other => other?,
+            };
             let (view, pool) = (&*at.view, at.pool);
             let read = if self.in_transition(view, pool) {
                 self.read_careful(view, pool, key, at.candidate(), range, as_of).await
@@ -146,6 +153,37 @@ impl Client {
                 Err(ReadError::Failed(error)) => return Err(error),
             }
         }
+    }
+
+    /// A read as of a snapshot of an object no candidate holds a head of (deleted since the
+    /// snapshot, a shrink: the choice record went with it). The clones a snapshot still sees
+    /// stay on the devices of the candidate the head was on, so each candidate is asked in
+    /// turn; nothing found anywhere is [`ClientError::NotFound`].
+    async fn read_unlocated_as_of(
+        &self,
+        pool_name: &str,
+        key: &str,
+        range: Option<(u64, u64)>,
+        as_of: Option<ObjectVersion>,
+    ) -> Result<(ObjectInfo, Chunks), ClientError> {
+        let view = self.view();
+        let pool = view.pool(pool_name)?;
+        let candidates = self.candidates_in(&view, pool, key);
+        let mut unsure = None;
+        for candidate in &candidates {
+            match self.read_replicas(&view, pool, key, candidate, range, as_of).await {
+                Ok(found) => return Ok(found),
+                Err(ReadError::Missing) => {}
+                Err(ReadError::Failed(error) | ReadError::Recovering(error)) => {
+                    unsure = Some(error);
+                }
+                Err(ReadError::Retry) => {
+                    unsure = Some(ClientError::EpochRetries { attempts: 1 });
+                }
+            }
+        }
+        Err(unsure
+            .unwrap_or(ClientError::NotFound { pool: pool_name.to_string(), key: key.to_string() }))
     }
 
     pub(super) async fn read_replicas(

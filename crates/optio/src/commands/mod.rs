@@ -24,6 +24,7 @@ pub mod sim;
 pub mod status;
 pub mod up;
 pub mod volume;
+pub mod volume_diff;
 
 use anyhow::{Context, Result, anyhow, bail};
 use optio_placement::{ClusterMap, CrushSpec, EngineRef, PoolId, PoolSpec, RuleId, RuleRef};

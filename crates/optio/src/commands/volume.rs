@@ -1,5 +1,5 @@
-//! `optio volume create | ls | info | resize | rm | import | export`: block volumes
-//! ([`optio_client::volume`]).
+//! `optio volume create | ls | info | resize | rm | import | export | snap | clone | flatten |
+//! diff | export-diff | import-diff | du`: block volumes ([`optio_client::volume`]).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -41,6 +41,84 @@ pub enum Command {
     /// Copy into clone NAME everything it still reads from its parent snapshot, then detach
     /// it (the snapshot may then be unprotected and removed). Run again if interrupted.
     Flatten(FlattenArgs),
+    /// The extents that differ between snapshot --from-snap and VOL (or snapshot VOL@SNAP);
+    /// without --from-snap, every allocated extent. Whole data objects: the granularity.
+    Diff(DiffArgs),
+    /// Write what differs between --from-snap and VOL (or VOL@SNAP) as a diff stream (a file,
+    /// or `-` for standard output) that `import-diff` applies: an incremental backup.
+    ExportDiff(ExportDiffArgs),
+    /// Apply a diff stream (a file, or `-` for standard input) to volume VOL: it must have
+    /// the stream's start snapshot; takes its lock; resizes it to the stream's size; then
+    /// takes the stream's end snapshot on it.
+    ImportDiff(ImportDiffArgs),
+    /// The bytes each snapshot, and the head, hold alone (what removing a snapshot frees),
+    /// whole data objects counted.
+    Du(DuArgs),
+}
+
+/// `optio volume diff`.
+#[derive(clap::Args, Debug)]
+pub struct DiffArgs {
+    /// The end point: VOLUME (its head) or VOLUME@SNAPSHOT.
+    pub spec: String,
+    /// The start point: a snapshot of the same volume (default: an empty volume, so every
+    /// allocated extent is listed).
+    #[arg(long, value_name = "SNAP")]
+    pub from_snap: Option<String>,
+    /// JSON for scripts (docs/volumes.md gives its shape).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// `optio volume export-diff`.
+#[derive(clap::Args, Debug)]
+pub struct ExportDiffArgs {
+    /// The end point: VOLUME (its head; export a snapshot for a consistent copy) or
+    /// VOLUME@SNAPSHOT.
+    pub spec: String,
+    /// Where to write the stream (`-`: standard output).
+    pub file: PathBuf,
+    /// The start point: a snapshot of the same volume (default: a full diff, from an empty
+    /// volume).
+    #[arg(long, value_name = "SNAP")]
+    pub from_snap: Option<String>,
+    /// Data objects read at once.
+    #[arg(long, default_value_t = 8)]
+    pub parallel: usize,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// `optio volume import-diff`.
+#[derive(clap::Args, Debug)]
+pub struct ImportDiffArgs {
+    /// The stream, written by `export-diff` (`-`: standard input). A file is checked whole
+    /// before anything is written.
+    pub file: PathBuf,
+    /// The volume to apply it to (it must exist).
+    pub name: String,
+    /// Writes in flight.
+    #[arg(long, default_value_t = 8)]
+    pub parallel: usize,
+    /// Take the lock even if another client holds it.
+    #[arg(long)]
+    pub break_lock: bool,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// `optio volume du`.
+#[derive(clap::Args, Debug)]
+pub struct DuArgs {
+    /// Volume name.
+    pub name: String,
+    /// JSON for scripts (docs/volumes.md gives its shape).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
 }
 
 /// `optio volume clone`.
@@ -231,6 +309,10 @@ pub fn run(command: Command) -> Result<()> {
             Command::Snap(SnapCommand::Unprotect(args)) => snap_protect(args, false).await,
             Command::Snap(command) => snap(command).await,
             Command::Clone(args) => clone(args).await,
+            Command::Diff(args) => crate::commands::volume_diff::diff(args).await,
+            Command::ExportDiff(args) => crate::commands::volume_diff::export_diff(args).await,
+            Command::ImportDiff(args) => crate::commands::volume_diff::import_diff(args).await,
+            Command::Du(args) => crate::commands::volume_diff::du(args).await,
             Command::Flatten(args) => {
                 let client = args.cluster.connect().await?;
                 let copied = optio_client::snapshot::flatten(&client, &args.name).await?;

@@ -43,6 +43,8 @@ mod volumes;
 mod snapshots;
 // Block status over NBD for backup tools (issue 40).
 mod block_status;
+// Incremental backup and space of volume snapshots (issue 40).
+mod volume_backup;
 
 // Who may use `optio nbd`, and how much one client may make it hold (issue 36).
 mod nbd_security;
