@@ -137,6 +137,43 @@ fn write_in_pieces(file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `parts`, one after the other, from the start of `file` in pieces of
+/// [`WRITE_PIECE_BYTES`] at multiples of it (one `writev` each, whatever the parts' sizes:
+/// a body arrives in pieces of any size, and writes of those sizes would cache the file in
+/// small folios, which made reading a 4 MiB object cost half as much again).
+fn write_parts_in_pieces(file: &mut File, parts: &[&[u8]]) -> io::Result<()> {
+    let mut parts = parts.iter().copied().filter(|part| !part.is_empty()).peekable();
+    let mut rest: &[u8] = &[];
+    loop {
+        let mut window = Vec::new();
+        let mut room = WRITE_PIECE_BYTES;
+        while room > 0 {
+            if rest.is_empty() {
+                match parts.next() {
+                    Some(part) => rest = part,
+                    None => break,
+                }
+            }
+            let (take, left) = rest.split_at(room.min(rest.len()));
+            window.push(io::IoSlice::new(take));
+            room -= take.len();
+            rest = left;
+        }
+        if window.is_empty() {
+            return Ok(());
+        }
+        let mut slices = &mut window[..];
+        while !slices.is_empty() {
+            match file.write_vectored(slices) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(written) => io::IoSlice::advance_slices(&mut slices, written),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
 impl Disk for RealDisk {
     fn write_sparse_temp(
         &self,
@@ -224,11 +261,7 @@ impl Disk for RealDisk {
         let mut file =
             OpenOptions::new().write(true).create_new(true).mode(FILE_MODE).open(temp)?;
         let result = (|| {
-            for part in parts {
-                for piece in part.chunks(WRITE_PIECE_BYTES) {
-                    file.write_all(piece)?;
-                }
-            }
+            write_parts_in_pieces(&mut file, parts)?;
             if durable { sync_data(&file) } else { Ok(()) }
         })();
         if result.is_err() {
@@ -475,6 +508,23 @@ mod tests {
         let mut whole = head.to_vec();
         whole.extend_from_slice(&data);
         assert_eq!(fs::read(&temp).unwrap(), whole);
+        // A body in pieces of any size (empty ones too), as a request's arrives.
+        let mut parts: Vec<&[u8]> = vec![head, &[]];
+        let mut rest = &data[..];
+        for len in [1usize, 4095, 0, 70_000, 3, 65_536, 17].into_iter().cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (part, tail) = rest.split_at(len.min(rest.len()));
+            parts.push(part);
+            rest = tail;
+        }
+        let pieced = dir.path().join("p");
+        RealDisk.write_temp(&pieced, &parts, true).unwrap();
+        assert_eq!(fs::read(&pieced).unwrap(), whole);
+        let empty = dir.path().join("e");
+        RealDisk.write_temp(&empty, &[&[], &[]], false).unwrap();
+        assert_eq!(fs::read(&empty).unwrap(), b"");
         let sparse = dir.path().join("s");
         let len = 5 * WRITE_PIECE_BYTES as u64;
         RealDisk.write_sparse_temp(&sparse, &[(0, head), (1001, &data)], len, false).unwrap();
