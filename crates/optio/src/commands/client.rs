@@ -257,15 +257,19 @@ pub fn get(args: GetArgs) -> Result<()> {
     let range = args.range.as_deref().map(parse_range).transpose()?;
     crate::commands::runtime()?.block_on(async {
         let client = args.cluster.connect().await?;
-        let (_, data) = client.get_range(&args.cluster.pool, &args.key, range).await?;
-        match &args.output {
-            Some(path) => std::fs::write(path, &data)
-                .with_context(|| format!("cannot write {}", path.display()))?,
-            None => {
-                let mut stdout = std::io::stdout().lock();
-                stdout.write_all(&data).context("cannot write standard output")?;
-                stdout.flush().context("cannot write standard output")?;
+        // Written out in the pieces it arrived in (a large object is not gathered first).
+        let (_, data) = client.get_chunks(&args.cluster.pool, &args.key, range).await?;
+        let write = |out: &mut dyn Write| -> std::io::Result<()> {
+            for chunk in data.chunks() {
+                out.write_all(chunk)?;
             }
+            out.flush()
+        };
+        match &args.output {
+            Some(path) => std::fs::File::create(path)
+                .and_then(|mut file| write(&mut file))
+                .with_context(|| format!("cannot write {}", path.display()))?,
+            None => write(&mut std::io::stdout().lock()).context("cannot write standard output")?,
         }
         let stats = client.stats();
         if stats.repairs > 0 {

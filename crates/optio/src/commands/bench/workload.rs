@@ -151,7 +151,9 @@ pub async fn write_all(
     ))
 }
 
-/// Reads `keys` concurrently, checking each is `expected_len` bytes.
+/// Reads `keys` concurrently, checking each is `expected_len` bytes: in the pieces each
+/// arrives in, checksum verified ([`Client::get_chunks`], what `optio get` and the S3
+/// gateway read with), not gathered into one buffer.
 pub async fn read_all(
     client: &Client,
     pool: &str,
@@ -166,8 +168,8 @@ pub async fn read_all(
     let done = for_each_key(keys.len(), concurrency, bar, move |i| {
         let (client, keys, pool) = (client_.clone(), keys_.clone(), pool_.clone());
         async move {
-            let data = client
-                .get(&pool, &keys[i])
+            let (_, data) = client
+                .get_chunks(&pool, &keys[i], None)
                 .await
                 .with_context(|| format!("reading {}", keys[i]))?;
             if data.len() != expected_len {
