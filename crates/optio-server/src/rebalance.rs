@@ -553,12 +553,12 @@ impl Rebalancer {
         if data.is_none() {
             let reader = store.clone();
             let (pool, key) = (held.pool, held.key.clone());
-            let read = tokio::task::spawn_blocking(move || reader.get(pool, &key))
+            let read = tokio::task::spawn_blocking(move || reader.get_bytes(pool, &key))
                 .await
                 .map_err(|source| PeerError::Task { what: "read", source })?;
             match read {
                 Ok((info, bytes)) if info.version == held.version => {
-                    *data = Some(bytes::Bytes::from(bytes));
+                    *data = Some(bytes);
                 }
                 // Overwritten, deleted or damaged meanwhile: plan again.
                 Ok(_) | Err(_) => return Ok(Sent::Changed),

@@ -60,11 +60,15 @@ pub(super) async fn get_object(target: &Target, key: String, range: Option<ByteR
         // done here rather than handed to a blocking thread and back (two thread switches
         // that cost more than the read).
         Some((start, end)) if end - start < SMALL_IO_BYTES && store.is_block_object(pool, &key) => {
-            store.read_range(pool, &key, start, end)?
+            store
+                .read_range(pool, &key, start, end)
+                .map(|(info, data)| (info, Bytes::from(data)))?
         }
         _ => tokio::task::spawn_blocking(move || match range {
-            Some((start, end)) => store.read_range(pool, &key, start, end),
-            None => store.get(pool, &key),
+            Some((start, end)) => store
+                .read_range(pool, &key, start, end)
+                .map(|(info, data)| (info, Bytes::from(data))),
+            None => store.get_bytes(pool, &key),
         })
         .await
         .map_err(|e| fail(ErrorKind::Io, format!("read task failed: {e}")))??,
@@ -73,7 +77,7 @@ pub(super) async fn get_object(target: &Target, key: String, range: Option<ByteR
     if let Some(asked) = asked {
         info.key = asked;
     }
-    Ok(Answer::Object { info, range, body: Bytes::from(data) })
+    Ok(Answer::Object { info, range, body: data })
 }
 
 /// An open, read-only descriptor of a block object's file (`GET` with `x-optio-open`), for a

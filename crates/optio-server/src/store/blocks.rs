@@ -398,7 +398,7 @@ impl DeviceStore {
         }
         check_range(request.offset, request.len(), size)?;
         let layout = BlockLayout::new(request.key.len(), size);
-        let mut data = data;
+        let mut data = Vec::from(data);
         let (from, to) = (request.offset as usize, (request.offset + request.len()) as usize);
         if request.zeroes > 0 {
             data[from..to].fill(0);

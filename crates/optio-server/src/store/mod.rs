@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use bytes::Bytes;
 use optio_placement::{Epoch, PoolId};
 use optio_proto::summary::{SUMMARY_BYTES, SUMMARY_PREFIX_BYTES, summary_hex, summary_of};
 use optio_proto::{
@@ -604,6 +605,12 @@ impl DeviceStore {
     /// Reads and verifies an object (blocking). A replica that fails verification is
     /// quarantined and reported as [`StoreError::Corrupt`].
     pub fn get(&self, pool: PoolId, key: &str) -> Result<(ObjectInfo, Vec<u8>), StoreError> {
+        self.get_bytes(pool, key).map(|(info, data)| (info, Vec::from(data)))
+    }
+
+    /// [`get`](Self::get), the data where the file was read to (the file's header sliced
+    /// off, not moved out of the way: a 4 MiB object is not copied once more to answer it).
+    pub fn get_bytes(&self, pool: PoolId, key: &str) -> Result<(ObjectInfo, Bytes), StoreError> {
         let Some(entry) = self.live_entry(pool, key) else { return Err(StoreError::NotFound) };
         if entry.blocks {
             // Written in place: read with writes of this key held off, so that no read sees a
@@ -637,7 +644,7 @@ impl DeviceStore {
         pool: PoolId,
         key: &str,
         entry: &Entry,
-    ) -> Result<(ObjectInfo, Vec<u8>), StoreError> {
+    ) -> Result<(ObjectInfo, Bytes), StoreError> {
         let path = self.path_of(pool, key);
         let reason = match self.read_file(pool, key, true) {
             Ok((info, data)) if info.version == entry.version => return Ok((info, data)),
@@ -661,7 +668,7 @@ impl DeviceStore {
         pool: PoolId,
         key: &str,
         locked: bool,
-    ) -> Result<(ObjectInfo, Vec<u8>), StoreError> {
+    ) -> Result<(ObjectInfo, Bytes), StoreError> {
         let path = self.path_of(pool, key);
         let bytes = match self.disk.read(&path) {
             Ok(bytes) => bytes,
@@ -680,9 +687,7 @@ impl DeviceStore {
                 let file_bytes = bytes.len() as u64;
                 let info = info_of(key, &entry_of(&header, file_bytes, data));
                 let offset = bytes.len() - data.len();
-                let mut bytes = bytes;
-                bytes.drain(..offset);
-                Ok((info, bytes))
+                Ok((info, Bytes::from(bytes).slice(offset..)))
             }
             Ok((header, stored_key, _)) => Err(StoreError::Mismatch {
                 path,
