@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
 use crate::export::{Export, Exports};
-use crate::proto::{self, OptionHeader};
+use crate::proto::{self, OptionHeader, REP_ERR_INVALID, REP_ERR_UNKNOWN};
 use crate::server::{Limits, NbdError};
 
 /// Longest option data taken.
@@ -121,6 +121,28 @@ async fn send<W: AsyncWrite + Unpin>(writer: &mut W, bytes: &[u8]) -> Result<(),
     writer.write_all(bytes).await?;
     writer.flush().await?;
     Ok(())
+}
+
+/// `value`, or — when it is an error — none, once the reply `kind` to `option` with the
+/// error's text has been sent (the client may then send its next option).
+async fn refused<W, T, E>(
+    writer: &mut W,
+    option: u32,
+    kind: u32,
+    value: Result<T, E>,
+) -> Result<Option<T>, NbdError>
+where
+    W: AsyncWrite + Unpin,
+    E: std::fmt::Display,
+{
+    match value {
+        Ok(value) => Ok(Some(value)),
+        Err(reason) => {
+            let reason = reason.to_string();
+            send(writer, &proto::option_reply(option, kind, reason.as_bytes())).await?;
+            Ok(None)
+        }
+    }
 }
 
 /// Sends the greeting and reads the client's flags.
@@ -288,20 +310,14 @@ where
                 send(stream, &answer).await?;
             }
             proto::OPT_INFO | proto::OPT_GO => {
-                let (name, items) = match proto::parse_info_request(&data) {
-                    Ok(parsed) => parsed,
-                    Err(reason) => {
-                        let reason = reason.to_string();
-                        send(stream, &reply(proto::REP_ERR_INVALID, reason.as_bytes())).await?;
-                        continue;
-                    }
+                let parsed = proto::parse_info_request(&data);
+                let Some((name, items)) = refused(stream, option, REP_ERR_INVALID, parsed).await?
+                else {
+                    continue;
                 };
-                let export = match exports.open(&name) {
-                    Ok(export) => export,
-                    Err(reason) => {
-                        send(stream, &reply(proto::REP_ERR_UNKNOWN, reason.as_bytes())).await?;
-                        continue;
-                    }
+                let opened = exports.open(&name);
+                let Some(export) = refused(stream, option, REP_ERR_UNKNOWN, opened).await? else {
+                    continue;
                 };
                 let mut info = proto::INFO_EXPORT.to_be_bytes().to_vec();
                 info.extend_from_slice(&export.size().to_be_bytes());
@@ -351,20 +367,15 @@ where
                         continue;
                     }
                 }
-                let (name, queries) = match proto::parse_meta_context_request(&data) {
-                    Ok(parsed) => parsed,
-                    Err(reason) => {
-                        let reason = reason.to_string();
-                        send(stream, &reply(proto::REP_ERR_INVALID, reason.as_bytes())).await?;
-                        continue;
-                    }
+                let parsed = proto::parse_meta_context_request(&data);
+                let Some((name, queries)) =
+                    refused(stream, option, REP_ERR_INVALID, parsed).await?
+                else {
+                    continue;
                 };
-                let export = match exports.open(&name) {
-                    Ok(export) => export,
-                    Err(reason) => {
-                        send(stream, &reply(proto::REP_ERR_UNKNOWN, reason.as_bytes())).await?;
-                        continue;
-                    }
+                let opened = exports.open(&name);
+                let Some(export) = refused(stream, option, REP_ERR_UNKNOWN, opened).await? else {
+                    continue;
                 };
                 let chosen = select(&Context::offered(&*export), &queries, !set);
                 let mut answer = Vec::new();

@@ -18,7 +18,7 @@ use serde::Serialize;
 pub use self::payload::payload;
 use crate::commands::client::ClusterArgs;
 use crate::output::{self, parse_size};
-use workload::{MetaOp, meta_all, percentile, phase, run_id};
+use workload::{KeyOp, each_key, percentile, phase, run_id};
 pub use workload::{Phase, read_all, write_all};
 
 /// What to measure.
@@ -256,19 +256,21 @@ async fn read_write(args: &Args, size: usize) -> Result<()> {
     };
     let (mut stat, mut delete) = (None, None);
     if args.metadata {
+        // Each phase's cost runs from the sample that ended the one before.
         let mut from = after;
-        for (op, label) in [(MetaOp::Stat, "stat"), (MetaOp::Delete, "removing")] {
+        let mut measured = Vec::new();
+        for (op, label) in [(KeyOp::Stat, "stat"), (KeyOp::Delete, "removing")] {
             let bar = output::progress(args.objects as u64, label, visible);
-            let done = meta_all(&client, pool, &keys, op, args.concurrency, &bar).await?;
+            let done = each_key(&client, pool, &keys, op, args.concurrency, &bar).await?;
             let to = Spent::now(&client, &transport).await;
             bar.finish_and_clear();
-            let spent = from.cost(to, done.operations);
+            measured.push((from.cost(to, done.operations), done));
             from = to;
-            match op {
-                MetaOp::Stat => (stat, cost.stat) = (Some(done), Some(spent)),
-                MetaOp::Delete => (delete, cost.delete) = (Some(done), Some(spent)),
-            }
         }
+        let mut measured = measured.into_iter();
+        (cost.stat, stat) = measured.next().map(|(c, p)| (Some(c), Some(p))).unwrap_or_default();
+        (cost.delete, delete) =
+            measured.next().map(|(c, p)| (Some(c), Some(p))).unwrap_or_default();
     }
     let report = ReadWriteReport {
         pool: pool.clone(),

@@ -162,37 +162,14 @@ pub async fn read_all(
     concurrency: usize,
     bar: &indicatif::ProgressBar,
 ) -> Result<Phase> {
-    let before = client.stats();
-    let started = Instant::now();
-    let (client_, keys_, pool_) = (client.clone(), Arc::new(keys.to_vec()), Arc::<str>::from(pool));
-    let done = for_each_key(keys.len(), concurrency, bar, move |i| {
-        let (client, keys, pool) = (client_.clone(), keys_.clone(), pool_.clone());
-        async move {
-            let (_, data) = client
-                .get_chunks(&pool, &keys[i], None)
-                .await
-                .with_context(|| format!("reading {}", keys[i]))?;
-            if data.len() != expected_len {
-                bail!("{} read back {} bytes, {} written", keys[i], data.len(), expected_len);
-            }
-            Ok(())
-        }
-    })
-    .await?;
-    let mut latencies: Vec<u64> = done.into_iter().map(|(_, micros, ())| micros).collect();
-    let seconds = started.elapsed().as_secs_f64();
-    Ok(phase(
-        &mut latencies,
-        expected_len as u64 * keys.len() as u64,
-        seconds,
-        before,
-        client.stats(),
-    ))
+    each_key(client, pool, keys, KeyOp::Read { expected_len }, concurrency, bar).await
 }
 
-/// A metadata operation on every key ([`meta_all`]).
+/// What a phase does to every key ([`each_key`]).
 #[derive(Clone, Copy, Debug)]
-pub enum MetaOp {
+pub enum KeyOp {
+    /// Reads the object, which must be `expected_len` bytes ([`read_all`]).
+    Read { expected_len: usize },
     /// Where the object lives and what is stored (a HEAD of one replica; `optio stat`).
     Stat,
     /// Removes the object (tombstones on every replica; `optio rm`).
@@ -200,11 +177,11 @@ pub enum MetaOp {
 }
 
 /// Runs `op` on every one of `keys` concurrently.
-pub async fn meta_all(
+pub async fn each_key(
     client: &Client,
     pool: &str,
     keys: &[String],
-    op: MetaOp,
+    op: KeyOp,
     concurrency: usize,
     bar: &indicatif::ProgressBar,
 ) -> Result<Phase> {
@@ -214,23 +191,37 @@ pub async fn meta_all(
     let done = for_each_key(keys.len(), concurrency, bar, move |i| {
         let (client, keys, pool) = (client_.clone(), keys_.clone(), pool_.clone());
         async move {
+            let key = &keys[i];
             match op {
-                MetaOp::Stat => client
-                    .stat(&pool, &keys[i])
+                KeyOp::Read { expected_len } => {
+                    let (_, data) = client
+                        .get_chunks(&pool, key, None)
+                        .await
+                        .with_context(|| format!("reading {key}"))?;
+                    if data.len() != expected_len {
+                        bail!("{key} read back {} bytes, {expected_len} written", data.len());
+                    }
+                    Ok(())
+                }
+                KeyOp::Stat => client
+                    .stat(&pool, key)
                     .await
                     .map(drop)
-                    .with_context(|| format!("stat of {}", keys[i])),
-                MetaOp::Delete => client
-                    .delete(&pool, &keys[i])
-                    .await
-                    .with_context(|| format!("removing {}", keys[i])),
+                    .with_context(|| format!("stat of {key}")),
+                KeyOp::Delete => {
+                    client.delete(&pool, key).await.with_context(|| format!("removing {key}"))
+                }
             }
         }
     })
     .await?;
     let mut latencies: Vec<u64> = done.into_iter().map(|(_, micros, ())| micros).collect();
     let seconds = started.elapsed().as_secs_f64();
-    Ok(phase(&mut latencies, 0, seconds, before, client.stats()))
+    let bytes = match op {
+        KeyOp::Read { expected_len } => expected_len as u64 * keys.len() as u64,
+        KeyOp::Stat | KeyOp::Delete => 0,
+    };
+    Ok(phase(&mut latencies, bytes, seconds, before, client.stats()))
 }
 
 /// A short id for one run of a bench (its keys' prefix).
