@@ -29,9 +29,6 @@ use std::time::Instant;
 use optio_proto::ObjectVersion;
 use optio_proto::snap::{parse_clone_key, visible_at};
 
-use super::{Volume, VolumeError, split};
-use crate::Client;
-
 /// Where a range of a volume's bytes comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -48,20 +45,20 @@ pub enum Source {
 #[derive(Default)]
 pub(super) struct Allocation {
     /// The data objects this writer wrote, or began to, since it opened the volume.
-    written: Mutex<BTreeSet<u64>>,
+    pub(super) written: Mutex<BTreeSet<u64>>,
     /// The volume's own data objects as last listed.
-    own: tokio::sync::Mutex<Option<Listing>>,
+    pub(super) own: tokio::sync::Mutex<Option<Listing>>,
     /// Each ancestor's data objects as its snapshot sees them, nearest first.
-    ancestors: tokio::sync::OnceCell<Vec<BTreeSet<u64>>>,
+    pub(super) ancestors: tokio::sync::OnceCell<Vec<BTreeSet<u64>>>,
 }
 
 /// A listing of a volume's own data objects.
-struct Listing {
+pub(super) struct Listing {
     /// When it began.
-    began: Instant,
+    pub(super) began: Instant,
     /// The version of the header read just before it, if no writer held the lock then.
-    quiet: Option<ObjectVersion>,
-    objects: Arc<BTreeSet<u64>>,
+    pub(super) quiet: Option<ObjectVersion>,
+    pub(super) objects: Arc<BTreeSet<u64>>,
 }
 
 impl Allocation {
@@ -71,22 +68,10 @@ impl Allocation {
     }
 }
 
-/// The indices of the data objects under `prefix` in `pool`: the heads stored now
-/// (`as_of` none), or those with a content below the mark `as_of` (head or clone).
-async fn listed(
-    client: &Client,
-    pool: &str,
-    prefix: &str,
-    as_of: Option<ObjectVersion>,
-) -> Result<BTreeSet<u64>, VolumeError> {
-    let infos = client.list(pool, prefix).await?;
-    Ok(stored(infos.iter().map(|info| (info.key.as_str(), info.version)), prefix, as_of))
-}
-
 /// Of the listed `(key, version)`s — heads and clones — the indices of the data objects under
 /// `prefix` stored now (`as_of` none: a head exists), or as of the mark `as_of` (a content
 /// below it; every clone counted as content, a deletion's too: when unsure, stored).
-fn stored<'a>(
+pub(super) fn stored<'a>(
     listed: impl Iterator<Item = (&'a str, ObjectVersion)>,
     prefix: &str,
     as_of: Option<ObjectVersion>,
@@ -112,88 +97,6 @@ fn stored<'a>(
             .filter(|(_, versions)| visible_at(versions, mark).is_some())
             .map(|(index, _)| index)
             .collect(),
-    }
-}
-
-impl Volume {
-    /// Where the bytes `[offset, offset + len)` come from, at data-object granularity: runs
-    /// of (bytes, source), consecutive from `offset`, adding up to `len` (see the module for
-    /// how it is known, and why it errs towards [`Source::Own`]).
-    pub async fn allocation(
-        &self,
-        offset: u64,
-        len: u64,
-    ) -> Result<Vec<(u64, Source)>, VolumeError> {
-        let header = self.check_range(offset, len)?;
-        let own = self.own_objects().await?;
-        let ancestors: &[BTreeSet<u64>] = if self.ancestors.is_empty() {
-            &[]
-        } else {
-            self.allocation
-                .ancestors
-                .get_or_try_init(|| async {
-                    let mut out = Vec::new();
-                    for ancestor in &self.ancestors {
-                        let prefix = format!("{}{}.", super::DATA_PREFIX, ancestor.id);
-                        let mark = Some(ancestor.mark);
-                        out.push(listed(&self.client, &ancestor.pool, &prefix, mark).await?);
-                    }
-                    Ok::<_, VolumeError>(out)
-                })
-                .await?
-        };
-        let written = self.allocation.written.lock().expect("allocation lock");
-        let mut out: Vec<(u64, Source)> = Vec::new();
-        for (index, _, n) in split(offset, len, header.object_size) {
-            let start = index * header.object_size;
-            let source = if own.contains(&index) || written.contains(&index) {
-                Source::Own
-            } else {
-                let mut source = Source::Nowhere;
-                for (i, (ancestor, objects)) in self.ancestors.iter().zip(ancestors).enumerate() {
-                    if start >= ancestor.overlap {
-                        break;
-                    }
-                    if objects.contains(&index) {
-                        source = Source::Ancestor(i);
-                        break;
-                    }
-                }
-                source
-            };
-            match out.last_mut() {
-                Some((bytes, last)) if *last == source => *bytes += n,
-                _ => out.push((n, source)),
-            }
-        }
-        Ok(out)
-    }
-
-    /// The volume's own data objects: listed once for a writer and for a snapshot; for a
-    /// read-only open of a live volume, listed again unless no writer can have written since
-    /// the last listing (see the module), or that listing began after the question did.
-    async fn own_objects(&self) -> Result<Arc<BTreeSet<u64>>, VolumeError> {
-        let asked = Instant::now();
-        let mut own = self.allocation.own.lock().await;
-        let others_may_write = self.read_only && self.as_of.is_none();
-        let mut quiet = None;
-        if others_may_write {
-            let (header, version) = super::find_header(&self.client, &self.name()).await?;
-            if let Some(listing) = &*own
-                && (listing.quiet == Some(version) || listing.began >= asked)
-            {
-                return Ok(listing.objects.clone());
-            }
-            quiet = header.lock.is_none().then_some(version);
-        } else if let Some(listing) = &*own {
-            return Ok(listing.objects.clone());
-        }
-        let began = Instant::now();
-        let header = self.header();
-        let objects =
-            Arc::new(listed(&self.client, &header.pool, &header.data_prefix(), self.as_of).await?);
-        *own = Some(Listing { began, quiet, objects: objects.clone() });
-        Ok(objects)
     }
 }
 

@@ -30,6 +30,7 @@ use crate::{Client, ClientError, LocalFile, Patch, Written};
 use optio_proto::ObjectVersion;
 
 mod allocation;
+mod extents;
 mod header;
 
 pub use allocation::Source;

@@ -43,82 +43,17 @@ pub enum Command {
     Flatten(FlattenArgs),
     /// The extents that differ between snapshot --from-snap and VOL (or snapshot VOL@SNAP);
     /// without --from-snap, every allocated extent. Whole data objects: the granularity.
-    Diff(DiffArgs),
+    Diff(crate::commands::volume_diff::DiffArgs),
     /// Write what differs between --from-snap and VOL (or VOL@SNAP) as a diff stream (a file,
     /// or `-` for standard output) that `import-diff` applies: an incremental backup.
-    ExportDiff(ExportDiffArgs),
+    ExportDiff(crate::commands::volume_diff::ExportDiffArgs),
     /// Apply a diff stream (a file, or `-` for standard input) to volume VOL: it must have
     /// the stream's start snapshot; takes its lock; resizes it to the stream's size; then
     /// takes the stream's end snapshot on it.
-    ImportDiff(ImportDiffArgs),
+    ImportDiff(crate::commands::volume_diff::ImportDiffArgs),
     /// The bytes each snapshot, and the head, hold alone (what removing a snapshot frees),
     /// whole data objects counted.
-    Du(DuArgs),
-}
-
-/// `optio volume diff`.
-#[derive(clap::Args, Debug)]
-pub struct DiffArgs {
-    /// The end point: VOLUME (its head) or VOLUME@SNAPSHOT.
-    pub spec: String,
-    /// The start point: a snapshot of the same volume (default: an empty volume, so every
-    /// allocated extent is listed).
-    #[arg(long, value_name = "SNAP")]
-    pub from_snap: Option<String>,
-    /// JSON for scripts (docs/volumes.md gives its shape).
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub cluster: ClusterConn,
-}
-
-/// `optio volume export-diff`.
-#[derive(clap::Args, Debug)]
-pub struct ExportDiffArgs {
-    /// The end point: VOLUME (its head; export a snapshot for a consistent copy) or
-    /// VOLUME@SNAPSHOT.
-    pub spec: String,
-    /// Where to write the stream (`-`: standard output).
-    pub file: PathBuf,
-    /// The start point: a snapshot of the same volume (default: a full diff, from an empty
-    /// volume).
-    #[arg(long, value_name = "SNAP")]
-    pub from_snap: Option<String>,
-    /// Data objects read at once.
-    #[arg(long, default_value_t = 8)]
-    pub parallel: usize,
-    #[command(flatten)]
-    pub cluster: ClusterConn,
-}
-
-/// `optio volume import-diff`.
-#[derive(clap::Args, Debug)]
-pub struct ImportDiffArgs {
-    /// The stream, written by `export-diff` (`-`: standard input). A file is checked whole
-    /// before anything is written.
-    pub file: PathBuf,
-    /// The volume to apply it to (it must exist).
-    pub name: String,
-    /// Writes in flight.
-    #[arg(long, default_value_t = 8)]
-    pub parallel: usize,
-    /// Take the lock even if another client holds it.
-    #[arg(long)]
-    pub break_lock: bool,
-    #[command(flatten)]
-    pub cluster: ClusterConn,
-}
-
-/// `optio volume du`.
-#[derive(clap::Args, Debug)]
-pub struct DuArgs {
-    /// Volume name.
-    pub name: String,
-    /// JSON for scripts (docs/volumes.md gives its shape).
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub cluster: ClusterConn,
+    Du(crate::commands::volume_diff::DuArgs),
 }
 
 /// `optio volume clone`.

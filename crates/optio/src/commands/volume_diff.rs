@@ -2,7 +2,7 @@
 //! the space their snapshots hold ([`optio_client::diff`], [`optio_client::diff_stream`]).
 
 use std::io::{BufReader, BufWriter, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
@@ -10,8 +10,73 @@ use futures_util::StreamExt;
 use optio_client::diff_stream::{DiffHeader, DiffReader, DiffWriter, Record};
 use optio_client::volume::{self, OpenOptions, Volume};
 
-use crate::commands::volume::{DiffArgs, DuArgs, ExportDiffArgs, ImportDiffArgs};
+use crate::commands::client::ClusterConn;
 use crate::output::{self, Table};
+
+/// `optio volume diff`.
+#[derive(clap::Args, Debug)]
+pub struct DiffArgs {
+    /// The end point: VOLUME (its head) or VOLUME@SNAPSHOT.
+    pub spec: String,
+    /// The start point: a snapshot of the same volume (default: an empty volume, so every
+    /// allocated extent is listed).
+    #[arg(long, value_name = "SNAP")]
+    pub from_snap: Option<String>,
+    /// JSON for scripts (docs/volumes.md gives its shape).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// `optio volume export-diff`.
+#[derive(clap::Args, Debug)]
+pub struct ExportDiffArgs {
+    /// The end point: VOLUME (its head; export a snapshot for a consistent copy) or
+    /// VOLUME@SNAPSHOT.
+    pub spec: String,
+    /// Where to write the stream (`-`: standard output).
+    pub file: PathBuf,
+    /// The start point: a snapshot of the same volume (default: a full diff, from an empty
+    /// volume).
+    #[arg(long, value_name = "SNAP")]
+    pub from_snap: Option<String>,
+    /// Data objects read at once.
+    #[arg(long, default_value_t = 8)]
+    pub parallel: usize,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// `optio volume import-diff`.
+#[derive(clap::Args, Debug)]
+pub struct ImportDiffArgs {
+    /// The stream, written by `export-diff` (`-`: standard input). A file is checked whole
+    /// before anything is written.
+    pub file: PathBuf,
+    /// The volume to apply it to (it must exist).
+    pub name: String,
+    /// Writes in flight.
+    #[arg(long, default_value_t = 8)]
+    pub parallel: usize,
+    /// Take the lock even if another client holds it.
+    #[arg(long)]
+    pub break_lock: bool,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// `optio volume du`.
+#[derive(clap::Args, Debug)]
+pub struct DuArgs {
+    /// Volume name.
+    pub name: String,
+    /// JSON for scripts (docs/volumes.md gives its shape).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
 
 /// Splits `VOL[@SNAP]`.
 fn parse_point(spec: &str) -> Result<(&str, Option<&str>)> {
