@@ -287,8 +287,8 @@ impl HttpTransport {
     /// every replica). A remembered body is held (a clone of its `Bytes`), so its memory is
     /// neither freed nor changed while remembered: a body at the same address with the same
     /// length is the same bytes, and nothing of the content is read to tell (an XXH3 of every
-    /// body cost a 4 MiB write 0.8 ms of CPU; its CRC cannot tell apart blocks that end with
-    /// their own CRC, such as ext4's superblocks).
+    /// body was 12 % of a client's samples writing 4 MiB objects; a CRC cannot tell apart
+    /// blocks that end with their own CRC, such as ext4's superblocks).
     fn body_hash(&self, data: &bytes::Bytes) -> String {
         let same = |seen: &bytes::Bytes| seen.as_ptr() == data.as_ptr() && seen.len() == data.len();
         if let Some((_, hash)) =
