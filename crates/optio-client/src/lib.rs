@@ -34,11 +34,13 @@ mod client;
 pub mod diff;
 pub mod diff_stream;
 mod error;
+pub mod flatten;
 pub mod intent;
 pub mod policy;
 mod quorum;
 pub mod removal;
 pub mod snapshot;
+pub mod trim;
 pub mod volume;
 /// The HTTP transport (the `optio-net` crate, shared with the servers' migration).
 pub use optio_net as transport;

@@ -18,16 +18,17 @@
 //!   snapshot back and fail, so a snapshot is whole or absent, never torn.
 
 pub use crate::volume::{
-    Ancestor, CLONE_DEPTH_MAX, HOLDER_POLL, HOLDER_WAIT, Parent, Snapshot,
+    Ancestor, CLONE_DEPTH_MAX, HOLDER_POLL, HOLDER_WAIT, Parent, Reader, Snapshot,
     VERSION_AHEAD_MAX_MICROS, ancestors, find,
 };
+use crate::volume::{HolderProcess, LOCK_LEASE};
 use crate::volume::{
     Volume, VolumeError, VolumeHeader, find_header, forget_child, holder_is_gone, now_ms, update,
     validate_name,
 };
 use crate::{Client, ClientError};
 use optio_proto::ObjectVersion;
-use optio_proto::snap::{parse_clone_key, visible_at};
+use optio_proto::snap::parse_clone_key;
 
 /// Splits `VOL@SNAP`.
 pub fn parse_spec(spec: &str) -> Result<(&str, &str), VolumeError> {
@@ -75,6 +76,7 @@ pub async fn create(client: &Client, name: &str, snap: &str) -> Result<Snapshot,
             protected: false,
             created_unix_s: now / 1000,
             children: Vec::new(),
+            readers: Vec::new(),
         });
         Ok(())
     })
@@ -154,10 +156,11 @@ pub async fn set_protected(
     protect(client, name, snap, protected).await
 }
 
-/// Removes `snap` from volume `name` and trims the clones no snapshot sees any more; returns
-/// how many clones were removed. A protected snapshot is refused.
-pub async fn remove(client: &Client, name: &str, snap: &str) -> Result<u64, VolumeError> {
-    let written = update(client, name, |header| {
+/// Removes `snap` from volume `name` and asks for a trim of the copies no snapshot sees any
+/// more: a job in the header that [`crate::trim::run`] carries out (the command with
+/// `--wait`, or the background worker). A protected snapshot, or one with clones, is refused.
+pub async fn remove(client: &Client, name: &str, snap: &str) -> Result<VolumeHeader, VolumeError> {
+    update(client, name, |header| {
         let found = find(header, snap)?;
         if !found.children.is_empty() {
             return Err(VolumeError::Snapshot(format!(
@@ -170,32 +173,62 @@ pub async fn remove(client: &Client, name: &str, snap: &str) -> Result<u64, Volu
                 "snapshot '{name}@{snap}' is protected: `optio volume snap unprotect {name}@{snap}` first"
             )));
         }
+        let readers: Vec<&str> =
+            found.readers.iter().filter(|r| r.is_live()).map(|r| r.holder.as_str()).collect();
+        if !readers.is_empty() {
+            return Err(VolumeError::Snapshot(format!(
+                "snapshot '{name}@{snap}' is being read by {}: stop that (optio nbd, export) first",
+                readers.join(", ")
+            )));
+        }
         header.snapshots.retain(|s| s.name != snap);
         header.snap_generation += 1;
+        crate::trim::job(header);
+        Ok(())
+    })
+    .await
+}
+
+/// Records a reader of `volume@snap` holding `token` (its lease runs [`LOCK_LEASE`]; dead
+/// readers are dropped on the way).
+pub(crate) async fn pin(
+    client: &Client,
+    volume: &str,
+    snap: &str,
+    token: u64,
+) -> Result<(), VolumeError> {
+    update(client, volume, |header| {
+        let Some(found) = header.snapshots.iter_mut().find(|s| s.name == snap) else {
+            return Err(find(header, snap).expect_err("not there"));
+        };
+        found.readers.retain(|r| r.is_live() && r.token != token);
+        found.readers.push(Reader {
+            holder: crate::volume::holder_name(),
+            token,
+            expires_unix_ms: now_ms() + LOCK_LEASE.as_millis() as u64,
+            process: HolderProcess::current(),
+        });
         Ok(())
     })
     .await?;
-    // A writer keeps writing with the old context until it has seen the change: trimming
-    // waits for it, so that no clone for the removed snapshot is made after the trim.
-    if let Some(lock) = live_holder(&written) {
-        let holder = lock.holder.clone();
-        let deadline = tokio::time::Instant::now() + HOLDER_WAIT;
-        loop {
-            let (header, _) = find_header(client, name).await?;
-            let seen = header.lock.as_ref().map_or(u64::MAX, |l| l.generation_seen);
-            if seen >= written.snap_generation || live_holder(&header).is_none() {
-                break;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(VolumeError::Snapshot(format!(
-                    "snapshot '{name}@{snap}' is removed, but {holder}, which holds the volume open, did not follow within {} s: its clones stay until `optio volume snap trim {name}` (or the next snap rm)",
-                    HOLDER_WAIT.as_secs()
-                )));
-            }
-            tokio::time::sleep(HOLDER_POLL).await;
+    Ok(())
+}
+
+/// Forgets the reader of `volume@snap` holding `token`.
+pub(crate) async fn unpin(
+    client: &Client,
+    volume: &str,
+    snap: &str,
+    token: u64,
+) -> Result<(), VolumeError> {
+    update(client, volume, |header| {
+        if let Some(found) = header.snapshots.iter_mut().find(|s| s.name == snap) {
+            found.readers.retain(|r| r.token != token);
         }
-    }
-    trim(client, &written).await
+        Ok(())
+    })
+    .await?;
+    Ok(())
 }
 
 /// One data object of a volume as its pool stores it: the head's version and bytes (none:
@@ -276,34 +309,6 @@ pub async fn visible_version(
         Err(ClientError::NotFound { .. }) => Ok(None),
         Err(error) => Err(error.into()),
     }
-}
-
-/// Removes every clone of the volume's data objects that no snapshot of `header` sees;
-/// returns how many.
-pub async fn trim(client: &Client, header: &VolumeHeader) -> Result<u64, VolumeError> {
-    let marks: Vec<ObjectVersion> =
-        header.snapshots.iter().filter_map(|s| s.mark).map(ObjectVersion).collect();
-    let pending = header.snapshots.iter().any(|s| s.mark.is_none());
-    let objects = stored_objects(client, &header.pool, &header.data_prefix()).await?;
-    let mut removed = 0;
-    for (index, stored) in objects {
-        if stored.clones.is_empty() || pending {
-            continue;
-        }
-        let Some((head_version, _)) = stored.head else { continue };
-        let mut contents = vec![(head_version, false)];
-        contents.extend(stored.clones.iter().map(|(v, _)| (*v, false)));
-        let seen: Vec<usize> = marks.iter().filter_map(|m| visible_at(&contents, *m)).collect();
-        let head = header.data_key(index);
-        for (i, (version, _)) in stored.clones.iter().enumerate() {
-            if !seen.contains(&(i + 1)) {
-                let clone = optio_proto::snap::clone_key(&head, *version);
-                client.delete_clone(&header.pool, &clone, *version).await?;
-                removed += 1;
-            }
-        }
-    }
-    Ok(removed)
 }
 
 /// Rolls volume `name` back to `snap`: every data object written since is written back as
@@ -415,6 +420,8 @@ pub async fn clone(
             mark: snapshot.mark.expect("checked above"),
             overlap: snapshot.size,
         }),
+        trim: None,
+        flatten: None,
     };
     match crate::volume::create_header(client, header).await {
         Ok(header) => Ok(header),
@@ -436,42 +443,6 @@ async fn live_children(client: &Client, snapshot: &Snapshot) -> Result<Vec<Strin
         }
     }
     Ok(out)
-}
-
-/// Copies into clone `name` every data object it still reads from its parent, then forgets
-/// the parent (and the parent snapshot forgets it). Interrupted, it is run again.
-pub async fn flatten(client: &Client, name: &str) -> Result<u64, VolumeError> {
-    let volume = Volume::open(client, name, crate::volume::OpenOptions::default()).await?;
-    let result = flatten_open(client, &volume).await;
-    let closed = volume.close().await;
-    let copied = result?;
-    closed?;
-    Ok(copied)
-}
-
-async fn flatten_open(client: &Client, volume: &Volume) -> Result<u64, VolumeError> {
-    let header = volume.header();
-    let Some(parent) = header.parent.clone() else {
-        return Err(VolumeError::Snapshot(format!(
-            "volume '{}' is not a clone: nothing to flatten",
-            header.name
-        )));
-    };
-    let mut copied = 0;
-    for index in 0..header.objects() {
-        if volume.copy_up(&header, index).await? {
-            copied += 1;
-        }
-    }
-    volume.flush().await?;
-    volume
-        .update_header(|header| {
-            header.parent = None;
-            Ok(())
-        })
-        .await?;
-    forget_child(client, &parent.volume, &parent.snapshot, &header.name).await?;
-    Ok(copied)
 }
 
 impl Volume {
@@ -506,31 +477,6 @@ impl Volume {
         Ok(None)
     }
 
-    /// Makes a clone's object `index` its own (copied from its ancestors) if it still reads
-    /// from them; whether it copied.
-    pub(crate) async fn copy_up(
-        &self,
-        header: &VolumeHeader,
-        index: u64,
-    ) -> Result<bool, VolumeError> {
-        let key = header.data_key(index);
-        match self.client().stat(&header.pool, &key).await {
-            Ok(_) => return Ok(false),
-            Err(ClientError::NotFound { .. }) => {}
-            Err(error) => return Err(error.into()),
-        }
-        let Some(data) = self.read_ancestors(header, index, 0, header.object_size).await? else {
-            return Ok(false);
-        };
-        let offset = index * header.object_size;
-        let len = header.object_size.min(header.size.saturating_sub(offset));
-        if len == 0 {
-            return Ok(false);
-        }
-        self.write(offset, data.slice(..len as usize), false).await?;
-        Ok(true)
-    }
-
     /// Makes this writer's data writes carry the header's newest snapshot.
     pub(crate) async fn follow_snapshots(&self) -> Result<(), VolumeError> {
         let header = self.header();
@@ -544,15 +490,16 @@ impl Volume {
         Ok(())
     }
 
-    /// One look at the header: takes the snapshots asked for, follows removals.
-    pub(crate) async fn poll_snapshots(&self) -> Result<(), VolumeError> {
+    /// One look at the header: takes the snapshots asked for, follows removals; whether a
+    /// flatten is under way (which the lock holder carries out).
+    pub(crate) async fn poll_snapshots(&self) -> Result<bool, VolumeError> {
         let name = self.name();
         let (header, _) = find_header(self.client(), &name).await?;
         let seen = header.lock.as_ref().map_or(0, |l| l.generation_seen);
         if header.snap_generation > seen || header.snapshots.iter().any(|s| s.mark.is_none()) {
             self.take_snapshots().await?;
         }
-        Ok(())
+        Ok(header.parent.is_some() && header.flatten.is_some())
     }
 
     /// With writes held off: gives every snapshot asked for its mark, records the generation

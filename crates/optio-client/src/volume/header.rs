@@ -240,6 +240,56 @@ pub struct VolumeHeader {
     /// A clone's parent snapshot: data objects the clone never wrote read from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<Parent>,
+    /// A trim of the copies kept for removed snapshots, in the background
+    /// ([`crate::trim`]): set by `snap rm` (and by the removal of a volume with snapshots),
+    /// cleared when done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trim: Option<TrimProgress>,
+    /// A flatten under way ([`crate::flatten`]): set by `optio volume flatten`, carried out by
+    /// the lock holder (or the command), cleared with `parent` when done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flatten: Option<FlattenProgress>,
+}
+
+/// How far a flatten has come (kept in the header: it resumes there).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlattenProgress {
+    /// When it was asked for (Unix seconds).
+    pub started_unix_s: u64,
+    /// Data objects the clone spans.
+    pub objects: u64,
+    /// The index of the next data object to look at.
+    pub next: u64,
+    /// Objects copied from the parent so far.
+    pub copied: u64,
+    /// Objects copied per second at most (0: no limit).
+    pub rate: u32,
+    /// Who carries it out (`host pid N`), once someone does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+}
+
+/// How far a background trim has come (kept in the header, so that it resumes where it
+/// stopped after a crash).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrimProgress {
+    /// The snapshot generation it trims for: a later `snap rm` sets a new one, and the trim
+    /// starts again from the first object.
+    pub generation: u64,
+    /// When it was asked for (Unix seconds).
+    pub started_unix_s: u64,
+    /// Data objects with kept copies, as last listed (0: not listed yet).
+    #[serde(default)]
+    pub objects: u64,
+    /// Of them, those looked at (the trim resumes past them).
+    #[serde(default)]
+    pub done: u64,
+    /// The index of the next data object to look at.
+    #[serde(default)]
+    pub next: u64,
+    /// Copies removed so far.
+    #[serde(default)]
+    pub removed: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -395,6 +445,36 @@ pub struct Snapshot {
     /// The volumes cloned from it (it cannot be unprotected or removed while they are).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<String>,
+    /// Who reads it now (`optio nbd VOL@SNAP`, `optio volume export VOL@SNAP`): it cannot be
+    /// removed while a reader's lease runs and its process lives.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readers: Vec<Reader>,
+}
+
+/// A reader of a snapshot, with a lease it renews as a lock holder does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reader {
+    /// The reader, for people (`host pid N`).
+    pub holder: String,
+    /// A number only the reader knows.
+    pub token: u64,
+    /// When the lease ends (Unix milliseconds).
+    pub expires_unix_ms: u64,
+    /// The reader's process, when it could tell ([`HolderProcess::is_gone`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<HolderProcess>,
+}
+
+impl Reader {
+    /// Whether the reader may still be reading: its lease runs and its process is not known
+    /// to be gone.
+    pub fn is_live(&self) -> bool {
+        self.expires_unix_ms > now_ms()
+            && !match (&self.process, HolderProcess::current()) {
+                (Some(reader), Some(here)) => reader.is_gone(&here, read_stat),
+                _ => false,
+            }
+    }
 }
 
 /// A clone's parent: a protected snapshot of another volume.

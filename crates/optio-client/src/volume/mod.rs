@@ -35,10 +35,10 @@ mod header;
 
 pub use allocation::Source;
 pub use header::{
-    Ancestor, CLONE_DEPTH_MAX, DATA_PREFIX, DEFAULT_OBJECT_SIZE, HEADER_PREFIX, HOLDER_POLL,
-    HOLDER_WAIT, HolderProcess, LOCK_LEASE, LOCK_RENEW, Lock, NAME_BYTES_MAX, OBJECT_SIZE_MIN,
-    Parent, Snapshot, VERSION_AHEAD_MAX_MICROS, VolumeError, VolumeHeader, ancestors, data_key,
-    find, header_key, validate_name, validate_sizes,
+    Ancestor, CLONE_DEPTH_MAX, DATA_PREFIX, DEFAULT_OBJECT_SIZE, FlattenProgress, HEADER_PREFIX,
+    HOLDER_POLL, HOLDER_WAIT, HolderProcess, LOCK_LEASE, LOCK_RENEW, Lock, NAME_BYTES_MAX,
+    OBJECT_SIZE_MIN, Parent, Reader, Snapshot, TrimProgress, VERSION_AHEAD_MAX_MICROS, VolumeError,
+    VolumeHeader, ancestors, data_key, find, header_key, validate_name, validate_sizes,
 };
 pub(crate) use header::{
     HEADER_BYTES, find_header, forget_child, holder_is_gone, holder_name, now_ms, unique, update,
@@ -74,6 +74,8 @@ pub async fn create(
         snap_generation: 0,
         snapshots: Vec::new(),
         parent: None,
+        trim: None,
+        flatten: None,
     };
     create_header(client, header).await
 }
@@ -213,6 +215,10 @@ pub struct Volume {
     ancestors: Vec<Ancestor>,
     /// Which data objects are stored (block status).
     allocation: allocation::Allocation,
+    /// The snapshot this reader is recorded as reading (volume, snapshot).
+    pinned: Option<(String, String)>,
+    /// A flatten runs in this writer ([`crate::flatten`]).
+    pub(crate) flattening: AtomicBool,
 }
 
 impl Volume {
@@ -232,6 +238,7 @@ impl Volume {
         }
         let ancestors = ancestors(client, &header).await?;
         let mut as_of = None;
+        let mut pinned = None;
         if let Some(snap_name) = snap_name {
             let snapshot = find(&header, snap_name)?;
             if !options.read_only {
@@ -247,6 +254,7 @@ impl Volume {
             }
             header.size = snapshot.size;
             header.name = name.to_string();
+            pinned = Some((volume_name.to_string(), snap_name.to_string()));
         }
         let volume = Arc::new(Volume {
             client: client.clone(),
@@ -269,7 +277,37 @@ impl Volume {
             watcher: Mutex::new(None),
             ancestors,
             allocation: Default::default(),
+            pinned: pinned.clone(),
+            flattening: AtomicBool::new(false),
         });
+        if let Some((volume_name, snap)) = pinned {
+            // A reader of a snapshot: `snap rm` refuses while the lease runs. One that may
+            // not write headers (a read-only identity) reads unpinned.
+            let token = volume.token;
+            if let Err(error) = crate::snapshot::pin(client, &volume_name, &snap, token).await {
+                match error {
+                    VolumeError::Snapshot(_) | VolumeError::NotFound(_) => return Err(error),
+                    error => tracing::warn!("cannot record this reader of {name}: {error}"),
+                }
+            }
+            let weak = Arc::downgrade(&volume);
+            let task = tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(LOCK_RENEW).await;
+                    let Some(volume) = weak.upgrade() else { return };
+                    let client = volume.client.clone();
+                    drop(volume);
+                    if let Err(error) =
+                        crate::snapshot::pin(&client, &volume_name, &snap, token).await
+                    {
+                        tracing::warn!(
+                            "cannot renew the reader lease of {volume_name}@{snap}: {error}"
+                        );
+                    }
+                }
+            });
+            *volume.renewer.lock().expect("renewer lock") = Some(task);
+        }
         if !options.read_only {
             volume.take_lock(options.break_lock).await?;
             volume.follow_snapshots().await?;
@@ -281,8 +319,12 @@ impl Volume {
                     if volume.lost.load(Ordering::Acquire) {
                         return;
                     }
-                    if let Err(error) = volume.poll_snapshots().await {
-                        tracing::debug!(volume = %volume.name(), "snapshot poll: {error}");
+                    match volume.poll_snapshots().await {
+                        Ok(true) => crate::flatten::start_as_holder(&volume),
+                        Ok(false) => {}
+                        Err(error) => {
+                            tracing::debug!(volume = %volume.name(), "snapshot poll: {error}");
+                        }
                     }
                 }
             });
@@ -453,6 +495,12 @@ impl Volume {
         if let Some(task) = self.watcher.lock().expect("watcher lock").take() {
             task.abort();
         }
+        if let Some((volume, snap)) = &self.pinned {
+            return match crate::snapshot::unpin(&self.client, volume, snap, self.token).await {
+                Ok(()) | Err(VolumeError::NotFound(_)) => Ok(()),
+                Err(error) => Err(error),
+            };
+        }
         if self.read_only || self.lost.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -591,6 +639,48 @@ impl Volume {
         });
         try_join_all(writes).await?;
         Ok(())
+    }
+
+    /// Makes a clone's object `index` its own, copied whole from its ancestors, if it still
+    /// reads from them; whether it copied. Under the object's lock, as a write is: a write of
+    /// the object racing it either comes first (and copies up itself) or after.
+    pub(crate) async fn copy_up(&self, index: u64) -> Result<bool, VolumeError> {
+        self.check_writable()?;
+        let _quiesce = self.quiesce.read().await;
+        let header = self.header();
+        if self.ancestors.is_empty() || index >= header.objects() {
+            return Ok(false);
+        }
+        let object = self.object(index);
+        let mut state = object.lock().await;
+        if matches!(state.known, Some(Known::At(_))) {
+            return Ok(false);
+        }
+        let key = header.data_key(index);
+        match self.client.stat(&header.pool, &key).await {
+            Ok(_) => return Ok(false),
+            Err(ClientError::NotFound { .. }) => {}
+            Err(error) => return Err(error.into()),
+        }
+        let size = header.object_size;
+        let Some(parent) = self.read_ancestors(&header, index, 0, size).await? else {
+            state.known = Some(Known::Absent);
+            return Ok(false);
+        };
+        self.allocation.writing(index);
+        let patch = Patch::Data(parent);
+        match self.client.write_in_place(&header.pool, &key, size, 0, &patch, None, false).await {
+            Ok(written) => {
+                self.dirty.lock().expect("dirty lock").extend(written.devices.iter().copied());
+                state.known = Some(Known::At(written));
+                Ok(true)
+            }
+            Err(error) => {
+                state.known = None;
+                state.local = None;
+                Err(error.into())
+            }
+        }
     }
 
     async fn write_object(
@@ -844,17 +934,54 @@ async fn delete_data(
     }
 }
 
+/// Now, in Unix seconds.
+pub fn now_unix_s() -> u64 {
+    now_ms() / 1000
+}
+
+/// How a removal went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removed {
+    /// The volume is gone: the data objects deleted.
+    Now(u64),
+    /// The volume had snapshots: it is marked removed (it cannot be opened, and its name is
+    /// taken until the end), and its data and the snapshots' copies are deleted by a
+    /// background job ([`crate::trim`]).
+    InBackground,
+}
+
 /// Removes a volume: marks it being removed, deletes every data object, then the header. A
 /// removal that stops half-way is finished by running it again. A volume open read-write
-/// elsewhere is refused unless `break_lock`.
-pub async fn remove(client: &Client, name: &str, break_lock: bool) -> Result<u64, VolumeError> {
+/// elsewhere is refused unless `break_lock`. A volume with snapshots (none with clones) is
+/// marked, its snapshots dropped, and the rest left to a background job.
+pub async fn remove(client: &Client, name: &str, break_lock: bool) -> Result<Removed, VolumeError> {
     let (header, version) = find_header(client, name).await?;
-    if !header.snapshots.is_empty() {
-        let names: Vec<String> =
-            header.snapshots.iter().map(|s| format!("{name}@{}", s.name)).collect();
+    let protected: Vec<String> = header
+        .snapshots
+        .iter()
+        .filter(|s| s.protected)
+        .map(|s| format!("{name}@{}", s.name))
+        .collect();
+    if !protected.is_empty() {
         return Err(VolumeError::Snapshot(format!(
-            "volume '{name}' has snapshots ({}): remove them first (`optio volume snap rm`)",
-            names.join(", ")
+            "volume '{name}' has protected snapshots ({}): unprotect them first (`optio volume snap unprotect`)",
+            protected.join(", ")
+        )));
+    }
+    let mut cloned = Vec::new();
+    for snapshot in &header.snapshots {
+        for child in &snapshot.children {
+            match find_header(client, child).await {
+                Ok(_) => cloned.push(format!("{name}@{} (clone {child})", snapshot.name)),
+                Err(VolumeError::NotFound(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    if !cloned.is_empty() {
+        return Err(VolumeError::Snapshot(format!(
+            "volume '{name}' has snapshots with clones: {}; flatten or remove the clones first",
+            cloned.join(", ")
         )));
     }
     let now = now_ms();
@@ -870,17 +997,39 @@ pub async fn remove(client: &Client, name: &str, break_lock: bool) -> Result<u64
             expires_in_s: (lock.expires_unix_ms - now).div_ceil(1000),
         });
     }
-    if !header.removing {
+    if header.trim.is_some() && header.removing {
+        return Ok(Removed::InBackground);
+    }
+    let background = !header.snapshots.is_empty() || header.trim.is_some();
+    if !header.removing || background {
         let mut marked = header.clone();
         marked.removing = true;
         marked.lock = None;
+        if background {
+            marked.snapshots.clear();
+            marked.snap_generation += 1;
+            crate::trim::job(&mut marked);
+        }
         client
             .compare_and_write(&header.pool, &header_key(name), 0, marked.encode(), version)
             .await?;
     }
+    if background {
+        return Ok(Removed::InBackground);
+    }
+    finish_removal(client, &header).await.map(Removed::Now)
+}
+
+/// Deletes a volume marked removed: its data objects, then its header; then its parent
+/// snapshot forgets it. How many data objects were deleted.
+pub(crate) async fn finish_removal(
+    client: &Client,
+    header: &VolumeHeader,
+) -> Result<u64, VolumeError> {
+    let name = &header.name;
     let mut removed = 0;
-    for index in allocated(client, &header).await? {
-        delete_data(client, &header, index).await?;
+    for index in allocated(client, header).await? {
+        delete_data(client, header, index).await?;
         removed += 1;
     }
     match client.delete(&header.pool, &header_key(name)).await {
@@ -1038,6 +1187,12 @@ mod tests {
             snap_generation: u64::MAX,
             snapshots: Vec::new(),
             parent: None,
+            trim: Some(TrimProgress { generation: u64::MAX, next: u64::MAX, ..Default::default() }),
+            flatten: Some(FlattenProgress {
+                objects: 3,
+                by: Some("h".into()),
+                ..Default::default()
+            }),
         };
         let bytes = header.encode();
         assert_eq!(bytes.len() as u64, HEADER_BYTES);

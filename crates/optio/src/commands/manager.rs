@@ -36,6 +36,8 @@ pub struct Args {
     /// Mark them out (their data is re-replicated elsewhere) after this long.
     #[arg(long, default_value = "10m", value_parser = crate::output::parse_duration)]
     pub out_grace: Duration,
+    #[command(flatten)]
+    pub trim: super::trim_worker::TrimRate,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -87,6 +89,12 @@ pub fn run(args: Args) -> Result<()> {
                 graces.out
             );
             let mut monitor = Monitor::new(source.clone(), graces);
+            let trimmer = tokio::spawn(super::trim_worker::run(
+                source.clone(),
+                args.live.transport()?,
+                args.trim.trim_rate,
+                "optio manager",
+            ));
             loop {
                 match leadership.renew().await {
                     Ok(true) => {}
@@ -109,6 +117,7 @@ pub fn run(args: Args) -> Result<()> {
                 }
                 tokio::time::sleep(ROUND_INTERVAL).await;
             }
+            trimmer.abort();
         }
     })
 }

@@ -22,6 +22,7 @@ pub mod scrub;
 pub mod server;
 pub mod sim;
 pub mod status;
+pub mod trim_worker;
 pub mod up;
 pub mod volume;
 pub mod volume_diff;

@@ -322,6 +322,11 @@ pub fn run(args: Args) -> Result<u8> {
             let map = source.load().await?;
             let rows = servers(&map, &transport).await;
             let health = health(&map, &rows);
+            let jobs = if rows.iter().any(|r| r.status.is_ok()) {
+                volume_jobs(&source, args.live.transport()?).await
+            } else {
+                Err("no server answers".into())
+            };
             if args.json {
                 let json: Vec<serde_json::Value> = rows
                     .iter()
@@ -339,6 +344,10 @@ pub fn run(args: Args) -> Result<u8> {
                     serde_json::to_string_pretty(&serde_json::json!({
                         "map": source.describe(), "epoch": map.epoch().0,
                         "settled": all_done(&map, &rows), "servers": json, "health": health,
+                        "volume_jobs": match &jobs {
+                            Ok(jobs) => serde_json::to_value(jobs)?,
+                            Err(error) => serde_json::json!({ "error": error }),
+                        },
                     }))?
                 );
             } else {
@@ -371,11 +380,69 @@ pub fn run(args: Args) -> Result<u8> {
                 for note in &health.notes {
                     println!("  (note) {note}");
                 }
+                match &jobs {
+                    Ok(jobs) if jobs.is_empty() => {}
+                    Ok(jobs) => {
+                        println!("volume jobs (in the background):");
+                        for job in jobs {
+                            println!("  {}", job_line(job));
+                        }
+                    }
+                    Err(error) => println!("volume jobs: unknown ({error})"),
+                }
             }
             return Ok(health.exit_code());
         }
         watch(&source, &transport).await.map(|()| 0)
     })
+}
+
+/// The volumes' background jobs (snapshot trims, removals), within 5 s.
+async fn volume_jobs(
+    source: &optio_cluster::source::MapSource,
+    transport: HttpTransport,
+) -> Result<Vec<optio_client::trim::PendingJob>, String> {
+    let listed = async {
+        let client = optio_client::Client::connect_with_transport(
+            source.clone(),
+            optio_client::ClientConfig::default(),
+            std::sync::Arc::new(transport),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        optio_client::trim::pending(&client).await.map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(Duration::from_secs(5), listed).await {
+        Ok(result) => result,
+        Err(_) => Err("the volume headers were not listed within 5 s".into()),
+    }
+}
+
+/// One background job, for people.
+fn job_line(job: &optio_client::trim::PendingJob) -> String {
+    let (what, counted) = match job.kind {
+        "remove" => ("removing volume", "copies removed"),
+        "flatten" => ("flattening clone", "objects copied"),
+        _ => ("trimming the snapshot copies of", "copies removed"),
+    };
+    let age = optio_client::volume::now_unix_s().saturating_sub(job.started_unix_s);
+    let progress = if job.objects == 0 {
+        "not listed yet".to_string()
+    } else {
+        format!(
+            "{} of {} objects ({:.0} %)",
+            job.done,
+            job.objects,
+            100.0 * job.done as f64 / job.objects as f64
+        )
+    };
+    format!(
+        "{what} '{}' (pool {}): {progress}, {} {counted}, asked {age} s ago{}",
+        job.volume,
+        job.pool,
+        job.count,
+        job.by.as_ref().map(|b| format!(", by {b}")).unwrap_or_default()
+    )
 }
 
 /// What re-integration reports, if it runs (elastic maps).

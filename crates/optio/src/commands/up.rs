@@ -68,6 +68,8 @@ pub struct Args {
     /// with a backoff from 0.5 s doubling to 30 s.
     #[arg(long)]
     pub no_restart: bool,
+    #[command(flatten)]
+    pub trim: super::trim_worker::TrimRate,
     /// Run the servers without authentication (anyone who reaches their ports may read and
     /// write everything). By default `optio up` makes a keyring in the cluster directory
     /// (`DIR/keyring`: client.admin and one server.HOST per server) and every request is
@@ -205,6 +207,14 @@ pub fn run(args: Args) -> Result<()> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     let runtime = crate::commands::runtime()?;
+    let transport =
+        crate::commands::identity::Identity::default().transport(Some(cluster.dir()))?;
+    runtime.spawn(super::trim_worker::run(
+        cluster.source().clone(),
+        transport,
+        args.trim.trim_rate,
+        "optio up",
+    ));
     let signalled = stop.clone();
     runtime.spawn(async move {
         let mut terminate =

@@ -1,7 +1,7 @@
 //! `optio volume create | ls | info | resize | rm | import | export | snap | clone | flatten |
 //! diff | export-diff | import-diff | du`: block volumes ([`optio_client::volume`]).
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -39,7 +39,8 @@ pub enum Command {
     /// never wrote reads from the snapshot (clones of clones too).
     Clone(CloneArgs),
     /// Copy into clone NAME everything it still reads from its parent snapshot, then detach
-    /// it (the snapshot may then be unprotected and removed). Run again if interrupted.
+    /// it (the snapshot may then be unprotected and removed): at --rate, by `optio nbd` if it
+    /// serves the clone (it goes on serving), else here. Run again if interrupted: it resumes.
     Flatten(FlattenArgs),
     /// The extents that differ between snapshot --from-snap and VOL (or snapshot VOL@SNAP);
     /// without --from-snap, every allocated extent. Whole data objects: the granularity.
@@ -78,6 +79,9 @@ pub struct CloneArgs {
 pub struct FlattenArgs {
     /// The clone.
     pub name: String,
+    /// Objects copied per second at most (0: no limit).
+    #[arg(long, default_value_t = optio_client::flatten::RATE_DEFAULT, value_name = "N")]
+    pub rate: u32,
     #[command(flatten)]
     pub cluster: ClusterConn,
 }
@@ -91,8 +95,12 @@ pub enum SnapCommand {
     Create(SnapArgs),
     /// List a volume's snapshots (VOL).
     Ls(SnapListArgs),
-    /// Remove snapshot VOL@SNAP and the copies only it kept (not a protected one).
-    Rm(SnapArgs),
+    /// Remove snapshot VOL@SNAP (not a protected one): at once; the copies only it kept are
+    /// trimmed in the background (`optio status` shows it), or before returning with --wait.
+    Rm(SnapRmArgs),
+    /// Run (or resume) the background trim of volume VOL now, in this command: the copies of
+    /// removed snapshots, or everything of a volume removed with its snapshots.
+    Trim(SnapTrimArgs),
     /// Write the volume back as snapshot VOL@SNAP holds it (takes the volume's lock; the
     /// other snapshots stay).
     Rollback(SnapArgs),
@@ -107,6 +115,45 @@ pub enum SnapCommand {
 pub struct SnapArgs {
     /// The snapshot, as VOLUME@SNAPSHOT.
     pub spec: String,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// `optio volume snap rm`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "The snapshot is gone when the command returns. The copies only it kept are deleted by a
+trim job recorded in the volume's header: `optio up` and `optio manager` run such jobs in the
+background at their --trim-rate; `optio status` shows their progress; a job resumes where it
+stopped after a crash. --wait runs the trim in this command instead."
+)]
+pub struct SnapRmArgs {
+    /// The snapshot, as VOLUME@SNAPSHOT.
+    pub spec: String,
+    /// Trim the copies in this command, and return when they are gone.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: copies removed per second at most (0: no limit).
+    #[arg(long, default_value_t = optio_client::trim::RATE_DEFAULT, value_name = "N")]
+    pub rate: u32,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterConn,
+}
+
+/// `optio volume snap trim`.
+#[derive(clap::Args, Debug)]
+pub struct SnapTrimArgs {
+    /// Volume name.
+    pub name: String,
+    /// Copies removed per second at most (0: no limit).
+    #[arg(long, default_value_t = optio_client::trim::RATE_DEFAULT, value_name = "N")]
+    pub rate: u32,
     /// JSON for scripts.
     #[arg(long)]
     pub json: bool,
@@ -198,6 +245,10 @@ pub struct RmArgs {
     /// Remove it even if a client holds it open read-write.
     #[arg(long)]
     pub break_lock: bool,
+    /// A volume with snapshots: delete its data and the snapshots' copies in this command
+    /// (they are deleted in the background otherwise).
+    #[arg(long)]
+    pub wait: bool,
     #[command(flatten)]
     pub cluster: ClusterConn,
 }
@@ -250,7 +301,32 @@ pub fn run(command: Command) -> Result<()> {
             Command::Du(args) => crate::commands::volume_diff::du(args).await,
             Command::Flatten(args) => {
                 let client = args.cluster.connect().await?;
-                let copied = optio_client::snapshot::flatten(&client, &args.name).await?;
+                let bar = std::io::stderr().is_terminal().then(|| {
+                    let bar = indicatif::ProgressBar::new(0);
+                    bar.set_style(
+                        indicatif::ProgressStyle::with_template(
+                            "flattening {bar:30} {pos}/{len} objects {msg}",
+                        )
+                        .expect("a valid template"),
+                    );
+                    bar
+                });
+                let copied =
+                    optio_client::flatten::flatten(&client, &args.name, args.rate, |job| {
+                        if let Some(bar) = &bar {
+                            bar.set_length(job.objects);
+                            bar.set_position(job.next.min(job.objects));
+                            bar.set_message(format!(
+                                "{} copied{}",
+                                job.copied,
+                                job.by.as_ref().map(|b| format!(" by {b}")).unwrap_or_default()
+                            ));
+                        }
+                    })
+                    .await?;
+                if let Some(bar) = bar {
+                    bar.finish_and_clear();
+                }
                 println!(
                     "flattened volume '{}' ({copied} objects copied from its parent)",
                     args.name
@@ -313,14 +389,38 @@ async fn snap(command: SnapCommand) -> Result<()> {
         SnapCommand::Rm(args) => {
             let (name, snap) = snapshot::parse_spec(&args.spec)?;
             let client = args.cluster.connect().await?;
-            let trimmed = snapshot::remove(&client, name, snap).await?;
+            snapshot::remove(&client, name, snap).await?;
+            let trimmed = if args.wait {
+                Some(run_trim(&client, name, args.rate, args.json).await?)
+            } else {
+                None
+            };
             if args.json {
                 println!(
                     "{}",
-                    serde_json::json!({ "removed": args.spec, "clones_trimmed": trimmed })
+                    serde_json::json!({ "removed": args.spec, "clones_trimmed": trimmed,
+                                        "trim": if args.wait { "done" } else { "background" } })
+                );
+            } else if let Some(trimmed) = trimmed {
+                println!("removed snapshot '{}' ({trimmed} kept copies trimmed)", args.spec);
+            } else {
+                println!(
+                    "removed snapshot '{}'; the copies only it kept are trimmed in the background (`optio status` shows it; `optio volume snap trim {name}` runs it here)",
+                    args.spec
+                );
+            }
+            Ok(())
+        }
+        SnapCommand::Trim(args) => {
+            let client = args.cluster.connect().await?;
+            let trimmed = run_trim(&client, &args.name, args.rate, args.json).await?;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "volume": args.name, "clones_trimmed": trimmed })
                 );
             } else {
-                println!("removed snapshot '{}' ({trimmed} kept copies trimmed)", args.spec);
+                println!("volume '{}': {trimmed} kept copies trimmed", args.name);
             }
             Ok(())
         }
@@ -550,9 +650,76 @@ async fn resize(args: ResizeArgs) -> Result<()> {
 
 async fn rm(args: RmArgs) -> Result<()> {
     let client = args.cluster.connect().await?;
-    let removed = volume::remove(&client, &args.name, args.break_lock).await?;
-    println!("removed volume '{}' ({removed} data objects deleted)", args.name);
+    match volume::remove(&client, &args.name, args.break_lock).await? {
+        volume::Removed::Now(removed) => {
+            println!("removed volume '{}' ({removed} data objects deleted)", args.name);
+        }
+        volume::Removed::InBackground if args.wait => {
+            let trimmed =
+                run_trim(&client, &args.name, optio_client::trim::RATE_DEFAULT, false).await?;
+            println!(
+                "removed volume '{}' and its snapshots ({trimmed} kept copies trimmed)",
+                args.name
+            );
+        }
+        volume::Removed::InBackground => println!(
+            "removed volume '{}' and its snapshots: its data is deleted in the background (`optio status` shows it; `optio volume snap trim {}` runs it here)",
+            args.name, args.name
+        ),
+    }
     Ok(())
+}
+
+/// Runs volume `name`'s trim job to its end in this command, with a progress bar on a
+/// terminal; the copies it removed. A job that cannot run yet is waited for (up to a
+/// minute: a writer follows a removal within its poll).
+async fn run_trim(
+    client: &optio_client::Client,
+    name: &str,
+    rate: u32,
+    quiet: bool,
+) -> Result<u64> {
+    use optio_client::trim::{self, Outcome};
+    let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("trimming {bar:30} {pos}/{len} objects {msg}")
+                .expect("a valid template"),
+        );
+        bar
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut removed = 0;
+    loop {
+        let outcome = trim::run(client, name, rate, |progress| {
+            if let Some(bar) = &bar {
+                bar.set_length(progress.objects);
+                bar.set_position(progress.done);
+                bar.set_message(format!("{} copies removed", progress.removed));
+            }
+        })
+        .await?;
+        match outcome {
+            Outcome::Idle => break,
+            Outcome::Done { removed: n, .. } => {
+                removed += n;
+                break;
+            }
+            Outcome::Waiting(why) if std::time::Instant::now() < deadline => {
+                tracing::debug!("trim of {name} waits: {why}");
+                tokio::time::sleep(optio_client::volume::HOLDER_POLL * 5).await;
+            }
+            Outcome::Waiting(why) => {
+                bail!(
+                    "the trim of volume '{name}' cannot run: {why}; it stays recorded and runs later (`optio volume snap trim {name}`)"
+                )
+            }
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(removed)
 }
 
 /// Whether every byte is zero.

@@ -14,7 +14,8 @@ use crate::{cluster, have_tool as have, ok_at as ok};
 const MIB: u64 = 1 << 20;
 
 /// What an object file under a device's `objects/` holds, from the key after its 64-byte
-/// header: a volume data object's head (`volume_data.ID.INDEX`) or clone (`…@VERSION`).
+/// header: a volume data object's head (`volume_data.ID.INDEX`) or clone (`…@VERSION`);
+/// tombstones hold nothing.
 #[derive(PartialEq)]
 enum Held {
     Head,
@@ -26,6 +27,10 @@ fn held(file: &Path) -> Held {
     let Ok(bytes) = std::fs::read(file) else { return Held::Other };
     // The key's length is bytes 20..22 of the header; the key follows the 64 bytes.
     if bytes.len() < 64 {
+        return Held::Other;
+    }
+    // Flags, bytes 10..12: bit 1 marks a tombstone (a deleted head), which holds nothing.
+    if u16::from_le_bytes([bytes[10], bytes[11]]) & 2 != 0 {
         return Held::Other;
     }
     let len = u16::from_le_bytes([bytes[20], bytes[21]]) as usize;
@@ -125,6 +130,9 @@ fn a_snapshot_keeps_what_it_saw_while_optio_nbd_writes_and_goes_without_a_trace(
     let info = run("nbdinfo", &[&snap_nbd.uri("vm@a")]);
     assert!(info.contains("is_read_only: true"), "{info}");
     assert!(nbd_read(&snap_nbd.uri("vm@a"), &out) == a, "snapshot a reads A (NBD)");
+    // It cannot be removed while served: the refusal names the reader.
+    let error = fails(&dir, &["volume", "snap", "rm", "vm@a"]);
+    assert!(error.contains("is being read by") && error.contains(" pid "), "{error}");
     snap_nbd.stop();
 
     // Listing, protection, and what may not be done.
@@ -139,7 +147,7 @@ fn a_snapshot_keeps_what_it_saw_while_optio_nbd_writes_and_goes_without_a_trace(
     ok(&dir, &["volume", "snap", "protect", "vm@a"]);
     assert!(fails(&dir, &["volume", "snap", "rm", "vm@a"]).contains("protected"));
     nbd.stop();
-    assert!(fails(&dir, &["volume", "rm", "vm"]).contains("has snapshots (vm@a, vm@b)"));
+    assert!(fails(&dir, &["volume", "rm", "vm"]).contains("protected snapshots (vm@a)"));
     let info = ok(&dir, &["volume", "info", "vm"]);
     assert!(info.contains("snapshot     vm@a") && info.contains("protected"), "{info}");
 
@@ -150,9 +158,9 @@ fn a_snapshot_keeps_what_it_saw_while_optio_nbd_writes_and_goes_without_a_trace(
 
     // Removal trims every clone: none left in any device directory.
     ok(&dir, &["volume", "snap", "unprotect", "vm@a"]);
-    ok(&dir, &["volume", "snap", "rm", "vm@a"]);
+    ok(&dir, &["volume", "snap", "rm", "vm@a", "--wait"]);
     assert!(export(&dir, "vm@b", &out) == b, "snapshot b still reads B after a went");
-    ok(&dir, &["volume", "snap", "rm", "vm@b"]);
+    ok(&dir, &["volume", "snap", "rm", "vm@b", "--wait"]);
     assert_eq!(clone_files(&dir), 0, "no clone left after every snapshot was removed");
     assert!(export(&dir, "vm", &out) == a);
     ok(&dir, &["volume", "rm", "vm"]);
@@ -326,7 +334,7 @@ fn a_server_down_during_the_first_writes_after_a_snapshot_catches_up_its_clones(
     assert!(export(&dir, "vm@a", &out) == a);
     assert!(export(&dir, "vm", &out) == b);
     // And trimming removes them there too.
-    ok(&dir, &["volume", "snap", "rm", "vm@a"]);
+    ok(&dir, &["volume", "snap", "rm", "vm@a", "--wait"]);
     assert_eq!(clone_files(&dir), 0);
 }
 
@@ -446,4 +454,186 @@ fn a_deep_scrub_finds_and_repairs_a_damaged_clone() {
     assert_eq!(total, 0, "{again:#}");
     let out = tmp.path().join("out.raw");
     assert!(export(&dir, "vm@a", &out) == a);
+}
+
+/// `optio status --json`'s volume jobs.
+fn volume_jobs(dir: &Path) -> Vec<serde_json::Value> {
+    let out = Command::new(crate::binary())
+        .args(["status", "--json", "--cluster", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("status --json: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+    value["volume_jobs"].as_array().unwrap_or_else(|| panic!("{value}")).clone()
+}
+
+/// Runs a closure when dropped (also when a test fails).
+struct Defer<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for Defer<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
+/// Polls `done` for up to a minute.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what} within a minute");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn snap_rm_trims_in_the_background_resumably_and_a_volume_goes_with_its_snapshots() {
+    let (tmp, cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "vm", "16MiB", "--object-size", "256KiB"]);
+    let (a, b) = (image(16 * MIB, 31), image(16 * MIB, 32));
+    let (a_file, b_file, out) =
+        (tmp.path().join("a.raw"), tmp.path().join("b.raw"), tmp.path().join("out.raw"));
+    std::fs::write(&a_file, &a).unwrap();
+    std::fs::write(&b_file, &b).unwrap();
+    ok(&dir, &["volume", "import", "vm", a_file.to_str().unwrap()]);
+    ok(&dir, &["volume", "snap", "create", "vm@s"]);
+    ok(&dir, &["volume", "import", "vm", b_file.to_str().unwrap()]);
+    let clones = clone_files(&dir);
+    assert_eq!(clones, 64 * 3, "every object kept for s, on each replica");
+
+    // `snap rm` returns at once: the snapshot is gone, its copies wait for a trimmer, and
+    // `optio status` shows the job.
+    let said = ok(&dir, &["volume", "snap", "rm", "vm@s"]);
+    assert!(said.contains("in the background"), "{said}");
+    assert!(
+        fails(&dir, &["volume", "export", "vm@s", out.to_str().unwrap()]).contains("no snapshot")
+    );
+    assert_eq!(clone_files(&dir), clones, "nothing trimmed without a trimmer");
+    let jobs = volume_jobs(&dir);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!((jobs[0]["volume"].as_str(), jobs[0]["kind"].as_str()), (Some("vm"), Some("trim")));
+    let text = ok(&dir, &["status"]);
+    assert!(text.contains("trimming the snapshot copies of 'vm'"), "{text}");
+
+    // A trimmer killed with SIGKILL half-way leaves its progress in the header…
+    let mut trimmer = Command::new(crate::binary())
+        .args(["volume", "snap", "trim", "vm", "--rate", "40", "--cluster", dir.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    eventually("the trimmer records progress", || {
+        volume_jobs(&dir).first().is_some_and(|job| job["count"].as_u64() > Some(0))
+    });
+    trimmer.kill().unwrap();
+    trimmer.wait().unwrap();
+    let left = clone_files(&dir);
+    assert!(left > 0 && left < clones, "half-way: {left} of {clones} clone files left");
+
+    // …and the background trimmer of `optio manager` finishes it: no clone file left, the
+    // job gone, the volume reads B.
+    let mut manager = Command::new(crate::binary())
+        .args(["manager", "--cluster", dir.to_str().unwrap(), "--trim-rate", "0"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let manager_pid = manager.id();
+    let _stop_manager = Defer(move || {
+        let _ = Command::new("kill")
+            .args(["-9", &manager_pid.to_string()])
+            .stderr(std::process::Stdio::null())
+            .status();
+    });
+    eventually("the background trim ends", || volume_jobs(&dir).is_empty());
+    assert_eq!(clone_files(&dir), 0, "every copy of the removed snapshot trimmed");
+    assert!(export(&dir, "vm", &out) == b);
+
+    // A volume removed with its snapshots goes in the background too (not with a protected
+    // one): nothing of it is left on any device.
+    ok(&dir, &["volume", "snap", "create", "vm@t"]);
+    ok(&dir, &["volume", "import", "vm", a_file.to_str().unwrap()]);
+    ok(&dir, &["volume", "snap", "protect", "vm@t"]);
+    assert!(fails(&dir, &["volume", "rm", "vm"]).contains("protected snapshots (vm@t)"));
+    ok(&dir, &["volume", "snap", "unprotect", "vm@t"]);
+    let said = ok(&dir, &["volume", "rm", "vm"]);
+    assert!(said.contains("in the background"), "{said}");
+    assert!(fails(&dir, &["volume", "import", "vm", a_file.to_str().unwrap()]).contains("vm"));
+    eventually("the volume's removal ends", || {
+        let mut count = (0, 0);
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            walk(&entry.path().join("objects"), &mut count);
+        }
+        let jobs = volume_jobs(&dir);
+        eprintln!("heads and clones left: {count:?}; jobs: {jobs:?}");
+        count == (0, 0) && jobs.is_empty()
+    });
+    assert!(fails(&dir, &["volume", "info", "vm"]).contains("vm"));
+    manager.kill().unwrap();
+    manager.wait().unwrap();
+}
+
+#[test]
+fn optio_nbd_flattens_the_clone_it_serves_while_it_writes_and_a_flatten_resumes() {
+    if !(have("nbdcopy", "libnbd-bin") && have("qemu-io", "qemu-utils")) {
+        return;
+    }
+    let (tmp, cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    let size = 12 * MIB;
+    ok(&dir, &["volume", "create", "base", "12MiB", "--object-size", "512KiB"]);
+    let a = image(size, 41);
+    let (a_file, out) = (tmp.path().join("a.raw"), tmp.path().join("out.raw"));
+    std::fs::write(&a_file, &a).unwrap();
+    ok(&dir, &["volume", "import", "base", a_file.to_str().unwrap()]);
+    ok(&dir, &["volume", "snap", "create", "base@gold"]);
+    ok(&dir, &["volume", "snap", "protect", "base@gold"]);
+    ok(&dir, &["volume", "clone", "base@gold", "c1"]);
+    ok(&dir, &["volume", "clone", "base@gold", "c2"]);
+
+    // An interrupted flatten (the command killed with SIGKILL) leaves its progress; run
+    // again, it resumes and completes.
+    let mut flatten = Command::new(crate::binary())
+        .args(["volume", "flatten", "c2", "--rate", "8", "--cluster", dir.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    flatten.kill().unwrap();
+    flatten.wait().unwrap();
+    let info = ok(&dir, &["volume", "info", "c2", "--json"]);
+    assert!(info.contains("\"flatten\""), "a flatten under way is recorded: {info}");
+    let said = ok(&dir, &["volume", "flatten", "c2", "--rate", "0"]);
+    assert!(said.contains("flattened volume 'c2'"), "{said}");
+    assert!(export(&dir, "c2", &out) == a);
+
+    // c1 served by optio nbd: the holder takes the flatten up, at 8 objects a second, and
+    // goes on serving writes meanwhile.
+    let nbd = Nbd::start(&dir, &["c1"]).expect("optio nbd serves");
+    let uri = nbd.uri("c1");
+    let mut expected = a.clone();
+    let mut flatten = Command::new(crate::binary())
+        .args(["volume", "flatten", "c1", "--rate", "8", "--cluster", dir.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    for (i, at) in [0u64, 5 * MIB + 4096, 11 * MIB].iter().enumerate() {
+        let byte = 0x51 + i as u8;
+        run("qemu-io", &["-f", "raw", "-c", &format!("write -P {byte} {at} 64k"), &uri]);
+        expected[*at as usize..(*at + 64 * 1024) as usize].fill(byte);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let status = flatten.wait().unwrap();
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut flatten.stdout.take().unwrap(), &mut said).unwrap();
+    assert!(status.success() && said.contains("flattened volume 'c1'"), "{said}");
+    assert!(nbd_read(&uri, &out) == expected, "served and flattened, c1 reads A with its writes");
+    nbd.stop();
+    assert!(!ok(&dir, &["volume", "info", "c1"]).contains("parent "));
+
+    // Both flattened: the parent snapshot has no clones left and may go, and so may the
+    // parent; the clones read the same without them.
+    ok(&dir, &["volume", "snap", "unprotect", "base@gold"]);
+    ok(&dir, &["volume", "snap", "rm", "base@gold", "--wait"]);
+    ok(&dir, &["volume", "rm", "base"]);
+    assert!(export(&dir, "c1", &out) == expected);
+    assert!(export(&dir, "c2", &out) == a);
 }

@@ -258,7 +258,7 @@ fn du_counts_what_each_snapshot_holds_alone() {
 
     // Removing s1 frees what it held alone: its copy is trimmed, and du no longer counts it;
     // object 2's old copy is s2's alone now.
-    ok(&dir, &["volume", "snap", "rm", "vm@s1"]);
+    ok(&dir, &["volume", "snap", "rm", "vm@s1", "--wait"]);
     let value = du(&dir);
     assert_eq!(value["stored_bytes"], 7 * MIB, "{value}");
     assert_eq!(value["rows"][0]["name"], "vm@s2");

@@ -1,0 +1,374 @@
+//! Trimming in the background (docs/volumes.md, "Removing a snapshot"): the copies kept for
+//! removed snapshots, and everything of a volume removed with its snapshots, are deleted by
+//! a job whose progress lives in the volume's header ([`TrimProgress`]) — so it is resumable
+//! after any crash, visible to `optio status`, and run by whoever gets to it first: `snap rm
+//! --wait`, `optio volume snap trim`, or the [`Worker`] that `optio up` and `optio manager`
+//! run, at a rate limit that leaves the disks to foreground I/O.
+//!
+//! A job is correct to run at any time, by any number of runners at once: it reads the
+//! header's remaining snapshots afresh, removes only clones none of them sees, and deletes
+//! nothing a later snapshot could see — a clone listed now has been superseded by a write
+//! already acknowledged, so any later snapshot's mark is above that write.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use optio_proto::ObjectVersion;
+use optio_proto::snap::visible_at;
+
+use crate::snapshot::stored_objects;
+use crate::volume::{
+    HEADER_PREFIX, TrimProgress, VolumeError, VolumeHeader, find_header, holder_is_gone, now_ms,
+    update,
+};
+use crate::{Client, ClientError};
+
+/// Copies removed per second by default: a 10,000-object snapshot goes in about 10 s.
+pub const RATE_DEFAULT: u32 = 1000;
+/// Clone deletions in flight at once.
+const IN_FLIGHT: usize = 16;
+/// How often a running trim records its progress in the header.
+const RECORD_EVERY: Duration = Duration::from_secs(1);
+
+/// How a run of a job ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing (left) to do: the volume has no job, or no longer exists.
+    Idle,
+    /// The job is done.
+    Done {
+        /// Copies removed by this run.
+        removed: u64,
+        /// Whether the volume itself was removed (a removal with snapshots).
+        volume_removed: bool,
+    },
+    /// The job cannot run yet: why (a snapshot being taken, a writer that has not followed
+    /// the removal yet).
+    Waiting(String),
+}
+
+/// Paces work to `rate` items per second (0: no limit).
+pub(crate) struct Pacer {
+    interval: Option<Duration>,
+    next: Mutex<Instant>,
+}
+
+impl Pacer {
+    pub(crate) fn new(rate: u32) -> Pacer {
+        Pacer {
+            interval: (rate > 0).then(|| Duration::from_secs(1) / rate),
+            next: Mutex::new(Instant::now()),
+        }
+    }
+
+    pub(crate) async fn wait(&self) {
+        let Some(interval) = self.interval else { return };
+        let slot = {
+            let mut next = self.next.lock().expect("pacer lock");
+            let slot = (*next).max(Instant::now());
+            *next = slot + interval;
+            slot
+        };
+        tokio::time::sleep_until(slot.into()).await;
+    }
+}
+
+/// Asks for a trim of volume `name`'s copies for its current snapshots (after a `snap rm`):
+/// records a job in the header for `generation`. `header` is the header as written.
+pub(crate) fn job(header: &mut VolumeHeader) {
+    header.trim = Some(TrimProgress {
+        generation: header.snap_generation,
+        started_unix_s: now_ms() / 1000,
+        ..TrimProgress::default()
+    });
+}
+
+/// Why the job of `header` cannot run now, if it cannot.
+fn not_ready(header: &VolumeHeader, job: &TrimProgress) -> Option<String> {
+    if header.snapshots.iter().any(|s| s.mark.is_none()) {
+        return Some("a snapshot is being taken".into());
+    }
+    let lock = header.lock.as_ref()?;
+    if lock.expires_unix_ms <= now_ms() || holder_is_gone(lock) {
+        return None;
+    }
+    (lock.generation_seen < job.generation).then(|| {
+        format!(
+            "{}, which holds the volume open, has not followed the snapshot removal yet",
+            lock.holder
+        )
+    })
+}
+
+/// Runs volume `name`'s job (if it has one) to its end, removing at most `rate` copies a
+/// second; `progress` is called with the header's progress each time it is recorded.
+pub async fn run(
+    client: &Client,
+    name: &str,
+    rate: u32,
+    mut progress: impl FnMut(&TrimProgress),
+) -> Result<Outcome, VolumeError> {
+    let pacer = Pacer::new(rate);
+    let mut removed_here = 0;
+    'job: loop {
+        let header = match find_header(client, name).await {
+            Ok((header, _)) => header,
+            Err(VolumeError::NotFound(_)) => return Ok(Outcome::Idle),
+            Err(error) => return Err(error),
+        };
+        let Some(job) = header.trim.clone() else {
+            return Ok(if removed_here > 0 {
+                Outcome::Done { removed: removed_here, volume_removed: false }
+            } else {
+                Outcome::Idle
+            });
+        };
+        if let Some(why) = not_ready(&header, &job) {
+            return Ok(Outcome::Waiting(why));
+        }
+        let marks: Vec<ObjectVersion> =
+            header.snapshots.iter().filter_map(|s| s.mark).map(ObjectVersion).collect();
+        let objects = stored_objects(client, &header.pool, &header.data_prefix()).await?;
+        let with_clones: Vec<u64> =
+            objects.iter().filter(|(_, s)| !s.clones.is_empty()).map(|(i, _)| *i).collect();
+        let total = with_clones.len() as u64;
+        let done_before = with_clones.iter().filter(|i| **i < job.next).count() as u64;
+        // The clones to remove, object by object in index order, from where it stopped.
+        let mut doomed: Vec<(u64, String, ObjectVersion)> = Vec::new();
+        for (index, stored) in objects.range(job.next..) {
+            if stored.clones.is_empty() {
+                continue;
+            }
+            let head_key = header.data_key(*index);
+            let seen: Vec<usize> = match (header.removing, stored.head) {
+                (true, _) => Vec::new(),
+                (false, Some((head, _))) => {
+                    let mut contents = vec![(head, false)];
+                    contents.extend(stored.clones.iter().map(|(v, _)| (*v, false)));
+                    marks.iter().filter_map(|m| visible_at(&contents, *m)).collect()
+                }
+                // A head deleted since (listings leave tombstones out): its clones are read
+                // by snapshots through the servers; keep them for a volume that stays.
+                (false, None) => continue,
+            };
+            for (i, (version, _)) in stored.clones.iter().enumerate() {
+                if !seen.contains(&(i + 1)) {
+                    let key = optio_proto::snap::clone_key(&head_key, *version);
+                    doomed.push((*index, key, *version));
+                }
+            }
+        }
+        let generation = job.generation;
+        let recorded = Recorded { objects: total, next: job.next, done: done_before, removed: 0 };
+        match record(client, name, generation, recorded).await? {
+            Some(trim) => progress(&trim),
+            None => continue 'job,
+        }
+        let pool = header.pool.as_str();
+        let pacer = &pacer;
+        let mut deletions = futures_util::stream::iter(doomed)
+            .map(move |(index, key, version)| delete_one(client, pacer, pool, index, key, version))
+            .buffered(IN_FLIGHT);
+        let (mut unrecorded, mut recorded_at) = (0u64, Instant::now());
+        while let Some(result) = deletions.next().await {
+            let index = result?;
+            unrecorded += 1;
+            removed_here += 1;
+            if recorded_at.elapsed() >= RECORD_EVERY {
+                let done = with_clones.iter().filter(|i| **i < index).count() as u64;
+                let recorded = Recorded { objects: total, next: index, done, removed: unrecorded };
+                match record(client, name, generation, recorded).await? {
+                    Some(trim) => progress(&trim),
+                    None => continue 'job,
+                }
+                (unrecorded, recorded_at) = (0, Instant::now());
+            }
+        }
+        drop(deletions);
+        if header.removing {
+            crate::volume::finish_removal(client, &header).await?;
+            return Ok(Outcome::Done { removed: removed_here, volume_removed: true });
+        }
+        let mut superseded = false;
+        let last = update(client, name, |header| {
+            match &mut header.trim {
+                Some(trim) if trim.generation == generation => {
+                    trim.objects = total;
+                    trim.done = total;
+                    trim.next = u64::MAX;
+                    trim.removed += unrecorded;
+                    progress(trim);
+                    header.trim = None;
+                }
+                _ => superseded = true,
+            }
+            Ok(())
+        })
+        .await?;
+        if superseded || last.trim.is_some() {
+            continue 'job;
+        }
+        return Ok(Outcome::Done { removed: removed_here, volume_removed: false });
+    }
+}
+
+/// Deletes one clone, at the pacer's pace; the index of its object.
+async fn delete_one(
+    client: &Client,
+    pacer: &Pacer,
+    pool: &str,
+    index: u64,
+    key: String,
+    version: ObjectVersion,
+) -> Result<u64, ClientError> {
+    pacer.wait().await;
+    match client.delete_clone(pool, &key, version).await {
+        Ok(()) | Err(ClientError::NotFound { .. }) => Ok(index),
+        Err(error) => Err(error),
+    }
+}
+
+/// Progress to add to a job's record.
+struct Recorded {
+    objects: u64,
+    next: u64,
+    done: u64,
+    removed: u64,
+}
+
+/// Records progress in the header if the job there is still the one of `generation`: the
+/// progress as recorded, or `None` when a later `snap rm` superseded it.
+async fn record(
+    client: &Client,
+    name: &str,
+    generation: u64,
+    recorded: Recorded,
+) -> Result<Option<TrimProgress>, VolumeError> {
+    let written = update(client, name, |header| match header.trim.as_mut() {
+        Some(trim) if trim.generation == generation => {
+            trim.objects = recorded.objects;
+            trim.next = recorded.next;
+            trim.done = recorded.done;
+            trim.removed += recorded.removed;
+            Ok(())
+        }
+        _ => Err(VolumeError::Snapshot(SUPERSEDED.into())),
+    })
+    .await;
+    match written {
+        Ok(header) => Ok(header.trim),
+        Err(VolumeError::Snapshot(why)) if why == SUPERSEDED => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+const SUPERSEDED: &str = "the trim was superseded by a later one";
+
+/// A volume with a job under way, as `optio status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PendingJob {
+    /// The volume.
+    pub volume: String,
+    /// Its pool.
+    pub pool: String,
+    /// `trim` (copies of removed snapshots), `remove` (the volume, removed with its
+    /// snapshots) or `flatten` (a clone copying what it reads from its parent).
+    pub kind: &'static str,
+    /// Objects to go through (0: not listed yet): those with copies for a trim, those the
+    /// clone spans for a flatten.
+    pub objects: u64,
+    /// Of them, those gone through.
+    pub done: u64,
+    /// Copies removed (trim, remove), or objects copied (flatten).
+    pub count: u64,
+    /// When it was asked for (Unix seconds).
+    pub started_unix_s: u64,
+    /// Who carries it out, when known (a flatten: the clone's lock holder).
+    pub by: Option<String>,
+}
+
+/// Every volume with a job under way (one listing of the volume headers per pool).
+pub async fn pending(client: &Client) -> Result<Vec<PendingJob>, VolumeError> {
+    let mut out = Vec::new();
+    for header in crate::volume::list(client).await? {
+        if let Some(p) = &header.trim {
+            out.push(PendingJob {
+                volume: header.name.clone(),
+                pool: header.pool.clone(),
+                kind: if header.removing { "remove" } else { "trim" },
+                objects: p.objects,
+                done: p.done,
+                count: p.removed,
+                started_unix_s: p.started_unix_s,
+                by: None,
+            });
+        }
+        if let Some(p) = &header.flatten {
+            out.push(PendingJob {
+                volume: header.name.clone(),
+                pool: header.pool.clone(),
+                kind: "flatten",
+                objects: p.objects,
+                done: p.next.min(p.objects),
+                count: p.copied,
+                started_unix_s: p.started_unix_s,
+                by: p.by.clone(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Runs the volumes' background jobs, round after round: each round lists the volume
+/// headers of every pool and reads only those that changed since it last looked.
+pub struct Worker {
+    rate: u32,
+    /// Header versions seen without a job, by pool and volume.
+    idle: HashMap<(String, String), ObjectVersion>,
+}
+
+impl Worker {
+    /// A worker removing at most `rate` copies a second (0: no limit).
+    pub fn new(rate: u32) -> Worker {
+        Worker { rate, idle: HashMap::new() }
+    }
+
+    /// One round: runs every job it finds to its end; what it did, one line each.
+    pub async fn round(&mut self, client: &Client) -> Result<Vec<String>, VolumeError> {
+        let mut events = Vec::new();
+        let mut listed = std::collections::HashSet::new();
+        for pool in client.map().pools() {
+            for info in client.list(&pool.name, HEADER_PREFIX).await? {
+                let name = info.key[HEADER_PREFIX.len()..].to_string();
+                let id = (pool.name.clone(), name.clone());
+                listed.insert(id.clone());
+                if self.idle.get(&id) == Some(&info.version) {
+                    continue;
+                }
+                let data = match client.get(&pool.name, &info.key).await {
+                    Ok(data) => data,
+                    Err(ClientError::NotFound { .. }) => continue,
+                    Err(error) => return Err(error.into()),
+                };
+                let Ok(header) = VolumeHeader::decode(&name, &data) else { continue };
+                if header.trim.is_none() {
+                    self.idle.insert(id, info.version);
+                    continue;
+                }
+                let started = Instant::now();
+                match run(client, &name, self.rate, |_| {}).await? {
+                    Outcome::Done { removed, volume_removed } => events.push(format!(
+                        "volume '{name}': {removed} snapshot copies trimmed in {:.1} s{}",
+                        started.elapsed().as_secs_f64(),
+                        if volume_removed { ", volume removed" } else { "" }
+                    )),
+                    Outcome::Waiting(_) | Outcome::Idle => {}
+                }
+            }
+        }
+        self.idle.retain(|id, _| listed.contains(id));
+        Ok(events)
+    }
+}
