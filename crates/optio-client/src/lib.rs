@@ -36,6 +36,7 @@ pub mod diff_stream;
 mod error;
 pub mod flatten;
 pub mod intent;
+mod pace;
 pub mod policy;
 mod quorum;
 pub mod removal;

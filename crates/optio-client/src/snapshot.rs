@@ -21,7 +21,6 @@ pub use crate::volume::{
     Ancestor, CLONE_DEPTH_MAX, HOLDER_POLL, HOLDER_WAIT, Parent, Reader, Snapshot,
     VERSION_AHEAD_MAX_MICROS, ancestors, find,
 };
-use crate::volume::{HolderProcess, LOCK_LEASE};
 use crate::volume::{
     Volume, VolumeError, VolumeHeader, find_header, forget_child, holder_is_gone, now_ms, update,
     validate_name,
@@ -183,52 +182,10 @@ pub async fn remove(client: &Client, name: &str, snap: &str) -> Result<VolumeHea
         }
         header.snapshots.retain(|s| s.name != snap);
         header.snap_generation += 1;
-        crate::trim::job(header);
+        header.ask_trim();
         Ok(())
     })
     .await
-}
-
-/// Records a reader of `volume@snap` holding `token` (its lease runs [`LOCK_LEASE`]; dead
-/// readers are dropped on the way).
-pub(crate) async fn pin(
-    client: &Client,
-    volume: &str,
-    snap: &str,
-    token: u64,
-) -> Result<(), VolumeError> {
-    update(client, volume, |header| {
-        let Some(found) = header.snapshots.iter_mut().find(|s| s.name == snap) else {
-            return Err(find(header, snap).expect_err("not there"));
-        };
-        found.readers.retain(|r| r.is_live() && r.token != token);
-        found.readers.push(Reader {
-            holder: crate::volume::holder_name(),
-            token,
-            expires_unix_ms: now_ms() + LOCK_LEASE.as_millis() as u64,
-            process: HolderProcess::current(),
-        });
-        Ok(())
-    })
-    .await?;
-    Ok(())
-}
-
-/// Forgets the reader of `volume@snap` holding `token`.
-pub(crate) async fn unpin(
-    client: &Client,
-    volume: &str,
-    snap: &str,
-    token: u64,
-) -> Result<(), VolumeError> {
-    update(client, volume, |header| {
-        if let Some(found) = header.snapshots.iter_mut().find(|s| s.name == snap) {
-            found.readers.retain(|r| r.token != token);
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(())
 }
 
 /// One data object of a volume as its pool stores it: the head's version and bytes (none:

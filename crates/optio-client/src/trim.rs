@@ -11,13 +11,13 @@
 //! already acknowledged, so any later snapshot's mark is above that write.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use optio_proto::ObjectVersion;
 use optio_proto::snap::visible_at;
 
+use crate::pace::Pacer;
 use crate::snapshot::stored_objects;
 use crate::volume::{
     HEADER_PREFIX, TrimProgress, VolumeError, VolumeHeader, find_header, holder_is_gone, now_ms,
@@ -47,42 +47,6 @@ pub enum Outcome {
     /// The job cannot run yet: why (a snapshot being taken, a writer that has not followed
     /// the removal yet).
     Waiting(String),
-}
-
-/// Paces work to `rate` items per second (0: no limit).
-pub(crate) struct Pacer {
-    interval: Option<Duration>,
-    next: Mutex<Instant>,
-}
-
-impl Pacer {
-    pub(crate) fn new(rate: u32) -> Pacer {
-        Pacer {
-            interval: (rate > 0).then(|| Duration::from_secs(1) / rate),
-            next: Mutex::new(Instant::now()),
-        }
-    }
-
-    pub(crate) async fn wait(&self) {
-        let Some(interval) = self.interval else { return };
-        let slot = {
-            let mut next = self.next.lock().expect("pacer lock");
-            let slot = (*next).max(Instant::now());
-            *next = slot + interval;
-            slot
-        };
-        tokio::time::sleep_until(slot.into()).await;
-    }
-}
-
-/// Asks for a trim of volume `name`'s copies for its current snapshots (after a `snap rm`):
-/// records a job in the header for `generation`. `header` is the header as written.
-pub(crate) fn job(header: &mut VolumeHeader) {
-    header.trim = Some(TrimProgress {
-        generation: header.snap_generation,
-        started_unix_s: now_ms() / 1000,
-        ..TrimProgress::default()
-    });
 }
 
 /// Why the job of `header` cannot run now, if it cannot.

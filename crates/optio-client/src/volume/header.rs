@@ -325,6 +325,16 @@ impl VolumeHeader {
         self.snapshots.iter().filter_map(|s| s.context()).max_by_key(|c| c.mark)
     }
 
+    /// Records a trim job for the current snapshots (after a `snap rm`, or a removal with
+    /// snapshots): [`crate::trim`] carries it out.
+    pub(crate) fn ask_trim(&mut self) {
+        self.trim = Some(TrimProgress {
+            generation: self.snap_generation,
+            started_unix_s: now_ms() / 1000,
+            ..TrimProgress::default()
+        });
+    }
+
     /// The prefix of the volume's data keys (and of their clones).
     pub fn data_prefix(&self) -> String {
         format!("{DATA_PREFIX}{}.", self.id)

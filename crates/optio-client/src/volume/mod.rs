@@ -31,9 +31,12 @@ use optio_proto::ObjectVersion;
 
 mod allocation;
 mod extents;
+mod flattening;
 mod header;
+mod readers;
 
 pub use allocation::Source;
+pub use flattening::FLATTEN_RATE_DEFAULT;
 pub use header::{
     Ancestor, CLONE_DEPTH_MAX, DATA_PREFIX, DEFAULT_OBJECT_SIZE, FlattenProgress, HEADER_PREFIX,
     HOLDER_POLL, HOLDER_WAIT, HolderProcess, LOCK_LEASE, LOCK_RENEW, Lock, NAME_BYTES_MAX,
@@ -284,7 +287,7 @@ impl Volume {
             // A reader of a snapshot: `snap rm` refuses while the lease runs. One that may
             // not write headers (a read-only identity) reads unpinned.
             let token = volume.token;
-            if let Err(error) = crate::snapshot::pin(client, &volume_name, &snap, token).await {
+            if let Err(error) = readers::pin(client, &volume_name, &snap, token).await {
                 match error {
                     VolumeError::Snapshot(_) | VolumeError::NotFound(_) => return Err(error),
                     error => tracing::warn!("cannot record this reader of {name}: {error}"),
@@ -297,9 +300,7 @@ impl Volume {
                     let Some(volume) = weak.upgrade() else { return };
                     let client = volume.client.clone();
                     drop(volume);
-                    if let Err(error) =
-                        crate::snapshot::pin(&client, &volume_name, &snap, token).await
-                    {
+                    if let Err(error) = readers::pin(&client, &volume_name, &snap, token).await {
                         tracing::warn!(
                             "cannot renew the reader lease of {volume_name}@{snap}: {error}"
                         );
@@ -320,7 +321,7 @@ impl Volume {
                         return;
                     }
                     match volume.poll_snapshots().await {
-                        Ok(true) => crate::flatten::start_as_holder(&volume),
+                        Ok(true) => volume.start_flatten_as_holder(),
                         Ok(false) => {}
                         Err(error) => {
                             tracing::debug!(volume = %volume.name(), "snapshot poll: {error}");
@@ -496,7 +497,7 @@ impl Volume {
             task.abort();
         }
         if let Some((volume, snap)) = &self.pinned {
-            return match crate::snapshot::unpin(&self.client, volume, snap, self.token).await {
+            return match readers::unpin(&self.client, volume, snap, self.token).await {
                 Ok(()) | Err(VolumeError::NotFound(_)) => Ok(()),
                 Err(error) => Err(error),
             };
@@ -1008,7 +1009,7 @@ pub async fn remove(client: &Client, name: &str, break_lock: bool) -> Result<Rem
         if background {
             marked.snapshots.clear();
             marked.snap_generation += 1;
-            crate::trim::job(&mut marked);
+            marked.ask_trim();
         }
         client
             .compare_and_write(&header.pool, &header_key(name), 0, marked.encode(), version)
