@@ -144,7 +144,7 @@ pub async fn set_protected(
 ) -> Result<(), VolumeError> {
     if !protected {
         let (header, _) = find_header(client, name).await?;
-        let children = live_children(client, find(&header, snap)?).await?;
+        let children = live_children(client, name, find(&header, snap)?).await?;
         if !children.is_empty() {
             return Err(VolumeError::Snapshot(format!(
                 "snapshot '{name}@{snap}' has clones ({}): flatten or remove them first",
@@ -389,12 +389,23 @@ pub async fn clone(
     }
 }
 
-/// The children of `snapshot` that exist.
-async fn live_children(client: &Client, snapshot: &Snapshot) -> Result<Vec<String>, VolumeError> {
+/// The children of `volume@snapshot` that exist and still read from it: a name left by a
+/// clone that crashed before its header was written, or by a flatten that crashed after
+/// detaching the clone but before the parent forgot it, is no clone.
+async fn live_children(
+    client: &Client,
+    volume: &str,
+    snapshot: &Snapshot,
+) -> Result<Vec<String>, VolumeError> {
     let mut out = Vec::new();
     for child in &snapshot.children {
         match find_header(client, child).await {
-            Ok(_) => out.push(child.clone()),
+            Ok((header, _)) => {
+                let parent = header.parent.as_ref();
+                if parent.is_some_and(|p| p.volume == volume && p.snapshot == snapshot.name) {
+                    out.push(child.clone());
+                }
+            }
             Err(VolumeError::NotFound(_)) => {}
             Err(error) => return Err(error),
         }

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use optio_proto::answer::{Answer, Refusal};
 use optio_proto::request::{Basis, ByteRange, WriteAt};
 use optio_proto::wire;
-use optio_proto::{ErrorKind, ListQuery, ObjectVersion};
+use optio_proto::{ErrorKind, ListQuery, ObjectInfo, ObjectVersion};
 
 use crate::store::{LIST_LIMIT_MAX, PutOutcome, PutRequest};
 
@@ -28,17 +28,45 @@ pub(super) fn probe(target: &Target, key: &str, want_choice: bool) -> Handled {
 }
 
 pub(super) async fn get_object(target: &Target, key: String, range: Option<ByteRange>) -> Handled {
+    let Some(mark) = target.as_of else {
+        let (info, range, body) = read_object(target, key, range).await?;
+        return Ok(Answer::Object { info, range, body });
+    };
+    // A read as of a snapshot reads the head or the clone that snapshot sees (answered
+    // under the head's key), or finds nothing: the object did not exist then. The head
+    // chosen may be changed by a write under a newer snapshot between the choice and the read
+    // (the read takes the key's stripe, the choice does not): that write kept the head's
+    // content as a clone first, so a head read at a version not below the mark is chosen
+    // again — the clone then — rather than answered.
+    for _ in 0..ASOF_ATTEMPTS {
+        let Some(held) = target.store.key_as_of(target.pool, &key, mark) else {
+            return Err(fail(ErrorKind::NotFound, "no such object at that snapshot"));
+        };
+        let (mut info, sent, body) = read_object(target, held.clone(), range).await?;
+        if held == key && info.version >= mark {
+            continue;
+        }
+        info.key = key;
+        return Ok(Answer::Object { info, range: sent, body });
+    }
+    Err(fail(
+        ErrorKind::VersionConflict,
+        format!("'{key}' changed under {ASOF_ATTEMPTS} reads as of a snapshot; read again"),
+    ))
+}
+
+/// Reads of the head as of a snapshot that may each find it changed since it was chosen (one
+/// suffices: the second choice is the clone the change kept).
+const ASOF_ATTEMPTS: usize = 4;
+
+/// Reads `key` (a range of it): what it is, the range sent, the bytes.
+async fn read_object(
+    target: &Target,
+    key: String,
+    range: Option<ByteRange>,
+) -> Result<(ObjectInfo, Option<(u64, u64)>, Bytes), Refusal> {
     let store = target.store.clone();
     let pool = target.pool;
-    // A read as of a snapshot reads the head or the clone that snapshot sees (answered
-    // under the head's key), or finds nothing: the object did not exist then.
-    let (key, asked) = match target.as_of {
-        None => (key, None),
-        Some(mark) => match store.key_as_of(pool, &key, mark) {
-            Some(held) => (held, Some(key)),
-            None => return Err(fail(ErrorKind::NotFound, "no such object at that snapshot")),
-        },
-    };
     let range = match range {
         None => None,
         Some(range) => {
@@ -73,11 +101,7 @@ pub(super) async fn get_object(target: &Target, key: String, range: Option<ByteR
         .await
         .map_err(|e| fail(ErrorKind::Io, format!("read task failed: {e}")))??,
     };
-    let mut info = info;
-    if let Some(asked) = asked {
-        info.key = asked;
-    }
-    Ok(Answer::Object { info, range, body: data })
+    Ok((info, range, data))
 }
 
 /// An open, read-only descriptor of a block object's file (`GET` with `x-optio-open`), for a

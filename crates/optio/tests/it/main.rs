@@ -45,6 +45,8 @@ mod snapshots;
 mod block_status;
 // Incremental backup and space of volume snapshots (issue 40).
 mod volume_backup;
+// Snapshots and clones with real clients: fio verify, qemu-img, kill -9 (issue 40).
+mod snapshot_clients;
 
 // Who may use `optio nbd`, and how much one client may make it hold (issue 36).
 mod nbd_security;
