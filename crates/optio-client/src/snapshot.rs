@@ -159,11 +159,23 @@ pub async fn set_protected(
 /// more: a job in the header that [`crate::trim::run`] carries out (the command with
 /// `--wait`, or the background worker). A protected snapshot, or one with clones, is refused.
 pub async fn remove(client: &Client, name: &str, snap: &str) -> Result<VolumeHeader, VolumeError> {
+    // Children that no longer read from the snapshot (removed, flattened, or never made by
+    // a clone that was interrupted) do not hold it; a child named since is looked at again.
+    let (header, _) = find_header(client, name).await?;
+    let found = find(&header, snap)?;
+    let live = live_children(client, name, found).await?;
+    if !live.is_empty() {
+        return Err(VolumeError::Snapshot(format!(
+            "snapshot '{name}@{snap}' has clones ({}): flatten or remove them first",
+            live.join(", ")
+        )));
+    }
+    let gone = found.children.clone();
     update(client, name, |header| {
         let found = find(header, snap)?;
-        if !found.children.is_empty() {
+        if found.children.iter().any(|c| !gone.contains(c)) {
             return Err(VolumeError::Snapshot(format!(
-                "snapshot '{name}@{snap}' has clones ({}): flatten or remove them first",
+                "snapshot '{name}@{snap}' was cloned meanwhile ({}): flatten or remove the clones first",
                 found.children.join(", ")
             )));
         }
