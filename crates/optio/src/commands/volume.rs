@@ -606,6 +606,21 @@ async fn info(args: InfoArgs) -> Result<()> {
     if let Some(parent) = &header.parent {
         println!("parent       {}@{}", parent.volume, parent.snapshot);
     }
+    if let Some(job) = &header.flatten {
+        println!(
+            "flattening   {} of {} objects looked at, {} copied{}",
+            job.next.min(job.objects),
+            job.objects,
+            job.copied,
+            job.by.as_ref().map(|b| format!(", by {b}")).unwrap_or_default()
+        );
+    }
+    if let Some(job) = &header.trim {
+        println!(
+            "trimming     {} of {} objects with copies looked at, {} copies removed (in the background)",
+            job.done, job.objects, job.removed
+        );
+    }
     match &header.lock {
         Some(lock) => println!("locked by    {}", lock.holder),
         None => println!("locked by    nobody"),
