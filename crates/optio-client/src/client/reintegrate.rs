@@ -407,7 +407,44 @@ impl<'a> Reintegration<'a> {
         look.dedup();
         let spread = Spread { to, keep, look, seed: key };
         let offloaded = Offloaded { version: entry.version, skipped: &skipped };
-        self.converge(view, pool, &entry.key, &spread, Some(offloaded)).await
+        self.converge(view, pool, &entry.key, &spread, Some(offloaded)).await?;
+        self.converge_clones(view, pool, &entry.key, &spread).await
+    }
+
+    /// A volume data object's snapshot clones were made where its writes went, offloaded
+    /// devices included (the dirty table names the head only): they go where the head goes.
+    async fn converge_clones(
+        &mut self,
+        view: &View,
+        pool: PoolId,
+        key: &str,
+        spread: &Spread,
+    ) -> Result<(), ReintegrationError> {
+        if !key.starts_with(optio_proto::snap::CLONED_PREFIX)
+            || optio_proto::snap::parse_clone_key(key).is_some()
+        {
+            return Ok(());
+        }
+        let (endpoints, _) = self.survey(view, pool, key, &spread.look).await?;
+        let prefix = optio_proto::snap::clone_prefix(key);
+        let mut clones = std::collections::BTreeSet::new();
+        for endpoint in &endpoints {
+            match self.client.list_device(view, pool, endpoint, &prefix).await {
+                Ok(infos) => clones.extend(infos.into_iter().map(|info| info.key)),
+                Err(failure) => {
+                    return Err(ReintegrationError::NoAnswer {
+                        device: endpoint.device,
+                        addr: endpoint.addr.clone(),
+                        key: prefix,
+                        failure,
+                    });
+                }
+            }
+        }
+        for clone in &clones {
+            self.converge(view, pool, clone, spread, None).await?;
+        }
+        Ok(())
     }
 
     /// Makes every device of `to` hold the newest version found on `look`, and drops the

@@ -194,3 +194,117 @@ fn the_dirty_table_in_redis() {
     let redis = optio_local::redis::RedisServer::start().expect("redis starts");
     resize_cycle(Some(redis.url()));
 }
+
+/// The live keys a device's files hold (tombstones left out), read from the files' headers.
+fn device_keys(cluster: &LocalCluster, device: u32) -> std::collections::BTreeSet<String> {
+    fn walk(path: &std::path::Path, out: &mut std::collections::BTreeSet<String>) {
+        let Ok(entries) = std::fs::read_dir(path) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+                continue;
+            }
+            let Ok(bytes) = std::fs::read(&path) else { continue };
+            // Header: key length at 20..22, flags at 10..12 (bit 1: a tombstone).
+            if bytes.len() < 64 || bytes[..8] != *b"OPTIOOBJ" {
+                continue;
+            }
+            if u16::from_le_bytes([bytes[10], bytes[11]]) & 2 != 0 {
+                continue;
+            }
+            let len = u16::from_le_bytes([bytes[20], bytes[21]]) as usize;
+            if let Some(key) = bytes.get(64..64 + len).and_then(|k| std::str::from_utf8(k).ok()) {
+                out.insert(key.to_string());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    walk(&cluster.dir().join(format!("dev{device}")).join("objects"), &mut out);
+    out
+}
+
+#[test]
+fn snapshot_clones_made_on_offload_servers_are_reintegrated_with_their_heads() {
+    let (_dir, cluster) = cluster(ten_servers(None));
+    runtime().block_on(async {
+        let client = client(&cluster, None).await;
+        let prefix = "volume_data.00000000feedface.";
+        let keys: Vec<String> = (0..12u64).map(|i| format!("{prefix}{i:016x}")).collect();
+        for (i, key) in keys.iter().enumerate() {
+            let patch = Patch::Data(data(i, 3000));
+            client
+                .write_in_place(POOL, key, BLOCK_OBJECT, 0, &patch, None, false)
+                .await
+                .expect("first write");
+        }
+        // Small (6 of 10 active): a snapshot, then every object changed in place — the
+        // servers keep each old content as a clone, offload servers included.
+        resize(&cluster, 6);
+        wait_settled(&cluster, Duration::from_secs(60)).await;
+        let small = cluster.load_map().unwrap();
+        let offloaded_replicas: u64 = keys.iter().map(|k| offloaded(&small, k)).sum();
+        assert!(offloaded_replicas > 0, "some writes go to offload servers");
+        let mark = client.version_mark();
+        let context = optio_proto::snap::SnapContext { seq: 1, mark };
+        client.set_snap_context(prefix, Some(context));
+        let fresh_writer = crate::client(&cluster, None).await;
+        fresh_writer.set_snap_context(prefix, Some(context));
+        for (i, key) in keys.iter().enumerate() {
+            let patch = Patch::Data(data(100 + i, 3000));
+            fresh_writer
+                .write_in_place(POOL, key, BLOCK_OBJECT, 0, &patch, None, false)
+                .await
+                .expect("write after the snapshot");
+        }
+        // Full power: re-integration brings every head home — and its clone with it.
+        let started = Instant::now();
+        resize(&cluster, 10);
+        loop {
+            let status = reintegration(&cluster).await;
+            let versions = cluster.load_map().unwrap().membership().unwrap().versions.len();
+            if status.dirty_entries == 0 && versions == 1 && status.full_power {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "{status:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let map = cluster.load_map().unwrap();
+        let placement = Placement::new(&map).unwrap();
+        let pool = placement.pool_by_name(POOL).unwrap();
+        let mut scratch = placement.scratch();
+        for (i, key) in keys.iter().enumerate() {
+            let (_, engine_key) = pool.object_key(key);
+            let mut home = ReplicaSet::new();
+            pool.place(engine_key, &mut scratch, &mut home);
+            let home: Vec<u32> = home.devices().map(|d| d.0).collect();
+            let clones_of = |device: u32| -> Vec<String> {
+                device_keys(&cluster, device)
+                    .into_iter()
+                    .filter(|k| k.starts_with(&format!("{key}@")))
+                    .collect()
+            };
+            for device in 0..10u32 {
+                let clones = clones_of(device);
+                if home.contains(&device) {
+                    assert_eq!(
+                        clones.len(),
+                        1,
+                        "{key}: device {device} of {home:?} holds its clone"
+                    );
+                } else {
+                    assert!(
+                        clones.is_empty(),
+                        "{key}: device {device} is not home, has {clones:?}"
+                    );
+                }
+            }
+            // And a read as of the snapshot finds the old content.
+            let (_, old) = client
+                .get_range_as_of(POOL, key, Some((0, 2999)), mark)
+                .await
+                .unwrap_or_else(|e| panic!("{key} as of the snapshot: {e}"));
+            assert_eq!(old, data(i, 3000), "{key} as of the snapshot");
+        }
+    });
+}
