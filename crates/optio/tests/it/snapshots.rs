@@ -637,3 +637,64 @@ fn optio_nbd_flattens_the_clone_it_serves_while_it_writes_and_a_flatten_resumes(
     assert!(export(&dir, "c1", &out) == expected);
     assert!(export(&dir, "c2", &out) == a);
 }
+
+#[test]
+fn a_storage_server_killed_during_snap_create_leaves_each_snapshot_whole_or_absent() {
+    if !have("nbdcopy", "libnbd-bin") {
+        return;
+    }
+    let (tmp, mut cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "vm", "4MiB", "--object-size", "1MiB"]);
+    let devices: Vec<u32> = cluster.servers().iter().map(|s| s.devices[0].0).collect::<Vec<_>>();
+    let nbd = Nbd::start(&dir, &["vm"]).expect("optio nbd serves");
+    let file = tmp.path().join("in.raw");
+    let mut taken = Vec::new();
+    for round in 0..4u64 {
+        // What the volume holds when the snapshot is asked for.
+        let content = image(4 * MIB, 60 + round);
+        std::fs::write(&file, &content).unwrap();
+        run("nbdcopy", &[file.to_str().unwrap(), &nbd.uri("vm")]);
+        let name = format!("s{round}");
+        let (spec, at) = (format!("vm@{name}"), dir.clone());
+        let create = std::thread::spawn(move || {
+            Command::new(crate::binary())
+                .args(["volume", "snap", "create", &spec, "--cluster"])
+                .arg(&at)
+                .output()
+        });
+        let victim = devices[round as usize % devices.len()];
+        std::thread::sleep(std::time::Duration::from_millis(15 * round));
+        cluster.kill(victim).unwrap();
+        let reported = create.join().unwrap().unwrap();
+        cluster.restart(victim).unwrap();
+        settle(&cluster);
+        eprintln!(
+            "{name}: server of device {victim} killed; snap create said {:?}: {}",
+            reported.status.code(),
+            String::from_utf8_lossy(&reported.stderr).trim()
+        );
+        taken.push((name, content, reported.status.success()));
+    }
+    nbd.stop();
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(&dir, &["volume", "snap", "ls", "vm", "--json"])).unwrap();
+    let listed = listed.as_array().unwrap();
+    let out = tmp.path().join("out.raw");
+    let mut kept = 0;
+    for (name, content, reported) in &taken {
+        match listed.iter().find(|s| s["name"] == name.as_str()) {
+            Some(snapshot) => {
+                assert!(snapshot["mark"].as_u64().is_some(), "{name} has its mark: {snapshot}");
+                assert!(
+                    export(&dir, &format!("vm@{name}"), &out) == *content,
+                    "{name} reads whole"
+                );
+                kept += 1;
+            }
+            None => assert!(!reported, "{name} was reported taken but does not exist"),
+        }
+    }
+    assert!(kept > 0, "some snapshot was taken: {listed:?}");
+}
