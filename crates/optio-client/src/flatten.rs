@@ -51,28 +51,44 @@ pub async fn flatten(
         .map(|lock| lock.holder.clone());
     let Some(holder) = holder else {
         let volume = Volume::open(client, name, OpenOptions::default()).await?;
-        volume.flattening.store(true, Ordering::Release);
-        let result = volume.flatten_here(&mut progress).await;
+        let result = if volume.flattening.swap(true, Ordering::AcqRel) {
+            // This process's own header watcher took the job up first: follow it.
+            follow(client, name, &crate::volume::holder_name(), &mut progress).await
+        } else {
+            volume.flatten_here(&mut progress).await
+        };
         let closed = volume.close().await;
         let copied = result?;
         closed?;
         return Ok(copied);
     };
-    // The holder carries it out: follow its progress until the parent is gone.
+    follow(client, name, &holder, &mut progress).await
+}
+
+/// Follows the flatten of clone `name` that lock holder `holder` carries out, until the clone
+/// is detached; the objects copied as recorded.
+async fn follow(
+    client: &Client,
+    name: &str,
+    holder: &str,
+    progress: &mut impl FnMut(&FlattenProgress),
+) -> Result<u64, VolumeError> {
     let taken_by = tokio::time::Instant::now() + HOLDER_WAIT;
+    let mut copied = 0;
     loop {
         tokio::time::sleep(HOLDER_POLL * 10).await;
         let (header, _) = find_header(client, name).await?;
         let Some(job) = header.flatten else {
             if header.parent.is_none() {
-                return Ok(0);
+                return Ok(copied);
             }
             return Err(VolumeError::Snapshot(format!(
                 "the flatten of volume '{name}' was dropped (the clone changed under it): run it again"
             )));
         };
         progress(&job);
-        if job.by.is_none() && tokio::time::Instant::now() >= taken_by {
+        copied = job.copied;
+        if job.by.as_deref() != Some(holder) && tokio::time::Instant::now() >= taken_by {
             return Err(VolumeError::Snapshot(format!(
                 "volume '{name}' is open read-write by {holder}, which did not take up the flatten within {} s: the job stays recorded (a writer opening the clone takes it up); stop that process or try again",
                 HOLDER_WAIT.as_secs()

@@ -26,8 +26,10 @@ impl Volume {
         if self.flattening.swap(true, Ordering::AcqRel) {
             return;
         }
+        // close() aborts the task: once the lock is released it may not write. (A volume
+        // dropped without close() stays alive, its lock renewed, until the flatten ends.)
         let volume = self.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             match volume.flatten_here(&mut |_| {}).await {
                 Ok(copied) => tracing::info!(volume = %volume.name(), copied, "flattened"),
                 Err(error) => {
@@ -37,6 +39,7 @@ impl Volume {
                 }
             }
         });
+        *self.flattener.lock().expect("flattener lock") = Some(task);
     }
 
     /// Runs the flatten of this open clone from where its header says it stopped.

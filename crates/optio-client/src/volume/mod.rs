@@ -222,6 +222,9 @@ pub struct Volume {
     pinned: Option<(String, String)>,
     /// A flatten runs in this writer ([`crate::flatten`]).
     pub(crate) flattening: AtomicBool,
+    /// The holder's flatten task: stopped when the volume is closed (its lock released, it
+    /// may not write any more).
+    flattener: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Volume {
@@ -282,6 +285,7 @@ impl Volume {
             allocation: Default::default(),
             pinned: pinned.clone(),
             flattening: AtomicBool::new(false),
+            flattener: Mutex::new(None),
         });
         if let Some((volume_name, snap)) = pinned {
             // A reader of a snapshot: `snap rm` refuses while the lease runs. One that may
@@ -494,6 +498,9 @@ impl Volume {
             task.abort();
         }
         if let Some(task) = self.watcher.lock().expect("watcher lock").take() {
+            task.abort();
+        }
+        if let Some(task) = self.flattener.lock().expect("flattener lock").take() {
             task.abort();
         }
         if let Some((volume, snap)) = &self.pinned {
