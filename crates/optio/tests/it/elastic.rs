@@ -42,6 +42,24 @@ async fn reintegration(cluster: &LocalCluster) -> ReintegrationStatus {
         .unwrap_or_default()
 }
 
+/// Waits (a minute at most) until re-integration is done at full power: the dirty table
+/// empty, one membership version left; its status then.
+async fn reintegrated(cluster: &LocalCluster) -> ReintegrationStatus {
+    let started = Instant::now();
+    loop {
+        let status = reintegration(cluster).await;
+        let versions = cluster.load_map().unwrap().membership().unwrap().versions.len();
+        if status.dirty_entries == 0 && versions == 1 && status.full_power {
+            return status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "re-integration did not finish: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn resize(cluster: &LocalCluster, active: u32) {
     cluster.change_map(&MapChange::SetActive(ActiveSpec::FirstRanks(active))).expect("resize");
 }
@@ -146,25 +164,13 @@ fn resize_cycle(dirty: Option<String>) {
             "servers leave offloaded copies to re-integration"
         );
         // Full power: selective re-integration.
-        let started = Instant::now();
         resize(&cluster, 10);
-        loop {
-            let status = reintegration(&cluster).await;
-            let versions = cluster.load_map().unwrap().membership().unwrap().versions.len();
-            if status.dirty_entries == 0 && versions == 1 && status.full_power {
-                assert_eq!(
-                    status.replicas_copied, offloaded_replicas,
-                    "exactly the offloaded replicas are copied: {status:?}"
-                );
-                assert_eq!(status.offloaded_copied, offloaded_replicas, "{status:?}");
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "re-integration did not finish: {status:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let status = reintegrated(&cluster).await;
+        assert_eq!(
+            status.replicas_copied, offloaded_replicas,
+            "exactly the offloaded replicas are copied: {status:?}"
+        );
+        assert_eq!(status.offloaded_copied, offloaded_replicas, "{status:?}");
         assert_eq!(table.len().await.unwrap(), 0);
         let fresh = crate::client(&cluster, None).await;
         for (key, i) in &expected {
@@ -258,17 +264,8 @@ fn snapshot_clones_made_on_offload_servers_are_reintegrated_with_their_heads() {
                 .expect("write after the snapshot");
         }
         // Full power: re-integration brings every head home — and its clone with it.
-        let started = Instant::now();
         resize(&cluster, 10);
-        loop {
-            let status = reintegration(&cluster).await;
-            let versions = cluster.load_map().unwrap().membership().unwrap().versions.len();
-            if status.dirty_entries == 0 && versions == 1 && status.full_power {
-                break;
-            }
-            assert!(started.elapsed() < Duration::from_secs(60), "{status:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        reintegrated(&cluster).await;
         let map = cluster.load_map().unwrap();
         let placement = Placement::new(&map).unwrap();
         let pool = placement.pool_by_name(POOL).unwrap();

@@ -555,21 +555,9 @@ fn clone_and_flatten_killed_with_sigkill_leave_whole_volumes_and_finish_when_run
 /// Adds `child` to the children of `volume@snap` in its header (pool `data`), as a crash after
 /// that step leaves it.
 fn add_child(cluster: &LocalCluster, volume: &str, snap: &str, child: &str) {
-    crate::runtime().block_on(async {
-        let keyring = cluster.dir().join(optio_local::cluster::KEYRING_FILE);
-        let credentials = optio_cluster::keyring::credentials(&keyring, "client.admin").unwrap();
-        let config = optio_client::ClientConfig {
-            credentials: Some(credentials),
-            ..optio_client::ClientConfig::default()
-        };
-        let client =
-            optio_client::Client::connect_source(cluster.source().clone(), config).await.unwrap();
-        let key = optio_client::volume::header_key(volume);
-        let (info, bytes) = client.get_range("data", &key, None).await.unwrap();
-        let mut header = optio_client::volume::VolumeHeader::decode(volume, &bytes).unwrap();
+    crate::volumes::edit_header(cluster, volume, |header| {
         let found = header.snapshots.iter_mut().find(|s| s.name == snap).unwrap();
         found.children.push(child.to_string());
-        client.compare_and_write("data", &key, 0, header.encode(), info.version).await.unwrap();
     });
 }
 

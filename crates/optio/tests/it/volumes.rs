@@ -624,8 +624,13 @@ fn no_acknowledged_write_is_lost_when_optio_nbd_or_a_storage_server_is_killed() 
     assert!(data[..] == block(1000)[..4096]);
 }
 
-/// Sets (or clears) volume `name`'s lock in its header, as another client would have left it.
-fn set_lock(cluster: &LocalCluster, name: &str, lock: Option<optio_client::volume::Lock>) {
+/// Changes volume `name`'s header (pool `data`) behind the CLI's back, as another client (or
+/// a crash) would have left it.
+pub(crate) fn edit_header(
+    cluster: &LocalCluster,
+    name: &str,
+    change: impl FnOnce(&mut optio_client::volume::VolumeHeader),
+) {
     crate::runtime().block_on(async {
         let keyring = cluster.dir().join(optio_local::cluster::KEYRING_FILE);
         let credentials = optio_cluster::keyring::credentials(&keyring, "client.admin").unwrap();
@@ -638,9 +643,14 @@ fn set_lock(cluster: &LocalCluster, name: &str, lock: Option<optio_client::volum
         let key = optio_client::volume::header_key(name);
         let (info, bytes) = client.get_range("data", &key, None).await.unwrap();
         let mut header = optio_client::volume::VolumeHeader::decode(name, &bytes).unwrap();
-        header.lock = lock;
+        change(&mut header);
         client.compare_and_write("data", &key, 0, header.encode(), info.version).await.unwrap();
     });
+}
+
+/// Sets (or clears) volume `name`'s lock in its header, as another client would have left it.
+fn set_lock(cluster: &LocalCluster, name: &str, lock: Option<optio_client::volume::Lock>) {
+    edit_header(cluster, name, |header| header.lock = lock);
 }
 
 /// Issue 37, defect 3: a supervisor restarting a crashed `optio nbd` found the volume locked by
