@@ -42,7 +42,13 @@ pub(super) async fn get_object(target: &Target, key: String, range: Option<ByteR
         let Some(held) = target.store.key_as_of(target.pool, &key, mark) else {
             return Err(fail(ErrorKind::NotFound, "no such object at that snapshot"));
         };
-        let (mut info, sent, body) = read_object(target, held.clone(), range).await?;
+        let (mut info, sent, body) = match read_object(target, held.clone(), range).await {
+            Ok(read) => read,
+            // The head deleted since it was chosen (a shrink under a newer snapshot, which
+            // kept it as a clone first): choose again.
+            Err(refusal) if held == key && refusal.kind == ErrorKind::NotFound => continue,
+            Err(refusal) => return Err(refusal),
+        };
         if held == key && info.version >= mark {
             continue;
         }
