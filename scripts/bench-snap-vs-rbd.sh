@@ -8,7 +8,9 @@
 # 1. `snap create`, median of 5, on a 1 GiB and a 100 GiB thin volume (image). Optio: the
 #    command's own timing (`--json` elapsed_ms) and the wall time of the whole command (process
 #    start and connecting included), without a writer, with `optio nbd` holding the lock, and with
-#    `optio nbd` holding it while fio randwrite 4 KiB qd 32 writes through it. RBD: the wall time
+#    `optio nbd` holding it while fio randwrite 4 KiB qd 32 writes through it (over the first
+#    64 MiB: each snapshot makes the next writes copy every object they touch, 3 replicas of
+#    4 MiB each, and 5 snapshots of 1 GiB written all over would take 30 GiB). RBD: the wall time
 #    of `rbd snap create`, and librbd's own time (Image.create_snap() timed in one python3-rbd
 #    process, connected and the image open: the counterpart of Optio's elapsed_ms), without a
 #    writer and while fio (rbd engine) randwrite 4 KiB qd 32 writes to the image (librbd holds
@@ -200,11 +202,12 @@ fill() { # ENGINE-ARGS (one string) SIZE [BS]: write every byte once, sequential
 }
 summary=()
 say() { echo "$*"; summary+=("$*"); }
+free_disk() { df -P -B1 "$work" | awk 'NR == 2 { printf "%.1f GiB free", $4 / 1073741824 }'; }
 randwrite=(--rw=randwrite --bs=4k --iodepth=32 --randrepeat=0 --norandommap)
 randread=(--rw=randread --bs=4k --iodepth=32 --randrepeat=0 --norandommap)
 
 # ---------------------------------------------------------------- 1. snap create
-echo "== 1. snap create, median of 5 (1 GiB and 100 GiB thin)"
+echo "== 1. snap create, median of 5 (1 GiB and 100 GiB thin) ($(free_disk))"
 "$optio" volume create s1 1GiB > /dev/null
 "$optio" volume create s100 100GiB > /dev/null
 rbd create rbdbench/s1 --size 1G
@@ -253,7 +256,7 @@ nbd_start s1 s100
 for v in s1 s100; do report_create "optio, optio nbd holding the lock" "$v" "$(optio_creates "$v" b)"; done
 for v in s1 s100; do
   # shellcheck disable=SC2046
-  bg_start "$work/writer-optio-$v.json" --name=writer $(oio "$v") --size=1g "${randwrite[@]}"
+  bg_start "$work/writer-optio-$v.json" --name=writer $(oio "$v") --size=64m "${randwrite[@]}"
   sleep 3
   r=$(optio_creates "$v" c)
   bg_stop
@@ -267,7 +270,7 @@ for v in s1 s100; do
 done
 for v in s1 s100; do
   # shellcheck disable=SC2046
-  bg_start "$work/writer-rbd-$v.json" --name=writer $(rio "$v") --size=1g "${randwrite[@]}"
+  bg_start "$work/writer-rbd-$v.json" --name=writer $(rio "$v") --size=64m "${randwrite[@]}"
   sleep 3
   w=$(rbd_creates "$v" c)
   r=$(rbd_api_creates "$v" pc)
@@ -277,7 +280,7 @@ for v in s1 s100; do
 done
 
 # ---------------------------------------------------------------- 2. writes after a snapshot
-echo "== 2. fio randwrite 4 KiB qd 32, ${seconds} s each, 1 GiB volume fully written (4 MiB objects)"
+echo "== 2. fio randwrite 4 KiB qd 32, ${seconds} s each, 1 GiB volume fully written (4 MiB objects) ($(free_disk))"
 cow_runs() { # SYSTEM ENGINE-ARGS SNAP-COMMAND...
   local sys=$1 io=$2; shift 2
   fill "$io" 1g; sync
@@ -322,7 +325,7 @@ cow_runs rbd "$(rio w)" rbd snap create rbdbench/w@s
 
 # ---------------------------------------------------------------- 4. clone reads
 # (before 3: Optio's trim there deletes 30,000 files, after which this ext4 is slow for minutes)
-echo "== 4. reads of a fresh clone (everything falls through) vs its parent, ${seconds} s each"
+echo "== 4. reads of a fresh clone (everything falls through) vs its parent, ${seconds} s each ($(free_disk))"
 "$optio" volume create p 1GiB > /dev/null
 nbd_start p
 fill "$(oio p)" 1g
@@ -433,7 +436,7 @@ for line in open(path):
 print("%.0f" % (ios / span) if span else "nan")
 EOF
 }
-echo "== 3. snap rm of a snapshot holding 10,000 objects (625 MiB, 64 KiB objects) under fio randread 4 KiB qd 32"
+echo "== 3. snap rm of a snapshot holding 10,000 objects (625 MiB, 64 KiB objects) under fio randread 4 KiB qd 32 ($(free_disk))"
 rm_run() { # SYSTEM ENGINE-ARGS: sets rm_done_ms, rm_cmd_ms, fg_before, fg_during
   local sys=$1 io=$2 t0 t1 td
   sync; sleep 5
@@ -492,5 +495,5 @@ say "  optio: snap rm done after $done_s s (target <= 30 s: $(verdict "$done_s" 
 echo "    optio du after: $("$optio" volume du t | tr -s ' ' | tr '\n' ';')"
 nbd_stop
 
-echo "== summary ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
+echo "== summary, $(free_disk) at the end ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
 printf '%s\n' "${summary[@]}"
