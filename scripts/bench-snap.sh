@@ -4,6 +4,7 @@
 # through `optio nbd` before a snapshot, right after one (objects copied at their first
 # write) and after that (copied). Usage: scripts/bench-snap.sh [SECONDS] (default 20).
 # Needs a built `target/release/optio` (or OPTIO=path) and fio; starts its own `optio up`.
+# Optio alone: scripts/bench-snap-vs-rbd.sh runs the four jobs beside Ceph RBD.
 set -euo pipefail
 SECONDS_RUN=${1:-20}
 OPTIO=${OPTIO:-target/release/optio}
