@@ -159,6 +159,9 @@ struct ObjectState {
     known: Option<Known>,
     /// Its file, for local reads.
     local: Option<LocalSlot>,
+    /// Writes of it begun by this writer: a read that found it absent records that only if
+    /// no write began meanwhile.
+    writes_begun: u64,
 }
 
 /// A data object's local file, or why there is none.
@@ -560,9 +563,9 @@ impl Volume {
                 self.object_reads.fetch_add(1, Ordering::Relaxed);
                 if !self.read_only {
                     let object = self.object(index);
-                    let (known, slot) = {
+                    let (known, slot, writes_begun) = {
                         let state = object.lock().await;
-                        (state.known.clone(), state.local.clone())
+                        (state.known.clone(), state.local.clone(), state.writes_begun)
                     };
                     let known = match known {
                         // This writer knows the objects it never wrote, and sends no probe.
@@ -570,11 +573,23 @@ impl Volume {
                         Some(Known::At(written)) => Some(written),
                         None => None,
                     };
+                    let unknown = known.is_none();
                     let read = self.read_local(header, index, &object, slot, known, within, n);
                     if let Some(data) = read.await {
                         self.local_reads.fetch_add(1, Ordering::Relaxed);
                         return Ok(Some(data));
                     }
+                    let key = header.data_key(index);
+                    let read = self.client.read_in_place(&header.pool, &key, within, n).await?;
+                    if read.is_none() && unknown {
+                        // Not stored: this writer (the only one) knows it from now on, until
+                        // it writes it — unless a write of it began meanwhile.
+                        let mut state = object.lock().await;
+                        if state.known.is_none() && state.writes_begun == writes_begun {
+                            state.known = Some(Known::Absent);
+                        }
+                    }
+                    return Ok(read);
                 }
                 if let Some(mark) = self.as_of {
                     let range = Some((within, within + n - 1));
@@ -664,6 +679,7 @@ impl Volume {
         if matches!(state.known, Some(Known::At(_))) {
             return Ok(false);
         }
+        state.writes_begun += 1;
         let key = header.data_key(index);
         match self.client.stat(&header.pool, &key).await {
             Ok(_) => return Ok(false),
@@ -701,6 +717,7 @@ impl Volume {
     ) -> Result<(), VolumeError> {
         let object = self.object(index);
         let mut state = object.lock().await;
+        state.writes_begun += 1;
         let known = &mut state.known;
         let key = header.data_key(index);
         // Every data object is object_size bytes, the last one too (its bytes past the end
