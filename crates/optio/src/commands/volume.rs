@@ -301,32 +301,14 @@ pub fn run(command: Command) -> Result<()> {
             Command::Du(args) => crate::commands::volume_diff::du(args).await,
             Command::Flatten(args) => {
                 let client = args.cluster.connect().await?;
-                let bar = std::io::stderr().is_terminal().then(|| {
-                    let bar = indicatif::ProgressBar::new(0);
-                    bar.set_style(
-                        indicatif::ProgressStyle::with_template(
-                            "flattening {bar:30} {pos}/{len} objects {msg}",
-                        )
-                        .expect("a valid template"),
-                    );
-                    bar
-                });
+                let bar = output::progress(0, "flatten", std::io::stderr().is_terminal());
                 let copied =
                     optio_client::flatten::flatten(&client, &args.name, args.rate, |job| {
-                        if let Some(bar) = &bar {
-                            bar.set_length(job.objects);
-                            bar.set_position(job.next.min(job.objects));
-                            bar.set_message(format!(
-                                "{} copied{}",
-                                job.copied,
-                                job.by.as_ref().map(|b| format!(" by {b}")).unwrap_or_default()
-                            ));
-                        }
+                        bar.set_length(job.objects);
+                        bar.set_position(job.next.min(job.objects));
                     })
                     .await?;
-                if let Some(bar) = bar {
-                    bar.finish_and_clear();
-                }
+                bar.finish_and_clear();
                 println!(
                     "flattened volume '{}' ({copied} objects copied from its parent)",
                     args.name
@@ -695,23 +677,13 @@ async fn run_trim(
     quiet: bool,
 ) -> Result<u64> {
     use optio_client::trim::{self, Outcome};
-    let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
-        let bar = indicatif::ProgressBar::new(0);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("trimming {bar:30} {pos}/{len} objects {msg}")
-                .expect("a valid template"),
-        );
-        bar
-    });
+    let bar = output::progress(0, "trim", !quiet && std::io::stderr().is_terminal());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut removed = 0;
     loop {
         let outcome = trim::run(client, name, rate, |progress| {
-            if let Some(bar) = &bar {
-                bar.set_length(progress.objects);
-                bar.set_position(progress.done);
-                bar.set_message(format!("{} copies removed", progress.removed));
-            }
+            bar.set_length(progress.objects);
+            bar.set_position(progress.done);
         })
         .await?;
         match outcome {
@@ -731,9 +703,7 @@ async fn run_trim(
             }
         }
     }
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    bar.finish_and_clear();
     Ok(removed)
 }
 
