@@ -25,9 +25,9 @@ use crate::volume::{
 };
 use crate::{Client, ClientError};
 
-/// Copies removed per second by default: a 10,000-object snapshot goes in 25 s, at about a
-/// third of a core of servers' and trimmer's CPU here (each copy costs a probe of its head and
-/// a delete on each replica).
+/// Copies removed per second by default: a 10,000-object snapshot goes in 25 s (25.7 s
+/// measured, docs/benchmarks.md); each copy costs a probe of its head and a delete on each
+/// replica.
 pub const RATE_DEFAULT: u32 = 400;
 /// Clone deletions in flight at once.
 const IN_FLIGHT: usize = 16;
