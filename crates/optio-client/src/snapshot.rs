@@ -441,6 +441,11 @@ impl Volume {
                 return Ok(None);
             }
             let key = crate::volume::data_key(&ancestor.id, index);
+            if let Some(data) =
+                self.read_local_as_of(&ancestor.pool, &key, ancestor.mark, within, n).await
+            {
+                return Ok(Some(data));
+            }
             let range = Some((within, within + n - 1));
             match self.client().get_range_as_of(&ancestor.pool, &key, range, ancestor.mark).await {
                 Ok((_, data)) if data.len() as u64 == n => return Ok(Some(data)),

@@ -30,6 +30,7 @@ use crate::{Client, ClientError, LocalFile, Patch, Written};
 use optio_proto::ObjectVersion;
 
 mod allocation;
+mod as_of_files;
 mod extents;
 mod flattening;
 mod header;
@@ -138,8 +139,9 @@ pub struct OpenOptions {
     pub read_only: bool,
     /// Take the lock even if another client's lease has not expired.
     pub break_lock: bool,
-    /// Read data objects that have a replica on this machine from their files (read-write
-    /// opens only; see [`Client::open_local`]).
+    /// Read data objects that have a replica on this machine from their files (see
+    /// [`Client::open_local`]): a writer's own objects, and what a clone or a snapshot reads
+    /// as of a snapshot, while the file holds a version from before it.
     pub local_reads: bool,
 }
 
@@ -203,6 +205,9 @@ pub struct Volume {
     /// Local reads: the data objects holding a local file open, oldest first, and how many
     /// may ([`local_files_max`]; past it, the oldest are closed); `None`: local reads off.
     local_open: Option<(Mutex<VecDeque<u64>>, usize)>,
+    /// Local reads as of a snapshot (a clone's ancestors, `VOL@SNAP`); `None`: local reads
+    /// off.
+    as_of_files: Option<as_of_files::AsOfFiles>,
     /// Devices written since the last flush.
     dirty: Mutex<BTreeSet<u32>>,
     writes: AtomicU64,
@@ -276,6 +281,9 @@ impl Volume {
             // A read-only client knows no version to expect: it reads through the servers.
             local_open: (options.local_reads && !options.read_only)
                 .then(|| (Mutex::default(), local_files_max())),
+            as_of_files: options
+                .local_reads
+                .then(|| as_of_files::AsOfFiles::new(local_files_max())),
             dirty: Mutex::new(BTreeSet::new()),
             writes: AtomicU64::new(0),
             object_reads: AtomicU64::new(0),
@@ -594,6 +602,11 @@ impl Volume {
                 if let Some(mark) = self.as_of {
                     let range = Some((within, within + n - 1));
                     let key = header.data_key(index);
+                    if let Some(data) =
+                        self.read_local_as_of(&header.pool, &key, mark, within, n).await
+                    {
+                        return Ok(Some(data));
+                    }
                     return match self.client.get_range_as_of(&header.pool, &key, range, mark).await
                     {
                         Ok((_, data)) if data.len() as u64 == n => Ok(Some(data)),
@@ -863,6 +876,49 @@ impl Volume {
                 if matches!(&state.local, Some(LocalSlot::Open(f)) if Arc::ptr_eq(f, &file)) {
                     state.local = None;
                 }
+                None
+            }
+        }
+    }
+
+    /// `n` bytes at `within` of `key` as of the snapshot `mark`, from a replica's file on this
+    /// machine if one holds a version below the mark (see [`as_of_files`]); `None`: read
+    /// through the servers.
+    pub(crate) async fn read_local_as_of(
+        &self,
+        pool: &str,
+        key: &str,
+        mark: ObjectVersion,
+        within: u64,
+        n: u64,
+    ) -> Option<Bytes> {
+        use as_of_files::Lookup;
+        let files = self.as_of_files.as_ref()?;
+        let file = match files.lookup(key, self.client.epoch()) {
+            Lookup::Open(file) => file,
+            Lookup::Unusable => return None,
+            Lookup::Ask => {
+                let opened = self.client.open_local(pool, key, None).await;
+                let usable = opened.filter(|file| file.version < mark).map(Arc::new);
+                files.opened(key, usable.clone());
+                usable?
+            }
+        };
+        let version = file.version;
+        let read = if n <= LOCAL_INLINE_BYTES_MAX {
+            file.read(key, version, within, n)
+        } else {
+            let (file, key) = (file.clone(), key.to_string());
+            tokio::task::spawn_blocking(move || file.read(&key, version, within, n)).await.ok()?
+        };
+        match read {
+            Ok(data) => {
+                self.local_reads.fetch_add(1, Ordering::Relaxed);
+                Some(Bytes::from(data))
+            }
+            Err(miss) => {
+                tracing::debug!(key, %miss, "local read as of a snapshot missed: read through the servers");
+                files.missed(key, &file);
                 None
             }
         }

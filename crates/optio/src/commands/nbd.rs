@@ -99,8 +99,9 @@ pub struct Args {
     /// Read every block through the servers, even where a replica's server runs on this
     /// machine. By default such reads go to the replica's file directly (its server hands
     /// over an open descriptor once per object; every read checks the file holds the version
-    /// this writer last wrote, else reads through the servers; docs/volumes.md). Read-only
-    /// serving never reads locally.
+    /// this writer last wrote, else reads through the servers; docs/volumes.md). A snapshot
+    /// (VOL@SNAP) and a clone's reads of its parent read a file locally while it holds a
+    /// version from before the snapshot. Other read-only serving never reads locally.
     #[arg(long)]
     pub no_local_reads: bool,
     /// Local reads only from the servers of this host (its `host` in the map; repeat for
@@ -408,7 +409,7 @@ async fn serve(args: Args) -> Result<()> {
     for name in &names {
         // A snapshot (VOL@SNAP) is served read-only whatever the other exports are.
         let options = if name.contains('@') {
-            OpenOptions { read_only: true, local_reads: false, ..options }
+            OpenOptions { read_only: true, ..options }
         } else {
             options
         };

@@ -513,6 +513,52 @@ fn local_reads_never_return_what_a_killed_replica_missed() {
     assert!(read_counts(&log).1 > 0, "a new writer reads primaries locally: {log}");
 }
 
+/// A snapshot's reader and a clone's reads of its parent read locally too, from a file holding
+/// a version from before the snapshot; once the parent is written over, the files they hold
+/// hold a newer version, and they read what the snapshot holds through the servers, never the
+/// parent's new data.
+#[test]
+fn snapshot_and_clone_reads_are_local_and_never_return_the_parents_later_writes() {
+    let (_tmp, cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "disk", "8MiB", "--object-size", "1MiB"]);
+    const BLOCKS: u64 = 128;
+    let nbd = Nbd::start(&dir, &[]).unwrap();
+    let mut stream = connect(nbd.port, "disk");
+    write_blocks(&mut stream, BLOCKS, 0);
+    drop(stream);
+    nbd.stop();
+    ok(&dir, &["volume", "snap", "create", "disk@s"]);
+    ok(&dir, &["volume", "snap", "protect", "disk@s"]);
+    ok(&dir, &["volume", "clone", "disk@s", "c"]);
+
+    let snap = Nbd::start(&dir, &["disk@s"]).unwrap();
+    let clone = Nbd::start(&dir, &["c"]).unwrap();
+    let mut from_snap = connect(snap.port, "disk@s");
+    let mut from_clone = connect(clone.port, "c");
+    check_blocks(&mut from_snap, BLOCKS, 0, "the snapshot");
+    check_blocks(&mut from_clone, BLOCKS, 0, "the clone");
+
+    // The parent written over while both hold its files open.
+    let writer = Nbd::start(&dir, &["disk"]).unwrap();
+    let mut stream = connect(writer.port, "disk");
+    write_blocks(&mut stream, BLOCKS, 1000);
+    check_blocks(&mut stream, BLOCKS, 1000, "the parent");
+    drop(stream);
+    writer.stop();
+    check_blocks(&mut from_snap, BLOCKS, 0, "the snapshot, its volume written over");
+    check_blocks(&mut from_clone, BLOCKS, 0, "the clone, its parent written over");
+    drop((from_snap, from_clone));
+    for (what, nbd) in [("snapshot", snap), ("clone", clone)] {
+        let log = nbd.stop();
+        let (reads, local) = read_counts(&log);
+        assert_eq!(reads, 2 * BLOCKS, "{what}: {log}");
+        assert!(local >= BLOCKS, "{what}: reads before the parent was written were local: {log}");
+        assert!(local < reads, "{what}: reads after it went through the servers: {log}");
+    }
+}
+
 #[test]
 fn no_acknowledged_write_is_lost_when_optio_nbd_or_a_storage_server_is_killed() {
     let (_tmp, mut cluster) = cluster(spec());
