@@ -20,8 +20,8 @@ use optio_proto::snap::visible_at;
 use crate::pace::Pacer;
 use crate::snapshot::stored_objects;
 use crate::volume::{
-    HEADER_PREFIX, TrimProgress, VolumeError, VolumeHeader, find_header, holder_is_gone, now_ms,
-    update,
+    HEADER_PREFIX, HolderProcess, Lock, TrimProgress, VolumeError, VolumeHeader, find_header,
+    holder_is_gone, holder_name, now_ms, unique, update,
 };
 use crate::{Client, ClientError};
 
@@ -31,8 +31,11 @@ use crate::{Client, ClientError};
 pub const RATE_DEFAULT: u32 = 400;
 /// Clone deletions in flight at once.
 const IN_FLIGHT: usize = 16;
-/// How often a running trim records its progress in the header.
+/// How often a running trim records its progress in the header (and renews its claim).
 const RECORD_EVERY: Duration = Duration::from_secs(1);
+/// How long a runner's claim on a job lasts unless renewed: a runner that stops (killed, its
+/// machine gone) leaves the job to others after it, or at once if it ran on this machine.
+const CLAIM_LEASE: Duration = Duration::from_secs(10);
 
 /// How a run of a job ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +52,34 @@ pub enum Outcome {
     /// The job cannot run yet: why (a snapshot being taken, a writer that has not followed
     /// the removal yet).
     Waiting(String),
+    /// Another runner carries the job out (its claim is live): who, and the progress as it
+    /// last recorded it.
+    Elsewhere {
+        /// The runner, for people (`host pid N`).
+        by: String,
+        /// The job's progress.
+        progress: TrimProgress,
+    },
+}
+
+/// Another runner's live claim on `job`, if it has one that is not `token`'s.
+fn claimed_elsewhere(job: &TrimProgress, token: u64) -> Option<&Lock> {
+    job.runner.as_ref().filter(|runner| {
+        runner.token != token && runner.expires_unix_ms > now_ms() && !holder_is_gone(runner)
+    })
+}
+
+/// This runner's claim, valid for [`CLAIM_LEASE`] from now.
+fn claim(token: u64) -> Lock {
+    let now = now_ms();
+    Lock {
+        holder: holder_name(),
+        token,
+        expires_unix_ms: now + CLAIM_LEASE.as_millis() as u64,
+        process: HolderProcess::current(),
+        taken_unix_ms: now,
+        generation_seen: 0,
+    }
 }
 
 /// Why the job of `header` cannot run now, if it cannot.
@@ -77,6 +108,7 @@ pub async fn run(
     mut progress: impl FnMut(&TrimProgress),
 ) -> Result<Outcome, VolumeError> {
     let pacer = Pacer::new(rate);
+    let token = unique(name) | 1;
     let mut removed_here = 0;
     'job: loop {
         let header = match find_header(client, name).await {
@@ -93,6 +125,15 @@ pub async fn run(
         };
         if let Some(why) = not_ready(&header, &job) {
             return Ok(Outcome::Waiting(why));
+        }
+        if let Some(runner) = claimed_elsewhere(&job, token) {
+            return Ok(Outcome::Elsewhere { by: runner.holder.clone(), progress: job });
+        }
+        // Claimed before listing: a runner that comes meanwhile leaves the job to this one.
+        match record(client, name, job.generation, token, None).await? {
+            Recorded::Mine(_) => {}
+            Recorded::Superseded => continue 'job,
+            Recorded::Elsewhere(by, progress) => return Ok(Outcome::Elsewhere { by, progress }),
         }
         let marks: Vec<ObjectVersion> =
             header.snapshots.iter().filter_map(|s| s.mark).map(ObjectVersion).collect();
@@ -127,10 +168,11 @@ pub async fn run(
             }
         }
         let generation = job.generation;
-        let recorded = Recorded { objects: total, next: job.next, done: done_before, removed: 0 };
-        match record(client, name, generation, recorded).await? {
-            Some(trim) => progress(&trim),
-            None => continue 'job,
+        let recorded = Progress { objects: total, next: job.next, done: done_before, removed: 0 };
+        match record(client, name, generation, token, Some(recorded)).await? {
+            Recorded::Mine(trim) => progress(&trim),
+            Recorded::Superseded => continue 'job,
+            Recorded::Elsewhere(by, progress) => return Ok(Outcome::Elsewhere { by, progress }),
         }
         let pool = header.pool.as_str();
         let pacer = &pacer;
@@ -139,15 +181,27 @@ pub async fn run(
             .buffered(IN_FLIGHT);
         let (mut unrecorded, mut recorded_at) = (0u64, Instant::now());
         while let Some(result) = deletions.next().await {
-            let index = result?;
+            let index = match result {
+                Ok(index) => index,
+                Err(error) => {
+                    drop(deletions);
+                    release(client, name, generation, token).await;
+                    return Err(error.into());
+                }
+            };
             unrecorded += 1;
             removed_here += 1;
             if recorded_at.elapsed() >= RECORD_EVERY {
                 let done = with_clones.iter().filter(|i| **i < index).count() as u64;
-                let recorded = Recorded { objects: total, next: index, done, removed: unrecorded };
-                match record(client, name, generation, recorded).await? {
-                    Some(trim) => progress(&trim),
-                    None => continue 'job,
+                let recorded = Progress { objects: total, next: index, done, removed: unrecorded };
+                match record(client, name, generation, token, Some(recorded)).await? {
+                    Recorded::Mine(trim) => progress(&trim),
+                    Recorded::Superseded => continue 'job,
+                    Recorded::Elsewhere(by, progress) => {
+                        // This runner's claim lapsed (it was slowed past its lease) and
+                        // another took the job over: it goes on from there.
+                        return Ok(Outcome::Elsewhere { by, progress });
+                    }
                 }
                 (unrecorded, recorded_at) = (0, Instant::now());
             }
@@ -197,39 +251,81 @@ async fn delete_one(
 }
 
 /// Progress to add to a job's record.
-struct Recorded {
+struct Progress {
     objects: u64,
     next: u64,
     done: u64,
     removed: u64,
 }
 
-/// Records progress in the header if the job there is still the one of `generation`: the
-/// progress as recorded, or `None` when a later `snap rm` superseded it.
+/// What recording gave.
+enum Recorded {
+    /// Recorded, the claim renewed: the job's progress as recorded.
+    Mine(TrimProgress),
+    /// A later `snap rm` replaced the job (or it is done).
+    Superseded,
+    /// Another runner holds a live claim on it: who, and its progress.
+    Elsewhere(String, TrimProgress),
+}
+
+/// Claims (or renews the claim of `token` on) the job of `generation` and records `progress`
+/// in the header, if the job there is still that one and no other runner holds it.
 async fn record(
     client: &Client,
     name: &str,
     generation: u64,
-    recorded: Recorded,
-) -> Result<Option<TrimProgress>, VolumeError> {
+    token: u64,
+    progress: Option<Progress>,
+) -> Result<Recorded, VolumeError> {
+    let mut elsewhere = None;
     let written = update(client, name, |header| match header.trim.as_mut() {
         Some(trim) if trim.generation == generation => {
-            trim.objects = recorded.objects;
-            trim.next = recorded.next;
-            trim.done = recorded.done;
-            trim.removed += recorded.removed;
+            if let Some(runner) = claimed_elsewhere(trim, token) {
+                elsewhere = Some((runner.holder.clone(), trim.clone()));
+                return Err(VolumeError::Snapshot(CLAIMED.into()));
+            }
+            trim.runner = Some(claim(token));
+            if let Some(p) = &progress {
+                trim.objects = p.objects;
+                trim.next = p.next;
+                trim.done = p.done;
+                trim.removed += p.removed;
+            }
             Ok(())
         }
         _ => Err(VolumeError::Snapshot(SUPERSEDED.into())),
     })
     .await;
     match written {
-        Ok(header) => Ok(header.trim),
-        Err(VolumeError::Snapshot(why)) if why == SUPERSEDED => Ok(None),
+        Ok(header) => Ok(header.trim.map_or(Recorded::Superseded, Recorded::Mine)),
+        Err(VolumeError::Snapshot(why)) if why == SUPERSEDED => Ok(Recorded::Superseded),
+        Err(VolumeError::Snapshot(why)) if why == CLAIMED => {
+            let (by, progress) = elsewhere.expect("set with the refusal");
+            Ok(Recorded::Elsewhere(by, progress))
+        }
         Err(error) => Err(error),
     }
 }
 
+/// Gives up this runner's claim (best effort: the lease ends it anyway), so that another
+/// runner resumes the job at once.
+async fn release(client: &Client, name: &str, generation: u64, token: u64) {
+    let released = update(client, name, |header| {
+        if let Some(trim) = header.trim.as_mut()
+            && trim.generation == generation
+            && trim.runner.as_ref().is_some_and(|runner| runner.token == token)
+        {
+            trim.runner = None;
+        }
+        Ok(())
+    })
+    .await;
+    if let Err(error) = released {
+        tracing::debug!(volume = name, "the trim's claim is left to lapse: {error}");
+    }
+}
+
+const CLAIMED: &str = "the trim is carried out by another runner";
 const SUPERSEDED: &str = "the trim was superseded by a later one";
 
 /// A volume with a job under way, as `optio status` shows it.
@@ -251,7 +347,8 @@ pub struct PendingJob {
     pub count: u64,
     /// When it was asked for (Unix seconds).
     pub started_unix_s: u64,
-    /// Who carries it out, when known (a flatten: the clone's lock holder).
+    /// Who carries it out, when known (a flatten: the clone's lock holder; a trim: the
+    /// runner whose claim is live).
     pub by: Option<String>,
 }
 
@@ -268,7 +365,11 @@ pub async fn pending(client: &Client) -> Result<Vec<PendingJob>, VolumeError> {
                 done: p.done,
                 count: p.removed,
                 started_unix_s: p.started_unix_s,
-                by: None,
+                by: p
+                    .runner
+                    .as_ref()
+                    .filter(|r| r.expires_unix_ms > now_ms() && !holder_is_gone(r))
+                    .map(|r| r.holder.clone()),
             });
         }
         if let Some(p) = &header.flatten {
@@ -330,7 +431,7 @@ impl Worker {
                         started.elapsed().as_secs_f64(),
                         if volume_removed { ", volume removed" } else { "" }
                     )),
-                    Outcome::Waiting(_) | Outcome::Idle => {}
+                    Outcome::Waiting(_) | Outcome::Idle | Outcome::Elsewhere { .. } => {}
                 }
             }
         }

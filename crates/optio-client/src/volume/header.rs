@@ -290,6 +290,10 @@ pub struct TrimProgress {
     /// Copies removed so far.
     #[serde(default)]
     pub removed: u64,
+    /// The runner carrying it out: a lease renewed with each record of its progress; other
+    /// runners leave the job to it while it runs (one runner's requests, not several's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<Lock>,
 }
 
 fn is_zero(n: &u64) -> bool {

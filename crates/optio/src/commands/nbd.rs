@@ -408,11 +408,8 @@ async fn serve(args: Args) -> Result<()> {
     let mut opened: Vec<Arc<Volume>> = Vec::new();
     for name in &names {
         // A snapshot (VOL@SNAP) is served read-only whatever the other exports are.
-        let options = if name.contains('@') {
-            OpenOptions { read_only: true, ..options }
-        } else {
-            options
-        };
+        let options =
+            if name.contains('@') { OpenOptions { read_only: true, ..options } } else { options };
         let volume = match Volume::open(&client, name, options).await {
             Ok(volume) => volume,
             Err(error) => {

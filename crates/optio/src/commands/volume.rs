@@ -668,8 +668,9 @@ async fn rm(args: RmArgs) -> Result<()> {
 }
 
 /// Runs volume `name`'s trim job to its end in this command, with a progress bar on a
-/// terminal; the copies it removed. A job that cannot run yet is waited for (up to a
-/// minute: a writer follows a removal within its poll).
+/// terminal; the copies removed. A job that cannot run yet is waited for (up to a minute: a
+/// writer follows a removal within its poll); one another runner carries out is followed to
+/// its end (and taken over if that runner stops).
 async fn run_trim(
     client: &optio_client::Client,
     name: &str,
@@ -679,11 +680,13 @@ async fn run_trim(
     use optio_client::trim::{self, Outcome};
     let bar = output::progress(0, "trim", !quiet && std::io::stderr().is_terminal());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut removed = 0;
+    // Copies removed by this command, and as the job last recorded (other runners' too).
+    let (mut removed, mut recorded) = (0, 0);
     loop {
         let outcome = trim::run(client, name, rate, |progress| {
             bar.set_length(progress.objects);
             bar.set_position(progress.done);
+            recorded = recorded.max(progress.removed);
         })
         .await?;
         match outcome {
@@ -691,6 +694,15 @@ async fn run_trim(
             Outcome::Done { removed: n, .. } => {
                 removed += n;
                 break;
+            }
+            Outcome::Elsewhere { by, progress } => {
+                // Another runner (`optio up`, the manager, another command) has the job: follow
+                // it to its end; if it stops, its claim lapses and this command takes over.
+                tracing::debug!("trim of {name} is carried out by {by}");
+                bar.set_length(progress.objects);
+                bar.set_position(progress.done);
+                recorded = recorded.max(progress.removed);
+                tokio::time::sleep(optio_client::volume::HOLDER_POLL * 25).await;
             }
             Outcome::Waiting(why) if std::time::Instant::now() < deadline => {
                 tracing::debug!("trim of {name} waits: {why}");
@@ -704,7 +716,7 @@ async fn run_trim(
         }
     }
     bar.finish_and_clear();
-    Ok(removed)
+    Ok(removed.max(recorded))
 }
 
 /// Whether every byte is zero.
