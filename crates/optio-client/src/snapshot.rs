@@ -52,6 +52,7 @@ fn live_holder(header: &VolumeHeader) -> Option<&crate::volume::Lock> {
 
 /// Takes snapshot `snap` of volume `name` (see the module): returns it once it has its mark.
 pub async fn create(client: &Client, name: &str, snap: &str) -> Result<Snapshot, VolumeError> {
+    let started = std::time::Instant::now();
     let mut asked_holder = false;
     let written = update(client, name, |header| {
         if header.removing {
@@ -80,6 +81,7 @@ pub async fn create(client: &Client, name: &str, snap: &str) -> Result<Snapshot,
         Ok(())
     })
     .await?;
+    let asked = started.elapsed();
     let taken = find(&written, snap)?.clone();
     if !asked_holder {
         return Ok(taken);
@@ -90,7 +92,15 @@ pub async fn create(client: &Client, name: &str, snap: &str) -> Result<Snapshot,
         tokio::time::sleep(HOLDER_POLL / 2).await;
         let (header, _) = find_header(client, name).await?;
         match header.snapshots.iter().find(|s| s.id == taken.id) {
-            Some(s) if s.mark.is_some() => return Ok(s.clone()),
+            Some(s) if s.mark.is_some() => {
+                tracing::debug!(
+                    volume = name,
+                    asked_ms = asked.as_secs_f64() * 1e3,
+                    total_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "the lock holder took the snapshot"
+                );
+                return Ok(s.clone());
+            }
             Some(_) => {}
             None => break,
         }
@@ -490,7 +500,9 @@ impl Volume {
     /// With writes held off: gives every snapshot asked for its mark, records the generation
     /// seen, then makes later writes carry the newest snapshot.
     async fn take_snapshots(&self) -> Result<(), VolumeError> {
+        let started = std::time::Instant::now();
         let _quiet = self.quiesce_writes().await;
+        let quiesced = started.elapsed();
         let client = self.client().clone();
         let token = self.lock_token();
         let written = self
@@ -509,6 +521,12 @@ impl Volume {
         written?;
         let header = self.header();
         client.set_snap_context(&header.data_prefix(), header.snap_context());
+        tracing::debug!(
+            volume = %header.name,
+            quiesce_ms = quiesced.as_secs_f64() * 1e3,
+            total_ms = started.elapsed().as_secs_f64() * 1e3,
+            "snapshots taken (writes held back while the mark was recorded)"
+        );
         Ok(())
     }
 }

@@ -12,8 +12,10 @@ use super::Client;
 
 impl Client {
     /// Removes the snapshot clone `clone` (a key [`optio_proto::snap::clone_key`] made) of
-    /// version `version` from every replica of its head: a tombstone of that version is left,
-    /// so no copy of it can come back. The head must exist (a clone of a deleted head stays).
+    /// version `version` from every replica of its head's placement (each server removes it
+    /// outright: a copy that comes back is never read, and the next trim removes it). The
+    /// head's candidate is located without a probe where the pool has one candidate or the
+    /// client remembers the choice; a head that cannot be located (deleted) keeps its clones.
     pub async fn delete_clone(
         &self,
         pool_name: &str,
@@ -23,11 +25,14 @@ impl Client {
         let Some((head, _)) = parse_clone_key(clone) else {
             return Err(ClientError::Config(format!("'{clone}' is not a snapshot clone's key")));
         };
-        let location = self.stat(pool_name, head).await?;
         let view = self.view();
         let pool = view.pool(pool_name)?;
-        let endpoints = self.endpoints(&view, &location.candidate)?;
-        let pg_seed = location.info.pg_seed;
+        let candidates = self.candidates_in(&view, pool, head);
+        let not_found =
+            || ClientError::NotFound { pool: pool_name.to_string(), key: head.to_string() };
+        let chosen = self.locate(&view, pool, head, &candidates).await?.ok_or_else(not_found)?;
+        let endpoints = self.endpoints(&view, &candidates[usize::from(chosen)])?;
+        let pg_seed = None;
         let calls = endpoints.iter().map(|endpoint| {
             let op = Op::Delete { key: clone, version: Some(version), purge: false, pg_seed };
             self.call(self.object_call(&view, endpoint, pool, op))
