@@ -89,7 +89,7 @@ pub async fn create(client: &Client, name: &str, snap: &str) -> Result<Snapshot,
     let holder = written.lock.as_ref().map(|l| l.holder.clone()).unwrap_or_default();
     let deadline = tokio::time::Instant::now() + HOLDER_WAIT;
     while tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(HOLDER_POLL / 2).await;
+        tokio::time::sleep(TAKEN_POLL).await;
         let (header, _) = find_header(client, name).await?;
         match header.snapshots.iter().find(|s| s.id == taken.id) {
             Some(s) if s.mark.is_some() => {
@@ -120,6 +120,10 @@ pub async fn create(client: &Client, name: &str, snap: &str) -> Result<Snapshot,
         HOLDER_WAIT.as_secs()
     )))
 }
+
+/// How often `snap create` looks whether the lock holder took the snapshot (one command's
+/// reads for a few tens of milliseconds).
+const TAKEN_POLL: std::time::Duration = std::time::Duration::from_millis(4);
 
 /// The snapshots of volume `name`, oldest first.
 pub async fn list(client: &Client, name: &str) -> Result<Vec<Snapshot>, VolumeError> {
@@ -480,7 +484,7 @@ impl Volume {
         if header.snapshots.iter().any(|s| s.mark.is_none())
             || header.lock.as_ref().is_some_and(|l| l.generation_seen < header.snap_generation)
         {
-            self.take_snapshots().await?;
+            self.take_snapshots(None).await?;
         }
         Ok(())
     }
@@ -489,24 +493,28 @@ impl Volume {
     /// flatten is under way (which the lock holder carries out).
     pub(crate) async fn poll_snapshots(&self) -> Result<bool, VolumeError> {
         let name = self.name();
-        let (header, _) = find_header(self.client(), &name).await?;
+        let (header, version) = find_header(self.client(), &name).await?;
         let seen = header.lock.as_ref().map_or(0, |l| l.generation_seen);
+        let flattening = header.parent.is_some() && header.flatten.is_some();
         if header.snap_generation > seen || header.snapshots.iter().any(|s| s.mark.is_none()) {
-            self.take_snapshots().await?;
+            self.take_snapshots(Some((header, version))).await?;
         }
-        Ok(header.parent.is_some() && header.flatten.is_some())
+        Ok(flattening)
     }
 
     /// With writes held off: gives every snapshot asked for its mark, records the generation
     /// seen, then makes later writes carry the newest snapshot.
-    async fn take_snapshots(&self) -> Result<(), VolumeError> {
+    async fn take_snapshots(
+        &self,
+        seen: Option<(VolumeHeader, ObjectVersion)>,
+    ) -> Result<(), VolumeError> {
         let started = std::time::Instant::now();
         let _quiet = self.quiesce_writes().await;
         let quiesced = started.elapsed();
         let client = self.client().clone();
         let token = self.lock_token();
         let written = self
-            .update_header(|header| {
+            .update_header_seen(seen, |header| {
                 let Some(lock) = header.lock.as_mut().filter(|l| l.token == token) else {
                     return Err(VolumeError::LockLost(header.name.clone()));
                 };

@@ -418,11 +418,24 @@ impl Volume {
     /// retrying when another client changed it.
     pub(crate) async fn update_header(
         &self,
+        change: impl FnMut(&mut VolumeHeader) -> Result<(), VolumeError>,
+    ) -> Result<(), VolumeError> {
+        self.update_header_seen(None, change).await
+    }
+
+    /// [`Volume::update_header`], trying first from `seen`, the header and its version as
+    /// just read (one read fewer when nobody wrote it since).
+    pub(crate) async fn update_header_seen(
+        &self,
+        mut seen: Option<(VolumeHeader, ObjectVersion)>,
         mut change: impl FnMut(&mut VolumeHeader) -> Result<(), VolumeError>,
     ) -> Result<(), VolumeError> {
         let name = self.name();
         for _ in 0..8 {
-            let (mut header, version) = find_header(&self.client, &name).await?;
+            let (mut header, version) = match seen.take() {
+                Some(seen) => seen,
+                None => find_header(&self.client, &name).await?,
+            };
             change(&mut header)?;
             if !header.fits() {
                 return Err(VolumeError::Snapshot(format!(
