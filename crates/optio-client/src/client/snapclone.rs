@@ -12,14 +12,16 @@ use super::Client;
 
 impl Client {
     /// Removes the snapshot clone `clone` (a key [`optio_proto::snap::clone_key`] made) of
-    /// version `version` from every replica of its head: a tombstone of that version is left,
-    /// so no copy of it can come back. The head must exist (a clone of a deleted head stays).
+    /// version `version` from every replica of its head that runs: removed outright, no
+    /// tombstone is left (the servers purge clones). The head must exist (a clone of a
+    /// deleted head stays). Returns the replicas' devices it did not reach because their
+    /// server was not running: their copy stays until a later trim removes it.
     pub async fn delete_clone(
         &self,
         pool_name: &str,
         clone: &str,
         version: ObjectVersion,
-    ) -> Result<(), ClientError> {
+    ) -> Result<Vec<u32>, ClientError> {
         let Some((head, _)) = parse_clone_key(clone) else {
             return Err(ClientError::Config(format!("'{clone}' is not a snapshot clone's key")));
         };
@@ -32,17 +34,17 @@ impl Client {
             let op = Op::Delete { key: clone, version: Some(version), purge: false, pg_seed };
             self.call(self.object_call(&view, endpoint, pool, op))
         });
-        let mut failures = Vec::new();
+        let (mut failures, mut not_reached) = (Vec::new(), Vec::new());
         for (endpoint, result) in endpoints.iter().zip(join_all(calls).await) {
             match result {
                 Ok(_) => {}
                 Err(failure) if failure.kind() == Some(ErrorKind::NotFound) => {}
-                Err(failure) if failure.is_not_running() => {}
+                Err(failure) if failure.is_not_running() => not_reached.push(endpoint.device),
                 Err(failure) => failures.push(format!("device {}: {failure}", endpoint.device)),
             }
         }
         if failures.is_empty() {
-            return Ok(());
+            return Ok(not_reached);
         }
         Err(ClientError::Unreadable { key: clone.to_string(), failures: failures.join("; ") })
     }
