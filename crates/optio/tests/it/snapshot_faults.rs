@@ -57,13 +57,15 @@ fn finish_within(
 }
 
 /// Kills the server of `device` with SIGKILL and plays the monitor for `down` (it is marked
-/// down), or until `child` exits.
-fn kill_for(cluster: &mut LocalCluster, device: u32, down: Duration, child: &mut Child) {
+/// down), or until `child` exits; whether `child` was still running at the kill.
+fn kill_for(cluster: &mut LocalCluster, device: u32, down: Duration, child: &mut Child) -> bool {
+    let running = matches!(child.try_wait(), Ok(None));
     cluster.kill(device).unwrap();
     let until = Instant::now() + down;
     while Instant::now() < until && matches!(child.try_wait(), Ok(None)) {
         tick(Some(cluster));
     }
+    running
 }
 
 /// Restarts the server of `device` and plays the monitor until the cluster is healthy
@@ -132,7 +134,7 @@ fn a_storage_server_killed_while_snap_rm_trims_leaves_no_copy_of_the_snapshot_be
     eventually("snap rm records trim progress", || {
         job_of(&dir, "vm", "trim").is_some_and(|job| job["count"].as_u64() > Some(0))
     });
-    kill_for(&mut cluster, victim, Duration::from_secs(2), &mut rm);
+    assert!(kill_for(&mut cluster, victim, Duration::from_secs(2), &mut rm), "killed mid-trim");
     // The snapshot is gone at once; s2 reads whole with the server down.
     assert!(snapshot(&dir, "vm", "s1").is_none());
     assert!(export(&dir, "vm@s2", &out) == b, "s2 reads B with a server down");
@@ -237,7 +239,8 @@ fn a_storage_server_killed_during_flatten_leaves_the_clone_whole_and_a_rerun_det
     eventually("flatten records progress", || {
         job_of(&dir, "c1", "flatten").is_some_and(|job| job["count"].as_u64() > Some(0))
     });
-    kill_for(&mut cluster, victim, Duration::from_millis(500), &mut flatten);
+    let mid_way = kill_for(&mut cluster, victim, Duration::from_millis(500), &mut flatten);
+    assert!(mid_way, "killed while the flatten ran");
     let said =
         finish_within(flatten, Duration::from_secs(90), Some(&mut cluster)).expect("flatten ends");
     let said_text = text(&said);
@@ -270,12 +273,13 @@ fn a_storage_server_killed_during_clone_leaves_a_whole_clone_or_none_that_can_be
     let devices = devices(&cluster);
     let mut outcomes = Vec::new();
     let mut clones = Vec::new();
+    let mut killed_running = 0;
     for (round, delay_ms) in [0u64, 5, 15, 40].into_iter().enumerate() {
         let name = format!("k{round}");
         let victim = devices[round % devices.len()];
         let mut child = spawn(&dir, &["volume", "clone", "base@gold", &name]);
         std::thread::sleep(Duration::from_millis(delay_ms));
-        kill_for(&mut cluster, victim, Duration::ZERO, &mut child);
+        killed_running += u32::from(kill_for(&mut cluster, victim, Duration::ZERO, &mut child));
         let said =
             finish_within(child, Duration::from_secs(90), Some(&mut cluster)).expect("clone ends");
         let said_text = text(&said);
@@ -288,8 +292,9 @@ fn a_storage_server_killed_during_clone_leaves_a_whole_clone_or_none_that_can_be
         restart_and_settle(&mut cluster, victim);
         let made = exists(&dir, &name);
         outcomes.push(format!(
-            "{name} (device {victim} killed after {delay_ms} ms): clone said {:?}, {}",
+            "{name} (device {victim} killed after {delay_ms} ms): clone said {:?} {:?}, {}",
             said.status.code(),
+            said_text.trim(),
             if made { "exists" } else { "does not exist" }
         ));
         if said.status.success() {
@@ -316,6 +321,7 @@ fn a_storage_server_killed_during_clone_leaves_a_whole_clone_or_none_that_can_be
         assert!(error.contains(&format!("has clones ({})", clones.join(", "))), "{error}");
     }
     eprintln!("{outcomes:#?}");
+    assert!(killed_running >= 1, "some server was killed while a clone ran");
     // Each clone is a volume of its own: written, it keeps the parent's data elsewhere.
     let (want, part) = half_written(tmp.path(), &golden, MIB, 92);
     ok(&dir, &["volume", "import", "k0", &part, "--chunk", "1MiB"]);
