@@ -44,35 +44,62 @@ pub async fn flatten(
         Ok(())
     })
     .await?;
-    let holder = asked
-        .lock
-        .as_ref()
-        .filter(|lock| lock.expires_unix_ms > now_ms() && !holder_is_gone(lock))
-        .map(|lock| lock.holder.clone());
-    let Some(holder) = holder else {
-        let volume = Volume::open(client, name, OpenOptions::default()).await?;
-        let result = if volume.flattening.swap(true, Ordering::AcqRel) {
-            // This process's own header watcher took the job up first: follow it.
-            follow(client, name, &crate::volume::holder_name(), &mut progress).await
-        } else {
-            volume.flatten_here(&mut progress).await
+    let mut lock = asked.lock;
+    loop {
+        let Some(holder) = live_holder(lock.as_ref()) else {
+            let volume = Volume::open(client, name, OpenOptions::default()).await?;
+            let result = if volume.flattening.swap(true, Ordering::AcqRel) {
+                // This process's own header watcher took the job up first: follow it.
+                match follow(client, name, &crate::volume::holder_name(), &mut progress).await {
+                    Ok(Followed::Detached(copied)) => Ok(copied),
+                    // The lock is this process's own while the volume is open.
+                    Ok(Followed::HolderChanged(_)) => Err(VolumeError::Snapshot(format!(
+                        "volume '{name}' lost its lock while it flattened: run it again"
+                    ))),
+                    Err(error) => Err(error),
+                }
+            } else {
+                volume.flatten_here(&mut progress).await
+            };
+            let closed = volume.close().await;
+            let copied = result?;
+            closed?;
+            return Ok(copied);
         };
-        let closed = volume.close().await;
-        let copied = result?;
-        closed?;
-        return Ok(copied);
-    };
-    follow(client, name, &holder, &mut progress).await
+        match follow(client, name, &holder, &mut progress).await? {
+            Followed::Detached(copied) => return Ok(copied),
+            // The holder died (or let the lock go, or another took it): carried out here, or
+            // by the new holder.
+            Followed::HolderChanged(now) => lock = now,
+        }
+    }
+}
+
+/// The holder of `lock` if it is live: its lease not expired, and not a process on this
+/// machine known to be gone.
+fn live_holder(lock: Option<&crate::volume::Lock>) -> Option<String> {
+    lock.filter(|lock| lock.expires_unix_ms > now_ms() && !holder_is_gone(lock))
+        .map(|lock| lock.holder.clone())
+}
+
+/// How following a holder's flatten ended.
+enum Followed {
+    /// The clone was detached; the objects copied as recorded.
+    Detached(u64),
+    /// The clone's lock is no longer `holder`'s live one (killed, released, taken over): the
+    /// lock now.
+    HolderChanged(Option<crate::volume::Lock>),
 }
 
 /// Follows the flatten of clone `name` that lock holder `holder` carries out, until the clone
-/// is detached; the objects copied as recorded.
+/// is detached or `holder` no longer holds its lock (a holder killed with SIGKILL records
+/// nothing more: following it would wait forever).
 async fn follow(
     client: &Client,
     name: &str,
     holder: &str,
     progress: &mut impl FnMut(&FlattenProgress),
-) -> Result<u64, VolumeError> {
+) -> Result<Followed, VolumeError> {
     let taken_by = tokio::time::Instant::now() + HOLDER_WAIT;
     let mut copied = 0;
     loop {
@@ -80,7 +107,7 @@ async fn follow(
         let (header, _) = find_header(client, name).await?;
         let Some(job) = header.flatten else {
             if header.parent.is_none() {
-                return Ok(copied);
+                return Ok(Followed::Detached(copied));
             }
             return Err(VolumeError::Snapshot(format!(
                 "the flatten of volume '{name}' was dropped (the clone changed under it): run it again"
@@ -88,6 +115,9 @@ async fn follow(
         };
         progress(&job);
         copied = job.copied;
+        if live_holder(header.lock.as_ref()).as_deref() != Some(holder) {
+            return Ok(Followed::HolderChanged(header.lock));
+        }
         if job.by.as_deref() != Some(holder) && tokio::time::Instant::now() >= taken_by {
             return Err(VolumeError::Snapshot(format!(
                 "volume '{name}' is open read-write by {holder}, which did not take up the flatten within {} s: the job stays recorded (a writer opening the clone takes it up); stop that process or try again",

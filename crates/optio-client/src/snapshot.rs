@@ -232,7 +232,17 @@ pub async fn stored_objects(
     pool: &str,
     prefix: &str,
 ) -> Result<std::collections::BTreeMap<u64, Stored>, VolumeError> {
-    let listed = client.list(pool, prefix).await?;
+    Ok(stored_objects_missing(client, pool, prefix).await?.0)
+}
+
+/// [`stored_objects`], and the devices the listing could not reach
+/// ([`Client::list_missing`]): what only they hold is not in it.
+pub async fn stored_objects_missing(
+    client: &Client,
+    pool: &str,
+    prefix: &str,
+) -> Result<(std::collections::BTreeMap<u64, Stored>, Vec<u32>), VolumeError> {
+    let (listed, missing) = client.list_missing(pool, prefix).await?;
     let mut objects: std::collections::BTreeMap<u64, Stored> = std::collections::BTreeMap::new();
     for info in &listed {
         let (head, clone) = match parse_clone_key(&info.key) {
@@ -250,7 +260,7 @@ pub async fn stored_objects(
             None => entry.head = Some((info.version, info.size_bytes)),
         }
     }
-    Ok(objects)
+    Ok((objects, missing))
 }
 
 /// Which content of a stored object a read as of `mark` sees (`None` for the mark: the head

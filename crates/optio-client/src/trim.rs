@@ -18,7 +18,7 @@ use optio_proto::ObjectVersion;
 use optio_proto::snap::visible_at;
 
 use crate::pace::Pacer;
-use crate::snapshot::stored_objects;
+use crate::snapshot::stored_objects_missing;
 use crate::volume::{
     HEADER_PREFIX, HolderProcess, Lock, TrimProgress, VolumeError, VolumeHeader, find_header,
     holder_is_gone, holder_name, now_ms, unique, update,
@@ -137,7 +137,14 @@ pub async fn run(
         }
         let marks: Vec<ObjectVersion> =
             header.snapshots.iter().filter_map(|s| s.mark).map(ObjectVersion).collect();
-        let objects = stored_objects(client, &header.pool, &header.data_prefix()).await?;
+        let (objects, not_listed) =
+            stored_objects_missing(client, &header.pool, &header.data_prefix()).await?;
+        // A device the listing or a deletion did not reach (its server down) keeps the
+        // copies it holds: purged clones leave no tombstone, so nothing else removes them.
+        // The job is done only by a run that reached every device; until then it stays,
+        // recorded from no further than the first object not finished everywhere.
+        let mut missed: std::collections::BTreeSet<u32> = not_listed.into_iter().collect();
+        let mut unfinished_from = (!missed.is_empty()).then_some(job.next);
         let with_clones: Vec<u64> =
             objects.iter().filter(|(_, s)| !s.clones.is_empty()).map(|(i, _)| *i).collect();
         let total = with_clones.len() as u64;
@@ -181,19 +188,24 @@ pub async fn run(
             .buffered(IN_FLIGHT);
         let (mut unrecorded, mut recorded_at) = (0u64, Instant::now());
         while let Some(result) = deletions.next().await {
-            let index = match result {
-                Ok(index) => index,
+            let (index, not_reached) = match result {
+                Ok(done) => done,
                 Err(error) => {
                     drop(deletions);
                     release(client, name, generation, token).await;
                     return Err(error.into());
                 }
             };
+            if !not_reached.is_empty() {
+                missed.extend(not_reached);
+                unfinished_from.get_or_insert(index);
+            }
             unrecorded += 1;
             removed_here += 1;
             if recorded_at.elapsed() >= RECORD_EVERY {
-                let done = with_clones.iter().filter(|i| **i < index).count() as u64;
-                let recorded = Progress { objects: total, next: index, done, removed: unrecorded };
+                let next = unfinished_from.map_or(index, |from| from.min(index));
+                let done = with_clones.iter().filter(|i| **i < next).count() as u64;
+                let recorded = Progress { objects: total, next, done, removed: unrecorded };
                 match record(client, name, generation, token, Some(recorded)).await? {
                     Recorded::Mine(trim) => progress(&trim),
                     Recorded::Superseded => continue 'job,
@@ -207,6 +219,22 @@ pub async fn run(
             }
         }
         drop(deletions);
+        if let Some(next) = unfinished_from {
+            let done = with_clones.iter().filter(|i| **i < next).count() as u64;
+            let recorded = Progress { objects: total, next, done, removed: unrecorded };
+            match record(client, name, generation, token, Some(recorded)).await? {
+                Recorded::Mine(trim) => progress(&trim),
+                Recorded::Superseded => continue 'job,
+                Recorded::Elsewhere(by, progress) => {
+                    return Ok(Outcome::Elsewhere { by, progress });
+                }
+            }
+            // The next run (this command's, or a trimmer's round) tries again at once.
+            release(client, name, generation, token).await;
+            return Ok(Outcome::Waiting(format!(
+                "device(s) {missed:?} could not be reached (server down): the copies they hold are trimmed once they are back"
+            )));
+        }
         if header.removing {
             crate::volume::finish_removal(client, &header).await?;
             return Ok(Outcome::Done { removed: removed_here, volume_removed: true });
@@ -234,7 +262,8 @@ pub async fn run(
     }
 }
 
-/// Deletes one clone, at the pacer's pace; the index of its object.
+/// Deletes one clone, at the pacer's pace; the index of its object, and the devices of its
+/// replicas not reached (their server down: the copy stays there).
 async fn delete_one(
     client: &Client,
     pacer: &Pacer,
@@ -242,10 +271,11 @@ async fn delete_one(
     index: u64,
     key: String,
     version: ObjectVersion,
-) -> Result<u64, ClientError> {
+) -> Result<(u64, Vec<u32>), ClientError> {
     pacer.wait().await;
     match client.delete_clone(pool, &key, version).await {
-        Ok(()) | Err(ClientError::NotFound { .. }) => Ok(index),
+        Ok(not_reached) => Ok((index, not_reached)),
+        Err(ClientError::NotFound { .. }) => Ok((index, Vec::new())),
         Err(error) => Err(error),
     }
 }

@@ -23,6 +23,16 @@ impl Client {
         pool_name: &str,
         prefix: &str,
     ) -> Result<Vec<ObjectInfo>, ClientError> {
+        Ok(self.list_missing(pool_name, prefix).await?.0)
+    }
+
+    /// [`list`](Self::list), and the devices in the map that it could not list (down, or not
+    /// answering): a copy only they hold is not in the listing.
+    pub async fn list_missing(
+        &self,
+        pool_name: &str,
+        prefix: &str,
+    ) -> Result<(Vec<ObjectInfo>, Vec<u32>), ClientError> {
         let view = self.view();
         let pool = view.pool(pool_name)?;
         let mut endpoints = Vec::new();
@@ -52,7 +62,15 @@ impl Client {
                 }
             }
         }
-        Ok(merged.into_values().collect())
+        let mut not_listed: Vec<u32> = view
+            .map
+            .devices()
+            .iter()
+            .filter(|d| d.is_in && !(d.up && d.addr.is_some()))
+            .map(|d| d.id.0)
+            .collect();
+        not_listed.extend(missing.unreachable);
+        Ok((merged.into_values().collect(), not_listed))
     }
 
     pub(super) async fn list_device(

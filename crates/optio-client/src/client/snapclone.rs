@@ -12,16 +12,19 @@ use super::Client;
 
 impl Client {
     /// Removes the snapshot clone `clone` (a key [`optio_proto::snap::clone_key`] made) of
-    /// version `version` from every replica of its head's placement (each server removes it
-    /// outright: a copy that comes back is never read, and the next trim removes it). The
-    /// head's candidate is located without a probe where the pool has one candidate or the
-    /// client remembers the choice; a head that cannot be located (deleted) keeps its clones.
+    /// version `version` from every replica of its head's placement that runs (each server
+    /// removes it outright, leaving no tombstone: a copy that comes back is never read, and
+    /// the next trim removes it). The head's candidate is located without a probe where the
+    /// pool has one candidate or the client remembers the choice; a head that cannot be
+    /// located (deleted, in a pool of several candidates) keeps its clones. Returns the
+    /// replicas' devices it did not reach because their server was not running: their copy
+    /// stays until a later trim removes it.
     pub async fn delete_clone(
         &self,
         pool_name: &str,
         clone: &str,
         version: ObjectVersion,
-    ) -> Result<(), ClientError> {
+    ) -> Result<Vec<u32>, ClientError> {
         let Some((head, _)) = parse_clone_key(clone) else {
             return Err(ClientError::Config(format!("'{clone}' is not a snapshot clone's key")));
         };
@@ -37,17 +40,17 @@ impl Client {
             let op = Op::Delete { key: clone, version: Some(version), purge: false, pg_seed };
             self.call(self.object_call(&view, endpoint, pool, op))
         });
-        let mut failures = Vec::new();
+        let (mut failures, mut not_reached) = (Vec::new(), Vec::new());
         for (endpoint, result) in endpoints.iter().zip(join_all(calls).await) {
             match result {
                 Ok(_) => {}
                 Err(failure) if failure.kind() == Some(ErrorKind::NotFound) => {}
-                Err(failure) if failure.is_not_running() => {}
+                Err(failure) if failure.is_not_running() => not_reached.push(endpoint.device),
                 Err(failure) => failures.push(format!("device {}: {failure}", endpoint.device)),
             }
         }
         if failures.is_empty() {
-            return Ok(());
+            return Ok(not_reached);
         }
         Err(ClientError::Unreadable { key: clone.to_string(), failures: failures.join("; ") })
     }

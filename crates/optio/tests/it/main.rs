@@ -47,6 +47,8 @@ mod block_status;
 mod volume_backup;
 // Snapshots and clones with real clients: fio verify, qemu-img, kill -9 (issue 40).
 mod snapshot_clients;
+// Storage servers and optio nbd killed during snap rm, flatten and clone (issue 40).
+mod snapshot_faults;
 
 // Who may use `optio nbd`, and how much one client may make it hold (issue 36).
 mod nbd_security;

@@ -36,7 +36,7 @@ fn fio(uri: &str, job: &[String], extra: &[&str]) -> Output {
         .expect("fio runs")
 }
 
-fn text(out: &Output) -> String {
+pub(crate) fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
@@ -184,7 +184,7 @@ fn same_outside(got: &[u8], want: &[u8], regions: &[(u64, u64)]) -> Result<(), S
 }
 
 /// The CLI `optio ARGS --cluster DIR`, spawned.
-fn spawn(dir: &Path, args: &[&str]) -> Child {
+pub(crate) fn spawn(dir: &Path, args: &[&str]) -> Child {
     Command::new(binary())
         .args(args)
         .arg("--cluster")
@@ -196,7 +196,7 @@ fn spawn(dir: &Path, args: &[&str]) -> Child {
 }
 
 /// Sends SIGKILL to `child` unless it has exited already; whether it was still running.
-fn kill9(child: &mut Child) -> bool {
+pub(crate) fn kill9(child: &mut Child) -> bool {
     let running = matches!(child.try_wait(), Ok(None));
     let _ = child.kill();
     let _ = child.wait();
@@ -204,17 +204,17 @@ fn kill9(child: &mut Child) -> bool {
 }
 
 /// The snapshots of `volume` (`snap ls --json`).
-fn snapshots(dir: &Path, volume: &str) -> Vec<serde_json::Value> {
+pub(crate) fn snapshots(dir: &Path, volume: &str) -> Vec<serde_json::Value> {
     let listed: serde_json::Value =
         serde_json::from_str(&ok(dir, &["volume", "snap", "ls", volume, "--json"])).unwrap();
     listed.as_array().unwrap().clone()
 }
 
-fn snapshot(dir: &Path, volume: &str, snap: &str) -> Option<serde_json::Value> {
+pub(crate) fn snapshot(dir: &Path, volume: &str, snap: &str) -> Option<serde_json::Value> {
     snapshots(dir, volume).into_iter().find(|s| s["name"] == snap)
 }
 
-fn exists(dir: &Path, volume: &str) -> bool {
+pub(crate) fn exists(dir: &Path, volume: &str) -> bool {
     let out = optio_at(dir, &["volume", "info", volume]);
     match out.status.code() {
         Some(0) => true,
@@ -226,7 +226,7 @@ fn exists(dir: &Path, volume: &str) -> bool {
     }
 }
 
-fn has_parent(dir: &Path, volume: &str) -> bool {
+pub(crate) fn has_parent(dir: &Path, volume: &str) -> bool {
     ok(dir, &["volume", "info", volume]).contains("parent       ")
 }
 

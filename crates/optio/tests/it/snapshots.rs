@@ -62,7 +62,7 @@ fn walk(path: &Path, out: &mut (usize, usize)) {
 
 /// Snapshot clone files in every device directory of the cluster in `dir`, found by reading
 /// the devices' files themselves.
-fn clone_files(dir: &Path) -> usize {
+pub(crate) fn clone_files(dir: &Path) -> usize {
     let mut count = (0, 0);
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         walk(&entry.path().join("objects"), &mut count);
@@ -72,13 +72,13 @@ fn clone_files(dir: &Path) -> usize {
 
 /// The head files (`volume_data.…` keys) and clone files (`…@VERSION`) under one device
 /// directory.
-fn heads_and_clones(device_dir: &Path) -> (usize, usize) {
+pub(crate) fn heads_and_clones(device_dir: &Path) -> (usize, usize) {
     let mut out = (0, 0);
     walk(&device_dir.join("objects"), &mut out);
     out
 }
 
-fn export(dir: &Path, spec: &str, to: &Path) -> Vec<u8> {
+pub(crate) fn export(dir: &Path, spec: &str, to: &Path) -> Vec<u8> {
     ok(dir, &["volume", "export", spec, to.to_str().unwrap()]);
     std::fs::read(to).unwrap()
 }
@@ -457,7 +457,7 @@ fn a_deep_scrub_finds_and_repairs_a_damaged_clone() {
 }
 
 /// `optio status --json`'s volume jobs.
-fn volume_jobs(dir: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn volume_jobs(dir: &Path) -> Vec<serde_json::Value> {
     let out = Command::new(crate::binary())
         .args(["status", "--json", "--cluster", dir.to_str().unwrap()])
         .output()
@@ -477,7 +477,7 @@ impl<F: FnMut()> Drop for Defer<F> {
 }
 
 /// Polls `done` for up to a minute.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !done() {
         assert!(std::time::Instant::now() < deadline, "{what} within a minute");
