@@ -8,7 +8,7 @@ use optio_proto::{ErrorKind, ObjectVersion};
 use crate::error::ClientError;
 use crate::transport::Op;
 
-use super::Client;
+use super::{Client, RETRIES_MAX};
 
 impl Client {
     /// Removes the snapshot clone `clone` (a key [`optio_proto::snap::clone_key`] made) of
@@ -28,30 +28,42 @@ impl Client {
         let Some((head, _)) = parse_clone_key(clone) else {
             return Err(ClientError::Config(format!("'{clone}' is not a snapshot clone's key")));
         };
-        let view = self.view();
-        let pool = view.pool(pool_name)?;
-        let candidates = self.candidates_in(&view, pool, head);
-        let not_found =
-            || ClientError::NotFound { pool: pool_name.to_string(), key: head.to_string() };
-        let chosen = self.locate(&view, pool, head, &candidates).await?.ok_or_else(not_found)?;
-        let endpoints = self.endpoints(&view, &candidates[usize::from(chosen)])?;
-        let pg_seed = None;
-        let calls = endpoints.iter().map(|endpoint| {
-            let op = Op::Delete { key: clone, version: Some(version), purge: false, pg_seed };
-            self.call(self.object_call(&view, endpoint, pool, op))
-        });
-        let (mut failures, mut not_reached) = (Vec::new(), Vec::new());
-        for (endpoint, result) in endpoints.iter().zip(join_all(calls).await) {
-            match result {
-                Ok(_) => {}
-                Err(failure) if failure.kind() == Some(ErrorKind::NotFound) => {}
-                Err(failure) if failure.is_not_running() => not_reached.push(endpoint.device),
-                Err(failure) => failures.push(format!("device {}: {failure}", endpoint.device)),
+        // A map that changes under it (a device marked down or up) relocates the head and
+        // sends the deletions again, as writes do.
+        let mut attempts = 0;
+        loop {
+            let located = self.retry_located(pool_name, head, &mut attempts).await?;
+            let (view, pool) = (&located.view, located.pool);
+            let endpoints = self.endpoints(view, located.candidate())?;
+            let calls = endpoints.iter().map(|endpoint| {
+                let op =
+                    Op::Delete { key: clone, version: Some(version), purge: false, pg_seed: None };
+                self.call(self.object_call(view, endpoint, pool, op))
+            });
+            let (mut failures, mut not_reached) = (Vec::new(), Vec::new());
+            for (endpoint, result) in endpoints.iter().zip(join_all(calls).await) {
+                match result {
+                    Ok(_) => {}
+                    Err(failure) if failure.kind() == Some(ErrorKind::NotFound) => {}
+                    Err(failure) if failure.is_not_running() => not_reached.push(endpoint.device),
+                    Err(failure) => failures.push((endpoint.device, failure)),
+                }
             }
+            if failures.is_empty() {
+                return Ok(not_reached);
+            }
+            let refs: Vec<_> = failures.iter().map(|(_, failure)| failure).collect();
+            if attempts < RETRIES_MAX && self.epoch_retry(&refs).await? {
+                continue;
+            }
+            let failures: Vec<String> = failures
+                .iter()
+                .map(|(device, failure)| format!("device {device}: {failure}"))
+                .collect();
+            return Err(ClientError::Unreadable {
+                key: clone.to_string(),
+                failures: failures.join("; "),
+            });
         }
-        if failures.is_empty() {
-            return Ok(not_reached);
-        }
-        Err(ClientError::Unreadable { key: clone.to_string(), failures: failures.join("; ") })
     }
 }

@@ -518,7 +518,7 @@ fn snap_rm_trims_in_the_background_resumably_and_a_volume_goes_with_its_snapshot
 
     // A trimmer killed with SIGKILL half-way leaves its progress in the header…
     let mut trimmer = Command::new(crate::binary())
-        .args(["volume", "snap", "trim", "vm", "--rate", "40", "--cluster", dir.to_str().unwrap()])
+        .args(["volume", "snap", "trim", "vm", "--rate", "10", "--cluster", dir.to_str().unwrap()])
         .spawn()
         .unwrap();
     eventually("the trimmer records progress", || {
@@ -542,7 +542,9 @@ fn snap_rm_trims_in_the_background_resumably_and_a_volume_goes_with_its_snapshot
             .unwrap()
     };
     let by = |job: &serde_json::Value| job["by"].as_str().unwrap_or_default().to_string();
-    let mut first = spawn_trimmer("4");
+    // (Slow rates: copies must be left for the first runner to work on while it is watched,
+    // on a loaded machine too.)
+    let mut first = spawn_trimmer("2");
     let first_pid = format!("pid {}", first.id());
     eventually("the first trimmer claims the job", || {
         volume_jobs(&dir).first().is_some_and(|job| by(job).ends_with(&first_pid))
