@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use optio_proto::frames::{self, PREFIX_BYTES};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -475,9 +475,8 @@ async fn read_answer(
     let (head_len, body_len) = frames::decode_prefix(prefix)?;
     let mut head = vec![0u8; head_len];
     reader.read_exact(&mut head).await.map_err(AnswerError::Read)?;
-    let mut body = BytesMut::zeroed(body_len);
-    reader.read_exact(&mut body).await.map_err(AnswerError::Read)?;
-    raw_answer(&head, body.freeze())
+    let body = crate::bodies::read_body(reader, body_len).await.map_err(AnswerError::Read)?;
+    raw_answer(&head, body)
 }
 
 /// An answer frame's head (after its prefix) and body as a [`RawAnswer`], with its id.

@@ -13,6 +13,8 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod bodies;
+pub mod buffers;
 mod chunks;
 mod error;
 pub use error::TransportError;

@@ -38,6 +38,12 @@ pub trait Disk: Send + Sync + 'static {
     fn publish_if_absent(&self, temp: &Path, path: &Path) -> io::Result<()>;
     /// Reads a whole file.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Reads a whole file into `out` (emptied first; its memory reused where it is large
+    /// enough).
+    fn read_into(&self, path: &Path, out: &mut Vec<u8>) -> io::Result<()> {
+        *out = self.read(path)?;
+        Ok(())
+    }
     /// Reads at most `bytes` from the start of a file.
     fn read_prefix(&self, path: &Path, bytes: usize) -> io::Result<Vec<u8>>;
     /// Removes a file and makes the removal durable.
@@ -302,6 +308,17 @@ impl Disk for RealDisk {
         fs::read(path)
     }
 
+    fn read_into(&self, path: &Path, out: &mut Vec<u8>) -> io::Result<()> {
+        out.clear();
+        let mut file = File::open(path)?;
+        let len = file.metadata()?.len();
+        // (A file that grew since is read whole all the same: read_to_end goes on to its end.)
+        out.try_reserve_exact(usize::try_from(len).unwrap_or(usize::MAX).saturating_add(1))
+            .map_err(|e| io::Error::new(io::ErrorKind::OutOfMemory, e.to_string()))?;
+        file.read_to_end(out)?;
+        Ok(())
+    }
+
     fn read_prefix(&self, path: &Path, bytes: usize) -> io::Result<Vec<u8>> {
         let mut out = Vec::with_capacity(bytes.min(1 << 16));
         File::open(path)?.take(bytes as u64).read_to_end(&mut out)?;
@@ -437,6 +454,9 @@ impl Disk for FaultyDisk {
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         RealDisk.read(path)
+    }
+    fn read_into(&self, path: &Path, out: &mut Vec<u8>) -> io::Result<()> {
+        RealDisk.read_into(path, out)
     }
     fn read_prefix(&self, path: &Path, bytes: usize) -> io::Result<Vec<u8>> {
         RealDisk.read_prefix(path, bytes)

@@ -77,6 +77,11 @@ impl<D: Disk> Disk for EmulatedDisk<D> {
         self.charge(data.len());
         Ok(data)
     }
+    fn read_into(&self, path: &Path, out: &mut Vec<u8>) -> io::Result<()> {
+        self.inner.read_into(path, out)?;
+        self.charge(out.len());
+        Ok(())
+    }
     fn read_prefix(&self, path: &Path, bytes: usize) -> io::Result<Vec<u8>> {
         let data = self.inner.read_prefix(path, bytes)?;
         self.charge(data.len());

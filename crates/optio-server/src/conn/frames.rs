@@ -15,7 +15,7 @@ use std::task::Poll;
 
 use axum::Router;
 use axum::http::{HeaderValue, Method, Request, header};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use optio_proto::ErrorKind;
 use optio_proto::answer::{self, Answer, Envelope};
 use optio_proto::frames::{self, FrameError, PREFIX_BYTES};
@@ -110,15 +110,14 @@ where
         let (head_len, body_len) = frames::decode_prefix(prefix)?;
         head.resize(head_len, 0);
         reader.read_exact(&mut head).await?;
-        let mut body = BytesMut::zeroed(body_len);
-        reader.read_exact(&mut body).await?;
-        let request = match build_request(&head, body.freeze(), context) {
+        let body = optio_net::bodies::read_body(&mut reader, body_len).await?;
+        let request = match build_request(&head, body, context) {
             Ok(request) => request,
             Err(Refusal::Protocol(error)) => return Err(error.into()),
             Err(Refusal::Request { id, reason }) => {
                 tracing::debug!(id, %reason, "a framed request refused");
                 let answer = refusal(id, &reason);
-                write_frame(writer, answer).await?;
+                write_frame(writer, Frame::whole(answer)).await?;
                 continue;
             }
         };
@@ -188,13 +187,41 @@ pub(crate) fn build_request(
     Ok((id, request))
 }
 
+/// An answer frame: its prefix and head (and a small body after them), then a large body
+/// as the handler made it — sent after the head, not copied behind it.
+pub(crate) struct Frame {
+    /// The prefix and head, and a body of at most [`INLINE_BODY_BYTES`].
+    pub(crate) head: Vec<u8>,
+    /// A larger body (empty otherwise).
+    pub(crate) body: Bytes,
+}
+
+/// Bodies up to this size are copied behind the head (one write of one buffer); larger ones
+/// (a 4 MiB object read) are written from where they were read to: a copy of 4 MiB into a
+/// fresh buffer costs more than a second write.
+const INLINE_BODY_BYTES: usize = 16 << 10;
+
+impl Frame {
+    /// A frame already whole (a refusal).
+    pub(crate) fn whole(head: Vec<u8>) -> Frame {
+        Frame { head, body: Bytes::new() }
+    }
+
+    /// The frame in one buffer (the local socket's answers, which carry no data).
+    pub(crate) fn into_vec(self) -> Vec<u8> {
+        let mut out = self.head;
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
 /// Runs `request` through the router; its answer as a frame, and the open file it carries
 /// (an open over the local socket).
 pub(crate) async fn answer(
     mut router: Router,
     id: u64,
     request: Request<axum::body::Body>,
-) -> (Vec<u8>, Option<LocalFile>) {
+) -> (Frame, Option<LocalFile>) {
     // A Router is always ready (its `poll_ready` does nothing).
     let response = match tower_service::Service::call(&mut router, request).await {
         Ok(response) => response,
@@ -206,18 +233,21 @@ pub(crate) async fn answer(
         Ok(body) => body,
         Err(error) => {
             let reason = format!("the answer cannot go in a frame ({error}): use HTTP");
-            return (refusal(id, &reason), None);
+            return (Frame::whole(refusal(id, &reason)), None);
         }
     };
     let headers = parts.headers.iter().filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)));
-    let mut frame = Vec::with_capacity(256 + body.len());
-    match frames::encode_answer(&mut frame, id, parts.status.as_u16(), headers, body.len()) {
-        Ok(()) => {
-            frame.extend_from_slice(&body);
-            (frame, file)
+    let inline = body.len() <= INLINE_BODY_BYTES;
+    let mut head = Vec::with_capacity(256 + if inline { body.len() } else { 0 });
+    match frames::encode_answer(&mut head, id, parts.status.as_u16(), headers, body.len()) {
+        Ok(()) if inline => {
+            head.extend_from_slice(&body);
+            (Frame::whole(head), file)
         }
+        Ok(()) => (Frame { head, body }, file),
         Err(error) => {
-            (refusal(id, &format!("the answer cannot go in a frame ({error}): use HTTP")), None)
+            let reason = format!("the answer cannot go in a frame ({error}): use HTTP");
+            (Frame::whole(refusal(id, &reason)), None)
         }
     }
 }
@@ -237,9 +267,9 @@ pub(crate) fn refusal(id: u64, reason: &str) -> Vec<u8> {
 
 async fn write_frame<W: AsyncWrite + Unpin>(
     writer: &Mutex<W>,
-    frame: Vec<u8>,
+    frame: Frame,
 ) -> std::io::Result<()> {
     let mut writer = writer.lock().await;
-    writer.write_all(&frame).await?;
+    optio_net::bodies::write_all_pair(&mut *writer, &frame.head, &frame.body).await?;
     writer.flush().await
 }

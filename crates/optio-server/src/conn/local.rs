@@ -157,7 +157,8 @@ async fn serve_connection(
                 if let Ok(open @ device::Request { op: device::Op::Open { .. }, .. }) = decoded {
                     request.extensions_mut().insert(LocalPeer);
                     request.extensions_mut().insert(Predecoded(open));
-                    answer(router.clone(), id, request).await
+                    let (frame, file) = answer(router.clone(), id, request).await;
+                    (frame.into_vec(), file)
                 } else {
                     let reason = format!("the local socket takes opens only ({})", wire::OPEN);
                     (refusal(id, &reason), None)

@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bytes::Bytes;
+use optio_net::buffers::BufferPool;
 use optio_placement::{Epoch, PoolId};
 use optio_proto::summary::{SUMMARY_BYTES, SUMMARY_PREFIX_BYTES, summary_hex, summary_of};
 use optio_proto::{
@@ -143,6 +144,8 @@ pub struct DeviceStore {
     root: PathBuf,
     capacity_bytes: u64,
     disk: Arc<dyn Disk>,
+    /// Buffers whole-object reads reuse ([`optio_net::buffers`]).
+    read_buffers: Arc<BufferPool>,
     index: RwLock<BTreeMap<(PoolId, String), Entry>>,
     records: RecordLog,
     /// Small whole-object writes and tombstones, durable by group commit ([`crate::journal`]).
@@ -272,6 +275,7 @@ impl DeviceStore {
             root,
             capacity_bytes: config.capacity_bytes,
             disk,
+            read_buffers: optio_net::buffers::shared().clone(),
             index: RwLock::new(BTreeMap::new()),
             records,
             journal,
@@ -670,8 +674,10 @@ impl DeviceStore {
         locked: bool,
     ) -> Result<(ObjectInfo, Bytes), StoreError> {
         let path = self.path_of(pool, key);
-        let bytes = match self.disk.read(&path) {
-            Ok(bytes) => bytes,
+        let size_hint = self.entry(pool, key).map_or(0, |entry| entry.file_bytes as usize);
+        let mut bytes = self.read_buffers.take(size_hint);
+        match self.disk.read_into(&path, &mut bytes) {
+            Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // The file went missing behind the server's back: forget it, so probes agree.
                 let _stripe = (!locked).then(|| self.stripe(key));
@@ -687,7 +693,7 @@ impl DeviceStore {
                 let file_bytes = bytes.len() as u64;
                 let info = info_of(key, &entry_of(&header, file_bytes, data));
                 let offset = bytes.len() - data.len();
-                Ok((info, Bytes::from(bytes).slice(offset..)))
+                Ok((info, BufferPool::bytes(&self.read_buffers, bytes).slice(offset..)))
             }
             Ok((header, stored_key, _)) => Err(StoreError::Mismatch {
                 path,

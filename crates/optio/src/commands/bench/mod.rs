@@ -75,6 +75,11 @@ pub struct Args {
     /// phase of its own. Without it, the objects are left in the pool.
     #[arg(long)]
     pub metadata: bool,
+    /// Read-write mode: read every object this many times (one phase; the objects read in
+    /// turn, each pass in the order of the first): a read phase long enough to profile or
+    /// to time on a busy machine.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub read_passes: u32,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -244,8 +249,9 @@ async fn read_write(args: &Args, size: usize) -> Result<()> {
     let (write, _) = write_all(&client, pool, &keys, data, args.concurrency, &bar).await?;
     let written = Spent::now(&client, &transport).await;
     bar.finish_and_clear();
-    let bar = output::progress(args.objects as u64, "reading", visible);
-    let read = read_all(&client, pool, &keys, size, args.concurrency, &bar).await?;
+    let reads: Vec<String> = (0..args.read_passes).flat_map(|_| keys.iter().cloned()).collect();
+    let bar = output::progress(reads.len() as u64, "reading", visible);
+    let read = read_all(&client, pool, &reads, size, args.concurrency, &bar).await?;
     let after = Spent::now(&client, &transport).await;
     bar.finish_and_clear();
     let mut cost = PhaseCosts {
