@@ -143,9 +143,10 @@ pub enum ClientError {
         reason: String,
     },
     /// The map kept changing under the operation.
-    #[error("the map epoch kept changing ({attempts} attempts); try again")]
+    #[error("{}", epoch_retries_reason(*attempts))]
     EpochRetries {
-        /// Attempts made.
+        /// Attempts made (0: one attempt found the map changed, and the operation is to be
+        /// started again by its caller).
         attempts: usize,
     },
     /// The intent log could not be written.
@@ -216,5 +217,28 @@ impl ClientError {
         } else {
             ClientError::NoCandidate { key: key.to_string(), details: error.to_string() }
         }
+    }
+}
+
+/// [`ClientError::EpochRetries`]'s message: an attempt that saw the map change once is not
+/// said to have been tried "0 times".
+fn epoch_retries_reason(attempts: usize) -> String {
+    match attempts {
+        0 | 1 => "the map epoch changed during the operation; try again".to_string(),
+        n => format!("the map epoch kept changing ({n} attempts); try again"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_retries_count_attempts_only_when_there_were_several() {
+        let once = ClientError::EpochRetries { attempts: 0 }.to_string();
+        assert_eq!(once, "the map epoch changed during the operation; try again");
+        assert!(!once.contains('0'));
+        let many = ClientError::EpochRetries { attempts: 8 }.to_string();
+        assert_eq!(many, "the map epoch kept changing (8 attempts); try again");
     }
 }
