@@ -1,14 +1,15 @@
 //! Encode and decode throughput of a 4 MiB object, for `4+2` and `8+3` with 64 KiB stripe
 //! units: encoding (layout, parity, checksums), decoding with M data chunks lost (the worst
 //! case: M data chunks rebuilt), decoding with all chunks (checksums and joining only), and,
-//! as the peer in the same run, `reed-solomon-simd` alone coding the same shards.
+//! as peers in the same run, `reed-solomon-simd` alone coding the same chunks (whole, and
+//! in the segments `encode` uses) and decoding them whole.
 //! Throughput is in object bytes. `cargo bench -p optio-erasure --bench codec`.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use optio_erasure::{Profile, decode, encode};
+use optio_erasure::{ENCODE_SEGMENT_BYTES, Profile, decode, encode};
 
 const OBJECT_BYTES: usize = 4 << 20;
 
@@ -40,9 +41,35 @@ fn codec(c: &mut Criterion) {
         let shards: Vec<&[u8]> =
             chunks[..usize::from(profile.k())].iter().map(|chunk| chunk.data()).collect();
         let m = usize::from(profile.m());
-        group.bench_function("peer: reed-solomon-simd encode alone", |b| {
+        group.bench_function("peer: reed-solomon-simd encode alone, whole chunks", |b| {
             b.iter(|| {
                 reed_solomon_simd::encode(shards.len(), m, black_box(&shards)).expect("encodes")
+            })
+        });
+        group.bench_function("peer: reed-solomon-simd encode alone, segments", |b| {
+            b.iter(|| {
+                let chunk_bytes = shards[0].len();
+                let mut parity = vec![vec![0u8; chunk_bytes]; m];
+                for start in (0..chunk_bytes).step_by(ENCODE_SEGMENT_BYTES) {
+                    let end = chunk_bytes.min(start + ENCODE_SEGMENT_BYTES);
+                    let segments = shards.iter().map(|shard| &shard[start..end]);
+                    let recovery =
+                        reed_solomon_simd::encode(shards.len(), m, segments).expect("encodes");
+                    for (out, bytes) in parity.iter_mut().zip(recovery) {
+                        out[start..end].copy_from_slice(&bytes);
+                    }
+                }
+                parity
+            })
+        });
+        let k = usize::from(profile.k());
+        let survivors: Vec<(usize, &[u8])> =
+            (m..k).map(|index| (index, chunks[index].data())).collect();
+        let parity: Vec<(usize, &[u8])> = (0..m).map(|j| (j, chunks[k + j].data())).collect();
+        group.bench_function("peer: reed-solomon-simd decode alone, whole chunks", |b| {
+            b.iter(|| {
+                reed_solomon_simd::decode(k, m, black_box(survivors.clone()), parity.clone())
+                    .expect("decodes")
             })
         });
         group.finish();

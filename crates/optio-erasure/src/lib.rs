@@ -66,7 +66,10 @@ mod profile;
 pub use chunk::{
     CHUNK_FORMAT_VERSION, CHUNK_HEADER_BYTES, CHUNK_MAGIC, Chunk, ChunkError, ChunkHeader, ChunkRef,
 };
-pub use codec::{Decoded, decode, decode_stored, encode, read_range, reconstruct};
+pub use codec::{
+    DECODE_SEGMENT_BYTES, Decoded, ENCODE_SEGMENT_BYTES, decode, decode_stored, encode, read_range,
+    reconstruct,
+};
 pub use delta::{ParityDelta, apply_delta, parity_delta};
 pub use error::Error;
 pub use layout::{Extent, Layout, LayoutError, OBJECT_BYTES_MAX};
