@@ -106,6 +106,15 @@ fn bad_erasure_pools_are_refused_with_the_line_and_what_to_do() {
 }
 
 #[test]
+fn crush_pools_need_an_erasure_rule() {
+    let text = map_text(8, "\n[[pools]]\nid = 1\nname = \"p\"\npg_num = 8\nerasure = \"4+2\"\n")
+        .replace("type = \"erasure\"", "type = \"replicated\"");
+    let message = optio_toml::parse(&text).expect_err("a replicated rule").to_string();
+    assert!(message.contains("pool 'p'") && message.contains("rule = 'ec'"), "{message}");
+    assert!(message.contains("needs a rule of type \"erasure\""), "{message}");
+}
+
+#[test]
 fn engines_without_rules_count_their_failure_domains() {
     let cases = [
         (

@@ -296,6 +296,29 @@ fn resolve_engine(
                 err(subject.clone(), Kind::UnknownReference { what: "rule", name })
             })?;
             crate::engine::crush::check_rule_capacity(map, rule, shape)?;
+            if let Some(erasure) = &spec.erasure
+                && rule.kind != RuleKind::Erasure
+            {
+                // The crush engine keeps positions (a down device leaves a hole, the other
+                // chunks stay put) only for erasure rules; chunk i must stay on device i.
+                return Err(err(
+                    subject.clone(),
+                    Kind::OutOfRange {
+                        field: "rule",
+                        value: format!("'{}'", rule.name),
+                        reason: format!(
+                            "an erasure-coded {erasure} pool needs a rule of type \"erasure\" \
+                             (with choose indep steps, so that a failed device's chunk moves \
+                             alone and the others keep their positions); this rule is of type \
+                             {}",
+                            match rule.kind {
+                                RuleKind::Replicated => "\"replicated\"".to_string(),
+                                other => other.code().to_string(),
+                            }
+                        ),
+                    },
+                ));
+            }
             EngineSpec::Crush { rule: rule.id }
         }
         EngineRef::Ring(RingSpec { vnode_bytes, failure_domain }) => {
