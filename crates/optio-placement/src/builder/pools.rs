@@ -186,7 +186,8 @@ fn erasure_rule_error(spec: &PoolSpec, error: MapError) -> MapError {
         (Some(erasure), Kind::RuleCannotSatisfy { rule, available, .. }) => MapError {
             subject: error.subject,
             kind: Kind::ErasureCannotPlace {
-                erasure: *erasure,
+                k: erasure.k,
+                m: erasure.m,
                 domains: available,
                 counted: format!("what crush rule '{rule}' can choose, at most"),
             },
@@ -224,7 +225,8 @@ pub(super) fn check_erasure_width(map: &ClusterMap) -> Result<(), MapError> {
             return Err(err(
                 Subject::Pool(pool.name.clone()),
                 Kind::ErasureCannotPlace {
-                    erasure: *erasure,
+                    k: erasure.k,
+                    m: erasure.m,
                     domains,
                     counted: format!("its {} engine's {what}", pool.engine.name()),
                 },
