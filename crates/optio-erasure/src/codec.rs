@@ -4,7 +4,8 @@
 //! O(n log n) in the number of shards). Because every stripe unit is a whole number of the
 //! codec's 64-byte blocks and the code acts on each symbol position independently, coding
 //! the K data chunks as K shards of `stripes × unit` bytes gives exactly the parity of coding
-//! each stripe on its own: one call codes the whole object, and a stripe (or a unit, see
+//! each stripe on its own: the chunks are coded in segments of whatever size runs fastest
+//! ([`ENCODE_SEGMENT_BYTES`], [`DECODE_SEGMENT_BYTES`]), and a stripe (or a unit, see
 //! [`crate::parity_delta`]) can still be coded alone.
 
 use std::borrow::Cow;

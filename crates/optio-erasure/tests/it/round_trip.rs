@@ -69,6 +69,41 @@ fn a_stripe_codes_alone_as_within_the_object() {
     }
 }
 
+/// Chunks longer than a coding segment (more than 1 MiB, not a whole number of 32 KiB
+/// segments): the segments join into the same bytes as coding each stripe alone, and decoding
+/// and repair across several decode segments give the object and the chunks back.
+#[test]
+fn large_objects_code_across_segments() {
+    let unit = 65 * 64;
+    let p = profile(3, 2, unit);
+    let stripe = usize::try_from(p.stripe_bytes()).expect("small");
+    let original = object(300 * stripe + 1234, 77);
+    let chunks = encode(p, &original).expect("encodes");
+    let chunk_bytes = chunks[0].data().len();
+    assert!(chunk_bytes > optio_erasure::DECODE_SEGMENT_BYTES);
+    assert!(!chunk_bytes.is_multiple_of(optio_erasure::ENCODE_SEGMENT_BYTES));
+    let unit = usize::try_from(unit).expect("small");
+    for s in [0, 7, 150, 299, 300] {
+        let bytes = &original[s * stripe..original.len().min((s + 1) * stripe)];
+        let alone = encode(p, bytes).expect("encodes");
+        for (index, chunk) in alone.iter().enumerate() {
+            assert_eq!(chunk.data(), &chunks[index].data()[s * unit..(s + 1) * unit], "stripe {s}");
+        }
+    }
+    let mut given = slots(&chunks);
+    given[0] = None;
+    given[2] = None;
+    let decoded = decode(p, &given).expect("two lost of 3+2");
+    assert!(decoded.object == original, "decoded object differs");
+    let rebuilt = reconstruct(p, &given, &[0, 2]).expect("rebuilds");
+    assert!(rebuilt[0] == chunks[0] && rebuilt[1] == chunks[2], "rebuilt chunks differ");
+    let mut given = slots(&chunks);
+    given[1] = None;
+    given[4] = None;
+    let rebuilt = reconstruct(p, &given, &[4]).expect("rebuilds parity");
+    assert!(rebuilt[0] == chunks[4], "rebuilt parity differs");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
