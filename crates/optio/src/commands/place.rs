@@ -336,7 +336,12 @@ fn run_candidates(
                 } else {
                     format!("{object}{}", key.suffix)
                 };
-                let items: Vec<String> = devices.as_slice().iter().map(|&d| name(d)).collect();
+                let mut items: Vec<String> = devices.as_slice().iter().map(|&d| name(d)).collect();
+                if let Some(erasure) = &pool.pool().erasure {
+                    for (index, item) in items.iter_mut().enumerate() {
+                        *item = chunk_label(erasure, index, item);
+                    }
+                }
                 let primary = devices.primary().map(|d| name(d.0 as i32));
                 rows.push(json!({
                     "pool": pool.pool().name,

@@ -218,8 +218,12 @@ fn erasure_pools_show_which_device_holds_which_chunk() {
         assert_eq!(chunk["kind"], if index < 4 { "data" } else { "parity" });
         assert_eq!(chunk["device"], rows[0]["devices"][index]);
     }
-    let table = optio_ok(&["place", "--map", map, "--object", "foo"]);
-    for label in ["d0:osd.", "d3:osd.", "p0:osd.", "p1:osd."] {
-        assert!(table.contains(label), "{label} in\n{table}");
+    for extra in [None, Some("--candidates")] {
+        let mut args = vec!["place", "--map", map, "--object", "foo"];
+        args.extend(extra);
+        let table = optio_ok(&args);
+        for label in ["d0:osd.", "d3:osd.", "p0:osd.", "p1:osd."] {
+            assert!(table.contains(label), "{label} in\n{table}");
+        }
     }
 }
