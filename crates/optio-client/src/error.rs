@@ -22,6 +22,18 @@ pub enum ClientError {
         /// The pools there are.
         known: String,
     },
+    /// The pool is erasure-coded, which this build's store does not read or write yet.
+    #[error(
+        "pool '{pool}' is erasure-coded ({profile}); this build reads and writes objects in \
+         replicated pools only (erasure-coded objects are issue 41's next step): use a \
+         replicated pool"
+    )]
+    ErasureNotServed {
+        /// The pool.
+        pool: String,
+        /// Its profile, `K+M`.
+        profile: String,
+    },
     /// The key is not valid.
     #[error("bad key: {0}")]
     BadKey(#[from] KeyError),

@@ -145,6 +145,24 @@ pub enum MapErrorKind {
         /// What to do.
         hint: String,
     },
+    /// An erasure-coded pool whose engine cannot place its K + M chunks on distinct failure
+    /// domains.
+    #[error(
+        "is erasure-coded {k}+{m} (K+M = {} chunks, each on its own failure domain) but has \
+         only {domains} failure domains ({counted}): add failure domains, choose a lower \
+         failure-domain type, or use a profile with K+M at most {domains}",
+        u64::from(*k) + u64::from(*m)
+    )]
+    ErasureCannotPlace {
+        /// Data chunks, K.
+        k: u32,
+        /// Parity chunks, M.
+        m: u32,
+        /// Failure domains the pool's engine can place on.
+        domains: u32,
+        /// What was counted: the rule or engine and its failure domains.
+        counted: String,
+    },
     /// A feature that Optio does not implement.
     #[error("uses {feature}, which Optio does not support: {hint}")]
     Unsupported {

@@ -82,8 +82,8 @@ pub use error::{MapError, MapErrorKind, Subject};
 pub use ids::{BucketId, DeviceId, Epoch, ITEM_NONE, ItemId, PoolId, RuleId, TypeId, Weight};
 pub use map::{
     ActiveSet, AttributedParams, BalanceMethod, Bucket, BucketAlg, BucketType, ChooseArg,
-    ChooseArgs, ClusterMap, Device, ElasticParams, EngineSpec, LINEAR_PARAM_ONE, Membership,
-    MembershipVersion, Pool, PoolBalance, PpsGenerator, RingParams, Rule, RuleKind,
+    ChooseArgs, ClusterMap, Device, ElasticParams, EngineSpec, ErasureParams, LINEAR_PARAM_ONE,
+    Membership, MembershipVersion, Pool, PoolBalance, PpsGenerator, RingParams, Rule, RuleKind,
     SectorSelection, Step,
 };
 pub use placement::{Placement, PoolPlacement};

@@ -33,6 +33,7 @@ pub use crate::params::attributed::{AttributedParams, SectorSelection};
 pub use crate::params::balanced::BalanceMethod;
 pub use crate::params::crush::{LINEAR_PARAM_ONE, PpsGenerator};
 pub use crate::params::elastic::ElasticParams;
+pub use crate::params::erasure::ErasureParams;
 pub use crate::params::ring::RingParams;
 pub use crate::params::{EngineSpec, PoolBalance};
 pub use crate::replica::REPLICAS_MAX;
@@ -426,6 +427,10 @@ pub struct Pool {
     pub hashpspool: bool,
     /// Choices: candidates per object, the policy that picks one, the full threshold.
     pub choice: crate::params::choice::ChoiceSettings,
+    /// For an erasure-coded pool, its profile: objects are K data and M parity chunks,
+    /// `size` is K + M, and chunk `i` goes to the `i`-th device of a placement. `None` for
+    /// a replicated pool.
+    pub erasure: Option<ErasureParams>,
 }
 
 impl Pool {

@@ -203,12 +203,19 @@ impl View {
     }
 
     fn pool(&self, name: &str) -> Result<PoolId, ClientError> {
-        if let Some(pool) = self.map.pool_by_name(name) {
-            return Ok(pool.id);
-        }
-        if let Ok(id) = name.parse::<u32>()
-            && let Some(pool) = self.map.pool(PoolId(id))
-        {
+        let found = self
+            .map
+            .pool_by_name(name)
+            .or_else(|| name.parse::<u32>().ok().and_then(|id| self.map.pool(PoolId(id))));
+        if let Some(pool) = found {
+            // Until the store codes chunks, an erasure-coded pool would hold K+M whole
+            // copies: refuse rather than store them.
+            if let Some(erasure) = &pool.erasure {
+                return Err(ClientError::ErasureNotServed {
+                    pool: pool.name.clone(),
+                    profile: erasure.to_string(),
+                });
+            }
             return Ok(pool.id);
         }
         let known: Vec<&str> = self.map.pools().iter().map(|p| p.name.as_str()).collect();
@@ -628,5 +635,65 @@ impl Client {
             return Ok(true);
         }
         Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use optio_placement::{
+        ClusterMapBuilder, DeviceSpec, ErasureParams, PoolSpec, RuleKind, RuleSpec, StepSpec,
+    };
+
+    use super::*;
+
+    /// Until the store codes chunks, an erasure-coded pool is refused, by name and by id,
+    /// rather than stored as K + M whole copies; replicated pools are unaffected.
+    #[test]
+    fn erasure_coded_pools_are_refused_until_served() {
+        let mut builder = ClusterMapBuilder::new();
+        for id in 0..6u32 {
+            let host = format!("h{id}");
+            builder = builder.device(DeviceSpec::new(id).at(&[("host", &host)]));
+        }
+        let mut ec = PoolSpec::crush(2, "ec", 16, 6);
+        ec.engine = optio_placement::EngineRef::Crush(optio_placement::CrushSpec {
+            rule: Some(optio_placement::RuleRef::Name("ec".into())),
+        });
+        ec.erasure = Some(ErasureParams { k: 4, m: 2, stripe_unit_bytes: 64 << 10 });
+        let map = builder
+            .replicated_rule(0, "r", "default", "host")
+            .rule(RuleSpec {
+                id: optio_placement::RuleId(1),
+                name: "ec".into(),
+                kind: RuleKind::Erasure,
+                min_size: 1,
+                max_size: 10,
+                steps: vec![
+                    StepSpec::Take {
+                        item: optio_placement::ItemRef::Name("default".into()),
+                        class: None,
+                    },
+                    StepSpec::Choose { leaf: true, indep: true, num: 0, type_name: "host".into() },
+                    StepSpec::Emit,
+                ],
+            })
+            .pool(PoolSpec::crush(1, "data", 16, 3))
+            .pool(ec)
+            .build()
+            .expect("a valid map");
+        let placement = Arc::new(Placement::new(&map).expect("compiles"));
+        let view = View {
+            map,
+            placement,
+            previous: Vec::new(),
+            previous_unknown: false,
+            settled: Arc::new(AtomicU64::new(0)),
+            candidates: Mutex::new(HashMap::new()),
+        };
+        assert_eq!(view.pool("data").expect("replicated"), PoolId(1));
+        for name in ["ec", "2"] {
+            let error = view.pool(name).expect_err("erasure-coded");
+            assert!(error.to_string().contains("pool 'ec' is erasure-coded (4+2)"), "{error}");
+        }
     }
 }

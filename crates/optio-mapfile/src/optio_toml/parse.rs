@@ -8,6 +8,9 @@ use optio_placement::choice::{
 use optio_placement::engine::balanced::incremental::{
     BalanceState, CLASSES, DOMAIN_PRICE_MAX, DeviceState, DomainState, PRICE_MAX, STATE_VERSION,
 };
+use optio_placement::params::erasure::{
+    DEFAULT_STRIPE_UNIT_BYTES, ERASURE_CHUNKS_MAX, ErasureParams, STRIPE_UNIT_MAX_BYTES,
+};
 use optio_placement::{
     ActiveSpec, AttributedSpec, BalanceMethod, BucketAlg, BucketId, BucketSpec, BucketType,
     ChooseArgSpec, ClusterMapBuilder, CrushSpec, DeviceId, DeviceSpec, ElasticSpec, EngineRef,
@@ -389,7 +392,7 @@ impl Reader<'_> {
         let id = table.required("id")?.int(self.source, "0 to 4294967295")?;
         let name = table.required("name")?.str(self.source)?.to_string();
         self.lines.record(Subject::Pool(name.clone()), table.line);
-        let size = table.required("size")?.int(self.source, "1 to 32")?;
+        let (size, erasure) = self.pool_width(&mut table)?;
         let engine = match table.get("engine") {
             Some(value) => match value.str(self.source)? {
                 "crush" => "crush",
@@ -429,6 +432,7 @@ impl Reader<'_> {
             hashpspool: true,
             choice: ChoiceSettings::default(),
             balance: PoolBalanceSpec::default(),
+            erasure,
         };
         if let Some(value) = table.get("pgp_num") {
             pool.pgp_num = Some(value.int(self.source, "0 to 16777216")?);
@@ -592,6 +596,77 @@ impl Reader<'_> {
         };
         table.finish(self.source)?;
         Ok(pool)
+    }
+
+    /// A pool's width: `size` replicas, or `erasure = "K+M"` chunks (with an optional
+    /// `stripe_unit`), whose size is K + M. The builder checks the profile's limits.
+    fn pool_width(
+        &self,
+        table: &mut Table<'_, '_>,
+    ) -> Result<(u32, Option<ErasureParams>), ParseError> {
+        let Some(erasure) = table.get("erasure") else {
+            if let Some(unit) = table.get("stripe_unit") {
+                return Err(unit.error(
+                    self.source,
+                    "'stripe_unit' applies to erasure-coded pools only; remove it or add \
+                     erasure = \"K+M\" (for example erasure = \"4+2\")",
+                ));
+            }
+            return Ok((table.required("size")?.int(self.source, "1 to 32")?, None));
+        };
+        if let Some(size) = table.get("size") {
+            return Err(size.error(
+                self.source,
+                "give either size (replicas) or erasure = \"K+M\" (chunks; the size is K+M), \
+                 not both",
+            ));
+        }
+        let text = erasure.str(self.source)?;
+        let number = |part: &str| -> Option<u32> {
+            let part = part.trim();
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            // Only digits: a failure is an overflow, far above the builder's K+M limit.
+            Some(part.parse::<u32>().unwrap_or(u32::MAX))
+        };
+        let (k, m) = text
+            .split_once('+')
+            .and_then(|(k, m)| Some((number(k)?, number(m)?)))
+            .ok_or_else(|| {
+                erasure.error(
+                    self.source,
+                    format!(
+                        "erasure = \"{text}\" is not of the form \"K+M\" (K data and M parity \
+                         chunks, for example \"4+2\" or \"8+3\")"
+                    ),
+                )
+            })?;
+        if k == u32::MAX || m == u32::MAX {
+            return Err(erasure.error(
+                self.source,
+                format!(
+                    "erasure = \"{text}\": K+M must be at most {ERASURE_CHUNKS_MAX} chunks; use \
+                     fewer data or parity chunks"
+                ),
+            ));
+        }
+        let stripe_unit_bytes = match table.get("stripe_unit") {
+            None => DEFAULT_STRIPE_UNIT_BYTES,
+            Some(value) => {
+                let bytes = self.bytes(value.clone())?;
+                u32::try_from(bytes).map_err(|_| {
+                    value.error(
+                        self.source,
+                        format!(
+                            "a stripe unit of {bytes} bytes is too large: at most \
+                             {STRIPE_UNIT_MAX_BYTES} bytes (16 MiB); the default is 64 KiB"
+                        ),
+                    )
+                })?
+            }
+        };
+        Ok((k.saturating_add(m), Some(ErasureParams { k, m, stripe_unit_bytes })))
     }
 
     /// A pool's `choices`, `policy`, `policy_weights` and `full_ratio`. Limits that depend on

@@ -13,6 +13,7 @@ use optio_placement::builder::DEFAULT_TYPES;
 use optio_placement::choice::{COMPOSITE_METRICS, FULL_PPM_DEFAULT};
 use optio_placement::engine::balanced::incremental::{BalanceState, CLASSES, STATE_VERSION};
 use optio_placement::map::TIB;
+use optio_placement::params::erasure::DEFAULT_STRIPE_UNIT_BYTES;
 use optio_placement::{
     ActiveSet, AttributedParams, BalanceMethod, Bucket, BucketAlg, BucketId, ChoiceSettings,
     ClusterMap, Device, DeviceId, EngineSpec, LINEAR_PARAM_ONE, PolicySpec, Pool, PpsGenerator,
@@ -133,9 +134,23 @@ fn write_layout(map: &ClusterMap, layout: Layout) -> String {
             ("id".into(), pool.id.to_string()),
             ("name".into(), quote(&pool.name)),
             ("engine".into(), quote(pool.engine.name())),
-            ("size".into(), pool.size.to_string()),
         ];
-        if pool.min_size != optio_placement::map::default_min_size(pool.size) {
+        let default_min_size = match &pool.erasure {
+            Some(erasure) => {
+                fields.push(("erasure".into(), quote(&erasure.to_string())));
+                if erasure.stripe_unit_bytes != DEFAULT_STRIPE_UNIT_BYTES {
+                    let bytes = u64::from(erasure.stripe_unit_bytes);
+                    let text = format_bytes(bytes).map_or(bytes.to_string(), |text| quote(&text));
+                    fields.push(("stripe_unit".into(), text));
+                }
+                erasure.default_min_size()
+            }
+            None => {
+                fields.push(("size".into(), pool.size.to_string()));
+                optio_placement::map::default_min_size(pool.size)
+            }
+        };
+        if pool.min_size != default_min_size {
             fields.push(("min_size".into(), pool.min_size.to_string()));
         }
         if pool.pg_num != 0 || matches!(pool.engine_spec(), EngineSpec::Crush { .. }) {

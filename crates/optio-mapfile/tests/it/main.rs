@@ -10,6 +10,7 @@ mod balance;
 mod crushtool;
 mod crushtool_build;
 mod crushtool_text;
+mod erasure;
 mod errors;
 mod examples;
 mod json_import;

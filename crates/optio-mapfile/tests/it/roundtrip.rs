@@ -231,6 +231,7 @@ fn sample_builder(rng: &mut Rng, with_pools: bool) -> ClusterMapBuilder {
                 hashpspool: rng.below(4) != 0,
                 choice: choice(rng, pg_num),
                 balance: Default::default(),
+                erasure: None,
             });
         }
     }
@@ -249,6 +250,7 @@ fn sample_builder(rng: &mut Rng, with_pools: bool) -> ClusterMapBuilder {
             hashpspool: true,
             choice: choice(rng, 0),
             balance: Default::default(),
+            erasure: None,
         });
         add_attributed_and_elastic(rng, &mut builder);
     }
@@ -309,6 +311,7 @@ fn add_attributed_and_elastic(rng: &mut Rng, builder: &mut ClusterMapBuilder) {
         hashpspool: true,
         choice: choice(rng, 0),
         balance: Default::default(),
+        erasure: None,
     });
     let n = builder.devices.len() as u64;
     if n == 0 {
@@ -329,6 +332,7 @@ fn add_attributed_and_elastic(rng: &mut Rng, builder: &mut ClusterMapBuilder) {
         hashpspool: true,
         choice: choice(rng, 0),
         balance: Default::default(),
+        erasure: None,
     });
     if rng.below(3) == 0 {
         return; // the builder makes the default membership

@@ -83,6 +83,7 @@ pub(super) fn pool_spec(map: &ClusterMap, pool: &Pool) -> PoolSpec {
             state: pool.balance_state().cloned(),
             ..PoolBalanceSpec::from(pool.balance())
         },
+        erasure: pool.erasure,
     }
 }
 

@@ -33,7 +33,7 @@ mod topology;
 use from_map::{bucket_specs, membership_spec, pool_spec, step_to_spec};
 use membership::{build_membership, membership_order};
 pub(crate) use pools::IncrementalPools;
-use pools::build_pools;
+use pools::{build_pools, check_erasure_width};
 use rules::{build_choose_args, build_rules};
 pub use topology::weight_from_capacity;
 use topology::{
@@ -281,6 +281,10 @@ pub struct PoolSpec {
     pub choice: crate::choice::ChoiceSettings,
     /// Optio's balance extensions (none by default; crush pools only).
     pub balance: PoolBalanceSpec,
+    /// Erasure coding (`None`: replicated). When set, `size` must be K + M, `min_size`
+    /// defaults to K + 1, and the pool's engine must be able to place K + M distinct failure
+    /// domains.
+    pub erasure: Option<crate::params::erasure::ErasureParams>,
 }
 
 impl PoolSpec {
@@ -297,6 +301,7 @@ impl PoolSpec {
             hashpspool: true,
             choice: crate::choice::ChoiceSettings::default(),
             balance: PoolBalanceSpec::default(),
+            erasure: None,
         }
     }
 }
@@ -684,6 +689,7 @@ impl ClusterMapBuilder {
             bucket_parent,
             membership,
         };
+        check_erasure_width(&map)?;
         Ok(Validated { map, auto_linear, incremental })
     }
 }

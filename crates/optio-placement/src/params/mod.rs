@@ -16,6 +16,7 @@ pub mod balanced;
 pub mod choice;
 pub mod crush;
 pub mod elastic;
+pub mod erasure;
 pub mod ring;
 
 use crate::ids::{RuleId, Weight};

@@ -221,6 +221,8 @@ fn pool() -> impl Strategy<Value = PoolSpec> {
             min_size: min_size.filter(|m| *m <= size),
             engine,
             hashpspool,
+            // Some pools erasure-coded: K = size - 1 data chunks and one parity chunk.
+            erasure: (id % 5 == 4 && size >= 2).then(|| optio_placement::ErasureParams { k: size - 1, m: 1, stripe_unit_bytes: 4096 }),
             choice: ChoiceSettings {
                 choices,
                 policy: match optio_placement::choice::POLICY_NAMES.get(policy) {

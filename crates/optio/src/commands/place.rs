@@ -9,7 +9,8 @@ use optio_placement::crush::CrushWork;
 use optio_placement::crush::hash::hash32_2;
 use optio_placement::pg::PgId;
 use optio_placement::{
-    ClusterMap, ITEM_NONE, ItemId, Placement, PoolPlacement, ReplicaSet, RuleId,
+    ClusterMap, ErasureParams, ITEM_NONE, ItemId, Placement, Pool, PoolPlacement, ReplicaSet,
+    RuleId,
 };
 use serde_json::json;
 
@@ -112,14 +113,14 @@ pub fn run(args: Args) -> Result<()> {
             let pool = placement.pool(pool_id).expect("resolved pools exist");
             let (pg, key) = pool.object_key(object);
             pool.place(key, &mut scratch, &mut set);
-            out.emit(&pool.pool().name, Some(object), pg, key, &set);
+            out.emit(pool.pool(), Some(object), pg, key, &set);
         }
     }
     for text in &args.pgs {
         let (pool, pg) = pg_of(&placement, text)?;
         let key = pool.pg_key(pg.seed);
         pool.place(key, &mut scratch, &mut set);
-        out.emit(&pool.pool().name, None, Some(pg), key, &set);
+        out.emit(pool.pool(), None, Some(pg), key, &set);
     }
     if args.all_pgs {
         for &pool_id in &pools {
@@ -135,7 +136,7 @@ pub fn run(args: Args) -> Result<()> {
             for seed in 0..pg_num {
                 let key = pool.pg_key(seed);
                 pool.place(key, &mut scratch, &mut set);
-                out.emit(&pool.pool().name, None, Some(PgId { pool: pool_id, seed }), key, &set);
+                out.emit(pool.pool(), None, Some(PgId { pool: pool_id, seed }), key, &set);
                 bar.inc(1);
             }
             bar.finish_and_clear();
@@ -234,28 +235,48 @@ impl<'a> Placed<'a> {
         }
     }
 
+    /// One placed object or PG. For an erasure-coded pool, position `i` of the set holds
+    /// chunk `i`: the table labels each device with its chunk (`d0`… data, `p0`… parity) and
+    /// the JSON adds a `chunks` list.
     fn emit(
         &mut self,
-        pool_name: &str,
+        pool: &Pool,
         object: Option<&str>,
         pg: Option<PgId>,
         key: u32,
         set: &ReplicaSet,
     ) {
+        let pool_name = pool.name.as_str();
         let devices: Vec<serde_json::Value> = set
             .as_slice()
             .iter()
             .map(|&d| if d == ITEM_NONE { json!(null) } else { json!(d) })
             .collect();
-        self.rows.push(json!({
+        let mut row = json!({
             "pool": pool_name,
             "object": object,
             "pg": pg.map(|p| p.to_string()),
             "key": key,
             "devices": devices,
             "primary": set.primary().map(|d| d.0),
-        }));
-        let names: Vec<String> = set.as_slice().iter().map(|&d| self.item(d)).collect();
+        });
+        let mut names: Vec<String> = set.as_slice().iter().map(|&d| self.item(d)).collect();
+        if let Some(erasure) = &pool.erasure {
+            let chunks: Vec<serde_json::Value> = devices
+                .iter()
+                .enumerate()
+                .map(|(index, device)| {
+                    let kind = if index < erasure.k as usize { "data" } else { "parity" };
+                    json!({ "index": index, "kind": kind, "device": device })
+                })
+                .collect();
+            row["erasure"] = json!(erasure.to_string());
+            row["chunks"] = json!(chunks);
+            for (index, name) in names.iter_mut().enumerate() {
+                *name = chunk_label(erasure, index, name);
+            }
+        }
+        self.rows.push(row);
         let primary = set.primary().map_or("-".to_string(), |d| self.item(d.0 as i32));
         self.table.row(vec![
             pool_name.to_string(),
@@ -266,6 +287,13 @@ impl<'a> Placed<'a> {
             primary,
         ]);
     }
+}
+
+/// A device of an erasure-coded placement with its chunk: `d0:osd.3` holds data chunk 0,
+/// `p1:osd.7` parity chunk 1 (chunk K + 1).
+fn chunk_label(erasure: &ErasureParams, index: usize, device: &str) -> String {
+    let k = erasure.k as usize;
+    if index < k { format!("d{index}:{device}") } else { format!("p{}:{device}", index - k) }
 }
 
 /// `--candidates`: every candidate of every object in every selected pool.
@@ -308,7 +336,12 @@ fn run_candidates(
                 } else {
                     format!("{object}{}", key.suffix)
                 };
-                let items: Vec<String> = devices.as_slice().iter().map(|&d| name(d)).collect();
+                let mut items: Vec<String> = devices.as_slice().iter().map(|&d| name(d)).collect();
+                if let Some(erasure) = &pool.pool().erasure {
+                    for (index, item) in items.iter_mut().enumerate() {
+                        *item = chunk_label(erasure, index, item);
+                    }
+                }
                 let primary = devices.primary().map(|d| name(d.0 as i32));
                 rows.push(json!({
                     "pool": pool.pool().name,

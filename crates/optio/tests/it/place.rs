@@ -188,3 +188,42 @@ fn bad_mappings_match_crushtool() {
         }
     }
 }
+
+/// An erasure-coded pool: each device of a placement is labelled with the chunk it holds
+/// (data `d0`…, parity `p0`…), and the JSON lists the chunks.
+#[test]
+fn erasure_pools_show_which_device_holds_which_chunk() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut text = String::from("format_version = 1\n");
+    for id in 0..8 {
+        text.push_str(&format!(
+            "\n[[devices]]\nid = {id}\ncapacity = \"1TiB\"\nlocation = {{ host = \"h{id}\" }}\n"
+        ));
+    }
+    text.push_str(
+        "\n[[rules]]\nid = 0\nname = \"ec\"\ntype = \"erasure\"\n\
+         steps = [\"take default\", \"chooseleaf indep 0 type host\", \"emit\"]\n\
+         \n[[pools]]\nid = 1\nname = \"ec\"\npg_num = 16\nerasure = \"4+2\"\n",
+    );
+    let map = dir.path().join("ec.toml");
+    std::fs::write(&map, text).expect("write map");
+    let map = map.to_str().expect("UTF-8");
+    let out = optio_ok(&["place", "--map", map, "--object", "foo", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(rows[0]["erasure"], "4+2");
+    let chunks = rows[0]["chunks"].as_array().expect("chunks");
+    assert_eq!(chunks.len(), 6);
+    for (index, chunk) in chunks.iter().enumerate() {
+        assert_eq!(chunk["index"], index);
+        assert_eq!(chunk["kind"], if index < 4 { "data" } else { "parity" });
+        assert_eq!(chunk["device"], rows[0]["devices"][index]);
+    }
+    for extra in [None, Some("--candidates")] {
+        let mut args = vec!["place", "--map", map, "--object", "foo"];
+        args.extend(extra);
+        let table = optio_ok(&args);
+        for label in ["d0:osd.", "d3:osd.", "p0:osd.", "p1:osd."] {
+            assert!(table.contains(label), "{label} in\n{table}");
+        }
+    }
+}
