@@ -10,10 +10,12 @@
 //!   servers' clock bound ([`VERSION_AHEAD_MAX_MICROS`]), above every version any past
 //!   writer could have written; the next writer raises its clock past it when it opens.
 //! * **A writer holds it** (`optio nbd`): the snapshot is recorded without a mark and the
-//!   header's snapshot generation bumped. The holder polls the header ([`HOLDER_POLL`]); it
-//!   stops its writes, waits for those in flight, picks the mark (its clock's next tick, so
-//!   above every write it acknowledged and below every write it will issue), records it with
-//!   the generation it has seen, and writes again with the new context. The command waits
+//!   header's snapshot generation bumped. The holder watches the header (a read its server
+//!   holds until the header changes, [`crate::Client::get_when_newer`]; else every
+//!   [`HOLDER_POLL`]); it stops its writes, waits for those in flight, picks the mark (its
+//!   clock's next tick, so above every write it acknowledged and below every write it will
+//!   issue), records it with the generation it has seen, and writes again with the new
+//!   context. The command waits
 //!   [`HOLDER_WAIT`] for the mark; a holder that does not answer makes it take the unmarked
 //!   snapshot back and fail, so a snapshot is whole or absent, never torn.
 
@@ -22,8 +24,8 @@ pub use crate::volume::{
     VERSION_AHEAD_MAX_MICROS, ancestors, find,
 };
 use crate::volume::{
-    Volume, VolumeError, VolumeHeader, find_header, forget_child, holder_is_gone, now_ms, update,
-    validate_name,
+    Volume, VolumeError, VolumeHeader, find_header, forget_child, header_when_newer,
+    holder_is_gone, now_ms, update, validate_name,
 };
 use crate::{Client, ClientError};
 use optio_proto::ObjectVersion;
@@ -54,11 +56,21 @@ fn live_holder(header: &VolumeHeader) -> Option<&crate::volume::Lock> {
 pub async fn create(client: &Client, name: &str, snap: &str) -> Result<Snapshot, VolumeError> {
     let started = std::time::Instant::now();
     let mut asked_holder = false;
+    // What an attempt added (id, creation second): a compare-and-swap refused as "changed"
+    // may have taken on the replicas all the same (the holder, watching the header, answered
+    // it before every replica had it), and the next attempt then finds its own snapshot.
+    let mut added: Option<(u64, u64)> = None;
     let written = update(client, name, |header| {
         if header.removing {
             return Err(VolumeError::NotFound(name.to_string()));
         }
-        if header.snapshots.iter().any(|s| s.name == snap) {
+        if let Some(existing) = header.snapshots.iter().find(|s| s.name == snap) {
+            if added == Some((existing.id, existing.created_unix_s)) {
+                // Ours: written again unchanged, then followed as if the first write had
+                // answered.
+                asked_holder = existing.mark.is_none();
+                return Ok(());
+            }
             return Err(VolumeError::Snapshot(format!(
                 "volume '{name}' has a snapshot '{snap}' already; pick another name"
             )));
@@ -68,6 +80,7 @@ pub async fn create(client: &Client, name: &str, snap: &str) -> Result<Snapshot,
         let mark = (!asked_holder).then(|| now * 1000 + VERSION_AHEAD_MAX_MICROS + 1);
         header.snap_seq += 1;
         header.snap_generation += 1;
+        added = Some((header.snap_seq, now / 1000));
         header.snapshots.push(Snapshot {
             id: header.snap_seq,
             name: snap.to_string(),
@@ -88,9 +101,17 @@ pub async fn create(client: &Client, name: &str, snap: &str) -> Result<Snapshot,
     }
     let holder = written.lock.as_ref().map(|l| l.holder.clone()).unwrap_or_default();
     let deadline = tokio::time::Instant::now() + HOLDER_WAIT;
+    // The header is watched (reads its server holds until it changes): the holder's mark is
+    // seen as soon as it is written.
+    let mut seen = ObjectVersion(0);
     while tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(TAKEN_POLL).await;
-        let (header, _) = find_header(client, name).await?;
+        let polled = tokio::time::Instant::now();
+        let (header, version) = header_when_newer(client, &written.pool, name, seen).await?;
+        if version <= seen {
+            // Answered at once with nothing new (a server that cannot wait): paced.
+            tokio::time::sleep_until(polled + TAKEN_POLL).await;
+        }
+        seen = version;
         match header.snapshots.iter().find(|s| s.id == taken.id) {
             Some(s) if s.mark.is_some() => {
                 tracing::debug!(
@@ -121,8 +142,8 @@ pub async fn create(client: &Client, name: &str, snap: &str) -> Result<Snapshot,
     )))
 }
 
-/// How often `snap create` looks whether the lock holder took the snapshot (one command's
-/// reads for a few tens of milliseconds).
+/// How often `snap create` looks whether the lock holder took the snapshot when the server
+/// answers its watch of the header at once.
 const TAKEN_POLL: std::time::Duration = std::time::Duration::from_millis(4);
 
 /// The snapshots of volume `name`, oldest first.
@@ -185,8 +206,15 @@ pub async fn remove(client: &Client, name: &str, snap: &str) -> Result<VolumeHea
         )));
     }
     let gone = found.children.clone();
+    // An attempt refused as "changed" may have taken all the same (see `create`): the next
+    // one then finds the snapshot gone, by its own hand.
+    let mut removed = false;
     update(client, name, |header| {
-        let found = find(header, snap)?;
+        let found = match find(header, snap) {
+            Ok(found) => found,
+            Err(_) if removed => return Ok(()),
+            Err(error) => return Err(error),
+        };
         if found.children.iter().any(|c| !gone.contains(c)) {
             return Err(VolumeError::Snapshot(format!(
                 "snapshot '{name}@{snap}' was cloned meanwhile ({}): flatten or remove the clones first",
@@ -209,6 +237,7 @@ pub async fn remove(client: &Client, name: &str, snap: &str) -> Result<VolumeHea
         header.snapshots.retain(|s| s.name != snap);
         header.snap_generation += 1;
         header.ask_trim();
+        removed = true;
         Ok(())
     })
     .await
@@ -499,11 +528,14 @@ impl Volume {
         Ok(())
     }
 
-    /// One look at the header: takes the snapshots asked for, follows removals; whether a
-    /// flatten is under way (which the lock holder carries out).
-    pub(crate) async fn poll_snapshots(&self) -> Result<bool, VolumeError> {
-        let name = self.name();
-        let (header, version) = find_header(self.client(), &name).await?;
+    /// One look at the header the lock holder read (`version`): takes the snapshots asked
+    /// for, follows removals; whether a flatten is under way (which the lock holder carries
+    /// out).
+    pub(crate) async fn on_header_polled(
+        &self,
+        header: VolumeHeader,
+        version: ObjectVersion,
+    ) -> Result<bool, VolumeError> {
         let seen = header.lock.as_ref().map_or(0, |l| l.generation_seen);
         let flattening = header.parent.is_some() && header.flatten.is_some();
         if header.snap_generation > seen || header.snapshots.iter().any(|s| s.mark.is_none()) {

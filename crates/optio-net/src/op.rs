@@ -313,12 +313,15 @@ pub struct Call<'a> {
     pub snap: Option<SnapContext>,
     /// On a read: the snapshot mark to read as of.
     pub as_of: Option<ObjectVersion>,
+    /// On a whole read: answer once the object is above this version, or after the server's
+    /// bound ([`optio_proto::wire::WAIT_NEWER`]).
+    pub wait_newer: Option<ObjectVersion>,
 }
 
 impl<'a> Call<'a> {
     /// A call of `op` on `pool` at `endpoint`, at `epoch`.
     pub fn new(endpoint: &'a Endpoint, pool: PoolId, epoch: u64, op: Op<'a>) -> Call<'a> {
-        Call { endpoint, pool, epoch, op, snap: None, as_of: None }
+        Call { endpoint, pool, epoch, op, snap: None, as_of: None, wait_newer: None }
     }
 
     /// The request as [`optio_proto::request`] types it (borrowed; the body is not in it).
@@ -330,6 +333,7 @@ impl<'a> Call<'a> {
             op: self.op.to_proto(),
             snap: self.snap,
             as_of: self.as_of,
+            wait_newer: self.wait_newer,
         }
     }
 

@@ -319,6 +319,9 @@ pub struct Request<'a> {
     pub snap: Option<SnapContext>,
     /// On a read ([`Op::Get`]): the snapshot mark to read as of ([`wire::AS_OF`]).
     pub as_of: Option<ObjectVersion>,
+    /// On a whole read ([`Op::Get`] without a range, not as of a snapshot): answer once the
+    /// object is above this version, or after [`wire::WAIT_NEWER_MAX_MS`] ([`wire::WAIT_NEWER`]).
+    pub wait_newer: Option<ObjectVersion>,
 }
 
 /// Why a request does not decode: the kind the server answers with (`BadRequest`, or
@@ -520,6 +523,9 @@ impl Request<'_> {
         if let Some(mark) = self.as_of {
             headers.push((wire::AS_OF, mark.0.to_string()));
         }
+        if let Some(version) = self.wait_newer {
+            headers.push((wire::WAIT_NEWER, version.0.to_string()));
+        }
         if let Some(epoch) = self.epoch {
             headers.push((wire::EPOCH, epoch.to_string()));
         }
@@ -663,6 +669,12 @@ pub enum BadHead {
     /// A snapshot mark on a request that is not a read of an object.
     #[error("{} goes on reads of objects only", wire::AS_OF)]
     AsOfNotOnRead,
+    /// A wait for a newer version on a request that is not a whole read.
+    #[error(
+        "{} applies to whole reads (GET without a range, not as of a snapshot) only",
+        wire::WAIT_NEWER
+    )]
+    WaitNewerNotOnWholeRead,
 }
 
 fn parse_list_query(query: &str) -> Result<ListQuery, BadHead> {
@@ -782,7 +794,11 @@ impl Request<'static> {
         let epoch = headers.u64(wire::EPOCH).map_err(bad)?;
         let op = decode_op(kind, key, query, &headers).map_err(bad)?;
         let (snap, as_of) = decode_snap(&op, &headers).map_err(bad)?;
-        Ok(Request { device, pool, epoch, op, snap, as_of })
+        let wait_newer = headers.u64(wire::WAIT_NEWER).map_err(bad)?.map(ObjectVersion);
+        if wait_newer.is_some() && (as_of.is_some() || !matches!(op, Op::Get { range: None, .. })) {
+            return Err(bad(BadHead::WaitNewerNotOnWholeRead));
+        }
+        Ok(Request { device, pool, epoch, op, snap, as_of, wait_newer })
     }
 }
 

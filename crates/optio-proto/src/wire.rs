@@ -95,6 +95,12 @@ pub const SNAP: &str = "x-optio-snap";
 /// On a `GET` (whole or ranged): read the object as a snapshot with this mark sees it
 /// ([`crate::snap`]): the head or a clone, or not found when it did not exist then.
 pub const AS_OF: &str = "x-optio-as-of";
+/// On a whole `GET`: answer once the object's version is above this one (a write landed), or
+/// after at most [`WAIT_NEWER_MAX_MS`], whichever comes first; at once when the object is
+/// absent. A long poll: a volume's lock holder watches its header with it.
+pub const WAIT_NEWER: &str = "x-optio-wait-newer";
+/// The longest a server holds a [`WAIT_NEWER`] read before it answers what it has.
+pub const WAIT_NEWER_MAX_MS: u64 = 1_000;
 /// On a signed request: the server it is for, as the client addressed it (`host:port`, the
 /// device's address in the map). Signed like every `x-optio-*` header, so that a request
 /// captured on its way to one server is refused by every other.

@@ -90,6 +90,38 @@ impl Client {
         Ok((info, chunks.to_bytes()))
     }
 
+    /// A whole read of `key` that its server holds until the object is stored above version
+    /// `newer_than` (a write landed) or about a second has passed
+    /// ([`optio_proto::wire::WAIT_NEWER`]), then answers what it has — which may still be
+    /// `newer_than`: callers compare. A long poll, for a volume's lock holder watching its
+    /// header. While data moves, with the object's first device down, or with an answer that
+    /// cannot be used, it is an ordinary read at once; a caller that loops paces itself.
+    pub async fn get_when_newer(
+        &self,
+        pool_name: &str,
+        key: &str,
+        newer_than: ObjectVersion,
+    ) -> Result<(ObjectInfo, Bytes), ClientError> {
+        validate_key(key)?;
+        let mut attempts = 0;
+        let at = self.retry_located(pool_name, key, &mut attempts).await?;
+        let (view, pool) = (&*at.view, at.pool);
+        if !self.in_transition(view, pool)
+            && let Some(device) = at.candidate().devices.first()
+            && let Ok(endpoint) = view.endpoint(*device)
+        {
+            let mut call = self.object_call(view, &endpoint, pool, Op::Get { key, range: None });
+            call.wait_newer = Some(newer_than);
+            if let Ok(answer) = self.call(call).await
+                && let Some(info) = answer.info.clone()
+                && answer.body.checksum() == info.checksum
+            {
+                return Ok((info, answer.body.to_bytes()));
+            }
+        }
+        self.get_range(pool_name, key, None).await
+    }
+
     async fn get_chunks_as_of(
         &self,
         pool_name: &str,

@@ -431,7 +431,26 @@ pub(crate) async fn find_header(
     Err(VolumeError::NotFound(name.to_string()))
 }
 
-/// How often a lock holder looks at the header for snapshots to take.
+/// The header of volume `name` (in `pool`) once it is stored above version `newer_than`, or
+/// after the server's bound of about a second (a long poll, [`Client::get_when_newer`]); what
+/// is stored then, with its version (possibly `newer_than` itself).
+pub(crate) async fn header_when_newer(
+    client: &Client,
+    pool: &str,
+    name: &str,
+    newer_than: optio_proto::ObjectVersion,
+) -> Result<(VolumeHeader, optio_proto::ObjectVersion), VolumeError> {
+    let key = header_key(name);
+    match client.get_when_newer(pool, &key, newer_than).await {
+        Ok((info, data)) => Ok((VolumeHeader::decode(name, &data)?, info.version)),
+        Err(ClientError::NotFound { .. }) => Err(VolumeError::NotFound(name.to_string())),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// How often a lock holder looks at the header for snapshots to take when its server answers
+/// a watch at once (one that cannot wait, or data moving); otherwise it watches the header
+/// (a read the server holds until the header changes: [`Client::get_when_newer`]).
 pub const HOLDER_POLL: Duration = Duration::from_millis(20);
 /// How long `snap create` waits for the lock holder to take the snapshot.
 pub const HOLDER_WAIT: Duration = Duration::from_secs(5);

@@ -45,7 +45,8 @@ pub use header::{
     VolumeHeader, ancestors, data_key, find, header_key, validate_name, validate_sizes,
 };
 pub(crate) use header::{
-    HEADER_BYTES, find_header, forget_child, holder_is_gone, holder_name, now_ms, unique, update,
+    HEADER_BYTES, find_header, forget_child, header_when_newer, holder_is_gone, holder_name,
+    now_ms, unique, update,
 };
 
 /// Creates a volume of `size` bytes in `pool`.
@@ -329,18 +330,48 @@ impl Volume {
             volume.follow_snapshots().await?;
             let weak = Arc::downgrade(&volume);
             let watcher = tokio::spawn(async move {
+                // The header is watched: each read is held by its server until the header
+                // changes (a `snap create` asking for a snapshot, a flatten started, the
+                // lock's own renewals) or about a second has passed, so a snapshot is taken
+                // as soon as it is asked for. The volume is not held during the wait.
+                let mut seen = ObjectVersion(0);
                 loop {
-                    tokio::time::sleep(HOLDER_POLL).await;
+                    let started = tokio::time::Instant::now();
                     let Some(volume) = weak.upgrade() else { return };
                     if volume.lost.load(Ordering::Acquire) {
                         return;
                     }
-                    match volume.poll_snapshots().await {
-                        Ok(true) => volume.start_flatten_as_holder(),
-                        Ok(false) => {}
-                        Err(error) => {
-                            tracing::debug!(volume = %volume.name(), "snapshot poll: {error}");
+                    let (client, name) = (volume.client.clone(), volume.name());
+                    let pool = volume.header().pool;
+                    drop(volume);
+                    let polled = header_when_newer(&client, &pool, &name, seen).await;
+                    let Some(volume) = weak.upgrade() else { return };
+                    if volume.lost.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let changed = match polled {
+                        Ok((header, version)) => {
+                            let changed = version > seen;
+                            seen = version;
+                            match volume.on_header_polled(header, version).await {
+                                Ok(true) => volume.start_flatten_as_holder(),
+                                Ok(false) => {}
+                                Err(error) => {
+                                    tracing::debug!(volume = %name, "snapshot poll: {error}");
+                                }
+                            }
+                            changed
                         }
+                        Err(error) => {
+                            tracing::debug!(volume = %name, "snapshot poll: {error}");
+                            false
+                        }
+                    };
+                    drop(volume);
+                    // A server that answered at once with nothing new (it cannot wait, data
+                    // is moving, an error): the holder paces itself.
+                    if !changed {
+                        tokio::time::sleep_until(started + HOLDER_POLL).await;
                     }
                 }
             });

@@ -140,14 +140,17 @@ fn request() -> impl Strategy<Value = Request<'static>> {
         op(),
         proptest::option::of(snap_context()),
         proptest::option::of(version()),
+        proptest::option::of(version()),
     )
-        .prop_map(|(device, pool, epoch, op, snap, as_of)| {
-            // A context goes on writes only, a mark on reads only.
+        .prop_map(|(device, pool, epoch, op, snap, as_of, wait_newer)| {
+            // A context goes on writes only, a mark on reads only, a wait on whole reads only.
             let writes =
                 matches!(op, Op::Put { .. } | Op::WriteAt(_) | Op::Delete { purge: false, .. });
             let snap = snap.filter(|_| writes);
             let as_of = as_of.filter(|_| matches!(op, Op::Get { .. }));
-            Request { device, pool: PoolId(pool), epoch, op, snap, as_of }
+            let wait_newer =
+                wait_newer.filter(|_| as_of.is_none() && matches!(op, Op::Get { range: None, .. }));
+            Request { device, pool: PoolId(pool), epoch, op, snap, as_of, wait_newer }
         })
 }
 
@@ -198,6 +201,7 @@ fn the_wire_format_is_todays() {
         op: Op::Probe { key: Cow::Borrowed("a b/c"), want_choice: true },
         snap: None,
         as_of: None,
+        wait_newer: None,
     };
     assert_eq!(probe.method(), Method::Head);
     assert_eq!(probe.path(), "/v1/dev/4/objects/2/a%20b%2Fc");
@@ -221,6 +225,7 @@ fn the_wire_format_is_todays() {
         }),
         snap: Some(crate::snap::SnapContext { seq: 2, mark: ObjectVersion(6) }),
         as_of: None,
+        wait_newer: None,
     };
     let headers = write.headers();
     let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
@@ -268,6 +273,24 @@ fn snapshot_headers_go_where_they_mean_something() {
         reason("GET", path, &[(wire::AS_OF, "40"), (wire::CATCH_UP, "1")]),
         Err("x-optio-as-of goes on reads of objects only".into())
     );
+}
+
+#[test]
+fn a_wait_for_a_newer_version_goes_on_whole_reads_only() {
+    let wait = |method, pairs: &[(&'static str, &str)]| {
+        decode(method, "/v1/dev/1/objects/2/k", pairs).map(|r| r.wait_newer).map_err(|e| e.reason)
+    };
+    assert_eq!(wait("GET", &[(wire::WAIT_NEWER, "17")]), Ok(Some(ObjectVersion(17))));
+    assert_eq!(wait("GET", &[]), Ok(None));
+    let refused = Err(
+        "x-optio-wait-newer applies to whole reads (GET without a range, not as of a snapshot) only"
+            .to_string(),
+    );
+    assert_eq!(wait("GET", &[(wire::WAIT_NEWER, "17"), ("range", "bytes=0-9")]), refused);
+    assert_eq!(wait("GET", &[(wire::WAIT_NEWER, "17"), (wire::AS_OF, "5")]), refused);
+    assert_eq!(wait("HEAD", &[(wire::WAIT_NEWER, "17")]), refused);
+    assert_eq!(wait("PUT", &[(wire::WAIT_NEWER, "17")]), refused);
+    assert!(wait("GET", &[(wire::WAIT_NEWER, "soon")]).is_err());
 }
 
 #[test]

@@ -83,6 +83,9 @@ impl Asked {
     fn operation(&self) -> Option<Operation> {
         match self {
             Asked::Own(_) => None,
+            // A read that waits for a change (a long poll) lasts as long as nothing changes:
+            // not a request duration to observe.
+            Asked::Device(Ok(request)) if request.wait_newer.is_some() => None,
             Asked::Device(Ok(request)) => Some(Some(request.op.kind())),
             Asked::Device(Err(error)) => Some(error.kind_of_op),
         }
@@ -312,9 +315,13 @@ async fn serve_device(
         epoch: state.epoch_of(request.epoch),
         snap: request.snap,
         as_of: request.as_of,
+        wait_newer: request.wait_newer,
     };
     let handled = handle(state, target, request.op, caller, body).await;
-    store.record_latency(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+    // (A long poll's time is its wait, not the device's latency.)
+    if request.wait_newer.is_none() {
+        store.record_latency(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+    }
     match handled {
         Ok((answer, file)) => Served { said: Said::Device(answer), store: Some(store), file },
         Err(refusal) => Served::refused(refusal, Some(store)),

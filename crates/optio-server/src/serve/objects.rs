@@ -28,6 +28,10 @@ pub(super) fn probe(target: &Target, key: &str, want_choice: bool) -> Handled {
 }
 
 pub(super) async fn get_object(target: &Target, key: String, range: Option<ByteRange>) -> Handled {
+    if let Some(version) = target.wait_newer {
+        let bound = std::time::Duration::from_millis(wire::WAIT_NEWER_MAX_MS);
+        target.store.wait_newer(target.pool, &key, version, bound).await;
+    }
     let Some(mark) = target.as_of else {
         let (info, range, body) = read_object(target, key, range).await?;
         return Ok(Answer::Object { info, range, body });

@@ -22,6 +22,8 @@ pub(crate) struct Target {
     pub(crate) snap: Option<optio_proto::snap::SnapContext>,
     /// A read's snapshot mark.
     pub(crate) as_of: Option<optio_proto::ObjectVersion>,
+    /// A whole read that waits for a version above this one ([`optio_proto::wire::WAIT_NEWER`]).
+    pub(crate) wait_newer: Option<optio_proto::ObjectVersion>,
 }
 
 /// A refusal of `kind` for `reason`.

@@ -497,6 +497,8 @@ impl DeviceStore {
         self.disk.write_at(&path, &parts, request.sync).map_err(StoreError::io("write", &path))?;
         let mut index = self.index.write().expect("index lock");
         index.insert((pool, key.to_string()), entry_of(&header, layout.file_bytes(), &[]));
+        drop(index);
+        self.watchers.changed(pool, key);
         Ok(PutOutcome::Stored)
     }
 

@@ -42,6 +42,7 @@ use crate::records::RecordLog;
 
 mod blocks;
 mod snapshots;
+mod watch;
 pub use blocks::WriteAt;
 
 /// Lock stripes per device (writes to keys in different stripes never wait on each other).
@@ -146,6 +147,8 @@ pub struct DeviceStore {
     disk: Arc<dyn Disk>,
     /// Buffers whole-object reads reuse ([`optio_net::buffers`]).
     read_buffers: Arc<BufferPool>,
+    /// Reads waiting for a key to change ([`watch`]).
+    watchers: Arc<watch::Watchers>,
     index: RwLock<BTreeMap<(PoolId, String), Entry>>,
     records: RecordLog,
     /// Small whole-object writes and tombstones, durable by group commit ([`crate::journal`]).
@@ -276,6 +279,7 @@ impl DeviceStore {
             capacity_bytes: config.capacity_bytes,
             disk,
             read_buffers: optio_net::buffers::shared().clone(),
+            watchers: Arc::default(),
             index: RwLock::new(BTreeMap::new()),
             records,
             journal,
@@ -604,6 +608,34 @@ impl DeviceStore {
         if let Some(old) = old {
             self.used_bytes.fetch_sub(old.file_bytes, Ordering::AcqRel);
         }
+        drop(index);
+        self.watchers.changed(pool, key);
+    }
+
+    /// Waits until `key` of `pool` is stored at a version above `version`, or is absent (a
+    /// tombstone too), or `bound` has passed ([`optio_proto::wire::WAIT_NEWER`]).
+    pub async fn wait_newer(
+        &self,
+        pool: PoolId,
+        key: &str,
+        version: ObjectVersion,
+        bound: std::time::Duration,
+    ) {
+        let watch = watch::Watchers::watch(&self.watchers, pool, key);
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            // Registered before the look, so that a change between the two is not missed.
+            let notified = watch.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.info(pool, key) {
+                Some(info) if info.version <= version => {}
+                _ => return,
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Reads and verifies an object (blocking). A replica that fails verification is
@@ -715,6 +747,7 @@ impl DeviceStore {
         if let Some(old) = self.index.write().expect("index lock").remove(&(pool, key.to_string()))
         {
             self.used_bytes.fetch_sub(old.file_bytes, Ordering::AcqRel);
+            self.watchers.changed(pool, key);
         }
     }
 
@@ -1091,6 +1124,59 @@ mod tests {
             pg_seed: Some(7),
             epoch: Epoch(1),
         })
+    }
+
+    /// A read waiting for a newer version ([`DeviceStore::wait_newer`]) is held while nothing
+    /// changes and answered by the write that changes the key (a small, journaled write and a
+    /// large one alike) or a delete — not by a write of another key — and is not held at all
+    /// when the key is absent or already newer; a wait on nothing new ends at its bound.
+    #[tokio::test]
+    async fn a_wait_for_a_newer_version_ends_with_the_change_of_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 30 };
+        let store = Arc::new(DeviceStore::open(&config, Arc::new(RealDisk)).unwrap());
+        let long = std::time::Duration::from_secs(600);
+        let pending =
+            |wait: &mut std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>| {
+                let waker = std::task::Waker::noop();
+                wait.as_mut().poll(&mut std::task::Context::from_waker(waker)).is_pending()
+            };
+        // Absent: at once.
+        let mut wait: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+            Box::pin(store.wait_newer(PoolId(1), "h", ObjectVersion(0), long));
+        assert!(!pending(&mut wait), "an absent key is answered at once");
+        put(&store, "h", b"one", 1).unwrap();
+        for (data, version) in [(vec![2u8; 100], 2), (vec![3u8; 300 << 10], 3)] {
+            let store2 = store.clone();
+            let mut wait: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+                Box::pin(async move {
+                    store2.wait_newer(PoolId(1), "h", ObjectVersion(version - 1), long).await
+                });
+            assert!(pending(&mut wait), "held while nothing changed");
+            put(&store, "other", b"x", version).unwrap();
+            assert!(pending(&mut wait), "another key's write does not answer it");
+            put(&store, "h", &data, version).unwrap();
+            tokio::time::timeout(std::time::Duration::from_secs(60), wait)
+                .await
+                .expect("the write of the key answers the wait");
+        }
+        let mut newer: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+            Box::pin(store.wait_newer(PoolId(1), "h", ObjectVersion(2), long));
+        assert!(!pending(&mut newer), "already newer: at once");
+        let store2 = store.clone();
+        let mut wait: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = Box::pin(
+            async move { store2.wait_newer(PoolId(1), "h", ObjectVersion(3), long).await },
+        );
+        assert!(pending(&mut wait));
+        store.delete(PoolId(1), "h", None, Epoch(1), Some(7)).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(60), wait)
+            .await
+            .expect("a delete answers the wait");
+        put(&store, "h", b"four", 4).unwrap_or(PutOutcome::Stored);
+        // Nothing changes: the bound ends it.
+        store
+            .wait_newer(PoolId(1), "other", ObjectVersion(9), std::time::Duration::from_millis(20))
+            .await;
     }
 
     /// Data received in pieces (small ones journaled, large ones written whole; a first
