@@ -165,6 +165,9 @@ impl<T: Followed> MapFollower<T> {
                         tracing::warn!(%error, "cannot install the new map");
                     }
                 }
+                // The runtime is shutting down (a command ending): its blocking tasks are
+                // cancelled, which is no fault of the map store's.
+                Err(crate::ClusterError::Task(join)) if join.is_cancelled() => return,
                 Err(error) => {
                     tracing::warn!(%error, "the map store gave a map that cannot be used");
                     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
