@@ -20,7 +20,6 @@ trap cleanup EXIT
 up_pid=$!
 for _ in $(seq 300); do grep -q "Ctrl-C" "$work/up.log" && break; sleep 0.1; done
 grep -q "Ctrl-C" "$work/up.log" || { cat "$work/up.log"; exit 1; }
-export OPTIO_CLUSTER="$work/c"
 "$optio" volume create vm 1GiB --cluster "$work/c" > /dev/null
 sock="$work/nbd.sock"
 "$optio" nbd vm --socket "$sock" --cluster "$work/c" > "$work/nbd.out" 2> "$work/nbd.err" &

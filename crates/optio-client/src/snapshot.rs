@@ -15,9 +15,9 @@
 //!   [`HOLDER_POLL`]); it stops its writes, waits for those in flight, picks the mark (its
 //!   clock's next tick, so above every write it acknowledged and below every write it will
 //!   issue), records it with the generation it has seen, and writes again with the new
-//!   context. The command waits
-//!   [`HOLDER_WAIT`] for the mark; a holder that does not answer makes it take the unmarked
-//!   snapshot back and fail, so a snapshot is whole or absent, never torn.
+//!   context. The command waits [`HOLDER_WAIT`] for the mark; a holder that does not answer
+//!   makes it take the unmarked snapshot back and fail, so a snapshot is whole or absent,
+//!   never torn.
 
 pub use crate::volume::{
     Ancestor, CLONE_DEPTH_MAX, HOLDER_POLL, HOLDER_WAIT, Parent, Reader, Snapshot,

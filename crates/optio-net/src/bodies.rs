@@ -17,7 +17,7 @@ pub async fn read_body<R: AsyncRead + Unpin + ?Sized>(
 ) -> io::Result<Bytes> {
     let pool = crate::buffers::shared();
     let mut body = pool.take(len);
-    body.reserve_exact(len);
+    body.reserve_exact(crate::buffers::capacity_for(len));
     while body.len() < len {
         // (Never past `len`: the next frame follows in the stream.)
         let left = (len - body.len()) as u64;

@@ -20,6 +20,19 @@ const KEPT_BYTES_MAX: usize = 96 << 20;
 pub const POOLED_MIN: usize = 64 << 10;
 const KEPT_BUFFER_MAX: usize = 16 << 20;
 
+/// The capacity to give a buffer for reading `len` bytes: one more (a read to the end sees
+/// the end without growing it), and for pooled sizes rounded up to [`POOLED_MIN`], so that
+/// a buffer kept from one read fits the next of about the same size (4 MiB objects whose
+/// files differ by the length of their keys).
+pub fn capacity_for(len: usize) -> usize {
+    let capacity = len.saturating_add(1);
+    if len < POOLED_MIN {
+        capacity
+    } else {
+        capacity.div_ceil(POOLED_MIN).saturating_mul(POOLED_MIN)
+    }
+}
+
 /// Free buffers, lent out as [`Bytes`] and given back when those are dropped.
 #[derive(Default)]
 pub struct BufferPool {
@@ -39,13 +52,18 @@ struct Free {
 }
 
 impl BufferPool {
-    /// An empty buffer to read about `len` bytes into: a kept one when there is one (its
-    /// capacity may be below `len`: reads grow it).
+    /// An empty buffer to read about `len` bytes into: a kept one of a fitting size when
+    /// there is one (more than `len`, at most four times it, so that a small read does not
+    /// hold a large buffer while its bytes live), else a fresh one, to be given
+    /// [`capacity_for`] `len`.
     pub fn take(&self, len: usize) -> Vec<u8> {
         if len >= POOLED_MIN {
             let mut free = self.free.lock().expect("buffer pool lock");
             // The most recently returned first: its pages are the likeliest in the cache.
-            if let Some(buffer) = free.buffers.pop() {
+            let fits =
+                |buffer: &Vec<u8>| (len + 1..=len.saturating_mul(4)).contains(&buffer.capacity());
+            if let Some(at) = free.buffers.iter().rposition(fits) {
+                let buffer = free.buffers.remove(at);
                 free.bytes -= buffer.capacity();
                 return buffer;
             }
@@ -107,6 +125,7 @@ mod tests {
     fn a_buffer_comes_back_when_its_last_bytes_are_dropped_and_is_lent_again() {
         let home = Arc::new(BufferPool::default());
         let mut buffer = home.take(1 << 20);
+        buffer.reserve_exact(capacity_for(1 << 20));
         buffer.extend((0..(1u32 << 20)).map(|i| i as u8));
         let pointer = buffer.as_ptr();
         let bytes = BufferPool::bytes(&home, buffer);
@@ -122,6 +141,24 @@ mod tests {
         assert!(again.is_empty(), "handed out empty");
         assert_eq!(again.as_ptr(), pointer, "the same memory");
         assert_eq!(home.kept(), (0, 0));
+    }
+
+    #[test]
+    fn a_buffer_is_lent_again_for_a_read_of_about_its_size_only() {
+        let home = Arc::new(BufferPool::default());
+        let object = 4 << 20;
+        let mut buffer = home.take(object + 300);
+        buffer.reserve_exact(capacity_for(object + 300));
+        drop(BufferPool::bytes(&home, buffer));
+        // A file a few bytes longer (a longer key) fits the same buffer.
+        let again = home.take(object + 310);
+        assert!(again.capacity() > object + 310);
+        drop(BufferPool::bytes(&home, again));
+        // A 64 KiB read does not take a 4 MiB buffer.
+        assert_eq!(home.take(64 << 10).capacity(), 0);
+        assert_eq!(home.kept().0, 1);
+        assert_eq!(capacity_for(100), 101);
+        assert_eq!(capacity_for(POOLED_MIN), 2 * POOLED_MIN);
     }
 
     #[test]

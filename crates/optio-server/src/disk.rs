@@ -313,7 +313,8 @@ impl Disk for RealDisk {
         let mut file = File::open(path)?;
         let len = file.metadata()?.len();
         // (A file that grew since is read whole all the same: read_to_end goes on to its end.)
-        out.try_reserve_exact(usize::try_from(len).unwrap_or(usize::MAX).saturating_add(1))
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        out.try_reserve_exact(optio_net::buffers::capacity_for(len))
             .map_err(|e| io::Error::new(io::ErrorKind::OutOfMemory, e.to_string()))?;
         file.read_to_end(out)?;
         Ok(())

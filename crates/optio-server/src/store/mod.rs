@@ -657,7 +657,7 @@ impl DeviceStore {
             };
             return self.read_checked(pool, key, &entry);
         }
-        match self.read_file(pool, key, false) {
+        match self.read_file(pool, key, false, entry.file_bytes) {
             Ok((info, data)) if info.version == entry.version => Ok((info, data)),
             Ok(_) | Err(StoreError::Mismatch { .. }) => {
                 // A write may have replaced the file between the index read and the file
@@ -682,7 +682,7 @@ impl DeviceStore {
         entry: &Entry,
     ) -> Result<(ObjectInfo, Bytes), StoreError> {
         let path = self.path_of(pool, key);
-        let reason = match self.read_file(pool, key, true) {
+        let reason = match self.read_file(pool, key, true, entry.file_bytes) {
             Ok((info, data)) if info.version == entry.version => return Ok((info, data)),
             Ok((info, _)) => format!(
                 "it holds version {} where version {} was stored",
@@ -699,15 +699,16 @@ impl DeviceStore {
     /// The object's file, decoded: its info and data. A file of another key or pool is a
     /// [`StoreError::Mismatch`] (not yet quarantined); an undecodable one is quarantined, a
     /// missing one forgotten (under the key's stripe, which `locked` says the caller holds).
+    /// `file_bytes`: the file's size as the index has it (which buffer to read it into).
     fn read_file(
         &self,
         pool: PoolId,
         key: &str,
         locked: bool,
+        file_bytes: u64,
     ) -> Result<(ObjectInfo, Bytes), StoreError> {
         let path = self.path_of(pool, key);
-        let size_hint = self.entry(pool, key).map_or(0, |entry| entry.file_bytes as usize);
-        let mut bytes = self.read_buffers.take(size_hint);
+        let mut bytes = self.read_buffers.take(usize::try_from(file_bytes).unwrap_or(usize::MAX));
         match self.disk.read_into(&path, &mut bytes) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -114,7 +114,7 @@ impl DeviceStore {
                 .copy_temp(&from, &temp)
                 .and_then(|()| self.disk.write_at(&temp, &[(0, &encoded)], true))
         } else {
-            let (_, data) = self.read_file(pool, key, true)?;
+            let (_, data) = self.read_file(pool, key, true, head.file_bytes)?;
             self.disk.write_temp(&temp, &[&encoded, &data], true)
         };
         if let Err(error) = written {
