@@ -22,17 +22,57 @@ pub enum ClientError {
         /// The pools there are.
         known: String,
     },
-    /// The pool is erasure-coded, which this build's store does not read or write yet.
+    /// The pool is erasure-coded, and the operation serves replicated pools only.
     #[error(
-        "pool '{pool}' is erasure-coded ({profile}); this build reads and writes objects in \
-         replicated pools only (erasure-coded objects are issue 41's next step): use a \
-         replicated pool"
+        "pool '{pool}' is erasure-coded ({profile}); this operation serves replicated pools only \
+         (erasure-coded pools take whole-object put, get and rm: docs/erasure.md)"
     )]
     ErasureNotServed {
         /// The pool.
         pool: String,
         /// Its profile, `K+M`.
         profile: String,
+    },
+    /// A key an erasure-coded pool cannot take.
+    #[error("bad key '{key}' for an erasure-coded pool: it {reason}")]
+    ErasureKey {
+        /// The key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// Fewer than `min_size` chunks of an erasure-coded object were durable.
+    #[error(
+        "'{key}': only {acked} of {chunks} chunks were written, and the pool needs {needed} \
+         (min_size); the previous version stays readable: {failures}"
+    )]
+    NotEnoughChunks {
+        /// Key.
+        key: String,
+        /// Chunks durable.
+        acked: usize,
+        /// The pool's min_size.
+        needed: usize,
+        /// K + M.
+        chunks: usize,
+        /// What the others answered.
+        failures: String,
+    },
+    /// No version of an erasure-coded object could be decoded.
+    #[error("cannot read '{key}': {reason}")]
+    Undecodable {
+        /// Key.
+        key: String,
+        /// What each chunk's device had.
+        reason: String,
+    },
+    /// A byte range outside the object.
+    #[error("bad range for '{key}': {reason}")]
+    BadRange {
+        /// Key.
+        key: String,
+        /// The range and the object's size.
+        reason: String,
     },
     /// The key is not valid.
     #[error("bad key: {0}")]

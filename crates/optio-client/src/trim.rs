@@ -437,6 +437,10 @@ impl Worker {
         let mut events = Vec::new();
         let mut listed = std::collections::HashSet::new();
         for pool in client.map().pools() {
+            if pool.erasure.is_some() {
+                // Volume headers live in replicated pools only.
+                continue;
+            }
             for info in client.list(&pool.name, HEADER_PREFIX).await? {
                 let name = info.key[HEADER_PREFIX.len()..].to_string();
                 let id = (pool.name.clone(), name.clone());

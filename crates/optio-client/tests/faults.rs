@@ -53,7 +53,7 @@ fn kind(op: &Op<'_>) -> Kind {
         Op::Put { .. } => Kind::Put,
         Op::WriteAt { .. } => Kind::WriteAt,
         Op::Sync => Kind::Sync,
-        Op::Delete { .. } | Op::Undo { .. } => Kind::Delete,
+        Op::Delete { .. } | Op::Undo { .. } | Op::Commit { .. } => Kind::Delete,
         Op::List(_) => Kind::List,
         Op::GetRecord { .. } => Kind::GetRecord,
         Op::PutRecord { .. } => Kind::PutRecord,

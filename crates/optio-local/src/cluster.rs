@@ -132,6 +132,9 @@ pub struct LocalClusterSpec {
     /// The map's rules, buckets and pools as Optio TOML, in place of the six pools of a local
     /// cluster (the devices are written before it).
     pub pools_toml: Option<String>,
+    /// An erasure-coded pool [`ERASURE_POOL`] with this profile (`K+M`) besides the six
+    /// replicated ones (`optio up --erasure`).
+    pub erasure: Option<String>,
 }
 
 /// The least CRUSH weight of a placed device (one of 16 MiB or less).
@@ -165,6 +168,7 @@ impl Default for LocalClusterSpec {
             server_workers: None,
             placements: None,
             pools_toml: None,
+            erasure: None,
         }
     }
 }
@@ -199,6 +203,10 @@ pub const ELASTIC_POOL: &str = "elastic";
 /// A `crush` pool with Optio's incremental balanced placement (`balanced = "incremental"`,
 /// k = 1): every device within one PG of its share, and map edits carry its state forward.
 pub const BALANCED_POOL: &str = "balanced";
+
+/// The erasure-coded `crush` pool of a local cluster started with an erasure profile
+/// (`optio up --erasure K+M`).
+pub const ERASURE_POOL: &str = "ec";
 
 /// One host of a generated map: its name (`zZONE-hHOST`: the zone is the part before `-`),
 /// the address of its server, if known, and its devices.
@@ -315,6 +323,32 @@ pub fn map_text(spec: &LocalClusterSpec, hosts: &[MapHost], epoch: u64) -> Strin
         "[[pools]]\nid = 6\nname = \"{BALANCED_POOL}\"\nengine = \"crush\"\nrule = \"by_{domain}\"\npg_num = {}\nsize = {replicas}\nbalanced = \"incremental\"",
         spec.pg_num
     );
+    if let Some(profile) = &spec.erasure {
+        // One chunk per zone when there are zones enough, else per host, else per device
+        // (the map refuses a profile wider than the devices, naming the pool).
+        let width: u32 = profile
+            .split('+')
+            .map(|n| n.trim().parse::<u32>().unwrap_or(0))
+            .fold(0, u32::saturating_add);
+        let hosts = spec.zones * spec.hosts_per_zone;
+        let ec_domain = if spec.zones >= width {
+            "zone"
+        } else if hosts >= width {
+            "host"
+        } else {
+            "osd"
+        };
+        let choose = if ec_domain == "osd" { "choose" } else { "chooseleaf" };
+        let _ = writeln!(
+            out,
+            "\n[[rules]]\nid = 1\nname = \"ec_by_{ec_domain}\"\ntype = \"erasure\"\nsteps = [\"set_chooseleaf_tries 5\", \"set_choose_tries 100\", \"take default\", \"{choose} indep 0 type {ec_domain}\", \"emit\"]\n"
+        );
+        let _ = writeln!(
+            out,
+            "[[pools]]\nid = 7\nname = \"{ERASURE_POOL}\"\nengine = \"crush\"\nrule = \"ec_by_{ec_domain}\"\npg_num = {}\nerasure = \"{profile}\"",
+            spec.pg_num
+        );
+    }
     out
 }
 

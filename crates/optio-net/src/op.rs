@@ -123,6 +123,14 @@ pub enum Op<'a> {
         /// The version written.
         version: ObjectVersion,
     },
+    /// `DELETE` the earlier versions of an erasure-coded chunk kept while version `version`
+    /// was written ([`optio_proto::wire::COMMIT`]): that version is decodable.
+    Commit {
+        /// Key.
+        key: &'a str,
+        /// The version committed.
+        version: ObjectVersion,
+    },
     /// `GET` one page of the pool's listing.
     List(ListQuery),
     /// `GET` a choice record.
@@ -205,6 +213,9 @@ impl Op<'_> {
                 pg_seed: *pg_seed,
             },
             Op::Undo { key: k, version } => request::Op::Undo { key: key(k), version: *version },
+            Op::Commit { key: k, version } => {
+                request::Op::Commit { key: key(k), version: *version }
+            }
             Op::List(query) => request::Op::List(Cow::Borrowed(query)),
             Op::GetRecord { key: k } => request::Op::GetRecord { key: key(k), wait_durable: false },
             Op::PutRecord { key: k, record, replace_if_writer, unless_contended, defer_sync } => {
@@ -244,6 +255,7 @@ impl Op<'_> {
             | Op::Sync
             | Op::Delete { .. }
             | Op::Undo { .. }
+            | Op::Commit { .. }
             | Op::GetRecord { .. }
             | Op::PutRecord { .. }
             | Op::DeleteRecord { .. } => true,
@@ -271,6 +283,7 @@ impl Op<'_> {
             | Op::WriteAt { key, .. }
             | Op::Delete { key, .. }
             | Op::Undo { key, .. }
+            | Op::Commit { key, .. }
             | Op::GetRecord { key }
             | Op::PutRecord { key, .. }
             | Op::DeleteRecord { key } => Some(key),

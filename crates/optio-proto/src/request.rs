@@ -211,6 +211,14 @@ pub enum Op<'a> {
         /// The version written.
         version: ObjectVersion,
     },
+    /// `DELETE` the kept earlier versions of an erasure-coded object's chunk once version
+    /// `version` of it is decodable ([`wire::COMMIT`]).
+    Commit {
+        /// Key.
+        key: Cow<'a, str>,
+        /// The version committed.
+        version: ObjectVersion,
+    },
     /// `GET` one page of the pool's listing.
     List(Cow<'a, ListQuery>),
     /// `GET` a choice record.
@@ -352,7 +360,9 @@ impl Op<'_> {
             | Op::GetRecord { .. } => Method::Get,
             Op::Put { .. } | Op::WriteAt(_) | Op::PutRecord { .. } => Method::Put,
             Op::Sync => Method::Post,
-            Op::Delete { .. } | Op::Undo { .. } | Op::DeleteRecord { .. } => Method::Delete,
+            Op::Delete { .. } | Op::Undo { .. } | Op::Commit { .. } | Op::DeleteRecord { .. } => {
+                Method::Delete
+            }
         }
     }
 
@@ -375,6 +385,7 @@ impl Op<'_> {
             | Op::WriteAt(WriteAt { key, .. })
             | Op::Delete { key, .. }
             | Op::Undo { key, .. }
+            | Op::Commit { key, .. }
             | Op::GetRecord { key, .. }
             | Op::PutRecord { key, .. }
             | Op::DeleteRecord { key } => Some(key),
@@ -391,7 +402,7 @@ impl Op<'_> {
             Op::Put { .. } => OpKind::Put,
             Op::WriteAt(_) => OpKind::Write,
             Op::Sync => OpKind::Sync,
-            Op::Delete { .. } | Op::Undo { .. } => OpKind::Delete,
+            Op::Delete { .. } | Op::Undo { .. } | Op::Commit { .. } => OpKind::Delete,
             Op::List(_) => OpKind::List,
             Op::GetRecord { .. } => OpKind::RecordGet,
             Op::PutRecord { .. } => OpKind::RecordPut,
@@ -437,6 +448,10 @@ impl Op<'_> {
             Op::Undo { version, .. } => {
                 out.push((wire::VERSION, version.0.to_string()));
                 out.push((wire::UNDO, one()));
+            }
+            Op::Commit { version, .. } => {
+                out.push((wire::VERSION, version.0.to_string()));
+                out.push((wire::COMMIT, one()));
             }
             Op::GetRecord { wait_durable, .. } => {
                 if *wait_durable {
@@ -646,6 +661,12 @@ pub enum BadHead {
     /// An undo without the version it undoes.
     #[error("{} needs the version written ({})", wire::UNDO, wire::VERSION)]
     UndoWithoutVersion,
+    /// A commit with a purge or an undo.
+    #[error("{} goes with neither {} nor {}", wire::COMMIT, wire::PURGE, wire::UNDO)]
+    CommitAndRemoval,
+    /// A commit without the version committed.
+    #[error("{} needs the version committed ({})", wire::COMMIT, wire::VERSION)]
+    CommitWithoutVersion,
     /// A choice record header that does not parse.
     #[error("{} must be CANDIDATE/CHOICES/WRITER_HEX", wire::CHOICE)]
     BadChoice,
@@ -902,6 +923,13 @@ fn decode_delete<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(
     let version = headers.version()?;
     let purge = headers.flag(wire::PURGE)?;
     let undo = headers.flag(wire::UNDO)?;
+    if headers.flag(wire::COMMIT)? {
+        return match (purge || undo, version) {
+            (true, _) => Err(BadHead::CommitAndRemoval),
+            (false, None) => Err(BadHead::CommitWithoutVersion),
+            (false, Some(version)) => Ok(Op::Commit { key, version }),
+        };
+    }
     match (purge, undo, version) {
         (true, true, _) => Err(BadHead::PurgeAndUndo),
         (_, true, None) => Err(BadHead::UndoWithoutVersion),

@@ -62,14 +62,23 @@ pub fn clone_prefix(key: &str) -> String {
 
 /// The head's key and the version of a clone's key (none: not a clone's key).
 pub fn parse_clone_key(key: &str) -> Option<(&str, ObjectVersion)> {
+    parse_clone_key_any(key).filter(|(head, _)| head.starts_with(CLONED_PREFIX))
+}
+
+/// The head's key and the version of a clone's key of any head (an erasure-coded pool's
+/// chunks keep earlier versions under these: docs/erasure.md); none: not a clone's key.
+pub fn parse_clone_key_any(key: &str) -> Option<(&str, ObjectVersion)> {
     let at = key.len().checked_sub(CLONE_SUFFIX_BYTES)?;
     let (head, suffix) = key.split_at_checked(at)?;
     let hex = suffix.strip_prefix(CLONE_SEPARATOR)?;
-    if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+    if head.is_empty()
+        || hex.len() != 16
+        || !hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
         return None;
     }
     let version = u64::from_str_radix(hex, 16).ok()?;
-    head.starts_with(CLONED_PREFIX).then_some((head, ObjectVersion(version)))
+    Some((head, ObjectVersion(version)))
 }
 
 /// Which of an object's contents a read as of `mark` sees: among `(version, deleted)` of the

@@ -67,6 +67,10 @@ pub const PURGE: &str = "x-optio-purge";
 /// [`UNDO_AGE_MAX_MS`] of the server's clock; tombstones and older versions stay. Needs
 /// `write`.
 pub const UNDO: &str = "x-optio-undo";
+/// On a `DELETE` with [`VERSION`]: version `VERSION` of an erasure-coded object's chunk is
+/// decodable (written to at least the pool's `min_size` chunks), so the device drops the
+/// earlier versions it kept while it was written (docs/erasure.md). Needs the write capability.
+pub const COMMIT: &str = "x-optio-commit";
 /// How old a version an undo ([`UNDO`]) may remove, in milliseconds.
 pub const UNDO_AGE_MAX_MS: u64 = 10 * 60 * 1000;
 /// On a `GET` of an object: a peer catching up on missed writes is reading (`1`); answered

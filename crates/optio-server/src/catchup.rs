@@ -276,6 +276,10 @@ impl CatchUp {
         pool: PoolId,
     ) -> Result<(), PeerError> {
         let Some(placement) = map.placement.pool(pool) else { return Ok(()) };
+        if map.map.pool(pool).is_some_and(|p| p.erasure.is_some()) {
+            // Chunks are not copies: a peer's chunk is not this device's (docs/erasure.md).
+            return Ok(());
+        }
         let store = &self.devices[&device];
         let mut scratch = map.placement.scratch();
         let mut set = ReplicaSet::new();

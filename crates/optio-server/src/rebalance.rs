@@ -354,6 +354,11 @@ impl Rebalancer {
             let me = DeviceId(device);
             for held in store.held() {
                 let Some(pool) = new.placement.pool(held.pool) else { continue };
+                if new.map.pool(held.pool).is_some_and(|p| p.erasure.is_some()) {
+                    // A chunk goes to its own position's device only, never where another
+                    // chunk of its object is: not moved as a replica (docs/erasure.md).
+                    continue;
+                }
                 let Some(seed) = held.pg_seed else { continue };
                 pool.place_full_power(pool.key_of_seed(seed), &mut scratch, &mut set);
                 let old_members: Option<Vec<u32>> =

@@ -239,6 +239,12 @@ impl Scrubber {
                     }
                 }
             }
+            if map.map.pool(object.pool).is_some_and(|p| p.erasure.is_some()) {
+                // A chunk of an erasure-coded object: its set holds other chunks, not copies
+                // to compare it with or repair it from (docs/erasure.md: decoding scrubs are
+                // to come).
+                continue;
+            }
             // Light: compare with the other replicas of its set.
             let Some(seed) = object.pg_seed else { continue };
             pool.place_full_power(pool.key_of_seed(seed), &mut scratch, &mut set);

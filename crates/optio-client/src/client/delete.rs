@@ -14,6 +14,9 @@ use super::locate::placement_seed;
 impl Client {
     /// Removes an object (every replica, then its choice record).
     pub async fn delete(&self, pool_name: &str, key: &str) -> Result<(), ClientError> {
+        if self.erasure_pool(pool_name)?.is_some() {
+            return self.delete_erasure(pool_name, key).await;
+        }
         validate_key(key)?;
         let mut dirty_noted = None;
         let mut attempts = 0;

@@ -5,6 +5,7 @@
 
 mod choose;
 mod delete;
+mod erasure;
 mod inplace;
 mod list;
 mod local;
@@ -202,24 +203,29 @@ impl View {
         self.previous.iter().filter(move |p| p.epoch >= settled)
     }
 
-    fn pool(&self, name: &str) -> Result<PoolId, ClientError> {
+    /// The pool named `name` (or numbered, as text).
+    fn find_pool(&self, name: &str) -> Result<&optio_placement::map::Pool, ClientError> {
         let found = self
             .map
             .pool_by_name(name)
             .or_else(|| name.parse::<u32>().ok().and_then(|id| self.map.pool(PoolId(id))));
-        if let Some(pool) = found {
-            // Until the store codes chunks, an erasure-coded pool would hold K+M whole
-            // copies: refuse rather than store them.
-            if let Some(erasure) = &pool.erasure {
-                return Err(ClientError::ErasureNotServed {
-                    pool: pool.name.clone(),
-                    profile: erasure.to_string(),
-                });
-            }
-            return Ok(pool.id);
+        found.ok_or_else(|| {
+            let known: Vec<&str> = self.map.pools().iter().map(|p| p.name.as_str()).collect();
+            ClientError::NoPool { pool: name.to_string(), known: known.join(", ") }
+        })
+    }
+
+    /// A replicated pool by name: the operations that serve erasure-coded pools dispatch to
+    /// their own paths first (`erasure`), the others refuse them.
+    fn pool(&self, name: &str) -> Result<PoolId, ClientError> {
+        let pool = self.find_pool(name)?;
+        if let Some(erasure) = &pool.erasure {
+            return Err(ClientError::ErasureNotServed {
+                pool: pool.name.clone(),
+                profile: erasure.to_string(),
+            });
         }
-        let known: Vec<&str> = self.map.pools().iter().map(|p| p.name.as_str()).collect();
-        Err(ClientError::NoPool { pool: name.to_string(), known: known.join(", ") })
+        Ok(pool.id)
     }
 
     fn endpoint(&self, device: optio_placement::DeviceId) -> Result<Endpoint, ClientError> {

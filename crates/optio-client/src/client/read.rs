@@ -129,6 +129,9 @@ impl Client {
         range: Option<(u64, u64)>,
         as_of: Option<ObjectVersion>,
     ) -> Result<(ObjectInfo, Chunks), ClientError> {
+        if as_of.is_none() && self.erasure_pool(pool_name)?.is_some() {
+            return self.get_erasure(pool_name, key, range).await;
+        }
         validate_key(key)?;
         let mut relocated = false;
         let mut attempts = 0;

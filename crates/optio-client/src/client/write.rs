@@ -99,6 +99,9 @@ impl Client {
         dirty_noted: Option<u64>,
         policy: Option<&PolicySpec>,
     ) -> Result<PutReport, ClientError> {
+        if self.erasure_pool(pool)?.is_some() {
+            return self.put_erasure(pool, key, data).await;
+        }
         validate_key(key)?;
         let intent = match &self.inner.intents {
             Some(log) => {

@@ -419,6 +419,10 @@ pub(crate) async fn find_header(
     validate_name(name)?;
     let key = header_key(name);
     for pool in client.map().pools() {
+        if pool.erasure.is_some() {
+            // Volume headers live in replicated pools only.
+            continue;
+        }
         match client.get_range(&pool.name, &key, None).await {
             Ok((info, data)) => {
                 let header = VolumeHeader::decode(name, &data)?;

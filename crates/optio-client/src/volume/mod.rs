@@ -106,6 +106,10 @@ pub(crate) async fn create_header(
 pub async fn list(client: &Client) -> Result<Vec<VolumeHeader>, VolumeError> {
     let mut out = Vec::new();
     for pool in client.map().pools() {
+        if pool.erasure.is_some() {
+            // Volume headers live in replicated pools only.
+            continue;
+        }
         for info in client.list(&pool.name, HEADER_PREFIX).await? {
             let name = &info.key[HEADER_PREFIX.len()..];
             match client.get(&pool.name, &info.key).await {

@@ -118,6 +118,7 @@ fn op() -> impl Strategy<Value = Op<'static>> {
         (key(), proptest::option::of(version()), any::<bool>(), proptest::option::of(any::<u32>()))
             .prop_map(|(key, version, purge, pg_seed)| Op::Delete { key, version, purge, pg_seed }),
         (key(), version()).prop_map(|(key, version)| Op::Undo { key, version }),
+        (key(), version()).prop_map(|(key, version)| Op::Commit { key, version }),
         list_query().prop_map(|query| Op::List(Cow::Owned(query))),
         (key(), any::<bool>()).prop_map(|(key, wait_durable)| Op::GetRecord { key, wait_durable }),
         (key(), record(), proptest::option::of(any::<u64>()), any::<bool>(), any::<bool>())

@@ -21,10 +21,19 @@ impl Gateway {
         owner: Option<&str>,
     ) -> Result<Bucket> {
         let pool = pool.unwrap_or(&self.meta_pool);
-        if self.client.map().pool_by_name(pool).is_none() {
-            return Err(GatewayError::InvalidArgument(format!(
-                "the cluster has no pool '{pool}' (x-optio-pool)"
-            )));
+        match self.client.map().pool_by_name(pool) {
+            None => {
+                return Err(GatewayError::InvalidArgument(format!(
+                    "the cluster has no pool '{pool}' (x-optio-pool)"
+                )));
+            }
+            Some(p) if p.erasure.is_some() => {
+                // Listings of erasure-coded pools are not served yet (docs/erasure.md).
+                return Err(GatewayError::InvalidArgument(format!(
+                    "pool '{pool}' is erasure-coded; buckets on erasure-coded pools are not served yet (x-optio-pool: use a replicated pool)"
+                )));
+            }
+            Some(_) => {}
         }
         let key = format!("{BUCKET_PREFIX}{name}");
         validate_key(&key).map_err(|e| GatewayError::InvalidArgument(e.to_string()))?;

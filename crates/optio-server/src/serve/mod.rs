@@ -42,7 +42,8 @@ use crate::store::DeviceStore;
 use choices::{delete_record, get_record, put_record, wait_durable};
 use metrics::Operation;
 use objects::{
-    delete_object, get_object, list, open_object, probe, put_object, sync_device, write_in_place,
+    commit_chunk, delete_object, get_object, list, open_object, probe, put_object, sync_device,
+    write_in_place,
 };
 use target::{Target, fail};
 
@@ -309,6 +310,17 @@ async fn serve_device(
         );
         return Served::refused(refusal, Some(store));
     }
+    if (request.snap.is_some()
+        || request.as_of.is_some()
+        || matches!(request.op, Op::Commit { .. } | Op::Undo { .. }))
+        && state
+            .map
+            .current()
+            .is_some_and(|map| map.map.pool(request.pool).is_some_and(|p| p.erasure.is_some()))
+    {
+        // Chunks of an erasure-coded pool keep what they replace under any key.
+        store.note_erasure(request.pool);
+    }
     let target = Target {
         store: store.clone(),
         pool: request.pool,
@@ -367,6 +379,7 @@ async fn handle(
         Op::Undo { key, version } => {
             delete_object(&target, key.into_owned(), objects::Removal::Undo { version }).await
         }
+        Op::Commit { key, version } => commit_chunk(&target, key.into_owned(), version).await,
         Op::GetRecord { key, wait_durable: wait } => {
             if wait {
                 wait_durable(&target, &key).await?;

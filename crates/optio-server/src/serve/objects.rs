@@ -299,6 +299,23 @@ pub(super) fn now_version() -> ObjectVersion {
     ObjectVersion(micros)
 }
 
+/// Commits a version of an erasure-coded chunk ([`optio_proto::wire::COMMIT`]): drops the
+/// earlier versions kept while it was written.
+pub(super) async fn commit_chunk(target: &Target, key: String, version: ObjectVersion) -> Handled {
+    if !target.store.is_erasure(target.pool) {
+        return Err(fail(
+            ErrorKind::BadRequest,
+            format!("pool {} is not erasure-coded: there is nothing to commit", target.pool.0),
+        ));
+    }
+    let store = target.store.clone();
+    let pool = target.pool;
+    tokio::task::spawn_blocking(move || store.commit(pool, &key, version))
+        .await
+        .map_err(|e| fail(ErrorKind::Io, format!("commit task failed: {e}")))??;
+    Ok(Answer::Done)
+}
+
 /// How a DELETE removes an object ([`optio_proto::request::Op::Delete`] and `Undo`).
 pub(super) enum Removal {
     /// A tombstone at `version`, or with `purge` the copy removed if not newer.

@@ -161,6 +161,9 @@ pub struct DeviceStore {
     temp_counter: AtomicU64,
     known_dirs: Mutex<HashSet<PathBuf>>,
     corrupt_found: AtomicU64,
+    /// The erasure-coded pools requests named (their chunks keep earlier versions as clones
+    /// under any key, not only volume data: [`snapshots`]).
+    erasure_pools: RwLock<Vec<PoolId>>,
     /// The device directory's lock ([`LOCK_FILE`]), held while the store is open; the kernel
     /// drops it when the process ends, however it ends.
     _lock: std::fs::File,
@@ -291,6 +294,7 @@ impl DeviceStore {
             temp_counter: AtomicU64::new(0),
             known_dirs: Mutex::new(HashSet::new()),
             corrupt_found: AtomicU64::new(0),
+            erasure_pools: RwLock::default(),
             _lock: lock,
         };
         store.load()?;
@@ -778,7 +782,7 @@ impl DeviceStore {
         pg_seed: Option<u32>,
         snap: Option<optio_proto::snap::SnapContext>,
     ) -> Result<DeleteOutcome, StoreError> {
-        if optio_proto::snap::parse_clone_key(key).is_some() {
+        if self.parse_clone(pool, key).is_some() {
             // A snapshot's clone no snapshot sees any more (a trim): removed outright. No
             // tombstone is needed: a copy that comes back (from a replica that missed the
             // trim) is never the newest content below any snapshot's mark, so no read sees
@@ -854,6 +858,9 @@ impl DeviceStore {
         key: &str,
         version: ObjectVersion,
     ) -> Result<bool, StoreError> {
+        if self.is_erasure(pool) {
+            return self.undo_chunk(pool, key, version);
+        }
         let _stripe = self.stripe(key);
         let Some(entry) = self.entry(pool, key) else { return Ok(false) };
         if entry.deleted || entry.version != version {

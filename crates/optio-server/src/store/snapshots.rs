@@ -39,10 +39,27 @@ impl DeviceStore {
         version: ObjectVersion,
     ) -> Result<(), StoreError> {
         let Some(context) = context else { return Ok(()) };
-        if parse_clone_key(key).is_some() || !key.starts_with(CLONED_PREFIX) {
+        let erasure = self.is_erasure(pool);
+        if self.parse_clone(pool, key).is_some() || !(erasure || key.starts_with(CLONED_PREFIX)) {
             // A clone is kept as it is (its deletion, a trim, keeps nothing more); keys that
-            // are not volume data have no clones.
+            // are not volume data or chunks of erasure-coded objects have no clones.
             return Ok(());
+        }
+        if erasure {
+            // A chunk keeps what it replaces until the version written is committed
+            // (docs/erasure.md): the context only says "keep".
+            let Some(head) = self.entry(pool, key) else { return Ok(()) };
+            if head.version >= version || key.len() > CLONED_KEY_BYTES_MAX {
+                return Ok(());
+            }
+            let clone = clone_key(key, head.version);
+            if self.entry(pool, &clone).is_some_and(|kept| kept.version == head.version) {
+                return Ok(());
+            }
+            if head.deleted {
+                return self.write_tombstone(pool, &clone, head.version, head.pg_seed, head.epoch);
+            }
+            return self.copy_to_clone(pool, key, &clone, &head);
         }
         if version <= context.mark {
             return Err(StoreError::BadRange(format!(
@@ -73,8 +90,9 @@ impl DeviceStore {
     /// page-cache work to do on a request's own task).
     pub fn would_preserve(&self, pool: PoolId, key: &str, context: Option<SnapContext>) -> bool {
         let Some(context) = context else { return false };
+        let erasure = self.is_erasure(pool);
         self.entry(pool, key).is_some_and(|head| {
-            head.version < context.mark
+            (head.version < context.mark || erasure)
                 && self
                     .entry(pool, &clone_key(key, head.version))
                     .is_none_or(|kept| kept.version != head.version)
@@ -147,12 +165,118 @@ impl DeviceStore {
             .range((pool, prefix.clone())..)
             .take_while(|((p, k), _)| *p == pool && k.starts_with(&prefix))
         {
-            if optio_proto::snap::parse_clone_key(clone).is_some_and(|(head, _)| head == key) {
+            if self.parse_clone(pool, clone).is_some_and(|(head, _)| head == key) {
                 keys.push(clone);
                 contents.push((entry.version, entry.deleted));
             }
         }
         visible_at(&contents, mark).map(|i| keys[i].to_string())
+    }
+
+    /// Notes that `pool` is erasure-coded (from the map, by the request that names it): its
+    /// chunks keep what they replace under any key ([`DeviceStore::commit`]).
+    pub fn note_erasure(&self, pool: PoolId) {
+        if !self.is_erasure(pool) {
+            let mut pools = self.erasure_pools.write().expect("erasure pools lock");
+            if !pools.contains(&pool) {
+                pools.push(pool);
+            }
+        }
+    }
+
+    /// Whether `pool` was noted erasure-coded.
+    pub fn is_erasure(&self, pool: PoolId) -> bool {
+        self.erasure_pools.read().expect("erasure pools lock").contains(&pool)
+    }
+
+    /// The head's key and the version of a clone's key in `pool`: volume data's clones in
+    /// any pool, any key's in an erasure-coded pool.
+    pub(crate) fn parse_clone<'k>(
+        &self,
+        pool: PoolId,
+        key: &'k str,
+    ) -> Option<(&'k str, ObjectVersion)> {
+        if self.is_erasure(pool) {
+            optio_proto::snap::parse_clone_key_any(key)
+        } else {
+            parse_clone_key(key)
+        }
+    }
+
+    /// Commits version `version` of an erasure-coded chunk ([`optio_proto::wire::COMMIT`]):
+    /// if this device holds that version or a newer one, the earlier versions it kept while
+    /// they were replaced are removed. How many were.
+    pub fn commit(
+        &self,
+        pool: PoolId,
+        key: &str,
+        version: ObjectVersion,
+    ) -> Result<usize, StoreError> {
+        let Some(head) = self.entry(pool, key) else { return Ok(0) };
+        if head.version < version {
+            // This device did not get that version: what it kept may still be needed.
+            return Ok(0);
+        }
+        let mut removed = 0;
+        for (clone, kept, _) in self.clones_of(pool, key) {
+            if kept < version && self.purge(pool, &clone, Some(kept))? {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Takes back version `version` of an erasure-coded chunk (or its tombstone) that was
+    /// written to fewer devices than the pool's `min_size`: the newest version kept while it
+    /// was written becomes the head again (docs/erasure.md). Whether it was taken back.
+    pub(super) fn undo_chunk(
+        &self,
+        pool: PoolId,
+        key: &str,
+        version: ObjectVersion,
+    ) -> Result<bool, StoreError> {
+        let _stripe = self.stripe(key);
+        let Some(head) = self.entry(pool, key) else { return Ok(false) };
+        if head.version != version {
+            return Ok(false);
+        }
+        let kept = self
+            .clones_of(pool, key)
+            .into_iter()
+            .filter(|(_, v, _)| *v < version)
+            .max_by_key(|(_, v, _)| *v);
+        // The head is replaced by the kept content, published over it by a rename as every
+        // write is (a crash leaves one or the other); its newer version is forgotten first so
+        // that the older one may take its place.
+        match kept {
+            Some((clone, kept_version, true)) => {
+                let entry = self.entry(pool, &clone).expect("listed under the stripe");
+                self.forget(pool, key);
+                self.write_tombstone(pool, key, kept_version, entry.pg_seed, entry.epoch)?;
+            }
+            Some((clone, _, false)) => {
+                let entry = self.entry(pool, &clone).expect("listed under the stripe");
+                self.forget(pool, key);
+                self.copy_to_clone(pool, &clone, key, &entry)?;
+            }
+            None => {
+                let path = self.path_of(pool, key);
+                self.journal.forget(&path).map_err(StoreError::io("journal", &path))?;
+                match self.disk.remove(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(StoreError::Io { operation: "remove", path, source: e }),
+                }
+                self.forget(pool, key);
+            }
+        }
+        tracing::info!(
+            pool = pool.0,
+            key,
+            version = version.0,
+            "undid a chunk write that could not complete"
+        );
+        Ok(true)
     }
 
     /// Every clone of `key` on this device: key, version, and whether it is a tombstone.
@@ -162,9 +286,7 @@ impl DeviceStore {
         index
             .range((pool, prefix.clone())..)
             .take_while(|((p, k), _)| *p == pool && k.starts_with(&prefix))
-            .filter(|((_, k), _)| {
-                optio_proto::snap::parse_clone_key(k).is_some_and(|(head, _)| head == key)
-            })
+            .filter(|((_, k), _)| self.parse_clone(pool, k).is_some_and(|(head, _)| head == key))
             .map(|((_, k), e)| (k.clone(), e.version, e.deleted))
             .collect()
     }

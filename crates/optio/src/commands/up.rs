@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use optio_local::cluster::{
-    ATTRIBUTED_POOL, BALANCED_POOL, CRUSH_POOL, ELASTIC_POOL, LocalCluster, LocalClusterSpec,
-    PLAIN_POOL, RING_POOL, Supervision,
+    ATTRIBUTED_POOL, BALANCED_POOL, CRUSH_POOL, ELASTIC_POOL, ERASURE_POOL, LocalCluster,
+    LocalClusterSpec, PLAIN_POOL, RING_POOL, Supervision,
 };
 
 use crate::output::{self, parse_size};
@@ -46,6 +46,10 @@ pub struct Args {
     /// Replicas of every pool.
     #[arg(long, default_value_t = 3)]
     pub replicas: u32,
+    /// Also an erasure-coded pool `ec` with this profile, K data + M parity chunks (e.g.
+    /// `4+2`: needs K+M devices; one chunk per zone, else per host, else per device).
+    #[arg(long, value_name = "K+M", value_parser = parse_erasure)]
+    pub erasure: Option<String>,
     /// Keep the map in an etcd started for the cluster (Debian's etcd-server; its data in
     /// DIR/etcd/) instead of DIR/map.toml: client commands still find it with --cluster DIR.
     #[arg(long)]
@@ -111,6 +115,11 @@ pub struct Args {
     pub emulate: Option<PathBuf>,
 }
 
+/// `K+M`, checked as a profile (the same limits as the map's).
+fn parse_erasure(text: &str) -> Result<String, String> {
+    optio_erasure::Profile::parse(text).map(|p| p.to_string()).map_err(|e| e.to_string())
+}
+
 pub fn run(args: Args) -> Result<()> {
     crate::commands::init_logging("warn");
     // An emulation first: the supervisor then watches its servers from the router's namespace.
@@ -127,6 +136,7 @@ pub fn run(args: Args) -> Result<()> {
         choices: u32::from(args.choices),
         policy: args.policy.clone(),
         replicas: args.replicas,
+        erasure: args.erasure.clone(),
         etcd: args.etcd,
         migration_rate_bytes_per_sec: Some(
             parse_size(&args.migration_rate).map_err(anyhow::Error::msg)?,
@@ -181,7 +191,7 @@ pub fn run(args: Args) -> Result<()> {
     optio_local::cluster::write_prometheus_targets(cluster.dir(), cluster.servers())?;
     let last_device = cluster.load_map()?.devices().iter().map(|d| d.id.0).max().unwrap_or(0);
     println!(
-        "\nmap: {}\n{}\npools: {CRUSH_POOL} (crush), {RING_POOL} (ring), {ATTRIBUTED_POOL} (attributed) with k = {} candidates, policy '{}'; {PLAIN_POOL} (crush), {ELASTIC_POOL} (elastic) and {BALANCED_POOL} (crush, incremental balanced placement) with k = 1\n\nUse it from another terminal:\n  export OPTIO_CLUSTER={dir}\n  echo hello | optio put greeting -\n  optio get greeting\n  optio probe greeting\n  optio ls\n  optio bench --objects 200 --size 1MiB\n  optio map set-state {last_device} --out   # data moves off device {last_device}\n  optio status --watch\n\nCtrl-C stops the cluster.",
+        "\nmap: {}\n{}\npools: {CRUSH_POOL} (crush), {RING_POOL} (ring), {ATTRIBUTED_POOL} (attributed) with k = {} candidates, policy '{}'; {PLAIN_POOL} (crush), {ELASTIC_POOL} (elastic) and {BALANCED_POOL} (crush, incremental balanced placement) with k = 1{}\n\nUse it from another terminal:\n  export OPTIO_CLUSTER={dir}\n  echo hello | optio put greeting -\n  optio get greeting\n  optio probe greeting\n  optio ls\n  optio bench --objects 200 --size 1MiB\n  optio map set-state {last_device} --out   # data moves off device {last_device}\n  optio status --watch\n\nCtrl-C stops the cluster.",
         cluster.source().describe(),
         if spec.auth {
             format!(
@@ -198,7 +208,11 @@ pub fn run(args: Args) -> Result<()> {
             String::new()
         },
         args.choices,
-        args.policy
+        args.policy,
+        spec.erasure
+            .as_ref()
+            .map(|p| format!("; {ERASURE_POOL} (crush, erasure-coded {p}: optio put --pool {ERASURE_POOL} KEY FILE)"))
+            .unwrap_or_default(),
     );
     let policy = Supervision {
         restart: !args.no_restart,

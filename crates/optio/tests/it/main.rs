@@ -60,6 +60,9 @@ mod s3;
 #[cfg(feature = "s3")]
 mod s3_security;
 
+// Erasure-coded pools (issue 41).
+mod erasure;
+
 // The emulated multi-rack cluster and `optio bench io` (issue 38).
 mod emulate;
 

@@ -1,0 +1,209 @@
+//! Objects of an erasure-coded pool (issue 41) on a cluster of nine servers with a `4+2` pool
+//! (`optio up --erasure 4+2`): round trips, reads with two servers killed and a clear error
+//! with three, a flipped bit found and repaired, and writes that stopped between chunks
+//! (a writer killed, too few devices) never leaving an object that is lost or mixed.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use optio_client::ClientError;
+use optio_local::cluster::{ERASURE_POOL, LocalCluster, LocalClusterSpec};
+use optio_net::{Call, Endpoint, HttpTransport, Op, Transport};
+use optio_placement::PoolId;
+use optio_proto::ObjectVersion;
+use optio_proto::snap::SnapContext;
+
+use crate::{client, cluster, data, runtime};
+
+/// Nine servers (3 zones × 3 hosts), the six replicated pools and `ec` = `4+2`, one chunk
+/// per host.
+fn spec() -> LocalClusterSpec {
+    LocalClusterSpec {
+        capacity_bytes: 1 << 30,
+        pg_num: 32,
+        erasure: Some("4+2".into()),
+        ..LocalClusterSpec::default()
+    }
+}
+
+fn ec_pool(cluster: &LocalCluster) -> PoolId {
+    cluster.load_map().unwrap().pool_by_name(ERASURE_POOL).expect("the ec pool").id
+}
+
+/// Files under the erasure-coded pool's directory of every device: heads, tombstones and
+/// kept earlier versions.
+fn ec_files(cluster: &LocalCluster) -> usize {
+    fn walk(path: &Path) -> usize {
+        let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+        entries.flatten().map(|e| if e.path().is_dir() { walk(&e.path()) } else { 1 }).sum()
+    }
+    let pool = ec_pool(cluster);
+    cluster
+        .load_map()
+        .unwrap()
+        .devices()
+        .iter()
+        .map(|d| {
+            walk(&cluster.device_dir(d.id.0).unwrap().join("objects").join(pool.0.to_string()))
+        })
+        .sum()
+}
+
+fn address(cluster: &LocalCluster, device: u32) -> Endpoint {
+    let map = cluster.load_map().unwrap();
+    let addr = map.device(optio_placement::DeviceId(device)).unwrap().addr.clone().unwrap();
+    Endpoint { device, addr }
+}
+
+#[test]
+fn erasure_coded_objects_read_back_with_two_servers_killed_and_fail_clearly_with_three() {
+    let (_dir, mut cluster) = cluster(spec());
+    let rt = runtime();
+    let client = rt.block_on(client(&cluster, None));
+    let sizes = [0, 1, 100, 4096, 65_535, 4 * 65_536 + 3, (1 << 20) + 17];
+    let mut objects = Vec::new();
+    for (i, &len) in sizes.iter().enumerate() {
+        let key = format!("obj-{i}");
+        let bytes = data(i, len);
+        let report = rt.block_on(client.put(ERASURE_POOL, &key, bytes.clone())).unwrap();
+        assert_eq!(report.devices.len(), 6, "{key}: six chunks on six devices");
+        let mut distinct = report.devices.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 6, "{key}: the chunks are on distinct devices");
+        objects.push((key, bytes, report.devices));
+    }
+    for (key, bytes, _) in &objects {
+        assert_eq!(&rt.block_on(client.get(ERASURE_POOL, key)).unwrap(), bytes, "{key}");
+    }
+    // A range, across stripe units.
+    let (key, bytes, _) = &objects[6];
+    let (_, part) =
+        rt.block_on(client.get_range(ERASURE_POOL, key, Some((70_000, 200_000)))).unwrap();
+    assert_eq!(part, bytes.slice(70_000..200_001));
+    // An overwrite reads back new; a delete is gone; every device holds the heads and
+    // tombstones only (what the writes kept was dropped by their commits).
+    let newer = data(99, 300_000);
+    rt.block_on(client.put(ERASURE_POOL, "obj-3", newer.clone())).unwrap();
+    assert_eq!(rt.block_on(client.get(ERASURE_POOL, "obj-3")).unwrap(), newer);
+    objects[3].1 = newer;
+    rt.block_on(client.delete(ERASURE_POOL, "obj-2")).unwrap();
+    assert!(matches!(
+        rt.block_on(client.get(ERASURE_POOL, "obj-2")),
+        Err(ClientError::NotFound { .. })
+    ));
+    assert!(matches!(
+        rt.block_on(client.delete(ERASURE_POOL, "obj-2")),
+        Err(ClientError::NotFound { .. })
+    ));
+    assert_eq!(ec_files(&cluster), 6 * objects.len(), "one file per chunk, nothing kept");
+    objects.remove(2);
+
+    // Two servers killed (one data chunk's and one parity chunk's of the largest object):
+    // every object still reads back, decoded.
+    let devices = objects.last().unwrap().2.clone();
+    cluster.kill(devices[0]).unwrap();
+    cluster.kill(devices[5]).unwrap();
+    for (key, bytes, _) in &objects {
+        let read = rt.block_on(client.get(ERASURE_POOL, key));
+        assert_eq!(&read.unwrap_or_else(|e| panic!("{key}: {e}")), bytes, "{key}");
+    }
+    // A write now reaches four chunks of six, below min_size (5): refused, taken back, and
+    // the object still reads as it was.
+    let (key, bytes, _) = objects.last().unwrap();
+    match rt.block_on(client.put(ERASURE_POOL, key, data(7, 5000))) {
+        Err(ClientError::NotEnoughChunks { acked: 4, needed: 5, chunks: 6, .. }) => {}
+        other => panic!("a write to 4 of 6 chunks with min_size 5: {other:?}"),
+    }
+    assert_eq!(&rt.block_on(client.get(ERASURE_POOL, key)).unwrap(), bytes);
+
+    // A third: the largest object has three chunks left, fewer than K = 4: a clear error,
+    // never wrong bytes.
+    cluster.kill(devices[1]).unwrap();
+    match rt.block_on(client.get(ERASURE_POOL, key)) {
+        Err(ClientError::Undecodable { reason, .. }) => {
+            assert!(reason.contains("4 intact chunks of 6"), "{reason}");
+        }
+        other => panic!("three chunks of a 4+2 object lost: {:?}", other.map(|b| b.len())),
+    }
+}
+
+#[test]
+fn a_flipped_bit_in_a_chunk_is_found_and_the_chunk_rewritten() {
+    let (_dir, cluster) = cluster(spec());
+    let rt = runtime();
+    let client = rt.block_on(client(&cluster, None));
+    let bytes = data(1, 1 << 20);
+    let report = rt.block_on(client.put(ERASURE_POOL, "flip", bytes.clone())).unwrap();
+    // Flip a bit in the middle of data chunk 1's file, behind the server's back.
+    let dir = cluster.device_dir(report.devices[1]).unwrap();
+    let path = optio_server::store::object_path(&dir, ec_pool(&cluster), "flip");
+    let mut file = std::fs::read(&path).unwrap();
+    let at = file.len() / 2;
+    file[at] ^= 0x10;
+    std::fs::write(&path, &file).unwrap();
+    let before = client.stats().repairs;
+    assert_eq!(rt.block_on(client.get(ERASURE_POOL, "flip")).unwrap(), bytes);
+    assert_eq!(client.stats().repairs, before + 1, "the damaged chunk was rewritten");
+    assert_ne!(std::fs::read(&path).unwrap(), file, "the file holds the chunk again");
+    // Read again: nothing left to repair.
+    assert_eq!(rt.block_on(client.get(ERASURE_POOL, "flip")).unwrap(), bytes);
+    assert_eq!(client.stats().repairs, before + 1);
+}
+
+#[test]
+fn a_writer_stopped_between_chunks_leaves_the_old_object_until_k_chunks_of_the_new_one_exist() {
+    let (_dir, cluster) = cluster(spec());
+    let rt = runtime();
+    let client = rt.block_on(client(&cluster, None));
+    let pool = ec_pool(&cluster);
+    let old = data(1, 700_000);
+    let report = rt.block_on(client.put(ERASURE_POOL, "torn", old.clone())).unwrap();
+    let files = ec_files(&cluster);
+    // A writer killed after three of six chunk writes of a new version: written here as it
+    // writes them (each keeping what it replaces), with no acknowledgement and no commit.
+    let new = data(2, 500_000);
+    let profile = optio_erasure::Profile::parse("4+2").unwrap();
+    let chunks = optio_erasure::encode(profile, &new).unwrap();
+    let version = ObjectVersion(report.version.0 + 1_000);
+    let epoch = cluster.load_map().unwrap().epoch().0;
+    let transport = HttpTransport::with_credentials(None).unwrap();
+    let write = |i: usize| {
+        let endpoint = address(&cluster, report.devices[i]);
+        let bytes = Bytes::from(chunks[i].to_bytes());
+        let op = Op::Put {
+            key: "torn",
+            data: bytes.clone(),
+            version,
+            checksum: optio_proto::checksum(&bytes),
+            pg_seed: None,
+        };
+        let transport = &transport;
+        async move {
+            let mut call = Call::new(&endpoint, pool, epoch, op);
+            call.snap = Some(SnapContext { seq: 0, mark: version });
+            transport.send(call).await.map(|_| ()).map_err(|(f, _)| f.to_string())
+        }
+    };
+    for i in [0, 2, 5] {
+        rt.block_on(write(i)).unwrap();
+    }
+    assert_eq!(ec_files(&cluster), files + 3, "each of the three kept what it replaced");
+    // Three chunks of the new version, fewer than K: the old one reads back whole.
+    assert_eq!(rt.block_on(client.get(ERASURE_POOL, "torn")).unwrap(), old);
+    // A fourth makes the new version decodable: it is read, and its missing chunks written.
+    rt.block_on(write(3)).unwrap();
+    assert_eq!(rt.block_on(client.get(ERASURE_POOL, "torn")).unwrap(), new);
+    let repaired = client.stats().repairs;
+    assert_eq!(repaired, 2, "chunks 1 and 4 were rewritten at the new version");
+    // A new write commits: nothing kept is left behind.
+    let newest = data(3, 10_000);
+    rt.block_on(client.put(ERASURE_POOL, "torn", newest.clone())).unwrap();
+    assert_eq!(rt.block_on(client.get(ERASURE_POOL, "torn")).unwrap(), newest);
+    assert!(
+        crate::wait_until(Duration::from_secs(5), || ec_files(&cluster) == files),
+        "kept versions left: {} files for {files} chunks",
+        ec_files(&cluster)
+    );
+}
