@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use optio_net::throttle::Throttle;
 use optio_net::{Call, Endpoint, Failure, HttpTransport, Op, Transport};
-use optio_placement::{DeviceId, PoolId, ReplicaSet};
+use optio_placement::{DeviceId, ITEM_NONE, PoolId, ReplicaSet};
 use optio_proto::{ChoiceRecord, ErrorKind, MigrationPhase, MigrationStatus};
 
 use crate::mapstate::{MapState, ServerMap};
@@ -91,6 +91,11 @@ struct CopyTask {
     targets: Vec<(u32, Mode)>,
     /// Drop this device's copy once every target has it.
     drop_local: bool,
+    /// A chunk of an erasure-coded object that its device no longer holds a position for:
+    /// the new placement's device at each position (none: a hole). It goes to the device of
+    /// its own position only (its index is in its header), never where another chunk of its
+    /// object is.
+    chunk_slots: Option<Vec<Option<u32>>>,
 }
 
 #[derive(Clone, Debug)]
@@ -354,12 +359,30 @@ impl Rebalancer {
             let me = DeviceId(device);
             for held in store.held() {
                 let Some(pool) = new.placement.pool(held.pool) else { continue };
-                if new.map.pool(held.pool).is_some_and(|p| p.erasure.is_some()) {
+                let Some(seed) = held.pg_seed else { continue };
+                if new.map.pool(held.pool).is_some_and(|p| p.erasure.is_some()) && !held.deleted {
                     // A chunk goes to its own position's device only, never where another
-                    // chunk of its object is: not moved as a replica (docs/erasure.md).
+                    // chunk of its object is (docs/erasure.md). A device still in the set
+                    // keeps its chunk (positions are stable: `indep`); a displaced one sends
+                    // it on. (Tombstones go to every device of the set, as for replicas.)
+                    pool.place_full_power(pool.key_of_seed(seed), &mut scratch, &mut set);
+                    if set.is_empty() || set.contains(me) {
+                        continue;
+                    }
+                    let slots = set
+                        .as_slice()
+                        .iter()
+                        .map(|&item| (item >= 0 && item != ITEM_NONE).then_some(item as u32))
+                        .collect();
+                    plan.copies.push(CopyTask {
+                        device,
+                        held,
+                        targets: Vec::new(),
+                        drop_local: true,
+                        chunk_slots: Some(slots),
+                    });
                     continue;
                 }
-                let Some(seed) = held.pg_seed else { continue };
                 pool.place_full_power(pool.key_of_seed(seed), &mut scratch, &mut set);
                 let old_members: Option<Vec<u32>> =
                     old.zip(old_scratch.as_mut()).and_then(|(old, old_scratch)| {
@@ -399,7 +422,13 @@ impl Rebalancer {
                 if targets.is_empty() && in_new {
                     continue;
                 }
-                plan.copies.push(CopyTask { device, held, targets, drop_local: !in_new });
+                plan.copies.push(CopyTask {
+                    device,
+                    held,
+                    targets,
+                    drop_local: !in_new,
+                    chunk_slots: None,
+                });
             }
             plan.records.extend(records_to_move(new, device, store));
         }
@@ -414,7 +443,11 @@ impl Rebalancer {
             .copies
             .iter()
             .filter(|t| !t.held.deleted)
-            .map(|t| t.held.file_bytes * t.targets.len() as u64)
+            .map(|t| {
+                // A displaced chunk goes to one device (or stays, if its position is a hole).
+                let sends = if t.chunk_slots.is_some() { 1 } else { t.targets.len() as u64 };
+                t.held.file_bytes * sends
+            })
             .sum();
         if copies > 0 || !plan.records.is_empty() {
             tracing::info!(
@@ -461,8 +494,11 @@ impl Rebalancer {
         false
     }
 
-    async fn run_copy(&self, map: &ServerMap, task: CopyTask) -> bool {
+    async fn run_copy(&self, map: &ServerMap, mut task: CopyTask) -> bool {
         let store = self.devices[&task.device].clone();
+        if let Some(slots) = task.chunk_slots.take() {
+            return self.run_chunk_copy(map, &store, task, &slots).await;
+        }
         let mut data: Option<bytes::Bytes> = None;
         for &(target, mode) in &task.targets {
             let endpoint = match endpoint(map, target) {
@@ -510,6 +546,96 @@ impl Rebalancer {
                 }
                 Err(error) => return self.fail(format!("dropping '{}': {error}", task.held.key)),
             }
+        }
+        self.progress.copies_done.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Moves a displaced chunk of an erasure-coded object to the device of its position in
+    /// the new placement (`slots`), then drops it here. Kept where the position is a hole or
+    /// the device already holds a version of its own (a newer one, written under the new map).
+    async fn run_chunk_copy(
+        &self,
+        map: &ServerMap,
+        store: &Arc<DeviceStore>,
+        task: CopyTask,
+        slots: &[Option<u32>],
+    ) -> bool {
+        let held = &task.held;
+        let reader = store.clone();
+        let (pool, key) = (held.pool, held.key.clone());
+        let read = tokio::task::spawn_blocking(move || reader.get_bytes(pool, &key)).await;
+        let bytes = match read {
+            Ok(Ok((info, bytes))) if info.version == held.version => bytes,
+            // Overwritten, deleted or damaged meanwhile: the next plan decides.
+            _ => {
+                self.progress.copies_done.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+        };
+        let index = match optio_erasure::ChunkRef::parse_unverified(&bytes) {
+            Ok(chunk) => usize::from(chunk.index()),
+            Err(error) => {
+                return self.fail(format!("'{}' is not a chunk: {error}", held.key));
+            }
+        };
+        let Some(target) = slots.get(index).copied().flatten() else {
+            // No device at its position now: kept until there is one.
+            self.progress.copies_done.fetch_add(1, Ordering::Relaxed);
+            return true;
+        };
+        if target == task.device {
+            self.progress.copies_done.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        let endpoint = match endpoint(map, target) {
+            Ok(endpoint) => endpoint,
+            Err(error) => return self.fail(error.to_string()),
+        };
+        self.limiter.acquire(held.file_bytes).await;
+        let put = Call::new(
+            &endpoint,
+            held.pool,
+            map.epoch(),
+            Op::Put {
+                key: &held.key,
+                checksum: optio_proto::checksum(&bytes),
+                data: bytes.clone(),
+                version: held.version,
+                pg_seed: held.pg_seed,
+            },
+        );
+        match self.transport.send(put).await {
+            Ok(_) => {
+                self.progress.bytes_moved.fetch_add(held.file_bytes, Ordering::Relaxed);
+                self.progress.total_bytes_moved.fetch_add(held.file_bytes, Ordering::Relaxed);
+                self.progress.total_copies_moved.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((f, _)) if f.kind() == Some(ErrorKind::VersionConflict) => {
+                // The target holds another version: this chunk stays until a plan finds
+                // it superseded everywhere (kept rather than risk the only copy).
+                self.progress.copies_done.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            Err((failure, _)) => {
+                return self.fail(format!(
+                    "chunk {index} of '{}' to device {target} at {}: {failure}",
+                    held.key, endpoint.addr
+                ));
+            }
+        }
+        let (store, held) = (store.clone(), held.clone());
+        let purged = tokio::task::spawn_blocking(move || {
+            store.purge(held.pool, &held.key, Some(held.version))
+        })
+        .await;
+        match purged {
+            Ok(Ok(true)) => {
+                self.progress.copies_removed.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(Ok(false) | Err(crate::StoreError::VersionConflict { .. })) => {}
+            Ok(Err(error)) => return self.fail(format!("dropping '{}': {error}", task.held.key)),
+            Err(error) => return self.fail(format!("dropping '{}': {error}", task.held.key)),
         }
         self.progress.copies_done.fetch_add(1, Ordering::Relaxed);
         true

@@ -416,11 +416,22 @@ impl Client {
         slots: &[Option<Endpoint>],
     ) -> Result<(ObjectInfo, Bytes), ClientError> {
         let k = coded.k();
-        // The data chunks, fetched; the parity devices, probed.
+        // K chunks fetched — the data chunks, unless a device refused connections lately
+        // (its server is down: a parity chunk is fetched in its place) — and the other
+        // devices probed.
+        let mut fetch = vec![false; slots.len()];
+        let mut fetching = 0;
+        for (i, slot) in slots.iter().enumerate() {
+            if fetching < k && slot.as_ref().is_some_and(|e| !self.refused_lately(e.device)) {
+                fetch[i] = true;
+                fetching += 1;
+            }
+        }
+        let fetch = &fetch;
         let mut seen: Vec<Seen> = join_all(slots.iter().enumerate().map(|(i, slot)| async move {
             match slot {
                 None => Seen::Failed("no device (a hole in the placement)".into(), None),
-                Some(endpoint) if i < k => {
+                Some(endpoint) if fetch[i] => {
                     self.fetch_chunk(view, coded, key, i, endpoint, None).await
                 }
                 Some(endpoint) => self.probe_chunk(view, coded, key, endpoint).await,
@@ -446,9 +457,9 @@ impl Client {
             }
             let holders = seen.iter().filter(|s| s.version() == Some((version, false))).count();
             if holders >= k {
-                // Fetch the chunks of this version only probed so far, if the data chunks
-                // alone do not do.
-                let fetched = seen.iter().take(k).filter(|s| is_chunk_of(s, version)).count();
+                // Fetch the chunks of this version only probed so far, if those fetched do
+                // not do.
+                let fetched = seen.iter().filter(|s| is_chunk_of(s, version)).count();
                 if fetched < k {
                     let refetch: Vec<usize> = (0..seen.len())
                         .filter(|&i| matches!(seen[i], Seen::Live(v) if v == version))
@@ -664,9 +675,8 @@ impl Client {
             tracing::warn!(device = endpoint.device, key = info.key, chunk = index, "{why}");
             Seen::Failed(format!("damaged: {why}"), None)
         };
-        if checksum(&bytes) != info.checksum {
-            return damaged("the chunk's bytes do not match their checksum".into());
-        }
+        // The chunk's own checksums (its header's and its data's) cover what the transfer's
+        // would: one pass over the bytes, not two.
         match optio_erasure::Chunk::parse(&bytes) {
             Ok(chunk) if usize::from(chunk.index()) != index => {
                 damaged(format!("device holds chunk {} where chunk {index} belongs", chunk.index()))

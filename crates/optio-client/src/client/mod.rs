@@ -562,6 +562,12 @@ impl Client {
         })
     }
 
+    /// Whether `device`'s server refused a connection within [`REFUSED_FRESH`].
+    fn refused_lately(&self, device: u32) -> bool {
+        let refused = self.inner.refused.lock().expect("refused lock");
+        refused.get(&device).is_some_and(|at| at.elapsed() <= REFUSED_FRESH)
+    }
+
     /// Waits, at most `bound`, for a map newer than `epoch`; returns whether one came.
     async fn await_newer_map(&self, epoch: u64, bound: Duration) -> bool {
         let deadline = Instant::now() + bound;

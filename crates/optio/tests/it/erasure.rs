@@ -207,3 +207,50 @@ fn a_writer_stopped_between_chunks_leaves_the_old_object_until_k_chunks_of_the_n
         ec_files(&cluster)
     );
 }
+
+#[test]
+fn a_device_marked_out_sends_each_chunk_it_held_to_the_device_of_that_chunks_position() {
+    let (_dir, cluster) = cluster(spec());
+    let rt = runtime();
+    let client = rt.block_on(client(&cluster, None));
+    let mut objects = Vec::new();
+    let mut chunks_on: std::collections::HashMap<u32, usize> = Default::default();
+    for i in 0..24 {
+        let key = format!("moved-{i}");
+        let bytes = data(i, 150_000 + 1_000 * i);
+        let report = rt.block_on(client.put(ERASURE_POOL, &key, bytes.clone())).unwrap();
+        for device in &report.devices {
+            *chunks_on.entry(*device).or_default() += 1;
+        }
+        objects.push((key, bytes));
+    }
+    let (&out, &held) = chunks_on.iter().max_by_key(|(_, n)| **n).unwrap();
+    let pool = ec_pool(&cluster);
+    let files_of = |device: u32| {
+        let dir = cluster.device_dir(device).unwrap().join("objects").join(pool.0.to_string());
+        walkdir_count(&dir)
+    };
+    assert_eq!(files_of(out), held);
+    let before = ec_files(&cluster);
+    let change = optio_placement::MapChange::SetState {
+        device: optio_placement::DeviceId(out),
+        up: None,
+        is_in: Some(false),
+    };
+    cluster.change_map(&change).unwrap();
+    rt.block_on(crate::wait_settled(&cluster, Duration::from_secs(60)));
+    rt.block_on(client.refresh()).unwrap();
+    assert_eq!(files_of(out), 0, "device {out} (out) still holds chunks");
+    assert_eq!(ec_files(&cluster), before, "each chunk moved, none copied twice");
+    // Every chunk is where the new placement puts it: the reads find nothing to repair.
+    let repairs = client.stats().repairs;
+    for (key, bytes) in &objects {
+        assert_eq!(&rt.block_on(client.get(ERASURE_POOL, key)).unwrap(), bytes, "{key}");
+    }
+    assert_eq!(client.stats().repairs, repairs, "a chunk was not at its position");
+}
+
+fn walkdir_count(path: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+    entries.flatten().map(|e| if e.path().is_dir() { walkdir_count(&e.path()) } else { 1 }).sum()
+}
