@@ -27,7 +27,7 @@ pub struct EditArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Objects simulated per pool to estimate what moves.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = SAMPLE_OBJECTS)]
     pub objects: u64,
     /// Write the edited map to this file instead of changing the map in place (a map file
     /// only; the format follows the extension: .toml Optio, .json Ceph JSON, else Ceph text).
@@ -185,7 +185,7 @@ pub fn find_device(map: &ClusterMap, text: &str) -> Result<DeviceId> {
     bail!("no device '{text}' in the map; `optio map show` lists them")
 }
 
-fn weight(value: f64, what: &str) -> Result<Weight> {
+pub(crate) fn weight(value: f64, what: &str) -> Result<Weight> {
     Weight::from_f64(value)
         .ok_or_else(|| anyhow::anyhow!("{what} {value} is out of range: use 0 to 65535"))
 }
@@ -236,7 +236,7 @@ pub fn add_device(args: AddDeviceArgs) -> Result<()> {
 
 /// Refuses a new device's address unless a server there answers and serves the device: a
 /// device nobody serves would leave rebalancing retrying "unreachable".
-async fn serves_device(
+pub(crate) async fn serves_device(
     transport: &optio_net::HttpTransport,
     addr: &str,
     id: u32,
@@ -622,7 +622,10 @@ pub(crate) fn lost_in(
 }
 
 /// The size each simulated object stands for in what a change moves.
-const OBJECT_BYTES: u64 = 4 << 20;
+pub(crate) const OBJECT_BYTES: u64 = 4 << 20;
+/// Objects simulated per pool to estimate what a change moves (`--objects`' default, and the
+/// console's what-if: both report the same movement for the same change).
+pub(crate) const SAMPLE_OBJECTS: u64 = 20_000;
 
 /// The pools a change leaves short of copies ([`ChangeReport::short_of_copies`]), for people:
 /// empty when every sampled object keeps its pool's size.
@@ -649,7 +652,7 @@ fn copies_text(report: &ChangeReport) -> String {
 }
 
 /// [`copies_text`] as JSON, per pool.
-fn copies_json(report: &ChangeReport) -> Vec<serde_json::Value> {
+pub(crate) fn copies_json(report: &ChangeReport) -> Vec<serde_json::Value> {
     report
         .short_of_copies
         .iter()
@@ -662,9 +665,11 @@ fn copies_json(report: &ChangeReport) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// [`what_moves`] as JSON: per pool the copies that move against the minimum, or the
-/// membership change.
-fn moves_json(report: &ChangeReport, objects: u64) -> serde_json::Value {
+/// [`what_moves`] as JSON: per pool the copies that move against the minimum and the copies
+/// each device gains (`gained`: negative for a device that loses copies; devices with no
+/// change left out), or the membership change. `optio map … --json` prints it and the
+/// console's what-if and edits answer it.
+pub(crate) fn moves_json(report: &ChangeReport, objects: u64) -> serde_json::Value {
     match &report.effect {
         ChangeEffect::Membership(m) => serde_json::json!({
             "membership": {
@@ -684,6 +689,9 @@ fn moves_json(report: &ChangeReport, objects: u64) -> serde_json::Value {
                     "moved_over_minimum": ratio.is_finite().then_some(ratio),
                     "simulated_objects": objects, "simulated_moved_bytes": m.moved_bytes,
                     "simulated_bytes": m.bytes,
+                    "gained": m.gained.iter().enumerate().filter(|(_, g)| **g != 0)
+                        .map(|(device, g)| serde_json::json!({"device": device, "copies": g}))
+                        .collect::<Vec<_>>(),
                 })
             })
             .collect::<Vec<_>>()),

@@ -311,6 +311,24 @@ pub fn all_done(map: &ClusterMap, rows: &[ServerRow]) -> bool {
     })
 }
 
+/// The servers' answers as `optio status --json` prints them (and the console serves them):
+/// one object per server, its name, address, devices, epoch, migration and device metrics —
+/// or the error that kept it from answering.
+pub fn servers_json(map: &ClusterMap, rows: &[ServerRow]) -> Vec<serde_json::Value> {
+    rows.iter()
+        .map(|r| match &r.status {
+            Ok(s) => serde_json::json!({
+                "name": server_name(map, r), "addr": r.addr, "devices": r.devices,
+                "epoch": s.epoch, "migration": s.migration,
+                "metrics": s.devices.iter().map(|d| &d.metrics).collect::<Vec<_>>(),
+            }),
+            Err(e) => serde_json::json!({
+                "name": server_name(map, r), "addr": r.addr, "devices": r.devices, "error": e,
+            }),
+        })
+        .collect()
+}
+
 /// Runs `optio status`; returns the exit code ([`Health::exit_code`]).
 pub fn run(args: Args) -> Result<u8> {
     crate::commands::init_logging("warn");
@@ -328,17 +346,7 @@ pub fn run(args: Args) -> Result<u8> {
                 Err("no server answers".into())
             };
             if args.json {
-                let json: Vec<serde_json::Value> = rows
-                    .iter()
-                    .map(|r| match &r.status {
-                        Ok(s) => serde_json::json!({
-                            "name": server_name(&map, r), "addr": r.addr, "devices": r.devices,
-                            "epoch": s.epoch, "migration": s.migration,
-                            "metrics": s.devices.iter().map(|d| &d.metrics).collect::<Vec<_>>(),
-                        }),
-                        Err(e) => serde_json::json!({"name": server_name(&map, r), "addr": r.addr, "devices": r.devices, "error": e}),
-                    })
-                    .collect();
+                let json = servers_json(&map, &rows);
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&serde_json::json!({
