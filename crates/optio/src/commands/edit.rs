@@ -190,26 +190,52 @@ pub(crate) fn weight(value: f64, what: &str) -> Result<Weight> {
         .ok_or_else(|| anyhow::anyhow!("{what} {value} is out of range: use 0 to 65535"))
 }
 
-pub fn add_device(args: AddDeviceArgs) -> Result<()> {
+/// A new device as `optio map add-device` and the console describe it: `at` is its location
+/// as TYPE=NAME pairs, outermost first (`zone=z2,host=z2-h4`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn device_spec(
+    id: u32,
+    name: Option<String>,
+    at: &str,
+    capacity: u64,
+    weight_value: Option<f64>,
+    bandwidth: u32,
+    class: Option<String>,
+    addr: Option<String>,
+) -> Result<DeviceSpec> {
     let mut location = Vec::new();
-    for pair in args.at.split(',').filter(|p| !p.is_empty()) {
+    for pair in at.split(',').filter(|p| !p.is_empty()) {
         let Some((kind, name)) = pair.split_once('=') else {
-            bail!("--at '{}': '{pair}' is not TYPE=NAME (e.g. zone=z2,host=z2-h4)", args.at);
+            bail!("--at '{at}': '{pair}' is not TYPE=NAME (e.g. zone=z2,host=z2-h4)");
         };
         location.push((kind.trim().to_string(), name.trim().to_string()));
     }
     if location.is_empty() {
         bail!("--at is empty: give the device's location, e.g. zone=z2,host=z2-h4");
     }
-    let mut spec = DeviceSpec::new(args.id).capacity(args.capacity);
-    spec.name = args.name.unwrap_or_default();
+    let mut spec = DeviceSpec::new(id).capacity(capacity);
+    spec.name = name.unwrap_or_default();
     spec.location = location;
-    spec.bandwidth_mb_per_s = args.bandwidth;
-    spec.class = args.class;
-    spec.addr = args.addr.clone();
-    if let Some(w) = args.weight {
+    spec.bandwidth_mb_per_s = bandwidth;
+    spec.class = class;
+    spec.addr = addr;
+    if let Some(w) = weight_value {
         spec.weight = Some(weight(w, "--weight")?);
     }
+    Ok(spec)
+}
+
+pub fn add_device(args: AddDeviceArgs) -> Result<()> {
+    let spec = device_spec(
+        args.id,
+        args.name.clone(),
+        &args.at,
+        args.capacity,
+        args.weight,
+        args.bandwidth,
+        args.class.clone(),
+        args.addr.clone(),
+    )?;
     let (id, capacity) = (args.id, args.capacity);
     let check_addr = args.addr.clone().filter(|_| !args.allow_unreachable);
     let transport = match &check_addr {
