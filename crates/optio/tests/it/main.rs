@@ -60,6 +60,9 @@ mod s3;
 #[cfg(feature = "s3")]
 mod s3_security;
 
+// The web console and its admin API (issue 42).
+mod console;
+
 // The emulated multi-rack cluster and `optio bench io` (issue 38).
 mod emulate;
 
