@@ -219,3 +219,43 @@ async fn serve(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The API's description, which must name every path the router serves and no other.
+    const OPENAPI: &str = include_str!("../../../../../docs/console-openapi.yaml");
+
+    #[test]
+    fn the_openapi_file_describes_every_api_path_and_no_other() {
+        let source = include_str!("mod.rs");
+        let routed: std::collections::BTreeSet<String> = source
+            .split(".route(\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .filter(|path| path.starts_with("/api/"))
+            .map(str::to_string)
+            .collect();
+        let described: std::collections::BTreeSet<String> = OPENAPI
+            .lines()
+            .filter_map(|line| line.strip_prefix("  /api/"))
+            .filter_map(|rest| rest.strip_suffix(':'))
+            .map(|rest| format!("/api/{rest}"))
+            .collect();
+        assert!(!routed.is_empty());
+        assert_eq!(routed, described);
+    }
+
+    #[test]
+    fn the_page_fetches_nothing_from_elsewhere() {
+        for (name, text) in [
+            ("index.html", super::PAGE_HTML),
+            ("console.js", super::PAGE_JS),
+            ("console.css", super::PAGE_CSS),
+        ] {
+            for needle in ["http://", "https://", "//cdn", "url(", "@import"] {
+                assert!(!text.contains(needle), "{name} holds {needle}");
+            }
+        }
+        assert!(super::PAGE_JS.contains("textContent") && !super::PAGE_JS.contains("innerHTML"));
+    }
+}

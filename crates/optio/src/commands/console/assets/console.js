@@ -62,11 +62,12 @@ function showApp(session) {
 
 async function refresh() {
   try {
-    const [health, map, devices, pools] = await Promise.all([
+    const [health, map, devices, pools, servers] = await Promise.all([
       api("GET", "/api/v1/health"), api("GET", "/api/v1/map"),
-      api("GET", "/api/v1/devices"), api("GET", "/api/v1/pools"),
+      api("GET", "/api/v1/devices"), api("GET", "/api/v1/pools"), api("GET", "/api/v1/servers"),
     ]);
     renderOverview(health, map);
+    renderServers(servers.servers, map.epoch);
     state.devices = devices.devices;
     renderDevices();
     renderPools(pools.pools);
@@ -92,6 +93,39 @@ function renderOverview(health, map) {
   const pgs = health.health;
   reasons.append(el("li", "placement groups: " + pgs.pgs_healthy + " healthy, " + pgs.pgs_degraded +
     " degraded, " + pgs.pgs_recovering + " recovering, " + pgs.pgs_inactive + " inactive"));
+}
+
+function eta(seconds) {
+  if (seconds === null || seconds === undefined) return "-";
+  return seconds < 120 ? seconds + " s" : Math.floor(seconds / 60) + " min " + (seconds % 60) + " s";
+}
+
+// Each server's progress moving data to where the map's epoch places it (`optio status`).
+function renderServers(servers, epoch) {
+  const body = $("servers").tBodies[0];
+  body.replaceChildren();
+  for (const s of servers) {
+    const tr = el("tr");
+    tr.append(el("td", s.name + " " + s.addr));
+    if (s.error) {
+      tr.append(el("td", "-"), el("td", "unreachable", "down"), el("td", "-"), el("td", "-"), el("td", "-"), el("td", s.error));
+      body.append(tr);
+      continue;
+    }
+    const m = s.migration;
+    const planned = Math.max(m.copies_planned, m.copies_done);
+    const share = planned > 0 ? m.copies_done / planned : 1;
+    const cell = el("td");
+    const bar = el("div", null, "bar");
+    const fill = el("div");
+    fill.style.width = (share * 100).toFixed(1) + "%";
+    bar.append(fill);
+    cell.append(bar, el("small", m.copies_done + " / " + planned + " copies (" + (share * 100).toFixed(0) + "%)"));
+    tr.append(el("td", s.epoch), el("td", m.phase), cell, el("td", bytes(m.rate_bytes_per_sec) + "/s"),
+      el("td", m.phase === "done" ? "-" : eta(m.eta_seconds)),
+      el("td", s.epoch < epoch ? "behind the map's epoch " + epoch : (m.last_error || "")));
+    body.append(tr);
+  }
 }
 
 function sortValue(d, key) {
