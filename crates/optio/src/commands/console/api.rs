@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::Console;
 use super::session::{CSRF_HEADER, Login, Refusal, Session, cookie_token};
 use crate::commands::edit::{OBJECT_BYTES, SAMPLE_OBJECTS, copies_json, find_device, moves_json};
-use crate::commands::status::{ServerRow, all_done, health, servers, servers_json};
+use crate::commands::status::{Health, ServerRow, all_done, health, servers, servers_json};
 
 /// How long the servers' answers are kept (the page polls every second; several pages, or
 /// several endpoints of one, ask the servers once).
@@ -107,18 +107,23 @@ impl Console {
         })
     }
 
-    /// The servers' answers for `map`, asked at most once per [`SERVERS_CACHE_TTL`].
-    async fn servers(&self, map: &ClusterMap) -> Arc<Vec<ServerRow>> {
+    /// The servers' answers for `map` and the health they give, asked and judged at most
+    /// once per [`SERVERS_CACHE_TTL`].
+    async fn servers(&self, map: &ClusterMap) -> Arc<Servers> {
         let mut cache = self.servers_cache.lock().await;
-        if let Some((at, epoch, rows)) = &*cache
+        if let Some((at, epoch, answer)) = &*cache
             && at.elapsed() < SERVERS_CACHE_TTL
             && *epoch == map.epoch().0
         {
-            return rows.clone();
+            return answer.clone();
         }
-        let rows = Arc::new(servers(map, &self.transport).await);
-        *cache = Some((Instant::now(), map.epoch().0, rows.clone()));
-        rows
+        let rows = servers(map, &self.transport).await;
+        // Placing every PG of every pool: CPU work, off the async workers' hands.
+        let (health, settled) =
+            tokio::task::block_in_place(|| (health(map, &rows), all_done(map, &rows)));
+        let answer = Arc::new(Servers { rows, health, settled });
+        *cache = Some((Instant::now(), map.epoch().0, answer.clone()));
+        answer
     }
 
     /// PG copies per device and every pool's balance (as `optio analyze --json` reports it),
@@ -130,10 +135,18 @@ impl Console {
         {
             return Ok(balance.clone());
         }
-        let balance = Arc::new(balance_of(map)?);
+        // Placing every PG and the sample's objects: CPU work, off the async workers' hands.
+        let balance = Arc::new(tokio::task::block_in_place(|| balance_of(map))?);
         *cache = Some(balance.clone());
         Ok(balance)
     }
+}
+
+/// The servers' answers for one epoch, and the health they give.
+pub struct Servers {
+    rows: Vec<ServerRow>,
+    health: Health,
+    settled: bool,
 }
 
 /// What the placement of one map gives each device and pool.
@@ -225,18 +238,18 @@ pub async fn console_stats(State(console): State<Arc<Console>>, headers: HeaderM
 pub async fn health_endpoint(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
     console.authorize(&headers, Cap::Read, false)?;
     let map = console.map().await?;
-    let rows = console.servers(&map).await;
-    let health = health(&map, &rows);
+    let servers = console.servers(&map).await;
     ok(json!({
-        "epoch": map.epoch().0, "settled": all_done(&map, &rows),
-        "health": serde_json::to_value(&health).map_err(ApiError::internal)?,
+        "epoch": map.epoch().0, "settled": servers.settled,
+        "health": serde_json::to_value(&servers.health).map_err(ApiError::internal)?,
     }))
 }
 
 pub async fn map_summary(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
     console.authorize(&headers, Cap::Read, false)?;
     let map = console.map().await?;
-    let rows = console.servers(&map).await;
+    let servers = console.servers(&map).await;
+    let rows = &servers.rows;
     let devices = map.devices();
     let used: u64 = rows
         .iter()
@@ -267,7 +280,8 @@ pub async fn map_summary(State(console): State<Arc<Console>>, headers: HeaderMap
 pub async fn devices(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
     console.authorize(&headers, Cap::Read, false)?;
     let map = console.map().await?;
-    let rows = console.servers(&map).await;
+    let servers = console.servers(&map).await;
+    let rows = &servers.rows;
     let balance = console.balance(&map)?;
     let list: Vec<Value> = map
         .devices()
@@ -299,8 +313,9 @@ pub async fn devices(State(console): State<Arc<Console>>, headers: HeaderMap) ->
 pub async fn servers_endpoint(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
     console.authorize(&headers, Cap::Read, false)?;
     let map = console.map().await?;
-    let rows = console.servers(&map).await;
-    ok(json!({ "epoch": map.epoch().0, "servers": servers_json(&map, &rows) }))
+    let servers = console.servers(&map).await;
+    let rows = &servers.rows;
+    ok(json!({ "epoch": map.epoch().0, "servers": servers_json(&map, rows) }))
 }
 
 pub async fn pools(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
@@ -438,14 +453,18 @@ impl ChangeRequest {
 
 /// `change` judged on `old` as `optio map … --dry-run` judges it: the edit, and what it moves
 /// (the CLI's JSON shapes), the copies each device gains, and every pool's balance after.
-fn judge(old: ClusterMap, change: &MapChange) -> Result<(MapEdit, Value), ApiError> {
+fn judge(
+    old: ClusterMap,
+    before: &Balance,
+    change: &MapChange,
+) -> Result<(MapEdit, Value), ApiError> {
     let sample = MovementSample { objects: SAMPLE_OBJECTS, object_bytes: OBJECT_BYTES };
     let options = ApplyOptions::Judged { sample, allow_below_min_size: true };
     let edit = MapEdit::new(old, change, options).map_err(|e| {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("the change was refused: {e}"))
     })?;
     let report = edit.report.as_ref().expect("a judged edit has a report");
-    let (before, after) = (balance_of(&edit.old)?, balance_of(&edit.new)?);
+    let after = balance_of(&edit.new)?;
     let mut gained = vec![0i64; edit.old.max_devices().max(edit.new.max_devices()) as usize];
     if let optio_placement::change::ChangeEffect::Moves(pools) = &report.effect {
         for pool in pools {
@@ -502,7 +521,8 @@ pub async fn what_if(
     let (_, request) = change_request(&body, "change")?;
     let map = console.map().await?;
     let change = request.change(&map)?;
-    let (_, report) = tokio::task::spawn_blocking(move || judge(map, &change))
+    let before = console.balance(&map)?;
+    let (_, report) = tokio::task::spawn_blocking(move || judge(map, &before, &change))
         .await
         .map_err(ApiError::internal)??;
     ok(report)
@@ -524,9 +544,11 @@ pub async fn edit(State(console): State<Arc<Console>>, headers: HeaderMap, body:
     }
     let change = request.change(&map)?;
     let judged_change = change.clone();
-    let (edit, mut report) = tokio::task::spawn_blocking(move || judge(map, &judged_change))
-        .await
-        .map_err(ApiError::internal)??;
+    let before = console.balance(&map)?;
+    let (edit, mut report) =
+        tokio::task::spawn_blocking(move || judge(map, &before, &judged_change))
+            .await
+            .map_err(ApiError::internal)??;
     report["dry_run"] = json!(dry_run);
     report["stored"] = json!(false);
     let below = edit.report.as_ref().is_some_and(|r| r.below_min_size());

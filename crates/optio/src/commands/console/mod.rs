@@ -73,7 +73,7 @@ pub struct Args {
 }
 
 /// The servers' answers, when they were asked and for which epoch.
-type ServersAnswer = (Instant, u64, Arc<Vec<super::status::ServerRow>>);
+type ServersAnswer = (Instant, u64, Arc<api::Servers>);
 
 /// What the handlers share.
 pub struct Console {
