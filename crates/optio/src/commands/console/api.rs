@@ -2,6 +2,7 @@
 //! `--json` prints — one definition each, in the CLI's modules — and the map edits as a
 //! compare-and-swap on the epoch, judged by the code of `optio map … --dry-run`.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -19,7 +20,9 @@ use serde_json::{Value, json};
 use super::Console;
 use super::session::{CSRF_HEADER, Login, Refusal, Session, cookie_token};
 use crate::commands::edit::{OBJECT_BYTES, SAMPLE_OBJECTS, copies_json, find_device, moves_json};
-use crate::commands::status::{Health, ServerRow, all_done, health, servers, servers_json};
+use crate::commands::status::{
+    Health, ServerRow, all_done, health_with, pg_states, servers, servers_json,
+};
 
 /// How long the servers' answers are kept (the page polls every second; several pages, or
 /// several endpoints of one, ask the servers once).
@@ -119,8 +122,22 @@ impl Console {
         }
         let rows = servers(map, &self.transport).await;
         // Placing every PG of every pool: CPU work, off the async workers' hands.
-        let (health, settled) =
-            tokio::task::block_in_place(|| (health(map, &rows), all_done(map, &rows)));
+        let (health, settled) = tokio::task::block_in_place(|| {
+            let pgs = |map: &ClusterMap, serving: &BTreeSet<u32>| {
+                let mut cache = self.pg_states_cache.lock().unwrap_or_else(|e| e.into_inner());
+                match &*cache {
+                    Some((epoch, known, states)) if *epoch == map.epoch().0 && known == serving => {
+                        *states
+                    }
+                    _ => {
+                        let states = pg_states(map, serving);
+                        *cache = Some((map.epoch().0, serving.clone(), states));
+                        states
+                    }
+                }
+            };
+            (health_with(map, &rows, pgs), all_done(map, &rows))
+        });
         let answer = Arc::new(Servers { rows, health, settled });
         *cache = Some((Instant::now(), map.epoch().0, answer.clone()));
         answer

@@ -75,6 +75,9 @@ pub struct Args {
 /// The servers' answers, when they were asked and for which epoch.
 type ServersAnswer = (Instant, u64, Arc<api::Servers>);
 
+/// The placement groups' states, for an epoch and the devices serving.
+type PgStatesAnswer = (u64, std::collections::BTreeSet<u32>, super::status::PgStates);
+
 /// What the handlers share.
 pub struct Console {
     source: MapSource,
@@ -82,6 +85,8 @@ pub struct Console {
     sessions: session::Sessions,
     servers_cache: tokio::sync::Mutex<Option<ServersAnswer>>,
     balance_cache: std::sync::Mutex<Option<Arc<api::Balance>>>,
+    /// The placement groups' states for an epoch and the devices serving then.
+    pg_states_cache: std::sync::Mutex<Option<PgStatesAnswer>>,
     started: Instant,
 }
 
@@ -158,6 +163,7 @@ pub fn run(args: Args) -> Result<()> {
             sessions,
             servers_cache: tokio::sync::Mutex::new(None),
             balance_cache: std::sync::Mutex::new(None),
+            pg_states_cache: std::sync::Mutex::new(None),
             started: Instant::now(),
         });
         println!(
