@@ -474,3 +474,79 @@ fn console_over_https_sets_secure_cookies() {
         );
     });
 }
+
+#[test]
+fn console_adds_and_removes_a_device_with_a_dry_run_first() {
+    let (_dir, cluster) = secured(1);
+    let console = start_console(cluster.dir(), &[]);
+    let rt = runtime();
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let admin =
+            login(&http, &console.base, "client.admin", &key_of(&cluster, "client.admin")).await;
+        let edit = |epoch: u64, dry_run: bool, change: Value| {
+            json!({ "expected_epoch": epoch, "dry_run": dry_run, "change": change })
+        };
+        let before = epoch(&cluster);
+        // A fourth device in zone z1, on a host of its own, that no server serves yet.
+        let add = json!({
+            "kind": "add_device", "id": 3, "at": "zone=z1,host=z1-h9",
+            "capacity_bytes": 1u64 << 30, "weight": 1.0,
+            "addr": "127.0.0.1:9", "allow_unreachable": true,
+        });
+        let base = console.base.as_str();
+        let (status, _, dry) =
+            call(&http, base, "POST", "/api/v1/map/edit", Some(&admin), true, Some(edit(before, true, add.clone())))
+                .await;
+        assert_eq!(status, 200, "{dry}");
+        assert_eq!(epoch(&cluster), before, "a dry run stores nothing");
+        let new_device = dry["devices"]
+            .as_array()
+            .expect("devices")
+            .iter()
+            .find(|d| d["id"] == json!(3))
+            .expect("the new device is in the report")
+            .clone();
+        assert_eq!(new_device["pgs_before"], json!(0));
+        assert!(new_device["pgs_after"].as_u64() > Some(0), "{new_device}");
+        assert!(new_device["gained"].as_i64() > Some(0), "{new_device}");
+        // Without allow_unreachable, an address nothing serves is refused, and nothing stored.
+        let mut unreachable = add.clone();
+        unreachable["allow_unreachable"] = json!(false);
+        let (status, _, answer) =
+            call(&http, base, "POST", "/api/v1/map/edit", Some(&admin), true, Some(edit(before, false, unreachable)))
+                .await;
+        assert_eq!(status, 422, "{answer}");
+        assert_eq!(epoch(&cluster), before);
+        let (status, _, added) =
+            call(&http, base, "POST", "/api/v1/map/edit", Some(&admin), true, Some(edit(before, false, add)))
+                .await;
+        assert_eq!(status, 200, "{added}");
+        let map = cluster.load_map().expect("the map");
+        assert_eq!(map.epoch().0, before + 1);
+        assert!(map.device(DeviceId(3)).is_some(), "the device was added");
+        assert_eq!(added["moves"], dry["moves"], "what was stored is what the dry run showed");
+        // And removed again (it holds nothing: no server ever served it).
+        let remove = json!({ "kind": "remove_device", "device": "osd.3", "force": true });
+        let (status, _, removed) =
+            call(&http, base, "POST", "/api/v1/map/edit", Some(&admin), true, Some(edit(before + 1, false, remove)))
+                .await;
+        assert_eq!(status, 200, "{removed}");
+        let map = cluster.load_map().expect("the map");
+        assert_eq!(map.epoch().0, before + 2);
+        assert!(map.device(DeviceId(3)).is_none(), "the device was removed");
+        // A change that does not apply is refused with what was wrong.
+        let (status, _, answer) = call(
+            &http,
+            base,
+            "POST",
+            "/api/v1/whatif",
+            Some(&admin),
+            true,
+            Some(json!({ "change": { "kind": "set_state", "device": "osd.42", "in": false } })),
+        )
+        .await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(answer["error"].as_str().unwrap().contains("osd.42"), "{answer}");
+    });
+}
