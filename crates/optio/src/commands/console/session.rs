@@ -49,6 +49,24 @@ pub struct Session {
     pub csrf: String,
     /// When it ends.
     pub expires: Instant,
+    /// A hash of the key the login proved (the session ends when the keyring no longer
+    /// accepts that key: rotated past its grace, or revoked).
+    key_stamp: blake3::Hash,
+}
+
+/// A key's stamp: what a session keeps of the key its login proved.
+fn key_stamp(key: &Key) -> blake3::Hash {
+    blake3::hash(key.to_base64().as_bytes())
+}
+
+/// Whether `entity` still accepts the key stamped `stamp` at `now_ms`: its key, or its
+/// previous one within the grace a rotation gave it.
+fn accepts(entity: &optio_proto::auth::Entity, stamp: &blake3::Hash, now_ms: u64) -> bool {
+    key_stamp(&entity.key) == *stamp
+        || entity
+            .previous
+            .as_ref()
+            .is_some_and(|(key, until)| now_ms / 1000 < *until && key_stamp(key) == *stamp)
 }
 
 /// What a login presents.
@@ -185,9 +203,22 @@ impl Sessions {
             }
             nonces.insert(nonce, now);
         }
+        // Which key the login proved: the entity's own, or its previous one in its grace.
+        let current_only = {
+            let mut keyring = Keyring::new();
+            keyring.insert(optio_proto::auth::Entity { previous: None, ..entity.clone() });
+            keyring
+        };
+        let proved_current =
+            parsed.verify(&current_only, "POST", LOGIN_PATH, &[], now, WINDOW_MS).is_ok();
+        let key_stamp = match (&entity.previous, proved_current) {
+            (Some((previous, _)), false) => key_stamp(previous),
+            _ => key_stamp(&entity.key),
+        };
         let session = Session {
             entity: entity.name.clone(),
             cap: entity.cap,
+            key_stamp,
             csrf: token().map_err(|e| Refusal::Busy(e.to_string()))?,
             expires: Instant::now() + SESSION_TTL,
         };
@@ -260,6 +291,13 @@ impl Sessions {
                 session.entity
             )));
         };
+        if !accepts(&entity, &session.key_stamp, now_ms()) {
+            self.logout(token);
+            return Err(Refusal::Unauthenticated(format!(
+                "the key {} logged in with is no longer accepted (rotated or revoked): log in again",
+                session.entity
+            )));
+        }
         session.cap = entity.cap;
         if mutation && !csrf.is_some_and(|c| same(c, &session.csrf)) {
             return Err(Refusal::Forbidden(format!(
@@ -367,6 +405,38 @@ mod tests {
             sessions.check(Some(&token), None, Cap::Admin, false),
             Err(Refusal::Forbidden(_))
         ));
+    }
+
+    #[test]
+    fn a_key_rotated_without_grace_ends_the_sessions_it_opened() {
+        let (_dir, path, keys) = keyring_with(&[("client.admin", Cap::Admin)]);
+        let sessions = Sessions::new(&path, false).expect("sessions");
+        let login = Login {
+            entity: "client.admin".into(),
+            key: Some(keys[0].to_base64()),
+            signature: None,
+        };
+        let (token, _) = sessions.login(&login).expect("logged in");
+        sessions.check(Some(&token), None, Cap::Admin, false).expect("the session holds");
+        // Rotated with a grace: the old key's session holds until the grace ends.
+        let mut keyring = optio_cluster::keyring::load(&path).expect("the keyring");
+        let mut entity = keyring.get("client.admin").expect("admin").clone();
+        let until = now_ms() / 1000 + 3600;
+        entity.previous = Some((entity.key.clone(), until));
+        entity.key = Key::generate().expect("a key");
+        keyring.insert(entity.clone());
+        optio_cluster::keyring::save(&keyring, &path).expect("saved");
+        // (The keyring is read again when its modification time or length changes.)
+        std::thread::sleep(Duration::from_millis(20));
+        sessions.check(Some(&token), None, Cap::Admin, false).expect("within the grace");
+        entity.previous = None;
+        keyring.insert(entity);
+        optio_cluster::keyring::save(&keyring, &path).expect("saved");
+        assert!(matches!(
+            sessions.check(Some(&token), None, Cap::Admin, false),
+            Err(Refusal::Unauthenticated(_))
+        ));
+        assert!(matches!(sessions.login(&login), Err(Refusal::Unauthenticated(_))));
     }
 
     #[test]
