@@ -27,6 +27,8 @@ use crate::commands::status::{
 /// How long the servers' answers are kept (the page polls every second; several pages, or
 /// several endpoints of one, ask the servers once).
 pub const SERVERS_CACHE_TTL: Duration = Duration::from_millis(900);
+/// How long a refused login waits before it answers.
+pub const LOGIN_REFUSAL_DELAY: Duration = Duration::from_millis(250);
 /// Most bytes of a request body.
 pub const BODY_BYTES_MAX: usize = 64 * 1024;
 
@@ -203,7 +205,14 @@ pub async fn login(State(console): State<Arc<Console>>, body: Bytes) -> Answer {
             "a login is JSON {{\"entity\": \"client.NAME\", \"key\": \"BASE64\"}} (or \"signature\" instead of \"key\"): {e}"
         ))
     })?;
-    let (token, session) = console.sessions.login(&login)?;
+    let (token, session) = match console.sessions.login(&login) {
+        Ok(answer) => answer,
+        Err(refusal) => {
+            // A refused login answers late: guessing costs the guesser time, not us CPU.
+            tokio::time::sleep(LOGIN_REFUSAL_DELAY).await;
+            return Err(refusal.into());
+        }
+    };
     let mut response = json_response(StatusCode::OK, &session_json(&session));
     let cookie =
         HeaderValue::from_str(&console.sessions.cookie(&token)).map_err(ApiError::internal)?;

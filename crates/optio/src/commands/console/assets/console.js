@@ -166,6 +166,13 @@ function renderDevices() {
       usage.append(bar, el("small", (share * 100).toFixed(1) + "% of " + bytes(m.capacity_bytes)));
     } else usage.textContent = "-";
     tr.append(usage, el("td", d.status ? (d.status.metrics.latency_us / 1000).toFixed(2) + " ms" : "-"));
+    // A state change starts as a what-if: what it moves is shown before it can be committed.
+    const action = el("td");
+    const button = el("button", d.in ? "out?" : "in?", "small");
+    button.title = "What marking " + d.name + (d.in ? " out" : " in") + " would move";
+    button.addEventListener("click", () => askWhatIf(d.in ? "out" : "in", d.id));
+    action.append(button);
+    tr.append(action);
     body.append(tr);
   }
   for (const th of $("devices").tHead.querySelectorAll("th")) {
@@ -224,6 +231,15 @@ function showFields() {
   for (const e of document.querySelectorAll(".for-device")) e.hidden = kind === "add";
   for (const e of document.querySelectorAll(".for-weight")) e.hidden = !(kind === "reweight" || kind === "add");
   for (const e of document.querySelectorAll(".for-add")) e.hidden = kind !== "add";
+}
+
+function askWhatIf(kind, device) {
+  const form = $("whatif-form");
+  form.kind.value = kind;
+  form.device.value = String(device);
+  showFields();
+  form.requestSubmit();
+  $("whatif-section").scrollIntoView({ behavior: "smooth" });
 }
 
 async function whatIf(event) {
