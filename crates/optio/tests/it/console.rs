@@ -550,3 +550,66 @@ fn console_adds_and_removes_a_device_with_a_dry_run_first() {
         assert!(answer["error"].as_str().unwrap().contains("osd.42"), "{answer}");
     });
 }
+
+/// What the page's script showed, run by Node against the console (`console/page_harness.js`).
+fn page_run(console: &Console, entity: &str, key: &str, device: &str) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new("node")
+        .arg(root.join("tests/it/console/page_harness.js"))
+        .arg(root.join("src/commands/console/assets/console.js"))
+        .args([console.base.as_str(), entity, key, device])
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the page's script failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("the harness prints JSON")
+}
+
+#[test]
+fn console_the_page_logs_in_shows_the_cluster_and_commits_a_what_if() {
+    if !crate::have_tool("node", "nodejs") {
+        return;
+    }
+    let (_dir, cluster) = secured(2);
+    let console = start_console(cluster.dir(), &[]);
+    let before = epoch(&cluster);
+    let pools = cluster.load_map().expect("the map").pools().len();
+    // A read session sees everything, is offered no commit, and a commit is refused.
+    let shown = page_run(&console, "client.reader", &key_of(&cluster, "client.reader"), "0");
+    assert_eq!(shown["login_shown_first"], json!(true), "{shown}");
+    assert_eq!(shown["who"], json!("client.reader (read)"), "{shown}");
+    assert_eq!(shown["devices"].as_array().map(Vec::len), Some(6), "{shown}");
+    assert_eq!(shown["pools"].as_array().map(Vec::len), Some(pools), "{shown}");
+    assert!(shown["health"].as_str().unwrap().starts_with("HEALTH_"), "{shown}");
+    assert_eq!(shown["commit_hidden"], json!(true), "{shown}");
+    assert!(shown["commit_result"].as_str().unwrap().starts_with("refused"), "{shown}");
+    assert_eq!(epoch(&cluster), before, "a read session changed nothing");
+    // An admin: the what-if of osd.0 out shows it losing its copies, and the commit stores it.
+    let shown = page_run(&console, "client.admin", &key_of(&cluster, "client.admin"), "0");
+    assert_eq!(shown["epoch"], json!(before), "{shown}");
+    let names: Vec<&str> =
+        shown["devices"].as_array().unwrap().iter().map(|r| r[1].as_str().unwrap()).collect();
+    assert_eq!(names, ["osd.0", "osd.1", "osd.2", "osd.3", "osd.4", "osd.5"]);
+    assert!(shown["whatif_summary"].as_str().unwrap().contains("PG copies move"), "{shown}");
+    let osd0 = shown["whatif_rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r[0] == json!("osd.0"))
+        .unwrap_or_else(|| panic!("osd.0 in the what-if: {shown}"))
+        .clone();
+    assert!(osd0[3].as_str().unwrap().starts_with('-'), "osd.0 loses copies: {osd0}");
+    assert_eq!(shown["commit_hidden"], json!(false), "{shown}");
+    assert_eq!(
+        shown["commit_result"],
+        json!(format!("stored epoch {}; the servers rebalance now", before + 1)),
+        "{shown}"
+    );
+    let map = cluster.load_map().expect("the map");
+    assert_eq!(map.epoch().0, before + 1);
+    assert!(!map.device(DeviceId(0)).expect("osd.0").is_in, "osd.0 is out");
+}

@@ -5,6 +5,8 @@
 const state = { csrf: null, mayChange: false, devices: [], sort: { key: "id", up: true }, pending: null, timer: null };
 
 const $ = (id) => document.getElementById(id);
+// A form's control by name (not `form.NAME`: a control named `id` would be the form's own id).
+const field = (form, name) => form.elements.namedItem(name);
 
 function el(tag, text, cls) {
   const e = document.createElement(tag);
@@ -211,17 +213,17 @@ function rowOf(cells) {
 }
 
 function changeFromForm(form) {
-  const kind = form.kind.value;
-  const device = form.device.value;
+  const kind = field(form, "kind").value;
+  const device = field(form, "device").value;
   switch (kind) {
     case "out": return { kind: "set_state", device, in: false };
     case "in": return { kind: "set_state", device, in: true };
-    case "reweight": return { kind: "reweight", device, weight: Number(form.weight.value) };
+    case "reweight": return { kind: "reweight", device, weight: Number(field(form, "weight").value) };
     case "remove": return { kind: "remove_device", device };
     default: return {
-      kind: "add_device", id: Number(form.id.value), at: form.at.value,
-      capacity_bytes: Math.round(Number(form.capacity.value) * 1073741824),
-      weight: Number(form.weight.value), allow_unreachable: true,
+      kind: "add_device", id: Number(field(form, "id").value), at: field(form, "at").value,
+      capacity_bytes: Math.round(Number(field(form, "capacity").value) * 1073741824),
+      weight: Number(field(form, "weight").value), allow_unreachable: true,
     };
   }
 }
@@ -235,8 +237,8 @@ function showFields() {
 
 function askWhatIf(kind, device) {
   const form = $("whatif-form");
-  form.kind.value = kind;
-  form.device.value = String(device);
+  field(form, "kind").value = kind;
+  field(form, "device").value = String(device);
   showFields();
   form.requestSubmit();
   $("whatif-section").scrollIntoView({ behavior: "smooth" });
@@ -306,8 +308,8 @@ async function login(event) {
   const form = event.target;
   $("login-error").textContent = "";
   try {
-    const session = await api("POST", "/api/v1/login", { entity: form.entity.value, key: form.key.value });
-    form.key.value = "";
+    const session = await api("POST", "/api/v1/login", { entity: field(form, "entity").value, key: field(form, "key").value });
+    field(form, "key").value = "";
     showApp(session);
   } catch (error) {
     $("login-error").textContent = error.message;
