@@ -53,15 +53,15 @@ mod snapshot_faults;
 // Who may use `optio nbd`, and how much one client may make it hold (issue 36).
 mod nbd_security;
 
+// The web console and its admin API (issue 42).
+mod console;
+
 // The S3 gateway (issue 16).
 #[cfg(feature = "s3")]
 mod s3;
 // The S3 gateway's defences (issue 36).
 #[cfg(feature = "s3")]
 mod s3_security;
-
-// The web console and its admin API (issue 42).
-mod console;
 
 // The emulated multi-rack cluster and `optio bench io` (issue 38).
 mod emulate;
