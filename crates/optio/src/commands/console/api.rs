@@ -148,15 +148,17 @@ impl Console {
     /// PG copies per device and every pool's balance (as `optio analyze --json` reports it),
     /// computed once per epoch.
     fn balance(&self, map: &ClusterMap) -> Result<Arc<Balance>, ApiError> {
-        let mut cache = self.balance_cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(balance) = &*cache
-            && balance.epoch == map.epoch().0
+        let cached = |cache: &Option<Arc<Balance>>| {
+            cache.as_ref().filter(|b| b.epoch == map.epoch().0).cloned()
+        };
+        if let Some(balance) = cached(&self.balance_cache.lock().unwrap_or_else(|e| e.into_inner()))
         {
-            return Ok(balance.clone());
+            return Ok(balance);
         }
-        // Placing every PG and the sample's objects: CPU work, off the async workers' hands.
+        // Placing every PG and the sample's objects: CPU work, off the async workers' hands,
+        // and without the lock (a worker waiting on it would stall the runtime meanwhile).
         let balance = Arc::new(tokio::task::block_in_place(|| balance_of(map))?);
-        *cache = Some(balance.clone());
+        *self.balance_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(balance.clone());
         Ok(balance)
     }
 }
