@@ -152,6 +152,15 @@ fn console_every_endpoint_answers_each_capability_what_it_may_and_refuses_the_re
         }
         let admin = login(&http, base, "client.admin", &key_of(&cluster, "client.admin")).await;
         let reader = login(&http, base, "client.reader", &key_of(&cluster, "client.reader")).await;
+        // API answers are never cached nor sniffed into something else.
+        let response = http
+            .get(format!("{base}/api/v1/map"))
+            .header("cookie", format!("optio_console={}", reader.cookie))
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(response.headers()["cache-control"], "no-store");
+        assert_eq!(response.headers()["x-content-type-options"], "nosniff");
         let before = epoch(&cluster);
         for path in GETS {
             let (status, _, answer) = call(&http, base, "GET", path, None, false, None).await;
