@@ -544,6 +544,23 @@ fn console_adds_and_removes_a_device_with_a_dry_run_first() {
         let map = cluster.load_map().expect("the map");
         assert_eq!(map.epoch().0, before + 2);
         assert!(map.device(DeviceId(3)).is_none(), "the device was removed");
+        // Attributes: a capacity doubled (the attributed pool places by capacity).
+        let set_attr =
+            json!({ "kind": "set_attr", "device": "osd.1", "capacity_bytes": 2u64 << 30 });
+        let (status, _, answer) = call(
+            &http,
+            base,
+            "POST",
+            "/api/v1/map/edit",
+            Some(&admin),
+            true,
+            Some(edit(before + 2, false, set_attr)),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        let map = cluster.load_map().expect("the map");
+        assert_eq!(map.epoch().0, before + 3);
+        assert_eq!(map.device(DeviceId(1)).expect("osd.1").capacity_bytes, 2 << 30);
         // A change that does not apply is refused with what was wrong.
         let (status, _, answer) = call(
             &http,

@@ -428,6 +428,23 @@ pub enum ChangeRequest {
         #[serde(default)]
         force: bool,
     },
+    /// `optio map set-attr`.
+    SetAttr {
+        /// Device id or name.
+        device: Value,
+        /// Its capacity.
+        #[serde(default)]
+        capacity_bytes: Option<u64>,
+        /// Its bandwidth, MB/s.
+        #[serde(default)]
+        bandwidth_mb_per_s: Option<u32>,
+        /// Its class (`"none"` removes it).
+        #[serde(default)]
+        class: Option<String>,
+        /// Its server's address.
+        #[serde(default)]
+        addr: Option<String>,
+    },
 }
 
 fn device_text(value: &Value) -> String {
@@ -476,6 +493,30 @@ impl ChangeRequest {
                 .map_err(ApiError::bad)?,
             ),
             ChangeRequest::RemoveDevice { device: d, .. } => MapChange::RemoveDevice(device(d)?),
+            ChangeRequest::SetAttr {
+                device: d,
+                capacity_bytes,
+                bandwidth_mb_per_s,
+                class,
+                addr,
+            } => {
+                if capacity_bytes.is_none()
+                    && bandwidth_mb_per_s.is_none()
+                    && class.is_none()
+                    && addr.is_none()
+                {
+                    return Err(ApiError::bad(
+                        "say what to set: \"capacity_bytes\", \"bandwidth_mb_per_s\", \"class\" or \"addr\"",
+                    ));
+                }
+                MapChange::SetAttr {
+                    device: device(d)?,
+                    capacity_bytes: *capacity_bytes,
+                    bandwidth_mb_per_s: *bandwidth_mb_per_s,
+                    class: class.clone().map(|c| (c != "none").then_some(c)),
+                    addr: addr.clone(),
+                }
+            }
         })
     }
 }
