@@ -63,6 +63,9 @@ enum Command {
     /// Watch the servers of a cluster started one by one: mark devices down, out, up and in
     /// in the map (what `optio up` does for its own cluster).
     Manager(commands::manager::Args),
+    /// The web console and its admin API (health, devices, pools, what a change would move,
+    /// map edits): log in with an entity of the cluster keyring; runs until Ctrl-C.
+    Console(commands::console::Args),
     /// Block volumes: create, ls, info, resize, rm, import, export (serve them with
     /// `optio nbd`).
     #[command(subcommand)]
@@ -192,6 +195,7 @@ fn main() -> std::process::ExitCode {
         Command::Up(args) => commands::up::run(args),
         Command::Server(args) => commands::server::run(args),
         Command::Manager(args) => commands::manager::run(args),
+        Command::Console(args) => commands::console::run(args),
         Command::Auth(command) => commands::auth::run(command),
         Command::Volume(command) => commands::volume::run(command),
         Command::Nbd(args) => commands::nbd::run(args),

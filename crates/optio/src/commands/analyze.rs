@@ -285,7 +285,13 @@ fn describe_pool(map: &ClusterMap, id: PoolId, objects: u64, object_size: u64) -
     )
 }
 
-fn pool_report(map: &ClusterMap, id: PoolId, load: &PoolLoad, shares: &[f64]) -> serde_json::Value {
+/// One pool's balance as `optio analyze --json` reports it (and the console serves it).
+pub(crate) fn pool_report(
+    map: &ClusterMap,
+    id: PoolId,
+    load: &PoolLoad,
+    shares: &[f64],
+) -> serde_json::Value {
     let pool = map.pool(id).expect("resolved");
     let eligible: Vec<usize> = (0..shares.len())
         .filter(|&i| shares[i] > 0.0 || load.pg_copies[i] > 0 || load.objects[i] > 0)

@@ -27,7 +27,7 @@ pub struct EditArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Objects simulated per pool to estimate what moves.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = SAMPLE_OBJECTS)]
     pub objects: u64,
     /// Write the edited map to this file instead of changing the map in place (a map file
     /// only; the format follows the extension: .toml Optio, .json Ceph JSON, else Ceph text).
@@ -185,31 +185,57 @@ pub fn find_device(map: &ClusterMap, text: &str) -> Result<DeviceId> {
     bail!("no device '{text}' in the map; `optio map show` lists them")
 }
 
-fn weight(value: f64, what: &str) -> Result<Weight> {
+pub(crate) fn weight(value: f64, what: &str) -> Result<Weight> {
     Weight::from_f64(value)
         .ok_or_else(|| anyhow::anyhow!("{what} {value} is out of range: use 0 to 65535"))
 }
 
-pub fn add_device(args: AddDeviceArgs) -> Result<()> {
+/// A new device as `optio map add-device` and the console describe it: `at` is its location
+/// as TYPE=NAME pairs, outermost first (`zone=z2,host=z2-h4`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn device_spec(
+    id: u32,
+    name: Option<String>,
+    at: &str,
+    capacity: u64,
+    weight_value: Option<f64>,
+    bandwidth: u32,
+    class: Option<String>,
+    addr: Option<String>,
+) -> Result<DeviceSpec> {
     let mut location = Vec::new();
-    for pair in args.at.split(',').filter(|p| !p.is_empty()) {
+    for pair in at.split(',').filter(|p| !p.is_empty()) {
         let Some((kind, name)) = pair.split_once('=') else {
-            bail!("--at '{}': '{pair}' is not TYPE=NAME (e.g. zone=z2,host=z2-h4)", args.at);
+            bail!("--at '{at}': '{pair}' is not TYPE=NAME (e.g. zone=z2,host=z2-h4)");
         };
         location.push((kind.trim().to_string(), name.trim().to_string()));
     }
     if location.is_empty() {
         bail!("--at is empty: give the device's location, e.g. zone=z2,host=z2-h4");
     }
-    let mut spec = DeviceSpec::new(args.id).capacity(args.capacity);
-    spec.name = args.name.unwrap_or_default();
+    let mut spec = DeviceSpec::new(id).capacity(capacity);
+    spec.name = name.unwrap_or_default();
     spec.location = location;
-    spec.bandwidth_mb_per_s = args.bandwidth;
-    spec.class = args.class;
-    spec.addr = args.addr.clone();
-    if let Some(w) = args.weight {
+    spec.bandwidth_mb_per_s = bandwidth;
+    spec.class = class;
+    spec.addr = addr;
+    if let Some(w) = weight_value {
         spec.weight = Some(weight(w, "--weight")?);
     }
+    Ok(spec)
+}
+
+pub fn add_device(args: AddDeviceArgs) -> Result<()> {
+    let spec = device_spec(
+        args.id,
+        args.name.clone(),
+        &args.at,
+        args.capacity,
+        args.weight,
+        args.bandwidth,
+        args.class.clone(),
+        args.addr.clone(),
+    )?;
     let (id, capacity) = (args.id, args.capacity);
     let check_addr = args.addr.clone().filter(|_| !args.allow_unreachable);
     let transport = match &check_addr {
@@ -236,7 +262,7 @@ pub fn add_device(args: AddDeviceArgs) -> Result<()> {
 
 /// Refuses a new device's address unless a server there answers and serves the device: a
 /// device nobody serves would leave rebalancing retrying "unreachable".
-async fn serves_device(
+pub(crate) async fn serves_device(
     transport: &optio_net::HttpTransport,
     addr: &str,
     id: u32,
@@ -622,7 +648,10 @@ pub(crate) fn lost_in(
 }
 
 /// The size each simulated object stands for in what a change moves.
-const OBJECT_BYTES: u64 = 4 << 20;
+pub(crate) const OBJECT_BYTES: u64 = 4 << 20;
+/// Objects simulated per pool to estimate what a change moves (`--objects`' default, and the
+/// console's what-if: both report the same movement for the same change).
+pub(crate) const SAMPLE_OBJECTS: u64 = 20_000;
 
 /// The pools a change leaves short of copies ([`ChangeReport::short_of_copies`]), for people:
 /// empty when every sampled object keeps its pool's size.
@@ -649,7 +678,7 @@ fn copies_text(report: &ChangeReport) -> String {
 }
 
 /// [`copies_text`] as JSON, per pool.
-fn copies_json(report: &ChangeReport) -> Vec<serde_json::Value> {
+pub(crate) fn copies_json(report: &ChangeReport) -> Vec<serde_json::Value> {
     report
         .short_of_copies
         .iter()
@@ -662,9 +691,11 @@ fn copies_json(report: &ChangeReport) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// [`what_moves`] as JSON: per pool the copies that move against the minimum, or the
-/// membership change.
-fn moves_json(report: &ChangeReport, objects: u64) -> serde_json::Value {
+/// [`what_moves`] as JSON: per pool the copies that move against the minimum and the copies
+/// each device gains (`gained`: negative for a device that loses copies; devices with no
+/// change left out), or the membership change. `optio map … --json` prints it and the
+/// console's what-if and edits answer it.
+pub(crate) fn moves_json(report: &ChangeReport, objects: u64) -> serde_json::Value {
     match &report.effect {
         ChangeEffect::Membership(m) => serde_json::json!({
             "membership": {
@@ -684,6 +715,9 @@ fn moves_json(report: &ChangeReport, objects: u64) -> serde_json::Value {
                     "moved_over_minimum": ratio.is_finite().then_some(ratio),
                     "simulated_objects": objects, "simulated_moved_bytes": m.moved_bytes,
                     "simulated_bytes": m.bytes,
+                    "gained": m.gained.iter().enumerate().filter(|(_, g)| **g != 0)
+                        .map(|(device, g)| serde_json::json!({"device": device, "copies": g}))
+                        .collect::<Vec<_>>(),
                 })
             })
             .collect::<Vec<_>>()),

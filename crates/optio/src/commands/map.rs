@@ -518,22 +518,40 @@ pub fn step_text(map: &ClusterMap, step: &Step) -> String {
     }
 }
 
+/// One device as `optio map show --json` prints it (and the console serves it).
+pub(crate) fn device_json(map: &ClusterMap, d: &optio_placement::Device) -> serde_json::Value {
+    let location: Vec<serde_json::Value> =
+        map.location(d.id).iter().map(|(t, n)| json!({"type": t, "name": n})).collect();
+    json!({
+        "id": d.id.0, "name": d.name, "class": d.class, "weight": d.weight.as_f64(),
+        "capacity_bytes": d.capacity_bytes, "bandwidth_mb_per_s": d.bandwidth_mb_per_s,
+        "up": d.up, "in": d.is_in, "reweight": d.reweight.as_f64(),
+        "primary_affinity": d.primary_affinity.as_f64(), "addr": d.addr, "location": location,
+        "up_from": d.up_from.map(|e| e.0), "down_at": d.down_at.map(|e| e.0),
+    })
+}
+
+/// One pool as `optio map show --json` prints it (and the console serves it); `erasure` is
+/// its profile (`null` for a replicated pool).
+pub(crate) fn pool_json(map: &ClusterMap, p: &Pool) -> serde_json::Value {
+    json!({
+        "id": p.id.0, "name": p.name, "engine": p.engine.name(),
+        "engine_detail": super::engine_text(map, p), "pg_num": p.pg_num, "pgp_num": p.pgp_num,
+        "size": p.size, "min_size": p.min_size, "choices": p.choice.choices,
+        "policy": p.choice.policy.to_string(), "full_ratio": f64::from(p.choice.full_ppm) / 1e6,
+        "pps": p.balance().pps.name(),
+        "balance_param": f64::from(p.balance().linear_param) / 65536.0,
+        "balanced": super::balanced_method(p),
+        "balance_state_devices": p.balance_state().map(|s| s.devices.len()),
+        "erasure": p.erasure.as_ref().map(|e| json!({
+            "k": e.k, "m": e.m, "stripe_unit_bytes": e.stripe_unit_bytes,
+        })),
+    })
+}
+
 fn show_json(map: &ClusterMap) -> serde_json::Value {
-    let devices: Vec<serde_json::Value> = map
-        .devices()
-        .iter()
-        .map(|d| {
-            let location: Vec<serde_json::Value> =
-                map.location(d.id).iter().map(|(t, n)| json!({"type": t, "name": n})).collect();
-            json!({
-                "id": d.id.0, "name": d.name, "class": d.class, "weight": d.weight.as_f64(),
-                "capacity_bytes": d.capacity_bytes, "bandwidth_mb_per_s": d.bandwidth_mb_per_s,
-                "up": d.up, "in": d.is_in, "reweight": d.reweight.as_f64(),
-                "primary_affinity": d.primary_affinity.as_f64(), "addr": d.addr, "location": location,
-                "up_from": d.up_from.map(|e| e.0), "down_at": d.down_at.map(|e| e.0),
-            })
-        })
-        .collect();
+    let devices: Vec<serde_json::Value> =
+        map.devices().iter().map(|d| device_json(map, d)).collect();
     let buckets: Vec<serde_json::Value> = map
         .buckets()
         .filter(|b| b.shadow_of.is_none())
@@ -550,11 +568,7 @@ fn show_json(map: &ClusterMap) -> serde_json::Value {
         .iter()
         .map(|r| json!({"id": r.id.0, "name": r.name, "type": r.kind.code(), "steps": r.steps.iter().map(|s| step_text(map, s)).collect::<Vec<_>>()}))
         .collect();
-    let pools: Vec<serde_json::Value> = map
-        .pools()
-        .iter()
-        .map(|p| json!({"id": p.id.0, "name": p.name, "engine": p.engine.name(), "engine_detail": super::engine_text(map, p), "pg_num": p.pg_num, "pgp_num": p.pgp_num, "size": p.size, "min_size": p.min_size, "choices": p.choice.choices, "policy": p.choice.policy.to_string(), "full_ratio": f64::from(p.choice.full_ppm) / 1e6, "pps": p.balance().pps.name(), "balance_param": f64::from(p.balance().linear_param) / 65536.0, "balanced": super::balanced_method(p), "balance_state_devices": p.balance_state().map(|s| s.devices.len())}))
-        .collect();
+    let pools: Vec<serde_json::Value> = map.pools().iter().map(|p| pool_json(map, p)).collect();
     let membership = map.membership().map(|m| {
         let name = |d: &optio_placement::DeviceId| map.device(*d).map(|d| d.name.clone());
         json!({

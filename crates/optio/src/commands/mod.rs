@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod auth;
 pub mod bench;
 pub mod client;
+pub mod console;
 pub mod demo;
 pub mod diff;
 pub mod edit;

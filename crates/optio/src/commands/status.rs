@@ -200,10 +200,61 @@ impl Health {
     }
 }
 
+/// Placement groups by state (see [`Health`]'s fields).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PgStates {
+    /// Every replica up and serving.
+    pub healthy: u64,
+    /// Fewer replicas than the pool's size, at least min_size serving.
+    pub degraded: u64,
+    /// Every replica placed, some not serving yet.
+    pub recovering: u64,
+    /// Fewer than min_size replicas serving.
+    pub inactive: u64,
+}
+
+/// The state of every placement group of `map`'s pools when the devices `serving` serve:
+/// every PG placed, so a function of the epoch and `serving` only (the console keeps it for
+/// as long as both stay the same).
+pub fn pg_states(map: &ClusterMap, serving: &std::collections::BTreeSet<u32>) -> PgStates {
+    let mut states = PgStates::default();
+    if let Ok(placement) = optio_placement::Placement::new(map) {
+        let mut scratch = placement.scratch();
+        let mut set = optio_placement::ReplicaSet::new();
+        for pool in placement.pools().filter(|p| p.pool().pg_num > 0) {
+            let info = pool.pool();
+            for seed in 0..info.pg_num {
+                pool.place(pool.key_of_seed(seed), &mut scratch, &mut set);
+                let members = set.devices().count() as u32;
+                let live = set.devices().filter(|d| serving.contains(&d.0)).count() as u32;
+                if live < info.min_size {
+                    states.inactive += 1;
+                } else if members < info.size {
+                    states.degraded += 1;
+                } else if live < members {
+                    states.recovering += 1;
+                } else {
+                    states.healthy += 1;
+                }
+            }
+        }
+    }
+    states
+}
+
 /// The health of the cluster `map` describes, from its servers' answers: which devices are
 /// down, out, not answering or catching up, and what that does to each placement group.
 pub fn health(map: &ClusterMap, rows: &[ServerRow]) -> Health {
-    let mut serving = std::collections::HashSet::new();
+    health_with(map, rows, pg_states)
+}
+
+/// [`health`], with the placement groups' states from `pgs` (given the devices serving).
+pub fn health_with(
+    map: &ClusterMap,
+    rows: &[ServerRow],
+    pgs: impl FnOnce(&ClusterMap, &std::collections::BTreeSet<u32>) -> PgStates,
+) -> Health {
+    let mut serving = std::collections::BTreeSet::new();
     let mut problems = Vec::new();
     let mut warn = false;
     let names = |ids: &[u32]| ids.iter().map(|d| format!("osd.{d}")).collect::<Vec<_>>().join(", ");
@@ -254,28 +305,7 @@ pub fn health(map: &ClusterMap, rows: &[ServerRow]) -> Health {
         warn = true;
         problems.push("data is moving to where this epoch places it".into());
     }
-    let (mut healthy, mut degraded, mut recovering_pgs, mut inactive) = (0, 0, 0, 0);
-    if let Ok(placement) = optio_placement::Placement::new(map) {
-        let mut scratch = placement.scratch();
-        let mut set = optio_placement::ReplicaSet::new();
-        for pool in placement.pools().filter(|p| p.pool().pg_num > 0) {
-            let info = pool.pool();
-            for seed in 0..info.pg_num {
-                pool.place(pool.key_of_seed(seed), &mut scratch, &mut set);
-                let members = set.devices().count() as u32;
-                let live = set.devices().filter(|d| serving.contains(&d.0)).count() as u32;
-                if live < info.min_size {
-                    inactive += 1;
-                } else if members < info.size {
-                    degraded += 1;
-                } else if live < members {
-                    recovering_pgs += 1;
-                } else {
-                    healthy += 1;
-                }
-            }
-        }
-    }
+    let PgStates { healthy, degraded, recovering: recovering_pgs, inactive } = pgs(map, &serving);
     if inactive > 0 {
         problems.insert(
             0,
@@ -311,6 +341,24 @@ pub fn all_done(map: &ClusterMap, rows: &[ServerRow]) -> bool {
     })
 }
 
+/// The servers' answers as `optio status --json` prints them (and the console serves them):
+/// one object per server, its name, address, devices, epoch, migration and device metrics —
+/// or the error that kept it from answering.
+pub fn servers_json(map: &ClusterMap, rows: &[ServerRow]) -> Vec<serde_json::Value> {
+    rows.iter()
+        .map(|r| match &r.status {
+            Ok(s) => serde_json::json!({
+                "name": server_name(map, r), "addr": r.addr, "devices": r.devices,
+                "epoch": s.epoch, "migration": s.migration,
+                "metrics": s.devices.iter().map(|d| &d.metrics).collect::<Vec<_>>(),
+            }),
+            Err(e) => serde_json::json!({
+                "name": server_name(map, r), "addr": r.addr, "devices": r.devices, "error": e,
+            }),
+        })
+        .collect()
+}
+
 /// Runs `optio status`; returns the exit code ([`Health::exit_code`]).
 pub fn run(args: Args) -> Result<u8> {
     crate::commands::init_logging("warn");
@@ -328,17 +376,7 @@ pub fn run(args: Args) -> Result<u8> {
                 Err("no server answers".into())
             };
             if args.json {
-                let json: Vec<serde_json::Value> = rows
-                    .iter()
-                    .map(|r| match &r.status {
-                        Ok(s) => serde_json::json!({
-                            "name": server_name(&map, r), "addr": r.addr, "devices": r.devices,
-                            "epoch": s.epoch, "migration": s.migration,
-                            "metrics": s.devices.iter().map(|d| &d.metrics).collect::<Vec<_>>(),
-                        }),
-                        Err(e) => serde_json::json!({"name": server_name(&map, r), "addr": r.addr, "devices": r.devices, "error": e}),
-                    })
-                    .collect();
+                let json = servers_json(&map, &rows);
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&serde_json::json!({

@@ -53,6 +53,9 @@ mod snapshot_faults;
 // Who may use `optio nbd`, and how much one client may make it hold (issue 36).
 mod nbd_security;
 
+// The web console and its admin API (issue 42).
+mod console;
+
 // The S3 gateway (issue 16).
 #[cfg(feature = "s3")]
 mod s3;

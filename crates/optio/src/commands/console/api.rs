@@ -1,0 +1,705 @@
+//! The admin API under `/api/v1/` (docs/console-openapi.yaml): JSON in the shapes the CLI's
+//! `--json` prints — one definition each, in the CLI's modules — and the map edits as a
+//! compare-and-swap on the epoch, judged by the code of `optio map … --dry-run`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use optio_cluster::{ApplyOptions, ClusterError, MapEdit};
+use optio_placement::analysis::cluster_load;
+use optio_placement::{ClusterMap, DeviceId, MapChange, MovementSample, Placement, PoolId};
+use optio_proto::auth::Cap;
+use serde_json::{Value, json};
+
+use super::Console;
+use super::session::{CSRF_HEADER, Login, Refusal, Session, cookie_token};
+use crate::commands::edit::{OBJECT_BYTES, SAMPLE_OBJECTS, copies_json, find_device, moves_json};
+use crate::commands::status::{
+    Health, ServerRow, all_done, health_with, pg_states, servers, servers_json,
+};
+
+/// How long the servers' answers are kept (the page polls every second; several pages, or
+/// several endpoints of one, ask the servers once).
+pub const SERVERS_CACHE_TTL: Duration = Duration::from_millis(900);
+/// How long a refused login waits before it answers.
+pub const LOGIN_REFUSAL_DELAY: Duration = Duration::from_millis(250);
+/// Most bytes of a request body.
+pub const BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// An API error: its status and a message saying what to do.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+    extra: Value,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into(), extra: Value::Null }
+    }
+
+    fn bad(message: impl std::fmt::Display) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message.to_string())
+    }
+
+    fn internal(error: impl std::fmt::Display) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> ApiError {
+        match refusal {
+            Refusal::Unauthenticated(m) => ApiError::new(StatusCode::UNAUTHORIZED, m),
+            Refusal::Forbidden(m) => ApiError::new(StatusCode::FORBIDDEN, m),
+            Refusal::Busy(m) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": self.message });
+        if let Value::Object(extra) = self.extra {
+            for (k, v) in extra {
+                body[k] = v;
+            }
+        }
+        json_response(self.status, &body)
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut response = (status, body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
+
+fn ok(body: Value) -> Result<Response, ApiError> {
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+type Answer = Result<Response, ApiError>;
+
+impl Console {
+    /// The session of a request that needs `need` (and, for a mutation, its CSRF token).
+    fn authorize(
+        &self,
+        headers: &HeaderMap,
+        need: Cap,
+        mutation: bool,
+    ) -> Result<Session, ApiError> {
+        let cookie = headers.get(header::COOKIE).and_then(|v| v.to_str().ok());
+        let csrf = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+        Ok(self.sessions.check(cookie_token(cookie), csrf, need, mutation)?.1)
+    }
+
+    async fn map(&self) -> Result<ClusterMap, ApiError> {
+        self.source.load().await.map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                format!("cannot read the map at {}: {}", self.source.describe(), e.report()),
+            )
+        })
+    }
+
+    /// The servers' answers for `map` and the health they give, asked and judged at most
+    /// once per [`SERVERS_CACHE_TTL`].
+    async fn servers(&self, map: &ClusterMap) -> Arc<Servers> {
+        let mut cache = self.servers_cache.lock().await;
+        if let Some((at, epoch, answer)) = &*cache
+            && at.elapsed() < SERVERS_CACHE_TTL
+            && *epoch == map.epoch().0
+        {
+            return answer.clone();
+        }
+        let rows = servers(map, &self.transport).await;
+        // Placing every PG of every pool: CPU work, off the async workers' hands.
+        let (health, settled) = tokio::task::block_in_place(|| {
+            let pgs = |map: &ClusterMap, serving: &BTreeSet<u32>| {
+                let mut cache = self.pg_states_cache.lock().unwrap_or_else(|e| e.into_inner());
+                match &*cache {
+                    Some((epoch, known, states)) if *epoch == map.epoch().0 && known == serving => {
+                        *states
+                    }
+                    _ => {
+                        let states = pg_states(map, serving);
+                        *cache = Some((map.epoch().0, serving.clone(), states));
+                        states
+                    }
+                }
+            };
+            (health_with(map, &rows, pgs), all_done(map, &rows))
+        });
+        let answer = Arc::new(Servers { rows, health, settled });
+        *cache = Some((Instant::now(), map.epoch().0, answer.clone()));
+        answer
+    }
+
+    /// PG copies per device and every pool's balance (as `optio analyze --json` reports it),
+    /// computed once per epoch.
+    fn balance(&self, map: &ClusterMap) -> Result<Arc<Balance>, ApiError> {
+        let cached = |cache: &Option<Arc<Balance>>| {
+            cache.as_ref().filter(|b| b.epoch == map.epoch().0).cloned()
+        };
+        if let Some(balance) = cached(&self.balance_cache.lock().unwrap_or_else(|e| e.into_inner()))
+        {
+            return Ok(balance);
+        }
+        // Placing every PG and the sample's objects: CPU work, off the async workers' hands,
+        // and without the lock (a worker waiting on it would stall the runtime meanwhile).
+        let balance = Arc::new(tokio::task::block_in_place(|| balance_of(map))?);
+        *self.balance_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(balance.clone());
+        Ok(balance)
+    }
+}
+
+/// The servers' answers for one epoch, and the health they give.
+pub struct Servers {
+    rows: Vec<ServerRow>,
+    health: Health,
+    settled: bool,
+}
+
+/// What the placement of one map gives each device and pool.
+pub struct Balance {
+    epoch: u64,
+    /// PG copies per device id.
+    pgs: Vec<u64>,
+    /// Every pool's balance report, by pool id.
+    pools: Vec<(PoolId, Value)>,
+}
+
+/// The balance of `map`'s pools, from [`SAMPLE_OBJECTS`] simulated objects.
+fn balance_of(map: &ClusterMap) -> Result<Balance, ApiError> {
+    let placement = Placement::new(map).map_err(ApiError::internal)?;
+    let ids: Vec<PoolId> = map.pools().iter().map(|p| p.id).collect();
+    let load = cluster_load(map, &placement, &ids, SAMPLE_OBJECTS, OBJECT_BYTES, &mut |_| {});
+    let pools = load
+        .pools
+        .iter()
+        .map(|(id, pool, shares)| {
+            (*id, crate::commands::analyze::pool_report(map, *id, pool, shares))
+        })
+        .collect();
+    Ok(Balance { epoch: map.epoch().0, pgs: load.total.pg_copies, pools })
+}
+
+/// The name of the bucket of type `kind` holding a device (`zone`, `host`), if any.
+fn located(map: &ClusterMap, device: DeviceId, kind: &str) -> Option<String> {
+    map.location(device).iter().find(|(t, _)| *t == kind).map(|(_, n)| n.to_string())
+}
+
+// ---- the session ----
+
+pub async fn login(State(console): State<Arc<Console>>, body: Bytes) -> Answer {
+    let login: Login = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad(format!(
+            "a login is JSON {{\"entity\": \"client.NAME\", \"key\": \"BASE64\"}} (or \"signature\" instead of \"key\"): {e}"
+        ))
+    })?;
+    let (token, session) = match console.sessions.login(&login) {
+        Ok(answer) => answer,
+        Err(refusal) => {
+            // A refused login answers late: guessing costs the guesser time, not us CPU.
+            tokio::time::sleep(LOGIN_REFUSAL_DELAY).await;
+            return Err(refusal.into());
+        }
+    };
+    let mut response = json_response(StatusCode::OK, &session_json(&session));
+    let cookie =
+        HeaderValue::from_str(&console.sessions.cookie(&token)).map_err(ApiError::internal)?;
+    response.headers_mut().insert(header::SET_COOKIE, cookie);
+    Ok(response)
+}
+
+fn session_json(session: &Session) -> Value {
+    json!({
+        "entity": session.entity, "cap": session.cap, "csrf_token": session.csrf,
+        "expires_in_s": session.expires.saturating_duration_since(Instant::now()).as_secs(),
+        "may_change": session.cap.allows(Cap::Admin),
+    })
+}
+
+pub async fn logout(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
+    let cookie = headers.get(header::COOKIE).and_then(|v| v.to_str().ok());
+    let csrf = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+    let (token, _) = console.sessions.check(cookie_token(cookie), csrf, Cap::Read, true)?;
+    console.sessions.logout(&token);
+    let mut response = json_response(StatusCode::OK, &json!({ "logged_out": true }));
+    let cleared =
+        HeaderValue::from_str(&console.sessions.cookie_cleared()).map_err(ApiError::internal)?;
+    response.headers_mut().insert(header::SET_COOKIE, cleared);
+    Ok(response)
+}
+
+pub async fn session(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
+    ok(session_json(&console.authorize(&headers, Cap::Read, false)?))
+}
+
+/// The console's own counters: logins refused (wrong key), accepted, requests refused,
+/// sessions open.
+pub async fn console_stats(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
+    console.authorize(&headers, Cap::Read, false)?;
+    let s = &console.sessions;
+    ok(json!({
+        "login_failures": s.login_failures.load(Ordering::Relaxed),
+        "logins": s.logins.load(Ordering::Relaxed),
+        "requests_refused": s.refused.load(Ordering::Relaxed),
+        "sessions": s.open(),
+        "uptime_s": console.started.elapsed().as_secs(),
+        "map": console.source.describe(),
+    }))
+}
+
+// ---- reading ----
+
+pub async fn health_endpoint(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
+    console.authorize(&headers, Cap::Read, false)?;
+    let map = console.map().await?;
+    let servers = console.servers(&map).await;
+    ok(json!({
+        "epoch": map.epoch().0, "settled": servers.settled,
+        "health": serde_json::to_value(&servers.health).map_err(ApiError::internal)?,
+    }))
+}
+
+pub async fn map_summary(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
+    console.authorize(&headers, Cap::Read, false)?;
+    let map = console.map().await?;
+    let servers = console.servers(&map).await;
+    let rows = &servers.rows;
+    let devices = map.devices();
+    let used: u64 = rows
+        .iter()
+        .filter_map(|r| r.status.as_ref().ok())
+        .flat_map(|s| &s.devices)
+        .map(|d| d.metrics.used_bytes)
+        .sum();
+    let count = |kind: &str| {
+        let mut names: Vec<String> =
+            devices.iter().filter_map(|d| located(&map, d.id, kind)).collect();
+        names.sort();
+        names.dedup();
+        names.len()
+    };
+    ok(json!({
+        "source": console.source.describe(), "epoch": map.epoch().0,
+        "devices": devices.len(),
+        "devices_up": devices.iter().filter(|d| d.up).count(),
+        "devices_in": devices.iter().filter(|d| d.is_in).count(),
+        "hosts": count("host"), "zones": count("zone"),
+        "pools": map.pools().len(),
+        "capacity_bytes": devices.iter().filter(|d| d.is_in).map(|d| d.capacity_bytes).sum::<u64>(),
+        "used_bytes": used,
+        "tunables": map.tunables().profile().map_or("custom", |p| p.name()),
+    }))
+}
+
+pub async fn devices(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
+    console.authorize(&headers, Cap::Read, false)?;
+    let map = console.map().await?;
+    let servers = console.servers(&map).await;
+    let rows = &servers.rows;
+    let balance = console.balance(&map)?;
+    let list: Vec<Value> = map
+        .devices()
+        .iter()
+        .map(|d| {
+            let mut value = crate::commands::map::device_json(&map, d);
+            value["zone"] = json!(located(&map, d.id, "zone"));
+            value["host"] = json!(located(&map, d.id, "host"));
+            value["pgs"] = json!(balance.pgs.get(d.id.0 as usize).copied().unwrap_or(0));
+            let row = rows.iter().find(|r| r.devices.contains(&d.id.0));
+            value["status"] = match row.map(|r| &r.status) {
+                Some(Ok(status)) => status
+                    .devices
+                    .iter()
+                    .find(|s| s.metrics.device == d.id.0)
+                    .map_or(Value::Null, |s| json!(s)),
+                _ => Value::Null,
+            };
+            value["unreachable"] = match row.map(|r| &r.status) {
+                Some(Err(error)) => json!(error),
+                _ => Value::Null,
+            };
+            value
+        })
+        .collect();
+    ok(json!({ "epoch": map.epoch().0, "devices": list }))
+}
+
+pub async fn servers_endpoint(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
+    console.authorize(&headers, Cap::Read, false)?;
+    let map = console.map().await?;
+    let servers = console.servers(&map).await;
+    let rows = &servers.rows;
+    ok(json!({ "epoch": map.epoch().0, "servers": servers_json(&map, rows) }))
+}
+
+pub async fn pools(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
+    console.authorize(&headers, Cap::Read, false)?;
+    let map = console.map().await?;
+    let balance = console.balance(&map)?;
+    ok(json!({ "epoch": map.epoch().0, "pools": pools_json(&map, &balance) }))
+}
+
+fn pools_json(map: &ClusterMap, balance: &Balance) -> Vec<Value> {
+    map.pools()
+        .iter()
+        .map(|p| {
+            let mut value = crate::commands::map::pool_json(map, p);
+            value["balance"] = balance
+                .pools
+                .iter()
+                .find(|(id, _)| *id == p.id)
+                .map_or(Value::Null, |(_, report)| report.clone());
+            value
+        })
+        .collect()
+}
+
+// ---- changes ----
+
+/// A change, as the API takes it.
+#[derive(Debug, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ChangeRequest {
+    /// `optio map set-state`.
+    SetState {
+        /// Device id or name.
+        device: Value,
+        /// Up (true) or down (false); absent: unchanged.
+        #[serde(default)]
+        up: Option<bool>,
+        /// In (true) or out (false); absent: unchanged.
+        #[serde(default, rename = "in")]
+        is_in: Option<bool>,
+    },
+    /// `optio map reweight`.
+    Reweight {
+        /// Device id or name.
+        device: Value,
+        /// The CRUSH weight, or with `override` the reweight (0 to 1).
+        weight: f64,
+        /// Set the reweight instead of the CRUSH weight.
+        #[serde(default, rename = "override")]
+        reweight: bool,
+    },
+    /// `optio map add-device`.
+    AddDevice {
+        /// Its id.
+        id: u32,
+        /// Its name (default osd.ID).
+        #[serde(default)]
+        name: Option<String>,
+        /// Its location, `zone=z2,host=z2-h4`.
+        at: String,
+        /// Its capacity.
+        capacity_bytes: u64,
+        /// Its CRUSH weight (default: the capacity in TiB).
+        #[serde(default)]
+        weight: Option<f64>,
+        /// Its class.
+        #[serde(default)]
+        class: Option<String>,
+        /// Its server's address.
+        #[serde(default)]
+        addr: Option<String>,
+        /// Store it even if nothing at `addr` serves it yet.
+        #[serde(default)]
+        allow_unreachable: bool,
+    },
+    /// `optio map remove-device`.
+    RemoveDevice {
+        /// Device id or name.
+        device: Value,
+        /// Remove it even if it holds the last copy of something.
+        #[serde(default)]
+        force: bool,
+    },
+    /// `optio map set-attr`.
+    SetAttr {
+        /// Device id or name.
+        device: Value,
+        /// Its capacity.
+        #[serde(default)]
+        capacity_bytes: Option<u64>,
+        /// Its bandwidth, MB/s.
+        #[serde(default)]
+        bandwidth_mb_per_s: Option<u32>,
+        /// Its class (`"none"` removes it).
+        #[serde(default)]
+        class: Option<String>,
+        /// Its server's address.
+        #[serde(default)]
+        addr: Option<String>,
+    },
+}
+
+fn device_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl ChangeRequest {
+    /// The [`MapChange`] on `map`.
+    fn change(&self, map: &ClusterMap) -> Result<MapChange, ApiError> {
+        let device = |v: &Value| find_device(map, &device_text(v)).map_err(ApiError::bad);
+        Ok(match self {
+            ChangeRequest::SetState { device: d, up, is_in } => {
+                if up.is_none() && is_in.is_none() {
+                    return Err(ApiError::bad("say what to set: \"up\" and/or \"in\""));
+                }
+                MapChange::SetState { device: device(d)?, up: *up, is_in: *is_in }
+            }
+            ChangeRequest::Reweight { device: d, weight, reweight } => {
+                let value =
+                    crate::commands::edit::weight(*weight, "the weight").map_err(ApiError::bad)?;
+                if *reweight {
+                    if !(0.0..=1.0).contains(weight) {
+                        return Err(ApiError::bad(format!("a reweight is 0 to 1, not {weight}")));
+                    }
+                    MapChange::SetReweight { device: device(d)?, reweight: value }
+                } else {
+                    MapChange::SetWeight { device: device(d)?, weight: value }
+                }
+            }
+            ChangeRequest::AddDevice {
+                id, name, at, capacity_bytes, weight, class, addr, ..
+            } => MapChange::AddDevice(
+                crate::commands::edit::device_spec(
+                    *id,
+                    name.clone(),
+                    at,
+                    *capacity_bytes,
+                    *weight,
+                    0,
+                    class.clone(),
+                    addr.clone(),
+                )
+                .map_err(ApiError::bad)?,
+            ),
+            ChangeRequest::RemoveDevice { device: d, .. } => MapChange::RemoveDevice(device(d)?),
+            ChangeRequest::SetAttr {
+                device: d,
+                capacity_bytes,
+                bandwidth_mb_per_s,
+                class,
+                addr,
+            } => {
+                if capacity_bytes.is_none()
+                    && bandwidth_mb_per_s.is_none()
+                    && class.is_none()
+                    && addr.is_none()
+                {
+                    return Err(ApiError::bad(
+                        "say what to set: \"capacity_bytes\", \"bandwidth_mb_per_s\", \"class\" or \"addr\"",
+                    ));
+                }
+                MapChange::SetAttr {
+                    device: device(d)?,
+                    capacity_bytes: *capacity_bytes,
+                    bandwidth_mb_per_s: *bandwidth_mb_per_s,
+                    class: class.clone().map(|c| (c != "none").then_some(c)),
+                    addr: addr.clone(),
+                }
+            }
+        })
+    }
+}
+
+/// `change` judged on `old` as `optio map … --dry-run` judges it: the edit, and what it moves
+/// (the CLI's JSON shapes), the copies each device gains, and every pool's balance after.
+fn judge(
+    old: ClusterMap,
+    before: &Balance,
+    change: &MapChange,
+) -> Result<(MapEdit, Value), ApiError> {
+    let sample = MovementSample { objects: SAMPLE_OBJECTS, object_bytes: OBJECT_BYTES };
+    let options = ApplyOptions::Judged { sample, allow_below_min_size: true };
+    let edit = MapEdit::new(old, change, options).map_err(|e| {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("the change was refused: {e}"))
+    })?;
+    let report = edit.report.as_ref().expect("a judged edit has a report");
+    let after = balance_of(&edit.new)?;
+    let mut gained = vec![0i64; edit.old.max_devices().max(edit.new.max_devices()) as usize];
+    if let optio_placement::change::ChangeEffect::Moves(pools) = &report.effect {
+        for pool in pools {
+            for (i, g) in pool.movement.gained.iter().enumerate() {
+                gained[i] += g;
+            }
+        }
+    }
+    let ids: std::collections::BTreeSet<u32> =
+        edit.old.devices().iter().chain(edit.new.devices()).map(|d| d.id.0).collect();
+    let devices: Vec<Value> = ids
+        .into_iter()
+        .map(|id| {
+            let i = id as usize;
+            let name = edit.new.device(DeviceId(id)).or(edit.old.device(DeviceId(id)));
+            json!({
+                "id": id, "name": name.map(|d| d.name.clone()),
+                "pgs_before": before.pgs.get(i).copied().unwrap_or(0),
+                "pgs_after": after.pgs.get(i).copied().unwrap_or(0),
+                "gained": gained.get(i).copied().unwrap_or(0),
+            })
+        })
+        .collect();
+    let value = json!({
+        "epoch_before": edit.old.epoch().0,
+        "moves": moves_json(report, SAMPLE_OBJECTS),
+        "short_of_copies": copies_json(report),
+        "below_min_size": report.below_min_size(),
+        "devices": devices,
+        "pools_after": pools_json(&edit.new, &after),
+    });
+    Ok((edit, value))
+}
+
+fn change_request(body: &[u8], field: &str) -> Result<(Value, ChangeRequest), ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad(format!("the body is not JSON: {e}")))?;
+    let change = value.get(field).cloned().ok_or_else(|| {
+        ApiError::bad(format!("the body has no \"{field}\": {{\"kind\": \"set_state\" | \"reweight\" | \"add_device\" | \"remove_device\", …}}"))
+    })?;
+    let change: ChangeRequest =
+        serde_json::from_value(change).map_err(|e| ApiError::bad(format!("\"{field}\": {e}")))?;
+    Ok((value, change))
+}
+
+/// What a change would move, on the map as it is: nothing is stored (a `read` session may
+/// ask).
+pub async fn what_if(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    console.authorize(&headers, Cap::Read, true)?;
+    let (_, request) = change_request(&body, "change")?;
+    let map = console.map().await?;
+    let change = request.change(&map)?;
+    let before = console.balance(&map)?;
+    let (_, report) = tokio::task::spawn_blocking(move || judge(map, &before, &change))
+        .await
+        .map_err(ApiError::internal)??;
+    ok(report)
+}
+
+/// A map edit: a compare-and-swap on `expected_epoch` (a stale epoch: 409, nothing stored),
+/// with `dry_run` answering what it would move and storing nothing.
+pub async fn edit(State(console): State<Arc<Console>>, headers: HeaderMap, body: Bytes) -> Answer {
+    let session = console.authorize(&headers, Cap::Admin, true)?;
+    let (value, request) = change_request(&body, "change")?;
+    let expected = value.get("expected_epoch").and_then(Value::as_u64).ok_or_else(|| {
+        ApiError::bad("the body has no \"expected_epoch\": the epoch the change was judged on (GET /api/v1/map)")
+    })?;
+    let dry_run = value.get("dry_run").and_then(Value::as_bool).unwrap_or(false);
+    let allow_below = value.get("allow_below_min_size").and_then(Value::as_bool).unwrap_or(false);
+    let map = console.map().await?;
+    if map.epoch().0 != expected {
+        return Err(stale(expected, map.epoch().0));
+    }
+    let change = request.change(&map)?;
+    let judged_change = change.clone();
+    let before = console.balance(&map)?;
+    let (edit, mut report) =
+        tokio::task::spawn_blocking(move || judge(map, &before, &judged_change))
+            .await
+            .map_err(ApiError::internal)??;
+    report["dry_run"] = json!(dry_run);
+    report["stored"] = json!(false);
+    let below = edit.report.as_ref().is_some_and(|r| r.below_min_size());
+    if below && !allow_below {
+        let mut error = ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "this change leaves data with fewer copies than its pool's min_size: writes to it would fail until devices return; nothing was stored — send \"allow_below_min_size\": true to make it anyway",
+        );
+        error.extra = report;
+        return Err(error);
+    }
+    if dry_run {
+        return ok(report);
+    }
+    match (&request, &change) {
+        (ChangeRequest::RemoveDevice { force: false, .. }, MapChange::RemoveDevice(device)) => {
+            // (Its future is not `Send`: it runs on a blocking thread of its own.)
+            let (transport, old, device) = (console.transport.clone(), edit.old.clone(), *device);
+            let handle = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                handle
+                    .block_on(optio_client::removal::check_not_last_copy(&transport, &old, device))
+            })
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("{e}; send \"force\": true to remove it anyway (that data is lost)"),
+                )
+            })?;
+        }
+        (
+            ChangeRequest::AddDevice {
+                id,
+                capacity_bytes,
+                addr: Some(addr),
+                allow_unreachable: false,
+                ..
+            },
+            _,
+        ) => {
+            crate::commands::edit::serves_device(
+                &console.transport,
+                addr,
+                *id,
+                *capacity_bytes,
+                Some(&console.source.describe()),
+            )
+            .await
+            .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}")))?;
+        }
+        _ => {}
+    }
+    match console.source.compare_and_swap(edit.old.epoch(), &edit.new).await {
+        Ok(()) => {}
+        Err(ClusterError::Conflict { .. }) => {
+            let now = console.source.load().await.map(|m| m.epoch().0).unwrap_or(0);
+            return Err(stale(expected, now));
+        }
+        Err(error) => return Err(ApiError::new(StatusCode::BAD_GATEWAY, error.report())),
+    }
+    tracing::info!(entity = %session.entity, epoch = edit.new.epoch().0, "the console stored a map edit");
+    eprintln!(
+        "optio console: {} stored epoch {} ({:?})",
+        session.entity,
+        edit.new.epoch().0,
+        request
+    );
+    report["stored"] = json!(true);
+    report["epoch"] = json!(edit.new.epoch().0);
+    ok(report)
+}
+
+fn stale(expected: u64, now: u64) -> ApiError {
+    let mut error = ApiError::new(
+        StatusCode::CONFLICT,
+        format!(
+            "the map is at epoch {now}, not {expected}: it changed since the change was judged; nothing was stored — look again and resend with \"expected_epoch\": {now}"
+        ),
+    );
+    error.extra = json!({ "epoch": now });
+    error
+}
