@@ -34,8 +34,8 @@ for _ in $(seq 300); do grep -q "Ctrl-C" "$work/up.log" && break; sleep 0.1; don
 grep -q "Ctrl-C" "$work/up.log" || { cat "$work/up.log"; exit 1; }
 "$bin" bench --cluster "$work/optio" --pool ec --objects "$objects" --size 4MiB \
   --concurrency "$concurrency" --json > "$work/optio.json"
-optio_write=$(jq '.write.mb_per_s' "$work/optio.json")
-optio_read=$(jq '.read.mb_per_s' "$work/optio.json")
+optio_write=$(jq '.write.mb_per_s * 10 | floor / 10' "$work/optio.json")
+optio_read=$(jq '.read.mb_per_s * 10 | floor / 10' "$work/optio.json")
 kill -INT "$up_pid"; wait "$up_pid" 2>/dev/null || true; up_pid=""
 echo "optio: write $optio_write MB/s, read $optio_read MB/s"
 
