@@ -25,6 +25,7 @@
 //! moving chunks when the map changes, catching up and scrubbing chunks, volumes.
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use futures_util::future::join_all;
 use optio_erasure::Profile;
 use optio_placement::{DeviceId, ITEM_NONE, PoolId};
@@ -712,6 +713,145 @@ impl Client {
         }
     }
 }
+
+/// What the devices' listings hold of one key at one version.
+#[derive(Default)]
+struct Listed {
+    /// Live chunks (heads or kept clones).
+    live: usize,
+    /// Tombstones.
+    deleted: usize,
+    /// A device holding a live chunk of it, and the key it is stored under there.
+    holder: Option<(Endpoint, String, ObjectInfo)>,
+}
+
+impl Client {
+    /// The objects of an erasure-coded pool whose keys start with `prefix`, from every
+    /// device's listing: a key is listed at its newest version when that version is not a
+    /// deletion and is on K devices (or could be, counting the devices that did not answer);
+    /// a newer version on fewer (a write that did not complete) is passed over, as reads do.
+    /// Sizes are the objects' own, read from a chunk's header; the checksum is that chunk's
+    /// (the object's is known only once it is read).
+    pub(super) async fn list_erasure(
+        &self,
+        view: &View,
+        coded: &Coded,
+        prefix: &str,
+    ) -> Result<(Vec<ObjectInfo>, Vec<u32>), ClientError> {
+        let mut endpoints = Vec::new();
+        for device in view.map.devices() {
+            if device.up && device.addr.is_some() {
+                endpoints.push(view.endpoint(device.id)?);
+            }
+        }
+        let lists =
+            join_all(endpoints.iter().map(|e| self.list_device_all(view, coded.pool, e, prefix)))
+                .await;
+        let mut missing = super::list::Missing::erasure(view, usize::from(coded.profile.m()));
+        let mut keys: std::collections::BTreeMap<
+            String,
+            std::collections::BTreeMap<ObjectVersion, Listed>,
+        > = Default::default();
+        for (endpoint, result) in endpoints.iter().zip(lists) {
+            let (objects, deleted) = match result {
+                Ok(listed) => listed,
+                Err(failure) => {
+                    missing.tolerate(endpoint, failure)?;
+                    continue;
+                }
+            };
+            for info in objects {
+                let (head, version) = match parse_clone_key_any(&info.key) {
+                    Some((head, version)) => (head.to_string(), version),
+                    None => (info.key.clone(), info.version),
+                };
+                let listed = keys.entry(head).or_default().entry(version).or_default();
+                listed.live += 1;
+                if listed.holder.is_none() {
+                    listed.holder = Some((endpoint.clone(), info.key.clone(), info));
+                }
+            }
+            for tombstone in deleted {
+                let (head, version) = match parse_clone_key_any(&tombstone.key) {
+                    Some((head, version)) => (head.to_string(), version),
+                    None => (tombstone.key.clone(), tombstone.version),
+                };
+                keys.entry(head).or_default().entry(version).or_default().deleted += 1;
+            }
+        }
+        let unknown = missing.count();
+        let mut found = Vec::new();
+        for (key, versions) in keys {
+            for listed in versions.into_values().rev() {
+                if listed.deleted > 0 {
+                    break;
+                }
+                if listed.live + unknown >= coded.k()
+                    && let Some(holder) = listed.holder
+                {
+                    found.push((key, holder));
+                    break;
+                }
+            }
+        }
+        let sized: Vec<Result<ObjectInfo, ClientError>> = futures_util::stream::iter(found)
+            .map(|(key, (endpoint, stored, info))| async move {
+                self.object_size(view, coded, key, &endpoint, &stored, info).await
+            })
+            .buffered(LIST_SIZES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut objects = Vec::with_capacity(sized.len());
+        for info in sized {
+            objects.push(info?);
+        }
+        let mut not_listed: Vec<u32> = view
+            .map
+            .devices()
+            .iter()
+            .filter(|d| d.is_in && !(d.up && d.addr.is_some()))
+            .map(|d| d.id.0)
+            .collect();
+        not_listed.extend(missing.unreachable());
+        Ok((objects, not_listed))
+    }
+
+    /// `info` of a listed chunk (stored under `stored` on `endpoint`) as the object's: its
+    /// key, and its size from the chunk's header.
+    async fn object_size(
+        &self,
+        view: &View,
+        coded: &Coded,
+        key: String,
+        endpoint: &Endpoint,
+        stored: &str,
+        mut info: ObjectInfo,
+    ) -> Result<ObjectInfo, ClientError> {
+        let range = Some((0, optio_erasure::CHUNK_HEADER_BYTES as u64 - 1));
+        let call = Call::new(endpoint, coded.pool, view.epoch(), Op::Get { key: stored, range });
+        let answer = self.call(call).await.map_err(|failure| ClientError::Refused {
+            device: endpoint.device,
+            kind: failure.kind().unwrap_or(ErrorKind::Io),
+            reason: format!("reading the chunk header of '{key}': {failure}"),
+        })?;
+        let header = optio_erasure::ChunkHeader::parse(&answer.body.to_bytes()).map_err(|e| {
+            ClientError::Undecodable {
+                key: key.clone(),
+                reason: format!(
+                    "device {} holds a chunk header that does not parse: {e}",
+                    endpoint.device
+                ),
+            }
+        })?;
+        info.key = key;
+        info.size_bytes = header.object_bytes();
+        info.summary = None;
+        Ok(info)
+    }
+}
+
+/// Chunk headers a listing reads at once (for the objects' sizes).
+const LIST_SIZES_IN_FLIGHT: usize = 32;
 
 /// Whether `seen` is a fetched, checked chunk of `version`.
 fn is_chunk_of(seen: &Seen, version: ObjectVersion) -> bool {

@@ -34,6 +34,9 @@ impl Client {
         prefix: &str,
     ) -> Result<(Vec<ObjectInfo>, Vec<u32>), ClientError> {
         let view = self.view();
+        if let Some(coded) = view.erasure_pool(pool_name)? {
+            return self.list_erasure(&view, &coded, prefix).await;
+        }
         let pool = view.pool(pool_name)?;
         let mut endpoints = Vec::new();
         for device in view.map.devices() {
@@ -71,6 +74,34 @@ impl Client {
             .collect();
         not_listed.extend(missing.unreachable);
         Ok((merged.into_values().collect(), not_listed))
+    }
+
+    /// Every object and tombstone of `pool` on one device whose key starts with `prefix`.
+    pub(super) async fn list_device_all(
+        &self,
+        view: &View,
+        pool: PoolId,
+        endpoint: &Endpoint,
+        prefix: &str,
+    ) -> Result<(Vec<ObjectInfo>, Vec<optio_proto::Deleted>), Failure> {
+        let (mut objects, mut deleted) = (Vec::new(), Vec::new());
+        let mut after: Option<String> = None;
+        for _page in 0..LIST_PAGES_MAX {
+            let query = ListQuery {
+                prefix: Some(prefix.to_string()),
+                after: after.clone(),
+                tombstones: Some(true),
+                ..ListQuery::default()
+            };
+            let listing = self.list_page(view, pool, endpoint, query).await?;
+            after = listing.last_key().map(str::to_string);
+            objects.extend(listing.objects);
+            deleted.extend(listing.deleted);
+            if !listing.truncated || after.is_none() {
+                break;
+            }
+        }
+        Ok((objects, deleted))
     }
 
     pub(super) async fn list_device(
@@ -167,7 +198,7 @@ pub struct ListCursor {
 /// One more missing device and it might not be: the listing fails instead of leaving an
 /// acknowledged object out.
 #[derive(Debug)]
-struct Missing {
+pub(super) struct Missing {
     /// Devices in the map but down.
     down: usize,
     /// Devices that did not answer.
@@ -177,6 +208,23 @@ struct Missing {
 }
 
 impl Missing {
+    /// For an erasure-coded pool: an object stays readable, and listable, while at most M of
+    /// its devices are missing.
+    pub(super) fn erasure(view: &View, m: usize) -> Missing {
+        let down = view.map.devices().iter().filter(|d| d.is_in && !d.up).count();
+        Missing { down, unreachable: Vec::new(), min_size: m + 1 }
+    }
+
+    /// The devices that did not answer.
+    pub(super) fn unreachable(&self) -> Vec<u32> {
+        self.unreachable.clone()
+    }
+
+    /// Devices missing from the listing: down in the map or not answering.
+    pub(super) fn count(&self) -> usize {
+        self.down + self.unreachable.len()
+    }
+
     fn new(view: &View, pool: PoolId) -> Missing {
         let down = view.map.devices().iter().filter(|d| d.is_in && !d.up).count();
         let min_size = view.map.pool(pool).map(|p| p.min_size as usize).unwrap_or(1).max(1);
@@ -185,7 +233,11 @@ impl Missing {
 
     /// Goes on without the device behind `failure` if it did not answer and the listing is
     /// still complete without it; otherwise the error to return.
-    fn tolerate(&mut self, endpoint: &Endpoint, failure: Failure) -> Result<(), ClientError> {
+    pub(super) fn tolerate(
+        &mut self,
+        endpoint: &Endpoint,
+        failure: Failure,
+    ) -> Result<(), ClientError> {
         let refused = |reason: String| ClientError::Refused {
             device: endpoint.device,
             kind: failure.kind().unwrap_or(ErrorKind::Io),

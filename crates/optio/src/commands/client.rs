@@ -300,13 +300,18 @@ pub fn ls(args: LsArgs) -> Result<()> {
     crate::commands::runtime()?.block_on(async {
         let client = args.cluster.connect().await?;
         let objects = client.list(&args.cluster.pool, &args.prefix).await?;
+        // An erasure-coded object's crc32c is its data's, known only once decoded (a
+        // listing reads each object's size from a chunk's header, not the object).
+        let erasure =
+            client.map().pool_by_name(&args.cluster.pool).is_some_and(|p| p.erasure.is_some());
+        let crc = |checksum: u32| (!erasure).then(|| format!("{checksum:08x}"));
         if args.json {
             let list: Vec<serde_json::Value> = objects
                 .iter()
                 .map(|o| {
                     serde_json::json!({
                         "key": o.key, "size": o.size_bytes, "version": o.version.0,
-                        "crc32c": format!("{:08x}", o.checksum),
+                        "crc32c": crc(o.checksum),
                     })
                 })
                 .collect();
@@ -320,7 +325,7 @@ pub fn ls(args: LsArgs) -> Result<()> {
                 object.key.clone(),
                 object.size_bytes.to_string(),
                 object.version.0.to_string(),
-                format!("{:08x}", object.checksum),
+                crc(object.checksum).unwrap_or_else(|| "-".into()),
             ]);
         }
         print!("{}", table.render());

@@ -190,8 +190,12 @@ fn a_writer_stopped_between_chunks_leaves_the_old_object_until_k_chunks_of_the_n
         rt.block_on(write(i)).unwrap();
     }
     assert_eq!(ec_files(&cluster), files + 3, "each of the three kept what it replaced");
-    // Three chunks of the new version, fewer than K: the old one reads back whole.
+    // Three chunks of the new version, fewer than K: the old one reads back whole, and is
+    // the one listed.
     assert_eq!(rt.block_on(client.get(ERASURE_POOL, "torn")).unwrap(), old);
+    let listed = rt.block_on(client.list(ERASURE_POOL, "torn")).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].size_bytes, listed[0].version), (old.len() as u64, report.version));
     // A fourth makes the new version decodable: it is read, and its missing chunks written.
     rt.block_on(write(3)).unwrap();
     assert_eq!(rt.block_on(client.get(ERASURE_POOL, "torn")).unwrap(), new);
@@ -253,4 +257,38 @@ fn a_device_marked_out_sends_each_chunk_it_held_to_the_device_of_that_chunks_pos
 fn walkdir_count(path: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(path) else { return 0 };
     entries.flatten().map(|e| if e.path().is_dir() { walkdir_count(&e.path()) } else { 1 }).sum()
+}
+
+#[test]
+fn a_listing_shows_each_object_once_with_its_size_and_not_a_deleted_one() {
+    let (_dir, cluster) = cluster(spec());
+    let rt = runtime();
+    let client = rt.block_on(client(&cluster, None));
+    let sizes = [0usize, 10, 300_000, 1 << 20];
+    for (i, len) in sizes.iter().enumerate() {
+        rt.block_on(client.put(ERASURE_POOL, &format!("list/{i}"), data(i, *len))).unwrap();
+    }
+    rt.block_on(client.put(ERASURE_POOL, "other", data(9, 5))).unwrap();
+    // Overwritten (the kept version gone by its commit), and deleted.
+    rt.block_on(client.put(ERASURE_POOL, "list/1", data(11, 77))).unwrap();
+    rt.block_on(client.put(ERASURE_POOL, "list/gone", data(12, 5))).unwrap();
+    rt.block_on(client.delete(ERASURE_POOL, "list/gone")).unwrap();
+    let listed = rt.block_on(client.list(ERASURE_POOL, "list/")).unwrap();
+    let got: Vec<(String, u64)> = listed.iter().map(|o| (o.key.clone(), o.size_bytes)).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("list/0".to_string(), 0),
+            ("list/1".to_string(), 77),
+            ("list/2".to_string(), 300_000),
+            ("list/3".to_string(), 1 << 20),
+        ]
+    );
+    // The command shows the same, and no crc32c it does not know.
+    let out = crate::ok_at(cluster.dir(), &["ls", "--pool", ERASURE_POOL, "list/", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let objects = json["objects"].as_array().unwrap();
+    assert_eq!(objects.len(), 4);
+    assert_eq!(objects[2]["size"], 300_000);
+    assert!(objects[2]["crc32c"].is_null());
 }
