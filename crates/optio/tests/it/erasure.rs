@@ -292,3 +292,50 @@ fn a_listing_shows_each_object_once_with_its_size_and_not_a_deleted_one() {
     assert_eq!(objects[2]["size"], 300_000);
     assert!(objects[2]["crc32c"].is_null());
 }
+
+#[test]
+fn writes_go_on_with_a_server_down_and_its_chunks_are_rewritten_once_it_is_back() {
+    let (_dir, mut cluster) = cluster(spec());
+    let rt = runtime();
+    let client = rt.block_on(client(&cluster, None));
+    let probe = rt.block_on(client.put(ERASURE_POOL, "probe", data(0, 10))).unwrap();
+    let down = probe.devices[2];
+    cluster.kill(down).unwrap();
+    // Written while it is down: five chunks of six, min_size 5: acknowledged.
+    let mut written = Vec::new();
+    for i in 0..12 {
+        let key = format!("degraded-{i}");
+        let bytes = data(i, 200_000 + i);
+        let report = rt.block_on(client.put(ERASURE_POOL, &key, bytes.clone())).unwrap();
+        assert!(!report.devices.contains(&down));
+        written.push((key, bytes, report.devices.len()));
+    }
+    let degraded = written.iter().filter(|(_, _, n)| *n == 5).count();
+    assert!(degraded > 0, "some objects have a chunk on device {down}");
+    cluster.restart(down).unwrap();
+    // Back, and done catching up on the replicated pools (it serves no read meanwhile; its
+    // chunks it does not fetch: reads rebuild them).
+    let caught_up = crate::wait_until(Duration::from_secs(30), || {
+        rt.block_on(crate::statuses(&cluster))
+            .iter()
+            .flatten()
+            .flat_map(|s| &s.devices)
+            .all(|d| !d.recovering)
+    });
+    assert!(caught_up, "device {down} still catching up");
+    // The reads find its chunks missing and rewrite them; the second pass finds nothing to do.
+    let before = client.stats().repairs;
+    let read_all = |what: &str| {
+        for (key, bytes, _) in &written {
+            let read = crate::wait_until(Duration::from_secs(20), || {
+                rt.block_on(client.get(ERASURE_POOL, key)).is_ok_and(|b| b == *bytes)
+            });
+            assert!(read, "{what}: {key} reads back");
+        }
+    };
+    read_all("first pass");
+    let repaired = client.stats().repairs - before;
+    assert_eq!(repaired as usize, degraded, "one chunk rewritten per degraded object");
+    read_all("second pass");
+    assert_eq!(client.stats().repairs - before, repaired);
+}
