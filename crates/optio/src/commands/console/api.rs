@@ -17,7 +17,6 @@ use optio_placement::{ClusterMap, DeviceId, MapChange, MovementSample, Placement
 use optio_proto::auth::Cap;
 use serde_json::{Value, json};
 
-use super::Console;
 use super::session::{CSRF_HEADER, Login, Refusal, Session, cookie_token};
 use crate::commands::edit::{OBJECT_BYTES, SAMPLE_OBJECTS, copies_json, find_device, moves_json};
 use crate::commands::status::{
@@ -31,6 +30,50 @@ pub const SERVERS_CACHE_TTL: Duration = Duration::from_millis(900);
 pub const LOGIN_REFUSAL_DELAY: Duration = Duration::from_millis(250);
 /// Most bytes of a request body.
 pub const BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// The servers' answers, when they were asked and for which epoch.
+type ServersAnswer = (Instant, u64, Arc<Servers>);
+
+/// The placement groups' states, for an epoch and the devices serving.
+type PgStatesAnswer = (u64, std::collections::BTreeSet<u32>, crate::commands::status::PgStates);
+
+/// What the handlers share (here, with the handlers, so that the routes in the parent module
+/// depend on this one and not the other way round).
+pub struct Console {
+    source: optio_cluster::source::MapSource,
+    transport: optio_net::HttpTransport,
+    sessions: super::session::Sessions,
+    servers_cache: tokio::sync::Mutex<Option<ServersAnswer>>,
+    balance_cache: std::sync::Mutex<Option<Arc<Balance>>>,
+    /// The placement groups' states for an epoch and the devices serving then.
+    pg_states_cache: std::sync::Mutex<Option<PgStatesAnswer>>,
+    started: Instant,
+}
+
+impl Console {
+    /// A console reading the map from `source`, asking the servers through `transport`,
+    /// checking logins with `sessions`.
+    pub fn new(
+        source: optio_cluster::source::MapSource,
+        transport: optio_net::HttpTransport,
+        sessions: super::session::Sessions,
+    ) -> Console {
+        Console {
+            source,
+            transport,
+            sessions,
+            servers_cache: tokio::sync::Mutex::new(None),
+            balance_cache: std::sync::Mutex::new(None),
+            pg_states_cache: std::sync::Mutex::new(None),
+            started: Instant::now(),
+        }
+    }
+
+    /// Where the map is read from.
+    pub fn source(&self) -> &optio_cluster::source::MapSource {
+        &self.source
+    }
+}
 
 /// An API error: its status and a message saying what to do.
 #[derive(Debug)]

@@ -17,16 +17,16 @@ pub mod session;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use optio_cluster::source::MapSource;
 
 use super::live::LiveMap;
+use api::Console;
 
 /// The page, its script and its style sheet: served to anyone (they hold no data; the data
 /// comes from the API after a login).
@@ -70,24 +70,6 @@ pub struct Args {
     /// The HTTPS certificate's private key (PEM).
     #[arg(long, value_name = "FILE", requires = "https_cert")]
     pub https_key: Option<PathBuf>,
-}
-
-/// The servers' answers, when they were asked and for which epoch.
-type ServersAnswer = (Instant, u64, Arc<api::Servers>);
-
-/// The placement groups' states, for an epoch and the devices serving.
-type PgStatesAnswer = (u64, std::collections::BTreeSet<u32>, super::status::PgStates);
-
-/// What the handlers share.
-pub struct Console {
-    source: MapSource,
-    transport: optio_net::HttpTransport,
-    sessions: session::Sessions,
-    servers_cache: tokio::sync::Mutex<Option<ServersAnswer>>,
-    balance_cache: std::sync::Mutex<Option<Arc<api::Balance>>>,
-    /// The placement groups' states for an epoch and the devices serving then.
-    pg_states_cache: std::sync::Mutex<Option<PgStatesAnswer>>,
-    started: Instant,
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -157,19 +139,11 @@ pub fn run(args: Args) -> Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let addr = listener.local_addr()?;
-        let console = Arc::new(Console {
-            source,
-            transport,
-            sessions,
-            servers_cache: tokio::sync::Mutex::new(None),
-            balance_cache: std::sync::Mutex::new(None),
-            pg_states_cache: std::sync::Mutex::new(None),
-            started: Instant::now(),
-        });
+        let console = Arc::new(Console::new(source, transport, sessions));
         println!(
             "{LISTENING_PREFIX}{}://{addr}/ (map {} at epoch {})",
             if tls.is_some() { "https" } else { "http" },
-            console.source.describe(),
+            console.source().describe(),
             map.epoch()
         );
         use std::io::Write as _;
