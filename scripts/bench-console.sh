@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `optio console` at the balanced engines' published scale (issue 42): a map of 1,000 devices
+# (10 zones x 100 hosts, `optio map init --pg-num 32768`: the PG pools at 32,768 PGs; no
+# servers), the console on it, a login, then each API request timed with curl: the first at
+# the epoch (caches cold) and the next ones, and a what-if marking a device out, ROUNDS times.
+# Usage: scripts/bench-console.sh [BUILD (target/release/optio)] [ROUNDS (3)]
+set -euo pipefail
+bin=${1:-target/release/optio} rounds=${2:-3}
+[ -x "$bin" ] || { echo "$bin: not an executable (cargo build --release -p optio)" >&2; exit 1; }
+command -v curl >/dev/null || { echo "curl not found: apt-get install -y curl" >&2; exit 1; }
+command -v jq >/dev/null || { echo "jq not found: apt-get install -y jq" >&2; exit 1; }
+work=$(mktemp -d)
+console_pid=""
+cleanup() {
+  [ -n "$console_pid" ] && kill "$console_pid" 2>/dev/null && wait "$console_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+"$bin" map init --map "$work/map.toml" --zones 10 --hosts 100 --pg-num 32768 > /dev/null 2>&1
+"$bin" auth init --keyring "$work/keyring" > /dev/null
+"$bin" console --map "$work/map.toml" --auth-keyring "$work/keyring" --listen 127.0.0.1:0 \
+  > "$work/console.log" 2>&1 &
+console_pid=$!
+for _ in $(seq 300); do grep -q "listening on" "$work/console.log" && break; sleep 0.1; done
+base=$(grep -o 'http://[0-9.:]*' "$work/console.log" | head -1)
+[ -n "$base" ] || { cat "$work/console.log"; exit 1; }
+key=$(grep -o 'key = "[^"]*"' "$work/keyring" | head -1 | cut -d'"' -f2)
+csrf=$(curl -sf -c "$work/cookies" -H 'content-type: application/json' \
+  -d "{\"entity\":\"client.admin\",\"key\":\"$key\"}" "$base/api/v1/login" | jq -r .csrf_token)
+get() { curl -sf -o /dev/null -w '%{time_total}' -b "$work/cookies" "$base/api/v1/$1"; }
+whatif() {
+  curl -sf -o /dev/null -w '%{time_total}' -b "$work/cookies" -H "x-csrf-token: $csrf" \
+    -H 'content-type: application/json' \
+    -d '{"change":{"kind":"set_state","device":"osd.5","in":false}}' "$base/api/v1/whatif"
+}
+echo "1,000 devices, 32,768 PGs per PG pool; seconds per request (curl time_total)"
+printf 'request\tfirst\tthen (%s times)\n' "$rounds"
+for path in map health devices pools; do
+  first=$(get "$path")
+  then=""
+  for _ in $(seq "$rounds"); do then="$then $(get "$path")"; done
+  printf '%s\t%s\t%s\n' "GET $path" "$first" "$then"
+done
+then=""
+for _ in $(seq "$rounds"); do then="$then $(whatif)"; done
+printf '%s\t%s\t%s\n' "POST whatif (osd.5 out)" "-" "$then"
