@@ -10,6 +10,9 @@ use serde_json::json;
 use crate::load::load_map;
 use crate::output::{Table, bytes};
 
+/// Hosts without an address `optio map init` names before it counts the rest.
+const MISSING_NAMES_SHOWN: usize = 8;
+
 /// `optio map` subcommands.
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
@@ -306,10 +309,14 @@ fn init(args: InitArgs) -> Result<()> {
     let missing: Vec<&str> =
         hosts.iter().filter(|h| h.addr.is_none()).map(|h| h.name.as_str()).collect();
     if !missing.is_empty() {
+        // A few names and a count: a map of a thousand hosts would fill the screen.
+        let shown = missing.len().min(MISSING_NAMES_SHOWN);
+        let more = missing.len() - shown;
+        let names = missing[..shown].join(", ");
+        let names = if more > 0 { format!("{names} and {more} more") } else { names };
         eprintln!(
-            "note: {} host(s) have no address yet ({}): set them with `optio map set-attr DEVICE --addr IP:PORT`",
+            "note: {} host(s) have no address yet ({names}): set them with `optio map set-attr DEVICE --addr IP:PORT`",
             missing.len(),
-            missing.join(", ")
         );
     }
     Ok(())

@@ -234,4 +234,13 @@ fn map_init_makes_a_new_map_and_never_overwrites_one() {
         assert!(error.contains(says), "{error}");
     }
     assert!(!dir.path().join("other.toml").exists());
+    // Hosts without an address: a few named, the rest counted.
+    let many = dir.path().join("many.toml");
+    let out = optio(&["map", "init", "--map", many.to_str().unwrap(), "--hosts", "4"]);
+    assert!(out.status.success());
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        note.contains("12 host(s) have no address yet (z1-h1, z1-h2, z1-h3, z1-h4, z2-h1, z2-h2, z2-h3, z2-h4 and 4 more)"),
+        "{note}"
+    );
 }
