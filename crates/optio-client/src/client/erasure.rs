@@ -85,6 +85,9 @@ enum Seen {
     Deleted(ObjectVersion),
     /// Nothing (as of a version: nothing live below it).
     Absent,
+    /// A chunk that failed its checks (checksum, position, profile): why. Rewritten by a read
+    /// that decodes its version.
+    Damaged(String),
     /// No usable answer, and why; the failure itself when the device answered one.
     Failed(String, Option<Failure>),
 }
@@ -95,7 +98,7 @@ impl Seen {
         match self {
             Seen::Chunk { version, .. } | Seen::Live(version) => Some((*version, false)),
             Seen::Deleted(version) => Some((*version, true)),
-            Seen::Absent | Seen::Failed(..) => None,
+            Seen::Absent | Seen::Damaged(_) | Seen::Failed(..) => None,
         }
     }
 
@@ -237,12 +240,7 @@ impl Client {
                 });
             }
             let failures = chunk_failures(&slots, &results);
-            let stale = results.iter().flatten().any(|r| {
-                r.as_ref().is_err_and(|f| {
-                    matches!(f.kind(), Some(ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch))
-                })
-            });
-            if stale && attempts < RETRIES_MAX {
+            if any_stale_epoch(&results) && attempts < RETRIES_MAX {
                 attempts += 1;
                 self.refresh().await?;
                 continue;
@@ -360,12 +358,7 @@ impl Client {
                 }
                 return Ok(());
             }
-            let stale = results.iter().flatten().any(|r| {
-                r.as_ref().is_err_and(|f| {
-                    matches!(f.kind(), Some(ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch))
-                })
-            });
-            if stale && attempts < RETRIES_MAX {
+            if any_stale_epoch(&results) && attempts < RETRIES_MAX {
                 attempts += 1;
                 self.refresh().await?;
                 continue;
@@ -445,7 +438,9 @@ impl Client {
                 return Err(ClientError::EpochRetries { attempts: 0 });
             }
             let newest = seen.iter().filter_map(Seen::version).max();
-            let unknown = seen.iter().filter(|s| matches!(s, Seen::Failed(..))).count();
+            // (A damaged chunk's version is unknown too: it may be of a newer one.)
+            let unknown =
+                seen.iter().filter(|s| matches!(s, Seen::Failed(..) | Seen::Damaged(_))).count();
             let Some((version, deleted)) = newest else {
                 if unknown == 0 {
                     // Nowhere, or only a write that never completed over nothing.
@@ -558,11 +553,10 @@ impl Client {
                 Seen::Live(v) => *v < version,
                 Seen::Chunk { version: v, .. } | Seen::Deleted(v) => *v < version,
                 Seen::Absent => true,
-                Seen::Failed(_, failure) => {
-                    failure.as_ref().is_some_and(|f| {
-                        matches!(f.kind(), Some(ErrorKind::Corrupt | ErrorKind::NotFound))
-                    }) || matches!(&seen[i], Seen::Failed(why, None) if why.starts_with("damaged"))
-                }
+                Seen::Damaged(_) => true,
+                Seen::Failed(_, failure) => failure.as_ref().is_some_and(|f| {
+                    matches!(f.kind(), Some(ErrorKind::Corrupt | ErrorKind::NotFound))
+                }),
             })
             .collect();
         if below.is_none() && !repair.is_empty() {
@@ -674,7 +668,7 @@ impl Client {
         let damaged = |why: String| {
             self.inner.counters.corrupt_replicas.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::warn!(device = endpoint.device, key = info.key, chunk = index, "{why}");
-            Seen::Failed(format!("damaged: {why}"), None)
+            Seen::Damaged(why)
         };
         // The chunk's own checksums (its header's and its data's) cover what the transfer's
         // would: one pass over the bytes, not two.
@@ -879,6 +873,7 @@ fn undecodable(
                 }
                 Seen::Deleted(version) => format!("deleted at {}", version.0),
                 Seen::Absent => "nothing".to_string(),
+                Seen::Damaged(why) => format!("damaged: {why}"),
                 Seen::Failed(why, _) => why.clone(),
             };
             format!("chunk {i}: {had}")
@@ -895,6 +890,15 @@ fn undecodable(
             coded.profile.m()
         ),
     }
+}
+
+/// Whether a device refused a write or delete for the sender's stale (or unknown) epoch.
+fn any_stale_epoch(results: &[Option<Result<Answer, Failure>>]) -> bool {
+    results.iter().flatten().any(|r| {
+        r.as_ref().is_err_and(|f| {
+            matches!(f.kind(), Some(ErrorKind::StaleEpoch | ErrorKind::UnknownEpoch))
+        })
+    })
 }
 
 /// What each device's write answered, for an error.
