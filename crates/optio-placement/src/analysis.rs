@@ -47,65 +47,210 @@ pub fn pool_load(
     object_size: u64,
     progress: &mut dyn FnMut(u64),
 ) -> PoolLoad {
-    let n = max_devices as usize;
-    let mut load = PoolLoad {
-        pg_copies: vec![0; n],
-        objects: vec![0; n],
-        bytes: vec![0; n],
-        ..PoolLoad::default()
-    };
-    let size = pool.pool().size as usize;
-    let mut scratch = placement.scratch();
-    let mut set = ReplicaSet::new();
-    const BATCH: u64 = 4096;
-    if pool.has_pgs() {
-        let pg_num = pool.pool().pg_num;
-        let mut sets: Vec<ReplicaSet> = Vec::with_capacity(pg_num as usize);
-        for seed in 0..pg_num {
-            pool.place(pool.pg_key(seed), &mut scratch, &mut set);
-            for device in set.devices() {
-                load.pg_copies[device.0 as usize] += 1;
+    PlacedPool::place(placement, pool, objects, progress).load(max_devices, object_size)
+}
+
+/// A pool placed once: the set of every PG (pools with PGs) or of every simulated object
+/// (the others), and the PG of each simulated object — what a pool's load, the movement
+/// between two maps and the copies a change leaves short are all counted from, so that a
+/// judge of a change places each map once.
+#[derive(Clone, Debug)]
+pub struct PlacedPool {
+    /// The pool.
+    pub pool: PoolId,
+    /// Its size (copies per set).
+    pub size: u32,
+    /// Its PG count (0: object-level).
+    pub pg_num: u32,
+    /// Each PG's set (pools with PGs), else each simulated object's: `size` entries each
+    /// (a set's length in `lens`), so that a million objects cost 13 MB at size 3, not 130.
+    sets: Vec<i32>,
+    lens: Vec<u8>,
+    /// Each simulated object's PG (pools with PGs; empty otherwise).
+    object_pgs: Vec<u32>,
+}
+
+impl PlacedPool {
+    /// Places every PG of `pool` (compiled in `placement`) and `objects` simulated objects
+    /// ([`object_name`]). `progress` counts PGs placed and objects placed or hashed to
+    /// their PG ([`pool_load_steps`] in all).
+    pub fn place(
+        placement: &Placement,
+        pool: PoolPlacement<'_>,
+        objects: u64,
+        progress: &mut dyn FnMut(u64),
+    ) -> PlacedPool {
+        const BATCH: u64 = 4096;
+        let mut scratch = placement.scratch();
+        let mut set = ReplicaSet::new();
+        let info = pool.pool();
+        let mut placed = PlacedPool {
+            pool: info.id,
+            size: info.size,
+            pg_num: if pool.has_pgs() { info.pg_num } else { 0 },
+            sets: Vec::new(),
+            lens: Vec::new(),
+            object_pgs: Vec::new(),
+        };
+        if pool.has_pgs() {
+            placed.reserve(u64::from(info.pg_num));
+            for seed in 0..info.pg_num {
+                pool.place(pool.pg_key(seed), &mut scratch, &mut set);
+                placed.push(&set);
+                if u64::from(seed + 1) % BATCH == 0 {
+                    progress(BATCH);
+                }
             }
-            if set.devices().count() < size {
-                load.undersized += 1;
+            progress(u64::from(info.pg_num) % BATCH);
+            placed.object_pgs.reserve(usize::try_from(objects).unwrap_or(0));
+            for index in 0..objects {
+                let pg = pool.object_pg(&object_name(index)).expect("pool has PGs");
+                placed.object_pgs.push(pg.seed);
+                if (index + 1) % BATCH == 0 {
+                    progress(BATCH);
+                }
             }
-            sets.push(set);
-            if u64::from(seed + 1) % BATCH == 0 {
-                progress(BATCH);
+        } else {
+            placed.reserve(objects);
+            for index in 0..objects {
+                let (_, key) = pool.object_key(&object_name(index));
+                pool.place(key, &mut scratch, &mut set);
+                placed.push(&set);
+                if (index + 1) % BATCH == 0 {
+                    progress(BATCH);
+                }
             }
         }
-        progress(u64::from(pg_num) % BATCH);
-        load.units = u64::from(pg_num);
-        for index in 0..objects {
-            let pg = pool.object_pg(&object_name(index)).expect("pool has PGs");
-            for device in sets[pg.seed as usize].devices() {
+        progress(objects % BATCH);
+        placed
+    }
+
+    fn stride(&self) -> usize {
+        (self.size as usize).clamp(1, crate::replica::REPLICAS_MAX)
+    }
+
+    fn reserve(&mut self, sets: u64) {
+        let sets = usize::try_from(sets).unwrap_or(0);
+        self.sets.reserve(sets.saturating_mul(self.stride()));
+        self.lens.reserve(sets);
+    }
+
+    /// Appends a set (at most `size` entries: what every engine places).
+    fn push(&mut self, set: &ReplicaSet) {
+        let stride = self.stride();
+        let items = &set.as_slice()[..set.len().min(stride)];
+        self.sets.extend_from_slice(items);
+        self.sets.extend(std::iter::repeat_n(ITEM_NONE, stride - items.len()));
+        self.lens.push(u8::try_from(items.len()).unwrap_or(u8::MAX));
+    }
+
+    /// Set `index` (a PG's, or an object's in object-level pools).
+    fn set(&self, index: usize) -> ReplicaSet {
+        let stride = self.stride();
+        let mut set = ReplicaSet::new();
+        set.set_from(&self.sets[index * stride..index * stride + usize::from(self.lens[index])]);
+        set
+    }
+
+    /// The sets placed (PGs, or objects in object-level pools).
+    fn sets(&self) -> impl Iterator<Item = ReplicaSet> + '_ {
+        (0..self.lens.len()).map(|index| self.set(index))
+    }
+
+    /// Whether the pool places PGs.
+    pub fn has_pgs(&self) -> bool {
+        self.pg_num > 0
+    }
+
+    /// The simulated objects placed.
+    pub fn objects(&self) -> u64 {
+        self.object_count() as u64
+    }
+
+    fn object_count(&self) -> usize {
+        if self.has_pgs() { self.object_pgs.len() } else { self.lens.len() }
+    }
+
+    /// Simulated object `index`'s set.
+    fn object_set(&self, index: usize) -> ReplicaSet {
+        if self.has_pgs() { self.set(self.object_pgs[index] as usize) } else { self.set(index) }
+    }
+
+    /// The pool's load on `max_devices` device ids, objects of `object_size` bytes.
+    pub fn load(&self, max_devices: u32, object_size: u64) -> PoolLoad {
+        let n = max_devices as usize;
+        let mut load = PoolLoad {
+            pg_copies: vec![0; n],
+            objects: vec![0; n],
+            bytes: vec![0; n],
+            ..PoolLoad::default()
+        };
+        let size = self.size as usize;
+        let undersized = |set: &ReplicaSet| u64::from(set.devices().count() < size);
+        if self.has_pgs() {
+            for set in self.sets() {
+                for device in set.devices() {
+                    load.pg_copies[device.0 as usize] += 1;
+                }
+                load.undersized += undersized(&set);
+            }
+            load.units = u64::from(self.pg_num);
+        } else {
+            for set in self.sets() {
+                load.undersized += undersized(&set);
+            }
+            load.units = self.objects();
+        }
+        for index in 0..self.object_count() {
+            for device in self.object_set(index).devices() {
                 load.objects[device.0 as usize] += 1;
             }
-            if (index + 1) % BATCH == 0 {
-                progress(BATCH);
-            }
         }
-    } else {
-        for index in 0..objects {
-            let (_, key) = pool.object_key(&object_name(index));
-            pool.place(key, &mut scratch, &mut set);
-            for device in set.devices() {
-                load.objects[device.0 as usize] += 1;
-            }
-            if set.devices().count() < size {
-                load.undersized += 1;
-            }
-            if (index + 1) % BATCH == 0 {
-                progress(BATCH);
-            }
+        for (bytes, count) in load.bytes.iter_mut().zip(&load.objects) {
+            *bytes = count.saturating_mul(object_size);
         }
-        load.units = objects;
+        load
     }
-    progress(objects % BATCH);
-    for (bytes, count) in load.bytes.iter_mut().zip(&load.objects) {
-        *bytes = count.saturating_mul(object_size);
+
+    /// Of the first `objects` simulated objects, how many have fewer devices than `size` and
+    /// than `min_size`.
+    pub fn short_of(&self, objects: u64, size: u32, min_size: u32) -> (u64, u64) {
+        let (mut below_size, mut below_min_size) = (0u64, 0u64);
+        for index in 0..usize::try_from(objects).unwrap_or(usize::MAX).min(self.object_count()) {
+            let copies = self.object_set(index).devices().count();
+            let copies = u32::try_from(copies).unwrap_or(u32::MAX);
+            below_size += u64::from(copies < size);
+            below_min_size += u64::from(copies < min_size);
+        }
+        (below_size, below_min_size)
     }
-    load
+}
+
+/// Every pool of a map placed once ([`PlacedPool`]), with the compiled map.
+pub struct PlacedMap {
+    /// The compiled map.
+    pub placement: Placement,
+    /// Its pools, in the map's order.
+    pub pools: Vec<PlacedPool>,
+}
+
+impl PlacedMap {
+    /// Compiles `map` and places each of its pools with `objects` simulated objects.
+    pub fn new(map: &ClusterMap, objects: u64) -> Result<PlacedMap, crate::MapError> {
+        let placement = Placement::new(map)?;
+        let pools = map
+            .pools()
+            .iter()
+            .filter_map(|pool| placement.pool(pool.id))
+            .map(|pool| PlacedPool::place(&placement, pool, objects, &mut |_| {}))
+            .collect();
+        Ok(PlacedMap { placement, pools })
+    }
+
+    /// Pool `id`, placed.
+    pub fn pool(&self, id: PoolId) -> Option<&PlacedPool> {
+        self.pools.iter().find(|p| p.pool == id)
+    }
 }
 
 /// The share of a pool's data each device should hold given weights and states (indexed by
@@ -214,7 +359,7 @@ fn changed(before: &ReplicaSet, after: &ReplicaSet, positional: bool) -> u64 {
 
 /// What moves in pool `pool_a` (of map A) → `pool_b` (of map B), with `objects` simulated
 /// objects of `object_size` bytes. PG pools with equal `pg_num` compare PG by PG; otherwise
-/// objects are compared one by one.
+/// objects are compared one by one. `progress` counts map B's steps ([`pool_load_steps`]).
 #[allow(clippy::too_many_arguments)]
 pub fn movement(
     map_a: &ClusterMap,
@@ -227,16 +372,32 @@ pub fn movement(
     object_size: u64,
     progress: &mut dyn FnMut(u64),
 ) -> Movement {
+    let a = PlacedPool::place(placement_a, pool_a, objects, &mut |_| {});
+    let b = PlacedPool::place(placement_b, pool_b, objects, progress);
+    movement_between(map_a, &a, map_b, &b, object_size)
+}
+
+/// What moves from pool `a` placed on map A to pool `b` placed on map B (both placed with the
+/// same simulated objects), objects of `object_size` bytes: [`movement`] on placements made
+/// once.
+pub fn movement_between(
+    map_a: &ClusterMap,
+    a: &PlacedPool,
+    map_b: &ClusterMap,
+    b: &PlacedPool,
+    object_size: u64,
+) -> Movement {
     let devices = map_a.max_devices().max(map_b.max_devices()) as usize;
     let mut result = Movement { gained: vec![0; devices], ..Movement::default() };
+    let (Some(info_a), Some(info_b)) = (map_a.pool(a.pool), map_b.pool(b.pool)) else {
+        return result;
+    };
     let positional = map_b
-        .rule(match pool_b.pool().engine_spec() {
+        .rule(match info_b.engine_spec() {
             EngineSpec::Crush { rule } => rule,
             _ => crate::ids::RuleId(u32::MAX),
         })
         .is_some_and(|r| r.kind == crate::map::RuleKind::Erasure);
-    let (mut scratch_a, mut scratch_b) = (placement_a.scratch(), placement_b.scratch());
-    let (mut before, mut after) = (ReplicaSet::new(), ReplicaSet::new());
     let account =
         |before: &ReplicaSet, after: &ReplicaSet, weight_objects: u64, result: &mut Movement| {
             let copies = after.devices().count() as u64;
@@ -256,43 +417,22 @@ pub fn movement(
                 }
             }
         };
-    let same_pgs =
-        pool_a.has_pgs() && pool_b.has_pgs() && pool_a.pool().pg_num == pool_b.pool().pg_num;
-    if same_pgs {
-        let pg_num = pool_b.pool().pg_num;
-        let mut per_pg = vec![0u64; pg_num as usize];
-        for index in 0..objects {
-            if let Some(pg) = pool_b.object_pg(&object_name(index)) {
-                per_pg[pg.seed as usize] += 1;
-            }
+    let objects = a.object_count().min(b.object_count());
+    if a.has_pgs() && b.has_pgs() && a.pg_num == b.pg_num {
+        let mut per_pg = vec![0u64; b.pg_num as usize];
+        for &pg in &b.object_pgs[..objects] {
+            per_pg[pg as usize] += 1;
         }
-        for seed in 0..pg_num {
-            pool_a.place(pool_a.pg_key(seed), &mut scratch_a, &mut before);
-            pool_b.place(pool_b.pg_key(seed), &mut scratch_b, &mut after);
-            account(&before, &after, per_pg[seed as usize], &mut result);
-            if seed % 4096 == 4095 {
-                progress(4096);
-            }
+        for ((before, after), count) in a.sets().zip(b.sets()).zip(&per_pg) {
+            account(&before, &after, *count, &mut result);
         }
-        progress(u64::from(pg_num) % 4096);
     } else {
         for index in 0..objects {
-            let name = object_name(index);
-            let (_, key_a) = pool_a.object_key(&name);
-            let (_, key_b) = pool_b.object_key(&name);
-            pool_a.place(key_a, &mut scratch_a, &mut before);
-            pool_b.place(key_b, &mut scratch_b, &mut after);
-            account(&before, &after, 1, &mut result);
-            if index % 4096 == 4095 {
-                progress(4096);
-            }
+            account(&a.object_set(index), &b.object_set(index), 1, &mut result);
         }
-        progress(objects % 4096);
     }
-    result.minimum_share = minimum_movement_share(
-        &target_shares(map_a, pool_a.pool()),
-        &target_shares(map_b, pool_b.pool()),
-    );
+    result.minimum_share =
+        minimum_movement_share(&target_shares(map_a, info_a), &target_shares(map_b, info_b));
     result
 }
 
@@ -389,44 +529,75 @@ pub fn cluster_load(
     object_size: u64,
     progress: &mut dyn FnMut(u64),
 ) -> ClusterLoad {
-    let n = map.max_devices() as usize;
-    let mut load = ClusterLoad {
-        total: PoolLoad {
-            pg_copies: vec![0; n],
-            objects: vec![0; n],
-            bytes: vec![0; n],
-            ..PoolLoad::default()
-        },
-        expected_pgs: vec![0.0; n],
-        expected_objects: vec![0.0; n],
-        ..ClusterLoad::default()
-    };
+    // One pool placed at a time: a pool's placed objects are dropped before the next.
+    let mut load = ClusterLoad::empty(map);
     for &id in pools {
         let Some(pool) = placement.pool(id) else { continue };
-        let pool_load =
-            pool_load(placement, pool, map.max_devices(), objects, object_size, progress);
-        let shares = target_shares(map, pool.pool());
+        load.add(map, &PlacedPool::place(placement, pool, objects, progress), object_size);
+    }
+    load.finish();
+    load
+}
+
+/// [`cluster_load`] of pools already placed (on `map`).
+pub fn cluster_load_of<'a>(
+    map: &ClusterMap,
+    placed: impl IntoIterator<Item = &'a PlacedPool>,
+    object_size: u64,
+) -> ClusterLoad {
+    let mut load = ClusterLoad::empty(map);
+    for pool in placed {
+        load.add(map, pool, object_size);
+    }
+    load.finish();
+    load
+}
+
+impl ClusterLoad {
+    fn empty(map: &ClusterMap) -> ClusterLoad {
+        let n = map.max_devices() as usize;
+        ClusterLoad {
+            total: PoolLoad {
+                pg_copies: vec![0; n],
+                objects: vec![0; n],
+                bytes: vec![0; n],
+                ..PoolLoad::default()
+            },
+            expected_pgs: vec![0.0; n],
+            expected_objects: vec![0.0; n],
+            ..ClusterLoad::default()
+        }
+    }
+
+    /// Adds a placed pool of `map`.
+    fn add(&mut self, map: &ClusterMap, placed: &PlacedPool, object_size: u64) {
+        let Some(pool) = map.pool(placed.pool) else { return };
+        let pool_load = placed.load(map.max_devices(), object_size);
+        let shares = target_shares(map, pool);
         let pg_total: u64 = pool_load.pg_copies.iter().sum();
         let object_total: u64 = pool_load.objects.iter().sum();
         for (i, share) in shares.iter().enumerate() {
-            load.total.pg_copies[i] += pool_load.pg_copies[i];
-            load.total.objects[i] += pool_load.objects[i];
-            load.total.bytes[i] += pool_load.bytes[i];
-            load.expected_pgs[i] += share * pg_total as f64;
-            load.expected_objects[i] += share * object_total as f64;
+            self.total.pg_copies[i] += pool_load.pg_copies[i];
+            self.total.objects[i] += pool_load.objects[i];
+            self.total.bytes[i] += pool_load.bytes[i];
+            self.expected_pgs[i] += share * pg_total as f64;
+            self.expected_objects[i] += share * object_total as f64;
         }
-        load.total.undersized += pool_load.undersized;
-        load.pools.push((id, pool_load, shares));
+        self.total.undersized += pool_load.undersized;
+        self.pools.push((placed.pool, pool_load, shares));
     }
-    load.eligible = (0..n)
-        .filter(|&i| {
-            load.expected_pgs[i] > 0.0
-                || load.expected_objects[i] > 0.0
-                || load.total.objects[i] > 0
-                || load.total.pg_copies[i] > 0
-        })
-        .collect();
-    load
+
+    /// The eligible devices, once every pool is added.
+    fn finish(&mut self) {
+        self.eligible = (0..self.total.pg_copies.len())
+            .filter(|&i| {
+                self.expected_pgs[i] > 0.0
+                    || self.expected_objects[i] > 0.0
+                    || self.total.objects[i] > 0
+                    || self.total.pg_copies[i] > 0
+            })
+            .collect();
+    }
 }
 
 /// The failure domain of a pool: the last non-device type its rule chooses (`crush`), the

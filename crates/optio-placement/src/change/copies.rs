@@ -6,13 +6,15 @@
 //! every editor of the map — the CLI, the manager, a console — sees the same judgement and
 //! refuses (or warns about) the same changes.
 //!
-//! Objects are named `copies-0`, `copies-1`, … in every pool: deterministic, so two reports of
-//! one change agree. Complexity: two placements per sampled object per pool.
+//! The sampled objects are the movement's simulated ones (`obj-0`, `obj-1`, …, the first
+//! [`COPIES_SAMPLE_MAX`] of them): deterministic, so two reports of one change agree, and
+//! counted from the sets the report's movement placed ([`PlacedMap`]), so judging a change
+//! places each map once.
 
+use crate::analysis::PlacedMap;
 use crate::error::MapError;
 use crate::ids::PoolId;
 use crate::map::ClusterMap;
-use crate::placement::{Placement, PoolPlacement};
 
 /// Most objects sampled per pool to count copies after a change.
 pub const COPIES_SAMPLE_MAX: u64 = 20_000;
@@ -53,29 +55,33 @@ pub fn short_of_copies(
     new: &ClusterMap,
     objects: u64,
 ) -> Result<Vec<ShortOfCopies>, MapError> {
-    Ok(short_of_copies_in(new, &Placement::new(old)?, &Placement::new(new)?, objects))
+    let objects = objects.min(COPIES_SAMPLE_MAX);
+    let (before, after) = (PlacedMap::new(old, objects)?, PlacedMap::new(new, objects)?);
+    Ok(short_of_copies_placed(new, &before, &after, objects))
 }
 
-/// [`short_of_copies`] over placements already compiled.
-pub(super) fn short_of_copies_in(
+/// [`short_of_copies`] over maps already placed (with at least `objects` simulated objects
+/// each, or all they have).
+pub(super) fn short_of_copies_placed(
     new: &ClusterMap,
-    before: &Placement,
-    after: &Placement,
+    before: &PlacedMap,
+    after: &PlacedMap,
     objects: u64,
 ) -> Vec<ShortOfCopies> {
     let objects = objects.min(COPIES_SAMPLE_MAX);
     let mut short = Vec::new();
     for pool in new.pools() {
         let (Some(was), Some(is)) = (before.pool(pool.id), after.pool(pool.id)) else { continue };
-        let (_, below_min_size_before) = count(&was, objects, pool.size, pool.min_size);
-        let (below_size, below_min_size) = count(&is, objects, pool.size, pool.min_size);
+        let sampled = objects.min(is.objects());
+        let (_, below_min_size_before) = was.short_of(sampled, pool.size, pool.min_size);
+        let (below_size, below_min_size) = is.short_of(sampled, pool.size, pool.min_size);
         if below_size == 0 {
             continue;
         }
         short.push(ShortOfCopies {
             pool: pool.id,
             name: pool.name.clone(),
-            sampled: objects,
+            sampled,
             below_size,
             below_min_size,
             below_min_size_before,
@@ -84,19 +90,6 @@ pub(super) fn short_of_copies_in(
         });
     }
     short
-}
-
-/// Of `objects` sampled names, how many `placement` puts on fewer than `size` devices, and
-/// how many on fewer than `min_size`.
-fn count(placement: &PoolPlacement<'_>, objects: u64, size: u32, min_size: u32) -> (u64, u64) {
-    let (mut below_size, mut below_min_size) = (0u64, 0u64);
-    for i in 0..objects {
-        let copies = placement.locate(&format!("copies-{i}")).devices.devices().count();
-        let copies = u32::try_from(copies).unwrap_or(u32::MAX);
-        below_size += u64::from(copies < size);
-        below_min_size += u64::from(copies < min_size);
-    }
-    (below_size, below_min_size)
 }
 
 #[cfg(test)]

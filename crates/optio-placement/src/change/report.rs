@@ -4,14 +4,13 @@
 //! every change, the pools it leaves short of copies ([`super::copies`]), and whether it makes
 //! data unwritable ([`ChangeReport::below_min_size`]).
 
-use crate::analysis::{Movement, movement};
+use crate::analysis::{Movement, PlacedMap, movement_between};
 use crate::error::MapError;
 use crate::ids::{Epoch, PoolId};
 use crate::map::{ClusterMap, EngineSpec};
-use crate::placement::Placement;
 
 use super::MapChange;
-use super::copies::{ShortOfCopies, short_of_copies_in};
+use super::copies::{ShortOfCopies, short_of_copies_placed};
 
 /// The objects simulated to measure what moves in object-level pools (pools with PGs count
 /// PG copies), and the size each stands for.
@@ -82,19 +81,32 @@ impl ChangeReport {
         change: &MapChange,
         sample: MovementSample,
     ) -> Result<ChangeReport, MapError> {
-        let placement_old = Placement::new(old)?;
-        let placement_new = Placement::new(new)?;
-        let short_of_copies =
-            short_of_copies_in(new, &placement_old, &placement_new, sample.objects);
+        let placed_old = PlacedMap::new(old, sample.objects)?;
+        let placed_new = PlacedMap::new(new, sample.objects)?;
+        Ok(ChangeReport::of_placed(old, &placed_old, new, &placed_new, change, sample))
+    }
+
+    /// [`of`](Self::of) with both maps already placed, each with `sample.objects` simulated
+    /// objects ([`PlacedMap::new`]) — so that a judge who also wants the next map's balance,
+    /// or judges several changes of one map, places each map once.
+    pub fn of_placed(
+        old: &ClusterMap,
+        placed_old: &PlacedMap,
+        new: &ClusterMap,
+        placed_new: &PlacedMap,
+        change: &MapChange,
+        sample: MovementSample,
+    ) -> ChangeReport {
+        let short_of_copies = short_of_copies_placed(new, placed_old, placed_new, sample.objects);
         let effect = if let MapChange::SetActive(_)
         | MapChange::Activate(_)
         | MapChange::Deactivate(_) = change
         {
             ChangeEffect::Membership(membership_change(old, new))
         } else {
-            ChangeEffect::Moves(moves(old, &placement_old, new, &placement_new, sample))
+            ChangeEffect::Moves(moves(old, placed_old, new, placed_new, sample))
         };
-        Ok(ChangeReport { effect, short_of_copies })
+        ChangeReport { effect, short_of_copies }
     }
 
     /// Whether the change leaves more sampled objects of some pool with fewer copies than
@@ -108,33 +120,21 @@ impl ChangeReport {
 /// What moves in every pool of `new` that `old` had.
 fn moves(
     old: &ClusterMap,
-    placement_old: &Placement,
+    placed_old: &PlacedMap,
     new: &ClusterMap,
-    placement_new: &Placement,
+    placed_new: &PlacedMap,
     sample: MovementSample,
 ) -> Vec<PoolMovement> {
     let mut pools = Vec::new();
     for pool in new.pools() {
-        let (Some(a), Some(b)) = (placement_old.pool(pool.id), placement_new.pool(pool.id)) else {
+        let (Some(a), Some(b)) = (placed_old.pool(pool.id), placed_new.pool(pool.id)) else {
             continue;
         };
-        let (objects, object_bytes) = (sample.objects, sample.object_bytes);
-        let m = movement(
-            old,
-            placement_old,
-            new,
-            placement_new,
-            a,
-            b,
-            objects,
-            object_bytes,
-            &mut |_| {},
-        );
         pools.push(PoolMovement {
             pool: pool.id,
             name: pool.name.clone(),
             has_pgs: b.has_pgs(),
-            movement: m,
+            movement: movement_between(old, a, new, b, sample.object_bytes),
         });
     }
     pools

@@ -11,9 +11,11 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use optio_cluster::{ApplyOptions, ClusterError, MapEdit};
-use optio_placement::analysis::cluster_load;
-use optio_placement::{ClusterMap, DeviceId, MapChange, MovementSample, Placement, PoolId};
+use optio_cluster::{ClusterError, MapEdit};
+use optio_placement::analysis::{PlacedMap, PlacedPool, cluster_load_of};
+use optio_placement::{
+    ChangeReport, ClusterMap, DeviceId, MapChange, MovementSample, Placement, PoolId,
+};
 use optio_proto::auth::Cap;
 use serde_json::{Value, json};
 
@@ -221,13 +223,50 @@ pub struct Balance {
     pgs: Vec<u64>,
     /// Every pool's balance report, by pool id.
     pools: Vec<(PoolId, Value)>,
+    /// The map's pools placed (what a what-if's movement is counted against).
+    placed: Arc<PlacedMap>,
+}
+
+/// Compiles `map` and places its pools with [`SAMPLE_OBJECTS`] simulated objects, the pools
+/// shared out over two threads (the heaviest first, each to the less loaded thread).
+fn place_map(map: &ClusterMap) -> Result<PlacedMap, ApiError> {
+    let placement = Placement::new(map).map_err(ApiError::internal)?;
+    let mut pools: Vec<_> = map.pools().iter().filter_map(|p| placement.pool(p.id)).collect();
+    let cost = |p: &optio_placement::PoolPlacement<'_>| u64::from(p.pool().pg_num) + SAMPLE_OBJECTS;
+    pools.sort_by_key(|p| std::cmp::Reverse(cost(p)));
+    let mut shares: [(u64, Vec<_>); 2] = [(0, Vec::new()), (0, Vec::new())];
+    for pool in pools {
+        let lighter = usize::from(shares[1].0 < shares[0].0);
+        shares[lighter].0 += cost(&pool);
+        shares[lighter].1.push(pool);
+    }
+    let place = |pools: Vec<optio_placement::PoolPlacement<'_>>| -> Vec<PlacedPool> {
+        pools
+            .into_iter()
+            .map(|pool| PlacedPool::place(&placement, pool, SAMPLE_OBJECTS, &mut |_| {}))
+            .collect()
+    };
+    let [(_, first), (_, second)] = shares;
+    let mut placed = std::thread::scope(|scope| {
+        let other = scope.spawn(|| place(second));
+        let mut placed = place(first);
+        placed.extend(other.join().expect("placing pools does not panic"));
+        placed
+    });
+    // The map's order, as `PlacedMap::new` gives.
+    let order = |id: PoolId| map.pools().iter().position(|p| p.id == id);
+    placed.sort_by_key(|p| order(p.pool));
+    Ok(PlacedMap { placement, pools: placed })
 }
 
 /// The balance of `map`'s pools, from [`SAMPLE_OBJECTS`] simulated objects.
 fn balance_of(map: &ClusterMap) -> Result<Balance, ApiError> {
-    let placement = Placement::new(map).map_err(ApiError::internal)?;
-    let ids: Vec<PoolId> = map.pools().iter().map(|p| p.id).collect();
-    let load = cluster_load(map, &placement, &ids, SAMPLE_OBJECTS, OBJECT_BYTES, &mut |_| {});
+    balance_from(map, Arc::new(place_map(map)?))
+}
+
+/// The balance of `map`'s pools as `placed`.
+fn balance_from(map: &ClusterMap, placed: Arc<PlacedMap>) -> Result<Balance, ApiError> {
+    let load = cluster_load_of(map, &placed.pools, OBJECT_BYTES);
     let pools = load
         .pools
         .iter()
@@ -235,7 +274,7 @@ fn balance_of(map: &ClusterMap) -> Result<Balance, ApiError> {
             (*id, crate::commands::analyze::pool_report(map, *id, pool, shares))
         })
         .collect();
-    Ok(Balance { epoch: map.epoch().0, pgs: load.total.pg_copies, pools })
+    Ok(Balance { epoch: map.epoch().0, pgs: load.total.pg_copies, pools, placed })
 }
 
 /// The name of the bucket of type `kind` holding a device (`zone`, `host`), if any.
@@ -572,12 +611,16 @@ fn judge(
     change: &MapChange,
 ) -> Result<(MapEdit, Value), ApiError> {
     let sample = MovementSample { objects: SAMPLE_OBJECTS, object_bytes: OBJECT_BYTES };
-    let options = ApplyOptions::Judged { sample, allow_below_min_size: true };
-    let edit = MapEdit::new(old, change, options).map_err(|e| {
+    let new = old.apply(change, old.epoch()).map_err(|e| {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("the change was refused: {e}"))
     })?;
+    // The old map is placed once per epoch (`before`), the new one once here: its movement,
+    // the copies it leaves short and its balance are all counted from that.
+    let placed_new = Arc::new(place_map(&new)?);
+    let judged = ChangeReport::of_placed(&old, &before.placed, &new, &placed_new, change, sample);
+    let after = balance_from(&new, placed_new)?;
+    let edit = MapEdit { old, new, report: Some(judged), attempts: 1 };
     let report = edit.report.as_ref().expect("a judged edit has a report");
-    let after = balance_of(&edit.new)?;
     let mut gained = vec![0i64; edit.old.max_devices().max(edit.new.max_devices()) as usize];
     if let optio_placement::change::ChangeEffect::Moves(pools) = &report.effect {
         for pool in pools {

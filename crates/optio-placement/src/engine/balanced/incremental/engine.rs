@@ -59,6 +59,33 @@ fn domain_salt(name: &str) -> u32 {
     h
 }
 
+/// The failure domains of `members` in the order they first appear, and each member's index
+/// among them.
+fn domains_of(members: &[&Member]) -> (Vec<String>, Vec<u32>) {
+    let mut names: Vec<String> = Vec::new();
+    let mut domain = Vec::with_capacity(members.len());
+    for member in members {
+        let index = match names.iter().position(|n| *n == member.domain) {
+            Some(index) => index,
+            None => {
+                names.push(member.domain.clone());
+                names.len() - 1
+            }
+        };
+        domain.push(index32(index));
+    }
+    (names, domain)
+}
+
+/// The targets [`Engine::new`] gives `members` (none leaving) for `units` units of `size`
+/// copies, without building the engine.
+pub(crate) fn targets_of(size: usize, units: usize, members: &[Member]) -> Vec<Target> {
+    let all: Vec<&Member> = members.iter().collect();
+    let (names, domain) = domains_of(&all);
+    let weights: Vec<u64> = members.iter().map(|m| m.weight).collect();
+    targets::targets(&weights, &domain, names.len(), units as u64, size as u64)
+}
+
 /// A unit in a device's ranking.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Entry {
@@ -140,18 +167,7 @@ impl Engine {
         leaving: &[(Member, Target)],
     ) -> Engine {
         let all: Vec<&Member> = current.iter().chain(leaving.iter().map(|(m, _)| m)).collect();
-        let mut domain_names: Vec<String> = Vec::new();
-        let mut domain = Vec::with_capacity(all.len());
-        for member in &all {
-            let index = match domain_names.iter().position(|n| *n == member.domain) {
-                Some(index) => index,
-                None => {
-                    domain_names.push(member.domain.clone());
-                    domain_names.len() - 1
-                }
-            };
-            domain.push(index32(index));
-        }
+        let (domain_names, domain) = domains_of(&all);
         let weights: Vec<u64> = all.iter().map(|m| m.weight).collect();
         let units = keys.len();
         let mut targets = targets::targets(

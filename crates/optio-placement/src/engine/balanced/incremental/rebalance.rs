@@ -1,6 +1,6 @@
 //! Computing a pool's state: from scratch, or from the previous state when the map changed.
 
-use super::engine::{Engine, NONE, Prices, Scratch};
+use super::engine::{Engine, NONE, Prices, Scratch, targets_of};
 use super::layout::Layout;
 use super::search::{Balancer, bands};
 use super::state::{BalanceState, CLASSES, DOMAIN_PRICE_ONE, DeviceState, DomainState, PRICE_MAX};
@@ -167,21 +167,31 @@ pub fn rebalance(
         .iter()
         .map(|d| Member { id: d.id.0, domain: d.domain.clone(), weight: u64::from(d.weight) })
         .collect();
-    let before = Engine::new(size, keys.clone(), &snapshot, &[]);
-    let before_layout = Layout::new(&before, prices_from(&before, previous, |_| PRICE_MAX), None);
-    let home: Vec<u32> = before_layout
-        .members
-        .iter()
-        .map(|&d| if d == NONE { NONE } else { before.ids[d as usize] })
-        .collect();
     // Devices of the snapshot the pool can no longer use must empty.
+    let before_targets = targets_of(size, keys.len(), &snapshot);
     let leaving: Vec<(Member, crate::engine::balanced::targets::Target)> = snapshot
         .iter()
-        .enumerate()
-        .filter(|(_, m)| !current.iter().any(|c| c.id == m.id))
-        .map(|(i, m)| (m.clone(), before.targets[i]))
+        .zip(&before_targets)
+        .filter(|(m, _)| !current.iter().any(|c| c.id == m.id))
+        .map(|(m, target)| (m.clone(), *target))
         .collect();
-    let engine = Engine::new(size, keys, &current, &leaving);
+    // The previous placement (from the snapshot) and the engine of the devices now: two
+    // rankings of every (device, unit) pair, independent, so built side by side.
+    let (home, engine) = std::thread::scope(|scope| {
+        let before_keys = keys.clone();
+        let home = scope.spawn(|| {
+            let before = Engine::new(size, before_keys, &snapshot, &[]);
+            let layout = Layout::new(&before, prices_from(&before, previous, |_| PRICE_MAX), None);
+            let home: Vec<u32> = layout
+                .members
+                .iter()
+                .map(|&d| if d == NONE { NONE } else { before.ids[d as usize] })
+                .collect::<Vec<u32>>();
+            home
+        });
+        let engine = Engine::new(size, keys, &current, &leaving);
+        (home.join().expect("building the previous placement does not panic"), engine)
+    });
     let prices = prices_from(&engine, previous, |_| PRICE_MAX);
     let layout = Layout::new(&engine, prices, Some(home));
     let mut balancer = Balancer::new(&engine, layout);
