@@ -816,6 +816,10 @@ fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_th
         let (_, _, first) =
             call(&http, base, "GET", "/api/v1/devices", Some(&reader), false, None).await;
         let first = first["devices"].as_array().expect("devices").clone();
+        assert!(
+            first.iter().all(|d| d["rates"].is_null()),
+            "no rates at the first scrape: {first:?}"
+        );
         let data = vec![7u8; 4096];
         for i in 0..20 {
             client
@@ -827,9 +831,6 @@ fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_th
         let (_, _, second) =
             call(&http, base, "GET", "/api/v1/devices", Some(&reader), false, None).await;
         let second = second["devices"].as_array().expect("devices").clone();
-        // The devices' servers were scraped before (the volume calls did not, but the first
-        // GET did): the second answer has rates.
-        assert!(first.iter().all(|d| d.get("rates").is_some()), "{first:?}");
         let busy: Vec<&Value> =
             second.iter().filter(|d| d["rates"]["total_per_s"].as_f64() > Some(0.0)).collect();
         assert!(!busy.is_empty(), "some device's server answered requests: {second:?}");
@@ -840,6 +841,49 @@ fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_th
             assert!(rates["mean_latency_ms"].as_f64() > Some(0.0), "{rates}");
         }
     });
+
+    // The page's storage section (storage.js, run by Node): a read session sees the tables and
+    // no form, and its creation is refused; an admin's creates the volume.
+    if !crate::have_tool("node", "nodejs") {
+        return;
+    }
+    let shown =
+        storage_run(&console, "client.reader", &key_of(&cluster, "client.reader"), "web-ro");
+    assert_eq!(shown["asked_logged_out"], json!(0), "nothing asked while logged out: {shown}");
+    assert_eq!(shown["form_hidden"], json!(true), "{shown}");
+    assert!(shown["create_result"].as_str().unwrap().starts_with("refused"), "{shown}");
+    assert_eq!(shown["buckets"], json!([["photos", "data", "alice"]]), "{shown}");
+    assert_eq!(shown["volumes_error"], json!(""), "{shown}");
+    let shown = storage_run(&console, "client.admin", &key_of(&cluster, "client.admin"), "web-vol");
+    assert_eq!(shown["form_hidden"], json!(false), "{shown}");
+    assert!(
+        shown["create_result"].as_str().unwrap().starts_with("created volume web-vol"),
+        "{shown}"
+    );
+    let names: Vec<&str> =
+        shown["volumes"].as_array().unwrap().iter().map(|r| r[0].as_str().unwrap()).collect();
+    assert!(names.contains(&"web-vol") && !names.contains(&"web-ro"), "{shown}");
+    let listed: Value =
+        serde_json::from_str(&ok_at(cluster.dir(), &["volume", "ls", "--json"])).unwrap();
+    assert!(listed.as_array().unwrap().iter().any(|v| v["name"] == json!("web-vol")), "{listed}");
+}
+
+/// What the page's storage script showed, run by Node (`console/storage_harness.js`).
+fn storage_run(console: &Console, entity: &str, key: &str, volume: &str) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new("node")
+        .arg(root.join("tests/it/console/storage_harness.js"))
+        .arg(root.join("src/commands/console/assets/storage.js"))
+        .args([console.base.as_str(), entity, key, volume])
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the storage script failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("the harness prints JSON")
 }
 
 #[test]
