@@ -759,6 +759,25 @@ fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_th
         assert_eq!(removed["removed"], json!("vol1"));
         assert_eq!(removed["in_background"], json!(true), "it had a snapshot: {removed}");
 
+        // The CLI answers its resize and removal in the same shapes.
+        ok_at(cluster.dir(), &["volume", "create", "cli-vol", "64MiB"]);
+        let resized: Value = serde_json::from_str(&ok_at(
+            cluster.dir(),
+            &["volume", "resize", "cli-vol", "128MiB", "--json"],
+        ))
+        .expect("JSON");
+        assert_eq!(
+            resized,
+            json!({ "volume": "cli-vol", "size_before": 64u64 << 20, "size": 128u64 << 20 })
+        );
+        let removed: Value =
+            serde_json::from_str(&ok_at(cluster.dir(), &["volume", "rm", "cli-vol", "--json"]))
+                .expect("JSON");
+        assert_eq!(
+            removed,
+            json!({ "removed": "cli-vol", "data_objects_deleted": 0, "in_background": false })
+        );
+
         // S3 users: admin only; a secret is answered once and never listed.
         let alice = json!({ "name": "alice" });
         for (who, csrf, expected) in
