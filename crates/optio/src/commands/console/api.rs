@@ -379,9 +379,14 @@ pub async fn login(
             "a login is JSON {{\"entity\": \"client.NAME\", \"key\": \"BASE64\"}} (or \"signature\" instead of \"key\"): {e}"
         ))
     })?;
+    // The check (a keyring read, a signature verified) runs off the async workers, at most
+    // LOGIN_CHECKS_MAX at once: a flood of logins queues for a turn, then gets 429.
     let checked = {
         let _turn = console.gate.turn().await?;
-        console.sessions.login(&login)
+        let checker = console.clone();
+        tokio::task::spawn_blocking(move || checker.sessions.login(&login))
+            .await
+            .map_err(ApiError::internal)?
     };
     let (token, session) = match checked {
         Ok(answer) => answer,
@@ -488,10 +493,10 @@ pub async fn map_summary(State(console): State<Arc<Console>>, headers: HeaderMap
 pub async fn devices(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
     console.authorize(&headers, Cap::Read, false)?;
     let map = console.map().await?;
-    let servers = console.servers(&map).await;
+    // (Asked together: a server that does not answer costs one timeout, not two.)
+    let (servers, rates) = tokio::join!(console.servers(&map), console.rates(&map));
     let rows = &servers.rows;
     let balance = console.balance(&map)?;
-    let rates = console.rates(&map).await;
     let list: Vec<Value> = map
         .devices()
         .iter()
