@@ -373,7 +373,7 @@ pub async fn login(
     body: Bytes,
 ) -> Answer {
     let ip = extensions.get::<ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip());
-    console.gate.admit(ip)?;
+    let mut admitted = console.gate.admit(ip)?;
     let login: Login = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad(format!(
             "a login is JSON {{\"entity\": \"client.NAME\", \"key\": \"BASE64\"}} (or \"signature\" instead of \"key\"): {e}"
@@ -392,8 +392,9 @@ pub async fn login(
         Ok(answer) => answer,
         Err(refusal) => {
             if matches!(refusal, super::session::Refusal::Unauthenticated(_)) {
-                console.gate.refused(ip);
+                admitted.refused();
             }
+            drop(admitted);
             // A refused login answers late: guessing costs the guesser time, not us CPU.
             tokio::time::sleep(LOGIN_REFUSAL_DELAY).await;
             return Err(refusal.into());
