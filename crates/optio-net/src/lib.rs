@@ -471,6 +471,15 @@ impl HttpTransport {
         }
     }
 
+    /// The server at `addr`'s `/metrics`: Prometheus' text format (signed as this transport's
+    /// identity: the servers answer it to `admin` entities unless their metrics are public).
+    pub async fn server_metrics(&self, addr: &str) -> Result<String, Failure> {
+        match self.own(addr, &OwnRequest::Metrics, STATUS_TIMEOUT).await? {
+            OwnAnswer::Metrics(text) => Ok(text),
+            other => Err(Failure::Malformed(format!("/metrics answered {other:?}"))),
+        }
+    }
+
     async fn server_status_http(&self, addr: &str) -> Result<ServerStatus, Failure> {
         match self.own(addr, &OwnRequest::Status, STATUS_TIMEOUT).await? {
             OwnAnswer::Status(status) => Ok(*status),

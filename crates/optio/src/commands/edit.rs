@@ -362,15 +362,30 @@ pub fn set_attr(args: SetAttrArgs) -> Result<()> {
 
 pub fn activate(args: MembershipArgs, activate: bool) -> Result<()> {
     let devices = args.devices.clone();
-    edit(&args.edit, move |map| {
-        let ids = devices.iter().map(|d| find_device(map, d)).collect::<Result<Vec<_>>>()?;
-        Ok(if activate { MapChange::Activate(ids) } else { MapChange::Deactivate(ids) })
-    })
+    edit(&args.edit, move |map| membership_change(map, &devices, activate))
+}
+
+/// `optio map activate|deactivate DEVICES` (and the console's) as a change of `map`.
+pub(crate) fn membership_change(
+    map: &ClusterMap,
+    devices: &[String],
+    activate: bool,
+) -> Result<MapChange> {
+    if devices.is_empty() {
+        bail!("name the devices (ids or names) of the elastic membership");
+    }
+    let ids = devices.iter().map(|d| find_device(map, d)).collect::<Result<Vec<_>>>()?;
+    Ok(if activate { MapChange::Activate(ids) } else { MapChange::Deactivate(ids) })
 }
 
 pub fn resize(args: ResizeArgs) -> Result<()> {
     let active = args.active;
-    edit(&args.edit, move |map| {
+    edit(&args.edit, move |map| resize_change(map, active))
+}
+
+/// `optio resize --active N` (and the console's) as a change of `map`: ranks 1 to N active.
+pub(crate) fn resize_change(map: &ClusterMap, active: u32) -> Result<MapChange> {
+    {
         let Some(membership) = map.membership() else {
             bail!("this map has no elastic pool, so there is no membership to resize");
         };
@@ -397,7 +412,7 @@ pub fn resize(args: ResizeArgs) -> Result<()> {
             );
         }
         Ok(MapChange::SetActive(ActiveSpec::FirstRanks(active)))
-    })
+    }
 }
 
 type Check = Box<

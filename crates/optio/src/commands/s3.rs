@@ -273,9 +273,34 @@ async fn serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
+/// A new key pair as `optio s3 user create|rotate --json` and the console answer it (the
+/// secret shown this once).
+pub(crate) fn pair_json(pair: &optio_s3::store::KeyPair) -> serde_json::Value {
+    serde_json::to_value(pair).expect("a key pair serialises")
+}
+
+/// A bucket as `optio s3 bucket ls|create --json` and the console show it.
+pub(crate) fn bucket_json(bucket: &optio_s3::store::Bucket) -> serde_json::Value {
+    serde_json::json!({ "bucket": bucket.name, "pool": bucket.pool, "owner": bucket.owner })
+}
+
+/// A user or bucket removed, as `optio s3 user|bucket rm --json` and the console answer it.
+pub(crate) fn removed_json(name: &str) -> serde_json::Value {
+    serde_json::json!({ "removed": name })
+}
+
+/// Every bucket's record, in name order (`optio s3 bucket ls` and the console).
+pub(crate) async fn bucket_records(gateway: &Gateway) -> Result<Vec<optio_s3::store::Bucket>> {
+    let mut rows = Vec::new();
+    for (name, _) in gateway.buckets().await? {
+        rows.push(gateway.bucket(&name).await?);
+    }
+    Ok(rows)
+}
+
 fn print_pair(name: &str, pair: &optio_s3::store::KeyPair, json: bool) {
     if json {
-        println!("{}", serde_json::to_string(pair).expect("a key pair serialises"));
+        println!("{}", pair_json(pair));
     } else {
         println!("user:       {name}");
         println!("access key: {}", pair.access_key);
@@ -297,7 +322,7 @@ async fn user(command: UserCommand) -> Result<()> {
         UserCommand::Rm(args) => {
             gateway(&args.gateway).await?.remove_user(&args.name).await?;
             if args.json {
-                println!("{}", serde_json::json!({ "removed": args.name }));
+                println!("{}", removed_json(&args.name));
             } else {
                 println!("removed user {}", args.name);
             }
@@ -326,10 +351,7 @@ async fn bucket(command: BucketCommand) -> Result<()> {
                 .create_bucket(&args.name, args.pool.as_deref(), args.owner.as_deref())
                 .await?;
             if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({ "bucket": bucket.name, "pool": bucket.pool, "owner": bucket.owner })
-                );
+                println!("{}", bucket_json(&bucket));
             } else {
                 println!("created bucket {} in pool {}", bucket.name, bucket.pool);
             }
@@ -337,7 +359,7 @@ async fn bucket(command: BucketCommand) -> Result<()> {
         BucketCommand::Rm(args) => {
             gateway(&args.gateway).await?.delete_bucket(&args.name).await?;
             if args.json {
-                println!("{}", serde_json::json!({ "removed": args.name }));
+                println!("{}", removed_json(&args.name));
             } else {
                 println!("removed bucket {}", args.name);
             }
@@ -361,17 +383,9 @@ async fn bucket(command: BucketCommand) -> Result<()> {
             }
         }
         BucketCommand::Ls(args) => {
-            let gateway = gateway(&args.gateway).await?;
-            let mut rows = Vec::new();
-            for (name, _) in gateway.buckets().await? {
-                let bucket = gateway.bucket(&name).await?;
-                rows.push(bucket);
-            }
+            let rows = bucket_records(&*gateway(&args.gateway).await?).await?;
             if args.json {
-                let rows: Vec<_> = rows
-                    .iter()
-                    .map(|b| serde_json::json!({ "bucket": b.name, "pool": b.pool, "owner": b.owner }))
-                    .collect();
+                let rows: Vec<_> = rows.iter().map(bucket_json).collect();
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 let mut table = Table::new(&["bucket", "pool", "owner"]).left(&[0, 1, 2]);

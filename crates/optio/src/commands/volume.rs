@@ -233,6 +233,9 @@ pub struct ResizeArgs {
     /// Take the lock even if another client holds it.
     #[arg(long)]
     pub break_lock: bool,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub cluster: ClusterConn,
 }
@@ -249,6 +252,9 @@ pub struct RmArgs {
     /// (they are deleted in the background otherwise).
     #[arg(long)]
     pub wait: bool,
+    /// JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub cluster: ClusterConn,
 }
@@ -464,15 +470,57 @@ async fn snap_protect(args: SnapArgs, protected: bool) -> Result<()> {
     Ok(())
 }
 
-fn header_json(header: &VolumeHeader) -> serde_json::Value {
+/// A volume as `optio volume ls --json`, `create --json` and the console show it.
+pub(crate) fn header_json(header: &VolumeHeader) -> serde_json::Value {
     serde_json::to_value(header).expect("headers serialize")
+}
+
+/// Whether `pool` can hold a volume's objects (`optio volume create` and the console).
+pub(crate) fn check_volume_pool(client: &optio_client::Client, pool: &str) -> Result<()> {
+    client.map().pool_by_name(pool).with_context(|| {
+        format!("no pool '{pool}' in the map; pass --pool with one of its pools")
+    })?;
+    Ok(())
+}
+
+/// Resizes volume `name` under its lock (`optio volume resize` and the console): its size
+/// before.
+pub(crate) async fn resize_volume(
+    client: &optio_client::Client,
+    name: &str,
+    size: u64,
+    allow_shrink: bool,
+    break_lock: bool,
+) -> Result<u64, volume::VolumeError> {
+    let opened =
+        Volume::open(client, name, OpenOptions { break_lock, ..OpenOptions::default() }).await?;
+    let old = opened.size();
+    let result = opened.resize(size, allow_shrink).await;
+    opened.close().await?;
+    result?;
+    Ok(old)
+}
+
+/// A resize as `optio volume resize --json` and the console answer it.
+pub(crate) fn resized_json(name: &str, old: u64, new: u64) -> serde_json::Value {
+    serde_json::json!({ "volume": name, "size_before": old, "size": new })
+}
+
+/// A removal as `optio volume rm --json` and the console answer it.
+pub(crate) fn removed_json(name: &str, removed: &volume::Removed) -> serde_json::Value {
+    match removed {
+        volume::Removed::Now(objects) => serde_json::json!({
+            "removed": name, "data_objects_deleted": objects, "in_background": false,
+        }),
+        volume::Removed::InBackground => serde_json::json!({
+            "removed": name, "data_objects_deleted": null, "in_background": true,
+        }),
+    }
 }
 
 async fn create(args: CreateArgs) -> Result<()> {
     let client = args.cluster.connect().await?;
-    client.map().pool_by_name(&args.pool).with_context(|| {
-        format!("no pool '{}' in the map; pass --pool with one of its pools", args.pool)
-    })?;
+    check_volume_pool(&client, &args.pool)?;
     let header =
         volume::create(&client, &args.name, args.size, &args.pool, args.object_size).await?;
     if args.json {
@@ -626,16 +674,12 @@ async fn info(args: InfoArgs) -> Result<()> {
 
 async fn resize(args: ResizeArgs) -> Result<()> {
     let client = args.cluster.connect().await?;
-    let opened = Volume::open(
-        &client,
-        &args.name,
-        OpenOptions { break_lock: args.break_lock, ..OpenOptions::default() },
-    )
-    .await?;
-    let old = opened.size();
-    let result = opened.resize(args.size, args.allow_shrink).await;
-    opened.close().await?;
-    result?;
+    let old =
+        resize_volume(&client, &args.name, args.size, args.allow_shrink, args.break_lock).await?;
+    if args.json {
+        println!("{}", resized_json(&args.name, old, args.size));
+        return Ok(());
+    }
     println!(
         "volume '{}' resized from {} to {}",
         args.name,
@@ -647,7 +691,15 @@ async fn resize(args: ResizeArgs) -> Result<()> {
 
 async fn rm(args: RmArgs) -> Result<()> {
     let client = args.cluster.connect().await?;
-    match volume::remove(&client, &args.name, args.break_lock).await? {
+    let removed = volume::remove(&client, &args.name, args.break_lock).await?;
+    if args.json {
+        if matches!(removed, volume::Removed::InBackground) && args.wait {
+            run_trim(&client, &args.name, optio_client::trim::RATE_DEFAULT, true).await?;
+        }
+        println!("{}", removed_json(&args.name, &removed));
+        return Ok(());
+    }
+    match removed {
         volume::Removed::Now(removed) => {
             println!("removed volume '{}' ({removed} data objects deleted)", args.name);
         }

@@ -639,3 +639,408 @@ fn console_the_page_logs_in_shows_the_cluster_and_commits_a_what_if() {
     assert_eq!(map.epoch().0, before + 1);
     assert!(!map.device(DeviceId(0)).expect("osd.0").is_in, "osd.0 is out");
 }
+
+/// A client of the cluster signing as `client.admin` (to hold a volume's lock in a test).
+async fn admin_client(cluster: &LocalCluster) -> optio_client::Client {
+    let dirty_spec = optio_cluster::dir::cluster_dirty_spec(cluster.dir()).expect("dirty spec");
+    let dirty = optio_cluster::dirty::DirtyTable::open(dirty_spec.as_deref(), cluster.dir())
+        .await
+        .expect("the dirty table opens");
+    let credentials =
+        optio_cluster::keyring::credentials(&cluster.dir().join(KEYRING_FILE), "client.admin")
+            .expect("the admin's key");
+    let config = optio_client::ClientConfig {
+        dirty: Some(std::sync::Arc::new(dirty)),
+        credentials: Some(credentials),
+        ..optio_client::ClientConfig::default()
+    };
+    optio_client::Client::connect_source(cluster.source().clone(), config)
+        .await
+        .expect("the client connects")
+}
+
+#[test]
+fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_the_rest() {
+    let (_dir, cluster) = secured(1);
+    let console = start_console(cluster.dir(), &[]);
+    let base = console.base.as_str();
+    let rt = runtime();
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let admin = login(&http, base, "client.admin", &key_of(&cluster, "client.admin")).await;
+        let reader = login(&http, base, "client.reader", &key_of(&cluster, "client.reader")).await;
+        let volumes_cli = || -> Value {
+            serde_json::from_str(&ok_at(cluster.dir(), &["volume", "ls", "--json"])).expect("JSON")
+        };
+        let post = |path: &'static str, who: Option<&Session>, csrf: bool, body: Value| {
+            let http = http.clone();
+            let who = who.cloned();
+            async move { call(&http, base, "POST", path, who.as_ref(), csrf, Some(body)).await }
+        };
+        // Reading: any session; none gets 401.
+        for path in ["/api/v1/volumes", "/api/v1/s3"] {
+            let (status, _, _) = call(&http, base, "GET", path, None, false, None).await;
+            assert_eq!(status, 401, "{path}");
+            for session in [&reader, &admin] {
+                let (status, _, answer) =
+                    call(&http, base, "GET", path, Some(session), false, None).await;
+                assert_eq!(status, 200, "{path}: {answer}");
+            }
+        }
+        // Creating a volume: admin with its CSRF token only; the refused change nothing.
+        let create = json!({ "name": "vol1", "size": "64MiB" });
+        for (who, csrf, expected) in
+            [(None, false, 401), (Some(&reader), true, 403), (Some(&admin), false, 403)]
+        {
+            let (status, _, answer) = post("/api/v1/volumes", who, csrf, create.clone()).await;
+            assert_eq!(status, expected, "{answer}");
+        }
+        assert_eq!(volumes_cli(), json!([]), "refused creations stored nothing");
+        let (status, _, created) =
+            post("/api/v1/volumes", Some(&admin), true, create.clone()).await;
+        assert_eq!(status, 200, "{created}");
+        assert_eq!(created["size"], json!(64u64 << 20));
+        let (status, _, again) = post("/api/v1/volumes", Some(&admin), true, create).await;
+        assert_eq!(status, 409, "a second vol1: {again}");
+        let (_, _, listed) =
+            call(&http, base, "GET", "/api/v1/volumes", Some(&reader), false, None).await;
+        assert_eq!(listed["volumes"], volumes_cli(), "the console lists what the CLI lists");
+        assert_eq!(listed["volumes"][0], created, "and creation answers the CLI's shape");
+
+        // Resizing: admin only.
+        let resize = json!({ "name": "vol1", "size": 128u64 << 20 });
+        for (who, csrf, expected) in [(None, false, 401), (Some(&reader), true, 403)] {
+            let (status, _, _) = post("/api/v1/volumes/resize", who, csrf, resize.clone()).await;
+            assert_eq!(status, expected);
+        }
+        assert_eq!(volumes_cli()[0]["size"], json!(64u64 << 20));
+        let (status, _, resized) =
+            post("/api/v1/volumes/resize", Some(&admin), true, resize.clone()).await;
+        assert_eq!(status, 200, "{resized}");
+        assert_eq!(
+            resized,
+            json!({ "volume": "vol1", "size_before": 64u64 << 20, "size": 128u64 << 20 })
+        );
+        assert_eq!(volumes_cli()[0]["size"], json!(128u64 << 20));
+
+        // A volume in use (its lock held) is neither resized nor removed; nor one with a
+        // protected snapshot.
+        let client = admin_client(&cluster).await;
+        let opened = optio_client::volume::Volume::open(
+            &client,
+            "vol1",
+            optio_client::volume::OpenOptions::default(),
+        )
+        .await
+        .expect("the volume opens read-write");
+        let (status, _, answer) = post("/api/v1/volumes/resize", Some(&admin), true, resize).await;
+        assert_eq!(status, 409, "{answer}");
+        let rm = json!({ "name": "vol1" });
+        let (status, _, answer) = post("/api/v1/volumes/rm", Some(&admin), true, rm.clone()).await;
+        assert_eq!(status, 409, "a locked volume: {answer}");
+        assert!(answer["error"].as_str().unwrap().contains("lock"), "{answer}");
+        opened.close().await.expect("closed");
+        ok_at(cluster.dir(), &["volume", "snap", "create", "vol1@s1"]);
+        ok_at(cluster.dir(), &["volume", "snap", "protect", "vol1@s1"]);
+        let (status, _, answer) = post("/api/v1/volumes/rm", Some(&admin), true, rm.clone()).await;
+        assert_eq!(status, 409, "a protected snapshot: {answer}");
+        assert!(answer["error"].as_str().unwrap().contains("protected"), "{answer}");
+        let (_, _, listed) =
+            call(&http, base, "GET", "/api/v1/volumes", Some(&reader), false, None).await;
+        assert_eq!(listed["volumes"][0]["snapshots"][0]["name"], json!("s1"), "{listed}");
+        ok_at(cluster.dir(), &["volume", "snap", "unprotect", "vol1@s1"]);
+        for (who, csrf, expected) in [(None, false, 401), (Some(&reader), true, 403)] {
+            let (status, _, _) = post("/api/v1/volumes/rm", who, csrf, rm.clone()).await;
+            assert_eq!(status, expected);
+        }
+        assert_eq!(volumes_cli().as_array().map(Vec::len), Some(1), "still there");
+        let (status, _, removed) = post("/api/v1/volumes/rm", Some(&admin), true, rm).await;
+        assert_eq!(status, 200, "{removed}");
+        assert_eq!(removed["removed"], json!("vol1"));
+        assert_eq!(removed["in_background"], json!(true), "it had a snapshot: {removed}");
+
+        // The CLI answers its resize and removal in the same shapes.
+        ok_at(cluster.dir(), &["volume", "create", "cli-vol", "64MiB"]);
+        let resized: Value = serde_json::from_str(&ok_at(
+            cluster.dir(),
+            &["volume", "resize", "cli-vol", "128MiB", "--json"],
+        ))
+        .expect("JSON");
+        assert_eq!(
+            resized,
+            json!({ "volume": "cli-vol", "size_before": 64u64 << 20, "size": 128u64 << 20 })
+        );
+        let removed: Value =
+            serde_json::from_str(&ok_at(cluster.dir(), &["volume", "rm", "cli-vol", "--json"]))
+                .expect("JSON");
+        assert_eq!(
+            removed,
+            json!({ "removed": "cli-vol", "data_objects_deleted": 0, "in_background": false })
+        );
+
+        // S3 users: admin only; a secret is answered once and never listed.
+        let alice = json!({ "name": "alice" });
+        for (who, csrf, expected) in
+            [(None, false, 401), (Some(&reader), true, 403), (Some(&admin), false, 403)]
+        {
+            let (status, _, _) = post("/api/v1/s3/users", who, csrf, alice.clone()).await;
+            assert_eq!(status, expected);
+        }
+        let users_cli = || -> Value {
+            serde_json::from_str(&ok_at(cluster.dir(), &["s3", "user", "ls", "--json"]))
+                .expect("JSON")
+        };
+        assert_eq!(users_cli(), json!([]));
+        let (status, _, pair) = post("/api/v1/s3/users", Some(&admin), true, alice.clone()).await;
+        assert_eq!(status, 200, "{pair}");
+        let secret = pair["secret_key"].as_str().expect("the secret, once").to_string();
+        let access = pair["access_key"].as_str().expect("the access key").to_string();
+        ok_at(cluster.dir(), &["s3", "bucket", "create", "photos", "--owner", "alice"]);
+        let (status, _, s3) =
+            call(&http, base, "GET", "/api/v1/s3", Some(&reader), false, None).await;
+        assert_eq!(status, 200, "{s3}");
+        assert!(!s3.to_string().contains(&secret), "no secret is listed: {s3}");
+        assert_eq!(s3["users"][0]["name"], json!("alice"));
+        assert_eq!(s3["users"][0]["access_key"], json!(access));
+        assert_eq!(s3["users"][0]["buckets"], json!(["photos"]));
+        assert_eq!(s3["users"][0]["created_micros"], users_cli()[0]["created_micros"]);
+        let buckets_cli: Value =
+            serde_json::from_str(&ok_at(cluster.dir(), &["s3", "bucket", "ls", "--json"])).unwrap();
+        assert_eq!(s3["buckets"], buckets_cli, "the buckets as the CLI lists them");
+        for (path, who, csrf) in [
+            ("/api/v1/s3/users/rotate", Some(&reader), true),
+            ("/api/v1/s3/users/rm", Some(&reader), true),
+            ("/api/v1/s3/users/rotate", None, false),
+            ("/api/v1/s3/users/rm", Some(&admin), false),
+        ] {
+            let (status, _, _) = post(path, who, csrf, alice.clone()).await;
+            assert!(status == 401 || status == 403, "{path}: {status}");
+        }
+        assert_eq!(users_cli()[0]["access_key"], json!(access), "nothing changed");
+        let (status, _, rotated) =
+            post("/api/v1/s3/users/rotate", Some(&admin), true, alice.clone()).await;
+        assert_eq!(status, 200, "{rotated}");
+        assert_ne!(rotated["access_key"], json!(access));
+        assert!(rotated["secret_key"].is_string());
+        assert_eq!(users_cli()[0]["access_key"], rotated["access_key"]);
+        let (status, _, removed) =
+            post("/api/v1/s3/users/rm", Some(&admin), true, alice.clone()).await;
+        assert_eq!(status, 200, "{removed}");
+        assert_eq!(removed, json!({ "removed": "alice" }));
+        assert_eq!(users_cli(), json!([]));
+        let (status, _, _) = post("/api/v1/s3/users/rm", Some(&admin), true, alice).await;
+        assert_eq!(status, 404);
+
+        // Rates: from the servers' /metrics, after a first scrape to compare with.
+        let (_, _, first) =
+            call(&http, base, "GET", "/api/v1/devices", Some(&reader), false, None).await;
+        let first = first["devices"].as_array().expect("devices").clone();
+        assert!(
+            first.iter().all(|d| d["rates"].is_null()),
+            "no rates at the first scrape: {first:?}"
+        );
+        let data = vec![7u8; 4096];
+        for i in 0..20 {
+            client
+                .put("data", &format!("rate-{i}"), bytes::Bytes::from(data.clone()))
+                .await
+                .expect("put");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+        let (_, _, second) =
+            call(&http, base, "GET", "/api/v1/devices", Some(&reader), false, None).await;
+        let second = second["devices"].as_array().expect("devices").clone();
+        let busy: Vec<&Value> =
+            second.iter().filter(|d| d["rates"]["total_per_s"].as_f64() > Some(0.0)).collect();
+        assert!(!busy.is_empty(), "some device's server answered requests: {second:?}");
+        for device in busy {
+            let rates = &device["rates"];
+            assert!(rates["interval_s"].as_f64() > Some(0.5), "{rates}");
+            assert!(rates["requests_per_s"]["put"].as_f64() > Some(0.0), "{rates}");
+            assert!(rates["mean_latency_ms"].as_f64() > Some(0.0), "{rates}");
+        }
+    });
+
+    // The page's storage section (storage.js, run by Node): a read session sees the tables and
+    // no form, and its creation is refused; an admin's creates the volume.
+    if !crate::have_tool("node", "nodejs") {
+        return;
+    }
+    let shown =
+        storage_run(&console, "client.reader", &key_of(&cluster, "client.reader"), "web-ro");
+    assert_eq!(shown["asked_logged_out"], json!(0), "nothing asked while logged out: {shown}");
+    assert_eq!(shown["form_hidden"], json!(true), "{shown}");
+    assert!(shown["create_result"].as_str().unwrap().starts_with("refused"), "{shown}");
+    assert_eq!(shown["buckets"], json!([["photos", "data", "alice"]]), "{shown}");
+    assert_eq!(shown["volumes_error"], json!(""), "{shown}");
+    let shown = storage_run(&console, "client.admin", &key_of(&cluster, "client.admin"), "web-vol");
+    assert_eq!(shown["form_hidden"], json!(false), "{shown}");
+    assert!(
+        shown["create_result"].as_str().unwrap().starts_with("created volume web-vol"),
+        "{shown}"
+    );
+    let names: Vec<&str> =
+        shown["volumes"].as_array().unwrap().iter().map(|r| r[0].as_str().unwrap()).collect();
+    assert!(names.contains(&"web-vol") && !names.contains(&"web-ro"), "{shown}");
+    let listed: Value =
+        serde_json::from_str(&ok_at(cluster.dir(), &["volume", "ls", "--json"])).unwrap();
+    assert!(listed.as_array().unwrap().iter().any(|v| v["name"] == json!("web-vol")), "{listed}");
+}
+
+/// What the page's storage script showed, run by Node (`console/storage_harness.js`).
+fn storage_run(console: &Console, entity: &str, key: &str, volume: &str) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new("node")
+        .arg(root.join("tests/it/console/storage_harness.js"))
+        .arg(root.join("src/commands/console/assets/storage.js"))
+        .args([console.base.as_str(), entity, key, volume])
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the storage script failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("the harness prints JSON")
+}
+
+#[test]
+fn console_throttles_logins_from_an_address_with_too_many_refused() {
+    let (_dir, cluster) = secured(1);
+    let console = start_console(
+        cluster.dir(),
+        &["--login-refusals-max", "3", "--login-refusal-window", "3s"],
+    );
+    let base = console.base.as_str();
+    let rt = runtime();
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let wrong =
+            json!({ "entity": "client.admin", "key": Key::generate().unwrap().to_base64() });
+        let right = json!({ "entity": "client.admin", "key": key_of(&cluster, "client.admin") });
+        // A burst of wrong keys at once: 3 are checked and refused, the others not checked.
+        let mut burst =
+            futures_util::future::join_all((0..8).map(|_| {
+                let (http, wrong) = (http.clone(), wrong.clone());
+                async move {
+                    call(&http, base, "POST", "/api/v1/login", None, false, Some(wrong)).await.0
+                }
+            }))
+            .await;
+        burst.sort();
+        assert_eq!(burst, [401, 401, 401, 429, 429, 429, 429, 429], "{burst:?}");
+        let started = std::time::Instant::now();
+        for body in [wrong.clone(), right.clone()] {
+            let response = http
+                .post(format!("{base}/api/v1/login"))
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await
+                .expect("answers");
+            assert_eq!(response.status(), 429);
+            let retry: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+            assert!((1..=3).contains(&retry), "Retry-After {retry}");
+            let answer: Value = response.json().await.unwrap();
+            assert!(answer["error"].as_str().unwrap().contains("try again"), "{answer}");
+        }
+        assert!(started.elapsed() < std::time::Duration::from_millis(200), "429 answers at once");
+        // After the window, the right key logs in.
+        tokio::time::sleep(std::time::Duration::from_millis(3200)).await;
+        let admin = login(&http, base, "client.admin", &key_of(&cluster, "client.admin")).await;
+        let (_, _, stats) =
+            call(&http, base, "GET", "/api/v1/console", Some(&admin), false, None).await;
+        assert_eq!(stats["login_failures"].as_u64(), Some(3), "{stats}");
+        assert_eq!(stats["logins_throttled"].as_u64(), Some(7), "{stats}");
+        assert_eq!(stats["logins"].as_u64(), Some(1), "{stats}");
+        // Many logins at once: each is answered (checked, or 429), none hangs.
+        let answers =
+            futures_util::future::join_all((0..16).map(|_| {
+                let http = http.clone();
+                let right = right.clone();
+                async move {
+                    call(&http, base, "POST", "/api/v1/login", None, false, Some(right)).await.0
+                }
+            }))
+            .await;
+        assert!(answers.iter().all(|s| *s == 200 || *s == 429), "{answers:?}");
+    });
+}
+
+#[test]
+fn console_the_what_if_of_the_elastic_membership_is_the_clis_dry_run() {
+    let (_dir, cluster) = secured(2);
+    let console = start_console(cluster.dir(), &[]);
+    let rt = runtime();
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let admin =
+            login(&http, &console.base, "client.admin", &key_of(&cluster, "client.admin")).await;
+        let map = cluster.load_map().expect("the map");
+        let ranked = map.membership().expect("an elastic membership").order.len();
+        let active = (ranked - 1).to_string();
+        let last = "osd.5";
+        for (change, cli) in [
+            (
+                json!({ "kind": "resize", "active": ranked - 1 }),
+                vec!["resize", "--active", active.as_str(), "--dry-run", "--json"],
+            ),
+            (
+                json!({ "kind": "deactivate", "devices": [last] }),
+                vec!["map", "deactivate", last, "--dry-run", "--json"],
+            ),
+        ] {
+            let (status, _, whatif) = call(
+                &http,
+                &console.base,
+                "POST",
+                "/api/v1/whatif",
+                Some(&admin),
+                true,
+                Some(json!({ "change": change })),
+            )
+            .await;
+            assert_eq!(status, 200, "{change}: {whatif}");
+            let cli: Value =
+                serde_json::from_str(&ok_at(cluster.dir(), &cli)).expect("the CLI's JSON");
+            assert_eq!(whatif["moves"], cli["moves"], "{change}: the what-if is the CLI's dry run");
+        }
+        // Stored through the edit, as a compare-and-swap; then activated again.
+        let before = epoch(&cluster);
+        for (i, change) in [
+            json!({ "kind": "deactivate", "devices": [last] }),
+            json!({ "kind": "activate", "devices": [5] }),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let body = json!({ "expected_epoch": before + i as u64, "change": change });
+            let (status, _, answer) = call(
+                &http,
+                &console.base,
+                "POST",
+                "/api/v1/map/edit",
+                Some(&admin),
+                true,
+                Some(body),
+            )
+            .await;
+            assert_eq!(status, 200, "{answer}");
+            assert_eq!(answer["stored"], json!(true));
+        }
+        assert_eq!(epoch(&cluster), before + 2);
+        let (status, _, answer) = call(
+            &http,
+            &console.base,
+            "POST",
+            "/api/v1/whatif",
+            Some(&admin),
+            true,
+            Some(json!({ "change": { "kind": "resize", "active": 0 } })),
+        )
+        .await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(answer["error"].as_str().unwrap().contains("primaries"), "{answer}");
+    });
+}

@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use optio_cluster::{ClusterError, MapEdit};
 use optio_placement::analysis::{PlacedMap, PlacedPool, cluster_load_of};
@@ -36,6 +36,13 @@ pub const BODY_BYTES_MAX: usize = 64 * 1024;
 /// The servers' answers, when they were asked and for which epoch.
 type ServersAnswer = (Instant, u64, Arc<Servers>);
 
+/// The servers' request rates (by address; `null`: no earlier scrape to compare with, or the
+/// server did not answer), when they were scraped.
+type RatesAnswer = (Instant, Arc<std::collections::HashMap<String, Value>>);
+
+/// The last scrape of each server's `/metrics` and when it was made.
+type Scrapes = std::collections::HashMap<String, (Instant, super::rates::Scrape)>;
+
 /// The placement groups' states, for an epoch and the devices serving.
 type PgStatesAnswer = (u64, std::collections::BTreeSet<u32>, crate::commands::status::PgStates);
 
@@ -49,6 +56,15 @@ pub struct Console {
     balance_cache: std::sync::Mutex<Option<Arc<Balance>>>,
     /// The placement groups' states for an epoch and the devices serving then.
     pg_states_cache: std::sync::Mutex<Option<PgStatesAnswer>>,
+    /// The servers' rates as last computed, and each server's last scrape.
+    rates_cache: tokio::sync::Mutex<(Option<RatesAnswer>, Scrapes)>,
+    /// How volumes and S3 reach the cluster (its directory), and the client once connected.
+    cluster: Option<crate::commands::client::ClusterConn>,
+    client: tokio::sync::Mutex<Option<optio_client::Client>>,
+    /// The pool of the S3 gateway's users and bucket records.
+    s3_meta_pool: String,
+    /// The bounds on logins.
+    pub(super) gate: super::throttle::LoginGate,
     started: Instant,
 }
 
@@ -67,8 +83,34 @@ impl Console {
             servers_cache: tokio::sync::Mutex::new(None),
             balance_cache: std::sync::Mutex::new(None),
             pg_states_cache: std::sync::Mutex::new(None),
+            rates_cache: tokio::sync::Mutex::new((None, Default::default())),
+            cluster: None,
+            client: tokio::sync::Mutex::new(None),
+            s3_meta_pool: "data".into(),
+            gate: super::throttle::LoginGate::new(
+                super::throttle::REFUSAL_WINDOW,
+                super::throttle::REFUSALS_MAX,
+            ),
             started: Instant::now(),
         }
+    }
+
+    /// Volumes and S3 through a client of the cluster `conn` names, the gateway's records in
+    /// `s3_meta_pool`.
+    pub fn with_cluster(
+        mut self,
+        conn: Option<crate::commands::client::ClusterConn>,
+        s3_meta_pool: String,
+    ) -> Console {
+        self.cluster = conn;
+        self.s3_meta_pool = s3_meta_pool;
+        self
+    }
+
+    /// Logins refused per client address beyond `max_refused` in `window` answer 429.
+    pub fn with_login_limits(mut self, window: Duration, max_refused: usize) -> Console {
+        self.gate = super::throttle::LoginGate::new(window, max_refused);
+        self
     }
 
     /// Where the map is read from.
@@ -83,11 +125,13 @@ pub struct ApiError {
     status: StatusCode,
     message: String,
     extra: Value,
+    /// Seconds to wait (`Retry-After`), for a 429.
+    retry_after_s: Option<u64>,
 }
 
 impl ApiError {
     fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError { status, message: message.into(), extra: Value::Null }
+        ApiError { status, message: message.into(), extra: Value::Null, retry_after_s: None }
     }
 
     fn bad(message: impl std::fmt::Display) -> ApiError {
@@ -109,6 +153,15 @@ impl From<Refusal> for ApiError {
     }
 }
 
+impl From<super::throttle::Throttled> for ApiError {
+    fn from(throttled: super::throttle::Throttled) -> ApiError {
+        let mut error = ApiError::new(StatusCode::TOO_MANY_REQUESTS, throttled.message);
+        error.retry_after_s = Some(throttled.retry_after_s);
+        error.extra = json!({ "retry_after_s": throttled.retry_after_s });
+        error
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut body = json!({ "error": self.message });
@@ -117,7 +170,11 @@ impl IntoResponse for ApiError {
                 body[k] = v;
             }
         }
-        json_response(self.status, &body)
+        let mut response = json_response(self.status, &body);
+        if let Some(seconds) = self.retry_after_s {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -189,6 +246,71 @@ impl Console {
         let answer = Arc::new(Servers { rows, health, settled });
         *cache = Some((Instant::now(), map.epoch().0, answer.clone()));
         answer
+    }
+
+    /// Each server's request rates (by address) from its `/metrics`, scraped at most once per
+    /// [`SERVERS_CACHE_TTL`]: the counters' differences from the server's previous scrape.
+    async fn rates(&self, map: &ClusterMap) -> Arc<std::collections::HashMap<String, Value>> {
+        let mut cache = self.rates_cache.lock().await;
+        if let Some((at, rates)) = &cache.0
+            && at.elapsed() < SERVERS_CACHE_TTL
+        {
+            return rates.clone();
+        }
+        let addrs: BTreeSet<String> = map.devices().iter().filter_map(|d| d.addr.clone()).collect();
+        let scraped = futures_util::future::join_all(addrs.iter().map(|addr| async move {
+            let text = self.transport.server_metrics(addr).await;
+            (addr.clone(), Instant::now(), text.map(|t| super::rates::parse(&t)))
+        }))
+        .await;
+        let previous = &mut cache.1;
+        previous.retain(|addr, _| addrs.contains(addr));
+        let mut rates = std::collections::HashMap::new();
+        for (addr, now, scrape) in scraped {
+            let value = match scrape {
+                Ok(scrape) => {
+                    let value = previous
+                        .get(&addr)
+                        .and_then(|(then, before)| super::rates::rates(before, *then, &scrape, now))
+                        .unwrap_or(Value::Null);
+                    previous.insert(addr.clone(), (now, scrape));
+                    value
+                }
+                Err(_) => {
+                    previous.remove(&addr);
+                    Value::Null
+                }
+            };
+            rates.insert(addr, value);
+        }
+        let rates = Arc::new(rates);
+        cache.0 = Some((Instant::now(), rates.clone()));
+        rates
+    }
+
+    /// A client of the cluster (connected at the first use), for volumes and S3.
+    async fn client(&self) -> Result<optio_client::Client, ApiError> {
+        let mut slot = self.client.lock().await;
+        if let Some(client) = &*slot {
+            return Ok(client.clone());
+        }
+        let Some(conn) = &self.cluster else {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "volumes and S3 need the cluster directory (its client settings): start the console with --cluster DIR",
+            ));
+        };
+        let client = conn.connect().await.map_err(|e| {
+            ApiError::new(StatusCode::BAD_GATEWAY, format!("cannot reach the cluster: {e:#}"))
+        })?;
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    /// The S3 gateway's users and buckets (a fresh gateway: nothing cached across requests).
+    async fn gateway(&self) -> Result<optio_s3::Gateway, ApiError> {
+        let client = self.client().await?;
+        optio_s3::Gateway::new(client, &self.s3_meta_pool).map_err(s3_error)
     }
 
     /// PG copies per device and every pool's balance (as `optio analyze --json` reports it),
@@ -284,15 +406,34 @@ fn located(map: &ClusterMap, device: DeviceId, kind: &str) -> Option<String> {
 
 // ---- the session ----
 
-pub async fn login(State(console): State<Arc<Console>>, body: Bytes) -> Answer {
+pub async fn login(
+    State(console): State<Arc<Console>>,
+    extensions: Extensions,
+    body: Bytes,
+) -> Answer {
+    let ip = extensions.get::<ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip());
+    let mut admitted = console.gate.admit(ip)?;
     let login: Login = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad(format!(
             "a login is JSON {{\"entity\": \"client.NAME\", \"key\": \"BASE64\"}} (or \"signature\" instead of \"key\"): {e}"
         ))
     })?;
-    let (token, session) = match console.sessions.login(&login) {
+    // The check (a keyring read, a signature verified) runs off the async workers, at most
+    // LOGIN_CHECKS_MAX at once: a flood of logins queues for a turn, then gets 429.
+    let checked = {
+        let _turn = console.gate.turn().await?;
+        let checker = console.clone();
+        tokio::task::spawn_blocking(move || checker.sessions.login(&login))
+            .await
+            .map_err(ApiError::internal)?
+    };
+    let (token, session) = match checked {
         Ok(answer) => answer,
         Err(refusal) => {
+            if matches!(refusal, super::session::Refusal::Unauthenticated(_)) {
+                admitted.refused();
+            }
+            drop(admitted);
             // A refused login answers late: guessing costs the guesser time, not us CPU.
             tokio::time::sleep(LOGIN_REFUSAL_DELAY).await;
             return Err(refusal.into());
@@ -338,6 +479,7 @@ pub async fn console_stats(State(console): State<Arc<Console>>, headers: HeaderM
         "login_failures": s.login_failures.load(Ordering::Relaxed),
         "logins": s.logins.load(Ordering::Relaxed),
         "requests_refused": s.refused.load(Ordering::Relaxed),
+        "logins_throttled": console.gate.throttled.load(Ordering::Relaxed),
         "sessions": s.open(),
         "uptime_s": console.started.elapsed().as_secs(),
         "map": console.source.describe(),
@@ -391,7 +533,8 @@ pub async fn map_summary(State(console): State<Arc<Console>>, headers: HeaderMap
 pub async fn devices(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
     console.authorize(&headers, Cap::Read, false)?;
     let map = console.map().await?;
-    let servers = console.servers(&map).await;
+    // (Asked together: a server that does not answer costs one timeout, not two.)
+    let (servers, rates) = tokio::join!(console.servers(&map), console.rates(&map));
     let rows = &servers.rows;
     let balance = console.balance(&map)?;
     let list: Vec<Value> = map
@@ -415,6 +558,8 @@ pub async fn devices(State(console): State<Arc<Console>>, headers: HeaderMap) ->
                 Some(Err(error)) => json!(error),
                 _ => Value::Null,
             };
+            value["rates"] =
+                d.addr.as_ref().and_then(|a| rates.get(a)).cloned().unwrap_or(Value::Null);
             value
         })
         .collect();
@@ -527,6 +672,21 @@ pub enum ChangeRequest {
         #[serde(default)]
         addr: Option<String>,
     },
+    /// `optio resize --active N`: ranks 1 to N of the elastic membership active.
+    Resize {
+        /// Servers to keep active.
+        active: u32,
+    },
+    /// `optio map activate DEVICES`.
+    Activate {
+        /// Devices (ids or names).
+        devices: Vec<Value>,
+    },
+    /// `optio map deactivate DEVICES`.
+    Deactivate {
+        /// Devices (ids or names).
+        devices: Vec<Value>,
+    },
 }
 
 fn device_text(value: &Value) -> String {
@@ -599,6 +759,15 @@ impl ChangeRequest {
                     addr: addr.clone(),
                 }
             }
+            ChangeRequest::Resize { active } => {
+                crate::commands::edit::resize_change(map, *active).map_err(ApiError::bad)?
+            }
+            ChangeRequest::Activate { devices } | ChangeRequest::Deactivate { devices } => {
+                let names: Vec<String> = devices.iter().map(device_text).collect();
+                let activate = matches!(self, ChangeRequest::Activate { .. });
+                crate::commands::edit::membership_change(map, &names, activate)
+                    .map_err(ApiError::bad)?
+            }
         })
     }
 }
@@ -659,7 +828,7 @@ fn change_request(body: &[u8], field: &str) -> Result<(Value, ChangeRequest), Ap
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad(format!("the body is not JSON: {e}")))?;
     let change = value.get(field).cloned().ok_or_else(|| {
-        ApiError::bad(format!("the body has no \"{field}\": {{\"kind\": \"set_state\" | \"reweight\" | \"add_device\" | \"remove_device\", …}}"))
+        ApiError::bad(format!("the body has no \"{field}\": {{\"kind\": \"set_state\" | \"reweight\" | \"add_device\" | \"remove_device\" | \"set_attr\" | \"resize\" | \"activate\" | \"deactivate\", …}}"))
     })?;
     let change: ChangeRequest =
         serde_json::from_value(change).map_err(|e| ApiError::bad(format!("\"{field}\": {e}")))?;
@@ -788,4 +957,220 @@ fn stale(expected: u64, now: u64) -> ApiError {
     );
     error.extra = json!({ "epoch": now });
     error
+}
+
+// ---- volumes ----
+
+/// A volume error's status: what the CLI says, with the status saying whose fault it is.
+fn volume_error(error: optio_client::volume::VolumeError) -> ApiError {
+    use optio_client::volume::VolumeError as E;
+    let status = match &error {
+        E::NotFound(_) => StatusCode::NOT_FOUND,
+        E::Exists(_) | E::Locked { .. } | E::LockLost(_) | E::Snapshot(_) | E::ReadOnly(_) => {
+            StatusCode::CONFLICT
+        }
+        E::BadName(_) | E::BadSize(_) | E::OutOfRange { .. } => StatusCode::BAD_REQUEST,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    ApiError::new(status, error.to_string())
+}
+
+/// An S3 gateway error's status.
+fn s3_error(error: optio_s3::GatewayError) -> ApiError {
+    use optio_s3::GatewayError as E;
+    let status = match &error {
+        E::NoSuchUser(_) | E::NoSuchBucket(_) => StatusCode::NOT_FOUND,
+        E::UserExists(_) | E::BucketExists(_) => StatusCode::CONFLICT,
+        E::InvalidArgument(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    ApiError::new(status, error.to_string())
+}
+
+/// A request body of type `T`, or 400 saying what it should be.
+fn body_of<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("the body is {shape}: {e}")))
+}
+
+/// A size: bytes, or text with a unit (`10GiB`).
+fn size_of(value: &Value) -> Result<u64, ApiError> {
+    match value {
+        Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| ApiError::bad(format!("size {n} is not a whole number of bytes"))),
+        Value::String(text) => crate::output::parse_size(text).map_err(ApiError::bad),
+        other => {
+            Err(ApiError::bad(format!("size {other} is neither bytes nor text like \"10GiB\"")))
+        }
+    }
+}
+
+/// Every volume, as `optio volume ls --json` lists it (its snapshots, parent and lock
+/// included).
+pub async fn volumes(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
+    console.authorize(&headers, Cap::Read, false)?;
+    let client = console.client().await?;
+    let list = optio_client::volume::list(&client).await.map_err(volume_error)?;
+    let list: Vec<Value> = list.iter().map(crate::commands::volume::header_json).collect();
+    ok(json!({ "volumes": list }))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VolumeCreate {
+    name: String,
+    size: Value,
+    #[serde(default)]
+    pool: Option<String>,
+    #[serde(default)]
+    object_size: Option<Value>,
+}
+
+/// `optio volume create`: answers the volume as `--json` prints it.
+pub async fn volume_create(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let session = console.authorize(&headers, Cap::Admin, true)?;
+    let request: VolumeCreate = body_of(
+        &body,
+        "{\"name\": NAME, \"size\": BYTES or \"10GiB\", \"pool\": POOL (default data), \"object_size\": (default 4MiB)}",
+    )?;
+    let size = size_of(&request.size)?;
+    let object_size = match &request.object_size {
+        Some(value) => size_of(value)?,
+        None => 4 << 20,
+    };
+    let pool = request.pool.unwrap_or_else(|| "data".into());
+    let client = console.client().await?;
+    crate::commands::volume::check_volume_pool(&client, &pool)
+        .map_err(|e| ApiError::bad(format!("{e:#}")))?;
+    let header = optio_client::volume::create(&client, &request.name, size, &pool, object_size)
+        .await
+        .map_err(volume_error)?;
+    eprintln!("optio console: {} created volume {} ({size} bytes)", session.entity, header.name);
+    ok(crate::commands::volume::header_json(&header))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VolumeResize {
+    name: String,
+    size: Value,
+    #[serde(default)]
+    allow_shrink: bool,
+}
+
+/// `optio volume resize` (never breaking a lock: a volume in use is refused, 409).
+pub async fn volume_resize(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let session = console.authorize(&headers, Cap::Admin, true)?;
+    let request: VolumeResize =
+        body_of(&body, "{\"name\": NAME, \"size\": BYTES or \"10GiB\", \"allow_shrink\": false}")?;
+    let size = size_of(&request.size)?;
+    let client = console.client().await?;
+    let old = crate::commands::volume::resize_volume(
+        &client,
+        &request.name,
+        size,
+        request.allow_shrink,
+        false,
+    )
+    .await
+    .map_err(volume_error)?;
+    eprintln!("optio console: {} resized volume {} to {size} bytes", session.entity, request.name);
+    ok(crate::commands::volume::resized_json(&request.name, old, size))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Named {
+    name: String,
+}
+
+/// `optio volume rm` (never breaking a lock: a volume in use, one with protected snapshots
+/// or with clones is refused, 409, with the CLI's reason).
+pub async fn volume_rm(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let session = console.authorize(&headers, Cap::Admin, true)?;
+    let request: Named = body_of(&body, "{\"name\": NAME}")?;
+    let client = console.client().await?;
+    let removed =
+        optio_client::volume::remove(&client, &request.name, false).await.map_err(volume_error)?;
+    eprintln!("optio console: {} removed volume {}", session.entity, request.name);
+    ok(crate::commands::volume::removed_json(&request.name, &removed))
+}
+
+// ---- S3 ----
+
+/// The S3 gateway's users (name, access key, the buckets each owns: never a secret) and
+/// buckets (as `optio s3 user ls --json` and `bucket ls --json` list them).
+pub async fn s3(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
+    console.authorize(&headers, Cap::Read, false)?;
+    let gateway = console.gateway().await?;
+    let users = gateway.users().await.map_err(s3_error)?;
+    let buckets = crate::commands::s3::bucket_records(&gateway)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, format!("{e:#}")))?;
+    let users: Vec<Value> = users
+        .iter()
+        .map(|user| {
+            let mut value = serde_json::to_value(user).unwrap_or(Value::Null);
+            value["buckets"] = buckets
+                .iter()
+                .filter(|b| b.owner.as_deref() == Some(user.name.as_str()))
+                .map(|b| json!(b.name))
+                .collect();
+            value
+        })
+        .collect();
+    let buckets: Vec<Value> = buckets.iter().map(crate::commands::s3::bucket_json).collect();
+    ok(json!({ "meta_pool": console.s3_meta_pool, "users": users, "buckets": buckets }))
+}
+
+/// `optio s3 user create`: the new key pair, its secret shown this once.
+pub async fn s3_user_create(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let session = console.authorize(&headers, Cap::Admin, true)?;
+    let request: Named = body_of(&body, "{\"name\": USER}")?;
+    let pair = console.gateway().await?.create_user(&request.name).await.map_err(s3_error)?;
+    eprintln!("optio console: {} created S3 user {}", session.entity, request.name);
+    ok(crate::commands::s3::pair_json(&pair))
+}
+
+/// `optio s3 user rotate`: a new key pair, its secret shown this once (the old one stops
+/// working).
+pub async fn s3_user_rotate(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let session = console.authorize(&headers, Cap::Admin, true)?;
+    let request: Named = body_of(&body, "{\"name\": USER}")?;
+    let pair = console.gateway().await?.rotate_user(&request.name).await.map_err(s3_error)?;
+    eprintln!("optio console: {} rotated the key of S3 user {}", session.entity, request.name);
+    ok(crate::commands::s3::pair_json(&pair))
+}
+
+/// `optio s3 user rm`.
+pub async fn s3_user_rm(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let session = console.authorize(&headers, Cap::Admin, true)?;
+    let request: Named = body_of(&body, "{\"name\": USER}")?;
+    console.gateway().await?.remove_user(&request.name).await.map_err(s3_error)?;
+    eprintln!("optio console: {} removed S3 user {}", session.entity, request.name);
+    ok(crate::commands::s3::removed_json(&request.name))
 }

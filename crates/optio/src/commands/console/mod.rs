@@ -12,7 +12,9 @@
 //! * the page: one HTML, one script, one style sheet, built into the binary.
 
 pub mod api;
+pub mod rates;
 pub mod session;
+pub mod throttle;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -33,6 +35,8 @@ use api::Console;
 const PAGE_HTML: &str = include_str!("assets/index.html");
 const PAGE_JS: &str = include_str!("assets/console.js");
 const PAGE_CSS: &str = include_str!("assets/console.css");
+/// The storage section's script (volumes, S3 users and buckets).
+const STORAGE_JS: &str = include_str!("assets/storage.js");
 
 /// The line `optio console` prints once it listens (what scripts and tests wait for).
 pub const LISTENING_PREFIX: &str = "optio console listening on ";
@@ -70,6 +74,16 @@ pub struct Args {
     /// The HTTPS certificate's private key (PEM).
     #[arg(long, value_name = "FILE", requires = "https_cert")]
     pub https_key: Option<PathBuf>,
+    /// The pool of the S3 gateway's users and bucket records (`optio s3 --meta-pool`).
+    #[arg(long, default_value = "data", value_name = "POOL")]
+    pub s3_meta_pool: String,
+    /// Refused logins from one client address within --login-refusal-window beyond which
+    /// its logins are answered 429.
+    #[arg(long, default_value_t = throttle::REFUSALS_MAX, value_name = "N", hide = true)]
+    pub login_refusals_max: usize,
+    /// The window refused logins are counted in (e.g. 60s).
+    #[arg(long, default_value = "60s", value_parser = crate::output::parse_duration, hide = true)]
+    pub login_refusal_window: Duration,
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -93,6 +107,7 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/", get(|| async { asset("text/html; charset=utf-8", PAGE_HTML) }))
         .route("/console.js", get(|| async { asset("text/javascript; charset=utf-8", PAGE_JS) }))
         .route("/console.css", get(|| async { asset("text/css; charset=utf-8", PAGE_CSS) }))
+        .route("/storage.js", get(|| async { asset("text/javascript; charset=utf-8", STORAGE_JS) }))
         .route("/api/v1/login", post(api::login))
         .route("/api/v1/logout", post(api::logout))
         .route("/api/v1/session", get(api::session))
@@ -104,6 +119,13 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/api/v1/pools", get(api::pools))
         .route("/api/v1/whatif", post(api::what_if))
         .route("/api/v1/map/edit", post(api::edit))
+        .route("/api/v1/volumes", get(api::volumes).post(api::volume_create))
+        .route("/api/v1/volumes/resize", post(api::volume_resize))
+        .route("/api/v1/volumes/rm", post(api::volume_rm))
+        .route("/api/v1/s3", get(api::s3))
+        .route("/api/v1/s3/users", post(api::s3_user_create))
+        .route("/api/v1/s3/users/rotate", post(api::s3_user_rotate))
+        .route("/api/v1/s3/users/rm", post(api::s3_user_rm))
         .fallback(|| async {
             (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, "application/json")], "{\"error\":\"no such path: the API is under /api/v1/ (docs/console-openapi.yaml)\"}")
         })
@@ -139,7 +161,16 @@ pub fn run(args: Args) -> Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let addr = listener.local_addr()?;
-        let console = Arc::new(Console::new(source, transport, sessions));
+        let cluster = args.live.cluster_dir().map(|dir| crate::commands::client::ClusterConn {
+            cluster: Some(dir),
+            dirty: None,
+            identity: args.live.identity.identity(),
+        });
+        let console = Arc::new(
+            Console::new(source, transport, sessions)
+                .with_cluster(cluster, args.s3_meta_pool.clone())
+                .with_login_limits(args.login_refusal_window, args.login_refusals_max),
+        );
         println!(
             "{LISTENING_PREFIX}{}://{addr}/ (map {} at epoch {})",
             if tls.is_some() { "https" } else { "http" },
@@ -160,7 +191,7 @@ async fn serve(
 ) -> Result<()> {
     let permits = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
@@ -175,7 +206,9 @@ async fn serve(
             drop(stream);
             continue;
         };
-        let (app, tls) = (app.clone(), tls.clone());
+        // The client's address, for the handlers that count by it (logins).
+        let app = app.clone().layer(axum::Extension(axum::extract::ConnectInfo(peer)));
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let service = hyper_util::service::TowerToHyperService::new(app);
@@ -231,11 +264,15 @@ mod tests {
             ("index.html", super::PAGE_HTML),
             ("console.js", super::PAGE_JS),
             ("console.css", super::PAGE_CSS),
+            ("storage.js", super::STORAGE_JS),
         ] {
             for needle in ["http://", "https://", "//cdn", "url(", "@import"] {
                 assert!(!text.contains(needle), "{name} holds {needle}");
             }
         }
         assert!(super::PAGE_JS.contains("textContent") && !super::PAGE_JS.contains("innerHTML"));
+        assert!(
+            super::STORAGE_JS.contains("textContent") && !super::STORAGE_JS.contains("innerHTML")
+        );
     }
 }
