@@ -336,6 +336,50 @@ fn console_in_a_real_browser_logs_in_commits_a_what_if_and_shows_the_rebalancing
         shots.push(browser.screenshot_page("02-devices-full-page", 1280, 900).await);
         browser.click("#devices th[data-key=id]").await;
 
+        // A set_attr what-if (stores nothing): osd.2's capacity doubled, only the fields
+        // filled in sent; the attributed pool, which places by capacity, moves objects to it.
+        browser
+            .script(
+                "const f = document.getElementById('whatif-form');
+                 f.elements.namedItem('kind').value = 'attr';
+                 f.elements.namedItem('kind').dispatchEvent(new Event('change'));
+                 f.elements.namedItem('device').value = '2';
+                 return true",
+            )
+            .await;
+        let visible = browser
+            .script(
+                "return [...document.querySelectorAll('#whatif-form label')]
+                   .filter((l) => l.offsetParent !== null).map((l) => l.firstChild.textContent.trim())",
+            )
+            .await;
+        assert_eq!(
+            visible,
+            json!(["Change", "Device", "Capacity (GiB)", "Bandwidth (MB/s)", "Class"]),
+            "the set_attr fields only"
+        );
+        browser.send_keys("#whatif-form input[name=attr-capacity]", "32").await;
+        browser.click("#whatif-form button[type=submit]").await;
+        let hetero = browser
+            .wait_for(
+                "the set_attr what-if's answer",
+                Duration::from_secs(60),
+                "return [...document.querySelectorAll('#whatif-moves li')].map((l) => l.textContent).find((t) => t.startsWith('hetero:')) || document.getElementById('whatif-error').textContent",
+            )
+            .await;
+        assert!(
+            hetero.as_str().is_some_and(|t| t.starts_with("hetero:") && !t.starts_with("hetero: 0 ")),
+            "the attributed pool moves objects: {hetero}"
+        );
+        let osd2 = browser
+            .script(
+                "const r = [...document.querySelectorAll('#whatif-devices tbody tr')].find((r) => r.cells[0].textContent === 'osd.2');
+                 return r ? r.cells[3].textContent : null",
+            )
+            .await;
+        assert!(osd2.as_str().is_some_and(|g| g.starts_with('+')), "osd.2 gains: {osd2}");
+        assert_eq!(epoch(&cluster), before, "a what-if stores nothing");
+
         // What-if: the form, "mark a device out", osd.4, "Show what moves".
         browser
             .script(
@@ -343,6 +387,7 @@ fn console_in_a_real_browser_logs_in_commits_a_what_if_and_shows_the_rebalancing
                  f.elements.namedItem('kind').value = 'out';
                  f.elements.namedItem('kind').dispatchEvent(new Event('change'));
                  f.elements.namedItem('device').value = '4';
+                 document.getElementById('whatif-summary').textContent = '';
                  f.scrollIntoView(); return true",
             )
             .await;
