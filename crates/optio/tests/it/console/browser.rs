@@ -20,7 +20,8 @@ use crate::{cluster, data, runtime};
 /// The W3C name of a web element's id in JSON.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
-/// `chromedriver` on a loopback port, killed when dropped.
+/// `chromedriver` on a loopback port, in a process group of its own with the browser it
+/// starts: the group is killed when dropped (a test that fails leaves no browser behind).
 struct Driver {
     child: Child,
     base: String,
@@ -28,6 +29,8 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -55,8 +58,10 @@ pub fn have_browser() -> bool {
 
 async fn start_driver() -> Driver {
     let port = free_port();
+    use std::os::unix::process::CommandExt as _;
     let child = Command::new("chromedriver")
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
