@@ -181,7 +181,9 @@ function renderServers(servers, epoch, health) {
   const byName = servers.slice().sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   for (const s of byName) {
     const tr = el("tr");
-    tr.append(el("td", s.name + " " + s.addr));
+    const who = el("td", s.name, "server");
+    who.append(el("small", s.addr));
+    tr.append(who);
     if (s.error) {
       tr.append(el("td", "-"), el("td", "unreachable", "down"), el("td", "-"), el("td", "-"), el("td", "-"), el("td", "-"), el("td", s.error));
       fragment.append(tr);
