@@ -7,6 +7,7 @@
 # filled its overview, devices (the first page of 100 rows of 1,000), pools and placement plots
 # and painted them: the page marks that moment (`performance.mark("optio-console-filled")`). First at an epoch (the map changed just
 # before: the console's caches cold) and repeated loads, ROUNDS times each.
+# With SCREENSHOTS=DIR, the whole page at 1,000 devices is kept there as PNG (1280 px wide).
 # Usage: scripts/bench-console-browser.sh [BUILD (target/debug/optio)] [ROUNDS (3)]
 set -euo pipefail
 bin=${1:-target/debug/optio} rounds=${2:-3}
@@ -100,6 +101,15 @@ for _ in $(seq "$rounds"); do
     if [ "$size" = 100 ]; then draw="$draw $took"; else all="$all $took"; fi
   done
 done
+if [ -n "${SCREENSHOTS:-}" ]; then
+  mkdir -p "$SCREENSHOTS"
+  js "state.pageSize = 100; state.page = 0; renderDevices(); return true" >/dev/null
+  height=$(js "return document.documentElement.scrollHeight + window.outerHeight - window.innerHeight")
+  wd /window/rect "{\"width\": 1280, \"height\": $height}" >/dev/null
+  sleep 0.5
+  curl -sf "$session/screenshot" | jq -r .value | base64 -d > "$SCREENSHOTS/console-1000-devices.png"
+  echo "screenshot: $SCREENSHOTS/console-1000-devices.png"
+fi
 printf 'first load at an epoch (ms):%s\n' "$first"
 printf 'repeated loads (ms):%s\n' "$then"
 printf 'drawing alone (ms: rows built + laid out + 6 plots), a page of 100 rows:%s\n' "$draw"
