@@ -302,14 +302,19 @@ function renderDevices() {
     th.classList.toggle("sorted", th.dataset.key === key);
     th.classList.toggle("up", th.dataset.key === key && up);
   }
+  // The what-if's choice of device: made again only when a device's name or state changed
+  // (not with every poll's figures: an open list would close under its user).
+  const labels = state.devices.map((d) => d.name + " (" + (d.up ? "up" : "down") + (d.in ? "" : ", out") + ")");
   const select = document.querySelector("#whatif-form select[name=device]");
+  if (state.deviceLabels === labels.join("\n")) return;
+  state.deviceLabels = labels.join("\n");
   const chosen = select.value;
   const options = document.createDocumentFragment();
-  for (const d of state.devices) {
-    const option = el("option", d.name + " (" + (d.up ? "up" : "down") + (d.in ? "" : ", out") + ")");
+  state.devices.forEach((d, i) => {
+    const option = el("option", labels[i]);
     option.value = String(d.id);
     options.append(option);
-  }
+  });
   select.replaceChildren(options);
   if (chosen) select.value = chosen;
 }
