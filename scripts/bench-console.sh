@@ -18,7 +18,7 @@ cleanup() {
 trap cleanup EXIT
 "$bin" map init --map "$work/map.toml" --zones 10 --hosts 100 --pg-num 32768 > /dev/null 2>&1
 "$bin" auth init --keyring "$work/keyring" > /dev/null
-"$bin" console --map "$work/map.toml" --auth-keyring "$work/keyring" --listen 127.0.0.1:0 \
+${OPTIO_CONSOLE_NICE:+nice -n $OPTIO_CONSOLE_NICE} "$bin" console --map "$work/map.toml" --auth-keyring "$work/keyring" --listen 127.0.0.1:0 \
   > "$work/console.log" 2>&1 &
 console_pid=$!
 for _ in $(seq 300); do grep -q "listening on" "$work/console.log" && break; sleep 0.1; done

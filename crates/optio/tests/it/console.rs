@@ -15,6 +15,9 @@ use serde_json::{Value, json};
 
 use crate::{binary, cluster, ok_at, runtime, small};
 
+// The page in headless Chromium, driven over WebDriver.
+mod browser;
+
 /// An `optio console` process, killed when dropped.
 struct Console {
     child: Child,
@@ -610,6 +613,10 @@ fn console_the_page_logs_in_shows_the_cluster_and_commits_a_what_if() {
     assert_eq!(shown["who"], json!("client.reader (read)"), "{shown}");
     assert_eq!(shown["devices"].as_array().map(Vec::len), Some(6), "{shown}");
     assert_eq!(shown["pools"].as_array().map(Vec::len), Some(pools), "{shown}");
+    // A placement plot per pool, a bar per device; the page marked itself filled.
+    assert_eq!(shown["plots"], json!(vec![6; pools]), "{shown}");
+    assert_eq!(shown["filled"], json!("true"), "{shown}");
+    assert!(shown["rebalancing"].as_str().unwrap().contains("servers done with epoch"), "{shown}");
     assert!(shown["health"].as_str().unwrap().starts_with("HEALTH_"), "{shown}");
     assert_eq!(shown["commit_hidden"], json!(true), "{shown}");
     assert!(shown["commit_result"].as_str().unwrap().starts_with("refused"), "{shown}");

@@ -347,6 +347,8 @@ pub struct Balance {
     pools: Vec<(PoolId, Value)>,
     /// The map's pools placed (what a what-if's movement is counted against).
     placed: Arc<PlacedMap>,
+    /// Every pool's units per device against the ideal ([`placement_json`]), by pool id.
+    placement: Vec<(PoolId, Value)>,
 }
 
 /// Compiles `map` and places its pools with [`SAMPLE_OBJECTS`] simulated objects, the pools
@@ -396,7 +398,43 @@ fn balance_from(map: &ClusterMap, placed: Arc<PlacedMap>) -> Result<Balance, Api
             (*id, crate::commands::analyze::pool_report(map, *id, pool, shares))
         })
         .collect();
-    Ok(Balance { epoch: map.epoch().0, pgs: load.total.pg_copies, pools, placed })
+    let placement = load
+        .pools
+        .iter()
+        .map(|(id, pool, shares)| {
+            let uses_pgs = map.pool(*id).is_some_and(|p| p.pg_num > 0);
+            (*id, placement_json(uses_pgs, pool, shares))
+        })
+        .collect();
+    Ok(Balance { epoch: map.epoch().0, pgs: load.total.pg_copies, pools, placement, placed })
+}
+
+/// A pool's placement, device by device, for the page's plot: the devices placement may use
+/// (a share of the pool, or something placed on them), what each holds — PG copies for a PG
+/// pool, simulated object copies ([`SAMPLE_OBJECTS`]) for the others — and its ideal (its
+/// share of the total: its weight's share; the mean when the weights are equal). Columns,
+/// not one object per device: a 1,000-device map's six pools stay small.
+fn placement_json(
+    uses_pgs: bool,
+    load: &optio_placement::analysis::PoolLoad,
+    shares: &[f64],
+) -> Value {
+    let counts = if uses_pgs { &load.pg_copies } else { &load.objects };
+    let eligible: Vec<usize> = (0..shares.len())
+        .filter(|&i| {
+            shares[i] > 0.0 || load.pg_copies.get(i) > Some(&0) || load.objects.get(i) > Some(&0)
+        })
+        .collect();
+    let total: u64 = counts.iter().sum();
+    let ideal: Vec<f64> =
+        eligible.iter().map(|&i| (shares[i] * total as f64 * 100.0).round() / 100.0).collect();
+    json!({
+        "unit": if uses_pgs { "pg_copies" } else { "objects" },
+        "devices": eligible,
+        "counts": eligible.iter().map(|&i| counts.get(i).copied().unwrap_or(0)).collect::<Vec<u64>>(),
+        "ideal": ideal,
+        "mean": if eligible.is_empty() { 0.0 } else { total as f64 / eligible.len() as f64 },
+    })
 }
 
 /// The name of the bucket of type `kind` holding a device (`zone`, `host`), if any.
@@ -591,6 +629,11 @@ fn pools_json(map: &ClusterMap, balance: &Balance) -> Vec<Value> {
                 .iter()
                 .find(|(id, _)| *id == p.id)
                 .map_or(Value::Null, |(_, report)| report.clone());
+            value["placement"] = balance
+                .placement
+                .iter()
+                .find(|(id, _)| *id == p.id)
+                .map_or(Value::Null, |(_, columns)| columns.clone());
             value
         })
         .collect()

@@ -10,13 +10,17 @@ const fs = require("fs");
 const [script, base, entity, key, row] = process.argv.slice(2);
 
 const byId = {};
+// A DocumentFragment's children are moved into what it is appended to.
+const flat = (c) => c.flatMap((x) => (x && x.tag === "#fragment" ? x.children : [x]));
 function mk(tag, id) {
   return {
     tag, id, children: [], textContent: "", className: "", hidden: false, style: {}, title: "",
-    value: "", dataset: {}, listeners: {},
+    value: "", dataset: {}, listeners: {}, attributes: {},
     classList: { toggle() {} },
-    append(...c) { this.children.push(...c); },
-    replaceChildren(...c) { this.children = c; },
+    parentNode: { classList: { toggle() {} } },
+    setAttribute(k, v) { this.attributes[k] = v; },
+    append(...c) { this.children.push(...flat(c)); },
+    replaceChildren(...c) { this.children = flat(c); },
     addEventListener(t, f) { this.listeners[t] = f; },
     querySelectorAll() { return this.headers || []; },
     scrollIntoView() {},
@@ -36,8 +40,8 @@ for (const t of ["devices", "pools", "whatif-devices", "servers"]) {
 }
 const select = mk("select");
 select.options = [];
-select.append = function (...c) { this.options.push(...c); };
-select.replaceChildren = function (...c) { this.options = c; };
+select.append = function (...c) { this.options.push(...flat(c)); };
+select.replaceChildren = function (...c) { this.options = flat(c); };
 const named = {
   kind: mk("select"), device: select, weight: mk("input"), id: mk("input"), at: mk("input"),
   capacity: mk("input"), entity: mk("input"), key: mk("input"),
@@ -52,11 +56,14 @@ let ready = null;
 global.document = {
   getElementById: get,
   createElement: (t) => mk(t),
+  createElementNS: (_, t) => mk(t),
+  createDocumentFragment: () => mk("#fragment"),
+  body: mk("body"),
   querySelector: (q) => (q.includes("kind") ? named.kind : select),
   querySelectorAll: () => [],
   addEventListener: (_, f) => { ready = f; },
 };
-global.window = { confirm: () => true };
+global.window = { confirm: () => true, addEventListener() {}, performance: global.performance };
 global.setInterval = () => 1;
 // The browser's cookie jar, for one origin.
 let cookie = null;
@@ -90,6 +97,14 @@ const text = (e) => e.textContent || (e.children[0] ? text(e.children[0]) : "");
     devices: rows.map((r) => r.children.map(text)),
     servers: get("servers").tBodies[0].children.length,
     pools: get("pools").tBodies[0].children.map((r) => r.children.map(text)),
+    // Per pool plot: its bars' path has a bar ("M…Z") per device.
+    plots: get("placement-plots").children.map((f) => {
+      const svg = f.children[1].children[0];
+      const bars = svg.children.find((c) => c.attributes.class === "bars");
+      return (bars.attributes.d.match(/Z/g) || []).length;
+    }),
+    rebalancing: get("rebalancing-figures").textContent,
+    filled: global.document.body.dataset.filled,
   };
   const chosen = rows.find((r) => text(r.children[0]) === row);
   const button = chosen.children[chosen.children.length - 1].children[0];
