@@ -50,6 +50,9 @@ type PgStatesAnswer = (u64, std::collections::BTreeSet<u32>, crate::commands::st
 /// depend on this one and not the other way round).
 pub struct Console {
     source: optio_cluster::source::MapSource,
+    /// The map file last parsed and its stamp (a file source: parsed again only when the
+    /// file changed; a 1,000-device map takes tens of milliseconds to parse and check).
+    map_cache: std::sync::Mutex<Option<(optio_cluster::file::FileStamp, ClusterMap)>>,
     transport: optio_net::HttpTransport,
     sessions: super::session::Sessions,
     servers_cache: tokio::sync::Mutex<Option<ServersAnswer>>,
@@ -78,6 +81,7 @@ impl Console {
     ) -> Console {
         Console {
             source,
+            map_cache: std::sync::Mutex::new(None),
             transport,
             sessions,
             servers_cache: tokio::sync::Mutex::new(None),
@@ -207,12 +211,30 @@ impl Console {
     }
 
     async fn map(&self) -> Result<ClusterMap, ApiError> {
-        self.source.load().await.map_err(|e| {
+        // A file's stamp (time, length, inode) is taken before it is read: a change made
+        // while it is read gives another stamp, and the next request reads it again.
+        let stamp = match &self.source {
+            optio_cluster::source::MapSource::File(store) => store.stamp(),
+            _ => None,
+        };
+        if let Some(stamp) = stamp {
+            let cache = self.map_cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((seen, map)) = &*cache
+                && *seen == stamp
+            {
+                return Ok(map.clone());
+            }
+        }
+        let map = self.source.load().await.map_err(|e| {
             ApiError::new(
                 StatusCode::BAD_GATEWAY,
                 format!("cannot read the map at {}: {}", self.source.describe(), e.report()),
             )
-        })
+        })?;
+        if let Some(stamp) = stamp {
+            *self.map_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((stamp, map.clone()));
+        }
+        Ok(map)
     }
 
     /// The servers' answers for `map` and the health they give, asked and judged at most
