@@ -31,6 +31,8 @@ fn every_operation() -> impl Iterator<Item = Operation> {
 
 const REQUESTS: &str = "optio_requests_total";
 const DURATION: &str = "optio_request_duration_seconds";
+const RECEIVED: &str = "optio_request_body_bytes_total";
+const SENT: &str = "optio_answer_body_bytes_total";
 
 /// The server's registry and the handles its hot path uses.
 pub(crate) struct ServerMetrics {
@@ -38,6 +40,9 @@ pub(crate) struct ServerMetrics {
     /// Per operation (in [`index`]'s order): answered without error, and latency.
     ok: Vec<Counter>,
     durations: Vec<Histogram>,
+    /// Per operation: request body bytes received, answer body bytes sent.
+    received: Vec<Counter>,
+    sent: Vec<Counter>,
 }
 
 impl std::fmt::Debug for ServerMetrics {
@@ -55,13 +60,31 @@ impl ServerMetrics {
             .collect();
         let durations =
             every_operation().map(|op| registry.histogram(DURATION, &[("op", name(op))])).collect();
-        ServerMetrics { registry, ok, durations }
+        let counters = |metric: &'static str| -> Vec<Counter> {
+            every_operation().map(|op| registry.counter(metric, &[("op", name(op))])).collect()
+        };
+        let (received, sent) = (counters(RECEIVED), counters(SENT));
+        ServerMetrics { registry, ok, durations, received, sent }
     }
 
-    /// Counts a request to a device: its operation, its error kind if it failed, and how long
-    /// the server took to answer (its body streamed after that is not included).
-    pub(crate) fn observe(&self, op: Operation, error: Option<ErrorKind>, elapsed: Duration) {
+    /// Counts a request to a device: its operation, its error kind if it failed, how long the
+    /// server took to answer (its body streamed after that is not included), and the bytes of
+    /// the request's body and of the answer's (the console's throughput).
+    pub(crate) fn observe(
+        &self,
+        op: Operation,
+        error: Option<ErrorKind>,
+        elapsed: Duration,
+        received: u64,
+        sent: u64,
+    ) {
         let index = index(op);
+        if received > 0 {
+            self.received[index].increment(received);
+        }
+        if sent > 0 {
+            self.sent[index].increment(sent);
+        }
         match error {
             None => self.ok[index].increment(1),
             Some(kind) => self
@@ -153,6 +176,8 @@ fn describe(r: &Registry) {
         REQUESTS,
         "Requests to devices answered, by operation and result (ok, or the error kind).",
     );
+    r.describe_counter(RECEIVED, "Bytes of request bodies received by devices, by operation.");
+    r.describe_counter(SENT, "Bytes of answer bodies sent by devices, by operation.");
     r.describe_histogram(DURATION, "Time to answer a request to a device (its body streamed after that excluded), by operation.");
     for (name, help) in [
         ("optio_device_used_bytes", "Bytes stored on the device."),

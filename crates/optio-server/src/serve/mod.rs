@@ -190,7 +190,13 @@ pub(crate) async fn serve(
     };
     if let Some(op) = operation {
         let refused = served.refusal().map(|refusal| refusal.kind);
-        state.telemetry.observe(op, refused, started.elapsed());
+        // A refused request's body is thrown away unread: not counted as received.
+        let received = if refused.is_none() { body.declared_bytes() } else { 0 };
+        let sent = match &served.said {
+            Said::Device(Answer::Object { body, .. }) => body.len() as u64,
+            _ => 0,
+        };
+        state.telemetry.observe(op, refused, started.elapsed(), received, sent);
     }
     served
 }

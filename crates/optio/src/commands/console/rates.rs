@@ -17,6 +17,9 @@ pub struct Scrape {
     pub errors: u64,
     /// Seconds spent answering, and requests timed, by operation.
     pub seconds: BTreeMap<String, (f64, u64)>,
+    /// Bytes of request bodies received, and of answer bodies sent (every operation).
+    pub received_bytes: u64,
+    pub sent_bytes: u64,
 }
 
 /// The value of label `name` in a sample's `{…}` labels.
@@ -50,6 +53,8 @@ pub fn parse(text: &str) -> Scrape {
             "optio_request_duration_seconds_count" => {
                 scrape.seconds.entry(op).or_default().1 += value as u64
             }
+            "optio_request_body_bytes_total" => scrape.received_bytes += value as u64,
+            "optio_answer_body_bytes_total" => scrape.sent_bytes += value as u64,
             _ => {}
         }
     }
@@ -84,8 +89,12 @@ pub fn rates(before: &Scrape, then: Instant, after: &Scrape, now: Instant) -> Op
             latency_by_op.insert(op.clone(), json!(round(delta_sum / delta as f64 * 1e3)));
         }
     }
+    let received = after.received_bytes.checked_sub(before.received_bytes)?;
+    let sent = after.sent_bytes.checked_sub(before.sent_bytes)?;
     Some(json!({
         "interval_s": round(seconds),
+        "received_bytes_per_s": round(received as f64 / seconds),
+        "sent_bytes_per_s": round(sent as f64 / seconds),
         "requests_per_s": by_op,
         "total_per_s": round(total as f64 / seconds),
         "errors_per_s": round((after.errors - before.errors) as f64 / seconds),
@@ -114,6 +123,8 @@ optio_request_duration_seconds_sum{op="get"} 0.02
 optio_request_duration_seconds_count{op="get"} 10
 optio_request_duration_seconds_sum{op="put"} 0.05
 optio_request_duration_seconds_count{op="put"} 5
+optio_request_body_bytes_total{op="put"} 4096
+optio_answer_body_bytes_total{op="get"} 1000
 "#;
 
     #[test]
@@ -125,7 +136,8 @@ optio_request_duration_seconds_count{op="put"} 5
             &BEFORE
                 .replace("\"ok\"} 10", "\"ok\"} 30")
                 .replace("sum{op=\"get\"} 0.02", "sum{op=\"get\"} 0.06")
-                .replace("count{op=\"get\"} 10", "count{op=\"get\"} 30"),
+                .replace("count{op=\"get\"} 10", "count{op=\"get\"} 30")
+                .replace("{op=\"get\"} 1000", "{op=\"get\"} 21000"),
         );
         let then = Instant::now();
         let rates = rates(&before, then, &after, then + Duration::from_secs(2)).expect("rates");
@@ -134,6 +146,8 @@ optio_request_duration_seconds_count{op="put"} 5
         assert_eq!(rates["total_per_s"], json!(10.0));
         assert_eq!(rates["mean_latency_ms"], json!(2.0));
         assert_eq!(rates["errors_per_s"], json!(0.0));
+        assert_eq!(rates["sent_bytes_per_s"], json!(10000.0));
+        assert_eq!(rates["received_bytes_per_s"], json!(0.0));
         // A server restarted in between: its counters went back; no rates.
         assert_eq!(super::rates(&after, then, &before, then + Duration::from_secs(1)), None);
     }

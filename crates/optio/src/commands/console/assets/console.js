@@ -117,6 +117,7 @@ async function refresh(prefetched) {
     if (changed("devices", devices)) {
       state.devices = devices.devices;
       renderDevices();
+      renderIo(devices.devices);
     }
     if (changed("servers", servers, health, devices)) renderServers(servers.servers, map.epoch, health.health);
     if (changed("pools", pools)) {
@@ -157,6 +158,31 @@ function renderOverview(health, map) {
   const pgs = health.health;
   reasons.append(el("li", "placement groups: " + pgs.pgs_healthy + " healthy, " + pgs.pgs_degraded +
     " degraded, " + pgs.pgs_recovering + " recovering, " + pgs.pgs_inactive + " inactive"));
+}
+
+// The cluster's requests and bytes per second now: each server's rates (every device of a
+// server carries its server's), added up over the servers.
+function renderIo(devices) {
+  const servers = new Map();
+  for (const d of devices) if (d.rates && d.addr) servers.set(d.addr, d.rates);
+  if (servers.size === 0) {
+    $("io").textContent = "-";
+    $("io-detail").textContent = "rates from the second poll of the servers' metrics on";
+    return;
+  }
+  let ops = 0, received = 0, sent = 0, weighted = 0, timed = 0;
+  for (const r of servers.values()) {
+    ops += r.total_per_s;
+    received += r.received_bytes_per_s || 0;
+    sent += r.sent_bytes_per_s || 0;
+    if (r.mean_latency_ms !== null && r.mean_latency_ms !== undefined) {
+      weighted += r.mean_latency_ms * r.total_per_s;
+      timed += r.total_per_s;
+    }
+  }
+  $("io").textContent = ops.toFixed(ops < 10 ? 1 : 0) + " ops/s";
+  $("io-detail").textContent = "read " + bytes(Math.round(sent)) + "/s · written " + bytes(Math.round(received)) + "/s" +
+    (timed > 0 ? " · " + (weighted / timed).toFixed(2) + " ms mean" : "");
 }
 
 function eta(seconds) {
@@ -240,6 +266,7 @@ function sortValue(d, key) {
     case "objects": return s ? s.objects : -1;
     case "used": return s && s.metrics.capacity_bytes ? s.metrics.used_bytes / s.metrics.capacity_bytes : -1;
     case "latency": return s ? s.metrics.latency_us : -1;
+    case "ops": return d.rates ? d.rates.total_per_s : -1;
     default: return d[key] === null || d[key] === undefined ? "" : d[key];
   }
 }
@@ -263,7 +290,8 @@ function deviceRow(d) {
     b.title = bytes(m.used_bytes) + " of " + bytes(m.capacity_bytes);
     usage.append(b, el("small", (share * 100).toFixed(1) + "% of " + bytes(m.capacity_bytes)));
   } else usage.textContent = "-";
-  tr.append(usage, el("td", d.status ? (d.status.metrics.latency_us / 1000).toFixed(2) + " ms" : "-"));
+  tr.append(usage, el("td", d.status ? (d.status.metrics.latency_us / 1000).toFixed(2) + " ms" : "-"),
+    el("td", d.rates ? d.rates.total_per_s.toFixed(1) : "-"));
   // A state change starts as a what-if: what it moves is shown before it can be committed.
   const action = el("td");
   const button = el("button", d.in ? "out?" : "in?", "small");
