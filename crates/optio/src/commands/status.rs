@@ -729,3 +729,82 @@ async fn watch(source: &optio_cluster::source::MapSource, transport: &HttpTransp
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use optio_local::cluster::{ERASURE_POOL, LocalClusterSpec, PLAIN_POOL, layout, map_text};
+    use optio_proto::{DeviceMetrics, DeviceStatus, PoolSpace};
+
+    use super::*;
+
+    /// Nine devices (3 zones × 3 hosts), the replicated pools and `ec` = `4+2`.
+    fn map() -> ClusterMap {
+        let spec = LocalClusterSpec { erasure: Some("4+2".into()), ..LocalClusterSpec::default() };
+        optio_mapfile::parse(&map_text(&spec, &layout(&spec), 1)).expect("a valid map")
+    }
+
+    fn device(id: u32, pools: Vec<PoolSpace>) -> DeviceStatus {
+        DeviceStatus {
+            metrics: DeviceMetrics { device: id, ..DeviceMetrics::default() },
+            objects: pools.iter().map(|p| p.objects).sum(),
+            records: 0,
+            corrupt_found: 0,
+            recovering: false,
+            caught_up: 0,
+            scrub: None,
+            scrub_repaired: 0,
+            scrub_unrepairable: 0,
+            pools,
+        }
+    }
+
+    fn row(id: u32, status: Result<Vec<PoolSpace>, &str>) -> ServerRow {
+        ServerRow {
+            addr: format!("127.0.0.1:{}", 7000 + id),
+            devices: vec![id],
+            status: status.map_err(str::to_string).map(|pools| ServerStatus {
+                epoch: 1,
+                devices: vec![device(id, pools)],
+                migration: Default::default(),
+                fenced: false,
+                local: None,
+                cpu_seconds: None,
+                syncs: 0,
+            }),
+        }
+    }
+
+    /// Raw is summed over the devices that answered; logical is raw / size for a replicated
+    /// pool and raw × K / (K+M) for an erasure-coded one; pools the map does not have, and
+    /// devices that did not answer, are not counted (the latter said).
+    #[test]
+    fn raw_is_summed_and_logical_divided_by_each_pools_copy_factor() {
+        let map = map();
+        let plain = map.pool_by_name(PLAIN_POOL).expect("plain").id.0;
+        let ec = map.pool_by_name(ERASURE_POOL).expect("ec").id.0;
+        let space_of = |pool, objects, bytes| PoolSpace { pool, objects, bytes };
+        let mut rows: Vec<ServerRow> = (0..3)
+            .map(|id| row(id, Ok(vec![space_of(plain, 2, 3000), space_of(ec, 1, 600)])))
+            .collect();
+        rows.extend((3..6).map(|id| row(id, Ok(vec![space_of(ec, 1, 600), space_of(99, 5, 5)]))));
+        rows.extend((6..8).map(|id| row(id, Ok(vec![]))));
+        rows.push(row(8, Err("connection refused")));
+        let space = space(&map, &rows);
+        let pool = |id: u32| space.pools.iter().find(|p| p.id == id).expect("the pool");
+        let plain = pool(plain);
+        assert_eq!((plain.kind, plain.redundancy.as_str()), ("replicated", "3 copies"));
+        assert_eq!((plain.raw_bytes, plain.logical_bytes), (9000, 3000));
+        assert_eq!((plain.raw_objects, plain.objects, plain.copy_factor), (6, 2, 3.0));
+        let ec = pool(ec);
+        assert_eq!((ec.kind, ec.redundancy.as_str()), ("erasure", "erasure 4+2"));
+        assert_eq!((ec.raw_bytes, ec.logical_bytes), (3600, 2400));
+        assert_eq!((ec.raw_objects, ec.objects, ec.copy_factor), (6, 1, 1.5));
+        assert_eq!(space.pools.len(), map.pools().len(), "every pool of the map, none other");
+        assert_eq!((space.raw_bytes, space.logical_bytes), (12_600, 5400));
+        assert_eq!((space.raw_objects, space.objects), (12, 3));
+        assert_eq!((space.devices_reporting, space.devices_missing), (8, 1));
+        let text = space_table(&space);
+        assert!(text.lines().any(|l| l.starts_with("ec ") && l.contains("erasure 4+2")), "{text}");
+        assert!(text.lines().last().is_some_and(|l| l.starts_with("total")), "{text}");
+    }
+}
