@@ -102,6 +102,25 @@ pub struct DeviceStatus {
     /// Damaged replicas scrubbing could not repair (no good replica), since the start.
     #[serde(default)]
     pub scrub_unrepairable: u64,
+    /// What each pool holds on the device, by pool id (ascending; pools it holds nothing of
+    /// are left out): raw space, every replica, chunk and kept version a file. Empty from a
+    /// server too old to say.
+    #[serde(default)]
+    pub pools: Vec<PoolSpace>,
+}
+
+/// What one pool holds on one device ([`DeviceStatus::pools`]): the raw space its files take
+/// there. Logical space (what clients stored) is an estimate made from it and the map
+/// (`optio status`: raw divided by the pool's copy factor).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSpace {
+    /// The pool's id.
+    pub pool: u32,
+    /// Objects (replicas, erasure-coded chunks and kept versions alike; tombstones not
+    /// counted).
+    pub objects: u64,
+    /// Bytes their files take (headers included).
+    pub bytes: u64,
 }
 
 /// What one scrub pass of one device found and did (`POST /v1/scrub`, `optio scrub`).

@@ -63,7 +63,8 @@ pub mod summary;
 pub mod wire;
 
 pub use body::{
-    Deleted, DeviceStatus, ListQuery, Listing, LocalSocket, ScrubReport, ServerHealth, ServerStatus,
+    Deleted, DeviceStatus, ListQuery, Listing, LocalSocket, PoolSpace, ScrubReport, ServerHealth,
+    ServerStatus,
 };
 pub use choice::ChoiceRecord;
 pub use error::{ErrorBody, ErrorKind, FormatError};

@@ -1,8 +1,8 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::MigrationStatus;
 use crate::answer::{Answer, Envelope};
+use crate::{DeviceMetrics, DeviceStatus, MigrationStatus, PoolSpace};
 
 fn lookup<'h>(headers: &'h [(&'static str, String)]) -> impl Fn(&'static str) -> Option<&'h str> {
     move |name| headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
@@ -77,10 +77,68 @@ proptest! {
     }
 }
 
+fn pool_spaces() -> impl Strategy<Value = Vec<PoolSpace>> {
+    proptest::collection::vec(
+        (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(pool, objects, bytes)| PoolSpace {
+            pool,
+            objects,
+            bytes,
+        }),
+        0..6,
+    )
+}
+
+fn device(id: u32, pools: Vec<PoolSpace>) -> DeviceStatus {
+    DeviceStatus {
+        metrics: DeviceMetrics { device: id, ..DeviceMetrics::default() },
+        objects: pools.iter().map(|p| p.objects).fold(0, u64::saturating_add),
+        records: 1,
+        corrupt_found: 0,
+        recovering: false,
+        caught_up: 0,
+        scrub: None,
+        scrub_repaired: 0,
+        scrub_unrepairable: 0,
+        pools,
+    }
+}
+
+proptest! {
+    /// A status with any devices' per-pool space decodes to the same figures.
+    #[test]
+    fn every_status_round_trips_with_its_pools(spaces in proptest::collection::vec(pool_spaces(), 0..4)) {
+        let sent = ServerStatus {
+            devices: spaces.into_iter().zip(0u32..).map(|(p, i)| device(i, p)).collect(),
+            ..status()
+        };
+        let encoded = OwnAnswer::Status(Box::new(sent.clone())).encode();
+        let decoded =
+            OwnAnswer::decode(&OwnRequest::Status, 200, lookup(&encoded.headers), encoded.body);
+        let Ok(OwnAnswer::Status(decoded)) = decoded else { panic!("{decoded:?}") };
+        prop_assert_eq!(decoded.devices.len(), sent.devices.len());
+        for (got, want) in decoded.devices.iter().zip(&sent.devices) {
+            prop_assert_eq!(&got.pools, &want.pools);
+            prop_assert_eq!(got.objects, want.objects);
+        }
+    }
+}
+
+/// A device's status as servers sent it before they reported space per pool decodes, with
+/// no pools.
+#[test]
+fn a_device_status_without_pools_decodes() {
+    let mut value =
+        serde_json::to_value(device(3, vec![PoolSpace { pool: 1, objects: 2, bytes: 9 }])).unwrap();
+    value.as_object_mut().unwrap().remove("pools");
+    let old: DeviceStatus = serde_json::from_value(value).unwrap();
+    assert!(old.pools.is_empty());
+    assert_eq!(old.objects, 2);
+}
+
 fn status() -> ServerStatus {
     ServerStatus {
         epoch: 7,
-        devices: vec![],
+        devices: vec![device(0, vec![PoolSpace { pool: 2, objects: 3, bytes: 4096 }])],
         migration: MigrationStatus::default(),
         fenced: false,
         local: None,

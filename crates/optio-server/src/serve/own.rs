@@ -51,9 +51,11 @@ pub(super) fn server_status(state: &AppState) -> ServerStatus {
         .map(|id| {
             let store = &state.devices[id];
             let (scrub, scrub_repaired, scrub_unrepairable) = state.scrubber.last(*id);
+            // The objects and each pool's space, in one pass over the device's index.
+            let (objects, pools) = store.pool_space();
             DeviceStatus {
                 metrics: state.metrics(store),
-                objects: store.objects() as u64,
+                objects,
                 records: store.records_held() as u64,
                 corrupt_found: store.corrupt_found(),
                 recovering: state.catchup.refuses_reads(*id),
@@ -61,6 +63,7 @@ pub(super) fn server_status(state: &AppState) -> ServerStatus {
                 scrub,
                 scrub_repaired,
                 scrub_unrepairable,
+                pools,
             }
         })
         .collect();

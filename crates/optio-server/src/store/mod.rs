@@ -32,7 +32,7 @@ use optio_placement::{Epoch, PoolId};
 use optio_proto::summary::{SUMMARY_BYTES, SUMMARY_PREFIX_BYTES, summary_hex, summary_of};
 use optio_proto::{
     ChoiceRecord, Deleted, HEADER_BYTES, KEY_BYTES_MAX, Listing, ObjectHeader, ObjectInfo,
-    ObjectVersion, checksum_append,
+    ObjectVersion, PoolSpace, checksum_append,
 };
 
 use crate::disk::Disk;
@@ -1016,6 +1016,26 @@ impl DeviceStore {
     pub fn objects(&self) -> usize {
         self.index.read().expect("index lock").values().filter(|e| !e.deleted).count()
     }
+    /// Objects (tombstones not counted) and the bytes of their files, per pool (ascending
+    /// pool ids, pools with no object left out), with the total of objects: one pass over the
+    /// index, what `/v1/status` reports.
+    pub fn pool_space(&self) -> (u64, Vec<PoolSpace>) {
+        let index = self.index.read().expect("index lock");
+        let mut pools: Vec<PoolSpace> = Vec::new();
+        let mut total = 0u64;
+        // The index is ordered by pool first: each pool's entries are consecutive.
+        for ((pool, _), entry) in index.iter().filter(|(_, e)| !e.deleted) {
+            total += 1;
+            match pools.last_mut() {
+                Some(last) if last.pool == pool.0 => {
+                    last.objects += 1;
+                    last.bytes = last.bytes.saturating_add(entry.file_bytes);
+                }
+                _ => pools.push(PoolSpace { pool: pool.0, objects: 1, bytes: entry.file_bytes }),
+            }
+        }
+        (total, pools)
+    }
     /// Number of choice records.
     pub fn records_held(&self) -> usize {
         self.records.len()
@@ -1447,6 +1467,55 @@ mod tests {
         assert!(put(&store, "other", b"x", 1).is_err(), "the device takes no more small writes");
     }
 
+    /// Puts in two pools and a delete: each pool's objects and the bytes of their files, the
+    /// deleted object (its tombstone) in neither, and the total the sum of the pools'.
+    #[test]
+    fn the_space_per_pool_counts_each_pools_live_objects_and_their_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 30 };
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        let put_in = |pool: u32, key: &str, len: usize| {
+            store
+                .put(&PutRequest {
+                    pool: PoolId(pool),
+                    key,
+                    data: &[&vec![7u8; len]],
+                    version: ObjectVersion(10),
+                    checksum: None,
+                    pg_seed: Some(1),
+                    epoch: Epoch(1),
+                })
+                .unwrap();
+        };
+        put_in(1, "a", 100);
+        put_in(1, "b", 200_000);
+        put_in(4, "a", 10);
+        put_in(4, "c", 3000);
+        put_in(4, "d", 50);
+        let file_bytes = |pool: u32, key: &str| store.entry(PoolId(pool), key).unwrap().file_bytes;
+        let bytes_1 = file_bytes(1, "a") + file_bytes(1, "b");
+        assert!(bytes_1 > 200_100, "headers included: {bytes_1}");
+        let (total, pools) = store.pool_space();
+        assert_eq!(total, 5);
+        assert_eq!(pools.len(), 2, "{pools:?}");
+        assert_eq!(pools[0], PoolSpace { pool: 1, objects: 2, bytes: bytes_1 });
+        let bytes_4 = file_bytes(4, "a") + file_bytes(4, "c") + file_bytes(4, "d");
+        assert_eq!(pools[1], PoolSpace { pool: 4, objects: 3, bytes: bytes_4 });
+        assert_eq!(store.used_bytes(), bytes_1 + bytes_4, "the device's own count agrees");
+        let deleted = file_bytes(4, "c");
+        store.delete(PoolId(4), "c", Some(ObjectVersion(20)), Epoch(1), None).unwrap();
+        let (total, pools) = store.pool_space();
+        assert_eq!(total, 4);
+        assert_eq!(total, store.objects() as u64);
+        assert_eq!(pools[0], PoolSpace { pool: 1, objects: 2, bytes: bytes_1 });
+        assert_eq!(pools[1], PoolSpace { pool: 4, objects: 2, bytes: bytes_4 - deleted });
+        // Every object of a pool gone: the pool is left out.
+        store.delete(PoolId(1), "a", Some(ObjectVersion(20)), Epoch(1), None).unwrap();
+        store.delete(PoolId(1), "b", Some(ObjectVersion(20)), Epoch(1), None).unwrap();
+        let (total, pools) = store.pool_space();
+        assert_eq!((total, pools.len(), pools[0].pool), (2, 1, 4));
+    }
+
     #[test]
     fn a_delete_leaves_a_tombstone_that_older_copies_cannot_pass() {
         let dir = tempfile::tempdir().unwrap();
@@ -1463,6 +1532,7 @@ mod tests {
         // A migration bringing the older copy back is refused; a newer write wins.
         assert!(matches!(put(&store, "k", b"one", 10), Err(StoreError::VersionConflict { .. })));
         assert_eq!(store.objects(), 0);
+        assert_eq!(store.pool_space(), (0, vec![]), "a tombstone takes no space in the count");
         assert!(store.list(PoolId(1), "", None, None, 10, false, true).objects.is_empty());
         // A tombstone is recorded even where nothing was stored, and survives a restart.
         store.delete(PoolId(1), "never", Some(ObjectVersion(5)), Epoch(1), Some(7)).unwrap();

@@ -1,6 +1,7 @@
 //! `optio status`: every server's epoch and rebalancing progress — what it moved, what
 //! remains, its rate and ETA — asked from the servers themselves.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -359,6 +360,153 @@ pub fn servers_json(map: &ClusterMap, rows: &[ServerRow]) -> Vec<serde_json::Val
         .collect()
 }
 
+/// One pool's space: raw (what its files take on the devices that answered) and logical (an
+/// estimate of what clients stored: raw divided by the pool's copy factor).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct PoolUsage {
+    /// The pool's id.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// `replicated` or `erasure`.
+    pub kind: &'static str,
+    /// How the pool keeps its objects: `3 copies`, `erasure 4+2`.
+    pub redundancy: String,
+    /// Raw bytes per logical byte: `size` for a replicated pool, (K+M)/K for an erasure-coded
+    /// one.
+    pub copy_factor: f64,
+    /// Bytes of the pool's files (replicas, chunks and kept versions, headers included),
+    /// summed over the devices that answered.
+    pub raw_bytes: u64,
+    /// `raw_bytes` divided by `copy_factor`.
+    pub logical_bytes: u64,
+    /// The pool's files (replicas, chunks and kept versions; tombstones not counted).
+    pub raw_objects: u64,
+    /// Objects clients stored, estimated: `raw_objects` divided by the files per object
+    /// (`size`, or K+M chunks).
+    pub objects: u64,
+}
+
+/// Raw and logical space per pool, and their totals ([`space`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Space {
+    /// Each pool of the map, in the map's order.
+    pub pools: Vec<PoolUsage>,
+    /// The pools' raw bytes summed.
+    pub raw_bytes: u64,
+    /// The pools' logical bytes summed.
+    pub logical_bytes: u64,
+    /// The pools' raw objects summed.
+    pub raw_objects: u64,
+    /// The pools' objects (estimated) summed.
+    pub objects: u64,
+    /// Devices of the map whose server answered (their figures are counted).
+    pub devices_reporting: usize,
+    /// Devices of the map whose server did not answer (their figures are missing).
+    pub devices_missing: usize,
+    /// How logical space is estimated, for people.
+    pub estimate: &'static str,
+}
+
+/// How [`Space`]'s logical figures are estimated.
+pub const LOGICAL_ESTIMATE: &str = "logical = raw / the pool's copy factor (its size for a \
+     replicated pool, (K+M)/K for an erasure-coded one); objects: raw / its files per object \
+     (size, or K+M chunks). An estimate: headers count as data, kept versions and copies in \
+     flight during rebalancing count too, and devices not answering are missing";
+
+/// `value` × `num` / `den`, rounded to nearest (no overflow).
+fn scaled(value: u64, num: u64, den: u64) -> u64 {
+    if den == 0 {
+        return value;
+    }
+    let exact = (u128::from(value) * u128::from(num) + u128::from(den) / 2) / u128::from(den);
+    u64::try_from(exact).unwrap_or(u64::MAX)
+}
+
+/// Raw and logical space per pool of `map`, from the servers' answers ([`DeviceStatus`]'s
+/// `pools`, summed over the devices that answered): what `optio status` prints and the
+/// console serves.
+///
+/// [`DeviceStatus`]: optio_proto::DeviceStatus
+pub fn space(map: &ClusterMap, rows: &[ServerRow]) -> Space {
+    let mut raw: std::collections::HashMap<u32, (u64, u64)> = Default::default();
+    let mut reporting = BTreeSet::new();
+    for row in rows {
+        let Ok(status) = &row.status else { continue };
+        for device in &status.devices {
+            reporting.insert(device.metrics.device);
+            for pool in &device.pools {
+                let entry = raw.entry(pool.pool).or_default();
+                entry.0 = entry.0.saturating_add(pool.bytes);
+                entry.1 = entry.1.saturating_add(pool.objects);
+            }
+        }
+    }
+    let pools: Vec<PoolUsage> = map
+        .pools()
+        .iter()
+        .map(|p| {
+            let (raw_bytes, raw_objects) = raw.get(&p.id.0).copied().unwrap_or_default();
+            // Bytes: raw × data / stored; objects: raw / files per object.
+            let (kind, redundancy, data, stored) = match &p.erasure {
+                Some(e) => ("erasure", format!("erasure {e}"), e.k.max(1), e.chunks().max(1)),
+                None => {
+                    let size = p.size.max(1);
+                    let copies = if size == 1 { "1 copy".into() } else { format!("{size} copies") };
+                    ("replicated", copies, 1, size)
+                }
+            };
+            PoolUsage {
+                id: p.id.0,
+                name: p.name.clone(),
+                kind,
+                redundancy,
+                copy_factor: f64::from(stored) / f64::from(data),
+                raw_bytes,
+                logical_bytes: scaled(raw_bytes, u64::from(data), u64::from(stored)),
+                raw_objects,
+                objects: scaled(raw_objects, 1, u64::from(stored)),
+            }
+        })
+        .collect();
+    let sum = |f: fn(&PoolUsage) -> u64| pools.iter().map(f).fold(0u64, u64::saturating_add);
+    Space {
+        raw_bytes: sum(|p| p.raw_bytes),
+        logical_bytes: sum(|p| p.logical_bytes),
+        raw_objects: sum(|p| p.raw_objects),
+        objects: sum(|p| p.objects),
+        devices_missing: map.devices().iter().filter(|d| !reporting.contains(&d.id.0)).count(),
+        devices_reporting: reporting.len(),
+        pools,
+        estimate: LOGICAL_ESTIMATE,
+    }
+}
+
+/// [`Space`] as `optio status` prints it: a table of the pools and their total.
+fn space_table(space: &Space) -> String {
+    let mut table = Table::new(&["pool", "redundancy", "raw", "logical", "raw objects", "objects"])
+        .left(&[0, 1]);
+    for p in &space.pools {
+        table.row(vec![
+            p.name.clone(),
+            p.redundancy.clone(),
+            bytes(p.raw_bytes as f64),
+            bytes(p.logical_bytes as f64),
+            p.raw_objects.to_string(),
+            p.objects.to_string(),
+        ]);
+    }
+    table.row(vec![
+        "total".into(),
+        String::new(),
+        bytes(space.raw_bytes as f64),
+        bytes(space.logical_bytes as f64),
+        space.raw_objects.to_string(),
+        space.objects.to_string(),
+    ]);
+    table.render()
+}
+
 /// Runs `optio status`; returns the exit code ([`Health::exit_code`]).
 pub fn run(args: Args) -> Result<u8> {
     crate::commands::init_logging("warn");
@@ -375,6 +523,7 @@ pub fn run(args: Args) -> Result<u8> {
             } else {
                 Err("no server answers".into())
             };
+            let space = space(&map, &rows);
             if args.json {
                 let json = servers_json(&map, &rows);
                 println!(
@@ -382,6 +531,7 @@ pub fn run(args: Args) -> Result<u8> {
                     serde_json::to_string_pretty(&serde_json::json!({
                         "map": source.describe(), "epoch": map.epoch().0,
                         "settled": all_done(&map, &rows), "servers": json, "health": health,
+                        "space": space,
                         "volume_jobs": match &jobs {
                             Ok(jobs) => serde_json::to_value(jobs)?,
                             Err(error) => serde_json::json!({ "error": error }),
@@ -411,6 +561,15 @@ pub fn run(args: Args) -> Result<u8> {
                     "placement groups: {} healthy, {} degraded, {} recovering, {} inactive",
                     health.pgs_healthy, health.pgs_degraded, health.pgs_recovering, health.pgs_inactive
                 );
+                println!("space per pool (raw: the files on the devices; logical: what clients stored, estimated):");
+                print!("{}", space_table(&space));
+                println!("  ({})", space.estimate);
+                if space.devices_missing > 0 {
+                    println!(
+                        "  ({} device(s) did not answer: their space is not counted)",
+                        space.devices_missing
+                    );
+                }
                 println!("health: {}", health.level);
                 for problem in &health.problems {
                     println!("  {problem}");
@@ -568,5 +727,84 @@ async fn watch(source: &optio_cluster::source::MapSource, transport: &HttpTransp
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use optio_local::cluster::{ERASURE_POOL, LocalClusterSpec, PLAIN_POOL, layout, map_text};
+    use optio_proto::{DeviceMetrics, DeviceStatus, PoolSpace};
+
+    use super::*;
+
+    /// Nine devices (3 zones × 3 hosts), the replicated pools and `ec` = `4+2`.
+    fn map() -> ClusterMap {
+        let spec = LocalClusterSpec { erasure: Some("4+2".into()), ..LocalClusterSpec::default() };
+        optio_mapfile::parse(&map_text(&spec, &layout(&spec), 1)).expect("a valid map")
+    }
+
+    fn device(id: u32, pools: Vec<PoolSpace>) -> DeviceStatus {
+        DeviceStatus {
+            metrics: DeviceMetrics { device: id, ..DeviceMetrics::default() },
+            objects: pools.iter().map(|p| p.objects).sum(),
+            records: 0,
+            corrupt_found: 0,
+            recovering: false,
+            caught_up: 0,
+            scrub: None,
+            scrub_repaired: 0,
+            scrub_unrepairable: 0,
+            pools,
+        }
+    }
+
+    fn row(id: u32, status: Result<Vec<PoolSpace>, &str>) -> ServerRow {
+        ServerRow {
+            addr: format!("127.0.0.1:{}", 7000 + id),
+            devices: vec![id],
+            status: status.map_err(str::to_string).map(|pools| ServerStatus {
+                epoch: 1,
+                devices: vec![device(id, pools)],
+                migration: Default::default(),
+                fenced: false,
+                local: None,
+                cpu_seconds: None,
+                syncs: 0,
+            }),
+        }
+    }
+
+    /// Raw is summed over the devices that answered; logical is raw / size for a replicated
+    /// pool and raw × K / (K+M) for an erasure-coded one; pools the map does not have, and
+    /// devices that did not answer, are not counted (the latter said).
+    #[test]
+    fn raw_is_summed_and_logical_divided_by_each_pools_copy_factor() {
+        let map = map();
+        let plain = map.pool_by_name(PLAIN_POOL).expect("plain").id.0;
+        let ec = map.pool_by_name(ERASURE_POOL).expect("ec").id.0;
+        let space_of = |pool, objects, bytes| PoolSpace { pool, objects, bytes };
+        let mut rows: Vec<ServerRow> = (0..3)
+            .map(|id| row(id, Ok(vec![space_of(plain, 2, 3000), space_of(ec, 1, 600)])))
+            .collect();
+        rows.extend((3..6).map(|id| row(id, Ok(vec![space_of(ec, 1, 600), space_of(99, 5, 5)]))));
+        rows.extend((6..8).map(|id| row(id, Ok(vec![]))));
+        rows.push(row(8, Err("connection refused")));
+        let space = space(&map, &rows);
+        let pool = |id: u32| space.pools.iter().find(|p| p.id == id).expect("the pool");
+        let plain = pool(plain);
+        assert_eq!((plain.kind, plain.redundancy.as_str()), ("replicated", "3 copies"));
+        assert_eq!((plain.raw_bytes, plain.logical_bytes), (9000, 3000));
+        assert_eq!((plain.raw_objects, plain.objects, plain.copy_factor), (6, 2, 3.0));
+        let ec = pool(ec);
+        assert_eq!((ec.kind, ec.redundancy.as_str()), ("erasure", "erasure 4+2"));
+        assert_eq!((ec.raw_bytes, ec.logical_bytes), (3600, 2400));
+        assert_eq!((ec.raw_objects, ec.objects, ec.copy_factor), (6, 1, 1.5));
+        assert_eq!(space.pools.len(), map.pools().len(), "every pool of the map, none other");
+        assert_eq!((space.raw_bytes, space.logical_bytes), (12_600, 5400));
+        assert_eq!((space.raw_objects, space.objects), (12, 3));
+        assert_eq!((space.devices_reporting, space.devices_missing), (8, 1));
+        let text = space_table(&space);
+        assert!(text.lines().any(|l| l.starts_with("ec ") && l.contains("erasure 4+2")), "{text}");
+        assert!(text.lines().last().is_some_and(|l| l.starts_with("total")), "{text}");
     }
 }

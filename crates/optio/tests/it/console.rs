@@ -194,6 +194,60 @@ fn console_every_endpoint_answers_each_capability_what_it_may_and_refuses_the_re
         for pool in pools["pools"].as_array().expect("pools") {
             assert!(pool["engine"].is_string() && pool["balance"].is_object(), "{pool}");
         }
+        // Space: each pool's usage (`optio status --json`'s) and the map's raw and logical
+        // totals, consistent with each other and with the devices' own per-pool figures.
+        let file = cluster.dir().join("space-object");
+        std::fs::write(&file, crate::data(1, 5000)).expect("an object's file");
+        for i in 0..3 {
+            let key = format!("space/{i}");
+            crate::ok_at(cluster.dir(), &["put", &key, file.to_str().unwrap(), "--pool", "plain"]);
+        }
+        let mut answer: (Value, Value);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let consistent = loop {
+            let get = |path: &'static str| call(&http, base, "GET", path, Some(&reader), false, None);
+            let (map, pools, devices) =
+                tokio::join!(get("/api/v1/map"), get("/api/v1/pools"), get("/api/v1/devices"));
+            answer = (map.2, pools.2);
+            let (map, pools) = &answer;
+            let sum = |field: &str| {
+                pools["pools"].as_array().map_or(0, |p| {
+                    p.iter().filter_map(|p| p["usage"][field].as_u64()).sum::<u64>()
+                })
+            };
+            let devices_raw: u64 = devices.2["devices"].as_array().map_or(0, |d| {
+                d.iter()
+                    .flat_map(|d| d["status"]["pools"].as_array().cloned().unwrap_or_default())
+                    .filter_map(|p| p["bytes"].as_u64())
+                    .sum()
+            });
+            let plain = pools["pools"]
+                .as_array()
+                .and_then(|p| p.iter().find(|p| p["name"] == "plain"))
+                .map(|p| p["usage"].clone())
+                .unwrap_or_default();
+            let capacity = &map["capacity"];
+            let done = plain["raw_objects"] == 9
+                && plain["objects"] == 3
+                && capacity["raw_used_bytes"].as_u64() == Some(sum("raw_bytes"))
+                && capacity["logical_used_bytes"].as_u64() == Some(sum("logical_bytes"))
+                && capacity["objects"].as_u64() == Some(sum("objects"))
+                && capacity["raw_used_bytes"].as_u64() == Some(devices_raw)
+                && capacity["devices_missing"] == 0;
+            if done || std::time::Instant::now() > deadline {
+                break done;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        };
+        assert!(consistent, "{:#}\n{:#}", answer.0, answer.1);
+        let plain = answer.1["pools"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["name"] == "plain"))
+            .expect("the plain pool")["usage"]
+            .clone();
+        let (raw, logical) = (plain["raw_bytes"].as_u64().unwrap(), plain["logical_bytes"].as_u64().unwrap());
+        assert!(logical >= 15_000 && raw.abs_diff(3 * logical) <= 2, "{plain}");
+        assert!(answer.0["capacity"]["estimate"].as_str().is_some_and(|e| e.contains("copy factor")));
 
         // What-if: any session, with its CSRF token; it stores nothing.
         let change = json!({ "kind": "set_state", "device": "osd.1", "in": false });

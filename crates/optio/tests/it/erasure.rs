@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use optio_client::ClientError;
-use optio_local::cluster::{ERASURE_POOL, LocalCluster, LocalClusterSpec};
+use optio_local::cluster::{ERASURE_POOL, LocalCluster, LocalClusterSpec, PLAIN_POOL};
 use optio_net::{Call, Endpoint, HttpTransport, Op, Transport};
 use optio_placement::PoolId;
 use optio_proto::ObjectVersion;
@@ -291,6 +291,60 @@ fn a_listing_shows_each_object_once_with_its_size_and_not_a_deleted_one() {
     assert_eq!(objects.len(), 4);
     assert_eq!(objects[2]["size"], 300_000);
     assert!(objects[2]["crc32c"].is_null());
+
+    // Space (`optio status`): raw is every chunk, logical raw × K / (K+M); a three-copy pool
+    // beside it holds three times what it stores.
+    for i in 0..4 {
+        rt.block_on(client.put(PLAIN_POOL, &format!("plain/{i}"), data(i, 10_000))).unwrap();
+    }
+    let mut last = serde_json::Value::Null;
+    let settled = crate::wait_until(Duration::from_secs(30), || {
+        let out = crate::optio_at(cluster.dir(), &["status", "--json"]);
+        last = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let pool = |name: &str| {
+            last["space"]["pools"].as_array().and_then(|p| p.iter().find(|p| p["name"] == name))
+        };
+        // Five objects of six chunks each once every kept version is dropped by its commit.
+        pool(ERASURE_POOL).is_some_and(|p| p["raw_objects"] == 30)
+            && pool(PLAIN_POOL).is_some_and(|p| p["raw_objects"] == 12)
+    });
+    assert!(settled, "{last:#}");
+    let space = &last["space"];
+    assert_eq!(space["devices_missing"], 0, "{space:#}");
+    let pools = space["pools"].as_array().unwrap();
+    let ec = pools.iter().find(|p| p["name"] == ERASURE_POOL).unwrap();
+    let (raw, logical) = (ec["raw_bytes"].as_u64().unwrap(), ec["logical_bytes"].as_u64().unwrap());
+    assert_eq!(
+        (ec["kind"].as_str(), ec["redundancy"].as_str()),
+        (Some("erasure"), Some("erasure 4+2"))
+    );
+    assert_eq!(ec["copy_factor"].as_f64(), Some(1.5));
+    assert_eq!(ec["objects"], 5, "{ec}");
+    assert_eq!(logical, (raw * 4 + 3) / 6, "{ec}");
+    // Chunks are whole stripe units (64 KiB) per stripe of 4: 77 B, 5 B → one stripe each,
+    // 300,000 B → two, 1 MiB → four, the empty object none; plus headers.
+    let chunk_data = 6 * (1 + 1 + 2 + 4) * 65_536;
+    assert!(raw >= chunk_data && raw < chunk_data + 30 * 2048, "{ec}");
+    let plain = pools.iter().find(|p| p["name"] == PLAIN_POOL).unwrap();
+    let (raw, logical) =
+        (plain["raw_bytes"].as_u64().unwrap(), plain["logical_bytes"].as_u64().unwrap());
+    assert_eq!(
+        (plain["kind"].as_str(), plain["copy_factor"].as_f64()),
+        (Some("replicated"), Some(3.0))
+    );
+    assert_eq!(plain["objects"], 4, "{plain}");
+    assert!(raw.abs_diff(3 * logical) <= 2, "raw ≈ size × logical: {plain}");
+    assert!((40_000..40_000 + 4 * 2048).contains(&logical), "{plain}");
+    let total = |field: &str| pools.iter().map(|p| p[field].as_u64().unwrap()).sum::<u64>();
+    for field in ["raw_bytes", "logical_bytes", "raw_objects", "objects"] {
+        assert_eq!(space[field].as_u64(), Some(total(field)), "{field}: {space:#}");
+    }
+    // The text says the same, and how logical is estimated.
+    let out = crate::optio_at(cluster.dir(), &["status"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("space per pool") && text.contains("logical = raw /"), "{text}");
+    let line = text.lines().find(|l| l.starts_with("ec ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("erasure 4+2") && line.trim_end().ends_with(" 5"), "{line}");
 }
 
 #[test]

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use super::session::{CSRF_HEADER, Login, Refusal, Session, cookie_token};
 use crate::commands::edit::{OBJECT_BYTES, SAMPLE_OBJECTS, copies_json, find_device, moves_json};
 use crate::commands::status::{
-    Health, ServerRow, all_done, health_with, pg_states, servers, servers_json,
+    Health, ServerRow, Space, all_done, health_with, pg_states, servers, servers_json, space,
 };
 
 /// How long the servers' answers are kept (the page polls every second; several pages, or
@@ -586,8 +586,18 @@ pub async fn map_summary(State(console): State<Arc<Console>>, headers: HeaderMap
         "pools": map.pools().len(),
         "capacity_bytes": devices.iter().filter(|d| d.is_in).map(|d| d.capacity_bytes).sum::<u64>(),
         "used_bytes": used,
+        "capacity": capacity_json(&space(&map, rows)),
         "tunables": map.tunables().profile().map_or("custom", |p| p.name()),
     }))
+}
+
+/// The overview's capacity: raw and logical space used (`optio status`'s totals).
+fn capacity_json(space: &Space) -> Value {
+    json!({
+        "raw_used_bytes": space.raw_bytes, "logical_used_bytes": space.logical_bytes,
+        "raw_objects": space.raw_objects, "objects": space.objects,
+        "devices_missing": space.devices_missing, "estimate": space.estimate,
+    })
 }
 
 pub async fn devices(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
@@ -638,10 +648,13 @@ pub async fn pools(State(console): State<Arc<Console>>, headers: HeaderMap) -> A
     console.authorize(&headers, Cap::Read, false)?;
     let map = console.map().await?;
     let balance = console.balance(&map)?;
-    ok(json!({ "epoch": map.epoch().0, "pools": pools_json(&map, &balance) }))
+    let servers = console.servers(&map).await;
+    let space = space(&map, &servers.rows);
+    ok(json!({ "epoch": map.epoch().0, "pools": pools_json(&map, &balance, Some(&space)) }))
 }
 
-fn pools_json(map: &ClusterMap, balance: &Balance) -> Vec<Value> {
+/// The pools of `map` with their balance and, given the servers' answers, their space.
+fn pools_json(map: &ClusterMap, balance: &Balance, space: Option<&Space>) -> Vec<Value> {
     map.pools()
         .iter()
         .map(|p| {
@@ -656,6 +669,11 @@ fn pools_json(map: &ClusterMap, balance: &Balance) -> Vec<Value> {
                 .iter()
                 .find(|(id, _)| *id == p.id)
                 .map_or(Value::Null, |(_, columns)| columns.clone());
+            // `optio status --json`'s figures of the pool (its `space.pools` entry).
+            if let Some(space) = space {
+                value["usage"] =
+                    space.pools.iter().find(|u| u.id == p.id.0).map_or(Value::Null, |u| json!(u));
+            }
             value
         })
         .collect()
@@ -884,7 +902,7 @@ fn judge(
         "short_of_copies": copies_json(report),
         "below_min_size": report.below_min_size(),
         "devices": devices,
-        "pools_after": pools_json(&edit.new, &after),
+        "pools_after": pools_json(&edit.new, &after, None),
     });
     Ok((edit, value))
 }

@@ -151,6 +151,12 @@ function renderOverview(health, map) {
   const share = map.capacity_bytes > 0 ? map.used_bytes / map.capacity_bytes : 0;
   $("capacity").textContent = bytes(map.used_bytes) + " of " + bytes(map.capacity_bytes);
   $("capacity-bar").style.width = Math.min(100, share * 100).toFixed(1) + "%";
+  // Raw: what the pools' files take on the devices; logical: what clients stored (raw over
+  // each pool's copy factor, an estimate).
+  const space = map.capacity;
+  $("capacity-detail").textContent = space && typeof space === "object"
+    ? "raw " + bytes(space.raw_used_bytes) + " · logical ≈ " + bytes(Math.round(space.logical_used_bytes))
+    : "";
   const reasons = $("health-reasons");
   reasons.replaceChildren();
   for (const problem of health.health.problems) reasons.append(el("li", problem));
