@@ -157,6 +157,12 @@ impl PlacedPool {
         (0..self.lens.len()).map(|index| self.set(index))
     }
 
+    /// Every PG's set, by seed (none for an object-level pool).
+    pub fn pg_sets(&self) -> impl Iterator<Item = ReplicaSet> + '_ {
+        let pgs = if self.has_pgs() { self.lens.len() } else { 0 };
+        (0..pgs).map(|index| self.set(index))
+    }
+
     /// Whether the pool places PGs.
     pub fn has_pgs(&self) -> bool {
         self.pg_num > 0

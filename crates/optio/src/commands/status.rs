@@ -226,21 +226,49 @@ pub fn pg_states(map: &ClusterMap, serving: &std::collections::BTreeSet<u32>) ->
             let info = pool.pool();
             for seed in 0..info.pg_num {
                 pool.place(pool.key_of_seed(seed), &mut scratch, &mut set);
-                let members = set.devices().count() as u32;
-                let live = set.devices().filter(|d| serving.contains(&d.0)).count() as u32;
-                if live < info.min_size {
-                    states.inactive += 1;
-                } else if members < info.size {
-                    states.degraded += 1;
-                } else if live < members {
-                    states.recovering += 1;
-                } else {
-                    states.healthy += 1;
-                }
+                states.count(info, &set, serving);
             }
         }
     }
     states
+}
+
+/// [`pg_states`] from the PGs' sets of a map placed already.
+pub fn pg_states_placed(
+    map: &ClusterMap,
+    placed: &optio_placement::analysis::PlacedMap,
+    serving: &std::collections::BTreeSet<u32>,
+) -> PgStates {
+    let mut states = PgStates::default();
+    for pool in &placed.pools {
+        let Some(info) = map.pool(pool.pool) else { continue };
+        for set in pool.pg_sets() {
+            states.count(info, &set, serving);
+        }
+    }
+    states
+}
+
+impl PgStates {
+    /// Counts a PG of pool `info` placed on `set`, given the devices `serving`.
+    fn count(
+        &mut self,
+        info: &optio_placement::Pool,
+        set: &optio_placement::ReplicaSet,
+        serving: &std::collections::BTreeSet<u32>,
+    ) {
+        let members = set.devices().count() as u32;
+        let live = set.devices().filter(|d| serving.contains(&d.0)).count() as u32;
+        if live < info.min_size {
+            self.inactive += 1;
+        } else if members < info.size {
+            self.degraded += 1;
+        } else if live < members {
+            self.recovering += 1;
+        } else {
+            self.healthy += 1;
+        }
+    }
 }
 
 /// The health of the cluster `map` describes, from its servers' answers: which devices are
@@ -741,6 +769,21 @@ mod tests {
     fn map() -> ClusterMap {
         let spec = LocalClusterSpec { erasure: Some("4+2".into()), ..LocalClusterSpec::default() };
         optio_mapfile::parse(&map_text(&spec, &layout(&spec), 1)).expect("a valid map")
+    }
+
+    /// The PGs' states counted from a map placed once (the console's) are those `pg_states`
+    /// counts placing every PG itself, with every device serving and with some not.
+    #[test]
+    fn pg_states_from_a_placed_map_are_those_of_placing_each_pg() {
+        let map = map();
+        let placed = optio_placement::analysis::PlacedMap::new(&map, 10).expect("places");
+        let all: std::collections::BTreeSet<u32> = (0..9).collect();
+        for serving in [all.clone(), (0..6).collect(), (2..3).collect()] {
+            let states = pg_states(&map, &serving);
+            assert_eq!(pg_states_placed(&map, &placed, &serving), states);
+            assert!(states.healthy + states.degraded + states.recovering + states.inactive > 0);
+        }
+        assert!(pg_states(&map, &all).healthy > 0);
     }
 
     fn device(id: u32, pools: Vec<PoolSpace>) -> DeviceStatus {

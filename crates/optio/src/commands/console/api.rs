@@ -22,7 +22,8 @@ use serde_json::{Value, json};
 use super::session::{CSRF_HEADER, Login, Refusal, Session, cookie_token};
 use crate::commands::edit::{OBJECT_BYTES, SAMPLE_OBJECTS, copies_json, find_device, moves_json};
 use crate::commands::status::{
-    Health, ServerRow, Space, all_done, health_with, pg_states, servers, servers_json, space,
+    Health, ServerRow, Space, all_done, health_with, pg_states, pg_states_placed, servers,
+    servers_json, space,
 };
 
 /// How long the servers' answers are kept (the page polls every second; several pages, or
@@ -248,6 +249,9 @@ impl Console {
             return answer.clone();
         }
         let rows = servers(map, &self.transport).await;
+        // The PGs' sets from the map placed once per epoch (the balance's); without it (a map
+        // that does not compile), placed here.
+        let placed = self.balance(map).ok().map(|b| b.placed.clone());
         // Placing every PG of every pool: CPU work, off the async workers' hands.
         let (health, settled) = tokio::task::block_in_place(|| {
             let pgs = |map: &ClusterMap, serving: &BTreeSet<u32>| {
@@ -257,7 +261,10 @@ impl Console {
                         *states
                     }
                     _ => {
-                        let states = pg_states(map, serving);
+                        let states = match &placed {
+                            Some(placed) => pg_states_placed(map, placed, serving),
+                            None => pg_states(map, serving),
+                        };
                         *cache = Some((map.epoch().0, serving.clone(), states));
                         states
                     }
