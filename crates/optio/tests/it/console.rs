@@ -126,7 +126,7 @@ fn epoch(cluster: &LocalCluster) -> u64 {
     cluster.load_map().expect("the map").epoch().0
 }
 
-const GETS: [&str; 7] = [
+const GETS: [&str; 8] = [
     "/api/v1/session",
     "/api/v1/console",
     "/api/v1/health",
@@ -134,6 +134,7 @@ const GETS: [&str; 7] = [
     "/api/v1/devices",
     "/api/v1/servers",
     "/api/v1/pools",
+    "/api/v1/pools/compare?pool=data",
 ];
 
 #[test]
@@ -193,6 +194,46 @@ fn console_every_endpoint_answers_each_capability_what_it_may_and_refuses_the_re
             call(&http, base, "GET", "/api/v1/pools", Some(&reader), false, None).await;
         for pool in pools["pools"].as_array().expect("pools") {
             assert!(pool["engine"].is_string() && pool["balance"].is_object(), "{pool}");
+        }
+        // A crush pool beside seed 002's and the incremental engine's placement of it: every
+        // PG copy placed by each, on the pool's devices.
+        let data = pools["pools"].as_array().unwrap().iter().find(|p| p["name"] == "data").cloned();
+        let data = data.expect("the data pool");
+        let copies = data["pg_num"].as_u64().unwrap() * data["size"].as_u64().unwrap();
+        let (status, _, compare) = call(
+            &http,
+            base,
+            "GET",
+            "/api/v1/pools/compare?pool=data",
+            Some(&reader),
+            false,
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{compare}");
+        let engines: Vec<&str> = compare["engines"]
+            .as_array()
+            .expect("engines")
+            .iter()
+            .map(|e| e["engine"].as_str().unwrap())
+            .collect();
+        assert_eq!(engines, ["as_mapped", "seed002", "incremental"], "{compare}");
+        for engine in compare["engines"].as_array().unwrap() {
+            let counts = engine["placement"]["counts"].as_array().expect("counts");
+            let total: u64 = counts.iter().map(|c| c.as_u64().unwrap()).sum();
+            assert_eq!(total, copies, "{engine}");
+            assert!(engine["stdev_from_ideal"].as_f64().is_some(), "{engine}");
+        }
+        let ring = pools["pools"].as_array().unwrap().iter().find(|p| p["engine"] == "ring");
+        let ring = ring.expect("a ring pool")["name"].as_str().unwrap().to_string();
+        for (path, expected) in [
+            (format!("/api/v1/pools/compare?pool={ring}"), 422),
+            ("/api/v1/pools/compare?pool=nothing".to_string(), 404),
+            ("/api/v1/pools/compare".to_string(), 400),
+        ] {
+            let (status, _, answer) = call(&http, base, "GET", &path, Some(&reader), false, None).await;
+            assert_eq!(status, expected, "{path}: {answer}");
+            assert!(answer["error"].is_string(), "{path}: {answer}");
         }
         // Space: each pool's usage (`optio status --json`'s) and the map's raw and logical
         // totals, consistent with each other and with the devices' own per-pool figures.

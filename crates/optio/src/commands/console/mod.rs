@@ -117,6 +117,7 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/api/v1/devices", get(api::devices))
         .route("/api/v1/servers", get(api::servers_endpoint))
         .route("/api/v1/pools", get(api::pools))
+        .route("/api/v1/pools/compare", get(api::compare))
         .route("/api/v1/whatif", post(api::what_if))
         .route("/api/v1/map/edit", post(api::edit))
         .route("/api/v1/volumes", get(api::volumes).post(api::volume_create))

@@ -435,7 +435,33 @@ function placementPlot(pool, pl, width, names) {
   const scroll = el("div", null, "plot-area");
   scroll.append(chart);
   figure.append(scroll);
+  if (pool.engine === "crush" && pool.pg_num > 0) figure.append(...comparison(pool, width, names));
   return figure;
+}
+
+// A crush pool's button that places it with seed 002's optimised CRUSH and with the incremental
+// balanced placement (GET /api/v1/pools/compare) and draws their plots under its own.
+function comparison(pool, width, names) {
+  const button = el("button", "compare with seed 002 and incremental placement", "small");
+  const out = el("div", null, "compare");
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    out.textContent = "placing " + pool.name + " with each engine…";
+    try {
+      const c = await api("GET", "/api/v1/pools/compare?pool=" + encodeURIComponent(pool.name));
+      const summary = el("p", c.engines.map((e) => e.engine + ": stdev from ideal " + e.stdev_from_ideal +
+        ", max/ideal " + e.max_over_ideal).join(" · "));
+      out.replaceChildren(summary);
+      for (const e of c.engines) {
+        if (e.engine === "as_mapped") continue;
+        out.append(placementPlot({ name: pool.name + " — " + e.label }, e.placement, width, names));
+      }
+    } catch (error) {
+      out.textContent = "cannot compare: " + error.message;
+    }
+    button.disabled = false;
+  });
+  return [button, out];
 }
 
 function rowOf(cells) {
