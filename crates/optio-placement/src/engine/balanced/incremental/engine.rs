@@ -31,6 +31,9 @@ use crate::narrow::index32;
 pub(crate) const NONE: u32 = u32::MAX;
 /// The price that makes a device's keys spread like a device of target 1: `2^40 / t`.
 pub(crate) const PRICE_UNIT: u128 = 1 << 40;
+/// (Device, unit) pairs from which [`Engine::new`] ranks on two threads (a million pairs take
+/// a few milliseconds to hash; a thread costs tens of microseconds).
+const PARALLEL_PAIRS_MIN: usize = 1 << 20;
 /// Salt of the domain-class hash (any constant; part of the placement version).
 const DOMAIN_CLASS_SALT: u32 = 0x5bd1_e995;
 
@@ -182,28 +185,43 @@ impl Engine {
             targets.push(Target { numerator: 0, denominator: 1 });
             list_targets.push(*target);
         }
-        let mut scratch = Vec::new();
-        let lists: Vec<Vec<Entry>> = all
-            .iter()
-            .zip(&list_targets)
-            .map(|(member, target)| {
-                let count = target.numerator.saturating_mul(u128::from(RANKED_PER_TARGET))
-                    / target.denominator.max(1)
-                    + u128::from(RANKED_EXTRA);
-                let count = usize::try_from(count).unwrap_or(usize::MAX);
-                rank::ranking(member.id, &keys, target, count, &mut scratch)
-                    .iter()
-                    .enumerate()
-                    .map(|(k, r)| Entry {
-                        unit: r.unit,
-                        score: index32(2 * k + 1),
-                        hash: r.hash,
-                        class: class_of(r.hash),
-                        cand: 0,
-                    })
-                    .collect()
+        let rank_all = |members: &[&Member], targets: &[Target]| -> Vec<Vec<Entry>> {
+            let mut scratch = Vec::new();
+            members
+                .iter()
+                .zip(targets)
+                .map(|(member, target)| {
+                    let count = target.numerator.saturating_mul(u128::from(RANKED_PER_TARGET))
+                        / target.denominator.max(1)
+                        + u128::from(RANKED_EXTRA);
+                    let count = usize::try_from(count).unwrap_or(usize::MAX);
+                    rank::ranking(member.id, &keys, target, count, &mut scratch)
+                        .iter()
+                        .enumerate()
+                        .map(|(k, r)| Entry {
+                            unit: r.unit,
+                            score: index32(2 * k + 1),
+                            hash: r.hash,
+                            class: class_of(r.hash),
+                            cand: 0,
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        // Every device ranks every unit: with many pairs, the two halves of the devices are
+        // ranked side by side (the rankings are independent; the result is the same).
+        let lists: Vec<Vec<Entry>> = if all.len().saturating_mul(units) >= PARALLEL_PAIRS_MIN {
+            let half = all.len() / 2;
+            std::thread::scope(|scope| {
+                let second = scope.spawn(|| rank_all(&all[half..], &list_targets[half..]));
+                let mut lists = rank_all(&all[..half], &list_targets[..half]);
+                lists.extend(second.join().expect("ranking does not panic"));
+                lists
             })
-            .collect();
+        } else {
+            rank_all(&all, &list_targets)
+        };
         let mut lists = lists;
         let mut class_start = Vec::with_capacity(lists.len());
         for list in &mut lists {
@@ -504,4 +522,38 @@ pub(crate) struct Scratch {
     keys: Vec<(Key, u32)>,
     costs: Vec<i64>,
     order: Vec<(i64, u32, u32)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With enough pairs to rank on two threads, every device's list is its own ranking, in
+    /// the devices' order.
+    #[test]
+    fn rankings_made_side_by_side_are_each_devices_own() {
+        let members: Vec<Member> = (0..40u32)
+            .map(|id| Member { id: id * 3, domain: format!("h{}", id % 8), weight: 1 << 16 })
+            .collect();
+        let keys: Vec<u32> = (0..32_768u32).map(|k| k.wrapping_mul(2_654_435_761)).collect();
+        assert!(members.len() * keys.len() >= PARALLEL_PAIRS_MIN);
+        let engine = Engine::new(3, keys.clone(), &members, &[]);
+        assert_eq!(engine.ids, members.iter().map(|m| m.id).collect::<Vec<_>>());
+        let mut scratch = Vec::new();
+        for (d, member) in members.iter().enumerate() {
+            let target = &engine.targets[d];
+            let count = target.numerator * u128::from(RANKED_PER_TARGET) / target.denominator
+                + u128::from(RANKED_EXTRA);
+            let count = usize::try_from(count).unwrap();
+            let mut expected: Vec<u32> =
+                rank::ranking(member.id, &keys, target, count, &mut scratch)
+                    .iter()
+                    .map(|r| r.unit)
+                    .collect();
+            let mut listed: Vec<u32> = engine.lists[d].iter().map(|e| e.unit).collect();
+            expected.sort_unstable();
+            listed.sort_unstable();
+            assert_eq!(listed, expected, "device {}", member.id);
+        }
+    }
 }
