@@ -47,6 +47,9 @@ type Scrapes = std::collections::HashMap<String, (Instant, super::rates::Scrape)
 /// The placement groups' states, for an epoch and the devices serving.
 type PgStatesAnswer = (u64, std::collections::BTreeSet<u32>, crate::commands::status::PgStates);
 
+/// How often the console looks for a new map to place before anyone asks ([`Console::keep_warm`]).
+const WARM_INTERVAL: Duration = Duration::from_secs(1);
+
 /// What the handlers share (here, with the handlers, so that the routes in the parent module
 /// depend on this one and not the other way round).
 pub struct Console {
@@ -58,6 +61,8 @@ pub struct Console {
     sessions: super::session::Sessions,
     servers_cache: tokio::sync::Mutex<Option<ServersAnswer>>,
     balance_cache: std::sync::Mutex<Option<Arc<Balance>>>,
+    /// Held while a balance is computed (one at a time).
+    balance_computing: std::sync::Mutex<()>,
     /// Engine comparisons of a pool ([`compare`]), for one epoch.
     compare_cache: std::sync::Mutex<(u64, std::collections::HashMap<PoolId, Arc<Value>>)>,
     /// The placement groups' states for an epoch and the devices serving then.
@@ -89,6 +94,7 @@ impl Console {
             sessions,
             servers_cache: tokio::sync::Mutex::new(None),
             balance_cache: std::sync::Mutex::new(None),
+            balance_computing: std::sync::Mutex::new(()),
             compare_cache: std::sync::Mutex::new((0, Default::default())),
             pg_states_cache: std::sync::Mutex::new(None),
             rates_cache: tokio::sync::Mutex::new((None, Default::default())),
@@ -356,10 +362,34 @@ impl Console {
             return Ok(balance);
         }
         // Placing every PG and the sample's objects: CPU work, off the async workers' hands,
-        // and without the lock (a worker waiting on it would stall the runtime meanwhile).
-        let balance = Arc::new(tokio::task::block_in_place(|| balance_of(map))?);
-        *self.balance_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(balance.clone());
-        Ok(balance)
+        // and without the cache's lock; one computation at a time (a request arriving while
+        // the warmer computes the same epoch waits for it instead of doing it again).
+        tokio::task::block_in_place(|| {
+            let _one = self.balance_computing.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(balance) =
+                cached(&self.balance_cache.lock().unwrap_or_else(|e| e.into_inner()))
+            {
+                return Ok(balance);
+            }
+            let balance = Arc::new(balance_of(map)?);
+            *self.balance_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(balance.clone());
+            Ok(balance)
+        })
+    }
+
+    /// Reads the map every [`WARM_INTERVAL`] and computes what the first request at a new
+    /// epoch needs (the map parsed, every pool placed, the balance), so that a page loaded a
+    /// second after a map change — by the console or by anyone — does not wait for it. A file
+    /// map costs a `stat` per round when unchanged; an etcd map, a read and a parse.
+    pub async fn keep_warm(self: Arc<Self>) {
+        let mut interval = tokio::time::interval(WARM_INTERVAL);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            if let Ok(map) = self.map().await {
+                let _ = self.balance(&map);
+            }
+        }
     }
 }
 

@@ -172,6 +172,7 @@ pub fn run(args: Args) -> Result<()> {
                 .with_cluster(cluster, args.s3_meta_pool.clone())
                 .with_login_limits(args.login_refusal_window, args.login_refusals_max),
         );
+        tokio::spawn(console.clone().keep_warm());
         println!(
             "{LISTENING_PREFIX}{}://{addr}/ (map {} at epoch {})",
             if tls.is_some() { "https" } else { "http" },
