@@ -173,7 +173,7 @@ function renderIo(devices) {
   for (const d of devices) if (d.rates && d.addr) servers.set(d.addr, d.rates);
   if (servers.size === 0) {
     $("io").textContent = "-";
-    $("io-detail").textContent = "rates from the second poll of the servers' metrics on";
+    $("io-detail").textContent = "measured from the second poll on";
     return;
   }
   let ops = 0, received = 0, sent = 0, weighted = 0, timed = 0;
