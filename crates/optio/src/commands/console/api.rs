@@ -64,7 +64,8 @@ pub struct Console {
     /// Held while a balance is computed (one at a time).
     balance_computing: std::sync::Mutex<()>,
     /// Engine comparisons of a pool ([`compare`]), for one epoch.
-    compare_cache: std::sync::Mutex<(u64, std::collections::HashMap<PoolId, Arc<Value>>)>,
+    pub(super) compare_cache:
+        std::sync::Mutex<(u64, std::collections::HashMap<PoolId, Arc<Value>>)>,
     /// The placement groups' states for an epoch and the devices serving then.
     pg_states_cache: std::sync::Mutex<Option<PgStatesAnswer>>,
     /// The servers' rates as last computed, and each server's last scrape.
@@ -73,7 +74,7 @@ pub struct Console {
     cluster: Option<crate::commands::client::ClusterConn>,
     client: tokio::sync::Mutex<Option<optio_client::Client>>,
     /// The pool of the S3 gateway's users and bucket records.
-    s3_meta_pool: String,
+    pub(super) s3_meta_pool: String,
     /// The bounds on logins.
     pub(super) gate: super::throttle::LoginGate,
     started: Instant,
@@ -144,15 +145,15 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+    pub(super) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError { status, message: message.into(), extra: Value::Null, retry_after_s: None }
     }
 
-    fn bad(message: impl std::fmt::Display) -> ApiError {
+    pub(super) fn bad(message: impl std::fmt::Display) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message.to_string())
     }
 
-    fn internal(error: impl std::fmt::Display) -> ApiError {
+    pub(super) fn internal(error: impl std::fmt::Display) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
     }
 }
@@ -192,7 +193,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn json_response(status: StatusCode, body: &Value) -> Response {
+pub(super) fn json_response(status: StatusCode, body: &Value) -> Response {
     let mut response = (status, body.to_string()).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -201,15 +202,15 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
     response
 }
 
-fn ok(body: Value) -> Result<Response, ApiError> {
+pub(super) fn ok(body: Value) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, &body))
 }
 
-type Answer = Result<Response, ApiError>;
+pub(super) type Answer = Result<Response, ApiError>;
 
 impl Console {
     /// The session of a request that needs `need` (and, for a mutation, its CSRF token).
-    fn authorize(
+    pub(super) fn authorize(
         &self,
         headers: &HeaderMap,
         need: Cap,
@@ -220,7 +221,7 @@ impl Console {
         Ok(self.sessions.check(cookie_token(cookie), csrf, need, mutation)?.1)
     }
 
-    async fn map(&self) -> Result<ClusterMap, ApiError> {
+    pub(super) async fn map(&self) -> Result<ClusterMap, ApiError> {
         // A file's stamp (time, length, inode) is taken before it is read: a change made
         // while it is read gives another stamp, and the next request reads it again.
         let stamp = match &self.source {
@@ -327,7 +328,7 @@ impl Console {
     }
 
     /// A client of the cluster (connected at the first use), for volumes and S3.
-    async fn client(&self) -> Result<optio_client::Client, ApiError> {
+    pub(super) async fn client(&self) -> Result<optio_client::Client, ApiError> {
         let mut slot = self.client.lock().await;
         if let Some(client) = &*slot {
             return Ok(client.clone());
@@ -346,7 +347,7 @@ impl Console {
     }
 
     /// The S3 gateway's users and buckets (a fresh gateway: nothing cached across requests).
-    async fn gateway(&self) -> Result<optio_s3::Gateway, ApiError> {
+    pub(super) async fn gateway(&self) -> Result<optio_s3::Gateway, ApiError> {
         let client = self.client().await?;
         optio_s3::Gateway::new(client, &self.s3_meta_pool).map_err(s3_error)
     }
@@ -476,7 +477,7 @@ fn balance_from(map: &ClusterMap, placed: Arc<PlacedMap>) -> Result<Balance, Api
 /// pool, simulated object copies ([`SAMPLE_OBJECTS`]) for the others — and its ideal (its
 /// share of the total: its weight's share; the mean when the weights are equal). Columns,
 /// not one object per device: a 1,000-device map's six pools stay small.
-fn placement_json(
+pub(super) fn placement_json(
     uses_pgs: bool,
     load: &optio_placement::analysis::PoolLoad,
     shares: &[f64],
@@ -691,155 +692,6 @@ pub async fn pools(State(console): State<Arc<Console>>, headers: HeaderMap) -> A
     let servers = console.servers(&map).await;
     let space = space(&map, &servers.rows);
     ok(json!({ "epoch": map.epoch().0, "pools": pools_json(&map, &balance, Some(&space)) }))
-}
-
-/// `GET /api/v1/pools/compare?pool=NAME`: a crush pool's PG copies per device as the map
-/// places them, beside what seed 002's optimised CRUSH (linear hosts, the congruential pps,
-/// the searched balance parameter) and Optio's incremental balanced placement (from scratch)
-/// would give the same devices and PGs — each in the `placement` columns the plots draw, with
-/// its spread. Computed once per epoch and pool.
-pub async fn compare(
-    State(console): State<Arc<Console>>,
-    headers: HeaderMap,
-    uri: axum::http::Uri,
-) -> Answer {
-    console.authorize(&headers, Cap::Read, false)?;
-    let name = uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("pool="))
-        .ok_or_else(|| ApiError::bad("name the pool: /api/v1/pools/compare?pool=NAME"))?
-        .to_string();
-    let map = console.map().await?;
-    let pool = map.pool_by_name(&name).ok_or_else(|| {
-        ApiError::new(StatusCode::NOT_FOUND, format!("the map has no pool {name:?}"))
-    })?;
-    let (id, epoch) = (pool.id, map.epoch().0);
-    {
-        let cache = console.compare_cache.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.0 == epoch
-            && let Some(value) = cache.1.get(&id)
-        {
-            return ok(value.as_ref().clone());
-        }
-    }
-    let value = tokio::task::spawn_blocking(move || compare_pool(&map, id))
-        .await
-        .map_err(ApiError::internal)??;
-    let value = Arc::new(value);
-    let mut cache = console.compare_cache.lock().unwrap_or_else(|e| e.into_inner());
-    if cache.0 != epoch {
-        *cache = (epoch, Default::default());
-    }
-    cache.1.insert(id, value.clone());
-    Ok(json_response(StatusCode::OK, value.as_ref()))
-}
-
-/// The engines [`compare`] sets side by side.
-#[derive(Clone, Copy)]
-enum Variant {
-    AsMapped,
-    Seed002,
-    Incremental,
-}
-
-/// What [`compare`] answers for pool `id` of `map`.
-fn compare_pool(map: &ClusterMap, id: PoolId) -> Result<Value, ApiError> {
-    let pool = map.pool(id).ok_or_else(|| ApiError::bad("no such pool"))?;
-    if pool.pg_num == 0 || !matches!(pool.engine_spec(), optio_placement::EngineSpec::Crush { .. })
-    {
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!(
-                "pool {} is not a crush pool with PGs: seed 002's and the incremental placement are for those",
-                pool.name
-            ),
-        ));
-    }
-    let mut engines = Vec::new();
-    for (variant, label) in [
-        (Variant::AsMapped, "as the map places it"),
-        (Variant::Seed002, "seed 002: linear hosts, congruential pps, searched balance parameter"),
-        (Variant::Incremental, "Optio's incremental balanced placement (computed from scratch)"),
-    ] {
-        let started = Instant::now();
-        let varied = variant_map(map, id, variant).map_err(|e| {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("{label}: {e}"))
-        })?;
-        let placement = Placement::new(&varied).map_err(ApiError::internal)?;
-        let Some(compiled) = placement.pool(id) else { continue };
-        let placed = PlacedPool::place(&placement, compiled, 0, &mut |_| {});
-        let load = placed.load(varied.max_devices(), 1);
-        let Some(varied_pool) = varied.pool(id) else { continue };
-        let shares = optio_placement::analysis::target_shares(&varied, varied_pool);
-        let columns = placement_json(true, &load, &shares);
-        let counts: Vec<f64> = columns["counts"]
-            .as_array()
-            .map(|c| c.iter().filter_map(Value::as_f64).collect())
-            .unwrap_or_default();
-        let ideal: Vec<f64> = columns["ideal"]
-            .as_array()
-            .map(|c| c.iter().filter_map(Value::as_f64).collect())
-            .unwrap_or_default();
-        let n = counts.len().max(1) as f64;
-        let deviation =
-            (counts.iter().zip(&ideal).map(|(c, i)| (c - i).powi(2)).sum::<f64>() / n).sqrt();
-        let excess = counts
-            .iter()
-            .zip(&ideal)
-            .filter(|(_, i)| **i > 0.0)
-            .map(|(c, i)| c / i)
-            .fold(0.0f64, f64::max);
-        engines.push(json!({
-            "engine": match variant {
-                Variant::AsMapped => "as_mapped",
-                Variant::Seed002 => "seed002",
-                Variant::Incremental => "incremental",
-            },
-            "label": label,
-            "placement": columns,
-            "stdev_from_ideal": (deviation * 1000.0).round() / 1000.0,
-            "max_over_ideal": (excess * 1000.0).round() / 1000.0,
-            "seconds": (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
-        }));
-    }
-    Ok(
-        json!({ "epoch": map.epoch().0, "pool": pool.name, "pg_num": pool.pg_num, "engines": engines }),
-    )
-}
-
-/// `map` with only pool `id`, placed by `variant`'s engine.
-fn variant_map(
-    map: &ClusterMap,
-    id: PoolId,
-    variant: Variant,
-) -> Result<ClusterMap, optio_placement::MapError> {
-    let mut builder = map.to_builder();
-    builder.pools.retain(|p| p.id == id);
-    for pool in &mut builder.pools {
-        match variant {
-            Variant::AsMapped => {}
-            Variant::Seed002 => {
-                pool.balance.balanced = optio_placement::BalanceMethod::Off;
-                pool.balance.state = None;
-                pool.balance.pps = optio_placement::PpsGenerator::Congruential;
-                pool.balance.linear_param = optio_placement::LinearParamSpec::Auto;
-            }
-            Variant::Incremental => {
-                pool.balance.balanced = optio_placement::BalanceMethod::Incremental;
-                pool.balance.state = None;
-            }
-        }
-    }
-    if let Variant::Seed002 = variant {
-        for bucket in &mut builder.buckets {
-            if bucket.type_name == "host" {
-                bucket.alg = optio_placement::BucketAlg::Linear;
-            }
-        }
-    }
-    builder.build()
 }
 
 /// The pools of `map` with their balance and, given the servers' answers, their space.
@@ -1231,24 +1083,8 @@ fn stale(expected: u64, now: u64) -> ApiError {
     error
 }
 
-// ---- volumes ----
-
-/// A volume error's status: what the CLI says, with the status saying whose fault it is.
-fn volume_error(error: optio_client::volume::VolumeError) -> ApiError {
-    use optio_client::volume::VolumeError as E;
-    let status = match &error {
-        E::NotFound(_) => StatusCode::NOT_FOUND,
-        E::Exists(_) | E::Locked { .. } | E::LockLost(_) | E::Snapshot(_) | E::ReadOnly(_) => {
-            StatusCode::CONFLICT
-        }
-        E::BadName(_) | E::BadSize(_) | E::OutOfRange { .. } => StatusCode::BAD_REQUEST,
-        _ => StatusCode::BAD_GATEWAY,
-    };
-    ApiError::new(status, error.to_string())
-}
-
 /// An S3 gateway error's status.
-fn s3_error(error: optio_s3::GatewayError) -> ApiError {
+pub(super) fn s3_error(error: optio_s3::GatewayError) -> ApiError {
     use optio_s3::GatewayError as E;
     let status = match &error {
         E::NoSuchUser(_) | E::NoSuchBucket(_) => StatusCode::NOT_FOUND,
@@ -1257,192 +1093,4 @@ fn s3_error(error: optio_s3::GatewayError) -> ApiError {
         _ => StatusCode::BAD_GATEWAY,
     };
     ApiError::new(status, error.to_string())
-}
-
-/// A request body of type `T`, or 400 saying what it should be.
-fn body_of<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("the body is {shape}: {e}")))
-}
-
-/// A size: bytes, or text with a unit (`10GiB`).
-fn size_of(value: &Value) -> Result<u64, ApiError> {
-    match value {
-        Value::Number(n) => n
-            .as_u64()
-            .ok_or_else(|| ApiError::bad(format!("size {n} is not a whole number of bytes"))),
-        Value::String(text) => crate::output::parse_size(text).map_err(ApiError::bad),
-        other => {
-            Err(ApiError::bad(format!("size {other} is neither bytes nor text like \"10GiB\"")))
-        }
-    }
-}
-
-/// Every volume, as `optio volume ls --json` lists it (its snapshots, parent and lock
-/// included).
-pub async fn volumes(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
-    console.authorize(&headers, Cap::Read, false)?;
-    let client = console.client().await?;
-    let list = optio_client::volume::list(&client).await.map_err(volume_error)?;
-    let list: Vec<Value> = list.iter().map(crate::commands::volume::header_json).collect();
-    ok(json!({ "volumes": list }))
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct VolumeCreate {
-    name: String,
-    size: Value,
-    #[serde(default)]
-    pool: Option<String>,
-    #[serde(default)]
-    object_size: Option<Value>,
-}
-
-/// `optio volume create`: answers the volume as `--json` prints it.
-pub async fn volume_create(
-    State(console): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Answer {
-    let session = console.authorize(&headers, Cap::Admin, true)?;
-    let request: VolumeCreate = body_of(
-        &body,
-        "{\"name\": NAME, \"size\": BYTES or \"10GiB\", \"pool\": POOL (default data), \"object_size\": (default 4MiB)}",
-    )?;
-    let size = size_of(&request.size)?;
-    let object_size = match &request.object_size {
-        Some(value) => size_of(value)?,
-        None => 4 << 20,
-    };
-    let pool = request.pool.unwrap_or_else(|| "data".into());
-    let client = console.client().await?;
-    crate::commands::volume::check_volume_pool(&client, &pool)
-        .map_err(|e| ApiError::bad(format!("{e:#}")))?;
-    let header = optio_client::volume::create(&client, &request.name, size, &pool, object_size)
-        .await
-        .map_err(volume_error)?;
-    eprintln!("optio console: {} created volume {} ({size} bytes)", session.entity, header.name);
-    ok(crate::commands::volume::header_json(&header))
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct VolumeResize {
-    name: String,
-    size: Value,
-    #[serde(default)]
-    allow_shrink: bool,
-}
-
-/// `optio volume resize` (never breaking a lock: a volume in use is refused, 409).
-pub async fn volume_resize(
-    State(console): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Answer {
-    let session = console.authorize(&headers, Cap::Admin, true)?;
-    let request: VolumeResize =
-        body_of(&body, "{\"name\": NAME, \"size\": BYTES or \"10GiB\", \"allow_shrink\": false}")?;
-    let size = size_of(&request.size)?;
-    let client = console.client().await?;
-    let old = crate::commands::volume::resize_volume(
-        &client,
-        &request.name,
-        size,
-        request.allow_shrink,
-        false,
-    )
-    .await
-    .map_err(volume_error)?;
-    eprintln!("optio console: {} resized volume {} to {size} bytes", session.entity, request.name);
-    ok(crate::commands::volume::resized_json(&request.name, old, size))
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Named {
-    name: String,
-}
-
-/// `optio volume rm` (never breaking a lock: a volume in use, one with protected snapshots
-/// or with clones is refused, 409, with the CLI's reason).
-pub async fn volume_rm(
-    State(console): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Answer {
-    let session = console.authorize(&headers, Cap::Admin, true)?;
-    let request: Named = body_of(&body, "{\"name\": NAME}")?;
-    let client = console.client().await?;
-    let removed =
-        optio_client::volume::remove(&client, &request.name, false).await.map_err(volume_error)?;
-    eprintln!("optio console: {} removed volume {}", session.entity, request.name);
-    ok(crate::commands::volume::removed_json(&request.name, &removed))
-}
-
-// ---- S3 ----
-
-/// The S3 gateway's users (name, access key, the buckets each owns: never a secret) and
-/// buckets (as `optio s3 user ls --json` and `bucket ls --json` list them).
-pub async fn s3(State(console): State<Arc<Console>>, headers: HeaderMap) -> Answer {
-    console.authorize(&headers, Cap::Read, false)?;
-    let gateway = console.gateway().await?;
-    let users = gateway.users().await.map_err(s3_error)?;
-    let buckets = crate::commands::s3::bucket_records(&gateway)
-        .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, format!("{e:#}")))?;
-    let users: Vec<Value> = users
-        .iter()
-        .map(|user| {
-            let mut value = serde_json::to_value(user).unwrap_or(Value::Null);
-            value["buckets"] = buckets
-                .iter()
-                .filter(|b| b.owner.as_deref() == Some(user.name.as_str()))
-                .map(|b| json!(b.name))
-                .collect();
-            value
-        })
-        .collect();
-    let buckets: Vec<Value> = buckets.iter().map(crate::commands::s3::bucket_json).collect();
-    ok(json!({ "meta_pool": console.s3_meta_pool, "users": users, "buckets": buckets }))
-}
-
-/// `optio s3 user create`: the new key pair, its secret shown this once.
-pub async fn s3_user_create(
-    State(console): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Answer {
-    let session = console.authorize(&headers, Cap::Admin, true)?;
-    let request: Named = body_of(&body, "{\"name\": USER}")?;
-    let pair = console.gateway().await?.create_user(&request.name).await.map_err(s3_error)?;
-    eprintln!("optio console: {} created S3 user {}", session.entity, request.name);
-    ok(crate::commands::s3::pair_json(&pair))
-}
-
-/// `optio s3 user rotate`: a new key pair, its secret shown this once (the old one stops
-/// working).
-pub async fn s3_user_rotate(
-    State(console): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Answer {
-    let session = console.authorize(&headers, Cap::Admin, true)?;
-    let request: Named = body_of(&body, "{\"name\": USER}")?;
-    let pair = console.gateway().await?.rotate_user(&request.name).await.map_err(s3_error)?;
-    eprintln!("optio console: {} rotated the key of S3 user {}", session.entity, request.name);
-    ok(crate::commands::s3::pair_json(&pair))
-}
-
-/// `optio s3 user rm`.
-pub async fn s3_user_rm(
-    State(console): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Answer {
-    let session = console.authorize(&headers, Cap::Admin, true)?;
-    let request: Named = body_of(&body, "{\"name\": USER}")?;
-    console.gateway().await?.remove_user(&request.name).await.map_err(s3_error)?;
-    eprintln!("optio console: {} removed S3 user {}", session.entity, request.name);
-    ok(crate::commands::s3::removed_json(&request.name))
 }

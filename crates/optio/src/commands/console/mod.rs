@@ -12,8 +12,10 @@
 //! * the page: one HTML, one script, one style sheet, built into the binary.
 
 pub mod api;
+pub mod compare;
 pub mod rates;
 pub mod session;
+pub mod storage;
 pub mod throttle;
 
 use std::net::SocketAddr;
@@ -117,16 +119,16 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/api/v1/devices", get(api::devices))
         .route("/api/v1/servers", get(api::servers_endpoint))
         .route("/api/v1/pools", get(api::pools))
-        .route("/api/v1/pools/compare", get(api::compare))
+        .route("/api/v1/pools/compare", get(compare::compare))
         .route("/api/v1/whatif", post(api::what_if))
         .route("/api/v1/map/edit", post(api::edit))
-        .route("/api/v1/volumes", get(api::volumes).post(api::volume_create))
-        .route("/api/v1/volumes/resize", post(api::volume_resize))
-        .route("/api/v1/volumes/rm", post(api::volume_rm))
-        .route("/api/v1/s3", get(api::s3))
-        .route("/api/v1/s3/users", post(api::s3_user_create))
-        .route("/api/v1/s3/users/rotate", post(api::s3_user_rotate))
-        .route("/api/v1/s3/users/rm", post(api::s3_user_rm))
+        .route("/api/v1/volumes", get(storage::volumes).post(storage::volume_create))
+        .route("/api/v1/volumes/resize", post(storage::volume_resize))
+        .route("/api/v1/volumes/rm", post(storage::volume_rm))
+        .route("/api/v1/s3", get(storage::s3))
+        .route("/api/v1/s3/users", post(storage::s3_user_create))
+        .route("/api/v1/s3/users/rotate", post(storage::s3_user_rotate))
+        .route("/api/v1/s3/users/rm", post(storage::s3_user_rm))
         .fallback(|| async {
             (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, "application/json")], "{\"error\":\"no such path: the API is under /api/v1/ (docs/console-openapi.yaml)\"}")
         })
