@@ -25,15 +25,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-"$bin" map init --map "$work/map.toml" --zones 10 --hosts 100 --pg-num 32768 > /dev/null 2>&1
-"$bin" auth init --keyring "$work/keyring" > /dev/null
-"$bin" console --map "$work/map.toml" --auth-keyring "$work/keyring" --listen 127.0.0.1:0 \
-  > "$work/console.log" 2>&1 &
-console_pid=$!
-for _ in $(seq 300); do grep -q "listening on" "$work/console.log" && break; sleep 0.1; done
-base=$(grep -o 'http://[0-9.:]*' "$work/console.log" | head -1)
-[ -n "$base" ] || { cat "$work/console.log"; exit 1; }
-key=$(grep -o 'key = "[^"]*"' "$work/keyring" | head -1 | cut -d'"' -f2)
+. "$(dirname "$0")/lib-console.sh"
+console_at_scale "$bin" "$work"
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 chromedriver --port="$port" > "$work/chromedriver.log" 2>&1 &

@@ -16,15 +16,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-"$bin" map init --map "$work/map.toml" --zones 10 --hosts 100 --pg-num 32768 > /dev/null 2>&1
-"$bin" auth init --keyring "$work/keyring" > /dev/null
-${OPTIO_CONSOLE_NICE:+nice -n $OPTIO_CONSOLE_NICE} "$bin" console --map "$work/map.toml" --auth-keyring "$work/keyring" --listen 127.0.0.1:0 \
-  > "$work/console.log" 2>&1 &
-console_pid=$!
-for _ in $(seq 300); do grep -q "listening on" "$work/console.log" && break; sleep 0.1; done
-base=$(grep -o 'http://[0-9.:]*' "$work/console.log" | head -1)
-[ -n "$base" ] || { cat "$work/console.log"; exit 1; }
-key=$(grep -o 'key = "[^"]*"' "$work/keyring" | head -1 | cut -d'"' -f2)
+. "$(dirname "$0")/lib-console.sh"
+console_at_scale "$bin" "$work"
 csrf=$(curl -sf -c "$work/cookies" -H 'content-type: application/json' \
   -d "{\"entity\":\"client.admin\",\"key\":\"$key\"}" "$base/api/v1/login" | jq -r .csrf_token)
 get() { curl -sf -o /dev/null -w '%{time_total}' -b "$work/cookies" "$base/api/v1/$1"; }
