@@ -54,6 +54,11 @@ user_pref("extensions.update.enabled", false);
 user_pref("network.captive-portal-service.enabled", false);
 user_pref("network.connectivity-service.enabled", false);
 user_pref("network.proxy.type", 0);
+user_pref("services.settings.server", "data:,#remote-settings-dummy/v1");
+user_pref("browser.region.network.url", "");
+user_pref("browser.region.update.enabled", false);
+user_pref("extensions.getAddons.cache.enabled", false);
+user_pref("extensions.blocklist.enabled", false);
 user_pref("toolkit.legacyUserProfileCustomizations.stylesheets", true);
 "#;
 
@@ -225,7 +230,17 @@ impl Firefox {
     async fn command(&self, name: &str, params: Value) -> Value {
         match self.call(name, params).await {
             Ok(result) => result,
-            Err(error) => panic!("Marionette {name}: {error}\n{}", log_tail(self.dir.path())),
+            Err(error) => {
+                // The error and its message (not Firefox's own stack trace).
+                let what = match (error["error"].as_str(), error["message"].as_str()) {
+                    (Some(kind), Some(message)) => format!("{kind}: {message}"),
+                    _ => error.to_string(),
+                };
+                panic!(
+                    "Marionette {name}: {what}\nfirefox-esr's output, its end:\n{}",
+                    log_tail(self.dir.path())
+                )
+            }
         }
     }
 
