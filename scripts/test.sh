@@ -4,8 +4,8 @@
 # table — the tests start their own, nothing runs them as services —, qemu's qemu-img and qemu-io
 # as NBD clients, fio, libnbd's nbdinfo/nbdcopy/nbdfuse and e2fsprogs for block volumes, the
 # AWS CLI, rclone, s3cmd and boto3 as S3 clients, promtool to check /metrics, Node for the
-# console page's script, headless Chromium and chromedriver for the console in a real browser,
-# …), then
+# console page's script, headless Chromium and chromedriver, and headless Firefox ESR, for the
+# console in real browsers, …), then
 # format, lint and every test.
 # `.ci/run` calls exactly this.
 set -euo pipefail
@@ -16,7 +16,7 @@ needs=(crushtool:ceph-base osdmaptool:ceph-base etcd:etcd-server redis-server:re
   qemu-io:qemu-utils qemu-img:qemu-utils fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin
   nbdfuse:nbdfuse mkfs.ext4:e2fsprogs debugfs:e2fsprogs e2fsck:e2fsprogs
   aws:awscli rclone:rclone s3cmd:s3cmd curl:curl promtool:prometheus node:nodejs
-  chromium:chromium chromedriver:chromium-driver)
+  chromium:chromium chromedriver:chromium-driver firefox-esr:firefox-esr)
 missing=()
 for need in "${needs[@]}"; do
   command -v "${need%%:*}" >/dev/null 2>&1 || missing+=("${need#*:}")

@@ -15,8 +15,10 @@ use serde_json::{Value, json};
 
 use crate::{binary, cluster, ok_at, runtime, small};
 
-// The page in headless Chromium, driven over WebDriver.
+// The page in headless Chromium and Firefox: one scenario (browser), two protocols.
 mod browser;
+mod marionette;
+mod webdriver;
 
 /// An `optio console` process, killed when dropped.
 struct Console {
