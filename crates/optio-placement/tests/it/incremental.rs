@@ -10,7 +10,9 @@
 
 use optio_placement::change::MapChange;
 use optio_placement::engine::balanced::Balanced;
-use optio_placement::engine::balanced::incremental::{BalanceState, place, rebalance};
+use optio_placement::engine::balanced::incremental::{
+    BalanceState, place, prepare_rebalance, rebalance,
+};
 use optio_placement::{
     BalanceMethod, ClusterMap, ClusterMapBuilder, CrushSpec, DeviceId, DeviceSpec, EngineRef,
     ItemRef, MapErrorKind, Placement, PoolId, PoolSpec, ReplicaSet, RingSpec, RuleId, RuleKind,
@@ -222,6 +224,61 @@ fn single_osd_changes_move_at_most_one_and_a_half_times_the_minimum() {
                 assert_eq!(after.unresolved, 0, "size {size} {change:?}");
             }
         }
+    }
+}
+
+/// A rebalance from a state the process judged before (the console's what-if, after
+/// `prepare_rebalance`) takes the previous placement it remembered instead of computing it
+/// again, and gives exactly what computing it gives.
+#[test]
+fn a_remembered_previous_placement_changes_nothing() {
+    // A shape no other test uses, so that the first rebalance from its state computes.
+    let map = cluster(2, 5, 3, incremental_pool(1, 640, 3));
+    let pool = map.pool(PoolId(1)).expect("pool");
+    let changes = [
+        MapChange::SetState { device: DeviceId(4), up: None, is_in: Some(false) },
+        MapChange::SetReweight { device: DeviceId(7), reweight: Weight(0x8000) },
+        MapChange::RemoveDevice(DeviceId(11)),
+    ];
+    let next: Vec<ClusterMap> = changes
+        .iter()
+        .map(|c| {
+            let mut builder = map.apply(c, map.epoch()).expect("applies").to_builder();
+            // The next map without its state: rebalanced below, from the previous one.
+            for p in &mut builder.pools {
+                p.balance.state = None;
+            }
+            builder.build().expect("builds")
+        })
+        .collect();
+    let pool_of = |m: &ClusterMap| m.pool(PoolId(1)).expect("pool").clone();
+    // Other states to remember, as many as a process keeps: after them, this map's previous
+    // placement is forgotten and computed again.
+    let others: Vec<ClusterMap> =
+        (0..4u32).map(|i| cluster(1, 3, 2, incremental_pool(1, 96 + 16 * i, 2))).collect();
+    for (n, c) in next.iter().zip(&changes) {
+        for other in &others {
+            prepare_rebalance(other, &pool_of(other)).expect("prepares");
+        }
+        let (computed, report) = rebalance(n, &pool_of(n), Some(state(&map))).expect("ok");
+        assert!(!report.home_remembered, "{c:?}: forgotten, so computed");
+        let mut remembered = None;
+        for _ in 0..10 {
+            // Other tests of the process may have pushed it out again: then once more.
+            prepare_rebalance(&map, pool).expect("prepares");
+            let (state_now, report_now) = rebalance(n, &pool_of(n), Some(state(&map))).expect("ok");
+            if report_now.home_remembered {
+                remembered = Some((state_now, report_now));
+                break;
+            }
+        }
+        let (state_now, report_now) = remembered.expect("prepare_rebalance remembered it");
+        assert_eq!(state_now, computed, "{c:?}");
+        assert_eq!(report_now.moved, report.moved, "{c:?}");
+        assert_eq!(report_now.steps, report.steps, "{c:?}");
+        assert_eq!(report_now.unresolved, report.unresolved, "{c:?}");
+        // And the applied map has that state too.
+        assert_eq!(state(&map.apply(c, map.epoch()).expect("applies")), &computed, "{c:?}");
     }
 }
 

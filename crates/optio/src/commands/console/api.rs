@@ -374,6 +374,12 @@ impl Console {
             }
             let balance = Arc::new(balance_of(map)?);
             *self.balance_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(balance.clone());
+            // A what-if at this epoch rebalances each incremental pool from its state: its
+            // placement under that state, computed now, is remembered for those.
+            for pool in map.pools() {
+                let _ =
+                    optio_placement::engine::balanced::incremental::prepare_rebalance(map, pool);
+            }
             Ok(balance)
         })
     }

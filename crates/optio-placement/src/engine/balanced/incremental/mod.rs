@@ -64,7 +64,7 @@ mod rebalance;
 mod search;
 mod state;
 
-pub use rebalance::{RebalanceReport, place, rebalance};
+pub use rebalance::{RebalanceReport, place, prepare_rebalance, rebalance};
 pub use search::{ITERATIONS_EXTRA, ITERATIONS_PER_COPY, PATH_DEPTH};
 pub use state::{
     BalanceState, BalanceStateError, CLASSES, DOMAIN_PRICE_MAX, DOMAIN_PRICE_ONE, DeviceState,

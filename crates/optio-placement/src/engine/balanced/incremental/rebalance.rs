@@ -11,6 +11,7 @@ use crate::engine::balanced::{
 use crate::ids::DeviceId;
 use crate::map::{ClusterMap, Pool};
 use crate::replica::ReplicaSet;
+use std::sync::{Arc, Mutex};
 
 /// Rounds of price rescaling before the search when balancing from scratch.
 const RESCALE_ROUNDS: u32 = 4;
@@ -31,6 +32,9 @@ pub struct RebalanceReport {
     pub steps: u64,
     /// Copies by which devices end outside their bands (0 whenever the map leaves room).
     pub unresolved: u64,
+    /// The previous placement was remembered from an earlier rebalance from the same state
+    /// (or [`prepare_rebalance`]) rather than computed again; the result is the same.
+    pub home_remembered: bool,
 }
 
 /// The placement units' keys (pps) and the devices a pool may use, after the limits.
@@ -162,11 +166,7 @@ pub fn rebalance(
         ));
     }
     // The previous placement, from the snapshot.
-    let snapshot: Vec<Member> = previous
-        .devices
-        .iter()
-        .map(|d| Member { id: d.id.0, domain: d.domain.clone(), weight: u64::from(d.weight) })
-        .collect();
+    let snapshot = snapshot_of(previous);
     // Devices of the snapshot the pool can no longer use must empty.
     let before_targets = targets_of(size, keys.len(), &snapshot);
     let leaving: Vec<(Member, crate::engine::balanced::targets::Target)> = snapshot
@@ -176,33 +176,114 @@ pub fn rebalance(
         .map(|(m, target)| (m.clone(), *target))
         .collect();
     // The previous placement (from the snapshot) and the engine of the devices now: two
-    // rankings of every (device, unit) pair, independent, so built side by side.
-    let (home, engine) = std::thread::scope(|scope| {
-        let before_keys = keys.clone();
-        let home = scope.spawn(|| {
-            let before = Engine::new(size, before_keys, &snapshot, &[]);
-            let layout = Layout::new(&before, prices_from(&before, previous, |_| PRICE_MAX), None);
-            let home: Vec<u32> = layout
-                .members
-                .iter()
-                .map(|&d| if d == NONE { NONE } else { before.ids[d as usize] })
-                .collect::<Vec<u32>>();
-            home
-        });
-        let engine = Engine::new(size, keys, &current, &leaving);
-        (home.join().expect("building the previous placement does not panic"), engine)
-    });
+    // rankings of every (device, unit) pair, independent, so built side by side — unless a
+    // rebalance from the same state and units computed that placement lately (a what-if
+    // asked before, or `prepare_rebalance`): then the engine alone, on every core.
+    let remembered = remembered_home(size, &keys, previous);
+    let home_remembered = remembered.is_some();
+    let (home, engine) = match remembered {
+        Some(home) => (home, Engine::new(size, keys, &current, &leaving)),
+        None => {
+            let before_keys = keys.clone();
+            let (home, engine) = std::thread::scope(|scope| {
+                let home = scope.spawn(|| home_of(size, before_keys, &snapshot, previous));
+                let engine = Engine::new(size, keys, &current, &leaving);
+                (home.join().expect("building the previous placement does not panic"), engine)
+            });
+            (home, engine)
+        }
+    };
     let prices = prices_from(&engine, previous, |_| PRICE_MAX);
-    let layout = Layout::new(&engine, prices, Some(home));
+    let layout = Layout::new(&engine, prices, Some(home.as_ref().clone()));
     let mut balancer = Balancer::new(&engine, layout);
     balancer.run(false);
     let report = RebalanceReport {
         moved: u64::try_from(balancer.layout.cost).unwrap_or(0),
         steps: balancer.layout.steps,
         unresolved: balancer.excess(),
+        home_remembered,
         ..RebalanceReport::default()
     };
     Ok((state_of(&engine, &balancer.layout.prices, pool.pgp_num, pool.size), report))
+}
+
+/// How many previous placements ("homes") a process remembers: the last four states asked
+/// about (a console judges many changes to the same map; a map edit, one). At 32,768 PGs
+/// of 3 copies a home is 384 KiB.
+const HOMES_KEPT: usize = 4;
+
+/// A home and what determines it: the size, the units' keys and the previous state.
+struct Home {
+    size: usize,
+    keys: Vec<u32>,
+    state: BalanceState,
+    home: Arc<Vec<u32>>,
+}
+
+/// The homes computed lately, newest last. A pure cache: a home is a function of its key,
+/// so a remembered one is exactly what [`home_of`] would compute again.
+static HOMES: Mutex<Vec<Home>> = Mutex::new(Vec::new());
+
+fn remembered_home(size: usize, keys: &[u32], state: &BalanceState) -> Option<Arc<Vec<u32>>> {
+    let homes = HOMES.lock().unwrap_or_else(|e| e.into_inner());
+    homes
+        .iter()
+        .find(|h| h.size == size && h.keys == keys && &h.state == state)
+        .map(|h| h.home.clone())
+}
+
+/// The placement under `state` of its own devices (`snapshot`, as [`Member`]s): every unit's
+/// devices by id, `size` slots per unit ([`NONE`] for an empty one). Remembered.
+fn home_of(
+    size: usize,
+    keys: Vec<u32>,
+    snapshot: &[Member],
+    state: &BalanceState,
+) -> Arc<Vec<u32>> {
+    let before = Engine::new(size, keys.clone(), snapshot, &[]);
+    let layout = Layout::new(&before, prices_from(&before, state, |_| PRICE_MAX), None);
+    let home: Arc<Vec<u32>> = Arc::new(
+        layout
+            .members
+            .iter()
+            .map(|&d| if d == NONE { NONE } else { before.ids[d as usize] })
+            .collect(),
+    );
+    let mut homes = HOMES.lock().unwrap_or_else(|e| e.into_inner());
+    homes.retain(|h| !(h.size == size && h.keys == keys && &h.state == state));
+    if homes.len() >= HOMES_KEPT {
+        homes.remove(0);
+    }
+    homes.push(Home { size, keys, state: state.clone(), home: home.clone() });
+    home
+}
+
+/// The devices of `state`'s snapshot, as the engine takes them.
+fn snapshot_of(state: &BalanceState) -> Vec<Member> {
+    state
+        .devices
+        .iter()
+        .map(|d| Member { id: d.id.0, domain: d.domain.clone(), weight: u64::from(d.weight) })
+        .collect()
+}
+
+/// Prepares the next rebalance of incremental balanced pool `pool` of `map`: computes (and
+/// remembers for the process) the pool's placement under its stored state, which a
+/// rebalance from that state starts from, so that judging a change to `map` (`what-if`)
+/// then builds one engine instead of two. Changes nothing; a pool without a state, or not
+/// incremental, is left alone.
+pub fn prepare_rebalance(map: &ClusterMap, pool: &Pool) -> Result<(), BalanceError> {
+    let Some(state) = pool.balance_state() else { return Ok(()) };
+    let (keys, _) = inputs(map, pool)?;
+    let size = pool.size as usize;
+    if state.units != pool.pgp_num
+        || state.size != pool.size
+        || remembered_home(size, &keys, state).is_some()
+    {
+        return Ok(());
+    }
+    home_of(size, keys, &snapshot_of(state), state);
+    Ok(())
 }
 
 /// The placement of incremental balanced pool `pool` of `map` under its stored state (under
