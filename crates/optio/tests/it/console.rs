@@ -675,13 +675,22 @@ fn console_adds_and_removes_a_device_with_a_dry_run_first() {
     });
 }
 
-/// What the page's script showed, run by Node against the console (`console/page_harness.js`).
-fn page_run(console: &Console, entity: &str, key: &str, device: &str) -> Value {
+/// What the page's script showed, run by Node against the console (`console/page_harness.js`):
+/// `device`'s row asked out (and committed), the elastic membership resized to `active`
+/// servers (asked only), `member` deactivated and activated again (each committed).
+fn page_run(
+    console: &Console,
+    entity: &str,
+    key: &str,
+    device: &str,
+    active: usize,
+    member: &str,
+) -> Value {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let output = Command::new("node")
         .arg(root.join("tests/it/console/page_harness.js"))
         .arg(root.join("src/commands/console/assets/console.js"))
-        .args([console.base.as_str(), entity, key, device])
+        .args([console.base.as_str(), entity, key, device, &active.to_string(), member])
         .output()
         .expect("node runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -701,9 +710,19 @@ fn console_the_page_logs_in_shows_the_cluster_and_commits_a_what_if() {
     let (_dir, cluster) = secured(2);
     let console = start_console(cluster.dir(), &[]);
     let before = epoch(&cluster);
-    let pools = cluster.load_map().expect("the map").pools().len();
+    let map = cluster.load_map().expect("the map");
+    let pools = map.pools().len();
+    let membership = map.membership().expect("an elastic membership");
+    let (ranked, version) = (membership.order.len(), membership.current().version);
     // A read session sees everything, is offered no commit, and a commit is refused.
-    let shown = page_run(&console, "client.reader", &key_of(&cluster, "client.reader"), "0");
+    let shown = page_run(
+        &console,
+        "client.reader",
+        &key_of(&cluster, "client.reader"),
+        "0",
+        ranked - 1,
+        "osd.5",
+    );
     assert_eq!(shown["login_shown_first"], json!(true), "{shown}");
     assert_eq!(shown["who"], json!("client.reader (read)"), "{shown}");
     assert_eq!(shown["devices"].as_array().map(Vec::len), Some(6), "{shown}");
@@ -715,9 +734,36 @@ fn console_the_page_logs_in_shows_the_cluster_and_commits_a_what_if() {
     assert!(shown["health"].as_str().unwrap().starts_with("HEALTH_"), "{shown}");
     assert_eq!(shown["commit_hidden"], json!(true), "{shown}");
     assert!(shown["commit_result"].as_str().unwrap().starts_with("refused"), "{shown}");
+    // Each kind of change shows its own fields only.
+    let device = ["Change", "Device"];
+    let members = ["Change", "Devices (ids or names, comma-separated)"];
+    assert_eq!(
+        shown["fields"],
+        json!({
+            "out": device, "in": device, "reweight": ["Change", "Device", "Weight"],
+            "add": ["Change", "Weight", "Id", "Location", "Capacity (GiB)"], "remove": device,
+            "attr": ["Change", "Device", "Capacity (GiB)", "Bandwidth (MB/s)", "Class"],
+            "resize": ["Change", "Active servers (ranks 1 to N)"],
+            "activate": members, "deactivate": members,
+        }),
+        "{shown}"
+    );
+    elastic_what_ifs(&shown, ranked);
+    for kind in ["deactivate", "activate"] {
+        assert_eq!(shown[kind]["commit_hidden"], json!(true), "{shown}");
+        assert!(shown[kind]["commit_result"].as_str().unwrap().starts_with("refused"), "{shown}");
+    }
+    assert_eq!(shown["csrf_sent"], json!(true), "{shown}");
     assert_eq!(epoch(&cluster), before, "a read session changed nothing");
     // An admin: the what-if of osd.0 out shows it losing its copies, and the commit stores it.
-    let shown = page_run(&console, "client.admin", &key_of(&cluster, "client.admin"), "0");
+    let shown = page_run(
+        &console,
+        "client.admin",
+        &key_of(&cluster, "client.admin"),
+        "0",
+        ranked - 1,
+        "osd.5",
+    );
     assert_eq!(shown["epoch"], json!(before), "{shown}");
     let names: Vec<&str> =
         shown["devices"].as_array().unwrap().iter().map(|r| r[1].as_str().unwrap()).collect();
@@ -737,9 +783,58 @@ fn console_the_page_logs_in_shows_the_cluster_and_commits_a_what_if() {
         json!(format!("stored epoch {}; the servers rebalance now", before + 1)),
         "{shown}"
     );
+    // The membership's changes through the form: osd.5 deactivated, then activated again.
+    elastic_what_ifs(&shown, ranked);
+    for (kind, stored) in [("deactivate", before + 2), ("activate", before + 3)] {
+        assert_eq!(shown[kind]["commit_hidden"], json!(false), "{shown}");
+        assert_eq!(
+            shown[kind]["commit_result"],
+            json!(format!("stored epoch {stored}; the servers rebalance now")),
+            "{kind}: {shown}"
+        );
+    }
+    assert_eq!(shown["csrf_sent"], json!(true), "{shown}");
+    // (Once the servers moved to it, the versions before the one in force are pruned: an
+    // epoch of the cluster's own may follow.)
     let map = cluster.load_map().expect("the map");
-    assert_eq!(map.epoch().0, before + 1);
+    assert!(map.epoch().0 >= before + 3, "{}", map.epoch().0);
     assert!(!map.device(DeviceId(0)).expect("osd.0").is_in, "osd.0 is out");
+    let membership = map.membership().expect("an elastic membership");
+    assert_eq!(membership.current().version, version + 2, "two membership versions stored");
+    assert!(membership.is_full_power(membership.current()), "osd.5 active again");
+}
+
+/// The page's what-ifs of the elastic membership (`page_harness.js`): each sent as the API
+/// documents it and shown as a membership change of `ranked` servers (nothing moves now); a
+/// resize below the primaries refused with the API's reason.
+fn elastic_what_ifs(shown: &Value, ranked: usize) {
+    let fewer = format!("→ {} of {ranked} servers active", ranked - 1);
+    let all = format!("→ {ranked} of {ranked} servers active");
+    let sent = [
+        ("resize", json!({ "kind": "resize", "active": ranked - 1 }), &fewer, "nothing moves"),
+        (
+            "deactivate",
+            json!({ "kind": "deactivate", "devices": ["osd.5"] }),
+            &fewer,
+            "nothing moves",
+        ),
+        ("activate", json!({ "kind": "activate", "devices": [5] }), &all, "full power"),
+    ];
+    for (kind, change, active, next) in sent {
+        let what_if = &shown[kind];
+        assert_eq!(what_if["sent"], json!({ "change": change }), "{kind}: {shown}");
+        assert_eq!(what_if["error"], json!(""), "{kind}: {shown}");
+        let summary = what_if["summary"].as_str().unwrap();
+        assert!(
+            summary.starts_with("At epoch ") && summary.contains("membership version"),
+            "{shown}"
+        );
+        assert!(summary.ends_with(active.as_str()), "{kind}: {shown}");
+        assert!(what_if["moves"][0].as_str().unwrap().starts_with(next), "{kind}: {shown}");
+    }
+    let refused = &shown["resize_refused"];
+    assert_eq!(refused["sent"], json!({ "change": { "kind": "resize", "active": 0 } }));
+    assert!(refused["error"].as_str().unwrap().contains("primaries"), "{shown}");
 }
 
 /// A client of the cluster signing as `client.admin` (to hold a volume's lock in a test).
