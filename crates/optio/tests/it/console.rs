@@ -1058,20 +1058,40 @@ fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_th
         }
     });
 
-    // The page's storage section (storage.js, run by Node): a read session sees the tables and
-    // no form, and its creation is refused; an admin's creates the volume.
+    // The page's storage section (storage.js, run by Node): a read session sees the tables, no
+    // form and no control, and its creation is refused; an admin's creates the volume, resizes
+    // and removes it, and creates an S3 user, gives it a new key and removes it.
     if !crate::have_tool("node", "nodejs") {
         return;
     }
-    let shown =
-        storage_run(&console, "client.reader", &key_of(&cluster, "client.reader"), "web-ro");
+    let shown = storage_run(
+        &console,
+        "client.reader",
+        &key_of(&cluster, "client.reader"),
+        "web-ro",
+        "web-ro-user",
+    );
     assert_eq!(shown["asked_logged_out"], json!(0), "nothing asked while logged out: {shown}");
     assert_eq!(shown["form_hidden"], json!(true), "{shown}");
+    assert_eq!(shown["user_form_hidden"], json!(true), "{shown}");
+    assert_eq!(shown["actions_hidden"], json!([true, true]), "{shown}");
     assert!(shown["create_result"].as_str().unwrap().starts_with("refused"), "{shown}");
     assert_eq!(shown["buckets"], json!([["photos", "data", "alice"]]), "{shown}");
     assert_eq!(shown["volumes_error"], json!(""), "{shown}");
-    let shown = storage_run(&console, "client.admin", &key_of(&cluster, "client.admin"), "web-vol");
+    for row in shown["volumes"].as_array().unwrap() {
+        assert_eq!(row.as_array().map(Vec::len), Some(6), "no controls: {shown}");
+    }
+    assert!(shown.get("resize").is_none(), "{shown}");
+    let shown = storage_run(
+        &console,
+        "client.admin",
+        &key_of(&cluster, "client.admin"),
+        "web-vol",
+        "web-user",
+    );
     assert_eq!(shown["form_hidden"], json!(false), "{shown}");
+    assert_eq!(shown["user_form_hidden"], json!(false), "{shown}");
+    assert_eq!(shown["actions_hidden"], json!([false, false]), "{shown}");
     assert!(
         shown["create_result"].as_str().unwrap().starts_with("created volume web-vol"),
         "{shown}"
@@ -1079,18 +1099,101 @@ fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_th
     let names: Vec<&str> =
         shown["volumes"].as_array().unwrap().iter().map(|r| r[0].as_str().unwrap()).collect();
     assert!(names.contains(&"web-vol") && !names.contains(&"web-ro"), "{shown}");
+    let sent = |step: &str| shown[step]["sent"].clone();
+    // Volumes: resized; shrunk only once confirmed (declined: the API's refusal shown).
+    let resize = |size: &str, shrink: bool| {
+        let mut body = json!({ "name": "web-vol", "size": size });
+        if shrink {
+            body["allow_shrink"] = json!(true);
+        }
+        json!(["POST", "/api/v1/volumes/resize", body])
+    };
+    assert_eq!(sent("resize"), json!([resize("128MiB", false)]), "{shown}");
+    assert_eq!(
+        shown["resize"]["result"],
+        json!("resized volume web-vol from 64.0 MiB to 128.0 MiB"),
+        "{shown}"
+    );
+    assert_eq!(shown["resized_row"][1], json!("128.0 MiB"), "the list asked again: {shown}");
+    assert_eq!(sent("shrink_declined"), json!([resize("64MiB", false)]), "{shown}");
+    assert!(
+        shown["shrink_declined"]["confirms"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("Shrink volume web-vol"),
+        "{shown}"
+    );
+    let refusal = shown["shrink_declined"]["result"].as_str().unwrap();
+    assert!(refusal.starts_with("refused: ") && refusal.contains("shrinking"), "{shown}");
+    assert_eq!(sent("shrink"), json!([resize("64MiB", false), resize("64MiB", true)]), "{shown}");
+    assert_eq!(shown["shrunk_row"][1], json!("64.0 MiB"), "{shown}");
+    // S3: the user created, its key pair shown once, copied from the box.
+    let user = json!({ "name": "web-user" });
+    assert_eq!(sent("user_create"), json!([["POST", "/api/v1/s3/users", user]]), "{shown}");
+    assert_eq!(shown["user_create"]["result"], json!("created S3 user web-user"), "{shown}");
+    let created = &shown["created_secret"];
+    assert_eq!(created["hidden"], json!(false), "{shown}");
+    assert_eq!(created["user"], json!("web-user"), "{shown}");
+    assert!(created["secret"].as_str().is_some_and(|s| s.len() >= 16), "{shown}");
+    assert_eq!(shown["user_row"][1], created["access"], "the list asked again: {shown}");
+    assert_eq!(shown["user_field_after"], json!(""), "{shown}");
+    assert_eq!(shown["copied"], json!(true), "{shown}");
+    // The next change (a second creation, refused with the API's reason) empties the box.
+    let again = shown["user_create_again"]["result"].as_str().unwrap();
+    assert!(again.starts_with("refused: "), "{shown}");
+    let empty = json!({ "hidden": true, "user": "", "access": "", "secret": "" });
+    assert_eq!(shown["secret_after_next_change"], empty, "{shown}");
+    assert_eq!(shown["first_secret_left"], json!(false), "{shown}");
+    // A new key pair: confirmed, shown once, the list's access key the new one; "Done" hides it.
+    assert_eq!(sent("rotate"), json!([["POST", "/api/v1/s3/users/rotate", user]]), "{shown}");
+    assert!(
+        shown["rotate"]["confirms"][0].as_str().unwrap().contains("S3 user web-user"),
+        "{shown}"
+    );
+    let rotated = &shown["rotated_secret"];
+    assert_eq!(rotated["hidden"], json!(false), "{shown}");
+    assert_ne!(rotated["secret"], created["secret"], "{shown}");
+    assert_ne!(rotated["access"], created["access"], "{shown}");
+    assert_eq!(shown["rotated_row"][1], rotated["access"], "{shown}");
+    assert_eq!(shown["secret_after_done"], empty, "{shown}");
+    assert_eq!(shown["rotated_secret_left"], json!(false), "{shown}");
+    // Removals: a declined confirmation sends nothing; each names what it removes.
+    assert_eq!(sent("user_rm_declined"), json!([]), "{shown}");
+    assert_eq!(sent("user_rm"), json!([["POST", "/api/v1/s3/users/rm", user]]), "{shown}");
+    assert_eq!(shown["user_rm"]["result"], json!("removed S3 user web-user"), "{shown}");
+    let users: Vec<&Value> = shown["users_after"].as_array().unwrap().iter().collect();
+    assert!(users.iter().all(|r| r[0] != json!("web-user")), "{shown}");
+    assert_eq!(
+        sent("volume_rm"),
+        json!([["POST", "/api/v1/volumes/rm", { "name": "web-vol" }]]),
+        "{shown}"
+    );
+    assert!(
+        shown["volume_rm"]["confirms"][0].as_str().unwrap().starts_with("Remove volume web-vol?"),
+        "{shown}"
+    );
+    assert_eq!(shown["volume_rm"]["result"], json!("removed volume web-vol"), "{shown}");
+    let volumes: Vec<&Value> = shown["volumes_after"].as_array().unwrap().iter().collect();
+    assert!(volumes.iter().all(|r| r[0] != json!("web-vol")), "{shown}");
+    assert_eq!(shown["csrf_sent"], json!(true), "every change sent the CSRF token: {shown}");
     let listed: Value =
         serde_json::from_str(&ok_at(cluster.dir(), &["volume", "ls", "--json"])).unwrap();
-    assert!(listed.as_array().unwrap().iter().any(|v| v["name"] == json!("web-vol")), "{listed}");
+    assert!(listed.as_array().unwrap().iter().all(|v| v["name"] != json!("web-vol")), "{listed}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&ok_at(cluster.dir(), &["s3", "user", "ls", "--json"]))
+            .unwrap(),
+        json!([]),
+        "the page removed its S3 user"
+    );
 }
 
 /// What the page's storage script showed, run by Node (`console/storage_harness.js`).
-fn storage_run(console: &Console, entity: &str, key: &str, volume: &str) -> Value {
+fn storage_run(console: &Console, entity: &str, key: &str, volume: &str, user: &str) -> Value {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let output = Command::new("node")
         .arg(root.join("tests/it/console/storage_harness.js"))
         .arg(root.join("src/commands/console/assets/storage.js"))
-        .args([console.base.as_str(), entity, key, volume])
+        .args([console.base.as_str(), entity, key, volume, user])
         .output()
         .expect("node runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
