@@ -677,13 +677,22 @@ fn console_adds_and_removes_a_device_with_a_dry_run_first() {
     });
 }
 
-/// What the page's script showed, run by Node against the console (`console/page_harness.js`).
-fn page_run(console: &Console, entity: &str, key: &str, device: &str) -> Value {
+/// What the page's script showed, run by Node against the console (`console/page_harness.js`):
+/// `device`'s row asked out (and committed), the elastic membership resized to `active`
+/// servers (asked only), `member` deactivated and activated again (each committed).
+fn page_run(
+    console: &Console,
+    entity: &str,
+    key: &str,
+    device: &str,
+    active: usize,
+    member: &str,
+) -> Value {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let output = Command::new("node")
         .arg(root.join("tests/it/console/page_harness.js"))
         .arg(root.join("src/commands/console/assets/console.js"))
-        .args([console.base.as_str(), entity, key, device])
+        .args([console.base.as_str(), entity, key, device, &active.to_string(), member])
         .output()
         .expect("node runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -703,9 +712,19 @@ fn console_the_page_logs_in_shows_the_cluster_and_commits_a_what_if() {
     let (_dir, cluster) = secured(2);
     let console = start_console(cluster.dir(), &[]);
     let before = epoch(&cluster);
-    let pools = cluster.load_map().expect("the map").pools().len();
+    let map = cluster.load_map().expect("the map");
+    let pools = map.pools().len();
+    let membership = map.membership().expect("an elastic membership");
+    let (ranked, version) = (membership.order.len(), membership.current().version);
     // A read session sees everything, is offered no commit, and a commit is refused.
-    let shown = page_run(&console, "client.reader", &key_of(&cluster, "client.reader"), "0");
+    let shown = page_run(
+        &console,
+        "client.reader",
+        &key_of(&cluster, "client.reader"),
+        "0",
+        ranked - 1,
+        "osd.5",
+    );
     assert_eq!(shown["login_shown_first"], json!(true), "{shown}");
     assert_eq!(shown["who"], json!("client.reader (read)"), "{shown}");
     assert_eq!(shown["devices"].as_array().map(Vec::len), Some(6), "{shown}");
@@ -717,9 +736,36 @@ fn console_the_page_logs_in_shows_the_cluster_and_commits_a_what_if() {
     assert!(shown["health"].as_str().unwrap().starts_with("HEALTH_"), "{shown}");
     assert_eq!(shown["commit_hidden"], json!(true), "{shown}");
     assert!(shown["commit_result"].as_str().unwrap().starts_with("refused"), "{shown}");
+    // Each kind of change shows its own fields only.
+    let device = ["Change", "Device"];
+    let members = ["Change", "Devices (ids or names, comma-separated)"];
+    assert_eq!(
+        shown["fields"],
+        json!({
+            "out": device, "in": device, "reweight": ["Change", "Device", "Weight"],
+            "add": ["Change", "Weight", "Id", "Location", "Capacity (GiB)"], "remove": device,
+            "attr": ["Change", "Device", "Capacity (GiB)", "Bandwidth (MB/s)", "Class"],
+            "resize": ["Change", "Active servers (ranks 1 to N)"],
+            "activate": members, "deactivate": members,
+        }),
+        "{shown}"
+    );
+    elastic_what_ifs(&shown, ranked);
+    for kind in ["deactivate", "activate"] {
+        assert_eq!(shown[kind]["commit_hidden"], json!(true), "{shown}");
+        assert!(shown[kind]["commit_result"].as_str().unwrap().starts_with("refused"), "{shown}");
+    }
+    assert_eq!(shown["csrf_sent"], json!(true), "{shown}");
     assert_eq!(epoch(&cluster), before, "a read session changed nothing");
     // An admin: the what-if of osd.0 out shows it losing its copies, and the commit stores it.
-    let shown = page_run(&console, "client.admin", &key_of(&cluster, "client.admin"), "0");
+    let shown = page_run(
+        &console,
+        "client.admin",
+        &key_of(&cluster, "client.admin"),
+        "0",
+        ranked - 1,
+        "osd.5",
+    );
     assert_eq!(shown["epoch"], json!(before), "{shown}");
     let names: Vec<&str> =
         shown["devices"].as_array().unwrap().iter().map(|r| r[1].as_str().unwrap()).collect();
@@ -739,9 +785,58 @@ fn console_the_page_logs_in_shows_the_cluster_and_commits_a_what_if() {
         json!(format!("stored epoch {}; the servers rebalance now", before + 1)),
         "{shown}"
     );
+    // The membership's changes through the form: osd.5 deactivated, then activated again.
+    elastic_what_ifs(&shown, ranked);
+    for (kind, stored) in [("deactivate", before + 2), ("activate", before + 3)] {
+        assert_eq!(shown[kind]["commit_hidden"], json!(false), "{shown}");
+        assert_eq!(
+            shown[kind]["commit_result"],
+            json!(format!("stored epoch {stored}; the servers rebalance now")),
+            "{kind}: {shown}"
+        );
+    }
+    assert_eq!(shown["csrf_sent"], json!(true), "{shown}");
+    // (Once the servers moved to it, the versions before the one in force are pruned: an
+    // epoch of the cluster's own may follow.)
     let map = cluster.load_map().expect("the map");
-    assert_eq!(map.epoch().0, before + 1);
+    assert!(map.epoch().0 >= before + 3, "{}", map.epoch().0);
     assert!(!map.device(DeviceId(0)).expect("osd.0").is_in, "osd.0 is out");
+    let membership = map.membership().expect("an elastic membership");
+    assert_eq!(membership.current().version, version + 2, "two membership versions stored");
+    assert!(membership.is_full_power(membership.current()), "osd.5 active again");
+}
+
+/// The page's what-ifs of the elastic membership (`page_harness.js`): each sent as the API
+/// documents it and shown as a membership change of `ranked` servers (nothing moves now); a
+/// resize below the primaries refused with the API's reason.
+fn elastic_what_ifs(shown: &Value, ranked: usize) {
+    let fewer = format!("→ {} of {ranked} servers active", ranked - 1);
+    let all = format!("→ {ranked} of {ranked} servers active");
+    let sent = [
+        ("resize", json!({ "kind": "resize", "active": ranked - 1 }), &fewer, "nothing moves"),
+        (
+            "deactivate",
+            json!({ "kind": "deactivate", "devices": ["osd.5"] }),
+            &fewer,
+            "nothing moves",
+        ),
+        ("activate", json!({ "kind": "activate", "devices": [5] }), &all, "full power"),
+    ];
+    for (kind, change, active, next) in sent {
+        let what_if = &shown[kind];
+        assert_eq!(what_if["sent"], json!({ "change": change }), "{kind}: {shown}");
+        assert_eq!(what_if["error"], json!(""), "{kind}: {shown}");
+        let summary = what_if["summary"].as_str().unwrap();
+        assert!(
+            summary.starts_with("At epoch ") && summary.contains("membership version"),
+            "{shown}"
+        );
+        assert!(summary.ends_with(active.as_str()), "{kind}: {shown}");
+        assert!(what_if["moves"][0].as_str().unwrap().starts_with(next), "{kind}: {shown}");
+    }
+    let refused = &shown["resize_refused"];
+    assert_eq!(refused["sent"], json!({ "change": { "kind": "resize", "active": 0 } }));
+    assert!(refused["error"].as_str().unwrap().contains("primaries"), "{shown}");
 }
 
 /// A client of the cluster signing as `client.admin` (to hold a volume's lock in a test).
@@ -965,20 +1060,40 @@ fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_th
         }
     });
 
-    // The page's storage section (storage.js, run by Node): a read session sees the tables and
-    // no form, and its creation is refused; an admin's creates the volume.
+    // The page's storage section (storage.js, run by Node): a read session sees the tables, no
+    // form and no control, and its creation is refused; an admin's creates the volume, resizes
+    // and removes it, and creates an S3 user, gives it a new key and removes it.
     if !crate::have_tool("node", "nodejs") {
         return;
     }
-    let shown =
-        storage_run(&console, "client.reader", &key_of(&cluster, "client.reader"), "web-ro");
+    let shown = storage_run(
+        &console,
+        "client.reader",
+        &key_of(&cluster, "client.reader"),
+        "web-ro",
+        "web-ro-user",
+    );
     assert_eq!(shown["asked_logged_out"], json!(0), "nothing asked while logged out: {shown}");
     assert_eq!(shown["form_hidden"], json!(true), "{shown}");
+    assert_eq!(shown["user_form_hidden"], json!(true), "{shown}");
+    assert_eq!(shown["actions_hidden"], json!([true, true]), "{shown}");
     assert!(shown["create_result"].as_str().unwrap().starts_with("refused"), "{shown}");
     assert_eq!(shown["buckets"], json!([["photos", "data", "alice"]]), "{shown}");
     assert_eq!(shown["volumes_error"], json!(""), "{shown}");
-    let shown = storage_run(&console, "client.admin", &key_of(&cluster, "client.admin"), "web-vol");
+    for row in shown["volumes"].as_array().unwrap() {
+        assert_eq!(row.as_array().map(Vec::len), Some(6), "no controls: {shown}");
+    }
+    assert!(shown.get("resize").is_none(), "{shown}");
+    let shown = storage_run(
+        &console,
+        "client.admin",
+        &key_of(&cluster, "client.admin"),
+        "web-vol",
+        "web-user",
+    );
     assert_eq!(shown["form_hidden"], json!(false), "{shown}");
+    assert_eq!(shown["user_form_hidden"], json!(false), "{shown}");
+    assert_eq!(shown["actions_hidden"], json!([false, false]), "{shown}");
     assert!(
         shown["create_result"].as_str().unwrap().starts_with("created volume web-vol"),
         "{shown}"
@@ -986,18 +1101,101 @@ fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_th
     let names: Vec<&str> =
         shown["volumes"].as_array().unwrap().iter().map(|r| r[0].as_str().unwrap()).collect();
     assert!(names.contains(&"web-vol") && !names.contains(&"web-ro"), "{shown}");
+    let sent = |step: &str| shown[step]["sent"].clone();
+    // Volumes: resized; shrunk only once confirmed (declined: the API's refusal shown).
+    let resize = |size: &str, shrink: bool| {
+        let mut body = json!({ "name": "web-vol", "size": size });
+        if shrink {
+            body["allow_shrink"] = json!(true);
+        }
+        json!(["POST", "/api/v1/volumes/resize", body])
+    };
+    assert_eq!(sent("resize"), json!([resize("128MiB", false)]), "{shown}");
+    assert_eq!(
+        shown["resize"]["result"],
+        json!("resized volume web-vol from 64.0 MiB to 128.0 MiB"),
+        "{shown}"
+    );
+    assert_eq!(shown["resized_row"][1], json!("128.0 MiB"), "the list asked again: {shown}");
+    assert_eq!(sent("shrink_declined"), json!([resize("64MiB", false)]), "{shown}");
+    assert!(
+        shown["shrink_declined"]["confirms"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("Shrink volume web-vol"),
+        "{shown}"
+    );
+    let refusal = shown["shrink_declined"]["result"].as_str().unwrap();
+    assert!(refusal.starts_with("refused: ") && refusal.contains("shrinking"), "{shown}");
+    assert_eq!(sent("shrink"), json!([resize("64MiB", false), resize("64MiB", true)]), "{shown}");
+    assert_eq!(shown["shrunk_row"][1], json!("64.0 MiB"), "{shown}");
+    // S3: the user created, its key pair shown once, copied from the box.
+    let user = json!({ "name": "web-user" });
+    assert_eq!(sent("user_create"), json!([["POST", "/api/v1/s3/users", user]]), "{shown}");
+    assert_eq!(shown["user_create"]["result"], json!("created S3 user web-user"), "{shown}");
+    let created = &shown["created_secret"];
+    assert_eq!(created["hidden"], json!(false), "{shown}");
+    assert_eq!(created["user"], json!("web-user"), "{shown}");
+    assert!(created["secret"].as_str().is_some_and(|s| s.len() >= 16), "{shown}");
+    assert_eq!(shown["user_row"][1], created["access"], "the list asked again: {shown}");
+    assert_eq!(shown["user_field_after"], json!(""), "{shown}");
+    assert_eq!(shown["copied"], json!(true), "{shown}");
+    // The next change (a second creation, refused with the API's reason) empties the box.
+    let again = shown["user_create_again"]["result"].as_str().unwrap();
+    assert!(again.starts_with("refused: "), "{shown}");
+    let empty = json!({ "hidden": true, "user": "", "access": "", "secret": "" });
+    assert_eq!(shown["secret_after_next_change"], empty, "{shown}");
+    assert_eq!(shown["first_secret_left"], json!(false), "{shown}");
+    // A new key pair: confirmed, shown once, the list's access key the new one; "Done" hides it.
+    assert_eq!(sent("rotate"), json!([["POST", "/api/v1/s3/users/rotate", user]]), "{shown}");
+    assert!(
+        shown["rotate"]["confirms"][0].as_str().unwrap().contains("S3 user web-user"),
+        "{shown}"
+    );
+    let rotated = &shown["rotated_secret"];
+    assert_eq!(rotated["hidden"], json!(false), "{shown}");
+    assert_ne!(rotated["secret"], created["secret"], "{shown}");
+    assert_ne!(rotated["access"], created["access"], "{shown}");
+    assert_eq!(shown["rotated_row"][1], rotated["access"], "{shown}");
+    assert_eq!(shown["secret_after_done"], empty, "{shown}");
+    assert_eq!(shown["rotated_secret_left"], json!(false), "{shown}");
+    // Removals: a declined confirmation sends nothing; each names what it removes.
+    assert_eq!(sent("user_rm_declined"), json!([]), "{shown}");
+    assert_eq!(sent("user_rm"), json!([["POST", "/api/v1/s3/users/rm", user]]), "{shown}");
+    assert_eq!(shown["user_rm"]["result"], json!("removed S3 user web-user"), "{shown}");
+    let users: Vec<&Value> = shown["users_after"].as_array().unwrap().iter().collect();
+    assert!(users.iter().all(|r| r[0] != json!("web-user")), "{shown}");
+    assert_eq!(
+        sent("volume_rm"),
+        json!([["POST", "/api/v1/volumes/rm", { "name": "web-vol" }]]),
+        "{shown}"
+    );
+    assert!(
+        shown["volume_rm"]["confirms"][0].as_str().unwrap().starts_with("Remove volume web-vol?"),
+        "{shown}"
+    );
+    assert_eq!(shown["volume_rm"]["result"], json!("removed volume web-vol"), "{shown}");
+    let volumes: Vec<&Value> = shown["volumes_after"].as_array().unwrap().iter().collect();
+    assert!(volumes.iter().all(|r| r[0] != json!("web-vol")), "{shown}");
+    assert_eq!(shown["csrf_sent"], json!(true), "every change sent the CSRF token: {shown}");
     let listed: Value =
         serde_json::from_str(&ok_at(cluster.dir(), &["volume", "ls", "--json"])).unwrap();
-    assert!(listed.as_array().unwrap().iter().any(|v| v["name"] == json!("web-vol")), "{listed}");
+    assert!(listed.as_array().unwrap().iter().all(|v| v["name"] != json!("web-vol")), "{listed}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&ok_at(cluster.dir(), &["s3", "user", "ls", "--json"]))
+            .unwrap(),
+        json!([]),
+        "the page removed its S3 user"
+    );
 }
 
 /// What the page's storage script showed, run by Node (`console/storage_harness.js`).
-fn storage_run(console: &Console, entity: &str, key: &str, volume: &str) -> Value {
+fn storage_run(console: &Console, entity: &str, key: &str, volume: &str, user: &str) -> Value {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let output = Command::new("node")
         .arg(root.join("tests/it/console/storage_harness.js"))
         .arg(root.join("src/commands/console/assets/storage.js"))
-        .args([console.base.as_str(), entity, key, volume])
+        .args([console.base.as_str(), entity, key, volume, user])
         .output()
         .expect("node runs");
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -1,33 +1,47 @@
 // Runs the console page's script (console.js) in Node against a live `optio console`, with a
-// fake DOM just rich enough for its render paths: logs in through the page's form, renders
-// the overview, servers, devices and pools from the real API, clicks a device row's "out?"
-// button (a what-if), then commits it with the page's button. Prints one JSON line of what the
-// page showed; exits non-zero on any script error.
+// fake DOM just rich enough for its render paths (fake_dom.js): logs in through the page's
+// form, renders the overview, servers, devices and pools from the real API, clicks a device
+// row's "out?" button (a what-if), then commits it with the page's button; shows each kind of
+// change's fields, and asks (and commits) the elastic membership's changes with the form.
+// Prints one JSON line of what the page showed; exits non-zero on any script error.
 //
-// node page_harness.js CONSOLE_JS BASE_URL ENTITY KEY DEVICE_ROW
+// node page_harness.js CONSOLE_JS BASE_URL ENTITY KEY DEVICE_ROW ACTIVE MEMBER
 "use strict";
 const fs = require("fs");
-const [script, base, entity, key, row] = process.argv.slice(2);
+const path = require("path");
+const { mk, flat, text, install, csrfSent } = require("./fake_dom.js");
+const [script, base, entity, key, row, active, member] = process.argv.slice(2);
 
-const byId = {};
-// A DocumentFragment's children are moved into what it is appended to.
-const flat = (c) => c.flatMap((x) => (x && x.tag === "#fragment" ? x.children : [x]));
-function mk(tag, id) {
-  return {
-    tag, id, children: [], textContent: "", className: "", hidden: false, style: {}, title: "",
-    value: "", dataset: {}, listeners: {}, attributes: {},
-    classList: { toggle() {} },
-    parentNode: { classList: { toggle() {} } },
-    setAttribute(k, v) { this.attributes[k] = v; },
-    append(...c) { this.children.push(...flat(c)); },
-    replaceChildren(...c) { this.children = flat(c); },
-    addEventListener(t, f) { this.listeners[t] = f; },
-    querySelectorAll() { return this.headers || []; },
-    scrollIntoView() {},
-    requestSubmit() { return this.listeners.submit({ preventDefault() {}, target: this }); },
-  };
+// The what-if form as index.html (next to the script) has it: its labels — each with its
+// class, its text and its control's name — and its controls, with their initial values.
+const html = fs.readFileSync(path.join(path.dirname(script), "index.html"), "utf8");
+const formHtml = html.slice(html.indexOf('<form id="whatif-form">'), html.indexOf("</form>", html.indexOf('<form id="whatif-form">')));
+const select = mk("select");
+select.options = [];
+select.append = function (...c) { this.options.push(...flat(c)); };
+select.replaceChildren = function (...c) { this.options = flat(c); };
+const named = { device: select, entity: mk("input"), key: mk("input") };
+const labels = [];
+for (const m of formHtml.matchAll(/<label(?: class="([^"]*)")?>([^<]*)<(input|select) name="([^"]*)"([^>]*)>/g)) {
+  const [, cls, label, tag, name, rest] = m;
+  if (!named[name]) named[name] = mk(tag);
+  const initial = rest.match(/ value="([^"]*)"/);
+  if (initial) named[name].value = initial[1];
+  const e = mk("label");
+  e.className = cls || "";
+  e.label = label.trim();
+  labels.push(e);
 }
-const get = (id) => byId[id] || (byId[id] = mk("div", id));
+const kinds = [...formHtml.matchAll(/<option value="([^"]*)">/g)].map((m) => m[1]);
+named.kind.value = kinds[0];
+named.entity.value = entity;
+named.key.value = key;
+
+const dom = install(base, {
+  querySelector: (q) => named[q.match(/name=(\w+)/)[1]],
+  querySelectorAll: (q) => labels.filter((l) => q.startsWith(".") && l.className === q.slice(1)),
+});
+const get = dom.get;
 for (const t of ["devices", "pools", "whatif-devices", "servers"]) {
   const table = get(t);
   table.tBodies = [mk("tbody")];
@@ -38,51 +52,39 @@ for (const t of ["devices", "pools", "whatif-devices", "servers"]) {
     return th;
   });
 }
-const select = mk("select");
-select.options = [];
-select.append = function (...c) { this.options.push(...flat(c)); };
-select.replaceChildren = function (...c) { this.options = flat(c); };
-const named = {
-  kind: mk("select"), device: select, weight: mk("input"), id: mk("input"), at: mk("input"),
-  capacity: mk("input"), entity: mk("input"), key: mk("input"),
-};
-named.kind.value = "out";
-named.weight.value = "1";
-named.entity.value = entity;
-named.key.value = key;
 get("whatif-form").elements = { namedItem: (n) => named[n] };
 get("login-form").elements = { namedItem: (n) => named[n] };
-let ready = null;
-global.document = {
-  getElementById: get,
-  createElement: (t) => mk(t),
-  createElementNS: (_, t) => mk(t),
-  createDocumentFragment: () => mk("#fragment"),
-  body: mk("body"),
-  querySelector: (q) => (q.includes("kind") ? named.kind : select),
-  querySelectorAll: () => [],
-  addEventListener: (_, f) => { ready = f; },
-};
-global.window = { confirm: () => true, addEventListener() {}, performance: global.performance };
-global.setInterval = () => 1;
-// The browser's cookie jar, for one origin.
-let cookie = null;
-const realFetch = global.fetch;
-global.fetch = async (path, init) => {
-  const headers = { ...(init.headers || {}) };
-  if (cookie) headers.cookie = cookie;
-  const response = await realFetch(base + path, { ...init, headers });
-  const set = response.headers.get("set-cookie");
-  if (set) cookie = set.split(";")[0];
-  return response;
-};
 // (Strict code's declarations stay inside its eval: the script hands out what is called.)
 eval(fs.readFileSync(script, "utf8") + "\n;globalThis.page = { refresh };");
 
 const settle = () => new Promise((r) => setTimeout(r, 300));
-const text = (e) => e.textContent || (e.children[0] ? text(e.children[0]) : "");
+// The what-if of what the form holds, asked with its button; then, with `commit`, its commit.
+async function whatIf(kind, values, commit) {
+  named.kind.value = kind;
+  await named.kind.listeners.change();
+  for (const [name, value] of Object.entries(values)) named[name].value = value;
+  get("whatif-summary").textContent = "";
+  get("whatif-error").textContent = "";
+  get("commit-result").textContent = "";
+  const asked = dom.requests.length;
+  await get("whatif-form").listeners.submit({ preventDefault() {}, target: get("whatif-form") });
+  const sent = dom.requests.slice(asked).find((r) => r.path === "/api/v1/whatif");
+  const shown = {
+    sent: sent ? sent.body : null,
+    summary: get("whatif-summary").textContent,
+    moves: get("whatif-moves").children.map(text),
+    error: get("whatif-error").textContent,
+    commit_hidden: get("commit").hidden,
+  };
+  if (commit) {
+    await get("commit").listeners.click();
+    shown.commit_result = get("commit-result").textContent;
+  }
+  return shown;
+}
+
 (async () => {
-  await ready();
+  await dom.ready();
   const loginShown = !get("login").hidden;
   await get("login-form").listeners.submit({ preventDefault() {}, target: get("login-form") });
   await settle();
@@ -120,6 +122,21 @@ const text = (e) => e.textContent || (e.children[0] ? text(e.children[0]) : "");
   await get("commit").listeners.click();
   shown.commit_result = get("commit-result").textContent;
   shown.footer = get("footer").textContent;
+  // Each kind's fields: the labels shown once it is chosen.
+  shown.fields = {};
+  for (const kind of kinds) {
+    named.kind.value = kind;
+    await named.kind.listeners.change();
+    shown.fields[kind] = labels.filter((l) => !l.hidden).map((l) => l.label);
+  }
+  // The elastic membership: a resize (asked only), MEMBER deactivated then activated again
+  // (each committed), and a resize the API refuses (its error shown).
+  shown.resize = await whatIf("resize", { active }, false);
+  shown.deactivate = await whatIf("deactivate", { devices: member }, true);
+  shown.activate = await whatIf("activate", { devices: " " + member.replace(/^osd\./, "") + " ," }, true);
+  shown.resize_refused = await whatIf("resize", { active: "0" }, false);
+  const session = await (await global.fetch("/api/v1/session", { method: "GET" })).json();
+  shown.csrf_sent = csrfSent(dom.requests, session.csrf_token);
   console.log(JSON.stringify(shown));
 })().catch((e) => {
   console.error("the page's script failed:", e);

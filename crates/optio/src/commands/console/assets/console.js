@@ -490,6 +490,10 @@ function changeFromForm(form) {
       if (cls !== "") change.class = cls;
       return change;
     }
+    // The elastic membership: how many servers (by rank) stay active, or devices named.
+    case "resize": return { kind: "resize", active: Number(field(form, "active").value) };
+    case "activate":
+    case "deactivate": return { kind, devices: deviceList(field(form, "devices").value) };
     default: return {
       kind: "add_device", id: Number(field(form, "id").value), at: field(form, "at").value,
       capacity_bytes: Math.round(Number(field(form, "capacity").value) * 1073741824),
@@ -498,12 +502,22 @@ function changeFromForm(form) {
   }
 }
 
+// "osd.5, 6 osd.7" → ["osd.5", 6, "osd.7"]: ids as numbers, names as they are.
+function deviceList(text) {
+  return text.split(/[\s,]+/).filter((d) => d !== "").map((d) => (/^\d+$/.test(d) ? Number(d) : d));
+}
+
+// The kinds that name no single device.
+const WITHOUT_DEVICE = ["add", "resize", "activate", "deactivate"];
+
 function showFields() {
   const kind = document.querySelector("#whatif-form select[name=kind]").value;
-  for (const e of document.querySelectorAll(".for-device")) e.hidden = kind === "add";
+  for (const e of document.querySelectorAll(".for-device")) e.hidden = WITHOUT_DEVICE.includes(kind);
   for (const e of document.querySelectorAll(".for-weight")) e.hidden = !(kind === "reweight" || kind === "add");
   for (const e of document.querySelectorAll(".for-add")) e.hidden = kind !== "add";
   for (const e of document.querySelectorAll(".for-attr")) e.hidden = kind !== "attr";
+  for (const e of document.querySelectorAll(".for-resize")) e.hidden = kind !== "resize";
+  for (const e of document.querySelectorAll(".for-members")) e.hidden = kind !== "activate" && kind !== "deactivate";
 }
 
 function askWhatIf(kind, device) {
@@ -530,8 +544,30 @@ async function whatIf(event) {
   }
 }
 
+// An elastic membership change moves nothing when stored: its versions and servers active,
+// and what follows (as `optio resize … --dry-run` says it).
+function membershipSummary(report, m) {
+  const summary = "At epoch " + report.epoch_before + ": membership version " + m.from_version + " → " +
+    m.to_version + ": " + m.active_before + " → " + m.active_after + " of " + m.servers + " servers active";
+  const next = m.active_after < m.active_before
+    ? "nothing moves: data on the inactive servers stays there and every object keeps a copy on a primary; new writes to elastic pools skip the inactive servers and are recorded in the dirty table"
+    : m.active_after === m.servers
+      ? "full power: re-integration moves the offloaded copies recorded in the dirty table back to their servers"
+      : "re-integration moves the offloaded copies recorded in the dirty table to where this version places them";
+  return [summary, next];
+}
+
 function renderWhatIf(report) {
   $("whatif-result").hidden = false;
+  const membership = report.moves && !Array.isArray(report.moves) ? report.moves.membership : null;
+  if (membership) {
+    const [summary, next] = membershipSummary(report, membership);
+    $("whatif-summary").textContent = summary;
+    $("whatif-moves").replaceChildren(el("li", next));
+    $("whatif-devices").tBodies[0].replaceChildren();
+    $("commit").hidden = !state.mayChange;
+    return;
+  }
   const moves = Array.isArray(report.moves) ? report.moves : [];
   // One line in all, then one per pool (a list: readable on a phone too).
   const sum = (pgs, key) => moves.filter((m) => (m.unit === "pg_copies") === pgs).reduce((n, m) => n + m[key], 0);
