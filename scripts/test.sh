@@ -44,6 +44,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 cargo fmt --all -- --check
+# No merge left half done: a conflict marker at the start of a line in any tracked file.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1 &&
+  git grep -n -I -E '^(<<<<<<< |>>>>>>> )' -- . ':!target'; then
+  echo "merge conflict markers in the files above: resolve them" >&2
+  exit 1
+fi
 # No import cycle between the modules of a crate, but the known ones being taken apart.
 python3 scripts/module-cycles.py --known scripts/known-cycles.txt
 cargo clippy --workspace --all-targets --locked -- -D warnings

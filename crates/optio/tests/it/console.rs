@@ -1283,6 +1283,16 @@ fn console_the_what_if_of_the_elastic_membership_is_the_clis_dry_run() {
         let ranked = map.membership().expect("an elastic membership").order.len();
         let active = (ranked - 1).to_string();
         let last = "osd.5";
+        // The membership in force, in the map's summary (what the form's resize starts from).
+        let (status, _, summary) =
+            call(&http, &console.base, "GET", "/api/v1/map", Some(&admin), false, None).await;
+        assert_eq!(status, 200, "{summary}");
+        let current = map.membership().expect("membership").current().version;
+        assert_eq!(
+            summary["membership"],
+            json!({ "version": current, "active": ranked, "servers": ranked, "full_power": true }),
+            "{summary}"
+        );
         for (change, cli) in [
             (
                 json!({ "kind": "resize", "active": ranked - 1 }),

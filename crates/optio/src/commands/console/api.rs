@@ -635,6 +635,15 @@ pub async fn map_summary(State(console): State<Arc<Console>>, headers: HeaderMap
         "used_bytes": used,
         "capacity": capacity_json(&space(&map, rows)),
         "tunables": map.tunables().profile().map_or("custom", |p| p.name()),
+        // The elastic membership in force (`optio map show --json`'s last version): what
+        // the what-if form's resize starts from.
+        "membership": map.membership().map(|m| {
+            let current = m.current();
+            json!({
+                "version": current.version, "active": m.active_count(current),
+                "servers": m.order.len(), "full_power": m.is_full_power(current),
+            })
+        }),
     }))
 }
 

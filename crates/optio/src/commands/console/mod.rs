@@ -262,6 +262,34 @@ mod tests {
         assert_eq!(routed, described);
     }
 
+    /// Every schema the description refers to is defined there, and the file holds neither
+    /// tabs (YAML refuses them) nor the markers of a merge left half done.
+    #[test]
+    fn the_openapi_files_references_resolve_and_it_is_whole() {
+        for (n, line) in OPENAPI.lines().enumerate() {
+            assert!(!line.contains('\t'), "line {}: a tab", n + 1);
+            for marker in ["<<<<<<<", "=======", ">>>>>>>"] {
+                assert!(!line.starts_with(marker), "line {}: {marker}", n + 1);
+            }
+        }
+        let defined: std::collections::BTreeSet<&str> = OPENAPI
+            .split_once("\n  schemas:\n")
+            .expect("components.schemas")
+            .1
+            .lines()
+            .take_while(|line| line.is_empty() || line.starts_with("    "))
+            .filter_map(|line| line.strip_prefix("    "))
+            .filter(|rest| !rest.starts_with(' '))
+            .filter_map(|rest| rest.strip_suffix(':'))
+            .collect();
+        assert!(defined.contains("Pool") && defined.contains("PoolUsage"), "{defined:?}");
+        for reference in OPENAPI.split("#/components/schemas/").skip(1) {
+            let name: String =
+                reference.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+            assert!(defined.contains(name.as_str()), "{name} is referred to, not defined");
+        }
+    }
+
     #[test]
     fn the_page_fetches_nothing_from_elsewhere() {
         for (name, text) in [

@@ -113,6 +113,7 @@ function fetchAll() {
 async function refresh(prefetched) {
   try {
     const [health, map, devices, pools, servers] = await (prefetched || fetchAll());
+    state.membership = map.membership;
     if (changed("overview", health, map)) renderOverview(health, map);
     if (changed("devices", devices)) {
       state.devices = devices.devices;
@@ -517,6 +518,12 @@ function showFields() {
   for (const e of document.querySelectorAll(".for-add")) e.hidden = kind !== "add";
   for (const e of document.querySelectorAll(".for-attr")) e.hidden = kind !== "attr";
   for (const e of document.querySelectorAll(".for-resize")) e.hidden = kind !== "resize";
+  // The resize starts from the servers active now (the map's membership in force).
+  const active = field($("whatif-form"), "active");
+  if (kind === "resize" && active && state.membership) {
+    active.placeholder = "now " + state.membership.active + " of " + state.membership.servers;
+    if (active.value === "") active.value = String(state.membership.active);
+  }
   for (const e of document.querySelectorAll(".for-members")) e.hidden = kind !== "activate" && kind !== "deactivate";
 }
 
