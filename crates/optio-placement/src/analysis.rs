@@ -30,6 +30,17 @@ pub struct PoolLoad {
     pub undersized: u64,
     /// Units placed: PGs, or objects for object-level pools.
     pub units: u64,
+    /// Bytes clients stored in the simulated objects (objects × object size): the pool's
+    /// logical bytes, which `bytes` (raw: every replica or chunk) adds up to `copy_factor`
+    /// times when nothing is undersized.
+    pub logical_bytes: u64,
+}
+
+impl PoolLoad {
+    /// Raw bytes: every replica or chunk on every device.
+    pub fn raw_bytes(&self) -> u64 {
+        self.bytes.iter().sum()
+    }
 }
 
 /// How many units of work [`pool_load`] reports progress in.
@@ -68,6 +79,8 @@ pub struct PlacedPool {
     lens: Vec<u8>,
     /// Each simulated object's PG (pools with PGs; empty otherwise).
     object_pgs: Vec<u32>,
+    /// The pool's erasure profile (an object's copies are then chunks).
+    erasure: Option<crate::params::erasure::ErasureParams>,
 }
 
 impl PlacedPool {
@@ -91,6 +104,7 @@ impl PlacedPool {
             sets: Vec::new(),
             lens: Vec::new(),
             object_pgs: Vec::new(),
+            erasure: info.erasure,
         };
         if pool.has_pgs() {
             placed.reserve(u64::from(info.pg_num));
@@ -182,7 +196,9 @@ impl PlacedPool {
         if self.has_pgs() { self.set(self.object_pgs[index] as usize) } else { self.set(index) }
     }
 
-    /// The pool's load on `max_devices` device ids, objects of `object_size` bytes.
+    /// The pool's load on `max_devices` device ids, objects of `object_size` bytes: each
+    /// copy on a device takes `object_size` bytes, or one chunk's for an erasure-coded pool
+    /// ([`ErasureParams::chunk_bytes`](crate::params::erasure::ErasureParams::chunk_bytes)).
     pub fn load(&self, max_devices: u32, object_size: u64) -> PoolLoad {
         let n = max_devices as usize;
         let mut load = PoolLoad {
@@ -212,9 +228,11 @@ impl PlacedPool {
                 load.objects[device.0 as usize] += 1;
             }
         }
+        let copy_bytes = self.erasure.map_or(object_size, |e| e.chunk_bytes(object_size));
         for (bytes, count) in load.bytes.iter_mut().zip(&load.objects) {
-            *bytes = count.saturating_mul(object_size);
+            *bytes = count.saturating_mul(copy_bytes);
         }
+        load.logical_bytes = (self.object_count() as u64).saturating_mul(object_size);
         load
     }
 

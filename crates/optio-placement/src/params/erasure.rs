@@ -33,6 +33,15 @@ impl ErasureParams {
         self.k.saturating_add(self.m)
     }
 
+    /// Bytes each chunk of an object of `object_bytes` takes: whole stripes of K stripe
+    /// units, so `⌈object_bytes / (K × unit)⌉ × unit` (as the store writes them; 0 for an
+    /// empty object).
+    pub fn chunk_bytes(&self, object_bytes: u64) -> u64 {
+        let unit = u64::from(self.stripe_unit_bytes);
+        let stripe = u64::from(self.k).saturating_mul(unit).max(1);
+        object_bytes.div_ceil(stripe).saturating_mul(unit)
+    }
+
     /// The `min_size` of a pool with this profile when none is given: K + 1 (Ceph's
     /// default for erasure-coded pools), capped at K + M.
     pub fn default_min_size(&self) -> u32 {
@@ -99,5 +108,19 @@ mod tests {
         for unit in [0, 32, 100, STRIPE_UNIT_MAX_BYTES + 64] {
             assert_eq!(params(4, 2, unit).check().map_err(|e| e.0), Err("stripe_unit"));
         }
+    }
+
+    /// A chunk holds a K-th of the object in whole stripe units (as the store's layout
+    /// writes it: `optio_erasure::Layout::chunk_bytes`).
+    #[test]
+    fn chunks_are_whole_stripe_units() {
+        let p = params(4, 2, 64 << 10);
+        assert_eq!(p.chunk_bytes(0), 0);
+        assert_eq!(p.chunk_bytes(1), 64 << 10);
+        assert_eq!(p.chunk_bytes(4 * (64 << 10)), 64 << 10);
+        assert_eq!(p.chunk_bytes(4 * (64 << 10) + 1), 128 << 10);
+        assert_eq!(p.chunk_bytes(4 << 20), 1 << 20);
+        assert_eq!(params(8, 3, 4096).chunk_bytes(100_000), 4 * 4096);
+        assert!(params(16, 4, 64 << 10).chunk_bytes(u64::MAX) > 0, "no overflow");
     }
 }

@@ -163,6 +163,21 @@ fn print_report(
     for id in pools {
         println!("  {}", describe_pool(map, *id, args.objects, args.object_size));
     }
+    if args.objects > 0 {
+        println!("  space of the simulated objects (raw: every replica or chunk placed):");
+        for (id, pool_load, _) in &load.pools {
+            let Some(pool) = map.pool(*id) else { continue };
+            let space = space_json(pool, pool_load);
+            println!(
+                "    {:<12} {:<14} logical {:>10}  raw {:>10}  raw/logical {:.3}",
+                pool.name,
+                space["redundancy"].as_str().unwrap_or("?"),
+                bytes(pool_load.logical_bytes as f64),
+                bytes(pool_load.raw_bytes() as f64),
+                space["raw_over_logical"].as_f64().unwrap_or(0.0),
+            );
+        }
+    }
     if total.undersized > 0 {
         println!("  warning: {} placements got fewer devices than the pool size", total.undersized);
     }
@@ -276,13 +291,36 @@ fn describe_pool(map: &ClusterMap, id: PoolId, objects: u64, object_size: u64) -
         "objects placed one by one".to_string()
     };
     let extensions = pool.balance().describe().map(|d| format!(" ({d})")).unwrap_or_default();
+    let copies = match &pool.erasure {
+        Some(e) => format!(
+            "erasure {e}: {} chunks of {} each",
+            e.chunks(),
+            bytes(e.chunk_bytes(object_size) as f64)
+        ),
+        None => format!("{} replicas", pool.size),
+    };
     format!(
-        "pool '{}' (id {}): {engine}{extensions}, {pgs}, {} replicas; {objects} simulated objects of {}",
+        "pool '{}' (id {}): {engine}{extensions}, {pgs}, {copies}; {objects} simulated objects of {}",
         pool.name,
         pool.id,
-        pool.size,
         bytes(object_size as f64)
     )
+}
+
+/// The space of a pool's simulated objects: raw (every replica or chunk placed) against
+/// logical (what clients stored), and the factor between them.
+fn space_json(pool: &optio_placement::Pool, load: &PoolLoad) -> serde_json::Value {
+    let raw = load.raw_bytes();
+    let factor = if load.logical_bytes > 0 { raw as f64 / load.logical_bytes as f64 } else { 0.0 };
+    json!({
+        "redundancy": match &pool.erasure {
+            Some(e) => format!("erasure {e}"),
+            None => format!("replicated {}", pool.size),
+        },
+        "logical_bytes": load.logical_bytes,
+        "raw_bytes": raw,
+        "raw_over_logical": (factor * 1000.0).round() / 1000.0,
+    })
 }
 
 /// One pool's balance as `optio analyze --json` reports it (and the console serves it).
@@ -312,6 +350,7 @@ pub(crate) fn pool_report(
         "max_over_mean": if pool.pg_num > 0 { pg_summary.max_over_mean } else { object_summary.max_over_mean },
         "pgs": summary_json(&pg_summary, None),
         "objects": summary_json(&object_summary, None),
+        "space": space_json(pool, load),
     })
 }
 

@@ -78,3 +78,58 @@ fn text_report() {
     assert!(out.contains("per zone (3 zones)"), "{out}");
     assert!(out.contains("stdev"), "{out}");
 }
+
+/// Raw against logical space per pool: a replicated pool's simulated objects take `size`
+/// times their bytes, an erasure-coded pool's (K+M)/K times (each chunk a K-th of the object,
+/// in whole stripe units), in the JSON and the text report.
+#[test]
+fn raw_and_logical_space_per_pool() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut text = String::from("format_version = 1\n");
+    for id in 0..8 {
+        text.push_str(&format!(
+            "\n[[devices]]\nid = {id}\ncapacity = \"1TiB\"\nlocation = {{ host = \"h{id}\" }}\n"
+        ));
+    }
+    text.push_str(
+        "\n[[rules]]\nid = 0\nname = \"ec\"\ntype = \"erasure\"\n\
+         steps = [\"take default\", \"chooseleaf indep 0 type host\", \"emit\"]\n\
+         \n[[rules]]\nid = 1\nname = \"rep\"\n\
+         steps = [\"take default\", \"chooseleaf firstn 0 type host\", \"emit\"]\n\
+         \n[[pools]]\nid = 1\nname = \"ec\"\npg_num = 64\nerasure = \"4+2\"\nrule = \"ec\"\n\
+         \n[[pools]]\nid = 2\nname = \"rep\"\npg_num = 64\nsize = 3\nrule = \"rep\"\n",
+    );
+    let map = dir.path().join("ec.toml");
+    std::fs::write(&map, text).expect("write map");
+    let map = map.to_str().expect("UTF-8");
+    // 4 MiB objects: a 4+2 pool's chunk is 1 MiB (16 stripe units of 64 KiB).
+    let args = ["analyze", "--map", map, "--objects", "500", "--object-size", "4MiB"];
+    let report: serde_json::Value =
+        serde_json::from_str(&optio_ok(&[&args[..], &["--json"]].concat())).expect("JSON");
+    let pools = report["pools"].as_array().expect("pools");
+    let space = |name: &str| -> serde_json::Value {
+        pools.iter().find(|p| p["name"] == name).expect("the pool")["space"].clone()
+    };
+    let logical = 500u64 * (4 << 20);
+    assert_eq!(
+        space("ec"),
+        serde_json::json!({ "redundancy": "erasure 4+2", "logical_bytes": logical,
+            "raw_bytes": 500u64 * 6 * (1 << 20), "raw_over_logical": 1.5 })
+    );
+    assert_eq!(
+        space("rep"),
+        serde_json::json!({ "redundancy": "replicated 3", "logical_bytes": logical,
+            "raw_bytes": 3 * logical, "raw_over_logical": 3.0 })
+    );
+    // The devices' bytes are the raw bytes of both.
+    let device_bytes: u64 = report["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .filter_map(|d| d["bytes"].as_u64())
+        .sum();
+    assert_eq!(device_bytes, 500 * 6 * (1 << 20) + 3 * logical);
+    let text = optio_ok(&args);
+    assert!(text.contains("erasure 4+2: 6 chunks of 1.00 MiB each"), "{text}");
+    assert!(text.contains("raw/logical 1.500") && text.contains("raw/logical 3.000"), "{text}");
+}

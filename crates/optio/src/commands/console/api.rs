@@ -63,6 +63,8 @@ pub struct Console {
     balance_cache: std::sync::Mutex<Option<Arc<Balance>>>,
     /// Held while a balance is computed (one at a time).
     balance_computing: std::sync::Mutex<()>,
+    /// The epoch whose incremental pools the warmer prepared a rebalance for.
+    prepared_epoch: std::sync::atomic::AtomicU64,
     /// Engine comparisons of a pool ([`compare`]), for one epoch.
     pub(super) compare_cache:
         std::sync::Mutex<(u64, std::collections::HashMap<PoolId, Arc<Value>>)>,
@@ -97,6 +99,7 @@ impl Console {
             balance_cache: std::sync::Mutex::new(None),
             balance_computing: std::sync::Mutex::new(()),
             compare_cache: std::sync::Mutex::new((0, Default::default())),
+            prepared_epoch: std::sync::atomic::AtomicU64::new(u64::MAX),
             pg_states_cache: std::sync::Mutex::new(None),
             rates_cache: tokio::sync::Mutex::new((None, Default::default())),
             cluster: None,
@@ -374,12 +377,6 @@ impl Console {
             }
             let balance = Arc::new(balance_of(map)?);
             *self.balance_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(balance.clone());
-            // A what-if at this epoch rebalances each incremental pool from its state: its
-            // placement under that state, computed now, is remembered for those.
-            for pool in map.pools() {
-                let _ =
-                    optio_placement::engine::balanced::incremental::prepare_rebalance(map, pool);
-            }
             Ok(balance)
         })
     }
@@ -395,6 +392,21 @@ impl Console {
             interval.tick().await;
             if let Ok(map) = self.map().await {
                 let _ = self.balance(&map);
+                // A what-if at this epoch rebalances each incremental pool from its state:
+                // the pool's placement under that state, computed now (after the balance, so
+                // that no page waits for it), is remembered for those.
+                let epoch = map.epoch().0;
+                if self.prepared_epoch.swap(epoch, Ordering::Relaxed) != epoch {
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for pool in map.pools() {
+                            let _ =
+                                optio_placement::engine::balanced::incremental::prepare_rebalance(
+                                    &map, pool,
+                                );
+                        }
+                    })
+                    .await;
+                }
             }
         }
     }
