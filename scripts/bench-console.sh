@@ -2,7 +2,8 @@
 # `optio console` at the balanced engines' published scale (issue 42): a map of 1,000 devices
 # (10 zones x 100 hosts, `optio map init --pg-num 32768`: the PG pools at 32,768 PGs; no
 # servers), the console on it, a login, then each API request timed with curl: the first at
-# the epoch (caches cold) and the next ones, and a what-if marking a device out, ROUNDS times.
+# the epoch (caches cold) and the next ones, and a what-if marking a device out (another device
+# each time), ROUNDS times.
 # Usage: scripts/bench-console.sh [BUILD (target/release/optio)] [ROUNDS (3)]
 set -euo pipefail
 bin=${1:-target/release/optio} rounds=${2:-3}
@@ -21,10 +22,12 @@ console_at_scale "$bin" "$work"
 csrf=$(curl -sf -c "$work/cookies" -H 'content-type: application/json' \
   -d "{\"entity\":\"client.admin\",\"key\":\"$key\"}" "$base/api/v1/login" | jq -r .csrf_token)
 get() { curl -sf -o /dev/null -w '%{time_total}' -b "$work/cookies" "$base/api/v1/$1"; }
+# A what-if marking device osd.$1 out (each round another device: nothing judged before is
+# asked again).
 whatif() {
   curl -sf -o /dev/null -w '%{time_total}' -b "$work/cookies" -H "x-csrf-token: $csrf" \
     -H 'content-type: application/json' \
-    -d '{"change":{"kind":"set_state","device":"osd.5","in":false}}' "$base/api/v1/whatif"
+    -d "{\"change\":{\"kind\":\"set_state\",\"device\":\"osd.$1\",\"in\":false}}" "$base/api/v1/whatif"
 }
 echo "1,000 devices, 32,768 PGs per PG pool; seconds per request (curl time_total)"
 printf 'request\tfirst\tthen (%s times)\n' "$rounds"
@@ -35,5 +38,5 @@ for path in map health devices pools; do
   printf '%s\t%s\t%s\n' "GET $path" "$first" "$then"
 done
 then=""
-for _ in $(seq "$rounds"); do then="$then $(whatif)"; done
-printf '%s\t%s\t%s\n' "POST whatif (osd.5 out)" "-" "$then"
+for round in $(seq "$rounds"); do then="$then $(whatif $((round * 37 % 1000)))"; done
+printf '%s\t%s\t%s\n' "POST whatif (a device out)" "-" "$then"

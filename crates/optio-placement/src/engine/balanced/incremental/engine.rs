@@ -185,6 +185,8 @@ impl Engine {
             targets.push(Target { numerator: 0, denominator: 1 });
             list_targets.push(*target);
         }
+        // (Rankings the process computed lately for these keys serve again.)
+        let rankings = super::rankings::Rankings::of(&keys);
         let rank_all = |members: &[&Member], targets: &[Target]| -> Vec<Vec<Entry>> {
             let mut scratch = Vec::new();
             members
@@ -195,14 +197,16 @@ impl Engine {
                         / target.denominator.max(1)
                         + u128::from(RANKED_EXTRA);
                     let count = usize::try_from(count).unwrap_or(usize::MAX);
-                    rank::ranking(member.id, &keys, target, count, &mut scratch)
+                    rankings
+                        .top(member.id, count, &mut scratch)
                         .iter()
+                        .take(count)
                         .enumerate()
-                        .map(|(k, r)| Entry {
-                            unit: r.unit,
+                        .map(|(k, &(hash, unit))| Entry {
+                            unit,
                             score: index32(2 * k + 1),
-                            hash: r.hash,
-                            class: class_of(r.hash),
+                            hash,
+                            class: class_of(hash),
                             cand: 0,
                         })
                         .collect()

@@ -60,6 +60,7 @@
 
 mod engine;
 mod layout;
+mod rankings;
 mod rebalance;
 mod search;
 mod state;
