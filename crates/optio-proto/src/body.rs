@@ -96,6 +96,9 @@ pub struct DeviceStatus {
     /// The last scrub pass of the device, if one ran since the server started.
     #[serde(default)]
     pub scrub: Option<ScrubReport>,
+    /// The scrub pass of the device under way, if one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrubbing: Option<ScrubProgress>,
     /// Damaged or stale replicas scrubbing repaired, since the server started.
     #[serde(default)]
     pub scrub_repaired: u64,
@@ -154,6 +157,21 @@ pub struct ScrubReport {
     pub seconds: f64,
     /// The first problems found, for people (at most 20).
     pub problems: Vec<String>,
+}
+
+/// A scrub pass of one device under way (`/v1/status`): how far it is.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScrubProgress {
+    /// A deep pass (replicas re-read), or a light one.
+    pub deep: bool,
+    /// Objects and tombstones looked at so far.
+    pub objects: u64,
+    /// Objects and tombstones the pass looks at in all (those held when it started).
+    pub objects_total: u64,
+    /// Bytes re-read so far (deep passes).
+    pub bytes_read: u64,
+    /// Seconds since the pass of this device started.
+    pub seconds: f64,
 }
 
 /// The body of `/v1/status`.

@@ -63,8 +63,8 @@ pub mod summary;
 pub mod wire;
 
 pub use body::{
-    Deleted, DeviceStatus, ListQuery, Listing, LocalSocket, PoolSpace, ScrubReport, ServerHealth,
-    ServerStatus,
+    Deleted, DeviceStatus, ListQuery, Listing, LocalSocket, PoolSpace, ScrubProgress, ScrubReport,
+    ServerHealth, ServerStatus,
 };
 pub use choice::ChoiceRecord;
 pub use error::{ErrorBody, ErrorKind, FormatError};

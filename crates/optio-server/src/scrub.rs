@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use optio_net::{Call, Endpoint, HttpTransport, Op, Transport};
 use optio_placement::{PoolId, ReplicaSet};
-use optio_proto::{ObjectVersion, ScrubReport};
+use optio_proto::{ObjectVersion, ScrubProgress, ScrubReport};
 
 use crate::catchup::{fetch_version, held_version, record_tombstone};
 use crate::error::StoreError;
@@ -74,6 +74,8 @@ pub struct Scrubber {
     running: tokio::sync::Mutex<()>,
     /// Each device's last report and its totals (repaired, unrepairable).
     reports: Mutex<HashMap<u32, (ScrubReport, u64, u64)>>,
+    /// The pass under way on a device: how far it is, and when it started.
+    under_way: Mutex<HashMap<u32, (ScrubProgress, Instant)>>,
     /// Whether data is moving (tombstones are kept meanwhile).
     rebalancer: Arc<crate::Rebalancer>,
     /// Whether this server's devices serve (a device catching up collects nothing).
@@ -97,6 +99,7 @@ impl Scrubber {
             transport,
             running: tokio::sync::Mutex::new(()),
             reports: Mutex::new(HashMap::new()),
+            under_way: Mutex::new(HashMap::new()),
             rebalancer,
             catchup,
         }
@@ -124,6 +127,27 @@ impl Scrubber {
             }
             None => (None, 0, 0),
         }
+    }
+
+    /// How far the pass under way on `device` is, if one is.
+    pub fn progress(&self, device: u32) -> Option<ScrubProgress> {
+        let under_way = self.under_way.lock().expect("progress lock");
+        under_way.get(&device).map(|(progress, started)| ScrubProgress {
+            seconds: started.elapsed().as_secs_f64(),
+            ..progress.clone()
+        })
+    }
+
+    /// Notes how far the pass of `report.device` is (of `total` objects).
+    fn note_progress(&self, report: &ScrubReport, total: u64, started: Instant) {
+        let progress = ScrubProgress {
+            deep: report.deep,
+            objects: report.objects,
+            objects_total: total,
+            bytes_read: report.bytes_read,
+            seconds: 0.0,
+        };
+        self.under_way.lock().expect("progress lock").insert(report.device, (progress, started));
     }
 
     /// Background passes until the process ends: a light pass every interval, a deep one
@@ -169,6 +193,7 @@ impl Scrubber {
         let mut out = Vec::new();
         for device in ids {
             let report = self.scrub_device(&map, device, deep, pool, &limiter).await;
+            self.under_way.lock().expect("progress lock").remove(&device);
             let mut reports = self.reports.lock().expect("reports lock");
             let totals = reports.entry(device).or_insert_with(|| (ScrubReport::default(), 0, 0));
             totals.1 += report.repaired;
@@ -195,8 +220,12 @@ impl Scrubber {
         let mut held = store.held();
         held.retain(|h| only.is_none_or(|p| h.pool == p));
         held.sort_by(|a, b| (a.pool, &a.key).cmp(&(b.pool, &b.key)));
+        let total = held.len() as u64;
+        self.note_progress(&report, total, started);
         for object in held {
             report.objects += 1;
+            // (A lock and a copy per object: nothing beside the object's read or probes.)
+            self.note_progress(&report, total, started);
             let Some(pool) = map.placement.pool(object.pool) else { continue };
             // Deep: re-read and verify this replica.
             let mut damaged = false;

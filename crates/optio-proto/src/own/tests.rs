@@ -97,6 +97,7 @@ fn device(id: u32, pools: Vec<PoolSpace>) -> DeviceStatus {
         recovering: false,
         caught_up: 0,
         scrub: None,
+        scrubbing: None,
         scrub_repaired: 0,
         scrub_unrepairable: 0,
         pools,

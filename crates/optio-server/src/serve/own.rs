@@ -61,6 +61,7 @@ pub(super) fn server_status(state: &AppState) -> ServerStatus {
                 recovering: state.catchup.refuses_reads(*id),
                 caught_up: state.catchup.pulled(*id),
                 scrub,
+                scrubbing: state.scrubber.progress(*id),
                 scrub_repaired,
                 scrub_unrepairable,
                 pools,

@@ -795,6 +795,7 @@ mod tests {
             recovering: false,
             caught_up: 0,
             scrub: None,
+            scrubbing: None,
             scrub_repaired: 0,
             scrub_unrepairable: 0,
             pools,

@@ -356,3 +356,58 @@ fn damaged_blocks_of_objects_written_in_place_are_repaired_by_reads_and_deep_scr
         assert!(got[3..].iter().all(|b| *b == 0), "nothing of the deleted object came back");
     });
 }
+
+/// A pass under way is in the servers' `/v1/status` (what `optio console` shows): how many
+/// objects of how many it looked at, the bytes it re-read and for how long; once done, the
+/// last report instead.
+#[test]
+fn a_scrub_under_way_shows_how_far_it_is() {
+    let (_dir, cluster) = cluster(small());
+    let rt = runtime();
+    let client = rt.block_on(client(&cluster, None));
+    // 24 objects of 256 KiB on every device (3 devices, 3 copies): 6 MiB, which a deep pass
+    // at 1 MiB/s takes about 6 s to re-read.
+    rt.block_on(async {
+        for i in 0..24 {
+            client.put(PLAIN_POOL, &format!("p{i}"), data(i, 256 << 10)).await.unwrap();
+        }
+    });
+    let addr = cluster
+        .load_map()
+        .unwrap()
+        .device(optio_placement::DeviceId(0))
+        .unwrap()
+        .addr
+        .clone()
+        .unwrap();
+    let mut pass = std::process::Command::new(crate::binary())
+        .args(["scrub", "--deep", "--rate", "1MiB", "--json", "--cluster"])
+        .arg(cluster.dir())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("optio scrub starts");
+    let transport = HttpTransport::new().unwrap();
+    let device_status = |status: optio_proto::ServerStatus| {
+        status.devices.into_iter().find(|d| d.metrics.device == 0).expect("device 0")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let seen = loop {
+        let status = rt.block_on(transport.server_status(&addr)).expect("the status");
+        if let Some(progress) = device_status(status).scrubbing
+            && progress.objects > 1
+        {
+            break progress;
+        }
+        assert!(std::time::Instant::now() < deadline, "no scrub under way seen");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(seen.deep, "{seen:?}");
+    assert!(seen.objects < seen.objects_total, "{seen:?}");
+    assert!(seen.objects_total >= 24, "{seen:?}");
+    assert!(seen.bytes_read > 0 && seen.seconds > 0.0, "{seen:?}");
+    assert!(pass.wait().expect("optio scrub ends").success());
+    let after = device_status(rt.block_on(transport.server_status(&addr)).expect("the status"));
+    assert_eq!(after.scrubbing, None, "no pass under way once it ended");
+    let last = after.scrub.expect("the last pass's report");
+    assert!(last.deep && last.objects == seen.objects_total, "{last:?} after {seen:?}");
+}

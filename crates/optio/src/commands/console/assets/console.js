@@ -205,6 +205,33 @@ function migrationShare(s, epoch) {
   return planned > 0 ? Math.min(m.copies_done / planned, 0.999) : 0;
 }
 
+// Scrubbing on a server's devices: the pass under way (its share, rate and ETA), else the
+// last pass's findings.
+function scrubCell(devices) {
+  const cell = el("td", null, "progress-cell");
+  const running = devices.filter((d) => d.status.scrubbing);
+  if (running.length) {
+    const p = running[0].status.scrubbing;
+    const share = p.objects_total > 0 ? Math.min(p.objects / p.objects_total, 1) : 0;
+    const rate = p.seconds > 0 ? p.objects / p.seconds : 0;
+    const left = rate > 0 ? Math.round((p.objects_total - p.objects) / rate) : null;
+    cell.append(bar(share, ""), el("small", running[0].name + " " + (p.deep ? "deep" : "light") + " · " +
+      p.objects + " / " + p.objects_total + " objects · " + Math.round(rate) + "/s" +
+      (p.deep ? " · " + bytes(p.seconds > 0 ? Math.round(p.bytes_read / p.seconds) : 0) + "/s" : "") +
+      " · ETA " + eta(left)));
+    return cell;
+  }
+  const last = devices.filter((d) => d.status.scrub).map((d) => d.status.scrub);
+  if (!last.length) {
+    cell.textContent = "no pass yet";
+    return cell;
+  }
+  const objects = last.reduce((n, r) => n + r.objects, 0);
+  const damaged = last.reduce((n, r) => n + r.damaged + r.stale, 0);
+  cell.textContent = "last: " + objects + " objects" + (damaged ? ", " + damaged + " damaged or stale" : ", clean");
+  return cell;
+}
+
 // Each server's progress moving data to where the map's epoch places it (`optio status`), and
 // recovery: its devices catching up, the placement groups healthy.
 function renderServers(servers, epoch, health) {
@@ -218,7 +245,7 @@ function renderServers(servers, epoch, health) {
     who.append(el("small", s.addr));
     tr.append(who);
     if (s.error) {
-      tr.append(el("td", "-"), el("td", "unreachable", "down"), el("td", "-"), el("td", "-"), el("td", "-"), el("td", "-"), el("td", s.error));
+      tr.append(el("td", "-"), el("td", "unreachable", "down"), el("td", "-"), el("td", "-"), el("td", "-"), el("td", "-"), el("td", "-"), el("td", s.error));
       fragment.append(tr);
       continue;
     }
@@ -241,7 +268,7 @@ function renderServers(servers, epoch, health) {
       el("small", catching.length ? catching.map((d) => d.name).join(", ") + " catching up" : "devices serving" + (recovered ? " (" + recovered + " caught up)" : "")));
     tr.append(el("td", s.epoch), el("td", m.phase, m.phase === "done" ? "" : "busy"), cell,
       el("td", bytes(m.rate_bytes_per_sec) + "/s"),
-      el("td", share === 1 ? "-" : eta(m.eta_seconds)), recovery,
+      el("td", share === 1 ? "-" : eta(m.eta_seconds)), recovery, scrubCell(mine),
       el("td", s.epoch < epoch ? "behind the map's epoch " + epoch : (m.last_error || "")));
     fragment.append(tr);
   }
