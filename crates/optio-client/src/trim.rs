@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use optio_placement::Epoch;
 use optio_proto::ObjectVersion;
 use optio_proto::snap::visible_at;
 
@@ -137,6 +138,9 @@ pub async fn run(
         }
         let marks: Vec<ObjectVersion> =
             header.snapshots.iter().filter_map(|s| s.mark).map(ObjectVersion).collect();
+        // The map the listing starts from: a device marked down after it (its server
+        // stopped during this run) may have been gone around by deletions ([`gone_around`]).
+        let listed_at = client.map().epoch();
         let (objects, not_listed) =
             stored_objects_missing(client, &header.pool, &header.data_prefix()).await?;
         // A device the listing or a deletion did not reach (its server down) keeps the
@@ -203,6 +207,12 @@ pub async fn run(
             unrecorded += 1;
             removed_here += 1;
             if recorded_at.elapsed() >= RECORD_EVERY {
+                let around = gone_around(client, listed_at);
+                if !around.is_empty() {
+                    // Which deletions went around it is not known: from where this run began.
+                    missed.extend(around);
+                    unfinished_from = Some(job.next);
+                }
                 let next = unfinished_from.map_or(index, |from| from.min(index));
                 let done = with_clones.iter().filter(|i| **i < next).count() as u64;
                 let recorded = Progress { objects: total, next, done, removed: unrecorded };
@@ -219,6 +229,11 @@ pub async fn run(
             }
         }
         drop(deletions);
+        let around = gone_around(client, listed_at);
+        if !around.is_empty() {
+            missed.extend(around);
+            unfinished_from = Some(job.next);
+        }
         if let Some(next) = unfinished_from {
             let done = with_clones.iter().filter(|i| **i < next).count() as u64;
             let recorded = Progress { objects: total, next, done, removed: unrecorded };
@@ -260,6 +275,24 @@ pub async fn run(
         }
         return Ok(Outcome::Done { removed: removed_here, volume_removed: false });
     }
+}
+
+/// The devices that deletions sent since the client's map of `epoch` may have gone around:
+/// those in the map now that are down (or have no address), or that a later map marked down
+/// (and perhaps up again since). A deletion relocated on a map where a device is down no
+/// longer addresses it, so its server never hears of it, and a purged clone leaves no
+/// tombstone for anything else to bring there: such a device's copies are trimmed by a run
+/// that starts once it is back.
+fn gone_around(client: &Client, epoch: Epoch) -> Vec<u32> {
+    client
+        .map()
+        .devices()
+        .iter()
+        .filter(|d| {
+            d.is_in && (!d.up || d.addr.is_none() || d.down_at.is_some_and(|at| at > epoch))
+        })
+        .map(|d| d.id.0)
+        .collect()
 }
 
 /// Deletes one clone, at the pacer's pace; the index of its object, and the devices of its

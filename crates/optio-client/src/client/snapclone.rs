@@ -29,8 +29,11 @@ impl Client {
             return Err(ClientError::Config(format!("'{clone}' is not a snapshot clone's key")));
         };
         // A map that changes under it (a device marked down or up) relocates the head and
-        // sends the deletions again, as writes do.
+        // sends the deletions again, as writes do. A device not reached by an earlier attempt
+        // stays not reached unless a later one reaches it: the new map (its server marked
+        // down meanwhile) may no longer address it, and its copy stays there all the same.
         let mut attempts = 0;
+        let mut not_reached: Vec<u32> = Vec::new();
         loop {
             let located = self.retry_located(pool_name, head, &mut attempts).await?;
             let (view, pool) = (&located.view, located.pool);
@@ -40,12 +43,18 @@ impl Client {
                     Op::Delete { key: clone, version: Some(version), purge: false, pg_seed: None };
                 self.call(self.object_call(view, endpoint, pool, op))
             });
-            let (mut failures, mut not_reached) = (Vec::new(), Vec::new());
+            let mut failures = Vec::new();
             for (endpoint, result) in endpoints.iter().zip(join_all(calls).await) {
                 match result {
-                    Ok(_) => {}
-                    Err(failure) if failure.kind() == Some(ErrorKind::NotFound) => {}
-                    Err(failure) if failure.is_not_running() => not_reached.push(endpoint.device),
+                    Ok(_) => not_reached.retain(|d| *d != endpoint.device),
+                    Err(failure) if failure.kind() == Some(ErrorKind::NotFound) => {
+                        not_reached.retain(|d| *d != endpoint.device)
+                    }
+                    Err(failure) if failure.is_not_running() => {
+                        if !not_reached.contains(&endpoint.device) {
+                            not_reached.push(endpoint.device);
+                        }
+                    }
                     Err(failure) => failures.push((endpoint.device, failure)),
                 }
             }

@@ -21,7 +21,7 @@
 //! a partly written object is never visible. Writes to one key are serialized by a striped
 //! lock held only around the version check and the rename.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -164,10 +164,18 @@ pub struct DeviceStore {
     /// The erasure-coded pools requests named (their chunks keep earlier versions as clones
     /// under any key, not only volume data: [`snapshots`]).
     erasure_pools: RwLock<Vec<PoolId>>,
+    /// Snapshot clones a trim removed (the newest version removed of each), so that a copy
+    /// fetched from a peer that had not removed it yet (catching up) is removed again
+    /// ([`DeviceStore::purged_since_fetch`]). Cleared when it reaches [`TRIMMED_KEPT`]
+    /// entries: it covers the races of the moment, not history.
+    trimmed: Mutex<HashMap<(PoolId, String), ObjectVersion>>,
     /// The device directory's lock ([`LOCK_FILE`]), held while the store is open; the kernel
     /// drops it when the process ends, however it ends.
     _lock: std::fs::File,
 }
+
+/// Most trimmed clones a store remembers ([`DeviceStore::purged_since_fetch`]).
+const TRIMMED_KEPT: usize = 1 << 16;
 
 /// The lock file in a device directory: one server process per device.
 pub const LOCK_FILE: &str = "optio-server.lock";
@@ -295,6 +303,7 @@ impl DeviceStore {
             known_dirs: Mutex::new(HashSet::new()),
             corrupt_found: AtomicU64::new(0),
             erasure_pools: RwLock::default(),
+            trimmed: Mutex::default(),
             _lock: lock,
         };
         store.load()?;
@@ -786,7 +795,17 @@ impl DeviceStore {
             // A snapshot's clone no snapshot sees any more (a trim): removed outright. No
             // tombstone is needed: a copy that comes back (from a replica that missed the
             // trim) is never the newest content below any snapshot's mark, so no read sees
-            // it, and the next trim removes it again.
+            // it, and the next trim removes it again. Recorded before it is removed, so that
+            // a copy a peer still held when this device fetched it (catching up, while the trim
+            // reaches the replicas one by one) is removed again once stored.
+            if let Some(version) = version {
+                let mut trimmed = self.trimmed.lock().expect("trimmed lock");
+                if trimmed.len() >= TRIMMED_KEPT {
+                    trimmed.clear();
+                }
+                let newest = trimmed.entry((pool, key.to_string())).or_insert(version);
+                *newest = (*newest).max(version);
+            }
             let removed = self.purge(pool, key, version)?;
             return Ok(if removed { DeleteOutcome::Deleted } else { DeleteOutcome::Absent });
         }
@@ -820,6 +839,25 @@ impl DeviceStore {
         self.preserve_for(pool, key, snap, version)?;
         self.write_tombstone(pool, key, version, pg_seed, epoch)?;
         Ok(outcome)
+    }
+
+    /// After `key` was stored at `version` from a peer's copy: if it is a snapshot clone a
+    /// trim removed here (at that version or a newer one) meanwhile, it is removed again;
+    /// whether it was. (The trim's removal is recorded before it is carried out, and this is
+    /// asked after the store: either the removal comes after the store and removes it, or
+    /// this sees it.)
+    pub fn purged_since_fetch(
+        &self,
+        pool: PoolId,
+        key: &str,
+        version: ObjectVersion,
+    ) -> Result<bool, StoreError> {
+        let removed_at =
+            self.trimmed.lock().expect("trimmed lock").get(&(pool, key.to_string())).copied();
+        match removed_at {
+            Some(removed) if removed >= version => self.purge(pool, key, Some(removed)),
+            _ => Ok(false),
+        }
     }
 
     /// Removes an object or tombstone entirely (blocking), if the stored version is not newer

@@ -479,4 +479,37 @@ mod tests {
         assert_eq!(read_as_of(&store, 15).unwrap(), b"AAAAAAAA");
         assert_eq!(read_as_of(&store, 21).unwrap(), b"BBBBBBBB");
     }
+
+    /// A clone a trim removed while this device fetched it from a peer that still held it
+    /// (catching up) is removed again once stored; one never trimmed, or trimmed at an older
+    /// version, stays.
+    #[test]
+    fn a_clone_trimmed_while_it_was_fetched_goes_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_on(dir.path(), Arc::new(RealDisk));
+        let put = |key: &str, version: u64| {
+            store
+                .put(&PutRequest {
+                    pool: POOL,
+                    key,
+                    data: &[b"old content"],
+                    version: ObjectVersion(version),
+                    checksum: None,
+                    pg_seed: Some(3),
+                    epoch: Epoch(1),
+                })
+                .unwrap();
+        };
+        let (trimmed, kept) =
+            (clone_key(KEY, ObjectVersion(10)), clone_key(KEY, ObjectVersion(12)));
+        // The trim reaches this device first (nothing here yet: the copy is on its way).
+        store.delete_in(POOL, &trimmed, Some(ObjectVersion(10)), Epoch(1), Some(3), None).unwrap();
+        put(&trimmed, 10);
+        put(&kept, 12);
+        assert!(store.entry(POOL, &trimmed).is_some());
+        assert!(store.purged_since_fetch(POOL, &trimmed, ObjectVersion(10)).unwrap());
+        assert!(store.entry(POOL, &trimmed).is_none(), "the trimmed clone is gone again");
+        assert!(!store.purged_since_fetch(POOL, &kept, ObjectVersion(12)).unwrap());
+        assert!(store.entry(POOL, &kept).is_some(), "a clone never trimmed stays");
+    }
 }
