@@ -473,16 +473,14 @@ fn bench_io_elastic_runs_end_to_end_with_an_exact_audit() {
     let run = |mode: usize| &rows[mode]["runs"][0];
     // No resizing moves nothing; original CH's clean-up moves the turned-down servers' data
     // away before phase 2 (and its phase 3 opened the volumes on the regrown map: issue 38's
-    // defect made that fail); full re-integration copies more than selective; the dirty
-    // table (in Redis) held phase 2's writes.
+    // defect made that fail); the dirty table (in Redis) held phase 2's writes. (Full
+    // re-integration against selective is the benchmark's comparison of medians over runs:
+    // each mode runs on its own cluster with its own random volume ids, so at this scale —
+    // a hot set is one object per volume — one run of each can go either way: full 4 MiB
+    // against selective 8 MiB was seen.)
     assert_eq!(run(0)["bytes_moved_growing"], 0, "{}", rows[0]);
     assert!(run(1)["bytes_moved_shrinking"].as_u64().unwrap() > 0, "{}", rows[1]);
     assert!(run(3)["dirty_entries"].as_u64().unwrap() > 0, "{}", rows[3]);
-    let (full, selective) = (
-        run(2)["bytes_moved_growing"].as_u64().unwrap(),
-        run(3)["bytes_moved_growing"].as_u64().unwrap(),
-    );
-    assert!(full >= selective, "full {full} selective {selective}");
     // Selective re-integration copied back exactly the replicas phase 2's writes offloaded
     // (phase 3 does not rewrite the hot sets: none is found current). At this scale a hot
     // set is one object per volume, and volume ids are random: it may offload nothing.
