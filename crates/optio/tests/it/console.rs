@@ -691,17 +691,28 @@ fn page_run(
     active: usize,
     member: &str,
 ) -> Value {
+    let active = active.to_string();
+    node_harness(
+        "page_harness.js",
+        "console.js",
+        &[&console.base, entity, key, device, &active, member],
+    )
+}
+
+/// Runs `tests/it/console/HARNESS` by Node on the page's script `SCRIPT` with `args`; what it
+/// printed (JSON).
+fn node_harness(harness: &str, script: &str, args: &[&str]) -> Value {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let output = Command::new("node")
-        .arg(root.join("tests/it/console/page_harness.js"))
-        .arg(root.join("src/commands/console/assets/console.js"))
-        .args([console.base.as_str(), entity, key, device, &active.to_string(), member])
+        .arg(root.join("tests/it/console").join(harness))
+        .arg(root.join("src/commands/console/assets").join(script))
+        .args(args)
         .output()
         .expect("node runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "the page's script failed: {stdout}{}",
+        "{harness} failed: {stdout}{}",
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_str(stdout.trim()).expect("the harness prints JSON")

@@ -1,11 +1,10 @@
 //! The console's volume and S3 endpoints and the page's storage section, for each capability.
 
-use std::path::Path;
-use std::process::Command;
-
 use serde_json::{Value, json};
 
-use super::{Console, Session, admin_client, call, key_of, login, secured, start_console};
+use super::{
+    Console, Session, admin_client, call, key_of, login, node_harness, secured, start_console,
+};
 use crate::{ok_at, runtime};
 
 #[test]
@@ -341,18 +340,5 @@ fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_th
 
 /// What the page's storage script showed, run by Node (`console/storage_harness.js`).
 fn storage_run(console: &Console, entity: &str, key: &str, volume: &str, user: &str) -> Value {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new("node")
-        .arg(root.join("tests/it/console/storage_harness.js"))
-        .arg(root.join("src/commands/console/assets/storage.js"))
-        .args([console.base.as_str(), entity, key, volume, user])
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the storage script failed: {stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim()).expect("the harness prints JSON")
+    node_harness("storage_harness.js", "storage.js", &[&console.base, entity, key, volume, user])
 }
