@@ -202,6 +202,11 @@ impl<'a> PoolPlacement<'a> {
         }
     }
 
+    /// Whether the pool is placed by its CRUSH rule (the `crush` engine, not balanced).
+    pub fn is_crush(&self) -> bool {
+        matches!(self.info.engine, PoolEngine::Crush(_))
+    }
+
     /// Whether the pool uses Optio's balanced placement.
     pub fn is_balanced(&self) -> bool {
         matches!(self.info.engine, PoolEngine::Balanced(_))

@@ -12,6 +12,7 @@ mod engines;
 mod golden;
 mod incremental;
 mod movement;
+mod placed_after;
 mod properties;
 mod robustness;
 mod seed002;

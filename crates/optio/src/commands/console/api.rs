@@ -47,8 +47,9 @@ type Scrapes = std::collections::HashMap<String, (Instant, super::rates::Scrape)
 /// The placement groups' states, for an epoch and the devices serving.
 type PgStatesAnswer = (u64, std::collections::BTreeSet<u32>, crate::commands::status::PgStates);
 
-/// How often the console looks for a new map to place before anyone asks ([`Console::keep_warm`]).
-const WARM_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the console looks at a map file for a new map to place before anyone asks
+/// ([`Console::keep_warm`]): a `stat` when nothing changed.
+const WARM_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What the handlers share (here, with the handlers, so that the routes in the parent module
 /// depend on this one and not the other way round).
@@ -63,6 +64,8 @@ pub struct Console {
     balance_cache: std::sync::Mutex<Option<Arc<Balance>>>,
     /// Held while a balance is computed (one at a time).
     balance_computing: std::sync::Mutex<()>,
+    /// The changes judged lately and what they move ([`Console::judge`]).
+    judged: super::judged::Judged,
     /// The epoch whose incremental pools the warmer prepared a rebalance for.
     prepared_epoch: std::sync::atomic::AtomicU64,
     /// Engine comparisons of a pool ([`compare`]), for one epoch.
@@ -99,6 +102,7 @@ impl Console {
             balance_cache: std::sync::Mutex::new(None),
             balance_computing: std::sync::Mutex::new(()),
             compare_cache: std::sync::Mutex::new((0, Default::default())),
+            judged: Default::default(),
             prepared_epoch: std::sync::atomic::AtomicU64::new(u64::MAX),
             pg_states_cache: std::sync::Mutex::new(None),
             rates_cache: tokio::sync::Mutex::new((None, Default::default())),
@@ -375,39 +379,85 @@ impl Console {
             {
                 return Ok(balance);
             }
-            let balance = Arc::new(balance_of(map)?);
+            // A map a change judged lately leads to (the console committed it, say) was
+            // placed then.
+            let balance = match self.judged.balance_of(map) {
+                Some(balance) => balance,
+                None => Arc::new(balance_of(map)?),
+            };
             *self.balance_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(balance.clone());
             Ok(balance)
         })
     }
 
-    /// Reads the map every [`WARM_INTERVAL`] and computes what the first request at a new
-    /// epoch needs (the map parsed, every pool placed, the balance), so that a page loaded a
-    /// second after a map change — by the console or by anyone — does not wait for it. A file
-    /// map costs a `stat` per round when unchanged; an etcd map, a read and a parse.
+    /// `change` judged on `map` ([`judge`]), or found judged lately.
+    async fn judge(
+        &self,
+        map: ClusterMap,
+        change: MapChange,
+    ) -> Result<Arc<super::judged::Judgement>, ApiError> {
+        if let Some(judged) = self.judged.of_change(&map, &change) {
+            return Ok(judged);
+        }
+        let before = self.balance(&map)?;
+        let judged = tokio::task::spawn_blocking(move || judge(map, &before, &change))
+            .await
+            .map_err(ApiError::internal)??;
+        let judged = Arc::new(judged);
+        self.judged.remember(judged.clone());
+        Ok(judged)
+    }
+
+    /// Follows the map and computes what the first request at a new epoch needs (the map
+    /// parsed, every pool placed, the balance, each incremental pool's rebalance prepared),
+    /// so that a page loaded or a what-if asked a moment after a map change — made by the
+    /// console or by anyone — finds it done or under way instead of starting it. A map file
+    /// is looked at every [`WARM_INTERVAL`] (a `stat`; parsed once per change, shared with
+    /// the requests); an etcd map is watched (a change arrives as it is stored).
     pub async fn keep_warm(self: Arc<Self>) {
-        let mut interval = tokio::time::interval(WARM_INTERVAL);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            interval.tick().await;
-            if let Ok(map) = self.map().await {
-                let _ = self.balance(&map);
-                // A what-if at this epoch rebalances each incremental pool from its state:
-                // the pool's placement under that state, computed now (after the balance, so
-                // that no page waits for it), is remembered for those.
-                let epoch = map.epoch().0;
-                if self.prepared_epoch.swap(epoch, Ordering::Relaxed) != epoch {
-                    let _ = tokio::task::spawn_blocking(move || {
-                        for pool in map.pools() {
-                            let _ =
-                                optio_placement::engine::balanced::incremental::prepare_rebalance(
-                                    &map, pool,
-                                );
-                        }
-                    })
-                    .await;
+        match &self.source {
+            optio_cluster::source::MapSource::File(_) => {
+                let mut interval = tokio::time::interval(WARM_INTERVAL);
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    interval.tick().await;
+                    if let Ok(map) = self.map().await {
+                        self.warm(map).await;
+                    }
                 }
             }
+            _ => {
+                let mut watcher = self.source.watch_after(None);
+                loop {
+                    match watcher.next().await {
+                        Ok(map) => self.warm(map).await,
+                        // A map that does not parse: the requests say so; wait for the next.
+                        Err(error) => tracing::warn!(%error, "the console's warmer skips a map"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Places `map` and prepares its incremental pools' rebalances (once per epoch).
+    async fn warm(self: &Arc<Self>, map: ClusterMap) {
+        let epoch = map.epoch().0;
+        if self.prepared_epoch.load(Ordering::Relaxed) == epoch {
+            return;
+        }
+        let _ = self.balance(&map);
+        // A what-if at this epoch rebalances each incremental pool from its state: the
+        // pool's placement under that state, computed now (after the balance, so that no
+        // page waits for it), is remembered for those.
+        if self.prepared_epoch.swap(epoch, Ordering::Relaxed) != epoch {
+            let _ = tokio::task::spawn_blocking(move || {
+                for pool in map.pools() {
+                    let _ = optio_placement::engine::balanced::incremental::prepare_rebalance(
+                        &map, pool,
+                    );
+                }
+            })
+            .await;
         }
     }
 }
@@ -432,9 +482,15 @@ pub struct Balance {
     placement: Vec<(PoolId, Value)>,
 }
 
+/// What a map is placed after: the map before a change, the change, and that map placed (a
+/// pool that a change leaves mostly alone is placed from its placement before).
+type PlacedBefore<'a> = (&'a ClusterMap, &'a MapChange, &'a PlacedMap);
+
 /// Compiles `map` and places its pools with [`SAMPLE_OBJECTS`] simulated objects, the pools
-/// shared out over two threads (the heaviest first, each to the less loaded thread).
-fn place_map(map: &ClusterMap) -> Result<PlacedMap, ApiError> {
+/// shared out over two threads (the heaviest first, each to the less loaded thread). With
+/// `after`, a pool the change confines to a few PGs (a device marked out, for crush pools:
+/// [`PlacedPool::place_after`]) is placed from its placement before.
+fn place_map(map: &ClusterMap, after: Option<PlacedBefore<'_>>) -> Result<PlacedMap, ApiError> {
     let placement = Placement::new(map).map_err(ApiError::internal)?;
     let mut pools: Vec<_> = map.pools().iter().filter_map(|p| placement.pool(p.id)).collect();
     let cost = |p: &optio_placement::PoolPlacement<'_>| u64::from(p.pool().pg_num) + SAMPLE_OBJECTS;
@@ -448,7 +504,24 @@ fn place_map(map: &ClusterMap) -> Result<PlacedMap, ApiError> {
     let place = |pools: Vec<optio_placement::PoolPlacement<'_>>| -> Vec<PlacedPool> {
         pools
             .into_iter()
-            .map(|pool| PlacedPool::place(&placement, pool, SAMPLE_OBJECTS, &mut |_| {}))
+            .map(|pool| {
+                let id = pool.pool().id;
+                after
+                    .and_then(|(old, change, before)| {
+                        let previous = before.pools.iter().find(|p| p.pool == id)?;
+                        PlacedPool::place_after(
+                            &placement,
+                            pool,
+                            SAMPLE_OBJECTS,
+                            old,
+                            change,
+                            previous,
+                        )
+                    })
+                    .unwrap_or_else(|| {
+                        PlacedPool::place(&placement, pool, SAMPLE_OBJECTS, &mut |_| {})
+                    })
+            })
             .collect()
     };
     let [(_, first), (_, second)] = shares;
@@ -466,7 +539,7 @@ fn place_map(map: &ClusterMap) -> Result<PlacedMap, ApiError> {
 
 /// The balance of `map`'s pools, from [`SAMPLE_OBJECTS`] simulated objects.
 fn balance_of(map: &ClusterMap) -> Result<Balance, ApiError> {
-    balance_from(map, Arc::new(place_map(map)?))
+    balance_from(map, Arc::new(place_map(map, None)?))
 }
 
 /// The balance of `map`'s pools as `placed`.
@@ -929,16 +1002,16 @@ fn judge(
     old: ClusterMap,
     before: &Balance,
     change: &MapChange,
-) -> Result<(MapEdit, Value), ApiError> {
+) -> Result<super::judged::Judgement, ApiError> {
     let sample = MovementSample { objects: SAMPLE_OBJECTS, object_bytes: OBJECT_BYTES };
     let new = old.apply(change, old.epoch()).map_err(|e| {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("the change was refused: {e}"))
     })?;
     // The old map is placed once per epoch (`before`), the new one once here: its movement,
     // the copies it leaves short and its balance are all counted from that.
-    let placed_new = Arc::new(place_map(&new)?);
+    let placed_new = Arc::new(place_map(&new, Some((&old, change, &before.placed)))?);
     let judged = ChangeReport::of_placed(&old, &before.placed, &new, &placed_new, change, sample);
-    let after = balance_from(&new, placed_new)?;
+    let after = Arc::new(balance_from(&new, placed_new)?);
     let edit = MapEdit { old, new, report: Some(judged), attempts: 1 };
     let report = edit.report.as_ref().expect("a judged edit has a report");
     let mut gained = vec![0i64; edit.old.max_devices().max(edit.new.max_devices()) as usize];
@@ -972,7 +1045,7 @@ fn judge(
         "devices": devices,
         "pools_after": pools_json(&edit.new, &after, None),
     });
-    Ok((edit, value))
+    Ok(super::judged::Judgement { edit, change: change.clone(), value, after })
 }
 
 fn change_request(body: &[u8], field: &str) -> Result<(Value, ChangeRequest), ApiError> {
@@ -997,11 +1070,8 @@ pub async fn what_if(
     let (_, request) = change_request(&body, "change")?;
     let map = console.map().await?;
     let change = request.change(&map)?;
-    let before = console.balance(&map)?;
-    let (_, report) = tokio::task::spawn_blocking(move || judge(map, &before, &change))
-        .await
-        .map_err(ApiError::internal)??;
-    ok(report)
+    let judged = console.judge(map, change).await?;
+    ok(judged.value.clone())
 }
 
 /// A map edit: a compare-and-swap on `expected_epoch` (a stale epoch: 409, nothing stored),
@@ -1019,12 +1089,8 @@ pub async fn edit(State(console): State<Arc<Console>>, headers: HeaderMap, body:
         return Err(stale(expected, map.epoch().0));
     }
     let change = request.change(&map)?;
-    let judged_change = change.clone();
-    let before = console.balance(&map)?;
-    let (edit, mut report) =
-        tokio::task::spawn_blocking(move || judge(map, &before, &judged_change))
-            .await
-            .map_err(ApiError::internal)??;
+    let judged = console.judge(map, change.clone()).await?;
+    let (edit, mut report) = (&judged.edit, judged.value.clone());
     report["dry_run"] = json!(dry_run);
     report["stored"] = json!(false);
     let below = edit.report.as_ref().is_some_and(|r| r.below_min_size());

@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod compare;
+pub mod judged;
 pub mod rates;
 pub mod session;
 pub mod storage;

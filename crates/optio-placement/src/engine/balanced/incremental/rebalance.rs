@@ -249,13 +249,17 @@ fn home_of(
             .map(|&d| if d == NONE { NONE } else { before.ids[d as usize] })
             .collect(),
     );
+    remember_home(size, keys, state, home.clone());
+    home
+}
+
+fn remember_home(size: usize, keys: Vec<u32>, state: &BalanceState, home: Arc<Vec<u32>>) {
     let mut homes = HOMES.lock().unwrap_or_else(|e| e.into_inner());
     homes.retain(|h| !(h.size == size && h.keys == keys && &h.state == state));
     if homes.len() >= HOMES_KEPT {
         homes.remove(0);
     }
-    homes.push(Home { size, keys, state: state.clone(), home: home.clone() });
-    home
+    homes.push(Home { size, keys, state: state.clone(), home });
 }
 
 /// The devices of `state`'s snapshot, as the engine takes them.
@@ -299,6 +303,12 @@ pub fn place(map: &ClusterMap, pool: &Pool) -> Result<Balanced, BalanceError> {
             &computed
         }
     };
+    // With the state's own devices, in its order, this is the placement a rebalance from the
+    // state starts from ([`home_of`]: the same engine, the same prices, every unit placed
+    // the same way): remembered as that, so that the next rebalance (a what-if, the next map)
+    // does not compute it again.
+    let is_home = current == snapshot_of(state);
+    let home_keys = if is_home { Some(keys.clone()) } else { None };
     let engine = Engine::new(pool.size as usize, keys, &current, &[]);
     let prices = prices_from(&engine, state, |d| super::engine::neutral_price(&engine.targets[d]));
     let band = bands(&engine, false);
@@ -332,5 +342,15 @@ pub fn place(map: &ClusterMap, pool: &Pool) -> Result<Balanced, BalanceError> {
             }
         })
         .collect();
+    if let Some(keys) = home_keys {
+        let size = engine.size;
+        let mut home = vec![NONE; sets.len() * size];
+        for (slots, set) in home.chunks_mut(size).zip(&sets) {
+            for (slot, &d) in slots.iter_mut().zip(set.as_slice()) {
+                *slot = d as u32;
+            }
+        }
+        remember_home(size, keys, state, Arc::new(home));
+    }
     Ok(Balanced { sets, devices, fallback, unresolved })
 }
