@@ -376,12 +376,13 @@ async fn open_state(
         Some(path) => auth::Auth::from_file(path.clone(), config.metrics_public)?,
         None => auth::Auth::off(),
     });
+    let telemetry = serve::ServerMetrics::new(devices.keys().copied());
     let state = serve::AppState {
         devices,
         map,
         system: Arc::new(system::SystemMetrics::default()),
         max_object_bytes: config.max_object_bytes,
-        telemetry: serve::ServerMetrics::new(),
+        telemetry,
         incarnation: incarnation(),
         rebalancer,
         catchup,

@@ -3,7 +3,8 @@
 //! and authentication read from their owners at each scrape. Names follow Prometheus'
 //! conventions: a unit suffix (`_bytes`, `_seconds`, `_ratio` for 0–1), `_total` for counters.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use optio_net::exposition::{Counter, Histogram, Registry};
@@ -34,15 +35,53 @@ const DURATION: &str = "optio_request_duration_seconds";
 const RECEIVED: &str = "optio_request_body_bytes_total";
 const SENT: &str = "optio_answer_body_bytes_total";
 
+/// The `device` label of a request whose path names no device this server serves (a
+/// misdirected request, or one whose path names no device at all): every other value is the
+/// id of one of this server's devices, so the label takes at most one value more than the
+/// server has devices.
+pub(crate) const NO_DEVICE: &str = "none";
+
+/// One device's handles (or [`NO_DEVICE`]'s), per operation in [`index`]'s order: answered
+/// without error, latency, request body bytes received, answer body bytes sent.
+struct Handles {
+    /// The `device` label's value.
+    device: String,
+    ok: Vec<Counter>,
+    durations: Vec<Histogram>,
+    received: Vec<Counter>,
+    sent: Vec<Counter>,
+}
+
+impl Handles {
+    /// The handles of `device`'s series, registered now (every operation's shows from the
+    /// first scrape, at 0).
+    fn new(registry: &Registry, device: String) -> Handles {
+        let d = device.as_str();
+        let ok = every_operation()
+            .map(|op| {
+                registry.counter(REQUESTS, &[("device", d), ("op", name(op)), ("result", "ok")])
+            })
+            .collect();
+        let durations = every_operation()
+            .map(|op| registry.histogram(DURATION, &[("device", d), ("op", name(op))]))
+            .collect();
+        let counters = |metric: &'static str| -> Vec<Counter> {
+            every_operation()
+                .map(|op| registry.counter(metric, &[("device", d), ("op", name(op))]))
+                .collect()
+        };
+        let (received, sent) = (counters(RECEIVED), counters(SENT));
+        Handles { device, ok, durations, received, sent }
+    }
+}
+
 /// The server's registry and the handles its hot path uses.
 pub(crate) struct ServerMetrics {
     registry: Arc<Registry>,
-    /// Per operation (in [`index`]'s order): answered without error, and latency.
-    ok: Vec<Counter>,
-    durations: Vec<Histogram>,
-    /// Per operation: request body bytes received, answer body bytes sent.
-    received: Vec<Counter>,
-    sent: Vec<Counter>,
+    /// Per device served here.
+    devices: HashMap<u32, Handles>,
+    /// Requests to no device served here, registered at the first (most servers see none).
+    none: OnceLock<Handles>,
 }
 
 impl std::fmt::Debug for ServerMetrics {
@@ -52,47 +91,55 @@ impl std::fmt::Debug for ServerMetrics {
 }
 
 impl ServerMetrics {
-    pub(crate) fn new() -> ServerMetrics {
+    /// The metrics of a server serving `devices`.
+    pub(crate) fn new(devices: impl IntoIterator<Item = u32>) -> ServerMetrics {
         let registry = Registry::new();
         describe(&registry);
-        let ok = every_operation()
-            .map(|op| registry.counter(REQUESTS, &[("op", name(op)), ("result", "ok")]))
-            .collect();
-        let durations =
-            every_operation().map(|op| registry.histogram(DURATION, &[("op", name(op))])).collect();
-        let counters = |metric: &'static str| -> Vec<Counter> {
-            every_operation().map(|op| registry.counter(metric, &[("op", name(op))])).collect()
-        };
-        let (received, sent) = (counters(RECEIVED), counters(SENT));
-        ServerMetrics { registry, ok, durations, received, sent }
+        let devices =
+            devices.into_iter().map(|id| (id, Handles::new(&registry, id.to_string()))).collect();
+        ServerMetrics { registry, devices, none: OnceLock::new() }
     }
 
-    /// Counts a request to a device: its operation, its error kind if it failed, how long the
-    /// server took to answer (its body streamed after that is not included), and the bytes of
-    /// the request's body and of the answer's (the console's throughput).
+    /// Counts a request to `device` (the device its path names, if it names one; one this
+    /// server does not serve is counted as [`NO_DEVICE`]): its operation, its error kind if it
+    /// failed, how long the server took to answer (its body streamed after that is not
+    /// included), and the bytes of the request's body and of the answer's (the console's
+    /// throughput).
     pub(crate) fn observe(
         &self,
+        device: Option<u32>,
         op: Operation,
         error: Option<ErrorKind>,
         elapsed: Duration,
         received: u64,
         sent: u64,
     ) {
+        let handles = match device.and_then(|id| self.devices.get(&id)) {
+            Some(handles) => handles,
+            None => self.none.get_or_init(|| Handles::new(&self.registry, NO_DEVICE.into())),
+        };
         let index = index(op);
         if received > 0 {
-            self.received[index].increment(received);
+            handles.received[index].increment(received);
         }
         if sent > 0 {
-            self.sent[index].increment(sent);
+            handles.sent[index].increment(sent);
         }
         match error {
-            None => self.ok[index].increment(1),
+            None => handles.ok[index].increment(1),
             Some(kind) => self
                 .registry
-                .counter(REQUESTS, &[("op", name(op)), ("result", kind.name())])
+                .counter(
+                    REQUESTS,
+                    &[
+                        ("device", handles.device.as_str()),
+                        ("op", name(op)),
+                        ("result", kind.name()),
+                    ],
+                )
                 .increment(1),
         }
-        self.durations[index].record(elapsed.as_secs_f64());
+        handles.durations[index].record(elapsed.as_secs_f64());
     }
 
     /// Everything, read now, in Prometheus' text format: the server's `status` and `gauges`
@@ -174,11 +221,17 @@ fn scrub(r: &Registry, labels: &[(&'static str, &str)], device: &DeviceStatus) {
 fn describe(r: &Registry) {
     r.describe_counter(
         REQUESTS,
-        "Requests to devices answered, by operation and result (ok, or the error kind).",
+        "Requests to devices answered, by device (none: not served here), operation and result (ok, or the error kind).",
     );
-    r.describe_counter(RECEIVED, "Bytes of request bodies received by devices, by operation.");
-    r.describe_counter(SENT, "Bytes of answer bodies sent by devices, by operation.");
-    r.describe_histogram(DURATION, "Time to answer a request to a device (its body streamed after that excluded), by operation.");
+    r.describe_counter(
+        RECEIVED,
+        "Bytes of request bodies received by devices, by device and operation.",
+    );
+    r.describe_counter(SENT, "Bytes of answer bodies sent by devices, by device and operation.");
+    r.describe_histogram(
+        DURATION,
+        "Time to answer a request to a device (its body streamed after that excluded), by device and operation.",
+    );
     for (name, help) in [
         ("optio_device_used_bytes", "Bytes stored on the device."),
         ("optio_device_capacity_bytes", "The device's configured capacity."),
@@ -252,5 +305,33 @@ mod tests {
             assert_eq!(index(op), i, "{op:?}");
         }
         assert_eq!(name(None), "invalid");
+    }
+
+    #[test]
+    fn requests_are_counted_under_their_device_and_the_rest_under_none() {
+        let metrics = ServerMetrics::new([0, 3]);
+        let ms = Duration::from_millis(2);
+        metrics.observe(Some(3), Some(OpKind::Put), None, ms, 100, 0);
+        metrics.observe(Some(3), Some(OpKind::Get), Some(ErrorKind::NotFound), ms, 0, 0);
+        metrics.observe(Some(9), Some(OpKind::Put), Some(ErrorKind::Misdirected), ms, 0, 0);
+        metrics.observe(None, None, Some(ErrorKind::NotFound), ms, 0, 0);
+        let text = metrics.registry.render();
+        for (series, value) in [
+            (r#"optio_requests_total{device="3",op="put",result="ok"}"#, 1),
+            (r#"optio_requests_total{device="0",op="put",result="ok"}"#, 0),
+            (r#"optio_requests_total{device="3",op="get",result="not-found"}"#, 1),
+            (r#"optio_request_body_bytes_total{device="3",op="put"}"#, 100),
+            (r#"optio_request_body_bytes_total{device="0",op="put"}"#, 0),
+            (r#"optio_answer_body_bytes_total{device="3",op="get"}"#, 0),
+            (r#"optio_request_duration_seconds_count{device="3",op="put"}"#, 1),
+            (r#"optio_request_duration_seconds_count{device="0",op="put"}"#, 0),
+            (r#"optio_requests_total{device="none",op="put",result="misdirected"}"#, 1),
+            (r#"optio_requests_total{device="none",op="invalid",result="not-found"}"#, 1),
+            (r#"optio_request_duration_seconds_count{device="none",op="invalid"}"#, 1),
+        ] {
+            assert!(text.contains(&format!("{series} {value}\n")), "{series} {value}:\n{text}");
+        }
+        assert!(!text.contains(r#"device="9""#), "{text}");
+        assert!(!text.contains(r#"device="0",op="get",result="not-found""#), "{text}");
     }
 }

@@ -91,6 +91,16 @@ impl Asked {
             Asked::Device(Err(error)) => Some(error.kind_of_op),
         }
     }
+
+    /// The device the request's path names, if it names one (what the request metrics count
+    /// it under; one not served here is counted as [`metrics::NO_DEVICE`]).
+    fn device(&self, path_and_query: &str) -> Option<u32> {
+        match self {
+            Asked::Own(_) => None,
+            Asked::Device(Ok(request)) => Some(request.device),
+            Asked::Device(Err(error)) => routed_device(Some(error), path_and_query),
+        }
+    }
 }
 
 /// A request's head as its signature covers it: the method, the path with its query, and
@@ -173,6 +183,7 @@ pub(crate) async fn serve(
     started: Instant,
 ) -> Served {
     let operation = asked.operation();
+    let device = asked.device(head.path_and_query);
     let served = match authenticate(state, &asked, head, connection) {
         Ok(caller) => match asked {
             Asked::Own(Ok(request)) => Served {
@@ -196,7 +207,7 @@ pub(crate) async fn serve(
             Said::Device(Answer::Object { body, .. }) => body.len() as u64,
             _ => 0,
         };
-        state.telemetry.observe(op, refused, started.elapsed(), received, sent);
+        state.telemetry.observe(device, op, refused, started.elapsed(), received, sent);
     }
     served
 }

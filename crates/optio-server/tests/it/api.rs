@@ -104,15 +104,15 @@ async fn objects_round_trip_with_probes_ranges_and_listings() {
     let prometheus = http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(prometheus.contains("optio_device_objects{device=\"0\"} 5"), "{prometheus}");
     assert!(
-        prometheus.contains("optio_requests_total{op=\"probe\",result=\"ok\"}"),
+        prometheus.contains("optio_requests_total{device=\"0\",op=\"probe\",result=\"ok\"}"),
         "{prometheus}"
     );
     assert!(
-        prometheus.contains("optio_requests_total{op=\"get\",result=\"not-found\"} "),
+        prometheus.contains("optio_requests_total{device=\"0\",op=\"get\",result=\"not-found\"} "),
         "{prometheus}"
     );
     assert!(
-        prometheus.contains("optio_request_duration_seconds_bucket{op=\"probe\","),
+        prometheus.contains("optio_request_duration_seconds_bucket{device=\"0\",op=\"probe\","),
         "{prometheus}"
     );
     assert!(
@@ -123,6 +123,51 @@ async fn objects_round_trip_with_probes_ranges_and_listings() {
     let health: serde_json::Value =
         http.get(server.url("/health")).send().await.unwrap().json().await.unwrap();
     assert_eq!(health["status"], "ok");
+    server.stop().await;
+}
+
+/// The request metrics are per device: requests to one of a server's devices count under its
+/// `device` label only, the other devices' series staying at 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_metrics_count_each_device_apart() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let options = Options { devices: vec![(0, 1 << 30), (3, 1 << 30)], ..Options::default() };
+    let server = TestServer::start(root.path(), options).await;
+    let http = &server.http;
+    let scrape = || async {
+        let text = http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        move |series: &str| -> f64 {
+            let line = text.lines().find(|l| l.rsplit_once(' ').is_some_and(|(s, _)| s == series));
+            line.map_or(0.0, |l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+        }
+    };
+    let before = scrape().await;
+    for i in 0..3 {
+        let put = http.put(server.object(3, 1, &format!("k{i}"))).header("x-optio-pg", "1");
+        assert_eq!(put.body("hello").send().await.unwrap().status(), 201);
+    }
+    let get = http.get(server.object(3, 1, "k0")).send().await.unwrap();
+    assert_eq!(get.bytes().await.unwrap(), "hello");
+    assert_eq!(http.get(server.object(3, 1, "absent")).send().await.unwrap().status(), 404);
+    let after = scrape().await;
+    let grew = |series: String| after(&series) - before(&series);
+    for (device, put, get, missing, received, sent, timed) in
+        [("3", 3.0, 1.0, 1.0, 15.0, 5.0, 3.0), ("0", 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)]
+    {
+        let d = format!("device=\"{device}\"");
+        assert_eq!(grew(format!("optio_requests_total{{{d},op=\"put\",result=\"ok\"}}")), put);
+        assert_eq!(grew(format!("optio_requests_total{{{d},op=\"get\",result=\"ok\"}}")), get);
+        let not_found = format!("optio_requests_total{{{d},op=\"get\",result=\"not-found\"}}");
+        assert_eq!(grew(not_found), missing);
+        assert_eq!(grew(format!("optio_request_body_bytes_total{{{d},op=\"put\"}}")), received);
+        assert_eq!(grew(format!("optio_answer_body_bytes_total{{{d},op=\"get\"}}")), sent);
+        let timed_puts = format!("optio_request_duration_seconds_count{{{d},op=\"put\"}}");
+        assert_eq!(grew(timed_puts), timed, "device {device}");
+    }
+    // Both devices' series show from the start; nothing was misdirected.
+    let text = http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(text.contains("optio_requests_total{device=\"0\",op=\"put\",result=\"ok\"} 0"));
+    assert!(!text.contains("device=\"none\""), "{text}");
     server.stop().await;
 }
 
@@ -242,12 +287,14 @@ async fn malformed_requests_get_a_reason_never_a_panic() {
     let listing: serde_json::Value =
         http.get(server.url("/v1/dev/0/objects/1")).send().await.unwrap().json().await.unwrap();
     assert_eq!(listing["objects"].as_array().unwrap().len(), 0);
-    // A malformed request is counted as what it tried to be; one without a route as invalid.
+    // A malformed request is counted as what it tried to be, under the device its path
+    // names; one without a route as invalid, and one to a device not served here under none.
     let prometheus = http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
     for counted in [
-        "optio_requests_total{op=\"put\",result=\"bad-request\"} ",
-        "optio_requests_total{op=\"record_put\",result=\"bad-request\"} ",
-        "optio_requests_total{op=\"invalid\",result=\"not-found\"} ",
+        "optio_requests_total{device=\"0\",op=\"put\",result=\"bad-request\"} ",
+        "optio_requests_total{device=\"0\",op=\"record_put\",result=\"bad-request\"} ",
+        "optio_requests_total{device=\"none\",op=\"invalid\",result=\"not-found\"} ",
+        "optio_requests_total{device=\"none\",op=\"put\",result=\"misdirected\"} 2\n",
     ] {
         assert!(prometheus.contains(counted), "{counted} in:\n{prometheus}");
     }

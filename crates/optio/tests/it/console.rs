@@ -120,8 +120,14 @@ async fn login(http: &reqwest::Client, base: &str, entity: &str, key: &str) -> S
 }
 
 fn secured(hosts_per_zone: u32) -> (tempfile::TempDir, LocalCluster) {
-    let (dir, cluster) =
-        cluster(optio_local::LocalClusterSpec { auth: true, hosts_per_zone, ..small() });
+    secured_with(hosts_per_zone, 1)
+}
+
+/// [`secured`] with `devices_per_host` devices per server.
+fn secured_with(hosts_per_zone: u32, devices_per_host: u32) -> (tempfile::TempDir, LocalCluster) {
+    let spec =
+        optio_local::LocalClusterSpec { auth: true, hosts_per_zone, devices_per_host, ..small() };
+    let (dir, cluster) = cluster(spec);
     ensure_entities(&cluster.dir().join(KEYRING_FILE), &[("client.reader", Cap::Read)])
         .expect("a read entity");
     (dir, cluster)

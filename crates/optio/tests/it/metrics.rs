@@ -25,6 +25,8 @@ fn servers_expose_metrics_that_promtool_accepts() {
         wait_settled(&cluster, Duration::from_secs(30)).await;
         let mut texts = Vec::new();
         for server in cluster.servers() {
+            let devices: Vec<String> =
+                server.devices.iter().map(|(id, _)| id.to_string()).collect();
             let url = format!("http://{}/metrics", server.addr);
             let response = reqwest::get(&url).await.expect("metrics answer");
             assert_eq!(
@@ -32,20 +34,26 @@ fn servers_expose_metrics_that_promtool_accepts() {
                 optio_net::exposition::CONTENT_TYPE,
                 "{url}"
             );
-            texts.push(response.text().await.unwrap());
+            texts.push((devices, response.text().await.unwrap()));
         }
         texts
     });
-    let all = texts.join("\n");
-    for text in &texts {
+    let all = texts.iter().map(|(_, text)| text.as_str()).collect::<Vec<_>>().join("\n");
+    for (devices, text) in &texts {
         if let Err(complaints) = optio_testkit::promtool::check_metrics(text) {
             panic!("promtool check metrics refuses the exposition:\n{complaints}\n---\n{text}");
         }
         for needed in [
             "# TYPE optio_requests_total counter",
             "# TYPE optio_request_duration_seconds histogram",
-            "optio_request_duration_seconds_bucket{op=\"put\",le=\"0.001\"}",
-            "optio_request_duration_seconds_count{op=\"put\"}",
+            &format!(
+                "optio_request_duration_seconds_bucket{{device=\"{}\",op=\"put\",le=\"0.001\"}}",
+                devices[0]
+            ),
+            &format!(
+                "optio_request_duration_seconds_count{{device=\"{}\",op=\"put\"}}",
+                devices[0]
+            ),
             "# TYPE optio_device_used_bytes gauge",
             "# TYPE optio_device_corrupt_found_total counter",
             "optio_migration_phase{phase=\"done\"} 1",
@@ -61,12 +69,21 @@ fn servers_expose_metrics_that_promtool_accepts() {
             assert!((0.0..=1.0).contains(&value), "{line}");
         }
         assert!(!text.contains("permille") && !text.contains("op=\"error\""), "{text}");
+        // The request series are per device: one of the server's own, or none (a request to
+        // a device not served here).
+        for line in text.lines().filter(|l| l.starts_with("optio_request")) {
+            let device = line.split("device=\"").nth(1).and_then(|rest| rest.split('"').next());
+            assert!(
+                device.is_some_and(|d| d == "none" || devices.iter().any(|own| own == d)),
+                "{line}"
+            );
+        }
     }
     // Successes and failures are told apart by result, per operation, somewhere among the
-    // three servers (which one served what depends on placement).
+    // three servers (which one served what depends on placement), summed over the devices.
     let count = |needle: &str| -> f64 {
         all.lines()
-            .filter(|l| l.starts_with(needle))
+            .filter(|l| without_device(l).starts_with(needle))
             .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
             .sum()
     };
@@ -131,4 +148,16 @@ fn bench_reports_the_cpu_and_syncs_each_operation_costs() {
     ]);
     let listed: serde_json::Value = serde_json::from_str(&listed).expect("ls prints JSON");
     assert_eq!(listed["objects"], serde_json::json!([]), "left after the delete phase: {listed}");
+}
+
+/// A sample's line without its `device` label (the first label: `{device="3",op=…` becomes
+/// `{op=…`).
+fn without_device(line: &str) -> String {
+    match line.split_once("{device=\"") {
+        Some((name, rest)) => match rest.split_once("\",") {
+            Some((_, labels)) => format!("{name}{{{labels}"),
+            None => line.to_string(),
+        },
+        None => line.to_string(),
+    }
 }

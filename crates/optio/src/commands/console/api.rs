@@ -37,9 +37,8 @@ pub const BODY_BYTES_MAX: usize = 64 * 1024;
 /// The servers' answers, when they were asked and for which epoch.
 type ServersAnswer = (Instant, u64, Arc<Servers>);
 
-/// The servers' request rates (by address; `null`: no earlier scrape to compare with, or the
-/// server did not answer), when they were scraped.
-type RatesAnswer = (Instant, Arc<std::collections::HashMap<String, Value>>);
+/// The servers' request rates ([`super::rates::Rates`]), when they were scraped.
+type RatesAnswer = (Instant, Arc<super::rates::Rates>);
 
 /// The last scrape of each server's `/metrics` and when it was made.
 type Scrapes = std::collections::HashMap<String, (Instant, super::rates::Scrape)>;
@@ -58,7 +57,7 @@ pub struct Console {
     /// The map file last parsed and its stamp (a file source: parsed again only when the
     /// file changed; a 1,000-device map takes tens of milliseconds to parse and check).
     map_cache: std::sync::Mutex<Option<(optio_cluster::file::FileStamp, ClusterMap)>>,
-    transport: optio_net::HttpTransport,
+    pub(super) transport: optio_net::HttpTransport,
     sessions: super::session::Sessions,
     servers_cache: tokio::sync::Mutex<Option<ServersAnswer>>,
     balance_cache: std::sync::Mutex<Option<Arc<Balance>>>,
@@ -74,7 +73,7 @@ pub struct Console {
     /// The placement groups' states for an epoch and the devices serving then.
     pg_states_cache: std::sync::Mutex<Option<PgStatesAnswer>>,
     /// The servers' rates as last computed, and each server's last scrape.
-    rates_cache: tokio::sync::Mutex<(Option<RatesAnswer>, Scrapes)>,
+    pub(super) rates_cache: tokio::sync::Mutex<(Option<RatesAnswer>, Scrapes)>,
     /// How volumes and S3 reach the cluster (its directory), and the client once connected.
     cluster: Option<crate::commands::client::ClusterConn>,
     client: tokio::sync::Mutex<Option<optio_client::Client>>,
@@ -292,46 +291,6 @@ impl Console {
         let answer = Arc::new(Servers { rows, health, settled });
         *cache = Some((Instant::now(), map.epoch().0, answer.clone()));
         answer
-    }
-
-    /// Each server's request rates (by address) from its `/metrics`, scraped at most once per
-    /// [`SERVERS_CACHE_TTL`]: the counters' differences from the server's previous scrape.
-    async fn rates(&self, map: &ClusterMap) -> Arc<std::collections::HashMap<String, Value>> {
-        let mut cache = self.rates_cache.lock().await;
-        if let Some((at, rates)) = &cache.0
-            && at.elapsed() < SERVERS_CACHE_TTL
-        {
-            return rates.clone();
-        }
-        let addrs: BTreeSet<String> = map.devices().iter().filter_map(|d| d.addr.clone()).collect();
-        let scraped = futures_util::future::join_all(addrs.iter().map(|addr| async move {
-            let text = self.transport.server_metrics(addr).await;
-            (addr.clone(), Instant::now(), text.map(|t| super::rates::parse(&t)))
-        }))
-        .await;
-        let previous = &mut cache.1;
-        previous.retain(|addr, _| addrs.contains(addr));
-        let mut rates = std::collections::HashMap::new();
-        for (addr, now, scrape) in scraped {
-            let value = match scrape {
-                Ok(scrape) => {
-                    let value = previous
-                        .get(&addr)
-                        .and_then(|(then, before)| super::rates::rates(before, *then, &scrape, now))
-                        .unwrap_or(Value::Null);
-                    previous.insert(addr.clone(), (now, scrape));
-                    value
-                }
-                Err(_) => {
-                    previous.remove(&addr);
-                    Value::Null
-                }
-            };
-            rates.insert(addr, value);
-        }
-        let rates = Arc::new(rates);
-        cache.0 = Some((Instant::now(), rates.clone()));
-        rates
     }
 
     /// A client of the cluster (connected at the first use), for volumes and S3.
@@ -769,8 +728,10 @@ pub async fn devices(State(console): State<Arc<Console>>, headers: HeaderMap) ->
                 Some(Err(error)) => json!(error),
                 _ => Value::Null,
             };
-            value["rates"] =
-                d.addr.as_ref().and_then(|a| rates.get(a)).cloned().unwrap_or(Value::Null);
+            // The device's own rates, and its server's totals (the overview adds those up).
+            let server_rates = d.addr.as_ref().and_then(|a| rates.get(a));
+            value["rates"] = server_rates.map_or(Value::Null, |r| r.device(d.id.0));
+            value["server_rates"] = server_rates.map_or(Value::Null, |r| r.server.clone());
             value
         })
         .collect();

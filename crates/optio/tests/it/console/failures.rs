@@ -52,6 +52,7 @@ fn console_a_server_killed_while_watched_is_shown_and_marked_out_losing_nothing(
     let osd2 = device(&devices, 2);
     assert!(osd2["unreachable"].is_string(), "osd.2 unreachable: {osd2}");
     assert!(osd2["status"].is_null() && osd2["rates"].is_null(), "{osd2}");
+    assert!(osd2["server_rates"].is_null(), "{osd2}");
     for d in devices["devices"].as_array().expect("devices") {
         if d["id"] != json!(2) {
             assert!(d["unreachable"].is_null() && !d["status"].is_null(), "the others: {d}");

@@ -3,13 +3,16 @@
 use serde_json::{Value, json};
 
 use super::{
-    Console, Session, admin_client, call, key_of, login, node_harness, secured, start_console,
+    Console, Session, admin_client, call, key_of, login, node_harness, secured_with, start_console,
 };
+use optio_local::cluster::PLAIN_POOL;
+
 use crate::{ok_at, runtime};
 
 #[test]
 fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_the_rest() {
-    let (_dir, cluster) = secured(1);
+    // Two devices per server: the rates are per device.
+    let (_dir, cluster) = secured_with(1, 2);
     let console = start_console(cluster.dir(), &[]);
     let base = console.base.as_str();
     let rt = runtime();
@@ -187,10 +190,30 @@ fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_th
             first.iter().all(|d| d["rates"].is_null()),
             "no rates at the first scrape: {first:?}"
         );
+        // Twenty writes of one key of a pool without choices: to the three devices its
+        // placement names (one per server), none to the server's other device.
+        let placed = crate::support::optio_ok(&[
+            "place",
+            "--map",
+            cluster.dir().to_str().expect("a UTF-8 path"),
+            "--pool",
+            PLAIN_POOL,
+            "--object",
+            "rate-key",
+            "--json",
+        ]);
+        let placed: Value = serde_json::from_str(&placed).expect("optio place prints JSON");
+        let written: Vec<u64> = placed[0]["devices"]
+            .as_array()
+            .expect("devices")
+            .iter()
+            .map(|d| d.as_u64().expect("an id"))
+            .collect();
+        assert_eq!(written.len(), 3, "{placed}");
         let data = vec![7u8; 4096];
-        for i in 0..20 {
+        for _ in 0..20 {
             client
-                .put("data", &format!("rate-{i}"), bytes::Bytes::from(data.clone()))
+                .put(PLAIN_POOL, "rate-key", bytes::Bytes::from(data.clone()))
                 .await
                 .expect("put");
         }
@@ -198,14 +221,26 @@ fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_th
         let (_, _, second) =
             call(&http, base, "GET", "/api/v1/devices", Some(&reader), false, None).await;
         let second = second["devices"].as_array().expect("devices").clone();
-        let busy: Vec<&Value> =
-            second.iter().filter(|d| d["rates"]["total_per_s"].as_f64() > Some(0.0)).collect();
-        assert!(!busy.is_empty(), "some device's server answered requests: {second:?}");
-        for device in busy {
-            let rates = &device["rates"];
+        assert_eq!(second.len(), 6, "{second:?}");
+        for device in &second {
+            let (rates, server) = (&device["rates"], &device["server_rates"]);
+            assert_eq!(rates["scope"], json!("device"), "{device}");
+            assert_eq!(server["scope"], json!("server"), "{device}");
             assert!(rates["interval_s"].as_f64() > Some(0.5), "{rates}");
-            assert!(rates["requests_per_s"]["put"].as_f64() > Some(0.0), "{rates}");
-            assert!(rates["mean_latency_ms"].as_f64() > Some(0.0), "{rates}");
+            // The server's totals: every server received writes (to one of its devices).
+            assert!(server["requests_per_s"]["put"].as_f64() > Some(0.0), "{device}");
+            let id = device["id"].as_u64().expect("an id");
+            if written.contains(&id) {
+                assert!(rates["requests_per_s"]["put"].as_f64() > Some(0.0), "{device}");
+                assert!(rates["mean_latency_ms"].as_f64() > Some(0.0), "{device}");
+                assert!(rates["received_bytes_per_s"].as_f64() > Some(0.0), "{device}");
+                assert!(server["total_per_s"].as_f64() >= rates["total_per_s"].as_f64());
+            } else {
+                // The server's other device: nothing.
+                assert_eq!(rates["total_per_s"], json!(0.0), "{device}");
+                assert_eq!(rates["received_bytes_per_s"], json!(0.0), "{device}");
+                assert_eq!(rates["mean_latency_ms"], Value::Null, "{device}");
+            }
         }
     });
 

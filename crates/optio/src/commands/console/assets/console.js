@@ -167,11 +167,14 @@ function renderOverview(health, map) {
     " degraded, " + pgs.pgs_recovering + " recovering, " + pgs.pgs_inactive + " inactive"));
 }
 
-// The cluster's requests and bytes per second now: each server's rates (every device of a
-// server carries its server's), added up over the servers.
+// The cluster's requests and bytes per second now: each server's totals (every device of a
+// server carries its server's, besides its own rates), added up over the servers.
 function renderIo(devices) {
   const servers = new Map();
-  for (const d of devices) if (d.rates && d.addr) servers.set(d.addr, d.rates);
+  for (const d of devices) {
+    const totals = d.server_rates || d.rates;
+    if (totals && d.addr) servers.set(d.addr, totals);
+  }
   if (servers.size === 0) {
     $("io").textContent = "-";
     $("io-detail").textContent = "measured from the second poll on";
@@ -325,7 +328,7 @@ function deviceRow(d) {
     usage.append(b, el("small", (share * 100).toFixed(1) + "% of " + bytes(m.capacity_bytes)));
   } else usage.textContent = "-";
   tr.append(usage, el("td", d.status ? (d.status.metrics.latency_us / 1000).toFixed(2) + " ms" : "-"),
-    el("td", d.rates ? d.rates.total_per_s.toFixed(1) : "-"));
+    ratesCell(d.rates));
   // A state change starts as a what-if: what it moves is shown before it can be committed.
   const action = el("td");
   const button = el("button", d.in ? "out?" : "in?", "small");
@@ -335,6 +338,25 @@ function deviceRow(d) {
   tr.append(action);
   state.rows.set(d.id, { key, tr });
   return tr;
+}
+
+// A device's own requests per second, with their mean time to answer; a server that does not
+// count per device gives its devices its totals, shown with "(server)".
+function ratesCell(r) {
+  if (!r) return el("td", "-");
+  const td = el("td", r.total_per_s.toFixed(1));
+  td.className = "rates";
+  const server = r.scope === "server";
+  if (server) td.append(el("small", " (server)"));
+  if (r.mean_latency_ms !== null && r.mean_latency_ms !== undefined) {
+    td.append(el("small", r.mean_latency_ms.toFixed(2) + " ms"));
+  }
+  const ops = Object.entries(r.requests_per_s || {}).filter(([, v]) => v > 0)
+    .map(([op, v]) => op + " " + v.toFixed(1) + "/s");
+  td.title = (server ? "the server's totals (it does not count per device): " : "this device's requests: ") +
+    (ops.length ? ops.join(", ") : "none") + "; errors " + r.errors_per_s.toFixed(1) + "/s; received " +
+    bytes(Math.round(r.received_bytes_per_s)) + "/s, sent " + bytes(Math.round(r.sent_bytes_per_s)) + "/s";
+  return td;
 }
 
 function renderDevices() {
