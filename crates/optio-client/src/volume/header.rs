@@ -47,6 +47,16 @@ pub enum VolumeError {
     /// A size or object size that cannot be used.
     #[error("{0}")]
     BadSize(String),
+    /// A resize to a smaller size without the permission to discard what lies beyond it.
+    #[error(
+        "{size} bytes is smaller than the volume's {current} bytes: shrinking discards the data beyond it; pass --allow-shrink to do so"
+    )]
+    WouldShrink {
+        /// The size asked for.
+        size: u64,
+        /// The volume's size.
+        current: u64,
+    },
     /// Another client holds the volume open read-write.
     #[error(
         "volume '{name}' is open read-write by {holder} (lease for {expires_in_s} s more): open it read-only, stop that client, or pass --break-lock if it is gone"

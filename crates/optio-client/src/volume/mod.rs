@@ -1012,10 +1012,7 @@ impl Volume {
         let old = self.header();
         validate_sizes(size, old.object_size)?;
         if size < old.size && !allow_shrink {
-            return Err(VolumeError::BadSize(format!(
-                "{size} bytes is smaller than the volume's {} bytes: shrinking discards the data beyond it; pass --allow-shrink to do so",
-                old.size
-            )));
+            return Err(VolumeError::WouldShrink { size, current: old.size });
         }
         if size < old.size {
             // Zero the tail of the last object kept (a later growth reads zeros there), then

@@ -145,7 +145,7 @@ impl Console {
 pub struct ApiError {
     status: StatusCode,
     message: String,
-    extra: Value,
+    pub(super) extra: Value,
     /// Seconds to wait (`Retry-After`), for a 429.
     retry_after_s: Option<u64>,
 }

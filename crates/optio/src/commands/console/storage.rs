@@ -19,10 +19,17 @@ fn volume_error(error: optio_client::volume::VolumeError) -> ApiError {
         E::Exists(_) | E::Locked { .. } | E::LockLost(_) | E::Snapshot(_) | E::ReadOnly(_) => {
             StatusCode::CONFLICT
         }
-        E::BadName(_) | E::BadSize(_) | E::OutOfRange { .. } => StatusCode::BAD_REQUEST,
+        E::BadName(_) | E::BadSize(_) | E::WouldShrink { .. } | E::OutOfRange { .. } => {
+            StatusCode::BAD_REQUEST
+        }
         _ => StatusCode::BAD_GATEWAY,
     };
-    ApiError::new(status, error.to_string())
+    let mut answer = ApiError::new(status, error.to_string());
+    if let E::WouldShrink { current, .. } = error {
+        // What a page asks before it sends the shrink again with "allow_shrink".
+        answer.extra = serde_json::json!({ "code": "would_shrink", "size_before": current });
+    }
+    answer
 }
 
 /// A request body of type `T`, or 400 saying what it should be.

@@ -73,6 +73,15 @@ fn console_volumes_s3_and_rates_answer_each_capability_what_it_may_and_refuse_th
             json!({ "volume": "vol1", "size_before": 64u64 << 20, "size": 128u64 << 20 })
         );
         assert_eq!(volumes_cli()[0]["size"], json!(128u64 << 20));
+        // A smaller size without "allow_shrink": refused with a code a page can act on, and
+        // nothing changed.
+        let shrink = json!({ "name": "vol1", "size": "64MiB" });
+        let (status, _, refused) =
+            post("/api/v1/volumes/resize", Some(&admin), true, shrink.clone()).await;
+        assert_eq!(status, 400, "{refused}");
+        assert_eq!(refused["code"], json!("would_shrink"), "{refused}");
+        assert_eq!(refused["size_before"], json!(128u64 << 20), "{refused}");
+        assert_eq!(volumes_cli()[0]["size"], json!(128u64 << 20));
 
         // A volume in use (its lock held) is neither resized nor removed; nor one with a
         // protected snapshot.

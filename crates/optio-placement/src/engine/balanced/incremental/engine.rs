@@ -33,7 +33,7 @@ pub(crate) const NONE: u32 = u32::MAX;
 pub(crate) const PRICE_UNIT: u128 = 1 << 40;
 /// (Device, unit) pairs from which [`Engine::new`] ranks on two threads (a million pairs take
 /// a few milliseconds to hash; a thread costs tens of microseconds).
-const PARALLEL_PAIRS_MIN: usize = 1 << 20;
+pub(crate) const PARALLEL_PAIRS_MIN: usize = 1 << 20;
 /// Salt of the domain-class hash (any constant; part of the placement version).
 const DOMAIN_CLASS_SALT: u32 = 0x5bd1_e995;
 
@@ -227,18 +227,35 @@ impl Engine {
             rank_all(&all, &list_targets)
         };
         let mut lists = lists;
-        let mut class_start = Vec::with_capacity(lists.len());
-        for list in &mut lists {
-            list.sort_unstable_by_key(|e| (e.class, e.score));
-            let mut starts = [0u32; CLASSES + 1];
-            for entry in list.iter() {
-                starts[usize::from(entry.class) + 1] += 1;
-            }
-            for c in 0..CLASSES {
-                starts[c + 1] += starts[c];
-            }
-            class_start.push(starts);
-        }
+        // Each list by class (independent lists: with many pairs, two halves side by side).
+        let by_class = |lists: &mut [Vec<Entry>]| -> Vec<[u32; CLASSES + 1]> {
+            lists
+                .iter_mut()
+                .map(|list| {
+                    list.sort_unstable_by_key(|e| (e.class, e.score));
+                    let mut starts = [0u32; CLASSES + 1];
+                    for entry in list.iter() {
+                        starts[usize::from(entry.class) + 1] += 1;
+                    }
+                    for c in 0..CLASSES {
+                        starts[c + 1] += starts[c];
+                    }
+                    starts
+                })
+                .collect()
+        };
+        let class_start = if all.len().saturating_mul(units) >= PARALLEL_PAIRS_MIN {
+            let half = lists.len() / 2;
+            let (first, second) = lists.split_at_mut(half);
+            std::thread::scope(|scope| {
+                let second = scope.spawn(|| by_class(second));
+                let mut starts = by_class(first);
+                starts.extend(second.join().expect("sorting does not panic"));
+                starts
+            })
+        } else {
+            by_class(&mut lists)
+        };
         let salts: Vec<u32> = domain_names.iter().map(|n| domain_salt(n)).collect();
         let mut cand_start = vec![0u32; units + 1];
         for list in &lists {

@@ -133,12 +133,13 @@ impl Hops {
         (base * CLASSES + usize::from(class)) * 2 + usize::from(raise)
     }
 
-    fn all(engine: &Engine, layout: &Layout) -> Hops {
+    /// No hop computed yet.
+    fn empty(engine: &Engine) -> Hops {
         let total =
             *engine.domain_entry_start.last().expect("one entry per domain and the end") as usize;
         let cands = engine.cand_range(engine.units().saturating_sub(1)).end as usize;
         let sets = (engine.devices() + engine.domains()) * CLASSES * 2;
-        let mut hops = Hops {
+        Hops {
             device: vec![None; if engine.units() == 0 { 0 } else { cands }],
             domain: vec![None; total],
             ordered: vec![BTreeSet::new(); sets],
@@ -146,10 +147,42 @@ impl Hops {
             leaving: vec![Vec::new(); engine.devices()],
             arriving: vec![Vec::new(); engine.devices()],
             devices: engine.devices(),
-        };
-        // Every unit's hops, then the ordered sets in bulk, then the nearest hops.
-        for unit in 0..engine.units() {
-            hops.compute_unit(engine, layout, unit, false);
+        }
+    }
+
+    fn all(engine: &Engine, layout: &Layout) -> Hops {
+        let mut hops = Hops::empty(engine);
+        // Every unit's hops (independent: with many candidates, two halves of the units side
+        // by side, each writing its own candidates' hops and listing its domain hops), then
+        // the ordered sets in bulk, then the nearest hops.
+        let units = engine.units();
+        if units >= PARALLEL_UNITS_MIN {
+            let half = units / 2;
+            let split = engine.cand_range(half).start as usize;
+            let (first, second) = hops.device.split_at_mut(split);
+            let compute =
+                |units: std::ops::Range<usize>, device: &mut [Option<Hop>], base: usize| {
+                    let mut domain = Vec::new();
+                    for unit in units {
+                        unit_hops(engine, layout, unit, |slot, hop| match slot {
+                            Slot::Device(index) => device[index - base] = hop,
+                            Slot::Domain(entry) => domain.push((entry, hop)),
+                        });
+                    }
+                    domain
+                };
+            let (domain_first, domain_second) = std::thread::scope(|scope| {
+                let second = scope.spawn(|| compute(half..units, second, split));
+                let domain_first = compute(0..half, first, 0);
+                (domain_first, second.join().expect("computing hops does not panic"))
+            });
+            for (entry, hop) in domain_first.into_iter().chain(domain_second) {
+                hops.domain[entry] = hop;
+            }
+        } else {
+            for unit in 0..units {
+                hops.compute_unit(engine, layout, unit, false);
+            }
         }
         let mut keys: Vec<Vec<(u64, u32)>> = vec![Vec::new(); hops.ordered.len()];
         for hop in hops.device.iter().chain(&hops.domain).flatten() {
@@ -238,53 +271,77 @@ impl Hops {
     /// Computes every hop through `unit`, and with `update` keeps the ordered sets and the
     /// nearest hops up to date.
     fn compute_unit(&mut self, engine: &Engine, layout: &Layout, unit: usize, update: bool) {
-        let m = Members::of(engine, layout, unit);
-        let u = index32(unit);
-        let mut domains_seen = [NONE; 64];
-        let mut seen = 0usize;
-        for index in engine.cand_range(unit) {
-            let c = engine.cand_at(index);
-            let v = c.device;
-            let mover = Mover::Device(v);
-            let hop = if m.key_of(v).is_some() {
-                push_price(engine, &layout.prices, unit, &m, c).map(|(price, to)| Hop {
-                    unit: u,
-                    from: v,
-                    to,
-                    mover,
-                    class: c.class,
-                    raise: true,
-                    price,
-                })
-            } else if !m.has_device(v) {
-                pull_price(engine, &layout.prices, &m, c).map(|(price, from)| Hop {
-                    unit: u,
-                    from,
-                    to: v,
-                    mover,
-                    class: c.class,
-                    raise: false,
-                    price,
-                })
-            } else {
-                None
+        unit_hops(engine, layout, unit, |slot, hop| {
+            let old = match slot {
+                Slot::Device(index) => std::mem::replace(&mut self.device[index], hop),
+                Slot::Domain(entry) => std::mem::replace(&mut self.domain[entry], hop),
             };
-            let old = self.device[index as usize];
-            self.device[index as usize] = hop;
             if update {
                 self.replace(engine, old, hop);
             }
-            let h = engine.domain[v as usize];
-            if domains_seen[..seen].contains(&h) {
-                continue;
-            }
-            if seen < domains_seen.len() {
-                domains_seen[seen] = h;
-                seen += 1;
-            }
-            let entry = c.dentry as usize;
-            let mover = Mover::Domain(h);
-            let hop = if m.has_domain(h) {
+        });
+    }
+}
+
+/// Where a hop through a unit is kept: a candidate's (its index in `Engine::cand_at`), or a
+/// (domain, unit) entry's.
+#[derive(Clone, Copy)]
+enum Slot {
+    Device(usize),
+    Domain(usize),
+}
+
+/// Every hop through `unit` under `layout`, each given to `emit` with where it is kept.
+fn unit_hops(
+    engine: &Engine,
+    layout: &Layout,
+    unit: usize,
+    mut emit: impl FnMut(Slot, Option<Hop>),
+) {
+    let m = Members::of(engine, layout, unit);
+    let u = index32(unit);
+    let mut domains_seen = [NONE; 64];
+    let mut seen = 0usize;
+    for index in engine.cand_range(unit) {
+        let c = engine.cand_at(index);
+        let v = c.device;
+        let mover = Mover::Device(v);
+        let hop = if m.key_of(v).is_some() {
+            push_price(engine, &layout.prices, unit, &m, c).map(|(price, to)| Hop {
+                unit: u,
+                from: v,
+                to,
+                mover,
+                class: c.class,
+                raise: true,
+                price,
+            })
+        } else if !m.has_device(v) {
+            pull_price(engine, &layout.prices, &m, c).map(|(price, from)| Hop {
+                unit: u,
+                from,
+                to: v,
+                mover,
+                class: c.class,
+                raise: false,
+                price,
+            })
+        } else {
+            None
+        };
+        emit(Slot::Device(index as usize), hop);
+        let h = engine.domain[v as usize];
+        if domains_seen[..seen].contains(&h) {
+            continue;
+        }
+        if seen < domains_seen.len() {
+            domains_seen[seen] = h;
+            seen += 1;
+        }
+        let entry = c.dentry as usize;
+        let mover = Mover::Domain(h);
+        let hop =
+            if m.has_domain(h) {
                 domain_push_price(engine, &layout.prices, unit, &m, h).map(|(price, from, to)| {
                     Hop { unit: u, from, to, mover, class: c.dclass, raise: true, price }
                 })
@@ -293,14 +350,12 @@ impl Hops {
                     Hop { unit: u, from, to, mover, class: c.dclass, raise: false, price }
                 })
             };
-            let old = self.domain[entry];
-            self.domain[entry] = hop;
-            if update {
-                self.replace(engine, old, hop);
-            }
-        }
+        emit(Slot::Domain(entry), hop);
     }
 }
+
+/// Units from which [`Hops::all`] computes the hops of two halves of the units side by side.
+const PARALLEL_UNITS_MIN: usize = 4096;
 
 /// Removes `value` from `list` (order does not matter).
 fn remove(list: &mut Vec<u32>, value: u32) {
@@ -645,5 +700,37 @@ impl<'e> Balancer<'e> {
             }
             *layout = Layout::new(engine, prices, layout.home.take());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::balanced::Member;
+
+    /// The hops [`Hops::all`] computes for two halves of the units side by side are those
+    /// computed unit by unit.
+    #[test]
+    fn hops_computed_side_by_side_are_those_computed_one_by_one() {
+        let members: Vec<Member> = (0..60u32)
+            .map(|id| Member {
+                id,
+                domain: format!("h{}", id % 12),
+                weight: u64::from(1 + id % 3) << 16,
+            })
+            .collect();
+        let keys: Vec<u32> = (0..8192u32).map(|k| k.wrapping_mul(2_654_435_761)).collect();
+        let engine = Engine::new(3, keys, &members, &[]);
+        assert!(engine.units() >= PARALLEL_UNITS_MIN);
+        let layout = Layout::new(&engine, engine.neutral_prices(), None);
+        let side_by_side = Hops::all(&engine, &layout);
+        let mut one_by_one = Hops::empty(&engine);
+        for unit in 0..engine.units() {
+            one_by_one.compute_unit(&engine, &layout, unit, false);
+        }
+        assert!(one_by_one.device.iter().any(Option::is_some));
+        assert!(one_by_one.domain.iter().any(Option::is_some));
+        assert_eq!(side_by_side.device, one_by_one.device);
+        assert_eq!(side_by_side.domain, one_by_one.domain);
     }
 }

@@ -42,6 +42,7 @@
     if (!response.ok) {
       const error = new Error((data && data.error) || response.statusText);
       error.status = response.status;
+      error.code = data && data.code;
       throw error;
     }
     return data;
@@ -215,7 +216,7 @@
       await pollAgain();
     } catch (error) {
       // A smaller size is refused unless asked for: what lies beyond it is discarded.
-      if (error.status === 400 && /shrink/.test(error.message) &&
+      if (error.code === "would_shrink" &&
           window.confirm("Shrink volume " + name + " to " + to + "? The data beyond " + to + " is discarded.")) {
         await change("volume-result", "/api/v1/volumes/resize", { name, size: to, allow_shrink: true }, resized);
       } else {
