@@ -301,7 +301,7 @@ mod tests {
 
     use super::*;
     use crate::disk::{Disk, Fault, FaultyDisk, RealDisk};
-    use crate::store::{DeviceConfig, PutOutcome, PutRequest, WriteAt};
+    use crate::store::{DeleteOutcome, DeviceConfig, PutOutcome, PutRequest, WriteAt};
 
     const MIB: u64 = 1 << 20;
     const KEY: &str = "volume_data.ab.0000000000000000";
@@ -480,36 +480,54 @@ mod tests {
         assert_eq!(read_as_of(&store, 21).unwrap(), b"BBBBBBBB");
     }
 
-    /// A clone a trim removed while this device fetched it from a peer that still held it
-    /// (catching up) is removed again once stored; one never trimmed, or trimmed at an older
-    /// version, stays.
+    /// A clone a trim removed here does not come back as a peer's copy stored afterwards: a
+    /// rebalancing transfer from a device that still held it (one that missed the trim while
+    /// its server was down and now sends what it holds away, or one that read its copy just
+    /// before the trim removed it), a catch-up fetch or a repair. The copy is refused as an
+    /// older version is; small and large files alike. A clone never trimmed is stored.
     #[test]
-    fn a_clone_trimmed_while_it_was_fetched_goes_again() {
+    fn a_trimmed_clone_sent_by_a_peer_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let store = open_on(dir.path(), Arc::new(RealDisk));
-        let put = |key: &str, version: u64| {
-            store
-                .put(&PutRequest {
-                    pool: POOL,
-                    key,
-                    data: &[b"old content"],
-                    version: ObjectVersion(version),
-                    checksum: None,
-                    pg_seed: Some(3),
-                    epoch: Epoch(1),
-                })
-                .unwrap();
+        let put = |key: &str, version: u64, data: &[u8]| {
+            store.put(&PutRequest {
+                pool: POOL,
+                key,
+                data: &[data],
+                version: ObjectVersion(version),
+                checksum: None,
+                pg_seed: Some(3),
+                epoch: Epoch(1),
+            })
         };
-        let (trimmed, kept) =
-            (clone_key(KEY, ObjectVersion(10)), clone_key(KEY, ObjectVersion(12)));
-        // The trim reaches this device first (nothing here yet: the copy is on its way).
-        store.delete_in(POOL, &trimmed, Some(ObjectVersion(10)), Epoch(1), Some(3), None).unwrap();
-        put(&trimmed, 10);
-        put(&kept, 12);
-        assert!(store.entry(POOL, &trimmed).is_some());
-        assert!(store.purged_since_fetch(POOL, &trimmed, ObjectVersion(10)).unwrap());
-        assert!(store.entry(POOL, &trimmed).is_none(), "the trimmed clone is gone again");
-        assert!(!store.purged_since_fetch(POOL, &kept, ObjectVersion(12)).unwrap());
-        assert!(store.entry(POOL, &kept).is_some(), "a clone never trimmed stays");
+        let small = b"old content".to_vec();
+        let large = vec![7u8; crate::journal::JOURNAL_OBJECT_MAX as usize + 1];
+        for (version, data) in [(10, &small), (11, &large)] {
+            let clone = clone_key(KEY, ObjectVersion(version));
+            put(&clone, version, data).unwrap();
+            // The trim removes this device's copy.
+            let trimmed = store.delete_in(
+                POOL,
+                &clone,
+                Some(ObjectVersion(version)),
+                Epoch(1),
+                Some(3),
+                None,
+            );
+            assert_eq!(trimmed.unwrap(), DeleteOutcome::Deleted);
+            // A peer's copy of it arrives afterwards.
+            let refused = put(&clone, version, data).unwrap_err();
+            assert!(matches!(refused, StoreError::VersionConflict { .. }), "{refused}");
+            assert!(store.entry(POOL, &clone).is_none(), "the trimmed clone stays away");
+        }
+        // The trim reaches this device before a copy it is fetching (nothing here yet).
+        let fetched = clone_key(KEY, ObjectVersion(9));
+        let trimmed = store.delete_in(POOL, &fetched, Some(ObjectVersion(9)), Epoch(1), None, None);
+        assert_eq!(trimmed.unwrap(), DeleteOutcome::Absent);
+        assert!(put(&fetched, 9, &small).is_err(), "the copy fetched is refused");
+        assert_eq!(clone_files(dir.path()), 0);
+        let kept = clone_key(KEY, ObjectVersion(12));
+        assert_eq!(put(&kept, 12, &small).unwrap(), PutOutcome::Stored);
+        assert!(store.entry(POOL, &kept).is_some(), "a clone never trimmed is stored");
     }
 }
