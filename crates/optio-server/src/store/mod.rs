@@ -21,7 +21,7 @@
 //! a partly written object is never visible. Writes to one key are serialized by a striped
 //! lock held only around the version check and the rename.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -165,17 +165,18 @@ pub struct DeviceStore {
     /// under any key, not only volume data: [`snapshots`]).
     erasure_pools: RwLock<Vec<PoolId>>,
     /// Snapshot clones a trim removed (the newest version removed of each), so that a peer's
-    /// copy of one is not stored afterwards ([`DeviceStore::refuse_trimmed`]). Cleared when
-    /// it reaches [`TRIMMED_KEPT`] entries, and not kept across a restart: it covers the races
-    /// of the moment, not history.
-    trimmed: Mutex<HashMap<(PoolId, String), ObjectVersion>>,
+    /// copy of one is not stored afterwards ([`DeviceStore::refuse_trimmed`]). The last
+    /// [`TRIMMED_KEPT`] at least, not kept across a restart: it covers the races of the
+    /// moment, not history.
+    trimmed: Mutex<snapshots::Trimmed>,
     /// The device directory's lock ([`LOCK_FILE`]), held while the store is open; the kernel
     /// drops it when the process ends, however it ends.
     _lock: std::fs::File,
 }
 
-/// Most trimmed clones a store remembers ([`DeviceStore::refuse_trimmed`]).
-const TRIMMED_KEPT: usize = 1 << 16;
+/// Trimmed clones a store remembers at least, and at most twice as many
+/// ([`DeviceStore::refuse_trimmed`]).
+const TRIMMED_KEPT: usize = 1 << 15;
 
 /// The lock file in a device directory: one server process per device.
 pub const LOCK_FILE: &str = "optio-server.lock";
@@ -303,7 +304,7 @@ impl DeviceStore {
             known_dirs: Mutex::new(HashSet::new()),
             corrupt_found: AtomicU64::new(0),
             erasure_pools: RwLock::default(),
-            trimmed: Mutex::default(),
+            trimmed: Mutex::new(snapshots::Trimmed::new(TRIMMED_KEPT)),
             _lock: lock,
         };
         store.load()?;
@@ -804,12 +805,7 @@ impl DeviceStore {
             // reaches the replicas one by one) is not stored afterwards: once the trim is over
             // nothing would remove it ([`DeviceStore::refuse_trimmed`]).
             if let Some(version) = version {
-                let mut trimmed = self.trimmed.lock().expect("trimmed lock");
-                if trimmed.len() >= TRIMMED_KEPT {
-                    trimmed.clear();
-                }
-                let newest = trimmed.entry((pool, key.to_string())).or_insert(version);
-                *newest = (*newest).max(version);
+                self.trimmed.lock().expect("trimmed lock").note(pool, key, version);
             }
             let removed = self.purge(pool, key, version)?;
             return Ok(if removed { DeleteOutcome::Deleted } else { DeleteOutcome::Absent });
@@ -864,9 +860,9 @@ impl DeviceStore {
         if self.parse_clone(pool, key).is_none() {
             return Ok(());
         }
-        let trimmed = self.trimmed.lock().expect("trimmed lock");
-        match trimmed.get(&(pool, key.to_string())) {
-            Some(&removed) if removed >= version => {
+        let removed_at = self.trimmed.lock().expect("trimmed lock").removed_at(pool, key);
+        match removed_at {
+            Some(removed) if removed >= version => {
                 Err(StoreError::VersionConflict { stored: removed, offered: version })
             }
             _ => Ok(()),

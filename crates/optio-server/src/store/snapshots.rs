@@ -16,6 +16,8 @@
 //! Because clones are ordinary objects placed by their head's seed, rebalancing, catching up,
 //! scrubbing and repair carry and compare them as they do every object.
 
+use std::collections::HashMap;
+
 use optio_placement::PoolId;
 use optio_proto::blocks::BlockLayout;
 use optio_proto::snap::{
@@ -292,6 +294,42 @@ impl DeviceStore {
     }
 }
 
+/// The snapshot clones a trim removed from a device, with the newest version removed of
+/// each: the last `kept` removals at least, however long the trim — two generations of at
+/// most `kept` each, the older one dropped when the newer one is full (not all at once: the
+/// removals of the moment are the ones a peer's copy can race with).
+#[derive(Debug)]
+pub(super) struct Trimmed {
+    kept: usize,
+    current: HashMap<(PoolId, String), ObjectVersion>,
+    previous: HashMap<(PoolId, String), ObjectVersion>,
+}
+
+impl Trimmed {
+    pub(super) fn new(kept: usize) -> Trimmed {
+        Trimmed { kept, current: HashMap::new(), previous: HashMap::new() }
+    }
+
+    /// Records that `key` was removed at `version`.
+    pub(super) fn note(&mut self, pool: PoolId, key: &str, version: ObjectVersion) {
+        let id = (pool, key.to_string());
+        if self.current.len() >= self.kept && !self.current.contains_key(&id) {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        let newest = self.current.entry(id).or_insert(version);
+        *newest = (*newest).max(version);
+    }
+
+    /// The newest version of `key` removed, if it is remembered.
+    pub(super) fn removed_at(&self, pool: PoolId, key: &str) -> Option<ObjectVersion> {
+        if self.current.is_empty() {
+            return None;
+        }
+        let id = (pool, key.to_string());
+        self.current.get(&id).copied().max(self.previous.get(&id).copied())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -529,5 +567,25 @@ mod tests {
         let kept = clone_key(KEY, ObjectVersion(12));
         assert_eq!(put(&kept, 12, &small).unwrap(), PutOutcome::Stored);
         assert!(store.entry(POOL, &kept).is_some(), "a clone never trimmed is stored");
+    }
+
+    /// The trimmed clones remembered: the last `kept` at least, however many came before —
+    /// never none at all right after many (the newest version removed of each).
+    #[test]
+    fn the_latest_trimmed_clones_are_remembered_however_many_went_before() {
+        let mut trimmed = Trimmed::new(4);
+        let key = |i: u64| clone_key(KEY, ObjectVersion(i));
+        assert_eq!(trimmed.removed_at(POOL, &key(0)), None);
+        for i in 0..100 {
+            trimmed.note(POOL, &key(i), ObjectVersion(i));
+            for back in 0..4.min(i + 1) {
+                let recent = key(i - back);
+                assert_eq!(trimmed.removed_at(POOL, &recent), Some(ObjectVersion(i - back)));
+            }
+        }
+        assert_eq!(trimmed.removed_at(POOL, &key(0)), None, "long ago: forgotten");
+        assert_eq!(trimmed.removed_at(PoolId(2), &key(99)), None, "another pool's");
+        trimmed.note(POOL, &key(99), ObjectVersion(98));
+        assert_eq!(trimmed.removed_at(POOL, &key(99)), Some(ObjectVersion(99)), "the newest");
     }
 }
