@@ -381,16 +381,14 @@ pub(crate) async fn fetch_version(
             checksum: Some(info.checksum),
             pg_seed: info.pg_seed,
             epoch: Epoch(epoch),
-        })?;
-        // A snapshot clone a trim removed here while it was fetched (the peer had not removed
-        // it yet): purged clones leave no tombstone, so it goes again now or never.
-        store.purged_since_fetch(pool, &key, info.version)
+        })
     })
     .await
     .map_err(|source| PeerError::Task { what: "write", source })?;
+    // (A snapshot clone a trim removed here is refused as an older version is: the peer had
+    // not removed it yet.)
     match result {
-        Ok(true) => Ok(false),
-        Ok(false) => Ok(true),
+        Ok(_) => Ok(true),
         Err(e) if e.kind() == ErrorKind::VersionConflict => Ok(false),
         Err(e) => Err(PeerError::Store(e)),
     }

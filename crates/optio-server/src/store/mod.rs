@@ -21,7 +21,7 @@
 //! a partly written object is never visible. Writes to one key are serialized by a striped
 //! lock held only around the version check and the rename.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -164,18 +164,19 @@ pub struct DeviceStore {
     /// The erasure-coded pools requests named (their chunks keep earlier versions as clones
     /// under any key, not only volume data: [`snapshots`]).
     erasure_pools: RwLock<Vec<PoolId>>,
-    /// Snapshot clones a trim removed (the newest version removed of each), so that a copy
-    /// fetched from a peer that had not removed it yet (catching up) is removed again
-    /// ([`DeviceStore::purged_since_fetch`]). Cleared when it reaches [`TRIMMED_KEPT`]
-    /// entries: it covers the races of the moment, not history.
-    trimmed: Mutex<HashMap<(PoolId, String), ObjectVersion>>,
+    /// Snapshot clones a trim removed (the newest version removed of each), so that a peer's
+    /// copy of one is not stored afterwards ([`DeviceStore::refuse_trimmed`]). The last
+    /// [`TRIMMED_KEPT`] at least, not kept across a restart: it covers the races of the
+    /// moment, not history.
+    trimmed: Mutex<snapshots::Trimmed>,
     /// The device directory's lock ([`LOCK_FILE`]), held while the store is open; the kernel
     /// drops it when the process ends, however it ends.
     _lock: std::fs::File,
 }
 
-/// Most trimmed clones a store remembers ([`DeviceStore::purged_since_fetch`]).
-const TRIMMED_KEPT: usize = 1 << 16;
+/// Trimmed clones a store remembers at least, and at most twice as many
+/// ([`DeviceStore::refuse_trimmed`]).
+const TRIMMED_KEPT: usize = 1 << 15;
 
 /// The lock file in a device directory: one server process per device.
 pub const LOCK_FILE: &str = "optio-server.lock";
@@ -303,7 +304,7 @@ impl DeviceStore {
             known_dirs: Mutex::new(HashSet::new()),
             corrupt_found: AtomicU64::new(0),
             erasure_pools: RwLock::default(),
-            trimmed: Mutex::default(),
+            trimmed: Mutex::new(snapshots::Trimmed::new(TRIMMED_KEPT)),
             _lock: lock,
         };
         store.load()?;
@@ -463,6 +464,7 @@ impl DeviceStore {
         if file_bytes <= JOURNAL_OBJECT_MAX {
             // Small: made durable by the journal, under the key's stripe.
             let _stripe = self.stripe(request.key);
+            self.refuse_trimmed(request.pool, request.key, request.version)?;
             self.preserve_for(request.pool, request.key, snap, request.version)?;
             self.unflushed_bytes.fetch_add(file_bytes, Ordering::Relaxed);
             let stored = self.store_journaled(path, request.pool, request.key, entry, &content);
@@ -477,7 +479,10 @@ impl DeviceStore {
         self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
         written.map_err(StoreError::io("write", &temp))?;
         let _stripe = self.stripe(request.key);
-        if let Err(error) = self.preserve_for(request.pool, request.key, snap, request.version) {
+        if let Err(error) = self
+            .refuse_trimmed(request.pool, request.key, request.version)
+            .and_then(|()| self.preserve_for(request.pool, request.key, snap, request.version))
+        {
             let _ = self.disk.remove(&temp);
             return Err(error);
         }
@@ -796,15 +801,11 @@ impl DeviceStore {
             // tombstone is needed: a copy that comes back (from a replica that missed the
             // trim) is never the newest content below any snapshot's mark, so no read sees
             // it, and the next trim removes it again. Recorded before it is removed, so that
-            // a copy a peer still held when this device fetched it (catching up, while the trim
-            // reaches the replicas one by one) is removed again once stored.
+            // a copy a peer still held (catching up, rebalancing, repair, while the trim
+            // reaches the replicas one by one) is not stored afterwards: once the trim is over
+            // nothing would remove it ([`DeviceStore::refuse_trimmed`]).
             if let Some(version) = version {
-                let mut trimmed = self.trimmed.lock().expect("trimmed lock");
-                if trimmed.len() >= TRIMMED_KEPT {
-                    trimmed.clear();
-                }
-                let newest = trimmed.entry((pool, key.to_string())).or_insert(version);
-                *newest = (*newest).max(version);
+                self.trimmed.lock().expect("trimmed lock").note(pool, key, version);
             }
             let removed = self.purge(pool, key, version)?;
             return Ok(if removed { DeleteOutcome::Deleted } else { DeleteOutcome::Absent });
@@ -841,22 +842,30 @@ impl DeviceStore {
         Ok(outcome)
     }
 
-    /// After `key` was stored at `version` from a peer's copy: if it is a snapshot clone a
-    /// trim removed here (at that version or a newer one) meanwhile, it is removed again;
-    /// whether it was. (The trim's removal is recorded before it is carried out, and this is
-    /// asked after the store: either the removal comes after the store and removes it, or
-    /// this sees it.)
-    pub fn purged_since_fetch(
+    /// Refuses to store `key` at `version` when it is a snapshot clone a trim removed here at
+    /// that version or a newer one, as an older version is refused: purged clones leave no
+    /// tombstone, so without this a peer's copy stored afterwards would bring it back for
+    /// good (the trim is over) — a rebalancing transfer from a device that still held it (a
+    /// restarted device the trim went around, sending its copies away on a map that marks it
+    /// down; a holder that read its copy just before the trim removed it), a catch-up fetch,
+    /// a repair. The caller holds the key's stripe: a trim records its removal before it takes
+    /// the stripe to remove the copy, so either this sees the record or the removal comes
+    /// after the store and removes what it stored.
+    fn refuse_trimmed(
         &self,
         pool: PoolId,
         key: &str,
         version: ObjectVersion,
-    ) -> Result<bool, StoreError> {
-        let removed_at =
-            self.trimmed.lock().expect("trimmed lock").get(&(pool, key.to_string())).copied();
+    ) -> Result<(), StoreError> {
+        if self.parse_clone(pool, key).is_none() {
+            return Ok(());
+        }
+        let removed_at = self.trimmed.lock().expect("trimmed lock").removed_at(pool, key);
         match removed_at {
-            Some(removed) if removed >= version => self.purge(pool, key, Some(removed)),
-            _ => Ok(false),
+            Some(removed) if removed >= version => {
+                Err(StoreError::VersionConflict { stored: removed, offered: version })
+            }
+            _ => Ok(()),
         }
     }
 

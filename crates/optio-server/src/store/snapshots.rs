@@ -16,6 +16,8 @@
 //! Because clones are ordinary objects placed by their head's seed, rebalancing, catching up,
 //! scrubbing and repair carry and compare them as they do every object.
 
+use std::collections::HashMap;
+
 use optio_placement::PoolId;
 use optio_proto::blocks::BlockLayout;
 use optio_proto::snap::{
@@ -292,6 +294,42 @@ impl DeviceStore {
     }
 }
 
+/// The snapshot clones a trim removed from a device, with the newest version removed of
+/// each: the last `kept` removals at least, however long the trim — two generations of at
+/// most `kept` each, the older one dropped when the newer one is full (not all at once: the
+/// removals of the moment are the ones a peer's copy can race with).
+#[derive(Debug)]
+pub(super) struct Trimmed {
+    kept: usize,
+    current: HashMap<(PoolId, String), ObjectVersion>,
+    previous: HashMap<(PoolId, String), ObjectVersion>,
+}
+
+impl Trimmed {
+    pub(super) fn new(kept: usize) -> Trimmed {
+        Trimmed { kept, current: HashMap::new(), previous: HashMap::new() }
+    }
+
+    /// Records that `key` was removed at `version`.
+    pub(super) fn note(&mut self, pool: PoolId, key: &str, version: ObjectVersion) {
+        let id = (pool, key.to_string());
+        if self.current.len() >= self.kept && !self.current.contains_key(&id) {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        let newest = self.current.entry(id).or_insert(version);
+        *newest = (*newest).max(version);
+    }
+
+    /// The newest version of `key` removed, if it is remembered.
+    pub(super) fn removed_at(&self, pool: PoolId, key: &str) -> Option<ObjectVersion> {
+        if self.current.is_empty() {
+            return None;
+        }
+        let id = (pool, key.to_string());
+        self.current.get(&id).copied().max(self.previous.get(&id).copied())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -301,7 +339,7 @@ mod tests {
 
     use super::*;
     use crate::disk::{Disk, Fault, FaultyDisk, RealDisk};
-    use crate::store::{DeviceConfig, PutOutcome, PutRequest, WriteAt};
+    use crate::store::{DeleteOutcome, DeviceConfig, PutOutcome, PutRequest, WriteAt};
 
     const MIB: u64 = 1 << 20;
     const KEY: &str = "volume_data.ab.0000000000000000";
@@ -480,36 +518,74 @@ mod tests {
         assert_eq!(read_as_of(&store, 21).unwrap(), b"BBBBBBBB");
     }
 
-    /// A clone a trim removed while this device fetched it from a peer that still held it
-    /// (catching up) is removed again once stored; one never trimmed, or trimmed at an older
-    /// version, stays.
+    /// A clone a trim removed here does not come back as a peer's copy stored afterwards: a
+    /// rebalancing transfer from a device that still held it (one that missed the trim while
+    /// its server was down and now sends what it holds away, or one that read its copy just
+    /// before the trim removed it), a catch-up fetch or a repair. The copy is refused as an
+    /// older version is; small and large files alike. A clone never trimmed is stored.
     #[test]
-    fn a_clone_trimmed_while_it_was_fetched_goes_again() {
+    fn a_trimmed_clone_sent_by_a_peer_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let store = open_on(dir.path(), Arc::new(RealDisk));
-        let put = |key: &str, version: u64| {
-            store
-                .put(&PutRequest {
-                    pool: POOL,
-                    key,
-                    data: &[b"old content"],
-                    version: ObjectVersion(version),
-                    checksum: None,
-                    pg_seed: Some(3),
-                    epoch: Epoch(1),
-                })
-                .unwrap();
+        let put = |key: &str, version: u64, data: &[u8]| {
+            store.put(&PutRequest {
+                pool: POOL,
+                key,
+                data: &[data],
+                version: ObjectVersion(version),
+                checksum: None,
+                pg_seed: Some(3),
+                epoch: Epoch(1),
+            })
         };
-        let (trimmed, kept) =
-            (clone_key(KEY, ObjectVersion(10)), clone_key(KEY, ObjectVersion(12)));
-        // The trim reaches this device first (nothing here yet: the copy is on its way).
-        store.delete_in(POOL, &trimmed, Some(ObjectVersion(10)), Epoch(1), Some(3), None).unwrap();
-        put(&trimmed, 10);
-        put(&kept, 12);
-        assert!(store.entry(POOL, &trimmed).is_some());
-        assert!(store.purged_since_fetch(POOL, &trimmed, ObjectVersion(10)).unwrap());
-        assert!(store.entry(POOL, &trimmed).is_none(), "the trimmed clone is gone again");
-        assert!(!store.purged_since_fetch(POOL, &kept, ObjectVersion(12)).unwrap());
-        assert!(store.entry(POOL, &kept).is_some(), "a clone never trimmed stays");
+        let small = b"old content".to_vec();
+        let large = vec![7u8; crate::journal::JOURNAL_OBJECT_MAX as usize + 1];
+        for (version, data) in [(10, &small), (11, &large)] {
+            let clone = clone_key(KEY, ObjectVersion(version));
+            put(&clone, version, data).unwrap();
+            // The trim removes this device's copy.
+            let trimmed = store.delete_in(
+                POOL,
+                &clone,
+                Some(ObjectVersion(version)),
+                Epoch(1),
+                Some(3),
+                None,
+            );
+            assert_eq!(trimmed.unwrap(), DeleteOutcome::Deleted);
+            // A peer's copy of it arrives afterwards.
+            let refused = put(&clone, version, data).unwrap_err();
+            assert!(matches!(refused, StoreError::VersionConflict { .. }), "{refused}");
+            assert!(store.entry(POOL, &clone).is_none(), "the trimmed clone stays away");
+        }
+        // The trim reaches this device before a copy it is fetching (nothing here yet).
+        let fetched = clone_key(KEY, ObjectVersion(9));
+        let trimmed = store.delete_in(POOL, &fetched, Some(ObjectVersion(9)), Epoch(1), None, None);
+        assert_eq!(trimmed.unwrap(), DeleteOutcome::Absent);
+        assert!(put(&fetched, 9, &small).is_err(), "the copy fetched is refused");
+        assert_eq!(clone_files(dir.path()), 0);
+        let kept = clone_key(KEY, ObjectVersion(12));
+        assert_eq!(put(&kept, 12, &small).unwrap(), PutOutcome::Stored);
+        assert!(store.entry(POOL, &kept).is_some(), "a clone never trimmed is stored");
+    }
+
+    /// The trimmed clones remembered: the last `kept` at least, however many came before —
+    /// never none at all right after many (the newest version removed of each).
+    #[test]
+    fn the_latest_trimmed_clones_are_remembered_however_many_went_before() {
+        let mut trimmed = Trimmed::new(4);
+        let key = |i: u64| clone_key(KEY, ObjectVersion(i));
+        assert_eq!(trimmed.removed_at(POOL, &key(0)), None);
+        for i in 0..100 {
+            trimmed.note(POOL, &key(i), ObjectVersion(i));
+            for back in 0..4.min(i + 1) {
+                let recent = key(i - back);
+                assert_eq!(trimmed.removed_at(POOL, &recent), Some(ObjectVersion(i - back)));
+            }
+        }
+        assert_eq!(trimmed.removed_at(POOL, &key(0)), None, "long ago: forgotten");
+        assert_eq!(trimmed.removed_at(PoolId(2), &key(99)), None, "another pool's");
+        trimmed.note(POOL, &key(99), ObjectVersion(98));
+        assert_eq!(trimmed.removed_at(POOL, &key(99)), Some(ObjectVersion(99)), "the newest");
     }
 }
