@@ -3,7 +3,7 @@
 # (10 zones x 100 hosts, `optio map init --pg-num 32768`: the PG pools at 32,768 PGs; no
 # servers), the console on it, a login, then each API request timed with curl: the first at
 # the epoch (caches cold) and the next ones, and a what-if marking a device out (another device
-# each time), ROUNDS times.
+# each time), ROUNDS times; then a what-if and a GET of the devices right after a map change.
 # Usage: scripts/bench-console.sh [BUILD (target/release/optio)] [ROUNDS (3)]
 set -euo pipefail
 bin=${1:-target/release/optio} rounds=${2:-3}
@@ -40,3 +40,17 @@ done
 then=""
 for round in $(seq "$rounds"); do then="$then $(whatif $((round * 37 % 1000)))"; done
 printf '%s\t%s\t%s\n' "POST whatif (a device out)" "-" "$then"
+# Right after a map change made by the CLI (another device reweighted just before): the
+# console places the new epoch first (its warmer looks at the map every 100 ms).
+after="" devices=""
+for round in $(seq "$rounds"); do
+  weight=$([ $((round % 2)) -eq 1 ] && echo 0.9 || echo 1.0)
+  "$bin" map reweight --map "$work/map.toml" osd.7 "$weight" > /dev/null 2>&1
+  after="$after $(whatif $((round * 53 % 1000)))"
+  sleep 2
+  "$bin" map reweight --map "$work/map.toml" osd.8 "$weight" > /dev/null 2>&1
+  devices="$devices $(get devices)"
+  sleep 2
+done
+printf '%s\t%s\t%s\n' "POST whatif right after a change" "-" "$after"
+printf '%s\t%s\t%s\n' "GET devices right after a change" "-" "$devices"
