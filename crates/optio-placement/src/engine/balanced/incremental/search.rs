@@ -159,10 +159,12 @@ impl Hops {
         if units >= PARALLEL_UNITS_MIN {
             let half = units / 2;
             let split = engine.cand_range(half).start as usize;
+            // (About half of the domain entries each: sized once, not grown.)
+            let entries = hops.domain.len() / 2 + 64;
             let (first, second) = hops.device.split_at_mut(split);
             let compute =
                 |units: std::ops::Range<usize>, device: &mut [Option<Hop>], base: usize| {
-                    let mut domain = Vec::new();
+                    let mut domain = Vec::with_capacity(entries);
                     for unit in units {
                         unit_hops(engine, layout, unit, |slot, hop| match slot {
                             Slot::Device(index) => device[index - base] = hop,
