@@ -247,7 +247,7 @@ pub async fn run(
             // The next run (this command's, or a trimmer's round) tries again at once.
             release(client, name, generation, token).await;
             return Ok(Outcome::Waiting(format!(
-                "device(s) {missed:?} could not be reached (server down): the copies they hold are trimmed once they are back"
+                "device(s) {missed:?} could not be reached (server down or not answering): the copies they hold are trimmed once they answer"
             )));
         }
         if header.removing {
@@ -296,7 +296,8 @@ fn gone_around(client: &Client, epoch: Epoch) -> Vec<u32> {
 }
 
 /// Deletes one clone, at the pacer's pace; the index of its object, and the devices of its
-/// replicas not reached (their server down: the copy stays there).
+/// replicas not reached (their server down, or not answering within
+/// 10 s (`CLONE_DELETE_TIMEOUT`): the copy stays there).
 async fn delete_one(
     client: &Client,
     pacer: &Pacer,

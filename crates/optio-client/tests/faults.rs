@@ -65,6 +65,12 @@ fn kind(op: &Op<'_>) -> Kind {
 struct Faults {
     /// Devices whose server does not answer.
     down: HashSet<u32>,
+    /// Connections that break under (device, kind) requests before they are served (the
+    /// server closed them): how many more.
+    dropped: HashMap<(u32, Kind), usize>,
+    /// Devices whose server dies under the next request: its connection breaks, and the
+    /// server refuses connections from then on.
+    dying: HashSet<u32>,
     /// Replies lost after the request was applied: (device, kind) → how many more.
     lose: HashMap<(u32, Kind), usize>,
     /// Devices whose server answers this much later.
@@ -284,6 +290,20 @@ impl TransportTrait for FaultyNet {
             }
             if self.faults().down.contains(&device) {
                 return Err((Failure::NotRunning("connection refused".into()), None));
+            }
+            {
+                let mut faults = self.faults();
+                let closed = || Failure::Dropped("the server closed the connection".into());
+                if faults.dying.remove(&device) {
+                    faults.down.insert(device);
+                    return Err((closed(), None));
+                }
+                if let Some(left) = faults.dropped.get_mut(&(device, kind))
+                    && *left > 0
+                {
+                    *left -= 1;
+                    return Err((closed(), None));
+                }
             }
             let result = match self.on_arrival(&call).await {
                 Ok(()) => self.serve(&call).await,
@@ -579,6 +599,52 @@ async fn a_delete_whose_reply_is_lost_twice_is_reported_and_still_hides_the_obje
     assert!(matches!(client.get("plain", "gone").await.unwrap_err(), ClientError::NotFound { .. }));
     let listed = client.list("plain", "").await.unwrap();
     assert!(listed.is_empty(), "{listed:?}");
+}
+
+/// A trim's deletion of a snapshot clone whose connection breaks under it is sent again on a
+/// new connection; a device it still does not reach — its server died under it, or every
+/// connection to it drops — is reported not reached, not as an error (the trim keeps its job
+/// and reaches it on a later run), after a bounded number of attempts.
+#[tokio::test]
+async fn a_clone_deletion_whose_connection_drops_is_sent_again_then_reported_not_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::start(dir.path()).await;
+    let client = client(dir.path(), &net).await;
+    let head = "volume_data.00c0ffee.0000000000000007";
+    let replicas = devices(&client, "plain", head, 0);
+    let clone = |version: u64| optio_proto::snap::clone_key(head, ObjectVersion(version));
+    for version in [10, 20, 30] {
+        for device in &replicas {
+            net.store_copy(*device, PLAIN.0, &clone(version), b"kept", version);
+        }
+    }
+    let victim = replicas[1];
+    let held = |version: u64| -> Vec<u32> {
+        replicas
+            .iter()
+            .copied()
+            .filter(|d| net.stored(*d, PLAIN.0, &clone(version)).is_some())
+            .collect()
+    };
+    // Dropped once (a server that closed the connection): sent again, removed everywhere.
+    net.faults().dropped.insert((victim, Kind::Delete), 1);
+    let not_reached = client.delete_clone("plain", &clone(10), ObjectVersion(10)).await;
+    assert_eq!(not_reached.expect("sent again"), Vec::<u32>::new());
+    assert_eq!(held(10), Vec::<u32>::new());
+    assert_eq!(net.sent(victim, Kind::Delete), 2);
+    // Its server killed under the deletion: the connection drops, the next one is refused.
+    net.faults().dying.insert(victim);
+    let not_reached = client.delete_clone("plain", &clone(20), ObjectVersion(20)).await;
+    assert_eq!(not_reached.expect("not an error"), vec![victim]);
+    assert_eq!(held(20), vec![victim], "the copy stays there until a later trim");
+    // Running again, but every connection to it drops: not reached, after a few attempts.
+    net.faults().down.remove(&victim);
+    net.faults().dropped.insert((victim, Kind::Delete), usize::MAX);
+    let before = net.sent(victim, Kind::Delete);
+    let not_reached = client.delete_clone("plain", &clone(30), ObjectVersion(30)).await;
+    assert_eq!(not_reached.expect("not an error"), vec![victim]);
+    assert_eq!(held(30), vec![victim]);
+    assert!(net.sent(victim, Kind::Delete) - before <= 5, "a bounded number of attempts");
 }
 
 #[tokio::test]

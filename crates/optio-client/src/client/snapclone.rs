@@ -1,13 +1,16 @@
 //! Snapshot clones seen from the client: they are placed by their head's seed, not by their
 //! own key, so they are reached through their head's location ([`optio_proto::snap`]).
 
+use std::time::Duration;
+
 use futures_util::future::join_all;
 use optio_proto::snap::parse_clone_key;
 use optio_proto::{ErrorKind, ObjectVersion};
 
 use crate::error::ClientError;
-use crate::transport::Op;
+use crate::transport::{Answer, Failure, Op};
 
+use super::write::DROPPED_RESENDS;
 use super::{Client, RETRIES_MAX};
 
 impl Client {
@@ -38,19 +41,38 @@ impl Client {
             let located = self.retry_located(pool_name, head, &mut attempts).await?;
             let (view, pool) = (&located.view, located.pool);
             let endpoints = self.endpoints(view, located.candidate())?;
-            let calls = endpoints.iter().map(|endpoint| {
+            // Each device is given [`CLONE_DELETE_TIMEOUT`] to answer: one that does not (its
+            // server died or restarted under the request) keeps its copy until a later run,
+            // rather than holding up the deletions behind this one for a request timeout.
+            let delete = |endpoint| {
                 let op =
                     Op::Delete { key: clone, version: Some(version), purge: false, pg_seed: None };
-                self.call(self.object_call(view, endpoint, pool, op))
-            });
+                let call = self.call(self.object_call(view, endpoint, pool, op));
+                async move {
+                    tokio::time::timeout(CLONE_DELETE_TIMEOUT, call).await.unwrap_or_else(|_| {
+                        Err(Failure::Unreachable(format!(
+                            "no answer within {} s",
+                            CLONE_DELETE_TIMEOUT.as_secs_f64()
+                        )))
+                    })
+                }
+            };
+            let mut results = join_all(endpoints.iter().map(delete)).await;
+            // A connection that broke under the deletion (its server just died, or closed an
+            // idle connection) is tried again on a new one, as writes and deletes are: a server
+            // that is gone then refuses the connection.
+            resend_dropped(&mut results, |i| delete(&endpoints[i])).await;
             let mut failures = Vec::new();
-            for (endpoint, result) in endpoints.iter().zip(join_all(calls).await) {
+            for (endpoint, result) in endpoints.iter().zip(results) {
                 match result {
                     Ok(_) => not_reached.retain(|d| *d != endpoint.device),
                     Err(failure) if failure.kind() == Some(ErrorKind::NotFound) => {
                         not_reached.retain(|d| *d != endpoint.device)
                     }
-                    Err(failure) if failure.is_not_running() => {
+                    // Not running, no answer, or the connection dropped again: not reached, as
+                    // a server that is down (the trim keeps its job until a run reaches every
+                    // device). Purged clones leave no tombstone: sending again is harmless.
+                    Err(failure) if failure.is_not_running() || failure.is_unreachable() => {
                         if !not_reached.contains(&endpoint.device) {
                             not_reached.push(endpoint.device);
                         }
@@ -73,6 +95,34 @@ impl Client {
                 key: clone.to_string(),
                 failures: failures.join("; "),
             });
+        }
+    }
+}
+
+/// How long a device is given to answer the deletion of a snapshot clone before it counts as
+/// not reached (the transport's own bound, [`crate::transport::REQUEST_TIMEOUT`], is a minute:
+/// a trim deletes in order, and one request to a server that died under it held every later
+/// deletion up that long).
+pub(crate) const CLONE_DELETE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends again, with `send(i)`, every request of `results` whose connection dropped under it,
+/// up to [`DROPPED_RESENDS`] times while connections keep dropping (each attempt takes a new
+/// connection: one to a server that died is refused), and puts the new outcome in its place.
+async fn resend_dropped<F, Fut>(results: &mut [Result<Answer, Failure>], send: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<Answer, Failure>>,
+{
+    for _ in 0..DROPPED_RESENDS {
+        let again: Vec<usize> = (0..results.len())
+            .filter(|&i| results[i].as_ref().is_err_and(Failure::is_dropped))
+            .collect();
+        if again.is_empty() {
+            return;
+        }
+        let retried = join_all(again.iter().map(|&i| send(i))).await;
+        for (i, result) in again.into_iter().zip(retried) {
+            results[i] = result;
         }
     }
 }
