@@ -139,29 +139,26 @@ impl PlacedPool {
         placed
     }
 
-    /// `pool` placed on the map that is `old` with `change` applied, from `previous` (the
-    /// same pool placed on `old`, with the same `objects`), when the change is one whose
-    /// effect CRUSH confines to the PGs that held a device: a device that was in, up and at
-    /// full reweight marked out (`SetState` with `is_in: false` alone). CRUSH reads a
+    /// `pool` placed on the map that is `old` with device `out` marked out and nothing else
+    /// changed (`MapChange::SetState` with `is_in: false` alone), from `previous` (the same
+    /// pool placed on `old`, with the same `objects`), when CRUSH confines the change to the
+    /// PGs that held the device: it was in, up and at full reweight. CRUSH reads a
     /// device's reweight only where a descent reaches that device and would take it, and at
     /// full reweight it takes it; so a PG whose set does not hold the device never read its
     /// reweight, its descent is the same on the new map, and it keeps its set — only the
     /// PGs that held the device are placed again (a few in a thousand at 1,000 devices).
     /// Exactly what [`PlacedPool::place`] gives (tested against it). `None` when this does
-    /// not apply — another change, an engine other than `crush`, a pool without PGs, a
-    /// pool that changed, a device that was out, down or below full reweight: place it then.
+    /// not apply — an engine other than `crush`, a pool without PGs, a pool that changed, a
+    /// device that was out, down or below full reweight: place it then.
     pub fn place_after(
         placement: &Placement,
         pool: PoolPlacement<'_>,
         objects: u64,
         old: &ClusterMap,
-        change: &crate::change::MapChange,
+        out: crate::ids::DeviceId,
         previous: &PlacedPool,
     ) -> Option<PlacedPool> {
-        let crate::change::MapChange::SetState { device, up: None, is_in: Some(false) } = change
-        else {
-            return None;
-        };
+        let device = &out;
         let info = pool.pool();
         let was = old.device(*device)?;
         let confined = pool.is_crush()

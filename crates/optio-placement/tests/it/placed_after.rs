@@ -61,7 +61,7 @@ fn check(map: &ClusterMap, n: usize) -> Result<usize, TestCaseError> {
         let was = map.device(device).expect("exists");
         let expected =
             new.is_crush() && new.has_pgs() && was.is_in && was.up && was.reweight == Weight::ONE;
-        match PlacedPool::place_after(&after, new, OBJECTS, map, &change, &previous) {
+        match PlacedPool::place_after(&after, new, OBJECTS, map, device, &previous) {
             Some(shortcut) => {
                 prop_assert!(expected, "pool {} took the shortcut for {device:?}", pool.name);
                 prop_assert_eq!(&shortcut, &fresh, "pool {} with {:?} out", pool.name, device);

@@ -42,6 +42,7 @@ use crate::records::RecordLog;
 
 mod blocks;
 mod snapshots;
+mod trimmed;
 mod watch;
 pub use blocks::WriteAt;
 
@@ -168,7 +169,7 @@ pub struct DeviceStore {
     /// copy of one is not stored afterwards ([`DeviceStore::refuse_trimmed`]). The last
     /// [`TRIMMED_KEPT`] at least, not kept across a restart: it covers the races of the
     /// moment, not history.
-    trimmed: Mutex<snapshots::Trimmed>,
+    trimmed: Mutex<trimmed::Trimmed>,
     /// The device directory's lock ([`LOCK_FILE`]), held while the store is open; the kernel
     /// drops it when the process ends, however it ends.
     _lock: std::fs::File,
@@ -304,7 +305,7 @@ impl DeviceStore {
             known_dirs: Mutex::new(HashSet::new()),
             corrupt_found: AtomicU64::new(0),
             erasure_pools: RwLock::default(),
-            trimmed: Mutex::new(snapshots::Trimmed::new(TRIMMED_KEPT)),
+            trimmed: Mutex::new(trimmed::Trimmed::new(TRIMMED_KEPT)),
             _lock: lock,
         };
         store.load()?;

@@ -16,8 +16,6 @@
 //! Because clones are ordinary objects placed by their head's seed, rebalancing, catching up,
 //! scrubbing and repair carry and compare them as they do every object.
 
-use std::collections::HashMap;
-
 use optio_placement::PoolId;
 use optio_proto::blocks::BlockLayout;
 use optio_proto::snap::{
@@ -294,42 +292,6 @@ impl DeviceStore {
     }
 }
 
-/// The snapshot clones a trim removed from a device, with the newest version removed of
-/// each: the last `kept` removals at least, however long the trim — two generations of at
-/// most `kept` each, the older one dropped when the newer one is full (not all at once: the
-/// removals of the moment are the ones a peer's copy can race with).
-#[derive(Debug)]
-pub(super) struct Trimmed {
-    kept: usize,
-    current: HashMap<(PoolId, String), ObjectVersion>,
-    previous: HashMap<(PoolId, String), ObjectVersion>,
-}
-
-impl Trimmed {
-    pub(super) fn new(kept: usize) -> Trimmed {
-        Trimmed { kept, current: HashMap::new(), previous: HashMap::new() }
-    }
-
-    /// Records that `key` was removed at `version`.
-    pub(super) fn note(&mut self, pool: PoolId, key: &str, version: ObjectVersion) {
-        let id = (pool, key.to_string());
-        if self.current.len() >= self.kept && !self.current.contains_key(&id) {
-            self.previous = std::mem::take(&mut self.current);
-        }
-        let newest = self.current.entry(id).or_insert(version);
-        *newest = (*newest).max(version);
-    }
-
-    /// The newest version of `key` removed, if it is remembered.
-    pub(super) fn removed_at(&self, pool: PoolId, key: &str) -> Option<ObjectVersion> {
-        if self.current.is_empty() {
-            return None;
-        }
-        let id = (pool, key.to_string());
-        self.current.get(&id).copied().max(self.previous.get(&id).copied())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -339,6 +301,7 @@ mod tests {
 
     use super::*;
     use crate::disk::{Disk, Fault, FaultyDisk, RealDisk};
+    use crate::store::trimmed::Trimmed;
     use crate::store::{DeleteOutcome, DeviceConfig, PutOutcome, PutRequest, WriteAt};
 
     const MIB: u64 = 1 << 20;

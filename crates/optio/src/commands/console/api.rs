@@ -64,7 +64,7 @@ pub struct Console {
     /// Held while a balance is computed (one at a time).
     balance_computing: std::sync::Mutex<()>,
     /// The changes judged lately and what they move ([`Console::judge`]).
-    judged: super::judged::Judged,
+    judged: super::judged::Judged<Balance>,
     /// The epoch whose incremental pools the warmer prepared a rebalance for.
     prepared_epoch: std::sync::atomic::AtomicU64,
     /// Engine comparisons of a pool ([`compare`]), for one epoch.
@@ -354,7 +354,7 @@ impl Console {
         &self,
         map: ClusterMap,
         change: MapChange,
-    ) -> Result<Arc<super::judged::Judgement>, ApiError> {
+    ) -> Result<Arc<super::judged::Judgement<Balance>>, ApiError> {
         if let Some(judged) = self.judged.of_change(&map, &change) {
             return Ok(judged);
         }
@@ -467,13 +467,17 @@ fn place_map(map: &ClusterMap, after: Option<PlacedBefore<'_>>) -> Result<Placed
                 let id = pool.pool().id;
                 after
                     .and_then(|(old, change, before)| {
+                        let MapChange::SetState { device, up: None, is_in: Some(false) } = change
+                        else {
+                            return None;
+                        };
                         let previous = before.pools.iter().find(|p| p.pool == id)?;
                         PlacedPool::place_after(
                             &placement,
                             pool,
                             SAMPLE_OBJECTS,
                             old,
-                            change,
+                            *device,
                             previous,
                         )
                     })
@@ -963,7 +967,7 @@ fn judge(
     old: ClusterMap,
     before: &Balance,
     change: &MapChange,
-) -> Result<super::judged::Judgement, ApiError> {
+) -> Result<super::judged::Judgement<Balance>, ApiError> {
     let sample = MovementSample { objects: SAMPLE_OBJECTS, object_bytes: OBJECT_BYTES };
     let new = old.apply(change, old.epoch()).map_err(|e| {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("the change was refused: {e}"))

@@ -15,6 +15,7 @@ pub mod api;
 pub mod compare;
 pub mod judged;
 pub mod rates;
+pub mod scrape;
 pub mod session;
 pub mod storage;
 pub mod throttle;
