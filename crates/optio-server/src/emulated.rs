@@ -111,6 +111,9 @@ impl<D: Disk> Disk for EmulatedDisk<D> {
     ) -> io::Result<()> {
         self.inner.write_sparse_temp(temp, parts, len, durable)
     }
+    fn overwrite(&self, path: &Path, parts: &[&[u8]]) -> io::Result<()> {
+        self.inner.overwrite(path, parts)
+    }
     fn write_at(&self, path: &Path, parts: &[(u64, &[u8])], durable: bool) -> io::Result<()> {
         self.inner.write_at(path, parts, durable)
     }

@@ -26,7 +26,8 @@
 //! is appended and made durable, so that a replay never brings back an older state).
 //!
 //! **Acknowledgement**: [`Journal::put`] returns only when its record is durable; only then
-//! does the store rename the object into place and index it, and the server answer.
+//! does the store write the object file (in place or by a rename) and index it, and the
+//! server answer.
 //!
 //! **Checkpoint**: when the active segment is full, the other one takes the appends (once
 //! it is free) and a thread makes the full one's files durable — one `syncfs` of the device's
@@ -169,7 +170,7 @@ struct Segment {
     last_seq: u64,
     /// The paths its PUT records name (for the fallback of a failed `syncfs`).
     paths: Vec<PathBuf>,
-    /// Its PUTs durable in the journal whose files are not renamed into place yet
+    /// Its PUTs durable in the journal whose files are not written yet
     /// ([`Applying`] guards alive).
     applying: usize,
     state: Use,
@@ -352,7 +353,7 @@ impl Journal {
     }
 
     /// Journals the whole new content of the object file `path` (under the device directory)
-    /// and returns once that is durable (blocking). Keep the guard until the file is renamed
+    /// and returns once that is durable (blocking). Keep the guard until the file is written
     /// into place (or that failed): no checkpoint of its segment starts before.
     pub fn put(&self, path: &Path, parts: &[&[u8]]) -> io::Result<Applying<'_>> {
         let relative = self.inner.relative(path)?;
@@ -417,7 +418,7 @@ impl Journal {
     }
 }
 
-/// A journaled PUT whose file is being renamed into place (see [`Journal::put`]).
+/// A journaled PUT whose file is being written (see [`Journal::put`]).
 pub struct Applying<'a> {
     inner: &'a Inner,
     segment: usize,
@@ -624,7 +625,7 @@ impl Inner {
         loop {
             let (index, file, paths, last_seq) = {
                 let mut state = lock(&self.state);
-                // A full segment whose every PUT has been applied (renamed into place): the
+                // A full segment whose every PUT has been applied (its file written): the
                 // checkpoint must cover the renames, not only the records.
                 let i = loop {
                     let full =
@@ -876,6 +877,9 @@ mod tests {
             durable: bool,
         ) -> io::Result<()> {
             RealDisk.write_sparse_temp(temp, parts, len, durable)
+        }
+        fn overwrite(&self, path: &Path, parts: &[&[u8]]) -> io::Result<()> {
+            RealDisk.overwrite(path, parts)
         }
         fn write_at(&self, path: &Path, parts: &[(u64, &[u8])], durable: bool) -> io::Result<()> {
             RealDisk.write_at(path, parts, durable)

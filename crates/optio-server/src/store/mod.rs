@@ -550,9 +550,14 @@ impl DeviceStore {
 
     /// Stores a small object file through the journal (the caller holds the key's stripe):
     /// its content is made durable in the journal first, then the file is written without
-    /// syncs — in place for a key the device does not hold (no reader opens a path before it
-    /// is indexed), else to a temporary file renamed over the old one. The journal's
-    /// checkpoint makes the file durable; a replay rewrites it after a crash.
+    /// syncs — in place: as a new file for a key the device does not hold (no reader opens a
+    /// path before it is indexed), over the old file's content when it is a whole object at
+    /// least as large (a tombstone always is; see [`Disk::overwrite`]: a reader without the
+    /// stripe that sees it half rewritten reads again under the stripe, in
+    /// [`get_bytes`](Self::get_bytes)) — else to a temporary file renamed over the old one (a
+    /// block object, which local readers and range reads read in place, or a larger file,
+    /// which could not be written whole on a full disk). The journal's checkpoint makes the
+    /// file durable; a replay rewrites it after a crash, whatever a crash left half written.
     fn store_journaled(
         &self,
         path: PathBuf,
@@ -570,13 +575,20 @@ impl DeviceStore {
             path: path.clone(),
             source,
         })?;
-        let in_place = existing.is_none()
-            && match self.disk.write_temp(&path, content, false) {
+        let in_place = match &existing {
+            None => match self.disk.write_temp(&path, content, false) {
                 Ok(()) => true,
                 // A file the index does not know (a write that failed before): replaced.
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
                 Err(source) => return Err(StoreError::Io { operation: "write", path, source }),
-            };
+            },
+            Some(old) if !old.blocks && entry.file_bytes <= old.file_bytes => {
+                // A failure (the file gone, an I/O error) may have left it half written: the
+                // classic way below replaces it whole, or fails the write.
+                self.disk.overwrite(&path, content).is_ok()
+            }
+            Some(_) => false,
+        };
         if !in_place {
             let temp = self.temp_path();
             self.disk.write_temp(&temp, content, false).map_err(StoreError::io("write", &temp))?;
@@ -716,7 +728,8 @@ impl DeviceStore {
     }
 
     /// The object's file, decoded: its info and data. A file of another key or pool is a
-    /// [`StoreError::Mismatch`] (not yet quarantined); an undecodable one is quarantined, a
+    /// [`StoreError::Mismatch`] (not yet quarantined); an undecodable one is quarantined (read
+    /// without the stripe, a [`StoreError::Mismatch`] too: it may be being rewritten), a
     /// missing one forgotten (under the key's stripe, which `locked` says the caller holds).
     /// `file_bytes`: the file's size as the index has it (which buffer to read it into).
     fn read_file(
@@ -754,8 +767,13 @@ impl DeviceStore {
                     header.pool
                 ),
             }),
+            // Without the key's stripe, a file being rewritten in place (a delete's tombstone,
+            // a small overwrite) may be read half written: read again under it.
+            Err(error) if !locked => Err(StoreError::Mismatch {
+                path,
+                reason: format!("it did not decode ({error}) while it may have been rewritten"),
+            }),
             Err(error) => {
-                let _stripe = (!locked).then(|| self.stripe(key));
                 self.forget(pool, key);
                 self.quarantine(&path);
                 Err(StoreError::Corrupt { path, error })
@@ -1499,6 +1517,83 @@ mod tests {
         std::fs::remove_file(object_path(dir.path(), PoolId(1), "small")).unwrap();
         let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
         assert!(store.entry(PoolId(1), "small").is_none());
+    }
+
+    /// A delete's tombstone and a small overwrite no larger than the file are written over
+    /// the file's content (same inode, cut to its new length); a larger one replaces the
+    /// file; what is written reads back, and the tombstone survives a restart.
+    #[test]
+    fn a_tombstone_and_a_smaller_overwrite_rewrite_the_file_in_place() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 24 };
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        let inode = |key: &str| {
+            let meta = std::fs::metadata(object_path(dir.path(), PoolId(1), key)).unwrap();
+            (meta.ino(), meta.len())
+        };
+        put(&store, "gone", &[1u8; 4096], 10).unwrap();
+        let (before, _) = inode("gone");
+        store.delete(PoolId(1), "gone", Some(ObjectVersion(11)), Epoch(1), None).unwrap();
+        let tombstone_bytes = store.entry(PoolId(1), "gone").unwrap().file_bytes;
+        assert_eq!(inode("gone"), (before, tombstone_bytes), "the tombstone written in place");
+        assert!(matches!(store.get(PoolId(1), "gone"), Err(StoreError::NotFound)));
+
+        put(&store, "k", &[2u8; 4096], 10).unwrap();
+        let (before, _) = inode("k");
+        put(&store, "k", &[3u8; 1000], 11).unwrap();
+        assert_eq!(inode("k").0, before, "a smaller overwrite in place");
+        assert_eq!(store.get(PoolId(1), "k").unwrap().1, vec![3u8; 1000]);
+        put(&store, "k", &[4u8; 8192], 12).unwrap();
+        assert_ne!(inode("k").0, before, "a larger one replaces the file");
+        assert_eq!(store.get(PoolId(1), "k").unwrap().1, vec![4u8; 8192]);
+        assert_eq!(store.corrupt_found(), 0);
+        drop(store);
+        let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
+        assert_eq!(store.tombstone(PoolId(1), "gone"), Some(ObjectVersion(11)));
+        assert_eq!(store.get(PoolId(1), "k").unwrap().1, vec![4u8; 8192]);
+        assert_eq!(store.corrupt_found(), 0);
+    }
+
+    /// Readers that race rewrites in place (overwrites of one size, deletes, writes again)
+    /// see a whole version or nothing, and never take a file being rewritten for a damaged
+    /// one: nothing is quarantined.
+    #[test]
+    fn reads_racing_rewrites_in_place_see_whole_versions_and_quarantine_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig { id: 0, dir: dir.path().to_path_buf(), capacity_bytes: 1 << 26 };
+        let store = Arc::new(DeviceStore::open(&config, Arc::new(RealDisk)).unwrap());
+        let data = |version: u64| vec![(version % 251) as u8; 3000];
+        put(&store, "k", &data(1), 1).unwrap();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (store, done) = (store.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let mut reads = 0u64;
+                    while !done.load(Ordering::Relaxed) {
+                        match store.get(PoolId(1), "k") {
+                            Ok((info, bytes)) => assert_eq!(bytes, data(info.version.0)),
+                            Err(StoreError::NotFound) => {}
+                            Err(other) => panic!("a read racing a rewrite: {other}"),
+                        }
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        for version in 2..3000u64 {
+            if version % 3 == 0 {
+                store.delete(PoolId(1), "k", Some(ObjectVersion(version)), Epoch(1), None).unwrap();
+            } else {
+                put(&store, "k", &data(version), version).unwrap();
+            }
+        }
+        done.store(true, Ordering::Relaxed);
+        let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        assert!(reads > 0);
+        assert_eq!(store.corrupt_found(), 0, "a file being rewritten was taken for damage");
     }
 
     #[test]

@@ -83,8 +83,10 @@ async fn a_crash_before_the_rename_leaves_nothing_visible() {
         201
     );
     disk.set_fault(Some(Fault::CrashBeforeRename));
+    // Larger than the old file, so written aside and renamed over it (a write no larger is
+    // written over the old file's content, with no rename: see the store's tests).
     let (status, kind, _) = error_of(
-        server.http.put(&url).header("x-optio-version", "2").body("new").send().await.unwrap(),
+        server.http.put(&url).header("x-optio-version", "2").body("newer").send().await.unwrap(),
     )
     .await;
     assert_eq!((status, kind.as_str()), (500, "io"));
