@@ -647,6 +647,34 @@ async fn a_clone_deletion_whose_connection_drops_is_sent_again_then_reported_not
     assert!(net.sent(victim, Kind::Delete) - before <= 5, "a bounded number of attempts");
 }
 
+/// A trim's deletion of a snapshot clone on a device whose server takes longer than
+/// `CLONE_DELETE_TIMEOUT` (10 s) to answer is given up after that bound, sent once more, and
+/// reported not reached — not held for the transport's minute per request.
+#[tokio::test]
+async fn a_clone_deletion_a_device_does_not_answer_in_time_is_reported_not_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::start(dir.path()).await;
+    let client = client(dir.path(), &net).await;
+    let head = "volume_data.00c0ffee.0000000000000009";
+    let replicas = devices(&client, "plain", head, 0);
+    let clone = optio_proto::snap::clone_key(head, ObjectVersion(10));
+    for device in &replicas {
+        net.store_copy(*device, PLAIN.0, &clone, b"kept", 10);
+    }
+    let victim = replicas[2];
+    net.faults().slow.insert(victim, Duration::from_secs(15));
+    let started = Instant::now();
+    let not_reached = client.delete_clone("plain", &clone, ObjectVersion(10)).await;
+    let took = started.elapsed();
+    assert_eq!(not_reached.expect("not an error"), vec![victim]);
+    assert_eq!(net.sent(victim, Kind::Delete), 2, "the first attempt and one more");
+    // Two attempts of at most 10 s each, where the transport's own bound is 60 s per request.
+    assert!(took < Duration::from_secs(50), "given up after {took:?}");
+    for device in &replicas[..2] {
+        assert!(net.stored(*device, PLAIN.0, &clone).is_none(), "device {device}");
+    }
+}
+
 #[tokio::test]
 async fn a_delete_overtaken_by_a_newer_write_stands_as_a_write_would() {
     let dir = tempfile::tempdir().unwrap();

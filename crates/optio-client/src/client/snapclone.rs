@@ -8,9 +8,9 @@ use optio_proto::snap::parse_clone_key;
 use optio_proto::{ErrorKind, ObjectVersion};
 
 use crate::error::ClientError;
-use crate::transport::{Answer, Failure, Op};
+use crate::transport::{Failure, Op};
 
-use super::write::DROPPED_RESENDS;
+use super::write::resend_unanswered;
 use super::{Client, RETRIES_MAX};
 
 impl Client {
@@ -58,10 +58,11 @@ impl Client {
                 }
             };
             let mut results = join_all(endpoints.iter().map(delete)).await;
-            // A connection that broke under the deletion (its server just died, or closed an
-            // idle connection) is tried again on a new one, as writes and deletes are: a server
-            // that is gone then refuses the connection.
-            resend_dropped(&mut results, |i| delete(&endpoints[i])).await;
+            // A deletion that was not answered (its server not running, no answer within the
+            // bound, or the connection broke under it: the server just died, or closed an idle
+            // connection) is sent again on a new connection, as writes and deletes are: a
+            // server that is gone then refuses it. At most one more bound for a silent device.
+            resend_unanswered(&mut results, |i| delete(&endpoints[i])).await;
             let mut failures = Vec::new();
             for (endpoint, result) in endpoints.iter().zip(results) {
                 match result {
@@ -104,25 +105,3 @@ impl Client {
 /// a trim deletes in order, and one request to a server that died under it held every later
 /// deletion up that long).
 pub(crate) const CLONE_DELETE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Sends again, with `send(i)`, every request of `results` whose connection dropped under it,
-/// up to [`DROPPED_RESENDS`] times while connections keep dropping (each attempt takes a new
-/// connection: one to a server that died is refused), and puts the new outcome in its place.
-async fn resend_dropped<F, Fut>(results: &mut [Result<Answer, Failure>], send: F)
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<Answer, Failure>>,
-{
-    for _ in 0..DROPPED_RESENDS {
-        let again: Vec<usize> = (0..results.len())
-            .filter(|&i| results[i].as_ref().is_err_and(Failure::is_dropped))
-            .collect();
-        if again.is_empty() {
-            return;
-        }
-        let retried = join_all(again.iter().map(|&i| send(i))).await;
-        for (i, result) in again.into_iter().zip(retried) {
-            results[i] = result;
-        }
-    }
-}
