@@ -357,7 +357,15 @@ impl Rebalancer {
         for device in ids {
             let store = &self.devices[&device];
             let me = DeviceId(device);
-            for held in store.held() {
+            // Marked down but still in: a server that restarted reads a map that still says so
+            // until its devices are marked up again. The placement leaves a down device out of
+            // every set, but its copies are not wanted anywhere else (a set short of it is
+            // degraded, and its data comes back with it); sending them on and dropping them
+            // would only bring them all back at the next epoch. Kept until the device is
+            // marked up (nothing to do then) or out (moved then). Its choice records still
+            // go to the home that takes its place, as they would from a device that is up.
+            let kept = new.map.device(me).is_some_and(|d| !d.up && d.is_in);
+            for held in if kept { Vec::new() } else { store.held() } {
                 let Some(pool) = new.placement.pool(held.pool) else { continue };
                 let Some(seed) = held.pg_seed else { continue };
                 if new.map.pool(held.pool).is_some_and(|p| p.erasure.is_some()) && !held.deleted {
