@@ -420,7 +420,12 @@ impl Rebalancer {
                         // Another holder sends it; this copy stays where it is.
                         continue;
                     }
-                    let mode = if first_round && sender == Some(device) && is_new {
+                    // A device the old map marked down but in is coming back with what it
+                    // held (kept while down, above): ask before sending it anything.
+                    let returning = old.is_some_and(|old| {
+                        old.map.device(DeviceId(target)).is_some_and(|d| !d.up && d.is_in)
+                    });
+                    let mode = if first_round && sender == Some(device) && is_new && !returning {
                         Mode::Send
                     } else {
                         Mode::Check

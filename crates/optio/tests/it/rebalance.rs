@@ -165,7 +165,7 @@ fn data_follows_the_map_out_in_and_removed() {
 
 /// A device marked down while its server runs (as a restarted server finds itself in the
 /// map until it is marked up again) keeps its copies: it sends none away and drops none, and
-/// once marked up holds what it held.
+/// once marked up holds what it held, and is not sent it again.
 #[test]
 fn a_device_marked_down_but_in_keeps_its_copies() {
     let (_dir, cluster) = cluster(LocalClusterSpec { hosts_per_zone: 2, ..small() });
@@ -192,6 +192,12 @@ fn a_device_marked_down_but_in_keeps_its_copies() {
             .expect("device 4 down");
         wait_settled(&cluster, Duration::from_secs(60)).await;
         assert_eq!(held().await, (before.clone(), 0), "down: its copies kept, none sent");
+        // Copies sent by every server, in all.
+        let sent = async || {
+            let all = statuses(&cluster).await.into_iter().flatten();
+            all.map(|s| s.migration.total_copies_moved).sum::<u64>()
+        };
+        let sent_before_up = sent().await;
         cluster
             .change_map(&MapChange::SetState { device: DeviceId(4), up: Some(true), is_in: None })
             .expect("device 4 up");
@@ -199,6 +205,16 @@ fn a_device_marked_down_but_in_keeps_its_copies() {
         // The balanced pool's placement follows the history of the map (each state computed
         // from the one before): down then up may leave it a PG or two elsewhere than before.
         let balanced = cluster.load_map().unwrap().pool_by_name("balanced").unwrap().id.0;
+        // Back up, it is asked before anything is sent to it: it has it all. (Without asking,
+        // every copy it holds was sent to it again.) What moves is the balanced pool's PG or
+        // two.
+        let sent_at_up = sent().await - sent_before_up;
+        let others: u64 = before.iter().filter(|(p, _)| **p != balanced).map(|(_, n)| n).sum();
+        assert!(
+            sent_at_up * 4 <= others,
+            "{sent_at_up} copies sent at the epoch that marks device 4 up; it held {others} \
+             outside the balanced pool, all kept"
+        );
         let (mut after, _) = held().await;
         let mut before = before;
         before.remove(&balanced);
