@@ -5,7 +5,9 @@
 #   write-back  Optio as it is (a write is acknowledged once in every replica's page cache;
 #               durable at FLUSH/FUA) against librbd with its cache on in write-back from the
 #               first write (rbd_cache = true, rbd_cache_writethrough_until_flush = false):
-#               the guest's flushes decide durability on both.
+#               the guest's flushes decide durability on both. Then again with Optio's own
+#               write-back cache (`optio nbd --write-back 24MiB`, librbd's rbd_cache_max_dirty
+#               default), the same guarantee as librbd's cache: system `optio-cache`.
 #   durable     every write durable when acknowledged: fio --fsync=1 (a FLUSH after each
 #               write) on both; RBD with its cache off, as bench-volume.sh measures it.
 #   reads       4 KiB random reads, Optio with its local reads (a replica on this machine is
@@ -67,6 +69,8 @@ export CEPH_CONF="$ceph_dir/ceph.conf"
 optio_io=(--ioengine=nbd "--uri=nbd://127.0.0.1:$port/bench")
 rbd_io=(--ioengine=rbd --clientname=admin --pool=rbdbench --rbdname=img0)
 write_back=(--rbd_cache=true --rbd_cache_writethrough_until_flush=false)
+# librbd's default rbd_cache_max_dirty: the bytes its cache may hold unwritten.
+cache_size=24MiB
 
 results="$work/results.tsv"
 : > "$results"
@@ -110,6 +114,15 @@ port2=$(free_port)
 start_nbd "$port2" --no-local-reads
 run "randread-q32" optio-no-local "" -- --name=r --ioengine=nbd "--uri=nbd://127.0.0.1:$port2/bench" "${common[@]}" --rw=randread --iodepth=32
 run "randread-q32" rbd "" -- --name=r "${rbd_io[@]}" "${common[@]}" --rw=randread --iodepth=32
+echo "== write-back again, Optio with its write-back cache (optio nbd --write-back $cache_size, RBD's most dirty bytes)"
+kill "${nbd_pids[0]}"
+wait "${nbd_pids[0]}" 2>/dev/null || true
+nbd_pids=()
+port3=$(free_port)
+start_nbd "$port3" --write-back "$cache_size"
+for depth in 1 32; do
+  run "write-back-q$depth" optio-cache "" -- --name=w --ioengine=nbd "--uri=nbd://127.0.0.1:$port3/bench" "${common[@]}" --rw=randwrite --iodepth=$depth
+done
 
 echo
 printf '%-16s %-15s %9s %12s %12s\n' job system IOPS "mean µs" "optio/rbd"

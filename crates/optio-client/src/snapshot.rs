@@ -551,6 +551,8 @@ impl Volume {
         seen: Option<(VolumeHeader, ObjectVersion)>,
     ) -> Result<(), VolumeError> {
         let started = std::time::Instant::now();
+        // Writes acknowledged above the volume (a write-back cache) go in first.
+        let _held = self.hold_writes().await?;
         let _quiet = self.quiesce_writes().await;
         let quiesced = started.elapsed();
         let client = self.client().clone();

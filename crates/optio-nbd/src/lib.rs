@@ -22,6 +22,8 @@
 //! * [`listen`]: the accept loop for TCP and Unix sockets ([`UnixSocket`]: mode 0600, its
 //!   owner only), with the connection limit and a pause after accept errors.
 //! * [`testing`]: a minimal blocking client for tests that send exact bytes.
+//! * [`writeback`]: [`WriteBack`], a write-back cache in front of any export (writes
+//!   acknowledged from memory, written behind, durable at a flush).
 //!
 //! Memory is bounded: the bytes of reads and writes in flight — executing, or replies the
 //! client has not taken yet — are held in a per-connection and a per-server budget, and a
@@ -63,6 +65,7 @@ pub mod server;
 pub mod testing;
 pub mod tls;
 mod transmission;
+pub mod writeback;
 
 pub use export::{Errno, Export, Exports, Extent, IoFuture, MemoryExport, ReadOnlyExports};
 pub use listen::{Listener, SocketError, UnixSocket};
@@ -70,3 +73,4 @@ pub use server::{Access, Limits, NbdError, Server, serve};
 pub use tls::{Authorize, Tls};
 /// The TLS library the [`Tls`] configuration is built with.
 pub use tokio_rustls::rustls;
+pub use writeback::WriteBack;

@@ -19,12 +19,15 @@ use optio_client::volume::{self, OpenOptions, Source, Volume, VolumeError};
 use optio_nbd::rustls::pki_types::CertificateDer;
 use optio_nbd::{
     Access, Authorize, Errno, Export, Exports, Extent, IoFuture, Limits, ReadOnlyExports, Server,
-    Tls,
+    Tls, WriteBack,
 };
 use optio_proto::auth::Cap;
 
 use crate::commands::client::ClusterConn;
 use crate::commands::identity::KEYRING_FILE;
+
+/// Write-backs in flight per volume with `--write-back`.
+const WRITE_BACK_IN_FLIGHT: usize = 32;
 
 /// The Unix socket `optio nbd` listens on by default, in the cluster directory.
 pub const SOCKET_FILE: &str = "nbd.sock";
@@ -88,6 +91,15 @@ pub struct Args {
     /// that died on this machine is recognised without it).
     #[arg(long)]
     pub break_lock: bool,
+    /// Acknowledge writes from this much memory per volume and write them to the servers
+    /// behind (e.g. `32MiB`; 0: off, the default). A write is then acknowledged before any
+    /// server has it, and is durable once a FLUSH (or a FUA write) that follows it is
+    /// answered: a guest that flushes, as Linux and qemu do, loses nothing it was told is
+    /// durable, but this process dying loses writes it acknowledged and did not flush (the
+    /// guarantee of a disk with a write cache, and of librbd's cache). Off: a write is
+    /// acknowledged once every replica's server has it (docs/volumes.md).
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_cache_size)]
+    pub write_back: u64,
     /// Requests in flight per connection.
     #[arg(long, default_value_t = optio_nbd::server::IN_FLIGHT_MAX)]
     pub queue_depth: usize,
@@ -406,6 +418,7 @@ async fn serve(args: Args) -> Result<()> {
     };
     let mut exports: Vec<(String, Arc<dyn Export>)> = Vec::new();
     let mut opened: Vec<Arc<Volume>> = Vec::new();
+    let mut caches: Vec<(String, Arc<WriteBack>)> = Vec::new();
     for name in &names {
         // A snapshot (VOL@SNAP) is served read-only whatever the other exports are.
         let options =
@@ -420,7 +433,17 @@ async fn serve(args: Args) -> Result<()> {
             }
         };
         let size = volume.size();
-        exports.push((name.clone(), Arc::new(VolumeExport { volume: volume.clone(), size })));
+        let export: Arc<dyn Export> = Arc::new(VolumeExport { volume: volume.clone(), size });
+        let export = if args.write_back > 0 && !volume.read_only() {
+            let cache = Arc::new(WriteBack::new(export, args.write_back, WRITE_BACK_IN_FLIGHT));
+            // Before a snapshot, what the cache holds goes into the volume.
+            volume.set_hold_writes(WriteBack::hold_hook(&cache));
+            caches.push((name.clone(), cache.clone()));
+            cache as Arc<dyn Export>
+        } else {
+            export
+        };
+        exports.push((name.clone(), export));
         opened.push(volume);
     }
     let exports: Arc<dyn Exports> = Arc::new(exports);
@@ -430,6 +453,7 @@ async fn serve(args: Args) -> Result<()> {
     let server = Arc::new(Server::new(limits).context("bad limits")?);
     let mut tasks = tokio::task::JoinSet::new();
     if let Err(error) = listen(&listeners, &names, &exports, &server, &mut tasks).await {
+        drain(&caches).await;
         close(&opened).await;
         return Err(error);
     }
@@ -441,6 +465,7 @@ async fn serve(args: Args) -> Result<()> {
         _ = terminate.recv() => {}
     }
     tasks.abort_all();
+    drain(&caches).await;
     close(&opened).await;
     if let Some(path) = &listeners.socket {
         let _ = std::fs::remove_file(path);
@@ -496,6 +521,52 @@ async fn listen(
         tasks.spawn(optio_nbd::listen::run(server.clone(), socket, access));
     }
     Ok(())
+}
+
+/// How long a stopping `optio nbd` keeps trying to write its write-back caches.
+const DRAIN_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Writes what the write-back caches hold into their volumes (before they are closed),
+/// trying again for up to [`DRAIN_PATIENCE`] while the servers refuse (the cache retries
+/// each write-back itself); a lost lock ends it at once.
+async fn drain(caches: &[(String, Arc<WriteBack>)]) {
+    let deadline = tokio::time::Instant::now() + DRAIN_PATIENCE;
+    for (name, cache) in caches {
+        let dirty = cache.dirty_bytes();
+        loop {
+            let error = match cache.drain().await {
+                Ok(()) => {
+                    tracing::info!(volume = %name, bytes = dirty, "write-back cache written");
+                    break;
+                }
+                Err(error) => error,
+            };
+            let fatal = matches!(error, Errno::Perm | Errno::Shutdown);
+            if fatal || tokio::time::Instant::now() >= deadline {
+                tracing::error!(
+                    volume = %name,
+                    bytes = cache.dirty_bytes(),
+                    "cannot write the write-back cache into the volume ({}); the writes it \
+                     acknowledged and no FLUSH covered are lost",
+                    error.message()
+                );
+                break;
+            }
+            tracing::warn!(
+                volume = %name,
+                bytes = cache.dirty_bytes(),
+                "writing the write-back cache: {}; trying again",
+                error.message()
+            );
+        }
+    }
+}
+
+/// `--write-back`'s size.
+fn parse_cache_size(text: &str) -> Result<u64, String> {
+    crate::output::parse_size(text).map_err(|error| {
+        format!("{error} (the write-back cache's size per volume, e.g. 32MiB; 0 turns it off)")
+    })
 }
 
 /// Flushes and closes the volumes (releasing their locks), logging what each did.

@@ -678,20 +678,24 @@ pub(crate) fn edit_header(
     change: impl FnOnce(&mut optio_client::volume::VolumeHeader),
 ) {
     crate::runtime().block_on(async {
-        let keyring = cluster.dir().join(optio_local::cluster::KEYRING_FILE);
-        let credentials = optio_cluster::keyring::credentials(&keyring, "client.admin").unwrap();
-        let config = optio_client::ClientConfig {
-            credentials: Some(credentials),
-            ..optio_client::ClientConfig::default()
-        };
-        let client =
-            optio_client::Client::connect_source(cluster.source().clone(), config).await.unwrap();
+        let client = admin_client(cluster).await;
         let key = optio_client::volume::header_key(name);
         let (info, bytes) = client.get_range("data", &key, None).await.unwrap();
         let mut header = optio_client::volume::VolumeHeader::decode(name, &bytes).unwrap();
         change(&mut header);
         client.compare_and_write("data", &key, 0, header.encode(), info.version).await.unwrap();
     });
+}
+
+/// An in-process client of `cluster` as client.admin.
+async fn admin_client(cluster: &LocalCluster) -> optio_client::Client {
+    let keyring = cluster.dir().join(optio_local::cluster::KEYRING_FILE);
+    let credentials = optio_cluster::keyring::credentials(&keyring, "client.admin").unwrap();
+    let config = optio_client::ClientConfig {
+        credentials: Some(credentials),
+        ..optio_client::ClientConfig::default()
+    };
+    optio_client::Client::connect_source(cluster.source().clone(), config).await.unwrap()
 }
 
 /// Sets (or clears) volume `name`'s lock in its header, as another client would have left it.
@@ -829,4 +833,167 @@ fn a_volume_opens_at_once_while_a_map_change_moves_its_header() {
     check_blocks(&mut stream, 8, 702, "at the end");
     drop(stream);
     nbd.stop();
+}
+
+/// Writes `block(seed + i)` to each 64 KiB block `i` of the first `blocks`, all sent before
+/// any answer is read (so that a write-back cache holds many at once), then checks every
+/// answer.
+fn write_blocks_pipelined(stream: &mut TcpStream, blocks: u64, seed: u64) {
+    let mut requests = Vec::new();
+    for i in 0..blocks {
+        requests.extend(testing::request(WRITE, 0, i, i * 64 * 1024, 64 * 1024));
+        requests.extend(block(seed + i));
+    }
+    let mut writer = stream.try_clone().unwrap();
+    let sender = std::thread::spawn(move || writer.write_all(&requests).unwrap());
+    for _ in 0..blocks {
+        let (error, _, _) = testing::reply(stream, 0).unwrap();
+        assert_eq!(error, 0, "a pipelined write failed");
+    }
+    sender.join().unwrap();
+}
+
+/// `optio nbd --write-back` (docs/volumes.md): writes are acknowledged from memory, and yet a
+/// snapshot taken right after them holds them all (the cache is emptied into the volume
+/// first), a kill -9 loses nothing written before a FLUSH that was answered, and a SIGTERM
+/// writes what it holds before the volume is closed.
+#[test]
+fn a_write_back_cache_loses_nothing_flushed_and_snapshots_hold_every_acknowledged_write() {
+    let (tmp, cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "wb", "16MiB"]);
+    let bytes_of =
+        |seed: u64, blocks: u64| -> Vec<u8> { (0..blocks).flat_map(|i| block(seed + i)).collect() };
+    let refused = Nbd::start(&dir, &["--write-back", "lots"]).err().expect("a bad size is refused");
+    assert!(refused.contains("--write-back") && refused.contains("32MiB"), "{refused}");
+
+    // Acknowledged from the cache, then a snapshot at once: it holds every block.
+    let nbd = Nbd::start(&dir, &["--write-back", "16MiB"]).unwrap();
+    let mut stream = connect(nbd.port, "wb");
+    write_blocks_pipelined(&mut stream, 128, 10);
+    ok(&dir, &["volume", "snap", "create", "wb@s1"]);
+    let exported = tmp.path().join("s1.raw");
+    ok(&dir, &["volume", "export", "wb@s1", exported.to_str().unwrap()]);
+    let snapshot = std::fs::read(&exported).unwrap();
+    assert!(
+        snapshot[..8 * MIB as usize] == bytes_of(10, 128)[..],
+        "the snapshot misses acknowledged writes"
+    );
+    check_blocks(&mut stream, 128, 10, "after the snapshot");
+
+    // A FLUSH answered, then more writes, then kill -9: the flushed blocks are all there.
+    write_blocks_pipelined(&mut stream, 128, 20);
+    let flush = testing::request(FLUSH, 0, 1 << 40, 0, 0);
+    stream.write_all(&flush).unwrap();
+    assert_eq!(testing::reply(&mut stream, 0).unwrap().0, 0, "the flush");
+    let mut later = Vec::new();
+    for i in 0..64u64 {
+        later.extend(testing::request(WRITE, 0, i, (128 + i) * 64 * 1024, 64 * 1024));
+        later.extend(block(500 + i));
+    }
+    stream.write_all(&later).unwrap();
+    for _ in 0..64 {
+        assert_eq!(testing::reply(&mut stream, 0).unwrap().0, 0);
+    }
+    nbd.kill();
+    let nbd = Nbd::start(&dir, &["--write-back", "16MiB"]).expect("restarted after kill -9");
+    let mut stream = connect(nbd.port, "wb");
+    check_blocks(&mut stream, 128, 20, "flushed before kill -9");
+
+    // SIGTERM with writes only in the cache: written into the volume before it closes.
+    write_blocks_pipelined(&mut stream, 128, 30);
+    let log = nbd.stop();
+    assert!(log.contains("write-back cache written"), "{log}");
+    let nbd = Nbd::start(&dir, &[]).unwrap();
+    let mut stream = connect(nbd.port, "wb");
+    check_blocks(&mut stream, 128, 30, "acknowledged before SIGTERM");
+    nbd.stop();
+}
+
+/// A volume as an export whose writes take `delay` before they reach it (a write-back
+/// cache in front of it then still holds them when a snapshot is asked for).
+struct SlowVolume {
+    volume: Arc<optio_client::volume::Volume>,
+    delay: Duration,
+}
+
+impl optio_nbd::Export for SlowVolume {
+    fn size(&self) -> u64 {
+        self.volume.size()
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    fn read(&self, offset: u64, length: u32) -> optio_nbd::IoFuture<'_, bytes::Bytes> {
+        Box::pin(async move {
+            self.volume.read(offset, u64::from(length)).await.map_err(|_| optio_nbd::Errno::Io)
+        })
+    }
+
+    fn write(&self, offset: u64, data: bytes::Bytes, fua: bool) -> optio_nbd::IoFuture<'_, ()> {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            self.volume.write(offset, data, fua).await.map_err(|_| optio_nbd::Errno::Io)
+        })
+    }
+
+    fn flush(&self) -> optio_nbd::IoFuture<'_, ()> {
+        Box::pin(async move { self.volume.flush().await.map_err(|_| optio_nbd::Errno::Io) })
+    }
+
+    fn trim(&self, _offset: u64, _length: u32, _fua: bool) -> optio_nbd::IoFuture<'_, ()> {
+        Box::pin(async { Err(optio_nbd::Errno::NotSupported) })
+    }
+
+    fn write_zeroes(
+        &self,
+        _offset: u64,
+        _length: u32,
+        _may_trim: bool,
+        _fua: bool,
+    ) -> optio_nbd::IoFuture<'_, ()> {
+        Box::pin(async { Err(optio_nbd::Errno::NotSupported) })
+    }
+}
+
+/// A volume below a write-back cache (`optio nbd --write-back`) empties the cache before it
+/// takes a snapshot: writes acknowledged from the cache and still on their way (each takes
+/// 400 ms here) are in the snapshot.
+#[test]
+fn a_snapshot_holds_the_writes_a_write_back_cache_acknowledged() {
+    use optio_nbd::{Export, WriteBack};
+    let (_tmp, cluster) = cluster(spec());
+    settle(&cluster);
+    let dir = cluster.dir().to_path_buf();
+    ok(&dir, &["volume", "create", "cached", "8MiB"]);
+    crate::runtime().block_on(async {
+        let client = admin_client(&cluster).await;
+        let options = optio_client::volume::OpenOptions::default();
+        let volume = optio_client::volume::Volume::open(&client, "cached", options).await.unwrap();
+        let slow = SlowVolume { volume: volume.clone(), delay: Duration::from_millis(400) };
+        let cache = Arc::new(WriteBack::new(Arc::new(slow), 8 << 20, 4));
+        volume.set_hold_writes(WriteBack::hold_hook(&cache));
+        for i in 0..16u64 {
+            cache.write(i * 64 * 1024, block(40 + i).into(), false).await.unwrap();
+        }
+        assert!(cache.dirty_bytes() > 0, "the writes are still on their way");
+        optio_client::snapshot::create(&client, "cached", "s1").await.expect("snap create");
+        let snapshot = optio_client::volume::Volume::open(
+            &client,
+            "cached@s1",
+            optio_client::volume::OpenOptions { read_only: true, ..options },
+        )
+        .await
+        .unwrap();
+        for i in 0..16u64 {
+            let got = snapshot.read(i * 64 * 1024, 64 * 1024).await.unwrap();
+            assert!(got[..] == block(40 + i)[..], "block {i} acknowledged before the snapshot");
+        }
+        cache.drain().await.unwrap();
+        snapshot.close().await.unwrap();
+        volume.close().await.unwrap();
+    });
 }
