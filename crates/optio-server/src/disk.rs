@@ -71,7 +71,7 @@ pub trait Disk: Send + Sync + 'static {
     /// Replaces the content of the existing file `path` in place, not durably: `parts`
     /// (concatenated) written from its start, then the file cut to their length. No new
     /// inode, no rename: on ext4 a file replaced by a rename costs a create, the old inode's
-    /// release and a writeback the rename starts (`auto_da_alloc`), 100-180 µs against 5-10
+    /// release and a writeback the rename starts (`auto_da_alloc`), 92-182 µs against 6-8
     /// for this (docs/benchmarks.md). A reader may see the file half rewritten; the store's
     /// readers that do not hold the key read again under it ([`crate::store`]).
     /// [`io::ErrorKind::NotFound`] when there is no such file (none is created).
