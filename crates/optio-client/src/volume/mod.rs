@@ -32,6 +32,8 @@ use optio_proto::ObjectVersion;
 mod allocation;
 mod as_of_files;
 mod extents;
+mod hold;
+pub use hold::{HeldWrites, HoldWrites};
 mod flattening;
 mod header;
 mod readers;
@@ -195,18 +197,6 @@ fn local_files_max() -> usize {
     let soft = optio_net::local::open_files_soft_limit().unwrap_or(u64::MAX);
     usize::try_from(soft / 4).unwrap_or(usize::MAX).clamp(64, 4096)
 }
-
-/// What a write-back cache above a volume returns while it keeps writes out
-/// ([`Volume::set_hold_writes`]): dropping it lets them in again.
-pub type HeldWrites = Box<dyn std::any::Any + Send>;
-
-/// A write-back cache's hook before a snapshot ([`Volume::set_hold_writes`]).
-pub type HoldWrites = Arc<
-    dyn Fn() -> std::pin::Pin<
-            Box<dyn std::future::Future<Output = Result<HeldWrites, String>> + Send>,
-        > + Send
-        + Sync,
->;
 
 /// An open volume.
 pub struct Volume {
@@ -432,30 +422,6 @@ impl Volume {
     /// Holds every write off until the guard goes (in-flight writes finish first).
     pub(crate) async fn quiesce_writes(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
         self.quiesce.write().await
-    }
-
-    /// Tells the volume that writes are acknowledged above it before they reach it (a
-    /// write-back cache, `optio nbd --write-back`): before each snapshot it calls `hold`,
-    /// which writes every acknowledged byte into the volume and keeps new writes out until
-    /// the guard it returns is dropped, so the snapshot holds every write acknowledged
-    /// before it. A `hold` that fails fails the snapshot (taken again at the next look).
-    pub fn set_hold_writes(&self, hold: HoldWrites) {
-        *self.hold_writes.lock().expect("hold lock") = Some(hold);
-    }
-
-    /// Runs [`Volume::set_hold_writes`]'s hook, if any; its guard.
-    pub(crate) async fn hold_writes(&self) -> Result<Option<HeldWrites>, VolumeError> {
-        let hold = self.hold_writes.lock().expect("hold lock").clone();
-        match hold {
-            None => Ok(None),
-            Some(hold) => hold().await.map(Some).map_err(|error| {
-                VolumeError::Snapshot(format!(
-                    "volume '{}': the writes its holder acknowledged could not be written \
-                     before the snapshot: {error}",
-                    self.name()
-                ))
-            }),
-        }
     }
 
     /// The header as last read or written.
