@@ -582,3 +582,31 @@ impl Volume {
         Ok(())
     }
 }
+
+impl Volume {
+    /// Tells the volume that writes are acknowledged above it before they reach it (a
+    /// write-back cache, `optio nbd --write-back`): before each snapshot it calls `hold`,
+    /// which writes every acknowledged byte into the volume and keeps new writes out until
+    /// the guard it returns is dropped, so the snapshot holds every write acknowledged
+    /// before it. A `hold` that fails fails the snapshot (taken again at the next look).
+    pub fn set_hold_writes(&self, hold: crate::volume::HoldWrites) {
+        *self.hold_writes.lock().expect("hold lock") = Some(hold);
+    }
+
+    /// Runs [`Volume::set_hold_writes`]'s hook, if any; its guard.
+    pub(crate) async fn hold_writes(
+        &self,
+    ) -> Result<Option<crate::volume::HeldWrites>, VolumeError> {
+        let hold = self.hold_writes.lock().expect("hold lock").clone();
+        match hold {
+            None => Ok(None),
+            Some(hold) => hold().await.map(Some).map_err(|error| {
+                VolumeError::Snapshot(format!(
+                    "volume '{}': the writes its holder acknowledged could not be written \
+                     before the snapshot: {error}",
+                    self.name()
+                ))
+            }),
+        }
+    }
+}

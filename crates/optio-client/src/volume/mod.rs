@@ -231,7 +231,7 @@ pub struct Volume {
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// A write-back cache above the volume ([`Volume::set_hold_writes`]): emptied before a
     /// snapshot is taken, new writes kept out until it is.
-    hold_writes: Mutex<Option<HoldWrites>>,
+    pub(crate) hold_writes: Mutex<Option<HoldWrites>>,
     /// A clone's ancestors, nearest first: where its never-written objects read from.
     ancestors: Vec<Ancestor>,
     /// Which data objects are stored (block status).
