@@ -373,7 +373,7 @@ mod tests {
     #[test]
     fn the_listing_tells_what_a_point_sees_only_without_clones() {
         let v = ObjectVersion;
-        let head = Stored { head: Some((v(30), 4096)), clones: vec![] };
+        let head = Stored { head: Some((v(30), 4096)), clones: vec![], seed: None };
         assert_eq!(visible_from_listing(&head, None), Some(Some(v(30))), "the head sees itself");
         assert_eq!(visible_from_listing(&head, Some(v(31))), Some(Some(v(30))));
         assert_eq!(visible_from_listing(&head, Some(v(30))), Some(None), "written at the mark");
@@ -382,7 +382,7 @@ mod tests {
         assert_eq!(visible_from_listing(&gone, None), Some(None));
         assert_eq!(visible_from_listing(&gone, Some(v(10))), Some(None));
         // With a clone the servers are asked: a tombstone may stand between.
-        let cloned = Stored { head: Some((v(30), 4096)), clones: vec![(v(10), 4096)] };
+        let cloned = Stored { head: Some((v(30), 4096)), clones: vec![(v(10), 4096)], seed: None };
         assert_eq!(visible_from_listing(&cloned, None), Some(Some(v(30))));
         assert_eq!(visible_from_listing(&cloned, Some(v(20))), None);
     }

@@ -49,10 +49,10 @@ pub use optio_net as transport;
 pub use cache::ChoiceCache;
 pub use candidates::{CHOICES_MAX, Candidate};
 pub use client::{
-    BROUGHT_BACK_TRACKED_MAX, CandidateProbe, Client, ClientConfig, ClientStats, ListCursor,
-    LocalFile, LocalMiss, ObjectLocation, Patch, ProbeReport, PutReport, RECOVERING_BACKOFF_MAX,
-    RECOVERING_BACKOFF_MIN, RECOVERING_RETRIES_MAX, RETRIES_MAX, ReadFailure, Reintegration,
-    ReintegrationConfig, ReintegrationError, ReintegrationMode, ReintegrationStatus, ReplicaState,
-    STATUS_POLL_INTERVAL, Written,
+    BROUGHT_BACK_TRACKED_MAX, CandidateProbe, Client, ClientConfig, ClientStats, CloneToTrim,
+    ListCursor, LocalFile, LocalMiss, ObjectLocation, Patch, ProbeReport, PutReport,
+    RECOVERING_BACKOFF_MAX, RECOVERING_BACKOFF_MIN, RECOVERING_RETRIES_MAX, RETRIES_MAX,
+    ReadFailure, Reintegration, ReintegrationConfig, ReintegrationError, ReintegrationMode,
+    ReintegrationStatus, ReplicaState, STATUS_POLL_INTERVAL, Written,
 };
 pub use error::ClientError;

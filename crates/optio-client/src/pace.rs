@@ -18,11 +18,16 @@ impl Pacer {
     }
 
     pub(crate) async fn wait(&self) {
+        self.wait_for(1).await;
+    }
+
+    /// Waits for the turn of `items` at once: the next turn comes `items` intervals later.
+    pub(crate) async fn wait_for(&self, items: u32) {
         let Some(interval) = self.interval else { return };
         let slot = {
             let mut next = self.next.lock().expect("pacer lock");
             let slot = (*next).max(Instant::now());
-            *next = slot + interval;
+            *next = slot + interval * items;
             slot
         };
         tokio::time::sleep_until(slot.into()).await;

@@ -251,6 +251,9 @@ pub struct Stored {
     pub head: Option<(ObjectVersion, u64)>,
     /// The clones kept for snapshots: version and bytes each.
     pub clones: Vec<(ObjectVersion, u64)>,
+    /// The placement seed the listing gave for the object's copies (its clones are placed by
+    /// its head's): in a pool of several candidates, which one holds them.
+    pub seed: Option<u32>,
 }
 
 /// The data objects (heads and clones) stored under `prefix` (a volume's
@@ -284,6 +287,7 @@ pub async fn stored_objects_missing(
             continue;
         };
         let entry = objects.entry(index).or_default();
+        entry.seed = entry.seed.or(info.pg_seed);
         match clone {
             Some(version) => entry.clones.push((version, info.size_bytes)),
             None => entry.head = Some((info.version, info.size_bytes)),

@@ -40,6 +40,7 @@ enum Kind {
     WriteAt,
     Sync,
     Delete,
+    Trim,
     List,
     GetRecord,
     PutRecord,
@@ -53,6 +54,7 @@ fn kind(op: &Op<'_>) -> Kind {
         Op::Put { .. } => Kind::Put,
         Op::WriteAt { .. } => Kind::WriteAt,
         Op::Sync => Kind::Sync,
+        Op::Trim { .. } => Kind::Trim,
         Op::Delete { .. } | Op::Undo { .. } | Op::Commit { .. } => Kind::Delete,
         Op::List(_) => Kind::List,
         Op::GetRecord { .. } => Kind::GetRecord,
@@ -265,7 +267,9 @@ impl FaultyNet {
             builder = builder.header(name, value);
         }
         let body = match &call.op {
-            Op::Put { data, .. } | Op::WriteAt { data, .. } => data.clone(),
+            Op::Put { data, .. } | Op::WriteAt { data, .. } | Op::Trim { body: data } => {
+                data.clone()
+            }
             _ => Bytes::new(),
         };
         builder = builder.header(http::header::CONTENT_LENGTH, body.len());
@@ -645,6 +649,52 @@ async fn a_clone_deletion_whose_connection_drops_is_sent_again_then_reported_not
     assert_eq!(not_reached.expect("not an error"), vec![victim]);
     assert_eq!(held(30), vec![victim]);
     assert!(net.sent(victim, Kind::Delete) - before <= 5, "a bounded number of attempts");
+}
+
+/// A trim removes many clones with one request per device (`Client::delete_clones`); a
+/// device whose server dies under it keeps its copies and is reported not reached, and a
+/// later trim removes them.
+#[tokio::test]
+async fn clones_are_trimmed_with_one_request_per_device_and_a_dead_server_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::start(dir.path()).await;
+    let client = client(dir.path(), &net).await;
+    let mut clones: Vec<optio_client::CloneToTrim> = Vec::new();
+    let mut holders: Vec<(u32, String)> = Vec::new();
+    for object in 0..12u64 {
+        let head = format!("volume_data.00c0ffee.{object:016x}");
+        for version in [10, 20] {
+            let clone = optio_proto::snap::clone_key(&head, ObjectVersion(version));
+            for device in devices(&client, "plain", &head, 0) {
+                net.store_copy(device, PLAIN.0, &clone, b"kept", version);
+                holders.push((device, clone.clone()));
+            }
+            let version = ObjectVersion(version);
+            clones.push(optio_client::CloneToTrim { key: clone, version, seed: None });
+        }
+    }
+    let held = || -> Vec<(u32, String)> {
+        holders.iter().filter(|(d, k)| net.stored(*d, PLAIN.0, k).is_some()).cloned().collect()
+    };
+    let mut devices_holding: Vec<u32> = holders.iter().map(|(d, _)| *d).collect();
+    devices_holding.sort_unstable();
+    devices_holding.dedup();
+    let victim = devices_holding[0];
+    net.faults().dying.insert(victim);
+    let not_reached = client.delete_clones("plain", &clones).await.expect("not an error");
+    assert_eq!(not_reached, vec![victim]);
+    let left = held();
+    assert!(!left.is_empty() && left.iter().all(|(d, _)| *d == victim), "{left:?}");
+    assert_eq!(left.len(), holders.iter().filter(|(d, _)| *d == victim).count());
+    for device in &devices_holding[1..] {
+        assert_eq!(net.sent(*device, Kind::Trim), 1, "one request for device {device}'s share");
+        assert_eq!(net.sent(*device, Kind::Delete), 0, "none sent one by one");
+    }
+    // Back: the next trim removes what it kept; clones already gone are no error.
+    net.faults().down.remove(&victim);
+    let not_reached = client.delete_clones("plain", &clones).await.expect("not an error");
+    assert_eq!(not_reached, Vec::<u32>::new());
+    assert_eq!(held(), Vec::<(u32, String)>::new());
 }
 
 /// A trim's deletion of a snapshot clone on a device whose server takes longer than

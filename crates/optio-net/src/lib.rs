@@ -360,7 +360,8 @@ impl HttpTransport {
         let mut headers = request.headers();
         self.add_target(&mut headers, &call.endpoint.addr);
         let mut body = None;
-        if let Op::Put { data, .. } | Op::WriteAt { data, .. } = &call.op {
+        if let Op::Put { data, .. } | Op::WriteAt { data, .. } | Op::Trim { body: data } = &call.op
+        {
             if self.credentials.is_some() {
                 let hash = self.body_hash(data);
                 headers.push((optio_proto::auth::CONTENT_HASH_HEADER, hash));

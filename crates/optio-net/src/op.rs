@@ -102,6 +102,13 @@ pub enum Op<'a> {
     },
     /// `POST` to a pool of a device: make every write it acknowledged durable (flush).
     Sync,
+    /// `POST` to a pool of a device with the query `trim`: remove the snapshot clones `body`
+    /// names ([`optio_proto::snap::encode_trim_body`]) outright, as a [`Op::Delete`] of each at
+    /// its key's version would.
+    Trim {
+        /// The clones' keys, each followed by a NUL.
+        body: Bytes,
+    },
     /// `DELETE` an object: a tombstone at `version`, or with `purge` the copy removed
     /// entirely if not newer than `version`.
     Delete {
@@ -206,6 +213,7 @@ impl Op<'_> {
                 sync: *sync,
             }),
             Op::Sync => request::Op::Sync,
+            Op::Trim { .. } => request::Op::Trim,
             Op::Delete { key: k, version, purge, pg_seed } => request::Op::Delete {
                 key: key(k),
                 version: *version,
@@ -263,6 +271,7 @@ impl Op<'_> {
                 range.is_some_and(|(start, end)| end.saturating_sub(start) < limit)
             }
             Op::WriteAt { data, .. } => data.len() as u64 <= limit,
+            Op::Trim { body } => body.len() as u64 <= limit,
             Op::Fetch { .. } | Op::Put { .. } | Op::List(_) => false,
         }
     }
@@ -287,7 +296,7 @@ impl Op<'_> {
             | Op::GetRecord { key }
             | Op::PutRecord { key, .. }
             | Op::DeleteRecord { key } => Some(key),
-            Op::List(_) | Op::Sync => None,
+            Op::List(_) | Op::Sync | Op::Trim { .. } => None,
         }
     }
 

@@ -23,6 +23,9 @@ use crate::snap::SnapContext;
 use crate::wire;
 use crate::{ChoiceRecord, ErrorKind, ListQuery, ObjectVersion, is_gateway_key};
 
+/// The query of a `POST` to a pool that is a trim ([`Op::Trim`]) rather than a flush.
+pub const TRIM_QUERY: &str = "trim";
+
 /// The HTTP methods a device request uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Method {
@@ -193,6 +196,10 @@ pub enum Op<'a> {
     WriteAt(WriteAt<'a>),
     /// `POST` to a pool: make every acknowledged write durable.
     Sync,
+    /// `POST` to a pool with the query [`TRIM_QUERY`]: remove the snapshot clones its body
+    /// lists ([`crate::snap::encode_trim_body`]) outright, as [`Op::Delete`] of each at the
+    /// version its key names would (one request for many: a trim's deletions).
+    Trim,
     /// `DELETE` an object: a tombstone, or with `purge` the copy removed entirely.
     Delete {
         /// Key.
@@ -359,7 +366,7 @@ impl Op<'_> {
             | Op::List(_)
             | Op::GetRecord { .. } => Method::Get,
             Op::Put { .. } | Op::WriteAt(_) | Op::PutRecord { .. } => Method::Put,
-            Op::Sync => Method::Post,
+            Op::Sync | Op::Trim => Method::Post,
             Op::Delete { .. } | Op::Undo { .. } | Op::Commit { .. } | Op::DeleteRecord { .. } => {
                 Method::Delete
             }
@@ -389,7 +396,7 @@ impl Op<'_> {
             | Op::GetRecord { key, .. }
             | Op::PutRecord { key, .. }
             | Op::DeleteRecord { key } => Some(key),
-            Op::List(_) | Op::Sync => None,
+            Op::List(_) | Op::Sync | Op::Trim => None,
         }
     }
 
@@ -402,7 +409,7 @@ impl Op<'_> {
             Op::Put { .. } => OpKind::Put,
             Op::WriteAt(_) => OpKind::Write,
             Op::Sync => OpKind::Sync,
-            Op::Delete { .. } | Op::Undo { .. } | Op::Commit { .. } => OpKind::Delete,
+            Op::Delete { .. } | Op::Undo { .. } | Op::Commit { .. } | Op::Trim => OpKind::Delete,
             Op::List(_) => OpKind::List,
             Op::GetRecord { .. } => OpKind::RecordGet,
             Op::PutRecord { .. } => OpKind::RecordPut,
@@ -458,7 +465,7 @@ impl Op<'_> {
                     out.push((wire::WAIT_DURABLE, one()));
                 }
             }
-            Op::List(_) | Op::Sync | Op::DeleteRecord { .. } => {}
+            Op::List(_) | Op::Sync | Op::Trim | Op::DeleteRecord { .. } => {}
             Op::PutRecord { record, replace_if_writer, unless_contended, defer_sync, .. } => {
                 out.push((wire::CHOICE, wire::choice_header(record)));
                 if let Some(writer) = replace_if_writer {
@@ -524,6 +531,10 @@ impl Request<'_> {
                 path.push('?');
                 path.push_str(&query);
             }
+        }
+        if let Op::Trim = &self.op {
+            path.push('?');
+            path.push_str(TRIM_QUERY);
         }
         path
     }
@@ -646,8 +657,8 @@ pub enum BadHead {
         /// Why it does not parse.
         reason: String,
     },
-    /// A flush with a query.
-    #[error("a flush takes no query")]
+    /// A flush with a query (other than [`TRIM_QUERY`]).
+    #[error("a flush takes no query (a trim's is '{TRIM_QUERY}')")]
     FlushWithQuery,
     /// A malformed `range` header.
     #[error("range '{text}' is malformed; send bytes=FIRST-LAST")]
@@ -841,6 +852,8 @@ fn decode_op<'h, F: Fn(&'static str) -> Option<&'h [u8]>>(
                 None => Ok(Op::List(Cow::Owned(ListQuery::default()))),
                 Some(query) => parse_list_query(query).map(|query| Op::List(Cow::Owned(query))),
             },
+            // (A server from before trims refuses the query: its sender then deletes one by one.)
+            _ if query == Some(TRIM_QUERY) => Ok(Op::Trim),
             _ if query.is_some_and(|query| !query.is_empty()) => Err(BadHead::FlushWithQuery),
             _ => Ok(Op::Sync),
         };

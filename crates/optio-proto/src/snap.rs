@@ -81,6 +81,75 @@ pub fn parse_clone_key_any(key: &str) -> Option<(&str, ObjectVersion)> {
     Some((head, ObjectVersion(version)))
 }
 
+/// The most clones one trim request ([`crate::request::Op::Trim`]) names.
+pub const TRIM_KEYS_MAX: usize = 1024;
+/// The longest body of a trim request: [`TRIM_KEYS_MAX`] keys of [`KEY_BYTES_MAX`] bytes, each
+/// followed by a NUL.
+pub const TRIM_BODY_BYTES_MAX: usize = TRIM_KEYS_MAX * (KEY_BYTES_MAX + 1);
+
+/// A trim request's body: the clones' keys, each followed by a NUL (keys hold no NUL).
+pub fn encode_trim_body<'k>(keys: impl IntoIterator<Item = &'k str>) -> Vec<u8> {
+    let mut body = Vec::new();
+    for key in keys {
+        body.extend_from_slice(key.as_bytes());
+        body.push(0);
+    }
+    body
+}
+
+/// Why a trim request's body is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TrimBodyError {
+    /// More than [`TRIM_KEYS_MAX`] keys, or more than [`TRIM_BODY_BYTES_MAX`] bytes.
+    #[error(
+        "a trim names at most {TRIM_KEYS_MAX} clones in {TRIM_BODY_BYTES_MAX} bytes; send several"
+    )]
+    TooLarge,
+    /// The body does not end with the NUL that ends its last key.
+    #[error("a trim's body is keys each followed by a NUL; the last one is not")]
+    Unterminated,
+    /// A key is not a valid key, or not a snapshot clone's key.
+    #[error(
+        "entry {at} of the trim ('{key}') is not a snapshot clone's key (KEY@ and 16 lower-case hex digits)"
+    )]
+    NotAClone {
+        /// Its position (from 0).
+        at: usize,
+        /// The key, lossily decoded and cut to 80 bytes.
+        key: String,
+    },
+}
+
+/// The clones a trim request's body names, each with the version its key names. Keys are
+/// checked as keys and as clones' keys of any head ([`parse_clone_key_any`]); which heads have
+/// clones in a pool is the server's to check.
+pub fn decode_trim_body(body: &[u8]) -> Result<Vec<(&str, ObjectVersion)>, TrimBodyError> {
+    if body.len() > TRIM_BODY_BYTES_MAX {
+        return Err(TrimBodyError::TooLarge);
+    }
+    if body.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(body) = body.strip_suffix(&[0]) else { return Err(TrimBodyError::Unterminated) };
+    let mut clones = Vec::new();
+    for (at, raw) in body.split(|b| *b == 0).enumerate() {
+        if at >= TRIM_KEYS_MAX {
+            return Err(TrimBodyError::TooLarge);
+        }
+        let not_a_clone = || TrimBodyError::NotAClone {
+            at,
+            key: String::from_utf8_lossy(&raw[..raw.len().min(80)]).into_owned(),
+        };
+        let key = std::str::from_utf8(raw).map_err(|_| not_a_clone())?;
+        if crate::validate_key(key).is_err() {
+            return Err(not_a_clone());
+        }
+        let (_, version) = parse_clone_key_any(key).ok_or_else(not_a_clone)?;
+        clones.push((key, version));
+    }
+    Ok(clones)
+}
+
 /// Which of an object's contents a read as of `mark` sees: among `(version, deleted)` of the
 /// head and its clones, the newest below `mark`; `None` (the object did not exist then) when
 /// there is none or it is a deletion. The index of the one chosen, else `None`. At equal
@@ -99,6 +168,48 @@ pub fn visible_at(contents: &[(ObjectVersion, bool)], mark: ObjectVersion) -> Op
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_trim_body_round_trips_and_anything_else_is_refused_with_its_reason() {
+        let keys = [
+            clone_key("volume_data.ab.0000000000000001", ObjectVersion(7)),
+            clone_key("photos/a b\nc", ObjectVersion(u64::MAX)),
+        ];
+        let body = encode_trim_body(keys.iter().map(String::as_str));
+        let decoded = decode_trim_body(&body).unwrap();
+        assert_eq!(
+            decoded,
+            vec![(keys[0].as_str(), ObjectVersion(7)), (keys[1].as_str(), ObjectVersion(u64::MAX))]
+        );
+        assert_eq!(decode_trim_body(b"").unwrap(), vec![]);
+        assert_eq!(decode_trim_body(&body[..body.len() - 1]), Err(TrimBodyError::Unterminated));
+        let bad = decode_trim_body(b"volume_data.1\0").unwrap_err();
+        assert!(matches!(bad, TrimBodyError::NotAClone { at: 0, .. }), "{bad:?}");
+        assert!(bad.to_string().contains("'volume_data.1'"), "{bad}");
+        let empty_key = decode_trim_body(b"\0").unwrap_err();
+        assert!(matches!(empty_key, TrimBodyError::NotAClone { at: 0, .. }));
+        let not_utf8 = [&b"a\xff@0000000000000001"[..], b"\0"].concat();
+        assert!(matches!(decode_trim_body(&not_utf8), Err(TrimBodyError::NotAClone { .. })));
+        let one = clone_key("k", ObjectVersion(1));
+        let many = encode_trim_body(std::iter::repeat_n(one.as_str(), TRIM_KEYS_MAX));
+        assert_eq!(decode_trim_body(&many).unwrap().len(), TRIM_KEYS_MAX);
+        let too_many = encode_trim_body(std::iter::repeat_n(one.as_str(), TRIM_KEYS_MAX + 1));
+        assert_eq!(decode_trim_body(&too_many), Err(TrimBodyError::TooLarge));
+        let too_long = vec![b'a'; TRIM_BODY_BYTES_MAX + 1];
+        assert_eq!(decode_trim_body(&too_long), Err(TrimBodyError::TooLarge));
+    }
+
+    proptest! {
+        /// Any bytes: a clear refusal or clones whose keys are clones' keys, never a panic.
+        #[test]
+        fn any_trim_body_decodes_to_clones_or_a_refusal(body in proptest::collection::vec(any::<u8>(), 0..300)) {
+            if let Ok(clones) = decode_trim_body(&body) {
+                for (key, version) in clones {
+                    prop_assert_eq!(parse_clone_key_any(key).map(|(_, v)| v), Some(version));
+                }
+            }
+        }
+    }
 
     #[test]
     fn clone_keys_round_trip_and_others_are_not_clones() {

@@ -48,6 +48,15 @@ pub trait Disk: Send + Sync + 'static {
     fn read_prefix(&self, path: &Path, bytes: usize) -> io::Result<Vec<u8>>;
     /// Removes a file and makes the removal durable.
     fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Removes a file without making the removal durable: [`Disk::sync_dir`] of its
+    /// directory does (a removal of many files syncs each directory once).
+    fn remove_unsynced(&self, path: &Path) -> io::Result<()> {
+        self.remove(path)
+    }
+    /// Makes a directory's entries durable (fsync of the directory).
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
     /// Renames without durability guarantees (quarantine).
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Creates a directory and its parents, durably.
@@ -348,6 +357,14 @@ impl Disk for RealDisk {
         sync_dir(parent(path))
     }
 
+    fn remove_unsynced(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        sync_dir(dir)
+    }
+
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         fs::rename(from, to)
     }
@@ -481,6 +498,15 @@ impl Disk for FaultyDisk {
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
         RealDisk.remove(path)
+    }
+    fn remove_unsynced(&self, path: &Path) -> io::Result<()> {
+        RealDisk.remove_unsynced(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        match self.fault() {
+            Some(Fault::WriteError) => Err(io::Error::other("injected sync error")),
+            _ => RealDisk.sync_dir(dir),
+        }
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         match self.fault() {

@@ -90,6 +90,12 @@ impl<D: Disk> Disk for EmulatedDisk<D> {
     fn remove(&self, path: &Path) -> io::Result<()> {
         self.inner.remove(path)
     }
+    fn remove_unsynced(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_unsynced(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.inner.rename(from, to)
     }

@@ -27,6 +27,7 @@ pub use reintegrate::{
     ReintegrationMode, ReintegrationStatus,
 };
 pub use repair::ReplicaState;
+pub use snapclone::CloneToTrim;
 pub use transition::STATUS_POLL_INTERVAL;
 pub use write::PutReport;
 

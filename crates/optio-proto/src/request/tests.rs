@@ -115,6 +115,7 @@ fn op() -> impl Strategy<Value = Op<'static>> {
             }),
         write_at().prop_map(Op::WriteAt),
         Just(Op::Sync),
+        Just(Op::Trim),
         (key(), proptest::option::of(version()), any::<bool>(), proptest::option::of(any::<u32>()))
             .prop_map(|(key, version, purge, pg_seed)| Op::Delete { key, version, purge, pg_seed }),
         (key(), version()).prop_map(|(key, version)| Op::Undo { key, version }),

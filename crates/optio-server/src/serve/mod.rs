@@ -377,6 +377,7 @@ async fn handle(
     let answer = match op {
         Op::List(query) => list(&target, &query, caller.sees_gateway_state),
         Op::Sync => sync_device(&target).await,
+        Op::Trim => objects::trim_clones(state, &target, body).await,
         Op::Probe { key, want_choice } => probe(&target, &key, want_choice),
         Op::Open { key } => {
             let (answer, file) = open_object(&target, key.into_owned(), caller.local).await?;

@@ -253,6 +253,40 @@ pub(super) async fn sync_device(target: &Target) -> Handled {
     Ok(Answer::Done)
 }
 
+/// A trim ([`optio_proto::request::Op::Trim`]): removes the snapshot clones the body names
+/// outright, as a delete of each would, with one sync per directory.
+pub(super) async fn trim_clones(state: &AppState, target: &Target, body: &mut Incoming) -> Handled {
+    use optio_proto::snap::{TRIM_BODY_BYTES_MAX, decode_trim_body};
+    let limit = TRIM_BODY_BYTES_MAX as u64;
+    if body.declared_bytes() > limit {
+        return Err(fail(
+            ErrorKind::TooLarge,
+            format!(
+                "a trim's body is {} bytes; at most {limit}: send its clones in several trims",
+                body.declared_bytes()
+            ),
+        ));
+    }
+    let received = body.receive(state.auth.enabled(), limit).await?;
+    let store = target.store.clone();
+    let pool = target.pool;
+    let outcome = tokio::task::spawn_blocking(move || {
+        if !received.hash_matches() {
+            return Ok(None);
+        }
+        let bytes = received.joined();
+        let clones = decode_trim_body(&bytes)
+            .map_err(|e| crate::error::StoreError::BadRange(e.to_string()))?;
+        store.trim_clones(pool, &clones).map(Some)
+    })
+    .await
+    .map_err(|e| fail(ErrorKind::Io, format!("trim task failed: {e}")))??;
+    if outcome.is_none() {
+        return Err(body_hash_refusal(state, body.had_hash()));
+    }
+    Ok(Answer::Done)
+}
+
 /// The refusal of a body that does not match its signed hash (or of a signed PUT without
 /// one), counted and logged.
 fn body_hash_refusal(state: &AppState, had_hash: bool) -> Refusal {

@@ -897,8 +897,20 @@ impl DeviceStore {
         key: &str,
         up_to: Option<ObjectVersion>,
     ) -> Result<bool, StoreError> {
+        Ok(self.purge_then(pool, key, up_to, true)?.is_some())
+    }
+
+    /// [`DeviceStore::purge`]; with `durable` false the removal is not made durable: the
+    /// caller syncs the directory returned (the file's, when a copy was removed).
+    pub(super) fn purge_then(
+        &self,
+        pool: PoolId,
+        key: &str,
+        up_to: Option<ObjectVersion>,
+        durable: bool,
+    ) -> Result<Option<PathBuf>, StoreError> {
         let _stripe = self.stripe(key);
-        let Some(entry) = self.entry(pool, key) else { return Ok(false) };
+        let Some(entry) = self.entry(pool, key) else { return Ok(None) };
         if let Some(up_to) = up_to
             && entry.version > up_to
         {
@@ -906,13 +918,15 @@ impl DeviceStore {
         }
         let path = self.path_of(pool, key);
         self.journal.forget(&path).map_err(StoreError::io("journal", &path))?;
-        match self.disk.remove(&path) {
+        let removed =
+            if durable { self.disk.remove(&path) } else { self.disk.remove_unsynced(&path) };
+        match removed {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(StoreError::Io { operation: "remove", path, source: e }),
         }
         self.forget(pool, key);
-        Ok(true)
+        Ok(Some(path.parent().map_or_else(|| self.root.clone(), Path::to_path_buf)))
     }
 
     /// Takes back a write of `version` that could not complete (see

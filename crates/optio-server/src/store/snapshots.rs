@@ -150,6 +150,50 @@ impl DeviceStore {
         Ok(())
     }
 
+    /// Removes the snapshot clones `clones` (keys with the version each names) outright, as a
+    /// trim's [`DeviceStore::delete_in`] of each does, then makes the removals durable with
+    /// one sync of each directory they were in. All are checked to be clones of `pool` first:
+    /// a key that is not is refused, and nothing removed. How many copies were removed.
+    pub fn trim_clones(
+        &self,
+        pool: PoolId,
+        clones: &[(&str, ObjectVersion)],
+    ) -> Result<usize, StoreError> {
+        if let Some((key, _)) = clones.iter().find(|(key, _)| self.parse_clone(pool, key).is_none())
+        {
+            return Err(StoreError::BadRange(format!(
+                "'{key}' is not a snapshot clone's key in pool {}: a trim removes clones only",
+                pool.0
+            )));
+        }
+        let mut dirs = std::collections::BTreeSet::new();
+        let mut removed = 0;
+        let mut failed = None;
+        for (key, version) in clones {
+            // Recorded before it is removed, as a single deletion's is (`refuse_trimmed`).
+            self.trimmed.lock().expect("trimmed lock").note(pool, key, *version);
+            match self.purge_then(pool, key, Some(*version), false) {
+                Ok(Some(dir)) => {
+                    removed += 1;
+                    dirs.insert(dir);
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    failed = Some(error);
+                    break;
+                }
+            }
+        }
+        // What was removed is made durable even when a removal failed.
+        for dir in &dirs {
+            self.disk.sync_dir(dir).map_err(StoreError::io("sync", dir))?;
+        }
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(removed),
+        }
+    }
+
     /// The key whose content a read of `key` as of snapshot mark `mark` returns: the head
     /// or one of its clones (none: the object did not exist then).
     pub fn key_as_of(&self, pool: PoolId, key: &str, mark: ObjectVersion) -> Option<String> {
@@ -530,6 +574,50 @@ mod tests {
         let kept = clone_key(KEY, ObjectVersion(12));
         assert_eq!(put(&kept, 12, &small).unwrap(), PutOutcome::Stored);
         assert!(store.entry(POOL, &kept).is_some(), "a clone never trimmed is stored");
+    }
+
+    /// A trim of many clones in one request removes each (and remembers it, as a single
+    /// deletion does), reopens to none of them, and refuses the whole request, removing
+    /// nothing, when it names a key that is not a clone.
+    #[test]
+    fn a_trim_removes_its_clones_durably_and_refuses_a_key_that_is_not_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_on(dir.path(), Arc::new(RealDisk));
+        let put = |key: &str, version: u64| {
+            store.put(&PutRequest {
+                pool: POOL,
+                key,
+                data: &[b"kept"],
+                version: ObjectVersion(version),
+                checksum: None,
+                pg_seed: Some(3),
+                epoch: Epoch(1),
+            })
+        };
+        put(KEY, 40).unwrap();
+        let clones: Vec<String> =
+            (10..30).map(|version| clone_key(KEY, ObjectVersion(version))).collect();
+        for (version, clone) in (10..30).zip(&clones) {
+            put(clone, version).unwrap();
+        }
+        let named: Vec<(&str, ObjectVersion)> =
+            (10..30).zip(&clones).map(|(v, c)| (c.as_str(), ObjectVersion(v))).collect();
+        let mut with_head = named.clone();
+        with_head.push((KEY, ObjectVersion(40)));
+        let refused = store.trim_clones(POOL, &with_head).unwrap_err();
+        assert!(refused.to_string().contains("not a snapshot clone"), "{refused}");
+        assert_eq!(clone_files(dir.path()), 21, "nothing removed (20 clones and the head)");
+        // Half of them, then all (those already gone count for nothing).
+        assert_eq!(store.trim_clones(POOL, &named[..10]).unwrap(), 10);
+        assert_eq!(store.trim_clones(POOL, &named).unwrap(), 10);
+        assert_eq!(clone_files(dir.path()), 1, "the head alone");
+        assert!(store.entry(POOL, KEY).is_some(), "the head stays");
+        let refused = put(&clones[3], 13).unwrap_err();
+        assert!(matches!(refused, StoreError::VersionConflict { .. }), "{refused}");
+        drop(store);
+        let reopened = open_on(dir.path(), Arc::new(RealDisk));
+        assert!(clones.iter().all(|clone| reopened.entry(POOL, clone).is_none()));
+        assert!(reopened.entry(POOL, KEY).is_some());
     }
 
     /// The trimmed clones remembered: the last `kept` at least, however many came before —
