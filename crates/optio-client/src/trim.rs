@@ -30,9 +30,10 @@ use crate::{Client, ClientError, CloneToTrim};
 /// measured, docs/benchmarks.md); each copy costs a probe of its head and a delete on each
 /// replica.
 pub const RATE_DEFAULT: u32 = 400;
-/// Clones removed by one group of requests (one per device holding some: each device's
-/// directories are synced once per group): at the default rate, a group every 2.6 s.
-const GROUP: usize = 1024;
+/// The most clones removed by one group of requests (one per device holding some: each
+/// device's directories are synced once per group). A group holds at most a second's worth
+/// at the rate asked (400 by default), so that the rate holds at any scale.
+const GROUP_MAX: usize = 1024;
 /// Groups in flight at once.
 const GROUPS_IN_FLIGHT: usize = 2;
 /// How often a running trim records its progress in the header (and renews its claim).
@@ -192,7 +193,7 @@ pub async fn run(
         let pool = header.pool.as_str();
         let pacer = &pacer;
         let groups: Vec<Vec<(u64, CloneToTrim)>> =
-            doomed.chunks(GROUP).map(<[_]>::to_vec).collect();
+            doomed.chunks(group_size(rate)).map(<[_]>::to_vec).collect();
         let mut deletions = futures_util::stream::iter(groups)
             .map(move |group| delete_group(client, pacer, pool, group))
             .buffered(GROUPS_IN_FLIGHT);
@@ -299,6 +300,14 @@ fn gone_around(client: &Client, epoch: Epoch) -> Vec<u32> {
         })
         .map(|d| d.id.0)
         .collect()
+}
+
+/// How many clones a group removes at `rate` copies a second (0: no limit).
+fn group_size(rate: u32) -> usize {
+    match rate {
+        0 => GROUP_MAX,
+        rate => usize::try_from(rate).unwrap_or(GROUP_MAX).clamp(1, GROUP_MAX),
+    }
 }
 
 /// Deletes a group of clones (in index order) at the pacer's pace, with one request per

@@ -215,6 +215,10 @@ impl FaultyNet {
         self.log.lock().unwrap().len()
     }
 
+    fn sent_kinds(&self, kind: Kind) -> usize {
+        self.log.lock().unwrap().iter().filter(|(_, k)| *k == kind).count()
+    }
+
     fn sent(&self, device: u32, kind: Kind) -> usize {
         self.log.lock().unwrap().iter().filter(|e| **e == (device, kind)).count()
     }
@@ -695,6 +699,46 @@ async fn clones_are_trimmed_with_one_request_per_device_and_a_dead_server_is_rep
     let not_reached = client.delete_clones("plain", &clones).await.expect("not an error");
     assert_eq!(not_reached, Vec::<u32>::new());
     assert_eq!(held(), Vec::<(u32, String)>::new());
+}
+
+/// In a pool of several candidates, the seed a listing gave tells which candidate holds a
+/// clone: the trim goes there with one request per device, nothing probed, nothing sent one
+/// by one; a clone without a seed (nor a remembered choice) is deleted one by one.
+#[tokio::test]
+async fn a_trim_in_a_pool_of_choices_goes_where_the_listed_seed_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = FaultyNet::start(dir.path()).await;
+    let client = client(dir.path(), &net).await;
+    let head = "volume_data.00c0ffee.0000000000000003";
+    let candidates = client.candidates("data", head).unwrap();
+    let second = &candidates[1];
+    let seed = second.pg.map_or(second.placement_key, |pg| pg.seed);
+    let holders: Vec<u32> = second.devices.iter().map(|d| d.0).collect();
+    let clone = |version: u64| optio_proto::snap::clone_key(head, ObjectVersion(version));
+    for version in [10, 20] {
+        for device in &holders {
+            net.store_copy(*device, DATA.0, &clone(version), b"kept", version);
+        }
+    }
+    let to_trim =
+        optio_client::CloneToTrim { key: clone(10), version: ObjectVersion(10), seed: Some(seed) };
+    let not_reached = client.delete_clones("data", &[to_trim]).await.expect("trimmed");
+    assert_eq!(not_reached, Vec::<u32>::new());
+    for device in &holders {
+        assert!(net.stored(*device, DATA.0, &clone(10)).is_none(), "removed from device {device}");
+        assert!(net.stored(*device, DATA.0, &clone(20)).is_some(), "the other clone stays");
+        assert_eq!(net.sent(*device, Kind::Trim), 1);
+    }
+    assert_eq!(
+        net.sent_kinds(Kind::Probe) + net.sent_kinds(Kind::Delete),
+        0,
+        "no probe, no single delete"
+    );
+    // No seed: located (probed) and deleted one by one, as `delete_clone` does.
+    let unplaced =
+        optio_client::CloneToTrim { key: clone(20), version: ObjectVersion(20), seed: None };
+    client.delete_clones("data", &[unplaced]).await.expect("deleted");
+    assert_eq!(net.sent_kinds(Kind::Trim), holders.len(), "no trim for it");
 }
 
 /// A trim's deletion of a snapshot clone on a device whose server takes longer than
