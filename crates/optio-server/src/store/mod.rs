@@ -41,6 +41,7 @@ use crate::journal::{JOURNAL_OBJECT_MAX, Journal};
 use crate::records::RecordLog;
 
 mod blocks;
+mod purge;
 mod snapshots;
 mod trimmed;
 mod watch;
@@ -886,47 +887,6 @@ impl DeviceStore {
             }
             _ => Ok(()),
         }
-    }
-
-    /// Removes an object or tombstone entirely (blocking), if the stored version is not newer
-    /// than `up_to` (any, without): for copies on a device the placement no longer names, and
-    /// for undoing a write. Returns whether something was removed.
-    pub fn purge(
-        &self,
-        pool: PoolId,
-        key: &str,
-        up_to: Option<ObjectVersion>,
-    ) -> Result<bool, StoreError> {
-        Ok(self.purge_then(pool, key, up_to, true)?.is_some())
-    }
-
-    /// [`DeviceStore::purge`]; with `durable` false the removal is not made durable: the
-    /// caller syncs the directory returned (the file's, when a copy was removed).
-    pub(super) fn purge_then(
-        &self,
-        pool: PoolId,
-        key: &str,
-        up_to: Option<ObjectVersion>,
-        durable: bool,
-    ) -> Result<Option<PathBuf>, StoreError> {
-        let _stripe = self.stripe(key);
-        let Some(entry) = self.entry(pool, key) else { return Ok(None) };
-        if let Some(up_to) = up_to
-            && entry.version > up_to
-        {
-            return Err(StoreError::VersionConflict { stored: entry.version, offered: up_to });
-        }
-        let path = self.path_of(pool, key);
-        self.journal.forget(&path).map_err(StoreError::io("journal", &path))?;
-        let removed =
-            if durable { self.disk.remove(&path) } else { self.disk.remove_unsynced(&path) };
-        match removed {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(StoreError::Io { operation: "remove", path, source: e }),
-        }
-        self.forget(pool, key);
-        Ok(Some(path.parent().map_or_else(|| self.root.clone(), Path::to_path_buf)))
     }
 
     /// Takes back a write of `version` that could not complete (see
