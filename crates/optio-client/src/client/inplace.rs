@@ -64,7 +64,7 @@ pub enum Patch {
 }
 
 impl Patch {
-    fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match self {
             Patch::Data(data) => data.len() as u64,
             Patch::Zeroes(n) => *n,

@@ -804,7 +804,7 @@ impl Volume {
             if absent && let Some(parent) = self.read_ancestors(header, index, 0, size).await? {
                 // Copy-up: the object is created whole, from the parent's, with the write in.
                 let mut whole = parent.to_vec();
-                let range = within as usize..(within + patch_len(&patch)) as usize;
+                let range = within as usize..(within + patch.len()) as usize;
                 match &patch {
                     Patch::Data(data) => whole[range].copy_from_slice(data),
                     Patch::Zeroes(_) => whole[range].fill(0),
@@ -1175,14 +1175,6 @@ pub(crate) async fn finish_removal(
         }
     }
     Ok(removed)
-}
-
-/// Bytes a patch writes.
-fn patch_len(patch: &Patch) -> u64 {
-    match patch {
-        Patch::Data(data) => data.len() as u64,
-        Patch::Zeroes(n) => *n,
-    }
 }
 
 /// Splits `[offset, offset + len)` into (object index, offset within it, length) pieces.
