@@ -102,7 +102,8 @@ impl DeviceStore {
             // A retried write whose answer was lost.
             return Ok(PutOutcome::AlreadyStored);
         }
-        self.preserve_for(request.pool, request.key, snap, request.version)?;
+        let in_place = live.is_some_and(|e| e.blocks);
+        self.preserve_for(request.pool, request.key, snap, request.version, in_place)?;
         match (request.base, live) {
             (None, None) => {
                 if let Some(tomb) = existing
@@ -141,6 +142,7 @@ impl DeviceStore {
         start: u64,
         end: u64,
     ) -> Result<(ObjectInfo, Vec<u8>), StoreError> {
+        self.settle_clone(pool, key)?;
         let Some(entry) = self.live_entry(pool, key) else { return Err(StoreError::NotFound) };
         if !entry.blocks {
             let (info, mut data) = self.get(pool, key)?;
@@ -195,6 +197,7 @@ impl DeviceStore {
         key: &str,
     ) -> Result<(std::fs::File, ObjectInfo), StoreError> {
         use std::os::unix::fs::FileExt;
+        self.settle_clone(pool, key)?;
         let _stripe = self.stripe(key);
         let Some(entry) = self.live_entry(pool, key) else { return Err(StoreError::NotFound) };
         if !entry.blocks {
@@ -234,7 +237,7 @@ impl DeviceStore {
         self.disk.sync_fs(&self.root).map_err(StoreError::io("sync", &self.root))
     }
 
-    fn read_at_or_forget(
+    pub(super) fn read_at_or_forget(
         &self,
         pool: PoolId,
         key: &str,
@@ -247,7 +250,7 @@ impl DeviceStore {
 
     /// Reads `ranges` of `key`'s file; a file that is gone or short is forgotten (and a short
     /// one quarantined).
-    fn read_ranges_or_forget(
+    pub(super) fn read_ranges_or_forget(
         &self,
         pool: PoolId,
         key: &str,
@@ -274,7 +277,7 @@ impl DeviceStore {
     }
 
     /// Checks that a block object's file starts with the header the index has.
-    fn check_head(
+    pub(super) fn check_head(
         &self,
         head: &[u8],
         pool: PoolId,
@@ -437,6 +440,8 @@ impl DeviceStore {
             return Err(StoreError::Mismatch { path, reason: mismatch.to_string() });
         }
         let old_crcs = decode_table(&meta[(layout.table_offset + 4 * first) as usize..]);
+        // What a snapshot still sees of these blocks is kept first ([`super::cow`]).
+        self.keep_blocks(pool, key, &layout, (first, last), &old_crcs)?;
         let patched = self.patched(&layout, request, |b| {
             let block = self.read_at_or_forget(
                 pool,
@@ -542,7 +547,7 @@ fn check_range(offset: u64, len: u64, size: u64) -> Result<(), StoreError> {
 /// How a block object's header differs from what the index says was stored (the file was
 /// replaced or damaged behind the server's back).
 #[derive(Debug, thiserror::Error)]
-enum HeadMismatch {
+pub(super) enum HeadMismatch {
     /// The file holds another key or another pool's object.
     #[error("it holds key {key:?} of pool {pool}")]
     Key {

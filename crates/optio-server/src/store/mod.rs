@@ -41,6 +41,7 @@ use crate::journal::{JOURNAL_OBJECT_MAX, Journal};
 use crate::records::RecordLog;
 
 mod blocks;
+mod cow;
 mod purge;
 mod snapshots;
 mod trimmed;
@@ -171,6 +172,8 @@ pub struct DeviceStore {
     /// [`TRIMMED_KEPT`] at least, not kept across a restart: it covers the races of the
     /// moment, not history.
     trimmed: Mutex<trimmed::Trimmed>,
+    /// Snapshot clones being filled block by block by their heads' writes ([`cow`]).
+    partials: cow::Partials,
     /// The device directory's lock ([`LOCK_FILE`]), held while the store is open; the kernel
     /// drops it when the process ends, however it ends.
     _lock: std::fs::File,
@@ -307,9 +310,11 @@ impl DeviceStore {
             corrupt_found: AtomicU64::new(0),
             erasure_pools: RwLock::default(),
             trimmed: Mutex::new(trimmed::Trimmed::new(TRIMMED_KEPT)),
+            partials: cow::Partials::default(),
             _lock: lock,
         };
         store.load()?;
+        store.load_partials()?;
         Ok(store)
     }
 
@@ -467,7 +472,7 @@ impl DeviceStore {
             // Small: made durable by the journal, under the key's stripe.
             let _stripe = self.stripe(request.key);
             self.refuse_trimmed(request.pool, request.key, request.version)?;
-            self.preserve_for(request.pool, request.key, snap, request.version)?;
+            self.preserve_for(request.pool, request.key, snap, request.version, false)?;
             self.unflushed_bytes.fetch_add(file_bytes, Ordering::Relaxed);
             let stored = self.store_journaled(path, request.pool, request.key, entry, &content);
             self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
@@ -481,9 +486,10 @@ impl DeviceStore {
         self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
         written.map_err(StoreError::io("write", &temp))?;
         let _stripe = self.stripe(request.key);
-        if let Err(error) = self
-            .refuse_trimmed(request.pool, request.key, request.version)
-            .and_then(|()| self.preserve_for(request.pool, request.key, snap, request.version))
+        if let Err(error) =
+            self.refuse_trimmed(request.pool, request.key, request.version).and_then(|()| {
+                self.preserve_for(request.pool, request.key, snap, request.version, false)
+            })
         {
             let _ = self.disk.remove(&temp);
             return Err(error);
@@ -679,6 +685,7 @@ impl DeviceStore {
     /// [`get`](Self::get), the data where the file was read to (the file's header sliced
     /// off, not moved out of the way: a 4 MiB object is not copied once more to answer it).
     pub fn get_bytes(&self, pool: PoolId, key: &str) -> Result<(ObjectInfo, Bytes), StoreError> {
+        self.settle_clone(pool, key)?;
         let Some(entry) = self.live_entry(pool, key) else { return Err(StoreError::NotFound) };
         if entry.blocks {
             // Written in place: read with writes of this key held off, so that no read sees a
@@ -788,6 +795,8 @@ impl DeviceStore {
             self.used_bytes.fetch_sub(old.file_bytes, Ordering::AcqRel);
             self.watchers.changed(pool, key);
         }
+        // A head lost takes its partial clone with it ([`cow`]).
+        self.drop_partial(pool, key);
     }
 
     /// Deletes an object (blocking), leaving a tombstone so that no older copy can come
@@ -857,7 +866,7 @@ impl DeviceStore {
         // The copy's own seed, else the one the deleter sent (a tombstone for a key this
         // device never held: rebalancing and catching up place it by its seed).
         let pg_seed = existing.and_then(|e| e.pg_seed).or(pg_seed);
-        self.preserve_for(pool, key, snap, version)?;
+        self.preserve_for(pool, key, snap, version, false)?;
         self.write_tombstone(pool, key, version, pg_seed, epoch)?;
         Ok(outcome)
     }
@@ -906,6 +915,7 @@ impl DeviceStore {
         if entry.deleted || entry.version != version {
             return Ok(false);
         }
+        self.complete_partial(pool, key)?;
         let path = self.path_of(pool, key);
         self.journal.forget(&path).map_err(StoreError::io("journal", &path))?;
         match self.disk.remove(&path) {

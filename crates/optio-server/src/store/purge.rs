@@ -31,7 +31,11 @@ impl DeviceStore {
         up_to: Option<ObjectVersion>,
         durable: bool,
     ) -> Result<Option<PathBuf>, StoreError> {
+        // A partial clone removed stops being one; a head removed completes its own first
+        // (its clone is an object of this device, whose transfer reads it whole: [`super::cow`]).
+        self.release_partial(pool, key);
         let _stripe = self.stripe(key);
+        self.complete_partial(pool, key)?;
         let Some(entry) = self.entry(pool, key) else { return Ok(None) };
         if let Some(up_to) = up_to
             && entry.version > up_to

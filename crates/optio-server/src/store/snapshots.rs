@@ -37,7 +37,13 @@ impl DeviceStore {
         key: &str,
         context: Option<SnapContext>,
         version: ObjectVersion,
+        in_place: bool,
     ) -> Result<(), StoreError> {
+        if !in_place {
+            // The head is replaced or removed: a clone filled by its writes is made whole
+            // first ([`super::cow`]).
+            self.complete_partial(pool, key)?;
+        }
         let Some(context) = context else { return Ok(()) };
         let erasure = self.is_erasure(pool);
         if self.parse_clone(pool, key).is_some() || !(erasure || key.starts_with(CLONED_PREFIX)) {
@@ -83,12 +89,24 @@ impl DeviceStore {
         if head.deleted {
             return self.write_tombstone(pool, &clone, head.version, head.pg_seed, head.epoch);
         }
+        if in_place && head.blocks {
+            // A write in place copies only the blocks it changes ([`super::cow`]); an earlier
+            // snapshot's partial clone is made whole first.
+            self.complete_partial(pool, key)?;
+            let layout = BlockLayout::new(clone.len(), head.size_bytes);
+            if super::cow::fits(clone.len(), &layout) {
+                return self.begin_partial(pool, key, &clone, &head);
+            }
+        }
         self.copy_to_clone(pool, key, &clone, &head)
     }
 
     /// Whether a write of `key` under `context` would first keep a clone (a copy: not
     /// page-cache work to do on a request's own task).
     pub fn would_preserve(&self, pool: PoolId, key: &str, context: Option<SnapContext>) -> bool {
+        if self.has_partial(pool, key) {
+            return true;
+        }
         let Some(context) = context else { return false };
         let erasure = self.is_erasure(pool);
         self.entry(pool, key).is_some_and(|head| {
@@ -513,7 +531,7 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
         // The clone made, then a crash before the write: the snapshot reads the clone, the
         // head is unchanged, and the write retried keeps no second clone.
-        store.preserve_for(POOL, KEY, snap(15), ObjectVersion(20)).unwrap();
+        store.preserve_for(POOL, KEY, snap(15), ObjectVersion(20), false).unwrap();
         drop(store);
         let store = open_on(dir.path(), disk);
         assert_eq!(store.clones_of(POOL, KEY).len(), 1);
