@@ -20,7 +20,10 @@
 //! what an earlier use of the segment left further on). A segment is reused from offset 0
 //! with a new generation; before that its first header is zeroed (durably): it is empty.
 //!
-//! **Records**: `PUT path data` (the object file's whole content) and `FORGET path` (what
+//! **Records**: `PUT path data` (the object file's whole content), `WRITE_AT path parts`
+//! (bytes written into an existing file at their offsets — `offset u64 | length u32 | bytes`
+//! per part —: what a write in place after a volume snapshot keeps of the blocks it
+//! changes, in the snapshot's clone, [`crate::store`]'s `cow`) and `FORGET path` (what
 //! follows for `path` is not journaled: before a file the journal may still restore is
 //! changed any other way — removed, written in place, replaced by a large object — a FORGET
 //! is appended and made durable, so that a replay never brings back an older state).
@@ -37,7 +40,8 @@
 //!
 //! **Replay** (at start, before the objects are indexed): the segments' records in
 //! generation order; for each path, its last PUT not followed by a FORGET is written back
-//! (temporary file, fdatasync, rename, directory fsync), whatever the file holds.
+//! (temporary file, fdatasync, rename, directory fsync), whatever the file holds, then the
+//! WRITE_ATs after it (and after its last FORGET) are written into the file, in order.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -61,6 +65,9 @@ const MAGIC: u32 = 0x4c4e_4a4f; // "OJNL" read as little-endian bytes
 const HEADER_BYTES: usize = 4 + 8 + 1 + 2 + 4 + 4;
 const OP_PUT: u8 = 1;
 const OP_FORGET: u8 = 2;
+const OP_WRITE_AT: u8 = 3;
+/// Bytes before each part of a WRITE_AT record's data: its offset (u64) and length (u32).
+const PART_HEADER_BYTES: usize = 12;
 /// Longest path a record may name (device-relative object paths are about 50 bytes).
 const PATH_BYTES_MAX: usize = 1024;
 /// Generations each start may use: a start takes the next block of this many, so a new
@@ -72,6 +79,37 @@ const GENERATIONS_PER_START: u64 = 1 << 32;
 enum Record {
     Put { path: PathBuf, data: Vec<u8> },
     Forget { path: PathBuf },
+    WriteAt { path: PathBuf, parts: Parts },
+}
+
+/// What a WRITE_AT record writes: (offset, bytes).
+type Parts = Vec<(u64, Vec<u8>)>;
+
+/// A WRITE_AT record's data: each part's offset and length, then its bytes.
+fn encode_parts(parts: &[(u64, &[u8])]) -> Vec<u8> {
+    let len = parts.iter().map(|(_, bytes)| PART_HEADER_BYTES + bytes.len()).sum();
+    let mut out = Vec::with_capacity(len);
+    for (offset, bytes) in parts {
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(bytes);
+    }
+    out
+}
+
+/// The parts of a WRITE_AT record's data, or none when they do not fill it exactly.
+fn decode_parts(mut data: &[u8]) -> Option<Parts> {
+    let mut parts = Vec::new();
+    while !data.is_empty() {
+        let head = data.get(..PART_HEADER_BYTES)?;
+        let offset = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+        let len = u32::from_le_bytes(head[8..].try_into().expect("4 bytes")) as usize;
+        let bytes = data.get(PART_HEADER_BYTES..PART_HEADER_BYTES.checked_add(len)?)?;
+        offset.checked_add(len as u64)?;
+        parts.push((offset, bytes.to_vec()));
+        data = &data[PART_HEADER_BYTES + len..];
+    }
+    Some(parts)
 }
 
 fn encode(generation: u64, op: u8, path: &Path, parts: &[&[u8]]) -> Vec<u8> {
@@ -145,6 +183,10 @@ fn parse(bytes: &[u8]) -> (Option<u64>, Vec<Record>) {
         match op {
             OP_PUT => records.push(Record::Put { path, data: data.to_vec() }),
             OP_FORGET if data.is_empty() => records.push(Record::Forget { path }),
+            OP_WRITE_AT => match decode_parts(data) {
+                Some(parts) => records.push(Record::WriteAt { path, parts }),
+                None => break,
+            },
             _ => break,
         }
         generation = Some(this_generation);
@@ -182,7 +224,8 @@ struct State {
     next_generation: u64,
     /// The last record appended.
     seq: u64,
-    /// Paths whose last record is a PUT in a segment not yet checkpointed, and its seq.
+    /// Paths whose last record is a PUT or a WRITE_AT in a segment not yet checkpointed, and
+    /// its seq.
     pending: HashMap<PathBuf, u64>,
     /// Why the journal stopped taking records (a failed sync or checkpoint).
     failed: Option<String>,
@@ -290,24 +333,41 @@ impl Journal {
             files.push(Arc::new(file));
         }
         found.sort_by_key(|(generation, _)| *generation);
-        let mut last: HashMap<PathBuf, Option<Vec<u8>>> = HashMap::new();
+        // For each path: its last PUT, if any, and the writes in place after it, in order;
+        // nothing before its last FORGET.
+        let mut last: HashMap<PathBuf, (Option<Vec<u8>>, Vec<Parts>)> = HashMap::new();
         for record in found.into_iter().flat_map(|(_, records)| records) {
             match record {
-                Record::Put { path, data } => last.insert(path, Some(data)),
-                Record::Forget { path } => last.insert(path, None),
+                Record::Put { path, data } => last.insert(path, (Some(data), Vec::new())),
+                Record::Forget { path } => last.remove(&path),
+                Record::WriteAt { path, parts } => {
+                    last.entry(path).or_default().1.push(parts);
+                    None
+                }
             };
         }
         let mut restored = 0;
         let tmp = root.join("tmp");
-        for (n, (relative, data)) in last.into_iter().enumerate() {
-            let Some(data) = data else { continue };
+        for (n, (relative, (data, writes))) in last.into_iter().enumerate() {
             let path = root.join(&relative);
-            let parent = path.parent().expect("journal paths have parents");
-            disk.create_dir_all(parent)?;
-            let temp = tmp.join(format!("journal.{n}"));
-            disk.write_temp(&temp, &[&data], true)?;
-            disk.publish(&temp, &path)?;
-            restored += 1;
+            let mut wrote = data.is_some();
+            if let Some(data) = data {
+                let parent = path.parent().expect("journal paths have parents");
+                disk.create_dir_all(parent)?;
+                let temp = tmp.join(format!("journal.{n}"));
+                disk.write_temp(&temp, &[&data], true)?;
+                disk.publish(&temp, &path)?;
+            }
+            for parts in &writes {
+                let parts: Vec<(u64, &[u8])> = parts.iter().map(|(o, b)| (*o, &b[..])).collect();
+                match disk.write_at(&path, &parts, true) {
+                    Ok(()) => wrote = true,
+                    // Removed since, without a FORGET (quarantined): nothing to write into.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            restored += usize::from(wrote);
         }
         if restored > 0 {
             tracing::info!(device = %root.display(), restored, "wrote back the journal's objects");
@@ -358,6 +418,24 @@ impl Journal {
     pub fn put(&self, path: &Path, parts: &[&[u8]]) -> io::Result<Applying<'_>> {
         let relative = self.inner.relative(path)?;
         let (seq, segment) = self.inner.append(OP_PUT, relative, parts)?;
+        let guard = Applying { inner: &self.inner, segment };
+        self.inner.wait_durable(seq)?;
+        Ok(guard)
+    }
+
+    /// Journals `parts` (offset, bytes) written into the existing file `path` and returns
+    /// once that is durable (blocking); then write them into the file, not durably, and drop
+    /// the guard. A replay writes them again, in order, after the file's last PUT.
+    pub fn write_at(&self, path: &Path, parts: &[(u64, &[u8])]) -> io::Result<Applying<'_>> {
+        let relative = self.inner.relative(path)?;
+        let data = encode_parts(parts);
+        if data.len() as u64 > JOURNAL_OBJECT_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} bytes written in place are more than a journal record", data.len()),
+            ));
+        }
+        let (seq, segment) = self.inner.append(OP_WRITE_AT, relative, &[&data])?;
         let guard = Applying { inner: &self.inner, segment };
         self.inner.wait_durable(seq)?;
         Ok(guard)
@@ -547,14 +625,15 @@ impl Inner {
             return Err(error);
         }
         segment.used += len;
-        if op == OP_PUT {
+        let applies = op == OP_PUT || op == OP_WRITE_AT;
+        if applies {
             segment.paths.push(path.to_path_buf());
             segment.applying += 1;
         }
         state.seq += 1;
         let seq = state.seq;
         state.segments[active].last_seq = seq;
-        if op == OP_PUT {
+        if applies {
             state.pending.insert(path.to_path_buf(), seq);
         } else {
             state.pending.remove(path);
@@ -709,6 +788,43 @@ mod tests {
         for bad in ["../etc/passwd", "/etc/passwd", "objects/../x", "tmp/x"] {
             assert!(parse(&encode(1, OP_PUT, Path::new(bad), &[b"x"])).1.is_empty(), "{bad}");
         }
+    }
+
+    /// A WRITE_AT record reads back as its parts; parts that do not fill its data exactly
+    /// end the segment; a replay writes them into the file after its last PUT, in order,
+    /// and not after a FORGET.
+    #[test]
+    fn writes_in_place_read_back_and_are_written_again_by_a_replay() {
+        let parts: [(u64, &[u8]); 2] = [(4096, b"kept block"), (1552, &[0xff, 0x01])];
+        let record = encode(5, OP_WRITE_AT, Path::new("objects/1/ab/c"), &[&encode_parts(&parts)]);
+        let (_, records) = parse(&record);
+        let want = parts.iter().map(|(o, b)| (*o, b.to_vec())).collect();
+        assert_eq!(records, vec![Record::WriteAt { path: "objects/1/ab/c".into(), parts: want }]);
+        for bad in [&encode_parts(&parts)[..20], &[0u8; 11][..], &[0xff; 12][..]] {
+            let torn = encode(5, OP_WRITE_AT, Path::new("objects/1/ab/c"), &[bad]);
+            assert!(parse(&torn).1.is_empty(), "{bad:?}");
+        }
+        let dir = device();
+        let (kept, put_then, forgotten) =
+            (object(dir.path(), "kept"), object(dir.path(), "put"), object(dir.path(), "gone"));
+        std::fs::write(&kept, vec![0u8; 8]).unwrap();
+        std::fs::write(&forgotten, b"as it is").unwrap();
+        let (journal, _) = Journal::open(dir.path(), Arc::new(RealDisk)).unwrap();
+        drop(journal.write_at(&kept, &[(0, b"ab"), (6, b"yz")]).unwrap());
+        drop(journal.write_at(&kept, &[(1, b"B")]).unwrap());
+        drop(journal.put(&put_then, &[b"0123456789"]).unwrap());
+        drop(journal.write_at(&put_then, &[(2, b"xx")]).unwrap());
+        drop(journal.write_at(&forgotten, &[(0, b"XX")]).unwrap());
+        journal.forget(&forgotten).unwrap();
+        drop(journal.write_at(&object(dir.path(), "missing"), &[(0, b"x")]).unwrap());
+        drop(journal);
+        // A crash: none of the files was written.
+        let (_, replayed) = Journal::open(dir.path(), Arc::new(RealDisk)).unwrap();
+        assert_eq!(std::fs::read(&kept).unwrap(), b"aB\0\0\0\0yz");
+        assert_eq!(std::fs::read(&put_then).unwrap(), b"01xx456789");
+        assert_eq!(std::fs::read(&forgotten).unwrap(), b"as it is");
+        assert!(!object(dir.path(), "missing").exists(), "nothing is created");
+        assert_eq!(replayed.restored, 2);
     }
 
     #[test]

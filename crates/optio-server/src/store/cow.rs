@@ -6,8 +6,9 @@
 //! Now such a clone starts *partial*: a sparse file with the clone's header, the head's
 //! checksum table as it was, and a bitmap of the blocks the clone holds — none at first. Each
 //! write in place to the head first copies the blocks it changes that the clone does not hold
-//! yet into the clone, sets their bits and syncs the clone (one `fdatasync`), then writes the
-//! head. By that order a block the clone does not hold is, on the disk, the head's block as
+//! yet into the clone and sets their bits — made durable by the device's journal (a
+//! `WRITE_AT` record; concurrent writes share its `fdatasync`), or by a sync of the clone
+//! when they are more than a record holds — then writes the head. By that order a block the clone does not hold is, on the disk, the head's block as
 //! the snapshot saw it, whenever the machine stops.
 //!
 //! The mark lies in the clone file's first [`BLOCK_BYTES`], after its header and key (at most
@@ -36,6 +37,7 @@ use optio_proto::{ObjectHeader, checksum};
 
 use super::{DeviceStore, Entry, entry_of};
 use crate::error::StoreError;
+use crate::journal::JOURNAL_OBJECT_MAX;
 
 /// Where a partial clone's mark starts in its file: past the header and the longest key.
 pub(super) const MARK_AT: u64 = 1536;
@@ -136,12 +138,7 @@ impl Partials {
     }
 
     /// Removes `head`'s entry if it is `which` (any, without).
-    fn remove(
-        &self,
-        pool: PoolId,
-        head: &str,
-        which: Option<&Shared>,
-    ) -> Option<Shared> {
+    fn remove(&self, pool: PoolId, head: &str, which: Option<&Shared>) -> Option<Shared> {
         let mut map = self.map.lock().expect("partials lock");
         let k = (pool, head.to_string());
         if which.is_some_and(|w| map.get(&k).is_none_or(|p| !Arc::ptr_eq(p, w))) {
@@ -284,9 +281,23 @@ impl DeviceStore {
         let (from, to) = ((lo / 8) as usize, (hi / 8) as usize + 1);
         parts.push((MARK_AT + (MARK_HEAD_BYTES + from) as u64, &held[from..to]));
         let clone_path = self.path_of(pool, &partial.clone);
-        self.disk
-            .write_at(&clone_path, &parts, true)
-            .map_err(StoreError::io("write", &clone_path))?;
+        let journaled: u64 = parts.iter().map(|(_, bytes)| 12 + bytes.len() as u64).sum();
+        if journaled <= JOURNAL_OBJECT_MAX {
+            // Durable by the device's journal (one shared fdatasync of its log for the
+            // concurrent writes), the clone's file written behind it.
+            let applying = self
+                .journal
+                .write_at(&clone_path, &parts)
+                .map_err(StoreError::io("journal", &clone_path))?;
+            self.disk
+                .write_at(&clone_path, &parts, false)
+                .map_err(StoreError::io("write", &clone_path))?;
+            drop(applying);
+        } else {
+            self.disk
+                .write_at(&clone_path, &parts, true)
+                .map_err(StoreError::io("write", &clone_path))?;
+        }
         for &b in &missing {
             partial.hold(b);
         }
@@ -395,6 +406,8 @@ impl DeviceStore {
         shared: &Shared,
     ) -> Result<(), StoreError> {
         let clone_path = self.path_of(pool, &partial.clone);
+        // No replay writes into it any more (what it would write is in the file already).
+        self.journal.forget(&clone_path).map_err(StoreError::io("journal", &clone_path))?;
         let zeros = vec![0u8; MARK_HEAD_BYTES + partial.held.len()];
         self.disk
             .write_at(&clone_path, &[(MARK_AT, &zeros)], true)
@@ -696,10 +709,14 @@ mod tests {
         let before = original();
         write_at(&store, 0, &before, None, 10, None).unwrap();
         write_at(&store, 0, b"one", Some(10), 20, snap(15)).unwrap();
-        // The clone cannot be written: the head's write is refused and changes nothing.
+        // The clone cannot be written: the head's write is refused and changes nothing (the
+        // journal, whose sync failed, takes nothing more until the server restarts).
         disk.set_fault(Some(Fault::WriteError));
         assert!(write_at(&store, 8192, b"two", Some(20), 30, snap(15)).is_err());
         disk.set_fault(None);
+        drop(store);
+        let store = open_on(dir.path(), disk.clone());
+        assert!(store.has_partial(POOL, KEY));
         assert_eq!(store.read_range(POOL, KEY, 8192, 8194).unwrap().1, before[8192..8195]);
         write_at(&store, 8192, b"two", Some(20), 30, snap(15)).unwrap();
         let clone = clone_key(KEY, ObjectVersion(10));
@@ -720,6 +737,40 @@ mod tests {
         let store = open_on(dir.path(), Arc::new(RealDisk));
         assert!(store.info(POOL, &clone).is_none());
         assert_eq!(store.partials.len(), 0);
+    }
+
+    /// The blocks a write keeps are durable by the journal before the head changes: a crash
+    /// that loses the clone's writeback (its block and its bitmap) is repaired by the replay,
+    /// and the snapshot reads the object as it was.
+    #[test]
+    fn blocks_kept_but_lost_from_the_page_cache_in_a_crash_come_back_from_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_on(dir.path(), Arc::new(RealDisk));
+        let before = original();
+        write_at(&store, 0, &before, None, 10, None).unwrap();
+        write_at(&store, 3 * 4096, b"three", Some(10), 20, snap(15)).unwrap();
+        write_at(&store, 6 * 4096, b"six", Some(20), 30, snap(15)).unwrap();
+        assert!(store.journal().pending() > 0, "journaled, not synced on its own");
+        let clone = super::super::object_path(dir.path(), POOL, &clone_key(KEY, ObjectVersion(10)));
+        drop(store);
+        // What the kernel had not written back when the machine stopped: the kept blocks
+        // and the bitmap's bytes (the file as the partial clone's creation synced it).
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::OpenOptions::new().write(true).open(&clone).unwrap();
+        let layout = BlockLayout::new(KEY.len() + 17, SIZE);
+        for b in [3u64, 6] {
+            file.write_all_at(&[0u8; BLOCK_BYTES], layout.data_offset + b * 4096).unwrap();
+        }
+        file.write_all_at(&[0u8; 128], MARK_AT + MARK_HEAD_BYTES as u64).unwrap();
+        drop(file);
+        let store = open_on(dir.path(), Arc::new(RealDisk));
+        assert!(store.has_partial(POOL, KEY));
+        assert!(as_of(&store, 15) == before, "the snapshot as it was");
+        let mut after = before.clone();
+        after[3 * 4096..3 * 4096 + 5].copy_from_slice(b"three");
+        after[6 * 4096..6 * 4096 + 3].copy_from_slice(b"six");
+        assert!(as_of(&store, 31) == after);
+        assert_eq!(store.corrupt_found(), 0);
     }
 
     #[test]
