@@ -73,7 +73,7 @@ pub use mapstate::{MapState, ServerMap};
 pub use optio_proto::{DeviceStatus, Listing, ServerStatus};
 pub use optio_proto::{MigrationPhase, MigrationStatus};
 pub use rebalance::{MigrationConfig, Rebalancer};
-pub use store::{DeviceConfig, DeviceStore};
+pub use store::{DeviceConfig, DeviceStore, SnapshotCopy};
 
 /// Largest object a server takes by default.
 pub const OBJECT_BYTES_MAX_DEFAULT: u64 = 64 << 20;
@@ -128,6 +128,8 @@ pub struct ServerConfig {
     /// A Unix socket where clients on this machine open block objects' files for reading
     /// (local reads, [`conn::local`]); none: no local reads.
     pub local_socket: Option<std::path::PathBuf>,
+    /// How writes in place after a volume snapshot keep what it sees ([`SnapshotCopy`]).
+    pub snapshot_copy: SnapshotCopy,
 }
 
 impl Default for ServerConfig {
@@ -151,6 +153,7 @@ impl Default for ServerConfig {
             tls: None,
             tls_ca: None,
             local_socket: None,
+            snapshot_copy: SnapshotCopy::default(),
         }
     }
 }
@@ -342,6 +345,7 @@ async fn open_state(
             .await
             .expect("opening a device does not panic")
             .map_err(|source| ServerError::Device { device: device.id, source })?;
+        store.set_snapshot_copy(config.snapshot_copy);
         if devices.insert(device.id, Arc::new(store)).is_some() {
             return Err(ServerError::DuplicateDevice(device.id));
         }

@@ -26,134 +26,22 @@
 //! partial clone with it (quarantined, so that repair fetches the clone whole from a
 //! replica). A trim removes a partial clone without completing it.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 
 use optio_placement::PoolId;
 use optio_proto::blocks::{BLOCK_BYTES, BlockLayout, decode_table};
 use optio_proto::snap::parse_clone_key;
 use optio_proto::{ObjectHeader, checksum};
 
+use super::partials::{
+    MARK_AT, MARK_HEAD_BYTES, Partial, Shared, SnapshotCopy, bitmap_bytes, decode_mark, fits,
+};
 use super::{DeviceStore, Entry, entry_of};
 use crate::error::StoreError;
 use crate::journal::JOURNAL_OBJECT_MAX;
 
-/// Where a partial clone's mark starts in its file: past the header and the longest key.
-pub(super) const MARK_AT: u64 = 1536;
-/// The first bytes of a partial clone's mark.
-pub(super) const MAGIC: &[u8; 8] = b"OPTIOCOW";
-/// The mark's bytes before its bitmap.
-const MARK_HEAD_BYTES: usize = 16;
 /// How many blocks a completion reads from the head at a time (1 MiB).
 const RUN_BLOCKS: u64 = 256;
-
-fn bitmap_bytes(blocks: u64) -> usize {
-    usize::try_from(blocks.div_ceil(8)).expect("a block object's bitmap fits in memory")
-}
-
-/// Whether a clone keyed `clone_key_bytes` bytes of a block object with `layout` can be
-/// partial: its mark fits between its key and its checksum table.
-pub(super) fn fits(clone_key_bytes: usize, layout: &BlockLayout) -> bool {
-    optio_proto::HEADER_BYTES + clone_key_bytes <= MARK_AT as usize
-        && MARK_AT + (MARK_HEAD_BYTES + bitmap_bytes(layout.blocks)) as u64 <= layout.table_offset
-}
-
-/// The bitmap a partial clone's mark holds, if `bytes` (read at [`MARK_AT`]) is one for an
-/// object of `blocks` blocks; `Err` when it is a mark of another size (damaged).
-pub(super) fn decode_mark(bytes: &[u8], blocks: u64) -> Result<Option<Vec<u8>>, ()> {
-    if bytes.len() < MARK_HEAD_BYTES || &bytes[..8] != MAGIC {
-        return Ok(None);
-    }
-    let count = u32::from_le_bytes(bytes[8..12].try_into().expect("four bytes"));
-    let want = bitmap_bytes(blocks);
-    match bytes.get(MARK_HEAD_BYTES..MARK_HEAD_BYTES + want) {
-        Some(bitmap) if u64::from(count) == blocks => Ok(Some(bitmap.to_vec())),
-        _ => Err(()),
-    }
-}
-
-/// A clone being filled by the writes to its head.
-pub(super) struct Partial {
-    /// The clone's key.
-    pub(super) clone: String,
-    /// The clone's layout.
-    layout: BlockLayout,
-    /// Block `b` held: bit `b % 8` of byte `b / 8`.
-    held: Vec<u8>,
-    /// Completed, trimmed or dropped: nothing more is copied into it.
-    gone: bool,
-}
-
-impl Partial {
-    fn holds(&self, block: u64) -> bool {
-        self.held[(block / 8) as usize] & (1 << (block % 8)) != 0
-    }
-
-    fn hold(&mut self, block: u64) {
-        self.held[(block / 8) as usize] |= 1 << (block % 8);
-    }
-
-    fn whole(&self) -> bool {
-        (0..self.layout.blocks).all(|b| self.holds(b))
-    }
-
-    fn missing(&self) -> Vec<u64> {
-        (0..self.layout.blocks).filter(|&b| !self.holds(b)).collect()
-    }
-
-    fn mark(&self) -> Vec<u8> {
-        let count = u32::try_from(self.layout.blocks).expect("block objects have < 2^32 blocks");
-        let mut mark = Vec::with_capacity(MARK_HEAD_BYTES + self.held.len());
-        mark.extend_from_slice(MAGIC);
-        mark.extend_from_slice(&count.to_le_bytes());
-        mark.extend_from_slice(&[0; 4]);
-        mark.extend_from_slice(&self.held);
-        mark
-    }
-}
-
-/// A partial clone, shared by the writes to its head and whoever trims or drops it.
-type Shared = Arc<Mutex<Partial>>;
-
-/// A device's partial clones, by their head's key.
-#[derive(Default)]
-pub(super) struct Partials {
-    map: Mutex<HashMap<(PoolId, String), Shared>>,
-    count: AtomicUsize,
-}
-
-impl Partials {
-    fn get(&self, pool: PoolId, head: &str) -> Option<Shared> {
-        if self.count.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        self.map.lock().expect("partials lock").get(&(pool, head.to_string())).cloned()
-    }
-
-    fn insert(&self, pool: PoolId, head: &str, partial: Partial) {
-        let mut map = self.map.lock().expect("partials lock");
-        map.insert((pool, head.to_string()), Arc::new(Mutex::new(partial)));
-        self.count.store(map.len(), Ordering::Release);
-    }
-
-    /// Removes `head`'s entry if it is `which` (any, without).
-    fn remove(&self, pool: PoolId, head: &str, which: Option<&Shared>) -> Option<Shared> {
-        let mut map = self.map.lock().expect("partials lock");
-        let k = (pool, head.to_string());
-        if which.is_some_and(|w| map.get(&k).is_none_or(|p| !Arc::ptr_eq(p, w))) {
-            return None;
-        }
-        let removed = map.remove(&k);
-        self.count.store(map.len(), Ordering::Release);
-        removed
-    }
-
-    /// How many partial clones the device has.
-    pub(super) fn len(&self) -> usize {
-        self.count.load(Ordering::Acquire)
-    }
-}
 
 /// What a completion found.
 enum Fill {
@@ -418,6 +306,16 @@ impl DeviceStore {
         Ok(())
     }
 
+    /// Chooses how writes in place after a snapshot keep what it sees (at start).
+    pub fn set_snapshot_copy(&self, copy: SnapshotCopy) {
+        self.copy_blocks.store(copy == SnapshotCopy::Blocks, Ordering::Relaxed);
+    }
+
+    /// Whether writes in place after a snapshot copy blocks rather than objects.
+    pub(super) fn copies_blocks(&self) -> bool {
+        self.copy_blocks.load(Ordering::Relaxed)
+    }
+
     /// Completes the partial clone `key` is, if it is one, before it is read whole or in
     /// part (the caller holds no stripe).
     pub(super) fn settle_clone(&self, pool: PoolId, key: &str) -> Result<(), StoreError> {
@@ -524,6 +422,7 @@ impl DeviceStore {
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::MetadataExt;
+    use std::sync::Arc;
 
     use optio_placement::Epoch;
     use optio_proto::ObjectVersion;
@@ -540,7 +439,9 @@ mod tests {
 
     fn open_on(dir: &std::path::Path, disk: Arc<dyn Disk>) -> DeviceStore {
         let config = DeviceConfig { id: 0, dir: dir.to_path_buf(), capacity_bytes: 256 * MIB };
-        DeviceStore::open(&config, disk).unwrap()
+        let store = DeviceStore::open(&config, disk).unwrap();
+        store.set_snapshot_copy(SnapshotCopy::Blocks);
+        store
     }
 
     fn snap(mark: u64) -> Option<SnapContext> {
@@ -771,26 +672,5 @@ mod tests {
         after[6 * 4096..6 * 4096 + 3].copy_from_slice(b"six");
         assert!(as_of(&store, 31) == after);
         assert_eq!(store.corrupt_found(), 0);
-    }
-
-    #[test]
-    fn a_mark_decodes_to_its_bitmap_and_a_mark_of_another_size_is_refused() {
-        let layout = BlockLayout::new(40, 4 << 20);
-        let mut partial = Partial {
-            clone: "c".into(),
-            layout,
-            held: vec![0; bitmap_bytes(layout.blocks)],
-            gone: false,
-        };
-        partial.hold(0);
-        partial.hold(1023);
-        let mark = partial.mark();
-        let held = decode_mark(&mark, layout.blocks).unwrap().unwrap();
-        assert_eq!(held, partial.held);
-        assert_eq!(decode_mark(&mark, layout.blocks + 1), Err(()));
-        assert_eq!(decode_mark(&[0; 64], layout.blocks), Ok(None));
-        assert!(fits(1024, &BlockLayout::new(1024, 64 << 20)));
-        assert!(!partial.whole());
-        assert_eq!(partial.missing().len(), 1022);
     }
 }

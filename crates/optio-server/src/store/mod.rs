@@ -42,6 +42,8 @@ use crate::records::RecordLog;
 
 mod blocks;
 mod cow;
+mod partials;
+pub use partials::SnapshotCopy;
 mod purge;
 mod snapshots;
 mod trimmed;
@@ -173,7 +175,9 @@ pub struct DeviceStore {
     /// moment, not history.
     trimmed: Mutex<trimmed::Trimmed>,
     /// Snapshot clones being filled block by block by their heads' writes ([`cow`]).
-    partials: cow::Partials,
+    partials: partials::Partials,
+    /// Writes in place after a snapshot copy blocks, not objects ([`SnapshotCopy`]).
+    copy_blocks: std::sync::atomic::AtomicBool,
     /// The device directory's lock ([`LOCK_FILE`]), held while the store is open; the kernel
     /// drops it when the process ends, however it ends.
     _lock: std::fs::File,
@@ -310,7 +314,8 @@ impl DeviceStore {
             corrupt_found: AtomicU64::new(0),
             erasure_pools: RwLock::default(),
             trimmed: Mutex::new(trimmed::Trimmed::new(TRIMMED_KEPT)),
-            partials: cow::Partials::default(),
+            partials: partials::Partials::default(),
+            copy_blocks: std::sync::atomic::AtomicBool::new(false),
             _lock: lock,
         };
         store.load()?;

@@ -89,12 +89,12 @@ impl DeviceStore {
         if head.deleted {
             return self.write_tombstone(pool, &clone, head.version, head.pg_seed, head.epoch);
         }
-        if in_place && head.blocks {
+        if in_place && head.blocks && self.copies_blocks() {
             // A write in place copies only the blocks it changes ([`super::cow`]); an earlier
             // snapshot's partial clone is made whole first.
             self.complete_partial(pool, key)?;
             let layout = BlockLayout::new(clone.len(), head.size_bytes);
-            if super::cow::fits(clone.len(), &layout) {
+            if super::partials::fits(clone.len(), &layout) {
                 return self.begin_partial(pool, key, &clone, &head);
             }
         }

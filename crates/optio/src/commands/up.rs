@@ -89,6 +89,17 @@ pub struct Args {
     /// DIR/prometheus-targets.json).
     #[arg(long)]
     pub metrics_public: bool,
+    /// How the servers keep what a volume snapshot sees when a write changes it: `objects`
+    /// (copy the whole object at its first write after the snapshot) or `blocks` (copy only
+    /// the blocks each write changes); see `optio server --help`.
+    #[arg(
+        long,
+        value_enum,
+        env = "OPTIO_SNAPSHOT_COPY",
+        default_value = "objects",
+        value_name = "HOW"
+    )]
+    pub snapshot_copy: super::server::SnapshotCopyArg,
     /// Fixed ports: servers listen on 127.0.0.1:PORT, PORT+1, … in host order (z1-h1, z1-h2,
     /// …), for a Prometheus configuration or a firewall written in advance; by default each
     /// takes a free port (DIR/prometheus-targets.json lists them either way).
@@ -146,6 +157,7 @@ pub fn run(args: Args) -> Result<()> {
         reintegration: (args.reintegration != "none").then(|| args.reintegration.clone()),
         auth: !args.no_auth,
         metrics_public: args.metrics_public,
+        snapshot_copy_blocks: args.snapshot_copy == super::server::SnapshotCopyArg::Blocks,
         base_port: args.base_port,
         server_workers: args.server_workers.map(usize::from),
         tls: args.tls,

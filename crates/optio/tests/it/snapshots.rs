@@ -44,38 +44,51 @@ fn held(file: &Path) -> Held {
     }
 }
 
-fn walk(path: &Path, out: &mut (usize, usize)) {
+/// Calls `f` with every file under `path` and what it holds.
+fn walk(path: &Path, f: &mut impl FnMut(&Path, Held)) {
     let Ok(entries) = std::fs::read_dir(path) else { return };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
-            walk(&path, out);
+            walk(&path, f);
         } else {
-            match held(&path) {
-                Held::Head => out.0 += 1,
-                Held::Clone => out.1 += 1,
-                Held::Other => {}
-            }
+            f(&path, held(&path));
         }
     }
-}
-
-/// Snapshot clone files in every device directory of the cluster in `dir`, found by reading
-/// the devices' files themselves.
-pub(crate) fn clone_files(dir: &Path) -> usize {
-    let mut count = (0, 0);
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        walk(&entry.path().join("objects"), &mut count);
-    }
-    count.1
 }
 
 /// The head files (`volume_data.…` keys) and clone files (`…@VERSION`) under one device
 /// directory.
 pub(crate) fn heads_and_clones(device_dir: &Path) -> (usize, usize) {
     let mut out = (0, 0);
-    walk(&device_dir.join("objects"), &mut out);
+    walk(&device_dir.join("objects"), &mut |_, held| match held {
+        Held::Head => out.0 += 1,
+        Held::Clone => out.1 += 1,
+        Held::Other => {}
+    });
     out
+}
+
+/// Snapshot clone files in every device directory of the cluster in `dir`, and the bytes
+/// their files take on the disk (a sparse file counts what it holds), found by reading the
+/// devices' files themselves.
+pub(crate) fn clone_files_and_disk_bytes(dir: &Path) -> (usize, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = (0, 0);
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        walk(&entry.path().join("objects"), &mut |path, held| {
+            if let Held::Clone = held {
+                out.0 += 1;
+                out.1 += std::fs::metadata(path).map_or(0, |m| m.blocks() * 512);
+            }
+        });
+    }
+    out
+}
+
+/// Snapshot clone files in every device directory of the cluster in `dir`.
+pub(crate) fn clone_files(dir: &Path) -> usize {
+    clone_files_and_disk_bytes(dir).0
 }
 
 pub(crate) fn export(dir: &Path, spec: &str, to: &Path) -> Vec<u8> {
@@ -591,10 +604,11 @@ fn snap_rm_trims_in_the_background_resumably_and_a_volume_goes_with_its_snapshot
     assert!(said.contains("in the background"), "{said}");
     assert!(fails(&dir, &["volume", "import", "vm", a_file.to_str().unwrap()]).contains("vm"));
     eventually("the volume's removal ends", || {
-        let mut count = (0, 0);
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            walk(&entry.path().join("objects"), &mut count);
-        }
+        let count = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|entry| heads_and_clones(&entry.path()))
+            .fold((0, 0), |s, x| (s.0 + x.0, s.1 + x.1));
         let jobs = volume_jobs(&dir);
         eprintln!("heads and clones left: {count:?}; jobs: {jobs:?}");
         count == (0, 0) && jobs.is_empty()
