@@ -5,7 +5,8 @@
 # run again. Prints the IOPS of each second of both runs: the first seconds after the snapshot
 # carry the copies (each object's first write after it copies the object on each replica).
 # Usage: scripts/bench-snap-first-writes.sh [SECONDS (default 10)]; OPTIO (default
-# target/release/optio of this checkout), TMPDIR. Needs fio with the nbd engine.
+# target/release/optio of this checkout), TMPDIR; OPTIO_SNAPSHOT_COPY=blocks to have the
+# servers copy blocks, not objects (docs/volumes.md). Needs fio with the nbd engine.
 set -euo pipefail
 seconds=${1:-10}
 case "$seconds" in '' | *[!0-9]*) echo "SECONDS must be a number (got $seconds)" >&2; exit 1 ;; esac
