@@ -318,8 +318,8 @@ impl DeviceStore {
             copy_blocks: std::sync::atomic::AtomicBool::new(false),
             _lock: lock,
         };
-        store.load()?;
-        store.load_partials()?;
+        let marked = store.load()?;
+        store.load_partials(marked)?;
         Ok(store)
     }
 
@@ -341,13 +341,17 @@ impl DeviceStore {
         Ok(out)
     }
 
-    fn load(&self) -> Result<(), StoreError> {
+    /// Indexes the device's files; returns the partial snapshot clones among them ([`cow`]).
+    fn load(&self) -> Result<Vec<(PoolId, String)>, StoreError> {
         let mut index = BTreeMap::new();
         let mut used = 0u64;
+        let mut marked = Vec::new();
+        let prefix_bytes =
+            (HEADER_BYTES + KEY_BYTES_MAX + SUMMARY_PREFIX_BYTES).max(cow::PREFIX_FOR_MARK);
         for (pool, path) in self.walk(&self.root.join("objects"))? {
             let prefix = self
                 .disk
-                .read_prefix(&path, HEADER_BYTES + KEY_BYTES_MAX + SUMMARY_PREFIX_BYTES)
+                .read_prefix(&path, prefix_bytes)
                 .map_err(StoreError::io("read", &path))?;
             let file_bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             match ObjectHeader::decode_prefix(&prefix) {
@@ -355,6 +359,9 @@ impl DeviceStore {
                     if header.pool == pool && header.file_bytes(key.len()) == file_bytes =>
                 {
                     used += file_bytes;
+                    if cow::partial_magic_at(&prefix, key, header.blocks) {
+                        marked.push((pool, key.to_string()));
+                    }
                     let entry =
                         entry_of(&header, file_bytes, prefix.get(data..).unwrap_or_default());
                     index.insert((pool, key.to_string()), entry);
@@ -364,7 +371,7 @@ impl DeviceStore {
         }
         self.used_bytes.store(used, Ordering::Relaxed);
         *self.index.write().expect("index lock") = index;
-        Ok(())
+        Ok(marked)
     }
 
     fn quarantine(&self, path: &Path) {
