@@ -40,19 +40,6 @@ use super::{DeviceStore, Entry, entry_of};
 use crate::error::StoreError;
 use crate::journal::JOURNAL_OBJECT_MAX;
 
-/// Whether the first bytes of an object's file (`prefix`, as the index's load reads them)
-/// show a partial clone's mark: a clone's block object with [`super::partials::MAGIC`] at
-/// [`MARK_AT`] (only such a file reads anything but zeros there).
-pub(super) fn partial_magic_at(prefix: &[u8], key: &str, header_blocks: bool) -> bool {
-    let at = MARK_AT as usize;
-    header_blocks
-        && parse_clone_key(key).is_some()
-        && prefix.get(at..at + super::partials::MAGIC.len()) == Some(&super::partials::MAGIC[..])
-}
-
-/// The bytes the index's load reads of each file: enough for a partial clone's magic.
-pub(super) const PREFIX_FOR_MARK: usize = MARK_AT as usize + 8;
-
 /// How many blocks a completion reads from the head at a time (1 MiB).
 const RUN_BLOCKS: u64 = 256;
 
@@ -383,7 +370,7 @@ impl DeviceStore {
     }
 
     /// Finds the partial clones among the objects just indexed (at open; [`super::DeviceStore`]'s
-    /// load saw their mark's magic, [`partial_magic_at`]): each is checked to
+    /// load saw their mark's magic, [`super::partials::partial_magic_at`]): each is checked to
     /// have its head, a block object of its size; one that has not is quarantined.
     /// `marked`: the clones whose file showed the mark's magic when it was indexed.
     pub(super) fn load_partials(&self, marked: Vec<(PoolId, String)>) -> Result<(), StoreError> {

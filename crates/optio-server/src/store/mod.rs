@@ -347,7 +347,7 @@ impl DeviceStore {
         let mut used = 0u64;
         let mut marked = Vec::new();
         let prefix_bytes =
-            (HEADER_BYTES + KEY_BYTES_MAX + SUMMARY_PREFIX_BYTES).max(cow::PREFIX_FOR_MARK);
+            (HEADER_BYTES + KEY_BYTES_MAX + SUMMARY_PREFIX_BYTES).max(partials::PREFIX_FOR_MARK);
         for (pool, path) in self.walk(&self.root.join("objects"))? {
             let prefix = self
                 .disk
@@ -359,7 +359,7 @@ impl DeviceStore {
                     if header.pool == pool && header.file_bytes(key.len()) == file_bytes =>
                 {
                     used += file_bytes;
-                    if cow::partial_magic_at(&prefix, key, header.blocks) {
+                    if partials::partial_magic_at(&prefix, key, header.blocks) {
                         marked.push((pool, key.to_string()));
                     }
                     let entry =

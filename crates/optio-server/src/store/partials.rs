@@ -55,6 +55,19 @@ pub(super) fn decode_mark(bytes: &[u8], blocks: u64) -> Result<Option<Vec<u8>>, 
     }
 }
 
+/// Whether the first bytes of an object's file (`prefix`, as the index's load reads them)
+/// show a partial clone's mark: a clone's block object with [`MAGIC`] at
+/// [`MARK_AT`] (only such a file reads anything but zeros there).
+pub(super) fn partial_magic_at(prefix: &[u8], key: &str, header_blocks: bool) -> bool {
+    let at = MARK_AT as usize;
+    header_blocks
+        && optio_proto::snap::parse_clone_key(key).is_some()
+        && prefix.get(at..at + MAGIC.len()) == Some(&MAGIC[..])
+}
+
+/// The bytes the index's load reads of each file: enough for a partial clone's magic.
+pub(super) const PREFIX_FOR_MARK: usize = MARK_AT as usize + 8;
+
 /// A clone being filled by the writes to its head.
 pub(super) struct Partial {
     /// The clone's key.
