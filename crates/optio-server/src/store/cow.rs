@@ -294,7 +294,12 @@ impl DeviceStore {
         shared: &Shared,
     ) -> Result<(), StoreError> {
         let clone_path = self.path_of(pool, &partial.clone);
-        // No replay writes into it any more (what it would write is in the file already).
+        // Its blocks (some written behind journal records, not synced) and a bitmap saying it
+        // holds them all, durable before the journal forgets those records; then no replay
+        // writes into it any more, and the mark goes.
+        self.disk
+            .write_at(&clone_path, &[(MARK_AT + MARK_HEAD_BYTES as u64, &partial.held)], true)
+            .map_err(StoreError::io("write", &clone_path))?;
         self.journal.forget(&clone_path).map_err(StoreError::io("journal", &clone_path))?;
         let zeros = vec![0u8; MARK_HEAD_BYTES + partial.held.len()];
         self.disk
