@@ -67,7 +67,7 @@ const OP_PUT: u8 = 1;
 const OP_FORGET: u8 = 2;
 const OP_WRITE_AT: u8 = 3;
 /// Bytes before each part of a WRITE_AT record's data: its offset (u64) and length (u32).
-const PART_HEADER_BYTES: usize = 12;
+pub const PART_HEADER_BYTES: usize = 12;
 /// Longest path a record may name (device-relative object paths are about 50 bytes).
 const PATH_BYTES_MAX: usize = 1024;
 /// Generations each start may use: a start takes the next block of this many, so a new

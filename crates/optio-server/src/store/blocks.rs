@@ -167,11 +167,7 @@ impl DeviceStore {
             .read_ranges_or_forget(pool, key, &ranges)?
             .try_into()
             .expect("one buffer per range");
-        if let Err(mismatch) = self.check_head(&head, pool, key, &entry) {
-            self.forget(pool, key);
-            self.quarantine(&path);
-            return Err(StoreError::Mismatch { path, reason: mismatch.to_string() });
-        }
+        self.head_checked(&head, pool, key, &entry, &path)?;
         let table = decode_table(&head[layout.table_offset as usize + 4 * first as usize..]);
         if let Some((_, expected, found)) = first_bad_block(&layout, first, &table, &bytes) {
             self.forget(pool, key);
@@ -219,11 +215,7 @@ impl DeviceStore {
         if let Err(e) = file.read_exact_at(&mut head, 0) {
             return Err(StoreError::Io { operation: "read", path, source: e });
         }
-        if let Err(mismatch) = self.check_head(&head, pool, key, &entry) {
-            self.forget(pool, key);
-            self.quarantine(&path);
-            return Err(StoreError::Mismatch { path, reason: mismatch.to_string() });
-        }
+        self.head_checked(&head, pool, key, &entry, &path)?;
         Ok((file, info_of(key, &entry)))
     }
 
@@ -274,6 +266,22 @@ impl DeviceStore {
             }
             Err(e) => Err(StoreError::Io { operation: "read", path, source: e }),
         }
+    }
+
+    /// [`check_head`](Self::check_head), a file that fails it forgotten and quarantined (at
+    /// `path`, its file), so that the client repairs this replica from a good one.
+    pub(super) fn head_checked(
+        &self,
+        head: &[u8],
+        pool: PoolId,
+        key: &str,
+        entry: &Entry,
+        path: &std::path::Path,
+    ) -> Result<(), StoreError> {
+        let Err(mismatch) = self.check_head(head, pool, key, entry) else { return Ok(()) };
+        self.forget(pool, key);
+        self.quarantine(path);
+        Err(StoreError::Mismatch { path: path.to_path_buf(), reason: mismatch.to_string() })
     }
 
     /// Checks that a block object's file starts with the header the index has.
@@ -434,11 +442,7 @@ impl DeviceStore {
         // changed in memory, written back in one piece after the data.
         let mut meta =
             self.read_at_or_forget(pool, key, 0, (layout.table_offset + 4 * (last + 1)) as usize)?;
-        if let Err(mismatch) = self.check_head(&meta, pool, key, entry) {
-            self.forget(pool, key);
-            self.quarantine(&path);
-            return Err(StoreError::Mismatch { path, reason: mismatch.to_string() });
-        }
+        self.head_checked(&meta, pool, key, entry, &path)?;
         let old_crcs = decode_table(&meta[(layout.table_offset + 4 * first) as usize..]);
         // What a snapshot still sees of these blocks is kept first ([`super::cow`]).
         self.keep_blocks(pool, key, &layout, (first, last), &old_crcs)?;

@@ -30,15 +30,15 @@ use std::sync::atomic::Ordering;
 
 use optio_placement::PoolId;
 use optio_proto::blocks::{BLOCK_BYTES, BlockLayout, decode_table};
+use optio_proto::checksum;
 use optio_proto::snap::parse_clone_key;
-use optio_proto::{ObjectHeader, checksum};
 
 use super::partials::{
     MARK_AT, MARK_HEAD_BYTES, Partial, Shared, SnapshotCopy, bitmap_bytes, decode_mark, fits,
 };
 use super::{DeviceStore, Entry, entry_of};
 use crate::error::StoreError;
-use crate::journal::JOURNAL_OBJECT_MAX;
+use crate::journal::{JOURNAL_OBJECT_MAX, PART_HEADER_BYTES};
 
 /// How many blocks a completion reads from the head at a time (1 MiB).
 const RUN_BLOCKS: u64 = 256;
@@ -72,22 +72,8 @@ impl DeviceStore {
             .read_ranges_or_forget(pool, key, &ranges)?
             .try_into()
             .expect("one buffer per range");
-        if let Err(mismatch) = self.check_head(&page, pool, key, head) {
-            let path = self.path_of(pool, key);
-            self.forget(pool, key);
-            self.quarantine(&path);
-            return Err(StoreError::Mismatch { path, reason: mismatch.to_string() });
-        }
-        let header = ObjectHeader {
-            pool,
-            pg_seed: head.pg_seed,
-            size_bytes: head.size_bytes,
-            checksum: head.checksum,
-            version: head.version,
-            epoch: head.epoch,
-            deleted: false,
-            blocks: true,
-        };
+        self.head_checked(&page, pool, key, head, &self.path_of(pool, key))?;
+        let header = super::snapshots::clone_header(pool, head);
         let encoded = header.encode(clone);
         let partial = Partial {
             clone: clone.to_string(),
@@ -169,7 +155,8 @@ impl DeviceStore {
         let (from, to) = ((lo / 8) as usize, (hi / 8) as usize + 1);
         parts.push((MARK_AT + (MARK_HEAD_BYTES + from) as u64, &held[from..to]));
         let clone_path = self.path_of(pool, &partial.clone);
-        let journaled: u64 = parts.iter().map(|(_, bytes)| 12 + bytes.len() as u64).sum();
+        let journaled: u64 =
+            parts.iter().map(|(_, bytes)| (PART_HEADER_BYTES + bytes.len()) as u64).sum();
         if journaled <= JOURNAL_OBJECT_MAX {
             // Durable by the device's journal (one shared fdatasync of its log for the
             // concurrent writes), the clone's file written behind it.
@@ -378,7 +365,7 @@ impl DeviceStore {
     /// load saw their mark's magic, [`super::partials::partial_magic_at`]): each is checked to
     /// have its head, a block object of its size; one that has not is quarantined.
     /// `marked`: the clones whose file showed the mark's magic when it was indexed.
-    pub(super) fn load_partials(&self, marked: Vec<(PoolId, String)>) -> Result<(), StoreError> {
+    pub(super) fn load_partials(&self, marked: Vec<(PoolId, String)>) {
         let clones: Vec<(PoolId, String, Entry)> = {
             let index = self.index.read().expect("index lock");
             marked
@@ -423,7 +410,6 @@ impl DeviceStore {
                 }
             }
         }
-        Ok(())
     }
 }
 

@@ -319,7 +319,7 @@ impl DeviceStore {
             _lock: lock,
         };
         let marked = store.load()?;
-        store.load_partials(marked)?;
+        store.load_partials(marked);
         Ok(store)
     }
 

@@ -27,6 +27,21 @@ use optio_proto::{ObjectHeader, ObjectVersion};
 use super::{DeviceStore, Entry};
 use crate::error::StoreError;
 
+/// The header of a clone of the live object `head`: its pool, seed, size, checksum, version
+/// and epoch (the key is the clone's, given when it is encoded).
+pub(super) fn clone_header(pool: PoolId, head: &Entry) -> ObjectHeader {
+    ObjectHeader {
+        pool,
+        pg_seed: head.pg_seed,
+        size_bytes: head.size_bytes,
+        checksum: head.checksum,
+        version: head.version,
+        epoch: head.epoch,
+        deleted: false,
+        blocks: head.blocks,
+    }
+}
+
 impl DeviceStore {
     /// Keeps what `key` holds as a clone, if `context` names a snapshot newer than it, before
     /// a write of `version` changes it. The caller holds the key's stripe. A write whose
@@ -125,16 +140,7 @@ impl DeviceStore {
         clone: &str,
         head: &Entry,
     ) -> Result<(), StoreError> {
-        let header = ObjectHeader {
-            pool,
-            pg_seed: head.pg_seed,
-            size_bytes: head.size_bytes,
-            checksum: head.checksum,
-            version: head.version,
-            epoch: head.epoch,
-            deleted: false,
-            blocks: head.blocks,
-        };
+        let header = clone_header(pool, head);
         let encoded = header.encode(clone);
         let file_bytes = header.file_bytes(clone.len());
         let reservation = self.reserve(file_bytes)?;
