@@ -416,11 +416,35 @@ impl Journal {
     /// and returns once that is durable (blocking). Keep the guard until the file is written
     /// into place (or that failed): no checkpoint of its segment starts before.
     pub fn put(&self, path: &Path, parts: &[&[u8]]) -> io::Result<Applying<'_>> {
-        let relative = self.inner.relative(path)?;
-        let (seq, segment) = self.inner.append(OP_PUT, relative, parts)?;
-        let guard = Applying { inner: &self.inner, segment };
-        self.inner.wait_durable(seq)?;
+        let (guard, seq) = self.append_put(path, parts, true)?.expect("an append that waits");
+        self.wait_durable(seq)?;
         Ok(guard)
+    }
+
+    /// [`put`](Self::put) without the wait: appends the record and returns its guard and its
+    /// sequence number, which must be passed to [`wait_durable`](Self::wait_durable) before
+    /// the file is written. So a writer of many objects appends them all, then waits once.
+    ///
+    /// With `wait` false, none when the append would have to wait for a segment to be
+    /// checkpointed: a caller that holds guards of its own must drop them first (the
+    /// checkpoint waits for them), then append again with `wait`.
+    pub fn append_put(
+        &self,
+        path: &Path,
+        parts: &[&[u8]],
+        wait: bool,
+    ) -> io::Result<Option<(Applying<'_>, u64)>> {
+        let relative = self.inner.relative(path)?;
+        let Some((seq, segment)) = self.inner.append(OP_PUT, relative, parts, wait)? else {
+            return Ok(None);
+        };
+        Ok(Some((Applying { inner: &self.inner, segment }, seq)))
+    }
+
+    /// Returns once every record up to sequence number `seq` is durable (blocking; one
+    /// shared sync for the records of every writer waiting meanwhile).
+    pub fn wait_durable(&self, seq: u64) -> io::Result<()> {
+        self.inner.wait_durable(seq)
     }
 
     /// Journals `parts` (offset, bytes) written into the existing file `path` and returns
@@ -435,7 +459,10 @@ impl Journal {
                 format!("{} bytes written in place are more than a journal record", data.len()),
             ));
         }
-        let (seq, segment) = self.inner.append(OP_WRITE_AT, relative, &[&data])?;
+        let (seq, segment) = self
+            .inner
+            .append(OP_WRITE_AT, relative, &[&data], true)?
+            .expect("an append that waits");
         let guard = Applying { inner: &self.inner, segment };
         self.inner.wait_durable(seq)?;
         Ok(guard)
@@ -449,7 +476,8 @@ impl Journal {
         if !lock(&self.inner.state).pending.contains_key(relative) {
             return Ok(());
         }
-        let (seq, _) = self.inner.append(OP_FORGET, relative, &[])?;
+        let (seq, _) =
+            self.inner.append(OP_FORGET, relative, &[], true)?.expect("an append that waits");
         self.inner.wait_durable(seq)
     }
 
@@ -505,8 +533,14 @@ pub struct Applying<'a> {
 impl Drop for Applying<'_> {
     fn drop(&mut self) {
         let mut state = lock(&self.inner.state);
-        state.segments[self.segment].applying -= 1;
-        self.inner.changed.notify_all();
+        let segment = &mut state.segments[self.segment];
+        segment.applying -= 1;
+        // Only a segment with no write left to apply matters to anyone waiting (the
+        // checkpointer, a clean shutdown): a wake-up for every write cost a context switch
+        // of the checkpointer each.
+        if segment.applying == 0 {
+            self.inner.changed.notify_all();
+        }
     }
 }
 
@@ -581,7 +615,14 @@ impl Inner {
 
     /// Appends a record to the active segment (switching segments when it is full); returns
     /// its sequence number and segment (a PUT counts as applying there until its guard drops).
-    fn append(&self, op: u8, path: &Path, parts: &[&[u8]]) -> io::Result<(u64, usize)> {
+    /// With `wait` false, none instead of waiting for the other segment to be free.
+    fn append(
+        &self,
+        op: u8,
+        path: &Path,
+        parts: &[&[u8]],
+        wait: bool,
+    ) -> io::Result<Option<(u64, usize)>> {
         let len = (HEADER_BYTES
             + path.as_os_str().len()
             + parts.iter().map(|p| p.len()).sum::<usize>()) as u64;
@@ -602,6 +643,9 @@ impl Inner {
             }
             let other = (active + 1) % SEGMENTS;
             if state.segments[other].state != Use::Free {
+                if !wait {
+                    return Ok(None);
+                }
                 state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
@@ -638,7 +682,7 @@ impl Inner {
         } else {
             state.pending.remove(path);
         }
-        Ok((seq, active))
+        Ok(Some((seq, active)))
     }
 
     /// Returns once record `seq` is durable: the first waiter syncs the active segment for
@@ -896,6 +940,41 @@ mod tests {
         }
         let (_journal, replayed) = Journal::open(root, Arc::new(RealDisk)).unwrap();
         assert_eq!(replayed.restored, 0, "nothing to replay after a clean close");
+    }
+
+    /// An append that may not wait says so when both segments are taken — the full one
+    /// waiting for a write its caller still applies — and goes in once that write is applied.
+    #[test]
+    fn an_append_that_may_not_wait_says_so_and_goes_in_once_its_callers_write_is_applied() {
+        let dir = device();
+        let root = dir.path();
+        let (journal, _) = Journal::open_sized(root, Arc::new(RealDisk), 16 << 10).unwrap();
+        let held = object(root, "held");
+        let (guard, seq) = journal.append_put(&held, &[&[1u8; 1024]], false).unwrap().unwrap();
+        journal.wait_durable(seq).unwrap();
+        // Fill the first segment and the second: the first cannot be checkpointed while
+        // `guard` is held.
+        let mut refused = None;
+        for i in 0..64 {
+            let path = object(root, &format!("o{i}"));
+            match journal.append_put(&path, &[&[2u8; 1024]], false).unwrap() {
+                Some((applying, seq)) => {
+                    journal.wait_durable(seq).unwrap();
+                    std::fs::write(&path, [2u8; 1024]).unwrap();
+                    drop(applying);
+                }
+                None => {
+                    refused = Some(path);
+                    break;
+                }
+            }
+        }
+        let path = refused.expect("an append was refused with both segments taken");
+        std::fs::write(&held, [1u8; 1024]).unwrap();
+        drop(guard);
+        let (applying, seq) = journal.append_put(&path, &[&[3u8; 1024]], true).unwrap().unwrap();
+        journal.wait_durable(seq).unwrap();
+        drop(applying);
     }
 
     #[test]

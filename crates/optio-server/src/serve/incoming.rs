@@ -60,6 +60,16 @@ impl Received {
         self.parts.iter().map(|part| &part[..]).collect()
     }
 
+    /// The bytes, in the pieces they came in.
+    pub(crate) fn into_parts(self) -> Vec<bytes::Bytes> {
+        self.parts
+    }
+
+    /// How many bytes came.
+    pub(crate) fn len(&self) -> u64 {
+        self.parts.iter().map(|part| part.len() as u64).sum()
+    }
+
     /// The bytes in one piece (joined if they came in several).
     pub(crate) fn joined(&self) -> bytes::Bytes {
         match self.parts.as_slice() {

@@ -7,7 +7,7 @@ use optio_proto::request::{Basis, ByteRange, WriteAt};
 use optio_proto::wire;
 use optio_proto::{ErrorKind, ListQuery, ObjectInfo, ObjectVersion};
 
-use crate::store::{LIST_LIMIT_MAX, PutOutcome, PutRequest};
+use crate::store::{LIST_LIMIT_MAX, PutOutcome, PutRequest, SmallDelete, SmallPut, is_small_put};
 
 use super::incoming::Incoming;
 use super::state::AppState;
@@ -165,6 +165,18 @@ pub(super) async fn put_object(
     let received = body.receive(state.auth.enabled(), limit).await?;
     let store = target.store.clone();
     let (pool, epoch, snap) = (target.pool, target.epoch, target.snap);
+    if snap.is_none() && is_small_put(&key, received.len()) {
+        // Small and no snapshot to keep: the device's writer stores it in a batch with the
+        // others queued meanwhile (one sync; `crate::store`'s `put`). The hash of a small
+        // body is checked here.
+        if !received.hash_matches() {
+            return Err(body_hash_refusal(state, body.had_hash()));
+        }
+        let put =
+            SmallPut { pool, key, parts: received.into_parts(), version, checksum, pg_seed, epoch };
+        let outcome = store.put_small(put).await?;
+        return Ok(Answer::Written { version, created: outcome == PutOutcome::Stored });
+    }
     let outcome = tokio::task::spawn_blocking(move || {
         if !received.hash_matches() {
             return Ok(None);
@@ -381,6 +393,18 @@ pub(super) async fn delete_object(target: &Target, key: String, removal: Removal
     }
     let store = target.store.clone();
     let (pool, epoch, snap) = (target.pool, target.epoch, target.snap);
+    if let Removal::Delete { version, purge: false, pg_seed } = removal
+        && snap.is_none()
+        && store.parse_clone(pool, &key).is_none()
+    {
+        // A tombstone, no snapshot to keep: through the device's writer, in a batch with
+        // the small writes queued meanwhile (`crate::store`'s `put`).
+        let delete = SmallDelete { pool, key, version, epoch, pg_seed };
+        if store.delete_small(delete).await? == crate::store::DeleteOutcome::Absent {
+            return Err(fail(ErrorKind::NotFound, "no such object"));
+        }
+        return Ok(Answer::Done);
+    }
     let removed = tokio::task::spawn_blocking(move || match removal {
         Removal::Undo { version } => store.undo(pool, &key, version),
         Removal::Delete { version, purge: true, .. } => store.purge(pool, &key, version),

@@ -32,12 +32,12 @@ use optio_placement::{Epoch, PoolId};
 use optio_proto::summary::{SUMMARY_BYTES, SUMMARY_PREFIX_BYTES, summary_hex, summary_of};
 use optio_proto::{
     ChoiceRecord, Deleted, HEADER_BYTES, KEY_BYTES_MAX, Listing, ObjectHeader, ObjectInfo,
-    ObjectVersion, PoolSpace, checksum_append,
+    ObjectVersion, PoolSpace,
 };
 
 use crate::disk::Disk;
 use crate::error::StoreError;
-use crate::journal::{JOURNAL_OBJECT_MAX, Journal};
+use crate::journal::Journal;
 use crate::records::RecordLog;
 
 mod blocks;
@@ -45,6 +45,9 @@ mod cow;
 mod partials;
 pub use partials::SnapshotCopy;
 mod purge;
+mod put;
+mod writer;
+pub use writer::{DeleteOutcome, PutOutcome, SmallDelete, SmallPut, is_small_put};
 mod snapshots;
 mod trimmed;
 mod watch;
@@ -98,15 +101,6 @@ pub struct Held {
     pub deleted: bool,
 }
 
-/// How a delete ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeleteOutcome {
-    /// A live object was deleted (a tombstone stands in its place).
-    Deleted,
-    /// No live object was there (a tombstone was recorded if a version was given).
-    Absent,
-}
-
 /// A write to store.
 #[derive(Clone, Copy, Debug)]
 pub struct PutRequest<'a> {
@@ -124,15 +118,6 @@ pub struct PutRequest<'a> {
     pub pg_seed: Option<u32>,
     /// Writer's epoch.
     pub epoch: Epoch,
-}
-
-/// How a put ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PutOutcome {
-    /// Stored.
-    Stored,
-    /// The same version with the same data was already stored (a retried write).
-    AlreadyStored,
 }
 
 /// How a record create ended.
@@ -178,6 +163,8 @@ pub struct DeviceStore {
     partials: partials::Partials,
     /// Writes in place after a snapshot copy blocks, not objects ([`SnapshotCopy`]).
     copy_blocks: std::sync::atomic::AtomicBool,
+    /// The queue of the device's writer of small objects ([`put`]), started at its first.
+    writer: writer::WriterQueue,
     /// The device directory's lock ([`LOCK_FILE`]), held while the store is open; the kernel
     /// drops it when the process ends, however it ends.
     _lock: std::fs::File,
@@ -316,6 +303,7 @@ impl DeviceStore {
             trimmed: Mutex::new(trimmed::Trimmed::new(TRIMMED_KEPT)),
             partials: partials::Partials::default(),
             copy_blocks: std::sync::atomic::AtomicBool::new(false),
+            writer: std::sync::Mutex::new(None),
             _lock: lock,
         };
         let marked = store.load()?;
@@ -435,82 +423,6 @@ impl DeviceStore {
         Ok(Reservation { store: self, bytes })
     }
 
-    /// Stores an object durably (blocking: call from a blocking thread).
-    pub fn put(&self, request: &PutRequest<'_>) -> Result<PutOutcome, StoreError> {
-        self.put_in(request, None)
-    }
-
-    /// [`put`](Self::put) under a volume's snapshot context: what is stored is first kept as
-    /// a clone when the newest snapshot sees it ([`optio_proto::snap`]).
-    pub fn put_in(
-        &self,
-        request: &PutRequest<'_>,
-        snap: Option<optio_proto::snap::SnapContext>,
-    ) -> Result<PutOutcome, StoreError> {
-        let computed = request.data.iter().fold(0, |crc, part| checksum_append(crc, part));
-        let size_bytes: u64 = request.data.iter().map(|part| part.len() as u64).sum();
-        if let Some(sent) = request.checksum
-            && sent != computed
-        {
-            return Err(StoreError::ChecksumMismatch { sent, computed });
-        }
-        let header = ObjectHeader {
-            pool: request.pool,
-            pg_seed: request.pg_seed,
-            size_bytes,
-            checksum: computed,
-            version: request.version,
-            epoch: request.epoch,
-            deleted: false,
-            blocks: false,
-        };
-        let head = header.encode(request.key);
-        let file_bytes = head.len() as u64 + header.size_bytes;
-        let entry = entry_of(&header, file_bytes, &prefix_of(request.data, SUMMARY_PREFIX_BYTES));
-        if let Some(existing) = self.entry(request.pool, request.key) {
-            check_version(&existing, &entry)?;
-            if !existing.deleted
-                && (existing.version, existing.checksum) == (header.version, header.checksum)
-            {
-                return Ok(PutOutcome::AlreadyStored);
-            }
-        }
-        let reservation = self.reserve(file_bytes)?;
-        let path = self.path_of(request.pool, request.key);
-        self.ensure_parent(&path)?;
-        let content: Vec<&[u8]> =
-            std::iter::once(&head[..]).chain(request.data.iter().copied()).collect();
-        if file_bytes <= JOURNAL_OBJECT_MAX {
-            // Small: made durable by the journal, under the key's stripe.
-            let _stripe = self.stripe(request.key);
-            self.refuse_trimmed(request.pool, request.key, request.version)?;
-            self.preserve_for(request.pool, request.key, snap, request.version, false)?;
-            self.unflushed_bytes.fetch_add(file_bytes, Ordering::Relaxed);
-            let stored = self.store_journaled(path, request.pool, request.key, entry, &content);
-            self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
-            stored?;
-            drop(reservation);
-            return Ok(PutOutcome::Stored);
-        }
-        let temp = self.temp_path();
-        self.unflushed_bytes.fetch_add(file_bytes, Ordering::Relaxed);
-        let written = self.disk.write_temp(&temp, &content, true);
-        self.unflushed_bytes.fetch_sub(file_bytes, Ordering::Relaxed);
-        written.map_err(StoreError::io("write", &temp))?;
-        let _stripe = self.stripe(request.key);
-        if let Err(error) =
-            self.refuse_trimmed(request.pool, request.key, request.version).and_then(|()| {
-                self.preserve_for(request.pool, request.key, snap, request.version, false)
-            })
-        {
-            let _ = self.disk.remove(&temp);
-            return Err(error);
-        }
-        self.publish(&temp, path, request.pool, request.key, entry)?;
-        drop(reservation);
-        Ok(PutOutcome::Stored)
-    }
-
     fn entry(&self, pool: PoolId, key: &str) -> Option<Entry> {
         self.index.read().expect("index lock").get(&(pool, key.to_string())).copied()
     }
@@ -544,81 +456,6 @@ impl DeviceStore {
                 deleted: e.deleted,
             })
             .collect()
-    }
-
-    /// Replaces whatever `key` holds by a tombstone at `version` (blocking), unless a newer
-    /// version is stored.
-    fn write_tombstone(
-        &self,
-        pool: PoolId,
-        key: &str,
-        version: ObjectVersion,
-        pg_seed: Option<u32>,
-        epoch: Epoch,
-    ) -> Result<(), StoreError> {
-        let header = ObjectHeader::tombstone(pool, pg_seed, version, epoch);
-        let head = header.encode(key);
-        let file_bytes = head.len() as u64;
-        let path = self.path_of(pool, key);
-        self.ensure_parent(&path)?;
-        // A tombstone needs no room check: it replaces something at least as large, or is a
-        // few dozen bytes that must not be refused (a refused delete would be undone later).
-        // Durable by the journal.
-        self.store_journaled(path, pool, key, entry_of(&header, file_bytes, &[]), &[&head])
-    }
-
-    /// Stores a small object file through the journal (the caller holds the key's stripe):
-    /// its content is made durable in the journal first, then the file is written without
-    /// syncs — in place: as a new file for a key the device does not hold (no reader opens a
-    /// path before it is indexed), over the old file's content when it is a whole object at
-    /// least as large (a tombstone always is; see [`Disk::overwrite`]: a reader without the
-    /// stripe that sees it half rewritten reads again under the stripe, in
-    /// [`get_bytes`](Self::get_bytes)) — else to a temporary file renamed over the old one (a
-    /// block object, which local readers and range reads read in place, or a larger file,
-    /// which could not be written whole on a full disk). The journal's checkpoint makes the
-    /// file durable; a replay rewrites it after a crash, whatever a crash left half written.
-    fn store_journaled(
-        &self,
-        path: PathBuf,
-        pool: PoolId,
-        key: &str,
-        entry: Entry,
-        content: &[&[u8]],
-    ) -> Result<(), StoreError> {
-        let existing = self.entry(pool, key);
-        if let Some(existing) = existing {
-            check_version(&existing, &entry)?;
-        }
-        let applying = self.journal.put(&path, content).map_err(|source| StoreError::Io {
-            operation: "journal",
-            path: path.clone(),
-            source,
-        })?;
-        let in_place = match &existing {
-            None => match self.disk.write_temp(&path, content, false) {
-                Ok(()) => true,
-                // A file the index does not know (a write that failed before): replaced.
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
-                Err(source) => return Err(StoreError::Io { operation: "write", path, source }),
-            },
-            Some(old) if !old.blocks && entry.file_bytes <= old.file_bytes => {
-                // A failure (the file gone, an I/O error) may have left it half written: the
-                // classic way below replaces it whole, or fails the write.
-                self.disk.overwrite(&path, content).is_ok()
-            }
-            Some(_) => false,
-        };
-        if !in_place {
-            let temp = self.temp_path();
-            self.disk.write_temp(&temp, content, false).map_err(StoreError::io("write", &temp))?;
-            if let Err(source) = self.disk.rename(&temp, &path) {
-                let _ = self.disk.remove(&temp);
-                return Err(StoreError::Io { operation: "rename", path, source });
-            }
-        }
-        drop(applying);
-        self.index_published(pool, key, entry);
-        Ok(())
     }
 
     /// Renames the written `temp` over `path` unless a newer version is stored meanwhile, and
@@ -809,78 +646,6 @@ impl DeviceStore {
         }
         // A head lost takes its partial clone with it ([`cow`]).
         self.drop_partial(pool, key);
-    }
-
-    /// Deletes an object (blocking), leaving a tombstone so that no older copy can come
-    /// back: with `version`, a tombstone at that version (recorded even when nothing was
-    /// stored, refused with [`StoreError::VersionConflict`] when a newer version is);
-    /// without, a tombstone at the stored version (nothing to do when nothing is stored).
-    pub fn delete(
-        &self,
-        pool: PoolId,
-        key: &str,
-        version: Option<ObjectVersion>,
-        epoch: Epoch,
-        pg_seed: Option<u32>,
-    ) -> Result<DeleteOutcome, StoreError> {
-        self.delete_in(pool, key, version, epoch, pg_seed, None)
-    }
-
-    /// [`delete`](Self::delete) under a volume's snapshot context: what is stored is first
-    /// kept as a clone when the newest snapshot sees it. Such a delete names its version.
-    pub fn delete_in(
-        &self,
-        pool: PoolId,
-        key: &str,
-        version: Option<ObjectVersion>,
-        epoch: Epoch,
-        pg_seed: Option<u32>,
-        snap: Option<optio_proto::snap::SnapContext>,
-    ) -> Result<DeleteOutcome, StoreError> {
-        if self.parse_clone(pool, key).is_some() {
-            // A snapshot's clone no snapshot sees any more (a trim): removed outright. No
-            // tombstone is needed: a copy that comes back (from a replica that missed the
-            // trim) is never the newest content below any snapshot's mark, so no read sees
-            // it, and the next trim removes it again. Recorded before it is removed, so that
-            // a copy a peer still held (catching up, rebalancing, repair, while the trim
-            // reaches the replicas one by one) is not stored afterwards: once the trim is over
-            // nothing would remove it ([`DeviceStore::refuse_trimmed`]).
-            if let Some(version) = version {
-                self.trimmed.lock().expect("trimmed lock").note(pool, key, version);
-            }
-            let removed = self.purge(pool, key, version)?;
-            return Ok(if removed { DeleteOutcome::Deleted } else { DeleteOutcome::Absent });
-        }
-        if let (Some(snap), None) = (snap, version) {
-            return Err(StoreError::BadRange(format!(
-                "a delete of '{key}' under snapshot {} must name its version",
-                snap.seq
-            )));
-        }
-        let _stripe = self.stripe(key);
-        let existing = self.entry(pool, key);
-        let was_live = existing.is_some_and(|e| !e.deleted);
-        let outcome = if was_live { DeleteOutcome::Deleted } else { DeleteOutcome::Absent };
-        let version = match (version, existing) {
-            (Some(version), Some(entry)) if entry.version > version => {
-                return Err(StoreError::VersionConflict {
-                    stored: entry.version,
-                    offered: version,
-                });
-            }
-            (Some(version), _) => version,
-            (None, Some(entry)) if !entry.deleted => entry.version,
-            (None, _) => return Ok(DeleteOutcome::Absent),
-        };
-        if existing.is_some_and(|e| e.deleted && e.version == version) {
-            return Ok(outcome);
-        }
-        // The copy's own seed, else the one the deleter sent (a tombstone for a key this
-        // device never held: rebalancing and catching up place it by its seed).
-        let pg_seed = existing.and_then(|e| e.pg_seed).or(pg_seed);
-        self.preserve_for(pool, key, snap, version, false)?;
-        self.write_tombstone(pool, key, version, pg_seed, epoch)?;
-        Ok(outcome)
     }
 
     /// Refuses to store `key` at `version` when it is a snapshot clone a trim removed here at
@@ -1198,6 +963,8 @@ fn info_of(key: &str, entry: &Entry) -> ObjectInfo {
 mod tests {
     use super::*;
     use crate::disk::RealDisk;
+    use crate::journal::JOURNAL_OBJECT_MAX;
+    use optio_proto::checksum_append;
 
     fn put(
         store: &DeviceStore,
