@@ -1,5 +1,5 @@
 //! Whole-object writes: one at a time ([`DeviceStore::put_in`]), and small ones in batches
-//! that share one wait for the journal ([`DeviceStore::put_many`]), fed by the device's
+//! that share one wait for the journal ([`DeviceStore::write_many`]), fed by the device's
 //! writer thread ([`DeviceStore::put_small`]).
 //!
 //! Why a writer thread (issue 39): a small write stored from the blocking pool cost each
@@ -185,17 +185,6 @@ impl DeviceStore {
             file_bytes,
             done: Done::Put(PutOutcome::Stored),
         }))
-    }
-
-    /// Small whole-object writes without a snapshot context, each stored as
-    /// [`put_in`](Self::put_in) stores it, with one wait for the journal for all of them
-    /// (blocking): [`write_many`](Self::write_many) of puts only.
-    pub fn put_many(&self, requests: &[PutRequest<'_>]) -> Vec<Result<PutOutcome, StoreError>> {
-        let writes: Vec<Small<'_>> = requests.iter().map(|request| Small::Put(*request)).collect();
-        self.write_many(&writes)
-            .into_iter()
-            .map(|done| done.map(|done| done.put().expect("a put's result")))
-            .collect()
     }
 
     /// Small writes — whole objects and deletes — without a snapshot context, each stored as
@@ -774,7 +763,7 @@ mod tests {
         let large = [&big[..]];
         let mut bad = request("bad", &c, 1);
         bad.checksum = Some(1);
-        let requests = [
+        let writes = [
             request("a", &a1, 1),
             request("b", &b, 1),
             request("a", &a2, 2),
@@ -783,16 +772,17 @@ mod tests {
             bad,
             request("large", &large, 1),
             request("c", &c, 4),
-        ];
-        let results = store.put_many(&requests);
-        assert!(matches!(results[0], Ok(PutOutcome::Stored)), "{:?}", results[0]);
-        assert!(matches!(results[1], Ok(PutOutcome::Stored)), "{:?}", results[1]);
-        assert!(matches!(results[2], Ok(PutOutcome::Stored)), "{:?}", results[2]);
-        assert!(matches!(results[3], Ok(PutOutcome::AlreadyStored)), "{:?}", results[3]);
+        ]
+        .map(Small::Put);
+        let results = store.write_many(&writes);
+        assert!(matches!(results[0], Ok(Done::Put(PutOutcome::Stored))), "{:?}", results[0]);
+        assert!(matches!(results[1], Ok(Done::Put(PutOutcome::Stored))), "{:?}", results[1]);
+        assert!(matches!(results[2], Ok(Done::Put(PutOutcome::Stored))), "{:?}", results[2]);
+        assert!(matches!(results[3], Ok(Done::Put(PutOutcome::AlreadyStored))), "{:?}", results[3]);
         assert!(matches!(results[4], Err(StoreError::VersionConflict { .. })), "{:?}", results[4]);
         assert!(matches!(results[5], Err(StoreError::ChecksumMismatch { .. })), "{:?}", results[5]);
-        assert!(matches!(results[6], Ok(PutOutcome::Stored)), "{:?}", results[6]);
-        assert!(matches!(results[7], Ok(PutOutcome::Stored)), "{:?}", results[7]);
+        assert!(matches!(results[6], Ok(Done::Put(PutOutcome::Stored))), "{:?}", results[6]);
+        assert!(matches!(results[7], Ok(Done::Put(PutOutcome::Stored))), "{:?}", results[7]);
         let check = |store: &DeviceStore| {
             assert_eq!(read(store, "a"), (2, b"a two".to_vec()));
             assert_eq!(read(store, "b"), (1, b"bee".to_vec()));
@@ -871,10 +861,10 @@ mod tests {
                 break;
             }
         }
-        let requests: Vec<_> = keys.iter().map(|key| request(key, &parts, 1)).collect();
-        let results = store.put_many(&requests);
+        let writes: Vec<_> = keys.iter().map(|key| Small::Put(request(key, &parts, 1))).collect();
+        let results = store.write_many(&writes);
         for (key, result) in keys.iter().zip(&results) {
-            assert!(matches!(result, Ok(PutOutcome::Stored)), "{key}: {result:?}");
+            assert!(matches!(result, Ok(Done::Put(PutOutcome::Stored))), "{key}: {result:?}");
         }
         for key in &keys {
             assert_eq!(read(&store, key).1.len(), data.len(), "{key}");

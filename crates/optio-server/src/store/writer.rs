@@ -86,12 +86,3 @@ pub(super) enum Done {
     /// A delete's.
     Delete(DeleteOutcome),
 }
-
-impl Done {
-    pub(super) fn put(self) -> Option<PutOutcome> {
-        match self {
-            Done::Put(outcome) => Some(outcome),
-            Done::Delete(_) => None,
-        }
-    }
-}
