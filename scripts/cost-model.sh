@@ -31,6 +31,10 @@
 #   `rados stat` does) and `delete` (`optio rm`; `rados rm`), with the same operations in
 #   flight (Ceph's through scripts/rados-meta.py, librados aio on the names `rados ls` gave
 #   before the phase; the client's CPU is the script's own over the timed operations).
+# OPTIO_SCHEDULING=batch: Optio's servers under SCHED_BATCH (`optio server --scheduling`).
+# BATCH=1: both systems under SCHED_BATCH, like for like: Optio's servers (as above), both
+#   clients (`optio bench`, `rados bench`, rados-meta.py, under `chrt -b 0`), and every thread
+#   of Ceph's OSDs, mon and mgr, set once its cluster is up.
 # Needs root (perf tracepoints), jq, perf, GNU time, and what ceph-mini installs.
 set -euo pipefail
 small=${1:-4000}
@@ -52,6 +56,11 @@ else
   optio="${CARGO_TARGET_DIR:-$root/target}/release/optio"
 fi
 work=$(mktemp -d)
+client_sched=()
+if [ "${BATCH:-0}" = 1 ]; then
+  client_sched=(chrt -b 0)
+  export OPTIO_SCHEDULING=batch
+fi
 up_pid=""
 ceph_dir="$work/ceph"
 cleanup() {
@@ -87,7 +96,7 @@ for job in $jobs; do
   IFS=: read -r size objects concurrency <<<"$job"
   meta=()
   [ "${METADATA:-0}" = 1 ] && meta=(--metadata)
-  "$optio" bench --cluster "$work/optio" --objects "$objects" --size "$size" \
+  "${client_sched[@]}" "$optio" bench --cluster "$work/optio" --objects "$objects" --size "$size" \
     --concurrency "$concurrency" --json "${meta[@]}" > "$work/optio-$size-$concurrency.json"
   phases="write read"
   [ "${METADATA:-0}" = 1 ] && phases="write read stat delete"
@@ -110,6 +119,11 @@ pool=${CEPH_MINI_POOL:-rbdbench}
 osds=$(pgrep -f "ceph-osd.*--conf $ceph_dir/ceph.conf" | tr '\n' ' ')
 others=$(pgrep -f "ceph-(mon|mgr).*--conf $ceph_dir/ceph.conf" | tr '\n' ' ')
 [ -n "$osds" ] || { echo "no ceph-osd processes found" >&2; exit 1; }
+if [ "${BATCH:-0}" = 1 ]; then
+  for pid in $osds $others; do
+    for task in /proc/"$pid"/task/*; do chrt -b -p 0 "${task##*/}"; done
+  done
+fi
 syscalls="syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync,syscalls:sys_enter_syncfs"
 for job in $jobs; do
   IFS=: read -r size _ concurrency <<<"$job"
@@ -139,7 +153,7 @@ for job in $jobs; do
         command=(/usr/bin/python3 "$root/scripts/rados-meta.py" "$phase" "$pool" "$concurrency" "$work/names-$tag.txt") ;;
     esac
     /usr/bin/time -f '%U %S' -o "$work/time-$tag.txt" \
-      "${command[@]}" > "$work/rados-$tag.txt" 2>&1 \
+      "${client_sched[@]}" "${command[@]}" > "$work/rados-$tag.txt" 2>&1 \
       || { cat "$work/rados-$tag.txt"; exit 1; }
     client_cpu=$(awk '{ print $1 + $2 }' "$work/time-$tag.txt")
     kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true

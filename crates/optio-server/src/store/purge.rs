@@ -44,6 +44,8 @@ impl DeviceStore {
         }
         let path = self.path_of(pool, key);
         self.journal.forget(&path).map_err(StoreError::io("journal", &path))?;
+        // A large file's blocks are freed by the device's releasing thread ([`super::release`]).
+        let held = self.hold_if_large(&path, pool, key);
         let removed =
             if durable { self.disk.remove(&path) } else { self.disk.remove_unsynced(&path) };
         match removed {
@@ -52,6 +54,9 @@ impl DeviceStore {
             Err(e) => return Err(StoreError::Io { operation: "remove", path, source: e }),
         }
         self.forget(pool, key);
+        if let Some(file) = held {
+            self.releaser.release(file);
+        }
         Ok(Some(path.parent().map_or_else(|| self.root.clone(), Path::to_path_buf)))
     }
 }

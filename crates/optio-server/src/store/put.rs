@@ -575,16 +575,24 @@ impl DeviceStore {
                     });
                 }
             },
-            Some(old) if !old.blocks && entry.file_bytes <= old.file_bytes => {
+            // A large file cut down would free its blocks here, in the writer's thread:
+            // replaced by a rename instead, and released in the background.
+            Some(old)
+                if !old.blocks
+                    && entry.file_bytes <= old.file_bytes
+                    && old.file_bytes - entry.file_bytes < super::release::RELEASE_FROM_BYTES =>
+            {
                 // A failure (the file gone, an I/O error) may have left it half written: the
                 // classic way below replaces it whole, or fails the write.
                 self.disk.overwrite(path, content).is_ok()
             }
             Some(_) => false,
         };
+        let mut replaced = None;
         if !in_place {
             let temp = self.temp_path();
             self.disk.write_temp(&temp, content, false).map_err(StoreError::io("write", &temp))?;
+            replaced = self.hold_if_large(path, pool, key);
             if let Err(source) = self.disk.rename(&temp, path) {
                 let _ = self.disk.remove(&temp);
                 return Err(StoreError::Io {
@@ -596,6 +604,9 @@ impl DeviceStore {
         }
         drop(applying);
         self.index_published(pool, key, entry);
+        if let Some(file) = replaced {
+            self.releaser.release(file);
+        }
         Ok(())
     }
 

@@ -162,7 +162,7 @@ pub fn engine_text(map: &optio_placement::ClusterMap, pool: &optio_placement::Po
     }
 }
 
-pub use crate::rt::{runtime, runtime_with_workers};
+pub use crate::rt::{SchedulingArgs, runtime, runtime_with_workers, schedule_daemon};
 
 /// One crate's log events in the current second: how many were let through and how many left
 /// out ([`init_logging_capped`]'s `limited`).

@@ -55,6 +55,8 @@ the --nbd-tls-* flags are what NBD clients see.")]
 pub struct Args {
     /// Volumes to serve (default: every volume).
     pub volumes: Vec<String>,
+    #[command(flatten)]
+    pub scheduling: crate::commands::SchedulingArgs,
     /// Unix socket to listen on, mode 0600 (default: DIR/nbd.sock, unless --listen is given).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
@@ -367,6 +369,8 @@ impl Export for VolumeExport {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    // Before any thread starts: they inherit it.
+    crate::commands::schedule_daemon(args.scheduling);
     crate::commands::init_logging("info");
     crate::commands::runtime()?.block_on(serve(args))
 }

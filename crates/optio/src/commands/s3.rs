@@ -129,6 +129,8 @@ pub struct ServeArgs {
     /// Address to serve S3 on.
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
     pub listen: String,
+    #[command(flatten)]
+    pub scheduling: crate::commands::SchedulingArgs,
     /// The region the buckets are in (GetBucketLocation, HeadBucket's x-amz-bucket-region).
     #[arg(long, default_value = "us-east-1")]
     pub region: String,
@@ -200,6 +202,10 @@ async fn gateway(args: &GatewayArgs) -> Result<Arc<Gateway>> {
 
 /// Runs `optio s3`.
 pub fn run(args: Args) -> Result<()> {
+    if args.command.is_none() {
+        // Before any thread starts: they inherit it.
+        crate::commands::schedule_daemon(args.serve.scheduling);
+    }
     crate::commands::runtime()?.block_on(async move {
         match args.command {
             None => serve(args.serve).await,

@@ -249,6 +249,8 @@ pub struct Args {
     /// Exit when standard input closes (how `optio up` makes sure no server outlives it).
     #[arg(long)]
     pub exit_with_stdin: bool,
+    #[command(flatten)]
+    pub scheduling: crate::commands::SchedulingArgs,
 }
 
 fn parse_device(text: &str) -> Result<DeviceConfig> {
@@ -266,6 +268,8 @@ fn parse_device(text: &str) -> Result<DeviceConfig> {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    // Before any thread starts: they inherit it.
+    crate::commands::schedule_daemon(args.scheduling);
     // What an operator needs (map epochs, rebalancing, refusals, keyring reloads) is at info.
     crate::commands::init_logging("info");
     let devices = args.devices.iter().map(|d| parse_device(d)).collect::<Result<Vec<_>>>()?;

@@ -347,8 +347,24 @@ fn completions_and_manual_pages() {
     }
 }
 
+/// The scheduling policy of each thread of process `pid` (`/proc/PID/task/TID/stat`'s 41st
+/// field: 0 SCHED_OTHER, 3 SCHED_BATCH).
+fn thread_policies(pid: u32) -> Vec<u32> {
+    let mut policies = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let Ok(stat) = std::fs::read_to_string(task.unwrap().path().join("stat")) else {
+            continue; // a thread that ended meanwhile
+        };
+        // The fields after the command name, which may hold spaces, start at the 3rd.
+        let rest = &stat[stat.rfind(") ").unwrap() + 2..];
+        policies.push(rest.split(' ').nth(41 - 3).unwrap().parse().unwrap());
+    }
+    policies
+}
+
 /// `optio server --config FILE` runs a server from a TOML file of its flags (what the systemd
 /// unit in contrib/ does); the command line overrides the file; bad files are refused clearly.
+/// Its threads are SCHED_BATCH with `scheduling = "batch"`.
 #[test]
 fn a_server_runs_from_a_configuration_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -368,43 +384,57 @@ fn a_server_runs_from_a_configuration_file() {
         "1",
     ]);
     let config = dir.path().join("server.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:1\"\ndevice = [\"0:1GiB:{}\"]\nmap = \"{}\"\nno-auth = true\nmigration-rate = \"10MiB\"\n",
-            dir.path().join("dev0").display(),
-            map.display()
-        ),
-    )
-    .unwrap();
+    let devices_and_map = format!(
+        "device = [\"0:1GiB:{}\"]\nmap = \"{}\"\nno-auth = true\n",
+        dir.path().join("dev0").display(),
+        map.display()
+    );
+    // A server from the file with `settings` added, and the address it listens on.
+    let serve = |settings: &str, flags: &[&str]| {
+        std::fs::write(&config, format!("{devices_and_map}{settings}")).unwrap();
+        let mut server = Command::new(binary())
+            .args(["server", "--config", config.to_str().unwrap(), "--exit-with-stdin"])
+            .args(flags)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix(optio_local::cluster::LISTENING_PREFIX)
+            .unwrap_or_else(|| panic!("{line}"))
+            .to_string();
+        (server, addr)
+    };
     // --listen on the command line overrides the file's (port 1 could not be bound).
-    let mut server = Command::new(binary())
-        .args([
-            "server",
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--exit-with-stdin",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix(optio_local::cluster::LISTENING_PREFIX)
-        .unwrap_or_else(|| panic!("{line}"));
+    let (mut server, addr) = serve(
+        "listen = \"127.0.0.1:1\"\nmigration-rate = \"10MiB\"\n",
+        &["--listen", "127.0.0.1:0"],
+    );
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream.write_all(b"GET /health HTTP/1.0\r\n\r\n").unwrap();
     let mut answer = String::new();
     std::io::Read::read_to_string(&mut stream, &mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Without --scheduling, every thread is as the server was started: SCHED_OTHER (0).
+    let policies = thread_policies(server.id());
+    assert!(policies.len() > 1 && policies.iter().all(|&p| p == 0), "{policies:?}");
     drop(server.stdin.take());
     assert!(server.wait().unwrap().success());
+
+    // `scheduling = "batch"` in the file: SCHED_BATCH (3) everywhere.
+    let (mut server, _) = serve("scheduling = \"batch\"\n", &[]);
+    let policies = thread_policies(server.id());
+    assert!(policies.len() > 1 && policies.iter().all(|&p| p == 3), "{policies:?}");
+    drop(server.stdin.take());
+    assert!(server.wait().unwrap().success());
+    let output = crate::support::optio(&["server", "--scheduling", "fifo"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "a usage error: {stderr}");
+    assert!(stderr.contains("invalid value 'fifo'") && stderr.contains("batch"), "{stderr}");
 
     for (text, says) in [
         ("bogus = 1\n", "unknown setting `bogus`"),
