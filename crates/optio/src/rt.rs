@@ -63,12 +63,13 @@ pub fn set_scheduling(scheduling: Scheduling) -> Result<()> {
     Ok(())
 }
 
-/// A daemon's `--scheduling`, if given, set before its first thread starts. A policy the system refuses
-/// (a sandbox's filter) is a warning, not a reason not to serve: the daemon runs as scheduled.
+/// A daemon's `--scheduling`, if given, set before its first thread starts. A policy the
+/// system refuses (a sandbox's filter) is a warning, not a reason not to serve: the daemon
+/// keeps the policy it was started with.
 pub fn schedule_daemon(args: SchedulingArgs) {
     let Some(scheduling) = args.scheduling else { return };
     if let Err(error) = set_scheduling(scheduling) {
-        eprintln!("warning: {error:#}; running with the system's default scheduling");
+        eprintln!("warning: {error:#}; running with the policy it was started with");
     }
 }
 

@@ -472,8 +472,9 @@ impl DeviceStore {
         key: &str,
         entry: Entry,
     ) -> Result<(), StoreError> {
-        if let Some(existing) = self.entry(pool, key)
-            && let Err(error) = check_version(&existing, &entry)
+        let existing = self.entry(pool, key);
+        if let Some(existing) = &existing
+            && let Err(error) = check_version(existing, &entry)
         {
             let _ = self.disk.remove(temp);
             return Err(error);
@@ -482,7 +483,7 @@ impl DeviceStore {
             let _ = self.disk.remove(temp);
             return Err(StoreError::Io { operation: "journal", path, source: error });
         }
-        let replaced = self.hold_if_large(&path, pool, key);
+        let replaced = self.hold_if_large(&path, existing.as_ref());
         if let Err(error) = self.disk.publish(temp, &path) {
             let _ = self.disk.remove(temp);
             return Err(StoreError::Io { operation: "rename", path, source: error });
@@ -494,13 +495,12 @@ impl DeviceStore {
         Ok(())
     }
 
-    /// The file `path` holds for `key`, open, when it is large enough that freeing its
-    /// blocks costs more than the open (the caller is about to replace it by a rename, and
-    /// hands this to [`release::Releaser`] afterwards); none for a small one, or when it
-    /// cannot be opened (the rename then frees it itself).
-    fn hold_if_large(&self, path: &Path, pool: PoolId, key: &str) -> Option<std::fs::File> {
-        let existing = self.entry(pool, key)?;
-        if existing.file_bytes < release::RELEASE_FROM_BYTES {
+    /// The file `path` holds, `existing` in the index, open, when it is large enough that
+    /// freeing its blocks costs more than the open (the caller is about to replace or remove
+    /// it, and hands this to [`release::Releaser`] afterwards); none for a small one, or when
+    /// it cannot be opened (the rename or the removal then frees it itself).
+    fn hold_if_large(&self, path: &Path, existing: Option<&Entry>) -> Option<std::fs::File> {
+        if existing?.file_bytes < release::RELEASE_FROM_BYTES {
             return None;
         }
         self.disk.open_read(path).ok()
@@ -1351,20 +1351,7 @@ mod tests {
         let store = DeviceStore::open(&config, Arc::new(RealDisk)).unwrap();
         let inode =
             |key: &str| std::fs::metadata(object_path(dir.path(), PoolId(1), key)).unwrap().ino();
-        // Whether this process still holds an unlinked file of inode `ino` open.
-        let held = |ino: u64| {
-            std::fs::read_dir("/proc/self/fd").unwrap().any(|fd| {
-                std::fs::metadata(fd.unwrap().path())
-                    .is_ok_and(|m| m.ino() == ino && m.nlink() == 0)
-            })
-        };
-        let released = |ino: u64| {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while held(ino) {
-                assert!(std::time::Instant::now() < deadline, "inode {ino} still open");
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-        };
+        let released = release::tests::wait_until_closed;
         put(&store, "big", &vec![1u8; 1 << 20], 10).unwrap();
         let before = inode("big");
         store.delete(PoolId(1), "big", Some(ObjectVersion(11)), Epoch(1), None).unwrap();

@@ -45,7 +45,7 @@ impl DeviceStore {
         let path = self.path_of(pool, key);
         self.journal.forget(&path).map_err(StoreError::io("journal", &path))?;
         // A large file's blocks are freed by the device's releasing thread ([`super::release`]).
-        let held = self.hold_if_large(&path, pool, key);
+        let held = self.hold_if_large(&path, Some(&entry));
         let removed =
             if durable { self.disk.remove(&path) } else { self.disk.remove_unsynced(&path) };
         match removed {

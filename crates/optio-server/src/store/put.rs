@@ -592,7 +592,7 @@ impl DeviceStore {
         if !in_place {
             let temp = self.temp_path();
             self.disk.write_temp(&temp, content, false).map_err(StoreError::io("write", &temp))?;
-            replaced = self.hold_if_large(path, pool, key);
+            replaced = self.hold_if_large(path, existing.as_ref());
             if let Err(source) = self.disk.rename(&temp, path) {
                 let _ = self.disk.remove(&temp);
                 return Err(StoreError::Io {

@@ -67,9 +67,26 @@ fn close_all(files: Receiver<File>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+    use std::time::{Duration, Instant};
+
+    /// Waits (10 s at most, else fails) until this process no longer holds open an unlinked
+    /// file of inode `ino`.
+    pub(in crate::store) fn wait_until_closed(ino: u64) {
+        let held = || {
+            std::fs::read_dir("/proc/self/fd").unwrap().any(|fd| {
+                std::fs::metadata(fd.unwrap().path())
+                    .is_ok_and(|m| m.ino() == ino && m.nlink() == 0)
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while held() {
+            assert!(Instant::now() < deadline, "inode {ino} is still open");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 
     /// A file given is closed in the background: its descriptor leaves this process's table
     /// (and with it the last reference to its unlinked inode).
@@ -83,17 +100,7 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let releaser = Releaser::default();
         releaser.release(file);
-        let held = || {
-            std::fs::read_dir("/proc/self/fd").unwrap().any(|fd| {
-                std::fs::metadata(fd.unwrap().path())
-                    .is_ok_and(|m| m.ino() == ino && m.nlink() == 0)
-            })
-        };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while held() {
-            assert!(std::time::Instant::now() < deadline, "the file is still open");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_until_closed(ino);
     }
 
     /// The thread's loop ends once every sender is gone (a store's releaser dropped), after
@@ -106,6 +113,11 @@ mod tests {
         sender.send(File::open(dir.path().join("a")).unwrap()).unwrap();
         let thread = std::thread::spawn(move || close_all(receiver));
         drop(sender);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !thread.is_finished() {
+            assert!(Instant::now() < deadline, "the loop is still running");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         thread.join().unwrap();
     }
 }
