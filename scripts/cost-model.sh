@@ -32,6 +32,10 @@
 #   flight (Ceph's through scripts/rados-meta.py, librados aio on the names `rados ls` gave
 #   before the phase; the client's CPU is the script's own over the timed operations).
 # OPTIO_SCHEDULING=batch: Optio's servers under SCHED_BATCH (`optio server --scheduling`).
+# TLS=1: both systems encrypted on the wire, like for like: Optio's cluster `optio up --tls`
+#   (every request over TLS, clients' and servers' among themselves) against ceph-mini with
+#   CEPH_MINI_SECURE=1 (msgr2 secure mode, AES-GCM, for clients, OSDs and monitors). Run it
+#   once with and once without to see what encryption costs each system.
 # BATCH=1: both systems under SCHED_BATCH, like for like: Optio's servers (as above), both
 #   clients (`optio bench`, `rados bench`, rados-meta.py, under `chrt -b 0`), and every thread
 #   of Ceph's OSDs, mon and mgr, set once its cluster is up.
@@ -61,6 +65,12 @@ if [ "${BATCH:-0}" = 1 ]; then
   client_sched=(chrt -b 0)
   export OPTIO_SCHEDULING=batch
 fi
+up_flags=()
+ceph_secure=0
+if [ "${TLS:-0}" = 1 ]; then
+  up_flags=(--tls)
+  ceph_secure=1
+fi
 up_pid=""
 ceph_dir="$work/ceph"
 cleanup() {
@@ -87,8 +97,8 @@ cpu_of() {
 rows='[]'
 add_row() { rows=$(jq --argjson r "$1" '. + [$r]' <<<"$rows"); }
 
-echo "== Optio: optio up --zones 3 --hosts $((servers / 3)) ($servers servers, r = 3), in $work"
-"$optio" up --dir "$work/optio" --zones 3 --hosts $((servers / 3)) --capacity 64GiB > "$work/up.log" 2>&1 &
+echo "== Optio: optio up --zones 3 --hosts $((servers / 3)) ${up_flags[*]} ($servers servers, r = 3), in $work"
+"$optio" up --dir "$work/optio" --zones 3 --hosts $((servers / 3)) --capacity 64GiB "${up_flags[@]}" > "$work/up.log" 2>&1 &
 up_pid=$!
 for _ in $(seq 300); do grep -q "Ctrl-C" "$work/up.log" && break; sleep 0.1; done
 grep -q "Ctrl-C" "$work/up.log" || { cat "$work/up.log"; exit 1; }
@@ -111,8 +121,8 @@ for job in $jobs; do
 done
 kill -INT "$up_pid"; wait "$up_pid" 2>/dev/null || true; up_pid=""
 
-echo "== Ceph: ceph-mini ($servers BlueStore OSDs, size 3)"
-CEPH_MINI_OSDS=$servers CEPH_MINI_PREFILL=0 "$ceph_mini" start "$ceph_dir" > "$work/ceph-start.log" 2>&1 \
+echo "== Ceph: ceph-mini ($servers BlueStore OSDs, size 3, msgr2 secure mode $ceph_secure)"
+CEPH_MINI_SECURE=$ceph_secure CEPH_MINI_OSDS=$servers CEPH_MINI_PREFILL=0 "$ceph_mini" start "$ceph_dir" > "$work/ceph-start.log" 2>&1 \
   || { tail -20 "$work/ceph-start.log"; exit 1; }
 export CEPH_CONF="$ceph_dir/ceph.conf"
 pool=${CEPH_MINI_POOL:-rbdbench}

@@ -77,6 +77,12 @@ impl Connection {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Plaintext;
 
+/// Marks a request that came over TLS: its records, sealed by a key only the two ends hold,
+/// carry its head and body together, so a signed request's body needs no hash of its own
+/// ([`crate::serve`]'s `Incoming`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sealed;
+
 /// The client certificate a request's connection showed (mutual TLS; the CA checked it in the
 /// handshake).
 #[derive(Clone, Debug)]
@@ -167,8 +173,8 @@ pub(crate) async fn serve(
         tokio::spawn(async move {
             match tls {
                 None => {
-                    serve_connection(stream, router, connection, limits, stopping, false, None)
-                        .await;
+                    let channel = Channel { plaintext: false, sealed: false, peer: None };
+                    serve_connection(stream, router, connection, limits, stopping, channel).await;
                 }
                 Some(acceptor) => {
                     // TLS or plain, told by the first byte; both within the header timeout.
@@ -188,8 +194,9 @@ pub(crate) async fn serve(
                             match handshake.await {
                                 Ok(Ok(stream)) => {
                                     let peer = peer_entity(stream.get_ref().1);
+                                    let channel = Channel { plaintext: false, sealed: true, peer };
                                     serve_connection(
-                                        stream, router, connection, limits, stopping, false, peer,
+                                        stream, router, connection, limits, stopping, channel,
                                     )
                                     .await;
                                 }
@@ -198,10 +205,9 @@ pub(crate) async fn serve(
                             }
                         }
                         Ok(Ok(1)) => {
-                            serve_connection(
-                                stream, router, connection, limits, stopping, true, None,
-                            )
-                            .await;
+                            let channel = Channel { plaintext: true, sealed: false, peer: None };
+                            serve_connection(stream, router, connection, limits, stopping, channel)
+                                .await;
                         }
                         _ => {}
                     }
@@ -218,25 +224,38 @@ pub(crate) async fn serve(
     let _ = permits.acquire_many(all).await;
 }
 
+/// What a connection is: what its requests are marked with.
+struct Channel {
+    /// Plain, to a server that takes TLS ([`Plaintext`]).
+    plaintext: bool,
+    /// TLS ([`Sealed`]).
+    sealed: bool,
+    /// The client certificate it showed ([`PeerEntity`]).
+    peer: Option<Arc<PeerCertificate>>,
+}
+
 async fn serve_connection<S>(
     stream: S,
     router: Router,
     connection: Arc<Connection>,
     limits: Limits,
     mut stopping: watch::Receiver<bool>,
-    plaintext: bool,
-    peer: Option<Arc<PeerCertificate>>,
+    channel: Channel,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let tracked = connection.tracked.clone();
     let io = TokioIo::new(Watched::new(stream, tracked.clone(), limits.body_timeout));
+    let Channel { plaintext, sealed, peer } = channel;
+    // (Frames are marked plain or not, never sealed: a signed body that comes in a frame is
+    // checked against its hash.)
     let context = frames::Context { router: router.clone(), plaintext, peer: peer.clone() };
     let service = Service {
         router,
         connection: connection.clone(),
         body_timeout: limits.body_timeout,
         plaintext,
+        sealed,
         peer,
     };
     let conn =
@@ -307,6 +326,8 @@ struct Service {
     body_timeout: Duration,
     /// A plain connection to a server that takes TLS.
     plaintext: bool,
+    /// A TLS connection.
+    sealed: bool,
     /// The entity its client certificate names (mutual TLS).
     peer: Option<Arc<PeerCertificate>>,
 }
@@ -337,6 +358,9 @@ impl hyper::service::Service<Request<Incoming>> for Service {
             request.map(|body| axum::body::Body::new(TimedBody::new(body, timeout, None)));
         if self.plaintext {
             request.extensions_mut().insert(Plaintext);
+        }
+        if self.sealed {
+            request.extensions_mut().insert(Sealed);
         }
         if let Some(peer) = &self.peer {
             request.extensions_mut().insert(PeerEntity(peer.clone()));

@@ -18,7 +18,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use optio_proto::answer::{Encoded, Envelope};
 
-use crate::conn::{LocalPeer, PeerEntity, Plaintext, Predecoded};
+use crate::conn::{LocalPeer, PeerEntity, Plaintext, Predecoded, Sealed};
 use crate::serve::{AppState, Asked, Connection, Head, Incoming, Said, Served, serve};
 
 /// The router: every request goes to the one adapter.
@@ -62,7 +62,8 @@ async fn adapter(State(state): State<Arc<AppState>>, request: Request) -> Respon
         plaintext: parts.extensions.get::<Plaintext>().is_some(),
         peer: parts.extensions.get::<PeerEntity>().map(|peer| peer.0.clone()),
     };
-    let mut body = Incoming::new(body, &parts.headers);
+    let sealed = parts.extensions.get::<Sealed>().is_some();
+    let mut body = Incoming::new(body, &parts.headers, sealed);
     let served = serve(&state, asked, head, &connection, &mut body, started).await;
     if served.refusal().is_some() {
         body.discard().await;

@@ -434,6 +434,82 @@ fn a_signed_request_refused_over_plain_http_cannot_be_replayed_over_tls() {
     });
 }
 
+/// A signed PUT's body is bound to its signature by a hash over plain HTTP (without it, or
+/// with another body's, nothing is stored), and by TLS's sealed records over TLS: there a
+/// body without a hash is taken, one that comes with a wrong hash is still refused, and the
+/// client library sends none (its writes, and the servers' copies between them, read back).
+#[test]
+fn a_signed_body_needs_its_hash_over_plain_http_but_not_over_tls() {
+    let unhashed = |device, pool, key: &str| {
+        let mut raw = Raw::put(device, pool, key, b"the body", 5);
+        raw.headers.retain(|(name, _)| *name != CONTENT_HASH_HEADER);
+        raw
+    };
+    let misattributed = |device, pool, key: &str| {
+        let mut raw = Raw::put(device, pool, key, b"the body", 5);
+        raw.headers.retain(|(name, _)| *name != CONTENT_HASH_HEADER);
+        raw.header(CONTENT_HASH_HEADER, content_hash(b"another body"))
+    };
+    let rt = runtime();
+
+    let (_plain_dir, plain) = secured();
+    let admin = credentials(&plain, "client.admin");
+    let (device, addr, pool) = first_device(&plain);
+    rt.block_on(async {
+        let (status, text) = unhashed(device, pool, "p1").signed(&addr, &admin).send(&addr).await;
+        assert_eq!(status, 401, "plain HTTP, no hash: {text}");
+        assert!(text.contains("x-optio-content-blake3"), "{text}");
+        let (status, text) =
+            misattributed(device, pool, "p1").signed(&addr, &admin).send(&addr).await;
+        assert_eq!(status, 401, "plain HTTP, another body's hash: {text}");
+        let read = Raw::object(reqwest::Method::GET, device, pool, "p1").signed(&addr, &admin);
+        assert_eq!(read.send(&addr).await.0, 404, "nothing was stored");
+    });
+    drop(plain);
+
+    let spec = optio_local::LocalClusterSpec { auth: true, tls: true, ..small() };
+    let (_dir, cluster) = cluster(spec);
+    let admin = credentials(&cluster, "client.admin");
+    let (device, addr, pool) = first_device(&cluster);
+    let ca = cluster.dir().join("tls").join("ca.pem");
+    let https = reqwest::Client::builder()
+        .use_preconfigured_tls(optio_tls::client_config(&ca, None).unwrap())
+        .build()
+        .unwrap();
+    let base = format!("https://{addr}");
+    rt.block_on(async {
+        let (status, text) =
+            unhashed(device, pool, "t1").signed(&addr, &admin).send_with(&https, &base).await;
+        assert_eq!(status, 201, "TLS, no hash: {text}");
+        let read = Raw::object(reqwest::Method::GET, device, pool, "t1").signed(&addr, &admin);
+        let (status, text) = read.send_with(&https, &base).await;
+        assert_eq!(status, 200, "{text}");
+        assert!(text.ends_with("the body"), "{text}");
+        let (status, text) =
+            misattributed(device, pool, "t2").signed(&addr, &admin).send_with(&https, &base).await;
+        assert_eq!(status, 401, "TLS, another body's hash: {text}");
+        let read = Raw::object(reqwest::Method::GET, device, pool, "t2").signed(&addr, &admin);
+        assert_eq!(read.send_with(&https, &base).await.0, 404, "nothing was stored");
+
+        let config = optio_client::ClientConfig {
+            credentials: Some(admin.clone()),
+            tls_ca: Some(ca.clone()),
+            ..optio_client::ClientConfig::default()
+        };
+        let client = optio_client::Client::connect_source(cluster.source().clone(), config)
+            .await
+            .expect("the client connects");
+        for i in 0..20 {
+            let body = data(i, if i % 2 == 0 { 3000 } else { 300_000 });
+            client.put(PLAIN_POOL, &format!("c{i}"), body).await.expect("a put over TLS");
+        }
+        for i in 0..20 {
+            let body = data(i, if i % 2 == 0 { 3000 } else { 300_000 });
+            assert_eq!(client.get(PLAIN_POOL, &format!("c{i}")).await.unwrap(), body);
+        }
+    });
+}
+
 /// `optio auth …` on the cluster; its output.
 fn auth(cluster: &LocalCluster, dir: &Path, args: &[&str]) -> String {
     let output = Command::new(binary())
