@@ -181,8 +181,9 @@ fn direct_reads() -> bool {
 /// would cost the faults the page cache's do).
 static DIRECT_BUFFERS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
-/// At most this many kept.
-const DIRECT_BUFFERS_KEPT: usize = 8;
+/// At most this many bytes of them kept (eight 4 MiB objects' worth; a buffer that would
+/// pass it — one of a 64 MiB object — is freed after its write).
+const DIRECT_BUFFERS_KEPT_BYTES: usize = 8 * ((4 << 20) + 2 * DIRECT_ALIGN);
 
 /// `O_DIRECT`'s flag for [`OpenOptionsExt::custom_flags`].
 fn o_direct() -> i32 {
@@ -244,7 +245,8 @@ fn write_direct(temp: &Path, parts: &[&[u8]], len: usize) -> io::Result<bool> {
         }
     };
     let mut kept = DIRECT_BUFFERS.lock().expect("direct buffers lock");
-    if kept.len() < DIRECT_BUFFERS_KEPT {
+    let held: usize = kept.iter().map(Vec::len).sum();
+    if held + buffer.len() <= DIRECT_BUFFERS_KEPT_BYTES {
         kept.push(buffer);
     }
     result
