@@ -8,6 +8,10 @@
 //! A server that does not take the upgrade (an older one) is asked again after
 //! [`UNSUPPORTED_RETRY`], over HTTP/1.1 meanwhile. A request without an answer within
 //! [`REQUEST_TIMEOUT`] breaks its connection, as HTTP drops one whose request timed out.
+//!
+//! A transport that speaks TLS opens its frames connections with TLS too (the same client
+//! configuration as its HTTP/1.1 connections): the upgrade and every frame after it go in
+//! TLS records.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,9 +21,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use optio_proto::frames::{self, PREFIX_BYTES};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::oneshot;
 
 use crate::failure::{CONNECT_TIMEOUT, Failure, POOL_IDLE_TIMEOUT, REQUEST_TIMEOUT};
@@ -34,6 +37,11 @@ const READ_BUFFER_BYTES: usize = 64 << 10;
 /// Bodies up to this size are copied behind their frame's head (one write); larger ones are
 /// written after it.
 const INLINE_BODY_BYTES_MAX: usize = 64 << 10;
+
+/// A connection's reading side (plain TCP, or TLS), buffered.
+type Reader = BufReader<Box<dyn AsyncRead + Send + Unpin>>;
+/// A connection's writing side.
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// An answer as it came: status, headers and body.
 pub(crate) struct RawAnswer {
@@ -60,6 +68,8 @@ pub(crate) struct Frames {
     unsupported: Mutex<HashMap<String, Instant>>,
     /// How long a request waits for its answer ([`REQUEST_TIMEOUT`]).
     answer_timeout: Duration,
+    /// TLS for every connection (none: plain TCP).
+    tls: Option<tokio_rustls::TlsConnector>,
 }
 
 impl Default for Frames {
@@ -69,6 +79,7 @@ impl Default for Frames {
             dialing: Mutex::default(),
             unsupported: Mutex::default(),
             answer_timeout: REQUEST_TIMEOUT,
+            tls: None,
         }
     }
 }
@@ -90,6 +101,15 @@ struct Dialed {
 const CONNECTIONS_KEPT: usize = 4096;
 
 impl Frames {
+    /// Frames connections over TLS configured by `config` (the one the transport's HTTP/1.1
+    /// connections use: the same trusted CA and client certificate).
+    pub(crate) fn with_tls(config: rustls::ClientConfig) -> Frames {
+        Frames {
+            tls: Some(tokio_rustls::TlsConnector::from(Arc::new(config))),
+            ..Frames::default()
+        }
+    }
+
     /// Sends a request to the server at `addr` and waits for its answer.
     pub(crate) async fn send(
         &self,
@@ -131,7 +151,8 @@ impl Frames {
         {
             return Err(NotSent::Failed(dialed.failure.clone()));
         }
-        let connection = match Connection::open(addr, self.answer_timeout).await {
+        let connection = match Connection::open(addr, self.answer_timeout, self.tls.as_ref()).await
+        {
             Ok(connection) => Arc::new(connection),
             Err(NotSent::Unsupported) => {
                 self.unsupported
@@ -193,7 +214,7 @@ struct Connection {
     opened: Instant,
     /// … and how long after that a request was last sent on it, in milliseconds.
     used_ms: AtomicU64,
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    writer: tokio::sync::Mutex<Writer>,
     shared: Arc<Shared>,
     next_id: AtomicU64,
     reading: tokio::task::AbortHandle,
@@ -214,8 +235,12 @@ impl Connection {
         self.shared.alive.load(Ordering::Acquire) && idle_ms < POOL_IDLE_TIMEOUT.as_millis() as u64
     }
 
-    /// Connects to `addr` and upgrades the connection to frames.
-    async fn open(addr: &str, answer_timeout: Duration) -> Result<Connection, NotSent> {
+    /// Connects to `addr` (with TLS if `tls`) and upgrades the connection to frames.
+    async fn open(
+        addr: &str,
+        answer_timeout: Duration,
+        tls: Option<&tokio_rustls::TlsConnector>,
+    ) -> Result<Connection, NotSent> {
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
@@ -231,8 +256,31 @@ impl Connection {
             Err(_) => return Err(silent(addr, "connect to", CONNECT_TIMEOUT)),
         };
         let _ = stream.set_nodelay(true);
-        let (reader, mut writer) = stream.into_split();
-        let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
+        let (reader, mut writer): (Box<dyn AsyncRead + Send + Unpin>, Writer) = match tls {
+            None => {
+                let (reader, writer) = stream.into_split();
+                (Box::new(reader), Box::new(writer))
+            }
+            Some(connector) => {
+                let name = server_name(addr).map_err(NotSent::Failed)?;
+                // The handshake is answered by the server's code, as the upgrade is.
+                let stream =
+                    match tokio::time::timeout(answer_timeout, connector.connect(name, stream))
+                        .await
+                    {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(error)) => {
+                            return Err(NotSent::Failed(Failure::Unreachable(format!(
+                                "TLS handshake with {addr}: {error}"
+                            ))));
+                        }
+                        Err(_) => return Err(silent(addr, "TLS handshake with", answer_timeout)),
+                    };
+                let (reader, writer) = tokio::io::split(stream);
+                (Box::new(reader), Box::new(writer))
+            }
+        };
+        let mut reader: Reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
         let upgrade = async {
             let request = format!(
                 "GET {} HTTP/1.1\r\nhost: {addr}\r\nconnection: upgrade\r\nupgrade: {}\r\n\r\n",
@@ -240,6 +288,7 @@ impl Connection {
                 frames::PROTOCOL
             );
             writer.write_all(request.as_bytes()).await?;
+            writer.flush().await?;
             read_upgrade_answer(&mut reader).await
         };
         // The answer to the upgrade comes from the server's own code, not from its kernel as
@@ -307,14 +356,16 @@ impl Connection {
                 match body {
                     Some(body) if body.len() <= INLINE_BODY_BYTES_MAX => {
                         frame.extend_from_slice(body);
-                        writer.write_all(&frame).await
+                        writer.write_all(&frame).await?;
                     }
                     Some(body) => {
                         writer.write_all(&frame).await?;
-                        writer.write_all(body).await
+                        writer.write_all(body).await?;
                     }
-                    None => writer.write_all(&frame).await,
+                    None => writer.write_all(&frame).await?,
                 }
+                // (TLS may hold the last record's bytes until flushed; TCP holds none.)
+                writer.flush().await
             };
             if let Err(error) = written.await {
                 self.shared.break_with(format!("sending failed: {error}"));
@@ -342,6 +393,18 @@ impl Connection {
             }
         }
     }
+}
+
+/// The name a server at `addr` (`HOST:PORT`) is checked against in the TLS handshake: its
+/// address or host name, as in an `https` URL.
+fn server_name(addr: &str) -> Result<rustls::pki_types::ServerName<'static>, Failure> {
+    let host = match addr.rsplit_once(':') {
+        Some((host, port)) if port.parse::<u16>().is_ok() => host,
+        _ => addr,
+    };
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| Failure::Unreachable(format!("bad server name in {addr:?}: {e}")))
 }
 
 /// `addr` did not answer `what` (connecting, upgrading) within `bound`.
@@ -379,7 +442,7 @@ impl Drop for Torn<'_> {
 }
 
 /// Reads the answer to the upgrade request: whether it is `101 Switching Protocols`.
-async fn read_upgrade_answer(reader: &mut BufReader<OwnedReadHalf>) -> std::io::Result<bool> {
+async fn read_upgrade_answer(reader: &mut Reader) -> std::io::Result<bool> {
     let mut line = Vec::new();
     let mut total = 0usize;
     let mut status = None;
@@ -421,7 +484,7 @@ async fn read_upgrade_answer(reader: &mut BufReader<OwnedReadHalf>) -> std::io::
 }
 
 /// Reads answers and hands each to its request, until the connection breaks.
-async fn read_answers(mut reader: BufReader<OwnedReadHalf>, shared: Arc<Shared>, addr: String) {
+async fn read_answers(mut reader: Reader, shared: Arc<Shared>, addr: String) {
     let reason = loop {
         match read_answer(&mut reader).await {
             Ok((id, answer)) => {
@@ -464,9 +527,7 @@ pub(crate) enum AnswerError {
     HeaderValue(#[source] reqwest::header::InvalidHeaderValue),
 }
 
-async fn read_answer(
-    reader: &mut BufReader<OwnedReadHalf>,
-) -> Result<(u64, RawAnswer), AnswerError> {
+async fn read_answer(reader: &mut Reader) -> Result<(u64, RawAnswer), AnswerError> {
     let mut prefix = [0u8; PREFIX_BYTES];
     reader.read_exact(&mut prefix).await.map_err(|e| match e.kind() {
         std::io::ErrorKind::UnexpectedEof => AnswerError::Closed,
@@ -498,7 +559,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     /// Reads the upgrade request and answers `answer`.
-    async fn take_upgrade(stream: &mut TcpStream, answer: &str) {
+    async fn take_upgrade<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, answer: &str) {
         let mut head = Vec::new();
         while !head.ends_with(b"\r\n\r\n") {
             let mut byte = [0u8; 1];
@@ -514,7 +575,7 @@ mod tests {
     const SWITCH: &str = "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: optio-frames/1\r\n\r\n";
 
     /// Reads one request frame: its id, path and body.
-    async fn take_request(stream: &mut TcpStream) -> Option<(u64, String, Vec<u8>)> {
+    async fn take_request<S: AsyncRead + Unpin>(stream: &mut S) -> Option<(u64, String, Vec<u8>)> {
         let mut prefix = [0u8; PREFIX_BYTES];
         stream.read_exact(&mut prefix).await.ok()?;
         let (head_len, body_len) = frames::decode_prefix(prefix).unwrap();
@@ -526,11 +587,94 @@ mod tests {
         Some((request.id, request.path.to_string(), body))
     }
 
-    async fn send_answer(stream: &mut TcpStream, id: u64, status: u16, body: &[u8]) {
+    async fn send_answer<S: AsyncWrite + Unpin>(stream: &mut S, id: u64, status: u16, body: &[u8]) {
         let mut frame = Vec::new();
         frames::encode_answer(&mut frame, id, status, [("x-test", "yes")], body.len()).unwrap();
         frame.extend_from_slice(body);
         stream.write_all(&frame).await.unwrap();
+        stream.flush().await.unwrap();
+    }
+
+    /// A certificate for 127.0.0.1 and its key (PEM files in `dir`), and a client
+    /// configuration that trusts it.
+    fn tls_pair(dir: &std::path::Path, name: &str) -> (rustls::ServerConfig, rustls::ClientConfig) {
+        optio_tls::install_crypto_provider();
+        let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+        let (cert, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+        std::fs::write(&cert, made.cert.pem()).unwrap();
+        std::fs::write(&key, made.key_pair.serialize_pem()).unwrap();
+        let server = optio_tls::server_config(&cert, &key, None).unwrap();
+        let client = optio_tls::client_config(&cert, None).unwrap();
+        (server, client)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn over_tls_the_upgrade_and_every_frame_go_in_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let (server_config, client_config) = tls_pair(dir.path(), "server");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            // Anything but a TLS handshake fails here.
+            let mut stream = acceptor.accept(stream).await.expect("a TLS handshake");
+            take_upgrade(&mut stream, SWITCH).await;
+            let mut requests = Vec::new();
+            for _ in 0..2 {
+                requests.push(take_request(&mut stream).await.unwrap());
+            }
+            for (id, path, body) in requests.into_iter().rev() {
+                let text = format!("{path} {} bytes", body.len());
+                send_answer(&mut stream, id, 201, text.as_bytes()).await;
+            }
+            let _ = take_request(&mut stream).await;
+        });
+        let frames = Frames::with_tls(client_config);
+        // A small body goes behind its head, a large one after it: both reach the server.
+        let (small, large) = (Bytes::from(vec![1u8; 3000]), Bytes::from(vec![2u8; 300_000]));
+        let (a, b) = tokio::join!(
+            frames.send(&addr, "PUT", "/small", &[], Some(&small)),
+            frames.send(&addr, "PUT", "/large", &[], Some(&large)),
+        );
+        let (Ok(a), Ok(b)) = (a, b) else { panic!("a request over TLS failed") };
+        assert_eq!((a.status, &a.body[..]), (201, &b"/small 3000 bytes"[..]));
+        assert_eq!((b.status, &b.body[..]), (201, &b"/large 300000 bytes"[..]));
+        drop(frames);
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_server_whose_certificate_is_not_trusted_is_unreachable_over_tls() {
+        let dir = tempfile::tempdir().unwrap();
+        let (server_config, _) = tls_pair(dir.path(), "server");
+        let (_, trusts_another) = tls_pair(dir.path(), "another");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            acceptor.accept(stream).await.is_err()
+        });
+        let frames = Frames::with_tls(trusts_another);
+        match frames.send(&addr, "GET", "/x", &[], None).await {
+            Err(NotSent::Failed(Failure::Unreachable(reason))) => {
+                assert!(reason.contains("TLS handshake with"), "{reason}");
+            }
+            Err(NotSent::Failed(other)) => panic!("not unreachable: {other:?}"),
+            Err(NotSent::Unsupported) => panic!("taken for a server without frames"),
+            Ok(_) => panic!("an untrusted server was answered"),
+        }
+        assert!(server.await.unwrap(), "the server saw the handshake fail");
+    }
+
+    #[test]
+    fn server_names_are_the_host_of_the_address() {
+        let name = |addr: &str| server_name(addr).map(|n| n.to_str().into_owned());
+        assert_eq!(name("127.0.0.1:7001").unwrap(), "127.0.0.1");
+        assert_eq!(name("[::1]:7001").unwrap(), "::1");
+        assert_eq!(name("server-1.rack2:7001").unwrap(), "server-1.rack2");
+        assert!(name("not a name:1").is_err());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

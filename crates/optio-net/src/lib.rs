@@ -127,8 +127,8 @@ pub struct HttpTransport {
     /// Each server address's URL (`scheme://addr/`), parsed once: a request's URL is that with
     /// its path set, which skips parsing and IDNA-checking the host on every request.
     bases: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, reqwest::Url>>>,
-    /// Frames connections (see [`optio_proto::frames`]), for the requests that fit a frame;
-    /// none: everything over HTTP/1.1 (TLS, or `OPTIO_FRAMES=0`).
+    /// Frames connections (see [`optio_proto::frames`]), plain or TLS as the transport is, for
+    /// the requests that fit a frame; none: everything over HTTP/1.1 (`OPTIO_FRAMES=0`).
     frames: Option<std::sync::Arc<frames::Frames>>,
     /// Connections to servers' local sockets ([`local`]).
     locals: std::sync::Arc<local::Locals>,
@@ -137,10 +137,16 @@ pub struct HttpTransport {
 /// The environment variable that turns frames off (`0`): every request over HTTP/1.1.
 pub const FRAMES_ENV: &str = "OPTIO_FRAMES";
 
-/// Frames connections, unless [`FRAMES_ENV`] is `0`.
-fn frames_unless_disabled() -> Option<std::sync::Arc<frames::Frames>> {
+/// Frames connections (TLS configured by `tls`, else plain), unless [`FRAMES_ENV`] is `0`.
+fn frames_unless_disabled(
+    tls: Option<&rustls::ClientConfig>,
+) -> Option<std::sync::Arc<frames::Frames>> {
     let disabled = std::env::var(FRAMES_ENV).is_ok_and(|v| v.trim() == "0");
-    (!disabled).then(Default::default)
+    let frames = match tls {
+        None => frames::Frames::default(),
+        Some(config) => frames::Frames::with_tls(config.clone()),
+    };
+    (!disabled).then(|| std::sync::Arc::new(frames))
 }
 
 /// Server addresses whose URLs are kept (past it the cache starts again).
@@ -194,6 +200,7 @@ impl HttpTransport {
             None => HttpTransport::new()?,
             Some(ca) => {
                 let config = optio_tls::client_config(ca, identity)?;
+                let frames = frames_unless_disabled(Some(&config));
                 let http = HttpTransport::builder()
                     .use_preconfigured_tls(config)
                     .build()
@@ -204,7 +211,7 @@ impl HttpTransport {
                     scheme: "https",
                     hashes: Default::default(),
                     bases: Default::default(),
-                    frames: None,
+                    frames,
                     locals: Default::default(),
                 }
             }
@@ -321,7 +328,7 @@ impl HttpTransport {
             scheme: "http",
             hashes: Default::default(),
             bases: Default::default(),
-            frames: frames_unless_disabled(),
+            frames: frames_unless_disabled(None),
             locals: Default::default(),
         })
     }

@@ -247,9 +247,8 @@ async fn serve_connection<S>(
     let tracked = connection.tracked.clone();
     let io = TokioIo::new(Watched::new(stream, tracked.clone(), limits.body_timeout));
     let Channel { plaintext, sealed, peer } = channel;
-    // (Frames are marked plain or not, never sealed: a signed body that comes in a frame is
-    // checked against its hash.)
-    let context = frames::Context { router: router.clone(), plaintext, peer: peer.clone() };
+    // (Frames upgraded from a TLS connection go in its records: sealed as its HTTP is.)
+    let context = frames::Context { router: router.clone(), plaintext, sealed, peer: peer.clone() };
     let service = Service {
         router,
         connection: connection.clone(),

@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinSet;
 
-use super::{Connection, Limits, LocalFile, PeerEntity, Plaintext};
+use super::{Connection, Limits, LocalFile, PeerEntity, Plaintext, Sealed};
 
 /// Bytes read from a connection's socket at once.
 const READ_BUFFER_BYTES: usize = 64 << 10;
@@ -38,6 +38,9 @@ pub(crate) struct Context {
     pub(crate) router: Router,
     /// A plain connection to a server that takes TLS.
     pub(crate) plaintext: bool,
+    /// A TLS connection ([`Sealed`]: a frame's head and body come in records only the two ends
+    /// can seal).
+    pub(crate) sealed: bool,
     /// The entity its client certificate names (mutual TLS).
     pub(crate) peer: Option<Arc<super::PeerCertificate>>,
 }
@@ -180,6 +183,9 @@ pub(crate) fn build_request(
     }
     if context.plaintext {
         request.extensions_mut().insert(Plaintext);
+    }
+    if context.sealed {
+        request.extensions_mut().insert(Sealed);
     }
     if let Some(peer) = &context.peer {
         request.extensions_mut().insert(PeerEntity(peer.clone()));

@@ -110,6 +110,63 @@ impl Raw {
     async fn send(&self, addr: &str) -> (u16, String) {
         self.send_with(&reqwest::Client::new(), &format!("http://{addr}")).await
     }
+
+    /// Sends it as a frame ([`optio_proto::frames`]) on `stream` (plain TCP or TLS), upgraded
+    /// to frames first.
+    async fn send_framed<S>(&self, stream: &mut S) -> (u16, String)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        use optio_proto::frames;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let upgrade = format!(
+            "GET {} HTTP/1.1\r\nhost: t\r\nconnection: upgrade\r\nupgrade: {}\r\n\r\n",
+            frames::UPGRADE_PATH,
+            frames::PROTOCOL
+        );
+        stream.write_all(upgrade.as_bytes()).await.unwrap();
+        stream.flush().await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "closed during the upgrade");
+            head.push(byte[0]);
+        }
+        assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+        let pairs = self.headers.iter().map(|(n, v)| (*n, v.as_str()));
+        let mut frame = Vec::new();
+        frames::encode_request(
+            &mut frame,
+            1,
+            self.method.as_str(),
+            &self.path,
+            pairs,
+            self.body.len(),
+        )
+        .unwrap();
+        frame.extend_from_slice(&self.body);
+        stream.write_all(&frame).await.unwrap();
+        stream.flush().await.unwrap();
+        let mut prefix = [0u8; frames::PREFIX_BYTES];
+        stream.read_exact(&mut prefix).await.unwrap();
+        let (head_len, body_len) = frames::decode_prefix(prefix).unwrap();
+        let mut head = vec![0u8; head_len];
+        stream.read_exact(&mut head).await.unwrap();
+        let mut body = vec![0u8; body_len];
+        stream.read_exact(&mut body).await.unwrap();
+        let answer = frames::decode_answer(&head).unwrap();
+        let reason = answer.headers.iter().find(|(n, _)| *n == wire::REASON).map(|(_, v)| *v);
+        (answer.status, format!("{} {}", reason.unwrap_or(""), String::from_utf8_lossy(&body)))
+    }
+}
+
+/// A TLS connection to the server at `addr` (an IP address and port), trusting `ca`.
+async fn tls_to(addr: &str, ca: &Path) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let config = optio_tls::client_config(ca, None).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let ip: std::net::IpAddr = addr.rsplit_once(':').unwrap().0.parse().unwrap();
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    connector.connect(ip.into(), stream).await.expect("a TLS handshake")
 }
 
 /// (device, its server's address, the pool id of `data`).
@@ -464,6 +521,13 @@ fn a_signed_body_needs_its_hash_over_plain_http_but_not_over_tls() {
         assert_eq!(status, 401, "plain HTTP, another body's hash: {text}");
         let read = Raw::object(reqwest::Method::GET, device, pool, "p1").signed(&addr, &admin);
         assert_eq!(read.send(&addr).await.0, 404, "nothing was stored");
+        // The same in a frame.
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let (status, text) =
+            unhashed(device, pool, "p2").signed(&addr, &admin).send_framed(&mut stream).await;
+        assert_eq!(status, 401, "a frame over plain TCP, no hash: {text}");
+        let read = Raw::object(reqwest::Method::GET, device, pool, "p2").signed(&addr, &admin);
+        assert_eq!(read.send(&addr).await.0, 404, "nothing was stored");
     });
     drop(plain);
 
@@ -489,6 +553,20 @@ fn a_signed_body_needs_its_hash_over_plain_http_but_not_over_tls() {
             misattributed(device, pool, "t2").signed(&addr, &admin).send_with(&https, &base).await;
         assert_eq!(status, 401, "TLS, another body's hash: {text}");
         let read = Raw::object(reqwest::Method::GET, device, pool, "t2").signed(&addr, &admin);
+        assert_eq!(read.send_with(&https, &base).await.0, 404, "nothing was stored");
+        // Frames upgraded from a TLS connection are sealed as its HTTP is.
+        let mut stream = tls_to(&addr, &ca).await;
+        let (status, text) =
+            unhashed(device, pool, "t3").signed(&addr, &admin).send_framed(&mut stream).await;
+        assert_eq!(status, 201, "a frame over TLS, no hash: {text}");
+        let mut stream = tls_to(&addr, &ca).await;
+        let (status, text) =
+            misattributed(device, pool, "t4").signed(&addr, &admin).send_framed(&mut stream).await;
+        assert_eq!(status, 401, "a frame over TLS, another body's hash: {text}");
+        let read = Raw::object(reqwest::Method::GET, device, pool, "t3").signed(&addr, &admin);
+        let (status, text) = read.send_with(&https, &base).await;
+        assert_eq!((status, text.ends_with("the body")), (200, true), "{text}");
+        let read = Raw::object(reqwest::Method::GET, device, pool, "t4").signed(&addr, &admin);
         assert_eq!(read.send_with(&https, &base).await.0, 404, "nothing was stored");
 
         let config = optio_client::ClientConfig {
