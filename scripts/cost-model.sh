@@ -39,6 +39,14 @@
 # BATCH=1: both systems under SCHED_BATCH, like for like: Optio's servers (as above), both
 #   clients (`optio bench`, `rados bench`, rados-meta.py, under `chrt -b 0`), and every thread
 #   of Ceph's OSDs, mon and mgr, set once its cluster is up.
+# LOOPFS=ext4|xfs: both systems' files on a file system of their own, made for the run (mkfs's
+#   defaults: ext4 with its journal) on a sparse image (LOOPFS_IMAGE, default
+#   /var/tmp/optio-cost-model.img, 24 GiB, removed after) through a loop device with direct I/O
+#   (the image's file sees what a disk would, not a second page cache). What a data disk
+#   would have: this machine's root file system is ext4 without a journal, where creating a
+#   file scans its block group's inodes freed in the last 60 s (360 s while their inode table
+#   is unwritten), which made Optio's first writes of small objects cost up to three times
+#   the CPU right after another run's files were deleted (docs/benchmarks.md).
 # Needs root (perf tracepoints), jq, perf, GNU time, and what ceph-mini installs.
 set -euo pipefail
 small=${1:-4000}
@@ -59,7 +67,31 @@ else
   cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p optio
   optio="${CARGO_TARGET_DIR:-$root/target}/release/optio"
 fi
-work=$(mktemp -d)
+loop_dev=""
+loop_mnt=""
+loop_image=""
+loop_cleanup() {
+  if [ -n "$loop_mnt" ]; then umount "$loop_mnt" 2>/dev/null || true; rmdir "$loop_mnt" 2>/dev/null || true; fi
+  if [ -n "$loop_dev" ]; then losetup -d "$loop_dev" 2>/dev/null || true; fi
+  if [ -n "$loop_image" ]; then rm -f "$loop_image"; fi
+}
+if [ -n "${LOOPFS:-}" ]; then
+  case "$LOOPFS" in ext4|xfs) ;; *) echo "LOOPFS must be ext4 or xfs, not $LOOPFS" >&2; exit 2 ;; esac
+  command -v "mkfs.$LOOPFS" >/dev/null || { echo "mkfs.$LOOPFS not found: apt-get install -y e2fsprogs xfsprogs" >&2; exit 1; }
+  image=${LOOPFS_IMAGE:-/var/tmp/optio-cost-model.img}
+  [ -e "$image" ] && { echo "$image exists (another run's?): remove it or set LOOPFS_IMAGE" >&2; exit 1; }
+  trap loop_cleanup EXIT
+  loop_image=$image
+  truncate -s 24G "$loop_image"
+  loop_dev=$(losetup --direct-io=on --find --show "$loop_image")
+  if [ "$LOOPFS" = xfs ]; then mkfs.xfs -q -f "$loop_dev"; else mkfs.ext4 -q -F "$loop_dev"; fi
+  loop_mnt=$(mktemp -d)
+  mount "$loop_dev" "$loop_mnt"
+  work=$(mktemp -d -p "$loop_mnt")
+  echo "== on $LOOPFS made for this run: $loop_image through $loop_dev (direct I/O), at $loop_mnt"
+else
+  work=$(mktemp -d)
+fi
 client_sched=()
 if [ "${BATCH:-0}" = 1 ]; then
   client_sched=(chrt -b 0)
@@ -77,6 +109,7 @@ cleanup() {
   if [ -n "$up_pid" ]; then kill -INT "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; fi
   if [ -f "$ceph_dir/.ceph-mini" ]; then "$ceph_mini" stop "$ceph_dir" >/dev/null 2>&1 || true; fi
   rm -rf "$work"
+  loop_cleanup
 }
 trap cleanup EXIT
 ticks=$(getconf CLK_TCK)
