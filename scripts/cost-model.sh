@@ -45,7 +45,7 @@
 #   (the image's file sees what a disk would, not a second page cache). What a data disk
 #   would have: this machine's root file system is ext4 without a journal, where creating a
 #   file scans its block group's inodes freed in the last 60 s (360 s while their inode table
-#   is unwritten), which made Optio's first writes of small objects cost up to three times
+#   is unwritten), which made Optio's first writes of small objects cost three to four times
 #   the CPU right after another run's files were deleted (docs/benchmarks.md).
 # Needs root (perf tracepoints), jq, perf, GNU time, and what ceph-mini installs.
 set -euo pipefail
