@@ -1,5 +1,6 @@
 //! kill -9 of a server during a write storm, then a restart: every acknowledged object reads
-//! back intact, from every replica.
+//! back intact, from every replica. One writer writes objects of 1 MiB or more, which servers
+//! write with `O_DIRECT` (docs/store.md, "Large files go past the page cache").
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,14 @@ use crate::{client, cluster, data, runtime, wait_until};
 
 const WRITERS: usize = 6;
 const WRITES_PER_WRITER_MAX: usize = 3_000;
+/// The writer of large objects, and how many it writes at most (they fill the devices).
+const LARGE_WRITER: usize = 0;
+const LARGE_WRITES_MAX: usize = 150;
+
+/// The size of the `n`th write of writer `w`: 2-6 KiB, or 1-1.25 MiB for [`LARGE_WRITER`].
+fn size_of(w: usize, n: usize) -> usize {
+    if w == LARGE_WRITER { (1 << 20) + (n % 4096) * 64 } else { 2048 + n % 4096 }
+}
 
 #[test]
 fn acknowledged_writes_survive_kill_9_and_restart() {
@@ -24,7 +33,7 @@ fn acknowledged_writes_survive_kill_9_and_restart() {
     let (_dir, mut cluster) = cluster(spec);
     let rt = runtime();
     let writer = rt.block_on(client(&cluster, Some("space")));
-    let acked: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
+    let acked: Arc<Mutex<Vec<(String, usize, usize)>>> = Arc::default();
     let failed = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -33,13 +42,13 @@ fn acknowledged_writes_survive_kill_9_and_restart() {
             (writer.clone(), acked.clone(), failed.clone(), stop.clone());
         tasks.push(rt.spawn(async move {
             for i in 0..WRITES_PER_WRITER_MAX {
-                if stop.load(Ordering::Relaxed) {
+                if stop.load(Ordering::Relaxed) || (w == LARGE_WRITER && i >= LARGE_WRITES_MAX) {
                     break;
                 }
                 let key = format!("storm/{w}/{i}");
                 let n = w * WRITES_PER_WRITER_MAX + i;
-                match writer.put(CRUSH_POOL, &key, data(n, 2048 + n % 4096)).await {
-                    Ok(_) => acked.lock().unwrap().push((key, n)),
+                match writer.put(CRUSH_POOL, &key, data(n, size_of(w, n))).await {
+                    Ok(_) => acked.lock().unwrap().push((key, n, size_of(w, n))),
                     Err(_) => {
                         failed.fetch_add(1, Ordering::Relaxed);
                     }
@@ -48,13 +57,19 @@ fn acknowledged_writes_survive_kill_9_and_restart() {
         }));
     }
     let acked_count = || acked.lock().unwrap().len();
-    assert!(wait_until(Duration::from_secs(60), || acked_count() >= 60), "the storm runs");
+    let large_count = || acked.lock().unwrap().iter().filter(|a| a.2 >= 1 << 20).count();
+    assert!(
+        wait_until(Duration::from_secs(60), || acked_count() >= 60 && large_count() >= 2),
+        "the storm runs, large objects too"
+    );
     cluster.kill(0).expect("kill -9");
-    let at_kill = acked_count();
+    let (at_kill, large_at_kill) = (acked_count(), large_count());
     assert!(
         wait_until(Duration::from_secs(60), || acked_count() >= at_kill + 60
+            && large_count() >= large_at_kill + 3
             && writer.stats().degraded_writes >= 5),
-        "writes go on around the dead server (degraded: 2 of 3 replicas, min_size 2)"
+        "writes go on around the dead server (degraded: 2 of 3 replicas, min_size 2), large \
+         ones too"
     );
     cluster.restart(0).expect("restart");
     let at_restart = acked_count();
@@ -67,9 +82,12 @@ fn acknowledged_writes_survive_kill_9_and_restart() {
         rt.block_on(task).expect("writer task");
     }
     let acked = acked.lock().unwrap().clone();
+    let large_after_kill = acked[at_kill..].iter().filter(|a| a.2 >= 1 << 20).count();
     eprintln!(
-        "{} writes acknowledged ({} degraded), {} failed",
+        "{} writes acknowledged ({} of 1 MiB or more, {large_after_kill} of them after the \
+         kill; {} degraded), {} failed",
         acked.len(),
+        acked.iter().filter(|a| a.2 >= 1 << 20).count(),
         writer.stats().degraded_writes,
         failed.load(Ordering::Relaxed)
     );
@@ -86,12 +104,17 @@ fn acknowledged_writes_survive_kill_9_and_restart() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let reader = client(&cluster, Some("space")).await;
-        for (key, n) in &acked {
+        for (key, n, size) in &acked {
             let got = reader.get(CRUSH_POOL, key).await.unwrap_or_else(|e| panic!("{key}: {e}"));
-            assert_eq!(got, data(*n, 2048 + n % 4096), "{key}");
+            assert!(got == data(*n, *size), "{key}: {} bytes read, {size} written", got.len());
         }
-        // Every replica, not just the primaries, holds every acknowledged object intact.
-        for (key, _) in acked.iter().step_by(7) {
+        // Every replica, not just the primaries, holds every acknowledged object intact (and
+        // every large one).
+        for (key, _, _) in acked
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| (i % 7 == 0 || a.2 >= 1 << 20).then_some(a))
+        {
             let states = reader.verify(CRUSH_POOL, key).await.expect("verify");
             assert!(states.iter().all(|(_, s)| *s == ReplicaState::Good), "{key}: {states:?}");
         }
