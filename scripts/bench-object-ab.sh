@@ -7,12 +7,16 @@
 # Usage: scripts/bench-object-ab.sh BUILD_A BUILD_B [ROUNDS (3)]
 #   env: OBJECTS (400), SIZE (4MiB), CONCURRENCY (16), READ_PASSES (1: reads of each object),
 #        METADATA=1 (`optio bench --metadata`: also stat, then delete, each object; their
-#        ops/s and servers' CPU and syncs per op are printed after the read columns)
+#        ops/s and servers' CPU and syncs per op are printed after the read columns),
+#        TLS=1 (`optio up --tls`: every request over TLS),
+#        TMPDIR (where the clusters go: a file system of your choice)
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,11p' "$0" >&2; exit 2; }
 a=$1 b=$2 rounds=${3:-3}
 objects=${OBJECTS:-400} size=${SIZE:-4MiB} concurrency=${CONCURRENCY:-16} passes=${READ_PASSES:-1}
 metadata=${METADATA:-0}
+up_flags=()
+[ "${TLS:-0}" = 1 ] && up_flags=(--tls)
 for bin in "$a" "$b"; do [ -x "$bin" ] || { echo "$bin: not an executable" >&2; exit 1; }; done
 command -v jq >/dev/null || { echo "jq not found: apt-get install -y jq" >&2; exit 1; }
 work=$(mktemp -d)
@@ -26,7 +30,7 @@ trap cleanup EXIT
 run() { # BUILD LABEL
   local dir="$work/run"
   rm -rf "$dir"
-  "$1" up --dir "$dir" --zones 3 --hosts 1 --capacity 64GiB > "$work/up.log" 2>&1 &
+  "$1" up --dir "$dir" --zones 3 --hosts 1 --capacity 64GiB "${up_flags[@]}" > "$work/up.log" 2>&1 &
   up_pid=$!
   for _ in $(seq 300); do grep -q "Ctrl-C" "$work/up.log" && break; sleep 0.1; done
   grep -q "Ctrl-C" "$work/up.log" || { cat "$work/up.log"; exit 1; }
@@ -46,7 +50,7 @@ run() { # BUILD LABEL
 
 echo "A = $a"
 echo "B = $b"
-echo "$objects objects of $size (read $passes time(s)), $concurrency in flight, 3 servers (r = 3), a fresh cluster per run"
+echo "$objects objects of $size (read $passes time(s)), $concurrency in flight, 3 servers (r = 3) ${up_flags[*]}, a fresh cluster per run"
 printf 'build\twrite MB/s\tservers µs/op\tclient µs/op\tread MB/s\tservers µs/op\tclient µs/op'
 [ "$metadata" = 1 ] && printf '\tstat/s\tdelete/s\tservers µs/delete\tsyncs/delete'
 echo

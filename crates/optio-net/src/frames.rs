@@ -735,24 +735,48 @@ mod tests {
         assert!(server.await.unwrap(), "the server was asked once");
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_broken_connection_fails_its_requests_as_dropped_and_the_next_opens_a_new_one() {
+    /// A test server's side of a connection, plain or TLS.
+    trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+    impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+    /// Accepts a connection on `listener`, with TLS if `acceptor`.
+    async fn accept(
+        listener: &TcpListener,
+        acceptor: Option<&tokio_rustls::TlsAcceptor>,
+    ) -> Box<dyn Io> {
+        let (stream, _) = listener.accept().await.unwrap();
+        match acceptor {
+            None => Box::new(stream),
+            Some(acceptor) => Box::new(acceptor.accept(stream).await.expect("a TLS handshake")),
+        }
+    }
+
+    /// A server that takes a request and closes its connection unanswered, then answers on
+    /// the next: the first request fails as dropped, the second opens a new connection (TLS
+    /// when `tls`).
+    async fn a_broken_connection_is_dropped_and_replaced(tls: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let (acceptor, frames) = if tls {
+            let (server, client) = tls_pair(dir.path(), "server");
+            (Some(tokio_rustls::TlsAcceptor::from(Arc::new(server))), Frames::with_tls(client))
+        } else {
+            (None, Frames::default())
+        };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let server = tokio::spawn(async move {
             // The first connection takes a request and closes: it is never answered.
-            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut stream = accept(&listener, acceptor.as_ref()).await;
             take_upgrade(&mut stream, SWITCH).await;
             take_request(&mut stream).await.unwrap();
             drop(stream);
             // The second answers.
-            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut stream = accept(&listener, acceptor.as_ref()).await;
             take_upgrade(&mut stream, SWITCH).await;
             let (id, _, _) = take_request(&mut stream).await.unwrap();
             send_answer(&mut stream, id, 204, b"").await;
             let _ = take_request(&mut stream).await;
         });
-        let frames = Frames::default();
         match frames.send(&addr, "DELETE", "/k", &[], None).await {
             Err(NotSent::Failed(Failure::Dropped(reason))) => {
                 assert!(reason.contains("closed"), "{reason}");
@@ -765,6 +789,16 @@ mod tests {
         assert!(matches!(answer, Ok(RawAnswer { status: 204, .. })));
         drop(frames);
         server.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_broken_connection_fails_its_requests_as_dropped_and_the_next_opens_a_new_one() {
+        a_broken_connection_is_dropped_and_replaced(false).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_broken_tls_connection_fails_its_requests_as_dropped_and_the_next_opens_a_new_one() {
+        a_broken_connection_is_dropped_and_replaced(true).await;
     }
 
     /// Requests waiting for a connection attempt that fails take its failure: a server that

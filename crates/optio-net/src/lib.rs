@@ -141,12 +141,13 @@ pub const FRAMES_ENV: &str = "OPTIO_FRAMES";
 fn frames_unless_disabled(
     tls: Option<&rustls::ClientConfig>,
 ) -> Option<std::sync::Arc<frames::Frames>> {
-    let disabled = std::env::var(FRAMES_ENV).is_ok_and(|v| v.trim() == "0");
-    let frames = match tls {
+    if std::env::var(FRAMES_ENV).is_ok_and(|v| v.trim() == "0") {
+        return None;
+    }
+    Some(std::sync::Arc::new(match tls {
         None => frames::Frames::default(),
         Some(config) => frames::Frames::with_tls(config.clone()),
-    };
-    (!disabled).then(|| std::sync::Arc::new(frames))
+    }))
 }
 
 /// Server addresses whose URLs are kept (past it the cache starts again).

@@ -173,7 +173,7 @@ pub(crate) async fn serve(
         tokio::spawn(async move {
             match tls {
                 None => {
-                    let channel = Channel { plaintext: false, sealed: false, peer: None };
+                    let channel = Channel::default();
                     serve_connection(stream, router, connection, limits, stopping, channel).await;
                 }
                 Some(acceptor) => {
@@ -224,14 +224,31 @@ pub(crate) async fn serve(
     let _ = permits.acquire_many(all).await;
 }
 
-/// What a connection is: what its requests are marked with.
-struct Channel {
+/// What a connection is: what its requests are marked with, over HTTP/1.1 and in frames
+/// alike.
+#[derive(Clone, Default)]
+pub(crate) struct Channel {
     /// Plain, to a server that takes TLS ([`Plaintext`]).
     plaintext: bool,
-    /// TLS ([`Sealed`]).
+    /// TLS ([`Sealed`]: a request's head and body come in records only the two ends can seal).
     sealed: bool,
     /// The client certificate it showed ([`PeerEntity`]).
     peer: Option<Arc<PeerCertificate>>,
+}
+
+impl Channel {
+    /// Marks a request that came on this connection.
+    pub(crate) fn mark(&self, extensions: &mut axum::http::Extensions) {
+        if self.plaintext {
+            extensions.insert(Plaintext);
+        }
+        if self.sealed {
+            extensions.insert(Sealed);
+        }
+        if let Some(peer) = &self.peer {
+            extensions.insert(PeerEntity(peer.clone()));
+        }
+    }
 }
 
 async fn serve_connection<S>(
@@ -246,16 +263,13 @@ async fn serve_connection<S>(
 {
     let tracked = connection.tracked.clone();
     let io = TokioIo::new(Watched::new(stream, tracked.clone(), limits.body_timeout));
-    let Channel { plaintext, sealed, peer } = channel;
     // (Frames upgraded from a TLS connection go in its records: sealed as its HTTP is.)
-    let context = frames::Context { router: router.clone(), plaintext, sealed, peer: peer.clone() };
+    let context = frames::Context { router: router.clone(), channel: channel.clone() };
     let service = Service {
         router,
         connection: connection.clone(),
         body_timeout: limits.body_timeout,
-        plaintext,
-        sealed,
-        peer,
+        channel,
     };
     let conn =
         hyper::server::conn::http1::Builder::new().serve_connection(io, service).with_upgrades();
@@ -323,12 +337,8 @@ struct Service {
     router: Router,
     connection: Arc<Connection>,
     body_timeout: Duration,
-    /// A plain connection to a server that takes TLS.
-    plaintext: bool,
-    /// A TLS connection.
-    sealed: bool,
-    /// The entity its client certificate names (mutual TLS).
-    peer: Option<Arc<PeerCertificate>>,
+    /// What its requests are marked with.
+    channel: Channel,
 }
 
 type ServiceFuture = Pin<Box<dyn Future<Output = Result<Response<Answer>, Infallible>> + Send>>;
@@ -355,15 +365,7 @@ impl hyper::service::Service<Request<Incoming>> for Service {
         let timeout = self.body_timeout;
         let mut request =
             request.map(|body| axum::body::Body::new(TimedBody::new(body, timeout, None)));
-        if self.plaintext {
-            request.extensions_mut().insert(Plaintext);
-        }
-        if self.sealed {
-            request.extensions_mut().insert(Sealed);
-        }
-        if let Some(peer) = &self.peer {
-            request.extensions_mut().insert(PeerEntity(peer.clone()));
-        }
+        self.channel.mark(request.extensions_mut());
         let mut router = self.router.clone();
         Box::pin(async move {
             // A Router is always ready (its `poll_ready` does nothing).

@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinSet;
 
-use super::{Connection, Limits, LocalFile, PeerEntity, Plaintext, Sealed};
+use super::{Connection, Limits, LocalFile};
 
 /// Bytes read from a connection's socket at once.
 const READ_BUFFER_BYTES: usize = 64 << 10;
@@ -36,13 +36,8 @@ const IN_FLIGHT_MAX: usize = 128;
 #[derive(Clone)]
 pub(crate) struct Context {
     pub(crate) router: Router,
-    /// A plain connection to a server that takes TLS.
-    pub(crate) plaintext: bool,
-    /// A TLS connection ([`Sealed`]: a frame's head and body come in records only the two ends
-    /// can seal).
-    pub(crate) sealed: bool,
-    /// The entity its client certificate names (mutual TLS).
-    pub(crate) peer: Option<Arc<super::PeerCertificate>>,
+    /// The connection it came on, whose marks its requests take.
+    pub(crate) channel: super::Channel,
 }
 
 /// Serves frames on `io` until the client closes it, a frame breaks the protocol, a timeout
@@ -181,15 +176,7 @@ pub(crate) fn build_request(
     if !body.is_empty() || !matches!(method, Method::GET | Method::HEAD | Method::DELETE) {
         request.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     }
-    if context.plaintext {
-        request.extensions_mut().insert(Plaintext);
-    }
-    if context.sealed {
-        request.extensions_mut().insert(Sealed);
-    }
-    if let Some(peer) = &context.peer {
-        request.extensions_mut().insert(PeerEntity(peer.clone()));
-    }
+    context.channel.mark(request.extensions_mut());
     Ok((id, request))
 }
 

@@ -126,7 +126,7 @@ async fn serve_connection(
     limits: Limits,
     mut stopping: watch::Receiver<bool>,
 ) {
-    let context = Context { router: router.clone(), plaintext: false, sealed: false, peer: None };
+    let context = Context { router: router.clone(), channel: Default::default() };
     loop {
         let received = tokio::select! {
             received = tokio::time::timeout(

@@ -22,6 +22,11 @@ fn size_of(w: usize, n: usize) -> usize {
     if w == LARGE_WRITER { (1 << 20) + (n % 4096) * 64 } else { 2048 + n % 4096 }
 }
 
+/// An acknowledged write (key, data seed, size) the servers wrote with `O_DIRECT`.
+fn is_large(acked: &(String, usize, usize)) -> bool {
+    acked.2 >= 1 << 20
+}
+
 #[test]
 fn acknowledged_writes_survive_kill_9_and_restart() {
     let spec = LocalClusterSpec {
@@ -47,8 +52,9 @@ fn acknowledged_writes_survive_kill_9_and_restart() {
                 }
                 let key = format!("storm/{w}/{i}");
                 let n = w * WRITES_PER_WRITER_MAX + i;
-                match writer.put(CRUSH_POOL, &key, data(n, size_of(w, n))).await {
-                    Ok(_) => acked.lock().unwrap().push((key, n, size_of(w, n))),
+                let size = size_of(w, n);
+                match writer.put(CRUSH_POOL, &key, data(n, size)).await {
+                    Ok(_) => acked.lock().unwrap().push((key, n, size)),
                     Err(_) => {
                         failed.fetch_add(1, Ordering::Relaxed);
                     }
@@ -57,7 +63,7 @@ fn acknowledged_writes_survive_kill_9_and_restart() {
         }));
     }
     let acked_count = || acked.lock().unwrap().len();
-    let large_count = || acked.lock().unwrap().iter().filter(|a| a.2 >= 1 << 20).count();
+    let large_count = || acked.lock().unwrap().iter().filter(|a| is_large(a)).count();
     assert!(
         wait_until(Duration::from_secs(60), || acked_count() >= 60 && large_count() >= 2),
         "the storm runs, large objects too"
@@ -82,12 +88,12 @@ fn acknowledged_writes_survive_kill_9_and_restart() {
         rt.block_on(task).expect("writer task");
     }
     let acked = acked.lock().unwrap().clone();
-    let large_after_kill = acked[at_kill..].iter().filter(|a| a.2 >= 1 << 20).count();
+    let large_after_kill = acked[at_kill..].iter().filter(|a| is_large(a)).count();
     eprintln!(
         "{} writes acknowledged ({} of 1 MiB or more, {large_after_kill} of them after the \
          kill; {} degraded), {} failed",
         acked.len(),
-        acked.iter().filter(|a| a.2 >= 1 << 20).count(),
+        acked.iter().filter(|a| is_large(a)).count(),
         writer.stats().degraded_writes,
         failed.load(Ordering::Relaxed)
     );
@@ -110,10 +116,8 @@ fn acknowledged_writes_survive_kill_9_and_restart() {
         }
         // Every replica, not just the primaries, holds every acknowledged object intact (and
         // every large one).
-        for (key, _, _) in acked
-            .iter()
-            .enumerate()
-            .filter_map(|(i, a)| (i % 7 == 0 || a.2 >= 1 << 20).then_some(a))
+        for (key, _, _) in
+            acked.iter().enumerate().filter_map(|(i, a)| (i % 7 == 0 || is_large(a)).then_some(a))
         {
             let states = reader.verify(CRUSH_POOL, key).await.expect("verify");
             assert!(states.iter().all(|(_, s)| *s == ReplicaState::Good), "{key}: {states:?}");
