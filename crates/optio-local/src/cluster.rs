@@ -107,9 +107,9 @@ pub struct LocalClusterSpec {
     /// How old a tombstone must be before scrubbing may remove it (`None`: the server's
     /// default, 24 h).
     pub tombstone_grace: Option<Duration>,
-    /// Servers copy only the blocks a volume's write changes after a snapshot
-    /// (`optio server --snapshot-copy blocks`), not the whole object.
-    pub snapshot_copy_blocks: bool,
+    /// How servers keep what a snapshot sees (`optio server --snapshot-copy HOW`: `blocks`,
+    /// `redirect`); `None`: the server's default (`objects`).
+    pub snapshot_copy: Option<String>,
     /// With the map in etcd: the life of each server's fencing lease (`None`: the server's
     /// default, 10 s).
     pub fence_ttl: Option<Duration>,
@@ -162,7 +162,7 @@ impl Default for LocalClusterSpec {
             reintegration: Some("selective".into()),
             reintegration_rate_bytes_per_sec: None,
             bind: "127.0.0.1".into(),
-            snapshot_copy_blocks: false,
+            snapshot_copy: None,
             tombstone_grace: None,
             fence_ttl: None,
             auth: false,
@@ -632,8 +632,8 @@ impl LocalCluster {
         if let Some(max) = self.spec.max_object_bytes {
             command.arg("--max-object-size").arg(max.to_string());
         }
-        if self.spec.snapshot_copy_blocks {
-            command.arg("--snapshot-copy").arg("blocks");
+        if let Some(how) = &self.spec.snapshot_copy {
+            command.arg("--snapshot-copy").arg(how);
         }
         if let Some(grace) = self.spec.tombstone_grace {
             command.arg("--tombstone-grace").arg(format!("{}ms", grace.as_millis()));

@@ -107,6 +107,17 @@ pub trait Disk: Send + Sync + 'static {
     fn copy_temp(&self, from: &Path, temp: &Path) -> io::Result<()> {
         RealDisk.copy_temp(from, temp)
     }
+    /// Swaps the files `a` and `b` (both exist) in one step (`renameat2` with
+    /// `RENAME_EXCHANGE`), not durably: after a crash either both names moved or neither did.
+    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
+        RealDisk.exchange(a, b)
+    }
+    /// The ranges `[start, end)` of `path` between `from` and `to` that hold data (not holes):
+    /// what the file system allocated, or holds written in its page cache
+    /// (`SEEK_DATA`/`SEEK_HOLE`). A file system that keeps no holes reports one range.
+    fn data_ranges(&self, path: &Path, from: u64, to: u64) -> io::Result<Vec<(u64, u64)>> {
+        RealDisk.data_ranges(path, from, to)
+    }
 }
 
 /// The real file system; directories are created 0700 and files 0600.
@@ -403,6 +414,33 @@ impl Disk for RealDisk {
             .collect()
     }
 
+    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
+        use rustix::fs::{CWD, RenameFlags, renameat_with};
+        renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE).map_err(io::Error::from)
+    }
+
+    fn data_ranges(&self, path: &Path, from: u64, to: u64) -> io::Result<Vec<(u64, u64)>> {
+        use rustix::fs::{SeekFrom, seek};
+        let file = File::open(path)?;
+        let mut ranges = Vec::new();
+        let mut at = from;
+        while at < to {
+            let start = match seek(&file, SeekFrom::Data(at)) {
+                Ok(start) => start,
+                // No data after `at`.
+                Err(rustix::io::Errno::NXIO) => break,
+                Err(error) => return Err(error.into()),
+            };
+            if start >= to {
+                break;
+            }
+            let end = seek(&file, SeekFrom::Hole(start)).map_err(io::Error::from)?.min(to);
+            ranges.push((start, end));
+            at = end;
+        }
+        Ok(ranges)
+    }
+
     fn punch(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
         use rustix::fs::{FallocateFlags, fallocate};
         let file = OpenOptions::new().write(true).open(path)?;
@@ -660,6 +698,12 @@ impl Disk for FaultyDisk {
         match self.fault() {
             Some(Fault::CrashBeforeRename) => Err(io::Error::other("injected crash")),
             _ => RealDisk.rename(from, to),
+        }
+    }
+    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
+        match self.fault() {
+            Some(Fault::CrashBeforeRename) => Err(io::Error::other("injected crash")),
+            _ => RealDisk.exchange(a, b),
         }
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {

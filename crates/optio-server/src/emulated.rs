@@ -99,6 +99,12 @@ impl<D: Disk> Disk for EmulatedDisk<D> {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.inner.rename(from, to)
     }
+    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
+        self.inner.exchange(a, b)
+    }
+    fn data_ranges(&self, path: &Path, from: u64, to: u64) -> io::Result<Vec<(u64, u64)>> {
+        self.inner.data_ranges(path, from, to)
+    }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         self.inner.create_dir_all(path)
     }

@@ -163,13 +163,30 @@ impl DeviceStore {
         // The header up to the blocks' checksums, and the blocks: one open, two reads.
         let ranges =
             [(0, head_len), (layout.data_offset + block_start, (block_end - block_start) as usize)];
-        let [head, bytes]: [Vec<u8>; 2] = self
+        let [head, mut bytes]: [Vec<u8>; 2] = self
             .read_ranges_or_forget(pool, key, &ranges)?
             .try_into()
             .expect("one buffer per range");
         self.head_checked(&head, pool, key, &entry, &path)?;
+        // The blocks a redirected head does not hold are its clone's ([`super::redirect`]).
+        let redirected = self.redirected(pool, key);
+        let from_clone = match &redirected {
+            Some(redirected) => self.fill_from_clone(pool, redirected, first, &mut bytes)?,
+            None => Vec::new(),
+        };
         let table = decode_table(&head[layout.table_offset as usize + 4 * first as usize..]);
-        if let Some((_, expected, found)) = first_bad_block(&layout, first, &table, &bytes) {
+        if let Some((block, expected, found)) = first_bad_block(&layout, first, &table, &bytes) {
+            if from_clone.contains(&block) {
+                // The clone is damaged: it takes the head with it.
+                let clone = redirected.map(|r| r.clone).unwrap_or_default();
+                let clone_path = self.path_of(pool, &clone);
+                self.forget(pool, &clone);
+                self.quarantine(&clone_path);
+                return Err(StoreError::Corrupt {
+                    path: clone_path,
+                    error: optio_proto::FormatError::DataChecksum { expected, found },
+                });
+            }
             self.forget(pool, key);
             self.quarantine(&path);
             return Err(StoreError::Corrupt {
@@ -199,6 +216,11 @@ impl DeviceStore {
         if !entry.blocks {
             return Err(StoreError::BadRange(format!(
                 "'{key}' was written whole, not in place: local reads take block objects only"
+            )));
+        }
+        if self.redirected(pool, key).is_some() {
+            return Err(StoreError::BadRange(format!(
+                "'{key}' is redirected after a snapshot (its file holds only what was written since): read it through the server"
             )));
         }
         let path = self.path_of(pool, key);
@@ -446,13 +468,18 @@ impl DeviceStore {
         let old_crcs = decode_table(&meta[(layout.table_offset + 4 * first) as usize..]);
         // What a snapshot still sees of these blocks is kept first ([`super::cow`]).
         self.keep_blocks(pool, key, &layout, (first, last), &old_crcs)?;
+        // A redirected head's blocks not written since are its clone's ([`super::redirect`]).
+        let redirected = self.redirected(pool, key);
         let patched = self.patched(&layout, request, |b| {
-            let block = self.read_at_or_forget(
-                pool,
-                key,
-                layout.data_offset + b * BLOCK_BYTES as u64,
-                layout.block_len(b),
-            )?;
+            let at = layout.data_offset + b * BLOCK_BYTES as u64;
+            let block = match &redirected {
+                Some(redirected) if !redirected.holds(b) => {
+                    let mut block = vec![0u8; layout.block_len(b)];
+                    self.fill_from_clone(pool, redirected, b, &mut block)?;
+                    block
+                }
+                _ => self.read_at_or_forget(pool, key, at, layout.block_len(b))?,
+            };
             let expected = old_crcs[(b - first) as usize];
             let found = checksum(&block);
             if found != expected {
@@ -487,7 +514,8 @@ impl DeviceStore {
         } else {
             end / BLOCK_BYTES as u64 * BLOCK_BYTES as u64
         };
-        if request.zeroes > 0 && hole_to > hole_from {
+        // A redirected head writes its zeros: a hole there would read the clone's block.
+        if request.zeroes > 0 && hole_to > hole_from && redirected.is_none() {
             self.disk
                 .punch(&path, layout.data_offset + hole_from, hole_to - hole_from)
                 .map_err(StoreError::io("punch", &path))?;
@@ -504,6 +532,9 @@ impl DeviceStore {
         }
         parts.push((0, &meta));
         self.disk.write_at(&path, &parts, request.sync).map_err(StoreError::io("write", &path))?;
+        if redirected.is_some() {
+            self.note_held(pool, key, (first, last));
+        }
         let mut index = self.index.write().expect("index lock");
         index.insert((pool, key.to_string()), entry_of(&header, layout.file_bytes(), &[]));
         drop(index);

@@ -182,12 +182,15 @@ impl DeviceStore {
         Ok(())
     }
 
-    /// Completes `key`'s partial clone, if it has one (the caller holds `key`'s stripe): the
-    /// blocks it lacks are copied from the head. A head that cannot give them (missing,
+    /// Completes `key`'s partial clone, if it has one, and `key` itself if it is a redirected
+    /// head (the caller holds `key`'s stripe): the blocks the clone lacks are copied from the
+    /// head. A head that cannot give them (missing,
     /// damaged) takes the clone with it: it is quarantined, and repair brings it back whole
     /// from a replica. Refused only when the clone cannot be written (the head must then not
     /// change).
     pub(super) fn complete_partial(&self, pool: PoolId, key: &str) -> Result<(), StoreError> {
+        // A redirected head is made whole too ([`super::redirect`]).
+        self.complete_redirect(pool, key)?;
         let Some(shared) = self.partials.get(pool, key) else { return Ok(()) };
         let mut partial = shared.lock().expect("partial lock");
         if partial.gone {
@@ -300,12 +303,17 @@ impl DeviceStore {
 
     /// Chooses how writes in place after a snapshot keep what it sees (at start).
     pub fn set_snapshot_copy(&self, copy: SnapshotCopy) {
-        self.copy_blocks.store(copy == SnapshotCopy::Blocks, Ordering::Relaxed);
+        self.copy_mode.store(copy.as_u8(), Ordering::Relaxed);
     }
 
     /// Whether writes in place after a snapshot copy blocks rather than objects.
     pub(super) fn copies_blocks(&self) -> bool {
-        self.copy_blocks.load(Ordering::Relaxed)
+        self.copy_mode.load(Ordering::Relaxed) == SnapshotCopy::Blocks.as_u8()
+    }
+
+    /// Whether writes in place after a snapshot redirect their head ([`super::redirect`]).
+    pub(super) fn redirects_writes(&self) -> bool {
+        self.copy_mode.load(Ordering::Relaxed) == SnapshotCopy::Redirect.as_u8()
     }
 
     /// Completes the partial clone `key` is, if it is one, before it is read whole or in

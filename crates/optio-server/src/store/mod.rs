@@ -43,6 +43,7 @@ use crate::records::RecordLog;
 mod blocks;
 mod cow;
 mod partials;
+mod redirect;
 pub use partials::SnapshotCopy;
 mod purge;
 mod put;
@@ -162,8 +163,10 @@ pub struct DeviceStore {
     trimmed: Mutex<trimmed::Trimmed>,
     /// Snapshot clones being filled block by block by their heads' writes ([`cow`]).
     partials: partials::Partials,
-    /// Writes in place after a snapshot copy blocks, not objects ([`SnapshotCopy`]).
-    copy_blocks: std::sync::atomic::AtomicBool,
+    /// How writes in place after a snapshot keep what it sees ([`SnapshotCopy`] as a number).
+    copy_mode: std::sync::atomic::AtomicU8,
+    /// Heads redirected after a snapshot ([`redirect`]).
+    redirects: redirect::Redirects,
     /// The queue of the device's writer of small objects ([`put`]), started at its first.
     writer: writer::WriterQueue,
     /// Large files replaced by smaller ones, closed in the background ([`release`]).
@@ -305,13 +308,15 @@ impl DeviceStore {
             erasure_pools: RwLock::default(),
             trimmed: Mutex::new(trimmed::Trimmed::new(TRIMMED_KEPT)),
             partials: partials::Partials::default(),
-            copy_blocks: std::sync::atomic::AtomicBool::new(false),
+            copy_mode: std::sync::atomic::AtomicU8::new(0),
+            redirects: redirect::Redirects::default(),
             writer: std::sync::Mutex::new(None),
             releaser: release::Releaser::default(),
             _lock: lock,
         };
-        let marked = store.load()?;
+        let (marked, redirected) = store.load()?;
         store.load_partials(marked);
+        store.load_redirects(redirected);
         Ok(store)
     }
 
@@ -333,11 +338,14 @@ impl DeviceStore {
         Ok(out)
     }
 
-    /// Indexes the device's files; returns the partial snapshot clones among them ([`cow`]).
-    fn load(&self) -> Result<Vec<(PoolId, String)>, StoreError> {
+    /// Indexes the device's files; returns the partial snapshot clones among them ([`cow`])
+    /// and the redirected heads ([`redirect`]).
+    #[allow(clippy::type_complexity)]
+    fn load(&self) -> Result<(Vec<(PoolId, String)>, Vec<(PoolId, String)>), StoreError> {
         let mut index = BTreeMap::new();
         let mut used = 0u64;
         let mut marked = Vec::new();
+        let mut redirected = Vec::new();
         let prefix_bytes =
             (HEADER_BYTES + KEY_BYTES_MAX + SUMMARY_PREFIX_BYTES).max(partials::PREFIX_FOR_MARK);
         for (pool, path) in self.walk(&self.root.join("objects"))? {
@@ -350,9 +358,20 @@ impl DeviceStore {
                 Ok((header, key, data))
                     if header.pool == pool && header.file_bytes(key.len()) == file_bytes =>
                 {
+                    if header.blocks
+                        && self.path_of(pool, key) != path
+                        && let Some(indexed) =
+                            self.load_misplaced(pool, &path, &prefix, &header, key, &mut index)
+                    {
+                        used += if indexed { file_bytes } else { 0 };
+                        continue;
+                    }
                     used += file_bytes;
                     if partials::partial_magic_at(&prefix, key, header.blocks) {
                         marked.push((pool, key.to_string()));
+                    }
+                    if redirect::magic_at(&prefix, key, header.blocks) {
+                        redirected.push((pool, key.to_string()));
                     }
                     let entry =
                         entry_of(&header, file_bytes, prefix.get(data..).unwrap_or_default());
@@ -363,7 +382,7 @@ impl DeviceStore {
         }
         self.used_bytes.store(used, Ordering::Relaxed);
         *self.index.write().expect("index lock") = index;
-        Ok(marked)
+        Ok((marked, redirected))
     }
 
     fn quarantine(&self, path: &Path) {
@@ -560,6 +579,8 @@ impl DeviceStore {
             // Written in place: read with writes of this key held off, so that no read sees a
             // block whose checksum is being rewritten.
             let _stripe = self.stripe(key);
+            // A redirected head is made whole first ([`redirect`]).
+            self.complete_redirect(pool, key)?;
             let Some(entry) = self.live_entry(pool, key) else {
                 return Err(StoreError::NotFound);
             };
@@ -666,6 +687,8 @@ impl DeviceStore {
         }
         // A head lost takes its partial clone with it ([`cow`]).
         self.drop_partial(pool, key);
+        // A head lost leaves its clone; a clone lost takes its redirected head ([`redirect`]).
+        self.drop_redirect(pool, key);
     }
 
     /// Refuses to store `key` at `version` when it is a snapshot clone a trim removed here at

@@ -21,6 +21,22 @@ pub enum SnapshotCopy {
     /// every write to a block not yet copied costs a copy and a journal record, until the
     /// snapshot is removed.
     Blocks,
+    /// Nothing is copied: the object's file becomes the clone and a new, sparse file takes
+    /// its place, holding what is written from then on ([`super::redirect`]): no pause, and
+    /// each write costs what it did before the snapshot; reads of blocks not written since
+    /// read the clone, and the whole object is copied back only when something needs it whole
+    /// (a transfer, a scrub, the next snapshot, the snapshot's removal).
+    Redirect,
+}
+
+impl SnapshotCopy {
+    pub(super) fn as_u8(self) -> u8 {
+        match self {
+            SnapshotCopy::Objects => 0,
+            SnapshotCopy::Blocks => 1,
+            SnapshotCopy::Redirect => 2,
+        }
+    }
 }
 
 /// Where a partial clone's mark starts in its file: past the header and the longest key.

@@ -34,6 +34,8 @@ impl DeviceStore {
         // A partial clone removed stops being one; a head removed completes its own first
         // (its clone is an object of this device, whose transfer reads it whole: [`super::cow`]).
         self.release_partial(pool, key);
+        // A clone removed first makes whole the head redirected to it ([`super::redirect`]).
+        self.settle_redirect_to(pool, key)?;
         let _stripe = self.stripe(key);
         self.complete_partial(pool, key)?;
         let Some(entry) = self.entry(pool, key) else { return Ok(None) };

@@ -104,6 +104,14 @@ impl DeviceStore {
         if head.deleted {
             return self.write_tombstone(pool, &clone, head.version, head.pg_seed, head.epoch);
         }
+        if in_place && head.blocks && self.redirects_writes() {
+            // Nothing copied ([`super::redirect`]); a head still redirected to an earlier
+            // snapshot's clone is made whole first.
+            self.complete_partial(pool, key)?;
+            if super::redirect::fits(key.len(), &BlockLayout::new(key.len(), head.size_bytes)) {
+                return self.begin_redirect(pool, key, &clone, &head);
+            }
+        }
         if in_place && head.blocks && self.copies_blocks() {
             // A write in place copies only the blocks it changes ([`super::cow`]); an earlier
             // snapshot's partial clone is made whole first.
@@ -113,6 +121,8 @@ impl DeviceStore {
                 return self.begin_partial(pool, key, &clone, &head);
             }
         }
+        // A redirected head is copied whole.
+        self.complete_redirect(pool, key)?;
         self.copy_to_clone(pool, key, &clone, &head)
     }
 

@@ -104,6 +104,20 @@ pub enum SnapshotCopyArg {
     Objects,
     /// Copy only the blocks each write changes.
     Blocks,
+    /// Copy nothing: the object's file becomes the snapshot's, a new sparse file takes the
+    /// writes, and reads of blocks not written since read the snapshot's.
+    Redirect,
+}
+
+impl SnapshotCopyArg {
+    /// The argument's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotCopyArg::Objects => "objects",
+            SnapshotCopyArg::Blocks => "blocks",
+            SnapshotCopyArg::Redirect => "redirect",
+        }
+    }
 }
 
 /// Arguments of `optio server`.
@@ -243,7 +257,10 @@ pub struct Args {
     /// the whole object at its first write after it (writes pause while the objects they
     /// touch are copied, then go at full speed), `blocks` copies only the blocks each write
     /// changes (no pause; each write to a block not yet copied is slower, until the snapshot
-    /// is removed). docs/volumes.md has the measurements.
+    /// is removed), `redirect` copies nothing (the object's file becomes the snapshot's and a
+    /// new sparse file takes the writes; the object is copied whole again only when a
+    /// transfer, a scrub, the next snapshot or the snapshot's removal needs it).
+    /// docs/volumes.md has the measurements.
     #[arg(long, value_enum, env = "OPTIO_SNAPSHOT_COPY", default_value = "objects")]
     pub snapshot_copy: SnapshotCopyArg,
     /// Exit when standard input closes (how `optio up` makes sure no server outlives it).
@@ -371,6 +388,7 @@ pub fn run(args: Args) -> Result<()> {
         snapshot_copy: match args.snapshot_copy {
             SnapshotCopyArg::Objects => optio_server::SnapshotCopy::Objects,
             SnapshotCopyArg::Blocks => optio_server::SnapshotCopy::Blocks,
+            SnapshotCopyArg::Redirect => optio_server::SnapshotCopy::Redirect,
         },
     };
     let _ = &args.name;

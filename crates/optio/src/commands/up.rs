@@ -90,8 +90,9 @@ pub struct Args {
     #[arg(long)]
     pub metrics_public: bool,
     /// How the servers keep what a volume snapshot sees when a write changes it: `objects`
-    /// (copy the whole object at its first write after the snapshot) or `blocks` (copy only
-    /// the blocks each write changes); see `optio server --help`.
+    /// (copy the whole object at its first write after the snapshot), `blocks` (copy only
+    /// the blocks each write changes) or `redirect` (copy nothing: the object's file becomes
+    /// the snapshot's, a new sparse file takes the writes); see `optio server --help`.
     #[arg(
         long,
         value_enum,
@@ -157,7 +158,8 @@ pub fn run(args: Args) -> Result<()> {
         reintegration: (args.reintegration != "none").then(|| args.reintegration.clone()),
         auth: !args.no_auth,
         metrics_public: args.metrics_public,
-        snapshot_copy_blocks: args.snapshot_copy == super::server::SnapshotCopyArg::Blocks,
+        snapshot_copy: (args.snapshot_copy != super::server::SnapshotCopyArg::Objects)
+            .then(|| args.snapshot_copy.as_str().to_string()),
         base_port: args.base_port,
         server_workers: args.server_workers.map(usize::from),
         tls: args.tls,

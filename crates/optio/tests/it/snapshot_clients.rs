@@ -653,7 +653,7 @@ fn block_copies_keep_a_snapshot_whole_through_random_writes_and_a_server_killed(
         return;
     }
     let mut spec = spec();
-    spec.snapshot_copy_blocks = true;
+    spec.snapshot_copy = Some("blocks".into());
     let (_tmp, mut cluster) = cluster(spec);
     settle(&cluster);
     let dir = cluster.dir().to_path_buf();

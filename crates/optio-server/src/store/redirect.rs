@@ -1,0 +1,711 @@
+//! Redirect-on-write for volume snapshots: *redirected heads* (`--snapshot-copy redirect`).
+//!
+//! Copying what a snapshot sees before a write changes it costs the writes right after a
+//! snapshot dearly on a file system without reflinks: a whole object copied per object
+//! ([`SnapshotCopy::Objects`](super::SnapshotCopy)), or a block copied and journaled per
+//! write ([`super::cow`]). A redirected head copies nothing. At the first write in place
+//! after a snapshot, the head's file *becomes* the clone, and a new, sparse head file takes
+//! its place, holding only what is written from then on:
+//!
+//! 1. a new head file is written in `tmp/` and synced: the old head's header and checksum
+//!    table, a *redirect mark* at [`MARK_AT`] ([`MAGIC`], then the clone's version, u64
+//!    little endian) and no data — holes;
+//! 2. it is renamed to the clone's path, then the two files are exchanged in one step
+//!    (`renameat2(RENAME_EXCHANGE)`): the head's path holds the new file, the clone's path
+//!    the old one, data and all;
+//! 3. the old file's header is rewritten to name the clone (not synced: see below).
+//!
+//! From then on, a block of the head is *held* when the head's file has data there (the
+//! file system allocated it: `SEEK_DATA`), else it is the clone's. Writes in place write the
+//! head's blocks (a write of zeroes writes zeros rather than punching a hole); reads read the
+//! held blocks from the head and the others from the clone, all verified against the head's
+//! checksum table (whose entries for blocks not held are the clone's). What a block holds
+//! and whether it is held become durable together, when the head's data is (a FLUSH, FUA):
+//! a crash leaves every block either written or the clone's.
+//!
+//! Everything else sees whole heads: a whole read of the head (a transfer, a scrub), a
+//! replacement or removal of it, the next snapshot's clone and a trim of the clone first
+//! *complete* it — the blocks not held are copied from the clone (verified), synced, and the
+//! mark cleared. A local reader is refused the head's file while it is redirected (it reads
+//! through the server). A clone lost or damaged takes its redirected head with it
+//! (quarantined, so that repair brings both back whole from a replica).
+//!
+//! A crash during the steps leaves, at the device's next open, either a new head file at
+//! the clone's path (its mark says so: it is removed, the old head is whole where it was) or
+//! the exchanged files, the clone's header perhaps not yet rewritten (a file at a clone's
+//! path whose header names the head at the clone's version: the header is rewritten then).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use optio_placement::PoolId;
+use optio_proto::ObjectVersion;
+use optio_proto::blocks::{BLOCK_BYTES, BlockLayout, decode_table};
+use optio_proto::checksum;
+use optio_proto::snap::{clone_key, parse_clone_key};
+
+use super::partials::MARK_AT;
+use super::{DeviceStore, Entry, entry_of};
+use crate::error::StoreError;
+
+/// The first bytes of a redirect mark.
+pub(super) const MAGIC: &[u8; 8] = b"OPTIOROW";
+/// A redirect mark's bytes: the magic and the clone's version.
+pub(super) const MARK_BYTES: usize = 16;
+/// How many blocks a completion reads from the clone at a time (1 MiB).
+const RUN_BLOCKS: usize = 256;
+
+/// Whether a head keyed `key_bytes` bytes, of a block object with `layout`, can be
+/// redirected: its mark fits between its key and its checksum table.
+pub(super) fn fits(key_bytes: usize, layout: &BlockLayout) -> bool {
+    optio_proto::HEADER_BYTES + key_bytes <= MARK_AT as usize
+        && MARK_AT + MARK_BYTES as u64 <= layout.table_offset
+}
+
+/// Whether the first bytes of a file (`prefix`, as the index's load reads them) show a
+/// redirect mark: a block object's file, not a clone's key, with [`MAGIC`] at [`MARK_AT`].
+pub(super) fn magic_at(prefix: &[u8], key: &str, header_blocks: bool) -> bool {
+    let at = MARK_AT as usize;
+    header_blocks
+        && parse_clone_key(key).is_none()
+        && prefix.get(at..at + MAGIC.len()) == Some(&MAGIC[..])
+}
+
+/// Whether `prefix` holds a redirect mark at all (whatever the key).
+fn marked(prefix: &[u8]) -> bool {
+    let at = MARK_AT as usize;
+    prefix.get(at..at + MAGIC.len()) == Some(&MAGIC[..])
+}
+
+fn mark(clone_version: ObjectVersion) -> [u8; MARK_BYTES] {
+    let mut mark = [0u8; MARK_BYTES];
+    mark[..8].copy_from_slice(MAGIC);
+    mark[8..].copy_from_slice(&clone_version.0.to_le_bytes());
+    mark
+}
+
+/// A redirected head: the clone that holds the blocks it does not.
+#[derive(Clone, Debug)]
+pub(super) struct Redirected {
+    /// The clone's key.
+    pub(super) clone: String,
+    /// The head's layout (the clone's offsets are the same).
+    pub(super) layout: BlockLayout,
+    /// Block `b` held by the head: bit `b % 8` of byte `b / 8`.
+    pub(super) held: Vec<u8>,
+}
+
+impl Redirected {
+    pub(super) fn holds(&self, block: u64) -> bool {
+        self.held[(block / 8) as usize] & (1 << (block % 8)) != 0
+    }
+
+    fn hold(&mut self, block: u64) {
+        self.held[(block / 8) as usize] |= 1 << (block % 8);
+    }
+}
+
+/// A device's redirected heads, by key. Each is read and changed under its head's stripe.
+#[derive(Default)]
+pub(super) struct Redirects {
+    map: Mutex<HashMap<(PoolId, String), Redirected>>,
+    count: AtomicUsize,
+}
+
+impl Redirects {
+    fn get(&self, pool: PoolId, head: &str) -> Option<Redirected> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.map.lock().expect("redirects lock").get(&(pool, head.to_string())).cloned()
+    }
+
+    fn insert(&self, pool: PoolId, head: &str, redirected: Redirected) {
+        let mut map = self.map.lock().expect("redirects lock");
+        map.insert((pool, head.to_string()), redirected);
+        self.count.store(map.len(), Ordering::Release);
+    }
+
+    fn remove(&self, pool: PoolId, head: &str) -> Option<Redirected> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut map = self.map.lock().expect("redirects lock");
+        let removed = map.remove(&(pool, head.to_string()));
+        self.count.store(map.len(), Ordering::Release);
+        removed
+    }
+
+    fn hold(&self, pool: PoolId, head: &str, (first, last): (u64, u64)) {
+        if let Some(redirected) =
+            self.map.lock().expect("redirects lock").get_mut(&(pool, head.to_string()))
+        {
+            for b in first..=last.min(redirected.layout.blocks - 1) {
+                redirected.hold(b);
+            }
+        }
+    }
+
+    /// How many heads are redirected.
+    pub(super) fn len(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+}
+
+impl DeviceStore {
+    /// Redirects the live block object `key` (entry `head`) to the new clone `clone`, for a
+    /// write in place under a snapshot that sees it (the caller holds `key`'s stripe and
+    /// checked [`fits`]). No data is copied ([the module](self)).
+    pub(super) fn begin_redirect(
+        &self,
+        pool: PoolId,
+        key: &str,
+        clone: &str,
+        head: &Entry,
+    ) -> Result<(), StoreError> {
+        let layout = BlockLayout::new(key.len(), head.size_bytes);
+        let clone_layout = BlockLayout::new(clone.len(), head.size_bytes);
+        assert_eq!(
+            (layout.table_offset, layout.data_offset),
+            (clone_layout.table_offset, clone_layout.data_offset),
+            "keys of at most CLONED_KEY_BYTES_MAX bytes keep the table's offset"
+        );
+        let table_bytes = (4 * layout.blocks) as usize;
+        let ranges = [(0, layout.table_offset as usize), (layout.table_offset, table_bytes)];
+        let [mut page, table]: [Vec<u8>; 2] = self
+            .read_ranges_or_forget(pool, key, &ranges)?
+            .try_into()
+            .expect("one buffer per range");
+        let head_path = self.path_of(pool, key);
+        self.head_checked(&page, pool, key, head, &head_path)?;
+        page[MARK_AT as usize..MARK_AT as usize + MARK_BYTES].copy_from_slice(&mark(head.version));
+        let file_bytes = layout.file_bytes();
+        let reservation = self.reserve(file_bytes)?;
+        let clone_path = self.path_of(pool, clone);
+        self.ensure_parent(&clone_path)?;
+        // A replay must not write what the old file was given into the new one.
+        self.journal.forget(&head_path).map_err(StoreError::io("journal", &head_path))?;
+        let temp = self.temp_path();
+        let parts: [(u64, &[u8]); 2] = [(0, &page), (layout.table_offset, &table)];
+        if let Err(error) = self.disk.write_sparse_temp(&temp, &parts, file_bytes, true) {
+            let _ = self.disk.remove(&temp);
+            return Err(StoreError::Io { operation: "write", path: temp, source: error });
+        }
+        if let Err(error) = self.disk.rename(&temp, &clone_path) {
+            let _ = self.disk.remove(&temp);
+            return Err(StoreError::Io { operation: "rename", path: clone_path, source: error });
+        }
+        if let Err(error) = self.disk.exchange(&head_path, &clone_path) {
+            let _ = self.disk.remove(&clone_path);
+            return Err(StoreError::Io { operation: "exchange", path: head_path, source: error });
+        }
+        let header = super::snapshots::clone_header(pool, head);
+        if let Err(error) = self.disk.write_at(&clone_path, &[(0, &header.encode(clone))], false) {
+            // Put back as it was: the old file at the head's path, the new one removed.
+            if self.disk.exchange(&head_path, &clone_path).is_ok() {
+                let _ = self.disk.remove(&clone_path);
+            }
+            return Err(StoreError::Io { operation: "write", path: clone_path, source: error });
+        }
+        self.index_published(pool, clone, entry_of(&header, file_bytes, &[]));
+        drop(reservation);
+        let held = vec![0; layout.blocks.div_ceil(8) as usize];
+        self.redirects.insert(pool, key, Redirected { clone: clone.to_string(), layout, held });
+        tracing::debug!(device = self.id, key, clone, "head redirected for a snapshot");
+        Ok(())
+    }
+
+    /// `key`'s redirect, if it is a redirected head.
+    pub(super) fn redirected(&self, pool: PoolId, key: &str) -> Option<Redirected> {
+        self.redirects.get(pool, key)
+    }
+
+    /// Notes that a write in place wrote blocks `first..=last` of the redirected head `key`.
+    pub(super) fn note_held(&self, pool: PoolId, key: &str, blocks: (u64, u64)) {
+        if self.redirects.len() > 0 {
+            self.redirects.hold(pool, key, blocks);
+        }
+    }
+
+    /// Replaces, in `bytes` (blocks `first..` of the redirected head `key`'s data as read from
+    /// its file), the blocks the head does not hold by the clone's. Which blocks came from
+    /// the clone.
+    pub(super) fn fill_from_clone(
+        &self,
+        pool: PoolId,
+        redirected: &Redirected,
+        first: u64,
+        bytes: &mut [u8],
+    ) -> Result<Vec<u64>, StoreError> {
+        let layout = redirected.layout;
+        let count = (bytes.len() as u64).div_ceil(BLOCK_BYTES as u64);
+        let missing: Vec<u64> = (first..first + count).filter(|&b| !redirected.holds(b)).collect();
+        if missing.is_empty() {
+            return Ok(missing);
+        }
+        let ranges: Vec<(u64, usize)> = missing
+            .chunk_by(|a, b| b == &(a + 1))
+            .map(|run| {
+                let (lo, hi) = (run[0], run[run.len() - 1]);
+                let start = lo * BLOCK_BYTES as u64;
+                let end = ((hi + 1) * BLOCK_BYTES as u64).min(layout.size);
+                (layout.data_offset + start, (end - start) as usize)
+            })
+            .collect();
+        let read = self.read_ranges_or_forget(pool, &redirected.clone, &ranges)?;
+        for ((at, len), data) in ranges.iter().zip(read) {
+            let from = (at - layout.data_offset - first * BLOCK_BYTES as u64) as usize;
+            bytes[from..from + len].copy_from_slice(&data);
+        }
+        Ok(missing)
+    }
+
+    /// Completes `key`, if it is a redirected head (the caller holds its stripe): the blocks
+    /// it does not hold are copied from its clone, verified, synced, and its mark cleared. A
+    /// clone that cannot give them (missing, damaged) takes the head with it: both are
+    /// quarantined, and repair brings them back from a replica. Refused only when the head
+    /// cannot be written (it then stays redirected).
+    pub(super) fn complete_redirect(&self, pool: PoolId, key: &str) -> Result<(), StoreError> {
+        let Some(redirected) = self.redirects.get(pool, key) else { return Ok(()) };
+        let layout = redirected.layout;
+        let head_path = self.path_of(pool, key);
+        let table = match self
+            .disk
+            .read_at(&head_path, &[(layout.table_offset, (4 * layout.blocks) as usize)])
+        {
+            Ok(mut read) => decode_table(&read.pop().expect("one buffer per range")),
+            Err(error) => return self.lose_redirected(pool, key, &format!("its table: {error}")),
+        };
+        let missing: Vec<u64> = (0..layout.blocks).filter(|&b| !redirected.holds(b)).collect();
+        let clone_path = self.path_of(pool, &redirected.clone);
+        let mut blocks: Vec<(u64, Vec<u8>)> = Vec::new();
+        for run in missing.chunk_by(|a, b| b == &(a + 1)) {
+            for piece in run.chunks(RUN_BLOCKS) {
+                let (lo, hi) = (piece[0], piece[piece.len() - 1]);
+                let start = lo * BLOCK_BYTES as u64;
+                let end = ((hi + 1) * BLOCK_BYTES as u64).min(layout.size);
+                let bytes = match self
+                    .disk
+                    .read_at(&clone_path, &[(layout.data_offset + start, (end - start) as usize)])
+                {
+                    Ok(mut read) => read.pop().expect("one buffer per range"),
+                    Err(error) => {
+                        return self.lose_redirected(pool, key, &format!("the clone: {error}"));
+                    }
+                };
+                for &b in piece {
+                    let at = ((b - lo) * BLOCK_BYTES as u64) as usize;
+                    let block = &bytes[at..at + layout.block_len(b)];
+                    if checksum(block) != table[b as usize] {
+                        let why = format!("block {b} of the clone is not what the head expects");
+                        return self.lose_redirected(pool, key, &why);
+                    }
+                    // A block of zeros stays a hole, which reads as zeros once the mark goes.
+                    if block.iter().any(|&byte| byte != 0) {
+                        blocks.push((b, block.to_vec()));
+                    }
+                }
+            }
+        }
+        let parts: Vec<(u64, &[u8])> = blocks
+            .iter()
+            .map(|(b, block)| (layout.data_offset + b * BLOCK_BYTES as u64, &block[..]))
+            .collect();
+        self.disk
+            .write_at(&head_path, &parts, true)
+            .map_err(StoreError::io("write", &head_path))?;
+        self.disk
+            .write_at(&head_path, &[(MARK_AT, &[0u8; MARK_BYTES])], true)
+            .map_err(StoreError::io("write", &head_path))?;
+        self.redirects.remove(pool, key);
+        tracing::debug!(
+            device = self.id,
+            key,
+            clone = redirected.clone,
+            "redirected head completed"
+        );
+        Ok(())
+    }
+
+    /// A redirected head whose clone cannot complete it: both forgotten and quarantined.
+    fn lose_redirected(&self, pool: PoolId, key: &str, why: &str) -> Result<(), StoreError> {
+        let Some(redirected) = self.redirects.remove(pool, key) else { return Ok(()) };
+        tracing::warn!(
+            device = self.id,
+            key,
+            clone = redirected.clone,
+            why,
+            "a redirected head cannot be completed from its clone: both are quarantined here, to be repaired from a replica"
+        );
+        for lost in [key, &redirected.clone] {
+            let path = self.path_of(pool, lost);
+            self.forget(pool, lost);
+            self.quarantine(&path);
+        }
+        Ok(())
+    }
+
+    /// Before the clone `clone` is removed (a trim; the caller holds no stripe): the head
+    /// redirected to it, if any, is completed first.
+    pub(super) fn settle_redirect_to(&self, pool: PoolId, clone: &str) -> Result<(), StoreError> {
+        if self.redirects.len() == 0 {
+            return Ok(());
+        }
+        let Some((head, _)) = parse_clone_key(clone) else { return Ok(()) };
+        let _stripe = self.stripe(head);
+        match self.redirects.get(pool, head) {
+            Some(redirected) if redirected.clone == clone => self.complete_redirect(pool, head),
+            _ => Ok(()),
+        }
+    }
+
+    /// `key` was forgotten: a redirected head's state goes with it (its clone stays whole);
+    /// a clone a head is redirected to takes the head with it (quarantined).
+    pub(super) fn drop_redirect(&self, pool: PoolId, key: &str) {
+        if self.redirects.len() == 0 || self.redirects.remove(pool, key).is_some() {
+            return;
+        }
+        let Some((head, _)) = parse_clone_key(key) else { return };
+        if self.redirects.get(pool, head).is_some_and(|r| r.clone == key) {
+            let _ = self.lose_redirected(pool, head, "its clone was lost");
+        }
+    }
+
+    /// What the index's load does with a block object's file found at a path that is not its
+    /// key's: a clone whose header was not yet rewritten gets it and is indexed
+    /// (`Some(true)`), a redirect's leftover is removed (`Some(false)`); anything else is not a
+    /// redirect's (`None`).
+    pub(super) fn load_misplaced(
+        &self,
+        pool: PoolId,
+        path: &std::path::Path,
+        prefix: &[u8],
+        header: &optio_proto::ObjectHeader,
+        key: &str,
+        index: &mut std::collections::BTreeMap<(PoolId, String), Entry>,
+    ) -> Option<bool> {
+        let clone = clone_key(key, header.version);
+        if parse_clone_key(key).is_some() || self.path_of(pool, &clone) != path {
+            return None;
+        }
+        if marked(prefix) {
+            tracing::info!(
+                device = self.id,
+                key,
+                "removing the new head of a redirect a crash interrupted"
+            );
+            let _ = self.disk.remove(path);
+            return Some(false);
+        }
+        let rewritten = header.encode(&clone);
+        let file_bytes = BlockLayout::new(clone.len(), header.size_bytes).file_bytes();
+        if let Err(error) = self.disk.write_at(path, &[(0, &rewritten)], true) {
+            tracing::warn!(device = self.id, clone, %error, "a redirected clone's header could not be rewritten: quarantined");
+            self.quarantine(path);
+            return Some(false);
+        }
+        index.insert((pool, clone), entry_of(header, file_bytes, &[]));
+        Some(true)
+    }
+
+    /// Finds the redirected heads among the objects just indexed (at open; the load saw their
+    /// mark's magic): each is checked to have its clone; what it holds is what its file has
+    /// data for. One whose clone is missing is quarantined.
+    pub(super) fn load_redirects(&self, marked: Vec<(PoolId, String)>) {
+        for (pool, key) in marked {
+            let Some(entry) = self.live_entry(pool, &key).filter(|e| e.blocks) else { continue };
+            let layout = BlockLayout::new(key.len(), entry.size_bytes);
+            if !fits(key.len(), &layout) {
+                continue;
+            }
+            let path = self.path_of(pool, &key);
+            let found = self.disk.read_at(&path, &[(MARK_AT, MARK_BYTES)]).ok().and_then(|r| {
+                let mark = &r[0];
+                (&mark[..8] == MAGIC).then(|| {
+                    ObjectVersion(u64::from_le_bytes(mark[8..].try_into().expect("8 bytes")))
+                })
+            });
+            let clone = found.map(|version| clone_key(&key, version));
+            let clone_ok = clone.as_ref().is_some_and(|clone| {
+                self.live_entry(pool, clone).is_some_and(|c| {
+                    c.blocks && c.size_bytes == entry.size_bytes && Some(c.version) == found
+                })
+            });
+            let held = clone_ok
+                .then(|| {
+                    let end = layout.data_offset + layout.size;
+                    self.disk.data_ranges(&path, layout.data_offset, end).ok()
+                })
+                .flatten();
+            match (clone, held) {
+                (Some(clone), Some(ranges)) => {
+                    let mut redirected = Redirected {
+                        clone,
+                        layout,
+                        held: vec![0; layout.blocks.div_ceil(8) as usize],
+                    };
+                    for (start, end) in ranges {
+                        let first = (start - layout.data_offset) / BLOCK_BYTES as u64;
+                        let last = (end - 1 - layout.data_offset) / BLOCK_BYTES as u64;
+                        for b in first..=last.min(layout.blocks - 1) {
+                            redirected.hold(b);
+                        }
+                    }
+                    self.redirects.insert(pool, &key, redirected);
+                }
+                _ => {
+                    tracing::warn!(
+                        device = self.id,
+                        key,
+                        "a redirected head without its clone, or with a damaged mark: quarantined, to be repaired from a replica"
+                    );
+                    self.forget(pool, &key);
+                    self.quarantine(&path);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    use std::sync::Arc;
+
+    use optio_placement::Epoch;
+    use optio_proto::snap::SnapContext;
+
+    use super::*;
+    use crate::disk::{Disk, RealDisk};
+    use crate::store::{DeviceConfig, PutRequest, SnapshotCopy, WriteAt, object_path};
+
+    const MIB: u64 = 1 << 20;
+    const KEY: &str = "volume_data.cd.0000000000000001";
+    const POOL: PoolId = PoolId(1);
+    const SIZE: u64 = 4 * MIB;
+
+    fn open_on(dir: &std::path::Path) -> DeviceStore {
+        let config = DeviceConfig { id: 0, dir: dir.to_path_buf(), capacity_bytes: 256 * MIB };
+        let disk: Arc<dyn Disk> = Arc::new(RealDisk);
+        let store = DeviceStore::open(&config, disk).unwrap();
+        store.set_snapshot_copy(SnapshotCopy::Redirect);
+        store
+    }
+
+    fn snap(mark: u64) -> Option<SnapContext> {
+        Some(SnapContext { seq: 1, mark: ObjectVersion(mark) })
+    }
+
+    /// Block `b` filled with byte `b % 251 + 1`, block 9 left zeros.
+    fn original() -> Vec<u8> {
+        let mut data = vec![0u8; SIZE as usize];
+        for (b, block) in data.chunks_mut(BLOCK_BYTES).enumerate() {
+            if b != 9 {
+                block.fill((b % 251 + 1) as u8);
+            }
+        }
+        data
+    }
+
+    fn write(
+        store: &DeviceStore,
+        offset: u64,
+        data: &[u8],
+        zeroes: u64,
+        (base, version): (Option<u64>, u64),
+        context: Option<SnapContext>,
+    ) -> Result<crate::store::PutOutcome, StoreError> {
+        store.write_at_in(
+            &WriteAt {
+                pool: POOL,
+                key: KEY,
+                offset,
+                data,
+                zeroes,
+                size: SIZE,
+                base: base.map(ObjectVersion),
+                version: ObjectVersion(version),
+                checksum: None,
+                pg_seed: Some(3),
+                epoch: Epoch(1),
+                sync: false,
+            },
+            context,
+        )
+    }
+
+    fn as_of(store: &DeviceStore, mark: u64) -> Vec<u8> {
+        let key = store.key_as_of(POOL, KEY, ObjectVersion(mark)).unwrap();
+        store.read_range(POOL, &key, 0, SIZE - 1).unwrap().1
+    }
+
+    fn allocated(dir: &std::path::Path, key: &str) -> u64 {
+        std::fs::metadata(object_path(dir, POOL, key)).unwrap().blocks() * 512
+    }
+
+    /// The object at version 10, written whole, then three writes in place under a snapshot
+    /// at 15 (one of zeroes): what the head and the snapshot should read.
+    fn redirected_with_writes(store: &DeviceStore) -> (Vec<u8>, Vec<u8>) {
+        let before = original();
+        write(store, 0, &before, 0, (None, 10), None).unwrap();
+        write(store, 4096 + 100, b"after one", 0, (Some(10), 20), snap(15)).unwrap();
+        assert!(store.redirected(POOL, KEY).is_some());
+        write(store, 5 * 4096, &[7u8; 8192], 0, (Some(20), 30), snap(15)).unwrap();
+        write(store, 11 * 4096, &[], 3 * 4096, (Some(30), 40), snap(15)).unwrap();
+        let mut after = before.clone();
+        after[4096 + 100..4096 + 109].copy_from_slice(b"after one");
+        after[5 * 4096..7 * 4096].fill(7);
+        after[11 * 4096..14 * 4096].fill(0);
+        (before, after)
+    }
+
+    /// A write in place after a snapshot copies nothing: the old file is the clone, the new
+    /// head holds the blocks written (zeroes written, not punched); both read right, across
+    /// a restart (the blocks held found again from the file's data); a local reader is
+    /// refused the head; a whole read completes it.
+    #[test]
+    fn a_write_after_a_snapshot_copies_nothing_and_both_versions_read_right() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_on(dir.path());
+        let (before, after) = redirected_with_writes(&store);
+        let clone = clone_key(KEY, ObjectVersion(10));
+        assert!(allocated(dir.path(), KEY) < 64 * 1024, "{}", allocated(dir.path(), KEY));
+        assert!(allocated(dir.path(), &clone) >= SIZE - 4096);
+        assert!(store.read_range(POOL, KEY, 0, SIZE - 1).unwrap().1 == after);
+        assert_eq!(
+            store.read_range(POOL, KEY, 4096 + 90, 4096 + 110).unwrap().1,
+            after[4096 + 90..=4096 + 110]
+        );
+        assert!(as_of(&store, 15) == before, "the snapshot sees the object as it was");
+        assert!(store.open_block_file(POOL, KEY).is_err(), "local readers read through the server");
+        drop(store);
+        let store = open_on(dir.path());
+        let redirected = store.redirected(POOL, KEY).expect("redirected across a restart");
+        let held: Vec<u64> = (0..1024).filter(|&b| redirected.holds(b)).collect();
+        assert_eq!(held, vec![1, 5, 6, 11, 12, 13]);
+        assert!(store.read_range(POOL, KEY, 0, SIZE - 1).unwrap().1 == after);
+        write(&store, SIZE - 3, b"end", 0, (Some(40), 50), snap(15)).unwrap();
+        let mut after = after;
+        after[SIZE as usize - 3..].copy_from_slice(b"end");
+        assert!(as_of(&store, 15) == before);
+        let (info, whole) = store.get(POOL, KEY).unwrap();
+        assert!(whole == after, "a whole read sees the writes and the clone's blocks");
+        assert_eq!(info.checksum, checksum(&after));
+        assert!(store.redirected(POOL, KEY).is_none(), "completed by the whole read");
+        assert!(store.open_block_file(POOL, KEY).is_ok());
+        drop(store);
+        let store = open_on(dir.path());
+        assert!(store.redirected(POOL, KEY).is_none(), "completed for good");
+        assert!(store.read_range(POOL, KEY, 0, SIZE - 1).unwrap().1 == after);
+        assert!(as_of(&store, 15) == before);
+    }
+
+    /// The next snapshot's first write, a trim of the clone and a whole write complete the
+    /// head before they go on.
+    #[test]
+    fn the_next_snapshot_a_trim_and_a_whole_write_complete_the_head_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_on(dir.path());
+        let (before, at_45) = redirected_with_writes(&store);
+        // Snapshot 2 at 45: the head is completed, then redirected to a clone of 40.
+        write(&store, 0, b"two", 0, (Some(40), 50), snap(45)).unwrap();
+        let redirected = store.redirected(POOL, KEY).unwrap();
+        assert_eq!(redirected.clone, clone_key(KEY, ObjectVersion(40)));
+        assert!(allocated(dir.path(), &redirected.clone) >= SIZE - 8 * 4096);
+        let mut now = at_45.clone();
+        now[..3].copy_from_slice(b"two");
+        assert!(as_of(&store, 15) == before);
+        assert!(as_of(&store, 45) == at_45);
+        assert!(store.read_range(POOL, KEY, 0, SIZE - 1).unwrap().1 == now);
+        // The snapshot at 45 removed: its clone's trim completes the head first.
+        let clone = redirected.clone;
+        assert_eq!(store.trim_clones(POOL, &[(&clone, ObjectVersion(40))]).unwrap(), 1);
+        assert!(store.redirected(POOL, KEY).is_none());
+        assert!(store.info(POOL, &clone).is_none());
+        assert!(store.read_range(POOL, KEY, 0, SIZE - 1).unwrap().1 == now);
+        // Redirected again under snapshot 55, then replaced whole.
+        write(&store, 4096, b"three", 0, (Some(50), 60), snap(55)).unwrap();
+        assert!(store.redirected(POOL, KEY).is_some());
+        let put = PutRequest {
+            pool: POOL,
+            key: KEY,
+            data: &[b"small now"],
+            version: ObjectVersion(70),
+            checksum: None,
+            pg_seed: Some(3),
+            epoch: Epoch(1),
+        };
+        store.put_in(&put, snap(55)).unwrap();
+        assert!(store.redirected(POOL, KEY).is_none());
+        assert_eq!(store.get(POOL, KEY).unwrap().1, b"small now");
+        assert!(as_of(&store, 15) == before);
+        assert!(as_of(&store, 55) == now);
+    }
+
+    /// A crash between the steps: the new head renamed to the clone's path but not exchanged
+    /// is removed at the next open (the old head whole); exchanged but the clone's header not
+    /// yet rewritten, the header is rewritten at the next open and both read right.
+    #[test]
+    fn a_crash_during_a_redirect_leaves_either_state_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_on(dir.path());
+        let before = original();
+        write(&store, 0, &before, 0, (None, 10), None).unwrap();
+        let head_path = store.path_of(POOL, KEY);
+        let clone = clone_key(KEY, ObjectVersion(10));
+        let clone_path = store.path_of(POOL, &clone);
+        let layout = BlockLayout::new(KEY.len(), SIZE);
+        let mut page = vec![0u8; layout.table_offset as usize];
+        std::fs::File::open(&head_path).unwrap().read_exact_at(&mut page, 0).unwrap();
+        drop(store);
+        // The first crash: a new head at the clone's path, not exchanged.
+        std::fs::create_dir_all(clone_path.parent().unwrap()).unwrap();
+        std::fs::copy(&head_path, &clone_path).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&clone_path).unwrap();
+        file.write_all_at(&mark(ObjectVersion(10)), MARK_AT).unwrap();
+        drop(file);
+        let store = open_on(dir.path());
+        assert!(!clone_path.exists(), "the leftover is removed");
+        assert!(store.info(POOL, &clone).is_none());
+        assert!(store.read_range(POOL, KEY, 0, SIZE - 1).unwrap().1 == before);
+        // The second: exchanged, the clone's header as the head's was.
+        write(&store, 4096, b"one", 0, (Some(10), 20), snap(15)).unwrap();
+        drop(store);
+        let file = std::fs::OpenOptions::new().write(true).open(&clone_path).unwrap();
+        file.write_all_at(&page, 0).unwrap();
+        drop(file);
+        let store = open_on(dir.path());
+        assert_eq!(store.info(POOL, &clone).unwrap().version, ObjectVersion(10));
+        assert!(store.redirected(POOL, KEY).is_some());
+        assert!(as_of(&store, 15) == before);
+        let mut after = before.clone();
+        after[4096..4099].copy_from_slice(b"one");
+        assert!(store.read_range(POOL, KEY, 0, SIZE - 1).unwrap().1 == after);
+        assert_eq!(store.get(POOL, &clone).unwrap().1, before, "its header names the clone");
+    }
+
+    /// A clone lost takes the head redirected to it with it (quarantined, for repair from a
+    /// replica), at a read and at the next open.
+    #[test]
+    fn a_lost_clone_takes_its_redirected_head_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_on(dir.path());
+        redirected_with_writes(&store);
+        let clone = clone_key(KEY, ObjectVersion(10));
+        std::fs::remove_file(store.path_of(POOL, &clone)).unwrap();
+        assert!(store.read_range(POOL, KEY, 0, 4095).is_err());
+        assert!(store.info(POOL, KEY).is_none(), "the head went with its clone");
+        assert!(store.redirected(POOL, KEY).is_none());
+        // Again, the clone lost while the server was down.
+        write(&store, 0, &original(), 0, (None, 100), None).unwrap();
+        write(&store, 0, b"x", 0, (Some(100), 110), snap(105)).unwrap();
+        let clone = clone_key(KEY, ObjectVersion(100));
+        let clone_path = store.path_of(POOL, &clone);
+        drop(store);
+        std::fs::remove_file(clone_path).unwrap();
+        let store = open_on(dir.path());
+        assert!(store.info(POOL, KEY).is_none());
+        assert_eq!(store.redirects.len(), 0);
+    }
+}
