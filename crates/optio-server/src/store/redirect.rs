@@ -312,11 +312,16 @@ impl DeviceStore {
             .iter()
             .map(|(b, block)| (layout.data_offset + b * BLOCK_BYTES as u64, &block[..]))
             .collect();
+        if !parts.is_empty() {
+            self.disk
+                .write_at(&head_path, &parts, true)
+                .map_err(StoreError::io("write", &head_path))?;
+        }
+        // A head that holds every block needs no clone: the clearing of its mark need not be
+        // durable before the clone goes (the next open clears it too). Otherwise it must.
+        let durable = !missing.is_empty();
         self.disk
-            .write_at(&head_path, &parts, true)
-            .map_err(StoreError::io("write", &head_path))?;
-        self.disk
-            .write_at(&head_path, &[(MARK_AT, &[0u8; MARK_BYTES])], true)
+            .write_at(&head_path, &[(MARK_AT, &[0u8; MARK_BYTES])], durable)
             .map_err(StoreError::io("write", &head_path))?;
         self.redirects.remove(pool, key);
         tracing::debug!(
@@ -432,27 +437,33 @@ impl DeviceStore {
                     c.blocks && c.size_bytes == entry.size_bytes && Some(c.version) == found
                 })
             });
-            let held = clone_ok
-                .then(|| {
-                    let end = layout.data_offset + layout.size;
-                    self.disk.data_ranges(&path, layout.data_offset, end).ok()
-                })
-                .flatten();
-            match (clone, held) {
-                (Some(clone), Some(ranges)) => {
-                    let mut redirected = Redirected {
-                        clone,
-                        layout,
-                        held: vec![0; layout.blocks.div_ceil(8) as usize],
-                    };
-                    for (start, end) in ranges {
-                        let first = (start - layout.data_offset) / BLOCK_BYTES as u64;
-                        let last = (end - 1 - layout.data_offset) / BLOCK_BYTES as u64;
-                        for b in first..=last.min(layout.blocks - 1) {
-                            redirected.hold(b);
-                        }
+            let end = layout.data_offset + layout.size;
+            let held = self.disk.data_ranges(&path, layout.data_offset, end).ok().map(|ranges| {
+                let mut held = vec![0u8; layout.blocks.div_ceil(8) as usize];
+                for (start, end) in ranges {
+                    let first = (start - layout.data_offset) / BLOCK_BYTES as u64;
+                    let last = (end - 1 - layout.data_offset) / BLOCK_BYTES as u64;
+                    for b in first..=last.min(layout.blocks - 1) {
+                        held[(b / 8) as usize] |= 1 << (b % 8);
                     }
-                    self.redirects.insert(pool, &key, redirected);
+                }
+                held
+            });
+            let whole = held.as_ref().is_some_and(|held| {
+                (0..layout.blocks).all(|b| held[(b / 8) as usize] & (1 << (b % 8)) != 0)
+            });
+            match (clone, held) {
+                // Every block written since: the head needs its clone no more (a completion
+                // whose clearing of the mark was not durable when the clone went).
+                (_, Some(_)) if whole => {
+                    if let Err(error) =
+                        self.disk.write_at(&path, &[(MARK_AT, &[0u8; MARK_BYTES])], true)
+                    {
+                        tracing::warn!(device = self.id, key, %error, "a redirected head's mark could not be cleared");
+                    }
+                }
+                (Some(clone), Some(held)) if clone_ok => {
+                    self.redirects.insert(pool, &key, Redirected { clone, layout, held });
                 }
                 _ => {
                     tracing::warn!(
@@ -477,7 +488,7 @@ mod tests {
     use optio_proto::snap::SnapContext;
 
     use super::*;
-    use crate::disk::{Disk, RealDisk};
+    use crate::disk::{Disk, Fault, FaultyDisk, RealDisk};
     use crate::store::{DeviceConfig, PutRequest, SnapshotCopy, WriteAt, object_path};
 
     const MIB: u64 = 1 << 20;
@@ -486,8 +497,11 @@ mod tests {
     const SIZE: u64 = 4 * MIB;
 
     fn open_on(dir: &std::path::Path) -> DeviceStore {
+        open_with(dir, Arc::new(RealDisk))
+    }
+
+    fn open_with(dir: &std::path::Path, disk: Arc<dyn Disk>) -> DeviceStore {
         let config = DeviceConfig { id: 0, dir: dir.to_path_buf(), capacity_bytes: 256 * MIB };
-        let disk: Arc<dyn Disk> = Arc::new(RealDisk);
         let store = DeviceStore::open(&config, disk).unwrap();
         store.set_snapshot_copy(SnapshotCopy::Redirect);
         store
@@ -707,5 +721,53 @@ mod tests {
         let store = open_on(dir.path());
         assert!(store.info(POOL, KEY).is_none());
         assert_eq!(store.redirects.len(), 0);
+    }
+
+    /// A redirect that fails at any step (the new head not written, not renamed, not
+    /// exchanged) refuses the write and changes nothing: the head whole where it was, no
+    /// clone, nothing left at the clone's path; the next write redirects.
+    #[test]
+    fn a_redirect_that_fails_refuses_its_write_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Arc::new(FaultyDisk::new());
+        let store = open_with(dir.path(), disk.clone());
+        let before = original();
+        write(&store, 0, &before, 0, (None, 10), None).unwrap();
+        let clone = clone_key(KEY, ObjectVersion(10));
+        for fault in [Fault::WriteError, Fault::CrashBeforeRename, Fault::Full] {
+            disk.set_fault(Some(fault));
+            assert!(write(&store, 0, b"x", 0, (Some(10), 20), snap(15)).is_err(), "{fault:?}");
+            disk.set_fault(None);
+            assert!(store.redirected(POOL, KEY).is_none());
+            assert!(store.info(POOL, &clone).is_none());
+            assert!(!store.path_of(POOL, &clone).exists(), "{fault:?}");
+            assert!(store.read_range(POOL, KEY, 0, SIZE - 1).unwrap().1 == before);
+        }
+        drop(store);
+        let store = open_with(dir.path(), disk);
+        assert!(store.read_range(POOL, KEY, 0, SIZE - 1).unwrap().1 == before);
+        write(&store, 0, b"x", 0, (Some(10), 20), snap(15)).unwrap();
+        assert!(store.redirected(POOL, KEY).is_some());
+        assert!(as_of(&store, 15) == before);
+    }
+
+    /// A head that holds every block needs no clone: the trim's completion clears its mark
+    /// without a sync, and a head found at the next open with its mark but without its clone
+    /// is whole, not lost.
+    #[test]
+    fn a_head_written_whole_after_the_snapshot_needs_its_clone_no_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_on(dir.path());
+        write(&store, 0, &original(), 0, (None, 10), None).unwrap();
+        let now = vec![5u8; SIZE as usize];
+        write(&store, 0, &now, 0, (Some(10), 20), snap(15)).unwrap();
+        assert!(store.redirected(POOL, KEY).is_some_and(|r| (0..1024).all(|b| r.holds(b))));
+        let clone = clone_key(KEY, ObjectVersion(10));
+        drop(store);
+        std::fs::remove_file(object_path(dir.path(), POOL, &clone)).unwrap();
+        let store = open_on(dir.path());
+        assert!(store.redirected(POOL, KEY).is_none());
+        assert!(store.read_range(POOL, KEY, 0, SIZE - 1).unwrap().1 == now);
+        assert_eq!(store.get(POOL, KEY).unwrap().1, now);
     }
 }

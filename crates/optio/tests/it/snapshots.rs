@@ -73,11 +73,16 @@ pub(crate) fn heads_and_clones(device_dir: &Path) -> (usize, usize) {
 /// their files take on the disk (a sparse file counts what it holds), found by reading the
 /// devices' files themselves.
 pub(crate) fn clone_files_and_disk_bytes(dir: &Path) -> (usize, u64) {
+    files_and_disk_bytes(dir, true)
+}
+
+/// As [`clone_files_and_disk_bytes`], for the head files (`clones` false) or the clones.
+pub(crate) fn files_and_disk_bytes(dir: &Path, clones: bool) -> (usize, u64) {
     use std::os::unix::fs::MetadataExt;
     let mut out = (0, 0);
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         walk(&entry.path().join("objects"), &mut |path, held| {
-            if let Held::Clone = held {
+            if matches!((held, clones), (Held::Clone, true) | (Held::Head, false)) {
                 out.0 += 1;
                 out.1 += std::fs::metadata(path).map_or(0, |m| m.blocks() * 512);
             }
