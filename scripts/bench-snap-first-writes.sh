@@ -4,9 +4,11 @@
 # objects) through `optio nbd`, fio randwrite 4 KiB qd 32 for SECONDS; `snap create`; the same
 # run again. Prints the IOPS of each second of both runs: the first seconds after the snapshot
 # carry the copies (each object's first write after it copies the object on each replica).
+# Each write run is followed by fio randread 4 KiB qd 32 for SECONDS (after the snapshot's, the
+# objects are clones and heads: with `redirect`, heads that hold only the blocks written).
 # Usage: scripts/bench-snap-first-writes.sh [SECONDS (default 10)]; OPTIO (default
-# target/release/optio of this checkout), TMPDIR; OPTIO_SNAPSHOT_COPY=blocks to have the
-# servers copy blocks, not objects (docs/volumes.md). Needs fio with the nbd engine.
+# target/release/optio of this checkout), TMPDIR; OPTIO_SNAPSHOT_COPY=blocks|redirect to have the
+# servers copy blocks, or nothing, rather than objects (docs/volumes.md). Needs fio with the nbd engine.
 set -euo pipefail
 seconds=${1:-10}
 case "$seconds" in '' | *[!0-9]*) echo "SECONDS must be a number (got $seconds)" >&2; exit 1 ;; esac
@@ -38,9 +40,14 @@ run() { # NAME fio-args...
 run fill --rw=write --bs=4M --iodepth=8
 sync
 rw=(--rw=randwrite --bs=4k --iodepth=32 --randrepeat=0 --norandommap --time_based "--runtime=$seconds" --log_avg_msec=1000)
+rr=(--rw=randread --bs=4k --iodepth=32 --randrepeat=0 --norandommap --time_based "--runtime=$seconds")
 run before "${rw[@]}" --write_iops_log="$work/before"
+run read-before "${rr[@]}"
 "$optio" volume snap create w@s
 run after "${rw[@]}" --write_iops_log="$work/after"
+run read-after "${rr[@]}"
 per_second() { cut -d, -f2 "$1" | tr -d ' ' | paste -sd' '; }
+iops() { python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["jobs"][0]["read"]["iops"]))' "$1"; }
 echo "randwrite 4 KiB qd 32, IOPS per second: without a snapshot: $(per_second "$work/before_iops.1.log")"
 echo "right after snap create:                               $(per_second "$work/after_iops.1.log")"
+echo "randread 4 KiB qd 32 (IOPS) after the writes: without a snapshot $(iops "$work/read-before.json"), after the snapshot's $(iops "$work/read-after.json")"

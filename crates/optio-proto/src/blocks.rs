@@ -27,6 +27,25 @@ pub const BLOCK_BYTES: usize = 4096;
 /// The largest block object (a volume's object size is at most this).
 pub const BLOCK_OBJECT_BYTES_MAX: u64 = 64 << 20;
 
+/// Where a *redirected head*'s mark lies in its file (a block object the server redirected
+/// after a volume snapshot: the blocks its file has no data for are those of the clone the
+/// mark names; `optio-server`'s `store::redirect`): in the header's block, after the header
+/// and its key.
+pub const REDIRECT_MARK_AT: u64 = 1536;
+/// The first bytes of a redirect mark; the clone's version (u64, little endian) follows.
+pub const REDIRECT_MAGIC: &[u8; 8] = b"OPTIOROW";
+/// A redirect mark's bytes.
+pub const REDIRECT_MARK_BYTES: usize = 16;
+
+/// The version of the clone a redirected head's file is redirected to, if `page` (the file's
+/// first bytes) holds a redirect mark.
+pub fn redirect_mark(page: &[u8]) -> Option<u64> {
+    let at = usize::try_from(REDIRECT_MARK_AT).ok()?;
+    let mark = page.get(at..at + REDIRECT_MARK_BYTES)?;
+    (&mark[..8] == REDIRECT_MAGIC)
+        .then(|| u64::from_le_bytes(mark[8..].try_into().expect("eight bytes")))
+}
+
 /// Where a block object's parts lie in its file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockLayout {

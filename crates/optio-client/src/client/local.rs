@@ -54,6 +54,10 @@ pub struct LocalFile {
     pub device: u32,
     /// The client's map epoch when it was opened.
     pub epoch: u64,
+    /// When the file was a redirected head as it was opened (`optio server --snapshot-copy
+    /// redirect`): the clone it is redirected to, open on the same device, and its version.
+    /// The blocks the head's file has no data for are read from it.
+    pub clone: Option<(std::fs::File, ObjectVersion)>,
 }
 
 /// Why a local read gave nothing (read through the servers instead).
@@ -83,6 +87,12 @@ pub enum LocalMiss {
         len: u64,
         /// The object's size.
         size: u64,
+    },
+    /// The file is a redirected head whose clone is not open here.
+    #[error("the file is redirected to clone version {clone}, which is not open here")]
+    Redirected {
+        /// The clone's version.
+        clone: u64,
     },
     /// Reading the file failed.
     #[error("reading the file failed: {0}")]
@@ -121,7 +131,27 @@ impl LocalFile {
         let block_start = first * BLOCK_BYTES as u64;
         let block_end = ((last + 1) * BLOCK_BYTES as u64).min(size);
         let mut blocks = vec![0u8; (block_end - block_start) as usize];
+        let from_clone = match optio_proto::blocks::redirect_mark(&head) {
+            None => None,
+            Some(version) => match &self.clone {
+                // Where the head's file has no data, the clone's blocks: found before the
+                // head's blocks are read (a block written meanwhile is then read from the
+                // clone as it was before the write, which the table read above expects).
+                Some((clone, at)) if at.0 == version => {
+                    let from = layout.data_offset + block_start;
+                    Some((clone, holes(&self.file, from, from + blocks.len() as u64)?))
+                }
+                _ => return Err(LocalMiss::Redirected { clone: version }),
+            },
+        };
         self.file.read_exact_at(&mut blocks, layout.data_offset + block_start)?;
+        if let Some((clone, holes)) = from_clone {
+            let base = layout.data_offset + block_start;
+            for (start, end) in holes {
+                let at = (start - base) as usize;
+                clone.read_exact_at(&mut blocks[at..(end - base) as usize], start)?;
+            }
+        }
         let table = decode_table(&head[layout.table_offset as usize + 4 * first as usize..]);
         if let Some((block, _, _)) = first_bad_block(&layout, first, &table, &blocks) {
             return Err(LocalMiss::Checksum { block });
@@ -131,6 +161,28 @@ impl LocalFile {
         blocks.drain(..from);
         Ok(blocks)
     }
+}
+
+/// The ranges of `file` between `from` and `to` that hold no data (`SEEK_DATA`/`SEEK_HOLE`).
+fn holes(file: &std::fs::File, from: u64, to: u64) -> std::io::Result<Vec<(u64, u64)>> {
+    use rustix::fs::{SeekFrom, seek};
+    let mut holes = Vec::new();
+    let mut at = from;
+    while at < to {
+        let data = match seek(file, SeekFrom::Data(at)) {
+            Ok(data) => data.min(to),
+            Err(rustix::io::Errno::NXIO) => to,
+            Err(error) => return Err(error.into()),
+        };
+        if data > at {
+            holes.push((at, data));
+        }
+        if data >= to {
+            break;
+        }
+        at = seek(file, SeekFrom::Hole(data)).map_err(std::io::Error::from)?.min(to);
+    }
+    Ok(holes)
 }
 
 impl Client {
@@ -171,12 +223,42 @@ impl Client {
             match self.inner.transport.open_local(call, &socket).await {
                 Ok((answer, file)) => {
                     let info = answer.info?;
+                    // A redirected head: its clone, on the same device, is opened too.
+                    let mut page = vec![
+                        0u8;
+                        optio_proto::blocks::REDIRECT_MARK_AT as usize
+                            + optio_proto::blocks::REDIRECT_MARK_BYTES
+                    ];
+                    let clone = match file.read_exact_at(&mut page, 0) {
+                        Ok(()) => match optio_proto::blocks::redirect_mark(&page) {
+                            Some(version) => {
+                                let clone_key =
+                                    optio_proto::snap::clone_key(key, ObjectVersion(version));
+                                let call = self.object_call(
+                                    &view,
+                                    &endpoint,
+                                    pool,
+                                    Op::Open { key: &clone_key },
+                                );
+                                match self.inner.transport.open_local(call, &socket).await {
+                                    Ok((_, clone)) => Some((clone, ObjectVersion(version))),
+                                    Err(failure) => {
+                                        tracing::debug!(device, clone_key, %failure, "no local read of a redirected head's clone");
+                                        None
+                                    }
+                                }
+                            }
+                            None => None,
+                        },
+                        Err(_) => None,
+                    };
                     return Some(LocalFile {
                         file,
                         version: info.version,
                         size: info.size_bytes,
                         device,
                         epoch: view.epoch(),
+                        clone,
                     });
                 }
                 Err(failure) => {
@@ -274,8 +356,48 @@ mod tests {
         file
     }
 
+    /// A redirected head whose file holds blocks 1 and 3 of `after` (holes elsewhere) and a
+    /// redirect mark naming clone version 4, and its clone holding `before` at version 4: a
+    /// local read takes each block from where it is, and without the clone open it is a miss.
+    #[test]
+    fn a_redirected_head_reads_the_blocks_it_has_not_from_its_clone() {
+        use std::os::unix::fs::FileExt;
+        let before: Vec<u8> = (0..5 * BLOCK_BYTES).map(|i| (i * 3 % 251) as u8 + 1).collect();
+        let mut after = before.clone();
+        after[BLOCK_BYTES..2 * BLOCK_BYTES].fill(7);
+        after[3 * BLOCK_BYTES + 5..3 * BLOCK_BYTES + 9].copy_from_slice(b"four");
+        let key = "volume_data.abc.0000000000000004";
+        let clone_key = optio_proto::snap::clone_key(key, ObjectVersion(4));
+        let head = block_file(key, &after, 9);
+        let layout = BlockLayout::new(key.len(), after.len() as u64);
+        for b in [0u64, 2, 4] {
+            let at = layout.data_offset + b * BLOCK_BYTES as u64;
+            let flags =
+                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+            rustix::fs::fallocate(&head, flags, at, BLOCK_BYTES as u64).unwrap();
+        }
+        let mut mark = optio_proto::blocks::REDIRECT_MAGIC.to_vec();
+        mark.extend_from_slice(&4u64.to_le_bytes());
+        head.write_all_at(&mark, optio_proto::blocks::REDIRECT_MARK_AT).unwrap();
+        let clone = block_file(&clone_key, &before, 4);
+        let without = local(head.try_clone().unwrap(), after.len() as u64, 9);
+        let miss = without.read(key, ObjectVersion(9), 0, 10).unwrap_err();
+        assert!(matches!(miss, LocalMiss::Redirected { clone: 4 }), "{miss}");
+        let mut file = local(head, after.len() as u64, 9);
+        file.clone = Some((clone, ObjectVersion(4)));
+        for (offset, len) in
+            [(0, after.len()), (4000, 200), (BLOCK_BYTES, 10), (2 * BLOCK_BYTES + 7, 6000)]
+        {
+            let read = file.read(key, ObjectVersion(9), offset as u64, len as u64).unwrap();
+            assert!(read == after[offset..offset + len], "{offset}+{len}");
+        }
+        file.clone.as_mut().unwrap().1 = ObjectVersion(3);
+        let miss = file.read(key, ObjectVersion(9), 0, 10).unwrap_err();
+        assert!(matches!(miss, LocalMiss::Redirected { clone: 4 }), "another clone: {miss}");
+    }
+
     fn local(file: std::fs::File, size: u64, version: u64) -> LocalFile {
-        LocalFile { file, version: ObjectVersion(version), size, device: 0, epoch: 1 }
+        LocalFile { file, version: ObjectVersion(version), size, device: 0, epoch: 1, clone: None }
     }
 
     #[test]

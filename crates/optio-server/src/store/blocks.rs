@@ -218,11 +218,6 @@ impl DeviceStore {
                 "'{key}' was written whole, not in place: local reads take block objects only"
             )));
         }
-        if self.redirected(pool, key).is_some() {
-            return Err(StoreError::BadRange(format!(
-                "'{key}' is redirected after a snapshot (its file holds only what was written since): read it through the server"
-            )));
-        }
         let path = self.path_of(pool, key);
         let file = match self.disk.open_read(&path) {
             Ok(file) => file,

@@ -26,8 +26,8 @@
 //! Everything else sees whole heads: a whole read of the head (a transfer, a scrub), a
 //! replacement or removal of it, the next snapshot's clone and a trim of the clone first
 //! *complete* it — the blocks not held are copied from the clone (verified), synced, and the
-//! mark cleared. A local reader is refused the head's file while it is redirected (it reads
-//! through the server). A clone lost or damaged takes its redirected head with it
+//! mark cleared. A local reader (`optio-client`'s `client::local`) finds the mark in the head's
+//! file, opens the clone too, and reads each block from where it is. A clone lost or damaged takes its redirected head with it
 //! (quarantined, so that repair brings both back whole from a replica).
 //!
 //! A crash during the steps leaves, at the device's next open, either a new head file at
@@ -50,9 +50,10 @@ use super::{DeviceStore, Entry, entry_of};
 use crate::error::StoreError;
 
 /// The first bytes of a redirect mark.
-pub(super) const MAGIC: &[u8; 8] = b"OPTIOROW";
+pub(super) const MAGIC: &[u8; 8] = optio_proto::blocks::REDIRECT_MAGIC;
 /// A redirect mark's bytes: the magic and the clone's version.
-pub(super) const MARK_BYTES: usize = 16;
+pub(super) const MARK_BYTES: usize = optio_proto::blocks::REDIRECT_MARK_BYTES;
+const _: () = assert!(MARK_AT == optio_proto::blocks::REDIRECT_MARK_AT);
 /// How many blocks a completion reads from the clone at a time (1 MiB).
 const RUN_BLOCKS: usize = 256;
 
@@ -577,7 +578,7 @@ mod tests {
     /// A write in place after a snapshot copies nothing: the old file is the clone, the new
     /// head holds the blocks written (zeroes written, not punched); both read right, across
     /// a restart (the blocks held found again from the file's data); a local reader is
-    /// refused the head; a whole read completes it.
+    /// given the head and finds its mark; a whole read completes it.
     #[test]
     fn a_write_after_a_snapshot_copies_nothing_and_both_versions_read_right() {
         let dir = tempfile::tempdir().unwrap();
@@ -592,7 +593,10 @@ mod tests {
             after[4096 + 90..=4096 + 110]
         );
         assert!(as_of(&store, 15) == before, "the snapshot sees the object as it was");
-        assert!(store.open_block_file(POOL, KEY).is_err(), "local readers read through the server");
+        let (file, _) = store.open_block_file(POOL, KEY).expect("local readers read it too");
+        let mut page = vec![0u8; 4096];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut page, 0).unwrap();
+        assert_eq!(optio_proto::blocks::redirect_mark(&page), Some(10), "and find its mark");
         drop(store);
         let store = open_on(dir.path());
         let redirected = store.redirected(POOL, KEY).expect("redirected across a restart");
