@@ -44,6 +44,7 @@ mod blocks;
 mod cow;
 mod partials;
 mod redirect;
+mod redirects;
 pub use partials::SnapshotCopy;
 mod purge;
 mod put;
@@ -166,7 +167,7 @@ pub struct DeviceStore {
     /// How writes in place after a snapshot keep what it sees ([`SnapshotCopy`] as a number).
     copy_mode: std::sync::atomic::AtomicU8,
     /// Heads redirected after a snapshot ([`redirect`]).
-    redirects: redirect::Redirects,
+    redirects: redirects::Redirects,
     /// The queue of the device's writer of small objects ([`put`]), started at its first.
     writer: writer::WriterQueue,
     /// Large files replaced by smaller ones, closed in the background ([`release`]).
@@ -309,7 +310,7 @@ impl DeviceStore {
             trimmed: Mutex::new(trimmed::Trimmed::new(TRIMMED_KEPT)),
             partials: partials::Partials::default(),
             copy_mode: std::sync::atomic::AtomicU8::new(0),
-            redirects: redirect::Redirects::default(),
+            redirects: redirects::Redirects::default(),
             writer: std::sync::Mutex::new(None),
             releaser: release::Releaser::default(),
             _lock: lock,
@@ -370,7 +371,7 @@ impl DeviceStore {
                     if partials::partial_magic_at(&prefix, key, header.blocks) {
                         marked.push((pool, key.to_string()));
                     }
-                    if redirect::magic_at(&prefix, key, header.blocks) {
+                    if redirects::magic_at(&prefix, key, header.blocks) {
                         redirected.push((pool, key.to_string()));
                     }
                     let entry =

@@ -35,10 +35,6 @@
 //! the exchanged files, the clone's header perhaps not yet rewritten (a file at a clone's
 //! path whose header names the head at the clone's version: the header is rewritten then).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use optio_placement::PoolId;
 use optio_proto::ObjectVersion;
 use optio_proto::blocks::{BLOCK_BYTES, BlockLayout, decode_table};
@@ -46,113 +42,12 @@ use optio_proto::checksum;
 use optio_proto::snap::{clone_key, parse_clone_key};
 
 use super::partials::MARK_AT;
+use super::redirects::{MAGIC, MARK_BYTES, Redirected, fits, mark, marked};
 use super::{DeviceStore, Entry, entry_of};
 use crate::error::StoreError;
 
-/// The first bytes of a redirect mark.
-pub(super) const MAGIC: &[u8; 8] = optio_proto::blocks::REDIRECT_MAGIC;
-/// A redirect mark's bytes: the magic and the clone's version.
-pub(super) const MARK_BYTES: usize = optio_proto::blocks::REDIRECT_MARK_BYTES;
-const _: () = assert!(MARK_AT == optio_proto::blocks::REDIRECT_MARK_AT);
 /// How many blocks a completion reads from the clone at a time (1 MiB).
 const RUN_BLOCKS: usize = 256;
-
-/// Whether a head keyed `key_bytes` bytes, of a block object with `layout`, can be
-/// redirected: its mark fits between its key and its checksum table.
-pub(super) fn fits(key_bytes: usize, layout: &BlockLayout) -> bool {
-    optio_proto::HEADER_BYTES + key_bytes <= MARK_AT as usize
-        && MARK_AT + MARK_BYTES as u64 <= layout.table_offset
-}
-
-/// Whether the first bytes of a file (`prefix`, as the index's load reads them) show a
-/// redirect mark: a block object's file, not a clone's key, with [`MAGIC`] at [`MARK_AT`].
-pub(super) fn magic_at(prefix: &[u8], key: &str, header_blocks: bool) -> bool {
-    let at = MARK_AT as usize;
-    header_blocks
-        && parse_clone_key(key).is_none()
-        && prefix.get(at..at + MAGIC.len()) == Some(&MAGIC[..])
-}
-
-/// Whether `prefix` holds a redirect mark at all (whatever the key).
-fn marked(prefix: &[u8]) -> bool {
-    let at = MARK_AT as usize;
-    prefix.get(at..at + MAGIC.len()) == Some(&MAGIC[..])
-}
-
-fn mark(clone_version: ObjectVersion) -> [u8; MARK_BYTES] {
-    let mut mark = [0u8; MARK_BYTES];
-    mark[..8].copy_from_slice(MAGIC);
-    mark[8..].copy_from_slice(&clone_version.0.to_le_bytes());
-    mark
-}
-
-/// A redirected head: the clone that holds the blocks it does not.
-#[derive(Clone, Debug)]
-pub(super) struct Redirected {
-    /// The clone's key.
-    pub(super) clone: String,
-    /// The head's layout (the clone's offsets are the same).
-    pub(super) layout: BlockLayout,
-    /// Block `b` held by the head: bit `b % 8` of byte `b / 8`.
-    pub(super) held: Vec<u8>,
-}
-
-impl Redirected {
-    pub(super) fn holds(&self, block: u64) -> bool {
-        self.held[(block / 8) as usize] & (1 << (block % 8)) != 0
-    }
-
-    fn hold(&mut self, block: u64) {
-        self.held[(block / 8) as usize] |= 1 << (block % 8);
-    }
-}
-
-/// A device's redirected heads, by key. Each is read and changed under its head's stripe.
-#[derive(Default)]
-pub(super) struct Redirects {
-    map: Mutex<HashMap<(PoolId, String), Redirected>>,
-    count: AtomicUsize,
-}
-
-impl Redirects {
-    fn get(&self, pool: PoolId, head: &str) -> Option<Redirected> {
-        if self.count.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        self.map.lock().expect("redirects lock").get(&(pool, head.to_string())).cloned()
-    }
-
-    fn insert(&self, pool: PoolId, head: &str, redirected: Redirected) {
-        let mut map = self.map.lock().expect("redirects lock");
-        map.insert((pool, head.to_string()), redirected);
-        self.count.store(map.len(), Ordering::Release);
-    }
-
-    fn remove(&self, pool: PoolId, head: &str) -> Option<Redirected> {
-        if self.count.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        let mut map = self.map.lock().expect("redirects lock");
-        let removed = map.remove(&(pool, head.to_string()));
-        self.count.store(map.len(), Ordering::Release);
-        removed
-    }
-
-    fn hold(&self, pool: PoolId, head: &str, (first, last): (u64, u64)) {
-        if let Some(redirected) =
-            self.map.lock().expect("redirects lock").get_mut(&(pool, head.to_string()))
-        {
-            for b in first..=last.min(redirected.layout.blocks - 1) {
-                redirected.hold(b);
-            }
-        }
-    }
-
-    /// How many heads are redirected.
-    pub(super) fn len(&self) -> usize {
-        self.count.load(Ordering::Acquire)
-    }
-}
 
 impl DeviceStore {
     /// Redirects the live block object `key` (entry `head`) to the new clone `clone`, for a

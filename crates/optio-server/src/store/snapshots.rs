@@ -108,7 +108,7 @@ impl DeviceStore {
             // Nothing copied ([`super::redirect`]); a head still redirected to an earlier
             // snapshot's clone is made whole first.
             self.complete_partial(pool, key)?;
-            if super::redirect::fits(key.len(), &BlockLayout::new(key.len(), head.size_bytes)) {
+            if super::redirects::fits(key.len(), &BlockLayout::new(key.len(), head.size_bytes)) {
                 return self.begin_redirect(pool, key, &clone, &head);
             }
         }
