@@ -47,7 +47,9 @@ run read-before "${rr[@]}"
 run after "${rw[@]}" --write_iops_log="$work/after"
 run read-after "${rr[@]}"
 per_second() { cut -d, -f2 "$1" | tr -d ' ' | paste -sd' '; }
-iops() { python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["jobs"][0]["read"]["iops"]))' "$1"; }
+iops() { # fio may print notes before its JSON
+  python3 -c 'import json,sys; t=open(sys.argv[1]).read(); print(round(json.loads(t[t.index("{"):])["jobs"][0]["read"]["iops"]))' "$1"
+}
 echo "randwrite 4 KiB qd 32, IOPS per second: without a snapshot: $(per_second "$work/before_iops.1.log")"
 echo "right after snap create:                               $(per_second "$work/after_iops.1.log")"
 echo "randread 4 KiB qd 32 (IOPS) after the writes: without a snapshot $(iops "$work/read-before.json"), after the snapshot's $(iops "$work/read-after.json")"
