@@ -144,12 +144,23 @@ impl LocalFile {
                 _ => return Err(LocalMiss::Redirected { clone: version }),
             },
         };
-        self.file.read_exact_at(&mut blocks, layout.data_offset + block_start)?;
-        if let Some((clone, holes)) = from_clone {
-            let base = layout.data_offset + block_start;
-            for (start, end) in holes {
-                let at = (start - base) as usize;
-                clone.read_exact_at(&mut blocks[at..(end - base) as usize], start)?;
+        let base = layout.data_offset + block_start;
+        match from_clone {
+            None => self.file.read_exact_at(&mut blocks, base)?,
+            Some((clone, holes)) => {
+                // Each run from the file that has it: the head's data between the holes.
+                let mut at = base;
+                for (start, end) in holes.into_iter().chain([(base + blocks.len() as u64, 0)]) {
+                    if start > at {
+                        let span = &mut blocks[(at - base) as usize..(start - base) as usize];
+                        self.file.read_exact_at(span, at)?;
+                    }
+                    if end > start {
+                        let span = &mut blocks[(start - base) as usize..(end - base) as usize];
+                        clone.read_exact_at(span, start)?;
+                        at = end;
+                    }
+                }
             }
         }
         let table = decode_table(&head[layout.table_offset as usize + 4 * first as usize..]);
@@ -177,7 +188,8 @@ fn holes(file: &std::fs::File, from: u64, to: u64) -> std::io::Result<Vec<(u64, 
         if data > at {
             holes.push((at, data));
         }
-        if data >= to {
+        // Data from a block's start to the end: the file system allocates whole blocks.
+        if data >= to || (data == at && to - at <= BLOCK_BYTES as u64) {
             break;
         }
         at = seek(file, SeekFrom::Hole(data)).map_err(std::io::Error::from)?.min(to);
