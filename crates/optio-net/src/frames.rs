@@ -227,6 +227,20 @@ impl Drop for Connection {
     }
 }
 
+/// What a failed connect says of the server: refused, it is not running; reset or aborted,
+/// it was going away as the connection was made (killed: its listening socket's queue is
+/// reset), and the next attempt, on a new connection, finds out which
+/// ([`Failure::Dropped`]); anything else, unreachable.
+fn connect_failure(addr: &str, error: &std::io::Error) -> Failure {
+    use std::io::ErrorKind as Io;
+    let reason = format!("connect to {addr}: {error}");
+    match error.kind() {
+        Io::ConnectionRefused => Failure::NotRunning(reason),
+        Io::ConnectionReset | Io::ConnectionAborted => Failure::Dropped(reason),
+        _ => Failure::Unreachable(reason),
+    }
+}
+
 impl Connection {
     /// Not broken, and not idle for [`POOL_IDLE_TIMEOUT`].
     fn usable(&self) -> bool {
@@ -243,16 +257,7 @@ impl Connection {
     ) -> Result<Connection, NotSent> {
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => stream,
-            Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
-                return Err(NotSent::Failed(Failure::NotRunning(format!(
-                    "connect to {addr}: {error}"
-                ))));
-            }
-            Ok(Err(error)) => {
-                return Err(NotSent::Failed(Failure::Unreachable(format!(
-                    "connect to {addr}: {error}"
-                ))));
-            }
+            Ok(Err(error)) => return Err(NotSent::Failed(connect_failure(addr, &error))),
             Err(_) => return Err(silent(addr, "connect to", CONNECT_TIMEOUT)),
         };
         let _ = stream.set_nodelay(true);
@@ -269,10 +274,16 @@ impl Connection {
                         .await
                     {
                         Ok(Ok(stream)) => stream,
+                        // A server going away under it: sent again on a new connection.
                         Ok(Err(error)) => {
-                            return Err(NotSent::Failed(Failure::Unreachable(format!(
-                                "TLS handshake with {addr}: {error}"
-                            ))));
+                            use std::io::ErrorKind as Io;
+                            let reason = format!("TLS handshake with {addr}: {error}");
+                            return Err(NotSent::Failed(match error.kind() {
+                                Io::ConnectionReset | Io::ConnectionAborted | Io::UnexpectedEof => {
+                                    Failure::Dropped(reason)
+                                }
+                                _ => Failure::Unreachable(reason),
+                            }));
                         }
                         Err(_) => return Err(silent(addr, "TLS handshake with", answer_timeout)),
                     };
@@ -905,5 +916,19 @@ mod tests {
         let head = answer_head(&[("x-a", "b")]);
         let error = raw_answer(&head[..head.len() - 1], Bytes::new()).err().expect("refused");
         assert!(matches!(error, AnswerError::Frame(_)), "{error:?}");
+    }
+
+    /// A connect refused is a server not running; one reset or aborted, a server going away,
+    /// sent again on a new connection (a write with a replica killed under it then finds it
+    /// not running, and goes on without it); anything else is unreachable.
+    #[test]
+    fn a_connect_reset_is_sent_again_and_a_connect_refused_is_not_running() {
+        use std::io::{Error, ErrorKind};
+        let failure = |kind| connect_failure("127.0.0.1:1", &Error::from(kind));
+        assert!(failure(ErrorKind::ConnectionRefused).is_not_running());
+        assert!(failure(ErrorKind::ConnectionReset).is_dropped());
+        assert!(failure(ErrorKind::ConnectionAborted).is_dropped());
+        let other = failure(ErrorKind::HostUnreachable);
+        assert!(other.is_unreachable() && !other.is_dropped() && !other.is_not_running());
     }
 }
