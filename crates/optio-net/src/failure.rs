@@ -61,6 +61,21 @@ impl std::fmt::Display for Failure {
 }
 
 impl Failure {
+    /// What an I/O error of kind `kind` on the way to a server says of it, as the failure's
+    /// constructor: refused, it is not running; reset, aborted, a broken pipe or a stream cut
+    /// short, the connection broke (the server went away under it: sent again on a new
+    /// connection, which finds out which); `None` for any other error.
+    pub fn of_io(kind: std::io::ErrorKind) -> Option<fn(String) -> Failure> {
+        use std::io::ErrorKind as Io;
+        match kind {
+            Io::ConnectionRefused => Some(Failure::NotRunning),
+            Io::ConnectionReset | Io::ConnectionAborted | Io::BrokenPipe | Io::UnexpectedEof => {
+                Some(Failure::Dropped)
+            }
+            _ => None,
+        }
+    }
+
     /// The error kind, for refusals.
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {

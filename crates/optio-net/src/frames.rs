@@ -227,18 +227,10 @@ impl Drop for Connection {
     }
 }
 
-/// What a failed connect says of the server: refused, it is not running; reset or aborted,
-/// it was going away as the connection was made (killed: its listening socket's queue is
-/// reset), and the next attempt, on a new connection, finds out which
-/// ([`Failure::Dropped`]); anything else, unreachable.
-fn connect_failure(addr: &str, error: &std::io::Error) -> Failure {
-    use std::io::ErrorKind as Io;
-    let reason = format!("connect to {addr}: {error}");
-    match error.kind() {
-        Io::ConnectionRefused => Failure::NotRunning(reason),
-        Io::ConnectionReset | Io::ConnectionAborted => Failure::Dropped(reason),
-        _ => Failure::Unreachable(reason),
-    }
+/// What a failed connect or TLS handshake says of the server ([`Failure::of_io`]), else
+/// unreachable.
+fn connect_failure(reason: String, error: &std::io::Error) -> Failure {
+    Failure::of_io(error.kind()).unwrap_or(Failure::Unreachable)(reason)
 }
 
 impl Connection {
@@ -257,7 +249,10 @@ impl Connection {
     ) -> Result<Connection, NotSent> {
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => stream,
-            Ok(Err(error)) => return Err(NotSent::Failed(connect_failure(addr, &error))),
+            Ok(Err(error)) => {
+                let reason = format!("connect to {addr}: {error}");
+                return Err(NotSent::Failed(connect_failure(reason, &error)));
+            }
             Err(_) => return Err(silent(addr, "connect to", CONNECT_TIMEOUT)),
         };
         let _ = stream.set_nodelay(true);
@@ -274,16 +269,9 @@ impl Connection {
                         .await
                     {
                         Ok(Ok(stream)) => stream,
-                        // A server going away under it: sent again on a new connection.
                         Ok(Err(error)) => {
-                            use std::io::ErrorKind as Io;
                             let reason = format!("TLS handshake with {addr}: {error}");
-                            return Err(NotSent::Failed(match error.kind() {
-                                Io::ConnectionReset | Io::ConnectionAborted | Io::UnexpectedEof => {
-                                    Failure::Dropped(reason)
-                                }
-                                _ => Failure::Unreachable(reason),
-                            }));
+                            return Err(NotSent::Failed(connect_failure(reason, &error)));
                         }
                         Err(_) => return Err(silent(addr, "TLS handshake with", answer_timeout)),
                     };
@@ -924,7 +912,7 @@ mod tests {
     #[test]
     fn a_connect_reset_is_sent_again_and_a_connect_refused_is_not_running() {
         use std::io::{Error, ErrorKind};
-        let failure = |kind| connect_failure("127.0.0.1:1", &Error::from(kind));
+        let failure = |kind| connect_failure("connect".into(), &Error::from(kind));
         assert!(failure(ErrorKind::ConnectionRefused).is_not_running());
         assert!(failure(ErrorKind::ConnectionReset).is_dropped());
         assert!(failure(ErrorKind::ConnectionAborted).is_dropped());

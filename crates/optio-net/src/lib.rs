@@ -638,16 +638,10 @@ fn answer_of(
 fn no_answer(error: &reqwest::Error) -> Failure {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind as Io;
-            match io.kind() {
-                Io::ConnectionRefused => return Failure::NotRunning(error_chain(error)),
-                Io::ConnectionReset
-                | Io::ConnectionAborted
-                | Io::BrokenPipe
-                | Io::UnexpectedEof => return Failure::Dropped(error_chain(error)),
-                _ => {}
-            }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && let Some(failure) = Failure::of_io(io.kind())
+        {
+            return failure(error_chain(error));
         }
         if let Some(hyper) = cause.downcast_ref::<hyper::Error>()
             && (hyper.is_incomplete_message() || hyper.is_canceled() || hyper.is_closed())
