@@ -40,9 +40,6 @@ use super::{DeviceStore, Entry, entry_of};
 use crate::error::StoreError;
 use crate::journal::{JOURNAL_OBJECT_MAX, PART_HEADER_BYTES};
 
-/// How many blocks a completion reads from the head at a time (1 MiB).
-const RUN_BLOCKS: u64 = 256;
-
 /// What a completion found.
 enum Fill {
     /// The blocks the clone lacked, read from the head and verified: (block, bytes).
@@ -63,16 +60,8 @@ impl DeviceStore {
         clone: &str,
         head: &Entry,
     ) -> Result<(), StoreError> {
+        let (_, _, table) = self.head_page_and_table(pool, key, clone, head)?;
         let layout = BlockLayout::new(clone.len(), head.size_bytes);
-        let head_layout = BlockLayout::new(key.len(), head.size_bytes);
-        assert_eq!(layout.table_offset, head_layout.table_offset, "checked by fits");
-        let table_bytes = (4 * layout.blocks) as usize;
-        let ranges = [(0, layout.table_offset as usize), (layout.table_offset, table_bytes)];
-        let [page, table]: [Vec<u8>; 2] = self
-            .read_ranges_or_forget(pool, key, &ranges)?
-            .try_into()
-            .expect("one buffer per range");
-        self.head_checked(&page, pool, key, head, &self.path_of(pool, key))?;
         let header = super::snapshots::clone_header(pool, head);
         let encoded = header.encode(clone);
         let partial = Partial {
@@ -246,32 +235,12 @@ impl DeviceStore {
             Err(error) => return Fill::Lost(format!("the clone's table: {error}")),
         };
         let head_path = self.path_of(pool, key);
+        let head_data = BlockLayout::new(key.len(), layout.size).data_offset;
         let missing = partial.missing();
-        let mut blocks = Vec::with_capacity(missing.len());
-        for run in missing.chunk_by(|a, b| b == &(a + 1)) {
-            for piece in run.chunks(RUN_BLOCKS as usize) {
-                let (lo, hi) = (piece[0], piece[piece.len() - 1]);
-                let start = lo * BLOCK_BYTES as u64;
-                let end = ((hi + 1) * BLOCK_BYTES as u64).min(layout.size);
-                let head_data = BlockLayout::new(key.len(), layout.size).data_offset;
-                let bytes = match self
-                    .disk
-                    .read_at(&head_path, &[(head_data + start, (end - start) as usize)])
-                {
-                    Ok(mut read) => read.pop().expect("one buffer per range"),
-                    Err(error) => return Fill::Lost(format!("the head's read: {error}")),
-                };
-                for &b in piece {
-                    let at = ((b - lo) * BLOCK_BYTES as u64) as usize;
-                    let block = bytes[at..at + layout.block_len(b)].to_vec();
-                    if checksum(&block) != table[b as usize] {
-                        return Fill::Lost(format!("block {b} of the head is not the snapshot's"));
-                    }
-                    blocks.push((b, block));
-                }
-            }
+        match self.read_checked_blocks(&head_path, head_data, &layout, (&missing, &table), "head") {
+            Ok(blocks) => Fill::Blocks(blocks),
+            Err(reason) => Fill::Lost(reason),
         }
-        Fill::Blocks(blocks)
     }
 
     /// Makes the whole clone `partial` an ordinary one: its mark cleared, durably; it leaves

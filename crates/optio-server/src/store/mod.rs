@@ -340,15 +340,18 @@ impl DeviceStore {
     }
 
     /// Indexes the device's files; returns the partial snapshot clones among them ([`cow`])
-    /// and the redirected heads ([`redirect`]).
+    /// and the redirected heads with the version of the clone each names ([`redirect`]).
     #[allow(clippy::type_complexity)]
-    fn load(&self) -> Result<(Vec<(PoolId, String)>, Vec<(PoolId, String)>), StoreError> {
+    fn load(
+        &self,
+    ) -> Result<(Vec<(PoolId, String)>, Vec<(PoolId, String, ObjectVersion)>), StoreError> {
         let mut index = BTreeMap::new();
         let mut used = 0u64;
         let mut marked = Vec::new();
         let mut redirected = Vec::new();
-        let prefix_bytes =
-            (HEADER_BYTES + KEY_BYTES_MAX + SUMMARY_PREFIX_BYTES).max(partials::PREFIX_FOR_MARK);
+        let prefix_bytes = (HEADER_BYTES + KEY_BYTES_MAX + SUMMARY_PREFIX_BYTES)
+            .max(partials::PREFIX_FOR_MARK)
+            .max(redirects::PREFIX_FOR_MARK);
         for (pool, path) in self.walk(&self.root.join("objects"))? {
             let prefix = self
                 .disk
@@ -371,8 +374,8 @@ impl DeviceStore {
                     if partials::partial_magic_at(&prefix, key, header.blocks) {
                         marked.push((pool, key.to_string()));
                     }
-                    if redirects::magic_at(&prefix, key, header.blocks) {
-                        redirected.push((pool, key.to_string()));
+                    if let Some(clone) = redirects::redirected_to(&prefix, key, header.blocks) {
+                        redirected.push((pool, key.to_string(), clone));
                     }
                     let entry =
                         entry_of(&header, file_bytes, prefix.get(data..).unwrap_or_default());

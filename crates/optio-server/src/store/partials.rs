@@ -96,13 +96,23 @@ pub(super) struct Partial {
     pub(super) gone: bool,
 }
 
+/// Whether bit `block` of a bitmap of blocks (bit `b % 8` of byte `b / 8`) is set.
+pub(super) fn holds(bitmap: &[u8], block: u64) -> bool {
+    bitmap[(block / 8) as usize] & (1 << (block % 8)) != 0
+}
+
+/// Sets bit `block` of a bitmap of blocks.
+pub(super) fn hold(bitmap: &mut [u8], block: u64) {
+    bitmap[(block / 8) as usize] |= 1 << (block % 8);
+}
+
 impl Partial {
     pub(super) fn holds(&self, block: u64) -> bool {
-        self.held[(block / 8) as usize] & (1 << (block % 8)) != 0
+        holds(&self.held, block)
     }
 
     pub(super) fn hold(&mut self, block: u64) {
-        self.held[(block / 8) as usize] |= 1 << (block % 8);
+        hold(&mut self.held, block);
     }
 
     pub(super) fn whole(&self) -> bool {

@@ -8,7 +8,7 @@
 //! its place, holding only what is written from then on:
 //!
 //! 1. a new head file is written in `tmp/` and synced: the old head's header and checksum
-//!    table, a *redirect mark* at [`MARK_AT`] ([`MAGIC`], then the clone's version, u64
+//!    table, a *redirect mark* at [`MARK_AT`] (`OPTIOROW`, then the clone's version, u64
 //!    little endian) and no data — holes;
 //! 2. it is renamed to the clone's path, then the two files are exchanged in one step
 //!    (`renameat2(RENAME_EXCHANGE)`): the head's path holds the new file, the clone's path
@@ -37,17 +37,19 @@
 
 use optio_placement::PoolId;
 use optio_proto::ObjectVersion;
-use optio_proto::blocks::{BLOCK_BYTES, BlockLayout, decode_table};
-use optio_proto::checksum;
+use optio_proto::blocks::{
+    BLOCK_BYTES, BlockLayout, REDIRECT_MARK_AT as MARK_AT, REDIRECT_MARK_BYTES, decode_table,
+    redirect_mark,
+};
 use optio_proto::snap::{clone_key, parse_clone_key};
 
-use super::partials::MARK_AT;
-use super::redirects::{MAGIC, MARK_BYTES, Redirected, fits, mark, marked};
+use super::partials::{hold, holds};
+use super::redirects::{Redirected, fits, mark};
 use super::{DeviceStore, Entry, entry_of};
 use crate::error::StoreError;
 
-/// How many blocks a completion reads from the clone at a time (1 MiB).
-const RUN_BLOCKS: usize = 256;
+/// What clears a redirect mark.
+const NO_MARK: [u8; REDIRECT_MARK_BYTES] = [0; REDIRECT_MARK_BYTES];
 
 impl DeviceStore {
     /// Redirects the live block object `key` (entry `head`) to the new clone `clone`, for a
@@ -60,22 +62,10 @@ impl DeviceStore {
         clone: &str,
         head: &Entry,
     ) -> Result<(), StoreError> {
-        let layout = BlockLayout::new(key.len(), head.size_bytes);
-        let clone_layout = BlockLayout::new(clone.len(), head.size_bytes);
-        assert_eq!(
-            (layout.table_offset, layout.data_offset),
-            (clone_layout.table_offset, clone_layout.data_offset),
-            "keys of at most CLONED_KEY_BYTES_MAX bytes keep the table's offset"
-        );
-        let table_bytes = (4 * layout.blocks) as usize;
-        let ranges = [(0, layout.table_offset as usize), (layout.table_offset, table_bytes)];
-        let [mut page, table]: [Vec<u8>; 2] = self
-            .read_ranges_or_forget(pool, key, &ranges)?
-            .try_into()
-            .expect("one buffer per range");
+        let (layout, mut page, table) = self.head_page_and_table(pool, key, clone, head)?;
         let head_path = self.path_of(pool, key);
-        self.head_checked(&page, pool, key, head, &head_path)?;
-        page[MARK_AT as usize..MARK_AT as usize + MARK_BYTES].copy_from_slice(&mark(head.version));
+        let at = MARK_AT as usize;
+        page[at..at + REDIRECT_MARK_BYTES].copy_from_slice(&mark(head.version));
         let file_bytes = layout.file_bytes();
         let reservation = self.reserve(file_bytes)?;
         let clone_path = self.path_of(pool, clone);
@@ -166,43 +156,27 @@ impl DeviceStore {
         let Some(redirected) = self.redirects.get(pool, key) else { return Ok(()) };
         let layout = redirected.layout;
         let head_path = self.path_of(pool, key);
-        let table = match self
-            .disk
-            .read_at(&head_path, &[(layout.table_offset, (4 * layout.blocks) as usize)])
-        {
-            Ok(mut read) => decode_table(&read.pop().expect("one buffer per range")),
-            Err(error) => return self.lose_redirected(pool, key, &format!("its table: {error}")),
-        };
         let missing: Vec<u64> = (0..layout.blocks).filter(|&b| !redirected.holds(b)).collect();
-        let clone_path = self.path_of(pool, &redirected.clone);
-        let mut blocks: Vec<(u64, Vec<u8>)> = Vec::new();
-        for run in missing.chunk_by(|a, b| b == &(a + 1)) {
-            for piece in run.chunks(RUN_BLOCKS) {
-                let (lo, hi) = (piece[0], piece[piece.len() - 1]);
-                let start = lo * BLOCK_BYTES as u64;
-                let end = ((hi + 1) * BLOCK_BYTES as u64).min(layout.size);
-                let bytes = match self
-                    .disk
-                    .read_at(&clone_path, &[(layout.data_offset + start, (end - start) as usize)])
-                {
-                    Ok(mut read) => read.pop().expect("one buffer per range"),
-                    Err(error) => {
-                        return self.lose_redirected(pool, key, &format!("the clone: {error}"));
-                    }
-                };
-                for &b in piece {
-                    let at = ((b - lo) * BLOCK_BYTES as u64) as usize;
-                    let block = &bytes[at..at + layout.block_len(b)];
-                    if checksum(block) != table[b as usize] {
-                        let why = format!("block {b} of the clone is not what the head expects");
-                        return self.lose_redirected(pool, key, &why);
-                    }
-                    // A block of zeros stays a hole, which reads as zeros once the mark goes.
-                    if block.iter().any(|&byte| byte != 0) {
-                        blocks.push((b, block.to_vec()));
-                    }
+        let mut blocks = Vec::new();
+        if !missing.is_empty() {
+            let table = match self
+                .disk
+                .read_at(&head_path, &[(layout.table_offset, (4 * layout.blocks) as usize)])
+            {
+                Ok(mut read) => decode_table(&read.pop().expect("one buffer per range")),
+                Err(error) => {
+                    return self.lose_redirected(pool, key, &format!("its table: {error}"));
                 }
+            };
+            let clone_path = self.path_of(pool, &redirected.clone);
+            let read = (&missing[..], &table[..]);
+            match self.read_checked_blocks(&clone_path, layout.data_offset, &layout, read, "clone")
+            {
+                Ok(read) => blocks = read,
+                Err(reason) => return self.lose_redirected(pool, key, &reason),
             }
+            // A block of zeros stays a hole, which reads as zeros once the mark goes.
+            blocks.retain(|(_, block)| block.iter().any(|&byte| byte != 0));
         }
         let parts: Vec<(u64, &[u8])> = blocks
             .iter()
@@ -217,7 +191,7 @@ impl DeviceStore {
         // durable before the clone goes (the next open clears it too). Otherwise it must.
         let durable = !missing.is_empty();
         self.disk
-            .write_at(&head_path, &[(MARK_AT, &[0u8; MARK_BYTES])], durable)
+            .write_at(&head_path, &[(MARK_AT, &NO_MARK)], durable)
             .map_err(StoreError::io("write", &head_path))?;
         self.redirects.remove(pool, key);
         tracing::debug!(
@@ -290,7 +264,7 @@ impl DeviceStore {
         if parse_clone_key(key).is_some() || self.path_of(pool, &clone) != path {
             return None;
         }
-        if marked(prefix) {
+        if redirect_mark(prefix).is_some() {
             tracing::info!(
                 device = self.id,
                 key,
@@ -310,28 +284,21 @@ impl DeviceStore {
         Some(true)
     }
 
-    /// Finds the redirected heads among the objects just indexed (at open; the load saw their
-    /// mark's magic): each is checked to have its clone; what it holds is what its file has
-    /// data for. One whose clone is missing is quarantined.
-    pub(super) fn load_redirects(&self, marked: Vec<(PoolId, String)>) {
-        for (pool, key) in marked {
+    /// Finds the redirected heads among the objects just indexed (at open; the load read
+    /// their mark, and the version of the clone it names): each is checked to have its clone;
+    /// what it holds is what its file has data for. One whose clone is missing is quarantined,
+    /// unless it holds every block (then it needs the clone no more, and its mark is cleared).
+    pub(super) fn load_redirects(&self, marked: Vec<(PoolId, String, ObjectVersion)>) {
+        for (pool, key, version) in marked {
             let Some(entry) = self.live_entry(pool, &key).filter(|e| e.blocks) else { continue };
             let layout = BlockLayout::new(key.len(), entry.size_bytes);
             if !fits(key.len(), &layout) {
                 continue;
             }
             let path = self.path_of(pool, &key);
-            let found = self.disk.read_at(&path, &[(MARK_AT, MARK_BYTES)]).ok().and_then(|r| {
-                let mark = &r[0];
-                (&mark[..8] == MAGIC).then(|| {
-                    ObjectVersion(u64::from_le_bytes(mark[8..].try_into().expect("8 bytes")))
-                })
-            });
-            let clone = found.map(|version| clone_key(&key, version));
-            let clone_ok = clone.as_ref().is_some_and(|clone| {
-                self.live_entry(pool, clone).is_some_and(|c| {
-                    c.blocks && c.size_bytes == entry.size_bytes && Some(c.version) == found
-                })
+            let clone = clone_key(&key, version);
+            let clone_ok = self.live_entry(pool, &clone).is_some_and(|c| {
+                c.blocks && c.size_bytes == entry.size_bytes && c.version == version
             });
             let end = layout.data_offset + layout.size;
             let held = self.disk.data_ranges(&path, layout.data_offset, end).ok().map(|ranges| {
@@ -340,32 +307,27 @@ impl DeviceStore {
                     let first = (start - layout.data_offset) / BLOCK_BYTES as u64;
                     let last = (end - 1 - layout.data_offset) / BLOCK_BYTES as u64;
                     for b in first..=last.min(layout.blocks - 1) {
-                        held[(b / 8) as usize] |= 1 << (b % 8);
+                        hold(&mut held, b);
                     }
                 }
                 held
             });
-            let whole = held.as_ref().is_some_and(|held| {
-                (0..layout.blocks).all(|b| held[(b / 8) as usize] & (1 << (b % 8)) != 0)
-            });
-            match (clone, held) {
+            match held {
                 // Every block written since: the head needs its clone no more (a completion
                 // whose clearing of the mark was not durable when the clone went).
-                (_, Some(_)) if whole => {
-                    if let Err(error) =
-                        self.disk.write_at(&path, &[(MARK_AT, &[0u8; MARK_BYTES])], true)
-                    {
+                Some(held) if (0..layout.blocks).all(|b| holds(&held, b)) => {
+                    if let Err(error) = self.disk.write_at(&path, &[(MARK_AT, &NO_MARK)], true) {
                         tracing::warn!(device = self.id, key, %error, "a redirected head's mark could not be cleared");
                     }
                 }
-                (Some(clone), Some(held)) if clone_ok => {
+                Some(held) if clone_ok => {
                     self.redirects.insert(pool, &key, Redirected { clone, layout, held });
                 }
                 _ => {
                     tracing::warn!(
                         device = self.id,
                         key,
-                        "a redirected head without its clone, or with a damaged mark: quarantined, to be repaired from a replica"
+                        "a redirected head without its clone, or whose data could not be mapped: quarantined, to be repaired from a replica"
                     );
                     self.forget(pool, &key);
                     self.quarantine(&path);
@@ -382,6 +344,8 @@ mod tests {
 
     use optio_placement::Epoch;
     use optio_proto::snap::SnapContext;
+
+    use optio_proto::checksum;
 
     use super::*;
     use crate::disk::{Disk, Fault, FaultyDisk, RealDisk};

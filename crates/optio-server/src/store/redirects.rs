@@ -7,42 +7,40 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use optio_placement::PoolId;
 use optio_proto::ObjectVersion;
-use optio_proto::blocks::BlockLayout;
+use optio_proto::blocks::{
+    BlockLayout, REDIRECT_MAGIC, REDIRECT_MARK_AT, REDIRECT_MARK_BYTES, redirect_mark,
+};
 use optio_proto::snap::parse_clone_key;
 
-use super::partials::MARK_AT;
-
-/// The first bytes of a redirect mark.
-pub(super) const MAGIC: &[u8; 8] = optio_proto::blocks::REDIRECT_MAGIC;
-/// A redirect mark's bytes: the magic and the clone's version.
-pub(super) const MARK_BYTES: usize = optio_proto::blocks::REDIRECT_MARK_BYTES;
-const _: () = assert!(MARK_AT == optio_proto::blocks::REDIRECT_MARK_AT);
+use super::partials::{hold, holds};
 
 /// Whether a head keyed `key_bytes` bytes, of a block object with `layout`, can be
 /// redirected: its mark fits between its key and its checksum table.
 pub(super) fn fits(key_bytes: usize, layout: &BlockLayout) -> bool {
-    optio_proto::HEADER_BYTES + key_bytes <= MARK_AT as usize
-        && MARK_AT + MARK_BYTES as u64 <= layout.table_offset
+    optio_proto::HEADER_BYTES + key_bytes <= REDIRECT_MARK_AT as usize
+        && REDIRECT_MARK_AT + REDIRECT_MARK_BYTES as u64 <= layout.table_offset
 }
 
-/// Whether the first bytes of a file (`prefix`, as the index's load reads them) show a
-/// redirect mark: a block object's file, not a clone's key, with [`MAGIC`] at [`MARK_AT`].
-pub(super) fn magic_at(prefix: &[u8], key: &str, header_blocks: bool) -> bool {
-    let at = MARK_AT as usize;
-    header_blocks
-        && parse_clone_key(key).is_none()
-        && prefix.get(at..at + MAGIC.len()) == Some(&MAGIC[..])
+/// The bytes the index's load reads of each file: enough for a redirect mark.
+pub(super) const PREFIX_FOR_MARK: usize = REDIRECT_MARK_AT as usize + REDIRECT_MARK_BYTES;
+
+/// The clone version a redirected head's mark names, if the first bytes of its file
+/// (`prefix`, as the index's load reads them) hold one: a block object's file, not a clone's.
+pub(super) fn redirected_to(
+    prefix: &[u8],
+    key: &str,
+    header_blocks: bool,
+) -> Option<ObjectVersion> {
+    if !header_blocks || parse_clone_key(key).is_some() {
+        return None;
+    }
+    redirect_mark(prefix).map(ObjectVersion)
 }
 
-/// Whether `prefix` holds a redirect mark at all (whatever the key).
-pub(super) fn marked(prefix: &[u8]) -> bool {
-    let at = MARK_AT as usize;
-    prefix.get(at..at + MAGIC.len()) == Some(&MAGIC[..])
-}
-
-pub(super) fn mark(clone_version: ObjectVersion) -> [u8; MARK_BYTES] {
-    let mut mark = [0u8; MARK_BYTES];
-    mark[..8].copy_from_slice(MAGIC);
+/// A redirect mark naming the clone of `clone_version`.
+pub(super) fn mark(clone_version: ObjectVersion) -> [u8; REDIRECT_MARK_BYTES] {
+    let mut mark = [0u8; REDIRECT_MARK_BYTES];
+    mark[..8].copy_from_slice(REDIRECT_MAGIC);
     mark[8..].copy_from_slice(&clone_version.0.to_le_bytes());
     mark
 }
@@ -60,11 +58,7 @@ pub(super) struct Redirected {
 
 impl Redirected {
     pub(super) fn holds(&self, block: u64) -> bool {
-        self.held[(block / 8) as usize] & (1 << (block % 8)) != 0
-    }
-
-    pub(super) fn hold(&mut self, block: u64) {
-        self.held[(block / 8) as usize] |= 1 << (block % 8);
+        holds(&self.held, block)
     }
 }
 
@@ -104,7 +98,7 @@ impl Redirects {
             self.map.lock().expect("redirects lock").get_mut(&(pool, head.to_string()))
         {
             for b in first..=last.min(redirected.layout.blocks - 1) {
-                redirected.hold(b);
+                hold(&mut redirected.held, b);
             }
         }
     }

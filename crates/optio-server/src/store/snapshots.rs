@@ -17,7 +17,8 @@
 //! scrubbing and repair carry and compare them as they do every object.
 
 use optio_placement::PoolId;
-use optio_proto::blocks::BlockLayout;
+use optio_proto::blocks::{BLOCK_BYTES, BlockLayout};
+use optio_proto::checksum;
 use optio_proto::snap::{
     CLONED_KEY_BYTES_MAX, CLONED_PREFIX, SnapContext, clone_key, clone_prefix, parse_clone_key,
     visible_at,
@@ -26,6 +27,9 @@ use optio_proto::{ObjectHeader, ObjectVersion};
 
 use super::{DeviceStore, Entry};
 use crate::error::StoreError;
+
+/// How many blocks a completion reads at a time (1 MiB): [`DeviceStore::read_checked_blocks`].
+const RUN_BLOCKS: usize = 256;
 
 /// The header of a clone of the live object `head`: its pool, seed, size, checksum, version
 /// and epoch (the key is the clone's, given when it is encoded).
@@ -43,6 +47,72 @@ pub(super) fn clone_header(pool: PoolId, head: &Entry) -> ObjectHeader {
 }
 
 impl DeviceStore {
+    /// The live block object `key`'s (entry `head`) first page up to its checksum table, and
+    /// the table, read and checked against the index (the caller holds `key`'s stripe): what
+    /// a clone of it under `clone` starts from without its data. The layout is the head's;
+    /// the clone's lies at the same offsets.
+    pub(super) fn head_page_and_table(
+        &self,
+        pool: PoolId,
+        key: &str,
+        clone: &str,
+        head: &Entry,
+    ) -> Result<(BlockLayout, Vec<u8>, Vec<u8>), StoreError> {
+        let layout = BlockLayout::new(key.len(), head.size_bytes);
+        let clone_layout = BlockLayout::new(clone.len(), head.size_bytes);
+        assert_eq!(
+            (layout.table_offset, layout.data_offset),
+            (clone_layout.table_offset, clone_layout.data_offset),
+            "keys of at most CLONED_KEY_BYTES_MAX bytes keep the table's offset"
+        );
+        let table_bytes = (4 * layout.blocks) as usize;
+        let ranges = [(0, layout.table_offset as usize), (layout.table_offset, table_bytes)];
+        let [page, table]: [Vec<u8>; 2] = self
+            .read_ranges_or_forget(pool, key, &ranges)?
+            .try_into()
+            .expect("one buffer per range");
+        self.head_checked(&page, pool, key, head, &self.path_of(pool, key))?;
+        Ok((layout, page, table))
+    }
+
+    /// The blocks `missing` (ascending) of the block object file `path` whose data starts at
+    /// `data_offset` (`layout`: the object's sizes), read a megabyte at a time, each checked
+    /// against `table`, the checksums it must have: what a completion copies from one file of
+    /// a snapshot pair to the other ([`super::cow`], [`super::redirect`]). `Err` says which
+    /// read or which block failed, naming the file as `what`.
+    pub(super) fn read_checked_blocks(
+        &self,
+        path: &std::path::Path,
+        data_offset: u64,
+        layout: &BlockLayout,
+        (missing, table): (&[u64], &[u32]),
+        what: &str,
+    ) -> Result<Vec<(u64, Vec<u8>)>, String> {
+        let mut blocks = Vec::with_capacity(missing.len());
+        for run in missing.chunk_by(|a, b| b == &(a + 1)) {
+            for piece in run.chunks(RUN_BLOCKS) {
+                let (lo, hi) = (piece[0], piece[piece.len() - 1]);
+                let start = lo * BLOCK_BYTES as u64;
+                let end = ((hi + 1) * BLOCK_BYTES as u64).min(layout.size);
+                let bytes =
+                    match self.disk.read_at(path, &[(data_offset + start, (end - start) as usize)])
+                    {
+                        Ok(mut read) => read.pop().expect("one buffer per range"),
+                        Err(error) => return Err(format!("the {what}'s read: {error}")),
+                    };
+                for &b in piece {
+                    let at = ((b - lo) * BLOCK_BYTES as u64) as usize;
+                    let block = bytes[at..at + layout.block_len(b)].to_vec();
+                    if checksum(&block) != table[b as usize] {
+                        return Err(format!("block {b} of the {what} is not the one expected"));
+                    }
+                    blocks.push((b, block));
+                }
+            }
+        }
+        Ok(blocks)
+    }
+
     /// Keeps what `key` holds as a clone, if `context` names a snapshot newer than it, before
     /// a write of `version` changes it. The caller holds the key's stripe. A write whose
     /// version is not above the mark is refused: the snapshot would see it.
