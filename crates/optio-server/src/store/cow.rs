@@ -399,35 +399,13 @@ mod tests {
     use optio_proto::ObjectVersion;
     use optio_proto::snap::{SnapContext, clone_key};
 
+    use super::super::snap_tests::{KEY, POOL, SIZE, as_of, original, snap};
     use super::*;
     use crate::disk::{Disk, Fault, FaultyDisk, RealDisk};
-    use crate::store::{DeviceConfig, PutRequest, WriteAt};
-
-    const MIB: u64 = 1 << 20;
-    const KEY: &str = "volume_data.cd.0000000000000001";
-    const POOL: PoolId = PoolId(1);
-    const SIZE: u64 = 4 * MIB;
+    use crate::store::{PutRequest, WriteAt};
 
     fn open_on(dir: &std::path::Path, disk: Arc<dyn Disk>) -> DeviceStore {
-        let config = DeviceConfig { id: 0, dir: dir.to_path_buf(), capacity_bytes: 256 * MIB };
-        let store = DeviceStore::open(&config, disk).unwrap();
-        store.set_snapshot_copy(SnapshotCopy::Blocks);
-        store
-    }
-
-    fn snap(mark: u64) -> Option<SnapContext> {
-        Some(SnapContext { seq: 1, mark: ObjectVersion(mark) })
-    }
-
-    /// The original content: block `b` filled with byte `b % 251 + 1` (block 9 left zeros).
-    fn original() -> Vec<u8> {
-        let mut data = vec![0u8; SIZE as usize];
-        for (b, block) in data.chunks_mut(BLOCK_BYTES).enumerate() {
-            if b != 9 {
-                block.fill((b % 251 + 1) as u8);
-            }
-        }
-        data
+        super::super::snap_tests::open(dir, disk, SnapshotCopy::Blocks)
     }
 
     fn write_at(
@@ -438,29 +416,7 @@ mod tests {
         version: u64,
         context: Option<SnapContext>,
     ) -> Result<crate::store::PutOutcome, StoreError> {
-        store.write_at_in(
-            &WriteAt {
-                pool: POOL,
-                key: KEY,
-                offset,
-                data,
-                zeroes: 0,
-                size: SIZE,
-                base: base.map(ObjectVersion),
-                version: ObjectVersion(version),
-                checksum: Some(checksum(data)),
-                pg_seed: Some(3),
-                epoch: Epoch(1),
-                sync: false,
-            },
-            context,
-        )
-    }
-
-    /// The whole object as of `mark`.
-    fn as_of(store: &DeviceStore, mark: u64) -> Vec<u8> {
-        let key = store.key_as_of(POOL, KEY, ObjectVersion(mark)).unwrap();
-        store.read_range(POOL, &key, 0, SIZE - 1).unwrap().1
+        super::super::snap_tests::write(store, offset, (data, 0), (base, version), context)
     }
 
     fn allocated(dir: &std::path::Path, version: u64) -> u64 {

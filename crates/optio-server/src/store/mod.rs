@@ -51,6 +51,8 @@ mod put;
 mod release;
 mod writer;
 pub use writer::{DeleteOutcome, PutOutcome, SmallDelete, SmallPut, is_small_put};
+#[cfg(test)]
+mod snap_tests;
 mod snapshots;
 mod trimmed;
 mod watch;

@@ -347,39 +347,17 @@ mod tests {
 
     use optio_proto::checksum;
 
+    use super::super::snap_tests::{KEY, POOL, SIZE, as_of, original, snap};
     use super::*;
     use crate::disk::{Disk, Fault, FaultyDisk, RealDisk};
-    use crate::store::{DeviceConfig, PutRequest, SnapshotCopy, WriteAt, object_path};
-
-    const MIB: u64 = 1 << 20;
-    const KEY: &str = "volume_data.cd.0000000000000001";
-    const POOL: PoolId = PoolId(1);
-    const SIZE: u64 = 4 * MIB;
+    use crate::store::{PutRequest, SnapshotCopy, object_path};
 
     fn open_on(dir: &std::path::Path) -> DeviceStore {
         open_with(dir, Arc::new(RealDisk))
     }
 
     fn open_with(dir: &std::path::Path, disk: Arc<dyn Disk>) -> DeviceStore {
-        let config = DeviceConfig { id: 0, dir: dir.to_path_buf(), capacity_bytes: 256 * MIB };
-        let store = DeviceStore::open(&config, disk).unwrap();
-        store.set_snapshot_copy(SnapshotCopy::Redirect);
-        store
-    }
-
-    fn snap(mark: u64) -> Option<SnapContext> {
-        Some(SnapContext { seq: 1, mark: ObjectVersion(mark) })
-    }
-
-    /// Block `b` filled with byte `b % 251 + 1`, block 9 left zeros.
-    fn original() -> Vec<u8> {
-        let mut data = vec![0u8; SIZE as usize];
-        for (b, block) in data.chunks_mut(BLOCK_BYTES).enumerate() {
-            if b != 9 {
-                block.fill((b % 251 + 1) as u8);
-            }
-        }
-        data
+        super::super::snap_tests::open(dir, disk, SnapshotCopy::Redirect)
     }
 
     fn write(
@@ -387,31 +365,10 @@ mod tests {
         offset: u64,
         data: &[u8],
         zeroes: u64,
-        (base, version): (Option<u64>, u64),
+        written: (Option<u64>, u64),
         context: Option<SnapContext>,
     ) -> Result<crate::store::PutOutcome, StoreError> {
-        store.write_at_in(
-            &WriteAt {
-                pool: POOL,
-                key: KEY,
-                offset,
-                data,
-                zeroes,
-                size: SIZE,
-                base: base.map(ObjectVersion),
-                version: ObjectVersion(version),
-                checksum: None,
-                pg_seed: Some(3),
-                epoch: Epoch(1),
-                sync: false,
-            },
-            context,
-        )
-    }
-
-    fn as_of(store: &DeviceStore, mark: u64) -> Vec<u8> {
-        let key = store.key_as_of(POOL, KEY, ObjectVersion(mark)).unwrap();
-        store.read_range(POOL, &key, 0, SIZE - 1).unwrap().1
+        super::super::snap_tests::write(store, offset, (data, zeroes), written, context)
     }
 
     fn allocated(dir: &std::path::Path, key: &str) -> u64 {
