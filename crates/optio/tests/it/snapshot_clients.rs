@@ -642,67 +642,21 @@ fn optio_nbd_killed_right_after_snap_create_leaves_a_whole_snapshot_or_none() {
     }
 }
 
-/// With `--snapshot-copy blocks`, fio's random 4 KiB writes after a snapshot copy only the
-/// blocks they change (the clones' files stay sparse), through a storage server killed with
-/// SIGKILL between two rounds of them and restarted (it catches up heads and clones, and
-/// reopens its own clones partial): the snapshot verifies pattern A, the volume the last
-/// round, after `optio nbd` restarts too; `snap rm` leaves no clone behind.
-#[test]
-fn block_copies_keep_a_snapshot_whole_through_random_writes_and_a_server_killed() {
+/// Servers keeping snapshots `how` (`--snapshot-copy`), a 16 MiB volume of 4 MiB objects:
+/// pattern A written and snapshotted (`vm@a`), 256 random 4 KiB writes over the 4 objects, then
+/// `space` looks at the devices' files; a storage server killed with SIGKILL, a second round
+/// written without it, the server restarted (it catches up heads and clones, and reopens its
+/// own as they were), `optio nbd` restarted: the snapshot verifies pattern A, the volume the
+/// last round, and the snapshot not the last round. The cluster, kept running, and that round.
+fn snapshot_through_a_killed_server(
+    how: &str,
+    space: impl FnOnce(&Path),
+) -> Option<(tempfile::TempDir, LocalCluster, Vec<String>)> {
     if !(have("fio", "fio") && have("nbdinfo", "libnbd-bin")) {
-        return;
+        return None;
     }
     let mut spec = spec();
-    spec.snapshot_copy = Some("blocks".into());
-    let (_tmp, mut cluster) = cluster(spec);
-    settle(&cluster);
-    let dir = cluster.dir().to_path_buf();
-    let size = 16 * MIB;
-    ok(&dir, &["volume", "create", "vm", "16MiB", "--object-size", "4MiB"]);
-    let nbd = Nbd::start(&dir, &["vm"]).expect("optio nbd serves");
-    let vm = nbd.uri("vm");
-    let a = job("write", "256k", 0, size, None, 1);
-    fio_write(&vm, &a);
-    ok(&dir, &["volume", "snap", "create", "vm@a"]);
-    // 256 random 4 KiB writes over the 4 objects.
-    fio_write(&vm, &job("randwrite", "4k", 0, size, Some(MIB), 2));
-    let (clones, bytes) = crate::snapshots::clone_files_and_disk_bytes(&dir);
-    assert_eq!(clones, 12, "a clone of each of the 4 objects on each of its 3 replicas");
-    assert!(
-        bytes < clones as u64 * 4 * MIB / 4,
-        "the clones hold the blocks the writes changed, not whole objects: {bytes} bytes"
-    );
-    // A server killed, a second round written without it, the server back.
-    let victim = cluster.servers()[0].devices[0].0;
-    cluster.kill(victim).unwrap();
-    let last = job("randwrite", "4k", 0, size, Some(MIB), 3);
-    fio_write(&vm, &last);
-    cluster.restart(victim).unwrap();
-    settle(&cluster);
-    nbd.stop();
-    let nbd = Nbd::start(&dir, &["vm", "vm@a"]).expect("optio nbd serves both");
-    assert!(fio_verifies(&nbd.uri("vm@a"), &a), "the snapshot verifies A");
-    assert!(fio_verifies(&nbd.uri("vm"), &last), "the volume verifies the last round");
-    assert!(!fio_verifies(&nbd.uri("vm@a"), &last), "the snapshot must not verify it");
-    nbd.stop();
-    ok(&dir, &["volume", "snap", "rm", "vm@a", "--wait"]);
-    assert_eq!(crate::snapshots::clone_files(&dir), 0, "no clone left behind");
-}
-
-/// With `--snapshot-copy redirect`, fio's random 4 KiB writes after a snapshot copy nothing:
-/// the objects' files become the clones (whole), the new heads hold only what was written;
-/// through a storage server killed with SIGKILL between two rounds (it reopens its
-/// redirected heads, finds what they hold, and catches up), the snapshot verifies pattern A,
-/// the volume the last round (also read whole by `optio volume export`, which makes the heads
-/// it reads whole again where a replica serves it), after `optio nbd` restarts too; `snap rm`
-/// makes the heads whole first and leaves no clone behind.
-#[test]
-fn redirected_writes_keep_a_snapshot_whole_through_random_writes_and_a_server_killed() {
-    if !(have("fio", "fio") && have("nbdinfo", "libnbd-bin")) {
-        return;
-    }
-    let mut spec = spec();
-    spec.snapshot_copy = Some("redirect".into());
+    spec.snapshot_copy = Some(how.into());
     let (tmp, mut cluster) = cluster(spec);
     settle(&cluster);
     let dir = cluster.dir().to_path_buf();
@@ -714,15 +668,7 @@ fn redirected_writes_keep_a_snapshot_whole_through_random_writes_and_a_server_ki
     fio_write(&vm, &a);
     ok(&dir, &["volume", "snap", "create", "vm@a"]);
     fio_write(&vm, &job("randwrite", "4k", 0, size, Some(MIB), 2));
-    let (clones, clone_bytes) = crate::snapshots::files_and_disk_bytes(&dir, true);
-    assert_eq!(clones, 12, "a clone of each of the 4 objects on each of its 3 replicas");
-    assert!(clone_bytes >= 12 * 4 * MIB, "the clones are the old files: {clone_bytes} bytes");
-    let (heads, head_bytes) = crate::snapshots::files_and_disk_bytes(&dir, false);
-    assert_eq!(heads, 12);
-    assert!(
-        head_bytes < 12 * 4 * MIB / 4,
-        "the heads hold the blocks written since, not whole objects: {head_bytes} bytes"
-    );
+    space(&dir);
     let victim = cluster.servers()[0].devices[0].0;
     cluster.kill(victim).unwrap();
     let last = job("randwrite", "4k", 0, size, Some(MIB), 3);
@@ -735,13 +681,57 @@ fn redirected_writes_keep_a_snapshot_whole_through_random_writes_and_a_server_ki
     assert!(fio_verifies(&nbd.uri("vm"), &last), "the volume verifies the last round");
     assert!(!fio_verifies(&nbd.uri("vm@a"), &last), "the snapshot must not verify it");
     nbd.stop();
+    Some((tmp, cluster, last))
+}
+
+/// With `--snapshot-copy blocks`, fio's random 4 KiB writes after a snapshot copy only the
+/// blocks they change (the clones' files stay sparse), through a storage server killed
+/// ([`snapshot_through_a_killed_server`]); `snap rm` leaves no clone behind.
+#[test]
+fn block_copies_keep_a_snapshot_whole_through_random_writes_and_a_server_killed() {
+    let Some((_tmp, cluster, _)) = snapshot_through_a_killed_server("blocks", |dir| {
+        let (clones, bytes) = crate::snapshots::clone_files_and_disk_bytes(dir);
+        assert_eq!(clones, 12, "a clone of each of the 4 objects on each of its 3 replicas");
+        assert!(
+            bytes < clones as u64 * 4 * MIB / 4,
+            "the clones hold the blocks the writes changed, not whole objects: {bytes} bytes"
+        );
+    }) else {
+        return;
+    };
+    let dir = cluster.dir();
+    ok(dir, &["volume", "snap", "rm", "vm@a", "--wait"]);
+    assert_eq!(crate::snapshots::clone_files(dir), 0, "no clone left behind");
+}
+
+/// With `--snapshot-copy redirect`, fio's random 4 KiB writes after a snapshot copy nothing:
+/// the objects' files become the clones (whole), the new heads hold only what was written;
+/// through a storage server killed ([`snapshot_through_a_killed_server`]: it reopens its
+/// redirected heads and finds what they hold); `snap rm` makes the heads whole first, leaves
+/// no clone behind, and the volume reads the same before and after it.
+#[test]
+fn redirected_writes_keep_a_snapshot_whole_through_random_writes_and_a_server_killed() {
+    let Some((tmp, cluster, last)) = snapshot_through_a_killed_server("redirect", |dir| {
+        let (clones, clone_bytes) = crate::snapshots::files_and_disk_bytes(dir, true);
+        assert_eq!(clones, 12, "a clone of each of the 4 objects on each of its 3 replicas");
+        assert!(clone_bytes >= 12 * 4 * MIB, "the clones are the old files: {clone_bytes} bytes");
+        let (heads, head_bytes) = crate::snapshots::files_and_disk_bytes(dir, false);
+        assert_eq!(heads, 12);
+        assert!(
+            head_bytes < 12 * 4 * MIB / 4,
+            "the heads hold the blocks written since, not whole objects: {head_bytes} bytes"
+        );
+    }) else {
+        return;
+    };
+    let dir = cluster.dir();
     let image = tmp.path().join("vm.img");
-    let exported = crate::snapshots::export(&dir, "vm", &image);
-    assert_eq!(exported.len() as u64, size);
-    ok(&dir, &["volume", "snap", "rm", "vm@a", "--wait"]);
-    assert_eq!(crate::snapshots::clone_files(&dir), 0, "no clone left behind");
-    let nbd = Nbd::start(&dir, &["vm"]).expect("optio nbd serves");
+    let exported = crate::snapshots::export(dir, "vm", &image);
+    assert_eq!(exported.len() as u64, 16 * MIB);
+    ok(dir, &["volume", "snap", "rm", "vm@a", "--wait"]);
+    assert_eq!(crate::snapshots::clone_files(dir), 0, "no clone left behind");
+    let nbd = Nbd::start(dir, &["vm"]).expect("optio nbd serves");
     assert!(fio_verifies(&nbd.uri("vm"), &last), "whole again, the volume verifies");
     nbd.stop();
-    assert!(crate::snapshots::export(&dir, "vm", &image) == exported);
+    assert!(crate::snapshots::export(dir, "vm", &image) == exported);
 }
