@@ -28,7 +28,7 @@ use optio_proto::{ObjectHeader, ObjectVersion};
 
 use crate::transport::{Endpoint, Op};
 
-use super::Client;
+use super::{Client, View};
 
 /// How long a server found to have no usable local socket is not asked again.
 const NOT_LOCAL_RECHECK: Duration = Duration::from_secs(60);
@@ -236,34 +236,7 @@ impl Client {
                 Ok((answer, file)) => {
                     let info = answer.info?;
                     // A redirected head: its clone, on the same device, is opened too.
-                    let mut page = vec![
-                        0u8;
-                        optio_proto::blocks::REDIRECT_MARK_AT as usize
-                            + optio_proto::blocks::REDIRECT_MARK_BYTES
-                    ];
-                    let clone = match file.read_exact_at(&mut page, 0) {
-                        Ok(()) => match optio_proto::blocks::redirect_mark(&page) {
-                            Some(version) => {
-                                let clone_key =
-                                    optio_proto::snap::clone_key(key, ObjectVersion(version));
-                                let call = self.object_call(
-                                    &view,
-                                    &endpoint,
-                                    pool,
-                                    Op::Open { key: &clone_key },
-                                );
-                                match self.inner.transport.open_local(call, &socket).await {
-                                    Ok((_, clone)) => Some((clone, ObjectVersion(version))),
-                                    Err(failure) => {
-                                        tracing::debug!(device, clone_key, %failure, "no local read of a redirected head's clone");
-                                        None
-                                    }
-                                }
-                            }
-                            None => None,
-                        },
-                        Err(_) => None,
-                    };
+                    let clone = self.open_clone(&view, &endpoint, pool, key, &socket, &file).await;
                     return Some(LocalFile {
                         file,
                         version: info.version,
@@ -285,6 +258,34 @@ impl Client {
             }
         }
         None
+    }
+
+    /// The clone a block object's file just opened (`head`, of `key` on `endpoint`) is
+    /// redirected to, opened over the same local socket, and its version; `None` when the
+    /// file has no redirect mark, or the clone cannot be opened (the head's reads of blocks
+    /// it does not hold then go through the server).
+    async fn open_clone(
+        &self,
+        view: &View,
+        endpoint: &Endpoint,
+        pool: optio_placement::PoolId,
+        key: &str,
+        socket: &std::path::Path,
+        head: &std::fs::File,
+    ) -> Option<(std::fs::File, ObjectVersion)> {
+        use optio_proto::blocks::{REDIRECT_MARK_AT, REDIRECT_MARK_BYTES, redirect_mark};
+        let mut page = vec![0u8; REDIRECT_MARK_AT as usize + REDIRECT_MARK_BYTES];
+        head.read_exact_at(&mut page, 0).ok()?;
+        let version = ObjectVersion(redirect_mark(&page)?);
+        let clone_key = optio_proto::snap::clone_key(key, version);
+        let call = self.object_call(view, endpoint, pool, Op::Open { key: &clone_key });
+        match self.inner.transport.open_local(call, socket).await {
+            Ok((_, clone)) => Some((clone, version)),
+            Err(failure) => {
+                tracing::debug!(device = endpoint.device, clone_key, %failure, "no local read of a redirected head's clone");
+                None
+            }
+        }
     }
 
     /// Whether `device`'s server may serve local reads: any on this machine, or only those of
