@@ -109,17 +109,6 @@ pub enum SnapshotCopyArg {
     Redirect,
 }
 
-impl SnapshotCopyArg {
-    /// The argument's spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SnapshotCopyArg::Objects => "objects",
-            SnapshotCopyArg::Blocks => "blocks",
-            SnapshotCopyArg::Redirect => "redirect",
-        }
-    }
-}
-
 /// Arguments of `optio server`.
 #[derive(clap::Args, Debug)]
 #[command(

@@ -159,7 +159,9 @@ pub fn run(args: Args) -> Result<()> {
         auth: !args.no_auth,
         metrics_public: args.metrics_public,
         snapshot_copy: (args.snapshot_copy != super::server::SnapshotCopyArg::Objects)
-            .then(|| args.snapshot_copy.as_str().to_string()),
+            .then(|| clap::ValueEnum::to_possible_value(&args.snapshot_copy))
+            .flatten()
+            .map(|value| value.get_name().to_string()),
         base_port: args.base_port,
         server_workers: args.server_workers.map(usize::from),
         tls: args.tls,
